@@ -1,0 +1,41 @@
+# rmq: `make test` and `make demo` work on a fresh machine (they create .venv first).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: venv test test-unit test-integration demo bench proto lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## all tests: unit, then integration (real processes, one Spark session)
+test: $(STAMP)
+	$(PY) -m pytest tests integration_tests
+
+test-unit: $(STAMP)
+	$(PY) -m pytest tests
+
+test-integration: $(STAMP)
+	$(PY) -m pytest integration_tests
+
+demo: $(STAMP)
+	$(PY) -m examples.demo
+
+bench: $(STAMP)
+	$(PY) -m bench
+
+## regenerate the gRPC/protobuf stubs from proto/rmq/v1/rmq.proto
+proto: $(STAMP)
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto --grpc_python_out=proto proto/rmq/v1/rmq.proto
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+clean:
+	rm -rf $(VENV) build *.egg-info

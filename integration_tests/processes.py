@@ -1,0 +1,107 @@
+"""Real `rmq namesrv` / `rmq broker` processes for tests: free loopback ports, readiness
+by a real gRPC call, stop (SIGTERM), kill -9 and restart on the same store."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+
+RMQ = [sys.executable, "-m", "broker_server.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(address: str, process: subprocess.Popen, timeout: float = 30.0) -> None:
+    """Wait until the server at `address` answers RouteService.ListBrokers."""
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(address) as channel:
+        stub = rmq_pb2_grpc.RouteServiceStub(channel)
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"server at {address} exited with code {process.returncode}")
+            try:
+                stub.ListBrokers(rmq_pb2.ListBrokersRequest(), timeout=1.0)
+                return
+            except grpc.RpcError:
+                time.sleep(0.05)
+    raise TimeoutError(f"server at {address} not ready after {timeout}s")
+
+
+@dataclass
+class ServerProcess:
+    """One `rmq` server process; `args` are the CLI words after `rmq`."""
+
+    args: list[str]
+    address: str
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen | None = None
+
+    def start(self) -> ServerProcess:
+        log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(
+            RMQ + self.args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env}
+        )
+        log.close()
+        wait_ready(self.address, self.process)
+        return self
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """Graceful stop (SIGTERM); returns the exit code."""
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else 0
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+    def kill(self) -> None:
+        """kill -9: no flush, no shutdown hooks."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def restart(self) -> ServerProcess:
+        self.stop()
+        return self.start()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def namesrv(tmp_path: Path, **env: str) -> ServerProcess:
+    address = f"127.0.0.1:{free_port()}"
+    return ServerProcess(["namesrv", "--listen", address], address, tmp_path / "namesrv.log", env)
+
+
+def broker(
+    tmp_path: Path,
+    name: str = "broker-a",
+    namesrv_address: str | None = None,
+    flush: str = "sync",
+    extra: list[str] | None = None,
+    **env: str,
+) -> ServerProcess:
+    """A broker on a free port with its store under tmp_path/name (kept across restarts)."""
+    address = f"127.0.0.1:{free_port()}"
+    args = ["broker", "--listen", address, "--store-dir", str(tmp_path / name), "--broker-name", name,
+            "--flush", flush]
+    if namesrv_address:
+        args += ["--namesrv", namesrv_address]
+    return ServerProcess(args + (extra or []), address, tmp_path / f"{name}.log", env)

@@ -1,0 +1,86 @@
+"""Byte layout of one CommitLog message record (spec store-commitlog-consumequeue §3).
+
+The store writes records in this layout and the broker ships them unchanged inside
+`PackedMessages`, so this module is the single definition both sides read. All integers
+are big-endian, as Java's ByteBuffer writes them.
+"""
+
+from __future__ import annotations
+
+MESSAGE_MAGIC_CODE = -626843481   # 0xDAA320A7
+BLANK_MAGIC_CODE = -875286124     # 0xCBD43194, end-of-file blank record
+END_FILE_MIN_BLANK_LENGTH = 8     # total size + magic code of the blank record
+
+# Field offsets inside a record (IPv4 hosts: 4-byte address + 4-byte port).
+TOTAL_SIZE_POS = 0
+MAGIC_CODE_POS = 4
+BODY_CRC_POS = 8
+QUEUE_ID_POS = 12
+FLAG_POS = 16
+QUEUE_OFFSET_POS = 20
+PHYSICAL_OFFSET_POS = 28
+SYS_FLAG_POS = 36
+BORN_TIMESTAMP_POS = 40
+BORN_HOST_POS = 48
+STORE_TIMESTAMP_POS = 56
+STORE_HOST_POS = 64
+RECONSUME_TIMES_POS = 72
+PREPARED_TRANSACTION_OFFSET_POS = 76
+BODY_LENGTH_POS = 84
+BODY_POS = 88
+HOST_SIZE = 8
+
+# 4+4+4+4+4+8+8+4+8+8+8+8+4+8 header, 4 body length, 1 topic length, 2 properties length.
+FIXED_OVERHEAD = 91
+MAX_TOPIC_LENGTH = 127            # the topic length is one signed byte
+MAX_PROPERTIES_LENGTH = 32767     # the properties length is one signed short
+
+# Properties string: name \x01 value \x02 per property.
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_KEYS = "KEYS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+KEY_SEPARATOR = " "
+
+
+def calc_msg_length(body_length: int, topic_length: int, properties_length: int) -> int:
+    """Record length for the given field lengths (CommitLog#calMsgLength): negative
+    body or properties lengths count as 0, the length prefixes remain."""
+    return FIXED_OVERHEAD + max(body_length, 0) + topic_length + max(properties_length, 0)
+
+
+def encode_properties(properties: dict[str, str]) -> str:
+    return "".join(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in properties.items())
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    result: dict[str, str] = {}
+    for item in text.split(PROPERTY_SEPARATOR):
+        if item:
+            name, _, value = item.partition(NAME_VALUE_SEPARATOR)
+            result[name] = value
+    return result
+
+
+def tags_hash_code(tags: str) -> int:
+    """Java String.hashCode of the tag: the tagsCode stored in ConsumeQueue entries and
+    matched by the broker's tag filter (the client re-checks the tag string)."""
+    h = 0
+    for unit in _utf16_units(tags):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def _utf16_units(text: str) -> list[int]:
+    data = text.encode("utf-16-be", "surrogatepass")
+    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
+
+
+def message_id(store_host: bytes, physical_offset: int) -> str:
+    """RocketMQ offset message id: store host (address + port, 8 bytes) and the
+    record's physical CommitLog offset, upper-case hex (32 characters for IPv4)."""
+    return (store_host + physical_offset.to_bytes(8, "big")).hex().upper()

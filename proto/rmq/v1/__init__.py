@@ -1,0 +1,1 @@
+"""Generated stubs for rmq/v1/rmq.proto; regenerate with `make proto`, never edit by hand."""

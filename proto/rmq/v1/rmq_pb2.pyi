@@ -1,0 +1,540 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Code(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OK: _ClassVar[Code]
+    ILLEGAL_ARGUMENT: _ClassVar[Code]
+    TOPIC_NOT_EXIST: _ClassVar[Code]
+    TOPIC_ILLEGAL: _ClassVar[Code]
+    TOPIC_ALREADY_EXISTS: _ClassVar[Code]
+    MESSAGE_ILLEGAL: _ClassVar[Code]
+    MESSAGE_SIZE_EXCEEDED: _ClassVar[Code]
+    PROPERTIES_SIZE_EXCEEDED: _ClassVar[Code]
+    FLUSH_DISK_TIMEOUT: _ClassVar[Code]
+    SERVICE_NOT_AVAILABLE: _ClassVar[Code]
+    NO_PERMISSION: _ClassVar[Code]
+    QUERY_NOT_FOUND: _ClassVar[Code]
+    GROUP_ILLEGAL: _ClassVar[Code]
+    SYSTEM_ERROR: _ClassVar[Code]
+
+class PullSysFlag(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PULL_SYS_FLAG_NONE: _ClassVar[PullSysFlag]
+    FLAG_COMMIT_OFFSET: _ClassVar[PullSysFlag]
+    FLAG_SUSPEND: _ClassVar[PullSysFlag]
+    FLAG_SUBSCRIPTION: _ClassVar[PullSysFlag]
+    FLAG_CLASS_FILTER: _ClassVar[PullSysFlag]
+
+class PullStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FOUND: _ClassVar[PullStatus]
+    NO_NEW_MSG: _ClassVar[PullStatus]
+    NO_MATCHED_MSG: _ClassVar[PullStatus]
+    OFFSET_ILLEGAL: _ClassVar[PullStatus]
+
+class GetMessageStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    GMS_FOUND: _ClassVar[GetMessageStatus]
+    GMS_NO_MATCHED_MESSAGE: _ClassVar[GetMessageStatus]
+    GMS_MESSAGE_WAS_REMOVING: _ClassVar[GetMessageStatus]
+    GMS_OFFSET_FOUND_NULL: _ClassVar[GetMessageStatus]
+    GMS_OFFSET_OVERFLOW_BADLY: _ClassVar[GetMessageStatus]
+    GMS_OFFSET_OVERFLOW_ONE: _ClassVar[GetMessageStatus]
+    GMS_OFFSET_TOO_SMALL: _ClassVar[GetMessageStatus]
+    GMS_NO_MATCHED_LOGIC_QUEUE: _ClassVar[GetMessageStatus]
+    GMS_NO_MESSAGE_IN_QUEUE: _ClassVar[GetMessageStatus]
+
+class MessageModel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CLUSTERING: _ClassVar[MessageModel]
+    BROADCASTING: _ClassVar[MessageModel]
+OK: Code
+ILLEGAL_ARGUMENT: Code
+TOPIC_NOT_EXIST: Code
+TOPIC_ILLEGAL: Code
+TOPIC_ALREADY_EXISTS: Code
+MESSAGE_ILLEGAL: Code
+MESSAGE_SIZE_EXCEEDED: Code
+PROPERTIES_SIZE_EXCEEDED: Code
+FLUSH_DISK_TIMEOUT: Code
+SERVICE_NOT_AVAILABLE: Code
+NO_PERMISSION: Code
+QUERY_NOT_FOUND: Code
+GROUP_ILLEGAL: Code
+SYSTEM_ERROR: Code
+PULL_SYS_FLAG_NONE: PullSysFlag
+FLAG_COMMIT_OFFSET: PullSysFlag
+FLAG_SUSPEND: PullSysFlag
+FLAG_SUBSCRIPTION: PullSysFlag
+FLAG_CLASS_FILTER: PullSysFlag
+FOUND: PullStatus
+NO_NEW_MSG: PullStatus
+NO_MATCHED_MSG: PullStatus
+OFFSET_ILLEGAL: PullStatus
+GMS_FOUND: GetMessageStatus
+GMS_NO_MATCHED_MESSAGE: GetMessageStatus
+GMS_MESSAGE_WAS_REMOVING: GetMessageStatus
+GMS_OFFSET_FOUND_NULL: GetMessageStatus
+GMS_OFFSET_OVERFLOW_BADLY: GetMessageStatus
+GMS_OFFSET_OVERFLOW_ONE: GetMessageStatus
+GMS_OFFSET_TOO_SMALL: GetMessageStatus
+GMS_NO_MATCHED_LOGIC_QUEUE: GetMessageStatus
+GMS_NO_MESSAGE_IN_QUEUE: GetMessageStatus
+CLUSTERING: MessageModel
+BROADCASTING: MessageModel
+
+class Status(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: Code
+    message: str
+    def __init__(self, code: _Optional[_Union[Code, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class MessageQueue(_message.Message):
+    __slots__ = ("topic", "broker_name", "queue_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    broker_name: str
+    queue_id: int
+    def __init__(self, topic: _Optional[str] = ..., broker_name: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
+
+class TopicConfig(_message.Message):
+    __slots__ = ("topic_name", "read_queue_nums", "write_queue_nums", "perm")
+    TOPIC_NAME_FIELD_NUMBER: _ClassVar[int]
+    READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
+    topic_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    def __init__(self, topic_name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ...) -> None: ...
+
+class Message(_message.Message):
+    __slots__ = ("body", "tags", "keys", "properties", "queue_id", "flag", "born_timestamp", "delay_level")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    FLAG_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    DELAY_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    body: bytes
+    tags: str
+    keys: str
+    properties: _containers.ScalarMap[str, str]
+    queue_id: int
+    flag: int
+    born_timestamp: int
+    delay_level: int
+    def __init__(self, body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., queue_id: _Optional[int] = ..., flag: _Optional[int] = ..., born_timestamp: _Optional[int] = ..., delay_level: _Optional[int] = ...) -> None: ...
+
+class SendMessageRequest(_message.Message):
+    __slots__ = ("topic", "messages")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    def __init__(self, topic: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
+
+class SendMessageResponse(_message.Message):
+    __slots__ = ("status", "msg_ids", "queue_ids", "queue_offsets")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MSG_IDS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    msg_ids: _containers.RepeatedScalarFieldContainer[str]
+    queue_ids: _containers.RepeatedScalarFieldContainer[int]
+    queue_offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., msg_ids: _Optional[_Iterable[str]] = ..., queue_ids: _Optional[_Iterable[int]] = ..., queue_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class PullMessageRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_messages", "max_bytes", "sys_flag", "suspend_timeout_ms", "commit_offset", "sub_expression")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SYS_FLAG_FIELD_NUMBER: _ClassVar[int]
+    SUSPEND_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SUB_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    max_messages: int
+    max_bytes: int
+    sys_flag: int
+    suspend_timeout_ms: int
+    commit_offset: int
+    sub_expression: str
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ..., sys_flag: _Optional[int] = ..., suspend_timeout_ms: _Optional[int] = ..., commit_offset: _Optional[int] = ..., sub_expression: _Optional[str] = ...) -> None: ...
+
+class PackedMessages(_message.Message):
+    __slots__ = ("count", "sizes", "records")
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    SIZES_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    sizes: bytes
+    records: bytes
+    def __init__(self, count: _Optional[int] = ..., sizes: _Optional[bytes] = ..., records: _Optional[bytes] = ...) -> None: ...
+
+class PullMessageResponse(_message.Message):
+    __slots__ = ("status", "pull_status", "store_status", "next_begin_offset", "min_offset", "max_offset", "messages")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    PULL_STATUS_FIELD_NUMBER: _ClassVar[int]
+    STORE_STATUS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_BEGIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    pull_status: PullStatus
+    store_status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: PackedMessages
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., pull_status: _Optional[_Union[PullStatus, str]] = ..., store_status: _Optional[_Union[GetMessageStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Union[PackedMessages, _Mapping]] = ...) -> None: ...
+
+class QueueOffsets(_message.Message):
+    __slots__ = ("queue_id", "min_offset", "max_offset", "last_store_timestamp")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_STORE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_store_timestamp: int
+    def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., last_store_timestamp: _Optional[int] = ...) -> None: ...
+
+class GetTopicOffsetsRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class GetTopicOffsetsResponse(_message.Message):
+    __slots__ = ("status", "queues")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    queues: _containers.RepeatedCompositeFieldContainer[QueueOffsets]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueOffsets, _Mapping]]] = ...) -> None: ...
+
+class SearchOffsetRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "timestamp")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    timestamp: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., timestamp: _Optional[int] = ...) -> None: ...
+
+class SearchOffsetResponse(_message.Message):
+    __slots__ = ("status", "offset")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    offset: int
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class ConsumerOffset(_message.Message):
+    __slots__ = ("topic", "queue_id", "offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    offset: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class QueryConsumerOffsetsRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class QueryConsumerOffsetsResponse(_message.Message):
+    __slots__ = ("status", "offsets")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    offsets: _containers.RepeatedCompositeFieldContainer[ConsumerOffset]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., offsets: _Optional[_Iterable[_Union[ConsumerOffset, _Mapping]]] = ...) -> None: ...
+
+class UpdateConsumerOffsetsRequest(_message.Message):
+    __slots__ = ("consumer_group", "offsets", "increase_only")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    INCREASE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    offsets: _containers.RepeatedCompositeFieldContainer[ConsumerOffset]
+    increase_only: bool
+    def __init__(self, consumer_group: _Optional[str] = ..., offsets: _Optional[_Iterable[_Union[ConsumerOffset, _Mapping]]] = ..., increase_only: _Optional[bool] = ...) -> None: ...
+
+class UpdateConsumerOffsetsResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
+
+class RemoveConsumerOffsetsRequest(_message.Message):
+    __slots__ = ("consumer_group", "offsets")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    offsets: _containers.RepeatedCompositeFieldContainer[ConsumerOffset]
+    def __init__(self, consumer_group: _Optional[str] = ..., offsets: _Optional[_Iterable[_Union[ConsumerOffset, _Mapping]]] = ...) -> None: ...
+
+class RemoveConsumerOffsetsResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
+
+class Subscription(_message.Message):
+    __slots__ = ("topic", "sub_expression")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUB_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    sub_expression: str
+    def __init__(self, topic: _Optional[str] = ..., sub_expression: _Optional[str] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("client_id", "consumer_group", "message_model", "subscriptions")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_MODEL_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    consumer_group: str
+    message_model: MessageModel
+    subscriptions: _containers.RepeatedCompositeFieldContainer[Subscription]
+    def __init__(self, client_id: _Optional[str] = ..., consumer_group: _Optional[str] = ..., message_model: _Optional[_Union[MessageModel, str]] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
+
+class UnregisterClientRequest(_message.Message):
+    __slots__ = ("client_id", "consumer_group")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    consumer_group: str
+    def __init__(self, client_id: _Optional[str] = ..., consumer_group: _Optional[str] = ...) -> None: ...
+
+class UnregisterClientResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
+
+class GetConsumerListRequest(_message.Message):
+    __slots__ = ("consumer_group",)
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    def __init__(self, consumer_group: _Optional[str] = ...) -> None: ...
+
+class GetConsumerListResponse(_message.Message):
+    __slots__ = ("status", "client_ids")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    client_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., client_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class LockBatchRequest(_message.Message):
+    __slots__ = ("consumer_group", "client_id", "queues")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    client_id: str
+    queues: _containers.RepeatedCompositeFieldContainer[MessageQueue]
+    def __init__(self, consumer_group: _Optional[str] = ..., client_id: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[MessageQueue, _Mapping]]] = ...) -> None: ...
+
+class LockBatchResponse(_message.Message):
+    __slots__ = ("status", "locked_queues")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    LOCKED_QUEUES_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    locked_queues: _containers.RepeatedCompositeFieldContainer[MessageQueue]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., locked_queues: _Optional[_Iterable[_Union[MessageQueue, _Mapping]]] = ...) -> None: ...
+
+class UnlockBatchRequest(_message.Message):
+    __slots__ = ("consumer_group", "client_id", "queues")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    client_id: str
+    queues: _containers.RepeatedCompositeFieldContainer[MessageQueue]
+    def __init__(self, consumer_group: _Optional[str] = ..., client_id: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[MessageQueue, _Mapping]]] = ...) -> None: ...
+
+class UnlockBatchResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
+
+class QueryMessageByKeyRequest(_message.Message):
+    __slots__ = ("topic", "key", "max_messages", "begin_timestamp", "end_timestamp")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    END_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    key: str
+    max_messages: int
+    begin_timestamp: int
+    end_timestamp: int
+    def __init__(self, topic: _Optional[str] = ..., key: _Optional[str] = ..., max_messages: _Optional[int] = ..., begin_timestamp: _Optional[int] = ..., end_timestamp: _Optional[int] = ...) -> None: ...
+
+class QueryMessageByKeyResponse(_message.Message):
+    __slots__ = ("status", "messages")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    messages: PackedMessages
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., messages: _Optional[_Union[PackedMessages, _Mapping]] = ...) -> None: ...
+
+class CreateTopicRequest(_message.Message):
+    __slots__ = ("config",)
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    config: TopicConfig
+    def __init__(self, config: _Optional[_Union[TopicConfig, _Mapping]] = ...) -> None: ...
+
+class CreateTopicResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
+
+class DeleteTopicRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class DeleteTopicResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
+
+class BrokerData(_message.Message):
+    __slots__ = ("broker_name", "address")
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    address: str
+    def __init__(self, broker_name: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
+
+class QueueData(_message.Message):
+    __slots__ = ("broker_name", "read_queue_nums", "write_queue_nums", "perm")
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    def __init__(self, broker_name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ...) -> None: ...
+
+class QueryRouteRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class QueryRouteResponse(_message.Message):
+    __slots__ = ("status", "brokers", "queue_datas")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    BROKERS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_DATAS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    brokers: _containers.RepeatedCompositeFieldContainer[BrokerData]
+    queue_datas: _containers.RepeatedCompositeFieldContainer[QueueData]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., brokers: _Optional[_Iterable[_Union[BrokerData, _Mapping]]] = ..., queue_datas: _Optional[_Iterable[_Union[QueueData, _Mapping]]] = ...) -> None: ...
+
+class ListTopicsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListTopicsResponse(_message.Message):
+    __slots__ = ("status", "topics")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ...) -> None: ...
+
+class ListBrokersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListBrokersResponse(_message.Message):
+    __slots__ = ("status", "brokers")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    BROKERS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    brokers: _containers.RepeatedCompositeFieldContainer[BrokerData]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., brokers: _Optional[_Iterable[_Union[BrokerData, _Mapping]]] = ...) -> None: ...
+
+class RegisterBrokerRequest(_message.Message):
+    __slots__ = ("broker", "topics")
+    BROKER_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    broker: BrokerData
+    topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
+    def __init__(self, broker: _Optional[_Union[BrokerData, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ...) -> None: ...
+
+class RegisterBrokerResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
+
+class UnregisterBrokerRequest(_message.Message):
+    __slots__ = ("broker_name",)
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    def __init__(self, broker_name: _Optional[str] = ...) -> None: ...
+
+class UnregisterBrokerResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...

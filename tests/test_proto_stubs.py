@@ -1,0 +1,33 @@
+"""The generated stubs must match proto/rmq/v1/rmq.proto (regenerate with `make proto`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+GENERATED = ["rmq_pb2.py", "rmq_pb2.pyi", "rmq_pb2_grpc.py"]
+
+
+def test_stubs_are_fresh(tmp_path: Path) -> None:
+    protoc = pytest.importorskip("grpc_tools.protoc")
+    proto_root = ROOT / "proto"
+    rc = protoc.main([
+        "grpc_tools.protoc", f"-I{proto_root}", f"--python_out={tmp_path}", f"--pyi_out={tmp_path}",
+        f"--grpc_python_out={tmp_path}", str(proto_root / "rmq" / "v1" / "rmq.proto"),
+    ])
+    assert rc == 0
+    for name in GENERATED:
+        fresh = (tmp_path / "rmq" / "v1" / name).read_text()
+        committed = (proto_root / "rmq" / "v1" / name).read_text()
+        assert fresh == committed, f"proto/rmq/v1/{name} is stale: run `make proto`"
+
+
+def test_stubs_import_under_distinctive_name() -> None:
+    from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+
+    assert rmq_pb2.DESCRIPTOR.package == "rmq.v1"
+    assert hasattr(rmq_pb2_grpc, "MessagingServiceStub")
+    assert "proto" not in sys.modules or not hasattr(sys.modules["proto"], "rmq_pb2")
