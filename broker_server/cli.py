@@ -1,0 +1,40 @@
+"""`rmq`: one command line for the servers (`namesrv`, `broker`) and the client commands
+(`topic`, `produce`, `consume`, `group`). User errors print one line and exit non-zero."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from broker_server import client_commands, server_commands
+from broker_server.errors import UserError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports bad arguments as one line (no usage dump) and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UserError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="rmq", description="rmq message broker and clients")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    server_commands.add_parsers(commands)
+    client_commands.add_parsers(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.handler(args) or 0)
+    except UserError as error:
+        print(f"rmq: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
