@@ -1,0 +1,327 @@
+"""Spark sink `rmq`: `df.write.format("rmq")` and `df.writeStream.format("rmq")`.
+
+Each Spark task turns its Arrow record batches into `OutgoingMessage`s column by column,
+groups them by topic and sends them with `RmqClient.send`, `batchSize` messages per
+SendMessage request. Delivery is at-least-once: a message acknowledged by the broker stays
+in the topic even when its Spark task (or another task of the same job) later fails, and a
+retried task, or a streaming micro-batch replayed after a restart, sends its rows again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    ByteType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+)
+
+from connector.client import OutgoingMessage, RmqClient
+from connector.endpoints import FORMAT_HINT, parse_endpoints
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BATCH_SIZE = 512
+MAX_BATCH_SIZE = 10_000
+# Bytes of message payload per SendMessage request: stays under gRPC's default 4 MiB limit.
+MAX_REQUEST_BYTES = 3 * 1024 * 1024
+# Per-message allowance for the protobuf framing, born timestamp, flag etc.
+MESSAGE_OVERHEAD_BYTES = 32
+
+
+def _is_string(data_type: DataType) -> bool:
+    return isinstance(data_type, StringType)   # any collation
+
+
+def _is_string_map(data_type: DataType) -> bool:
+    return (isinstance(data_type, MapType) and _is_string(data_type.keyType)
+            and _is_string(data_type.valueType))
+
+
+# Sink columns: (accepts the Spark type, accepted types for error messages); `body` is required.
+SINK_COLUMNS: dict[str, tuple[Callable[[DataType], bool], str]] = {
+    "body": (lambda t: isinstance(t, BinaryType) or _is_string(t), "binary or string"),
+    "topic": (_is_string, "string"),
+    "tags": (_is_string, "string"),
+    "keys": (_is_string, "string (space-separated keys)"),
+    "properties": (_is_string_map, "map<string,string>"),
+    "queue_id": (lambda t: isinstance(t, ByteType | ShortType | IntegerType | LongType),
+                 "an integer type (tinyint, smallint, int or bigint)"),
+}
+
+
+class RmqSinkError(ValueError):
+    """A sink option, the DataFrame's schema or a row cannot be written to rmq."""
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    endpoints: str
+    topic: str | None
+    batch_size: int
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+        lowered = {key.lower(): value for key, value in options.items()}
+        return cls(
+            endpoints=_endpoints(lowered.get("endpoints")),
+            topic=_topic(lowered.get("topic")),
+            batch_size=_batch_size(lowered.get("batchsize")),
+        )
+
+
+def _endpoints(value: str | None) -> str:
+    if value is None:
+        raise RmqSinkError(f"option 'endpoints' is required: name server(s) or broker(s), {FORMAT_HINT}")
+    try:
+        parse_endpoints(value)
+    except ValueError as error:
+        raise RmqSinkError(f"option 'endpoints': {error}") from None
+    return value
+
+
+def _topic(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not value.strip():
+        raise RmqSinkError(
+            "option 'topic' is empty: give a topic name, or leave it out and use a 'topic' column"
+        )
+    return value.strip()
+
+
+def _batch_size(value: str | None) -> int:
+    if value is None:
+        return DEFAULT_BATCH_SIZE
+    try:
+        size = int(value)
+    except ValueError:
+        size = 0
+    if not 1 <= size <= MAX_BATCH_SIZE:
+        raise RmqSinkError(
+            f"option 'batchSize' must be an integer from 1 to {MAX_BATCH_SIZE} "
+            f"(messages per SendMessage request), got {value!r}"
+        )
+    return size
+
+
+def sink_columns(schema: StructType, topic_option: str | None) -> dict[str, str]:
+    """Map each sink column present in `schema` to its field name (matched case-insensitively,
+    like Spark); other columns are ignored. Raises RmqSinkError for a missing `body`, a
+    missing topic, or a column of a type the sink cannot write."""
+    fields = {f.name.lower(): f for f in schema.fields}
+    if "body" not in fields:
+        raise RmqSinkError(
+            f"the DataFrame has no 'body' column: the rmq sink needs a column 'body' of type "
+            f"binary or string (columns: {', '.join(schema.fieldNames()) or 'none'})"
+        )
+    if topic_option is not None:
+        fields.pop("topic", None)   # the option wins over the column
+    elif "topic" not in fields:
+        raise RmqSinkError("no topic: set the 'topic' option or add a 'topic' column of type string")
+    columns: dict[str, str] = {}
+    for name, (accepts, accepted_types) in SINK_COLUMNS.items():
+        spark_field = fields.get(name)
+        if spark_field is None:
+            continue
+        if not accepts(spark_field.dataType):
+            raise RmqSinkError(
+                f"column '{spark_field.name}' has type {spark_field.dataType.simpleString()}: "
+                f"the rmq sink accepts {accepted_types}"
+            )
+        columns[name] = spark_field.name
+    return columns
+
+
+@dataclass(frozen=True)
+class SinkPlan:
+    """Everything a write task needs; created (and validated) on the driver, pickled to tasks."""
+
+    options: SinkOptions
+    columns: dict[str, str]
+
+    @classmethod
+    def create(cls, options: Mapping[str, str], schema: StructType, overwrite: bool) -> SinkPlan:
+        if overwrite:
+            raise RmqSinkError(
+                "the rmq sink only appends messages to a topic: use mode('append') for batch writes "
+                "and outputMode 'append' or 'update' for streaming writes"
+            )
+        sink_options = SinkOptions.parse(options)
+        return cls(sink_options, sink_columns(schema, sink_options.topic))
+
+    def messages_by_topic(self, batch: pa.RecordBatch) -> dict[str, list[OutgoingMessage]]:
+        """The batch's rows as messages grouped by topic, in row order within a topic.
+        Checks the whole batch before returning, so a bad row sends nothing of its batch."""
+        rows = batch.num_rows
+        bodies = self._bodies(batch)
+        tags = self._strings(batch, "tags", rows)
+        keys = self._strings(batch, "keys", rows)
+        properties = self._properties(batch, rows)
+        queue_ids = self._column(batch, "queue_id", rows)
+        messages = [
+            OutgoingMessage(body, tag, key, props, queue_id=queue_id)
+            for body, tag, key, props, queue_id in zip(bodies, tags, keys, properties, queue_ids, strict=True)
+        ]
+        if self.options.topic is not None:
+            return {self.options.topic: messages} if messages else {}
+        grouped: dict[str, list[OutgoingMessage]] = defaultdict(list)
+        for topic, message in zip(self._topics(batch), messages, strict=True):
+            grouped[topic].append(message)
+        return dict(grouped)
+
+    def _column(self, batch: pa.RecordBatch, name: str, rows: int) -> list:
+        field_name = self.columns.get(name)
+        return batch.column(field_name).to_pylist() if field_name else [None] * rows
+
+    def _strings(self, batch: pa.RecordBatch, name: str, rows: int) -> list[str]:
+        field_name = self.columns.get(name)
+        if field_name is None:
+            return [""] * rows
+        return batch.column(field_name).fill_null("").to_pylist()
+
+    def _bodies(self, batch: pa.RecordBatch) -> list[bytes]:
+        name = self.columns["body"]
+        column = batch.column(name)
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            column = pc.cast(column, pa.large_binary())
+        lengths = pc.binary_length(column)
+        if column.null_count or (len(column) and pc.min(lengths).as_py() == 0):
+            row = _first_row(pc.fill_null(pc.equal(lengths, 0), True))
+            raise RmqSinkError(
+                f"column '{name}' is null or empty in row {row} of a batch: every message needs a body"
+            )
+        return column.to_pylist()
+
+    def _properties(self, batch: pa.RecordBatch, rows: int) -> list[dict[str, str]]:
+        name = self.columns.get("properties")
+        if name is None:
+            return [{} for _ in range(rows)]
+        column = batch.column(name)
+        if column.items.null_count:
+            raise RmqSinkError(f"column '{name}' has a null value in a property: rmq properties are strings")
+        return [dict(pairs) if pairs else {} for pairs in column.to_pylist()]
+
+    def _topics(self, batch: pa.RecordBatch) -> list[str]:
+        name = self.columns["topic"]
+        column = batch.column(name)
+        if column.null_count:
+            row = _first_row(column.is_null())
+            raise RmqSinkError(
+                f"column '{name}' is null in row {row} of a batch and no 'topic' option is set"
+            )
+        return column.to_pylist()
+
+
+def _first_row(mask: pa.Array) -> int:
+    return pc.index(mask, True).as_py()
+
+
+def request_chunks(messages: list[OutgoingMessage], batch_size: int) -> Iterator[list[OutgoingMessage]]:
+    """Split one topic's messages into SendMessage requests of at most `batch_size`
+    messages and about MAX_REQUEST_BYTES (a single larger message goes alone)."""
+    chunk: list[OutgoingMessage] = []
+    chunk_bytes = 0
+    for message in messages:
+        size = _message_bytes(message)
+        if chunk and (len(chunk) == batch_size or chunk_bytes + size > MAX_REQUEST_BYTES):
+            yield chunk
+            chunk, chunk_bytes = [], 0
+        chunk.append(message)
+        chunk_bytes += size
+    if chunk:
+        yield chunk
+
+
+def _message_bytes(message: OutgoingMessage) -> int:
+    properties = sum(len(k) + len(v) for k, v in message.properties.items())
+    return len(message.body) + len(message.tags) + len(message.keys) + properties + MESSAGE_OVERHEAD_BYTES
+
+
+@dataclass
+class RmqCommitMessage(WriterCommitMessage):
+    """What one write task sent: acknowledged messages per topic."""
+
+    sent: dict[str, int] = field(default_factory=dict)
+
+
+def write_batches(plan: SinkPlan, batches: Iterable[pa.RecordBatch]) -> RmqCommitMessage:
+    """Send every row of `batches`; returns once the broker acknowledged all of them.
+    A failed send raises (the task fails; Spark may retry it: at-least-once)."""
+    sent: Counter[str] = Counter()
+    client = RmqClient(plan.options.endpoints)
+    try:
+        for batch in batches:
+            for topic, messages in plan.messages_by_topic(batch).items():
+                for chunk in request_chunks(messages, plan.options.batch_size):
+                    client.send(topic, chunk)
+                    sent[topic] += len(chunk)
+    finally:
+        client.close()
+    return RmqCommitMessage(dict(sent))
+
+
+def total_sent(messages: Iterable[WriterCommitMessage | None]) -> Counter[str]:
+    total: Counter[str] = Counter()
+    for message in messages:
+        if isinstance(message, RmqCommitMessage):
+            total.update(message.sent)
+    return total
+
+
+def _log_abort(messages: Iterable[WriterCommitMessage | None], what: str) -> None:
+    sent = total_sent(messages)
+    if sent:
+        logger.warning(
+            "%s failed; messages already acknowledged stay in their topics (at-least-once): %s",
+            what, dict(sent),
+        )
+
+
+class RmqDataSourceArrowWriter(DataSourceArrowWriter):
+    """Batch sink: `df.write.format("rmq").option("endpoints", ...).save()`."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
+        self.plan = SinkPlan.create(options, schema, overwrite)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> RmqCommitMessage:
+        return write_batches(self.plan, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        logger.info("rmq write committed: %s", dict(total_sent(messages)))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        _log_abort(messages, "rmq write")
+
+
+class RmqDataSourceStreamArrowWriter(DataSourceStreamArrowWriter):
+    """Streaming sink: `df.writeStream.format("rmq")`; a replayed micro-batch is sent again."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
+        self.plan = SinkPlan.create(options, schema, overwrite)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> RmqCommitMessage:
+        return write_batches(self.plan, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        logger.info("rmq micro-batch %d committed: %s", batchId, dict(total_sent(messages)))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _log_abort(messages, f"rmq micro-batch {batchId}")

@@ -1,0 +1,248 @@
+"""The rmq sink's driver-side validation and its Arrow-batch to message conversion."""
+
+from __future__ import annotations
+
+import pickle
+
+import pyarrow as pa
+import pytest
+
+pytest.importorskip("pyspark")
+
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter  # noqa: E402
+from pyspark.sql.types import (  # noqa: E402
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from connector.client import OutgoingMessage  # noqa: E402
+from connector.writer import (  # noqa: E402
+    DEFAULT_BATCH_SIZE,
+    MAX_REQUEST_BYTES,
+    RmqCommitMessage,
+    RmqDataSourceArrowWriter,
+    RmqDataSourceStreamArrowWriter,
+    RmqSinkError,
+    SinkOptions,
+    SinkPlan,
+    request_chunks,
+    sink_columns,
+    total_sent,
+)
+
+ENDPOINTS = {"endpoints": "127.0.0.1:9876"}
+
+
+def schema(**columns) -> StructType:
+    return StructType([StructField(name, data_type) for name, data_type in columns.items()])
+
+
+FULL_SCHEMA = schema(
+    body=BinaryType(), topic=StringType(), tags=StringType(), keys=StringType(),
+    properties=MapType(StringType(), StringType()), queue_id=IntegerType(),
+)
+
+
+def plan(spark_schema: StructType = FULL_SCHEMA, **options: str) -> SinkPlan:
+    return SinkPlan.create({**ENDPOINTS, **options}, spark_schema, overwrite=False)
+
+
+# ---------------------------------------------------------------- options
+
+
+def test_options_defaults_and_case_insensitive_names():
+    parsed = SinkOptions.parse({"ENDPOINTS": "h:1,h:2", "Topic": " T ", "BATCHSIZE": "7"})
+    assert parsed == SinkOptions(endpoints="h:1,h:2", topic="T", batch_size=7)
+    assert SinkOptions.parse(ENDPOINTS).batch_size == DEFAULT_BATCH_SIZE
+    assert SinkOptions.parse(ENDPOINTS).topic is None
+
+
+def test_missing_endpoints_names_the_option():
+    with pytest.raises(RmqSinkError, match="option 'endpoints' is required"):
+        SinkOptions.parse({"topic": "T"})
+
+
+def test_malformed_endpoints_names_the_option_and_the_entry():
+    with pytest.raises(RmqSinkError, match=r"option 'endpoints'.*'nohost'"):
+        SinkOptions.parse({"endpoints": "127.0.0.1:9876,nohost"})
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "abc", "10001", ""])
+def test_bad_batch_size_names_the_option_and_range(value):
+    with pytest.raises(RmqSinkError, match=r"option 'batchSize' must be an integer from 1 to 10000"):
+        SinkOptions.parse({**ENDPOINTS, "batchSize": value})
+
+
+def test_empty_topic_option_is_refused():
+    with pytest.raises(RmqSinkError, match="option 'topic' is empty"):
+        SinkOptions.parse({**ENDPOINTS, "topic": "  "})
+
+
+def test_overwrite_is_refused():
+    with pytest.raises(RmqSinkError, match="only appends"):
+        SinkPlan.create(ENDPOINTS, FULL_SCHEMA, overwrite=True)
+
+
+# ---------------------------------------------------------------- schema
+
+
+def test_missing_body_names_the_column_and_the_accepted_types():
+    with pytest.raises(RmqSinkError, match=r"no 'body' column.*binary or string.*\(columns: value, topic\)"):
+        sink_columns(schema(value=BinaryType(), topic=StringType()), None)
+
+
+def test_wrong_body_type_is_refused():
+    with pytest.raises(RmqSinkError, match=r"column 'body' has type int: the rmq sink accepts binary or string"):
+        sink_columns(schema(body=IntegerType()), "T")
+
+
+@pytest.mark.parametrize(
+    ("column", "data_type", "accepted"),
+    [
+        ("tags", IntegerType(), "string"),
+        ("keys", BinaryType(), "string"),
+        ("properties", MapType(StringType(), IntegerType()), "map<string,string>"),
+        ("queue_id", StringType(), "an integer type"),
+    ],
+)
+def test_wrong_optional_column_types_are_refused(column, data_type, accepted):
+    with pytest.raises(RmqSinkError, match=rf"column '{column}' has type .*accepts {accepted}"):
+        sink_columns(schema(body=BinaryType(), **{column: data_type}), "T")
+
+
+def test_topic_needed_from_option_or_column():
+    with pytest.raises(RmqSinkError, match="set the 'topic' option or add a 'topic' column"):
+        sink_columns(schema(body=BinaryType()), None)
+    with pytest.raises(RmqSinkError, match="column 'topic' has type bigint"):
+        sink_columns(schema(body=BinaryType(), topic=LongType()), None)
+
+
+def test_topic_option_wins_over_a_topic_column_of_any_type():
+    assert sink_columns(schema(body=StringType(), topic=LongType()), "T") == {"body": "body"}
+
+
+def test_columns_match_case_insensitively_and_others_are_ignored():
+    columns = sink_columns(schema(Body=BinaryType(), TAGS=StringType(), msg_id=StringType()), "T")
+    assert columns == {"body": "Body", "tags": "TAGS"}
+
+
+# ---------------------------------------------------------------- batches to messages
+
+
+def full_batch() -> pa.RecordBatch:
+    return pa.record_batch(
+        {
+            "body": pa.array([b"a", b"bb", b"ccc", b"d"], pa.binary()),
+            "topic": ["T1", "T2", "T1", "T1"],
+            "tags": ["x", None, "y", "x"],
+            "keys": ["k1 k2", "k3", None, ""],
+            "properties": pa.array([[("p", "1")], None, [], [("q", "2"), ("r", "3")]],
+                                   pa.map_(pa.string(), pa.string())),
+            "queue_id": pa.array([0, None, 3, 1], pa.int32()),
+        }
+    )
+
+
+def test_rows_become_messages_grouped_by_topic_in_row_order():
+    grouped = plan().messages_by_topic(full_batch())
+    assert grouped == {
+        "T1": [
+            OutgoingMessage(b"a", "x", "k1 k2", {"p": "1"}, queue_id=0),
+            OutgoingMessage(b"ccc", "y", "", {}, queue_id=3),
+            OutgoingMessage(b"d", "x", "", {"q": "2", "r": "3"}, queue_id=1),
+        ],
+        "T2": [OutgoingMessage(b"bb", "", "k3", {}, queue_id=None)],
+    }
+
+
+def test_topic_option_sends_every_row_to_that_topic():
+    grouped = plan(topic="Orders").messages_by_topic(full_batch())
+    assert list(grouped) == ["Orders"]
+    assert [m.body for m in grouped["Orders"]] == [b"a", b"bb", b"ccc", b"d"]
+
+
+def test_string_bodies_are_sent_as_utf8_and_absent_columns_get_defaults():
+    batch = pa.record_batch({"body": ["héllo", "{}"]})
+    grouped = plan(schema(body=StringType()), topic="T").messages_by_topic(batch)
+    assert grouped == {"T": [OutgoingMessage("héllo".encode(), "", "", {}, queue_id=None),
+                             OutgoingMessage(b"{}", "", "", {}, queue_id=None)]}
+
+
+def test_empty_batch_sends_nothing():
+    batch = pa.record_batch({"body": pa.array([], pa.binary())})
+    assert plan(schema(body=BinaryType()), topic="T").messages_by_topic(batch) == {}
+
+
+@pytest.mark.parametrize("bodies", [[b"a", None, b"c"], [b"a", b"", b"c"]])
+def test_null_or_empty_body_is_refused_naming_the_row(bodies):
+    batch = pa.record_batch({"body": pa.array(bodies, pa.binary())})
+    with pytest.raises(RmqSinkError, match=r"column 'body' is null or empty in row 1"):
+        plan(schema(body=BinaryType()), topic="T").messages_by_topic(batch)
+
+
+def test_null_topic_without_option_is_refused_naming_the_row():
+    batch = pa.record_batch({"body": pa.array([b"a", b"b"]), "topic": ["T", None]})
+    with pytest.raises(RmqSinkError, match=r"column 'topic' is null in row 1"):
+        plan(schema(body=BinaryType(), topic=StringType())).messages_by_topic(batch)
+
+
+def test_null_property_value_is_refused():
+    batch = pa.record_batch({
+        "body": pa.array([b"a"]),
+        "properties": pa.array([[("p", None)]], pa.map_(pa.string(), pa.string())),
+    })
+    spark_schema = schema(body=BinaryType(), properties=MapType(StringType(), StringType()))
+    with pytest.raises(RmqSinkError, match="column 'properties' has a null value"):
+        plan(spark_schema, topic="T").messages_by_topic(batch)
+
+
+# ---------------------------------------------------------------- requests
+
+
+def messages(count: int, body_size: int = 10) -> list[OutgoingMessage]:
+    return [OutgoingMessage(bytes(body_size), "", "", {}) for _ in range(count)]
+
+
+def test_requests_hold_at_most_batch_size_messages():
+    sizes = [len(chunk) for chunk in request_chunks(messages(1100), 512)]
+    assert sizes == [512, 512, 76]
+
+
+def test_requests_stay_under_the_byte_limit():
+    one_mib = 1024 * 1024
+    chunks = list(request_chunks(messages(5, one_mib), 512))
+    assert [len(chunk) for chunk in chunks] == [2, 2, 1]
+    assert all(sum(len(m.body) for m in chunk) <= MAX_REQUEST_BYTES for chunk in chunks)
+
+
+def test_a_message_above_the_byte_limit_goes_alone():
+    big = OutgoingMessage(bytes(MAX_REQUEST_BYTES + 1), "", "", {})
+    chunks = list(request_chunks([*messages(2), big, *messages(1)], 512))
+    assert [len(chunk) for chunk in chunks] == [2, 1, 1]
+
+
+# ---------------------------------------------------------------- writers and commit messages
+
+
+def test_writers_are_spark_arrow_writers_and_pickle_with_their_plan():
+    batch_writer = RmqDataSourceArrowWriter(ENDPOINTS, FULL_SCHEMA, False)
+    stream_writer = RmqDataSourceStreamArrowWriter({**ENDPOINTS, "topic": "T"}, FULL_SCHEMA, False)
+    assert isinstance(batch_writer, DataSourceArrowWriter)
+    assert isinstance(stream_writer, DataSourceStreamArrowWriter)
+    assert pickle.loads(pickle.dumps(stream_writer)).plan == stream_writer.plan
+
+
+def test_writer_creation_validates_the_schema():
+    with pytest.raises(RmqSinkError, match="no 'body' column"):
+        RmqDataSourceStreamArrowWriter({**ENDPOINTS, "topic": "T"}, schema(value=BinaryType()), False)
+
+
+def test_commit_messages_add_up_per_topic_and_skip_failed_tasks():
+    messages_ = [RmqCommitMessage({"A": 3, "B": 1}), None, RmqCommitMessage({"A": 2})]
+    assert total_sent(messages_) == {"A": 5, "B": 1}
+    assert pickle.loads(pickle.dumps(messages_[0])) == messages_[0]
