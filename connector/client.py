@@ -1,0 +1,589 @@
+"""gRPC client for rmq brokers and name servers (ARCHITECTURE.md §3).
+
+One piece of code used by the Spark source and sink, the `rmq` CLI and the benchmarks. It
+imports grpc and `rmq` only, never pyspark, so executors and the broker side stay light.
+
+Business outcomes arrive as a `Status` in each response and become `RmqError`; transport
+failures (broker down, deadline exceeded) become `RmqUnavailable`, which callers retry with
+backoff. Pulled messages are returned packed (`rmq.v1.PackedMessages`); decode them with
+`connector.message_decoder.decode`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+import grpc
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+
+from connector.endpoints import parse_endpoints
+
+MAX_GRPC_MESSAGE_BYTES = 64 * 1024 * 1024
+MAX_SEND_REQUEST_BYTES = 4 * 1024 * 1024      # one SendMessage request stays under this
+ROUTE_CACHE_SECONDS = 30.0                    # RocketMQ pollNameServerInterval
+PERM_READ = 4                                 # RocketMQ PermName
+PERM_WRITE = 2
+_MESSAGE_FRAMING_BYTES = 6                    # field tag + length prefix of one repeated Message
+
+PullStatus = IntEnum("PullStatus", list(rmq_pb2.PullStatus.items()))
+GetMessageStatus = IntEnum("GetMessageStatus", list(rmq_pb2.GetMessageStatus.items()))
+
+_UNAVAILABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+
+
+# ---------------------------------------------------------------- records
+
+
+@dataclass(frozen=True, order=True)
+class MessageQueue:
+    """(topic, broker_name, queue_id); sorts like Java MessageQueue.compareTo (spec pull §2.1)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}:{self.broker_name}:{self.queue_id}"
+
+
+@dataclass(frozen=True)
+class QueueData:
+    """The queues one broker holds for a topic (RocketMQ QueueData)."""
+
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+
+
+@dataclass(frozen=True)
+class TopicRoute:
+    topic: str
+    brokers: dict[str, str]                   # broker name -> address
+    queue_datas: tuple[QueueData, ...]
+    message_queues: tuple[MessageQueue, ...]  # readable queues, sorted
+
+    @classmethod
+    def from_proto(cls, topic: str, response: rmq_pb2.QueryRouteResponse) -> TopicRoute:
+        queue_datas = tuple(
+            sorted(
+                (QueueData(q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm)
+                 for q in response.queue_datas),
+                key=lambda q: q.broker_name,
+            )
+        )
+        # topicRouteData2TopicSubscribeInfo: readable queues of every broker, then sorted.
+        queues = sorted(
+            MessageQueue(topic, q.broker_name, queue_id)
+            for q in queue_datas
+            if q.perm & PERM_READ
+            for queue_id in range(q.read_queue_nums)
+        )
+        brokers = {b.broker_name: b.address for b in sorted(response.brokers, key=lambda b: b.broker_name)}
+        return cls(topic, brokers, queue_datas, tuple(queues))
+
+    def writable_brokers(self) -> list[str]:
+        return [q.broker_name for q in self.queue_datas if q.perm & PERM_WRITE and q.write_queue_nums > 0]
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    topic: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+
+
+@dataclass
+class OutgoingMessage:
+    body: bytes
+    tags: str = ""
+    keys: str = ""                            # space-separated, as RocketMQ KEYS
+    properties: Mapping[str, str] = field(default_factory=dict)
+    queue_id: int | None = None               # None: the broker picks a queue round-robin
+    delay_level: int = 0
+
+    def to_proto(self) -> rmq_pb2.Message:
+        message = rmq_pb2.Message(body=self.body, tags=self.tags, keys=self.keys,
+                                  properties=self.properties, delay_level=self.delay_level)
+        if self.queue_id is not None:
+            message.queue_id = self.queue_id
+        return message
+
+
+@dataclass(frozen=True)
+class SendResult:
+    msg_ids: list[str]
+    queue_ids: list[int]
+    queue_offsets: list[int]
+    broker_name: str
+
+
+@dataclass(frozen=True)
+class PullResult:
+    pull_status: PullStatus
+    store_status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: rmq_pb2.PackedMessages
+
+
+@dataclass(frozen=True)
+class QueueOffsets:
+    min_offset: int
+    max_offset: int
+    last_store_timestamp: int                 # epoch ms of the newest message, 0 when empty
+
+
+# ---------------------------------------------------------------- errors
+
+
+class RmqError(Exception):
+    """A non-OK `Status` from a broker or name server (or an unexpected transport failure)."""
+
+    acknowledged: int = 0  # set by send(): messages acknowledged before the failing request
+
+    def __init__(self, code: int, message: str, *, broker: str | None = None,
+                 queue: MessageQueue | None = None) -> None:
+        super().__init__(code, message)
+        self.code = code
+        self.message = message
+        self.broker = broker
+        self.queue = queue
+
+    @property
+    def code_name(self) -> str:
+        return rmq_pb2.Code.Name(self.code) if self.code in rmq_pb2.Code.values() else str(self.code)
+
+    def __str__(self) -> str:
+        where = [f"broker {self.broker}"] if self.broker else []
+        where += [f"queue {self.queue}"] if self.queue else []
+        return f"{self.code_name}: {self.message}" + (f" ({', '.join(where)})" if where else "")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_error, (type(self), self.code, self.message, self.broker, self.queue))
+
+
+class RmqUnavailable(RmqError):
+    """The broker or name server could not be reached in time; retry with backoff."""
+
+    def __init__(self, message: str, *, broker: str | None = None, queue: MessageQueue | None = None) -> None:
+        super().__init__(rmq_pb2.SERVICE_NOT_AVAILABLE, message, broker=broker, queue=queue)
+
+
+def _rebuild_error(cls: type[RmqError], code: int, message: str, broker: str | None,
+                   queue: MessageQueue | None) -> RmqError:
+    if issubclass(cls, RmqUnavailable):
+        return cls(message, broker=broker, queue=queue)
+    return cls(code, message, broker=broker, queue=queue)
+
+
+# ---------------------------------------------------------------- client
+
+
+@dataclass
+class _Connection:
+    channel: grpc.Channel
+    messaging: rmq_pb2_grpc.MessagingServiceStub
+    admin: rmq_pb2_grpc.AdminServiceStub
+    route: rmq_pb2_grpc.RouteServiceStub
+
+
+class RmqClient:
+    """Client for the brokers and name servers named by `endpoints` ("host:port[,host:port]").
+
+    Every call carries a deadline (`timeout` seconds, plus the hold time for long polling).
+    Thread-safe: channels are cached per address and shared.
+    """
+
+    def __init__(self, endpoints: str | Sequence[str], timeout: float = 10.0,
+                 max_request_bytes: int = MAX_SEND_REQUEST_BYTES) -> None:
+        text = endpoints if isinstance(endpoints, str) else ",".join(endpoints)
+        self.endpoints = parse_endpoints(text)
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        self.timeout = timeout
+        self.max_request_bytes = max_request_bytes
+        self._lock = threading.Lock()
+        self._connections: dict[str, _Connection] = {}
+        self._broker_addresses: dict[str, str] = {}
+        self._routes: dict[str, tuple[float, TopicRoute]] = {}
+        self._send_sequence = itertools.count()
+
+    def __enter__(self) -> RmqClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            connections, self._connections = self._connections, {}
+        for connection in connections.values():
+            connection.channel.close()
+
+    # ------------------------------------------------------------ routes and topics
+
+    def query_route(self, topic: str) -> TopicRoute:
+        """The topic's route from the first endpoint that knows it (name server or broker)."""
+        response = self._ask_endpoints("route", "QueryRoute", rmq_pb2.QueryRouteRequest(topic=topic),
+                                       try_next_on=(rmq_pb2.TOPIC_NOT_EXIST,))
+        route = TopicRoute.from_proto(topic, response)
+        with self._lock:
+            self._broker_addresses.update(route.brokers)
+            self._routes[topic] = (time.monotonic(), route)
+        return route
+
+    def list_topics(self) -> list[TopicConfig]:
+        """Topics known to any endpoint, sorted by name (queue numbers are per broker)."""
+        topics: dict[str, TopicConfig] = {}
+        for response in self._ask_all_endpoints("ListTopics", rmq_pb2.ListTopicsRequest()):
+            for t in response.topics:
+                topics.setdefault(t.topic_name, TopicConfig(t.topic_name, t.read_queue_nums,
+                                                            t.write_queue_nums, t.perm))
+        return [topics[name] for name in sorted(topics)]
+
+    def list_brokers(self) -> dict[str, str]:
+        """Every broker known to the endpoints: name -> address, sorted by name."""
+        brokers: dict[str, str] = {}
+        for response in self._ask_all_endpoints("ListBrokers", rmq_pb2.ListBrokersRequest()):
+            brokers.update((b.broker_name, b.address) for b in response.brokers)
+        with self._lock:
+            self._broker_addresses.update(brokers)
+        return dict(sorted(brokers.items()))
+
+    def create_topic(self, topic: str, queues: int = 8, perm: int = PERM_READ | PERM_WRITE) -> list[str]:
+        """Create the topic on every broker the endpoints know; returns those brokers' names."""
+        brokers = self.list_brokers()
+        if not brokers:
+            raise RmqError(rmq_pb2.SERVICE_NOT_AVAILABLE, "no broker is registered",
+                           broker=",".join(self.endpoints))
+        config = rmq_pb2.TopicConfig(topic_name=topic, read_queue_nums=queues, write_queue_nums=queues,
+                                     perm=perm)
+        self._forget_route(topic)
+        self._on_each_broker(
+            brokers, lambda name, address: self._call(address, "admin", "CreateTopic",
+                                                      rmq_pb2.CreateTopicRequest(config=config), name))
+        return list(brokers)
+
+    def delete_topic(self, topic: str) -> None:
+        """Delete the topic on every broker that holds it."""
+        route = self.query_route(topic)
+        self._forget_route(topic)
+        self._on_each_broker(
+            route.brokers, lambda name, address: self._call(address, "admin", "DeleteTopic",
+                                                            rmq_pb2.DeleteTopicRequest(topic=topic), name))
+
+    # ------------------------------------------------------------ sending
+
+    def send(self, topic: str, messages: Sequence[OutgoingMessage],
+             broker_name: str | None = None) -> SendResult:
+        """Send to one broker (round-robin over the topic's writable brokers unless named),
+        in as many requests as the size limit needs. A failing request raises RmqError whose
+        `acknowledged` counts the messages of earlier requests that were stored."""
+        name = broker_name or self._pick_broker(topic)
+        address = self._broker_address(name)
+        result = SendResult([], [], [], name)
+        for chunk in _chunks([m.to_proto() for m in messages], self.max_request_bytes):
+            try:
+                response = self._call(address, "messaging", "SendMessage",
+                                      rmq_pb2.SendMessageRequest(topic=topic, messages=chunk), name)
+            except RmqError as error:
+                error.acknowledged = len(result.msg_ids)
+                if isinstance(error, RmqUnavailable) or error.code == rmq_pb2.TOPIC_NOT_EXIST:
+                    self._forget_route(topic)
+                raise
+            result.msg_ids.extend(response.msg_ids)
+            result.queue_ids.extend(response.queue_ids)
+            result.queue_offsets.extend(response.queue_offsets)
+        return result
+
+    def _pick_broker(self, topic: str) -> str:
+        writable = self._route(topic).writable_brokers()
+        if not writable:
+            raise RmqError(rmq_pb2.NO_PERMISSION, f"topic {topic} has no writable queue")
+        return writable[next(self._send_sequence) % len(writable)]
+
+    # ------------------------------------------------------------ pulling and offsets
+
+    def pull(self, mq: MessageQueue, offset: int, max_messages: int, *, group: str,
+             sub_expression: str = "*", suspend_timeout_ms: int = 0, commit_offset: int | None = None,
+             max_bytes: int = 0, timeout: float | None = None) -> PullResult:
+        """One PullMessage. With `suspend_timeout_ms` > 0 the broker holds the request until a
+        message arrives or the time runs out (long polling); the deadline adds that hold time
+        to `timeout`. The messages stay packed: decode them with message_decoder.decode."""
+        flags = rmq_pb2.FLAG_SUBSCRIPTION  # spec pull §10.3: PullSysFlag.buildSysFlag
+        if suspend_timeout_ms > 0:
+            flags |= rmq_pb2.FLAG_SUSPEND
+        if commit_offset is not None:
+            flags |= rmq_pb2.FLAG_COMMIT_OFFSET
+        request = rmq_pb2.PullMessageRequest(
+            consumer_group=group, topic=mq.topic, queue_id=mq.queue_id, queue_offset=offset,
+            max_messages=max_messages, max_bytes=max_bytes, sys_flag=flags,
+            suspend_timeout_ms=max(suspend_timeout_ms, 0), commit_offset=commit_offset or 0,
+            sub_expression=sub_expression,
+        )
+        deadline = (timeout or self.timeout) + max(suspend_timeout_ms, 0) / 1000.0
+        response = self._call(self._broker_address(mq.broker_name), "messaging", "PullMessage", request,
+                              mq.broker_name, queue=mq, timeout=deadline)
+        return PullResult(PullStatus(response.pull_status), GetMessageStatus(response.store_status),
+                          response.next_begin_offset, response.min_offset, response.max_offset,
+                          response.messages)
+
+    def topic_offsets(self, topic: str) -> dict[MessageQueue, QueueOffsets]:
+        """Min/max offset and last store time of every queue of the topic, sorted by queue."""
+        offsets: dict[MessageQueue, QueueOffsets] = {}
+        for name, address in self._route(topic).brokers.items():
+            response = self._topic_call(topic, address, "GetTopicOffsets",
+                                        rmq_pb2.GetTopicOffsetsRequest(topic=topic), name)
+            for q in response.queues:
+                offsets[MessageQueue(topic, name, q.queue_id)] = QueueOffsets(
+                    q.min_offset, q.max_offset, q.last_store_timestamp)
+        return dict(sorted(offsets.items()))
+
+    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """Earliest offset stored at or after `timestamp_ms` (max offset when all are older)."""
+        request = rmq_pb2.SearchOffsetRequest(topic=mq.topic, queue_id=mq.queue_id, timestamp=timestamp_ms)
+        return self._call(self._broker_address(mq.broker_name), "messaging", "SearchOffset", request,
+                          mq.broker_name, queue=mq).offset
+
+    def query_consumer_offsets(self, group: str, topic: str = "") -> dict[MessageQueue, int]:
+        """The group's committed offsets (of one topic, or of all), sorted by queue."""
+        brokers = self._route(topic).brokers if topic else self.list_brokers()
+        request = rmq_pb2.QueryConsumerOffsetsRequest(consumer_group=group, topic=topic)
+        offsets: dict[MessageQueue, int] = {}
+        for name, address in brokers.items():
+            response = self._call(address, "messaging", "QueryConsumerOffsets", request, name,
+                                  ok_codes=(rmq_pb2.QUERY_NOT_FOUND,))
+            offsets.update((MessageQueue(o.topic, name, o.queue_id), o.offset) for o in response.offsets)
+        return dict(sorted(offsets.items()))
+
+    def update_consumer_offsets(self, group: str, offsets: Mapping[MessageQueue, int],
+                                increase_only: bool = False) -> None:
+        for name, mqs in _by_broker(offsets).items():
+            request = rmq_pb2.UpdateConsumerOffsetsRequest(
+                consumer_group=group, increase_only=increase_only,
+                offsets=[rmq_pb2.ConsumerOffset(topic=mq.topic, queue_id=mq.queue_id, offset=offsets[mq])
+                         for mq in mqs])
+            self._call(self._broker_address(name), "messaging", "UpdateConsumerOffsets", request, name)
+
+    def remove_consumer_offsets(self, group: str, mqs: Iterable[MessageQueue]) -> None:
+        for name, queues in _by_broker(mqs).items():
+            request = rmq_pb2.RemoveConsumerOffsetsRequest(
+                consumer_group=group,
+                offsets=[rmq_pb2.ConsumerOffset(topic=mq.topic, queue_id=mq.queue_id) for mq in queues])
+            self._call(self._broker_address(name), "messaging", "RemoveConsumerOffsets", request, name)
+
+    # ------------------------------------------------------------ membership and locks
+
+    def heartbeat(self, client_id: str, group: str, subscriptions: Mapping[str, str],
+                  broadcasting: bool = False) -> None:
+        """Heartbeat to every broker (RocketMQ sendHeartbeatToAllBroker)."""
+        request = rmq_pb2.HeartbeatRequest(
+            client_id=client_id, consumer_group=group,
+            message_model=rmq_pb2.BROADCASTING if broadcasting else rmq_pb2.CLUSTERING,
+            subscriptions=[rmq_pb2.Subscription(topic=t, sub_expression=s) for t, s in subscriptions.items()])
+        self._on_each_broker(
+            self.list_brokers(),
+            lambda name, address: self._call(address, "messaging", "Heartbeat", request, name))
+
+    def unregister(self, client_id: str, group: str) -> None:
+        request = rmq_pb2.UnregisterClientRequest(client_id=client_id, consumer_group=group)
+        self._on_each_broker(
+            self.list_brokers(),
+            lambda name, address: self._call(address, "messaging", "UnregisterClient", request, name))
+
+    def consumer_list(self, group: str, topic: str) -> list[str]:
+        """The group's live client ids, sorted, from the first reachable broker holding the topic."""
+        request = rmq_pb2.GetConsumerListRequest(consumer_group=group)
+        unavailable: RmqUnavailable | None = None
+        for name, address in self._route(topic).brokers.items():
+            try:
+                return sorted(self._call(address, "messaging", "GetConsumerList", request, name).client_ids)
+            except RmqUnavailable as error:
+                unavailable = error
+        raise unavailable or RmqError(rmq_pb2.TOPIC_NOT_EXIST, f"no broker holds topic {topic}")
+
+    def lock_batch(self, group: str, client_id: str, mqs: Iterable[MessageQueue]) -> set[MessageQueue]:
+        """Lock the queues on their brokers; returns those locked for `client_id`. Queues of
+        an unreachable broker are simply not locked (RocketMQ lockAll carries on)."""
+        locked: set[MessageQueue] = set()
+        for name, queues in _by_broker(mqs).items():
+            request = rmq_pb2.LockBatchRequest(consumer_group=group, client_id=client_id,
+                                               queues=[_mq_proto(mq) for mq in queues])
+            try:
+                response = self._call(self._broker_address(name), "messaging", "LockBatchMQ", request, name)
+            except RmqUnavailable:
+                continue
+            locked.update(MessageQueue(q.topic, q.broker_name, q.queue_id) for q in response.locked_queues)
+        return locked
+
+    def unlock_batch(self, group: str, client_id: str, mqs: Iterable[MessageQueue]) -> None:
+        grouped = _by_broker(mqs)
+        self._on_each_broker(
+            {name: self._broker_address(name) for name in grouped},
+            lambda name, address: self._call(
+                address, "messaging", "UnlockBatchMQ",
+                rmq_pb2.UnlockBatchRequest(consumer_group=group, client_id=client_id,
+                                           queues=[_mq_proto(mq) for mq in grouped[name]]),
+                name))
+
+    # ------------------------------------------------------------ plumbing
+
+    def _connection(self, address: str) -> _Connection:
+        with self._lock:
+            connection = self._connections.get(address)
+            if connection is None:
+                channel = grpc.insecure_channel(address, options=[
+                    ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_BYTES),
+                    ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_BYTES),
+                ])
+                connection = _Connection(channel, rmq_pb2_grpc.MessagingServiceStub(channel),
+                                         rmq_pb2_grpc.AdminServiceStub(channel),
+                                         rmq_pb2_grpc.RouteServiceStub(channel))
+                self._connections[address] = connection
+            return connection
+
+    def _call(self, address: str, service: str, method: str, request: Any, broker_name: str | None = None,
+              *, queue: MessageQueue | None = None, timeout: float | None = None,
+              ok_codes: tuple[int, ...] = ()) -> Any:
+        """One unary call; non-OK Status -> RmqError, transport failure -> RmqUnavailable."""
+        label = f"{broker_name} at {address}" if broker_name else address
+        stub = getattr(self._connection(address), service)
+        try:
+            response = getattr(stub, method)(request, timeout=timeout or self.timeout)
+        except grpc.RpcError as error:
+            raise _transport_error(error, method, label, queue) from None
+        status = response.status
+        if status.code != rmq_pb2.OK and status.code not in ok_codes:
+            raise RmqError(status.code, status.message or f"{method} refused", broker=label, queue=queue)
+        return response
+
+    def _topic_call(self, topic: str, address: str, method: str, request: Any, broker_name: str) -> Any:
+        """A call located through a cached route: a stale route is dropped when it fails."""
+        try:
+            return self._call(address, "messaging", method, request, broker_name)
+        except RmqError as error:
+            if isinstance(error, RmqUnavailable) or error.code == rmq_pb2.TOPIC_NOT_EXIST:
+                self._forget_route(topic)
+            raise
+
+    def _ask_endpoints(self, service: str, method: str, request: Any, try_next_on: tuple[int, ...]) -> Any:
+        """The first OK answer among the endpoints, in order. An unreachable endpoint, or one
+        answering a `try_next_on` code, passes the question on to the next."""
+        refusal: RmqError | None = None
+        failures: list[RmqUnavailable] = []
+        for address in self.endpoints:
+            try:
+                return self._call(address, service, method, request)
+            except RmqUnavailable as error:
+                failures.append(error)
+            except RmqError as error:
+                if error.code not in try_next_on:
+                    raise
+                refusal = refusal or error
+        if refusal is not None:
+            raise refusal
+        raise _all_unreachable(failures)
+
+    def _ask_all_endpoints(self, method: str, request: Any) -> list[Any]:
+        """The answers of every reachable endpoint (brokers named directly each know only
+        themselves); RmqUnavailable when none answers."""
+        answers: list[Any] = []
+        failures: list[RmqUnavailable] = []
+        for address in self.endpoints:
+            try:
+                answers.append(self._call(address, "route", method, request))
+            except RmqUnavailable as error:
+                failures.append(error)
+        if not answers:
+            raise _all_unreachable(failures)
+        return answers
+
+    def _on_each_broker(self, brokers: Mapping[str, str], call: Callable[[str, str], object]) -> None:
+        """Call every broker even when one fails; then raise the first failure."""
+        first: RmqError | None = None
+        for name, address in brokers.items():
+            try:
+                call(name, address)
+            except RmqError as error:
+                first = first or error
+        if first is not None:
+            raise first
+
+    def _route(self, topic: str) -> TopicRoute:
+        """The topic's route, cached for ROUTE_CACHE_SECONDS (like RocketMQ's periodic refresh)."""
+        with self._lock:
+            cached = self._routes.get(topic)
+        if cached is not None and time.monotonic() - cached[0] < ROUTE_CACHE_SECONDS:
+            return cached[1]
+        return self.query_route(topic)
+
+    def _forget_route(self, topic: str) -> None:
+        with self._lock:
+            self._routes.pop(topic, None)
+
+    def _broker_address(self, broker_name: str) -> str:
+        with self._lock:
+            address = self._broker_addresses.get(broker_name)
+        if address is None:
+            address = self.list_brokers().get(broker_name)
+        if address is None:
+            # RocketMQ "The broker[...] not exist": handled like an unreachable broker.
+            raise RmqUnavailable(f"broker {broker_name} is not known to endpoints {','.join(self.endpoints)}",
+                                 broker=broker_name)
+        return address
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _transport_error(error: grpc.RpcError, method: str, label: str, queue: MessageQueue | None) -> RmqError:
+    code = error.code() if isinstance(error, grpc.Call) else grpc.StatusCode.UNKNOWN
+    details = error.details() if isinstance(error, grpc.Call) else str(error)
+    if code in _UNAVAILABLE_CODES:
+        return RmqUnavailable(f"{method} failed: {code.name}: {details}", broker=label, queue=queue)
+    return RmqError(rmq_pb2.SYSTEM_ERROR, f"{method} failed: gRPC {code.name}: {details}", broker=label,
+                    queue=queue)
+
+
+def _all_unreachable(failures: list[RmqUnavailable]) -> RmqUnavailable:
+    if len(failures) == 1:
+        return failures[0]
+    return RmqUnavailable("no endpoint answered: " + "; ".join(f"{f.broker}: {f.message}" for f in failures),
+                          broker=",".join(str(f.broker) for f in failures))
+
+
+def _chunks(messages: list[rmq_pb2.Message], max_bytes: int) -> Iterator[list[rmq_pb2.Message]]:
+    """Consecutive runs of messages whose encoded size stays under max_bytes (a single larger
+    message travels alone and the broker judges it)."""
+    chunk: list[rmq_pb2.Message] = []
+    size = 0
+    for message in messages:
+        message_size = message.ByteSize() + _MESSAGE_FRAMING_BYTES
+        if chunk and size + message_size > max_bytes:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(message)
+        size += message_size
+    if chunk:
+        yield chunk
+
+
+def _by_broker(mqs: Iterable[MessageQueue]) -> dict[str, list[MessageQueue]]:
+    grouped: dict[str, list[MessageQueue]] = defaultdict(list)
+    for mq in sorted(mqs):
+        grouped[mq.broker_name].append(mq)
+    return dict(grouped)
+
+
+def _mq_proto(mq: MessageQueue) -> rmq_pb2.MessageQueue:
+    return rmq_pb2.MessageQueue(topic=mq.topic, broker_name=mq.broker_name, queue_id=mq.queue_id)
