@@ -1,0 +1,69 @@
+"""Queue allocation strategies for clustering consumers (spec consumer-pull-rebalance §8.5,
+consumption-longpolling-offsets §11.3).
+
+`allocate(strategy, current_cid, mq_all, cid_all)` sorts both lists first, as
+RebalanceImpl does, so every member of a group computes the same partition of the queues:
+each queue goes to exactly one consumer, extra consumers get nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+logger = logging.getLogger(__name__)
+
+Q = TypeVar("Q", bound=Any)   # a sortable queue (MessageQueue orders by topic, broker, queue id)
+
+AVG = "avg"
+CIRCLE = "circle"
+STRATEGY_NAMES = (AVG, CIRCLE)
+
+
+def allocate_averagely(index: int, mq_all: Sequence[Q], consumer_count: int) -> list[Q]:
+    """AllocateMessageQueueAveragely ("AVG"): contiguous blocks, the first `mod` consumers
+    one queue more."""
+    n = len(mq_all)
+    mod = n % consumer_count
+    if n <= consumer_count:
+        average_size = 1
+    elif mod > 0 and index < mod:
+        average_size = n // consumer_count + 1
+    else:
+        average_size = n // consumer_count
+    start_index = index * average_size if mod > 0 and index < mod else index * average_size + mod
+    size = min(average_size, n - start_index)   # <= 0 for idle consumers
+    return [mq_all[(start_index + i) % n] for i in range(size)]
+
+
+def allocate_by_circle(index: int, mq_all: Sequence[Q], consumer_count: int) -> list[Q]:
+    """AllocateMessageQueueAveragelyByCircle ("AVG_BY_CIRCLE"): queues dealt one by one."""
+    return [mq_all[i] for i in range(index, len(mq_all), consumer_count)]
+
+
+STRATEGIES: dict[str, Callable[[int, Sequence[Any], int], list[Any]]] = {
+    AVG: allocate_averagely,
+    CIRCLE: allocate_by_circle,
+}
+
+
+def allocate(strategy: str, current_cid: str, mq_all: Sequence[Q], cid_all: Sequence[str]) -> list[Q]:
+    """The queues of `mq_all` that `current_cid` owns among `cid_all`.
+
+    Raises ValueError for an unknown strategy or empty inputs (the spec's
+    IllegalArgumentException); a `current_cid` missing from `cid_all` owns nothing.
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown allocation strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
+    if not current_cid:
+        raise ValueError("currentCID is empty")
+    if not mq_all:
+        raise ValueError("mqAll is null or mqAll empty")
+    if not cid_all:
+        raise ValueError("cidAll is null or cidAll empty")
+    cids = sorted(cid_all)
+    if current_cid not in cids:
+        logger.warning("[BUG] The consumerId: %s not in cidAll: %s", current_cid, cids)
+        return []
+    return STRATEGIES[strategy](cids.index(current_cid), sorted(mq_all), len(cids))

@@ -1,0 +1,165 @@
+"""OffsetStore: the consumer group's progress per MessageQueue (spec
+consumption-longpolling-offsets §14).
+
+`update_offset` changes only the in-memory table; `persist_all` writes it out: to the
+broker's consumer-offset manager (RemoteBrokerOffsetStore, clustering) or to a local JSON
+file (LocalFileOffsetStore, broadcasting). `read_offset` returns NO_OFFSET (-1) when
+nothing is saved and, for the broker store, OFFSET_READ_FAILED (-2) when the broker cannot
+be asked.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from enum import Enum
+from pathlib import Path
+
+from connector.client import MessageQueue, RmqClient, RmqError
+from connector.offsets import NO_OFFSET, OFFSET_READ_FAILED, Positions, positions_from_json, positions_to_json
+
+logger = logging.getLogger(__name__)
+
+OFFSETS_FILE = "offsets.json"
+
+
+class ReadOffsetType(Enum):
+    READ_FROM_MEMORY = "memory"
+    READ_FROM_STORE = "store"
+    MEMORY_FIRST_THEN_STORE = "memory-first"
+
+
+class OffsetStore(ABC):
+    """The in-memory offset table shared by both stores (spec §14.1)."""
+
+    def __init__(self) -> None:
+        self._table: Positions = {}
+        self._lock = threading.Lock()
+
+    @abstractmethod
+    def load(self) -> None:
+        """Load saved progress into memory."""
+
+    def update_offset(self, mq: MessageQueue, offset: int, increase_only: bool) -> None:
+        """In memory only; with `increase_only` a smaller offset never moves it back."""
+        with self._lock:
+            current = self._table.get(mq)
+            if current is None or not increase_only or offset > current:
+                self._table[mq] = offset
+
+    def read_offset(self, mq: MessageQueue, read_type: ReadOffsetType) -> int:
+        if read_type is not ReadOffsetType.READ_FROM_STORE:
+            with self._lock:
+                offset = self._table.get(mq)
+            if offset is not None:
+                return offset
+            if read_type is ReadOffsetType.READ_FROM_MEMORY:
+                return NO_OFFSET
+        stored = self._read_from_store(mq)
+        if stored >= 0:
+            self.update_offset(mq, stored, increase_only=False)
+        return stored
+
+    def persist_all(self, mqs: Iterable[MessageQueue]) -> None:
+        """Write the in-memory offsets of `mqs` (those that have one) to the store."""
+        with self._lock:
+            offsets = {mq: self._table[mq] for mq in mqs if mq in self._table}
+        if offsets:
+            self._persist(offsets)
+
+    def remove_offset(self, mq: MessageQueue) -> None:
+        """Forget `mq` in memory (the queue went to another consumer)."""
+        with self._lock:
+            self._table.pop(mq, None)
+
+    def tracked(self) -> set[MessageQueue]:
+        with self._lock:
+            return set(self._table)
+
+    @abstractmethod
+    def _read_from_store(self, mq: MessageQueue) -> int: ...
+
+    @abstractmethod
+    def _persist(self, offsets: Positions) -> None: ...
+
+
+class RemoteBrokerOffsetStore(OffsetStore):
+    """Clustering: offsets live in the broker's ConsumerOffsetManager, shared by the group."""
+
+    def __init__(self, client: RmqClient, group: str) -> None:
+        super().__init__()
+        self._client = client
+        self._group = group
+
+    def load(self) -> None:
+        """Nothing to preload: READ_FROM_STORE asks the broker."""
+
+    def _read_from_store(self, mq: MessageQueue) -> int:
+        try:
+            return self._client.query_consumer_offsets(self._group, mq.topic).get(mq, NO_OFFSET)
+        except RmqError as error:
+            logger.warning("fetchConsumeOffsetFromBroker exception, %s: %s", mq, error)
+            return OFFSET_READ_FAILED
+
+    def _persist(self, offsets: Positions) -> None:
+        # The broker overwrites (ConsumerOffsetManager.commitOffset); increase-only is
+        # enforced in memory, so a query restarted from an older checkpoint can move back.
+        self._client.update_consumer_offsets(self._group, offsets)
+
+
+class LocalFileOffsetStore(OffsetStore):
+    """Broadcasting: each consumer keeps its own progress in `<directory>/<group>/offsets.json`
+    (same JSON form as the offset options), written atomically with a `.bak` of the
+    previous version, like RocketMQ's MixAll.string2File."""
+
+    def __init__(self, directory: str | os.PathLike[str], group: str) -> None:
+        super().__init__()
+        self.path = Path(directory) / group / OFFSETS_FILE
+
+    def load(self) -> None:
+        for mq, offset in self._read_file().items():
+            self.update_offset(mq, offset, increase_only=False)
+
+    def _read_from_store(self, mq: MessageQueue) -> int:
+        return self._read_file().get(mq, NO_OFFSET)
+
+    def _read_file(self) -> Positions:
+        """The saved offsets; falls back to the `.bak` copy when the file is missing or broken."""
+        for candidate in (self.path, self.path.with_name(OFFSETS_FILE + ".bak")):
+            try:
+                text = candidate.read_text()
+                if text.strip():
+                    return positions_from_json(json.loads(text))
+            except FileNotFoundError:
+                continue
+            except ValueError as error:   # JSONDecodeError is a ValueError
+                logger.warning("ignoring unreadable offset file %s: %s", candidate, error)
+        return {}
+
+    def _persist(self, offsets: Positions) -> None:
+        saved = self._read_file()
+        saved.update(offsets)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_name(OFFSETS_FILE + ".tmp")
+        temporary.write_text(json.dumps(positions_to_json(saved), indent=2))
+        with open(temporary, "rb+") as handle:
+            os.fsync(handle.fileno())
+        if self.path.exists():
+            os.replace(self.path, self.path.with_name(OFFSETS_FILE + ".bak"))
+        os.replace(temporary, self.path)
+
+
+def create_offset_store(
+    client: RmqClient, group: str, *, broadcasting: bool, directory: str
+) -> OffsetStore:
+    """The store the message model calls for (spec consumer-startup §2)."""
+    store: OffsetStore = LocalFileOffsetStore(directory, group) if broadcasting else RemoteBrokerOffsetStore(
+        client, group
+    )
+    store.load()
+    return store
+

@@ -1,0 +1,180 @@
+"""Source offsets: the JSON form `{"topic":{"brokerName":{"queueId": nextOffset}}}` and the
+start/end policies (`earliest`, `latest`, `committed`, `timestamp:<ms>`, JSON with -2/-1).
+
+Resolving a policy for one MessageQueue follows computePullFromWhere (spec
+consumer-pull-rebalance §9, TV-9): a saved (committed) offset wins when the policy asks for
+it, otherwise the queue head, tail or the offset found by timestamp.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from connector.client import MessageQueue
+
+OFFSET_EARLIEST = -2   # in offset JSON: the queue's min offset
+OFFSET_LATEST = -1     # in offset JSON: the queue's max offset
+NO_OFFSET = -1         # OffsetStore.readOffset: nothing saved for the queue
+OFFSET_READ_FAILED = -2  # OffsetStore.readOffset: the store could not be read
+
+# Key of the stream offset that carries the query's consumer client id, so a restarted
+# driver keeps its identity in the group. "@" cannot occur in a topic name.
+CLIENT_ID_KEY = "@clientId"
+
+Positions = dict[MessageQueue, int]
+
+
+def positions_to_json(positions: Mapping[MessageQueue, int]) -> dict[str, Any]:
+    """Nested dict in MessageQueue order (Spark compares offsets as JSON text)."""
+    result: dict[str, Any] = {}
+    for mq in sorted(positions):
+        result.setdefault(mq.topic, {}).setdefault(mq.broker_name, {})[str(mq.queue_id)] = positions[mq]
+    return result
+
+
+def positions_from_json(obj: Any, *, min_offset: int = 0) -> Positions:
+    """Parse `{"topic":{"broker":{"queueId":offset}}}`; raises ValueError saying what is wrong."""
+    if not isinstance(obj, dict):
+        raise ValueError('expected a JSON object {"topic":{"broker":{"queueId":offset}}}')
+    positions: Positions = {}
+    for topic, brokers in obj.items():
+        if not isinstance(brokers, dict):
+            raise ValueError(f"topic {topic!r} must map to an object of brokers")
+        for broker, queues in brokers.items():
+            if not isinstance(queues, dict):
+                raise ValueError(f"broker {broker!r} of topic {topic!r} must map to an object of queue ids")
+            for queue_id, offset in queues.items():
+                if not (isinstance(queue_id, str) and queue_id.isdigit()):
+                    raise ValueError(f"queue id {queue_id!r} of {topic}/{broker} is not an integer >= 0")
+                if isinstance(offset, bool) or not isinstance(offset, int) or offset < min_offset:
+                    raise ValueError(
+                        f"offset {offset!r} of {topic}/{broker}/{queue_id} is not an integer >= {min_offset}"
+                    )
+                positions[MessageQueue(topic, broker, int(queue_id))] = offset
+    return positions
+
+
+@dataclass(frozen=True)
+class StreamOffset:
+    """One offset of the streaming source: the next offset to read per owned queue."""
+
+    client_id: str
+    positions: Positions
+
+    def to_json(self) -> dict[str, Any]:
+        return {CLIENT_ID_KEY: self.client_id, **positions_to_json(self.positions)}
+
+    @classmethod
+    def from_json(cls, obj: Any) -> StreamOffset:
+        if not isinstance(obj, dict) or not isinstance(obj.get(CLIENT_ID_KEY), str):
+            raise ValueError(f"not an rmq stream offset (no {CLIENT_ID_KEY!r}): {obj!r}")
+        rest = {key: value for key, value in obj.items() if key != CLIENT_ID_KEY}
+        return cls(obj[CLIENT_ID_KEY], positions_from_json(rest))
+
+
+# ---------------------------------------------------------------- policies
+
+
+@dataclass(frozen=True)
+class Earliest:
+    def __str__(self) -> str:
+        return "earliest"
+
+
+@dataclass(frozen=True)
+class Latest:
+    def __str__(self) -> str:
+        return "latest"
+
+
+@dataclass(frozen=True)
+class Committed:
+    """The group's saved offset (broker in clustering, local file in broadcasting), else latest."""
+
+    def __str__(self) -> str:
+        return "committed"
+
+
+@dataclass(frozen=True)
+class AtTimestamp:
+    """The first message stored at or after `timestamp_ms` (max offset when all are older)."""
+
+    timestamp_ms: int
+
+    def __str__(self) -> str:
+        return f"timestamp:{self.timestamp_ms}"
+
+
+@dataclass(frozen=True)
+class Specific:
+    """Explicit offsets per queue (-2 earliest, -1 latest); queues not listed use `fallback`."""
+
+    positions: Positions = field(hash=False)
+    fallback: OffsetPolicy = field(default_factory=Latest)
+
+    def __str__(self) -> str:
+        return "JSON offsets"
+
+
+OffsetPolicy = Earliest | Latest | Committed | AtTimestamp | Specific
+
+
+class QueueOffsetLookup(Protocol):
+    """What resolving a policy needs from the broker and the OffsetStore."""
+
+    def min_offset(self, mq: MessageQueue) -> int: ...
+
+    def max_offset(self, mq: MessageQueue) -> int: ...
+
+    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int: ...
+
+    def committed_offset(self, mq: MessageQueue) -> int:
+        """The saved offset, NO_OFFSET when none, OFFSET_READ_FAILED when unreadable."""
+        ...
+
+
+class OffsetResolutionError(RuntimeError):
+    pass
+
+
+def resolve_offset(policy: OffsetPolicy, mq: MessageQueue, lookup: QueueOffsetLookup) -> int:
+    """The offset `policy` designates for `mq`."""
+    match policy:
+        case Earliest():
+            return lookup.min_offset(mq)
+        case Latest():
+            return lookup.max_offset(mq)
+        case Committed():
+            saved = lookup.committed_offset(mq)
+            if saved == OFFSET_READ_FAILED:
+                raise OffsetResolutionError(f"could not read the committed offset of {_describe(mq)}")
+            return saved if saved >= 0 else lookup.max_offset(mq)
+        case AtTimestamp(timestamp_ms=timestamp_ms):
+            return lookup.search_offset(mq, timestamp_ms)
+        case Specific(positions=positions, fallback=fallback):
+            offset = positions.get(mq)
+            if offset is None:
+                return resolve_offset(fallback, mq, lookup)
+            if offset == OFFSET_EARLIEST:
+                return lookup.min_offset(mq)
+            if offset == OFFSET_LATEST:
+                return lookup.max_offset(mq)
+            return offset
+    raise TypeError(f"not an offset policy: {policy!r}")
+
+
+def resolve_acquired_offset(policy: OffsetPolicy, mq: MessageQueue, lookup: QueueOffsetLookup) -> int:
+    """Start offset of a queue this consumer newly owns after a rebalance or a queue-count
+    change: the group's committed offset, else `policy` (spec §4.3 computePullFromWhere).
+    Returns OFFSET_READ_FAILED when the committed offset cannot be read: the queue is
+    skipped this round and tried again at the next rebalance."""
+    saved = lookup.committed_offset(mq)
+    if saved >= 0 or saved == OFFSET_READ_FAILED:
+        return saved
+    return resolve_offset(policy, mq, lookup)
+
+
+def _describe(mq: MessageQueue) -> str:
+    return f"topic {mq.topic} broker {mq.broker_name} queue {mq.queue_id}"

@@ -1,0 +1,238 @@
+"""Options of the `rmq` source (DESIGN.md "Spark source"), parsed and validated when the
+reader is created, i.e. at `load()` / query start. Names are case-insensitive; a wrong
+value raises RmqOptionError naming the option and the accepted values."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from connector.allocation import AVG, STRATEGY_NAMES
+from connector.endpoints import parse_endpoints
+from connector.offsets import (
+    OFFSET_EARLIEST,
+    OFFSET_LATEST,
+    AtTimestamp,
+    Committed,
+    Earliest,
+    Latest,
+    OffsetPolicy,
+    Positions,
+    Specific,
+    positions_from_json,
+)
+
+CLUSTERING = "clustering"
+BROADCASTING = "broadcasting"
+MESSAGE_MODELS = (CLUSTERING, BROADCASTING)
+
+DEFAULT_PULL_BATCH_SIZE = 4096
+MAX_PULL_BATCH_SIZE = 32768
+DEFAULT_PULL_TIMEOUT_MS = 3000
+DEFAULT_OFFSET_STORE_DIR = "~/.rmq/offsets"
+DEFAULT_GROUP_PREFIX = "spark-rmq-"
+MAX_NAME_LENGTH = 127   # topic names: one signed length byte in the CommitLog record
+MAX_GROUP_LENGTH = 255
+NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")   # RocketMQ topic / group characters
+
+OPTION_NAMES = (
+    "endpoints", "topic", "consumerGroup", "subExpression", "startingOffsets", "endingOffsets",
+    "maxMessagesPerTrigger", "pullBatchSize", "pullTimeoutMs", "allocateStrategy", "messageModel",
+    "failOnDataLoss", "offsetStoreDir",
+)
+JSON_FORM = 'JSON {"topic":{"broker":{"queueId":offset}}}'
+STARTING_FORMS = f"earliest, latest, committed, timestamp:<epoch-ms>, or {JSON_FORM}"
+ENDING_FORMS = f"latest, or {JSON_FORM}"
+
+
+class RmqOptionError(ValueError):
+    """A source option is missing, unknown or has a wrong value."""
+
+
+@dataclass(frozen=True)
+class PullSettings:
+    """What executors need to pull a queue (shipped inside every InputPartition)."""
+
+    endpoints: str
+    consumer_group: str
+    sub_expression: str
+    tags: frozenset[str] | None     # None: every tag ("*")
+    pull_batch_size: int
+    pull_timeout_ms: int
+    fail_on_data_loss: bool
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    topics: tuple[str, ...]
+    pull: PullSettings
+    starting_offsets: OffsetPolicy
+    ending_offsets: OffsetPolicy            # batch only
+    max_messages_per_trigger: int | None    # stream only
+    allocate_strategy: str
+    message_model: str
+    offset_store_dir: str
+
+    @property
+    def endpoints(self) -> str:
+        return self.pull.endpoints
+
+    @property
+    def consumer_group(self) -> str:
+        return self.pull.consumer_group
+
+    @property
+    def broadcasting(self) -> bool:
+        return self.message_model == BROADCASTING
+
+
+def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    """Validate every option; defaults differ between the stream and the batch reader."""
+    values = {str(key).lower(): str(value) for key, value in options.items()}
+    _reject_unknown(values, streaming)
+    get = _Getter(values)
+    endpoints = get.required("endpoints")
+    try:
+        parse_endpoints(endpoints)
+    except ValueError as error:
+        raise RmqOptionError(f"Invalid value {endpoints!r} for option 'endpoints': {error}") from None
+    topics = _parse_topics(get.required("topic"))
+    group = get.text("consumerGroup") or DEFAULT_GROUP_PREFIX + "_".join(topics)
+    _check_name("consumerGroup", group, MAX_GROUP_LENGTH)
+    sub_expression, tags = _parse_sub_expression(get.text("subExpression") or "*")
+    default_start: OffsetPolicy = Latest() if streaming else Earliest()
+    return SourceOptions(
+        topics=topics,
+        pull=PullSettings(
+            endpoints=endpoints,
+            consumer_group=group,
+            sub_expression=sub_expression,
+            tags=tags,
+            pull_batch_size=get.positive_int("pullBatchSize", DEFAULT_PULL_BATCH_SIZE, MAX_PULL_BATCH_SIZE),
+            pull_timeout_ms=get.positive_int("pullTimeoutMs", DEFAULT_PULL_TIMEOUT_MS),
+            fail_on_data_loss=get.choice("failOnDataLoss", ("true", "false"), "true") == "true",
+        ),
+        starting_offsets=_parse_starting(get.text("startingOffsets"), default_start, topics),
+        ending_offsets=_parse_ending(get.text("endingOffsets"), topics),
+        max_messages_per_trigger=get.positive_int("maxMessagesPerTrigger", None),
+        allocate_strategy=get.choice("allocateStrategy", STRATEGY_NAMES, AVG),
+        message_model=get.choice("messageModel", MESSAGE_MODELS, CLUSTERING),
+        offset_store_dir=os.path.expanduser(get.text("offsetStoreDir") or DEFAULT_OFFSET_STORE_DIR),
+    )
+
+
+def invalid(option: str, value: str, expected: str) -> RmqOptionError:
+    return RmqOptionError(f"Invalid value {value!r} for option {option!r}: expected {expected}")
+
+
+class _Getter:
+    def __init__(self, values: dict[str, str]) -> None:
+        self._values = values
+
+    def text(self, option: str) -> str | None:
+        value = self._values.get(option.lower())
+        return value.strip() if value is not None else None
+
+    def required(self, option: str) -> str:
+        value = self.text(option)
+        if not value:
+            raise RmqOptionError(f"Option {option!r} is required for the rmq source")
+        return value
+
+    def choice(self, option: str, accepted: tuple[str, ...], default: str) -> str:
+        value = self.text(option)
+        if value is None:
+            return default
+        if value.lower() not in accepted:
+            raise invalid(option, value, f"one of {', '.join(accepted)}")
+        return value.lower()
+
+    def positive_int(self, option: str, default: int | None, maximum: int | None = None) -> int | None:
+        value = self.text(option)
+        if value is None:
+            return default
+        expected = "a positive integer" + (f" <= {maximum}" if maximum else "")
+        try:
+            number = int(value)
+        except ValueError:
+            raise invalid(option, value, expected) from None
+        if number <= 0 or (maximum is not None and number > maximum):
+            raise invalid(option, value, expected)
+        return number
+
+
+def _reject_unknown(values: dict[str, str], streaming: bool) -> None:
+    known = {name.lower(): name for name in OPTION_NAMES}
+    for key in values:
+        if key not in known:
+            raise RmqOptionError(
+                f"Unknown option {key!r} for the rmq source: expected one of {', '.join(OPTION_NAMES)}"
+            )
+    if streaming and "endingoffsets" in values:
+        raise RmqOptionError("Option 'endingOffsets' applies to batch reads only (spark.read)")
+    if not streaming and "maxmessagespertrigger" in values:
+        raise RmqOptionError("Option 'maxMessagesPerTrigger' applies to streams only (spark.readStream)")
+
+
+def _check_name(option: str, name: str, max_length: int) -> None:
+    if len(name) > max_length or not NAME_PATTERN.match(name):
+        raise invalid(option, name, f"names of at most {max_length} characters from [%|a-zA-Z0-9_-]")
+
+
+def _parse_topics(text: str) -> tuple[str, ...]:
+    topics = tuple(dict.fromkeys(part.strip() for part in text.split(",")))
+    for topic in topics:
+        if not topic:
+            raise invalid("topic", text, "a topic name or a comma-separated list of names")
+        _check_name("topic", topic, MAX_NAME_LENGTH)
+    return topics
+
+
+def _parse_sub_expression(text: str) -> tuple[str, frozenset[str] | None]:
+    """`*` (every tag) or `TagA || TagB`; returns the normalised expression and its tags."""
+    if text == "*":
+        return "*", None
+    tags = [part.strip() for part in text.split("||")]
+    if any(not tag or tag == "*" for tag in tags):
+        raise invalid("subExpression", text, "'*' or tags separated by '||', e.g. 'TagA || TagB'")
+    return " || ".join(tags), frozenset(tags)
+
+
+def _parse_starting(text: str | None, default: OffsetPolicy, topics: tuple[str, ...]) -> OffsetPolicy:
+    if text is None:
+        return default
+    word = text.lower()
+    if word in ("earliest", "latest", "committed"):
+        return {"earliest": Earliest(), "latest": Latest(), "committed": Committed()}[word]
+    if word.startswith("timestamp:"):
+        stamp = word.removeprefix("timestamp:").strip()
+        if stamp.isdigit():
+            return AtTimestamp(int(stamp))
+        raise invalid("startingOffsets", text, "timestamp:<epoch-ms> with a non-negative integer")
+    return Specific(_parse_json("startingOffsets", text, topics, OFFSET_EARLIEST, STARTING_FORMS), default)
+
+
+def _parse_ending(text: str | None, topics: tuple[str, ...]) -> OffsetPolicy:
+    if text is None or text.lower() == "latest":
+        return Latest()
+    return Specific(_parse_json("endingOffsets", text, topics, OFFSET_LATEST, ENDING_FORMS), Latest())
+
+
+def _parse_json(option: str, text: str, topics: tuple[str, ...], min_offset: int, forms: str) -> Positions:
+    try:
+        positions = positions_from_json(json.loads(text), min_offset=min_offset)
+    except json.JSONDecodeError:
+        raise invalid(option, text, forms) from None
+    except ValueError as error:
+        raise RmqOptionError(f"Invalid value {text!r} for option {option!r}: {error}") from None
+    for mq in positions:
+        if mq.topic not in topics:
+            raise RmqOptionError(
+                f"Invalid value {text!r} for option {option!r}: topic {mq.topic!r} is not in option "
+                f"'topic' ({', '.join(topics)})"
+            )
+    return positions
+
