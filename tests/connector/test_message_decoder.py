@@ -1,0 +1,176 @@
+"""Column-wise decoding of PackedMessages (spec store §3 layout, TV2 vector)."""
+
+from __future__ import annotations
+
+import random
+import struct
+import zlib
+from datetime import UTC, datetime
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from rmq import message_format as mf
+from rmq.v1 import rmq_pb2
+
+from connector.message_decoder import SCHEMA, CorruptMessagesError, decode, filter_tags
+
+STORE_HOST = bytes([127, 0, 0, 1]) + (10911).to_bytes(4, "big")
+BORN_HOST = bytes([127, 0, 0, 1]) + (1234).to_bytes(4, "big")
+
+# Spec store-commitlog-consumequeue TV2: topic "T", body "hi", bornTimestamp 1, storeTimestamp 2.
+TV2 = bytes.fromhex(
+    "0000005edaa320a758932aac00000000"
+    "00000000000000000000000000000000"
+    "00000000000000000000000000000001"
+    "7f000001000004d20000000000000002"
+    "7f00000100002a9f0000000000000000"
+    "0000000000000002686901540000"
+)
+
+
+def record(topic: str = "T", body: bytes = b"hi", *, queue_id: int = 0, queue_offset: int = 0,
+           physical_offset: int = 0, born: int = 1, stored: int = 2,
+           properties: dict[str, str] | None = None, raw_properties: str | None = None) -> bytes:
+    """One CommitLog record, byte for byte as spec store §3 lays it out (big-endian)."""
+    text = raw_properties if raw_properties is not None else mf.encode_properties(properties or {})
+    props = text.encode()
+    name = topic.encode()
+    total = mf.calc_msg_length(len(body), len(name), len(props))
+    header = struct.pack(">iiiiiqqiq8sq8siqi", total, mf.MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF,
+                         queue_id, 0, queue_offset, physical_offset, 0, born, BORN_HOST, stored, STORE_HOST,
+                         0, 0, len(body))
+    return header + body + struct.pack(">b", len(name)) + name + struct.pack(">h", len(props)) + props
+
+
+def pack(records: list[bytes]) -> rmq_pb2.PackedMessages:
+    sizes = np.array([len(r) for r in records], dtype="<i4")
+    return rmq_pb2.PackedMessages(count=len(records), sizes=sizes.tobytes(), records=b"".join(records))
+
+
+def ms(value: int) -> datetime:
+    return datetime.fromtimestamp(value / 1000, UTC)
+
+
+def test_builder_reproduces_the_spec_vector() -> None:
+    assert record() == TV2
+
+
+def test_decodes_every_field_of_the_spec_vector() -> None:
+    batch = decode(pack([TV2]), "broker-a")
+
+    assert batch.schema == SCHEMA
+    assert batch.to_pylist() == [{
+        "topic": "T", "broker_name": "broker-a", "queue_id": 0, "queue_offset": 0,
+        "msg_id": "7F00000100002A9F0000000000000000", "tags": None, "keys": None, "body": b"hi",
+        "properties": [], "born_timestamp": ms(1), "store_timestamp": ms(2),
+    }]
+
+
+def test_schema_is_the_design_schema() -> None:
+    assert [(f.name, str(f.type)) for f in SCHEMA] == [
+        ("topic", "string"), ("broker_name", "string"), ("queue_id", "int32"), ("queue_offset", "int64"),
+        ("msg_id", "string"), ("tags", "string"), ("keys", "string"), ("body", "binary"),
+        ("properties", "map<string, string>"), ("born_timestamp", "timestamp[ms, tz=UTC]"),
+        ("store_timestamp", "timestamp[ms, tz=UTC]"),
+    ]
+
+
+def test_unicode_tags_keys_and_properties_round_trip() -> None:
+    props = {"TAGS": "标签🙂", "KEYS": "k1 κλειδί", "ünï": "cödé", "empty": ""}
+    batch = decode(pack([record("主题-ä", "body ✓".encode(), properties=props, queue_id=3,
+                                queue_offset=41, physical_offset=0x0102030405060708)]), "b-ü")
+
+    row = batch.to_pylist()[0]
+    assert (row["topic"], row["broker_name"]) == ("主题-ä", "b-ü")
+    assert (row["queue_id"], row["queue_offset"]) == (3, 41)
+    assert (row["tags"], row["keys"]) == ("标签🙂", "k1 κλειδί")
+    assert dict(row["properties"]) == props
+    assert row["body"].decode() == "body ✓"
+    assert row["msg_id"] == "7F00000100002A9F0102030405060708"
+
+
+def test_empty_body_and_empty_properties() -> None:
+    batch = decode(pack([record(body=b"", properties={}), record(body=b"", properties={"TAGS": "a"})]), "b")
+
+    assert batch.column("body").to_pylist() == [b"", b""]
+    assert batch.column("properties").to_pylist() == [[], [("TAGS", "a")]]
+    assert batch.column("tags").to_pylist() == [None, "a"]
+    assert batch.column("keys").to_pylist() == [None, None]
+
+
+def test_property_without_separator_gets_an_empty_value_like_decode_properties() -> None:
+    raw = "A\x011\x02lonely\x02B\x01x\x01y\x02"
+    batch = decode(pack([record(raw_properties=raw)]), "b")
+
+    assert dict(batch.column("properties")[0].as_py()) == mf.decode_properties(raw) == {
+        "A": "1", "lonely": "", "B": "x\x01y"}
+
+
+def test_no_messages_gives_an_empty_batch_with_the_schema() -> None:
+    batch = decode(rmq_pb2.PackedMessages(count=0), "b")
+
+    assert batch.num_rows == 0
+    assert batch.schema == SCHEMA
+
+
+def test_ten_thousand_messages_match_a_per_message_decode() -> None:
+    rng = random.Random(7)
+    messages = []
+    for i in range(10_000):
+        props = {"UNIQ_KEY": f"u{i}"}
+        if i % 3:
+            props["TAGS"] = rng.choice(["TagA", "TagB", "标签"])
+        if i % 5 == 0:
+            props["KEYS"] = f"key-{i} other"
+        body = rng.randbytes(rng.randrange(0, 300))
+        messages.append(dict(body=body, queue_id=i % 8, queue_offset=i // 8, physical_offset=1000 * i,
+                             born=1_700_000_000_000 + i, stored=1_700_000_000_500 + i, properties=props))
+
+    batch = decode(pack([record("TopicTest", **m) for m in messages]), "broker-b")
+
+    assert batch.num_rows == 10_000
+    assert batch.column("body").to_pylist() == [m["body"] for m in messages]
+    assert batch.column("queue_id").to_pylist() == [m["queue_id"] for m in messages]
+    assert batch.column("queue_offset").to_pylist() == [m["queue_offset"] for m in messages]
+    assert batch.column("tags").to_pylist() == [m["properties"].get("TAGS") for m in messages]
+    assert batch.column("keys").to_pylist() == [m["properties"].get("KEYS") for m in messages]
+    assert [dict(p) for p in batch.column("properties").to_pylist()] == [m["properties"] for m in messages]
+    assert batch.column("msg_id").to_pylist() == [mf.message_id(STORE_HOST, m["physical_offset"])
+                                                  for m in messages]
+    assert batch.column("born_timestamp").to_pylist() == [ms(m["born"]) for m in messages]
+    assert batch.column("store_timestamp").to_pylist() == [ms(m["stored"]) for m in messages]
+    assert set(batch.column("topic").to_pylist()) == {"TopicTest"}
+
+
+@pytest.mark.parametrize(
+    ("packed", "problem"),
+    [
+        (rmq_pb2.PackedMessages(count=2, sizes=struct.pack("<i", 94), records=TV2), "sizes"),
+        (rmq_pb2.PackedMessages(count=1, sizes=struct.pack("<i", 95), records=TV2 + b"x"), "total size"),
+        (rmq_pb2.PackedMessages(count=1, sizes=struct.pack("<i", 94), records=TV2[:93]), "add up"),
+        (pack([TV2[:4] + b"\x00\x00\x00\x00" + TV2[8:]]), "magic"),
+        (pack([TV2[:84] + struct.pack(">i", 50) + TV2[88:]]), "body length"),
+        (pack([TV2[:90] + b"\x05" + TV2[91:]]), "topic length"),
+    ],
+)
+def test_corrupt_buffers_are_refused_with_a_clear_error(packed: rmq_pb2.PackedMessages, problem: str) -> None:
+    with pytest.raises(CorruptMessagesError, match=problem):
+        decode(packed, "b")
+
+
+def test_invalid_utf8_topic_is_refused() -> None:
+    bad = bytearray(TV2)
+    bad[91] = 0xFF  # the topic byte
+    with pytest.raises(CorruptMessagesError, match="utf8|UTF8|UTF-8"):
+        decode(pack([bytes(bad)]), "b")
+
+
+def test_filter_tags_rechecks_tag_strings() -> None:
+    tags = ["TagA", "TagB", None, "TagC"]
+    batch = decode(pack([record(properties={"TAGS": t} if t else {}) for t in tags]), "b")
+
+    assert filter_tags(batch, None).num_rows == 4
+    assert filter_tags(batch, {"TagA", "TagC"}).column("tags").to_pylist() == ["TagA", "TagC"]
+    assert filter_tags(batch, set()).num_rows == 0
+    assert isinstance(filter_tags(batch, {"TagB"}), pa.RecordBatch)
