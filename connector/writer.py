@@ -40,10 +40,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 512
 MAX_BATCH_SIZE = 10_000
-# Bytes of message payload per SendMessage request: stays under gRPC's default 4 MiB limit.
-MAX_REQUEST_BYTES = 3 * 1024 * 1024
-# Per-message allowance for the protobuf framing, born timestamp, flag etc.
-MESSAGE_OVERHEAD_BYTES = 32
 
 
 def _is_string(data_type: DataType) -> bool:
@@ -235,24 +231,10 @@ def _first_row(mask: pa.Array) -> int:
 
 
 def request_chunks(messages: list[OutgoingMessage], batch_size: int) -> Iterator[list[OutgoingMessage]]:
-    """Split one topic's messages into SendMessage requests of at most `batch_size`
-    messages and about MAX_REQUEST_BYTES (a single larger message goes alone)."""
-    chunk: list[OutgoingMessage] = []
-    chunk_bytes = 0
-    for message in messages:
-        size = _message_bytes(message)
-        if chunk and (len(chunk) == batch_size or chunk_bytes + size > MAX_REQUEST_BYTES):
-            yield chunk
-            chunk, chunk_bytes = [], 0
-        chunk.append(message)
-        chunk_bytes += size
-    if chunk:
-        yield chunk
-
-
-def _message_bytes(message: OutgoingMessage) -> int:
-    properties = sum(len(k) + len(v) for k, v in message.properties.items())
-    return len(message.body) + len(message.tags) + len(message.keys) + properties + MESSAGE_OVERHEAD_BYTES
+    """One topic's messages in `batch_size` runs, one `RmqClient.send` each (the client splits
+    a run further when it exceeds the request size limit)."""
+    for start in range(0, len(messages), batch_size):
+        yield messages[start:start + batch_size]
 
 
 @dataclass

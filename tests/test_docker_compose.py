@@ -1,0 +1,182 @@
+"""docker-compose.yml and Dockerfile, checked without a Docker engine: the services and their
+wiring, and that every `rmq` / ETL command they run is accepted by our own argument parsers."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from broker_server.cli import build_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+SERVICES: dict[str, dict] = COMPOSE["services"]
+HEALTH_CONDITIONS = {"service_healthy", "service_completed_successfully", "service_started"}
+SHELL_OPERATORS = re.compile(r"\|\||&&|[|;]")
+
+
+def command_of(service: str) -> list[str]:
+    command = SERVICES[service]["command"]
+    return command if isinstance(command, list) else shlex.split(command)
+
+
+def commands_in(words: list[str]) -> list[list[str]]:
+    """The simple commands a service or health check runs (`sh -c` pipelines split up)."""
+    if words[:1] == ["CMD"]:
+        words = words[1:]
+    if words[:2] == ["sh", "-c"]:
+        return [shlex.split(part) for part in SHELL_OPERATORS.split(words[2])]
+    return [words]
+
+
+def all_commands() -> list[tuple[str, list[str]]]:
+    found = []
+    for name, service in SERVICES.items():
+        found += [(name, words) for words in commands_in(command_of(name))]
+        if "healthcheck" in service:
+            found += [(f"{name} healthcheck", words) for words in commands_in(service["healthcheck"]["test"])]
+    return found
+
+
+def rmq_commands() -> list[tuple[str, list[str]]]:
+    return [(where, words) for where, words in all_commands() if words[0] == "rmq"]
+
+
+def option(words: list[str], name: str) -> str:
+    return words[words.index(name) + 1]
+
+
+def test_services_of_the_local_cluster():
+    assert set(SERVICES) == {
+        "namesrv", "broker-a", "broker-b", "topic-init", "producer",
+        "spark-master", "spark-worker", "etl-job",
+    }
+
+
+def test_every_service_runs_the_image_built_from_our_dockerfile():
+    for name, service in SERVICES.items():
+        assert service["image"] == "rmq:local", name
+        assert (ROOT / service["build"]["context"] / service["build"]["dockerfile"]).is_file(), name
+
+
+def test_dockerfile_installs_java_17_and_the_project_with_spark():
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.11", dockerfile, re.MULTILINE)
+    assert "openjdk-17-jre-headless" in dockerfile
+    assert 'pip install --no-cache-dir ".[spark]"' in dockerfile
+    for path in re.findall(r"^COPY (\S+) ", dockerfile, re.MULTILINE):
+        assert (ROOT / path).exists(), f"Dockerfile copies {path}, which does not exist"
+
+
+def test_dockerignore_keeps_the_venv_and_git_out_of_the_build_context():
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".git", ".venv"} <= set(ignored)
+
+
+@pytest.mark.parametrize(("where", "words"), rmq_commands(), ids=lambda v: v if isinstance(v, str) else "")
+def test_rmq_commands_exist_in_our_cli(where, words):
+    build_parser().parse_args(words[1:])
+
+
+def test_the_cluster_runs_the_rmq_commands_it_needs():
+    verbs = {tuple(words[1:3]) for _, words in rmq_commands()}
+    needed = {("namesrv", "--listen"), ("broker", "--listen"), ("topic", "create"), ("produce", "orders")}
+    assert needed <= verbs
+
+
+def test_brokers_register_with_the_name_server_and_keep_their_store_in_a_volume():
+    namesrv_listen = option(command_of("namesrv"), "--listen")
+    for name in ("broker-a", "broker-b"):
+        command = command_of(name)
+        assert option(command, "--broker-name") == name
+        assert option(command, "--listen") == f"{name}:10911"
+        assert option(command, "--namesrv") == namesrv_listen
+        assert SERVICES[name]["depends_on"]["namesrv"]["condition"] == "service_healthy"
+        volume, mount = SERVICES[name]["volumes"][0].split(":")
+        assert volume in COMPOSE["volumes"]
+        assert option(command, "--store-dir").startswith(mount + "/")
+    assert SERVICES["broker-a"]["volumes"] != SERVICES["broker-b"]["volumes"]
+
+
+def test_servers_health_checks_ask_the_server_itself():
+    for name in ("namesrv", "broker-a", "broker-b"):
+        check = SERVICES[name]["healthcheck"]["test"]
+        assert check[:2] == ["CMD", "rmq"]
+        assert option(check, "--endpoints") == option(command_of(name), "--listen")
+
+
+def test_published_ports_reach_the_servers_and_do_not_clash():
+    published = {}
+    for name, service in SERVICES.items():
+        for mapping in service.get("ports", []):
+            host, container = mapping.split(":")
+            assert host not in published, f"host port {host} used by {published.get(host)} and {name}"
+            published[host] = name
+            if name in ("namesrv", "broker-a", "broker-b"):
+                assert option(command_of(name), "--listen").endswith(f":{container}")
+    assert published["9876"] == "namesrv"
+    assert {published["10911"], published["10912"]} == {"broker-a", "broker-b"}
+
+
+def test_dependencies_exist_use_health_conditions_and_have_no_cycle():
+    for name, service in SERVICES.items():
+        for dependency, spec in service.get("depends_on", {}).items():
+            assert dependency in SERVICES, f"{name} depends on unknown {dependency}"
+            assert spec["condition"] in HEALTH_CONDITIONS
+            if spec["condition"] == "service_healthy":
+                assert "healthcheck" in SERVICES[dependency], f"{dependency} has no health check"
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, f"dependency cycle: {' -> '.join((*path, name))}"
+        for dependency in SERVICES[name].get("depends_on", {}):
+            visit(dependency, (*path, name))
+
+    for name in SERVICES:
+        visit(name, ())
+
+
+def test_producer_and_etl_job_use_the_topic_created_by_topic_init():
+    created = next(words for _, words in rmq_commands() if words[1:3] == ["topic", "create"])
+    produced = next(words for where, words in rmq_commands() if where == "producer" and words[1] == "produce")
+    etl = command_of("etl-job")
+    assert created[3] == produced[2] == option(etl, "--topic")
+    assert int(option(created, "--queues")) == 4   # on each of the two brokers
+    assert SERVICES["producer"]["depends_on"]["topic-init"]["condition"] == "service_completed_successfully"
+
+
+def test_producer_pipes_sample_orders_from_the_examples_module():
+    pipeline = commands_in(command_of("producer"))
+    assert pipeline[0][:3] == ["python", "-m", "examples.orders"]
+    from examples.orders import main
+
+    assert main(["--count", "0", "--step-ms", "100"]) == 0   # its arguments parse
+
+
+def test_spark_worker_joins_the_master():
+    master = command_of("spark-master")
+    worker = command_of("spark-worker")
+    assert master[:2] == ["spark-class", "org.apache.spark.deploy.master.Master"]
+    assert worker[:2] == ["spark-class", "org.apache.spark.deploy.worker.Worker"]
+    assert worker[2] == f"spark://{option(master, '--host')}:{option(master, '--port')}"
+
+
+def test_etl_job_is_submitted_to_the_master_with_valid_arguments():
+    pytest.importorskip("pyspark")
+    from examples.streaming_etl import parse_args
+
+    command = command_of("etl-job")
+    assert command[0] == "spark-submit"
+    assert option(command, "--master") == command_of("spark-worker")[2]
+    script = next(word for word in command if word.endswith(".py"))
+    assert (ROOT / script).is_file()
+    args = parse_args(command[command.index(script) + 1:])
+    assert args.endpoints == option(command_of("namesrv"), "--listen")
+    # the driver (etl-job) and the executors (spark-worker) write Parquet to one volume
+    volume, mount = SERVICES["etl-job"]["volumes"][0].split(":")
+    assert SERVICES["spark-worker"]["volumes"] == SERVICES["etl-job"]["volumes"]
+    assert args.output.startswith(mount + "/") and args.checkpoint.startswith(mount + "/")
+    assert volume in COMPOSE["volumes"]
