@@ -1,0 +1,94 @@
+"""The permission each rmq.v1 RPC needs, after RocketMQ's PlainAccessResource.parse:
+sending needs PUB on the topic; pulling, offsets, membership and locks need SUB on the group
+(and on the topics they name); reading a topic's offsets or messages by key needs SUB or PUB
+on it; topic administration and broker registration need an admin account; route and list
+queries need only a valid signature. A method missing from the table needs admin (fail closed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from google.protobuf.message import Message
+
+from broker_server.acl import AccessDenied, Acl, Need, ResourceKind
+
+TOPIC, GROUP = ResourceKind.TOPIC, ResourceKind.GROUP
+
+
+@dataclass(frozen=True)
+class Requirement:
+    kind: ResourceKind
+    name: str
+    need: Need
+
+
+Rule = Callable[[Message], Iterable[Requirement]]
+
+
+def _nothing(_request: Message) -> list[Requirement]:
+    return []
+
+
+def _topics(topics: Iterable[str], need: Need = Need.SUB) -> list[Requirement]:
+    return [Requirement(TOPIC, topic, need) for topic in sorted(set(topics)) if topic]
+
+
+def _group_sub(request: Message) -> list[Requirement]:
+    return [Requirement(GROUP, request.consumer_group, Need.SUB)]
+
+
+def _group_and_offset_topics(request: Message) -> list[Requirement]:
+    return _group_sub(request) + _topics(o.topic for o in request.offsets)
+
+
+def _group_and_queue_topics(request: Message) -> list[Requirement]:
+    return _group_sub(request) + _topics(q.topic for q in request.queues)
+
+
+def _group_and_subscription_topics(request: Message) -> list[Requirement]:
+    return _group_sub(request) + _topics(s.topic for s in request.subscriptions)
+
+
+def _rule(service: str, method: str) -> str:
+    return f"/rmq.v1.{service}/{method}"
+
+
+RULES: dict[str, Rule] = {
+    _rule("MessagingService", "SendMessage"): lambda r: _topics([r.topic], Need.PUB),
+    _rule("MessagingService", "PullMessage"): lambda r: _topics([r.topic]) + _group_sub(r),
+    _rule("MessagingService", "GetTopicOffsets"): lambda r: _topics([r.topic], Need.ANY),
+    _rule("MessagingService", "SearchOffset"): lambda r: _topics([r.topic], Need.ANY),
+    _rule("MessagingService", "QueryConsumerOffsets"): lambda r: _group_sub(r) + _topics([r.topic]),
+    _rule("MessagingService", "UpdateConsumerOffsets"): _group_and_offset_topics,
+    _rule("MessagingService", "RemoveConsumerOffsets"): _group_and_offset_topics,
+    _rule("MessagingService", "Heartbeat"): _group_and_subscription_topics,
+    _rule("MessagingService", "UnregisterClient"): _group_sub,
+    _rule("MessagingService", "GetConsumerList"): _group_sub,
+    _rule("MessagingService", "LockBatchMQ"): _group_and_queue_topics,
+    _rule("MessagingService", "UnlockBatchMQ"): _group_and_queue_topics,
+    _rule("MessagingService", "QueryMessageByKey"): lambda r: _topics([r.topic]),
+    _rule("RouteService", "QueryRoute"): _nothing,
+    _rule("RouteService", "ListTopics"): _nothing,
+    _rule("RouteService", "ListBrokers"): _nothing,
+}
+
+ADMIN_METHODS = frozenset({
+    _rule("AdminService", "CreateTopic"),
+    _rule("AdminService", "DeleteTopic"),
+    _rule("NameServerService", "RegisterBroker"),
+    _rule("NameServerService", "UnregisterBroker"),
+})
+
+
+def check_call(acl: Acl, access_key: str, method: str, request: Message) -> None:
+    """Raise AccessDenied naming the first missing permission of this call."""
+    rule = RULES.get(method)
+    if rule is None:
+        account = acl.account(access_key)
+        if account is None or not account.admin:
+            raise AccessDenied(f"access key {access_key!r} is not an admin account, which {method} needs")
+        return
+    for requirement in rule(request):
+        acl.check(access_key, requirement.name, requirement.kind, requirement.need)
