@@ -1,0 +1,45 @@
+"""Driver-side view of a topic's queues: route lookup (the MessageQueues) and their min/max
+offsets, plus the group's saved offsets through the OffsetStore. Implements
+`offsets.QueueOffsetLookup` for policy resolution."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from connector.client import MessageQueue, QueueOffsets, RmqClient
+from connector.offset_store import OffsetStore, ReadOffsetType
+
+EMPTY_QUEUE = QueueOffsets(0, 0, 0)
+
+
+class BrokerOffsetLookup:
+    def __init__(self, client: RmqClient, store: OffsetStore) -> None:
+        self._client = client
+        self._store = store
+        self._bounds: dict[MessageQueue, QueueOffsets] = {}
+
+    def message_queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's readable queues, sorted (route lookup through the endpoints)."""
+        return list(self._client.query_route(topic).message_queues)
+
+    def refresh(self, topics: Iterable[str]) -> None:
+        """Fetch the current min/max offsets of every queue of `topics`."""
+        bounds: dict[MessageQueue, QueueOffsets] = {}
+        for topic in topics:
+            bounds.update(self._client.topic_offsets(topic))
+        self._bounds = bounds
+
+    def min_offset(self, mq: MessageQueue) -> int:
+        return self._bounds.get(mq, EMPTY_QUEUE).min_offset
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        return self._bounds.get(mq, EMPTY_QUEUE).max_offset
+
+    def max_offsets(self) -> dict[MessageQueue, int]:
+        return {mq: bounds.max_offset for mq, bounds in self._bounds.items()}
+
+    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        return self._client.search_offset(mq, timestamp_ms)
+
+    def committed_offset(self, mq: MessageQueue) -> int:
+        return self._store.read_offset(mq, ReadOffsetType.READ_FROM_STORE)

@@ -1,0 +1,49 @@
+"""The Spark data source `rmq`.
+
+Register it once per session, then read or write (DESIGN.md lists the options):
+
+    from connector import register
+    register(spark)     # = spark.dataSource.register(RmqDataSource)
+    spark.readStream.format("rmq").option("endpoints", "127.0.0.1:9876").option("topic", "t").load()
+
+Options are validated when the reader is created, at `load()` (batch) or query start
+(stream); a wrong value fails with a message naming the option and its accepted values.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource
+from pyspark.sql.types import StructType
+
+from connector.batch_reader import RmqBatchReader
+from connector.options import parse_source_options
+from connector.source_schema import SOURCE_SCHEMA
+from connector.stream_reader import RmqStreamReader
+from connector.writer import RmqDataSourceArrowWriter, RmqDataSourceStreamArrowWriter
+
+
+class RmqDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "rmq"
+
+    def schema(self) -> StructType:
+        return SOURCE_SCHEMA
+
+    def reader(self, schema: StructType) -> RmqBatchReader:
+        return RmqBatchReader(parse_source_options(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> RmqStreamReader:
+        return RmqStreamReader(parse_source_options(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> RmqDataSourceArrowWriter:
+        return RmqDataSourceArrowWriter(self.options, schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> RmqDataSourceStreamArrowWriter:
+        return RmqDataSourceStreamArrowWriter(self.options, schema, overwrite)
+
+
+def register(spark: SparkSession) -> None:
+    """Make `format("rmq")` available in `spark`."""
+    spark.dataSource.register(RmqDataSource)

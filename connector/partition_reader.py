@@ -1,0 +1,160 @@
+"""Executor side of the source: read one MessageQueue's offset range [start, end) as Arrow.
+
+Pulls `pullBatchSize` messages at a time (no long polling: the range is known to exist),
+decodes each packed pull column-wise and yields it at once, so at most one pull batch is
+held in memory. Rows at or past `end` are trimmed (a filtered pull may scan beyond it) and
+tags are re-checked on the client (the broker filters by tag hash code only, spec pull
+§10.3); filtered-out messages advance the offset without producing rows.
+
+Transient failures (broker unreachable, a message being moved) are retried with
+exponential backoff for up to `pullTimeoutMs`, then the task fails naming broker, queue
+and offset. Offsets the broker no longer holds (retention) fail the task, or with
+`failOnDataLoss=false` are skipped with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import InputPartition
+
+from connector.client import GetMessageStatus, MessageQueue, PullResult, PullStatus, RmqClient, RmqUnavailable
+from connector.message_decoder import decode, filter_tags
+from connector.options import PullSettings
+from connector.source_schema import SOURCE_ARROW_SCHEMA
+
+logger = logging.getLogger(__name__)
+
+FIRST_BACKOFF_S = 0.05
+MAX_BACKOFF_S = 1.0
+
+
+class RmqReadError(RuntimeError):
+    """A queue range could not be read (broker unreachable past the retry window)."""
+
+
+class RmqDataLossError(RmqReadError):
+    """Requested offsets no longer exist on the broker and failOnDataLoss is true."""
+
+
+@dataclass(frozen=True)
+class QueueRangePartition(InputPartition):
+    """One Spark task: messages [start_offset, end_offset) of one MessageQueue."""
+
+    mq: MessageQueue
+    start_offset: int
+    end_offset: int
+    pull: PullSettings
+
+
+def read_queue_range(partition: QueueRangePartition) -> Iterator[pa.RecordBatch]:
+    with RmqClient(partition.pull.endpoints, timeout=partition.pull.pull_timeout_ms / 1000) as client:
+        yield from QueueRangeReader(client, partition).batches()
+
+
+class _Backoff:
+    """Exponential backoff within a window that starts at the first failure."""
+
+    def __init__(self, window_s: float) -> None:
+        self._deadline = time.monotonic() + window_s
+        self._delay = FIRST_BACKOFF_S
+
+    def wait(self) -> bool:
+        """Sleep before the next attempt; False when the window is used up."""
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        time.sleep(min(self._delay, remaining))
+        self._delay = min(self._delay * 2, MAX_BACKOFF_S)
+        return True
+
+
+class QueueRangeReader:
+    def __init__(self, client: RmqClient, partition: QueueRangePartition) -> None:
+        self._client = client
+        self._mq = partition.mq
+        self._start = partition.start_offset
+        self._end = partition.end_offset
+        self._settings = partition.pull
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        offset = self._start
+        while offset < self._end:
+            result = self._pull(offset)
+            if result.pull_status == PullStatus.FOUND:
+                batch = self._rows(result)
+                if batch.num_rows:
+                    yield batch
+                offset = self._advance(offset, result.next_begin_offset)
+            elif result.pull_status == PullStatus.NO_MATCHED_MSG:
+                offset = self._advance(offset, result.next_begin_offset)
+            else:   # OFFSET_ILLEGAL, or NO_NEW_MSG below the planned end: the data is gone
+                offset = self._skip_lost(offset, result)
+
+    def _pull(self, offset: int) -> PullResult:
+        """One pull, retried while the broker is unreachable or the outcome is transient."""
+        settings = self._settings
+        backoff = _Backoff(settings.pull_timeout_ms / 1000)
+        while True:
+            try:
+                result = self._client.pull(
+                    self._mq, offset, min(settings.pull_batch_size, self._end - offset),
+                    group=settings.consumer_group, sub_expression=settings.sub_expression,
+                    timeout=settings.pull_timeout_ms / 1000,
+                )
+                problem = self._transient_problem(offset, result)
+            except RmqUnavailable as error:
+                problem = f"broker unavailable: {error}"
+            if problem is None:
+                return result
+            if not backoff.wait():
+                raise RmqReadError(
+                    f"cannot read {self._describe()} at offset {offset} (range [{self._start}, {self._end})) "
+                    f"after retrying for {settings.pull_timeout_ms} ms (pullTimeoutMs): {problem}"
+                )
+
+    def _transient_problem(self, offset: int, result: PullResult) -> str | None:
+        if result.pull_status == PullStatus.NO_MATCHED_MSG and result.next_begin_offset <= offset:
+            return f"message at offset {offset} is being moved ({result.store_status.name})"
+        if result.pull_status == PullStatus.NO_NEW_MSG and result.max_offset > offset:
+            return f"no message returned at offset {offset} below max offset {result.max_offset}"
+        return None
+
+    def _rows(self, result: PullResult) -> pa.RecordBatch:
+        batch = decode(result.messages, self._mq.broker_name)
+        if batch.num_rows and batch.column("queue_offset")[-1].as_py() >= self._end:
+            batch = batch.filter(pc.less(batch.column("queue_offset"), self._end))
+        batch = filter_tags(batch, self._settings.tags)
+        if not batch.schema.equals(SOURCE_ARROW_SCHEMA):   # e.g. ms timestamps: Spark wants us
+            batch = batch.cast(SOURCE_ARROW_SCHEMA)
+        return batch
+
+    def _advance(self, offset: int, next_begin_offset: int) -> int:
+        if next_begin_offset <= offset:
+            raise RmqReadError(f"{self._describe()}: broker did not advance past offset {offset}")
+        return next_begin_offset
+
+    def _skip_lost(self, offset: int, result: PullResult) -> int:
+        """Offsets [offset, resume) are gone: fail, or skip them (failOnDataLoss=false)."""
+        resume = min(result.min_offset if result.min_offset > offset else self._end, self._end)
+        gap = (
+            f"offsets [{offset}, {resume}) of {self._describe()} no longer exist on the broker "
+            f"(it holds [{result.min_offset}, {result.max_offset}), {_store_status(result)}): "
+            "deleted by retention"
+        )
+        if self._settings.fail_on_data_loss:
+            raise RmqDataLossError(f"{gap}; set failOnDataLoss=false to skip them")
+        logger.warning("%s; skipping %d messages (failOnDataLoss=false)", gap, resume - offset)
+        return resume
+
+    def _describe(self) -> str:
+        return f"topic {self._mq.topic} broker {self._mq.broker_name} queue {self._mq.queue_id}"
+
+
+def _store_status(result: PullResult) -> str:
+    return GetMessageStatus(result.store_status).name

@@ -1,0 +1,102 @@
+"""Group membership and queue ownership of one streaming query (spec consumer-startup §3,
+§4.2; consumer-pull-rebalance §8.4).
+
+The query is one consumer of its group under a stable client id. It heartbeats every
+broker (at once and then every HEARTBEAT_INTERVAL_S on a daemon thread, so it stays live
+between slow triggers) and, at each micro-batch, re-evaluates which queues it owns:
+broadcasting owns every queue; clustering asks a broker for the group's sorted consumer
+list and applies the allocation strategy per topic.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import uuid
+from collections.abc import Sequence
+
+from connector.allocation import allocate
+from connector.client import MessageQueue, RmqClient, RmqError
+
+logger = logging.getLogger(__name__)
+
+HEARTBEAT_INTERVAL_S = 10.0   # RocketMQ heartbeatBrokerInterval is 30 s; brokers expire after 120 s
+
+
+def new_client_id() -> str:
+    """RocketMQ-style `ip@instance` id, unique per query."""
+    return f"{socket.gethostname()}@spark-{uuid.uuid4().hex[:16]}"
+
+
+class ConsumerMembership:
+    def __init__(
+        self,
+        client: RmqClient,
+        group: str,
+        client_id: str,
+        subscriptions: dict[str, str],
+        *,
+        broadcasting: bool,
+        strategy: str,
+    ) -> None:
+        self.client_id = client_id
+        self._client = client
+        self._group = group
+        self._subscriptions = subscriptions
+        self._broadcasting = broadcasting
+        self._strategy = strategy
+        self._owned: dict[str, list[MessageQueue]] = {}
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.heartbeat()
+        self._thread = threading.Thread(target=self._heartbeat_loop, name="rmq-heartbeat", daemon=True)
+        self._thread.start()
+
+    def heartbeat(self) -> None:
+        self._client.heartbeat(
+            self.client_id, self._group, self._subscriptions, broadcasting=self._broadcasting
+        )
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stopped.wait(HEARTBEAT_INTERVAL_S):
+            try:
+                self.heartbeat()
+            except RmqError as error:   # the next beat (or the next micro-batch) tries again
+                logger.warning("heartbeat of %s in group %s failed: %s", self.client_id, self._group, error)
+
+    def rebalance(self, topic: str, mq_all: Sequence[MessageQueue]) -> list[MessageQueue]:
+        """The queues of `topic` this consumer owns now (rebalanceByTopic)."""
+        if self._broadcasting or not mq_all:
+            owned = sorted(mq_all)
+        else:
+            self.heartbeat()   # be in the consumer list before reading it
+            cid_all = self._client.consumer_list(self._group, topic)
+            if self.client_id in cid_all:
+                owned = allocate(self._strategy, self.client_id, mq_all, cid_all)
+            else:
+                # Not (yet) registered on the broker: keep the previous ownership rather
+                # than drop every queue; the next micro-batch rebalances again.
+                logger.warning("consumer %s not in group %s: %s", self.client_id, self._group, cid_all)
+                owned = [mq for mq in self._owned.get(topic, []) if mq in mq_all]
+        if owned != self._owned.get(topic):
+            logger.info("rebalance group %s topic %s: %s owns %s", self._group, topic, self.client_id,
+                        [str(mq) for mq in owned])
+        self._owned[topic] = owned
+        return owned
+
+    def owned_queues(self) -> list[MessageQueue]:
+        """Every queue owned after the last rebalance, in topic order."""
+        return [mq for queues in self._owned.values() for mq in queues]
+
+    def close(self) -> None:
+        """Stop heartbeating and unregister, so the group rebalances at once (spec §4.6)."""
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join(timeout=HEARTBEAT_INTERVAL_S)
+        try:
+            self._client.unregister(self.client_id, self._group)
+        except RmqError as error:
+            logger.warning("unregister of %s from group %s failed: %s", self.client_id, self._group, error)

@@ -1,0 +1,188 @@
+"""Driver side of `spark.readStream.format("rmq")` (DataSourceStreamReader).
+
+Each stream offset is `{"@clientId": id, "topic": {"broker": {"queueId": nextOffset}}}`
+over the queues this query owns. At every micro-batch `latestOffset` rebalances (route
+lookup, the group's consumer list, allocation), keeps the positions of queues still
+owned, drops queues lost to another consumer and adopts newly owned queues at the group's
+committed offset (else the startingOffsets policy) with an empty range, so that
+`partitions(start, end)` depends on the two offsets alone and a replayed batch reads the
+same messages. The client id travels in the offsets, so a restarted driver rejoins the
+group under the same identity.
+
+The reader object is also pickled to executors for `read()`: everything that talks to
+the broker is created lazily on the driver and never pickled.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamReader
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from connector.admission import admit
+from connector.broker_offsets import BrokerOffsetLookup
+from connector.client import MessageQueue, RmqClient, RmqError
+from connector.offset_store import OffsetStore, create_offset_store
+from connector.offsets import Positions, StreamOffset, resolve_acquired_offset, resolve_offset
+from connector.options import SourceOptions
+from connector.partition_reader import QueueRangePartition, read_queue_range
+from connector.rebalance import ConsumerMembership, new_client_id
+
+logger = logging.getLogger(__name__)
+
+
+class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: SourceOptions) -> None:
+        self._options = options
+        self._reset_driver_state()
+
+    def _reset_driver_state(self) -> None:
+        self._client: RmqClient | None = None
+        self._store: OffsetStore | None = None
+        self._lookup: BrokerOffsetLookup | None = None
+        self._membership: ConsumerMembership | None = None
+        self._target: Positions | None = None   # Trigger.AvailableNow: max offsets at query start
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_options": self._options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._options = state["_options"]
+        self._reset_driver_state()
+
+    # ------------------------------------------------------------ Spark API
+
+    def initialOffset(self) -> dict:
+        membership = self._join(new_client_id())
+        lookup = self._broker()
+        owned = self._rebalance(membership, lookup)
+        positions = {mq: resolve_offset(self._options.starting_offsets, mq, lookup) for mq in owned}
+        return StreamOffset(membership.client_id, positions).to_json()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        current = StreamOffset.from_json(start)
+        membership = self._join(current.client_id)
+        lookup = self._broker()
+        positions: Positions = {}
+        ceilings: Positions = {}
+        for mq in self._rebalance(membership, lookup):
+            if mq in current.positions:
+                positions[mq] = current.positions[mq]
+                ceilings[mq] = self._ceiling(mq, positions[mq])
+            else:
+                adopted = resolve_acquired_offset(self._options.starting_offsets, mq, lookup)
+                if adopted < 0:
+                    logger.warning("doRebalance, %s, add new mq failed, %s", self._options.consumer_group, mq)
+                    continue
+                positions[mq] = ceilings[mq] = adopted
+        end = admit(positions, ceilings, limit)
+        if end is None:   # ReadMinRows not reached yet
+            return start
+        return StreamOffset(current.client_id, end).to_json()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self._options.max_messages_per_trigger
+        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+
+    def reportLatestOffset(self) -> dict | None:
+        if self._membership is None:
+            return None
+        lookup = self._broker()
+        latest = {mq: lookup.max_offset(mq) for mq in self._membership.owned_queues()}
+        return StreamOffset(self._membership.client_id, latest).to_json()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        lookup = self._broker()
+        self._target = lookup.max_offsets()
+        logger.info("Trigger.AvailableNow: reading up to %s", {str(mq): o for mq, o in self._target.items()})
+
+    def partitions(self, start: dict, end: dict) -> list[QueueRangePartition]:
+        first = StreamOffset.from_json(start).positions
+        last = StreamOffset.from_json(end).positions
+        return [
+            QueueRangePartition(mq, first[mq], last[mq], self._options.pull)
+            for mq in sorted(last)
+            if mq in first and last[mq] > first[mq]
+        ]
+
+    def read(self, partition: QueueRangePartition):  # type: ignore[override]
+        return read_queue_range(partition)
+
+    def commit(self, end: dict) -> None:
+        """Write the processed offsets through the OffsetStore (broker or local file)."""
+        positions = StreamOffset.from_json(end).positions
+        store = self._offset_store()
+        for mq, offset in positions.items():
+            store.update_offset(mq, offset, increase_only=True)
+        try:
+            store.persist_all(positions)
+        except (RmqError, OSError) as error:   # the checkpoint stays the source of truth
+            logger.warning("persisting consumer offsets of group %s failed: %s", self._options.consumer_group,
+                           error)
+        for mq in store.tracked() - positions.keys():
+            store.remove_offset(mq)
+
+    def stop(self) -> None:
+        if self._membership is not None:
+            self._membership.close()
+        if self._client is not None:
+            self._client.close()
+        self._reset_driver_state()
+
+    # ------------------------------------------------------------ driver state
+
+    def _rmq_client(self) -> RmqClient:
+        if self._client is None:
+            self._client = RmqClient(self._options.endpoints)
+        return self._client
+
+    def _offset_store(self) -> OffsetStore:
+        if self._store is None:
+            self._store = create_offset_store(
+                self._rmq_client(), self._options.consumer_group,
+                broadcasting=self._options.broadcasting, directory=self._options.offset_store_dir,
+            )
+        return self._store
+
+    def _broker(self) -> BrokerOffsetLookup:
+        """The offset lookup, with min/max offsets fetched now."""
+        if self._lookup is None:
+            self._lookup = BrokerOffsetLookup(self._rmq_client(), self._offset_store())
+        self._lookup.refresh(self._options.topics)
+        return self._lookup
+
+    def _join(self, client_id: str) -> ConsumerMembership:
+        """Be a live member of the group as `client_id` (the id stored in the offsets)."""
+        if self._membership is not None and self._membership.client_id != client_id:
+            self._membership.close()
+            self._membership = None
+        if self._membership is None:
+            options = self._options
+            self._membership = ConsumerMembership(
+                self._rmq_client(), options.consumer_group, client_id,
+                dict.fromkeys(options.topics, options.pull.sub_expression),
+                broadcasting=options.broadcasting, strategy=options.allocate_strategy,
+            )
+            self._membership.start()
+        return self._membership
+
+    def _rebalance(self, membership: ConsumerMembership, lookup: BrokerOffsetLookup) -> list[MessageQueue]:
+        owned: list[MessageQueue] = []
+        for topic in self._options.topics:
+            owned += membership.rebalance(topic, lookup.message_queues(topic))
+        return owned
+
+    def _ceiling(self, mq: MessageQueue, position: int) -> int:
+        """How far `mq` may be read now: its max offset, capped by the AvailableNow target."""
+        assert self._lookup is not None
+        latest = self._lookup.max_offset(mq)
+        if self._target is not None:
+            latest = min(latest, self._target.get(mq, position))
+        return latest
