@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from numpy.lib.stride_tricks import as_strided
 from rmq import message_format as mf
 from rmq.v1 import rmq_pb2
 
@@ -36,12 +37,6 @@ SCHEMA = pa.schema([
 
 _HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
 _HEX_PAIRS = np.stack([_HEX_DIGITS[np.arange(256) >> 4], _HEX_DIGITS[np.arange(256) & 15]], axis=1)
-# msgId = store host (8 bytes) + physical offset (8 bytes), spec store TV2.
-_MSG_ID_BYTES = np.concatenate([
-    np.arange(mf.STORE_HOST_POS, mf.STORE_HOST_POS + mf.HOST_SIZE),
-    np.arange(mf.PHYSICAL_OFFSET_POS, mf.PHYSICAL_OFFSET_POS + 8),
-])
-_LENGTH_PREFIXES = 4 + 1 + 2  # body length int, topic length byte, properties length short
 
 
 class CorruptMessagesError(ValueError):
@@ -116,10 +111,21 @@ def _check(ok: np.ndarray, problem: str) -> None:
         raise CorruptMessagesError(f"corrupt record #{int(np.argmin(ok))} in PackedMessages: {problem}")
 
 
+def _rows(records: np.ndarray, positions: np.ndarray, width: int) -> np.ndarray:
+    """records[p:p + width] for each position p, as the rows of an (n, width) array."""
+    if len(positions) > 1:
+        step = int(positions[1] - positions[0])
+        if step > 0 and (np.diff(positions) == step).all():
+            # Evenly spaced (records of one size): a strided view instead of an index gather.
+            return as_strided(records[positions[0]:], shape=(len(positions), width), strides=(step, 1),
+                              writeable=False)
+    return records[positions[:, None] + np.arange(width)]
+
+
 def _read_int(records: np.ndarray, positions: np.ndarray, kind: str) -> np.ndarray:
     """The big-endian integer of type `kind` (numpy code) at each position, native order."""
     dtype = np.dtype(">" + kind)
-    raw = records[positions[:, None] + np.arange(dtype.itemsize)]
+    raw = _rows(records, positions, dtype.itemsize)
     return raw.view(dtype).reshape(-1).astype(dtype.newbyteorder("="))
 
 
@@ -127,11 +133,11 @@ def _variable(records: np.ndarray, kind: pa.DataType, starts: np.ndarray, length
     """A string/binary array of records[start:start+length] per row, from (offsets, data)."""
     offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
-    # Mark the selected byte ranges (+1 at each start, -1 at each end) and keep marked bytes.
-    delta = np.zeros(len(records) + 1, dtype=np.int8)
-    np.add.at(delta, starts, 1)
-    np.add.at(delta, starts + lengths, -1)
-    data = records[np.cumsum(delta[:-1], dtype=np.int8) > 0]
+    if len(lengths) and (lengths == lengths[0]).all():
+        data = np.ascontiguousarray(_rows(records, starts, int(lengths[0]))).reshape(-1)
+    else:
+        # Byte k of row i sits at starts[i] + (k - offsets[i]).
+        data = records[np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])]
     array = pa.Array.from_buffers(kind, len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
     if kind == pa.string():
         try:
@@ -143,8 +149,10 @@ def _variable(records: np.ndarray, kind: pa.DataType, starts: np.ndarray, length
 
 def _msg_ids(records: np.ndarray, starts: np.ndarray) -> pa.Array:
     """Upper-case hex of store host + physical offset: 32 characters per row."""
-    digits = _HEX_PAIRS[records[starts[:, None] + _MSG_ID_BYTES]].reshape(-1)
-    width = 2 * len(_MSG_ID_BYTES)
+    raw = np.hstack([_rows(records, starts + mf.STORE_HOST_POS, mf.HOST_SIZE),
+                     _rows(records, starts + mf.PHYSICAL_OFFSET_POS, 8)])
+    digits = _HEX_PAIRS[raw].reshape(-1)
+    width = 2 * raw.shape[1]
     offsets = np.arange(0, width * (len(starts) + 1), width, dtype=np.int32)
     buffers = [None, pa.py_buffer(offsets), pa.py_buffer(digits)]
     return pa.Array.from_buffers(pa.string(), len(starts), buffers)
