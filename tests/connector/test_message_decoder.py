@@ -174,3 +174,17 @@ def test_filter_tags_rechecks_tag_strings() -> None:
     assert filter_tags(batch, {"TagA", "TagC"}).column("tags").to_pylist() == ["TagA", "TagC"]
     assert filter_tags(batch, set()).num_rows == 0
     assert isinstance(filter_tags(batch, {"TagB"}), pa.RecordBatch)
+
+
+def test_records_of_one_size_decode_like_mixed_sizes() -> None:
+    """Evenly spaced records take the strided path; it must agree with the gather path."""
+    same_size = [record("T", b"%05d" % i, queue_offset=i, physical_offset=96 * i,
+                        properties={"TAGS": f"t{i % 10}"}) for i in range(100)]
+    mixed = same_size + [record("T", b"longer body", properties={"TAGS": "x"})]
+
+    uniform_batch = decode(pack(same_size), "b")
+
+    assert len({len(r) for r in same_size}) == 1
+    assert uniform_batch.to_pylist() == decode(pack(mixed), "b").slice(0, 100).to_pylist()
+    assert uniform_batch.column("body").to_pylist() == [b"%05d" % i for i in range(100)]
+    assert uniform_batch.column("tags").to_pylist() == [f"t{i % 10}" for i in range(100)]
