@@ -1,0 +1,128 @@
+"""`make bench`: run every benchmark row in order within the time budget, print progress
+and the tables, and write BENCHMARKS.md (full runs only, unless --output says otherwise).
+
+    .venv/bin/python -m bench                 # full sizes, writes BENCHMARKS.md
+    .venv/bin/python -m bench --quick         # small sizes, prints the tables only
+    .venv/bin/python -m bench --only pull     # one section (see --help for the keys)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench import machine, report
+from bench.environment import REPO_ROOT, Environment, Scale
+from bench.harness import Row, Target, format_table, not_measured
+
+BUDGET_S = 14 * 60   # issue 8: the whole run under 15 minutes on the 2-core machine
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    key: str           # for --only
+    title: str         # section heading in BENCHMARKS.md
+    target: str        # "module:function" returning list[Row]; imported when run
+    row_target: Target | None = None   # the target shown when the section cannot run
+
+
+BENCHMARKS = [
+    Benchmark("store", "1. Store append and batch read vs raw mmap", "bench.store_rows:store_rows",
+              Target(min_ratio=0.33)),
+    Benchmark("produce", "2. Broker produce vs Redis XADD", "bench.broker_bench:produce_rows",
+              Target(min_ratio=1.0)),
+    Benchmark("pull", "3. Broker pull, one queue, vs Redis XRANGE", "bench.broker_bench:pull_rows",
+              Target(min_ratio=1.0)),
+    Benchmark("latency", "4. Long-poll wake latency vs Redis XREAD BLOCK", "bench.broker_bench:latency_rows",
+              Target(max_value=5.0, unit="ms")),
+    Benchmark("e2e", "5. End-to-end Spark ingest vs a zero-copy Arrow source", "bench.spark_bench:e2e_rows",
+              Target(min_ratio=0.6)),
+    Benchmark("scaling", "6a. Scaling: end-to-end by queues and brokers", "bench.spark_bench:scaling_rows"),
+    Benchmark("batch", "6b. Scaling: produce throughput by batch size", "bench.broker_bench:batch_size_rows"),
+    Benchmark("memory", "6c. Executor memory peak reading a large queue range",
+              "bench.big_queue_bench:memory_rows"),
+    Benchmark("recovery", "7. Recovery after kill -9", "bench.big_queue_bench:recovery_rows"),
+]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    keys = [b.key for b in BENCHMARKS]
+    parser = argparse.ArgumentParser(prog="python -m bench", description="rmq benchmarks (issue 8)")
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run of every row")
+    parser.add_argument("--only", action="append", choices=keys, metavar="ROW",
+                        help=f"run only this section (repeatable): {', '.join(keys)}")
+    parser.add_argument("--output", type=Path,
+                        help="where to write the report (default: BENCHMARKS.md for a full run of every row)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    selected = [b for b in BENCHMARKS if not args.only or b.key in args.only]
+    output = args.output or (None if args.quick or args.only else REPO_ROOT / "BENCHMARKS.md")
+    env = Environment(Scale.quick() if args.quick else Scale.full())
+    started, start = datetime.now(UTC), time.monotonic()
+    sections: list[report.SectionResult] = []
+    try:
+        for benchmark in selected:
+            sections.append(run_section(benchmark, env, start))
+    finally:
+        env.close()
+    elapsed = time.monotonic() - start
+    for section in sections:
+        print(f"\n## {section.title}\n\n{format_table(section.rows)}")
+    print(f"\nall sections: {elapsed / 60:.1f} minutes")
+    if output is not None:
+        write_report(output, sections, args, started, elapsed)
+        print(f"wrote {output}")
+    return 0
+
+
+def run_section(benchmark: Benchmark, env: Environment, start: float) -> report.SectionResult:
+    """Run one section; a failure or an exhausted budget becomes a 'not measured' row."""
+    section_start = time.monotonic()
+    _progress(start, f"{benchmark.title} ...")
+    description = ""
+    try:
+        run = _load(benchmark.target)
+        description = inspect.getdoc(run) or ""
+        if section_start - start > BUDGET_S:
+            rows = [not_measured(benchmark.title, "over the 15-minute budget", benchmark.row_target)]
+        else:
+            rows = run(env)
+    except Exception as error:  # noqa: BLE001 - one failing section must not lose the others
+        traceback.print_exc()
+        rows = [not_measured(benchmark.title, f"{type(error).__name__}: {error}", benchmark.row_target)]
+    seconds = time.monotonic() - section_start
+    _progress(start, f"{benchmark.title}: done in {seconds:.0f} s")
+    return report.SectionResult(benchmark.key, benchmark.title, description, rows, seconds)
+
+
+def _load(target: str) -> Callable[[Environment], list[Row]]:
+    module, _, function = target.partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def _progress(start: float, message: str) -> None:
+    print(f"[{(time.monotonic() - start) / 60:5.1f} min] {message}", flush=True)
+
+
+def write_report(output: Path, sections: list[report.SectionResult], args: argparse.Namespace,
+                 started: datetime, seconds: float) -> None:
+    previous = output.read_text() if output.exists() else ""
+    arguments = " ".join(sys.argv[1:])
+    command = f".venv/bin/python -m bench {arguments}" if arguments else "make bench"
+    info = report.RunInfo(command, started.strftime("%Y-%m-%d %H:%M"), seconds, args.quick, machine.facts())
+    output.write_text(report.render(sections, info, report.existing_notes(previous)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

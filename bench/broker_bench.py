@@ -1,0 +1,156 @@
+"""Rows 2-4 and produce-vs-batch-size (row 6): one broker process against Redis Streams,
+both on loopback, measured alternately in the same run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import redis
+
+from bench import redis_reference as rr
+from bench.environment import Environment
+from bench.harness import Row, Stats, Target, measure_pair, percentile, rate, wake_latency_ms
+from bench.workload import GROUP, PULL_BATCH, body_of, produce, pull_range, single_queue
+from connector.client import OutgoingMessage, RmqClient
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+BODY_SIZES = (100, 1024)
+PRODUCE_BATCH = 256
+BATCH_SIZES = (1, 16, 256, 1024)
+CALLS_AT_BATCH_ONE = 2000
+LONG_POLL_SUSPEND_MS = 5000
+SETTLE_S = 0.02   # both readers get this long to park before the write that wakes them
+
+
+def size_label(size: int) -> str:
+    return "1 KiB" if size == 1024 else f"{size} B"
+
+
+def produce_rows(env: Environment) -> list[Row]:
+    """Batched SendMessage (256 messages per call, one producer thread) into a topic of 8
+    queues, against XADD pipelined 256 deep into one stream (one redis-py client)."""
+    count = env.scale.produce_messages
+    rows = []
+    with env.broker() as broker, env.redis() as redis_server, RmqClient(broker.address) as client:
+        client.create_topic("bench-produce", queues=8)
+        redis_client = redis_server.client() if redis_server else None
+        for size in BODY_SIZES:
+            body = body_of(size)
+            subject, reference = measure_pair(
+                lambda body=body: rate(count, lambda: produce(client, "bench-produce", count, body,
+                                                               PRODUCE_BATCH)),
+                _maybe(redis_client, lambda c, body=body: rr.xadd_rate(c, body, count)),
+                env.scale.repeats,
+            )
+            rows.append(Row(f"produce, {size_label(size)} bodies, batch {PRODUCE_BATCH}, 1 producer",
+                            "msg/s", subject, "XADD pipelined 256", reference, Target(min_ratio=1.0),
+                            env.redis_missing))
+    return rows
+
+
+def pull_rows(env: Environment) -> list[Row]:
+    """One queue read from its first to its last offset in pulls of up to 1024 messages,
+    each decoded into an Arrow RecordBatch by `connector.message_decoder.decode` (and once
+    more without decoding), against XRANGE COUNT 1024 over a stream holding as many entries."""
+    with env.broker() as broker, env.redis() as redis_server, RmqClient(broker.address) as client:
+        redis_client = redis_server.client() if redis_server else None
+        return [row for size in BODY_SIZES for row in _pull_rows_for(env, client, redis_client, size)]
+
+
+def _pull_rows_for(env: Environment, client: RmqClient, redis_client: redis.Redis | None,
+                   size: int) -> list[Row]:
+    count = env.scale.pull_messages
+    topic, key, body = f"bench-pull-{size}", f"bench-xrange-{size}", body_of(size)
+    client.create_topic(topic, queues=1)
+    produce(client, topic, count, body, 1024, queue_id=0)
+    if redis_client is not None:
+        rr.xadd(redis_client, key, body, count)
+    mq = single_queue(client, topic)
+    requests: list[int] = []
+
+    def pull(with_decode: bool) -> float:
+        return rate(count, lambda: requests.append(pull_range(client, mq, 0, count, with_decode)))
+
+    xrange = _maybe(redis_client, lambda c: rr.xrange_rate(c, key, count))
+    decoded, reference = measure_pair(lambda: pull(True), xrange, env.scale.repeats)
+    raw, raw_reference = measure_pair(lambda: pull(False), xrange, env.scale.repeats)
+    if redis_client is not None:
+        redis_client.delete(key)
+    note = f"{count:,} messages, {count / requests[-1]:.0f} messages per pull on average. {env.redis_missing}"
+    return [
+        Row(f"pull + Arrow decode, {size_label(size)} bodies, max {PULL_BATCH}/pull", "msg/s", decoded,
+            "XRANGE COUNT 1024", reference, Target(min_ratio=1.0), note.strip()),
+        Row(f"pull without decode, {size_label(size)} bodies", "msg/s", raw, "XRANGE COUNT 1024",
+            raw_reference, Target(min_ratio=1.0)),
+    ]
+
+
+def latency_rows(env: Environment) -> list[Row]:
+    """A pull held by the broker (FLAG_SUSPEND, long polling) is woken by one send of one
+    100-byte message from a second client; measured from just before the send to the held
+    pull's return, in the same process (two threads). Reference: XREAD BLOCK woken by one
+    XADD from a second connection, measured the same way. Each run gives its p50 and p99."""
+    samples = env.scale.latency_samples
+    body = body_of(100)
+    with (env.broker() as broker, env.redis() as redis_server,
+          RmqClient(broker.address) as consumer, RmqClient(broker.address) as producer):
+        producer.create_topic("bench-latency", queues=1)
+        mq = single_queue(consumer, "bench-latency")
+        message = [OutgoingMessage(body=body, queue_id=0)]
+        offset = [0]
+
+        def held_pull() -> None:
+            result = consumer.pull(mq, offset[0], 32, group=GROUP, suspend_timeout_ms=LONG_POLL_SUSPEND_MS)
+            if result.messages.count != 1:
+                raise RuntimeError(f"held pull returned {result.pull_status} with {result.messages.count}")
+            offset[0] = result.next_begin_offset
+
+        def rmq_run() -> list[float]:
+            return [wake_latency_ms(held_pull, lambda: producer.send("bench-latency", message), SETTLE_S)
+                    for _ in range(samples)]
+
+        redis_run = _maybe(redis_server, lambda s: rr.xread_block_latencies(s, samples, body, SETTLE_S))
+        return _percentile_rows(rmq_run, redis_run, env.scale.repeats, env.redis_missing)
+
+
+def _percentile_rows(subject: Callable[[], list[float]], reference: Callable[[], list[float]] | None,
+                     repeats: int, reference_note: str) -> list[Row]:
+    """p50 and p99 of each run; the rows give the median and spread of those over runs."""
+    runs = [(subject(), reference() if reference else []) for _ in range(repeats)]
+    rows = []
+    for label, fraction, target in (("p50", 0.50, None), ("p99", 0.99, Target(max_value=5.0, unit="ms"))):
+        mine = Stats.of([percentile(s, fraction) for s, _ in runs])
+        theirs = Stats.of([percentile(r, fraction) for _, r in runs]) if reference else None
+        note = f"{len(runs[0][0])} wakes per run. {reference_note}".strip() if label == "p50" else ""
+        rows.append(Row(f"long-poll wake latency {label} (send → held pull returns)", "ms", mine,
+                        "XREAD BLOCK wake", theirs, target, note))
+    return rows
+
+
+def batch_size_rows(env: Environment) -> list[Row]:
+    """Produce throughput (100-byte bodies, one producer) by messages per SendMessage call,
+    against XADD pipelined to the same depth. Batch 1 sends 2,000 calls per run."""
+    body = body_of(100)
+    rows = []
+    with env.broker() as broker, env.redis() as redis_server, RmqClient(broker.address) as client:
+        client.create_topic("bench-batch", queues=8)
+        redis_client = redis_server.client() if redis_server else None
+        for batch in BATCH_SIZES:
+            count = min(env.scale.produce_messages, batch * CALLS_AT_BATCH_ONE)
+            subject, reference = measure_pair(
+                lambda batch=batch, count=count: rate(count, lambda: produce(client, "bench-batch", count,
+                                                                             body, batch)),
+                _maybe(redis_client, lambda c, batch=batch, count=count: rr.xadd_rate(c, body, count, batch)),
+                env.scale.repeats,
+            )
+            rows.append(Row(f"produce, batch {batch}, 100 B bodies", "msg/s", subject,
+                            f"XADD pipelined {batch}", reference, note=env.redis_missing))
+    return rows
+
+
+def _maybe(resource: T | None, run: Callable[[T], R]) -> Callable[[], R] | None:
+    """`run` bound to `resource`, or None when the resource (Redis) is unavailable."""
+    return None if resource is None else lambda: run(resource)

@@ -1,0 +1,134 @@
+"""What every benchmark runs in: the sizes of this run (full or --quick), a scratch
+directory, and the processes it starts (brokers, name server, Redis, one Spark session),
+each stopped when the benchmark that started it ends, even on error."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.redis_reference import RedisServer, RedisUnavailable
+from integration_tests import processes
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+FLUSH = "async"  # throughput rows measure the broker, not the disk: ASYNC flush, stated in the report
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Sizes of one run. Full sizes follow issue 8; quick sizes only check that it all runs."""
+
+    repeats: int
+    produce_messages: int      # per produce run
+    pull_messages: int         # pre-filled into one queue for the pull rows
+    latency_samples: int       # per latency run
+    e2e_messages: int          # row 5: pre-produced into 8 queues
+    scaling_messages: int      # row 6: per end-to-end scaling point
+    big_range_bytes: int       # row 6 memory and row 7 recovery: bytes of 1 KiB messages
+
+    @classmethod
+    def full(cls) -> Scale:
+        return cls(repeats=3, produce_messages=100_000, pull_messages=200_000, latency_samples=300,
+                   e2e_messages=2_000_000, scaling_messages=400_000, big_range_bytes=1 << 30)
+
+    @classmethod
+    def quick(cls) -> Scale:
+        return cls(repeats=2, produce_messages=10_000, pull_messages=20_000, latency_samples=40,
+                   e2e_messages=80_000, scaling_messages=20_000, big_range_bytes=32 << 20)
+
+
+class Environment:
+    def __init__(self, scale: Scale) -> None:
+        self.scale = scale
+        self.work_dir = Path(tempfile.mkdtemp(prefix="rmq-bench-"))
+        self._spark = None
+        self.spark_warm = False   # set once a warm-up query has run in the Spark session
+        self.redis_missing = ""   # why the Redis reference is skipped, once it is known
+
+    def directory(self, name: str) -> Path:
+        path = self.work_dir / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @contextmanager
+    def broker(self, name: str = "broker-a", namesrv: str | None = None) -> Iterator[processes.ServerProcess]:
+        """A broker process (ASYNC flush, loopback) on a fresh store, stopped on exit."""
+        server = processes.broker(self.directory(name), name=name, namesrv_address=namesrv, flush=FLUSH)
+        with _running(server):
+            yield server
+
+    @contextmanager
+    def namesrv(self) -> Iterator[processes.ServerProcess]:
+        with _running(processes.namesrv(self.directory("namesrv"))) as server:
+            yield server
+
+    @contextmanager
+    def redis(self) -> Iterator[RedisServer | None]:
+        """redis-server on loopback, or None (said once) when it cannot be installed/started:
+        the rows then carry no reference."""
+        if self.redis_missing:
+            yield None
+            return
+        server = RedisServer(self.directory("redis"))
+        try:
+            server.start()
+        except RedisUnavailable as error:
+            self.redis_missing = f"Redis reference skipped: {error}"
+            print(self.redis_missing, flush=True)
+            server.stop()
+            yield None
+            return
+        try:
+            yield server
+        finally:
+            server.stop()
+
+    def spark(self):
+        """One local Spark session for the whole run (start-up costs seconds), with the rmq
+        source and the reference source registered."""
+        if self._spark is None:
+            os.environ["PYSPARK_PYTHON"] = sys.executable
+            os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+            # Python workers unpickle the reference source by module name: make `bench` importable.
+            paths = [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
+            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
+            from pyspark.sql import SparkSession
+
+            from bench.reference_source import ReferenceDataSource
+            from connector import register
+
+            self._spark = (
+                SparkSession.builder.master("local[2]")
+                .appName("rmq-bench")
+                .config("spark.ui.enabled", "false")
+                .config("spark.sql.shuffle.partitions", "2")
+                .config("spark.ui.showConsoleProgress", "false")
+                .getOrCreate()
+            )
+            self._spark.sparkContext.setLogLevel("ERROR")
+            register(self._spark)
+            self._spark.dataSource.register(ReferenceDataSource)
+        return self._spark
+
+    def close(self) -> None:
+        if self._spark is not None:
+            self._spark.stop()
+            self._spark = None
+        self.spark_warm = False   # set once a warm-up query has run in the Spark session
+        self.redis_missing = ""   # why the Redis reference is skipped, once it is known
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+@contextmanager
+def _running(server: processes.ServerProcess) -> Iterator[processes.ServerProcess]:
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+        server.kill()

@@ -1,0 +1,61 @@
+"""Facts about the machine and software a benchmark run used, for the report header."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+from importlib import metadata
+
+
+def facts() -> dict[str, str]:
+    return {
+        "cores": str(os.cpu_count()),
+        "CPU": _cpu_model(),
+        "memory": _memory(),
+        "OS": f"{platform.system()} {platform.release()}",
+        "Python": platform.python_version(),
+        **{name: _version(name) for name in ("pyspark", "pyarrow", "numpy", "grpcio", "protobuf", "redis")},
+        "redis-server": _command_output(["redis-server", "--version"]),
+        "Java": _command_output(["java", "-version"]),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _memory() -> str:
+    try:
+        with open("/proc/meminfo") as meminfo:
+            kib = int(meminfo.readline().split()[1])
+        return f"{kib / (1 << 20):.1f} GiB"
+    except (OSError, ValueError, IndexError):
+        return "unknown"
+
+
+def _version(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _command_output(command: list[str]) -> str:
+    """First line of a command's output (java prints its version on stderr)."""
+    if shutil.which(command[0]) is None:
+        return "not installed"
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    lines = (done.stdout or done.stderr).splitlines()
+    return lines[0].strip() if lines else "unknown"

@@ -1,0 +1,142 @@
+"""Row 5 and the end-to-end scaling rows of row 6: a Spark streaming query over
+format("rmq") with Trigger.AvailableNow and a noop sink, rows/s including query start-up,
+against the reference source yielding zero-copy Arrow batches of identical rows."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+from bench import reference_source
+from bench.environment import Environment
+from bench.harness import Row, Target, measure_pair
+from bench.workload import GROUP, body_of, produce
+from connector.client import RmqClient
+from connector.message_decoder import decode
+from connector.options import DEFAULT_PULL_BATCH_SIZE
+from connector.source_schema import SOURCE_ARROW_SCHEMA, SOURCE_SCHEMA
+
+E2E_QUEUES = 8
+SCALING_QUEUES = (1, 2, 4, 8, 16)
+FILL_BATCH = 1024
+WARM_UP_ROWS = 200_000
+ROUTE_WAIT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Ingest:
+    """One topic filled with `rows` messages, and the reference with as many partitions."""
+
+    endpoints: str
+    topic: str
+    rows: int
+    partitions: int
+
+
+def e2e_rows(env: Environment) -> list[Row]:
+    """Row 5: 8 queues, the run's e2e message count, 100-byte bodies."""
+    with env.broker() as broker:
+        _warm_up(env, broker.address)
+        ingest = _fill(broker.address, "bench-e2e", E2E_QUEUES, env.scale.e2e_messages)
+        return [_ingest_row(env, ingest, f"Spark ingest, {E2E_QUEUES} queues", Target(min_ratio=0.6))]
+
+
+def scaling_rows(env: Environment) -> list[Row]:
+    """Row 6: queues 1..16 on one broker, then 8 queues over 2 brokers (4 each, via a name
+    server) against the 8-queue point on one broker."""
+    count = env.scale.scaling_messages
+    rows = []
+    with env.broker() as broker:
+        _warm_up(env, broker.address)
+        for queues in SCALING_QUEUES:
+            ingest = _fill(broker.address, f"bench-scale-{queues}", queues, count)
+            rows.append(_ingest_row(env, ingest, f"Spark ingest, {queues} queue(s), 1 broker"))
+    with ExitStack() as stack:
+        namesrv = stack.enter_context(env.namesrv())
+        for name in ("broker-s1", "broker-s2"):
+            stack.enter_context(env.broker(name, namesrv=namesrv.address))
+        ingest = _fill(namesrv.address, "bench-scale-2b", E2E_QUEUES // 2, count, brokers=2)
+        rows.append(_ingest_row(env, ingest, "Spark ingest, 8 queues over 2 brokers (4 each)"))
+    return rows
+
+
+def _fill(endpoints: str, topic: str, queues_per_broker: int, rows: int, brokers: int = 1) -> Ingest:
+    """Create the topic (on every broker the endpoints know) and produce `rows` 100-byte
+    messages; the broker spreads each batch over the queues round-robin."""
+    with RmqClient(endpoints) as client:
+        client.create_topic(topic, queues=queues_per_broker)
+        _wait_for_route(client, topic, brokers)
+        produce(client, topic, rows, body_of(100), FILL_BATCH)
+        offsets = client.topic_offsets(topic)
+    stored = sum(o.max_offset - o.min_offset for o in offsets.values())
+    if stored != rows:
+        raise RuntimeError(f"{topic}: {stored} messages stored, {rows} produced")
+    return Ingest(endpoints, topic, rows, len(offsets))
+
+
+def _wait_for_route(client: RmqClient, topic: str, brokers: int) -> None:
+    """A name server learns a new topic from the brokers' registration; wait for all of them."""
+    deadline = time.monotonic() + ROUTE_WAIT_S
+    while len(client.query_route(topic).brokers) < brokers:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"route of {topic} does not list {brokers} brokers after {ROUTE_WAIT_S}s")
+        time.sleep(0.2)
+
+
+def _ingest_row(env: Environment, ingest: Ingest, name: str, target: Target | None = None) -> Row:
+    reference_options = _reference_options(env, ingest)
+    subject, reference = measure_pair(
+        lambda: _ingest_rate(env, "rmq", _rmq_options(ingest), ingest.rows),
+        lambda: _ingest_rate(env, reference_source.NAME, reference_options, ingest.rows),
+        env.scale.repeats,
+    )
+    return Row(f"{name}, {ingest.rows:,} msgs", "rows/s", subject,
+               f"zero-copy Arrow source, {ingest.partitions} partitions", reference, target)
+
+
+def _rmq_options(ingest: Ingest) -> dict[str, str]:
+    # A fresh group each run: a previous query's membership must not take queues away.
+    return {"endpoints": ingest.endpoints, "topic": ingest.topic, "startingOffsets": "earliest",
+            "consumerGroup": f"{GROUP}-{uuid.uuid4().hex[:8]}"}
+
+
+def _reference_options(env: Environment, ingest: Ingest) -> dict[str, str]:
+    """One pull batch of the topic's first queue, decoded and in Spark's Arrow schema: the
+    reference source yields exactly the rows rmq yields, over as many partitions as queues."""
+    path = env.directory("templates") / f"{ingest.topic}.arrow"
+    with RmqClient(ingest.endpoints) as client:
+        mq = next(mq for mq, o in client.topic_offsets(ingest.topic).items() if o.max_offset > 0)
+        result = client.pull(mq, 0, DEFAULT_PULL_BATCH_SIZE, group=GROUP)
+    reference_source.write_template(decode(result.messages, mq.broker_name).cast(SOURCE_ARROW_SCHEMA), path)
+    return reference_source.options(path, ingest.rows, ingest.partitions, SOURCE_SCHEMA)
+
+
+def _warm_up(env: Environment, endpoints: str) -> None:
+    """The first queries of a JVM run several times slower: once per Spark session, run both
+    sources over a small topic, unmeasured."""
+    if env.spark_warm:
+        return
+    ingest = _fill(endpoints, "bench-warm-up", E2E_QUEUES, min(WARM_UP_ROWS, env.scale.scaling_messages))
+    _ingest_rate(env, "rmq", _rmq_options(ingest), ingest.rows)
+    _ingest_rate(env, reference_source.NAME, _reference_options(env, ingest), ingest.rows)
+    env.spark_warm = True
+
+
+def _ingest_rate(env: Environment, source: str, options: dict[str, str], expected_rows: int | None) -> float:
+    """Rows/s of one AvailableNow query into the noop sink, from start() to termination."""
+    spark = env.spark()
+    checkpoint = env.directory("checkpoints") / uuid.uuid4().hex
+    start = time.perf_counter()
+    query = (
+        spark.readStream.format(source).options(**options).load()
+        .writeStream.format("noop").trigger(availableNow=True)
+        .option("checkpointLocation", str(checkpoint)).start()
+    )
+    query.awaitTermination()
+    elapsed = time.perf_counter() - start
+    rows = sum(progress["numInputRows"] for progress in query.recentProgress)
+    if expected_rows is not None and rows != expected_rows:
+        raise RuntimeError(f"query over {source} read {rows} rows, expected {expected_rows}")
+    return rows / elapsed
