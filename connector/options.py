@@ -44,7 +44,7 @@ OPTION_NAMES = (
     "failOnDataLoss", "offsetStoreDir",
 )
 JSON_FORM = 'JSON {"topic":{"broker":{"queueId":offset}}}'
-STARTING_FORMS = f"earliest, latest, committed, timestamp:<epoch-ms>, or {JSON_FORM}"
+STARTING_FORMS = f"one of earliest, latest, committed, timestamp:<epoch-ms>, or {JSON_FORM}"
 ENDING_FORMS = f"latest, or {JSON_FORM}"
 
 

@@ -1,0 +1,161 @@
+"""Offset JSON, start-offset resolution (computePullFromWhere, spec pull TV-9) and admission
+control (ReadLimit spreading)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows, ReadMinRows
+
+from connector.admission import admit, spread_rows
+from connector.client import MessageQueue
+from connector.offsets import (
+    NO_OFFSET,
+    OFFSET_READ_FAILED,
+    AtTimestamp,
+    Committed,
+    Earliest,
+    Latest,
+    OffsetResolutionError,
+    Specific,
+    StreamOffset,
+    positions_from_json,
+    positions_to_json,
+    resolve_acquired_offset,
+    resolve_offset,
+)
+
+A0 = MessageQueue("t", "broker-a", 0)
+A1 = MessageQueue("t", "broker-a", 10)
+B0 = MessageQueue("t", "broker-b", 0)
+
+
+def test_positions_json_is_nested_and_sorted():
+    positions = {B0: 7, A1: 3, A0: 5, MessageQueue("s", "broker-a", 2): 1}
+    as_json = positions_to_json(positions)
+    assert json.dumps(as_json) == (
+        '{"s": {"broker-a": {"2": 1}}, "t": {"broker-a": {"0": 5, "10": 3}, "broker-b": {"0": 7}}}'
+    )
+    assert positions_from_json(json.loads(json.dumps(as_json))) == positions
+
+
+def test_stream_offset_round_trip_carries_the_client_id():
+    offset = StreamOffset("host@spark-1", {A0: 5, B0: 0})
+    encoded = json.loads(json.dumps(offset.to_json()))
+    assert encoded["@clientId"] == "host@spark-1"
+    assert StreamOffset.from_json(encoded) == offset
+    with pytest.raises(ValueError, match="not an rmq stream offset"):
+        StreamOffset.from_json({"t": {"broker-a": {"0": 1}}})
+
+
+@pytest.mark.parametrize("bad, message", [
+    ([1], "expected a JSON object"),
+    ({"t": 1}, "topic 't' must map to an object"),
+    ({"t": {"b": []}}, "broker 'b' of topic 't' must map to an object"),
+    ({"t": {"b": {"x": 1}}}, "queue id 'x' of t/b is not an integer >= 0"),
+    ({"t": {"b": {"0": "5"}}}, "offset '5' of t/b/0 is not an integer >= 0"),
+    ({"t": {"b": {"0": True}}}, "offset True of t/b/0"),
+    ({"t": {"b": {"0": -1}}}, "offset -1 of t/b/0 is not an integer >= 0"),
+])
+def test_malformed_offset_json_is_rejected_with_the_reason(bad, message):
+    with pytest.raises(ValueError, match=message):
+        positions_from_json(bad)
+
+
+@dataclass
+class QueueTable:
+    """Broker min/max offsets, saved group offsets and a timestamp index, as plain tables."""
+
+    bounds: dict[MessageQueue, tuple[int, int]]
+    committed: dict[MessageQueue, int] = field(default_factory=dict)
+    by_time: dict[tuple[MessageQueue, int], int] = field(default_factory=dict)
+
+    def min_offset(self, mq):
+        return self.bounds[mq][0]
+
+    def max_offset(self, mq):
+        return self.bounds[mq][1]
+
+    def search_offset(self, mq, timestamp_ms):
+        return self.by_time[(mq, timestamp_ms)]
+
+    def committed_offset(self, mq):
+        return self.committed.get(mq, NO_OFFSET)
+
+
+TABLE = QueueTable(bounds={A0: (10, 500), A1: (0, 0)}, committed={A0: 42}, by_time={(A0, 1000): 77})
+
+
+@pytest.mark.parametrize("policy, mq, expected", [
+    (Earliest(), A0, 10),
+    (Latest(), A0, 500),
+    (Committed(), A0, 42),          # saved offset wins
+    (Committed(), A1, 0),           # nothing saved: latest
+    (AtTimestamp(1000), A0, 77),
+    (Specific({A0: -2}), A0, 10),
+    (Specific({A0: -1}), A0, 500),
+    (Specific({A0: 123}), A0, 123),
+    (Specific({}, fallback=Earliest()), A0, 10),
+])
+def test_resolve_offset(policy, mq, expected):
+    assert resolve_offset(policy, mq, TABLE) == expected
+
+
+def test_newly_owned_queue_starts_at_the_committed_offset_else_the_policy():
+    assert resolve_acquired_offset(Earliest(), A0, TABLE) == 42
+    assert resolve_acquired_offset(Earliest(), A1, TABLE) == 0
+    assert resolve_acquired_offset(Latest(), A1, QueueTable({A1: (3, 9)})) == 9
+    unreadable = QueueTable({A0: (0, 9)}, committed={A0: OFFSET_READ_FAILED})
+    assert resolve_acquired_offset(Latest(), A0, unreadable) == OFFSET_READ_FAILED   # skipped this round
+    with pytest.raises(OffsetResolutionError, match="could not read the committed offset of topic t"):
+        resolve_offset(Committed(), A0, unreadable)
+
+
+def test_max_rows_spread_evenly_then_to_the_queues_furthest_behind():
+    start = {"q0": 0, "q1": 0, "q2": 0, "q3": 0}
+    available = {"q0": 100, "q1": 100, "q2": 100, "q3": 100}
+    assert spread_rows(start, available, 10) == {"q0": 3, "q1": 3, "q2": 2, "q3": 2}
+    # The next batch gives the odd units to the queues left behind.
+    second = spread_rows({"q0": 3, "q1": 3, "q2": 2, "q3": 2}, available, 10)
+    assert second == {"q0": 5, "q1": 5, "q2": 5, "q3": 5}
+
+
+def test_unused_shares_go_to_queues_with_a_backlog():
+    start = {"q0": 0, "q1": 50, "q2": 0}
+    available = {"q0": 2, "q1": 50, "q2": 1000}
+    assert spread_rows(start, available, 100) == {"q0": 2, "q1": 50, "q2": 98}
+
+
+def test_fewer_rows_than_queues_still_advances():
+    assert spread_rows({"a": 0, "b": 0, "c": 0}, {"a": 5, "b": 5, "c": 5}, 1) == {"a": 1, "b": 0, "c": 0}
+    assert spread_rows({"a": 1, "b": 0, "c": 0}, {"a": 5, "b": 5, "c": 5}, 1) == {"a": 1, "b": 1, "c": 0}
+
+
+@given(
+    backlog=st.dictionaries(st.sampled_from("abcdefgh"), st.tuples(st.integers(0, 1000), st.integers(0, 300)),
+                            min_size=1),
+    max_rows=st.integers(1, 2000),
+)
+def test_max_rows_is_never_exceeded_and_progress_is_guaranteed(backlog, max_rows):
+    start = {key: first for key, (first, _) in backlog.items()}
+    available = {key: first + pending for key, (first, pending) in backlog.items()}
+    end = spread_rows(start, available, max_rows)
+    granted = {key: end[key] - start[key] for key in start}
+    total_pending = sum(pending for _, pending in backlog.values())
+    assert all(0 <= granted[key] <= available[key] - start[key] for key in start)
+    assert sum(granted.values()) == min(max_rows, total_pending)
+
+
+def test_admit_per_read_limit():
+    start, available = {"a": 5, "b": 0}, {"a": 9, "b": 2}
+    assert admit(start, available, ReadAllAvailable()) == {"a": 9, "b": 2}
+    assert admit(start, available, ReadMaxRows(2)) == {"a": 6, "b": 1}
+    assert admit(start, available, ReadMinRows(6)) == {"a": 9, "b": 2}
+    assert admit(start, available, ReadMinRows(7)) is None
+    assert admit({"a": 5}, {"a": 3}, ReadAllAvailable()) == {"a": 5}    # never moves back
+    with pytest.raises(ValueError, match="does not support the read limit"):
+        admit(start, available, ReadMaxBytes(100))

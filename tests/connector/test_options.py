@@ -1,0 +1,112 @@
+"""Source option validation: defaults, case-insensitive names, one clear message per mistake."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from connector.client import MessageQueue
+from connector.offsets import AtTimestamp, Committed, Earliest, Latest, Specific
+from connector.options import RmqOptionError, parse_source_options
+
+BASE = {"endpoints": "127.0.0.1:9876", "topic": "orders"}
+
+
+def parse(streaming: bool = True, **options: str):
+    return parse_source_options({**BASE, **options}, streaming=streaming)
+
+
+def test_defaults_for_stream_and_batch():
+    stream = parse()
+    assert stream.topics == ("orders",)
+    assert stream.consumer_group == "spark-rmq-orders"
+    assert stream.starting_offsets == Latest()
+    assert stream.max_messages_per_trigger is None
+    assert stream.allocate_strategy == "avg"
+    assert stream.message_model == "clustering"
+    assert stream.pull.sub_expression == "*" and stream.pull.tags is None
+    assert (stream.pull.pull_batch_size, stream.pull.pull_timeout_ms) == (4096, 3000)
+    assert stream.pull.fail_on_data_loss is True
+    assert stream.offset_store_dir == os.path.expanduser("~/.rmq/offsets")
+    batch = parse(streaming=False)
+    assert batch.starting_offsets == Earliest()
+    assert batch.ending_offsets == Latest()
+
+
+def test_names_are_case_insensitive_and_values_parsed():
+    options = parse_source_options({
+        "ENDPOINTS": "h1:1,h2:2", "Topic": "a, b", "consumergroup": "g1", "SUBEXPRESSION": "TagA ||TagB",
+        "startingoffsets": "Timestamp:1700000000000", "MaxMessagesPerTrigger": "100",
+        "pullbatchsize": "32768", "allocatestrategy": "CIRCLE", "messagemodel": "Broadcasting",
+        "failondataloss": "FALSE",
+    }, streaming=True)
+    assert options.endpoints == "h1:1,h2:2"
+    assert options.topics == ("a", "b")
+    assert options.consumer_group == "g1"
+    assert options.pull.sub_expression == "TagA || TagB"
+    assert options.pull.tags == frozenset({"TagA", "TagB"})
+    assert options.starting_offsets == AtTimestamp(1700000000000)
+    assert options.max_messages_per_trigger == 100
+    assert options.pull.pull_batch_size == 32768
+    assert options.allocate_strategy == "circle"
+    assert options.broadcasting
+    assert options.pull.fail_on_data_loss is False
+
+
+def test_committed_and_json_starting_offsets():
+    assert parse(startingOffsets="committed").starting_offsets == Committed()
+    policy = parse(startingOffsets='{"orders":{"broker-a":{"0":-2,"3":17}}}').starting_offsets
+    assert isinstance(policy, Specific)
+    assert policy.positions == {
+        MessageQueue("orders", "broker-a", 0): -2, MessageQueue("orders", "broker-a", 3): 17,
+    }
+    assert policy.fallback == Latest()
+    ending = parse(streaming=False, endingOffsets='{"orders":{"broker-a":{"1":-1}}}').ending_offsets
+    assert ending.positions == {MessageQueue("orders", "broker-a", 1): -1}
+
+
+@pytest.mark.parametrize("option, value, expected", [
+    ("allocateStrategy", "foo",
+     "Invalid value 'foo' for option 'allocateStrategy': expected one of avg, circle"),
+    ("messageModel", "pubsub",
+     "Invalid value 'pubsub' for option 'messageModel': expected one of clustering, broadcasting"),
+    ("failOnDataLoss", "yes", "Invalid value 'yes' for option 'failOnDataLoss': expected one of true, false"),
+    ("maxMessagesPerTrigger", "0",
+     "Invalid value '0' for option 'maxMessagesPerTrigger': expected a positive integer"),
+    ("pullBatchSize", "40000",
+     "Invalid value '40000' for option 'pullBatchSize': expected a positive integer <= 32768"),
+    ("pullTimeoutMs", "3s", "Invalid value '3s' for option 'pullTimeoutMs': expected a positive integer"),
+    ("startingOffsets", "newest",
+     "Invalid value 'newest' for option 'startingOffsets': expected one of earliest, latest, committed, "
+     "timestamp:<epoch-ms>, or JSON"),
+    ("startingOffsets", "timestamp:yesterday",
+     "Invalid value 'timestamp:yesterday' for option 'startingOffsets': expected timestamp:<epoch-ms>"),
+    ("startingOffsets", '{"orders":{"broker-a":{"0":-3}}}',
+     "offset -3 of orders/broker-a/0 is not an integer >= -2"),
+    ("startingOffsets", '{"other":{"broker-a":{"0":1}}}', "topic 'other' is not in option 'topic' (orders)"),
+    ("subExpression", "A || ", "Invalid value 'A ||' for option 'subExpression': expected '*' or tags"),
+    ("topic", "bad topic", "Invalid value 'bad topic' for option 'topic'"),
+    ("consumerGroup", "g/1", "Invalid value 'g/1' for option 'consumerGroup'"),
+    ("endpoints", "localhost", "Invalid value 'localhost' for option 'endpoints'"),
+    ("pullBatchSizes", "10", "Unknown option 'pullbatchsizes' for the rmq source: expected one of endpoints"),
+])
+def test_bad_values_name_the_option_and_the_accepted_values(option, value, expected):
+    with pytest.raises(RmqOptionError) as error:
+        parse(**{option: value})
+    assert expected in str(error.value)
+
+
+def test_required_and_mode_specific_options():
+    with pytest.raises(RmqOptionError, match="Option 'endpoints' is required"):
+        parse_source_options({"topic": "t"}, streaming=True)
+    with pytest.raises(RmqOptionError, match="Option 'topic' is required"):
+        parse_source_options({"endpoints": "h:1"}, streaming=False)
+    with pytest.raises(RmqOptionError, match="'endingOffsets' applies to batch reads only"):
+        parse(endingOffsets="latest")
+    with pytest.raises(RmqOptionError, match="'maxMessagesPerTrigger' applies to streams only"):
+        parse(streaming=False, maxMessagesPerTrigger="10")
+    with pytest.raises(RmqOptionError, match="option 'endingOffsets': expected latest, or JSON"):
+        parse(streaming=False, endingOffsets="earliest")
+    with pytest.raises(RmqOptionError, match="is not an integer >= -1"):
+        parse(streaming=False, endingOffsets='{"orders":{"b":{"0":-2}}}')
