@@ -1,0 +1,96 @@
+"""MessageStoreConfig: every tunable of the store, RocketMQ names in snake_case (spec store §24)."""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from store.errors import StoreError
+
+
+class FlushDiskType(enum.Enum):
+    SYNC = "sync"     # group commit: a put returns after the flush covering it (spec store §10.1)
+    ASYNC = "async"   # a flush thread every flush_interval_commit_log_ms (spec store §10.2)
+
+
+class BrokerRole(enum.Enum):
+    MASTER = "master"
+    SLAVE = "slave"   # refuses puts; getMessage keeps the requested offset unless offset_check_in_slave
+
+
+CQ_STORE_UNIT_SIZE = 20
+
+
+@dataclass
+class MessageStoreConfig:
+    store_dir: str | Path
+    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC
+    broker_role: BrokerRole = BrokerRole.MASTER
+    offset_check_in_slave: bool = False
+    # Store host written into every record and into message ids: IPv4 "host:port".
+    broker_address: str = "127.0.0.1:10911"
+
+    # File sizes. RocketMQ uses 1 GiB CommitLog files; 128 MiB keeps small brokers small.
+    mapped_file_size_commit_log: int = 128 * 1024 * 1024
+    mapped_file_size_consume_queue: int = 300_000 * CQ_STORE_UNIT_SIZE
+    max_message_size: int = 4 * 1024 * 1024
+
+    # Flush (spec store §10): sync group commit, async interval flush, consume-queue flush.
+    sync_flush_timeout_ms: int = 5000
+    flush_interval_commit_log_ms: int = 500
+    flush_commit_log_least_pages: int = 4
+    flush_commit_log_thorough_interval_ms: int = 10_000
+    flush_interval_consume_queue_ms: int = 1000
+    flush_consume_queue_least_pages: int = 2
+    flush_consume_queue_thorough_interval_ms: int = 60_000
+
+    # Index (spec store §7). RocketMQ's 5,000,000 slots / 20,000,000 entries make 420 MB
+    # files; these defaults make 42 MB (sparse) files.
+    message_index_enable: bool = True
+    max_hash_slot_num: int = 500_000
+    max_index_num: int = 2_000_000
+
+    # Pull limits (spec consumer-pull-rebalance §12.2, isTheBatchFull) when the caller gives none.
+    max_transfer_bytes: int = 3 * 1024 * 1024
+    access_message_in_memory_max_ratio: int = 40
+
+    # Recovery (spec store §9).
+    check_crc_on_recover: bool = True
+
+    # Retention (spec store §11).
+    file_reserved_time_hours: float = 72
+    delete_when: str = "04"               # hours of the day separated by ";", or "now"
+    clean_resource_interval_ms: int = 10_000
+    delete_commit_log_files_interval_ms: int = 100
+    delete_consume_queue_files_interval_ms: int = 100
+    destroy_mapped_file_interval_forcibly_ms: int = 120_000
+    disk_max_used_space_ratio: int = 75
+    disk_space_clean_forcibly_ratio: float = 0.85
+    disk_space_warning_level_ratio: float = 0.90
+
+    def __post_init__(self) -> None:
+        self.store_dir = Path(self.store_dir)
+        if self.mapped_file_size_consume_queue % CQ_STORE_UNIT_SIZE:
+            raise StoreError(
+                f"mapped_file_size_consume_queue must be a multiple of {CQ_STORE_UNIT_SIZE}, "
+                f"got {self.mapped_file_size_consume_queue}"
+            )
+        if self.mapped_file_size_commit_log < 4096:
+            raise StoreError(f"mapped_file_size_commit_log must be at least 4096, got "
+                             f"{self.mapped_file_size_commit_log}")
+        self.store_host_bytes()  # validate early
+
+    def store_host_bytes(self) -> bytes:
+        """The 8-byte store host of records and message ids: IPv4 address + port as int."""
+        host, _, port = self.broker_address.rpartition(":")
+        try:
+            address = ipaddress.IPv4Address(host or "127.0.0.1")
+            return address.packed + int(port).to_bytes(4, "big")
+        except ValueError as error:
+            raise StoreError(f"broker_address must be IPv4 host:port, got {self.broker_address!r}") from error
+
+    def disk_max_used_ratio(self) -> float:
+        """diskMaxUsedSpaceRatio clamped to [10, 95] percent, as a fraction."""
+        return min(max(self.disk_max_used_space_ratio, 10), 95) / 100.0

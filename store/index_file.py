@@ -1,0 +1,243 @@
+"""IndexFile / IndexService: hash index from message keys to CommitLog offsets (spec store §7, TV24).
+
+File layout: 40-byte header (beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset,
+hashSlotCount, indexCount), `hash_slot_num` 4-byte slots holding the newest entry number,
+then `index_num` 20-byte entries (keyHash int, phyOffset long, timeDiff int seconds, prevIndex int).
+Entry numbers start at 1; slot value 0 means empty. Files are named by creation time.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import threading
+import time
+from pathlib import Path
+
+from rmq import message_format as mf
+
+from store.errors import StoreError
+from store.results import DispatchRequest
+
+INDEX_HEADER_SIZE = 40
+INDEX_ENTRY_SIZE = 20
+HASH_SLOT_SIZE = 4
+INVALID_INDEX = 0
+_HEADER = struct.Struct(">qqqqii")
+_ENTRY = struct.Struct(">iqii")
+_SLOT = struct.Struct(">i")
+_INT_MAX = 2**31 - 1
+
+
+def index_file_size(hash_slot_num: int, index_num: int) -> int:
+    return INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
+
+
+def key_hash(key: str) -> int:
+    """abs(Java String.hashCode), MIN_VALUE -> 0 (IndexFile#indexKeyHashMethod)."""
+    code = abs(mf.tags_hash_code(key))
+    return 0 if code > _INT_MAX else code
+
+
+def build_key(topic: str, key: str) -> str:
+    return f"{topic}#{key}"
+
+
+class IndexFile:
+    def __init__(self, path: Path, hash_slot_num: int, index_num: int) -> None:
+        self.path = path
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        size = index_file_size(hash_slot_num, index_num)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual not in (0, size):
+                raise StoreError(f"{path}: size {actual} differs from the configured index file size {size}")
+            if actual == 0:
+                os.ftruncate(fd, size)
+            self.mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
+         self.hash_slot_count, self.index_count) = _HEADER.unpack_from(self.mm, 0)
+        if self.index_count == 0:
+            self.index_count = 1
+
+    def is_write_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        """IndexFile#putKey; False when the file is full."""
+        if self.index_count >= self.index_num:
+            return False
+        hashed = key_hash(key)
+        abs_slot_pos = INDEX_HEADER_SIZE + (hashed % self.hash_slot_num) * HASH_SLOT_SIZE
+        slot_value, = _SLOT.unpack_from(self.mm, abs_slot_pos)
+        if slot_value <= INVALID_INDEX or slot_value > self.index_count:
+            slot_value = INVALID_INDEX
+        if self.begin_timestamp <= 0:
+            time_diff = 0
+        else:
+            time_diff = min(max((store_timestamp - self.begin_timestamp) // 1000, 0), _INT_MAX)
+        abs_index_pos = (INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE
+                         + self.index_count * INDEX_ENTRY_SIZE)
+        _ENTRY.pack_into(self.mm, abs_index_pos, hashed, phy_offset, time_diff, slot_value)
+        _SLOT.pack_into(self.mm, abs_slot_pos, self.index_count)
+        if self.index_count <= 1:
+            self.begin_phy_offset = phy_offset
+            self.begin_timestamp = store_timestamp
+        if slot_value == INVALID_INDEX:
+            self.hash_slot_count += 1
+        self.index_count += 1
+        self.end_phy_offset = phy_offset
+        self.end_timestamp = store_timestamp
+        _HEADER.pack_into(self.mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
+                          self.end_phy_offset, self.hash_slot_count, self.index_count)
+        return True
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        return (begin <= self.begin_timestamp <= end or begin <= self.end_timestamp <= end
+                or (self.begin_timestamp <= begin and end <= self.end_timestamp))
+
+    def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """IndexFile#selectPhyOffset: walk the slot's chain, newest first."""
+        found: list[int] = []
+        hashed = key_hash(key)
+        slot_value, = _SLOT.unpack_from(self.mm, INDEX_HEADER_SIZE + (hashed % self.hash_slot_num) * 4)
+        if slot_value <= INVALID_INDEX or slot_value > self.index_count or self.index_count <= 1:
+            return found
+        entries_start = INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE
+        next_index = slot_value
+        while len(found) < max_num:
+            read_hash, phy_offset, time_diff, prev_index = _ENTRY.unpack_from(
+                self.mm, entries_start + next_index * INDEX_ENTRY_SIZE)
+            if time_diff < 0:
+                break
+            time_read = self.begin_timestamp + time_diff * 1000
+            if read_hash == hashed and begin <= time_read <= end:
+                found.append(phy_offset)
+            if (prev_index <= INVALID_INDEX or prev_index > self.index_count or prev_index == next_index
+                    or time_read < begin):
+                break
+            next_index = prev_index
+        return found
+
+    def flush(self) -> None:
+        self.mm.flush()
+
+    def close(self) -> None:
+        self.mm.close()
+
+    def destroy(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+
+class IndexService:
+    """The list of index files; builds entries on dispatch and answers key queries."""
+
+    def __init__(self, index_dir: Path, hash_slot_num: int, index_num: int) -> None:
+        self.index_dir = index_dir
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.files: list[IndexFile] = []
+        self._lock = threading.Lock()
+
+    def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> None:
+        """IndexService#load (TV12): after an abnormal exit, files newer than the checkpoint are destroyed."""
+        if not self.index_dir.is_dir():
+            return
+        for path in sorted(self.index_dir.iterdir()):
+            if not (path.is_file() and path.name.isdigit()):
+                raise StoreError(f"{path}: not an index file (expected a file named by its creation time)")
+            index_file = IndexFile(path, self.hash_slot_num, self.index_num)
+            if not last_exit_ok and index_file.end_timestamp > index_msg_timestamp:
+                index_file.destroy()
+                continue
+            self.files.append(index_file)
+
+    def build_index(self, request: DispatchRequest) -> None:
+        """IndexService#buildIndex: UNIQ_KEY and every space-separated KEYS entry, as topic#key."""
+        if not (request.uniq_key or request.keys):
+            return
+        with self._lock:
+            index_file = self._writable_file()
+            if request.commit_log_offset < index_file.end_phy_offset:
+                return   # already indexed (re-dispatch after recovery)
+            keys = [request.uniq_key] if request.uniq_key else []
+            keys.extend(k for k in request.keys.split(mf.KEY_SEPARATOR) if k)
+            for key in keys:
+                full_key = build_key(request.topic, key)
+                if not index_file.put_key(full_key, request.commit_log_offset, request.store_timestamp):
+                    index_file.flush()
+                    index_file = self._create_file()
+                    index_file.put_key(full_key, request.commit_log_offset, request.store_timestamp)
+
+    def _writable_file(self) -> IndexFile:
+        if self.files and not self.files[-1].is_write_full():
+            return self.files[-1]
+        return self._create_file()
+
+    def _create_file(self) -> IndexFile:
+        self.index_dir.mkdir(parents=True, exist_ok=True)
+        stamp = time.time_ns() // 1_000_000
+        path = self.index_dir / _time_name(stamp)
+        while path.exists():
+            stamp += 1
+            path = self.index_dir / _time_name(stamp)
+        index_file = IndexFile(path, self.hash_slot_num, self.index_num)
+        self.files = [*self.files, index_file]
+        return index_file
+
+    def query_offsets(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """Physical offsets for topic#key, newest file first, at most max_num."""
+        found: list[int] = []
+        full_key = build_key(topic, key)
+        for index_file in reversed(self.files):
+            if index_file.is_time_matched(begin, end):
+                found.extend(index_file.select_phy_offsets(full_key, max_num - len(found), begin, end))
+            if len(found) >= max_num or index_file.begin_timestamp < begin:
+                break
+        return found
+
+    def delete_expired_files(self, min_commit_log_offset: int) -> None:
+        """Delete index files (never the last) whose entries all point below the CommitLog start."""
+        with self._lock:
+            keep = [f for f in self.files[:-1] if f.end_phy_offset >= min_commit_log_offset]
+            for index_file in self.files[:-1]:
+                if index_file.end_phy_offset < min_commit_log_offset:
+                    index_file.destroy()
+            self.files = keep + self.files[-1:]
+
+    def delete_files_from(self, commit_log_offset: int) -> None:
+        """Destroy the newest files that index records at or after commit_log_offset (the
+        CommitLog was truncated there; re-dispatch indexes the surviving records again)."""
+        with self._lock:
+            while self.files and self.files[-1].end_phy_offset >= commit_log_offset:
+                self.files[-1].destroy()
+                self.files = self.files[:-1]
+
+    def flush(self) -> None:
+        with self._lock:
+            for index_file in self.files:
+                index_file.flush()
+
+    def last_timestamp(self) -> int:
+        return self.files[-1].end_timestamp if self.files else 0
+
+    def destroy(self) -> None:
+        with self._lock:
+            for index_file in self.files:
+                index_file.destroy()
+            self.files = []
+
+    def close(self) -> None:
+        for index_file in self.files:
+            index_file.close()
+
+
+def _time_name(stamp_ms: int) -> str:
+    """yyyyMMddHHmmssSSS (local time, like RocketMQ)."""
+    return time.strftime("%Y%m%d%H%M%S", time.localtime(stamp_ms / 1000)) + f"{stamp_ms % 1000:03d}"

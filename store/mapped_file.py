@@ -1,0 +1,189 @@
+"""MappedFile: one fixed-size memory-mapped store file named by its start offset (spec store §5.2).
+
+Writes go straight to the mmap (no TransientStorePool), so committed == wrote and the read
+position is the wrote position. Readers `hold()` the file while they copy bytes out of it;
+`destroy()` unmaps and deletes it once no reader holds it, or forcibly after
+`interval_forcibly` ms (spec store §5.2 shutdown, TV9).
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import threading
+import time
+from pathlib import Path
+
+OS_PAGE_SIZE = 4096
+FILE_NAME_DIGITS = 20
+
+
+def offset_to_file_name(offset: int) -> str:
+    """UtilAll.offset2FileName: the offset zero-padded to 20 digits."""
+    return str(offset).zfill(FILE_NAME_DIGITS)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class MappedFile:
+    def __init__(self, path: Path, file_size: int, *, create: bool = False,
+                 preallocate: bool = False) -> None:
+        self.path = path
+        self.file_size = file_size
+        self.file_from_offset = int(path.name)
+        self.wrote_position = 0
+        self.flushed_position = 0
+        self.store_timestamp = 0
+        self.first_create_in_queue = False
+        self._ref_count = 1
+        self._available = True
+        self._cleaned = False
+        self._first_shutdown_timestamp = 0
+        self._ref_lock = threading.Lock()
+        self._open(create, preallocate)
+
+    def _open(self, create: bool, preallocate: bool) -> None:
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        fd = os.open(self.path, flags, 0o644)
+        try:
+            if os.fstat(fd).st_size != self.file_size:
+                _allocate(fd, self.file_size, preallocate)
+            self.mm = mmap.mmap(fd, self.file_size)
+        except OSError:
+            os.close(fd)
+            if create:
+                self.path.unlink(missing_ok=True)
+            raise
+        self._fd = fd
+
+    # -- positions -------------------------------------------------------------------------
+
+    @property
+    def committed_position(self) -> int:
+        return self.wrote_position
+
+    def read_position(self) -> int:
+        return self.wrote_position
+
+    def set_positions(self, position: int) -> None:
+        self.wrote_position = self.flushed_position = position
+
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def remaining(self) -> int:
+        return self.file_size - self.wrote_position
+
+    # -- write / flush -----------------------------------------------------------------------
+
+    def write(self, position: int, data: bytes) -> None:
+        self.mm[position:position + len(data)] = data
+
+    def append(self, data: bytes) -> bool:
+        position = self.wrote_position
+        if position + len(data) > self.file_size:
+            return False
+        self.mm[position:position + len(data)] = data
+        self.wrote_position = position + len(data)
+        return True
+
+    def is_able_to_flush(self, least_pages: int) -> bool:
+        """isAbleToFlush (spec store §5.2, TV7): full files always flush; leastPages 0 = any dirty data."""
+        flushed, write = self.flushed_position, self.read_position()
+        if self.is_full() and write > flushed:
+            return True
+        if least_pages > 0:
+            return write // OS_PAGE_SIZE - flushed // OS_PAGE_SIZE >= least_pages
+        return write > flushed
+
+    def flush(self, least_pages: int) -> int:
+        if self.is_able_to_flush(least_pages) and self.hold():
+            try:
+                value = self.read_position()
+                start = self.flushed_position // mmap.ALLOCATIONGRANULARITY * mmap.ALLOCATIONGRANULARITY
+                if value > start:
+                    self.mm.flush(start, value - start)
+                self.flushed_position = value
+            finally:
+                self.release()
+        return self.flushed_position
+
+    # -- read --------------------------------------------------------------------------------
+
+    def read(self, position: int, size: int) -> bytes:
+        return self.mm[position:position + size]
+
+    def last_modified_timestamp(self) -> int:
+        try:
+            return os.stat(self.path).st_mtime_ns // 1_000_000
+        except FileNotFoundError:
+            return 0
+
+    # -- reference counting / destroy -------------------------------------------------------
+
+    def hold(self) -> bool:
+        with self._ref_lock:
+            if not self._available:
+                return False
+            self._ref_count += 1
+            return True
+
+    def release(self) -> None:
+        with self._ref_lock:
+            self._ref_count -= 1
+            if self._ref_count > 0 or self._cleaned:
+                return
+            self._cleaned = True
+        self._close()
+
+    def shutdown(self, interval_forcibly_ms: int) -> None:
+        if self._available:
+            self._available = False
+            self._first_shutdown_timestamp = now_ms()
+            self.release()
+        elif self._ref_count > 0 and now_ms() - self._first_shutdown_timestamp >= interval_forcibly_ms:
+            self._ref_count = -1000 - self._ref_count
+            self.release()
+
+    def destroy(self, interval_forcibly_ms: int) -> bool:
+        """Unmap and delete the file; False while readers still hold it (retry later)."""
+        self.shutdown(interval_forcibly_ms)
+        if not self._cleaned:
+            return False
+        self.path.unlink(missing_ok=True)
+        return True
+
+    def close(self) -> None:
+        """Unmap without deleting (store shutdown)."""
+        self._available = False
+        with self._ref_lock:
+            if self._cleaned:
+                return
+            self._cleaned = True
+        self._close()
+
+    def _close(self) -> None:
+        try:
+            self.mm.close()
+        except BufferError:
+            pass   # a reader still has a view; the map is freed with it
+        os.close(self._fd)
+
+    def __repr__(self) -> str:
+        return f"MappedFile({self.path.name}, wrote={self.wrote_position})"
+
+
+def _allocate(fd: int, size: int, preallocate: bool) -> None:
+    """Size the file. CommitLog files reserve their blocks (ENOSPC surfaces here as OSError
+    instead of SIGBUS on a later page fault); others stay sparse."""
+    if preallocate and hasattr(os, "posix_fallocate"):
+        try:
+            os.posix_fallocate(fd, 0, size)
+            return
+        except OSError as error:
+            if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+    os.ftruncate(fd, size)

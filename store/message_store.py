@@ -1,0 +1,499 @@
+"""MessageStore: RocketMQ DefaultMessageStore, the store's public face (ARCHITECTURE.md §2).
+
+Puts append to the CommitLog; the ReputMessageService dispatches records to ConsumeQueues, the
+index and the dispatch listeners; getMessage reads ConsumeQueue entries as one numpy array and
+gathers the records from the CommitLog (spec consumer-pull-rebalance §12).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
+
+import numpy as np
+from rmq import message_format as mf
+
+from store.checkpoint import StoreCheckpoint
+from store.commit_log import (
+    TRANSACTION_ROLLBACK_TYPE,
+    CommitLog,
+    EncodedMessage,
+    consumes_queue_offset,
+    parse_record,
+    transaction_type,
+)
+from store.config import CQ_STORE_UNIT_SIZE, BrokerRole, FlushDiskType, MessageStoreConfig
+from store.consume_queue import PRE_BLANK_SIZE, ConsumeQueue
+from store.errors import StoreError
+from store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
+from store.index_file import IndexService
+from store.mapped_file import now_ms
+from store.message_filter import match_tags
+from store.reput import ReputMessageService
+from store.results import (
+    DispatchRequest,
+    GetMessageResult,
+    GetMessageStatus,
+    MessageToStore,
+    PutMessageResult,
+    PutMessageStatus,
+)
+from store.retention import (
+    CleanFilesService,
+    decide_disk_space,
+    disk_used_ratio,
+    expired_time_ms,
+    is_time_to_delete,
+)
+from store.store_directory import StoreDirectory
+
+log = logging.getLogger(__name__)
+
+MIN_FILTER_SCAN_BYTES = 16000   # maxFilterMessageCount = max(16000, maxMsgNums * 20)
+DispatchListener = Callable[[DispatchRequest], None]
+
+
+def _total_physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 8 * 1024**3
+
+
+class MessageStore:
+    def __init__(self, config: MessageStoreConfig) -> None:
+        self.config = config
+        self.directory = StoreDirectory(config)
+        root = Path(config.store_dir)
+        self.commit_log = CommitLog(config)
+        self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
+        self._cq_lock = threading.Lock()
+        self.index_service = IndexService(root / "index", config.max_hash_slot_num, config.max_index_num)
+        self.checkpoint = StoreCheckpoint(self.directory.checkpoint_file)
+        self.reput = ReputMessageService(self.commit_log, self._dispatch)
+        self._listeners: list[DispatchListener] = []
+        self._memory_threshold = _total_physical_memory() * config.access_message_in_memory_max_ratio // 100
+        self._running = False
+        self._disk_full = False
+        self._write_error: str | None = None
+        self._last_dispatched_timestamp = 0
+        self._last_physical_min_offset = 0
+        self._clean_lock = threading.Lock()
+        self._group_commit: GroupCommitService | None = None
+        self._services: list = []
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Load, recover (normal or abnormal, spec store §9), dispatch what the ConsumeQueues
+        miss, then start the reput, flush and clean services."""
+        try:
+            self._load_and_recover()
+        except BaseException:
+            self._close_files()
+            self.directory.unlock()
+            raise
+        self.directory.abort_file.touch()
+        self._start_services()
+        self._running = True
+
+    def _load_and_recover(self) -> None:
+        last_exit_ok = not self.directory.abort_file.exists()
+        self.commit_log.load()
+        self._load_consume_queues()
+        self.index_service.load(last_exit_ok, self.checkpoint.index_msg_timestamp)
+        max_phy_offset_of_cq = -1
+        for cq in self._all_consume_queues():
+            cq.recover()
+            max_phy_offset_of_cq = max(max_phy_offset_of_cq, cq.max_physic_offset)
+        process_offset, scan_start = self.commit_log.recover(last_exit_ok, self.checkpoint)
+        if not self.commit_log.mapped_file_queue.files:
+            self._destroy_logics()
+        elif max_phy_offset_of_cq > process_offset:   # an entry's record runs past the valid end
+            log.warning("truncating consume queues to CommitLog offset %d", process_offset)
+            for cq in self._all_consume_queues():
+                cq.truncate_dirty_logic_files(process_offset)
+            self.index_service.delete_files_from(process_offset)
+        self.reput.reput_from_offset = self._reput_start(last_exit_ok, scan_start)
+        self.reput.do_reput()
+        self._recover_topic_queue_table()
+
+    def _reput_start(self, last_exit_ok: bool, scan_start: int) -> int:
+        """Where dispatch resumes: after the last record every ConsumeQueue holds (normal exit),
+        or from the first CommitLog file the checkpoint vouches for (abnormal exit)."""
+        min_offset = max(self.commit_log.get_min_offset(), 0)
+        if not last_exit_ok:
+            return max(scan_start, min_offset)
+        ends = [cq.max_physic_offset for cq in self._all_consume_queues()]
+        return max(max(ends, default=0), min_offset)
+
+    def _recover_topic_queue_table(self) -> None:
+        min_phy = self.commit_log.get_min_offset()
+        table: dict[str, int] = {}
+        for cq in self._all_consume_queues():
+            table[f"{cq.topic}-{cq.queue_id}"] = cq.get_max_offset_in_queue()
+            cq.correct_min_offset(min_phy)
+        self.commit_log.topic_queue_table = table
+        self._last_physical_min_offset = min_phy
+
+    def _load_consume_queues(self) -> None:
+        root = Path(self.config.store_dir) / "consumequeue"
+        if not root.is_dir():
+            return
+        for topic_dir in sorted(root.iterdir()):
+            if not topic_dir.is_dir():
+                raise StoreError(f"{topic_dir}: unexpected file in the consumequeue directory")
+            for queue_dir in sorted(topic_dir.iterdir()):
+                if not queue_dir.name.isdigit():
+                    log.warning("skipping %s: not a queue id", queue_dir)
+                    continue
+                cq = self._new_consume_queue(topic_dir.name, int(queue_dir.name))
+                cq.load()
+                self.consume_queue_table.setdefault(cq.topic, {})[cq.queue_id] = cq
+
+    def _start_services(self) -> None:
+        config = self.config
+        queue = self.commit_log.mapped_file_queue
+        if config.flush_disk_type is FlushDiskType.SYNC:
+            self._group_commit = GroupCommitService(queue, self.checkpoint)
+            flush_service = self._group_commit
+        else:
+            flush_service = FlushRealTimeService(queue, self.checkpoint, config.flush_interval_commit_log_ms,
+                                                 config.flush_commit_log_least_pages,
+                                                 config.flush_commit_log_thorough_interval_ms)
+        self._services = [
+            self.reput,
+            flush_service,
+            FlushConsumeQueueService(self._flush_logics, config.flush_interval_consume_queue_ms,
+                                     config.flush_consume_queue_least_pages,
+                                     config.flush_consume_queue_thorough_interval_ms),
+            CleanFilesService(lambda: self._clean(manual=False, force=False),
+                              config.clean_resource_interval_ms),
+        ]
+        for service in self._services:
+            service.start()
+
+    def shutdown(self) -> None:
+        """Stop services, dispatch and flush everything, persist the checkpoint, remove the abort file."""
+        if not self._running:
+            return
+        self._running = False
+        for service in reversed(self._services):
+            service.shutdown()
+        self.reput.do_reput()
+        self.commit_log.mapped_file_queue.flush(0)
+        if self._group_commit is not None:
+            self._group_commit.do_commit()
+        self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp,
+                                                   self.commit_log.mapped_file_queue.store_timestamp)
+        self._flush_logics(0)
+        self._close_files()
+        self.directory.abort_file.unlink(missing_ok=True)
+        self.directory.unlock()
+
+    def _close_files(self) -> None:
+        self.commit_log.close()
+        for cq in self._all_consume_queues():
+            cq.close()
+        self.index_service.close()
+
+    # -- put -------------------------------------------------------------------------------------
+
+    def put_message(self, message: MessageToStore) -> PutMessageResult:
+        return self.put_messages([message])[0]
+
+    def put_messages(self, messages: Sequence[MessageToStore]) -> list[PutMessageResult]:
+        """Validate the whole batch (a rejected batch writes nothing and every result carries the
+        first failing status), append under one lock, wait for one flush under SYNC."""
+        if not messages:
+            return []
+        if not self._running or self.config.broker_role is BrokerRole.SLAVE or not self.is_writeable():
+            return _failed(messages, PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        encode = self.commit_log.encode
+        batch: list[EncodedMessage] = []
+        for message in messages:
+            encoded = encode(message)
+            if isinstance(encoded, PutMessageStatus):
+                return _failed(messages, encoded)
+            batch.append(encoded)
+        with self.commit_log.put_lock:
+            store_timestamp = now_ms()
+            try:
+                appended = self.commit_log.append(batch, store_timestamp)
+            except OSError as error:
+                self._write_error = f"{error.strerror or error} ({error.filename or self.config.store_dir})"
+                log.error("CommitLog append failed, store marked not writeable: %s", self._write_error)
+                return _failed(messages, PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        self.reput.wakeup()
+        status = PutMessageStatus.PUT_OK
+        if self._group_commit is not None:
+            end = appended[-1].physical_offset + appended[-1].length
+            if not self._group_commit.wait_for_flush(end, self.config.sync_flush_timeout_ms):
+                status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        host = self.commit_log.store_host
+        return [PutMessageResult(status, mf.message_id(host, a.physical_offset), m.queue_id, a.queue_offset,
+                                 a.physical_offset, store_timestamp)
+                for m, a in zip(messages, appended, strict=True)]
+
+    def is_writeable(self) -> bool:
+        return not self._disk_full and self._write_error is None
+
+    # -- dispatch --------------------------------------------------------------------------------
+
+    def add_dispatch_listener(self, listener: DispatchListener) -> None:
+        """listener(DispatchRequest) runs on the reput thread after the ConsumeQueue entry is visible."""
+        self._listeners.append(listener)
+
+    def _dispatch(self, request: DispatchRequest) -> None:
+        visible = consumes_queue_offset(request.sys_flag)
+        if visible:
+            self.find_consume_queue(request.topic, request.queue_id, create=True).put_message_position_info(
+                request.commit_log_offset, request.msg_size, request.tags_code, request.consume_queue_offset)
+        rollback = transaction_type(request.sys_flag) == TRANSACTION_ROLLBACK_TYPE
+        if self.config.message_index_enable and not rollback:
+            self.index_service.build_index(request)
+        self._last_dispatched_timestamp = request.store_timestamp
+        if visible:
+            for listener in self._listeners:
+                try:
+                    listener(request)
+                except Exception:
+                    log.exception("dispatch listener failed")
+
+    def dispatch_behind_bytes(self) -> int:
+        """CommitLog bytes not yet dispatched (0 when ConsumeQueues are up to date)."""
+        return self.reput.behind()
+
+    # -- consume queues --------------------------------------------------------------------------
+
+    def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        return ConsumeQueue(topic, queue_id, Path(self.config.store_dir) / "consumequeue",
+                            self.config.mapped_file_size_consume_queue)
+
+    def find_consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
+        queues = self.consume_queue_table.get(topic)
+        cq = queues.get(queue_id) if queues is not None else None
+        if cq is None and create:
+            with self._cq_lock:
+                queues = self.consume_queue_table.setdefault(topic, {})
+                cq = queues.get(queue_id)
+                if cq is None:
+                    cq = queues[queue_id] = self._new_consume_queue(topic, queue_id)
+        return cq
+
+    def _all_consume_queues(self) -> list[ConsumeQueue]:
+        return [cq for queues in list(self.consume_queue_table.values()) for cq in list(queues.values())]
+
+    def _flush_logics(self, least_pages: int) -> None:
+        timestamp = self._last_dispatched_timestamp
+        for cq in self._all_consume_queues():
+            cq.flush(least_pages)
+        self.index_service.flush()
+        if timestamp:
+            self.checkpoint.logics_msg_timestamp = timestamp
+            self.checkpoint.index_msg_timestamp = timestamp
+        self.checkpoint.flush()
+
+    def _destroy_logics(self) -> None:
+        for cq in self._all_consume_queues():
+            cq.destroy()
+        self.consume_queue_table.clear()
+        self.index_service.destroy()
+
+    def delete_topic(self, topic: str) -> None:
+        """Remove the topic's consume queues (its CommitLog records age out with retention)."""
+        with self._cq_lock:
+            queues = self.consume_queue_table.pop(topic, {})
+        for cq in queues.values():
+            cq.destroy()
+        shutil.rmtree(Path(self.config.store_dir) / "consumequeue" / topic, ignore_errors=True)
+        table = self.commit_log.topic_queue_table
+        with self.commit_log.put_lock:
+            for queue_id in queues:
+                table.pop(f"{topic}-{queue_id}", None)
+
+    # -- offsets ---------------------------------------------------------------------------------
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id)
+        return cq.get_min_offset_in_queue() if cq is not None else 0
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id)
+        return cq.get_max_offset_in_queue() if cq is not None else 0
+
+    def get_last_store_timestamp(self, topic: str, queue_id: int) -> int:
+        cq = self.find_consume_queue(topic, queue_id)
+        if cq is None or cq.get_max_offset_in_queue() <= cq.get_min_offset_in_queue():
+            return 0
+        entry = cq.get_entry(cq.get_max_offset_in_queue() - 1)
+        timestamp = self.commit_log.read_store_timestamp(entry[0]) if entry is not None else None
+        return timestamp or 0
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset whose store timestamp is >= timestamp_ms (binary search over
+        the ConsumeQueue); the max offset when every message is older."""
+        cq = self.find_consume_queue(topic, queue_id)
+        if cq is None:
+            return 0
+        low, high = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
+        while low < high:
+            middle = (low + high) // 2
+            entry = cq.get_entry(middle)
+            stored = self.commit_log.read_store_timestamp(entry[0]) if entry is not None else None
+            if stored is not None and stored >= timestamp_ms:
+                high = middle
+            else:
+                low = middle + 1
+        return low
+
+    def get_commit_log_min_offset(self) -> int:
+        return self.commit_log.get_min_offset()
+
+    def get_commit_log_max_offset(self) -> int:
+        return self.commit_log.get_max_offset()
+
+    # -- get -------------------------------------------------------------------------------------
+
+    def _next_offset_correction(self, old_offset: int, new_offset: int) -> int:
+        """nextOffsetCorrection (spec consumer-pull-rebalance §12.1)."""
+        if self.config.broker_role is not BrokerRole.SLAVE or self.config.offset_check_in_slave:
+            return new_offset
+        return old_offset
+
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+                    max_total_bytes: int | None = None, tag_codes: Collection[int] | None = None
+                    ) -> GetMessageResult:
+        """DefaultMessageStore#getMessage (spec consumer-pull-rebalance §12.2, TV17)."""
+        correct = self._next_offset_correction
+        cq = self.find_consume_queue(topic, queue_id)
+        if cq is None:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, correct(offset, 0), 0, 0)
+        min_offset, max_offset = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
+
+        def result(status: GetMessageStatus, next_begin_offset: int) -> GetMessageResult:
+            return GetMessageResult(status, next_begin_offset, min_offset, max_offset)
+
+        if max_offset == 0:
+            return result(GetMessageStatus.NO_MESSAGE_IN_QUEUE, correct(offset, 0))
+        if offset < min_offset:
+            return result(GetMessageStatus.OFFSET_TOO_SMALL, correct(offset, min_offset))
+        if offset == max_offset:
+            return result(GetMessageStatus.OFFSET_OVERFLOW_ONE, correct(offset, offset))
+        if offset > max_offset:
+            return result(GetMessageStatus.OFFSET_OVERFLOW_BADLY,
+                          correct(offset, min_offset if min_offset == 0 else max_offset))
+        max_scan = max(MIN_FILTER_SCAN_BYTES, max_msg_nums * CQ_STORE_UNIT_SIZE) // CQ_STORE_UNIT_SIZE
+        entries = cq.get_entries(offset, max_scan)
+        if entries is None:
+            return result(GetMessageStatus.OFFSET_FOUND_NULL, correct(offset, cq.roll_next_file(offset)))
+        read = self._read_entries(entries, max_msg_nums, max_total_bytes or self.config.max_transfer_bytes,
+                                  tag_codes)
+        read.next_begin_offset = offset + read.next_begin_offset
+        read.min_offset, read.max_offset = min_offset, max_offset
+        return read
+
+    def _read_entries(self, entries: np.ndarray, max_msg_nums: int, max_bytes: int,
+                      tag_codes: Collection[int] | None) -> GetMessageResult:
+        """The read loop of getMessage, vectorised. Returns next_begin_offset relative to the
+        first entry (= entries scanned). Per entry, in order: entries whose record is gone are
+        skipped; the batch is full (break before the entry) once it holds max_msg_nums messages
+        or the entry would pass max_bytes; filtered-out entries are skipped; the rest are taken."""
+        physical = entries["offset"].astype(np.int64)
+        sizes = entries["size"].astype(np.int64)
+        available = (physical >= self.commit_log.get_min_offset()) & (sizes != PRE_BLANK_SIZE)
+        matched = match_tags(entries["tags_code"], tag_codes)
+        taken = available if matched is None else available & matched
+        taken_count = taken.astype(np.int64)
+        taken_sizes = sizes * taken_count
+        count_before = np.cumsum(taken_count) - taken_count
+        bytes_before = np.cumsum(taken_sizes) - taken_sizes
+        full = available & (count_before > 0) & (
+            (count_before >= max_msg_nums) | (bytes_before + sizes > max_bytes))
+        scanned = int(np.argmax(full)) if full.any() else len(entries)
+        selected = np.flatnonzero(taken[:scanned])
+        max_phy_pulling = int(physical[min(scanned, len(entries) - 1)])
+        suggest = self.commit_log.get_max_offset() - max_phy_pulling > self._memory_threshold
+        if len(selected) == 0:
+            removed = scanned > 0 and not available[scanned - 1]
+            status = GetMessageStatus.MESSAGE_WAS_REMOVING if removed else GetMessageStatus.NO_MATCHED_MESSAGE
+            return GetMessageResult(status, scanned, 0, 0, suggest_pulling_from_slave=suggest)
+        buffer = self.commit_log.gather(physical[selected], sizes[selected])
+        if buffer is None:   # deleted while we read: let the client retry
+            return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, 0, 0, 0)
+        return GetMessageResult(GetMessageStatus.FOUND, scanned, 0, 0, len(selected),
+                                sizes[selected].astype(np.int32), buffer, suggest)
+
+    # -- query by key ----------------------------------------------------------------------------
+
+    def query_message_by_key(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int
+                             ) -> GetMessageResult:
+        """Messages of `topic` whose KEYS or UNIQ_KEY equal `key`, stored in [begin_ts, end_ts],
+        oldest first, at most max_num (IndexService#queryOffset; hash collisions are re-checked)."""
+        try:
+            offsets = self.index_service.query_offsets(topic, key, max_num, begin_ts, end_ts)
+        except ValueError:   # an index file was deleted while we read it
+            offsets = []
+        records: list[bytes] = []
+        for offset in sorted(set(offsets)):
+            record = self._read_record(offset)
+            if record is None:
+                continue
+            size, request = parse_record(record, 0, len(record), offset, False)
+            if (size > 0 and request.topic == topic and begin_ts <= request.store_timestamp <= end_ts
+                    and (request.uniq_key == key or key in request.keys.split(mf.KEY_SEPARATOR))):
+                records.append(record)
+        status = GetMessageStatus.FOUND if records else GetMessageStatus.NO_MATCHED_MESSAGE
+        return GetMessageResult(status, 0, 0, 0, len(records),
+                                np.array([len(r) for r in records], dtype=np.int32), b"".join(records))
+
+    def _read_record(self, offset: int) -> bytes | None:
+        head = self.commit_log.get_message(offset, 4)
+        if head is None:
+            return None
+        return self.commit_log.get_message(offset, int.from_bytes(head, "big"))
+
+    # -- retention -------------------------------------------------------------------------------
+
+    def clean_expired_files(self, force: bool = False) -> int:
+        """Run the clean-up now (manual trigger): delete CommitLog files older than
+        file_reserved_time_hours (force: regardless of age), at most 10, never the file being
+        written; then the ConsumeQueue and index files that only point below the new minimum.
+        Also re-evaluates disk usage (disk-full mark). Returns the CommitLog files deleted."""
+        return self._clean(manual=True, force=force)
+
+    def _clean(self, manual: bool, force: bool) -> int:
+        config = self.config
+        with self._clean_lock:
+            decision = decide_disk_space(disk_used_ratio(Path(config.store_dir)), config)
+            if decision.disk_full and not self._disk_full:
+                log.error("disk usage above %.2f: store marked not writeable",
+                          config.disk_space_warning_level_ratio)
+            self._disk_full = decision.disk_full
+            if self._write_error and not decision.disk_full and os.access(config.store_dir, os.W_OK):
+                self._write_error = None
+            deleted = 0
+            if manual or decision.space_to_delete or is_time_to_delete(config.delete_when):
+                deleted = self.commit_log.mapped_file_queue.delete_expired_file_by_time(
+                    expired_time_ms(config), config.delete_commit_log_files_interval_ms,
+                    config.destroy_mapped_file_interval_forcibly_ms, force or decision.clean_immediately)
+            self._clean_consume_queues()
+            return deleted
+
+    def _clean_consume_queues(self) -> None:
+        """CleanConsumeQueueService: runs when the CommitLog minimum moved."""
+        min_phy = self.commit_log.get_min_offset()
+        if min_phy <= self._last_physical_min_offset:
+            return
+        for cq in self._all_consume_queues():
+            cq.delete_expired_files(min_phy, self.config.destroy_mapped_file_interval_forcibly_ms)
+        self.index_service.delete_expired_files(min_phy)
+        self._last_physical_min_offset = min_phy
+
+
+def _failed(messages: Sequence[MessageToStore], status: PutMessageStatus) -> list[PutMessageResult]:
+    return [PutMessageResult(status, queue_id=m.queue_id) for m in messages]

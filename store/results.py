@@ -1,0 +1,95 @@
+"""Store inputs, outputs and statuses (RocketMQ MessageExtBrokerInner, PutMessageResult,
+GetMessageResult, DispatchRequest)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import numpy as np
+
+EMPTY_HOST = bytes(8)
+
+
+class PutMessageStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    MESSAGE_SIZE_EXCEEDED = "MESSAGE_SIZE_EXCEEDED"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+class GetMessageStatus(enum.Enum):
+    """Names equal the proto's GMS_* values minus the prefix."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass(frozen=True)
+class MessageToStore:
+    """One message to append (RocketMQ MessageExtBrokerInner)."""
+
+    topic: str
+    queue_id: int
+    body: bytes
+    properties: dict[str, str] = field(default_factory=dict)
+    flag: int = 0
+    born_timestamp: int = 0
+    born_host: bytes = EMPTY_HOST
+    sys_flag: int = 0
+    reconsume_times: int = 0
+
+
+@dataclass
+class PutMessageResult:
+    status: PutMessageStatus
+    msg_id: str = ""
+    queue_id: int = 0
+    queue_offset: int = -1
+    physical_offset: int = -1
+    store_timestamp: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutMessageStatus.PUT_OK
+
+
+_NO_SIZES = np.zeros(0, dtype=np.int32)
+
+
+@dataclass
+class GetMessageResult:
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    message_count: int = 0
+    sizes: np.ndarray = field(default_factory=lambda: _NO_SIZES)   # int32, one per message
+    buffer: bytes = b""                                            # the records back to back
+    suggest_pulling_from_slave: bool = False
+
+
+@dataclass(frozen=True)
+class DispatchRequest:
+    """One CommitLog record as seen by the dispatchers (spec store §8)."""
+
+    topic: str
+    queue_id: int
+    commit_log_offset: int
+    msg_size: int
+    tags_code: int
+    store_timestamp: int
+    consume_queue_offset: int
+    keys: str
+    uniq_key: str
+    sys_flag: int = 0
