@@ -1,0 +1,118 @@
+"""Client side of rmq security: account credentials that sign every call (scheme in
+`rmq.request_signing`), and TLS channel settings. Imports grpc and `rmq` only.
+
+Secrets stay out of reprs, logs and error messages: `Credentials` prints as
+`Credentials(access_key='ak1', secret_key=<redacted>)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import grpc
+from rmq import request_signing
+
+
+@dataclass(frozen=True)
+class Credentials:
+    access_key: str
+    secret_key: str
+
+    def __post_init__(self) -> None:
+        if not self.access_key or not self.secret_key:
+            raise ValueError("accessKey and secretKey must both be non-empty")
+
+    def __repr__(self) -> str:
+        return f"Credentials(access_key={self.access_key!r}, secret_key=<redacted>)"
+
+    __str__ = __repr__
+
+    @classmethod
+    def optional(cls, access_key: str | None, secret_key: str | None) -> Credentials | None:
+        """Credentials when both are given, None when neither is; ValueError for only one."""
+        if not access_key and not secret_key:
+            return None
+        if not access_key:
+            raise ValueError("secretKey is set but accessKey is not: give both or neither")
+        if not secret_key:
+            raise ValueError("accessKey is set but secretKey is not: give both or neither")
+        return cls(access_key, secret_key)
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    """TLS for client channels: `ca_file` to verify the server (None: the system roots), and
+    a client certificate and key for brokers that require mutual TLS."""
+
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+
+    def __post_init__(self) -> None:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("a TLS client certificate needs both a certificate file and a key file")
+
+    def channel_credentials(self) -> grpc.ChannelCredentials:
+        """Read the PEM files; ValueError naming the file when one cannot be read."""
+        return grpc.ssl_channel_credentials(
+            root_certificates=_read(self.ca_file, "TLS CA file"),
+            private_key=_read(self.key_file, "TLS client key file"),
+            certificate_chain=_read(self.cert_file, "TLS client certificate file"),
+        )
+
+
+class _CallDetails(NamedTuple):
+    method: str
+    timeout: float | None
+    metadata: Any
+    credentials: Any
+    wait_for_ready: Any
+    compression: Any
+
+
+class _ClientCallDetails(_CallDetails, grpc.ClientCallDetails):
+    pass
+
+
+class SigningInterceptor(grpc.UnaryUnaryClientInterceptor):
+    """Adds the x-rmq-* signing headers (rmq.request_signing) to every unary call."""
+
+    def __init__(self, credentials: Credentials) -> None:
+        self._credentials = credentials
+
+    def intercept_unary_unary(self, continuation, client_call_details, request):
+        method = client_call_details.method
+        method = method.decode() if isinstance(method, bytes) else method
+        account = self._credentials
+        headers = request_signing.sign(account.access_key, account.secret_key, method, request)
+        metadata = tuple(client_call_details.metadata or ()) + headers.as_metadata()
+        details = _ClientCallDetails(
+            client_call_details.method, client_call_details.timeout, metadata,
+            client_call_details.credentials, client_call_details.wait_for_ready,
+            getattr(client_call_details, "compression", None),
+        )
+        return continuation(details, request)
+
+
+def open_channel(address: str, *, credentials: Credentials | None = None, tls: TlsSettings | None = None,
+                 options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
+    """A channel to `address`: TLS when `tls` is given, signing every call when `credentials` are."""
+    if tls is None:
+        channel = grpc.insecure_channel(address, options=list(options))
+    else:
+        channel = grpc.secure_channel(address, tls.channel_credentials(), options=list(options))
+    if credentials is not None:
+        channel = grpc.intercept_channel(channel, SigningInterceptor(credentials))
+    return channel
+
+
+def _read(path: Path | None, what: str) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as error:
+        raise ValueError(f"cannot read {what} {path}: {error.strerror or error}") from None

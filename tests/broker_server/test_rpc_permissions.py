@@ -1,0 +1,91 @@
+"""Every rmq.v1 RPC maps to the permission RocketMQ's ACL would ask for."""
+
+from __future__ import annotations
+
+import pytest
+from rmq.v1 import rmq_pb2
+
+from broker_server.acl import AccessDenied, parse_acl
+from broker_server.rpc_permissions import ADMIN_METHODS, RULES, check_call
+
+ACL = parse_acl({"accounts": [
+    {"accessKey": "pubonly", "secretKey": "secret-1", "topicPerms": ["orders=PUB"]},
+    {"accessKey": "subonly", "secretKey": "secret-2", "topicPerms": ["orders=SUB"],
+     "groupPerms": ["etl=SUB"]},
+    {"accessKey": "nothing", "secretKey": "secret-3"},
+    {"accessKey": "admin1", "secretKey": "secret-4", "admin": True},
+]}, "test")
+
+
+def mq(topic: str = "orders") -> rmq_pb2.MessageQueue:
+    return rmq_pb2.MessageQueue(topic=topic, broker_name="b", queue_id=0)
+
+
+def method(service: str, name: str) -> str:
+    return f"/rmq.v1.{service}/{name}"
+
+
+def test_every_rpc_of_the_contract_has_a_rule() -> None:
+    services = rmq_pb2.DESCRIPTOR.services_by_name.values()
+    declared = {f"/{s.full_name}/{m.name}" for s in services for m in s.methods}
+    assert declared == set(RULES) | ADMIN_METHODS
+    assert not set(RULES) & ADMIN_METHODS
+
+
+SEND = (method("MessagingService", "SendMessage"), rmq_pb2.SendMessageRequest(topic="orders"))
+PULL = (method("MessagingService", "PullMessage"),
+        rmq_pb2.PullMessageRequest(topic="orders", consumer_group="etl"))
+COMMIT = (method("MessagingService", "UpdateConsumerOffsets"), rmq_pb2.UpdateConsumerOffsetsRequest(
+    consumer_group="etl", offsets=[rmq_pb2.ConsumerOffset(topic="orders", queue_id=0, offset=5)]))
+OFFSETS = (method("MessagingService", "GetTopicOffsets"), rmq_pb2.GetTopicOffsetsRequest(topic="orders"))
+HEARTBEAT = (method("MessagingService", "Heartbeat"), rmq_pb2.HeartbeatRequest(
+    consumer_group="etl", subscriptions=[rmq_pb2.Subscription(topic="orders", sub_expression="*")]))
+LOCK = (method("MessagingService", "LockBatchMQ"),
+        rmq_pb2.LockBatchRequest(consumer_group="etl", queues=[mq()]))
+CREATE = (method("AdminService", "CreateTopic"), rmq_pb2.CreateTopicRequest())
+REGISTER = (method("NameServerService", "RegisterBroker"), rmq_pb2.RegisterBrokerRequest())
+ROUTE = (method("RouteService", "QueryRoute"), rmq_pb2.QueryRouteRequest(topic="orders"))
+
+
+@pytest.mark.parametrize(("access_key", "call", "denial"), [
+    ("pubonly", SEND, None),
+    ("subonly", SEND, "access key 'subonly' lacks PUB on topic 'orders'"),
+    ("subonly", PULL, None),
+    ("pubonly", PULL, "access key 'pubonly' lacks SUB on topic 'orders'"),
+    ("subonly", COMMIT, None),
+    ("pubonly", COMMIT, "access key 'pubonly' lacks SUB on group 'etl'"),
+    ("pubonly", OFFSETS, None),
+    ("subonly", OFFSETS, None),
+    ("nothing", OFFSETS, "access key 'nothing' lacks PUB or SUB on topic 'orders'"),
+    ("subonly", HEARTBEAT, None),
+    ("pubonly", HEARTBEAT, "lacks SUB on group 'etl'"),
+    ("subonly", LOCK, None),
+    ("nothing", LOCK, "lacks SUB on group 'etl'"),
+    ("subonly", CREATE, "'subonly' is not an admin account, which /rmq.v1.AdminService/CreateTopic"),
+    ("admin1", CREATE, None),
+    ("pubonly", REGISTER, "is not an admin account"),
+    ("admin1", REGISTER, None),
+    ("nothing", ROUTE, None),
+])
+def test_call_permissions(access_key: str, call: tuple, denial: str | None) -> None:
+    name, request = call
+    if denial is None:
+        check_call(ACL, access_key, name, request)
+    else:
+        with pytest.raises(AccessDenied, match=denial):
+            check_call(ACL, access_key, name, request)
+
+
+def test_commit_needs_sub_on_every_topic_it_names() -> None:
+    request = rmq_pb2.UpdateConsumerOffsetsRequest(consumer_group="etl", offsets=[
+        rmq_pb2.ConsumerOffset(topic="orders", queue_id=0, offset=1),
+        rmq_pb2.ConsumerOffset(topic="payments", queue_id=0, offset=1),
+    ])
+    with pytest.raises(AccessDenied, match="lacks SUB on topic 'payments'"):
+        check_call(ACL, "subonly", method("MessagingService", "UpdateConsumerOffsets"), request)
+
+
+def test_an_unknown_method_needs_admin() -> None:
+    with pytest.raises(AccessDenied, match="is not an admin account, which /rmq.v1.Other/Thing needs"):
+        check_call(ACL, "subonly", "/rmq.v1.Other/Thing", rmq_pb2.ListTopicsRequest())
+    check_call(ACL, "admin1", "/rmq.v1.Other/Thing", rmq_pb2.ListTopicsRequest())

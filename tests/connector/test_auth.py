@@ -1,0 +1,91 @@
+"""Client credentials, the signing interceptor and TLS settings (connector.auth)."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import grpc
+import pytest
+from rmq import request_signing
+from rmq.v1 import rmq_pb2
+
+from connector.auth import Credentials, SigningInterceptor, TlsSettings
+
+METHOD = "/rmq.v1.MessagingService/PullMessage"
+
+
+def test_credentials_never_show_the_secret() -> None:
+    credentials = Credentials("consumer1", "consumer-secret")
+    for text in (repr(credentials), str(credentials), f"{credentials}", repr([credentials])):
+        assert "consumer-secret" not in text
+        assert "<redacted>" in text and "consumer1" in text
+
+
+def test_credentials_survive_pickling_for_spark_executors() -> None:
+    credentials = Credentials("consumer1", "consumer-secret")
+    assert pickle.loads(pickle.dumps(credentials)) == credentials
+
+
+@pytest.mark.parametrize(("access_key", "secret_key", "message"), [
+    ("ak1", None, "accessKey is set but secretKey is not"),
+    (None, "s3cr3t-value", "secretKey is set but accessKey is not"),
+    ("", "s3cr3t-value", "secretKey is set but accessKey is not"),
+])
+def test_credentials_need_both_halves(access_key, secret_key, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as raised:
+        Credentials.optional(access_key, secret_key)
+    assert "s3cr3t-value" not in str(raised.value)
+
+
+def test_no_credentials_is_none() -> None:
+    assert Credentials.optional(None, None) is None
+    assert Credentials.optional("", "") is None
+
+
+class Details:
+    def __init__(self, method, metadata=None) -> None:
+        self.method = method
+        self.timeout = 5.0
+        self.metadata = metadata
+        self.credentials = None
+        self.wait_for_ready = None
+        self.compression = None
+
+
+@pytest.mark.parametrize("method", [METHOD, METHOD.encode()])
+def test_interceptor_adds_verifiable_signing_headers(method) -> None:
+    request = rmq_pb2.PullMessageRequest(topic="orders", consumer_group="etl", max_messages=32)
+    seen = {}
+
+    def continuation(details, forwarded):
+        seen["details"], seen["request"] = details, forwarded
+        return "response"
+
+    interceptor = SigningInterceptor(Credentials("consumer1", "consumer-secret"))
+    outcome = interceptor.intercept_unary_unary(continuation, Details(method, [("x-trace", "1")]), request)
+    assert outcome == "response"
+    details = seen["details"]
+    assert seen["request"] is request
+    assert details.method == method and details.timeout == 5.0
+    metadata = dict(details.metadata)
+    assert metadata["x-trace"] == "1"
+    assert "consumer-secret" not in repr(details.metadata)
+    headers = request_signing.parse_headers(metadata)
+    assert headers.access_key == "consumer1"
+    assert request_signing.signature_matches(headers, "consumer-secret", METHOD, request)
+    assert isinstance(details, grpc.ClientCallDetails)
+
+
+def test_tls_client_certificate_needs_its_key() -> None:
+    with pytest.raises(ValueError, match="needs both a certificate file and a key file"):
+        TlsSettings(cert_file=Path("client.pem"))
+
+
+def test_unreadable_ca_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"cannot read TLS CA file .*missing-ca.pem: No such file"):
+        TlsSettings(ca_file=tmp_path / "missing-ca.pem").channel_credentials()
+
+
+def test_system_roots_when_no_ca_file_is_given() -> None:
+    assert isinstance(TlsSettings().channel_credentials(), grpc.ChannelCredentials)
