@@ -1,0 +1,41 @@
+"""AdminService: create and delete this broker's topics. A change is persisted, announced to
+the name servers at once, and a deleted topic's data, consumer offsets and held pulls go
+with it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rmq.v1 import rmq_pb2_grpc
+
+from broker_server.consumer_offset_manager import ConsumerOffsetManager
+from broker_server.long_polling import PullRequestHoldService
+from broker_server.status import OK, answers_with_status, rmq_pb2
+from broker_server.store_executor import StoreExecutor
+from broker_server.topic_config_manager import TopicConfig, TopicConfigManager
+
+
+class AdminService(rmq_pb2_grpc.AdminServiceServicer):
+    def __init__(self, store, executor: StoreExecutor, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
+                 hold_service: PullRequestHoldService, on_topics_changed: Callable[[], None]) -> None:
+        self.store = store
+        self.executor = executor
+        self.topics = topics
+        self.offsets = offsets
+        self.hold_service = hold_service
+        self.on_topics_changed = on_topics_changed
+
+    @answers_with_status(rmq_pb2.CreateTopicResponse)
+    async def CreateTopic(self, request, context):
+        await self.executor.run(self.topics.create, TopicConfig.from_proto(request.config))
+        self.on_topics_changed()
+        return rmq_pb2.CreateTopicResponse(status=OK)
+
+    @answers_with_status(rmq_pb2.DeleteTopicResponse)
+    async def DeleteTopic(self, request, context):
+        await self.executor.run(self.topics.delete, request.topic)
+        await self.executor.run(self.store.delete_topic, request.topic)
+        self.offsets.remove_topic(request.topic)
+        self.hold_service.wake_topic(request.topic)
+        self.on_topics_changed()
+        return rmq_pb2.DeleteTopicResponse(status=OK)

@@ -1,0 +1,178 @@
+"""`rmq broker` (RocketMQ BrokerController): builds the store, the managers and the gRPC
+services, starts them in order and stops them in reverse. On SIGTERM/SIGINT it stops
+accepting calls, answers every held pull, stops delayed delivery, unregisters from the name
+servers, persists consumer offsets, flushes the store and exits 0."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import socket
+from collections.abc import Callable
+
+from rmq.v1 import rmq_pb2_grpc
+
+from broker_server.admin_service import AdminService
+from broker_server.broker_outer_api import BrokerOuterAPI
+from broker_server.config import BrokerConfig
+from broker_server.consumer_manager import ConsumerManager
+from broker_server.consumer_offset_manager import ConsumerOffsetManager
+from broker_server.delay_levels import parse_delay_levels
+from broker_server.errors import UserError
+from broker_server.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
+from broker_server.long_polling import PullRequestHoldService
+from broker_server.messaging_service import MessagingService
+from broker_server.pull_message_processor import PullLimits, PullMessageProcessor
+from broker_server.rebalance_lock_manager import RebalanceLockManager
+from broker_server.route_service import BrokerRouteService
+from broker_server.schedule_message_service import ScheduleMessageService
+from broker_server.send_message_processor import SendMessageProcessor
+from broker_server.store_executor import StoreExecutor
+from broker_server.topic_config_manager import TopicConfigManager
+from store import FlushDiskType, MessageStore, MessageStoreConfig, StoreError
+
+log = logging.getLogger(__name__)
+
+
+def store_host(address: str) -> str:
+    """The IPv4 host:port the store writes into records and message ids."""
+    host, _, port = address.rpartition(":")
+    try:
+        ipaddress.IPv4Address(host)
+        return address
+    except ValueError:
+        try:
+            return f"{socket.gethostbyname(host)}:{port}"
+        except OSError:
+            return f"127.0.0.1:{port}"
+
+
+def open_store(config: BrokerConfig) -> MessageStore:
+    try:
+        store_config = MessageStoreConfig(
+            store_dir=config.store_path,
+            flush_disk_type=FlushDiskType.SYNC if config.flush == "sync" else FlushDiskType.ASYNC,
+            broker_address=store_host(config.broker_address),
+            max_message_size=config.max_message_size,
+            **config.store,
+        )
+    except TypeError as error:
+        raise UserError(f"store settings in the config file: {error}") from None
+    try:
+        return MessageStore(store_config)
+    except StoreError as error:
+        raise UserError(f"cannot open store {config.store_path}: {error}") from None
+
+
+class BrokerController:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        path = config.store_path
+        self.store = open_store(config)
+        self.executor = StoreExecutor(config.store_threads)
+        self.topics = TopicConfigManager(path, config.auto_create_topic_enable, config.default_topic_queue_nums)
+        self.offsets = ConsumerOffsetManager(path)
+        self.consumers = ConsumerManager(config.client_expiry_ms)
+        self.locks = RebalanceLockManager(config.rebalance_lock_max_live_time_ms)
+        self.hold_service = PullRequestHoldService(
+            self.store.get_max_offset_in_queue, config.long_polling_enable, config.hold_check_interval_ms,
+            config.short_polling_time_ms,
+        )
+        delay_levels = parse_delay_levels(config.message_delay_level)
+        self.schedule_service = ScheduleMessageService(
+            self.store, self.topics, self.executor, path, delay_levels, config.delay_offset_persist_interval_ms
+        )
+        self.outer_api = BrokerOuterAPI(config.namesrv_addresses, config.broker_name, config.broker_address,
+                                        self.topics, config.register_broker_interval_ms)
+        self.send_processor = SendMessageProcessor(self.store, self.topics, self.executor, delay_levels,
+                                                   config.max_message_size)
+        self.pull_processor = PullMessageProcessor(
+            self.store, self.topics, self.offsets, self.hold_service, self.executor,
+            PullLimits(config.max_pull_messages, config.default_pull_max_bytes, config.max_pull_bytes),
+        )
+        self._tasks: list[asyncio.Task] = []
+
+    def load(self) -> None:
+        """Load the config files and recover the store (StoreError/ValueError -> UserError)."""
+        try:
+            self.topics.load()
+            self.offsets.load()
+            self.schedule_service.load()
+            self.store.add_dispatch_listener(self._on_dispatch)
+            self.store.start()
+        except (StoreError, ValueError) as error:
+            raise UserError(f"cannot start broker on {self.config.store_path}: {error}") from None
+
+    def _on_dispatch(self, request) -> None:
+        self.hold_service.on_dispatch(request.topic, request.queue_id, request.consume_queue_offset,
+                                      request.tags_code)
+        self.schedule_service.on_dispatch(request.topic, request.queue_id)
+
+    def build_server(self):
+        server = create_server(self.config.listen, self.config.grpc_max_message_bytes)
+        rmq_pb2_grpc.add_MessagingServiceServicer_to_server(MessagingService(
+            self.store, self.executor, self.topics, self.send_processor, self.pull_processor, self.offsets,
+            self.consumers, self.locks), server)
+        rmq_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(
+            self.store, self.executor, self.topics, self.offsets, self.hold_service, self.outer_api.register_soon),
+            server)
+        rmq_pb2_grpc.add_RouteServiceServicer_to_server(
+            BrokerRouteService(self.config.broker_name, self.config.broker_address, self.topics), server)
+        return server
+
+    async def serve(self) -> None:
+        """Run until SIGTERM/SIGINT, then shut down gracefully."""
+        try:
+            self.load()
+            server = self.build_server()
+        except UserError:
+            self.store.shutdown()
+            raise
+        await server.start()
+        self.start_services()
+        config = self.config
+        print(f"rmq broker {config.broker_name} listening on {config.listen} "
+              f"(store {config.store_path}, flush {config.flush})", flush=True)
+        await wait_for_termination()
+        await self.shutdown(server)
+
+    def start_services(self) -> None:
+        self.hold_service.start()
+        self.schedule_service.start()
+        self.outer_api.start()
+        self._tasks = [
+            _every(self.config.consumer_offset_persist_interval_ms, self._persist_offsets),
+            _every(self.config.client_scan_interval_ms, self.consumers.scan_not_active_channel),
+        ]
+
+    async def _persist_offsets(self) -> None:
+        await self.executor.run(self.offsets.persist)
+
+    async def shutdown(self, server) -> None:
+        log.info("shutting down broker %s", self.config.broker_name)
+        self.hold_service.shutdown()
+        await server.stop(SHUTDOWN_GRACE_SECONDS)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.schedule_service.stop()
+        await self.outer_api.stop()
+        self.offsets.persist()
+        self.executor.shutdown()
+        self.store.shutdown()
+        log.info("broker %s stopped", self.config.broker_name)
+
+
+def _every(interval_ms: int, action: Callable) -> asyncio.Task:
+    async def repeat() -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                result = action()
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception:
+                log.exception("periodic task %s failed", getattr(action, "__qualname__", action))
+
+    return asyncio.get_running_loop().create_task(repeat())

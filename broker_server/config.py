@@ -1,0 +1,142 @@
+"""Broker and name server configuration: dataclasses with the spec's defaults, loaded from an
+optional YAML or JSON file (keys are the field names) with command-line flags on top.
+Every bad value is reported as one `UserError` line naming the key."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from broker_server.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
+from broker_server.errors import UserError
+
+MiB = 1024 * 1024
+
+
+@dataclass
+class BrokerConfig:
+    listen: str = "127.0.0.1:10911"
+    store_dir: str = "~/.rmq/store"
+    broker_name: str = "broker-a"
+    namesrv: str = ""                               # name server addresses, comma-separated
+    flush: str = "async"                            # RocketMQ's default flushDiskType is ASYNC_FLUSH
+    advertise_address: str = ""                     # address registered with the name server (default: listen)
+    store: dict[str, Any] = field(default_factory=dict)   # extra MessageStoreConfig fields
+    max_message_size: int = 4 * MiB                 # whole record (maxMessageSize)
+    max_pull_messages: int = 32768                  # larger PullMessage.max_messages are clamped
+    default_pull_max_bytes: int = 8 * MiB           # PullMessage.max_bytes = 0
+    max_pull_bytes: int = 48 * MiB                  # larger max_bytes are clamped (below the gRPC limit)
+    grpc_max_message_bytes: int = 64 * MiB
+    store_threads: int = 8                          # threads running blocking store calls
+    long_polling_enable: bool = True
+    short_polling_time_ms: int = 1000               # hold time and check period without long polling
+    hold_check_interval_ms: int = 5000              # PullRequestHoldService fallback check
+    client_expiry_ms: int = 120000                  # channelExpiredTimeout
+    client_scan_interval_ms: int = 10000
+    rebalance_lock_max_live_time_ms: int = 60000
+    consumer_offset_persist_interval_ms: int = 5000
+    message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
+    delay_offset_persist_interval_ms: int = 10000   # flushDelayOffsetInterval
+    register_broker_interval_ms: int = 30000
+    auto_create_topic_enable: bool = False
+    default_topic_queue_nums: int = 8               # queues of an auto-created topic
+
+    @property
+    def store_path(self) -> Path:
+        return Path(self.store_dir).expanduser()
+
+    @property
+    def namesrv_addresses(self) -> list[str]:
+        return [address.strip() for address in self.namesrv.split(",") if address.strip()]
+
+    @property
+    def broker_address(self) -> str:
+        return self.advertise_address or self.listen
+
+    def validate(self) -> None:
+        check_address("listen", self.listen)
+        if self.advertise_address:
+            check_address("advertise_address", self.advertise_address)
+        for address in self.namesrv_addresses:
+            check_address("namesrv", address)
+        if self.flush not in ("sync", "async"):
+            raise UserError(f"flush must be 'sync' or 'async', not {self.flush!r}")
+        if not self.broker_name or not all(c.isalnum() or c in "_-." for c in self.broker_name):
+            raise UserError(f"broker name {self.broker_name!r} may only contain letters, digits, '_', '-' and '.'")
+        _check_positive_ints(self)
+        if self.max_pull_bytes >= self.grpc_max_message_bytes:
+            raise UserError("max_pull_bytes must be smaller than grpc_max_message_bytes")
+        try:
+            parse_delay_levels(self.message_delay_level)
+        except ValueError as error:
+            raise UserError(f"message_delay_level: {error}") from None
+
+
+@dataclass
+class NameServerConfig:
+    listen: str = "127.0.0.1:9876"
+    broker_expiry_ms: int = 120000                  # brokerChannelExpiredTime
+    broker_scan_interval_ms: int = 10000            # scanNotActiveBroker period
+    grpc_max_message_bytes: int = 64 * MiB
+
+    def validate(self) -> None:
+        check_address("listen", self.listen)
+        _check_positive_ints(self)
+
+
+def load_config(config_class: type, path: str | None, overrides: dict[str, Any]):
+    """`config_class` built from the file at `path` (YAML or JSON), then `overrides` (flags
+    given on the command line, None meaning not given), validated."""
+    values = read_config_file(path) if path else {}
+    known = {f.name: f for f in dataclasses.fields(config_class)}
+    for key, value in values.items():
+        if key not in known:
+            raise UserError(f"{path}: unknown key {key!r} (known: {', '.join(sorted(known))})")
+        _check_type(f"{path}: {key}", known[key], value)
+    values.update({key: value for key, value in overrides.items() if value is not None})
+    config = config_class(**values)
+    config.validate()
+    return config
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise UserError(f"cannot read config file {path}: {error.strerror}") from None
+    try:
+        content = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as error:
+        raise UserError(f"config file {path} is not valid {'JSON' if path.endswith('.json') else 'YAML'}: "
+                        f"{str(error).splitlines()[0]}") from None
+    if content is None:
+        return {}
+    if not isinstance(content, dict):
+        raise UserError(f"config file {path} must hold a mapping of settings")
+    return content
+
+
+def check_address(name: str, address: str) -> None:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(f"{name} must be HOST:PORT with a port from 1 to 65535, not {address!r}")
+
+
+def _check_type(name: str, spec: dataclasses.Field, value: Any) -> None:
+    expected = {"int": int, "bool": bool, "str": str}.get(str(spec.type), dict)
+    if expected is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise UserError(f"{name} must be an integer, not {value!r}")
+    if not isinstance(value, expected):
+        raise UserError(f"{name} must be a {expected.__name__}, not {value!r}")
+
+
+def _check_positive_ints(config: Any) -> None:
+    for spec in dataclasses.fields(config):
+        value = getattr(config, spec.name)
+        if str(spec.type) == "int" and value <= 0:
+            raise UserError(f"{spec.name} must be positive, not {value}")

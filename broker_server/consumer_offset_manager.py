@@ -1,0 +1,92 @@
+"""Consumer progress kept by the broker for clustering consumers (RocketMQ
+ConsumerOffsetManager, spec consumption-longpolling-offsets §14.6): (group, topic, queue) ->
+next offset to consume, persisted to `<store>/config/consumerOffset.json` in RocketMQ's
+layout `{"offsetTable": {"topic@group": {"queueId": offset}}}`."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker_server.json_file import read_json, write_json_atomically
+
+log = logging.getLogger(__name__)
+TOPIC_GROUP_SEPARATOR = "@"
+
+
+@dataclass(frozen=True)
+class OffsetKey:
+    group: str
+    topic: str
+    queue_id: int
+
+
+class ConsumerOffsetManager:
+    def __init__(self, store_path: Path) -> None:
+        self.path = store_path / "config" / "consumerOffset.json"
+        self._offsets: dict[OffsetKey, int] = {}
+        self._lock = threading.Lock()
+        self._dirty = False
+
+    def load(self) -> None:
+        content = read_json(self.path) or {}
+        offsets: dict[OffsetKey, int] = {}
+        try:
+            for key, queues in content.get("offsetTable", {}).items():
+                topic, _, group = key.rpartition(TOPIC_GROUP_SEPARATOR)
+                for queue_id, offset in queues.items():
+                    offsets[OffsetKey(group, topic, int(queue_id))] = int(offset)
+        except (AttributeError, ValueError) as error:
+            raise ValueError(f"{self.path} has an unexpected layout: {error}") from error
+        self._offsets = offsets
+
+    def persist(self) -> None:
+        """Write the table if it changed since the last write (called every few seconds and
+        on shutdown)."""
+        with self._lock:
+            if not self._dirty:
+                return
+            table: dict[str, dict[str, int]] = {}
+            for key, offset in self._offsets.items():
+                table.setdefault(f"{key.topic}{TOPIC_GROUP_SEPARATOR}{key.group}", {})[str(key.queue_id)] = offset
+            self._dirty = False
+        write_json_atomically(self.path, {"offsetTable": table})
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int, increase_only: bool = False) -> None:
+        """Store `offset`. RocketMQ's commitOffset always overwrites (a smaller offset is only
+        logged); `increase_only` keeps a larger stored offset (OffsetStore.updateOffset)."""
+        key = OffsetKey(group, topic, queue_id)
+        with self._lock:
+            stored = self._offsets.get(key)
+            if stored is not None and offset < stored:
+                if increase_only:
+                    return
+                log.info("[NOTIFYME]update consumer offset less than store. key=%s@%s, queueId=%d, "
+                         "requestOffset=%d, storeOffset=%d", topic, group, queue_id, offset, stored)
+            self._offsets[key] = offset
+            self._dirty = True
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        return self._offsets.get(OffsetKey(group, topic, queue_id))
+
+    def query_offsets(self, group: str, topic: str = "") -> dict[OffsetKey, int]:
+        """The group's offsets, for one topic or (topic empty) every topic, sorted."""
+        with self._lock:
+            found = {key: offset for key, offset in self._offsets.items()
+                     if key.group == group and (not topic or key.topic == topic)}
+        return dict(sorted(found.items(), key=lambda item: (item[0].topic, item[0].queue_id)))
+
+    def remove_offset(self, group: str, topic: str, queue_id: int) -> None:
+        with self._lock:
+            if self._offsets.pop(OffsetKey(group, topic, queue_id), None) is not None:
+                self._dirty = True
+
+    def remove_topic(self, topic: str) -> None:
+        """Forget every group's offsets of a deleted topic."""
+        with self._lock:
+            keys = [key for key in self._offsets if key.topic == topic]
+            for key in keys:
+                del self._offsets[key]
+            self._dirty = self._dirty or bool(keys)

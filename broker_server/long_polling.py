@@ -1,0 +1,178 @@
+"""Long polling (RocketMQ PullRequestHoldService, spec consumer-pull-rebalance §14, TV-17;
+consumption-longpolling-offsets §9): a pull that finds no new message is held in a
+`topic@queueId` table and released as soon as a matching message is dispatched to its queue,
+when its hold time runs out, or on shutdown; the caller then re-runs the pull without
+suspending (brokerAllowSuspend = false).
+
+Held pulls are asyncio futures on the server's event loop: waiting costs no CPU and no
+thread. The store's dispatch thread looks the queue up in the table and resolves matching
+futures with `call_soon_threadsafe`; a queue nobody waits on costs one dict lookup. Each held
+pull has its own timer, so it is answered at its suspend timeout; the periodic check (5 s,
+or the short-polling time) is the fallback for arrivals the notification missed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+TOPIC_QUEUEID_SEPARATOR = "@"
+
+
+def build_key(topic: str, queue_id: int) -> str:
+    return f"{topic}{TOPIC_QUEUEID_SEPARATOR}{queue_id}"
+
+
+@dataclass(eq=False)
+class HeldPullRequest:
+    """A suspended pull (broker-side PullRequest): woken when its queue's max offset passes
+    `pull_from_this_offset` with a message whose tag code it subscribes to."""
+
+    pull_from_this_offset: int
+    tag_codes: frozenset[int] | None        # None: every tag ("*")
+    future: asyncio.Future = field(repr=False)
+    timer: asyncio.TimerHandle | None = field(default=None, repr=False)
+
+    def matches(self, tags_code: int | None) -> bool:
+        """ExpressionMessageFilter#isMatchedByConsumeQueue: an unknown tag code (periodic
+        check) matches, so the re-run pull decides."""
+        return self.tag_codes is None or tags_code is None or tags_code in self.tag_codes
+
+
+class PullRequestHoldService:
+    def __init__(
+        self,
+        max_offset_in_queue: Callable[[str, int], int],
+        long_polling_enable: bool = True,
+        check_interval_ms: int = 5000,
+        short_polling_time_ms: int = 1000,
+    ) -> None:
+        self._max_offset_in_queue = max_offset_in_queue
+        self.long_polling_enable = long_polling_enable
+        self.check_interval_ms = check_interval_ms if long_polling_enable else short_polling_time_ms
+        self.short_polling_time_ms = short_polling_time_ms
+        self._table: dict[str, list[HeldPullRequest]] = {}
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._check_task: asyncio.Task | None = None
+        self._stopped = False
+
+    def start(self) -> None:
+        """Start the periodic check on the running event loop."""
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._check_task = self._loop.create_task(self._run())
+
+    async def suspend(self, topic: str, queue_id: int, offset: int, tag_codes: frozenset[int] | None,
+                      timeout_ms: int) -> None:
+        """Hold the caller until a matching message arrives at or after `offset`, the hold
+        time passes (`timeout_ms`, or the short-polling time without long polling) or the
+        service stops."""
+        if self._stopped:
+            return
+        if not self.long_polling_enable:
+            timeout_ms = self.short_polling_time_ms
+        loop = asyncio.get_running_loop()
+        request = HeldPullRequest(offset, tag_codes, loop.create_future())
+        request.timer = loop.call_later(timeout_ms / 1000, _resolve, [request])
+        key = build_key(topic, queue_id)
+        with self._lock:
+            self._table.setdefault(key, []).append(request)
+        # A message dispatched between the caller's pull and the line above found nobody to
+        # wake: look once more now that the request is visible.
+        max_offset = self._max_offset_in_queue(topic, queue_id)
+        if max_offset > offset:
+            self.notify_message_arriving(topic, queue_id, max_offset)
+        try:
+            await request.future
+        finally:
+            request.timer.cancel()
+            self._remove(key, request)
+
+    def notify_message_arriving(self, topic: str, queue_id: int, max_offset: int, tags_code: int | None = None) -> None:
+        """Release the held pulls of the queue that `max_offset` (one past the newest entry)
+        has passed and whose filter matches `tags_code`. Thread-safe."""
+        key = build_key(topic, queue_id)
+        if key not in self._table:
+            return
+        with self._lock:
+            requests = self._table.get(key)
+            if not requests:
+                return
+            woken = [r for r in requests if max_offset > r.pull_from_this_offset and r.matches(tags_code)]
+            if not woken:
+                return
+            remaining = [r for r in requests if r not in woken]
+            if remaining:
+                self._table[key] = remaining
+            else:
+                del self._table[key]
+        self._wake(woken)
+
+    def on_dispatch(self, topic: str, queue_id: int, consume_queue_offset: int, tags_code: int) -> None:
+        """The store dispatched a ConsumeQueue entry (ReputMessageService#doReput ->
+        NotifyMessageArrivingListener): its logical max offset is consume_queue_offset + 1."""
+        if self.long_polling_enable:
+            self.notify_message_arriving(topic, queue_id, consume_queue_offset + 1, tags_code)
+
+    def wake_topic(self, topic: str) -> None:
+        """Release every pull held on `topic` (the topic was deleted)."""
+        prefix = topic + TOPIC_QUEUEID_SEPARATOR
+        with self._lock:
+            keys = [key for key in self._table if key.startswith(prefix)]
+            woken = [request for key in keys for request in self._table.pop(key)]
+        self._wake(woken)
+
+    def check_hold_requests(self) -> None:
+        """checkHoldRequest: compare every held queue with the store's max offset."""
+        for key in list(self._table):
+            topic, _, queue_id = key.rpartition(TOPIC_QUEUEID_SEPARATOR)
+            try:
+                self.notify_message_arriving(topic, int(queue_id), self._max_offset_in_queue(topic, int(queue_id)))
+            except Exception:
+                log.exception("check hold request failed. topic=%s, queueId=%s", topic, queue_id)
+
+    def shutdown(self) -> None:
+        """Release every held pull (each is answered with what the store has now) and refuse
+        to hold new ones."""
+        self._stopped = True
+        if self._check_task is not None:
+            self._check_task.cancel()
+        with self._lock:
+            woken = [request for requests in self._table.values() for request in requests]
+            self._table.clear()
+        self._wake(woken)
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.check_interval_ms / 1000)
+            self.check_hold_requests()
+
+    def _remove(self, key: str, request: HeldPullRequest) -> None:
+        with self._lock:
+            requests = self._table.get(key)
+            if requests and request in requests:
+                requests.remove(request)
+                if not requests:
+                    del self._table[key]
+
+    def _wake(self, requests: list[HeldPullRequest]) -> None:
+        if not requests:
+            return
+        if threading.get_ident() == self._loop_thread:
+            _resolve(requests)
+            return
+        try:
+            requests[0].future.get_loop().call_soon_threadsafe(_resolve, requests)
+        except RuntimeError:        # the loop is closed: nobody is waiting any more
+            pass
+
+
+def _resolve(requests: list[HeldPullRequest]) -> None:
+    for request in requests:
+        if not request.future.done():
+            request.future.set_result(None)

@@ -1,0 +1,166 @@
+"""PullMessage (RocketMQ PullMessageProcessor, spec consumer-pull-rebalance §11-§13,
+consumption-longpolling-offsets §6-§7): validate the request, read from the store, map the
+store's GetMessageStatus to the client's PullStatus, store a piggy-backed commit offset, and
+hold the pull (long polling) when there is nothing new and the request allows suspending.
+
+Messages travel as one `PackedMessages`: the store's records back to back and their sizes
+as little-endian int32, with no per-message Python work on this path."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from rmq.message_format import tags_hash_code
+
+from broker_server.consumer_offset_manager import ConsumerOffsetManager
+from broker_server.long_polling import PullRequestHoldService
+from broker_server.names import check_group_name
+from broker_server.status import OK, RequestError, illegal_argument, rmq_pb2
+from broker_server.store_executor import StoreExecutor
+from broker_server.topic_config_manager import TopicConfigManager
+
+SUB_ALL = "*"
+MAX_SUB_EXPRESSION_LENGTH = 65536
+KNOWN_SYS_FLAGS = rmq_pb2.FLAG_COMMIT_OFFSET | rmq_pb2.FLAG_SUSPEND | rmq_pb2.FLAG_SUBSCRIPTION
+
+# §13 / longpolling §7.1, composed with the client's ResponseCode -> PullStatus (§7.2).
+# NO_MATCHED_LOGIC_QUEUE and NO_MESSAGE_IN_QUEUE depend on the requested offset (see below).
+_PULL_STATUS = {
+    "FOUND": rmq_pb2.FOUND,                             # SUCCESS
+    "NO_MATCHED_MESSAGE": rmq_pb2.NO_MATCHED_MSG,       # PULL_RETRY_IMMEDIATELY
+    "MESSAGE_WAS_REMOVING": rmq_pb2.NO_MATCHED_MSG,     # PULL_RETRY_IMMEDIATELY
+    "OFFSET_FOUND_NULL": rmq_pb2.NO_NEW_MSG,            # PULL_NOT_FOUND
+    "OFFSET_OVERFLOW_ONE": rmq_pb2.NO_NEW_MSG,          # PULL_NOT_FOUND
+    "OFFSET_OVERFLOW_BADLY": rmq_pb2.OFFSET_ILLEGAL,    # PULL_OFFSET_MOVED
+    "OFFSET_TOO_SMALL": rmq_pb2.OFFSET_ILLEGAL,         # PULL_OFFSET_MOVED
+}
+_NO_QUEUE_DATA = ("NO_MATCHED_LOGIC_QUEUE", "NO_MESSAGE_IN_QUEUE")
+
+
+def pull_status(store_status: str, request_offset: int) -> int:
+    """The client's PullStatus for the store's GetMessageStatus name: "the broker store no
+    queue data" is PULL_OFFSET_MOVED unless the request asked for offset 0."""
+    if store_status in _NO_QUEUE_DATA:
+        return rmq_pb2.OFFSET_ILLEGAL if request_offset != 0 else rmq_pb2.NO_NEW_MSG
+    return _PULL_STATUS[store_status]
+
+
+@functools.lru_cache(maxsize=1024)
+def parse_sub_expression(expression: str) -> frozenset[int] | None:
+    """Tag hash codes of "TagA || TagB" (FilterAPI.buildSubscriptionData); None for "*" or an
+    empty expression, which match every message."""
+    tags = {tag.strip() for tag in expression.split("||")} - {""}
+    if not tags or SUB_ALL in tags:
+        return None
+    return frozenset(tags_hash_code(tag) for tag in tags)
+
+
+@dataclass(frozen=True)
+class PullQuery:
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    max_messages: int
+    max_bytes: int
+    tag_codes: frozenset[int] | None
+    suspend: bool
+    suspend_timeout_ms: int
+
+
+@dataclass(frozen=True)
+class PullLimits:
+    max_messages: int
+    default_max_bytes: int
+    max_bytes: int
+
+
+class PullMessageProcessor:
+    def __init__(self, store, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
+                 hold_service: PullRequestHoldService, executor: StoreExecutor, limits: PullLimits) -> None:
+        self.store = store
+        self.topics = topics
+        self.offsets = offsets
+        self.hold_service = hold_service
+        self.executor = executor
+        self.limits = limits
+
+    async def process(self, request: rmq_pb2.PullMessageRequest,
+                      broker_allow_suspend: bool = True) -> rmq_pb2.PullMessageResponse:
+        try:
+            query = self.parse(request)
+        except RequestError as error:
+            return rmq_pb2.PullMessageResponse(status=error.status())
+        response = await self.get_message(query)
+        if broker_allow_suspend and request.sys_flag & rmq_pb2.FLAG_COMMIT_OFFSET:
+            # §6 step 9: every rmq broker is a master, so the offset is always stored.
+            self.offsets.commit_offset(query.group, query.topic, query.queue_id, request.commit_offset)
+        if broker_allow_suspend and query.suspend and response.pull_status == rmq_pb2.NO_NEW_MSG:
+            await self.hold_service.suspend(query.topic, query.queue_id, query.offset, query.tag_codes,
+                                            query.suspend_timeout_ms)
+            # executeRequestWhenWakeup: run again, answering whatever is there now.
+            return await self.process(request, broker_allow_suspend=False)
+        return response
+
+    def parse(self, request: rmq_pb2.PullMessageRequest) -> PullQuery:
+        """Validate every field, naming the bad one; clamp batch limits to the broker's."""
+        check_group_name(request.consumer_group)
+        config = self.topics.require(request.topic)
+        if not config.readable:
+            raise RequestError(rmq_pb2.NO_PERMISSION, f"the topic[{request.topic}] pulling message is forbidden")
+        if not 0 <= request.queue_id < config.read_queue_nums:
+            raise illegal_argument(f"queue_id {request.queue_id} is out of range: topic {request.topic!r} has "
+                                   f"{config.read_queue_nums} read queues")
+        if request.queue_offset < 0:
+            raise illegal_argument(f"queue_offset must not be negative, not {request.queue_offset}")
+        if request.max_messages <= 0:
+            raise illegal_argument(f"max_messages must be positive, not {request.max_messages}")
+        if request.max_bytes < 0:
+            raise illegal_argument(f"max_bytes must not be negative, not {request.max_bytes}")
+        if request.sys_flag & ~KNOWN_SYS_FLAGS or request.sys_flag < 0:
+            raise illegal_argument(f"sys_flag {request.sys_flag} has unsupported bits (class filter is not supported)")
+        suspend = bool(request.sys_flag & rmq_pb2.FLAG_SUSPEND)
+        if suspend and request.suspend_timeout_ms < 0:
+            raise illegal_argument(f"suspend_timeout_ms must not be negative, not {request.suspend_timeout_ms}")
+        if request.sys_flag & rmq_pb2.FLAG_COMMIT_OFFSET and request.commit_offset < 0:
+            raise illegal_argument(f"commit_offset must not be negative, not {request.commit_offset}")
+        if len(request.sub_expression) > MAX_SUB_EXPRESSION_LENGTH:
+            raise illegal_argument(f"sub_expression is longer than {MAX_SUB_EXPRESSION_LENGTH} characters")
+        return PullQuery(
+            group=request.consumer_group,
+            topic=request.topic,
+            queue_id=request.queue_id,
+            offset=request.queue_offset,
+            max_messages=min(request.max_messages, self.limits.max_messages),
+            max_bytes=min(request.max_bytes or self.limits.default_max_bytes, self.limits.max_bytes),
+            tag_codes=parse_sub_expression(request.sub_expression),
+            suspend=suspend,
+            suspend_timeout_ms=request.suspend_timeout_ms,
+        )
+
+    async def get_message(self, query: PullQuery) -> rmq_pb2.PullMessageResponse:
+        result = await self.executor.run(
+            self.store.get_message, query.group, query.topic, query.queue_id, query.offset, query.max_messages,
+            max_total_bytes=query.max_bytes, tag_codes=query.tag_codes,
+        )
+        status = result.status.name
+        response = rmq_pb2.PullMessageResponse(
+            status=OK,
+            pull_status=pull_status(status, query.offset),
+            store_status=rmq_pb2.GetMessageStatus.Value("GMS_" + status),
+            next_begin_offset=result.next_begin_offset,
+            min_offset=result.min_offset,
+            max_offset=result.max_offset,
+        )
+        pack_messages(response.messages, result)
+        return response
+
+
+def pack_messages(packed: rmq_pb2.PackedMessages, result) -> None:
+    """Fill `packed` from a store GetMessageResult: the records as they are, sizes as
+    little-endian int32 (rmq.proto PackedMessages)."""
+    if result.message_count:
+        packed.count = result.message_count
+        packed.sizes = result.sizes.astype("<i4", copy=False).tobytes()
+        packed.records = result.buffer

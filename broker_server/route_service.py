@@ -1,0 +1,33 @@
+"""RouteService on a broker: routes for its own topics, so a single broker without a name
+server is a complete embedded default (DESIGN.md)."""
+
+from __future__ import annotations
+
+from rmq.v1 import rmq_pb2_grpc
+
+from broker_server.status import OK, RequestError, answers_with_status, rmq_pb2
+from broker_server.topic_config_manager import TopicConfigManager
+
+
+class BrokerRouteService(rmq_pb2_grpc.RouteServiceServicer):
+    def __init__(self, broker_name: str, broker_address: str, topics: TopicConfigManager) -> None:
+        self.broker = rmq_pb2.BrokerData(broker_name=broker_name, address=broker_address)
+        self.topics = topics
+
+    @answers_with_status(rmq_pb2.QueryRouteResponse)
+    async def QueryRoute(self, request, context):
+        config = self.topics.get(request.topic)
+        if config is None:
+            raise RequestError(rmq_pb2.TOPIC_NOT_EXIST, f"no route for topic {request.topic!r}: "
+                               f"broker {self.broker.broker_name} does not hold it")
+        queue_data = rmq_pb2.QueueData(broker_name=self.broker.broker_name, read_queue_nums=config.read_queue_nums,
+                                       write_queue_nums=config.write_queue_nums, perm=config.perm)
+        return rmq_pb2.QueryRouteResponse(status=OK, brokers=[self.broker], queue_datas=[queue_data])
+
+    @answers_with_status(rmq_pb2.ListTopicsResponse)
+    async def ListTopics(self, request, context):
+        return rmq_pb2.ListTopicsResponse(status=OK, topics=[config.to_proto() for config in self.topics.all()])
+
+    @answers_with_status(rmq_pb2.ListBrokersResponse)
+    async def ListBrokers(self, request, context):
+        return rmq_pb2.ListBrokersResponse(status=OK, brokers=[self.broker])

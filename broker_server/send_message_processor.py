@@ -1,0 +1,153 @@
+"""SendMessage (RocketMQ SendMessageProcessor): a batch of messages for one topic, validated
+whole before anything is written, so a refused batch leaves nothing behind. Messages without
+a queue id are spread round-robin over the topic's write queues. A message with a delay level
+is stored in SCHEDULE_TOPIC_XXXX queue level-1 with its real topic and queue in properties
+(spec consumer-pull-rebalance §19.1, TV-15) until ScheduleMessageService delivers it; its
+reported queue offset is -1 because its real offset is assigned on delivery. Under sync
+flush an OK answer means the batch is on disk."""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import time
+
+from rmq import message_format as mf
+
+from broker_server.delay_levels import delay_level_to_queue_id
+from broker_server.names import SCHEDULE_TOPIC
+from broker_server.status import RequestError, illegal_argument, rmq_pb2
+from broker_server.store_executor import StoreExecutor
+from broker_server.topic_config_manager import TopicConfig, TopicConfigManager
+from store import MessageToStore, PutMessageStatus
+
+NO_HOST = bytes(8)
+SEPARATORS = (mf.NAME_VALUE_SEPARATOR, mf.PROPERTY_SEPARATOR)
+
+_PUT_STATUS = {
+    "FLUSH_DISK_TIMEOUT": (rmq_pb2.FLUSH_DISK_TIMEOUT,
+                           "the batch was written but not flushed to disk in time; it is not acknowledged"),
+    "MESSAGE_ILLEGAL": (rmq_pb2.MESSAGE_ILLEGAL, "the store refused a message as illegal"),
+    "PROPERTIES_SIZE_EXCEEDED": (rmq_pb2.PROPERTIES_SIZE_EXCEEDED, "the store refused a message's properties as too large"),
+    "MESSAGE_SIZE_EXCEEDED": (rmq_pb2.MESSAGE_SIZE_EXCEEDED, "the store refused a message as too large"),
+    "SERVICE_NOT_AVAILABLE": (rmq_pb2.SERVICE_NOT_AVAILABLE,
+                              "the store is not writeable (shutting down, disk full or read-only)"),
+}
+
+
+def born_host_from_peer(peer: str) -> bytes:
+    """gRPC peer "ipv4:127.0.0.1:54321" -> 4-byte address + 4-byte port (the record's IPv4
+    host layout); other peers (IPv6, unix sockets) -> zeros."""
+    kind, _, address = peer.partition(":")
+    host, _, port = address.rpartition(":")
+    if kind != "ipv4" or not port.isdigit():
+        return NO_HOST
+    try:
+        return ipaddress.IPv4Address(host).packed + int(port).to_bytes(4, "big")
+    except ValueError:
+        return NO_HOST
+
+
+class SendMessageProcessor:
+    def __init__(self, store, topics: TopicConfigManager, executor: StoreExecutor, delay_levels: dict[int, int],
+                 max_message_size: int) -> None:
+        self.store = store
+        self.topics = topics
+        self.executor = executor
+        self.max_delay_level = max(delay_levels)
+        self.max_message_size = max_message_size
+        self._round_robin: dict[str, itertools.count] = {}
+
+    async def process(self, request: rmq_pb2.SendMessageRequest, peer: str) -> rmq_pb2.SendMessageResponse:
+        try:
+            batch, queue_ids, delayed = self.build_batch(request, born_host_from_peer(peer))
+            results = await self.executor.run(self.store.put_messages, batch)
+            check_put_results(results)
+        except RequestError as error:
+            return rmq_pb2.SendMessageResponse(status=error.status())
+        response = rmq_pb2.SendMessageResponse(status=rmq_pb2.Status(code=rmq_pb2.OK))
+        response.msg_ids.extend([result.msg_id for result in results])
+        response.queue_ids.extend(queue_ids)
+        response.queue_offsets.extend(
+            [-1 if is_delayed else result.queue_offset for result, is_delayed in zip(results, delayed, strict=True)]
+        )
+        return response
+
+    def build_batch(self, request: rmq_pb2.SendMessageRequest,
+                    born_host: bytes) -> tuple[list[MessageToStore], list[int], list[bool]]:
+        """The batch to store, each message's real queue id, and which ones are delayed.
+        Raises RequestError naming the first bad message."""
+        config = self.topics.require(request.topic)
+        if not config.writeable:
+            raise RequestError(rmq_pb2.NO_PERMISSION, f"the topic[{request.topic}] sending message is forbidden")
+        if not request.messages:
+            raise illegal_argument("the batch holds no messages")
+        counter = self._round_robin.setdefault(request.topic, itertools.count())
+        now_ms = int(time.time() * 1000)
+        batch, queue_ids, delayed = [], [], []
+        for index, message in enumerate(request.messages):
+            try:
+                queue_id = self._queue_id(message, config, counter)
+                stored = self._message_to_store(message, request.topic, queue_id, now_ms, born_host)
+            except RequestError as error:
+                prefix = f"message {index}: " if len(request.messages) > 1 else ""
+                raise RequestError(error.code, prefix + error.message) from None
+            batch.append(stored)
+            queue_ids.append(queue_id)
+            delayed.append(message.delay_level > 0)
+        return batch, queue_ids, delayed
+
+    def _queue_id(self, message: rmq_pb2.Message, config: TopicConfig, counter: itertools.count) -> int:
+        if not message.HasField("queue_id"):
+            return next(counter) % config.write_queue_nums
+        if not 0 <= message.queue_id < config.write_queue_nums:
+            raise illegal_argument(f"queue_id {message.queue_id} is out of range: topic {config.topic_name!r} has "
+                                   f"{config.write_queue_nums} write queues")
+        return message.queue_id
+
+    def _message_to_store(self, message: rmq_pb2.Message, topic: str, queue_id: int, now_ms: int,
+                          born_host: bytes) -> MessageToStore:
+        if not message.body:
+            raise RequestError(rmq_pb2.MESSAGE_ILLEGAL, "message body is empty")
+        if message.delay_level < 0:
+            raise illegal_argument(f"delay_level must not be negative, not {message.delay_level}")
+        properties = dict(message.properties)
+        if message.tags:
+            properties[mf.PROPERTY_TAGS] = message.tags
+        if message.keys:
+            properties[mf.PROPERTY_KEYS] = message.keys
+        if message.delay_level > 0:
+            # CommitLog#putMessage: park the message in the schedule topic (level capped at the maximum).
+            level = min(message.delay_level, self.max_delay_level)
+            properties[mf.PROPERTY_REAL_TOPIC] = topic
+            properties[mf.PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+            properties[mf.PROPERTY_DELAY_TIME_LEVEL] = str(level)
+            topic, queue_id = SCHEDULE_TOPIC, delay_level_to_queue_id(level)
+        self._check_size(message.body, topic, properties)
+        return MessageToStore(
+            topic=topic, queue_id=queue_id, body=message.body, properties=properties, flag=message.flag,
+            born_timestamp=message.born_timestamp or now_ms, born_host=born_host,
+        )
+
+    def _check_size(self, body: bytes, topic: str, properties: dict[str, str]) -> None:
+        for name, value in properties.items():
+            if any(separator in name or separator in value for separator in SEPARATORS):
+                raise RequestError(rmq_pb2.MESSAGE_ILLEGAL,
+                                   f"property {name!r} contains a reserved separator character (\\x01 or \\x02)")
+        properties_length = len(mf.encode_properties(properties).encode())
+        if properties_length > mf.MAX_PROPERTIES_LENGTH:
+            raise RequestError(rmq_pb2.PROPERTIES_SIZE_EXCEEDED, f"properties take {properties_length} bytes, "
+                               f"the maximum is {mf.MAX_PROPERTIES_LENGTH}")
+        size = mf.calc_msg_length(len(body), len(topic.encode()), properties_length)
+        if size > self.max_message_size:
+            raise RequestError(rmq_pb2.MESSAGE_SIZE_EXCEEDED,
+                               f"message takes {size} bytes, the maximum is {self.max_message_size}")
+
+
+def check_put_results(results: list) -> None:
+    """Raise for the first result that is not PUT_OK (a batch is accepted or refused whole)."""
+    for index, result in enumerate(results):
+        if result.status is PutMessageStatus.PUT_OK:
+            continue
+        code, reason = _PUT_STATUS.get(result.status.name, (rmq_pb2.SYSTEM_ERROR, "the store failed"))
+        raise RequestError(code, f"{reason} (message {index}: {result.status.name})")

@@ -1,0 +1,63 @@
+from pathlib import Path
+
+import pytest
+
+from broker_server.config import BrokerConfig, NameServerConfig, load_config
+from broker_server.errors import UserError
+
+
+def test_defaults_follow_the_spec() -> None:
+    config = load_config(BrokerConfig, None, {})
+    assert config.listen == "127.0.0.1:10911"
+    assert config.client_expiry_ms == 120000
+    assert config.rebalance_lock_max_live_time_ms == 60000
+    assert config.hold_check_interval_ms == 5000
+    assert config.short_polling_time_ms == 1000
+    assert config.message_delay_level.split()[0] == "1s" and len(config.message_delay_level.split()) == 18
+    assert load_config(NameServerConfig, None, {}).listen == "127.0.0.1:9876"
+
+
+def test_yaml_file_with_flags_on_top(tmp_path: Path) -> None:
+    path = tmp_path / "broker.yaml"
+    path.write_text("broker_name: from-file\nflush: sync\nclient_expiry_ms: 1500\nmessage_delay_level: 1s 2s\n"
+                    "store:\n  mapped_file_size_commit_log: 65536\n")
+    config = load_config(BrokerConfig, str(path), {"broker_name": "from-flag", "flush": None})
+    assert config.broker_name == "from-flag"
+    assert config.flush == "sync"
+    assert config.client_expiry_ms == 1500
+    assert config.store == {"mapped_file_size_commit_log": 65536}
+
+
+def test_json_file(tmp_path: Path) -> None:
+    path = tmp_path / "broker.json"
+    path.write_text('{"rebalance_lock_max_live_time_ms": 700, "namesrv": "127.0.0.1:9876,127.0.0.1:9877"}')
+    config = load_config(BrokerConfig, str(path), {})
+    assert config.rebalance_lock_max_live_time_ms == 700
+    assert config.namesrv_addresses == ["127.0.0.1:9876", "127.0.0.1:9877"]
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("colour: red\n", "unknown key 'colour'"),
+    ("client_expiry_ms: soon\n", "client_expiry_ms must be an integer"),
+    ("client_expiry_ms: true\n", "client_expiry_ms must be an integer"),
+    ("client_expiry_ms: -5\n", "client_expiry_ms must be positive"),
+    ("flush: sometimes\n", "flush must be 'sync' or 'async'"),
+    ("listen: nowhere\n", "listen must be HOST:PORT"),
+    ("listen: 127.0.0.1:70000\n", "listen must be HOST:PORT"),
+    ("message_delay_level: 1s 2x\n", "delay level '2x'"),
+    ("[1, 2]\n", "must hold a mapping"),
+    ("a: [\n", "not valid YAML"),
+])
+def test_bad_values_are_one_clear_line(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "broker.yaml"
+    path.write_text(content)
+    with pytest.raises(UserError, match=message.replace("[", r"\[")) as error:
+        load_config(BrokerConfig, str(path), {})
+    assert "\n" not in str(error.value)
+
+
+def test_missing_file_and_bad_flag() -> None:
+    with pytest.raises(UserError, match="cannot read config file /no/such.yaml"):
+        load_config(BrokerConfig, "/no/such.yaml", {})
+    with pytest.raises(UserError, match="broker name"):
+        load_config(BrokerConfig, None, {"broker_name": "a b"})
