@@ -1,0 +1,442 @@
+"""`rmq topic|produce|consume|group`: the client commands of the CLI (DESIGN.md "CLI").
+
+Each command talks to the brokers / name servers named by `--endpoints` through
+`connector.client.RmqClient`; client errors become one `rmq: error: ...` line (UserError),
+translated in one place (`_run`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from rmq.v1 import rmq_pb2
+
+from broker_server.errors import UserError
+from connector.client import (
+    PERM_READ,
+    PERM_WRITE,
+    MessageQueue,
+    OutgoingMessage,
+    PullResult,
+    PullStatus,
+    QueueOffsets,
+    RmqClient,
+    RmqError,
+    RmqUnavailable,
+)
+from connector.message_decoder import decode, filter_tags
+from connector.subscription import parse_sub_expression
+
+ENDPOINTS_ENV = "RMQ_ENDPOINTS"
+DEFAULT_ENDPOINTS = "127.0.0.1:10911"          # the default broker (embedded route service)
+DEFAULT_GROUP = "rmq-cli"
+PULL_BATCH_SIZE = 32                           # RocketMQ pullBatchSize
+SUSPEND_TIMEOUT_MS = 15_000                    # RocketMQ brokerSuspendMaxTimeMillis
+COMMIT_INTERVAL_SECONDS = 5.0                  # RocketMQ persistConsumerOffsetInterval
+PROGRESS_INTERVAL_SECONDS = 1.0
+
+Command = Callable[[RmqClient, argparse.Namespace], int]
+
+
+def add_parsers(commands: argparse._SubParsersAction) -> None:
+    _add_topic_parsers(commands)
+
+    produce = commands.add_parser("produce", help="send messages: lines from stdin, or --count generated")
+    produce.add_argument("topic")
+    produce.add_argument("--count", type=_positive_int, help="send N generated messages, not stdin lines")
+    produce.add_argument("--size", type=_positive_int, help="body size in bytes of generated messages (100)")
+    produce.add_argument("--tags", default="", help="tag of every message")
+    produce.add_argument("--keys", default="", help="keys of every message (space-separated)")
+    produce.add_argument("--batch-size", type=_positive_int, default=256, help="messages per send (256)")
+    _client_command(produce, _produce)
+
+    consume = commands.add_parser("consume", help="print messages as they arrive (long polling)")
+    consume.add_argument("topic")
+    consume.add_argument("--group", default=DEFAULT_GROUP, help=f"consumer group ({DEFAULT_GROUP})")
+    consume.add_argument("--from", dest="start", choices=["earliest", "latest"], default="latest",
+                         help="where to start on queues without a committed offset (latest)")
+    consume.add_argument("--max-messages", type=_positive_int, help="exit after N messages")
+    consume.add_argument("--idle-timeout", type=_positive_float, metavar="SECONDS",
+                         help="exit when no message arrived for SECONDS")
+    consume.add_argument("--sub", default="*", metavar="TAGEXPR", help="tag filter: '*' or 'TagA || TagB'")
+    _client_command(consume, _consume)
+
+    group = commands.add_parser("group", help="consumer group commands")
+    group_commands = group.add_subparsers(dest="group_command", required=True)
+    progress = group_commands.add_parser("progress", help="per queue: broker offset, consumer offset, lag")
+    progress.add_argument("group")
+    progress.add_argument("--topic", default="", help="only this topic (also its queues without offsets)")
+    progress.add_argument("--json", action="store_true", help="machine-readable output")
+    _client_command(progress, _group_progress)
+
+
+def _add_topic_parsers(commands: argparse._SubParsersAction) -> None:
+    topic = commands.add_parser("topic", help="topic administration")
+    topic_commands = topic.add_subparsers(dest="topic_command", required=True)
+
+    create = topic_commands.add_parser("create", help="create a topic on every broker")
+    create.add_argument("name")
+    create.add_argument("--queues", type=_positive_int, required=True, help="queues per broker")
+    create.add_argument("--perm", type=int, choices=[PERM_READ | PERM_WRITE, PERM_READ, PERM_WRITE],
+                        default=PERM_READ | PERM_WRITE, help="6 read-write (default), 4 read, 2 write")
+    _client_command(create, _topic_create)
+
+    listing = topic_commands.add_parser("list", help="list topics")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    _client_command(listing, _topic_list)
+
+    describe = topic_commands.add_parser("describe", help="per queue: min/max offset, last store time")
+    describe.add_argument("name")
+    describe.add_argument("--json", action="store_true", help="machine-readable output")
+    _client_command(describe, _topic_describe)
+
+    delete = topic_commands.add_parser("delete", help="delete a topic on every broker holding it")
+    delete.add_argument("name")
+    _client_command(delete, _topic_delete)
+
+
+def _client_command(parser: argparse.ArgumentParser, command: Command) -> None:
+    parser.add_argument("--endpoints", default=os.environ.get(ENDPOINTS_ENV, DEFAULT_ENDPOINTS),
+                        metavar="HOST:PORT[,...]",
+                        help=f"name server(s) or broker(s) (${ENDPOINTS_ENV}, else {DEFAULT_ENDPOINTS})")
+    parser.set_defaults(handler=functools.partial(_run, command))
+
+
+def _run(command: Command, args: argparse.Namespace) -> int:
+    """Run a client command; every client error becomes one UserError line."""
+    try:
+        client = RmqClient(args.endpoints)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    try:
+        with client:
+            return command(client, args)
+    except RmqError as error:
+        raise UserError(_describe(error)) from None
+
+
+def _describe(error: RmqError) -> str:
+    if isinstance(error, RmqUnavailable):
+        text = f"cannot reach {error.broker}: {error.message}"
+    else:
+        text = str(error)
+    return " ".join(text.split())  # one line, whatever the server sent
+
+
+# ---------------------------------------------------------------- topic
+
+
+def _topic_create(client: RmqClient, args: argparse.Namespace) -> int:
+    brokers = client.create_topic(args.name, queues=args.queues, perm=args.perm)
+    print(f"created topic {args.name} with {args.queues} queues on {', '.join(brokers)}")
+    return 0
+
+
+def _topic_list(client: RmqClient, args: argparse.Namespace) -> int:
+    topics = client.list_topics()
+    if args.json:
+        _print_json({"topics": [{"topic": t.topic, "read_queue_nums": t.read_queue_nums,
+                                 "write_queue_nums": t.write_queue_nums, "perm": t.perm} for t in topics]})
+    else:
+        _print_table(["TOPIC", "READ_QUEUES", "WRITE_QUEUES", "PERM"],
+                     [[t.topic, t.read_queue_nums, t.write_queue_nums, _perm(t.perm)] for t in topics])
+    return 0
+
+
+def _topic_describe(client: RmqClient, args: argparse.Namespace) -> int:
+    route = client.query_route(args.name)
+    offsets = client.topic_offsets(args.name)
+    brokers = [{"broker_name": q.broker_name, "address": route.brokers.get(q.broker_name, ""),
+                "read_queue_nums": q.read_queue_nums, "write_queue_nums": q.write_queue_nums, "perm": q.perm}
+               for q in route.queue_datas]
+    queues = [{"broker_name": mq.broker_name, "queue_id": mq.queue_id, "min_offset": o.min_offset,
+               "max_offset": o.max_offset, "last_store_timestamp": o.last_store_timestamp}
+              for mq, o in offsets.items()]
+    if args.json:
+        _print_json({"topic": args.name, "brokers": brokers, "queues": queues})
+        return 0
+    for b in brokers:
+        print(f"topic {args.name} on {b['broker_name']} ({b['address']}): {b['read_queue_nums']} read / "
+              f"{b['write_queue_nums']} write queues, perm {_perm(b['perm'])}")
+    _print_table(["BROKER", "QUEUE", "MIN_OFFSET", "MAX_OFFSET", "LAST_STORE_TIME"],
+                 [[q["broker_name"], q["queue_id"], q["min_offset"], q["max_offset"],
+                   _timestamp(q["last_store_timestamp"])] for q in queues])
+    return 0
+
+
+def _topic_delete(client: RmqClient, args: argparse.Namespace) -> int:
+    client.delete_topic(args.name)
+    print(f"deleted topic {args.name}")
+    return 0
+
+
+# ---------------------------------------------------------------- produce
+
+
+def _produce(client: RmqClient, args: argparse.Namespace) -> int:
+    """Exit 0 only when every message was acknowledged; else one error line and exit 1."""
+    if args.size is not None and args.count is None:
+        raise UserError("--size needs --count (generated messages)")
+    bodies = _generated(args.count, args.size or 100) if args.count is not None else _stdin_lines()
+    sent = acknowledged = 0
+    progress = _Progress(args.count)
+    try:
+        for batch in _batched(bodies, args.batch_size):
+            sent += len(batch)
+            client.send(args.topic, [OutgoingMessage(body, tags=args.tags, keys=args.keys) for body in batch])
+            acknowledged += len(batch)
+            progress.update(acknowledged)
+    except RmqError as error:
+        acknowledged += error.acknowledged
+        print(f"rmq: error: {_describe(error)}; sent {sent} messages (acknowledged {acknowledged})",
+              file=sys.stderr)
+        return 1
+    print(f"sent {sent} messages (acknowledged {acknowledged})")
+    return 0
+
+
+def _generated(count: int, size: int) -> Iterator[bytes]:
+    for i in range(count):
+        yield (b"%d " % i).ljust(size, b"x")[:size]
+
+
+def _stdin_lines() -> Iterator[bytes]:
+    """stdin lines without their line ending; empty lines are skipped (an empty body is illegal)."""
+    for line in sys.stdin.buffer:
+        body = line.rstrip(b"\r\n")
+        if body:
+            yield body
+
+
+def _batched(items: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
+    batch: list[bytes] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+class _Progress:
+    """A progress line on stderr about once a second (only long runs ever print one)."""
+
+    def __init__(self, total: int | None) -> None:
+        self.total = total
+        self.last = time.monotonic()
+
+    def update(self, acknowledged: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_INTERVAL_SECONDS:
+            self.last = now
+            of_total = f" of {self.total}" if self.total else ""
+            print(f"... {acknowledged}{of_total} messages acknowledged", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- consume
+
+
+def _consume(client: RmqClient, args: argparse.Namespace) -> int:
+    try:
+        sub_expression, tags = parse_sub_expression(args.sub)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    positions = _start_offsets(client, args.group, args.topic, args.start)
+    results: queue.Queue[tuple[MessageQueue, PullResult | RmqError]] = queue.Queue(maxsize=4 * len(positions))
+    stop = threading.Event()
+    for mq, offset in positions.items():
+        threading.Thread(target=_pull_loop, name=f"pull-{mq}", daemon=True,
+                         args=(client, mq, offset, args.group, sub_expression, results, stop)).start()
+    consumed = 0
+    try:
+        consumed = _print_messages(client, args, tags, positions, results)
+    finally:
+        stop.set()
+        client.update_consumer_offsets(args.group, positions)
+    print(f"consumed {consumed} messages", file=sys.stderr)
+    return 0
+
+
+def _start_offsets(client: RmqClient, group: str, topic: str, start: str) -> dict[MessageQueue, int]:
+    """The group's committed offset per queue, else the queue's min (earliest) or max (latest)
+    offset (spec allocation §4.3 computePullFromWhere: FIRST_OFFSET / LAST_OFFSET)."""
+    queues = client.query_route(topic).message_queues
+    committed = client.query_consumer_offsets(group, topic)
+    bounds = client.topic_offsets(topic)
+    positions: dict[MessageQueue, int] = {}
+    for mq in queues:
+        if committed.get(mq, -1) >= 0:
+            positions[mq] = committed[mq]
+        elif mq in bounds:
+            positions[mq] = bounds[mq].min_offset if start == "earliest" else bounds[mq].max_offset
+        else:
+            positions[mq] = 0
+    return positions
+
+
+def _pull_loop(client: RmqClient, mq: MessageQueue, offset: int, group: str, sub_expression: str,
+               results: queue.Queue, stop: threading.Event) -> None:
+    """One long-polling pull after another for one queue (RocketMQ PullMessageService)."""
+    while not stop.is_set():
+        try:
+            result = client.pull(mq, offset, PULL_BATCH_SIZE, group=group, sub_expression=sub_expression,
+                                 suspend_timeout_ms=SUSPEND_TIMEOUT_MS)
+        except RmqError as error:
+            if not stop.is_set():
+                results.put((mq, error))
+            return
+        results.put((mq, result))
+        offset = result.next_begin_offset  # spec pull §15: every status continues from here
+
+
+def _print_messages(client: RmqClient, args: argparse.Namespace, tags: frozenset[str] | None,
+                    positions: dict[MessageQueue, int], results: queue.Queue) -> int:
+    """Print pulled messages until --max-messages or --idle-timeout; keeps `positions` at the
+    next offset to consume per queue and commits them every COMMIT_INTERVAL_SECONDS."""
+    consumed = 0
+    last_message = last_commit = time.monotonic()
+    while args.max_messages is None or consumed < args.max_messages:
+        wait = COMMIT_INTERVAL_SECONDS
+        if args.idle_timeout is not None:
+            wait = min(wait, args.idle_timeout - (time.monotonic() - last_message))
+            if wait <= 0:
+                break
+        try:
+            mq, result = results.get(timeout=wait)
+        except queue.Empty:
+            result = None
+        if isinstance(result, RmqError):
+            raise result
+        if result is not None:
+            limit = None if args.max_messages is None else args.max_messages - consumed
+            printed = _print_result(mq, result, tags, positions, limit)
+            consumed += printed
+            if printed:
+                last_message = time.monotonic()
+        if time.monotonic() - last_commit >= COMMIT_INTERVAL_SECONDS:
+            client.update_consumer_offsets(args.group, positions)
+            last_commit = time.monotonic()
+    return consumed
+
+
+def _print_result(mq: MessageQueue, result: PullResult, tags: frozenset[str] | None,
+                  positions: dict[MessageQueue, int], limit: int | None) -> int:
+    """Print up to `limit` messages of one pull result; returns how many were printed."""
+    if result.pull_status == PullStatus.OFFSET_ILLEGAL:
+        print(f"rmq: warning: offset {positions[mq]} of queue {mq} is illegal, "
+              f"continuing at {result.next_begin_offset}", file=sys.stderr)
+    if result.pull_status != PullStatus.FOUND:
+        positions[mq] = result.next_begin_offset
+        return 0
+    batch = filter_tags(decode(result.messages, mq.broker_name), tags)
+    if limit is not None and batch.num_rows > limit:
+        batch = batch.slice(0, limit)
+        positions[mq] = batch.column("queue_offset")[-1].as_py() + 1
+    else:
+        positions[mq] = result.next_begin_offset
+    names = ("queue_id", "queue_offset", "tags", "keys", "body")
+    columns = (batch.column(name).to_pylist() for name in names)
+    lines = [f"{queue_id} {offset} {tag or '-'} {keys or '-'} {_one_line(body)}\n"
+             for queue_id, offset, tag, keys, body in zip(*columns, strict=True)]
+    sys.stdout.write("".join(lines))
+    sys.stdout.flush()
+    return batch.num_rows
+
+
+def _one_line(body: bytes) -> str:
+    return body.decode("utf-8", errors="replace").replace("\r", "\\r").replace("\n", "\\n")
+
+
+# ---------------------------------------------------------------- group
+
+
+def _group_progress(client: RmqClient, args: argparse.Namespace) -> int:
+    """Per queue: broker max offset, consumer offset, lag (mqadmin consumerProgress)."""
+    committed = client.query_consumer_offsets(args.group, args.topic)
+    if not committed and not args.topic:
+        raise UserError(f"consumer group {args.group} has no committed offsets")
+    topics = sorted({mq.topic for mq in committed} | ({args.topic} if args.topic else set()))
+    rows = []
+    for topic in topics:
+        for mq, bounds in _topic_offsets_if_exists(client, topic, required=topic == args.topic).items():
+            consumer = committed.get(mq)
+            # A queue without a committed offset lags by everything it still holds.
+            lag = max(bounds.max_offset - (bounds.min_offset if consumer is None else consumer), 0)
+            rows.append({"topic": mq.topic, "broker_name": mq.broker_name, "queue_id": mq.queue_id,
+                         "min_offset": bounds.min_offset, "max_offset": bounds.max_offset,
+                         "consumer_offset": consumer, "lag": lag})
+    total = sum(row["lag"] for row in rows)
+    if args.json:
+        _print_json({"group": args.group, "queues": rows, "total_lag": total})
+        return 0
+    _print_table(["TOPIC", "BROKER", "QUEUE", "BROKER_OFFSET", "CONSUMER_OFFSET", "LAG"],
+                 [[r["topic"], r["broker_name"], r["queue_id"], r["max_offset"],
+                   "-" if r["consumer_offset"] is None else r["consumer_offset"], r["lag"]] for r in rows])
+    print(f"total lag: {total}")
+    return 0
+
+
+def _topic_offsets_if_exists(client: RmqClient, topic: str,
+                             required: bool) -> dict[MessageQueue, QueueOffsets]:
+    """The topic's queue offsets; a deleted topic the group still has offsets for is skipped."""
+    try:
+        return client.topic_offsets(topic)
+    except RmqError as error:
+        if required or error.code != rmq_pb2.TOPIC_NOT_EXIST:
+            raise
+        return {}
+
+
+# ---------------------------------------------------------------- output and argument types
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def _print_table(headers: list[str], rows: list[list[Any]]) -> None:
+    cells = [headers] + [[str(cell) for cell in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for row in cells:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
+def _perm(perm: int) -> str:
+    return ("r" if perm & PERM_READ else "-") + ("w" if perm & PERM_WRITE else "-")
+
+
+def _timestamp(epoch_ms: int) -> str:
+    if epoch_ms <= 0:
+        return "-"
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
