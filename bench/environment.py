@@ -128,7 +128,12 @@ class Environment:
 @contextmanager
 def _running(server: processes.ServerProcess) -> Iterator[processes.ServerProcess]:
     try:
-        yield server.start()
+        try:
+            server.start()
+        except (RuntimeError, TimeoutError) as error:
+            tail = "\n".join(server.log().splitlines()[-5:])
+            raise RuntimeError(f"{error}; its log ends:\n{tail}") from error
+        yield server
     finally:
         server.stop()
         server.kill()

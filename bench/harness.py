@@ -141,9 +141,9 @@ def not_measured(name: str, reason: str, target: Target | None = None) -> Row:
 def format_number(value: float) -> str:
     """Three significant figures, K/M suffixes for large values."""
     magnitude = abs(value)
-    for threshold, suffix in ((1e9, "G"), (1e6, "M"), (1e4, "K")):
+    for threshold, divisor, suffix in ((1e9, 1e9, "G"), (1e6, 1e6, "M"), (1e4, 1e3, "K")):
         if magnitude >= threshold:
-            return f"{value / threshold:.3g}{suffix}"
+            return f"{value / divisor:.3g}{suffix}"
     if magnitude >= 100:
         return f"{value:,.0f}"
     return f"{value:.3g}"
@@ -176,10 +176,24 @@ def format_row(row: Row) -> str:
         row.target.describe() if row.target else "—",
         row.verdict,
     ]
-    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+    return "| " + " | ".join(table_cell(cell) for cell in cells) + " |"
+
+
+MAX_CELL = 300
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def table_cell(text: str) -> str:
+    """One table cell: one line, pipes escaped, long error texts cut."""
+    flat = one_line(text).replace("|", "\\|")
+    return flat if len(flat) <= MAX_CELL else flat[: MAX_CELL - 1] + "…"
 
 
 def format_table(rows: Sequence[Row]) -> str:
     lines = [TABLE_HEADER, *(format_row(row) for row in rows)]
-    notes = [f"- {row.name}: {row.note}" for row in rows if row.note and row.value is not None]
+    measured_notes = [row for row in rows if row.note and row.value is not None]
+    notes = [f"- {one_line(row.name)}: {one_line(row.note)}" for row in measured_notes]
     return "\n".join(lines) + ("\n\n" + "\n".join(notes) if notes else "")

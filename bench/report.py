@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bench.harness import Row, format_stats, format_table
+from bench.harness import Row, format_stats, format_table, table_cell
 
 GAPS_KEY = "gaps"
 _NOTES = re.compile(r"<!-- notes:(?P<key>[\w-]+) -->\n(?P<text>.*?)<!-- /notes:(?P=key) -->", re.DOTALL)
@@ -78,8 +78,8 @@ def _targets_table(sections: Sequence[SectionResult]) -> str:
                 continue
             value = format_stats(row.value, row.unit) if row.value is not None else row.note
             ratio = "—" if row.ratio is None else f"{row.ratio:.2f}×"
-            lines.append(f"| {section.title} | {row.name} | {value} | {ratio} | {row.target.describe()} "
-                         f"| {row.verdict} |")
+            cells = [section.title, row.name, value, ratio, row.target.describe(), row.verdict]
+            lines.append("| " + " | ".join(table_cell(cell) for cell in cells) + " |")
     return "\n".join(lines)
 
 

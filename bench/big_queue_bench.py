@@ -1,0 +1,102 @@
+"""Row 6 (executor memory) and row 7 (recovery): one broker whose store holds a large range
+of 1 KiB messages in one queue, filled once per run and shared by both sections."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from bench.environment import REPO_ROOT, Environment
+from bench.harness import Row, Stats, measure_pair
+from bench.workload import body_of, produce, single_queue
+from connector.client import MessageQueue, RmqClient
+
+BROKER = "broker-big"
+TOPIC = "bench-big"
+BODY_SIZE = 1024
+FILL_BATCH = 1024
+RANGE_FRACTIONS = (8, 1)   # read 1/8 of the range, then all of it: the peak must not grow with it
+
+
+@dataclass(frozen=True)
+class BigQueue:
+    mq: MessageQueue
+    messages: int
+
+
+def big_queue(env: Environment, endpoints: str) -> BigQueue:
+    """The filled queue, produced on first use (the store outlives the broker process)."""
+    with RmqClient(endpoints) as client:
+        if TOPIC not in {topic.topic for topic in client.list_topics()}:
+            client.create_topic(TOPIC, queues=1)
+            produce(client, TOPIC, env.scale.big_range_bytes // BODY_SIZE, body_of(BODY_SIZE), FILL_BATCH,
+                    queue_id=0)
+        mq = single_queue(client, TOPIC)
+        return BigQueue(mq, client.topic_offsets(TOPIC)[mq].max_offset)
+
+
+def memory_rows(env: Environment) -> list[Row]:
+    """The Spark partition reader (`connector.partition_reader.read_queue_range`, what an
+    executor task runs) reads offsets [0, end) of one queue of 1 KiB messages in a fresh
+    subprocess; the figure is the growth of its peak RSS (`resource.getrusage`) over the
+    RSS before reading. Read once for 1/8 of the range and once for all of it: a bounded
+    reader peaks alike for both, at a few pull batches (default pullBatchSize)."""
+    with env.broker(BROKER) as broker:
+        queue = big_queue(env, broker.address)
+        rows = []
+        for fraction in RANGE_FRACTIONS:
+            end = queue.messages // fraction
+            growth = Stats.of([_reader_peak_growth(broker.address, queue.mq, end) for _ in range(2)])
+            label = f"{end:,} × 1 KiB messages ({_mib(end * BODY_SIZE)} of bodies)"
+            rows.append(Row(f"reader peak RSS growth over baseline, {label}", "MiB", growth))
+    if env.scale.big_range_bytes < 1 << 30:
+        rows[-1].note = f"range scaled down to {_mib(env.scale.big_range_bytes)} for this run's budget"
+    return rows
+
+
+def _reader_peak_growth(endpoints: str, mq: MessageQueue, end: int) -> float:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.partition_reader_peak", endpoints, mq.topic, mq.broker_name,
+         str(mq.queue_id), str(end)],
+        capture_output=True, text=True, check=False, timeout=600, cwd=REPO_ROOT,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"partition reader subprocess failed: {done.stderr.strip()[-2000:]}")
+    result = json.loads(done.stdout)
+    if result["rows"] != end:
+        raise RuntimeError(f"partition reader read {result['rows']} rows, expected {end}")
+    return (result["peak_kib"] - result["baseline_kib"]) / 1024
+
+
+def recovery_rows(env: Environment) -> list[Row]:
+    """Time from starting `rmq broker` on the store to its first answer to ListBrokers,
+    after `kill -9` (abnormal recovery: abort file present, CommitLog tail re-checked from
+    the checkpoint) against after a graceful stop (normal recovery), alternately. After
+    every restart the queue must still hold every message."""
+    with env.broker(BROKER) as broker:
+        queue = big_queue(env, broker.address)
+        commit_log = sum(f.stat().st_size for f in (env.work_dir / BROKER / BROKER).rglob("commitlog/*"))
+
+        def restart(kill: bool) -> float:
+            broker.kill() if kill else broker.stop()
+            start = time.perf_counter()
+            broker.start()
+            seconds = time.perf_counter() - start
+            with RmqClient(broker.address) as client:
+                recovered = client.topic_offsets(TOPIC)[queue.mq].max_offset
+            if recovered != queue.messages:
+                raise RuntimeError(f"after restart the queue holds {recovered} of {queue.messages} messages")
+            return seconds
+
+        abnormal, normal = measure_pair(lambda: restart(kill=True), lambda: restart(kill=False),
+                                        env.scale.repeats)
+    return [Row(f"restart to ready after kill -9, CommitLog {_mib(commit_log)}", "s", abnormal,
+                "restart after graceful stop", normal,
+                note=f"{queue.messages:,} messages of 1 KiB; every restart recovered all of them")]
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):,.0f} MiB"

@@ -1,0 +1,91 @@
+"""The benchmark's statistics, table and report code (no timing: no process is started)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import report
+from bench.harness import (
+    Row,
+    Stats,
+    Target,
+    format_number,
+    format_table,
+    measure_pair,
+    not_measured,
+    percentile,
+)
+
+
+def test_stats_median_and_spread() -> None:
+    assert Stats.of([3.0, 1.0, 2.0]) == Stats(median=2.0, low=1.0, high=3.0, runs=3)
+    assert Stats.of([4.0, 1.0, 2.0, 3.0]).median == 2.5
+    with pytest.raises(ValueError):
+        Stats.of([])
+
+
+def test_percentile_is_nearest_rank() -> None:
+    samples = [float(n) for n in range(100, 0, -1)]   # 1..100, unordered
+    assert percentile(samples, 0.50) == 50.0
+    assert percentile(samples, 0.99) == 99.0
+    assert percentile(samples, 1.0) == 100.0
+    assert percentile([7.0], 0.99) == 7.0
+
+
+def test_measure_pair_alternates_subject_and_reference() -> None:
+    calls: list[str] = []
+
+    def subject() -> float:
+        calls.append("rmq")
+        return 2.0
+
+    def reference() -> float:
+        calls.append("ref")
+        return 4.0
+
+    mine, theirs = measure_pair(subject, reference, 3)
+    assert calls == ["rmq", "ref"] * 3
+    assert (mine.median, theirs.median, mine.runs) == (2.0, 4.0, 3)
+    assert measure_pair(subject, None, 2)[1] is None
+
+
+def test_ratio_and_verdict_against_targets() -> None:
+    fast = Row("produce", "msg/s", Stats.of([150.0]), "XADD", Stats.of([100.0]), Target(min_ratio=1.0))
+    slow = Row("pull", "msg/s", Stats.of([50.0]), "XRANGE", Stats.of([100.0]), Target(min_ratio=1.0))
+    latency = Row("p99", "ms", Stats.of([6.0]), "XREAD", Stats.of([0.3]), Target(max_value=5.0, unit="ms"))
+    assert fast.ratio == 1.5 and fast.verdict == "met"
+    assert slow.ratio == 0.5 and slow.verdict == "**missed**"
+    assert latency.verdict == "**missed**"
+    missing = not_measured("e2e", "connector not available", Target(min_ratio=0.6))
+    assert missing.ratio is None and missing.verdict == "—"
+
+
+def test_number_formatting() -> None:
+    assert format_number(1_234_567) == "1.23M"
+    assert format_number(123_456) == "123K"
+    assert format_number(1_234) == "1,234"
+    assert format_number(0.1834) == "0.183"
+
+
+def test_table_keeps_every_row_on_one_line() -> None:
+    rows = [
+        Row("produce", "msg/s", Stats.of([1.0, 2.0, 3.0]), "XADD", Stats.of([2.0, 2.0, 2.0]),
+            Target(min_ratio=1.0)),
+        not_measured("pull", "RuntimeError: broker exited\nTraceback | line 2"),
+    ]
+    lines = format_table(rows).splitlines()
+    assert len(lines) == 4
+    assert "| produce | 2 msg/s (1–3) | XADD | 2 msg/s (2–2) | 1.00× | ≥ 1× reference | met |" == lines[2]
+    assert "not measured: RuntimeError: broker exited Traceback \\| line 2" in lines[3]
+
+
+def test_report_keeps_hand_written_notes() -> None:
+    section = report.SectionResult("pull", "3. Broker pull", "What it measures.",
+                                   [Row("pull", "msg/s", Stats.of([5.0]), "XRANGE", Stats.of([10.0]),
+                                        Target(min_ratio=1.0))], 12.0)
+    run = report.RunInfo("make bench", "2026-01-01 00:00", 60.0, False, {"cores": "2"})
+    first = report.render([section], run, {"pull": "Decode dominates the profile.\n"})
+    assert "<!-- notes:pull -->\nDecode dominates the profile.\n<!-- /notes:pull -->" in first
+    assert "| 3. Broker pull | pull | 5 msg/s | 0.50× | ≥ 1× reference | **missed** |" in first
+    second = report.render([section], run, report.existing_notes(first))
+    assert second == first
