@@ -255,7 +255,7 @@ def run(stack: contextlib.ExitStack) -> int:
     client = RmqClient(broker.address, timeout=10.0)
     stack.callback(client.close)
     broker.wait_ready(client)
-    say(f"  broker ready at {broker.address} (store {work_dir / 'store'})")
+    say(f"  broker ready at {broker.address} (pid {broker.process.pid}, store {work_dir / 'store'})")
 
     say(f"2/5 creating topic {TOPIC} with {QUEUES} queues")
     client.create_topic(TOPIC, queues=QUEUES)

@@ -1,0 +1,78 @@
+"""The docker-compose topology as local processes: a name server, two brokers registered with
+it, a topic with 4 queues on each broker, a producer, and a Spark streaming query that reads
+every message of all 8 queues exactly once (then the group's lag is 0)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from connector.client import OutgoingMessage, RmqClient
+from integration_tests import processes
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+TOPIC = "cluster-orders"
+GROUP = "cluster-test"
+BROKERS = ("broker-a", "broker-b")
+SEND_BATCHES = 12
+BATCH = 250
+
+
+@pytest.fixture
+def cluster(namesrv, tmp_path: Path) -> Iterator[RmqClient]:
+    """Two brokers registered with `namesrv`; yields a client that knows only the name server."""
+    brokers = [processes.broker(tmp_path, name, namesrv.address).start() for name in BROKERS]
+    client = RmqClient(namesrv.address)
+    try:
+        wait_for_registration(client)
+        yield client
+    finally:
+        client.close()
+        for broker in brokers:
+            broker.stop()
+
+
+def wait_for_registration(client: RmqClient, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while set(client.list_brokers()) != set(BROKERS):
+        assert time.monotonic() < deadline, f"brokers registered: {client.list_brokers()}"
+        time.sleep(0.2)
+
+
+def test_spark_reads_all_queues_of_both_brokers_exactly_once(spark, namesrv, cluster: RmqClient):
+    assert sorted(cluster.create_topic(TOPIC, queues=4)) == list(BROKERS)
+    queues = cluster.query_route(TOPIC).message_queues
+    placed = sorted((mq.broker_name, mq.queue_id) for mq in queues)
+    assert placed == [(b, q) for b in BROKERS for q in range(4)]
+
+    bodies = []
+    for batch in range(SEND_BATCHES):   # the client sends round-robin over the brokers
+        messages = [OutgoingMessage(f"order-{batch}-{i}".encode(), "order", f"k{batch}-{i}")
+                    for i in range(BATCH)]
+        cluster.send(TOPIC, messages)
+        bodies += [m.body for m in messages]
+    offsets = cluster.topic_offsets(TOPIC)
+    assert {mq.broker_name for mq, q in offsets.items() if q.max_offset > 0} == set(BROKERS)
+
+    query = (
+        spark.readStream.format("rmq")
+        .options(endpoints=namesrv.address, topic=TOPIC, consumerGroup=GROUP, startingOffsets="earliest",
+                 maxMessagesPerTrigger="1000")
+        .load()
+        .writeStream.format("memory").queryName("cluster_orders").trigger(availableNow=True).start()
+    )
+    query.awaitTermination(180)
+    assert query.exception() is None
+    rows = spark.table("cluster_orders").select("broker_name", "queue_id", "queue_offset", "body").collect()
+
+    read = sorted((r.broker_name, r.queue_id, r.queue_offset) for r in rows)
+    stored = sorted((mq.broker_name, mq.queue_id, offset)
+                    for mq, q in offsets.items() for offset in range(q.min_offset, q.max_offset))
+    assert read == stored                                        # every stored message, once
+    assert sorted(bytes(r.body) for r in rows) == sorted(bodies)
+    committed = cluster.query_consumer_offsets(GROUP, TOPIC)
+    assert {mq: committed.get(mq) for mq in offsets} == {mq: q.max_offset for mq, q in offsets.items()}
