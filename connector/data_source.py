@@ -6,8 +6,9 @@ Register it once per session, then read or write (DESIGN.md lists the options):
     register(spark)     # = spark.dataSource.register(RmqDataSource)
     spark.readStream.format("rmq").option("endpoints", "127.0.0.1:9876").option("topic", "t").load()
 
-Options are validated when the reader is created, at `load()` (batch) or query start
-(stream); a wrong value fails with a message naming the option and its accepted values.
+Options are validated at `load()` (and again, with the checks that depend on batch vs
+stream, when the reader is created); a wrong value fails with a message naming the option
+and its accepted values.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
 from connector.batch_reader import RmqBatchReader
-from connector.options import parse_source_options
+from connector.options import check_source_options, parse_source_options
 from connector.source_schema import SOURCE_SCHEMA
 from connector.stream_reader import RmqStreamReader
 from connector.writer import RmqDataSourceArrowWriter, RmqDataSourceStreamArrowWriter
@@ -29,6 +30,8 @@ class RmqDataSource(DataSource):
         return "rmq"
 
     def schema(self) -> StructType:
+        # Called at `load()` of reads only (writes never ask for it): fail early on bad options.
+        check_source_options(self.options)
         return SOURCE_SCHEMA
 
     def reader(self, schema: StructType) -> RmqBatchReader:

@@ -89,10 +89,20 @@ class SourceOptions:
         return self.message_model == BROADCASTING
 
 
+def check_source_options(options: Mapping[str, str]) -> None:
+    """Validate every option for either kind of read (at `load()`, before the mode is known)."""
+    _parse(options, streaming=False)
+
+
 def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     """Validate every option; defaults differ between the stream and the batch reader."""
+    _check_mode(options, streaming)
+    return _parse(options, streaming)
+
+
+def _parse(options: Mapping[str, str], streaming: bool) -> SourceOptions:
     values = {str(key).lower(): str(value) for key, value in options.items()}
-    _reject_unknown(values, streaming)
+    _reject_unknown(values)
     get = _Getter(values)
     endpoints = get.required("endpoints")
     try:
@@ -164,13 +174,17 @@ class _Getter:
         return number
 
 
-def _reject_unknown(values: dict[str, str], streaming: bool) -> None:
-    known = {name.lower(): name for name in OPTION_NAMES}
+def _reject_unknown(values: dict[str, str]) -> None:
+    known = {name.lower() for name in OPTION_NAMES}
     for key in values:
         if key not in known:
             raise RmqOptionError(
                 f"Unknown option {key!r} for the rmq source: expected one of {', '.join(OPTION_NAMES)}"
             )
+
+
+def _check_mode(options: Mapping[str, str], streaming: bool) -> None:
+    values = {str(key).lower() for key in options}
     if streaming and "endingoffsets" in values:
         raise RmqOptionError("Option 'endingOffsets' applies to batch reads only (spark.read)")
     if not streaming and "maxmessagespertrigger" in values:

@@ -8,7 +8,7 @@ import pytest
 
 from connector.client import MessageQueue
 from connector.offsets import AtTimestamp, Committed, Earliest, Latest, Specific
-from connector.options import RmqOptionError, parse_source_options
+from connector.options import RmqOptionError, check_source_options, parse_source_options
 
 BASE = {"endpoints": "127.0.0.1:9876", "topic": "orders"}
 
@@ -110,3 +110,9 @@ def test_required_and_mode_specific_options():
         parse(streaming=False, endingOffsets="earliest")
     with pytest.raises(RmqOptionError, match="is not an integer >= -1"):
         parse(streaming=False, endingOffsets='{"orders":{"b":{"0":-2}}}')
+
+
+def test_load_time_check_validates_values_before_the_read_mode_is_known():
+    check_source_options({**BASE, "endingOffsets": "latest", "maxMessagesPerTrigger": "5"})
+    with pytest.raises(RmqOptionError, match="Invalid value 'sometimes' for option 'failOnDataLoss'"):
+        check_source_options({**BASE, "failOnDataLoss": "sometimes"})
