@@ -187,6 +187,7 @@ def _produce(client: RmqClient, args: argparse.Namespace) -> int:
     """Exit 0 only when every message was acknowledged; else one error line and exit 1."""
     if args.size is not None and args.count is None:
         raise UserError("--size needs --count (generated messages)")
+    client.query_route(args.topic)  # an unknown topic or unreachable broker fails before reading input
     bodies = _generated(args.count, args.size or 100) if args.count is not None else _stdin_lines()
     sent = acknowledged = 0
     progress = _Progress(args.count)
@@ -198,7 +199,7 @@ def _produce(client: RmqClient, args: argparse.Namespace) -> int:
             progress.update(acknowledged)
     except RmqError as error:
         acknowledged += error.acknowledged
-        print(f"rmq: error: {_describe(error)}; sent {sent} messages (acknowledged {acknowledged})",
+        print(f"rmq: error: {_describe(error)}; {acknowledged} of {sent} messages acknowledged",
               file=sys.stderr)
         return 1
     print(f"sent {sent} messages (acknowledged {acknowledged})")
@@ -258,9 +259,11 @@ def _consume(client: RmqClient, args: argparse.Namespace) -> int:
     for mq, offset in positions.items():
         threading.Thread(target=_pull_loop, name=f"pull-{mq}", daemon=True,
                          args=(client, mq, offset, args.group, sub_expression, results, stop)).start()
-    consumed = 0
     try:
         consumed = _print_messages(client, args, tags, positions, results)
+    except BrokenPipeError:  # the reader of stdout went away (`| head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     finally:
         stop.set()
         client.update_consumer_offsets(args.group, positions)
@@ -340,17 +343,17 @@ def _print_result(mq: MessageQueue, result: PullResult, tags: frozenset[str] | N
         positions[mq] = result.next_begin_offset
         return 0
     batch = filter_tags(decode(result.messages, mq.broker_name), tags)
+    next_offset = result.next_begin_offset
     if limit is not None and batch.num_rows > limit:
         batch = batch.slice(0, limit)
-        positions[mq] = batch.column("queue_offset")[-1].as_py() + 1
-    else:
-        positions[mq] = result.next_begin_offset
+        next_offset = batch.column("queue_offset")[-1].as_py() + 1
     names = ("queue_id", "queue_offset", "tags", "keys", "body")
     columns = (batch.column(name).to_pylist() for name in names)
     lines = [f"{queue_id} {offset} {tag or '-'} {keys or '-'} {_one_line(body)}\n"
              for queue_id, offset, tag, keys, body in zip(*columns, strict=True)]
     sys.stdout.write("".join(lines))
     sys.stdout.flush()
+    positions[mq] = next_offset  # only what was printed counts as consumed
     return batch.num_rows
 
 
