@@ -1,0 +1,115 @@
+"""Figures collector for the reliability scenarios.
+
+Every scenario records what it sent, what the broker acknowledged, what was read back and
+how many acknowledged messages were lost or read more than once (plus free-form extra
+figures such as throughput or p99 latency). Each record prints one line in the test output;
+the terminal summary repeats the table, and `make reliability` (env RMQ_RELIABILITY_REPORT=1)
+writes it, with the bad-input table, to RELIABILITY.md.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPORT_ENV = "RMQ_RELIABILITY_REPORT"
+REPORT_PATH = Path(__file__).resolve().parents[2] / "RELIABILITY.md"
+COMMAND = "make reliability"
+
+
+@dataclass
+class ScenarioFigures:
+    scenario: str
+    sent: int
+    acknowledged: int
+    read: int
+    lost: int
+    duplicated: int
+    notes: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def line(self) -> str:
+        extra = "".join(f" {name}={value}" for name, value in self.extra.items())
+        return (f"[reliability] {self.scenario}: sent={self.sent} acknowledged={self.acknowledged} "
+                f"read={self.read} lost={self.lost} duplicated={self.duplicated}{extra}")
+
+
+def tally(scenario: str, sent: int, acknowledged: Iterable[Hashable], read: Iterable[Hashable],
+          notes: str = "", **extra: object) -> ScenarioFigures:
+    """Figures from the keys the broker acknowledged and the keys read back (one key per read
+    message, repeats included): lost = acknowledged keys never read, duplicated = extra reads."""
+    acknowledged_keys = set(acknowledged)
+    read_counts = Counter(read)
+    return ScenarioFigures(
+        scenario=scenario,
+        sent=sent,
+        acknowledged=len(acknowledged_keys),
+        read=sum(read_counts.values()),
+        lost=len(acknowledged_keys - read_counts.keys()),
+        duplicated=sum(count - 1 for count in read_counts.values()),
+        notes=notes,
+        extra={name: str(value) for name, value in extra.items()},
+    )
+
+
+@dataclass(frozen=True)
+class BadInput:
+    """One hostile or mistaken input and the error the user sees for it."""
+
+    surface: str     # "CLI", "connector option", "gRPC"
+    given: str
+    error: str
+
+
+@dataclass
+class ReliabilityReport:
+    scenarios: list[ScenarioFigures] = field(default_factory=list)
+    bad_inputs: list[BadInput] = field(default_factory=list)
+
+    def record(self, figures: ScenarioFigures) -> ScenarioFigures:
+        self.scenarios.append(figures)
+        print(figures.line())
+        return figures
+
+    def record_bad_input(self, surface: str, given: str, error: str) -> None:
+        self.bad_inputs.append(BadInput(surface, given, error))
+
+    def lines(self) -> list[str]:
+        return [figures.line() for figures in self.scenarios]
+
+    def markdown(self) -> str:
+        out = [
+            "# rmq reliability figures",
+            "",
+            f"Produced by `{COMMAND}` ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC) from the scenarios in",
+            "`integration_tests/reliability/`: real broker and Spark processes, real `kill -9`, corrupt",
+            "files, load and hostile input. *lost* counts acknowledged messages never read back,",
+            "*duplicated* counts extra reads of a message already read.",
+            "",
+            "| scenario | sent | acknowledged | read | lost | duplicated | notes |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        ]
+        for f in self.scenarios:
+            notes = "; ".join(filter(None, [f.notes, *(f"{k} {v}" for k, v in f.extra.items())]))
+            out.append(f"| {f.scenario} | {f.sent} | {f.acknowledged} | {f.read} | {f.lost} | "
+                       f"{f.duplicated} | {_cell(notes)} |")
+        out += ["", "## Bad input and the error it gets", "",
+                "| surface | input | error shown |", "| --- | --- | --- |"]
+        for bad in self.bad_inputs:
+            out.append(f"| {bad.surface} | `{_cell(bad.given)}` | {_cell(bad.error)} |")
+        return "\n".join(out) + "\n"
+
+    def write_if_requested(self) -> None:
+        if os.environ.get(REPORT_ENV) == "1" and self.scenarios:
+            REPORT_PATH.write_text(self.markdown())
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+REPORT = ReliabilityReport()
