@@ -1,0 +1,242 @@
+"""getMessage: statuses, nextBeginOffset corrections, limits, tag filter, lookups
+(spec consumer-pull-rebalance §12, consumption-longpolling-offsets §6.1 TV-4, store TV17)."""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+
+import numpy as np
+import pytest
+from rmq import message_format as mf
+
+from store import DispatchRequest, FlushDiskType, GetMessageStatus, MessageStore
+from store.config import BrokerRole
+from tests.store.conftest import message, small_config, wait_dispatched
+
+S = GetMessageStatus
+BODY_700 = b"b" * 700    # record of 800 bytes: five fill one 4 KiB CommitLog file
+
+
+def queue_offsets(result) -> list[int]:
+    offsets, position = [], 0
+    for size in result.sizes.tolist():
+        offsets.append(struct.unpack_from(">q", result.buffer, position + mf.QUEUE_OFFSET_POS)[0])
+        position += size
+    return offsets
+
+
+def five_to_ten(open_store, **overrides) -> MessageStore:
+    """A queue with min offset 5 and max offset 10: the first CommitLog file (messages 0-4) is
+    deleted by retention and with it the first ConsumeQueue file."""
+    store = open_store(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=100, **overrides)
+    store.put_messages([message(body=BODY_700) for _ in range(10)])
+    wait_dispatched(store)
+    assert store.clean_expired_files(force=True) == 1
+    assert store.get_min_offset_in_queue("TopicTest", 0) == 5
+    assert store.get_max_offset_in_queue("TopicTest", 0) == 10
+    return store
+
+
+@pytest.mark.parametrize(("requested", "status", "next_begin"), [
+    (3, S.OFFSET_TOO_SMALL, 5),
+    (10, S.OFFSET_OVERFLOW_ONE, 10),
+    (12, S.OFFSET_OVERFLOW_BADLY, 10),
+    (7, S.FOUND, 10),
+])
+def test_tv17_corrections_min_5_max_10(open_store, requested, status, next_begin) -> None:
+    store = five_to_ten(open_store)
+    result = store.get_message("g", "TopicTest", 0, requested, 32)
+    assert (result.status, result.next_begin_offset) == (status, next_begin)
+    assert (result.min_offset, result.max_offset) == (5, 10)
+    if status is S.FOUND:
+        assert queue_offsets(result) == [7, 8, 9]
+
+
+def test_tv17_empty_queue(open_store) -> None:
+    store = open_store()
+    store.find_consume_queue("TopicTest", 0, create=True)
+    result = store.get_message("g", "TopicTest", 0, 5, 32)
+    assert (result.status, result.next_begin_offset, result.max_offset) == (S.NO_MESSAGE_IN_QUEUE, 0, 0)
+
+
+def test_tv17_overflow_badly_with_min_zero(open_store) -> None:
+    store = open_store()
+    store.put_messages([message() for _ in range(10)])
+    wait_dispatched(store)
+    result = store.get_message("g", "TopicTest", 0, 12, 32)
+    assert (result.status, result.next_begin_offset) == (S.OFFSET_OVERFLOW_BADLY, 0)
+
+
+def test_unknown_queue_is_no_matched_logic_queue(open_store) -> None:
+    store = open_store()
+    result = store.get_message("g", "Nope", 3, 7, 32)
+    assert (result.status, result.next_begin_offset, result.min_offset, result.max_offset) == (
+        S.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+
+
+@pytest.mark.parametrize("offset_check_in_slave", [False, True])
+def test_tv4_slave_corrections(tmp_path, offset_check_in_slave) -> None:
+    config = small_config(tmp_path / "store", mapped_file_size_commit_log=4096,
+                          mapped_file_size_consume_queue=100)
+    master = MessageStore(config)
+    master.start()
+    master.put_messages([message(body=BODY_700) for _ in range(10)])
+    wait_dispatched(master)
+    master.clean_expired_files(force=True)
+    master.shutdown()
+    config.broker_role = BrokerRole.SLAVE
+    config.offset_check_in_slave = offset_check_in_slave
+    slave = MessageStore(config)
+    slave.start()
+    try:
+        expected = {3: 5, 10: 10, 12: 10} if offset_check_in_slave else {3: 3, 10: 10, 12: 12}
+        for requested, next_begin in expected.items():
+            assert slave.get_message("g", "TopicTest", 0, requested, 32).next_begin_offset == next_begin
+        unknown = slave.get_message("g", "Nope", 0, 4, 32)
+        assert unknown.next_begin_offset == (0 if offset_check_in_slave else 4)
+    finally:
+        slave.shutdown()
+
+
+def test_max_msg_nums_and_next_begin_offset(open_store) -> None:
+    store = open_store()
+    store.put_messages([message(body=bytes([i])) for i in range(20)])
+    wait_dispatched(store)
+    result = store.get_message("g", "TopicTest", 0, 4, 3)
+    assert result.status is S.FOUND and result.message_count == 3
+    assert queue_offsets(result) == [4, 5, 6] and result.next_begin_offset == 7
+    assert result.sizes.dtype == np.int32 and result.sizes.sum() == len(result.buffer)
+
+
+def test_max_total_bytes_limits_but_first_message_always_fits(open_store) -> None:
+    store = open_store()
+    store.put_messages([message(body=b"x" * 100) for _ in range(10)])   # records of 200 bytes
+    wait_dispatched(store)
+    result = store.get_message("g", "TopicTest", 0, 0, 32, max_total_bytes=450)
+    assert result.message_count == 2 and result.next_begin_offset == 2
+    result = store.get_message("g", "TopicTest", 0, 0, 32, max_total_bytes=10)
+    assert result.message_count == 1 and result.next_begin_offset == 1
+
+
+def test_tag_filter_skips_but_advances(open_store) -> None:
+    store = open_store()
+    store.put_messages([message(body=bytes([i]), TAGS="TagA" if i % 3 == 0 else "TagB") for i in range(12)])
+    wait_dispatched(store)
+    tag_a = {mf.tags_hash_code("TagA")}
+    result = store.get_message("g", "TopicTest", 0, 0, 32, tag_codes=tag_a)
+    assert queue_offsets(result) == [0, 3, 6, 9] and result.next_begin_offset == 12
+    # the batch is full at the 3rd entry after two matches: the break comes before filtering
+    result = store.get_message("g", "TopicTest", 0, 0, 2, tag_codes=tag_a)
+    assert queue_offsets(result) == [0, 3] and result.next_begin_offset == 4
+    none = store.get_message("g", "TopicTest", 0, 1, 32, tag_codes={mf.tags_hash_code("TagC")})
+    assert (none.status, none.next_begin_offset, none.message_count) == (S.NO_MATCHED_MESSAGE, 12, 0)
+
+
+def test_interleaved_queues_gather_the_right_records(open_store) -> None:
+    store = open_store(mapped_file_size_commit_log=4096)
+    store.put_messages([message(queue_id=i % 3, body=f"m{i}".encode()) for i in range(90)])
+    wait_dispatched(store)
+    offset, seen = 0, []
+    while offset < 30:
+        result = store.get_message("g", "TopicTest", 1, offset, 1024)
+        assert result.status is S.FOUND
+        seen.extend(queue_offsets(result))
+        offset = result.next_begin_offset
+    assert seen == list(range(30))
+
+
+def test_message_was_removing_before_consume_queue_cleanup(open_store) -> None:
+    store = open_store(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=100)
+    store.put_messages([message(body=BODY_700) for _ in range(10)])
+    wait_dispatched(store)
+    queue = store.commit_log.mapped_file_queue
+    assert queue.delete_expired_file_by_time(0, 0, 0, clean_immediately=True) == 1   # CommitLog only
+    result = store.get_message("g", "TopicTest", 0, 0, 32)
+    assert (result.status, result.next_begin_offset, result.min_offset) == (S.MESSAGE_WAS_REMOVING, 5, 0)
+    store.clean_expired_files()
+    assert store.get_message("g", "TopicTest", 0, 0, 32).status is S.OFFSET_TOO_SMALL
+
+
+def test_offset_found_null_when_consume_queue_file_is_missing(open_store) -> None:
+    store = open_store(mapped_file_size_consume_queue=100)
+    store.put_messages([message() for _ in range(12)])
+    wait_dispatched(store)
+    cq = store.find_consume_queue("TopicTest", 0)
+    assert cq.mapped_file_queue.delete_files_below(lambda mapped: True, 0) == 2
+    result = store.get_message("g", "TopicTest", 0, 1, 32)
+    assert (result.status, result.next_begin_offset) == (S.OFFSET_FOUND_NULL, 5)
+
+
+def test_offset_in_queue_by_time_and_last_store_timestamp(open_store) -> None:
+    store = open_store()
+    assert store.get_last_store_timestamp("TopicTest", 0) == 0
+    stamps = []
+    for _ in range(3):
+        stamps.append(store.put_messages([message() for _ in range(4)])[0].store_timestamp)
+        time.sleep(0.005)
+    wait_dispatched(store)
+    assert store.get_offset_in_queue_by_time("TopicTest", 0, stamps[1]) == 4
+    assert store.get_offset_in_queue_by_time("TopicTest", 0, stamps[2]) == 8
+    assert store.get_offset_in_queue_by_time("TopicTest", 0, 0) == 0
+    assert store.get_offset_in_queue_by_time("TopicTest", 0, stamps[2] + 1) == 12
+    assert store.get_last_store_timestamp("TopicTest", 0) == stamps[2]
+
+
+def test_query_message_by_key_and_uniq_key(open_store) -> None:
+    store = open_store()
+    store.put_messages([message(body=f"b{i}".encode(), KEYS=f"order-{i % 4} common", UNIQ_KEY=f"U{i}")
+                        for i in range(16)])
+    store.put_message(message(topic="Other", KEYS="order-1"))
+    wait_dispatched(store)
+    result = store.query_message_by_key("TopicTest", "order-1", 32, 0, 2**62)
+    assert result.status is S.FOUND and queue_offsets(result) == [1, 5, 9, 13]
+    assert store.query_message_by_key("TopicTest", "common", 3, 0, 2**62).message_count == 3
+    assert queue_offsets(store.query_message_by_key("TopicTest", "U7", 32, 0, 2**62)) == [7]
+    missing = store.query_message_by_key("TopicTest", "nope", 32, 0, 2**62)
+    assert (missing.status, missing.message_count) == (S.NO_MATCHED_MESSAGE, 0)
+    assert store.query_message_by_key("TopicTest", "order-1", 32, 0, 1).message_count == 0
+
+
+def test_index_rolls_to_a_new_file_when_full(open_store) -> None:
+    store = open_store(max_index_num=8)
+    store.put_messages([message(KEYS=f"k{i}") for i in range(20)])
+    wait_dispatched(store)
+    assert len(store.index_service.files) >= 3
+    assert queue_offsets(store.query_message_by_key("TopicTest", "k17", 4, 0, 2**62)) == [17]
+    assert queue_offsets(store.query_message_by_key("TopicTest", "k2", 4, 0, 2**62)) == [2]
+
+
+def test_dispatch_listener_sees_visible_entries(open_store) -> None:
+    store = open_store(flush_disk_type=FlushDiskType.ASYNC)
+    seen: list[tuple[DispatchRequest, GetMessageStatus]] = []
+    arrived = threading.Event()
+
+    def listener(request: DispatchRequest) -> None:
+        found = store.get_message("g", request.topic, request.queue_id, request.consume_queue_offset, 1)
+        seen.append((request, found.status))
+        arrived.set()
+
+    store.add_dispatch_listener(listener)
+    result = store.put_message(message(body=b"x", TAGS="TagA", KEYS="a b", UNIQ_KEY="U1"))
+    assert arrived.wait(5)
+    request, status = seen[0]
+    assert status is S.FOUND
+    assert (request.topic, request.queue_id, request.consume_queue_offset) == ("TopicTest", 0, 0)
+    assert (request.commit_log_offset, request.msg_size) == (
+        result.physical_offset, mf.calc_msg_length(1, 9, len(mf.encode_properties(
+            {"TAGS": "TagA", "KEYS": "a b", "UNIQ_KEY": "U1"}))))
+    assert (request.tags_code, request.keys, request.uniq_key) == (mf.tags_hash_code("TagA"), "a b", "U1")
+    assert request.store_timestamp == result.store_timestamp
+
+
+def test_delete_topic_removes_its_queues(open_store) -> None:
+    store = open_store()
+    store.put_messages([message(), message(topic="Keep")])
+    wait_dispatched(store)
+    store.delete_topic("TopicTest")
+    assert store.get_message("g", "TopicTest", 0, 0, 32).status is S.NO_MATCHED_LOGIC_QUEUE
+    assert store.get_max_offset_in_queue("TopicTest", 0) == 0
+    assert store.get_message("g", "Keep", 0, 0, 32).status is S.FOUND
+    assert store.put_message(message()).queue_offset == 0
