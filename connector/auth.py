@@ -7,8 +7,8 @@ Secrets stay out of reprs, logs and error messages: `Credentials` prints as
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -62,6 +62,47 @@ class TlsSettings:
             private_key=_read(self.key_file, "TLS client key file"),
             certificate_chain=_read(self.cert_file, "TLS client certificate file"),
         )
+
+
+SECURITY_OPTION_NAMES = ("accessKey", "secretKey", "tls", "tlsCaFile")
+_BOOLEAN_WORDS = {"true": True, "false": False}
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    """Security settings of a client (Spark source/sink options, CLI flags): the keyword
+    arguments of RmqClient. Picklable for Spark executors; the repr never shows the secret."""
+
+    access_key: str | None = None
+    secret_key: str | None = field(default=None, repr=False)
+    tls: bool = False
+    tls_ca_file: str | None = None
+
+    def __post_init__(self) -> None:
+        Credentials.optional(self.access_key, self.secret_key)   # both or neither
+        if self.tls_ca_file and not self.tls:
+            raise ValueError("tlsCaFile is set but tls is false: set tls to true or drop tlsCaFile")
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> ClientSecurity:
+        """Read accessKey, secretKey, tls, tlsCaFile (case-insensitive names) from data source
+        options; tlsCaFile alone implies tls. ValueError names the option, never the secret."""
+        values = {str(key).lower(): str(value).strip() for key, value in options.items()}
+        tls_text = values.get("tls")
+        ca_file = values.get("tlscafile") or None
+        if tls_text is None:
+            tls = ca_file is not None
+        elif tls_text.lower() in _BOOLEAN_WORDS:
+            tls = _BOOLEAN_WORDS[tls_text.lower()]
+        else:
+            raise ValueError(f"Invalid value {tls_text!r} for option 'tls': expected true or false")
+        if ca_file is not None and not Path(ca_file).is_file():
+            raise ValueError(f"Invalid value {ca_file!r} for option 'tlsCaFile': no such file")
+        return cls(values.get("accesskey") or None, values.get("secretkey") or None, tls, ca_file)
+
+    def client_kwargs(self) -> dict[str, Any]:
+        return {"access_key": self.access_key, "secret_key": self.secret_key, "tls": self.tls,
+                "tls_ca_file": self.tls_ca_file}
 
 
 class _CallDetails(NamedTuple):

@@ -10,7 +10,7 @@ import pytest
 from rmq import request_signing
 from rmq.v1 import rmq_pb2
 
-from connector.auth import Credentials, SigningInterceptor, TlsSettings
+from connector.auth import ClientSecurity, Credentials, SigningInterceptor, TlsSettings
 
 METHOD = "/rmq.v1.MessagingService/PullMessage"
 
@@ -89,3 +89,36 @@ def test_unreadable_ca_file_is_named(tmp_path: Path) -> None:
 
 def test_system_roots_when_no_ca_file_is_given() -> None:
     assert isinstance(TlsSettings().channel_credentials(), grpc.ChannelCredentials)
+
+
+def test_security_options_are_case_insensitive_and_redacted(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("pem")
+    got = ClientSecurity.from_options({"ACCESSKEY": "user01", "secretkey": "topsecret1", "TLS": "True",
+                                       "tlsCaFile": str(ca), "topic": "orders"})
+    assert got == ClientSecurity("user01", "topsecret1", True, str(ca))
+    assert "topsecret1" not in repr(got) and "topsecret1" not in str(got)
+    assert got.client_kwargs() == {"access_key": "user01", "secret_key": "topsecret1", "tls": True,
+                                   "tls_ca_file": str(ca)}
+
+
+def test_tls_ca_file_alone_implies_tls(tmp_path: Path) -> None:
+    (tmp_path / "ca.pem").write_text("pem")
+    assert ClientSecurity.from_options({"tlsCaFile": str(tmp_path / "ca.pem")}).tls
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"tls": "yes"}, "Invalid value 'yes' for option 'tls': expected true or false"),
+    ({"tlsCaFile": "/nonexistent/ca.pem"}, "Invalid value '/nonexistent/ca.pem' for option 'tlsCaFile'"),
+    ({"tls": "false", "tlsCaFile": __file__}, "tlsCaFile is set but tls is false"),
+    ({"secretKey": "topsecret1"}, "secretKey is set but accessKey is not"),
+    ({"accessKey": "user01"}, "accessKey is set but secretKey is not"),
+])
+def test_bad_security_options_name_the_option_not_the_secret(options: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as raised:
+        ClientSecurity.from_options(options)
+    assert "topsecret1" not in str(raised.value)
+
+
+def test_no_security_options_is_a_plain_client() -> None:
+    assert ClientSecurity.from_options({"endpoints": "127.0.0.1:1"}) == ClientSecurity()
