@@ -85,9 +85,9 @@ class ServerProcess:
         return self.log_path.read_text(errors="replace")
 
 
-def namesrv(tmp_path: Path, **env: str) -> ServerProcess:
+def namesrv(tmp_path: Path, extra: list[str] | None = None, **env: str) -> ServerProcess:
     address = f"127.0.0.1:{free_port()}"
-    return ServerProcess(["namesrv", "--listen", address], address, tmp_path / "namesrv.log", env)
+    return ServerProcess(["namesrv", "--listen", address] + (extra or []), address, tmp_path / "namesrv.log", env)
 
 
 def broker(
