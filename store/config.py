@@ -77,8 +77,8 @@ class MessageStoreConfig:
                 f"mapped_file_size_consume_queue must be a multiple of {CQ_STORE_UNIT_SIZE}, "
                 f"got {self.mapped_file_size_consume_queue}"
             )
-        if self.mapped_file_size_commit_log < 4096:
-            raise StoreError(f"mapped_file_size_commit_log must be at least 4096, got "
+        if self.mapped_file_size_commit_log < 1024:
+            raise StoreError(f"mapped_file_size_commit_log must be at least 1024, got "
                              f"{self.mapped_file_size_commit_log}")
         self.store_host_bytes()  # validate early
 
