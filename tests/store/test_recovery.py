@@ -41,8 +41,8 @@ def all_records_valid(store: MessageStore) -> int:
                 break
             position += size
             count += 1
-        assert mapped.read(mapped.read_position(), mapped.file_size - mapped.read_position()).strip(b"\0") == b"" \
-            or mapped.read_position() == mapped.file_size
+        tail = mapped.read(mapped.read_position(), mapped.file_size - mapped.read_position())
+        assert tail.strip(b"\0") == b"" or mapped.read_position() == mapped.file_size
     return count
 
 
@@ -206,7 +206,8 @@ def test_refuses_different_file_size_configuration(tmp_path: Path) -> None:
     store.start()
     store.put_message(message())
     store.shutdown()
-    with pytest.raises(StoreError, match="created with mapped_file_size_commit_log=8192, the configuration says 4096"):
+    problem = "created with mapped_file_size_commit_log=8192, the configuration says 4096"
+    with pytest.raises(StoreError, match=problem):
         MessageStore(small_config(tmp_path / "s", mapped_file_size_commit_log=4096))
 
 
@@ -247,7 +248,8 @@ def test_refuses_corruption_before_the_tail(tmp_path: Path) -> None:
     first.write_bytes(bytes(data))
     before = {p.name: p.read_bytes() for p in (tmp_path / "s" / "commitlog").iterdir()}
     store = MessageStore(store.config)
-    with pytest.raises(StoreError, match=r"00000000000000004096: invalid record .* corrupt beyond a torn tail"):
+    problem = r"00000000000000004096: invalid record .* corrupt beyond a torn tail"
+    with pytest.raises(StoreError, match=problem):
         store.start()
     assert {p.name: p.read_bytes() for p in (tmp_path / "s" / "commitlog").iterdir()} == before
 
@@ -281,8 +283,8 @@ WRITER = textwrap.dedent("""
 def test_kill_9_loses_nothing_acknowledged(tmp_path: Path) -> None:
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
-    child = subprocess.Popen([sys.executable, str(script), str(tmp_path / "s"), str(ROOT)], stdout=subprocess.PIPE,
-                             text=True)
+    child = subprocess.Popen([sys.executable, str(script), str(tmp_path / "s"), str(ROOT)],
+                             stdout=subprocess.PIPE, text=True)
     acknowledged: list[tuple[int, int, str]] = []
     try:
         assert child.stdout.readline().strip() == "started"
