@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-unit test-integration demo bench proto lint clean
+.PHONY: venv test test-unit test-integration reliability demo bench proto lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ test-unit: $(STAMP)
 
 test-integration: $(STAMP)
 	$(PY) -m pytest integration_tests
+
+## reliability scenarios (also part of `make test`), writing their figures to RELIABILITY.md
+reliability: $(STAMP)
+	RMQ_RELIABILITY_REPORT=1 $(PY) -m pytest integration_tests/reliability
 
 demo: $(STAMP)
 	$(PY) -m examples.demo
