@@ -24,6 +24,8 @@ from connector.offsets import (
     Specific,
     positions_from_json,
 )
+from connector.subscription import FORMAT_HINT as SUB_FORMAT_HINT
+from connector.subscription import parse_sub_expression
 
 CLUSTERING = "clustering"
 BROADCASTING = "broadcasting"
@@ -206,13 +208,10 @@ def _parse_topics(text: str) -> tuple[str, ...]:
 
 
 def _parse_sub_expression(text: str) -> tuple[str, frozenset[str] | None]:
-    """`*` (every tag) or `TagA || TagB`; returns the normalised expression and its tags."""
-    if text == "*":
-        return "*", None
-    tags = [part.strip() for part in text.split("||")]
-    if any(not tag or tag == "*" for tag in tags):
-        raise invalid("subExpression", text, "'*' or tags separated by '||', e.g. 'TagA || TagB'")
-    return " || ".join(tags), frozenset(tags)
+    try:
+        return parse_sub_expression(text)
+    except ValueError:
+        raise invalid("subExpression", text, SUB_FORMAT_HINT) from None
 
 
 def _parse_starting(text: str | None, default: OffsetPolicy, topics: tuple[str, ...]) -> OffsetPolicy:

@@ -1,0 +1,71 @@
+"""Helpers for the `rmq` source tests: producing into a real broker and driving the
+stream/batch readers the way Spark does (initialOffset → latestOffset → partitions →
+read on "executors" → commit)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import time
+from pathlib import Path
+
+import pyarrow as pa
+
+from connector.client import MessageQueue, OutgoingMessage, RmqClient
+from connector.options import parse_source_options
+from connector.stream_reader import RmqStreamReader
+
+RETENTION_CONFIG = {   # tiny files, kept about a second, cleaned at once (store §11)
+    "store": {
+        "mapped_file_size_commit_log": 4096, "mapped_file_size_consume_queue": 400,
+        "file_reserved_time_hours": 0.0003, "delete_when": "now", "clean_resource_interval_ms": 200,
+        "message_index_enable": False,
+    }
+}
+
+
+def retention_config(tmp_path: Path) -> list[str]:
+    path = tmp_path / "retention.json"
+    path.write_text(json.dumps(RETENTION_CONFIG))
+    return ["--config", str(path)]
+
+
+def produce(client: RmqClient, topic: str, count: int, *, tags: str = "", prefix: str = "m",
+            start: int = 0) -> list[bytes]:
+    """Send `count` messages round-robin over the queues; returns their bodies."""
+    bodies = [f"{prefix}-{i}".encode() for i in range(start, start + count)]
+    client.send(topic, [OutgoingMessage(body, tags=tags) for body in bodies])
+    return bodies
+
+
+def wait_dispatched(client: RmqClient, topic: str, total: int,
+                    timeout: float = 10.0) -> dict[MessageQueue, int]:
+    """Max offsets once `total` messages are visible in the ConsumeQueues (dispatch is async)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        offsets = {mq: o.max_offset for mq, o in client.topic_offsets(topic).items()}
+        if sum(offsets.values()) >= total or time.monotonic() > deadline:
+            assert sum(offsets.values()) == total, offsets
+            return offsets
+        time.sleep(0.05)
+
+
+def stream_reader(endpoints: str, topic: str, **options: str) -> RmqStreamReader:
+    return RmqStreamReader(parse_source_options({"endpoints": endpoints, "topic": topic, **options},
+                                                streaming=True))
+
+
+def read_batch(reader, start: dict, end: dict) -> pa.Table:
+    """Plan and read one micro-batch like Spark: partitions on the driver, then `read` on a
+    pickled copy of the reader (what executors get)."""
+    executor = pickle.loads(pickle.dumps(reader))
+    partitions = pickle.loads(pickle.dumps(reader.partitions(start, end)))
+    batches = [batch for partition in partitions for batch in executor.read(partition)]
+    return pa.Table.from_batches(batches) if batches else pa.table({"body": pa.array([], pa.binary())})
+
+
+def positions(offset: dict) -> dict[str, int]:
+    """`{"topic:broker:queue": offset}` of a stream offset, without the client id."""
+    return {f"{topic}:{broker}:{queue}": value
+            for topic, brokers in offset.items() if not topic.startswith("@")
+            for broker, queues in brokers.items() for queue, value in queues.items()}

@@ -1,0 +1,259 @@
+"""The `rmq` stream and batch readers against a real broker process, driven the way Spark
+drives them (no Spark session: fast and exact about offsets and ownership)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from connector.allocation import allocate
+from connector.batch_reader import RmqBatchReader
+from connector.client import MessageQueue, RmqClient
+from connector.options import parse_source_options
+from connector.partition_reader import QueueRangePartition, RmqDataLossError, RmqReadError, read_queue_range
+from integration_tests import processes
+from integration_tests.spark_source_support import (
+    positions,
+    produce,
+    read_batch,
+    retention_config,
+    stream_reader,
+    wait_dispatched,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def client(broker):
+    with RmqClient(broker.address) as rmq:
+        yield rmq
+
+
+def owned_queue_ids(offset: dict) -> list[int]:
+    return sorted(int(key.rsplit(":", 1)[1]) for key in positions(offset))
+
+
+@pytest.mark.parametrize("strategy", ["avg", "circle"])
+def test_two_queries_in_one_group_split_8_queues_by_the_strategy(broker, client, strategy):
+    client.create_topic("split", queues=8)
+    first = stream_reader(broker.address, "split", consumerGroup="g-split", allocateStrategy=strategy)
+    second = stream_reader(broker.address, "split", consumerGroup="g-split", allocateStrategy=strategy)
+    try:
+        start_first = first.initialOffset()
+        assert owned_queue_ids(start_first) == list(range(8))        # alone in the group
+        start_second = second.initialOffset()
+        end_first = first.latestOffset(start_first, ReadAllAvailable())   # rebalance: drops half
+        ids = {"first": start_first["@clientId"], "second": start_second["@clientId"]}
+        mqs = [MessageQueue("split", "broker-a", q) for q in range(8)]
+        expected = {name: [mq.queue_id for mq in allocate(strategy, cid, mqs, list(ids.values()))]
+                    for name, cid in ids.items()}
+        assert owned_queue_ids(end_first) == expected["first"]
+        assert owned_queue_ids(start_second) == expected["second"]
+        assert len(expected["first"]) == len(expected["second"]) == 4
+        if strategy == "circle":
+            assert {tuple(ids) for ids in expected.values()} == {(0, 2, 4, 6), (1, 3, 5, 7)}
+        else:
+            assert {tuple(ids) for ids in expected.values()} == {(0, 1, 2, 3), (4, 5, 6, 7)}
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_queues_move_between_consumers_without_gap_or_duplicate(broker, client):
+    client.create_topic("moves", queues=8)
+    bodies = produce(client, "moves", 80)
+    wait_dispatched(client, "moves", 80)
+    options = {"consumerGroup": "g-moves", "startingOffsets": "committed"}
+    first = stream_reader(broker.address, "moves", **{**options, "startingOffsets": "earliest"})
+    second = stream_reader(broker.address, "moves", **options)
+    seen: list[bytes] = []
+
+    def run_batch(reader, start, limit=None):
+        end = reader.latestOffset(start, limit or ReadAllAvailable())
+        seen.extend(read_batch(reader, start, end).column("body").to_pylist())
+        reader.commit(end)
+        return end
+
+    try:
+        a = run_batch(first, first.initialOffset(), ReadMaxRows(40))     # half of it, all 8 queues
+        b = second.initialOffset()          # joins: starts its 4 queues at the group's committed offsets
+        a = run_batch(first, a)             # first drops the second's queues
+        assert len(positions(a)) == len(positions(b)) == 4
+        b = run_batch(second, b)
+        second.stop()                       # unregisters: the first takes every queue back
+        a = run_batch(first, a)             # adopts them at the committed offsets (empty range)
+        assert len(positions(a)) == 8
+        produce(client, "moves", 16, start=80)
+        wait_dispatched(client, "moves", 96)
+        run_batch(first, a)
+    finally:
+        first.stop()
+        second.stop()
+    assert sorted(seen) == sorted(bodies + [f"m-{i}".encode() for i in range(80, 96)])
+
+
+def test_max_rows_bounds_batches_and_available_now_stops_at_the_snapshot(broker, client):
+    client.create_topic("limits", queues=8)
+    produce(client, "limits", 100)
+    wait_dispatched(client, "limits", 100)
+    reader = stream_reader(broker.address, "limits", startingOffsets="earliest", maxMessagesPerTrigger="30")
+    try:
+        assert reader.getDefaultReadLimit() == ReadMaxRows(30)
+        start = reader.initialOffset()
+        reader.prepareForTriggerAvailableNow()
+        produce(client, "limits", 50, start=100)       # after the snapshot: not read
+        wait_dispatched(client, "limits", 150)
+        sizes = []
+        while (end := reader.latestOffset(start, reader.getDefaultReadLimit())) != start:
+            sizes.append(read_batch(reader, start, end).num_rows)
+            start = end
+        assert sizes == [30, 30, 30, 10]
+        assert sum(positions(reader.reportLatestOffset()).values()) == 150   # the true latest
+    finally:
+        reader.stop()
+
+
+def test_tag_filter_skips_other_tags_but_advances_offsets(broker, client):
+    client.create_topic("tags", queues=2)
+    for tag in ("A", "B", "C"):
+        produce(client, "tags", 10, tags=tag, prefix=tag)
+    wait_dispatched(client, "tags", 30)
+    reader = stream_reader(broker.address, "tags", startingOffsets="earliest", subExpression="A || C",
+                           pullBatchSize="4")
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadAllAvailable())
+        table = read_batch(reader, start, end)
+    finally:
+        reader.stop()
+    assert sorted(table.column("tags").to_pylist()) == ["A"] * 10 + ["C"] * 10
+    assert sum(positions(end).values()) == 30
+
+
+def test_timestamp_and_committed_starting_offsets(broker, client):
+    client.create_topic("starts", queues=2)
+    produce(client, "starts", 10, prefix="old")
+    wait_dispatched(client, "starts", 10)
+    time.sleep(0.05)
+    middle = int(time.time() * 1000)
+    time.sleep(0.05)
+    produce(client, "starts", 6, prefix="new")
+    wait_dispatched(client, "starts", 16)
+    by_time = stream_reader(broker.address, "starts", startingOffsets=f"timestamp:{middle}")
+    q0, q1 = (MessageQueue("starts", "broker-a", q) for q in (0, 1))
+    client.update_consumer_offsets("g-starts", {q0: 2})
+    committed = stream_reader(broker.address, "starts", startingOffsets="committed", consumerGroup="g-starts")
+    try:
+        start = by_time.initialOffset()
+        assert positions(start) == {"starts:broker-a:0": 5, "starts:broker-a:1": 5}
+        new = read_batch(by_time, start, by_time.latestOffset(start, ReadAllAvailable()))
+        assert sorted(new.column("body").to_pylist()) == sorted(f"new-{i}".encode() for i in range(6))
+        # q0 resumes at the group's offset, q1 (nothing committed) starts at the latest.
+        assert positions(committed.initialOffset()) == {"starts:broker-a:0": 2, "starts:broker-a:1": 8}
+    finally:
+        by_time.stop()
+        committed.stop()
+
+
+def test_commit_writes_the_group_offsets_so_progress_shows_no_lag(broker, client):
+    client.create_topic("progress", queues=4)
+    produce(client, "progress", 40)
+    wait_dispatched(client, "progress", 40)
+    reader = stream_reader(broker.address, "progress", startingOffsets="earliest", consumerGroup="g-progress")
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert read_batch(reader, start, end).num_rows == 40
+        reader.commit(end)
+    finally:
+        reader.stop()
+    output = subprocess.run(
+        [sys.executable, "-m", "broker_server.cli", "group", "progress", "g-progress", "--json",
+         "--endpoints", broker.address], capture_output=True, text=True, check=True).stdout
+    report = json.loads(output)
+    assert report["total_lag"] == 0
+    assert [row["consumer_offset"] for row in report["queues"]] == [10, 10, 10, 10]
+
+
+def test_broadcasting_reads_all_queues_and_keeps_offsets_in_a_local_file(broker, client, tmp_path):
+    client.create_topic("bcast", queues=4)
+    produce(client, "bcast", 8)
+    wait_dispatched(client, "bcast", 8)
+    options = {"messageModel": "broadcasting", "consumerGroup": "g-bcast", "startingOffsets": "earliest",
+               "offsetStoreDir": str(tmp_path / "offsets")}
+    readers = [stream_reader(broker.address, "bcast", **options) for _ in range(2)]
+    try:
+        for reader in readers:
+            start = reader.initialOffset()
+            end = reader.latestOffset(start, ReadAllAvailable())
+            assert read_batch(reader, start, end).num_rows == 8
+        readers[0].commit(end)
+    finally:
+        for reader in readers:
+            reader.stop()
+    saved = json.loads((tmp_path / "offsets" / "g-bcast" / "offsets.json").read_text())
+    assert saved == {"bcast": {"broker-a": {"0": 2, "1": 2, "2": 2, "3": 2}}}
+    assert client.query_consumer_offsets("g-bcast", "bcast") == {}      # nothing on the broker
+
+
+def test_batch_reader_reads_between_starting_and_ending_offsets(broker, client):
+    client.create_topic("batch", queues=2)
+    produce(client, "batch", 20)
+    wait_dispatched(client, "batch", 20)
+    options = parse_source_options({
+        "endpoints": broker.address, "topic": "batch",
+        "startingOffsets": '{"batch":{"broker-a":{"0":3}}}',
+        "endingOffsets": '{"batch":{"broker-a":{"0":7,"1":-1}}}',
+    }, streaming=False)
+    reader = RmqBatchReader(options)
+    partitions = reader.partitions()
+    assert [(p.mq.queue_id, p.start_offset, p.end_offset) for p in partitions] == [(0, 3, 7), (1, 0, 10)]
+    rows = [row for p in partitions for batch in reader.read(p) for row in batch.to_pylist()]
+    assert [(r["queue_id"], r["queue_offset"]) for r in rows] == [(0, o) for o in range(3, 7)] + [
+        (1, o) for o in range(10)]
+    assert all(r["topic"] == "batch" and r["broker_name"] == "broker-a" for r in rows)
+
+
+def test_deleted_offsets_fail_or_are_skipped_per_fail_on_data_loss(tmp_path):
+    server = processes.broker(tmp_path, extra=retention_config(tmp_path)).start()
+    try:
+        with RmqClient(server.address) as client:
+            client.create_topic("retained", queues=1)
+            for start in range(0, 200, 20):
+                produce(client, "retained", 20, start=start)
+            wait_dispatched(client, "retained", 200)
+            mq = MessageQueue("retained", "broker-a", 0)
+            deadline = time.monotonic() + 30
+            while (low := client.topic_offsets("retained")[mq].min_offset) == 0:
+                assert time.monotonic() < deadline, "retention deleted nothing"
+                time.sleep(0.2)
+        strict = parse_source_options({"endpoints": server.address, "topic": "retained"}, streaming=True).pull
+        with pytest.raises(RmqDataLossError, match=rf"offsets \[0, {low}\) of topic retained broker broker-a "
+                                                   r"queue 0 no longer exist .* set failOnDataLoss=false"):
+            list(read_queue_range(QueueRangePartition(mq, 0, 200, strict)))
+        lenient = parse_source_options({"endpoints": server.address, "topic": "retained",
+                                        "failOnDataLoss": "false"}, streaming=True).pull
+        rows = [o for b in read_queue_range(QueueRangePartition(mq, 0, 200, lenient))
+                for o in b.column("queue_offset").to_pylist()]
+        assert rows == list(range(low, 200))
+    finally:
+        server.stop()
+
+
+def test_unreachable_broker_fails_the_read_naming_broker_and_queue(broker, client):
+    client.create_topic("down", queues=1)
+    produce(client, "down", 3)
+    wait_dispatched(client, "down", 3)
+    pull = parse_source_options({"endpoints": broker.address, "topic": "down", "pullTimeoutMs": "800"},
+                                streaming=True).pull
+    partition = QueueRangePartition(MessageQueue("down", "broker-a", 0), 0, 3, pull)
+    broker.stop()
+    with pytest.raises(RmqReadError, match=r"cannot read topic down broker broker-a queue 0 at offset 0 .*"
+                                           r"after retrying for 800 ms"):
+        list(read_queue_range(partition))
