@@ -38,6 +38,9 @@ from connector.endpoints import FORMAT_HINT, parse_endpoints
 
 logger = logging.getLogger(__name__)
 
+OPTION_NAMES = ("endpoints", "topic", "batchSize")
+# Options Spark itself adds to a write's options (DataStreamWriter / save(path)).
+SPARK_OPTION_NAMES = ("checkpointLocation", "queryName", "path")
 DEFAULT_BATCH_SIZE = 512
 MAX_BATCH_SIZE = 10_000
 
@@ -76,11 +79,21 @@ class SinkOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         lowered = {key.lower(): value for key, value in options.items()}
+        _reject_unknown(lowered)
         return cls(
             endpoints=_endpoints(lowered.get("endpoints")),
             topic=_topic(lowered.get("topic")),
             batch_size=_batch_size(lowered.get("batchsize")),
         )
+
+
+def _reject_unknown(options: Mapping[str, str]) -> None:
+    known = {name.lower() for name in OPTION_NAMES + SPARK_OPTION_NAMES}
+    for key in options:
+        if key not in known:
+            raise RmqSinkError(
+                f"Unknown option {key!r} for the rmq sink: expected one of {', '.join(OPTION_NAMES)}"
+            )
 
 
 def _endpoints(value: str | None) -> str:

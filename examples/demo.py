@@ -138,7 +138,7 @@ def start_spark():
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    from connector import register
+    from connector.data_source import register
 
     register(spark)
     return spark

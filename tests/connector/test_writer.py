@@ -61,6 +61,12 @@ def test_options_defaults_and_case_insensitive_names():
     assert SinkOptions.parse(ENDPOINTS).topic is None
 
 
+def test_unknown_options_are_refused_but_sparks_own_are_accepted():
+    with pytest.raises(RmqSinkError, match=r"Unknown option 'batchsise' for the rmq sink: expected one of"):
+        SinkOptions.parse({**ENDPOINTS, "batchSise": "5"})
+    SinkOptions.parse({**ENDPOINTS, "checkpointLocation": "/tmp/c", "queryName": "q", "path": "p"})
+
+
 def test_missing_endpoints_names_the_option():
     with pytest.raises(RmqSinkError, match="option 'endpoints' is required"):
         SinkOptions.parse({"topic": "T"})
