@@ -1,4 +1,5 @@
-"""Credentials and TLS for the CLI's client commands: flags, else environment variables.
+"""Credentials and TLS for the CLI's client commands (flags, else environment variables), and
+for the broker's own calls to name servers (environment variables).
 
 The secret key is read from $RMQ_SECRET_KEY only, never from a flag, so it does not show up
 in shell history or `ps` output.
@@ -47,6 +48,11 @@ def client_security(args: argparse.Namespace, environ: Mapping[str, str] = os.en
             raise UserError(f"TLS CA file {ca_file} does not exist")
         tls = True
     return ClientSecurity(access_key, secret_key, tls, ca_file)
+
+
+def environment_security(environ: Mapping[str, str] = os.environ) -> ClientSecurity:
+    """The RMQ_* variables alone: what the broker uses for its calls to name servers."""
+    return client_security(argparse.Namespace(access_key=None, tls=None, tls_ca_file=None), environ)
 
 
 def _env_flag(environ: Mapping[str, str], name: str) -> bool:

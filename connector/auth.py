@@ -100,6 +100,14 @@ class ClientSecurity:
             raise ValueError(f"Invalid value {ca_file!r} for option 'tlsCaFile': no such file")
         return cls(values.get("accesskey") or None, values.get("secretkey") or None, tls, ca_file)
 
+    def credentials(self) -> Credentials | None:
+        return Credentials.optional(self.access_key, self.secret_key)
+
+    def tls_settings(self) -> TlsSettings | None:
+        if not self.tls:
+            return None
+        return TlsSettings(Path(self.tls_ca_file) if self.tls_ca_file else None)
+
     def client_kwargs(self) -> dict[str, Any]:
         return {"access_key": self.access_key, "secret_key": self.secret_key, "tls": self.tls,
                 "tls_ca_file": self.tls_ca_file}
@@ -125,17 +133,36 @@ class SigningInterceptor(grpc.UnaryUnaryClientInterceptor):
         self._credentials = credentials
 
     def intercept_unary_unary(self, continuation, client_call_details, request):
-        method = client_call_details.method
-        method = method.decode() if isinstance(method, bytes) else method
-        account = self._credentials
-        headers = request_signing.sign(account.access_key, account.secret_key, method, request)
-        metadata = tuple(client_call_details.metadata or ()) + headers.as_metadata()
+        headers = _signing_headers(self._credentials, client_call_details.method, request)
+        metadata = tuple(client_call_details.metadata or ()) + headers
         details = _ClientCallDetails(
             client_call_details.method, client_call_details.timeout, metadata,
             client_call_details.credentials, client_call_details.wait_for_ready,
             getattr(client_call_details, "compression", None),
         )
         return continuation(details, request)
+
+
+class AioSigningInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
+    """The same signing for grpc.aio channels (the broker's calls to name servers)."""
+
+    def __init__(self, credentials: Credentials) -> None:
+        self._credentials = credentials
+
+    async def intercept_unary_unary(self, continuation, client_call_details, request):
+        headers = _signing_headers(self._credentials, client_call_details.method, request)
+        metadata = grpc.aio.Metadata(*(client_call_details.metadata or ()), *headers)
+        details = grpc.aio.ClientCallDetails(
+            client_call_details.method, client_call_details.timeout, metadata,
+            client_call_details.credentials, client_call_details.wait_for_ready,
+        )
+        return await continuation(details, request)
+
+
+def _signing_headers(credentials: Credentials, method: str | bytes, request) -> tuple[tuple[str, str], ...]:
+    method = method.decode() if isinstance(method, bytes) else method
+    signed = request_signing.sign(credentials.access_key, credentials.secret_key, method, request)
+    return signed.as_metadata()
 
 
 def open_channel(address: str, *, credentials: Credentials | None = None, tls: TlsSettings | None = None,
@@ -148,6 +175,16 @@ def open_channel(address: str, *, credentials: Credentials | None = None, tls: T
     if credentials is not None:
         channel = grpc.intercept_channel(channel, SigningInterceptor(credentials))
     return channel
+
+
+def open_aio_channel(address: str, *, credentials: Credentials | None = None, tls: TlsSettings | None = None,
+                     options: Sequence[tuple[str, Any]] = ()) -> grpc.aio.Channel:
+    """`open_channel` for asyncio code."""
+    interceptors = [AioSigningInterceptor(credentials)] if credentials is not None else None
+    if tls is None:
+        return grpc.aio.insecure_channel(address, options=list(options), interceptors=interceptors)
+    return grpc.aio.secure_channel(address, tls.channel_credentials(), options=list(options),
+                                   interceptors=interceptors)
 
 
 def _read(path: Path | None, what: str) -> bytes | None:

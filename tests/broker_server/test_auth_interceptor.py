@@ -21,7 +21,7 @@ from broker_server.auth_interceptor import AuthInterceptor
 from broker_server.errors import UserError
 from broker_server.request_auth import RequestAuthenticator
 from broker_server.tls import ServerTls, add_port
-from connector.auth import Credentials, TlsSettings, open_channel
+from connector.auth import Credentials, TlsSettings, open_aio_channel, open_channel
 from tests.tls_certs import TlsFiles, make_tls_files
 
 ACL = parse_acl({"accounts": [
@@ -141,6 +141,20 @@ def test_replayed_metadata_is_refused(server: Server) -> None:
     assert server.messaging.sent == ["orders"]
 
 
+def test_aio_channel_signs_too(server: Server) -> None:
+    async def list_brokers(credentials: Credentials | None) -> grpc.StatusCode:
+        async with open_aio_channel(server.address, credentials=credentials) as channel:
+            stub = rmq_pb2_grpc.RouteServiceStub(channel)
+            try:
+                await stub.ListBrokers(rmq_pb2.ListBrokersRequest(), timeout=10, metadata=(("x-trace", "1"),))
+            except grpc.RpcError as error:
+                return error.code()
+            return grpc.StatusCode.OK
+
+    assert asyncio.run(list_brokers(PRODUCER)) is grpc.StatusCode.OK
+    assert asyncio.run(list_brokers(None)) is grpc.StatusCode.UNAUTHENTICATED
+
+
 def test_unimplemented_method_stays_unimplemented(server: Server) -> None:
     with open_channel(server.address, credentials=PRODUCER) as channel:
         stub = rmq_pb2_grpc.AdminServiceStub(channel)
@@ -171,6 +185,22 @@ def test_tls_with_signing(tls_files: TlsFiles) -> None:
         wrong_ca = TlsSettings(tls_files.other_ca)
         with open_channel(server.address, credentials=PRODUCER, tls=wrong_ca) as untrusted:
             assert rpc_error(lambda: send(untrusted, timeout=3)).code() is grpc.StatusCode.UNAVAILABLE
+    finally:
+        server.stop()
+
+
+def test_aio_channel_with_tls(tls_files: TlsFiles) -> None:
+    server = tls_server(tls_files)
+
+    async def send_over_tls() -> int:
+        tls = TlsSettings(tls_files.ca)
+        async with open_aio_channel(server.address, credentials=PRODUCER, tls=tls) as channel:
+            request = rmq_pb2.SendMessageRequest(topic="orders", messages=[rmq_pb2.Message(body=b"x")])
+            response = await rmq_pb2_grpc.MessagingServiceStub(channel).SendMessage(request, timeout=10)
+            return response.status.code
+
+    try:
+        assert asyncio.run(send_over_tls()) == rmq_pb2.OK
     finally:
         server.stop()
 

@@ -122,3 +122,11 @@ def test_bad_security_options_name_the_option_not_the_secret(options: dict, mess
 
 def test_no_security_options_is_a_plain_client() -> None:
     assert ClientSecurity.from_options({"endpoints": "127.0.0.1:1"}) == ClientSecurity()
+
+
+def test_security_builds_credentials_and_tls_settings(tmp_path: Path) -> None:
+    assert ClientSecurity().credentials() is None and ClientSecurity().tls_settings() is None
+    full = ClientSecurity("user01", "topsecret1", True, str(tmp_path / "ca.pem"))
+    assert full.credentials() == Credentials("user01", "topsecret1")
+    assert full.tls_settings() == TlsSettings(tmp_path / "ca.pem")
+    assert ClientSecurity(tls=True).tls_settings() == TlsSettings()   # system roots
