@@ -21,6 +21,7 @@ from typing import Any
 
 from rmq.v1 import rmq_pb2
 
+from broker_server import client_security
 from broker_server.errors import UserError
 from connector.client import (
     PERM_READ,
@@ -109,13 +110,15 @@ def _client_command(parser: argparse.ArgumentParser, command: Command) -> None:
     parser.add_argument("--endpoints", default=os.environ.get(ENDPOINTS_ENV, DEFAULT_ENDPOINTS),
                         metavar="HOST:PORT[,...]",
                         help=f"name server(s) or broker(s) (${ENDPOINTS_ENV}, else {DEFAULT_ENDPOINTS})")
+    client_security.add_arguments(parser)
     parser.set_defaults(handler=functools.partial(_run, command))
 
 
 def _run(command: Command, args: argparse.Namespace) -> int:
     """Run a client command; every client error becomes one UserError line."""
+    security = client_security.client_security(args)
     try:
-        client = RmqClient(args.endpoints)
+        client = RmqClient(args.endpoints, **security.client_kwargs())
     except ValueError as error:
         raise UserError(str(error)) from None
     try:

@@ -18,11 +18,13 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from pathlib import Path
 from typing import Any
 
 import grpc
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
+from connector.auth import Credentials, TlsSettings, open_channel
 from connector.endpoints import parse_endpoints
 
 MAX_GRPC_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -201,17 +203,23 @@ class RmqClient:
     """Client for the brokers and name servers named by `endpoints` ("host:port[,host:port]").
 
     Every call carries a deadline (`timeout` seconds, plus the hold time for long polling).
-    Thread-safe: channels are cached per address and shared.
+    Thread-safe: channels are cached per address and shared. With `access_key`/`secret_key`
+    every call is signed; with `tls` (or a `tls_ca_file`) channels use TLS (ARCHITECTURE §5).
     """
 
     def __init__(self, endpoints: str | Sequence[str], timeout: float = 10.0,
-                 max_request_bytes: int = MAX_SEND_REQUEST_BYTES) -> None:
+                 max_request_bytes: int = MAX_SEND_REQUEST_BYTES, *, access_key: str | None = None,
+                 secret_key: str | None = None, tls: bool = False, tls_ca_file: str | None = None) -> None:
         text = endpoints if isinstance(endpoints, str) else ",".join(endpoints)
         self.endpoints = parse_endpoints(text)
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
         self.timeout = timeout
         self.max_request_bytes = max_request_bytes
+        self._credentials = Credentials.optional(access_key, secret_key)
+        self._tls = TlsSettings(Path(tls_ca_file) if tls_ca_file else None) if tls or tls_ca_file else None
+        if self._tls is not None:
+            self._tls.channel_credentials()  # an unreadable CA file fails here, naming the file
         self._lock = threading.Lock()
         self._connections: dict[str, _Connection] = {}
         self._broker_addresses: dict[str, str] = {}
@@ -442,7 +450,7 @@ class RmqClient:
         with self._lock:
             connection = self._connections.get(address)
             if connection is None:
-                channel = grpc.insecure_channel(address, options=[
+                channel = open_channel(address, credentials=self._credentials, tls=self._tls, options=[
                     ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_BYTES),
                     ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_BYTES),
                 ])
@@ -551,8 +559,8 @@ def _transport_error(error: grpc.RpcError, method: str, label: str, queue: Messa
     details = error.details() if isinstance(error, grpc.Call) else str(error)
     if code in _UNAVAILABLE_CODES:
         return RmqUnavailable(f"{method} failed: {code.name}: {details}", broker=label, queue=queue)
-    return RmqError(rmq_pb2.SYSTEM_ERROR, f"{method} failed: gRPC {code.name}: {details}", broker=label,
-                    queue=queue)
+    rmq_code = rmq_pb2.NO_PERMISSION if code == grpc.StatusCode.PERMISSION_DENIED else rmq_pb2.SYSTEM_ERROR
+    return RmqError(rmq_code, f"{method} failed: gRPC {code.name}: {details}", broker=label, queue=queue)
 
 
 def _all_unreachable(failures: list[RmqUnavailable]) -> RmqUnavailable:
