@@ -7,6 +7,9 @@ are big-endian, as Java's ByteBuffer writes them.
 
 from __future__ import annotations
 
+import functools
+import operator
+
 MESSAGE_MAGIC_CODE = -626843481   # 0xDAA320A7
 BLANK_MAGIC_CODE = -875286124     # 0xCBD43194, end-of-file blank record
 END_FILE_MIN_BLANK_LENGTH = 8     # total size + magic code of the blank record
@@ -68,11 +71,17 @@ def decode_properties(text: str) -> dict[str, str]:
 
 def tags_hash_code(tags: str) -> int:
     """Java String.hashCode of the tag: the tagsCode stored in ConsumeQueue entries and
-    matched by the broker's tag filter (the client re-checks the tag string)."""
-    h = 0
-    for unit in _utf16_units(tags):
-        h = (31 * h + unit) & 0xFFFFFFFF
+    matched by the broker's tag filter (the client re-checks the tag string).
+
+    sum(unit[i] * 31**(n-1-i)) mod 2**32 as a signed int, evaluated in C with map/sum."""
+    units = tags.encode() if tags.isascii() else _utf16_units(tags)
+    h = sum(map(operator.mul, units, _powers_of_31(len(units)))) & 0xFFFFFFFF
     return h - (1 << 32) if h & 0x80000000 else h
+
+
+@functools.cache
+def _powers_of_31(length: int) -> tuple[int, ...]:
+    return tuple(pow(31, length - 1 - i, 1 << 32) for i in range(length))
 
 
 def _utf16_units(text: str) -> list[int]:
