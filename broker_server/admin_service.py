@@ -16,8 +16,15 @@ from broker_server.topic_config_manager import TopicConfig, TopicConfigManager
 
 
 class AdminService(rmq_pb2_grpc.AdminServiceServicer):
-    def __init__(self, store, executor: StoreExecutor, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
-                 hold_service: PullRequestHoldService, on_topics_changed: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        store,
+        executor: StoreExecutor,
+        topics: TopicConfigManager,
+        offsets: ConsumerOffsetManager,
+        hold_service: PullRequestHoldService,
+        on_topics_changed: Callable[[], None],
+    ) -> None:
         self.store = store
         self.executor = executor
         self.topics = topics

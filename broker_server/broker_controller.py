@@ -28,6 +28,7 @@ from broker_server.rebalance_lock_manager import RebalanceLockManager
 from broker_server.route_service import BrokerRouteService
 from broker_server.schedule_message_service import ScheduleMessageService
 from broker_server.send_message_processor import SendMessageProcessor
+from broker_server.server_security import ServerSecurity
 from broker_server.store_executor import StoreExecutor
 from broker_server.topic_config_manager import TopicConfigManager
 from store import FlushDiskType, MessageStore, MessageStoreConfig, StoreError
@@ -66,29 +67,49 @@ def open_store(config: BrokerConfig) -> MessageStore:
 
 
 class BrokerController:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, security: ServerSecurity) -> None:
         self.config = config
+        self.security = security
         path = config.store_path
         self.store = open_store(config)
         self.executor = StoreExecutor(config.store_threads)
-        self.topics = TopicConfigManager(path, config.auto_create_topic_enable, config.default_topic_queue_nums)
+        self.topics = TopicConfigManager(
+            path, config.auto_create_topic_enable, config.default_topic_queue_nums
+        )
         self.offsets = ConsumerOffsetManager(path)
         self.consumers = ConsumerManager(config.client_expiry_ms)
         self.locks = RebalanceLockManager(config.rebalance_lock_max_live_time_ms)
         self.hold_service = PullRequestHoldService(
-            self.store.get_max_offset_in_queue, config.long_polling_enable, config.hold_check_interval_ms,
+            self.store.get_max_offset_in_queue,
+            config.long_polling_enable,
+            config.hold_check_interval_ms,
             config.short_polling_time_ms,
         )
         delay_levels = parse_delay_levels(config.message_delay_level)
         self.schedule_service = ScheduleMessageService(
-            self.store, self.topics, self.executor, path, delay_levels, config.delay_offset_persist_interval_ms
+            self.store,
+            self.topics,
+            self.executor,
+            path,
+            delay_levels,
+            config.delay_offset_persist_interval_ms,
         )
-        self.outer_api = BrokerOuterAPI(config.namesrv_addresses, config.broker_name, config.broker_address,
-                                        self.topics, config.register_broker_interval_ms)
-        self.send_processor = SendMessageProcessor(self.store, self.topics, self.executor, delay_levels,
-                                                   config.max_message_size)
+        self.outer_api = BrokerOuterAPI(
+            config.namesrv_addresses,
+            config.broker_name,
+            config.broker_address,
+            self.topics,
+            config.register_broker_interval_ms,
+        )
+        self.send_processor = SendMessageProcessor(
+            self.store, self.topics, self.executor, delay_levels, config.max_message_size
+        )
         self.pull_processor = PullMessageProcessor(
-            self.store, self.topics, self.offsets, self.hold_service, self.executor,
+            self.store,
+            self.topics,
+            self.offsets,
+            self.hold_service,
+            self.executor,
             PullLimits(config.max_pull_messages, config.default_pull_max_bytes, config.max_pull_bytes),
         )
         self._tasks: list[asyncio.Task] = []
@@ -105,20 +126,40 @@ class BrokerController:
             raise UserError(f"cannot start broker on {self.config.store_path}: {error}") from None
 
     def _on_dispatch(self, request) -> None:
-        self.hold_service.on_dispatch(request.topic, request.queue_id, request.consume_queue_offset,
-                                      request.tags_code)
+        self.hold_service.on_dispatch(
+            request.topic, request.queue_id, request.consume_queue_offset, request.tags_code
+        )
         self.schedule_service.on_dispatch(request.topic, request.queue_id)
 
     def build_server(self):
-        server = create_server(self.config.listen, self.config.grpc_max_message_bytes)
-        rmq_pb2_grpc.add_MessagingServiceServicer_to_server(MessagingService(
-            self.store, self.executor, self.topics, self.send_processor, self.pull_processor, self.offsets,
-            self.consumers, self.locks), server)
-        rmq_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(
-            self.store, self.executor, self.topics, self.offsets, self.hold_service, self.outer_api.register_soon),
-            server)
+        server = create_server(self.config.listen, self.config.grpc_max_message_bytes, self.security)
+        rmq_pb2_grpc.add_MessagingServiceServicer_to_server(
+            MessagingService(
+                self.store,
+                self.executor,
+                self.topics,
+                self.send_processor,
+                self.pull_processor,
+                self.offsets,
+                self.consumers,
+                self.locks,
+            ),
+            server,
+        )
+        rmq_pb2_grpc.add_AdminServiceServicer_to_server(
+            AdminService(
+                self.store,
+                self.executor,
+                self.topics,
+                self.offsets,
+                self.hold_service,
+                self.outer_api.register_soon,
+            ),
+            server,
+        )
         rmq_pb2_grpc.add_RouteServiceServicer_to_server(
-            BrokerRouteService(self.config.broker_name, self.config.broker_address, self.topics), server)
+            BrokerRouteService(self.config.broker_name, self.config.broker_address, self.topics), server
+        )
         return server
 
     async def serve(self) -> None:
@@ -130,10 +171,14 @@ class BrokerController:
             self.store.shutdown()
             raise
         await server.start()
+        self.security.start(self.config.listen)
         self.start_services()
         config = self.config
-        print(f"rmq broker {config.broker_name} listening on {config.listen} "
-              f"(store {config.store_path}, flush {config.flush})", flush=True)
+        print(
+            f"rmq broker {config.broker_name} listening on {config.listen} "
+            f"(store {config.store_path}, flush {config.flush})",
+            flush=True,
+        )
         await wait_for_termination()
         await self.shutdown(server)
 
@@ -153,6 +198,7 @@ class BrokerController:
         log.info("shutting down broker %s", self.config.broker_name)
         self.hold_service.shutdown()
         await server.stop(SHUTDOWN_GRACE_SECONDS)
+        await self.security.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -18,8 +18,14 @@ REQUEST_TIMEOUT_SECONDS = 3.0
 
 
 class BrokerOuterAPI:
-    def __init__(self, namesrv_addresses: list[str], broker_name: str, broker_address: str,
-                 topics: TopicConfigManager, register_interval_ms: int) -> None:
+    def __init__(
+        self,
+        namesrv_addresses: list[str],
+        broker_name: str,
+        broker_address: str,
+        topics: TopicConfigManager,
+        register_interval_ms: int,
+    ) -> None:
         self.namesrv_addresses = namesrv_addresses
         self.broker = rmq_pb2.BrokerData(broker_name=broker_name, address=broker_address)
         self.topics = topics
@@ -39,8 +45,9 @@ class BrokerOuterAPI:
         self._changed.set()
 
     async def register_broker_all(self) -> None:
-        request = rmq_pb2.RegisterBrokerRequest(broker=self.broker,
-                                                topics=[config.to_proto() for config in self.topics.all()])
+        request = rmq_pb2.RegisterBrokerRequest(
+            broker=self.broker, topics=[config.to_proto() for config in self.topics.all()]
+        )
         await asyncio.gather(*(self._call(address, "RegisterBroker", request) for address in self._channels))
 
     async def stop(self) -> None:
@@ -49,7 +56,9 @@ class BrokerOuterAPI:
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
         request = rmq_pb2.UnregisterBrokerRequest(broker_name=self.broker.broker_name)
-        await asyncio.gather(*(self._call(address, "UnregisterBroker", request) for address in self._channels))
+        await asyncio.gather(
+            *(self._call(address, "UnregisterBroker", request) for address in self._channels)
+        )
         await asyncio.gather(*(channel.close() for channel in self._channels.values()))
 
     async def _register_forever(self) -> None:

@@ -23,28 +23,28 @@ class BrokerConfig:
     listen: str = "127.0.0.1:10911"
     store_dir: str = "~/.rmq/store"
     broker_name: str = "broker-a"
-    namesrv: str = ""                               # name server addresses, comma-separated
-    flush: str = "async"                            # RocketMQ's default flushDiskType is ASYNC_FLUSH
-    advertise_address: str = ""                     # address registered with the name server (default: listen)
-    store: dict[str, Any] = field(default_factory=dict)   # extra MessageStoreConfig fields
-    max_message_size: int = 4 * MiB                 # whole record (maxMessageSize)
-    max_pull_messages: int = 32768                  # larger PullMessage.max_messages are clamped
-    default_pull_max_bytes: int = 8 * MiB           # PullMessage.max_bytes = 0
-    max_pull_bytes: int = 48 * MiB                  # larger max_bytes are clamped (below the gRPC limit)
+    namesrv: str = ""  # name server addresses, comma-separated
+    flush: str = "async"  # RocketMQ's default flushDiskType is ASYNC_FLUSH
+    advertise_address: str = ""  # address registered with the name server (default: listen)
+    store: dict[str, Any] = field(default_factory=dict)  # extra MessageStoreConfig fields
+    max_message_size: int = 4 * MiB  # whole record (maxMessageSize)
+    max_pull_messages: int = 32768  # larger PullMessage.max_messages are clamped
+    default_pull_max_bytes: int = 8 * MiB  # PullMessage.max_bytes = 0
+    max_pull_bytes: int = 48 * MiB  # larger max_bytes are clamped (below the gRPC limit)
     grpc_max_message_bytes: int = 64 * MiB
-    store_threads: int = 8                          # threads running blocking store calls
+    store_threads: int = 8  # threads running blocking store calls
     long_polling_enable: bool = True
-    short_polling_time_ms: int = 1000               # hold time and check period without long polling
-    hold_check_interval_ms: int = 5000              # PullRequestHoldService fallback check
-    client_expiry_ms: int = 120000                  # channelExpiredTimeout
+    short_polling_time_ms: int = 1000  # hold time and check period without long polling
+    hold_check_interval_ms: int = 5000  # PullRequestHoldService fallback check
+    client_expiry_ms: int = 120000  # channelExpiredTimeout
     client_scan_interval_ms: int = 10000
     rebalance_lock_max_live_time_ms: int = 60000
     consumer_offset_persist_interval_ms: int = 5000
     message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
-    delay_offset_persist_interval_ms: int = 10000   # flushDelayOffsetInterval
+    delay_offset_persist_interval_ms: int = 10000  # flushDelayOffsetInterval
     register_broker_interval_ms: int = 30000
     auto_create_topic_enable: bool = False
-    default_topic_queue_nums: int = 8               # queues of an auto-created topic
+    default_topic_queue_nums: int = 8  # queues of an auto-created topic
 
     @property
     def store_path(self) -> Path:
@@ -67,7 +67,9 @@ class BrokerConfig:
         if self.flush not in ("sync", "async"):
             raise UserError(f"flush must be 'sync' or 'async', not {self.flush!r}")
         if not self.broker_name or not all(c.isalnum() or c in "_-." for c in self.broker_name):
-            raise UserError(f"broker name {self.broker_name!r} may only contain letters, digits, '_', '-' and '.'")
+            raise UserError(
+                f"broker name {self.broker_name!r} may only contain letters, digits, '_', '-' and '.'"
+            )
         _check_positive_ints(self)
         if self.max_pull_bytes >= self.grpc_max_message_bytes:
             raise UserError("max_pull_bytes must be smaller than grpc_max_message_bytes")
@@ -80,8 +82,8 @@ class BrokerConfig:
 @dataclass
 class NameServerConfig:
     listen: str = "127.0.0.1:9876"
-    broker_expiry_ms: int = 120000                  # brokerChannelExpiredTime
-    broker_scan_interval_ms: int = 10000            # scanNotActiveBroker period
+    broker_expiry_ms: int = 120000  # brokerChannelExpiredTime
+    broker_scan_interval_ms: int = 10000  # scanNotActiveBroker period
     grpc_max_message_bytes: int = 64 * MiB
 
     def validate(self) -> None:
@@ -112,8 +114,10 @@ def read_config_file(path: str) -> dict[str, Any]:
     try:
         content = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as error:
-        raise UserError(f"config file {path} is not valid {'JSON' if path.endswith('.json') else 'YAML'}: "
-                        f"{str(error).splitlines()[0]}") from None
+        raise UserError(
+            f"config file {path} is not valid {'JSON' if path.endswith('.json') else 'YAML'}: "
+            f"{str(error).splitlines()[0]}"
+        ) from None
     if content is None:
         return {}
     if not isinstance(content, dict):

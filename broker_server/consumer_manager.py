@@ -16,8 +16,8 @@ log = logging.getLogger(__name__)
 @dataclass
 class ClientChannelInfo:
     client_id: str
-    message_model: int                  # rmq.v1 MessageModel
-    subscriptions: dict[str, str]       # topic -> sub expression
+    message_model: int  # rmq.v1 MessageModel
+    subscriptions: dict[str, str]  # topic -> sub expression
     last_update_ms: int
 
 
@@ -31,7 +31,9 @@ class ConsumerManager:
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
 
-    def heartbeat(self, client_id: str, group: str, message_model: int, subscriptions: dict[str, str]) -> bool:
+    def heartbeat(
+        self, client_id: str, group: str, message_model: int, subscriptions: dict[str, str]
+    ) -> bool:
         """Register or refresh a client; True when the group's membership changed."""
         info = ClientChannelInfo(client_id, message_model, dict(subscriptions), self._now_ms())
         with self._lock:

@@ -50,11 +50,15 @@ class ConsumerOffsetManager:
                 return
             table: dict[str, dict[str, int]] = {}
             for key, offset in self._offsets.items():
-                table.setdefault(f"{key.topic}{TOPIC_GROUP_SEPARATOR}{key.group}", {})[str(key.queue_id)] = offset
+                table.setdefault(f"{key.topic}{TOPIC_GROUP_SEPARATOR}{key.group}", {})[str(key.queue_id)] = (
+                    offset
+                )
             self._dirty = False
         write_json_atomically(self.path, {"offsetTable": table})
 
-    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int, increase_only: bool = False) -> None:
+    def commit_offset(
+        self, group: str, topic: str, queue_id: int, offset: int, increase_only: bool = False
+    ) -> None:
         """Store `offset`. RocketMQ's commitOffset always overwrites (a smaller offset is only
         logged); `increase_only` keeps a larger stored offset (OffsetStore.updateOffset)."""
         key = OffsetKey(group, topic, queue_id)
@@ -63,8 +67,15 @@ class ConsumerOffsetManager:
             if stored is not None and offset < stored:
                 if increase_only:
                     return
-                log.info("[NOTIFYME]update consumer offset less than store. key=%s@%s, queueId=%d, "
-                         "requestOffset=%d, storeOffset=%d", topic, group, queue_id, offset, stored)
+                log.info(
+                    "[NOTIFYME]update consumer offset less than store. key=%s@%s, queueId=%d, "
+                    "requestOffset=%d, storeOffset=%d",
+                    topic,
+                    group,
+                    queue_id,
+                    offset,
+                    stored,
+                )
             self._offsets[key] = offset
             self._dirty = True
 
@@ -74,8 +85,11 @@ class ConsumerOffsetManager:
     def query_offsets(self, group: str, topic: str = "") -> dict[OffsetKey, int]:
         """The group's offsets, for one topic or (topic empty) every topic, sorted."""
         with self._lock:
-            found = {key: offset for key, offset in self._offsets.items()
-                     if key.group == group and (not topic or key.topic == topic)}
+            found = {
+                key: offset
+                for key, offset in self._offsets.items()
+                if key.group == group and (not topic or key.topic == topic)
+            }
         return dict(sorted(found.items(), key=lambda item: (item[0].topic, item[0].queue_id)))
 
     def remove_offset(self, group: str, topic: str, queue_id: int) -> None:

@@ -1,6 +1,6 @@
 """What the broker and the name server share as gRPC servers: one asyncio (grpc.aio) server
-per process with raised message limits, bound exclusively to its address, and a run loop
-that serves until SIGTERM or SIGINT."""
+per process with raised message limits and the process's security (ACL, TLS), bound
+exclusively to its address, and a run loop that serves until SIGTERM or SIGINT."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
-from broker_server.errors import UserError
+from broker_server.server_security import ServerSecurity
 
 SHUTDOWN_GRACE_SECONDS = 5.0
 
@@ -23,15 +23,15 @@ def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
     ]
 
 
-def create_server(listen: str, max_message_bytes: int) -> grpc.aio.Server:
+def create_server(listen: str, max_message_bytes: int, security: ServerSecurity) -> grpc.aio.Server:
+    """A server bound to `listen` with the process's ACL interceptor and TLS (UserError when
+    the address cannot be bound)."""
     # so_reuseport off: a second server on a taken port must fail, not share it.
-    server = grpc.aio.server(options=channel_options(max_message_bytes) + [("grpc.so_reuseport", 0)])
-    try:
-        port = server.add_insecure_port(listen)
-    except RuntimeError as error:
-        raise UserError(f"cannot listen on {listen}: {error}") from None
-    if port == 0:
-        raise UserError(f"cannot listen on {listen}: address in use or not available")
+    server = grpc.aio.server(
+        interceptors=security.interceptors(),
+        options=channel_options(max_message_bytes) + [("grpc.so_reuseport", 0)],
+    )
+    security.add_port(server, listen)
     return server
 
 

@@ -32,7 +32,7 @@ class HeldPullRequest:
     `pull_from_this_offset` with a message whose tag code it subscribes to."""
 
     pull_from_this_offset: int
-    tag_codes: frozenset[int] | None        # None: every tag ("*")
+    tag_codes: frozenset[int] | None  # None: every tag ("*")
     future: asyncio.Future = field(repr=False)
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
 
@@ -67,8 +67,9 @@ class PullRequestHoldService:
         self._loop_thread = threading.get_ident()
         self._check_task = self._loop.create_task(self._run())
 
-    async def suspend(self, topic: str, queue_id: int, offset: int, tag_codes: frozenset[int] | None,
-                      timeout_ms: int) -> None:
+    async def suspend(
+        self, topic: str, queue_id: int, offset: int, tag_codes: frozenset[int] | None, timeout_ms: int
+    ) -> None:
         """Hold the caller until a matching message arrives at or after `offset`, the hold
         time passes (`timeout_ms`, or the short-polling time without long polling) or the
         service stops."""
@@ -93,7 +94,9 @@ class PullRequestHoldService:
             request.timer.cancel()
             self._remove(key, request)
 
-    def notify_message_arriving(self, topic: str, queue_id: int, max_offset: int, tags_code: int | None = None) -> None:
+    def notify_message_arriving(
+        self, topic: str, queue_id: int, max_offset: int, tags_code: int | None = None
+    ) -> None:
         """Release the held pulls of the queue that `max_offset` (one past the newest entry)
         has passed and whose filter matches `tags_code`. Thread-safe."""
         key = build_key(topic, queue_id)
@@ -132,7 +135,9 @@ class PullRequestHoldService:
         for key in list(self._table):
             topic, _, queue_id = key.rpartition(TOPIC_QUEUEID_SEPARATOR)
             try:
-                self.notify_message_arriving(topic, int(queue_id), self._max_offset_in_queue(topic, int(queue_id)))
+                self.notify_message_arriving(
+                    topic, int(queue_id), self._max_offset_in_queue(topic, int(queue_id))
+                )
             except Exception:
                 log.exception("check hold request failed. topic=%s, queueId=%s", topic, queue_id)
 
@@ -168,7 +173,7 @@ class PullRequestHoldService:
             return
         try:
             requests[0].future.get_loop().call_soon_threadsafe(_resolve, requests)
-        except RuntimeError:        # the loop is closed: nobody is waiting any more
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
             pass
 
 

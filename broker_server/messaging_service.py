@@ -17,13 +17,15 @@ from broker_server.status import OK, answers_with_status, illegal_argument, rmq_
 from broker_server.store_executor import StoreExecutor
 from broker_server.topic_config_manager import TopicConfig, TopicConfigManager
 
-QUERY_MESSAGE_MAX = 64      # RocketMQ maxMsgsNumBatch
+QUERY_MESSAGE_MAX = 64  # RocketMQ maxMsgsNumBatch
 
 
 def check_queue(config: TopicConfig, queue_id: int) -> None:
     if not 0 <= queue_id < config.read_queue_nums:
-        raise illegal_argument(f"queue_id {queue_id} is out of range: topic {config.topic_name!r} has "
-                               f"{config.read_queue_nums} read queues")
+        raise illegal_argument(
+            f"queue_id {queue_id} is out of range: topic {config.topic_name!r} has "
+            f"{config.read_queue_nums} read queues"
+        )
 
 
 def check_client_id(client_id: str) -> None:
@@ -36,9 +38,17 @@ def to_message_queues(queues) -> list[MessageQueue]:
 
 
 class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
-    def __init__(self, store, executor: StoreExecutor, topics: TopicConfigManager,
-                 send_processor: SendMessageProcessor, pull_processor: PullMessageProcessor,
-                 offsets: ConsumerOffsetManager, consumers: ConsumerManager, locks: RebalanceLockManager) -> None:
+    def __init__(
+        self,
+        store,
+        executor: StoreExecutor,
+        topics: TopicConfigManager,
+        send_processor: SendMessageProcessor,
+        pull_processor: PullMessageProcessor,
+        offsets: ConsumerOffsetManager,
+        consumers: ConsumerManager,
+        locks: RebalanceLockManager,
+    ) -> None:
         self.store = store
         self.executor = executor
         self.topics = topics
@@ -88,22 +98,32 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
         if request.topic:
             self.topics.require(request.topic)
         found = self.offsets.query_offsets(request.consumer_group, request.topic)
-        return rmq_pb2.QueryConsumerOffsetsResponse(status=OK, offsets=[
-            rmq_pb2.ConsumerOffset(topic=key.topic, queue_id=key.queue_id, offset=offset)
-            for key, offset in found.items()
-        ])
+        return rmq_pb2.QueryConsumerOffsetsResponse(
+            status=OK,
+            offsets=[
+                rmq_pb2.ConsumerOffset(topic=key.topic, queue_id=key.queue_id, offset=offset)
+                for key, offset in found.items()
+            ],
+        )
 
     @answers_with_status(rmq_pb2.UpdateConsumerOffsetsResponse)
     async def UpdateConsumerOffsets(self, request, context):
         check_group_name(request.consumer_group)
-        for entry in request.offsets:       # all checked before any is stored
+        for entry in request.offsets:  # all checked before any is stored
             check_queue(self.topics.require(entry.topic), entry.queue_id)
             if entry.offset < 0:
-                raise illegal_argument(f"offset for {entry.topic} queue {entry.queue_id} must not be negative, "
-                                       f"not {entry.offset}")
+                raise illegal_argument(
+                    f"offset for {entry.topic} queue {entry.queue_id} must not be negative, "
+                    f"not {entry.offset}"
+                )
         for entry in request.offsets:
-            self.offsets.commit_offset(request.consumer_group, entry.topic, entry.queue_id, entry.offset,
-                                       increase_only=request.increase_only)
+            self.offsets.commit_offset(
+                request.consumer_group,
+                entry.topic,
+                entry.queue_id,
+                entry.offset,
+                increase_only=request.increase_only,
+            )
         return rmq_pb2.UpdateConsumerOffsetsResponse(status=OK)
 
     @answers_with_status(rmq_pb2.RemoveConsumerOffsetsResponse)
@@ -120,7 +140,9 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
         if request.message_model not in rmq_pb2.MessageModel.values():
             raise illegal_argument(f"message_model {request.message_model} is not CLUSTERING or BROADCASTING")
         subscriptions = {s.topic: s.sub_expression for s in request.subscriptions}
-        self.consumers.heartbeat(request.client_id, request.consumer_group, request.message_model, subscriptions)
+        self.consumers.heartbeat(
+            request.client_id, request.consumer_group, request.message_model, subscriptions
+        )
         return rmq_pb2.HeartbeatResponse(status=OK)
 
     @answers_with_status(rmq_pb2.UnregisterClientResponse)
@@ -140,12 +162,16 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
     async def LockBatchMQ(self, request, context):
         check_client_id(request.client_id)
         check_group_name(request.consumer_group)
-        locked = self.locks.try_lock_batch(request.consumer_group, to_message_queues(request.queues),
-                                           request.client_id)
-        return rmq_pb2.LockBatchResponse(status=OK, locked_queues=[
-            rmq_pb2.MessageQueue(topic=mq.topic, broker_name=mq.broker_name, queue_id=mq.queue_id)
-            for mq in sorted(locked)
-        ])
+        locked = self.locks.try_lock_batch(
+            request.consumer_group, to_message_queues(request.queues), request.client_id
+        )
+        return rmq_pb2.LockBatchResponse(
+            status=OK,
+            locked_queues=[
+                rmq_pb2.MessageQueue(topic=mq.topic, broker_name=mq.broker_name, queue_id=mq.queue_id)
+                for mq in sorted(locked)
+            ],
+        )
 
     @answers_with_status(rmq_pb2.UnlockBatchResponse)
     async def UnlockBatchMQ(self, request, context):
@@ -162,8 +188,14 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
         if request.max_messages <= 0:
             raise illegal_argument(f"max_messages must be positive, not {request.max_messages}")
         end = request.end_timestamp or int(time.time() * 1000)
-        result = await self.executor.run(self.store.query_message_by_key, request.topic, request.key,
-                                          min(request.max_messages, QUERY_MESSAGE_MAX), request.begin_timestamp, end)
+        result = await self.executor.run(
+            self.store.query_message_by_key,
+            request.topic,
+            request.key,
+            min(request.max_messages, QUERY_MESSAGE_MAX),
+            request.begin_timestamp,
+            end,
+        )
         response = rmq_pb2.QueryMessageByKeyResponse(status=OK)
         pack_messages(response.messages, result)
         return response

@@ -17,6 +17,7 @@ from rmq.v1 import rmq_pb2_grpc
 from broker_server.config import NameServerConfig
 from broker_server.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
 from broker_server.names import check_topic_name
+from broker_server.server_security import ServerSecurity
 from broker_server.status import OK, RequestError, answers_with_status, illegal_argument, rmq_pb2
 from broker_server.topic_config_manager import TopicConfig
 
@@ -65,8 +66,11 @@ class RouteInfoManager:
             for name in expired:
                 del self._brokers[name]
         for name in expired:
-            log.warning("the broker's channel expired, %s removed after %d ms without a heartbeat",
-                        name, self.broker_expiry_ms)
+            log.warning(
+                "the broker's channel expired, %s removed after %d ms without a heartbeat",
+                name,
+                self.broker_expiry_ms,
+            )
         return expired
 
     def live_brokers(self) -> list[BrokerLiveInfo]:
@@ -84,9 +88,16 @@ class RouteInfoManager:
         for info in self.live_brokers():
             for name, config in info.topics.items():
                 seen = merged.get(name)
-                merged[name] = config if seen is None else TopicConfig(
-                    name, seen.read_queue_nums + config.read_queue_nums,
-                    seen.write_queue_nums + config.write_queue_nums, seen.perm | config.perm)
+                merged[name] = (
+                    config
+                    if seen is None
+                    else TopicConfig(
+                        name,
+                        seen.read_queue_nums + config.read_queue_nums,
+                        seen.write_queue_nums + config.write_queue_nums,
+                        seen.perm | config.perm,
+                    )
+                )
         return [merged[name] for name in sorted(merged)]
 
     def _expired(self, info: BrokerLiveInfo) -> bool:
@@ -102,27 +113,40 @@ class NameServerRouteService(rmq_pb2_grpc.RouteServiceServicer):
         check_topic_name(request.topic)
         route = self.routes.pick_topic_route(request.topic)
         if not route:
-            raise RequestError(rmq_pb2.TOPIC_NOT_EXIST, f"no route for topic {request.topic!r}: no live broker holds it")
+            raise RequestError(
+                rmq_pb2.TOPIC_NOT_EXIST, f"no route for topic {request.topic!r}: no live broker holds it"
+            )
         return rmq_pb2.QueryRouteResponse(
             status=OK,
-            brokers=[rmq_pb2.BrokerData(broker_name=info.broker_name, address=info.address) for info, _ in route],
+            brokers=[
+                rmq_pb2.BrokerData(broker_name=info.broker_name, address=info.address) for info, _ in route
+            ],
             queue_datas=[
-                rmq_pb2.QueueData(broker_name=info.broker_name, read_queue_nums=config.read_queue_nums,
-                                  write_queue_nums=config.write_queue_nums, perm=config.perm)
+                rmq_pb2.QueueData(
+                    broker_name=info.broker_name,
+                    read_queue_nums=config.read_queue_nums,
+                    write_queue_nums=config.write_queue_nums,
+                    perm=config.perm,
+                )
                 for info, config in route
             ],
         )
 
     @answers_with_status(rmq_pb2.ListTopicsResponse)
     async def ListTopics(self, request, context):
-        return rmq_pb2.ListTopicsResponse(status=OK, topics=[config.to_proto() for config in self.routes.topics()])
+        return rmq_pb2.ListTopicsResponse(
+            status=OK, topics=[config.to_proto() for config in self.routes.topics()]
+        )
 
     @answers_with_status(rmq_pb2.ListBrokersResponse)
     async def ListBrokers(self, request, context):
-        return rmq_pb2.ListBrokersResponse(status=OK, brokers=[
-            rmq_pb2.BrokerData(broker_name=info.broker_name, address=info.address)
-            for info in self.routes.live_brokers()
-        ])
+        return rmq_pb2.ListBrokersResponse(
+            status=OK,
+            brokers=[
+                rmq_pb2.BrokerData(broker_name=info.broker_name, address=info.address)
+                for info in self.routes.live_brokers()
+            ],
+        )
 
 
 class NameServerService(rmq_pb2_grpc.NameServerServiceServicer):
@@ -133,8 +157,11 @@ class NameServerService(rmq_pb2_grpc.NameServerServiceServicer):
     async def RegisterBroker(self, request, context):
         if not request.broker.broker_name or not request.broker.address:
             raise illegal_argument("broker name and address are required")
-        self.routes.register_broker(request.broker.broker_name, request.broker.address,
-                                    [TopicConfig.from_proto(topic) for topic in request.topics])
+        self.routes.register_broker(
+            request.broker.broker_name,
+            request.broker.address,
+            [TopicConfig.from_proto(topic) for topic in request.topics],
+        )
         return rmq_pb2.RegisterBrokerResponse(status=OK)
 
     @answers_with_status(rmq_pb2.UnregisterBrokerResponse)
@@ -143,17 +170,19 @@ class NameServerService(rmq_pb2_grpc.NameServerServiceServicer):
         return rmq_pb2.UnregisterBrokerResponse(status=OK)
 
 
-async def serve_name_server(config: NameServerConfig) -> None:
+async def serve_name_server(config: NameServerConfig, security: ServerSecurity) -> None:
     routes = RouteInfoManager(config.broker_expiry_ms)
-    server = create_server(config.listen, config.grpc_max_message_bytes)
+    server = create_server(config.listen, config.grpc_max_message_bytes, security)
     rmq_pb2_grpc.add_RouteServiceServicer_to_server(NameServerRouteService(routes), server)
     rmq_pb2_grpc.add_NameServerServiceServicer_to_server(NameServerService(routes), server)
     await server.start()
+    security.start(config.listen)
     scan = asyncio.create_task(_scan_forever(routes, config.broker_scan_interval_ms))
     print(f"rmq namesrv listening on {config.listen}", flush=True)
     await wait_for_termination()
     scan.cancel()
     await server.stop(SHUTDOWN_GRACE_SECONDS)
+    await security.stop()
     log.info("name server stopped")
 
 

@@ -27,11 +27,13 @@ def check_topic_name(topic: str) -> None:
         raise RequestError(rmq_pb2.TOPIC_ILLEGAL, "topic name is empty")
     if len(topic) > MAX_TOPIC_LENGTH:
         raise RequestError(
-            rmq_pb2.TOPIC_ILLEGAL, f"topic name is {len(topic)} characters long, the maximum is {MAX_TOPIC_LENGTH}"
+            rmq_pb2.TOPIC_ILLEGAL,
+            f"topic name is {len(topic)} characters long, the maximum is {MAX_TOPIC_LENGTH}",
         )
     if not VALID_NAME.match(topic):
         raise RequestError(
-            rmq_pb2.TOPIC_ILLEGAL, f"topic name {topic!r} may only contain letters, digits, '%', '|', '_' and '-'"
+            rmq_pb2.TOPIC_ILLEGAL,
+            f"topic name {topic!r} may only contain letters, digits, '%', '|', '_' and '-'",
         )
 
 
@@ -48,9 +50,11 @@ def check_group_name(group: str) -> None:
         raise RequestError(rmq_pb2.GROUP_ILLEGAL, "consumer group is empty")
     if len(group) > MAX_GROUP_LENGTH:
         raise RequestError(
-            rmq_pb2.GROUP_ILLEGAL, f"consumer group is {len(group)} characters long, the maximum is {MAX_GROUP_LENGTH}"
+            rmq_pb2.GROUP_ILLEGAL,
+            f"consumer group is {len(group)} characters long, the maximum is {MAX_GROUP_LENGTH}",
         )
     if not VALID_NAME.match(group):
         raise RequestError(
-            rmq_pb2.GROUP_ILLEGAL, f"consumer group {group!r} may only contain letters, digits, '%', '|', '_' and '-'"
+            rmq_pb2.GROUP_ILLEGAL,
+            f"consumer group {group!r} may only contain letters, digits, '%', '|', '_' and '-'",
         )

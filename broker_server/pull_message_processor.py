@@ -27,13 +27,13 @@ KNOWN_SYS_FLAGS = rmq_pb2.FLAG_COMMIT_OFFSET | rmq_pb2.FLAG_SUSPEND | rmq_pb2.FL
 # §13 / longpolling §7.1, composed with the client's ResponseCode -> PullStatus (§7.2).
 # NO_MATCHED_LOGIC_QUEUE and NO_MESSAGE_IN_QUEUE depend on the requested offset (see below).
 _PULL_STATUS = {
-    "FOUND": rmq_pb2.FOUND,                             # SUCCESS
-    "NO_MATCHED_MESSAGE": rmq_pb2.NO_MATCHED_MSG,       # PULL_RETRY_IMMEDIATELY
-    "MESSAGE_WAS_REMOVING": rmq_pb2.NO_MATCHED_MSG,     # PULL_RETRY_IMMEDIATELY
-    "OFFSET_FOUND_NULL": rmq_pb2.NO_NEW_MSG,            # PULL_NOT_FOUND
-    "OFFSET_OVERFLOW_ONE": rmq_pb2.NO_NEW_MSG,          # PULL_NOT_FOUND
-    "OFFSET_OVERFLOW_BADLY": rmq_pb2.OFFSET_ILLEGAL,    # PULL_OFFSET_MOVED
-    "OFFSET_TOO_SMALL": rmq_pb2.OFFSET_ILLEGAL,         # PULL_OFFSET_MOVED
+    "FOUND": rmq_pb2.FOUND,  # SUCCESS
+    "NO_MATCHED_MESSAGE": rmq_pb2.NO_MATCHED_MSG,  # PULL_RETRY_IMMEDIATELY
+    "MESSAGE_WAS_REMOVING": rmq_pb2.NO_MATCHED_MSG,  # PULL_RETRY_IMMEDIATELY
+    "OFFSET_FOUND_NULL": rmq_pb2.NO_NEW_MSG,  # PULL_NOT_FOUND
+    "OFFSET_OVERFLOW_ONE": rmq_pb2.NO_NEW_MSG,  # PULL_NOT_FOUND
+    "OFFSET_OVERFLOW_BADLY": rmq_pb2.OFFSET_ILLEGAL,  # PULL_OFFSET_MOVED
+    "OFFSET_TOO_SMALL": rmq_pb2.OFFSET_ILLEGAL,  # PULL_OFFSET_MOVED
 }
 _NO_QUEUE_DATA = ("NO_MATCHED_LOGIC_QUEUE", "NO_MESSAGE_IN_QUEUE")
 
@@ -77,8 +77,15 @@ class PullLimits:
 
 
 class PullMessageProcessor:
-    def __init__(self, store, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
-                 hold_service: PullRequestHoldService, executor: StoreExecutor, limits: PullLimits) -> None:
+    def __init__(
+        self,
+        store,
+        topics: TopicConfigManager,
+        offsets: ConsumerOffsetManager,
+        hold_service: PullRequestHoldService,
+        executor: StoreExecutor,
+        limits: PullLimits,
+    ) -> None:
         self.store = store
         self.topics = topics
         self.offsets = offsets
@@ -86,8 +93,9 @@ class PullMessageProcessor:
         self.executor = executor
         self.limits = limits
 
-    async def process(self, request: rmq_pb2.PullMessageRequest,
-                      broker_allow_suspend: bool = True) -> rmq_pb2.PullMessageResponse:
+    async def process(
+        self, request: rmq_pb2.PullMessageRequest, broker_allow_suspend: bool = True
+    ) -> rmq_pb2.PullMessageResponse:
         try:
             query = self.parse(request)
         except RequestError as error:
@@ -97,8 +105,9 @@ class PullMessageProcessor:
             # §6 step 9: every rmq broker is a master, so the offset is always stored.
             self.offsets.commit_offset(query.group, query.topic, query.queue_id, request.commit_offset)
         if broker_allow_suspend and query.suspend and response.pull_status == rmq_pb2.NO_NEW_MSG:
-            await self.hold_service.suspend(query.topic, query.queue_id, query.offset, query.tag_codes,
-                                            query.suspend_timeout_ms)
+            await self.hold_service.suspend(
+                query.topic, query.queue_id, query.offset, query.tag_codes, query.suspend_timeout_ms
+            )
             # executeRequestWhenWakeup: run again, answering whatever is there now.
             return await self.process(request, broker_allow_suspend=False)
         return response
@@ -108,10 +117,14 @@ class PullMessageProcessor:
         check_group_name(request.consumer_group)
         config = self.topics.require(request.topic)
         if not config.readable:
-            raise RequestError(rmq_pb2.NO_PERMISSION, f"the topic[{request.topic}] pulling message is forbidden")
+            raise RequestError(
+                rmq_pb2.NO_PERMISSION, f"the topic[{request.topic}] pulling message is forbidden"
+            )
         if not 0 <= request.queue_id < config.read_queue_nums:
-            raise illegal_argument(f"queue_id {request.queue_id} is out of range: topic {request.topic!r} has "
-                                   f"{config.read_queue_nums} read queues")
+            raise illegal_argument(
+                f"queue_id {request.queue_id} is out of range: topic {request.topic!r} has "
+                f"{config.read_queue_nums} read queues"
+            )
         if request.queue_offset < 0:
             raise illegal_argument(f"queue_offset must not be negative, not {request.queue_offset}")
         if request.max_messages <= 0:
@@ -119,10 +132,14 @@ class PullMessageProcessor:
         if request.max_bytes < 0:
             raise illegal_argument(f"max_bytes must not be negative, not {request.max_bytes}")
         if request.sys_flag & ~KNOWN_SYS_FLAGS or request.sys_flag < 0:
-            raise illegal_argument(f"sys_flag {request.sys_flag} has unsupported bits (class filter is not supported)")
+            raise illegal_argument(
+                f"sys_flag {request.sys_flag} has unsupported bits (class filter is not supported)"
+            )
         suspend = bool(request.sys_flag & rmq_pb2.FLAG_SUSPEND)
         if suspend and request.suspend_timeout_ms < 0:
-            raise illegal_argument(f"suspend_timeout_ms must not be negative, not {request.suspend_timeout_ms}")
+            raise illegal_argument(
+                f"suspend_timeout_ms must not be negative, not {request.suspend_timeout_ms}"
+            )
         if request.sys_flag & rmq_pb2.FLAG_COMMIT_OFFSET and request.commit_offset < 0:
             raise illegal_argument(f"commit_offset must not be negative, not {request.commit_offset}")
         if len(request.sub_expression) > MAX_SUB_EXPRESSION_LENGTH:
@@ -141,8 +158,14 @@ class PullMessageProcessor:
 
     async def get_message(self, query: PullQuery) -> rmq_pb2.PullMessageResponse:
         result = await self.executor.run(
-            self.store.get_message, query.group, query.topic, query.queue_id, query.offset, query.max_messages,
-            max_total_bytes=query.max_bytes, tag_codes=query.tag_codes,
+            self.store.get_message,
+            query.group,
+            query.topic,
+            query.queue_id,
+            query.offset,
+            query.max_messages,
+            max_total_bytes=query.max_bytes,
+            tag_codes=query.tag_codes,
         )
         status = result.status.name
         response = rmq_pb2.PullMessageResponse(

@@ -18,15 +18,23 @@ class BrokerRouteService(rmq_pb2_grpc.RouteServiceServicer):
     async def QueryRoute(self, request, context):
         config = self.topics.get(request.topic)
         if config is None:
-            raise RequestError(rmq_pb2.TOPIC_NOT_EXIST, f"no route for topic {request.topic!r}: "
-                               f"broker {self.broker.broker_name} does not hold it")
-        queue_data = rmq_pb2.QueueData(broker_name=self.broker.broker_name, read_queue_nums=config.read_queue_nums,
-                                       write_queue_nums=config.write_queue_nums, perm=config.perm)
+            raise RequestError(
+                rmq_pb2.TOPIC_NOT_EXIST,
+                f"no route for topic {request.topic!r}: broker {self.broker.broker_name} does not hold it",
+            )
+        queue_data = rmq_pb2.QueueData(
+            broker_name=self.broker.broker_name,
+            read_queue_nums=config.read_queue_nums,
+            write_queue_nums=config.write_queue_nums,
+            perm=config.perm,
+        )
         return rmq_pb2.QueryRouteResponse(status=OK, brokers=[self.broker], queue_datas=[queue_data])
 
     @answers_with_status(rmq_pb2.ListTopicsResponse)
     async def ListTopics(self, request, context):
-        return rmq_pb2.ListTopicsResponse(status=OK, topics=[config.to_proto() for config in self.topics.all()])
+        return rmq_pb2.ListTopicsResponse(
+            status=OK, topics=[config.to_proto() for config in self.topics.all()]
+        )
 
     @answers_with_status(rmq_pb2.ListBrokersResponse)
     async def ListBrokers(self, request, context):

@@ -29,7 +29,7 @@ from store import MessageToStore
 
 log = logging.getLogger(__name__)
 SCHEDULE_GROUP = "rmq_sys_schedule"
-DELAY_FOR_A_PERIOD_MS = 10000       # retry after a failed re-put
+DELAY_FOR_A_PERIOD_MS = 10000  # retry after a failed re-put
 BATCH_SIZE = 256
 _MOVED = ("OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY")
 
@@ -44,16 +44,29 @@ def message_timeup(message: StoredMessage) -> MessageToStore:
     properties = dict(message.properties)
     properties.pop(mf.PROPERTY_DELAY_TIME_LEVEL, None)
     return MessageToStore(
-        topic=properties[mf.PROPERTY_REAL_TOPIC], queue_id=int(properties[mf.PROPERTY_REAL_QUEUE_ID]),
-        body=message.body, properties=properties, flag=message.flag, born_timestamp=message.born_timestamp,
-        born_host=message.born_host, sys_flag=message.sys_flag, reconsume_times=message.reconsume_times,
+        topic=properties[mf.PROPERTY_REAL_TOPIC],
+        queue_id=int(properties[mf.PROPERTY_REAL_QUEUE_ID]),
+        body=message.body,
+        properties=properties,
+        flag=message.flag,
+        born_timestamp=message.born_timestamp,
+        born_host=message.born_host,
+        sys_flag=message.sys_flag,
+        reconsume_times=message.reconsume_times,
     )
 
 
 class ScheduleMessageService:
-    def __init__(self, store, topics: TopicConfigManager, executor: StoreExecutor, store_path: Path,
-                 delay_levels: dict[int, int], persist_interval_ms: int = 10000,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store,
+        topics: TopicConfigManager,
+        executor: StoreExecutor,
+        store_path: Path,
+        delay_levels: dict[int, int],
+        persist_interval_ms: int = 10000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.store = store
         self.topics = topics
         self.executor = executor
@@ -69,7 +82,9 @@ class ScheduleMessageService:
     def load(self) -> None:
         content = read_json(self.path) or {}
         try:
-            self.offsets = {int(level): int(offset) for level, offset in content.get("offsetTable", {}).items()}
+            self.offsets = {
+                int(level): int(offset) for level, offset in content.get("offsetTable", {}).items()
+            }
         except (AttributeError, ValueError) as error:
             raise ValueError(f"{self.path} has an unexpected layout: {error}") from error
 
@@ -100,7 +115,7 @@ class ScheduleMessageService:
         if event is not None:
             try:
                 self._loop.call_soon_threadsafe(event.set)
-            except RuntimeError:    # loop closed during shutdown
+            except RuntimeError:  # loop closed during shutdown
                 pass
 
     async def deliver_due(self, level: int) -> int | None:
@@ -108,8 +123,14 @@ class ScheduleMessageService:
         wait before the next due message, 0 to continue at once, None when the queue is
         drained."""
         offset = self.offsets.get(level, 0)
-        result = await self.executor.run(self.store.get_message, SCHEDULE_GROUP, SCHEDULE_TOPIC,
-                                          delay_level_to_queue_id(level), offset, BATCH_SIZE)
+        result = await self.executor.run(
+            self.store.get_message,
+            SCHEDULE_GROUP,
+            SCHEDULE_TOPIC,
+            delay_level_to_queue_id(level),
+            offset,
+            BATCH_SIZE,
+        )
         if result.status.name in _MOVED:
             self.offsets[level] = result.next_begin_offset
             return 0
@@ -119,7 +140,9 @@ class ScheduleMessageService:
         delay_ms = self.delay_levels[level]
         due, countdown = [], None
         for message in decode_records(result.buffer, result.sizes):
-            deliver_timestamp = correct_deliver_timestamp(now_ms, message.store_timestamp + delay_ms, delay_ms)
+            deliver_timestamp = correct_deliver_timestamp(
+                now_ms, message.store_timestamp + delay_ms, delay_ms
+            )
             if deliver_timestamp > now_ms:
                 countdown = deliver_timestamp - now_ms
                 break
@@ -128,8 +151,12 @@ class ScheduleMessageService:
             try:
                 await self._deliver(due)
             except RequestError as error:
-                log.warning("delivering delayed messages of level %d failed, retrying in %d ms: %s",
-                            level, DELAY_FOR_A_PERIOD_MS, error.message)
+                log.warning(
+                    "delivering delayed messages of level %d failed, retrying in %d ms: %s",
+                    level,
+                    DELAY_FOR_A_PERIOD_MS,
+                    error.message,
+                )
                 return DELAY_FOR_A_PERIOD_MS
             self.offsets[level] = offset + len(due)
         return countdown if countdown is not None else 0
@@ -139,8 +166,11 @@ class ScheduleMessageService:
         for message in messages:
             real_topic = message.properties.get(mf.PROPERTY_REAL_TOPIC, "")
             if self.topics.get(real_topic) is None or mf.PROPERTY_REAL_QUEUE_ID not in message.properties:
-                log.warning("dropping delayed message at offset %d: its topic %r no longer exists",
-                            message.queue_offset, real_topic)
+                log.warning(
+                    "dropping delayed message at offset %d: its topic %r no longer exists",
+                    message.queue_offset,
+                    real_topic,
+                )
                 continue
             batch.append(message_timeup(message))
         if batch:

@@ -25,13 +25,20 @@ NO_HOST = bytes(8)
 SEPARATORS = (mf.NAME_VALUE_SEPARATOR, mf.PROPERTY_SEPARATOR)
 
 _PUT_STATUS = {
-    "FLUSH_DISK_TIMEOUT": (rmq_pb2.FLUSH_DISK_TIMEOUT,
-                           "the batch was written but not flushed to disk in time; it is not acknowledged"),
+    "FLUSH_DISK_TIMEOUT": (
+        rmq_pb2.FLUSH_DISK_TIMEOUT,
+        "the batch was written but not flushed to disk in time; it is not acknowledged",
+    ),
     "MESSAGE_ILLEGAL": (rmq_pb2.MESSAGE_ILLEGAL, "the store refused a message as illegal"),
-    "PROPERTIES_SIZE_EXCEEDED": (rmq_pb2.PROPERTIES_SIZE_EXCEEDED, "the store refused a message's properties as too large"),
+    "PROPERTIES_SIZE_EXCEEDED": (
+        rmq_pb2.PROPERTIES_SIZE_EXCEEDED,
+        "the store refused a message's properties as too large",
+    ),
     "MESSAGE_SIZE_EXCEEDED": (rmq_pb2.MESSAGE_SIZE_EXCEEDED, "the store refused a message as too large"),
-    "SERVICE_NOT_AVAILABLE": (rmq_pb2.SERVICE_NOT_AVAILABLE,
-                              "the store is not writeable (shutting down, disk full or read-only)"),
+    "SERVICE_NOT_AVAILABLE": (
+        rmq_pb2.SERVICE_NOT_AVAILABLE,
+        "the store is not writeable (shutting down, disk full or read-only)",
+    ),
 }
 
 
@@ -49,8 +56,14 @@ def born_host_from_peer(peer: str) -> bytes:
 
 
 class SendMessageProcessor:
-    def __init__(self, store, topics: TopicConfigManager, executor: StoreExecutor, delay_levels: dict[int, int],
-                 max_message_size: int) -> None:
+    def __init__(
+        self,
+        store,
+        topics: TopicConfigManager,
+        executor: StoreExecutor,
+        delay_levels: dict[int, int],
+        max_message_size: int,
+    ) -> None:
         self.store = store
         self.topics = topics
         self.executor = executor
@@ -69,17 +82,23 @@ class SendMessageProcessor:
         response.msg_ids.extend([result.msg_id for result in results])
         response.queue_ids.extend(queue_ids)
         response.queue_offsets.extend(
-            [-1 if is_delayed else result.queue_offset for result, is_delayed in zip(results, delayed, strict=True)]
+            [
+                -1 if is_delayed else result.queue_offset
+                for result, is_delayed in zip(results, delayed, strict=True)
+            ]
         )
         return response
 
-    def build_batch(self, request: rmq_pb2.SendMessageRequest,
-                    born_host: bytes) -> tuple[list[MessageToStore], list[int], list[bool]]:
+    def build_batch(
+        self, request: rmq_pb2.SendMessageRequest, born_host: bytes
+    ) -> tuple[list[MessageToStore], list[int], list[bool]]:
         """The batch to store, each message's real queue id, and which ones are delayed.
         Raises RequestError naming the first bad message."""
         config = self.topics.require(request.topic)
         if not config.writeable:
-            raise RequestError(rmq_pb2.NO_PERMISSION, f"the topic[{request.topic}] sending message is forbidden")
+            raise RequestError(
+                rmq_pb2.NO_PERMISSION, f"the topic[{request.topic}] sending message is forbidden"
+            )
         if not request.messages:
             raise illegal_argument("the batch holds no messages")
         counter = self._round_robin.setdefault(request.topic, itertools.count())
@@ -101,12 +120,15 @@ class SendMessageProcessor:
         if not message.HasField("queue_id"):
             return next(counter) % config.write_queue_nums
         if not 0 <= message.queue_id < config.write_queue_nums:
-            raise illegal_argument(f"queue_id {message.queue_id} is out of range: topic {config.topic_name!r} has "
-                                   f"{config.write_queue_nums} write queues")
+            raise illegal_argument(
+                f"queue_id {message.queue_id} is out of range: topic {config.topic_name!r} has "
+                f"{config.write_queue_nums} write queues"
+            )
         return message.queue_id
 
-    def _message_to_store(self, message: rmq_pb2.Message, topic: str, queue_id: int, now_ms: int,
-                          born_host: bytes) -> MessageToStore:
+    def _message_to_store(
+        self, message: rmq_pb2.Message, topic: str, queue_id: int, now_ms: int, born_host: bytes
+    ) -> MessageToStore:
         if not message.body:
             raise RequestError(rmq_pb2.MESSAGE_ILLEGAL, "message body is empty")
         if message.delay_level < 0:
@@ -125,23 +147,34 @@ class SendMessageProcessor:
             topic, queue_id = SCHEDULE_TOPIC, delay_level_to_queue_id(level)
         self._check_size(message.body, topic, properties)
         return MessageToStore(
-            topic=topic, queue_id=queue_id, body=message.body, properties=properties, flag=message.flag,
-            born_timestamp=message.born_timestamp or now_ms, born_host=born_host,
+            topic=topic,
+            queue_id=queue_id,
+            body=message.body,
+            properties=properties,
+            flag=message.flag,
+            born_timestamp=message.born_timestamp or now_ms,
+            born_host=born_host,
         )
 
     def _check_size(self, body: bytes, topic: str, properties: dict[str, str]) -> None:
         for name, value in properties.items():
             if any(separator in name or separator in value for separator in SEPARATORS):
-                raise RequestError(rmq_pb2.MESSAGE_ILLEGAL,
-                                   f"property {name!r} contains a reserved separator character (\\x01 or \\x02)")
+                raise RequestError(
+                    rmq_pb2.MESSAGE_ILLEGAL,
+                    f"property {name!r} contains a reserved separator character (\\x01 or \\x02)",
+                )
         properties_length = len(mf.encode_properties(properties).encode())
         if properties_length > mf.MAX_PROPERTIES_LENGTH:
-            raise RequestError(rmq_pb2.PROPERTIES_SIZE_EXCEEDED, f"properties take {properties_length} bytes, "
-                               f"the maximum is {mf.MAX_PROPERTIES_LENGTH}")
+            raise RequestError(
+                rmq_pb2.PROPERTIES_SIZE_EXCEEDED,
+                f"properties take {properties_length} bytes, the maximum is {mf.MAX_PROPERTIES_LENGTH}",
+            )
         size = mf.calc_msg_length(len(body), len(topic.encode()), properties_length)
         if size > self.max_message_size:
-            raise RequestError(rmq_pb2.MESSAGE_SIZE_EXCEEDED,
-                               f"message takes {size} bytes, the maximum is {self.max_message_size}")
+            raise RequestError(
+                rmq_pb2.MESSAGE_SIZE_EXCEEDED,
+                f"message takes {size} bytes, the maximum is {self.max_message_size}",
+            )
 
 
 def check_put_results(results: list) -> None:

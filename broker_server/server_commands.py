@@ -1,19 +1,23 @@
 """`rmq namesrv` and `rmq broker`: flags as in DESIGN.md; a YAML or JSON `--config` file holds
 the other settings (keys named as in broker_server.config), flags given on the command line
-win over the file."""
+win over the file. Both take the security flags of broker_server.server_security (--acl,
+--tls-*)."""
 
 from __future__ import annotations
 
 import argparse
 
+from broker_server import server_security
 from broker_server.config import BrokerConfig, NameServerConfig, load_config
 from broker_server.grpc_server import run_until_terminated
+from broker_server.server_security import ServerSecurity
 
 
 def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     namesrv = subparsers.add_parser("namesrv", help="run a name server")
     namesrv.add_argument("--listen", metavar="HOST:PORT", help="address to serve on (default 127.0.0.1:9876)")
     namesrv.add_argument("--config", metavar="FILE", help="YAML or JSON file with further settings")
+    server_security.add_arguments(namesrv)
     namesrv.set_defaults(handler=run_namesrv)
 
     broker = subparsers.add_parser("broker", help="run a broker")
@@ -21,9 +25,13 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     broker.add_argument("--store-dir", metavar="DIR", help="store directory (default ~/.rmq/store)")
     broker.add_argument("--broker-name", metavar="NAME", help="broker name (default broker-a)")
     broker.add_argument("--namesrv", metavar="ADDR", help="name server address(es) HOST:PORT[,HOST:PORT]")
-    broker.add_argument("--flush", choices=("sync", "async"), help="flush to disk before acknowledging "
-                        "(sync) or in the background (async, the default)")
+    broker.add_argument(
+        "--flush",
+        choices=("sync", "async"),
+        help="flush to disk before acknowledging (sync) or in the background (async, the default)",
+    )
     broker.add_argument("--config", metavar="FILE", help="YAML or JSON file with further settings")
+    server_security.add_arguments(broker)
     broker.set_defaults(handler=run_broker)
 
 
@@ -31,14 +39,23 @@ def run_namesrv(args: argparse.Namespace) -> int:
     from broker_server.name_server import serve_name_server
 
     config = load_config(NameServerConfig, args.config, {"listen": args.listen})
-    return run_until_terminated(lambda: serve_name_server(config))
+    security = ServerSecurity.from_args(args)
+    return run_until_terminated(lambda: serve_name_server(config, security))
 
 
 def run_broker(args: argparse.Namespace) -> int:
     from broker_server.broker_controller import BrokerController
 
-    config = load_config(BrokerConfig, args.config, {
-        "listen": args.listen, "store_dir": args.store_dir, "broker_name": args.broker_name,
-        "namesrv": args.namesrv, "flush": args.flush,
-    })
-    return run_until_terminated(lambda: BrokerController(config).serve())
+    config = load_config(
+        BrokerConfig,
+        args.config,
+        {
+            "listen": args.listen,
+            "store_dir": args.store_dir,
+            "broker_name": args.broker_name,
+            "namesrv": args.namesrv,
+            "flush": args.flush,
+        },
+    )
+    security = ServerSecurity.from_args(args)
+    return run_until_terminated(lambda: BrokerController(config, security).serve())

@@ -48,7 +48,9 @@ def answers_with_status(response_class: type) -> Callable:
                 return response_class(status=error.status())
             except Exception as error:
                 log.exception("%s failed", handler.__name__)
-                return response_class(status=rmq_pb2.Status(code=rmq_pb2.SYSTEM_ERROR, message=f"internal error: {error}"))
+                return response_class(
+                    status=rmq_pb2.Status(code=rmq_pb2.SYSTEM_ERROR, message=f"internal error: {error}")
+                )
 
         return answer
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from rmq import message_format as mf
 
-_HEADER = struct.Struct(">iiiiiqqiq8sq8siq")   # total size .. prepared transaction offset
+_HEADER = struct.Struct(">iiiiiqqiq8sq8siq")  # total size .. prepared transaction offset
 
 
 @dataclass(frozen=True)
@@ -28,19 +28,45 @@ class StoredMessage:
 
 
 def decode_record(buffer: bytes, position: int = 0) -> StoredMessage:
-    (_total, _magic, _crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp, born_host,
-     store_timestamp, _store_host, reconsume_times, _prepared) = _HEADER.unpack_from(buffer, position)
-    body_length = int.from_bytes(buffer[position + mf.BODY_LENGTH_POS:position + mf.BODY_POS], "big")
+    (
+        _total,
+        _magic,
+        _crc,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_timestamp,
+        born_host,
+        store_timestamp,
+        _store_host,
+        reconsume_times,
+        _prepared,
+    ) = _HEADER.unpack_from(buffer, position)
+    body_length = int.from_bytes(buffer[position + mf.BODY_LENGTH_POS : position + mf.BODY_POS], "big")
     cursor = position + mf.BODY_POS
-    body = bytes(buffer[cursor:cursor + body_length])
+    body = bytes(buffer[cursor : cursor + body_length])
     cursor += body_length
     topic_length = buffer[cursor]
-    topic = bytes(buffer[cursor + 1:cursor + 1 + topic_length]).decode()
+    topic = bytes(buffer[cursor + 1 : cursor + 1 + topic_length]).decode()
     cursor += 1 + topic_length
-    properties_length = int.from_bytes(buffer[cursor:cursor + 2], "big")
-    properties = mf.decode_properties(bytes(buffer[cursor + 2:cursor + 2 + properties_length]).decode())
-    return StoredMessage(queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp, born_host,
-                         store_timestamp, reconsume_times, body, topic, properties)
+    properties_length = int.from_bytes(buffer[cursor : cursor + 2], "big")
+    properties = mf.decode_properties(bytes(buffer[cursor + 2 : cursor + 2 + properties_length]).decode())
+    return StoredMessage(
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_timestamp,
+        born_host,
+        store_timestamp,
+        reconsume_times,
+        body,
+        topic,
+        properties,
+    )
 
 
 def decode_records(buffer: bytes, sizes) -> list[StoredMessage]:

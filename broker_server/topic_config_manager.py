@@ -11,7 +11,7 @@ from broker_server.json_file import read_json, write_json_atomically
 from broker_server.names import check_topic_name, check_user_topic_name
 from broker_server.status import RequestError, illegal_argument, rmq_pb2
 
-PERM_READ = 4    # RocketMQ PermName
+PERM_READ = 4  # RocketMQ PermName
 PERM_WRITE = 2
 PERM_INHERIT = 1
 MAX_QUEUE_NUMS = 1024

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
-
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 RMQ = [sys.executable, "-m", "broker_server.cli"]
@@ -87,7 +86,8 @@ class ServerProcess:
 
 def namesrv(tmp_path: Path, extra: list[str] | None = None, **env: str) -> ServerProcess:
     address = f"127.0.0.1:{free_port()}"
-    return ServerProcess(["namesrv", "--listen", address] + (extra or []), address, tmp_path / "namesrv.log", env)
+    args = ["namesrv", "--listen", address] + (extra or [])
+    return ServerProcess(args, address, tmp_path / "namesrv.log", env)
 
 
 def broker(

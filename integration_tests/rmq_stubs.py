@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import grpc
 import numpy as np
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 from broker_server.stored_message import StoredMessage, decode_records
-from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
@@ -24,33 +24,62 @@ class Stubs:
 
     @classmethod
     def connect(cls, address: str) -> Stubs:
-        channel = grpc.insecure_channel(address, options=[
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-        ])
-        return cls(channel, rmq_pb2_grpc.MessagingServiceStub(channel), rmq_pb2_grpc.AdminServiceStub(channel),
-                   rmq_pb2_grpc.RouteServiceStub(channel), rmq_pb2_grpc.NameServerServiceStub(channel))
+        channel = grpc.insecure_channel(
+            address,
+            options=[
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ],
+        )
+        return cls(
+            channel,
+            rmq_pb2_grpc.MessagingServiceStub(channel),
+            rmq_pb2_grpc.AdminServiceStub(channel),
+            rmq_pb2_grpc.RouteServiceStub(channel),
+            rmq_pb2_grpc.NameServerServiceStub(channel),
+        )
 
     def close(self) -> None:
         self.channel.close()
 
     def create_topic(self, topic: str, queues: int = 4, perm: int = 6) -> rmq_pb2.Status:
-        config = rmq_pb2.TopicConfig(topic_name=topic, read_queue_nums=queues, write_queue_nums=queues, perm=perm)
+        config = rmq_pb2.TopicConfig(
+            topic_name=topic, read_queue_nums=queues, write_queue_nums=queues, perm=perm
+        )
         return self.admin.CreateTopic(rmq_pb2.CreateTopicRequest(config=config), timeout=10).status
 
     def send(self, topic: str, *messages: rmq_pb2.Message) -> rmq_pb2.SendMessageResponse:
-        return self.messaging.SendMessage(rmq_pb2.SendMessageRequest(topic=topic, messages=messages), timeout=10)
+        return self.messaging.SendMessage(
+            rmq_pb2.SendMessageRequest(topic=topic, messages=messages), timeout=10
+        )
 
-    def pull(self, topic: str, queue_id: int, offset: int, max_messages: int = 32, group: str = "test-group",
-             timeout: float = 10, **fields) -> rmq_pb2.PullMessageResponse:
-        request = rmq_pb2.PullMessageRequest(consumer_group=group, topic=topic, queue_id=queue_id,
-                                             queue_offset=offset, max_messages=max_messages, **fields)
+    def pull(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_messages: int = 32,
+        group: str = "test-group",
+        timeout: float = 10,
+        **fields,
+    ) -> rmq_pb2.PullMessageResponse:
+        request = rmq_pb2.PullMessageRequest(
+            consumer_group=group,
+            topic=topic,
+            queue_id=queue_id,
+            queue_offset=offset,
+            max_messages=max_messages,
+            **fields,
+        )
         return self.messaging.PullMessage(request, timeout=timeout)
 
 
 def suspend_fields(suspend_timeout_ms: int, sub_expression: str = "*") -> dict:
-    return {"sys_flag": rmq_pb2.FLAG_SUSPEND, "suspend_timeout_ms": suspend_timeout_ms,
-            "sub_expression": sub_expression}
+    return {
+        "sys_flag": rmq_pb2.FLAG_SUSPEND,
+        "suspend_timeout_ms": suspend_timeout_ms,
+        "sub_expression": sub_expression,
+    }
 
 
 def decode(response: rmq_pb2.PullMessageResponse) -> list[StoredMessage]:

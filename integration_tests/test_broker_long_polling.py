@@ -10,14 +10,14 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from rmq.v1 import rmq_pb2
 
 from integration_tests import processes
 from integration_tests.rmq_stubs import Stubs, decode, suspend_fields
-from rmq.v1 import rmq_pb2
 
 pytestmark = pytest.mark.integration
 log = logging.getLogger(__name__)
-HELD = 0.3      # seconds to let a pull reach the hold table before acting
+HELD = 0.3  # seconds to let a pull reach the hold table before acting
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +30,14 @@ def rmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stubs]:
 
 
 def held_pull(rmq: Stubs, topic: str, queue_id: int, offset: int, suspend_ms: int, sub_expression: str = "*"):
-    request = rmq_pb2.PullMessageRequest(consumer_group="lp-group", topic=topic, queue_id=queue_id,
-                                         queue_offset=offset, max_messages=32,
-                                         **suspend_fields(suspend_ms, sub_expression))
+    request = rmq_pb2.PullMessageRequest(
+        consumer_group="lp-group",
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=offset,
+        max_messages=32,
+        **suspend_fields(suspend_ms, sub_expression),
+    )
     return rmq.messaging.PullMessage.future(request, timeout=suspend_ms / 1000 + 30)
 
 
@@ -51,7 +56,7 @@ def test_held_pull_wakes_when_a_message_arrives(rmq: Stubs) -> None:
         assert [m.body for m in decode(response)] == [b"m%d" % offset]
         assert response.next_begin_offset == offset + 1
     log.info("long-poll wake after send ack: %s ms", [round(x * 1000, 2) for x in latencies])
-    assert max(latencies) < 15     # answered on arrival, long before the suspend timeout
+    assert max(latencies) < 15  # answered on arrival, long before the suspend timeout
 
 
 def test_held_pull_times_out_with_no_new_msg(rmq: Stubs) -> None:
@@ -63,7 +68,7 @@ def test_held_pull_times_out_with_no_new_msg(rmq: Stubs) -> None:
     assert response.pull_status == rmq_pb2.NO_NEW_MSG
     assert response.store_status == rmq_pb2.GMS_NO_MATCHED_LOGIC_QUEUE
     assert elapsed >= 0.55
-    immediate = rmq.pull("quiet", 0, 0)     # no FLAG_SUSPEND: answered at once
+    immediate = rmq.pull("quiet", 0, 0)  # no FLAG_SUSPEND: answered at once
     assert immediate.pull_status == rmq_pb2.NO_NEW_MSG
 
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import grpc
 import pytest
+from rmq import message_format as mf
+from rmq.v1 import rmq_pb2
 
 from integration_tests import processes
 from integration_tests.rmq_stubs import Stubs, decode
-from rmq import message_format as mf
-from rmq.v1 import rmq_pb2
 
 pytestmark = pytest.mark.integration
 
@@ -47,12 +47,14 @@ def wait_for_max_offset(rmq: Stubs, topic: str, queue_id: int, expected: int) ->
 
 def test_round_trip_of_bodies_tags_keys_and_properties(rmq: Stubs) -> None:
     assert rmq.create_topic("round-trip", queues=2).code == rmq_pb2.OK
-    sent = rmq.send("round-trip",
-                    rmq_pb2.Message(body=b"first", tags="TagA", keys="order-1 order-2", properties={"color": "red"}),
-                    rmq_pb2.Message(body=bytes(range(256)), queue_id=1, flag=7, born_timestamp=1234),
-                    rmq_pb2.Message(body="über".encode(), tags="TagB", properties={"ключ": "значение"}))
+    sent = rmq.send(
+        "round-trip",
+        rmq_pb2.Message(body=b"first", tags="TagA", keys="order-1 order-2", properties={"color": "red"}),
+        rmq_pb2.Message(body=bytes(range(256)), queue_id=1, flag=7, born_timestamp=1234),
+        rmq_pb2.Message(body="über".encode(), tags="TagB", properties={"ключ": "значение"}),
+    )
     assert sent.status.code == rmq_pb2.OK
-    assert list(sent.queue_ids) == [0, 1, 1]          # round-robin for the first, named queue for the rest
+    assert list(sent.queue_ids) == [0, 1, 1]  # round-robin for the first, named queue for the rest
     assert list(sent.queue_offsets) == [0, 0, 1]
     assert len(set(sent.msg_ids)) == 3 and all(len(msg_id) == 32 for msg_id in sent.msg_ids)
     wait_for_max_offset(rmq, "round-trip", 1, 2)
@@ -60,13 +62,22 @@ def test_round_trip_of_bodies_tags_keys_and_properties(rmq: Stubs) -> None:
     first = rmq.pull("round-trip", 0, 0)
     assert (first.status.code, first.pull_status, first.next_begin_offset) == (rmq_pb2.OK, rmq_pb2.FOUND, 1)
     [message] = decode(first)
-    assert (message.body, message.topic, message.queue_id, message.queue_offset) == (b"first", "round-trip", 0, 0)
+    assert (message.body, message.topic, message.queue_id, message.queue_offset) == (
+        b"first",
+        "round-trip",
+        0,
+        0,
+    )
     assert message.properties[mf.PROPERTY_TAGS] == "TagA"
     assert message.properties[mf.PROPERTY_KEYS] == "order-1 order-2"
     assert message.properties["color"] == "red"
     assert message.born_host[:4] == bytes([127, 0, 0, 1])
-    assert mf.message_id(bytes([127, 0, 0, 1]) + int(rmq_address_port(rmq)).to_bytes(4, "big"),
-                         message.physical_offset) == sent.msg_ids[0]
+    assert (
+        mf.message_id(
+            bytes([127, 0, 0, 1]) + int(rmq_address_port(rmq)).to_bytes(4, "big"), message.physical_offset
+        )
+        == sent.msg_ids[0]
+    )
 
     second = rmq.pull("round-trip", 1, 0)
     assert second.messages.count == 2 and second.next_begin_offset == 2
@@ -84,25 +95,31 @@ def rmq_address_port(rmq: Stubs) -> str:
 
 def test_pull_statuses_and_next_begin_offset_corrections(rmq: Stubs) -> None:
     assert rmq.create_topic("statuses", queues=2).code == rmq_pb2.OK
-    sent = rmq.send("statuses", *[rmq_pb2.Message(body=b"m%d" % i, queue_id=0, tags="TagA" if i < 3 else "TagB")
-                                 for i in range(5)])
+    sent = rmq.send(
+        "statuses",
+        *[rmq_pb2.Message(body=b"m%d" % i, queue_id=0, tags="TagA" if i < 3 else "TagB") for i in range(5)],
+    )
     assert sent.status.code == rmq_pb2.OK
     wait_for_max_offset(rmq, "statuses", 0, 5)
 
     def outcome(queue_id: int, offset: int, **fields) -> tuple:
         response = rmq.pull("statuses", queue_id, offset, **fields)
         assert response.status.code == rmq_pb2.OK
-        return (rmq_pb2.PullStatus.Name(response.pull_status),
-                rmq_pb2.GetMessageStatus.Name(response.store_status),
-                response.next_begin_offset, response.min_offset, response.max_offset)
+        return (
+            rmq_pb2.PullStatus.Name(response.pull_status),
+            rmq_pb2.GetMessageStatus.Name(response.store_status),
+            response.next_begin_offset,
+            response.min_offset,
+            response.max_offset,
+        )
 
     # Spec TV-4 rows reachable on a live broker, with the PullStatus of longpolling §7.
     assert outcome(0, 1, max_messages=2) == ("FOUND", "GMS_FOUND", 3, 0, 5)
     assert outcome(0, 5) == ("NO_NEW_MSG", "GMS_OFFSET_OVERFLOW_ONE", 5, 0, 5)
-    assert outcome(0, 9) == ("OFFSET_ILLEGAL", "GMS_OFFSET_OVERFLOW_BADLY", 0, 0, 5)   # min == 0
+    assert outcome(0, 9) == ("OFFSET_ILLEGAL", "GMS_OFFSET_OVERFLOW_BADLY", 0, 0, 5)  # min == 0
     assert outcome(0, 3, sub_expression="TagA") == ("NO_MATCHED_MSG", "GMS_NO_MATCHED_MESSAGE", 5, 0, 5)
     assert outcome(0, 0, sub_expression="TagB || TagC")[:3] == ("FOUND", "GMS_FOUND", 5)
-    assert outcome(1, 0) == ("NO_NEW_MSG", "GMS_NO_MATCHED_LOGIC_QUEUE", 0, 0, 0)   # never written
+    assert outcome(1, 0) == ("NO_NEW_MSG", "GMS_NO_MATCHED_LOGIC_QUEUE", 0, 0, 0)  # never written
     assert outcome(1, 7) == ("OFFSET_ILLEGAL", "GMS_NO_MATCHED_LOGIC_QUEUE", 0, 0, 0)
 
     tag_b = rmq.pull("statuses", 0, 0, sub_expression="TagB")
@@ -111,10 +128,12 @@ def test_pull_statuses_and_next_begin_offset_corrections(rmq: Stubs) -> None:
 
 def test_max_messages_and_max_bytes_bound_the_batch(rmq: Stubs) -> None:
     rmq.create_topic("batching", queues=1)
-    assert rmq.send("batching", *[rmq_pb2.Message(body=b"x" * 100) for _ in range(50)]).status.code == rmq_pb2.OK
+    assert (
+        rmq.send("batching", *[rmq_pb2.Message(body=b"x" * 100) for _ in range(50)]).status.code == rmq_pb2.OK
+    )
     wait_for_max_offset(rmq, "batching", 0, 50)
     assert rmq.pull("batching", 0, 0, max_messages=10).messages.count == 10
-    huge = rmq.pull("batching", 0, 0, max_messages=2**31 - 1)          # clamped, not refused
+    huge = rmq.pull("batching", 0, 0, max_messages=2**31 - 1)  # clamped, not refused
     assert huge.messages.count == 50 and huge.next_begin_offset == 50
     record_size = len(huge.messages.records) // 50
     limited = rmq.pull("batching", 0, 0, max_messages=50, max_bytes=record_size * 3)
@@ -149,7 +168,9 @@ def test_hostile_pull_requests_get_clear_statuses(rmq: Stubs) -> None:
     rmq.create_topic("hostile", queues=2)
 
     def code(**fields) -> str:
-        request = dict(consumer_group="g", topic="hostile", queue_id=0, queue_offset=0, max_messages=1) | fields
+        request = (
+            dict(consumer_group="g", topic="hostile", queue_id=0, queue_offset=0, max_messages=1) | fields
+        )
         response = rmq.messaging.PullMessage(rmq_pb2.PullMessageRequest(**request), timeout=10)
         return f"{rmq_pb2.Code.Name(response.status.code)}: {response.status.message}"
 
@@ -175,20 +196,32 @@ def test_topic_administration(rmq: Stubs) -> None:
         assert rmq.create_topic(name).code == rmq_pb2.TOPIC_ILLEGAL
     assert rmq.create_topic("zero", queues=0).code == rmq_pb2.ILLEGAL_ARGUMENT
     topics = rmq.route.ListTopics(rmq_pb2.ListTopicsRequest()).topics
-    assert rmq_pb2.TopicConfig(topic_name="admin-topic", read_queue_nums=3, write_queue_nums=3, perm=6) in topics
+    assert (
+        rmq_pb2.TopicConfig(topic_name="admin-topic", read_queue_nums=3, write_queue_nums=3, perm=6) in topics
+    )
     route = rmq.route.QueryRoute(rmq_pb2.QueryRouteRequest(topic="admin-topic"))
     assert [(q.broker_name, q.read_queue_nums) for q in route.queue_datas] == [("broker-a", 3)]
     rmq.send("admin-topic", rmq_pb2.Message(body=b"x"))
-    rmq.messaging.UpdateConsumerOffsets(rmq_pb2.UpdateConsumerOffsetsRequest(
-        consumer_group="g", offsets=[rmq_pb2.ConsumerOffset(topic="admin-topic", queue_id=0, offset=1)]))
+    rmq.messaging.UpdateConsumerOffsets(
+        rmq_pb2.UpdateConsumerOffsetsRequest(
+            consumer_group="g", offsets=[rmq_pb2.ConsumerOffset(topic="admin-topic", queue_id=0, offset=1)]
+        )
+    )
     delete = rmq.admin.DeleteTopic(rmq_pb2.DeleteTopicRequest(topic="admin-topic"))
     assert delete.status.code == rmq_pb2.OK
-    assert rmq.route.QueryRoute(rmq_pb2.QueryRouteRequest(topic="admin-topic")).status.code == rmq_pb2.TOPIC_NOT_EXIST
-    assert rmq.admin.DeleteTopic(rmq_pb2.DeleteTopicRequest(topic="admin-topic")).status.code == rmq_pb2.TOPIC_NOT_EXIST
-    assert rmq.create_topic("admin-topic", queues=1).code == rmq_pb2.OK      # recreated: empty, no old offsets
+    assert (
+        rmq.route.QueryRoute(rmq_pb2.QueryRouteRequest(topic="admin-topic")).status.code
+        == rmq_pb2.TOPIC_NOT_EXIST
+    )
+    assert (
+        rmq.admin.DeleteTopic(rmq_pb2.DeleteTopicRequest(topic="admin-topic")).status.code
+        == rmq_pb2.TOPIC_NOT_EXIST
+    )
+    assert rmq.create_topic("admin-topic", queues=1).code == rmq_pb2.OK  # recreated: empty, no old offsets
     assert rmq.pull("admin-topic", 0, 0).store_status == rmq_pb2.GMS_NO_MATCHED_LOGIC_QUEUE
-    query = rmq.messaging.QueryConsumerOffsets(rmq_pb2.QueryConsumerOffsetsRequest(consumer_group="g",
-                                                                                   topic="admin-topic"))
+    query = rmq.messaging.QueryConsumerOffsets(
+        rmq_pb2.QueryConsumerOffsetsRequest(consumer_group="g", topic="admin-topic")
+    )
     assert list(query.offsets) == []
 
 
@@ -198,32 +231,43 @@ def test_consumer_offsets_update_query_and_commit_on_pull(rmq: Stubs) -> None:
     wait_for_max_offset(rmq, "progress", 0, 3)
 
     def update(offsets: dict[int, int], increase_only: bool = False) -> rmq_pb2.Status:
-        return rmq.messaging.UpdateConsumerOffsets(rmq_pb2.UpdateConsumerOffsetsRequest(
-            consumer_group="progress-group", increase_only=increase_only,
-            offsets=[rmq_pb2.ConsumerOffset(topic="progress", queue_id=q, offset=o) for q, o in offsets.items()],
-        )).status
+        return rmq.messaging.UpdateConsumerOffsets(
+            rmq_pb2.UpdateConsumerOffsetsRequest(
+                consumer_group="progress-group",
+                increase_only=increase_only,
+                offsets=[
+                    rmq_pb2.ConsumerOffset(topic="progress", queue_id=q, offset=o) for q, o in offsets.items()
+                ],
+            )
+        ).status
 
     def query() -> dict[int, int]:
         response = rmq.messaging.QueryConsumerOffsets(
-            rmq_pb2.QueryConsumerOffsetsRequest(consumer_group="progress-group", topic="progress"))
+            rmq_pb2.QueryConsumerOffsetsRequest(consumer_group="progress-group", topic="progress")
+        )
         return {entry.queue_id: entry.offset for entry in response.offsets}
 
     assert query() == {}
     assert update({0: 2, 1: 0}).code == rmq_pb2.OK
     assert query() == {0: 2, 1: 0}
     assert update({0: 1}, increase_only=True).code == rmq_pb2.OK and query()[0] == 2
-    assert update({0: 1}).code == rmq_pb2.OK and query()[0] == 1     # commitOffset overwrites
+    assert update({0: 1}).code == rmq_pb2.OK and query()[0] == 1  # commitOffset overwrites
     refused = update({0: 3, 1: -1})
-    assert refused.code == rmq_pb2.ILLEGAL_ARGUMENT and query() == {0: 1, 1: 0}   # nothing applied
+    assert refused.code == rmq_pb2.ILLEGAL_ARGUMENT and query() == {0: 1, 1: 0}  # nothing applied
     assert update({5: 1}).code == rmq_pb2.ILLEGAL_ARGUMENT
-    pulled = rmq.pull("progress", 0, 1, group="progress-group", sys_flag=rmq_pb2.FLAG_COMMIT_OFFSET,
-                      commit_offset=3)
+    pulled = rmq.pull(
+        "progress", 0, 1, group="progress-group", sys_flag=rmq_pb2.FLAG_COMMIT_OFFSET, commit_offset=3
+    )
     assert pulled.pull_status == rmq_pb2.FOUND and query()[0] == 3
-    removed = rmq.messaging.RemoveConsumerOffsets(rmq_pb2.RemoveConsumerOffsetsRequest(
-        consumer_group="progress-group", offsets=[rmq_pb2.ConsumerOffset(topic="progress", queue_id=1)]))
+    removed = rmq.messaging.RemoveConsumerOffsets(
+        rmq_pb2.RemoveConsumerOffsetsRequest(
+            consumer_group="progress-group", offsets=[rmq_pb2.ConsumerOffset(topic="progress", queue_id=1)]
+        )
+    )
     assert removed.status.code == rmq_pb2.OK and query() == {0: 3}
     unknown = rmq.messaging.QueryConsumerOffsets(
-        rmq_pb2.QueryConsumerOffsetsRequest(consumer_group="progress-group", topic="nope"))
+        rmq_pb2.QueryConsumerOffsetsRequest(consumer_group="progress-group", topic="nope")
+    )
     assert unknown.status.code == rmq_pb2.TOPIC_NOT_EXIST
 
 
@@ -240,8 +284,9 @@ def test_topic_offsets_and_search_by_time(rmq: Stubs) -> None:
     assert queues[0].last_store_timestamp > middle and queues[1].last_store_timestamp == 0
 
     def search(timestamp: int) -> int:
-        return rmq.messaging.SearchOffset(rmq_pb2.SearchOffsetRequest(topic="timeline", queue_id=0,
-                                                                      timestamp=timestamp)).offset
+        return rmq.messaging.SearchOffset(
+            rmq_pb2.SearchOffsetRequest(topic="timeline", queue_id=0, timestamp=timestamp)
+        ).offset
 
     assert (search(0), search(middle), search(middle + 10**7)) == (0, 1, 2)
     bad = rmq.messaging.SearchOffset(rmq_pb2.SearchOffsetRequest(topic="timeline", queue_id=9))
@@ -250,16 +295,22 @@ def test_topic_offsets_and_search_by_time(rmq: Stubs) -> None:
 
 def test_query_message_by_key(rmq: Stubs) -> None:
     rmq.create_topic("keyed", queues=1)
-    rmq.send("keyed", rmq_pb2.Message(body=b"a", keys="k1"), rmq_pb2.Message(body=b"b", keys="k2 k1"),
-             rmq_pb2.Message(body=b"c", keys="k3"))
+    rmq.send(
+        "keyed",
+        rmq_pb2.Message(body=b"a", keys="k1"),
+        rmq_pb2.Message(body=b"b", keys="k2 k1"),
+        rmq_pb2.Message(body=b"c", keys="k3"),
+    )
     wait_for_max_offset(rmq, "keyed", 0, 3)
-    found = rmq.messaging.QueryMessageByKey(rmq_pb2.QueryMessageByKeyRequest(topic="keyed", key="k1",
-                                                                             max_messages=10))
+    found = rmq.messaging.QueryMessageByKey(
+        rmq_pb2.QueryMessageByKeyRequest(topic="keyed", key="k1", max_messages=10)
+    )
     assert found.status.code == rmq_pb2.OK and sorted(m.body for m in decode(found)) == [b"a", b"b"]
 
 
-def test_garbage_and_malformed_requests_never_crash_the_broker(rmq: Stubs,
-                                                              broker: processes.ServerProcess) -> None:
+def test_garbage_and_malformed_requests_never_crash_the_broker(
+    rmq: Stubs, broker: processes.ServerProcess
+) -> None:
     host, _, port = broker.address.rpartition(":")
     for garbage in (b"\x00" * 64, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", bytes(range(256)) * 8):
         with socket.create_connection((host, int(port)), timeout=5) as connection:
@@ -269,23 +320,33 @@ def test_garbage_and_malformed_requests_never_crash_the_broker(rmq: Stubs,
                 connection.recv(1024)
             except (TimeoutError, ConnectionError):
                 pass
-    raw = rmq.channel.unary_unary("/rmq.v1.MessagingService/PullMessage",
-                                  request_serializer=lambda data: data, response_deserializer=lambda data: data)
+    raw = rmq.channel.unary_unary(
+        "/rmq.v1.MessagingService/PullMessage",
+        request_serializer=lambda data: data,
+        response_deserializer=lambda data: data,
+    )
     with pytest.raises(grpc.RpcError) as error:
         raw(b"\xff\xff\xff\xff not a protobuf", timeout=5)
     assert "Error parsing message with type 'rmq.v1.PullMessageRequest'" in error.value.details()
     wrong_type = rmq_pb2.ListTopicsResponse(topics=[rmq_pb2.TopicConfig(topic_name="t")]).SerializeToString()
-    assert raw(wrong_type, timeout=5) is not None      # decodes as some PullMessageRequest: a clear status
+    assert raw(wrong_type, timeout=5) is not None  # decodes as some PullMessageRequest: a clear status
     assert broker.process.poll() is None
     assert rmq.route.ListBrokers(rmq_pb2.ListBrokersRequest(), timeout=5).status.code == rmq_pb2.OK
 
 
 def test_membership_calls_validate_their_fields(rmq: Stubs) -> None:
     heartbeat = rmq.messaging.Heartbeat(rmq_pb2.HeartbeatRequest(client_id="", consumer_group="g"))
-    assert heartbeat.status.code == rmq_pb2.ILLEGAL_ARGUMENT and heartbeat.status.message == "client_id is empty"
-    assert rmq.messaging.Heartbeat(rmq_pb2.HeartbeatRequest(client_id="c", consumer_group="")).status.code \
+    assert (
+        heartbeat.status.code == rmq_pb2.ILLEGAL_ARGUMENT and heartbeat.status.message == "client_id is empty"
+    )
+    assert (
+        rmq.messaging.Heartbeat(rmq_pb2.HeartbeatRequest(client_id="c", consumer_group="")).status.code
         == rmq_pb2.GROUP_ILLEGAL
-    assert rmq.messaging.GetConsumerList(rmq_pb2.GetConsumerListRequest(consumer_group="nobody")).client_ids == []
+    )
+    assert (
+        rmq.messaging.GetConsumerList(rmq_pb2.GetConsumerListRequest(consumer_group="nobody")).client_ids
+        == []
+    )
     lock = rmq.messaging.LockBatchMQ(rmq_pb2.LockBatchRequest(consumer_group="g", client_id=""))
     assert lock.status.code == rmq_pb2.ILLEGAL_ARGUMENT
 

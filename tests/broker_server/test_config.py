@@ -19,8 +19,10 @@ def test_defaults_follow_the_spec() -> None:
 
 def test_yaml_file_with_flags_on_top(tmp_path: Path) -> None:
     path = tmp_path / "broker.yaml"
-    path.write_text("broker_name: from-file\nflush: sync\nclient_expiry_ms: 1500\nmessage_delay_level: 1s 2s\n"
-                    "store:\n  mapped_file_size_commit_log: 65536\n")
+    path.write_text(
+        "broker_name: from-file\nflush: sync\nclient_expiry_ms: 1500\nmessage_delay_level: 1s 2s\n"
+        "store:\n  mapped_file_size_commit_log: 65536\n"
+    )
     config = load_config(BrokerConfig, str(path), {"broker_name": "from-flag", "flush": None})
     assert config.broker_name == "from-flag"
     assert config.flush == "sync"
@@ -36,18 +38,21 @@ def test_json_file(tmp_path: Path) -> None:
     assert config.namesrv_addresses == ["127.0.0.1:9876", "127.0.0.1:9877"]
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ("colour: red\n", "unknown key 'colour'"),
-    ("client_expiry_ms: soon\n", "client_expiry_ms must be an integer"),
-    ("client_expiry_ms: true\n", "client_expiry_ms must be an integer"),
-    ("client_expiry_ms: -5\n", "client_expiry_ms must be positive"),
-    ("flush: sometimes\n", "flush must be 'sync' or 'async'"),
-    ("listen: nowhere\n", "listen must be HOST:PORT"),
-    ("listen: 127.0.0.1:70000\n", "listen must be HOST:PORT"),
-    ("message_delay_level: 1s 2x\n", "delay level '2x'"),
-    ("[1, 2]\n", "must hold a mapping"),
-    ("a: [\n", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("colour: red\n", "unknown key 'colour'"),
+        ("client_expiry_ms: soon\n", "client_expiry_ms must be an integer"),
+        ("client_expiry_ms: true\n", "client_expiry_ms must be an integer"),
+        ("client_expiry_ms: -5\n", "client_expiry_ms must be positive"),
+        ("flush: sometimes\n", "flush must be 'sync' or 'async'"),
+        ("listen: nowhere\n", "listen must be HOST:PORT"),
+        ("listen: 127.0.0.1:70000\n", "listen must be HOST:PORT"),
+        ("message_delay_level: 1s 2x\n", "delay level '2x'"),
+        ("[1, 2]\n", "must hold a mapping"),
+        ("a: [\n", "not valid YAML"),
+    ],
+)
 def test_bad_values_are_one_clear_line(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "broker.yaml"
     path.write_text(content)

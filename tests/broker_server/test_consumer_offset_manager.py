@@ -6,24 +6,27 @@ from broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetK
 
 def test_commit_query_persist_restore(tmp_path: Path) -> None:
     offsets = ConsumerOffsetManager(tmp_path)
-    offsets.commit_offset("TopicTest-Consumer", "TopicTest", 0, 335)   # TV-12
+    offsets.commit_offset("TopicTest-Consumer", "TopicTest", 0, 335)  # TV-12
     offsets.commit_offset("TopicTest-Consumer", "TopicTest", 2, 333)
     offsets.commit_offset("other", "TopicTest", 0, 1)
     offsets.persist()
     content = json.loads((tmp_path / "config" / "consumerOffset.json").read_text())
-    assert content == {"offsetTable": {"TopicTest@TopicTest-Consumer": {"0": 335, "2": 333},
-                                       "TopicTest@other": {"0": 1}}}
+    assert content == {
+        "offsetTable": {"TopicTest@TopicTest-Consumer": {"0": 335, "2": 333}, "TopicTest@other": {"0": 1}}
+    }
     restored = ConsumerOffsetManager(tmp_path)
     restored.load()
     assert restored.query_offset("TopicTest-Consumer", "TopicTest", 2) == 333
     assert restored.query_offsets("TopicTest-Consumer") == {
-        OffsetKey("TopicTest-Consumer", "TopicTest", 0): 335, OffsetKey("TopicTest-Consumer", "TopicTest", 2): 333}
+        OffsetKey("TopicTest-Consumer", "TopicTest", 0): 335,
+        OffsetKey("TopicTest-Consumer", "TopicTest", 2): 333,
+    }
 
 
 def test_commit_overwrites_unless_increase_only(tmp_path: Path) -> None:
     offsets = ConsumerOffsetManager(tmp_path)
     offsets.commit_offset("g", "t", 0, 335)
-    offsets.commit_offset("g", "t", 0, 300)                        # TV-12: overwrite
+    offsets.commit_offset("g", "t", 0, 300)  # TV-12: overwrite
     assert offsets.query_offset("g", "t", 0) == 300
     offsets.commit_offset("g", "t", 0, 200, increase_only=True)
     assert offsets.query_offset("g", "t", 0) == 300

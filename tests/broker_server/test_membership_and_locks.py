@@ -21,8 +21,8 @@ def test_consumer_list_sorted_and_expiry() -> None:
     assert consumers.consumer_list("G") == ["c1", "c2"]
     clock.now += 100
     consumers.heartbeat("c2", "G", rmq_pb2.CLUSTERING, {"T": "*"})
-    clock.now += 21                                 # c1 silent for 121 s, c2 for 21 s
-    assert consumers.consumer_list("G") == ["c2"]   # visible before the scan runs
+    clock.now += 21  # c1 silent for 121 s, c2 for 21 s
+    assert consumers.consumer_list("G") == ["c2"]  # visible before the scan runs
     assert consumers.scan_not_active_channel() == [("G", "c1")]
     assert consumers.unregister("c2", "G")
     assert consumers.consumer_list("G") == []
@@ -36,12 +36,12 @@ def test_lock_manager_tv22() -> None:
     mq2 = MessageQueue("T", "broker-a", 1)
     assert locks.try_lock_batch("G", [mq1], "A") == {mq1}
     clock.now += 30
-    assert locks.try_lock_batch("G", [mq1, mq2], "B") == {mq2}       # mq1 held by A
-    assert locks.try_lock_batch("G", [mq1], "A") == {mq1}            # renewal refreshes
+    assert locks.try_lock_batch("G", [mq1, mq2], "B") == {mq2}  # mq1 held by A
+    assert locks.try_lock_batch("G", [mq1], "A") == {mq1}  # renewal refreshes
     clock.now += 59
-    assert locks.try_lock_batch("G", [mq1], "B") == set()            # 59 s since renewal
+    assert locks.try_lock_batch("G", [mq1], "B") == set()  # 59 s since renewal
     clock.now += 2
-    assert locks.try_lock_batch("G", [mq1], "B") == {mq1}            # expired: B takes it
+    assert locks.try_lock_batch("G", [mq1], "B") == {mq1}  # expired: B takes it
     assert locks.try_lock_batch("other-group", [mq1], "A") == {mq1}  # groups are independent
 
 

@@ -10,17 +10,20 @@ def test_legal_topic_names(topic: str) -> None:
     check_user_topic_name(topic)
 
 
-@pytest.mark.parametrize(("topic", "reason"), [
-    ("", "empty"),
-    ("x" * 128, "128 characters long, the maximum is 127"),
-    ("has space", "may only contain"),
-    ("dot.ted", "may only contain"),
-    ("ünïcode", "may only contain"),
-    ("SCHEDULE_TOPIC_XXXX", "reserved"),
-    ("%RETRY%group", "reserved"),
-    ("%DLQ%group", "reserved"),
-    ("rmq_sys_trace", "reserved"),
-])
+@pytest.mark.parametrize(
+    ("topic", "reason"),
+    [
+        ("", "empty"),
+        ("x" * 128, "128 characters long, the maximum is 127"),
+        ("has space", "may only contain"),
+        ("dot.ted", "may only contain"),
+        ("ünïcode", "may only contain"),
+        ("SCHEDULE_TOPIC_XXXX", "reserved"),
+        ("%RETRY%group", "reserved"),
+        ("%DLQ%group", "reserved"),
+        ("rmq_sys_trace", "reserved"),
+    ],
+)
 def test_illegal_topic_names(topic: str, reason: str) -> None:
     with pytest.raises(RequestError, match=reason) as error:
         check_user_topic_name(topic)

@@ -1,0 +1,29 @@
+from broker_server.name_server import RouteInfoManager
+from broker_server.topic_config_manager import TopicConfig
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_routes_merge_brokers_and_expire_silent_ones() -> None:
+    clock = Clock()
+    routes = RouteInfoManager(broker_expiry_ms=120000, clock=clock)
+    assert routes.register_broker("b2", "10.0.0.2:10911", [TopicConfig("T", 4, 4), TopicConfig("U", 1, 1, 4)])
+    assert routes.register_broker("b1", "10.0.0.1:10911", [TopicConfig("T", 4, 4)])
+    assert not routes.register_broker("b1", "10.0.0.1:10911", [TopicConfig("T", 4, 4)])
+    route = routes.pick_topic_route("T")
+    assert [(info.broker_name, config.read_queue_nums) for info, config in route] == [("b1", 4), ("b2", 4)]
+    assert routes.pick_topic_route("missing") == []
+    assert routes.topics() == [TopicConfig("T", 8, 8, 6), TopicConfig("U", 1, 1, 4)]
+    clock.now += 100
+    routes.register_broker("b1", "10.0.0.1:10911", [])  # b1 dropped T
+    clock.now += 21  # b2 silent for 121 s
+    assert [info.broker_name for info in routes.live_brokers()] == ["b1"]
+    assert routes.scan_not_active_broker() == ["b2"]
+    assert routes.pick_topic_route("T") == []
+    assert routes.unregister_broker("b1") and routes.live_brokers() == []
