@@ -12,6 +12,7 @@ import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from rmq import message_format as mf
@@ -49,8 +50,7 @@ def body_crc(body: bytes) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF
 
 
-@dataclass(slots=True)
-class EncodedMessage:
+class EncodedMessage(NamedTuple):
     """A validated message with everything that does not depend on its position."""
 
     message: MessageToStore
@@ -67,23 +67,47 @@ class AppendedMessage:
     length: int
 
 
+def encode_properties(properties: dict[str, str]) -> bytes:
+    """name \x01 value \x02 per property (rmq.message_format), joined in C."""
+    if not properties:
+        return b""
+    return ("\x02".join(map(mf.NAME_VALUE_SEPARATOR.join, properties.items())) + "\x02").encode()
+
+
+_TOPIC_PREFIXES: dict[str, bytes] = {}
+
+
+def topic_prefix(topic: str) -> bytes | None:
+    """Topic length byte + UTF-8 topic, None when the topic is empty or longer than 127 bytes."""
+    prefix = _TOPIC_PREFIXES.get(topic)
+    if prefix is None:
+        data = topic.encode()
+        if not data or len(data) > mf.MAX_TOPIC_LENGTH:
+            return None
+        prefix = bytes((len(data),)) + data
+        if len(_TOPIC_PREFIXES) < 65536:
+            _TOPIC_PREFIXES[topic] = prefix
+    return prefix
+
+
 def encode_message(message: MessageToStore, max_message_size: int, max_record_in_file: int
                    ) -> EncodedMessage | PutMessageStatus:
     """Validate (spec store §2 checks 3-4, doAppend steps 4-6; TV3) and pre-encode one message."""
-    topic = message.topic.encode()
-    if not topic or len(topic) > mf.MAX_TOPIC_LENGTH:
+    prefix = topic_prefix(message.topic)
+    if prefix is None:
         return PutMessageStatus.MESSAGE_ILLEGAL
-    properties = mf.encode_properties(message.properties).encode() if message.properties else b""
+    properties = encode_properties(message.properties)
     if len(properties) > mf.MAX_PROPERTIES_LENGTH:
         return PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
     if len(message.born_host) != mf.HOST_SIZE or not 0 <= message.queue_id < 2**31:
         return PutMessageStatus.MESSAGE_ILLEGAL
     body = message.body
-    length = mf.FIXED_OVERHEAD + len(body) + len(topic) + len(properties)
+    length = mf.FIXED_OVERHEAD - 1 + len(body) + len(prefix) + len(properties)
     if length > max_message_size or length > max_record_in_file:
         return PutMessageStatus.MESSAGE_SIZE_EXCEEDED
-    tail = bytes((len(topic),)) + topic + len(properties).to_bytes(2, "big") + properties
-    return EncodedMessage(message, f"{message.topic}-{message.queue_id}", body_crc(body), tail, length)
+    tail = prefix + len(properties).to_bytes(2, "big") + properties
+    return EncodedMessage(message, f"{message.topic}-{message.queue_id}", zlib.crc32(body) & 0x7FFFFFFF,
+                          tail, length)
 
 
 class CommitLog:
@@ -126,8 +150,9 @@ class CommitLog:
         pack = HEADER.pack
         store_host = self.store_host
         appended: list[AppendedMessage] = []
-        for encoded in batch:
-            length = encoded.length
+        append_result = appended.append
+        magic = mf.MESSAGE_MAGIC_CODE
+        for message, key, crc, tail, length in batch:
             if position + length + mf.END_FILE_MIN_BLANK_LENGTH > file_size:
                 # END_OF_FILE (spec store §2 doAppend step 7, TV4): blank record, next file.
                 parts.append(BLANK.pack(file_size - position, mf.BLANK_MAGIC_CODE))
@@ -136,21 +161,19 @@ class CommitLog:
                 new_offsets.append(file_offset)
                 parts = []
                 segments.append((file_offset, 0, parts))
-            message = encoded.message
-            key = encoded.key
             queue_offset = pending.get(key)
             if queue_offset is None:
                 queue_offset = table.get(key, 0)
             physical_offset = file_offset + position
-            parts.append(pack(length, mf.MESSAGE_MAGIC_CODE, encoded.crc, message.queue_id, message.flag,
-                              queue_offset, physical_offset, message.sys_flag, message.born_timestamp,
-                              message.born_host, store_timestamp, store_host, message.reconsume_times, 0,
-                              len(message.body)))
-            parts.append(message.body)
-            parts.append(encoded.tail)
-            if consumes_queue_offset(message.sys_flag):
+            body = message.body
+            sys_flag = message.sys_flag
+            parts += (pack(length, magic, crc, message.queue_id, message.flag, queue_offset, physical_offset,
+                           sys_flag, message.born_timestamp, message.born_host, store_timestamp, store_host,
+                           message.reconsume_times, 0, len(body)),
+                      body, tail)
+            if not sys_flag & TRANSACTION_PREPARED_TYPE:   # NOT / COMMIT take a queue offset
                 pending[key] = queue_offset + 1
-            appended.append(AppendedMessage(physical_offset, queue_offset, length))
+            append_result(AppendedMessage(physical_offset, queue_offset, length))
             position += length
         for offset in new_offsets:   # may raise OSError: nothing has been written yet
             queue.create_file(offset)
@@ -318,16 +341,20 @@ def parse_record(buffer, position: int, file_size: int, file_from_offset: int, c
         return -1, None
     try:
         topic = buffer[body_end + 1:topic_end].decode()
-        properties = mf.decode_properties(buffer[topic_end + 2:topic_end + 2 + properties_length].decode())
+        properties = decode_properties(buffer[topic_end + 2:topic_end + 2 + properties_length].decode())
     except UnicodeDecodeError:
         return -1, None
     tags = properties.get(mf.PROPERTY_TAGS)
-    request = DispatchRequest(
-        topic=topic, queue_id=queue_id, commit_log_offset=physical_offset, msg_size=total_size,
-        tags_code=tags_code(tags) if tags else 0, store_timestamp=store_timestamp,
-        consume_queue_offset=queue_offset, keys=properties.get(mf.PROPERTY_KEYS, ""),
-        uniq_key=properties.get(mf.PROPERTY_UNIQ_KEY, ""), sys_flag=sys_flag)
+    request = DispatchRequest(topic, queue_id, physical_offset, total_size, tags_code(tags) if tags else 0,
+                              store_timestamp, queue_offset, properties.get(mf.PROPERTY_KEYS, ""),
+                              properties.get(mf.PROPERTY_UNIQ_KEY, ""), sys_flag)
     return total_size, request
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    """The inverse of encode_properties, split in C (names and values never hold \x01/\x02)."""
+    parts = text.replace(mf.NAME_VALUE_SEPARATOR, mf.PROPERTY_SEPARATOR).split(mf.PROPERTY_SEPARATOR)
+    return dict(zip(parts[0::2], parts[1::2], strict=False))
 
 
 _TAGS_CODES: dict[str, int] = {}

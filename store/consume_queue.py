@@ -57,13 +57,18 @@ class ConsumeQueue:
         """Append the entry for logical offset cq_offset; already present entries (re-dispatch
         after recovery) are skipped, gaps are filled with pre-blank entries."""
         expect = cq_offset * CQ_STORE_UNIT_SIZE
+        entry = ENTRY.pack(commit_log_offset, size, tags_code)
+        last = self.mapped_file_queue.last_file()
+        if last is not None and expect == last.file_from_offset + last.wrote_position and last.append(entry):
+            self.max_physic_offset = commit_log_offset + size     # the common case: the next entry
+            return
         queue = self.mapped_file_queue
         if not queue.files:
             self.min_logic_offset = expect
         elif expect < queue.get_max_offset():
             return
         self._fill_pre_blank(expect)
-        queue.get_last_mapped_file(expect).append(ENTRY.pack(commit_log_offset, size, tags_code))
+        queue.get_last_mapped_file(expect).append(entry)
         self.max_physic_offset = commit_log_offset + size
 
     def _fill_pre_blank(self, expect: int) -> None:

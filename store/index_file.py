@@ -93,9 +93,13 @@ class IndexFile:
         self.index_count += 1
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
+        return True
+
+    def write_header(self) -> None:
+        """The header lives in memory and reaches the file on flush/close (IndexHeader#updateByteBuffer);
+        after a crash, files newer than the checkpoint are dropped anyway (TV12)."""
         _HEADER.pack_into(self.mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
                           self.end_phy_offset, self.hash_slot_count, self.index_count)
-        return True
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         return (begin <= self.begin_timestamp <= end or begin <= self.end_timestamp <= end
@@ -125,13 +129,15 @@ class IndexFile:
         return found
 
     def flush(self) -> None:
+        self.write_header()
         self.mm.flush()
 
     def close(self) -> None:
+        self.write_header()
         self.mm.close()
 
     def destroy(self) -> None:
-        self.close()
+        self.mm.close()
         self.path.unlink(missing_ok=True)
 
 

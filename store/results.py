@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -79,9 +80,9 @@ class GetMessageResult:
     suggest_pulling_from_slave: bool = False
 
 
-@dataclass(frozen=True)
-class DispatchRequest:
-    """One CommitLog record as seen by the dispatchers (spec store §8)."""
+class DispatchRequest(NamedTuple):
+    """One CommitLog record as seen by the dispatchers (spec store §8). Immutable; a
+    NamedTuple rather than a frozen dataclass because one is built per dispatched message."""
 
     topic: str
     queue_id: int

@@ -16,6 +16,7 @@ def test_tv24_slot_and_entry_positions_with_rocketmq_defaults(tmp_path: Path) ->
         assert index_file.put_key("TopicTest#KEY1", 4242, 1_000_000)
         assert struct.unpack_from(">i", index_file.mm, 7878104) == (1,)
         assert struct.unpack_from(">iqii", index_file.mm, 20000060) == (1656969516, 4242, 0, 0)
+        index_file.flush()
         header = struct.unpack_from(">qqqqii", index_file.mm, 0)
         assert header == (1_000_000, 1_000_000, 4242, 4242, 1, 2)
         assert (tmp_path / "20260101000000000").stat().st_size == 420000040
