@@ -22,7 +22,6 @@ from broker_server.topic_config_manager import TopicConfig, TopicConfigManager
 from store import MessageToStore, PutMessageStatus
 
 NO_HOST = bytes(8)
-SEPARATORS = (mf.NAME_VALUE_SEPARATOR, mf.PROPERTY_SEPARATOR)
 
 _PUT_STATUS = {
     "FLUSH_DISK_TIMEOUT": (
@@ -75,7 +74,9 @@ class SendMessageProcessor:
         try:
             batch, queue_ids, delayed = self.build_batch(request, born_host_from_peer(peer))
             results = await self.executor.run(self.store.put_messages, batch)
-            check_put_results(results)
+            if results[0].status is not PutMessageStatus.PUT_OK:
+                self.explain_size_refusal(batch)
+                check_put_results(results)
         except RequestError as error:
             return rmq_pb2.SendMessageResponse(status=error.status())
         response = rmq_pb2.SendMessageResponse(status=rmq_pb2.Status(code=rmq_pb2.OK))
@@ -109,8 +110,7 @@ class SendMessageProcessor:
                 queue_id = self._queue_id(message, config, counter)
                 stored = self._message_to_store(message, request.topic, queue_id, now_ms, born_host)
             except RequestError as error:
-                prefix = f"message {index}: " if len(request.messages) > 1 else ""
-                raise RequestError(error.code, prefix + error.message) from None
+                raise _naming_message(error, index, len(request.messages)) from None
             batch.append(stored)
             queue_ids.append(queue_id)
             delayed.append(message.delay_level > 0)
@@ -129,52 +129,69 @@ class SendMessageProcessor:
     def _message_to_store(
         self, message: rmq_pb2.Message, topic: str, queue_id: int, now_ms: int, born_host: bytes
     ) -> MessageToStore:
-        if not message.body:
+        # Hot path: each protobuf field is read once (every read builds a Python object); sizes
+        # are left to the store, which checks the whole batch before writing (explain_size_refusal).
+        body = message.body
+        if not body:
             raise RequestError(rmq_pb2.MESSAGE_ILLEGAL, "message body is empty")
-        if message.delay_level < 0:
-            raise illegal_argument(f"delay_level must not be negative, not {message.delay_level}")
-        properties = dict(message.properties)
-        if message.tags:
-            properties[mf.PROPERTY_TAGS] = message.tags
-        if message.keys:
-            properties[mf.PROPERTY_KEYS] = message.keys
-        if message.delay_level > 0:
+        delay_level = message.delay_level
+        if delay_level < 0:
+            raise illegal_argument(f"delay_level must not be negative, not {delay_level}")
+        user_properties = message.properties
+        properties = dict(user_properties) if user_properties else {}
+        tags, keys = message.tags, message.keys
+        if tags:
+            properties[mf.PROPERTY_TAGS] = tags
+        if keys:
+            properties[mf.PROPERTY_KEYS] = keys
+        if user_properties or tags or keys:
+            check_no_separators(properties)
+        if delay_level:
             # CommitLog#putMessage: park the message in the schedule topic (level capped at the maximum).
-            level = min(message.delay_level, self.max_delay_level)
+            level = min(delay_level, self.max_delay_level)
             properties[mf.PROPERTY_REAL_TOPIC] = topic
             properties[mf.PROPERTY_REAL_QUEUE_ID] = str(queue_id)
             properties[mf.PROPERTY_DELAY_TIME_LEVEL] = str(level)
             topic, queue_id = SCHEDULE_TOPIC, delay_level_to_queue_id(level)
-        self._check_size(message.body, topic, properties)
         return MessageToStore(
-            topic=topic,
-            queue_id=queue_id,
-            body=message.body,
-            properties=properties,
-            flag=message.flag,
-            born_timestamp=message.born_timestamp or now_ms,
-            born_host=born_host,
+            topic, queue_id, body, properties, message.flag, message.born_timestamp or now_ms, born_host
         )
 
-    def _check_size(self, body: bytes, topic: str, properties: dict[str, str]) -> None:
-        for name, value in properties.items():
-            if any(separator in name or separator in value for separator in SEPARATORS):
-                raise RequestError(
-                    rmq_pb2.MESSAGE_ILLEGAL,
-                    f"property {name!r} contains a reserved separator character (\\x01 or \\x02)",
-                )
-        properties_length = len(mf.encode_properties(properties).encode())
+    def explain_size_refusal(self, batch: list[MessageToStore]) -> None:
+        """The store refused the batch: raise naming the first message that is too large."""
+        for index, message in enumerate(batch):
+            try:
+                self._check_size(message)
+            except RequestError as error:
+                raise _naming_message(error, index, len(batch)) from None
+
+    def _check_size(self, message: MessageToStore) -> None:
+        properties_length = len(mf.encode_properties(message.properties).encode())
         if properties_length > mf.MAX_PROPERTIES_LENGTH:
             raise RequestError(
                 rmq_pb2.PROPERTIES_SIZE_EXCEEDED,
                 f"properties take {properties_length} bytes, the maximum is {mf.MAX_PROPERTIES_LENGTH}",
             )
-        size = mf.calc_msg_length(len(body), len(topic.encode()), properties_length)
+        size = mf.calc_msg_length(len(message.body), len(message.topic.encode()), properties_length)
         if size > self.max_message_size:
             raise RequestError(
                 rmq_pb2.MESSAGE_SIZE_EXCEEDED,
                 f"message takes {size} bytes, the maximum is {self.max_message_size}",
             )
+
+
+def check_no_separators(properties: dict[str, str]) -> None:
+    """A separator inside a name or value would split it when the record is read back."""
+    for name, value in properties.items():
+        if mf.NAME_VALUE_SEPARATOR in name + value or mf.PROPERTY_SEPARATOR in name + value:
+            raise RequestError(
+                rmq_pb2.MESSAGE_ILLEGAL,
+                f"property {name!r} contains a reserved separator character (\\x01 or \\x02)",
+            )
+
+
+def _naming_message(error: RequestError, index: int, count: int) -> RequestError:
+    return RequestError(error.code, f"message {index}: {error.message}" if count > 1 else error.message)
 
 
 def check_put_results(results: list) -> None:

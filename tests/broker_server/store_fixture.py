@@ -19,6 +19,7 @@ def running_store(directory: Path) -> Iterator[MessageStore]:
             mapped_file_size_commit_log=1024 * 1024,
             mapped_file_size_consume_queue=20 * 1000,
             message_index_enable=False,
+            max_message_size=4096,
         )
     )
     store.start()

@@ -41,7 +41,9 @@ class Broker:
         self.offsets = ConsumerOffsetManager(path)
         self.hold = PullRequestHoldService(store.get_max_offset_in_queue, check_interval_ms=60000)
         levels = parse_delay_levels(delay_levels)
-        self.send = SendMessageProcessor(store, self.topics, self.executor, levels, max_message_size=4096)
+        self.send = SendMessageProcessor(
+            store, self.topics, self.executor, levels, max_message_size=store.config.max_message_size
+        )
         self.pull = PullMessageProcessor(
             store,
             self.topics,
