@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     selected = [b for b in BENCHMARKS if not args.only or b.key in args.only]
     output = args.output or (None if args.quick or args.only else REPO_ROOT / "BENCHMARKS.md")
     env = Environment(Scale.quick() if args.quick else Scale.full())
-    started, start = datetime.now(UTC), time.monotonic()
+    started, start, load_before = datetime.now(UTC), time.monotonic(), machine.load_average()
     sections: list[report.SectionResult] = []
     try:
         for benchmark in selected:
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n## {section.title}\n\n{format_table(section.rows)}")
     print(f"\nall sections: {elapsed / 60:.1f} minutes")
     if output is not None:
-        write_report(output, sections, args, started, elapsed)
+        write_report(output, sections, args, started, elapsed, load_before)
         print(f"wrote {output}")
     return 0
 
@@ -116,11 +116,13 @@ def _progress(start: float, message: str) -> None:
 
 
 def write_report(output: Path, sections: list[report.SectionResult], args: argparse.Namespace,
-                 started: datetime, seconds: float) -> None:
+                 started: datetime, seconds: float, load_before: str) -> None:
     previous = output.read_text() if output.exists() else ""
     arguments = " ".join(sys.argv[1:])
     command = f".venv/bin/python -m bench {arguments}" if arguments else "make bench"
-    info = report.RunInfo(command, started.strftime("%Y-%m-%d %H:%M"), seconds, args.quick, machine.facts())
+    facts = {**machine.facts(), "load average (1/5/15 min) at start": load_before,
+             "load average at end": machine.load_average()}
+    info = report.RunInfo(command, started.strftime("%Y-%m-%d %H:%M"), seconds, args.quick, facts)
     output.write_text(report.render(sections, info, report.existing_notes(previous)))
 
 

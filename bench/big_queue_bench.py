@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from bench.environment import REPO_ROOT, Environment
 from bench.harness import Row, Stats, measure_pair
-from bench.workload import body_of, produce, single_queue
+from bench.workload import GROUP, body_of, produce, single_queue
 from connector.client import MessageQueue, RmqClient
 
 BROKER = "broker-big"
@@ -49,15 +49,19 @@ def memory_rows(env: Environment) -> list[Row]:
         rows = []
         for fraction in RANGE_FRACTIONS:
             end = queue.messages // fraction
-            growth = Stats.of([_reader_peak_growth(broker.address, queue.mq, end) for _ in range(2)])
+            runs = [_reader_rss_mib(broker.address, queue.mq, end) for _ in range(2)]
+            growth = Stats.of([peak - baseline for baseline, peak in runs])
             label = f"{end:,} × 1 KiB messages ({_mib(end * BODY_SIZE)} of bodies)"
-            rows.append(Row(f"reader peak RSS growth over baseline, {label}", "MiB", growth))
+            note = (f"peak RSS {max(peak for _, peak in runs):.0f} MiB, of which "
+                    f"{min(baseline for baseline, _ in runs):.0f} MiB before the first pull (imports)")
+            rows.append(Row(f"reader peak RSS growth over baseline, {label}", "MiB", growth, note=note))
     if env.scale.big_range_bytes < 1 << 30:
-        rows[-1].note = f"range scaled down to {_mib(env.scale.big_range_bytes)} for this run's budget"
+        rows[-1].note += f"; range scaled down to {_mib(env.scale.big_range_bytes)} for this run's budget"
     return rows
 
 
-def _reader_peak_growth(endpoints: str, mq: MessageQueue, end: int) -> float:
+def _reader_rss_mib(endpoints: str, mq: MessageQueue, end: int) -> tuple[float, float]:
+    """(peak RSS before the first pull, peak RSS after reading [0, end)) in MiB."""
     done = subprocess.run(
         [sys.executable, "-m", "bench.partition_reader_peak", endpoints, mq.topic, mq.broker_name,
          str(mq.queue_id), str(end)],
@@ -68,7 +72,7 @@ def _reader_peak_growth(endpoints: str, mq: MessageQueue, end: int) -> float:
     result = json.loads(done.stdout)
     if result["rows"] != end:
         raise RuntimeError(f"partition reader read {result['rows']} rows, expected {end}")
-    return (result["peak_kib"] - result["baseline_kib"]) / 1024
+    return result["baseline_kib"] / 1024, result["peak_kib"] / 1024
 
 
 def recovery_rows(env: Environment) -> list[Row]:
@@ -78,7 +82,7 @@ def recovery_rows(env: Environment) -> list[Row]:
     every restart the queue must still hold every message."""
     with env.broker(BROKER) as broker:
         queue = big_queue(env, broker.address)
-        commit_log = sum(f.stat().st_size for f in (env.work_dir / BROKER / BROKER).rglob("commitlog/*"))
+        commit_log = queue.messages * _record_size(broker.address, queue.mq)
 
         def restart(kill: bool) -> float:
             broker.kill() if kill else broker.stop()
@@ -93,9 +97,15 @@ def recovery_rows(env: Environment) -> list[Row]:
 
         abnormal, normal = measure_pair(lambda: restart(kill=True), lambda: restart(kill=False),
                                         env.scale.repeats)
-    return [Row(f"restart to ready after kill -9, CommitLog {_mib(commit_log)}", "s", abnormal,
+    return [Row(f"restart to ready after kill -9, CommitLog of {_mib(commit_log)}", "s", abnormal,
                 "restart after graceful stop", normal,
                 note=f"{queue.messages:,} messages of 1 KiB; every restart recovered all of them")]
+
+
+def _record_size(endpoints: str, mq: MessageQueue) -> int:
+    """Bytes of one stored record of the big queue (all its records are alike)."""
+    with RmqClient(endpoints) as client:
+        return len(client.pull(mq, 0, 1, group=GROUP).messages.records)
 
 
 def _mib(size: int) -> str:

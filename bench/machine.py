@@ -9,6 +9,11 @@ import subprocess
 from importlib import metadata
 
 
+def load_average() -> str:
+    """1/5/15-minute load averages: other work on this shared machine skews the figures."""
+    return " / ".join(f"{load:.1f}" for load in os.getloadavg())
+
+
 def facts() -> dict[str, str]:
     return {
         "cores": str(os.cpu_count()),
