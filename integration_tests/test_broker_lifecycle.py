@@ -204,3 +204,44 @@ def test_taken_port_and_foreign_store_are_refused(tmp_path: Path) -> None:
     result = run_rmq("broker", "--listen", f"127.0.0.1:{processes.free_port()}", "--store-dir", str(foreign))
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert str(foreign) in result.stderr
+
+
+def test_retention_makes_old_offsets_too_small(tmp_path: Path) -> None:
+    """OFFSET_TOO_SMALL and OFFSET_OVERFLOW_BADLY with min != 0 (spec TV-4) once expired
+    CommitLog files are deleted; store settings come through the config file."""
+    config = tmp_path / "broker.yaml"
+    config.write_text(
+        "store:\n  mapped_file_size_commit_log: 4096\n  mapped_file_size_consume_queue: 200\n"
+        "  file_reserved_time_hours: 0\n  delete_when: now\n  clean_resource_interval_ms: 100\n"
+        "  delete_commit_log_files_interval_ms: 0\n  message_index_enable: false\n"
+    )
+    server = processes.broker(tmp_path, extra=["--config", str(config)]).start()
+    rmq = Stubs.connect(server.address)
+    try:
+        rmq.create_topic("aging", queues=1)
+        for _ in range(10):
+            assert rmq.send("aging", *[rmq_pb2.Message(body=b"x" * 200) for _ in range(10)]).status.code == 0
+
+        def offsets() -> rmq_pb2.QueueOffsets:
+            return rmq.messaging.GetTopicOffsets(rmq_pb2.GetTopicOffsetsRequest(topic="aging")).queues[0]
+
+        deadline = time.monotonic() + 15
+        while offsets().min_offset == 0 or offsets().max_offset < 100:
+            assert time.monotonic() < deadline, "expired files were never deleted"
+            time.sleep(0.1)
+        queue = offsets()
+        too_small = rmq.pull("aging", 0, 0)
+        assert (too_small.pull_status, too_small.store_status) == (
+            rmq_pb2.OFFSET_ILLEGAL,
+            rmq_pb2.GMS_OFFSET_TOO_SMALL,
+        )
+        assert too_small.next_begin_offset == too_small.min_offset == queue.min_offset > 0
+        badly = rmq.pull("aging", 0, queue.max_offset + 5)
+        assert badly.store_status == rmq_pb2.GMS_OFFSET_OVERFLOW_BADLY
+        assert badly.next_begin_offset == queue.max_offset  # min != 0: corrected to max
+        found = rmq.pull("aging", 0, too_small.next_begin_offset)
+        assert found.pull_status == rmq_pb2.FOUND
+        assert decode(found)[0].queue_offset == queue.min_offset
+    finally:
+        rmq.close()
+        server.stop()
