@@ -30,17 +30,20 @@ class Scale:
     latency_samples: int       # per latency run
     e2e_messages: int          # row 5: pre-produced into 8 queues
     scaling_messages: int      # row 6: per end-to-end scaling point
+    scaling_repeats: int       # row 6: 12 query pairs per repeat, so fewer repeats
     big_range_bytes: int       # row 6 memory and row 7 recovery: bytes of 1 KiB messages
 
     @classmethod
     def full(cls) -> Scale:
         return cls(repeats=3, produce_messages=100_000, pull_messages=200_000, latency_samples=300,
-                   e2e_messages=2_000_000, scaling_messages=400_000, big_range_bytes=1 << 30)
+                   e2e_messages=2_000_000, scaling_messages=400_000, scaling_repeats=2,
+                   big_range_bytes=1 << 30)
 
     @classmethod
     def quick(cls) -> Scale:
         return cls(repeats=2, produce_messages=10_000, pull_messages=20_000, latency_samples=40,
-                   e2e_messages=80_000, scaling_messages=20_000, big_range_bytes=32 << 20)
+                   e2e_messages=80_000, scaling_messages=20_000, scaling_repeats=1,
+                   big_range_bytes=32 << 20)
 
 
 class Environment:

@@ -40,25 +40,26 @@ def e2e_rows(env: Environment) -> list[Row]:
     with env.broker() as broker:
         _warm_up(env, broker.address)
         ingest = _fill(broker.address, "bench-e2e", E2E_QUEUES, env.scale.e2e_messages)
-        return [_ingest_row(env, ingest, f"Spark ingest, {E2E_QUEUES} queues", Target(min_ratio=0.6))]
+        return [_ingest_row(env, ingest, f"Spark ingest, {E2E_QUEUES} queues", env.scale.repeats,
+                            Target(min_ratio=0.6))]
 
 
 def scaling_rows(env: Environment) -> list[Row]:
     """Row 6: queues 1..16 on one broker, then 8 queues over 2 brokers (4 each, via a name
     server) against the 8-queue point on one broker."""
-    count = env.scale.scaling_messages
+    count, repeats = env.scale.scaling_messages, env.scale.scaling_repeats
     rows = []
     with env.broker() as broker:
         _warm_up(env, broker.address)
         for queues in SCALING_QUEUES:
             ingest = _fill(broker.address, f"bench-scale-{queues}", queues, count)
-            rows.append(_ingest_row(env, ingest, f"Spark ingest, {queues} queue(s), 1 broker"))
+            rows.append(_ingest_row(env, ingest, f"Spark ingest, {queues} queue(s), 1 broker", repeats))
     with ExitStack() as stack:
         namesrv = stack.enter_context(env.namesrv())
         for name in ("broker-s1", "broker-s2"):
             stack.enter_context(env.broker(name, namesrv=namesrv.address))
         ingest = _fill(namesrv.address, "bench-scale-2b", E2E_QUEUES // 2, count, brokers=2)
-        rows.append(_ingest_row(env, ingest, "Spark ingest, 8 queues over 2 brokers (4 each)"))
+        rows.append(_ingest_row(env, ingest, "Spark ingest, 8 queues over 2 brokers (4 each)", repeats))
     return rows
 
 
@@ -85,12 +86,13 @@ def _wait_for_route(client: RmqClient, topic: str, brokers: int) -> None:
         time.sleep(0.2)
 
 
-def _ingest_row(env: Environment, ingest: Ingest, name: str, target: Target | None = None) -> Row:
+def _ingest_row(env: Environment, ingest: Ingest, name: str, repeats: int,
+                target: Target | None = None) -> Row:
     reference_options = _reference_options(env, ingest)
     subject, reference = measure_pair(
         lambda: _ingest_rate(env, "rmq", _rmq_options(ingest), ingest.rows),
         lambda: _ingest_rate(env, reference_source.NAME, reference_options, ingest.rows),
-        env.scale.repeats,
+        repeats,
     )
     return Row(f"{name}, {ingest.rows:,} msgs", "rows/s", subject,
                f"zero-copy Arrow source, {ingest.partitions} partitions", reference, target)

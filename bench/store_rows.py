@@ -12,24 +12,21 @@ TARGET = Target(min_ratio=0.33)
 
 
 def store_rows(env: Environment) -> list[Row]:
-    """MessageStore appends (put_messages, ASYNC flush) and batch reads (get_message) in
-    process, against raw sequential writes/reads of the same bytes into a file-backed mmap
-    from Python. Rows come from `bench.store_bench.run(repeats)`."""
-    from bench.store_bench import run
+    """MessageStore appends (put_messages in batches of 256, ASYNC flush) and batch reads
+    (get_message, max 1024) in process, for 100-byte and 1 KiB bodies, against raw sequential
+    slice writes/reads of the same record bytes into a file-backed mmap from Python,
+    alternately in the same run. Rows come from `bench.store_bench.run`."""
+    from bench.store_bench import BODY_SIZES, run
 
-    return [row_from_store(result) for result in run(env.scale.repeats)]
-
-
-def row_from_store(result: Mapping[str, Any]) -> Row:
-    """A store_bench result {name, value, unit, reference, ratio} (optionally low/high,
-    reference_low/reference_high, reference_name, note) as a Row."""
-    value = _stats(result["value"], result.get("low"), result.get("high"))
-    reference = _stats(result["reference"], result.get("reference_low"), result.get("reference_high"))
-    return Row(str(result["name"]), str(result["unit"]), value, str(result.get("reference_name", "raw mmap")),
-               reference, TARGET, str(result.get("note", "")))
+    # Full sizes: 200,000 messages of 100 B and 100,000 of 1 KiB (store_bench's defaults).
+    messages = {size: env.scale.produce_messages * (2 if size < 1024 else 1) for size in BODY_SIZES}
+    return [row_from_store(result, env.scale.repeats) for result in run(env.scale.repeats, messages)]
 
 
-def _stats(median: float, low: float | None, high: float | None) -> Stats:
-    if low is None or high is None:
-        return Stats(median, median, median, 1)
-    return Stats(median, low, high, 3)
+def row_from_store(result: Mapping[str, Any], repeats: int) -> Row:
+    """A store_bench result {name, value, unit, reference, ratio, low, high, reference_low,
+    reference_high, reference_name, note} as a Row."""
+    value = Stats(result["value"], result["low"], result["high"], repeats)
+    reference = Stats(result["reference"], result["reference_low"], result["reference_high"], repeats)
+    return Row(f"{result['name']} ({result['unit']})", str(result["unit"]), value,
+               str(result["reference_name"]), reference, TARGET, str(result.get("note", "")))
