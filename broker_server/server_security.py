@@ -1,5 +1,6 @@
 """Security of one server process (`rmq broker`, `rmq namesrv`): the `--acl` file with its
-reloading, the request-signing interceptor, and `--tls-*` credentials for the listening port.
+reloading, the request-signing interceptor, `--tls-*` credentials for the listening port, and
+the credentials of the calls it makes itself (RMQ_* variables, as for the CLI).
 
 Without `--acl` every caller is trusted, so the server should stay on loopback (the default
 listen address); it says so at start, and warns when told to listen beyond loopback.
@@ -16,14 +17,17 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
 from grpc import aio
 
 from broker_server.acl import AclError
 from broker_server.acl_file import DEFAULT_POLL_INTERVAL_S, AclFile
 from broker_server.auth_interceptor import AuthInterceptor
+from broker_server.client_security import environment_security
 from broker_server.errors import UserError
 from broker_server.request_auth import DEFAULT_WINDOW_S, RequestAuthenticator
 from broker_server.tls import ServerTls, add_port
+from connector.auth import ClientSecurity, open_aio_channel
 
 log = logging.getLogger("rmq.security")
 
@@ -46,6 +50,7 @@ class ServerSecurity:
     tls: ServerTls | None = None
     signature_window_s: float = DEFAULT_WINDOW_S
     poll_interval_s: float = DEFAULT_POLL_INTERVAL_S
+    outgoing: ClientSecurity = field(default_factory=ClientSecurity)   # RMQ_* variables: calls it makes
     _watcher: asyncio.Task | None = field(default=None, repr=False)
 
     @classmethod
@@ -58,13 +63,20 @@ class ServerSecurity:
             acl_file = AclFile(Path(args.acl)) if args.acl else None
         except AclError as error:
             raise UserError(str(error)) from None
-        return cls(acl_file, tls, args.signature_window)
+        return cls(acl_file, tls, args.signature_window, outgoing=environment_security())
 
     def interceptors(self) -> list[aio.ServerInterceptor]:
         if self.acl_file is None:
             return []
         acl_file = self.acl_file
         return [AuthInterceptor(RequestAuthenticator(lambda: acl_file.acl, self.signature_window_s))]
+
+    def open_client_channel(self, address: str) -> grpc.aio.Channel:
+        """A channel for the calls this process makes itself (a broker registering with name
+        servers): signed and TLS as the RMQ_ACCESS_KEY/RMQ_SECRET_KEY/RMQ_TLS/RMQ_TLS_CA_FILE
+        variables say, like the CLI."""
+        outgoing = self.outgoing
+        return open_aio_channel(address, credentials=outgoing.credentials(), tls=outgoing.tls_settings())
 
     def add_port(self, server: aio.Server, listen: str) -> int:
         return add_port(server, listen, self.tls)

@@ -13,6 +13,7 @@ from broker_server import server_security
 from broker_server.acl import Perm
 from broker_server.errors import UserError
 from broker_server.server_security import ServerSecurity, is_loopback
+from connector.auth import ClientSecurity
 
 ACL = "accounts:\n  - {accessKey: user01, secretKey: 'topsecret1', topicPerms: ['orders=PUB']}\n"
 
@@ -100,3 +101,22 @@ def test_start_watches_the_acl_file(tmp_path: Path, caplog) -> None:
     asyncio.run(scenario())
     assert f"ACL {path} in force: 1 account(s), signed calls within ±60s (plaintext)" in caplog.text
     assert "ACL reloaded" in caplog.text
+
+
+def test_outgoing_calls_take_credentials_from_the_environment(monkeypatch) -> None:
+    monkeypatch.setenv("RMQ_ACCESS_KEY", "broker01")
+    monkeypatch.setenv("RMQ_SECRET_KEY", "broker-secret")
+    monkeypatch.setenv("RMQ_TLS", "1")
+    security = ServerSecurity.from_args(parse())
+    assert security.outgoing.credentials().access_key == "broker01"
+    assert security.outgoing.tls
+    assert "broker-secret" not in repr(security)
+    monkeypatch.setenv("RMQ_TLS", "perhaps")
+    with pytest.raises(UserError, match=r"\$RMQ_TLS must be"):
+        ServerSecurity.from_args(parse())
+
+
+def test_no_environment_means_plain_outgoing_calls(monkeypatch) -> None:
+    for name in ("RMQ_ACCESS_KEY", "RMQ_SECRET_KEY", "RMQ_TLS", "RMQ_TLS_CA_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    assert ServerSecurity.from_args(parse()).outgoing == ClientSecurity()
