@@ -35,7 +35,6 @@ from connector.client import (
     RmqError,
     RmqUnavailable,
 )
-from connector.message_decoder import decode, filter_tags
 from connector.subscription import parse_sub_expression
 
 ENDPOINTS_ENV = "RMQ_ENDPOINTS"
@@ -339,6 +338,9 @@ def _print_messages(client: RmqClient, args: argparse.Namespace, tags: frozenset
 def _print_result(mq: MessageQueue, result: PullResult, tags: frozenset[str] | None,
                   positions: dict[MessageQueue, int], limit: int | None) -> int:
     """Print up to `limit` messages of one pull result; returns how many were printed."""
+    # Imported here: pyarrow and numpy would double the start-up time of every other command.
+    from connector.message_decoder import decode, filter_tags
+
     if result.pull_status == PullStatus.OFFSET_ILLEGAL:
         print(f"rmq: warning: offset {positions[mq]} of queue {mq} is illegal, "
               f"continuing at {result.next_begin_offset}", file=sys.stderr)
