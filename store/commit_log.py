@@ -200,18 +200,10 @@ class CommitLog:
         return self.mapped_file_queue.roll_next_file(offset)
 
     def get_message(self, offset: int, size: int) -> bytes | None:
+        """The `size` bytes at `offset`, None when they are not (or no longer) readable."""
         mapped = self.mapped_file_queue.find_mapped_file_by_offset(offset)
-        if mapped is None or not mapped.hold():
-            return None
-        try:
-            position = offset - mapped.file_from_offset
-            if position + size > mapped.read_position():
-                return None
-            return mapped.read(position, size)
-        except ValueError:   # unmapped forcibly under us
-            return None
-        finally:
-            mapped.release()
+        selected = mapped.select_mapped_buffer(offset - mapped.file_from_offset, size) if mapped else None
+        return selected[1] if selected is not None and len(selected[1]) == size else None
 
     def read_store_timestamp(self, offset: int) -> int | None:
         data = self.get_message(offset + mf.STORE_TIMESTAMP_POS, 8)

@@ -116,6 +116,20 @@ class MappedFile:
     def read(self, position: int, size: int) -> bytes:
         return self.mm[position:position + size]
 
+    def select_mapped_buffer(self, position: int, size: int | None = None) -> tuple[int, bytes] | None:
+        """selectMappedBuffer (spec store §5.2, TV8): (global offset, bytes from `position` up to
+        the read position, or `size` bytes), None outside [0, readPosition) or when destroyed."""
+        read_position = self.read_position()
+        if not 0 <= position < read_position or not self.hold():
+            return None
+        try:
+            end = read_position if size is None else min(position + size, read_position)
+            return self.file_from_offset + position, self.mm[position:end]
+        except ValueError:   # unmapped forcibly under us
+            return None
+        finally:
+            self.release()
+
     def last_modified_timestamp(self) -> int:
         try:
             return os.stat(self.path).st_mtime_ns // 1_000_000

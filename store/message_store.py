@@ -123,13 +123,13 @@ class MessageStore:
         self._recover_topic_queue_table()
 
     def _reput_start(self, last_exit_ok: bool, scan_start: int) -> int:
-        """Where dispatch resumes: after the last record every ConsumeQueue holds (normal exit),
-        or from the first CommitLog file the checkpoint vouches for (abnormal exit)."""
+        """Where dispatch resumes: after the last record the ConsumeQueues hold (normal exit);
+        after an abnormal exit no later than the first CommitLog file the checkpoint vouches
+        for (spec store §9.4), nor than the ConsumeQueues' end (e.g. lost ConsumeQueue files)."""
         min_offset = max(self.commit_log.get_min_offset(), 0)
-        if not last_exit_ok:
-            return max(scan_start, min_offset)
-        ends = [cq.max_physic_offset for cq in self._all_consume_queues()]
-        return max(max(ends, default=0), min_offset)
+        dispatched = max((cq.max_physic_offset for cq in self._all_consume_queues()), default=0)
+        start = dispatched if last_exit_ok else min(scan_start, max(dispatched, 0))
+        return max(start, min_offset)
 
     def _recover_topic_queue_table(self) -> None:
         min_phy = self.commit_log.get_min_offset()

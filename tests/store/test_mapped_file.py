@@ -69,6 +69,16 @@ def test_tv7_full_file_always_flushes(tmp_path: Path) -> None:
     mapped.close()
 
 
+def test_tv8_select_mapped_buffer(tmp_path: Path) -> None:
+    mapped = MappedFile(tmp_path / offset_to_file_name(1024), 1024, create=True)
+    mapped.append(bytes(range(200)) + bytes(100))
+    start, data = mapped.select_mapped_buffer(100)
+    assert (start, len(data), data[:3]) == (1124, 200, bytes([100, 101, 102]))
+    assert mapped.select_mapped_buffer(300) is None and mapped.select_mapped_buffer(-1) is None
+    assert mapped.select_mapped_buffer(290, 50) == (1314, bytes(10))
+    mapped.close()
+
+
 def test_tv8_read_position_is_wrote_position(tmp_path: Path) -> None:
     mapped = MappedFile(tmp_path / offset_to_file_name(1024), 1024, create=True)
     assert mapped.append(b"x" * 500)

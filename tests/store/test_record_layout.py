@@ -24,6 +24,14 @@ TV2_HEX = (
 )
 
 
+def test_tv1_record_lengths(tmp_path: Path) -> None:
+    commit_log = CommitLog(small_config(tmp_path / "s"))
+    assert commit_log.encode(MessageToStore("TopicTest", 0, b"hello", {})).length == 105
+    assert commit_log.encode(MessageToStore("TopicTest", 0, b"hello", {"KEYS": "k" * 14})).length == 125
+    assert commit_log.encode(MessageToStore("TopicTest", 0, b"", {})).length == 100
+    commit_log.close()
+
+
 def test_tv2_record_bytes_are_exact(tmp_path: Path) -> None:
     config = small_config(tmp_path / "s")
     commit_log = CommitLog(config)

@@ -97,6 +97,20 @@ def test_retention_waits_for_readers(open_store) -> None:
     assert not first.path.exists()
 
 
+def test_retention_forces_deletion_after_interval_forcibly(open_store) -> None:
+    store = open_store(mapped_file_size_commit_log=4096, destroy_mapped_file_interval_forcibly_ms=20)
+    store.put_messages([message(body=BODY_700) for _ in range(10)])
+    wait_dispatched(store)
+    first = store.commit_log.mapped_file_queue.files[0]
+    assert first.hold()                                      # a reader that never lets go
+    assert store.clean_expired_files(force=True) == 0
+    time.sleep(0.03)
+    assert store.clean_expired_files(force=True) == 1
+    assert not first.path.exists() and first.select_mapped_buffer(0) is None
+    result = store.get_message("g", "TopicTest", 0, 0, 32)
+    assert (result.status, result.next_begin_offset) == (GetMessageStatus.OFFSET_TOO_SMALL, 5)
+
+
 def test_disk_full_mark_stops_puts_but_not_reads(open_store) -> None:
     store = open_store()
     store.put_messages([message(body=b"before") for _ in range(3)])
