@@ -54,7 +54,8 @@ class PullRequestHoldService:
         self.long_polling_enable = long_polling_enable
         self.check_interval_ms = check_interval_ms if long_polling_enable else short_polling_time_ms
         self.short_polling_time_ms = short_polling_time_ms
-        self._table: dict[str, list[HeldPullRequest]] = {}
+        # key -> held requests in arrival order (a dict used as an ordered set: O(1) removal)
+        self._table: dict[str, dict[HeldPullRequest, None]] = {}
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
@@ -82,7 +83,7 @@ class PullRequestHoldService:
         request.timer = loop.call_later(timeout_ms / 1000, _resolve, [request])
         key = build_key(topic, queue_id)
         with self._lock:
-            self._table.setdefault(key, []).append(request)
+            self._table.setdefault(key, {})[request] = None
         # A message dispatched between the caller's pull and the line above found nobody to
         # wake: look once more now that the request is visible.
         max_offset = self._max_offset_in_queue(topic, queue_id)
@@ -107,12 +108,9 @@ class PullRequestHoldService:
             if not requests:
                 return
             woken = [r for r in requests if max_offset > r.pull_from_this_offset and r.matches(tags_code)]
-            if not woken:
-                return
-            remaining = [r for r in requests if r not in woken]
-            if remaining:
-                self._table[key] = remaining
-            else:
+            for request in woken:
+                del requests[request]
+            if not requests:
                 del self._table[key]
         self._wake(woken)
 
@@ -160,10 +158,11 @@ class PullRequestHoldService:
     def _remove(self, key: str, request: HeldPullRequest) -> None:
         with self._lock:
             requests = self._table.get(key)
-            if requests and request in requests:
-                requests.remove(request)
-                if not requests:
-                    del self._table[key]
+            if requests is None or request not in requests:
+                return
+            del requests[request]
+            if not requests:
+                del self._table[key]
 
     def _wake(self, requests: list[HeldPullRequest]) -> None:
         if not requests:
