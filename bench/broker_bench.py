@@ -3,6 +3,7 @@ both on loopback, measured alternately in the same run."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -11,6 +12,7 @@ import redis
 from bench import redis_reference as rr
 from bench.environment import Environment
 from bench.harness import Row, Stats, Target, measure_pair, percentile, rate, wake_latency_ms
+from bench.parallel import parallel_rate
 from bench.workload import GROUP, PULL_BATCH, body_of, produce, pull_range, single_queue
 from connector.client import OutgoingMessage, RmqClient
 
@@ -19,6 +21,7 @@ R = TypeVar("R")
 
 BODY_SIZES = (100, 1024)
 PRODUCE_BATCH = 256
+PRODUCERS = 2
 BATCH_SIZES = (1, 16, 256, 1024)
 CALLS_AT_BATCH_ONE = 2000
 LONG_POLL_SUSPEND_MS = 5000
@@ -30,8 +33,9 @@ def size_label(size: int) -> str:
 
 
 def produce_rows(env: Environment) -> list[Row]:
-    """Batched SendMessage (256 messages per call, one producer thread) into a topic of 8
-    queues, against XADD pipelined 256 deep into one stream (one redis-py client)."""
+    """Batched SendMessage (256 messages per call) into a topic of 8 queues from one producer,
+    against XADD pipelined 256 deep into one stream from one redis-py client; then two producer
+    processes started together against two redis-py client processes (one stream each)."""
     count = env.scale.produce_messages
     rows = []
     with env.broker() as broker, env.redis() as redis_server, RmqClient(broker.address) as client:
@@ -48,7 +52,33 @@ def produce_rows(env: Environment) -> list[Row]:
             rows.append(Row(f"produce, {size_label(size)} bodies, batch {PRODUCE_BATCH}, 1 producer",
                             "msg/s", subject, "XADD pipelined 256", reference, Target(min_ratio=1.0),
                             env.redis_missing))
+        rows.append(_parallel_produce_row(env, broker.address, redis_server))
     return rows
+
+
+def _parallel_produce_row(env: Environment, address: str, redis_server: rr.RedisServer | None) -> Row:
+    """Two producer processes started together, against two redis-py client processes."""
+    each, body = env.scale.produce_messages // PRODUCERS, body_of(100)
+    subject, reference = measure_pair(
+        lambda: parallel_rate(produce_worker, (address, "bench-produce", each, body), PRODUCERS, each),
+        _maybe(redis_server, lambda s: parallel_rate(xadd_worker, (s.port, each, body), PRODUCERS, each)),
+        env.scale.repeats,
+    )
+    return Row(f"produce, 100 B bodies, batch {PRODUCE_BATCH}, {PRODUCERS} producer processes", "msg/s",
+               subject, f"XADD pipelined 256, {PRODUCERS} client processes", reference, Target(min_ratio=1.0),
+               env.redis_missing)
+
+
+def produce_worker(address: str, topic: str, count: int, body: bytes) -> None:
+    """One producer process's share of the parallel produce row."""
+    with RmqClient(address) as client:
+        produce(client, topic, count, body, PRODUCE_BATCH)
+
+
+def xadd_worker(port: int, count: int, body: bytes) -> None:
+    """One redis-py client process's share of the parallel XADD reference."""
+    client = redis.Redis(host="127.0.0.1", port=port)
+    rr.xadd(client, f"bench-xadd-{port}-{os.getpid()}", body, count)
 
 
 def pull_rows(env: Environment) -> list[Row]:
