@@ -242,7 +242,7 @@ class RmqClient:
 
     def query_route(self, topic: str) -> TopicRoute:
         """The topic's route from the first endpoint that knows it (name server or broker)."""
-        response = self._ask_endpoints("route", "QueryRoute", rmq_pb2.QueryRouteRequest(topic=topic),
+        response = self._ask_endpoints("QueryRoute", rmq_pb2.QueryRouteRequest(topic=topic),
                                        try_next_on=(rmq_pb2.TOPIC_NOT_EXIST,))
         route = TopicRoute.from_proto(topic, response)
         with self._lock:
@@ -484,14 +484,14 @@ class RmqClient:
                 self._forget_route(topic)
             raise
 
-    def _ask_endpoints(self, service: str, method: str, request: Any, try_next_on: tuple[int, ...]) -> Any:
+    def _ask_endpoints(self, method: str, request: Any, try_next_on: tuple[int, ...]) -> Any:
         """The first OK answer among the endpoints, in order. An unreachable endpoint, or one
         answering a `try_next_on` code, passes the question on to the next."""
         refusal: RmqError | None = None
         failures: list[RmqUnavailable] = []
         for address in self.endpoints:
             try:
-                return self._call(address, service, method, request)
+                return self._call(address, "route", method, request)
             except RmqUnavailable as error:
                 failures.append(error)
             except RmqError as error:
