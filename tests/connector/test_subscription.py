@@ -13,7 +13,8 @@ def test_star_matches_every_tag() -> None:
 
 
 def test_tags_are_trimmed_and_normalised() -> None:
-    assert parse_sub_expression("TagA||TagB ||  标签") == ("TagA || TagB || 标签", frozenset({"TagA", "TagB", "标签"}))
+    expression, tags = parse_sub_expression("TagA||TagB ||  标签")
+    assert (expression, tags) == ("TagA || TagB || 标签", frozenset({"TagA", "TagB", "标签"}))
     assert parse_sub_expression("TagA") == ("TagA", frozenset({"TagA"}))
 
 
