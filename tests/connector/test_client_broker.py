@@ -262,3 +262,15 @@ def _wait_for(condition, timeout: float = 20.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.1)
+
+
+def test_a_failing_request_reports_what_earlier_requests_stored(broker: processes.ServerProcess) -> None:
+    with RmqClient(broker.address, max_request_bytes=1) as one_per_request:  # every message travels alone
+        one_per_request.create_topic("Partial", queues=1)
+        bodies = [b"a", b"b", b"", b"never sent"]
+        with pytest.raises(RmqError) as caught:
+            one_per_request.send("Partial", [OutgoingMessage(body) for body in bodies])
+        _wait_dispatched(one_per_request, "Partial", 2)
+
+    assert caught.value.code == rmq_pb2.MESSAGE_ILLEGAL
+    assert caught.value.acknowledged == 2
