@@ -310,30 +310,35 @@ _MIN_RECORD = mf.FIXED_OVERHEAD + 1
 
 def parse_record(buffer, position: int, file_size: int, file_from_offset: int, check_crc: bool
                  ) -> tuple[int, DispatchRequest | None]:
-    if position + mf.END_FILE_MIN_BLANK_LENGTH > file_size:
-        return -1, None
-    total_size, magic = BLANK.unpack_from(buffer, position)
-    if magic == mf.BLANK_MAGIC_CODE:
-        return (0, None) if total_size == file_size - position else (-1, None)
-    if magic != mf.MESSAGE_MAGIC_CODE or not _MIN_RECORD <= total_size <= file_size - position:
-        return -1, None
-    (_, _, crc, queue_id, _flag, queue_offset, physical_offset, sys_flag, _born_ts, _born_host,
+    """checkMessageAndReturnSize on `buffer` (a file's mmap) at `position`."""
+    if position + HEADER.size > file_size:
+        if position + mf.END_FILE_MIN_BLANK_LENGTH > file_size:
+            return -1, None
+        total_size, magic = BLANK.unpack_from(buffer, position)
+        is_blank = magic == mf.BLANK_MAGIC_CODE and total_size == file_size - position
+        return (0, None) if is_blank else (-1, None)
+    (total_size, magic, crc, queue_id, _flag, queue_offset, physical_offset, sys_flag, _born_ts, _born_host,
      store_timestamp, _store_host, _reconsume, _pto, body_length) = HEADER.unpack_from(buffer, position)
-    if physical_offset != file_from_offset + position or body_length < 0:
+    if magic != mf.MESSAGE_MAGIC_CODE:
+        if magic == mf.BLANK_MAGIC_CODE and total_size == file_size - position:
+            return 0, None
+        return -1, None
+    end = position + total_size
+    if (not _MIN_RECORD <= total_size <= file_size - position or body_length < 0
+            or physical_offset != file_from_offset + position):
         return -1, None
     body_end = position + mf.BODY_POS + body_length
-    if body_end + 3 > position + total_size:
+    if body_end + 3 > end:
         return -1, None
-    topic_length = buffer[body_end]
-    topic_end = body_end + 1 + topic_length
-    properties_length = int.from_bytes(buffer[topic_end:topic_end + 2], "big")
-    if mf.calc_msg_length(body_length, topic_length, properties_length) != total_size:
+    topic_end = body_end + 1 + buffer[body_end]
+    properties_end = topic_end + 2 + int.from_bytes(buffer[topic_end:topic_end + 2], "big")
+    if properties_end != end:     # calMsgLength(body, topic, properties) != TOTALSIZE
         return -1, None
     if check_crc and body_crc(buffer[position + mf.BODY_POS:body_end]) != crc:
         return -1, None
     try:
-        topic = buffer[body_end + 1:topic_end].decode()
-        properties = decode_properties(buffer[topic_end + 2:topic_end + 2 + properties_length].decode())
+        topic = _topic_name(buffer[body_end + 1:topic_end])
+        properties = decode_properties(buffer[topic_end + 2:end].decode())
     except UnicodeDecodeError:
         return -1, None
     tags = properties.get(mf.PROPERTY_TAGS)
@@ -341,6 +346,18 @@ def parse_record(buffer, position: int, file_size: int, file_from_offset: int, c
                               store_timestamp, queue_offset, properties.get(mf.PROPERTY_KEYS, ""),
                               properties.get(mf.PROPERTY_UNIQ_KEY, ""), sys_flag)
     return total_size, request
+
+
+_TOPIC_NAMES: dict[bytes, str] = {}
+
+
+def _topic_name(data: bytes) -> str:
+    name = _TOPIC_NAMES.get(data)
+    if name is None:
+        name = data.decode()
+        if len(_TOPIC_NAMES) < 65536:
+            _TOPIC_NAMES[data] = name
+    return name
 
 
 def decode_properties(text: str) -> dict[str, str]:

@@ -52,23 +52,31 @@ class ConsumeQueue:
 
     # -- write -----------------------------------------------------------------------------------
 
+    def put_message_positions(self, entries: list[tuple[int, int, int, int]]) -> None:
+        """Append (commitLogOffset, size, tagsCode, cqOffset) entries in order. The common case,
+        consecutive offsets continuing the queue inside the last file, is one write."""
+        first_expect = entries[0][3] * CQ_STORE_UNIT_SIZE
+        last = self.mapped_file_queue.last_file()
+        if (last is not None and first_expect == last.file_from_offset + last.wrote_position
+                and entries[-1][3] - entries[0][3] == len(entries) - 1
+                and last.append(b"".join([ENTRY.pack(o, s, t) for o, s, t, _ in entries]))):
+            self.max_physic_offset = entries[-1][0] + entries[-1][1]
+            return
+        for commit_log_offset, size, tags_code, cq_offset in entries:
+            self.put_message_position_info(commit_log_offset, size, tags_code, cq_offset)
+
     def put_message_position_info(self, commit_log_offset: int, size: int, tags_code: int,
                                   cq_offset: int) -> None:
         """Append the entry for logical offset cq_offset; already present entries (re-dispatch
         after recovery) are skipped, gaps are filled with pre-blank entries."""
         expect = cq_offset * CQ_STORE_UNIT_SIZE
-        entry = ENTRY.pack(commit_log_offset, size, tags_code)
-        last = self.mapped_file_queue.last_file()
-        if last is not None and expect == last.file_from_offset + last.wrote_position and last.append(entry):
-            self.max_physic_offset = commit_log_offset + size     # the common case: the next entry
-            return
         queue = self.mapped_file_queue
         if not queue.files:
             self.min_logic_offset = expect
         elif expect < queue.get_max_offset():
             return
         self._fill_pre_blank(expect)
-        queue.get_last_mapped_file(expect).append(entry)
+        queue.get_last_mapped_file(expect).append(ENTRY.pack(commit_log_offset, size, tags_code))
         self.max_physic_offset = commit_log_offset + size
 
     def _fill_pre_blank(self, expect: int) -> None:

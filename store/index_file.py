@@ -41,6 +41,7 @@ def key_hash(key: str) -> int:
 
 
 def build_key(topic: str, key: str) -> str:
+    """IndexService#buildKey."""
     return f"{topic}#{key}"
 
 
@@ -64,33 +65,36 @@ class IndexFile:
          self.hash_slot_count, self.index_count) = _HEADER.unpack_from(self.mm, 0)
         if self.index_count == 0:
             self.index_count = 1
+        self._entries_start = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
 
     def is_write_full(self) -> bool:
         return self.index_count >= self.index_num
 
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
         """IndexFile#putKey; False when the file is full."""
-        if self.index_count >= self.index_num:
+        index_count = self.index_count
+        if index_count >= self.index_num:
             return False
         hashed = key_hash(key)
+        mm = self.mm
         abs_slot_pos = INDEX_HEADER_SIZE + (hashed % self.hash_slot_num) * HASH_SLOT_SIZE
-        slot_value, = _SLOT.unpack_from(self.mm, abs_slot_pos)
-        if slot_value <= INVALID_INDEX or slot_value > self.index_count:
+        slot_value, = _SLOT.unpack_from(mm, abs_slot_pos)
+        if slot_value <= INVALID_INDEX or slot_value > index_count:
             slot_value = INVALID_INDEX
-        if self.begin_timestamp <= 0:
+        begin_timestamp = self.begin_timestamp
+        if begin_timestamp <= 0:
             time_diff = 0
         else:
-            time_diff = min(max((store_timestamp - self.begin_timestamp) // 1000, 0), _INT_MAX)
-        abs_index_pos = (INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE
-                         + self.index_count * INDEX_ENTRY_SIZE)
-        _ENTRY.pack_into(self.mm, abs_index_pos, hashed, phy_offset, time_diff, slot_value)
-        _SLOT.pack_into(self.mm, abs_slot_pos, self.index_count)
-        if self.index_count <= 1:
+            time_diff = min(max((store_timestamp - begin_timestamp) // 1000, 0), _INT_MAX)
+        _ENTRY.pack_into(mm, self._entries_start + index_count * INDEX_ENTRY_SIZE,
+                         hashed, phy_offset, time_diff, slot_value)
+        _SLOT.pack_into(mm, abs_slot_pos, index_count)
+        if index_count <= 1:
             self.begin_phy_offset = phy_offset
             self.begin_timestamp = store_timestamp
         if slot_value == INVALID_INDEX:
             self.hash_slot_count += 1
-        self.index_count += 1
+        self.index_count = index_count + 1
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
         return True
@@ -112,7 +116,7 @@ class IndexFile:
         slot_value, = _SLOT.unpack_from(self.mm, INDEX_HEADER_SIZE + (hashed % self.hash_slot_num) * 4)
         if slot_value <= INVALID_INDEX or slot_value > self.index_count or self.index_count <= 1:
             return found
-        entries_start = INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE
+        entries_start = self._entries_start
         next_index = slot_value
         while len(found) < max_num:
             read_hash, phy_offset, time_diff, prev_index = _ENTRY.unpack_from(
@@ -166,20 +170,27 @@ class IndexService:
 
     def build_index(self, request: DispatchRequest) -> None:
         """IndexService#buildIndex: UNIQ_KEY and every space-separated KEYS entry, as topic#key."""
-        if not (request.uniq_key or request.keys):
+        uniq_key, keys = request.uniq_key, request.keys
+        if not (uniq_key or keys):
             return
+        offset, timestamp, topic = request.commit_log_offset, request.store_timestamp, request.topic
         with self._lock:
             index_file = self._writable_file()
-            if request.commit_log_offset < index_file.end_phy_offset:
+            if offset < index_file.end_phy_offset:
                 return   # already indexed (re-dispatch after recovery)
-            keys = [request.uniq_key] if request.uniq_key else []
-            keys.extend(k for k in request.keys.split(mf.KEY_SEPARATOR) if k)
-            for key in keys:
-                full_key = build_key(request.topic, key)
-                if not index_file.put_key(full_key, request.commit_log_offset, request.store_timestamp):
-                    index_file.flush()
-                    index_file = self._create_file()
-                    index_file.put_key(full_key, request.commit_log_offset, request.store_timestamp)
+            if uniq_key:
+                index_file = self._put(index_file, f"{topic}#{uniq_key}", offset, timestamp)
+            if keys:
+                for key in keys.split(mf.KEY_SEPARATOR):
+                    if key:
+                        index_file = self._put(index_file, f"{topic}#{key}", offset, timestamp)
+
+    def _put(self, index_file: IndexFile, key: str, offset: int, timestamp: int) -> IndexFile:
+        if not index_file.put_key(key, offset, timestamp):
+            index_file.flush()
+            index_file = self._create_file()
+            index_file.put_key(key, offset, timestamp)
+        return index_file
 
     def _writable_file(self) -> IndexFile:
         if self.files and not self.files[-1].is_write_full():

@@ -248,17 +248,24 @@ class MessageStore:
         """listener(DispatchRequest) runs on the reput thread after the ConsumeQueue entry is visible."""
         self._listeners.append(listener)
 
-    def _dispatch(self, request: DispatchRequest) -> None:
-        visible = consumes_queue_offset(request.sys_flag)
-        if visible:
-            self.find_consume_queue(request.topic, request.queue_id, create=True).put_message_position_info(
-                request.commit_log_offset, request.msg_size, request.tags_code, request.consume_queue_offset)
-        rollback = transaction_type(request.sys_flag) == TRANSACTION_ROLLBACK_TYPE
-        if self.config.message_index_enable and not rollback:
-            self.index_service.build_index(request)
-        self._last_dispatched_timestamp = request.store_timestamp
-        if visible:
-            for listener in self._listeners:
+    def _dispatch(self, requests: list[DispatchRequest]) -> None:
+        """doDispatch for a chunk of records: ConsumeQueue entries (NOT/COMMIT messages, written
+        per queue together), the index (all but ROLLBACK), then the listeners."""
+        visible = [r for r in requests if consumes_queue_offset(r.sys_flag)]
+        by_queue: dict[tuple[str, int], list[DispatchRequest]] = {}
+        for request in visible:
+            by_queue.setdefault((request.topic, request.queue_id), []).append(request)
+        for (topic, queue_id), queued in by_queue.items():
+            self.find_consume_queue(topic, queue_id, create=True).put_message_positions(
+                [(r.commit_log_offset, r.msg_size, r.tags_code, r.consume_queue_offset) for r in queued])
+        if self.config.message_index_enable:
+            build_index = self.index_service.build_index
+            for request in requests:
+                if transaction_type(request.sys_flag) != TRANSACTION_ROLLBACK_TYPE:
+                    build_index(request)
+        self._last_dispatched_timestamp = requests[-1].store_timestamp
+        for listener in self._listeners:
+            for request in visible:
                 try:
                     listener(request)
                 except Exception:

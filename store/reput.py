@@ -15,12 +15,13 @@ from store.service_thread import ServiceThread
 log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 1.0
+DISPATCH_CHUNK = 128   # records parsed before their ConsumeQueue entries are written together
 
 
 class ReputMessageService(ServiceThread):
     name = "reput"
 
-    def __init__(self, commit_log: CommitLog, dispatch: Callable[[DispatchRequest], None]) -> None:
+    def __init__(self, commit_log: CommitLog, dispatch: Callable[[list[DispatchRequest]], None]) -> None:
         super().__init__()
         self.commit_log = commit_log
         self.dispatch = dispatch
@@ -49,21 +50,27 @@ class ReputMessageService(ServiceThread):
                 mapped.release()
 
     def _dispatch_file(self, mapped: MappedFile) -> bool:
-        """Dispatch the readable records of one file; False on an invalid record."""
+        """Dispatch the readable records of one file in chunks; False on an invalid record."""
         base = mapped.file_from_offset
         position = self.reput_from_offset - base
         limit = mapped.read_position()
-        buffer, file_size, dispatch = mapped.mm, mapped.file_size, self.dispatch
+        buffer, file_size = mapped.mm, mapped.file_size
         while position < limit:
-            size, request = parse_record(buffer, position, file_size, base, False)
-            if size > 0:
-                dispatch(request)
+            chunk: list[DispatchRequest] = []
+            size = 1
+            while position < limit and len(chunk) < DISPATCH_CHUNK:
+                size, request = parse_record(buffer, position, file_size, base, False)
+                if size <= 0:
+                    break
+                chunk.append(request)
                 position += size
+            if chunk:
+                self.dispatch(chunk)
                 self.reput_from_offset = base + position
-            elif size == 0:
+            if size == 0:
                 self.reput_from_offset = self.commit_log.roll_next_file(self.reput_from_offset)
                 return True
-            else:
+            if size < 0:
                 log.error("reput: invalid record at CommitLog offset %d, dispatch paused", base + position)
                 return False
         return True
