@@ -93,11 +93,16 @@ class MessageStore:
         miss, then start the reput, flush and clean services."""
         try:
             self._load_and_recover()
+            self.directory.abort_file.touch()
+        except OSError as error:
+            self._close_files()
+            self.directory.unlock()
+            raise StoreError(f"{error.filename or self.config.store_dir}: cannot load the store: "
+                             f"{error.strerror or error}") from error
         except BaseException:
             self._close_files()
             self.directory.unlock()
             raise
-        self.directory.abort_file.touch()
         self._start_services()
         self._running = True
 

@@ -32,7 +32,12 @@ class StoreDirectory:
     def __init__(self, config: MessageStoreConfig) -> None:
         self.root = Path(config.store_dir)
         self._lock_fd: int | None = None
-        self._open(config)
+        try:
+            self._open(config)
+        except OSError as error:
+            self.unlock()
+            raise StoreError(f"{error.filename or self.root}: cannot use the store directory: "
+                             f"{error.strerror or error}") from error
 
     def _open(self, config: MessageStoreConfig) -> None:
         if self.root.exists() and not self.root.is_dir():

@@ -201,6 +201,12 @@ def test_refuses_a_foreign_marker_and_a_file_path(tmp_path: Path) -> None:
         MessageStore(small_config(tmp_path / "f"))
 
 
+def test_unusable_path_is_a_store_error(tmp_path: Path) -> None:
+    (tmp_path / "plain-file").write_text("x")
+    with pytest.raises(StoreError, match="plain-file/store: cannot use the store directory: Not a directory"):
+        MessageStore(small_config(tmp_path / "plain-file" / "store"))
+
+
 def test_refuses_different_file_size_configuration(tmp_path: Path) -> None:
     store = MessageStore(small_config(tmp_path / "s", mapped_file_size_commit_log=8192))
     store.start()
