@@ -149,7 +149,6 @@ class Account:
 class Acl:
     accounts: Mapping[str, Account]
     global_white_remote_addresses: tuple[AddressPattern, ...] = ()
-    source: str = "<acl>"
 
     def address_allowed(self, address: str) -> bool:
         """globalWhiteRemoteAddresses as an allow-list; an empty list allows every address."""
@@ -188,8 +187,8 @@ def load_acl(path: Path) -> Acl:
     try:
         data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
     except json.JSONDecodeError as error:
-        raise AclError(f"{source}: not valid JSON: {error.msg} at line {error.lineno} column {error.colno}") \
-            from None
+        where = f"line {error.lineno} column {error.colno}"
+        raise AclError(f"{source}: not valid JSON: {error.msg} at {where}") from None
     except yaml.YAMLError as error:
         raise AclError(f"{source}: not valid YAML: {_yaml_problem(error)}") from None
     return parse_acl(data, source)
@@ -210,7 +209,7 @@ def parse_acl(data: Any, source: str) -> Acl:
         if account.access_key in accounts:
             raise AclError(f"{source}: accounts[{index}]: duplicate accessKey {account.access_key!r}")
         accounts[account.access_key] = account
-    return Acl(accounts, addresses, source)
+    return Acl(accounts, addresses)
 
 
 def _parse_account(raw: Any, where: str) -> Account:
