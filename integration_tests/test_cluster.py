@@ -43,11 +43,20 @@ def wait_for_registration(client: RmqClient, timeout: float = 30.0) -> None:
         time.sleep(0.2)
 
 
+def wait_for_route(client: RmqClient, expected: list[tuple[str, int]], timeout: float = 60.0) -> None:
+    """Brokers report new topics to the name server (RocketMQ registerBroker): wait for both."""
+    deadline = time.monotonic() + timeout
+    while True:
+        placed = sorted((mq.broker_name, mq.queue_id) for mq in client.query_route(TOPIC).message_queues)
+        if placed == expected:
+            return
+        assert time.monotonic() < deadline, f"route of {TOPIC}: {placed}"
+        time.sleep(0.5)
+
+
 def test_spark_reads_all_queues_of_both_brokers_exactly_once(spark, namesrv, cluster: RmqClient):
     assert sorted(cluster.create_topic(TOPIC, queues=4)) == list(BROKERS)
-    queues = cluster.query_route(TOPIC).message_queues
-    placed = sorted((mq.broker_name, mq.queue_id) for mq in queues)
-    assert placed == [(b, q) for b in BROKERS for q in range(4)]
+    wait_for_route(cluster, [(b, q) for b in BROKERS for q in range(4)])
 
     bodies = []
     for batch in range(SEND_BATCHES):   # the client sends round-robin over the brokers

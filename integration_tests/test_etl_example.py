@@ -58,8 +58,8 @@ def closed_windows(events: list[OrderEvent]) -> dict[tuple[int, str], tuple[int,
 
 def written_windows(output: Path) -> list[tuple[int, str, int, float]]:
     table = ds.dataset(output, format="parquet").to_table()
-    assert table.schema.field("window_start").type == pa.timestamp("us", tz="UTC")
-    starts = pc.divide(pc.cast(table["window_start"], pa.int64()), 1000).to_pylist()
+    # Spark writes UTC instants (INT96 by default): as epoch milliseconds
+    starts = pc.cast(pc.cast(table["window_start"], pa.timestamp("ms")), pa.int64()).to_pylist()
     return sorted(zip(starts, table["status"].to_pylist(), table["orders"].to_pylist(),
                       [round(a, 6) for a in table["amount"].to_pylist()], strict=True))
 
