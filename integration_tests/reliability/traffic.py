@@ -44,16 +44,19 @@ class ProducerLedger:
 
 class Producers:
     """`threads` threads, each sending batches of `batch` unique bodies to `topic` until
-    stopped (or `max_batches` each). A failed send (broker down, refused) is counted as sent
-    but not acknowledged and the thread keeps trying, like a retrying producer."""
+    stopped (or `max_batches` each), `pause` seconds apart. A failed send (broker down,
+    refused) is counted as sent but not acknowledged and the thread keeps trying, like a
+    retrying producer."""
 
     def __init__(self, endpoints: str, topic: str, threads: int = 4, batch: int = 32,
-                 body_size: int = 64, max_batches: int | None = None, timeout: float = 10.0) -> None:
+                 body_size: int = 64, max_batches: int | None = None, pause: float = 0.0,
+                 timeout: float = 10.0) -> None:
         self.endpoints = endpoints
         self.topic = topic
         self.batch = batch
         self.body_size = body_size
         self.max_batches = max_batches
+        self.pause = pause
         self.timeout = timeout
         self.ledger = ProducerLedger()
         self._stop = threading.Event()
@@ -106,6 +109,7 @@ class Producers:
                     self.ledger.sent += len(bodies)
                     self.ledger.acknowledged += acknowledged
                     self.ledger.latencies_ms.append((now - started) * 1000)
+                self._stop.wait(self.pause)
         finally:
             client.close()
 

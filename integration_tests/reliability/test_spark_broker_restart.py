@@ -1,0 +1,82 @@
+"""Scenario 2: the broker is killed (SIGKILL) and restarted while a Spark streaming query
+reads from it. The query must not fail (reads retry with backoff), must catch up once the
+broker is back, and its parquet output (file sink + checkpoint) must hold every message the
+broker stored exactly once."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from connector.client import RmqClient
+from integration_tests import processes
+from integration_tests.reliability.report import ReliabilityReport, tally
+from integration_tests.reliability.streaming import read_output, start_query, wait_until_caught_up
+from integration_tests.reliability.traffic import Producers, gaps_and_repeats, read_topic
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+TOPIC = "spark-restart"
+QUEUES = 4
+DOWN_SECONDS = 3.0
+# Executors retry an unreachable broker for pullTimeoutMs (default 3 s) before failing the task;
+# a kill -9 + restart takes longer than that, so the query is given a window covering it.
+PULL_RETRY_MS = 30_000
+
+
+def test_streaming_query_survives_a_broker_kill9_and_writes_every_message_once(
+        spark, tmp_path: Path, report: ReliabilityReport) -> None:
+    server = processes.broker(tmp_path, flush="sync")
+    server.start()
+    query = None
+    try:
+        with RmqClient(server.address) as client:
+            client.create_topic(TOPIC, queues=QUEUES)
+        producers = Producers(server.address, TOPIC, threads=1, batch=50, pause=0.1)
+        with producers:
+            query = start_query(spark, server.address, TOPIC, "spark-restart-group",
+                                str(tmp_path / "checkpoint"), str(tmp_path / "output"),
+                                maxMessagesPerTrigger="1000", pullTimeoutMs=str(PULL_RETRY_MS))
+            _wait_for_batches(query, 2)
+            server.kill()
+            time.sleep(DOWN_SECONDS)
+            server.start()
+            _wait_for_batches(query, len(query.recentProgress) + 2)
+        with RmqClient(server.address) as client:
+            stored = read_topic(client, TOPIC)
+            max_offsets = {mq.queue_id: o.max_offset for mq, o in client.topic_offsets(TOPIC).items()}
+        wait_until_caught_up(query, TOPIC, max_offsets, timeout=120)
+        failure = query.exception()
+        query.stop()
+        output = read_output(spark, str(tmp_path / "output"))
+    finally:
+        if query is not None and query.isActive:
+            query.stop()
+        server.stop()
+
+    acknowledged = producers.ledger.acknowledged_messages()
+    figures = report.record(tally(
+        "Spark stream, broker kill -9 + restart", producers.ledger.sent,
+        (m.body for m in acknowledged), (m.body for m in output),
+        notes=f"broker down {DOWN_SECONDS:.0f} s + restart; pullTimeoutMs {PULL_RETRY_MS}; parquet sink",
+        stored=len(stored)))
+    assert failure is None
+    assert figures.lost == 0 and figures.duplicated == 0
+    assert sorted(output, key=_position) == sorted(stored, key=_position), "output differs from the store"
+    assert gaps_and_repeats(output) == ([], [])
+
+
+def _position(message) -> tuple[int, int]:
+    return message.queue_id, message.queue_offset
+
+
+def _wait_for_batches(query, batches: int, timeout: float = 90) -> None:
+    """Wait until the query completed `batches` micro-batches that read rows."""
+    deadline = time.monotonic() + timeout
+    while sum(1 for p in query.recentProgress if p["numInputRows"]) < batches:
+        if query.exception() is not None:
+            raise AssertionError(f"query failed: {query.exception()}")
+        assert time.monotonic() < deadline, f"query made no progress: {query.status}"
+        time.sleep(0.2)
