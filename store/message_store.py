@@ -233,7 +233,10 @@ class MessageStore:
                 self._write_error = f"{error.strerror or error} ({error.filename or self.config.store_dir})"
                 log.error("CommitLog append failed, store marked not writeable: %s", self._write_error)
                 return _failed(messages, PutMessageStatus.SERVICE_NOT_AVAILABLE)
-        self.reput.wakeup()
+        if self._group_commit is not None:
+            self._group_commit.wakeup()       # the flush runs while this thread dispatches
+        if not self.reput.try_dispatch_now():
+            self.reput.wakeup()
         status = PutMessageStatus.PUT_OK
         if self._group_commit is not None:
             end = appended[-1].physical_offset + appended[-1].length
@@ -250,7 +253,9 @@ class MessageStore:
     # -- dispatch --------------------------------------------------------------------------------
 
     def add_dispatch_listener(self, listener: DispatchListener) -> None:
-        """listener(DispatchRequest) runs on the reput thread after the ConsumeQueue entry is visible."""
+        """listener(DispatchRequest) runs after the ConsumeQueue entry is visible, in CommitLog
+        order, never concurrently: on the reput thread or on a putting thread that dispatched
+        its own records."""
         self._listeners.append(listener)
 
     def _dispatch(self, requests: list[DispatchRequest]) -> None:

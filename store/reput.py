@@ -1,10 +1,14 @@
 """ReputMessageService: dispatches new CommitLog records to ConsumeQueues, the index and the
-dispatch listeners (spec store §8). Appends call `wakeup()`, so dispatch starts at once
-instead of on RocketMQ's 1 ms sleep loop; an idle service sleeps on the wake-up event."""
+dispatch listeners (spec store §8), in CommitLog order, one dispatcher at a time.
+
+Instead of RocketMQ's 1 ms sleep loop: a putting thread dispatches its own records right after
+appending when no dispatch is running (`try_dispatch_now`, no thread hand-off), otherwise it
+wakes the service thread, which sleeps on the wake-up event when idle."""
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 
 from store.commit_log import CommitLog, parse_record
@@ -26,6 +30,7 @@ class ReputMessageService(ServiceThread):
         self.commit_log = commit_log
         self.dispatch = dispatch
         self.reput_from_offset = 0
+        self._dispatching = threading.Lock()
 
     def run_once(self) -> None:
         self.wait_for_running(IDLE_WAIT_S)
@@ -34,8 +39,22 @@ class ReputMessageService(ServiceThread):
     def behind(self) -> int:
         return self.commit_log.get_max_offset() - self.reput_from_offset
 
+    def try_dispatch_now(self) -> bool:
+        """Dispatch on the calling thread unless another dispatch is running (False then)."""
+        if not self._dispatching.acquire(blocking=False):
+            return False
+        try:
+            self._do_reput()
+        finally:
+            self._dispatching.release()
+        return True
+
     def do_reput(self) -> None:
         """Dispatch every complete record from reput_from_offset to the CommitLog's max offset."""
+        with self._dispatching:
+            self._do_reput()
+
+    def _do_reput(self) -> None:
         queue = self.commit_log.mapped_file_queue
         while self.reput_from_offset < self.commit_log.get_max_offset():
             if self.reput_from_offset < self.commit_log.get_min_offset():
