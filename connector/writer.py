@@ -43,6 +43,7 @@ OPTION_NAMES = ("endpoints", "topic", "batchSize")
 SPARK_OPTION_NAMES = ("checkpointLocation", "queryName", "path")
 DEFAULT_BATCH_SIZE = 512
 MAX_BATCH_SIZE = 10_000
+MAX_QUEUE_ID = 2**31 - 1   # int32 on the wire
 
 
 def _is_string(data_type: DataType) -> bool:
@@ -184,7 +185,7 @@ class SinkPlan:
         tags = self._strings(batch, "tags", rows)
         keys = self._strings(batch, "keys", rows)
         properties = self._properties(batch, rows)
-        queue_ids = self._column(batch, "queue_id", rows)
+        queue_ids = self._queue_ids(batch, rows)
         messages = [
             OutgoingMessage(body, tag, key, props, queue_id=queue_id)
             for body, tag, key, props, queue_id in zip(bodies, tags, keys, properties, queue_ids, strict=True)
@@ -196,9 +197,19 @@ class SinkPlan:
             grouped[topic].append(message)
         return dict(grouped)
 
-    def _column(self, batch: pa.RecordBatch, name: str, rows: int) -> list:
-        field_name = self.columns.get(name)
-        return batch.column(field_name).to_pylist() if field_name else [None] * rows
+    def _queue_ids(self, batch: pa.RecordBatch, rows: int) -> list[int | None]:
+        name = self.columns.get("queue_id")
+        if name is None:
+            return [None] * rows
+        column = batch.column(name)
+        out_of_range = pc.fill_null(pc.or_(pc.less(column, 0), pc.greater(column, MAX_QUEUE_ID)), False)
+        if pc.any(out_of_range).as_py():
+            row = _first_row(out_of_range)
+            raise RmqSinkError(
+                f"column '{name}' is {column[row].as_py()} in row {row} of a batch: "
+                f"queue ids are 0 to {MAX_QUEUE_ID} (null: the broker picks the queue)"
+            )
+        return column.to_pylist()
 
     def _strings(self, batch: pa.RecordBatch, name: str, rows: int) -> list[str]:
         field_name = self.columns.get(name)

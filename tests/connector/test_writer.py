@@ -196,6 +196,13 @@ def test_null_topic_without_option_is_refused_naming_the_row():
         plan(schema(body=BinaryType(), topic=StringType())).messages_by_topic(batch)
 
 
+@pytest.mark.parametrize("bad", [-1, 2**31])
+def test_queue_id_outside_int32_range_is_refused_naming_the_row(bad):
+    batch = pa.record_batch({"body": pa.array([b"a", b"b"]), "queue_id": pa.array([None, bad], pa.int64())})
+    with pytest.raises(RmqSinkError, match=rf"column 'queue_id' is {bad} in row 1 of a batch: queue ids"):
+        plan(schema(body=BinaryType(), queue_id=LongType()), topic="T").messages_by_topic(batch)
+
+
 def test_null_property_value_is_refused():
     batch = pa.record_batch({
         "body": pa.array([b"a"]),
