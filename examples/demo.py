@@ -135,6 +135,7 @@ def start_spark():
         .appName("rmq-demo")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")   # the listener prints progress
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
