@@ -29,14 +29,15 @@ FILE_SIZE = 256 * 1024 * 1024
 
 
 def make_messages(count: int, body_size: int) -> list[list[MessageToStore]]:
-    """Producer-shaped batches: one queue per batch, a tag and a unique key per message."""
+    """Batches shaped like the broker's: one queue per batch, a tag per message and no keys
+    (what `rmq produce --tags T` sends; every key would add an index entry to the dispatch)."""
     body = os.urandom(body_size)
+    properties = {"TAGS": "TagA"}
     batches = []
     for start in range(0, count, PUT_BATCH):
         queue_id = (start // PUT_BATCH) % QUEUES
-        batches.append([MessageToStore(TOPIC, queue_id, body,
-                                       {"TAGS": "TagA", "UNIQ_KEY": f"U{start + i:012d}"}, born_timestamp=1)
-                        for i in range(min(PUT_BATCH, count - start))])
+        batches.append([MessageToStore(TOPIC, queue_id, body, properties, born_timestamp=1)
+                        for _ in range(min(PUT_BATCH, count - start))])
     return batches
 
 

@@ -29,9 +29,6 @@ class StoreCheckpoint:
         """getMinTimestamp: min(physic, logics) - 3 s (records older are surely dispatched and flushed)."""
         return max(min(self.physic_msg_timestamp, self.logics_msg_timestamp) - 3000, 0)
 
-    def min_timestamp_index(self) -> int:
-        return min(self.min_timestamp(), self.index_msg_timestamp)
-
     def flush(self) -> None:
         data = _LAYOUT.pack(self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -41,11 +41,6 @@ def transaction_type(sys_flag: int) -> int:
     return sys_flag & TRANSACTION_TYPE_MASK
 
 
-def consumes_queue_offset(sys_flag: int) -> bool:
-    """Only NOT/COMMIT messages take a queue offset and a ConsumeQueue entry (spec store §2 step 9)."""
-    return transaction_type(sys_flag) in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
-
-
 def body_crc(body: bytes) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF
 
@@ -65,13 +60,6 @@ class AppendedMessage:
     physical_offset: int
     queue_offset: int
     length: int
-
-
-def encode_properties(properties: dict[str, str]) -> bytes:
-    """name \x01 value \x02 per property (rmq.message_format), joined in C."""
-    if not properties:
-        return b""
-    return ("\x02".join(map(mf.NAME_VALUE_SEPARATOR.join, properties.items())) + "\x02").encode()
 
 
 _TOPIC_PREFIXES: dict[str, bytes] = {}
@@ -96,7 +84,7 @@ def encode_message(message: MessageToStore, max_message_size: int, max_record_in
     prefix = topic_prefix(message.topic)
     if prefix is None:
         return PutMessageStatus.MESSAGE_ILLEGAL
-    properties = encode_properties(message.properties)
+    properties = mf.encode_properties(message.properties).encode() if message.properties else b""
     if len(properties) > mf.MAX_PROPERTIES_LENGTH:
         return PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
     if len(message.born_host) != mf.HOST_SIZE or not 0 <= message.queue_id < 2**31:
@@ -171,7 +159,7 @@ class CommitLog:
                            sys_flag, message.born_timestamp, message.born_host, store_timestamp, store_host,
                            message.reconsume_times, 0, len(body)),
                       body, tail)
-            if not sys_flag & TRANSACTION_PREPARED_TYPE:   # NOT / COMMIT take a queue offset
+            if not sys_flag & TRANSACTION_PREPARED_TYPE:   # only NOT / COMMIT take a queue offset (§2 step 9)
                 pending[key] = queue_offset + 1
             append_result(AppendedMessage(physical_offset, queue_offset, length))
             position += length
@@ -338,7 +326,7 @@ def parse_record(buffer, position: int, file_size: int, file_from_offset: int, c
         return -1, None
     try:
         topic = _topic_name(buffer[body_end + 1:topic_end])
-        properties = decode_properties(buffer[topic_end + 2:end].decode())
+        properties = mf.decode_properties(buffer[topic_end + 2:end].decode())
     except UnicodeDecodeError:
         return -1, None
     tags = properties.get(mf.PROPERTY_TAGS)
@@ -358,12 +346,6 @@ def _topic_name(data: bytes) -> str:
         if len(_TOPIC_NAMES) < 65536:
             _TOPIC_NAMES[data] = name
     return name
-
-
-def decode_properties(text: str) -> dict[str, str]:
-    """The inverse of encode_properties, split in C (names and values never hold \x01/\x02)."""
-    parts = text.replace(mf.NAME_VALUE_SEPARATOR, mf.PROPERTY_SEPARATOR).split(mf.PROPERTY_SEPARATOR)
-    return dict(zip(parts[0::2], parts[1::2], strict=False))
 
 
 _TAGS_CODES: dict[str, int] = {}

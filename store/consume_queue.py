@@ -59,7 +59,7 @@ class ConsumeQueue:
         last = self.mapped_file_queue.last_file()
         if (last is not None and first_expect == last.file_from_offset + last.wrote_position
                 and entries[-1][3] - entries[0][3] == len(entries) - 1
-                and last.append(b"".join([ENTRY.pack(o, s, t) for o, s, t, _ in entries]))):
+                and last.append(b"".join([ENTRY.pack(*entry[:3]) for entry in entries]))):
             self.max_physic_offset = entries[-1][0] + entries[-1][1]
             return
         for commit_log_offset, size, tags_code, cq_offset in entries:

@@ -241,9 +241,6 @@ class IndexService:
             for index_file in self.files:
                 index_file.flush()
 
-    def last_timestamp(self) -> int:
-        return self.files[-1].end_timestamp if self.files else 0
-
     def destroy(self) -> None:
         with self._lock:
             for index_file in self.files:

@@ -37,7 +37,6 @@ class MappedFile:
         self.wrote_position = 0
         self.flushed_position = 0
         self.store_timestamp = 0
-        self.first_create_in_queue = False
         self._ref_count = 1
         self._available = True
         self._cleaned = False

@@ -80,7 +80,6 @@ class MappedFileQueue:
         self.store_path.mkdir(parents=True, exist_ok=True)
         mapped = MappedFile(self.store_path / offset_to_file_name(offset), self.mapped_file_size,
                             create=True, preallocate=self.preallocate)
-        mapped.first_create_in_queue = not self.files
         self.files = [*self.files, mapped]
         return mapped
 

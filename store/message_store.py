@@ -19,10 +19,10 @@ from rmq import message_format as mf
 
 from store.checkpoint import StoreCheckpoint
 from store.commit_log import (
+    TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     CommitLog,
     EncodedMessage,
-    consumes_queue_offset,
     parse_record,
     transaction_type,
 )
@@ -261,17 +261,25 @@ class MessageStore:
     def _dispatch(self, requests: list[DispatchRequest]) -> None:
         """doDispatch for a chunk of records: ConsumeQueue entries (NOT/COMMIT messages, written
         per queue together), the index (all but ROLLBACK), then the listeners."""
-        visible = [r for r in requests if consumes_queue_offset(r.sys_flag)]
-        by_queue: dict[tuple[str, int], list[DispatchRequest]] = {}
-        for request in visible:
-            by_queue.setdefault((request.topic, request.queue_id), []).append(request)
-        for (topic, queue_id), queued in by_queue.items():
-            self.find_consume_queue(topic, queue_id, create=True).put_message_positions(
-                [(r.commit_log_offset, r.msg_size, r.tags_code, r.consume_queue_offset) for r in queued])
+        by_queue: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
+        visible: list[DispatchRequest] = []
+        for request in requests:
+            if not request.sys_flag & TRANSACTION_PREPARED_TYPE:     # NOT / COMMIT (spec store §8)
+                visible.append(request)
+                entry = (request.commit_log_offset, request.msg_size, request.tags_code,
+                         request.consume_queue_offset)
+                queued = by_queue.get((request.topic, request.queue_id))
+                if queued is None:
+                    by_queue[(request.topic, request.queue_id)] = [entry]
+                else:
+                    queued.append(entry)
+        for (topic, queue_id), entries in by_queue.items():
+            self.find_consume_queue(topic, queue_id, create=True).put_message_positions(entries)
         if self.config.message_index_enable:
             build_index = self.index_service.build_index
             for request in requests:
-                if transaction_type(request.sys_flag) != TRANSACTION_ROLLBACK_TYPE:
+                if (request.keys or request.uniq_key) and (
+                        transaction_type(request.sys_flag) != TRANSACTION_ROLLBACK_TYPE):
                     build_index(request)
         self._last_dispatched_timestamp = requests[-1].store_timestamp
         for listener in self._listeners:
