@@ -62,6 +62,13 @@ class AppendedMessage:
     length: int
 
 
+@dataclass(slots=True)
+class AppendedBatch:
+    start_offset: int    # where this append began writing (an end-of-file blank record or the first record)
+    end_offset: int      # just after the last record
+    messages: list[AppendedMessage]
+
+
 _TOPIC_PREFIXES: dict[str, bytes] = {}
 
 
@@ -84,9 +91,15 @@ def encode_message(message: MessageToStore, max_message_size: int, max_record_in
     prefix = topic_prefix(message.topic)
     if prefix is None:
         return PutMessageStatus.MESSAGE_ILLEGAL
-    properties = mf.encode_properties(message.properties).encode() if message.properties else b""
-    if len(properties) > mf.MAX_PROPERTIES_LENGTH:
-        return PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+    properties = b""
+    if message.properties:
+        text = mf.encode_properties(message.properties)
+        count = len(message.properties)
+        if text.count(mf.NAME_VALUE_SEPARATOR) != count or text.count(mf.PROPERTY_SEPARATOR) != count:
+            return PutMessageStatus.MESSAGE_ILLEGAL   # a name or value holds \x01 / \x02
+        properties = text.encode()
+        if len(properties) > mf.MAX_PROPERTIES_LENGTH:
+            return PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
     if len(message.born_host) != mf.HOST_SIZE or not 0 <= message.queue_id < 2**31:
         return PutMessageStatus.MESSAGE_ILLEGAL
     body = message.body
@@ -116,11 +129,9 @@ class CommitLog:
 
     # -- append --------------------------------------------------------------------------------
 
-    def append(self, batch: list[EncodedMessage], store_timestamp: int) -> list[AppendedMessage]:
+    def append(self, batch: list[EncodedMessage], store_timestamp: int) -> AppendedBatch:
         """Append a validated batch; the caller holds put_lock. Raises OSError (nothing
         written) when a needed file cannot be created."""
-        if not batch:
-            return []
         queue = self.mapped_file_queue
         file_size = queue.mapped_file_size
         last = queue.last_file()
@@ -131,6 +142,7 @@ class CommitLog:
             new_offsets.append(file_offset)
         else:
             file_offset, position = last.file_from_offset, last.wrote_position
+        start_offset = file_offset + position
         segments: list[tuple[int, int, list[bytes]]] = [(file_offset, position, [])]
         parts = segments[0][2]
         pending: dict[str, int] = {}
@@ -173,7 +185,7 @@ class CommitLog:
             mapped.wrote_position = start + len(data) if index == len(segments) - 1 else file_size
             mapped.store_timestamp = store_timestamp
         table.update(pending)
-        return appended
+        return AppendedBatch(start_offset, file_offset + position, appended)
 
     # -- read ------------------------------------------------------------------------------------
 
@@ -334,6 +346,20 @@ def parse_record(buffer, position: int, file_size: int, file_from_offset: int, c
                               store_timestamp, queue_offset, properties.get(mf.PROPERTY_KEYS, ""),
                               properties.get(mf.PROPERTY_UNIQ_KEY, ""), sys_flag)
     return total_size, request
+
+
+def appended_requests(batch: list[EncodedMessage], appended: AppendedBatch, store_timestamp: int
+                      ) -> list[DispatchRequest]:
+    """The DispatchRequests parse_record would read back from the records just appended."""
+    requests = []
+    for (message, _, _, _, length), stored in zip(batch, appended.messages, strict=True):
+        properties = message.properties
+        tags = properties.get(mf.PROPERTY_TAGS)
+        requests.append(DispatchRequest(
+            message.topic, message.queue_id, stored.physical_offset, length, tags_code(tags) if tags else 0,
+            store_timestamp, stored.queue_offset, properties.get(mf.PROPERTY_KEYS, ""),
+            properties.get(mf.PROPERTY_UNIQ_KEY, ""), message.sys_flag))
+    return requests
 
 
 _TOPIC_NAMES: dict[bytes, str] = {}

@@ -23,6 +23,7 @@ from store.commit_log import (
     TRANSACTION_ROLLBACK_TYPE,
     CommitLog,
     EncodedMessage,
+    appended_requests,
     parse_record,
     transaction_type,
 )
@@ -235,17 +236,18 @@ class MessageStore:
                 return _failed(messages, PutMessageStatus.SERVICE_NOT_AVAILABLE)
         if self._group_commit is not None:
             self._group_commit.wakeup()       # the flush runs while this thread dispatches
-        if not self.reput.try_dispatch_now():
+        if not self.reput.try_dispatch_appended(
+                appended.start_offset, appended.end_offset,
+                lambda: appended_requests(batch, appended, store_timestamp)):
             self.reput.wakeup()
         status = PutMessageStatus.PUT_OK
         if self._group_commit is not None:
-            end = appended[-1].physical_offset + appended[-1].length
-            if not self._group_commit.wait_for_flush(end, self.config.sync_flush_timeout_ms):
+            if not self._group_commit.wait_for_flush(appended.end_offset, self.config.sync_flush_timeout_ms):
                 status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         host = self.commit_log.store_host
         return [PutMessageResult(status, mf.message_id(host, a.physical_offset), m.queue_id, a.queue_offset,
                                  a.physical_offset, store_timestamp)
-                for m, a in zip(messages, appended, strict=True)]
+                for m, a in zip(messages, appended.messages, strict=True)]
 
     def is_writeable(self) -> bool:
         return not self._disk_full and self._write_error is None

@@ -2,8 +2,8 @@
 dispatch listeners (spec store §8), in CommitLog order, one dispatcher at a time.
 
 Instead of RocketMQ's 1 ms sleep loop: a putting thread dispatches its own records right after
-appending when no dispatch is running (`try_dispatch_now`, no thread hand-off), otherwise it
-wakes the service thread, which sleeps on the wake-up event when idle."""
+appending when no dispatch is running (`try_dispatch_appended`, no thread hand-off), otherwise
+it wakes the service thread, which sleeps on the wake-up event when idle."""
 
 from __future__ import annotations
 
@@ -39,11 +39,18 @@ class ReputMessageService(ServiceThread):
     def behind(self) -> int:
         return self.commit_log.get_max_offset() - self.reput_from_offset
 
-    def try_dispatch_now(self) -> bool:
-        """Dispatch on the calling thread unless another dispatch is running (False then)."""
+    def try_dispatch_appended(self, start_offset: int, end_offset: int,
+                              requests: Callable[[], list[DispatchRequest]]) -> bool:
+        """Dispatch on the calling thread, a putter that just appended [start_offset, end_offset),
+        unless another dispatch is running (False then). When dispatch stands exactly at
+        start_offset, the putter's records are dispatched from the requests it already knows
+        instead of being parsed back from the CommitLog."""
         if not self._dispatching.acquire(blocking=False):
             return False
         try:
+            if self.reput_from_offset == start_offset:
+                self.dispatch(requests())
+                self.reput_from_offset = end_offset
             self._do_reput()
         finally:
             self._dispatching.release()

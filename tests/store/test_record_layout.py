@@ -9,7 +9,14 @@ from pathlib import Path
 from rmq import message_format as mf
 
 from store import FlushDiskType, MessageToStore, PutMessageStatus
-from store.commit_log import HEADER, TRANSACTION_PREPARED_TYPE, CommitLog, body_crc
+from store.commit_log import (
+    HEADER,
+    TRANSACTION_PREPARED_TYPE,
+    CommitLog,
+    appended_requests,
+    body_crc,
+    parse_record,
+)
 from store.config import BrokerRole
 from store.consume_queue import entry_bytes
 from tests.store.conftest import message, small_config, wait_dispatched
@@ -37,7 +44,7 @@ def test_tv2_record_bytes_are_exact(tmp_path: Path) -> None:
     commit_log = CommitLog(config)
     encoded = commit_log.encode(MessageToStore("T", 0, b"hi", {}, born_timestamp=1,
                                                born_host=bytes([127, 0, 0, 1]) + (1234).to_bytes(4, "big")))
-    appended = commit_log.append([encoded], store_timestamp=2)
+    appended = commit_log.append([encoded], store_timestamp=2).messages
     record = commit_log.get_message(0, appended[0].length)
     assert record.hex() == TV2_HEX
     assert appended[0].length == 94 and body_crc(b"hi") == 1486039724
@@ -167,10 +174,36 @@ def test_tv5_physical_offset_in_a_later_file(tmp_path: Path) -> None:
     commit_log.mapped_file_queue.create_file(size)
     commit_log.mapped_file_queue.files[0].wrote_position = 100
     appended = commit_log.append([commit_log.encode(message())], 5)
-    assert appended[0].physical_offset == size + 100
+    assert appended.messages[0].physical_offset == size + 100
+    assert (appended.start_offset, appended.end_offset) == (size + 100, size + 100 + 105)
     header = HEADER.unpack(commit_log.get_message(size + 100, HEADER.size))
     assert header[6] == size + 100
     commit_log.close()
+
+
+def test_dispatch_of_appended_records_equals_parsing_them(tmp_path: Path) -> None:
+    commit_log = CommitLog(small_config(tmp_path / "s", mapped_file_size_commit_log=4096))
+    batch = [commit_log.encode(m) for m in (
+        message(body=b"a" * 1500, TAGS="TagA", KEYS="k1 k2", UNIQ_KEY="U1"),
+        MessageToStore("Other", 3, b"b" * 1500, {"x": "y"}, sys_flag=TRANSACTION_PREPARED_TYPE),
+        message(body=b"c" * 1500, TAGS="TagB"))]       # the third record starts the next file
+    appended = commit_log.append(batch, store_timestamp=9)
+    parsed = []
+    for stored in appended.messages:
+        mapped = commit_log.mapped_file_queue.find_mapped_file_by_offset(stored.physical_offset)
+        size, request = parse_record(mapped.mm, stored.physical_offset - mapped.file_from_offset,
+                                     mapped.file_size, mapped.file_from_offset, True)
+        assert size == stored.length
+        parsed.append(request)
+    assert appended_requests(batch, appended, 9) == parsed
+    assert (appended.start_offset, appended.end_offset) == (0, 4096 + appended.messages[2].length)
+    commit_log.close()
+
+
+def test_property_separators_are_refused(open_store) -> None:
+    store = open_store()
+    assert store.put_message(message(k="a\x02KEYS\x01x")).status is PutMessageStatus.MESSAGE_ILLEGAL
+    assert store.put_message(message(**{"a\x01b": "v"})).status is PutMessageStatus.MESSAGE_ILLEGAL
 
 
 def test_tv19_consume_queue_entry_bytes(open_store) -> None:
