@@ -43,14 +43,15 @@ def wait_for_registration(client: RmqClient, timeout: float = 30.0) -> None:
         time.sleep(0.2)
 
 
-def wait_for_route(client: RmqClient, expected: list[tuple[str, int]], timeout: float = 60.0) -> None:
+def wait_for_route(client: RmqClient, expected: list[tuple[str, int]], topic: str = TOPIC,
+                   timeout: float = 60.0) -> None:
     """Brokers report new topics to the name server (RocketMQ registerBroker): wait for both."""
     deadline = time.monotonic() + timeout
     while True:
-        placed = sorted((mq.broker_name, mq.queue_id) for mq in client.query_route(TOPIC).message_queues)
+        placed = sorted((mq.broker_name, mq.queue_id) for mq in client.query_route(topic).message_queues)
         if placed == expected:
             return
-        assert time.monotonic() < deadline, f"route of {TOPIC}: {placed}"
+        assert time.monotonic() < deadline, f"route of {topic}: {placed}"
         time.sleep(0.5)
 
 
@@ -85,3 +86,19 @@ def test_spark_reads_all_queues_of_both_brokers_exactly_once(spark, namesrv, clu
     assert sorted(bytes(r.body) for r in rows) == sorted(bodies)
     committed = cluster.query_consumer_offsets(GROUP, TOPIC)
     assert {mq: committed.get(mq) for mq in offsets} == {mq: q.max_offset for mq, q in offsets.items()}
+
+
+def test_spark_sink_spreads_writes_over_both_brokers(spark, namesrv, cluster: RmqClient):
+    cluster.create_topic("cluster-sink", queues=4)
+    wait_for_route(cluster, [(b, q) for b in BROKERS for q in range(4)], topic="cluster-sink")
+    rows = spark.range(2000).selectExpr("concat('row-', id) AS body", "'sink' AS tags")
+    rows.write.format("rmq").mode("append").options(endpoints=namesrv.address, topic="cluster-sink",
+                                                    batchSize="250").save()
+
+    offsets = cluster.topic_offsets("cluster-sink")
+    per_broker = {b: sum(q.max_offset for mq, q in offsets.items() if mq.broker_name == b) for b in BROKERS}
+    assert sum(per_broker.values()) == 2000 and all(per_broker.values()), per_broker
+    back = spark.read.format("rmq").options(endpoints=namesrv.address, topic="cluster-sink").load()
+    assert sorted(bytes(r.body) for r in back.select("body").collect()) == sorted(
+        f"row-{i}".encode() for i in range(2000)
+    )
