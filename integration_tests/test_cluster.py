@@ -1,6 +1,7 @@
 """The docker-compose topology as local processes: a name server, two brokers registered with
 it, a topic with 4 queues on each broker, a producer, and a Spark streaming query that reads
-every message of all 8 queues exactly once (then the group's lag is 0)."""
+every message of all 8 queues exactly once (then the group's lag is 0); and the Spark sink
+writing through the name server to both brokers."""
 
 from __future__ import annotations
 
