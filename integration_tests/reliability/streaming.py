@@ -14,16 +14,18 @@ OUTPUT_COLUMNS = ["queue_id", "queue_offset", "body"]
 
 
 def start_query(spark: Any, endpoints: str, topic: str, group: str, checkpoint: str, output: str,
-                trigger_seconds: float = 1.0, **options: str) -> Any:
-    """Start `topic` -> parquet at `output` (checkpoint at `checkpoint`); `options` are extra
-    source options (startingOffsets defaults to earliest)."""
+                trigger_seconds: float = 1.0, available_now: bool = False, **options: str) -> Any:
+    """Start `topic` -> parquet at `output` (checkpoint at `checkpoint`) with a processing-time
+    trigger, or Trigger.AvailableNow; `options` are extra source options (startingOffsets
+    defaults to earliest)."""
     reader = (spark.readStream.format("rmq").option("endpoints", endpoints).option("topic", topic)
               .option("consumerGroup", group).option("startingOffsets", "earliest"))
     for name, value in options.items():
         reader = reader.option(name, value)
+    trigger = {"availableNow": True} if available_now else {"processingTime": f"{trigger_seconds} seconds"}
     return (reader.load().select(*OUTPUT_COLUMNS).writeStream.format("parquet")
             .option("checkpointLocation", checkpoint).option("path", output)
-            .trigger(processingTime=f"{trigger_seconds} seconds").start())
+            .trigger(**trigger).start())
 
 
 def read_output(spark: Any, output: str) -> list[StoredMessage]:

@@ -13,7 +13,7 @@ from connector.client import MessageQueue, OutgoingMessage, RmqClient
 from connector.message_decoder import decode
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class StoredMessage:
     """Where a message lives: its queue, its ConsumeQueue offset and its (unique) body."""
 
