@@ -151,3 +151,68 @@ def gaps_and_repeats(messages: list[StoredMessage]) -> tuple[list[str], list[str
         if missing:
             gaps.append(f"queue {queue_id}: {len(missing)} offsets missing, first {min(missing)}")
     return gaps, repeats
+
+
+class GroupConsumers:
+    """`consumers` threads of one consumer group sharing the queues of `topic` (queue i goes to
+    thread i % consumers), each pulling its queues in turn from offset 0 with long polling and
+    committing its position with every pull, until `finish` names the final offsets."""
+
+    def __init__(self, endpoints: str, topic: str, group: str, consumers: int = 2,
+                 pull_batch: int = 256) -> None:
+        self.endpoints = endpoints
+        self.topic = topic
+        self.group = group
+        self.pull_batch = pull_batch
+        self.read: list[StoredMessage] = []
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+        self._final: dict[int, int] | None = None
+        self._stop = threading.Event()
+        with RmqClient(endpoints) as client:
+            mqs = sorted(client.topic_offsets(topic), key=lambda mq: mq.queue_id)
+        self._threads = [threading.Thread(target=self._run, args=(mqs[n::consumers],), daemon=True)
+                         for n in range(consumers)]
+
+    def __enter__(self) -> GroupConsumers:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(30)
+
+    def finish(self, final_offsets: dict[int, int], timeout: float = 120) -> list[StoredMessage]:
+        """Read up to `final_offsets` (queue id -> offset) and return everything read."""
+        self._final = final_offsets
+        for thread in self._threads:
+            thread.join(timeout)
+        alive = [t for t in self._threads if t.is_alive()]
+        assert not alive, f"{self.group} did not finish: {self.errors[-3:]}"
+        return self.read
+
+    def _done(self, mq: MessageQueue, offset: int) -> bool:
+        return self._final is not None and offset >= self._final.get(mq.queue_id, 0)
+
+    def _run(self, mqs: list[MessageQueue]) -> None:
+        offsets = dict.fromkeys(mqs, 0)
+        with RmqClient(self.endpoints) as client:
+            while not self._stop.is_set() and not all(self._done(mq, o) for mq, o in offsets.items()):
+                for mq, offset in offsets.items():
+                    if self._done(mq, offset):
+                        continue
+                    try:
+                        result = client.pull(mq, offset, self.pull_batch, group=self.group,
+                                             suspend_timeout_ms=50, commit_offset=offset)
+                    except Exception as error:  # noqa: BLE001 - recorded, the loop retries
+                        self.errors.append(f"{type(error).__name__}: {error}")
+                        continue
+                    if result.messages.count:
+                        columns = decode(result.messages, mq.broker_name).to_pydict()
+                        batch = [StoredMessage(q, o, b) for q, o, b in zip(
+                            columns["queue_id"], columns["queue_offset"], columns["body"], strict=True)]
+                        with self._lock:
+                            self.read += batch
+                    offsets[mq] = max(offset, result.next_begin_offset)

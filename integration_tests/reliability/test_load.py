@@ -1,0 +1,65 @@
+"""Scenario 6: load. Several producer threads and two consumer groups (two consumers each,
+long polling) against one broker on loopback for a fixed time. Figures: send throughput,
+p50/p99 batch send latency, consume throughput; and every acknowledged message is read
+exactly once by each group (clustering: each queue belongs to one consumer of the group)."""
+
+from __future__ import annotations
+
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from connector.client import RmqClient
+from integration_tests import processes
+from integration_tests.reliability.report import ReliabilityReport, tally
+from integration_tests.reliability.traffic import GroupConsumers, Producers, gaps_and_repeats
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "load"
+QUEUES = 8
+GROUPS = ("load-group-a", "load-group-b")
+SECONDS = 10.0
+
+
+def test_producers_and_two_groups_under_load_read_everything_once_per_group(
+        tmp_path: Path, report: ReliabilityReport) -> None:
+    server = processes.broker(tmp_path, flush="sync")
+    server.start()
+    try:
+        with RmqClient(server.address) as client:
+            client.create_topic(TOPIC, queues=QUEUES)
+        groups = [GroupConsumers(server.address, TOPIC, group, consumers=2) for group in GROUPS]
+        with ExitStack() as stack:
+            for group in groups:
+                stack.enter_context(group)
+            started = time.monotonic()
+            with Producers(server.address, TOPIC, threads=3, batch=64, body_size=100) as producers:
+                time.sleep(SECONDS)
+            produced_for = time.monotonic() - started
+            with RmqClient(server.address) as client:
+                final = {mq.queue_id: o.max_offset for mq, o in client.topic_offsets(TOPIC).items()}
+            reads = {group.group: group.finish(final) for group in groups}
+            consumed_for = time.monotonic() - started
+    finally:
+        server.stop()
+
+    ledger = producers.ledger
+    acknowledged = ledger.acknowledged_messages()
+    latencies = np.array(ledger.latencies_ms)
+    for name, read in reads.items():
+        figures = report.record(tally(
+            f"load: 3 producers, group {name[-1]} of 2 (2 consumers)", ledger.sent,
+            (m.body for m in acknowledged), (m.body for m in read),
+            notes=f"{SECONDS:.0f} s, sync flush, 64-message batches of 100 B",
+            send_msgs_per_s=f"{len(acknowledged) / produced_for:.0f}",
+            consume_msgs_per_s=f"{len(read) / consumed_for:.0f}",
+            send_batch_p50_ms=f"{np.percentile(latencies, 50):.1f}",
+            send_batch_p99_ms=f"{np.percentile(latencies, 99):.1f}"))
+        assert figures.lost == 0 and figures.duplicated == 0
+        assert set(acknowledged) <= set(read)
+        assert gaps_and_repeats(read) == ([], [])
+    assert ledger.errors == []
