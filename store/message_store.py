@@ -236,9 +236,14 @@ class MessageStore:
                 return _failed(messages, PutMessageStatus.SERVICE_NOT_AVAILABLE)
         if self._group_commit is not None:
             self._group_commit.wakeup()       # the flush runs while this thread dispatches
-        if not self.reput.try_dispatch_appended(
+        try:
+            dispatched = self.reput.try_dispatch_appended(
                 appended.start_offset, appended.end_offset,
-                lambda: appended_requests(batch, appended, store_timestamp)):
+                lambda: appended_requests(batch, appended, store_timestamp))
+        except Exception:   # the records are stored: the reput thread retries the dispatch
+            log.exception("dispatch after append failed")
+            dispatched = False
+        if not dispatched:
             self.reput.wakeup()
         status = PutMessageStatus.PUT_OK
         if self._group_commit is not None:
