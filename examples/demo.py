@@ -139,6 +139,9 @@ def start_spark():
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    # PySpark's SIGINT handler cancels jobs through py4j from inside the handler, re-entering a
+    # busy py4j connection (tracebacks); the demo stops its query itself on KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from connector.data_source import register
 
     register(spark)
@@ -191,7 +194,10 @@ def orders_by_status(spark, endpoints: str) -> list:
         .trigger(availableNow=True).start()
     )
     try:
-        query.awaitTermination()
+        while query.isActive:   # polling: Ctrl-C lands in sleep(), not inside a py4j call
+            time.sleep(0.2)
+        if query.exception() is not None:
+            raise query.exception()
     finally:
         query.stop()
     return spark.table("orders_by_status").orderBy("status").collect()

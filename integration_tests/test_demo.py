@@ -49,13 +49,13 @@ def test_demo_consumes_everything_and_reports_lag_0():
     assert_cleaned_up(output)
 
 
-def test_ctrl_c_stops_the_broker_and_removes_the_store():
-    demo = subprocess.Popen(DEMO, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def test_ctrl_c_during_the_query_stops_spark_and_the_broker_and_removes_the_store():
+    demo = subprocess.Popen(DEMO, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     lines = []
     try:
         for line in demo.stdout:
             lines.append(line)
-            if "creating topic" in line:
+            if "query started" in line:
                 demo.send_signal(signal.SIGINT)
                 break
         lines += demo.stdout.readlines()
@@ -65,4 +65,5 @@ def test_ctrl_c_stops_the_broker_and_removes_the_store():
             demo.kill()
     output = "".join(lines)
     assert "interrupted: everything the demo started has been stopped" in output
+    assert "Spark stopped" in output
     assert_cleaned_up(output)
