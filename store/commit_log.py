@@ -272,8 +272,7 @@ class CommitLog:
                 position = 0
             else:
                 break
-        if index + 1 < len(files):
-            self._refuse_if_later_data(files[index], position, files[index + 1])
+        self._refuse_if_valid_records_follow(files, index, position)
         process_offset = files[index].file_from_offset + position
         queue.set_flushed_where(process_offset)
         queue.truncate_dirty_files(process_offset)
@@ -293,12 +292,20 @@ class CommitLog:
                 return index
         return 0
 
-    def _refuse_if_later_data(self, mapped: MappedFile, position: int, following: MappedFile) -> None:
-        size, _ = parse_record(following.mm, 0, following.file_size, following.file_from_offset, False)
-        if size != -1:
+    def _refuse_if_valid_records_follow(self, files: list[MappedFile], index: int, position: int) -> None:
+        """A torn tail is only ever followed by garbage. A complete record (magic, size,
+        physical offset and CRC all right) after the invalid one means the damage is in the
+        middle: truncating would drop acknowledged messages, so the store is refused."""
+        mapped = files[index]
+        later = _find_valid_record(mapped, position + 1)
+        if later is None and index + 1 < len(files):
+            following = files[index + 1]
+            if parse_record(following.mm, 0, following.file_size, following.file_from_offset, True)[0] > 0:
+                later = following.file_from_offset
+        if later is not None:
             raise StoreError(
                 f"{mapped.path}: invalid record at position {position} (offset "
-                f"{mapped.file_from_offset + position}) but {following.path} holds later records: "
+                f"{mapped.file_from_offset + position}) but a complete record follows at offset {later}: "
                 "the CommitLog is corrupt beyond a torn tail; refusing to truncate it")
 
     def close(self) -> None:
@@ -360,6 +367,20 @@ def appended_requests(batch: list[EncodedMessage], appended: AppendedBatch, stor
             store_timestamp, stored.queue_offset, properties.get(mf.PROPERTY_KEYS, ""),
             properties.get(mf.PROPERTY_UNIQ_KEY, ""), message.sys_flag))
     return requests
+
+
+_MAGIC_BYTES = struct.pack(">i", mf.MESSAGE_MAGIC_CODE)
+
+
+def _find_valid_record(mapped: MappedFile, start: int) -> int | None:
+    """Offset of the first complete, CRC-checked record beginning at or after `start`."""
+    found = mapped.mm.find(_MAGIC_BYTES, start + mf.MAGIC_CODE_POS)
+    while found != -1:
+        position = found - mf.MAGIC_CODE_POS
+        if parse_record(mapped.mm, position, mapped.file_size, mapped.file_from_offset, True)[0] > 0:
+            return mapped.file_from_offset + position
+        found = mapped.mm.find(_MAGIC_BYTES, found + 1)
+    return None
 
 
 _TOPIC_NAMES: dict[bytes, str] = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
@@ -258,6 +259,43 @@ def test_refuses_corruption_before_the_tail(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match=problem):
         store.start()
     assert {p.name: p.read_bytes() for p in (tmp_path / "s" / "commitlog").iterdir()} == before
+
+
+def test_refuses_corruption_inside_the_last_file(tmp_path: Path) -> None:
+    store = MessageStore(small_config(tmp_path / "s", mapped_file_size_commit_log=65536))
+    store.start()
+    results = store.put_messages([message(body=b"x" * 300) for _ in range(20)])
+    store.shutdown()
+    (tmp_path / "s" / "abort").touch()
+    last = tmp_path / "s" / "commitlog" / "00000000000000000000"
+    data = bytearray(last.read_bytes())
+    data[results[10].physical_offset + 100] ^= 0xFF         # record 10's body: records 11-19 follow
+    last.write_bytes(bytes(data))
+    store = MessageStore(store.config)
+    with pytest.raises(StoreError, match=f"invalid record at position {results[10].physical_offset} .* "
+                                         f"complete record follows at offset {results[11].physical_offset}"):
+        store.start()
+    assert last.read_bytes() == bytes(data)
+
+
+def test_garbage_shaped_like_a_record_after_the_tail_is_torn(tmp_path: Path) -> None:
+    store = MessageStore(small_config(tmp_path / "s", mapped_file_size_commit_log=65536))
+    store.start()
+    results = store.put_messages([message(body=b"x" * 300) for _ in range(5)])
+    store.shutdown()
+    end = results[-1].physical_offset + 300 + 91 + 9
+    last = tmp_path / "s" / "commitlog" / "00000000000000000000"
+    with open(last, "r+b") as file:
+        file.seek(end)
+        file.write(struct.pack(">ii", 400, mf.MESSAGE_MAGIC_CODE) + os.urandom(392))
+    (tmp_path / "s" / "abort").touch()
+    store = MessageStore(store.config)
+    store.start()
+    try:
+        assert store.get_commit_log_max_offset() == end
+        assert store.put_message(message()).physical_offset == end
+    finally:
+        store.shutdown()
 
 
 # -- kill -9 under SYNC flush ---------------------------------------------------------------
