@@ -89,22 +89,27 @@ def measure_pair(
 
 @dataclass(frozen=True)
 class Target:
-    """What a row must reach: a minimum ratio to its reference, or a maximum value."""
+    """What a row must reach: a minimum or maximum ratio to its reference, or a maximum value."""
 
     min_ratio: float | None = None
+    max_ratio: float | None = None
     max_value: float | None = None
     unit: str = ""
 
     def describe(self) -> str:
         if self.min_ratio is not None:
             return f"≥ {self.min_ratio:g}× reference"
+        if self.max_ratio is not None:
+            return f"≤ {self.max_ratio:g}× reference"
         return f"< {self.max_value:g} {self.unit}"
 
     def met(self, row: Row) -> bool | None:
-        if self.min_ratio is not None:
-            ratio = row.ratio
-            return None if ratio is None else ratio >= self.min_ratio
-        return None if row.value is None else row.value.median < self.max_value
+        if self.max_value is not None:
+            return None if row.value is None else row.value.median < self.max_value
+        ratio = row.ratio
+        if ratio is None:
+            return None
+        return ratio >= self.min_ratio if self.min_ratio is not None else ratio <= self.max_ratio
 
 
 @dataclass

@@ -36,7 +36,13 @@ class Ingest:
 
 
 def e2e_rows(env: Environment) -> list[Row]:
-    """Row 5: 8 queues, the run's e2e message count, 100-byte bodies."""
+    """A streaming query `spark.readStream.format("rmq")` with Trigger.AvailableNow into the
+    `noop` sink reads a topic of 8 queues pre-filled with 100-byte messages (connector defaults:
+    pullBatchSize 4096); rows/s from `start()` to termination, so query start-up counts.
+    Reference: the same query over `bench/reference_source.py`, a Python streaming source whose
+    8 partitions yield one memory-mapped Arrow batch, decoded from this topic's first pull,
+    over and over (zero-copy, identical schema and rows). Spark `local[2]`, one warm-up
+    query of each source before measuring."""
     with env.broker() as broker:
         _warm_up(env, broker.address)
         ingest = _fill(broker.address, "bench-e2e", E2E_QUEUES, env.scale.e2e_messages)
@@ -45,8 +51,10 @@ def e2e_rows(env: Environment) -> list[Row]:
 
 
 def scaling_rows(env: Environment) -> list[Row]:
-    """Row 6: queues 1..16 on one broker, then 8 queues over 2 brokers (4 each, via a name
-    server) against the 8-queue point on one broker."""
+    """The end-to-end query of row 5 over topics of 1, 2, 4, 8 and 16 queues on one broker,
+    then over 8 queues spread on two brokers (4 each, routes from a name server; compare with
+    the 8-queue row on one broker); each against the reference source with as many
+    partitions. Smaller topics than row 5, so start-up weighs more."""
     count, repeats = env.scale.scaling_messages, env.scale.scaling_repeats
     rows = []
     with env.broker() as broker:

@@ -56,6 +56,8 @@ def test_ratio_and_verdict_against_targets() -> None:
     assert fast.ratio == 1.5 and fast.verdict == "met"
     assert slow.ratio == 0.5 and slow.verdict == "**missed**"
     assert latency.verdict == "**missed**"
+    bounded = Row("memory", "MiB", Stats.of([82.0]), "1/8 range", Stats.of([68.0]), Target(max_ratio=2.0))
+    assert bounded.verdict == "met" and Target(max_ratio=2.0).describe() == "≤ 2× reference"
     missing = not_measured("e2e", "connector not available", Target(min_ratio=0.6))
     assert missing.ratio is None and missing.verdict == "—"
 
