@@ -30,7 +30,8 @@ class ConsumeQueue:
     def __init__(self, topic: str, queue_id: int, root: Path, mapped_file_size: int) -> None:
         self.topic = topic
         self.queue_id = queue_id
-        self.mapped_file_queue = MappedFileQueue(root / topic / str(queue_id), mapped_file_size)
+        self.mapped_file_queue = MappedFileQueue(root / topic / str(queue_id), mapped_file_size,
+                                                 preallocate=True)
         self.entries_per_file = mapped_file_size // CQ_STORE_UNIT_SIZE
         self.max_physic_offset = -1      # end (offset + size) of the last entry's record
         self.min_logic_offset = 0        # byte offset of the first valid entry

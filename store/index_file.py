@@ -18,6 +18,7 @@ from pathlib import Path
 from rmq import message_format as mf
 
 from store.errors import StoreError
+from store.mapped_file import allocate_file
 from store.results import DispatchRequest
 
 INDEX_HEADER_SIZE = 40
@@ -57,7 +58,7 @@ class IndexFile:
             if actual not in (0, size):
                 raise StoreError(f"{path}: size {actual} differs from the configured index file size {size}")
             if actual == 0:
-                os.ftruncate(fd, size)
+                allocate_file(fd, size, preallocate=True)
             self.mm = mmap.mmap(fd, size)
         finally:
             os.close(fd)

@@ -49,7 +49,7 @@ class MappedFile:
         fd = os.open(self.path, flags, 0o644)
         try:
             if os.fstat(fd).st_size != self.file_size:
-                _allocate(fd, self.file_size, preallocate)
+                allocate_file(fd, self.file_size, preallocate)
             self.mm = mmap.mmap(fd, self.file_size)
         except OSError:
             os.close(fd)
@@ -189,9 +189,9 @@ class MappedFile:
         return f"MappedFile({self.path.name}, wrote={self.wrote_position})"
 
 
-def _allocate(fd: int, size: int, preallocate: bool) -> None:
-    """Size the file. CommitLog files reserve their blocks (ENOSPC surfaces here as OSError
-    instead of SIGBUS on a later page fault); others stay sparse."""
+def allocate_file(fd: int, size: int, preallocate: bool) -> None:
+    """Size the file. Preallocated files reserve their blocks, so a full filesystem surfaces
+    here as OSError (ENOSPC) instead of as SIGBUS on a later page fault in a sparse file."""
     if preallocate and hasattr(os, "posix_fallocate"):
         try:
             os.posix_fallocate(fd, 0, size)

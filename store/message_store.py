@@ -231,8 +231,7 @@ class MessageStore:
             try:
                 appended = self.commit_log.append(batch, store_timestamp)
             except OSError as error:
-                self._write_error = f"{error.strerror or error} ({error.filename or self.config.store_dir})"
-                log.error("CommitLog append failed, store marked not writeable: %s", self._write_error)
+                self._mark_write_error(error)
                 return _failed(messages, PutMessageStatus.SERVICE_NOT_AVAILABLE)
         if self._group_commit is not None:
             self._group_commit.wakeup()       # the flush runs while this thread dispatches
@@ -266,6 +265,17 @@ class MessageStore:
         self._listeners.append(listener)
 
     def _dispatch(self, requests: list[DispatchRequest]) -> None:
+        try:
+            self._dispatch_chunk(requests)
+        except OSError as error:   # no room for a ConsumeQueue / index file: refuse puts until there is
+            self._mark_write_error(error)
+            raise
+
+    def _mark_write_error(self, error: OSError) -> None:
+        self._write_error = f"{error.strerror or error} ({error.filename or self.config.store_dir})"
+        log.error("store write failed, store marked not writeable: %s", self._write_error)
+
+    def _dispatch_chunk(self, requests: list[DispatchRequest]) -> None:
         """doDispatch for a chunk of records: ConsumeQueue entries (NOT/COMMIT messages, written
         per queue together), the index (all but ROLLBACK), then the listeners."""
         by_queue: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}

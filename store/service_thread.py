@@ -7,6 +7,8 @@ import threading
 
 log = logging.getLogger(__name__)
 
+ERROR_RETRY_S = 1.0
+
 
 class ServiceThread:
     name = "service"
@@ -40,7 +42,7 @@ class ServiceThread:
                 self.run_once()
             except Exception:
                 log.exception("%s service has exception", self.name)
-                self.wait_for_running(0.1)
+                self.wait_for_running(ERROR_RETRY_S)
 
     def run_once(self) -> None:
         raise NotImplementedError
