@@ -11,10 +11,14 @@ list and applies the allocation strategy per topic.
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import socket
 import threading
 import uuid
+import weakref
 from collections.abc import Sequence
+from types import FrameType
 
 from connector.allocation import allocate
 from connector.client import MessageQueue, RmqClient, RmqError
@@ -51,6 +55,7 @@ class ConsumerMembership:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        _leave_groups_on_sigterm(self)
         self.heartbeat()
         self._thread = threading.Thread(target=self._heartbeat_loop, name="rmq-heartbeat", daemon=True)
         self._thread.start()
@@ -93,6 +98,8 @@ class ConsumerMembership:
 
     def close(self) -> None:
         """Stop heartbeating and unregister, so the group rebalances at once (spec §4.6)."""
+        if self._stopped.is_set():
+            return
         self._stopped.set()
         if self._thread is not None:
             self._thread.join(timeout=HEARTBEAT_INTERVAL_S)
@@ -100,3 +107,31 @@ class ConsumerMembership:
             self._client.unregister(self.client_id, self._group)
         except RmqError as error:
             logger.warning("unregister of %s from group %s failed: %s", self.client_id, self._group, error)
+
+
+_members: weakref.WeakSet[ConsumerMembership] = weakref.WeakSet()
+_sigterm_installed = False
+
+
+def _leave_groups_on_sigterm(member: ConsumerMembership) -> None:
+    """Spark stops a Python streaming source that is busy with a micro-batch by sending it
+    SIGTERM, without calling stop(). Unregister first, so the group rebalances at once
+    rather than after the broker's client expiry (the spec's shutdown order, §4.6)."""
+    global _sigterm_installed
+    _members.add(member)
+    if _sigterm_installed or threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def leave_and_terminate(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)   # Spark may repeat it while we unregister
+        for live in list(_members):
+            live.close()
+        if callable(previous):
+            previous(signum, frame)
+            return
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, leave_and_terminate)
+    _sigterm_installed = True

@@ -49,6 +49,7 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._lookup: BrokerOffsetLookup | None = None
         self._membership: ConsumerMembership | None = None
         self._target: Positions | None = None   # Trigger.AvailableNow: max offsets at query start
+        self._saved: Positions = {}              # offsets last written to the OffsetStore
 
     def __getstate__(self) -> dict[str, Any]:
         return {"_options": self._options}
@@ -60,7 +61,8 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ------------------------------------------------------------ Spark API
 
     def initialOffset(self) -> dict:
-        membership = self._join(new_client_id())
+        # Spark may ask more than once; keep the identity chosen the first time.
+        membership = self._membership or self._join(new_client_id())
         lookup = self._broker()
         owned = self._rebalance(membership, lookup)
         positions = {mq: resolve_offset(self._options.starting_offsets, mq, lookup) for mq in owned}
@@ -72,9 +74,10 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         lookup = self._broker()
         positions: Positions = {}
         ceilings: Positions = {}
+        kept: Positions = {}
         for mq in self._rebalance(membership, lookup):
             if mq in current.positions:
-                positions[mq] = current.positions[mq]
+                positions[mq] = kept[mq] = current.positions[mq]
                 ceilings[mq] = self._ceiling(mq, positions[mq])
             else:
                 adopted = resolve_acquired_offset(self._options.starting_offsets, mq, lookup)
@@ -82,6 +85,10 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     logger.warning("doRebalance, %s, add new mq failed, %s", self._options.consumer_group, mq)
                     continue
                 positions[mq] = ceilings[mq] = adopted
+        # Spark asks for the next offset only after the batch ending at `start` completed,
+        # but calls commit(start) only once a further batch is planned: saving it here
+        # makes the group's progress show lag 0 as soon as the query has caught up.
+        self._save_progress(kept)
         end = admit(positions, ceilings, limit)
         if end is None:   # ReadMinRows not reached yet
             return start
@@ -116,18 +123,7 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_queue_range(partition)
 
     def commit(self, end: dict) -> None:
-        """Write the processed offsets through the OffsetStore (broker or local file)."""
-        positions = StreamOffset.from_json(end).positions
-        store = self._offset_store()
-        for mq, offset in positions.items():
-            store.update_offset(mq, offset, increase_only=True)
-        try:
-            store.persist_all(positions)
-        except (RmqError, OSError) as error:   # the checkpoint stays the source of truth
-            logger.warning("persisting consumer offsets of group %s failed: %s", self._options.consumer_group,
-                           error)
-        for mq in store.tracked() - positions.keys():
-            store.remove_offset(mq)
+        self._save_progress(StreamOffset.from_json(end).positions)
 
     def stop(self) -> None:
         if self._membership is not None:
@@ -137,6 +133,24 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._reset_driver_state()
 
     # ------------------------------------------------------------ driver state
+
+    def _save_progress(self, positions: Positions) -> None:
+        """Write processed offsets of owned queues through the OffsetStore (broker or local
+        file); queues no longer owned are forgotten (spec §8.6 removeUnnecessaryMessageQueue)."""
+        if positions == self._saved:
+            return
+        store = self._offset_store()
+        for mq, offset in positions.items():
+            store.update_offset(mq, offset, increase_only=True)
+        try:
+            store.persist_all(positions)
+        except (RmqError, OSError) as error:   # the checkpoint stays the source of truth
+            logger.warning("persisting consumer offsets of group %s failed: %s", self._options.consumer_group,
+                           error)
+            return
+        self._saved = dict(positions)
+        for mq in store.tracked() - positions.keys():
+            store.remove_offset(mq)
 
     def _rmq_client(self) -> RmqClient:
         if self._client is None:

@@ -193,7 +193,7 @@ def test_broadcasting_reads_all_queues_and_keeps_offsets_in_a_local_file(broker,
             start = reader.initialOffset()
             end = reader.latestOffset(start, ReadAllAvailable())
             assert read_batch(reader, start, end).num_rows == 8
-        readers[0].commit(end)
+            reader.commit(end)
     finally:
         for reader in readers:
             reader.stop()

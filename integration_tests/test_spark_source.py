@@ -1,0 +1,130 @@
+"""`format("rmq")` in a real local Spark session against a real broker process. Few and lean:
+each streaming query costs seconds."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from connector.client import RmqClient
+from integration_tests.spark_source_support import positions, produce, wait_dispatched
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+
+@pytest.fixture
+def client(broker):
+    with RmqClient(broker.address) as rmq:
+        yield rmq
+
+
+def rmq_stream(spark, broker, topic: str, **options: str):
+    reader = spark.readStream.format("rmq").option("endpoints", broker.address).option("topic", topic)
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load()
+
+
+def test_stream_reads_every_message_once_in_bounded_batches_and_resumes_from_checkpoint(
+        spark, broker, client, tmp_path):
+    client.create_topic("events", queues=8)
+    bodies = produce(client, "events", 200)
+    wait_dispatched(client, "events", 200)
+    output, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    def run_available_now() -> list[int]:
+        query = (
+            rmq_stream(spark, broker, "events", startingOffsets="earliest", maxMessagesPerTrigger="60",
+                       consumerGroup="g-events")
+            .writeStream.format("parquet").option("path", str(output))
+            .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+        )
+        assert query.awaitTermination(180), "Trigger.AvailableNow query did not stop"
+        assert query.exception() is None
+        return [progress["numInputRows"] for progress in query.recentProgress]
+
+    first = run_available_now()
+    assert sum(first) == 200 and max(first) <= 60 and len([n for n in first if n]) >= 4
+    bodies += produce(client, "events", 100, start=200)
+    wait_dispatched(client, "events", 300)
+    second = run_available_now()                      # restarted from the checkpoint
+    assert sum(second) == 100 and max(second) <= 60
+
+    rows = spark.read.parquet(str(output)).select("queue_id", "queue_offset", "body", "topic").collect()
+    assert len({(r.queue_id, r.queue_offset) for r in rows}) == len(rows) == 300    # no duplicate
+    assert sorted(bytes(r.body) for r in rows) == sorted(bodies)                    # no gap
+    assert {r.topic for r in rows} == {"events"}
+    committed = client.query_consumer_offsets("g-events", "events")
+    assert committed == {mq: o.max_offset for mq, o in client.topic_offsets("events").items()}   # lag 0
+
+
+def test_two_queries_in_one_group_share_the_queues(spark, broker, client):
+    client.create_topic("shared", queues=8)
+    queries = [
+        rmq_stream(spark, broker, "shared", consumerGroup="g-shared")
+        .writeStream.format("memory").queryName(f"shared_{i}")
+        .trigger(processingTime="500 milliseconds").start()
+        for i in range(2)
+    ]
+    try:
+        _wait_for(lambda: client.consumer_list("g-shared", "shared"), lambda ids: len(ids) == 2)
+        time.sleep(3)   # a few triggers: each query rebalances at its next micro-batch
+        bodies = produce(client, "shared", 160)
+        wait_dispatched(client, "shared", 160)
+        tables = _wait_for(
+            lambda: [spark.sql(f"select queue_id, body from shared_{i}").collect() for i in range(2)],
+            lambda results: sum(map(len, results)) >= 160)
+        owned = [owned_queue_ids(json.loads(q.lastProgress["sources"][0]["endOffset"])) for q in queries]
+    finally:
+        for query in queries:
+            query.stop()
+    assert sorted(owned) == [[0, 1, 2, 3], [4, 5, 6, 7]]      # avg: contiguous halves
+    for rows, queues in zip(tables, owned, strict=True):
+        assert {r.queue_id for r in rows} == set(queues)
+    assert sorted(bytes(r.body) for rows in tables for r in rows) == sorted(bodies)   # exactly once
+    # Stopped queries unregister (Spark stops the source shortly after query.stop() returns).
+    _wait_for(lambda: client.consumer_list("g-shared", "shared"), lambda ids: ids == [], timeout=30)
+
+
+def test_batch_read_with_ending_offsets_and_tag_filter(spark, broker, client):
+    client.create_topic("batch", queues=2)
+    produce(client, "batch", 10, tags="keep", prefix="k")
+    produce(client, "batch", 10, tags="drop", prefix="d")
+    wait_dispatched(client, "batch", 20)
+    df = (
+        spark.read.format("rmq").option("endpoints", broker.address).option("topic", "batch")
+        .option("subExpression", "keep")
+        .option("endingOffsets", json.dumps({"batch": {"broker-a": {"0": 4, "1": -1}}}))
+        .load()
+    )
+    rows = df.select("queue_id", "queue_offset", "tags", "body", "store_timestamp", "properties").collect()
+    # Each queue holds 5 'keep' (offsets 0..4) then 5 'drop'; queue 0 is read below offset 4.
+    assert sorted((r.queue_id, r.queue_offset) for r in rows) == [(0, 0), (0, 1), (0, 2), (0, 3)] + [
+        (1, o) for o in range(5)]
+    assert {r.tags for r in rows} == {"keep"}
+    assert all(r.store_timestamp.year >= 2024 and r.properties["TAGS"] == "keep" for r in rows)
+
+
+def test_bad_options_fail_at_load_naming_the_option(spark, broker):
+    with pytest.raises(Exception, match="Invalid value 'foo' for option 'allocateStrategy': expected one of "
+                                        "avg, circle"):
+        spark.read.format("rmq").option("endpoints", broker.address).option("topic", "t") \
+            .option("allocateStrategy", "foo").load()
+    with pytest.raises(Exception, match="Option 'topic' is required"):
+        spark.readStream.format("rmq").option("endpoints", broker.address).load()
+
+
+def owned_queue_ids(offset: dict) -> list[int]:
+    return sorted(int(key.rsplit(":", 1)[1]) for key in positions(offset))
+
+
+def _wait_for(fetch, done, timeout: float = 90.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fetch()
+        if done(value):
+            return value
+        assert time.monotonic() < deadline, f"timed out; last value {value!r}"
+        time.sleep(0.5)
