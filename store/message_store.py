@@ -50,6 +50,7 @@ from store.retention import (
     expired_time_ms,
     is_time_to_delete,
 )
+from store.service_thread import ServiceThread
 from store.store_directory import StoreDirectory
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ class MessageStore:
         self._last_physical_min_offset = 0
         self._clean_lock = threading.Lock()
         self._group_commit: GroupCommitService | None = None
-        self._services: list = []
+        self._services: list[ServiceThread] = []
 
     # -- lifecycle -------------------------------------------------------------------------------
 

@@ -47,7 +47,7 @@ class StoreDirectory:
         if marker.exists():
             self._check_marker(marker, config)
         else:
-            entries = sorted(p.name for p in self.root.iterdir())
+            entries = sorted(p.name for p in self.root.iterdir() if p.name != LOCK_NAME)
             if entries:
                 shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
                 raise StoreError(f"{self.root}: not an rmq store directory (no {MARKER_NAME}) and not empty "
