@@ -117,8 +117,8 @@ def test_empty_commit_log_destroys_consume_queues(tmp_path: Path) -> None:
         store.shutdown()
 
 
-@pytest.mark.parametrize("crashed", [False, True])
-def test_torn_tail_is_truncated_and_consume_queue_follows(tmp_path: Path, crashed: bool) -> None:
+@pytest.mark.parametrize(("crashed", "damage"), [(False, "garbage"), (True, "garbage"), (True, "truncate")])
+def test_torn_tail_is_truncated_and_consume_queue_follows(tmp_path: Path, crashed: bool, damage: str) -> None:
     store = MessageStore(small_config(tmp_path / "s", mapped_file_size_commit_log=4096))
     store.start()
     results = store.put_messages([message(body=f"body-{i}".encode()) for i in range(20)])
@@ -126,9 +126,12 @@ def test_torn_tail_is_truncated_and_consume_queue_follows(tmp_path: Path, crashe
     last = results[-1]
     path = tmp_path / "s" / "commitlog" / str(last.physical_offset // 4096 * 4096).zfill(20)
     position = last.physical_offset % 4096
-    with open(path, "r+b") as file:          # half-written last record + garbage after it
-        file.seek(position + 60)
-        file.write(os.urandom(200))
+    if damage == "garbage":                   # half-written last record + garbage after it
+        with open(path, "r+b") as file:
+            file.seek(position + 60)
+            file.write(os.urandom(200))
+    else:                                     # the file itself ends inside the last record
+        os.truncate(path, position + 60)
     if crashed:
         (tmp_path / "s" / "abort").touch()
     store = MessageStore(store.config)
