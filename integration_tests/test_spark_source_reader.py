@@ -98,6 +98,21 @@ def test_queues_move_between_consumers_without_gap_or_duplicate(broker, client):
     assert sorted(seen) == sorted(bodies + [f"m-{i}".encode() for i in range(80, 96)])
 
 
+def test_a_restarted_driver_rejoins_under_the_client_id_kept_in_its_offsets(broker, client):
+    client.create_topic("restart", queues=2)
+    first = stream_reader(broker.address, "restart", consumerGroup="g-restart")
+    start = first.initialOffset()
+    assert start["@clientId"] == first.initialOffset()["@clientId"]    # Spark may ask twice
+    first.stop()
+    assert client.consumer_list("g-restart", "restart") == []
+    restarted = stream_reader(broker.address, "restart", consumerGroup="g-restart")
+    try:
+        assert positions(restarted.latestOffset(start, ReadAllAvailable())) == positions(start)
+        assert client.consumer_list("g-restart", "restart") == [start["@clientId"]]
+    finally:
+        restarted.stop()
+
+
 def test_max_rows_bounds_batches_and_available_now_stops_at_the_snapshot(broker, client):
     client.create_topic("limits", queues=8)
     produce(client, "limits", 100)
