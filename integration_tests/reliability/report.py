@@ -104,7 +104,7 @@ class ReliabilityReport:
         return "\n".join(out) + "\n"
 
     def write_if_requested(self) -> None:
-        if os.environ.get(REPORT_ENV) == "1" and self.scenarios:
+        if os.environ.get(REPORT_ENV) == "1" and (self.scenarios or self.bad_inputs):
             REPORT_PATH.write_text(self.markdown())
 
 
