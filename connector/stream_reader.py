@@ -32,7 +32,7 @@ from connector.client import MessageQueue, RmqClient, RmqError
 from connector.offset_store import OffsetStore, create_offset_store
 from connector.offsets import Positions, StreamOffset, resolve_acquired_offset, resolve_offset
 from connector.options import SourceOptions
-from connector.partition_reader import QueueRangePartition, read_queue_range
+from connector.partition_reader import QueueRangePartition, RmqDataLossError, read_queue_range
 from connector.rebalance import ConsumerMembership, new_client_id
 
 logger = logging.getLogger(__name__)
@@ -77,7 +77,8 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         kept: Positions = {}
         for mq in self._rebalance(membership, lookup):
             if mq in current.positions:
-                positions[mq] = kept[mq] = current.positions[mq]
+                kept[mq] = current.positions[mq]
+                positions[mq] = self._check_not_reset(mq, kept[mq], lookup.max_offset(mq))
                 ceilings[mq] = self._ceiling(mq, positions[mq])
             else:
                 adopted = resolve_acquired_offset(self._options.starting_offsets, mq, lookup)
@@ -101,7 +102,7 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict | None:
         if self._membership is None:
             return None
-        lookup = self._broker()
+        lookup = self._lookup or self._broker()    # fetched by the latestOffset just before
         latest = {mq: lookup.max_offset(mq) for mq in self._membership.owned_queues()}
         return StreamOffset(self._membership.client_id, latest).to_json()
 
@@ -192,6 +193,19 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for topic in self._options.topics:
             owned += membership.rebalance(topic, lookup.message_queues(topic))
         return owned
+
+    def _check_not_reset(self, mq: MessageQueue, position: int, max_offset: int) -> int:
+        """A queue that now ends before what the query already read lost messages (store
+        wiped, unflushed tail lost in a crash): fail, or go on from its new end. The new
+        end is below `start`, so that queue gets no partition in this batch."""
+        if position <= max_offset:
+            return position
+        problem = (f"topic {mq.topic} broker {mq.broker_name} queue {mq.queue_id} now ends at offset "
+                   f"{max_offset} but the query has already read up to {position}: messages were lost")
+        if self._options.pull.fail_on_data_loss:
+            raise RmqDataLossError(f"{problem}; set failOnDataLoss=false to continue from {max_offset}")
+        logger.warning("%s; continuing from offset %d (failOnDataLoss=false)", problem, max_offset)
+        return max_offset
 
     def _ceiling(self, mq: MessageQueue, position: int) -> int:
         """How far `mq` may be read now: its max offset, capped by the AvailableNow target."""

@@ -13,7 +13,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from connector.allocation import allocate
 from connector.batch_reader import RmqBatchReader
-from connector.client import MessageQueue, RmqClient
+from connector.client import MessageQueue, RmqClient, RmqError
 from connector.options import parse_source_options
 from connector.partition_reader import QueueRangePartition, RmqDataLossError, RmqReadError, read_queue_range
 from integration_tests import processes
@@ -272,3 +272,39 @@ def test_unreachable_broker_fails_the_read_naming_broker_and_queue(broker, clien
     with pytest.raises(RmqReadError, match=r"cannot read topic down broker broker-a queue 0 at offset 0 .*"
                                            r"after retrying for 800 ms"):
         list(read_queue_range(partition))
+
+
+def test_a_queue_that_ends_before_the_checkpoint_is_data_loss(broker, client):
+    client.create_topic("reset", queues=1)
+    produce(client, "reset", 3)
+    wait_dispatched(client, "reset", 3)
+    checkpointed = {"@clientId": "vm@spark-old", "reset": {"broker-a": {"0": 50}}}
+    strict = stream_reader(broker.address, "reset", consumerGroup="g-reset")
+    lenient = stream_reader(broker.address, "reset", consumerGroup="g-reset", failOnDataLoss="false")
+    try:
+        with pytest.raises(RmqDataLossError, match="queue 0 now ends at offset 3 but the query has already "
+                                                   "read up to 50: messages were lost; set failOnDataLoss"):
+            strict.latestOffset(checkpointed, ReadAllAvailable())
+        end = lenient.latestOffset(checkpointed, ReadAllAvailable())
+        assert positions(end) == {"reset:broker-a:0": 3}
+        assert lenient.partitions(checkpointed, end) == []
+        produce(client, "reset", 2, start=3)
+        wait_dispatched(client, "reset", 5)
+        following = lenient.latestOffset(end, ReadAllAvailable())
+        assert read_batch(lenient, end, following).column("body").to_pylist() == [b"m-3", b"m-4"]
+    finally:
+        strict.stop()
+        lenient.stop()
+
+
+def test_unknown_topic_fails_at_query_start(broker):
+    reader = stream_reader(broker.address, "missing")
+    try:
+        with pytest.raises(RmqError, match="TOPIC_NOT_EXIST"):
+            reader.initialOffset()
+    finally:
+        reader.stop()
+    batch = RmqBatchReader(parse_source_options({"endpoints": broker.address, "topic": "missing"},
+                                                streaming=False))
+    with pytest.raises(RmqError, match="TOPIC_NOT_EXIST"):
+        batch.partitions()
