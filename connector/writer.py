@@ -2,14 +2,16 @@
 
 Each Spark task turns its Arrow record batches into `OutgoingMessage`s column by column,
 groups them by topic and sends them with `RmqClient.send`, `batchSize` messages per
-SendMessage request. Delivery is at-least-once: a message acknowledged by the broker stays
-in the topic even when its Spark task (or another task of the same job) later fails, and a
-retried task, or a streaming micro-batch replayed after a restart, sends its rows again.
+SendMessage request, retrying on another broker when one cannot be reached. Delivery is
+at-least-once: a message acknowledged by the broker stays in the topic even when its Spark
+task (or another task of the same job) later fails, and a retried send or task, or a
+streaming micro-batch replayed after a restart, sends its rows again.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -33,7 +35,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from connector.client import OutgoingMessage, RmqClient
+from connector.client import OutgoingMessage, RmqClient, RmqUnavailable
 from connector.endpoints import FORMAT_HINT, parse_endpoints
 
 logger = logging.getLogger(__name__)
@@ -44,6 +46,8 @@ SPARK_OPTION_NAMES = ("checkpointLocation", "queryName", "path")
 DEFAULT_BATCH_SIZE = 512
 MAX_BATCH_SIZE = 10_000
 MAX_QUEUE_ID = 2**31 - 1   # int32 on the wire
+SEND_ATTEMPTS = 3          # RocketMQ retryTimesWhenSendFailed = 2, plus the first attempt
+SEND_RETRY_BACKOFF_S = 0.2
 
 
 def _is_string(data_type: DataType) -> bool:
@@ -261,6 +265,25 @@ def request_chunks(messages: list[OutgoingMessage], batch_size: int) -> Iterator
         yield messages[start:start + batch_size]
 
 
+def send_with_retry(client: RmqClient, topic: str, messages: list[OutgoingMessage]) -> None:
+    """Send, retrying what was not acknowledged when a broker cannot be reached: the client
+    picks the next of the topic's brokers each time (RocketMQ DefaultMQProducer:
+    retryTimesWhenSendFailed = 2). A retry may duplicate a message whose acknowledgement was
+    lost: at-least-once. Business errors (unknown topic, oversized message) are not retried."""
+    for attempt in range(SEND_ATTEMPTS):
+        try:
+            client.send(topic, messages)
+            return
+        except RmqUnavailable as error:
+            if attempt == SEND_ATTEMPTS - 1:
+                raise
+            messages = messages[error.acknowledged:]
+            logger.warning("send to %s failed (%s), retrying the %d unacknowledged messages",
+                           topic, error, len(messages))
+            if attempt:   # the first retry goes straight to the next broker, like RocketMQ
+                time.sleep(SEND_RETRY_BACKOFF_S * attempt)
+
+
 @dataclass
 class RmqCommitMessage(WriterCommitMessage):
     """What one write task sent: acknowledged messages per topic."""
@@ -277,7 +300,7 @@ def write_batches(plan: SinkPlan, batches: Iterable[pa.RecordBatch]) -> RmqCommi
         for batch in batches:
             for topic, messages in plan.messages_by_topic(batch).items():
                 for chunk in request_chunks(messages, plan.options.batch_size):
-                    client.send(topic, chunk)
+                    send_with_retry(client, topic, chunk)
                     sent[topic] += len(chunk)
     finally:
         client.close()

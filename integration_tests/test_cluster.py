@@ -24,17 +24,22 @@ BATCH = 250
 
 
 @pytest.fixture
-def cluster(namesrv, tmp_path: Path) -> Iterator[RmqClient]:
-    """Two brokers registered with `namesrv`; yields a client that knows only the name server."""
-    brokers = [processes.broker(tmp_path, name, namesrv.address).start() for name in BROKERS]
-    client = RmqClient(namesrv.address)
+def brokers(namesrv, tmp_path: Path) -> Iterator[dict[str, processes.ServerProcess]]:
+    """broker-a and broker-b, registered with `namesrv`."""
+    started = {name: processes.broker(tmp_path, name, namesrv.address).start() for name in BROKERS}
     try:
+        yield started
+    finally:
+        for broker in started.values():
+            broker.stop()
+
+
+@pytest.fixture
+def cluster(namesrv, brokers) -> Iterator[RmqClient]:
+    """A client that knows only the name server, once both brokers registered."""
+    with RmqClient(namesrv.address) as client:
         wait_for_registration(client)
         yield client
-    finally:
-        client.close()
-        for broker in brokers:
-            broker.stop()
 
 
 def wait_for_registration(client: RmqClient, timeout: float = 30.0) -> None:
@@ -102,4 +107,22 @@ def test_spark_sink_spreads_writes_over_both_brokers(spark, namesrv, cluster: Rm
     back = spark.read.format("rmq").options(endpoints=namesrv.address, topic="cluster-sink").load()
     assert sorted(bytes(r.body) for r in back.select("body").collect()) == sorted(
         f"row-{i}".encode() for i in range(2000)
+    )
+
+
+def test_spark_sink_retries_on_the_live_broker_when_one_is_down(spark, namesrv, brokers, cluster: RmqClient):
+    cluster.create_topic("failover", queues=4)
+    wait_for_route(cluster, [(b, q) for b in BROKERS for q in range(4)], topic="failover")
+    brokers["broker-a"].kill()
+
+    rows = spark.range(1000).selectExpr("concat('f-', id) AS body")
+    rows.write.format("rmq").mode("append").options(endpoints=namesrv.address, topic="failover",
+                                                    batchSize="100").save()
+
+    broker_b = brokers["broker-b"].address
+    with RmqClient(broker_b) as client:
+        assert sum(q.max_offset for q in client.topic_offsets("failover").values()) == 1000
+    back = spark.read.format("rmq").options(endpoints=broker_b, topic="failover").load()
+    assert sorted(bytes(r.body) for r in back.select("body").collect()) == sorted(
+        f"f-{i}".encode() for i in range(1000)
     )
