@@ -141,11 +141,12 @@ class QueueRangeReader:
 
     def _skip_lost(self, offset: int, result: PullResult) -> int:
         """Offsets [offset, resume) are gone: fail, or skip them (failOnDataLoss=false)."""
-        resume = min(result.min_offset if result.min_offset > offset else self._end, self._end)
+        retention = result.min_offset > offset
+        resume = min(result.min_offset, self._end) if retention else self._end
         gap = (
             f"offsets [{offset}, {resume}) of {self._describe()} no longer exist on the broker "
             f"(it holds [{result.min_offset}, {result.max_offset}), {_store_status(result)}): "
-            "deleted by retention"
+            + ("deleted by retention" if retention else "the queue ends before them, messages were lost")
         )
         if self._settings.fail_on_data_loss:
             raise RmqDataLossError(f"{gap}; set failOnDataLoss=false to skip them")
