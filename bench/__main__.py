@@ -23,6 +23,7 @@ from bench import machine, report
 from bench.environment import REPO_ROOT, Environment, Scale
 from bench.harness import Row, Target, format_table, not_measured
 
+MODULE_COMMAND = ".venv/bin/python -m bench"
 BUDGET_S = 14 * 60   # issue 8: the whole run under 15 minutes on the 2-core machine
 
 
@@ -119,7 +120,7 @@ def write_report(output: Path, sections: list[report.SectionResult], args: argpa
                  started: datetime, seconds: float, load_before: str) -> None:
     previous = output.read_text() if output.exists() else ""
     arguments = " ".join(sys.argv[1:])
-    command = f".venv/bin/python -m bench {arguments}" if arguments else "make bench"
+    command = f"`{MODULE_COMMAND} {arguments}`" if arguments else f"`make bench` (`{MODULE_COMMAND}`)"
     facts = {**machine.facts(), "load average (1/5/15 min) at start": load_before,
              "load average at end": machine.load_average()}
     info = report.RunInfo(command, started.strftime("%Y-%m-%d %H:%M"), seconds, args.quick, facts)
