@@ -9,7 +9,8 @@ import time
 import pytest
 
 from connector.client import RmqClient
-from integration_tests.spark_source_support import positions, produce, wait_dispatched
+from integration_tests import processes
+from integration_tests.spark_source_support import positions, produce, retention_config, wait_dispatched
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -128,3 +129,28 @@ def _wait_for(fetch, done, timeout: float = 90.0):
             return value
         assert time.monotonic() < deadline, f"timed out; last value {value!r}"
         time.sleep(0.5)
+
+
+def test_fail_on_data_loss_in_a_spark_read(spark, tmp_path):
+    server = processes.broker(tmp_path, extra=retention_config(tmp_path)).start()
+    try:
+        with RmqClient(server.address) as rmq:
+            rmq.create_topic("retained", queues=1)
+            for start in range(0, 200, 20):
+                produce(rmq, "retained", 20, start=start)
+            wait_dispatched(rmq, "retained", 200)
+            low = _wait_for(lambda: next(iter(rmq.topic_offsets("retained").values())).min_offset,
+                            lambda offset: offset > 0, timeout=30)
+
+        def read(fail_on_data_loss: str):
+            return (spark.read.format("rmq").option("endpoints", server.address).option("topic", "retained")
+                    .option("startingOffsets", '{"retained":{"broker-a":{"0":0}}}')
+                    .option("failOnDataLoss", fail_on_data_loss).load())
+
+        with pytest.raises(Exception, match=r"offsets \[0, \d+\) of topic retained broker broker-a queue 0 "
+                                            r"no longer exist .*deleted by retention"):
+            read("true").collect()
+        offsets = [r.queue_offset for r in read("false").select("queue_offset").collect()]
+        assert offsets and offsets == list(range(offsets[0], 200)) and offsets[0] >= low
+    finally:
+        server.stop()
