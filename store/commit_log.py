@@ -12,17 +12,18 @@ import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 from rmq import message_format as mf
 
 from store.checkpoint import StoreCheckpoint
 from store.config import MessageStoreConfig
+from store.dispatch_batch import DispatchBatch, tags_code
 from store.errors import StoreError
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue
-from store.results import DispatchRequest, MessageToStore, PutMessageStatus
+from store.message_batch import MessageBatch, QueueGroups
+from store.results import DispatchRequest, PutMessageStatus
 
 # TOTALSIZE .. BODY length: the fixed 88 bytes before the body (spec store §3).
 HEADER = struct.Struct(">iiiiiqqiq8sq8siqi")
@@ -45,28 +46,25 @@ def body_crc(body: bytes) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF
 
 
-class EncodedMessage(NamedTuple):
-    """A validated message with everything that does not depend on its position."""
-
-    message: MessageToStore
-    key: str            # "topic-queueId", the topicQueueTable key
-    crc: int
-    tail: bytes         # topic length + topic + properties length + properties
-    length: int         # the whole record
-
-
 @dataclass(slots=True)
-class AppendedMessage:
-    physical_offset: int
-    queue_offset: int
-    length: int
+class EncodedBatch:
+    """A validated MessageBatch with everything that does not depend on its position."""
+
+    batch: MessageBatch
+    lengths: np.ndarray           # int64, the whole record
+    body_lengths: np.ndarray      # int64
+    crcs: np.ndarray              # int64
+    topic_prefixes: list[bytes]   # topic length byte + topic
+    properties_lengths: list[bytes]   # 2 bytes each, big-endian
+    queues: QueueGroups
 
 
 @dataclass(slots=True)
 class AppendedBatch:
     start_offset: int    # where this append began writing (an end-of-file blank record or the first record)
     end_offset: int      # just after the last record
-    messages: list[AppendedMessage]
+    physical_offsets: np.ndarray   # int64, one per message
+    queue_offsets: np.ndarray      # int64, one per message
 
 
 _TOPIC_PREFIXES: dict[str, bytes] = {}
@@ -85,30 +83,115 @@ def topic_prefix(topic: str) -> bytes | None:
     return prefix
 
 
-def encode_message(message: MessageToStore, max_message_size: int, max_record_in_file: int
-                   ) -> EncodedMessage | PutMessageStatus:
-    """Validate (spec store §2 checks 3-4, doAppend steps 4-6; TV3) and pre-encode one message."""
-    prefix = topic_prefix(message.topic)
-    if prefix is None:
-        return PutMessageStatus.MESSAGE_ILLEGAL
-    properties = b""
-    if message.properties:
-        text = mf.encode_properties(message.properties)
-        count = len(message.properties)
-        if text.count(mf.NAME_VALUE_SEPARATOR) != count or text.count(mf.PROPERTY_SEPARATOR) != count:
-            return PutMessageStatus.MESSAGE_ILLEGAL   # a name or value holds \x01 / \x02
-        properties = text.encode()
-        if len(properties) > mf.MAX_PROPERTIES_LENGTH:
-            return PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
-    if len(message.born_host) != mf.HOST_SIZE or not 0 <= message.queue_id < 2**31:
-        return PutMessageStatus.MESSAGE_ILLEGAL
-    body = message.body
-    length = mf.FIXED_OVERHEAD - 1 + len(body) + len(prefix) + len(properties)
-    if length > max_message_size or length > max_record_in_file:
-        return PutMessageStatus.MESSAGE_SIZE_EXCEEDED
-    tail = prefix + len(properties).to_bytes(2, "big") + properties
-    return EncodedMessage(message, f"{message.topic}-{message.queue_id}", zlib.crc32(body) & 0x7FFFFFFF,
-                          tail, length)
+def well_formed_properties(data: bytes) -> bool:
+    """UTF-8 "name\x01value\x02" items: every item ends with \x02 and holds one \x01."""
+    try:
+        items = data.decode().split(mf.PROPERTY_SEPARATOR)
+    except UnicodeDecodeError:
+        return False
+    return items[-1] == "" and all(item.count(mf.NAME_VALUE_SEPARATOR) == 1 for item in items[:-1])
+
+
+_INT32_MAX = 2**31
+
+
+def encode_batch(batch: MessageBatch, max_message_size: int, max_record_in_file: int
+                 ) -> EncodedBatch | PutMessageStatus:
+    """Validate a whole batch (spec store §2 checks 3-4, doAppend steps 4-6; TV3) column-wise.
+    A refused batch reports the status the first failing message would get from the checks
+    in their spec order: topic, properties, host and queue id, size."""
+    count = len(batch)
+    prefix_of = {topic: topic_prefix(topic) for topic in dict.fromkeys(batch.topics)}
+    well_formed = {data: well_formed_properties(data) for data in dict.fromkeys(batch.properties)}
+    body_lengths = np.fromiter(map(len, batch.bodies), np.int64, count)
+    properties_lengths = np.fromiter(map(len, batch.properties), np.int64, count)
+    if len(prefix_of) == 1:
+        prefix = next(iter(prefix_of.values()))
+        topic_prefixes = [prefix] * count
+        topic_lengths = np.full(count, len(prefix) if prefix else 0, dtype=np.int64)
+        bad_topic = np.full(count, prefix is None)
+    else:
+        topic_prefixes = [prefix_of[topic] for topic in batch.topics]
+        topic_lengths = np.fromiter((len(p) if p else 0 for p in topic_prefixes), np.int64, count)
+        bad_topic = np.fromiter((p is None for p in topic_prefixes), bool, count)
+    lengths = mf.FIXED_OVERHEAD - 1 + body_lengths + topic_lengths + properties_lengths
+    status = np.zeros(count, dtype=np.int8)    # 0: fine; assigned from the last check to the first
+    status[(lengths > max_message_size) | (lengths > max_record_in_file)] = 1
+    status[(batch.queue_ids < 0) | (batch.queue_ids >= _INT32_MAX) | _outside_int32(batch.flags)
+           | _outside_int32(batch.sys_flags) | _outside_int32(batch.reconsume_times)] = 2
+    if set(map(len, batch.born_hosts)) != {mf.HOST_SIZE}:
+        status[np.fromiter((len(h) != mf.HOST_SIZE for h in batch.born_hosts), bool, count)] = 2
+    status[properties_lengths > mf.MAX_PROPERTIES_LENGTH] = 3
+    if not all(well_formed.values()):
+        status[np.fromiter(map(well_formed.__getitem__, batch.properties), bool, count) == 0] = 2
+    status[bad_topic] = 2
+    if status.any():
+        return _REFUSALS[status[np.argmax(status != 0)]]
+    crcs = np.fromiter(map(zlib.crc32, batch.bodies), np.int64, count) & 0x7FFFFFFF
+    return EncodedBatch(batch, lengths, body_lengths, crcs, topic_prefixes,
+                        properties_lengths.astype(">u2").view("V2").tolist(),
+                        QueueGroups.of(batch.topics, batch.queue_ids))
+
+
+_REFUSALS = {1: PutMessageStatus.MESSAGE_SIZE_EXCEEDED, 2: PutMessageStatus.MESSAGE_ILLEGAL,
+             3: PutMessageStatus.PROPERTIES_SIZE_EXCEEDED}
+
+
+def _outside_int32(column: np.ndarray) -> np.ndarray:
+    return (column < -_INT32_MAX) | (column >= _INT32_MAX)
+
+
+# The fixed 88 bytes before the body as one numpy record (spec store §3), same layout as HEADER.
+HEADER_DTYPE = np.dtype([
+    ("total_size", ">i4"), ("magic_code", ">i4"), ("body_crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
+    ("queue_offset", ">i8"), ("physical_offset", ">i8"), ("sys_flag", ">i4"), ("born_timestamp", ">i8"),
+    ("born_host", "S8"), ("store_timestamp", ">i8"), ("store_host", "S8"), ("reconsume_times", ">i4"),
+    ("prepared_transaction_offset", ">i8"), ("body_length", ">i4")])
+assert HEADER_DTYPE.itemsize == HEADER.size
+_PARTS = 5   # header, body, topic prefix, properties length, properties
+
+
+@dataclass(slots=True)
+class _Segment:
+    """The records [first, end) of a batch that go to one file, at `position`; `blank` is the
+    END_OF_FILE record that closes the file after them (b"" for the batch's last file)."""
+
+    file_offset: int
+    position: int
+    first: int
+    end: int
+    size: int     # bytes of the records
+    blank: bytes
+
+
+def _record_parts(encoded: EncodedBatch, physical_offsets: np.ndarray, queue_offsets: np.ndarray,
+                  store_timestamp: int, store_host: bytes) -> list[bytes]:
+    """The records as _PARTS pieces per message, for b"".join: the headers are built as one
+    structured array, the rest are the batch's own bytes objects."""
+    batch = encoded.batch
+    count = len(batch)
+    headers = np.zeros(count, dtype=HEADER_DTYPE)
+    headers["total_size"] = encoded.lengths
+    headers["magic_code"] = mf.MESSAGE_MAGIC_CODE
+    headers["body_crc"] = encoded.crcs
+    headers["queue_id"] = batch.queue_ids
+    headers["flag"] = batch.flags
+    headers["queue_offset"] = queue_offsets
+    headers["physical_offset"] = physical_offsets
+    headers["sys_flag"] = batch.sys_flags
+    headers["born_timestamp"] = batch.born_timestamps
+    headers["born_host"] = batch.born_hosts
+    headers["store_timestamp"] = store_timestamp
+    headers["store_host"] = store_host
+    headers["reconsume_times"] = batch.reconsume_times
+    headers["body_length"] = encoded.body_lengths
+    parts: list[bytes] = [b""] * (count * _PARTS)
+    parts[0::_PARTS] = headers.view("V88").tolist()
+    parts[1::_PARTS] = batch.bodies
+    parts[2::_PARTS] = encoded.topic_prefixes
+    parts[3::_PARTS] = encoded.properties_lengths
+    parts[4::_PARTS] = batch.properties
+    return parts
 
 
 class CommitLog:
@@ -124,68 +207,74 @@ class CommitLog:
     def load(self) -> None:
         self.mapped_file_queue.load()
 
-    def encode(self, message: MessageToStore) -> EncodedMessage | PutMessageStatus:
-        return encode_message(message, self.config.max_message_size, self.max_record_in_file)
+    def encode(self, batch: MessageBatch) -> EncodedBatch | PutMessageStatus:
+        return encode_batch(batch, self.config.max_message_size, self.max_record_in_file)
 
     # -- append --------------------------------------------------------------------------------
 
-    def append(self, batch: list[EncodedMessage], store_timestamp: int) -> AppendedBatch:
+    def append(self, encoded: EncodedBatch, store_timestamp: int) -> AppendedBatch:
         """Append a validated batch; the caller holds put_lock. Raises OSError (nothing
         written) when a needed file cannot be created."""
         queue = self.mapped_file_queue
-        file_size = queue.mapped_file_size
         last = queue.last_file()
-        new_offsets: list[int] = []
         if last is None or last.is_full():
-            file_offset = 0 if last is None else last.file_from_offset + file_size
-            position = 0
-            new_offsets.append(file_offset)
+            start_offset = 0 if last is None else last.file_from_offset + queue.mapped_file_size
+            new_files = [start_offset]
         else:
-            file_offset, position = last.file_from_offset, last.wrote_position
-        start_offset = file_offset + position
-        segments: list[tuple[int, int, list[bytes]]] = [(file_offset, position, [])]
-        parts = segments[0][2]
-        pending: dict[str, int] = {}
-        table = self.topic_queue_table
-        pack = HEADER.pack
-        store_host = self.store_host
-        appended: list[AppendedMessage] = []
-        append_result = appended.append
-        magic = mf.MESSAGE_MAGIC_CODE
-        for message, key, crc, tail, length in batch:
-            if position + length + mf.END_FILE_MIN_BLANK_LENGTH > file_size:
-                # END_OF_FILE (spec store §2 doAppend step 7, TV4): blank record, next file.
-                parts.append(BLANK.pack(file_size - position, mf.BLANK_MAGIC_CODE))
-                file_offset += file_size
-                position = 0
-                new_offsets.append(file_offset)
-                parts = []
-                segments.append((file_offset, 0, parts))
-            queue_offset = pending.get(key)
-            if queue_offset is None:
-                queue_offset = table.get(key, 0)
-            physical_offset = file_offset + position
-            body = message.body
-            sys_flag = message.sys_flag
-            parts += (pack(length, magic, crc, message.queue_id, message.flag, queue_offset, physical_offset,
-                           sys_flag, message.born_timestamp, message.born_host, store_timestamp, store_host,
-                           message.reconsume_times, 0, len(body)),
-                      body, tail)
-            if not sys_flag & TRANSACTION_PREPARED_TYPE:   # only NOT / COMMIT take a queue offset (§2 step 9)
-                pending[key] = queue_offset + 1
-            append_result(AppendedMessage(physical_offset, queue_offset, length))
-            position += length
-        for offset in new_offsets:   # may raise OSError: nothing has been written yet
+            start_offset, new_files = last.file_from_offset + last.wrote_position, []
+        segments, physical_offsets = self._place(encoded.lengths, start_offset)
+        new_files += [segment.file_offset for segment in segments[1:]]
+        queue_offsets, next_offsets = self._queue_offsets(encoded)
+        records = _record_parts(encoded, physical_offsets, queue_offsets, store_timestamp, self.store_host)
+        for offset in new_files:   # may raise OSError: nothing has been written yet
             queue.create_file(offset)
-        for index, (file_offset, start, data_parts) in enumerate(segments):
-            mapped = queue.find_mapped_file_by_offset(file_offset)
-            data = b"".join(data_parts)
-            mapped.write(start, data)
-            # every segment but the last ends with the blank record: that file is full
-            mapped.wrote_position = start + len(data) if index == len(segments) - 1 else file_size
+        for segment in segments:
+            mapped = queue.find_mapped_file_by_offset(segment.file_offset)
+            parts = records[segment.first * _PARTS:segment.end * _PARTS]
+            parts.append(segment.blank)
+            mapped.write(segment.position, b"".join(parts))
+            # a file closed by the blank record is full; its 8 bytes stand for the rest
+            mapped.wrote_position = segment.position + segment.size if not segment.blank else mapped.file_size
             mapped.store_timestamp = store_timestamp
-        table.update(pending)
-        return AppendedBatch(start_offset, file_offset + position, appended)
+        self.topic_queue_table.update(next_offsets)
+        end = segments[-1]
+        return AppendedBatch(start_offset, end.file_offset + end.position + end.size, physical_offsets,
+                             queue_offsets)
+
+    def _place(self, lengths: np.ndarray, offset: int) -> tuple[list[_Segment], np.ndarray]:
+        """Split the batch at file ends (END_OF_FILE, spec store §2 doAppend step 7, TV4: a
+        blank record fills the rest of the file, the record starts the next one) and give each
+        record its physical offset."""
+        file_size = self.mapped_file_queue.mapped_file_size
+        physical_offsets = np.empty(len(lengths), dtype=np.int64)
+        segments = []
+        first = 0
+        while True:
+            position = offset % file_size
+            file_offset = offset - position
+            ends = position + np.cumsum(lengths[first:])
+            fitting = int(np.searchsorted(ends, file_size - mf.END_FILE_MIN_BLANK_LENGTH, side="right"))
+            end = first + fitting
+            physical_offsets[first:end] = file_offset + ends[:fitting] - lengths[first:end]
+            size = int(ends[fitting - 1]) - position if fitting else 0
+            if end == len(lengths):
+                segments.append(_Segment(file_offset, position, first, end, size, b""))
+                return segments, physical_offsets
+            blank = BLANK.pack(file_size - position - size, mf.BLANK_MAGIC_CODE)
+            segments.append(_Segment(file_offset, position, first, end, size, blank))
+            first, offset = end, file_offset + file_size
+
+    def _queue_offsets(self, encoded: EncodedBatch) -> tuple[np.ndarray, dict[str, int]]:
+        """Each message's queue offset, and each queue's next one. Only NOT / COMMIT messages
+        take a queue offset (spec store §2 step 9); a PREPARED one reports the next."""
+        queues = encoded.queues
+        keys = [f"{topic}-{queue_id}" for topic, queue_id in queues.queues]
+        table = self.topic_queue_table
+        base = np.array([table.get(key, 0) for key in keys], dtype=np.int64)
+        counted = (encoded.batch.sys_flags & TRANSACTION_PREPARED_TYPE) == 0
+        queue_offsets = base[queues.index] + queues.positions_in_queue(counted)
+        next_offsets = base + queues.counts(counted)
+        return queue_offsets, dict(zip(keys, next_offsets.tolist(), strict=True))
 
     # -- read ------------------------------------------------------------------------------------
 
@@ -355,18 +444,12 @@ def parse_record(buffer, position: int, file_size: int, file_from_offset: int, c
     return total_size, request
 
 
-def appended_requests(batch: list[EncodedMessage], appended: AppendedBatch, store_timestamp: int
-                      ) -> list[DispatchRequest]:
-    """The DispatchRequests parse_record would read back from the records just appended."""
-    requests = []
-    for (message, _, _, _, length), stored in zip(batch, appended.messages, strict=True):
-        properties = message.properties
-        tags = properties.get(mf.PROPERTY_TAGS)
-        requests.append(DispatchRequest(
-            message.topic, message.queue_id, stored.physical_offset, length, tags_code(tags) if tags else 0,
-            store_timestamp, stored.queue_offset, properties.get(mf.PROPERTY_KEYS, ""),
-            properties.get(mf.PROPERTY_UNIQ_KEY, ""), message.sys_flag))
-    return requests
+def appended_dispatch(encoded: EncodedBatch, appended: AppendedBatch, store_timestamp: int) -> DispatchBatch:
+    """The DispatchBatch parse_record would read back from the records just appended."""
+    batch = encoded.batch
+    return DispatchBatch.of_properties(batch.topics, batch.queue_ids, appended.physical_offsets,
+                                       encoded.lengths, store_timestamp, appended.queue_offsets,
+                                       batch.sys_flags, batch.properties, encoded.queues)
 
 
 _MAGIC_BYTES = struct.pack(">i", mf.MESSAGE_MAGIC_CODE)
@@ -393,16 +476,3 @@ def _topic_name(data: bytes) -> str:
         if len(_TOPIC_NAMES) < 65536:
             _TOPIC_NAMES[data] = name
     return name
-
-
-_TAGS_CODES: dict[str, int] = {}
-
-
-def tags_code(tags: str) -> int:
-    """Cached tags hash code: a store sees few distinct tags."""
-    code = _TAGS_CODES.get(tags)
-    if code is None:
-        code = mf.tags_hash_code(tags)
-        if len(_TAGS_CODES) < 65536:
-            _TAGS_CODES[tags] = code
-    return code

@@ -53,17 +53,16 @@ class ConsumeQueue:
 
     # -- write -----------------------------------------------------------------------------------
 
-    def put_message_positions(self, entries: list[tuple[int, int, int, int]]) -> None:
-        """Append (commitLogOffset, size, tagsCode, cqOffset) entries in order. The common case,
-        consecutive offsets continuing the queue inside the last file, is one write."""
-        first_expect = entries[0][3] * CQ_STORE_UNIT_SIZE
+    def put_entries(self, entries: np.ndarray, first_cq_offset: int) -> None:
+        """Append consecutive entries (CQ_DTYPE) for logical offsets first_cq_offset onwards. The
+        common case, continuing the queue inside the last file, is one write."""
         last = self.mapped_file_queue.last_file()
-        if (last is not None and first_expect == last.file_from_offset + last.wrote_position
-                and entries[-1][3] - entries[0][3] == len(entries) - 1
-                and last.append(b"".join([ENTRY.pack(*entry[:3]) for entry in entries]))):
-            self.max_physic_offset = entries[-1][0] + entries[-1][1]
+        expect = first_cq_offset * CQ_STORE_UNIT_SIZE
+        if (last is not None and expect == last.file_from_offset + last.wrote_position
+                and last.append(entries.tobytes())):
+            self.max_physic_offset = int(entries["offset"][-1]) + int(entries["size"][-1])
             return
-        for commit_log_offset, size, tags_code, cq_offset in entries:
+        for cq_offset, (commit_log_offset, size, tags_code) in enumerate(entries.tolist(), first_cq_offset):
             self.put_message_position_info(commit_log_offset, size, tags_code, cq_offset)
 
     def put_message_position_info(self, commit_log_offset: int, size: int, tags_code: int,

@@ -22,17 +22,18 @@ from store.commit_log import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     CommitLog,
-    EncodedMessage,
-    appended_requests,
+    appended_dispatch,
     parse_record,
     transaction_type,
 )
 from store.config import CQ_STORE_UNIT_SIZE, BrokerRole, FlushDiskType, MessageStoreConfig
-from store.consume_queue import PRE_BLANK_SIZE, ConsumeQueue
+from store.consume_queue import CQ_DTYPE, PRE_BLANK_SIZE, ConsumeQueue
+from store.dispatch_batch import DispatchBatch
 from store.errors import StoreError
 from store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
 from store.index_file import IndexService
 from store.mapped_file import now_ms
+from store.message_batch import MessageBatch
 from store.message_filter import match_tags
 from store.reput import ReputMessageService
 from store.results import (
@@ -40,6 +41,7 @@ from store.results import (
     GetMessageResult,
     GetMessageStatus,
     MessageToStore,
+    PutBatchResult,
     PutMessageResult,
     PutMessageStatus,
 )
@@ -214,32 +216,43 @@ class MessageStore:
         return self.put_messages([message])[0]
 
     def put_messages(self, messages: Sequence[MessageToStore]) -> list[PutMessageResult]:
-        """Validate the whole batch (a rejected batch writes nothing and every result carries the
-        first failing status), append under one lock, wait for one flush under SYNC."""
+        """put_batch for MessageToStore objects, one PutMessageResult per message."""
         if not messages:
             return []
+        batch = MessageBatch.from_messages(messages)
+        result = self.put_batch(batch) if isinstance(batch, MessageBatch) else PutBatchResult(batch)
+        if len(result.queue_offsets) == 0:
+            return _failed(messages, result.status)
+        return [PutMessageResult(result.status, msg_id, m.queue_id, queue_offset, physical_offset,
+                                 result.store_timestamp)
+                for m, msg_id, queue_offset, physical_offset in zip(
+                    messages, result.msg_ids(), result.queue_offsets.tolist(),
+                    result.physical_offsets.tolist(), strict=True)]
+
+    def put_batch(self, batch: MessageBatch) -> PutBatchResult:
+        """Validate the whole batch (a refused batch writes nothing; the status is the first
+        failing message's), append it under one lock, dispatch it, and under SYNC flush return
+        only after it is flushed (group commit)."""
         if not self._running or self.config.broker_role is BrokerRole.SLAVE or not self.is_writeable():
-            return _failed(messages, PutMessageStatus.SERVICE_NOT_AVAILABLE)
-        encode = self.commit_log.encode
-        batch: list[EncodedMessage] = []
-        for message in messages:
-            encoded = encode(message)
-            if isinstance(encoded, PutMessageStatus):
-                return _failed(messages, encoded)
-            batch.append(encoded)
+            return PutBatchResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        if not len(batch):
+            return PutBatchResult(PutMessageStatus.PUT_OK, store_host=self.commit_log.store_host)
+        encoded = self.commit_log.encode(batch)
+        if isinstance(encoded, PutMessageStatus):
+            return PutBatchResult(encoded)
         with self.commit_log.put_lock:
             store_timestamp = now_ms()
             try:
-                appended = self.commit_log.append(batch, store_timestamp)
+                appended = self.commit_log.append(encoded, store_timestamp)
             except OSError as error:
                 self._mark_write_error(error)
-                return _failed(messages, PutMessageStatus.SERVICE_NOT_AVAILABLE)
+                return PutBatchResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
         if self._group_commit is not None:
             self._group_commit.wakeup()       # the flush runs while this thread dispatches
         try:
             dispatched = self.reput.try_dispatch_appended(
                 appended.start_offset, appended.end_offset,
-                lambda: appended_requests(batch, appended, store_timestamp))
+                lambda: appended_dispatch(encoded, appended, store_timestamp))
         except Exception:   # the records are stored: the reput thread retries the dispatch
             log.exception("dispatch after append failed")
             dispatched = False
@@ -249,10 +262,8 @@ class MessageStore:
         if self._group_commit is not None:
             if not self._group_commit.wait_for_flush(appended.end_offset, self.config.sync_flush_timeout_ms):
                 status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        host = self.commit_log.store_host
-        return [PutMessageResult(status, mf.message_id(host, a.physical_offset), m.queue_id, a.queue_offset,
-                                 a.physical_offset, store_timestamp)
-                for m, a in zip(messages, appended.messages, strict=True)]
+        return PutBatchResult(status, appended.queue_offsets, appended.physical_offsets, store_timestamp,
+                              self.commit_log.store_host)
 
     def is_writeable(self) -> bool:
         return not self._disk_full and self._write_error is None
@@ -262,12 +273,13 @@ class MessageStore:
     def add_dispatch_listener(self, listener: DispatchListener) -> None:
         """listener(DispatchRequest) runs after the ConsumeQueue entry is visible, in CommitLog
         order, never concurrently: on the reput thread or on a putting thread that dispatched
-        its own records."""
+        its own records. Per dispatched chunk it sees, for each queue and tags code, only the
+        newest entry (what long polling and delivery wake-ups need)."""
         self._listeners.append(listener)
 
-    def _dispatch(self, requests: list[DispatchRequest]) -> None:
+    def _dispatch(self, batch: DispatchBatch) -> None:
         try:
-            self._dispatch_chunk(requests)
+            self._dispatch_chunk(batch)
         except OSError as error:   # no room for a ConsumeQueue / index file: refuse puts until there is
             self._mark_write_error(error)
             raise
@@ -276,32 +288,43 @@ class MessageStore:
         self._write_error = f"{error.strerror or error} ({error.filename or self.config.store_dir})"
         log.error("store write failed, store marked not writeable: %s", self._write_error)
 
-    def _dispatch_chunk(self, requests: list[DispatchRequest]) -> None:
-        """doDispatch for a chunk of records: ConsumeQueue entries (NOT/COMMIT messages, written
-        per queue together), the index (all but ROLLBACK), then the listeners."""
-        by_queue: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
-        visible: list[DispatchRequest] = []
-        for request in requests:
-            if not request.sys_flag & TRANSACTION_PREPARED_TYPE:     # NOT / COMMIT (spec store §8)
-                visible.append(request)
-                entry = (request.commit_log_offset, request.msg_size, request.tags_code,
-                         request.consume_queue_offset)
-                queued = by_queue.get((request.topic, request.queue_id))
-                if queued is None:
-                    by_queue[(request.topic, request.queue_id)] = [entry]
-                else:
-                    queued.append(entry)
-        for (topic, queue_id), entries in by_queue.items():
-            self.find_consume_queue(topic, queue_id, create=True).put_message_positions(entries)
+    def _dispatch_chunk(self, batch: DispatchBatch) -> None:
+        """doDispatch for a chunk of records: ConsumeQueue entries (NOT/COMMIT messages, one
+        array per queue), the index (all but ROLLBACK), then the listeners."""
+        visible = (batch.sys_flags & TRANSACTION_PREPARED_TYPE) == 0     # NOT / COMMIT (spec store §8)
+        groups = batch.queues
+        for number, (topic, queue_id) in enumerate(groups.queues):
+            selected = visible if len(groups.queues) == 1 else visible & (groups.index == number)
+            if selected.any():
+                entries = np.empty(int(selected.sum()), dtype=CQ_DTYPE)
+                entries["offset"] = batch.commit_log_offsets[selected]
+                entries["size"] = batch.msg_sizes[selected]
+                entries["tags_code"] = batch.tags_codes[selected]
+                self.find_consume_queue(topic, queue_id, create=True).put_entries(
+                    entries, int(batch.consume_queue_offsets[selected][0]))
         if self.config.message_index_enable:
-            build_index = self.index_service.build_index
-            for request in requests:
-                if (request.keys or request.uniq_key) and (
-                        transaction_type(request.sys_flag) != TRANSACTION_ROLLBACK_TYPE):
-                    build_index(request)
-        self._last_dispatched_timestamp = requests[-1].store_timestamp
-        for listener in self._listeners:
-            for request in visible:
+            self._build_index(batch)
+        self._last_dispatched_timestamp = int(batch.store_timestamps[-1])
+        if self._listeners:
+            self._notify_listeners(batch, visible)
+
+    def _build_index(self, batch: DispatchBatch) -> None:
+        if not (any(batch.keys) or any(batch.uniq_keys)):
+            return
+        sys_flags = batch.sys_flags.tolist()
+        for index, (keys, uniq_key) in enumerate(zip(batch.keys, batch.uniq_keys, strict=True)):
+            if (keys or uniq_key) and transaction_type(sys_flags[index]) != TRANSACTION_ROLLBACK_TYPE:
+                self.index_service.build_index(batch.request(index))
+
+    def _notify_listeners(self, batch: DispatchBatch, visible: np.ndarray) -> None:
+        """One call per queue and tags code: the newest entry of the chunk with that tags code
+        (a held pull waits for any entry at or past its offset that its filter matches)."""
+        keys = batch.queues.index[visible] << 32 | (batch.tags_codes[visible] & 0xFFFFFFFF)
+        positions = np.flatnonzero(visible)
+        newest = len(keys) - 1 - np.unique(keys[::-1], return_index=True)[1]
+        for position in np.sort(positions[newest]).tolist():
+            request = batch.request(position)
+            for listener in self._listeners:
                 try:
                     listener(request)
                 except Exception:

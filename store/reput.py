@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 
 from store.commit_log import CommitLog, parse_record
+from store.dispatch_batch import DispatchBatch
 from store.mapped_file import MappedFile
 from store.results import DispatchRequest
 from store.service_thread import ServiceThread
@@ -25,7 +26,7 @@ DISPATCH_CHUNK = 128   # records parsed before their ConsumeQueue entries are wr
 class ReputMessageService(ServiceThread):
     name = "reput"
 
-    def __init__(self, commit_log: CommitLog, dispatch: Callable[[list[DispatchRequest]], None]) -> None:
+    def __init__(self, commit_log: CommitLog, dispatch: Callable[[DispatchBatch], None]) -> None:
         super().__init__()
         self.commit_log = commit_log
         self.dispatch = dispatch
@@ -40,16 +41,16 @@ class ReputMessageService(ServiceThread):
         return self.commit_log.get_max_offset() - self.reput_from_offset
 
     def try_dispatch_appended(self, start_offset: int, end_offset: int,
-                              requests: Callable[[], list[DispatchRequest]]) -> bool:
+                              appended: Callable[[], DispatchBatch]) -> bool:
         """Dispatch on the calling thread, a putter that just appended [start_offset, end_offset),
         unless another dispatch is running (False then). When dispatch stands exactly at
-        start_offset, the putter's records are dispatched from the requests it already knows
+        start_offset, the putter's records are dispatched from the columns it already knows
         instead of being parsed back from the CommitLog."""
         if not self._dispatching.acquire(blocking=False):
             return False
         try:
             if self.reput_from_offset == start_offset:
-                self.dispatch(requests())
+                self.dispatch(appended())
                 self.reput_from_offset = end_offset
             self._do_reput()
         finally:
@@ -91,7 +92,7 @@ class ReputMessageService(ServiceThread):
                 chunk.append(request)
                 position += size
             if chunk:
-                self.dispatch(chunk)
+                self.dispatch(DispatchBatch.from_requests(chunk))
                 self.reput_from_offset = base + position
             if size == 0:
                 self.reput_from_offset = self.commit_log.roll_next_file(self.reput_from_offset)

@@ -65,6 +65,34 @@ class PutMessageResult:
         return self.status is PutMessageStatus.PUT_OK
 
 
+_NO_OFFSETS = np.zeros(0, dtype=np.int64)
+
+
+@dataclass
+class PutBatchResult:
+    """The result of put_batch for the whole batch: a batch is stored whole or refused whole,
+    so one status; the offsets columns hold one entry per message (empty when refused)."""
+
+    status: PutMessageStatus
+    queue_offsets: np.ndarray = field(default_factory=lambda: _NO_OFFSETS)      # int64
+    physical_offsets: np.ndarray = field(default_factory=lambda: _NO_OFFSETS)   # int64
+    store_timestamp: int = 0
+    store_host: bytes = EMPTY_HOST
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutMessageStatus.PUT_OK
+
+    def msg_ids(self) -> list[str]:
+        """Each message's id (rmq.message_format.message_id), encoded for the batch at once."""
+        count, host = len(self.physical_offsets), len(self.store_host)
+        ids = np.empty((count, host + 8), dtype=np.uint8)
+        ids[:, :host] = np.frombuffer(self.store_host, dtype=np.uint8)
+        ids[:, host:] = self.physical_offsets.astype(">i8").view(np.uint8).reshape(count, 8)
+        text, width = ids.tobytes().hex().upper(), 2 * (host + 8)
+        return [text[start:start + width] for start in range(0, width * count, width)]
+
+
 _NO_SIZES = np.zeros(0, dtype=np.int32)
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from store import FlushDiskType, MessageStore, MessageStoreConfig, MessageToStore
+from store.commit_log import CommitLog, EncodedBatch
+from store.message_batch import MessageBatch
 
 
 def small_config(store_dir: Path, **overrides) -> MessageStoreConfig:
@@ -30,6 +32,12 @@ def message(topic: str = "TopicTest", queue_id: int = 0, body: bytes = b"hello",
             ) -> MessageToStore:
     return MessageToStore(topic=topic, queue_id=queue_id, body=body, properties=properties,
                           born_timestamp=1, born_host=bytes([127, 0, 0, 1]) + (1234).to_bytes(4, "big"))
+
+
+def encode(commit_log: CommitLog, *messages: MessageToStore) -> EncodedBatch:
+    encoded = commit_log.encode(MessageBatch.from_messages(messages))
+    assert isinstance(encoded, EncodedBatch), encoded
+    return encoded
 
 
 def wait_dispatched(store: MessageStore, timeout: float = 5.0) -> None:

@@ -13,13 +13,13 @@ from store.commit_log import (
     HEADER,
     TRANSACTION_PREPARED_TYPE,
     CommitLog,
-    appended_requests,
+    appended_dispatch,
     body_crc,
     parse_record,
 )
 from store.config import BrokerRole
 from store.consume_queue import entry_bytes
-from tests.store.conftest import message, small_config, wait_dispatched
+from tests.store.conftest import encode, message, small_config, wait_dispatched
 
 TV2_HEX = (
     "0000005edaa320a758932aac00000000"
@@ -33,21 +33,21 @@ TV2_HEX = (
 
 def test_tv1_record_lengths(tmp_path: Path) -> None:
     commit_log = CommitLog(small_config(tmp_path / "s"))
-    assert commit_log.encode(MessageToStore("TopicTest", 0, b"hello", {})).length == 105
-    assert commit_log.encode(MessageToStore("TopicTest", 0, b"hello", {"KEYS": "k" * 14})).length == 125
-    assert commit_log.encode(MessageToStore("TopicTest", 0, b"", {})).length == 100
+    assert encode(commit_log, MessageToStore("TopicTest", 0, b"hello", {}),
+                  MessageToStore("TopicTest", 0, b"hello", {"KEYS": "k" * 14}),
+                  MessageToStore("TopicTest", 0, b"", {})).lengths.tolist() == [105, 125, 100]
     commit_log.close()
 
 
 def test_tv2_record_bytes_are_exact(tmp_path: Path) -> None:
     config = small_config(tmp_path / "s")
     commit_log = CommitLog(config)
-    encoded = commit_log.encode(MessageToStore("T", 0, b"hi", {}, born_timestamp=1,
+    encoded = encode(commit_log, MessageToStore("T", 0, b"hi", {}, born_timestamp=1,
                                                born_host=bytes([127, 0, 0, 1]) + (1234).to_bytes(4, "big")))
-    appended = commit_log.append([encoded], store_timestamp=2).messages
-    record = commit_log.get_message(0, appended[0].length)
+    commit_log.append(encoded, store_timestamp=2)
+    record = commit_log.get_message(0, int(encoded.lengths[0]))
     assert record.hex() == TV2_HEX
-    assert appended[0].length == 94 and body_crc(b"hi") == 1486039724
+    assert encoded.lengths[0] == 94 and body_crc(b"hi") == 1486039724
     assert mf.message_id(commit_log.store_host, 0) == "7F00000100002A9F0000000000000000"
     commit_log.close()
 
@@ -173,8 +173,8 @@ def test_tv5_physical_offset_in_a_later_file(tmp_path: Path) -> None:
     size = config.mapped_file_size_commit_log
     commit_log.mapped_file_queue.create_file(size)
     commit_log.mapped_file_queue.files[0].wrote_position = 100
-    appended = commit_log.append([commit_log.encode(message())], 5)
-    assert appended.messages[0].physical_offset == size + 100
+    appended = commit_log.append(encode(commit_log, message()), 5)
+    assert appended.physical_offsets.tolist() == [size + 100]
     assert (appended.start_offset, appended.end_offset) == (size + 100, size + 100 + 105)
     header = HEADER.unpack(commit_log.get_message(size + 100, HEADER.size))
     assert header[6] == size + 100
@@ -183,20 +183,20 @@ def test_tv5_physical_offset_in_a_later_file(tmp_path: Path) -> None:
 
 def test_dispatch_of_appended_records_equals_parsing_them(tmp_path: Path) -> None:
     commit_log = CommitLog(small_config(tmp_path / "s", mapped_file_size_commit_log=4096))
-    batch = [commit_log.encode(m) for m in (
-        message(body=b"a" * 1500, TAGS="TagA", KEYS="k1 k2", UNIQ_KEY="U1"),
-        MessageToStore("Other", 3, b"b" * 1500, {"x": "y"}, sys_flag=TRANSACTION_PREPARED_TYPE),
-        message(body=b"c" * 1500, TAGS="TagB"))]       # the third record starts the next file
-    appended = commit_log.append(batch, store_timestamp=9)
+    encoded = encode(commit_log,
+                     message(body=b"a" * 1500, TAGS="TagA", KEYS="k1 k2", UNIQ_KEY="U1"),
+                     MessageToStore("Other", 3, b"b" * 1500, {"x": "y"}, sys_flag=TRANSACTION_PREPARED_TYPE),
+                     message(body=b"c" * 1500, TAGS="TagB"))       # the third record starts the next file
+    appended = commit_log.append(encoded, store_timestamp=9)
     parsed = []
-    for stored in appended.messages:
-        mapped = commit_log.mapped_file_queue.find_mapped_file_by_offset(stored.physical_offset)
-        size, request = parse_record(mapped.mm, stored.physical_offset - mapped.file_from_offset,
+    for offset, length in zip(appended.physical_offsets.tolist(), encoded.lengths.tolist(), strict=True):
+        mapped = commit_log.mapped_file_queue.find_mapped_file_by_offset(offset)
+        size, request = parse_record(mapped.mm, offset - mapped.file_from_offset,
                                      mapped.file_size, mapped.file_from_offset, True)
-        assert size == stored.length
+        assert size == length
         parsed.append(request)
-    assert appended_requests(batch, appended, 9) == parsed
-    assert (appended.start_offset, appended.end_offset) == (0, 4096 + appended.messages[2].length)
+    assert appended_dispatch(encoded, appended, 9).requests() == parsed
+    assert (appended.start_offset, appended.end_offset) == (0, 4096 + int(encoded.lengths[2]))
     commit_log.close()
 
 

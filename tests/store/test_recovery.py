@@ -19,7 +19,7 @@ from store import GetMessageStatus, MessageStore, MessageToStore, StoreError
 from store.checkpoint import StoreCheckpoint
 from store.commit_log import CommitLog, parse_record
 from store.index_file import IndexFile, IndexService
-from tests.store.conftest import message, small_config, wait_dispatched
+from tests.store.conftest import encode, message, small_config, wait_dispatched
 from tests.store.test_get_message import queue_offsets
 
 
@@ -76,10 +76,10 @@ def test_abort_file_exists_only_while_running(tmp_path: Path) -> None:
 def test_tv11_recover_normally_scan(tmp_path: Path) -> None:
     config = small_config(tmp_path / "s", mapped_file_size_commit_log=1024)
     commit_log = CommitLog(config)
-    big = commit_log.encode(MessageToStore("T", 0, b"x" * (930 - 92)))
-    commit_log.append([big, big], 1)                                       # A and B: one record + blank
-    commit_log.append([commit_log.encode(MessageToStore("T", 0, b"y" * 8)),      # 100 bytes
-                       commit_log.encode(MessageToStore("T", 0, b"z" * 108))], 1)  # 200 bytes
+    big = MessageToStore("T", 0, b"x" * (930 - 92))
+    commit_log.append(encode(commit_log, big, big), 1)                     # A and B: one record + blank
+    commit_log.append(encode(commit_log, MessageToStore("T", 0, b"y" * 8),       # 100 bytes
+                             MessageToStore("T", 0, b"z" * 108)), 1)               # 200 bytes
     assert [f.file_from_offset for f in commit_log.mapped_file_queue.files] == [0, 1024, 2048]
     commit_log.close()
     reloaded = CommitLog(config)
@@ -92,8 +92,7 @@ def test_tv11_recover_normally_scan(tmp_path: Path) -> None:
 def test_tv11_normal_scan_starts_at_third_last_file(tmp_path: Path) -> None:
     config = small_config(tmp_path / "s", mapped_file_size_commit_log=1024)
     commit_log = CommitLog(config)
-    big = commit_log.encode(MessageToStore("T", 0, b"x" * 808))
-    commit_log.append([big] * 5, 1)
+    commit_log.append(encode(commit_log, *[MessageToStore("T", 0, b"x" * 808)] * 5), 1)
     commit_log.close()
     reloaded = CommitLog(config)
     reloaded.load()
