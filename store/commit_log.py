@@ -22,7 +22,7 @@ from store.dispatch_batch import DispatchBatch, tags_code
 from store.errors import StoreError
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue
-from store.message_batch import MessageBatch, QueueGroups
+from store.message_batch import MessageBatch, QueueGroups, distinct
 from store.results import DispatchRequest, PutMessageStatus
 
 # TOTALSIZE .. BODY length: the fixed 88 bytes before the body (spec store §3).
@@ -101,10 +101,9 @@ def encode_batch(batch: MessageBatch, max_message_size: int, max_record_in_file:
     A refused batch reports the status the first failing message would get from the checks
     in their spec order: topic, properties, host and queue id, size."""
     count = len(batch)
-    prefix_of = {topic: topic_prefix(topic) for topic in dict.fromkeys(batch.topics)}
-    well_formed = {data: well_formed_properties(data) for data in dict.fromkeys(batch.properties)}
+    prefix_of = {topic: topic_prefix(topic) for topic in distinct(batch.topics)}
+    well_formed = {data: well_formed_properties(data) for data in distinct(batch.properties)}
     body_lengths = np.fromiter(map(len, batch.bodies), np.int64, count)
-    properties_lengths = np.fromiter(map(len, batch.properties), np.int64, count)
     if len(prefix_of) == 1:
         prefix = next(iter(prefix_of.values()))
         topic_prefixes = [prefix] * count
@@ -114,12 +113,19 @@ def encode_batch(batch: MessageBatch, max_message_size: int, max_record_in_file:
         topic_prefixes = [prefix_of[topic] for topic in batch.topics]
         topic_lengths = np.fromiter((len(p) if p else 0 for p in topic_prefixes), np.int64, count)
         bad_topic = np.fromiter((p is None for p in topic_prefixes), bool, count)
+    if len(well_formed) == 1:
+        length = len(batch.properties[0]) if count else 0
+        properties_lengths = np.full(count, length, dtype=np.int64)
+        length_fields = [length.to_bytes(2, "big") if length <= mf.MAX_PROPERTIES_LENGTH else b""] * count
+    else:
+        properties_lengths = np.fromiter(map(len, batch.properties), np.int64, count)
+        length_fields = properties_lengths.clip(0, mf.MAX_PROPERTIES_LENGTH).astype(">u2").view("V2").tolist()
     lengths = mf.FIXED_OVERHEAD - 1 + body_lengths + topic_lengths + properties_lengths
     status = np.zeros(count, dtype=np.int8)    # 0: fine; assigned from the last check to the first
     status[(lengths > max_message_size) | (lengths > max_record_in_file)] = 1
     status[(batch.queue_ids < 0) | (batch.queue_ids >= _INT32_MAX) | _outside_int32(batch.flags)
            | _outside_int32(batch.sys_flags) | _outside_int32(batch.reconsume_times)] = 2
-    if set(map(len, batch.born_hosts)) != {mf.HOST_SIZE}:
+    if any(len(host) != mf.HOST_SIZE for host in distinct(batch.born_hosts)):
         status[np.fromiter((len(h) != mf.HOST_SIZE for h in batch.born_hosts), bool, count)] = 2
     status[properties_lengths > mf.MAX_PROPERTIES_LENGTH] = 3
     if not all(well_formed.values()):
@@ -128,8 +134,7 @@ def encode_batch(batch: MessageBatch, max_message_size: int, max_record_in_file:
     if status.any():
         return _REFUSALS[status[np.argmax(status != 0)]]
     crcs = np.fromiter(map(zlib.crc32, batch.bodies), np.int64, count) & 0x7FFFFFFF
-    return EncodedBatch(batch, lengths, body_lengths, crcs, topic_prefixes,
-                        properties_lengths.astype(">u2").view("V2").tolist(),
+    return EncodedBatch(batch, lengths, body_lengths, crcs, topic_prefixes, length_fields,
                         QueueGroups.of(batch.topics, batch.queue_ids))
 
 

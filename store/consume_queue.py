@@ -54,16 +54,19 @@ class ConsumeQueue:
     # -- write -----------------------------------------------------------------------------------
 
     def put_entries(self, entries: np.ndarray, first_cq_offset: int) -> None:
-        """Append consecutive entries (CQ_DTYPE) for logical offsets first_cq_offset onwards. The
-        common case, continuing the queue inside the last file, is one write."""
-        last = self.mapped_file_queue.last_file()
-        expect = first_cq_offset * CQ_STORE_UNIT_SIZE
-        if (last is not None and expect == last.file_from_offset + last.wrote_position
-                and last.append(entries.tobytes())):
-            self.max_physic_offset = int(entries["offset"][-1]) + int(entries["size"][-1])
-            return
-        for cq_offset, (commit_log_offset, size, tags_code) in enumerate(entries.tolist(), first_cq_offset):
-            self.put_message_position_info(commit_log_offset, size, tags_code, cq_offset)
+        """Append consecutive entries (CQ_DTYPE) for logical offsets first_cq_offset onwards.
+        Entries that continue the queue go into the last file with one write per file."""
+        while len(entries):
+            last = self.mapped_file_queue.last_file()
+            if (last is not None and not last.is_full()
+                    and first_cq_offset * CQ_STORE_UNIT_SIZE == last.file_from_offset + last.wrote_position):
+                count = min(len(entries), last.remaining() // CQ_STORE_UNIT_SIZE)
+                last.append(entries[:count].tobytes())
+                self.max_physic_offset = int(entries["offset"][count - 1]) + int(entries["size"][count - 1])
+            else:   # a new queue, a new file, or entries already present after recovery
+                count = 1
+                self.put_message_position_info(*entries[0].tolist(), first_cq_offset)
+            entries, first_cq_offset = entries[count:], first_cq_offset + count
 
     def put_message_position_info(self, commit_log_offset: int, size: int, tags_code: int,
                                   cq_offset: int) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 from rmq import message_format as mf
 
-from store.message_batch import QueueGroups
+from store.message_batch import QueueGroups, distinct
 from store.results import DispatchRequest
 
 
@@ -55,7 +55,7 @@ class DispatchBatch:
         """The batch for records just appended: tags code, keys and unique key come from each
         record's properties field, read once per distinct value."""
         count = len(topics)
-        infos = {data: dispatch_properties(data) for data in dict.fromkeys(properties)}
+        infos = {data: dispatch_properties(data) for data in distinct(properties)}
         if len(infos) == 1:
             (tags_code, keys, uniq_key), = infos.values()
             tags_codes = np.full(count, tags_code, dtype=np.int64)

@@ -82,6 +82,14 @@ def encode_properties(properties: dict[str, str]) -> bytes | None:
     return text.encode()
 
 
+def distinct(column: list) -> list:
+    """The distinct values of a column in order of first appearance; a column holding one
+    value (the common case) is recognised with one C-level pass."""
+    if not column or column.count(column[0]) == len(column):
+        return column[:1]
+    return list(dict.fromkeys(column))
+
+
 def _int_column(value: IntColumn, count: int) -> np.ndarray:
     if isinstance(value, int):
         return np.full(count, value, dtype=np.int64)
@@ -98,7 +106,7 @@ class QueueGroups:
 
     @classmethod
     def of(cls, topics: list[str], queue_ids: np.ndarray) -> QueueGroups:
-        names = list(dict.fromkeys(topics))
+        names = distinct(topics)
         if len(names) == 1:
             keys = queue_ids
         else:

@@ -319,10 +319,13 @@ class MessageStore:
     def _notify_listeners(self, batch: DispatchBatch, visible: np.ndarray) -> None:
         """One call per queue and tags code: the newest entry of the chunk with that tags code
         (a held pull waits for any entry at or past its offset that its filter matches)."""
-        keys = batch.queues.index[visible] << 32 | (batch.tags_codes[visible] & 0xFFFFFFFF)
         positions = np.flatnonzero(visible)
-        newest = len(keys) - 1 - np.unique(keys[::-1], return_index=True)[1]
-        for position in np.sort(positions[newest]).tolist():
+        keys = batch.queues.index[positions] << 32 | (batch.tags_codes[positions] & 0xFFFFFFFF)
+        if len(keys) and (keys == keys[0]).all():
+            newest = positions[-1:]
+        else:
+            newest = np.sort(positions[len(keys) - 1 - np.unique(keys[::-1], return_index=True)[1]])
+        for position in newest.tolist():
             request = batch.request(position)
             for listener in self._listeners:
                 try:
