@@ -278,8 +278,9 @@ class CommitLog:
         base = np.array([table.get(key, 0) for key in keys], dtype=np.int64)
         counted = (encoded.batch.sys_flags & TRANSACTION_PREPARED_TYPE) == 0
         queue_offsets = base[queues.index] + queues.positions_in_queue(counted)
-        next_offsets = base + queues.counts(counted)
-        return queue_offsets, dict(zip(keys, next_offsets.tolist(), strict=True))
+        counts = queues.counts(counted).tolist()
+        return queue_offsets, {key: offset + count for key, offset, count in zip(keys, base.tolist(), counts,
+                                                                                 strict=True) if count}
 
     # -- read ------------------------------------------------------------------------------------
 
