@@ -218,7 +218,7 @@ def test_after_the_abuse_the_store_is_intact_and_the_broker_stops_cleanly(broker
     outcomes = ", ".join(f"{name} {count}" for name, count in sorted(FIGURES.items()))
     figures = REPORT.record(tally(
         "hostile input: fuzzed RPCs, raw bytes, garbage on the port", broker.canary.sent,
-        (m.body for m in acknowledged), (m.body for m in read if m.body.startswith(b"p")),
+        (m.body for m in acknowledged), (m.body for m in read if m.body.startswith(b"s")),
         notes=f"canary topic intact; {sum(FIGURES.values())} hostile calls: {outcomes}"))
     assert figures.lost == 0 and figures.duplicated == 0
     assert set(acknowledged) <= set(read)

@@ -31,6 +31,8 @@ from integration_tests.reliability.traffic import (
 )
 from store import FlushDiskType, MessageStore, MessageStoreConfig, MessageToStore, StoreError
 
+pytestmark = pytest.mark.integration
+
 TOPIC = "torn"
 QUEUES = 2
 COUNT = 600                      # ~3 CommitLog files of 64 KiB with 200-byte bodies
@@ -296,7 +298,6 @@ def _relative(error: Exception | str, tmp_path: Path) -> str:
 
 # -- through a broker restart --------------------------------------------------------------------
 
-@pytest.mark.integration
 def test_broker_recovers_torn_files_after_kill9(tmp_path: Path, report: ReliabilityReport) -> None:
     """kill -9 under load, then garbage after the CommitLog tail and ConsumeQueue entries past
     it: the restarted broker serves every acknowledged message exactly once."""
@@ -335,7 +336,6 @@ def _consume_queue_entry_past_commit_log_end_of(root: Path) -> None:
     _overwrite(last, entries * 20, struct.pack(">qiq", 1 << 40, 291, 0) * 3)
 
 
-@pytest.mark.integration
 def test_broker_refuses_a_corrupt_commit_log_with_one_clear_line(
         tmp_path: Path, report: ReliabilityReport) -> None:
     server = configured_broker(tmp_path, store={"mapped_file_size_commit_log": 64 * 1024})

@@ -4,6 +4,7 @@ client, so a scenario can compare the two."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -42,6 +43,9 @@ class ProducerLedger:
         return [ack.message for ack in self.acknowledged]
 
 
+_PRODUCER_SETS = itertools.count()
+
+
 class Producers:
     """`threads` threads, each sending batches of `batch` unique bodies to `topic` until
     stopped (or `max_batches` each), `pause` seconds apart. A failed send (broker down,
@@ -59,6 +63,7 @@ class Producers:
         self.pause = pause
         self.timeout = timeout
         self.ledger = ProducerLedger()
+        self._set = next(_PRODUCER_SETS)      # bodies stay unique across Producers instances
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, args=(n,), daemon=True) for n in range(threads)]
 
@@ -83,7 +88,7 @@ class Producers:
         return self.ledger
 
     def _bodies(self, producer: int, batch_number: int) -> list[bytes]:
-        return [f"p{producer}-b{batch_number}-m{i}:".encode().ljust(self.body_size, b".")
+        return [f"s{self._set}-p{producer}-b{batch_number}-m{i}:".encode().ljust(self.body_size, b".")
                 for i in range(self.batch)]
 
     def _run(self, producer: int) -> None:
@@ -115,18 +120,26 @@ class Producers:
 
 
 def read_queue(client: RmqClient, mq: MessageQueue, start: int, end: int, group: str,
-               batch: int = 512) -> Iterator[StoredMessage]:
-    """Every message of `mq` in [start, end), pulled in order."""
+               batch: int = 512, stall_timeout: float = 10.0) -> Iterator[StoredMessage]:
+    """Every message of `mq` in [start, end), pulled in order. A pull that does not advance
+    (a message being removed by retention) is retried for up to `stall_timeout` seconds."""
     offset = start
+    stalled_since: float | None = None
     while offset < end:
         result = client.pull(mq, offset, batch, group=group)
         if result.messages.count:
             columns = decode(result.messages, mq.broker_name).to_pydict()
             yield from (StoredMessage(q, o, b) for q, o, b in
                         zip(columns["queue_id"], columns["queue_offset"], columns["body"], strict=True))
-        if result.next_begin_offset <= offset:
-            raise AssertionError(f"pull of {mq} at {offset} made no progress: {result.pull_status}")
-        offset = result.next_begin_offset
+        if result.next_begin_offset > offset:
+            offset, stalled_since = result.next_begin_offset, None
+            continue
+        stalled_since = stalled_since or time.monotonic()
+        if time.monotonic() - stalled_since > stall_timeout:
+            raise AssertionError(f"pull of {mq} at {offset} made no progress for {stall_timeout}s: "
+                                 f"{result.pull_status.name} ({result.store_status.name}), queue holds "
+                                 f"[{result.min_offset}, {result.max_offset})")
+        time.sleep(0.1)
 
 
 def read_topic(client: RmqClient, topic: str, group: str = "reliability-reader") -> list[StoredMessage]:
