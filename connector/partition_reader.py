@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
-from connector.client import GetMessageStatus, MessageQueue, PullResult, PullStatus, RmqClient, RmqUnavailable
+from connector.client import MessageQueue, PullResult, PullStatus, RmqClient, RmqUnavailable
 from connector.message_decoder import decode, filter_tags
 from connector.options import PullSettings
 from connector.source_schema import SOURCE_ARROW_SCHEMA
@@ -145,7 +145,7 @@ class QueueRangeReader:
         resume = min(result.min_offset, self._end) if retention else self._end
         gap = (
             f"offsets [{offset}, {resume}) of {self._describe()} no longer exist on the broker "
-            f"(it holds [{result.min_offset}, {result.max_offset}), {_store_status(result)}): "
+            f"(it holds [{result.min_offset}, {result.max_offset}), {result.store_status.name}): "
             + ("deleted by retention" if retention else "the queue ends before them, messages were lost")
         )
         if self._settings.fail_on_data_loss:
@@ -156,6 +156,3 @@ class QueueRangeReader:
     def _describe(self) -> str:
         return f"topic {self._mq.topic} broker {self._mq.broker_name} queue {self._mq.queue_id}"
 
-
-def _store_status(result: PullResult) -> str:
-    return GetMessageStatus(result.store_status).name

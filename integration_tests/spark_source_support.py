@@ -30,6 +30,21 @@ def retention_config(tmp_path: Path) -> list[str]:
     return ["--config", str(path)]
 
 
+def retained_min_offset(client: RmqClient, mq: MessageQueue, timeout: float = 30.0) -> int:
+    """The queue's min offset once retention has deleted files and stopped (unchanged for a
+    second): every file but the newest is older than the reserved time."""
+    deadline = time.monotonic() + timeout
+    seen, since = 0, time.monotonic()
+    while True:
+        low = client.topic_offsets(mq.topic)[mq].min_offset
+        if low != seen:
+            seen, since = low, time.monotonic()
+        elif low > 0 and time.monotonic() - since >= 1.0:
+            return low
+        assert time.monotonic() < deadline, f"retention did not settle on {mq} (min offset {low})"
+        time.sleep(0.1)
+
+
 def produce(client: RmqClient, topic: str, count: int, *, tags: str = "", prefix: str = "m",
             start: int = 0) -> list[bytes]:
     """Send `count` messages round-robin over the queues; returns their bodies."""

@@ -8,9 +8,15 @@ import time
 
 import pytest
 
-from connector.client import RmqClient
+from connector.client import MessageQueue, RmqClient
 from integration_tests import processes
-from integration_tests.spark_source_support import positions, produce, retention_config, wait_dispatched
+from integration_tests.spark_source_support import (
+    positions,
+    produce,
+    retained_min_offset,
+    retention_config,
+    wait_dispatched,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -139,18 +145,17 @@ def test_fail_on_data_loss_in_a_spark_read(spark, tmp_path):
             for start in range(0, 200, 20):
                 produce(rmq, "retained", 20, start=start)
             wait_dispatched(rmq, "retained", 200)
-            low = _wait_for(lambda: next(iter(rmq.topic_offsets("retained").values())).min_offset,
-                            lambda offset: offset > 0, timeout=30)
+            low = retained_min_offset(rmq, MessageQueue("retained", "broker-a", 0))
 
         def read(fail_on_data_loss: str):
             return (spark.read.format("rmq").option("endpoints", server.address).option("topic", "retained")
                     .option("startingOffsets", '{"retained":{"broker-a":{"0":0}}}')
                     .option("failOnDataLoss", fail_on_data_loss).load())
 
-        with pytest.raises(Exception, match=r"offsets \[0, \d+\) of topic retained broker broker-a queue 0 "
-                                            r"no longer exist .*deleted by retention"):
+        with pytest.raises(Exception, match=rf"offsets \[0, {low}\) of topic retained broker broker-a "
+                                            r"queue 0 no longer exist .*deleted by retention"):
             read("true").collect()
         offsets = [r.queue_offset for r in read("false").select("queue_offset").collect()]
-        assert offsets and offsets == list(range(offsets[0], 200)) and offsets[0] >= low
+        assert offsets == list(range(low, 200))
     finally:
         server.stop()

@@ -21,6 +21,7 @@ from integration_tests.spark_source_support import (
     positions,
     produce,
     read_batch,
+    retained_min_offset,
     retention_config,
     stream_reader,
     wait_dispatched,
@@ -244,13 +245,11 @@ def test_deleted_offsets_fail_or_are_skipped_per_fail_on_data_loss(tmp_path):
                 produce(client, "retained", 20, start=start)
             wait_dispatched(client, "retained", 200)
             mq = MessageQueue("retained", "broker-a", 0)
-            deadline = time.monotonic() + 30
-            while (low := client.topic_offsets("retained")[mq].min_offset) == 0:
-                assert time.monotonic() < deadline, "retention deleted nothing"
-                time.sleep(0.2)
+            low = retained_min_offset(client, mq)
         strict = parse_source_options({"endpoints": server.address, "topic": "retained"}, streaming=True).pull
         with pytest.raises(RmqDataLossError, match=rf"offsets \[0, {low}\) of topic retained broker broker-a "
-                                                   r"queue 0 no longer exist .* set failOnDataLoss=false"):
+                                                   r"queue 0 no longer exist .*deleted by retention; "
+                                                   r"set failOnDataLoss=false to skip them"):
             list(read_queue_range(QueueRangePartition(mq, 0, 200, strict)))
         lenient = parse_source_options({"endpoints": server.address, "topic": "retained",
                                         "failOnDataLoss": "false"}, streaming=True).pull
