@@ -12,6 +12,7 @@ import ipaddress
 import itertools
 import time
 
+import numpy as np
 from rmq import message_format as mf
 
 from broker_server.delay_levels import delay_level_to_queue_id
@@ -19,7 +20,7 @@ from broker_server.names import SCHEDULE_TOPIC
 from broker_server.status import RequestError, illegal_argument, rmq_pb2
 from broker_server.store_executor import StoreExecutor
 from broker_server.topic_config_manager import TopicConfig, TopicConfigManager
-from store import MessageToStore, PutMessageStatus
+from store import MessageBatch, PutMessageStatus
 
 NO_HOST = bytes(8)
 
@@ -73,47 +74,77 @@ class SendMessageProcessor:
     async def process(self, request: rmq_pb2.SendMessageRequest, peer: str) -> rmq_pb2.SendMessageResponse:
         try:
             batch, queue_ids, delayed = self.build_batch(request, born_host_from_peer(peer))
-            results = await self.executor.run(self.store.put_messages, batch)
-            if results[0].status is not PutMessageStatus.PUT_OK:
+            result = await self.executor.run(self.store.put_batch, batch)
+            if result.status is not PutMessageStatus.PUT_OK:
                 self.explain_size_refusal(batch)
-                check_put_results(results)
+                check_put_status(result.status)
         except RequestError as error:
             return rmq_pb2.SendMessageResponse(status=error.status())
         response = rmq_pb2.SendMessageResponse(status=rmq_pb2.Status(code=rmq_pb2.OK))
-        response.msg_ids.extend([result.msg_id for result in results])
+        response.msg_ids.extend(result.msg_ids())
         response.queue_ids.extend(queue_ids)
-        response.queue_offsets.extend(
-            [
-                -1 if is_delayed else result.queue_offset
-                for result, is_delayed in zip(results, delayed, strict=True)
-            ]
-        )
+        queue_offsets = result.queue_offsets
+        if delayed:
+            queue_offsets = queue_offsets.copy()
+            queue_offsets[delayed] = -1  # a delayed message's real offset is assigned on delivery
+        response.queue_offsets.extend(queue_offsets.tolist())
         return response
 
     def build_batch(
         self, request: rmq_pb2.SendMessageRequest, born_host: bytes
-    ) -> tuple[list[MessageToStore], list[int], list[bool]]:
-        """The batch to store, each message's real queue id, and which ones are delayed.
-        Raises RequestError naming the first bad message."""
+    ) -> tuple[MessageBatch, list[int], list[int]]:
+        """The batch to store (columns), each message's real queue id, and the positions of the
+        delayed ones. Raises RequestError naming the first bad message."""
         config = self.topics.require(request.topic)
         if not config.writeable:
             raise RequestError(
                 rmq_pb2.NO_PERMISSION, f"the topic[{request.topic}] sending message is forbidden"
             )
-        if not request.messages:
+        messages = request.messages
+        if not messages:
             raise illegal_argument("the batch holds no messages")
         counter = self._round_robin.setdefault(request.topic, itertools.count())
-        now_ms = int(time.time() * 1000)
-        batch, queue_ids, delayed = [], [], []
-        for index, message in enumerate(request.messages):
+        topic = request.topic
+        topics, store_queue_ids, bodies, properties, flags, born_timestamps = [], [], [], [], [], []
+        queue_ids, delayed = [], []
+        for index, message in enumerate(messages):
+            # Hot path: each protobuf field is read once (every read builds a Python object); sizes
+            # are left to the store, which checks the whole batch before writing (explain_size_refusal).
             try:
+                body = message.body
+                if not body:
+                    raise RequestError(rmq_pb2.MESSAGE_ILLEGAL, "message body is empty")
                 queue_id = self._queue_id(message, config, counter)
-                stored = self._message_to_store(message, request.topic, queue_id, now_ms, born_host)
+                user_properties, delay_level = message.properties, message.delay_level
+                if user_properties or delay_level:
+                    stored_topic, stored_queue_id, field = self._full_properties(
+                        message, user_properties, delay_level, topic, queue_id
+                    )
+                    if delay_level:
+                        delayed.append(index)
+                else:
+                    stored_topic, stored_queue_id = topic, queue_id
+                    field = simple_properties(message.tags, message.keys)
             except RequestError as error:
-                raise _naming_message(error, index, len(request.messages)) from None
-            batch.append(stored)
+                raise _naming_message(error, index, len(messages)) from None
+            topics.append(stored_topic)
+            store_queue_ids.append(stored_queue_id)
             queue_ids.append(queue_id)
-            delayed.append(message.delay_level > 0)
+            bodies.append(body)
+            properties.append(field)
+            flags.append(message.flag)
+            born_timestamps.append(message.born_timestamp)
+        born = np.array(born_timestamps, dtype=np.int64)
+        born[born == 0] = int(time.time() * 1000)
+        batch = MessageBatch.of(
+            topics,
+            store_queue_ids,
+            bodies,
+            properties,
+            flags=flags,
+            born_timestamps=born,
+            born_hosts=born_host,
+        )
         return batch, queue_ids, delayed
 
     def _queue_id(self, message: rmq_pb2.Message, config: TopicConfig, counter: itertools.count) -> int:
@@ -126,26 +157,18 @@ class SendMessageProcessor:
             )
         return message.queue_id
 
-    def _message_to_store(
-        self, message: rmq_pb2.Message, topic: str, queue_id: int, now_ms: int, born_host: bytes
-    ) -> MessageToStore:
-        # Hot path: each protobuf field is read once (every read builds a Python object); sizes
-        # are left to the store, which checks the whole batch before writing (explain_size_refusal).
-        body = message.body
-        if not body:
-            raise RequestError(rmq_pb2.MESSAGE_ILLEGAL, "message body is empty")
-        delay_level = message.delay_level
+    def _full_properties(
+        self, message: rmq_pb2.Message, user_properties, delay_level: int, topic: str, queue_id: int
+    ) -> tuple[str, int, bytes]:
+        """(topic, queue id, properties field) of a message with user properties or a delay level."""
         if delay_level < 0:
             raise illegal_argument(f"delay_level must not be negative, not {delay_level}")
-        user_properties = message.properties
-        properties = dict(user_properties) if user_properties else {}
-        tags, keys = message.tags, message.keys
-        if tags:
-            properties[mf.PROPERTY_TAGS] = tags
-        if keys:
-            properties[mf.PROPERTY_KEYS] = keys
-        if user_properties or tags or keys:
-            check_no_separators(properties)
+        properties = dict(user_properties)
+        if message.tags:
+            properties[mf.PROPERTY_TAGS] = message.tags
+        if message.keys:
+            properties[mf.PROPERTY_KEYS] = message.keys
+        check_no_separators(properties)
         if delay_level:
             # CommitLog#putMessage: park the message in the schedule topic (level capped at the maximum).
             level = min(delay_level, self.max_delay_level)
@@ -153,31 +176,52 @@ class SendMessageProcessor:
             properties[mf.PROPERTY_REAL_QUEUE_ID] = str(queue_id)
             properties[mf.PROPERTY_DELAY_TIME_LEVEL] = str(level)
             topic, queue_id = SCHEDULE_TOPIC, delay_level_to_queue_id(level)
-        return MessageToStore(
-            topic, queue_id, body, properties, message.flag, message.born_timestamp or now_ms, born_host
-        )
+        return topic, queue_id, mf.encode_properties(properties).encode()
 
-    def explain_size_refusal(self, batch: list[MessageToStore]) -> None:
+    def explain_size_refusal(self, batch: MessageBatch) -> None:
         """The store refused the batch: raise naming the first message that is too large."""
-        for index, message in enumerate(batch):
+        for index, (topic, body, properties) in enumerate(
+            zip(batch.topics, batch.bodies, batch.properties, strict=True)
+        ):
             try:
-                self._check_size(message)
+                self._check_size(topic, body, properties)
             except RequestError as error:
                 raise _naming_message(error, index, len(batch)) from None
 
-    def _check_size(self, message: MessageToStore) -> None:
-        properties_length = len(mf.encode_properties(message.properties).encode())
-        if properties_length > mf.MAX_PROPERTIES_LENGTH:
+    def _check_size(self, topic: str, body: bytes, properties: bytes) -> None:
+        if len(properties) > mf.MAX_PROPERTIES_LENGTH:
             raise RequestError(
                 rmq_pb2.PROPERTIES_SIZE_EXCEEDED,
-                f"properties take {properties_length} bytes, the maximum is {mf.MAX_PROPERTIES_LENGTH}",
+                f"properties take {len(properties)} bytes, the maximum is {mf.MAX_PROPERTIES_LENGTH}",
             )
-        size = mf.calc_msg_length(len(message.body), len(message.topic.encode()), properties_length)
+        size = mf.calc_msg_length(len(body), len(topic.encode()), len(properties))
         if size > self.max_message_size:
             raise RequestError(
                 rmq_pb2.MESSAGE_SIZE_EXCEEDED,
                 f"message takes {size} bytes, the maximum is {self.max_message_size}",
             )
+
+
+_TAGS_PROPERTIES: dict[str, bytes] = {}
+
+
+def simple_properties(tags: str, keys: str) -> bytes:
+    """The properties field of a message with only tags and keys (TAGS before KEYS); the
+    tags-only fields, a producer's common case, are cached."""
+    if not keys:
+        field = _TAGS_PROPERTIES.get(tags)
+        if field is not None:
+            return field
+    properties = {}
+    if tags:
+        properties[mf.PROPERTY_TAGS] = tags
+    if keys:
+        properties[mf.PROPERTY_KEYS] = keys
+    check_no_separators(properties)
+    field = mf.encode_properties(properties).encode()
+    if not keys and len(_TAGS_PROPERTIES) < 4096:
+        _TAGS_PROPERTIES[tags] = field
+    return field
 
 
 def check_no_separators(properties: dict[str, str]) -> None:
@@ -194,10 +238,15 @@ def _naming_message(error: RequestError, index: int, count: int) -> RequestError
     return RequestError(error.code, f"message {index}: {error.message}" if count > 1 else error.message)
 
 
+def check_put_status(status: PutMessageStatus, detail: str = "") -> None:
+    """Raise for a store status other than PUT_OK (a batch is accepted or refused whole)."""
+    if status is PutMessageStatus.PUT_OK:
+        return
+    code, reason = _PUT_STATUS.get(status.name, (rmq_pb2.SYSTEM_ERROR, "the store failed"))
+    raise RequestError(code, f"{reason} ({detail}{status.name})")
+
+
 def check_put_results(results: list) -> None:
-    """Raise for the first result that is not PUT_OK (a batch is accepted or refused whole)."""
+    """Raise for the first result that is not PUT_OK."""
     for index, result in enumerate(results):
-        if result.status is PutMessageStatus.PUT_OK:
-            continue
-        code, reason = _PUT_STATUS.get(result.status.name, (rmq_pb2.SYSTEM_ERROR, "the store failed"))
-        raise RequestError(code, f"{reason} (message {index}: {result.status.name})")
+        check_put_status(result.status, f"message {index}: ")

@@ -3,12 +3,14 @@ Knows nothing of gRPC or Spark (RocketMQ DefaultMessageStore and its parts)."""
 
 from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from store.errors import StoreError
+from store.message_batch import MessageBatch
 from store.message_store import MessageStore
 from store.results import (
     DispatchRequest,
     GetMessageResult,
     GetMessageStatus,
     MessageToStore,
+    PutBatchResult,
     PutMessageResult,
     PutMessageStatus,
 )
@@ -19,9 +21,11 @@ __all__ = [
     "FlushDiskType",
     "GetMessageResult",
     "GetMessageStatus",
+    "MessageBatch",
     "MessageStore",
     "MessageStoreConfig",
     "MessageToStore",
+    "PutBatchResult",
     "PutMessageResult",
     "PutMessageStatus",
     "StoreError",
