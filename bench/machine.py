@@ -7,6 +7,7 @@ import platform
 import shutil
 import subprocess
 from importlib import metadata
+from pathlib import Path
 
 
 def load_average() -> str:
@@ -14,8 +15,9 @@ def load_average() -> str:
     return " / ".join(f"{load:.1f}" for load in os.getloadavg())
 
 
-def facts() -> dict[str, str]:
+def facts(repo: Path) -> dict[str, str]:
     return {
+        "source": _source(repo),
         "cores": str(os.cpu_count()),
         "CPU": _cpu_model(),
         "memory": _memory(),
@@ -25,6 +27,18 @@ def facts() -> dict[str, str]:
         "redis-server": _command_output(["redis-server", "--version"]),
         "Java": _command_output(["java", "-version"]),
     }
+
+
+def _source(repo: Path) -> str:
+    """The commit measured, and whether the tree differed from it."""
+    try:
+        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=30, check=True).stdout.strip()
+        changed = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "not a git checkout"
+    return f"commit {commit}" + (" with uncommitted changes" if changed else "")
 
 
 def _cpu_model() -> str:
