@@ -69,7 +69,7 @@ class SendMessageProcessor:
         self.executor = executor
         self.max_delay_level = max(delay_levels)
         self.max_message_size = max_message_size
-        self._round_robin: dict[str, itertools.count] = {}
+        self._round_robin: dict[str, int] = {}  # per topic: the next round-robin position
 
     async def process(self, request: rmq_pb2.SendMessageRequest, peer: str) -> rmq_pb2.SendMessageResponse:
         try:
@@ -100,11 +100,19 @@ class SendMessageProcessor:
             raise RequestError(
                 rmq_pb2.NO_PERMISSION, f"the topic[{request.topic}] sending message is forbidden"
             )
-        messages = request.messages
-        if not messages:
+        if request.HasField("columns"):
+            if request.messages:
+                raise illegal_argument("a request carries messages or columns, not both")
+            return self._column_batch(request.columns, config, born_host)
+        if not request.messages:
             raise illegal_argument("the batch holds no messages")
-        counter = self._round_robin.setdefault(request.topic, itertools.count())
-        topic = request.topic
+        return self._message_batch(request.messages, config, born_host)
+
+    def _message_batch(
+        self, messages, config: TopicConfig, born_host: bytes
+    ) -> tuple[MessageBatch, list[int], list[int]]:
+        topic = config.topic_name
+        counter = itertools.count(self._round_robin.get(topic, 0))
         topics, store_queue_ids, bodies, properties, flags, born_timestamps = [], [], [], [], [], []
         queue_ids, delayed = [], []
         for index, message in enumerate(messages):
@@ -134,6 +142,7 @@ class SendMessageProcessor:
             properties.append(field)
             flags.append(message.flag)
             born_timestamps.append(message.born_timestamp)
+        self._round_robin[topic] = next(counter)
         born = np.array(born_timestamps, dtype=np.int64)
         born[born == 0] = int(time.time() * 1000)
         batch = MessageBatch.of(
@@ -146,6 +155,49 @@ class SendMessageProcessor:
             born_hosts=born_host,
         )
         return batch, queue_ids, delayed
+
+    def _column_batch(
+        self, columns: rmq_pb2.MessageColumns, config: TopicConfig, born_host: bytes
+    ) -> tuple[MessageBatch, list[int], list[int]]:
+        """A MessageColumns request: bodies cut from one buffer, queues round-robin."""
+        lengths = np.array(columns.body_lengths, dtype=np.int64)
+        count = len(lengths)
+        if count == 0:
+            raise illegal_argument("the batch holds no messages")
+        empty = np.flatnonzero(lengths <= 0)
+        if len(empty):
+            error = RequestError(rmq_pb2.MESSAGE_ILLEGAL, "message body is empty")
+            raise _naming_message(error, int(empty[0]), count)
+        data = columns.bodies
+        ends = np.cumsum(lengths)
+        if ends[-1] != len(data):
+            raise illegal_argument(
+                f"body_lengths add up to {int(ends[-1])} bytes but bodies holds {len(data)}"
+            )
+        starts = (ends - lengths).tolist()
+        bodies = [data[start:end] for start, end in zip(starts, ends.tolist(), strict=True)]
+        tags, keys = _per_message(columns.tags, count, "tags"), _per_message(columns.keys, count, "keys")
+        try:
+            if len(tags) == 1 and len(keys) == 1:
+                properties = [simple_properties(tags[0], keys[0])] * count
+            else:
+                every_tags, every_keys = tags * (count // len(tags)), keys * (count // len(keys))
+                properties = [simple_properties(t, k) for t, k in zip(every_tags, every_keys, strict=True)]
+        except RequestError as error:
+            raise RequestError(error.code, f"columns: {error.message}") from None
+        topic = config.topic_name
+        start = self._round_robin.get(topic, 0)
+        self._round_robin[topic] = start + count
+        queue_ids = (start + np.arange(count)) % config.write_queue_nums
+        batch = MessageBatch.of(
+            topic,
+            queue_ids,
+            bodies,
+            properties,
+            born_timestamps=int(time.time() * 1000),
+            born_hosts=born_host,
+        )
+        return batch, queue_ids.tolist(), []
 
     def _queue_id(self, message: rmq_pb2.Message, config: TopicConfig, counter: itertools.count) -> int:
         if not message.HasField("queue_id"):
@@ -200,6 +252,13 @@ class SendMessageProcessor:
                 rmq_pb2.MESSAGE_SIZE_EXCEEDED,
                 f"message takes {size} bytes, the maximum is {self.max_message_size}",
             )
+
+
+def _per_message(values, count: int, name: str) -> list[str]:
+    """A MessageColumns string column as one value for every message or one per message."""
+    if len(values) in (0, 1, count):
+        return list(values) or [""]
+    raise illegal_argument(f"columns.{name} holds {len(values)} values for {count} messages")
 
 
 _TAGS_PROPERTIES: dict[str, bytes] = {}

@@ -33,6 +33,7 @@ ROUTE_CACHE_SECONDS = 30.0                    # RocketMQ pollNameServerInterval
 PERM_READ = 4                                 # RocketMQ PermName
 PERM_WRITE = 2
 _MESSAGE_FRAMING_BYTES = 6                    # field tag + length prefix of one repeated Message
+_COLUMN_FRAMING_BYTES = 16                    # a body length, tag and key prefixes in MessageColumns
 
 PullStatus = IntEnum("PullStatus", list(rmq_pb2.PullStatus.items()))
 GetMessageStatus = IntEnum("GetMessageStatus", list(rmq_pb2.GetMessageStatus.items()))
@@ -111,6 +112,10 @@ class OutgoingMessage:
     properties: Mapping[str, str] = field(default_factory=dict)
     queue_id: int | None = None               # None: the broker picks a queue round-robin
     delay_level: int = 0
+
+    def is_plain(self) -> bool:
+        """Only a body, tags and keys: such messages travel as MessageColumns."""
+        return not self.properties and self.queue_id is None and not self.delay_level
 
     def to_proto(self) -> rmq_pb2.Message:
         message = rmq_pb2.Message(body=self.body, tags=self.tags, keys=self.keys,
@@ -300,10 +305,14 @@ class RmqClient:
         name = broker_name or self._pick_broker(topic)
         address = self._broker_address(name)
         result = SendResult([], [], [], name)
-        for chunk in _chunks([m.to_proto() for m in messages], self.max_request_bytes):
+        if all(map(OutgoingMessage.is_plain, messages)):
+            requests = _column_requests(topic, messages, self.max_request_bytes)
+        else:
+            requests = (rmq_pb2.SendMessageRequest(topic=topic, messages=chunk)
+                        for chunk in _chunks([m.to_proto() for m in messages], self.max_request_bytes))
+        for request in requests:
             try:
-                response = self._call(address, "messaging", "SendMessage",
-                                      rmq_pb2.SendMessageRequest(topic=topic, messages=chunk), name)
+                response = self._call(address, "messaging", "SendMessage", request, name)
             except RmqError as error:
                 error.acknowledged = len(result.msg_ids)
                 if isinstance(error, RmqUnavailable) or error.code == rmq_pb2.TOPIC_NOT_EXIST:
@@ -584,6 +593,40 @@ def _chunks(messages: list[rmq_pb2.Message], max_bytes: int) -> Iterator[list[rm
         size += message_size
     if chunk:
         yield chunk
+
+
+def _column_requests(topic: str, messages: Sequence[OutgoingMessage], max_bytes: int
+                     ) -> Iterator[rmq_pb2.SendMessageRequest]:
+    """Plain messages as MessageColumns requests, split like _chunks: runs whose encoded size
+    stays under max_bytes (a single larger message travels alone)."""
+    bodies = [m.body for m in messages]
+    tags = [m.tags for m in messages]
+    keys = [m.keys for m in messages]
+    # at most 4 UTF-8 bytes per character
+    sizes = [len(body) + 4 * (len(t) + len(k)) + _COLUMN_FRAMING_BYTES
+             for body, t, k in zip(bodies, tags, keys, strict=True)]
+    start, size = 0, 0
+    for end, message_size in enumerate(sizes):
+        if end > start and size + message_size > max_bytes:
+            yield _column_request(topic, bodies[start:end], tags[start:end], keys[start:end])
+            start, size = end, 0
+        size += message_size
+    if sizes:
+        yield _column_request(topic, bodies[start:], tags[start:], keys[start:])
+
+
+def _column_request(topic: str, bodies: list[bytes], tags: list[str], keys: list[str]
+                    ) -> rmq_pb2.SendMessageRequest:
+    columns = rmq_pb2.MessageColumns(bodies=b"".join(bodies), body_lengths=list(map(len, bodies)),
+                                     tags=_string_column(tags), keys=_string_column(keys))
+    return rmq_pb2.SendMessageRequest(topic=topic, columns=columns)
+
+
+def _string_column(values: list[str]) -> list[str]:
+    """None when every value is empty, one when all are equal, else one per message."""
+    if values.count(values[0]) == len(values):
+        return [values[0]] if values[0] else []
+    return values
 
 
 def _by_broker(mqs: Iterable[MessageQueue]) -> dict[str, list[MessageQueue]]:

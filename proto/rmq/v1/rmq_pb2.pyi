@@ -148,12 +148,26 @@ class Message(_message.Message):
     def __init__(self, body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., queue_id: _Optional[int] = ..., flag: _Optional[int] = ..., born_timestamp: _Optional[int] = ..., delay_level: _Optional[int] = ...) -> None: ...
 
 class SendMessageRequest(_message.Message):
-    __slots__ = ("topic", "messages")
+    __slots__ = ("topic", "messages", "columns")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     messages: _containers.RepeatedCompositeFieldContainer[Message]
-    def __init__(self, topic: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
+    columns: MessageColumns
+    def __init__(self, topic: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., columns: _Optional[_Union[MessageColumns, _Mapping]] = ...) -> None: ...
+
+class MessageColumns(_message.Message):
+    __slots__ = ("bodies", "body_lengths", "tags", "keys")
+    BODIES_FIELD_NUMBER: _ClassVar[int]
+    BODY_LENGTHS_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    bodies: bytes
+    body_lengths: _containers.RepeatedScalarFieldContainer[int]
+    tags: _containers.RepeatedScalarFieldContainer[str]
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, bodies: _Optional[bytes] = ..., body_lengths: _Optional[_Iterable[int]] = ..., tags: _Optional[_Iterable[str]] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SendMessageResponse(_message.Message):
     __slots__ = ("status", "msg_ids", "queue_ids", "queue_offsets")
