@@ -9,7 +9,6 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from connector.broker_offsets import BrokerOffsetLookup
-from connector.client import RmqClient
 from connector.offset_store import create_offset_store
 from connector.offsets import resolve_offset
 from connector.options import RmqOptionError, SourceOptions
@@ -22,7 +21,7 @@ class RmqBatchReader(DataSourceReader):
 
     def partitions(self) -> list[QueueRangePartition]:
         options = self._options
-        with RmqClient(options.endpoints) as client:
+        with options.pull.connect() as client:
             store = create_offset_store(client, options.consumer_group, broadcasting=options.broadcasting,
                                         directory=options.offset_store_dir)
             lookup = BrokerOffsetLookup(client, store)

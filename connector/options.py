@@ -8,9 +8,11 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from connector.allocation import AVG, STRATEGY_NAMES
+from connector.auth import ClientSecurity
+from connector.client import RmqClient
 from connector.endpoints import parse_endpoints
 from connector.offsets import (
     OFFSET_EARLIEST,
@@ -34,6 +36,7 @@ MESSAGE_MODELS = (CLUSTERING, BROADCASTING)
 DEFAULT_PULL_BATCH_SIZE = 4096
 MAX_PULL_BATCH_SIZE = 32768
 DEFAULT_PULL_TIMEOUT_MS = 3000
+DEFAULT_CLIENT_TIMEOUT_S = 10.0   # driver-side calls (route, offsets, membership)
 DEFAULT_OFFSET_STORE_DIR = "~/.rmq/offsets"
 DEFAULT_GROUP_PREFIX = "spark-rmq-"
 MAX_NAME_LENGTH = 127   # topic names: one signed length byte in the CommitLog record
@@ -43,7 +46,7 @@ NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")   # RocketMQ topic / group char
 OPTION_NAMES = (
     "endpoints", "topic", "consumerGroup", "subExpression", "startingOffsets", "endingOffsets",
     "maxMessagesPerTrigger", "pullBatchSize", "pullTimeoutMs", "allocateStrategy", "messageModel",
-    "failOnDataLoss", "offsetStoreDir",
+    "failOnDataLoss", "offsetStoreDir", "accessKey", "secretKey", "tls", "tlsCaFile",
 )
 JSON_FORM = 'JSON {"topic":{"broker":{"queueId":offset}}}'
 STARTING_FORMS = f"one of earliest, latest, committed, timestamp:<epoch-ms>, or {JSON_FORM}"
@@ -65,6 +68,11 @@ class PullSettings:
     pull_batch_size: int
     pull_timeout_ms: int
     fail_on_data_loss: bool
+    security: ClientSecurity = field(default_factory=ClientSecurity)   # accessKey/secretKey/tls
+
+    def connect(self, timeout: float = DEFAULT_CLIENT_TIMEOUT_S) -> RmqClient:
+        """A client for the endpoints, signing and encrypting as the options say."""
+        return RmqClient(self.endpoints, timeout=timeout, **self.security.client_kwargs())
 
 
 @dataclass(frozen=True)
@@ -126,6 +134,7 @@ def _parse(options: Mapping[str, str], streaming: bool) -> SourceOptions:
             pull_batch_size=get.positive_int("pullBatchSize", DEFAULT_PULL_BATCH_SIZE, MAX_PULL_BATCH_SIZE),
             pull_timeout_ms=get.positive_int("pullTimeoutMs", DEFAULT_PULL_TIMEOUT_MS),
             fail_on_data_loss=get.choice("failOnDataLoss", ("true", "false"), "true") == "true",
+            security=_parse_security(options),
         ),
         starting_offsets=_parse_starting(get.text("startingOffsets"), default_start, topics),
         ending_offsets=_parse_ending(get.text("endingOffsets"), topics),
@@ -205,6 +214,13 @@ def _parse_topics(text: str) -> tuple[str, ...]:
             raise invalid("topic", text, "a topic name or a comma-separated list of names")
         _check_name("topic", topic, MAX_NAME_LENGTH)
     return topics
+
+
+def _parse_security(options: Mapping[str, str]) -> ClientSecurity:
+    try:
+        return ClientSecurity.from_options(options)
+    except ValueError as error:   # names the option, never the secret
+        raise RmqOptionError(str(error)) from None
 
 
 def _parse_sub_expression(text: str) -> tuple[str, frozenset[str] | None]:

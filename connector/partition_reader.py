@@ -53,7 +53,7 @@ class QueueRangePartition(InputPartition):
 
 
 def read_queue_range(partition: QueueRangePartition) -> Iterator[pa.RecordBatch]:
-    with RmqClient(partition.pull.endpoints, timeout=partition.pull.pull_timeout_ms / 1000) as client:
+    with partition.pull.connect(timeout=partition.pull.pull_timeout_ms / 1000) as client:
         yield from QueueRangeReader(client, partition).batches()
 
 

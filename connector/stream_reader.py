@@ -155,7 +155,7 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _rmq_client(self) -> RmqClient:
         if self._client is None:
-            self._client = RmqClient(self._options.endpoints)
+            self._client = self._options.pull.connect()
         return self._client
 
     def _offset_store(self) -> OffsetStore:

@@ -307,3 +307,55 @@ def test_unknown_topic_fails_at_query_start(broker):
                                                 streaming=False))
     with pytest.raises(RmqError, match="TOPIC_NOT_EXIST"):
         batch.partitions()
+
+
+ACL = """\
+accounts:
+  - accessKey: admin1
+    secretKey: admin-secret
+    admin: true
+  - accessKey: reader1
+    secretKey: reader-secret
+    defaultTopicPerm: SUB
+    defaultGroupPerm: SUB
+"""
+
+
+def wait_ready_signed(address: str, process, timeout: float = 30.0) -> None:
+    """processes.wait_ready, but signed: a broker with --acl refuses unsigned calls."""
+    deadline = time.monotonic() + timeout
+    with RmqClient(address, timeout=1.0, access_key="admin1", secret_key="admin-secret") as admin:
+        while True:
+            assert process.poll() is None, f"broker exited with code {process.returncode}"
+            try:
+                admin.list_brokers()
+                return
+            except RmqError:
+                assert time.monotonic() < deadline, f"broker at {address} not ready"
+                time.sleep(0.05)
+
+
+def test_signed_reads_on_a_broker_with_an_acl(tmp_path, monkeypatch):
+    (tmp_path / "acl.yml").write_text(ACL)
+    monkeypatch.setattr(processes, "wait_ready", wait_ready_signed)
+    server = processes.broker(tmp_path, extra=["--acl", str(tmp_path / "acl.yml")]).start()
+    try:
+        with RmqClient(server.address, access_key="admin1", secret_key="admin-secret") as admin:
+            admin.create_topic("secured", queues=2)
+            produce(admin, "secured", 6)
+            wait_dispatched(admin, "secured", 6)
+        signed = stream_reader(server.address, "secured", startingOffsets="earliest", accessKey="reader1",
+                               secretKey="reader-secret")
+        unsigned = stream_reader(server.address, "secured")
+        try:
+            start = signed.initialOffset()
+            end = signed.latestOffset(start, ReadAllAvailable())
+            assert read_batch(signed, start, end).num_rows == 6
+            signed.commit(end)
+            with pytest.raises(RmqError, match="UNAUTHENTICATED"):
+                unsigned.initialOffset()
+        finally:
+            signed.stop()
+            unsigned.stop()
+    finally:
+        server.stop()

@@ -116,3 +116,12 @@ def test_load_time_check_validates_values_before_the_read_mode_is_known():
     check_source_options({**BASE, "endingOffsets": "latest", "maxMessagesPerTrigger": "5"})
     with pytest.raises(RmqOptionError, match="Invalid value 'sometimes' for option 'failOnDataLoss'"):
         check_source_options({**BASE, "failOnDataLoss": "sometimes"})
+
+
+def test_security_options_are_checked_and_the_secret_never_printed():
+    settings = parse(accessKey="ak", secretKey="s3cr3t").pull
+    assert settings.security.access_key == "ak" and "s3cr3t" not in repr(settings)
+    with pytest.raises(RmqOptionError, match="accessKey is set but secretKey is not"):
+        parse(accessKey="ak")
+    with pytest.raises(RmqOptionError, match="Invalid value 'maybe' for option 'tls': expected true or"):
+        parse(tls="maybe")
