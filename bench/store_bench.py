@@ -1,4 +1,4 @@
-"""Store benchmark: MessageStore appends (put_messages in batches of 256, ASYNC flush) and batch
+"""Store benchmark: MessageStore appends (put_batch, 256 messages per batch, ASYNC flush) and batch
 reads (get_message, max 1024) in process, for 100-byte and 1 KiB bodies, against raw sequential
 slice writes / reads of the same record bytes into a file-backed mmap from Python, measured
 alternately in the same run.
@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from store import FlushDiskType, MessageStore, MessageStoreConfig, MessageToStore
+from store import FlushDiskType, MessageBatch, MessageStore, MessageStoreConfig
 
 TOPIC = "bench-store"
 QUEUES = 8
@@ -28,23 +28,24 @@ DEFAULT_MESSAGES = {100: 200_000, 1024: 100_000}
 FILE_SIZE = 256 * 1024 * 1024
 
 
-def make_messages(count: int, body_size: int) -> list[list[MessageToStore]]:
+def make_messages(count: int, body_size: int) -> list[MessageBatch]:
     """Batches shaped like the broker's: one queue per batch, a tag per message and no keys
-    (what `rmq produce --tags T` sends; every key would add an index entry to the dispatch)."""
+    (what `rmq produce --tags T` sends; every key would add an index entry to the dispatch),
+    as the column-wise MessageBatch the broker's SendMessage builds."""
     body = os.urandom(body_size)
-    properties = {"TAGS": "TagA"}
+    properties = b"TAGS\x01TagA\x02"
     batches = []
     for start in range(0, count, PUT_BATCH):
         queue_id = (start // PUT_BATCH) % QUEUES
-        batches.append([MessageToStore(TOPIC, queue_id, body, properties, born_timestamp=1)
-                        for _ in range(min(PUT_BATCH, count - start))])
+        batches.append(MessageBatch.of(TOPIC, queue_id, [body] * min(PUT_BATCH, count - start), properties,
+                                       born_timestamps=1))
     return batches
 
 
 class StoreRun:
     """One fresh store: timed appends, then timed reads of everything appended."""
 
-    def __init__(self, root: Path, batches: list[list[MessageToStore]]) -> None:
+    def __init__(self, root: Path, batches: list[MessageBatch]) -> None:
         self.root = root
         self.batches = batches
         self.count = sum(len(b) for b in batches)
@@ -56,7 +57,7 @@ class StoreRun:
                                                 mapped_file_size_commit_log=FILE_SIZE))
         store.start()
         try:
-            put = store.put_messages
+            put = store.put_batch
             start = time.perf_counter()
             for batch in self.batches:
                 put(batch)
@@ -154,7 +155,7 @@ def run(repeats: int = 5, messages: dict[int, int] | None = None) -> list[dict]:
                     samples[key + "ps"].append(count / seconds)
                     samples[key + "mb"].append(size / seconds / 1e6)
             label = f"{body_size} B" if body_size < 1024 else f"{body_size // 1024} KiB"
-            append_note = f"put_messages x{PUT_BATCH}, ASYNC flush, {count} msgs, {QUEUES} queues"
+            append_note = f"put_batch x{PUT_BATCH}, ASYNC flush, {count} msgs, {QUEUES} queues"
             read_note = f"get_message max {GET_BATCH}, {count} msgs"
             rows += [
                 _row(f"store append {label}", "msgs/s", samples["aps"], samples["wps"], append_note),
