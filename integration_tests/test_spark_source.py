@@ -69,21 +69,27 @@ def test_stream_reads_every_message_once_in_bounded_batches_and_resumes_from_che
 
 def test_two_queries_in_one_group_share_the_queues(spark, broker, client):
     client.create_topic("shared", queues=8)
-    queries = [
-        rmq_stream(spark, broker, "shared", consumerGroup="g-shared")
-        .writeStream.format("memory").queryName(f"shared_{i}")
-        .trigger(processingTime="500 milliseconds").start()
-        for i in range(2)
-    ]
+    queries = []
+
+    def start_query(i: int) -> None:
+        queries.append(
+            rmq_stream(spark, broker, "shared", consumerGroup="g-shared")
+            .writeStream.format("memory").queryName(f"shared_{i}")
+            .trigger(processingTime="500 milliseconds").start())
+        _wait_for(lambda: client.consumer_list("g-shared", "shared"), lambda ids: len(ids) == i + 1)
+
     try:
-        _wait_for(lambda: client.consumer_list("g-shared", "shared"), lambda ids: len(ids) == 2)
-        time.sleep(3)   # a few triggers: each query rebalances at its next micro-batch
+        start_query(0)        # alone: owns all 8 queues
+        start_query(1)        # joins: owns its half from the start
+        # The first query gives up the other half at its next micro-batch (an empty batch:
+        # only its offset changes).
+        _wait_for(lambda: queries[0].lastProgress, lambda p: p and len(_owned(p)) == 4)
         bodies = produce(client, "shared", 160)
         wait_dispatched(client, "shared", 160)
         tables = _wait_for(
             lambda: [spark.sql(f"select queue_id, body from shared_{i}").collect() for i in range(2)],
             lambda results: sum(map(len, results)) >= 160)
-        owned = [owned_queue_ids(json.loads(q.lastProgress["sources"][0]["endOffset"])) for q in queries]
+        owned = [_owned(query.lastProgress) for query in queries]
     finally:
         for query in queries:
             query.stop()
@@ -123,8 +129,10 @@ def test_bad_options_fail_at_load_naming_the_option(spark, broker):
         spark.readStream.format("rmq").option("endpoints", broker.address).load()
 
 
-def owned_queue_ids(offset: dict) -> list[int]:
-    return sorted(int(key.rsplit(":", 1)[1]) for key in positions(offset))
+def _owned(progress: dict) -> list[int]:
+    """Queue ids in the end offset of a query's progress report."""
+    end = json.loads(progress["sources"][0]["endOffset"])
+    return sorted(int(key.rsplit(":", 1)[1]) for key in positions(end))
 
 
 def _wait_for(fetch, done, timeout: float = 90.0):
