@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from connector.backoff import retry_unavailable
 from connector.broker_offsets import BrokerOffsetLookup
 from connector.offset_store import create_offset_store
 from connector.offsets import resolve_offset
@@ -20,6 +21,9 @@ class RmqBatchReader(DataSourceReader):
         self._options = options
 
     def partitions(self) -> list[QueueRangePartition]:
+        return retry_unavailable(self._plan, self._options.pull.pull_timeout_ms, "planning the read")
+
+    def _plan(self) -> list[QueueRangePartition]:
         options = self._options
         with options.pull.connect() as client:
             store = create_offset_store(client, options.consumer_group, broadcasting=options.broadcasting,

@@ -15,7 +15,6 @@ and offset. Offsets the broker no longer holds (retention) fail the task, or wit
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -23,16 +22,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
+from connector.backoff import Backoff
 from connector.client import MessageQueue, PullResult, PullStatus, RmqClient, RmqUnavailable
 from connector.message_decoder import decode, filter_tags
 from connector.options import PullSettings
 from connector.source_schema import SOURCE_ARROW_SCHEMA
 
 logger = logging.getLogger(__name__)
-
-FIRST_BACKOFF_S = 0.05
-MAX_BACKOFF_S = 1.0
-
 
 class RmqReadError(RuntimeError):
     """A queue range could not be read (broker unreachable past the retry window)."""
@@ -55,23 +51,6 @@ class QueueRangePartition(InputPartition):
 def read_queue_range(partition: QueueRangePartition) -> Iterator[pa.RecordBatch]:
     with partition.pull.connect(timeout=partition.pull.pull_timeout_ms / 1000) as client:
         yield from QueueRangeReader(client, partition).batches()
-
-
-class _Backoff:
-    """Exponential backoff within a window that starts at the first failure."""
-
-    def __init__(self, window_s: float) -> None:
-        self._deadline = time.monotonic() + window_s
-        self._delay = FIRST_BACKOFF_S
-
-    def wait(self) -> bool:
-        """Sleep before the next attempt; False when the window is used up."""
-        remaining = self._deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        time.sleep(min(self._delay, remaining))
-        self._delay = min(self._delay * 2, MAX_BACKOFF_S)
-        return True
 
 
 class QueueRangeReader:
@@ -99,7 +78,7 @@ class QueueRangeReader:
     def _pull(self, offset: int) -> PullResult:
         """One pull, retried while the broker is unreachable or the outcome is transient."""
         settings = self._settings
-        backoff = _Backoff(settings.pull_timeout_ms / 1000)
+        backoff = Backoff(settings.pull_timeout_ms / 1000)
         while True:
             try:
                 result = self._client.pull(

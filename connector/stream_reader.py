@@ -16,7 +16,8 @@ the broker is created lazily on the driver and never pickled.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import (
@@ -27,6 +28,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from connector.admission import admit
+from connector.backoff import retry_unavailable
 from connector.broker_offsets import BrokerOffsetLookup
 from connector.client import MessageQueue, RmqClient, RmqError
 from connector.offset_store import OffsetStore, create_offset_store
@@ -36,6 +38,8 @@ from connector.partition_reader import QueueRangePartition, RmqDataLossError, re
 from connector.rebalance import ConsumerMembership, new_client_id
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -61,6 +65,9 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ------------------------------------------------------------ Spark API
 
     def initialOffset(self) -> dict:
+        return self._retrying("computing the initial offset", self._initial_offset)
+
+    def _initial_offset(self) -> dict:
         # Spark may ask more than once; keep the identity chosen the first time.
         membership = self._membership or self._join(new_client_id())
         lookup = self._broker()
@@ -69,6 +76,9 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return StreamOffset(membership.client_id, positions).to_json()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        return self._retrying("planning the next micro-batch", lambda: self._latest_offset(start, limit))
+
+    def _latest_offset(self, start: dict, limit: ReadLimit) -> dict:
         current = StreamOffset.from_json(start)
         membership = self._join(current.client_id)
         lookup = self._broker()
@@ -107,7 +117,7 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return StreamOffset(self._membership.client_id, latest).to_json()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        lookup = self._broker()
+        lookup = self._retrying("reading the latest offsets", self._broker)
         self._target = lookup.max_offsets()
         logger.info("Trigger.AvailableNow: reading up to %s", {str(mq): o for mq, o in self._target.items()})
 
@@ -134,6 +144,10 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._reset_driver_state()
 
     # ------------------------------------------------------------ driver state
+
+    def _retrying(self, action: str, call: Callable[[], T]) -> T:
+        """Ride out a broker restart: retry while unreachable, for up to pullTimeoutMs."""
+        return retry_unavailable(call, self._options.pull.pull_timeout_ms, action)
 
     def _save_progress(self, positions: Positions) -> None:
         """Write processed offsets of owned queues through the OffsetStore (broker or local

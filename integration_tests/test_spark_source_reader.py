@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -13,7 +14,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from connector.allocation import allocate
 from connector.batch_reader import RmqBatchReader
-from connector.client import MessageQueue, RmqClient, RmqError
+from connector.client import MessageQueue, RmqClient, RmqError, RmqUnavailable
 from connector.options import parse_source_options
 from connector.partition_reader import QueueRangePartition, RmqDataLossError, RmqReadError, read_queue_range
 from integration_tests import processes
@@ -359,3 +360,25 @@ def test_signed_reads_on_a_broker_with_an_acl(tmp_path, monkeypatch):
             unsigned.stop()
     finally:
         server.stop()
+
+
+def test_planning_rides_out_a_broker_restart_within_pull_timeout(broker, client):
+    client.create_topic("restarts", queues=2)
+    patient = stream_reader(broker.address, "restarts", startingOffsets="earliest", pullTimeoutMs="30000")
+    hasty = stream_reader(broker.address, "restarts", startingOffsets="earliest", pullTimeoutMs="300")
+    try:
+        patient_start, hasty_start = patient.initialOffset(), hasty.initialOffset()
+        broker.kill()
+        with pytest.raises(RmqUnavailable, match="planning the next micro-batch: still unreachable after "
+                                                 "retrying for 300 ms"):
+            hasty.latestOffset(hasty_start, ReadAllAvailable())
+        restart = threading.Timer(1.0, broker.start)
+        restart.start()
+        try:
+            end = patient.latestOffset(patient_start, ReadAllAvailable())   # retries until it is back
+        finally:
+            restart.join()
+        assert positions(end) == positions(patient_start)
+    finally:
+        patient.stop()
+        hasty.stop()
