@@ -1,4 +1,4 @@
-"""Scenario 9: the disk holding the store fills up while the broker runs.
+"""Scenario 9: the disk holding the store fills up while the broker runs, or turns read-only.
 
 The store lives on a small tmpfs mounted for the test (we run as root, so a read-only chmod
 would not stop writes; a real full filesystem does). Two paths:
@@ -22,7 +22,7 @@ from rmq.v1 import rmq_pb2
 from connector.client import OutgoingMessage, RmqClient, RmqError, RmqUnavailable
 from integration_tests.reliability.brokers import configured_broker
 from integration_tests.reliability.report import ReliabilityReport, tally
-from integration_tests.reliability.traffic import gaps_and_repeats, read_topic
+from integration_tests.reliability.traffic import Producers, gaps_and_repeats, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -206,3 +206,44 @@ def test_filesystem_full_before_the_check_refuses_writes_without_crashing(
                           f"instead of refusing the write")
     assert refused, "the broker accepted every write on a full filesystem"
     assert {e.code for e in refused} == {rmq_pb2.SERVICE_NOT_AVAILABLE}
+
+
+def test_read_only_filesystem_is_refused_clearly_and_the_store_survives(
+        small_filesystem: Path, tmp_path: Path, report: ReliabilityReport) -> None:
+    """A store whose filesystem became read-only (remounted ro, as after I/O errors): the broker
+    refuses to start with one clear line; once writable again it serves every message."""
+    server = _broker_on(small_filesystem, tmp_path)
+    server.start()
+    try:
+        with RmqClient(server.address) as client:
+            client.create_topic(TOPIC, queues=2)
+        with Producers(server.address, TOPIC, threads=1, batch=50, max_batches=4) as producers:
+            producers.wait()
+    finally:
+        assert server.stop() == 0
+    subprocess.run(["mount", "-o", "remount,ro", str(small_filesystem)], check=True)
+    try:
+        with pytest.raises(RuntimeError, match="exited with code"):
+            server.start()
+    finally:
+        server.stop()
+        subprocess.run(["mount", "-o", "remount,rw", str(small_filesystem)], check=True)
+    log = server.log()
+    error = next((line for line in log.splitlines() if line.startswith("rmq: error:")), log[-500:])
+    report.record_bad_input("broker start", "store on a read-only filesystem",
+                            error.replace(str(small_filesystem), "$FS"))
+    assert "read-only" in error.lower() and "Traceback" not in log
+
+    server.start()
+    try:
+        with RmqClient(server.address) as client:
+            read = read_topic(client, TOPIC)
+    finally:
+        server.stop()
+    acknowledged = producers.ledger.acknowledged_messages()
+    figures = report.record(tally(
+        "store filesystem remounted read-only, then writable", producers.ledger.sent,
+        (m.body for m in acknowledged), (m.body for m in read),
+        notes="broker refused to start read-only with one clear line; data intact afterwards"))
+    assert figures.lost == 0 and figures.duplicated == 0
+    assert set(acknowledged) == set(read)
