@@ -251,6 +251,12 @@ class CommitLog:
         blank record fills the rest of the file, the record starts the next one) and give each
         record its physical offset."""
         file_size = self.mapped_file_queue.mapped_file_size
+        position = offset % file_size
+        ends = np.cumsum(lengths)
+        size = int(ends[-1])
+        if position + size + mf.END_FILE_MIN_BLANK_LENGTH <= file_size:   # all in this file
+            segment = _Segment(offset - position, position, 0, len(lengths), size, b"")
+            return [segment], offset + ends - lengths
         physical_offsets = np.empty(len(lengths), dtype=np.int64)
         segments = []
         first = 0
@@ -275,8 +281,11 @@ class CommitLog:
         queues = encoded.queues
         keys = [f"{topic}-{queue_id}" for topic, queue_id in queues.queues]
         table = self.topic_queue_table
-        base = np.array([table.get(key, 0) for key in keys], dtype=np.int64)
         counted = (encoded.batch.sys_flags & TRANSACTION_PREPARED_TYPE) == 0
+        if len(keys) == 1 and counted.all():    # one queue, no PREPARED message: the common case
+            start, count = table.get(keys[0], 0), len(counted)
+            return np.arange(start, start + count, dtype=np.int64), {keys[0]: start + count}
+        base = np.array([table.get(key, 0) for key in keys], dtype=np.int64)
         queue_offsets = base[queues.index] + queues.positions_in_queue(counted)
         counts = queues.counts(counted).tolist()
         return queue_offsets, {key: offset + count for key, offset, count in zip(keys, base.tolist(), counts,

@@ -125,8 +125,6 @@ class QueueGroups:
 
     def positions_in_queue(self, counted: np.ndarray) -> np.ndarray:
         """Per message, how many `counted` messages of its queue precede it in the batch."""
-        if len(self.queues) == 1 and counted.all():
-            return np.arange(len(counted), dtype=np.int64)
         counted = counted.astype(np.int64)
         if len(self.queues) == 1:
             return np.cumsum(counted) - counted
