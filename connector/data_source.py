@@ -6,6 +6,25 @@ Register it once per session, then read or write (DESIGN.md lists the options):
     register(spark)     # = spark.dataSource.register(RmqDataSource)
     spark.readStream.format("rmq").option("endpoints", "127.0.0.1:9876").option("topic", "t").load()
 
+Source options (names case-insensitive; DESIGN.md "Spark source" has the full contract):
+
+    endpoints              required: name server(s) or broker(s), host:port[,host:port]
+    topic                  required: a topic or a comma-separated list
+    consumerGroup          default spark-rmq-<topics joined by "_">
+    subExpression          * | TagA || TagB
+    startingOffsets        stream: latest, batch: earliest; or committed, timestamp:<epoch-ms>,
+                           JSON {"topic":{"broker":{"queueId":offset}}} (-2 earliest, -1 latest;
+                           queues left out use the default)
+    endingOffsets          batch only: latest (default) or JSON (-1 latest)
+    maxMessagesPerTrigger  stream only: at most this many messages per micro-batch
+    pullBatchSize          messages per PullMessage, 1..32768, default 4096
+    pullTimeoutMs          per-request timeout and retry window for unreachable brokers, 3000
+    allocateStrategy       avg (default) | circle
+    messageModel           clustering (default) | broadcasting
+    failOnDataLoss         true (default) | false
+    offsetStoreDir         broadcasting offsets: <dir>/<group>/offsets.json, default ~/.rmq/offsets
+    accessKey, secretKey, tls, tlsCaFile   signed / TLS calls (brokers started with --acl / --tls-*)
+
 Options are validated at `load()` (and again, with the checks that depend on batch vs
 stream, when the reader is created); a wrong value fails with a message naming the option
 and its accepted values.
