@@ -55,7 +55,7 @@ class EncodedBatch:
     body_lengths: np.ndarray      # int64
     crcs: np.ndarray              # int64
     topic_prefixes: list[bytes]   # topic length byte + topic
-    properties_lengths: list[bytes]   # 2 bytes each, big-endian
+    properties_length_fields: list[bytes]   # 2 bytes each, big-endian
     queues: QueueGroups
 
 
@@ -185,7 +185,8 @@ def _record_parts(encoded: EncodedBatch, physical_offsets: np.ndarray, queue_off
     headers["physical_offset"] = physical_offsets
     headers["sys_flag"] = batch.sys_flags
     headers["born_timestamp"] = batch.born_timestamps
-    headers["born_host"] = batch.born_hosts
+    hosts = distinct(batch.born_hosts)
+    headers["born_host"] = hosts[0] if len(hosts) == 1 else batch.born_hosts
     headers["store_timestamp"] = store_timestamp
     headers["store_host"] = store_host
     headers["reconsume_times"] = batch.reconsume_times
@@ -194,7 +195,7 @@ def _record_parts(encoded: EncodedBatch, physical_offsets: np.ndarray, queue_off
     parts[0::_PARTS] = headers.view("V88").tolist()
     parts[1::_PARTS] = batch.bodies
     parts[2::_PARTS] = encoded.topic_prefixes
-    parts[3::_PARTS] = encoded.properties_lengths
+    parts[3::_PARTS] = encoded.properties_length_fields
     parts[4::_PARTS] = batch.properties
     return parts
 
