@@ -602,17 +602,22 @@ def _column_requests(topic: str, messages: Sequence[OutgoingMessage], max_bytes:
     bodies = [m.body for m in messages]
     tags = [m.tags for m in messages]
     keys = [m.keys for m in messages]
+    if not bodies:
+        return
     # at most 4 UTF-8 bytes per character
-    sizes = [len(body) + 4 * (len(t) + len(k)) + _COLUMN_FRAMING_BYTES
-             for body, t, k in zip(bodies, tags, keys, strict=True)]
+    whole = (sum(map(len, bodies)) + 4 * (sum(map(len, tags)) + sum(map(len, keys)))
+             + _COLUMN_FRAMING_BYTES * len(bodies))
+    if whole <= max_bytes:
+        yield _column_request(topic, bodies, tags, keys)
+        return
     start, size = 0, 0
-    for end, message_size in enumerate(sizes):
+    for end, (body, t, k) in enumerate(zip(bodies, tags, keys, strict=True)):
+        message_size = len(body) + 4 * (len(t) + len(k)) + _COLUMN_FRAMING_BYTES
         if end > start and size + message_size > max_bytes:
             yield _column_request(topic, bodies[start:end], tags[start:end], keys[start:end])
             start, size = end, 0
         size += message_size
-    if sizes:
-        yield _column_request(topic, bodies[start:], tags[start:], keys[start:])
+    yield _column_request(topic, bodies[start:], tags[start:], keys[start:])
 
 
 def _column_request(topic: str, bodies: list[bytes], tags: list[str], keys: list[str]
