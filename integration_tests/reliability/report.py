@@ -78,8 +78,12 @@ class ReliabilityReport:
     def record_bad_input(self, surface: str, given: str, error: str) -> None:
         self.bad_inputs.append(BadInput(surface, given, error))
 
+    def in_order(self) -> list[ScenarioFigures]:
+        """By scenario name, which starts with the scenario's number in issue 6."""
+        return sorted(self.scenarios, key=lambda figures: figures.scenario)
+
     def lines(self) -> list[str]:
-        return [figures.line() for figures in self.scenarios]
+        return [figures.line() for figures in self.in_order()]
 
     def markdown(self) -> str:
         out = [
@@ -93,7 +97,7 @@ class ReliabilityReport:
             "| scenario | sent | acknowledged | read | lost | duplicated | notes |",
             "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
         ]
-        for f in self.scenarios:
+        for f in self.in_order():
             notes = "; ".join(filter(None, [f.notes, *(f"{k} {v}" for k, v in f.extra.items())]))
             out.append(f"| {f.scenario} | {f.sent} | {f.acknowledged} | {f.read} | {f.lost} | "
                        f"{f.duplicated} | {_cell(notes)} |")

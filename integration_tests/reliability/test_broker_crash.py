@@ -67,7 +67,7 @@ def test_sync_flush_kill9_keeps_every_acknowledged_message_at_its_offset(
 
     acknowledged = ledger.acknowledged_messages()
     figures = report.record(tally(
-        "broker kill -9 x3 under sync flush (4 producers)", ledger.sent,
+        "1 broker kill -9 x3 under sync flush (4 producers)", ledger.sent,
         (m.body for m in acknowledged), (m.body for m in read),
         notes=f"every acknowledged (queue, offset, body) read back at its offset; "
               f"{len(read) - len(acknowledged)} sends in flight at a kill were stored unacknowledged"))
@@ -91,7 +91,7 @@ def test_async_flush_kill9_loses_at_most_the_last_flush_window(
     read_bodies = {m.body for m in read}
     lost = [ack for ack in ledger.acknowledged if ack.message.body not in read_bodies]
     figures = report.record(tally(
-        "broker kill -9 under async flush (4 producers)", ledger.sent,
+        "1 broker kill -9 under async flush (4 producers)", ledger.sent,
         (ack.message.body for ack in ledger.acknowledged), (m.body for m in read),
         notes=f"loss allowed only within the last {ASYNC_FLUSH_WINDOW_S} s flush window; "
               "kill -9 keeps the page cache, so a loss needs a machine crash"))

@@ -145,7 +145,7 @@ def test_disk_usage_threshold_refuses_writes_keeps_reads_and_recovers(
     stored_before = {(q, o, b) for b, (q, o) in acknowledged.items() if not b.startswith(b"after-")}
     assert stored_before <= {(m.queue_id, m.queue_offset, m.body) for m in while_full}
     figures = report.record(tally(
-        "disk above the warning ratio (tmpfs)", sent, acknowledged, (m.body for m in read),
+        "9 disk above the warning ratio (tmpfs)", sent, acknowledged, (m.body for m in read),
         notes=f"{len(refused)} sends refused SERVICE_NOT_AVAILABLE, reads kept working, writes resumed"))
     assert figures.lost == 0 and figures.duplicated == 0
     placed = {(m.queue_id, m.queue_offset, m.body) for m in read}
@@ -196,7 +196,7 @@ def test_filesystem_full_before_the_check_refuses_writes_without_crashing(
         server.stop()
 
     figures = report.record(tally(
-        "filesystem full (ENOSPC, tmpfs)", sent, acknowledged, (m.body for m in read),
+        "9 filesystem full (ENOSPC, tmpfs)", sent, acknowledged, (m.body for m in read),
         notes=(f"BUG: broker killed by signal {-died} after {sent} sends; " if died is not None else "")
               + f"{len(refused)} sends refused"
               + (f" ({refused[0].code_name}: {refused[0].message})" if refused else "")))
@@ -242,7 +242,7 @@ def test_read_only_filesystem_is_refused_clearly_and_the_store_survives(
         server.stop()
     acknowledged = producers.ledger.acknowledged_messages()
     figures = report.record(tally(
-        "store filesystem remounted read-only, then writable", producers.ledger.sent,
+        "9 store filesystem remounted read-only, then writable", producers.ledger.sent,
         (m.body for m in acknowledged), (m.body for m in read),
         notes="broker refused to start read-only with one clear line; data intact afterwards"))
     assert figures.lost == 0 and figures.duplicated == 0

@@ -87,7 +87,7 @@ def _outcome(broker: Broker, rpc: Rpc, request: object, raw: bool = False) -> st
         parse_refusal = raw and PARSE_REFUSAL in (error.details() or "")
         assert code in TRANSPORT_REFUSALS or parse_refusal, (
             f"{rpc.path} answered {code.name}: {error.details()} for {request!r:.300}")
-        return f"grpc:{code.name}"
+        return "grpc:unparseable request refused" if parse_refusal else f"grpc:{code.name}"
     return f"status:{rmq_pb2.Code.Name(response.status.code)}" if hasattr(response, "status") else "answered"
 
 
@@ -217,7 +217,7 @@ def test_after_the_abuse_the_store_is_intact_and_the_broker_stops_cleanly(broker
     acknowledged = broker.canary.acknowledged_messages()
     outcomes = ", ".join(f"{name} {count}" for name, count in sorted(FIGURES.items()))
     figures = REPORT.record(tally(
-        "hostile input: fuzzed RPCs, raw bytes, garbage on the port", broker.canary.sent,
+        "8 hostile input: fuzzed RPCs, raw bytes, garbage on the port", broker.canary.sent,
         (m.body for m in acknowledged), (m.body for m in read if m.body.startswith(b"s")),
         notes=f"canary topic intact; {sum(FIGURES.values())} hostile calls: {outcomes}"))
     assert figures.lost == 0 and figures.duplicated == 0

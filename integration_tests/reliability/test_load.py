@@ -52,7 +52,7 @@ def test_producers_and_two_groups_under_load_read_everything_once_per_group(
     latencies = np.array(ledger.latencies_ms)
     for name, read in reads.items():
         figures = report.record(tally(
-            f"load: 3 producers, group {name[-1]} of 2 (2 consumers)", ledger.sent,
+            f"6 load: 3 producers, group {name[-1]} of 2 (2 consumers)", ledger.sent,
             (m.body for m in acknowledged), (m.body for m in read),
             notes=f"{SECONDS:.0f} s, sync flush, 64-message batches of 100 B",
             send_msgs_per_s=f"{len(acknowledged) / produced_for:.0f}",

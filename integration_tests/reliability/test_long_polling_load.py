@@ -112,7 +112,7 @@ def test_thousand_held_pulls_wake_correctly_and_the_broker_stays_responsive(
     assert len(still_responsive) == 3
     wake_ms = np.array([(woken_at[n] - first_ack[n % QUEUES]) * 1000 for n in range(HELD)])
     report.record(ScenarioFigures(
-        "long polling: 1,000 held pulls + producers", producers.ledger.sent,
+        "7 long polling: 1,000 held pulls + producers", producers.ledger.sent,
         len(producers.ledger.acknowledged),
         read=correct, lost=HELD - correct, duplicated=0,
         notes="read = held pulls woken with their queue's first message; 200 abandoned pulls released",

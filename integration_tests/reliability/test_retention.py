@@ -72,7 +72,7 @@ def test_retention_under_active_readers_fails_or_skips_as_configured(
 
     acknowledged = first.ledger.acknowledged_messages() + burst.ledger.acknowledged_messages()
     figures = report.record(tally(
-        "retention under a Spark reader, failOnDataLoss=false", first.ledger.sent + burst.ledger.sent,
+        "5 retention under a Spark reader, failOnDataLoss=false", first.ledger.sent + burst.ledger.sent,
         (m.body for m in acknowledged), (m.body for m in output),
         notes=f"lost = deleted by retention before the reader got there (by design); "
               f"failOnDataLoss=true failed after {len(output_before_failure)} rows: {failure[:200]}"))

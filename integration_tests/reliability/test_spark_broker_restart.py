@@ -67,7 +67,7 @@ def test_streaming_query_survives_a_broker_kill9_and_writes_every_message_once(
 
     acknowledged = producers.ledger.acknowledged_messages()
     figures = report.record(tally(
-        "Spark stream, broker kill -9 + restart", producers.ledger.sent,
+        "2 Spark stream, broker kill -9 + restart", producers.ledger.sent,
         (m.body for m in acknowledged), (m.body for m in output),
         notes=(f"QUERY FAILED: {failure[:300]}" if failure else "query kept running")
               + f"; broker down {DOWN_SECONDS:.0f} s + restart; pullTimeoutMs {PULL_RETRY_MS}; parquet sink",

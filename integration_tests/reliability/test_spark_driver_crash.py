@@ -81,7 +81,7 @@ def test_driver_killed_mid_batch_resumes_from_checkpoint_exactly_once(
     acknowledged = producers.ledger.acknowledged_messages()
     lag = sum(max_offsets[q] - committed.get(q, 0) for q in max_offsets)
     figures = report.record(tally(
-        "Spark driver kill -9 mid-batch, restart from checkpoint", producers.ledger.sent,
+        "3 Spark driver kill -9 mid-batch, restart from checkpoint", producers.ledger.sent,
         (m.body for m in acknowledged), (m.body for m in written),
         notes=f"killed during batch {killed_batch}; broker-side lag after restart {lag}"))
     assert figures.lost == 0 and figures.duplicated == 0

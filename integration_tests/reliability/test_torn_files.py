@@ -209,7 +209,7 @@ def test_recovery_repairs_crash_damage_without_losing_complete_messages(
     read, after = _reopen_and_read(root)
 
     figures = report.record(tally(
-        f"store: {fault}", len(stored), (m.body for m in intact), (m.body for m in read),
+        f"4 store: {fault}", len(stored), (m.body for m in intact), (m.body for m in read),
         notes=f"{torn} torn record(s) dropped by design" if torn else "repaired"))
     assert figures.lost == 0 and figures.duplicated == 0
     assert set(intact) <= set(read), "a complete message moved to another offset"
@@ -262,7 +262,7 @@ def test_corrupt_record_followed_by_valid_records_in_the_same_file_is_refused(
     finally:
         store.shutdown()
     figures = report.record(tally(
-        "store: corrupt record mid last CommitLog file (abort file)", len(stored),
+        "4 store: corrupt record mid last CommitLog file (abort file)", len(stored),
         (m.body for m in stored if m.body != victim), (m.body for m in read),
         notes="BUG: recovery truncated at the bad record instead of refusing"))
     pytest.fail(f"recovery accepted a corrupt CommitLog middle and silently dropped "
@@ -319,7 +319,7 @@ def test_broker_recovers_torn_files_after_kill9(tmp_path: Path, report: Reliabil
         server.stop()
     acknowledged = producers.ledger.acknowledged_messages()
     figures = report.record(tally(
-        "broker: kill -9, garbage tail, ConsumeQueue past end", producers.ledger.sent,
+        "4 broker: kill -9, garbage tail, ConsumeQueue past end", producers.ledger.sent,
         (m.body for m in acknowledged), (m.body for m in read), notes="repaired on restart"))
     assert figures.lost == 0 and figures.duplicated == 0
     assert set(acknowledged) <= set(read)
