@@ -79,8 +79,8 @@ class ReliabilityReport:
         self.bad_inputs.append(BadInput(surface, given, error))
 
     def in_order(self) -> list[ScenarioFigures]:
-        """By scenario name, which starts with the scenario's number in issue 6."""
-        return sorted(self.scenarios, key=lambda figures: figures.scenario)
+        """By the scenario number (issue 6) each name starts with, in run order within one."""
+        return sorted(self.scenarios, key=lambda figures: figures.scenario.split(" ", 1)[0])
 
     def lines(self) -> list[str]:
         return [figures.line() for figures in self.in_order()]
