@@ -1,5 +1,9 @@
 """`spark.read.format("rmq")`: every queue of the topics from `startingOffsets` (default
-earliest) to `endingOffsets` (default latest), one partition per queue with messages."""
+earliest) to `endingOffsets` (default latest), one partition per queue with messages.
+
+A batch read commits nothing: only `startingOffsets=committed` (which needs option
+consumerGroup) reads the group's OffsetStore; otherwise no group state is touched and the
+pulls carry the read's own `spark-rmq-<uuid>` name."""
 
 from __future__ import annotations
 
@@ -26,8 +30,10 @@ class RmqBatchReader(DataSourceReader):
     def _plan(self) -> list[QueueRangePartition]:
         options = self._options
         with options.pull.connect() as client:
-            store = create_offset_store(client, options.consumer_group, broadcasting=options.broadcasting,
-                                        directory=options.offset_store_dir)
+            store = create_offset_store(
+                client, options.consumer_group, broadcasting=options.broadcasting,
+                directory=options.offset_store_dir,
+            ) if options.consumer_group else None
             lookup = BrokerOffsetLookup(client, store)
             lookup.refresh(options.topics)
             partitions = []

@@ -8,12 +8,14 @@ from collections.abc import Iterable
 
 from connector.client import MessageQueue, QueueOffsets, RmqClient
 from connector.offset_store import OffsetStore, ReadOffsetType
+from connector.offsets import OffsetResolutionError
 
 EMPTY_QUEUE = QueueOffsets(0, 0, 0)
 
 
 class BrokerOffsetLookup:
-    def __init__(self, client: RmqClient, store: OffsetStore) -> None:
+    def __init__(self, client: RmqClient, store: OffsetStore | None) -> None:
+        """`store` is None for a read without a consumer group (never asked for committed offsets)."""
         self._client = client
         self._store = store
         self._bounds: dict[MessageQueue, QueueOffsets] = {}
@@ -35,11 +37,10 @@ class BrokerOffsetLookup:
     def max_offset(self, mq: MessageQueue) -> int:
         return self._bounds.get(mq, EMPTY_QUEUE).max_offset
 
-    def max_offsets(self) -> dict[MessageQueue, int]:
-        return {mq: bounds.max_offset for mq, bounds in self._bounds.items()}
-
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         return self._client.search_offset(mq, timestamp_ms)
 
     def committed_offset(self, mq: MessageQueue) -> int:
+        if self._store is None:
+            raise OffsetResolutionError(f"no consumer group to read the committed offset of {mq} from")
         return self._store.read_offset(mq, ReadOffsetType.READ_FROM_STORE)

@@ -10,11 +10,14 @@ Source options (names case-insensitive; DESIGN.md "Spark source" has the full co
 
     endpoints              required: name server(s) or broker(s), host:port[,host:port]
     topic                  required: a topic or a comma-separated list
-    consumerGroup          default spark-rmq-<topics joined by "_">
+    consumerGroup          the group for membership, allocation and committed offsets; queries
+                           with the same group share the queues. Default: a new group per query,
+                           spark-rmq-<uuid>, kept in the checkpoint (a restart keeps it); a batch
+                           read without it touches no group state
     subExpression          * | TagA || TagB
-    startingOffsets        stream: latest, batch: earliest; or committed, timestamp:<epoch-ms>,
-                           JSON {"topic":{"broker":{"queueId":offset}}} (-2 earliest, -1 latest;
-                           queues left out use the default)
+    startingOffsets        stream: latest, batch: earliest; or committed (needs consumerGroup),
+                           timestamp:<epoch-ms>, JSON {"topic":{"broker":{"queueId":offset}}}
+                           (-2 earliest, -1 latest; queues left out use the default)
     endingOffsets          batch only: latest (default) or JSON (-1 latest)
     maxMessagesPerTrigger  stream only: at most this many messages per micro-batch
     pullBatchSize          messages per PullMessage, 1..32768, default 4096

@@ -19,9 +19,10 @@ OFFSET_LATEST = -1     # in offset JSON: the queue's max offset
 NO_OFFSET = -1         # OffsetStore.readOffset: nothing saved for the queue
 OFFSET_READ_FAILED = -2  # OffsetStore.readOffset: the store could not be read
 
-# Key of the stream offset that carries the query's consumer client id, so a restarted
-# driver keeps its identity in the group. "@" cannot occur in a topic name.
+# Keys of the stream offset that carry the query's consumer client id and consumer group,
+# so a restarted driver keeps its identity and its group. "@" cannot occur in a topic name.
 CLIENT_ID_KEY = "@clientId"
+GROUP_KEY = "@group"
 
 Positions = dict[MessageQueue, int]
 
@@ -58,20 +59,27 @@ def positions_from_json(obj: Any, *, min_offset: int = 0) -> Positions:
 
 @dataclass(frozen=True)
 class StreamOffset:
-    """One offset of the streaming source: the next offset to read per owned queue."""
+    """One offset of the streaming source: the next offset to read per owned queue.
+
+    `group` is None only in offsets checkpointed before GROUP_KEY existed."""
 
     client_id: str
+    group: str | None
     positions: Positions
 
     def to_json(self) -> dict[str, Any]:
-        return {CLIENT_ID_KEY: self.client_id, **positions_to_json(self.positions)}
+        keys = {CLIENT_ID_KEY: self.client_id} | ({GROUP_KEY: self.group} if self.group else {})
+        return keys | positions_to_json(self.positions)
 
     @classmethod
     def from_json(cls, obj: Any) -> StreamOffset:
         if not isinstance(obj, dict) or not isinstance(obj.get(CLIENT_ID_KEY), str):
             raise ValueError(f"not an rmq stream offset (no {CLIENT_ID_KEY!r}): {obj!r}")
-        rest = {key: value for key, value in obj.items() if key != CLIENT_ID_KEY}
-        return cls(obj[CLIENT_ID_KEY], positions_from_json(rest))
+        group = obj.get(GROUP_KEY)
+        if group is not None and not isinstance(group, str):
+            raise ValueError(f"{GROUP_KEY!r} of an rmq stream offset is not a string: {obj!r}")
+        rest = {key: value for key, value in obj.items() if key not in (CLIENT_ID_KEY, GROUP_KEY)}
+        return cls(obj[CLIENT_ID_KEY], group, positions_from_json(rest))
 
 
 # ---------------------------------------------------------------- policies

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -38,7 +39,7 @@ MAX_PULL_BATCH_SIZE = 32768
 DEFAULT_PULL_TIMEOUT_MS = 3000
 DEFAULT_CLIENT_TIMEOUT_S = 10.0   # driver-side calls (route, offsets, membership)
 DEFAULT_OFFSET_STORE_DIR = "~/.rmq/offsets"
-DEFAULT_GROUP_PREFIX = "spark-rmq-"
+GROUP_PREFIX = "spark-rmq-"   # of the group a query gets when option consumerGroup is not set
 MAX_NAME_LENGTH = 127   # topic names: one signed length byte in the CommitLog record
 MAX_GROUP_LENGTH = 255
 NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")   # RocketMQ topic / group characters
@@ -77,7 +78,13 @@ class PullSettings:
 
 @dataclass(frozen=True)
 class SourceOptions:
+    """`consumer_group` is the consumerGroup option. Without it each query (or batch read)
+    gets its own group, so unrelated queries never split a topic's queues (Kafka's Spark
+    source does the same): `pull.consumer_group` holds a new `spark-rmq-<uuid>` name, which
+    a restarted stream replaces with the group kept in its checkpointed offsets."""
+
     topics: tuple[str, ...]
+    consumer_group: str | None
     pull: PullSettings
     starting_offsets: OffsetPolicy
     ending_offsets: OffsetPolicy            # batch only
@@ -89,10 +96,6 @@ class SourceOptions:
     @property
     def endpoints(self) -> str:
         return self.pull.endpoints
-
-    @property
-    def consumer_group(self) -> str:
-        return self.pull.consumer_group
 
     @property
     def broadcasting(self) -> bool:
@@ -120,15 +123,23 @@ def _parse(options: Mapping[str, str], streaming: bool) -> SourceOptions:
     except ValueError as error:
         raise RmqOptionError(f"Invalid value {endpoints!r} for option 'endpoints': {error}") from None
     topics = _parse_topics(get.required("topic"))
-    group = get.text("consumerGroup") or DEFAULT_GROUP_PREFIX + "_".join(topics)
-    _check_name("consumerGroup", group, MAX_GROUP_LENGTH)
+    group = get.text("consumerGroup") or None
+    if group is not None:
+        _check_name("consumerGroup", group, MAX_GROUP_LENGTH)
     sub_expression, tags = _parse_sub_expression(get.text("subExpression") or "*")
     default_start: OffsetPolicy = Latest() if streaming else Earliest()
+    starting_offsets = _parse_starting(get.text("startingOffsets"), default_start, topics)
+    if isinstance(starting_offsets, Committed) and group is None:
+        raise RmqOptionError(
+            "Option 'startingOffsets' committed needs option 'consumerGroup': without it the query "
+            "gets a new group of its own (spark-rmq-<uuid>), which has no committed offsets"
+        )
     return SourceOptions(
         topics=topics,
+        consumer_group=group,
         pull=PullSettings(
             endpoints=endpoints,
-            consumer_group=group,
+            consumer_group=group or new_group_name(),
             sub_expression=sub_expression,
             tags=tags,
             pull_batch_size=get.positive_int("pullBatchSize", DEFAULT_PULL_BATCH_SIZE, MAX_PULL_BATCH_SIZE),
@@ -136,13 +147,24 @@ def _parse(options: Mapping[str, str], streaming: bool) -> SourceOptions:
             fail_on_data_loss=get.choice("failOnDataLoss", ("true", "false"), "true") == "true",
             security=_parse_security(options),
         ),
-        starting_offsets=_parse_starting(get.text("startingOffsets"), default_start, topics),
+        starting_offsets=starting_offsets,
         ending_offsets=_parse_ending(get.text("endingOffsets"), topics),
         max_messages_per_trigger=get.positive_int("maxMessagesPerTrigger", None),
         allocate_strategy=get.choice("allocateStrategy", STRATEGY_NAMES, AVG),
         message_model=get.choice("messageModel", MESSAGE_MODELS, CLUSTERING),
         offset_store_dir=os.path.expanduser(get.text("offsetStoreDir") or DEFAULT_OFFSET_STORE_DIR),
     )
+
+
+def new_group_name() -> str:
+    """The consumer group of a query started without option consumerGroup."""
+    return f"{GROUP_PREFIX}{uuid.uuid4().hex}"
+
+
+def legacy_group_name(topics: tuple[str, ...]) -> str:
+    """The group that offsets checkpointed before they carried one were read under (the
+    former default of option consumerGroup): a restarted query keeps it."""
+    return GROUP_PREFIX + "_".join(topics)
 
 
 def invalid(option: str, value: str, expected: str) -> RmqOptionError:

@@ -1,13 +1,14 @@
 """Driver side of `spark.readStream.format("rmq")` (DataSourceStreamReader).
 
-Each stream offset is `{"@clientId": id, "topic": {"broker": {"queueId": nextOffset}}}`
-over the queues this query owns. At every micro-batch `latestOffset` rebalances (route
+Each stream offset is `{"@clientId": id, "@group": group, "topic": {"broker": {"queueId":
+nextOffset}}}` over the queues this query owns. At every micro-batch `latestOffset` rebalances (route
 lookup, the group's consumer list, allocation), keeps the positions of queues still
 owned, drops queues lost to another consumer and adopts newly owned queues at the group's
 committed offset (else the startingOffsets policy) with an empty range, so that
 `partitions(start, end)` depends on the two offsets alone and a replayed batch reads the
-same messages. The client id travels in the offsets, so a restarted driver rejoins the
-group under the same identity.
+same messages. The client id and the group travel in the offsets, so a restarted driver
+rejoins the same group under the same identity. The group is option consumerGroup, else
+one of the query's own, `spark-rmq-<uuid>`, chosen at its first start.
 
 The reader object is also pickled to executors for `read()`: everything that talks to
 the broker is created lazily on the driver and never pickled.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from pyspark.sql.datasource import DataSourceStreamReader
@@ -33,7 +35,7 @@ from connector.broker_offsets import BrokerOffsetLookup
 from connector.client import MessageQueue, RmqClient, RmqError
 from connector.offset_store import OffsetStore, create_offset_store
 from connector.offsets import Positions, StreamOffset, resolve_acquired_offset, resolve_offset
-from connector.options import SourceOptions
+from connector.options import SourceOptions, legacy_group_name
 from connector.partition_reader import QueueRangePartition, RmqDataLossError, read_queue_range
 from connector.rebalance import ConsumerMembership, new_client_id
 
@@ -54,6 +56,7 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._membership: ConsumerMembership | None = None
         self._target: Positions | None = None   # Trigger.AvailableNow: max offsets at query start
         self._saved: Positions = {}              # offsets last written to the OffsetStore
+        self._group: str | None = None           # the query's consumer group, once known
 
     def __getstate__(self) -> dict[str, Any]:
         return {"_options": self._options}
@@ -69,17 +72,19 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _initial_offset(self) -> dict:
         # Spark may ask more than once; keep the identity chosen the first time.
+        self._enter_group(self._options.pull.consumer_group)
         membership = self._membership or self._join(new_client_id())
         lookup = self._broker()
         owned = self._rebalance(membership, lookup)
         positions = {mq: resolve_offset(self._options.starting_offsets, mq, lookup) for mq in owned}
-        return StreamOffset(membership.client_id, positions).to_json()
+        return StreamOffset(membership.client_id, self._group, positions).to_json()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         return self._retrying("planning the next micro-batch", lambda: self._latest_offset(start, limit))
 
     def _latest_offset(self, start: dict, limit: ReadLimit) -> dict:
         current = StreamOffset.from_json(start)
+        self._enter_group(self._group_of(current))
         membership = self._join(current.client_id)
         lookup = self._broker()
         positions: Positions = {}
@@ -93,7 +98,7 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             else:
                 adopted = resolve_acquired_offset(self._options.starting_offsets, mq, lookup)
                 if adopted < 0:
-                    logger.warning("doRebalance, %s, add new mq failed, %s", self._options.consumer_group, mq)
+                    logger.warning("doRebalance, %s, add new mq failed, %s", self._group, mq)
                     continue
                 positions[mq] = ceilings[mq] = adopted
         # Spark asks for the next offset only after the batch ending at `start` completed,
@@ -103,7 +108,7 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = admit(positions, ceilings, limit)
         if end is None:   # ReadMinRows not reached yet
             return start
-        return StreamOffset(current.client_id, end).to_json()
+        return StreamOffset(current.client_id, self._group, end).to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self._options.max_messages_per_trigger
@@ -114,18 +119,20 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return None
         lookup = self._lookup or self._broker()    # fetched by the latestOffset just before
         latest = {mq: lookup.max_offset(mq) for mq in self._membership.owned_queues()}
-        return StreamOffset(self._membership.client_id, latest).to_json()
+        return StreamOffset(self._membership.client_id, self._group, latest).to_json()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        lookup = self._retrying("reading the latest offsets", self._broker)
-        self._target = lookup.max_offsets()
+        # Called before the first offset, so before the query's group is known: no OffsetStore.
+        self._target = self._retrying("reading the latest offsets", self._max_offsets)
         logger.info("Trigger.AvailableNow: reading up to %s", {str(mq): o for mq, o in self._target.items()})
 
     def partitions(self, start: dict, end: dict) -> list[QueueRangePartition]:
         first = StreamOffset.from_json(start).positions
-        last = StreamOffset.from_json(end).positions
+        last_offset = StreamOffset.from_json(end)
+        last = last_offset.positions
+        pull = replace(self._options.pull, consumer_group=self._group_of(last_offset))
         return [
-            QueueRangePartition(mq, first[mq], last[mq], self._options.pull)
+            QueueRangePartition(mq, first[mq], last[mq], pull)
             for mq in sorted(last)
             if mq in first and last[mq] > first[mq]
         ]
@@ -134,7 +141,10 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_queue_range(partition)
 
     def commit(self, end: dict) -> None:
-        self._save_progress(StreamOffset.from_json(end).positions)
+        # A restarted driver may first re-run and commit the last planned batch.
+        offset = StreamOffset.from_json(end)
+        self._enter_group(self._group_of(offset))
+        self._save_progress(offset.positions)
 
     def stop(self) -> None:
         if self._membership is not None:
@@ -144,6 +154,17 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._reset_driver_state()
 
     # ------------------------------------------------------------ driver state
+
+    def _group_of(self, offset: StreamOffset) -> str:
+        """The query's group: option consumerGroup, else the group kept in its offsets."""
+        return self._options.consumer_group or offset.group or legacy_group_name(self._options.topics)
+
+    def _enter_group(self, group: str) -> None:
+        """Consume as `group` from now on: the first offset the reader sees decides."""
+        if self._group is None:
+            self._group = group
+        elif group != self._group:
+            raise ValueError(f"offset of consumer group {group} given to the reader of group {self._group}")
 
     def _retrying(self, action: str, call: Callable[[], T]) -> T:
         """Ride out a broker restart: retry while unreachable, for up to pullTimeoutMs."""
@@ -160,8 +181,7 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             store.persist_all(positions)
         except (RmqError, OSError) as error:   # the checkpoint stays the source of truth
-            logger.warning("persisting consumer offsets of group %s failed: %s", self._options.consumer_group,
-                           error)
+            logger.warning("persisting consumer offsets of group %s failed: %s", self._group, error)
             return
         self._saved = dict(positions)
         for mq in store.tracked() - positions.keys():
@@ -174,8 +194,9 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _offset_store(self) -> OffsetStore:
         if self._store is None:
+            assert self._group is not None, "the OffsetStore is used once the group is known"
             self._store = create_offset_store(
-                self._rmq_client(), self._options.consumer_group,
+                self._rmq_client(), self._group,
                 broadcasting=self._options.broadcasting, directory=self._options.offset_store_dir,
             )
         return self._store
@@ -187,15 +208,21 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._lookup.refresh(self._options.topics)
         return self._lookup
 
+    def _max_offsets(self) -> Positions:
+        client = self._rmq_client()
+        return {mq: bounds.max_offset for topic in self._options.topics
+                for mq, bounds in client.topic_offsets(topic).items()}
+
     def _join(self, client_id: str) -> ConsumerMembership:
         """Be a live member of the group as `client_id` (the id stored in the offsets)."""
         if self._membership is not None and self._membership.client_id != client_id:
             self._membership.close()
             self._membership = None
         if self._membership is None:
+            assert self._group is not None, "a query joins its group once the group is known"
             options = self._options
             self._membership = ConsumerMembership(
-                self._rmq_client(), options.consumer_group, client_id,
+                self._rmq_client(), self._group, client_id,
                 dict.fromkeys(options.topics, options.pull.sub_expression),
                 broadcasting=options.broadcasting, strategy=options.allocate_strategy,
             )

@@ -115,6 +115,40 @@ def test_a_restarted_driver_rejoins_under_the_client_id_kept_in_its_offsets(brok
         restarted.stop()
 
 
+def test_queries_without_a_group_each_read_everything_and_a_restart_keeps_the_group(broker, client):
+    client.create_topic("own", queues=4)
+    bodies = produce(client, "own", 20)
+    wait_dispatched(client, "own", 20)
+    readers = [stream_reader(broker.address, "own", startingOffsets="earliest") for _ in range(2)]
+    try:
+        starts = [reader.initialOffset() for reader in readers]
+        groups = [start["@group"] for start in starts]
+        assert groups[0] != groups[1] and all(group.startswith("spark-rmq-") for group in groups)
+        ends = [reader.latestOffset(start, ReadAllAvailable())
+                for reader, start in zip(readers, starts, strict=True)]
+        for reader, start, end in zip(readers, starts, ends, strict=True):
+            assert owned_queue_ids(end) == [0, 1, 2, 3]                    # no split: groups of their own
+            assert sorted(read_batch(reader, start, end).column("body").to_pylist()) == sorted(bodies)
+            reader.commit(end)
+    finally:
+        for reader in readers:
+            reader.stop()
+    mqs = [MessageQueue("own", "broker-a", q) for q in range(4)]
+    assert client.query_consumer_offsets(groups[0], "own") == dict.fromkeys(mqs, 5)
+    restarted = stream_reader(broker.address, "own")       # from the checkpoint: the same group
+    try:
+        produce(client, "own", 4, start=20)
+        wait_dispatched(client, "own", 24)
+        end = restarted.latestOffset(ends[0], ReadAllAvailable())
+        assert (end["@group"], end["@clientId"]) == (groups[0], starts[0]["@clientId"])
+        assert client.consumer_list(groups[0], "own") == [starts[0]["@clientId"]]
+        assert {p.pull.consumer_group for p in restarted.partitions(ends[0], end)} == {groups[0]}
+        assert sorted(read_batch(restarted, ends[0], end).column("body").to_pylist()) == [
+            f"m-{i}".encode() for i in range(20, 24)]
+    finally:
+        restarted.stop()
+
+
 def test_max_rows_bounds_batches_and_available_now_stops_at_the_snapshot(broker, client):
     client.create_topic("limits", queues=8)
     produce(client, "limits", 100)

@@ -43,13 +43,21 @@ def test_positions_json_is_nested_and_sorted():
     assert positions_from_json(json.loads(json.dumps(as_json))) == positions
 
 
-def test_stream_offset_round_trip_carries_the_client_id():
-    offset = StreamOffset("host@spark-1", {A0: 5, B0: 0})
+def test_stream_offset_round_trip_carries_the_client_id_and_group():
+    offset = StreamOffset("host@spark-1", "spark-rmq-1f2e", {A0: 5, B0: 0})
     encoded = json.loads(json.dumps(offset.to_json()))
-    assert encoded["@clientId"] == "host@spark-1"
+    assert (encoded["@clientId"], encoded["@group"]) == ("host@spark-1", "spark-rmq-1f2e")
     assert StreamOffset.from_json(encoded) == offset
     with pytest.raises(ValueError, match="not an rmq stream offset"):
         StreamOffset.from_json({"t": {"broker-a": {"0": 1}}})
+    with pytest.raises(ValueError, match="'@group' of an rmq stream offset is not a string"):
+        StreamOffset.from_json({"@clientId": "c", "@group": 7})
+
+
+def test_stream_offset_checkpointed_before_the_group_key_has_no_group():
+    old = StreamOffset.from_json({"@clientId": "host@spark-1", "t": {"broker-a": {"0": 5}}})
+    assert old == StreamOffset("host@spark-1", None, {A0: 5})
+    assert "@group" not in old.to_json()
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -20,7 +21,7 @@ def parse(streaming: bool = True, **options: str):
 def test_defaults_for_stream_and_batch():
     stream = parse()
     assert stream.topics == ("orders",)
-    assert stream.consumer_group == "spark-rmq-orders"
+    assert stream.consumer_group is None
     assert stream.starting_offsets == Latest()
     assert stream.max_messages_per_trigger is None
     assert stream.allocate_strategy == "avg"
@@ -32,6 +33,25 @@ def test_defaults_for_stream_and_batch():
     batch = parse(streaming=False)
     assert batch.starting_offsets == Earliest()
     assert batch.ending_offsets == Latest()
+
+
+def test_without_consumer_group_each_query_gets_a_group_of_its_own():
+    first, second = parse(), parse(streaming=False)
+    for options in (first, second):
+        assert re.fullmatch(r"spark-rmq-[0-9a-f]{32}", options.pull.consumer_group)
+    assert first.pull.consumer_group != second.pull.consumer_group
+    shared = parse(consumerGroup="etl")
+    assert shared.consumer_group == shared.pull.consumer_group == "etl"
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+def test_committed_starting_offsets_need_a_consumer_group(streaming):
+    needs_group = "Option 'startingOffsets' committed needs option 'consumerGroup'"
+    with pytest.raises(RmqOptionError, match=needs_group):
+        parse(streaming, startingOffsets="committed")
+    with pytest.raises(RmqOptionError, match="needs option 'consumerGroup'"):
+        check_source_options({**BASE, "startingOffsets": "COMMITTED"})
+    assert parse(streaming, startingOffsets="committed", consumerGroup="g").starting_offsets == Committed()
 
 
 def test_names_are_case_insensitive_and_values_parsed():
@@ -55,7 +75,7 @@ def test_names_are_case_insensitive_and_values_parsed():
 
 
 def test_committed_and_json_starting_offsets():
-    assert parse(startingOffsets="committed").starting_offsets == Committed()
+    assert parse(startingOffsets="committed", consumerGroup="g").starting_offsets == Committed()
     policy = parse(startingOffsets='{"orders":{"broker-a":{"0":-2,"3":17}}}').starting_offsets
     assert isinstance(policy, Specific)
     assert policy.positions == {
