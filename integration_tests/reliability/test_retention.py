@@ -50,9 +50,9 @@ def test_retention_under_active_readers_fails_or_skips_as_configured(
         _wait_for_rows(queries.values())
         with Producers(server.address, TOPIC, threads=2, batch=100, body_size=200, max_batches=10) as burst:
             burst.wait()
-        time.sleep(RETENTION_S + 1)
+        time.sleep(RETENTION_S)
         with RmqClient(server.address) as client:
-            offsets = client.topic_offsets(TOPIC)
+            offsets = _settled_offsets(client)
             held = read_topic(client, TOPIC)
         assert all(o.min_offset > 0 for o in offsets.values()), f"retention deleted nothing: {offsets}"
 
@@ -83,6 +83,19 @@ def test_retention_under_active_readers_fails_or_skips_as_configured(
     assert gaps_and_repeats(output_before_failure) == ([], []), "failOnDataLoss=true skipped messages"
 
 
+def _settled_offsets(client: RmqClient, quiet_s: float = 1.0, timeout: float = 30):
+    """Topic offsets once retention has stopped moving them for `quiet_s`."""
+    deadline = time.monotonic() + timeout
+    last = client.topic_offsets(TOPIC)
+    while time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        now = client.topic_offsets(TOPIC)
+        if now == last:
+            return now
+        last = now
+    raise AssertionError(f"retention still moving offsets after {timeout}s: {last}")
+
+
 def _wait_for_rows(queries, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while not all(any(p["numInputRows"] for p in q.recentProgress) for q in queries):
@@ -99,3 +112,47 @@ def _wait_for_failure(query, timeout: float = 120) -> str:
     text = str(query.exception())
     match = re.search(r"RmqDataLossError: (.+)", text)
     return match.group(1) if match else text
+
+
+def test_executor_reader_logs_the_gap_it_skips_and_fails_on_it_by_default(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, report: ReliabilityReport) -> None:
+    """The executor side of the source, run in this process so its log can be read: a range
+    starting at 0 after retention deleted the head of the queue."""
+    from connector.options import parse_source_options
+    from connector.partition_reader import QueueRangePartition, RmqDataLossError, read_queue_range
+
+    server = configured_broker(tmp_path, store=RETENTION)
+    server.start()
+    try:
+        with RmqClient(server.address) as client:
+            client.create_topic(TOPIC, queues=1)
+        producers = Producers(server.address, TOPIC, threads=1, batch=100, body_size=200, max_batches=10)
+        with producers:
+            producers.wait()
+        time.sleep(RETENTION_S)
+        with RmqClient(server.address) as client:
+            [(mq, offsets)] = _settled_offsets(client).items()
+            held = read_topic(client, TOPIC)
+
+        def partition(fail_on_data_loss: str) -> QueueRangePartition:
+            options = parse_source_options({"endpoints": server.address, "topic": TOPIC,
+                                            "failOnDataLoss": fail_on_data_loss}, streaming=False)
+            return QueueRangePartition(mq, 0, offsets.max_offset, options.pull)
+
+        with pytest.raises(RmqDataLossError, match="failOnDataLoss=false") as refused:
+            list(read_queue_range(partition("true")))
+        with caplog.at_level("WARNING", logger="connector.partition_reader"):
+            rows = [row for batch in read_queue_range(partition("false")) for row in batch.to_pylist()]
+    finally:
+        server.stop()
+
+    skipped = [int(n) for n in re.findall(r"skipping (\d+) messages", caplog.text)]
+    read = [row["body"] for row in rows]
+    figures = report.record(tally(
+        "5 retention under the executor reader, failOnDataLoss=false", producers.ledger.sent,
+        (m.body for m in producers.ledger.acknowledged_messages()), read,
+        notes=f"gap logged: skipping {sum(skipped)} messages; true: {str(refused.value)[:120]}"))
+    assert offsets.min_offset > 0, "retention deleted nothing"
+    assert figures.duplicated == 0
+    assert sorted(read) == sorted(m.body for m in held)
+    assert sum(skipped) == figures.lost == offsets.min_offset
