@@ -18,7 +18,9 @@ from numpy.lib.stride_tricks import as_strided
 from rmq import message_format as mf
 from rmq.v1 import rmq_pb2
 
-_TIMESTAMP = pa.timestamp("ms", tz="UTC")
+# Records store epoch milliseconds; Spark takes timestamps as microseconds (TimestampType).
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+_US_PER_MS = 1000
 _PROPERTIES = pa.map_(pa.string(), pa.string())
 
 SCHEMA = pa.schema([
@@ -77,8 +79,8 @@ def decode(packed: rmq_pb2.PackedMessages, broker_name: str) -> pa.RecordBatch:
         properties.lookup(mf.PROPERTY_KEYS),
         _variable(records, pa.binary(), starts + mf.BODY_POS, body_length),
         properties.entries,
-        pa.array(_read_int(records, starts + mf.BORN_TIMESTAMP_POS, "i8"), _TIMESTAMP),
-        pa.array(_read_int(records, starts + mf.STORE_TIMESTAMP_POS, "i8"), _TIMESTAMP),
+        _timestamps(records, starts + mf.BORN_TIMESTAMP_POS),
+        _timestamps(records, starts + mf.STORE_TIMESTAMP_POS),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=SCHEMA)
 
@@ -127,6 +129,11 @@ def _read_int(records: np.ndarray, positions: np.ndarray, kind: str) -> np.ndarr
     dtype = np.dtype(">" + kind)
     raw = _rows(records, positions, dtype.itemsize)
     return raw.view(dtype).reshape(-1).astype(dtype.newbyteorder("="))
+
+
+def _timestamps(records: np.ndarray, positions: np.ndarray) -> pa.Array:
+    """The epoch-ms timestamp at each position as a microsecond timestamp array."""
+    return pa.array(_read_int(records, positions, "i8") * _US_PER_MS, _TIMESTAMP)
 
 
 def _variable(records: np.ndarray, kind: pa.DataType, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:

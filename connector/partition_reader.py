@@ -26,7 +26,6 @@ from connector.backoff import Backoff
 from connector.client import MessageQueue, PullResult, PullStatus, RmqClient, RmqUnavailable
 from connector.message_decoder import decode, filter_tags
 from connector.options import PullSettings
-from connector.source_schema import SOURCE_ARROW_SCHEMA
 
 logger = logging.getLogger(__name__)
 
@@ -108,10 +107,7 @@ class QueueRangeReader:
         batch = decode(result.messages, self._mq.broker_name)
         if batch.num_rows and batch.column("queue_offset")[-1].as_py() >= self._end:
             batch = batch.filter(pc.less(batch.column("queue_offset"), self._end))
-        batch = filter_tags(batch, self._settings.tags)
-        if not batch.schema.equals(SOURCE_ARROW_SCHEMA):   # e.g. ms timestamps: Spark wants us
-            batch = batch.cast(SOURCE_ARROW_SCHEMA)
-        return batch
+        return filter_tags(batch, self._settings.tags)
 
     def _advance(self, offset: int, next_begin_offset: int) -> int:
         if next_begin_offset <= offset:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import struct
 import zlib
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pyarrow as pa
@@ -14,6 +14,7 @@ from rmq import message_format as mf
 from rmq.v1 import rmq_pb2
 
 from connector.message_decoder import SCHEMA, CorruptMessagesError, decode, filter_tags
+from connector.source_schema import SOURCE_ARROW_SCHEMA
 
 STORE_HOST = bytes([127, 0, 0, 1]) + (10911).to_bytes(4, "big")
 BORN_HOST = bytes([127, 0, 0, 1]) + (1234).to_bytes(4, "big")
@@ -49,7 +50,7 @@ def pack(records: list[bytes]) -> rmq_pb2.PackedMessages:
 
 
 def ms(value: int) -> datetime:
-    return datetime.fromtimestamp(value / 1000, UTC)
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=value)
 
 
 def test_builder_reproduces_the_spec_vector() -> None:
@@ -65,15 +66,22 @@ def test_decodes_every_field_of_the_spec_vector() -> None:
         "msg_id": "7F00000100002A9F0000000000000000", "tags": None, "keys": None, "body": b"hi",
         "properties": [], "born_timestamp": ms(1), "store_timestamp": ms(2),
     }]
+    # Epoch microseconds, what Spark's TimestampType holds.
+    assert batch.column("store_timestamp").cast(pa.int64()).to_pylist() == [2000]
 
 
 def test_schema_is_the_design_schema() -> None:
     assert [(f.name, str(f.type)) for f in SCHEMA] == [
         ("topic", "string"), ("broker_name", "string"), ("queue_id", "int32"), ("queue_offset", "int64"),
         ("msg_id", "string"), ("tags", "string"), ("keys", "string"), ("body", "binary"),
-        ("properties", "map<string, string>"), ("born_timestamp", "timestamp[ms, tz=UTC]"),
-        ("store_timestamp", "timestamp[ms, tz=UTC]"),
+        ("properties", "map<string, string>"), ("born_timestamp", "timestamp[us, tz=UTC]"),
+        ("store_timestamp", "timestamp[us, tz=UTC]"),
     ]
+
+
+def test_schema_is_what_spark_takes_from_the_source_as_is() -> None:
+    # Spark accepts read() batches only with exactly this schema: the reader does not cast.
+    assert SCHEMA.equals(SOURCE_ARROW_SCHEMA, check_metadata=True)
 
 
 def test_unicode_tags_keys_and_properties_round_trip() -> None:
