@@ -159,13 +159,14 @@ def _garbage_that_looks_like_a_record(root: Path) -> int:
     return 0
 
 
-def _consume_queue_entry_past_commit_log_end(root: Path) -> int:
-    queue_dir = root / "consumequeue" / TOPIC / "0"
-    files = sorted(queue_dir.iterdir())
-    last = files[-1]
-    entries = (COUNT // QUEUES) % CQ_ENTRIES_PER_FILE
-    far = len(_commit_log_files(root)) * 64 * 1024 + 4096
-    _overwrite(last, entries * 20, struct.pack(">qiq", far, 291, 0) * 3)
+def _consume_queue_entries_past_commit_log_end(root: Path) -> int:
+    """Three entries after the real ones in queue 0, pointing far past the CommitLog's end."""
+    last = sorted((root / "consumequeue" / TOPIC / "0").iterdir())[-1]
+    data = last.read_bytes()
+    entries = 0
+    while entries * 20 + 20 <= len(data) and struct.unpack_from(">qi", data, entries * 20)[1] > 0:
+        entries += 1
+    _overwrite(last, entries * 20, struct.pack(">qiq", 1 << 40, 291, 0) * 3)
     return 0
 
 
@@ -191,7 +192,7 @@ REPAIRABLE: dict[str, Callable[[Path], int]] = {
     "CommitLog file truncated mid-record (abort file)": _truncated_last_file,
     "garbage after the last CommitLog record (abort file)": _garbage_after_last_record,
     "garbage with a record header after the last record (abort file)": _garbage_that_looks_like_a_record,
-    "ConsumeQueue entries pointing past the CommitLog end": _consume_queue_entry_past_commit_log_end,
+    "ConsumeQueue entries pointing past the CommitLog end": _consume_queue_entries_past_commit_log_end,
     "checkpoint file missing (abort file)": _missing_checkpoint_after_crash,
     "abort file present (abnormal recovery)": _abort_file_left,
     "ConsumeQueue directory deleted": _consume_queues_lost,
@@ -299,8 +300,8 @@ def _relative(error: Exception | str, tmp_path: Path) -> str:
 # -- through a broker restart --------------------------------------------------------------------
 
 def test_broker_recovers_torn_files_after_kill9(tmp_path: Path, report: ReliabilityReport) -> None:
-    """kill -9 under load, then garbage after the CommitLog tail and ConsumeQueue entries past
-    it: the restarted broker serves every acknowledged message exactly once."""
+    """kill -9 (abnormal exit), then garbage after the CommitLog tail and ConsumeQueue entries
+    past it: the restarted broker serves every acknowledged message exactly once."""
     server = processes.broker(tmp_path, flush="sync")
     server.start()
     try:
@@ -311,7 +312,7 @@ def test_broker_recovers_torn_files_after_kill9(tmp_path: Path, report: Reliabil
         server.kill()
         root = tmp_path / "broker-a"
         _garbage_after_last_record(root)
-        _consume_queue_entry_past_commit_log_end_of(root)
+        _consume_queue_entries_past_commit_log_end(root)
         server.start()
         with RmqClient(server.address) as client:
             read = read_topic(client, TOPIC)
@@ -324,16 +325,6 @@ def test_broker_recovers_torn_files_after_kill9(tmp_path: Path, report: Reliabil
     assert figures.lost == 0 and figures.duplicated == 0
     assert set(acknowledged) <= set(read)
     assert gaps_and_repeats(read) == ([], [])
-
-
-def _consume_queue_entry_past_commit_log_end_of(root: Path) -> None:
-    """Append fake entries after the real ones in queue 0 of a broker's store."""
-    last = sorted((root / "consumequeue" / TOPIC / "0").iterdir())[-1]
-    data = last.read_bytes()
-    entries = 0
-    while entries * 20 + 20 <= len(data) and struct.unpack_from(">qi", data, entries * 20)[1] > 0:
-        entries += 1
-    _overwrite(last, entries * 20, struct.pack(">qiq", 1 << 40, 291, 0) * 3)
 
 
 def test_broker_refuses_a_corrupt_commit_log_with_one_clear_line(
