@@ -1,6 +1,6 @@
-"""AdminService: create and delete this broker's topics. A change is persisted, announced to
-the name servers at once, and a deleted topic's data, consumer offsets and held pulls go
-with it."""
+"""AdminService: create, grow (update) and delete this broker's topics. A change is
+persisted, announced to the name servers at once, and a deleted topic's data, consumer
+offsets and held pulls go with it."""
 
 from __future__ import annotations
 
@@ -37,6 +37,12 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         await self.executor.run(self.topics.create, TopicConfig.from_proto(request.config))
         self.on_topics_changed()
         return rmq_pb2.CreateTopicResponse(status=OK)
+
+    @answers_with_status(rmq_pb2.UpdateTopicResponse)
+    async def UpdateTopic(self, request, context):
+        await self.executor.run(self.topics.update, TopicConfig.from_proto(request.config))
+        self.on_topics_changed()
+        return rmq_pb2.UpdateTopicResponse(status=OK)
 
     @answers_with_status(rmq_pb2.DeleteTopicResponse)
     async def DeleteTopic(self, request, context):

@@ -44,6 +44,8 @@ PULL_BATCH_SIZE = 32                           # RocketMQ pullBatchSize
 SUSPEND_TIMEOUT_MS = 15_000                    # RocketMQ brokerSuspendMaxTimeMillis
 COMMIT_INTERVAL_SECONDS = 5.0                  # RocketMQ persistConsumerOffsetInterval
 PROGRESS_INTERVAL_SECONDS = 1.0
+PERMS = (PERM_READ | PERM_WRITE, PERM_READ, PERM_WRITE)   # --perm of topic create / update
+PERMS_HELP = "6 read-write, 4 read, 2 write"
 
 Command = Callable[[RmqClient, argparse.Namespace], int]
 
@@ -87,9 +89,16 @@ def _add_topic_parsers(commands: argparse._SubParsersAction) -> None:
     create = topic_commands.add_parser("create", help="create a topic on every broker")
     create.add_argument("name")
     create.add_argument("--queues", type=_positive_int, required=True, help="queues per broker")
-    create.add_argument("--perm", type=int, choices=[PERM_READ | PERM_WRITE, PERM_READ, PERM_WRITE],
-                        default=PERM_READ | PERM_WRITE, help="6 read-write (default), 4 read, 2 write")
+    create.add_argument("--perm", type=int, choices=PERMS, default=PERM_READ | PERM_WRITE,
+                        help=f"{PERMS_HELP} (default 6)")
     _client_command(create, _topic_create)
+
+    update = topic_commands.add_parser("update", help="grow a topic's queues on every broker holding it")
+    update.add_argument("name")
+    update.add_argument("--queues", type=_positive_int, required=True,
+                        help="queues per broker (at least the current count: topics never shrink)")
+    update.add_argument("--perm", type=int, choices=PERMS, help=f"{PERMS_HELP} (default: unchanged)")
+    _client_command(update, _topic_update)
 
     listing = topic_commands.add_parser("list", help="list topics")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
@@ -141,6 +150,12 @@ def _describe(error: RmqError) -> str:
 def _topic_create(client: RmqClient, args: argparse.Namespace) -> int:
     brokers = client.create_topic(args.name, queues=args.queues, perm=args.perm)
     print(f"created topic {args.name} with {args.queues} queues on {', '.join(brokers)}")
+    return 0
+
+
+def _topic_update(client: RmqClient, args: argparse.Namespace) -> int:
+    brokers = client.update_topic(args.name, queues=args.queues, perm=args.perm)
+    print(f"updated topic {args.name} to {args.queues} queues on {', '.join(brokers)}")
     return 0
 
 

@@ -77,6 +77,7 @@ RULES: dict[str, Rule] = {
 ADMIN_METHODS = frozenset({
     _rule("AdminService", "CreateTopic"),
     _rule("AdminService", "DeleteTopic"),
+    _rule("AdminService", "UpdateTopic"),
     _rule("NameServerService", "RegisterBroker"),
     _rule("NameServerService", "UnregisterBroker"),
 })

@@ -89,6 +89,24 @@ class TopicConfigManager:
             self._topics[config.topic_name] = config
         self.persist()
 
+    def update(self, config: TopicConfig) -> None:
+        """Grow an existing topic's queue counts and/or change its perm (RocketMQ updateTopic).
+        A smaller queue count is refused (ILLEGAL_ARGUMENT): its queues may hold messages."""
+        check_topic_config(config)
+        with self._lock:
+            existing = self._topics.get(config.topic_name)
+            if existing is None:
+                raise self._not_exist(config.topic_name)
+            for name in ("read_queue_nums", "write_queue_nums"):
+                before, after = getattr(existing, name), getattr(config, name)
+                if after < before:
+                    raise illegal_argument(
+                        f"topic {config.topic_name!r} cannot shrink from {before} to {after} {name}: "
+                        f"queues holding messages cannot be removed"
+                    )
+            self._topics[config.topic_name] = config
+        self.persist()
+
     def delete(self, topic: str) -> TopicConfig:
         with self._lock:
             config = self._topics.pop(topic, None)

@@ -287,6 +287,22 @@ class RmqClient:
                                                       rmq_pb2.CreateTopicRequest(config=config), name))
         return list(brokers)
 
+    def update_topic(self, topic: str, queues: int, perm: int | None = None) -> list[str]:
+        """Grow the topic to `queues` read and write queues on every broker that holds it,
+        setting `perm` (None: each broker's current perm); returns those brokers' names.
+        Brokers refuse to shrink a topic (ILLEGAL_ARGUMENT)."""
+        route = self.query_route(topic)
+        perms = {q.broker_name: q.perm for q in route.queue_datas}
+        self._forget_route(topic)
+
+        def update(name: str, address: str) -> None:
+            config = rmq_pb2.TopicConfig(topic_name=topic, read_queue_nums=queues, write_queue_nums=queues,
+                                         perm=perms[name] if perm is None else perm)
+            self._call(address, "admin", "UpdateTopic", rmq_pb2.UpdateTopicRequest(config=config), name)
+
+        self._on_each_broker(route.brokers, update)
+        return list(route.brokers)
+
     def delete_topic(self, topic: str) -> None:
         """Delete the topic on every broker that holds it."""
         route = self.query_route(topic)

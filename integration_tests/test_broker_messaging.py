@@ -225,6 +225,33 @@ def test_topic_administration(rmq: Stubs) -> None:
     assert list(query.offsets) == []
 
 
+def test_update_topic_grows_queues_at_once_and_never_shrinks(rmq: Stubs) -> None:
+    rmq.create_topic("growing", queues=2)
+
+    def update(queues: int, perm: int = 6, topic: str = "growing") -> rmq_pb2.Status:
+        config = rmq_pb2.TopicConfig(topic_name=topic, read_queue_nums=queues, write_queue_nums=queues,
+                                     perm=perm)
+        return rmq.admin.UpdateTopic(rmq_pb2.UpdateTopicRequest(config=config), timeout=10).status
+
+    assert rmq.send("growing", rmq_pb2.Message(body=b"old", queue_id=1)).status.code == rmq_pb2.OK
+    assert rmq.send("growing", rmq_pb2.Message(body=b"x", queue_id=3)).status.code == rmq_pb2.ILLEGAL_ARGUMENT
+    assert update(4).code == rmq_pb2.OK
+    route = rmq.route.QueryRoute(rmq_pb2.QueryRouteRequest(topic="growing"))
+    assert [(q.read_queue_nums, q.write_queue_nums, q.perm) for q in route.queue_datas] == [(4, 4, 6)]
+    assert rmq.send("growing", rmq_pb2.Message(body=b"new", queue_id=3)).status.code == rmq_pb2.OK
+    wait_for_max_offset(rmq, "growing", 3, 1)
+    wait_for_max_offset(rmq, "growing", 1, 1)
+    assert [m.body for m in decode(rmq.pull("growing", 3, 0))] == [b"new"]
+    assert [m.body for m in decode(rmq.pull("growing", 1, 0))] == [b"old"]     # old queues keep their data
+
+    shrink = update(3)
+    assert shrink.code == rmq_pb2.ILLEGAL_ARGUMENT
+    assert "cannot shrink from 4 to 3 read_queue_nums" in shrink.message
+    assert update(4, topic="missing").code == rmq_pb2.TOPIC_NOT_EXIST
+    assert update(4, perm=4).code == rmq_pb2.OK                                # read-only now
+    assert rmq.send("growing", rmq_pb2.Message(body=b"x")).status.code == rmq_pb2.NO_PERMISSION
+
+
 def test_consumer_offsets_update_query_and_commit_on_pull(rmq: Stubs) -> None:
     rmq.create_topic("progress", queues=2)
     rmq.send("progress", *[rmq_pb2.Message(body=b"x", queue_id=0) for _ in range(3)])

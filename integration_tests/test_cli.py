@@ -85,6 +85,14 @@ def test_topic_create_list_describe_delete(shared_broker: processes.ServerProces
     text = ok("topic", "describe", "Orders", "--endpoints", e)
     assert "MIN_OFFSET" in text and "MAX_OFFSET" in text
 
+    assert ok("topic", "update", "Orders", "--queues", "5", "--endpoints", e).strip() == (
+        "updated topic Orders to 5 queues on broker-a")
+    assert [q["queue_id"] for q in describe(e, "Orders")["queues"]] == list(range(5))
+    assert_one_line_error(rmq("topic", "update", "Orders", "--queues", "2", "--endpoints", e),
+                          "ILLEGAL_ARGUMENT", "cannot shrink from 5 to 2")
+    ok("topic", "update", "Orders", "--queues", "5", "--perm", "4", "--endpoints", e)
+    assert describe(e, "Orders")["brokers"][0]["perm"] == 4
+
     assert ok("topic", "delete", "Orders", "--endpoints", e).strip() == "deleted topic Orders"
     assert_one_line_error(rmq("topic", "describe", "Orders", "--endpoints", e), "TOPIC_NOT_EXIST", "Orders")
 
@@ -203,6 +211,13 @@ def test_through_a_name_server(tmp_path: Path, namesrv: processes.ServerProcess)
             "sent 5 messages (acknowledged 5)")
         assert len(consumed_lines(ok("consume", "ViaNamesrv", "--from", "earliest", "--max-messages", "5",
                                      "--endpoints", e))) == 5
+
+        # The broker re-registers at once (not at its next 30 s period): the route grows.
+        ok("topic", "update", "ViaNamesrv", "--queues", "3", "--endpoints", e)
+        deadline = time.monotonic() + 5
+        while describe(e, "ViaNamesrv")["brokers"][0]["read_queue_nums"] != 3:
+            assert time.monotonic() < deadline, "the grown topic never reached the name server"
+            time.sleep(0.1)
     finally:
         server.stop()
 
@@ -217,7 +232,8 @@ def test_bad_input_gives_one_line_and_a_non_zero_exit(shared_broker: processes.S
     assert_one_line_error(rmq("topic", "create", "bad name!", "--queues", "1", "--endpoints", e),
                           "TOPIC_ILLEGAL")
     for unknown in (["topic", "describe", "Nope"], ["produce", "Nope", "--count", "1"], ["consume", "Nope"],
-                    ["topic", "delete", "Nope"], ["group", "progress", "g", "--topic", "Nope"]):
+                    ["topic", "delete", "Nope"], ["topic", "update", "Nope", "--queues", "2"],
+                    ["group", "progress", "g", "--topic", "Nope"]):
         assert_one_line_error(rmq(*unknown, "--endpoints", e), "TOPIC_NOT_EXIST")
     assert_one_line_error(rmq("group", "progress", "nobody", "--endpoints", e), "no committed offsets")
 

@@ -40,6 +40,31 @@ def test_refusals(tmp_path: Path) -> None:
     assert code_of(lambda: topics.delete("missing")) == rmq_pb2.TOPIC_NOT_EXIST
 
 
+def test_update_grows_queues_and_changes_perm_persistently(tmp_path: Path) -> None:
+    topics = TopicConfigManager(tmp_path)
+    topics.create(TopicConfig("orders", 4, 4, 6))
+    topics.update(TopicConfig("orders", 8, 8, 4))
+    reloaded = TopicConfigManager(tmp_path)
+    reloaded.load()
+    assert reloaded.get("orders") == TopicConfig("orders", 8, 8, 4)
+
+
+def test_update_refuses_shrinking_unknown_topics_and_bad_configs(tmp_path: Path) -> None:
+    topics = TopicConfigManager(tmp_path)
+    topics.create(TopicConfig("orders", 4, 4))
+    with pytest.raises(RequestError, match="topic 'orders' cannot shrink from 4 to 2 write_queue_nums: "
+                                           "queues holding messages cannot be removed") as error:
+        topics.update(TopicConfig("orders", 4, 2))
+    assert error.value.code == rmq_pb2.ILLEGAL_ARGUMENT
+    for config, code in ((TopicConfig("missing", 8, 8), rmq_pb2.TOPIC_NOT_EXIST),
+                         (TopicConfig("orders", 8, 1025), rmq_pb2.ILLEGAL_ARGUMENT),
+                         (TopicConfig("orders", 8, 8, 0), rmq_pb2.ILLEGAL_ARGUMENT)):
+        with pytest.raises(RequestError) as error:
+            topics.update(config)
+        assert error.value.code == code
+    assert topics.get("orders") == TopicConfig("orders", 4, 4)
+
+
 def test_auto_create_when_enabled(tmp_path: Path) -> None:
     topics = TopicConfigManager(tmp_path, auto_create=True, default_queue_nums=3)
     assert topics.require("fresh") == TopicConfig("fresh", 3, 3, 6)

@@ -11,6 +11,8 @@ import pytest
 from rmq.v1 import rmq_pb2
 
 from connector.client import (
+    PERM_READ,
+    PERM_WRITE,
     GetMessageStatus,
     MessageQueue,
     OutgoingMessage,
@@ -49,6 +51,18 @@ def test_create_topic_and_route(client: RmqClient, broker: processes.ServerProce
     assert client.list_brokers() == {"broker-a": broker.address}
     config = {t.topic: t for t in client.list_topics()}["RouteT"]
     assert (config.read_queue_nums, config.write_queue_nums, config.perm) == (4, 4, 6)
+
+
+def test_update_topic_grows_the_route_and_keeps_the_perm_unless_given(client: RmqClient) -> None:
+    client.create_topic("GrowT", queues=2, perm=PERM_READ)
+    assert client.update_topic("GrowT", queues=3) == ["broker-a"]
+    route = client.query_route("GrowT")
+    assert route.message_queues == tuple(MessageQueue("GrowT", "broker-a", i) for i in range(3))
+    assert [(q.write_queue_nums, q.perm) for q in route.queue_datas] == [(3, PERM_READ)]
+    client.update_topic("GrowT", queues=3, perm=PERM_READ | PERM_WRITE)
+    assert [q.perm for q in client.query_route("GrowT").queue_datas] == [PERM_READ | PERM_WRITE]
+    with pytest.raises(RmqError, match="ILLEGAL_ARGUMENT: topic 'GrowT' cannot shrink from 3 to 1"):
+        client.update_topic("GrowT", queues=1)
 
 
 def test_send_then_pull_returns_the_messages_with_their_ids(client: RmqClient) -> None:

@@ -467,6 +467,18 @@ class DeleteTopicResponse(_message.Message):
     status: Status
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
 
+class UpdateTopicRequest(_message.Message):
+    __slots__ = ("config",)
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    config: TopicConfig
+    def __init__(self, config: _Optional[_Union[TopicConfig, _Mapping]] = ...) -> None: ...
+
+class UpdateTopicResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
+
 class BrokerData(_message.Message):
     __slots__ = ("broker_name", "address")
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]

@@ -642,6 +642,11 @@ class AdminServiceStub:
                 request_serializer=rmq_dot_v1_dot_rmq__pb2.DeleteTopicRequest.SerializeToString,
                 response_deserializer=rmq_dot_v1_dot_rmq__pb2.DeleteTopicResponse.FromString,
                 _registered_method=True)
+        self.UpdateTopic = channel.unary_unary(
+                '/rmq.v1.AdminService/UpdateTopic',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.UpdateTopicRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.UpdateTopicResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -660,6 +665,12 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateTopic(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -672,6 +683,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.DeleteTopic,
                     request_deserializer=rmq_dot_v1_dot_rmq__pb2.DeleteTopicRequest.FromString,
                     response_serializer=rmq_dot_v1_dot_rmq__pb2.DeleteTopicResponse.SerializeToString,
+            ),
+            'UpdateTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateTopic,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.UpdateTopicRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.UpdateTopicResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -729,6 +745,33 @@ class AdminService:
             '/rmq.v1.AdminService/DeleteTopic',
             rmq_dot_v1_dot_rmq__pb2.DeleteTopicRequest.SerializeToString,
             rmq_dot_v1_dot_rmq__pb2.DeleteTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.AdminService/UpdateTopic',
+            rmq_dot_v1_dot_rmq__pb2.UpdateTopicRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.UpdateTopicResponse.FromString,
             options,
             channel_credentials,
             insecure,
