@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from bench import report
@@ -91,3 +93,26 @@ def test_report_keeps_hand_written_notes() -> None:
     assert "| 3. Broker pull | pull | 5 msg/s | 0.50× | ≥ 1× reference | **missed** |" in first
     second = report.render([section], run, report.existing_notes(first))
     assert second == first
+
+
+def _failing_section(env) -> list[Row]:
+    """A section whose broker cannot start."""
+    raise RuntimeError("server at 127.0.0.1:1 exited with code 1")
+
+
+def test_a_failing_or_late_section_becomes_a_not_measured_row() -> None:
+    from bench.__main__ import BUDGET_S, Benchmark, run_section
+    from bench.environment import Environment, Scale
+
+    benchmark = Benchmark("pull", "3. Broker pull", f"{__name__}:_failing_section", Target(min_ratio=1.0))
+    env = Environment(Scale.quick())
+    try:
+        failed = run_section(benchmark, env, start=time.monotonic())
+        late = run_section(benchmark, env, start=time.monotonic() - BUDGET_S - 1)
+    finally:
+        env.close()
+    (row,) = failed.rows
+    assert row.value is None and row.verdict == "—"
+    assert row.note == "not measured: RuntimeError: server at 127.0.0.1:1 exited with code 1"
+    assert failed.description == "A section whose broker cannot start."
+    assert late.rows[0].note == "not measured: over the 15-minute budget"
