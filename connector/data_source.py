@@ -17,7 +17,10 @@ Source options (names case-insensitive; DESIGN.md "Spark source" has the full co
     subExpression          * | TagA || TagB
     startingOffsets        stream: latest, batch: earliest; or committed (needs consumerGroup),
                            timestamp:<epoch-ms>, JSON {"topic":{"broker":{"queueId":offset}}}
-                           (-2 earliest, -1 latest; queues left out use the default)
+                           (-2 earliest, -1 latest; queues left out use the default). A stream
+                           applies it at its first start only: queues it owns later (handed
+                           over, or added to the topic) start at the group's committed offset,
+                           else at their earliest
     endingOffsets          batch only: latest (default) or JSON (-1 latest)
     maxMessagesPerTrigger  stream only: at most this many messages per micro-batch
     pullBatchSize          messages per PullMessage, 1..32768, default 4096

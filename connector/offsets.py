@@ -173,15 +173,18 @@ def resolve_offset(policy: OffsetPolicy, mq: MessageQueue, lookup: QueueOffsetLo
     raise TypeError(f"not an offset policy: {policy!r}")
 
 
-def resolve_acquired_offset(policy: OffsetPolicy, mq: MessageQueue, lookup: QueueOffsetLookup) -> int:
-    """Start offset of a queue this consumer newly owns after a rebalance or a queue-count
-    change: the group's committed offset, else `policy` (spec §4.3 computePullFromWhere).
-    Returns OFFSET_READ_FAILED when the committed offset cannot be read: the queue is
-    skipped this round and tried again at the next rebalance."""
+def resolve_acquired_offset(mq: MessageQueue, lookup: QueueOffsetLookup) -> int:
+    """Start offset of a queue a running query newly owns (a rebalance handed it over, or
+    the topic grew): the group's committed offset, else the queue's earliest offset, as
+    CONSUME_FROM_FIRST_OFFSET (spec consumer-pull-rebalance §9, TV-9). startingOffsets
+    applies when the query starts only (as in Kafka's source, where partitions found later
+    start at earliest): a queue created after that holds only messages written since, and
+    none of them may be lost. Returns OFFSET_READ_FAILED when the committed offset cannot
+    be read: the queue is skipped this round and tried again at the next rebalance."""
     saved = lookup.committed_offset(mq)
     if saved >= 0 or saved == OFFSET_READ_FAILED:
         return saved
-    return resolve_offset(policy, mq, lookup)
+    return lookup.min_offset(mq)
 
 
 def _describe(mq: MessageQueue) -> str:

@@ -1,14 +1,18 @@
 """Driver side of `spark.readStream.format("rmq")` (DataSourceStreamReader).
 
 Each stream offset is `{"@clientId": id, "@group": group, "topic": {"broker": {"queueId":
-nextOffset}}}` over the queues this query owns. At every micro-batch `latestOffset` rebalances (route
-lookup, the group's consumer list, allocation), keeps the positions of queues still
-owned, drops queues lost to another consumer and adopts newly owned queues at the group's
-committed offset (else the startingOffsets policy) with an empty range, so that
-`partitions(start, end)` depends on the two offsets alone and a replayed batch reads the
-same messages. The client id and the group travel in the offsets, so a restarted driver
-rejoins the same group under the same identity. The group is option consumerGroup, else
-one of the query's own, `spark-rmq-<uuid>`, chosen at its first start.
+nextOffset}}}` over the queues this query owns. At every micro-batch `latestOffset`
+rebalances (route lookup, the group's consumer list, allocation), keeps the positions of
+queues still owned, drops queues lost to another consumer and adopts newly owned queues
+(handed over by a rebalance, or added to a topic whose queue count grew) at the group's
+committed offset, else at their earliest offset, with an empty range: they are read from
+the next micro-batch on. So `partitions(start, end)` depends on the two offsets alone and
+a replayed batch reads the same messages; startingOffsets applies to the queues of the
+query's first offset only.
+
+The client id and the group travel in the offsets, so a restarted driver rejoins the same
+group under the same identity. The group is option consumerGroup, else one of the
+query's own, `spark-rmq-<uuid>`, chosen at its first start.
 
 The reader object is also pickled to executors for `read()`: everything that talks to
 the broker is created lazily on the driver and never pickled.
@@ -96,7 +100,7 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 positions[mq] = self._check_not_reset(mq, kept[mq], lookup.max_offset(mq))
                 ceilings[mq] = self._ceiling(mq, positions[mq])
             else:
-                adopted = resolve_acquired_offset(self._options.starting_offsets, mq, lookup)
+                adopted = resolve_acquired_offset(mq, lookup)
                 if adopted < 0:
                     logger.warning("doRebalance, %s, add new mq failed, %s", self._group, mq)
                     continue

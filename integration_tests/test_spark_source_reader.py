@@ -14,7 +14,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from connector.allocation import allocate
 from connector.batch_reader import RmqBatchReader
-from connector.client import MessageQueue, RmqClient, RmqError, RmqUnavailable
+from connector.client import MessageQueue, OutgoingMessage, RmqClient, RmqError, RmqUnavailable
 from connector.options import parse_source_options
 from connector.partition_reader import QueueRangePartition, RmqDataLossError, RmqReadError, read_queue_range
 from integration_tests import processes
@@ -147,6 +147,46 @@ def test_queries_without_a_group_each_read_everything_and_a_restart_keeps_the_gr
             f"m-{i}".encode() for i in range(20, 24)]
     finally:
         restarted.stop()
+
+
+def test_queues_added_to_a_topic_are_picked_up_and_read_from_their_start(broker, client):
+    client.create_topic("grows", queues=2)
+    produce(client, "grows", 4, prefix="old")
+    wait_dispatched(client, "grows", 4)
+    reader = stream_reader(broker.address, "grows")            # startingOffsets latest
+    seen: list[tuple[int, int, bytes]] = []
+
+    def send(queue_ids: list[int], prefix: str) -> list[bytes]:
+        messages = [OutgoingMessage(f"{prefix}-{i}".encode(), queue_id=q) for i, q in enumerate(queue_ids)]
+        client.send("grows", messages)
+        return [m.body for m in messages]
+
+    def run_batch(start: dict) -> dict:
+        end = reader.latestOffset(start, ReadAllAvailable())
+        table = read_batch(reader, start, end)
+        seen.extend(zip(table.column("queue_id").to_pylist(), table.column("queue_offset").to_pylist(),
+                        table.column("body").to_pylist(), strict=True))
+        reader.commit(end)
+        return end
+
+    try:
+        start = reader.initialOffset()
+        assert positions(start) == {"grows:broker-a:0": 2, "grows:broker-a:1": 2}
+        assert client.update_topic("grows", queues=4) == ["broker-a"]
+        sent = send([0, 2, 2, 3], "before")      # new queues 2 and 3 get messages before the next batch
+        wait_dispatched(client, "grows", 8)
+        first = run_batch(start)                 # adopts queues 2 and 3 at their start (empty range)
+        assert positions(first) == {"grows:broker-a:0": 3, "grows:broker-a:1": 2,
+                                    "grows:broker-a:2": 0, "grows:broker-a:3": 0}
+        sent += send([1, 2, 3], "after")
+        wait_dispatched(client, "grows", 11)
+        second = run_batch(first)
+        assert positions(second) == {"grows:broker-a:0": 3, "grows:broker-a:1": 3,
+                                     "grows:broker-a:2": 3, "grows:broker-a:3": 2}
+    finally:
+        reader.stop()
+    assert sorted(body for _, _, body in seen) == sorted(sent)                 # nothing lost
+    assert len({(queue, offset) for queue, offset, _ in seen}) == len(seen)   # no duplicate
 
 
 def test_max_rows_bounds_batches_and_available_now_stops_at_the_snapshot(broker, client):

@@ -113,12 +113,12 @@ def test_resolve_offset(policy, mq, expected):
     assert resolve_offset(policy, mq, TABLE) == expected
 
 
-def test_newly_owned_queue_starts_at_the_committed_offset_else_the_policy():
-    assert resolve_acquired_offset(Earliest(), A0, TABLE) == 42
-    assert resolve_acquired_offset(Earliest(), A1, TABLE) == 0
-    assert resolve_acquired_offset(Latest(), A1, QueueTable({A1: (3, 9)})) == 9
+def test_newly_owned_queue_starts_at_the_committed_offset_else_its_earliest():
+    assert resolve_acquired_offset(A0, TABLE) == 42
+    assert resolve_acquired_offset(A1, TABLE) == 0
+    assert resolve_acquired_offset(A1, QueueTable({A1: (3, 9)})) == 3     # retention deleted [0, 3)
     unreadable = QueueTable({A0: (0, 9)}, committed={A0: OFFSET_READ_FAILED})
-    assert resolve_acquired_offset(Latest(), A0, unreadable) == OFFSET_READ_FAILED   # skipped this round
+    assert resolve_acquired_offset(A0, unreadable) == OFFSET_READ_FAILED   # skipped this round
     with pytest.raises(OffsetResolutionError, match="could not read the committed offset of topic t"):
         resolve_offset(Committed(), A0, unreadable)
 
