@@ -1,5 +1,6 @@
 """Real `rmq namesrv` / `rmq broker` processes for tests: free loopback ports, readiness
-by a real gRPC call, stop (SIGTERM), kill -9 and restart on the same store."""
+by a real gRPC call (also for servers started with --acl or --tls-*), stop (SIGTERM),
+kill -9 and restart on the same store."""
 
 from __future__ import annotations
 
@@ -24,10 +25,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_ready(address: str, process: subprocess.Popen, timeout: float = 30.0) -> None:
-    """Wait until the server at `address` answers RouteService.ListBrokers."""
+# A server with --acl refuses the unsigned readiness call with these codes: it answered, so it is up.
+ANSWERED_REFUSALS = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+
+
+def wait_ready(address: str, process: subprocess.Popen, timeout: float = 30.0,
+               channel_credentials: grpc.ChannelCredentials | None = None) -> None:
+    """Wait until the server at `address` answers RouteService.ListBrokers (an ACL refusal
+    counts as an answer). A TLS server (--tls-cert) is reached with `channel_credentials`."""
     deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(address) as channel:
+    if channel_credentials is None:
+        channel = grpc.insecure_channel(address)
+    else:
+        channel = grpc.secure_channel(address, channel_credentials)
+    with channel:
         stub = rmq_pb2_grpc.RouteServiceStub(channel)
         while time.monotonic() < deadline:
             if process.poll() is not None:
@@ -35,20 +46,24 @@ def wait_ready(address: str, process: subprocess.Popen, timeout: float = 30.0) -
             try:
                 stub.ListBrokers(rmq_pb2.ListBrokersRequest(), timeout=1.0)
                 return
-            except grpc.RpcError:
+            except grpc.RpcError as error:
+                if error.code() in ANSWERED_REFUSALS:
+                    return
                 time.sleep(0.05)
     raise TimeoutError(f"server at {address} not ready after {timeout}s")
 
 
 @dataclass
 class ServerProcess:
-    """One `rmq` server process; `args` are the CLI words after `rmq`."""
+    """One `rmq` server process; `args` are the CLI words after `rmq`. A server started
+    with --tls-cert needs `channel_credentials` that trust it (for the readiness call)."""
 
     args: list[str]
     address: str
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen | None = None
+    channel_credentials: grpc.ChannelCredentials | None = None
 
     def start(self) -> ServerProcess:
         log = open(self.log_path, "ab")
@@ -56,7 +71,7 @@ class ServerProcess:
             RMQ + self.args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env}
         )
         log.close()
-        wait_ready(self.address, self.process)
+        wait_ready(self.address, self.process, channel_credentials=self.channel_credentials)
         return self
 
     def stop(self, timeout: float = 20.0) -> int:
@@ -84,10 +99,12 @@ class ServerProcess:
         return self.log_path.read_text(errors="replace")
 
 
-def namesrv(tmp_path: Path, extra: list[str] | None = None, **env: str) -> ServerProcess:
+def namesrv(tmp_path: Path, extra: list[str] | None = None,
+            channel_credentials: grpc.ChannelCredentials | None = None, **env: str) -> ServerProcess:
     address = f"127.0.0.1:{free_port()}"
     args = ["namesrv", "--listen", address] + (extra or [])
-    return ServerProcess(args, address, tmp_path / "namesrv.log", env)
+    return ServerProcess(args, address, tmp_path / "namesrv.log", env,
+                         channel_credentials=channel_credentials)
 
 
 def broker(
@@ -96,12 +113,15 @@ def broker(
     namesrv_address: str | None = None,
     flush: str = "sync",
     extra: list[str] | None = None,
+    channel_credentials: grpc.ChannelCredentials | None = None,
     **env: str,
 ) -> ServerProcess:
-    """A broker on a free port with its store under tmp_path/name (kept across restarts)."""
+    """A broker on a free port with its store under tmp_path/name (kept across restarts);
+    `channel_credentials` for one started with --tls-cert."""
     address = f"127.0.0.1:{free_port()}"
     args = ["broker", "--listen", address, "--store-dir", str(tmp_path / name), "--broker-name", name,
             "--flush", flush]
     if namesrv_address:
         args += ["--namesrv", namesrv_address]
-    return ServerProcess(args + (extra or []), address, tmp_path / f"{name}.log", env)
+    return ServerProcess(args + (extra or []), address, tmp_path / f"{name}.log", env,
+                         channel_credentials=channel_credentials)

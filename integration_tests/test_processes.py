@@ -1,0 +1,59 @@
+"""`processes.ServerProcess.start()` waits until the server answers, also for servers that
+refuse unsigned calls (--acl) or speak TLS only (--tls-cert, --tls-client-ca)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import pytest
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+
+from connector.auth import TlsSettings
+from connector.client import RmqClient, RmqError
+from integration_tests import processes
+from tests.tls_certs import make_tls_files
+
+pytestmark = pytest.mark.integration
+
+ACL = """\
+accounts:
+  - accessKey: admin1
+    secretKey: admin-secret
+    admin: true
+"""
+
+
+def acl_flags(tmp_path: Path) -> list[str]:
+    (tmp_path / "acl.yml").write_text(ACL)
+    return ["--acl", str(tmp_path / "acl.yml")]
+
+
+def test_a_broker_with_an_acl_is_ready_although_it_refuses_unsigned_calls(tmp_path: Path) -> None:
+    server = processes.broker(tmp_path, extra=acl_flags(tmp_path)).start()
+    try:
+        with RmqClient(server.address) as unsigned, pytest.raises(RmqError, match="UNAUTHENTICATED"):
+            unsigned.list_brokers()
+        with RmqClient(server.address, access_key="admin1", secret_key="admin-secret") as admin:
+            assert admin.list_brokers() == {"broker-a": server.address}
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_mutual_tls_broker_is_ready_through_the_given_channel_credentials(tmp_path: Path) -> None:
+    tls = make_tls_files(tmp_path / "tls")
+    flags = ["--tls-cert", str(tls.server_cert), "--tls-key", str(tls.server_key),
+             "--tls-client-ca", str(tls.ca)] + acl_flags(tmp_path)
+    credentials = TlsSettings(tls.ca, tls.client_cert, tls.client_key).channel_credentials()
+    server = processes.broker(tmp_path, extra=flags, channel_credentials=credentials).start()
+    try:
+        with grpc.insecure_channel(server.address) as plaintext:
+            with pytest.raises(grpc.RpcError) as refused:
+                rmq_pb2_grpc.RouteServiceStub(plaintext).ListBrokers(rmq_pb2.ListBrokersRequest(), timeout=3)
+            assert refused.value.code() is grpc.StatusCode.UNAVAILABLE    # only TLS gets an answer
+        with grpc.secure_channel(server.address, credentials) as channel:
+            with pytest.raises(grpc.RpcError) as unsigned:
+                rmq_pb2_grpc.RouteServiceStub(channel).ListBrokers(rmq_pb2.ListBrokersRequest(), timeout=3)
+            assert unsigned.value.code() is grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        assert server.stop() == 0
