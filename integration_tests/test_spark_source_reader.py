@@ -149,6 +149,18 @@ def test_queries_without_a_group_each_read_everything_and_a_restart_keeps_the_gr
         restarted.stop()
 
 
+def test_offsets_checkpointed_without_a_group_resume_under_the_former_default_group(broker, client):
+    client.create_topic("legacy", queues=1)
+    checkpointed = {"@clientId": "vm@spark-old", "legacy": {"broker-a": {"0": 0}}}   # no "@group"
+    reader = stream_reader(broker.address, "legacy")
+    try:
+        end = reader.latestOffset(checkpointed, ReadAllAvailable())
+        assert end["@group"] == "spark-rmq-legacy"
+        assert client.consumer_list("spark-rmq-legacy", "legacy") == ["vm@spark-old"]
+    finally:
+        reader.stop()
+
+
 def test_queues_added_to_a_topic_are_picked_up_and_read_from_their_start(broker, client):
     client.create_topic("grows", queues=2)
     produce(client, "grows", 4, prefix="old")
