@@ -1,0 +1,1 @@
+"""`make bench`: the benchmark suite of issue 8 (run `python -m bench --help`)."""

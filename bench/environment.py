@@ -30,7 +30,7 @@ class Scale:
     latency_samples: int       # per latency run
     e2e_messages: int          # row 5: pre-produced into 8 queues
     scaling_messages: int      # row 6: per end-to-end scaling point
-    scaling_repeats: int       # row 6: 12 query pairs per repeat, so fewer repeats
+    scaling_repeats: int       # row 6: six query pairs per repeat, so fewer repeats
     big_range_bytes: int       # row 6 memory and row 7 recovery: bytes of 1 KiB messages
 
     @classmethod
@@ -47,6 +47,8 @@ class Scale:
 
 
 class Environment:
+    """One benchmark run's scratch directory (removed by close()) and shared processes."""
+
     def __init__(self, scale: Scale) -> None:
         self.scale = scale
         self.work_dir = Path(tempfile.mkdtemp(prefix="rmq-bench-"))
