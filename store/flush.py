@@ -63,16 +63,12 @@ class GroupCommitService(ServiceThread):
             self._flushed.notify_all()
 
 
-class FlushRealTimeService(ServiceThread):
-    """ASYNC flush: every flush_interval_ms flush at least `least_pages` dirty pages."""
+class _IntervalFlushService(ServiceThread):
+    """Every interval: flush at least `least_pages` dirty pages, and everything once per
+    thorough interval (spec store §10.2, TV14)."""
 
-    name = "flush-commit-log"
-
-    def __init__(self, queue: MappedFileQueue, checkpoint: StoreCheckpoint, interval_ms: int,
-                 least_pages: int, thorough_interval_ms: int) -> None:
+    def __init__(self, interval_ms: int, least_pages: int, thorough_interval_ms: int) -> None:
         super().__init__()
-        self.queue = queue
-        self.checkpoint = checkpoint
         self.interval_ms = interval_ms
         self.least_pages = least_pages
         self.thorough_interval_ms = thorough_interval_ms
@@ -82,27 +78,38 @@ class FlushRealTimeService(ServiceThread):
         self.wait_for_running(self.interval_ms / 1000)
         least, self._last_thorough = thorough_least_pages(now_ms(), self._last_thorough,
                                                           self.thorough_interval_ms, self.least_pages)
-        self.queue.flush(least)
+        self.flush(least)
+
+    def flush(self, least_pages: int) -> None:
+        raise NotImplementedError
+
+
+class FlushRealTimeService(_IntervalFlushService):
+    """ASYNC flush: every flush_interval_ms flush the CommitLog and record its time in the checkpoint."""
+
+    name = "flush-commit-log"
+
+    def __init__(self, queue: MappedFileQueue, checkpoint: StoreCheckpoint, interval_ms: int,
+                 least_pages: int, thorough_interval_ms: int) -> None:
+        super().__init__(interval_ms, least_pages, thorough_interval_ms)
+        self.queue = queue
+        self.checkpoint = checkpoint
+
+    def flush(self, least_pages: int) -> None:
+        self.queue.flush(least_pages)
         if self.queue.store_timestamp:
             self.checkpoint.physic_msg_timestamp = self.queue.store_timestamp
 
 
-class FlushConsumeQueueService(ServiceThread):
+class FlushConsumeQueueService(_IntervalFlushService):
     """Every interval: flush consume queues and index, then persist the checkpoint."""
 
     name = "flush-consume-queue"
 
     def __init__(self, flush_logics: Callable[[int], None], interval_ms: int, least_pages: int,
                  thorough_interval_ms: int) -> None:
-        super().__init__()
+        super().__init__(interval_ms, least_pages, thorough_interval_ms)
         self.flush_logics = flush_logics
-        self.interval_ms = interval_ms
-        self.least_pages = least_pages
-        self.thorough_interval_ms = thorough_interval_ms
-        self._last_thorough = 0
 
-    def run_once(self) -> None:
-        self.wait_for_running(self.interval_ms / 1000)
-        least, self._last_thorough = thorough_least_pages(now_ms(), self._last_thorough,
-                                                          self.thorough_interval_ms, self.least_pages)
-        self.flush_logics(least)
+    def flush(self, least_pages: int) -> None:
+        self.flush_logics(least_pages)
