@@ -35,12 +35,13 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from connector.auth import SECURITY_OPTION_NAMES, ClientSecurity
 from connector.client import OutgoingMessage, RmqClient, RmqUnavailable
 from connector.endpoints import FORMAT_HINT, parse_endpoints
 
 logger = logging.getLogger(__name__)
 
-OPTION_NAMES = ("endpoints", "topic", "batchSize")
+OPTION_NAMES = ("endpoints", "topic", "batchSize") + SECURITY_OPTION_NAMES
 # Options Spark itself adds to a write's options (DataStreamWriter / save(path)).
 SPARK_OPTION_NAMES = ("checkpointLocation", "queryName", "path")
 DEFAULT_BATCH_SIZE = 512
@@ -80,6 +81,7 @@ class SinkOptions:
     endpoints: str
     topic: str | None
     batch_size: int
+    security: ClientSecurity = ClientSecurity()   # accessKey/secretKey/tls/tlsCaFile
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -89,6 +91,7 @@ class SinkOptions:
             endpoints=_endpoints(lowered.get("endpoints")),
             topic=_topic(lowered.get("topic")),
             batch_size=_batch_size(lowered.get("batchsize")),
+            security=_security(options),
         )
 
 
@@ -99,6 +102,13 @@ def _reject_unknown(options: Mapping[str, str]) -> None:
             raise RmqSinkError(
                 f"Unknown option {key!r} for the rmq sink: expected one of {', '.join(OPTION_NAMES)}"
             )
+
+
+def _security(options: Mapping[str, str]) -> ClientSecurity:
+    try:
+        return ClientSecurity.from_options(options)
+    except ValueError as error:   # names the option, never the secret
+        raise RmqSinkError(str(error)) from None
 
 
 def _endpoints(value: str | None) -> str:
@@ -295,7 +305,7 @@ def write_batches(plan: SinkPlan, batches: Iterable[pa.RecordBatch]) -> RmqCommi
     """Send every row of `batches`; returns once the broker acknowledged all of them.
     A failed send raises (the task fails; Spark may retry it: at-least-once)."""
     sent: Counter[str] = Counter()
-    client = RmqClient(plan.options.endpoints)
+    client = RmqClient(plan.options.endpoints, **plan.options.security.client_kwargs())
     try:
         for batch in batches:
             for topic, messages in plan.messages_by_topic(batch).items():
