@@ -100,6 +100,7 @@ class BrokerController:
             config.broker_address,
             self.topics,
             config.register_broker_interval_ms,
+            open_channel=security.open_client_channel,
         )
         self.send_processor = SendMessageProcessor(
             self.store, self.topics, self.executor, delay_levels, config.max_message_size

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import grpc
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
@@ -25,11 +26,13 @@ class BrokerOuterAPI:
         broker_address: str,
         topics: TopicConfigManager,
         register_interval_ms: int,
+        open_channel: Callable[[str], grpc.aio.Channel] = grpc.aio.insecure_channel,
     ) -> None:
         self.namesrv_addresses = namesrv_addresses
         self.broker = rmq_pb2.BrokerData(broker_name=broker_name, address=broker_address)
         self.topics = topics
         self.register_interval_ms = register_interval_ms
+        self._open_channel = open_channel   # ServerSecurity.open_client_channel: signed / TLS
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._changed = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -37,7 +40,7 @@ class BrokerOuterAPI:
     def start(self) -> None:
         if not self.namesrv_addresses:
             return
-        self._channels = {address: grpc.aio.insecure_channel(address) for address in self.namesrv_addresses}
+        self._channels = {address: self._open_channel(address) for address in self.namesrv_addresses}
         self._task = asyncio.get_running_loop().create_task(self._register_forever())
 
     def register_soon(self) -> None:
