@@ -1,0 +1,327 @@
+"""Security against real broker processes: ACL authentication and permissions, replay
+defence, ACL reload on SIGHUP, TLS, the CLI's credentials, and the Spark source and sink
+through TLS + ACL with the secret kept out of plans and logs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from rmq import request_signing
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+
+from connector.auth import TlsSettings
+from connector.client import MessageQueue, OutgoingMessage, RmqClient, RmqError, RmqUnavailable
+from integration_tests import processes
+from integration_tests.processes import ServerProcess
+from tests.tls_certs import TlsFiles, make_tls_files
+
+pytestmark = pytest.mark.integration
+
+ADMIN = ("admin01", "admin-secret-0001")
+PRODUCER = ("producer1", "producer-secret-01")     # PUB on orders, no group
+CONSUMER = ("consumer1", "consumer-secret-01")     # SUB on orders, SUB on group etl
+SECRETS = [ADMIN[1], PRODUCER[1], CONSUMER[1]]
+
+ACL_TEMPLATE = """\
+accounts:
+  - accessKey: {admin[0]}
+    secretKey: "{admin[1]}"
+    admin: true
+  - accessKey: {producer[0]}
+    secretKey: "{producer[1]}"
+    topicPerms: ["orders={producer_perm}"]
+  - accessKey: {consumer[0]}
+    secretKey: "{consumer[1]}"
+    topicPerms: ["orders=SUB"]
+    groupPerms: ["etl=SUB"]
+"""
+
+
+def acl_text(producer_perm: str = "PUB") -> str:
+    return ACL_TEMPLATE.format(admin=ADMIN, producer=PRODUCER, consumer=CONSUMER, producer_perm=producer_perm)
+
+
+def security_flags(acl: Path | None, tls: TlsFiles | None) -> list[str]:
+    return (["--acl", str(acl)] if acl else []) + (
+        ["--tls-cert", str(tls.server_cert), "--tls-key", str(tls.server_key)] if tls else [])
+
+
+def trusting(tls: TlsFiles | None) -> grpc.ChannelCredentials | None:
+    """Credentials for the readiness probe of a TLS server."""
+    return TlsSettings(tls.ca).channel_credentials() if tls else None
+
+
+def secured_broker(directory: Path, acl: Path | None, tls: TlsFiles | None, **kwargs) -> ServerProcess:
+    return processes.broker(directory, extra=security_flags(acl, tls), channel_credentials=trusting(tls),
+                            **kwargs).start()
+
+
+def client(address: str, account: tuple[str, str] | None = None, ca: Path | None = None) -> RmqClient:
+    access_key, secret_key = account or (None, None)
+    return RmqClient(address, timeout=5.0, access_key=access_key, secret_key=secret_key, tls=ca is not None,
+                     tls_ca_file=str(ca) if ca else None)
+
+
+@pytest.fixture(scope="module")
+def acl_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("acl") / "acl.yml"
+    path.write_text(acl_text())
+    return path
+
+
+@pytest.fixture(scope="module")
+def acl_broker(tmp_path_factory: pytest.TempPathFactory, acl_path: Path) -> Iterator[ServerProcess]:
+    server = secured_broker(tmp_path_factory.mktemp("acl-broker"), acl_path, None)
+    with client(server.address, ADMIN) as admin:
+        admin.create_topic("orders", queues=2)
+    yield server
+    server.stop()
+    assert not any(secret in server.log() for secret in SECRETS)
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
+    return make_tls_files(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture(scope="module")
+def tls_acl_broker(tmp_path_factory, acl_path: Path, tls_files: TlsFiles) -> Iterator[ServerProcess]:
+    server = secured_broker(tmp_path_factory.mktemp("tls-broker"), acl_path, tls_files)
+    with client(server.address, ADMIN, tls_files.ca) as admin:
+        admin.create_topic("orders", queues=2)
+    yield server
+    server.stop()
+    assert not any(secret in server.log() for secret in SECRETS)
+
+
+def refusal(call) -> RmqError:
+    with pytest.raises(RmqError) as raised:
+        call()
+    assert not any(secret in str(raised.value) for secret in SECRETS)
+    return raised.value
+
+
+# ---------------------------------------------------------------- authentication
+
+
+def test_no_credentials_are_refused(acl_broker: ServerProcess) -> None:
+    with client(acl_broker.address) as anonymous:
+        error = refusal(anonymous.list_topics)
+    assert "UNAUTHENTICATED" in str(error) and "request is not signed" in str(error)
+
+
+def test_wrong_secret_is_refused(acl_broker: ServerProcess) -> None:
+    with client(acl_broker.address, (PRODUCER[0], "not-the-secret")) as impostor:
+        error = refusal(lambda: impostor.send("orders", [OutgoingMessage(b"x")]))
+    assert "UNAUTHENTICATED" in str(error) and "signature mismatch for access key 'producer1'" in str(error)
+    assert "not-the-secret" not in str(error)
+
+
+def test_unknown_account_is_refused(acl_broker: ServerProcess) -> None:
+    with client(acl_broker.address, ("stranger", "whatever-secret")) as stranger:
+        assert "unknown access key 'stranger'" in str(refusal(stranger.list_topics))
+
+
+# ---------------------------------------------------------------- permissions
+
+
+def test_sub_only_account_can_pull_but_not_send(acl_broker: ServerProcess) -> None:
+    with client(acl_broker.address, PRODUCER) as producer, client(acl_broker.address, CONSUMER) as consumer:
+        sent = producer.send("orders", [OutgoingMessage(b"hello", queue_id=0)])
+        error = refusal(lambda: consumer.send("orders", [OutgoingMessage(b"nope")]))
+        assert "PERMISSION_DENIED" in str(error)
+        assert "access key 'consumer1' lacks PUB on topic 'orders'" in str(error)
+        mq = MessageQueue("orders", "broker-a", 0)
+        pulled = consumer.pull(mq, sent.queue_offsets[0], 32, group="etl")
+        assert pulled.messages.count >= 1
+
+
+def test_pub_only_account_cannot_commit_offsets_for_a_group_it_lacks(acl_broker: ServerProcess) -> None:
+    mq = MessageQueue("orders", "broker-a", 0)
+    with client(acl_broker.address, PRODUCER) as producer, client(acl_broker.address, CONSUMER) as consumer:
+        error = refusal(lambda: producer.update_consumer_offsets("etl", {mq: 1}))
+        assert "PERMISSION_DENIED" in str(error)
+        assert "access key 'producer1' lacks SUB on group 'etl'" in str(error)
+        error = refusal(lambda: producer.pull(mq, 0, 1, group="etl"))
+        assert "lacks SUB on topic 'orders'" in str(error)
+        consumer.update_consumer_offsets("etl", {mq: 1})
+        assert consumer.query_consumer_offsets("etl", "orders")[mq] == 1
+
+
+def test_admin_operations_need_an_admin_account(acl_broker: ServerProcess) -> None:
+    with client(acl_broker.address, CONSUMER) as consumer:
+        error = refusal(lambda: consumer.create_topic("sneaky", queues=1))
+    assert "access key 'consumer1' is not an admin account" in str(error)
+
+
+# ---------------------------------------------------------------- replay
+
+
+def raw_send(address: str, metadata) -> rmq_pb2.SendMessageResponse:
+    request = rmq_pb2.SendMessageRequest(topic="orders", messages=[rmq_pb2.Message(body=b"replay me")])
+    with grpc.insecure_channel(address) as channel:
+        return rmq_pb2_grpc.MessagingServiceStub(channel).SendMessage(request, metadata=metadata, timeout=5)
+
+
+def signed_send_metadata(**overrides) -> tuple:
+    request = rmq_pb2.SendMessageRequest(topic="orders", messages=[rmq_pb2.Message(body=b"replay me")])
+    return request_signing.sign(*PRODUCER, "/rmq.v1.MessagingService/SendMessage", request,
+                                **overrides).as_metadata()
+
+
+def test_replayed_request_is_refused(acl_broker: ServerProcess) -> None:
+    metadata = signed_send_metadata()
+    assert raw_send(acl_broker.address, metadata).status.code == rmq_pb2.OK
+    with pytest.raises(grpc.RpcError) as raised:
+        raw_send(acl_broker.address, metadata)
+    assert raised.value.code() is grpc.StatusCode.UNAUTHENTICATED
+    assert "replayed request refused" in raised.value.details()
+
+
+def test_request_signed_outside_the_time_window_is_refused(acl_broker: ServerProcess) -> None:
+    stale = signed_send_metadata(timestamp_ms=int(time.time() * 1000) - 120_000)
+    with pytest.raises(grpc.RpcError) as raised:
+        raw_send(acl_broker.address, stale)
+    assert raised.value.code() is grpc.StatusCode.UNAUTHENTICATED
+    assert "outside the allowed ±60 s" in raised.value.details()
+
+
+# ---------------------------------------------------------------- reload
+
+
+def test_acl_edit_takes_effect_on_sighup(tmp_path: Path) -> None:
+    acl = tmp_path / "acl.yml"
+    acl.write_text(acl_text(producer_perm="SUB"))
+    server = secured_broker(tmp_path, acl, None)
+    try:
+        with client(server.address, ADMIN) as admin, client(server.address, PRODUCER) as producer:
+            admin.create_topic("orders", queues=1)
+            assert "lacks PUB on topic 'orders'" in str(refusal(lambda: producer.send("orders", [
+                OutgoingMessage(b"x")])))
+            acl.write_text(acl_text(producer_perm="PUB"))
+            server.process.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    producer.send("orders", [OutgoingMessage(b"x")])
+                    break
+                except RmqError:
+                    assert time.monotonic() < deadline, server.log()
+                    time.sleep(0.1)
+        assert "ACL reloaded" in server.log()
+    finally:
+        server.stop()
+
+
+def test_broker_without_acl_says_it_trusts_loopback_only(broker: ServerProcess) -> None:
+    notice = f"no --acl: every caller is trusted, so listening on loopback {broker.address} only"
+    assert notice in broker.log()
+
+
+# ---------------------------------------------------------------- TLS
+
+
+def test_tls_client_works_and_plaintext_client_is_refused(tls_acl_broker: ServerProcess,
+                                                          tls_files: TlsFiles) -> None:
+    with client(tls_acl_broker.address, PRODUCER, tls_files.ca) as producer:
+        assert producer.send("orders", [OutgoingMessage(b"over tls")]).msg_ids
+    with client(tls_acl_broker.address, PRODUCER) as plaintext:
+        with pytest.raises(RmqUnavailable):
+            plaintext.send("orders", [OutgoingMessage(b"in clear")])
+
+
+def test_brokers_register_with_a_secured_name_server_using_admin_credentials(
+        tmp_path: Path, acl_path: Path, tls_files: TlsFiles) -> None:
+    namesrv = processes.namesrv(tmp_path, extra=security_flags(acl_path, tls_files),
+                                channel_credentials=trusting(tls_files)).start()
+    admin_env = {"RMQ_ACCESS_KEY": ADMIN[0], "RMQ_SECRET_KEY": ADMIN[1], "RMQ_TLS_CA_FILE": str(tls_files.ca)}
+    registered = secured_broker(tmp_path, acl_path, tls_files, name="broker-a",
+                                namesrv_address=namesrv.address, **admin_env)
+    anonymous = secured_broker(tmp_path, acl_path, tls_files, name="broker-b",
+                               namesrv_address=namesrv.address, RMQ_TLS_CA_FILE=str(tls_files.ca))
+    try:
+        with client(namesrv.address, ADMIN, tls_files.ca) as admin, \
+                client(namesrv.address, CONSUMER, tls_files.ca) as consumer:
+            deadline = time.monotonic() + 20
+            while "broker-a" not in admin.list_brokers():
+                assert time.monotonic() < deadline, namesrv.log()
+                time.sleep(0.1)
+            admin.create_topic("orders", queues=2)
+            route = consumer.query_route("orders")
+            assert route.brokers == {"broker-a": registered.address}
+            assert "broker-b" not in admin.list_brokers()
+        assert "RegisterBroker with name server" in anonymous.log()
+        assert "UNAUTHENTICATED" in anonymous.log()
+    finally:
+        for server in (anonymous, registered, namesrv):
+            server.stop()
+    assert not any(secret in server.log() for server in (namesrv, registered) for secret in SECRETS)
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def rmq_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("RMQ_")}
+    return subprocess.run([sys.executable, "-m", "broker_server.cli", *args], capture_output=True, text=True,
+                          env={**clean, **env}, timeout=60)
+
+
+def test_cli_takes_credentials_and_tls_from_the_environment(tls_acl_broker: ServerProcess,
+                                                            tls_files: TlsFiles) -> None:
+    env = {"RMQ_ACCESS_KEY": PRODUCER[0], "RMQ_SECRET_KEY": PRODUCER[1], "RMQ_TLS_CA_FILE": str(tls_files.ca)}
+    done = rmq_cli("produce", "orders", "--count", "3", "--endpoints", tls_acl_broker.address, **env)
+    assert done.returncode == 0, done.stderr
+    refused = rmq_cli("topic", "describe", "orders", "--endpoints", tls_acl_broker.address,
+                      "--access-key", CONSUMER[0], "--tls", RMQ_SECRET_KEY="wrong-secret-value",
+                      RMQ_TLS_CA_FILE=str(tls_files.ca))
+    assert refused.returncode != 0
+    assert "signature mismatch for access key 'consumer1'" in refused.stderr
+    assert "Traceback" not in refused.stderr and "wrong-secret-value" not in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- Spark
+
+
+@pytest.mark.spark
+def test_spark_source_and_sink_through_tls_and_acl(spark, tls_acl_broker: ServerProcess,
+                                                   tls_files: TlsFiles, tmp_path: Path, capsys) -> None:
+    common = {"endpoints": tls_acl_broker.address, "tls": "true", "tlsCaFile": str(tls_files.ca)}
+    consumer = {"accessKey": CONSUMER[0], "secretKey": CONSUMER[1], "consumerGroup": "etl", "topic": "orders"}
+    rows = spark.createDataFrame([(f"spark-{i}",) for i in range(20)], "body string")
+    (rows.write.format("rmq").mode("append")
+     .options(**common, topic="orders", accessKey=PRODUCER[0], secretKey=PRODUCER[1]).save())
+
+    df = spark.read.format("rmq").options(**common, **consumer).load()
+    expected = {f"spark-{i}" for i in range(20)}
+    assert expected <= {bytes(row.body).decode() for row in df.select("body").collect()}
+    df.explain(extended=True)
+
+    stream = spark.readStream.format("rmq").options(**common, **consumer, startingOffsets="earliest").load()
+    query = (stream.writeStream.format("memory").queryName("secured_orders").trigger(availableNow=True)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    query.awaitTermination(120)
+    assert query.exception() is None
+    streamed = {bytes(row.body).decode() for row in spark.sql("select body from secured_orders").collect()}
+    assert expected <= streamed
+    query.explain(extended=True)
+    progress = str(query.lastProgress)
+
+    plans = capsys.readouterr().out
+    assert "RelationV2" in plans
+    assert not any(secret in plans + progress for secret in SECRETS)
+
+    impostor = {**consumer, "secretKey": "wrong-secret-value"}
+    denied = spark.read.format("rmq").options(**common, **impostor).load()
+    with pytest.raises(Exception, match="signature mismatch") as raised:
+        denied.collect()
+    assert "wrong-secret-value" not in str(raised.value)
