@@ -9,6 +9,7 @@ map. There is no per-message Python code.
 
 from __future__ import annotations
 
+import binascii
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,8 +38,10 @@ SCHEMA = pa.schema([
     ("store_timestamp", _TIMESTAMP),
 ])
 
-_HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
-_HEX_PAIRS = np.stack([_HEX_DIGITS[np.arange(256) >> 4], _HEX_DIGITS[np.arange(256) & 15]], axis=1)
+# Prebuilt scalars: pyarrow.compute converting a Python str per call costs ≈ 60 µs more.
+_EMPTY = pa.scalar("", pa.string())
+_TAGS = pa.scalar(mf.PROPERTY_TAGS, pa.string())
+_KEYS = pa.scalar(mf.PROPERTY_KEYS, pa.string())
 
 
 class CorruptMessagesError(ValueError):
@@ -75,8 +78,8 @@ def decode(packed: rmq_pb2.PackedMessages, broker_name: str) -> pa.RecordBatch:
         pa.array(_read_int(records, starts + mf.QUEUE_ID_POS, "i4"), pa.int32()),
         pa.array(_read_int(records, starts + mf.QUEUE_OFFSET_POS, "i8"), pa.int64()),
         _msg_ids(records, starts),
-        properties.lookup(mf.PROPERTY_TAGS),
-        properties.lookup(mf.PROPERTY_KEYS),
+        properties.lookup(_TAGS),
+        properties.lookup(_KEYS),
         _variable(records, pa.binary(), starts + mf.BODY_POS, body_length),
         properties.entries,
         _timestamps(records, starts + mf.BORN_TIMESTAMP_POS),
@@ -158,7 +161,7 @@ def _msg_ids(records: np.ndarray, starts: np.ndarray) -> pa.Array:
     """Upper-case hex of store host + physical offset: 32 characters per row."""
     raw = np.hstack([_rows(records, starts + mf.STORE_HOST_POS, mf.HOST_SIZE),
                      _rows(records, starts + mf.PHYSICAL_OFFSET_POS, 8)])
-    digits = _HEX_PAIRS[raw].reshape(-1)
+    digits = binascii.hexlify(raw.tobytes()).upper()
     width = 2 * raw.shape[1]
     offsets = np.arange(0, width * (len(starts) + 1), width, dtype=np.int32)
     buffers = [None, pa.py_buffer(offsets), pa.py_buffer(digits)]
@@ -179,7 +182,7 @@ class _Properties:
         """Parse `name \\x01 value \\x02 ...` strings into a map per row."""
         items_per_row = pc.split_pattern(text, mf.PROPERTY_SEPARATOR)
         items = items_per_row.flatten()
-        keep = pc.not_equal(items, "")  # the empty piece after the trailing separator
+        keep = pc.not_equal(items, _EMPTY)  # the empty piece after the trailing separator
         items = items.filter(keep)
         rows = pc.list_parent_indices(items_per_row).filter(keep).to_numpy()
 
@@ -188,14 +191,14 @@ class _Properties:
         first = pairs.offsets.to_numpy()[:-1] - pairs.offsets[0].as_py()
         has_value = pc.list_value_length(pairs).to_numpy() == 2
         names = pieces.take(first)
-        values = pc.fill_null(pieces.take(pa.array(first + 1, mask=~has_value)), "")
+        values = pc.fill_null(pieces.take(pa.array(first + 1, mask=~has_value)), _EMPTY)
 
         offsets = np.zeros(len(text) + 1, dtype=np.int32)
         np.cumsum(np.bincount(rows, minlength=len(text)), out=offsets[1:])
         entries = pa.MapArray.from_arrays(pa.array(offsets), names, values, type=_PROPERTIES)
         return cls(entries, rows, names, values)
 
-    def lookup(self, name: str) -> pa.Array:
+    def lookup(self, name: pa.StringScalar) -> pa.Array:
         """The value of property `name` per row, null where the row has none."""
         matches = pc.equal(self.names, name).to_numpy(zero_copy_only=False)
         index = np.full(len(self.entries), -1, dtype=np.int64)
