@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -61,18 +62,28 @@ class QueueRangeReader:
         self._settings = partition.pull
 
     def batches(self) -> Iterator[pa.RecordBatch]:
-        offset = self._start
-        while offset < self._end:
-            result = self._pull(offset)
-            if result.pull_status == PullStatus.FOUND:
-                batch = self._rows(result)
-                if batch.num_rows:
-                    yield batch
-                offset = self._advance(offset, result.next_begin_offset)
-            elif result.pull_status == PullStatus.NO_MATCHED_MSG:
-                offset = self._advance(offset, result.next_begin_offset)
-            else:   # OFFSET_ILLEGAL, or NO_NEW_MSG below the planned end: the data is gone
-                offset = self._skip_lost(offset, result)
+        """The rows of the range in pull order. The next pull runs on a background thread
+        while this one is decoded and consumed (by Spark's Python worker), so the broker and
+        the reader work at the same time; at most one request is outstanding."""
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmq-prefetch") as prefetch:
+            pending = prefetch.submit(self._step, self._start) if self._start < self._end else None
+            while pending is not None:
+                found, offset = pending.result()
+                pending = prefetch.submit(self._step, offset) if offset < self._end else None
+                if found is not None:
+                    batch = self._rows(found)
+                    if batch.num_rows:
+                        yield batch
+
+    def _step(self, offset: int) -> tuple[PullResult | None, int]:
+        """Pull at `offset`: the result if it FOUND messages, and the offset to pull next."""
+        result = self._pull(offset)
+        if result.pull_status == PullStatus.FOUND:
+            return result, self._advance(offset, result.next_begin_offset)
+        if result.pull_status == PullStatus.NO_MATCHED_MSG:
+            return None, self._advance(offset, result.next_begin_offset)
+        # OFFSET_ILLEGAL, or NO_NEW_MSG below the planned end: the data is gone
+        return None, self._skip_lost(offset, result)
 
     def _pull(self, offset: int) -> PullResult:
         """One pull, retried while the broker is unreachable or the outcome is transient."""
