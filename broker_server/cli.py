@@ -4,7 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+# gRPC core logs bind failures and the like to stderr itself; the CLI reports them as one
+# clear line instead. Set GRPC_VERBOSITY=debug to see gRPC's own logs.
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 from broker_server import client_commands, server_commands
 from broker_server.errors import UserError

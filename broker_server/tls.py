@@ -46,10 +46,10 @@ def add_port(server: aio.Server, address: str, tls: ServerTls | None) -> int:
             port = server.add_insecure_port(address)
         else:
             port = server.add_secure_port(address, tls.credentials())
-    except RuntimeError as error:   # grpc raises RuntimeError when it cannot bind
-        raise UserError(f"cannot listen on {address}: {error}") from None
+    except RuntimeError:   # grpc raises RuntimeError when it cannot bind
+        port = 0
     if port == 0:
-        raise UserError(f"cannot listen on {address}")
+        raise UserError(f"cannot listen on {address}: the address is in use or not available on this host")
     return port
 
 
