@@ -22,6 +22,7 @@ from typing import Any
 from rmq.v1 import rmq_pb2
 
 from broker_server import client_security
+from broker_server.arguments import positive_float, positive_int
 from broker_server.errors import UserError
 from connector.client import (
     PERM_READ,
@@ -55,11 +56,11 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
 
     produce = commands.add_parser("produce", help="send messages: lines from stdin, or --count generated")
     produce.add_argument("topic")
-    produce.add_argument("--count", type=_positive_int, help="send N generated messages, not stdin lines")
-    produce.add_argument("--size", type=_positive_int, help="body size in bytes of generated messages (100)")
+    produce.add_argument("--count", type=positive_int, help="send N generated messages, not stdin lines")
+    produce.add_argument("--size", type=positive_int, help="body size in bytes of generated messages (100)")
     produce.add_argument("--tags", default="", help="tag of every message")
     produce.add_argument("--keys", default="", help="keys of every message (space-separated)")
-    produce.add_argument("--batch-size", type=_positive_int, default=256, help="messages per send (256)")
+    produce.add_argument("--batch-size", type=positive_int, default=256, help="messages per send (256)")
     _client_command(produce, _produce)
 
     consume = commands.add_parser("consume", help="print messages as they arrive (long polling)")
@@ -67,8 +68,8 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     consume.add_argument("--group", default=DEFAULT_GROUP, help=f"consumer group ({DEFAULT_GROUP})")
     consume.add_argument("--from", dest="start", choices=["earliest", "latest"], default="latest",
                          help="where to start on queues without a committed offset (latest)")
-    consume.add_argument("--max-messages", type=_positive_int, help="exit after N messages")
-    consume.add_argument("--idle-timeout", type=_positive_float, metavar="SECONDS",
+    consume.add_argument("--max-messages", type=positive_int, help="exit after N messages")
+    consume.add_argument("--idle-timeout", type=positive_float, metavar="SECONDS",
                          help="exit when no message arrived for SECONDS")
     consume.add_argument("--sub", default="*", metavar="TAGEXPR", help="tag filter: '*' or 'TagA || TagB'")
     _client_command(consume, _consume)
@@ -88,14 +89,14 @@ def _add_topic_parsers(commands: argparse._SubParsersAction) -> None:
 
     create = topic_commands.add_parser("create", help="create a topic on every broker")
     create.add_argument("name")
-    create.add_argument("--queues", type=_positive_int, required=True, help="queues per broker")
+    create.add_argument("--queues", type=positive_int, required=True, help="queues per broker")
     create.add_argument("--perm", type=int, choices=PERMS, default=PERM_READ | PERM_WRITE,
                         help=f"{PERMS_HELP} (default 6)")
     _client_command(create, _topic_create)
 
     update = topic_commands.add_parser("update", help="grow a topic's queues on every broker holding it")
     update.add_argument("name")
-    update.add_argument("--queues", type=_positive_int, required=True,
+    update.add_argument("--queues", type=positive_int, required=True,
                         help="queues per broker (at least the current count: topics never shrink)")
     update.add_argument("--perm", type=int, choices=PERMS, help=f"{PERMS_HELP} (default: unchanged)")
     _client_command(update, _topic_update)
@@ -443,23 +444,3 @@ def _timestamp(epoch_ms: int) -> str:
     if epoch_ms <= 0:
         return "-"
     return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
-    return value

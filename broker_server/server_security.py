@@ -22,6 +22,7 @@ from grpc import aio
 
 from broker_server.acl import AclError
 from broker_server.acl_file import DEFAULT_POLL_INTERVAL_S, AclFile
+from broker_server.arguments import positive_float
 from broker_server.auth_interceptor import AuthInterceptor
 from broker_server.client_security import environment_security
 from broker_server.errors import UserError
@@ -35,7 +36,7 @@ log = logging.getLogger("rmq.security")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--acl", metavar="FILE", help="YAML or JSON ACL file: every call must be signed by "
                         "an account in it (reloaded on change and on SIGHUP)")
-    parser.add_argument("--signature-window", type=_positive_float, default=DEFAULT_WINDOW_S,
+    parser.add_argument("--signature-window", type=positive_float, default=DEFAULT_WINDOW_S,
                         metavar="SECONDS",
                         help=f"accepted clock difference of signed calls (default {DEFAULT_WINDOW_S})")
     parser.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate (chain)")
@@ -120,13 +121,3 @@ def is_loopback(listen: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, not {text}")
-    return value

@@ -62,7 +62,7 @@ def test_tls_flags_are_checked_at_start(tmp_path: Path) -> None:
 def test_signature_window_must_be_positive(capsys) -> None:
     with pytest.raises(SystemExit):
         parse("--signature-window", "0")
-    assert "must be positive" in capsys.readouterr().err
+    assert "expected a positive number, got 0" in capsys.readouterr().err
 
 
 def run_start(security: ServerSecurity, listen: str) -> None:
