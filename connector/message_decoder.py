@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from numpy.lib.stride_tricks import as_strided
 from rmq import message_format as mf
 from rmq.v1 import rmq_pb2
 
@@ -122,8 +121,9 @@ def _rows(records: np.ndarray, positions: np.ndarray, width: int) -> np.ndarray:
         step = int(positions[1] - positions[0])
         if step > 0 and (np.diff(positions) == step).all():
             # Evenly spaced (records of one size): a strided view instead of an index gather.
-            return as_strided(records[positions[0]:], shape=(len(positions), width), strides=(step, 1),
-                              writeable=False)
+            rows = np.ndarray((len(positions), width), np.uint8, records, int(positions[0]), (step, 1))
+            rows.flags.writeable = False
+            return rows
     return records[positions[:, None] + np.arange(width)]
 
 
