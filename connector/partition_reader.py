@@ -1,10 +1,11 @@
 """Executor side of the source: read one MessageQueue's offset range [start, end) as Arrow.
 
 Pulls `pullBatchSize` messages at a time (no long polling: the range is known to exist),
-decodes each packed pull column-wise and yields it at once, so at most one pull batch is
-held in memory. Rows at or past `end` are trimmed (a filtered pull may scan beyond it) and
-tags are re-checked on the client (the broker filters by tag hash code only, spec pull
-§10.3); filtered-out messages advance the offset without producing rows.
+decodes each packed pull column-wise and yields it at once while the next pull is in
+flight, so at most two pull batches are held in memory. Rows at or past `end` are trimmed
+(a filtered pull may scan beyond it) and tags are re-checked on the client (the broker
+filters by tag hash code only, spec pull §10.3); filtered-out messages advance the offset
+without producing rows.
 
 Transient failures (broker unreachable, a message being moved) are retried with
 exponential backoff for up to `pullTimeoutMs`, then the task fails naming broker, queue
