@@ -22,6 +22,7 @@ from broker_server.delay_levels import parse_delay_levels
 from broker_server.errors import UserError
 from broker_server.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
 from broker_server.long_polling import PullRequestHoldService
+from broker_server.memory_tuning import keep_freed_memory
 from broker_server.messaging_service import MessagingService
 from broker_server.pull_message_processor import PullLimits, PullMessageProcessor
 from broker_server.rebalance_lock_manager import RebalanceLockManager
@@ -184,6 +185,7 @@ class BrokerController:
         await self.shutdown(server)
 
     def start_services(self) -> None:
+        keep_freed_memory()
         self.hold_service.start()
         self.schedule_service.start()
         self.outer_api.start()

@@ -8,7 +8,6 @@ as little-endian int32, with no per-message Python work on this path."""
 
 from __future__ import annotations
 
-import ctypes
 import functools
 from dataclasses import dataclass
 
@@ -38,13 +37,6 @@ _PULL_STATUS = {
 }
 _NO_QUEUE_DATA = ("NO_MATCHED_LOGIC_QUEUE", "NO_MESSAGE_IN_QUEUE")
 
-# glibc mallopt parameters (malloc.h) and the values keep_freed_memory sets.
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
-_MMAP_THRESHOLD_BYTES = 16 << 20   # above a pull answer (≤ max_pull_bytes, 3 MiB by default)
-_TRIM_THRESHOLD_BYTES = 64 << 20
-
-
 def pull_status(store_status: str, request_offset: int) -> int:
     """The client's PullStatus for the store's GetMessageStatus name: "the broker store no
     queue data" is PULL_OFFSET_MOVED unless the request asked for offset 0."""
@@ -54,22 +46,6 @@ def pull_status(store_status: str, request_offset: int) -> int:
 
 
 @functools.cache
-def keep_freed_memory() -> None:
-    """Let glibc reuse the freed buffers of one pull answer for the next one.
-
-    Every pull answer passes through several buffers of its size (the store's records, the
-    protobuf field, its serialization, gRPC's slices). By default glibc serves such sizes
-    with mmap, or trims them off the heap once freed, so each answer pays a page fault per
-    4 KiB again: ≈ 60 % of the broker's CPU per pulled 100 B message (BENCHMARKS.md,
-    notes:pull-path). At most _TRIM_THRESHOLD_BYTES of free heap is kept. No-op without glibc."""
-    try:
-        mallopt = ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
-    mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_BYTES)
-
-
 @functools.lru_cache(maxsize=1024)
 def parse_sub_expression(expression: str) -> frozenset[int] | None:
     """Tag hash codes of "TagA || TagB" (FilterAPI.buildSubscriptionData); None for "*" or an
@@ -116,7 +92,6 @@ class PullMessageProcessor:
         self.hold_service = hold_service
         self.executor = executor
         self.limits = limits
-        keep_freed_memory()
 
     async def process(
         self, request: rmq_pb2.PullMessageRequest, broker_allow_suspend: bool = True
