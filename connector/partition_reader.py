@@ -25,7 +25,14 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
 from connector.backoff import Backoff
-from connector.client import MessageQueue, PullResult, PullStatus, RmqClient, RmqUnavailable
+from connector.client import (
+    GetMessageStatus,
+    MessageQueue,
+    PullResult,
+    PullStatus,
+    RmqClient,
+    RmqUnavailable,
+)
 from connector.message_decoder import decode, filter_tags
 from connector.options import PullSettings
 
@@ -82,7 +89,11 @@ class QueueRangeReader:
         if result.pull_status == PullStatus.FOUND:
             return result, self._advance(offset, result.next_begin_offset)
         if result.pull_status == PullStatus.NO_MATCHED_MSG:
-            return None, self._advance(offset, result.next_begin_offset)
+            resume = self._advance(offset, result.next_begin_offset)
+            if result.store_status == GetMessageStatus.GMS_MESSAGE_WAS_REMOVING:
+                # the entries' CommitLog file is being deleted: data loss, not a tag-filter miss
+                self._report_gap(offset, resume, result, "their CommitLog file was deleted by retention")
+            return None, resume
         # OFFSET_ILLEGAL, or NO_NEW_MSG below the planned end: the data is gone
         return None, self._skip_lost(offset, result)
 
@@ -130,15 +141,19 @@ class QueueRangeReader:
         """Offsets [offset, resume) are gone: fail, or skip them (failOnDataLoss=false)."""
         retention = result.min_offset > offset
         resume = min(result.min_offset, self._end) if retention else self._end
+        cause = "deleted by retention" if retention else "the queue ends before them, messages were lost"
+        self._report_gap(offset, resume, result, cause)
+        return resume
+
+    def _report_gap(self, offset: int, resume: int, result: PullResult, cause: str) -> None:
+        """Fail on the lost offsets [offset, resume), or log them (failOnDataLoss=false)."""
         gap = (
             f"offsets [{offset}, {resume}) of {self._describe()} no longer exist on the broker "
-            f"(it holds [{result.min_offset}, {result.max_offset}), {result.store_status.name}): "
-            + ("deleted by retention" if retention else "the queue ends before them, messages were lost")
+            f"(it holds [{result.min_offset}, {result.max_offset}), {result.store_status.name}): {cause}"
         )
         if self._settings.fail_on_data_loss:
             raise RmqDataLossError(f"{gap}; set failOnDataLoss=false to skip them")
         logger.warning("%s; skipping %d messages (failOnDataLoss=false)", gap, resume - offset)
-        return resume
 
     def _describe(self) -> str:
         return f"topic {self._mq.topic} broker {self._mq.broker_name} queue {self._mq.queue_id}"
