@@ -15,19 +15,11 @@ from rmq.v1 import rmq_pb2
 
 from connector.message_decoder import SCHEMA, CorruptMessagesError, decode, filter_tags
 from connector.source_schema import SOURCE_ARROW_SCHEMA
+from tests.spec_vectors import TV2_RECORD as TV2
 
 STORE_HOST = bytes([127, 0, 0, 1]) + (10911).to_bytes(4, "big")
 BORN_HOST = bytes([127, 0, 0, 1]) + (1234).to_bytes(4, "big")
 
-# Spec store-commitlog-consumequeue TV2: topic "T", body "hi", bornTimestamp 1, storeTimestamp 2.
-TV2 = bytes.fromhex(
-    "0000005edaa320a758932aac00000000"
-    "00000000000000000000000000000000"
-    "00000000000000000000000000000001"
-    "7f000001000004d20000000000000002"
-    "7f00000100002a9f0000000000000000"
-    "0000000000000002686901540000"
-)
 
 
 def record(topic: str = "T", body: bytes = b"hi", *, queue_id: int = 0, queue_offset: int = 0,

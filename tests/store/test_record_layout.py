@@ -19,16 +19,8 @@ from store.commit_log import (
 )
 from store.config import BrokerRole
 from store.consume_queue import entry_bytes
+from tests.spec_vectors import TV2_RECORD
 from tests.store.conftest import encode, message, small_config, wait_dispatched
-
-TV2_HEX = (
-    "0000005edaa320a758932aac00000000"
-    "00000000000000000000000000000000"
-    "00000000000000000000000000000001"
-    "7f000001000004d20000000000000002"
-    "7f00000100002a9f0000000000000000"
-    "0000000000000002686901540000"
-)
 
 
 def test_tv1_record_lengths(tmp_path: Path) -> None:
@@ -46,7 +38,7 @@ def test_tv2_record_bytes_are_exact(tmp_path: Path) -> None:
                                                born_host=bytes([127, 0, 0, 1]) + (1234).to_bytes(4, "big")))
     commit_log.append(encoded, store_timestamp=2)
     record = commit_log.get_message(0, int(encoded.lengths[0]))
-    assert record.hex() == TV2_HEX
+    assert record.hex() == TV2_RECORD.hex()
     assert encoded.lengths[0] == 94 and body_crc(b"hi") == 1486039724
     assert mf.message_id(commit_log.store_host, 0) == "7F00000100002A9F0000000000000000"
     commit_log.close()
