@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from bench.environment import REPO_ROOT, Environment
 from bench.harness import Row, Stats, Target, measure_pair
 from bench.workload import GROUP, body_of, produce, single_queue
-from connector.client import MessageQueue, RmqClient
+from rmq.connector.client import MessageQueue, RmqClient
 
 BROKER = "broker-big"
 TOPIC = "bench-big"
@@ -41,7 +41,7 @@ def big_queue(env: Environment, endpoints: str) -> BigQueue:
 
 
 def memory_rows(env: Environment) -> list[Row]:
-    """The Spark partition reader (`connector.partition_reader.read_queue_range`, what an
+    """The Spark partition reader (`rmq.connector.partition_reader.read_queue_range`, what an
     executor task runs) reads offsets [0, end) of one queue of 1 KiB messages in a fresh
     subprocess; the figure is the growth of its peak RSS (kernel high-water mark VmHWM, reset
     after the imports; see `bench/partition_reader_peak.py` for why not `getrusage`) over the

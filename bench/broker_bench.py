@@ -14,7 +14,7 @@ from bench.environment import Environment
 from bench.harness import Row, Stats, Target, measure_pair, percentile, rate, wake_latency_ms
 from bench.parallel import parallel_rate
 from bench.workload import GROUP, PULL_BATCH, body_of, produce, pull_range, single_queue
-from connector.client import OutgoingMessage, RmqClient
+from rmq.connector.client import OutgoingMessage, RmqClient
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -83,7 +83,7 @@ def xadd_worker(port: int, count: int, body: bytes) -> None:
 
 def pull_rows(env: Environment) -> list[Row]:
     """One queue read from its first to its last offset in pulls of up to 1024 messages,
-    each decoded into an Arrow RecordBatch by `connector.message_decoder.decode` (and once
+    each decoded into an Arrow RecordBatch by `rmq.connector.message_decoder.decode` (and once
     more without decoding), against XRANGE COUNT 1024 over a stream holding as many entries."""
     with env.broker() as broker, env.redis() as redis_server, RmqClient(broker.address) as client:
         redis_client = redis_server.client() if redis_server else None

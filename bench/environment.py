@@ -106,7 +106,7 @@ class Environment:
             from pyspark.sql import SparkSession
 
             from bench.reference_source import ReferenceDataSource
-            from connector import register
+            from rmq.connector import register
 
             self._spark = (
                 SparkSession.builder.master("local[2]")

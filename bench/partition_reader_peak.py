@@ -16,9 +16,9 @@ import json
 import sys
 from pathlib import Path
 
-from connector.client import MessageQueue
-from connector.options import parse_source_options
-from connector.partition_reader import QueueRangePartition, read_queue_range
+from rmq.connector.client import MessageQueue
+from rmq.connector.options import parse_source_options
+from rmq.connector.partition_reader import QueueRangePartition, read_queue_range
 
 STATUS = Path("/proc/self/status")
 

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from store import FlushDiskType, MessageBatch, MessageStore, MessageStoreConfig
+from rmq.store import FlushDiskType, MessageBatch, MessageStore, MessageStoreConfig
 
 TOPIC = "bench-store"
 QUEUES = 8

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from connector.client import MessageQueue, OutgoingMessage, RmqClient
-from connector.message_decoder import decode
+from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
+from rmq.connector.message_decoder import decode
 
 GROUP = "bench-group"
 PULL_BATCH = 1024

@@ -10,7 +10,7 @@ import os
 import signal
 from pathlib import Path
 
-from broker_server.acl import Acl, AclError, load_acl
+from rmq.broker_server.acl import Acl, AclError, load_acl
 
 log = logging.getLogger("rmq.acl")
 

@@ -8,11 +8,11 @@ from collections.abc import Callable
 
 from rmq.v1 import rmq_pb2_grpc
 
-from broker_server.consumer_offset_manager import ConsumerOffsetManager
-from broker_server.long_polling import PullRequestHoldService
-from broker_server.status import OK, answers_with_status, rmq_pb2
-from broker_server.store_executor import StoreExecutor
-from broker_server.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.long_polling import PullRequestHoldService
+from rmq.broker_server.status import OK, answers_with_status, rmq_pb2
+from rmq.broker_server.store_executor import StoreExecutor
+from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
 
 
 class AdminService(rmq_pb2_grpc.AdminServiceServicer):

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 import grpc
 from grpc import aio
 
-from broker_server.request_auth import CallRefused, RequestAuthenticator
+from rmq.broker_server.request_auth import CallRefused, RequestAuthenticator
 
 log = logging.getLogger("rmq.auth")
 

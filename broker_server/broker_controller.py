@@ -13,26 +13,26 @@ from collections.abc import Callable
 
 from rmq.v1 import rmq_pb2_grpc
 
-from broker_server.admin_service import AdminService
-from broker_server.broker_outer_api import BrokerOuterAPI
-from broker_server.config import BrokerConfig
-from broker_server.consumer_manager import ConsumerManager
-from broker_server.consumer_offset_manager import ConsumerOffsetManager
-from broker_server.delay_levels import parse_delay_levels
-from broker_server.errors import UserError
-from broker_server.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
-from broker_server.long_polling import PullRequestHoldService
-from broker_server.memory_tuning import keep_freed_memory
-from broker_server.messaging_service import MessagingService
-from broker_server.pull_message_processor import PullLimits, PullMessageProcessor
-from broker_server.rebalance_lock_manager import RebalanceLockManager
-from broker_server.route_service import BrokerRouteService
-from broker_server.schedule_message_service import ScheduleMessageService
-from broker_server.send_message_processor import SendMessageProcessor
-from broker_server.server_security import ServerSecurity
-from broker_server.store_executor import StoreExecutor
-from broker_server.topic_config_manager import TopicConfigManager
-from store import FlushDiskType, MessageStore, MessageStoreConfig, StoreError
+from rmq.broker_server.admin_service import AdminService
+from rmq.broker_server.broker_outer_api import BrokerOuterAPI
+from rmq.broker_server.config import BrokerConfig
+from rmq.broker_server.consumer_manager import ConsumerManager
+from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.delay_levels import parse_delay_levels
+from rmq.broker_server.errors import UserError
+from rmq.broker_server.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
+from rmq.broker_server.long_polling import PullRequestHoldService
+from rmq.broker_server.memory_tuning import keep_freed_memory
+from rmq.broker_server.messaging_service import MessagingService
+from rmq.broker_server.pull_message_processor import PullLimits, PullMessageProcessor
+from rmq.broker_server.rebalance_lock_manager import RebalanceLockManager
+from rmq.broker_server.route_service import BrokerRouteService
+from rmq.broker_server.schedule_message_service import ScheduleMessageService
+from rmq.broker_server.send_message_processor import SendMessageProcessor
+from rmq.broker_server.server_security import ServerSecurity
+from rmq.broker_server.store_executor import StoreExecutor
+from rmq.broker_server.topic_config_manager import TopicConfigManager
+from rmq.store import FlushDiskType, MessageStore, MessageStoreConfig, StoreError
 
 log = logging.getLogger(__name__)
 

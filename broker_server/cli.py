@@ -11,8 +11,8 @@ import sys
 # clear line instead. Set GRPC_VERBOSITY=debug to see gRPC's own logs.
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
-from broker_server import client_commands, server_commands
-from broker_server.errors import UserError
+from rmq.broker_server import client_commands, server_commands
+from rmq.broker_server.errors import UserError
 
 
 class _Parser(argparse.ArgumentParser):

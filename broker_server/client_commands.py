@@ -1,7 +1,7 @@
 """`rmq topic|produce|consume|group`: the client commands of the CLI (DESIGN.md "CLI").
 
 Each command talks to the brokers / name servers named by `--endpoints` through
-`connector.client.RmqClient`; client errors become one `rmq: error: ...` line (UserError),
+`rmq.connector.client.RmqClient`; client errors become one `rmq: error: ...` line (UserError),
 translated in one place (`_run`).
 """
 
@@ -21,10 +21,10 @@ from typing import Any
 
 from rmq.v1 import rmq_pb2
 
-from broker_server import client_security
-from broker_server.arguments import positive_float, positive_int
-from broker_server.errors import UserError
-from connector.client import (
+from rmq.broker_server import client_security
+from rmq.broker_server.arguments import positive_float, positive_int
+from rmq.broker_server.errors import UserError
+from rmq.connector.client import (
     PERM_READ,
     PERM_WRITE,
     MessageQueue,
@@ -36,7 +36,7 @@ from connector.client import (
     RmqError,
     RmqUnavailable,
 )
-from connector.subscription import parse_sub_expression
+from rmq.connector.subscription import parse_sub_expression
 
 ENDPOINTS_ENV = "RMQ_ENDPOINTS"
 DEFAULT_ENDPOINTS = "127.0.0.1:10911"          # the default broker (embedded route service)
@@ -355,7 +355,7 @@ def _print_result(mq: MessageQueue, result: PullResult, tags: frozenset[str] | N
                   positions: dict[MessageQueue, int], limit: int | None) -> int:
     """Print up to `limit` messages of one pull result; returns how many were printed."""
     # Imported here: pyarrow and numpy would double the start-up time of every other command.
-    from connector.message_decoder import decode, filter_tags
+    from rmq.connector.message_decoder import decode, filter_tags
 
     if result.pull_status == PullStatus.OFFSET_ILLEGAL:
         print(f"rmq: warning: offset {positions[mq]} of queue {mq} is illegal, "

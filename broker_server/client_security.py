@@ -11,8 +11,8 @@ import argparse
 import os
 from collections.abc import Mapping
 
-from broker_server.errors import UserError
-from connector.auth import ClientSecurity
+from rmq.broker_server.errors import UserError
+from rmq.connector.auth import ClientSecurity
 
 ACCESS_KEY_ENV = "RMQ_ACCESS_KEY"
 SECRET_KEY_ENV = "RMQ_SECRET_KEY"

@@ -10,7 +10,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker_server.json_file import read_json, write_json_atomically
+from rmq.broker_server.json_file import read_json, write_json_atomically
 
 log = logging.getLogger(__name__)
 TOPIC_GROUP_SEPARATOR = "@"

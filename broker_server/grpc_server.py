@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
-from broker_server.server_security import ServerSecurity
+from rmq.broker_server.server_security import ServerSecurity
 
 SHUTDOWN_GRACE_SECONDS = 5.0
 

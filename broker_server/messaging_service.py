@@ -7,15 +7,15 @@ import time
 
 from rmq.v1 import rmq_pb2_grpc
 
-from broker_server.consumer_manager import ConsumerManager
-from broker_server.consumer_offset_manager import ConsumerOffsetManager
-from broker_server.names import check_group_name
-from broker_server.pull_message_processor import PullMessageProcessor, pack_messages
-from broker_server.rebalance_lock_manager import MessageQueue, RebalanceLockManager
-from broker_server.send_message_processor import SendMessageProcessor
-from broker_server.status import OK, answers_with_status, illegal_argument, rmq_pb2
-from broker_server.store_executor import StoreExecutor
-from broker_server.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.broker_server.consumer_manager import ConsumerManager
+from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.names import check_group_name
+from rmq.broker_server.pull_message_processor import PullMessageProcessor, pack_messages
+from rmq.broker_server.rebalance_lock_manager import MessageQueue, RebalanceLockManager
+from rmq.broker_server.send_message_processor import SendMessageProcessor
+from rmq.broker_server.status import OK, answers_with_status, illegal_argument, rmq_pb2
+from rmq.broker_server.store_executor import StoreExecutor
+from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
 
 QUERY_MESSAGE_MAX = 64  # RocketMQ maxMsgsNumBatch
 

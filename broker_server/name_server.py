@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 from rmq.v1 import rmq_pb2_grpc
 
-from broker_server.config import NameServerConfig
-from broker_server.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
-from broker_server.names import check_topic_name
-from broker_server.server_security import ServerSecurity
-from broker_server.status import OK, RequestError, answers_with_status, illegal_argument, rmq_pb2
-from broker_server.topic_config_manager import TopicConfig
+from rmq.broker_server.config import NameServerConfig
+from rmq.broker_server.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
+from rmq.broker_server.names import check_topic_name
+from rmq.broker_server.server_security import ServerSecurity
+from rmq.broker_server.status import OK, RequestError, answers_with_status, illegal_argument, rmq_pb2
+from rmq.broker_server.topic_config_manager import TopicConfig
 
 log = logging.getLogger(__name__)
 

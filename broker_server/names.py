@@ -8,7 +8,7 @@ import re
 
 from rmq.message_format import MAX_TOPIC_LENGTH
 
-from broker_server.status import RequestError, rmq_pb2
+from rmq.broker_server.status import RequestError, rmq_pb2
 
 VALID_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 MAX_GROUP_LENGTH = 255

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 from rmq.message_format import tags_hash_code
 
-from broker_server.consumer_offset_manager import ConsumerOffsetManager
-from broker_server.long_polling import PullRequestHoldService
-from broker_server.names import check_group_name
-from broker_server.status import OK, RequestError, illegal_argument, rmq_pb2
-from broker_server.store_executor import StoreExecutor
-from broker_server.topic_config_manager import TopicConfigManager
+from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.long_polling import PullRequestHoldService
+from rmq.broker_server.names import check_group_name
+from rmq.broker_server.status import OK, RequestError, illegal_argument, rmq_pb2
+from rmq.broker_server.store_executor import StoreExecutor
+from rmq.broker_server.topic_config_manager import TopicConfigManager
 
 SUB_ALL = "*"
 MAX_SUB_EXPRESSION_LENGTH = 65536

@@ -15,9 +15,9 @@ import grpc
 from google.protobuf.message import Message
 from rmq import request_signing
 
-from broker_server.acl import AccessDenied, Acl
-from broker_server.nonce_cache import DEFAULT_CAPACITY, NonceCache
-from broker_server.rpc_permissions import check_call
+from rmq.broker_server.acl import AccessDenied, Acl
+from rmq.broker_server.nonce_cache import DEFAULT_CAPACITY, NonceCache
+from rmq.broker_server.rpc_permissions import check_call
 
 DEFAULT_WINDOW_S = 60
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from rmq.v1 import rmq_pb2_grpc
 
-from broker_server.status import OK, RequestError, answers_with_status, rmq_pb2
-from broker_server.topic_config_manager import TopicConfigManager
+from rmq.broker_server.status import OK, RequestError, answers_with_status, rmq_pb2
+from rmq.broker_server.topic_config_manager import TopicConfigManager
 
 
 class BrokerRouteService(rmq_pb2_grpc.RouteServiceServicer):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from google.protobuf.message import Message
 
-from broker_server.acl import AccessDenied, Acl, Need, ResourceKind
+from rmq.broker_server.acl import AccessDenied, Acl, Need, ResourceKind
 
 TOPIC, GROUP = ResourceKind.TOPIC, ResourceKind.GROUP
 

@@ -17,15 +17,15 @@ from pathlib import Path
 
 from rmq import message_format as mf
 
-from broker_server.delay_levels import delay_level_to_queue_id, queue_id_to_delay_level
-from broker_server.json_file import read_json, write_json_atomically
-from broker_server.names import SCHEDULE_TOPIC
-from broker_server.send_message_processor import check_put_results
-from broker_server.status import RequestError
-from broker_server.store_executor import StoreExecutor
-from broker_server.stored_message import StoredMessage, decode_records
-from broker_server.topic_config_manager import TopicConfigManager
-from store import MessageToStore
+from rmq.broker_server.delay_levels import delay_level_to_queue_id, queue_id_to_delay_level
+from rmq.broker_server.json_file import read_json, write_json_atomically
+from rmq.broker_server.names import SCHEDULE_TOPIC
+from rmq.broker_server.send_message_processor import check_put_results
+from rmq.broker_server.status import RequestError
+from rmq.broker_server.store_executor import StoreExecutor
+from rmq.broker_server.stored_message import StoredMessage, decode_records
+from rmq.broker_server.topic_config_manager import TopicConfigManager
+from rmq.store import MessageToStore
 
 log = logging.getLogger(__name__)
 SCHEDULE_GROUP = "rmq_sys_schedule"

@@ -15,12 +15,12 @@ import time
 import numpy as np
 from rmq import message_format as mf
 
-from broker_server.delay_levels import delay_level_to_queue_id
-from broker_server.names import SCHEDULE_TOPIC
-from broker_server.status import RequestError, illegal_argument, rmq_pb2
-from broker_server.store_executor import StoreExecutor
-from broker_server.topic_config_manager import TopicConfig, TopicConfigManager
-from store import MessageBatch, PutMessageStatus
+from rmq.broker_server.delay_levels import delay_level_to_queue_id
+from rmq.broker_server.names import SCHEDULE_TOPIC
+from rmq.broker_server.status import RequestError, illegal_argument, rmq_pb2
+from rmq.broker_server.store_executor import StoreExecutor
+from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.store import MessageBatch, PutMessageStatus
 
 NO_HOST = bytes(8)
 

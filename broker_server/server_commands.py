@@ -1,16 +1,16 @@
 """`rmq namesrv` and `rmq broker`: flags as in DESIGN.md; a YAML or JSON `--config` file holds
-the other settings (keys named as in broker_server.config), flags given on the command line
-win over the file. Both take the security flags of broker_server.server_security (--acl,
+the other settings (keys named as in rmq.broker_server.config), flags given on the command line
+win over the file. Both take the security flags of rmq.broker_server.server_security (--acl,
 --tls-*)."""
 
 from __future__ import annotations
 
 import argparse
 
-from broker_server import server_security
-from broker_server.config import BrokerConfig, NameServerConfig, load_config
-from broker_server.grpc_server import run_until_terminated
-from broker_server.server_security import ServerSecurity
+from rmq.broker_server import server_security
+from rmq.broker_server.config import BrokerConfig, NameServerConfig, load_config
+from rmq.broker_server.grpc_server import run_until_terminated
+from rmq.broker_server.server_security import ServerSecurity
 
 
 def add_parsers(subparsers: argparse._SubParsersAction) -> None:
@@ -36,7 +36,7 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_namesrv(args: argparse.Namespace) -> int:
-    from broker_server.name_server import serve_name_server
+    from rmq.broker_server.name_server import serve_name_server
 
     config = load_config(NameServerConfig, args.config, {"listen": args.listen})
     security = ServerSecurity.from_args(args)
@@ -44,7 +44,7 @@ def run_namesrv(args: argparse.Namespace) -> int:
 
 
 def run_broker(args: argparse.Namespace) -> int:
-    from broker_server.broker_controller import BrokerController
+    from rmq.broker_server.broker_controller import BrokerController
 
     config = load_config(
         BrokerConfig,

@@ -20,15 +20,15 @@ from pathlib import Path
 import grpc
 from grpc import aio
 
-from broker_server.acl import AclError
-from broker_server.acl_file import DEFAULT_POLL_INTERVAL_S, AclFile
-from broker_server.arguments import positive_float
-from broker_server.auth_interceptor import AuthInterceptor
-from broker_server.client_security import environment_security
-from broker_server.errors import UserError
-from broker_server.request_auth import DEFAULT_WINDOW_S, RequestAuthenticator
-from broker_server.tls import ServerTls, add_port
-from connector.auth import ClientSecurity, open_aio_channel
+from rmq.broker_server.acl import AclError
+from rmq.broker_server.acl_file import DEFAULT_POLL_INTERVAL_S, AclFile
+from rmq.broker_server.arguments import positive_float
+from rmq.broker_server.auth_interceptor import AuthInterceptor
+from rmq.broker_server.client_security import environment_security
+from rmq.broker_server.errors import UserError
+from rmq.broker_server.request_auth import DEFAULT_WINDOW_S, RequestAuthenticator
+from rmq.broker_server.tls import ServerTls, add_port
+from rmq.connector.auth import ClientSecurity, open_aio_channel
 
 log = logging.getLogger("rmq.security")
 

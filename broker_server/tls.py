@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 from grpc import aio
 
-from broker_server.errors import UserError
+from rmq.broker_server.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from broker_server.json_file import read_json, write_json_atomically
-from broker_server.names import check_topic_name, check_user_topic_name
-from broker_server.status import RequestError, illegal_argument, rmq_pb2
+from rmq.broker_server.json_file import read_json, write_json_atomically
+from rmq.broker_server.names import check_topic_name, check_user_topic_name
+from rmq.broker_server.status import RequestError, illegal_argument, rmq_pb2
 
 PERM_READ = 4  # RocketMQ PermName
 PERM_WRITE = 2

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from connector.client import RmqUnavailable
+from rmq.connector.client import RmqUnavailable
 
 FIRST_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 1.0

@@ -12,12 +12,12 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from connector.backoff import retry_unavailable
-from connector.broker_offsets import BrokerOffsetLookup
-from connector.offset_store import create_offset_store
-from connector.offsets import resolve_offset
-from connector.options import RmqOptionError, SourceOptions
-from connector.partition_reader import QueueRangePartition, read_queue_range
+from rmq.connector.backoff import retry_unavailable
+from rmq.connector.broker_offsets import BrokerOffsetLookup
+from rmq.connector.offset_store import create_offset_store
+from rmq.connector.offsets import resolve_offset
+from rmq.connector.options import RmqOptionError, SourceOptions
+from rmq.connector.partition_reader import QueueRangePartition, read_queue_range
 
 
 class RmqBatchReader(DataSourceReader):

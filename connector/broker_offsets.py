@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from connector.client import MessageQueue, QueueOffsets, RmqClient
-from connector.offset_store import OffsetStore, ReadOffsetType
-from connector.offsets import OffsetResolutionError
+from rmq.connector.client import MessageQueue, QueueOffsets, RmqClient
+from rmq.connector.offset_store import OffsetStore, ReadOffsetType
+from rmq.connector.offsets import OffsetResolutionError
 
 EMPTY_QUEUE = QueueOffsets(0, 0, 0)
 

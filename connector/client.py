@@ -6,7 +6,7 @@ imports grpc and `rmq` only, never pyspark, so executors and the broker side sta
 Business outcomes arrive as a `Status` in each response and become `RmqError`; transport
 failures (broker down, deadline exceeded) become `RmqUnavailable`, which callers retry with
 backoff. Pulled messages are returned packed (`rmq.v1.PackedMessages`); decode them with
-`connector.message_decoder.decode`.
+`rmq.connector.message_decoder.decode`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Any
 import grpc
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
-from connector.auth import Credentials, TlsSettings, open_channel
-from connector.endpoints import parse_endpoints
+from rmq.connector.auth import Credentials, TlsSettings, open_channel
+from rmq.connector.endpoints import parse_endpoints
 
 MAX_GRPC_MESSAGE_BYTES = 64 * 1024 * 1024
 MAX_SEND_REQUEST_BYTES = 4 * 1024 * 1024      # one SendMessage request stays under this

@@ -2,7 +2,7 @@
 
 Register it once per session, then read or write (DESIGN.md lists the options):
 
-    from connector import register
+    from rmq.connector import register
     register(spark)     # = spark.dataSource.register(RmqDataSource)
     spark.readStream.format("rmq").option("endpoints", "127.0.0.1:9876").option("topic", "t").load()
 
@@ -42,11 +42,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
-from connector.batch_reader import RmqBatchReader
-from connector.options import check_source_options, parse_source_options
-from connector.source_schema import SOURCE_SCHEMA
-from connector.stream_reader import RmqStreamReader
-from connector.writer import RmqDataSourceArrowWriter, RmqDataSourceStreamArrowWriter
+from rmq.connector.batch_reader import RmqBatchReader
+from rmq.connector.options import check_source_options, parse_source_options
+from rmq.connector.source_schema import SOURCE_SCHEMA
+from rmq.connector.stream_reader import RmqStreamReader
+from rmq.connector.writer import RmqDataSourceArrowWriter, RmqDataSourceStreamArrowWriter
 
 
 class RmqDataSource(DataSource):

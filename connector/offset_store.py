@@ -19,8 +19,8 @@ from collections.abc import Iterable
 from enum import Enum
 from pathlib import Path
 
-from connector.client import MessageQueue, RmqClient, RmqError
-from connector.offsets import NO_OFFSET, OFFSET_READ_FAILED, Positions, positions_from_json, positions_to_json
+from rmq.connector.client import MessageQueue, RmqClient, RmqError
+from rmq.connector.offsets import NO_OFFSET, OFFSET_READ_FAILED, Positions, positions_from_json, positions_to_json
 
 logger = logging.getLogger(__name__)
 

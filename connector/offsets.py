@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from connector.client import MessageQueue
+from rmq.connector.client import MessageQueue
 
 OFFSET_EARLIEST = -2   # in offset JSON: the queue's min offset
 OFFSET_LATEST = -1     # in offset JSON: the queue's max offset

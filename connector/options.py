@@ -11,11 +11,11 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from connector.allocation import AVG, STRATEGY_NAMES
-from connector.auth import ClientSecurity
-from connector.client import RmqClient
-from connector.endpoints import parse_endpoints
-from connector.offsets import (
+from rmq.connector.allocation import AVG, STRATEGY_NAMES
+from rmq.connector.auth import ClientSecurity
+from rmq.connector.client import RmqClient
+from rmq.connector.endpoints import parse_endpoints
+from rmq.connector.offsets import (
     OFFSET_EARLIEST,
     OFFSET_LATEST,
     AtTimestamp,
@@ -27,8 +27,8 @@ from connector.offsets import (
     Specific,
     positions_from_json,
 )
-from connector.subscription import FORMAT_HINT as SUB_FORMAT_HINT
-from connector.subscription import parse_sub_expression
+from rmq.connector.subscription import FORMAT_HINT as SUB_FORMAT_HINT
+from rmq.connector.subscription import parse_sub_expression
 
 CLUSTERING = "clustering"
 BROADCASTING = "broadcasting"

@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
-from connector.backoff import Backoff
-from connector.client import (
+from rmq.connector.backoff import Backoff
+from rmq.connector.client import (
     GetMessageStatus,
     MessageQueue,
     PullResult,
@@ -33,8 +33,8 @@ from connector.client import (
     RmqClient,
     RmqUnavailable,
 )
-from connector.message_decoder import decode, filter_tags
-from connector.options import PullSettings
+from rmq.connector.message_decoder import decode, filter_tags
+from rmq.connector.options import PullSettings
 
 logger = logging.getLogger(__name__)
 

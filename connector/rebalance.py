@@ -20,8 +20,8 @@ import weakref
 from collections.abc import Sequence
 from types import FrameType
 
-from connector.allocation import allocate
-from connector.client import MessageQueue, RmqClient, RmqError
+from rmq.connector.allocation import allocate
+from rmq.connector.client import MessageQueue, RmqClient, RmqError
 
 logger = logging.getLogger(__name__)
 

@@ -35,9 +35,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from connector.auth import SECURITY_OPTION_NAMES, ClientSecurity
-from connector.client import OutgoingMessage, RmqClient, RmqUnavailable
-from connector.endpoints import FORMAT_HINT, parse_endpoints
+from rmq.connector.auth import SECURITY_OPTION_NAMES, ClientSecurity
+from rmq.connector.client import OutgoingMessage, RmqClient, RmqUnavailable
+from rmq.connector.endpoints import FORMAT_HINT, parse_endpoints
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from connector.client import MessageQueue, OutgoingMessage, RmqClient, RmqError
+from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient, RmqError
 from examples.orders import order_events
 
 TOPIC = "demo-orders"
@@ -61,7 +61,7 @@ class EmbeddedBroker:
     def start(cls, work_dir: Path) -> EmbeddedBroker:
         address = f"127.0.0.1:{free_port()}"
         log_path = work_dir / "broker.log"
-        command = [sys.executable, "-m", "broker_server.cli", "broker", "--listen", address,
+        command = [sys.executable, "-m", "rmq.broker_server.cli", "broker", "--listen", address,
                    "--store-dir", str(work_dir / "store")]
         with open(log_path, "wb") as log:
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -142,7 +142,7 @@ def start_spark():
     # PySpark's SIGINT handler cancels jobs through py4j from inside the handler, re-entering a
     # busy py4j connection (tracebacks); the demo stops its query itself on KeyboardInterrupt.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    from connector.data_source import register
+    from rmq.connector.data_source import register
 
     register(spark)
     return spark

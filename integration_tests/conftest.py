@@ -44,7 +44,7 @@ def spark():
         .config("spark.sql.streaming.stopTimeout", "30s")
         .getOrCreate()
     )
-    from connector import register
+    from rmq.connector import register
 
     register(session)
     yield session

@@ -16,7 +16,7 @@ from pathlib import Path
 import grpc
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
-RMQ = [sys.executable, "-m", "broker_server.cli"]
+RMQ = [sys.executable, "-m", "rmq.broker_server.cli"]
 
 
 def free_port() -> int:

@@ -1,4 +1,4 @@
-"""Raw rmq.v1 stubs for broker and name server tests (no dependency on connector.client), and
+"""Raw rmq.v1 stubs for broker and name server tests (no dependency on rmq.connector.client), and
 small helpers that build the common requests."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import grpc
 import numpy as np
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
-from broker_server.stored_message import StoredMessage, decode_records
+from rmq.broker_server.stored_message import StoredMessage, decode_records
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from connector.client import MessageQueue, OutgoingMessage, RmqClient
-from connector.options import parse_source_options
-from connector.stream_reader import RmqStreamReader
+from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
+from rmq.connector.options import parse_source_options
+from rmq.connector.stream_reader import RmqStreamReader
 
 RETENTION_CONFIG = {   # tiny files, kept about a second, cleaned at once (store §11)
     "store": {

@@ -170,7 +170,7 @@ def test_sigterm_answers_held_pulls_and_offsets_survive_restart(tmp_path: Path) 
 
 def run_rmq(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "broker_server.cli", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "rmq.broker_server.cli", *args], capture_output=True, text=True, timeout=60
     )
 
 

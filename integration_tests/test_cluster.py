@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from connector.client import OutgoingMessage, RmqClient
+from rmq.connector.client import OutgoingMessage, RmqClient
 from integration_tests import processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

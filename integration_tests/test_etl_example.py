@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pytest
 
-from connector.client import OutgoingMessage, RmqClient
+from rmq.connector.client import OutgoingMessage, RmqClient
 from examples.orders import OrderEvent, order_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]

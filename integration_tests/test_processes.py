@@ -9,8 +9,8 @@ import grpc
 import pytest
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
-from connector.auth import TlsSettings
-from connector.client import RmqClient, RmqError
+from rmq.connector.auth import TlsSettings
+from rmq.connector.client import RmqClient, RmqError
 from integration_tests import processes
 from tests.tls_certs import make_tls_files
 

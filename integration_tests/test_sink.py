@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rmq import message_format as mf
 
-from connector.client import OutgoingMessage, RmqClient
+from rmq.connector.client import OutgoingMessage, RmqClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from connector.client import MessageQueue, RmqClient
+from rmq.connector.client import MessageQueue, RmqClient
 from integration_tests import processes
 from integration_tests.spark_source_support import (
     positions,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from connector.client import MessageQueue, RmqClient
-from connector.offset_store import ReadOffsetType, RemoteBrokerOffsetStore
+from rmq.connector.client import MessageQueue, RmqClient
+from rmq.connector.offset_store import ReadOffsetType, RemoteBrokerOffsetStore
 
 pytestmark = pytest.mark.integration
 

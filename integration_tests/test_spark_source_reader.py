@@ -12,11 +12,11 @@ import time
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from connector.allocation import allocate
-from connector.batch_reader import RmqBatchReader
-from connector.client import MessageQueue, OutgoingMessage, RmqClient, RmqError, RmqUnavailable
-from connector.options import parse_source_options
-from connector.partition_reader import QueueRangePartition, RmqDataLossError, RmqReadError, read_queue_range
+from rmq.connector.allocation import allocate
+from rmq.connector.batch_reader import RmqBatchReader
+from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient, RmqError, RmqUnavailable
+from rmq.connector.options import parse_source_options
+from rmq.connector.partition_reader import QueueRangePartition, RmqDataLossError, RmqReadError, read_queue_range
 from integration_tests import processes
 from integration_tests.spark_source_support import (
     positions,
@@ -277,7 +277,7 @@ def test_commit_writes_the_group_offsets_so_progress_shows_no_lag(broker, client
     finally:
         reader.stop()
     output = subprocess.run(
-        [sys.executable, "-m", "broker_server.cli", "group", "progress", "g-progress", "--json",
+        [sys.executable, "-m", "rmq.broker_server.cli", "group", "progress", "g-progress", "--json",
          "--endpoints", broker.address], capture_output=True, text=True, check=True).stdout
     report = json.loads(output)
     assert report["total_lag"] == 0

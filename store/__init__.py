@@ -1,11 +1,11 @@
 """Storage engine: memory-mapped CommitLog, ConsumeQueues, IndexFile, flush, recovery, retention.
 Knows nothing of gRPC or Spark (RocketMQ DefaultMessageStore and its parts)."""
 
-from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
-from store.errors import StoreError
-from store.message_batch import MessageBatch
-from store.message_store import MessageStore
-from store.results import (
+from rmq.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
+from rmq.store.errors import StoreError
+from rmq.store.message_batch import MessageBatch
+from rmq.store.message_store import MessageStore
+from rmq.store.results import (
     DispatchRequest,
     GetMessageResult,
     GetMessageStatus,

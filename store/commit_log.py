@@ -16,14 +16,14 @@ from pathlib import Path
 import numpy as np
 from rmq import message_format as mf
 
-from store.checkpoint import StoreCheckpoint
-from store.config import MessageStoreConfig
-from store.dispatch_batch import DispatchBatch, tags_code
-from store.errors import StoreError
-from store.mapped_file import MappedFile
-from store.mapped_file_queue import MappedFileQueue
-from store.message_batch import MessageBatch, QueueGroups, distinct
-from store.results import DispatchRequest, PutMessageStatus
+from rmq.store.checkpoint import StoreCheckpoint
+from rmq.store.config import MessageStoreConfig
+from rmq.store.dispatch_batch import DispatchBatch, tags_code
+from rmq.store.errors import StoreError
+from rmq.store.mapped_file import MappedFile
+from rmq.store.mapped_file_queue import MappedFileQueue
+from rmq.store.message_batch import MessageBatch, QueueGroups, distinct
+from rmq.store.results import DispatchRequest, PutMessageStatus
 
 # TOTALSIZE .. BODY length: the fixed 88 bytes before the body (spec store §3).
 HEADER = struct.Struct(">iiiiiqqiq8sq8siqi")

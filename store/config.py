@@ -7,7 +7,7 @@ import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
-from store.errors import StoreError
+from rmq.store.errors import StoreError
 
 
 class FlushDiskType(enum.Enum):

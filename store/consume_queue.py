@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from store.config import CQ_STORE_UNIT_SIZE
-from store.mapped_file import MappedFile
-from store.mapped_file_queue import MappedFileQueue
+from rmq.store.config import CQ_STORE_UNIT_SIZE
+from rmq.store.mapped_file import MappedFile
+from rmq.store.mapped_file_queue import MappedFileQueue
 
 ENTRY = struct.Struct(">qiq")
 CQ_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])

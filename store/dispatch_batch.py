@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 from rmq import message_format as mf
 
-from store.message_batch import QueueGroups, distinct
-from store.results import DispatchRequest
+from rmq.store.message_batch import QueueGroups, distinct
+from rmq.store.results import DispatchRequest
 
 
 @dataclass(slots=True)

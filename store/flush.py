@@ -6,10 +6,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from store.checkpoint import StoreCheckpoint
-from store.mapped_file import now_ms
-from store.mapped_file_queue import MappedFileQueue
-from store.service_thread import ServiceThread
+from rmq.store.checkpoint import StoreCheckpoint
+from rmq.store.mapped_file import now_ms
+from rmq.store.mapped_file_queue import MappedFileQueue
+from rmq.store.service_thread import ServiceThread
 
 GROUP_COMMIT_WAIT_S = 0.010   # GroupCommitService#run waits 10 ms per loop
 GROUP_COMMIT_FLUSH_ATTEMPTS = 2

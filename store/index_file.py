@@ -17,9 +17,9 @@ from pathlib import Path
 
 from rmq import message_format as mf
 
-from store.errors import StoreError
-from store.mapped_file import allocate_file
-from store.results import DispatchRequest
+from rmq.store.errors import StoreError
+from rmq.store.mapped_file import allocate_file
+from rmq.store.results import DispatchRequest
 
 INDEX_HEADER_SIZE = 40
 INDEX_ENTRY_SIZE = 20

@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from store.errors import StoreError
-from store.mapped_file import FILE_NAME_DIGITS, MappedFile, now_ms, offset_to_file_name
+from rmq.store.errors import StoreError
+from rmq.store.mapped_file import FILE_NAME_DIGITS, MappedFile, now_ms, offset_to_file_name
 
 DELETE_FILES_BATCH_MAX = 10
 

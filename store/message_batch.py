@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 from rmq import message_format as mf
 
-from store.results import EMPTY_HOST, MessageToStore, PutMessageStatus
+from rmq.store.results import EMPTY_HOST, MessageToStore, PutMessageStatus
 
 IntColumn = int | Sequence[int] | np.ndarray
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 from rmq import message_format as mf
 
-from store.checkpoint import StoreCheckpoint
-from store.commit_log import (
+from rmq.store.checkpoint import StoreCheckpoint
+from rmq.store.commit_log import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     CommitLog,
@@ -26,17 +26,17 @@ from store.commit_log import (
     parse_record,
     transaction_type,
 )
-from store.config import CQ_STORE_UNIT_SIZE, BrokerRole, FlushDiskType, MessageStoreConfig
-from store.consume_queue import CQ_DTYPE, PRE_BLANK_SIZE, ConsumeQueue
-from store.dispatch_batch import DispatchBatch
-from store.errors import StoreError
-from store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
-from store.index_file import IndexService
-from store.mapped_file import now_ms
-from store.message_batch import MessageBatch
-from store.message_filter import match_tags
-from store.reput import ReputMessageService
-from store.results import (
+from rmq.store.config import CQ_STORE_UNIT_SIZE, BrokerRole, FlushDiskType, MessageStoreConfig
+from rmq.store.consume_queue import CQ_DTYPE, PRE_BLANK_SIZE, ConsumeQueue
+from rmq.store.dispatch_batch import DispatchBatch
+from rmq.store.errors import StoreError
+from rmq.store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
+from rmq.store.index_file import IndexService
+from rmq.store.mapped_file import now_ms
+from rmq.store.message_batch import MessageBatch
+from rmq.store.message_filter import match_tags
+from rmq.store.reput import ReputMessageService
+from rmq.store.results import (
     DispatchRequest,
     GetMessageResult,
     GetMessageStatus,
@@ -45,15 +45,15 @@ from store.results import (
     PutMessageResult,
     PutMessageStatus,
 )
-from store.retention import (
+from rmq.store.retention import (
     CleanFilesService,
     decide_disk_space,
     disk_used_ratio,
     expired_time_ms,
     is_time_to_delete,
 )
-from store.service_thread import ServiceThread
-from store.store_directory import StoreDirectory
+from rmq.store.service_thread import ServiceThread
+from rmq.store.store_directory import StoreDirectory
 
 log = logging.getLogger(__name__)
 

@@ -11,11 +11,11 @@ import logging
 import threading
 from collections.abc import Callable
 
-from store.commit_log import CommitLog, parse_record
-from store.dispatch_batch import DispatchBatch
-from store.mapped_file import MappedFile
-from store.results import DispatchRequest
-from store.service_thread import ServiceThread
+from rmq.store.commit_log import CommitLog, parse_record
+from rmq.store.dispatch_batch import DispatchBatch
+from rmq.store.mapped_file import MappedFile
+from rmq.store.results import DispatchRequest
+from rmq.store.service_thread import ServiceThread
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from store.config import MessageStoreConfig
-from store.service_thread import ServiceThread
+from rmq.store.config import MessageStoreConfig
+from rmq.store.service_thread import ServiceThread
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ import json
 import os
 from pathlib import Path
 
-from store.config import MessageStoreConfig
-from store.errors import StoreError
+from rmq.store.config import MessageStoreConfig
+from rmq.store.errors import StoreError
 
 MARKER_NAME = "store.json"
 FORMAT_NAME = "rmq-store"

@@ -1,5 +1,5 @@
 """Brokers with extra settings for the scenarios: small files, fast retention, low disk
-thresholds, written to a `--config` file (keys as in broker_server.config.BrokerConfig,
+thresholds, written to a `--config` file (keys as in rmq.broker_server.config.BrokerConfig,
 store keys as in store.MessageStoreConfig)."""
 
 from __future__ import annotations

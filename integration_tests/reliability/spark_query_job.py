@@ -13,7 +13,7 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from connector import register
+from rmq.connector import register
 from integration_tests.reliability.streaming import start_query
 
 

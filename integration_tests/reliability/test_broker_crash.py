@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from connector.client import RmqClient
+from rmq.connector.client import RmqClient
 from integration_tests import processes
 from integration_tests.reliability.brokers import configured_broker
 from integration_tests.reliability.report import ReliabilityReport, tally

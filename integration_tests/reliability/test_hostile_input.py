@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rmq.v1 import rmq_pb2
 
-from connector.client import OutgoingMessage, RmqClient
+from rmq.connector.client import OutgoingMessage, RmqClient
 from integration_tests import processes
 from integration_tests.reliability.fuzzing import Rpc, broker_rpcs, invalid_utf8_topic_request, requests
 from integration_tests.reliability.report import REPORT, ReliabilityReport, tally

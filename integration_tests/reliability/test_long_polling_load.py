@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
-from connector.client import RmqClient
-from connector.message_decoder import decode
+from rmq.connector.client import RmqClient
+from rmq.connector.message_decoder import decode
 from integration_tests import processes
 from integration_tests.reliability.report import ReliabilityReport, ScenarioFigures
 from integration_tests.reliability.traffic import Producers

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from connector.client import RmqClient
+from rmq.connector.client import RmqClient
 from integration_tests import processes
 from integration_tests.reliability.report import ReliabilityReport, tally
 from integration_tests.reliability.streaming import read_output, start_query, wait_until_caught_up

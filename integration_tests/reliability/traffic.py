@@ -10,8 +10,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from connector.client import MessageQueue, OutgoingMessage, RmqClient
-from connector.message_decoder import decode
+from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
+from rmq.connector.message_decoder import decode
 
 
 @dataclass(frozen=True, order=True)

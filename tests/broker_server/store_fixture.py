@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from store import FlushDiskType, MessageStore, MessageStoreConfig
+from rmq.store import FlushDiskType, MessageStore, MessageStoreConfig
 
 
 @contextmanager

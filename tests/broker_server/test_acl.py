@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from broker_server.acl import (
+from rmq.broker_server.acl import (
     AccessDenied,
     AclError,
     AddressPattern,
@@ -21,7 +21,7 @@ from broker_server.acl import (
     load_acl,
     parse_perm,
 )
-from broker_server.acl_file import AclFile
+from rmq.broker_server.acl_file import AclFile
 
 TOPIC, GROUP = ResourceKind.TOPIC, ResourceKind.GROUP
 

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from broker_server import cli, client_commands
+from rmq.broker_server import cli, client_commands
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from broker_server import client_security
-from broker_server.errors import UserError
-from connector.auth import ClientSecurity
+from rmq.broker_server import client_security
+from rmq.broker_server.errors import UserError
+from rmq.connector.auth import ClientSecurity
 
 
 def security(*argv: str, **environ: str) -> ClientSecurity:

@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from broker_server.config import BrokerConfig, NameServerConfig, load_config
-from broker_server.errors import UserError
+from rmq.broker_server.config import BrokerConfig, NameServerConfig, load_config
+from rmq.broker_server.errors import UserError
 
 
 def test_defaults_follow_the_spec() -> None:

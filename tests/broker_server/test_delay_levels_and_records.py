@@ -1,12 +1,12 @@
 import pytest
 
-from broker_server.delay_levels import (
+from rmq.broker_server.delay_levels import (
     DEFAULT_MESSAGE_DELAY_LEVEL,
     delay_level_to_queue_id,
     parse_delay_levels,
     queue_id_to_delay_level,
 )
-from broker_server.stored_message import decode_record
+from rmq.broker_server.stored_message import decode_record
 
 
 def test_default_levels_tv14_tv23() -> None:

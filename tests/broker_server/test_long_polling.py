@@ -7,7 +7,7 @@ import threading
 
 from rmq.message_format import tags_hash_code
 
-from broker_server.long_polling import PullRequestHoldService, build_key
+from rmq.broker_server.long_polling import PullRequestHoldService, build_key
 
 TAG_A = tags_hash_code("TagA")
 TAG_B = tags_hash_code("TagB")

@@ -1,7 +1,7 @@
 from rmq.v1 import rmq_pb2
 
-from broker_server.consumer_manager import ConsumerManager
-from broker_server.rebalance_lock_manager import MessageQueue, RebalanceLockManager
+from rmq.broker_server.consumer_manager import ConsumerManager
+from rmq.broker_server.rebalance_lock_manager import MessageQueue, RebalanceLockManager
 
 
 class Clock:

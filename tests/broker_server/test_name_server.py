@@ -1,5 +1,5 @@
-from broker_server.name_server import RouteInfoManager
-from broker_server.topic_config_manager import TopicConfig
+from rmq.broker_server.name_server import RouteInfoManager
+from rmq.broker_server.topic_config_manager import TopicConfig
 
 
 class Clock:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker_server.nonce_cache import NonceCache
+from rmq.broker_server.nonce_cache import NonceCache
 
 WINDOW_MS = 60_000
 NOW = 1_700_000_000_000

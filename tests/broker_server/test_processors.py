@@ -11,21 +11,21 @@ import pytest
 from rmq import message_format as mf
 from rmq.v1 import rmq_pb2
 
-from broker_server.consumer_offset_manager import ConsumerOffsetManager
-from broker_server.delay_levels import parse_delay_levels
-from broker_server.long_polling import PullRequestHoldService
-from broker_server.names import SCHEDULE_TOPIC
-from broker_server.pull_message_processor import (
+from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.delay_levels import parse_delay_levels
+from rmq.broker_server.long_polling import PullRequestHoldService
+from rmq.broker_server.names import SCHEDULE_TOPIC
+from rmq.broker_server.pull_message_processor import (
     PullLimits,
     PullMessageProcessor,
     parse_sub_expression,
     pull_status,
 )
-from broker_server.schedule_message_service import ScheduleMessageService, correct_deliver_timestamp
-from broker_server.send_message_processor import SendMessageProcessor, born_host_from_peer
-from broker_server.store_executor import StoreExecutor
-from broker_server.stored_message import decode_records
-from broker_server.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.broker_server.schedule_message_service import ScheduleMessageService, correct_deliver_timestamp
+from rmq.broker_server.send_message_processor import SendMessageProcessor, born_host_from_peer
+from rmq.broker_server.store_executor import StoreExecutor
+from rmq.broker_server.stored_message import decode_records
+from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
 from tests.broker_server.store_fixture import running_store, wait_dispatched
 
 PEER = "ipv4:10.1.2.3:4567"

@@ -7,8 +7,8 @@ import pytest
 from rmq import request_signing
 from rmq.v1 import rmq_pb2
 
-from broker_server.acl import parse_acl
-from broker_server.request_auth import CallRefused, RequestAuthenticator, peer_address
+from rmq.broker_server.acl import parse_acl
+from rmq.broker_server.request_auth import CallRefused, RequestAuthenticator, peer_address
 
 NOW_S = 1_700_000_000.0
 SEND = "/rmq.v1.MessagingService/SendMessage"

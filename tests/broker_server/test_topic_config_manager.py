@@ -3,8 +3,8 @@ from pathlib import Path
 import pytest
 from rmq.v1 import rmq_pb2
 
-from broker_server.status import RequestError
-from broker_server.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.broker_server.status import RequestError
+from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
 
 
 def test_create_persist_reload_delete(tmp_path: Path) -> None:

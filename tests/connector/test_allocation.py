@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connector.allocation import AVG, CIRCLE, allocate
-from connector.client import MessageQueue
+from rmq.connector.allocation import AVG, CIRCLE, allocate
+from rmq.connector.client import MessageQueue
 
 
 def everyone(strategy: str, mqs: list, cids: list[str]) -> dict[str, list]:

@@ -1,4 +1,4 @@
-"""Client credentials, the signing interceptor and TLS settings (connector.auth)."""
+"""Client credentials, the signing interceptor and TLS settings (rmq.connector.auth)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from rmq import request_signing
 from rmq.v1 import rmq_pb2
 
-from connector.auth import ClientSecurity, Credentials, SigningInterceptor, TlsSettings
+from rmq.connector.auth import ClientSecurity, Credentials, SigningInterceptor, TlsSettings
 
 METHOD = "/rmq.v1.MessagingService/PullMessage"
 

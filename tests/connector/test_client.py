@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 from rmq.v1 import rmq_pb2
 
-from connector import client as client_module
-from connector.client import (
+from rmq.connector import client as client_module
+from rmq.connector.client import (
     MessageQueue,
     OutgoingMessage,
     RmqClient,
@@ -21,11 +21,11 @@ from connector.client import (
     RmqUnavailable,
     TopicRoute,
 )
-from connector.endpoints import parse_endpoints
+from rmq.connector.endpoints import parse_endpoints
 
 
 def test_importing_the_client_never_imports_pyspark() -> None:
-    code = ("import sys, connector.client, connector.message_decoder, broker_server.client_commands; "
+    code = ("import sys, rmq.connector.client, rmq.connector.message_decoder, rmq.broker_server.client_commands; "
             "assert 'pyspark' not in sys.modules, sorted(m for m in sys.modules if 'pyspark' in m)")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rmq.v1 import rmq_pb2
 
-from connector.client import (
+from rmq.connector.client import (
     PERM_READ,
     PERM_WRITE,
     GetMessageStatus,
@@ -21,7 +21,7 @@ from connector.client import (
     RmqError,
     RmqUnavailable,
 )
-from connector.message_decoder import decode
+from rmq.connector.message_decoder import decode
 from integration_tests import processes
 
 pytestmark = pytest.mark.integration

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rmq.v1 import rmq_pb2
 
-from connector import client as client_module
-from connector.client import OutgoingMessage
+from rmq.connector import client as client_module
+from rmq.connector.client import OutgoingMessage
 
 
 def decoded(request: rmq_pb2.SendMessageRequest) -> list[tuple[bytes, str, str]]:

@@ -13,8 +13,8 @@ import pytest
 from rmq import message_format as mf
 from rmq.v1 import rmq_pb2
 
-from connector.message_decoder import SCHEMA, CorruptMessagesError, decode, filter_tags
-from connector.source_schema import SOURCE_ARROW_SCHEMA
+from rmq.connector.message_decoder import SCHEMA, CorruptMessagesError, decode, filter_tags
+from rmq.connector.source_schema import SOURCE_ARROW_SCHEMA
 from tests.spec_vectors import TV2_RECORD as TV2
 
 STORE_HOST = bytes([127, 0, 0, 1]) + (10911).to_bytes(4, "big")

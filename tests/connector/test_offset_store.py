@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from connector.client import MessageQueue
-from connector.offset_store import LocalFileOffsetStore, ReadOffsetType
+from rmq.connector.client import MessageQueue
+from rmq.connector.offset_store import LocalFileOffsetStore, ReadOffsetType
 
 Q0, Q1 = MessageQueue("t", "broker-a", 0), MessageQueue("t", "broker-a", 1)
 

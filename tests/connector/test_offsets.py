@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows, ReadMinRows
 
-from connector.admission import admit, spread_rows
-from connector.client import MessageQueue
-from connector.offsets import (
+from rmq.connector.admission import admit, spread_rows
+from rmq.connector.client import MessageQueue
+from rmq.connector.offsets import (
     NO_OFFSET,
     OFFSET_READ_FAILED,
     AtTimestamp,

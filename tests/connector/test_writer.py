@@ -20,8 +20,8 @@ from pyspark.sql.types import (  # noqa: E402
     StructType,
 )
 
-from connector.client import OutgoingMessage  # noqa: E402
-from connector.writer import (  # noqa: E402
+from rmq.connector.client import OutgoingMessage  # noqa: E402
+from rmq.connector.writer import (  # noqa: E402
     DEFAULT_BATCH_SIZE,
     RmqCommitMessage,
     RmqDataSourceArrowWriter,

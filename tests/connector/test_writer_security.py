@@ -6,9 +6,9 @@ import pickle
 
 import pytest
 
-from connector.auth import ClientSecurity
+from rmq.connector.auth import ClientSecurity
 
-writer = pytest.importorskip("connector.writer")   # the sink imports pyspark
+writer = pytest.importorskip("rmq.connector.writer")   # the sink imports pyspark
 
 SECRET = "topsecret1"
 ENDPOINTS = {"endpoints": "127.0.0.1:10911"}

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from store import FlushDiskType, MessageStore, MessageStoreConfig, MessageToStore
-from store.commit_log import CommitLog, EncodedBatch
-from store.message_batch import MessageBatch
+from rmq.store import FlushDiskType, MessageStore, MessageStoreConfig, MessageToStore
+from rmq.store.commit_log import CommitLog, EncodedBatch
+from rmq.store.message_batch import MessageBatch
 
 
 def small_config(store_dir: Path, **overrides) -> MessageStoreConfig:

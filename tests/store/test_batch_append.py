@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rmq import message_format as mf
 
-from store import DispatchRequest, FlushDiskType, MessageToStore, PutMessageStatus
-from store.commit_log import BLANK, HEADER, TRANSACTION_PREPARED_TYPE, CommitLog
-from store.message_batch import MessageBatch
+from rmq.store import DispatchRequest, FlushDiskType, MessageToStore, PutMessageStatus
+from rmq.store.commit_log import BLANK, HEADER, TRANSACTION_PREPARED_TYPE, CommitLog
+from rmq.store.message_batch import MessageBatch
 from tests.store.conftest import encode, small_config, wait_dispatched
 
 FILE_SIZE = 2048

@@ -6,10 +6,10 @@ import threading
 import time
 from pathlib import Path
 
-from store import FlushDiskType, PutMessageStatus
-from store.checkpoint import StoreCheckpoint
-from store.flush import GroupCommitService, thorough_least_pages
-from store.mapped_file_queue import MappedFileQueue
+from rmq.store import FlushDiskType, PutMessageStatus
+from rmq.store.checkpoint import StoreCheckpoint
+from rmq.store.flush import GroupCommitService, thorough_least_pages
+from rmq.store.mapped_file_queue import MappedFileQueue
 from tests.store.conftest import message, wait_dispatched
 
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from rmq import message_format as mf
 
-from store import DispatchRequest, FlushDiskType, GetMessageStatus, MessageStore
-from store.config import BrokerRole
+from rmq.store import DispatchRequest, FlushDiskType, GetMessageStatus, MessageStore
+from rmq.store.config import BrokerRole
 from tests.store.conftest import message, small_config, wait_dispatched
 
 S = GetMessageStatus

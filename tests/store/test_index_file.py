@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from store.index_file import IndexFile, index_file_size, key_hash
+from rmq.store.index_file import IndexFile, index_file_size, key_hash
 
 
 def test_tv24_slot_and_entry_positions_with_rocketmq_defaults(tmp_path: Path) -> None:

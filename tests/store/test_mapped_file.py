@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from store import StoreError
-from store.mapped_file import MappedFile, offset_to_file_name
-from store.mapped_file_queue import MappedFileQueue
+from rmq.store import StoreError
+from rmq.store.mapped_file import MappedFile, offset_to_file_name
+from rmq.store.mapped_file_queue import MappedFileQueue
 
 
 def make_queue(path: Path, starts: list[int], size: int = 1024) -> MappedFileQueue:

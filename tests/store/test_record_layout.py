@@ -8,8 +8,8 @@ from pathlib import Path
 
 from rmq import message_format as mf
 
-from store import FlushDiskType, MessageToStore, PutMessageStatus
-from store.commit_log import (
+from rmq.store import FlushDiskType, MessageToStore, PutMessageStatus
+from rmq.store.commit_log import (
     HEADER,
     TRANSACTION_PREPARED_TYPE,
     CommitLog,
@@ -17,8 +17,8 @@ from store.commit_log import (
     body_crc,
     parse_record,
 )
-from store.config import BrokerRole
-from store.consume_queue import entry_bytes
+from rmq.store.config import BrokerRole
+from rmq.store.consume_queue import entry_bytes
 from tests.spec_vectors import TV2_RECORD
 from tests.store.conftest import encode, message, small_config, wait_dispatched
 
@@ -213,7 +213,7 @@ def test_tv19_consume_queue_entry_bytes(open_store) -> None:
 
 
 def test_tv19_logical_offset_file_boundary(tmp_path: Path) -> None:
-    from store.consume_queue import ConsumeQueue
+    from rmq.store.consume_queue import ConsumeQueue
     cq = ConsumeQueue("T", 0, tmp_path, 6_000_000)
     cq.put_message_position_info(1000, 100, 0, 300_000)
     names = [f.path.name for f in cq.mapped_file_queue.files]

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from rmq import message_format as mf
 
-from store import GetMessageStatus, MessageStore, MessageToStore, StoreError
-from store.checkpoint import StoreCheckpoint
-from store.commit_log import CommitLog, parse_record
-from store.index_file import IndexFile, IndexService
+from rmq.store import GetMessageStatus, MessageStore, MessageToStore, StoreError
+from rmq.store.checkpoint import StoreCheckpoint
+from rmq.store.commit_log import CommitLog, parse_record
+from rmq.store.index_file import IndexFile, IndexService
 from tests.store.conftest import encode, message, small_config, wait_dispatched
 from tests.store.test_get_message import queue_offsets
 
@@ -308,7 +308,7 @@ WRITER = textwrap.dedent("""
     from pathlib import Path
 
     sys.path.insert(0, sys.argv[2])
-    from store import MessageStore, MessageToStore
+    from rmq.store import MessageStore, MessageToStore
     from tests.store.conftest import small_config
 
     store = MessageStore(small_config(Path(sys.argv[1]), mapped_file_size_commit_log=16384))

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from store import GetMessageStatus, PutMessageStatus
-from store.mapped_file_queue import MappedFileQueue
-from store.retention import decide_disk_space, is_time_to_delete
+from rmq.store import GetMessageStatus, PutMessageStatus
+from rmq.store.mapped_file_queue import MappedFileQueue
+from rmq.store.retention import decide_disk_space, is_time_to_delete
 from tests.store.conftest import message, small_config, wait_dispatched
 from tests.store.test_get_message import BODY_700, queue_offsets
 
