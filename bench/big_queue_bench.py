@@ -41,7 +41,7 @@ def big_queue(env: Environment, endpoints: str) -> BigQueue:
 
 
 def memory_rows(env: Environment) -> list[Row]:
-    """The Spark partition reader (`rmq.connector.partition_reader.read_queue_range`, what an
+    """The Spark partition reader (`rmq.connector.spark.partition_reader.read_queue_range`, what an
     executor task runs) reads offsets [0, end) of one queue of 1 KiB messages in a fresh
     subprocess; the figure is the growth of its peak RSS (kernel high-water mark VmHWM, reset
     after the imports; see `bench/partition_reader_peak.py` for why not `getrusage`) over the

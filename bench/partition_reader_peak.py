@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 from rmq.connector.client import MessageQueue
-from rmq.connector.options import parse_source_options
-from rmq.connector.partition_reader import QueueRangePartition, read_queue_range
+from rmq.connector.spark.options import parse_source_options
+from rmq.connector.spark.partition_reader import QueueRangePartition, read_queue_range
 
 STATUS = Path("/proc/self/status")
 

@@ -15,8 +15,8 @@ from bench.harness import Row, Target, measure_pair
 from bench.workload import GROUP, body_of, produce
 from rmq.connector.client import RmqClient
 from rmq.connector.message_decoder import decode
-from rmq.connector.options import DEFAULT_PULL_BATCH_SIZE
-from rmq.connector.source_schema import SOURCE_ARROW_SCHEMA, SOURCE_SCHEMA
+from rmq.connector.spark.options import DEFAULT_PULL_BATCH_SIZE
+from rmq.connector.spark.source_schema import SOURCE_ARROW_SCHEMA, SOURCE_SCHEMA
 
 E2E_QUEUES = 8
 SCALING_QUEUES = (1, 2, 4, 8, 16)

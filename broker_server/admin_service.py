@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rmq.v1 import rmq_pb2_grpc
-
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.long_polling import PullRequestHoldService
 from rmq.broker_server.status import OK, answers_with_status, rmq_pb2
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.v1 import rmq_pb2_grpc
 
 
 class AdminService(rmq_pb2_grpc.AdminServiceServicer):

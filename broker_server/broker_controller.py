@@ -11,8 +11,6 @@ import logging
 import socket
 from collections.abc import Callable
 
-from rmq.v1 import rmq_pb2_grpc
-
 from rmq.broker_server.admin_service import AdminService
 from rmq.broker_server.broker_outer_api import BrokerOuterAPI
 from rmq.broker_server.config import BrokerConfig
@@ -33,6 +31,7 @@ from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.store import FlushDiskType, MessageStore, MessageStoreConfig, StoreError
+from rmq.v1 import rmq_pb2_grpc
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ import logging
 from collections.abc import Callable
 
 import grpc
-from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 from rmq.broker_server.topic_config_manager import TopicConfigManager
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_SECONDS = 3.0

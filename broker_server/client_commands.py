@@ -19,8 +19,6 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from rmq.v1 import rmq_pb2
-
 from rmq.broker_server import client_security
 from rmq.broker_server.arguments import positive_float, positive_int
 from rmq.broker_server.errors import UserError
@@ -37,6 +35,7 @@ from rmq.connector.client import (
     RmqUnavailable,
 )
 from rmq.connector.subscription import parse_sub_expression
+from rmq.v1 import rmq_pb2
 
 ENDPOINTS_ENV = "RMQ_ENDPOINTS"
 DEFAULT_ENDPOINTS = "127.0.0.1:10911"          # the default broker (embedded route service)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import time
 
-from rmq.v1 import rmq_pb2_grpc
-
 from rmq.broker_server.consumer_manager import ConsumerManager
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.names import check_group_name
@@ -16,6 +14,7 @@ from rmq.broker_server.send_message_processor import SendMessageProcessor
 from rmq.broker_server.status import OK, answers_with_status, illegal_argument, rmq_pb2
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.v1 import rmq_pb2_grpc
 
 QUERY_MESSAGE_MAX = 64  # RocketMQ maxMsgsNumBatch
 

@@ -12,14 +12,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rmq.v1 import rmq_pb2_grpc
-
 from rmq.broker_server.config import NameServerConfig
 from rmq.broker_server.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
 from rmq.broker_server.names import check_topic_name
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.status import OK, RequestError, answers_with_status, illegal_argument, rmq_pb2
 from rmq.broker_server.topic_config_manager import TopicConfig
+from rmq.v1 import rmq_pb2_grpc
 
 log = logging.getLogger(__name__)
 

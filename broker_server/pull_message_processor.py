@@ -11,14 +11,13 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from rmq.message_format import tags_hash_code
-
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.long_polling import PullRequestHoldService
 from rmq.broker_server.names import check_group_name
 from rmq.broker_server.status import OK, RequestError, illegal_argument, rmq_pb2
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfigManager
+from rmq.message_format import tags_hash_code
 
 SUB_ALL = "*"
 MAX_SUB_EXPRESSION_LENGTH = 65536

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 
 import grpc
 from google.protobuf.message import Message
-from rmq import request_signing
 
+from rmq import request_signing
 from rmq.broker_server.acl import AccessDenied, Acl
 from rmq.broker_server.nonce_cache import DEFAULT_CAPACITY, NonceCache
 from rmq.broker_server.rpc_permissions import check_call

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rmq import message_format as mf
-
 from rmq.broker_server.delay_levels import delay_level_to_queue_id, queue_id_to_delay_level
 from rmq.broker_server.json_file import read_json, write_json_atomically
 from rmq.broker_server.names import SCHEDULE_TOPIC

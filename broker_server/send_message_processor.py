@@ -13,8 +13,8 @@ import itertools
 import time
 
 import numpy as np
-from rmq import message_format as mf
 
+from rmq import message_format as mf
 from rmq.broker_server.delay_levels import delay_level_to_queue_id
 from rmq.broker_server.names import SCHEDULE_TOPIC
 from rmq.broker_server.status import RequestError, illegal_argument, rmq_pb2

@@ -11,7 +11,7 @@ __all__ = ["RmqDataSource", "register"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from rmq.connector import data_source
+        from rmq.connector.spark import data_source
 
         return getattr(data_source, name)
     raise AttributeError(f"module 'rmq.connector' has no attribute {name!r}")

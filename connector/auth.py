@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import grpc
+
 from rmq import request_signing
 
 

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 from rmq.connector.auth import Credentials, TlsSettings, open_channel
 from rmq.connector.endpoints import parse_endpoints
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 MAX_GRPC_MESSAGE_BYTES = 64 * 1024 * 1024
 MAX_SEND_REQUEST_BYTES = 4 * 1024 * 1024      # one SendMessage request stays under this

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from rmq import message_format as mf
 from rmq.v1 import rmq_pb2
 

@@ -20,7 +20,13 @@ from enum import Enum
 from pathlib import Path
 
 from rmq.connector.client import MessageQueue, RmqClient, RmqError
-from rmq.connector.offsets import NO_OFFSET, OFFSET_READ_FAILED, Positions, positions_from_json, positions_to_json
+from rmq.connector.offsets import (
+    NO_OFFSET,
+    OFFSET_READ_FAILED,
+    Positions,
+    positions_from_json,
+    positions_to_json,
+)
 
 logger = logging.getLogger(__name__)
 

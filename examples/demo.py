@@ -22,8 +22,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient, RmqError
 from examples.orders import order_events
+from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient, RmqError
 
 TOPIC = "demo-orders"
 GROUP = "rmq-demo"
@@ -142,7 +142,7 @@ def start_spark():
     # PySpark's SIGINT handler cancels jobs through py4j from inside the handler, re-entering a
     # busy py4j connection (tracebacks); the demo stops its query itself on KeyboardInterrupt.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    from rmq.connector.data_source import register
+    from rmq.connector import register
 
     register(spark)
     return spark

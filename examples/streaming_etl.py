@@ -20,7 +20,7 @@ import sys
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from rmq.connector.data_source import register
+from rmq.connector import register
 
 ORDER_SCHEMA = "order_id string, customer string, status string, amount double, ts long"
 

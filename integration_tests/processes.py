@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 RMQ = [sys.executable, "-m", "rmq.broker_server.cli"]

@@ -12,8 +12,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
-from rmq.connector.options import parse_source_options
-from rmq.connector.stream_reader import RmqStreamReader
+from rmq.connector.spark.options import parse_source_options
+from rmq.connector.spark.stream_reader import RmqStreamReader
 
 RETENTION_CONFIG = {   # tiny files, kept about a second, cleaned at once (store §11)
     "store": {

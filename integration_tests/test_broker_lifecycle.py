@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rmq import message_format as mf
-from rmq.v1 import rmq_pb2
 
 from integration_tests import processes
 from integration_tests.rmq_stubs import Stubs, decode, suspend_fields
+from rmq import message_format as mf
+from rmq.v1 import rmq_pb2
 
 pytestmark = pytest.mark.integration
 

@@ -10,10 +10,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from rmq.v1 import rmq_pb2
 
 from integration_tests import processes
 from integration_tests.rmq_stubs import Stubs, decode, suspend_fields
+from rmq.v1 import rmq_pb2
 
 pytestmark = pytest.mark.integration
 log = logging.getLogger(__name__)

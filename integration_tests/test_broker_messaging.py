@@ -11,11 +11,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-from rmq import message_format as mf
-from rmq.v1 import rmq_pb2
 
 from integration_tests import processes
 from integration_tests.rmq_stubs import Stubs, decode
+from rmq import message_format as mf
+from rmq.v1 import rmq_pb2
 
 pytestmark = pytest.mark.integration
 

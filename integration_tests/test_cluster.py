@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rmq.connector.client import OutgoingMessage, RmqClient
 from integration_tests import processes
+from rmq.connector.client import OutgoingMessage, RmqClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

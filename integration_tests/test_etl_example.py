@@ -15,8 +15,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pytest
 
-from rmq.connector.client import OutgoingMessage, RmqClient
 from examples.orders import OrderEvent, order_events
+from rmq.connector.client import OutgoingMessage, RmqClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 

@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
-from rmq.v1 import rmq_pb2
 
 from integration_tests import processes
 from integration_tests.rmq_stubs import Stubs
+from rmq.v1 import rmq_pb2
 
 pytestmark = pytest.mark.integration
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
+from integration_tests import processes
 from rmq.connector.auth import TlsSettings
 from rmq.connector.client import RmqClient, RmqError
-from integration_tests import processes
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.tls_certs import make_tls_files
 
 pytestmark = pytest.mark.integration

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import grpc
 import pytest
-from rmq import request_signing
-from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
-from rmq.connector.auth import TlsSettings
-from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient, RmqError, RmqUnavailable
 from integration_tests import processes
 from integration_tests.processes import ServerProcess
+from rmq import request_signing
+from rmq.connector.auth import TlsSettings
+from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient, RmqError, RmqUnavailable
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.tls_certs import TlsFiles, make_tls_files
 
 pytestmark = pytest.mark.integration
@@ -271,8 +271,8 @@ def test_brokers_register_with_a_secured_name_server_using_admin_credentials(
 
 def rmq_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("RMQ_")}
-    return subprocess.run([sys.executable, "-m", "rmq.broker_server.cli", *args], capture_output=True, text=True,
-                          env={**clean, **env}, timeout=60)
+    return subprocess.run([sys.executable, "-m", "rmq.broker_server.cli", *args], capture_output=True,
+                          text=True, env={**clean, **env}, timeout=60)
 
 
 def test_cli_takes_credentials_and_tls_from_the_environment(tls_acl_broker: ServerProcess,

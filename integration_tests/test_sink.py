@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from rmq import message_format as mf
 
+from rmq import message_format as mf
 from rmq.connector.client import OutgoingMessage, RmqClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

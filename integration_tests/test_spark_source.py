@@ -8,7 +8,6 @@ import time
 
 import pytest
 
-from rmq.connector.client import MessageQueue, RmqClient
 from integration_tests import processes
 from integration_tests.spark_source_support import (
     positions,
@@ -17,6 +16,7 @@ from integration_tests.spark_source_support import (
     retention_config,
     wait_dispatched,
 )
+from rmq.connector.client import MessageQueue, RmqClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -12,11 +12,6 @@ import time
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from rmq.connector.allocation import allocate
-from rmq.connector.batch_reader import RmqBatchReader
-from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient, RmqError, RmqUnavailable
-from rmq.connector.options import parse_source_options
-from rmq.connector.partition_reader import QueueRangePartition, RmqDataLossError, RmqReadError, read_queue_range
 from integration_tests import processes
 from integration_tests.spark_source_support import (
     positions,
@@ -26,6 +21,16 @@ from integration_tests.spark_source_support import (
     retention_config,
     stream_reader,
     wait_dispatched,
+)
+from rmq.connector.allocation import allocate
+from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient, RmqError, RmqUnavailable
+from rmq.connector.spark.batch_reader import RmqBatchReader
+from rmq.connector.spark.options import parse_source_options
+from rmq.connector.spark.partition_reader import (
+    QueueRangePartition,
+    RmqDataLossError,
+    RmqReadError,
+    read_queue_range,
 )
 
 pytestmark = pytest.mark.integration

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from rmq import message_format as mf
 
+from rmq import message_format as mf
 from rmq.store.checkpoint import StoreCheckpoint
 from rmq.store.config import MessageStoreConfig
 from rmq.store.dispatch_batch import DispatchBatch, tags_code

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from rmq import message_format as mf
 
+from rmq import message_format as mf
 from rmq.store.message_batch import QueueGroups, distinct
 from rmq.store.results import DispatchRequest
 

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 from rmq import message_format as mf
-
 from rmq.store.errors import StoreError
 from rmq.store.mapped_file import allocate_file
 from rmq.store.results import DispatchRequest

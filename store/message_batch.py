@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from rmq import message_format as mf
 
+from rmq import message_format as mf
 from rmq.store.results import EMPTY_HOST, MessageToStore, PutMessageStatus
 
 IntColumn = int | Sequence[int] | np.ndarray

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from rmq import request_signing as rs
 from rmq.v1 import rmq_pb2
 

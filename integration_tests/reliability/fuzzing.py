@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from google.protobuf import message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
 from hypothesis import strategies as st
+
 from rmq.v1 import rmq_pb2
 
 BROKER_SERVICES = ("MessagingService", "AdminService", "RouteService")

@@ -13,8 +13,8 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from rmq.connector import register
 from integration_tests.reliability.streaming import start_query
+from rmq.connector import register
 
 
 def main() -> int:

@@ -17,12 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rmq.v1 import rmq_pb2
 
-from rmq.connector.client import OutgoingMessage, RmqClient, RmqError, RmqUnavailable
 from integration_tests.reliability.brokers import configured_broker
 from integration_tests.reliability.report import ReliabilityReport, tally
 from integration_tests.reliability.traffic import Producers, gaps_and_repeats, read_topic
+from rmq.connector.client import OutgoingMessage, RmqClient, RmqError, RmqUnavailable
+from rmq.v1 import rmq_pb2
 
 pytestmark = pytest.mark.integration
 

@@ -18,13 +18,13 @@ import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rmq.v1 import rmq_pb2
 
-from rmq.connector.client import OutgoingMessage, RmqClient
 from integration_tests import processes
 from integration_tests.reliability.fuzzing import Rpc, broker_rpcs, invalid_utf8_topic_request, requests
 from integration_tests.reliability.report import REPORT, ReliabilityReport, tally
 from integration_tests.reliability.traffic import Producers, gaps_and_repeats, read_topic
+from rmq.connector.client import OutgoingMessage, RmqClient
+from rmq.v1 import rmq_pb2
 
 pytestmark = pytest.mark.integration
 

@@ -12,13 +12,13 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
-from rmq.connector.client import RmqClient
-from rmq.connector.message_decoder import decode
 from integration_tests import processes
 from integration_tests.reliability.report import ReliabilityReport, ScenarioFigures
 from integration_tests.reliability.traffic import Producers
+from rmq.connector.client import RmqClient
+from rmq.connector.message_decoder import decode
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 pytestmark = pytest.mark.integration
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from rmq.connector.client import RmqClient
 from integration_tests.reliability.brokers import configured_broker
 from integration_tests.reliability.report import ReliabilityReport, tally
 from integration_tests.reliability.streaming import read_output, start_query, wait_until_caught_up
 from integration_tests.reliability.traffic import Producers, gaps_and_repeats, read_topic
+from rmq.connector.client import RmqClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -118,8 +118,8 @@ def test_executor_reader_logs_the_gap_it_skips_and_fails_on_it_by_default(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, report: ReliabilityReport) -> None:
     """The executor side of the source, run in this process so its log can be read: a range
     starting at 0 after retention deleted the head of the queue."""
-    from rmq.connector.options import parse_source_options
-    from rmq.connector.partition_reader import QueueRangePartition, RmqDataLossError, read_queue_range
+    from rmq.connector.spark.options import parse_source_options
+    from rmq.connector.spark.partition_reader import QueueRangePartition, RmqDataLossError, read_queue_range
 
     server = configured_broker(tmp_path, store=RETENTION)
     server.start()
@@ -141,7 +141,7 @@ def test_executor_reader_logs_the_gap_it_skips_and_fails_on_it_by_default(
 
         with pytest.raises(RmqDataLossError, match="failOnDataLoss=false") as refused:
             list(read_queue_range(partition("true")))
-        with caplog.at_level("WARNING", logger="rmq.connector.partition_reader"):
+        with caplog.at_level("WARNING", logger="rmq.connector.spark.partition_reader"):
             rows = [row for batch in read_queue_range(partition("false")) for row in batch.to_pylist()]
     finally:
         server.stop()

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from rmq.connector.client import RmqClient
 from integration_tests import processes
 from integration_tests.reliability.report import ReliabilityReport, tally
 from integration_tests.reliability.streaming import read_output, start_query, wait_until_caught_up
 from integration_tests.reliability.traffic import Producers, gaps_and_repeats, read_topic
+from rmq.connector.client import RmqClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

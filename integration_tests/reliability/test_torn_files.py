@@ -15,11 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from rmq import message_format as mf
-from rmq.v1 import rmq_pb2
 
-from rmq.connector.client import RmqClient
-from rmq.connector.message_decoder import decode
 from integration_tests import processes
 from integration_tests.reliability.brokers import configured_broker
 from integration_tests.reliability.report import ReliabilityReport, tally
@@ -29,7 +25,11 @@ from integration_tests.reliability.traffic import (
     gaps_and_repeats,
     read_topic,
 )
+from rmq import message_format as mf
+from rmq.connector.client import RmqClient
+from rmq.connector.message_decoder import decode
 from rmq.store import FlushDiskType, MessageStore, MessageStoreConfig, MessageToStore, StoreError
+from rmq.v1 import rmq_pb2
 
 pytestmark = pytest.mark.integration
 

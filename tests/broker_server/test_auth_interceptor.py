@@ -13,15 +13,15 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc import aio
-from rmq import request_signing
-from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
+from rmq import request_signing
 from rmq.broker_server.acl import parse_acl
 from rmq.broker_server.auth_interceptor import AuthInterceptor
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.request_auth import RequestAuthenticator
 from rmq.broker_server.tls import ServerTls, add_port
 from rmq.connector.auth import Credentials, TlsSettings, open_aio_channel, open_channel
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.tls_certs import TlsFiles, make_tls_files
 
 ACL = parse_acl({"accounts": [

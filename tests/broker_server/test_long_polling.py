@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from rmq.message_format import tags_hash_code
-
 from rmq.broker_server.long_polling import PullRequestHoldService, build_key
+from rmq.message_format import tags_hash_code
 
 TAG_A = tags_hash_code("TagA")
 TAG_B = tags_hash_code("TagB")

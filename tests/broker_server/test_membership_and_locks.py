@@ -1,7 +1,6 @@
-from rmq.v1 import rmq_pb2
-
 from rmq.broker_server.consumer_manager import ConsumerManager
 from rmq.broker_server.rebalance_lock_manager import MessageQueue, RebalanceLockManager
+from rmq.v1 import rmq_pb2
 
 
 class Clock:

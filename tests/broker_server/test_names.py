@@ -1,8 +1,8 @@
 import pytest
-from rmq.v1 import rmq_pb2
 
 from rmq.broker_server.names import check_group_name, check_topic_name, check_user_topic_name
 from rmq.broker_server.status import RequestError
+from rmq.v1 import rmq_pb2
 
 
 @pytest.mark.parametrize("topic", ["TopicTest", "a", "with-dash_and_underscore", "%pct|bar", "x" * 127])

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rmq import message_format as mf
-from rmq.v1 import rmq_pb2
 
+from rmq import message_format as mf
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.delay_levels import parse_delay_levels
 from rmq.broker_server.long_polling import PullRequestHoldService
@@ -26,6 +25,7 @@ from rmq.broker_server.send_message_processor import SendMessageProcessor, born_
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.stored_message import decode_records
 from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.v1 import rmq_pb2
 from tests.broker_server.store_fixture import running_store, wait_dispatched
 
 PEER = "ipv4:10.1.2.3:4567"

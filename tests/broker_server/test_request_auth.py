@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from rmq import request_signing
-from rmq.v1 import rmq_pb2
 
+from rmq import request_signing
 from rmq.broker_server.acl import parse_acl
 from rmq.broker_server.request_auth import CallRefused, RequestAuthenticator, peer_address
+from rmq.v1 import rmq_pb2
 
 NOW_S = 1_700_000_000.0
 SEND = "/rmq.v1.MessagingService/SendMessage"

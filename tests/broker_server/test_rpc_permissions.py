@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from rmq.v1 import rmq_pb2
 
 from rmq.broker_server.acl import AccessDenied, parse_acl
 from rmq.broker_server.rpc_permissions import ADMIN_METHODS, RULES, check_call
+from rmq.v1 import rmq_pb2
 
 ACL = parse_acl({"accounts": [
     {"accessKey": "pubonly", "secretKey": "secret-1", "topicPerms": ["orders=PUB"]},

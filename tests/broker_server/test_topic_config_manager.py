@@ -1,10 +1,10 @@
 from pathlib import Path
 
 import pytest
-from rmq.v1 import rmq_pb2
 
 from rmq.broker_server.status import RequestError
 from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.v1 import rmq_pb2
 
 
 def test_create_persist_reload_delete(tmp_path: Path) -> None:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from rmq import request_signing
-from rmq.v1 import rmq_pb2
 
+from rmq import request_signing
 from rmq.connector.auth import ClientSecurity, Credentials, SigningInterceptor, TlsSettings
+from rmq.v1 import rmq_pb2
 
 METHOD = "/rmq.v1.MessagingService/PullMessage"
 

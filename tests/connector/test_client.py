@@ -10,7 +10,6 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from rmq.v1 import rmq_pb2
 
 from rmq.connector import client as client_module
 from rmq.connector.client import (
@@ -22,10 +21,12 @@ from rmq.connector.client import (
     TopicRoute,
 )
 from rmq.connector.endpoints import parse_endpoints
+from rmq.v1 import rmq_pb2
 
 
 def test_importing_the_client_never_imports_pyspark() -> None:
-    code = ("import sys, rmq.connector.client, rmq.connector.message_decoder, rmq.broker_server.client_commands; "
+    code = ("import sys, rmq.connector.client, rmq.connector.message_decoder, "
+            "rmq.broker_server.client_commands; "
             "assert 'pyspark' not in sys.modules, sorted(m for m in sys.modules if 'pyspark' in m)")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rmq.v1 import rmq_pb2
 
+from integration_tests import processes
 from rmq.connector.client import (
     PERM_READ,
     PERM_WRITE,
@@ -22,7 +22,7 @@ from rmq.connector.client import (
     RmqUnavailable,
 )
 from rmq.connector.message_decoder import decode
-from integration_tests import processes
+from rmq.v1 import rmq_pb2
 
 pytestmark = pytest.mark.integration
 MiB = 1024 * 1024

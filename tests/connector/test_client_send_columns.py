@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from rmq.v1 import rmq_pb2
-
 from rmq.connector import client as client_module
 from rmq.connector.client import OutgoingMessage
+from rmq.v1 import rmq_pb2
 
 
 def decoded(request: rmq_pb2.SendMessageRequest) -> list[tuple[bytes, str, str]]:

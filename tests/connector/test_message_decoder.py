@@ -10,11 +10,11 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pyarrow as pa
 import pytest
-from rmq import message_format as mf
-from rmq.v1 import rmq_pb2
 
+from rmq import message_format as mf
 from rmq.connector.message_decoder import SCHEMA, CorruptMessagesError, decode, filter_tags
-from rmq.connector.source_schema import SOURCE_ARROW_SCHEMA
+from rmq.connector.spark.source_schema import SOURCE_ARROW_SCHEMA
+from rmq.v1 import rmq_pb2
 from tests.spec_vectors import TV2_RECORD as TV2
 
 STORE_HOST = bytes([127, 0, 0, 1]) + (10911).to_bytes(4, "big")

@@ -11,7 +11,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows, ReadMinRows
 
-from rmq.connector.admission import admit, spread_rows
 from rmq.connector.client import MessageQueue
 from rmq.connector.offsets import (
     NO_OFFSET,
@@ -28,6 +27,7 @@ from rmq.connector.offsets import (
     resolve_acquired_offset,
     resolve_offset,
 )
+from rmq.connector.spark.admission import admit, spread_rows
 
 A0 = MessageQueue("t", "broker-a", 0)
 A1 = MessageQueue("t", "broker-a", 10)

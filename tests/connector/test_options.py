@@ -9,7 +9,7 @@ import pytest
 
 from rmq.connector.client import MessageQueue
 from rmq.connector.offsets import AtTimestamp, Committed, Earliest, Latest, Specific
-from rmq.connector.options import RmqOptionError, check_source_options, parse_source_options
+from rmq.connector.spark.options import RmqOptionError, check_source_options, parse_source_options
 
 BASE = {"endpoints": "127.0.0.1:9876", "topic": "orders"}
 

@@ -21,7 +21,7 @@ from pyspark.sql.types import (  # noqa: E402
 )
 
 from rmq.connector.client import OutgoingMessage  # noqa: E402
-from rmq.connector.writer import (  # noqa: E402
+from rmq.connector.spark.writer import (  # noqa: E402
     DEFAULT_BATCH_SIZE,
     RmqCommitMessage,
     RmqDataSourceArrowWriter,

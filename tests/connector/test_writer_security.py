@@ -8,7 +8,7 @@ import pytest
 
 from rmq.connector.auth import ClientSecurity
 
-writer = pytest.importorskip("rmq.connector.writer")   # the sink imports pyspark
+writer = pytest.importorskip("rmq.connector.spark.writer")   # the sink imports pyspark
 
 SECRET = "topsecret1"
 ENDPOINTS = {"endpoints": "127.0.0.1:10911"}

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rmq import message_format as mf
 
+from rmq import message_format as mf
 from rmq.store import DispatchRequest, FlushDiskType, MessageToStore, PutMessageStatus
 from rmq.store.commit_log import BLANK, HEADER, TRANSACTION_PREPARED_TYPE, CommitLog
 from rmq.store.message_batch import MessageBatch

@@ -9,8 +9,8 @@ import time
 
 import numpy as np
 import pytest
-from rmq import message_format as mf
 
+from rmq import message_format as mf
 from rmq.store import DispatchRequest, FlushDiskType, GetMessageStatus, MessageStore
 from rmq.store.config import BrokerRole
 from tests.store.conftest import message, small_config, wait_dispatched

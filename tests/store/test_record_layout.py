@@ -7,7 +7,6 @@ import struct
 from pathlib import Path
 
 from rmq import message_format as mf
-
 from rmq.store import FlushDiskType, MessageToStore, PutMessageStatus
 from rmq.store.commit_log import (
     HEADER,

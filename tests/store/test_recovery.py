@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from rmq import message_format as mf
 
+from rmq import message_format as mf
 from rmq.store import GetMessageStatus, MessageStore, MessageToStore, StoreError
 from rmq.store.checkpoint import StoreCheckpoint
 from rmq.store.commit_log import CommitLog, parse_record

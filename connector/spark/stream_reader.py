@@ -33,15 +33,15 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from rmq.connector.admission import admit
 from rmq.connector.backoff import retry_unavailable
 from rmq.connector.broker_offsets import BrokerOffsetLookup
 from rmq.connector.client import MessageQueue, RmqClient, RmqError
 from rmq.connector.offset_store import OffsetStore, create_offset_store
 from rmq.connector.offsets import Positions, StreamOffset, resolve_acquired_offset, resolve_offset
-from rmq.connector.options import SourceOptions, legacy_group_name
-from rmq.connector.partition_reader import QueueRangePartition, RmqDataLossError, read_queue_range
 from rmq.connector.rebalance import ConsumerMembership, new_client_id
+from rmq.connector.spark.admission import admit
+from rmq.connector.spark.options import SourceOptions, legacy_group_name
+from rmq.connector.spark.partition_reader import QueueRangePartition, RmqDataLossError, read_queue_range
 
 logger = logging.getLogger(__name__)
 

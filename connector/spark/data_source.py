@@ -42,11 +42,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
-from rmq.connector.batch_reader import RmqBatchReader
-from rmq.connector.options import check_source_options, parse_source_options
-from rmq.connector.source_schema import SOURCE_SCHEMA
-from rmq.connector.stream_reader import RmqStreamReader
-from rmq.connector.writer import RmqDataSourceArrowWriter, RmqDataSourceStreamArrowWriter
+from rmq.connector.spark.batch_reader import RmqBatchReader
+from rmq.connector.spark.options import check_source_options, parse_source_options
+from rmq.connector.spark.source_schema import SOURCE_SCHEMA
+from rmq.connector.spark.stream_reader import RmqStreamReader
+from rmq.connector.spark.writer import RmqDataSourceArrowWriter, RmqDataSourceStreamArrowWriter
 
 
 class RmqDataSource(DataSource):

@@ -34,7 +34,7 @@ from rmq.connector.client import (
     RmqUnavailable,
 )
 from rmq.connector.message_decoder import decode, filter_tags
-from rmq.connector.options import PullSettings
+from rmq.connector.spark.options import PullSettings
 
 logger = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from rmq.connector.backoff import retry_unavailable
 from rmq.connector.broker_offsets import BrokerOffsetLookup
 from rmq.connector.offset_store import create_offset_store
 from rmq.connector.offsets import resolve_offset
-from rmq.connector.options import RmqOptionError, SourceOptions
-from rmq.connector.partition_reader import QueueRangePartition, read_queue_range
+from rmq.connector.spark.options import RmqOptionError, SourceOptions
+from rmq.connector.spark.partition_reader import QueueRangePartition, read_queue_range
 
 
 class RmqBatchReader(DataSourceReader):
