@@ -15,8 +15,8 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 import numpy as np
-
 from rmq import message_format as mf
+
 from rmq.store.checkpoint import StoreCheckpoint
 from rmq.store.commit_log import (
     TRANSACTION_PREPARED_TYPE,
@@ -519,20 +519,6 @@ class MessageStore:
         status = GetMessageStatus.FOUND if records else GetMessageStatus.NO_MATCHED_MESSAGE
         return GetMessageResult(status, 0, 0, 0, len(records),
                                 np.array([len(r) for r in records], dtype=np.int32), b"".join(records))
-
-    def look_message_by_offset(self, commit_log_offset: int) -> bytes | None:
-        """The whole record stored at `commit_log_offset` (lookMessageByOffset), or None when
-        no record starts there (outside the CommitLog, deleted, or not a record's start)."""
-        if not self.get_commit_log_min_offset() <= commit_log_offset < self.get_commit_log_max_offset():
-            return None
-        record = self._read_record(commit_log_offset)
-        if record is None or len(record) < mf.BODY_POS:
-            return None
-        magic = int.from_bytes(record[mf.MAGIC_CODE_POS:mf.MAGIC_CODE_POS + 4], "big", signed=True)
-        stored_at = int.from_bytes(record[mf.PHYSICAL_OFFSET_POS:mf.PHYSICAL_OFFSET_POS + 8], "big")
-        if magic != mf.MESSAGE_MAGIC_CODE or stored_at != commit_log_offset:
-            return None
-        return record
 
     def _read_record(self, offset: int) -> bytes | None:
         head = self.commit_log.get_message(offset, 4)
