@@ -10,6 +10,10 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
+	@# the power-loss test's FUSE filesystem needs fusermount3 + libfuse3 (Debian fuse3); without them it skips
+	@command -v fusermount3 >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { apt-get install -y -qq fuse3 || { apt-get update -qq && apt-get install -y -qq fuse3; }; } >/dev/null 2>&1; } || \
+	  echo "fuse3 not installed (needs root + apt-get): the power-loss test will skip"
 	touch $(STAMP)
 
 venv: $(STAMP)

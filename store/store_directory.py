@@ -55,9 +55,7 @@ class StoreDirectory:
         self._lock()
         if not marker.exists():
             data = {"format": FORMAT_NAME, "version": FORMAT_VERSION, **_layout(config)}
-            tmp = marker.with_suffix(".tmp")
-            tmp.write_text(json.dumps(data, indent=2) + "\n")
-            os.replace(tmp, marker)
+            _write_durably(marker, json.dumps(data, indent=2) + "\n")
 
     def _check_marker(self, marker: Path, config: MessageStoreConfig) -> None:
         try:
@@ -95,3 +93,20 @@ class StoreDirectory:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+
+def _write_durably(path: Path, text: str) -> None:
+    """Write `path` through a temporary file that is fsync'd before the rename, then fsync the
+    directory: after a power cut the marker is whole or absent, never an empty file that makes
+    the store refuse to open."""
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as file:
+        file.write(text)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(tmp, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
