@@ -15,8 +15,8 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 import numpy as np
-from rmq import message_format as mf
 
+from rmq import message_format as mf
 from rmq.store.checkpoint import StoreCheckpoint
 from rmq.store.commit_log import (
     TRANSACTION_PREPARED_TYPE,
@@ -34,7 +34,7 @@ from rmq.store.flush import FlushConsumeQueueService, FlushRealTimeService, Grou
 from rmq.store.index_file import IndexService
 from rmq.store.mapped_file import now_ms
 from rmq.store.message_batch import MessageBatch
-from rmq.store.message_filter import match_tags
+from rmq.store.message_filter import RecordFilter, match_tags
 from rmq.store.reput import ReputMessageService
 from rmq.store.results import (
     DispatchRequest,
@@ -435,9 +435,11 @@ class MessageStore:
         return old_offset
 
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                    max_total_bytes: int | None = None, tag_codes: Collection[int] | None = None
-                    ) -> GetMessageResult:
-        """DefaultMessageStore#getMessage (spec consumer-pull-rebalance §12.2, TV17)."""
+                    max_total_bytes: int | None = None, tag_codes: Collection[int] | None = None,
+                    record_filter: RecordFilter | None = None) -> GetMessageResult:
+        """DefaultMessageStore#getMessage (spec consumer-pull-rebalance §12.2, TV17). `record_filter`
+        is MessageFilter#isMatchedByCommitLog (spec consumption-longpolling-offsets §9): called with
+        each candidate record that passed the tag filter; rejected ones are skipped like tag misses."""
         correct = self._next_offset_correction
         cq = self.find_consume_queue(topic, queue_id)
         if cq is None:
@@ -461,13 +463,14 @@ class MessageStore:
         if entries is None:
             return result(GetMessageStatus.OFFSET_FOUND_NULL, correct(offset, cq.roll_next_file(offset)))
         read = self._read_entries(entries, max_msg_nums, max_total_bytes or self.config.max_transfer_bytes,
-                                  tag_codes)
+                                  tag_codes, record_filter)
         read.next_begin_offset = offset + read.next_begin_offset
         read.min_offset, read.max_offset = min_offset, max_offset
         return read
 
     def _read_entries(self, entries: np.ndarray, max_msg_nums: int, max_bytes: int,
-                      tag_codes: Collection[int] | None) -> GetMessageResult:
+                      tag_codes: Collection[int] | None, record_filter: RecordFilter | None = None
+                      ) -> GetMessageResult:
         """The read loop of getMessage, vectorised. Returns next_begin_offset relative to the
         first entry (= entries scanned). Per entry, in order: entries whose record is gone are
         skipped; the batch is full (break before the entry) once it holds max_msg_nums messages
@@ -477,6 +480,8 @@ class MessageStore:
         available = (physical >= self.commit_log.get_min_offset()) & (sizes != PRE_BLANK_SIZE)
         matched = match_tags(entries["tags_code"], tag_codes)
         taken = available if matched is None else available & matched
+        if record_filter is not None:
+            taken = self._filter_records(physical, sizes, taken, max_msg_nums, max_bytes, record_filter)
         taken_count = taken.astype(np.int64)
         taken_sizes = sizes * taken_count
         count_before = np.cumsum(taken_count) - taken_count
@@ -496,6 +501,23 @@ class MessageStore:
             return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, 0, 0, 0)
         return GetMessageResult(GetMessageStatus.FOUND, scanned, 0, 0, len(selected),
                                 sizes[selected].astype(np.int32), buffer, suggest)
+
+    def _filter_records(self, physical: np.ndarray, sizes: np.ndarray, taken: np.ndarray, max_msg_nums: int,
+                        max_bytes: int, record_filter: RecordFilter) -> np.ndarray:
+        """`taken` less the candidates `record_filter` rejects, evaluated in queue order only until the
+        batch is full (the entries after that are past the scan and never read)."""
+        taken = taken.copy()
+        count = total = 0
+        for index in np.flatnonzero(taken).tolist():
+            size = int(sizes[index])
+            if count and (count >= max_msg_nums or total + size > max_bytes):
+                break
+            record = self.commit_log.get_message(int(physical[index]), size)
+            if record is None or not record_filter(record):
+                taken[index] = False
+                continue
+            count, total = count + 1, total + size
+        return taken
 
     # -- query by key ----------------------------------------------------------------------------
 
@@ -519,6 +541,20 @@ class MessageStore:
         status = GetMessageStatus.FOUND if records else GetMessageStatus.NO_MATCHED_MESSAGE
         return GetMessageResult(status, 0, 0, 0, len(records),
                                 np.array([len(r) for r in records], dtype=np.int32), b"".join(records))
+
+    def look_message_by_offset(self, commit_log_offset: int) -> bytes | None:
+        """The whole record stored at `commit_log_offset` (lookMessageByOffset), or None when
+        no record starts there (outside the CommitLog, deleted, or not a record's start)."""
+        if not self.get_commit_log_min_offset() <= commit_log_offset < self.get_commit_log_max_offset():
+            return None
+        record = self._read_record(commit_log_offset)
+        if record is None or len(record) < mf.BODY_POS:
+            return None
+        magic = int.from_bytes(record[mf.MAGIC_CODE_POS:mf.MAGIC_CODE_POS + 4], "big", signed=True)
+        stored_at = int.from_bytes(record[mf.PHYSICAL_OFFSET_POS:mf.PHYSICAL_OFFSET_POS + 8], "big")
+        if magic != mf.MESSAGE_MAGIC_CODE or stored_at != commit_log_offset:
+            return None
+        return record
 
     def _read_record(self, offset: int) -> bytes | None:
         head = self.commit_log.get_message(offset, 4)

@@ -69,6 +69,17 @@ def decode_properties(text: str) -> dict[str, str]:
     return result
 
 
+def record_properties(record: bytes) -> dict[str, str]:
+    """The properties of one stored record, read by walking the length-prefixed fields that
+    precede them (body, topic) without decoding anything else."""
+    body_length = int.from_bytes(record[BODY_LENGTH_POS:BODY_POS], "big", signed=True)
+    topic_length_pos = BODY_POS + max(body_length, 0)
+    properties_length_pos = topic_length_pos + 1 + record[topic_length_pos]
+    properties_pos = properties_length_pos + 2
+    length = int.from_bytes(record[properties_length_pos:properties_pos], "big", signed=True)
+    return decode_properties(bytes(record[properties_pos:properties_pos + max(length, 0)]).decode())
+
+
 def tags_hash_code(tags: str) -> int:
     """Java String.hashCode of the tag: the tagsCode stored in ConsumeQueue entries and
     matched by the broker's tag filter (the client re-checks the tag string).
