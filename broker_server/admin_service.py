@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.long_polling import PullRequestHoldService
+from rmq.broker_server.pull_message_processor import PullMessageProcessor
 from rmq.broker_server.status import OK, answers_with_status, rmq_pb2
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
@@ -23,6 +24,7 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         offsets: ConsumerOffsetManager,
         hold_service: PullRequestHoldService,
         on_topics_changed: Callable[[], None],
+        pull_processor: PullMessageProcessor,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -30,6 +32,7 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         self.offsets = offsets
         self.hold_service = hold_service
         self.on_topics_changed = on_topics_changed
+        self.pull_processor = pull_processor
 
     @answers_with_status(rmq_pb2.CreateTopicResponse)
     async def CreateTopic(self, request, context):
@@ -51,3 +54,8 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         self.hold_service.wake_topic(request.topic)
         self.on_topics_changed()
         return rmq_pb2.DeleteTopicResponse(status=OK)
+
+    @answers_with_status(rmq_pb2.PullMessageResponse)
+    async def BrowseMessages(self, request, context):
+        """Read a queue whatever the topic's permission (`rmq dlq list`: a DLQ is write-only)."""
+        return await self.pull_processor.get_message(self.pull_processor.browse_query(request))

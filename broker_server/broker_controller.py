@@ -14,8 +14,10 @@ from collections.abc import Callable
 from rmq.broker_server.admin_service import AdminService
 from rmq.broker_server.broker_outer_api import BrokerOuterAPI
 from rmq.broker_server.config import BrokerConfig
+from rmq.broker_server.consumer_ids_watch import ConsumerIdsWatchService
 from rmq.broker_server.consumer_manager import ConsumerManager
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.consumer_send_msg_back import ConsumerSendMsgBackProcessor
 from rmq.broker_server.delay_levels import parse_delay_levels
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
@@ -78,6 +80,7 @@ class BrokerController:
         )
         self.offsets = ConsumerOffsetManager(path)
         self.consumers = ConsumerManager(config.client_expiry_ms)
+        self.watches = ConsumerIdsWatchService(self.consumers, config.max_consumer_id_watchers)
         self.locks = RebalanceLockManager(config.rebalance_lock_max_live_time_ms)
         self.hold_service = PullRequestHoldService(
             self.store.get_max_offset_in_queue,
@@ -113,7 +116,18 @@ class BrokerController:
             self.executor,
             PullLimits(config.max_pull_messages, config.default_pull_max_bytes, config.max_pull_bytes),
         )
+        self.send_back_processor = ConsumerSendMsgBackProcessor(
+            self.store,
+            self.topics,
+            self.executor,
+            max(delay_levels),
+            self._group_exists,
+            self.outer_api.register_soon,
+        )
         self._tasks: list[asyncio.Task] = []
+
+    def _group_exists(self, group: str) -> bool:
+        return self.consumers.has_group(group) or bool(self.offsets.query_offsets(group))
 
     def load(self) -> None:
         """Load the config files and recover the store (StoreError/ValueError -> UserError)."""
@@ -144,6 +158,8 @@ class BrokerController:
                 self.offsets,
                 self.consumers,
                 self.locks,
+                self.send_back_processor,
+                self.watches,
             ),
             server,
         )
@@ -155,6 +171,7 @@ class BrokerController:
                 self.offsets,
                 self.hold_service,
                 self.outer_api.register_soon,
+                self.pull_processor,
             ),
             server,
         )
@@ -199,6 +216,7 @@ class BrokerController:
     async def shutdown(self, server) -> None:
         log.info("shutting down broker %s", self.config.broker_name)
         self.hold_service.shutdown()
+        self.watches.end_all()
         await server.stop(SHUTDOWN_GRACE_SECONDS)
         await self.security.stop()
         for task in self._tasks:

@@ -38,6 +38,7 @@ class BrokerConfig:
     hold_check_interval_ms: int = 5000  # PullRequestHoldService fallback check
     client_expiry_ms: int = 120000  # channelExpiredTimeout
     client_scan_interval_ms: int = 10000
+    max_consumer_id_watchers: int = 4096  # membership watch streams one broker holds
     rebalance_lock_max_live_time_ms: int = 60000
     consumer_offset_persist_interval_ms: int = 5000
     message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL

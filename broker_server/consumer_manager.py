@@ -1,6 +1,8 @@
 """Consumer group membership (RocketMQ ConsumerManager): clients heartbeat with their group,
 message model and subscriptions; a client silent for longer than the expiry
-(channelExpiredTimeout, 120 s) is dropped by the periodic scan and no longer listed."""
+(channelExpiredTimeout, 120 s) is dropped by the periodic scan and no longer listed. Every
+change of a group's client list (join, unregister, expiry) is reported to the listeners
+(RocketMQ's ConsumerIdsChangeListener), which push it to the group's consumers."""
 
 from __future__ import annotations
 
@@ -27,6 +29,15 @@ class ConsumerManager:
         self._clock = clock
         self._groups: dict[str, dict[str, ClientChannelInfo]] = {}
         self._lock = threading.Lock()
+        self._listeners: list[Callable[[str, list[str]], None]] = []
+
+    def add_listener(self, listener: Callable[[str, list[str]], None]) -> None:
+        """`listener(group, removed_client_ids)` after the group's client list changed."""
+        self._listeners.append(listener)
+
+    def _changed(self, group: str, removed: list[str]) -> None:
+        for listener in self._listeners:
+            listener(group, removed)
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -42,6 +53,7 @@ class ConsumerManager:
             clients[client_id] = info
         if is_new:
             log.info("new consumer connected, group: %s, client: %s", group, client_id)
+            self._changed(group, [])
         return is_new
 
     def unregister(self, client_id: str, group: str) -> bool:
@@ -52,6 +64,7 @@ class ConsumerManager:
                 self._groups.pop(group, None)
         if removed:
             log.info("unregister consumer ok, group: %s, client: %s", group, client_id)
+            self._changed(group, [client_id])
         return removed
 
     def consumer_list(self, group: str) -> list[str]:
@@ -74,7 +87,12 @@ class ConsumerManager:
                     del self._groups[group]
         for group, client_id in removed:
             log.warning("consumer channel expired, remove it from group %s: %s", group, client_id)
+            self._changed(group, [client_id])
         return removed
+
+    def has_group(self, group: str) -> bool:
+        with self._lock:
+            return group in self._groups
 
     def _expired(self, info: ClientChannelInfo) -> bool:
         return self._now_ms() - info.last_update_ms > self.client_expiry_ms

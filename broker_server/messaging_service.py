@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import time
 
+from rmq.broker_server.consumer_ids_watch import ConsumerIdsWatchService
 from rmq.broker_server.consumer_manager import ConsumerManager
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.consumer_send_msg_back import ConsumerSendMsgBackProcessor, ensure_retry_topic
 from rmq.broker_server.names import check_group_name
 from rmq.broker_server.pull_message_processor import PullMessageProcessor, pack_messages
 from rmq.broker_server.rebalance_lock_manager import MessageQueue, RebalanceLockManager
 from rmq.broker_server.send_message_processor import SendMessageProcessor
-from rmq.broker_server.status import OK, answers_with_status, illegal_argument, rmq_pb2
+from rmq.broker_server.status import OK, RequestError, answers_with_status, illegal_argument, rmq_pb2
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
 from rmq.v1 import rmq_pb2_grpc
@@ -47,6 +49,8 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
         offsets: ConsumerOffsetManager,
         consumers: ConsumerManager,
         locks: RebalanceLockManager,
+        send_back_processor: ConsumerSendMsgBackProcessor,
+        watches: ConsumerIdsWatchService,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -56,6 +60,8 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
         self.offsets = offsets
         self.consumers = consumers
         self.locks = locks
+        self.send_back_processor = send_back_processor
+        self.watches = watches
 
     @answers_with_status(rmq_pb2.SendMessageResponse)
     async def SendMessage(self, request, context):
@@ -139,6 +145,11 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
         if request.message_model not in rmq_pb2.MessageModel.values():
             raise illegal_argument(f"message_model {request.message_model} is not CLUSTERING or BROADCASTING")
         subscriptions = {s.topic: s.sub_expression for s in request.subscriptions}
+        if request.message_model == rmq_pb2.CLUSTERING:
+            # ClientManageProcessor#heartBeat: the group's retry topic exists before any retry.
+            ensure_retry_topic(
+                self.topics, request.consumer_group, self.send_back_processor.on_topics_changed
+            )
         self.consumers.heartbeat(
             request.client_id, request.consumer_group, request.message_model, subscriptions
         )
@@ -198,3 +209,17 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
         response = rmq_pb2.QueryMessageByKeyResponse(status=OK)
         pack_messages(response.messages, result)
         return response
+
+    @answers_with_status(rmq_pb2.ConsumerSendMsgBackResponse)
+    async def ConsumerSendMsgBack(self, request, context):
+        return await self.send_back_processor.process(request)
+
+    async def WatchConsumerIds(self, request, context):
+        try:
+            check_client_id(request.client_id)
+            check_group_name(request.consumer_group)
+        except RequestError as error:
+            yield rmq_pb2.ConsumerIdsChanged(status=error.status())
+            return
+        async for event in self.watches.watch(request.consumer_group, request.client_id):
+            yield event

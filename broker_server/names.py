@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import re
 
-from rmq.message_format import MAX_TOPIC_LENGTH
-
 from rmq.broker_server.status import RequestError, rmq_pb2
+from rmq.message_format import MAX_TOPIC_LENGTH
+from rmq.retry import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 
 VALID_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 MAX_GROUP_LENGTH = 255
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 RESERVED_TOPICS = frozenset({SCHEDULE_TOPIC, "TBW102", "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC"})
 RESERVED_TOPIC_PREFIXES = (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX, SYSTEM_TOPIC_PREFIX)

@@ -155,6 +155,23 @@ class PullMessageProcessor:
             suspend_timeout_ms=request.suspend_timeout_ms,
         )
 
+    def browse_query(self, request: rmq_pb2.BrowseMessagesRequest) -> PullQuery:
+        """An admin read of any existing topic's queue, permission aside, never held."""
+        config = self.topics.get(request.topic)
+        if config is None:
+            raise RequestError(rmq_pb2.TOPIC_NOT_EXIST, f"topic {request.topic!r} does not exist")
+        if not 0 <= request.queue_id < config.read_queue_nums:
+            raise illegal_argument(
+                f"queue_id {request.queue_id} is out of range: topic {request.topic!r} has "
+                f"{config.read_queue_nums} queues"
+            )
+        if request.offset < 0 or request.max_messages <= 0:
+            raise illegal_argument("offset must not be negative and max_messages must be positive")
+        return PullQuery(group="", topic=request.topic, queue_id=request.queue_id, offset=request.offset,
+                         max_messages=min(request.max_messages, self.limits.max_messages),
+                         max_bytes=self.limits.default_max_bytes, tag_codes=None, suspend=False,
+                         suspend_timeout_ms=0)
+
     async def get_message(self, query: PullQuery) -> rmq_pb2.PullMessageResponse:
         result = await self.executor.run(
             self.store.get_message,

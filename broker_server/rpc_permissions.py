@@ -69,6 +69,8 @@ RULES: dict[str, Rule] = {
     _rule("MessagingService", "LockBatchMQ"): _group_and_queue_topics,
     _rule("MessagingService", "UnlockBatchMQ"): _group_and_queue_topics,
     _rule("MessagingService", "QueryMessageByKey"): lambda r: _topics([r.topic]),
+    _rule("MessagingService", "ConsumerSendMsgBack"): _group_sub,
+    _rule("MessagingService", "WatchConsumerIds"): _group_sub,
     _rule("RouteService", "QueryRoute"): _nothing,
     _rule("RouteService", "ListTopics"): _nothing,
     _rule("RouteService", "ListBrokers"): _nothing,
@@ -78,6 +80,7 @@ ADMIN_METHODS = frozenset({
     _rule("AdminService", "CreateTopic"),
     _rule("AdminService", "DeleteTopic"),
     _rule("AdminService", "UpdateTopic"),
+    _rule("AdminService", "BrowseMessages"),
     _rule("NameServerService", "RegisterBroker"),
     _rule("NameServerService", "UnregisterBroker"),
 })

@@ -22,9 +22,9 @@ from rmq.broker_server.names import SCHEDULE_TOPIC
 from rmq.broker_server.send_message_processor import check_put_results
 from rmq.broker_server.status import RequestError
 from rmq.broker_server.store_executor import StoreExecutor
-from rmq.broker_server.stored_message import StoredMessage, decode_records
 from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.store import MessageToStore
+from rmq.stored_message import StoredMessage, decode_records
 
 log = logging.getLogger(__name__)
 SCHEDULE_GROUP = "rmq_sys_schedule"

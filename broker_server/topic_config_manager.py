@@ -135,6 +135,18 @@ class TopicConfigManager:
                 raise
         return self._topics[topic]
 
+    def create_in_send_message_back(self, topic: str, queue_nums: int, perm: int) -> TopicConfig:
+        """The retry or dead-letter topic of a group, created with `queue_nums` queues and
+        `perm` on first use (createTopicInSendMessageBackMethod); an existing one is kept."""
+        check_topic_name(topic)
+        with self._lock:
+            config = self._topics.get(topic)
+            if config is not None:
+                return config
+            config = self._topics[topic] = TopicConfig(topic, queue_nums, queue_nums, perm)
+        self.persist()
+        return config
+
     def all(self) -> list[TopicConfig]:
         return sorted(self._topics.values(), key=lambda config: config.topic_name)
 

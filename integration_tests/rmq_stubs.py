@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import grpc
 import numpy as np
 
-from rmq.broker_server.stored_message import StoredMessage, decode_records
+from rmq.stored_message import StoredMessage, decode_records
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024

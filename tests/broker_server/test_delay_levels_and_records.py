@@ -6,7 +6,7 @@ from rmq.broker_server.delay_levels import (
     parse_delay_levels,
     queue_id_to_delay_level,
 )
-from rmq.broker_server.stored_message import decode_record
+from rmq.stored_message import decode_record
 
 
 def test_default_levels_tv14_tv23() -> None:

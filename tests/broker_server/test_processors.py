@@ -23,8 +23,8 @@ from rmq.broker_server.pull_message_processor import (
 from rmq.broker_server.schedule_message_service import ScheduleMessageService, correct_deliver_timestamp
 from rmq.broker_server.send_message_processor import SendMessageProcessor, born_host_from_peer
 from rmq.broker_server.store_executor import StoreExecutor
-from rmq.broker_server.stored_message import decode_records
 from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.stored_message import decode_records
 from rmq.v1 import rmq_pb2
 from tests.broker_server.store_fixture import running_store, wait_dispatched
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rmq import message_format as mf
-from rmq.broker_server.stored_message import StoredMessage, decode_records
+from rmq.stored_message import StoredMessage, decode_records
 from rmq.v1 import rmq_pb2
 from tests.broker_server import test_processors
 from tests.broker_server.store_fixture import wait_dispatched

@@ -23,6 +23,8 @@ class Code(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     QUERY_NOT_FOUND: _ClassVar[Code]
     GROUP_ILLEGAL: _ClassVar[Code]
     SYSTEM_ERROR: _ClassVar[Code]
+    SUBSCRIPTION_GROUP_NOT_EXIST: _ClassVar[Code]
+    TOO_MANY_WATCHERS: _ClassVar[Code]
 
 class PullSysFlag(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -69,6 +71,8 @@ NO_PERMISSION: Code
 QUERY_NOT_FOUND: Code
 GROUP_ILLEGAL: Code
 SYSTEM_ERROR: Code
+SUBSCRIPTION_GROUP_NOT_EXIST: Code
+TOO_MANY_WATCHERS: Code
 PULL_SYS_FLAG_NONE: PullSysFlag
 FLAG_COMMIT_OFFSET: PullSysFlag
 FLAG_SUSPEND: PullSysFlag
@@ -420,6 +424,60 @@ class UnlockBatchResponse(_message.Message):
     STATUS_FIELD_NUMBER: _ClassVar[int]
     status: Status
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
+
+class WatchConsumerIdsRequest(_message.Message):
+    __slots__ = ("client_id", "consumer_group")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    consumer_group: str
+    def __init__(self, client_id: _Optional[str] = ..., consumer_group: _Optional[str] = ...) -> None: ...
+
+class ConsumerIdsChanged(_message.Message):
+    __slots__ = ("status", "client_ids")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    client_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., client_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ConsumerSendMsgBackRequest(_message.Message):
+    __slots__ = ("consumer_group", "commit_log_offset", "delay_level", "origin_msg_id", "origin_topic", "max_reconsume_times")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DELAY_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MAX_RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    commit_log_offset: int
+    delay_level: int
+    origin_msg_id: str
+    origin_topic: str
+    max_reconsume_times: int
+    def __init__(self, consumer_group: _Optional[str] = ..., commit_log_offset: _Optional[int] = ..., delay_level: _Optional[int] = ..., origin_msg_id: _Optional[str] = ..., origin_topic: _Optional[str] = ..., max_reconsume_times: _Optional[int] = ...) -> None: ...
+
+class ConsumerSendMsgBackResponse(_message.Message):
+    __slots__ = ("status", "topic", "delay_level")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    DELAY_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    topic: str
+    delay_level: int
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., topic: _Optional[str] = ..., delay_level: _Optional[int] = ...) -> None: ...
+
+class BrowseMessagesRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "offset", "max_messages")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    offset: int
+    max_messages: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ...) -> None: ...
 
 class QueryMessageByKeyRequest(_message.Message):
     __slots__ = ("topic", "key", "max_messages", "begin_timestamp", "end_timestamp")

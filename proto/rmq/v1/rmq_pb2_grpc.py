@@ -102,6 +102,16 @@ class MessagingServiceStub:
                 request_serializer=rmq_dot_v1_dot_rmq__pb2.QueryMessageByKeyRequest.SerializeToString,
                 response_deserializer=rmq_dot_v1_dot_rmq__pb2.QueryMessageByKeyResponse.FromString,
                 _registered_method=True)
+        self.ConsumerSendMsgBack = channel.unary_unary(
+                '/rmq.v1.MessagingService/ConsumerSendMsgBack',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.ConsumerSendMsgBackRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.ConsumerSendMsgBackResponse.FromString,
+                _registered_method=True)
+        self.WatchConsumerIds = channel.unary_stream(
+                '/rmq.v1.MessagingService/WatchConsumerIds',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.WatchConsumerIdsRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.ConsumerIdsChanged.FromString,
+                _registered_method=True)
 
 
 class MessagingServiceServicer:
@@ -188,6 +198,18 @@ class MessagingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ConsumerSendMsgBack(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchConsumerIds(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessagingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -255,6 +277,16 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     servicer.QueryMessageByKey,
                     request_deserializer=rmq_dot_v1_dot_rmq__pb2.QueryMessageByKeyRequest.FromString,
                     response_serializer=rmq_dot_v1_dot_rmq__pb2.QueryMessageByKeyResponse.SerializeToString,
+            ),
+            'ConsumerSendMsgBack': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConsumerSendMsgBack,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.ConsumerSendMsgBackRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.ConsumerSendMsgBackResponse.SerializeToString,
+            ),
+            'WatchConsumerIds': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchConsumerIds,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.WatchConsumerIdsRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.ConsumerIdsChanged.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -621,6 +653,60 @@ class MessagingService:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def ConsumerSendMsgBack(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.MessagingService/ConsumerSendMsgBack',
+            rmq_dot_v1_dot_rmq__pb2.ConsumerSendMsgBackRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.ConsumerSendMsgBackResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchConsumerIds(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/rmq.v1.MessagingService/WatchConsumerIds',
+            rmq_dot_v1_dot_rmq__pb2.WatchConsumerIdsRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.ConsumerIdsChanged.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class AdminServiceStub:
     """Served by every broker (its own topics).
@@ -647,6 +733,11 @@ class AdminServiceStub:
                 request_serializer=rmq_dot_v1_dot_rmq__pb2.UpdateTopicRequest.SerializeToString,
                 response_deserializer=rmq_dot_v1_dot_rmq__pb2.UpdateTopicResponse.FromString,
                 _registered_method=True)
+        self.BrowseMessages = channel.unary_unary(
+                '/rmq.v1.AdminService/BrowseMessages',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.BrowseMessagesRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.PullMessageResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -671,6 +762,12 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BrowseMessages(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -688,6 +785,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.UpdateTopic,
                     request_deserializer=rmq_dot_v1_dot_rmq__pb2.UpdateTopicRequest.FromString,
                     response_serializer=rmq_dot_v1_dot_rmq__pb2.UpdateTopicResponse.SerializeToString,
+            ),
+            'BrowseMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.BrowseMessages,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.BrowseMessagesRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.PullMessageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -772,6 +874,33 @@ class AdminService:
             '/rmq.v1.AdminService/UpdateTopic',
             rmq_dot_v1_dot_rmq__pb2.UpdateTopicRequest.SerializeToString,
             rmq_dot_v1_dot_rmq__pb2.UpdateTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BrowseMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.AdminService/BrowseMessages',
+            rmq_dot_v1_dot_rmq__pb2.BrowseMessagesRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.PullMessageResponse.FromString,
             options,
             channel_credentials,
             insecure,

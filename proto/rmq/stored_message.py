@@ -1,5 +1,6 @@
-"""One CommitLog record decoded field by field (rmq.message_format layout, big-endian). Only
-the slow paths use it (delivering delayed messages); pulls ship records undecoded."""
+"""One CommitLog record decoded field by field (rmq.message_format layout, big-endian): the
+broker's slow paths (delayed delivery, send-back) and the client SDK's per-message view.
+Pulls ship records undecoded; the Spark source decodes them column-wise instead."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ class StoredMessage:
     born_timestamp: int
     born_host: bytes
     store_timestamp: int
+    store_host: bytes
     reconsume_times: int
     body: bytes
     topic: str
@@ -40,7 +42,7 @@ def decode_record(buffer: bytes, position: int = 0) -> StoredMessage:
         born_timestamp,
         born_host,
         store_timestamp,
-        _store_host,
+        store_host,
         reconsume_times,
         _prepared,
     ) = _HEADER.unpack_from(buffer, position)
@@ -62,11 +64,17 @@ def decode_record(buffer: bytes, position: int = 0) -> StoredMessage:
         born_timestamp,
         born_host,
         store_timestamp,
+        store_host,
         reconsume_times,
         body,
         topic,
         properties,
     )
+
+
+def offset_msg_id(message: StoredMessage) -> str:
+    """The record's message id: store host and CommitLog offset (MessageDecoder.createMessageId)."""
+    return mf.message_id(message.store_host, message.physical_offset)
 
 
 def decode_records(buffer: bytes, sizes) -> list[StoredMessage]:

@@ -1,0 +1,144 @@
+"""CONSUMER_SEND_MSG_BACK (RocketMQ SendMessageProcessor#consumerSendMsgBack; spec
+consumer-pull-rebalance §18, TV-14; consumption-longpolling-offsets §13.2, TV-11).
+
+A consumer that could not process a message names it by its CommitLog offset. The broker
+looks the record up and stores a new copy: in the group's retry topic `%RETRY%<group>`
+(created on demand, 1 read/write queue) parked at a delay level (the client's when > 0, else
+3 + reconsumeTimes), or in the group's dead-letter topic `%DLQ%<group>` (1 write-only queue)
+when the client's level is negative or reconsumeTimes >= maxReconsumeTimes. The copy has
+reconsumeTimes + 1 and keeps body, flag, tags, keys and properties, plus RETRY_TOPIC (the
+original topic) and ORIGIN_MESSAGE_ID (the first copy's id). The original is never changed;
+a refused request writes nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rmq import message_format as mf
+from rmq import retry
+from rmq.broker_server.delay_levels import delay_level_to_queue_id
+from rmq.broker_server.names import SCHEDULE_TOPIC, check_group_name
+from rmq.broker_server.send_message_processor import check_put_status
+from rmq.broker_server.status import RequestError, illegal_argument, rmq_pb2
+from rmq.broker_server.store_executor import StoreExecutor
+from rmq.broker_server.topic_config_manager import PERM_READ, PERM_WRITE, TopicConfigManager
+from rmq.store import MessageToStore
+from rmq.stored_message import StoredMessage, decode_record, offset_msg_id
+
+RETRY_TOPIC_PERM = PERM_READ | PERM_WRITE
+DLQ_TOPIC_PERM = PERM_WRITE   # nothing consumes a DLQ until someone intervenes
+
+
+@dataclass(frozen=True)
+class SendBackTarget:
+    """Where the copy goes: the retry topic at `delay_level`, or the DLQ (level 0)."""
+
+    topic: str
+    delay_level: int
+
+    @property
+    def dead(self) -> bool:
+        return self.delay_level == 0
+
+
+def choose_target(group: str, client_level: int, reconsume_times: int, max_reconsume_times: int,
+                  max_delay_level: int) -> SendBackTarget:
+    """TV-14: DLQ for a negative level or too many attempts, else the retry topic at the
+    client's level or 3 + reconsumeTimes, capped at the broker's highest level."""
+    if retry.goes_to_dlq(client_level, reconsume_times, max_reconsume_times):
+        return SendBackTarget(retry.dlq_topic(group), 0)
+    level = retry.retry_delay_level(client_level, reconsume_times)
+    return SendBackTarget(retry.retry_topic(group), min(level, max_delay_level))
+
+
+def original_msg_id(message: StoredMessage) -> str:
+    """The id the first copy had: ORIGIN_MESSAGE_ID when this is already a copy, else its own."""
+    return message.properties.get(retry.PROPERTY_ORIGIN_MESSAGE_ID, "") or offset_msg_id(message)
+
+
+def send_back_copy(record: bytes, target: SendBackTarget, max_reconsume_times: int) -> MessageToStore:
+    """The new message (MessageExtBrokerInner) for `target`; a retry copy is parked in the
+    schedule topic's queue for its level, like any delayed message (§19.1)."""
+    message = decode_record(record)
+    properties = dict(message.properties)
+    properties.setdefault(retry.PROPERTY_RETRY_TOPIC, message.topic)
+    properties[retry.PROPERTY_ORIGIN_MESSAGE_ID] = original_msg_id(message)
+    properties[retry.PROPERTY_MAX_RECONSUME_TIMES] = str(max_reconsume_times)
+    for stale in (mf.PROPERTY_REAL_TOPIC, mf.PROPERTY_REAL_QUEUE_ID, mf.PROPERTY_DELAY_TIME_LEVEL):
+        properties.pop(stale, None)
+    topic, queue_id = target.topic, 0   # RETRY_QUEUE_NUMS = DLQ_NUMS_PER_GROUP = 1
+    if not target.dead:
+        properties[mf.PROPERTY_REAL_TOPIC] = topic
+        properties[mf.PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+        properties[mf.PROPERTY_DELAY_TIME_LEVEL] = str(target.delay_level)
+        topic, queue_id = SCHEDULE_TOPIC, delay_level_to_queue_id(target.delay_level)
+    return MessageToStore(
+        topic=topic,
+        queue_id=queue_id,
+        body=message.body,
+        properties=properties,
+        flag=message.flag,
+        born_timestamp=message.born_timestamp,
+        born_host=message.born_host,
+        sys_flag=message.sys_flag,
+        reconsume_times=message.reconsume_times + 1,
+    )
+
+
+def ensure_group_topic(topics: TopicConfigManager, topic: str, queue_nums: int, perm: int,
+                       on_topics_changed: Callable[[], None]) -> None:
+    """Create a group's retry or dead-letter topic unless it exists, announcing it."""
+    if topics.get(topic) is None:
+        topics.create_in_send_message_back(topic, queue_nums, perm)
+        on_topics_changed()
+
+
+def ensure_retry_topic(topics: TopicConfigManager, group: str, on_topics_changed: Callable[[], None]) -> None:
+    """`%RETRY%<group>` with RocketMQ's queue count and permission (also created when a
+    clustering consumer heartbeats, so its route exists before the first retry)."""
+    ensure_group_topic(topics, retry.retry_topic(group), retry.RETRY_QUEUE_NUMS, RETRY_TOPIC_PERM,
+                       on_topics_changed)
+
+
+class ConsumerSendMsgBackProcessor:
+    def __init__(self, store, topics: TopicConfigManager, executor: StoreExecutor, max_delay_level: int,
+                 group_exists: Callable[[str], bool], on_topics_changed: Callable[[], None]) -> None:
+        """`group_exists(group)` says whether the broker knows the group (live consumers or
+        committed offsets): RocketMQ's subscription group lookup. `on_topics_changed` announces
+        a retry or dead-letter topic created here to the name servers."""
+        self.store = store
+        self.topics = topics
+        self.executor = executor
+        self.max_delay_level = max_delay_level
+        self.group_exists = group_exists
+        self.on_topics_changed = on_topics_changed
+
+    async def process(
+        self, request: rmq_pb2.ConsumerSendMsgBackRequest
+    ) -> rmq_pb2.ConsumerSendMsgBackResponse:
+        group = request.consumer_group
+        check_group_name(group)
+        if not self.group_exists(group):
+            raise RequestError(rmq_pb2.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
+        max_times = (request.max_reconsume_times if request.HasField("max_reconsume_times")
+                     else retry.DEFAULT_MAX_RECONSUME_TIMES)
+        if max_times < 0:
+            raise illegal_argument(f"max_reconsume_times must not be negative, not {max_times}")
+        record = await self.executor.run(self.store.look_message_by_offset, request.commit_log_offset)
+        if record is None:
+            raise RequestError(rmq_pb2.SYSTEM_ERROR,
+                               f"look message by offset failed, {request.commit_log_offset}")
+        reconsume_times = int.from_bytes(record[mf.RECONSUME_TIMES_POS:mf.RECONSUME_TIMES_POS + 4], "big",
+                                         signed=True)
+        target = choose_target(group, request.delay_level, reconsume_times, max_times, self.max_delay_level)
+        if target.dead:
+            ensure_group_topic(self.topics, target.topic, retry.DLQ_NUMS_PER_GROUP, DLQ_TOPIC_PERM,
+                               self.on_topics_changed)
+        else:
+            ensure_retry_topic(self.topics, group, self.on_topics_changed)
+        copy = send_back_copy(record, target, max_times)
+        result = await self.executor.run(self.store.put_message, copy)
+        check_put_status(result.status)
+        return rmq_pb2.ConsumerSendMsgBackResponse(
+            status=rmq_pb2.Status(code=rmq_pb2.OK), topic=target.topic, delay_level=target.delay_level)
