@@ -128,6 +128,11 @@ class PullRequestHoldService:
             woken = [request for key in keys for request in self._table.pop(key)]
         self._wake(woken)
 
+    def held_count(self) -> int:
+        """How many pulls the table holds now (tests and diagnostics)."""
+        with self._lock:
+            return sum(len(requests) for requests in self._table.values())
+
     def check_hold_requests(self) -> None:
         """checkHoldRequest: compare every held queue with the store's max offset."""
         for key in list(self._table):
