@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.redis_reference import RedisServer, RedisUnavailable
-from integration_tests import processes
+from rmq.cli import processes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FLUSH = "async"  # throughput rows measure the broker, not the disk: ASYNC flush, stated in the report

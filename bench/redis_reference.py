@@ -11,7 +11,7 @@ from pathlib import Path
 import redis
 
 from bench.harness import rate, wake_latency_ms
-from integration_tests.processes import free_port
+from rmq.cli.processes import free_port
 
 PIPELINE_DEPTH = 256
 XRANGE_COUNT = 1024

@@ -20,15 +20,14 @@ from pathlib import Path
 import grpc
 from grpc import aio
 
+from rmq.auth import ClientSecurity, open_aio_channel, security_from_environment
 from rmq.broker_server.acl import AclError
 from rmq.broker_server.acl_file import DEFAULT_POLL_INTERVAL_S, AclFile
 from rmq.broker_server.arguments import positive_float
 from rmq.broker_server.auth_interceptor import AuthInterceptor
-from rmq.broker_server.client_security import environment_security
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.request_auth import DEFAULT_WINDOW_S, RequestAuthenticator
 from rmq.broker_server.tls import ServerTls, add_port
-from rmq.connector.auth import ClientSecurity, open_aio_channel
 
 log = logging.getLogger("rmq.security")
 
@@ -64,7 +63,11 @@ class ServerSecurity:
             acl_file = AclFile(Path(args.acl)) if args.acl else None
         except AclError as error:
             raise UserError(str(error)) from None
-        return cls(acl_file, tls, args.signature_window, outgoing=environment_security())
+        try:
+            outgoing = security_from_environment()
+        except ValueError as error:
+            raise UserError(str(error)) from None
+        return cls(acl_file, tls, args.signature_window, outgoing=outgoing)
 
     def interceptors(self) -> list[aio.ServerInterceptor]:
         if self.acl_file is None:

@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from rmq.broker_server import client_security
 from rmq.broker_server.arguments import positive_float, positive_int
 from rmq.broker_server.errors import UserError
+from rmq.cli import client_security
 from rmq.connector.client import (
     PERM_READ,
     PERM_WRITE,

@@ -11,8 +11,8 @@ import sys
 # clear line instead. Set GRPC_VERBOSITY=debug to see gRPC's own logs.
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
-from rmq.broker_server import client_commands, server_commands
 from rmq.broker_server.errors import UserError
+from rmq.cli import client_commands, server_commands
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,6 +40,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
 
-
-if __name__ == "__main__":
-    sys.exit(main())

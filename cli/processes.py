@@ -1,6 +1,6 @@
-"""Real `rmq namesrv` / `rmq broker` processes for tests: free loopback ports, readiness
-by a real gRPC call (also for servers started with --acl or --tls-*), stop (SIGTERM),
-kill -9 and restart on the same store."""
+"""Local `rmq namesrv` / `rmq broker` processes (tests, bench, `make demo`): free loopback
+ports, readiness by a real gRPC call (also for servers started with --acl or --tls-*), stop
+(SIGTERM), kill -9 and restart on the same store."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import grpc
 
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
-RMQ = [sys.executable, "-m", "rmq.broker_server.cli"]
+RMQ = [sys.executable, "-m", "rmq.cli"]
 
 
 def free_port() -> int:
@@ -57,7 +57,9 @@ def wait_ready(address: str, process: subprocess.Popen, timeout: float = 30.0,
 @dataclass
 class ServerProcess:
     """One `rmq` server process; `args` are the CLI words after `rmq`. A server started
-    with --tls-cert needs `channel_credentials` that trust it (for the readiness call)."""
+    with --tls-cert needs `channel_credentials` that trust it (for the readiness call).
+    `new_session`: the child gets its own session, so a Ctrl-C in the terminal reaches only
+    the parent, which then stops the server itself."""
 
     args: list[str]
     address: str
@@ -65,11 +67,13 @@ class ServerProcess:
     env: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen | None = None
     channel_credentials: grpc.ChannelCredentials | None = None
+    new_session: bool = False
 
     def start(self) -> ServerProcess:
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            RMQ + self.args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env}
+            RMQ + self.args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env},
+            start_new_session=self.new_session,
         )
         log.close()
         wait_ready(self.address, self.process, channel_credentials=self.channel_credentials)

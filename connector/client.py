@@ -23,7 +23,7 @@ from typing import Any
 
 import grpc
 
-from rmq.connector.auth import Credentials, TlsSettings, open_channel
+from rmq.auth import Credentials, TlsSettings, open_channel
 from rmq.connector.endpoints import parse_endpoints
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 

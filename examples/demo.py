@@ -13,8 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from examples.orders import order_events
+from rmq.cli import processes
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient, RmqError
 
 TOPIC = "demo-orders"
@@ -32,7 +31,6 @@ MESSAGES = 20_000
 SEND_BATCH = 500
 PROGRESS_EVERY = 5_000
 MAX_MESSAGES_PER_TRIGGER = 5_000   # several micro-batches even under AvailableNow
-READY_TIMEOUT_S = 30.0
 
 
 def say(text: str) -> None:
@@ -42,58 +40,22 @@ def say(text: str) -> None:
 # ---------------------------------------------------------------- the embedded broker
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class EmbeddedBroker:
+def start_broker(work_dir: Path) -> processes.ServerProcess:
     """`rmq broker` as a child process in its own session (Ctrl-C reaches only the demo,
-    which then stops the broker with SIGTERM: flush, persist offsets, exit)."""
+    which then stops the broker with SIGTERM: flush, persist offsets, exit); returns once it
+    answers RouteService.ListBrokers (ARCHITECTURE.md §4)."""
+    broker = processes.broker(work_dir, flush="async")
+    broker.new_session = True
+    try:
+        return broker.start()
+    except (RuntimeError, TimeoutError) as error:
+        broker.stop()
+        tail = "\n".join(broker.log().splitlines()[-20:])
+        raise RuntimeError(f"{error}:\n{tail}") from None
 
-    address: str
-    process: subprocess.Popen
-    log_path: Path
 
-    @classmethod
-    def start(cls, work_dir: Path) -> EmbeddedBroker:
-        address = f"127.0.0.1:{free_port()}"
-        log_path = work_dir / "broker.log"
-        command = [sys.executable, "-m", "rmq.broker_server.cli", "broker", "--listen", address,
-                   "--store-dir", str(work_dir / "store")]
-        with open(log_path, "wb") as log:
-            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        return cls(address, process, log_path)
-
-    def wait_ready(self, client: RmqClient) -> None:
-        """Ready when RouteService.ListBrokers answers (ARCHITECTURE.md §4)."""
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
-            if self.process.poll() is not None:
-                code = self.process.returncode
-                raise RuntimeError(f"the broker exited with code {code}:\n{self.log_tail()}")
-            try:
-                client.list_brokers()
-                return
-            except RmqError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the broker did not answer within {READY_TIMEOUT_S:.0f}s") from None
-                time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        say(f"broker stopped (exit code {self.process.returncode})")
-
-    def log_tail(self, lines: int = 20) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+def stop_broker(broker: processes.ServerProcess) -> None:
+    say(f"broker stopped (exit code {broker.stop()})")
 
 
 # ---------------------------------------------------------------- produce
@@ -257,12 +219,11 @@ def run(stack: contextlib.ExitStack) -> int:
     stack.callback(say, f"temporary store {work_dir} removed")
 
     say("1/5 starting an embedded broker on a temporary store")
-    broker = EmbeddedBroker.start(work_dir)
-    stack.callback(broker.stop)
+    broker = start_broker(work_dir)
+    stack.callback(stop_broker, broker)
     client = RmqClient(broker.address, timeout=10.0)
     stack.callback(client.close)
-    broker.wait_ready(client)
-    say(f"  broker ready at {broker.address} (pid {broker.process.pid}, store {work_dir / 'store'})")
+    say(f"  broker ready at {broker.address} (pid {broker.process.pid}, store {work_dir / 'broker-a'})")
 
     say(f"2/5 creating topic {TOPIC} with {QUEUES} queues")
     client.create_topic(TOPIC, queues=QUEUES)

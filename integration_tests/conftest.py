@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from integration_tests import processes
+from rmq.cli import processes
 
 
 @pytest.fixture

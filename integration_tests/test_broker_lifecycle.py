@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from integration_tests import processes
 from integration_tests.rmq_stubs import Stubs, decode, suspend_fields
 from rmq import message_format as mf
+from rmq.cli import processes
 from rmq.v1 import rmq_pb2
 
 pytestmark = pytest.mark.integration
@@ -170,7 +170,7 @@ def test_sigterm_answers_held_pulls_and_offsets_survive_restart(tmp_path: Path) 
 
 def run_rmq(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "rmq.broker_server.cli", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "rmq.cli", *args], capture_output=True, text=True, timeout=60
     )
 
 

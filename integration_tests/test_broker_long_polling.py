@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from integration_tests import processes
 from integration_tests.rmq_stubs import Stubs, decode, suspend_fields
+from rmq.cli import processes
 from rmq.v1 import rmq_pb2
 
 pytestmark = pytest.mark.integration

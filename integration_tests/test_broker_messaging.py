@@ -12,9 +12,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from integration_tests import processes
 from integration_tests.rmq_stubs import Stubs, decode
 from rmq import message_format as mf
+from rmq.cli import processes
 from rmq.v1 import rmq_pb2
 
 pytestmark = pytest.mark.integration

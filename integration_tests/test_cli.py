@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from integration_tests import processes
+from rmq.cli import processes
 
 pytestmark = pytest.mark.integration
 

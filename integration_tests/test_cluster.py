@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from integration_tests import processes
+from rmq.cli import processes
 from rmq.connector.client import OutgoingMessage, RmqClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -8,8 +8,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from integration_tests import processes
-from rmq.connector.auth import TlsSettings
+from rmq.auth import TlsSettings
+from rmq.cli import processes
 from rmq.connector.client import RmqClient, RmqError
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.tls_certs import make_tls_files

@@ -15,10 +15,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from integration_tests import processes
-from integration_tests.processes import ServerProcess
 from rmq import request_signing
-from rmq.connector.auth import TlsSettings
+from rmq.auth import TlsSettings
+from rmq.cli import processes
+from rmq.cli.processes import ServerProcess
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient, RmqError, RmqUnavailable
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.tls_certs import TlsFiles, make_tls_files
@@ -271,7 +271,7 @@ def test_brokers_register_with_a_secured_name_server_using_admin_credentials(
 
 def rmq_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("RMQ_")}
-    return subprocess.run([sys.executable, "-m", "rmq.broker_server.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "rmq.cli", *args], capture_output=True,
                           text=True, env={**clean, **env}, timeout=60)
 
 

@@ -8,7 +8,6 @@ import time
 
 import pytest
 
-from integration_tests import processes
 from integration_tests.spark_source_support import (
     positions,
     produce,
@@ -16,6 +15,7 @@ from integration_tests.spark_source_support import (
     retention_config,
     wait_dispatched,
 )
+from rmq.cli import processes
 from rmq.connector.client import MessageQueue, RmqClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

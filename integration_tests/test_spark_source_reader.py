@@ -12,7 +12,6 @@ import time
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from integration_tests import processes
 from integration_tests.spark_source_support import (
     positions,
     produce,
@@ -22,6 +21,7 @@ from integration_tests.spark_source_support import (
     stream_reader,
     wait_dispatched,
 )
+from rmq.cli import processes
 from rmq.connector.allocation import allocate
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient, RmqError, RmqUnavailable
 from rmq.connector.spark.batch_reader import RmqBatchReader
@@ -282,7 +282,7 @@ def test_commit_writes_the_group_offsets_so_progress_shows_no_lag(broker, client
     finally:
         reader.stop()
     output = subprocess.run(
-        [sys.executable, "-m", "rmq.broker_server.cli", "group", "progress", "g-progress", "--json",
+        [sys.executable, "-m", "rmq.cli", "group", "progress", "g-progress", "--json",
          "--endpoints", broker.address], capture_output=True, text=True, check=True).stdout
     report = json.loads(output)
     assert report["total_lag"] == 0

@@ -1,4 +1,4 @@
-"""Client credentials, the signing interceptor and TLS settings (rmq.connector.auth)."""
+"""Client credentials, the signing interceptor, TLS settings and the RMQ_* variables (rmq.auth)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from rmq import request_signing
-from rmq.connector.auth import ClientSecurity, Credentials, SigningInterceptor, TlsSettings
+from rmq.auth import ClientSecurity, Credentials, SigningInterceptor, TlsSettings, security_from_environment
 from rmq.v1 import rmq_pb2
 
 METHOD = "/rmq.v1.MessagingService/PullMessage"
@@ -130,3 +130,10 @@ def test_security_builds_credentials_and_tls_settings(tmp_path: Path) -> None:
     assert full.credentials() == Credentials("user01", "topsecret1")
     assert full.tls_settings() == TlsSettings(tmp_path / "ca.pem")
     assert ClientSecurity(tls=True).tls_settings() == TlsSettings()   # system roots
+
+
+def test_security_from_environment_reads_only_the_environment() -> None:
+    got = security_from_environment({"RMQ_ACCESS_KEY": "user01", "RMQ_SECRET_KEY": "topsecret1"})
+    assert got.credentials().access_key == "user01"
+    assert got.tls_settings() is None
+    assert security_from_environment({}) == ClientSecurity()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rmq.broker_server.cli import build_parser
+from rmq.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())

@@ -11,8 +11,8 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from rmq.auth import ClientSecurity
 from rmq.connector.allocation import AVG, STRATEGY_NAMES
-from rmq.connector.auth import ClientSecurity
 from rmq.connector.client import RmqClient
 from rmq.connector.endpoints import parse_endpoints
 from rmq.connector.offsets import (

@@ -35,7 +35,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from rmq.connector.auth import SECURITY_OPTION_NAMES, ClientSecurity
+from rmq.auth import SECURITY_OPTION_NAMES, ClientSecurity
 from rmq.connector.client import OutgoingMessage, RmqClient, RmqUnavailable
 from rmq.connector.endpoints import FORMAT_HINT, parse_endpoints
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from integration_tests import processes
 from integration_tests.reliability.report import ReliabilityReport
+from rmq.cli import processes
 
 pytestmark = pytest.mark.integration
 

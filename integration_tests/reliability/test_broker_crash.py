@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from integration_tests import processes
 from integration_tests.reliability.brokers import configured_broker
 from integration_tests.reliability.report import ReliabilityReport, tally
 from integration_tests.reliability.traffic import Producers, gaps_and_repeats, read_topic
+from rmq.cli import processes
 from rmq.connector.client import RmqClient
 
 pytestmark = pytest.mark.integration

@@ -19,10 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from integration_tests import processes
 from integration_tests.reliability.fuzzing import Rpc, broker_rpcs, invalid_utf8_topic_request, requests
 from integration_tests.reliability.report import REPORT, ReliabilityReport, tally
 from integration_tests.reliability.traffic import Producers, gaps_and_repeats, read_topic
+from rmq.cli import processes
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.v1 import rmq_pb2
 

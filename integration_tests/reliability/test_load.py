@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from integration_tests import processes
 from integration_tests.reliability.report import ReliabilityReport, tally
 from integration_tests.reliability.traffic import GroupConsumers, Producers, gaps_and_repeats
+from rmq.cli import processes
 from rmq.connector.client import RmqClient
 
 pytestmark = pytest.mark.integration

@@ -13,9 +13,9 @@ import grpc
 import numpy as np
 import pytest
 
-from integration_tests import processes
 from integration_tests.reliability.report import ReliabilityReport, ScenarioFigures
 from integration_tests.reliability.traffic import Producers
+from rmq.cli import processes
 from rmq.connector.client import RmqClient
 from rmq.connector.message_decoder import decode
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from integration_tests import processes
 from integration_tests.reliability.brokers import configured_broker
 from integration_tests.reliability.report import ReliabilityReport, tally
 from integration_tests.reliability.traffic import (
@@ -26,6 +25,7 @@ from integration_tests.reliability.traffic import (
     read_topic,
 )
 from rmq import message_format as mf
+from rmq.cli import processes
 from rmq.connector.client import RmqClient
 from rmq.connector.message_decoder import decode
 from rmq.store import FlushDiskType, MessageStore, MessageStoreConfig, MessageToStore, StoreError

@@ -1,5 +1,6 @@
 """Client side of rmq security: account credentials that sign every call (scheme in
-`rmq.request_signing`), and TLS channel settings. Imports grpc and `rmq` only.
+`rmq.request_signing`), TLS channel settings, and the RMQ_* environment variables that carry
+them for the CLI and for the calls a server makes itself. Imports grpc and `rmq` only.
 
 Secrets stay out of reprs, logs and error messages: `Credentials` prints as
 `Credentials(access_key='ak1', secret_key=<redacted>)`.
@@ -7,6 +8,7 @@ Secrets stay out of reprs, logs and error messages: `Credentials` prints as
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,6 +114,44 @@ class ClientSecurity:
     def client_kwargs(self) -> dict[str, Any]:
         return {"access_key": self.access_key, "secret_key": self.secret_key, "tls": self.tls,
                 "tls_ca_file": self.tls_ca_file}
+
+
+ACCESS_KEY_ENV = "RMQ_ACCESS_KEY"
+SECRET_KEY_ENV = "RMQ_SECRET_KEY"   # the secret key is read from here only, never from a flag or argv
+TLS_ENV = "RMQ_TLS"
+TLS_CA_FILE_ENV = "RMQ_TLS_CA_FILE"
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"", "0", "false", "no", "off"}
+
+
+def security_from_environment(environ: Mapping[str, str] = os.environ, *, access_key: str | None = None,
+                              tls: bool | None = None, tls_ca_file: str | None = None) -> ClientSecurity:
+    """The RMQ_* variables, overridden by the given values (the CLI's flags). ValueError names
+    the flag or variable at fault, never the secret."""
+    access_key = access_key or environ.get(ACCESS_KEY_ENV) or None
+    secret_key = environ.get(SECRET_KEY_ENV) or None
+    if access_key and not secret_key:
+        raise ValueError(f"an access key is given but ${SECRET_KEY_ENV} is not set (the secret key is read "
+                         f"from the environment only)")
+    if secret_key and not access_key:
+        raise ValueError(f"${SECRET_KEY_ENV} is set but no access key: give --access-key or "
+                         f"${ACCESS_KEY_ENV}")
+    ca_file = tls_ca_file or environ.get(TLS_CA_FILE_ENV) or None
+    use_tls = tls if tls is not None else _env_flag(environ, TLS_ENV)
+    if ca_file is not None:
+        if not os.path.isfile(ca_file):
+            raise ValueError(f"TLS CA file {ca_file} does not exist")
+        use_tls = True
+    return ClientSecurity(access_key, secret_key, use_tls, ca_file)
+
+
+def _env_flag(environ: Mapping[str, str], name: str) -> bool:
+    value = environ.get(name, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"${name} must be 1/true/yes or 0/false/no, not {value!r}")
 
 
 class _CallDetails(NamedTuple):

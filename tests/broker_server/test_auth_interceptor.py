@@ -1,5 +1,5 @@
 """The aio interceptor and server TLS on a real grpc.aio server (in-process, loopback), called
-through the client's signing channel (rmq.connector.auth): status codes and messages as clients
+through the client's signing channel (rmq.auth): status codes and messages as clients
 see them."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import pytest
 from grpc import aio
 
 from rmq import request_signing
+from rmq.auth import Credentials, TlsSettings, open_aio_channel, open_channel
 from rmq.broker_server.acl import parse_acl
 from rmq.broker_server.auth_interceptor import AuthInterceptor
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.request_auth import RequestAuthenticator
 from rmq.broker_server.tls import ServerTls, add_port
-from rmq.connector.auth import Credentials, TlsSettings, open_aio_channel, open_channel
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.tls_certs import TlsFiles, make_tls_files
 

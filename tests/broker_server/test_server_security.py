@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from rmq.auth import ClientSecurity
 from rmq.broker_server import server_security
 from rmq.broker_server.acl import Perm
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.server_security import ServerSecurity, is_loopback
-from rmq.connector.auth import ClientSecurity
 
 ACL = "accounts:\n  - {accessKey: user01, secretKey: 'topsecret1', topicPerms: ['orders=PUB']}\n"
 

@@ -6,7 +6,8 @@ import socket
 
 import pytest
 
-from rmq.broker_server import cli, client_commands
+from rmq.cli import client_commands
+from rmq.cli import main as cli
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

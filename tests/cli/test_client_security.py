@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rmq.broker_server import client_security
+from rmq.auth import ClientSecurity
 from rmq.broker_server.errors import UserError
-from rmq.connector.auth import ClientSecurity
+from rmq.cli import client_security
 
 
 def security(*argv: str, **environ: str) -> ClientSecurity:
@@ -59,10 +59,3 @@ def test_bad_settings_are_one_clear_line(argv: list[str], environ: dict, message
 ])
 def test_rmq_tls_values(value: str, tls: bool) -> None:
     assert security(RMQ_TLS=value).tls is tls
-
-
-def test_environment_security_reads_only_the_environment() -> None:
-    got = client_security.environment_security({"RMQ_ACCESS_KEY": "user01", "RMQ_SECRET_KEY": "topsecret1"})
-    assert got.credentials().access_key == "user01"
-    assert got.tls_settings() is None
-    assert client_security.environment_security({}) == ClientSecurity()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from integration_tests import processes
+from rmq.cli import processes
 from rmq.connector.client import (
     PERM_READ,
     PERM_WRITE,

@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from rmq.connector.auth import ClientSecurity
+from rmq.auth import ClientSecurity
 
 writer = pytest.importorskip("rmq.connector.spark.writer")   # the sink imports pyspark
 
