@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from rmq.broker_server.admin_service import AdminService
 from rmq.broker_server.broker_outer_api import BrokerOuterAPI
+from rmq.broker_server.broker_stats import BrokerStatsManager
 from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.consumer_ids_watch import ConsumerIdsWatchService
 from rmq.broker_server.consumer_manager import ConsumerManager
@@ -24,6 +25,7 @@ from rmq.broker_server.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server,
 from rmq.broker_server.long_polling import PullRequestHoldService
 from rmq.broker_server.memory_tuning import keep_freed_memory
 from rmq.broker_server.messaging_service import MessagingService
+from rmq.broker_server.metrics import BrokerCollector, BrokerFigures, QueueOffset, serve_metrics
 from rmq.broker_server.pull_message_processor import PullLimits, PullMessageProcessor
 from rmq.broker_server.rebalance_lock_manager import RebalanceLockManager
 from rmq.broker_server.route_service import BrokerRouteService
@@ -106,7 +108,8 @@ class BrokerController:
             open_channel=security.open_client_channel,
         )
         self.send_processor = SendMessageProcessor(
-            self.store, self.topics, self.executor, delay_levels, config.max_message_size
+        self.stats = BrokerStatsManager()
+            self.store, self.topics, self.executor, delay_levels, config.max_message_size, self.stats
         )
         self.pull_processor = PullMessageProcessor(
             self.store,
@@ -116,6 +119,7 @@ class BrokerController:
             self.executor,
             PullLimits(config.max_pull_messages, config.default_pull_max_bytes, config.max_pull_bytes),
         )
+            self.stats,
         self.send_back_processor = ConsumerSendMsgBackProcessor(
             self.store,
             self.topics,
@@ -187,6 +191,9 @@ class BrokerController:
             server = self.build_server()
         except UserError:
             self.store.shutdown()
+            if self.config.metrics_listen:
+                serve_metrics(self.config.metrics_listen, self.security,
+                              BrokerCollector(self.metrics_figures()))
             raise
         await server.start()
         self.security.start(self.config.listen)
@@ -202,6 +209,16 @@ class BrokerController:
 
     def start_services(self) -> None:
         keep_freed_memory()
+    def metrics_figures(self) -> BrokerFigures:
+        offsets = self.offsets
+
+        def consumer_offsets() -> list[QueueOffset]:
+            return [QueueOffset(key.group, key.topic, key.queue_id, offset)
+                    for key, offset in offsets.all_offsets().items()]
+
+        return BrokerFigures(self.config.broker_name, self.store, self.stats, self.hold_service.held_count,
+                             consumer_offsets, self.consumers.table_sizes, lambda: len(self.topics.all()))
+
         self.hold_service.start()
         self.schedule_service.start()
         self.outer_api.start()

@@ -46,6 +46,7 @@ class BrokerConfig:
     register_broker_interval_ms: int = 30000
     auto_create_topic_enable: bool = False
     default_topic_queue_nums: int = 8  # queues of an auto-created topic
+    metrics_listen: str = ""  # Prometheus scrape endpoint HOST:PORT (off when empty)
 
     @property
     def store_path(self) -> Path:
@@ -61,6 +62,8 @@ class BrokerConfig:
 
     def validate(self) -> None:
         check_address("listen", self.listen)
+        if self.metrics_listen:
+            check_address("metrics_listen", self.metrics_listen)
         if self.advertise_address:
             check_address("advertise_address", self.advertise_address)
         for address in self.namesrv_addresses:
@@ -86,9 +89,12 @@ class NameServerConfig:
     broker_expiry_ms: int = 120000  # brokerChannelExpiredTime
     broker_scan_interval_ms: int = 10000  # scanNotActiveBroker period
     grpc_max_message_bytes: int = 64 * MiB
+    metrics_listen: str = ""  # Prometheus scrape endpoint HOST:PORT (off when empty)
 
     def validate(self) -> None:
         check_address("listen", self.listen)
+        if self.metrics_listen:
+            check_address("metrics_listen", self.metrics_listen)
         _check_positive_ints(self)
 
 

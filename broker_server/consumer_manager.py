@@ -90,6 +90,11 @@ class ConsumerManager:
             self._changed(group, [client_id])
         return removed
 
+    def table_sizes(self) -> tuple[int, int]:
+        """(groups, clients) in the table, the expired ones not yet scanned included."""
+        with self._lock:
+            return len(self._groups), sum(len(clients) for clients in self._groups.values())
+
     def has_group(self, group: str) -> bool:
         with self._lock:
             return group in self._groups

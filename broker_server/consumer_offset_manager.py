@@ -92,6 +92,11 @@ class ConsumerOffsetManager:
             }
         return dict(sorted(found.items(), key=lambda item: (item[0].topic, item[0].queue_id)))
 
+    def all_offsets(self) -> dict[OffsetKey, int]:
+        """Every group's committed offsets (a copy)."""
+        with self._lock:
+            return dict(self._offsets)
+
     def remove_offset(self, group: str, topic: str, queue_id: int) -> None:
         with self._lock:
             if self._offsets.pop(OffsetKey(group, topic, queue_id), None) is not None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from rmq.broker_server.config import NameServerConfig
 from rmq.broker_server.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
+from rmq.broker_server.metrics import NameServerCollector, serve_metrics
 from rmq.broker_server.names import check_topic_name
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.status import OK, RequestError, answers_with_status, illegal_argument, rmq_pb2
@@ -176,6 +177,8 @@ async def serve_name_server(config: NameServerConfig, security: ServerSecurity) 
     rmq_pb2_grpc.add_NameServerServiceServicer_to_server(NameServerService(routes), server)
     await server.start()
     security.start(config.listen)
+    if config.metrics_listen:
+        serve_metrics(config.metrics_listen, security, NameServerCollector(routes))
     scan = asyncio.create_task(_scan_forever(routes, config.broker_scan_interval_ms))
     print(f"rmq namesrv listening on {config.listen}", flush=True)
     await wait_for_termination()

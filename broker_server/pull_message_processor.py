@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from rmq.broker_server.broker_stats import BrokerStatsManager
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.long_polling import PullRequestHoldService
 from rmq.broker_server.names import check_group_name
@@ -84,8 +85,10 @@ class PullMessageProcessor:
         hold_service: PullRequestHoldService,
         executor: StoreExecutor,
         limits: PullLimits,
+        stats: BrokerStatsManager,
     ) -> None:
         self.store = store
+        self.stats = stats
         self.topics = topics
         self.offsets = offsets
         self.hold_service = hold_service
@@ -183,6 +186,8 @@ class PullMessageProcessor:
             max_total_bytes=query.max_bytes,
             tag_codes=query.tag_codes,
         )
+        if result.message_count:
+            self.stats.record_get(query.topic, result.message_count, len(result.buffer))
         status = result.status.name
         response = rmq_pb2.PullMessageResponse(
             status=OK,

@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from rmq import message_format as mf
+from rmq.broker_server.broker_stats import BrokerStatsManager
 from rmq.broker_server.delay_levels import delay_level_to_queue_id
 from rmq.broker_server.names import SCHEDULE_TOPIC
 from rmq.broker_server.status import RequestError, illegal_argument, rmq_pb2
@@ -63,8 +64,10 @@ class SendMessageProcessor:
         executor: StoreExecutor,
         delay_levels: dict[int, int],
         max_message_size: int,
+        stats: BrokerStatsManager,
     ) -> None:
         self.store = store
+        self.stats = stats
         self.topics = topics
         self.executor = executor
         self.max_delay_level = max(delay_levels)
@@ -80,6 +83,7 @@ class SendMessageProcessor:
                 check_put_status(result.status)
         except RequestError as error:
             return rmq_pb2.SendMessageResponse(status=error.status())
+        self.stats.record_put(request.topic, len(queue_ids), sum(map(len, batch.bodies)))
         response = rmq_pb2.SendMessageResponse(status=rmq_pb2.Status(code=rmq_pb2.OK))
         response.msg_ids.extend(result.msg_ids())
         response.queue_ids.extend(queue_ids)

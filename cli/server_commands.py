@@ -17,6 +17,7 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     namesrv = subparsers.add_parser("namesrv", help="run a name server")
     namesrv.add_argument("--listen", metavar="HOST:PORT", help="address to serve on (default 127.0.0.1:9876)")
     namesrv.add_argument("--config", metavar="FILE", help="YAML or JSON file with further settings")
+    _add_metrics_argument(namesrv)
     server_security.add_arguments(namesrv)
     namesrv.set_defaults(handler=run_namesrv)
 
@@ -31,14 +32,22 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
         help="flush to disk before acknowledging (sync) or in the background (async, the default)",
     )
     broker.add_argument("--config", metavar="FILE", help="YAML or JSON file with further settings")
+    _add_metrics_argument(broker)
     server_security.add_arguments(broker)
     broker.set_defaults(handler=run_broker)
+
+
+def _add_metrics_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--metrics-listen", metavar="HOST:PORT",
+                        help="serve Prometheus metrics on this address (off by default; loopback unless "
+                             "--acl or TLS is on)")
 
 
 def run_namesrv(args: argparse.Namespace) -> int:
     from rmq.broker_server.name_server import serve_name_server
 
-    config = load_config(NameServerConfig, args.config, {"listen": args.listen})
+    config = load_config(NameServerConfig, args.config,
+                         {"listen": args.listen, "metrics_listen": args.metrics_listen})
     security = ServerSecurity.from_args(args)
     return run_until_terminated(lambda: serve_name_server(config, security))
 
@@ -55,6 +64,7 @@ def run_broker(args: argparse.Namespace) -> int:
             "broker_name": args.broker_name,
             "namesrv": args.namesrv,
             "flush": args.flush,
+            "metrics_listen": args.metrics_listen,
         },
     )
     security = ServerSecurity.from_args(args)

@@ -333,6 +333,10 @@ class MessageStore:
                 except Exception:
                     log.exception("dispatch listener failed")
 
+    def disk_used_ratio(self) -> float:
+        """Used fraction of the disk holding the store directory."""
+        return disk_used_ratio(Path(self.config.store_dir))
+
     def dispatch_behind_bytes(self) -> int:
         """CommitLog bytes not yet dispatched (0 when ConsumeQueues are up to date)."""
         return self.reput.behind()

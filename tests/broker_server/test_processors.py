@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from rmq import message_format as mf
+from rmq.broker_server.broker_stats import BrokerStatsManager
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.delay_levels import parse_delay_levels
 from rmq.broker_server.long_polling import PullRequestHoldService
@@ -41,8 +42,9 @@ class Broker:
         self.offsets = ConsumerOffsetManager(path)
         self.hold = PullRequestHoldService(store.get_max_offset_in_queue, check_interval_ms=60000)
         levels = parse_delay_levels(delay_levels)
+        self.stats = BrokerStatsManager()
         self.send = SendMessageProcessor(
-            store, self.topics, self.executor, levels, max_message_size=store.config.max_message_size
+            store, self.topics, self.executor, levels, store.config.max_message_size, self.stats
         )
         self.pull = PullMessageProcessor(
             store,
@@ -51,6 +53,7 @@ class Broker:
             self.hold,
             self.executor,
             PullLimits(max_messages=100, default_max_bytes=1 << 20, max_bytes=2 << 20),
+            self.stats,
         )
         store.add_dispatch_listener(
             lambda r: self.hold.on_dispatch(r.topic, r.queue_id, r.consume_queue_offset, r.tags_code)

@@ -1,0 +1,187 @@
+"""Prometheus metrics of the broker and the name server (`--metrics-listen HOST:PORT`, off by
+default), in the text format through prometheus_client. Figures are read from the live
+objects at scrape time; names follow rocketmq-exporter where it has one (`rocketmq_group_diff`,
+`rocketmq_producer_offset`, `rocketmq_consumer_offset`), the rest are `rmq_*`. Process figures:
+prometheus_client's own (`process_resident_memory_bytes`, `process_open_fds`, ...) plus
+`rmq_process_threads` and `rmq_process_mmaps`, which it does not have."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+
+from rmq.broker_server.broker_stats import BrokerStatsManager
+from rmq.broker_server.errors import UserError
+from rmq.broker_server.server_security import ServerSecurity, is_loopback
+
+
+class MetricsStore(Protocol):
+    """What the broker's metrics read from the store."""
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
+
+    def dispatch_behind_bytes(self) -> int: ...
+
+    def get_commit_log_max_offset(self) -> int: ...
+
+    def disk_used_ratio(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class QueueOffset:
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class BrokerFigures:
+    """Where the broker's metrics come from, as callables so the collector holds no broker type."""
+
+    broker_name: str
+    store: MetricsStore
+    stats: BrokerStatsManager
+    held_pulls: Callable[[], int]
+    consumer_offsets: Callable[[], Iterable[QueueOffset]]
+    consumer_table: Callable[[], tuple[int, int]]       # (groups, clients)
+    topics: Callable[[], int]
+
+
+class BrokerCollector(Collector):
+    def __init__(self, figures: BrokerFigures) -> None:
+        self.figures = figures
+
+    def collect(self) -> Iterator[Metric]:
+        figures, broker = self.figures, self.figures.broker_name
+        yield from _topic_counters(broker, figures.stats)
+        yield from _consumer_offsets(broker, figures.store, figures.consumer_offsets())
+        groups, clients = figures.consumer_table()
+        store = figures.store
+        for name, documentation, value in [
+            ("rmq_held_pulls", "pull requests held by long polling", figures.held_pulls()),
+            ("rmq_dispatch_behind_bytes", "CommitLog bytes not yet dispatched to ConsumeQueues",
+             store.dispatch_behind_bytes()),
+            ("rmq_commitlog_max_offset_bytes", "CommitLog max physical offset",
+             store.get_commit_log_max_offset()),
+            ("rmq_store_disk_used_ratio", "used fraction of the store directory's disk",
+             store.disk_used_ratio()),
+            ("rmq_consumer_groups", "consumer groups with live clients", groups),
+            ("rmq_consumer_clients", "live consumer clients over all groups", clients),
+            ("rmq_topics", "topics this broker holds", figures.topics()),
+        ]:
+            yield _gauge(name, documentation, ["broker"], [([broker], value)])
+
+
+def _topic_counters(broker: str, stats: BrokerStatsManager) -> Iterator[Metric]:
+    snapshot = sorted(stats.snapshot().items())
+    for name, documentation, field in [
+        ("rmq_put_messages", "messages stored per topic", "put_messages"),
+        ("rmq_put_bytes", "message bytes stored per topic", "put_bytes"),
+        ("rmq_get_messages", "messages pulled per topic", "get_messages"),
+        ("rmq_get_bytes", "record bytes pulled per topic", "get_bytes"),
+    ]:
+        family = CounterMetricFamily(name, documentation, labels=["broker", "topic"])
+        for topic, counters in snapshot:
+            family.add_metric([broker, topic], getattr(counters, field))
+        yield family
+
+
+def _consumer_offsets(broker: str, store: MetricsStore, offsets: Iterable[QueueOffset]) -> Iterator[Metric]:
+    labels = ["broker", "group", "topic", "queue_id"]
+    diff = GaugeMetricFamily("rocketmq_group_diff", "messages behind per consumer group and queue (lag)",
+                             labels=labels)
+    consumer = GaugeMetricFamily("rocketmq_consumer_offset", "committed consumer offset", labels=labels)
+    producer: dict[tuple[str, int], int] = {}
+    for entry in offsets:
+        key = (entry.topic, entry.queue_id)
+        if key not in producer:
+            producer[key] = store.get_max_offset_in_queue(entry.topic, entry.queue_id)
+        values = [broker, entry.group, entry.topic, str(entry.queue_id)]
+        diff.add_metric(values, max(producer[key] - entry.offset, 0))
+        consumer.add_metric(values, entry.offset)
+    yield diff
+    yield consumer
+    yield _gauge("rocketmq_producer_offset", "max offset per queue with a consumer group",
+                 ["broker", "topic", "queue_id"],
+                 [([broker, topic, str(queue_id)], offset)
+                  for (topic, queue_id), offset in sorted(producer.items())])
+
+
+class Routes(Protocol):
+    """What the name server's metrics read from its route table."""
+
+    def live_brokers(self) -> Sequence[object]: ...
+
+    def topics(self) -> Sequence[object]: ...
+
+
+class NameServerCollector(Collector):
+    def __init__(self, routes: Routes) -> None:
+        self.routes = routes
+
+    def collect(self) -> Iterator[Metric]:
+        yield _gauge("rmq_namesrv_live_brokers", "brokers registered and not expired", [],
+                     [([], len(self.routes.live_brokers()))])
+        yield _gauge("rmq_namesrv_topics", "topics routed (over all live brokers)", [],
+                     [([], len(self.routes.topics()))])
+
+
+class ProcessExtrasCollector(Collector):
+    """Threads and memory mappings of this process (from /proc), which prometheus_client's
+    process collector does not report."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield _gauge("rmq_process_threads", "OS threads of the process", [], [([], process_threads())])
+        yield _gauge("rmq_process_mmaps", "memory mappings of the process (/proc/self/maps lines)", [],
+                     [([], process_mmaps())])
+
+
+def process_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def process_mmaps() -> int:
+    with Path("/proc/self/maps").open("rb") as maps:
+        return sum(1 for _ in maps)
+
+
+def _gauge(name: str, documentation: str, labels: list[str],
+           samples: Iterable[tuple[list[str], float]]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, documentation, labels=labels)
+    for values, value in samples:
+        family.add_metric(values, value)
+    return family
+
+
+def check_metrics_listen(listen: str, secured: bool) -> tuple[str, int]:
+    """(host, port) of `--metrics-listen`; the endpoint answers anyone who reaches it, so a
+    non-loopback address is refused unless the server runs with --acl or TLS."""
+    host, _, port = listen.rpartition(":")
+    if not is_loopback(listen) and not secured:
+        raise UserError(f"--metrics-listen {listen}: a non-loopback metrics address needs --acl or TLS "
+                        "(the metrics endpoint itself is not authenticated)")
+    return host.strip("[]"), int(port)
+
+
+def serve_metrics(listen: str, security: ServerSecurity, *collectors: Collector) -> None:
+    """Start the scrape endpoint on its own thread (prometheus_client's HTTP server)."""
+    secured = security.acl_file is not None or security.tls is not None
+    host, port = check_metrics_listen(listen, secured)
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    registry.register(ProcessExtrasCollector())
+    for collector in collectors:
+        registry.register(collector)
+    try:
+        start_http_server(port, addr=host, registry=registry)
+    except OSError as error:
+        raise UserError(f"--metrics-listen {listen}: cannot bind: {error.strerror}") from None
