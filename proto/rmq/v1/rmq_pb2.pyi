@@ -25,6 +25,8 @@ class Code(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SYSTEM_ERROR: _ClassVar[Code]
     SUBSCRIPTION_GROUP_NOT_EXIST: _ClassVar[Code]
     TOO_MANY_WATCHERS: _ClassVar[Code]
+    SUBSCRIPTION_PARSE_FAILED: _ClassVar[Code]
+    FILTER_NOT_SUPPORTED: _ClassVar[Code]
 
 class PullSysFlag(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -33,6 +35,11 @@ class PullSysFlag(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FLAG_SUSPEND: _ClassVar[PullSysFlag]
     FLAG_SUBSCRIPTION: _ClassVar[PullSysFlag]
     FLAG_CLASS_FILTER: _ClassVar[PullSysFlag]
+
+class ExpressionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TAG: _ClassVar[ExpressionType]
+    SQL92: _ClassVar[ExpressionType]
 
 class PullStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -73,11 +80,15 @@ GROUP_ILLEGAL: Code
 SYSTEM_ERROR: Code
 SUBSCRIPTION_GROUP_NOT_EXIST: Code
 TOO_MANY_WATCHERS: Code
+SUBSCRIPTION_PARSE_FAILED: Code
+FILTER_NOT_SUPPORTED: Code
 PULL_SYS_FLAG_NONE: PullSysFlag
 FLAG_COMMIT_OFFSET: PullSysFlag
 FLAG_SUSPEND: PullSysFlag
 FLAG_SUBSCRIPTION: PullSysFlag
 FLAG_CLASS_FILTER: PullSysFlag
+TAG: ExpressionType
+SQL92: ExpressionType
 FOUND: PullStatus
 NO_NEW_MSG: PullStatus
 NO_MATCHED_MSG: PullStatus
@@ -186,7 +197,7 @@ class SendMessageResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., msg_ids: _Optional[_Iterable[str]] = ..., queue_ids: _Optional[_Iterable[int]] = ..., queue_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class PullMessageRequest(_message.Message):
-    __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_messages", "max_bytes", "sys_flag", "suspend_timeout_ms", "commit_offset", "sub_expression")
+    __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_messages", "max_bytes", "sys_flag", "suspend_timeout_ms", "commit_offset", "sub_expression", "expression_type")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -197,6 +208,7 @@ class PullMessageRequest(_message.Message):
     SUSPEND_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     SUB_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    EXPRESSION_TYPE_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     topic: str
     queue_id: int
@@ -207,7 +219,8 @@ class PullMessageRequest(_message.Message):
     suspend_timeout_ms: int
     commit_offset: int
     sub_expression: str
-    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ..., sys_flag: _Optional[int] = ..., suspend_timeout_ms: _Optional[int] = ..., commit_offset: _Optional[int] = ..., sub_expression: _Optional[str] = ...) -> None: ...
+    expression_type: ExpressionType
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ..., sys_flag: _Optional[int] = ..., suspend_timeout_ms: _Optional[int] = ..., commit_offset: _Optional[int] = ..., sub_expression: _Optional[str] = ..., expression_type: _Optional[_Union[ExpressionType, str]] = ...) -> None: ...
 
 class PackedMessages(_message.Message):
     __slots__ = ("count", "sizes", "records")
@@ -338,12 +351,14 @@ class RemoveConsumerOffsetsResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
 
 class Subscription(_message.Message):
-    __slots__ = ("topic", "sub_expression")
+    __slots__ = ("topic", "sub_expression", "expression_type")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUB_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    EXPRESSION_TYPE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     sub_expression: str
-    def __init__(self, topic: _Optional[str] = ..., sub_expression: _Optional[str] = ...) -> None: ...
+    expression_type: ExpressionType
+    def __init__(self, topic: _Optional[str] = ..., sub_expression: _Optional[str] = ..., expression_type: _Optional[_Union[ExpressionType, str]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("client_id", "consumer_group", "message_model", "subscriptions")
