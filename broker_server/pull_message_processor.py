@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from rmq import subscription
 from rmq.broker_server.broker_stats import BrokerStatsManager
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.long_polling import PullRequestHoldService
@@ -18,9 +19,7 @@ from rmq.broker_server.names import check_group_name
 from rmq.broker_server.status import OK, RequestError, illegal_argument, rmq_pb2
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfigManager
-from rmq.message_format import tags_hash_code
 
-SUB_ALL = "*"
 MAX_SUB_EXPRESSION_LENGTH = 65536
 KNOWN_SYS_FLAGS = rmq_pb2.FLAG_COMMIT_OFFSET | rmq_pb2.FLAG_SUSPEND | rmq_pb2.FLAG_SUBSCRIPTION
 
@@ -45,15 +44,15 @@ def pull_status(store_status: str, request_offset: int) -> int:
     return _PULL_STATUS[store_status]
 
 
-@functools.cache
-@functools.lru_cache(maxsize=1024)
-def parse_sub_expression(expression: str) -> frozenset[int] | None:
-    """Tag hash codes of "TagA || TagB" (FilterAPI.buildSubscriptionData); None for "*" or an
-    empty expression, which match every message."""
-    tags = {tag.strip() for tag in expression.split("||")} - {""}
-    if not tags or SUB_ALL in tags:
-        return None
-    return frozenset(tags_hash_code(tag) for tag in tags)
+# Expressions come from clients (up to MAX_SUB_EXPRESSION_LENGTH each): the cache is bounded.
+SUB_EXPRESSION_CACHE_SIZE = 1024
+
+
+@functools.lru_cache(maxsize=SUB_EXPRESSION_CACHE_SIZE)
+def sub_expression_tag_codes(expression: str) -> frozenset[int] | None:
+    """Tag hash codes of "TagA || TagB" (rmq.subscription.tag_codes, lenient); None matches
+    every message."""
+    return subscription.tag_codes(expression)
 
 
 @dataclass(frozen=True)
@@ -153,7 +152,7 @@ class PullMessageProcessor:
             offset=request.queue_offset,
             max_messages=min(request.max_messages, self.limits.max_messages),
             max_bytes=min(request.max_bytes or self.limits.default_max_bytes, self.limits.max_bytes),
-            tag_codes=parse_sub_expression(request.sub_expression),
+            tag_codes=sub_expression_tag_codes(request.sub_expression),
             suspend=suspend,
             suspend_timeout_ms=request.suspend_timeout_ms,
         )

@@ -34,7 +34,7 @@ from rmq.connector.client import (
     RmqError,
     RmqUnavailable,
 )
-from rmq.connector.subscription import parse_sub_expression
+from rmq.subscription import parse_sub_expression
 from rmq.v1 import rmq_pb2
 
 ENDPOINTS_ENV = "RMQ_ENDPOINTS"

@@ -27,8 +27,8 @@ from rmq.connector.offsets import (
     Specific,
     positions_from_json,
 )
-from rmq.connector.subscription import FORMAT_HINT as SUB_FORMAT_HINT
-from rmq.connector.subscription import parse_sub_expression
+from rmq.subscription import FORMAT_HINT as SUB_FORMAT_HINT
+from rmq.subscription import parse_sub_expression
 
 CLUSTERING = "clustering"
 BROADCASTING = "broadcasting"

@@ -16,10 +16,11 @@ from rmq.broker_server.delay_levels import parse_delay_levels
 from rmq.broker_server.long_polling import PullRequestHoldService
 from rmq.broker_server.names import SCHEDULE_TOPIC
 from rmq.broker_server.pull_message_processor import (
+    SUB_EXPRESSION_CACHE_SIZE,
     PullLimits,
     PullMessageProcessor,
-    parse_sub_expression,
     pull_status,
+    sub_expression_tag_codes,
 )
 from rmq.broker_server.schedule_message_service import ScheduleMessageService, correct_deliver_timestamp
 from rmq.broker_server.send_message_processor import SendMessageProcessor, born_host_from_peer
@@ -107,11 +108,24 @@ def test_status_mapping_longpolling_section_7(store_status: str, offset: int, ex
 
 
 def test_sub_expression_parsing() -> None:
-    assert parse_sub_expression("*") is None and parse_sub_expression("") is None
-    assert parse_sub_expression("TagA || *") is None
-    assert parse_sub_expression(" TagA ||TagC||  TagD ") == frozenset(
+    assert sub_expression_tag_codes("*") is None and sub_expression_tag_codes("") is None
+    assert sub_expression_tag_codes("TagA || *") is None
+    assert sub_expression_tag_codes(" TagA ||TagC||  TagD ") == frozenset(
         mf.tags_hash_code(t) for t in ("TagA", "TagC", "TagD")
     )
+    both = frozenset(mf.tags_hash_code(t) for t in ("TagA", "TagB"))
+    assert sub_expression_tag_codes("TagA |||| TagB") == both
+
+
+def test_sub_expression_cache_stays_bounded() -> None:
+    """Every distinct expression a client sends is parsed; at most SUB_EXPRESSION_CACHE_SIZE
+    of them are kept."""
+    sub_expression_tag_codes.cache_clear()
+    for n in range(10_000):
+        assert sub_expression_tag_codes(f"Tag{n} || Other{n}") is not None
+    info = sub_expression_tag_codes.cache_info()
+    assert info.maxsize == SUB_EXPRESSION_CACHE_SIZE
+    assert info.currsize <= SUB_EXPRESSION_CACHE_SIZE
 
 
 def test_born_host_from_peer() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rmq.connector.subscription import parse_sub_expression
+from rmq.subscription import parse_sub_expression
 
 
 def test_star_matches_every_tag() -> None:
