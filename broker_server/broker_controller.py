@@ -120,6 +120,8 @@ class BrokerController:
             PullLimits(config.max_pull_messages, config.default_pull_max_bytes, config.max_pull_bytes),
         )
             self.stats,
+            config.enable_property_filter,
+        )
         self.send_back_processor = ConsumerSendMsgBackProcessor(
             self.store,
             self.topics,

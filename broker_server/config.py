@@ -47,6 +47,7 @@ class BrokerConfig:
     auto_create_topic_enable: bool = False
     default_topic_queue_nums: int = 8  # queues of an auto-created topic
     metrics_listen: str = ""  # Prometheus scrape endpoint HOST:PORT (off when empty)
+    enable_property_filter: bool = True  # SQL92 subscriptions (RocketMQ enablePropertyFilter)
 
     @property
     def store_path(self) -> Path:

@@ -353,7 +353,46 @@ class RmqClient:
         """One PullMessage. With `suspend_timeout_ms` > 0 the broker holds the request until a
         message arrives or the time runs out (long polling); the deadline adds that hold time
         to `timeout`. The messages stay packed: decode them with message_decoder.decode."""
-        flags = rmq_pb2.FLAG_SUBSCRIPTION  # spec pull §10.3: PullSysFlag.buildSysFlag
+        request, deadline = self._pull_request(mq, offset, max_messages, group, sub_expression,
+                                                suspend_timeout_ms, commit_offset, max_bytes, timeout)
+        response = self._call(self._broker_address(mq.broker_name), "messaging", "PullMessage", request,
+                              mq.broker_name, queue=mq, timeout=deadline)
+        return _pull_result(response)
+
+    def pull_async(self, mq: MessageQueue, offset: int, max_messages: int, *, group: str,
+                   callback: Callable[[PullResult | None, RmqError | None], None], sub_expression: str = "*",
+                   suspend_timeout_ms: int = 0, commit_offset: int | None = None) -> None:
+        """`pull` without blocking (RocketMQ's async pull): `callback(result, None)` or
+        `callback(None, error)` runs on a gRPC thread when the answer arrives. An unknown
+        broker raises RmqUnavailable at once."""
+        request, deadline = self._pull_request(mq, offset, max_messages, group, sub_expression,
+                                                suspend_timeout_ms, commit_offset, 0, None)
+        address = self._broker_address(mq.broker_name)
+        label = f"{mq.broker_name} at {address}"
+        future = self._connection(address).messaging.PullMessage.future(request, timeout=deadline)
+
+        def done(call: grpc.Future) -> None:
+            try:
+                response = call.result()
+            except grpc.RpcError as error:
+                callback(None, _transport_error(error, "PullMessage", label, mq))
+                return
+            except grpc.FutureCancelledError:
+                callback(None, RmqUnavailable("PullMessage cancelled", broker=label, queue=mq))
+                return
+            if response.status.code != rmq_pb2.OK:
+                refusal = response.status.message or "PullMessage refused"
+                callback(None, RmqError(response.status.code, refusal, broker=label, queue=mq))
+                return
+            callback(_pull_result(response), None)
+
+        future.add_done_callback(done)
+
+    def _pull_request(self, mq: MessageQueue, offset: int, max_messages: int, group: str, sub_expression: str,
+                      suspend_timeout_ms: int, commit_offset: int | None, max_bytes: int,
+                      timeout: float | None) -> tuple[rmq_pb2.PullMessageRequest, float]:
+        """The request (PullSysFlag.buildSysFlag, spec pull §10.3) and its deadline."""
+        flags = rmq_pb2.FLAG_SUBSCRIPTION
         if suspend_timeout_ms > 0:
             flags |= rmq_pb2.FLAG_SUSPEND
         if commit_offset is not None:
@@ -364,12 +403,7 @@ class RmqClient:
             suspend_timeout_ms=max(suspend_timeout_ms, 0), commit_offset=commit_offset or 0,
             sub_expression=sub_expression,
         )
-        deadline = (timeout or self.timeout) + max(suspend_timeout_ms, 0) / 1000.0
-        response = self._call(self._broker_address(mq.broker_name), "messaging", "PullMessage", request,
-                              mq.broker_name, queue=mq, timeout=deadline)
-        return PullResult(PullStatus(response.pull_status), GetMessageStatus(response.store_status),
-                          response.next_begin_offset, response.min_offset, response.max_offset,
-                          response.messages)
+        return request, (timeout or self.timeout) + max(suspend_timeout_ms, 0) / 1000.0
 
     def topic_offsets(self, topic: str) -> dict[MessageQueue, QueueOffsets]:
         """Min/max offset and last store time of every queue of the topic, sorted by queue."""
@@ -468,6 +502,36 @@ class RmqClient:
                 rmq_pb2.UnlockBatchRequest(consumer_group=group, client_id=client_id,
                                            queues=[_mq_proto(mq) for mq in grouped[name]]),
                 name))
+
+    # ------------------------------------------------------------ retry and dead letters
+
+    def send_message_back(self, group: str, broker_name: str, commit_log_offset: int, *, delay_level: int = 0,
+                          origin_msg_id: str = "", origin_topic: str = "",
+                          max_reconsume_times: int | None = None) -> rmq_pb2.ConsumerSendMsgBackResponse:
+        """CONSUMER_SEND_MSG_BACK to the broker that stores the message (spec pull §18)."""
+        request = rmq_pb2.ConsumerSendMsgBackRequest(
+            consumer_group=group, commit_log_offset=commit_log_offset, delay_level=delay_level,
+            origin_msg_id=origin_msg_id, origin_topic=origin_topic, max_reconsume_times=max_reconsume_times)
+        return self._call(self._broker_address(broker_name), "messaging", "ConsumerSendMsgBack", request,
+                          broker_name)
+
+    def browse_messages(self, mq: MessageQueue, offset: int, max_messages: int) -> PullResult:
+        """Admin read of a queue whatever its topic's permission (a DLQ is write-only)."""
+        request = rmq_pb2.BrowseMessagesRequest(topic=mq.topic, queue_id=mq.queue_id, offset=offset,
+                                                max_messages=max_messages)
+        response = self._call(self._broker_address(mq.broker_name), "admin", "BrowseMessages", request,
+                              mq.broker_name, queue=mq)
+        return _pull_result(response)
+
+    def watch_consumer_ids(self, broker_name: str, group: str, client_id: str
+                           ) -> Iterator[rmq_pb2.ConsumerIdsChanged]:
+        """The broker's membership push: the group's client ids now and after each change.
+        The returned stream is also a grpc.Call: `cancel()` ends it (and, on the broker,
+        unregisters the client). Iteration raises grpc.RpcError when the stream breaks."""
+        request = rmq_pb2.WatchConsumerIdsRequest(consumer_group=group, client_id=client_id)
+        stream: Iterator[rmq_pb2.ConsumerIdsChanged] = self._connection(
+            self._broker_address(broker_name)).messaging.WatchConsumerIds(request)
+        return stream
 
     # ------------------------------------------------------------ plumbing
 
@@ -577,6 +641,11 @@ class RmqClient:
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def _pull_result(response: rmq_pb2.PullMessageResponse) -> PullResult:
+    return PullResult(PullStatus(response.pull_status), GetMessageStatus(response.store_status),
+                      response.next_begin_offset, response.min_offset, response.max_offset, response.messages)
 
 
 def _transport_error(error: grpc.RpcError, method: str, label: str, queue: MessageQueue | None) -> RmqError:

@@ -1,0 +1,114 @@
+"""Messages of the client SDK (RocketMQ Message / MessageExt).
+
+`Message` is what a Producer sends; `MessageExt` is what a PushConsumer's listener receives,
+decoded record by record from a pull's `PackedMessages` through `rmq.stored_message` (the
+layout the broker and the store share). A message that came back through the group's retry
+topic shows its original topic (RocketMQ resetRetryAndNamespace), while `message_queue`
+stays the queue it was pulled from.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from rmq import message_format as mf
+from rmq import retry
+from rmq.connector.client import MessageQueue, OutgoingMessage
+from rmq.stored_message import decode_records, offset_msg_id
+from rmq.v1 import rmq_pb2
+
+DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024   # DefaultMQProducer.maxMessageSize (body bytes)
+
+
+@dataclass
+class Message:
+    """One message to send: topic, body, optional tags, keys (space-separated, or a list),
+    user properties and a delay level (1..18 with the broker's default levels; 0 none)."""
+
+    topic: str
+    body: bytes
+    tags: str = ""
+    keys: str | list[str] = ""
+    properties: dict[str, str] = field(default_factory=dict)
+    delay_level: int = 0
+
+    @property
+    def keys_text(self) -> str:
+        return self.keys if isinstance(self.keys, str) else mf.KEY_SEPARATOR.join(self.keys)
+
+    def check(self, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
+        """Validators.checkMessage: raise ValueError naming what is wrong, before any send."""
+        if not self.topic:
+            raise ValueError("message has no topic")
+        if not isinstance(self.body, (bytes, bytearray, memoryview)):
+            raise ValueError(f"message body must be bytes, not {type(self.body).__name__}")
+        if not self.body:
+            raise ValueError(f"message body is empty (topic {self.topic})")
+        if len(self.body) > max_message_size:
+            raise ValueError(f"message body is {len(self.body)} bytes, the maximum is {max_message_size}")
+        if self.delay_level < 0:
+            raise ValueError(f"delay_level must not be negative, not {self.delay_level}")
+
+    def to_outgoing(self, queue_id: int | None = None) -> OutgoingMessage:
+        return OutgoingMessage(bytes(self.body), self.tags, self.keys_text, dict(self.properties),
+                               queue_id=queue_id, delay_level=self.delay_level)
+
+
+@dataclass
+class MessageExt:
+    """A received message. `topic` is the original topic even for a retried copy;
+    `reconsume_times` counts earlier failed attempts; `commit_log_offset` names the stored
+    record for send-back."""
+
+    topic: str
+    body: bytes
+    tags: str
+    keys: str
+    properties: dict[str, str]
+    msg_id: str
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    reconsume_times: int
+    born_timestamp: int              # epoch ms
+    store_timestamp: int             # epoch ms
+    broker_name: str
+    message_queue: MessageQueue      # the queue it was pulled from (the retry topic's, for a retry)
+    store_size: int
+
+    @property
+    def origin_msg_id(self) -> str:
+        """The id of the first copy (a retried copy carries it in ORIGIN_MESSAGE_ID)."""
+        return self.properties.get(retry.PROPERTY_ORIGIN_MESSAGE_ID, self.msg_id)
+
+
+def decode_messages(packed: rmq_pb2.PackedMessages, mq: MessageQueue) -> list[MessageExt]:
+    """Every record of one pull from `mq` as a MessageExt."""
+    if not packed.count:
+        return []
+    sizes = struct.unpack(f"<{packed.count}i", packed.sizes)   # little-endian int32 (PackedMessages)
+    result = []
+    for stored, size in zip(decode_records(packed.records, sizes), sizes, strict=True):
+        properties = stored.properties
+        topic = stored.topic
+        if retry.is_retry_topic(topic):
+            topic = properties.get(retry.PROPERTY_RETRY_TOPIC, topic)
+        result.append(MessageExt(
+            topic=topic,
+            body=stored.body,
+            tags=properties.get(mf.PROPERTY_TAGS, ""),
+            keys=properties.get(mf.PROPERTY_KEYS, ""),
+            properties=properties,
+            msg_id=offset_msg_id(stored),
+            queue_id=stored.queue_id,
+            queue_offset=stored.queue_offset,
+            commit_log_offset=stored.physical_offset,
+            reconsume_times=stored.reconsume_times,
+            born_timestamp=stored.born_timestamp,
+            store_timestamp=stored.store_timestamp,
+            broker_name=mq.broker_name,
+            message_queue=mq,
+            store_size=int(size),
+        ))
+    return result

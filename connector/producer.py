@@ -1,0 +1,188 @@
+"""Producer: RocketMQ's DefaultMQProducer for Python services (DESIGN.md Client SDK; spec
+consumer-pull-rebalance §17.1, TV-21).
+
+    with Producer("127.0.0.1:9876") as producer:
+        result = producer.send(Message("Orders", b"order 1", tags="TagA", keys="o-1"))
+        results = producer.send([Message("Orders", b"a"), Message("Orders", b"b")])   # one batch
+        ordered = producer.send(Message("Orders", b"x"), selector=select_message_queue_by_hash,
+                                arg="customer-42")
+
+Every message is checked (topic, body, size) and every topic's route looked up before
+anything is sent, so bad input fails whole. A send that fails on a broker is retried on
+another broker of the topic up to `retry_times_when_send_failed` more times
+(retryTimesWhenSendFailed, 2). A list is sent as one batch per topic, one broker each. A
+`selector(queues, message, arg)` picks the queue itself (per-key order); such sends are not
+moved to another broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, overload
+
+from rmq.connector.client import PERM_WRITE, MessageQueue, RmqClient, RmqError, RmqUnavailable, TopicRoute
+from rmq.connector.message import DEFAULT_MAX_MESSAGE_SIZE, Message
+from rmq.message_format import tags_hash_code
+from rmq.v1 import rmq_pb2
+
+logger = logging.getLogger(__name__)
+
+RETRY_TIMES_WHEN_SEND_FAILED = 2
+# Broker answers after which another broker may take the message (MQProducer's retryResponseCodes).
+_RETRIED_CODES = frozenset({rmq_pb2.SERVICE_NOT_AVAILABLE, rmq_pb2.SYSTEM_ERROR, rmq_pb2.NO_PERMISSION,
+                            rmq_pb2.TOPIC_NOT_EXIST})
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """A stored message: its id, queue and queue offset (-1 for a delayed message, whose
+    offset is assigned when it is delivered)."""
+
+    msg_id: str
+    message_queue: MessageQueue
+    queue_offset: int
+
+
+MessageQueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
+
+
+def select_message_queue_by_hash(queues: Sequence[MessageQueue], message: Message, arg: Any) -> MessageQueue:
+    """SelectMessageQueueByHash: queue `abs(hash(arg)) % len(queues)`, Java's hash (an int is
+    its own hash, a string its String.hashCode), so the same key always lands on the same
+    queue (TV-21: message i with arg i % 10 over 10 queues goes to queue i % 10). A None arg
+    hashes the message's keys."""
+    key = message.keys_text if arg is None else arg
+    value = key if isinstance(key, int) else tags_hash_code(str(key))
+    return queues[abs(value) % len(queues)]
+
+
+def writable_queues(route: TopicRoute) -> list[MessageQueue]:
+    """topicRouteData2TopicPublishInfo: every writable queue of every broker, in order."""
+    return [MessageQueue(route.topic, q.broker_name, queue_id)
+            for q in route.queue_datas if q.perm & PERM_WRITE for queue_id in range(q.write_queue_nums)]
+
+
+class Producer:
+    def __init__(self, endpoints: str | Sequence[str], group: str | None = None, *,
+                 retry_times_when_send_failed: int = RETRY_TIMES_WHEN_SEND_FAILED,
+                 max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, client: RmqClient | None = None) -> None:
+        if retry_times_when_send_failed < 0:
+            raise ValueError(
+                f"retry_times_when_send_failed must not be negative, not {retry_times_when_send_failed}")
+        if max_message_size <= 0:
+            raise ValueError(f"max_message_size must be positive, not {max_message_size}")
+        self.group = group
+        self.retry_times_when_send_failed = retry_times_when_send_failed
+        self.max_message_size = max_message_size
+        self._endpoints = endpoints
+        self._client = client
+        self._owns_client = client is None
+        self._lock = threading.Lock()
+        self._next_broker: dict[str, int] = {}
+
+    def start(self) -> None:
+        if self._client is None:
+            self._client = RmqClient(self._endpoints)
+
+    def shutdown(self) -> None:
+        if self._client is not None and self._owns_client:
+            self._client.close()
+            self._client = None
+
+    def __enter__(self) -> Producer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    @property
+    def client(self) -> RmqClient:
+        if self._client is None:
+            raise RuntimeError("the producer is not started (call start() or use it as a context manager)")
+        return self._client
+
+    @overload
+    def send(self, message: Message, selector: MessageQueueSelector | None = None, arg: Any = None
+             ) -> SendResult: ...
+
+    @overload
+    def send(self, message: Sequence[Message], selector: None = None, arg: Any = None
+             ) -> list[SendResult]: ...
+
+    def send(self, message: Message | Sequence[Message], selector: MessageQueueSelector | None = None,
+             arg: Any = None) -> SendResult | list[SendResult]:
+        """Send one message (or a list as batches) synchronously; raises ValueError for bad
+        input and RmqError when the brokers refuse or cannot be reached after the retries."""
+        if isinstance(message, Message):
+            message.check(self.max_message_size)
+            if selector is not None:
+                return self._send_selected(message, selector, arg)
+            return self._send_batch(message.topic, [message])[0]
+        if selector is not None:
+            raise ValueError("a selector applies to one message, not to a list")
+        messages = list(message)
+        if not messages:
+            raise ValueError("no messages to send")
+        for index, item in enumerate(messages):
+            if not isinstance(item, Message):
+                raise ValueError(f"message {index} is a {type(item).__name__}, not a Message")
+            item.check(self.max_message_size)
+        by_topic: dict[str, list[int]] = {}
+        for index, item in enumerate(messages):
+            by_topic.setdefault(item.topic, []).append(index)
+        for topic in by_topic:
+            self.client.query_route(topic)   # an unknown topic fails before anything is sent
+        results: list[SendResult | None] = [None] * len(messages)
+        for topic, indexes in by_topic.items():
+            sent = self._send_batch(topic, [messages[i] for i in indexes])
+            for index, result in zip(indexes, sent, strict=True):
+                results[index] = result
+        return [r for r in results if r is not None]
+
+    def _send_batch(self, topic: str, messages: list[Message]) -> list[SendResult]:
+        """One batch to one broker, moved to the next broker when that one fails."""
+        outgoing = [m.to_outgoing() for m in messages]
+        last_error: RmqError | None = None
+        failed_broker: str | None = None
+        for attempt in range(1 + self.retry_times_when_send_failed):
+            broker = self._choose_broker(topic, avoid=failed_broker)
+            try:
+                sent = self.client.send(topic, outgoing, broker_name=broker)
+            except RmqError as error:
+                retried = isinstance(error, RmqUnavailable) or error.code in _RETRIED_CODES
+                if error.acknowledged or not retried:
+                    raise
+                logger.warning("send to %s failed (attempt %d): %s", broker, attempt + 1, error)
+                last_error, failed_broker = error, broker
+                continue
+            return [SendResult(msg_id, MessageQueue(topic, sent.broker_name, queue_id), offset)
+                    for msg_id, queue_id, offset in zip(sent.msg_ids, sent.queue_ids, sent.queue_offsets,
+                                                        strict=True)]
+        assert last_error is not None
+        raise last_error
+
+    def _choose_broker(self, topic: str, avoid: str | None) -> str:
+        """Round-robin over the topic's writable brokers, skipping the one that just failed."""
+        brokers = self.client.query_route(topic).writable_brokers()
+        if not brokers:
+            raise RmqError(rmq_pb2.NO_PERMISSION, f"topic {topic} has no writable queue")
+        candidates = [b for b in brokers if b != avoid] or brokers
+        with self._lock:
+            position = self._next_broker.get(topic, 0)
+            self._next_broker[topic] = position + 1
+        return candidates[position % len(candidates)]
+
+    def _send_selected(self, message: Message, selector: MessageQueueSelector, arg: Any) -> SendResult:
+        queues = writable_queues(self.client.query_route(message.topic))
+        if not queues:
+            raise RmqError(rmq_pb2.NO_PERMISSION, f"topic {message.topic} has no writable queue")
+        mq = selector(queues, message, arg)
+        if mq not in queues:
+            raise ValueError(f"the selector chose {mq}, which is not a writable queue of {message.topic}")
+        sent = self.client.send(message.topic, [message.to_outgoing(queue_id=mq.queue_id)],
+                                broker_name=mq.broker_name)
+        return SendResult(sent.msg_ids[0], mq, sent.queue_offsets[0])

@@ -1,0 +1,495 @@
+"""PushConsumer: RocketMQ's DefaultMQPushConsumer for Python services (spec
+consumer-pull-rebalance §4-§10, §15, §16, §18; consumption-longpolling-offsets;
+consumer-startup-allocation-ordering §1, §4).
+
+    consumer = PushConsumer("orders-service", "127.0.0.1:9876")
+    consumer.subscribe("Orders", "TagA || TagB")
+    consumer.register_message_listener(lambda msgs, ctx: ConsumeConcurrentlyStatus.CONSUME_SUCCESS)
+    consumer.start()
+
+Inside (one of each per consumer): a RebalanceService (every 20 s, and at once when a broker
+pushes a membership change), a PullMessageService (asynchronous long-polling pulls, the
+commit offset piggy-backed on them, flow control per ProcessQueue), a
+ConsumeMessageConcurrentlyService (thread pool, send-back of failed messages), an OffsetStore
+(the broker's in clustering, a local file in broadcasting) persisted every 5 s and at
+shutdown, and heartbeats. `shutdown()` waits for running listeners (bounded), persists the
+offsets and unregisters, so the group's other consumers take the queues over at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import cast
+
+import grpc
+
+from rmq import retry
+from rmq.connector.allocation import STRATEGY_NAMES
+from rmq.connector.client import MessageQueue, PullResult, PullStatus, RmqClient, RmqError
+from rmq.connector.consume_message_concurrently_service import ConsumeMessageConcurrentlyService
+from rmq.connector.message import MessageExt, decode_messages
+from rmq.connector.message_listener import MessageListenerConcurrently
+from rmq.connector.offset_store import (
+    LocalFileOffsetStore,
+    OffsetStore,
+    ReadOffsetType,
+    RemoteBrokerOffsetStore,
+)
+from rmq.connector.pull_message_service import PullMessageService
+from rmq.connector.rebalance_impl import (
+    ConsumeFromWhere,
+    PullRequest,
+    RebalanceImpl,
+    SubscriptionData,
+    copy_subscription,
+)
+from rmq.connector.rebalance_service import WAIT_INTERVAL_S, RebalanceService
+from rmq.connector.scheduled_executor import ScheduledExecutor
+from rmq.connector.subscription import parse_sub_expression
+from rmq.v1 import rmq_pb2
+
+logger = logging.getLogger(__name__)
+
+CLUSTERING = "clustering"
+BROADCASTING = "broadcasting"
+PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL = 50
+PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION = 3000
+OFFSET_ILLEGAL_FIX_DELAY_S = 10.0
+BROKER_SUSPEND_MAX_TIME_MILLIS = 15000
+HEARTBEAT_INTERVAL_S = 30.0            # heartbeatBrokerInterval; brokers expire clients after 120 s
+PERSIST_CONSUMER_OFFSET_INTERVAL_S = 5.0
+WATCH_RETRY_S = 1.0
+DEFAULT_OFFSET_STORE_DIR = "~/.rmq_offsets"   # LocalFileOffsetStore (rocketmq.client.localOffsetStoreDir)
+HALF_HOUR_MS = 30 * 60 * 1000
+
+
+def new_client_id() -> str:
+    """RocketMQ's `ip@instanceName`, made unique per consumer object."""
+    return f"{socket.gethostname()}@{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+class _BrokerAdmin:
+    """QueueAdmin over an RmqClient (what rebalancing asks the brokers)."""
+
+    def __init__(self, client: RmqClient, group: str) -> None:
+        self._client = client
+        self._group = group
+
+    def message_queues(self, topic: str) -> Sequence[MessageQueue]:
+        return self._client.query_route(topic).message_queues
+
+    def consumer_ids(self, topic: str) -> list[str]:
+        return self._client.consumer_list(self._group, topic)
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        return self._client.topic_offsets(mq.topic)[mq].max_offset
+
+    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        return self._client.search_offset(mq, timestamp_ms)
+
+
+class PushConsumer:
+    """A consumer group member that pulls on its own and calls the listener (RocketMQ
+    defaults: clustering, avg allocation, from the last offset, 16 reconsume attempts, 20
+    consume threads, 32 messages per pull, batches of 1, consume timeout 15 minutes)."""
+
+    def __init__(
+        self,
+        group: str,
+        endpoints: str | Sequence[str],
+        *,
+        message_model: str = CLUSTERING,
+        allocate_strategy: str = "avg",
+        consume_from: str = "last",
+        consume_timestamp: int | None = None,
+        max_reconsume_times: int = retry.DEFAULT_MAX_RECONSUME_TIMES,
+        consume_thread_max: int = 20,
+        pull_batch_size: int = 32,
+        consume_message_batch_max_size: int = 1,
+        pull_threshold_for_queue: int = 1000,
+        pull_threshold_size_for_queue: int = 100,
+        consume_concurrently_max_span: int = 2000,
+        pull_interval_ms: int = 0,
+        consume_timeout_minutes: float = 15,
+        await_termination_s: float = 30.0,
+        rebalance_interval_s: float = WAIT_INTERVAL_S,
+        persist_consumer_offset_interval_s: float = PERSIST_CONSUMER_OFFSET_INTERVAL_S,
+        offset_store_dir: str | os.PathLike[str] = DEFAULT_OFFSET_STORE_DIR,
+        client_id: str | None = None,
+        client: RmqClient | None = None,
+    ) -> None:
+        if not group:
+            raise ValueError("consumer group is empty")
+        if message_model not in (CLUSTERING, BROADCASTING):
+            raise ValueError(
+                f"message_model must be {CLUSTERING!r} or {BROADCASTING!r}, not {message_model!r}")
+        if allocate_strategy not in STRATEGY_NAMES:
+            raise ValueError(f"allocate_strategy must be one of {', '.join(STRATEGY_NAMES)}, "
+                             f"not {allocate_strategy!r}")
+        try:
+            self.consume_from = ConsumeFromWhere(consume_from)
+        except ValueError:
+            raise ValueError(f"consume_from must be one of {', '.join(w.value for w in ConsumeFromWhere)}, "
+                             f"not {consume_from!r}") from None
+        positive = {"consume_thread_max": consume_thread_max, "pull_batch_size": pull_batch_size,
+                    "consume_message_batch_max_size": consume_message_batch_max_size,
+                    "pull_threshold_for_queue": pull_threshold_for_queue,
+                    "pull_threshold_size_for_queue": pull_threshold_size_for_queue,
+                    "consume_concurrently_max_span": consume_concurrently_max_span,
+                    "consume_timeout_minutes": consume_timeout_minutes,
+                    "rebalance_interval_s": rebalance_interval_s,
+                    "persist_consumer_offset_interval_s": persist_consumer_offset_interval_s}
+        for name, value in positive.items():
+            if value <= 0:
+                raise ValueError(f"{name} must be positive, not {value}")
+        if max_reconsume_times < 0 or pull_interval_ms < 0 or await_termination_s < 0:
+            raise ValueError(
+                "max_reconsume_times, pull_interval_ms and await_termination_s must not be negative")
+        self.group = group
+        self.broadcasting = message_model == BROADCASTING
+        self.allocate_strategy = allocate_strategy
+        self.consume_timestamp = (consume_timestamp if consume_timestamp is not None
+                                  else int(time.time() * 1000) - HALF_HOUR_MS)
+        self.max_reconsume_times = max_reconsume_times
+        self.consume_thread_max = consume_thread_max
+        self.pull_batch_size = pull_batch_size
+        self.consume_message_batch_max_size = consume_message_batch_max_size
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
+        self.consume_concurrently_max_span = consume_concurrently_max_span
+        self.pull_interval_ms = pull_interval_ms
+        self.consume_timeout_minutes = consume_timeout_minutes
+        self.await_termination_s = await_termination_s
+        self.rebalance_interval_s = rebalance_interval_s
+        self.persist_interval_s = persist_consumer_offset_interval_s
+        self.offset_store_dir = Path(offset_store_dir).expanduser()
+        self.client_id = client_id or new_client_id()
+        self.client = client or RmqClient(endpoints)
+        self._owns_client = client is None
+        self._subscriptions: dict[str, str] = {}
+        self._listener: MessageListenerConcurrently | None = None
+        self._state = "CREATE_JUST"
+        self._state_lock = threading.Lock()
+        self._flow_control_times = 0
+        self._watched: set[str] = set()                 # brokers with a watch thread
+        self._watch_streams: dict[str, grpc.Call] = {}  # their open streams
+        self._watch_lock = threading.Lock()
+        # built by start()
+        self.offset_store: OffsetStore
+        self.rebalance_impl: RebalanceImpl
+        self.consume_service: ConsumeMessageConcurrentlyService
+        self._scheduler: ScheduledExecutor
+        self._pull_service: PullMessageService
+        self._rebalance_service: RebalanceService
+
+    # ------------------------------------------------------------ public API
+
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        """Consume `topic`'s messages whose tag matches `expression` ("*" or "TagA || TagB")."""
+        if not topic:
+            raise ValueError("topic is empty")
+        parse_sub_expression(expression)   # ValueError naming the bad expression
+        self._subscriptions[topic] = expression
+
+    def register_message_listener(self, listener: MessageListenerConcurrently) -> None:
+        """`listener(messages, context)` returns ConsumeConcurrentlyStatus (see message_listener)."""
+        self._listener = listener
+
+    def __enter__(self) -> PushConsumer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    @property
+    def running(self) -> bool:
+        return self._state == "RUNNING"
+
+    def start(self) -> None:
+        """DefaultMQPushConsumerImpl#start: check, copy the subscriptions, build the services,
+        heartbeat, then rebalance at once. Raises ValueError for a missing listener or
+        subscription, RmqError when the brokers refuse (e.g. an unknown topic)."""
+        with self._state_lock:
+            if self._state != "CREATE_JUST":
+                raise RuntimeError(
+                    f"The PushConsumer service state not OK, maybe started once, {self._state}")
+            if self._listener is None:
+                raise ValueError("no message listener registered (register_message_listener)")
+            if not self._subscriptions:
+                raise ValueError("no subscription (subscribe(topic, expression))")
+            for topic in self._subscriptions:
+                self.client.query_route(topic)   # an unknown topic fails here, naming it
+            self._state = "START_FAILED"
+            self._build()
+            self._state = "RUNNING"
+        self._heartbeat()
+        self._scheduler.schedule_at_fixed_rate(HEARTBEAT_INTERVAL_S, HEARTBEAT_INTERVAL_S, self._heartbeat)
+        self._scheduler.schedule_at_fixed_rate(self.persist_interval_s, self.persist_interval_s,
+                                               self.persist_consumer_offset)
+        self.consume_service.start(lambda: list(self.rebalance_impl.process_queue_table.values()))
+        self._pull_service.start()
+        self._rebalance_service.start()
+        self._rebalance_service.wakeup()
+        logger.info("the consumer [%s] start OK as %s", self.group, self.client_id)
+
+    def shutdown(self) -> None:
+        """Stop pulling, wait for running listeners (up to await_termination_s), persist the
+        offsets, unregister from every broker and close the connections."""
+        with self._state_lock:
+            if self._state != "RUNNING":
+                self._state = "SHUTDOWN_ALREADY"
+                return
+            self._state = "SHUTDOWN_ALREADY"
+        self._rebalance_service.shutdown()
+        self._pull_service.shutdown()
+        self.consume_service.shutdown(self.await_termination_s)
+        self.persist_consumer_offset()
+        self.rebalance_impl.drop_all()
+        self._scheduler.shutdown()
+        self._stop_watching()
+        if not self.broadcasting:
+            try:
+                self.client.unregister(self.client_id, self.group)
+            except RmqError as error:
+                logger.warning("unregister of %s from group %s failed: %s", self.client_id, self.group, error)
+        if self._owns_client:
+            self.client.close()
+        logger.info("the consumer [%s] shutdown OK", self.group)
+
+    def persist_consumer_offset(self) -> None:
+        """persistConsumerOffset: write the offsets of every queue owned now."""
+        try:
+            self.offset_store.persist_all(list(self.rebalance_impl.process_queue_table))
+        except RmqError as error:
+            logger.warning("persistAllConsumerOffset of group %s failed: %s", self.group, error)
+
+    def process_queues(self) -> dict[MessageQueue, int]:
+        """The queues owned now and how many messages each holds (for monitoring)."""
+        return {mq: pq.msg_count for mq, pq in sorted(self.rebalance_impl.process_queue_table.items())}
+
+    # ------------------------------------------------------------ start-up
+
+    def _build(self) -> None:
+        self._scheduler = ScheduledExecutor(f"rmq-scheduled-{self.group}")
+        if self.broadcasting:
+            directory = self.offset_store_dir / self.client_id.replace("@", "_")
+            self.offset_store = LocalFileOffsetStore(directory, self.group)
+        else:
+            self.offset_store = RemoteBrokerOffsetStore(self.client, self.group)
+        self.offset_store.load()
+        self._pull_service = PullMessageService(self.pull_message, self._scheduler)
+        self.rebalance_impl = RebalanceImpl(
+            self.group, self.client_id, copy_subscription(self.group, self._subscriptions, self.broadcasting),
+            broadcasting=self.broadcasting, strategy=self.allocate_strategy, offset_store=self.offset_store,
+            admin=_BrokerAdmin(self.client, self.group), consume_from=self.consume_from,
+            consume_timestamp_ms=self.consume_timestamp, dispatch_pull_requests=self._dispatch_pull_requests)
+        assert self._listener is not None
+        self.consume_service = ConsumeMessageConcurrentlyService(
+            self._listener, group=self.group, broadcasting=self.broadcasting,
+            consume_thread_max=self.consume_thread_max,
+            consume_message_batch_max_size=self.consume_message_batch_max_size,
+            consume_timeout_minutes=self.consume_timeout_minutes, offset_store=self.offset_store,
+            send_message_back=self.send_message_back, scheduler=self._scheduler)
+        self._rebalance_service = RebalanceService(self.rebalance_impl.do_rebalance,
+                                                   self.rebalance_interval_s)
+
+    def _heartbeat(self) -> None:
+        """sendHeartbeatToAllBroker, and a membership watch on every broker (clustering)."""
+        try:
+            self._send_heartbeat()
+        except RmqError as error:
+            logger.warning("heartbeat of %s in group %s failed: %s", self.client_id, self.group, error)
+        if not self.broadcasting and self.running:
+            try:
+                brokers = self.client.list_brokers()
+            except RmqError:
+                return
+            for broker_name in brokers:
+                self._watch(broker_name)
+
+    # ------------------------------------------------------------ membership push
+
+    def _send_heartbeat(self) -> None:
+        subscriptions = {t: s.sub_string for t, s in self.rebalance_impl.subscription_inner.items()}
+        self.client.heartbeat(self.client_id, self.group, subscriptions, broadcasting=self.broadcasting)
+
+    def _watch(self, broker_name: str) -> None:
+        with self._watch_lock:
+            if broker_name in self._watched or not self.running:
+                return
+            self._watched.add(broker_name)
+        threading.Thread(target=self._watch_loop, args=(broker_name,), name=f"rmq-watch-{broker_name}",
+                         daemon=True).start()
+
+    def _watch_loop(self, broker_name: str) -> None:
+        """NOTIFY_CONSUMER_IDS_CHANGED: rebalance at once whenever the broker says the group's
+        client list changed. A broken stream is reopened (after a heartbeat, since the broker
+        unregistered us when it broke); a broker without the RPC just is not watched."""
+        while self.running:
+            try:
+                stream = self.client.watch_consumer_ids(broker_name, self.group, self.client_id)
+                call = cast(grpc.Call, stream)
+                with self._watch_lock:
+                    if not self.running:
+                        call.cancel()
+                        return
+                    self._watch_streams[broker_name] = call
+                for event in stream:
+                    if event.status.code != rmq_pb2.OK:
+                        logger.warning("membership watch on %s refused: %s", broker_name,
+                                       event.status.message)
+                        break
+                    self._rebalance_service.wakeup()
+            except grpc.RpcError as error:
+                code = error.code() if isinstance(error, grpc.Call) else None
+                if code == grpc.StatusCode.CANCELLED or not self.running:
+                    return
+                if code in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENIED):
+                    logger.info("broker %s does not push membership changes (%s)", broker_name, code)
+                    return
+            except RmqError as error:
+                logger.debug("membership watch on %s: %s", broker_name, error)
+            if not self.running:
+                return
+            time.sleep(WATCH_RETRY_S)
+            try:
+                self._send_heartbeat()
+            except RmqError:
+                pass
+
+    def _stop_watching(self) -> None:
+        with self._watch_lock:
+            streams, self._watch_streams = list(self._watch_streams.values()), {}
+        for stream in streams:
+            stream.cancel()
+
+    # ------------------------------------------------------------ pulling (spec pull §10, §15)
+
+    def _dispatch_pull_requests(self, requests: list[PullRequest]) -> None:
+        for request in requests:
+            self._pull_service.execute_pull_request_immediately(request)
+
+    def pull_message(self, request: PullRequest) -> None:
+        """DefaultMQPushConsumerImpl#pullMessage: flow control, then an asynchronous pull."""
+        pq = request.process_queue
+        if pq.dropped:
+            logger.info("the pull request[%s] is dropped.", request.message_queue)
+            return
+        pq.last_pull_timestamp = time.monotonic()
+        delay_ms = self.flow_control_delay_ms(pq)
+        if delay_ms:
+            self._flow_control_times += 1
+            if self._flow_control_times % 1000 == 1:
+                logger.warning("the cached message count/size/span of %s exceeds the threshold, so do flow "
+                               "control: count=%d size=%d MiB span=%d", request.message_queue, pq.msg_count,
+                               pq.msg_size // (1024 * 1024), pq.max_span())
+            self._pull_service.execute_pull_request_later(request, delay_ms)
+            return
+        mq = request.message_queue
+        subscription = self.rebalance_impl.subscription_inner.get(mq.topic)
+        if subscription is None:
+            logger.warning("find the consumer's subscription failed, %s", mq)
+            self._pull_service.execute_pull_request_later(request, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
+            return
+        commit_offset = None
+        if not self.broadcasting:
+            in_memory = self.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_MEMORY)
+            commit_offset = in_memory if in_memory > 0 else None
+        try:
+            self.client.pull_async(
+                mq, request.next_offset, self.pull_batch_size, group=self.group,
+                sub_expression=subscription.sub_string, suspend_timeout_ms=BROKER_SUSPEND_MAX_TIME_MILLIS,
+                commit_offset=commit_offset,
+                callback=lambda result, error: self._on_pull(request, subscription, result, error))
+        except RmqError as error:
+            logger.warning("pullKernelImpl exception, %s: %s", mq, error)
+            self._pull_service.execute_pull_request_later(request, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
+
+    def flow_control_delay_ms(self, pq) -> int:
+        """TV-7: 50 ms when the ProcessQueue holds too many messages, too many MiB, or (in
+        concurrent mode) too wide an offset span; else 0."""
+        if pq.msg_count > self.pull_threshold_for_queue:
+            return PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL
+        if pq.msg_size // (1024 * 1024) > self.pull_threshold_size_for_queue:
+            return PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL
+        if pq.max_span() > self.consume_concurrently_max_span:
+            return PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL
+        return 0
+
+    def _on_pull(self, request: PullRequest, subscription: SubscriptionData, result: PullResult | None,
+                 error: RmqError | None) -> None:
+        """PullCallback (spec §15, TV-11), on a gRPC thread."""
+        if not self.running:
+            return
+        if error is not None or result is None:
+            if not retry.is_retry_topic(request.message_queue.topic):
+                logger.warning("execute the pull request exception: %s", error)
+            self._pull_service.execute_pull_request_later(request, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
+            return
+        try:
+            self.process_pull_result(request, subscription, result)
+        except Exception:
+            logger.exception("processing the pull result of %s failed", request.message_queue)
+            self._pull_service.execute_pull_request_later(request, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
+
+    def process_pull_result(self, request: PullRequest, subscription: SubscriptionData,
+                            result: PullResult) -> None:
+        mq, pq = request.message_queue, request.process_queue
+        status = result.pull_status
+        if status == PullStatus.FOUND:
+            request.next_offset = result.next_begin_offset
+            messages = [m for m in decode_messages(result.messages, mq) if subscription.matches(m.tags)]
+            if not messages:
+                self._pull_service.execute_pull_request_immediately(request)
+                return
+            pq.put_message(messages)
+            self.consume_service.submit_consume_request(messages, pq, mq)
+            if self.pull_interval_ms > 0:
+                self._pull_service.execute_pull_request_later(request, self.pull_interval_ms)
+            else:
+                self._pull_service.execute_pull_request_immediately(request)
+        elif status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
+            request.next_offset = result.next_begin_offset
+            if pq.msg_count == 0:   # correctTagsOffset
+                self.offset_store.update_offset(mq, request.next_offset, increase_only=True)
+            self._pull_service.execute_pull_request_immediately(request)
+        elif status == PullStatus.OFFSET_ILLEGAL:
+            logger.warning("the pull request offset illegal, %s %d -> %d", mq, request.next_offset,
+                           result.next_begin_offset)
+            request.next_offset = result.next_begin_offset
+            pq.dropped = True
+            self._scheduler.schedule(OFFSET_ILLEGAL_FIX_DELAY_S, lambda: self._fix_offset(request))
+
+    def _fix_offset(self, request: PullRequest) -> None:
+        mq = request.message_queue
+        self.offset_store.update_offset(mq, request.next_offset, increase_only=False)
+        try:
+            self.offset_store.persist_all([mq])
+        except RmqError as error:
+            logger.warning("executeTaskLater Exception: %s", error)
+        self.rebalance_impl.remove_process_queue(mq)
+        logger.warning("fix the pull request offset, %s -> %d", mq, request.next_offset)
+
+    # ------------------------------------------------------------ send-back (spec §18)
+
+    def send_message_back(self, message: MessageExt, delay_level: int) -> bool:
+        """CONSUMER_SEND_MSG_BACK to the message's broker; False when it failed (the caller
+        consumes the message again locally)."""
+        try:
+            self.client.send_message_back(
+                self.group, message.broker_name, message.commit_log_offset, delay_level=delay_level,
+                origin_msg_id=message.origin_msg_id, origin_topic=message.topic,
+                max_reconsume_times=self.max_reconsume_times)
+            return True
+        except RmqError as error:
+            logger.warning("sendMessageBack of %s failed: %s", message.msg_id, error)
+            return False
+

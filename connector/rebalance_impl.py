@@ -1,0 +1,219 @@
+"""RebalanceImpl for push consumers (RebalancePushImpl; spec consumer-pull-rebalance §8, §9,
+TV-9, TV-10, TV-24; consumer-startup-allocation-ordering §3, §4.3).
+
+It keeps the consumer's subscriptions (with the group's retry topic in clustering) and the
+ProcessQueue table. A rebalance computes, per subscribed topic, the queues this consumer
+owns (all of them when broadcasting; the allocation strategy over the sorted queues and
+client ids when clustering), drops the queues it no longer owns (their offsets persisted
+and forgotten, so the new owner resumes there), and starts a pull loop, at the offset
+computePullFromWhere gives, for each queue it gained.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from rmq import retry
+from rmq.connector.allocation import allocate
+from rmq.connector.client import MessageQueue, RmqError
+from rmq.connector.offset_store import OffsetStore, ReadOffsetType
+from rmq.connector.offsets import NO_OFFSET
+from rmq.connector.process_queue import ProcessQueue
+from rmq.subscription import parse_sub_expression
+
+logger = logging.getLogger(__name__)
+
+
+class ConsumeFromWhere(enum.Enum):
+    """Where a queue the group never committed starts (spec pull §9)."""
+
+    LAST = "last"            # CONSUME_FROM_LAST_OFFSET: the queue's max offset
+    FIRST = "first"          # CONSUME_FROM_FIRST_OFFSET: offset 0
+    TIMESTAMP = "timestamp"  # CONSUME_FROM_TIMESTAMP: the first message stored at/after consume_timestamp
+
+
+@dataclass(frozen=True)
+class SubscriptionData:
+    """FilterAPI.buildSubscriptionData: the topic, its normalised expression and tag set
+    (None: every tag)."""
+
+    topic: str
+    sub_string: str
+    tags: frozenset[str] | None
+
+    @classmethod
+    def build(cls, topic: str, expression: str) -> SubscriptionData:
+        sub_string, tags = parse_sub_expression(expression)
+        return cls(topic, sub_string, tags)
+
+    def matches(self, tags: str) -> bool:
+        """The client's re-check of the broker's tag hash filter."""
+        return self.tags is None or tags in self.tags
+
+
+@dataclass
+class PullRequest:
+    """One queue's pull loop (spec pull §2.3): re-queued after each pull while the queue is ours."""
+
+    consumer_group: str
+    message_queue: MessageQueue
+    process_queue: ProcessQueue
+    next_offset: int
+
+
+class QueueAdmin(Protocol):
+    """What rebalancing asks the brokers (MQAdminImpl / MQClientInstance)."""
+
+    def message_queues(self, topic: str) -> Sequence[MessageQueue]: ...
+    def consumer_ids(self, topic: str) -> list[str]: ...
+    def max_offset(self, mq: MessageQueue) -> int: ...
+    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int: ...
+
+
+def copy_subscription(group: str, subscriptions: dict[str, str], broadcasting: bool
+                      ) -> dict[str, SubscriptionData]:
+    """copySubscription (TV-24): clustering consumers also subscribe to `%RETRY%<group>`."""
+    inner = {topic: SubscriptionData.build(topic, expression) for topic, expression in subscriptions.items()}
+    if not broadcasting:
+        topic = retry.retry_topic(group)
+        inner[topic] = SubscriptionData.build(topic, "*")
+    return inner
+
+
+class RebalanceImpl:
+    def __init__(
+        self,
+        group: str,
+        client_id: str,
+        subscriptions: dict[str, SubscriptionData],
+        *,
+        broadcasting: bool,
+        strategy: str,
+        offset_store: OffsetStore,
+        admin: QueueAdmin,
+        consume_from: ConsumeFromWhere,
+        consume_timestamp_ms: int,
+        dispatch_pull_requests: Callable[[list[PullRequest]], None],
+    ) -> None:
+        self.group = group
+        self.client_id = client_id
+        self.subscription_inner = subscriptions
+        self.broadcasting = broadcasting
+        self.strategy = strategy
+        self.offset_store = offset_store
+        self.admin = admin
+        self.consume_from = consume_from
+        self.consume_timestamp_ms = consume_timestamp_ms
+        self.dispatch_pull_requests = dispatch_pull_requests
+        self.process_queue_table: dict[MessageQueue, ProcessQueue] = {}
+        self._lock = threading.Lock()   # one rebalance at a time
+
+    def do_rebalance(self) -> None:
+        """RebalanceImpl#doRebalance: every subscribed topic, then drop unsubscribed topics."""
+        with self._lock:
+            for topic in list(self.subscription_inner):
+                try:
+                    self.rebalance_by_topic(topic)
+                except (RmqError, ValueError) as error:
+                    if not retry.is_retry_topic(topic):   # retry topics fail quietly (§8.3)
+                        logger.warning("rebalanceByTopic Exception, group %s topic %s: %s", self.group, topic,
+                                       error)
+            self.truncate_message_queue_not_my_topic()
+
+    def rebalance_by_topic(self, topic: str) -> bool:
+        mq_set = list(self.admin.message_queues(topic))
+        if self.broadcasting:
+            return self.update_process_queue_table_in_rebalance(topic, set(mq_set))
+        cid_all = self.admin.consumer_ids(topic)
+        if not mq_set or not cid_all:
+            logger.warning("doRebalance, %s, %s: no queues (%d) or no consumers (%d)", self.group, topic,
+                           len(mq_set), len(cid_all))
+            return False
+        allocated = allocate(self.strategy, self.client_id, mq_set, cid_all)
+        changed = self.update_process_queue_table_in_rebalance(topic, set(allocated))
+        if changed:
+            logger.info("rebalanced, group=%s, topic=%s, clientId=%s, mqAllSize=%d, cidAllSize=%d, "
+                        "rebalanceResultSize=%d", self.group, topic, self.client_id, len(mq_set),
+                        len(cid_all), len(allocated))
+        return changed
+
+    def update_process_queue_table_in_rebalance(self, topic: str, mq_set: set[MessageQueue]) -> bool:
+        """Spec §8.6 / TV-10: drop queues not in `mq_set` (or whose pulls went idle), add new
+        ones at computePullFromWhere, and start a pull loop only for the added ones."""
+        changed = False
+        for mq, pq in list(self.process_queue_table.items()):
+            if mq.topic != topic:
+                continue
+            if mq not in mq_set or pq.is_pull_expired():
+                pq.dropped = True
+                if self.remove_unnecessary_message_queue(mq, pq):
+                    del self.process_queue_table[mq]
+                    changed = True
+                    logger.info("doRebalance, %s, remove unnecessary mq, %s", self.group, mq)
+        pull_requests = []
+        for mq in sorted(mq_set - set(self.process_queue_table)):
+            next_offset = self.compute_pull_from_where(mq)
+            if next_offset < 0:
+                logger.warning("doRebalance, %s, add new mq failed, %s", self.group, mq)
+                continue
+            pq = ProcessQueue()
+            self.process_queue_table[mq] = pq
+            pull_requests.append(PullRequest(self.group, mq, pq, next_offset))
+            changed = True
+            logger.info("doRebalance, %s, add a new mq, %s at %d", self.group, mq, next_offset)
+        self.dispatch_pull_requests(pull_requests)
+        return changed
+
+    def remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
+        """Persist the queue's offset for its next owner, then forget it."""
+        try:
+            self.offset_store.persist_all([mq])
+        except RmqError as error:
+            logger.warning("persisting the offset of %s failed: %s", mq, error)
+        self.offset_store.remove_offset(mq)
+        return True
+
+    def compute_pull_from_where(self, mq: MessageQueue) -> int:
+        """Spec §9 / TV-9: the committed offset, else by consume_from; -1 skips the queue."""
+        last_offset = self.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_STORE)
+        if last_offset >= 0:
+            return last_offset
+        if last_offset != NO_OFFSET:
+            return -1
+        if self.consume_from is ConsumeFromWhere.FIRST:
+            return 0
+        try:
+            if self.consume_from is ConsumeFromWhere.LAST:
+                return 0 if retry.is_retry_topic(mq.topic) else self.admin.max_offset(mq)
+            if retry.is_retry_topic(mq.topic):
+                return self.admin.max_offset(mq)
+            return self.admin.search_offset(mq, self.consume_timestamp_ms)
+        except RmqError as error:
+            logger.warning("computing the start offset of %s failed: %s", mq, error)
+            return -1
+
+    def remove_process_queue(self, mq: MessageQueue) -> None:
+        """Drop one queue now (after OFFSET_ILLEGAL); the next rebalance adds it back."""
+        with self._lock:
+            pq = self.process_queue_table.pop(mq, None)
+        if pq is not None:
+            pq.dropped = True
+            self.remove_unnecessary_message_queue(mq, pq)
+
+    def truncate_message_queue_not_my_topic(self) -> None:
+        for mq in [mq for mq in self.process_queue_table if mq.topic not in self.subscription_inner]:
+            self.process_queue_table.pop(mq).dropped = True
+
+    def drop_all(self) -> list[MessageQueue]:
+        """Shutdown: every ProcessQueue dropped; returns their queues."""
+        with self._lock:
+            for pq in self.process_queue_table.values():
+                pq.dropped = True
+            mqs = list(self.process_queue_table)
+            self.process_queue_table.clear()
+        return mqs
