@@ -9,8 +9,10 @@ as little-endian int32, with no per-message Python work on this path."""
 from __future__ import annotations
 
 import functools
+import time
 from dataclasses import dataclass
 
+from rmq import message_format as mf
 from rmq import subscription
 from rmq.broker_server.broker_stats import BrokerStatsManager
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
@@ -19,6 +21,8 @@ from rmq.broker_server.names import check_group_name
 from rmq.broker_server.status import OK, RequestError, illegal_argument, rmq_pb2
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfigManager
+from rmq.sql92 import Sql92Error, compile_sql92
+from rmq.store.message_filter import RecordFilter
 
 MAX_SUB_EXPRESSION_LENGTH = 65536
 KNOWN_SYS_FLAGS = rmq_pb2.FLAG_COMMIT_OFFSET | rmq_pb2.FLAG_SUSPEND | rmq_pb2.FLAG_SUBSCRIPTION
@@ -55,6 +59,15 @@ def sub_expression_tag_codes(expression: str) -> frozenset[int] | None:
     return subscription.tag_codes(expression)
 
 
+@functools.lru_cache(maxsize=SUB_EXPRESSION_CACHE_SIZE)
+def sql92_record_filter(expression: str) -> RecordFilter:
+    """MessageFilter#isMatchedByCommitLog for an SQL92 subscription (spec
+    consumption-longpolling-offsets §10): the expression evaluated on the record's properties.
+    Raises Sql92Error for a malformed expression (not cached)."""
+    compiled = compile_sql92(expression)
+    return lambda record: compiled.matches(mf.record_properties(record))
+
+
 @dataclass(frozen=True)
 class PullQuery:
     group: str
@@ -66,6 +79,7 @@ class PullQuery:
     tag_codes: frozenset[int] | None
     suspend: bool
     suspend_timeout_ms: int
+    record_filter: RecordFilter | None = None   # SQL92 subscriptions
 
 
 @dataclass(frozen=True)
@@ -85,9 +99,11 @@ class PullMessageProcessor:
         executor: StoreExecutor,
         limits: PullLimits,
         stats: BrokerStatsManager,
+        enable_property_filter: bool = True,
     ) -> None:
         self.store = store
         self.stats = stats
+        self.enable_property_filter = enable_property_filter
         self.topics = topics
         self.offsets = offsets
         self.hold_service = hold_service
@@ -106,12 +122,29 @@ class PullMessageProcessor:
             # §6 step 9: every rmq broker is a master, so the offset is always stored.
             self.offsets.commit_offset(query.group, query.topic, query.queue_id, request.commit_offset)
         if broker_allow_suspend and query.suspend and response.pull_status == rmq_pb2.NO_NEW_MSG:
-            await self.hold_service.suspend(
-                query.topic, query.queue_id, query.offset, query.tag_codes, query.suspend_timeout_ms
-            )
-            # executeRequestWhenWakeup: run again, answering whatever is there now.
-            return await self.process(request, broker_allow_suspend=False)
+            return await self._hold(request, query)
         return response
+
+    async def _hold(self, request: rmq_pb2.PullMessageRequest, query: PullQuery
+                    ) -> rmq_pb2.PullMessageResponse:
+        """Hold the pull, then run it again answering whatever is there (executeRequestWhenWakeup).
+        Arrivals wake an SQL92 pull whatever their properties (the ConsumeQueue has no properties);
+        when the re-run found only messages its filter rejects, it is held again from past them for
+        the rest of its time, so it is answered only for a matching message or at its timeout."""
+        started = time.monotonic()
+        await self.hold_service.suspend(
+            query.topic, query.queue_id, query.offset, query.tag_codes, query.suspend_timeout_ms
+        )
+        woken = await self.process(request, broker_allow_suspend=False)
+        remaining_ms = query.suspend_timeout_ms - int((time.monotonic() - started) * 1000)
+        if query.record_filter is None or woken.pull_status != rmq_pb2.NO_MATCHED_MSG or remaining_ms <= 0:
+            return woken
+        again = rmq_pb2.PullMessageRequest()
+        again.CopyFrom(request)
+        again.queue_offset = woken.next_begin_offset
+        again.suspend_timeout_ms = remaining_ms
+        again.sys_flag &= ~rmq_pb2.FLAG_COMMIT_OFFSET     # committed once already
+        return await self.process(again)
 
     def parse(self, request: rmq_pb2.PullMessageRequest) -> PullQuery:
         """Validate every field, naming the bad one; clamp batch limits to the broker's."""
@@ -145,6 +178,7 @@ class PullMessageProcessor:
             raise illegal_argument(f"commit_offset must not be negative, not {request.commit_offset}")
         if len(request.sub_expression) > MAX_SUB_EXPRESSION_LENGTH:
             raise illegal_argument(f"sub_expression is longer than {MAX_SUB_EXPRESSION_LENGTH} characters")
+        sql = request.expression_type == rmq_pb2.SQL92
         return PullQuery(
             group=request.consumer_group,
             topic=request.topic,
@@ -152,10 +186,21 @@ class PullMessageProcessor:
             offset=request.queue_offset,
             max_messages=min(request.max_messages, self.limits.max_messages),
             max_bytes=min(request.max_bytes or self.limits.default_max_bytes, self.limits.max_bytes),
-            tag_codes=sub_expression_tag_codes(request.sub_expression),
+            tag_codes=None if sql else sub_expression_tag_codes(request.sub_expression),
             suspend=suspend,
             suspend_timeout_ms=request.suspend_timeout_ms,
+            record_filter=self._sql92_filter(request.sub_expression) if sql else None,
         )
+
+    def _sql92_filter(self, expression: str) -> RecordFilter:
+        if not self.enable_property_filter:
+            raise RequestError(rmq_pb2.FILTER_NOT_SUPPORTED,
+                               "the broker does not support filtering messages by SQL92 "
+                               "(enable_property_filter is off)")
+        try:
+            return sql92_record_filter(expression)
+        except Sql92Error as error:
+            raise RequestError(rmq_pb2.SUBSCRIPTION_PARSE_FAILED, str(error)) from None
 
     def browse_query(self, request: rmq_pb2.BrowseMessagesRequest) -> PullQuery:
         """An admin read of any existing topic's queue, permission aside, never held."""
@@ -184,6 +229,7 @@ class PullMessageProcessor:
             query.max_messages,
             max_total_bytes=query.max_bytes,
             tag_codes=query.tag_codes,
+            record_filter=query.record_filter,
         )
         if result.message_count:
             self.stats.record_get(query.topic, result.message_count, len(result.buffer))
