@@ -25,6 +25,7 @@ import grpc
 
 from rmq.auth import Credentials, TlsSettings, open_channel
 from rmq.connector.endpoints import parse_endpoints
+from rmq.subscription import MessageSelector
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 MAX_GRPC_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -348,11 +349,14 @@ class RmqClient:
     # ------------------------------------------------------------ pulling and offsets
 
     def pull(self, mq: MessageQueue, offset: int, max_messages: int, *, group: str,
-             sub_expression: str = "*", suspend_timeout_ms: int = 0, commit_offset: int | None = None,
-             max_bytes: int = 0, timeout: float | None = None) -> PullResult:
+             sub_expression: str | MessageSelector = "*", suspend_timeout_ms: int = 0,
+             commit_offset: int | None = None, max_bytes: int = 0, timeout: float | None = None
+             ) -> PullResult:
         """One PullMessage. With `suspend_timeout_ms` > 0 the broker holds the request until a
         message arrives or the time runs out (long polling); the deadline adds that hold time
-        to `timeout`. The messages stay packed: decode them with message_decoder.decode."""
+        to `timeout`. `sub_expression`: tags (`TagA || TagB`) or a MessageSelector (by_sql: the
+        broker filters on properties). The messages stay packed: decode them with
+        message_decoder.decode."""
         request, deadline = self._pull_request(mq, offset, max_messages, group, sub_expression,
                                                 suspend_timeout_ms, commit_offset, max_bytes, timeout)
         response = self._call(self._broker_address(mq.broker_name), "messaging", "PullMessage", request,
@@ -360,8 +364,9 @@ class RmqClient:
         return _pull_result(response)
 
     def pull_async(self, mq: MessageQueue, offset: int, max_messages: int, *, group: str,
-                   callback: Callable[[PullResult | None, RmqError | None], None], sub_expression: str = "*",
-                   suspend_timeout_ms: int = 0, commit_offset: int | None = None) -> None:
+                   callback: Callable[[PullResult | None, RmqError | None], None],
+                   sub_expression: str | MessageSelector = "*", suspend_timeout_ms: int = 0,
+                   commit_offset: int | None = None) -> None:
         """`pull` without blocking (RocketMQ's async pull): `callback(result, None)` or
         `callback(None, error)` runs on a gRPC thread when the answer arrives. An unknown
         broker raises RmqUnavailable at once."""
@@ -388,7 +393,8 @@ class RmqClient:
 
         future.add_done_callback(done)
 
-    def _pull_request(self, mq: MessageQueue, offset: int, max_messages: int, group: str, sub_expression: str,
+    def _pull_request(self, mq: MessageQueue, offset: int, max_messages: int, group: str,
+                      sub_expression: str | MessageSelector,
                       suspend_timeout_ms: int, commit_offset: int | None, max_bytes: int,
                       timeout: float | None) -> tuple[rmq_pb2.PullMessageRequest, float]:
         """The request (PullSysFlag.buildSysFlag, spec pull §10.3) and its deadline."""
@@ -401,8 +407,10 @@ class RmqClient:
             consumer_group=group, topic=mq.topic, queue_id=mq.queue_id, queue_offset=offset,
             max_messages=max_messages, max_bytes=max_bytes, sys_flag=flags,
             suspend_timeout_ms=max(suspend_timeout_ms, 0), commit_offset=commit_offset or 0,
-            sub_expression=sub_expression,
         )
+        selector = sub_expression if isinstance(sub_expression, MessageSelector) else None
+        request.sub_expression = selector.expression if selector else str(sub_expression)
+        request.expression_type = selector.expression_type if selector else rmq_pb2.TAG
         return request, (timeout or self.timeout) + max(suspend_timeout_ms, 0) / 1000.0
 
     def topic_offsets(self, topic: str) -> dict[MessageQueue, QueueOffsets]:

@@ -1,12 +1,18 @@
-"""Subscription expressions (RocketMQ FilterAPI.buildSubscriptionData): `*` or `TagA || TagB`.
+"""Subscription expressions (RocketMQ FilterAPI.buildSubscriptionData): `*` or `TagA || TagB`,
+or an SQL92 condition on message properties (rmq.sql92) chosen with `MessageSelector.by_sql`.
 
-One parser, two entry points: clients refuse a malformed expression before sending it
+One tag parser, two entry points: clients refuse a malformed expression before sending it
 (`parse_sub_expression`), the broker reads whatever a client sent the way RocketMQ does,
 skipping empty tags (`tag_codes`)."""
 
 from __future__ import annotations
 
+import enum
+from dataclasses import dataclass
+
 from rmq.message_format import tags_hash_code
+from rmq.sql92 import compile_sql92
+from rmq.v1 import rmq_pb2
 
 SUB_ALL = "*"
 SEPARATOR = "||"
@@ -35,3 +41,33 @@ def tag_codes(text: str) -> frozenset[int] | None:
     if not tags or SUB_ALL in tags:
         return None
     return frozenset(tags_hash_code(tag) for tag in tags)
+
+
+class ExpressionType(enum.IntEnum):
+    """RocketMQ ExpressionType, valued as on the wire (rmq.v1 ExpressionType)."""
+
+    TAG = rmq_pb2.TAG
+    SQL92 = rmq_pb2.SQL92
+
+
+@dataclass(frozen=True)
+class MessageSelector:
+    """What a subscription selects (RocketMQ MessageSelector): tags, or an SQL92 condition the
+    broker evaluates on each message's properties. Both are checked when built, so a bad
+    expression fails at subscribe / query start (ValueError; Sql92Error names the position)."""
+
+    expression: str = SUB_ALL
+    expression_type: ExpressionType = ExpressionType.TAG
+
+    @classmethod
+    def by_tag(cls, expression: str = SUB_ALL) -> MessageSelector:
+        return cls(parse_sub_expression(expression)[0], ExpressionType.TAG)
+
+    @classmethod
+    def by_sql(cls, sql: str) -> MessageSelector:
+        compile_sql92(sql)
+        return cls(sql, ExpressionType.SQL92)
+
+    @property
+    def is_sql(self) -> bool:
+        return self.expression_type is ExpressionType.SQL92
