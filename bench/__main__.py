@@ -51,6 +51,7 @@ BENCHMARKS = [
     Benchmark("memory", "6c. Executor memory peak reading a large queue range",
               "bench.big_queue_bench:memory_rows"),
     Benchmark("recovery", "7. Recovery after kill -9", "bench.big_queue_bench:recovery_rows"),
+    Benchmark("filter", "8. Broker-side filters: SQL92 vs tags", "bench.filter_bench:filter_rows"),
 ]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.connector.message_decoder import decode
+from rmq.subscription import MessageSelector
 
 GROUP = "bench-group"
 PULL_BATCH = 1024
@@ -27,13 +28,15 @@ def single_queue(client: RmqClient, topic: str, queue_id: int = 0) -> MessageQue
 
 
 def pull_range(
-    client: RmqClient, mq: MessageQueue, start: int, end: int, with_decode: bool, batch: int = PULL_BATCH
+    client: RmqClient, mq: MessageQueue, start: int, end: int, with_decode: bool, batch: int = PULL_BATCH,
+    selector: MessageSelector | None = None,
 ) -> int:
-    """Pull [start, end) of one queue in batches, decoding each into Arrow when asked;
-    returns the number of pull requests."""
+    """Pull [start, end) of one queue in batches (filtered by `selector` on the broker when
+    given), decoding each into Arrow when asked; returns the number of pull requests."""
     offset, requests = start, 0
     while offset < end:
-        result = client.pull(mq, offset, min(batch, end - offset), group=GROUP)
+        result = client.pull(mq, offset, min(batch, end - offset), group=GROUP,
+                             sub_expression=selector or "*")
         requests += 1
         if with_decode:
             decode(result.messages, mq.broker_name)
