@@ -6,6 +6,7 @@ top-level names `store`, `connector`, `broker_server`."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -52,8 +53,11 @@ def assert_one_import_name(found: dict[str, object], installed_under: Path) -> N
 def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv (outside the checkout) with only the rmq wheel installed in it."""
     base = tmp_path_factory.mktemp("install")
+    # setuptools builds in the source tree (build/): build from a copy, the checkout stays clean
+    source = shutil.copytree(REPO_ROOT, base / "source", ignore=shutil.ignore_patterns(
+        ".*", "build", "*.egg-info", "__pycache__", "spark-warehouse", "metastore_db"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
-                    "--wheel-dir", str(base / "dist"), str(REPO_ROOT)], check=True, timeout=120,
+                    "--wheel-dir", str(base / "dist"), str(source)], check=True, timeout=120,
                    cwd=base, capture_output=True)
     (wheel,) = (base / "dist").glob("rmq-*.whl")
     venv.create(base / "venv", with_pip=False)
