@@ -10,12 +10,20 @@
         topicPerms: ["orders=PUB", "audit=PUB|SUB", "secret=DENY"]
         groupPerms: ["etl=SUB"]
         whiteRemoteAddress: "10.1.2.*"
+      - accessKey: broker-a-registration
+        secretKey: "another-long-secret"
+        brokerName: broker-a        # may register broker-a with name servers, nothing more
 
 Differences from RocketMQ, chosen to fail closed: `globalWhiteRemoteAddresses` is an
 allow-list of the addresses that may call at all (RocketMQ lets listed addresses skip the
 check), and `whiteRemoteAddress` restricts where an account may be used from. Both absent
-means any address. Missing default permissions are DENY. Admin accounts hold every
-permission (RocketMQ PlainPermissionManager skips the check for admins).
+means any address; an empty `whiteRemoteAddress` is refused rather than read as "any".
+Missing default permissions are DENY. Admin accounts hold every permission (RocketMQ
+PlainPermissionManager skips the check for admins). `brokerName` (not in RocketMQ) makes an
+account the registration identity of that one broker.
+
+The file holds every secret, so it must not be readable by other users nor writable by
+anyone but its owner (`chmod 600`); load_acl refuses it otherwise.
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ from __future__ import annotations
 import enum
 import ipaddress
 import json
+import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +45,8 @@ MIN_KEY_LENGTH = 6                     # RocketMQ refuses shorter access and sec
 
 _TOP_LEVEL_KEYS = {"globalWhiteRemoteAddresses", "accounts", "dataVersion"}
 _ACCOUNT_KEYS = {"accessKey", "secretKey", "admin", "defaultTopicPerm", "defaultGroupPerm", "topicPerms",
-                 "groupPerms", "whiteRemoteAddress"}
+                 "groupPerms", "whiteRemoteAddress", "brokerName"}
+UNSAFE_MODE_BITS = stat.S_IWGRP | stat.S_IWOTH | stat.S_IROTH
 
 
 class AclError(ValueError):
@@ -74,6 +85,8 @@ class Need(enum.Enum):
 class ResourceKind(enum.Enum):
     TOPIC = "topic"
     GROUP = "group"
+    BROKER = "broker"     # registration with a name server: the account's brokerName (or admin)
+    CLUSTER = "cluster"   # the whole server (topic administration, every topic at once): admin only
 
 
 @dataclass(frozen=True)
@@ -135,6 +148,7 @@ class Account:
     topic_perms: Mapping[str, Perm] = field(default_factory=dict)
     group_perms: Mapping[str, Perm] = field(default_factory=dict)
     white_remote_address: AddressPattern | None = None
+    broker_name: str | None = None
 
     def perm(self, kind: ResourceKind, name: str) -> Perm:
         if kind is ResourceKind.TOPIC:
@@ -168,6 +182,13 @@ class Acl:
             raise AccessDenied(f"unknown access key {access_key!r}")
         if account.admin:
             return
+        if kind is ResourceKind.CLUSTER:
+            raise AccessDenied(f"access key {access_key!r} is not an admin account, which {resource} needs")
+        if kind is ResourceKind.BROKER:
+            if account.broker_name is None or account.broker_name != resource:
+                raise AccessDenied(f"access key {access_key!r} may not register broker {resource!r} "
+                                   f"(it needs brokerName: {resource} or admin)")
+            return
         target_kind, target = kind, resource
         if kind is ResourceKind.TOPIC and resource.startswith(RETRY_GROUP_TOPIC_PREFIX):
             target_kind, target = ResourceKind.GROUP, resource[len(RETRY_GROUP_TOPIC_PREFIX):]
@@ -178,10 +199,13 @@ class Acl:
 
 
 def load_acl(path: Path) -> Acl:
-    """Read an ACL file: JSON when it ends in .json, YAML otherwise."""
+    """Read an ACL file: JSON when it ends in .json, YAML otherwise. A file other users may
+    read, or anyone but its owner may write, is refused before it is read."""
     source = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as file:
+            check_file_mode(os.fstat(file.fileno()).st_mode, source)
+            text = file.read()
     except OSError as error:
         raise AclError(f"{source}: cannot read ACL file: {error.strerror or error}") from None
     try:
@@ -192,6 +216,16 @@ def load_acl(path: Path) -> Acl:
     except yaml.YAMLError as error:
         raise AclError(f"{source}: not valid YAML: {_yaml_problem(error)}") from None
     return parse_acl(data, source)
+
+
+def check_file_mode(mode: int, source: str) -> None:
+    """AclError unless only the owner may write the file and other users may not read it."""
+    unsafe = mode & UNSAFE_MODE_BITS
+    if unsafe:
+        who = [text for bit, text in ((stat.S_IWGRP, "group-writable"), (stat.S_IWOTH, "writable by others"),
+                                      (stat.S_IROTH, "readable by others")) if unsafe & bit]
+        raise AclError(f"{source}: ACL file is {' and '.join(who)} (mode {stat.S_IMODE(mode):04o}); it holds "
+                       f"every secret key: run chmod 600 {source}")
 
 
 def parse_acl(data: Any, source: str) -> Acl:
@@ -228,8 +262,12 @@ def _parse_account(raw: Any, where: str) -> Account:
     if not isinstance(admin, bool):
         raise AclError(f"{where}: admin must be true or false")
     white = raw.get("whiteRemoteAddress")
-    if white is not None and not isinstance(white, str):
-        raise AclError(f"{where}: whiteRemoteAddress must be one address pattern string")
+    if white is not None and (not isinstance(white, str) or not white.strip()):
+        raise AclError(f"{where}: whiteRemoteAddress must be one address pattern (\"*\" for any address); "
+                       f"leave the key out rather than empty")
+    broker_name = raw.get("brokerName")
+    if broker_name is not None and (not isinstance(broker_name, str) or not broker_name.strip()):
+        raise AclError(f"{where}: brokerName must be a broker name")
     return Account(
         access_key=access_key,
         secret_key=secret_key,
@@ -238,7 +276,8 @@ def _parse_account(raw: Any, where: str) -> Account:
         default_group_perm=_perm(raw.get("defaultGroupPerm", "DENY"), f"{where}: defaultGroupPerm"),
         topic_perms=_resource_perms(raw.get("topicPerms"), f"{where}: topicPerms"),
         group_perms=_resource_perms(raw.get("groupPerms"), f"{where}: groupPerms"),
-        white_remote_address=_address(white, f"{where}: whiteRemoteAddress") if white else None,
+        white_remote_address=_address(white, f"{where}: whiteRemoteAddress") if white is not None else None,
+        broker_name=broker_name,
     )
 
 

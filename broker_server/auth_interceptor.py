@@ -1,28 +1,31 @@
 """grpc.aio server interceptor that admits every call through a RequestAuthenticator.
 
-An aio interceptor sees the method and metadata but not the request, and the signature
-covers the request, so the check runs inside a wrapped handler: the wrapper gets the
-deserialized request, admits the call or aborts it, then runs the real behaviour. Every
-rmq.v1 RPC is unary-unary; a streaming method is answered UNIMPLEMENTED, never run unchecked.
+An aio interceptor sees the method and metadata before the request is read, so it checks
+there everything the metadata proves (RequestAuthenticator.admit_metadata): a refused call is
+answered by a handler that never reads the request, so gRPC grants the caller no more than its
+first flow-control window, whatever message size it announces. An admitted call runs in a
+wrapper that gets the deserialized request and the caller's address, finishes the checks
+(admit_request) and then runs the real behaviour. rmq.v1 RPCs are unary-unary or
+unary-stream; a client-streaming method is answered UNIMPLEMENTED, never run unchecked.
 """
 
 from __future__ import annotations
 
 import inspect
-import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import grpc
 from grpc import aio
 
-from rmq.broker_server.request_auth import CallRefused, RequestAuthenticator
-
-log = logging.getLogger("rmq.auth")
+from rmq.broker_server.refusal_log import RefusalLog
+from rmq.broker_server.request_auth import Admission, CallRefused, RequestAuthenticator
 
 
 class AuthInterceptor(aio.ServerInterceptor):
-    def __init__(self, authenticator: RequestAuthenticator) -> None:
+    def __init__(self, authenticator: RequestAuthenticator, refusals: RefusalLog | None = None) -> None:
         self._authenticator = authenticator
+        self._refusals = refusals or RefusalLog()
 
     async def intercept_service(
         self,
@@ -30,24 +33,74 @@ class AuthInterceptor(aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
         handler = await continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None:
-            return None   # unknown or streaming method: UNIMPLEMENTED, never unchecked
+        if handler is None or handler.request_streaming:
+            return None   # unknown or client-streaming method: UNIMPLEMENTED, never unchecked
         method = handler_call_details.method
         metadata = {m.key: m.value for m in handler_call_details.invocation_metadata or ()}
+        try:
+            admission = self._authenticator.admit_metadata(method, metadata)
+        except CallRefused as refusal:
+            return self._refusing_handler(method, refusal, handler)
+        if handler.unary_unary is not None:
+            return self._unary_handler(method, admission, handler)
+        return self._stream_handler(method, admission, handler)
+
+    async def _refuse(self, method: str, refusal: CallRefused, context: aio.ServicerContext) -> None:
+        self._refusals.record(method, context.peer(), refusal.code, refusal.message)
+        if refusal.trailing_metadata:
+            context.set_trailing_metadata(refusal.trailing_metadata)
+        await context.abort(refusal.code, refusal.message)
+
+    def _refusing_handler(self, method: str, refusal: CallRefused,
+                          handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """A client-streaming handler that answers at once and never reads the request (on the
+        wire a unary call is a stream of one message)."""
+
+        async def refuse(_requests: AsyncIterator[Any], context: aio.ServicerContext) -> None:
+            await self._refuse(method, refusal, context)
+
+        serializer = handler.response_serializer
+
+        if handler.unary_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(refuse, response_serializer=serializer)
+        return grpc.stream_stream_rpc_method_handler(refuse, response_serializer=serializer)
+
+    async def _admit_request(self, method: str, admission: Admission, request: Any,
+                             context: aio.ServicerContext) -> None:
+        try:
+            self._authenticator.admit_request(admission, method, request, context.peer())
+        except CallRefused as refusal:
+            await self._refuse(method, refusal, context)
+
+    def _unary_handler(self, method: str, admission: Admission,
+                       handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         behaviour = handler.unary_unary
 
-        async def admitted(request, context: aio.ServicerContext):
-            try:
-                self._authenticator.admit(method, metadata, request, context.peer())
-            except CallRefused as refusal:
-                log.info("refused %s from %s: %s", method, context.peer(), refusal.message)
-                await context.abort(refusal.code, refusal.message)
+        async def admitted(request: Any, context: aio.ServicerContext) -> Any:
+            await self._admit_request(method, admission, request, context)
             result = behaviour(request, context)
             return await result if inspect.isawaitable(result) else result
 
         return grpc.unary_unary_rpc_method_handler(
-            admitted,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+            admitted, request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer)
 
+    def _stream_handler(self, method: str, admission: Admission,
+                        handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        behaviour = handler.unary_stream
+
+        async def admitted(request: Any, context: aio.ServicerContext) -> AsyncIterator[Any]:
+            await self._admit_request(method, admission, request, context)
+            responses = behaviour(request, context)
+            if inspect.isasyncgen(responses):
+                async for response in responses:
+                    yield response
+            elif inspect.isawaitable(responses):
+                await responses   # a handler that writes with context.write
+            else:
+                for response in responses or ():
+                    yield response
+
+        return grpc.unary_stream_rpc_method_handler(
+            admitted, request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer)

@@ -34,6 +34,7 @@ from rmq.broker_server.send_message_processor import SendMessageProcessor
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfigManager
+from rmq.request_signing import broker_server_id
 from rmq.store import FlushDiskType, MessageStore, MessageStoreConfig, StoreError
 from rmq.v1 import rmq_pb2_grpc
 
@@ -153,7 +154,8 @@ class BrokerController:
         self.schedule_service.on_dispatch(request.topic, request.queue_id)
 
     def build_server(self):
-        server = create_server(self.config.listen, self.config.grpc_max_message_bytes, self.security)
+        server = create_server(self.config.listen, self.config.grpc_max_message_bytes, self.security,
+                               broker_server_id(self.config.broker_name))
         rmq_pb2_grpc.add_MessagingServiceServicer_to_server(
             MessagingService(
                 self.store,

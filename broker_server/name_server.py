@@ -19,6 +19,7 @@ from rmq.broker_server.names import check_topic_name
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.status import OK, RequestError, answers_with_status, illegal_argument, rmq_pb2
 from rmq.broker_server.topic_config_manager import TopicConfig
+from rmq.request_signing import name_server_id
 from rmq.v1 import rmq_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -172,7 +173,8 @@ class NameServerService(rmq_pb2_grpc.NameServerServiceServicer):
 
 async def serve_name_server(config: NameServerConfig, security: ServerSecurity) -> None:
     routes = RouteInfoManager(config.broker_expiry_ms)
-    server = create_server(config.listen, config.grpc_max_message_bytes, security)
+    server = create_server(config.listen, config.grpc_max_message_bytes, security,
+                           name_server_id(config.listen))
     rmq_pb2_grpc.add_RouteServiceServicer_to_server(NameServerRouteService(routes), server)
     rmq_pb2_grpc.add_NameServerServiceServicer_to_server(NameServerService(routes), server)
     await server.start()

@@ -1,32 +1,47 @@
-"""Admission of one call on a server started with `--acl`: the caller's address, its signature
-(rmq.request_signing), the time window, replay, then the permission the RPC needs.
+"""Admission of one call on a server started with `--acl`, in two steps.
+
+`admit_metadata` runs on the call's metadata alone, before the server reads the request
+(a grpc.aio interceptor sees neither the request nor the caller's address): the signing
+headers (rmq.request_signing), the target server, the time window, the signature and the
+account's nonce budget. A caller without an account's secret is refused there, whatever size
+of message it sends. `admit_request` then checks the caller's address (globalWhiteRemoteAddresses,
+the account's whiteRemoteAddress), that the request read is the one signed, the permission the
+RPC needs and the owner of the client id it names.
 
 Refusals carry the gRPC status the client sees: UNAUTHENTICATED when the caller is not proven
-to be an account, PERMISSION_DENIED when the account (or address) may not make the call.
-Messages name the access key and the missing permission, never a secret.
+to be an account, PERMISSION_DENIED when the account (or address) may not make the call. An
+unknown access key and a wrong secret get the same answer, so refusals do not tell which
+access keys exist; messages show at most a short prefix of what the caller sent, never a secret.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import grpc
 from google.protobuf.message import Message
 
 from rmq import request_signing
 from rmq.broker_server.acl import AccessDenied, Acl
-from rmq.broker_server.nonce_cache import DEFAULT_CAPACITY, NonceCache
-from rmq.broker_server.rpc_permissions import check_call
+from rmq.broker_server.client_id_owners import ClientIdOwners, ClientIdTaken
+from rmq.broker_server.nonce_cache import DEFAULT_ACCOUNT_CAPACITY, ReplayGuard
+from rmq.broker_server.rpc_permissions import check_call, client_id_of
 
 DEFAULT_WINDOW_S = 60
+FUTURE_SKEW_MS = 5_000      # a signature may be dated this far ahead of the server clock, no more
+KEY_LABEL_CHARS = 24
+_UNKNOWN_SECRET = "no account has this secret: it only keeps the refusal time alike"
 
 
 class CallRefused(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+    def __init__(self, code: grpc.StatusCode, message: str,
+                 trailing_metadata: tuple[tuple[str, str], ...] = ()) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.trailing_metadata = trailing_metadata
 
 
 def _unauthenticated(message: str) -> CallRefused:
@@ -37,47 +52,100 @@ def _denied(message: str) -> CallRefused:
     return CallRefused(grpc.StatusCode.PERMISSION_DENIED, message)
 
 
+def key_label(access_key: str) -> str:
+    """The access key as refusals and logs show it: at most KEY_LABEL_CHARS characters."""
+    if len(access_key) <= KEY_LABEL_CHARS:
+        return repr(access_key)
+    return f"{access_key[:KEY_LABEL_CHARS]!r}... ({len(access_key)} characters)"
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A call whose metadata passed: its signed headers."""
+
+    headers: request_signing.SignedHeaders
+
+    @property
+    def access_key(self) -> str:
+        return self.headers.access_key
+
+
 class RequestAuthenticator:
-    def __init__(self, acl: Callable[[], Acl], window_s: float = DEFAULT_WINDOW_S,
-                 nonce_capacity: int = DEFAULT_CAPACITY, clock: Callable[[], float] = time.time) -> None:
-        """`acl` returns the ACL in force (it may be reloaded between calls)."""
+    def __init__(self, acl: Callable[[], Acl], server_id: str, window_s: float = DEFAULT_WINDOW_S,
+                 nonce_capacity: int = DEFAULT_ACCOUNT_CAPACITY, clock: Callable[[], float] = time.time,
+                 client_ids: ClientIdOwners | None = None) -> None:
+        """`acl` returns the ACL in force (it may be reloaded between calls); `server_id` is the
+        target calls to this server are signed for (rmq.request_signing)."""
         if window_s <= 0:
             raise ValueError("the signature time window must be positive")
         self._acl = acl
+        self.server_id = server_id
         self.window_ms = int(window_s * 1000)
-        self._nonces = NonceCache(self.window_ms, nonce_capacity)
         self._clock = clock
+        self._replays = ReplayGuard(self.window_ms, nonce_capacity, self._now_ms())
+        self._client_ids = client_ids or ClientIdOwners()
 
-    def admit(self, method: str, metadata: Mapping[str, str], request: Message, peer: str) -> str:
-        """The access key of an admitted call; raises CallRefused otherwise."""
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def admit_metadata(self, method: str, metadata: Mapping[str, str]) -> Admission:
+        """Everything that can be checked before the request is read; raises CallRefused."""
+        headers = self._signed_headers(metadata)
+        if headers.target != self.server_id:
+            raise CallRefused(
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"call signed for server {headers.target[:64]!r}, this is {self.server_id!r}",
+                ((request_signing.SERVER_HEADER, self.server_id),),
+            )
+        now_ms = self._now_ms()
+        self._check_time(headers.timestamp_ms, now_ms)
+        account = self._acl().account(headers.access_key)
+        secret = account.secret_key if account is not None else _UNKNOWN_SECRET
+        if not request_signing.signature_matches(headers, secret, method) or account is None:
+            raise _unauthenticated(f"signature not accepted for access key {key_label(headers.access_key)}: "
+                                   f"unknown access key or wrong secret key")
+        if not self._replays.admit(headers.access_key, headers.nonce, headers.timestamp_ms, now_ms):
+            raise _unauthenticated("nonce already used: replayed request refused")
+        return Admission(headers)
+
+    def admit_request(self, admission: Admission, method: str, request: Message, peer: str) -> None:
+        """The caller's address is allowed, the request read matches its signature, the account
+        holds the permission the call needs and owns the client id it names; raises CallRefused."""
         acl = self._acl()
         address = peer_address(peer)
         if not acl.address_allowed(address):
             raise _denied(f"address {address} is not in globalWhiteRemoteAddresses")
-        headers = self._signed_headers(metadata)
-        account = acl.account(headers.access_key)
-        if account is None:
-            raise _unauthenticated(f"unknown access key {headers.access_key!r}")
+        account = acl.account(admission.access_key)
+        if account is None:   # removed by an ACL reload since the metadata was checked
+            raise _unauthenticated(f"access key {key_label(admission.access_key)} is no longer in the ACL")
         if not account.may_connect_from(address):
-            raise _denied(f"access key {headers.access_key!r} may not be used from address {address}")
-        now_ms = int(self._clock() * 1000)
-        skew_ms = headers.timestamp_ms - now_ms
-        if abs(skew_ms) > self.window_ms:
+            raise _denied(f"access key {key_label(admission.access_key)} may not be used from address "
+                          f"{address}")
+        if not request_signing.content_matches(admission.headers, request):
+            raise _unauthenticated(f"request does not match its {request_signing.CONTENT_SHA256_HEADER}")
+        try:
+            check_call(acl, admission.access_key, method, request)
+            client_id = client_id_of(method, request)
+            if client_id:
+                self._client_ids.claim(admission.access_key, client_id, self._now_ms())
+        except (AccessDenied, ClientIdTaken) as error:
+            raise _denied(str(error)) from None
+
+    def admit(self, method: str, metadata: Mapping[str, str], request: Message, peer: str) -> str:
+        """Both steps; the access key of an admitted call."""
+        admission = self.admit_metadata(method, metadata)
+        self.admit_request(admission, method, request, peer)
+        return admission.access_key
+
+    def _check_time(self, timestamp_ms: int, now_ms: int) -> None:
+        skew_ms = timestamp_ms - now_ms
+        if skew_ms < -self.window_ms or skew_ms > FUTURE_SKEW_MS:
             raise _unauthenticated(
                 f"request timestamp is {skew_ms / 1000:+.1f} s from the server clock, outside the allowed "
-                f"±{self.window_ms / 1000:g} s (check the client clock)"
+                f"-{self.window_ms / 1000:g} s to +{FUTURE_SKEW_MS / 1000:g} s (check the client clock)"
             )
-        if not request_signing.signature_matches(headers, account.secret_key, method, request):
-            raise _unauthenticated(
-                f"signature mismatch for access key {headers.access_key!r} (wrong secret key?)"
-            )
-        if not self._nonces.admit(headers.nonce, headers.timestamp_ms, now_ms):
-            raise _unauthenticated("nonce already used: replayed request refused")
-        try:
-            check_call(acl, headers.access_key, method, request)
-        except AccessDenied as error:
-            raise _denied(str(error)) from None
-        return headers.access_key
+        if timestamp_ms < self._replays.started_ms:
+            raise _unauthenticated("request signed before this server started: refused as a possible replay")
 
     @staticmethod
     def _signed_headers(metadata: Mapping[str, str]) -> request_signing.SignedHeaders:

@@ -1,9 +1,11 @@
 """Security of one server process (`rmq broker`, `rmq namesrv`): the `--acl` file with its
 reloading, the request-signing interceptor, `--tls-*` credentials for the listening port, and
-the credentials of the calls it makes itself (RMQ_* variables, as for the CLI).
+the credentials of the calls it makes itself (RMQ_* variables, as for the CLI), and the
+limits on connections (grpc_server.server_options).
 
-Without `--acl` every caller is trusted, so the server should stay on loopback (the default
-listen address); it says so at start, and warns when told to listen beyond loopback.
+Without `--acl` every caller is trusted, so the server stays on loopback (the default listen
+address): it refuses to listen beyond loopback without an ACL unless `--insecure-listen` says
+that is intended.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from grpc import aio
 from rmq.auth import ClientSecurity, open_aio_channel, security_from_environment
 from rmq.broker_server.acl import AclError
 from rmq.broker_server.acl_file import DEFAULT_POLL_INTERVAL_S, AclFile
-from rmq.broker_server.arguments import positive_float
+from rmq.broker_server.arguments import positive_float, positive_int
 from rmq.broker_server.auth_interceptor import AuthInterceptor
 from rmq.broker_server.errors import UserError
-from rmq.broker_server.request_auth import DEFAULT_WINDOW_S, RequestAuthenticator
+from rmq.broker_server.nonce_cache import DEFAULT_ACCOUNT_CAPACITY
+from rmq.broker_server.request_auth import DEFAULT_WINDOW_S, FUTURE_SKEW_MS, RequestAuthenticator
 from rmq.broker_server.tls import ServerTls, add_port
 
 log = logging.getLogger("rmq.security")
@@ -42,6 +45,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
     parser.add_argument("--tls-client-ca", metavar="PEM",
                         help="mutual TLS: require client certificates signed by this CA")
+    parser.add_argument("--nonce-budget", type=positive_int, default=DEFAULT_ACCOUNT_CAPACITY, metavar="N",
+                        help=f"nonces remembered per account for replay refusal (default "
+                             f"{DEFAULT_ACCOUNT_CAPACITY}); an account signing more calls per window only "
+                             f"narrows its own window")
+    parser.add_argument("--max-connections", type=positive_int, metavar="N",
+                        help="open client connections at most (default: half the open-file limit)")
+    parser.add_argument("--idle-timeout", type=positive_float, default=DEFAULT_IDLE_TIMEOUT_S,
+                        metavar="SECONDS",
+                        help=f"close connections without a call in progress for this long "
+                             f"(default {DEFAULT_IDLE_TIMEOUT_S:g}; clients reconnect by themselves)")
+    parser.add_argument("--insecure-listen", action="store_true",
+                        help="allow listening beyond loopback without --acl (every caller is then trusted)")
+
+
+DEFAULT_IDLE_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -51,6 +69,10 @@ class ServerSecurity:
     signature_window_s: float = DEFAULT_WINDOW_S
     poll_interval_s: float = DEFAULT_POLL_INTERVAL_S
     outgoing: ClientSecurity = field(default_factory=ClientSecurity)   # RMQ_* variables: calls it makes
+    nonce_budget: int = DEFAULT_ACCOUNT_CAPACITY
+    max_connections: int | None = None   # None: half the open-file limit
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
+    insecure_listen: bool = False
     _watcher: asyncio.Task | None = field(default=None, repr=False)
 
     @classmethod
@@ -67,13 +89,25 @@ class ServerSecurity:
             outgoing = security_from_environment()
         except ValueError as error:
             raise UserError(str(error)) from None
-        return cls(acl_file, tls, args.signature_window, outgoing=outgoing)
+        return cls(acl_file, tls, args.signature_window, outgoing=outgoing, nonce_budget=args.nonce_budget,
+                   max_connections=args.max_connections, idle_timeout_s=args.idle_timeout,
+                   insecure_listen=args.insecure_listen)
 
-    def interceptors(self) -> list[aio.ServerInterceptor]:
+    def check_listen(self, listen: str) -> None:
+        """UserError for a listen address beyond loopback without an ACL, unless --insecure-listen."""
+        if self.acl_file is None and not self.insecure_listen and not is_loopback(listen):
+            raise UserError(f"refusing to listen on {listen} without --acl: anyone who reaches it could "
+                            f"send, pull and administer topics. Give --acl FILE, or --insecure-listen if "
+                            f"every host that can reach this port is trusted")
+
+    def interceptors(self, server_id: str) -> list[aio.ServerInterceptor]:
+        """The ACL interceptor for a server whose calls are signed for `server_id`
+        (rmq.request_signing: broker_server_id / name_server_id)."""
         if self.acl_file is None:
             return []
         acl_file = self.acl_file
-        return [AuthInterceptor(RequestAuthenticator(lambda: acl_file.acl, self.signature_window_s))]
+        return [AuthInterceptor(RequestAuthenticator(lambda: acl_file.acl, server_id, self.signature_window_s,
+                                                     self.nonce_budget))]
 
     def open_client_channel(self, address: str) -> grpc.aio.Channel:
         """A channel for the calls this process makes itself (a broker registering with name
@@ -92,14 +126,16 @@ class ServerSecurity:
                 log.info("no --acl: every caller is trusted, so listening on loopback %s only (%s)",
                          listen, self.transport)
             else:
-                log.warning("no --acl but listening on %s beyond loopback: anyone who reaches this port "
-                            "may send, pull and administer topics (%s)", listen, self.transport)
+                log.warning("no --acl but listening on %s beyond loopback (--insecure-listen): anyone who "
+                            "reaches this port may send, pull and administer topics (%s)", listen,
+                            self.transport)
             return
         loop = asyncio.get_running_loop()
         self.acl_file.reload_on_sighup(loop)
         self._watcher = loop.create_task(self.acl_file.watch(self.poll_interval_s))
-        log.info("ACL %s in force: %d account(s), signed calls within ±%gs (%s)", self.acl_file.path,
-                 len(self.acl_file.acl.accounts), self.signature_window_s, self.transport)
+        log.info("ACL %s in force: %d account(s), signed calls within -%gs/+%gs, %d nonces per account (%s)",
+                 self.acl_file.path, len(self.acl_file.acl.accounts), self.signature_window_s,
+                 FUTURE_SKEW_MS / 1000, self.nonce_budget, self.transport)
 
     @property
     def transport(self) -> str:

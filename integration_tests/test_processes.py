@@ -12,6 +12,7 @@ from rmq.auth import TlsSettings
 from rmq.cli import processes
 from rmq.connector.client import RmqClient, RmqError
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+from tests.acl_files import write_acl
 from tests.tls_certs import make_tls_files
 
 pytestmark = pytest.mark.integration
@@ -25,7 +26,7 @@ accounts:
 
 
 def acl_flags(tmp_path: Path) -> list[str]:
-    (tmp_path / "acl.yml").write_text(ACL)
+    write_acl(tmp_path / "acl.yml", ACL)
     return ["--acl", str(tmp_path / "acl.yml")]
 
 

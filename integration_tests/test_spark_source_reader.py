@@ -32,6 +32,7 @@ from rmq.connector.spark.partition_reader import (
     RmqReadError,
     read_queue_range,
 )
+from tests.acl_files import write_acl
 
 pytestmark = pytest.mark.integration
 
@@ -414,7 +415,7 @@ accounts:
 
 
 def test_signed_reads_on_a_broker_with_an_acl(tmp_path):
-    (tmp_path / "acl.yml").write_text(ACL)
+    write_acl(tmp_path / "acl.yml", ACL)
     server = processes.broker(tmp_path, extra=["--acl", str(tmp_path / "acl.yml")]).start()
     try:
         with RmqClient(server.address, access_key="admin1", secret_key="admin-secret") as admin:

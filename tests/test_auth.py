@@ -53,28 +53,63 @@ class Details:
         self.compression = None
 
 
+class Outcome:
+    """What a continuation returns: the call's status and trailing metadata."""
+
+    def __init__(self, code: grpc.StatusCode, trailing_metadata: tuple = ()) -> None:
+        self._code = code
+        self._trailing_metadata = trailing_metadata
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def trailing_metadata(self) -> tuple:
+        return self._trailing_metadata
+
+
 @pytest.mark.parametrize("method", [METHOD, METHOD.encode()])
-def test_interceptor_adds_verifiable_signing_headers(method) -> None:
+def test_interceptor_signs_for_the_server_the_refusal_names_and_tries_once_more(method) -> None:
     request = rmq_pb2.PullMessageRequest(topic="orders", consumer_group="etl", max_messages=32)
-    seen = {}
+    refused = Outcome(grpc.StatusCode.UNAUTHENTICATED, (("x-rmq-server", "broker/broker-a"),))
+    answers = [refused, Outcome(grpc.StatusCode.OK), Outcome(grpc.StatusCode.OK)]
+    seen = []
 
     def continuation(details, forwarded):
-        seen["details"], seen["request"] = details, forwarded
-        return "response"
+        seen.append((details, forwarded))
+        return answers.pop(0)
 
-    interceptor = SigningInterceptor(Credentials("consumer1", "consumer-secret"))
-    outcome = interceptor.intercept_unary_unary(continuation, Details(method, [("x-trace", "1")]), request)
-    assert outcome == "response"
-    details = seen["details"]
-    assert seen["request"] is request
+    with grpc.insecure_channel("127.0.0.1:1") as channel:
+        interceptor = SigningInterceptor(Credentials("consumer1", "consumer-secret"), channel)
+        first = interceptor.intercept_unary_unary(continuation, Details(method, [("x-trace", "1")]), request)
+        second = interceptor.intercept_unary_unary(continuation, Details(method), request)
+    assert first.code() is second.code() is grpc.StatusCode.OK
+    targets = [request_signing.parse_headers(dict(details.metadata)).target for details, _ in seen]
+    assert targets == ["", "broker/broker-a", "broker/broker-a"]   # learned once, then kept
+    details = seen[1][0]
+    assert seen[1][1] is request
     assert details.method == method and details.timeout == 5.0
     metadata = dict(details.metadata)
     assert metadata["x-trace"] == "1"
     assert "consumer-secret" not in repr(details.metadata)
     headers = request_signing.parse_headers(metadata)
     assert headers.access_key == "consumer1"
-    assert request_signing.signature_matches(headers, "consumer-secret", METHOD, request)
+    assert request_signing.signature_matches(headers, "consumer-secret", METHOD)
+    assert request_signing.content_matches(headers, request)
     assert isinstance(details, grpc.ClientCallDetails)
+
+
+def test_interceptor_does_not_retry_other_refusals() -> None:
+    calls = []
+
+    def continuation(details, forwarded):
+        calls.append(details)
+        return Outcome(grpc.StatusCode.UNAUTHENTICATED, (("x-rmq-server", ""),))
+
+    with grpc.insecure_channel("127.0.0.1:1") as channel:
+        interceptor = SigningInterceptor(Credentials("consumer1", "consumer-secret"), channel)
+        request = rmq_pb2.PullMessageRequest()
+        outcome = interceptor.intercept_unary_unary(continuation, Details(METHOD), request)
+    assert outcome.code() is grpc.StatusCode.UNAUTHENTICATED and len(calls) == 1
 
 
 def test_tls_client_certificate_needs_its_key() -> None:

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 import grpc
 
 from rmq import request_signing
+from rmq.v1 import rmq_pb2
 
 
 @dataclass(frozen=True)
@@ -167,21 +168,79 @@ class _ClientCallDetails(_CallDetails, grpc.ClientCallDetails):
     pass
 
 
-class SigningInterceptor(grpc.UnaryUnaryClientInterceptor):
-    """Adds the x-rmq-* signing headers (rmq.request_signing) to every unary call."""
+HELLO_METHOD = "/rmq.v1.RouteService/ListBrokers"   # answered by brokers and name servers alike
 
-    def __init__(self, credentials: Credentials) -> None:
+
+class ServerTarget:
+    """The id of the server one channel reaches, the `target` its calls are signed for
+    (rmq.request_signing): learned from the `x-rmq-server` trailer of a refusal. None until
+    known; "" for a server that checks no signatures."""
+
+    def __init__(self) -> None:
+        self.value: str | None = None
+
+    @property
+    def signing_value(self) -> str:
+        return self.value or ""
+
+    def learn(self, code: grpc.StatusCode | None, trailing_metadata: Any) -> bool:
+        """Take the server's id from a refused call; True when the call should be signed again."""
+        if code is grpc.StatusCode.OK and self.value is None:
+            self.value = ""   # answered a call signed for no server: it checks no signatures
+        if code is not grpc.StatusCode.UNAUTHENTICATED:
+            return False
+        server = dict(trailing_metadata or ()).get(request_signing.SERVER_HEADER)
+        if server is None or server == self.signing_value:
+            return False
+        self.value = server
+        return True
+
+
+def _signing_headers(credentials: Credentials, target: str, method: str | bytes,
+                     request: Any) -> tuple[tuple[str, str], ...]:
+    method = method.decode() if isinstance(method, bytes) else method
+    return request_signing.sign(credentials.access_key, credentials.secret_key, target, method,
+                                request).as_metadata()
+
+
+class SigningInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+    """Adds the x-rmq-* signing headers (rmq.request_signing) to every call of one channel.
+
+    A unary call refused because it was signed for another server is signed again, once, for
+    the server id the refusal names. A streaming call made before the id is known first asks
+    for it (one refused ListBrokers on `channel`, the channel without this interceptor)."""
+
+    def __init__(self, credentials: Credentials, channel: grpc.Channel) -> None:
         self._credentials = credentials
+        self._target = ServerTarget()
+        self._hello = channel.unary_unary(HELLO_METHOD, request_serializer=_serialize,
+                                          response_deserializer=rmq_pb2.ListBrokersResponse.FromString)
+
+    def _signed(self, details: grpc.ClientCallDetails, request: Any) -> _ClientCallDetails:
+        headers = _signing_headers(self._credentials, self._target.signing_value, details.method, request)
+        return _ClientCallDetails(details.method, details.timeout, tuple(details.metadata or ()) + headers,
+                                  details.credentials, details.wait_for_ready,
+                                  getattr(details, "compression", None))
 
     def intercept_unary_unary(self, continuation, client_call_details, request):
-        headers = _signing_headers(self._credentials, client_call_details.method, request)
-        metadata = tuple(client_call_details.metadata or ()) + headers
-        details = _ClientCallDetails(
-            client_call_details.method, client_call_details.timeout, metadata,
-            client_call_details.credentials, client_call_details.wait_for_ready,
-            getattr(client_call_details, "compression", None),
-        )
-        return continuation(details, request)
+        outcome = continuation(self._signed(client_call_details, request), request)
+        if self._target.learn(outcome.code(), outcome.trailing_metadata()):
+            outcome = continuation(self._signed(client_call_details, request), request)
+        return outcome
+
+    def intercept_unary_stream(self, continuation, client_call_details, request):
+        if self._target.value is None:
+            self._ask_server_id(client_call_details.timeout)
+        return continuation(self._signed(client_call_details, request), request)
+
+    def _ask_server_id(self, timeout: float | None) -> None:
+        hello = rmq_pb2.ListBrokersRequest()
+        headers = _signing_headers(self._credentials, "", HELLO_METHOD, hello)
+        try:
+            self._hello(hello, metadata=headers, timeout=timeout)
+            self._target.learn(grpc.StatusCode.OK, None)
+        except grpc.RpcError as error:
+            self._target.learn(error.code(), error.trailing_metadata())
 
 
 class AioSigningInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
@@ -189,21 +248,23 @@ class AioSigningInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
 
     def __init__(self, credentials: Credentials) -> None:
         self._credentials = credentials
+        self._target = ServerTarget()
+
+    def _signed(self, details: grpc.aio.ClientCallDetails, request: Any) -> grpc.aio.ClientCallDetails:
+        headers = _signing_headers(self._credentials, self._target.signing_value, details.method, request)
+        metadata = grpc.aio.Metadata(*(details.metadata or ()), *headers)
+        return grpc.aio.ClientCallDetails(details.method, details.timeout, metadata, details.credentials,
+                                          details.wait_for_ready)
 
     async def intercept_unary_unary(self, continuation, client_call_details, request):
-        headers = _signing_headers(self._credentials, client_call_details.method, request)
-        metadata = grpc.aio.Metadata(*(client_call_details.metadata or ()), *headers)
-        details = grpc.aio.ClientCallDetails(
-            client_call_details.method, client_call_details.timeout, metadata,
-            client_call_details.credentials, client_call_details.wait_for_ready,
-        )
-        return await continuation(details, request)
+        call = await continuation(self._signed(client_call_details, request), request)
+        if self._target.learn(await call.code(), await call.trailing_metadata()):
+            call = await continuation(self._signed(client_call_details, request), request)
+        return call
 
 
-def _signing_headers(credentials: Credentials, method: str | bytes, request) -> tuple[tuple[str, str], ...]:
-    method = method.decode() if isinstance(method, bytes) else method
-    signed = request_signing.sign(credentials.access_key, credentials.secret_key, method, request)
-    return signed.as_metadata()
+def _serialize(message: Any) -> bytes:
+    return message.SerializeToString()
 
 
 def open_channel(address: str, *, credentials: Credentials | None = None, tls: TlsSettings | None = None,
@@ -214,7 +275,7 @@ def open_channel(address: str, *, credentials: Credentials | None = None, tls: T
     else:
         channel = grpc.secure_channel(address, tls.channel_credentials(), options=list(options))
     if credentials is not None:
-        channel = grpc.intercept_channel(channel, SigningInterceptor(credentials))
+        channel = grpc.intercept_channel(channel, SigningInterceptor(credentials, channel))
     return channel
 
 

@@ -1,26 +1,38 @@
 """Request signing: how a client proves it holds an account's secret key without sending it.
 
-Part of the wire contract, like `rmq.message_format`: the client signs and the broker
-verifies with this one definition. Every RPC carries four metadata headers:
+Part of the wire contract, like `rmq.message_format`: the client signs and the server
+verifies with this one definition. Every RPC carries six metadata headers:
 
-    x-rmq-access-key   the account (RocketMQ AccessKey)
-    x-rmq-timestamp    client clock, epoch milliseconds
-    x-rmq-nonce        32 lowercase hex digits, fresh per call
-    x-rmq-signature    lowercase hex HMAC-SHA256(secretKey, string-to-sign)
+    x-rmq-access-key      the account (RocketMQ AccessKey), at most 128 characters
+    x-rmq-target          the server the call is for (`server_id` below; empty: unknown yet)
+    x-rmq-timestamp       client clock, epoch milliseconds
+    x-rmq-nonce           32 lowercase hex digits, fresh per call
+    x-rmq-content-sha256  lowercase hex SHA-256 of the request message, deterministically serialized
+    x-rmq-signature       lowercase hex HMAC-SHA256(secretKey, string-to-sign)
 
-The string-to-sign is six lines joined by "\\n":
+The string-to-sign is seven lines joined by "\\n":
 
-    RMQ-HMAC-SHA256
+    RMQ-HMAC-SHA256-V2
     <access key>
+    <target>
     <gRPC method full name, e.g. /rmq.v1.MessagingService/SendMessage>
     <timestamp>
     <nonce>
-    <lowercase hex SHA-256 of the request message, deterministically serialized>
+    <content sha256>
 
-The request is hashed in its deterministic serialization (map entries sorted by key), so
-both sides get the same bytes whatever order the sender's map iteration produced. The
-broker refuses timestamps outside its window and nonces it has already seen inside that
-window, so a captured call cannot be replayed.
+Every input of the signature travels in the metadata, so a server checks the signature
+before it reads the request: a caller who does not hold the secret is refused without the
+server receiving its message. The server then checks that the request it reads hashes to
+x-rmq-content-sha256. The request is hashed in its deterministic serialization (map entries
+sorted by key), so both sides get the same bytes whatever order the sender's map iteration
+produced.
+
+The target names one server, so a call captured on its way to one server is refused by
+every other: a broker is `broker/<broker name>`, a name server `namesrv/<listen address>`.
+A client learns it from the server: a call signed for another target (or for the empty one)
+is refused with UNAUTHENTICATED and the server's own id in the trailing metadata
+`x-rmq-server`; the client signs for that id from then on. The server also refuses nonces it
+has already seen and timestamps outside its window, so a captured call cannot be replayed.
 """
 
 from __future__ import annotations
@@ -35,15 +47,21 @@ from dataclasses import dataclass
 
 from google.protobuf.message import Message
 
-SCHEME = "RMQ-HMAC-SHA256"
+SCHEME = "RMQ-HMAC-SHA256-V2"
 ACCESS_KEY_HEADER = "x-rmq-access-key"
+TARGET_HEADER = "x-rmq-target"
 TIMESTAMP_HEADER = "x-rmq-timestamp"
 NONCE_HEADER = "x-rmq-nonce"
+CONTENT_SHA256_HEADER = "x-rmq-content-sha256"
 SIGNATURE_HEADER = "x-rmq-signature"
-HEADERS = (ACCESS_KEY_HEADER, TIMESTAMP_HEADER, NONCE_HEADER, SIGNATURE_HEADER)
+HEADERS = (ACCESS_KEY_HEADER, TARGET_HEADER, TIMESTAMP_HEADER, NONCE_HEADER, CONTENT_SHA256_HEADER,
+           SIGNATURE_HEADER)
+SERVER_HEADER = "x-rmq-server"   # trailing metadata of a refusal: the target this server signs for
 
+MAX_ACCESS_KEY_LENGTH = 128
+MAX_TARGET_LENGTH = 256
 NONCE_PATTERN = re.compile(r"[0-9a-f]{32}")
-SIGNATURE_PATTERN = re.compile(r"[0-9a-f]{64}")
+HEX_SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
 TIMESTAMP_PATTERN = re.compile(r"[0-9]{1,15}")
 
 
@@ -51,20 +69,32 @@ class SignatureFormatError(ValueError):
     """Signing headers are missing or malformed; the message names the header."""
 
 
+def broker_server_id(broker_name: str) -> str:
+    return f"broker/{broker_name}"
+
+
+def name_server_id(listen: str) -> str:
+    return f"namesrv/{listen}"
+
+
 @dataclass(frozen=True)
 class SignedHeaders:
-    """The four signing headers of one call, parsed (the signature is not verified here)."""
+    """The signing headers of one call, parsed (neither the signature nor the digest verified)."""
 
     access_key: str
+    target: str
     timestamp_ms: int
     nonce: str
+    content_sha256: str
     signature: str
 
     def as_metadata(self) -> tuple[tuple[str, str], ...]:
         return (
             (ACCESS_KEY_HEADER, self.access_key),
+            (TARGET_HEADER, self.target),
             (TIMESTAMP_HEADER, str(self.timestamp_ms)),
             (NONCE_HEADER, self.nonce),
+            (CONTENT_SHA256_HEADER, self.content_sha256),
             (SIGNATURE_HEADER, self.signature),
         )
 
@@ -74,30 +104,33 @@ def request_digest(request: Message) -> str:
     return hashlib.sha256(request.SerializeToString(deterministic=True)).hexdigest()
 
 
-def string_to_sign(access_key: str, method: str, timestamp_ms: int, nonce: str, digest: str) -> str:
-    return "\n".join((SCHEME, access_key, method, str(timestamp_ms), nonce, digest))
+def string_to_sign(access_key: str, target: str, method: str, timestamp_ms: int, nonce: str,
+                   content_sha256: str) -> str:
+    return "\n".join((SCHEME, access_key, target, method, str(timestamp_ms), nonce, content_sha256))
 
 
-def signature(secret_key: str, access_key: str, method: str, timestamp_ms: int, nonce: str,
-              digest: str) -> str:
-    text = string_to_sign(access_key, method, timestamp_ms, nonce, digest)
+def signature(secret_key: str, access_key: str, target: str, method: str, timestamp_ms: int, nonce: str,
+              content_sha256: str) -> str:
+    text = string_to_sign(access_key, target, method, timestamp_ms, nonce, content_sha256)
     return hmac.new(secret_key.encode(), text.encode(), hashlib.sha256).hexdigest()
 
 
-def sign(access_key: str, secret_key: str, method: str, request: Message,
+def sign(access_key: str, secret_key: str, target: str, method: str, request: Message,
          timestamp_ms: int | None = None, nonce: str | None = None) -> SignedHeaders:
-    """Sign one call now with a fresh nonce (both overridable, for tests of replay defence)."""
+    """Sign one call for server `target` now with a fresh nonce (both overridable, for tests
+    of the replay defence)."""
     timestamp_ms = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
     nonce = secrets.token_hex(16) if nonce is None else nonce
     digest = request_digest(request)
-    return SignedHeaders(access_key, timestamp_ms, nonce,
-                         signature(secret_key, access_key, method, timestamp_ms, nonce, digest))
+    return SignedHeaders(access_key, target, timestamp_ms, nonce, digest,
+                         signature(secret_key, access_key, target, method, timestamp_ms, nonce, digest))
 
 
 def parse_headers(metadata: Mapping[str, str]) -> SignedHeaders | None:
     """The signing headers of a call; None when the call carries none of them (unsigned).
 
-    Raises SignatureFormatError when some are present but one is missing or malformed."""
+    Raises SignatureFormatError when some are present but one is missing or malformed; the
+    message never repeats more than a short prefix of what the caller sent."""
     present = [name for name in HEADERS if name in metadata]
     if not present:
         return None
@@ -105,22 +138,33 @@ def parse_headers(metadata: Mapping[str, str]) -> SignedHeaders | None:
     if missing:
         raise SignatureFormatError(f"signed request lacks metadata {', '.join(missing)}")
     access_key = metadata[ACCESS_KEY_HEADER]
+    target = metadata[TARGET_HEADER]
     timestamp = metadata[TIMESTAMP_HEADER]
-    nonce = metadata[NONCE_HEADER]
-    signature_hex = metadata[SIGNATURE_HEADER]
     if not access_key:
         raise SignatureFormatError(f"{ACCESS_KEY_HEADER} is empty")
+    if len(access_key) > MAX_ACCESS_KEY_LENGTH:
+        raise SignatureFormatError(f"{ACCESS_KEY_HEADER} is longer than {MAX_ACCESS_KEY_LENGTH} characters")
+    if len(target) > MAX_TARGET_LENGTH:
+        raise SignatureFormatError(f"{TARGET_HEADER} is longer than {MAX_TARGET_LENGTH} characters")
     if not TIMESTAMP_PATTERN.fullmatch(timestamp):
         raise SignatureFormatError(f"{TIMESTAMP_HEADER} must be epoch milliseconds, got {timestamp[:32]!r}")
-    if not NONCE_PATTERN.fullmatch(nonce):
+    if not NONCE_PATTERN.fullmatch(metadata[NONCE_HEADER]):
         raise SignatureFormatError(f"{NONCE_HEADER} must be 32 lowercase hex digits")
-    if not SIGNATURE_PATTERN.fullmatch(signature_hex):
-        raise SignatureFormatError(f"{SIGNATURE_HEADER} must be 64 lowercase hex digits")
-    return SignedHeaders(access_key, int(timestamp), nonce, signature_hex)
+    for name in (CONTENT_SHA256_HEADER, SIGNATURE_HEADER):
+        if not HEX_SHA256_PATTERN.fullmatch(metadata[name]):
+            raise SignatureFormatError(f"{name} must be 64 lowercase hex digits")
+    return SignedHeaders(access_key, target, int(timestamp), metadata[NONCE_HEADER],
+                         metadata[CONTENT_SHA256_HEADER], metadata[SIGNATURE_HEADER])
 
 
-def signature_matches(headers: SignedHeaders, secret_key: str, method: str, request: Message) -> bool:
-    """Constant-time comparison of the call's signature with the one the secret key gives."""
-    expected = signature(secret_key, headers.access_key, method, headers.timestamp_ms, headers.nonce,
-                         request_digest(request))
+def signature_matches(headers: SignedHeaders, secret_key: str, method: str) -> bool:
+    """Constant-time comparison of the call's signature with the one the secret key gives
+    (metadata only: the request itself is checked by `content_matches`)."""
+    expected = signature(secret_key, headers.access_key, headers.target, method, headers.timestamp_ms,
+                         headers.nonce, headers.content_sha256)
     return hmac.compare_digest(expected, headers.signature)
+
+
+def content_matches(headers: SignedHeaders, request: Message) -> bool:
+    """The request read is the one that was signed."""
+    return hmac.compare_digest(request_digest(request), headers.content_sha256)

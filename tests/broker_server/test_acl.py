@@ -22,6 +22,7 @@ from rmq.broker_server.acl import (
     parse_perm,
 )
 from rmq.broker_server.acl_file import AclFile
+from tests.acl_files import write_acl
 
 TOPIC, GROUP = ResourceKind.TOPIC, ResourceKind.GROUP
 
@@ -49,8 +50,7 @@ accounts:
 
 
 def write(path: Path, text: str) -> Path:
-    path.write_text(textwrap.dedent(text))
-    return path
+    return write_acl(path, textwrap.dedent(text))
 
 
 @pytest.fixture
@@ -161,8 +161,7 @@ def test_parse_perm_refuses_unknown_words(text: str) -> None:
 
 
 def test_json_file_loads_the_same_model(tmp_path: Path) -> None:
-    path = tmp_path / "acl.json"
-    path.write_text(json.dumps({"accounts": [
+    path = write(tmp_path / "acl.json", json.dumps({"accounts": [
         {"accessKey": "jsonuser", "secretKey": "json-secret", "topicPerms": ["t1=PUB|SUB"]},
     ]}))
     acl = load_acl(path)
@@ -195,6 +194,12 @@ def test_json_file_loads_the_same_model(tmp_path: Path) -> None:
      r"globalWhiteRemoteAddresses: bad address pattern '192.168.\*'"),
     ("accounts:\n  - {accessKey: user01, secretKey: 'topsecret1', whiteRemoteAddress: 'nope'}",
      r"whiteRemoteAddress: bad address pattern 'nope'"),
+    ("accounts:\n  - {accessKey: user01, secretKey: 'topsecret1', whiteRemoteAddress: ''}",
+     r"whiteRemoteAddress must be one address pattern \(\"\*\" for any address\); leave the key out"),
+    ("accounts:\n  - {accessKey: user01, secretKey: 'topsecret1', whiteRemoteAddress: '  '}",
+     r"whiteRemoteAddress must be one address pattern"),
+    ("accounts:\n  - {accessKey: user01, secretKey: 'topsecret1', brokerName: ''}",
+     r"brokerName must be a broker name"),
 ])
 def test_validation_errors_name_the_file_and_entry(tmp_path: Path, body: str, message: str) -> None:
     path = write(tmp_path / "acl.yml", body)
@@ -218,6 +223,46 @@ def test_syntax_errors_give_the_position_without_quoting_the_line(tmp_path: Path
 def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(AclError, match=r"missing.yml: cannot read ACL file: No such file"):
         load_acl(tmp_path / "missing.yml")
+
+
+@pytest.mark.parametrize(("mode", "problem"), [
+    (0o644, r"readable by others \(mode 0644\)"),
+    (0o620, r"group-writable \(mode 0620\)"),
+    (0o666, r"group-writable and writable by others and readable by others \(mode 0666\)"),
+    (0o602, r"writable by others \(mode 0602\)"),
+])
+def test_an_acl_file_other_users_may_read_or_write_is_refused(tmp_path: Path, mode: int,
+                                                               problem: str) -> None:
+    path = write(tmp_path / "acl.yml", ACL_YAML)
+    os.chmod(path, mode)
+    with pytest.raises(AclError, match=problem + r"; it holds every secret key: run chmod 600 .*acl.yml"):
+        load_acl(path)
+    os.chmod(path, 0o640)     # group-readable is the owner's choice
+    assert load_acl(path).account("producer1") is not None
+
+
+def test_an_unsafe_edit_is_not_reloaded(tmp_path: Path, caplog) -> None:
+    path = write(tmp_path / "acl.yml", ONE_ACCOUNT.format(perms="orders=SUB"))
+    acl_file = AclFile(path)
+    os.chmod(path, 0o666)    # anyone may now add an admin account
+    path.write_text(ONE_ACCOUNT.format(perms="orders=PUB"))
+    assert not acl_file.reload_if_changed()
+    assert acl_file.acl.account("user01").topic_perms["orders"] == Perm.SUB
+    assert "ACL not reloaded, keeping the previous one" in caplog.text and "chmod 600" in caplog.text
+
+
+def test_broker_accounts_register_their_own_broker_only(tmp_path: Path) -> None:
+    acl = load_acl(write(tmp_path / "acl.yml", """\
+        accounts:
+          - {accessKey: broker-a-reg, secretKey: 'secret-a', brokerName: broker-a}
+          - {accessKey: admin01, secretKey: 'secret-b', admin: true}
+        """))
+    acl.check("broker-a-reg", "broker-a", ResourceKind.BROKER, Need.ANY)
+    acl.check("admin01", "broker-b", ResourceKind.BROKER, Need.ANY)
+    with pytest.raises(AccessDenied, match="access key 'broker-a-reg' may not register broker 'broker-b'"):
+        acl.check("broker-a-reg", "broker-b", ResourceKind.BROKER, Need.ANY)
+    with pytest.raises(AccessDenied, match="lacks PUB on topic 'orders'"):
+        acl.check("broker-a-reg", "orders", TOPIC, Need.PUB)
 
 
 def test_account_repr_hides_the_secret(acl) -> None:

@@ -26,9 +26,11 @@ from tests.tls_certs import TlsFiles, make_tls_files
 
 ACL = parse_acl({"accounts": [
     {"accessKey": "producer1", "secretKey": "producer-secret", "topicPerms": ["orders=PUB"]},
-    {"accessKey": "consumer1", "secretKey": "consumer-secret", "topicPerms": ["orders=SUB"]},
+    {"accessKey": "consumer1", "secretKey": "consumer-secret", "topicPerms": ["orders=SUB"],
+     "groupPerms": ["etl=SUB"]},
 ]}, "test")
 PRODUCER = Credentials("producer1", "producer-secret")
+SERVER_ID = "broker/test"
 CONSUMER = Credentials("consumer1", "consumer-secret")
 
 
@@ -41,6 +43,9 @@ class Messaging(rmq_pb2_grpc.MessagingServiceServicer):
     async def SendMessage(self, request, context):
         self.sent.append(request.topic)
         return rmq_pb2.SendMessageResponse(status=rmq_pb2.Status(code=rmq_pb2.OK))
+
+    async def WatchConsumerIds(self, request, context):
+        yield rmq_pb2.ConsumerIdsChanged(client_ids=[request.client_id])
 
 
 class Route(rmq_pb2_grpc.RouteServiceServicer):
@@ -80,7 +85,7 @@ class Server:
 
 @pytest.fixture
 def server() -> Iterator[Server]:
-    authenticator = RequestAuthenticator(lambda: ACL)
+    authenticator = RequestAuthenticator(lambda: ACL, SERVER_ID)
     running = Server([AuthInterceptor(authenticator)])
     yield running
     running.stop()
@@ -130,8 +135,8 @@ def test_account_without_the_permission_is_denied_with_its_name(server: Server) 
 
 def test_replayed_metadata_is_refused(server: Server) -> None:
     request = rmq_pb2.SendMessageRequest(topic="orders", messages=[rmq_pb2.Message(body=b"x")])
-    metadata = request_signing.sign("producer1", "producer-secret", "/rmq.v1.MessagingService/SendMessage",
-                                    request).as_metadata()
+    metadata = request_signing.sign("producer1", "producer-secret", SERVER_ID,
+                                    "/rmq.v1.MessagingService/SendMessage", request).as_metadata()
     with open_channel(server.address) as channel:
         stub = rmq_pb2_grpc.MessagingServiceStub(channel)
         stub.SendMessage(request, metadata=metadata, timeout=10)
@@ -155,6 +160,39 @@ def test_aio_channel_signs_too(server: Server) -> None:
     assert asyncio.run(list_brokers(None)) is grpc.StatusCode.UNAUTHENTICATED
 
 
+def test_the_client_learns_the_server_id_from_one_refusal(server: Server) -> None:
+    request = rmq_pb2.SendMessageRequest(topic="orders", messages=[rmq_pb2.Message(body=b"x")])
+    unknown = request_signing.sign("producer1", "producer-secret", "", "/rmq.v1.MessagingService/SendMessage",
+                                   request).as_metadata()
+    with open_channel(server.address) as channel:
+        error = rpc_error(lambda: rmq_pb2_grpc.MessagingServiceStub(channel).SendMessage(
+            request, metadata=unknown, timeout=10))
+    assert error.code() is grpc.StatusCode.UNAUTHENTICATED
+    assert dict(error.trailing_metadata())["x-rmq-server"] == SERVER_ID
+    with open_channel(server.address, credentials=PRODUCER) as channel:
+        for _ in range(3):
+            assert send(channel).status.code == rmq_pb2.OK
+    assert server.messaging.sent == ["orders"] * 3    # the refused first try never reached the service
+
+
+def test_server_streaming_calls_are_admitted_and_checked(server: Server) -> None:
+    def watch(credentials: Credentials) -> list:
+        with open_channel(server.address, credentials=credentials) as channel:
+            stub = rmq_pb2_grpc.MessagingServiceStub(channel)
+            request = rmq_pb2.WatchConsumerIdsRequest(client_id="c1", consumer_group="etl")
+            return list(stub.WatchConsumerIds(request, timeout=10))
+
+    assert [list(event.client_ids) for event in watch(CONSUMER)] == [["c1"]]
+    error = rpc_error(lambda: watch(PRODUCER))
+    assert error.code() is grpc.StatusCode.PERMISSION_DENIED
+    assert error.details() == "access key 'producer1' lacks SUB on group 'etl'"
+    with open_channel(server.address) as unsigned:
+        stub = rmq_pb2_grpc.MessagingServiceStub(unsigned)
+        request = rmq_pb2.WatchConsumerIdsRequest(client_id="c1", consumer_group="etl")
+        error = rpc_error(lambda: list(stub.WatchConsumerIds(request, timeout=10)))
+    assert error.code() is grpc.StatusCode.UNAUTHENTICATED
+
+
 def test_unimplemented_method_stays_unimplemented(server: Server) -> None:
     with open_channel(server.address, credentials=PRODUCER) as channel:
         stub = rmq_pb2_grpc.AdminServiceStub(channel)
@@ -172,7 +210,7 @@ def tls_files(tmp_path_factory) -> TlsFiles:
 
 def tls_server(files: TlsFiles, mutual: bool = False) -> Server:
     tls = ServerTls(files.server_cert, files.server_key, files.ca if mutual else None)
-    return Server([AuthInterceptor(RequestAuthenticator(lambda: ACL))], tls)
+    return Server([AuthInterceptor(RequestAuthenticator(lambda: ACL, SERVER_ID))], tls)
 
 
 def test_tls_with_signing(tls_files: TlsFiles) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rmq.broker_server.acl import AccessDenied, parse_acl
-from rmq.broker_server.rpc_permissions import ADMIN_METHODS, RULES, check_call
+from rmq.broker_server.rpc_permissions import ADMIN_METHODS, RULES, check_call, client_id_of
 from rmq.v1 import rmq_pb2
 
 ACL = parse_acl({"accounts": [
@@ -14,6 +14,7 @@ ACL = parse_acl({"accounts": [
      "groupPerms": ["etl=SUB"]},
     {"accessKey": "nothing", "secretKey": "secret-3"},
     {"accessKey": "admin1", "secretKey": "secret-4", "admin": True},
+    {"accessKey": "broker-a-reg", "secretKey": "secret-5", "brokerName": "broker-a"},
 ]}, "test")
 
 
@@ -43,7 +44,16 @@ HEARTBEAT = (method("MessagingService", "Heartbeat"), rmq_pb2.HeartbeatRequest(
 LOCK = (method("MessagingService", "LockBatchMQ"),
         rmq_pb2.LockBatchRequest(consumer_group="etl", queues=[mq()]))
 CREATE = (method("AdminService", "CreateTopic"), rmq_pb2.CreateTopicRequest())
-REGISTER = (method("NameServerService", "RegisterBroker"), rmq_pb2.RegisterBrokerRequest())
+REGISTER = (method("NameServerService", "RegisterBroker"), rmq_pb2.RegisterBrokerRequest(
+    broker=rmq_pb2.BrokerData(broker_name="broker-a", address="127.0.0.1:10911")))
+REGISTER_B = (method("NameServerService", "RegisterBroker"), rmq_pb2.RegisterBrokerRequest(
+    broker=rmq_pb2.BrokerData(broker_name="broker-b", address="127.0.0.1:10911")))
+UNREGISTER_B = (method("NameServerService", "UnregisterBroker"),
+                rmq_pb2.UnregisterBrokerRequest(broker_name="broker-b"))
+GROUP_OFFSETS = (method("MessagingService", "QueryConsumerOffsets"),
+                 rmq_pb2.QueryConsumerOffsetsRequest(consumer_group="etl", topic="orders"))
+EVERY_TOPIC_OFFSETS = (method("MessagingService", "QueryConsumerOffsets"),
+                       rmq_pb2.QueryConsumerOffsetsRequest(consumer_group="etl"))
 ROUTE = (method("RouteService", "QueryRoute"), rmq_pb2.QueryRouteRequest(topic="orders"))
 
 
@@ -63,8 +73,15 @@ ROUTE = (method("RouteService", "QueryRoute"), rmq_pb2.QueryRouteRequest(topic="
     ("nothing", LOCK, "lacks SUB on group 'etl'"),
     ("subonly", CREATE, "'subonly' is not an admin account, which /rmq.v1.AdminService/CreateTopic"),
     ("admin1", CREATE, None),
-    ("pubonly", REGISTER, "is not an admin account"),
+    ("pubonly", REGISTER, "access key 'pubonly' may not register broker 'broker-a'"),
     ("admin1", REGISTER, None),
+    ("broker-a-reg", REGISTER, None),
+    ("broker-a-reg", REGISTER_B, "access key 'broker-a-reg' may not register broker 'broker-b'"),
+    ("broker-a-reg", UNREGISTER_B, "may not register broker 'broker-b'"),
+    ("broker-a-reg", SEND, "lacks PUB on topic 'orders'"),
+    ("subonly", GROUP_OFFSETS, None),
+    ("subonly", EVERY_TOPIC_OFFSETS, "is not an admin account, which QueryConsumerOffsets without a topic"),
+    ("admin1", EVERY_TOPIC_OFFSETS, None),
     ("nothing", ROUTE, None),
 ])
 def test_call_permissions(access_key: str, call: tuple, denial: str | None) -> None:
@@ -83,6 +100,12 @@ def test_commit_needs_sub_on_every_topic_it_names() -> None:
     ])
     with pytest.raises(AccessDenied, match="lacks SUB on topic 'payments'"):
         check_call(ACL, "subonly", method("MessagingService", "UpdateConsumerOffsets"), request)
+
+
+def test_calls_naming_a_client_id() -> None:
+    assert client_id_of(HEARTBEAT[0], rmq_pb2.HeartbeatRequest(client_id="c1")) == "c1"
+    assert client_id_of(LOCK[0], rmq_pb2.LockBatchRequest(client_id="c2")) == "c2"
+    assert client_id_of(SEND[0], SEND[1]) is None
 
 
 def test_an_unknown_method_needs_admin() -> None:

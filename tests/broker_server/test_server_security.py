@@ -14,6 +14,7 @@ from rmq.broker_server import server_security
 from rmq.broker_server.acl import Perm
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.server_security import ServerSecurity, is_loopback
+from tests.acl_files import write_acl
 
 ACL = "accounts:\n  - {accessKey: user01, secretKey: 'topsecret1', topicPerms: ['orders=PUB']}\n"
 
@@ -34,20 +35,20 @@ def test_is_loopback(listen: str, loopback: bool) -> None:
 
 def test_no_flags_means_no_interceptor_and_plaintext() -> None:
     security = ServerSecurity.from_args(parse())
-    assert security.interceptors() == []
+    assert security.interceptors("broker/broker-a") == []
     assert security.transport == "plaintext"
 
 
 def test_acl_flag_loads_the_file(tmp_path: Path) -> None:
-    (tmp_path / "acl.yml").write_text(ACL)
+    write_acl(tmp_path / "acl.yml", ACL)
     security = ServerSecurity.from_args(parse("--acl", str(tmp_path / "acl.yml"), "--signature-window", "5"))
-    assert len(security.interceptors()) == 1
+    assert len(security.interceptors("broker/broker-a")) == 1
     assert security.signature_window_s == 5
     assert list(security.acl_file.acl.accounts) == ["user01"]
 
 
 def test_bad_acl_file_is_one_user_error(tmp_path: Path) -> None:
-    (tmp_path / "acl.yml").write_text(ACL.replace("PUB", "PUSH"))
+    write_acl(tmp_path / "acl.yml", ACL.replace("PUB", "PUSH"))
     with pytest.raises(UserError, match=r"acl.yml: accounts\[0\] .*unknown permission 'PUSH'"):
         ServerSecurity.from_args(parse("--acl", str(tmp_path / "acl.yml")))
 
@@ -65,6 +66,23 @@ def test_signature_window_must_be_positive(capsys) -> None:
     assert "expected a positive number, got 0" in capsys.readouterr().err
 
 
+def test_listening_beyond_loopback_needs_an_acl_or_insecure_listen(tmp_path: Path) -> None:
+    ServerSecurity.from_args(parse()).check_listen("127.0.0.1:10911")
+    with pytest.raises(UserError, match=r"refusing to listen on 0.0.0.0:10911 without --acl: .*--insecure"):
+        ServerSecurity.from_args(parse()).check_listen("0.0.0.0:10911")
+    ServerSecurity.from_args(parse("--insecure-listen")).check_listen("0.0.0.0:10911")
+    write_acl(tmp_path / "acl.yml", ACL)
+    ServerSecurity.from_args(parse("--acl", str(tmp_path / "acl.yml"))).check_listen("0.0.0.0:10911")
+
+
+def test_connection_limits_and_nonce_budget_flags() -> None:
+    security = ServerSecurity.from_args(parse("--max-connections", "64", "--idle-timeout", "2.5",
+                                              "--nonce-budget", "100"))
+    assert (security.max_connections, security.idle_timeout_s, security.nonce_budget) == (64, 2.5, 100)
+    defaults = ServerSecurity.from_args(parse())
+    assert (defaults.max_connections, defaults.idle_timeout_s, defaults.nonce_budget) == (None, 60.0, 20_000)
+
+
 def run_start(security: ServerSecurity, listen: str) -> None:
     async def scenario() -> None:
         security.start(listen)
@@ -78,15 +96,14 @@ def test_start_says_when_every_caller_is_trusted(caplog) -> None:
     run_start(ServerSecurity(), "127.0.0.1:10911")
     assert "no --acl: every caller is trusted, so listening on loopback 127.0.0.1:10911 only" in caplog.text
     caplog.clear()
-    run_start(ServerSecurity(), "0.0.0.0:10911")
+    run_start(ServerSecurity(insecure_listen=True), "0.0.0.0:10911")
     assert [r.levelname for r in caplog.records] == ["WARNING"]
     assert "no --acl but listening on 0.0.0.0:10911 beyond loopback" in caplog.text
 
 
 def test_start_watches_the_acl_file(tmp_path: Path, caplog) -> None:
     caplog.set_level(logging.INFO)
-    path = tmp_path / "acl.yml"
-    path.write_text(ACL)
+    path = write_acl(tmp_path / "acl.yml", ACL)
     security = ServerSecurity.from_args(parse("--acl", str(path)))
     security.poll_interval_s = 0.01
 
@@ -99,7 +116,8 @@ def test_start_watches_the_acl_file(tmp_path: Path, caplog) -> None:
         await security.stop()
 
     asyncio.run(scenario())
-    assert f"ACL {path} in force: 1 account(s), signed calls within ±60s (plaintext)" in caplog.text
+    assert (f"ACL {path} in force: 1 account(s), signed calls within -60s/+5s, 20000 nonces per account "
+            f"(plaintext)") in caplog.text
     assert "ACL reloaded" in caplog.text
 
 
