@@ -1,17 +1,33 @@
-"""Clients of the rmq broker: the gRPC client (importable without pyspark) and the Spark
-data source `rmq` (stream/batch reader and writer), loaded lazily so executors and the CLI
-never pull in Spark unless they use it."""
+"""Clients of the rmq broker: the client SDK (Producer, PushConsumer; importable without
+pyspark) and the Spark data source `rmq` (stream/batch reader and writer). Every name is
+loaded lazily on first use, so executors, the CLI and SDK services import only what they use
+and never pull in Spark unless they use it."""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-__all__ = ["RmqDataSource", "register"]
+# exported name -> module that defines it
+_EXPORTS = {
+    "RmqDataSource": "rmq.connector.spark.data_source",
+    "register": "rmq.connector.spark.data_source",
+    "Producer": "rmq.connector.producer",
+    "SendResult": "rmq.connector.producer",
+    "select_message_queue_by_hash": "rmq.connector.producer",
+    "PushConsumer": "rmq.connector.push_consumer",
+    "Message": "rmq.connector.message",
+    "MessageExt": "rmq.connector.message",
+    "ConsumeConcurrentlyStatus": "rmq.connector.message_listener",
+    "ConsumeConcurrentlyContext": "rmq.connector.message_listener",
+    "MessageQueue": "rmq.connector.client",
+}
+
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from rmq.connector.spark import data_source
-
-        return getattr(data_source, name)
-    raise AttributeError(f"module 'rmq.connector' has no attribute {name!r}")
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rmq.connector' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -23,7 +23,6 @@ import os
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
@@ -70,9 +69,35 @@ DEFAULT_OFFSET_STORE_DIR = "~/.rmq_offsets"   # LocalFileOffsetStore (rocketmq.c
 HALF_HOUR_MS = 30 * 60 * 1000
 
 
-def new_client_id() -> str:
-    """RocketMQ's `ip@instanceName`, made unique per consumer object."""
-    return f"{socket.gethostname()}@{os.getpid()}-{uuid.uuid4().hex[:8]}"
+def client_id_of(instance_name: str | None) -> str:
+    """RocketMQ's `ip@instanceName` (clustering consumers use the process id as the instance
+    name, changeInstanceNameToPID)."""
+    return f"{socket.gethostname()}@{instance_name or os.getpid()}"
+
+
+class ConsumerTable:
+    """MQClientInstance.consumerTable of every client id in this process: a group may be
+    registered only once per client id (spec pull §4.4, TV-23)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._consumers: dict[tuple[str, str], object] = {}
+
+    def register_consumer(self, client_id: str, group: str | None, consumer: object | None) -> bool:
+        if not group or consumer is None:
+            return False
+        with self._lock:
+            if self._consumers.setdefault((client_id, group), consumer) is not consumer:
+                logger.warning("the consumer group[%s] exist already.", group)
+                return False
+        return True
+
+    def unregister_consumer(self, client_id: str, group: str) -> None:
+        with self._lock:
+            self._consumers.pop((client_id, group), None)
+
+
+CONSUMER_TABLE = ConsumerTable()
 
 
 class _BrokerAdmin:
@@ -122,7 +147,7 @@ class PushConsumer:
         rebalance_interval_s: float = WAIT_INTERVAL_S,
         persist_consumer_offset_interval_s: float = PERSIST_CONSUMER_OFFSET_INTERVAL_S,
         offset_store_dir: str | os.PathLike[str] = DEFAULT_OFFSET_STORE_DIR,
-        client_id: str | None = None,
+        instance_name: str | None = None,
         client: RmqClient | None = None,
     ) -> None:
         if not group:
@@ -170,7 +195,7 @@ class PushConsumer:
         self.rebalance_interval_s = rebalance_interval_s
         self.persist_interval_s = persist_consumer_offset_interval_s
         self.offset_store_dir = Path(offset_store_dir).expanduser()
-        self.client_id = client_id or new_client_id()
+        self.client_id = client_id_of(instance_name)
         self.client = client or RmqClient(endpoints)
         self._owns_client = client is None
         self._subscriptions: dict[str, str] = {}
@@ -227,6 +252,9 @@ class PushConsumer:
                 raise ValueError("no subscription (subscribe(topic, expression))")
             for topic in self._subscriptions:
                 self.client.query_route(topic)   # an unknown topic fails here, naming it
+            if not CONSUMER_TABLE.register_consumer(self.client_id, self.group, self):
+                raise RuntimeError(f"The consumer group[{self.group}] has been created before in this client "
+                                   f"({self.client_id}), specify another name (or instance_name) please.")
             self._state = "START_FAILED"
             self._build()
             self._state = "RUNNING"
@@ -260,6 +288,7 @@ class PushConsumer:
                 self.client.unregister(self.client_id, self.group)
             except RmqError as error:
                 logger.warning("unregister of %s from group %s failed: %s", self.client_id, self.group, error)
+        CONSUMER_TABLE.unregister_consumer(self.client_id, self.group)
         if self._owns_client:
             self.client.close()
         logger.info("the consumer [%s] shutdown OK", self.group)
@@ -387,7 +416,7 @@ class PushConsumer:
         delay_ms = self.flow_control_delay_ms(pq)
         if delay_ms:
             self._flow_control_times += 1
-            if self._flow_control_times % 1000 == 1:
+            if (self._flow_control_times - 1) % 1000 == 0:   # queueFlowControlTimes++ % 1000 == 0
                 logger.warning("the cached message count/size/span of %s exceeds the threshold, so do flow "
                                "control: count=%d size=%d MiB span=%d", request.message_queue, pq.msg_count,
                                pq.msg_size // (1024 * 1024), pq.max_span())

@@ -1,0 +1,192 @@
+"""ConsumeMessageConcurrentlyService: status classification (spec consumer-pull-rebalance
+TV-13), batching (consumption-longpolling-offsets TV-9), result handling (TV-10: send-back,
+local re-consume after 5 s, broadcasting drop, dropped queues) and the offset rule (TV-12)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from rmq.connector.consume_message_concurrently_service import (
+    ConsumeMessageConcurrentlyService,
+    ConsumeRequest,
+    ConsumeReturnType,
+    classify,
+    split_batches,
+)
+from rmq.connector.message import MessageExt
+from rmq.connector.message_listener import ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus
+from rmq.connector.offset_store import LocalFileOffsetStore, ReadOffsetType
+from rmq.connector.process_queue import ProcessQueue
+from tests.connector.sdk_support import MQ, RecordingScheduler, message
+
+OK = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+LATER = ConsumeConcurrentlyStatus.RECONSUME_LATER
+
+
+@pytest.mark.parametrize(
+    ("status", "has_exception", "rt_ms", "expected"),
+    [
+        (OK, False, 10, ConsumeReturnType.SUCCESS),
+        (LATER, False, 10, ConsumeReturnType.FAILED),
+        (None, False, 10, ConsumeReturnType.RETURNNULL),
+        (None, True, 10, ConsumeReturnType.EXCEPTION),
+        (OK, False, 15 * 60 * 1000, ConsumeReturnType.TIME_OUT),
+        (LATER, False, 15 * 60 * 1000, ConsumeReturnType.TIME_OUT),
+        (OK, False, 15 * 60 * 1000 - 1, ConsumeReturnType.SUCCESS),
+    ],
+)
+def test_tv13_classification(
+    status: ConsumeConcurrentlyStatus | None, has_exception: bool, rt_ms: int, expected: ConsumeReturnType
+) -> None:
+    assert classify(status, has_exception, rt_ms, consume_timeout_minutes=15) is expected
+
+
+@pytest.mark.parametrize(
+    ("count", "batch", "sizes"), [(32, 1, [1] * 32), (32, 10, [10, 10, 10, 2]), (5, 10, [5])]
+)
+def test_longpolling_tv9_batching(count: int, batch: int, sizes: list[int]) -> None:
+    assert [len(b) for b in split_batches([message(i) for i in range(count)], batch)] == sizes
+
+
+class Harness:
+    def __init__(
+        self, tmp_path: Path, listener, broadcasting: bool = False, failing_back: Sequence[int] = ()
+    ):
+        self.sent_back: list[tuple[int, int]] = []
+        self.failing_back = set(failing_back)
+        self.store = LocalFileOffsetStore(tmp_path, "G")
+        self.scheduler = RecordingScheduler()
+        self.service = ConsumeMessageConcurrentlyService(
+            listener,
+            group="G",
+            broadcasting=broadcasting,
+            consume_thread_max=2,
+            consume_message_batch_max_size=4,
+            consume_timeout_minutes=15,
+            offset_store=self.store,
+            send_message_back=self.send_back,
+            scheduler=self.scheduler,
+        )
+        self.pq = ProcessQueue()
+
+    def send_back(self, msg: MessageExt, level: int) -> bool:
+        if msg.queue_offset in self.failing_back:
+            return False
+        self.sent_back.append((msg.queue_offset, level))
+        return True
+
+    def run(self, *offsets: int) -> ConsumeRequest:
+        messages = [message(o) for o in offsets]
+        self.pq.put_message(messages)
+        request = ConsumeRequest(messages, self.pq, MQ)
+        self.service.run(request)
+        return request
+
+    def offset(self) -> int:
+        return self.store.read_offset(MQ, ReadOffsetType.READ_FROM_MEMORY)
+
+
+def test_tv10_success_acks_the_batch_and_commits(tmp_path: Path) -> None:
+    h = Harness(tmp_path, lambda msgs, ctx: OK)
+    h.run(10)
+    assert h.sent_back == [] and h.offset() == 11 and h.pq.msg_count == 0
+
+
+def test_tv10_reconsume_later_sends_back_all_and_a_failed_send_back_is_consumed_again_in_5_s(
+    tmp_path: Path,
+) -> None:
+    calls: list[list[int]] = []
+
+    def listener(msgs, ctx: ConsumeConcurrentlyContext):
+        calls.append([m.queue_offset for m in msgs])
+        return LATER if len(calls) == 1 else OK
+
+    h = Harness(tmp_path, listener, failing_back=[12])
+    h.run(10, 11, 12, 13)
+    assert h.sent_back == [(10, 0), (11, 0), (13, 0)]
+    assert h.pq.held_offsets() == [12]
+    assert h.offset() == 12  # the minimum still held
+    assert [delay for delay, _ in h.scheduler.scheduled] == [5.0]
+    h.scheduler.run_all()
+    deadline = time.monotonic() + 5
+    while h.pq.msg_count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert calls[-1] == [12] and h.offset() == 14
+
+
+def test_reconsume_times_grows_when_send_back_fails(tmp_path: Path) -> None:
+    seen: list[int] = []
+
+    def listener(msgs, ctx):
+        seen.append(msgs[0].reconsume_times)
+        return LATER
+
+    h = Harness(tmp_path, listener, failing_back=[5])
+    request = h.run(5)
+    assert request.messages == [] and h.pq.held_offsets() == [5] and h.offset() == 5
+    h.scheduler.run_all()
+    deadline = time.monotonic() + 5
+    while len(seen) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert seen == [0, 1]
+
+
+def test_ack_index_and_the_listeners_delay_level(tmp_path: Path) -> None:
+    def listener(msgs, ctx: ConsumeConcurrentlyContext):
+        ctx.ack_index = 1
+        ctx.delay_level_when_next_consume = 5
+        return OK
+
+    h = Harness(tmp_path, listener)
+    h.run(0, 1, 2, 3)
+    assert h.sent_back == [(2, 5), (3, 5)] and h.offset() == 4
+
+
+@pytest.mark.parametrize("outcome", ["raise", "none"])
+def test_exceptions_and_none_are_retried(tmp_path: Path, outcome: str) -> None:
+    def listener(msgs, ctx):
+        if outcome == "raise":
+            raise RuntimeError("boom")
+        return None
+
+    h = Harness(tmp_path, listener)
+    h.run(7)
+    assert h.sent_back == [(7, 0)] and h.offset() == 8
+
+
+def test_tv10_broadcasting_logs_and_drops(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    h = Harness(tmp_path, lambda msgs, ctx: LATER, broadcasting=True)
+    h.run(0, 1, 2, 3)
+    assert h.sent_back == []
+    assert caplog.text.count("BROADCASTING, the message consume failed, drop it") == 4
+    assert h.offset() == 4
+
+
+def test_tv12_dropped_queue_keeps_the_offset(tmp_path: Path) -> None:
+    called = []
+    h = Harness(tmp_path, lambda msgs, ctx: called.append(1) or OK)
+    h.pq.dropped = True
+    h.run(3)
+    assert called == [] and h.offset() == -1  # dropped before run: listener not called
+
+    def drop_while_consuming(msgs, ctx):
+        h2.pq.dropped = True
+        return OK
+
+    h2 = Harness(tmp_path / "2", drop_while_consuming)
+    h2.run(3)
+    assert h2.offset() == -1 and h2.pq.held_offsets() == [3]  # no ack, no offset update
+
+
+def test_clean_expire_msg_sends_the_stuck_head_back_at_level_3(tmp_path: Path) -> None:
+    h = Harness(tmp_path, lambda msgs, ctx: OK)
+    h.pq.put_message([message(1), message(2)])
+    h.pq.mark_consume_started([message(1), message(2)])
+    h.service.consume_timeout_minutes = 0.0
+    time.sleep(0.01)
+    h.service.clean_expire_msg([h.pq])
+    assert h.sent_back == [(1, 3), (2, 3)] and h.pq.msg_count == 0

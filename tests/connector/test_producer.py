@@ -1,0 +1,57 @@
+"""Producer without a broker: the hash selector's routing (spec consumer-pull-rebalance
+TV-21) and bad input refused before anything is sent."""
+
+from __future__ import annotations
+
+import pytest
+
+from rmq.connector.client import MessageQueue
+from rmq.connector.message import Message
+from rmq.connector.producer import Producer, select_message_queue_by_hash
+
+QUEUES = [MessageQueue("TopicTestjjj", "broker-a", i) for i in range(10)]
+TAGS = ["TagA", "TagB", "TagC", "TagD", "TagE"]
+
+
+def test_tv21_order_id_routing() -> None:
+    for i in range(100):
+        message = Message("TopicTestjjj", f"Hello RocketMQ {i}".encode(), tags=TAGS[i % 5], keys=f"KEY{i}")
+        assert select_message_queue_by_hash(QUEUES, message, i % 10).queue_id == i % 10
+
+
+def test_string_keys_use_java_string_hash_and_stay_put() -> None:
+    message = Message("T", b"x", keys="customer-42")
+    chosen = select_message_queue_by_hash(QUEUES, message, None)
+    # Java: Math.abs("customer-42".hashCode()) % 10
+    java_hash = 0
+    for ch in "customer-42":
+        java_hash = (java_hash * 31 + ord(ch)) & 0xFFFFFFFF
+    java_hash = java_hash - (1 << 32) if java_hash & 0x80000000 else java_hash
+    assert chosen.queue_id == abs(java_hash) % 10
+    assert select_message_queue_by_hash(QUEUES, message, "customer-42") == chosen
+
+
+@pytest.mark.parametrize(
+    ("message", "words"),
+    [
+        (Message("", b"x"), "no topic"),
+        (Message("T", b""), "body is empty"),
+        (Message("T", b"x" * 101), "101 bytes, the maximum is 100"),
+        (Message("T", b"x", delay_level=-1), "delay_level"),
+    ],
+)
+def test_bad_messages_fail_before_any_send(message: Message, words: str) -> None:
+    producer = Producer("127.0.0.1:1", max_message_size=100)
+    producer.start()   # no connection is made until a send
+    try:
+        with pytest.raises(ValueError, match=words):
+            producer.send(message)
+        with pytest.raises(ValueError, match=words):
+            producer.send([Message("T", b"fine"), message])
+    finally:
+        producer.shutdown()
+
+
+def test_send_before_start_is_refused() -> None:
+    with pytest.raises(RuntimeError, match="not started"):
+        Producer("127.0.0.1:1").send(Message("T", b"x"))

@@ -1,0 +1,247 @@
+"""PushConsumer's pull side without a broker: flow control (spec consumer-pull-rebalance
+TV-7, consumption-longpolling-offsets TV-7), the pull callback's transitions (TV-11),
+registerConsumer (TV-23) and bad configuration."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from rmq import message_format as mf
+from rmq.connector.client import GetMessageStatus, MessageQueue, PullResult, PullStatus, RmqClient
+from rmq.connector.message_listener import ConsumeConcurrentlyStatus
+from rmq.connector.offset_store import ReadOffsetType
+from rmq.connector.process_queue import ProcessQueue
+from rmq.connector.pull_message_service import PullMessageService
+from rmq.connector.push_consumer import CONSUMER_TABLE, PushConsumer
+from rmq.connector.rebalance_impl import PullRequest, SubscriptionData
+from rmq.v1 import rmq_pb2
+from tests.connector.sdk_support import MQ, RecordingScheduler, message
+
+MiB = 1024 * 1024
+
+
+class RecordingPullService(PullMessageService):
+    def __init__(self) -> None:
+        super().__init__(lambda request: None, RecordingScheduler())
+        self.immediate: list[int] = []
+        self.later: list[tuple[int, int]] = []
+
+    def execute_pull_request_immediately(self, request: PullRequest) -> None:
+        self.immediate.append(request.next_offset)
+
+    def execute_pull_request_later(self, request: PullRequest, delay_ms: int) -> None:
+        self.later.append((request.next_offset, delay_ms))
+
+
+@pytest.fixture
+def consumer(tmp_path: Path):
+    # broadcasting: the offsets live in a local file, so persisting needs no broker
+    consumer = PushConsumer(
+        "G",
+        "127.0.0.1:1",
+        client=RmqClient("127.0.0.1:1"),
+        offset_store_dir=tmp_path,
+        message_model="broadcasting",
+    )
+    consumer.subscribe("TopicTest", "TagA")
+    submitted: list[list[int]] = []
+    consumer.register_message_listener(lambda msgs, ctx: ConsumeConcurrentlyStatus.CONSUME_SUCCESS)
+    consumer._build()
+    consumer._state = "RUNNING"
+    consumer._pull_service = RecordingPullService()
+    consumer._scheduler = RecordingScheduler()
+    consumer.consume_service.submit_consume_request = lambda msgs, pq, mq: submitted.append(
+        [m.queue_offset for m in msgs]
+    )
+    consumer.submitted = submitted
+    yield consumer
+    consumer._state = "SHUTDOWN_ALREADY"
+    consumer.client.close()
+
+
+@pytest.mark.parametrize(
+    ("count", "size", "span", "expected"),
+    [
+        (1001, 0, 0, 50),
+        (1000, 0, 0, 0),
+        (1, 101 * MiB, 0, 50),
+        (1, 100 * MiB + 1048575, 0, 0),
+        (2, 0, 2001, 50),
+        (2, 0, 2000, 0),
+    ],
+)
+def test_tv7_flow_control(consumer: PushConsumer, count: int, size: int, span: int, expected: int) -> None:
+    pq = ProcessQueue()
+    pq.msg_count, pq.msg_size = count, size
+    if span:
+        pq.put_message([message(0), message(span)])
+        pq.msg_count, pq.msg_size = count, size
+    assert consumer.flow_control_delay_ms(pq) == expected
+    if expected:
+        request = PullRequest("G", MQ, pq, 5)
+        consumer.pull_message(request)
+        assert consumer._pull_service.later == [(5, 50)]
+
+
+def test_tv7_dropped_queue_is_not_requeued_and_missing_subscription_waits_3_s(consumer: PushConsumer) -> None:
+    pq = ProcessQueue()
+    pq.dropped = True
+    consumer.pull_message(PullRequest("G", MQ, pq, 0))
+    assert consumer._pull_service.later == [] and consumer._pull_service.immediate == []
+    consumer.pull_message(PullRequest("G", MessageQueue("Unsubscribed", "broker-a", 0), ProcessQueue(), 0))
+    assert consumer._pull_service.later == [(0, 3000)]
+
+
+def test_tv7_pull_exception_waits_3_s(consumer: PushConsumer) -> None:
+    # the broker is not known to the endpoints: pullKernelImpl raises before sending
+    consumer.pull_message(PullRequest("G", MessageQueue("TopicTest", "nowhere", 0), ProcessQueue(), 0))
+    assert consumer._pull_service.later == [(0, 3000)]
+
+
+def test_flow_control_is_logged_every_1000_times(
+    consumer: PushConsumer, caplog: pytest.LogCaptureFixture
+) -> None:
+    pq = ProcessQueue()
+    pq.msg_count = 1001
+    for _ in range(1001):
+        consumer.pull_message(PullRequest("G", MQ, pq, 0))
+    assert caplog.text.count("do flow control") == 2  # times 0 and 1000
+
+
+def packed(offsets: list[int], tags: str) -> rmq_pb2.PackedMessages:
+    """Records as the store writes them (rmq.message_format), for the decoder."""
+    records = []
+    for offset in offsets:
+        properties = mf.encode_properties({mf.PROPERTY_TAGS: tags}).encode()
+        topic, body = MQ.topic.encode(), b"body"
+        size = mf.calc_msg_length(len(body), len(topic), len(properties))
+        header = struct.pack(
+            ">iiiiiqqiq8sq8siq",
+            size,
+            mf.MESSAGE_MAGIC_CODE,
+            0,
+            0,
+            0,
+            offset,
+            5000 + offset,
+            0,
+            1,
+            bytes(8),
+            2,
+            bytes(8),
+            0,
+            0,
+        )
+        records.append(
+            header
+            + struct.pack(">i", len(body))
+            + body
+            + bytes([len(topic)])
+            + topic
+            + struct.pack(">h", len(properties))
+            + properties
+        )
+    return rmq_pb2.PackedMessages(
+        count=len(records),
+        sizes=struct.pack(f"<{len(records)}i", *map(len, records)),
+        records=b"".join(records),
+    )
+
+
+def result(status: PullStatus, next_offset: int, offsets: list[int] = (), tags: str = "TagA") -> PullResult:
+    return PullResult(status, GetMessageStatus.GMS_FOUND, next_offset, 0, 100, packed(list(offsets), tags))
+
+
+def test_tv11_found_puts_submits_and_pulls_again(consumer: PushConsumer) -> None:
+    request = PullRequest("G", MQ, ProcessQueue(), 39)
+    consumer.process_pull_result(
+        request, SubscriptionData.build(MQ.topic, "TagA"), result(PullStatus.FOUND, 42, [39, 40, 41])
+    )
+    assert request.next_offset == 42 and request.process_queue.msg_count == 3
+    assert consumer.submitted == [[39, 40, 41]] and consumer._pull_service.immediate == [42]
+
+
+def test_tv11_found_with_pull_interval_waits(consumer: PushConsumer) -> None:
+    consumer.pull_interval_ms = 60000
+    request = PullRequest("G", MQ, ProcessQueue(), 39)
+    consumer.process_pull_result(
+        request, SubscriptionData.build(MQ.topic, "TagA"), result(PullStatus.FOUND, 42, [39, 40, 41])
+    )
+    assert consumer._pull_service.later == [(42, 60000)]
+
+
+def test_tv11_found_but_filtered_out_pulls_again_without_submitting(consumer: PushConsumer) -> None:
+    request = PullRequest("G", MQ, ProcessQueue(), 39)
+    consumer.process_pull_result(
+        request,
+        SubscriptionData.build(MQ.topic, "TagA"),
+        result(PullStatus.FOUND, 42, [39, 40, 41], tags="TagB"),
+    )
+    assert consumer.submitted == [] and consumer._pull_service.immediate == [42]
+
+
+@pytest.mark.parametrize(
+    ("status", "next_offset"), [(PullStatus.NO_NEW_MSG, 40), (PullStatus.NO_MATCHED_MSG, 45)]
+)
+def test_tv11_nothing_new_moves_on_and_corrects_the_offset(
+    consumer: PushConsumer, status: PullStatus, next_offset: int
+) -> None:
+    request = PullRequest("G", MQ, ProcessQueue(), 30)
+    consumer.process_pull_result(request, SubscriptionData.build(MQ.topic, "*"), result(status, next_offset))
+    assert request.next_offset == next_offset and consumer._pull_service.immediate == [next_offset]
+    assert consumer.offset_store.read_offset(MQ, ReadOffsetType.READ_FROM_MEMORY) == next_offset
+
+
+def test_tv11_offset_illegal_drops_and_fixes_the_offset_after_10_s(consumer: PushConsumer) -> None:
+    pq = ProcessQueue()
+    consumer.rebalance_impl.process_queue_table[MQ] = pq
+    consumer.offset_store.update_offset(MQ, 500, increase_only=False)
+    request = PullRequest("G", MQ, pq, 30)
+    consumer.process_pull_result(
+        request, SubscriptionData.build(MQ.topic, "*"), result(PullStatus.OFFSET_ILLEGAL, 100)
+    )
+    assert request.next_offset == 100 and pq.dropped
+    assert consumer._pull_service.immediate == [] and consumer._pull_service.later == []
+    assert [delay for delay, _ in consumer._scheduler.scheduled] == [10.0]
+    consumer._scheduler.run_all()
+    assert MQ not in consumer.rebalance_impl.process_queue_table
+    assert (
+        consumer.offset_store.read_offset(MQ, ReadOffsetType.READ_FROM_STORE) == 100
+    )  # moved back (not increase-only), persisted
+
+
+def test_tv23_register_consumer() -> None:
+    c1, c2 = object(), object()
+    assert CONSUMER_TABLE.register_consumer("cid-tv23", "G", c1) is True
+    assert CONSUMER_TABLE.register_consumer("cid-tv23", "G", c2) is False
+    assert CONSUMER_TABLE.register_consumer("cid-tv23", None, c1) is False
+    CONSUMER_TABLE.unregister_consumer("cid-tv23", "G")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"message_model": "fanout"}, "message_model"),
+        ({"allocate_strategy": "hash"}, "allocate_strategy"),
+        ({"consume_from": "middle"}, "consume_from"),
+        ({"pull_batch_size": 0}, "pull_batch_size"),
+        ({"consume_timeout_minutes": -1}, "consume_timeout_minutes"),
+    ],
+)
+def test_bad_configuration_is_one_clear_error(kwargs: dict, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        PushConsumer("G", "127.0.0.1:1", **kwargs)
+
+
+def test_start_needs_a_listener_and_a_subscription() -> None:
+    consumer = PushConsumer("G", "127.0.0.1:1")
+    with pytest.raises(ValueError, match="listener"):
+        consumer.start()
+    consumer.register_message_listener(lambda msgs, ctx: None)
+    with pytest.raises(ValueError, match="subscri"):
+        consumer.start()
+    with pytest.raises(ValueError, match="subscription expression"):
+        consumer.subscribe("T", "TagA || ")
