@@ -102,6 +102,13 @@ def test_brokers_register_with_the_name_server_and_keep_their_store_in_a_volume(
     assert SERVICES["broker-a"]["volumes"] != SERVICES["broker-b"]["volumes"]
 
 
+def test_servers_listening_beyond_loopback_say_so_or_take_an_acl():
+    """A server without --acl refuses a non-loopback --listen unless --insecure-listen is given."""
+    for name in ("namesrv", "broker-a", "broker-b"):
+        command = command_of(name)
+        assert "--insecure-listen" in command or "--acl" in command
+
+
 def test_servers_health_checks_ask_the_server_itself():
     for name in ("namesrv", "broker-a", "broker-b"):
         check = SERVICES[name]["healthcheck"]["test"]
