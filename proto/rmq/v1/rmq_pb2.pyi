@@ -27,6 +27,8 @@ class Code(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TOO_MANY_WATCHERS: _ClassVar[Code]
     SUBSCRIPTION_PARSE_FAILED: _ClassVar[Code]
     FILTER_NOT_SUPPORTED: _ClassVar[Code]
+    FLUSH_SLAVE_TIMEOUT: _ClassVar[Code]
+    SLAVE_NOT_AVAILABLE: _ClassVar[Code]
 
 class PullSysFlag(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -64,6 +66,12 @@ class MessageModel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     CLUSTERING: _ClassVar[MessageModel]
     BROADCASTING: _ClassVar[MessageModel]
+
+class BrokerRole(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ASYNC_MASTER: _ClassVar[BrokerRole]
+    SYNC_MASTER: _ClassVar[BrokerRole]
+    SLAVE: _ClassVar[BrokerRole]
 OK: Code
 ILLEGAL_ARGUMENT: Code
 TOPIC_NOT_EXIST: Code
@@ -82,6 +90,8 @@ SUBSCRIPTION_GROUP_NOT_EXIST: Code
 TOO_MANY_WATCHERS: Code
 SUBSCRIPTION_PARSE_FAILED: Code
 FILTER_NOT_SUPPORTED: Code
+FLUSH_SLAVE_TIMEOUT: Code
+SLAVE_NOT_AVAILABLE: Code
 PULL_SYS_FLAG_NONE: PullSysFlag
 FLAG_COMMIT_OFFSET: PullSysFlag
 FLAG_SUSPEND: PullSysFlag
@@ -104,6 +114,9 @@ GMS_NO_MATCHED_LOGIC_QUEUE: GetMessageStatus
 GMS_NO_MESSAGE_IN_QUEUE: GetMessageStatus
 CLUSTERING: MessageModel
 BROADCASTING: MessageModel
+ASYNC_MASTER: BrokerRole
+SYNC_MASTER: BrokerRole
+SLAVE: BrokerRole
 
 class Status(_message.Message):
     __slots__ = ("code", "message")
@@ -233,7 +246,7 @@ class PackedMessages(_message.Message):
     def __init__(self, count: _Optional[int] = ..., sizes: _Optional[bytes] = ..., records: _Optional[bytes] = ...) -> None: ...
 
 class PullMessageResponse(_message.Message):
-    __slots__ = ("status", "pull_status", "store_status", "next_begin_offset", "min_offset", "max_offset", "messages")
+    __slots__ = ("status", "pull_status", "store_status", "next_begin_offset", "min_offset", "max_offset", "messages", "suggest_which_broker_id")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     PULL_STATUS_FIELD_NUMBER: _ClassVar[int]
     STORE_STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -241,6 +254,7 @@ class PullMessageResponse(_message.Message):
     MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SUGGEST_WHICH_BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     status: Status
     pull_status: PullStatus
     store_status: GetMessageStatus
@@ -248,7 +262,8 @@ class PullMessageResponse(_message.Message):
     min_offset: int
     max_offset: int
     messages: PackedMessages
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., pull_status: _Optional[_Union[PullStatus, str]] = ..., store_status: _Optional[_Union[GetMessageStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Union[PackedMessages, _Mapping]] = ...) -> None: ...
+    suggest_which_broker_id: int
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., pull_status: _Optional[_Union[PullStatus, str]] = ..., store_status: _Optional[_Union[GetMessageStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Union[PackedMessages, _Mapping]] = ..., suggest_which_broker_id: _Optional[int] = ...) -> None: ...
 
 class QueueOffsets(_message.Message):
     __slots__ = ("queue_id", "min_offset", "max_offset", "last_store_timestamp")
@@ -553,12 +568,24 @@ class UpdateTopicResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
 
 class BrokerData(_message.Message):
-    __slots__ = ("broker_name", "address")
+    __slots__ = ("broker_name", "address", "members")
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
     broker_name: str
     address: str
-    def __init__(self, broker_name: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
+    members: _containers.RepeatedCompositeFieldContainer[BrokerMember]
+    def __init__(self, broker_name: _Optional[str] = ..., address: _Optional[str] = ..., members: _Optional[_Iterable[_Union[BrokerMember, _Mapping]]] = ...) -> None: ...
+
+class BrokerMember(_message.Message):
+    __slots__ = ("broker_id", "address", "role")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    address: str
+    role: BrokerRole
+    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., role: _Optional[_Union[BrokerRole, str]] = ...) -> None: ...
 
 class QueueData(_message.Message):
     __slots__ = ("broker_name", "read_queue_nums", "write_queue_nums", "perm")
@@ -613,12 +640,14 @@ class ListBrokersResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., brokers: _Optional[_Iterable[_Union[BrokerData, _Mapping]]] = ...) -> None: ...
 
 class RegisterBrokerRequest(_message.Message):
-    __slots__ = ("broker", "topics")
+    __slots__ = ("broker", "topics", "member")
     BROKER_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
     broker: BrokerData
     topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
-    def __init__(self, broker: _Optional[_Union[BrokerData, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ...) -> None: ...
+    member: BrokerMember
+    def __init__(self, broker: _Optional[_Union[BrokerData, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., member: _Optional[_Union[BrokerMember, _Mapping]] = ...) -> None: ...
 
 class RegisterBrokerResponse(_message.Message):
     __slots__ = ("status",)
@@ -627,13 +656,114 @@ class RegisterBrokerResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
 
 class UnregisterBrokerRequest(_message.Message):
-    __slots__ = ("broker_name",)
+    __slots__ = ("broker_name", "broker_id")
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     broker_name: str
-    def __init__(self, broker_name: _Optional[str] = ...) -> None: ...
+    broker_id: int
+    def __init__(self, broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ...) -> None: ...
 
 class UnregisterBrokerResponse(_message.Message):
     __slots__ = ("status",)
     STATUS_FIELD_NUMBER: _ClassVar[int]
     status: Status
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
+
+class HAReport(_message.Message):
+    __slots__ = ("max_offset", "check_offset", "check_crc", "address")
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CHECK_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CHECK_CRC_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    max_offset: int
+    check_offset: int
+    check_crc: int
+    address: str
+    def __init__(self, max_offset: _Optional[int] = ..., check_offset: _Optional[int] = ..., check_crc: _Optional[int] = ..., address: _Optional[str] = ...) -> None: ...
+
+class HATransfer(_message.Message):
+    __slots__ = ("status", "offset", "data", "master_max_offset")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    MASTER_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    offset: int
+    data: bytes
+    master_max_offset: int
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_max_offset: _Optional[int] = ...) -> None: ...
+
+class GroupConsumerOffset(_message.Message):
+    __slots__ = ("consumer_group", "topic", "queue_id", "offset")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    queue_id: int
+    offset: int
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class SlaveSynchronizeRequest(_message.Message):
+    __slots__ = ("committed_on_slave",)
+    COMMITTED_ON_SLAVE_FIELD_NUMBER: _ClassVar[int]
+    committed_on_slave: _containers.RepeatedCompositeFieldContainer[GroupConsumerOffset]
+    def __init__(self, committed_on_slave: _Optional[_Iterable[_Union[GroupConsumerOffset, _Mapping]]] = ...) -> None: ...
+
+class SlaveSynchronizeResponse(_message.Message):
+    __slots__ = ("status", "topics", "offsets", "delay_offsets")
+    class DelayOffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    DELAY_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
+    offsets: _containers.RepeatedCompositeFieldContainer[GroupConsumerOffset]
+    delay_offsets: _containers.ScalarMap[int, int]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., offsets: _Optional[_Iterable[_Union[GroupConsumerOffset, _Mapping]]] = ..., delay_offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
+
+class SlaveState(_message.Message):
+    __slots__ = ("address", "ack_offset", "lag_bytes")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ACK_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    ack_offset: int
+    lag_bytes: int
+    def __init__(self, address: _Optional[str] = ..., ack_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ...) -> None: ...
+
+class BrokerStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BrokerStatusResponse(_message.Message):
+    __slots__ = ("status", "broker_name", "broker_id", "role", "commit_log_min_offset", "commit_log_max_offset", "slaves", "master_address", "master_max_offset", "replication_error")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SLAVES_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    MASTER_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_ERROR_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    broker_name: str
+    broker_id: int
+    role: BrokerRole
+    commit_log_min_offset: int
+    commit_log_max_offset: int
+    slaves: _containers.RepeatedCompositeFieldContainer[SlaveState]
+    master_address: str
+    master_max_offset: int
+    replication_error: str
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., role: _Optional[_Union[BrokerRole, str]] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., slaves: _Optional[_Iterable[_Union[SlaveState, _Mapping]]] = ..., master_address: _Optional[str] = ..., master_max_offset: _Optional[int] = ..., replication_error: _Optional[str] = ...) -> None: ...

@@ -738,6 +738,11 @@ class AdminServiceStub:
                 request_serializer=rmq_dot_v1_dot_rmq__pb2.BrowseMessagesRequest.SerializeToString,
                 response_deserializer=rmq_dot_v1_dot_rmq__pb2.PullMessageResponse.FromString,
                 _registered_method=True)
+        self.GetBrokerStatus = channel.unary_unary(
+                '/rmq.v1.AdminService/GetBrokerStatus',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.BrokerStatusRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.BrokerStatusResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -768,6 +773,12 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetBrokerStatus(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -790,6 +801,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.BrowseMessages,
                     request_deserializer=rmq_dot_v1_dot_rmq__pb2.BrowseMessagesRequest.FromString,
                     response_serializer=rmq_dot_v1_dot_rmq__pb2.PullMessageResponse.SerializeToString,
+            ),
+            'GetBrokerStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBrokerStatus,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.BrokerStatusRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.BrokerStatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -901,6 +917,151 @@ class AdminService:
             '/rmq.v1.AdminService/BrowseMessages',
             rmq_dot_v1_dot_rmq__pb2.BrowseMessagesRequest.SerializeToString,
             rmq_dot_v1_dot_rmq__pb2.PullMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBrokerStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.AdminService/GetBrokerStatus',
+            rmq_dot_v1_dot_rmq__pb2.BrokerStatusRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.BrokerStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class HAServiceStub:
+    """Served by masters to their slaves (replication).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Transfer = channel.stream_stream(
+                '/rmq.v1.HAService/Transfer',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.HAReport.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.HATransfer.FromString,
+                _registered_method=True)
+        self.SlaveSynchronize = channel.unary_unary(
+                '/rmq.v1.HAService/SlaveSynchronize',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.SlaveSynchronizeRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.SlaveSynchronizeResponse.FromString,
+                _registered_method=True)
+
+
+class HAServiceServicer:
+    """Served by masters to their slaves (replication).
+    """
+
+    def Transfer(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SlaveSynchronize(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_HAServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Transfer': grpc.stream_stream_rpc_method_handler(
+                    servicer.Transfer,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.HAReport.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.HATransfer.SerializeToString,
+            ),
+            'SlaveSynchronize': grpc.unary_unary_rpc_method_handler(
+                    servicer.SlaveSynchronize,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.SlaveSynchronizeRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.SlaveSynchronizeResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'rmq.v1.HAService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('rmq.v1.HAService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class HAService:
+    """Served by masters to their slaves (replication).
+    """
+
+    @staticmethod
+    def Transfer(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/rmq.v1.HAService/Transfer',
+            rmq_dot_v1_dot_rmq__pb2.HAReport.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.HATransfer.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SlaveSynchronize(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.HAService/SlaveSynchronize',
+            rmq_dot_v1_dot_rmq__pb2.SlaveSynchronizeRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.SlaveSynchronizeResponse.FromString,
             options,
             channel_credentials,
             insecure,
