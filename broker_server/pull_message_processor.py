@@ -22,29 +22,32 @@ from rmq.broker_server.status import OK, RequestError, illegal_argument, rmq_pb2
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.sql92 import Sql92Error, compile_sql92
+from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.store.message_filter import RecordFilter
 
 MAX_SUB_EXPRESSION_LENGTH = 65536
 KNOWN_SYS_FLAGS = rmq_pb2.FLAG_COMMIT_OFFSET | rmq_pb2.FLAG_SUSPEND | rmq_pb2.FLAG_SUBSCRIPTION
 
-# §13 / longpolling §7.1, composed with the client's ResponseCode -> PullStatus (§7.2).
-# NO_MATCHED_LOGIC_QUEUE and NO_MESSAGE_IN_QUEUE depend on the requested offset (see below).
+# Spec consumer-pull-rebalance §13 / consumption-longpolling-offsets §7.1, composed with the
+# client's ResponseCode -> PullStatus (§7.2). NO_MATCHED_LOGIC_QUEUE and NO_MESSAGE_IN_QUEUE
+# depend on the requested offset (see pull_status).
 _PULL_STATUS = {
-    "FOUND": rmq_pb2.FOUND,  # SUCCESS
-    "NO_MATCHED_MESSAGE": rmq_pb2.NO_MATCHED_MSG,  # PULL_RETRY_IMMEDIATELY
-    "MESSAGE_WAS_REMOVING": rmq_pb2.NO_MATCHED_MSG,  # PULL_RETRY_IMMEDIATELY
-    "OFFSET_FOUND_NULL": rmq_pb2.NO_NEW_MSG,  # PULL_NOT_FOUND
-    "OFFSET_OVERFLOW_ONE": rmq_pb2.NO_NEW_MSG,  # PULL_NOT_FOUND
-    "OFFSET_OVERFLOW_BADLY": rmq_pb2.OFFSET_ILLEGAL,  # PULL_OFFSET_MOVED
-    "OFFSET_TOO_SMALL": rmq_pb2.OFFSET_ILLEGAL,  # PULL_OFFSET_MOVED
+    GetMessageStatus.FOUND: PullStatus.FOUND,  # SUCCESS
+    GetMessageStatus.NO_MATCHED_MESSAGE: PullStatus.NO_MATCHED_MSG,  # PULL_RETRY_IMMEDIATELY
+    GetMessageStatus.MESSAGE_WAS_REMOVING: PullStatus.NO_MATCHED_MSG,  # PULL_RETRY_IMMEDIATELY
+    GetMessageStatus.OFFSET_FOUND_NULL: PullStatus.NO_NEW_MSG,  # PULL_NOT_FOUND
+    GetMessageStatus.OFFSET_OVERFLOW_ONE: PullStatus.NO_NEW_MSG,  # PULL_NOT_FOUND
+    GetMessageStatus.OFFSET_OVERFLOW_BADLY: PullStatus.OFFSET_ILLEGAL,  # PULL_OFFSET_MOVED
+    GetMessageStatus.OFFSET_TOO_SMALL: PullStatus.OFFSET_ILLEGAL,  # PULL_OFFSET_MOVED
 }
-_NO_QUEUE_DATA = ("NO_MATCHED_LOGIC_QUEUE", "NO_MESSAGE_IN_QUEUE")
+_NO_QUEUE_DATA = frozenset({GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, GetMessageStatus.NO_MESSAGE_IN_QUEUE})
 
-def pull_status(store_status: str, request_offset: int) -> int:
-    """The client's PullStatus for the store's GetMessageStatus name: "the broker store no
-    queue data" is PULL_OFFSET_MOVED unless the request asked for offset 0."""
+
+def pull_status(store_status: GetMessageStatus, request_offset: int) -> PullStatus:
+    """The client's PullStatus for the store's GetMessageStatus: "the broker store no queue
+    data" is PULL_OFFSET_MOVED unless the request asked for offset 0."""
     if store_status in _NO_QUEUE_DATA:
-        return rmq_pb2.OFFSET_ILLEGAL if request_offset != 0 else rmq_pb2.NO_NEW_MSG
+        return PullStatus.OFFSET_ILLEGAL if request_offset != 0 else PullStatus.NO_NEW_MSG
     return _PULL_STATUS[store_status]
 
 
@@ -233,11 +236,10 @@ class PullMessageProcessor:
         )
         if result.message_count:
             self.stats.record_get(query.topic, result.message_count, len(result.buffer))
-        status = result.status.name
         response = rmq_pb2.PullMessageResponse(
             status=OK,
-            pull_status=pull_status(status, query.offset),
-            store_status=rmq_pb2.GetMessageStatus.Value("GMS_" + status),
+            pull_status=pull_status(result.status, query.offset),
+            store_status=result.status,
             next_begin_offset=result.next_begin_offset,
             min_offset=result.min_offset,
             max_offset=result.max_offset,

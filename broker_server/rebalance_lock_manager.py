@@ -10,12 +10,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True, order=True)
-class MessageQueue:
-    topic: str
-    broker_name: str
-    queue_id: int
+from rmq.message_queue import MessageQueue
 
 
 @dataclass

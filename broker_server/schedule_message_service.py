@@ -23,6 +23,7 @@ from rmq.broker_server.send_message_processor import check_put_results
 from rmq.broker_server.status import RequestError
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfigManager
+from rmq.statuses import GetMessageStatus
 from rmq.store import MessageToStore
 from rmq.stored_message import StoredMessage, decode_records
 
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 SCHEDULE_GROUP = "rmq_sys_schedule"
 DELAY_FOR_A_PERIOD_MS = 10000  # retry after a failed re-put
 BATCH_SIZE = 256
-_MOVED = ("OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY")
+_MOVED = frozenset({GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY})
 
 
 def correct_deliver_timestamp(now_ms: int, deliver_timestamp: int, delay_ms: int) -> int:
@@ -130,7 +131,7 @@ class ScheduleMessageService:
             offset,
             BATCH_SIZE,
         )
-        if result.status.name in _MOVED:
+        if result.status in _MOVED:
             self.offsets[level] = result.next_begin_offset
             return 0
         if not result.message_count:

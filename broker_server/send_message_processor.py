@@ -25,21 +25,24 @@ from rmq.store import MessageBatch, PutMessageStatus
 
 NO_HOST = bytes(8)
 
+# Every PutMessageStatus but PUT_OK -> the Code and reason the producer gets.
 _PUT_STATUS = {
-    "FLUSH_DISK_TIMEOUT": (
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: (
         rmq_pb2.FLUSH_DISK_TIMEOUT,
         "the batch was written but not flushed to disk in time; it is not acknowledged",
     ),
-    "MESSAGE_ILLEGAL": (rmq_pb2.MESSAGE_ILLEGAL, "the store refused a message as illegal"),
-    "PROPERTIES_SIZE_EXCEEDED": (
+    PutMessageStatus.MESSAGE_ILLEGAL: (rmq_pb2.MESSAGE_ILLEGAL, "the store refused a message as illegal"),
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: (
         rmq_pb2.PROPERTIES_SIZE_EXCEEDED,
         "the store refused a message's properties as too large",
     ),
-    "MESSAGE_SIZE_EXCEEDED": (rmq_pb2.MESSAGE_SIZE_EXCEEDED, "the store refused a message as too large"),
-    "SERVICE_NOT_AVAILABLE": (
+    PutMessageStatus.MESSAGE_SIZE_EXCEEDED: (rmq_pb2.MESSAGE_SIZE_EXCEEDED,
+                                             "the store refused a message as too large"),
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: (
         rmq_pb2.SERVICE_NOT_AVAILABLE,
         "the store is not writeable (shutting down, disk full or read-only)",
     ),
+    PutMessageStatus.UNKNOWN_ERROR: (rmq_pb2.SYSTEM_ERROR, "the store failed"),
 }
 
 
@@ -305,7 +308,7 @@ def check_put_status(status: PutMessageStatus, detail: str = "") -> None:
     """Raise for a store status other than PUT_OK (a batch is accepted or refused whole)."""
     if status is PutMessageStatus.PUT_OK:
         return
-    code, reason = _PUT_STATUS.get(status.name, (rmq_pb2.SYSTEM_ERROR, "the store failed"))
+    code, reason = _PUT_STATUS[status]
     raise RequestError(code, f"{reason} ({detail}{status.name})")
 
 

@@ -4,40 +4,15 @@ permission, persisted to `<store>/config/topics.json`."""
 from __future__ import annotations
 
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from rmq.broker_server.json_file import read_json, write_json_atomically
 from rmq.broker_server.names import check_topic_name, check_user_topic_name
 from rmq.broker_server.status import RequestError, illegal_argument, rmq_pb2
+from rmq.topic_config import PERM_INHERIT, PERM_READ, PERM_WRITE, TopicConfig
 
-PERM_READ = 4  # RocketMQ PermName
-PERM_WRITE = 2
-PERM_INHERIT = 1
 MAX_QUEUE_NUMS = 1024
-
-
-@dataclass(frozen=True)
-class TopicConfig:
-    topic_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int = PERM_READ | PERM_WRITE
-
-    @property
-    def readable(self) -> bool:
-        return bool(self.perm & PERM_READ)
-
-    @property
-    def writeable(self) -> bool:
-        return bool(self.perm & PERM_WRITE)
-
-    def to_proto(self) -> rmq_pb2.TopicConfig:
-        return rmq_pb2.TopicConfig(**asdict(self))
-
-    @classmethod
-    def from_proto(cls, config: rmq_pb2.TopicConfig) -> TopicConfig:
-        return cls(config.topic_name, config.read_queue_nums, config.write_queue_nums, config.perm)
 
 
 def check_topic_config(config: TopicConfig) -> None:

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from rmq import message_format as mf
+from rmq import retry
 from rmq.broker_server.arguments import positive_float, positive_int
 from rmq.broker_server.errors import UserError
 from rmq.cli import client_security
@@ -34,6 +36,7 @@ from rmq.connector.client import (
     RmqError,
     RmqUnavailable,
 )
+from rmq.connector.message import MessageExt, decode_messages
 from rmq.subscription import parse_sub_expression
 from rmq.v1 import rmq_pb2
 
@@ -80,6 +83,18 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     progress.add_argument("--topic", default="", help="only this topic (also its queues without offsets)")
     progress.add_argument("--json", action="store_true", help="machine-readable output")
     _client_command(progress, _group_progress)
+
+    dlq = commands.add_parser("dlq", help="dead-letter queue of a consumer group (%%DLQ%%<group>)")
+    dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True)
+    listing = dlq_commands.add_parser("list", help="the group's dead letters (resent ones marked)")
+    listing.add_argument("group")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    _client_command(listing, _dlq_list)
+    resend = dlq_commands.add_parser("resend", help="re-publish dead letters to their original topic")
+    resend.add_argument("group")
+    resend.add_argument("--msg-id", default="",
+                        help="only this message (its id or original id), even if resent before")
+    _client_command(resend, _dlq_resend)
 
 
 def _add_topic_parsers(commands: argparse._SubParsersAction) -> None:
@@ -162,11 +177,11 @@ def _topic_update(client: RmqClient, args: argparse.Namespace) -> int:
 def _topic_list(client: RmqClient, args: argparse.Namespace) -> int:
     topics = client.list_topics()
     if args.json:
-        _print_json({"topics": [{"topic": t.topic, "read_queue_nums": t.read_queue_nums,
+        _print_json({"topics": [{"topic": t.topic_name, "read_queue_nums": t.read_queue_nums,
                                  "write_queue_nums": t.write_queue_nums, "perm": t.perm} for t in topics]})
     else:
         _print_table(["TOPIC", "READ_QUEUES", "WRITE_QUEUES", "PERM"],
-                     [[t.topic, t.read_queue_nums, t.write_queue_nums, _perm(t.perm)] for t in topics])
+                     [[t.topic_name, t.read_queue_nums, t.write_queue_nums, _perm(t.perm)] for t in topics])
     return 0
 
 
@@ -387,9 +402,13 @@ def _one_line(body: bytes) -> str:
 def _group_progress(client: RmqClient, args: argparse.Namespace) -> int:
     """Per queue: broker max offset, consumer offset, lag (mqadmin consumerProgress)."""
     committed = client.query_consumer_offsets(args.group, args.topic)
+    retry_topic = retry.retry_topic(args.group)
+    if args.topic:   # the group's retry topic too: its lag is the retries still waiting
+        committed.update(client.query_consumer_offsets(args.group, retry_topic)
+                         if _topic_offsets_if_exists(client, retry_topic, required=False) else {})
     if not committed and not args.topic:
         raise UserError(f"consumer group {args.group} has no committed offsets")
-    topics = sorted({mq.topic for mq in committed} | ({args.topic} if args.topic else set()))
+    topics = sorted({mq.topic for mq in committed} | ({args.topic, retry_topic} if args.topic else set()))
     rows = []
     for topic in topics:
         for mq, bounds in _topic_offsets_if_exists(client, topic, required=topic == args.topic).items():
@@ -407,6 +426,68 @@ def _group_progress(client: RmqClient, args: argparse.Namespace) -> int:
                  [[r["topic"], r["broker_name"], r["queue_id"], r["max_offset"],
                    "-" if r["consumer_offset"] is None else r["consumer_offset"], r["lag"]] for r in rows])
     print(f"total lag: {total}")
+    return 0
+
+
+def _dead_letters(client: RmqClient, group: str) -> Iterator[tuple[MessageExt, bool]]:
+    """Every message of the group's DLQ, oldest first, and whether `dlq resend` already
+    re-published it (the group's offset on the DLQ marks how far resending got)."""
+    topic = retry.dlq_topic(group)
+    queues = _topic_offsets_if_exists(client, topic, required=False)
+    resent = client.query_consumer_offsets(group, topic) if queues else {}
+    for mq, bounds in queues.items():
+        offset = bounds.min_offset
+        while offset < bounds.max_offset:
+            result = client.browse_messages(mq, offset, PULL_BATCH_SIZE)
+            if result.pull_status != PullStatus.FOUND:
+                break
+            for message in decode_messages(result.messages, mq):
+                yield message, message.queue_offset < resent.get(mq, 0)
+            offset = result.next_begin_offset
+
+
+def _dlq_list(client: RmqClient, args: argparse.Namespace) -> int:
+    letters = list(_dead_letters(client, args.group))
+    if args.json:
+        _print_json([{"msg_id": m.msg_id, "origin_msg_id": m.origin_msg_id, "topic": m.topic,
+                      "queue_offset": m.queue_offset, "reconsume_times": m.reconsume_times, "tags": m.tags,
+                      "keys": m.keys, "properties": m.properties, "body": m.body.decode("utf-8", "replace"),
+                      "store_timestamp": m.store_timestamp, "resent": resent} for m, resent in letters])
+        return 0
+    _print_table(["MSG_ID", "ORIGIN_MSG_ID", "TOPIC", "RECONSUME_TIMES", "TAGS", "KEYS", "STORED", "RESENT",
+                  "BODY"],
+                 [[m.msg_id, m.origin_msg_id, m.topic, m.reconsume_times, m.tags or "-", m.keys or "-",
+                   _timestamp(m.store_timestamp), "yes" if resent else "no", _one_line(m.body)[:40]]
+                  for m, resent in letters])
+    print(f"{len(letters)} dead letters in {retry.dlq_topic(args.group)}")
+    return 0
+
+
+# Broker bookkeeping a re-published message must not carry (it is a new message).
+_NOT_REPUBLISHED = frozenset({mf.PROPERTY_TAGS, mf.PROPERTY_KEYS, mf.PROPERTY_REAL_TOPIC,
+                              mf.PROPERTY_REAL_QUEUE_ID, mf.PROPERTY_DELAY_TIME_LEVEL, mf.PROPERTY_UNIQ_KEY})
+
+
+def _dlq_resend(client: RmqClient, args: argparse.Namespace) -> int:
+    """Re-publish dead letters to their original topic with body, tags, keys and properties;
+    without --msg-id only those not resent before, and the DLQ offset moves past them."""
+    resent_count = 0
+    done: dict[MessageQueue, int] = {}
+    for message, resent in _dead_letters(client, args.group):
+        if args.msg_id and args.msg_id not in (message.msg_id, message.origin_msg_id):
+            continue
+        if resent and not args.msg_id:
+            continue
+        properties = {k: v for k, v in message.properties.items() if k not in _NOT_REPUBLISHED}
+        client.send(message.topic, [OutgoingMessage(message.body, message.tags, message.keys, properties)])
+        resent_count += 1
+        if not args.msg_id:
+            done[message.message_queue] = message.queue_offset + 1
+    if done:
+        client.update_consumer_offsets(args.group, done, increase_only=True)
+    if args.msg_id and not resent_count:
+        raise UserError(f"no dead letter of group {args.group} has id {args.msg_id}")
+    print(f"resent {resent_count} dead letters of group {args.group}")
     return 0
 
 

@@ -1,5 +1,5 @@
 """`rmq`: one command line for the servers (`namesrv`, `broker`) and the client commands
-(`topic`, `produce`, `consume`, `group`). User errors print one line and exit non-zero."""
+(`topic`, `produce`, `consume`, `group`, `dlq`). User errors print one line and exit non-zero."""
 
 from __future__ import annotations
 

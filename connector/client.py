@@ -17,7 +17,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
@@ -25,36 +24,23 @@ import grpc
 
 from rmq.auth import Credentials, TlsSettings, open_channel
 from rmq.connector.endpoints import parse_endpoints
+from rmq.message_queue import MessageQueue
+from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.subscription import MessageSelector
+from rmq.topic_config import PERM_READ, PERM_WRITE, TopicConfig
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 MAX_GRPC_MESSAGE_BYTES = 64 * 1024 * 1024
 MAX_SEND_REQUEST_BYTES = 4 * 1024 * 1024      # one SendMessage request stays under this
 ROUTE_CACHE_SECONDS = 30.0                    # RocketMQ pollNameServerInterval
-PERM_READ = 4                                 # RocketMQ PermName
-PERM_WRITE = 2
 _MESSAGE_FRAMING_BYTES = 6                    # field tag + length prefix of one repeated Message
 _COLUMN_FRAMING_BYTES = 16                    # a body length, tag and key prefixes in MessageColumns
 
-PullStatus = IntEnum("PullStatus", list(rmq_pb2.PullStatus.items()))
-GetMessageStatus = IntEnum("GetMessageStatus", list(rmq_pb2.GetMessageStatus.items()))
 
 _UNAVAILABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 
 
 # ---------------------------------------------------------------- records
-
-
-@dataclass(frozen=True, order=True)
-class MessageQueue:
-    """(topic, broker_name, queue_id); sorts like Java MessageQueue.compareTo (spec pull §2.1)."""
-
-    topic: str
-    broker_name: str
-    queue_id: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}:{self.broker_name}:{self.queue_id}"
 
 
 @dataclass(frozen=True)
@@ -95,14 +81,6 @@ class TopicRoute:
 
     def writable_brokers(self) -> list[str]:
         return [q.broker_name for q in self.queue_datas if q.perm & PERM_WRITE and q.write_queue_nums > 0]
-
-
-@dataclass(frozen=True)
-class TopicConfig:
-    topic: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
 
 
 @dataclass
@@ -261,8 +239,7 @@ class RmqClient:
         topics: dict[str, TopicConfig] = {}
         for response in self._ask_all_endpoints("ListTopics", rmq_pb2.ListTopicsRequest()):
             for t in response.topics:
-                topics.setdefault(t.topic_name, TopicConfig(t.topic_name, t.read_queue_nums,
-                                                            t.write_queue_nums, t.perm))
+                topics.setdefault(t.topic_name, TopicConfig.from_proto(t))
         return [topics[name] for name in sorted(topics)]
 
     def list_brokers(self) -> dict[str, str]:

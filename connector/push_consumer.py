@@ -51,7 +51,7 @@ from rmq.connector.rebalance_impl import (
 )
 from rmq.connector.rebalance_service import WAIT_INTERVAL_S, RebalanceService
 from rmq.connector.scheduled_executor import ScheduledExecutor
-from rmq.connector.subscription import parse_sub_expression
+from rmq.subscription import parse_sub_expression
 from rmq.v1 import rmq_pb2
 
 logger = logging.getLogger(__name__)

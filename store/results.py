@@ -3,37 +3,14 @@ GetMessageResult, DispatchRequest)."""
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 
+from rmq.statuses import GetMessageStatus, PutMessageStatus
+
 EMPTY_HOST = bytes(8)
-
-
-class PutMessageStatus(enum.Enum):
-    PUT_OK = "PUT_OK"
-    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
-    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
-    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
-    MESSAGE_SIZE_EXCEEDED = "MESSAGE_SIZE_EXCEEDED"
-    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
-    UNKNOWN_ERROR = "UNKNOWN_ERROR"
-
-
-class GetMessageStatus(enum.Enum):
-    """Names equal the proto's GMS_* values minus the prefix."""
-
-    FOUND = "FOUND"
-    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
-    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
-    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
-    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
-    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
-    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
-    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
-    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from rmq.auth import ClientSecurity
@@ -27,6 +27,8 @@ from rmq.connector.offsets import (
     Specific,
     positions_from_json,
 )
+from rmq.message_format import MAX_TOPIC_LENGTH
+from rmq.names import MAX_GROUP_LENGTH, VALID_CHARACTERS, group_name_problem, topic_name_problem
 from rmq.subscription import FORMAT_HINT as SUB_FORMAT_HINT
 from rmq.subscription import parse_sub_expression
 
@@ -40,9 +42,6 @@ DEFAULT_PULL_TIMEOUT_MS = 3000
 DEFAULT_CLIENT_TIMEOUT_S = 10.0   # driver-side calls (route, offsets, membership)
 DEFAULT_OFFSET_STORE_DIR = "~/.rmq/offsets"
 GROUP_PREFIX = "spark-rmq-"   # of the group a query gets when option consumerGroup is not set
-MAX_NAME_LENGTH = 127   # topic names: one signed length byte in the CommitLog record
-MAX_GROUP_LENGTH = 255
-NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")   # RocketMQ topic / group characters
 
 OPTION_NAMES = (
     "endpoints", "topic", "consumerGroup", "subExpression", "startingOffsets", "endingOffsets",
@@ -125,7 +124,7 @@ def _parse(options: Mapping[str, str], streaming: bool) -> SourceOptions:
     topics = _parse_topics(get.required("topic"))
     group = get.text("consumerGroup") or None
     if group is not None:
-        _check_name("consumerGroup", group, MAX_GROUP_LENGTH)
+        _check_name("consumerGroup", group, MAX_GROUP_LENGTH, group_name_problem)
     sub_expression, tags = _parse_sub_expression(get.text("subExpression") or "*")
     default_start: OffsetPolicy = Latest() if streaming else Earliest()
     starting_offsets = _parse_starting(get.text("startingOffsets"), default_start, topics)
@@ -224,9 +223,9 @@ def _check_mode(options: Mapping[str, str], streaming: bool) -> None:
         raise RmqOptionError("Option 'maxMessagesPerTrigger' applies to streams only (spark.readStream)")
 
 
-def _check_name(option: str, name: str, max_length: int) -> None:
-    if len(name) > max_length or not NAME_PATTERN.match(name):
-        raise invalid(option, name, f"names of at most {max_length} characters from [%|a-zA-Z0-9_-]")
+def _check_name(option: str, name: str, max_length: int, problem: Callable[[str], str | None]) -> None:
+    if problem(name) is not None:
+        raise invalid(option, name, f"names of at most {max_length} characters from {VALID_CHARACTERS}")
 
 
 def _parse_topics(text: str) -> tuple[str, ...]:
@@ -234,7 +233,7 @@ def _parse_topics(text: str) -> tuple[str, ...]:
     for topic in topics:
         if not topic:
             raise invalid("topic", text, "a topic name or a comma-separated list of names")
-        _check_name("topic", topic, MAX_NAME_LENGTH)
+        _check_name("topic", topic, MAX_TOPIC_LENGTH, topic_name_problem)
     return topics
 
 

@@ -90,7 +90,7 @@ class QueueRangeReader:
             return result, self._advance(offset, result.next_begin_offset)
         if result.pull_status == PullStatus.NO_MATCHED_MSG:
             resume = self._advance(offset, result.next_begin_offset)
-            if result.store_status == GetMessageStatus.GMS_MESSAGE_WAS_REMOVING:
+            if result.store_status == GetMessageStatus.MESSAGE_WAS_REMOVING:
                 # the entries' CommitLog file is being deleted: data loss, not a tag-filter miss
                 self._report_gap(offset, resume, result, "their CommitLog file was deleted by retention")
             return None, resume

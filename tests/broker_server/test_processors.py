@@ -26,6 +26,7 @@ from rmq.broker_server.schedule_message_service import ScheduleMessageService, c
 from rmq.broker_server.send_message_processor import SendMessageProcessor, born_host_from_peer
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.stored_message import decode_records
 from rmq.v1 import rmq_pb2
 from tests.broker_server.store_fixture import running_store, wait_dispatched
@@ -90,21 +91,28 @@ def pull(broker: Broker, queue_id: int, offset: int, **fields) -> rmq_pb2.PullMe
 @pytest.mark.parametrize(
     ("store_status", "offset", "expected"),
     [
-        ("FOUND", 3, rmq_pb2.FOUND),
-        ("NO_MATCHED_MESSAGE", 3, rmq_pb2.NO_MATCHED_MSG),
-        ("MESSAGE_WAS_REMOVING", 3, rmq_pb2.NO_MATCHED_MSG),
-        ("OFFSET_FOUND_NULL", 3, rmq_pb2.NO_NEW_MSG),
-        ("OFFSET_OVERFLOW_ONE", 3, rmq_pb2.NO_NEW_MSG),
-        ("OFFSET_OVERFLOW_BADLY", 3, rmq_pb2.OFFSET_ILLEGAL),
-        ("OFFSET_TOO_SMALL", 3, rmq_pb2.OFFSET_ILLEGAL),
-        ("NO_MATCHED_LOGIC_QUEUE", 0, rmq_pb2.NO_NEW_MSG),
-        ("NO_MATCHED_LOGIC_QUEUE", 7, rmq_pb2.OFFSET_ILLEGAL),
-        ("NO_MESSAGE_IN_QUEUE", 0, rmq_pb2.NO_NEW_MSG),
-        ("NO_MESSAGE_IN_QUEUE", 7, rmq_pb2.OFFSET_ILLEGAL),
+        (GetMessageStatus.FOUND, 3, rmq_pb2.FOUND),
+        (GetMessageStatus.NO_MATCHED_MESSAGE, 3, rmq_pb2.NO_MATCHED_MSG),
+        (GetMessageStatus.MESSAGE_WAS_REMOVING, 3, rmq_pb2.NO_MATCHED_MSG),
+        (GetMessageStatus.OFFSET_FOUND_NULL, 3, rmq_pb2.NO_NEW_MSG),
+        (GetMessageStatus.OFFSET_OVERFLOW_ONE, 3, rmq_pb2.NO_NEW_MSG),
+        (GetMessageStatus.OFFSET_OVERFLOW_BADLY, 3, rmq_pb2.OFFSET_ILLEGAL),
+        (GetMessageStatus.OFFSET_TOO_SMALL, 3, rmq_pb2.OFFSET_ILLEGAL),
+        (GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, rmq_pb2.NO_NEW_MSG),
+        (GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 7, rmq_pb2.OFFSET_ILLEGAL),
+        (GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, rmq_pb2.NO_NEW_MSG),
+        (GetMessageStatus.NO_MESSAGE_IN_QUEUE, 7, rmq_pb2.OFFSET_ILLEGAL),
     ],
 )
-def test_status_mapping_longpolling_section_7(store_status: str, offset: int, expected: int) -> None:
+def test_status_mapping_longpolling_section_7(store_status: GetMessageStatus, offset: int,
+                                             expected: int) -> None:
     assert pull_status(store_status, offset) == expected
+
+
+@pytest.mark.parametrize("store_status", list(GetMessageStatus))
+def test_every_store_status_has_a_pull_status(store_status: GetMessageStatus) -> None:
+    for offset in (0, 3):
+        assert pull_status(store_status, offset) in set(PullStatus)
 
 
 def test_sub_expression_parsing() -> None:

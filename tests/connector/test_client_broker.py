@@ -49,7 +49,7 @@ def test_create_topic_and_route(client: RmqClient, broker: processes.ServerProce
     assert route.brokers == {"broker-a": broker.address}
     assert route.message_queues == tuple(MessageQueue("RouteT", "broker-a", i) for i in range(4))
     assert client.list_brokers() == {"broker-a": broker.address}
-    config = {t.topic: t for t in client.list_topics()}["RouteT"]
+    config = {t.topic_name: t for t in client.list_topics()}["RouteT"]
     assert (config.read_queue_nums, config.write_queue_nums, config.perm) == (4, 4, 6)
 
 
@@ -75,7 +75,7 @@ def test_send_then_pull_returns_the_messages_with_their_ids(client: RmqClient) -
     pulled = client.pull(MessageQueue("RoundTrip", "broker-a", 1), 0, 32, group="g")
 
     assert (sent.broker_name, sent.queue_ids, sent.queue_offsets) == ("broker-a", [1] * 10, list(range(10)))
-    assert (pulled.pull_status, pulled.store_status) == (PullStatus.FOUND, GetMessageStatus.GMS_FOUND)
+    assert (pulled.pull_status, pulled.store_status) == (PullStatus.FOUND, GetMessageStatus.FOUND)
     assert (pulled.next_begin_offset, pulled.min_offset, pulled.max_offset) == (10, 0, 10)
     batch = decode(pulled.messages, "broker-a")
     assert batch.column("body").to_pylist() == [m.body for m in messages]
@@ -139,7 +139,7 @@ def test_pull_statuses_and_offset_corrections(client: RmqClient) -> None:
     assert (at_end.pull_status, at_end.next_begin_offset) == (PullStatus.NO_NEW_MSG, 2)
     # spec pull §12.2 OFFSET_OVERFLOW_BADLY: with minOffset 0 the correction goes back to 0
     assert (far_beyond.pull_status, far_beyond.next_begin_offset) == (PullStatus.OFFSET_ILLEGAL, 0)
-    assert far_beyond.store_status == GetMessageStatus.GMS_OFFSET_OVERFLOW_BADLY
+    assert far_beyond.store_status == GetMessageStatus.OFFSET_OVERFLOW_BADLY
 
 
 def test_long_polling_pull_is_answered_when_a_message_arrives(client: RmqClient) -> None:

@@ -59,7 +59,7 @@ def test_entries_whose_commit_log_file_was_deleted_are_data_loss(broker: InProce
     options = {"endpoints": broker.address, "topic": TOPIC, "pullBatchSize": "32"}
     strict = parse_source_options(options, streaming=True).pull
     with pytest.raises(RmqDataLossError, match=rf"offsets \[0, {SCAN}\) of topic removing .* "
-                                               r"GMS_MESSAGE_WAS_REMOVING.*CommitLog file was deleted"):
+                                               r"MESSAGE_WAS_REMOVING.*CommitLog file was deleted"):
         list(read_queue_range(QueueRangePartition(mq, 0, COUNT, strict)))
 
     lenient = parse_source_options({**options, "failOnDataLoss": "false"}, streaming=True).pull

@@ -152,7 +152,7 @@ def packed(offsets: list[int], tags: str) -> rmq_pb2.PackedMessages:
 
 
 def result(status: PullStatus, next_offset: int, offsets: list[int] = (), tags: str = "TagA") -> PullResult:
-    return PullResult(status, GetMessageStatus.GMS_FOUND, next_offset, 0, 100, packed(list(offsets), tags))
+    return PullResult(status, GetMessageStatus.FOUND, next_offset, 0, 100, packed(list(offsets), tags))
 
 
 def test_tv11_found_puts_submits_and_pulls_again(consumer: PushConsumer) -> None:
