@@ -247,6 +247,30 @@ class CommitLog:
         return AppendedBatch(start_offset, end.file_offset + end.position + end.size, physical_offsets,
                              queue_offsets)
 
+    def append_replicated(self, offset: int, data: bytes) -> None:
+        """A slave appends the master's CommitLog bytes at the same physical offset (RocketMQ
+        HAClient -> appendToCommitLog); `data` lies within one file. Raises StoreError when
+        `offset` is not where this CommitLog ends or `data` would cross a file end."""
+        queue = self.mapped_file_queue
+        with self.put_lock:
+            last = queue.last_file()
+            if last is None:
+                if offset % queue.mapped_file_size:
+                    raise StoreError(f"replicated bytes start at offset {offset}, "
+                                     "not at a CommitLog file start")
+                last = queue.create_file(offset)
+            elif offset != self.get_max_offset():
+                raise StoreError(f"replicated bytes start at offset {offset} but this CommitLog ends at "
+                                 f"{self.get_max_offset()}")
+            elif last.is_full():
+                last = queue.create_file(offset)
+            position = offset - last.file_from_offset
+            if position + len(data) > last.file_size:
+                raise StoreError(f"replicated bytes [{offset}, {offset + len(data)}) cross the end of "
+                                 f"CommitLog file {last.path.name}")
+            last.write(position, data)
+            last.wrote_position = position + len(data)
+
     def _place(self, lengths: np.ndarray, offset: int) -> tuple[list[_Segment], np.ndarray]:
         """Split the batch at file ends (END_OF_FILE, spec store §2 doAppend step 7, TV4: a
         blank record fills the rest of the file, the record starts the next one) and give each
@@ -309,6 +333,15 @@ class CommitLog:
         mapped = self.mapped_file_queue.find_mapped_file_by_offset(offset)
         selected = mapped.select_mapped_buffer(offset - mapped.file_from_offset, size) if mapped else None
         return selected[1] if selected is not None and len(selected[1]) == size else None
+
+    def read_bytes(self, offset: int, max_bytes: int) -> bytes:
+        """The CommitLog bytes from `offset` up to the end of its file's written part, at most
+        `max_bytes` (b"" when nothing is readable there): what a master sends its slaves."""
+        mapped = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mapped is None:
+            return b""
+        selected = mapped.select_mapped_buffer(offset - mapped.file_from_offset, max_bytes)
+        return selected[1] if selected is not None else b""
 
     def read_store_timestamp(self, offset: int) -> int | None:
         data = self.get_message(offset + mf.STORE_TIMESTAMP_POS, 8)

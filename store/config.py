@@ -16,8 +16,11 @@ class FlushDiskType(enum.Enum):
 
 
 class BrokerRole(enum.Enum):
-    MASTER = "master"
-    SLAVE = "slave"   # refuses puts; getMessage keeps the requested offset unless offset_check_in_slave
+    """RocketMQ BrokerRole (DESIGN.md Replication)."""
+
+    ASYNC_MASTER = "ASYNC_MASTER"   # a put returns once stored; slaves copy in the background
+    SYNC_MASTER = "SYNC_MASTER"     # a put returns once a slave holds it too (HAService.wait_for_slave)
+    SLAVE = "SLAVE"   # refuses puts; getMessage keeps the requested offset unless offset_check_in_slave
 
 
 CQ_STORE_UNIT_SIZE = 20
@@ -27,7 +30,7 @@ CQ_STORE_UNIT_SIZE = 20
 class MessageStoreConfig:
     store_dir: str | Path
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC
-    broker_role: BrokerRole = BrokerRole.MASTER
+    broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
     offset_check_in_slave: bool = False
     # Store host written into every record and into message ids: IPv4 "host:port".
     broker_address: str = "127.0.0.1:10911"

@@ -31,6 +31,7 @@ from rmq.store.consume_queue import CQ_DTYPE, PRE_BLANK_SIZE, ConsumeQueue
 from rmq.store.dispatch_batch import DispatchBatch
 from rmq.store.errors import StoreError
 from rmq.store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
+from rmq.store.ha_service import HAService
 from rmq.store.index_file import IndexService
 from rmq.store.mapped_file import now_ms
 from rmq.store.message_batch import MessageBatch
@@ -78,7 +79,9 @@ class MessageStore:
         self._cq_lock = threading.Lock()
         self.index_service = IndexService(root / "index", config.max_hash_slot_num, config.max_index_num)
         self.checkpoint = StoreCheckpoint(self.directory.checkpoint_file)
-        self.reput = ReputMessageService(self.commit_log, self._dispatch)
+        self.reput = ReputMessageService(self.commit_log, self._dispatch,
+                                         wait_for_record_tails=config.broker_role is BrokerRole.SLAVE)
+        self.ha_service = HAService(self.commit_log)
         self._listeners: list[DispatchListener] = []
         self._memory_threshold = _total_physical_memory() * config.access_message_in_memory_max_ratio // 100
         self._running = False
@@ -249,6 +252,7 @@ class MessageStore:
                 return PutBatchResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
         if self._group_commit is not None:
             self._group_commit.wakeup()       # the flush runs while this thread dispatches
+        self.ha_service.notify_new_data()
         try:
             dispatched = self.reput.try_dispatch_appended(
                 appended.start_offset, appended.end_offset,
@@ -262,8 +266,25 @@ class MessageStore:
         if self._group_commit is not None:
             if not self._group_commit.wait_for_flush(appended.end_offset, self.config.sync_flush_timeout_ms):
                 status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        if status is PutMessageStatus.PUT_OK and self.config.broker_role is BrokerRole.SYNC_MASTER:
+            status = self.ha_service.wait_for_slave(appended.end_offset, self.config.sync_flush_timeout_ms)
         return PutBatchResult(status, appended.queue_offsets, appended.physical_offsets, store_timestamp,
                               self.commit_log.store_host)
+
+    def append_replicated(self, offset: int, data: bytes) -> None:
+        """A slave stores the master's CommitLog bytes at `offset` (HAService); its own
+        ConsumeQueues and index follow by dispatch. StoreError when `offset` is not where the
+        CommitLog ends (or the store is not a running slave); OSError marks it not writeable."""
+        if not self._running or self.config.broker_role is not BrokerRole.SLAVE:
+            raise StoreError("only a running slave store appends replicated CommitLog bytes")
+        try:
+            self.commit_log.append_replicated(offset, data)
+        except OSError as error:
+            self._mark_write_error(error)
+            raise
+        if self._group_commit is not None:
+            self._group_commit.wakeup()
+        self.reput.wakeup()
 
     def is_writeable(self) -> bool:
         return not self._disk_full and self._write_error is None

@@ -8,9 +8,11 @@ it wakes the service thread, which sleeps on the wake-up event when idle."""
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 from collections.abc import Callable
 
+from rmq import message_format as mf
 from rmq.store.commit_log import CommitLog, parse_record
 from rmq.store.dispatch_batch import DispatchBatch
 from rmq.store.mapped_file import MappedFile
@@ -26,10 +28,14 @@ DISPATCH_CHUNK = 128   # records parsed before their ConsumeQueue entries are wr
 class ReputMessageService(ServiceThread):
     name = "reput"
 
-    def __init__(self, commit_log: CommitLog, dispatch: Callable[[DispatchBatch], None]) -> None:
+    def __init__(self, commit_log: CommitLog, dispatch: Callable[[DispatchBatch], None],
+                 wait_for_record_tails: bool = False) -> None:
         super().__init__()
         self.commit_log = commit_log
         self.dispatch = dispatch
+        # A slave's CommitLog may end inside a record whose rest the master has not sent yet
+        # (its chunks are not record-aligned): dispatch waits for the rest instead of failing.
+        self.wait_for_record_tails = wait_for_record_tails
         self.reput_from_offset = 0
         self._dispatching = threading.Lock()
 
@@ -86,6 +92,9 @@ class ReputMessageService(ServiceThread):
             chunk: list[DispatchRequest] = []
             size = 1
             while position < limit and len(chunk) < DISPATCH_CHUNK:
+                if self.wait_for_record_tails and _incomplete(buffer, position, limit):
+                    size = -2
+                    break
                 size, request = parse_record(buffer, position, file_size, base, False)
                 if size <= 0:
                     break
@@ -97,7 +106,20 @@ class ReputMessageService(ServiceThread):
             if size == 0:
                 self.reput_from_offset = self.commit_log.roll_next_file(self.reput_from_offset)
                 return True
+            if size == -2:   # the rest of the record is still on its way
+                return False
             if size < 0:
                 log.error("reput: invalid record at CommitLog offset %d, dispatch paused", base + position)
                 return False
         return True
+
+
+_HEAD = struct.Struct(">ii")
+
+
+def _incomplete(buffer, position: int, limit: int) -> bool:
+    """Fewer bytes than a record's (or an end-of-file blank's) head, or a record running past `limit`."""
+    if limit - position < _HEAD.size:
+        return True
+    total_size, magic = _HEAD.unpack_from(buffer, position)
+    return magic == mf.MESSAGE_MAGIC_CODE and position + total_size > limit

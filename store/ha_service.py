@@ -1,0 +1,144 @@
+"""HAService: the store's side of master/slave replication (RocketMQ HAService, HAConnection's
+reads, HAClient's appends, GroupTransferService), byte-level and transport-free: the broker
+carries the bytes (ARCHITECTURE.md §2, DESIGN.md Replication).
+
+Master: `read` gives CommitLog bytes from a slave's offset, `check_slave` refuses a slave
+whose CommitLog is longer than ours or holds different bytes, `slave_acked` records what a
+slave holds and `wait_for_slave` is the SYNC_MASTER wait (GroupTransferService). Slave:
+`MessageStore.append_replicated` writes the bytes at the same offsets and `tail_check` says
+what the first report covers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rmq.store.commit_log import CommitLog
+from rmq.store.results import PutMessageStatus
+
+TAIL_CHECK_BYTES = 4096                       # bytes before a slave's end compared with the master's
+HA_MAX_GAP_NOT_IN_SYNC = 256 * 1024 * 1024    # haMaxGapNotInSync: a slave further behind is not "OK"
+HA_TRANSFER_BATCH_SIZE = 1024 * 1024          # haTransferBatchSize (RocketMQ: 32 KiB), bytes per chunk
+
+
+@dataclass
+class SlaveProgress:
+    """One connected slave (RocketMQ HAConnection): its address and acknowledged offset."""
+
+    address: str
+    ack_offset: int
+
+
+class HAService:
+    def __init__(self, commit_log: CommitLog, max_gap_not_in_sync: int = HA_MAX_GAP_NOT_IN_SYNC) -> None:
+        self.commit_log = commit_log
+        self.max_gap_not_in_sync = max_gap_not_in_sync
+        self._slaves: dict[int, SlaveProgress] = {}
+        self._ids = itertools.count(1)
+        self._acked = threading.Condition()
+        self._new_data_listeners: list[Callable[[], None]] = []
+
+    # -- master: connections and acknowledgements -------------------------------------------------
+
+    def connect_slave(self, address: str, offset: int) -> int:
+        """Register a slave that holds CommitLog bytes up to `offset`; returns its connection id."""
+        with self._acked:
+            connection = next(self._ids)
+            self._slaves[connection] = SlaveProgress(address, offset)
+            self._acked.notify_all()
+        return connection
+
+    def disconnect_slave(self, connection: int) -> None:
+        with self._acked:
+            self._slaves.pop(connection, None)
+            self._acked.notify_all()
+
+    def slave_acked(self, connection: int, offset: int) -> None:
+        """The slave holds every byte below `offset` (push2SlaveMaxOffset)."""
+        with self._acked:
+            progress = self._slaves.get(connection)
+            if progress is not None and offset > progress.ack_offset:
+                progress.ack_offset = offset
+                self._acked.notify_all()
+
+    def slaves(self) -> list[SlaveProgress]:
+        with self._acked:
+            return [SlaveProgress(p.address, p.ack_offset) for p in self._slaves.values()]
+
+    def push_to_slave_max_offset(self) -> int:
+        with self._acked:
+            return max((p.ack_offset for p in self._slaves.values()), default=0)
+
+    def is_slave_ok(self, master_put_where: int) -> bool:
+        """isSlaveOK: a slave is connected and less than max_gap_not_in_sync behind."""
+        with self._acked:
+            return bool(self._slaves) and master_put_where - max(
+                p.ack_offset for p in self._slaves.values()) < self.max_gap_not_in_sync
+
+    def wait_for_slave(self, next_offset: int, timeout_ms: int) -> PutMessageStatus:
+        """handleHA for SYNC_MASTER: PUT_OK once a slave holds every byte below `next_offset`;
+        SLAVE_NOT_AVAILABLE when no slave is connected and in sync; FLUSH_SLAVE_TIMEOUT when
+        none confirmed within the timeout (the batch stays stored on the master)."""
+        if not self.is_slave_ok(next_offset):
+            return PutMessageStatus.SLAVE_NOT_AVAILABLE
+        with self._acked:
+            held = self._acked.wait_for(
+                lambda: any(p.ack_offset >= next_offset for p in self._slaves.values()),
+                max(timeout_ms, 0) / 1000)
+        return PutMessageStatus.PUT_OK if held else PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+
+    # -- master: what to send ---------------------------------------------------------------------
+
+    def add_new_data_listener(self, listener: Callable[[], None]) -> None:
+        """listener() after each append (the broker wakes its transfer streams); any thread."""
+        self._new_data_listeners.append(listener)
+
+    def notify_new_data(self) -> None:
+        for listener in self._new_data_listeners:
+            listener()
+
+    def check_slave(self, slave_max_offset: int, check_offset: int, check_crc: int) -> str | None:
+        """Why a slave reporting `slave_max_offset` (and crc32 `check_crc` of its bytes from
+        `check_offset`) must not replicate from this master, or None when it may."""
+        master_max = self.commit_log.get_max_offset()
+        master_min = max(self.commit_log.get_min_offset(), 0)
+        if slave_max_offset > master_max:
+            return (f"the slave's CommitLog is longer than the master's (slave holds bytes up to offset "
+                    f"{slave_max_offset}, the master up to {master_max}): it diverged; refusing to replicate")
+        if 0 < slave_max_offset < master_min:
+            return (f"the slave's CommitLog ends at offset {slave_max_offset}, before the master's oldest "
+                    f"data at {master_min}: the bytes between are gone; refusing to replicate")
+        if check_offset < master_min or check_offset >= slave_max_offset:
+            return None
+        ours = self.commit_log.get_message(check_offset, slave_max_offset - check_offset)
+        if ours is not None and zlib.crc32(ours) != check_crc:
+            return (f"the slave's CommitLog differs from the master's in offsets [{check_offset}, "
+                    f"{slave_max_offset}): it diverged; refusing to replicate")
+        return None
+
+    def transfer_start(self, slave_max_offset: int) -> int:
+        """Where the transfer to a slave begins: its end, or the master's oldest byte for an
+        empty slave (RocketMQ starts an empty slave at the master's last file instead; every
+        byte is sent here so that a slave can replace a lost master)."""
+        return slave_max_offset if slave_max_offset > 0 else max(self.commit_log.get_min_offset(), 0)
+
+    def read(self, offset: int, max_bytes: int = HA_TRANSFER_BATCH_SIZE) -> bytes:
+        """CommitLog bytes from `offset`, within one file, at most `max_bytes` (b"" when none)."""
+        return self.commit_log.read_bytes(offset, max_bytes)
+
+    # -- slave ------------------------------------------------------------------------------------
+
+    def tail_check(self) -> tuple[int, int]:
+        """(check_offset, crc32) of this store's last CommitLog bytes (at most TAIL_CHECK_BYTES,
+        within the last file), for the first report to the master."""
+        end = self.commit_log.get_max_offset()
+        last = self.commit_log.mapped_file_queue.last_file()
+        if last is None or end <= 0:
+            return 0, 0
+        start = max(last.file_from_offset, end - TAIL_CHECK_BYTES)
+        data = self.commit_log.get_message(start, end - start)
+        return start, zlib.crc32(data) if data is not None else 0

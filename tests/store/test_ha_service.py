@@ -1,0 +1,133 @@
+"""HAService: a slave store copies the master's CommitLog byte for byte at the same offsets and
+builds its own ConsumeQueues; diverged slaves are refused; SYNC_MASTER puts wait for a slave
+(DESIGN.md Replication; spec store §2 handleHA)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from rmq.store import BrokerRole, FlushDiskType, MessageStore, PutMessageStatus, StoreError
+from tests.store.conftest import message, small_config, wait_dispatched
+
+
+@pytest.fixture
+def stores(tmp_path: Path) -> Iterator[Callable[..., MessageStore]]:
+    opened: list[MessageStore] = []
+
+    def open_(name: str, role: BrokerRole, **overrides) -> MessageStore:
+        store = MessageStore(small_config(tmp_path / name, broker_role=role, **overrides))
+        store.start()
+        opened.append(store)
+        return store
+
+    yield open_
+    for store in opened:
+        store.shutdown()
+
+
+def replicate(master: MessageStore, slave: MessageStore, chunk: int) -> None:
+    """What the broker's transfer stream does: from the slave's end, `chunk` bytes at a time."""
+    offset = master.ha_service.transfer_start(slave.get_commit_log_max_offset())
+    while data := master.ha_service.read(offset, chunk):
+        slave.append_replicated(offset, data)
+        offset += len(data)
+
+
+def commit_log_bytes(store: MessageStore) -> bytes:
+    end = store.get_commit_log_max_offset()
+    return b"".join(store.commit_log.read_bytes(offset, 1 << 20)
+                    for offset in range(0, end, store.commit_log.mapped_file_queue.mapped_file_size))
+
+
+def test_slave_holds_the_same_bytes_and_queue_offsets(stores) -> None:
+    master = stores("master", BrokerRole.ASYNC_MASTER)
+    slave = stores("slave", BrokerRole.SLAVE)
+    for index in range(120):   # 8 KiB files: several file ends with blank records
+        assert master.put_message(message(queue_id=index % 3, body=b"m%03d" % index, KEYS=f"k{index}")).ok
+    replicate(master, slave, chunk=333)   # chunks end inside records
+    wait_dispatched(slave)
+    assert slave.get_commit_log_max_offset() == master.get_commit_log_max_offset()
+    assert commit_log_bytes(slave) == commit_log_bytes(master)
+    for queue_id in range(3):
+        ours = master.get_message("g", "TopicTest", queue_id, 0, 100)
+        theirs = slave.get_message("g", "TopicTest", queue_id, 0, 100)
+        assert theirs.message_count == ours.message_count == 40
+        assert theirs.buffer == ours.buffer
+        assert slave.get_max_offset_in_queue("TopicTest", queue_id) == 40
+    assert slave.query_message_by_key("TopicTest", "k7", 4, 0, 2**62).message_count == 1
+
+
+def test_a_record_cut_by_a_chunk_is_dispatched_only_once_whole(stores) -> None:
+    master = stores("master", BrokerRole.ASYNC_MASTER)
+    slave = stores("slave", BrokerRole.SLAVE)
+    assert master.put_message(message(body=b"x" * 200, KEYS="key")).ok
+    data = master.ha_service.read(0, 1 << 20)
+    cut = len(data) - 2   # inside the properties: the record's fields up to there all look right
+    slave.append_replicated(0, data[:cut])
+    slave.reput.do_reput()
+    assert slave.get_max_offset_in_queue("TopicTest", 0) == 0
+    slave.append_replicated(cut, data[cut:])
+    wait_dispatched(slave)
+    assert slave.get_message("g", "TopicTest", 0, 0, 10).buffer == data
+
+
+def test_slave_refuses_puts_and_misplaced_bytes(stores) -> None:
+    master = stores("master", BrokerRole.ASYNC_MASTER)
+    slave = stores("slave", BrokerRole.SLAVE)
+    assert slave.put_message(message()).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+    master.put_message(message())
+    data = master.ha_service.read(0, 1 << 20)
+    with pytest.raises(StoreError, match="not at a CommitLog file start"):
+        slave.append_replicated(10, data)
+    slave.append_replicated(0, data)
+    with pytest.raises(StoreError, match=f"this CommitLog ends at {len(data)}"):
+        slave.append_replicated(0, data)
+    with pytest.raises(StoreError, match="only a running slave"):
+        master.append_replicated(len(data), data)
+
+
+def test_diverged_slaves_are_refused(stores) -> None:
+    master = stores("master", BrokerRole.ASYNC_MASTER)
+    in_step = stores("in_step", BrokerRole.SLAVE)
+    longer = stores("longer", BrokerRole.SLAVE)
+    different = stores("different", BrokerRole.SLAVE)
+    assert master.put_message(message(body=b"same")).ok
+    replicate(master, in_step, chunk=1 << 20)
+    data = master.ha_service.read(0, 1 << 20)
+    longer.append_replicated(0, data + data)
+    different.append_replicated(0, data.replace(b"same", b"diff"))
+
+    def check(slave: MessageStore) -> str | None:
+        check_offset, crc = slave.ha_service.tail_check()
+        return master.ha_service.check_slave(slave.get_commit_log_max_offset(), check_offset, crc)
+
+    assert check(in_step) is None
+    assert "longer than the master's" in check(longer)
+    assert f"differs from the master's in offsets [0, {len(data)})" in check(different)
+    assert master.ha_service.check_slave(0, 0, 0) is None   # an empty slave starts from the beginning
+
+
+def test_sync_master_acknowledges_once_a_slave_holds_the_batch(stores) -> None:
+    master = stores("master", BrokerRole.SYNC_MASTER, flush_disk_type=FlushDiskType.ASYNC,
+                    sync_flush_timeout_ms=200)
+    assert master.put_message(message()).status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+    connection = master.ha_service.connect_slave("127.0.0.1:1", master.get_commit_log_max_offset())
+    late = master.put_message(message())
+    assert late.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+    assert late.queue_offset == 1      # stored on the master all the same
+    end = master.get_commit_log_max_offset()
+    acker = threading.Timer(0.05, lambda: master.ha_service.slave_acked(connection, end + 1000))
+    acker.start()
+    assert master.put_message(message()).status is PutMessageStatus.PUT_OK
+    acker.join()
+    master.ha_service.disconnect_slave(connection)
+    assert master.put_message(message()).status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+
+
+def test_async_master_does_not_wait(stores) -> None:
+    master = stores("master", BrokerRole.ASYNC_MASTER, flush_disk_type=FlushDiskType.ASYNC)
+    assert master.put_message(message()).status is PutMessageStatus.PUT_OK
