@@ -31,6 +31,10 @@ class BrokerOffsetLookup:
             bounds.update(self._client.topic_offsets(topic))
         self._bounds = bounds
 
+    def known_queues(self) -> set[MessageQueue]:
+        """Every queue of the topics of the last `refresh`."""
+        return set(self._bounds)
+
     def min_offset(self, mq: MessageQueue) -> int:
         return self._bounds.get(mq, EMPTY_QUEUE).min_offset
 

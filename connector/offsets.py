@@ -23,6 +23,10 @@ OFFSET_READ_FAILED = -2  # OffsetStore.readOffset: the store could not be read
 # so a restarted driver keeps its identity and its group. "@" cannot occur in a topic name.
 CLIENT_ID_KEY = "@clientId"
 GROUP_KEY = "@group"
+# Marks a stream's initial offset: its queues and their start offsets are chosen by the
+# first micro-batch, which reads nothing, so that the query's identity and start offsets are
+# in Spark's offset log before any message is read.
+INITIAL_KEY = "@initial"
 
 Positions = dict[MessageQueue, int]
 
@@ -61,14 +65,18 @@ def positions_from_json(obj: Any, *, min_offset: int = 0) -> Positions:
 class StreamOffset:
     """One offset of the streaming source: the next offset to read per owned queue.
 
-    `group` is None only in offsets checkpointed before GROUP_KEY existed."""
+    `group` is None only in offsets checkpointed before GROUP_KEY existed; `initial` marks
+    the offset a query starts from (no positions yet)."""
 
     client_id: str
     group: str | None
     positions: Positions
+    initial: bool = False
 
     def to_json(self) -> dict[str, Any]:
         keys = {CLIENT_ID_KEY: self.client_id} | ({GROUP_KEY: self.group} if self.group else {})
+        if self.initial:
+            keys[INITIAL_KEY] = True
         return keys | positions_to_json(self.positions)
 
     @classmethod
@@ -78,8 +86,8 @@ class StreamOffset:
         group = obj.get(GROUP_KEY)
         if group is not None and not isinstance(group, str):
             raise ValueError(f"{GROUP_KEY!r} of an rmq stream offset is not a string: {obj!r}")
-        rest = {key: value for key, value in obj.items() if key not in (CLIENT_ID_KEY, GROUP_KEY)}
-        return cls(obj[CLIENT_ID_KEY], group, positions_from_json(rest))
+        rest = {key: value for key, value in obj.items() if not key.startswith("@")}
+        return cls(obj[CLIENT_ID_KEY], group, positions_from_json(rest), obj.get(INITIAL_KEY) is True)
 
 
 # ---------------------------------------------------------------- policies
@@ -99,7 +107,10 @@ class Latest:
 
 @dataclass(frozen=True)
 class Committed:
-    """The group's saved offset (broker in clustering, local file in broadcasting), else latest."""
+    """The group's saved offset (broker in clustering, local file in broadcasting); a queue
+    with none starts at `fallback` (RocketMQ's consumeFromWhere), or fails when it is None."""
+
+    fallback: OffsetPolicy | None = field(default_factory=lambda: Latest())
 
     def __str__(self) -> str:
         return "committed"
@@ -126,7 +137,19 @@ class Specific:
         return "JSON offsets"
 
 
-OffsetPolicy = Earliest | Latest | Committed | AtTimestamp | Specific
+@dataclass(frozen=True)
+class Timestamps:
+    """Per queue, the first message stored at or after its epoch-ms timestamp; queues not
+    listed use `fallback`."""
+
+    timestamps: Positions = field(hash=False)
+    fallback: OffsetPolicy = field(default_factory=Latest)
+
+    def __str__(self) -> str:
+        return "JSON timestamps"
+
+
+OffsetPolicy = Earliest | Latest | Committed | AtTimestamp | Specific | Timestamps
 
 
 class QueueOffsetLookup(Protocol):
@@ -154,11 +177,16 @@ def resolve_offset(policy: OffsetPolicy, mq: MessageQueue, lookup: QueueOffsetLo
             return lookup.min_offset(mq)
         case Latest():
             return lookup.max_offset(mq)
-        case Committed():
+        case Committed(fallback=fallback):
             saved = lookup.committed_offset(mq)
             if saved == OFFSET_READ_FAILED:
                 raise OffsetResolutionError(f"could not read the committed offset of {_describe(mq)}")
-            return saved if saved >= 0 else lookup.max_offset(mq)
+            if saved >= 0:
+                return saved
+            if fallback is None:
+                raise OffsetResolutionError(
+                    f"the group has no committed offset for {_describe(mq)} (committedFallback=error)")
+            return resolve_offset(fallback, mq, lookup)
         case AtTimestamp(timestamp_ms=timestamp_ms):
             return lookup.search_offset(mq, timestamp_ms)
         case Specific(positions=positions, fallback=fallback):
@@ -170,6 +198,9 @@ def resolve_offset(policy: OffsetPolicy, mq: MessageQueue, lookup: QueueOffsetLo
             if offset == OFFSET_LATEST:
                 return lookup.max_offset(mq)
             return offset
+        case Timestamps(timestamps=timestamps, fallback=fallback):
+            stamp = timestamps.get(mq)
+            return resolve_offset(fallback, mq, lookup) if stamp is None else lookup.search_offset(mq, stamp)
     raise TypeError(f"not an offset policy: {policy!r}")
 
 

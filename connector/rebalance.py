@@ -60,6 +60,12 @@ class ConsumerMembership:
         self._thread = threading.Thread(target=self._heartbeat_loop, name="rmq-heartbeat", daemon=True)
         self._thread.start()
 
+    def subscribe(self, subscriptions: dict[str, str]) -> None:
+        """Replace the subscriptions (topic -> sub expression) sent with the next heartbeat;
+        the queues of topics no longer subscribed are no longer owned."""
+        self._subscriptions = subscriptions
+        self._owned = {topic: queues for topic, queues in self._owned.items() if topic in subscriptions}
+
     def heartbeat(self) -> None:
         self._client.heartbeat(
             self.client_id, self._group, self._subscriptions, broadcasting=self._broadcasting

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.connector.spark.options import parse_source_options
@@ -68,6 +69,15 @@ def wait_dispatched(client: RmqClient, topic: str, total: int,
 def stream_reader(endpoints: str, topic: str, **options: str) -> RmqStreamReader:
     return RmqStreamReader(parse_source_options({"endpoints": endpoints, "topic": topic, **options},
                                                 streaming=True))
+
+
+def first_offset(reader: RmqStreamReader) -> dict:
+    """Where a query starts reading: the end of its first micro-batch, which goes from the
+    initial offset (identity only) to the offsets startingOffsets designates and reads nothing."""
+    initial = reader.initialOffset()
+    start = reader.latestOffset(initial, ReadAllAvailable())
+    assert reader.partitions(initial, start) == []
+    return start
 
 
 def read_batch(reader, start: dict, end: dict) -> pa.Table:

@@ -13,6 +13,7 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from integration_tests.spark_source_support import (
+    first_offset,
     positions,
     produce,
     read_batch,
@@ -53,9 +54,9 @@ def test_two_queries_in_one_group_split_8_queues_by_the_strategy(broker, client,
     first = stream_reader(broker.address, "split", consumerGroup="g-split", allocateStrategy=strategy)
     second = stream_reader(broker.address, "split", consumerGroup="g-split", allocateStrategy=strategy)
     try:
-        start_first = first.initialOffset()
+        start_first = first_offset(first)
         assert owned_queue_ids(start_first) == list(range(8))        # alone in the group
-        start_second = second.initialOffset()
+        start_second = first_offset(second)
         end_first = first.latestOffset(start_first, ReadAllAvailable())   # rebalance: drops half
         ids = {"first": start_first["@clientId"], "second": start_second["@clientId"]}
         mqs = [MessageQueue("split", "broker-a", q) for q in range(8)]
@@ -89,8 +90,8 @@ def test_queues_move_between_consumers_without_gap_or_duplicate(broker, client):
         return end
 
     try:
-        a = run_batch(first, first.initialOffset(), ReadMaxRows(40))     # half of it, all 8 queues
-        b = second.initialOffset()          # joins: starts its 4 queues at the group's committed offsets
+        a = run_batch(first, first_offset(first), ReadMaxRows(40))     # half of it, all 8 queues
+        b = first_offset(second)          # joins: starts its 4 queues at the group's committed offsets
         a = run_batch(first, a)             # first drops the second's queues
         assert len(positions(a)) == len(positions(b)) == 4
         b = run_batch(second, b)
@@ -109,8 +110,8 @@ def test_queues_move_between_consumers_without_gap_or_duplicate(broker, client):
 def test_a_restarted_driver_rejoins_under_the_client_id_kept_in_its_offsets(broker, client):
     client.create_topic("restart", queues=2)
     first = stream_reader(broker.address, "restart", consumerGroup="g-restart")
-    start = first.initialOffset()
-    assert start["@clientId"] == first.initialOffset()["@clientId"]    # Spark may ask twice
+    assert first.initialOffset() == first.initialOffset()            # Spark may ask twice
+    start = first_offset(first)
     first.stop()
     assert client.consumer_list("g-restart", "restart") == []
     restarted = stream_reader(broker.address, "restart", consumerGroup="g-restart")
@@ -127,7 +128,7 @@ def test_queries_without_a_group_each_read_everything_and_a_restart_keeps_the_gr
     wait_dispatched(client, "own", 20)
     readers = [stream_reader(broker.address, "own", startingOffsets="earliest") for _ in range(2)]
     try:
-        starts = [reader.initialOffset() for reader in readers]
+        starts = [first_offset(reader) for reader in readers]
         groups = [start["@group"] for start in starts]
         assert groups[0] != groups[1] and all(group.startswith("spark-rmq-") for group in groups)
         ends = [reader.latestOffset(start, ReadAllAvailable())
@@ -188,7 +189,7 @@ def test_queues_added_to_a_topic_are_picked_up_and_read_from_their_start(broker,
         return end
 
     try:
-        start = reader.initialOffset()
+        start = first_offset(reader)
         assert positions(start) == {"grows:broker-a:0": 2, "grows:broker-a:1": 2}
         assert client.update_topic("grows", queues=4) == ["broker-a"]
         sent = send([0, 2, 2, 3], "before")      # new queues 2 and 3 get messages before the next batch
@@ -214,7 +215,7 @@ def test_max_rows_bounds_batches_and_available_now_stops_at_the_snapshot(broker,
     reader = stream_reader(broker.address, "limits", startingOffsets="earliest", maxMessagesPerTrigger="30")
     try:
         assert reader.getDefaultReadLimit() == ReadMaxRows(30)
-        start = reader.initialOffset()
+        start = first_offset(reader)
         reader.prepareForTriggerAvailableNow()
         produce(client, "limits", 50, start=100)       # after the snapshot: not read
         wait_dispatched(client, "limits", 150)
@@ -236,7 +237,7 @@ def test_tag_filter_skips_other_tags_but_advances_offsets(broker, client):
     reader = stream_reader(broker.address, "tags", startingOffsets="earliest", subExpression="A || C",
                            pullBatchSize="4")
     try:
-        start = reader.initialOffset()
+        start = first_offset(reader)
         end = reader.latestOffset(start, ReadAllAvailable())
         table = read_batch(reader, start, end)
     finally:
@@ -259,12 +260,12 @@ def test_timestamp_and_committed_starting_offsets(broker, client):
     client.update_consumer_offsets("g-starts", {q0: 2})
     committed = stream_reader(broker.address, "starts", startingOffsets="committed", consumerGroup="g-starts")
     try:
-        start = by_time.initialOffset()
+        start = first_offset(by_time)
         assert positions(start) == {"starts:broker-a:0": 5, "starts:broker-a:1": 5}
         new = read_batch(by_time, start, by_time.latestOffset(start, ReadAllAvailable()))
         assert sorted(new.column("body").to_pylist()) == sorted(f"new-{i}".encode() for i in range(6))
         # q0 resumes at the group's offset, q1 (nothing committed) starts at the latest.
-        assert positions(committed.initialOffset()) == {"starts:broker-a:0": 2, "starts:broker-a:1": 8}
+        assert positions(first_offset(committed)) == {"starts:broker-a:0": 2, "starts:broker-a:1": 8}
     finally:
         by_time.stop()
         committed.stop()
@@ -276,7 +277,7 @@ def test_commit_writes_the_group_offsets_so_progress_shows_no_lag(broker, client
     wait_dispatched(client, "progress", 40)
     reader = stream_reader(broker.address, "progress", startingOffsets="earliest", consumerGroup="g-progress")
     try:
-        start = reader.initialOffset()
+        start = first_offset(reader)
         end = reader.latestOffset(start, ReadAllAvailable())
         assert read_batch(reader, start, end).num_rows == 40
         reader.commit(end)
@@ -299,7 +300,7 @@ def test_broadcasting_reads_all_queues_and_keeps_offsets_in_a_local_file(broker,
     readers = [stream_reader(broker.address, "bcast", **options) for _ in range(2)]
     try:
         for reader in readers:
-            start = reader.initialOffset()
+            start = first_offset(reader)
             end = reader.latestOffset(start, ReadAllAvailable())
             assert read_batch(reader, start, end).num_rows == 8
             reader.commit(end)
@@ -357,12 +358,12 @@ def test_unreachable_broker_fails_the_read_naming_broker_and_queue(broker, clien
     client.create_topic("down", queues=1)
     produce(client, "down", 3)
     wait_dispatched(client, "down", 3)
-    pull = parse_source_options({"endpoints": broker.address, "topic": "down", "pullTimeoutMs": "800"},
+    pull = parse_source_options({"endpoints": broker.address, "topic": "down", "brokerOutageWindowMs": "800"},
                                 streaming=True).pull
     partition = QueueRangePartition(MessageQueue("down", "broker-a", 0), 0, 3, pull)
     broker.stop()
     with pytest.raises(RmqReadError, match=r"cannot read topic down broker broker-a queue 0 at offset 0 .*"
-                                           r"after retrying for 800 ms"):
+                                           r"after retrying for 800 ms \(brokerOutageWindowMs\)"):
         list(read_queue_range(partition))
 
 
@@ -393,7 +394,7 @@ def test_unknown_topic_fails_at_query_start(broker):
     reader = stream_reader(broker.address, "missing")
     try:
         with pytest.raises(RmqError, match="TOPIC_NOT_EXIST"):
-            reader.initialOffset()
+            first_offset(reader)
     finally:
         reader.stop()
     batch = RmqBatchReader(parse_source_options({"endpoints": broker.address, "topic": "missing"},
@@ -414,7 +415,7 @@ accounts:
 """
 
 
-def test_signed_reads_on_a_broker_with_an_acl(tmp_path):
+def test_signed_reads_on_a_broker_with_an_acl(tmp_path, caplog):
     write_acl(tmp_path / "acl.yml", ACL)
     server = processes.broker(tmp_path, extra=["--acl", str(tmp_path / "acl.yml")]).start()
     try:
@@ -426,12 +427,13 @@ def test_signed_reads_on_a_broker_with_an_acl(tmp_path):
                                secretKey="reader-secret")
         unsigned = stream_reader(server.address, "secured")
         try:
-            start = signed.initialOffset()
+            start = first_offset(signed)
             end = signed.latestOffset(start, ReadAllAvailable())
             assert read_batch(signed, start, end).num_rows == 6
             signed.commit(end)
             with pytest.raises(RmqError, match="UNAUTHENTICATED"):
-                unsigned.initialOffset()
+                first_offset(unsigned)
+            assert not [r for r in caplog.records if "retry" in r.getMessage()]   # a refusal: no retry
         finally:
             signed.stop()
             unsigned.stop()
@@ -439,16 +441,19 @@ def test_signed_reads_on_a_broker_with_an_acl(tmp_path):
         server.stop()
 
 
-def test_planning_rides_out_a_broker_restart_within_pull_timeout(broker, client):
+def test_planning_rides_out_a_broker_restart_within_the_outage_window(broker, client, caplog):
     client.create_topic("restarts", queues=2)
-    patient = stream_reader(broker.address, "restarts", startingOffsets="earliest", pullTimeoutMs="30000")
-    hasty = stream_reader(broker.address, "restarts", startingOffsets="earliest", pullTimeoutMs="300")
+    patient = stream_reader(broker.address, "restarts", startingOffsets="earliest")   # default window
+    hasty = stream_reader(broker.address, "restarts", startingOffsets="earliest", brokerOutageWindowMs="300")
     try:
-        patient_start, hasty_start = patient.initialOffset(), hasty.initialOffset()
+        patient_start, hasty_start = first_offset(patient), first_offset(hasty)
         broker.kill()
-        with pytest.raises(RmqUnavailable, match="planning the next micro-batch: still unreachable after "
-                                                 "retrying for 300 ms"):
+        with pytest.raises(RmqUnavailable, match=r"planning the next micro-batch: still unreachable after "
+                                                 r"retrying for 300 ms \(brokerOutageWindowMs\)"):
             hasty.latestOffset(hasty_start, ReadAllAvailable())
+        rounds = [r.getMessage() for r in caplog.records if "retry" in r.getMessage()]
+        assert rounds and all(broker.address in line for line in rounds)   # names the broker
+        assert "planning the next micro-batch: broker" in rounds[0] and "retry 1 in" in rounds[0]
         restart = threading.Timer(1.0, broker.start)
         restart.start()
         try:

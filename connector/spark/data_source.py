@@ -38,12 +38,15 @@ and its accepted values.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
 from rmq.connector.spark.batch_reader import RmqBatchReader
-from rmq.connector.spark.options import check_source_options, parse_source_options
+from rmq.connector.spark.options import RmqOptionError, check_source_options, parse_source_options
 from rmq.connector.spark.source_schema import SOURCE_SCHEMA
 from rmq.connector.spark.stream_reader import RmqStreamReader
 from rmq.connector.spark.writer import RmqDataSourceArrowWriter, RmqDataSourceStreamArrowWriter
@@ -62,14 +65,44 @@ class RmqDataSource(DataSource):
     def reader(self, schema: StructType) -> RmqBatchReader:
         return RmqBatchReader(parse_source_options(self.options, streaming=False))
 
-    def streamReader(self, schema: StructType) -> RmqStreamReader:
-        return RmqStreamReader(parse_source_options(self.options, streaming=True))
+    def streamReader(self, schema: StructType) -> RmqStreamReader | RefusedStreamReader:
+        try:
+            return RmqStreamReader(parse_source_options(self.options, streaming=True))
+        except RmqOptionError as error:
+            return RefusedStreamReader(error)
 
     def writer(self, schema: StructType, overwrite: bool) -> RmqDataSourceArrowWriter:
         return RmqDataSourceArrowWriter(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> RmqDataSourceStreamArrowWriter:
         return RmqDataSourceStreamArrowWriter(self.options, schema, overwrite)
+
+
+class RefusedStreamReader(DataSourceStreamReader):
+    """The reader of a stream whose options are wrong for streams only (e.g. endingOffsets).
+
+    Spark calls `schema()` at `load()` without saying whether `read` or `readStream` asked,
+    so such options are refused when the query starts: the first call fails with the
+    option's message. (An exception from `streamReader()` itself would reach the user as
+    PySpark's own `UnboundLocalError`.)"""
+
+    def __init__(self, error: RmqOptionError) -> None:
+        self.error = error
+
+    def initialOffset(self) -> dict:
+        raise self.error
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        raise self.error
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        raise self.error
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        raise self.error
+
+    def read(self, partition: InputPartition) -> Iterator[tuple]:
+        raise self.error
 
 
 def register(spark: SparkSession) -> None:

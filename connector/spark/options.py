@@ -10,6 +10,7 @@ import re
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rmq.auth import ClientSecurity
 from rmq.connector.allocation import AVG, STRATEGY_NAMES
@@ -25,6 +26,7 @@ from rmq.connector.offsets import (
     OffsetPolicy,
     Positions,
     Specific,
+    Timestamps,
     positions_from_json,
 )
 from rmq.message_format import MAX_TOPIC_LENGTH
@@ -39,18 +41,32 @@ MESSAGE_MODELS = (CLUSTERING, BROADCASTING)
 DEFAULT_PULL_BATCH_SIZE = 4096
 MAX_PULL_BATCH_SIZE = 32768
 DEFAULT_PULL_TIMEOUT_MS = 3000
+# How long the driver and the executors retry a broker that cannot be reached before the
+# query fails: long enough to ride out a broker restart (Kafka's source rides out ~2 min).
+DEFAULT_BROKER_OUTAGE_WINDOW_MS = 120_000
+OUTAGE_OPTION = "brokerOutageWindowMs"
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000   # Kafka's maxTriggerDelay default, 15m
+DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+DURATION_PATTERN = re.compile(r"^(\d+)\s*(ms|s|min|m|h)?$")
 DEFAULT_CLIENT_TIMEOUT_S = 10.0   # driver-side calls (route, offsets, membership)
 DEFAULT_OFFSET_STORE_DIR = "~/.rmq/offsets"
 GROUP_PREFIX = "spark-rmq-"   # of the group a query gets when option consumerGroup is not set
 
 OPTION_NAMES = (
-    "endpoints", "topic", "consumerGroup", "subExpression", "startingOffsets", "endingOffsets",
-    "maxMessagesPerTrigger", "pullBatchSize", "pullTimeoutMs", "allocateStrategy", "messageModel",
-    "failOnDataLoss", "offsetStoreDir", "accessKey", "secretKey", "tls", "tlsCaFile",
+    "endpoints", "topic", "topicPattern", "consumerGroup", "subExpression", "startingOffsets",
+    "startingOffsetsByTimestamp", "committedFallback", "endingOffsets", "endingOffsetsByTimestamp",
+    "endingTimestamp", "maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay",
+    "minPartitions", "pullBatchSize", "pullTimeoutMs", OUTAGE_OPTION, "allocateStrategy",
+    "messageModel", "failOnDataLoss", "offsetStoreDir", "accessKey", "secretKey", "tls", "tlsCaFile",
 )
+BATCH_ONLY = ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp")
+STREAM_ONLY = ("maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay")
 JSON_FORM = 'JSON {"topic":{"broker":{"queueId":offset}}}'
+TIMESTAMPS_FORM = 'JSON {"topic":{"broker":{"queueId":epochMs}}}'
 STARTING_FORMS = f"one of earliest, latest, committed, timestamp:<epoch-ms>, or {JSON_FORM}"
 ENDING_FORMS = f"latest, or {JSON_FORM}"
+FALLBACK_FORMS = "one of latest, earliest, timestamp:<epoch-ms>, error"
+DURATION_FORMS = "a duration: <n>ms, <n>s, <n>m or <n>h (no unit: ms)"
 
 
 class RmqOptionError(ValueError):
@@ -66,8 +82,9 @@ class PullSettings:
     sub_expression: str
     tags: frozenset[str] | None     # None: every tag ("*")
     pull_batch_size: int
-    pull_timeout_ms: int
+    pull_timeout_ms: int             # one request
     fail_on_data_loss: bool
+    outage_window_ms: int = DEFAULT_BROKER_OUTAGE_WINDOW_MS   # retrying an unreachable broker
     security: ClientSecurity = field(default_factory=ClientSecurity)   # accessKey/secretKey/tls
 
     def connect(self, timeout: float = DEFAULT_CLIENT_TIMEOUT_S) -> RmqClient:
@@ -82,7 +99,7 @@ class SourceOptions:
     source does the same): `pull.consumer_group` holds a new `spark-rmq-<uuid>` name, which
     a restarted stream replaces with the group kept in its checkpointed offsets."""
 
-    topics: tuple[str, ...]
+    topics: tuple[str, ...]                 # empty with topicPattern
     consumer_group: str | None
     pull: PullSettings
     starting_offsets: OffsetPolicy
@@ -91,6 +108,16 @@ class SourceOptions:
     allocate_strategy: str
     message_model: str
     offset_store_dir: str
+    topic_pattern: re.Pattern[str] | None = None
+    min_partitions: int | None = None
+    min_messages_per_trigger: int | None = None   # stream only
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+
+    def subscribes(self, topic: str) -> bool:
+        """Whether `topic` is one of the query's topics (option topic, or matches topicPattern)."""
+        if self.topic_pattern is not None:
+            return self.topic_pattern.fullmatch(topic) is not None
+        return topic in self.topics
 
     @property
     def endpoints(self) -> str:
@@ -121,18 +148,13 @@ def _parse(options: Mapping[str, str], streaming: bool) -> SourceOptions:
         parse_endpoints(endpoints)
     except ValueError as error:
         raise RmqOptionError(f"Invalid value {endpoints!r} for option 'endpoints': {error}") from None
-    topics = _parse_topics(get.required("topic"))
+    topics, pattern = _parse_subscription(get)
     group = get.text("consumerGroup") or None
     if group is not None:
         _check_name("consumerGroup", group, MAX_GROUP_LENGTH, group_name_problem)
     sub_expression, tags = _parse_sub_expression(get.text("subExpression") or "*")
-    default_start: OffsetPolicy = Latest() if streaming else Earliest()
-    starting_offsets = _parse_starting(get.text("startingOffsets"), default_start, topics)
-    if isinstance(starting_offsets, Committed) and group is None:
-        raise RmqOptionError(
-            "Option 'startingOffsets' committed needs option 'consumerGroup': without it the query "
-            "gets a new group of its own (spark-rmq-<uuid>), which has no committed offsets"
-        )
+    subscribed = _Subscribed(topics, pattern)
+    starting_offsets = _parse_starting(get, streaming, group, subscribed)
     return SourceOptions(
         topics=topics,
         consumer_group=group,
@@ -144,14 +166,19 @@ def _parse(options: Mapping[str, str], streaming: bool) -> SourceOptions:
             pull_batch_size=get.positive_int("pullBatchSize", DEFAULT_PULL_BATCH_SIZE, MAX_PULL_BATCH_SIZE),
             pull_timeout_ms=get.positive_int("pullTimeoutMs", DEFAULT_PULL_TIMEOUT_MS),
             fail_on_data_loss=get.choice("failOnDataLoss", ("true", "false"), "true") == "true",
+            outage_window_ms=get.positive_int(OUTAGE_OPTION, DEFAULT_BROKER_OUTAGE_WINDOW_MS),
             security=_parse_security(options),
         ),
         starting_offsets=starting_offsets,
-        ending_offsets=_parse_ending(get.text("endingOffsets"), topics),
+        ending_offsets=_parse_ending(get, subscribed),
         max_messages_per_trigger=get.positive_int("maxMessagesPerTrigger", None),
         allocate_strategy=get.choice("allocateStrategy", STRATEGY_NAMES, AVG),
         message_model=get.choice("messageModel", MESSAGE_MODELS, CLUSTERING),
-        offset_store_dir=os.path.expanduser(get.text("offsetStoreDir") or DEFAULT_OFFSET_STORE_DIR),
+        offset_store_dir=_parse_offset_store_dir(get.text("offsetStoreDir")),
+        topic_pattern=pattern,
+        min_partitions=get.positive_int("minPartitions", None),
+        min_messages_per_trigger=get.positive_int("minMessagesPerTrigger", None),
+        max_trigger_delay_ms=get.duration_ms("maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
     )
 
 
@@ -206,6 +233,16 @@ class _Getter:
         return number
 
 
+    def duration_ms(self, option: str, default: int) -> int:
+        value = self.text(option)
+        if value is None:
+            return default
+        match = DURATION_PATTERN.match(value.lower())
+        if match is None or int(match.group(1)) <= 0:
+            raise invalid(option, value, DURATION_FORMS)
+        return int(match.group(1)) * DURATION_UNITS_MS[match.group(2) or "ms"]
+
+
 def _reject_unknown(values: dict[str, str]) -> None:
     known = {name.lower() for name in OPTION_NAMES}
     for key in values:
@@ -217,10 +254,10 @@ def _reject_unknown(values: dict[str, str]) -> None:
 
 def _check_mode(options: Mapping[str, str], streaming: bool) -> None:
     values = {str(key).lower() for key in options}
-    if streaming and "endingoffsets" in values:
-        raise RmqOptionError("Option 'endingOffsets' applies to batch reads only (spark.read)")
-    if not streaming and "maxmessagespertrigger" in values:
-        raise RmqOptionError("Option 'maxMessagesPerTrigger' applies to streams only (spark.readStream)")
+    for option in BATCH_ONLY if streaming else STREAM_ONLY:
+        if option.lower() in values:
+            where = "batch reads only (spark.read)" if streaming else "streams only (spark.readStream)"
+            raise RmqOptionError(f"Option {option!r} applies to {where}")
 
 
 def _check_name(option: str, name: str, max_length: int, problem: Callable[[str], str | None]) -> None:
@@ -237,6 +274,33 @@ def _parse_topics(text: str) -> tuple[str, ...]:
     return topics
 
 
+def _parse_subscription(get: _Getter) -> tuple[tuple[str, ...], re.Pattern[str] | None]:
+    """Option topic (names) or topicPattern (a regex the whole topic name must match)."""
+    topic, pattern = get.text("topic"), get.text("topicPattern")
+    if topic and pattern:
+        raise RmqOptionError("Options 'topic' and 'topicPattern' exclude each other: give one of them")
+    if pattern:
+        try:
+            return (), re.compile(pattern)
+        except re.error as error:
+            raise invalid("topicPattern", pattern, f"a Python regular expression ({error})") from None
+    if not topic:
+        raise RmqOptionError("Option 'topic' is required for the rmq source (or option 'topicPattern')")
+    return _parse_topics(topic), None
+
+
+def _parse_offset_store_dir(text: str | None) -> str:
+    """The directory, which must be a directory or not exist yet (it is created on first use)."""
+    path = os.path.expanduser(text or DEFAULT_OFFSET_STORE_DIR)
+    for parent in (path, *map(str, Path(path).parents)):
+        if os.path.exists(parent):
+            if not os.path.isdir(parent):
+                raise invalid("offsetStoreDir", text or path,
+                              f"a directory (or a path to create one at), but {parent} is a file")
+            break
+    return path
+
+
 def _parse_security(options: Mapping[str, str]) -> ClientSecurity:
     try:
         return ClientSecurity.from_options(options)
@@ -251,38 +315,100 @@ def _parse_sub_expression(text: str) -> tuple[str, frozenset[str] | None]:
         raise invalid("subExpression", text, SUB_FORMAT_HINT) from None
 
 
-def _parse_starting(text: str | None, default: OffsetPolicy, topics: tuple[str, ...]) -> OffsetPolicy:
-    if text is None:
-        return default
+@dataclass(frozen=True)
+class _Subscribed:
+    """What offset JSON may name: the topics of option topic, or those topicPattern matches."""
+
+    topics: tuple[str, ...]
+    pattern: re.Pattern[str] | None
+
+    def check(self, option: str, text: str, positions: Positions) -> None:
+        for mq in positions:
+            if self.pattern is not None and not self.pattern.fullmatch(mq.topic):
+                raise RmqOptionError(f"Invalid value {text!r} for option {option!r}: topic {mq.topic!r} "
+                                     f"does not match option 'topicPattern' ({self.pattern.pattern})")
+            if self.pattern is None and mq.topic not in self.topics:
+                raise RmqOptionError(f"Invalid value {text!r} for option {option!r}: topic {mq.topic!r} "
+                                     f"is not in option 'topic' ({', '.join(self.topics)})")
+
+
+def _parse_starting(get: _Getter, streaming: bool, group: str | None,
+                    subscribed: _Subscribed) -> OffsetPolicy:
+    default: OffsetPolicy = Latest() if streaming else Earliest()
+    text = get.text("startingOffsets")
+    policy = default if text is None else _parse_start_word(text, default, subscribed)
+    fallback_text = get.text("committedFallback")
+    if isinstance(policy, Committed):
+        if group is None:
+            raise RmqOptionError(
+                "Option 'startingOffsets' committed needs option 'consumerGroup': without it the query "
+                "gets a new group of its own (spark-rmq-<uuid>), which has no committed offsets"
+            )
+        if fallback_text is not None:
+            policy = Committed(_parse_fallback(fallback_text))
+    elif fallback_text is not None:
+        raise RmqOptionError("Option 'committedFallback' applies to startingOffsets=committed only")
+    by_timestamp = get.text("startingOffsetsByTimestamp")
+    if by_timestamp is None:
+        return policy
+    stamps = _parse_json("startingOffsetsByTimestamp", by_timestamp, subscribed, 0, TIMESTAMPS_FORM)
+    return Timestamps(stamps, policy)
+
+
+def _parse_start_word(text: str, default: OffsetPolicy, subscribed: _Subscribed) -> OffsetPolicy:
     word = text.lower()
     if word in ("earliest", "latest", "committed"):
         return {"earliest": Earliest(), "latest": Latest(), "committed": Committed()}[word]
     if word.startswith("timestamp:"):
-        stamp = word.removeprefix("timestamp:").strip()
-        if stamp.isdigit():
-            return AtTimestamp(int(stamp))
-        raise invalid("startingOffsets", text, "timestamp:<epoch-ms> with a non-negative integer")
-    return Specific(_parse_json("startingOffsets", text, topics, OFFSET_EARLIEST, STARTING_FORMS), default)
+        return _parse_timestamp("startingOffsets", text)
+    positions = _parse_json("startingOffsets", text, subscribed, OFFSET_EARLIEST, STARTING_FORMS)
+    return Specific(positions, default)
 
 
-def _parse_ending(text: str | None, topics: tuple[str, ...]) -> OffsetPolicy:
-    if text is None or text.lower() == "latest":
-        return Latest()
-    return Specific(_parse_json("endingOffsets", text, topics, OFFSET_LATEST, ENDING_FORMS), Latest())
+def _parse_timestamp(option: str, text: str) -> AtTimestamp:
+    stamp = text.lower().removeprefix("timestamp:").strip()
+    if stamp.isdigit():
+        return AtTimestamp(int(stamp))
+    raise invalid(option, text, "timestamp:<epoch-ms> with a non-negative integer")
 
 
-def _parse_json(option: str, text: str, topics: tuple[str, ...], min_offset: int, forms: str) -> Positions:
+def _parse_fallback(text: str) -> OffsetPolicy | None:
+    """committedFallback: where a queue the group never committed starts (None: fail)."""
+    word = text.lower()
+    if word in ("latest", "earliest", "error"):
+        return {"latest": Latest(), "earliest": Earliest(), "error": None}[word]
+    if word.startswith("timestamp:"):
+        return _parse_timestamp("committedFallback", text)
+    raise invalid("committedFallback", text, FALLBACK_FORMS)
+
+
+def _parse_ending(get: _Getter, subscribed: _Subscribed) -> OffsetPolicy:
+    text = get.text("endingOffsets")
+    stamp_text = get.text("endingTimestamp")
+    by_timestamp = get.text("endingOffsetsByTimestamp")
+    if stamp_text is not None:
+        if text is not None or by_timestamp is not None:
+            raise RmqOptionError("Option 'endingTimestamp' applies to every queue: give it without "
+                                 "'endingOffsets' and 'endingOffsetsByTimestamp'")
+        if not stamp_text.isdigit():
+            raise invalid("endingTimestamp", stamp_text, "an epoch-ms timestamp (a non-negative integer)")
+        return AtTimestamp(int(stamp_text))
+    policy: OffsetPolicy = Latest()
+    if text is not None and text.lower() != "latest":
+        positions = _parse_json("endingOffsets", text, subscribed, OFFSET_LATEST, ENDING_FORMS)
+        policy = Specific(positions, Latest())
+    if by_timestamp is None:
+        return policy
+    return Timestamps(_parse_json("endingOffsetsByTimestamp", by_timestamp, subscribed, 0, TIMESTAMPS_FORM),
+                      policy)
+
+
+def _parse_json(option: str, text: str, subscribed: _Subscribed, min_offset: int, forms: str) -> Positions:
     try:
         positions = positions_from_json(json.loads(text), min_offset=min_offset)
     except json.JSONDecodeError:
         raise invalid(option, text, forms) from None
     except ValueError as error:
         raise RmqOptionError(f"Invalid value {text!r} for option {option!r}: {error}") from None
-    for mq in positions:
-        if mq.topic not in topics:
-            raise RmqOptionError(
-                f"Invalid value {text!r} for option {option!r}: topic {mq.topic!r} is not in option "
-                f"'topic' ({', '.join(topics)})"
-            )
+    subscribed.check(option, text, positions)
     return positions
-

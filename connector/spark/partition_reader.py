@@ -7,10 +7,11 @@ flight, so at most two pull batches are held in memory. Rows at or past `end` ar
 filters by tag hash code only, spec pull §10.3); filtered-out messages advance the offset
 without producing rows.
 
-Transient failures (broker unreachable, a message being moved) are retried with
-exponential backoff for up to `pullTimeoutMs`, then the task fails naming broker, queue
-and offset. Offsets the broker no longer holds (retention) fail the task, or with
-`failOnDataLoss=false` are skipped with a warning.
+Each pull waits at most `pullTimeoutMs`. Transient failures (broker unreachable, a message
+being moved) are retried with exponential backoff for up to `brokerOutageWindowMs`, one log
+line per round naming the broker, then the task fails naming broker, queue and offset.
+Offsets the broker no longer holds (retention) fail the task, or with `failOnDataLoss=false`
+are skipped with a warning.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
-from rmq.connector.backoff import Backoff
+from rmq.connector.backoff import Backoff, log_retry
 from rmq.connector.client import (
     GetMessageStatus,
     MessageQueue,
@@ -34,7 +35,7 @@ from rmq.connector.client import (
     RmqUnavailable,
 )
 from rmq.connector.message_decoder import decode, filter_tags
-from rmq.connector.spark.options import PullSettings
+from rmq.connector.spark.options import OUTAGE_OPTION, PullSettings
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ class QueueRangeReader:
     def _pull(self, offset: int) -> PullResult:
         """One pull, retried while the broker is unreachable or the outcome is transient."""
         settings = self._settings
-        backoff = Backoff(settings.pull_timeout_ms / 1000)
+        backoff = Backoff(settings.outage_window_ms / 1000)
         while True:
             try:
                 result = self._client.pull(
@@ -110,13 +111,16 @@ class QueueRangeReader:
                 )
                 problem = self._transient_problem(offset, result)
             except RmqUnavailable as error:
-                problem = f"broker unavailable: {error}"
+                problem = f"broker unavailable: {error.message}"
             if problem is None:
                 return result
+            if backoff.remaining() > 0:
+                log_retry(backoff, f"pulling {self._describe()} at offset {offset}", problem,
+                          self._mq.broker_name, OUTAGE_OPTION)
             if not backoff.wait():
                 raise RmqReadError(
                     f"cannot read {self._describe()} at offset {offset} (range [{self._start}, {self._end})) "
-                    f"after retrying for {settings.pull_timeout_ms} ms (pullTimeoutMs): {problem}"
+                    f"after retrying for {settings.outage_window_ms} ms ({OUTAGE_OPTION}): {problem}"
                 )
 
     def _transient_problem(self, offset: int, result: PullResult) -> str | None:

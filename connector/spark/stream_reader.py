@@ -1,9 +1,15 @@
 """Driver side of `spark.readStream.format("rmq")` (DataSourceStreamReader).
 
 Each stream offset is `{"@clientId": id, "@group": group, "topic": {"broker": {"queueId":
-nextOffset}}}` over the queues this query owns. At every micro-batch `latestOffset`
-rebalances (route lookup, the group's consumer list, allocation), keeps the positions of
-queues still owned, drops queues lost to another consumer and adopts newly owned queues
+nextOffset}}}` over the queues this query owns. The initial offset names only the identity
+(`"@initial": true`, no broker call); the first micro-batch goes from it to the start
+offsets startingOffsets designates and reads nothing. So the query's group, client id and
+start offsets are in Spark's offset log before any message is read, and a query stopped or
+killed at any moment replays exactly what it planned (Spark re-asks a restarted reader for
+the initial offset when batch 0 did not complete: that batch reads nothing either way).
+At every later micro-batch `latestOffset` rebalances (route lookup, the group's consumer
+list, allocation), keeps the positions of queues still owned, drops queues lost to another
+consumer and adopts newly owned queues
 (handed over by a rebalance, or added to a topic whose queue count grew) at the group's
 committed offset, else at their earliest offset, with an empty range: they are read from
 the next micro-batch on. So `partitions(start, end)` depends on the two offsets alone and
@@ -12,7 +18,15 @@ query's first offset only.
 
 The client id and the group travel in the offsets, so a restarted driver rejoins the same
 group under the same identity. The group is option consumerGroup, else one of the
-query's own, `spark-rmq-<uuid>`, chosen at its first start.
+query's own, `spark-rmq-<uuid>`, chosen at its first start. Offsets are written to the
+group's OffsetStore only for queues of the query's topics, and only by the group that read
+them: a checkpoint restarted under another consumerGroup commits nothing of the old one's.
+
+With topicPattern the topics are the broker's topics matching it, listed again at each
+micro-batch: a topic created later is read from its earliest offset, a deleted one dropped.
+
+Brokers that cannot be reached are retried with backoff for brokerOutageWindowMs (one log
+line per round naming the broker); refusals (ACL, a deleted topic) fail at once.
 
 The reader object is also pickled to executors for `read()`: everything that talks to
 the broker is created lazily on the driver and never pickled.
@@ -21,6 +35,7 @@ the broker is created lazily on the driver and never pickled.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -37,11 +52,14 @@ from rmq.connector.backoff import retry_unavailable
 from rmq.connector.broker_offsets import BrokerOffsetLookup
 from rmq.connector.client import MessageQueue, RmqClient, RmqError
 from rmq.connector.offset_store import OffsetStore, create_offset_store
-from rmq.connector.offsets import Positions, StreamOffset, resolve_acquired_offset, resolve_offset
+from rmq.connector.offsets import Positions, StreamOffset, resolve_acquired_offset
 from rmq.connector.rebalance import ConsumerMembership, new_client_id
 from rmq.connector.spark.admission import admit
-from rmq.connector.spark.options import SourceOptions, legacy_group_name
+from rmq.connector.spark.options import OUTAGE_OPTION, SourceOptions, legacy_group_name
 from rmq.connector.spark.partition_reader import QueueRangePartition, RmqDataLossError, read_queue_range
+from rmq.connector.spark.ranges import split_ranges
+from rmq.connector.spark.start_offsets import check_named_queues, resolve_start
+from rmq.connector.spark.topics import matching_topics
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +79,9 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Positions | None = None   # Trigger.AvailableNow: max offsets at query start
         self._saved: Positions = {}              # offsets last written to the OffsetStore
         self._group: str | None = None           # the query's consumer group, once known
+        self._initial: StreamOffset | None = None
+        self._topics: tuple[str, ...] = self._options.topics   # with topicPattern: the last listing
+        self._last_trigger = time.monotonic()    # minMessagesPerTrigger waits from here
 
     def __getstate__(self) -> dict[str, Any]:
         return {"_options": self._options}
@@ -72,16 +93,11 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ------------------------------------------------------------ Spark API
 
     def initialOffset(self) -> dict:
-        return self._retrying("computing the initial offset", self._initial_offset)
-
-    def _initial_offset(self) -> dict:
+        # No broker call: the first micro-batch resolves startingOffsets (see the module doc).
         # Spark may ask more than once; keep the identity chosen the first time.
-        self._enter_group(self._options.pull.consumer_group)
-        membership = self._membership or self._join(new_client_id())
-        lookup = self._broker()
-        owned = self._rebalance(membership, lookup)
-        positions = {mq: resolve_offset(self._options.starting_offsets, mq, lookup) for mq in owned}
-        return StreamOffset(membership.client_id, self._group, positions).to_json()
+        if self._initial is None:
+            self._initial = StreamOffset(new_client_id(), self._options.pull.consumer_group, {}, initial=True)
+        return self._initial.to_json()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         return self._retrying("planning the next micro-batch", lambda: self._latest_offset(start, limit))
@@ -91,10 +107,14 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._enter_group(self._group_of(current))
         membership = self._join(current.client_id)
         lookup = self._broker()
+        owned = self._rebalance(membership, lookup)
+        if current.initial:
+            positions = self._start_positions(owned, lookup)
+            return StreamOffset(current.client_id, self._group, positions).to_json()
         positions: Positions = {}
         ceilings: Positions = {}
         kept: Positions = {}
-        for mq in self._rebalance(membership, lookup):
+        for mq in owned:
             if mq in current.positions:
                 kept[mq] = current.positions[mq]
                 positions[mq] = self._check_not_reset(mq, kept[mq], lookup.max_offset(mq))
@@ -110,8 +130,9 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # makes the group's progress show lag 0 as soon as the query has caught up.
         self._save_progress(kept)
         end = admit(positions, ceilings, limit)
-        if end is None:   # ReadMinRows not reached yet
+        if end is None or not self._enough_to_trigger(positions, ceilings):
             return start
+        self._last_trigger = time.monotonic()
         return StreamOffset(current.client_id, self._group, end).to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -135,11 +156,12 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         last_offset = StreamOffset.from_json(end)
         last = last_offset.positions
         pull = replace(self._options.pull, consumer_group=self._group_of(last_offset))
-        return [
+        ranges = [
             QueueRangePartition(mq, first[mq], last[mq], pull)
             for mq in sorted(last)
             if mq in first and last[mq] > first[mq]
         ]
+        return split_ranges(ranges, self._options.min_partitions)
 
     def read(self, partition: QueueRangePartition):  # type: ignore[override]
         return read_queue_range(partition)
@@ -148,6 +170,10 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # A restarted driver may first re-run and commit the last planned batch.
         offset = StreamOffset.from_json(end)
         self._enter_group(self._group_of(offset))
+        if offset.group not in (None, self._group):
+            logger.info("offsets read by consumer group %s are not committed for group %s "
+                        "(consumerGroup changed)", offset.group, self._group)
+            return
         self._save_progress(offset.positions)
 
     def stop(self) -> None:
@@ -171,12 +197,30 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise ValueError(f"offset of consumer group {group} given to the reader of group {self._group}")
 
     def _retrying(self, action: str, call: Callable[[], T]) -> T:
-        """Ride out a broker restart: retry while unreachable, for up to pullTimeoutMs."""
-        return retry_unavailable(call, self._options.pull.pull_timeout_ms, action)
+        """Ride out a broker restart: retry while unreachable, for up to brokerOutageWindowMs."""
+        return retry_unavailable(call, self._options.pull.outage_window_ms, action, OUTAGE_OPTION)
+
+    def _start_positions(self, owned: list[MessageQueue], lookup: BrokerOffsetLookup) -> Positions:
+        """Where the query starts: startingOffsets (checked against the real queues)."""
+        policy = self._options.starting_offsets
+        check_named_queues(policy, lookup.known_queues(), starting=True)
+        return {mq: resolve_start(policy, mq, lookup) for mq in owned}
+
+    def _enough_to_trigger(self, positions: Positions, ceilings: Positions) -> bool:
+        """minMessagesPerTrigger: wait for that many new messages, but at most maxTriggerDelay
+        since the last micro-batch; never under Trigger.AvailableNow."""
+        wanted = self._options.min_messages_per_trigger
+        if wanted is None or self._target is not None:
+            return True
+        pending = sum(ceilings[mq] - positions[mq] for mq in positions)
+        waited_ms = (time.monotonic() - self._last_trigger) * 1000
+        return pending >= wanted or (pending > 0 and waited_ms >= self._options.max_trigger_delay_ms)
 
     def _save_progress(self, positions: Positions) -> None:
-        """Write processed offsets of owned queues through the OffsetStore (broker or local
-        file); queues no longer owned are forgotten (spec §8.6 removeUnnecessaryMessageQueue)."""
+        """Write processed offsets of owned queues of the query's topics through the
+        OffsetStore (broker or local file); queues no longer owned are forgotten (spec §8.6
+        removeUnnecessaryMessageQueue)."""
+        positions = {mq: offset for mq, offset in positions.items() if self._options.subscribes(mq.topic)}
         if positions == self._saved:
             return
         store = self._offset_store()
@@ -206,15 +250,28 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._store
 
     def _broker(self) -> BrokerOffsetLookup:
-        """The offset lookup, with min/max offsets fetched now."""
+        """The offset lookup, with the topics listed (topicPattern) and min/max offsets fetched now."""
         if self._lookup is None:
             self._lookup = BrokerOffsetLookup(self._rmq_client(), self._offset_store())
-        self._lookup.refresh(self._options.topics)
+        self._topics = self._current_topics()
+        self._lookup.refresh(self._topics)
         return self._lookup
+
+    def _current_topics(self) -> tuple[str, ...]:
+        if self._options.topic_pattern is None:
+            return self._options.topics
+        topics = matching_topics(self._rmq_client(), self._options)
+        for topic in sorted(set(self._topics) - set(topics)):
+            logger.warning("topic %s matching topicPattern is gone (deleted): its queues are dropped", topic)
+        for topic in sorted(set(topics) - set(self._topics)):
+            logger.info("topic %s matches topicPattern: reading it from its earliest offset", topic)
+        if self._membership is not None:
+            self._membership.subscribe(dict.fromkeys(topics, self._options.pull.sub_expression))
+        return topics
 
     def _max_offsets(self) -> Positions:
         client = self._rmq_client()
-        return {mq: bounds.max_offset for topic in self._options.topics
+        return {mq: bounds.max_offset for topic in self._current_topics()
                 for mq, bounds in client.topic_offsets(topic).items()}
 
     def _join(self, client_id: str) -> ConsumerMembership:
@@ -227,7 +284,7 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             options = self._options
             self._membership = ConsumerMembership(
                 self._rmq_client(), self._group, client_id,
-                dict.fromkeys(options.topics, options.pull.sub_expression),
+                dict.fromkeys(self._topics, options.pull.sub_expression),
                 broadcasting=options.broadcasting, strategy=options.allocate_strategy,
             )
             self._membership.start()
@@ -235,7 +292,7 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _rebalance(self, membership: ConsumerMembership, lookup: BrokerOffsetLookup) -> list[MessageQueue]:
         owned: list[MessageQueue] = []
-        for topic in self._options.topics:
+        for topic in self._topics:
             owned += membership.rebalance(topic, lookup.message_queues(topic))
         return owned
 
