@@ -3,8 +3,8 @@
 `Message` is what a Producer sends; `MessageExt` is what a PushConsumer's listener receives,
 decoded record by record from a pull's `PackedMessages` through `rmq.stored_message` (the
 layout the broker and the store share). A message that came back through the group's retry
-topic shows its original topic (RocketMQ resetRetryAndNamespace), while `message_queue`
-stays the queue it was pulled from.
+topic (or sits in its DLQ) shows its original topic (RocketMQ resetRetryAndNamespace), while
+`message_queue` stays the queue it was pulled from.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def decode_messages(packed: rmq_pb2.PackedMessages, mq: MessageQueue) -> list[Me
     for stored, size in zip(decode_records(packed.records, sizes), sizes, strict=True):
         properties = stored.properties
         topic = stored.topic
-        if retry.is_retry_topic(topic):
+        if retry.is_group_copy_topic(topic):
             topic = properties.get(retry.PROPERTY_RETRY_TOPIC, topic)
         result.append(MessageExt(
             topic=topic,

@@ -36,6 +36,11 @@ def is_retry_topic(topic: str) -> bool:
     return topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
 
 
+def is_group_copy_topic(topic: str) -> bool:
+    """A retry or dead-letter topic, whose messages carry their original topic in RETRY_TOPIC."""
+    return topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
+
+
 def retry_delay_level(client_level: int, reconsume_times: int) -> int:
     """The level a retried copy waits at: the client's (> 0) or 3 + reconsumeTimes (0)."""
     return client_level if client_level > 0 else FIRST_RETRY_DELAY_LEVEL + reconsume_times

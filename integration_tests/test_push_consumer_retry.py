@@ -1,0 +1,204 @@
+"""PushConsumer against a real broker with short delay levels: failed messages come back
+through the retry topic at the delay levels with growing reconsume_times and end in the DLQ
+intact; `rmq dlq list/resend` show and re-publish them; raising, returning None and running
+past the consume timeout are retried; flow control bounds a slow listener's ProcessQueue;
+broadcasting consumers each get everything and resume from their local offset files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from rmq import retry
+from rmq.cli import processes
+from rmq.connector import ConsumeConcurrentlyStatus, Message, MessageExt, Producer, PushConsumer
+from rmq.connector.client import RmqClient
+from rmq.connector.message_listener import ConsumeConcurrentlyContext
+
+GROUP = "g-retry"
+WAIT_S = 30.0
+OK = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+LATER = ConsumeConcurrentlyStatus.RECONSUME_LATER
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[processes.ServerProcess]:
+    config = tmp_path / "broker.yaml"
+    config.write_text('message_delay_level: "1s 1s 1s 1s 1s"\n')  # every retry level waits 1 s
+    server = processes.broker(tmp_path, extra=["--config", str(config)]).start()
+    with RmqClient(server.address) as client:
+        client.create_topic("T", 2)
+        client.create_topic("Slow", 1)
+    yield server
+    server.stop()
+
+
+def wait_until(condition, what: str, timeout: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def rmq_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rmq.cli", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+class Recorder:
+    """The listener of the retry test: what each body did, attempt by attempt."""
+
+    def __init__(self) -> None:
+        self.seen: dict[bytes, list[tuple[int, str, float]]] = defaultdict(list)
+        self.lock = threading.Lock()
+        self.fail_forever = True
+
+    def __call__(self, messages: Sequence[MessageExt], context: ConsumeConcurrentlyContext):
+        message = messages[0]
+        with self.lock:
+            self.seen[message.body].append((message.reconsume_times, message.topic, time.monotonic()))
+        first_attempt = message.reconsume_times == 0
+        if message.body == b"fail" and self.fail_forever:
+            return LATER
+        if message.body == b"raise" and first_attempt:
+            raise RuntimeError("listener failure")
+        if message.body == b"none" and first_attempt:
+            return None
+        if message.body == b"sleep" and first_attempt:
+            time.sleep(3.0)  # past the 1.2 s consume timeout
+        return OK
+
+    def attempts(self, body: bytes) -> list[int]:
+        with self.lock:
+            return [times for times, _, _ in self.seen[body]]
+
+
+def test_retry_levels_dlq_and_resend(broker: processes.ServerProcess) -> None:
+    recorder = Recorder()
+    consumer = PushConsumer(
+        GROUP, broker.address, consume_from="first", max_reconsume_times=3, consume_timeout_minutes=0.02
+    )
+    consumer.subscribe("T")
+    consumer.register_message_listener(recorder)
+    failing = Message("T", b"fail", tags="TagF", keys=["k1", "k2"], properties={"p": "v"})
+    with Producer(broker.address) as producer, consumer:
+        producer.send(
+            [failing, Message("T", b"raise"), Message("T", b"none"), Message("T", b"sleep")]
+            + [Message("T", f"ok{i}".encode()) for i in range(20)]
+        )
+        wait_until(lambda: recorder.attempts(b"fail") == [0, 1, 2, 3] and dead_letters(broker), "the DLQ")
+        wait_until(
+            lambda: all(recorder.attempts(b) == [0, 1] for b in (b"raise", b"none", b"sleep")),
+            "the retries of raise / none / sleep",
+        )
+        # every retry arrives with the original topic, one delay level (1 s) after the previous attempt
+        times = [at for _, _, at in recorder.seen[b"fail"]]
+        assert {topic for _, topic, _ in recorder.seen[b"fail"]} == {"T"}
+        assert all(0.9 <= later - earlier < 5 for earlier, later in zip(times, times[1:]))
+        [letter] = dead_letters(broker)
+        assert letter["body"] == "fail" and letter["topic"] == "T" and letter["tags"] == "TagF"
+        assert letter["keys"] == "k1 k2" and letter["properties"]["p"] == "v"
+        assert letter["properties"][retry.PROPERTY_RETRY_TOPIC] == "T"
+        assert letter["reconsume_times"] == 4 and not letter["resent"]
+
+        progress = json.loads(
+            rmq_cli(
+                "group", "progress", GROUP, "--topic", "T", "--json", "--endpoints", broker.address
+            ).stdout
+        )
+        assert "%RETRY%g-retry" in {row["topic"] for row in progress["queues"]}
+
+        recorder.fail_forever = False
+        resent = rmq_cli("dlq", "resend", GROUP, "--endpoints", broker.address)
+        assert resent.returncode == 0 and "resent 1 dead letters" in resent.stdout
+        wait_until(lambda: recorder.attempts(b"fail") == [0, 1, 2, 3, 0], "the resent message")
+        assert rmq_cli("dlq", "resend", GROUP, "--endpoints", broker.address).stdout.startswith("resent 0")
+        assert dead_letters(broker)[0]["resent"]
+        time.sleep(0.5)
+        assert all(recorder.attempts(f"ok{i}".encode()) == [0] for i in range(20))  # nothing else repeats
+        assert recorder.attempts(b"fail") == [0, 1, 2, 3, 0]
+
+
+def dead_letters(broker: processes.ServerProcess) -> list[dict]:
+    listed = rmq_cli("dlq", "list", GROUP, "--json", "--endpoints", broker.address)
+    assert listed.returncode == 0, listed.stderr
+    return json.loads(listed.stdout)
+
+
+def test_flow_control_bounds_a_slow_listeners_process_queue(broker: processes.ServerProcess) -> None:
+    with Producer(broker.address) as producer:
+        producer.send([Message("Slow", b"x") for _ in range(120)])
+    consumed = []
+
+    def slow(messages: Sequence[MessageExt], context: ConsumeConcurrentlyContext):
+        time.sleep(0.005)
+        consumed.extend(messages)
+        return OK
+
+    consumer = PushConsumer(
+        "g-slow",
+        broker.address,
+        consume_from="first",
+        consume_thread_max=1,
+        pull_batch_size=4,
+        pull_threshold_for_queue=10,
+    )
+    consumer.subscribe("Slow")
+    consumer.register_message_listener(slow)
+    held = []
+    with consumer:
+        deadline = time.monotonic() + WAIT_S
+        while len(consumed) < 120 and time.monotonic() < deadline:
+            held.extend(consumer.process_queues().values())
+            time.sleep(0.002)
+    assert len(consumed) == 120
+    assert 10 < max(held) <= 10 + 4  # pulls stop once more than 10 are held (TV-7)
+
+
+def test_broadcasting_each_gets_everything_and_resumes(
+    broker: processes.ServerProcess, tmp_path: Path
+) -> None:
+    received: dict[str, list[bytes]] = defaultdict(list)
+
+    def consumer(name: str) -> PushConsumer:
+        c = PushConsumer(
+            "g-bc",
+            broker.address,
+            message_model="broadcasting",
+            consume_from="first",
+            instance_name=name,
+            offset_store_dir=tmp_path / "offsets",
+        )
+        c.subscribe("T")
+        c.register_message_listener(lambda msgs, ctx: received[name].extend(m.body for m in msgs) or OK)
+        return c
+
+    with Producer(broker.address) as producer:
+        producer.send([Message("T", f"a{i}".encode()) for i in range(30)])
+        first, second = consumer("b1"), consumer("b2")
+        first.start()
+        second.start()
+        wait_until(lambda: len(received["b1"]) == 30 and len(received["b2"]) == 30, "both got all 30")
+        first.shutdown()
+        files = list((tmp_path / "offsets").glob("*b1/g-bc/offsets.json"))
+        assert len(files) == 1
+        saved = json.loads(files[0].read_text())
+        assert sum(saved["T"]["broker-a"].values()) == 30
+        producer.send([Message("T", f"b{i}".encode()) for i in range(10)])
+        wait_until(lambda: len(received["b2"]) == 40, "b2 got the 10 new ones")
+        restarted = consumer("b1")
+        with restarted:
+            wait_until(lambda: len(received["b1"]) == 40, "b1 resumed")
+            time.sleep(0.3)
+        second.shutdown()
+    assert sorted(received["b1"]) == sorted(received["b2"])
+    assert len(set(received["b1"])) == 40
