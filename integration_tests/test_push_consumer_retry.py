@@ -6,6 +6,7 @@ broadcasting consumers each get everything and resume from their local offset fi
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -103,7 +104,7 @@ def test_retry_levels_dlq_and_resend(broker: processes.ServerProcess) -> None:
         # every retry arrives with the original topic, one delay level (1 s) after the previous attempt
         times = [at for _, _, at in recorder.seen[b"fail"]]
         assert {topic for _, topic, _ in recorder.seen[b"fail"]} == {"T"}
-        assert all(0.9 <= later - earlier < 5 for earlier, later in zip(times, times[1:]))
+        assert all(0.9 <= later - earlier < 5 for earlier, later in itertools.pairwise(times))
         [letter] = dead_letters(broker)
         assert letter["body"] == "fail" and letter["topic"] == "T" and letter["tags"] == "TagF"
         assert letter["keys"] == "k1 k2" and letter["properties"]["p"] == "v"
