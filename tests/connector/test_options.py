@@ -8,7 +8,7 @@ import re
 import pytest
 
 from rmq.connector.client import MessageQueue
-from rmq.connector.offsets import AtTimestamp, Committed, Earliest, Latest, Specific
+from rmq.connector.offsets import AtTimestamp, Committed, Earliest, Latest, Specific, Timestamps
 from rmq.connector.spark.options import RmqOptionError, check_source_options, parse_source_options
 
 BASE = {"endpoints": "127.0.0.1:9876", "topic": "orders"}
@@ -145,3 +145,90 @@ def test_security_options_are_checked_and_the_secret_never_printed():
         parse(accessKey="ak")
     with pytest.raises(RmqOptionError, match="Invalid value 'maybe' for option 'tls': expected true or"):
         parse(tls="maybe")
+
+
+def test_outage_window_is_its_own_option_and_rides_out_two_minutes_by_default():
+    pull = parse().pull
+    assert (pull.pull_timeout_ms, pull.outage_window_ms) == (3000, 120_000)
+    assert parse(brokerOutageWindowMs="600000", pullTimeoutMs="500").pull.outage_window_ms == 600_000
+    expected = "Invalid value '2m' for option 'brokerOutageWindowMs': expected a positive integer"
+    with pytest.raises(RmqOptionError, match=expected):
+        parse(brokerOutageWindowMs="2m")
+
+
+def test_offset_store_dir_must_be_a_directory(tmp_path):
+    (tmp_path / "file").write_text("")
+    fresh = str(tmp_path / "new" / "dir")
+    assert parse(offsetStoreDir=fresh).offset_store_dir == fresh
+    for path in (tmp_path / "file", tmp_path / "file" / "below"):
+        expected = (rf"Invalid value '{path}' for option 'offsetStoreDir': expected a directory .* but "
+                    rf"{tmp_path / 'file'} is a file")
+        with pytest.raises(RmqOptionError, match=expected):
+            parse(offsetStoreDir=str(path))
+
+
+def test_kafka_style_options():
+    options = parse(minPartitions="16", minMessagesPerTrigger="100", maxTriggerDelay="30s")
+    assert (options.min_partitions, options.min_messages_per_trigger, options.max_trigger_delay_ms) == (
+        16, 100, 30_000)
+    assert parse().max_trigger_delay_ms == 15 * 60_000
+    assert parse(maxTriggerDelay="250").max_trigger_delay_ms == 250
+    a0, a1 = MessageQueue("orders", "broker-a", 0), MessageQueue("orders", "broker-a", 1)
+    by_time = parse(startingOffsetsByTimestamp='{"orders":{"broker-a":{"0":1700000000000}}}',
+                    startingOffsets="earliest").starting_offsets
+    assert by_time == Timestamps({a0: 1700000000000}, Earliest())
+    ending = parse(streaming=False, endingOffsetsByTimestamp='{"orders":{"broker-a":{"1":5}}}').ending_offsets
+    assert ending == Timestamps({a1: 5}, Latest())
+    assert parse(streaming=False, endingTimestamp="17").ending_offsets == AtTimestamp(17)
+    committed = {"startingOffsets": "committed", "consumerGroup": "g"}
+    assert parse(**committed).starting_offsets == Committed(Latest())
+    assert parse(**committed, committedFallback="earliest").starting_offsets == Committed(Earliest())
+    assert parse(**committed, committedFallback="timestamp:7").starting_offsets == Committed(AtTimestamp(7))
+    assert parse(**committed, committedFallback="ERROR").starting_offsets == Committed(None)
+
+
+def test_topic_pattern_replaces_topic():
+    options = parse_source_options({"endpoints": "h:1", "topicPattern": r"orders-\d+"}, streaming=True)
+    assert options.topics == () and options.subscribes("orders-12") and not options.subscribes("orders-x")
+    assert not options.subscribes("orders-1-old")                      # the whole name must match
+    json_offsets = '{"orders-1":{"broker-a":{"0":1}}}'
+    parse_source_options({"endpoints": "h:1", "topicPattern": "orders-.*", "startingOffsets": json_offsets},
+                         streaming=True)
+
+
+@pytest.mark.parametrize("options, expected", [
+    ({"topicPattern": "o.*"}, "Options 'topic' and 'topicPattern' exclude each other"),
+    ({"minPartitions": "0"}, "Invalid value '0' for option 'minPartitions': expected a positive integer"),
+    ({"maxTriggerDelay": "soon"}, "Invalid value 'soon' for option 'maxTriggerDelay': expected a duration: "
+                                  "<n>ms, <n>s, <n>m or <n>h"),
+    ({"committedFallback": "latest"}, "Option 'committedFallback' applies to startingOffsets=committed only"),
+    ({"startingOffsets": "committed", "consumerGroup": "g", "committedFallback": "first"},
+     "Invalid value 'first' for option 'committedFallback': expected one of latest, earliest, "
+     "timestamp:<epoch-ms>, error"),
+    ({"startingOffsetsByTimestamp": '{"orders":{"broker-a":{"0":-1}}}'},
+     "offset -1 of orders/broker-a/0 is not an integer >= 0"),
+    ({"startingOffsetsByTimestamp": "[1]"}, "Invalid value '[1]' for option 'startingOffsetsByTimestamp'"),
+])
+def test_bad_kafka_style_options_name_the_option(options, expected):
+    with pytest.raises(RmqOptionError) as error:
+        parse(**options)
+    assert expected in str(error.value)
+
+
+def test_pattern_errors_and_mode_of_the_new_options():
+    expected = r"Invalid value '\(' for option 'topicPattern': expected a Python regular expression"
+    with pytest.raises(RmqOptionError, match=expected):
+        parse_source_options({"endpoints": "h:1", "topicPattern": "("}, streaming=True)
+    with pytest.raises(RmqOptionError, match="topic 'other' does not match option 'topicPattern'"):
+        parse_source_options({"endpoints": "h:1", "topicPattern": "orders-.*",
+                              "startingOffsets": '{"other":{"b":{"0":1}}}'}, streaming=True)
+    for option in ("endingOffsetsByTimestamp", "endingTimestamp"):
+        with pytest.raises(RmqOptionError, match=f"Option '{option}' applies to batch reads only"):
+            parse(**{option: "1"})
+    for option in ("minMessagesPerTrigger", "maxTriggerDelay"):
+        with pytest.raises(RmqOptionError, match=f"Option '{option}' applies to streams only"):
+            parse(streaming=False, **{option: "1"})
+    with pytest.raises(RmqOptionError, match="Option 'endingTimestamp' applies to every queue"):
+        parse(streaming=False, endingTimestamp="1", endingOffsets="latest")
+    with pytest.raises(RmqOptionError, match="Invalid value 'noon' for option 'endingTimestamp'"):
+        parse(streaming=False, endingTimestamp="noon")
