@@ -38,9 +38,10 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench
 
-## regenerate the gRPC/protobuf stubs from proto/rmq/v1/rmq.proto
+## regenerate the gRPC/protobuf stubs from proto/rmq/v1/rmq.proto and proto/rmq/rocketmq_v2/*.proto
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto --grpc_python_out=proto proto/rmq/v1/rmq.proto
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto proto/rmq/rocketmq_v2/definition.proto proto/rmq/rocketmq_v2/service.proto
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -28,6 +28,8 @@ from rmq.broker_server.messaging_service import MessagingService
 from rmq.broker_server.metrics import BrokerCollector, BrokerFigures, QueueOffset, serve_metrics
 from rmq.broker_server.pull_message_processor import PullLimits, PullMessageProcessor
 from rmq.broker_server.rebalance_lock_manager import RebalanceLockManager
+from rmq.broker_server.rocketmq_v2 import build_service as build_rocketmq_v2_service
+from rmq.broker_server.rocketmq_v2.messaging_service import RocketMQv2MessagingService
 from rmq.broker_server.route_service import BrokerRouteService
 from rmq.broker_server.schedule_message_service import ScheduleMessageService
 from rmq.broker_server.send_message_processor import SendMessageProcessor
@@ -35,6 +37,7 @@ from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.request_signing import broker_server_id
+from rmq.rocketmq_v2 import add_messaging_service as add_rocketmq_v2_service
 from rmq.store import FlushDiskType, MessageStore, MessageStoreConfig, StoreError
 from rmq.v1 import rmq_pb2_grpc
 
@@ -108,8 +111,8 @@ class BrokerController:
             config.register_broker_interval_ms,
             open_channel=security.open_client_channel,
         )
-        self.send_processor = SendMessageProcessor(
         self.stats = BrokerStatsManager()
+        self.send_processor = SendMessageProcessor(
             self.store, self.topics, self.executor, delay_levels, config.max_message_size, self.stats
         )
         self.pull_processor = PullMessageProcessor(
@@ -119,7 +122,6 @@ class BrokerController:
             self.hold_service,
             self.executor,
             PullLimits(config.max_pull_messages, config.default_pull_max_bytes, config.max_pull_bytes),
-        )
             self.stats,
             config.enable_property_filter,
         )
@@ -132,6 +134,7 @@ class BrokerController:
             self.outer_api.register_soon,
         )
         self._tasks: list[asyncio.Task] = []
+        self.rocketmq_v2: RocketMQv2MessagingService | None = None
 
     def _group_exists(self, group: str) -> bool:
         return self.consumers.has_group(group) or bool(self.offsets.query_offsets(group))
@@ -186,6 +189,10 @@ class BrokerController:
         rmq_pb2_grpc.add_RouteServiceServicer_to_server(
             BrokerRouteService(self.config.broker_name, self.config.broker_address, self.topics), server
         )
+        self.rocketmq_v2 = build_rocketmq_v2_service(
+            self.config, self.store, self.executor, self.topics, self.offsets, self.hold_service,
+            self.security.open_client_channel, self.outer_api.register_soon)
+        add_rocketmq_v2_service(self.rocketmq_v2, server)
         return server
 
     async def serve(self) -> None:
@@ -193,11 +200,11 @@ class BrokerController:
         try:
             self.load()
             server = self.build_server()
-        except UserError:
-            self.store.shutdown()
             if self.config.metrics_listen:
                 serve_metrics(self.config.metrics_listen, self.security,
                               BrokerCollector(self.metrics_figures()))
+        except UserError:
+            self.store.shutdown()
             raise
         await server.start()
         self.security.start(self.config.listen)
@@ -211,8 +218,6 @@ class BrokerController:
         await wait_for_termination()
         await self.shutdown(server)
 
-    def start_services(self) -> None:
-        keep_freed_memory()
     def metrics_figures(self) -> BrokerFigures:
         offsets = self.offsets
 
@@ -223,6 +228,8 @@ class BrokerController:
         return BrokerFigures(self.config.broker_name, self.store, self.stats, self.hold_service.held_count,
                              consumer_offsets, self.consumers.table_sizes, lambda: len(self.topics.all()))
 
+    def start_services(self) -> None:
+        keep_freed_memory()
         self.hold_service.start()
         self.schedule_service.start()
         self.outer_api.start()
@@ -238,6 +245,8 @@ class BrokerController:
         log.info("shutting down broker %s", self.config.broker_name)
         self.hold_service.shutdown()
         self.watches.end_all()
+        if self.rocketmq_v2 is not None:
+            await self.rocketmq_v2.shutdown()
         await server.stop(SHUTDOWN_GRACE_SECONDS)
         await self.security.stop()
         for task in self._tasks:

@@ -23,6 +23,10 @@ class BrokerConfig:
     listen: str = "127.0.0.1:10911"
     store_dir: str = "~/.rmq/store"
     broker_name: str = "broker-a"
+    broker_id: int = 0  # 0: the group's master; 1..: a slave (RocketMQ brokerId)
+    broker_role: str = "ASYNC_MASTER"  # ASYNC_MASTER | SYNC_MASTER | SLAVE (DESIGN.md Replication)
+    master: str = ""  # slaves: HOST:PORT of the group's master
+    slave_synchronize_interval_ms: int = 10000  # slaves copy topics and offsets from the master
     namesrv: str = ""  # name server addresses, comma-separated
     flush: str = "async"  # RocketMQ's default flushDiskType is ASYNC_FLUSH
     advertise_address: str = ""  # address registered with the name server (default: listen)
@@ -46,6 +50,8 @@ class BrokerConfig:
     register_broker_interval_ms: int = 30000
     auto_create_topic_enable: bool = False
     default_topic_queue_nums: int = 8  # queues of an auto-created topic
+    retry_max_times: int = 16  # RocketMQ 5 consumer groups: DLQ after retry_max_times + 1 deliveries
+    fifo_consumer_groups: str = ""  # RocketMQ 5 groups consuming in order (comma-separated)
     metrics_listen: str = ""  # Prometheus scrape endpoint HOST:PORT (off when empty)
     enable_property_filter: bool = True  # SQL92 subscriptions (RocketMQ enablePropertyFilter)
 
@@ -75,6 +81,7 @@ class BrokerConfig:
             raise UserError(
                 f"broker name {self.broker_name!r} may only contain letters, digits, '_', '-' and '.'"
             )
+        self._validate_role()
         _check_positive_ints(self)
         if self.max_pull_bytes >= self.grpc_max_message_bytes:
             raise UserError("max_pull_bytes must be smaller than grpc_max_message_bytes")
@@ -82,6 +89,20 @@ class BrokerConfig:
             parse_delay_levels(self.message_delay_level)
         except ValueError as error:
             raise UserError(f"message_delay_level: {error}") from None
+
+    def _validate_role(self) -> None:
+        roles = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+        if self.broker_role not in roles:
+            raise UserError(f"role must be one of {', '.join(roles)}, not {self.broker_role!r}")
+        if self.broker_role == "SLAVE":
+            if self.broker_id < 1:
+                raise UserError(f"a SLAVE needs a broker id of 1 or more, not {self.broker_id}")
+            if not self.master:
+                raise UserError("a SLAVE needs --master HOST:PORT (its broker group's master)")
+            check_address("master", self.master)
+        elif self.broker_id != 0 or self.master:
+            raise UserError(f"a {self.broker_role} has broker id 0 and no --master "
+                            f"(got id {self.broker_id}{', master ' + self.master if self.master else ''})")
 
 
 @dataclass
@@ -147,8 +168,11 @@ def _check_type(name: str, spec: dataclasses.Field, value: Any) -> None:
         raise UserError(f"{name} must be a {expected.__name__}, not {value!r}")
 
 
+_MAY_BE_ZERO = frozenset({"broker_id"})
+
+
 def _check_positive_ints(config: Any) -> None:
     for spec in dataclasses.fields(config):
         value = getattr(config, spec.name)
-        if str(spec.type) == "int" and value <= 0:
+        if str(spec.type) == "int" and spec.name not in _MAY_BE_ZERO and value <= 0:
             raise UserError(f"{spec.name} must be positive, not {value}")

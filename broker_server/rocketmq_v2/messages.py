@@ -1,0 +1,172 @@
+"""Message conversion between `apache.rocketmq.v2.Message` and the store's records (Apache
+proxy GrpcConverter; spec rocketmq-v2-protocol.md §1 SendMessage, §3 items 1-3, §4).
+
+Sent messages keep the producer's message id (UNIQ_KEY), tag, keys, message group, delivery
+time and user properties as record properties (rmq.rocketmq_v2.properties), so rmq.v1 and the
+Spark source read them as any other message. Received messages carry every field the official
+clients read: body encoding IDENTITY, an uppercase MD5 digest, the delivery attempt (>= 1), the
+receipt handle, born/store host and time."""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import time
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from rmq import message_format as mf
+from rmq import retry
+from rmq.rocketmq_v2 import definition_pb2 as v2
+from rmq.rocketmq_v2.properties import (
+    PROPERTY_BORN_HOST,
+    PROPERTY_MESSAGE_GROUP,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TRANSACTION_PREPARED,
+    SYSTEM_PROPERTIES,
+)
+from rmq.store import MessageToStore
+from rmq.stored_message import StoredMessage, offset_msg_id
+
+MILLIS_THRESHOLD = 100_000_000_000  # a delivery "seconds" value above this is milliseconds (§3.7)
+
+
+class InvalidMessage(Exception):
+    """A sent message the broker refuses, with the v2 Code it answers."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def timestamp_ms(stamp: Timestamp) -> int:
+    return stamp.seconds * 1000 + stamp.nanos // 1_000_000
+
+
+def delivery_time_ms(stamp: Timestamp) -> int:
+    """The producer writes the delivery time into `seconds` as the application gave it: the
+    official example passes seconds, the client's own test milliseconds (§3.7)."""
+    if stamp.seconds > MILLIS_THRESHOLD:
+        return stamp.seconds + stamp.nanos // 1_000_000
+    return timestamp_ms(stamp)
+
+
+def _timestamp(ms: int) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromMilliseconds(ms)
+    return stamp
+
+
+def host_string(host: bytes) -> str:
+    """A record's 8-byte IPv4 host (address + port) as "a.b.c.d:port"."""
+    if len(host) != mf.HOST_SIZE:
+        return ""
+    return f"{ipaddress.IPv4Address(host[:4])}:{int.from_bytes(host[4:], 'big')}"
+
+
+def message_type(message: v2.Message) -> int:
+    return message.system_properties.message_type or v2.NORMAL
+
+
+def record_properties(message: v2.Message) -> dict[str, str]:
+    """The record properties of a sent v2 message (user properties, then the system ones)."""
+    system = message.system_properties
+    properties = dict(message.user_properties)
+    reserved = sorted(set(properties) & SYSTEM_PROPERTIES)
+    if reserved:
+        raise InvalidMessage(v2.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property key {reserved[0]!r} is reserved")
+    if system.HasField("tag"):
+        if not system.tag.strip() or "|" in system.tag:
+            raise InvalidMessage(v2.ILLEGAL_MESSAGE_TAG, f"tag {system.tag!r} is empty or holds '|'")
+        properties[mf.PROPERTY_TAGS] = system.tag
+    keys = [key for key in system.keys if key.strip()]
+    if keys:
+        if any(mf.KEY_SEPARATOR in key for key in keys):
+            raise InvalidMessage(v2.ILLEGAL_MESSAGE_KEY, "a message key must not contain a space")
+        properties[mf.PROPERTY_KEYS] = mf.KEY_SEPARATOR.join(keys)
+    if not system.message_id:
+        raise InvalidMessage(v2.ILLEGAL_MESSAGE_ID, "message_id is empty")
+    properties[mf.PROPERTY_UNIQ_KEY] = system.message_id
+    if system.born_host:
+        properties[PROPERTY_BORN_HOST] = system.born_host
+    kind = message_type(message)
+    if kind == v2.FIFO:
+        if not system.message_group:
+            raise InvalidMessage(v2.ILLEGAL_MESSAGE_GROUP, "a FIFO message needs a message group")
+        properties[PROPERTY_MESSAGE_GROUP] = system.message_group
+    if kind == v2.TRANSACTION:
+        properties[PROPERTY_TRANSACTION_PREPARED] = "true"
+    for name, value in properties.items():
+        if mf.NAME_VALUE_SEPARATOR in name + value or mf.PROPERTY_SEPARATOR in name + value:
+            raise InvalidMessage(
+                v2.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property {name!r} holds a reserved separator character"
+            )
+    return properties
+
+
+def to_store(message: v2.Message, topic: str, queue_id: int, properties: dict[str, str],
+             born_host: bytes) -> MessageToStore:
+    born = timestamp_ms(message.system_properties.born_timestamp) or int(time.time() * 1000)
+    return MessageToStore(
+        topic=topic,
+        queue_id=queue_id,
+        body=message.body,
+        properties=properties,
+        born_timestamp=born,
+        born_host=born_host,
+    )
+
+
+def message_id_of(stored: StoredMessage) -> str:
+    """The producer's message id (UNIQ_KEY; a retried or dead copy keeps its origin's), else
+    the record's offset id (messages from clients that set none)."""
+    properties = stored.properties
+    return (properties.get(mf.PROPERTY_UNIQ_KEY) or properties.get(retry.PROPERTY_ORIGIN_MESSAGE_ID)
+            or offset_msg_id(stored))
+
+
+def stored_message_type(properties: dict[str, str]) -> int:
+    if properties.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+        return v2.TRANSACTION
+    if PROPERTY_MESSAGE_GROUP in properties:
+        return v2.FIFO
+    if PROPERTY_TIMER_DELIVER_MS in properties:
+        return v2.DELAY
+    return v2.NORMAL
+
+
+def to_v2(stored: StoredMessage, topic: str, receipt_handle: str = "", delivery_attempt: int = 0,
+          invisible_ms: int = 0) -> v2.Message:
+    """The v2 message a consumer receives (`topic` is the name it subscribed to)."""
+    properties = stored.properties
+    message = v2.Message(
+        topic=v2.Resource(name=topic),
+        body=stored.body,
+        user_properties={k: v for k, v in properties.items() if k not in SYSTEM_PROPERTIES},
+    )
+    system = message.system_properties
+    if mf.PROPERTY_TAGS in properties:
+        system.tag = properties[mf.PROPERTY_TAGS]
+    keys = properties.get(mf.PROPERTY_KEYS, "")
+    system.keys.extend(key for key in keys.split(mf.KEY_SEPARATOR) if key)
+    system.message_id = message_id_of(stored)
+    system.body_digest.type = v2.MD5
+    system.body_digest.checksum = hashlib.md5(stored.body).hexdigest().upper()
+    system.body_encoding = v2.IDENTITY
+    system.message_type = stored_message_type(properties)
+    system.born_timestamp.CopyFrom(_timestamp(stored.born_timestamp))
+    system.born_host = properties.get(PROPERTY_BORN_HOST) or host_string(stored.born_host).partition(":")[0]
+    system.store_timestamp.CopyFrom(_timestamp(stored.store_timestamp))
+    system.store_host = host_string(stored.store_host)
+    if PROPERTY_TIMER_DELIVER_MS in properties:
+        system.delivery_timestamp.CopyFrom(_timestamp(int(properties[PROPERTY_TIMER_DELIVER_MS])))
+    if PROPERTY_MESSAGE_GROUP in properties:
+        system.message_group = properties[PROPERTY_MESSAGE_GROUP]
+    system.queue_id = stored.queue_id
+    system.queue_offset = stored.queue_offset
+    system.delivery_attempt = max(delivery_attempt, stored.reconsume_times + 1)
+    if receipt_handle:
+        system.receipt_handle = receipt_handle
+        system.invisible_duration.FromMilliseconds(invisible_ms)
+    return message

@@ -1,0 +1,271 @@
+"""`apache.rocketmq.v2.MessagingService` on the broker's port (spec rocketmq-v2-protocol.md; Apache
+proxy grpc/v2 activities): the official RocketMQ 5 clients produce to and consume from rmq.
+Each RPC validates its request and hands it to the route resolver, the store, the pop service
+or the telemetry sessions; refusals travel as the response's v2 Status."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from rmq import message_format as mf
+from rmq.broker_server.names import check_group_name
+from rmq.broker_server.rocketmq_v2 import messages
+from rmq.broker_server.rocketmq_v2.pop_service import MAX_BATCH, PopRequest, PopService
+from rmq.broker_server.rocketmq_v2.receipt_handle import InvalidReceiptHandle, ReceiptHandle
+from rmq.broker_server.rocketmq_v2.route import ALL_QUEUES, RouteResolver, assignments, message_queues
+from rmq.broker_server.rocketmq_v2.status import OK, V2Error, answers_with_status, as_v2_error
+from rmq.broker_server.rocketmq_v2.telemetry import TelemetrySessions
+from rmq.broker_server.send_message_processor import born_host_from_peer, check_put_results
+from rmq.broker_server.store_executor import StoreExecutor
+from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.rocketmq_v2 import definition_pb2 as v2
+from rmq.rocketmq_v2 import service_pb2 as pb
+from rmq.subscription import SEPARATOR, tag_codes
+
+log = logging.getLogger(__name__)
+CLIENT_ID_HEADER = "x-mq-client-id"
+MIN_INVISIBLE_MS = 10_000              # proxy minInvisibleTimeMillsForRecv
+MAX_INVISIBLE_MS = 12 * 3600 * 1000    # proxy maxInvisibleTimeMills
+DEFAULT_INVISIBLE_MS = 60_000          # auto-renewed (push) receives: proxy defaultInvisibleTimeMills
+MAX_LONG_POLLING_S = 20.0              # proxy grpcClientConsumerMaxLongPollingTimeoutMillis
+DEADLINE_MARGIN_S = 0.5                # answer before the client's own deadline passes
+
+
+@dataclass(frozen=True)
+class GroupPolicy:
+    """How the broker treats v2 consumer groups (RocketMQ SubscriptionGroupConfig)."""
+
+    max_attempts: int
+    fifo_groups: frozenset[str]
+
+    def fifo(self, group: str) -> bool:
+        return group in self.fifo_groups
+
+
+def _client_id(context: Any) -> str:
+    return dict(context.invocation_metadata() or ()).get(CLIENT_ID_HEADER, "")
+
+
+def _duration_ms(duration: Any) -> int:
+    return duration.seconds * 1000 + duration.nanos // 1_000_000
+
+
+class RocketMQv2MessagingService:
+    def __init__(self, store: Any, executor: StoreExecutor, topics: TopicConfigManager,
+                 routes: RouteResolver, pop: PopService, sessions: TelemetrySessions, policy: GroupPolicy,
+                 max_body_size: int) -> None:
+        self.store = store
+        self.executor = executor
+        self.topics = topics
+        self.routes = routes
+        self.pop = pop
+        self.sessions = sessions
+        self.policy = policy
+        self.max_body_size = max_body_size
+        self._round_robin = itertools.count()
+
+    # -- route and session ---------------------------------------------------------------
+    @answers_with_status(pb.QueryRouteResponse)
+    async def QueryRoute(self, request: pb.QueryRouteRequest, context: Any) -> pb.QueryRouteResponse:
+        brokers = await self.routes.brokers(request.topic.name)
+        return pb.QueryRouteResponse(status=OK, message_queues=message_queues(request.topic, brokers))
+
+    @answers_with_status(pb.QueryAssignmentResponse)
+    async def QueryAssignment(self, request: pb.QueryAssignmentRequest, context: Any
+                              ) -> pb.QueryAssignmentResponse:
+        check_group_name(request.group.name)
+        brokers = await self.routes.brokers(request.topic.name)
+        return pb.QueryAssignmentResponse(
+            status=OK, assignments=assignments(request.topic, brokers, self.policy.fifo(request.group.name)))
+
+    @answers_with_status(pb.HeartbeatResponse)
+    async def Heartbeat(self, request: pb.HeartbeatRequest, context: Any) -> pb.HeartbeatResponse:
+        return pb.HeartbeatResponse(status=OK)
+
+    @answers_with_status(pb.NotifyClientTerminationResponse)
+    async def NotifyClientTermination(self, request: pb.NotifyClientTerminationRequest, context: Any
+                                      ) -> pb.NotifyClientTerminationResponse:
+        return pb.NotifyClientTerminationResponse(status=OK)
+
+    async def Telemetry(self, commands: AsyncIterator[pb.TelemetryCommand], context: Any
+                        ) -> AsyncIterator[pb.TelemetryCommand]:
+        client_id = _client_id(context)
+        if not client_id:
+            yield pb.TelemetryCommand(status=v2.Status(code=v2.CLIENT_ID_REQUIRED,
+                                                       message=f"header {CLIENT_ID_HEADER} is missing"))
+            return
+        async for command in self.sessions.serve(client_id, commands):
+            yield command
+
+    # -- sending -------------------------------------------------------------------------
+    @answers_with_status(pb.SendMessageResponse)
+    async def SendMessage(self, request: pb.SendMessageRequest, context: Any) -> pb.SendMessageResponse:
+        if not request.messages:
+            raise V2Error(v2.BAD_REQUEST, "the request holds no messages")
+        topics = {message.topic.name for message in request.messages}
+        if len(topics) != 1:
+            raise V2Error(v2.BAD_REQUEST, "the messages of one request must share one topic")
+        config = self.topics.require(topics.pop())
+        if not config.writeable:
+            raise V2Error(v2.FORBIDDEN, f"the topic[{config.topic_name}] sending message is forbidden")
+        born_host = born_host_from_peer(context.peer())
+        to_store = [self._to_store(message, config, born_host) for message in request.messages]
+        results = await self.executor.run(self.store.put_messages, to_store)
+        check_put_results(results)
+        return pb.SendMessageResponse(status=OK, entries=[
+            pb.SendResultEntry(status=OK, message_id=message.system_properties.message_id,
+                               offset=result.queue_offset)
+            for message, result in zip(request.messages, results, strict=True)
+        ])
+
+    def _to_store(self, message: v2.Message, config: TopicConfig, born_host: bytes) -> Any:
+        if not message.body:
+            raise V2Error(v2.MESSAGE_BODY_EMPTY, "message body is empty")
+        if len(message.body) > self.max_body_size:
+            raise V2Error(v2.MESSAGE_BODY_TOO_LARGE, f"message body takes {len(message.body)} bytes, "
+                                                     f"the maximum is {self.max_body_size}")
+        kind = messages.message_type(message)
+        if kind not in (v2.NORMAL, v2.FIFO):
+            raise V2Error(v2.UNSUPPORTED, f"message type {v2.MessageType.Name(kind)} is not supported yet")
+        properties = messages.record_properties(message)
+        return messages.to_store(message, config.topic_name, self._queue_id(message, config), properties,
+                                 born_host)
+
+    def _queue_id(self, message: v2.Message, config: TopicConfig) -> int:
+        """FIFO: the message group's queue (hash), so a group keeps its order; else round robin."""
+        if messages.message_type(message) == v2.FIFO:
+            return (mf.tags_hash_code(message.system_properties.message_group) & 0x7FFFFFFF) \
+                % config.write_queue_nums
+        return next(self._round_robin) % config.write_queue_nums
+
+    # -- pop consumption -----------------------------------------------------------------
+    async def ReceiveMessage(self, request: pb.ReceiveMessageRequest, context: Any
+                             ) -> AsyncIterator[pb.ReceiveMessageResponse]:
+        """One status, one response per message, a final delivery timestamp, then the stream
+        ends (§4: the client reads the whole stream)."""
+        try:
+            pop_request, wait_s = self._pop_request(request, context)
+            popped = await self.pop.receive(pop_request, wait_s)
+        except Exception as error:
+            yield pb.ReceiveMessageResponse(status=as_v2_error(error).status())
+            return
+        if not popped:
+            yield pb.ReceiveMessageResponse(status=v2.Status(code=v2.MESSAGE_NOT_FOUND,
+                                                             message="no new message"))
+            return
+        yield pb.ReceiveMessageResponse(status=OK)
+        for item in popped:
+            yield pb.ReceiveMessageResponse(message=messages.to_v2(
+                item.message, request.message_queue.topic.name, item.handle.encode(), item.attempts,
+                item.invisible_ms))
+        stamp = Timestamp()
+        stamp.GetCurrentTime()
+        yield pb.ReceiveMessageResponse(delivery_timestamp=stamp)
+
+    def _pop_request(self, request: pb.ReceiveMessageRequest, context: Any) -> tuple[PopRequest, float]:
+        group = request.group.name
+        check_group_name(group)
+        config = self.topics.require(request.message_queue.topic.name)
+        if not config.readable:
+            raise V2Error(v2.FORBIDDEN, f"the topic[{config.topic_name}] pulling message is forbidden")
+        if request.HasField("invisible_duration"):
+            invisible_ms = _duration_ms(request.invisible_duration)
+            if not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
+                raise V2Error(v2.ILLEGAL_INVISIBLE_TIME,
+                              f"invisible duration {invisible_ms} ms is outside {MIN_INVISIBLE_MS}.."
+                              f"{MAX_INVISIBLE_MS} ms")
+        else:
+            invisible_ms = DEFAULT_INVISIBLE_MS
+        tags, tag_codes = self._filter(request)
+        fifo = self.policy.fifo(group)
+        queue_id = request.message_queue.id
+        if fifo and queue_id != ALL_QUEUES:
+            if not 0 <= queue_id < config.read_queue_nums:
+                raise V2Error(v2.BAD_REQUEST, f"queue {queue_id} is out of range for {config.topic_name}")
+            queue_ids = [queue_id]
+        else:
+            queue_ids = list(range(config.read_queue_nums))
+        wait_s = 0.0
+        if request.HasField("long_polling_timeout"):
+            wait_s = _duration_ms(request.long_polling_timeout) / 1000
+        remaining = context.time_remaining()
+        if remaining is not None:
+            wait_s = min(wait_s, remaining - DEADLINE_MARGIN_S)
+        batch = min(max(request.batch_size, 1), MAX_BATCH)
+        return PopRequest(group, config.topic_name, queue_ids, tags, tag_codes, batch, invisible_ms, fifo,
+                          self.policy.max_attempts), min(wait_s, MAX_LONG_POLLING_S)
+
+    @staticmethod
+    def _filter(request: pb.ReceiveMessageRequest) -> tuple[frozenset[str] | None, frozenset[int] | None]:
+        expression = request.filter_expression
+        if expression.type == v2.SQL:
+            raise V2Error(v2.ILLEGAL_FILTER_EXPRESSION, "SQL filter expressions are not supported")
+        codes = tag_codes(expression.expression)
+        if codes is None:
+            return None, None
+        return frozenset(t.strip() for t in expression.expression.split(SEPARATOR) if t.strip()), codes
+
+    def _handle(self, text: str, topic: str) -> ReceiptHandle:
+        try:
+            return ReceiptHandle.decode(text, topic)
+        except InvalidReceiptHandle as error:
+            raise V2Error(v2.INVALID_RECEIPT_HANDLE, str(error)) from None
+
+    @answers_with_status(pb.AckMessageResponse)
+    async def AckMessage(self, request: pb.AckMessageRequest, context: Any) -> pb.AckMessageResponse:
+        check_group_name(request.group.name)
+        results, handles = [], []
+        for entry in request.entries:
+            try:
+                handles.append(self._handle(entry.receipt_handle, request.topic.name))
+                status = OK
+            except V2Error as error:
+                status = error.status()
+            results.append(pb.AckMessageResultEntry(message_id=entry.message_id,
+                                                    receipt_handle=entry.receipt_handle, status=status))
+        await self.pop.ack(request.group.name, handles)
+        codes = {result.status.code for result in results}
+        top = OK if codes == {v2.OK} else v2.Status(
+            code=codes.pop() if len(codes) == 1 else v2.MULTIPLE_RESULTS, message="see the entries")
+        return pb.AckMessageResponse(status=top, entries=results)
+
+    @answers_with_status(pb.ChangeInvisibleDurationResponse)
+    async def ChangeInvisibleDuration(self, request: pb.ChangeInvisibleDurationRequest, context: Any
+                                      ) -> pb.ChangeInvisibleDurationResponse:
+        group = request.group.name
+        check_group_name(group)
+        handle = self._handle(request.receipt_handle, request.topic.name)
+        invisible_ms = _duration_ms(request.invisible_duration)
+        if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
+            raise V2Error(v2.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is outside "
+                                                     f"0..{MAX_INVISIBLE_MS} ms")
+        if self.pop.in_flight(group, handle) is None:
+            raise V2Error(v2.INVALID_RECEIPT_HANDLE,
+                          "the receipt handle is stale: the message was acknowledged or delivered again")
+        new_handle = await self.pop.change_invisible(group, handle, invisible_ms)
+        return pb.ChangeInvisibleDurationResponse(status=OK, receipt_handle=new_handle.encode())
+
+    @answers_with_status(pb.ForwardMessageToDeadLetterQueueResponse)
+    async def ForwardMessageToDeadLetterQueue(self, request: pb.ForwardMessageToDeadLetterQueueRequest,
+                                              context: Any) -> pb.ForwardMessageToDeadLetterQueueResponse:
+        group = request.group.name
+        check_group_name(group)
+        handle = self._handle(request.receipt_handle, request.topic.name)
+        if self.pop.in_flight(group, handle) is None:
+            raise V2Error(v2.INVALID_RECEIPT_HANDLE,
+                          "the receipt handle is stale: the message was acknowledged or delivered again")
+        max_attempts = request.max_delivery_attempts or self.policy.max_attempts
+        await self.pop.forward_to_dlq(group, handle, max_attempts)
+        return pb.ForwardMessageToDeadLetterQueueResponse(status=OK)
+
+    async def shutdown(self) -> None:
+        self.sessions.end_all()
+        self.pop.shutdown()
+        await asyncio.sleep(0)

@@ -1,0 +1,280 @@
+"""Pop consumption for ReceiveMessage, AckMessage, ChangeInvisibleDuration and
+ForwardMessageToDeadLetterQueue (spec rocketmq-v2-protocol.md §1, §4; RocketMQ 5
+PopMessageProcessor, AckMessageProcessor, ChangeInvisibleTimeProcessor).
+
+A receive looks at the topic's queues in turn: messages whose invisibility has ended come back
+first with their delivery attempt + 1 (a concurrent group's message that already had
+`max_attempts` deliveries goes to the group's DLQ `%DLQ%<group>` instead, as the proxy does at
+receive time), then new messages from the queue's pop offset that match the filter. A FIFO
+group's queue hands nothing out while one of its messages is in flight, so the messages of a
+message group (one queue, by hash) are consumed in order. With nothing to hand out the
+receive is held on the same wake-up path as rmq.v1 pulls (PullRequestHoldService) until a
+message arrives, an in-flight message becomes visible again, an ack or change frees a FIFO
+queue, or the long-polling time ends."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rmq import message_format as mf
+from rmq import retry
+from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.consumer_send_msg_back import (
+    DLQ_TOPIC_PERM,
+    SendBackTarget,
+    ensure_group_topic,
+    send_back_copy,
+)
+from rmq.broker_server.long_polling import PullRequestHoldService
+from rmq.broker_server.rocketmq_v2.pop_state import InFlight, PopQueue, PopStateTable
+from rmq.broker_server.rocketmq_v2.receipt_handle import ReceiptHandle
+from rmq.broker_server.send_message_processor import check_put_status
+from rmq.broker_server.store_executor import StoreExecutor
+from rmq.broker_server.topic_config_manager import TopicConfigManager
+from rmq.stored_message import StoredMessage, decode_record
+
+MAX_BATCH = 32            # messages one receive hands out (proxy maxBatchSize-like cap)
+_MOVED = ("OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY", "NO_MATCHED_MESSAGE", "MESSAGE_WAS_REMOVING")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class PopRequest:
+    group: str
+    topic: str
+    queue_ids: list[int]
+    tags: frozenset[str] | None      # None: every message
+    tag_codes: frozenset[int] | None
+    batch_size: int
+    invisible_ms: int
+    fifo: bool
+    max_attempts: int
+
+
+@dataclass(frozen=True)
+class Popped:
+    message: StoredMessage
+    handle: ReceiptHandle
+    attempts: int
+    invisible_ms: int
+
+
+@dataclass(frozen=True)
+class _Record:
+    offset: int
+    raw: bytes
+    message: StoredMessage
+
+
+class PopService:
+    def __init__(self, store, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
+                 hold_service: PullRequestHoldService, executor: StoreExecutor, table: PopStateTable,
+                 on_topics_changed: Callable[[], None]) -> None:
+        self.store = store
+        self.topics = topics
+        self.offsets = offsets
+        self.hold_service = hold_service
+        self.executor = executor
+        self.table = table
+        self.on_topics_changed = on_topics_changed
+        self._locks: dict[PopQueue, asyncio.Lock] = {}
+        self._waiters: dict[tuple[str, str], set[asyncio.Future]] = {}
+        self._rotation = itertools.count()
+        self._stopped = False
+
+    def shutdown(self) -> None:
+        """Answer every held receive now and hold no new one."""
+        self._stopped = True
+        for key in list(self._waiters):
+            self._notify(*key)
+
+    # -- receive -------------------------------------------------------------------------
+    async def receive(self, request: PopRequest, wait_s: float) -> list[Popped]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(wait_s, 0.0)
+        while True:
+            popped = await self.pop_once(request)
+            if popped or self._stopped or loop.time() >= deadline:
+                return popped
+            await self._wait(request, deadline - loop.time())
+
+    async def pop_once(self, request: PopRequest) -> list[Popped]:
+        start = next(self._rotation)
+        queue_ids = request.queue_ids
+        popped: list[Popped] = []
+        for index in range(len(queue_ids)):
+            room = request.batch_size - len(popped)
+            if room <= 0:
+                break
+            queue = PopQueue(request.group, request.topic, queue_ids[(start + index) % len(queue_ids)])
+            popped += await self._pop_queue(queue, request, room)
+        if popped:
+            await self.table.sync()
+        return popped
+
+    async def _pop_queue(self, queue: PopQueue, request: PopRequest, room: int) -> list[Popped]:
+        lock = self._locks.setdefault(queue, asyncio.Lock())
+        async with lock:
+            if queue not in self.table.queues:
+                self.table.state(queue).pop_offset = await self._initial_offset(queue)
+            state = self.table.state(queue)
+            now = now_ms()
+            due = sorted(o for o, e in state.inflight.items() if e.visible_at_ms <= now)
+            if request.fifo and len(due) < len(state.inflight):
+                return []   # an earlier message of this queue is still being consumed
+            records: list[_Record] = []
+            attempts: list[int] = []
+            for offset in due[:room]:
+                record = await self._read_one(queue, offset)
+                entry = state.inflight[offset]
+                if record is None:
+                    self.table.acked(queue, [offset])   # gone (retention): nothing to redeliver
+                elif not request.fifo and entry.attempts >= request.max_attempts:
+                    await self._to_dlq(queue, record, request.max_attempts)
+                else:
+                    records.append(record)
+                    attempts.append(entry.attempts + 1)
+            next_offset = state.pop_offset
+            if not (request.fifo and state.inflight) and len(records) < room:
+                fresh, next_offset = await self._read_new(queue, request, state.pop_offset,
+                                                          room - len(records))
+                records += fresh
+                attempts += [1] * len(fresh)
+            if not records and next_offset == state.pop_offset:
+                return []
+            entries = self.table.popped(queue, next_offset, [r.offset for r in records], attempts,
+                                        now + request.invisible_ms)
+            self._commit(queue)
+        return [
+            Popped(r.message, ReceiptHandle(queue.topic, queue.queue_id, r.offset, e.version), e.attempts,
+                   request.invisible_ms)
+            for r, e in zip(records, entries, strict=True)
+        ]
+
+    async def _initial_offset(self, queue: PopQueue) -> int:
+        """A group new to the queue starts at its committed offset (shared with rmq.v1), else at
+        the queue's first message (RocketMQ initPopOffsetByCheckMsgInMem for a fresh queue)."""
+        committed = self.offsets.query_offset(queue.group, queue.topic, queue.queue_id)
+        if committed is not None and committed >= 0:
+            return committed
+        return await self.executor.run(self.store.get_min_offset_in_queue, queue.topic, queue.queue_id)
+
+    async def _read_one(self, queue: PopQueue, offset: int) -> _Record | None:
+        result = await self.executor.run(self.store.get_message, queue.group, queue.topic, queue.queue_id,
+                                         offset, 1)
+        if not result.message_count:
+            return None
+        raw = bytes(result.buffer[: int(result.sizes[0])])
+        message = decode_record(raw)
+        return _Record(message.queue_offset, raw, message) if message.queue_offset == offset else None
+
+    async def _read_new(self, queue: PopQueue, request: PopRequest, offset: int,
+                        room: int) -> tuple[list[_Record], int]:
+        """Up to `room` matching messages from `offset`, and the offset after what was read."""
+        result = await self.executor.run(self.store.get_message, queue.group, queue.topic, queue.queue_id,
+                                         offset, room, tag_codes=request.tag_codes)
+        status = result.status.name
+        if not result.message_count:
+            return [], result.next_begin_offset if status in _MOVED else offset
+        records, position = [], 0
+        for size in result.sizes.tolist():
+            raw = bytes(result.buffer[position: position + size])
+            position += size
+            message = decode_record(raw)
+            # the store filters by tag hash code; the tag string decides (hash collisions)
+            if request.tags is None or message.properties.get(mf.PROPERTY_TAGS) in request.tags:
+                records.append(_Record(message.queue_offset, raw, message))
+        return records, result.next_begin_offset
+
+    async def _to_dlq(self, queue: PopQueue, record: _Record, max_attempts: int) -> None:
+        """A message delivered max_attempts times: a copy in `%DLQ%<group>`, the original done."""
+        dlq = retry.dlq_topic(queue.group)
+        ensure_group_topic(self.topics, dlq, retry.DLQ_NUMS_PER_GROUP, DLQ_TOPIC_PERM, self.on_topics_changed)
+        copy = send_back_copy(record.raw, SendBackTarget(dlq, 0), max_attempts - 1)
+        result = await self.executor.run(self.store.put_message, copy)
+        check_put_status(result.status)
+        self.table.acked(queue, [record.offset])
+
+    def _commit(self, queue: PopQueue) -> None:
+        """The group's consumer offset follows its pop state (`rmq group progress` shows the lag)."""
+        state = self.table.queues.get(queue)
+        if state is not None:
+            self.offsets.commit_offset(queue.group, queue.topic, queue.queue_id, state.consumer_offset())
+
+    async def _wait(self, request: PopRequest, timeout_s: float) -> None:
+        """Hold until something may be receivable (see the module docstring) or `timeout_s`."""
+        if timeout_s <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        key = (request.group, request.topic)
+        changed = loop.create_future()
+        self._waiters.setdefault(key, set()).add(changed)
+        states = [self.table.queues.get(PopQueue(request.group, request.topic, q)) for q in request.queue_ids]
+        wake_at = [e.visible_at_ms for state in states if state for e in state.inflight.values()]
+        if wake_at:
+            timeout_s = min(timeout_s, max(min(wake_at) - now_ms(), 0) / 1000 + 0.01)
+        holds = [
+            loop.create_task(self.hold_service.suspend(
+                request.topic, q, state.pop_offset if state else 0, request.tag_codes, int(timeout_s * 1000)))
+            for q, state in zip(request.queue_ids, states, strict=True)
+        ]
+        try:
+            await asyncio.wait([changed, *holds], timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in holds:
+                task.cancel()
+            await asyncio.gather(*holds, return_exceptions=True)
+            waiters = self._waiters.get(key)
+            if waiters is not None:
+                waiters.discard(changed)
+                if not waiters:
+                    del self._waiters[key]
+
+    def _notify(self, group: str, topic: str) -> None:
+        for future in self._waiters.pop((group, topic), set()):
+            if not future.done():
+                future.set_result(None)
+
+    # -- ack / change / forward -----------------------------------------------------------
+    def in_flight(self, group: str, handle: ReceiptHandle) -> InFlight | None:
+        """The delivery `handle` names, if it is still the current one."""
+        state = self.table.queues.get(PopQueue(group, handle.topic, handle.queue_id))
+        entry = state.inflight.get(handle.offset) if state else None
+        return entry if entry is not None and entry.version == handle.version else None
+
+    async def ack(self, group: str, handles: list[ReceiptHandle]) -> None:
+        """Acknowledge (an already acknowledged message is fine: acks are idempotent)."""
+        by_queue: dict[PopQueue, list[int]] = {}
+        for handle in handles:
+            by_queue.setdefault(PopQueue(group, handle.topic, handle.queue_id), []).append(handle.offset)
+        for queue, offsets in by_queue.items():
+            self.table.acked(queue, offsets)
+            self._commit(queue)
+        await self.table.sync()
+        for queue in by_queue:
+            self._notify(queue.group, queue.topic)
+
+    async def change_invisible(self, group: str, handle: ReceiptHandle, invisible_ms: int) -> ReceiptHandle:
+        queue = PopQueue(group, handle.topic, handle.queue_id)
+        entry = self.table.changed(queue, handle.offset, now_ms() + invisible_ms)
+        await self.table.sync()
+        self._notify(group, handle.topic)
+        return ReceiptHandle(handle.topic, handle.queue_id, handle.offset, entry.version)
+
+    async def forward_to_dlq(self, group: str, handle: ReceiptHandle, max_attempts: int) -> None:
+        queue = PopQueue(group, handle.topic, handle.queue_id)
+        record = await self._read_one(queue, handle.offset)
+        if record is None:
+            self.table.acked(queue, [handle.offset])
+        else:
+            await self._to_dlq(queue, record, max_attempts)
+        self._commit(queue)
+        await self.table.sync()
+        self._notify(group, handle.topic)

@@ -1,0 +1,130 @@
+"""Telemetry sessions (spec rocketmq-v2-protocol.md §2, §3.9; proxy ClientActivity#telemetry):
+one bidirectional stream per client and broker. Every `settings` command the client writes is
+answered with the server's settings (status OK): a producer gets `publishing.max_body_size`,
+a consumer its group's `fifo` flag, `long_polling_timeout` and a customized backoff whose
+`max_attempts` is the group's; `metric.on` is always false. The broker writes server
+commands (a transaction check) to a producer's open session."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from google.protobuf.duration_pb2 import Duration
+
+from rmq.rocketmq_v2 import definition_pb2 as v2
+from rmq.rocketmq_v2 import service_pb2
+
+log = logging.getLogger(__name__)
+MAX_SESSIONS = 10_000
+OUTBOX_SIZE = 1024
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    max_body_size: int
+    long_polling_timeout_s: int
+    receive_batch_size: int
+    max_attempts: int
+    retry_delays_ms: list[int]
+    fifo_groups: frozenset[str]
+
+
+def _duration_ms(ms: int) -> Duration:
+    duration = Duration()
+    duration.FromMilliseconds(ms)
+    return duration
+
+
+def answer_settings(client: v2.Settings, server: ServerSettings) -> v2.Settings:
+    """The settings reply to `client`'s settings command."""
+    reply = v2.Settings()
+    reply.CopyFrom(client)
+    reply.metric.Clear()
+    reply.metric.on = False
+    if client.HasField("publishing"):
+        reply.publishing.max_body_size = server.max_body_size
+        reply.publishing.validate_message_type = client.publishing.validate_message_type
+        reply.backoff_policy.CopyFrom(v2.RetryPolicy(
+            max_attempts=3,
+            exponential_backoff=v2.ExponentialBackoff(initial=_duration_ms(10), max=_duration_ms(1000),
+                                                      multiplier=2.0)))
+    elif client.HasField("subscription"):
+        group = client.subscription.group.name
+        reply.subscription.fifo = group in server.fifo_groups
+        reply.subscription.receive_batch_size = server.receive_batch_size
+        reply.subscription.long_polling_timeout.CopyFrom(_duration_ms(server.long_polling_timeout_s * 1000))
+        reply.backoff_policy.CopyFrom(v2.RetryPolicy(
+            max_attempts=server.max_attempts,
+            customized_backoff=v2.CustomizedBackoff(
+                next=[_duration_ms(ms) for ms in server.retry_delays_ms])))
+    return reply
+
+
+@dataclass(eq=False)
+class TelemetrySession:
+    """One client's open stream: what it said it is, and the commands waiting to be written."""
+
+    client_id: str
+    settings: v2.Settings | None = None
+    outbox: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(OUTBOX_SIZE))
+
+    def send(self, command: service_pb2.TelemetryCommand | None) -> bool:
+        """Queue a command (None ends the stream); False when the client is not reading."""
+        try:
+            self.outbox.put_nowait(command)
+            return True
+        except asyncio.QueueFull:
+            return False
+
+    def publishes(self, topic: str) -> bool:
+        return (self.settings is not None and self.settings.HasField("publishing")
+                and any(t.name == topic for t in self.settings.publishing.topics))
+
+
+class TelemetrySessions:
+    def __init__(self, server: ServerSettings) -> None:
+        self.server = server
+        self.sessions: set[TelemetrySession] = set()
+
+    async def serve(self, client_id: str, commands: AsyncIterator[service_pb2.TelemetryCommand]
+                    ) -> AsyncIterator[service_pb2.TelemetryCommand]:
+        if len(self.sessions) >= MAX_SESSIONS:
+            yield service_pb2.TelemetryCommand(status=v2.Status(
+                code=v2.TOO_MANY_REQUESTS, message=f"this broker holds {MAX_SESSIONS} telemetry sessions"))
+            return
+        session = TelemetrySession(client_id)
+        self.sessions.add(session)
+        reader = asyncio.get_running_loop().create_task(self._read(session, commands))
+        try:
+            while True:
+                command = await session.outbox.get()
+                if command is None:
+                    return
+                yield command
+        finally:
+            reader.cancel()
+            self.sessions.discard(session)
+
+    async def _read(self, session: TelemetrySession,
+                    commands: AsyncIterator[service_pb2.TelemetryCommand]) -> None:
+        try:
+            async for command in commands:
+                if command.HasField("settings"):
+                    session.settings = command.settings
+                    session.send(service_pb2.TelemetryCommand(
+                        status=v2.Status(code=v2.OK, message="OK"),
+                        settings=answer_settings(command.settings, self.server)))
+        except Exception as error:  # the client went away
+            log.debug("telemetry stream of %s ended: %s", session.client_id, error)
+        session.send(None)
+
+    def producers_of(self, topic: str) -> list[TelemetrySession]:
+        return [session for session in self.sessions if session.publishes(topic)]
+
+    def end_all(self) -> None:
+        """Shutdown: close every stream so the server need not wait for them."""
+        for session in list(self.sessions):
+            session.send(None)
