@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 import threading
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from rmq.store.checkpoint import StoreCheckpoint
 from rmq.store.config import MessageStoreConfig
 from rmq.store.dispatch_batch import DispatchBatch, tags_code
 from rmq.store.errors import StoreError
-from rmq.store.mapped_file import MappedFile
+from rmq.store.mapped_file import MappedFile, now_ms
 from rmq.store.mapped_file_queue import MappedFileQueue
 from rmq.store.message_batch import MessageBatch, QueueGroups, distinct
 from rmq.store.results import DispatchRequest, PutMessageStatus
@@ -65,6 +66,7 @@ class AppendedBatch:
     end_offset: int      # just after the last record
     physical_offsets: np.ndarray   # int64, one per message
     queue_offsets: np.ndarray      # int64, one per message
+    store_timestamp: int           # taken under the put lock: it grows with the physical offset
 
 
 _TOPIC_PREFIXES: dict[str, bytes] = {}
@@ -206,8 +208,8 @@ class CommitLog:
         self.store_host = config.store_host_bytes()
         self.mapped_file_queue = MappedFileQueue(
             Path(config.store_dir) / "commitlog", config.mapped_file_size_commit_log, preallocate=True)
-        self.topic_queue_table: dict[str, int] = {}
-        self.put_lock = threading.Lock()
+        self._topic_queue_table: dict[str, int] = {}   # "topic-queueId" -> next queue offset
+        self._put_lock = threading.Lock()   # one appender at a time: offsets, table, files
         self.max_record_in_file = config.mapped_file_size_commit_log - mf.END_FILE_MIN_BLANK_LENGTH
 
     def load(self) -> None:
@@ -218,9 +220,14 @@ class CommitLog:
 
     # -- append --------------------------------------------------------------------------------
 
-    def append(self, encoded: EncodedBatch, store_timestamp: int) -> AppendedBatch:
-        """Append a validated batch; the caller holds put_lock. Raises OSError (nothing
-        written) when a needed file cannot be created."""
+    def append(self, encoded: EncodedBatch, store_timestamp: int | None = None) -> AppendedBatch:
+        """Append a validated batch under the put lock, stamped with `store_timestamp` or else
+        the time the lock was taken. Raises OSError (nothing written) when a needed file
+        cannot be created."""
+        with self._put_lock:
+            return self._append(encoded, now_ms() if store_timestamp is None else store_timestamp)
+
+    def _append(self, encoded: EncodedBatch, store_timestamp: int) -> AppendedBatch:
         queue = self.mapped_file_queue
         last = queue.last_file()
         if last is None or last.is_full():
@@ -242,17 +249,34 @@ class CommitLog:
             # a file closed by the blank record is full; its 8 bytes stand for the rest
             mapped.wrote_position = segment.position + segment.size if not segment.blank else mapped.file_size
             mapped.store_timestamp = store_timestamp
-        self.topic_queue_table.update(next_offsets)
+        self._topic_queue_table.update(next_offsets)
         end = segments[-1]
         return AppendedBatch(start_offset, end.file_offset + end.position + end.size, physical_offsets,
-                             queue_offsets)
+                             queue_offsets, store_timestamp)
+
+    @property
+    def topic_queue_table(self) -> dict[str, int]:
+        """A copy of "topic-queueId" -> the queue offset the next message gets."""
+        with self._put_lock:
+            return dict(self._topic_queue_table)
+
+    def reset_topic_queue_table(self, table: dict[str, int]) -> None:
+        """Recovery: each queue's next queue offset, as the ConsumeQueues say."""
+        with self._put_lock:
+            self._topic_queue_table = dict(table)
+
+    def forget_queues(self, topic: str, queue_ids: Iterable[int]) -> None:
+        """A deleted topic's queues start again at queue offset 0 if it is created again."""
+        with self._put_lock:
+            for queue_id in queue_ids:
+                self._topic_queue_table.pop(f"{topic}-{queue_id}", None)
 
     def append_replicated(self, offset: int, data: bytes) -> None:
         """A slave appends the master's CommitLog bytes at the same physical offset (RocketMQ
         HAClient -> appendToCommitLog); `data` lies within one file. Raises StoreError when
         `offset` is not where this CommitLog ends or `data` would cross a file end."""
         queue = self.mapped_file_queue
-        with self.put_lock:
+        with self._put_lock:
             last = queue.last_file()
             if last is None:
                 if offset % queue.mapped_file_size:
@@ -305,7 +329,7 @@ class CommitLog:
         take a queue offset (spec store §2 step 9); a PREPARED one reports the next."""
         queues = encoded.queues
         keys = [f"{topic}-{queue_id}" for topic, queue_id in queues.queues]
-        table = self.topic_queue_table
+        table = self._topic_queue_table
         counted = (encoded.batch.sys_flags & TRANSACTION_PREPARED_TYPE) == 0
         if len(keys) == 1 and counted.all():    # one queue, no PREPARED message: the common case
             start, count = table.get(keys[0], 0), len(counted)

@@ -33,7 +33,6 @@ from rmq.store.errors import StoreError
 from rmq.store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
 from rmq.store.ha_service import HAService
 from rmq.store.index_file import IndexService
-from rmq.store.mapped_file import now_ms
 from rmq.store.message_batch import MessageBatch
 from rmq.store.message_filter import RecordFilter, match_tags
 from rmq.store.reput import ReputMessageService
@@ -149,7 +148,7 @@ class MessageStore:
         for cq in self._all_consume_queues():
             table[f"{cq.topic}-{cq.queue_id}"] = cq.get_max_offset_in_queue()
             cq.correct_min_offset(min_phy)
-        self.commit_log.topic_queue_table = table
+        self.commit_log.reset_topic_queue_table(table)
         self._last_physical_min_offset = min_phy
 
     def _load_consume_queues(self) -> None:
@@ -243,13 +242,12 @@ class MessageStore:
         encoded = self.commit_log.encode(batch)
         if isinstance(encoded, PutMessageStatus):
             return PutBatchResult(encoded)
-        with self.commit_log.put_lock:
-            store_timestamp = now_ms()
-            try:
-                appended = self.commit_log.append(encoded, store_timestamp)
-            except OSError as error:
-                self._mark_write_error(error)
-                return PutBatchResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        try:
+            appended = self.commit_log.append(encoded)
+        except OSError as error:
+            self._mark_write_error(error)
+            return PutBatchResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        store_timestamp = appended.store_timestamp
         if self._group_commit is not None:
             self._group_commit.wakeup()       # the flush runs while this thread dispatches
         self.ha_service.notify_new_data()
@@ -405,10 +403,7 @@ class MessageStore:
         for cq in queues.values():
             cq.destroy()
         shutil.rmtree(Path(self.config.store_dir) / "consumequeue" / topic, ignore_errors=True)
-        table = self.commit_log.topic_queue_table
-        with self.commit_log.put_lock:
-            for queue_id in queues:
-                table.pop(f"{topic}-{queue_id}", None)
+        self.commit_log.forget_queues(topic, queues)
 
     # -- offsets ---------------------------------------------------------------------------------
 
