@@ -6,6 +6,9 @@ growing delivery attempt) survives broker restarts."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +22,7 @@ from integration_tests.rocketmq_clients import (
     receive_until,
     rocketmq,
     started,
+    wait_for,
 )
 from rmq.cli import processes
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
@@ -144,3 +148,84 @@ def test_pop_state_survives_a_broker_restart(broker, stop):
     assert all(attempts[m.body] == 2 for m in held)
     with RmqClient(broker.address) as client:   # the pop group's progress is its consumer offset
         assert sum(client.query_consumer_offsets("g-restart", TOPIC).values()) == len(bodies)
+
+
+class Listener(rocketmq.MessageListener):
+    """Records every delivery; fails the bodies in `failing` (`failures` times each, -1: always)."""
+
+    def __init__(self, failing: set[bytes] = frozenset(), failures: int = -1) -> None:
+        self.failing = failing
+        self.failures = failures
+        self.deliveries: list[tuple[bytes, int, str]] = []
+        self.lock = threading.Lock()
+
+    def consume(self, message):
+        with self.lock:
+            self.deliveries.append((message.body, message.delivery_attempt, message.message_group or ""))
+            failed_before = sum(1 for body, _, _ in self.deliveries if body == message.body) - 1
+        if message.body in self.failing and (self.failures < 0 or failed_before < self.failures):
+            return rocketmq.ConsumeResult.FAILURE
+        return rocketmq.ConsumeResult.SUCCESS
+
+    def succeeded(self) -> list[bytes]:
+        with self.lock:
+            counts: dict[bytes, int] = {}
+            done = []
+            for body, _, _ in self.deliveries:
+                counts[body] = counts.get(body, 0) + 1
+                if body not in self.failing or (0 <= self.failures < counts[body]):
+                    done.append(body)
+            return done
+
+
+@pytest.fixture
+def retrying_broker(tmp_path: Path) -> Iterator[processes.ServerProcess]:
+    """Retries 1 s apart, DLQ after 3 deliveries, group g-fifo consuming in order."""
+    config = tmp_path / "broker.yaml"
+    config.write_text("message_delay_level: \"" + " ".join(["1s"] * 18) + "\"\n"
+                      "retry_max_times: 2\nfifo_consumer_groups: g-fifo\n")
+    server = processes.broker(tmp_path, extra=["--config", str(config)]).start()
+    with RmqClient(server.address) as client:
+        client.create_topic(TOPIC, queues=4)
+    yield server
+    server.stop()
+
+
+def dead_letters(address: str, group: str) -> list[dict]:
+    result = subprocess.run([*processes.RMQ, "dlq", "list", group, "--json", "--endpoints", address],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_push_consumer_retries_a_failing_message_with_growing_attempts_then_dead_letters_it(retrying_broker):
+    address = retrying_broker.address
+    send_all(address, [message(TOPIC, f"ok-{i}".encode()) for i in range(20)]
+             + [message(TOPIC, b"poison", tag="TagP", keys=("bad-1",))])
+    listener = Listener(failing={b"poison"})
+    consumer = rocketmq.PushConsumer(configuration(address), "g-push", listener,
+                                     {TOPIC: rocketmq.FilterExpression("*")})
+    with started(consumer):
+        assert wait_for(lambda: len(dead_letters(address, "g-push")) == 1, timeout=40)
+        time.sleep(1.5)   # a further delivery of the dead message would show here
+    poison = [attempt for body, attempt, _ in listener.deliveries if body == b"poison"]
+    assert poison == [1, 2, 3]
+    assert sorted(listener.succeeded()) == sorted(f"ok-{i}".encode() for i in range(20))   # each once
+    [letter] = dead_letters(address, "g-push")
+    assert letter["body"] == "poison" and letter["tags"] == "TagP" and letter["keys"] == "bad-1"
+
+
+def test_fifo_push_consumer_keeps_each_message_group_in_order_while_one_message_fails(retrying_broker):
+    address = retrying_broker.address
+    sent = [message(TOPIC, f"{group}-{i}".encode(), group=group) for i in range(8) for group in "abc"]
+    send_all(address, sent)
+    listener = Listener(failing={b"b-3"}, failures=2)
+    consumer = rocketmq.PushConsumer(configuration(address), "g-fifo", listener,
+                                     {TOPIC: rocketmq.FilterExpression("*")})
+    with started(consumer):
+        assert wait_for(lambda: len(listener.succeeded()) == len(sent), timeout=40)
+    for group in "abc":
+        order = [body for body in listener.succeeded() if body.startswith(group.encode())]
+        assert order == [f"{group}-{i}".encode() for i in range(8)]
+    assert [attempt for body, attempt, _ in listener.deliveries if body == b"b-3"] == [1, 1, 1]
+    assert dead_letters(address, "g-fifo") == []
