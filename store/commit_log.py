@@ -26,10 +26,7 @@ from rmq.store.mapped_file_queue import MappedFileQueue
 from rmq.store.message_batch import MessageBatch, QueueGroups, distinct
 from rmq.store.results import DispatchRequest, PutMessageStatus
 
-# TOTALSIZE .. BODY length: the fixed 88 bytes before the body (spec store §3).
-HEADER = struct.Struct(">iiiiiqqiq8sq8siqi")
-BLANK = struct.Struct(">ii")
-assert HEADER.size == mf.BODY_POS
+HEADER, BLANK = mf.HEADER, mf.BLANK   # spec store-commitlog-consumequeue §3
 
 # MessageSysFlag transaction types (spec store §2).
 TRANSACTION_TYPE_MASK = 0xC
@@ -148,12 +145,9 @@ def _outside_int32(column: np.ndarray) -> np.ndarray:
     return (column < -_INT32_MAX) | (column >= _INT32_MAX)
 
 
-# The fixed 88 bytes before the body as one numpy record (spec store §3), same layout as HEADER.
-HEADER_DTYPE = np.dtype([
-    ("total_size", ">i4"), ("magic_code", ">i4"), ("body_crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
-    ("queue_offset", ">i8"), ("physical_offset", ">i8"), ("sys_flag", ">i4"), ("born_timestamp", ">i8"),
-    ("born_host", "S8"), ("store_timestamp", ">i8"), ("store_host", "S8"), ("reconsume_times", ">i4"),
-    ("prepared_transaction_offset", ">i8"), ("body_length", ">i4")])
+# The fixed 88 bytes before the body as one numpy record: mf.HEADER_FIELDS, big-endian.
+_NUMPY_CODES = {"i": ">i4", "q": ">i8", f"{mf.HOST_SIZE}s": f"S{mf.HOST_SIZE}"}
+HEADER_DTYPE = np.dtype([(name, _NUMPY_CODES[code]) for name, code in mf.HEADER_FIELDS])
 assert HEADER_DTYPE.itemsize == HEADER.size
 _PARTS = 5   # header, body, topic prefix, properties length, properties
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import struct
 
 MESSAGE_MAGIC_CODE = -626843481   # 0xDAA320A7
 BLANK_MAGIC_CODE = -875286124     # 0xCBD43194, end-of-file blank record
@@ -32,6 +33,18 @@ PREPARED_TRANSACTION_OFFSET_POS = 76
 BODY_LENGTH_POS = 84
 BODY_POS = 88
 HOST_SIZE = 8
+
+# The fixed 88 bytes before the body, field by field (name, struct code): the one declaration
+# the store writes and parses with and the decoders read with (as `HEADER` or as a numpy dtype).
+HEADER_FIELDS: tuple[tuple[str, str], ...] = (
+    ("total_size", "i"), ("magic_code", "i"), ("body_crc", "i"), ("queue_id", "i"), ("flag", "i"),
+    ("queue_offset", "q"), ("physical_offset", "q"), ("sys_flag", "i"), ("born_timestamp", "q"),
+    ("born_host", f"{HOST_SIZE}s"), ("store_timestamp", "q"), ("store_host", f"{HOST_SIZE}s"),
+    ("reconsume_times", "i"), ("prepared_transaction_offset", "q"), ("body_length", "i"),
+)
+HEADER = struct.Struct(">" + "".join(code for _, code in HEADER_FIELDS))
+BLANK = struct.Struct(">ii")   # the end-of-file blank record: total size, BLANK_MAGIC_CODE
+assert HEADER.size == BODY_POS
 
 # 4+4+4+4+4+8+8+4+8+8+8+8+4+8 header, 4 body length, 1 topic length, 2 properties length.
 FIXED_OVERHEAD = 91

@@ -4,12 +4,9 @@ Pulls ship records undecoded; the Spark source decodes them column-wise instead.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 from rmq import message_format as mf
-
-_HEADER = struct.Struct(">iiiiiqqiq8sq8siq")  # total size .. prepared transaction offset
 
 
 @dataclass(frozen=True)
@@ -45,8 +42,8 @@ def decode_record(buffer: bytes, position: int = 0) -> StoredMessage:
         store_host,
         reconsume_times,
         _prepared,
-    ) = _HEADER.unpack_from(buffer, position)
-    body_length = int.from_bytes(buffer[position + mf.BODY_LENGTH_POS : position + mf.BODY_POS], "big")
+        body_length,
+    ) = mf.HEADER.unpack_from(buffer, position)
     cursor = position + mf.BODY_POS
     body = bytes(buffer[cursor : cursor + body_length])
     cursor += body_length
