@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.connector.message_decoder import decode
+from rmq.connector.message_listener import ConsumeConcurrentlyStatus
+from rmq.connector.push_consumer import PushConsumer
 
 
 @dataclass(frozen=True, order=True)
@@ -166,66 +168,62 @@ def gaps_and_repeats(messages: list[StoredMessage]) -> tuple[list[str], list[str
     return gaps, repeats
 
 
-class GroupConsumers:
-    """`consumers` threads of one consumer group sharing the queues of `topic` (queue i goes to
-    thread i % consumers), each pulling its queues in turn from offset 0 with long polling and
-    committing its position with every pull, until `finish` names the final offsets."""
+class PushGroup:
+    """`consumers` PushConsumers of one group (the product's RebalanceService shares the queues,
+    long-polling pulls, offsets committed to the broker), each recording what its listener got
+    and when the group last received a message."""
 
     def __init__(self, endpoints: str, topic: str, group: str, consumers: int = 2,
                  pull_batch: int = 256) -> None:
-        self.endpoints = endpoints
-        self.topic = topic
         self.group = group
-        self.pull_batch = pull_batch
+        self.topic = topic
         self.read: list[StoredMessage] = []
-        self.errors: list[str] = []
+        self.last_read_at = 0.0
         self._lock = threading.Lock()
-        self._final: dict[int, int] | None = None
-        self._stop = threading.Event()
-        with RmqClient(endpoints) as client:
-            mqs = sorted(client.topic_offsets(topic), key=lambda mq: mq.queue_id)
-        self._threads = [threading.Thread(target=self._run, args=(mqs[n::consumers],), daemon=True)
-                         for n in range(consumers)]
+        self.consumers = [PushConsumer(group, endpoints, consume_from="first", instance_name=f"{group}-{n}",
+                                       pull_batch_size=pull_batch, consume_message_batch_max_size=pull_batch,
+                                       consume_thread_max=2, rebalance_interval_s=1.0)
+                          for n in range(consumers)]
+        for consumer in self.consumers:
+            consumer.subscribe(topic)
+            consumer.register_message_listener(self._listen)
 
-    def __enter__(self) -> GroupConsumers:
-        for thread in self._threads:
-            thread.start()
+    def _listen(self, messages: list, context: object) -> ConsumeConcurrentlyStatus:
+        batch = [StoredMessage(m.queue_id, m.queue_offset, m.body) for m in messages]
+        with self._lock:
+            self.read += batch
+            self.last_read_at = time.monotonic()
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    def __enter__(self) -> PushGroup:
+        for consumer in self.consumers:
+            consumer.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(30)
+        for consumer in self.consumers:
+            consumer.shutdown()
 
-    def finish(self, final_offsets: dict[int, int], timeout: float = 120) -> list[StoredMessage]:
-        """Read up to `final_offsets` (queue id -> offset) and return everything read."""
-        self._final = final_offsets
-        for thread in self._threads:
-            thread.join(timeout)
-        alive = [t for t in self._threads if t.is_alive()]
-        assert not alive, f"{self.group} did not finish: {self.errors[-3:]}"
-        return self.read
+    def owners(self) -> list[set[MessageQueue]]:
+        """The topic's queues each consumer holds now (its retry topic's queue aside)."""
+        return [{mq for mq in consumer.process_queues() if mq.topic == self.topic}
+                for consumer in self.consumers]
 
-    def _done(self, mq: MessageQueue, offset: int) -> bool:
-        return self._final is not None and offset >= self._final.get(mq.queue_id, 0)
+    def wait_balanced(self, queues: int, timeout: float = 60) -> None:
+        """Until the rebalance gave every queue to exactly one consumer, none idle."""
+        deadline = time.monotonic() + timeout
+        while True:
+            owners = self.owners()
+            held = [mq for owned in owners for mq in owned]
+            if len(held) == len(set(held)) == queues and all(owners):
+                return
+            assert time.monotonic() < deadline, f"{self.group} not balanced: {owners}"
+            time.sleep(0.1)
 
-    def _run(self, mqs: list[MessageQueue]) -> None:
-        offsets = dict.fromkeys(mqs, 0)
-        with RmqClient(self.endpoints) as client:
-            while not self._stop.is_set() and not all(self._done(mq, o) for mq, o in offsets.items()):
-                for mq, offset in offsets.items():
-                    if self._done(mq, offset):
-                        continue
-                    try:
-                        result = client.pull(mq, offset, self.pull_batch, group=self.group,
-                                             suspend_timeout_ms=50, commit_offset=offset)
-                    except Exception as error:  # noqa: BLE001 - recorded, the loop retries
-                        self.errors.append(f"{type(error).__name__}: {error}")
-                        continue
-                    if result.messages.count:
-                        columns = decode(result.messages, mq.broker_name).to_pydict()
-                        batch = [StoredMessage(q, o, b) for q, o, b in zip(
-                            columns["queue_id"], columns["queue_offset"], columns["body"], strict=True)]
-                        with self._lock:
-                            self.read += batch
-                    offsets[mq] = max(offset, result.next_begin_offset)
+    def wait_read(self, count: int, timeout: float = 120) -> list[StoredMessage]:
+        """Until the group received `count` distinct messages; returns everything received."""
+        deadline = time.monotonic() + timeout
+        while len({m.body for m in self.read}) < count:
+            assert time.monotonic() < deadline, f"{self.group} read {len(self.read)} of {count}"
+            time.sleep(0.05)
+        return list(self.read)
