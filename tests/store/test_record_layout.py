@@ -172,6 +172,20 @@ def test_tv5_physical_offset_in_a_later_file(tmp_path: Path) -> None:
     commit_log.close()
 
 
+def test_tv5_wrote_offset_literal(tmp_path: Path) -> None:
+    """TV5 literally: a write at position 100 of file "00000000001073741824" (1 GiB files) has
+    wroteOffset 1073741924 (the file is sparse: only the touched pages exist)."""
+    config = small_config(tmp_path / "s", mapped_file_size_commit_log=1073741824)
+    commit_log = CommitLog(config)
+    mapped = commit_log.mapped_file_queue.create_file(1073741824)
+    assert mapped.path.name == "00000000001073741824"
+    mapped.wrote_position = 100
+    appended = commit_log.append(encode(commit_log, message()), 5)
+    assert appended.physical_offsets.tolist() == [1073741924]
+    assert HEADER.unpack(commit_log.get_message(1073741924, HEADER.size))[6] == 1073741924
+    commit_log.close()
+
+
 def test_dispatch_of_appended_records_equals_parsing_them(tmp_path: Path) -> None:
     commit_log = CommitLog(small_config(tmp_path / "s", mapped_file_size_commit_log=4096))
     encoded = encode(commit_log,
