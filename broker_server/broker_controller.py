@@ -230,6 +230,8 @@ class BrokerController:
 
     def start_services(self) -> None:
         keep_freed_memory()
+        if self.rocketmq_v2 is not None:
+            self.rocketmq_v2.start()
         self.hold_service.start()
         self.schedule_service.start()
         self.outer_api.start()

@@ -229,3 +229,56 @@ def test_fifo_push_consumer_keeps_each_message_group_in_order_while_one_message_
         assert order == [f"{group}-{i}".encode() for i in range(8)]
     assert [attempt for body, attempt, _ in listener.deliveries if body == b"b-3"] == [1, 1, 1]
     assert dead_letters(address, "g-fifo") == []
+
+
+def test_delay_messages_are_delivered_at_their_timestamp_in_seconds_or_milliseconds(broker):
+    due_s = int(time.time()) + 3
+    sent = [message(TOPIC, b"in-seconds", delivery_timestamp=due_s),
+            message(TOPIC, b"in-millis", delivery_timestamp=due_s * 1000),
+            message(TOPIC, b"now")]
+    send_all(broker.address, sent)
+    with started(simple_consumer(broker.address, "g-delay")) as consumer:
+        early = receive_until(consumer, 1, timeout=5)
+        assert [m.body for m in early] == [b"now"]   # the delayed ones are not visible yet
+        late = receive_until(consumer, 2, timeout=10)
+        arrived = time.time()
+    assert sorted(m.body for m in late) == [b"in-millis", b"in-seconds"]
+    assert arrived >= due_s
+    assert all(m.delivery_timestamp == due_s * 1000 for m in late)
+
+
+class Checker(rocketmq.TransactionChecker):
+    def __init__(self) -> None:
+        self.checked: list[bytes] = []
+
+    def check(self, message):
+        self.checked.append(message.body)
+        return rocketmq.TransactionResolution.COMMIT
+
+
+@pytest.fixture
+def transaction_broker(tmp_path: Path) -> Iterator[processes.ServerProcess]:
+    """Open transactions are checked back one second after their half message."""
+    config = tmp_path / "broker.yaml"
+    config.write_text("transaction_timeout_ms: 1000\ntransaction_check_interval_ms: 1000\n")
+    server = processes.broker(tmp_path, extra=["--config", str(config)]).start()
+    with RmqClient(server.address) as client:
+        client.create_topic(TOPIC, queues=4)
+    yield server
+    server.stop()
+
+
+def test_transactions_commit_rollback_and_an_unresolved_one_resolved_by_the_checker(transaction_broker):
+    address = transaction_broker.address
+    checker = Checker()
+    with started(rocketmq.Producer(configuration(address), (TOPIC,), checker)) as producer:
+        for body, end in ((b"committed", "commit"), (b"rolled-back", "rollback"), (b"unresolved", None)):
+            transaction = producer.begin_transaction()
+            bounded(lambda t=transaction, b=body: producer.send(message(TOPIC, b), t))
+            if end:
+                bounded(getattr(transaction, end))
+        with started(simple_consumer(address, "g-tx")) as consumer:
+            received = receive_until(consumer, 2, timeout=15)
+            assert bounded(lambda: consumer.receive(32, 10)) == []   # nothing twice, no rolled-back one
+    assert sorted(m.body for m in received) == [b"committed", b"unresolved"]
+    assert checker.checked == [b"unresolved"]

@@ -19,6 +19,8 @@ from rmq.broker_server.rocketmq_v2.pop_service import MAX_BATCH, PopService
 from rmq.broker_server.rocketmq_v2.pop_state import PopStateTable
 from rmq.broker_server.rocketmq_v2.route import RouteResolver
 from rmq.broker_server.rocketmq_v2.telemetry import ServerSettings, TelemetrySessions
+from rmq.broker_server.rocketmq_v2.timer_message_service import TimerMessageService
+from rmq.broker_server.rocketmq_v2.transactions import TransactionService, TransactionSettings
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.message_format import FIXED_OVERHEAD
@@ -43,9 +45,16 @@ def build_service(config: BrokerConfig, store: Any, executor: StoreExecutor, top
     max_body_size = config.max_message_size - FIXED_OVERHEAD
     settings = ServerSettings(max_body_size, PUSH_LONG_POLLING_S, MAX_BATCH, max_attempts, retry_delays,
                               fifo_groups)
+    sessions = TelemetrySessions(settings)
+    timer = TimerMessageService(store, topics, executor, config.store_path)
+    timer.load()
+    transactions = TransactionService(store, executor, sessions, config.store_path, TransactionSettings(
+        config.transaction_timeout_ms, config.transaction_check_interval_ms, config.transaction_check_max))
+    transactions.load()
     return RocketMQv2MessagingService(
         store, executor, topics,
         RouteResolver(config.broker_name, config.broker_address, topics, config.namesrv_addresses,
                       open_channel),
         PopService(store, topics, offsets, hold_service, executor, table, on_topics_changed),
-        TelemetrySessions(settings), GroupPolicy(max_attempts, fifo_groups), max_body_size)
+        sessions, GroupPolicy(max_attempts, fifo_groups), timer, transactions, max_body_size,
+        config.timer_max_delay_ms)

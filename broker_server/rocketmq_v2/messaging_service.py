@@ -5,9 +5,9 @@ or the telemetry sessions; refusals travel as the response's v2 Status."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,11 +22,14 @@ from rmq.broker_server.rocketmq_v2.receipt_handle import InvalidReceiptHandle, R
 from rmq.broker_server.rocketmq_v2.route import ALL_QUEUES, RouteResolver, assignments, message_queues
 from rmq.broker_server.rocketmq_v2.status import OK, V2Error, answers_with_status, as_v2_error
 from rmq.broker_server.rocketmq_v2.telemetry import TelemetrySessions
+from rmq.broker_server.rocketmq_v2.timer_message_service import TIMER_TOPIC, TimerMessageService
+from rmq.broker_server.rocketmq_v2.transactions import HALF_TOPIC, TransactionService
 from rmq.broker_server.send_message_processor import born_host_from_peer, check_put_results
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
+from rmq.rocketmq_v2.properties import PROPERTY_TIMER_DELIVER_MS
 from rmq.subscription import SEPARATOR, tag_codes
 
 log = logging.getLogger(__name__)
@@ -60,7 +63,8 @@ def _duration_ms(duration: Any) -> int:
 class RocketMQv2MessagingService:
     def __init__(self, store: Any, executor: StoreExecutor, topics: TopicConfigManager,
                  routes: RouteResolver, pop: PopService, sessions: TelemetrySessions, policy: GroupPolicy,
-                 max_body_size: int) -> None:
+                 timer: TimerMessageService, transactions: TransactionService, max_body_size: int,
+                 max_delay_ms: int) -> None:
         self.store = store
         self.executor = executor
         self.topics = topics
@@ -68,7 +72,10 @@ class RocketMQv2MessagingService:
         self.pop = pop
         self.sessions = sessions
         self.policy = policy
+        self.timer = timer
+        self.transactions = transactions
         self.max_body_size = max_body_size
+        self.max_delay_ms = max_delay_ms
         self._round_robin = itertools.count()
 
     # -- route and session ---------------------------------------------------------------
@@ -119,24 +126,60 @@ class RocketMQv2MessagingService:
         to_store = [self._to_store(message, config, born_host) for message in request.messages]
         results = await self.executor.run(self.store.put_messages, to_store)
         check_put_results(results)
-        return pb.SendMessageResponse(status=OK, entries=[
-            pb.SendResultEntry(status=OK, message_id=message.system_properties.message_id,
-                               offset=result.queue_offset)
-            for message, result in zip(request.messages, results, strict=True)
-        ])
+        entries = []
+        for message, stored, result in zip(request.messages, to_store, results, strict=True):
+            entry = pb.SendResultEntry(status=OK, message_id=message.system_properties.message_id,
+                                       offset=result.queue_offset)
+            if stored.topic == TIMER_TOPIC:
+                self.timer.wake()
+                entry.offset = -1   # its real offset is assigned at delivery
+            elif stored.topic == HALF_TOPIC:
+                entry.transaction_id = await self.transactions.opened(
+                    config.topic_name, entry.message_id, result.queue_offset, stored.properties)
+                entry.offset = -1
+            entries.append(entry)
+        return pb.SendMessageResponse(status=OK, entries=entries)
+
+    @answers_with_status(pb.EndTransactionResponse)
+    async def EndTransaction(self, request: pb.EndTransactionRequest, context: Any
+                             ) -> pb.EndTransactionResponse:
+        await self.transactions.end(request.transaction_id, request.message_id, request.resolution)
+        return pb.EndTransactionResponse(status=OK)
 
     def _to_store(self, message: v2.Message, config: TopicConfig, born_host: bytes) -> Any:
+        """The record to store: in its queue, or parked in the timer (DELAY due later) or as a
+        transaction's half message, with the real topic and queue in properties."""
         if not message.body:
             raise V2Error(v2.MESSAGE_BODY_EMPTY, "message body is empty")
         if len(message.body) > self.max_body_size:
             raise V2Error(v2.MESSAGE_BODY_TOO_LARGE, f"message body takes {len(message.body)} bytes, "
                                                      f"the maximum is {self.max_body_size}")
         kind = messages.message_type(message)
-        if kind not in (v2.NORMAL, v2.FIFO):
-            raise V2Error(v2.UNSUPPORTED, f"message type {v2.MessageType.Name(kind)} is not supported yet")
         properties = messages.record_properties(message)
-        return messages.to_store(message, config.topic_name, self._queue_id(message, config), properties,
-                                 born_host)
+        topic, queue_id = config.topic_name, self._queue_id(message, config)
+        parked_in = None
+        if kind == v2.DELAY:
+            deliver_ms = self._delivery_time(message)
+            properties[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
+            if deliver_ms > time.time() * 1000:
+                parked_in = TIMER_TOPIC
+        elif kind == v2.TRANSACTION:
+            parked_in = HALF_TOPIC
+        if parked_in is not None:
+            properties[mf.PROPERTY_REAL_TOPIC] = topic
+            properties[mf.PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+            topic, queue_id = parked_in, 0
+        return messages.to_store(message, topic, queue_id, properties, born_host)
+
+    def _delivery_time(self, message: v2.Message) -> int:
+        system = message.system_properties
+        if not system.HasField("delivery_timestamp"):
+            raise V2Error(v2.ILLEGAL_DELIVERY_TIME, "a DELAY message needs a delivery timestamp")
+        deliver_ms = messages.delivery_time_ms(system.delivery_timestamp)
+        if deliver_ms - time.time() * 1000 > self.max_delay_ms:
+            raise V2Error(v2.ILLEGAL_DELIVERY_TIME,
+                          f"delivery time {deliver_ms} is more than {self.max_delay_ms} ms ahead")
+        return deliver_ms
 
     def _queue_id(self, message: v2.Message, config: TopicConfig) -> int:
         """FIFO: the message group's queue (hash), so a group keeps its order; else round robin."""
@@ -265,7 +308,14 @@ class RocketMQv2MessagingService:
         await self.pop.forward_to_dlq(group, handle, max_attempts)
         return pb.ForwardMessageToDeadLetterQueueResponse(status=OK)
 
+    def start(self) -> None:
+        self.timer.start()
+        self.transactions.start()
+
     async def shutdown(self) -> None:
+        """Close telemetry streams and answer held receives (so the server need not wait for
+        them), stop the timer and the transaction checks, persisting their progress."""
         self.sessions.end_all()
         self.pop.shutdown()
-        await asyncio.sleep(0)
+        await self.timer.stop()
+        await self.transactions.stop()
