@@ -24,6 +24,7 @@ import grpc
 
 from rmq.auth import Credentials, TlsSettings, open_channel
 from rmq.connector.endpoints import parse_endpoints
+from rmq.connector.errors import RmqError, RmqUnavailable
 from rmq.message_queue import MessageQueue
 from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.subscription import MessageSelector
@@ -127,49 +128,6 @@ class QueueOffsets:
     min_offset: int
     max_offset: int
     last_store_timestamp: int                 # epoch ms of the newest message, 0 when empty
-
-
-# ---------------------------------------------------------------- errors
-
-
-class RmqError(Exception):
-    """A non-OK `Status` from a broker or name server (or an unexpected transport failure)."""
-
-    acknowledged: int = 0  # set by send(): messages acknowledged before the failing request
-
-    def __init__(self, code: int, message: str, *, broker: str | None = None,
-                 queue: MessageQueue | None = None) -> None:
-        super().__init__(code, message)
-        self.code = code
-        self.message = message
-        self.broker = broker
-        self.queue = queue
-
-    @property
-    def code_name(self) -> str:
-        return rmq_pb2.Code.Name(self.code) if self.code in rmq_pb2.Code.values() else str(self.code)
-
-    def __str__(self) -> str:
-        where = [f"broker {self.broker}"] if self.broker else []
-        where += [f"queue {self.queue}"] if self.queue else []
-        return f"{self.code_name}: {self.message}" + (f" ({', '.join(where)})" if where else "")
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_error, (type(self), self.code, self.message, self.broker, self.queue))
-
-
-class RmqUnavailable(RmqError):
-    """The broker or name server could not be reached in time; retry with backoff."""
-
-    def __init__(self, message: str, *, broker: str | None = None, queue: MessageQueue | None = None) -> None:
-        super().__init__(rmq_pb2.SERVICE_NOT_AVAILABLE, message, broker=broker, queue=queue)
-
-
-def _rebuild_error(cls: type[RmqError], code: int, message: str, broker: str | None,
-                   queue: MessageQueue | None) -> RmqError:
-    if issubclass(cls, RmqUnavailable):
-        return cls(message, broker=broker, queue=queue)
-    return cls(code, message, broker=broker, queue=queue)
 
 
 # ---------------------------------------------------------------- client

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmq import message_format as mf
+from rmq.connector.errors import CorruptMessagesError
 from rmq.v1 import rmq_pb2
 
 # Records store epoch milliseconds; Spark takes timestamps as microseconds (TimestampType).
@@ -42,10 +43,6 @@ SCHEMA = pa.schema([
 _EMPTY = pa.scalar("", pa.string())
 _TAGS = pa.scalar(mf.PROPERTY_TAGS, pa.string())
 _KEYS = pa.scalar(mf.PROPERTY_KEYS, pa.string())
-
-
-class CorruptMessagesError(ValueError):
-    """The packed buffer does not hold well-formed CommitLog records."""
 
 
 def decode(packed: rmq_pb2.PackedMessages, broker_name: str) -> pa.RecordBatch:

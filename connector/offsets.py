@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rmq.connector.client import MessageQueue
+from rmq.connector.errors import OffsetResolutionError
 
 OFFSET_EARLIEST = -2   # in offset JSON: the queue's min offset
 OFFSET_LATEST = -1     # in offset JSON: the queue's max offset
@@ -164,10 +165,6 @@ class QueueOffsetLookup(Protocol):
     def committed_offset(self, mq: MessageQueue) -> int:
         """The saved offset, NO_OFFSET when none, OFFSET_READ_FAILED when unreadable."""
         ...
-
-
-class OffsetResolutionError(RuntimeError):
-    pass
 
 
 def resolve_offset(policy: OffsetPolicy, mq: MessageQueue, lookup: QueueOffsetLookup) -> int:

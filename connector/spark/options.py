@@ -16,6 +16,7 @@ from rmq.auth import ClientSecurity
 from rmq.connector.allocation import AVG, STRATEGY_NAMES
 from rmq.connector.client import RmqClient
 from rmq.connector.endpoints import parse_endpoints
+from rmq.connector.errors import RmqOptionError
 from rmq.connector.offsets import (
     OFFSET_EARLIEST,
     OFFSET_LATEST,
@@ -67,10 +68,6 @@ STARTING_FORMS = f"one of earliest, latest, committed, timestamp:<epoch-ms>, or 
 ENDING_FORMS = f"latest, or {JSON_FORM}"
 FALLBACK_FORMS = "one of latest, earliest, timestamp:<epoch-ms>, error"
 DURATION_FORMS = "a duration: <n>ms, <n>s, <n>m or <n>h (no unit: ms)"
-
-
-class RmqOptionError(ValueError):
-    """A source option is missing, unknown or has a wrong value."""
 
 
 @dataclass(frozen=True)

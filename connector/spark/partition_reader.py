@@ -34,18 +34,11 @@ from rmq.connector.client import (
     RmqClient,
     RmqUnavailable,
 )
+from rmq.connector.errors import RmqDataLossError, RmqReadError
 from rmq.connector.message_decoder import decode, filter_tags
 from rmq.connector.spark.options import OUTAGE_OPTION, PullSettings
 
 logger = logging.getLogger(__name__)
-
-class RmqReadError(RuntimeError):
-    """A queue range could not be read (broker unreachable past the retry window)."""
-
-
-class RmqDataLossError(RmqReadError):
-    """Requested offsets no longer exist on the broker and failOnDataLoss is true."""
-
 
 @dataclass(frozen=True)
 class QueueRangePartition(InputPartition):

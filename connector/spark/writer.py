@@ -38,6 +38,7 @@ from pyspark.sql.types import (
 from rmq.auth import SECURITY_OPTION_NAMES, ClientSecurity
 from rmq.connector.client import OutgoingMessage, RmqClient, RmqUnavailable
 from rmq.connector.endpoints import FORMAT_HINT, parse_endpoints
+from rmq.connector.errors import RmqSinkError
 
 logger = logging.getLogger(__name__)
 
@@ -70,10 +71,6 @@ SINK_COLUMNS: dict[str, tuple[Callable[[DataType], bool], str]] = {
     "queue_id": (lambda t: isinstance(t, ByteType | ShortType | IntegerType | LongType),
                  "an integer type (tinyint, smallint, int or bigint)"),
 }
-
-
-class RmqSinkError(ValueError):
-    """A sink option, the DataFrame's schema or a row cannot be written to rmq."""
 
 
 @dataclass(frozen=True)
