@@ -25,6 +25,7 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         hold_service: PullRequestHoldService,
         on_topics_changed: Callable[[], None],
         pull_processor: PullMessageProcessor,
+        broker_status: Callable[[], rmq_pb2.BrokerStatusResponse] | None = None,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -33,6 +34,7 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         self.hold_service = hold_service
         self.on_topics_changed = on_topics_changed
         self.pull_processor = pull_processor
+        self.broker_status = broker_status
 
     @answers_with_status(rmq_pb2.CreateTopicResponse)
     async def CreateTopic(self, request, context):
@@ -59,3 +61,10 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
     async def BrowseMessages(self, request, context):
         """Read a queue whatever the topic's permission (`rmq dlq list`: a DLQ is write-only)."""
         return await self.pull_processor.get_message(self.pull_processor.browse_query(request))
+
+    @answers_with_status(rmq_pb2.BrokerStatusResponse)
+    async def GetBrokerStatus(self, request, context):
+        """Role, CommitLog offsets and replication state of this broker (`rmq broker status`)."""
+        if self.broker_status is None:
+            return rmq_pb2.BrokerStatusResponse(status=OK)
+        return self.broker_status()

@@ -28,6 +28,7 @@ from rmq.broker_server.messaging_service import MessagingService
 from rmq.broker_server.metrics import BrokerCollector, BrokerFigures, QueueOffset, serve_metrics
 from rmq.broker_server.pull_message_processor import PullLimits, PullMessageProcessor
 from rmq.broker_server.rebalance_lock_manager import RebalanceLockManager
+from rmq.broker_server.replication import Replication
 from rmq.broker_server.rocketmq_v2 import build_service as build_rocketmq_v2_service
 from rmq.broker_server.rocketmq_v2.messaging_service import RocketMQv2MessagingService
 from rmq.broker_server.route_service import BrokerRouteService
@@ -38,7 +39,7 @@ from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.request_signing import broker_server_id
 from rmq.rocketmq_v2 import add_messaging_service as add_rocketmq_v2_service
-from rmq.store import FlushDiskType, MessageStore, MessageStoreConfig, StoreError
+from rmq.store import BrokerRole, FlushDiskType, MessageStore, MessageStoreConfig, StoreError
 from rmq.v1 import rmq_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ def open_store(config: BrokerConfig) -> MessageStore:
             store_dir=config.store_path,
             flush_disk_type=FlushDiskType.SYNC if config.flush == "sync" else FlushDiskType.ASYNC,
             broker_address=store_host(config.broker_address),
+            broker_role=BrokerRole[config.broker_role],
             max_message_size=config.max_message_size,
             **config.store,
         )
@@ -103,6 +105,8 @@ class BrokerController:
             delay_levels,
             config.delay_offset_persist_interval_ms,
         )
+        self.replication = Replication(config, self.store, self.topics, self.offsets, self.schedule_service,
+                                       security.open_client_channel, self._topics_changed)
         self.outer_api = BrokerOuterAPI(
             config.namesrv_addresses,
             config.broker_name,
@@ -110,6 +114,7 @@ class BrokerController:
             self.topics,
             config.register_broker_interval_ms,
             open_channel=security.open_client_channel,
+            member=self.replication.member,
         )
         self.stats = BrokerStatsManager()
         self.send_processor = SendMessageProcessor(
@@ -135,6 +140,9 @@ class BrokerController:
         )
         self._tasks: list[asyncio.Task] = []
         self.rocketmq_v2: RocketMQv2MessagingService | None = None
+
+    def _topics_changed(self) -> None:
+        self.outer_api.register_soon()
 
     def _group_exists(self, group: str) -> bool:
         return self.consumers.has_group(group) or bool(self.offsets.query_offsets(group))
@@ -183,12 +191,16 @@ class BrokerController:
                 self.hold_service,
                 self.outer_api.register_soon,
                 self.pull_processor,
+                self.replication.status,
             ),
             server,
         )
         rmq_pb2_grpc.add_RouteServiceServicer_to_server(
-            BrokerRouteService(self.config.broker_name, self.config.broker_address, self.topics), server
+            BrokerRouteService(self.config.broker_name, self.config.broker_address, self.topics,
+                               self.replication.member),
+            server,
         )
+        self.replication.add_to_server(server)
         self.rocketmq_v2 = build_rocketmq_v2_service(
             self.config, self.store, self.executor, self.topics, self.offsets, self.hold_service,
             self.security.open_client_channel, self.outer_api.register_soon)
@@ -212,7 +224,7 @@ class BrokerController:
         config = self.config
         print(
             f"rmq broker {config.broker_name} listening on {config.listen} "
-            f"(store {config.store_path}, flush {config.flush})",
+            f"(store {config.store_path}, flush {config.flush}, {config.broker_role} id {config.broker_id})",
             flush=True,
         )
         await wait_for_termination()
@@ -230,11 +242,11 @@ class BrokerController:
 
     def start_services(self) -> None:
         keep_freed_memory()
-        if self.rocketmq_v2 is not None:
-            self.rocketmq_v2.start()
         self.hold_service.start()
-        self.schedule_service.start()
+        if not self.replication.is_slave:   # a slave copies the master's delay progress instead
+            self.schedule_service.start()
         self.outer_api.start()
+        self.replication.start()
         self._tasks = [
             _every(self.config.consumer_offset_persist_interval_ms, self._persist_offsets),
             _every(self.config.client_scan_interval_ms, self.consumers.scan_not_active_channel),
@@ -254,6 +266,7 @@ class BrokerController:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.replication.stop()
         await self.schedule_service.stop()
         await self.outer_api.stop()
         self.offsets.persist()

@@ -27,9 +27,12 @@ class BrokerOuterAPI:
         topics: TopicConfigManager,
         register_interval_ms: int,
         open_channel: Callable[[str], grpc.aio.Channel] = grpc.aio.insecure_channel,
+        member: rmq_pb2.BrokerMember | None = None,
     ) -> None:
         self.namesrv_addresses = namesrv_addresses
         self.broker = rmq_pb2.BrokerData(broker_name=broker_name, address=broker_address)
+        # this broker's id and role in its group (DESIGN.md Replication)
+        self.member = member or rmq_pb2.BrokerMember(address=broker_address)
         self.topics = topics
         self.register_interval_ms = register_interval_ms
         self._open_channel = open_channel   # ServerSecurity.open_client_channel: signed / TLS
@@ -49,7 +52,7 @@ class BrokerOuterAPI:
 
     async def register_broker_all(self) -> None:
         request = rmq_pb2.RegisterBrokerRequest(
-            broker=self.broker, topics=[config.to_proto() for config in self.topics.all()]
+            broker=self.broker, topics=[config.to_proto() for config in self.topics.all()], member=self.member
         )
         await asyncio.gather(*(self._call(address, "RegisterBroker", request) for address in self._channels))
 
@@ -58,7 +61,8 @@ class BrokerOuterAPI:
             return
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
-        request = rmq_pb2.UnregisterBrokerRequest(broker_name=self.broker.broker_name)
+        request = rmq_pb2.UnregisterBrokerRequest(broker_name=self.broker.broker_name,
+                                                  broker_id=self.member.broker_id)
         await asyncio.gather(
             *(self._call(address, "UnregisterBroker", request) for address in self._channels)
         )

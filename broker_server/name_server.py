@@ -1,7 +1,9 @@
 """`rmq namesrv` (RocketMQ NamesrvController + RouteInfoManager): brokers register their
-name, address and topics periodically; a broker silent for longer than the expiry (120 s)
-is dropped. Route queries merge every live broker's queues for a topic, so a topic created
-with 4 queues on each of two brokers has 8 MessageQueues (topic, brokerName, queueId)."""
+name, id, role, address and topics periodically; a broker silent for longer than the expiry
+(120 s) is dropped. The members sharing a name form a broker group (master id 0, slaves 1..);
+a group's queues are its master's topics (a live slave's when the master is gone) and its
+BrokerData lists every live member. Route queries merge every group's queues for a topic, so a
+topic created with 4 queues on each of two groups has 8 MessageQueues (topic, brokerName, queueId)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.status import OK, RequestError, answers_with_status, illegal_argument, rmq_pb2
 from rmq.broker_server.topic_config_manager import TopicConfig
 from rmq.request_signing import name_server_id
+from rmq.topic_config import PERM_WRITE
 from rmq.v1 import rmq_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -31,63 +34,104 @@ class BrokerLiveInfo:
     address: str
     topics: dict[str, TopicConfig]
     last_update_ms: int
+    broker_id: int = 0
+    role: int = rmq_pb2.ASYNC_MASTER
+
+
+@dataclass(frozen=True)
+class BrokerGroup:
+    """The live members of one broker name, sorted by id (RocketMQ BrokerData.brokerAddrs)."""
+
+    broker_name: str
+    members: tuple[BrokerLiveInfo, ...]
+
+    @property
+    def representative(self) -> BrokerLiveInfo:
+        """The master when it is live, else the slave with the lowest id."""
+        return self.members[0]
+
+    @property
+    def has_master(self) -> bool:
+        """Only a master takes sends: without one the group's queues are read-only."""
+        return self.representative.broker_id == 0
+
+    @property
+    def topics(self) -> dict[str, TopicConfig]:
+        return self.representative.topics
+
+    def to_proto(self) -> rmq_pb2.BrokerData:
+        return rmq_pb2.BrokerData(
+            broker_name=self.broker_name, address=self.representative.address,
+            members=[rmq_pb2.BrokerMember(broker_id=m.broker_id, address=m.address, role=m.role)
+                     for m in self.members])
 
 
 class RouteInfoManager:
     def __init__(self, broker_expiry_ms: int = 120000, clock: Callable[[], float] = time.monotonic) -> None:
         self.broker_expiry_ms = broker_expiry_ms
         self._clock = clock
-        self._brokers: dict[str, BrokerLiveInfo] = {}
+        self._brokers: dict[tuple[str, int], BrokerLiveInfo] = {}   # (name, id) -> member
         self._lock = threading.Lock()
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
 
-    def register_broker(self, broker_name: str, address: str, topics: list[TopicConfig]) -> bool:
-        """Record the broker's current topics (replacing the previous set); True when it is new."""
-        info = BrokerLiveInfo(broker_name, address, {t.topic_name: t for t in topics}, self._now_ms())
+    def register_broker(self, broker_name: str, address: str, topics: list[TopicConfig], broker_id: int = 0,
+                        role: int = rmq_pb2.ASYNC_MASTER) -> bool:
+        """Record the member's current topics (replacing the previous set); True when it is new."""
+        info = BrokerLiveInfo(broker_name, address, {t.topic_name: t for t in topics}, self._now_ms(),
+                              broker_id, role)
         with self._lock:
-            previous = self._brokers.get(broker_name)
-            self._brokers[broker_name] = info
+            previous = self._brokers.get((broker_name, broker_id))
+            self._brokers[(broker_name, broker_id)] = info
         is_new = previous is None or previous.address != address or self._expired(previous)
         if is_new:
-            log.info("new broker registered, %s %s with %d topics", broker_name, address, len(topics))
+            log.info("new broker registered, %s id %d %s with %d topics", broker_name, broker_id, address,
+                     len(topics))
         return is_new
 
-    def unregister_broker(self, broker_name: str) -> bool:
+    def unregister_broker(self, broker_name: str, broker_id: int = 0) -> bool:
         with self._lock:
-            removed = self._brokers.pop(broker_name, None) is not None
+            removed = self._brokers.pop((broker_name, broker_id), None) is not None
         if removed:
-            log.info("unregister broker %s", broker_name)
+            log.info("unregister broker %s id %d", broker_name, broker_id)
         return removed
 
     def scan_not_active_broker(self) -> list[str]:
+        """Drop members silent for longer than the expiry; returns their names."""
         with self._lock:
-            expired = [name for name, info in self._brokers.items() if self._expired(info)]
-            for name in expired:
-                del self._brokers[name]
-        for name in expired:
+            expired = [key for key, info in self._brokers.items() if self._expired(info)]
+            for key in expired:
+                del self._brokers[key]
+        for name, _ in expired:
             log.warning(
                 "the broker's channel expired, %s removed after %d ms without a heartbeat",
                 name,
                 self.broker_expiry_ms,
             )
-        return expired
+        return [name for name, _ in expired]
 
     def live_brokers(self) -> list[BrokerLiveInfo]:
-        """Live brokers sorted by name (expired ones excluded even before the scan runs)."""
+        """Live members sorted by name and id (expired ones excluded even before the scan runs)."""
         with self._lock:
             brokers = [info for info in self._brokers.values() if not self._expired(info)]
-        return sorted(brokers, key=lambda info: info.broker_name)
+        return sorted(brokers, key=lambda info: (info.broker_name, info.broker_id))
 
-    def pick_topic_route(self, topic: str) -> list[tuple[BrokerLiveInfo, TopicConfig]]:
-        return [(info, info.topics[topic]) for info in self.live_brokers() if topic in info.topics]
+    def broker_groups(self) -> list[BrokerGroup]:
+        """Live broker groups sorted by name."""
+        groups: dict[str, list[BrokerLiveInfo]] = {}
+        for info in self.live_brokers():
+            groups.setdefault(info.broker_name, []).append(info)
+        return [BrokerGroup(name, tuple(members)) for name, members in groups.items()]
+
+    def pick_topic_route(self, topic: str) -> list[tuple[BrokerGroup, TopicConfig]]:
+        return [(group, group.topics[topic]) for group in self.broker_groups() if topic in group.topics]
 
     def topics(self) -> list[TopicConfig]:
-        """Every topic once: queue counts summed over the brokers holding it, permissions or-ed."""
+        """Every topic once: queue counts summed over the groups holding it, permissions or-ed."""
         merged: dict[str, TopicConfig] = {}
-        for info in self.live_brokers():
-            for name, config in info.topics.items():
+        for group in self.broker_groups():
+            for name, config in group.topics.items():
                 seen = merged.get(name)
                 merged[name] = (
                     config
@@ -119,17 +163,15 @@ class NameServerRouteService(rmq_pb2_grpc.RouteServiceServicer):
             )
         return rmq_pb2.QueryRouteResponse(
             status=OK,
-            brokers=[
-                rmq_pb2.BrokerData(broker_name=info.broker_name, address=info.address) for info, _ in route
-            ],
+            brokers=[group.to_proto() for group, _ in route],
             queue_datas=[
                 rmq_pb2.QueueData(
-                    broker_name=info.broker_name,
+                    broker_name=group.broker_name,
                     read_queue_nums=config.read_queue_nums,
                     write_queue_nums=config.write_queue_nums,
-                    perm=config.perm,
+                    perm=config.perm if group.has_master else config.perm & ~PERM_WRITE,
                 )
-                for info, config in route
+                for group, config in route
             ],
         )
 
@@ -143,10 +185,7 @@ class NameServerRouteService(rmq_pb2_grpc.RouteServiceServicer):
     async def ListBrokers(self, request, context):
         return rmq_pb2.ListBrokersResponse(
             status=OK,
-            brokers=[
-                rmq_pb2.BrokerData(broker_name=info.broker_name, address=info.address)
-                for info in self.routes.live_brokers()
-            ],
+            brokers=[group.to_proto() for group in self.routes.broker_groups()],
         )
 
 
@@ -162,12 +201,14 @@ class NameServerService(rmq_pb2_grpc.NameServerServiceServicer):
             request.broker.broker_name,
             request.broker.address,
             [TopicConfig.from_proto(topic) for topic in request.topics],
+            request.member.broker_id,
+            request.member.role,
         )
         return rmq_pb2.RegisterBrokerResponse(status=OK)
 
     @answers_with_status(rmq_pb2.UnregisterBrokerResponse)
     async def UnregisterBroker(self, request, context):
-        self.routes.unregister_broker(request.broker_name)
+        self.routes.unregister_broker(request.broker_name, request.broker_id)
         return rmq_pb2.UnregisterBrokerResponse(status=OK)
 
 
@@ -177,10 +218,10 @@ async def serve_name_server(config: NameServerConfig, security: ServerSecurity) 
                            name_server_id(config.listen))
     rmq_pb2_grpc.add_RouteServiceServicer_to_server(NameServerRouteService(routes), server)
     rmq_pb2_grpc.add_NameServerServiceServicer_to_server(NameServerService(routes), server)
-    await server.start()
-    security.start(config.listen)
     if config.metrics_listen:
         serve_metrics(config.metrics_listen, security, NameServerCollector(routes))
+    await server.start()
+    security.start(config.listen)
     scan = asyncio.create_task(_scan_forever(routes, config.broker_scan_interval_ms))
     print(f"rmq namesrv listening on {config.listen}", flush=True)
     await wait_for_termination()

@@ -23,9 +23,12 @@ from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.sql92 import Sql92Error, compile_sql92
 from rmq.statuses import GetMessageStatus, PullStatus
+from rmq.store import BrokerRole
 from rmq.store.message_filter import RecordFilter
 
 MAX_SUB_EXPRESSION_LENGTH = 65536
+MASTER_ID = 0
+WHICH_BROKER_WHEN_CONSUME_SLOWLY = 1   # subscriptionGroupConfig.whichBrokerWhenConsumeSlowly default
 KNOWN_SYS_FLAGS = rmq_pb2.FLAG_COMMIT_OFFSET | rmq_pb2.FLAG_SUSPEND | rmq_pb2.FLAG_SUBSCRIPTION
 
 # Spec consumer-pull-rebalance §13 / consumption-longpolling-offsets §7.1, composed with the
@@ -122,7 +125,8 @@ class PullMessageProcessor:
             return rmq_pb2.PullMessageResponse(status=error.status())
         response = await self.get_message(query)
         if broker_allow_suspend and request.sys_flag & rmq_pb2.FLAG_COMMIT_OFFSET:
-            # §6 step 9: every rmq broker is a master, so the offset is always stored.
+            # §6 step 9, except that slaves store it too: clients commit where they read while the
+            # master is down (DESIGN.md Replication) and SlaveSynchronize hands it to the master.
             self.offsets.commit_offset(query.group, query.topic, query.queue_id, request.commit_offset)
         if broker_allow_suspend and query.suspend and response.pull_status == rmq_pb2.NO_NEW_MSG:
             return await self._hold(request, query)
@@ -243,9 +247,17 @@ class PullMessageProcessor:
             next_begin_offset=result.next_begin_offset,
             min_offset=result.min_offset,
             max_offset=result.max_offset,
+            suggest_which_broker_id=self._suggest_which_broker_id(result.suggest_pulling_from_slave),
         )
         pack_messages(response.messages, result)
         return response
+
+    def _suggest_which_broker_id(self, suggest_pulling_from_slave: bool) -> int:
+        """A master whose data to read has left memory sends the client to a slave (spec
+        consumer-pull-rebalance §12.4, TV-6); a slave always names the master."""
+        if suggest_pulling_from_slave and self.store.config.broker_role is not BrokerRole.SLAVE:
+            return WHICH_BROKER_WHEN_CONSUME_SLOWLY
+        return MASTER_ID
 
 
 def pack_messages(packed: rmq_pb2.PackedMessages, result) -> None:

@@ -9,8 +9,10 @@ from rmq.v1 import rmq_pb2_grpc
 
 
 class BrokerRouteService(rmq_pb2_grpc.RouteServiceServicer):
-    def __init__(self, broker_name: str, broker_address: str, topics: TopicConfigManager) -> None:
-        self.broker = rmq_pb2.BrokerData(broker_name=broker_name, address=broker_address)
+    def __init__(self, broker_name: str, broker_address: str, topics: TopicConfigManager,
+                 member: rmq_pb2.BrokerMember | None = None) -> None:
+        self.broker = rmq_pb2.BrokerData(broker_name=broker_name, address=broker_address,
+                                         members=[member] if member is not None else [])
         self.topics = topics
 
     @answers_with_status(rmq_pb2.QueryRouteResponse)

@@ -92,6 +92,7 @@ RULES: dict[str, Rule] = {
     _rule("RouteService", "QueryRoute"): _nothing,
     _rule("RouteService", "ListTopics"): _nothing,
     _rule("RouteService", "ListBrokers"): _nothing,
+    _rule("AdminService", "GetBrokerStatus"): _nothing,   # role and offsets, like ListBrokers
     _rule("NameServerService", "RegisterBroker"): lambda r: _broker(r.broker.broker_name),
     _rule("NameServerService", "UnregisterBroker"): lambda r: _broker(r.broker_name),
 }
@@ -101,6 +102,9 @@ ADMIN_METHODS = frozenset({
     _rule("AdminService", "DeleteTopic"),
     _rule("AdminService", "UpdateTopic"),
     _rule("AdminService", "BrowseMessages"),
+    # replication: a slave copies everything, so its account (RMQ_ACCESS_KEY) must be an admin
+    _rule("HAService", "Transfer"),
+    _rule("HAService", "SlaveSynchronize"),
 })
 
 CLIENT_ID_METHODS = frozenset({

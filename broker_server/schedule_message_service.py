@@ -91,6 +91,10 @@ class ScheduleMessageService:
     def persist(self) -> None:
         write_json_atomically(self.path, self._snapshot())
 
+    def set_offsets(self, offsets: dict[int, int]) -> None:
+        """A slave takes the master's delay progress (SlaveSynchronize); it delivers nothing itself."""
+        self.offsets = dict(offsets)
+
     def _snapshot(self) -> dict:
         return {"offsetTable": {str(level): offset for level, offset in self.offsets.items()}}
 

@@ -21,7 +21,7 @@ from rmq.broker_server.names import SCHEDULE_TOPIC
 from rmq.broker_server.status import RequestError, illegal_argument, rmq_pb2
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
-from rmq.store import MessageBatch, PutMessageStatus
+from rmq.store import BrokerRole, MessageBatch, PutMessageStatus
 
 NO_HOST = bytes(8)
 
@@ -43,6 +43,15 @@ _PUT_STATUS = {
         "the store is not writeable (shutting down, disk full or read-only)",
     ),
     PutMessageStatus.UNKNOWN_ERROR: (rmq_pb2.SYSTEM_ERROR, "the store failed"),
+}
+
+# SYNC_MASTER outcomes of a batch that IS stored (and flushed) on the master, answered with the
+# message ids like OK, under their own Code: "stored on the master only" (DESIGN.md Replication).
+STORED_ON_MASTER_ONLY = {
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: (
+        rmq_pb2.FLUSH_SLAVE_TIMEOUT, "stored on the master; no slave confirmed holding it in time"),
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: (
+        rmq_pb2.SLAVE_NOT_AVAILABLE, "stored on the master; no slave is connected and in sync"),
 }
 
 
@@ -79,6 +88,7 @@ class SendMessageProcessor:
 
     async def process(self, request: rmq_pb2.SendMessageRequest, peer: str) -> rmq_pb2.SendMessageResponse:
         try:
+            self._refuse_on_slave()
             batch, queue_ids, delayed = self.build_batch(request, born_host_from_peer(peer))
             result = await self.executor.run(self.store.put_batch, batch)
             if result.status is not PutMessageStatus.PUT_OK:
@@ -87,7 +97,8 @@ class SendMessageProcessor:
         except RequestError as error:
             return rmq_pb2.SendMessageResponse(status=error.status())
         self.stats.record_put(request.topic, len(queue_ids), sum(map(len, batch.bodies)))
-        response = rmq_pb2.SendMessageResponse(status=rmq_pb2.Status(code=rmq_pb2.OK))
+        code, reason = STORED_ON_MASTER_ONLY.get(result.status, (rmq_pb2.OK, ""))
+        response = rmq_pb2.SendMessageResponse(status=rmq_pb2.Status(code=code, message=reason))
         response.msg_ids.extend(result.msg_ids())
         response.queue_ids.extend(queue_ids)
         queue_offsets = result.queue_offsets
@@ -96,6 +107,11 @@ class SendMessageProcessor:
             queue_offsets[delayed] = -1  # a delayed message's real offset is assigned on delivery
         response.queue_offsets.extend(queue_offsets.tolist())
         return response
+
+    def _refuse_on_slave(self) -> None:
+        if self.store.config.broker_role is BrokerRole.SLAVE:
+            raise RequestError(rmq_pb2.SERVICE_NOT_AVAILABLE,
+                               "this broker is a SLAVE (read-only): send to the master of its broker group")
 
     def build_batch(
         self, request: rmq_pb2.SendMessageRequest, born_host: bytes
@@ -305,8 +321,9 @@ def _naming_message(error: RequestError, index: int, count: int) -> RequestError
 
 
 def check_put_status(status: PutMessageStatus, detail: str = "") -> None:
-    """Raise for a store status other than PUT_OK (a batch is accepted or refused whole)."""
-    if status is PutMessageStatus.PUT_OK:
+    """Raise for a store status other than PUT_OK (a batch is accepted or refused whole); the
+    STORED_ON_MASTER_ONLY statuses pass: the batch is stored."""
+    if status is PutMessageStatus.PUT_OK or status in STORED_ON_MASTER_ONLY:
         return
     code, reason = _PUT_STATUS[status]
     raise RequestError(code, f"{reason} ({detail}{status.name})")

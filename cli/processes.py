@@ -130,3 +130,20 @@ def broker(
         args += ["--namesrv", namesrv_address]
     return ServerProcess(args + (extra or []), address, tmp_path / f"{name}.log", env,
                          channel_credentials=channel_credentials)
+
+
+def group_member(tmp_path: Path, name: str, broker_id: int, role: str, namesrv_address: str | None = None,
+                 master: str | None = None, flush: str = "async", extra: list[str] | None = None,
+                 **env: str) -> ServerProcess:
+    """A member of broker group `name` (DESIGN.md Replication): id 0 with role SYNC_MASTER or
+    ASYNC_MASTER, or id 1.. with role SLAVE copying `master`; its store under
+    tmp_path/<name>-<id> (kept across restarts)."""
+    address = f"127.0.0.1:{free_port()}"
+    member = f"{name}-{broker_id}"
+    args = ["broker", "--listen", address, "--store-dir", str(tmp_path / member), "--broker-name", name,
+            "--broker-id", str(broker_id), "--role", role, "--flush", flush]
+    if master:
+        args += ["--master", master]
+    if namesrv_address:
+        args += ["--namesrv", namesrv_address]
+    return ServerProcess(args + (extra or []), address, tmp_path / f"{member}.log", env)

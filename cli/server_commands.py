@@ -26,6 +26,12 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     broker.add_argument("--store-dir", metavar="DIR", help="store directory (default ~/.rmq/store)")
     broker.add_argument("--broker-name", metavar="NAME", help="broker name (default broker-a)")
     broker.add_argument("--namesrv", metavar="ADDR", help="name server address(es) HOST:PORT[,HOST:PORT]")
+    broker.add_argument("--broker-id", metavar="ID", type=int,
+                        help="0 for the broker group's master (default), 1.. for a slave")
+    broker.add_argument("--role", choices=("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),
+                        help="ASYNC_MASTER (default) acknowledges once stored, SYNC_MASTER once a slave "
+                             "holds it too, SLAVE copies --master read-only")
+    broker.add_argument("--master", metavar="HOST:PORT", help="a SLAVE's master")
     broker.add_argument(
         "--flush",
         choices=("sync", "async"),
@@ -62,6 +68,9 @@ def run_broker(args: argparse.Namespace) -> int:
             "listen": args.listen,
             "store_dir": args.store_dir,
             "broker_name": args.broker_name,
+            "broker_id": args.broker_id,
+            "broker_role": args.role,
+            "master": args.master,
             "namesrv": args.namesrv,
             "flush": args.flush,
             "metrics_listen": args.metrics_listen,

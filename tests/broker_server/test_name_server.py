@@ -1,5 +1,6 @@
 from rmq.broker_server.name_server import RouteInfoManager
 from rmq.broker_server.topic_config_manager import TopicConfig
+from rmq.v1 import rmq_pb2
 
 
 class Clock:
@@ -27,3 +28,23 @@ def test_routes_merge_brokers_and_expire_silent_ones() -> None:
     assert routes.scan_not_active_broker() == ["b2"]
     assert routes.pick_topic_route("T") == []
     assert routes.unregister_broker("b1") and routes.live_brokers() == []
+
+
+def test_members_of_a_broker_name_form_one_group() -> None:
+    """Master (id 0) and slave (id 1) of b1: one BrokerData listing both, the master's address and
+    topics; without the master the slave answers for the group, read-only (no PERM_WRITE)."""
+    clock = Clock()
+    routes = RouteInfoManager(broker_expiry_ms=120000, clock=clock)
+    routes.register_broker("b1", "10.0.0.1:10911", [TopicConfig("T", 4, 4)], 0, rmq_pb2.SYNC_MASTER)
+    routes.register_broker("b1", "10.0.0.2:10911", [], 1, rmq_pb2.SLAVE)
+    [group] = routes.broker_groups()
+    data = group.to_proto()
+    assert data.address == "10.0.0.1:10911"
+    assert [(m.broker_id, m.address, m.role) for m in data.members] == [
+        (0, "10.0.0.1:10911", rmq_pb2.SYNC_MASTER), (1, "10.0.0.2:10911", rmq_pb2.SLAVE)]
+    assert [(g.broker_name, c.read_queue_nums) for g, c in routes.pick_topic_route("T")] == [("b1", 4)]
+    assert routes.topics() == [TopicConfig("T", 4, 4, 6)]   # counted once per group
+    routes.register_broker("b1", "10.0.0.2:10911", [TopicConfig("T", 4, 4)], 1, rmq_pb2.SLAVE)
+    assert routes.unregister_broker("b1", 0)
+    [(group, config)] = routes.pick_topic_route("T")
+    assert (group.to_proto().address, group.has_master) == ("10.0.0.2:10911", False)

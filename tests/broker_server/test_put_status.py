@@ -9,8 +9,10 @@ from rmq.broker_server.status import RequestError
 from rmq.statuses import PutMessageStatus
 from rmq.v1 import rmq_pb2
 
+STORED = (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE)
 
-@pytest.mark.parametrize("status", [s for s in PutMessageStatus if s is not PutMessageStatus.PUT_OK])
+
+@pytest.mark.parametrize("status", [s for s in PutMessageStatus if s not in STORED])
 def test_every_refused_put_is_answered_with_its_code(status: PutMessageStatus) -> None:
     expected = {
         PutMessageStatus.FLUSH_DISK_TIMEOUT: rmq_pb2.FLUSH_DISK_TIMEOUT,
@@ -26,5 +28,7 @@ def test_every_refused_put_is_answered_with_its_code(status: PutMessageStatus) -
     assert refused.value.message.endswith(f"({status.name})")
 
 
-def test_put_ok_passes() -> None:
-    check_put_status(PutMessageStatus.PUT_OK)
+@pytest.mark.parametrize("status", STORED)
+def test_stored_batches_pass(status: PutMessageStatus) -> None:
+    """SYNC_MASTER's FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE: stored on the master only."""
+    check_put_status(status)

@@ -1,0 +1,184 @@
+"""The slave's side of replication (RocketMQ HAClient and SlaveSynchronize, DESIGN.md
+Replication).
+
+HAClient: opens HAService.Transfer on the master, reports the CommitLog offset this store
+recovered to (and a crc32 of the bytes before it), appends every chunk the master sends at the
+same offset (the store dispatches its own ConsumeQueues and index) and acknowledges each one.
+A master that refuses this slave (its CommitLog diverged) stops replication for good: the
+reason is logged once and shown by `rmq broker status`; nothing is written. A master that is
+down is retried every second.
+
+SlaveSynchronize: every 10 s copy the master's topics, consumer offsets and delay offsets,
+after handing it the offsets clients committed here (the master keeps the higher ones)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+
+from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
+from rmq.broker_server.status import RequestError, rmq_pb2
+from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.store import MessageStore, StoreError
+from rmq.v1 import rmq_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+RECONNECT_S = 1.0
+SYNC_TIMEOUT_S = 5.0
+
+
+class HAClient:
+    def __init__(self, store: MessageStore, master: str, own_address: str,
+                 open_channel: Callable[[str], grpc.aio.Channel]) -> None:
+        self.store = store
+        self.master = master
+        self.own_address = own_address
+        self._open_channel = open_channel
+        self.master_max_offset = 0
+        self.refusal = ""            # why the master refused this slave ("" while replicating)
+        self.connected = False
+        self._task: asyncio.Task | None = None
+        self._channel: grpc.aio.Channel | None = None
+
+    def start(self) -> None:
+        self._channel = self._open_channel(self.master)
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._channel is not None:
+            await self._channel.close()
+
+    async def _run(self) -> None:
+        warned = False
+        while not self.refusal:
+            try:
+                await self._replicate()
+            except grpc.RpcError as error:
+                if not warned:
+                    log.warning("master %s unreachable (%s); retrying every %gs", self.master,
+                                error.code().name if isinstance(error, grpc.Call) else error, RECONNECT_S)
+                warned = True
+            except StoreError as error:
+                log.error("replication from %s stopped: %s; reconnecting", self.master, error)
+            else:
+                warned = False
+            self.connected = False
+            if not self.refusal:
+                await asyncio.sleep(RECONNECT_S)
+
+    async def _replicate(self) -> None:
+        assert self._channel is not None
+        reports: asyncio.Queue[rmq_pb2.HAReport] = asyncio.Queue()
+        check_offset, check_crc = self.store.ha_service.tail_check()
+        first = rmq_pb2.HAReport(max_offset=self.store.get_commit_log_max_offset(), check_offset=check_offset,
+                                 check_crc=check_crc, address=self.own_address)
+
+        async def outgoing() -> AsyncIterator[rmq_pb2.HAReport]:
+            yield first
+            while True:
+                yield await reports.get()
+
+        call = rmq_pb2_grpc.HAServiceStub(self._channel).Transfer(outgoing())
+        try:
+            async for transfer in call:
+                if transfer.status.code != rmq_pb2.OK:
+                    self.refusal = transfer.status.message
+                    log.error("master %s refuses this slave: %s", self.master, self.refusal)
+                    return
+                if not self.connected:
+                    log.info("replicating from master %s at CommitLog offset %d", self.master,
+                             first.max_offset)
+                    self.connected = True
+                self.master_max_offset = transfer.master_max_offset
+                if transfer.data:
+                    self.store.append_replicated(transfer.offset, transfer.data)
+                    reports.put_nowait(rmq_pb2.HAReport(max_offset=transfer.offset + len(transfer.data)))
+        finally:
+            call.cancel()
+
+
+class SlaveSynchronize:
+    def __init__(self, master: str, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
+                 set_delay_offsets: Callable[[dict[int, int]], None], on_topics_changed: Callable[[], None],
+                 interval_ms: int, open_channel: Callable[[str], grpc.aio.Channel]) -> None:
+        self.master = master
+        self.topics = topics
+        self.offsets = offsets
+        self.set_delay_offsets = set_delay_offsets
+        self.on_topics_changed = on_topics_changed
+        self.interval_ms = interval_ms
+        self._open_channel = open_channel
+        self._synced: dict[OffsetKey, int] = {}    # the offsets as the master last gave them
+        self._task: asyncio.Task | None = None
+        self._channel: grpc.aio.Channel | None = None
+
+    def start(self) -> None:
+        self._channel = self._open_channel(self.master)
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._channel is not None:
+            await self._channel.close()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.sync_all()
+            except grpc.RpcError:
+                pass   # the master is down: HAClient says so; try again next period
+            except Exception:
+                log.exception("slave synchronize with %s failed", self.master)
+            await asyncio.sleep(self.interval_ms / 1000)
+
+    async def sync_all(self) -> None:
+        assert self._channel is not None
+        committed_here = {key: offset for key, offset in self.offsets.all_offsets().items()
+                          if self._synced.get(key) != offset}
+        request = rmq_pb2.SlaveSynchronizeRequest(committed_on_slave=[
+            rmq_pb2.GroupConsumerOffset(consumer_group=key.group, topic=key.topic, queue_id=key.queue_id,
+                                        offset=offset) for key, offset in committed_here.items()])
+        response = await rmq_pb2_grpc.HAServiceStub(self._channel).SlaveSynchronize(
+            request, timeout=SYNC_TIMEOUT_S)
+        if response.status.code != rmq_pb2.OK:
+            log.warning("master %s refused SlaveSynchronize: %s", self.master, response.status.message)
+            return
+        self._sync_topics([TopicConfig.from_proto(t) for t in response.topics])
+        synced: dict[OffsetKey, int] = {}
+        for item in response.offsets:
+            self.offsets.commit_offset(item.consumer_group, item.topic, item.queue_id, item.offset)
+            synced[OffsetKey(item.consumer_group, item.topic, item.queue_id)] = item.offset
+        self._synced = synced
+        self.set_delay_offsets(dict(response.delay_offsets))
+
+    def _sync_topics(self, master_topics: list[TopicConfig]) -> None:
+        """Make this slave's topic table the master's (syncTopicConfig)."""
+        ours = {config.topic_name: config for config in self.topics.all()}
+        theirs = {config.topic_name: config for config in master_topics}
+        changed = False
+        for name in ours.keys() - theirs.keys():
+            self.topics.delete(name)
+            changed = True
+        for name, config in theirs.items():
+            if ours.get(name) == config:
+                continue
+            try:
+                if name in ours:
+                    self.topics.update(config)
+                else:
+                    self.topics.create(config)
+            except RequestError as error:
+                log.warning("topic %s from the master not applied: %s", name, error.message)
+                continue
+            changed = True
+        if changed:
+            self.on_topics_changed()

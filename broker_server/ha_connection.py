@@ -1,0 +1,119 @@
+"""The master's side of replication (RocketMQ HAConnection + the master half of
+SlaveSynchronize), served as rmq.v1 HAService (DESIGN.md Replication).
+
+Transfer: one bidirectional stream per slave. The slave's first HAReport says what it holds;
+a slave whose CommitLog is longer than ours or differs from ours is refused with one clear
+status. Then CommitLog bytes flow from its offset, one chunk (<= 1 MiB, within one file) per
+message, as soon as a put appends them; each later report acknowledges what the slave wrote,
+which is what a SYNC_MASTER put waits for (store HAService.wait_for_slave).
+
+SlaveSynchronize: the master keeps the higher of its own and the slave's offsets for what
+clients committed on the slave (while this master was down), then hands back its topics,
+consumer offsets and delay offsets."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+
+from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.status import OK, answers_with_status, rmq_pb2
+from rmq.broker_server.topic_config_manager import TopicConfigManager
+from rmq.store import MessageStore
+from rmq.v1 import rmq_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+IDLE_TRANSFER_S = 5.0   # haSendHeartbeatInterval: an empty chunk tells an idle slave the master's offset
+
+
+class HAServicer(rmq_pb2_grpc.HAServiceServicer):
+    def __init__(self, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
+                 delay_offsets: Callable[[], dict[int, int]]) -> None:
+        self.store = store
+        self.ha = store.ha_service
+        self.topics = topics
+        self.offsets = offsets
+        self.delay_offsets = delay_offsets
+        self._wakeups: set[asyncio.Event] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.ha.add_new_data_listener(self._on_new_data)
+
+    def _on_new_data(self) -> None:
+        """Store thread, after an append: wake every transfer stream."""
+        if self._wakeups and self._loop is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._wake_all)
+            except RuntimeError:   # loop closed during shutdown
+                pass
+
+    def _wake_all(self) -> None:
+        for event in self._wakeups:
+            event.set()
+
+    async def Transfer(self, request_iterator: AsyncIterator[rmq_pb2.HAReport], context
+                       ) -> AsyncIterator[rmq_pb2.HATransfer]:
+        self._loop = asyncio.get_running_loop()
+        first = await anext(aiter(request_iterator), None)
+        if first is None:
+            return
+        address = first.address or context.peer()
+        refusal = self.ha.check_slave(first.max_offset, first.check_offset, first.check_crc)
+        if refusal is not None:
+            log.error("slave %s refused: %s", address, refusal)
+            yield rmq_pb2.HATransfer(status=rmq_pb2.Status(code=rmq_pb2.ILLEGAL_ARGUMENT, message=refusal),
+                                     master_max_offset=self.store.get_commit_log_max_offset())
+            return
+        connection = self.ha.connect_slave(address, first.max_offset)
+        log.info("slave %s connected at CommitLog offset %d", address, first.max_offset)
+        acks = asyncio.ensure_future(self._read_acks(request_iterator, connection))
+        new_data = asyncio.Event()
+        self._wakeups.add(new_data)
+        try:
+            async for transfer in self._chunks(self.ha.transfer_start(first.max_offset), new_data, acks):
+                yield transfer
+        finally:
+            self._wakeups.discard(new_data)
+            acks.cancel()
+            self.ha.disconnect_slave(connection)
+            log.info("slave %s disconnected", address)
+
+    async def _chunks(self, offset: int, new_data: asyncio.Event, acks: asyncio.Future
+                      ) -> AsyncIterator[rmq_pb2.HATransfer]:
+        """CommitLog chunks from `offset` while the slave's report stream lasts."""
+        while not acks.done():
+            new_data.clear()
+            data = self.ha.read(offset)
+            if data:
+                yield rmq_pb2.HATransfer(status=OK, offset=offset, data=data,
+                                         master_max_offset=self.store.get_commit_log_max_offset())
+                offset += len(data)
+                continue
+            waiter = asyncio.ensure_future(new_data.wait())
+            try:
+                done, _ = await asyncio.wait([acks, waiter], timeout=IDLE_TRANSFER_S,
+                                             return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+            if not done:
+                yield rmq_pb2.HATransfer(status=OK, offset=offset,
+                                         master_max_offset=self.store.get_commit_log_max_offset())
+
+    async def _read_acks(self, reports: AsyncIterator[rmq_pb2.HAReport], connection: int) -> None:
+        async for report in reports:
+            self.ha.slave_acked(connection, report.max_offset)
+
+    @answers_with_status(rmq_pb2.SlaveSynchronizeResponse)
+    async def SlaveSynchronize(self, request, context):
+        for item in request.committed_on_slave:
+            self.offsets.commit_offset(item.consumer_group, item.topic, item.queue_id, item.offset,
+                                       increase_only=True)
+        return rmq_pb2.SlaveSynchronizeResponse(
+            status=OK,
+            topics=[config.to_proto() for config in self.topics.all()],
+            offsets=[rmq_pb2.GroupConsumerOffset(consumer_group=key.group, topic=key.topic,
+                                                 queue_id=key.queue_id, offset=offset)
+                     for key, offset in self.offsets.all_offsets().items()],
+            delay_offsets=self.delay_offsets(),
+        )

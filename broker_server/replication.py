@@ -1,0 +1,76 @@
+"""A broker's place in its broker group (DESIGN.md Replication): its id and role, the HAService
+it serves as a master, the HAClient and SlaveSynchronize it runs as a slave, and the status
+`rmq broker status` shows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import grpc
+
+from rmq.broker_server.config import BrokerConfig
+from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.ha_client import HAClient, SlaveSynchronize
+from rmq.broker_server.ha_connection import HAServicer
+from rmq.broker_server.schedule_message_service import ScheduleMessageService
+from rmq.broker_server.status import OK, rmq_pb2
+from rmq.broker_server.topic_config_manager import TopicConfigManager
+from rmq.store import BrokerRole, MessageStore
+from rmq.v1 import rmq_pb2_grpc
+
+# store role -> wire role, by member
+WIRE_ROLES = {BrokerRole.ASYNC_MASTER: rmq_pb2.ASYNC_MASTER, BrokerRole.SYNC_MASTER: rmq_pb2.SYNC_MASTER,
+              BrokerRole.SLAVE: rmq_pb2.SLAVE}
+
+
+class Replication:
+    def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager,
+                 offsets: ConsumerOffsetManager, schedule: ScheduleMessageService,
+                 open_channel: Callable[[str], grpc.aio.Channel],
+                 on_topics_changed: Callable[[], None]) -> None:
+        self.config = config
+        self.store = store
+        self.role = store.config.broker_role
+        self.member = rmq_pb2.BrokerMember(broker_id=config.broker_id, address=config.broker_address,
+                                           role=WIRE_ROLES[self.role])
+        self.servicer = HAServicer(store, topics, offsets, lambda: dict(schedule.offsets))
+        self.client: HAClient | None = None
+        self.synchronize: SlaveSynchronize | None = None
+        if self.is_slave:
+            self.client = HAClient(store, config.master, config.broker_address, open_channel)
+            self.synchronize = SlaveSynchronize(config.master, topics, offsets, schedule.set_offsets,
+                                                on_topics_changed, config.slave_synchronize_interval_ms,
+                                                open_channel)
+
+    @property
+    def is_slave(self) -> bool:
+        return self.role is BrokerRole.SLAVE
+
+    def add_to_server(self, server: grpc.aio.Server) -> None:
+        rmq_pb2_grpc.add_HAServiceServicer_to_server(self.servicer, server)
+
+    def start(self) -> None:
+        for service in (self.client, self.synchronize):
+            if service is not None:
+                service.start()
+
+    async def stop(self) -> None:
+        for service in (self.synchronize, self.client):
+            if service is not None:
+                await service.stop()
+
+    def status(self) -> rmq_pb2.BrokerStatusResponse:
+        store = self.store
+        max_offset = store.get_commit_log_max_offset()
+        response = rmq_pb2.BrokerStatusResponse(
+            status=OK, broker_name=self.config.broker_name, broker_id=self.config.broker_id,
+            role=self.member.role, commit_log_min_offset=max(store.get_commit_log_min_offset(), 0),
+            commit_log_max_offset=max_offset,
+            slaves=[rmq_pb2.SlaveState(address=slave.address, ack_offset=slave.ack_offset,
+                                       lag_bytes=max(max_offset - slave.ack_offset, 0))
+                    for slave in store.ha_service.slaves()])
+        if self.client is not None:
+            response.master_address = self.config.master
+            response.master_max_offset = self.client.master_max_offset
+            response.replication_error = self.client.refusal
+        return response
