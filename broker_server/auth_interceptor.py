@@ -20,6 +20,7 @@ from grpc import aio
 
 from rmq.broker_server.refusal_log import RefusalLog
 from rmq.broker_server.request_auth import Admission, CallRefused, RequestAuthenticator
+from rmq.rocketmq_v2 import METHOD_PREFIX as ROCKETMQ_V2_METHOD_PREFIX
 
 
 class AuthInterceptor(aio.ServerInterceptor):
@@ -33,6 +34,8 @@ class AuthInterceptor(aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
         handler = await continuation(handler_call_details)
+        if handler is not None and handler_call_details.method.startswith(ROCKETMQ_V2_METHOD_PREFIX):
+            return handler   # RocketMQ 5 calls: RocketMQv2AuthInterceptor (MQv2-HMAC-SHA1) checks them
         if handler is None or handler.request_streaming:
             return None   # unknown or client-streaming method: UNIMPLEMENTED, never unchecked
         method = handler_call_details.method

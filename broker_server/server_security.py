@@ -30,6 +30,7 @@ from rmq.broker_server.auth_interceptor import AuthInterceptor
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.nonce_cache import DEFAULT_ACCOUNT_CAPACITY
 from rmq.broker_server.request_auth import DEFAULT_WINDOW_S, FUTURE_SKEW_MS, RequestAuthenticator
+from rmq.broker_server.rocketmq_v2.authentication import RocketMQv2AuthInterceptor, V2Authenticator
 from rmq.broker_server.tls import ServerTls, add_port
 
 log = logging.getLogger("rmq.security")
@@ -106,7 +107,9 @@ class ServerSecurity:
         if self.acl_file is None:
             return []
         acl_file = self.acl_file
-        return [AuthInterceptor(RequestAuthenticator(lambda: acl_file.acl, server_id, self.signature_window_s,
+        # the RocketMQ 5 check first: rmq.v1's AuthInterceptor passes v2 calls on to it
+        return [RocketMQv2AuthInterceptor(V2Authenticator(lambda: acl_file.acl)),
+                AuthInterceptor(RequestAuthenticator(lambda: acl_file.acl, server_id, self.signature_window_s,
                                                      self.nonce_budget))]
 
     def open_client_channel(self, address: str) -> grpc.aio.Channel:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import pytest
 
 rocketmq = pytest.importorskip("rocketmq")
+from rocketmq.v5.exception.client_exception import ForbiddenException  # noqa: E402, F401  (after the skip; re-exported)
 
 T = TypeVar("T")
 CLIENT_CALL_TIMEOUT_S = 20.0

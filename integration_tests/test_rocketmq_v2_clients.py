@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from integration_tests.rocketmq_clients import (
+    ForbiddenException,
     bounded,
     configuration,
     message,
@@ -27,6 +28,7 @@ from integration_tests.rocketmq_clients import (
 from rmq.cli import processes
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.connector.message_decoder import decode
+from tests.acl_files import write_acl
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 TOPIC = "orders"
@@ -53,8 +55,13 @@ def send_all(address: str, messages: list) -> list:
 
 def pulled(address: str) -> list[dict]:
     """Every message of TOPIC through rmq.v1 PullMessage, decoded as the Spark source does."""
+    return pulled_as(address, None)
+
+
+def pulled_as(address: str, account: tuple[str, str] | None) -> list[dict]:
     rows = []
-    with RmqClient(address) as client:
+    access_key, secret_key = account or (None, None)
+    with RmqClient(address, access_key=access_key, secret_key=secret_key) as client:
         for queue_id in range(4):
             result = client.pull(MessageQueue(TOPIC, "broker-a", queue_id), 0, 100, group="v1-reader")
             rows += decode(result.messages, "broker-a").to_pylist()
@@ -282,3 +289,49 @@ def test_transactions_commit_rollback_and_an_unresolved_one_resolved_by_the_chec
             assert bounded(lambda: consumer.receive(32, 10)) == []   # nothing twice, no rolled-back one
     assert sorted(m.body for m in received) == [b"committed", b"unresolved"]
     assert checker.checked == [b"unresolved"]
+
+
+ADMIN = ("admin01", "admin-secret-0001")
+PRODUCER = ("producer1", "producer-secret-01")   # PUB on orders
+CONSUMER = ("consumer1", "consumer-secret-01")   # SUB on orders and on group g-acl
+ACL = f"""\
+accounts:
+  - {{accessKey: {ADMIN[0]}, secretKey: "{ADMIN[1]}", admin: true}}
+  - {{accessKey: {PRODUCER[0]}, secretKey: "{PRODUCER[1]}", topicPerms: ["{TOPIC}=PUB"]}}
+  - {{accessKey: {CONSUMER[0]}, secretKey: "{CONSUMER[1]}", topicPerms: ["{TOPIC}=SUB"],
+     groupPerms: ["g-acl=SUB"]}}
+"""
+
+
+@pytest.fixture
+def acl_broker(tmp_path: Path) -> Iterator[processes.ServerProcess]:
+    server = processes.broker(tmp_path, extra=["--acl", str(write_acl(tmp_path / "acl.yml", ACL))]).start()
+    with RmqClient(server.address, access_key=ADMIN[0], secret_key=ADMIN[1]) as client:
+        client.create_topic(TOPIC, queues=4)
+    yield server
+    server.stop()
+
+
+def acl_consumer(address: str, account: tuple[str, str]):
+    return rocketmq.SimpleConsumer(configuration(address, *account), "g-acl",
+                                   {TOPIC: rocketmq.FilterExpression("*")}, await_duration=2)
+
+
+def test_acl_broker_admits_signed_clients_with_the_permission_and_refuses_the_others(acl_broker):
+    address = acl_broker.address
+    with started(rocketmq.Producer(configuration(address, *PRODUCER), (TOPIC,))) as producer:
+        bounded(lambda: producer.send(message(TOPIC, b"signed")))
+    with started(acl_consumer(address, CONSUMER)) as consumer:
+        assert [m.body for m in receive_until(consumer, 1, timeout=10)] == [b"signed"]
+    impostor = configuration(address, PRODUCER[0], "not-the-secret")
+    with started(rocketmq.Producer(impostor, (TOPIC,))) as producer:
+        with pytest.raises(Exception, match="failed to fetch topic:orders route"):   # refused already
+            bounded(lambda: producer.send(message(TOPIC, b"forged")))
+    assert "signature not accepted for access key 'producer1'" in acl_broker.log()
+    with started(rocketmq.Producer(configuration(address, *CONSUMER), (TOPIC,))) as producer:
+        with pytest.raises(ForbiddenException, match="lacks PUB"):
+            bounded(lambda: producer.send(message(TOPIC, b"sub-only")))
+    with started(acl_consumer(address, PRODUCER)) as consumer:
+        with pytest.raises(ForbiddenException, match="lacks SUB"):
+            bounded(lambda: consumer.receive(32, 20))
+    assert [row["body"] for row in pulled_as(address, ADMIN)] == [b"signed"]   # nothing refused was stored

@@ -18,6 +18,7 @@ import grpc
 from rmq.rocketmq_v2 import definition_pb2, service_pb2
 
 SERVICE_NAME = "apache.rocketmq.v2.MessagingService"
+METHOD_PREFIX = f"/{SERVICE_NAME}/"   # every RPC path starts so
 _SERVICE = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
 
 

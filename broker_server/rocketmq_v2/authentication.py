@@ -1,0 +1,219 @@
+"""ACL for RocketMQ 5 clients (spec rocketmq-v2-protocol.md §6; proxy AuthenticationActivity /
+AuthorizationContext for gRPC): every v2 call carries `authorization: MQv2-HMAC-SHA1
+Credential=<access key>, SignedHeaders=x-mq-date-time, Signature=<hex HMAC-SHA1(secret key,
+x-mq-date-time)>`, checked against rmq's ACL accounts (broker_server/acl.py: `--acl`), then the
+permission the RPC needs: PUB on the topic to send or end a transaction, SUB on the group and
+topic to receive, acknowledge, change invisibility, forward, pull or use offsets.
+
+As Apache's proxy, the date is not checked against the clock (the Python client writes its
+local time with a Z) and refusals are business statuses in the response (UNAUTHORIZED 40100,
+FORBIDDEN 40300), which the official clients turn into exceptions, never gRPC errors."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import inspect
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from rmq.broker_server.acl import AccessDenied, Acl, Need, ResourceKind
+from rmq.broker_server.request_auth import key_label, peer_address
+from rmq.rocketmq_v2 import METHOD_PREFIX, METHODS
+from rmq.rocketmq_v2 import definition_pb2 as v2
+
+log = logging.getLogger("rmq.auth")
+AUTHORIZATION = "authorization"
+DATE_TIME = "x-mq-date-time"
+ALGORITHM = "MQv2-HMAC-SHA1"
+TOPIC, GROUP = ResourceKind.TOPIC, ResourceKind.GROUP
+
+
+class Refused(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Requirement:
+    kind: ResourceKind
+    name: str
+    need: Need
+
+
+def _topic(name: str, need: Need) -> list[Requirement]:
+    return [Requirement(TOPIC, name, need)] if name else []
+
+
+def _group(request: Any) -> list[Requirement]:
+    group = request.group.name if request.HasField("group") else ""
+    return [Requirement(GROUP, group, Need.SUB)] if group else []
+
+
+def _consume(request: Any) -> list[Requirement]:
+    topic = request.message_queue.topic.name if hasattr(request, "message_queue") else request.topic.name
+    return _group(request) + _topic(topic, Need.SUB)
+
+
+RULES: dict[str, Callable[[Any], Iterable[Requirement]]] = {
+    "QueryRoute": lambda r: _topic(r.topic.name, Need.ANY),
+    "Heartbeat": _group,
+    "NotifyClientTermination": _group,
+    "Telemetry": lambda r: [],
+    "SendMessage": lambda r: [q for m in r.messages for q in _topic(m.topic.name, Need.PUB)],
+    "EndTransaction": lambda r: _topic(r.topic.name, Need.PUB),
+    "QueryAssignment": _consume,
+    "ReceiveMessage": _consume,
+    "AckMessage": _consume,
+    "ChangeInvisibleDuration": _consume,
+    "ForwardMessageToDeadLetterQueue": _consume,
+    "PullMessage": _consume,
+    "UpdateOffset": _consume,
+    "GetOffset": _consume,
+    "QueryOffset": lambda r: _topic(r.message_queue.topic.name, Need.SUB),
+}
+
+
+def parse_authorization(value: str) -> tuple[str, str]:
+    """(access key, signature) of an `authorization` header; Refused when malformed."""
+    algorithm, _, rest = value.strip().partition(" ")
+    if algorithm != ALGORITHM:
+        raise Refused(v2.UNAUTHORIZED, f"authorization must use {ALGORITHM}")
+    fields = {}
+    for part in rest.split(","):
+        name, _, field_value = part.strip().partition("=")
+        fields[name] = field_value
+    if DATE_TIME not in fields.get("SignedHeaders", "").split(";") or "Signature" not in fields:
+        raise Refused(v2.UNAUTHORIZED, f"authorization must sign {DATE_TIME} and carry a Signature")
+    return fields.get("Credential", ""), fields["Signature"]
+
+
+def signature(secret_key: str, date_time: str) -> str:
+    return hmac.new(secret_key.encode(), date_time.encode(), hashlib.sha1).hexdigest()
+
+
+class V2Authenticator:
+    def __init__(self, acl: Callable[[], Acl]) -> None:
+        self._acl = acl
+
+    def authenticate(self, metadata: dict[str, str]) -> str:
+        """The access key whose secret signed this call."""
+        access_key, given = parse_authorization(metadata.get(AUTHORIZATION, ""))
+        account = self._acl().account(access_key)
+        date_time = metadata.get(DATE_TIME, "")
+        if account is None or not date_time or not hmac.compare_digest(
+                signature(account.secret_key, date_time), given.lower()):
+            raise Refused(v2.UNAUTHORIZED, f"signature not accepted for access key {key_label(access_key)}: "
+                                           f"unknown access key or wrong secret key")
+        return access_key
+
+    def authorize(self, access_key: str, method: str, request: Any, peer: str) -> None:
+        acl = self._acl()
+        address = peer_address(peer)
+        account = acl.account(access_key)
+        if account is None:
+            raise Refused(v2.UNAUTHORIZED, f"access key {key_label(access_key)} is no longer in the ACL")
+        if not acl.address_allowed(address) or not account.may_connect_from(address):
+            raise Refused(v2.FORBIDDEN, f"access key {key_label(access_key)} may not call from {address}")
+        rule = RULES.get(method)
+        try:
+            if rule is None:
+                if not account.admin:
+                    raise AccessDenied(f"access key {key_label(access_key)} is not an admin account, "
+                                       f"which {method} needs")
+                return
+            for requirement in rule(request):
+                acl.check(access_key, requirement.name, requirement.kind, requirement.need)
+        except AccessDenied as error:
+            raise Refused(v2.FORBIDDEN, str(error)) from None
+
+
+class RocketMQv2AuthInterceptor(aio.ServerInterceptor):
+    """Admits v2 calls through a V2Authenticator; other calls pass untouched (rmq.v1's own
+    AuthInterceptor checks them and passes v2 calls on to this one)."""
+
+    def __init__(self, authenticator: V2Authenticator) -> None:
+        self._authenticator = authenticator
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = await continuation(details)
+        if handler is None or not details.method.startswith(METHOD_PREFIX):
+            return handler
+        name = details.method[len(METHOD_PREFIX):]
+        metadata = {m.key: m.value for m in details.invocation_metadata or ()}
+        try:
+            access_key: str | None = self._authenticator.authenticate(metadata)
+            refusal = None
+        except Refused as error:
+            access_key, refusal = None, error
+        return _wrap(handler, name, self._check(name, access_key, refusal))
+
+    def _check(self, name: str, access_key: str | None, refusal: Refused | None
+               ) -> Callable[[Any, aio.ServicerContext], Refused | None]:
+        def check(request: Any, context: aio.ServicerContext) -> Refused | None:
+            try:
+                if refusal is not None:
+                    raise refusal
+                assert access_key is not None
+                self._authenticator.authorize(access_key, name, request, context.peer())
+                return None
+            except Refused as error:
+                log.info("refused %s from %s: %s", name, context.peer(), error.message)
+                return error
+        return check
+
+
+def _wrap(handler: grpc.RpcMethodHandler, name: str,
+          check: Callable[[Any, aio.ServicerContext], Refused | None]) -> grpc.RpcMethodHandler:
+    response_class = METHODS[name].response_class
+
+    def refused_command(refusal: Refused) -> Any:
+        return response_class(status=v2.Status(code=refusal.code, message=refusal.message))
+
+    options = {"request_deserializer": handler.request_deserializer,
+               "response_serializer": handler.response_serializer}
+    if handler.unary_unary is not None:
+        behaviour = handler.unary_unary
+
+        async def unary(request: Any, context: aio.ServicerContext) -> Any:
+            refusal = check(request, context)
+            if refusal is not None:
+                return refused_command(refusal)
+            result = behaviour(request, context)
+            return await result if inspect.isawaitable(result) else result
+
+        return grpc.unary_unary_rpc_method_handler(unary, **options)
+    if handler.unary_stream is not None:
+        streaming = handler.unary_stream
+
+        async def server_stream(request: Any, context: aio.ServicerContext) -> AsyncIterator[Any]:
+            refusal = check(request, context)
+            if refusal is not None:
+                yield refused_command(refusal)
+                return
+            async for response in streaming(request, context):
+                yield response
+
+        return grpc.unary_stream_rpc_method_handler(server_stream, **options)
+    bidirectional = handler.stream_stream
+
+    async def both_streams(requests: AsyncIterator[Any], context: aio.ServicerContext) -> AsyncIterator[Any]:
+        refusal = check(None, context)
+        if refusal is not None:
+            yield refused_command(refusal)
+            return
+        async for response in bidirectional(requests, context):
+            yield response
+
+    return grpc.stream_stream_rpc_method_handler(both_streams, **options)
