@@ -12,8 +12,11 @@ and a new mount of the backing directory shows exactly the data that was synced.
 Model limits: metadata (create, truncate, rename, unlink, mkdir) is durable at once, like a
 journalling filesystem that commits metadata before data; data is lost or kept per page.
 
-Run as `python -m integration_tests.reliability.lazyfs BACKING MOUNTPOINT` (foreground);
-`VolatileDisk` mounts it for a test and cuts the power.
+A slow disk: with a fsync delay every fsync takes that long (a sync-flush broker then answers
+FLUSH_DISK_TIMEOUT).
+
+Run as `python -m integration_tests.reliability.lazyfs BACKING MOUNTPOINT [FSYNC_DELAY_S]`
+(foreground); `VolatileDisk` mounts it for a test and cuts the power.
 """
 
 from __future__ import annotations
@@ -51,8 +54,9 @@ class LazyFS:
 
     use_ns = True
 
-    def __init__(self, backing: Path) -> None:
+    def __init__(self, backing: Path, fsync_delay_s: float = 0.0) -> None:
         self.backing = backing
+        self.fsync_delay_s = fsync_delay_s
         self._lock = threading.Lock()
         self._pages: dict[str, dict[int, bytearray]] = {}   # path -> page index -> unsynced page
         self._sizes: dict[str, int] = {}                      # path -> size including unsynced writes
@@ -175,6 +179,7 @@ class LazyFS:
             return bytes(data)
 
     def fsync(self, path: str, datasync: int, fh: int) -> int:
+        time.sleep(self.fsync_delay_s)
         with self._lock:
             pages = self._pages.pop(path, {})
             size = max(self._sizes.pop(path, 0), self._backing_size(path))
@@ -227,10 +232,11 @@ def _os_call(function, *args, **kwargs):
 class VolatileDisk:
     """A LazyFS mount of `backing` at `mountpoint` in its own process, for one test."""
 
-    def __init__(self, backing: Path, mountpoint: Path, log_path: Path) -> None:
+    def __init__(self, backing: Path, mountpoint: Path, log_path: Path, fsync_delay_s: float = 0.0) -> None:
         self.backing = backing
         self.mountpoint = mountpoint
         self.log_path = log_path
+        self.fsync_delay_s = fsync_delay_s
         self.process: subprocess.Popen | None = None
         self.power_cuts = 0
 
@@ -240,7 +246,7 @@ class VolatileDisk:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "integration_tests.reliability.lazyfs",
-                 str(self.backing), str(self.mountpoint)],
+                 str(self.backing), str(self.mountpoint), str(self.fsync_delay_s)],
                 stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2])
         deadline = time.monotonic() + MOUNT_TIMEOUT_S
         while not os.path.ismount(self.mountpoint):
@@ -277,11 +283,27 @@ class VolatileDisk:
         self.process = None
 
 
+def mounted_or_skip(tmp_path: Path, mountpoint: Path, fsync_delay_s: float = 0.0) -> VolatileDisk:
+    """A LazyFS mount at `mountpoint` (backing dir and log in tmp_path); pytest.skip with the
+    reason where FUSE cannot mount."""
+    import pytest
+
+    reason = fuse_unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"needs FUSE: {reason}")
+    disk = VolatileDisk(tmp_path / "durable", mountpoint, tmp_path / "lazyfs.log", fsync_delay_s)
+    try:
+        return disk.mount()
+    except OSError as error:
+        pytest.skip(f"needs FUSE: {error}")
+
+
 def main(argv: list[str]) -> None:
     from mfusepy import FUSE
 
-    backing, mountpoint = argv
-    FUSE(LazyFS(Path(backing).resolve()), mountpoint, foreground=True, nothreads=False)
+    backing, mountpoint, *delay = argv
+    operations = LazyFS(Path(backing).resolve(), float(delay[0]) if delay else 0.0)
+    FUSE(operations, mountpoint, foreground=True, nothreads=False)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from integration_tests.reliability.brokers import configured_broker
-from integration_tests.reliability.lazyfs import VolatileDisk, fuse_unavailable_reason
+from integration_tests.reliability.lazyfs import VolatileDisk, mounted_or_skip
 from integration_tests.reliability.report import ReliabilityReport, tally
 from integration_tests.reliability.traffic import ProducerLedger, Producers, gaps_and_repeats, read_topic
 from rmq.cli import processes
@@ -44,14 +44,7 @@ ACKNOWLEDGED_BEFORE_CUT = 1500
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[VolatileDisk]:
     """LazyFS mounted where the broker keeps its store (tmp_path/broker-a)."""
-    reason = fuse_unavailable_reason()
-    if reason is not None:
-        pytest.skip(f"power-loss test needs FUSE: {reason}")
-    disk = VolatileDisk(tmp_path / "durable", tmp_path / BROKER, tmp_path / "lazyfs.log")
-    try:
-        disk.mount()
-    except OSError as error:
-        pytest.skip(f"power-loss test needs FUSE: {error}")
+    disk = mounted_or_skip(tmp_path, tmp_path / BROKER)
     yield disk
     disk.unmount()
 
