@@ -52,6 +52,8 @@ BENCHMARKS = [
               "bench.big_queue_bench:memory_rows"),
     Benchmark("recovery", "7. Recovery after kill -9", "bench.big_queue_bench:recovery_rows"),
     Benchmark("filter", "8. Broker-side filters: SQL92 vs tags", "bench.filter_bench:filter_rows"),
+    Benchmark("sdk", "9. Client SDK: PushConsumer vs a Redis consumer group, Producer vs XADD",
+              "bench.sdk_bench:sdk_rows", Target(min_ratio=2.0)),
 ]
 
 

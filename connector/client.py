@@ -18,9 +18,10 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from rmq.auth import Credentials, TlsSettings, open_channel
 from rmq.connector.endpoints import parse_endpoints
@@ -141,6 +142,52 @@ class _Connection:
     route: rmq_pb2_grpc.RouteServiceStub
 
 
+ResponseT = TypeVar("ResponseT", bound=Message)
+
+
+@dataclass(frozen=True)
+class _Rpc(Generic[ResponseT]):
+    """One unary method of the rmq.v1 contract as the client calls it: its name (for error
+    messages), its stub method on a connection and the response it answers with."""
+
+    name: str
+    method: Callable[[_Connection], Callable[..., Any]]
+    response: type[ResponseT]
+
+    def invoke(self, connection: _Connection, request: Message, timeout: float) -> ResponseT:
+        response: ResponseT = self.method(connection)(request, timeout=timeout)
+        return response
+
+
+_BROWSE_MESSAGES = _Rpc("BrowseMessages", lambda c: c.admin.BrowseMessages, rmq_pb2.PullMessageResponse)
+_CONSUMER_SEND_MSG_BACK = _Rpc("ConsumerSendMsgBack", lambda c: c.messaging.ConsumerSendMsgBack,
+                               rmq_pb2.ConsumerSendMsgBackResponse)
+_CREATE_TOPIC = _Rpc("CreateTopic", lambda c: c.admin.CreateTopic, rmq_pb2.CreateTopicResponse)
+_DELETE_TOPIC = _Rpc("DeleteTopic", lambda c: c.admin.DeleteTopic, rmq_pb2.DeleteTopicResponse)
+_GET_CONSUMER_LIST = _Rpc("GetConsumerList", lambda c: c.messaging.GetConsumerList,
+                          rmq_pb2.GetConsumerListResponse)
+_GET_TOPIC_OFFSETS = _Rpc("GetTopicOffsets", lambda c: c.messaging.GetTopicOffsets,
+                          rmq_pb2.GetTopicOffsetsResponse)
+_HEARTBEAT = _Rpc("Heartbeat", lambda c: c.messaging.Heartbeat, rmq_pb2.HeartbeatResponse)
+_LIST_BROKERS = _Rpc("ListBrokers", lambda c: c.route.ListBrokers, rmq_pb2.ListBrokersResponse)
+_LIST_TOPICS = _Rpc("ListTopics", lambda c: c.route.ListTopics, rmq_pb2.ListTopicsResponse)
+_LOCK_BATCH_MQ = _Rpc("LockBatchMQ", lambda c: c.messaging.LockBatchMQ, rmq_pb2.LockBatchResponse)
+_PULL_MESSAGE = _Rpc("PullMessage", lambda c: c.messaging.PullMessage, rmq_pb2.PullMessageResponse)
+_QUERY_CONSUMER_OFFSETS = _Rpc("QueryConsumerOffsets", lambda c: c.messaging.QueryConsumerOffsets,
+                               rmq_pb2.QueryConsumerOffsetsResponse)
+_QUERY_ROUTE = _Rpc("QueryRoute", lambda c: c.route.QueryRoute, rmq_pb2.QueryRouteResponse)
+_REMOVE_CONSUMER_OFFSETS = _Rpc("RemoveConsumerOffsets", lambda c: c.messaging.RemoveConsumerOffsets,
+                                rmq_pb2.RemoveConsumerOffsetsResponse)
+_SEARCH_OFFSET = _Rpc("SearchOffset", lambda c: c.messaging.SearchOffset, rmq_pb2.SearchOffsetResponse)
+_SEND_MESSAGE = _Rpc("SendMessage", lambda c: c.messaging.SendMessage, rmq_pb2.SendMessageResponse)
+_UNLOCK_BATCH_MQ = _Rpc("UnlockBatchMQ", lambda c: c.messaging.UnlockBatchMQ, rmq_pb2.UnlockBatchResponse)
+_UNREGISTER_CLIENT = _Rpc("UnregisterClient", lambda c: c.messaging.UnregisterClient,
+                          rmq_pb2.UnregisterClientResponse)
+_UPDATE_CONSUMER_OFFSETS = _Rpc("UpdateConsumerOffsets", lambda c: c.messaging.UpdateConsumerOffsets,
+                                rmq_pb2.UpdateConsumerOffsetsResponse)
+_UPDATE_TOPIC = _Rpc("UpdateTopic", lambda c: c.admin.UpdateTopic, rmq_pb2.UpdateTopicResponse)
+
+
 class RmqClient:
     """Client for the brokers and name servers named by `endpoints` ("host:port[,host:port]").
 
@@ -184,7 +231,7 @@ class RmqClient:
 
     def query_route(self, topic: str) -> TopicRoute:
         """The topic's route from the first endpoint that knows it (name server or broker)."""
-        response = self._ask_endpoints("QueryRoute", rmq_pb2.QueryRouteRequest(topic=topic),
+        response = self._ask_endpoints(_QUERY_ROUTE, rmq_pb2.QueryRouteRequest(topic=topic),
                                        try_next_on=(rmq_pb2.TOPIC_NOT_EXIST,))
         route = TopicRoute.from_proto(topic, response)
         with self._lock:
@@ -195,7 +242,7 @@ class RmqClient:
     def list_topics(self) -> list[TopicConfig]:
         """Topics known to any endpoint, sorted by name (queue numbers are per broker)."""
         topics: dict[str, TopicConfig] = {}
-        for response in self._ask_all_endpoints("ListTopics", rmq_pb2.ListTopicsRequest()):
+        for response in self._ask_all_endpoints(_LIST_TOPICS, rmq_pb2.ListTopicsRequest()):
             for t in response.topics:
                 topics.setdefault(t.topic_name, TopicConfig.from_proto(t))
         return [topics[name] for name in sorted(topics)]
@@ -203,7 +250,7 @@ class RmqClient:
     def list_brokers(self) -> dict[str, str]:
         """Every broker known to the endpoints: name -> address, sorted by name."""
         brokers: dict[str, str] = {}
-        for response in self._ask_all_endpoints("ListBrokers", rmq_pb2.ListBrokersRequest()):
+        for response in self._ask_all_endpoints(_LIST_BROKERS, rmq_pb2.ListBrokersRequest()):
             brokers.update((b.broker_name, b.address) for b in response.brokers)
         with self._lock:
             self._broker_addresses.update(brokers)
@@ -219,7 +266,7 @@ class RmqClient:
                                      perm=perm)
         self._forget_route(topic)
         self._on_each_broker(
-            brokers, lambda name, address: self._call(address, "admin", "CreateTopic",
+            brokers, lambda name, address: self._call(address, _CREATE_TOPIC,
                                                       rmq_pb2.CreateTopicRequest(config=config), name))
         return list(brokers)
 
@@ -234,7 +281,7 @@ class RmqClient:
         def update(name: str, address: str) -> None:
             config = rmq_pb2.TopicConfig(topic_name=topic, read_queue_nums=queues, write_queue_nums=queues,
                                          perm=perms[name] if perm is None else perm)
-            self._call(address, "admin", "UpdateTopic", rmq_pb2.UpdateTopicRequest(config=config), name)
+            self._call(address, _UPDATE_TOPIC, rmq_pb2.UpdateTopicRequest(config=config), name)
 
         self._on_each_broker(route.brokers, update)
         return list(route.brokers)
@@ -244,7 +291,7 @@ class RmqClient:
         route = self.query_route(topic)
         self._forget_route(topic)
         self._on_each_broker(
-            route.brokers, lambda name, address: self._call(address, "admin", "DeleteTopic",
+            route.brokers, lambda name, address: self._call(address, _DELETE_TOPIC,
                                                             rmq_pb2.DeleteTopicRequest(topic=topic), name))
 
     # ------------------------------------------------------------ sending
@@ -264,7 +311,7 @@ class RmqClient:
                         for chunk in _chunks([m.to_proto() for m in messages], self.max_request_bytes))
         for request in requests:
             try:
-                response = self._call(address, "messaging", "SendMessage", request, name)
+                response = self._call(address, _SEND_MESSAGE, request, name)
             except RmqError as error:
                 error.acknowledged = len(result.msg_ids)
                 if isinstance(error, RmqUnavailable) or error.code == rmq_pb2.TOPIC_NOT_EXIST:
@@ -294,7 +341,7 @@ class RmqClient:
         message_decoder.decode."""
         request, deadline = self._pull_request(mq, offset, max_messages, group, sub_expression,
                                                 suspend_timeout_ms, commit_offset, max_bytes, timeout)
-        response = self._call(self._broker_address(mq.broker_name), "messaging", "PullMessage", request,
+        response = self._call(self._broker_address(mq.broker_name), _PULL_MESSAGE, request,
                               mq.broker_name, queue=mq, timeout=deadline)
         return _pull_result(response)
 
@@ -352,7 +399,7 @@ class RmqClient:
         """Min/max offset and last store time of every queue of the topic, sorted by queue."""
         offsets: dict[MessageQueue, QueueOffsets] = {}
         for name, address in self._route(topic).brokers.items():
-            response = self._topic_call(topic, address, "GetTopicOffsets",
+            response = self._topic_call(topic, address, _GET_TOPIC_OFFSETS,
                                         rmq_pb2.GetTopicOffsetsRequest(topic=topic), name)
             for q in response.queues:
                 offsets[MessageQueue(topic, name, q.queue_id)] = QueueOffsets(
@@ -362,7 +409,7 @@ class RmqClient:
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         """Earliest offset stored at or after `timestamp_ms` (max offset when all are older)."""
         request = rmq_pb2.SearchOffsetRequest(topic=mq.topic, queue_id=mq.queue_id, timestamp=timestamp_ms)
-        return self._call(self._broker_address(mq.broker_name), "messaging", "SearchOffset", request,
+        return self._call(self._broker_address(mq.broker_name), _SEARCH_OFFSET, request,
                           mq.broker_name, queue=mq).offset
 
     def query_consumer_offsets(self, group: str, topic: str = "") -> dict[MessageQueue, int]:
@@ -371,7 +418,7 @@ class RmqClient:
         request = rmq_pb2.QueryConsumerOffsetsRequest(consumer_group=group, topic=topic)
         offsets: dict[MessageQueue, int] = {}
         for name, address in brokers.items():
-            response = self._call(address, "messaging", "QueryConsumerOffsets", request, name,
+            response = self._call(address, _QUERY_CONSUMER_OFFSETS, request, name,
                                   ok_codes=(rmq_pb2.QUERY_NOT_FOUND,))
             offsets.update((MessageQueue(o.topic, name, o.queue_id), o.offset) for o in response.offsets)
         return dict(sorted(offsets.items()))
@@ -383,14 +430,14 @@ class RmqClient:
                 consumer_group=group, increase_only=increase_only,
                 offsets=[rmq_pb2.ConsumerOffset(topic=mq.topic, queue_id=mq.queue_id, offset=offsets[mq])
                          for mq in mqs])
-            self._call(self._broker_address(name), "messaging", "UpdateConsumerOffsets", request, name)
+            self._call(self._broker_address(name), _UPDATE_CONSUMER_OFFSETS, request, name)
 
     def remove_consumer_offsets(self, group: str, mqs: Iterable[MessageQueue]) -> None:
         for name, queues in _by_broker(mqs).items():
             request = rmq_pb2.RemoveConsumerOffsetsRequest(
                 consumer_group=group,
                 offsets=[rmq_pb2.ConsumerOffset(topic=mq.topic, queue_id=mq.queue_id) for mq in queues])
-            self._call(self._broker_address(name), "messaging", "RemoveConsumerOffsets", request, name)
+            self._call(self._broker_address(name), _REMOVE_CONSUMER_OFFSETS, request, name)
 
     # ------------------------------------------------------------ membership and locks
 
@@ -403,13 +450,13 @@ class RmqClient:
             subscriptions=[rmq_pb2.Subscription(topic=t, sub_expression=s) for t, s in subscriptions.items()])
         self._on_each_broker(
             self.list_brokers(),
-            lambda name, address: self._call(address, "messaging", "Heartbeat", request, name))
+            lambda name, address: self._call(address, _HEARTBEAT, request, name))
 
     def unregister(self, client_id: str, group: str) -> None:
         request = rmq_pb2.UnregisterClientRequest(client_id=client_id, consumer_group=group)
         self._on_each_broker(
             self.list_brokers(),
-            lambda name, address: self._call(address, "messaging", "UnregisterClient", request, name))
+            lambda name, address: self._call(address, _UNREGISTER_CLIENT, request, name))
 
     def consumer_list(self, group: str, topic: str) -> list[str]:
         """The group's live client ids, sorted, from the first reachable broker holding the topic."""
@@ -417,7 +464,7 @@ class RmqClient:
         unavailable: RmqUnavailable | None = None
         for name, address in self._route(topic).brokers.items():
             try:
-                return sorted(self._call(address, "messaging", "GetConsumerList", request, name).client_ids)
+                return sorted(self._call(address, _GET_CONSUMER_LIST, request, name).client_ids)
             except RmqUnavailable as error:
                 unavailable = error
         raise unavailable or RmqError(rmq_pb2.TOPIC_NOT_EXIST, f"no broker holds topic {topic}")
@@ -430,7 +477,7 @@ class RmqClient:
             request = rmq_pb2.LockBatchRequest(consumer_group=group, client_id=client_id,
                                                queues=[_mq_proto(mq) for mq in queues])
             try:
-                response = self._call(self._broker_address(name), "messaging", "LockBatchMQ", request, name)
+                response = self._call(self._broker_address(name), _LOCK_BATCH_MQ, request, name)
             except RmqUnavailable:
                 continue
             locked.update(MessageQueue(q.topic, q.broker_name, q.queue_id) for q in response.locked_queues)
@@ -441,7 +488,7 @@ class RmqClient:
         self._on_each_broker(
             {name: self._broker_address(name) for name in grouped},
             lambda name, address: self._call(
-                address, "messaging", "UnlockBatchMQ",
+                address, _UNLOCK_BATCH_MQ,
                 rmq_pb2.UnlockBatchRequest(consumer_group=group, client_id=client_id,
                                            queues=[_mq_proto(mq) for mq in grouped[name]]),
                 name))
@@ -455,14 +502,14 @@ class RmqClient:
         request = rmq_pb2.ConsumerSendMsgBackRequest(
             consumer_group=group, commit_log_offset=commit_log_offset, delay_level=delay_level,
             origin_msg_id=origin_msg_id, origin_topic=origin_topic, max_reconsume_times=max_reconsume_times)
-        return self._call(self._broker_address(broker_name), "messaging", "ConsumerSendMsgBack", request,
+        return self._call(self._broker_address(broker_name), _CONSUMER_SEND_MSG_BACK, request,
                           broker_name)
 
     def browse_messages(self, mq: MessageQueue, offset: int, max_messages: int) -> PullResult:
         """Admin read of a queue whatever its topic's permission (a DLQ is write-only)."""
         request = rmq_pb2.BrowseMessagesRequest(topic=mq.topic, queue_id=mq.queue_id, offset=offset,
                                                 max_messages=max_messages)
-        response = self._call(self._broker_address(mq.broker_name), "admin", "BrowseMessages", request,
+        response = self._call(self._broker_address(mq.broker_name), _BROWSE_MESSAGES, request,
                               mq.broker_name, queue=mq)
         return _pull_result(response)
 
@@ -492,38 +539,39 @@ class RmqClient:
                 self._connections[address] = connection
             return connection
 
-    def _call(self, address: str, service: str, method: str, request: Any, broker_name: str | None = None,
+    def _call(self, address: str, rpc: _Rpc[ResponseT], request: Message, broker_name: str | None = None,
               *, queue: MessageQueue | None = None, timeout: float | None = None,
-              ok_codes: tuple[int, ...] = ()) -> Any:
+              ok_codes: tuple[int, ...] = ()) -> ResponseT:
         """One unary call; non-OK Status -> RmqError, transport failure -> RmqUnavailable."""
         label = f"{broker_name} at {address}" if broker_name else address
-        stub = getattr(self._connection(address), service)
         try:
-            response = getattr(stub, method)(request, timeout=timeout or self.timeout)
+            response = rpc.invoke(self._connection(address), request, timeout or self.timeout)
         except grpc.RpcError as error:
-            raise _transport_error(error, method, label, queue) from None
-        status = response.status
+            raise _transport_error(error, rpc.name, label, queue) from None
+        status = response.status  # type: ignore[attr-defined]  # every rmq.v1 unary response has one
         if status.code != rmq_pb2.OK and status.code not in ok_codes:
-            raise RmqError(status.code, status.message or f"{method} refused", broker=label, queue=queue)
+            raise RmqError(status.code, status.message or f"{rpc.name} refused", broker=label, queue=queue)
         return response
 
-    def _topic_call(self, topic: str, address: str, method: str, request: Any, broker_name: str) -> Any:
+    def _topic_call(self, topic: str, address: str, rpc: _Rpc[ResponseT], request: Message,
+                    broker_name: str) -> ResponseT:
         """A call located through a cached route: a stale route is dropped when it fails."""
         try:
-            return self._call(address, "messaging", method, request, broker_name)
+            return self._call(address, rpc, request, broker_name)
         except RmqError as error:
             if isinstance(error, RmqUnavailable) or error.code == rmq_pb2.TOPIC_NOT_EXIST:
                 self._forget_route(topic)
             raise
 
-    def _ask_endpoints(self, method: str, request: Any, try_next_on: tuple[int, ...]) -> Any:
+    def _ask_endpoints(self, rpc: _Rpc[ResponseT], request: Message,
+                       try_next_on: tuple[int, ...]) -> ResponseT:
         """The first OK answer among the endpoints, in order. An unreachable endpoint, or one
         answering a `try_next_on` code, passes the question on to the next."""
         refusal: RmqError | None = None
         failures: list[RmqUnavailable] = []
         for address in self.endpoints:
             try:
-                return self._call(address, "route", method, request)
+                return self._call(address, rpc, request)
             except RmqUnavailable as error:
                 failures.append(error)
             except RmqError as error:
@@ -534,14 +582,14 @@ class RmqClient:
             raise refusal
         raise _all_unreachable(failures)
 
-    def _ask_all_endpoints(self, method: str, request: Any) -> list[Any]:
+    def _ask_all_endpoints(self, rpc: _Rpc[ResponseT], request: Message) -> list[ResponseT]:
         """The answers of every reachable endpoint (brokers named directly each know only
         themselves); RmqUnavailable when none answers."""
-        answers: list[Any] = []
+        answers: list[ResponseT] = []
         failures: list[RmqUnavailable] = []
         for address in self.endpoints:
             try:
-                answers.append(self._call(address, "route", method, request))
+                answers.append(self._call(address, rpc, request))
             except RmqUnavailable as error:
                 failures.append(error)
         if not answers:

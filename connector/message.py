@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 from rmq import message_format as mf
 from rmq import retry
 from rmq.connector.client import MessageQueue, OutgoingMessage
-from rmq.stored_message import decode_records, offset_msg_id
 from rmq.v1 import rmq_pb2
 
-DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024   # DefaultMQProducer.maxMessageSize (body bytes)
+DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024  # DefaultMQProducer.maxMessageSize (body bytes)
 
 
 @dataclass
@@ -51,64 +50,124 @@ class Message:
             raise ValueError(f"delay_level must not be negative, not {self.delay_level}")
 
     def to_outgoing(self, queue_id: int | None = None) -> OutgoingMessage:
-        return OutgoingMessage(bytes(self.body), self.tags, self.keys_text, dict(self.properties),
-                               queue_id=queue_id, delay_level=self.delay_level)
+        return OutgoingMessage(
+            bytes(self.body),
+            self.tags,
+            self.keys_text,
+            dict(self.properties),
+            queue_id=queue_id,
+            delay_level=self.delay_level,
+        )
 
 
-@dataclass
+@dataclass(slots=True)
 class MessageExt:
     """A received message. `topic` is the original topic even for a retried copy;
     `reconsume_times` counts earlier failed attempts; `commit_log_offset` names the stored
-    record for send-back."""
+    record for send-back. Tags, keys and the message id are read on demand."""
 
     topic: str
     body: bytes
-    tags: str
-    keys: str
     properties: dict[str, str]
-    msg_id: str
     queue_id: int
     queue_offset: int
     commit_log_offset: int
     reconsume_times: int
-    born_timestamp: int              # epoch ms
-    store_timestamp: int             # epoch ms
-    broker_name: str
-    message_queue: MessageQueue      # the queue it was pulled from (the retry topic's, for a retry)
+    born_timestamp: int  # epoch ms
+    store_timestamp: int  # epoch ms
+    store_host: bytes
+    message_queue: MessageQueue  # the queue it was pulled from (the retry topic's, for a retry)
     store_size: int
+
+    @property
+    def tags(self) -> str:
+        return self.properties.get(mf.PROPERTY_TAGS, "")
+
+    @property
+    def keys(self) -> str:
+        return self.properties.get(mf.PROPERTY_KEYS, "")
+
+    @property
+    def broker_name(self) -> str:
+        return self.message_queue.broker_name
+
+    @property
+    def msg_id(self) -> str:
+        """The offset message id: store host and CommitLog offset."""
+        return mf.message_id(self.store_host, self.commit_log_offset)
 
     @property
     def origin_msg_id(self) -> str:
         """The id of the first copy (a retried copy carries it in ORIGIN_MESSAGE_ID)."""
-        return self.properties.get(retry.PROPERTY_ORIGIN_MESSAGE_ID, self.msg_id)
+        return self.properties.get(retry.PROPERTY_ORIGIN_MESSAGE_ID) or self.msg_id
+
+
+_PROPERTIES_CACHE_SIZE = 1024
 
 
 def decode_messages(packed: rmq_pb2.PackedMessages, mq: MessageQueue) -> list[MessageExt]:
-    """Every record of one pull from `mq` as a MessageExt."""
+    """Every record of one pull from `mq` as a MessageExt: the per-message hot path of a
+    PushConsumer, so it reads the header with the layout's one struct (rmq.message_format
+    HEADER) and walks body, topic and properties itself (rmq.stored_message does the same for
+    the broker's slow paths), decoding each distinct topic and properties field once."""
     if not packed.count:
         return []
-    sizes = struct.unpack(f"<{packed.count}i", packed.sizes)   # little-endian int32 (PackedMessages)
+    buffer = packed.records
+    sizes = struct.unpack(f"<{packed.count}i", packed.sizes)  # little-endian int32 (PackedMessages)
+    unpack_header = mf.HEADER.unpack_from
+    topics: dict[bytes, str] = {}
+    properties_of: dict[bytes, dict[str, str]] = {}
     result = []
-    for stored, size in zip(decode_records(packed.records, sizes), sizes, strict=True):
-        properties = stored.properties
-        topic = stored.topic
+    position = 0
+    for size in sizes:
+        (
+            _,
+            _,
+            _,
+            queue_id,
+            _,
+            queue_offset,
+            physical_offset,
+            _,
+            born_timestamp,
+            _,
+            store_timestamp,
+            store_host,
+            reconsume_times,
+            _,
+            body_length,
+        ) = unpack_header(buffer, position)
+        cursor = position + mf.BODY_POS
+        body = buffer[cursor : cursor + body_length]
+        cursor += body_length
+        end = cursor + 1 + buffer[cursor]
+        raw_topic = buffer[cursor + 1 : end]
+        properties_end = end + 2 + int.from_bytes(buffer[end : end + 2], "big")
+        raw_properties = buffer[end + 2 : properties_end]
+        topic = topics.get(raw_topic) or topics.setdefault(raw_topic, raw_topic.decode())
+        cached = properties_of.get(raw_properties)
+        if cached is None:
+            cached = mf.decode_properties(raw_properties.decode())
+            if len(properties_of) < _PROPERTIES_CACHE_SIZE:
+                properties_of[raw_properties] = cached
+        properties = dict(cached)
         if retry.is_group_copy_topic(topic):
             topic = properties.get(retry.PROPERTY_RETRY_TOPIC, topic)
-        result.append(MessageExt(
-            topic=topic,
-            body=stored.body,
-            tags=properties.get(mf.PROPERTY_TAGS, ""),
-            keys=properties.get(mf.PROPERTY_KEYS, ""),
-            properties=properties,
-            msg_id=offset_msg_id(stored),
-            queue_id=stored.queue_id,
-            queue_offset=stored.queue_offset,
-            commit_log_offset=stored.physical_offset,
-            reconsume_times=stored.reconsume_times,
-            born_timestamp=stored.born_timestamp,
-            store_timestamp=stored.store_timestamp,
-            broker_name=mq.broker_name,
-            message_queue=mq,
-            store_size=int(size),
-        ))
+        result.append(
+            MessageExt(
+                topic,
+                body,
+                properties,
+                queue_id,
+                queue_offset,
+                physical_offset,
+                reconsume_times,
+                born_timestamp,
+                store_timestamp,
+                store_host,
+                mq,
+                size,
+            )
+        )
+        position += size
     return result

@@ -2,16 +2,18 @@
 §2.2; consumption-longpolling-offsets §4.3, §12.4).
 
 It holds the pulled messages not yet consumed, keyed by queue offset. Pulls put messages in
-increasing offset order, so an insertion-ordered dict is the sorted map: its first key is the
-smallest offset still held. `remove_message` returns that offset (or, once empty, the
-largest offset ever put + 1): the smallest-offset rule that keeps a slow message from
-letting progress run past it. Count, size and span feed the pull flow control (TV-7).
+increasing offset order, so the sorted map is a dict plus a deque of the offsets in order,
+whose ends are trimmed lazily of removed offsets (O(1) amortized smallest / largest key).
+`remove_message` returns the smallest offset still held (or, once empty, the largest offset
+ever put + 1): the smallest-offset rule that keeps a slow message from letting progress run
+past it. Count, size and span feed the pull flow control (TV-7).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 
 from rmq.connector.message import MessageExt
@@ -24,7 +26,8 @@ class ProcessQueue:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._lock = threading.Lock()
-        self._messages: dict[int, MessageExt] = {}   # queue offset -> message, ascending
+        self._messages: dict[int, MessageExt] = {}   # queue offset -> message
+        self._order: deque[int] = deque()             # offsets put, ascending (removed ones trimmed lazily)
         self._consume_started: dict[int, float] = {}  # queue offset -> clock() when handed out
         self.msg_count = 0
         self.msg_size = 0                 # body bytes held
@@ -39,6 +42,10 @@ class ProcessQueue:
                 if message.queue_offset in self._messages:
                     continue
                 self._messages[message.queue_offset] = message
+                if self._order and message.queue_offset < self._order[-1]:
+                    self._order = deque(sorted([*self._order, message.queue_offset]))
+                else:
+                    self._order.append(message.queue_offset)
                 self.msg_count += 1
                 self.msg_size += len(message.body)
                 self.queue_offset_max = max(self.queue_offset_max, message.queue_offset)
@@ -56,15 +63,27 @@ class ProcessQueue:
                     self.msg_count -= 1
                     self.msg_size -= len(removed.body)
             if self._messages:
-                return next(iter(self._messages))
+                return self._first()
+            self._order.clear()
             return self.queue_offset_max + 1
+
+    def _first(self) -> int:
+        """The smallest offset held (the lock is held, the map is not empty)."""
+        while self._order[0] not in self._messages:
+            self._order.popleft()
+        return self._order[0]
+
+    def _last(self) -> int:
+        while self._order[-1] not in self._messages:
+            self._order.pop()
+        return self._order[-1]
 
     def max_span(self) -> int:
         """Largest minus smallest offset held (0 when empty)."""
         with self._lock:
             if not self._messages:
                 return 0
-            return next(reversed(self._messages)) - next(iter(self._messages))
+            return self._last() - self._first()
 
     def is_pull_expired(self) -> bool:
         return (self._clock() - self.last_pull_timestamp) * 1000 > PULL_MAX_IDLE_TIME_MS
@@ -83,7 +102,7 @@ class ProcessQueue:
         with self._lock:
             if not self._messages:
                 return None
-            offset = next(iter(self._messages))
+            offset = self._first()
             started = self._consume_started.get(offset)
             if started is None or self._clock() - started <= consume_timeout_s:
                 return None
@@ -91,4 +110,4 @@ class ProcessQueue:
 
     def held_offsets(self) -> list[int]:
         with self._lock:
-            return list(self._messages)
+            return sorted(self._messages)

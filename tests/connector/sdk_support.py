@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from rmq import message_format as mf
 from rmq.connector.client import MessageQueue, RmqError
 from rmq.connector.message import MessageExt
 from rmq.connector.scheduled_executor import ScheduledExecutor
@@ -13,20 +14,18 @@ MQ = MessageQueue("TopicTest", "broker-a", 0)
 
 
 def message(offset: int, body: bytes = b"x", mq: MessageQueue = MQ, tags: str = "") -> MessageExt:
+    properties = {mf.PROPERTY_TAGS: tags} if tags else {}
     return MessageExt(
         topic=mq.topic,
         body=body,
-        tags=tags,
-        keys="",
-        properties={},
-        msg_id=f"ID{offset}",
+        properties=properties,
         queue_id=mq.queue_id,
         queue_offset=offset,
         commit_log_offset=1000 + offset,
         reconsume_times=0,
         born_timestamp=0,
         store_timestamp=0,
-        broker_name=mq.broker_name,
+        store_host=bytes(8),
         message_queue=mq,
         store_size=100,
     )

@@ -71,6 +71,8 @@ class Harness:
             send_message_back=self.send_back,
             scheduler=self.scheduler,
         )
+        self.service.start(lambda: [self.pq])
+        self.scheduler.scheduled.clear()   # the periodic consume-timeout clean-up
         self.pq = ProcessQueue()
 
     def send_back(self, msg: MessageExt, level: int) -> bool:
