@@ -16,7 +16,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -40,6 +40,10 @@ _COLUMN_FRAMING_BYTES = 16                    # a body length, tag and key prefi
 
 
 _UNAVAILABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+MASTER_ID = 0
+# SYNC_MASTER: stored on the master, no slave confirmed it (DESIGN.md Replication); the send succeeded
+STORED_ON_MASTER_ONLY = (rmq_pb2.FLUSH_SLAVE_TIMEOUT, rmq_pb2.SLAVE_NOT_AVAILABLE)
+MEMBER_DOWN_SECONDS = 5.0   # a broker that did not answer is passed over for this long
 
 
 # ---------------------------------------------------------------- records
@@ -56,11 +60,27 @@ class QueueData:
 
 
 @dataclass(frozen=True)
+class BrokerMember:
+    """One member of a broker group (DESIGN.md Replication): id 0 the master, 1.. slaves."""
+
+    broker_id: int
+    address: str
+    role: int                                 # rmq_pb2.BrokerRole
+
+
+def group_members(data: rmq_pb2.BrokerData) -> tuple[BrokerMember, ...]:
+    """The members a BrokerData lists (an older broker lists none: its address is the master)."""
+    members = tuple(BrokerMember(m.broker_id, m.address, m.role) for m in data.members)
+    return members or (BrokerMember(MASTER_ID, data.address, rmq_pb2.ASYNC_MASTER),)
+
+
+@dataclass(frozen=True)
 class TopicRoute:
     topic: str
-    brokers: dict[str, str]                   # broker name -> address
+    brokers: dict[str, str]                   # broker name -> address (the master's when it is up)
     queue_datas: tuple[QueueData, ...]
     message_queues: tuple[MessageQueue, ...]  # readable queues, sorted
+    members: dict[str, tuple[BrokerMember, ...]] = field(default_factory=dict)   # by broker name
 
     @classmethod
     def from_proto(cls, topic: str, response: rmq_pb2.QueryRouteResponse) -> TopicRoute:
@@ -78,8 +98,10 @@ class TopicRoute:
             if q.perm & PERM_READ
             for queue_id in range(q.read_queue_nums)
         )
-        brokers = {b.broker_name: b.address for b in sorted(response.brokers, key=lambda b: b.broker_name)}
-        return cls(topic, brokers, queue_datas, tuple(queues))
+        ordered = sorted(response.brokers, key=lambda b: b.broker_name)
+        brokers = {b.broker_name: b.address for b in ordered}
+        members = {b.broker_name: group_members(b) for b in ordered}
+        return cls(topic, brokers, queue_datas, tuple(queues), members)
 
     def writable_brokers(self) -> list[str]:
         return [q.broker_name for q in self.queue_datas if q.perm & PERM_WRITE and q.write_queue_nums > 0]
@@ -112,6 +134,7 @@ class SendResult:
     queue_ids: list[int]
     queue_offsets: list[int]
     broker_name: str
+    status: int = rmq_pb2.OK    # FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE: stored on the master only
 
 
 @dataclass(frozen=True)
@@ -212,6 +235,9 @@ class RmqClient:
         self._lock = threading.Lock()
         self._connections: dict[str, _Connection] = {}
         self._broker_addresses: dict[str, str] = {}
+        self._members: dict[str, tuple[BrokerMember, ...]] = {}
+        self._pull_from: dict[MessageQueue, int] = {}       # pullFromWhichNodeTable (spec pull §12.4)
+        self._down_until: dict[str, float] = {}             # address -> monotonic time
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
         self._send_sequence = itertools.count()
 
@@ -236,8 +262,13 @@ class RmqClient:
         route = TopicRoute.from_proto(topic, response)
         with self._lock:
             self._broker_addresses.update(route.brokers)
+            self._members.update(route.members)
             self._routes[topic] = (time.monotonic(), route)
         return route
+
+    def route(self, topic: str) -> TopicRoute:
+        """The topic's route, cached for ROUTE_CACHE_SECONDS (dropped when a send to it fails)."""
+        return self._route(topic)
 
     def list_topics(self) -> list[TopicConfig]:
         """Topics known to any endpoint, sorted by name (queue numbers are per broker)."""
@@ -250,10 +281,13 @@ class RmqClient:
     def list_brokers(self) -> dict[str, str]:
         """Every broker known to the endpoints: name -> address, sorted by name."""
         brokers: dict[str, str] = {}
+        members: dict[str, tuple[BrokerMember, ...]] = {}
         for response in self._ask_all_endpoints(_LIST_BROKERS, rmq_pb2.ListBrokersRequest()):
             brokers.update((b.broker_name, b.address) for b in response.brokers)
+            members.update((b.broker_name, group_members(b)) for b in response.brokers)
         with self._lock:
             self._broker_addresses.update(brokers)
+            self._members.update(members)
         return dict(sorted(brokers.items()))
 
     def create_topic(self, topic: str, queues: int = 8, perm: int = PERM_READ | PERM_WRITE) -> list[str]:
@@ -300,7 +334,9 @@ class RmqClient:
              broker_name: str | None = None) -> SendResult:
         """Send to one broker (round-robin over the topic's writable brokers unless named),
         in as many requests as the size limit needs. A failing request raises RmqError whose
-        `acknowledged` counts the messages of earlier requests that were stored."""
+        `acknowledged` counts the messages of earlier requests that were stored. A SYNC_MASTER
+        that stored a request without a slave confirming it answers FLUSH_SLAVE_TIMEOUT or
+        SLAVE_NOT_AVAILABLE: the send succeeds and `status` says "stored on the master only"."""
         name = broker_name or self._pick_broker(topic)
         address = self._broker_address(name)
         result = SendResult([], [], [], name)
@@ -309,9 +345,11 @@ class RmqClient:
         else:
             requests = (rmq_pb2.SendMessageRequest(topic=topic, messages=chunk)
                         for chunk in _chunks([m.to_proto() for m in messages], self.max_request_bytes))
+        status = rmq_pb2.OK
         for request in requests:
             try:
-                response = self._call(address, _SEND_MESSAGE, request, name)
+                response = self._call(address, _SEND_MESSAGE, request, name,
+                                      ok_codes=STORED_ON_MASTER_ONLY)
             except RmqError as error:
                 error.acknowledged = len(result.msg_ids)
                 if isinstance(error, RmqUnavailable) or error.code == rmq_pb2.TOPIC_NOT_EXIST:
@@ -320,7 +358,8 @@ class RmqClient:
             result.msg_ids.extend(response.msg_ids)
             result.queue_ids.extend(response.queue_ids)
             result.queue_offsets.extend(response.queue_offsets)
-        return result
+            status = status or response.status.code
+        return replace(result, status=status) if status else result
 
     def _pick_broker(self, topic: str) -> str:
         writable = self._route(topic).writable_brokers()
@@ -341,8 +380,8 @@ class RmqClient:
         message_decoder.decode."""
         request, deadline = self._pull_request(mq, offset, max_messages, group, sub_expression,
                                                 suspend_timeout_ms, commit_offset, max_bytes, timeout)
-        response = self._call(self._broker_address(mq.broker_name), _PULL_MESSAGE, request,
-                              mq.broker_name, queue=mq, timeout=deadline)
+        response = self._read_call(mq.broker_name, _PULL_MESSAGE, request, queue=mq, timeout=deadline)
+        self._record_suggestion(mq, response.suggest_which_broker_id)
         return _pull_result(response)
 
     def pull_async(self, mq: MessageQueue, offset: int, max_messages: int, *, group: str,
@@ -354,7 +393,7 @@ class RmqClient:
         broker raises RmqUnavailable at once."""
         request, deadline = self._pull_request(mq, offset, max_messages, group, sub_expression,
                                                 suspend_timeout_ms, commit_offset, 0, None)
-        address = self._broker_address(mq.broker_name)
+        address = self._read_address(mq.broker_name, mq)
         label = f"{mq.broker_name} at {address}"
         future = self._connection(address).messaging.PullMessage.future(request, timeout=deadline)
 
@@ -362,7 +401,10 @@ class RmqClient:
             try:
                 response = call.result()
             except grpc.RpcError as error:
-                callback(None, _transport_error(error, "PullMessage", label, mq))
+                failure = _transport_error(error, "PullMessage", label, mq)
+                if isinstance(failure, RmqUnavailable):
+                    self._mark_down(address)    # the next pull goes to another member of the group
+                callback(None, failure)
                 return
             except grpc.FutureCancelledError:
                 callback(None, RmqUnavailable("PullMessage cancelled", broker=label, queue=mq))
@@ -371,6 +413,7 @@ class RmqClient:
                 refusal = response.status.message or "PullMessage refused"
                 callback(None, RmqError(response.status.code, refusal, broker=label, queue=mq))
                 return
+            self._record_suggestion(mq, response.suggest_which_broker_id)
             callback(_pull_result(response), None)
 
         future.add_done_callback(done)
@@ -398,8 +441,8 @@ class RmqClient:
     def topic_offsets(self, topic: str) -> dict[MessageQueue, QueueOffsets]:
         """Min/max offset and last store time of every queue of the topic, sorted by queue."""
         offsets: dict[MessageQueue, QueueOffsets] = {}
-        for name, address in self._route(topic).brokers.items():
-            response = self._topic_call(topic, address, _GET_TOPIC_OFFSETS,
+        for name in self._route(topic).brokers:
+            response = self._topic_call(topic, self._read_address(name), _GET_TOPIC_OFFSETS,
                                         rmq_pb2.GetTopicOffsetsRequest(topic=topic), name)
             for q in response.queues:
                 offsets[MessageQueue(topic, name, q.queue_id)] = QueueOffsets(
@@ -409,17 +452,16 @@ class RmqClient:
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         """Earliest offset stored at or after `timestamp_ms` (max offset when all are older)."""
         request = rmq_pb2.SearchOffsetRequest(topic=mq.topic, queue_id=mq.queue_id, timestamp=timestamp_ms)
-        return self._call(self._broker_address(mq.broker_name), _SEARCH_OFFSET, request,
-                          mq.broker_name, queue=mq).offset
+        return self._read_call(mq.broker_name, _SEARCH_OFFSET, request, queue=mq).offset
 
     def query_consumer_offsets(self, group: str, topic: str = "") -> dict[MessageQueue, int]:
         """The group's committed offsets (of one topic, or of all), sorted by queue."""
         brokers = self._route(topic).brokers if topic else self.list_brokers()
         request = rmq_pb2.QueryConsumerOffsetsRequest(consumer_group=group, topic=topic)
         offsets: dict[MessageQueue, int] = {}
-        for name, address in brokers.items():
-            response = self._call(address, _QUERY_CONSUMER_OFFSETS, request, name,
-                                  ok_codes=(rmq_pb2.QUERY_NOT_FOUND,))
+        for name in brokers:
+            response = self._read_call(name, _QUERY_CONSUMER_OFFSETS, request,
+                                       ok_codes=(rmq_pb2.QUERY_NOT_FOUND,))
             offsets.update((MessageQueue(o.topic, name, o.queue_id), o.offset) for o in response.offsets)
         return dict(sorted(offsets.items()))
 
@@ -430,7 +472,7 @@ class RmqClient:
                 consumer_group=group, increase_only=increase_only,
                 offsets=[rmq_pb2.ConsumerOffset(topic=mq.topic, queue_id=mq.queue_id, offset=offsets[mq])
                          for mq in mqs])
-            self._call(self._broker_address(name), _UPDATE_CONSUMER_OFFSETS, request, name)
+            self._read_call(name, _UPDATE_CONSUMER_OFFSETS, request)   # where the group reads
 
     def remove_consumer_offsets(self, group: str, mqs: Iterable[MessageQueue]) -> None:
         for name, queues in _by_broker(mqs).items():
@@ -619,6 +661,48 @@ class RmqClient:
         with self._lock:
             self._routes.pop(topic, None)
 
+    # ------------------------------------------------------------ broker groups (DESIGN.md Replication)
+
+    def _read_call(self, broker_name: str, rpc: _Rpc[ResponseT], request: Message, *,
+                   queue: MessageQueue | None = None, timeout: float | None = None,
+                   ok_codes: tuple[int, ...] = ()) -> ResponseT:
+        """A read-side call (pull, offsets) to the member `_read_address` picks; a member that
+        does not answer is passed over for a while and the call goes once to the next one (a
+        slave while the master is down)."""
+        address = self._read_address(broker_name, queue)
+        try:
+            return self._call(address, rpc, request, broker_name, queue=queue, timeout=timeout,
+                              ok_codes=ok_codes)
+        except RmqUnavailable:
+            self._mark_down(address)
+            other = self._read_address(broker_name, queue)
+            if other == address:
+                raise
+        return self._call(other, rpc, request, broker_name, queue=queue, timeout=timeout, ok_codes=ok_codes)
+
+    def _read_address(self, broker_name: str, mq: MessageQueue | None = None) -> str:
+        """findBrokerAddressInSubscribe: the member the broker suggested for `mq` (spec pull
+        §12.4), else the master, else a slave, passing over members that did not answer lately."""
+        fallback = self._broker_address(broker_name)     # learns the members when they are unknown
+        now = time.monotonic()
+        with self._lock:
+            members = self._members.get(broker_name, ())
+            wanted = self._pull_from.get(mq, MASTER_ID) if mq is not None else MASTER_ID
+            down = {address for address, until in self._down_until.items() if until > now}
+        return choose_member(members, wanted, down) or fallback
+
+    def _record_suggestion(self, mq: MessageQueue, broker_id: int) -> None:
+        """processPullResult: remember which member to pull `mq` from next."""
+        with self._lock:
+            if broker_id == MASTER_ID:
+                self._pull_from.pop(mq, None)
+            else:
+                self._pull_from[mq] = broker_id
+
+    def _mark_down(self, address: str) -> None:
+        with self._lock:
+            self._down_until[address] = time.monotonic() + MEMBER_DOWN_SECONDS
+
     def _broker_address(self, broker_name: str) -> str:
         with self._lock:
             address = self._broker_addresses.get(broker_name)
@@ -632,6 +716,14 @@ class RmqClient:
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def choose_member(members: Sequence[BrokerMember], wanted: int, down: set[str]) -> str | None:
+    """The address of member `wanted` unless it is down, else the master's, else the live
+    member's with the lowest id; None when every member is down (or none is known)."""
+    ranked = sorted(members, key=lambda m: (m.broker_id != wanted, m.broker_id != MASTER_ID, m.broker_id))
+    live = [m for m in ranked if m.address not in down]
+    return live[0].address if live else None
 
 
 def _pull_result(response: rmq_pb2.PullMessageResponse) -> PullResult:
