@@ -6,19 +6,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import grpc
+
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.long_polling import PullRequestHoldService
 from rmq.broker_server.pull_message_processor import PullMessageProcessor
 from rmq.broker_server.status import OK, answers_with_status, rmq_pb2
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.store import MessageStore
 from rmq.v1 import rmq_pb2_grpc
 
 
 class AdminService(rmq_pb2_grpc.AdminServiceServicer):
     def __init__(
         self,
-        store,
+        store: MessageStore,
         executor: StoreExecutor,
         topics: TopicConfigManager,
         offsets: ConsumerOffsetManager,
@@ -37,19 +40,22 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         self.broker_status = broker_status
 
     @answers_with_status(rmq_pb2.CreateTopicResponse)
-    async def CreateTopic(self, request, context):
+    async def CreateTopic(self, request: rmq_pb2.CreateTopicRequest,
+                          context: grpc.aio.ServicerContext) -> rmq_pb2.CreateTopicResponse:
         await self.executor.run(self.topics.create, TopicConfig.from_proto(request.config))
         self.on_topics_changed()
         return rmq_pb2.CreateTopicResponse(status=OK)
 
     @answers_with_status(rmq_pb2.UpdateTopicResponse)
-    async def UpdateTopic(self, request, context):
+    async def UpdateTopic(self, request: rmq_pb2.UpdateTopicRequest,
+                          context: grpc.aio.ServicerContext) -> rmq_pb2.UpdateTopicResponse:
         await self.executor.run(self.topics.update, TopicConfig.from_proto(request.config))
         self.on_topics_changed()
         return rmq_pb2.UpdateTopicResponse(status=OK)
 
     @answers_with_status(rmq_pb2.DeleteTopicResponse)
-    async def DeleteTopic(self, request, context):
+    async def DeleteTopic(self, request: rmq_pb2.DeleteTopicRequest,
+                          context: grpc.aio.ServicerContext) -> rmq_pb2.DeleteTopicResponse:
         await self.executor.run(self.topics.delete, request.topic)
         await self.executor.run(self.store.delete_topic, request.topic)
         self.offsets.remove_topic(request.topic)
@@ -58,12 +64,14 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         return rmq_pb2.DeleteTopicResponse(status=OK)
 
     @answers_with_status(rmq_pb2.PullMessageResponse)
-    async def BrowseMessages(self, request, context):
+    async def BrowseMessages(self, request: rmq_pb2.BrowseMessagesRequest,
+                             context: grpc.aio.ServicerContext) -> rmq_pb2.PullMessageResponse:
         """Read a queue whatever the topic's permission (`rmq dlq list`: a DLQ is write-only)."""
         return await self.pull_processor.get_message(self.pull_processor.browse_query(request))
 
     @answers_with_status(rmq_pb2.BrokerStatusResponse)
-    async def GetBrokerStatus(self, request, context):
+    async def GetBrokerStatus(self, request: rmq_pb2.BrokerStatusRequest,
+                              context: grpc.aio.ServicerContext) -> rmq_pb2.BrokerStatusResponse:
         """Role, CommitLog offsets and replication state of this broker (`rmq broker status`)."""
         if self.broker_status is None:
             return rmq_pb2.BrokerStatusResponse(status=OK)

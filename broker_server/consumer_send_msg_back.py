@@ -102,7 +102,7 @@ def ensure_retry_topic(topics: TopicConfigManager, group: str, on_topics_changed
 
 
 class ConsumerSendMsgBackProcessor:
-    def __init__(self, store, topics: TopicConfigManager, executor: StoreExecutor, max_delay_level: int,
+    def __init__(self, store: MessageStore, topics: TopicConfigManager, executor: StoreExecutor, max_delay_level: int,
                  group_exists: Callable[[str], bool], on_topics_changed: Callable[[], None]) -> None:
         """`group_exists(group)` says whether the broker knows the group (live consumers or
         committed offsets): RocketMQ's subscription group lookup. `on_topics_changed` announces

@@ -105,7 +105,8 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
             self.ha.slave_acked(connection, report.max_offset)
 
     @answers_with_status(rmq_pb2.SlaveSynchronizeResponse)
-    async def SlaveSynchronize(self, request, context):
+    async def SlaveSynchronize(self, request: rmq_pb2.SlaveSynchronizeRequest,
+                               context: grpc.aio.ServicerContext) -> rmq_pb2.SlaveSynchronizeResponse:
         for item in request.committed_on_slave:
             self.offsets.commit_offset(item.consumer_group, item.topic, item.queue_id, item.offset,
                                        increase_only=True)

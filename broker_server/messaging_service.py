@@ -41,7 +41,7 @@ def to_message_queues(queues) -> list[MessageQueue]:
 class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
     def __init__(
         self,
-        store,
+        store: MessageStore,
         executor: StoreExecutor,
         topics: TopicConfigManager,
         send_processor: SendMessageProcessor,
@@ -64,15 +64,18 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
         self.watches = watches
 
     @answers_with_status(rmq_pb2.SendMessageResponse)
-    async def SendMessage(self, request, context):
+    async def SendMessage(self, request: rmq_pb2.SendMessageRequest,
+                          context: grpc.aio.ServicerContext) -> rmq_pb2.SendMessageResponse:
         return await self.send_processor.process(request, context.peer())
 
     @answers_with_status(rmq_pb2.PullMessageResponse)
-    async def PullMessage(self, request, context):
+    async def PullMessage(self, request: rmq_pb2.PullMessageRequest,
+                          context: grpc.aio.ServicerContext) -> rmq_pb2.PullMessageResponse:
         return await self.pull_processor.process(request)
 
     @answers_with_status(rmq_pb2.GetTopicOffsetsResponse)
-    async def GetTopicOffsets(self, request, context):
+    async def GetTopicOffsets(self, request: rmq_pb2.GetTopicOffsetsRequest,
+                              context: grpc.aio.ServicerContext) -> rmq_pb2.GetTopicOffsetsResponse:
         config = self.topics.require(request.topic)
         queues = await self.executor.run(self._queue_offsets, config)
         return rmq_pb2.GetTopicOffsetsResponse(status=OK, queues=queues)
@@ -90,7 +93,8 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
         ]
 
     @answers_with_status(rmq_pb2.SearchOffsetResponse)
-    async def SearchOffset(self, request, context):
+    async def SearchOffset(self, request: rmq_pb2.SearchOffsetRequest,
+                           context: grpc.aio.ServicerContext) -> rmq_pb2.SearchOffsetResponse:
         check_queue(self.topics.require(request.topic), request.queue_id)
         offset = await self.executor.run(
             self.store.get_offset_in_queue_by_time, request.topic, request.queue_id, request.timestamp
@@ -98,7 +102,8 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
         return rmq_pb2.SearchOffsetResponse(status=OK, offset=offset)
 
     @answers_with_status(rmq_pb2.QueryConsumerOffsetsResponse)
-    async def QueryConsumerOffsets(self, request, context):
+    async def QueryConsumerOffsets(self, request: rmq_pb2.QueryConsumerOffsetsRequest,
+                                   context: grpc.aio.ServicerContext) -> rmq_pb2.QueryConsumerOffsetsResponse:
         check_group_name(request.consumer_group)
         if request.topic:
             self.topics.require(request.topic)
@@ -112,7 +117,8 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
         )
 
     @answers_with_status(rmq_pb2.UpdateConsumerOffsetsResponse)
-    async def UpdateConsumerOffsets(self, request, context):
+    async def UpdateConsumerOffsets(self, request: rmq_pb2.UpdateConsumerOffsetsRequest,
+                                    context: grpc.aio.ServicerContext) -> rmq_pb2.UpdateConsumerOffsetsResponse:
         check_group_name(request.consumer_group)
         for entry in request.offsets:  # all checked before any is stored
             check_queue(self.topics.require(entry.topic), entry.queue_id)
@@ -132,14 +138,16 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
         return rmq_pb2.UpdateConsumerOffsetsResponse(status=OK)
 
     @answers_with_status(rmq_pb2.RemoveConsumerOffsetsResponse)
-    async def RemoveConsumerOffsets(self, request, context):
+    async def RemoveConsumerOffsets(self, request: rmq_pb2.RemoveConsumerOffsetsRequest,
+                                    context: grpc.aio.ServicerContext) -> rmq_pb2.RemoveConsumerOffsetsResponse:
         check_group_name(request.consumer_group)
         for entry in request.offsets:
             self.offsets.remove_offset(request.consumer_group, entry.topic, entry.queue_id)
         return rmq_pb2.RemoveConsumerOffsetsResponse(status=OK)
 
     @answers_with_status(rmq_pb2.HeartbeatResponse)
-    async def Heartbeat(self, request, context):
+    async def Heartbeat(self, request: rmq_pb2.HeartbeatRequest,
+                        context: grpc.aio.ServicerContext) -> rmq_pb2.HeartbeatResponse:
         check_client_id(request.client_id)
         check_group_name(request.consumer_group)
         if request.message_model not in rmq_pb2.MessageModel.values():
@@ -156,20 +164,23 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
         return rmq_pb2.HeartbeatResponse(status=OK)
 
     @answers_with_status(rmq_pb2.UnregisterClientResponse)
-    async def UnregisterClient(self, request, context):
+    async def UnregisterClient(self, request: rmq_pb2.UnregisterClientRequest,
+                               context: grpc.aio.ServicerContext) -> rmq_pb2.UnregisterClientResponse:
         check_client_id(request.client_id)
         check_group_name(request.consumer_group)
         self.consumers.unregister(request.client_id, request.consumer_group)
         return rmq_pb2.UnregisterClientResponse(status=OK)
 
     @answers_with_status(rmq_pb2.GetConsumerListResponse)
-    async def GetConsumerList(self, request, context):
+    async def GetConsumerList(self, request: rmq_pb2.GetConsumerListRequest,
+                              context: grpc.aio.ServicerContext) -> rmq_pb2.GetConsumerListResponse:
         check_group_name(request.consumer_group)
         client_ids = self.consumers.consumer_list(request.consumer_group)
         return rmq_pb2.GetConsumerListResponse(status=OK, client_ids=client_ids)
 
     @answers_with_status(rmq_pb2.LockBatchResponse)
-    async def LockBatchMQ(self, request, context):
+    async def LockBatchMQ(self, request: rmq_pb2.LockBatchRequest,
+                          context: grpc.aio.ServicerContext) -> rmq_pb2.LockBatchResponse:
         check_client_id(request.client_id)
         check_group_name(request.consumer_group)
         locked = self.locks.try_lock_batch(
@@ -184,14 +195,16 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
         )
 
     @answers_with_status(rmq_pb2.UnlockBatchResponse)
-    async def UnlockBatchMQ(self, request, context):
+    async def UnlockBatchMQ(self, request: rmq_pb2.UnlockBatchRequest,
+                            context: grpc.aio.ServicerContext) -> rmq_pb2.UnlockBatchResponse:
         check_client_id(request.client_id)
         check_group_name(request.consumer_group)
         self.locks.unlock_batch(request.consumer_group, to_message_queues(request.queues), request.client_id)
         return rmq_pb2.UnlockBatchResponse(status=OK)
 
     @answers_with_status(rmq_pb2.QueryMessageByKeyResponse)
-    async def QueryMessageByKey(self, request, context):
+    async def QueryMessageByKey(self, request: rmq_pb2.QueryMessageByKeyRequest,
+                                context: grpc.aio.ServicerContext) -> rmq_pb2.QueryMessageByKeyResponse:
         self.topics.require(request.topic)
         if not request.key:
             raise illegal_argument("key is empty")
@@ -211,10 +224,12 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
         return response
 
     @answers_with_status(rmq_pb2.ConsumerSendMsgBackResponse)
-    async def ConsumerSendMsgBack(self, request, context):
+    async def ConsumerSendMsgBack(self, request: rmq_pb2.ConsumerSendMsgBackRequest,
+                                  context: grpc.aio.ServicerContext) -> rmq_pb2.ConsumerSendMsgBackResponse:
         return await self.send_back_processor.process(request)
 
-    async def WatchConsumerIds(self, request, context):
+    async def WatchConsumerIds(self, request: rmq_pb2.WatchConsumerIdsRequest,
+                               context: grpc.aio.ServicerContext) -> AsyncIterator[rmq_pb2.ConsumerIdsChanged]:
         try:
             check_client_id(request.client_id)
             check_group_name(request.consumer_group)

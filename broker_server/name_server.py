@@ -154,7 +154,8 @@ class NameServerRouteService(rmq_pb2_grpc.RouteServiceServicer):
         self.routes = routes
 
     @answers_with_status(rmq_pb2.QueryRouteResponse)
-    async def QueryRoute(self, request, context):
+    async def QueryRoute(self, request: rmq_pb2.QueryRouteRequest,
+                         context: grpc.aio.ServicerContext) -> rmq_pb2.QueryRouteResponse:
         check_topic_name(request.topic)
         route = self.routes.pick_topic_route(request.topic)
         if not route:
@@ -176,13 +177,15 @@ class NameServerRouteService(rmq_pb2_grpc.RouteServiceServicer):
         )
 
     @answers_with_status(rmq_pb2.ListTopicsResponse)
-    async def ListTopics(self, request, context):
+    async def ListTopics(self, request: rmq_pb2.ListTopicsRequest,
+                         context: grpc.aio.ServicerContext) -> rmq_pb2.ListTopicsResponse:
         return rmq_pb2.ListTopicsResponse(
             status=OK, topics=[config.to_proto() for config in self.routes.topics()]
         )
 
     @answers_with_status(rmq_pb2.ListBrokersResponse)
-    async def ListBrokers(self, request, context):
+    async def ListBrokers(self, request: rmq_pb2.ListBrokersRequest,
+                          context: grpc.aio.ServicerContext) -> rmq_pb2.ListBrokersResponse:
         return rmq_pb2.ListBrokersResponse(
             status=OK,
             brokers=[group.to_proto() for group in self.routes.broker_groups()],
@@ -194,7 +197,8 @@ class NameServerService(rmq_pb2_grpc.NameServerServiceServicer):
         self.routes = routes
 
     @answers_with_status(rmq_pb2.RegisterBrokerResponse)
-    async def RegisterBroker(self, request, context):
+    async def RegisterBroker(self, request: rmq_pb2.RegisterBrokerRequest,
+                             context: grpc.aio.ServicerContext) -> rmq_pb2.RegisterBrokerResponse:
         if not request.broker.broker_name or not request.broker.address:
             raise illegal_argument("broker name and address are required")
         self.routes.register_broker(
@@ -207,7 +211,8 @@ class NameServerService(rmq_pb2_grpc.NameServerServiceServicer):
         return rmq_pb2.RegisterBrokerResponse(status=OK)
 
     @answers_with_status(rmq_pb2.UnregisterBrokerResponse)
-    async def UnregisterBroker(self, request, context):
+    async def UnregisterBroker(self, request: rmq_pb2.UnregisterBrokerRequest,
+                               context: grpc.aio.ServicerContext) -> rmq_pb2.UnregisterBrokerResponse:
         self.routes.unregister_broker(request.broker_name, request.broker_id)
         return rmq_pb2.UnregisterBrokerResponse(status=OK)
 

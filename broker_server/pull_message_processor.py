@@ -98,7 +98,7 @@ class PullLimits:
 class PullMessageProcessor:
     def __init__(
         self,
-        store,
+        store: MessageStore,
         topics: TopicConfigManager,
         offsets: ConsumerOffsetManager,
         hold_service: PullRequestHoldService,

@@ -16,7 +16,8 @@ class BrokerRouteService(rmq_pb2_grpc.RouteServiceServicer):
         self.topics = topics
 
     @answers_with_status(rmq_pb2.QueryRouteResponse)
-    async def QueryRoute(self, request, context):
+    async def QueryRoute(self, request: rmq_pb2.QueryRouteRequest,
+                         context: grpc.aio.ServicerContext) -> rmq_pb2.QueryRouteResponse:
         config = self.topics.get(request.topic)
         if config is None:
             raise RequestError(
@@ -32,11 +33,13 @@ class BrokerRouteService(rmq_pb2_grpc.RouteServiceServicer):
         return rmq_pb2.QueryRouteResponse(status=OK, brokers=[self.broker], queue_datas=[queue_data])
 
     @answers_with_status(rmq_pb2.ListTopicsResponse)
-    async def ListTopics(self, request, context):
+    async def ListTopics(self, request: rmq_pb2.ListTopicsRequest,
+                         context: grpc.aio.ServicerContext) -> rmq_pb2.ListTopicsResponse:
         return rmq_pb2.ListTopicsResponse(
             status=OK, topics=[config.to_proto() for config in self.topics.all()]
         )
 
     @answers_with_status(rmq_pb2.ListBrokersResponse)
-    async def ListBrokers(self, request, context):
+    async def ListBrokers(self, request: rmq_pb2.ListBrokersRequest,
+                          context: grpc.aio.ServicerContext) -> rmq_pb2.ListBrokersResponse:
         return rmq_pb2.ListBrokersResponse(status=OK, brokers=[self.broker])

@@ -59,7 +59,7 @@ def message_timeup(message: StoredMessage) -> MessageToStore:
 class ScheduleMessageService:
     def __init__(
         self,
-        store,
+        store: MessageStore,
         topics: TopicConfigManager,
         executor: StoreExecutor,
         store_path: Path,

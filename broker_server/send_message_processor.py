@@ -71,7 +71,7 @@ def born_host_from_peer(peer: str) -> bytes:
 class SendMessageProcessor:
     def __init__(
         self,
-        store,
+        store: MessageStore,
         topics: TopicConfigManager,
         executor: StoreExecutor,
         delay_levels: dict[int, int],

@@ -221,7 +221,8 @@ class RmqClient:
 
     def __init__(self, endpoints: str | Sequence[str], timeout: float = 10.0,
                  max_request_bytes: int = MAX_SEND_REQUEST_BYTES, *, access_key: str | None = None,
-                 secret_key: str | None = None, tls: bool = False, tls_ca_file: str | None = None) -> None:
+                 secret_key: str | None = None, tls: bool = False, tls_ca_file: str | None = None,
+                 tls_cert_file: str | None = None, tls_key_file: str | None = None) -> None:
         text = endpoints if isinstance(endpoints, str) else ",".join(endpoints)
         self.endpoints = parse_endpoints(text)
         if timeout <= 0:
@@ -229,7 +230,9 @@ class RmqClient:
         self.timeout = timeout
         self.max_request_bytes = max_request_bytes
         self._credentials = Credentials.optional(access_key, secret_key)
-        self._tls = TlsSettings(Path(tls_ca_file) if tls_ca_file else None) if tls or tls_ca_file else None
+        tls_files = (tls_ca_file, tls_cert_file, tls_key_file)   # a client certificate for mutual TLS
+        use_tls = tls or any(tls_files)
+        self._tls = TlsSettings(*(Path(f) if f else None for f in tls_files)) if use_tls else None
         if self._tls is not None:
             self._tls.channel_credentials()  # an unreadable CA file fails here, naming the file
         self._lock = threading.Lock()

@@ -54,7 +54,7 @@ class Message:
             bytes(self.body),
             self.tags,
             self.keys_text,
-            dict(self.properties),
+            dict(self.properties) if self.properties else {},
             queue_id=queue_id,
             delay_level=self.delay_level,
         )

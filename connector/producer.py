@@ -135,7 +135,7 @@ class Producer:
         for index, item in enumerate(messages):
             by_topic.setdefault(item.topic, []).append(index)
         for topic in by_topic:
-            self.client.query_route(topic)   # an unknown topic fails before anything is sent
+            self.client.route(topic)   # an unknown topic fails before anything is sent
         results: list[SendResult | None] = [None] * len(messages)
         for topic, indexes in by_topic.items():
             sent = self._send_batch(topic, [messages[i] for i in indexes])
@@ -167,7 +167,7 @@ class Producer:
 
     def _choose_broker(self, topic: str, avoid: str | None) -> str:
         """Round-robin over the topic's writable brokers, skipping the one that just failed."""
-        brokers = self.client.query_route(topic).writable_brokers()
+        brokers = self.client.route(topic).writable_brokers()
         if not brokers:
             raise RmqError(rmq_pb2.NO_PERMISSION, f"topic {topic} has no writable queue")
         candidates = [b for b in brokers if b != avoid] or brokers
@@ -177,7 +177,7 @@ class Producer:
         return candidates[position % len(candidates)]
 
     def _send_selected(self, message: Message, selector: MessageQueueSelector, arg: Any) -> SendResult:
-        queues = writable_queues(self.client.query_route(message.topic))
+        queues = writable_queues(self.client.route(message.topic))
         if not queues:
             raise RmqError(rmq_pb2.NO_PERMISSION, f"topic {message.topic} has no writable queue")
         mq = selector(queues, message, arg)
