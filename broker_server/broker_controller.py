@@ -203,7 +203,7 @@ class BrokerController:
         self.replication.add_to_server(server)
         self.rocketmq_v2 = build_rocketmq_v2_service(
             self.config, self.store, self.executor, self.topics, self.offsets, self.hold_service,
-            self.security.open_client_channel, self.outer_api.register_soon)
+            self.pull_processor, self.security.open_client_channel, self.outer_api.register_soon)
         add_rocketmq_v2_service(self.rocketmq_v2, server)
         return server
 

@@ -13,7 +13,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from integration_tests.rocketmq_clients import (
     ForbiddenException,
@@ -28,6 +31,9 @@ from integration_tests.rocketmq_clients import (
 from rmq.cli import processes
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.connector.message_decoder import decode
+from rmq.rocketmq_v2 import MessagingServiceStub
+from rmq.rocketmq_v2 import definition_pb2 as v2
+from rmq.rocketmq_v2 import service_pb2 as pb
 from tests.acl_files import write_acl
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -335,3 +341,51 @@ def test_acl_broker_admits_signed_clients_with_the_permission_and_refuses_the_ot
         with pytest.raises(ForbiddenException, match="lacks SUB"):
             bounded(lambda: consumer.receive(32, 20))
     assert [row["body"] for row in pulled_as(address, ADMIN)] == [b"signed"]   # nothing refused was stored
+
+
+def send_to_queue_0(address: str, body: bytes) -> None:
+    with RmqClient(address) as client:
+        client.send(TOPIC, [OutgoingMessage(body, queue_id=0)])
+
+
+def test_offset_based_rpcs_read_and_commit_on_the_queues_and_offsets_rmq_v1_uses(broker):
+    with RmqClient(broker.address) as client:
+        client.send(TOPIC, [OutgoingMessage(f"q0-{i}".encode(), tags="TagA" if i % 2 else "TagB", queue_id=0)
+                            for i in range(6)])
+    queue = v2.MessageQueue(topic=v2.Resource(name=TOPIC), id=0)
+    group = v2.Resource(name="g-offsets")
+    with grpc.insecure_channel(broker.address) as channel:
+        stub = MessagingServiceStub(channel)
+
+        def query(policy, **timestamp):
+            return stub.QueryOffset(pb.QueryOffsetRequest(message_queue=queue, query_offset_policy=policy,
+                                                          **timestamp), timeout=5)
+
+        def pull(offset, expression="*", wait_s=0):
+            responses = list(stub.PullMessage(pb.PullMessageRequest(
+                group=group, message_queue=queue, offset=offset, batch_size=3,
+                filter_expression=v2.FilterExpression(type=v2.TAG, expression=expression),
+                long_polling_timeout=Duration(seconds=wait_s)), timeout=wait_s + 5))
+            assert responses[0].HasField("status") and responses[-1].HasField("next_offset")
+            return (responses[0].status.code, [r.message.body for r in responses[1:-1]],
+                    responses[-1].next_offset)
+
+        assert query(v2.BEGINNING).offset == 0 and query(v2.END).offset == 6
+        assert query(v2.TIMESTAMP).status.code == v2.BAD_REQUEST
+        assert query(v2.TIMESTAMP, timestamp=Timestamp(seconds=int(time.time()) + 3600)).offset == 6
+        assert pull(0) == (v2.OK, [b"q0-0", b"q0-1", b"q0-2"], 3)
+        assert pull(0, "TagA") == (v2.OK, [b"q0-1", b"q0-3", b"q0-5"], 6)
+        assert pull(6) == (v2.MESSAGE_NOT_FOUND, [], 6)
+        assert pull(99)[0] == v2.ILLEGAL_OFFSET
+        late = threading.Timer(0.5, send_to_queue_0, (broker.address, b"late"))
+        late.start()
+        assert pull(6, wait_s=15)[:2] == (v2.OK, [b"late"])   # held until it arrived (long polling)
+        late.join()
+
+        get = pb.GetOffsetRequest(group=group, message_queue=queue)
+        assert stub.GetOffset(get, timeout=5).status.code == v2.OFFSET_NOT_FOUND
+        assert stub.UpdateOffset(pb.UpdateOffsetRequest(group=group, message_queue=queue, offset=3),
+                                 timeout=5).status.code == v2.OK
+        assert stub.GetOffset(get, timeout=5).offset == 3
+    with RmqClient(broker.address) as client:
+        assert client.query_consumer_offsets("g-offsets", TOPIC) == {MessageQueue(TOPIC, "broker-a", 0): 3}

@@ -14,7 +14,9 @@ from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.delay_levels import parse_delay_levels
 from rmq.broker_server.long_polling import PullRequestHoldService
+from rmq.broker_server.pull_message_processor import PullMessageProcessor
 from rmq.broker_server.rocketmq_v2.messaging_service import GroupPolicy, RocketMQv2MessagingService
+from rmq.broker_server.rocketmq_v2.offset_rpcs import OffsetRpcs
 from rmq.broker_server.rocketmq_v2.pop_service import MAX_BATCH, PopService
 from rmq.broker_server.rocketmq_v2.pop_state import PopStateTable
 from rmq.broker_server.rocketmq_v2.route import RouteResolver
@@ -30,6 +32,7 @@ PUSH_LONG_POLLING_S = 20   # the long polling a PushConsumer is told to use (pro
 
 def build_service(config: BrokerConfig, store: Any, executor: StoreExecutor, topics: TopicConfigManager,
                   offsets: ConsumerOffsetManager, hold_service: PullRequestHoldService,
+                  pull_processor: PullMessageProcessor,
                   open_channel: Callable[[str], grpc.aio.Channel],
                   on_topics_changed: Callable[[], None]) -> RocketMQv2MessagingService:
     """The v2 service of one broker, its pop state loaded from the store directory."""
@@ -56,5 +59,6 @@ def build_service(config: BrokerConfig, store: Any, executor: StoreExecutor, top
         RouteResolver(config.broker_name, config.broker_address, topics, config.namesrv_addresses,
                       open_channel),
         PopService(store, topics, offsets, hold_service, executor, table, on_topics_changed),
-        sessions, GroupPolicy(max_attempts, fifo_groups), timer, transactions, max_body_size,
+        sessions, GroupPolicy(max_attempts, fifo_groups), timer, transactions,
+        OffsetRpcs(store, executor, topics, offsets, pull_processor), max_body_size,
         config.timer_max_delay_ms)

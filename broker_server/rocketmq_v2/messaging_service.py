@@ -17,6 +17,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from rmq import message_format as mf
 from rmq.broker_server.names import check_group_name
 from rmq.broker_server.rocketmq_v2 import messages
+from rmq.broker_server.rocketmq_v2.offset_rpcs import OffsetRpcs
 from rmq.broker_server.rocketmq_v2.pop_service import MAX_BATCH, PopRequest, PopService
 from rmq.broker_server.rocketmq_v2.receipt_handle import InvalidReceiptHandle, ReceiptHandle
 from rmq.broker_server.rocketmq_v2.route import ALL_QUEUES, RouteResolver, assignments, message_queues
@@ -63,8 +64,8 @@ def _duration_ms(duration: Any) -> int:
 class RocketMQv2MessagingService:
     def __init__(self, store: Any, executor: StoreExecutor, topics: TopicConfigManager,
                  routes: RouteResolver, pop: PopService, sessions: TelemetrySessions, policy: GroupPolicy,
-                 timer: TimerMessageService, transactions: TransactionService, max_body_size: int,
-                 max_delay_ms: int) -> None:
+                 timer: TimerMessageService, transactions: TransactionService, offset_rpcs: OffsetRpcs,
+                 max_body_size: int, max_delay_ms: int) -> None:
         self.store = store
         self.executor = executor
         self.topics = topics
@@ -74,6 +75,7 @@ class RocketMQv2MessagingService:
         self.policy = policy
         self.timer = timer
         self.transactions = transactions
+        self.offset_rpcs = offset_rpcs
         self.max_body_size = max_body_size
         self.max_delay_ms = max_delay_ms
         self._round_robin = itertools.count()
@@ -307,6 +309,30 @@ class RocketMQv2MessagingService:
         max_attempts = request.max_delivery_attempts or self.policy.max_attempts
         await self.pop.forward_to_dlq(group, handle, max_attempts)
         return pb.ForwardMessageToDeadLetterQueueResponse(status=OK)
+
+    # -- offset-based consumption (§5) -----------------------------------------------------
+    async def PullMessage(self, request: pb.PullMessageRequest, context: Any
+                          ) -> AsyncIterator[pb.PullMessageResponse]:
+        wait_s = _duration_ms(request.long_polling_timeout) / 1000
+        remaining = context.time_remaining()
+        if remaining is not None:
+            wait_s = min(wait_s, remaining - DEADLINE_MARGIN_S)
+        wait_ms = int(max(min(wait_s, MAX_LONG_POLLING_S), 0) * 1000)
+        async for response in self.offset_rpcs.pull(request, wait_ms):
+            yield response
+
+    @answers_with_status(pb.UpdateOffsetResponse)
+    async def UpdateOffset(self, request: pb.UpdateOffsetRequest, context: Any) -> pb.UpdateOffsetResponse:
+        await self.offset_rpcs.update_offset(request)
+        return pb.UpdateOffsetResponse(status=OK)
+
+    @answers_with_status(pb.GetOffsetResponse)
+    async def GetOffset(self, request: pb.GetOffsetRequest, context: Any) -> pb.GetOffsetResponse:
+        return pb.GetOffsetResponse(status=OK, offset=await self.offset_rpcs.get_offset(request))
+
+    @answers_with_status(pb.QueryOffsetResponse)
+    async def QueryOffset(self, request: pb.QueryOffsetRequest, context: Any) -> pb.QueryOffsetResponse:
+        return pb.QueryOffsetResponse(status=OK, offset=await self.offset_rpcs.query_offset(request))
 
     def start(self) -> None:
         self.timer.start()

@@ -1,0 +1,119 @@
+"""The offset-based v2 RPCs (rocketmq-apis PR #67; spec rocketmq-v2-protocol.md §5): PullMessage,
+UpdateOffset, GetOffset and QueryOffset, on the same consume queues, long polling and consumer
+offsets as rmq.v1 (a v2 PullMessage runs through rmq's PullMessageProcessor, so a group's
+offsets are shared between the two protocols and `rmq group progress` shows them)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.names import check_group_name
+from rmq.broker_server.pull_message_processor import PullMessageProcessor
+from rmq.broker_server.rocketmq_v2 import messages
+from rmq.broker_server.rocketmq_v2.status import V2Error, as_v2_error
+from rmq.broker_server.status import RequestError
+from rmq.broker_server.store_executor import StoreExecutor
+from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.rocketmq_v2 import definition_pb2 as v2
+from rmq.rocketmq_v2 import service_pb2 as pb
+from rmq.stored_message import decode_records
+from rmq.v1 import rmq_pb2
+
+MAX_PULL_BATCH = 1024
+_PULL_STATUS = {
+    rmq_pb2.FOUND: v2.Status(code=v2.OK, message="OK"),
+    rmq_pb2.NO_NEW_MSG: v2.Status(code=v2.MESSAGE_NOT_FOUND, message="no new message"),
+    rmq_pb2.NO_MATCHED_MSG: v2.Status(code=v2.MESSAGE_NOT_FOUND, message="no matched message"),
+    rmq_pb2.OFFSET_ILLEGAL: v2.Status(code=v2.ILLEGAL_OFFSET, message="offset is out of the queue's range"),
+}
+
+
+class OffsetRpcs:
+    def __init__(self, store: Any, executor: StoreExecutor, topics: TopicConfigManager,
+                 offsets: ConsumerOffsetManager, pull_processor: PullMessageProcessor) -> None:
+        self.store = store
+        self.executor = executor
+        self.topics = topics
+        self.offsets = offsets
+        self.pull_processor = pull_processor
+
+    def _queue(self, queue: v2.MessageQueue) -> TopicConfig:
+        config = self.topics.require(queue.topic.name)
+        if not 0 <= queue.id < config.read_queue_nums:
+            raise V2Error(v2.BAD_REQUEST, f"queue {queue.id} is out of range: topic {config.topic_name!r} "
+                                          f"has {config.read_queue_nums} read queues")
+        return config
+
+    async def pull(self, request: pb.PullMessageRequest, wait_ms: int
+                   ) -> AsyncIterator[pb.PullMessageResponse]:
+        """A status, the messages, always the next offset, then the stream ends."""
+        try:
+            response, records = await self._pull(request, wait_ms)
+        except Exception as error:
+            yield pb.PullMessageResponse(status=as_v2_error(error).status())
+            yield pb.PullMessageResponse(next_offset=request.offset)
+            return
+        yield pb.PullMessageResponse(status=_PULL_STATUS[response.pull_status])
+        for record in records:
+            yield pb.PullMessageResponse(message=messages.to_v2(record, request.message_queue.topic.name))
+        yield pb.PullMessageResponse(next_offset=response.next_begin_offset)
+
+    async def _pull(self, request: pb.PullMessageRequest, wait_ms: int) -> tuple[Any, list[Any]]:
+        check_group_name(request.group.name)
+        self._queue(request.message_queue)
+        expression = request.filter_expression
+        pull = rmq_pb2.PullMessageRequest(
+            consumer_group=request.group.name,
+            topic=request.message_queue.topic.name,
+            queue_id=request.message_queue.id,
+            queue_offset=request.offset,
+            max_messages=min(max(request.batch_size, 1), MAX_PULL_BATCH),
+            sys_flag=rmq_pb2.FLAG_SUSPEND if wait_ms > 0 else 0,
+            suspend_timeout_ms=wait_ms,
+            sub_expression=expression.expression or "*",
+            expression_type=rmq_pb2.SQL92 if expression.type == v2.SQL else rmq_pb2.TAG,
+        )
+        response = await self.pull_processor.process(pull)
+        if response.status.code != rmq_pb2.OK:
+            raise RequestError(response.status.code, response.status.message)
+        packed = response.messages
+        records = decode_records(packed.records, _sizes(packed)) if packed.count else []
+        return response, records
+
+    async def update_offset(self, request: pb.UpdateOffsetRequest) -> None:
+        check_group_name(request.group.name)
+        config = self._queue(request.message_queue)
+        if request.offset < 0:
+            raise V2Error(v2.ILLEGAL_OFFSET, f"offset must not be negative, not {request.offset}")
+        self.offsets.commit_offset(request.group.name, config.topic_name, request.message_queue.id,
+                                   request.offset)
+
+    async def get_offset(self, request: pb.GetOffsetRequest) -> int:
+        check_group_name(request.group.name)
+        config = self._queue(request.message_queue)
+        offset = self.offsets.query_offset(request.group.name, config.topic_name, request.message_queue.id)
+        if offset is None:
+            raise V2Error(v2.OFFSET_NOT_FOUND, f"group {request.group.name!r} has no offset for this queue")
+        return offset
+
+    async def query_offset(self, request: pb.QueryOffsetRequest) -> int:
+        config = self._queue(request.message_queue)
+        topic, queue_id = config.topic_name, request.message_queue.id
+        policy = request.query_offset_policy
+        if policy == v2.BEGINNING:
+            return await self.executor.run(self.store.get_min_offset_in_queue, topic, queue_id)
+        if policy == v2.END:
+            return await self.executor.run(self.store.get_max_offset_in_queue, topic, queue_id)
+        if not request.HasField("timestamp"):
+            raise V2Error(v2.BAD_REQUEST, "query_offset_policy TIMESTAMP needs a timestamp")
+        return await self.executor.run(self.store.get_offset_in_queue_by_time, topic, queue_id,
+                                       messages.timestamp_ms(request.timestamp))
+
+
+def _sizes(packed: rmq_pb2.PackedMessages) -> list[int]:
+    """PackedMessages.sizes: little-endian int32 per record (rmq.proto)."""
+    data = packed.sizes
+    return [int.from_bytes(data[i:i + 4], "little", signed=True) for i in range(0, len(data), 4)]
+
