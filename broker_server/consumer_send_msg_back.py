@@ -23,7 +23,7 @@ from rmq.broker_server.send_message_processor import check_put_status
 from rmq.broker_server.status import RequestError, illegal_argument, rmq_pb2
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import PERM_READ, PERM_WRITE, TopicConfigManager
-from rmq.store import MessageToStore
+from rmq.store import MessageStore, MessageToStore
 from rmq.stored_message import StoredMessage, decode_record, offset_msg_id
 
 RETRY_TOPIC_PERM = PERM_READ | PERM_WRITE
@@ -102,8 +102,9 @@ def ensure_retry_topic(topics: TopicConfigManager, group: str, on_topics_changed
 
 
 class ConsumerSendMsgBackProcessor:
-    def __init__(self, store: MessageStore, topics: TopicConfigManager, executor: StoreExecutor, max_delay_level: int,
-                 group_exists: Callable[[str], bool], on_topics_changed: Callable[[], None]) -> None:
+    def __init__(self, store: MessageStore, topics: TopicConfigManager, executor: StoreExecutor,
+                 max_delay_level: int, group_exists: Callable[[str], bool],
+                 on_topics_changed: Callable[[], None]) -> None:
         """`group_exists(group)` says whether the broker knows the group (live consumers or
         committed offsets): RocketMQ's subscription group lookup. `on_topics_changed` announces
         a retry or dead-letter topic created here to the name servers."""

@@ -17,6 +17,8 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 
+import grpc
+
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.status import OK, answers_with_status, rmq_pb2
 from rmq.broker_server.topic_config_manager import TopicConfigManager

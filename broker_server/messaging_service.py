@@ -4,6 +4,9 @@ messages to the processors and managers and back."""
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+
+import grpc
 
 from rmq.broker_server.consumer_ids_watch import ConsumerIdsWatchService
 from rmq.broker_server.consumer_manager import ConsumerManager
@@ -16,6 +19,7 @@ from rmq.broker_server.send_message_processor import SendMessageProcessor
 from rmq.broker_server.status import OK, RequestError, answers_with_status, illegal_argument, rmq_pb2
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.store import MessageStore
 from rmq.v1 import rmq_pb2_grpc
 
 QUERY_MESSAGE_MAX = 64  # RocketMQ maxMsgsNumBatch
@@ -117,8 +121,9 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
         )
 
     @answers_with_status(rmq_pb2.UpdateConsumerOffsetsResponse)
-    async def UpdateConsumerOffsets(self, request: rmq_pb2.UpdateConsumerOffsetsRequest,
-                                    context: grpc.aio.ServicerContext) -> rmq_pb2.UpdateConsumerOffsetsResponse:
+    async def UpdateConsumerOffsets(
+            self, request: rmq_pb2.UpdateConsumerOffsetsRequest,
+            context: grpc.aio.ServicerContext) -> rmq_pb2.UpdateConsumerOffsetsResponse:
         check_group_name(request.consumer_group)
         for entry in request.offsets:  # all checked before any is stored
             check_queue(self.topics.require(entry.topic), entry.queue_id)
@@ -138,8 +143,9 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
         return rmq_pb2.UpdateConsumerOffsetsResponse(status=OK)
 
     @answers_with_status(rmq_pb2.RemoveConsumerOffsetsResponse)
-    async def RemoveConsumerOffsets(self, request: rmq_pb2.RemoveConsumerOffsetsRequest,
-                                    context: grpc.aio.ServicerContext) -> rmq_pb2.RemoveConsumerOffsetsResponse:
+    async def RemoveConsumerOffsets(
+            self, request: rmq_pb2.RemoveConsumerOffsetsRequest,
+            context: grpc.aio.ServicerContext) -> rmq_pb2.RemoveConsumerOffsetsResponse:
         check_group_name(request.consumer_group)
         for entry in request.offsets:
             self.offsets.remove_offset(request.consumer_group, entry.topic, entry.queue_id)
@@ -228,8 +234,9 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
                                   context: grpc.aio.ServicerContext) -> rmq_pb2.ConsumerSendMsgBackResponse:
         return await self.send_back_processor.process(request)
 
-    async def WatchConsumerIds(self, request: rmq_pb2.WatchConsumerIdsRequest,
-                               context: grpc.aio.ServicerContext) -> AsyncIterator[rmq_pb2.ConsumerIdsChanged]:
+    async def WatchConsumerIds(
+            self, request: rmq_pb2.WatchConsumerIdsRequest,
+            context: grpc.aio.ServicerContext) -> AsyncIterator[rmq_pb2.ConsumerIdsChanged]:
         try:
             check_client_id(request.client_id)
             check_group_name(request.consumer_group)

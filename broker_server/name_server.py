@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import grpc
+
 from rmq.broker_server.config import NameServerConfig
 from rmq.broker_server.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
 from rmq.broker_server.metrics import NameServerCollector, serve_metrics

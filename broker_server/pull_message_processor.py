@@ -23,7 +23,7 @@ from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.sql92 import Sql92Error, compile_sql92
 from rmq.statuses import GetMessageStatus, PullStatus
-from rmq.store import BrokerRole
+from rmq.store import BrokerRole, MessageStore
 from rmq.store.message_filter import RecordFilter
 
 MAX_SUB_EXPRESSION_LENGTH = 65536

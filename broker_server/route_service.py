@@ -3,6 +3,8 @@ server is a complete embedded default (DESIGN.md)."""
 
 from __future__ import annotations
 
+import grpc
+
 from rmq.broker_server.status import OK, RequestError, answers_with_status, rmq_pb2
 from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.v1 import rmq_pb2_grpc

@@ -24,7 +24,7 @@ from rmq.broker_server.status import RequestError
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.statuses import GetMessageStatus
-from rmq.store import MessageToStore
+from rmq.store import MessageStore, MessageToStore
 from rmq.stored_message import StoredMessage, decode_records
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from rmq.broker_server.names import SCHEDULE_TOPIC
 from rmq.broker_server.status import RequestError, illegal_argument, rmq_pb2
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
-from rmq.store import BrokerRole, MessageBatch, PutMessageStatus
+from rmq.store import BrokerRole, MessageBatch, MessageStore, PutMessageStatus
 
 NO_HOST = bytes(8)
 

@@ -1,0 +1,90 @@
+"""The README's client SDK example and examples/order_consumer_service.py, run against a
+real broker."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from examples.orders import order_events
+from rmq.cli import processes
+from rmq.connector import Message, Producer
+from rmq.connector.client import RmqClient
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[processes.ServerProcess]:
+    server = processes.broker(tmp_path).start()
+    with RmqClient(server.address) as client:
+        client.create_topic("orders", 4)
+    yield server
+    server.stop()
+
+
+def readme_sdk_example() -> str:
+    section = README.read_text().split("## Client SDK", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_readme_example_runs(broker: processes.ServerProcess) -> None:
+    code = readme_sdk_example().replace("127.0.0.1:10911", broker.address)
+    assert len(code.strip().splitlines()) <= 11
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "SendResult(msg_id=" in run.stdout and "[b'hello']" in run.stdout
+
+
+def test_order_consumer_service_totals(broker: processes.ServerProcess) -> None:
+    events = list(order_events(200, start_ms=0))
+    with Producer(broker.address) as producer:
+        producer.send([Message("orders", e.body(), tags=e.status, keys=e.order_id) for e in events])
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "examples.order_consumer_service",
+            "--endpoints",
+            broker.address,
+            "--max-messages",
+            "200",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    counts = Counter(e.status for e in events)
+    for status, count in counts.items():
+        assert (
+            f"{status}: {count} orders, {sum(e.amount for e in events if e.status == status):.2f}"
+            in run.stdout
+        )
+    assert "consumed 200 orders" in run.stdout
+
+
+def test_order_consumer_service_unknown_topic_is_one_line(broker: processes.ServerProcess) -> None:
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "examples.order_consumer_service",
+            "--endpoints",
+            broker.address,
+            "--topic",
+            "nope",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2
+    assert run.stderr.startswith("order service: cannot start: TOPIC_NOT_EXIST")
+    assert "Traceback" not in run.stderr
