@@ -49,7 +49,8 @@ class AuthInterceptor(aio.ServerInterceptor):
         return self._stream_handler(method, admission, handler)
 
     async def _refuse(self, method: str, refusal: CallRefused, context: aio.ServicerContext) -> None:
-        self._refusals.record(method, context.peer(), refusal.code, refusal.message)
+        if not refusal.routine:
+            self._refusals.record(method, context.peer(), refusal.code, refusal.message)
         if refusal.trailing_metadata:
             context.set_trailing_metadata(refusal.trailing_metadata)
         await context.abort(refusal.code, refusal.message)

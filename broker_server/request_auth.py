@@ -37,11 +37,14 @@ _UNKNOWN_SECRET = "no account has this secret: it only keeps the refusal time al
 
 class CallRefused(Exception):
     def __init__(self, code: grpc.StatusCode, message: str,
-                 trailing_metadata: tuple[tuple[str, str], ...] = ()) -> None:
+                 trailing_metadata: tuple[tuple[str, str], ...] = (), routine: bool = False) -> None:
+        """`routine`: an expected step of the protocol (a client asking for the server id), not
+        worth a log line."""
         super().__init__(message)
         self.code = code
         self.message = message
         self.trailing_metadata = trailing_metadata
+        self.routine = routine
 
 
 def _unauthenticated(message: str) -> CallRefused:
@@ -96,6 +99,7 @@ class RequestAuthenticator:
                 grpc.StatusCode.UNAUTHENTICATED,
                 f"call signed for server {headers.target[:64]!r}, this is {self.server_id!r}",
                 ((request_signing.SERVER_HEADER, self.server_id),),
+                routine=not headers.target,
             )
         now_ms = self._now_ms()
         self._check_time(headers.timestamp_ms, now_ms)

@@ -15,7 +15,9 @@ from rmq.auth import (
     ACCESS_KEY_ENV,
     SECRET_KEY_ENV,
     TLS_CA_FILE_ENV,
+    TLS_CERT_FILE_ENV,
     TLS_ENV,
+    TLS_KEY_FILE_ENV,
     ClientSecurity,
     security_from_environment,
 )
@@ -30,12 +32,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-ca-file", metavar="PEM",
                         help=f"CA certificate that signed the servers' certificates (${TLS_CA_FILE_ENV}); "
                              f"implies --tls")
+    parser.add_argument("--tls-cert", metavar="PEM",
+                        help=f"client certificate for servers that require one (mutual TLS, "
+                             f"${TLS_CERT_FILE_ENV}); implies --tls")
+    parser.add_argument("--tls-key", metavar="PEM", help=f"private key of --tls-cert (${TLS_KEY_FILE_ENV})")
 
 
 def client_security(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> ClientSecurity:
     """Flags win over the environment; UserError names the flag or variable at fault."""
     try:
         return security_from_environment(environ, access_key=args.access_key, tls=args.tls,
-                                         tls_ca_file=args.tls_ca_file)
+                                         tls_ca_file=args.tls_ca_file, tls_cert_file=args.tls_cert,
+                                         tls_key_file=args.tls_key)
     except ValueError as error:
         raise UserError(str(error)) from None

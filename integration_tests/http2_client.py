@@ -84,10 +84,12 @@ class CallOutcome:
     reset: bool
 
 
-def connect(address: str, timeout: float = 5.0) -> socket.socket:
-    """A TCP connection that has sent the preface and an empty SETTINGS frame."""
+def connect(address: str, timeout: float = 5.0, source: str | None = None) -> socket.socket:
+    """A TCP connection (from loopback address `source`, e.g. 127.0.0.2, when given) that has
+    sent the preface and an empty SETTINGS frame."""
     host, _, port = address.rpartition(":")
-    sock = socket.create_connection((host, int(port)), timeout=timeout)
+    sock = socket.create_connection((host, int(port)), timeout=timeout,
+                                    source_address=(source, 0) if source else None)
     sock.sendall(PREFACE + frame(SETTINGS, 0, 0))
     return sock
 
@@ -123,8 +125,8 @@ class RawCall:
     windows allow (the server only opens them for data it reads)."""
 
     def __init__(self, address: str, method: str, metadata: Iterable[tuple[str, str]], prefix: bytes,
-                 zeros: int) -> None:
-        self.sock = connect(address)
+                 zeros: int, source: str | None = None) -> None:
+        self.sock = connect(address, source=source)
         self.sock.sendall(frame(HEADERS, END_HEADERS, STREAM_ID, header_block(grpc_headers(address, method,
                                                                                            metadata))))
         self._pending = [prefix]
@@ -203,20 +205,26 @@ class RawCall:
             self.sent += len(chunk)
 
 
-def silent_connection(address: str) -> socket.socket:
-    """A connection that completes the HTTP/2 preface and acknowledges the server's SETTINGS,
-    then sends nothing more (the caller keeps it open)."""
+def silent_connection(address: str, settings_timeout: float = 5.0) -> tuple[socket.socket, bool]:
+    """A connection that sends the HTTP/2 preface, acknowledges the server's SETTINGS, then
+    sends nothing more (the caller keeps it open); and whether the server sent its SETTINGS
+    within `settings_timeout` (False: it has not served the connection yet)."""
     sock = connect(address)
     buffer = bytearray()
-    while True:
+    end = time.monotonic() + settings_timeout
+    while (left := end - time.monotonic()) > 0:
+        readable, _, _ = select.select([sock], [], [], left)
+        if not readable:
+            break
         data = sock.recv(65_536)
         if not data:
-            return sock
+            break
         buffer += data
         for kind, flags, _stream, _payload in _frames(buffer):
             if kind == SETTINGS and not flags & ACK:
                 sock.sendall(frame(SETTINGS, ACK, 0))
-                return sock
+                return sock, True
+    return sock, False
 
 
 def closed_by_server(sock: socket.socket, timeout: float) -> bool:

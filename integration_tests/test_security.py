@@ -29,7 +29,9 @@ pytestmark = pytest.mark.integration
 ADMIN = ("admin01", "admin-secret-0001")
 PRODUCER = ("producer1", "producer-secret-01")     # PUB on orders, no group
 CONSUMER = ("consumer1", "consumer-secret-01")     # SUB on orders, SUB on group etl
-SECRETS = [ADMIN[1], PRODUCER[1], CONSUMER[1]]
+CONSUMER2 = ("consumer2", "consumer-secret-02")    # the same permissions as consumer1
+BROKER_A = ("broker-a-registration", "broker-a-secret")   # may register broker-a, nothing more
+SECRETS = [ADMIN[1], PRODUCER[1], CONSUMER[1], CONSUMER2[1], BROKER_A[1]]
 
 ACL_TEMPLATE = """\
 accounts:
@@ -43,11 +45,19 @@ accounts:
     secretKey: "{consumer[1]}"
     topicPerms: ["orders=SUB"]
     groupPerms: ["etl=SUB"]
+  - accessKey: {consumer2[0]}
+    secretKey: "{consumer2[1]}"
+    topicPerms: ["orders=SUB"]
+    groupPerms: ["etl=SUB"]
+  - accessKey: {broker_a[0]}
+    secretKey: "{broker_a[1]}"
+    brokerName: broker-a
 """
 
 
 def acl_text(producer_perm: str = "PUB") -> str:
-    return ACL_TEMPLATE.format(admin=ADMIN, producer=PRODUCER, consumer=CONSUMER, producer_perm=producer_perm)
+    return ACL_TEMPLATE.format(admin=ADMIN, producer=PRODUCER, consumer=CONSUMER, consumer2=CONSUMER2,
+                               broker_a=BROKER_A, producer_perm=producer_perm)
 
 
 def security_flags(acl: Path | None, tls: TlsFiles | None) -> list[str]:
@@ -127,10 +137,14 @@ def test_wrong_secret_is_refused(acl_broker: ServerProcess) -> None:
     assert "not-the-secret" not in str(error)
 
 
-def test_unknown_account_is_refused(acl_broker: ServerProcess) -> None:
-    with client(acl_broker.address, ("stranger", "whatever-secret")) as stranger:
-        error = refusal(stranger.list_topics)
-    assert "access key 'stranger': unknown access key or wrong secret key" in str(error)
+def test_unknown_account_gets_the_same_refusal_as_a_wrong_secret(acl_broker: ServerProcess) -> None:
+    """Refusals do not tell which access keys exist."""
+    with client(acl_broker.address, ("stranger", "whatever-secret")) as stranger, \
+            client(acl_broker.address, ("consumer1", "whatever-secret")) as impostor:
+        unknown = str(refusal(stranger.list_topics))
+        wrong = str(refusal(impostor.list_topics))
+    assert "access key 'stranger': unknown access key or wrong secret key" in unknown
+    assert unknown.replace("stranger", "consumer1") == wrong
 
 
 # ---------------------------------------------------------------- permissions
@@ -157,6 +171,30 @@ def test_pub_only_account_cannot_commit_offsets_for_a_group_it_lacks(acl_broker:
         assert "lacks SUB on topic 'orders'" in str(error)
         consumer.update_consumer_offsets("etl", {mq: 1})
         assert consumer.query_consumer_offsets("etl", "orders")[mq] == 1
+
+
+def test_every_topics_offsets_of_a_group_need_an_admin_account(acl_broker: ServerProcess) -> None:
+    """QueryConsumerOffsets without a topic reads every topic's offsets of the group."""
+    with client(acl_broker.address, CONSUMER) as consumer, client(acl_broker.address, ADMIN) as admin:
+        assert consumer.query_consumer_offsets("etl", "orders") is not None
+        error = refusal(lambda: consumer.query_consumer_offsets("etl"))
+        assert "PERMISSION_DENIED" in str(error)
+        assert "QueryConsumerOffsets without a topic" in str(error)
+        admin.query_consumer_offsets("etl")
+
+
+def test_a_client_id_belongs_to_the_account_that_registered_it(acl_broker: ServerProcess) -> None:
+    mq = MessageQueue("orders", "broker-a", 1)
+    with client(acl_broker.address, CONSUMER) as owner, client(acl_broker.address, CONSUMER2) as other:
+        owner.heartbeat("etl-client-1", "etl", {"orders": "*"})
+        assert owner.lock_batch("etl", "etl-client-1", [mq]) == {mq}
+        for call in (lambda: other.unregister("etl-client-1", "etl"),
+                     lambda: other.unlock_batch("etl", "etl-client-1", [mq]),
+                     lambda: other.heartbeat("etl-client-1", "etl", {"orders": "*"})):
+            assert "client id 'etl-client-1' is registered by another account" in str(refusal(call))
+        assert owner.consumer_list("etl", "orders") == ["etl-client-1"]
+        owner.unlock_batch("etl", "etl-client-1", [mq])
+        owner.unregister("etl-client-1", "etl")
 
 
 def test_admin_operations_need_an_admin_account(acl_broker: ServerProcess) -> None:
@@ -224,6 +262,23 @@ def test_acl_edit_takes_effect_on_sighup(tmp_path: Path) -> None:
         server.stop()
 
 
+def test_listening_beyond_loopback_without_an_acl_is_refused(tmp_path: Path) -> None:
+    listen = f"0.0.0.0:{processes.free_port()}"
+    refused = rmq_cli("broker", "--listen", listen, "--store-dir", str(tmp_path / "store"))
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert f"refusing to listen on {listen} without --acl" in refused.stderr
+    assert "--insecure-listen" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_an_empty_white_remote_address_is_refused_at_start(tmp_path: Path) -> None:
+    acl = write_acl(tmp_path / "acl.yml", acl_text() + '    whiteRemoteAddress: ""\n')
+    refused = rmq_cli("broker", "--listen", f"127.0.0.1:{processes.free_port()}", "--store-dir",
+                      str(tmp_path / "store"), "--acl", str(acl))
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "whiteRemoteAddress must be one address pattern" in refused.stderr
+
+
 def test_broker_without_acl_says_it_trusts_loopback_only(broker: ServerProcess) -> None:
     notice = f"no --acl: every caller is trusted, so listening on loopback {broker.address} only"
     assert notice in broker.log()
@@ -239,6 +294,28 @@ def test_tls_client_works_and_plaintext_client_is_refused(tls_acl_broker: Server
     with client(tls_acl_broker.address, PRODUCER) as plaintext:
         with pytest.raises(RmqUnavailable):
             plaintext.send("orders", [OutgoingMessage(b"in clear")])
+
+
+def test_a_broker_account_registers_its_own_broker_only(tmp_path: Path, acl_path: Path) -> None:
+    """One broker's credential cannot re-point another broker's routes."""
+    namesrv = processes.namesrv(tmp_path, extra=security_flags(acl_path, None)).start()
+    own_env = {"RMQ_ACCESS_KEY": BROKER_A[0], "RMQ_SECRET_KEY": BROKER_A[1]}
+    broker_a = secured_broker(tmp_path, acl_path, None, name="broker-a", namesrv_address=namesrv.address,
+                              **own_env)
+    impostor = secured_broker(tmp_path, acl_path, None, name="broker-b", namesrv_address=namesrv.address,
+                              **own_env)
+    try:
+        with client(namesrv.address, ADMIN) as admin:
+            deadline = time.monotonic() + 20
+            while "broker-a" not in admin.list_brokers():
+                assert time.monotonic() < deadline, namesrv.log()
+                time.sleep(0.1)
+            assert admin.list_brokers() == {"broker-a": broker_a.address}
+        assert "RegisterBroker with name server" in impostor.log() and "PERMISSION_DENIED" in impostor.log()
+        assert "access key 'broker-a-registration' may not register broker 'broker-b'" in namesrv.log()
+    finally:
+        for server in (impostor, broker_a, namesrv):
+            server.stop()
 
 
 def test_brokers_register_with_a_secured_name_server_using_admin_credentials(
@@ -276,6 +353,26 @@ def rmq_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("RMQ_")}
     return subprocess.run([sys.executable, "-m", "rmq.cli", *args], capture_output=True,
                           text=True, env={**clean, **env}, timeout=60)
+
+
+def test_cli_presents_a_client_certificate_to_a_mutual_tls_broker(tmp_path: Path, acl_path: Path,
+                                                                   tls_files: TlsFiles) -> None:
+    extra = security_flags(acl_path, tls_files) + ["--tls-client-ca", str(tls_files.ca)]
+    mutual = processes.broker(tmp_path, extra=extra, channel_credentials=TlsSettings(
+        tls_files.ca, tls_files.client_cert, tls_files.client_key).channel_credentials()).start()
+    env = {"RMQ_ACCESS_KEY": ADMIN[0], "RMQ_SECRET_KEY": ADMIN[1], "RMQ_TLS_CA_FILE": str(tls_files.ca)}
+    try:
+        with_cert = rmq_cli("topic", "list", "--endpoints", mutual.address, "--tls-cert",
+                            str(tls_files.client_cert), "--tls-key", str(tls_files.client_key), **env)
+        from_environment = rmq_cli("topic", "list", "--endpoints", mutual.address, **env,
+                                   RMQ_TLS_CERT_FILE=str(tls_files.client_cert),
+                                   RMQ_TLS_KEY_FILE=str(tls_files.client_key))
+        without = rmq_cli("topic", "list", "--endpoints", mutual.address, **env)
+    finally:
+        mutual.stop()
+    assert with_cert.returncode == 0, with_cert.stderr
+    assert from_environment.returncode == 0, from_environment.stderr
+    assert without.returncode != 0 and "Traceback" not in without.stderr
 
 
 def test_cli_takes_credentials_and_tls_from_the_environment(tls_acl_broker: ServerProcess,

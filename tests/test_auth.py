@@ -134,7 +134,7 @@ def test_security_options_are_case_insensitive_and_redacted(tmp_path: Path) -> N
     assert got == ClientSecurity("user01", "topsecret1", True, str(ca))
     assert "topsecret1" not in repr(got) and "topsecret1" not in str(got)
     assert got.client_kwargs() == {"access_key": "user01", "secret_key": "topsecret1", "tls": True,
-                                   "tls_ca_file": str(ca)}
+                                   "tls_ca_file": str(ca), "tls_cert_file": None, "tls_key_file": None}
 
 
 def test_tls_ca_file_alone_implies_tls(tmp_path: Path) -> None:

@@ -81,11 +81,15 @@ class ClientSecurity:
     secret_key: str | None = field(default=None, repr=False)
     tls: bool = False
     tls_ca_file: str | None = None
+    tls_cert_file: str | None = None   # client certificate for servers that require mutual TLS
+    tls_key_file: str | None = None
 
     def __post_init__(self) -> None:
         Credentials.optional(self.access_key, self.secret_key)   # both or neither
         if self.tls_ca_file and not self.tls:
             raise ValueError("tlsCaFile is set but tls is false: set tls to true or drop tlsCaFile")
+        if (self.tls_cert_file or self.tls_key_file) and not self.tls:
+            raise ValueError("a TLS client certificate is set but tls is false")
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> ClientSecurity:
@@ -110,25 +114,31 @@ class ClientSecurity:
     def tls_settings(self) -> TlsSettings | None:
         if not self.tls:
             return None
-        return TlsSettings(Path(self.tls_ca_file) if self.tls_ca_file else None)
+        return TlsSettings(*(Path(f) if f else None for f in (self.tls_ca_file, self.tls_cert_file,
+                                                               self.tls_key_file)))
 
     def client_kwargs(self) -> dict[str, Any]:
         return {"access_key": self.access_key, "secret_key": self.secret_key, "tls": self.tls,
-                "tls_ca_file": self.tls_ca_file}
+                "tls_ca_file": self.tls_ca_file, "tls_cert_file": self.tls_cert_file,
+                "tls_key_file": self.tls_key_file}
 
 
 ACCESS_KEY_ENV = "RMQ_ACCESS_KEY"
 SECRET_KEY_ENV = "RMQ_SECRET_KEY"   # the secret key is read from here only, never from a flag or argv
 TLS_ENV = "RMQ_TLS"
 TLS_CA_FILE_ENV = "RMQ_TLS_CA_FILE"
+TLS_CERT_FILE_ENV = "RMQ_TLS_CERT_FILE"
+TLS_KEY_FILE_ENV = "RMQ_TLS_KEY_FILE"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"", "0", "false", "no", "off"}
 
 
 def security_from_environment(environ: Mapping[str, str] = os.environ, *, access_key: str | None = None,
-                              tls: bool | None = None, tls_ca_file: str | None = None) -> ClientSecurity:
+                              tls: bool | None = None, tls_ca_file: str | None = None,
+                              tls_cert_file: str | None = None,
+                              tls_key_file: str | None = None) -> ClientSecurity:
     """The RMQ_* variables, overridden by the given values (the CLI's flags). ValueError names
-    the flag or variable at fault, never the secret."""
+    the flag or variable at fault, never the secret. A CA file or a client certificate implies TLS."""
     access_key = access_key or environ.get(ACCESS_KEY_ENV) or None
     secret_key = environ.get(SECRET_KEY_ENV) or None
     if access_key and not secret_key:
@@ -143,7 +153,16 @@ def security_from_environment(environ: Mapping[str, str] = os.environ, *, access
         if not os.path.isfile(ca_file):
             raise ValueError(f"TLS CA file {ca_file} does not exist")
         use_tls = True
-    return ClientSecurity(access_key, secret_key, use_tls, ca_file)
+    cert_file = tls_cert_file or environ.get(TLS_CERT_FILE_ENV) or None
+    key_file = tls_key_file or environ.get(TLS_KEY_FILE_ENV) or None
+    if (cert_file is None) != (key_file is None):
+        raise ValueError(f"a TLS client certificate needs both --tls-cert (${TLS_CERT_FILE_ENV}) and "
+                         f"--tls-key (${TLS_KEY_FILE_ENV})")
+    for path, what in ((cert_file, "TLS client certificate"), (key_file, "TLS client key")):
+        if path is not None and not os.path.isfile(path):
+            raise ValueError(f"{what} file {path} does not exist")
+    use_tls = use_tls or cert_file is not None
+    return ClientSecurity(access_key, secret_key, use_tls, ca_file, cert_file, key_file)
 
 
 def _env_flag(environ: Mapping[str, str], name: str) -> bool:

@@ -5,6 +5,7 @@ see them."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import threading
 from collections.abc import Iterator
@@ -173,6 +174,16 @@ def test_the_client_learns_the_server_id_from_one_refusal(server: Server) -> Non
         for _ in range(3):
             assert send(channel).status.code == rmq_pb2.OK
     assert server.messaging.sent == ["orders"] * 3    # the refused first try never reached the service
+
+
+def test_asking_for_the_server_id_is_not_logged_but_refusals_are(server: Server, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="rmq.auth")
+    with open_channel(server.address, credentials=PRODUCER) as channel:
+        assert send(channel).status.code == rmq_pb2.OK
+    assert "refused" not in caplog.text
+    with open_channel(server.address, credentials=CONSUMER) as channel:
+        rpc_error(lambda: send(channel))
+    assert "PERMISSION_DENIED access key 'consumer1' lacks PUB on topic 'orders'" in caplog.text
 
 
 def test_server_streaming_calls_are_admitted_and_checked(server: Server) -> None:

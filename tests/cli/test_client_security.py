@@ -42,7 +42,23 @@ def test_there_is_no_secret_key_flag() -> None:
     assert all("secret" not in option for action in parser._actions for option in action.option_strings)
 
 
+def test_client_certificate_from_flags_or_environment(tmp_path: Path) -> None:
+    cert, key = tmp_path / "client.pem", tmp_path / "client.key"
+    cert.write_text("-----BEGIN CERTIFICATE-----\n")
+    key.write_text("-----BEGIN PRIVATE KEY-----\n")
+    from_flags = security("--tls-cert", str(cert), "--tls-key", str(key))
+    assert from_flags == ClientSecurity(tls=True, tls_cert_file=str(cert), tls_key_file=str(key))
+    assert from_flags.tls_settings().cert_file == cert and from_flags.tls_settings().key_file == key
+    from_environment = security(RMQ_TLS_CERT_FILE=str(cert), RMQ_TLS_KEY_FILE=str(key))
+    assert from_environment == from_flags
+    assert from_flags.client_kwargs()["tls_cert_file"] == str(cert)
+
+
 @pytest.mark.parametrize(("argv", "environ", "message"), [
+    (["--tls-cert", "/nonexistent/c.pem"], {}, r"needs both --tls-cert \(\$RMQ_TLS_CERT_FILE\) and --tls-key"),
+    ([], {"RMQ_TLS_KEY_FILE": "/nonexistent/c.key"}, r"needs both --tls-cert"),
+    (["--tls-cert", "/nonexistent/c.pem", "--tls-key", "/nonexistent/c.key"], {},
+     r"TLS client certificate file /nonexistent/c.pem does not exist"),
     (["--access-key", "user01"], {}, r"\$RMQ_SECRET_KEY is not set"),
     ([], {"RMQ_SECRET_KEY": "topsecret1"}, r"no access key: give --access-key or \$RMQ_ACCESS_KEY"),
     ([], {"RMQ_TLS": "maybe"}, r"\$RMQ_TLS must be 1/true/yes or 0/false/no, not 'maybe'"),
