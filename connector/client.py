@@ -445,8 +445,8 @@ class RmqClient:
         """Min/max offset and last store time of every queue of the topic, sorted by queue."""
         offsets: dict[MessageQueue, QueueOffsets] = {}
         for name in self._route(topic).brokers:
-            response = self._topic_call(topic, self._read_address(name), _GET_TOPIC_OFFSETS,
-                                        rmq_pb2.GetTopicOffsetsRequest(topic=topic), name)
+            request = rmq_pb2.GetTopicOffsetsRequest(topic=topic)
+            response = self._topic_call(topic, name, _GET_TOPIC_OFFSETS, request)
             for q in response.queues:
                 offsets[MessageQueue(topic, name, q.queue_id)] = QueueOffsets(
                     q.min_offset, q.max_offset, q.last_store_timestamp)
@@ -598,11 +598,10 @@ class RmqClient:
             raise RmqError(status.code, status.message or f"{rpc.name} refused", broker=label, queue=queue)
         return response
 
-    def _topic_call(self, topic: str, address: str, rpc: _Rpc[ResponseT], request: Message,
-                    broker_name: str) -> ResponseT:
-        """A call located through a cached route: a stale route is dropped when it fails."""
+    def _topic_call(self, topic: str, broker_name: str, rpc: _Rpc[ResponseT], request: Message) -> ResponseT:
+        """A read-side call located through a cached route: a stale route is dropped when it fails."""
         try:
-            return self._call(address, rpc, request, broker_name)
+            return self._read_call(broker_name, rpc, request)
         except RmqError as error:
             if isinstance(error, RmqUnavailable) or error.code == rmq_pb2.TOPIC_NOT_EXIST:
                 self._forget_route(topic)
