@@ -389,3 +389,43 @@ def test_offset_based_rpcs_read_and_commit_on_the_queues_and_offsets_rmq_v1_uses
         assert stub.GetOffset(get, timeout=5).offset == 3
     with RmqClient(broker.address) as client:
         assert client.query_consumer_offsets("g-offsets", TOPIC) == {MessageQueue(TOPIC, "broker-a", 0): 3}
+
+
+@pytest.mark.spark
+def test_official_producer_messages_read_by_the_spark_source_with_tags_keys_and_properties(broker, spark):
+    sent = [message(TOPIC, f"spark-{i}".encode(), tag=f"T{i % 2}", keys=(f"key-{i}",),
+                    properties={"n": str(i)}) for i in range(6)]
+    receipts = send_all(broker.address, sent)
+    rows = (spark.read.format("rmq").option("endpoints", broker.address).option("topic", TOPIC).load()
+            .select("body", "tags", "keys", "properties").collect())
+    read = {bytes(row.body): row for row in rows}
+    assert sorted(read) == sorted(m.body for m in sent)
+    for i, receipt in enumerate(receipts):
+        row = read[f"spark-{i}".encode()]
+        assert (row.tags, row.keys) == (f"T{i % 2}", f"key-{i}")
+        assert row.properties["n"] == str(i) and row.properties["UNIQ_KEY"] == receipt.message_id
+
+
+def test_route_names_every_broker_of_the_topic_through_the_name_server(tmp_path: Path):
+    namesrv = processes.namesrv(tmp_path).start()
+    brokers = [processes.broker(tmp_path, name, namesrv_address=namesrv.address).start()
+               for name in ("broker-a", "broker-b")]
+    try:
+        with RmqClient(namesrv.address) as client:
+            assert wait_for(lambda: len(client.list_brokers()) == 2, timeout=30)
+            client.create_topic(TOPIC, queues=2)
+            assert wait_for(lambda: len(client.query_route(TOPIC).brokers) == 2, timeout=30)
+        # the client knows broker-a only: the route it gets there names broker-b too
+        sent = [message(TOPIC, f"m{i}".encode()) for i in range(8)]
+        send_all(brokers[0].address, sent)
+        stored = {"broker-a": 0, "broker-b": 0}
+        with RmqClient(namesrv.address) as client:
+            for mq, offsets in client.topic_offsets(TOPIC).items():
+                stored[mq.broker_name] += offsets.max_offset
+        assert stored["broker-a"] > 0 and stored["broker-b"] > 0 and sum(stored.values()) == len(sent)
+        with started(simple_consumer(brokers[0].address, "g-route")) as consumer:
+            received = receive_until(consumer, len(sent), timeout=30)
+        assert sorted(m.body for m in received) == sorted(m.body for m in sent)
+    finally:
+        for server in [*brokers, namesrv]:
+            server.stop()
