@@ -121,13 +121,13 @@ def _progress(start: float, message: str) -> None:
 
 def write_report(output: Path, sections: list[report.SectionResult], args: argparse.Namespace,
                  started: datetime, seconds: float, load_before: str) -> None:
-    previous = output.read_text() if output.exists() else ""
     arguments = " ".join(sys.argv[1:])
     command = f"`{MODULE_COMMAND} {arguments}`" if arguments else f"`make bench` (`{MODULE_COMMAND}`)"
     facts = {**machine.facts(REPO_ROOT), "load average (1/5/15 min) at start": load_before,
              "load average at end": machine.load_average()}
-    info = report.RunInfo(command, started.strftime("%Y-%m-%d %H:%M"), seconds, args.quick, facts)
-    output.write_text(report.render(sections, info, report.existing_notes(previous)))
+    info = report.RunInfo(command, started.strftime("%Y-%m-%d %H:%M"), seconds, args.quick, facts["source"],
+                          facts)
+    output.write_text(report.render(sections, info))
 
 
 if __name__ == "__main__":

@@ -4,11 +4,13 @@ both on loopback, measured alternately in the same run."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
 import redis
 
+from bench import machine
 from bench import redis_reference as rr
 from bench.environment import Environment
 from bench.harness import Row, Stats, Target, measure_pair, percentile, rate, wake_latency_ms
@@ -84,14 +86,17 @@ def xadd_worker(port: int, count: int, body: bytes) -> None:
 def pull_rows(env: Environment) -> list[Row]:
     """One queue read from its first to its last offset in pulls of up to 1024 messages,
     each decoded into an Arrow RecordBatch by `rmq.connector.message_decoder.decode` (and once
-    more without decoding), against XRANGE COUNT 1024 over a stream holding as many entries."""
+    more without decoding), against XRANGE COUNT 1024 over a stream holding as many entries.
+    CPU per message of the decoded runs: the broker process's (/proc) and this reader
+    process's (`time.process_time`), over the same runs."""
     with env.broker() as broker, env.redis() as redis_server, RmqClient(broker.address) as client:
         redis_client = redis_server.client() if redis_server else None
-        return [row for size in BODY_SIZES for row in _pull_rows_for(env, client, redis_client, size)]
+        return [row for size in BODY_SIZES
+                for row in _pull_rows_for(env, client, redis_client, size, broker.process.pid)]
 
 
 def _pull_rows_for(env: Environment, client: RmqClient, redis_client: redis.Redis | None,
-                   size: int) -> list[Row]:
+                   size: int, broker_pid: int) -> list[Row]:
     count = env.scale.pull_messages
     topic, key, body = f"bench-pull-{size}", f"bench-xrange-{size}", body_of(size)
     client.create_topic(topic, queues=1)
@@ -100,9 +105,16 @@ def _pull_rows_for(env: Environment, client: RmqClient, redis_client: redis.Redi
         rr.xadd(redis_client, key, body, count)
     mq = single_queue(client, topic)
     requests: list[int] = []
+    broker_cpu_us: list[float] = []
+    reader_cpu_us: list[float] = []
 
     def pull(with_decode: bool) -> float:
-        return rate(count, lambda: requests.append(pull_range(client, mq, 0, count, with_decode)))
+        broker_before, reader_before = machine.process_cpu_seconds(broker_pid), time.process_time()
+        result = rate(count, lambda: requests.append(pull_range(client, mq, 0, count, with_decode)))
+        if with_decode:
+            broker_cpu_us.append((machine.process_cpu_seconds(broker_pid) - broker_before) / count * 1e6)
+            reader_cpu_us.append((time.process_time() - reader_before) / count * 1e6)
+        return result
 
     xrange = _maybe(redis_client, lambda c: rr.xrange_rate(c, key, count))
     decoded, reference = measure_pair(lambda: pull(True), xrange, env.scale.repeats)
@@ -115,6 +127,9 @@ def _pull_rows_for(env: Environment, client: RmqClient, redis_client: redis.Redi
             "XRANGE COUNT 1024", reference, Target(min_ratio=1.0), note.strip()),
         Row(f"pull without decode, {size_label(size)} bodies", "msg/s", raw, "XRANGE COUNT 1024",
             raw_reference, Target(min_ratio=1.0)),
+        Row(f"broker CPU per pulled message, {size_label(size)} bodies", "µs", Stats.of(broker_cpu_us)),
+        Row(f"reader CPU per message (pull + decode), {size_label(size)} bodies", "µs",
+            Stats.of(reader_cpu_us)),
     ]
 
 

@@ -15,6 +15,13 @@ def load_average() -> str:
     return " / ".join(f"{load:.1f}" for load in os.getloadavg())
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (/proc/PID/stat utime + stime)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def facts(repo: Path) -> dict[str, str]:
     return {
         "source": _source(repo),

@@ -83,16 +83,16 @@ def test_table_keeps_every_row_on_one_line() -> None:
     assert "not measured: RuntimeError: broker exited Traceback \\| line 2" in lines[3]
 
 
-def test_report_keeps_hand_written_notes() -> None:
+def test_report_is_generated_whole_and_names_the_commit() -> None:
     section = report.SectionResult("pull", "3. Broker pull", "What it measures.",
                                    [Row("pull", "msg/s", Stats.of([5.0]), "XRANGE", Stats.of([10.0]),
                                         Target(min_ratio=1.0))], 12.0)
-    run = report.RunInfo("make bench", "2026-01-01 00:00", 60.0, False, {"cores": "2"})
-    first = report.render([section], run, {"pull": "Decode dominates the profile.\n"})
-    assert "<!-- notes:pull -->\nDecode dominates the profile.\n<!-- /notes:pull -->" in first
-    assert "| 3. Broker pull | pull | 5 msg/s | 0.50× | ≥ 1× reference | **missed** |" in first
-    second = report.render([section], run, report.existing_notes(first))
-    assert second == first
+    run = report.RunInfo("make bench", "2026-01-01 00:00", 60.0, False, "commit abc1234",
+                         {"source": "commit abc1234", "cores": "2"})
+    text = report.render([section], run)
+    assert text.splitlines()[2].startswith("Measured at commit abc1234 by make bench on 2026-01-01 00:00 UTC")
+    assert "| 3. Broker pull | pull | 5 msg/s | 0.50× | ≥ 1× reference | **missed** |" in text
+    assert "notes:" not in text
 
 
 def _failing_section(env) -> list[Row]:
