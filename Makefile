@@ -43,8 +43,15 @@ proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto --grpc_python_out=proto proto/rmq/v1/rmq.proto
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto proto/rmq/rocketmq_v2/definition.proto proto/rmq/rocketmq_v2/service.proto
 
+TYPECHECK := build/typecheck
+
+## ruff, then mypy on the product packages as installed (rmq, rmq.store, rmq.broker_server, rmq.connector, rmq.cli)
 lint: $(STAMP)
 	$(PY) -m ruff check .
+	rm -rf $(TYPECHECK) && mkdir -p $(TYPECHECK)/rmq
+	ln -s $(CURDIR)/proto/rmq/* $(TYPECHECK)/rmq/
+	for package in store broker_server connector cli; do ln -s $(CURDIR)/$$package $(TYPECHECK)/rmq/$$package; done
+	cd $(TYPECHECK) && $(CURDIR)/$(PY) -m mypy --config-file $(CURDIR)/pyproject.toml -p rmq
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -20,7 +20,8 @@ import pytest
 from rmq.cli import processes
 from rmq.connector import Message, Producer
 from rmq.connector.allocation import allocate
-from rmq.connector.client import MessageQueue, RmqClient
+from rmq.connector.client import MessageQueue, RmqClient, RmqError
+from rmq.v1 import rmq_pb2
 
 TOPIC = "Orders"
 QUEUES_PER_BROKER = 4
@@ -197,3 +198,18 @@ def test_circle_split(cluster: Cluster, tmp_path: Path) -> None:
     finally:
         for consumer in consumers:
             consumer.stop()
+
+
+def test_producer_refuses_unknown_topics_whole_and_fails_over_to_the_other_broker(cluster: Cluster) -> None:
+    """Runs last in this module: it stops broker-b."""
+    with Producer(cluster.endpoints) as producer, RmqClient(cluster.endpoints) as client:
+        before = client.topic_offsets(TOPIC)
+        with pytest.raises(RmqError) as refused:
+            producer.send([Message(TOPIC, b"fine"), Message("NoSuchTopic", b"x")])
+        assert refused.value.code == rmq_pb2.TOPIC_NOT_EXIST
+        assert client.topic_offsets(TOPIC) == before   # nothing of the list was sent
+        producer.send(Message(TOPIC, b"warm-up"))      # the route (both brokers) is now cached
+        cluster.brokers[1].stop()
+        results = [producer.send(Message(TOPIC, f"f{i}".encode())) for i in range(10)]
+    assert {r.message_queue.broker_name for r in results} == {"broker-a"}
+    assert all(r.queue_offset >= 0 for r in results)

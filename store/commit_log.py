@@ -13,6 +13,7 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -133,7 +134,8 @@ def encode_batch(batch: MessageBatch, max_message_size: int, max_record_in_file:
     if status.any():
         return _REFUSALS[status[np.argmax(status != 0)]]
     crcs = np.fromiter(map(zlib.crc32, batch.bodies), np.int64, count) & 0x7FFFFFFF
-    return EncodedBatch(batch, lengths, body_lengths, crcs, topic_prefixes, length_fields,
+    # no prefix is None here: a bad topic refused the batch above
+    return EncodedBatch(batch, lengths, body_lengths, crcs, cast(list[bytes], topic_prefixes), length_fields,
                         QueueGroups.of(batch.topics, batch.queue_ids))
 
 
@@ -237,6 +239,7 @@ class CommitLog:
             queue.create_file(offset)
         for segment in segments:
             mapped = queue.find_mapped_file_by_offset(segment.file_offset)
+            assert mapped is not None, "the file was found or created above"
             parts = records[segment.first * _PARTS:segment.end * _PARTS]
             parts.append(segment.blank)
             mapped.write(segment.position, b"".join(parts))

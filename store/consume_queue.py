@@ -65,7 +65,8 @@ class ConsumeQueue:
                 self.max_physic_offset = int(entries["offset"][count - 1]) + int(entries["size"][count - 1])
             else:   # a new queue, a new file, or entries already present after recovery
                 count = 1
-                self.put_message_position_info(*entries[0].tolist(), first_cq_offset)
+                offset, size, tags_code = entries[0].tolist()
+                self.put_message_position_info(offset, size, tags_code, first_cq_offset)
             entries, first_cq_offset = entries[count:], first_cq_offset + count
 
     def put_message_position_info(self, commit_log_offset: int, size: int, tags_code: int,

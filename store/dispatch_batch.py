@@ -44,9 +44,9 @@ class DispatchBatch:
     def from_requests(cls, requests: Sequence[DispatchRequest]) -> DispatchBatch:
         (topics, queue_ids, offsets, sizes, tags_codes, timestamps, cq_offsets, keys, uniq_keys,
          sys_flags) = map(list, zip(*requests, strict=True))
-        queue_ids = np.array(queue_ids, dtype=np.int64)
-        return cls(topics, queue_ids, _ints(offsets), _ints(sizes), _ints(tags_codes), _ints(timestamps),
-                   _ints(cq_offsets), _ints(sys_flags), keys, uniq_keys, QueueGroups.of(topics, queue_ids))
+        ids = np.array(queue_ids, dtype=np.int64)
+        return cls(topics, ids, _ints(offsets), _ints(sizes), _ints(tags_codes), _ints(timestamps),
+                   _ints(cq_offsets), _ints(sys_flags), keys, uniq_keys, QueueGroups.of(topics, ids))
 
     @classmethod
     def of_properties(cls, topics: list[str], queue_ids: np.ndarray, commit_log_offsets: np.ndarray,

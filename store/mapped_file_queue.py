@@ -63,12 +63,10 @@ class MappedFileQueue:
         files = self.files
         return files[-1] if files else None
 
-    def get_last_mapped_file(self, start_offset: int = 0, create: bool = True) -> MappedFile | None:
+    def get_last_mapped_file(self, start_offset: int = 0) -> MappedFile:
         """The file being written, creating the next one when there is none or it is full."""
         last = self.last_file()
         if last is not None and not last.is_full():
-            return last
-        if not create:
             return last
         if last is None:
             create_offset = start_offset - start_offset % self.mapped_file_size

@@ -169,6 +169,7 @@ class MessageStore:
     def _start_services(self) -> None:
         config = self.config
         queue = self.commit_log.mapped_file_queue
+        flush_service: ServiceThread
         if config.flush_disk_type is FlushDiskType.SYNC:
             self._group_commit = GroupCommitService(queue, self.checkpoint)
             flush_service = self._group_commit
@@ -319,7 +320,7 @@ class MessageStore:
                 entries["offset"] = batch.commit_log_offsets[selected]
                 entries["size"] = batch.msg_sizes[selected]
                 entries["tags_code"] = batch.tags_codes[selected]
-                self.find_consume_queue(topic, queue_id, create=True).put_entries(
+                self._consume_queue(topic, queue_id).put_entries(
                     entries, int(batch.consume_queue_offsets[selected][0]))
         if self.config.message_index_enable:
             self._build_index(batch)
@@ -369,13 +370,16 @@ class MessageStore:
     def find_consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
         queues = self.consume_queue_table.get(topic)
         cq = queues.get(queue_id) if queues is not None else None
-        if cq is None and create:
-            with self._cq_lock:
-                queues = self.consume_queue_table.setdefault(topic, {})
-                cq = queues.get(queue_id)
-                if cq is None:
-                    cq = queues[queue_id] = self._new_consume_queue(topic, queue_id)
-        return cq
+        return self._consume_queue(topic, queue_id) if cq is None and create else cq
+
+    def _consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """The queue's ConsumeQueue, created on first use."""
+        with self._cq_lock:
+            queues = self.consume_queue_table.setdefault(topic, {})
+            cq = queues.get(queue_id)
+            if cq is None:
+                cq = queues[queue_id] = self._new_consume_queue(topic, queue_id)
+            return cq
 
     def _all_consume_queues(self) -> list[ConsumeQueue]:
         return [cq for queues in list(self.consume_queue_table.values()) for cq in list(queues.values())]
@@ -555,7 +559,8 @@ class MessageStore:
             if record is None:
                 continue
             size, request = parse_record(record, 0, len(record), offset, False)
-            if (size > 0 and request.topic == topic and begin_ts <= request.store_timestamp <= end_ts
+            if (size > 0 and request is not None and request.topic == topic
+                    and begin_ts <= request.store_timestamp <= end_ts
                     and (request.uniq_key == key or key in request.keys.split(mf.KEY_SEPARATOR))):
                 records.append(record)
         status = GetMessageStatus.FOUND if records else GetMessageStatus.NO_MATCHED_MESSAGE

@@ -96,7 +96,7 @@ class ReputMessageService(ServiceThread):
                     size = -2
                     break
                 size, request = parse_record(buffer, position, file_size, base, False)
-                if size <= 0:
+                if size <= 0 or request is None:
                     break
                 chunk.append(request)
                 position += size
