@@ -429,3 +429,22 @@ def test_route_names_every_broker_of_the_topic_through_the_name_server(tmp_path:
     finally:
         for server in [*brokers, namesrv]:
             server.stop()
+
+
+def test_a_receive_retried_with_its_attempt_id_gets_the_same_deliveries_again(broker):
+    send_all(broker.address, [message(TOPIC, b"once")])
+    with grpc.insecure_channel(broker.address) as channel:
+        stub = MessagingServiceStub(channel)
+
+        def receive(attempt_id: str) -> list:
+            request = pb.ReceiveMessageRequest(
+                group=v2.Resource(name="g-attempt"), batch_size=32, auto_renew=True, attempt_id=attempt_id,
+                message_queue=v2.MessageQueue(topic=v2.Resource(name=TOPIC), id=-1),
+                long_polling_timeout=Duration(seconds=1))
+            return [r.message for r in stub.ReceiveMessage(request, timeout=10) if r.HasField("message")]
+
+        [first] = receive("attempt-1")
+        [again] = receive("attempt-1")
+        assert (again.body, again.system_properties.receipt_handle) == \
+            (b"once", first.system_properties.receipt_handle)
+        assert receive("attempt-2") == []   # still invisible for any other receive

@@ -197,7 +197,7 @@ class RocketMQv2MessagingService:
         ends (§4: the client reads the whole stream)."""
         try:
             pop_request, wait_s = self._pop_request(request, context)
-            popped = await self.pop.receive(pop_request, wait_s)
+            popped = await self.pop.receive(pop_request, wait_s, request.attempt_id)
         except Exception as error:
             yield pb.ReceiveMessageResponse(status=as_v2_error(error).status())
             return

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,12 +33,16 @@ from rmq.broker_server.consumer_send_msg_back import (
 from rmq.broker_server.long_polling import PullRequestHoldService
 from rmq.broker_server.rocketmq_v2.pop_state import InFlight, PopQueue, PopStateTable
 from rmq.broker_server.rocketmq_v2.receipt_handle import ReceiptHandle
+from rmq.broker_server.rocketmq_v2.status import V2Error
 from rmq.broker_server.send_message_processor import check_put_status
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfigManager
+from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.stored_message import StoredMessage, decode_record
 
 MAX_BATCH = 32            # messages one receive hands out (proxy maxBatchSize-like cap)
+MAX_HELD_RECEIVES = 10_000     # receives one broker holds at once (long polling)
+MAX_REMEMBERED_ATTEMPTS = 10_000   # attempt ids whose deliveries a retried receive gets again
 _MOVED = ("OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY", "NO_MATCHED_MESSAGE", "MESSAGE_WAS_REMOVING")
 
 
@@ -88,6 +93,8 @@ class PopService:
         self._waiters: dict[tuple[str, str], set[asyncio.Future]] = {}
         self._rotation = itertools.count()
         self._stopped = False
+        self._held = 0
+        self._attempts: OrderedDict[tuple[str, str, str], list[Popped]] = OrderedDict()
 
     def shutdown(self) -> None:
         """Answer every held receive now and hold no new one."""
@@ -96,14 +103,27 @@ class PopService:
             self._notify(*key)
 
     # -- receive -------------------------------------------------------------------------
-    async def receive(self, request: PopRequest, wait_s: float) -> list[Popped]:
+    async def receive(self, request: PopRequest, wait_s: float, attempt_id: str = "") -> list[Popped]:
+        """Pop up to a batch, holding up to `wait_s` for one. A receive retried with the same
+        `attempt_id` (the push consumer's, after a failed call) gets the deliveries of the first
+        one again while they are still in flight, instead of leaving them invisible."""
+        remembered = (request.group, request.topic, attempt_id)
+        if attempt_id:
+            again = [p for p in self._attempts.get(remembered, []) if self.in_flight(request.group, p.handle)]
+            if again:
+                return again
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(wait_s, 0.0)
         while True:
             popped = await self.pop_once(request)
             if popped or self._stopped or loop.time() >= deadline:
-                return popped
+                break
             await self._wait(request, deadline - loop.time())
+        if attempt_id and popped:
+            self._attempts[remembered] = popped
+            while len(self._attempts) > MAX_REMEMBERED_ATTEMPTS:
+                self._attempts.popitem(last=False)
+        return popped
 
     async def pop_once(self, request: PopRequest) -> list[Popped]:
         start = next(self._rotation)
@@ -212,6 +232,9 @@ class PopService:
         """Hold until something may be receivable (see the module docstring) or `timeout_s`."""
         if timeout_s <= 0:
             return
+        if self._held >= MAX_HELD_RECEIVES:
+            raise V2Error(v2.TOO_MANY_REQUESTS, f"this broker already holds {MAX_HELD_RECEIVES} receives")
+        self._held += 1
         loop = asyncio.get_running_loop()
         key = (request.group, request.topic)
         changed = loop.create_future()
@@ -220,14 +243,17 @@ class PopService:
         wake_at = [e.visible_at_ms for state in states if state for e in state.inflight.values()]
         if wake_at:
             timeout_s = min(timeout_s, max(min(wake_at) - now_ms(), 0) / 1000 + 0.01)
+        # a FIFO queue with a message in flight is woken by its ack / change / visibility, not arrivals
         holds = [
             loop.create_task(self.hold_service.suspend(
                 request.topic, q, state.pop_offset if state else 0, request.tag_codes, int(timeout_s * 1000)))
             for q, state in zip(request.queue_ids, states, strict=True)
+            if not (request.fifo and state and state.inflight)
         ]
         try:
             await asyncio.wait([changed, *holds], timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            self._held -= 1
             for task in holds:
                 task.cancel()
             await asyncio.gather(*holds, return_exceptions=True)
