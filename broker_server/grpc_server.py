@@ -14,7 +14,8 @@ import asyncio
 import logging
 import resource
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import grpc
 
@@ -90,7 +91,7 @@ async def wait_for_termination() -> None:
     await stop.wait()
 
 
-def run_until_terminated(serve: Callable[[], Awaitable[None]]) -> int:
+def run_until_terminated(serve: Callable[[], Coroutine[Any, Any, None]]) -> int:
     configure_logging()
     asyncio.run(serve())
     return 0
