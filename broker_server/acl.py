@@ -66,7 +66,7 @@ class Perm(enum.Flag):
 
     @property
     def text(self) -> str:
-        return "|".join(p.name for p in (Perm.PUB, Perm.SUB) if p in self) or "DENY"
+        return "|".join(str(p.name) for p in (Perm.PUB, Perm.SUB) if p in self) or "DENY"
 
 
 class Need(enum.Enum):
@@ -118,10 +118,10 @@ class AddressPattern:
         ip = _client_ip(address)
         if ip is None:
             return False
-        if self.network is None and self.octets is None:
-            return True
         if self.network is not None:
             return ip.version == self.network.version and ip in self.network
+        if self.octets is None:
+            return True
         return ip.version == 4 and all(
             want is None or want == got for want, got in zip(self.octets, ip.packed, strict=True)
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from google.protobuf.message import Message
 
@@ -28,7 +29,7 @@ class Requirement:
     need: Need
 
 
-Rule = Callable[[Message], Iterable[Requirement]]
+Rule = Callable[[Any], Iterable[Requirement]]   # the request message of the RPC
 
 
 def _nothing(_request: Message) -> list[Requirement]:
@@ -43,23 +44,23 @@ def _admin(what: str) -> list[Requirement]:
     return [Requirement(CLUSTER, what, Need.ANY)]
 
 
-def _group_sub(request: Message) -> list[Requirement]:
+def _group_sub(request: Any) -> list[Requirement]:
     return [Requirement(GROUP, request.consumer_group, Need.SUB)]
 
 
-def _group_and_offset_topics(request: Message) -> list[Requirement]:
+def _group_and_offset_topics(request: Any) -> list[Requirement]:
     return _group_sub(request) + _topics(o.topic for o in request.offsets)
 
 
-def _group_and_queue_topics(request: Message) -> list[Requirement]:
+def _group_and_queue_topics(request: Any) -> list[Requirement]:
     return _group_sub(request) + _topics(q.topic for q in request.queues)
 
 
-def _group_and_subscription_topics(request: Message) -> list[Requirement]:
+def _group_and_subscription_topics(request: Any) -> list[Requirement]:
     return _group_sub(request) + _topics(s.topic for s in request.subscriptions)
 
 
-def _group_and_topic_or_every_topic(request: Message) -> list[Requirement]:
+def _group_and_topic_or_every_topic(request: Any) -> list[Requirement]:
     if request.topic:
         return _group_sub(request) + _topics([request.topic])
     return _group_sub(request) + _admin("QueryConsumerOffsets without a topic (every topic's offsets)")
@@ -124,6 +125,6 @@ def check_call(acl: Acl, access_key: str, method: str, request: Message) -> None
         acl.check(access_key, requirement.name, requirement.kind, requirement.need)
 
 
-def client_id_of(method: str, request: Message) -> str | None:
+def client_id_of(method: str, request: Any) -> str | None:
     """The consumer client id the call acts for, when it names one."""
     return request.client_id if method in CLIENT_ID_METHODS else None

@@ -18,7 +18,7 @@ Code = rmq_pb2.Code
 class RequestError(Exception):
     """A request the broker refuses, with the Code and the one-line reason it reports."""
 
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: rmq_pb2.Code, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message

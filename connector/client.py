@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import grpc
 from google.protobuf.message import Message
@@ -426,7 +426,7 @@ class RmqClient:
                       suspend_timeout_ms: int, commit_offset: int | None, max_bytes: int,
                       timeout: float | None) -> tuple[rmq_pb2.PullMessageRequest, float]:
         """The request (PullSysFlag.buildSysFlag, spec pull §10.3) and its deadline."""
-        flags = rmq_pb2.FLAG_SUBSCRIPTION
+        flags: int = rmq_pb2.FLAG_SUBSCRIPTION
         if suspend_timeout_ms > 0:
             flags |= rmq_pb2.FLAG_SUSPEND
         if commit_offset is not None:
@@ -438,7 +438,7 @@ class RmqClient:
         )
         selector = sub_expression if isinstance(sub_expression, MessageSelector) else None
         request.sub_expression = selector.expression if selector else str(sub_expression)
-        request.expression_type = selector.expression_type if selector else rmq_pb2.TAG
+        request.expression_type = cast(rmq_pb2.ExpressionType, selector.expression_type if selector else rmq_pb2.TAG)
         return request, (timeout or self.timeout) + max(suspend_timeout_ms, 0) / 1000.0
 
     def topic_offsets(self, topic: str) -> dict[MessageQueue, QueueOffsets]:

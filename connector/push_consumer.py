@@ -51,7 +51,7 @@ from rmq.connector.rebalance_impl import (
 )
 from rmq.connector.rebalance_service import WAIT_INTERVAL_S, RebalanceService
 from rmq.connector.scheduled_executor import ScheduledExecutor
-from rmq.subscription import parse_sub_expression
+from rmq.subscription import MessageSelector
 from rmq.v1 import rmq_pb2
 
 logger = logging.getLogger(__name__)
@@ -198,7 +198,7 @@ class PushConsumer:
         self.client_id = client_id_of(instance_name)
         self.client = client or RmqClient(endpoints)
         self._owns_client = client is None
-        self._subscriptions: dict[str, str] = {}
+        self._subscriptions: dict[str, str | MessageSelector] = {}
         self._listener: MessageListenerConcurrently | None = None
         self._state = "CREATE_JUST"
         self._state_lock = threading.Lock()
@@ -216,11 +216,13 @@ class PushConsumer:
 
     # ------------------------------------------------------------ public API
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        """Consume `topic`'s messages whose tag matches `expression` ("*" or "TagA || TagB")."""
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
+        """Consume `topic`'s messages whose tag matches `expression` ("*" or "TagA || TagB"),
+        or those an SQL92 `MessageSelector.by_sql(...)` selects on the broker."""
         if not topic:
             raise ValueError("topic is empty")
-        parse_sub_expression(expression)   # ValueError naming the bad expression
+        if isinstance(expression, str):
+            expression = MessageSelector.by_tag(expression)   # ValueError naming the bad expression
         self._subscriptions[topic] = expression
 
     def register_message_listener(self, listener: MessageListenerConcurrently) -> None:
@@ -435,7 +437,7 @@ class PushConsumer:
         try:
             self.client.pull_async(
                 mq, request.next_offset, self.pull_batch_size, group=self.group,
-                sub_expression=subscription.sub_string, suspend_timeout_ms=BROKER_SUSPEND_MAX_TIME_MILLIS,
+                sub_expression=subscription.selector, suspend_timeout_ms=BROKER_SUSPEND_MAX_TIME_MILLIS,
                 commit_offset=commit_offset,
                 callback=lambda result, error: self._on_pull(request, subscription, result, error))
         except RmqError as error:

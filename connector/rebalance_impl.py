@@ -24,7 +24,7 @@ from rmq.connector.client import MessageQueue, RmqError
 from rmq.connector.offset_store import OffsetStore, ReadOffsetType
 from rmq.connector.offsets import NO_OFFSET
 from rmq.connector.process_queue import ProcessQueue
-from rmq.subscription import parse_sub_expression
+from rmq.subscription import MessageSelector, parse_sub_expression
 
 logger = logging.getLogger(__name__)
 
@@ -39,20 +39,26 @@ class ConsumeFromWhere(enum.Enum):
 
 @dataclass(frozen=True)
 class SubscriptionData:
-    """FilterAPI.buildSubscriptionData: the topic, its normalised expression and tag set
-    (None: every tag)."""
+    """FilterAPI.buildSubscriptionData: the topic and its selector (tags, or an SQL92 condition
+    the broker evaluates), with the tag set the client re-checks (None: every message)."""
 
     topic: str
-    sub_string: str
+    selector: MessageSelector
     tags: frozenset[str] | None
 
     @classmethod
-    def build(cls, topic: str, expression: str) -> SubscriptionData:
-        sub_string, tags = parse_sub_expression(expression)
-        return cls(topic, sub_string, tags)
+    def build(cls, topic: str, expression: str | MessageSelector) -> SubscriptionData:
+        selector = (expression if isinstance(expression, MessageSelector)
+                    else MessageSelector.by_tag(expression))
+        tags = None if selector.is_sql else parse_sub_expression(selector.expression)[1]
+        return cls(topic, selector, tags)
+
+    @property
+    def sub_string(self) -> str:
+        return self.selector.expression
 
     def matches(self, tags: str) -> bool:
-        """The client's re-check of the broker's tag hash filter."""
+        """The client's re-check of the broker's tag hash filter (SQL92 is the broker's alone)."""
         return self.tags is None or tags in self.tags
 
 
@@ -75,7 +81,7 @@ class QueueAdmin(Protocol):
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int: ...
 
 
-def copy_subscription(group: str, subscriptions: dict[str, str], broadcasting: bool
+def copy_subscription(group: str, subscriptions: dict[str, str | MessageSelector], broadcasting: bool
                       ) -> dict[str, SubscriptionData]:
     """copySubscription (TV-24): clustering consumers also subscribe to `%RETRY%<group>`."""
     inner = {topic: SubscriptionData.build(topic, expression) for topic, expression in subscriptions.items()}

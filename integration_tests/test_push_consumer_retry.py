@@ -23,6 +23,7 @@ from rmq.cli import processes
 from rmq.connector import ConsumeConcurrentlyStatus, Message, MessageExt, Producer, PushConsumer
 from rmq.connector.client import RmqClient
 from rmq.connector.message_listener import ConsumeConcurrentlyContext
+from rmq.subscription import MessageSelector
 
 GROUP = "g-retry"
 WAIT_S = 30.0
@@ -203,3 +204,23 @@ def test_broadcasting_each_gets_everything_and_resumes(
         second.shutdown()
     assert sorted(received["b1"]) == sorted(received["b2"])
     assert len(set(received["b1"])) == 40
+
+
+def test_sql92_subscription_gets_only_matching_messages(broker: processes.ServerProcess) -> None:
+    got: list[bytes] = []
+    consumer = PushConsumer("g-sql", broker.address, consume_from="first")
+    consumer.subscribe("T", MessageSelector.by_sql("region = 'eu' AND amount > 100"))
+    consumer.register_message_listener(lambda msgs, ctx: got.extend(m.body for m in msgs) or OK)
+    with Producer(broker.address) as producer, consumer:
+        producer.send(
+            [
+                Message(
+                    "T", f"{region}-{amount}".encode(), properties={"region": region, "amount": str(amount)}
+                )
+                for region in ("eu", "us")
+                for amount in (50, 150, 250)
+            ]
+        )
+        wait_until(lambda: len(got) == 2, "the two matching messages")
+        time.sleep(0.3)
+    assert sorted(got) == [b"eu-150", b"eu-250"]

@@ -35,7 +35,7 @@ TOPIC, GROUP = ResourceKind.TOPIC, ResourceKind.GROUP
 
 
 class Refused(Exception):
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: v2.Code, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message

@@ -126,7 +126,7 @@ def message_id_of(stored: StoredMessage) -> str:
             or offset_msg_id(stored))
 
 
-def stored_message_type(properties: dict[str, str]) -> int:
+def stored_message_type(properties: dict[str, str]) -> v2.MessageType:
     if properties.get(PROPERTY_TRANSACTION_PREPARED) == "true":
         return v2.TRANSACTION
     if PROPERTY_MESSAGE_GROUP in properties:

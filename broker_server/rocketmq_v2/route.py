@@ -44,7 +44,7 @@ def endpoints(address: str) -> v2.Endpoints:
     return v2.Endpoints(scheme=scheme, addresses=[v2.Address(host=host, port=int(port))])
 
 
-def permission(queue_id: int, broker: BrokerQueues) -> int:
+def permission(queue_id: int, broker: BrokerQueues) -> v2.Permission:
     readable = queue_id < broker.read_queue_nums and broker.perm & PERM_READ
     writeable = queue_id < broker.write_queue_nums and broker.perm & PERM_WRITE
     if readable and writeable:

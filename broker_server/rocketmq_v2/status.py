@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 OK = v2.Status(code=v2.OK, message="OK")
 
 # rmq.v1 Code -> apache.rocketmq.v2 Code
-_FROM_RMQ = {
+_FROM_RMQ: dict[int, v2.Code] = {
     rmq_pb2.ILLEGAL_ARGUMENT: v2.BAD_REQUEST,
     rmq_pb2.TOPIC_NOT_EXIST: v2.TOPIC_NOT_FOUND,
     rmq_pb2.TOPIC_ILLEGAL: v2.ILLEGAL_TOPIC,
@@ -34,7 +34,7 @@ _FROM_RMQ = {
 
 
 class V2Error(Exception):
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: v2.Code, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message

@@ -10,11 +10,15 @@ total and always advances when there is a backlog and `n >= 1`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows
 
-K = TypeVar("K")
+class _Ordered(Protocol):
+    def __lt__(self, other: Any, /) -> bool: ...
+
+
+K = TypeVar("K", bound=_Ordered)   # a MessageQueue: keys are visited in their order
 
 
 def spread_rows(start: Mapping[K, int], available: Mapping[K, int], max_rows: int) -> dict[K, int]:
