@@ -37,7 +37,7 @@ class BrokerLiveInfo:
     topics: dict[str, TopicConfig]
     last_update_ms: int
     broker_id: int = 0
-    role: int = rmq_pb2.ASYNC_MASTER
+    role: rmq_pb2.BrokerRole = rmq_pb2.ASYNC_MASTER
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class RouteInfoManager:
         return int(self._clock() * 1000)
 
     def register_broker(self, broker_name: str, address: str, topics: list[TopicConfig], broker_id: int = 0,
-                        role: int = rmq_pb2.ASYNC_MASTER) -> bool:
+                        role: rmq_pb2.BrokerRole = rmq_pb2.ASYNC_MASTER) -> bool:
         """Record the member's current topics (replacing the previous set); True when it is new."""
         info = BrokerLiveInfo(broker_name, address, {t.topic_name: t for t in topics}, self._now_ms(),
                               broker_id, role)

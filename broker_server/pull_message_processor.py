@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass
+from typing import cast
 
 from rmq import message_format as mf
 from rmq import subscription
@@ -242,8 +243,8 @@ class PullMessageProcessor:
             self.stats.record_get(query.topic, result.message_count, len(result.buffer))
         response = rmq_pb2.PullMessageResponse(
             status=OK,
-            pull_status=pull_status(result.status, query.offset),
-            store_status=result.status,
+            pull_status=cast(rmq_pb2.PullStatus, pull_status(result.status, query.offset)),   # wire values
+            store_status=cast(rmq_pb2.GetMessageStatus, result.status),
             next_begin_offset=result.next_begin_offset,
             min_offset=result.min_offset,
             max_offset=result.max_offset,

@@ -34,7 +34,7 @@ MILLIS_THRESHOLD = 100_000_000_000  # a delivery "seconds" value above this is m
 class InvalidMessage(Exception):
     """A sent message the broker refuses, with the v2 Code it answers."""
 
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: v2.Code, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message

@@ -245,3 +245,16 @@ def test_start_needs_a_listener_and_a_subscription() -> None:
         consumer.start()
     with pytest.raises(ValueError, match="subscription expression"):
         consumer.subscribe("T", "TagA || ")
+
+
+def test_longpolling_tv15_timers() -> None:
+    from rmq.connector import consume_message_concurrently_service as consume
+    from rmq.connector import push_consumer, rebalance_service
+
+    assert rebalance_service.WAIT_INTERVAL_S == 20.0
+    assert push_consumer.PERSIST_CONSUMER_OFFSET_INTERVAL_S == 5.0
+    assert push_consumer.BROKER_SUSPEND_MAX_TIME_MILLIS == 15000
+    assert push_consumer.PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL == 50
+    assert push_consumer.PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION == 3000
+    assert push_consumer.OFFSET_ILLEGAL_FIX_DELAY_S == 10.0
+    assert consume.CONSUME_LATER_DELAY_S == 5.0
