@@ -4,12 +4,13 @@ source, topic routing, queue pinning and errors for DataFrames the sink cannot w
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 from rmq import message_format as mf
-from rmq.connector.client import OutgoingMessage, RmqClient
+from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -138,6 +139,59 @@ def test_produce_stream_transform_and_sink_into_another_topic(spark, broker, cli
     assert as_messages(rows) == sorted(
         (f"EVENT-{i}".encode(), f"T{i % 2}", f"k{i}", (("n", str(i)), ("via", "spark"))) for i in range(500)
     )
+
+
+def test_hash_keys_puts_every_key_on_one_queue_in_row_order(spark, broker, client):
+    client.create_topic("sink-keyed", queues=8)
+    rows = [(f"{i}", f"account-{i % 12}") for i in range(240)]
+    df = spark.createDataFrame(rows, "body string, keys string").repartition(1)   # one task: row order
+    write(df, broker.address, topic="sink-keyed", queueSelector="hashKeys")
+    back = (spark.read.format("rmq").option("endpoints", broker.address).option("topic", "sink-keyed").load()
+            .select("keys", "queue_id", "queue_offset", "body").collect())
+    queues: dict[str, set[int]] = {}
+    for row in back:
+        queues.setdefault(row.keys, set()).add(row.queue_id)
+    assert len(back) == 240 and all(len(ids) == 1 for ids in queues.values())    # one queue per key
+    assert len({queue for ids in queues.values() for queue in ids}) > 1          # keys spread over queues
+    for key in queues:        # per key, queue order is row order (what an orderly consumer sees)
+        bodies = [int(bytes(r.body)) for r in sorted(back, key=lambda r: r.queue_offset) if r.keys == key]
+        assert bodies == sorted(bodies) and len(bodies) == 20
+
+
+def test_delay_level_column_delays_delivery(spark, broker, client):
+    client.create_topic("sink-delayed", queues=1)
+    df = spark.createDataFrame([("now", 0), ("later", 3)], "body string, delay_level int")   # level 3: 10 s
+
+    def stored() -> int:
+        return client.topic_offsets("sink-delayed")[MessageQueue("sink-delayed", "broker-a", 0)].max_offset
+
+    write(df, broker.address, topic="sink-delayed")
+    assert stored() == 1                      # the delayed message waits in the broker's schedule topic
+    deadline = time.monotonic() + 60
+    while stored() < 2:
+        assert time.monotonic() < deadline, "the delayed message never arrived"
+        time.sleep(0.5)
+    rows = read_back(spark, broker.address, "sink-delayed")
+    assert sorted(bytes(r.body) for r in rows) == [b"later", b"now"]
+
+
+def test_complete_output_mode_sends_the_whole_result_every_batch(spark, broker, client, tmp_path: Path):
+    client.create_topic("sink-counts-in", queues=2)
+    client.create_topic("sink-counts-out", queues=2)
+    client.send("sink-counts-in", [OutgoingMessage(b"x", keys=f"k{i % 3}") for i in range(30)])
+    from pyspark.sql import functions as F
+
+    counts = (spark.readStream.format("rmq").options(endpoints=broker.address, topic="sink-counts-in",
+                                                     startingOffsets="earliest").load()
+              .groupBy("keys").count()
+              .select(F.col("keys"), F.to_json(F.struct("keys", "count")).alias("body")))
+    query = counts.writeStream.format("rmq").outputMode("complete").options(
+        endpoints=broker.address, topic="sink-counts-out", checkpointLocation=str(tmp_path / "checkpoint")
+    ).trigger(availableNow=True).start()
+    query.awaitTermination(120)
+    assert query.exception() is None
+    rows = read_back(spark, broker.address, "sink-counts-out")
+    assert sorted(json.loads(bytes(r.body))["count"] for r in rows) == [10, 10, 10]
 
 
 def test_missing_body_column_fails_with_a_clear_error(spark, broker):

@@ -15,9 +15,10 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from rmq.connector.backoff import retry_unavailable
 from rmq.connector.broker_offsets import BrokerOffsetLookup
+from rmq.connector.errors import RmqOptionError
 from rmq.connector.offset_store import create_offset_store
 from rmq.connector.offsets import resolve_offset
-from rmq.connector.spark.options import OUTAGE_OPTION, RmqOptionError, SourceOptions
+from rmq.connector.spark.options import OUTAGE_OPTION, SourceOptions
 from rmq.connector.spark.partition_reader import QueueRangePartition, read_queue_range
 from rmq.connector.spark.ranges import split_ranges
 from rmq.connector.spark.start_offsets import check_named_queues, resolve_start

@@ -45,8 +45,9 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
+from rmq.connector.errors import RmqOptionError
 from rmq.connector.spark.batch_reader import RmqBatchReader
-from rmq.connector.spark.options import RmqOptionError, check_source_options, parse_source_options
+from rmq.connector.spark.options import check_source_options, parse_source_options
 from rmq.connector.spark.source_schema import SOURCE_SCHEMA
 from rmq.connector.spark.stream_reader import RmqStreamReader
 from rmq.connector.spark.writer import RmqDataSourceArrowWriter, RmqDataSourceStreamArrowWriter

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from rmq.connector.client import MessageQueue
+from rmq.connector.errors import RmqOptionError
 from rmq.connector.offsets import (
     Committed,
     OffsetPolicy,
@@ -17,7 +18,6 @@ from rmq.connector.offsets import (
     Timestamps,
     resolve_offset,
 )
-from rmq.connector.spark.options import RmqOptionError
 
 
 def _named(policy: OffsetPolicy | None, starting: bool) -> list[tuple[str, MessageQueue]]:

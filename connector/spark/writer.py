@@ -6,6 +6,17 @@ SendMessage request, retrying on another broker when one cannot be reached. Deli
 at-least-once: a message acknowledged by the broker stays in the topic even when its Spark
 task (or another task of the same job) later fails, and a retried send or task, or a
 streaming micro-batch replayed after a restart, sends its rows again.
+
+`queueSelector=hashKeys` sends each row to the queue RocketMQ's SelectMessageQueueByHash
+picks for its `keys` (Java String.hashCode modulo the topic's writable queues, in route
+order), so rows with the same keys land on one queue in row order and an orderly consumer
+sees them in that order; rows without keys go round-robin. Such sends are retried on the same
+broker only. A `delay_level` column delays delivery (RocketMQ levels, 1 = 1 s ... 18 = 2 h;
+levels above the broker's highest are clamped by the broker).
+
+Streaming output modes: append and update send the micro-batch's rows; complete sends the
+whole result table at every micro-batch, as Kafka's sink does (a topic cannot be truncated:
+consumers see every version). Batch writes append only (`mode("overwrite")` is refused).
 """
 
 from __future__ import annotations
@@ -13,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -36,24 +47,37 @@ from pyspark.sql.types import (
 )
 
 from rmq.auth import SECURITY_OPTION_NAMES, ClientSecurity
-from rmq.connector.client import OutgoingMessage, RmqClient, RmqUnavailable
+from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient, RmqUnavailable
 from rmq.connector.endpoints import FORMAT_HINT, parse_endpoints
 from rmq.connector.errors import RmqSinkError
+from rmq.connector.producer import writable_queues
+from rmq.message_format import tags_hash_code
 
 logger = logging.getLogger(__name__)
 
-OPTION_NAMES = ("endpoints", "topic", "batchSize") + SECURITY_OPTION_NAMES
+OPTION_NAMES = ("endpoints", "topic", "batchSize", "queueSelector") + SECURITY_OPTION_NAMES
+ROUND_ROBIN = "roundrobin"
+HASH_KEYS = "hashkeys"
+QUEUE_SELECTORS = {ROUND_ROBIN: "roundRobin", HASH_KEYS: "hashKeys"}   # lower-case -> documented
 # Options Spark itself adds to a write's options (DataStreamWriter / save(path)).
 SPARK_OPTION_NAMES = ("checkpointLocation", "queryName", "path")
 DEFAULT_BATCH_SIZE = 512
 MAX_BATCH_SIZE = 10_000
 MAX_QUEUE_ID = 2**31 - 1   # int32 on the wire
+MAX_DELAY_LEVEL = 2**31 - 1   # int32 on the wire; the broker clamps levels above its highest
 SEND_ATTEMPTS = 3          # RocketMQ retryTimesWhenSendFailed = 2, plus the first attempt
 SEND_RETRY_BACKOFF_S = 0.2
 
 
 def _is_string(data_type: DataType) -> bool:
     return isinstance(data_type, StringType)   # any collation
+
+
+def _is_integer(data_type: DataType) -> bool:
+    return isinstance(data_type, ByteType | ShortType | IntegerType | LongType)
+
+
+INTEGER_TYPES = "an integer type (tinyint, smallint, int or bigint)"
 
 
 def _is_string_map(data_type: DataType) -> bool:
@@ -68,8 +92,8 @@ SINK_COLUMNS: dict[str, tuple[Callable[[DataType], bool], str]] = {
     "tags": (_is_string, "string"),
     "keys": (_is_string, "string (space-separated keys)"),
     "properties": (_is_string_map, "map<string,string>"),
-    "queue_id": (lambda t: isinstance(t, ByteType | ShortType | IntegerType | LongType),
-                 "an integer type (tinyint, smallint, int or bigint)"),
+    "queue_id": (_is_integer, INTEGER_TYPES),
+    "delay_level": (_is_integer, INTEGER_TYPES),
 }
 
 
@@ -79,6 +103,7 @@ class SinkOptions:
     topic: str | None
     batch_size: int
     security: ClientSecurity = ClientSecurity()   # accessKey/secretKey/tls/tlsCaFile
+    queue_selector: str = ROUND_ROBIN
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -89,6 +114,7 @@ class SinkOptions:
             topic=_topic(lowered.get("topic")),
             batch_size=_batch_size(lowered.get("batchsize")),
             security=_security(options),
+            queue_selector=_queue_selector(lowered.get("queueselector")),
         )
 
 
@@ -126,6 +152,15 @@ def _topic(value: str | None) -> str | None:
             "option 'topic' is empty: give a topic name, or leave it out and use a 'topic' column"
         )
     return value.strip()
+
+
+def _queue_selector(value: str | None) -> str:
+    if value is None:
+        return ROUND_ROBIN
+    if value.strip().lower() not in QUEUE_SELECTORS:
+        raise RmqSinkError(f"Invalid value {value!r} for option 'queueSelector': expected one of "
+                           f"{', '.join(QUEUE_SELECTORS.values())}")
+    return value.strip().lower()
 
 
 def _batch_size(value: str | None) -> int:
@@ -179,14 +214,13 @@ class SinkPlan:
     columns: dict[str, str]
 
     @classmethod
-    def create(cls, options: Mapping[str, str], schema: StructType, overwrite: bool) -> SinkPlan:
-        if overwrite:
-            raise RmqSinkError(
-                "the rmq sink only appends messages to a topic: use mode('append') for batch writes "
-                "and outputMode 'append' or 'update' for streaming writes"
-            )
+    def create(cls, options: Mapping[str, str], schema: StructType) -> SinkPlan:
         sink_options = SinkOptions.parse(options)
-        return cls(sink_options, sink_columns(schema, sink_options.topic))
+        columns = sink_columns(schema, sink_options.topic)
+        if sink_options.queue_selector == HASH_KEYS and "queue_id" in columns:
+            raise RmqSinkError("option queueSelector=hashKeys picks the queue from the keys: drop the "
+                               f"'{columns['queue_id']}' column or the option")
+        return cls(sink_options, columns)
 
     def messages_by_topic(self, batch: pa.RecordBatch) -> dict[str, list[OutgoingMessage]]:
         """The batch's rows as messages grouped by topic, in row order within a topic.
@@ -196,10 +230,14 @@ class SinkPlan:
         tags = self._strings(batch, "tags", rows)
         keys = self._strings(batch, "keys", rows)
         properties = self._properties(batch, rows)
-        queue_ids = self._queue_ids(batch, rows)
+        queue_ids = self._integers(batch, "queue_id", rows, MAX_QUEUE_ID,
+                                   "queue ids are 0 to {maximum} (null: the broker picks the queue)")
+        delays = self._integers(batch, "delay_level", rows, MAX_DELAY_LEVEL,
+                                "delay levels are 0 (none) to {maximum} (null: none)")
         messages = [
-            OutgoingMessage(body, tag, key, props, queue_id=queue_id)
-            for body, tag, key, props, queue_id in zip(bodies, tags, keys, properties, queue_ids, strict=True)
+            OutgoingMessage(body, tag, key, props, queue_id=queue_id, delay_level=delay or 0)
+            for body, tag, key, props, queue_id, delay
+            in zip(bodies, tags, keys, properties, queue_ids, delays, strict=True)
         ]
         if self.options.topic is not None:
             return {self.options.topic: messages} if messages else {}
@@ -208,17 +246,19 @@ class SinkPlan:
             grouped[topic].append(message)
         return dict(grouped)
 
-    def _queue_ids(self, batch: pa.RecordBatch, rows: int) -> list[int | None]:
-        name = self.columns.get("queue_id")
+    def _integers(self, batch: pa.RecordBatch, column_name: str, rows: int, maximum: int,
+                  accepted: str) -> list[int | None]:
+        """An optional integer column, each value in [0, maximum] or null."""
+        name = self.columns.get(column_name)
         if name is None:
             return [None] * rows
         column = batch.column(name)
-        out_of_range = pc.fill_null(pc.or_(pc.less(column, 0), pc.greater(column, MAX_QUEUE_ID)), False)
+        out_of_range = pc.fill_null(pc.or_(pc.less(column, 0), pc.greater(column, maximum)), False)
         if pc.any(out_of_range).as_py():
             row = _first_row(out_of_range)
             raise RmqSinkError(
                 f"column '{name}' is {column[row].as_py()} in row {row} of a batch: "
-                f"queue ids are 0 to {MAX_QUEUE_ID} (null: the broker picks the queue)"
+                + accepted.format(maximum=maximum)
             )
         return column.to_pylist()
 
@@ -272,14 +312,16 @@ def request_chunks(messages: list[OutgoingMessage], batch_size: int) -> Iterator
         yield messages[start:start + batch_size]
 
 
-def send_with_retry(client: RmqClient, topic: str, messages: list[OutgoingMessage]) -> None:
+def send_with_retry(client: RmqClient, topic: str, messages: list[OutgoingMessage],
+                    broker_name: str | None = None) -> None:
     """Send, retrying what was not acknowledged when a broker cannot be reached: the client
     picks the next of the topic's brokers each time (RocketMQ DefaultMQProducer:
-    retryTimesWhenSendFailed = 2). A retry may duplicate a message whose acknowledgement was
-    lost: at-least-once. Business errors (unknown topic, oversized message) are not retried."""
+    retryTimesWhenSendFailed = 2), or retries `broker_name` when the queue is chosen (orderly
+    sends). A retry may duplicate a message whose acknowledgement was lost: at-least-once.
+    Business errors (unknown topic, oversized message) are not retried."""
     for attempt in range(SEND_ATTEMPTS):
         try:
-            client.send(topic, messages)
+            client.send(topic, messages, broker_name=broker_name)
             return
         except RmqUnavailable as error:
             if attempt == SEND_ATTEMPTS - 1:
@@ -303,15 +345,41 @@ def write_batches(plan: SinkPlan, batches: Iterable[pa.RecordBatch]) -> RmqCommi
     A failed send raises (the task fails; Spark may retry it: at-least-once)."""
     sent: Counter[str] = Counter()
     client = RmqClient(plan.options.endpoints, **plan.options.security.client_kwargs())
+    queues: dict[str, list[MessageQueue]] = {}   # hashKeys: each topic's writable queues, once per task
     try:
         for batch in batches:
             for topic, messages in plan.messages_by_topic(batch).items():
-                for chunk in request_chunks(messages, plan.options.batch_size):
-                    send_with_retry(client, topic, chunk)
-                    sent[topic] += len(chunk)
+                if plan.options.queue_selector == HASH_KEYS:
+                    if topic not in queues:
+                        queues[topic] = writable_queues(client.query_route(topic))
+                    runs = by_keys(messages, queues[topic])
+                else:
+                    runs = {None: messages}
+                for broker_name, run in runs.items():
+                    for chunk in request_chunks(run, plan.options.batch_size):
+                        send_with_retry(client, topic, chunk, broker_name)
+                        sent[topic] += len(chunk)
     finally:
         client.close()
     return RmqCommitMessage(dict(sent))
+
+
+def by_keys(messages: list[OutgoingMessage], queues: Sequence[MessageQueue]
+            ) -> dict[str | None, list[OutgoingMessage]]:
+    """hashKeys: each message with keys gets its queue (SelectMessageQueueByHash over the
+    String.hashCode of its keys), grouped by broker in row order; messages without keys
+    stay unrouted (None: round-robin)."""
+    if not queues:
+        raise RmqSinkError("queueSelector=hashKeys: the topic has no writable queue")
+    runs: dict[str | None, list[OutgoingMessage]] = defaultdict(list)
+    for message in messages:
+        if not message.keys:
+            runs[None].append(message)
+            continue
+        mq = queues[abs(tags_hash_code(message.keys)) % len(queues)]
+        message.queue_id = mq.queue_id
+        runs[mq.broker_name].append(message)
+    return dict(runs)
 
 
 def total_sent(messages: Iterable[WriterCommitMessage | None]) -> Counter[str]:
@@ -335,7 +403,12 @@ class RmqDataSourceArrowWriter(DataSourceArrowWriter):
     """Batch sink: `df.write.format("rmq").option("endpoints", ...).save()`."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
-        self.plan = SinkPlan.create(options, schema, overwrite)
+        if overwrite:
+            raise RmqSinkError(
+                "the rmq sink only appends messages to a topic: use mode('append') (a topic cannot be "
+                "overwritten)"
+            )
+        self.plan = SinkPlan.create(options, schema)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> RmqCommitMessage:
         return write_batches(self.plan, iterator)
@@ -351,7 +424,8 @@ class RmqDataSourceStreamArrowWriter(DataSourceStreamArrowWriter):
     """Streaming sink: `df.writeStream.format("rmq")`; a replayed micro-batch is sent again."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
-        self.plan = SinkPlan.create(options, schema, overwrite)
+        # overwrite: output mode complete, which sends the whole result table every micro-batch.
+        self.plan = SinkPlan.create(options, schema)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> RmqCommitMessage:
         return write_batches(self.plan, iterator)

@@ -20,7 +20,7 @@ from pyspark.sql.types import (  # noqa: E402
     StructType,
 )
 
-from rmq.connector.client import OutgoingMessage  # noqa: E402
+from rmq.connector.client import MessageQueue, OutgoingMessage  # noqa: E402
 from rmq.connector.spark.writer import (  # noqa: E402
     DEFAULT_BATCH_SIZE,
     RmqCommitMessage,
@@ -29,6 +29,7 @@ from rmq.connector.spark.writer import (  # noqa: E402
     RmqSinkError,
     SinkOptions,
     SinkPlan,
+    by_keys,
     request_chunks,
     sink_columns,
     total_sent,
@@ -48,7 +49,7 @@ FULL_SCHEMA = schema(
 
 
 def plan(spark_schema: StructType = FULL_SCHEMA, **options: str) -> SinkPlan:
-    return SinkPlan.create({**ENDPOINTS, **options}, spark_schema, overwrite=False)
+    return SinkPlan.create({**ENDPOINTS, **options}, spark_schema)
 
 
 # ---------------------------------------------------------------- options
@@ -88,9 +89,49 @@ def test_empty_topic_option_is_refused():
         SinkOptions.parse({**ENDPOINTS, "topic": "  "})
 
 
-def test_overwrite_is_refused():
-    with pytest.raises(RmqSinkError, match="only appends"):
-        SinkPlan.create(ENDPOINTS, FULL_SCHEMA, overwrite=True)
+def test_batch_overwrite_is_refused_and_complete_streaming_output_accepted():
+    with pytest.raises(RmqSinkError, match="only appends messages to a topic: use mode\\('append'\\)"):
+        RmqDataSourceArrowWriter(ENDPOINTS, FULL_SCHEMA, True)
+    assert RmqDataSourceStreamArrowWriter(ENDPOINTS, FULL_SCHEMA, True).plan == plan()   # complete mode
+
+
+def test_queue_selector_option():
+    assert SinkOptions.parse(ENDPOINTS).queue_selector == "roundrobin"
+    assert SinkOptions.parse({**ENDPOINTS, "queueSelector": "HashKeys"}).queue_selector == "hashkeys"
+    expected = "Invalid value 'byKey' for option 'queueSelector': expected one of roundRobin, hashKeys"
+    with pytest.raises(RmqSinkError, match=expected):
+        SinkOptions.parse({**ENDPOINTS, "queueSelector": "byKey"})
+    with pytest.raises(RmqSinkError, match="queueSelector=hashKeys picks the queue from the keys: drop the "
+                                           "'queue_id' column"):
+        plan(queueSelector="hashKeys")
+
+
+def test_hash_keys_puts_each_key_on_one_queue_in_row_order():
+    queues = [MessageQueue("T", broker, q) for broker in ("broker-a", "broker-b") for q in range(4)]
+    keys = ["k1", "k2", "k1", "", "order-17", "k2", "k1"]
+    messages = [OutgoingMessage(f"{i}".encode(), keys=key) for i, key in enumerate(keys)]
+    runs = by_keys(messages, queues)
+    assert [m.body for m in runs[None]] == [b"3"]                       # no keys: round-robin
+    where = {m.keys: (broker, m.queue_id) for broker, run in runs.items() if broker for m in run}
+    # Java String.hashCode modulo the 8 queues (SelectMessageQueueByHash)
+    for key in ("k1", "k2", "order-17"):
+        h = sum(ord(c) * 31 ** (len(key) - 1 - i) for i, c in enumerate(key)) % 2**32
+        h = h - 2**32 if h >= 2**31 else h
+        assert where[key] == (queues[abs(h) % 8].broker_name, queues[abs(h) % 8].queue_id)
+    k1 = [m.body for run in runs.values() for m in run if m.keys == "k1"]
+    assert k1 == [b"0", b"2", b"6"]                                       # row order kept
+
+
+def test_delay_level_column():
+    batch = pa.record_batch({"body": pa.array([b"a", b"b"]), "delay_level": pa.array([3, None], pa.int32())})
+    messages = plan(schema(body=BinaryType(), delay_level=IntegerType()), topic="T").messages_by_topic(batch)
+    assert [m.delay_level for m in messages["T"]] == [3, 0]
+    bad = pa.record_batch({"body": pa.array([b"a"]), "delay_level": pa.array([-1], pa.int32())})
+    with pytest.raises(RmqSinkError, match="column 'delay_level' is -1 in row 0 of a batch: delay levels"):
+        plan(schema(body=BinaryType(), delay_level=IntegerType()), topic="T").messages_by_topic(bad)
+    with pytest.raises(RmqSinkError, match="column 'delay_level' has type string: the rmq sink accepts an "
+                                           "integer type"):
+        plan(schema(body=BinaryType(), delay_level=StringType()), topic="T")
 
 
 # ---------------------------------------------------------------- schema
