@@ -27,6 +27,7 @@ from rmq.cli import client_security
 from rmq.connector.client import (
     PERM_READ,
     PERM_WRITE,
+    BrokerMember,
     MessageQueue,
     OutgoingMessage,
     PullResult,
@@ -55,6 +56,11 @@ Command = Callable[[RmqClient, argparse.Namespace], int]
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:
     _add_topic_parsers(commands)
+
+    cluster = commands.add_parser("cluster", help="broker groups: each member's role, CommitLog offsets and "
+                                                   "replication lag")
+    cluster.add_argument("--json", action="store_true", help="machine-readable output")
+    _client_command(cluster, _cluster_status)
 
     produce = commands.add_parser("produce", help="send messages: lines from stdin, or --count generated")
     produce.add_argument("topic")
@@ -194,12 +200,15 @@ def _topic_describe(client: RmqClient, args: argparse.Namespace) -> int:
     queues = [{"broker_name": mq.broker_name, "queue_id": mq.queue_id, "min_offset": o.min_offset,
                "max_offset": o.max_offset, "last_store_timestamp": o.last_store_timestamp}
               for mq, o in offsets.items()]
+    for b in brokers:
+        b["members"] = _member_states(client, b["broker_name"], route.members.get(b["broker_name"], ()))
     if args.json:
         _print_json({"topic": args.name, "brokers": brokers, "queues": queues})
         return 0
     for b in brokers:
         print(f"topic {args.name} on {b['broker_name']} ({b['address']}): {b['read_queue_nums']} read / "
               f"{b['write_queue_nums']} write queues, perm {_perm(b['perm'])}")
+        _print_members(b["members"])
     _print_table(["BROKER", "QUEUE", "MIN_OFFSET", "MAX_OFFSET", "LAST_STORE_TIME"],
                  [[q["broker_name"], q["queue_id"], q["min_offset"], q["max_offset"],
                    _timestamp(q["last_store_timestamp"])] for q in queues])
@@ -419,14 +428,74 @@ def _group_progress(client: RmqClient, args: argparse.Namespace) -> int:
                          "min_offset": bounds.min_offset, "max_offset": bounds.max_offset,
                          "consumer_offset": consumer, "lag": lag})
     total = sum(row["lag"] for row in rows)
+    groups = client.list_broker_groups()
+    members = {name: _member_states(client, name, groups.get(name, ()))
+               for name in sorted({row["broker_name"] for row in rows})}
     if args.json:
-        _print_json({"group": args.group, "queues": rows, "total_lag": total})
+        _print_json({"group": args.group, "queues": rows, "total_lag": total, "brokers": members})
         return 0
     _print_table(["TOPIC", "BROKER", "QUEUE", "BROKER_OFFSET", "CONSUMER_OFFSET", "LAG"],
                  [[r["topic"], r["broker_name"], r["queue_id"], r["max_offset"],
                    "-" if r["consumer_offset"] is None else r["consumer_offset"], r["lag"]] for r in rows])
     print(f"total lag: {total}")
+    for name, states in members.items():
+        print(f"broker {name}:")
+        _print_members(states)
     return 0
+
+
+# ---------------------------------------------------------------- broker groups
+
+
+def _cluster_status(client: RmqClient, args: argparse.Namespace) -> int:
+    """Every broker group's members (mqadmin clusterList with the HA columns)."""
+    groups = {name: _member_states(client, name, members)
+              for name, members in client.list_broker_groups().items()}
+    if args.json:
+        _print_json({"brokers": groups})
+        return 0
+    _print_table(["BROKER", "ID", "ROLE", "ADDRESS", "MIN_OFFSET", "MAX_OFFSET", "SLAVE_LAG_BYTES", "STATE"],
+                 [[name, m["broker_id"], m["role"], m["address"], _dash(m["min_offset"]),
+                   _dash(m["max_offset"]), _dash(m["lag_bytes"]), m["state"]]
+                  for name, states in groups.items() for m in states])
+    return 0
+
+
+def _member_states(client: RmqClient, name: str, members: Iterable[BrokerMember]) -> list[dict[str, Any]]:
+    """Each member's role, CommitLog offsets and, for a slave, how many bytes it is behind its
+    master (the master's max offset now, or as the slave last heard it when the master is down)."""
+    states: list[dict[str, Any]] = []
+    master_max: int | None = None
+    for member in sorted(members, key=lambda m: m.broker_id):
+        state: dict[str, Any] = {"broker_id": member.broker_id, "address": member.address,
+                                 "role": rmq_pb2.BrokerRole.Name(member.role), "min_offset": None,
+                                 "max_offset": None, "lag_bytes": None, "state": "ok"}
+        states.append(state)
+        try:
+            status = client.broker_status(member.address)
+        except RmqError as error:
+            state["state"] = "unreachable" if isinstance(error, RmqUnavailable) else _describe(error)
+            continue
+        state.update(min_offset=status.commit_log_min_offset, max_offset=status.commit_log_max_offset)
+        if status.role != rmq_pb2.SLAVE:
+            master_max = status.commit_log_max_offset
+            continue
+        reference = master_max if master_max is not None else status.master_max_offset
+        state["lag_bytes"] = max(reference - status.commit_log_max_offset, 0)
+        if status.replication_error:
+            state["state"] = f"refused by the master: {status.replication_error}"
+    return states
+
+
+def _print_members(states: list[dict[str, Any]]) -> None:
+    for m in states:
+        lag = f", {m['lag_bytes']} bytes behind the master" if m["lag_bytes"] is not None else ""
+        offsets = f", CommitLog max offset {m['max_offset']}" if m["max_offset"] is not None else ""
+        print(f"  id {m['broker_id']} {m['role']} {m['address']}{offsets}{lag} ({m['state']})")
+
+
+def _dash(value: int | None) -> object:
+    return "-" if value is None else value
 
 
 def _dead_letters(client: RmqClient, group: str) -> Iterator[tuple[MessageExt, bool]]:

@@ -182,6 +182,7 @@ class _Rpc(Generic[ResponseT]):
         return response
 
 
+_GET_BROKER_STATUS = _Rpc("GetBrokerStatus", lambda c: c.admin.GetBrokerStatus, rmq_pb2.BrokerStatusResponse)
 _BROWSE_MESSAGES = _Rpc("BrowseMessages", lambda c: c.admin.BrowseMessages, rmq_pb2.PullMessageResponse)
 _CONSUMER_SEND_MSG_BACK = _Rpc("ConsumerSendMsgBack", lambda c: c.messaging.ConsumerSendMsgBack,
                                rmq_pb2.ConsumerSendMsgBackResponse)
@@ -292,6 +293,16 @@ class RmqClient:
             self._broker_addresses.update(brokers)
             self._members.update(members)
         return dict(sorted(brokers.items()))
+
+    def list_broker_groups(self) -> dict[str, tuple[BrokerMember, ...]]:
+        """Every broker group the endpoints know: name -> its live members by id, sorted by name."""
+        names = self.list_brokers()
+        with self._lock:
+            return {name: self._members[name] for name in names}
+
+    def broker_status(self, address: str) -> rmq_pb2.BrokerStatusResponse:
+        """Role, CommitLog offsets and replication state of the broker at `address`."""
+        return self._call(address, _GET_BROKER_STATUS, rmq_pb2.BrokerStatusRequest())
 
     def create_topic(self, topic: str, queues: int = 8, perm: int = PERM_READ | PERM_WRITE) -> list[str]:
         """Create the topic on every broker the endpoints know; returns those brokers' names."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -247,3 +248,8 @@ def test_a_diverged_slave_is_refused_and_left_untouched(tmp_path: Path) -> None:
         assert status.commit_log_max_offset == diverged_at > group.status(group.master).commit_log_max_offset
         assert "refuses this slave" in group.slave.log()
         assert "refused: the slave's CommitLog is longer" in group.master.log()
+        shown = subprocess.run([*processes.RMQ, "cluster", "--json", "--endpoints", group.namesrv.address],
+                               capture_output=True, text=True, check=True)
+        members = json.loads(shown.stdout)["brokers"][GROUP]
+        assert [(m["broker_id"], m["role"]) for m in members] == [(0, "ASYNC_MASTER"), (1, "SLAVE")]
+        assert members[1]["state"].startswith("refused by the master: the slave's CommitLog is longer")
