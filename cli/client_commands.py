@@ -194,6 +194,8 @@ def _topic_list(client: RmqClient, args: argparse.Namespace) -> int:
 def _topic_describe(client: RmqClient, args: argparse.Namespace) -> int:
     route = client.query_route(args.name)
     offsets = client.topic_offsets(args.name)
+    brokers: list[dict[str, Any]]
+    queues: list[dict[str, Any]]
     brokers = [{"broker_name": q.broker_name, "address": route.brokers.get(q.broker_name, ""),
                 "read_queue_nums": q.read_queue_nums, "write_queue_nums": q.write_queue_nums, "perm": q.perm}
                for q in route.queue_datas]
@@ -418,7 +420,7 @@ def _group_progress(client: RmqClient, args: argparse.Namespace) -> int:
     if not committed and not args.topic:
         raise UserError(f"consumer group {args.group} has no committed offsets")
     topics = sorted({mq.topic for mq in committed} | ({args.topic, retry_topic} if args.topic else set()))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for topic in topics:
         for mq, bounds in _topic_offsets_if_exists(client, topic, required=topic == args.topic).items():
             consumer = committed.get(mq)

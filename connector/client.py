@@ -449,7 +449,8 @@ class RmqClient:
         )
         selector = sub_expression if isinstance(sub_expression, MessageSelector) else None
         request.sub_expression = selector.expression if selector else str(sub_expression)
-        request.expression_type = cast(rmq_pb2.ExpressionType, selector.expression_type if selector else rmq_pb2.TAG)
+        expression_type = selector.expression_type if selector else rmq_pb2.TAG
+        request.expression_type = cast(rmq_pb2.ExpressionType, expression_type)   # wire values
         return request, (timeout or self.timeout) + max(suspend_timeout_ms, 0) / 1000.0
 
     def topic_offsets(self, topic: str) -> dict[MessageQueue, QueueOffsets]:

@@ -75,7 +75,8 @@ class StreamOffset:
     initial: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        keys = {CLIENT_ID_KEY: self.client_id} | ({GROUP_KEY: self.group} if self.group else {})
+        keys: dict[str, Any] = {CLIENT_ID_KEY: self.client_id}
+        keys |= {GROUP_KEY: self.group} if self.group else {}
         if self.initial:
             keys[INITIAL_KEY] = True
         return keys | positions_to_json(self.positions)

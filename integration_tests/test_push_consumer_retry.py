@@ -124,10 +124,18 @@ def test_retry_levels_dlq_and_resend(broker: processes.ServerProcess) -> None:
         assert resent.returncode == 0 and "resent 1 dead letters" in resent.stdout
         wait_until(lambda: recorder.attempts(b"fail") == [0, 1, 2, 3, 0], "the resent message")
         assert rmq_cli("dlq", "resend", GROUP, "--endpoints", broker.address).stdout.startswith("resent 0")
-        assert dead_letters(broker)[0]["resent"]
+        [letter] = dead_letters(broker)
+        assert letter["resent"]
+        unknown = rmq_cli("dlq", "resend", GROUP, "--msg-id", "NOPE", "--endpoints", broker.address)
+        assert unknown.returncode == 2 and "no dead letter of group g-retry has id NOPE" in unknown.stderr
+        by_id = rmq_cli(
+            "dlq", "resend", GROUP, "--msg-id", letter["origin_msg_id"], "--endpoints", broker.address
+        )
+        assert by_id.stdout.startswith("resent 1")  # by id: even when resent before
+        wait_until(lambda: recorder.attempts(b"fail") == [0, 1, 2, 3, 0, 0], "the message resent by id")
         time.sleep(0.5)
         assert all(recorder.attempts(f"ok{i}".encode()) == [0] for i in range(20))  # nothing else repeats
-        assert recorder.attempts(b"fail") == [0, 1, 2, 3, 0]
+        assert recorder.attempts(b"fail") == [0, 1, 2, 3, 0, 0]
 
 
 def dead_letters(broker: processes.ServerProcess) -> list[dict]:

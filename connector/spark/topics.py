@@ -14,6 +14,6 @@ INTERNAL_PREFIXES = (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)
 def matching_topics(client: RmqClient, options: SourceOptions) -> tuple[str, ...]:
     """The existing topics option topicPattern matches (whole name), sorted."""
     return tuple(
-        config.topic for config in client.list_topics()
-        if not config.topic.startswith(INTERNAL_PREFIXES) and options.subscribes(config.topic)
+        config.topic_name for config in client.list_topics()
+        if not config.topic_name.startswith(INTERNAL_PREFIXES) and options.subscribes(config.topic_name)
     )
