@@ -50,7 +50,7 @@ class AuthInterceptor(aio.ServerInterceptor):
 
     async def _refuse(self, method: str, refusal: CallRefused, context: aio.ServicerContext) -> None:
         if not refusal.routine:
-            self._refusals.record(method, context.peer(), refusal.code, refusal.message)
+            self._refusals.record(method, context.peer(), refusal.code.name, refusal.message)
         if refusal.trailing_metadata:
             context.set_trailing_metadata(refusal.trailing_metadata)
         await context.abort(refusal.code, refusal.message)

@@ -11,8 +11,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-import grpc
-
 log = logging.getLogger("rmq.auth")
 
 DEFAULT_INTERVAL_S = 10.0
@@ -32,15 +30,16 @@ class RefusalLog:
         self._suppressed: Counter[str] = Counter()
         self._lock = threading.Lock()
 
-    def record(self, method: str, peer: str, code: grpc.StatusCode, message: str) -> None:
+    def record(self, method: str, peer: str, code: str, message: str) -> None:
+        """`code`: the refusal's status name (UNAUTHENTICATED, or a RocketMQ 5 business code)."""
         with self._lock:
             self._roll_interval()
             if self._lines >= self.lines_per_interval:
-                self._suppressed[code.name] += 1
+                self._suppressed[code[:MAX_FIELD_CHARS]] += 1
                 return
             self._lines += 1
-        log.info("refused %s from %s: %s %s", method[:MAX_FIELD_CHARS], peer[:MAX_FIELD_CHARS], code.name,
-                 message[:MAX_FIELD_CHARS])
+        cut = MAX_FIELD_CHARS
+        log.info("refused %s from %s: %s %s", method[:cut], peer[:cut], code[:cut], message[:cut])
 
     def _roll_interval(self) -> None:
         now = self._clock()

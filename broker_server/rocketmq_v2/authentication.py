@@ -7,7 +7,13 @@ topic to receive, acknowledge, change invisibility, forward, pull or use offsets
 
 As Apache's proxy, the date is not checked against the clock (the Python client writes its
 local time with a Z) and refusals are business statuses in the response (UNAUTHORIZED 40100,
-FORBIDDEN 40300), which the official clients turn into exceptions, never gRPC errors."""
+FORBIDDEN 40300), which the official clients turn into exceptions, never gRPC errors.
+
+As for rmq.v1 calls (auth_interceptor), a call whose signature fails is answered from its
+metadata by a handler that never reads the request, so a caller without a secret cannot make
+the broker receive a large message, and refusals go through the rate-limited RefusalLog. The
+scheme signs only the date-time (to the second): a captured v2 call can be replayed (Apache's
+proxy has the same weakness; SECURITY.md), so expose the v2 endpoint over TLS only."""
 
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ import grpc
 from grpc import aio
 
 from rmq.broker_server.acl import AccessDenied, Acl, Need, ResourceKind
+from rmq.broker_server.refusal_log import RefusalLog
 from rmq.broker_server.request_auth import key_label, peer_address
 from rmq.rocketmq_v2 import METHOD_PREFIX, METHODS
 from rmq.rocketmq_v2 import definition_pb2 as v2
@@ -139,8 +146,9 @@ class RocketMQv2AuthInterceptor(aio.ServerInterceptor):
     """Admits v2 calls through a V2Authenticator; other calls pass untouched (rmq.v1's own
     AuthInterceptor checks them and passes v2 calls on to this one)."""
 
-    def __init__(self, authenticator: V2Authenticator) -> None:
+    def __init__(self, authenticator: V2Authenticator, refusals: RefusalLog | None = None) -> None:
         self._authenticator = authenticator
+        self._refusals = refusals or RefusalLog()
 
     async def intercept_service(
         self,
@@ -153,33 +161,50 @@ class RocketMQv2AuthInterceptor(aio.ServerInterceptor):
         name = details.method[len(METHOD_PREFIX):]
         metadata = {m.key: m.value for m in details.invocation_metadata or ()}
         try:
-            access_key: str | None = self._authenticator.authenticate(metadata)
-            refusal = None
-        except Refused as error:
-            access_key, refusal = None, error
-        return _wrap(handler, name, self._check(name, access_key, refusal))
+            access_key = self._authenticator.authenticate(metadata)
+        except Refused as refusal:
+            return _refusing(handler, name, refusal, self._refusals)
+        return _wrap(handler, name, self._check(name, access_key))
 
-    def _check(self, name: str, access_key: str | None, refusal: Refused | None
-               ) -> Callable[[Any, aio.ServicerContext], Refused | None]:
+    def _check(self, name: str, access_key: str) -> Callable[[Any, aio.ServicerContext], Refused | None]:
         def check(request: Any, context: aio.ServicerContext) -> Refused | None:
             try:
-                if refusal is not None:
-                    raise refusal
-                assert access_key is not None
                 self._authenticator.authorize(access_key, name, request, context.peer())
                 return None
             except Refused as error:
-                log.info("refused %s from %s: %s", name, context.peer(), error.message)
+                self._refusals.record(name, context.peer(), v2.Code.Name(error.code), error.message)
                 return error
         return check
 
 
+def _refused_command(name: str, refusal: Refused) -> Any:
+    return METHODS[name].response_class(status=v2.Status(code=refusal.code, message=refusal.message))
+
+
+def _refusing(handler: grpc.RpcMethodHandler, name: str, refusal: Refused,
+              refusals: RefusalLog) -> grpc.RpcMethodHandler:
+    """A client-streaming handler that answers the refusal at once and never reads the request."""
+
+    def refused(context: aio.ServicerContext) -> Any:
+        refusals.record(name, context.peer(), v2.Code.Name(refusal.code), refusal.message)
+        return _refused_command(name, refusal)
+
+    async def unary(_requests: AsyncIterator[Any], context: aio.ServicerContext) -> Any:
+        return refused(context)
+
+    async def streaming(_requests: AsyncIterator[Any], context: aio.ServicerContext) -> AsyncIterator[Any]:
+        yield refused(context)
+
+    serializer = handler.response_serializer
+    if handler.unary_unary is not None or handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(unary, response_serializer=serializer)
+    return grpc.stream_stream_rpc_method_handler(streaming, response_serializer=serializer)
+
+
 def _wrap(handler: grpc.RpcMethodHandler, name: str,
           check: Callable[[Any, aio.ServicerContext], Refused | None]) -> grpc.RpcMethodHandler:
-    response_class = METHODS[name].response_class
-
     def refused_command(refusal: Refused) -> Any:
-        return response_class(status=v2.Status(code=refusal.code, message=refusal.message))
+        return _refused_command(name, refusal)
 
     options = {"request_deserializer": handler.request_deserializer,
                "response_serializer": handler.response_serializer}

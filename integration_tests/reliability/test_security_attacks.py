@@ -31,6 +31,7 @@ from rmq import request_signing
 from rmq.cli import processes
 from rmq.cli.processes import ServerProcess, free_port
 from rmq.connector.client import OutgoingMessage, RmqClient, RmqError
+from rmq.rocketmq_v2 import METHOD_PREFIX as ROCKETMQ_V2_METHOD_PREFIX
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.acl_files import write_acl
 
@@ -180,8 +181,11 @@ def test_1_an_account_without_permissions_cannot_lock_the_admin_out(tmp_path: Pa
 # ---------------------------------------------------------------- 2. memory
 
 
-CALLERS = 16
 REQUEST_MIB = 60
+V2_SEND = f"{ROCKETMQ_V2_METHOD_PREFIX}SendMessage"
+V2_FORGED = (("authorization", "MQv2-HMAC-SHA1 Credential=producer1, SignedHeaders=x-mq-date-time, "
+                               "Signature=0123456789abcdef0123456789abcdef01234567"),
+             ("x-mq-date-time", "20261122T120000Z"))
 
 
 def test_2_unauthenticated_60_mib_requests_are_refused_before_they_are_read(tmp_path: Path) -> None:
@@ -189,7 +193,10 @@ def test_2_unauthenticated_60_mib_requests_are_refused_before_they_are_read(tmp_
     pid = broker.process.pid
     prefix, zeros = http2_client.send_message_prefix("orders", REQUEST_MIB * MIB)
     forged = signed(("producer1", "guessed-secret"), "broker/broker-a", SEND, send_request())
-    callers = ([((), None)] * 8 + [((), OUTSIDE_ALLOW_LIST)] * 4 + [(forged, None)] * 4)
+    unauthenticated = grpc.StatusCode.UNAUTHENTICATED.value[0]
+    callers = ([(SEND, (), None, unauthenticated)] * 6 + [(SEND, (), OUTSIDE_ALLOW_LIST, unauthenticated)] * 4
+               + [(SEND, forged, None, unauthenticated)] * 4
+               + [(V2_SEND, V2_FORGED, None, 0)] * 4)   # RocketMQ 5: refused in the response status
     try:
         with client(broker.address, ADMIN) as admin:
             admin.create_topic("orders", queues=1)
@@ -197,10 +204,10 @@ def test_2_unauthenticated_60_mib_requests_are_refused_before_they_are_read(tmp_
         Path(f"/proc/{pid}/clear_refs").write_text("5")    # restart the peak (VmHWM) from here
 
         def attack(caller: tuple) -> http2_client.CallOutcome:
-            metadata, source = caller
-            return http2_client.RawCall(broker.address, SEND, metadata, prefix, zeros, source).run(30)
+            method, metadata, source, _status = caller
+            return http2_client.RawCall(broker.address, method, metadata, prefix, zeros, source).run(30)
 
-        with ThreadPoolExecutor(CALLERS) as pool:
+        with ThreadPoolExecutor(len(callers)) as pool:
             outcomes = list(pool.map(attack, callers))
         peak_kib = proc_status(pid, "VmHWM")
         after_kib = proc_status(pid, "VmRSS")
@@ -210,13 +217,15 @@ def test_2_unauthenticated_60_mib_requests_are_refused_before_they_are_read(tmp_
         broker.stop()
     most_sent = max(o.bytes_sent for o in outcomes)
     REPORT.record("2 unauthenticated memory",
-                  f"{CALLERS} concurrent {REQUEST_MIB} MiB SendMessage: 8 unsigned, "
-                  f"4 unsigned from {OUTSIDE_ALLOW_LIST} (outside the allow-list), 4 with a forged signature",
-                  f"all UNAUTHENTICATED; at most {most_sent / MIB:.1f} MiB of a request received; broker RSS "
+                  f"{len(callers)} concurrent {REQUEST_MIB} MiB SendMessage: 6 unsigned, "
+                  f"4 unsigned from {OUTSIDE_ALLOW_LIST} (outside the allow-list), 4 with a forged "
+                  f"signature, "
+                  f"4 to the RocketMQ 5 endpoint with a forged MQv2-HMAC-SHA1 signature",
+                  f"all refused; at most {most_sent / MIB:.1f} MiB of a request received; broker RSS "
                   f"{baseline_kib // 1024} MiB -> peak {peak_kib // 1024} MiB -> "
                   f"{after_kib // 1024} MiB after "
                   f"(test process peak {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB)")
-    assert [o.grpc_status for o in outcomes] == [grpc.StatusCode.UNAUTHENTICATED.value[0]] * CALLERS
+    assert [o.grpc_status for o in outcomes] == [status for *_, status in callers]
     assert most_sent <= 8 * MIB                     # the first flow-control window, never the message
     assert (peak_kib - baseline_kib) < 160 * 1024   # was 3.1 GiB with 24 callers
     assert (after_kib - baseline_kib) < 64 * 1024

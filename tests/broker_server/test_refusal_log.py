@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import logging
 
-import grpc
-
 from rmq.broker_server.refusal_log import RefusalLog
 
-UNAUTHENTICATED, DENIED = grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED
+UNAUTHENTICATED, DENIED = "UNAUTHENTICATED", "PERMISSION_DENIED"
 
 
 class Clock:
