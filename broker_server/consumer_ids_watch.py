@@ -7,8 +7,9 @@ clean leave, expiry), so the group's consumers rebalance within moments instead 
 The stream stands for the client's connection: when it ends (the client closed it, or its
 process died and the connection dropped) the broker unregisters the client, which is itself
 a change the others hear about. Each watch holds one flag, never a queue, and the broker
-holds at most `max_watchers` watches (one per group and client id; a new one replaces the
-old), so no client can make it hold unbounded state."""
+holds at most `max_watchers` watches, only for clients that heartbeated into the group, one
+per group and client id (a new one replaces the old), so no client can make it hold
+unbounded state."""
 
 from __future__ import annotations
 
@@ -44,6 +45,11 @@ class ConsumerIdsWatchService:
         """The group's client ids now and after every change, until the client goes."""
         self._loop = asyncio.get_running_loop()
         key = (group, client_id)
+        if client_id not in self.consumers.consumer_list(group):
+            yield rmq_pb2.ConsumerIdsChanged(status=rmq_pb2.Status(
+                code=rmq_pb2.ILLEGAL_ARGUMENT,
+                message=f"client {client_id} is not a live consumer of group {group}: heartbeat first"))
+            return
         previous = self._watches.get(key)
         if previous is None and len(self._watches) >= self.max_watchers:
             yield rmq_pb2.ConsumerIdsChanged(status=rmq_pb2.Status(

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from rmq.auth import ClientSecurity
 from rmq.connector.allocation import AVG, STRATEGY_NAMES
@@ -38,6 +39,8 @@ from rmq.subscription import parse_sub_expression
 CLUSTERING = "clustering"
 BROADCASTING = "broadcasting"
 MESSAGE_MODELS = (CLUSTERING, BROADCASTING)
+
+_Default = TypeVar("_Default", int, None)   # a default given: an int; none: int | None
 
 DEFAULT_PULL_BATCH_SIZE = 4096
 MAX_PULL_BATCH_SIZE = 32768
@@ -216,7 +219,7 @@ class _Getter:
             raise invalid(option, value, f"one of {', '.join(accepted)}")
         return value.lower()
 
-    def positive_int(self, option: str, default: int | None, maximum: int | None = None) -> int | None:
+    def positive_int(self, option: str, default: _Default, maximum: int | None = None) -> int | _Default:
         value = self.text(option)
         if value is None:
             return default
@@ -355,7 +358,9 @@ def _parse_starting(get: _Getter, streaming: bool, group: str | None,
 def _parse_start_word(text: str, default: OffsetPolicy, subscribed: _Subscribed) -> OffsetPolicy:
     word = text.lower()
     if word in ("earliest", "latest", "committed"):
-        return {"earliest": Earliest(), "latest": Latest(), "committed": Committed()}[word]
+        words: dict[str, OffsetPolicy] = {"earliest": Earliest(), "latest": Latest(),
+                                          "committed": Committed()}
+        return words[word]
     if word.startswith("timestamp:"):
         return _parse_timestamp("startingOffsets", text)
     positions = _parse_json("startingOffsets", text, subscribed, OFFSET_EARLIEST, STARTING_FORMS)
@@ -373,7 +378,9 @@ def _parse_fallback(text: str) -> OffsetPolicy | None:
     """committedFallback: where a queue the group never committed starts (None: fail)."""
     word = text.lower()
     if word in ("latest", "earliest", "error"):
-        return {"latest": Latest(), "earliest": Earliest(), "error": None}[word]
+        fallbacks: dict[str, OffsetPolicy | None] = {"latest": Latest(), "earliest": Earliest(),
+                                                     "error": None}
+        return fallbacks[word]
     if word.startswith("timestamp:"):
         return _parse_timestamp("committedFallback", text)
     raise invalid("committedFallback", text, FALLBACK_FORMS)

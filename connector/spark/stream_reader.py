@@ -110,8 +110,8 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         lookup = self._broker()
         owned = self._rebalance(membership, lookup)
         if current.initial:
-            positions = self._start_positions(owned, lookup)
-            return StreamOffset(current.client_id, self._group, positions).to_json()
+            start = self._start_positions(owned, lookup)
+            return StreamOffset(current.client_id, self._group, start).to_json()
         positions: Positions = {}
         ceilings: Positions = {}
         kept: Positions = {}

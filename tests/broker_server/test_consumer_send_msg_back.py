@@ -30,22 +30,25 @@ LEVELS = parse_delay_levels(DEFAULT_MESSAGE_DELAY_LEVEL)
 @pytest.mark.parametrize(
     ("reconsume_times", "client_level", "expected_topic", "expected_level"),
     [
-        (0, 0, "%RETRY%G", 3),     # 10 s
-        (1, 0, "%RETRY%G", 4),     # 30 s
-        (2, 0, "%RETRY%G", 5),     # 1 m
-        (13, 0, "%RETRY%G", 16),   # 30 m
-        (15, 0, "%RETRY%G", 18),   # 2 h
+        (0, 0, "%RETRY%G", 3),  # 10 s
+        (1, 0, "%RETRY%G", 4),  # 30 s
+        (2, 0, "%RETRY%G", 5),  # 1 m
+        (13, 0, "%RETRY%G", 16),  # 30 m
+        (15, 0, "%RETRY%G", 18),  # 2 h
         (16, 0, "%DLQ%G", 0),
         (0, -1, "%DLQ%G", 0),
-        (0, 5, "%RETRY%G", 5),     # client-controlled
+        (0, 5, "%RETRY%G", 5),  # client-controlled
     ],
 )
-def test_tv14_retry_delay_levels(reconsume_times: int, client_level: int, expected_topic: str,
-                                 expected_level: int) -> None:
+def test_tv14_retry_delay_levels(
+    reconsume_times: int, client_level: int, expected_topic: str, expected_level: int
+) -> None:
     target = choose_target("G", client_level, reconsume_times, 16, max(LEVELS))
     assert (target.topic, target.delay_level) == (expected_topic, expected_level)
     if expected_level:
-        assert LEVELS[expected_level] == {3: 10000, 4: 30000, 5: 60000, 16: 1800000, 18: 7200000}[expected_level]
+        assert (
+            LEVELS[expected_level] == {3: 10000, 4: 30000, 5: 60000, 16: 1800000, 18: 7200000}[expected_level]
+        )
 
 
 def test_level_is_capped_at_the_brokers_highest() -> None:
@@ -58,22 +61,33 @@ class SendBackBroker(Broker):
         self.known_groups = {"G"}
         self.announced = 0
         self.send_back = ConsumerSendMsgBackProcessor(
-            store, self.topics, self.executor, max(LEVELS), self.known_groups.__contains__, self._announce)
+            store, self.topics, self.executor, max(LEVELS), self.known_groups.__contains__, self._announce
+        )
 
     def _announce(self) -> None:
         self.announced += 1
 
     def put(self, reconsume_times: int = 0, properties: dict[str, str] | None = None) -> int:
         props = {mf.PROPERTY_TAGS: "TagA", mf.PROPERTY_KEYS: "k1 k2", "user": "v"} | (properties or {})
-        result = self.store.put_message(MessageToStore(topic="T", queue_id=1, body=b"payload", properties=props,
-                                                       flag=7, born_timestamp=1234,
-                                                       reconsume_times=reconsume_times))
+        result = self.store.put_message(
+            MessageToStore(
+                topic="T",
+                queue_id=1,
+                body=b"payload",
+                properties=props,
+                flag=7,
+                born_timestamp=1234,
+                reconsume_times=reconsume_times,
+            )
+        )
         return result.physical_offset
 
-    def back(self, offset: int, delay_level: int = 0, max_times: int | None = None
-             ) -> rmq_pb2.ConsumerSendMsgBackResponse:
-        request = rmq_pb2.ConsumerSendMsgBackRequest(consumer_group="G", commit_log_offset=offset,
-                                                     delay_level=delay_level)
+    def back(
+        self, offset: int, delay_level: int = 0, max_times: int | None = None
+    ) -> rmq_pb2.ConsumerSendMsgBackResponse:
+        request = rmq_pb2.ConsumerSendMsgBackRequest(
+            consumer_group="G", commit_log_offset=offset, delay_level=delay_level
+        )
         if max_times is not None:
             request.max_reconsume_times = max_times
         return asyncio.run(self.send_back.process(request))
@@ -109,9 +123,12 @@ def test_first_send_back_parks_a_copy_for_the_retry_topic_at_level_3(broker: Sen
     assert (response.topic, response.delay_level) == ("%RETRY%G", 3)
     retry_config = broker.topics.get("%RETRY%G")
     assert (retry_config.read_queue_nums, retry_config.write_queue_nums, retry_config.perm) == (
-        1, 1, PERM_READ | PERM_WRITE)
+        1,
+        1,
+        PERM_READ | PERM_WRITE,
+    )
     assert broker.announced == 1
-    wait_for_queue(broker, SCHEDULE_TOPIC, 2, 1)   # level 3 waits in queue 2
+    wait_for_queue(broker, SCHEDULE_TOPIC, 2, 1)  # level 3 waits in queue 2
     copy, _ = broker.last_record(SCHEDULE_TOPIC, 2)
     assert copy.reconsume_times == 1
     assert copy.body == b"payload" and copy.flag == 7 and copy.born_timestamp == 1234
@@ -127,8 +144,10 @@ def test_first_send_back_parks_a_copy_for_the_retry_topic_at_level_3(broker: Sen
 
 
 def test_a_copy_sent_back_again_keeps_the_first_origin_and_topic(broker: SendBackBroker) -> None:
-    first = broker.put(reconsume_times=1, properties={retry.PROPERTY_RETRY_TOPIC: "T",
-                                                      retry.PROPERTY_ORIGIN_MESSAGE_ID: "M1"})
+    first = broker.put(
+        reconsume_times=1,
+        properties={retry.PROPERTY_RETRY_TOPIC: "T", retry.PROPERTY_ORIGIN_MESSAGE_ID: "M1"},
+    )
     assert broker.back(first).delay_level == 4
     wait_for_queue(broker, SCHEDULE_TOPIC, 3, 1)
     copy, _ = broker.last_record(SCHEDULE_TOPIC, 3)
@@ -138,8 +157,9 @@ def test_a_copy_sent_back_again_keeps_the_first_origin_and_topic(broker: SendBac
 
 
 @pytest.mark.parametrize(("reconsume_times", "level", "max_times"), [(16, 0, None), (0, -1, None), (3, 0, 3)])
-def test_dead_letters_go_to_the_write_only_dlq(broker: SendBackBroker, reconsume_times: int, level: int,
-                                                max_times: int | None) -> None:
+def test_dead_letters_go_to_the_write_only_dlq(
+    broker: SendBackBroker, reconsume_times: int, level: int, max_times: int | None
+) -> None:
     offset = broker.put(reconsume_times=reconsume_times)
     response = broker.back(offset, delay_level=level, max_times=max_times)
     assert (response.topic, response.delay_level) == ("%DLQ%G", 0)
@@ -158,14 +178,16 @@ def test_dead_letters_go_to_the_write_only_dlq(broker: SendBackBroker, reconsume
     [
         ("unknown", None, rmq_pb2.SUBSCRIPTION_GROUP_NOT_EXIST, "subscription group not exist, unknown"),
         ("G", 123456789, rmq_pb2.SYSTEM_ERROR, "look message by offset failed, 123456789"),
-        ("G", 1, rmq_pb2.SYSTEM_ERROR, "look message by offset failed, 1"),   # not a record's start
+        ("G", 1, rmq_pb2.SYSTEM_ERROR, "look message by offset failed, 1"),  # not a record's start
     ],
 )
-def test_refusals_write_nothing(broker: SendBackBroker, group: str, offset: int | None, code: int,
-                                words: str) -> None:
+def test_refusals_write_nothing(
+    broker: SendBackBroker, group: str, offset: int | None, code: int, words: str
+) -> None:
     real = broker.put()
-    request = rmq_pb2.ConsumerSendMsgBackRequest(consumer_group=group,
-                                                 commit_log_offset=real if offset is None else offset)
+    request = rmq_pb2.ConsumerSendMsgBackRequest(
+        consumer_group=group, commit_log_offset=real if offset is None else offset
+    )
     with pytest.raises(RequestError) as refused:
         asyncio.run(broker.send_back.process(request))
     assert refused.value.code == code and words in refused.value.message
@@ -194,10 +216,10 @@ def test_watchers_hear_joins_and_leaves_and_a_closed_stream_unregisters() -> Non
         assert await _next(stream_b) == ["a", "b"]
         consumers.heartbeat("c", "G", rmq_pb2.CLUSTERING, {})
         assert await _next(stream_a) == ["a", "b", "c"]
-        await stream_b.aclose()   # b's connection dropped
+        await stream_b.aclose()  # b's connection dropped
         assert consumers.consumer_list("G") == ["a", "c"]
         assert await _next(stream_a) == ["a", "c"]
-        consumers.heartbeat("x", "other", rmq_pb2.CLUSTERING, {})   # another group: no event
+        consumers.heartbeat("x", "other", rmq_pb2.CLUSTERING, {})  # another group: no event
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(stream_a.__anext__(), 0.2)
 
@@ -208,11 +230,15 @@ def test_watches_are_bounded_and_one_per_client() -> None:
     async def scenario() -> None:
         consumers = ConsumerManager()
         watches = ConsumerIdsWatchService(consumers, max_watchers=2)
+        stranger = await watches.watch("G", "a").__anext__()  # no heartbeat yet
+        assert stranger.status.code == rmq_pb2.ILLEGAL_ARGUMENT and watches.watcher_count() == 0
+        for client_id in ("a", "b", "c"):
+            consumers.heartbeat(client_id, "G", rmq_pb2.CLUSTERING, {})
         first = watches.watch("G", "a")
         await _next(first)
         replacement = watches.watch("G", "a")
         await _next(replacement)
-        with pytest.raises(StopAsyncIteration):   # the old stream ends, without unregistering
+        with pytest.raises(StopAsyncIteration):  # the old stream ends, without unregistering
             await first.__anext__()
         await _next(watches.watch("G", "b"))
         assert watches.watcher_count() == 2
