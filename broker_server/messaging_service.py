@@ -3,6 +3,7 @@ messages to the processors and managers and back."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator
 
@@ -160,10 +161,12 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
             raise illegal_argument(f"message_model {request.message_model} is not CLUSTERING or BROADCASTING")
         subscriptions = {s.topic: s.sub_expression for s in request.subscriptions}
         if request.message_model == rmq_pb2.CLUSTERING:
-            # ClientManageProcessor#heartBeat: the group's retry topic exists before any retry.
-            ensure_retry_topic(
-                self.topics, request.consumer_group, self.send_back_processor.on_topics_changed
-            )
+            # ClientManageProcessor#heartBeat: the group's retry topic exists before any retry
+            # (a group too long to prefix has none: its send-backs are refused TOPIC_ILLEGAL).
+            with contextlib.suppress(RequestError):
+                ensure_retry_topic(
+                    self.topics, request.consumer_group, self.send_back_processor.on_topics_changed
+                )
         self.consumers.heartbeat(
             request.client_id, request.consumer_group, request.message_model, subscriptions
         )

@@ -19,7 +19,8 @@ class PutMessageStatus(enum.Enum):
     MESSAGE_SIZE_EXCEEDED = "MESSAGE_SIZE_EXCEEDED"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
-    # SYNC_MASTER (spec store §2 note: upstream): stored on the master, no slave holds it in time / none in sync
+    # SYNC_MASTER (spec store §2 note: upstream): stored on the master, no slave holds it in time /
+    # none in sync
     FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
     SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
 

@@ -247,3 +247,31 @@ def test_watches_are_bounded_and_one_per_client() -> None:
         assert watches.watcher_count() == 2
 
     asyncio.run(scenario())
+
+
+def test_a_group_too_long_for_a_retry_topic_still_heartbeats(tmp_path: Path) -> None:
+    from rmq.broker_server.messaging_service import MessagingService
+
+    with running_store(tmp_path / "store") as store:
+        broker = SendBackBroker(store, tmp_path)
+        service = MessagingService(
+            store,
+            broker.executor,
+            broker.topics,
+            broker.send,
+            broker.pull,
+            broker.offsets,
+            ConsumerManager(),
+            None,
+            broker.send_back,
+            ConsumerIdsWatchService(ConsumerManager(), 1),
+        )
+        group = "g" * 200
+        request = rmq_pb2.HeartbeatRequest(
+            client_id="c", consumer_group=group, message_model=rmq_pb2.CLUSTERING
+        )
+        assert asyncio.run(service.Heartbeat(request, None)).status.code == rmq_pb2.OK
+        ok = rmq_pb2.HeartbeatRequest(client_id="c", consumer_group="G", message_model=rmq_pb2.CLUSTERING)
+        assert asyncio.run(service.Heartbeat(ok, None)).status.code == rmq_pb2.OK
+        assert broker.topics.get("%RETRY%G") is not None and broker.announced == 1
+        broker.executor.shutdown()
