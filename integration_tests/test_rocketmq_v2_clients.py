@@ -10,6 +10,7 @@ import json
 import subprocess
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,51 +41,67 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 TOPIC = "orders"
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[processes.ServerProcess]:
-    server = processes.broker(tmp_path).start()
-    with RmqClient(server.address) as client:
-        client.create_topic(TOPIC, queues=4)
+# One broker for the module (each test has its own topic and groups): retries 1 s apart, the DLQ
+# after 3 deliveries, group g-fifo consuming in order, open transactions checked back after 1 s.
+BROKER_CONFIG = (
+    'message_delay_level: "' + " ".join(["1s"] * 18) + '"\n'
+    "retry_max_times: 2\nfifo_consumer_groups: g-fifo\n"
+    "transaction_timeout_ms: 1000\ntransaction_check_interval_ms: 1000\n"
+)
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[processes.ServerProcess]:
+    directory = tmp_path_factory.mktemp("v2-broker")
+    config = directory / "broker.yaml"
+    config.write_text(BROKER_CONFIG)
+    server = processes.broker(directory, extra=["--config", str(config)]).start()
     yield server
     server.stop()
 
 
-def simple_consumer(address: str, group: str, expression: str = "*", await_s: int = 2):
+@pytest.fixture
+def topic(broker: processes.ServerProcess, request: pytest.FixtureRequest) -> str:
+    """A topic with 4 queues of the test's own."""
+    readable = "".join(c if c.isalnum() else "-" for c in request.node.name.removeprefix("test_"))[:40]
+    name = f"{readable}-{zlib.crc32(request.node.name.encode()):08x}"
+    with RmqClient(broker.address) as client:
+        client.create_topic(name, queues=4)
+    return name
+
+
+def simple_consumer(address: str, topic: str, group: str, expression: str = "*", await_s: int = 2):
     return rocketmq.SimpleConsumer(configuration(address), group,
-                                   {TOPIC: rocketmq.FilterExpression(expression)}, await_duration=await_s)
+                                   {topic: rocketmq.FilterExpression(expression)}, await_duration=await_s)
 
 
 def send_all(address: str, messages: list) -> list:
-    with started(rocketmq.Producer(configuration(address), (TOPIC,))) as producer:
+    with started(rocketmq.Producer(configuration(address), tuple({m.topic for m in messages}))) as producer:
         return [bounded(lambda m=m: producer.send(m), what="send") for m in messages]
 
 
-def pulled(address: str) -> list[dict]:
-    """Every message of TOPIC through rmq.v1 PullMessage, decoded as the Spark source does."""
-    return pulled_as(address, None)
-
-
-def pulled_as(address: str, account: tuple[str, str] | None) -> list[dict]:
+def pulled(address: str, topic: str, account: tuple[str, str] | None = None) -> list[dict]:
+    """Every message of `topic` through rmq.v1 PullMessage, decoded as the Spark source does."""
     rows = []
     access_key, secret_key = account or (None, None)
     with RmqClient(address, access_key=access_key, secret_key=secret_key) as client:
         for queue_id in range(4):
-            result = client.pull(MessageQueue(TOPIC, "broker-a", queue_id), 0, 100, group="v1-reader")
+            result = client.pull(MessageQueue(topic, "broker-a", queue_id), 0, 100, group="v1-reader")
             rows += decode(result.messages, "broker-a").to_pylist()
     return rows
 
 
-def test_producer_messages_are_received_exactly_as_sent_and_readable_through_rmq_v1(broker):
+def test_producer_messages_are_received_exactly_as_sent_and_readable_through_rmq_v1(broker, topic):
     sent = [
-        message(TOPIC, b"plain"),
-        message(TOPIC, b"tagged", tag="TagA", keys=("order-1", "customer-7"),
+        message(topic, b"plain"),
+        message(topic, b"tagged", tag="TagA", keys=("order-1", "customer-7"),
                 properties={"region": "eu", "priority": "high"}),
-        *[message(TOPIC, f"bulk-{i}".encode(), tag="TagB") for i in range(10)],
+        *[message(topic, f"bulk-{i}".encode(), tag="TagB") for i in range(10)],
     ]
     receipts = send_all(broker.address, sent)
     assert [r.message_id for r in receipts] == [m.message_id for m in sent]   # the producer's ids
 
-    with started(simple_consumer(broker.address, "g-exact")) as consumer:
+    with started(simple_consumer(broker.address, topic, "g-exact")) as consumer:
         received = receive_until(consumer, len(sent))
     by_body = {m.body: m for m in received}
     assert sorted(by_body) == sorted(m.body for m in sent)   # each once
@@ -96,7 +113,7 @@ def test_producer_messages_are_received_exactly_as_sent_and_readable_through_rmq
     assert tagged.delivery_attempt == 1
     assert by_body[b"plain"].tag is None and by_body[b"plain"].properties == {}
 
-    rows = {row["body"]: row for row in pulled(broker.address)}
+    rows = {row["body"]: row for row in pulled(broker.address, topic)}
     assert sorted(rows) == sorted(m.body for m in sent)
     row = rows[b"tagged"]
     assert row["tags"] == "TagA"
@@ -105,12 +122,12 @@ def test_producer_messages_are_received_exactly_as_sent_and_readable_through_rmq
     assert properties["region"] == "eu" and properties["UNIQ_KEY"] == sent[1].message_id
 
 
-def test_rmq_producer_messages_reach_the_official_simple_consumer_filtered_by_tag(broker):
+def test_rmq_producer_messages_reach_the_official_simple_consumer_filtered_by_tag(broker, topic):
     with RmqClient(broker.address) as client:
-        client.send(TOPIC, [OutgoingMessage(f"a{i}".encode(), tags="TagA", keys=f"k{i}") for i in range(5)]
+        client.send(topic, [OutgoingMessage(f"a{i}".encode(), tags="TagA", keys=f"k{i}") for i in range(5)]
                     + [OutgoingMessage(f"b{i}".encode(), tags="TagB") for i in range(5)]
                     + [OutgoingMessage(b"c", tags="TagC", properties={"x": "1"})])
-    with started(simple_consumer(broker.address, "g-filter", "TagA || TagC")) as consumer:
+    with started(simple_consumer(broker.address, topic, "g-filter", "TagA || TagC")) as consumer:
         received = receive_until(consumer, 6)
         assert bounded(lambda: consumer.receive(32, 20)) == []   # the TagB ones are not for this group
     assert sorted(m.body for m in received) == [b"a0", b"a1", b"a2", b"a3", b"a4", b"c"]
@@ -120,9 +137,9 @@ def test_rmq_producer_messages_reach_the_official_simple_consumer_filtered_by_ta
     assert all(len(m.message_id) == 32 for m in received)   # rmq's offset message ids
 
 
-def test_change_invisible_duration_and_expired_invisibility_redeliver_with_the_next_attempt(broker):
-    send_all(broker.address, [message(TOPIC, body) for body in (b"ack-me", b"nack-me", b"forget-me")])
-    with started(simple_consumer(broker.address, "g-redeliver")) as consumer:
+def test_change_invisible_duration_and_expired_invisibility_redeliver_with_the_next_attempt(broker, topic):
+    send_all(broker.address, [message(topic, body) for body in (b"ack-me", b"nack-me", b"forget-me")])
+    with started(simple_consumer(broker.address, topic, "g-redeliver")) as consumer:
         first = {m.body: m for m in receive_until(consumer, 3, invisible_s=10, ack=False)}
         assert sorted(first) == [b"ack-me", b"forget-me", b"nack-me"]
         bounded(lambda: consumer.ack(first[b"ack-me"]))
@@ -137,10 +154,10 @@ def test_change_invisible_duration_and_expired_invisibility_redeliver_with_the_n
 
 
 @pytest.mark.parametrize("stop", ["sigterm", "kill"])
-def test_pop_state_survives_a_broker_restart(broker, stop):
+def test_pop_state_survives_a_broker_restart(broker, topic, stop):
     bodies = [f"m{i}".encode() for i in range(12)]
-    send_all(broker.address, [message(TOPIC, body) for body in bodies])
-    with started(simple_consumer(broker.address, "g-restart")) as consumer:
+    send_all(broker.address, [message(topic, body) for body in bodies])
+    with started(simple_consumer(broker.address, topic, "g-restart")) as consumer:
         first = receive_until(consumer, 6, ack=False, timeout=10)
         acked, held = first[:4], first[4:]
         for item in acked:
@@ -153,14 +170,14 @@ def test_pop_state_survives_a_broker_restart(broker, stop):
     else:
         broker.restart()
     time.sleep(1)
-    with started(simple_consumer(broker.address, "g-restart")) as consumer:
+    with started(simple_consumer(broker.address, topic, "g-restart")) as consumer:
         rest = receive_until(consumer, len(bodies) - len(acked), timeout=20)
         assert bounded(lambda: consumer.receive(32, 10)) == []
     assert sorted(m.body for m in rest) == sorted(set(bodies) - {m.body for m in acked})
     attempts = {m.body: m.delivery_attempt for m in rest}
     assert all(attempts[m.body] == 2 for m in held)
     with RmqClient(broker.address) as client:   # the pop group's progress is its consumer offset
-        assert sum(client.query_consumer_offsets("g-restart", TOPIC).values()) == len(bodies)
+        assert sum(client.query_consumer_offsets("g-restart", topic).values()) == len(bodies)
 
 
 class Listener(rocketmq.MessageListener):
@@ -191,19 +208,6 @@ class Listener(rocketmq.MessageListener):
             return done
 
 
-@pytest.fixture
-def retrying_broker(tmp_path: Path) -> Iterator[processes.ServerProcess]:
-    """Retries 1 s apart, DLQ after 3 deliveries, group g-fifo consuming in order."""
-    config = tmp_path / "broker.yaml"
-    config.write_text("message_delay_level: \"" + " ".join(["1s"] * 18) + "\"\n"
-                      "retry_max_times: 2\nfifo_consumer_groups: g-fifo\n")
-    server = processes.broker(tmp_path, extra=["--config", str(config)]).start()
-    with RmqClient(server.address) as client:
-        client.create_topic(TOPIC, queues=4)
-    yield server
-    server.stop()
-
-
 def dead_letters(address: str, group: str) -> list[dict]:
     result = subprocess.run([*processes.RMQ, "dlq", "list", group, "--json", "--endpoints", address],
                             capture_output=True, text=True, timeout=60)
@@ -211,13 +215,13 @@ def dead_letters(address: str, group: str) -> list[dict]:
     return json.loads(result.stdout)
 
 
-def test_push_consumer_retries_a_failing_message_with_growing_attempts_then_dead_letters_it(retrying_broker):
-    address = retrying_broker.address
-    send_all(address, [message(TOPIC, f"ok-{i}".encode()) for i in range(20)]
-             + [message(TOPIC, b"poison", tag="TagP", keys=("bad-1",))])
+def test_push_consumer_retries_a_failing_message_with_growing_attempts_then_dead_letters_it(broker, topic):
+    address = broker.address
+    send_all(address, [message(topic, f"ok-{i}".encode()) for i in range(20)]
+             + [message(topic, b"poison", tag="TagP", keys=("bad-1",))])
     listener = Listener(failing={b"poison"})
     consumer = rocketmq.PushConsumer(configuration(address), "g-push", listener,
-                                     {TOPIC: rocketmq.FilterExpression("*")})
+                                     {topic: rocketmq.FilterExpression("*")})
     with started(consumer):
         assert wait_for(lambda: len(dead_letters(address, "g-push")) == 1, timeout=40)
         time.sleep(1.5)   # a further delivery of the dead message would show here
@@ -228,13 +232,13 @@ def test_push_consumer_retries_a_failing_message_with_growing_attempts_then_dead
     assert letter["body"] == "poison" and letter["tags"] == "TagP" and letter["keys"] == "bad-1"
 
 
-def test_fifo_push_consumer_keeps_each_message_group_in_order_while_one_message_fails(retrying_broker):
-    address = retrying_broker.address
-    sent = [message(TOPIC, f"{group}-{i}".encode(), group=group) for i in range(8) for group in "abc"]
+def test_fifo_push_consumer_keeps_each_message_group_in_order_while_one_message_fails(broker, topic):
+    address = broker.address
+    sent = [message(topic, f"{group}-{i}".encode(), group=group) for i in range(8) for group in "abc"]
     send_all(address, sent)
     listener = Listener(failing={b"b-3"}, failures=2)
     consumer = rocketmq.PushConsumer(configuration(address), "g-fifo", listener,
-                                     {TOPIC: rocketmq.FilterExpression("*")})
+                                     {topic: rocketmq.FilterExpression("*")})
     with started(consumer):
         assert wait_for(lambda: len(listener.succeeded()) == len(sent), timeout=40)
     for group in "abc":
@@ -244,13 +248,13 @@ def test_fifo_push_consumer_keeps_each_message_group_in_order_while_one_message_
     assert dead_letters(address, "g-fifo") == []
 
 
-def test_delay_messages_are_delivered_at_their_timestamp_in_seconds_or_milliseconds(broker):
+def test_delay_messages_are_delivered_at_their_timestamp_in_seconds_or_milliseconds(broker, topic):
     due_s = int(time.time()) + 3
-    sent = [message(TOPIC, b"in-seconds", delivery_timestamp=due_s),
-            message(TOPIC, b"in-millis", delivery_timestamp=due_s * 1000),
-            message(TOPIC, b"now")]
+    sent = [message(topic, b"in-seconds", delivery_timestamp=due_s),
+            message(topic, b"in-millis", delivery_timestamp=due_s * 1000),
+            message(topic, b"now")]
     send_all(broker.address, sent)
-    with started(simple_consumer(broker.address, "g-delay")) as consumer:
+    with started(simple_consumer(broker.address, topic, "g-delay")) as consumer:
         early = receive_until(consumer, 1, timeout=5)
         assert [m.body for m in early] == [b"now"]   # the delayed ones are not visible yet
         late = receive_until(consumer, 2, timeout=10)
@@ -269,28 +273,16 @@ class Checker(rocketmq.TransactionChecker):
         return rocketmq.TransactionResolution.COMMIT
 
 
-@pytest.fixture
-def transaction_broker(tmp_path: Path) -> Iterator[processes.ServerProcess]:
-    """Open transactions are checked back one second after their half message."""
-    config = tmp_path / "broker.yaml"
-    config.write_text("transaction_timeout_ms: 1000\ntransaction_check_interval_ms: 1000\n")
-    server = processes.broker(tmp_path, extra=["--config", str(config)]).start()
-    with RmqClient(server.address) as client:
-        client.create_topic(TOPIC, queues=4)
-    yield server
-    server.stop()
-
-
-def test_transactions_commit_rollback_and_an_unresolved_one_resolved_by_the_checker(transaction_broker):
-    address = transaction_broker.address
+def test_transactions_commit_rollback_and_an_unresolved_one_resolved_by_the_checker(broker, topic):
+    address = broker.address
     checker = Checker()
-    with started(rocketmq.Producer(configuration(address), (TOPIC,), checker)) as producer:
+    with started(rocketmq.Producer(configuration(address), (topic,), checker)) as producer:
         for body, end in ((b"committed", "commit"), (b"rolled-back", "rollback"), (b"unresolved", None)):
             transaction = producer.begin_transaction()
-            bounded(lambda t=transaction, b=body: producer.send(message(TOPIC, b), t))
+            bounded(lambda t=transaction, b=body: producer.send(message(topic, b), t))
             if end:
                 bounded(getattr(transaction, end))
-        with started(simple_consumer(address, "g-tx")) as consumer:
+        with started(simple_consumer(address, topic, "g-tx")) as consumer:
             received = receive_until(consumer, 2, timeout=15)
             assert bounded(lambda: consumer.receive(32, 10)) == []   # nothing twice, no rolled-back one
     assert sorted(m.body for m in received) == [b"committed", b"unresolved"]
@@ -340,19 +332,20 @@ def test_acl_broker_admits_signed_clients_with_the_permission_and_refuses_the_ot
     with started(acl_consumer(address, PRODUCER)) as consumer:
         with pytest.raises(ForbiddenException, match="lacks SUB"):
             bounded(lambda: consumer.receive(32, 20))
-    assert [row["body"] for row in pulled_as(address, ADMIN)] == [b"signed"]   # nothing refused was stored
+    # nothing refused was stored
+    assert [row["body"] for row in pulled(address, TOPIC, ADMIN)] == [b"signed"]
 
 
-def send_to_queue_0(address: str, body: bytes) -> None:
+def send_to_queue_0(address: str, topic: str, body: bytes) -> None:
     with RmqClient(address) as client:
-        client.send(TOPIC, [OutgoingMessage(body, queue_id=0)])
+        client.send(topic, [OutgoingMessage(body, queue_id=0)])
 
 
-def test_offset_based_rpcs_read_and_commit_on_the_queues_and_offsets_rmq_v1_uses(broker):
+def test_offset_based_rpcs_read_and_commit_on_the_queues_and_offsets_rmq_v1_uses(broker, topic):
     with RmqClient(broker.address) as client:
-        client.send(TOPIC, [OutgoingMessage(f"q0-{i}".encode(), tags="TagA" if i % 2 else "TagB", queue_id=0)
+        client.send(topic, [OutgoingMessage(f"q0-{i}".encode(), tags="TagA" if i % 2 else "TagB", queue_id=0)
                             for i in range(6)])
-    queue = v2.MessageQueue(topic=v2.Resource(name=TOPIC), id=0)
+    queue = v2.MessageQueue(topic=v2.Resource(name=topic), id=0)
     group = v2.Resource(name="g-offsets")
     with grpc.insecure_channel(broker.address) as channel:
         stub = MessagingServiceStub(channel)
@@ -377,7 +370,7 @@ def test_offset_based_rpcs_read_and_commit_on_the_queues_and_offsets_rmq_v1_uses
         assert pull(0, "TagA") == (v2.OK, [b"q0-1", b"q0-3", b"q0-5"], 6)
         assert pull(6) == (v2.MESSAGE_NOT_FOUND, [], 6)
         assert pull(99)[0] == v2.ILLEGAL_OFFSET
-        late = threading.Timer(0.5, send_to_queue_0, (broker.address, b"late"))
+        late = threading.Timer(0.5, send_to_queue_0, (broker.address, topic, b"late"))
         late.start()
         assert pull(6, wait_s=15)[:2] == (v2.OK, [b"late"])   # held until it arrived (long polling)
         late.join()
@@ -388,15 +381,16 @@ def test_offset_based_rpcs_read_and_commit_on_the_queues_and_offsets_rmq_v1_uses
                                  timeout=5).status.code == v2.OK
         assert stub.GetOffset(get, timeout=5).offset == 3
     with RmqClient(broker.address) as client:
-        assert client.query_consumer_offsets("g-offsets", TOPIC) == {MessageQueue(TOPIC, "broker-a", 0): 3}
+        assert client.query_consumer_offsets("g-offsets", topic) == {MessageQueue(topic, "broker-a", 0): 3}
 
 
 @pytest.mark.spark
-def test_official_producer_messages_read_by_the_spark_source_with_tags_keys_and_properties(broker, spark):
-    sent = [message(TOPIC, f"spark-{i}".encode(), tag=f"T{i % 2}", keys=(f"key-{i}",),
+def test_official_producer_messages_read_by_the_spark_source_with_tags_keys_and_properties(broker, topic,
+                                                                                          spark):
+    sent = [message(topic, f"spark-{i}".encode(), tag=f"T{i % 2}", keys=(f"key-{i}",),
                     properties={"n": str(i)}) for i in range(6)]
     receipts = send_all(broker.address, sent)
-    rows = (spark.read.format("rmq").option("endpoints", broker.address).option("topic", TOPIC).load()
+    rows = (spark.read.format("rmq").option("endpoints", broker.address).option("topic", topic).load()
             .select("body", "tags", "keys", "properties").collect())
     read = {bytes(row.body): row for row in rows}
     assert sorted(read) == sorted(m.body for m in sent)
@@ -423,7 +417,7 @@ def test_route_names_every_broker_of_the_topic_through_the_name_server(tmp_path:
             for mq, offsets in client.topic_offsets(TOPIC).items():
                 stored[mq.broker_name] += offsets.max_offset
         assert stored["broker-a"] > 0 and stored["broker-b"] > 0 and sum(stored.values()) == len(sent)
-        with started(simple_consumer(brokers[0].address, "g-route")) as consumer:
+        with started(simple_consumer(brokers[0].address, TOPIC, "g-route")) as consumer:
             received = receive_until(consumer, len(sent), timeout=30)
         assert sorted(m.body for m in received) == sorted(m.body for m in sent)
     finally:
@@ -431,15 +425,15 @@ def test_route_names_every_broker_of_the_topic_through_the_name_server(tmp_path:
             server.stop()
 
 
-def test_a_receive_retried_with_its_attempt_id_gets_the_same_deliveries_again(broker):
-    send_all(broker.address, [message(TOPIC, b"once")])
+def test_a_receive_retried_with_its_attempt_id_gets_the_same_deliveries_again(broker, topic):
+    send_all(broker.address, [message(topic, b"once")])
     with grpc.insecure_channel(broker.address) as channel:
         stub = MessagingServiceStub(channel)
 
         def receive(attempt_id: str) -> list:
             request = pb.ReceiveMessageRequest(
                 group=v2.Resource(name="g-attempt"), batch_size=32, auto_renew=True, attempt_id=attempt_id,
-                message_queue=v2.MessageQueue(topic=v2.Resource(name=TOPIC), id=-1),
+                message_queue=v2.MessageQueue(topic=v2.Resource(name=topic), id=-1),
                 long_polling_timeout=Duration(seconds=1))
             return [r.message for r in stub.ReceiveMessage(request, timeout=10) if r.HasField("message")]
 
