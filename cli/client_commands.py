@@ -436,13 +436,13 @@ def _group_progress(client: RmqClient, args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"group": args.group, "queues": rows, "total_lag": total, "brokers": members})
         return 0
+    for name, states in members.items():
+        print(f"broker {name}:")
+        _print_members(states)
     _print_table(["TOPIC", "BROKER", "QUEUE", "BROKER_OFFSET", "CONSUMER_OFFSET", "LAG"],
                  [[r["topic"], r["broker_name"], r["queue_id"], r["max_offset"],
                    "-" if r["consumer_offset"] is None else r["consumer_offset"], r["lag"]] for r in rows])
     print(f"total lag: {total}")
-    for name, states in members.items():
-        print(f"broker {name}:")
-        _print_members(states)
     return 0
 
 
