@@ -165,14 +165,15 @@ class ConsumeMessageConcurrentlyService:
         status: ConsumeConcurrentlyStatus | None = None
         has_exception = False
         try:
-            status = self.listener(tuple(request.messages), context)
+            returned = self.listener(tuple(request.messages), context)
+            status = returned if isinstance(returned, ConsumeConcurrentlyStatus) else None
         except Exception:
             logger.warning("consumeMessage exception: Group: %s MQ: %s", self.group, request.message_queue,
                            exc_info=True)
             has_exception = True
         consume_rt_ms = (time.monotonic() - begin) * 1000
         return_type = classify(status, has_exception, consume_rt_ms, self.consume_timeout_minutes)
-        if not isinstance(status, ConsumeConcurrentlyStatus):
+        if status is None:   # an exception, None or anything but a status: consume it again later
             status = ConsumeConcurrentlyStatus.RECONSUME_LATER
         if return_type is not ConsumeReturnType.SUCCESS:
             logger.info("consume %s: %s, %d messages of %s", return_type.value, status.value,

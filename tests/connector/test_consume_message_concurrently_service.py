@@ -148,12 +148,12 @@ def test_ack_index_and_the_listeners_delay_level(tmp_path: Path) -> None:
     assert h.sent_back == [(2, 5), (3, 5)] and h.offset() == 4
 
 
-@pytest.mark.parametrize("outcome", ["raise", "none"])
+@pytest.mark.parametrize("outcome", ["raise", "none", "not a status"])
 def test_exceptions_and_none_are_retried(tmp_path: Path, outcome: str) -> None:
     def listener(msgs, ctx):
         if outcome == "raise":
             raise RuntimeError("boom")
-        return None
+        return True if outcome == "not a status" else None
 
     h = Harness(tmp_path, listener)
     h.run(7)
