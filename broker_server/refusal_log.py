@@ -1,10 +1,11 @@
 """Log of refused calls that no caller can flood: at most `lines_per_interval` lines per
 interval, each with the method, the caller's address and the refusal (whose access key is
 cut to a short prefix, rmq.broker_server.request_auth.key_label), then one summary line with
-the number of refusals not shown, by status code."""
+the number of refusals not shown, by status code (written once the interval is over)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -40,6 +41,17 @@ class RefusalLog:
             self._lines += 1
         cut = MAX_FIELD_CHARS
         log.info("refused %s from %s: %s %s", method[:cut], peer[:cut], code[:cut], message[:cut])
+
+    def flush(self) -> None:
+        """Write the summary of a finished interval now rather than with the next refusal."""
+        with self._lock:
+            self._roll_interval()
+
+    async def summarize_forever(self) -> None:
+        """Flush once per interval until cancelled (a task on the server's event loop)."""
+        while True:
+            await asyncio.sleep(self.interval_s)
+            self.flush()
 
     def _roll_interval(self) -> None:
         now = self._clock()

@@ -29,6 +29,7 @@ from rmq.broker_server.arguments import positive_float, positive_int
 from rmq.broker_server.auth_interceptor import AuthInterceptor
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.nonce_cache import DEFAULT_ACCOUNT_CAPACITY
+from rmq.broker_server.refusal_log import RefusalLog
 from rmq.broker_server.request_auth import DEFAULT_WINDOW_S, FUTURE_SKEW_MS, RequestAuthenticator
 from rmq.broker_server.rocketmq_v2.authentication import RocketMQv2AuthInterceptor, V2Authenticator
 from rmq.broker_server.tls import ServerTls, add_port
@@ -74,7 +75,8 @@ class ServerSecurity:
     max_connections: int | None = None   # None: half the open-file limit
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
     insecure_listen: bool = False
-    _watcher: asyncio.Task | None = field(default=None, repr=False)
+    refusals: RefusalLog = field(default_factory=RefusalLog)   # shared by the rmq.v1 and RocketMQ 5 checks
+    _tasks: list[asyncio.Task] = field(default_factory=list, repr=False)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServerSecurity:
@@ -108,9 +110,9 @@ class ServerSecurity:
             return []
         acl_file = self.acl_file
         # the RocketMQ 5 check first: rmq.v1's AuthInterceptor passes v2 calls on to it
-        return [RocketMQv2AuthInterceptor(V2Authenticator(lambda: acl_file.acl)),
+        return [RocketMQv2AuthInterceptor(V2Authenticator(lambda: acl_file.acl), self.refusals),
                 AuthInterceptor(RequestAuthenticator(lambda: acl_file.acl, server_id, self.signature_window_s,
-                                                     self.nonce_budget))]
+                                                     self.nonce_budget), self.refusals)]
 
     def open_client_channel(self, address: str) -> grpc.aio.Channel:
         """A channel for the calls this process makes itself (a broker registering with name
@@ -135,7 +137,8 @@ class ServerSecurity:
             return
         loop = asyncio.get_running_loop()
         self.acl_file.reload_on_sighup(loop)
-        self._watcher = loop.create_task(self.acl_file.watch(self.poll_interval_s))
+        self._tasks = [loop.create_task(self.acl_file.watch(self.poll_interval_s)),
+                       loop.create_task(self.refusals.summarize_forever())]
         log.info("ACL %s in force: %d account(s), signed calls within -%gs/+%gs, %d nonces per account (%s)",
                  self.acl_file.path, len(self.acl_file.acl.accounts), self.signature_window_s,
                  FUTURE_SKEW_MS / 1000, self.nonce_budget, self.transport)
@@ -147,12 +150,13 @@ class ServerSecurity:
         return "TLS with client certificates" if self.tls.client_ca_file else "TLS"
 
     async def stop(self) -> None:
-        if self._watcher is not None:
+        if self._tasks:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
-            self._watcher.cancel()
+        for task in self._tasks:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
-            self._watcher = None
+                await task
+        self._tasks = []
 
 
 def is_loopback(listen: str) -> bool:

@@ -40,3 +40,19 @@ def test_fields_are_cut(caplog) -> None:
     RefusalLog().record("/" + "m" * 5000, "p" * 5000, DENIED, "x" * 5000)
     line = caplog.records[0].getMessage()
     assert len(line) < 700 and "m" * 201 not in line and "x" * 201 not in line
+
+
+def test_flush_writes_the_summary_once_the_interval_is_over(caplog) -> None:
+    caplog.set_level(logging.INFO, logger="rmq.auth")
+    clock = Clock()
+    refusals = RefusalLog(interval_s=10, lines_per_interval=1, clock=clock)
+    for _ in range(5):
+        refusals.record("/m", "peer", DENIED, "refused")
+    refusals.flush()
+    assert len(caplog.records) == 1            # the interval is not over yet
+    clock.now += 10
+    refusals.flush()
+    summary = "4 more refused calls not logged in the last 10 s (4 PERMISSION_DENIED)"
+    assert caplog.records[-1].getMessage() == summary
+    refusals.flush()
+    assert len(caplog.records) == 2            # nothing more to say

@@ -42,7 +42,7 @@ def test_no_flags_means_no_interceptor_and_plaintext() -> None:
 def test_acl_flag_loads_the_file(tmp_path: Path) -> None:
     write_acl(tmp_path / "acl.yml", ACL)
     security = ServerSecurity.from_args(parse("--acl", str(tmp_path / "acl.yml"), "--signature-window", "5"))
-    assert len(security.interceptors("broker/broker-a")) == 1
+    assert len(security.interceptors("broker/broker-a")) == 2     # rmq.v1 and RocketMQ 5 signatures
     assert security.signature_window_s == 5
     assert list(security.acl_file.acl.accounts) == ["user01"]
 
