@@ -80,6 +80,20 @@ def test_the_wheel_installs_one_import_name(wheel_venv: Path, tmp_path: Path) ->
     assert_one_import_name(found, wheel_venv)
 
 
+# Where each folder of the checkout is installed (pyproject.toml package-dir).
+INSTALLED_AS = {"proto/rmq": "rmq", "store": "rmq/store", "broker_server": "rmq/broker_server",
+                "connector": "rmq/connector", "cli": "rmq/cli"}
+
+
+def test_the_wheel_holds_every_module_of_the_checkout(wheel_venv: Path) -> None:
+    (site_packages,) = (wheel_venv / "lib").glob("python3*/site-packages")
+    expected = {f"{target}/{path.relative_to(REPO_ROOT / folder)}"
+                for folder, target in INSTALLED_AS.items() for path in (REPO_ROOT / folder).rglob("*.py")
+                if "__pycache__" not in path.parts}
+    installed = {str(path.relative_to(site_packages)) for path in (site_packages / "rmq").rglob("*.py")}
+    assert sorted(expected - installed) == []
+
+
 def test_the_wheel_installs_the_rmq_command(wheel_venv: Path, tmp_path: Path) -> None:
     python = wheel_venv / "bin" / "python"
     env = dependencies_only_env(python)

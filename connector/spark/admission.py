@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows
 
+
 class _Ordered(Protocol):
     def __lt__(self, other: Any, /) -> bool: ...
 
