@@ -5,8 +5,9 @@ exclusively to its address, and a run loop that serves until SIGTERM or SIGINT.
 Connections are bounded so that no client can take the process's file descriptors (the
 store's files need them): at most `--max-connections` (default half the open-file limit,
 which is raised to its hard limit first), 100 concurrent calls per connection, a connection
-that does not finish its handshake within 10 s or stays without a call for `--idle-timeout`
-is closed, and clients may not ping more often than every 10 s without calls."""
+that does not finish its handshake within 10 s (or `--idle-timeout` when shorter) or stays
+without a call for `--idle-timeout` is closed, and clients may not ping more often than every
+10 s without calls."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def server_options(max_message_bytes: int, max_connections: int,
         ("grpc.so_reuseport", 0),
         ("grpc.max_allowed_incoming_connections", max_connections),
         ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
-        ("grpc.server_handshake_timeout_ms", HANDSHAKE_TIMEOUT_MS),
+        ("grpc.server_handshake_timeout_ms", min(HANDSHAKE_TIMEOUT_MS, int(idle_timeout_s * 1000))),
         ("grpc.max_connection_idle_ms", int(idle_timeout_s * 1000)),
         ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
         ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),

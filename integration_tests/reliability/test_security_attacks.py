@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import resource
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -235,6 +236,7 @@ def test_2_unauthenticated_60_mib_requests_are_refused_before_they_are_read(tmp_
 
 
 SILENT_CONNECTIONS = 300
+MUTE_CONNECTIONS = 20    # TCP connections that never send the HTTP/2 preface
 MAX_CONNECTIONS = 100
 IDLE_S = 2
 
@@ -263,9 +265,12 @@ def test_3_silent_connections_are_closed_and_cannot_take_the_stores_files(tmp_pa
             resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, limit))
             worker = threading.Thread(target=keep_producing, args=(producer,))
             worker.start()
+            host, _, port = broker.address.rpartition(":")
+            mute = [socket.create_connection((host, int(port))) for _ in range(MUTE_CONNECTIONS)]
             with ThreadPoolExecutor(32) as pool:
                 sockets = list(pool.map(lambda _: http2_client.silent_connection(broker.address, 1.0),
                                         range(SILENT_CONNECTIONS)))
+            sockets += [(sock, False) for sock in mute]
             accepted = sum(1 for _, settings in sockets if settings)
             most_fds = open_fds(pid)
             started = time.monotonic()
@@ -284,7 +289,8 @@ def test_3_silent_connections_are_closed_and_cannot_take_the_stores_files(tmp_pa
         broker.stop()
     REPORT.record("3 silent HTTP/2 connections",
                   f"{SILENT_CONNECTIONS} connections that finish the preface and "
-                  f"stay silent, broker open-file limit {limit}, --max-connections {MAX_CONNECTIONS}, "
+                  f"stay silent and {MUTE_CONNECTIONS} that never send it, broker open-file limit {limit}, "
+                  f"--max-connections {MAX_CONNECTIONS}, "
                   f"--idle-timeout {IDLE_S}",
                   f"{accepted} served at once, all closed by the server within {all_closed_s:.1f} s; "
                   f"broker fds "
