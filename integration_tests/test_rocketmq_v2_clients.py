@@ -234,16 +234,23 @@ def test_push_consumer_retries_a_failing_message_with_growing_attempts_then_dead
 
 def test_fifo_push_consumer_keeps_each_message_group_in_order_while_one_message_fails(broker, topic):
     address = broker.address
-    sent = [message(topic, f"{group}-{i}".encode(), group=group) for i in range(8) for group in "abc"]
-    send_all(address, sent)
-    listener = Listener(failing={b"b-3"}, failures=2)
+
+    def messages(first: int) -> list:
+        return [message(topic, f"{group}-{i}".encode(), group=group) for i in range(first, first + 8)
+                for group in "abc"]
+
+    send_all(address, messages(0))
+    listener = Listener(failing={b"b-3"}, failures=2)   # fails twice, 1 s apart (local retries)
     consumer = rocketmq.PushConsumer(configuration(address), "g-fifo", listener,
                                      {topic: rocketmq.FilterExpression("*")})
     with started(consumer):
-        assert wait_for(lambda: len(listener.succeeded()) == len(sent), timeout=40)
+        # more of every group arrives while b-3 is still in flight: not handed out before it is done
+        assert wait_for(lambda: any(body == b"b-3" for body, _, _ in listener.deliveries), timeout=20)
+        send_all(address, messages(8))
+        assert wait_for(lambda: len(listener.succeeded()) == 48, timeout=40)
     for group in "abc":
         order = [body for body in listener.succeeded() if body.startswith(group.encode())]
-        assert order == [f"{group}-{i}".encode() for i in range(8)]
+        assert order == [f"{group}-{i}".encode() for i in range(16)]
     assert [attempt for body, attempt, _ in listener.deliveries if body == b"b-3"] == [1, 1, 1]
     assert dead_letters(address, "g-fifo") == []
 
