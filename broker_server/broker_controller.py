@@ -242,6 +242,8 @@ class BrokerController:
 
     def start_services(self) -> None:
         keep_freed_memory()
+        if self.rocketmq_v2 is not None:
+            self.rocketmq_v2.start()
         self.hold_service.start()
         if not self.replication.is_slave:   # a slave copies the master's delay progress instead
             self.schedule_service.start()
