@@ -48,7 +48,7 @@ TYPECHECK := build/typecheck
 ## ruff, then mypy on the product packages as installed (rmq, rmq.store, rmq.broker_server, rmq.connector, rmq.cli)
 lint: $(STAMP)
 	$(PY) -m ruff check .
-	rm -rf $(TYPECHECK) && mkdir -p $(TYPECHECK)/rmq
+	mkdir -p $(TYPECHECK)/rmq && rm -f $(TYPECHECK)/rmq/*   # links only; the mypy cache stays
 	ln -s $(CURDIR)/proto/rmq/* $(TYPECHECK)/rmq/
 	for package in store broker_server connector cli; do ln -s $(CURDIR)/$$package $(TYPECHECK)/rmq/$$package; done
 	cd $(TYPECHECK) && $(CURDIR)/$(PY) -m mypy --config-file $(CURDIR)/pyproject.toml -p rmq
