@@ -500,28 +500,24 @@ class RmqClient:
 
     def heartbeat(self, client_id: str, group: str, subscriptions: Mapping[str, str],
                   broadcasting: bool = False) -> None:
-        """Heartbeat to every broker (RocketMQ sendHeartbeatToAllBroker)."""
+        """Heartbeat to every member of every broker group (RocketMQ sendHeartbeatToAllBroker)."""
         request = rmq_pb2.HeartbeatRequest(
             client_id=client_id, consumer_group=group,
             message_model=rmq_pb2.BROADCASTING if broadcasting else rmq_pb2.CLUSTERING,
             subscriptions=[rmq_pb2.Subscription(topic=t, sub_expression=s) for t, s in subscriptions.items()])
-        self._on_each_broker(
-            self.list_brokers(),
-            lambda name, address: self._call(address, _HEARTBEAT, request, name))
+        self._on_each_member(lambda name, address: self._call(address, _HEARTBEAT, request, name))
 
     def unregister(self, client_id: str, group: str) -> None:
         request = rmq_pb2.UnregisterClientRequest(client_id=client_id, consumer_group=group)
-        self._on_each_broker(
-            self.list_brokers(),
-            lambda name, address: self._call(address, _UNREGISTER_CLIENT, request, name))
+        self._on_each_member(lambda name, address: self._call(address, _UNREGISTER_CLIENT, request, name))
 
     def consumer_list(self, group: str, topic: str) -> list[str]:
         """The group's live client ids, sorted, from the first reachable broker holding the topic."""
         request = rmq_pb2.GetConsumerListRequest(consumer_group=group)
         unavailable: RmqUnavailable | None = None
-        for name, address in self._route(topic).brokers.items():
+        for name in self._route(topic).brokers:
             try:
-                return sorted(self._call(address, _GET_CONSUMER_LIST, request, name).client_ids)
+                return sorted(self._read_call(name, _GET_CONSUMER_LIST, request).client_ids)
             except RmqUnavailable as error:
                 unavailable = error
         raise unavailable or RmqError(rmq_pb2.TOPIC_NOT_EXIST, f"no broker holds topic {topic}")
@@ -577,7 +573,7 @@ class RmqClient:
         unregisters the client). Iteration raises grpc.RpcError when the stream breaks."""
         request = rmq_pb2.WatchConsumerIdsRequest(consumer_group=group, client_id=client_id)
         stream: Iterator[rmq_pb2.ConsumerIdsChanged] = self._connection(
-            self._broker_address(broker_name)).messaging.WatchConsumerIds(request)
+            self._read_address(broker_name)).messaging.WatchConsumerIds(request)
         return stream
 
     # ------------------------------------------------------------ plumbing
@@ -660,6 +656,22 @@ class RmqClient:
                 call(name, address)
             except RmqError as error:
                 first = first or error
+        if first is not None:
+            raise first
+
+    def _on_each_member(self, call: Callable[[str, str], object]) -> None:
+        """Call every member of every broker group; then raise the first failure of a group
+        none of whose members answered (a dead master's slave still counts)."""
+        first: RmqError | None = None
+        for name, members in self.list_broker_groups().items():
+            failures: list[RmqError] = []
+            for member in members:
+                try:
+                    call(name, member.address)
+                except RmqError as error:
+                    failures.append(error)
+            if failures and len(failures) == len(members):
+                first = first or failures[0]
         if first is not None:
             raise first
 
