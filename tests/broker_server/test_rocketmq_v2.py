@@ -1,0 +1,182 @@
+"""Units of the RocketMQ 5 protocol service (broker_server/rocketmq_v2): message conversion with
+the fields the official clients check (spec rocketmq-v2-protocol.md §3, §4), receipt handles, the
+pop-state journal, telemetry settings and the MQv2-HMAC-SHA1 signature."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+from pathlib import Path
+
+import pytest
+
+from rmq import message_format as mf
+from rmq.broker_server.acl import parse_acl
+from rmq.broker_server.rocketmq_v2 import messages
+from rmq.broker_server.rocketmq_v2.authentication import Refused, V2Authenticator, parse_authorization
+from rmq.broker_server.rocketmq_v2.pop_state import PopQueue, PopStateTable
+from rmq.broker_server.rocketmq_v2.receipt_handle import InvalidReceiptHandle, ReceiptHandle
+from rmq.broker_server.rocketmq_v2.telemetry import ServerSettings, answer_settings
+from rmq.broker_server.store_executor import StoreExecutor
+from rmq.rocketmq_v2 import METHODS
+from rmq.rocketmq_v2 import definition_pb2 as v2
+from rmq.rocketmq_v2 import service_pb2 as pb
+from rmq.stored_message import StoredMessage
+
+HOST = bytes([10, 0, 0, 7]) + (10911).to_bytes(4, "big")
+
+
+def stored(body: bytes, properties: dict[str, str], reconsume_times: int = 0) -> StoredMessage:
+    return StoredMessage(queue_id=2, flag=0, queue_offset=41, physical_offset=1234, sys_flag=0,
+                         born_timestamp=1_700_000_000_123, born_host=HOST, store_timestamp=1_700_000_000_456,
+                         store_host=HOST, reconsume_times=reconsume_times, body=body, topic="orders",
+                         properties=properties)
+
+
+def test_received_message_carries_every_field_the_official_clients_check():
+    message = messages.to_v2(
+        stored(b"payload", {mf.PROPERTY_TAGS: "TagA", mf.PROPERTY_KEYS: "k1 k2",
+                            mf.PROPERTY_UNIQ_KEY: "01ABC", "region": "eu"}),
+        "orders", receipt_handle="2:41:1:orders", delivery_attempt=1, invisible_ms=30_000)
+    system = message.system_properties
+    assert system.body_encoding == v2.IDENTITY                      # §3.1
+    assert system.body_digest.type == v2.MD5
+    assert system.body_digest.checksum == hashlib.md5(b"payload").hexdigest().upper()   # §3.2
+    assert system.delivery_attempt == 1                              # §3.3
+    assert (system.tag, list(system.keys), system.message_id) == ("TagA", ["k1", "k2"], "01ABC")
+    assert dict(message.user_properties) == {"region": "eu"}          # system ones stay system
+    assert (system.queue_id, system.queue_offset, system.receipt_handle) == (2, 41, "2:41:1:orders")
+    assert system.born_timestamp.ToMilliseconds() == 1_700_000_000_123
+    assert system.store_host == "10.0.0.7:10911" and system.message_type == v2.NORMAL
+
+
+def test_delivery_attempt_counts_reconsume_times_and_message_id_falls_back_to_the_offset_id():
+    message = messages.to_v2(stored(b"x", {}, reconsume_times=2), "orders")
+    assert message.system_properties.delivery_attempt == 3
+    assert message.system_properties.message_id == mf.message_id(HOST, 1234)
+
+
+def test_sent_message_properties_keep_the_producer_fields_and_refuse_reserved_keys():
+    sent = v2.Message(topic=v2.Resource(name="orders"), body=b"b", user_properties={"a": "1"})
+    sent.system_properties.message_id = "01FF"
+    sent.system_properties.tag = "T"
+    sent.system_properties.keys.extend(["k1", "k2"])
+    sent.system_properties.message_type = v2.FIFO
+    sent.system_properties.message_group = "g1"
+    assert messages.record_properties(sent) == {"a": "1", "TAGS": "T", "KEYS": "k1 k2", "UNIQ_KEY": "01FF",
+                                                "__SHARDINGKEY": "g1"}
+    sent.user_properties["UNIQ_KEY"] = "forged"
+    with pytest.raises(messages.InvalidMessage) as refused:
+        messages.record_properties(sent)
+    assert refused.value.code == v2.ILLEGAL_MESSAGE_PROPERTY_KEY
+
+
+@pytest.mark.parametrize("seconds, expected_ms", [(1_700_000_000, 1_700_000_000_000),
+                                                  (1_700_000_000_000, 1_700_000_000_000)])
+def test_delivery_time_in_seconds_or_milliseconds(seconds, expected_ms):
+    stamp = v2.SystemProperties().delivery_timestamp
+    stamp.seconds = seconds
+    assert messages.delivery_time_ms(stamp) == expected_ms
+
+
+def test_receipt_handle_round_trip_and_refusals():
+    handle = ReceiptHandle("orders", 3, 17, 2)
+    assert ReceiptHandle.decode(handle.encode(), "orders") == handle
+    for text, topic in (("garbage", "orders"), ("3:x:2:orders", "orders"), (handle.encode(), "other")):
+        with pytest.raises(InvalidReceiptHandle):
+            ReceiptHandle.decode(text, topic)
+
+
+def test_pop_state_journal_replays_pops_acks_and_changes_and_ignores_a_torn_tail(tmp_path: Path):
+    queue = PopQueue("g", "orders", 0)
+
+    async def record() -> None:
+        table = PopStateTable(tmp_path, StoreExecutor(1))
+        table.state(queue).pop_offset = 0
+        table.popped(queue, 3, [0, 1, 2], [1, 1, 1], 5000)
+        table.acked(queue, [1])
+        table.changed(queue, 2, 9000)
+        await table.sync()
+
+    asyncio.run(record())
+    with open(tmp_path / "config" / "popState.journal", "a") as journal:
+        journal.write('{"op":"ack","g":"g"')   # a write torn by a crash
+    table = PopStateTable(tmp_path, StoreExecutor(1))
+    table.load()
+    state = table.queues[queue]
+    assert state.pop_offset == 3 and sorted(state.inflight) == [0, 2]
+    assert (state.inflight[2].visible_at_ms, state.inflight[2].version) == (9000, 2)
+    assert state.consumer_offset() == 0
+
+
+def test_pop_state_compaction_keeps_the_live_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from rmq.broker_server.rocketmq_v2 import pop_state
+    monkeypatch.setattr(pop_state, "COMPACT_AFTER_LINES", 2)
+    queue = PopQueue("g", "orders", 1)
+
+    async def record() -> None:
+        table = PopStateTable(tmp_path, StoreExecutor(1))
+        for offset in range(5):
+            table.popped(queue, offset + 1, [offset], [1], 100)
+            table.acked(queue, [offset] if offset < 4 else [])
+            await table.sync()
+
+    asyncio.run(record())
+    lines = (tmp_path / "config" / "popState.journal").read_text().splitlines()
+    table = PopStateTable(tmp_path, StoreExecutor(1))
+    table.load()
+    assert len(lines) <= 3
+    assert table.queues[queue].pop_offset == 5 and list(table.queues[queue].inflight) == [4]
+
+
+SETTINGS = ServerSettings(max_body_size=4 << 20, long_polling_timeout_s=20, receive_batch_size=32,
+                          max_attempts=3, retry_delays_ms=[1000, 2000], fifo_groups=frozenset({"ordered"}))
+
+
+def test_settings_reply_gives_producers_a_body_size_and_consumers_their_group_policy():
+    producer = v2.Settings(client_type=v2.PRODUCER, publishing=v2.Publishing(), metric=v2.Metric(on=True))
+    reply = answer_settings(producer, SETTINGS)
+    assert reply.publishing.max_body_size == 4 << 20 and not reply.metric.on   # §2: never 0, metric off
+    consumer = v2.Settings(client_type=v2.PUSH_CONSUMER,
+                           subscription=v2.Subscription(group=v2.Resource(name="ordered")))
+    reply = answer_settings(consumer, SETTINGS)
+    assert reply.subscription.fifo and reply.subscription.long_polling_timeout.seconds == 20
+    assert reply.backoff_policy.max_attempts == 3
+    assert [d.seconds for d in reply.backoff_policy.customized_backoff.next] == [1, 2]
+
+
+ACL = parse_acl({"accounts": [
+    {"accessKey": "producer1", "secretKey": "producer-secret", "topicPerms": ["orders=PUB"]},
+]}, "test acl")
+
+
+def signed(secret: str, upper: bool = False) -> dict[str, str]:
+    date = "20261122T235959Z"
+    digest = hmac.new(secret.encode(), date.encode(), hashlib.sha1).hexdigest()
+    return {"x-mq-date-time": date, "authorization": f"MQv2-HMAC-SHA1 Credential=producer1, "
+                                                      f"SignedHeaders=x-mq-date-time, "
+                                                      f"Signature={digest.upper() if upper else digest}"}
+
+
+def test_mqv2_signature_in_either_hex_case_admits_and_permissions_apply():
+    authenticator = V2Authenticator(lambda: ACL)
+    assert authenticator.authenticate(signed("producer-secret")) == "producer1"            # Python client
+    assert authenticator.authenticate(signed("producer-secret", upper=True)) == "producer1"  # Java client
+    with pytest.raises(Refused) as wrong:
+        authenticator.authenticate(signed("not-the-secret"))
+    assert wrong.value.code == v2.UNAUTHORIZED
+    send = pb.SendMessageRequest(messages=[v2.Message(topic=v2.Resource(name="orders"))])
+    authenticator.authorize("producer1", "SendMessage", send, "ipv4:127.0.0.1:5000")
+    receive = pb.ReceiveMessageRequest(group=v2.Resource(name="g"),
+                                       message_queue=v2.MessageQueue(topic=v2.Resource(name="orders")))
+    with pytest.raises(Refused) as denied:
+        authenticator.authorize("producer1", "ReceiveMessage", receive, "ipv4:127.0.0.1:5000")
+    assert denied.value.code == v2.FORBIDDEN and "lacks SUB" in denied.value.message
+    assert parse_authorization(signed("s")["authorization"])[0] == "producer1"
+
+
+def test_method_table_serves_the_official_paths():
+    assert METHODS["ReceiveMessage"].path == "/apache.rocketmq.v2.MessagingService/ReceiveMessage"
+    assert METHODS["ReceiveMessage"].server_streaming and not METHODS["ReceiveMessage"].client_streaming
+    assert METHODS["Telemetry"].client_streaming and METHODS["Telemetry"].server_streaming
