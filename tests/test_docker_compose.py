@@ -52,7 +52,7 @@ def option(words: list[str], name: str) -> str:
 
 def test_services_of_the_local_cluster():
     assert set(SERVICES) == {
-        "namesrv", "broker-a", "broker-b", "topic-init", "producer",
+        "namesrv", "broker-a", "broker-a-slave", "broker-b", "topic-init", "producer",
         "spark-master", "spark-worker", "etl-job",
     }
 
@@ -100,6 +100,23 @@ def test_brokers_register_with_the_name_server_and_keep_their_store_in_a_volume(
         assert volume in COMPOSE["volumes"]
         assert option(command, "--store-dir").startswith(mount + "/")
     assert SERVICES["broker-a"]["volumes"] != SERVICES["broker-b"]["volumes"]
+
+
+def test_broker_a_is_a_sync_master_with_a_slave_on_its_own_store():
+    """DESIGN.md Replication: one broker name, ids 0 and 1, the slave copying the master."""
+    master, slave = command_of("broker-a"), command_of("broker-a-slave")
+    assert (option(master, "--broker-id"), option(master, "--role")) == ("0", "SYNC_MASTER")
+    assert (option(slave, "--broker-id"), option(slave, "--role")) == ("1", "SLAVE")
+    assert option(slave, "--broker-name") == "broker-a"
+    assert option(slave, "--master") == option(master, "--listen")
+    assert option(slave, "--namesrv") == option(command_of("namesrv"), "--listen")
+    assert SERVICES["broker-a-slave"]["depends_on"]["broker-a"]["condition"] == "service_healthy"
+    volume, mount = SERVICES["broker-a-slave"]["volumes"][0].split(":")
+    assert volume in COMPOSE["volumes"] and volume not in SERVICES["broker-a"]["volumes"][0]
+    assert option(slave, "--store-dir").startswith(mount + "/")
+    check = SERVICES["broker-a-slave"]["healthcheck"]["test"]
+    assert option(check, "--endpoints") == option(slave, "--listen") == "broker-a-slave:10911"
+    assert "--insecure-listen" in slave
 
 
 def test_servers_listening_beyond_loopback_say_so_or_take_an_acl():
