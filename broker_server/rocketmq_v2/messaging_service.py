@@ -40,6 +40,7 @@ MAX_INVISIBLE_MS = 12 * 3600 * 1000    # proxy maxInvisibleTimeMills
 DEFAULT_INVISIBLE_MS = 60_000          # auto-renewed (push) receives: proxy defaultInvisibleTimeMills
 MAX_LONG_POLLING_S = 20.0              # proxy grpcClientConsumerMaxLongPollingTimeoutMillis
 DEADLINE_MARGIN_S = 0.5                # answer before the client's own deadline passes
+SUPPORTED_TYPES = (v2.NORMAL, v2.FIFO, v2.DELAY, v2.TRANSACTION)   # not LITE, PRIORITY
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,8 @@ class RocketMQv2MessagingService:
             raise V2Error(v2.MESSAGE_BODY_TOO_LARGE, f"message body takes {len(message.body)} bytes, "
                                                      f"the maximum is {self.max_body_size}")
         kind = messages.message_type(message)
+        if kind not in SUPPORTED_TYPES:
+            raise V2Error(v2.UNSUPPORTED, f"message type {v2.MessageType.Name(kind)} is not supported")
         properties = messages.record_properties(message)
         topic, queue_id = config.topic_name, self._queue_id(message, config)
         parked_in = None
