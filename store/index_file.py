@@ -59,8 +59,10 @@ class IndexFile:
             if actual == 0:
                 allocate_file(fd, size, preallocate=True)
             self.mm = mmap.mmap(fd, size)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        self._fd = fd      # kept for fdatasync (see flush)
         (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
          self.hash_slot_count, self.index_count) = _HEADER.unpack_from(self.mm, 0)
         if self.index_count == 0:
@@ -133,16 +135,24 @@ class IndexFile:
         return found
 
     def flush(self) -> None:
+        """fdatasync, not mmap.flush: the same pages reach the disk, but without holding the GIL
+        (see MappedFile.flush)."""
         self.write_header()
-        self.mm.flush()
+        os.fdatasync(self._fd)
 
     def close(self) -> None:
         self.write_header()
-        self.mm.close()
+        self._unmap()
 
     def destroy(self) -> None:
-        self.mm.close()
+        self._unmap()
         self.path.unlink(missing_ok=True)
+
+    def _unmap(self) -> None:
+        self.mm.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 class IndexService:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import mmap
+import os
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -17,59 +16,56 @@ from rmq.store.mapped_file_queue import MappedFileQueue
 from tests.store.conftest import message, wait_dispatched
 
 
-class MsyncRecordingMmap(mmap.mmap):
-    """A real mmap that remembers the byte ranges msync'd (flush) on it."""
+class SyncRecorder:
+    """Wraps os.fdatasync (what MappedFile.flush calls) and remembers, per file descriptor, the
+    furthest position of the CommitLog file whose bytes had been written when a sync of it began."""
 
-    def flush(self, offset: int = 0, size: int | None = None) -> None:
-        end = len(self) if size is None else offset + size
-        super().flush(offset, end - offset)
-        self.__dict__.setdefault("synced", []).append((offset, end))
+    def __init__(self, store) -> None:
+        self.queue = store.commit_log.mapped_file_queue
+        self.synced_up_to: dict[int, int] = {}
+        self._fdatasync = os.fdatasync
 
-    def covered(self, start: int, end: int) -> bool:
-        """Whether the ranges msync'd so far cover [start, end)."""
-        position = start
-        for lo, hi in sorted(self.__dict__.get("synced", [])):
-            if lo <= position < hi:
-                position = hi
-        return position >= end
+    def __call__(self, fd: int) -> None:
+        written = max((m.wrote_position for m in self.queue.files if m._fd == fd), default=0)
+        self._fdatasync(fd)
+        self.synced_up_to[fd] = max(self.synced_up_to.get(fd, 0), written)
+
+    def covered(self, result, body: bytes) -> bool:
+        """Whether a sync that began after the put's record was written has finished."""
+        mapped = self.queue.find_mapped_file_by_offset(result.physical_offset)
+        end = result.physical_offset - mapped.file_from_offset + 91 + 9 + len(body)   # header, "TopicTest"
+        return self.synced_up_to.get(mapped._fd, 0) >= end
 
 
 @pytest.fixture
-def recording_mmaps(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Store files mapped with MsyncRecordingMmap."""
-    import rmq.store.mapped_file as mapped_file_module
+def sync_recorder(open_store, monkeypatch: pytest.MonkeyPatch):
+    """open_store(**overrides) -> (store, recorder) with the store's fdatasync calls recorded."""
+    def open_recorded(**overrides):
+        store = open_store(**overrides)
+        recorder = SyncRecorder(store)
+        monkeypatch.setattr(os, "fdatasync", recorder)
+        return store, recorder
 
-    monkeypatch.setattr(mapped_file_module, "mmap", SimpleNamespace(
-        mmap=MsyncRecordingMmap, ALLOCATIONGRANULARITY=mmap.ALLOCATIONGRANULARITY))
-
-
-def record_span(store, result, body: bytes) -> tuple[MsyncRecordingMmap, int, int]:
-    """The mmap holding a put's record and the record's [start, end) in it."""
-    mapped = store.commit_log.mapped_file_queue.find_mapped_file_by_offset(result.physical_offset)
-    assert isinstance(mapped.mm, MsyncRecordingMmap)
-    start = result.physical_offset - mapped.file_from_offset
-    return mapped.mm, start, start + 91 + 9 + len(body)   # header + "TopicTest" + body, no properties
+    return open_recorded
 
 
-def test_sync_put_returns_only_after_an_msync_covered_its_bytes(open_store, recording_mmaps) -> None:
-    """White box (spec store §10.1): when a SYNC put returns, its record's bytes were msync'd, not
-    only counted as flushed. Runs anywhere; the LazyFS power-loss test (integration_tests/
-    reliability/test_power_loss.py) proves the same end to end where FUSE mounts."""
-    store = open_store(flush_disk_type=FlushDiskType.SYNC)
+def test_sync_put_returns_only_after_a_sync_covered_its_bytes(sync_recorder) -> None:
+    """White box (spec store §10.1): when a SYNC put returns, its record's bytes were synced to
+    disk (fdatasync), not only counted as flushed. Runs anywhere; the LazyFS power-loss test
+    (integration_tests/reliability/test_power_loss.py) proves the same end to end where FUSE mounts."""
+    store, recorder = sync_recorder(flush_disk_type=FlushDiskType.SYNC)
     for n in range(40):      # 8 KiB files: the records span several files
         body = b"%d" % n * 150
         result = store.put_message(message(body=body))
         assert result.status is PutMessageStatus.PUT_OK
-        mm, start, end = record_span(store, result, body)
-        assert mm.covered(start, end), f"put {n} returned before an msync of [{start}, {end})"
+        assert recorder.covered(result, body), f"put {n} returned before a sync of its record"
 
 
-def test_async_put_returns_before_its_msync(open_store, recording_mmaps) -> None:
+def test_async_put_returns_before_its_sync(sync_recorder) -> None:
     """The control for the test above: the recording does see an ASYNC put return unsynced."""
-    store = open_store(flush_disk_type=FlushDiskType.ASYNC, flush_interval_commit_log_ms=60_000)
+    store, recorder = sync_recorder(flush_disk_type=FlushDiskType.ASYNC, flush_interval_commit_log_ms=60_000)
     result = store.put_message(message(body=b"late"))
-    mm, start, end = record_span(store, result, b"late")
-    assert not mm.covered(start, end)
+    assert not recorder.covered(result, b"late")
 
 
 def test_sync_put_returns_after_its_flush(open_store) -> None:
