@@ -24,7 +24,7 @@ def process_cpu_seconds(pid: int) -> float:
 
 def facts(repo: Path) -> dict[str, str]:
     return {
-        "source": _source(repo),
+        "source": source(repo),
         "cores": str(os.cpu_count()),
         "CPU": _cpu_model(),
         "memory": _memory(),
@@ -36,7 +36,7 @@ def facts(repo: Path) -> dict[str, str]:
     }
 
 
-def _source(repo: Path) -> str:
+def source(repo: Path) -> str:
     """The commit measured, and whether the tree differed from it."""
     try:
         commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,

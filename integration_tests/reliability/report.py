@@ -2,9 +2,10 @@
 
 Every scenario records what it sent, what the broker acknowledged, what was read back and
 how many acknowledged messages were lost or read more than once (plus free-form extra
-figures such as throughput or p99 latency). Each record prints one line in the test output;
-the terminal summary repeats the table, and `make reliability` (env RMQ_RELIABILITY_REPORT=1)
-writes it, with the bad-input table, to RELIABILITY.md.
+figures such as throughput or p99 latency), each computed from its own count. Each record
+prints one line in the test output; the terminal summary repeats the table, and `make
+reliability` (env RMQ_RELIABILITY_REPORT=1) writes the whole of RELIABILITY.md from the run: the
+commit measured, the test outcome (skips with their reasons), the scenario and bad-input tables.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+
+from bench.machine import source
 
 REPORT_ENV = "RMQ_RELIABILITY_REPORT"
 REPORT_PATH = Path(__file__).resolve().parents[2] / "RELIABILITY.md"
@@ -65,6 +68,15 @@ class BadInput:
     error: str
 
 
+@dataclass(frozen=True)
+class RunOutcome:
+    """How the pytest run ended: counts per outcome, and why tests were skipped."""
+
+    counts: dict[str, int]
+    skipped: list[str]
+    seconds: float
+
+
 @dataclass
 class ReliabilityReport:
     scenarios: list[ScenarioFigures] = field(default_factory=list)
@@ -79,21 +91,26 @@ class ReliabilityReport:
         self.bad_inputs.append(BadInput(surface, given, error))
 
     def in_order(self) -> list[ScenarioFigures]:
-        """By the scenario number (issue 6) each name starts with, in run order within one."""
-        return sorted(self.scenarios, key=lambda figures: figures.scenario.split(" ", 1)[0])
+        """By the scenario number each name starts with (numerically), in run order within one."""
+        return sorted(self.scenarios, key=lambda figures: int(figures.scenario.split(" ", 1)[0]))
 
     def lines(self) -> list[str]:
         return [figures.line() for figures in self.in_order()]
 
-    def markdown(self) -> str:
+    def markdown(self, outcome: RunOutcome) -> str:
+        counts = ", ".join(f"{count} {name}" for name, count in sorted(outcome.counts.items()))
         out = [
             "# rmq reliability figures",
             "",
-            f"Produced by `{COMMAND}` ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC) from the scenarios in",
-            "`integration_tests/reliability/`: real broker and Spark processes, real `kill -9`, corrupt",
-            "files, load and hostile input. *lost* counts acknowledged messages never read back,",
-            "*duplicated* counts extra reads of a message already read.",
+            f"Measured at {source(REPORT_PATH.parent)} by `{COMMAND}`",
+            f"({datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {outcome.seconds / 60:.1f} minutes: {counts})",
+            "from the scenarios in `integration_tests/reliability/`: real broker and Spark processes, real",
+            "`kill -9`, power cuts (LazyFS), corrupt files, load and hostile input. *lost* counts",
+            "acknowledged messages never read back, *duplicated* counts extra reads of a message already",
+            "read. The whole file is written by the run; nothing in it is edited by hand.",
             "",
+            *[f"- skipped: {reason}" for reason in outcome.skipped],
+            *([""] if outcome.skipped else []),
             "| scenario | sent | acknowledged | read | lost | duplicated | notes |",
             "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
         ]
@@ -107,9 +124,9 @@ class ReliabilityReport:
             out.append(f"| {bad.surface} | `{_cell(bad.given)}` | {_cell(bad.error)} |")
         return "\n".join(out) + "\n"
 
-    def write_if_requested(self) -> None:
+    def write_if_requested(self, outcome: RunOutcome) -> None:
         if os.environ.get(REPORT_ENV) == "1" and (self.scenarios or self.bad_inputs):
-            REPORT_PATH.write_text(self.markdown())
+            REPORT_PATH.write_text(self.markdown(outcome))
 
 
 def _cell(text: str) -> str:
