@@ -66,6 +66,9 @@ class Outcome:
     def trailing_metadata(self) -> tuple:
         return self._trailing_metadata
 
+    def done(self) -> bool:
+        return True
+
 
 @pytest.mark.parametrize("method", [METHOD, METHOD.encode()])
 def test_interceptor_signs_for_the_server_the_refusal_names_and_tries_once_more(method) -> None:

@@ -225,9 +225,11 @@ def _signing_headers(credentials: Credentials, target: str, method: str | bytes,
 class SigningInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
     """Adds the x-rmq-* signing headers (rmq.request_signing) to every call of one channel.
 
-    A unary call refused because it was signed for another server is signed again, once, for
-    the server id the refusal names. A streaming call made before the id is known first asks
-    for it (one refused ListBrokers on `channel`, the channel without this interceptor)."""
+    Before the channel's first call it asks the server for its id (one refused ListBrokers on
+    `channel`, the channel without this interceptor). A blocking unary call refused because it
+    was signed for another server (the server behind the address changed) is signed again,
+    once, for the id the refusal names; a call made with `.future()` is never waited for here,
+    it only teaches the id to the calls after it."""
 
     def __init__(self, credentials: Credentials, channel: grpc.Channel) -> None:
         self._credentials = credentials
@@ -242,8 +244,13 @@ class SigningInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClien
                                   getattr(details, "compression", None))
 
     def intercept_unary_unary(self, continuation, client_call_details, request):
+        if self._target.value is None:
+            self._ask_server_id(client_call_details.timeout)
         outcome = continuation(self._signed(client_call_details, request), request)
-        if self._target.learn(outcome.code(), outcome.trailing_metadata()):
+        if not outcome.done():    # a future: learn from it when it ends, never block its caller
+            outcome.add_done_callback(self._learn_from)
+            return outcome
+        if self._learn_from(outcome):
             outcome = continuation(self._signed(client_call_details, request), request)
         return outcome
 
@@ -251,6 +258,9 @@ class SigningInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClien
         if self._target.value is None:
             self._ask_server_id(client_call_details.timeout)
         return continuation(self._signed(client_call_details, request), request)
+
+    def _learn_from(self, call: Any) -> bool:
+        return self._target.learn(call.code(), call.trailing_metadata())
 
     def _ask_server_id(self, timeout: float | None) -> None:
         hello = rmq_pb2.ListBrokersRequest()

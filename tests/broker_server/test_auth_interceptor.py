@@ -176,6 +176,14 @@ def test_the_client_learns_the_server_id_from_one_refusal(server: Server) -> Non
     assert server.messaging.sent == ["orders"] * 3    # the refused first try never reached the service
 
 
+def test_a_future_call_is_signed_for_the_server_from_the_first_call(server: Server) -> None:
+    request = rmq_pb2.SendMessageRequest(topic="orders", messages=[rmq_pb2.Message(body=b"x")])
+    with open_channel(server.address, credentials=PRODUCER) as channel:
+        future = rmq_pb2_grpc.MessagingServiceStub(channel).SendMessage.future(request, timeout=10)
+        assert future.result().status.code == rmq_pb2.OK
+    assert server.messaging.sent == ["orders"]
+
+
 def test_asking_for_the_server_id_is_not_logged_but_refusals_are(server: Server, caplog) -> None:
     caplog.set_level(logging.INFO, logger="rmq.auth")
     with open_channel(server.address, credentials=PRODUCER) as channel:
