@@ -22,8 +22,9 @@ Missing default permissions are DENY. Admin accounts hold every permission (Rock
 PlainPermissionManager skips the check for admins). `brokerName` (not in RocketMQ) makes an
 account the registration identity of that one broker.
 
-The file holds every secret, so it must not be readable by other users nor writable by
-anyone but its owner (`chmod 600`); load_acl refuses it otherwise.
+The file holds every secret, so it must belong to the server's user (or root), not be
+readable by other users nor writable by anyone but its owner (`chmod 600`); load_acl refuses
+it otherwise.
 """
 
 from __future__ import annotations
@@ -204,7 +205,7 @@ def load_acl(path: Path) -> Acl:
     source = str(path)
     try:
         with open(path, encoding="utf-8") as file:
-            check_file_mode(os.fstat(file.fileno()).st_mode, source)
+            check_file_safety(os.fstat(file.fileno()), source)
             text = file.read()
     except OSError as error:
         raise AclError(f"{source}: cannot read ACL file: {error.strerror or error}") from None
@@ -218,8 +219,13 @@ def load_acl(path: Path) -> Acl:
     return parse_acl(data, source)
 
 
-def check_file_mode(mode: int, source: str) -> None:
-    """AclError unless only the owner may write the file and other users may not read it."""
+def check_file_safety(status: os.stat_result, source: str) -> None:
+    """AclError unless the file belongs to this process's user (or root), only its owner may
+    write it and other users may not read it."""
+    if status.st_uid not in (os.geteuid(), 0):
+        raise AclError(f"{source}: ACL file is owned by uid {status.st_uid}, not by this server's user "
+                       f"(uid {os.geteuid()}) or root: another user could rewrite it")
+    mode = status.st_mode
     unsafe = mode & UNSAFE_MODE_BITS
     if unsafe:
         who = [text for bit, text in ((stat.S_IWGRP, "group-writable"), (stat.S_IWOTH, "writable by others"),

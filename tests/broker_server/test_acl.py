@@ -241,6 +241,14 @@ def test_an_acl_file_other_users_may_read_or_write_is_refused(tmp_path: Path, mo
     assert load_acl(path).account("producer1") is not None
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_an_acl_file_of_another_user_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path / "acl.yml", ACL_YAML)
+    os.chown(path, 65534, -1)    # nobody
+    with pytest.raises(AclError, match=r"acl.yml: ACL file is owned by uid 65534, not by this server's user"):
+        load_acl(path)
+
+
 def test_an_unsafe_edit_is_not_reloaded(tmp_path: Path, caplog) -> None:
     path = write(tmp_path / "acl.yml", ONE_ACCOUNT.format(perms="orders=SUB"))
     acl_file = AclFile(path)
