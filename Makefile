@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-unit test-integration reliability demo bench proto lint clean
+.PHONY: venv test test-unit test-integration reliability power-loss demo bench proto lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,9 +28,13 @@ test-unit: $(STAMP)
 test-integration: $(STAMP)
 	$(PY) -m pytest integration_tests
 
-## reliability scenarios (also part of `make test`), writing their figures to RELIABILITY.md
+## reliability scenarios (also part of `make test`), writing the whole of RELIABILITY.md
 reliability: $(STAMP)
 	RMQ_RELIABILITY_REPORT=1 $(PY) -m pytest integration_tests/reliability
+
+## the LazyFS tests alone (power cut, slow disk); they skip with the reason where FUSE cannot mount
+power-loss: $(STAMP)
+	$(PY) -m pytest -ra integration_tests/reliability/test_power_loss.py integration_tests/reliability/test_slow_disk.py
 
 demo: $(STAMP)
 	$(PY) -m examples.demo
