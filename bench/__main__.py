@@ -54,6 +54,8 @@ BENCHMARKS = [
     Benchmark("filter", "8. Broker-side filters: SQL92 vs tags", "bench.filter_bench:filter_rows"),
     Benchmark("sdk", "9. Client SDK: PushConsumer vs a Redis consumer group, Producer vs XADD",
               "bench.sdk_bench:sdk_rows", Target(min_ratio=2.0)),
+    Benchmark("replication", "10. Replication: SYNC_MASTER vs ASYNC_MASTER produce, slave lag",
+              "bench.replication_bench:replication_rows", Target(min_ratio=0.5)),
     Benchmark("rocketmq", "11. RocketMQ 5 clients: official Python client vs rmq's SDK",
               "bench.rocketmq_v2_bench:rocketmq_v2_rows"),
 ]
