@@ -66,9 +66,11 @@ def wait_dispatched(client: RmqClient, topic: str, total: int,
         time.sleep(0.05)
 
 
-def stream_reader(endpoints: str, topic: str, **options: str) -> RmqStreamReader:
-    return RmqStreamReader(parse_source_options({"endpoints": endpoints, "topic": topic, **options},
-                                                streaming=True))
+def stream_reader(endpoints: str, topic: str | None, **options: str) -> RmqStreamReader:
+    """A stream reader as `load()` creates it (topic None: give option topicPattern)."""
+    topics = {} if topic is None else {"topic": topic}
+    options = {"endpoints": endpoints, **topics, **options}
+    return RmqStreamReader(parse_source_options(options, streaming=True))
 
 
 def first_offset(reader: RmqStreamReader) -> dict:

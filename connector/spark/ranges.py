@@ -1,11 +1,9 @@
 """minPartitions: cut queue offset ranges into contiguous pieces so that a micro-batch (or a
-batch read) has at least that many Spark tasks (Kafka's KafkaOffsetRangeCalculator, with
-rounding up so the count is never below the option). The cut depends only on the ranges, so
-a replayed batch yields the same pieces."""
+batch read) has at least that many Spark tasks (as Kafka's KafkaOffsetRangeCalculator). The
+cut depends only on the ranges, so a replayed batch yields the same pieces."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 from rmq.connector.spark.partition_reader import QueueRangePartition
@@ -13,16 +11,31 @@ from rmq.connector.spark.partition_reader import QueueRangePartition
 
 def split_ranges(partitions: list[QueueRangePartition], min_partitions: int | None
                  ) -> list[QueueRangePartition]:
-    """Each range cut into pieces in proportion to its share of all messages, each piece
-    holding at least one offset; unchanged when there are already `min_partitions` ranges."""
+    """Each range cut into pieces in proportion to its share of all messages (largest
+    remainder: `min_partitions` pieces in all, each range at least one, each piece at least one
+    offset); unchanged when there are already `min_partitions` ranges."""
     if min_partitions is None or len(partitions) >= min_partitions:
         return partitions
-    total = sum(p.end_offset - p.start_offset for p in partitions)
+    sizes = [p.end_offset - p.start_offset for p in partitions]
     pieces: list[QueueRangePartition] = []
-    for partition in partitions:
+    for partition, parts in zip(partitions, _shares(sizes, min_partitions), strict=True):
         size = partition.end_offset - partition.start_offset
-        parts = min(size, max(1, math.ceil(size * min_partitions / total)))
         bounds = [partition.start_offset + size * part // parts for part in range(parts + 1)]
         pieces += [replace(partition, start_offset=low, end_offset=high)
                    for low, high in zip(bounds, bounds[1:], strict=False)]
     return pieces
+
+
+def _shares(sizes: list[int], wanted: int) -> list[int]:
+    """Piece counts per range summing to `wanted` (more only when every range needs one),
+    proportional to `sizes`, never more than a range's size."""
+    total = sum(sizes)
+    exact = [size * wanted / total for size in sizes]
+    counts = [max(1, min(size, int(share))) for size, share in zip(sizes, exact, strict=True)]
+    by_remainder = sorted(range(len(sizes)), key=lambda i: (-(exact[i] - int(exact[i])), i))
+    for i in by_remainder:
+        if sum(counts) >= wanted:
+            break
+        if counts[i] < sizes[i]:
+            counts[i] += 1
+    return counts
