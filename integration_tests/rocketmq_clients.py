@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import pytest
 
 rocketmq = pytest.importorskip("rocketmq")
+from rocketmq.grpc_protocol import FilterType  # noqa: E402, F401  (after the skip; re-exported)
 from rocketmq.v5.exception.client_exception import ForbiddenException  # noqa: E402, F401  (after the skip; re-exported)
 
 T = TypeVar("T")

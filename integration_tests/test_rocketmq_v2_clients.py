@@ -20,6 +20,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from integration_tests.rocketmq_clients import (
+    FilterType,
     ForbiddenException,
     bounded,
     configuration,
@@ -135,6 +136,11 @@ def test_rmq_producer_messages_reach_the_official_simple_consumer_filtered_by_ta
     assert next(m for m in received if m.body == b"a3").keys == {"k3"}
     assert next(m for m in received if m.body == b"c").properties == {"x": "1"}
     assert all(len(m.message_id) == 32 for m in received)   # rmq's offset message ids
+    sql = rocketmq.SimpleConsumer(configuration(broker.address), "g-sql", {topic: rocketmq.FilterExpression(
+        "TAGS = 'TagB' OR x = '1'", FilterType.SQL)}, await_duration=2)
+    with started(sql):
+        by_sql = receive_until(sql, 6)
+    assert sorted(m.body for m in by_sql) == [b"b0", b"b1", b"b2", b"b3", b"b4", b"c"]
 
 
 def test_change_invisible_duration_and_expired_invisibility_redeliver_with_the_next_attempt(broker, topic):

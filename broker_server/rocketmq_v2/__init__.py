@@ -59,6 +59,6 @@ def build_service(config: BrokerConfig, store: Any, executor: StoreExecutor, top
         RouteResolver(config.broker_name, config.broker_address, topics, config.namesrv_addresses,
                       open_channel),
         PopService(store, topics, offsets, hold_service, executor, table, on_topics_changed),
-        sessions, GroupPolicy(max_attempts, fifo_groups), timer, transactions,
+        sessions, GroupPolicy(max_attempts, fifo_groups, config.enable_property_filter), timer, transactions,
         OffsetRpcs(store, executor, topics, offsets, pull_processor), max_body_size,
         config.timer_max_delay_ms)

@@ -16,6 +16,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from rmq import message_format as mf
 from rmq.broker_server.names import check_group_name
+from rmq.broker_server.pull_message_processor import sql92_record_filter
 from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.offset_rpcs import OffsetRpcs
 from rmq.broker_server.rocketmq_v2.pop_service import MAX_BATCH, PopRequest, PopService
@@ -31,6 +32,8 @@ from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManag
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
 from rmq.rocketmq_v2.properties import PROPERTY_TIMER_DELIVER_MS
+from rmq.sql92 import Sql92Error
+from rmq.store.message_filter import RecordFilter
 from rmq.subscription import SEPARATOR, tag_codes
 
 log = logging.getLogger(__name__)
@@ -45,10 +48,12 @@ SUPPORTED_TYPES = (v2.NORMAL, v2.FIFO, v2.DELAY, v2.TRANSACTION)   # not LITE, P
 
 @dataclass(frozen=True)
 class GroupPolicy:
-    """How the broker treats v2 consumer groups (RocketMQ SubscriptionGroupConfig)."""
+    """How the broker treats v2 consumer groups (RocketMQ SubscriptionGroupConfig) and their
+    filters (enable_property_filter: SQL92 allowed)."""
 
     max_attempts: int
     fifo_groups: frozenset[str]
+    sql92_enabled: bool = True
 
     def fifo(self, group: str) -> bool:
         return group in self.fifo_groups
@@ -231,7 +236,7 @@ class RocketMQv2MessagingService:
                               f"{MAX_INVISIBLE_MS} ms")
         else:
             invisible_ms = DEFAULT_INVISIBLE_MS
-        tags, tag_codes = self._filter(request)
+        tags, tag_codes, record_filter = self._filter(request)
         fifo = self.policy.fifo(group)
         queue_id = request.message_queue.id
         if fifo and queue_id != ALL_QUEUES:
@@ -248,17 +253,24 @@ class RocketMQv2MessagingService:
             wait_s = min(wait_s, remaining - DEADLINE_MARGIN_S)
         batch = min(max(request.batch_size, 1), MAX_BATCH)
         return PopRequest(group, config.topic_name, queue_ids, tags, tag_codes, batch, invisible_ms, fifo,
-                          self.policy.max_attempts), min(wait_s, MAX_LONG_POLLING_S)
+                          self.policy.max_attempts, record_filter), min(wait_s, MAX_LONG_POLLING_S)
 
-    @staticmethod
-    def _filter(request: pb.ReceiveMessageRequest) -> tuple[frozenset[str] | None, frozenset[int] | None]:
+    def _filter(self, request: pb.ReceiveMessageRequest
+                ) -> tuple[frozenset[str] | None, frozenset[int] | None, RecordFilter | None]:
+        """(tags, their hash codes, SQL92 record filter) of the request's filter expression."""
         expression = request.filter_expression
         if expression.type == v2.SQL:
-            raise V2Error(v2.ILLEGAL_FILTER_EXPRESSION, "SQL filter expressions are not supported")
+            if not self.policy.sql92_enabled:
+                raise V2Error(v2.ILLEGAL_FILTER_EXPRESSION,
+                              "this broker does not filter by SQL92 (enable_property_filter is off)")
+            try:
+                return None, None, sql92_record_filter(expression.expression)
+            except Sql92Error as error:
+                raise V2Error(v2.ILLEGAL_FILTER_EXPRESSION, str(error)) from None
         codes = tag_codes(expression.expression)
         if codes is None:
-            return None, None
-        return frozenset(t.strip() for t in expression.expression.split(SEPARATOR) if t.strip()), codes
+            return None, None, None
+        return frozenset(t.strip() for t in expression.expression.split(SEPARATOR) if t.strip()), codes, None
 
     def _handle(self, text: str, topic: str) -> ReceiptHandle:
         try:

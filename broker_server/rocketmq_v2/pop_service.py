@@ -38,6 +38,7 @@ from rmq.broker_server.send_message_processor import check_put_status
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.rocketmq_v2 import definition_pb2 as v2
+from rmq.store.message_filter import RecordFilter
 from rmq.stored_message import StoredMessage, decode_record
 
 MAX_BATCH = 32            # messages one receive hands out (proxy maxBatchSize-like cap)
@@ -61,6 +62,7 @@ class PopRequest:
     invisible_ms: int
     fifo: bool
     max_attempts: int
+    record_filter: RecordFilter | None = None   # SQL92 (evaluated on each record's properties)
 
 
 @dataclass(frozen=True)
@@ -199,7 +201,8 @@ class PopService:
                         room: int) -> tuple[list[_Record], int]:
         """Up to `room` matching messages from `offset`, and the offset after what was read."""
         result = await self.executor.run(self.store.get_message, queue.group, queue.topic, queue.queue_id,
-                                         offset, room, tag_codes=request.tag_codes)
+                                         offset, room, tag_codes=request.tag_codes,
+                                         record_filter=request.record_filter)
         status = result.status.name
         if not result.message_count:
             return [], result.next_begin_offset if status in _MOVED else offset
