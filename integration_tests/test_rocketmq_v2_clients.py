@@ -31,6 +31,7 @@ from integration_tests.rocketmq_clients import (
     wait_for,
 )
 from rmq.cli import processes
+from rmq.connector import Message, Producer
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.connector.message_decoder import decode
 from rmq.rocketmq_v2 import MessagingServiceStub
@@ -124,10 +125,10 @@ def test_producer_messages_are_received_exactly_as_sent_and_readable_through_rmq
 
 
 def test_rmq_producer_messages_reach_the_official_simple_consumer_filtered_by_tag(broker, topic):
-    with RmqClient(broker.address) as client:
-        client.send(topic, [OutgoingMessage(f"a{i}".encode(), tags="TagA", keys=f"k{i}") for i in range(5)]
-                    + [OutgoingMessage(f"b{i}".encode(), tags="TagB") for i in range(5)]
-                    + [OutgoingMessage(b"c", tags="TagC", properties={"x": "1"})])
+    with Producer(broker.address) as producer:   # rmq's own SDK, over rmq.v1
+        producer.send([Message(topic, f"a{i}".encode(), tags="TagA", keys=f"k{i}") for i in range(5)]
+                      + [Message(topic, f"b{i}".encode(), tags="TagB") for i in range(5)]
+                      + [Message(topic, b"c", tags="TagC", properties={"x": "1"})])
     with started(simple_consumer(broker.address, topic, "g-filter", "TagA || TagC")) as consumer:
         received = receive_until(consumer, 6)
         assert bounded(lambda: consumer.receive(32, 20)) == []   # the TagB ones are not for this group

@@ -21,7 +21,6 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,9 +81,6 @@ class PopStateTable:
     def _apply(self, entry: dict) -> None:
         queue = PopQueue(entry["g"], entry["t"], entry["q"])
         kind = entry["op"]
-        if kind == "drop":
-            self.queues.pop(queue, None)
-            return
         state = self.queues.setdefault(queue, QueuePopState())
         if kind == "pop":
             state.pop_offset = max(state.pop_offset, entry["next"])
@@ -138,14 +134,6 @@ class PopStateTable:
                       "next": state.pop_offset,
                       "m": [[offset, entry.attempts, entry.visible_at_ms, entry.version]]})
         return entry
-
-    def dropped_topic(self, topic: str) -> None:
-        for queue in [q for q in self.queues if q.topic == topic]:
-            del self.queues[queue]
-            self._record({"op": "drop", "g": queue.group, "t": queue.topic, "q": queue.queue_id})
-
-    def groups_of(self, topic: str) -> Iterator[PopQueue]:
-        return (queue for queue in self.queues if queue.topic == topic)
 
     # -- durability ----------------------------------------------------------------------
     def _record(self, entry: dict) -> None:
