@@ -21,22 +21,26 @@ class Stubs:
     admin: rmq_pb2_grpc.AdminServiceStub
     route: rmq_pb2_grpc.RouteServiceStub
     namesrv: rmq_pb2_grpc.NameServerServiceStub
+    address: str
 
     @classmethod
-    def connect(cls, address: str) -> Stubs:
-        channel = grpc.insecure_channel(
-            address,
-            options=[
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ],
-        )
+    def connect(cls, address: str, own_connection: bool = False) -> Stubs:
+        """Stubs on a channel to `address`; `own_connection`: a TCP connection of its own (gRPC
+        shares one between channels to the same address, and the broker admits 100 calls on one)."""
+        options = [
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ]
+        if own_connection:
+            options.append(("grpc.use_local_subchannel_pool", 1))
+        channel = grpc.insecure_channel(address, options=options)
         return cls(
             channel,
             rmq_pb2_grpc.MessagingServiceStub(channel),
             rmq_pb2_grpc.AdminServiceStub(channel),
             rmq_pb2_grpc.RouteServiceStub(channel),
             rmq_pb2_grpc.NameServerServiceStub(channel),
+            address,
         )
 
     def close(self) -> None:

@@ -90,9 +90,12 @@ def test_tag_filtered_pull_ignores_other_tags(rmq: Stubs) -> None:
 
 
 def test_thousand_held_pulls_leave_the_broker_responsive(rmq: Stubs) -> None:
+    """The broker admits 100 calls per connection: the 1,000 pulls come over 10 connections of
+    their own, the other RPCs over the fixture's."""
     rmq.create_topic("crowd", queues=1)
     rmq.create_topic("bystander", queues=1)
-    pending = [held_pull(rmq, "crowd", 0, 0, suspend_ms=30000) for _ in range(1000)]
+    crowds = [Stubs.connect(rmq.address, own_connection=True) for _ in range(10)]
+    pending = [held_pull(crowds[n % 10], "crowd", 0, 0, suspend_ms=30000) for n in range(1000)]
     time.sleep(1.0)
     assert not any(p.done() for p in pending)
     started = time.monotonic()
@@ -104,4 +107,6 @@ def test_thousand_held_pulls_leave_the_broker_responsive(rmq: Stubs) -> None:
     rmq.send("crowd", rmq_pb2.Message(body=b"for everyone"))
     statuses = {p.result().pull_status for p in pending}
     log.info("1000 held pulls answered %.1f ms after the send", (time.monotonic() - sent_at) * 1000)
+    for crowd in crowds:
+        crowd.close()
     assert statuses == {rmq_pb2.FOUND}
