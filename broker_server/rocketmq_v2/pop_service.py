@@ -137,8 +137,7 @@ class PopService:
                 break
             queue = PopQueue(request.group, request.topic, queue_ids[(start + index) % len(queue_ids)])
             popped += await self._pop_queue(queue, request, room)
-        if popped:
-            await self.table.sync()
+        await self.table.sync()   # deliveries, skipped offsets and DLQ moves are durable first
         return popped
 
     async def _pop_queue(self, queue: PopQueue, request: PopRequest, room: int) -> list[Popped]:
