@@ -25,6 +25,7 @@ import grpc
 import pytest
 
 from integration_tests.reliability.report import ReliabilityReport, tally
+from integration_tests.reliability.streaming import read_output, start_query, wait_until_caught_up
 from integration_tests.reliability.traffic import PushGroup, StoredMessage, gaps_and_repeats, read_topic
 from rmq.cli import processes
 from rmq.connector.client import OutgoingMessage, RmqClient
@@ -281,3 +282,62 @@ def test_a_push_consumer_keeps_consuming_from_the_slave_while_the_master_is_down
                         "duplicates = redelivery of batches not yet committed to the slave"))
     assert {m.body for m in read} == set(bodies)
     assert read_before_kill < len(bodies)
+
+
+MASTER_DOWN_S = 30.0
+
+
+def test_a_spark_query_reads_from_the_slave_while_the_master_is_stopped(
+        spark, tmp_path: Path, report: ReliabilityReport) -> None:
+    """A backlog read 200 messages a trigger: the master stops for 30 s mid-way, the query keeps
+    committing batches from the slave, then goes on with the master and what it received after
+    coming back; the parquet output holds every message exactly once."""
+    before = [f"before-{i}".encode() for i in range(4000)]
+    after = [f"after-{i}".encode() for i in range(1000)]
+    with broker_group(tmp_path, "SYNC_MASTER") as group:
+        send_all(group.master.address, before)
+        group.wait_in_sync()
+        query = start_query(spark, group.namesrv.address, TOPIC, "spark-ha", str(tmp_path / "checkpoint"),
+                            str(tmp_path / "output"), maxMessagesPerTrigger="200")
+        try:
+            wait_for_rows(query, 200)
+            group.master.stop()
+            rows_at_stop = rows_read(query)
+            time.sleep(MASTER_DOWN_S)
+            rows_while_down = rows_read(query) - rows_at_stop
+            group.master.start()
+            group.wait(lambda: group.status(group.master).slaves, "the slave to reconnect")
+            send_all(group.master.address, after)
+            with closing(RmqClient(group.master.address)) as client:
+                max_offsets = {mq.queue_id: o.max_offset for mq, o in client.topic_offsets(TOPIC).items()}
+            wait_until_caught_up(query, TOPIC, max_offsets, timeout=120)
+        finally:
+            query.stop()
+        output = read_output(spark, str(tmp_path / "output"))
+    figures = report.record(tally(
+        f"11 Spark stream, master stopped {MASTER_DOWN_S:.0f} s (reads from the slave)",
+        len(before) + len(after), before + after, (m.body for m in output),
+        notes="default outage options, maxMessagesPerTrigger 200",
+        rows_while_master_down=rows_while_down))
+    assert rows_while_down > 0
+    assert figures.lost == 0 and figures.duplicated == 0
+    assert gaps_and_repeats(output) == ([], [])
+
+
+def send_all(address: str, bodies: list[bytes]) -> None:
+    with closing(RmqClient(address)) as producer:
+        for start in range(0, len(bodies), 500):
+            result = producer.send(TOPIC, [OutgoingMessage(body) for body in bodies[start:start + 500]])
+            assert result.status == rmq_pb2.OK, rmq_pb2.Code.Name(result.status)
+
+
+def rows_read(query) -> int:
+    return sum(progress["numInputRows"] for progress in query.recentProgress)
+
+
+def wait_for_rows(query, rows: int, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while rows_read(query) < rows:
+        assert query.exception() is None, query.exception()
+        assert time.monotonic() < deadline, f"query made no progress: {query.status}"
+        time.sleep(0.2)
