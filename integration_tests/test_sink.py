@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 
 from rmq import message_format as mf
+from rmq.auth import TlsSettings
+from rmq.cli import processes
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
+from tests.tls_certs import make_tls_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -192,6 +195,31 @@ def test_complete_output_mode_sends_the_whole_result_every_batch(spark, broker, 
     assert query.exception() is None
     rows = read_back(spark, broker.address, "sink-counts-out")
     assert sorted(json.loads(bytes(r.body))["count"] for r in rows) == [10, 10, 10]
+
+
+def test_mutual_tls_write_and_read(spark, tmp_path: Path):
+    tls = make_tls_files(tmp_path / "tls")
+    extra = ["--tls-cert", str(tls.server_cert), "--tls-key", str(tls.server_key),
+             "--tls-client-ca", str(tls.ca)]
+    server = processes.broker(tmp_path, extra=extra, channel_credentials=TlsSettings(
+        tls.ca, tls.client_cert, tls.client_key).channel_credentials()).start()
+    certificate = {"tlsCaFile": str(tls.ca), "tlsCertFile": str(tls.client_cert),
+                   "tlsKeyFile": str(tls.client_key)}
+    try:
+        with RmqClient(server.address, tls_ca_file=str(tls.ca), tls_cert_file=str(tls.client_cert),
+                       tls_key_file=str(tls.client_key)) as admin:
+            admin.create_topic("sink-mtls", queues=2)
+        write(spark.createDataFrame([("a",), ("b",)], "body string"), server.address, topic="sink-mtls",
+              **certificate)
+        rows = (spark.read.format("rmq").options(endpoints=server.address, topic="sink-mtls", **certificate)
+                .load().collect())
+        assert sorted(bytes(r.body) for r in rows) == [b"a", b"b"]
+        with pytest.raises(Exception, match="planning the read"):     # no client certificate: refused
+            (spark.read.format("rmq").options(endpoints=server.address, topic="sink-mtls",
+                                              tlsCaFile=str(tls.ca), brokerOutageWindowMs="1000")
+             .load().collect())
+    finally:
+        server.stop()
 
 
 def test_missing_body_column_fails_with_a_clear_error(spark, broker):

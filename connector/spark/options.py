@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from rmq.auth import ClientSecurity
+from rmq.auth import SECURITY_OPTION_NAMES, ClientSecurity
 from rmq.connector.allocation import AVG, STRATEGY_NAMES
 from rmq.connector.client import RmqClient
 from rmq.connector.endpoints import parse_endpoints
@@ -61,8 +61,8 @@ OPTION_NAMES = (
     "startingOffsetsByTimestamp", "committedFallback", "endingOffsets", "endingOffsetsByTimestamp",
     "endingTimestamp", "maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay",
     "minPartitions", "pullBatchSize", "pullTimeoutMs", OUTAGE_OPTION, "allocateStrategy",
-    "messageModel", "failOnDataLoss", "offsetStoreDir", "accessKey", "secretKey", "tls", "tlsCaFile",
-)
+    "messageModel", "failOnDataLoss", "offsetStoreDir",
+) + SECURITY_OPTION_NAMES
 BATCH_ONLY = ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp")
 STREAM_ONLY = ("maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay")
 JSON_FORM = 'JSON {"topic":{"broker":{"queueId":offset}}}'

@@ -8,8 +8,9 @@ Secrets stay out of reprs, logs and error messages: `Credentials` prints as
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -68,7 +69,7 @@ class TlsSettings:
         )
 
 
-SECURITY_OPTION_NAMES = ("accessKey", "secretKey", "tls", "tlsCaFile")
+SECURITY_OPTION_NAMES = ("accessKey", "secretKey", "tls", "tlsCaFile", "tlsCertFile", "tlsKeyFile")
 _BOOLEAN_WORDS = {"true": True, "false": False}
 
 
@@ -93,20 +94,22 @@ class ClientSecurity:
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> ClientSecurity:
-        """Read accessKey, secretKey, tls, tlsCaFile (case-insensitive names) from data source
-        options; tlsCaFile alone implies tls. ValueError names the option, never the secret."""
+        """Read accessKey, secretKey, tls, tlsCaFile, tlsCertFile, tlsKeyFile (case-insensitive
+        names) from data source options; any TLS file alone implies tls. ValueError names the
+        option, never the secret."""
         values = {str(key).lower(): str(value).strip() for key, value in options.items()}
         tls_text = values.get("tls")
         ca_file = values.get("tlscafile") or None
+        cert_file, key_file = _client_certificate_options(values)
         if tls_text is None:
-            tls = ca_file is not None
+            tls = (ca_file or cert_file) is not None
         elif tls_text.lower() in _BOOLEAN_WORDS:
             tls = _BOOLEAN_WORDS[tls_text.lower()]
         else:
             raise ValueError(f"Invalid value {tls_text!r} for option 'tls': expected true or false")
-        if ca_file is not None and not Path(ca_file).is_file():
-            raise ValueError(f"Invalid value {ca_file!r} for option 'tlsCaFile': no such file")
-        return cls(values.get("accesskey") or None, values.get("secretkey") or None, tls, ca_file)
+        _check_file("tlsCaFile", ca_file)
+        return cls(values.get("accesskey") or None, values.get("secretkey") or None, tls, ca_file,
+                   cert_file, key_file)
 
     def credentials(self) -> Credentials | None:
         return Credentials.optional(self.access_key, self.secret_key)
@@ -121,6 +124,22 @@ class ClientSecurity:
         return {"access_key": self.access_key, "secret_key": self.secret_key, "tls": self.tls,
                 "tls_ca_file": self.tls_ca_file, "tls_cert_file": self.tls_cert_file,
                 "tls_key_file": self.tls_key_file}
+
+
+def _client_certificate_options(values: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """tlsCertFile and tlsKeyFile (lower-cased option names): both or neither, existing files."""
+    cert_file, key_file = values.get("tlscertfile") or None, values.get("tlskeyfile") or None
+    if (cert_file is None) != (key_file is None):
+        raise ValueError("options 'tlsCertFile' and 'tlsKeyFile' go together: the client certificate "
+                         "and its private key for brokers that require mutual TLS")
+    _check_file("tlsCertFile", cert_file)
+    _check_file("tlsKeyFile", key_file)
+    return cert_file, key_file
+
+
+def _check_file(option: str, path: str | None) -> None:
+    if path is not None and not Path(path).is_file():
+        raise ValueError(f"Invalid value {path!r} for option {option!r}: no such file")
 
 
 ACCESS_KEY_ENV = "RMQ_ACCESS_KEY"
@@ -273,11 +292,15 @@ class SigningInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClien
 
 
 class AioSigningInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
-    """The same signing for grpc.aio channels (the broker's calls to name servers)."""
+    """The same signing for grpc.aio channels (the broker's calls to name servers). A unary
+    call learns the server id from its refusal and is signed again. Client streams are signed
+    by AioStreamSigningInterceptor, which shares this one's server id (grpc.aio files each
+    interceptor under one kind only)."""
 
-    def __init__(self, credentials: Credentials) -> None:
+    def __init__(self, credentials: Credentials, open_plain: Callable[[], grpc.aio.Channel]) -> None:
         self._credentials = credentials
         self._target = ServerTarget()
+        self._open_plain = open_plain
 
     def _signed(self, details: grpc.aio.ClientCallDetails, request: Any) -> grpc.aio.ClientCallDetails:
         headers = _signing_headers(self._credentials, self._target.signing_value, details.method, request)
@@ -290,6 +313,38 @@ class AioSigningInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
         if self._target.learn(await call.code(), await call.trailing_metadata()):
             call = await continuation(self._signed(client_call_details, request), request)
         return call
+
+    async def ask_server_id_once(self, timeout: float | None) -> None:
+        if self._target.value is None:
+            await self._ask_server_id(timeout)
+
+    def signed_stream(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+        return self._signed(details, request_signing.STREAM_REQUEST)
+
+    async def _ask_server_id(self, timeout: float | None) -> None:
+        hello = rmq_pb2.ListBrokersRequest()
+        headers = _signing_headers(self._credentials, "", HELLO_METHOD, hello)
+        async with self._open_plain() as channel:
+            call = channel.unary_unary(HELLO_METHOD, request_serializer=_serialize,
+                                       response_deserializer=rmq_pb2.ListBrokersResponse.FromString)
+            try:
+                await call(hello, metadata=headers, timeout=timeout)
+                self._target.learn(grpc.StatusCode.OK, None)
+            except grpc.aio.AioRpcError as error:
+                self._target.learn(error.code(), error.trailing_metadata())
+
+
+class AioStreamSigningInterceptor(grpc.aio.StreamStreamClientInterceptor):
+    """Signs a client stream (a slave's replication stream) with the empty message's digest
+    (rmq.request_signing.STREAM_REQUEST): the server admits it once, when it opens. Before
+    the id of the server is known it asks for it, on a channel without interceptors."""
+
+    def __init__(self, unary: AioSigningInterceptor) -> None:
+        self._unary = unary
+
+    async def intercept_stream_stream(self, continuation, client_call_details, request_iterator):
+        await self._unary.ask_server_id_once(client_call_details.timeout)
+        return await continuation(self._unary.signed_stream(client_call_details), request_iterator)
 
 
 def _serialize(message: Any) -> bytes:
@@ -311,7 +366,11 @@ def open_channel(address: str, *, credentials: Credentials | None = None, tls: T
 def open_aio_channel(address: str, *, credentials: Credentials | None = None, tls: TlsSettings | None = None,
                      options: Sequence[tuple[str, Any]] = ()) -> grpc.aio.Channel:
     """`open_channel` for asyncio code."""
-    interceptors = [AioSigningInterceptor(credentials)] if credentials is not None else None
+    interceptors = None
+    if credentials is not None:
+        unary = AioSigningInterceptor(credentials, functools.partial(open_aio_channel, address, tls=tls,
+                                                                     options=options))
+        interceptors = [unary, AioStreamSigningInterceptor(unary)]
     if tls is None:
         return grpc.aio.insecure_channel(address, options=list(options), interceptors=interceptors)
     return grpc.aio.secure_channel(address, tls.channel_credentials(), options=list(options),
