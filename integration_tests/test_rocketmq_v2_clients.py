@@ -187,30 +187,37 @@ def test_pop_state_survives_a_broker_restart(broker, topic, stop):
         assert sum(client.query_consumer_offsets("g-restart", topic).values()) == len(bodies)
 
 
-class Listener(rocketmq.MessageListener):
-    """Records every delivery; fails the bodies in `failing` (`failures` times each, -1: always)."""
+ALWAYS = -1
 
-    def __init__(self, failing: set[bytes] = frozenset(), failures: int = -1) -> None:
+
+class Listener(rocketmq.MessageListener):
+    """Records every delivery; fails each body of `failing` that many times (ALWAYS: every time)."""
+
+    def __init__(self, failing: dict[bytes, int]) -> None:
         self.failing = failing
-        self.failures = failures
         self.deliveries: list[tuple[bytes, int, str]] = []
         self.lock = threading.Lock()
+
+    def fails(self, body: bytes, delivery: int) -> bool:
+        """Whether the listener fails `body` on its `delivery`-th delivery (from 1)."""
+        times = self.failing.get(body, 0)
+        return times == ALWAYS or delivery <= times
 
     def consume(self, message):
         with self.lock:
             self.deliveries.append((message.body, message.delivery_attempt, message.message_group or ""))
-            failed_before = sum(1 for body, _, _ in self.deliveries if body == message.body) - 1
-        if message.body in self.failing and (self.failures < 0 or failed_before < self.failures):
-            return rocketmq.ConsumeResult.FAILURE
-        return rocketmq.ConsumeResult.SUCCESS
+            delivery = sum(1 for body, _, _ in self.deliveries if body == message.body)
+        return rocketmq.ConsumeResult.FAILURE if self.fails(message.body, delivery) else \
+            rocketmq.ConsumeResult.SUCCESS
 
     def succeeded(self) -> list[bytes]:
+        """Bodies consumed successfully, in the order it happened."""
         with self.lock:
             counts: dict[bytes, int] = {}
             done = []
             for body, _, _ in self.deliveries:
                 counts[body] = counts.get(body, 0) + 1
-                if body not in self.failing or (0 <= self.failures < counts[body]):
+                if not self.fails(body, counts[body]):
                     done.append(body)
             return done
 
@@ -226,7 +233,7 @@ def test_push_consumer_retries_a_failing_message_with_growing_attempts_then_dead
     address = broker.address
     send_all(address, [message(topic, f"ok-{i}".encode()) for i in range(20)]
              + [message(topic, b"poison", tag="TagP", keys=("bad-1",))])
-    listener = Listener(failing={b"poison"})
+    listener = Listener(failing={b"poison": ALWAYS})
     consumer = rocketmq.PushConsumer(configuration(address), "g-push", listener,
                                      {topic: rocketmq.FilterExpression("*")})
     with started(consumer):
@@ -239,7 +246,7 @@ def test_push_consumer_retries_a_failing_message_with_growing_attempts_then_dead
     assert letter["body"] == "poison" and letter["tags"] == "TagP" and letter["keys"] == "bad-1"
 
 
-def test_fifo_push_consumer_keeps_each_message_group_in_order_while_one_message_fails(broker, topic):
+def test_fifo_push_consumer_keeps_message_group_order_through_retries_and_dead_letters(broker, topic):
     address = broker.address
 
     def messages(first: int) -> list:
@@ -247,19 +254,22 @@ def test_fifo_push_consumer_keeps_each_message_group_in_order_while_one_message_
                 for group in "abc"]
 
     send_all(address, messages(0))
-    listener = Listener(failing={b"b-3"}, failures=2)   # fails twice, 1 s apart (local retries)
+    # b-3 fails twice (local retries 1 s apart), c-5 every time: forwarded to the DLQ after 3 attempts
+    listener = Listener(failing={b"b-3": 2, b"c-5": ALWAYS})
     consumer = rocketmq.PushConsumer(configuration(address), "g-fifo", listener,
                                      {topic: rocketmq.FilterExpression("*")})
     with started(consumer):
         # more of every group arrives while b-3 is still in flight: not handed out before it is done
         assert wait_for(lambda: any(body == b"b-3" for body, _, _ in listener.deliveries), timeout=20)
         send_all(address, messages(8))
-        assert wait_for(lambda: len(listener.succeeded()) == 48, timeout=40)
+        assert wait_for(lambda: len(listener.succeeded()) == 47, timeout=40)
+        assert wait_for(lambda: len(dead_letters(address, "g-fifo")) == 1, timeout=10)
     for group in "abc":
         order = [body for body in listener.succeeded() if body.startswith(group.encode())]
-        assert order == [f"{group}-{i}".encode() for i in range(16)]
+        assert order == [f"{group}-{i}".encode() for i in range(16) if f"{group}-{i}" != "c-5"]
     assert [attempt for body, attempt, _ in listener.deliveries if body == b"b-3"] == [1, 1, 1]
-    assert dead_letters(address, "g-fifo") == []
+    assert [attempt for body, attempt, _ in listener.deliveries if body == b"c-5"] == [1, 1, 1]
+    assert [letter["body"] for letter in dead_letters(address, "g-fifo")] == ["c-5"]
 
 
 def test_delay_messages_are_delivered_at_their_timestamp_in_seconds_or_milliseconds(broker, topic):
