@@ -186,7 +186,8 @@ class ConsumeMessageConcurrentlyService:
 
     def process_consume_result(self, status: ConsumeConcurrentlyStatus, context: ConsumeConcurrentlyContext,
                                request: ConsumeRequest) -> None:
-        """Spec §16.3: send back (or drop) the failed part, then commit the smallest offset."""
+        """Spec consumer-pull-rebalance §16.3: send back (or drop) the failed part, then commit
+        the smallest offset."""
         first_failed = failed_from(status, context.ack_index, len(request.messages))
         failed = request.messages[first_failed:]
         if self.broadcasting:

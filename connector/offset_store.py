@@ -40,7 +40,7 @@ class ReadOffsetType(Enum):
 
 
 class OffsetStore(ABC):
-    """The in-memory offset table shared by both stores (spec §14.1)."""
+    """The in-memory offset table shared by both stores (spec consumption-longpolling-offsets §14.1)."""
 
     def __init__(self) -> None:
         self._table: Positions = {}

@@ -457,7 +457,7 @@ class PushConsumer:
 
     def _on_pull(self, request: PullRequest, subscription: SubscriptionData, result: PullResult | None,
                  error: RmqError | None) -> None:
-        """PullCallback (spec §15, TV-11), on a gRPC thread."""
+        """PullCallback (spec consumer-pull-rebalance §15, TV-11), on a gRPC thread."""
         if not self.running:
             return
         if error is not None or result is None:
@@ -509,7 +509,7 @@ class PushConsumer:
         self.rebalance_impl.remove_process_queue(mq)
         logger.warning("fix the pull request offset, %s -> %d", mq, request.next_offset)
 
-    # ------------------------------------------------------------ send-back (spec §18)
+    # ---------------------------------------------------- send-back (spec consumer-pull-rebalance §18)
 
     def send_message_back(self, message: MessageExt, delay_level: int) -> bool:
         """CONSUMER_SEND_MSG_BACK to the message's broker; False when it failed (the caller

@@ -103,7 +103,7 @@ class ConsumerMembership:
         return [mq for queues in self._owned.values() for mq in queues]
 
     def close(self) -> None:
-        """Stop heartbeating and unregister, so the group rebalances at once (spec §4.6)."""
+        """Stop heartbeating and unregister, so the group rebalances at once (spec consumer-startup §4.6)."""
         if self._stopped.is_set():
             return
         self._stopped.set()

@@ -149,8 +149,9 @@ class RebalanceImpl:
         return changed
 
     def update_process_queue_table_in_rebalance(self, topic: str, mq_set: set[MessageQueue]) -> bool:
-        """Spec §8.6 / TV-10: drop queues not in `mq_set` (or whose pulls went idle), add new
-        ones at computePullFromWhere, and start a pull loop only for the added ones."""
+        """Spec consumer-pull-rebalance §8.6 / TV-10: drop queues not in `mq_set` (or whose pulls
+        went idle), add new ones at computePullFromWhere, and start a pull loop only for the
+        added ones."""
         changed = False
         for mq, pq in list(self.process_queue_table.items()):
             if mq.topic != topic:
@@ -185,7 +186,8 @@ class RebalanceImpl:
         return True
 
     def compute_pull_from_where(self, mq: MessageQueue) -> int:
-        """Spec §9 / TV-9: the committed offset, else by consume_from; -1 skips the queue."""
+        """Spec consumer-pull-rebalance §9 / TV-9: the committed offset, else by consume_from;
+        -1 skips the queue."""
         last_offset = self.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_STORE)
         if last_offset >= 0:
             return last_offset

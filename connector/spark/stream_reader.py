@@ -219,8 +219,8 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _save_progress(self, positions: Positions) -> None:
         """Write processed offsets of owned queues of the query's topics through the
-        OffsetStore (broker or local file); queues no longer owned are forgotten (spec §8.6
-        removeUnnecessaryMessageQueue)."""
+        OffsetStore (broker or local file); queues no longer owned are forgotten (spec
+        consumer-pull-rebalance §8.6 removeUnnecessaryMessageQueue)."""
         positions = {mq: offset for mq, offset in positions.items() if self._options.subscribes(mq.topic)}
         if positions == self._saved:
             return
