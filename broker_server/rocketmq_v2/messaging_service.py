@@ -6,7 +6,6 @@ or the telemetry sessions; refusals travel as the response's v2 Status."""
 from __future__ import annotations
 
 import itertools
-import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -36,7 +35,6 @@ from rmq.sql92 import Sql92Error
 from rmq.store.message_filter import RecordFilter
 from rmq.subscription import SEPARATOR, tag_codes
 
-log = logging.getLogger(__name__)
 CLIENT_ID_HEADER = "x-mq-client-id"
 MIN_INVISIBLE_MS = 10_000              # proxy minInvisibleTimeMillsForRecv
 MAX_INVISIBLE_MS = 12 * 3600 * 1000    # proxy maxInvisibleTimeMills
