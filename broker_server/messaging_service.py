@@ -20,7 +20,7 @@ from rmq.broker_server.send_message_processor import SendMessageProcessor
 from rmq.broker_server.status import OK, RequestError, answers_with_status, illegal_argument, rmq_pb2
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
-from rmq.store import MessageStore
+from rmq.store import BrokerRole, MessageStore
 from rmq.v1 import rmq_pb2_grpc
 
 QUERY_MESSAGE_MAX = 64  # RocketMQ maxMsgsNumBatch
@@ -192,6 +192,10 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
                           context: grpc.aio.ServicerContext) -> rmq_pb2.LockBatchResponse:
         check_client_id(request.client_id)
         check_group_name(request.consumer_group)
+        if self.store.config.broker_role is BrokerRole.SLAVE:
+            # spec consumer-startup-allocation-ordering §6.2: locks live on the master only; a
+            # slave offers none, so ordered queues wait for their master.
+            return rmq_pb2.LockBatchResponse(status=OK)
         locked = self.locks.try_lock_batch(
             request.consumer_group, to_message_queues(request.queues), request.client_id
         )

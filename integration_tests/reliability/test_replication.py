@@ -169,6 +169,8 @@ def test_sync_master_lost_with_its_disk_every_acknowledged_message_is_on_the_sla
         with closing(RmqClient(group.namesrv.address)) as reader:    # the route still names the master
             read = read_topic(reader, TOPIC)
         slave_status = group.status(group.slave)
+        with closing(RmqClient(group.slave.address)) as slave:   # ordering spec §6.2: no locks on a slave
+            locked = slave.lock_batch("orderly", "client-1", slave.query_route(TOPIC).message_queues)
     acknowledged = [message for _, message in ledger.acknowledged]
     figures = report.record(tally(
         "11 SYNC_MASTER kill -9 + store deleted, read from the slave (3 producers)", ledger.sent,
@@ -181,6 +183,7 @@ def test_sync_master_lost_with_its_disk_every_acknowledged_message_is_on_the_sla
     assert figures.lost == 0 and figures.duplicated == 0
     assert gaps_and_repeats(read) == ([], [])
     assert slave_status.replication_error == ""
+    assert locked == set()
 
 
 def test_async_master_loss_is_bounded_by_the_last_acknowledgements(
