@@ -55,7 +55,8 @@ def test_client_certificate_from_flags_or_environment(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("argv", "environ", "message"), [
-    (["--tls-cert", "/nonexistent/c.pem"], {}, r"needs both --tls-cert \(\$RMQ_TLS_CERT_FILE\) and --tls-key"),
+    (["--tls-cert", "/nonexistent/c.pem"], {},
+     r"needs both --tls-cert \(\$RMQ_TLS_CERT_FILE\) and --tls-key"),
     ([], {"RMQ_TLS_KEY_FILE": "/nonexistent/c.key"}, r"needs both --tls-cert"),
     (["--tls-cert", "/nonexistent/c.pem", "--tls-key", "/nonexistent/c.key"], {},
      r"TLS client certificate file /nonexistent/c.pem does not exist"),
