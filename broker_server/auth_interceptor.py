@@ -5,8 +5,9 @@ there everything the metadata proves (RequestAuthenticator.admit_metadata): a re
 answered by a handler that never reads the request, so gRPC grants the caller no more than its
 first flow-control window, whatever message size it announces. An admitted call runs in a
 wrapper that gets the deserialized request and the caller's address, finishes the checks
-(admit_request) and then runs the real behaviour. rmq.v1 RPCs are unary-unary or
-unary-stream; a client-streaming method is answered UNIMPLEMENTED, never run unchecked.
+(admit_request) and then runs the real behaviour. A client-streaming call (HAService.Transfer)
+is admitted once, when it opens: its signature covers the empty message
+(rmq.request_signing.STREAM_REQUEST) and its permission is that of its method.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
+from rmq import request_signing
 from rmq.broker_server.refusal_log import RefusalLog
 from rmq.broker_server.request_auth import Admission, CallRefused, RequestAuthenticator
 from rmq.rocketmq_v2 import METHOD_PREFIX as ROCKETMQ_V2_METHOD_PREFIX
@@ -36,8 +38,8 @@ class AuthInterceptor(aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is not None and handler_call_details.method.startswith(ROCKETMQ_V2_METHOD_PREFIX):
             return handler   # RocketMQ 5 calls: RocketMQv2AuthInterceptor (MQv2-HMAC-SHA1) checks them
-        if handler is None or handler.request_streaming:
-            return None   # unknown or client-streaming method: UNIMPLEMENTED, never unchecked
+        if handler is None:
+            return None   # unknown method: UNIMPLEMENTED
         method = handler_call_details.method
         metadata = {m.key: m.value for m in handler_call_details.invocation_metadata or ()}
         try:
@@ -46,7 +48,9 @@ class AuthInterceptor(aio.ServerInterceptor):
             return self._refusing_handler(method, refusal, handler)
         if handler.unary_unary is not None:
             return self._unary_handler(method, admission, handler)
-        return self._stream_handler(method, admission, handler)
+        if handler.unary_stream is not None:
+            return self._stream_handler(method, admission, handler)
+        return self._client_stream_handler(method, admission, handler)
 
     async def _refuse(self, method: str, refusal: CallRefused, context: aio.ServicerContext) -> None:
         if not refusal.routine:
@@ -65,7 +69,7 @@ class AuthInterceptor(aio.ServerInterceptor):
 
         serializer = handler.response_serializer
 
-        if handler.unary_unary is not None:
+        if not handler.response_streaming:
             return grpc.stream_unary_rpc_method_handler(refuse, response_serializer=serializer)
         return grpc.stream_stream_rpc_method_handler(refuse, response_serializer=serializer)
 
@@ -95,16 +99,44 @@ class AuthInterceptor(aio.ServerInterceptor):
 
         async def admitted(request: Any, context: aio.ServicerContext) -> AsyncIterator[Any]:
             await self._admit_request(method, admission, request, context)
-            responses = behaviour(request, context)
-            if inspect.isasyncgen(responses):
-                async for response in responses:
-                    yield response
-            elif inspect.isawaitable(responses):
-                await responses   # a handler that writes with context.write
-            else:
-                for response in responses or ():
-                    yield response
+            async for response in _responses(behaviour(request, context)):
+                yield response
 
         return grpc.unary_stream_rpc_method_handler(
             admitted, request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer)
+
+    def _client_stream_handler(self, method: str, admission: Admission,
+                               handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        options = {"request_deserializer": handler.request_deserializer,
+                   "response_serializer": handler.response_serializer}
+        if handler.stream_unary is not None:
+            single = handler.stream_unary
+
+            async def admitted_unary(requests: AsyncIterator[Any], context: aio.ServicerContext) -> Any:
+                await self._admit_request(method, admission, request_signing.STREAM_REQUEST, context)
+                result = single(requests, context)
+                return await result if inspect.isawaitable(result) else result
+
+            return grpc.stream_unary_rpc_method_handler(admitted_unary, **options)
+        streaming = handler.stream_stream
+
+        async def admitted(requests: AsyncIterator[Any], context: aio.ServicerContext) -> AsyncIterator[Any]:
+            await self._admit_request(method, admission, request_signing.STREAM_REQUEST, context)
+            async for response in _responses(streaming(requests, context)):
+                yield response
+
+        return grpc.stream_stream_rpc_method_handler(admitted, **options)
+
+
+async def _responses(responses: Any) -> AsyncIterator[Any]:
+    """The responses of a streaming behaviour: an async generator, a coroutine that writes
+    with context.write, or an iterable."""
+    if inspect.isasyncgen(responses):
+        async for response in responses:
+            yield response
+    elif inspect.isawaitable(responses):
+        await responses
+    else:
+        for response in responses or ():
+            yield response

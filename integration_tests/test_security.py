@@ -318,6 +318,28 @@ def test_a_broker_account_registers_its_own_broker_only(tmp_path: Path, acl_path
             server.stop()
 
 
+def test_a_slave_replicates_from_a_master_with_an_acl(tmp_path: Path, acl_path: Path) -> None:
+    """HAService.Transfer, a client stream, is signed once when it opens (admin account)."""
+    for role in ("master", "slave"):
+        (tmp_path / role).mkdir()
+    master = secured_broker(tmp_path / "master", acl_path, None)
+    slave = processes.broker(tmp_path / "slave", extra=security_flags(acl_path, None) + [
+        "--broker-id", "1", "--role", "SLAVE", "--master", master.address],
+        RMQ_ACCESS_KEY=ADMIN[0], RMQ_SECRET_KEY=ADMIN[1]).start()
+    try:
+        with client(master.address, ADMIN) as admin:
+            admin.create_topic("orders", queues=1)
+            admin.send("orders", [OutgoingMessage(b"replicated")])
+        deadline = time.monotonic() + 20
+        while "replicating from master" not in slave.log():
+            assert time.monotonic() < deadline, slave.log()
+            time.sleep(0.1)
+    finally:
+        slave.stop()
+        master.stop()
+    assert "refused /rmq.v1.HAService/Transfer" not in master.log()
+
+
 def test_brokers_register_with_a_secured_name_server_using_admin_credentials(
         tmp_path: Path, acl_path: Path, tls_files: TlsFiles) -> None:
     namesrv = processes.namesrv(tmp_path, extra=security_flags(acl_path, tls_files),

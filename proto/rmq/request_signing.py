@@ -27,6 +27,10 @@ x-rmq-content-sha256. The request is hashed in its deterministic serialization (
 sorted by key), so both sides get the same bytes whatever order the sender's map iteration
 produced.
 
+A client-streaming call (a slave's replication stream) signs the digest of the empty message
+(STREAM_REQUEST): the server admits the stream once, when it opens; its messages are not
+covered one by one.
+
 The target names one server, so a call captured on its way to one server is refused by
 every other: a broker is `broker/<broker name>`, a name server `namesrv/<listen address>`.
 A client learns it from the server: a call signed for another target (or for the empty one)
@@ -45,6 +49,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from google.protobuf import empty_pb2
 from google.protobuf.message import Message
 
 SCHEME = "RMQ-HMAC-SHA256-V2"
@@ -56,6 +61,7 @@ CONTENT_SHA256_HEADER = "x-rmq-content-sha256"
 SIGNATURE_HEADER = "x-rmq-signature"
 HEADERS = (ACCESS_KEY_HEADER, TARGET_HEADER, TIMESTAMP_HEADER, NONCE_HEADER, CONTENT_SHA256_HEADER,
            SIGNATURE_HEADER)
+STREAM_REQUEST = empty_pb2.Empty()   # what a client-streaming call signs in place of its messages
 SERVER_HEADER = "x-rmq-server"   # trailing metadata of a refusal: the target this server signs for
 
 MAX_ACCESS_KEY_LENGTH = 128

@@ -29,7 +29,9 @@ ACL = parse_acl({"accounts": [
     {"accessKey": "producer1", "secretKey": "producer-secret", "topicPerms": ["orders=PUB"]},
     {"accessKey": "consumer1", "secretKey": "consumer-secret", "topicPerms": ["orders=SUB"],
      "groupPerms": ["etl=SUB"]},
+    {"accessKey": "admin01", "secretKey": "admin-secret", "admin": True},
 ]}, "test")
+ADMIN = Credentials("admin01", "admin-secret")
 PRODUCER = Credentials("producer1", "producer-secret")
 SERVER_ID = "broker/test"
 CONSUMER = Credentials("consumer1", "consumer-secret")
@@ -47,6 +49,14 @@ class Messaging(rmq_pb2_grpc.MessagingServiceServicer):
 
     async def WatchConsumerIds(self, request, context):
         yield rmq_pb2.ConsumerIdsChanged(client_ids=[request.client_id])
+
+
+class HA(rmq_pb2_grpc.HAServiceServicer):
+    """A master's replication stream that answers each report with its offset."""
+
+    async def Transfer(self, request_iterator, context):
+        async for report in request_iterator:
+            yield rmq_pb2.HATransfer(offset=report.max_offset)
 
 
 class Route(rmq_pb2_grpc.RouteServiceServicer):
@@ -71,6 +81,7 @@ class Server:
         self.server = aio.server(interceptors=interceptors)
         rmq_pb2_grpc.add_MessagingServiceServicer_to_server(self.messaging, self.server)
         rmq_pb2_grpc.add_RouteServiceServicer_to_server(Route(), self.server)
+        rmq_pb2_grpc.add_HAServiceServicer_to_server(HA(), self.server)
         add_port(self.server, self.address, tls)
         await self.server.start()
 
@@ -210,6 +221,26 @@ def test_server_streaming_calls_are_admitted_and_checked(server: Server) -> None
         request = rmq_pb2.WatchConsumerIdsRequest(client_id="c1", consumer_group="etl")
         error = rpc_error(lambda: list(stub.WatchConsumerIds(request, timeout=10)))
     assert error.code() is grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_a_client_stream_is_admitted_once_when_it_opens(server: Server) -> None:
+    """A slave's replication stream (HAService.Transfer, admin only) through the aio signing channel."""
+    async def transfer(credentials: Credentials | None) -> list[int] | grpc.StatusCode:
+        async with open_aio_channel(server.address, credentials=credentials) as channel:
+            async def reports():   # paced, so that a refusal arrives before the next write
+                for offset in (10, 20, 30):
+                    await asyncio.sleep(0.1)
+                    yield rmq_pb2.HAReport(max_offset=offset)
+
+            try:
+                stream = rmq_pb2_grpc.HAServiceStub(channel).Transfer(reports(), timeout=10)
+                return [transfer.offset async for transfer in stream]
+            except grpc.RpcError as error:
+                return error.code()
+
+    assert asyncio.run(transfer(ADMIN)) == [10, 20, 30]
+    assert asyncio.run(transfer(PRODUCER)) is grpc.StatusCode.PERMISSION_DENIED
+    assert asyncio.run(transfer(None)) is grpc.StatusCode.UNAUTHENTICATED
 
 
 def test_unimplemented_method_stays_unimplemented(server: Server) -> None:
