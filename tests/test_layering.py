@@ -67,3 +67,10 @@ def test_the_check_sees_a_wrong_import(tmp_path: Path) -> None:
     module.write_text("from rmq.connector.client import RmqClient\nimport integration_tests\n")
     assert imported_modules(module) == ["rmq.connector.client", "integration_tests"]
     assert package_of("rmq.connector.spark.options") == "rmq.connector"
+
+
+@pytest.mark.parametrize("folder", ["bench", "examples"])
+def test_bench_and_examples_do_not_import_the_tests(folder: str) -> None:
+    imports = [f"{path.relative_to(REPO_ROOT)}: {name}" for path in sorted((REPO_ROOT / folder).rglob("*.py"))
+               for name in imported_modules(path) if name.split(".")[0] in ("tests", "integration_tests")]
+    assert imports == []
