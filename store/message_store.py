@@ -68,6 +68,16 @@ def _total_physical_memory() -> int:
         return 8 * 1024**3
 
 
+def memory_threshold(total_physical_memory: int, access_message_in_memory_max_ratio: int) -> int:
+    """The CommitLog bytes behind its end still read from memory (spec consumer-pull-rebalance TV-6)."""
+    return total_physical_memory * access_message_in_memory_max_ratio // 100
+
+
+def suggest_pulling_from_slave(max_offset_py: int, max_phy_offset_pulling: int, memory: int) -> bool:
+    """TV-6: the data left to read exceeds what stays in memory (strict >): read from a slave."""
+    return max_offset_py - max_phy_offset_pulling > memory
+
+
 class MessageStore:
     def __init__(self, config: MessageStoreConfig) -> None:
         self.config = config
@@ -82,7 +92,8 @@ class MessageStore:
                                          wait_for_record_tails=config.broker_role is BrokerRole.SLAVE)
         self.ha_service = HAService(self.commit_log)
         self._listeners: list[DispatchListener] = []
-        self._memory_threshold = _total_physical_memory() * config.access_message_in_memory_max_ratio // 100
+        self._memory_threshold = memory_threshold(_total_physical_memory(),
+                                                  config.access_message_in_memory_max_ratio)
         self._running = False
         self._disk_full = False
         self._write_error: str | None = None
@@ -515,7 +526,8 @@ class MessageStore:
         scanned = int(np.argmax(full)) if full.any() else len(entries)
         selected = np.flatnonzero(taken[:scanned])
         max_phy_pulling = int(physical[min(scanned, len(entries) - 1)])
-        suggest = self.commit_log.get_max_offset() - max_phy_pulling > self._memory_threshold
+        suggest = suggest_pulling_from_slave(self.commit_log.get_max_offset(), max_phy_pulling,
+                                             self._memory_threshold)
         if len(selected) == 0:
             removed = scanned > 0 and not available[scanned - 1]
             status = GetMessageStatus.MESSAGE_WAS_REMOVING if removed else GetMessageStatus.NO_MATCHED_MESSAGE
