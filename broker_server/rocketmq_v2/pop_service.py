@@ -38,13 +38,15 @@ from rmq.broker_server.send_message_processor import check_put_status
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.rocketmq_v2 import definition_pb2 as v2
+from rmq.statuses import GetMessageStatus
 from rmq.store.message_filter import RecordFilter
 from rmq.stored_message import StoredMessage, decode_record
 
 MAX_BATCH = 32            # messages one receive hands out (proxy maxBatchSize-like cap)
 MAX_HELD_RECEIVES = 10_000     # receives one broker holds at once (long polling)
 MAX_REMEMBERED_ATTEMPTS = 10_000   # attempt ids whose deliveries a retried receive gets again
-_MOVED = ("OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY", "NO_MATCHED_MESSAGE", "MESSAGE_WAS_REMOVING")
+_MOVED = frozenset({GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY,
+                    GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING})
 
 
 def now_ms() -> int:
@@ -202,9 +204,8 @@ class PopService:
         result = await self.executor.run(self.store.get_message, queue.group, queue.topic, queue.queue_id,
                                          offset, room, tag_codes=request.tag_codes,
                                          record_filter=request.record_filter)
-        status = result.status.name
         if not result.message_count:
-            return [], result.next_begin_offset if status in _MOVED else offset
+            return [], result.next_begin_offset if result.status in _MOVED else offset
         records, position = [], 0
         for size in result.sizes.tolist():
             raw = bytes(result.buffer[position: position + size])
