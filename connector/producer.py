@@ -39,11 +39,14 @@ _RETRIED_CODES = frozenset({rmq_pb2.SERVICE_NOT_AVAILABLE, rmq_pb2.SYSTEM_ERROR,
 @dataclass(frozen=True)
 class SendResult:
     """A stored message: its id, queue and queue offset (-1 for a delayed message, whose
-    offset is assigned when it is delivered)."""
+    offset is assigned when it is delivered). `status` is OK, or FLUSH_SLAVE_TIMEOUT /
+    SLAVE_NOT_AVAILABLE when a SYNC_MASTER stored it without a slave confirming it (RocketMQ
+    SendStatus: stored on the master only, not retried)."""
 
     msg_id: str
     message_queue: MessageQueue
     queue_offset: int
+    status: int = rmq_pb2.OK
 
 
 MessageQueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
@@ -159,7 +162,7 @@ class Producer:
                 logger.warning("send to %s failed (attempt %d): %s", broker, attempt + 1, error)
                 last_error, failed_broker = error, broker
                 continue
-            return [SendResult(msg_id, MessageQueue(topic, sent.broker_name, queue_id), offset)
+            return [SendResult(msg_id, MessageQueue(topic, sent.broker_name, queue_id), offset, sent.status)
                     for msg_id, queue_id, offset in zip(sent.msg_ids, sent.queue_ids, sent.queue_offsets,
                                                         strict=True)]
         assert last_error is not None
@@ -185,4 +188,4 @@ class Producer:
             raise ValueError(f"the selector chose {mq}, which is not a writable queue of {message.topic}")
         sent = self.client.send(message.topic, [message.to_outgoing(queue_id=mq.queue_id)],
                                 broker_name=mq.broker_name)
-        return SendResult(sent.msg_ids[0], mq, sent.queue_offsets[0])
+        return SendResult(sent.msg_ids[0], mq, sent.queue_offsets[0], sent.status)

@@ -29,6 +29,8 @@ from integration_tests.reliability.streaming import read_output, start_query, wa
 from integration_tests.reliability.traffic import PushGroup, StoredMessage, gaps_and_repeats, read_topic
 from rmq.cli import processes
 from rmq.connector.client import OutgoingMessage, RmqClient
+from rmq.connector.message import Message
+from rmq.connector.producer import Producer
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 pytestmark = pytest.mark.integration
@@ -344,3 +346,26 @@ def wait_for_rows(query, rows: int, timeout: float = 90) -> None:
         assert query.exception() is None, query.exception()
         assert time.monotonic() < deadline, f"query made no progress: {query.status}"
         time.sleep(0.2)
+
+
+def test_producers_move_to_another_group_and_see_master_only_storage(tmp_path: Path) -> None:
+    """b1 is a SYNC_MASTER without a slave: its sends are stored but answered SLAVE_NOT_AVAILABLE
+    (the SDK returns them, it does not raise); once b1 is killed the Producer sends to b2."""
+    namesrv = processes.namesrv(tmp_path).start()
+    b1 = processes.group_member(tmp_path, "b1", 0, "SYNC_MASTER", namesrv.address)
+    b2 = processes.group_member(tmp_path, "b2", 0, "ASYNC_MASTER", namesrv.address)
+    try:
+        b1.start()
+        b2.start()
+        with closing(RmqClient(namesrv.address)) as admin:
+            admin.create_topic(TOPIC, queues=2)
+        with Producer(namesrv.address) as producer:
+            stored = producer.send(Message(TOPIC, b"on b1 only"), lambda queues, m, a: queues[0], None)
+            b1.kill()
+            moved = producer.send([Message(TOPIC, f"m{i}".encode()) for i in range(20)])
+    finally:
+        for server in (b2, b1, namesrv):
+            server.stop()
+    assert (stored.message_queue.broker_name, stored.status) == ("b1", rmq_pb2.SLAVE_NOT_AVAILABLE)
+    assert {result.message_queue.broker_name for result in moved} == {"b2"}
+    assert all(result.status == rmq_pb2.OK for result in moved)
