@@ -31,16 +31,12 @@ RECONNECT_S = 1.0
 SYNC_TIMEOUT_S = 5.0
 
 
-class HAClient:
-    def __init__(self, store: MessageStore, master: str, own_address: str,
-                 open_channel: Callable[[str], grpc.aio.Channel]) -> None:
-        self.store = store
+class MasterLink:
+    """A task of this slave that talks to its master over one channel."""
+
+    def __init__(self, master: str, open_channel: Callable[[str], grpc.aio.Channel]) -> None:
         self.master = master
-        self.own_address = own_address
         self._open_channel = open_channel
-        self.master_max_offset = 0
-        self.refusal = ""            # why the master refused this slave ("" while replicating)
-        self.connected = False
         self._task: asyncio.Task | None = None
         self._channel: grpc.aio.Channel | None = None
 
@@ -54,6 +50,20 @@ class HAClient:
             await asyncio.gather(self._task, return_exceptions=True)
         if self._channel is not None:
             await self._channel.close()
+
+    async def _run(self) -> None:
+        raise NotImplementedError
+
+
+class HAClient(MasterLink):
+    def __init__(self, store: MessageStore, master: str, own_address: str,
+                 open_channel: Callable[[str], grpc.aio.Channel]) -> None:
+        super().__init__(master, open_channel)
+        self.store = store
+        self.own_address = own_address
+        self.master_max_offset = 0
+        self.refusal = ""            # why the master refused this slave ("" while replicating)
+        self.connected = False
 
     async def _run(self) -> None:
         warned = False
@@ -104,31 +114,17 @@ class HAClient:
             call.cancel()
 
 
-class SlaveSynchronize:
+class SlaveSynchronize(MasterLink):
     def __init__(self, master: str, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
                  set_delay_offsets: Callable[[dict[int, int]], None], on_topics_changed: Callable[[], None],
                  interval_ms: int, open_channel: Callable[[str], grpc.aio.Channel]) -> None:
-        self.master = master
+        super().__init__(master, open_channel)
         self.topics = topics
         self.offsets = offsets
         self.set_delay_offsets = set_delay_offsets
         self.on_topics_changed = on_topics_changed
         self.interval_ms = interval_ms
-        self._open_channel = open_channel
         self._synced: dict[OffsetKey, int] = {}    # the offsets as the master last gave them
-        self._task: asyncio.Task | None = None
-        self._channel: grpc.aio.Channel | None = None
-
-    def start(self) -> None:
-        self._channel = self._open_channel(self.master)
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        if self._channel is not None:
-            await self._channel.close()
 
     async def _run(self) -> None:
         while True:
