@@ -232,20 +232,24 @@ def _produce(client: RmqClient, args: argparse.Namespace) -> int:
         raise UserError("--size needs --count (generated messages)")
     client.query_route(args.topic)  # an unknown topic or unreachable broker fails before reading input
     bodies = _generated(args.count, args.size or 100) if args.count is not None else _stdin_lines()
-    sent = acknowledged = 0
+    sent = acknowledged = master_only = 0
     progress = _Progress(args.count)
     try:
         for batch in _batched(bodies, args.batch_size):
             sent += len(batch)
-            client.send(args.topic, [OutgoingMessage(body, tags=args.tags, keys=args.keys) for body in batch])
+            result = client.send(args.topic, [OutgoingMessage(body, tags=args.tags, keys=args.keys)
+                                              for body in batch])
             acknowledged += len(batch)
+            if result.status != rmq_pb2.OK:   # FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE (SYNC_MASTER)
+                master_only += len(batch)
             progress.update(acknowledged)
     except RmqError as error:
         acknowledged += error.acknowledged
         print(f"rmq: error: {_describe(error)}; {acknowledged} of {sent} messages acknowledged",
               file=sys.stderr)
         return 1
-    print(f"sent {sent} messages (acknowledged {acknowledged})")
+    note = f", {master_only} stored on the master only: no slave confirmed them" if master_only else ""
+    print(f"sent {sent} messages (acknowledged {acknowledged}{note})")
     return 0
 
 
