@@ -359,6 +359,8 @@ def test_producers_move_to_another_group_and_see_master_only_storage(tmp_path: P
         b2.start()
         with closing(RmqClient(namesrv.address)) as admin:
             admin.create_topic(TOPIC, queues=2)
+        shown = subprocess.run([*processes.RMQ, "produce", TOPIC, "--count", "3", "--endpoints", b1.address],
+                               capture_output=True, text=True, check=True).stdout
         with Producer(namesrv.address) as producer:
             stored = producer.send(Message(TOPIC, b"on b1 only"), lambda queues, m, a: queues[0], None)
             b1.kill()
@@ -366,6 +368,8 @@ def test_producers_move_to_another_group_and_see_master_only_storage(tmp_path: P
     finally:
         for server in (b2, b1, namesrv):
             server.stop()
+    assert shown.strip() == ("sent 3 messages (acknowledged 3, 3 stored on the master only: "
+                             "no slave confirmed them)")
     assert (stored.message_queue.broker_name, stored.status) == ("b1", rmq_pb2.SLAVE_NOT_AVAILABLE)
     assert {result.message_queue.broker_name for result in moved} == {"b2"}
     assert all(result.status == rmq_pb2.OK for result in moved)
