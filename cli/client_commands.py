@@ -423,7 +423,8 @@ def _group_progress(client: RmqClient, args: argparse.Namespace) -> int:
                          if _topic_offsets_if_exists(client, retry_topic, required=False) else {})
     if not committed and not args.topic:
         raise UserError(f"consumer group {args.group} has no committed offsets")
-    topics = sorted({mq.topic for mq in committed} | ({args.topic, retry_topic} if args.topic else set()))
+    # the retry topic even before the group committed on it (its lag is the retries waiting)
+    topics = sorted({mq.topic for mq in committed} | {retry_topic} | ({args.topic} if args.topic else set()))
     rows: list[dict[str, Any]] = []
     for topic in topics:
         for mq, bounds in _topic_offsets_if_exists(client, topic, required=topic == args.topic).items():
