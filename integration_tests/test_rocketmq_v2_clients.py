@@ -466,3 +466,52 @@ def test_a_receive_retried_with_its_attempt_id_gets_the_same_deliveries_again(br
         assert (again.body, again.system_properties.receipt_handle) == \
             (b"once", first.system_properties.receipt_handle)
         assert receive("attempt-2") == []   # still invisible for any other receive
+
+
+def test_bad_requests_get_the_specific_v2_status(broker, topic):
+    resource = v2.Resource(name=topic)
+    group = v2.Resource(name="g-bad")
+
+    def outgoing(body: bytes = b"x", **system) -> v2.Message:
+        built = v2.Message(topic=resource, body=body)
+        built.system_properties.message_id = "01BAD"
+        for name, value in system.items():
+            if name == "delivery_s":
+                built.system_properties.delivery_timestamp.seconds = value
+            else:
+                setattr(built.system_properties, name, value)
+        return built
+
+    with grpc.insecure_channel(broker.address) as channel:
+        stub = MessagingServiceStub(channel)
+
+        def send(message: v2.Message) -> int:
+            return stub.SendMessage(pb.SendMessageRequest(messages=[message]), timeout=5).status.code
+
+        assert stub.QueryRoute(pb.QueryRouteRequest(topic=v2.Resource(name="no-such-topic")),
+                               timeout=5).status.code == v2.TOPIC_NOT_FOUND
+        assert send(outgoing(b"")) == v2.MESSAGE_BODY_EMPTY
+        assert send(outgoing(b"x" * (5 << 20))) == v2.MESSAGE_BODY_TOO_LARGE
+        reserved = outgoing()
+        reserved.user_properties["UNIQ_KEY"] = "forged"
+        assert send(reserved) == v2.ILLEGAL_MESSAGE_PROPERTY_KEY
+        assert send(outgoing(message_type=v2.FIFO)) == v2.ILLEGAL_MESSAGE_GROUP
+        a_year_ahead = int(time.time()) + 365 * 86400
+        assert send(outgoing(message_type=v2.DELAY, delivery_s=a_year_ahead)) == v2.ILLEGAL_DELIVERY_TIME
+        assert send(outgoing(message_type=v2.PRIORITY)) == v2.UNSUPPORTED
+        assert stub.EndTransaction(pb.EndTransactionRequest(topic=resource, message_id="01BAD",
+                                                            transaction_id="nope", resolution=v2.COMMIT),
+                                   timeout=5).status.code == v2.INVALID_TRANSACTION_ID
+        receive = pb.ReceiveMessageRequest(group=group, message_queue=v2.MessageQueue(topic=resource, id=-1),
+                                           batch_size=1, invisible_duration=Duration(seconds=1))
+        [answer] = stub.ReceiveMessage(receive, timeout=5)
+        assert answer.status.code == v2.ILLEGAL_INVISIBLE_TIME
+        ack = pb.AckMessageRequest(group=group, topic=resource,
+                                   entries=[pb.AckMessageEntry(message_id="01BAD", receipt_handle="garbage")])
+        assert stub.AckMessage(ack, timeout=5).status.code == v2.INVALID_RECEIPT_HANDLE
+        stale = pb.ChangeInvisibleDurationRequest(group=group, topic=resource,
+                                                  invisible_duration=Duration(seconds=5),
+                                                  receipt_handle=f"0:0:1:{topic}")
+        assert stub.ChangeInvisibleDuration(stale, timeout=5).status.code == v2.INVALID_RECEIPT_HANDLE
+        [refused] = stub.Telemetry(iter([pb.TelemetryCommand()]), timeout=5)   # no x-mq-client-id
+        assert refused.status.code == v2.CLIENT_ID_REQUIRED
