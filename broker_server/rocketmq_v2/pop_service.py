@@ -156,7 +156,9 @@ class PopService:
             attempts: list[int] = []
             for offset in due[:room]:
                 record = await self._read_one(queue, offset)
-                entry = state.inflight[offset]
+                entry = state.inflight.get(offset)
+                if entry is None:   # acknowledged meanwhile (a late ack of its previous delivery)
+                    continue
                 if record is None:
                     self.table.acked(queue, [offset])   # gone (retention): nothing to redeliver
                 elif not request.fifo and entry.attempts >= request.max_attempts:
