@@ -87,14 +87,14 @@ class RocketMQv2MessagingService:
     # -- route and session ---------------------------------------------------------------
     @answers_with_status(pb.QueryRouteResponse)
     async def QueryRoute(self, request: pb.QueryRouteRequest, context: Any) -> pb.QueryRouteResponse:
-        brokers = await self.routes.brokers(request.topic.name)
+        brokers = await self.routes.brokers(request.topic.name, request.endpoints)
         return pb.QueryRouteResponse(status=OK, message_queues=message_queues(request.topic, brokers))
 
     @answers_with_status(pb.QueryAssignmentResponse)
     async def QueryAssignment(self, request: pb.QueryAssignmentRequest, context: Any
                               ) -> pb.QueryAssignmentResponse:
         check_group_name(request.group.name)
-        brokers = await self.routes.brokers(request.topic.name)
+        brokers = await self.routes.brokers(request.topic.name, request.endpoints)
         return pb.QueryAssignmentResponse(
             status=OK, assignments=assignments(request.topic, brokers, self.policy.fifo(request.group.name)))
 

@@ -34,6 +34,18 @@ class BrokerQueues:
     perm: int
 
 
+UNSPECIFIED_HOSTS = ("0.0.0.0", "::", "[::]")
+
+
+def reachable(address: str, access_point: v2.Endpoints) -> str:
+    """`address`, or (when it listens on every interface, which no client can dial) the host the
+    client reached this broker at, with our port."""
+    host, _, port = address.rpartition(":")
+    if host not in UNSPECIFIED_HOSTS or not access_point.addresses:
+        return address
+    return f"{access_point.addresses[0].host}:{port}"
+
+
 def endpoints(address: str) -> v2.Endpoints:
     host, _, port = address.rpartition(":")
     host = host.strip("[]")
@@ -88,8 +100,9 @@ class RouteResolver:
         self.namesrv_addresses = namesrv_addresses
         self.open_channel = open_channel
 
-    async def brokers(self, topic: str) -> list[BrokerQueues]:
-        """The brokers holding `topic` (TOPIC_NOT_FOUND when none does)."""
+    async def brokers(self, topic: str, access_point: v2.Endpoints) -> list[BrokerQueues]:
+        """The brokers holding `topic` (TOPIC_NOT_FOUND when none does); `access_point` is where
+        the client reached this broker (QueryRouteRequest.endpoints)."""
         for address in self.namesrv_addresses:
             try:
                 found = await self._from_namesrv(address, topic)
@@ -101,8 +114,8 @@ class RouteResolver:
         config = self.topics.get(topic)
         if config is None:
             raise V2Error(v2.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist")
-        return [BrokerQueues(self.broker_name, self.broker_address, config.read_queue_nums,
-                             config.write_queue_nums, config.perm)]
+        return [BrokerQueues(self.broker_name, reachable(self.broker_address, access_point),
+                             config.read_queue_nums, config.write_queue_nums, config.perm)]
 
     async def _from_namesrv(self, address: str, topic: str) -> list[BrokerQueues]:
         async with self.open_channel(address) as channel:

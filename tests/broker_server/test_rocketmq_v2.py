@@ -17,6 +17,7 @@ from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.authentication import Refused, V2Authenticator, parse_authorization
 from rmq.broker_server.rocketmq_v2.pop_state import PopQueue, PopStateTable
 from rmq.broker_server.rocketmq_v2.receipt_handle import InvalidReceiptHandle, ReceiptHandle
+from rmq.broker_server.rocketmq_v2.route import endpoints, reachable
 from rmq.broker_server.rocketmq_v2.telemetry import ServerSettings, answer_settings
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.rocketmq_v2 import METHODS
@@ -180,3 +181,11 @@ def test_method_table_serves_the_official_paths():
     assert METHODS["ReceiveMessage"].path == "/apache.rocketmq.v2.MessagingService/ReceiveMessage"
     assert METHODS["ReceiveMessage"].server_streaming and not METHODS["ReceiveMessage"].client_streaming
     assert METHODS["Telemetry"].client_streaming and METHODS["Telemetry"].server_streaming
+
+
+def test_route_endpoint_of_a_broker_listening_on_every_interface_is_where_the_client_reached_it():
+    access_point = v2.Endpoints(scheme=v2.IPv4, addresses=[v2.Address(host="10.1.2.3", port=10911)])
+    assert reachable("0.0.0.0:10911", access_point) == "10.1.2.3:10911"
+    assert reachable("192.168.0.5:10911", access_point) == "192.168.0.5:10911"   # advertised: kept
+    assert endpoints("broker-a.example:10911").scheme == v2.DOMAIN_NAME
+    assert endpoints("127.0.0.1:10911").addresses[0].port == 10911
