@@ -25,14 +25,12 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import cast
-
-import grpc
 
 from rmq import retry
 from rmq.connector.allocation import STRATEGY_NAMES
 from rmq.connector.client import MessageQueue, PullResult, PullStatus, RmqClient, RmqError
 from rmq.connector.consume_message_concurrently_service import ConsumeMessageConcurrentlyService
+from rmq.connector.consumer_ids_watcher import ConsumerIdsWatcher
 from rmq.connector.message import MessageExt, decode_messages
 from rmq.connector.message_listener import MessageListenerConcurrently
 from rmq.connector.offset_store import (
@@ -52,7 +50,6 @@ from rmq.connector.rebalance_impl import (
 from rmq.connector.rebalance_service import WAIT_INTERVAL_S, RebalanceService
 from rmq.connector.scheduled_executor import ScheduledExecutor
 from rmq.subscription import MessageSelector
-from rmq.v1 import rmq_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +61,6 @@ OFFSET_ILLEGAL_FIX_DELAY_S = 10.0
 BROKER_SUSPEND_MAX_TIME_MILLIS = 15000
 HEARTBEAT_INTERVAL_S = 30.0            # heartbeatBrokerInterval; brokers expire clients after 120 s
 PERSIST_CONSUMER_OFFSET_INTERVAL_S = 5.0
-WATCH_RETRY_S = 1.0
 DEFAULT_OFFSET_STORE_DIR = "~/.rmq_offsets"   # LocalFileOffsetStore (rocketmq.client.localOffsetStoreDir)
 HALF_HOUR_MS = 30 * 60 * 1000
 
@@ -203,9 +199,6 @@ class PushConsumer:
         self._state = "CREATE_JUST"
         self._state_lock = threading.Lock()
         self._flow_control_times = 0
-        self._watched: set[str] = set()                 # brokers with a watch thread
-        self._watch_streams: dict[str, grpc.Call] = {}  # their open streams
-        self._watch_lock = threading.Lock()
         # built by start()
         self.offset_store: OffsetStore
         self.rebalance_impl: RebalanceImpl
@@ -213,6 +206,7 @@ class PushConsumer:
         self._scheduler: ScheduledExecutor
         self._pull_service: PullMessageService
         self._rebalance_service: RebalanceService
+        self._watcher: ConsumerIdsWatcher
 
     # ------------------------------------------------------------ public API
 
@@ -284,7 +278,7 @@ class PushConsumer:
         self.persist_consumer_offset()
         self.rebalance_impl.drop_all()
         self._scheduler.shutdown()
-        self._stop_watching()
+        self._watcher.stop()
         if not self.broadcasting:
             try:
                 self.client.unregister(self.client_id, self.group)
@@ -331,6 +325,8 @@ class PushConsumer:
             send_message_back=self.send_message_back, scheduler=self._scheduler)
         self._rebalance_service = RebalanceService(self.rebalance_impl.do_rebalance,
                                                    self.rebalance_interval_s)
+        self._watcher = ConsumerIdsWatcher(self.client, self.group, self.client_id,
+                                           self._rebalance_service.wakeup, self._send_heartbeat)
 
     def _heartbeat(self) -> None:
         """sendHeartbeatToAllBroker, and a membership watch on every broker (clustering)."""
@@ -340,67 +336,13 @@ class PushConsumer:
             logger.warning("heartbeat of %s in group %s failed: %s", self.client_id, self.group, error)
         if not self.broadcasting and self.running:
             try:
-                brokers = self.client.list_brokers()
+                self._watcher.watch(self.client.list_brokers())
             except RmqError:
-                return
-            for broker_name in brokers:
-                self._watch(broker_name)
-
-    # ------------------------------------------------------------ membership push
+                pass
 
     def _send_heartbeat(self) -> None:
         subscriptions = {t: s.sub_string for t, s in self.rebalance_impl.subscription_inner.items()}
         self.client.heartbeat(self.client_id, self.group, subscriptions, broadcasting=self.broadcasting)
-
-    def _watch(self, broker_name: str) -> None:
-        with self._watch_lock:
-            if broker_name in self._watched or not self.running:
-                return
-            self._watched.add(broker_name)
-        threading.Thread(target=self._watch_loop, args=(broker_name,), name=f"rmq-watch-{broker_name}",
-                         daemon=True).start()
-
-    def _watch_loop(self, broker_name: str) -> None:
-        """NOTIFY_CONSUMER_IDS_CHANGED: rebalance at once whenever the broker says the group's
-        client list changed. A broken stream is reopened (after a heartbeat, since the broker
-        unregistered us when it broke); a broker without the RPC just is not watched."""
-        while self.running:
-            try:
-                stream = self.client.watch_consumer_ids(broker_name, self.group, self.client_id)
-                call = cast(grpc.Call, stream)
-                with self._watch_lock:
-                    if not self.running:
-                        call.cancel()
-                        return
-                    self._watch_streams[broker_name] = call
-                for event in stream:
-                    if event.status.code != rmq_pb2.OK:
-                        logger.warning("membership watch on %s refused: %s", broker_name,
-                                       event.status.message)
-                        break
-                    self._rebalance_service.wakeup()
-            except grpc.RpcError as error:
-                code = error.code() if isinstance(error, grpc.Call) else None
-                if code == grpc.StatusCode.CANCELLED or not self.running:
-                    return
-                if code in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENIED):
-                    logger.info("broker %s does not push membership changes (%s)", broker_name, code)
-                    return
-            except RmqError as error:
-                logger.debug("membership watch on %s: %s", broker_name, error)
-            if not self.running:
-                return
-            time.sleep(WATCH_RETRY_S)
-            try:
-                self._send_heartbeat()
-            except RmqError:
-                pass
-
-    def _stop_watching(self) -> None:
-        with self._watch_lock:
-            streams, self._watch_streams = list(self._watch_streams.values()), {}
-        for stream in streams:
-            stream.cancel()
 
     # ------------------------------------------------------------ pulling (spec pull §10, §15)
 
