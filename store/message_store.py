@@ -507,12 +507,23 @@ class MessageStore:
                       tag_codes: Collection[int] | None, record_filter: RecordFilter | None = None
                       ) -> GetMessageResult:
         """The read loop of getMessage, vectorised. Returns next_begin_offset relative to the
-        first entry (= entries scanned). Per entry, in order: entries whose record is gone are
+        first entry (= entries scanned). Entries whose record is gone end the scan (a run of
+        them alone is answered MESSAGE_WAS_REMOVING). Per entry, in order: pre-blank entries are
         skipped; the batch is full (break before the entry) once it holds max_msg_nums messages
         or the entry would pass max_bytes; filtered-out entries are skipped; the rest are taken."""
         physical = entries["offset"].astype(np.int64)
+        deleted = physical < self.commit_log.get_min_offset()
+        if deleted.any():
+            # Their CommitLog file was deleted (retention) before the ConsumeQueue was cleaned.
+            # Unlike RocketMQ, never skip them inside a FOUND answer: a run of them is answered
+            # MESSAGE_WAS_REMOVING on its own, so a reader sees every offset it lost.
+            first = int(np.argmax(deleted))
+            if first == 0:
+                gone = len(entries) if deleted.all() else int(np.argmin(deleted))
+                return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, gone, 0, 0)
+            entries, physical = entries[:first], physical[:first]
         sizes = entries["size"].astype(np.int64)
-        available = (physical >= self.commit_log.get_min_offset()) & (sizes != PRE_BLANK_SIZE)
+        available = sizes != PRE_BLANK_SIZE
         matched = match_tags(entries["tags_code"], tag_codes)
         taken = available if matched is None else available & matched
         if record_filter is not None:

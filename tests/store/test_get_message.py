@@ -159,6 +159,21 @@ def test_message_was_removing_before_consume_queue_cleanup(open_store) -> None:
     assert store.get_message("g", "TopicTest", 0, 0, 32).status is S.OFFSET_TOO_SMALL
 
 
+def test_deleted_records_are_never_skipped_inside_a_found_answer(open_store) -> None:
+    """Entries 0-4 lost their CommitLog file, 5-9 did not, all in one ConsumeQueue file: the pull
+    at 0 answers MESSAGE_WAS_REMOVING up to 5 (RocketMQ would answer FOUND 5-9 and hide the loss),
+    the pull at 5 finds 5-9."""
+    store = open_store(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=20 * 64)
+    store.put_messages([message(body=BODY_700) for _ in range(10)])
+    wait_dispatched(store)
+    queue = store.commit_log.mapped_file_queue
+    assert queue.delete_expired_file_by_time(0, 0, 0, clean_immediately=True) == 1   # CommitLog only
+    result = store.get_message("g", "TopicTest", 0, 0, 32)
+    assert (result.status, result.next_begin_offset, result.message_count) == (S.MESSAGE_WAS_REMOVING, 5, 0)
+    result = store.get_message("g", "TopicTest", 0, 5, 32)
+    assert (result.status, result.next_begin_offset, result.message_count) == (S.FOUND, 10, 5)
+
+
 def test_offset_found_null_when_consume_queue_file_is_missing(open_store) -> None:
     store = open_store(mapped_file_size_consume_queue=100)
     store.put_messages([message() for _ in range(12)])
