@@ -5,7 +5,6 @@ rmq (DESIGN.md "RocketMQ 5 protocol"; spec rocketmq-v2-protocol.md)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import grpc
 
@@ -26,11 +25,13 @@ from rmq.broker_server.rocketmq_v2.transactions import TransactionService, Trans
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.message_format import FIXED_OVERHEAD
+from rmq.store import MessageStore
 
 PUSH_LONG_POLLING_S = 20   # the long polling a PushConsumer is told to use (proxy default 20 s)
 
 
-def build_service(config: BrokerConfig, store: Any, executor: StoreExecutor, topics: TopicConfigManager,
+def build_service(config: BrokerConfig, store: MessageStore, executor: StoreExecutor,
+                  topics: TopicConfigManager,
                   offsets: ConsumerOffsetManager, hold_service: PullRequestHoldService,
                   pull_processor: PullMessageProcessor,
                   open_channel: Callable[[str], grpc.aio.Channel],

@@ -32,6 +32,7 @@ from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
 from rmq.rocketmq_v2.properties import PROPERTY_TIMER_DELIVER_MS
 from rmq.sql92 import Sql92Error
+from rmq.store import MessageStore
 from rmq.store.message_filter import RecordFilter
 from rmq.subscription import SEPARATOR, tag_codes
 
@@ -66,7 +67,7 @@ def _duration_ms(duration: Any) -> int:
 
 
 class RocketMQv2MessagingService:
-    def __init__(self, store: Any, executor: StoreExecutor, topics: TopicConfigManager,
+    def __init__(self, store: MessageStore, executor: StoreExecutor, topics: TopicConfigManager,
                  routes: RouteResolver, pop: PopService, sessions: TelemetrySessions, policy: GroupPolicy,
                  timer: TimerMessageService, transactions: TransactionService, offset_rpcs: OffsetRpcs,
                  max_body_size: int, max_delay_ms: int) -> None:

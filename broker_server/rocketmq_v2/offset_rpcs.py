@@ -18,6 +18,7 @@ from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
+from rmq.store import MessageStore
 from rmq.stored_message import decode_records
 from rmq.v1 import rmq_pb2
 
@@ -31,7 +32,7 @@ _PULL_STATUS = {
 
 
 class OffsetRpcs:
-    def __init__(self, store: Any, executor: StoreExecutor, topics: TopicConfigManager,
+    def __init__(self, store: MessageStore, executor: StoreExecutor, topics: TopicConfigManager,
                  offsets: ConsumerOffsetManager, pull_processor: PullMessageProcessor) -> None:
         self.store = store
         self.executor = executor

@@ -39,6 +39,7 @@ from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.statuses import GetMessageStatus
+from rmq.store import MessageStore
 from rmq.store.message_filter import RecordFilter
 from rmq.stored_message import StoredMessage, decode_record
 
@@ -83,7 +84,7 @@ class _Record:
 
 
 class PopService:
-    def __init__(self, store, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
+    def __init__(self, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
                  hold_service: PullRequestHoldService, executor: StoreExecutor, table: PopStateTable,
                  on_topics_changed: Callable[[], None]) -> None:
         self.store = store

@@ -16,7 +16,6 @@ import heapq
 import logging
 import time
 from pathlib import Path
-from typing import Any
 
 from rmq.broker_server.json_file import read_json, write_json_atomically
 from rmq.broker_server.names import SYSTEM_TOPIC_PREFIX
@@ -25,6 +24,7 @@ from rmq.broker_server.send_message_processor import check_put_status
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.rocketmq_v2.properties import PROPERTY_TIMER_DELIVER_MS
+from rmq.store import MessageStore
 from rmq.stored_message import decode_record, decode_records
 
 log = logging.getLogger(__name__)
@@ -35,8 +35,8 @@ RETRY_AFTER_FAILURE_S = 1.0
 
 
 class TimerMessageService:
-    def __init__(self, store: Any, topics: TopicConfigManager, executor: StoreExecutor, store_path: Path,
-                 persist_interval_s: float = 5.0) -> None:
+    def __init__(self, store: MessageStore, topics: TopicConfigManager, executor: StoreExecutor,
+                 store_path: Path, persist_interval_s: float = 5.0) -> None:
         self.store = store
         self.topics = topics
         self.executor = executor

@@ -20,7 +20,6 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from rmq.broker_server.json_file import read_json, write_json_atomically
 from rmq.broker_server.names import SYSTEM_TOPIC_PREFIX
@@ -33,6 +32,7 @@ from rmq.broker_server.store_executor import StoreExecutor
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
 from rmq.rocketmq_v2.properties import PROPERTY_CHECK_IMMUNITY_TIME, PROPERTY_TRANSACTION_PREPARED
+from rmq.store import MessageStore
 from rmq.stored_message import StoredMessage, decode_record
 
 log = logging.getLogger(__name__)
@@ -58,8 +58,8 @@ class TransactionSettings:
 
 
 class TransactionService:
-    def __init__(self, store: Any, executor: StoreExecutor, sessions: TelemetrySessions, store_path: Path,
-                 settings: TransactionSettings) -> None:
+    def __init__(self, store: MessageStore, executor: StoreExecutor, sessions: TelemetrySessions,
+                 store_path: Path, settings: TransactionSettings) -> None:
         self.store = store
         self.executor = executor
         self.sessions = sessions
