@@ -5,8 +5,10 @@ forms of the start and end offsets, and minMessagesPerTrigger / maxTriggerDelay.
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 import pytest
+from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from integration_tests.spark_source_support import (
@@ -19,7 +21,7 @@ from integration_tests.spark_source_support import (
 )
 from rmq.connector.client import MessageQueue, RmqClient
 from rmq.connector.errors import OffsetResolutionError
-from rmq.connector.spark.batch_reader import RmqBatchReader
+from rmq.connector.spark.batch_reader import RmqBatchReader, RmqFilteringBatchReader
 from rmq.connector.spark.options import parse_source_options
 
 pytestmark = pytest.mark.integration
@@ -154,3 +156,35 @@ def test_min_messages_per_trigger_waits_for_enough_messages_or_the_delay(broker,
         assert sum(positions(late).values()) == 20
     finally:
         reader.stop()
+
+
+def test_pushed_filters_narrow_what_a_batch_read_pulls(broker, client):
+    client.create_topic("filtered", queues=2)
+    for i in range(10):
+        produce(client, "filtered", 2, tags="A" if i % 2 else "B", start=2 * i)   # each queue: B, A, B, A...
+    wait_dispatched(client, "filtered", 20)
+    time.sleep(0.05)
+    middle = datetime.now(UTC)
+    time.sleep(0.05)
+    produce(client, "filtered", 4, tags="A", start=20)                          # offsets 10, 11 per queue
+    wait_dispatched(client, "filtered", 24)
+    options = {"endpoints": broker.address, "topic": "filtered"}
+    plain = RmqBatchReader(parse_source_options(options, streaming=False))
+    assert sum(p.end_offset - p.start_offset for p in plain.partitions()) == 24
+
+    def pulled(*filters) -> tuple[int, list[tuple[int, int, str]]]:
+        reader = RmqFilteringBatchReader(parse_source_options(options, streaming=False))
+        assert list(reader.pushFilters(list(filters))) == list(filters)      # Spark re-checks every row
+        partitions = reader.partitions()
+        rows = sorted((row["queue_id"], row["queue_offset"], row["tags"]) for p in partitions
+                      for batch in reader.read(p) for row in batch.to_pylist())
+        return sum(p.end_offset - p.start_offset for p in partitions), rows
+
+    span, rows = pulled(EqualTo(("queue_id",), 1), GreaterThanOrEqual(("queue_offset",), 6),
+                        LessThan(("queue_offset",), 9))
+    assert span == 3 and [(q, o) for q, o, _ in rows] == [(1, 6), (1, 7), (1, 8)]
+    span, rows = pulled(In(("tags",), ("A", "C")), EqualTo(("broker_name",), "broker-a"))
+    assert {tag for _, _, tag in rows} == {"A"} and len(rows) == 14            # the broker filters by tag
+    assert pulled(EqualTo(("topic",), "elsewhere")) == (0, [])
+    span, rows = pulled(GreaterThanOrEqual(("store_timestamp",), middle))
+    assert span == 4 and [(q, o) for q, o, _ in rows] == [(0, 10), (0, 11), (1, 10), (1, 11)]

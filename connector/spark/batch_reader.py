@@ -8,18 +8,20 @@ pulls carry the read's own `spark-rmq-<uuid>` name."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
 from rmq.connector.backoff import retry_unavailable
 from rmq.connector.broker_offsets import BrokerOffsetLookup
+from rmq.connector.client import MessageQueue
 from rmq.connector.errors import RmqOptionError
 from rmq.connector.offset_store import create_offset_store
 from rmq.connector.offsets import resolve_offset
 from rmq.connector.spark.options import OUTAGE_OPTION, SourceOptions
 from rmq.connector.spark.partition_reader import QueueRangePartition, read_queue_range
+from rmq.connector.spark.pushdown import Narrowing
 from rmq.connector.spark.ranges import split_ranges
 from rmq.connector.spark.start_offsets import check_named_queues, resolve_start
 from rmq.connector.spark.topics import matching_topics
@@ -28,6 +30,7 @@ from rmq.connector.spark.topics import matching_topics
 class RmqBatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions) -> None:
         self._options = options
+        self._narrowing = Narrowing()   # filters pushed by Spark (RmqFilteringBatchReader)
 
     def partitions(self) -> list[QueueRangePartition]:
         return retry_unavailable(self._plan, self._options.pull.outage_window_ms, "planning the read",
@@ -46,6 +49,7 @@ class RmqBatchReader(DataSourceReader):
             known = lookup.known_queues()
             check_named_queues(options.starting_offsets, known, starting=True)
             check_named_queues(options.ending_offsets, known, starting=False)
+            pull = self._narrowing.pull_settings(options.pull)
             partitions = []
             for topic in topics:
                 for mq in lookup.message_queues(topic):
@@ -56,11 +60,32 @@ class RmqBatchReader(DataSourceReader):
                             f"endingOffsets {end} of {mq} is before its startingOffsets {start} "
                             f"({options.starting_offsets})"
                         )
-                    if end > start:
-                        partitions.append(QueueRangePartition(mq, start, end, options.pull))
+                    if pull is not None and self._narrowing.allows(mq):
+                        start, end = self._narrow(mq, start, end, lookup)
+                        if end > start:
+                            partitions.append(QueueRangePartition(mq, start, end, pull))
         return split_ranges(partitions, options.min_partitions)
+
+    def _narrow(self, mq: MessageQueue, start: int, end: int, lookup: BrokerOffsetLookup) -> tuple[int, int]:
+        """The range cut to the pushed queue_offset and store_timestamp bounds."""
+        narrowing = self._narrowing
+        if narrowing.time_low_ms is not None and start < end:
+            start = max(start, lookup.search_offset(mq, narrowing.time_low_ms))
+        if narrowing.time_high_ms is not None and start < end:
+            end = min(end, lookup.search_offset(mq, narrowing.time_high_ms))
+        return narrowing.clamp(start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # Spark plans one empty InputPartition(None) when partitions() returns none.
         if isinstance(partition, QueueRangePartition):
             yield from read_queue_range(partition)
+
+
+class RmqFilteringBatchReader(RmqBatchReader):
+    """The batch reader with filter pushdown: Spark uses it only when
+    `spark.sql.python.filterPushdown.enabled` is true (with the setting off, Spark refuses any
+    reader that implements pushFilters, so the plain reader is used then)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        self._narrowing.push(filters)
+        return filters   # Spark re-checks every row: a pushed filter only narrows the pulls

@@ -38,7 +38,9 @@ and its accepted values.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -46,7 +48,7 @@ from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
 from rmq.connector.errors import RmqOptionError
-from rmq.connector.spark.batch_reader import RmqBatchReader
+from rmq.connector.spark.batch_reader import RmqBatchReader, RmqFilteringBatchReader
 from rmq.connector.spark.options import check_source_options, parse_source_options
 from rmq.connector.spark.source_schema import SOURCE_SCHEMA
 from rmq.connector.spark.stream_reader import RmqStreamReader
@@ -64,7 +66,8 @@ class RmqDataSource(DataSource):
         return SOURCE_SCHEMA
 
     def reader(self, schema: StructType) -> RmqBatchReader:
-        return RmqBatchReader(parse_source_options(self.options, streaming=False))
+        options = parse_source_options(self.options, streaming=False)
+        return RmqFilteringBatchReader(options) if _asked_by_pushdown() else RmqBatchReader(options)
 
     def streamReader(self, schema: StructType) -> RmqStreamReader | RefusedStreamReader:
         try:
@@ -104,6 +107,21 @@ class RefusedStreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
         raise self.error
+
+
+PUSHDOWN_WORKER_FILE = "data_source_pushdown_filters.py"   # pyspark.sql.worker's pushdown step
+
+
+def _asked_by_pushdown() -> bool:
+    """Whether Spark's filter-pushdown step asks for the reader. Spark runs that step only
+    with spark.sql.python.filterPushdown.enabled, and otherwise refuses a reader that has a
+    pushFilters method; the source cannot read that setting, so it looks at its caller."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if Path(frame.f_code.co_filename).name == PUSHDOWN_WORKER_FILE:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def register(spark: SparkSession) -> None:
