@@ -6,10 +6,12 @@ Register it once per session, then read or write (DESIGN.md lists the options):
     register(spark)     # = spark.dataSource.register(RmqDataSource)
     spark.readStream.format("rmq").option("endpoints", "127.0.0.1:9876").option("topic", "t").load()
 
-Source options (names case-insensitive; DESIGN.md "Spark source" has the full contract):
+Source options (names case-insensitive; README "Spark source" and DESIGN.md "Spark source"
+have the full contract):
 
     endpoints              required: name server(s) or broker(s), host:port[,host:port]
-    topic                  required: a topic or a comma-separated list
+    topic | topicPattern   required: a topic or a comma-separated list | a regex (topics
+                           created later are picked up at the next micro-batch)
     consumerGroup          the group for membership, allocation and committed offsets; queries
                            with the same group share the queues. Default: a new group per query,
                            spark-rmq-<uuid>, kept in the checkpoint (a restart keeps it); a batch
@@ -21,19 +23,27 @@ Source options (names case-insensitive; DESIGN.md "Spark source" has the full co
                            applies it at its first start only: queues it owns later (handed
                            over, or added to the topic) start at the group's committed offset,
                            else at their earliest
+    startingOffsetsByTimestamp   JSON {"topic":{"broker":{"queueId":epochMs}}}
+    committedFallback      latest (default) | earliest | timestamp:<ms> | error
     endingOffsets          batch only: latest (default) or JSON (-1 latest)
+    endingOffsetsByTimestamp, endingTimestamp   batch only: ends by timestamp
     maxMessagesPerTrigger  stream only: at most this many messages per micro-batch
+    minMessagesPerTrigger, maxTriggerDelay   stream only: wait for N messages, at most the delay (15m)
+    minPartitions          at least this many tasks (queue ranges cut into contiguous pieces)
     pullBatchSize          messages per PullMessage, 1..32768, default 4096
-    pullTimeoutMs          per-request timeout and retry window for unreachable brokers, 3000
+    pullTimeoutMs          timeout of one request, default 3000
+    brokerOutageWindowMs   retrying an unreachable broker (driver and executors), default 120000
     allocateStrategy       avg (default) | circle
     messageModel           clustering (default) | broadcasting
     failOnDataLoss         true (default) | false
     offsetStoreDir         broadcasting offsets: <dir>/<group>/offsets.json, default ~/.rmq/offsets
-    accessKey, secretKey, tls, tlsCaFile   signed / TLS calls (brokers started with --acl / --tls-*)
+    accessKey, secretKey, tls, tlsCaFile, tlsCertFile, tlsKeyFile   signed / TLS / mutual TLS calls
 
-Options are validated at `load()` (and again, with the checks that depend on batch vs
-stream, when the reader is created); a wrong value fails with a message naming the option
-and its accepted values.
+Options are validated at `load()`. Spark does not say there whether `read` or `readStream`
+asked, so the checks that depend on it (endingOffsets on a stream, ...) run when the reader
+is created; a stream reader that fails them is a RefusedStreamReader, which fails the query
+at its first call. A wrong value fails with a message naming the option and its accepted
+values.
 """
 
 from __future__ import annotations
