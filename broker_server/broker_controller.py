@@ -261,6 +261,7 @@ class BrokerController:
         log.info("shutting down broker %s", self.config.broker_name)
         self.hold_service.shutdown()
         self.watches.end_all()
+        self.replication.end_streams()
         if self.rocketmq_v2 is not None:
             await self.rocketmq_v2.shutdown()
         await server.stop(SHUTDOWN_GRACE_SECONDS)

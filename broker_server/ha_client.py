@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import grpc
 
@@ -84,32 +84,26 @@ class HAClient(MasterLink):
                 await asyncio.sleep(RECONNECT_S)
 
     async def _replicate(self) -> None:
+        """One Transfer call: report, then append and acknowledge every chunk until it ends."""
         assert self._channel is not None
-        reports: asyncio.Queue[rmq_pb2.HAReport] = asyncio.Queue()
         check_offset, check_crc = self.store.ha_service.tail_check()
-        first = rmq_pb2.HAReport(max_offset=self.store.get_commit_log_max_offset(), check_offset=check_offset,
-                                 check_crc=check_crc, address=self.own_address)
-
-        async def outgoing() -> AsyncIterator[rmq_pb2.HAReport]:
-            yield first
-            while True:
-                yield await reports.get()
-
-        call = rmq_pb2_grpc.HAServiceStub(self._channel).Transfer(outgoing())
+        start = self.store.get_commit_log_max_offset()
+        call = rmq_pb2_grpc.HAServiceStub(self._channel).Transfer()
         try:
-            async for transfer in call:
+            await call.write(rmq_pb2.HAReport(max_offset=start, check_offset=check_offset,
+                                              check_crc=check_crc, address=self.own_address))
+            while (transfer := await call.read()) is not grpc.aio.EOF:
                 if transfer.status.code != rmq_pb2.OK:
                     self.refusal = transfer.status.message
                     log.error("master %s refuses this slave: %s", self.master, self.refusal)
                     return
                 if not self.connected:
-                    log.info("replicating from master %s at CommitLog offset %d", self.master,
-                             first.max_offset)
+                    log.info("replicating from master %s at CommitLog offset %d", self.master, start)
                     self.connected = True
                 self.master_max_offset = transfer.master_max_offset
                 if transfer.data:
                     self.store.append_replicated(transfer.offset, transfer.data)
-                    reports.put_nowait(rmq_pb2.HAReport(max_offset=transfer.offset + len(transfer.data)))
+                    await call.write(rmq_pb2.HAReport(max_offset=transfer.offset + len(transfer.data)))
         finally:
             call.cancel()
 

@@ -40,6 +40,7 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
         self.delay_offsets = delay_offsets
         self._wakeups: set[asyncio.Event] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._ending = False
         self.ha.add_new_data_listener(self._on_new_data)
 
     def _on_new_data(self) -> None:
@@ -53,6 +54,11 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
     def _wake_all(self) -> None:
         for event in self._wakeups:
             event.set()
+
+    def end_streams(self) -> None:
+        """Shutdown: end every transfer stream now (the server's grace period would wait for them)."""
+        self._ending = True
+        self._wake_all()
 
     async def Transfer(self, request_iterator: AsyncIterator[rmq_pb2.HAReport], context
                        ) -> AsyncIterator[rmq_pb2.HATransfer]:
@@ -84,7 +90,7 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
     async def _chunks(self, offset: int, new_data: asyncio.Event, acks: asyncio.Future
                       ) -> AsyncIterator[rmq_pb2.HATransfer]:
         """CommitLog chunks from `offset` while the slave's report stream lasts."""
-        while not acks.done():
+        while not acks.done() and not self._ending:
             new_data.clear()
             data = self.ha.read(offset)
             if data:

@@ -49,6 +49,10 @@ class Replication:
     def add_to_server(self, server: grpc.aio.Server) -> None:
         rmq_pb2_grpc.add_HAServiceServicer_to_server(self.servicer, server)
 
+    def end_streams(self) -> None:
+        """Before the server stops: the transfer streams to slaves end at once."""
+        self.servicer.end_streams()
+
     def start(self) -> None:
         for service in (self.client, self.synchronize):
             if service is not None:

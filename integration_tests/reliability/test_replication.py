@@ -28,7 +28,7 @@ from integration_tests.reliability.report import ReliabilityReport, tally
 from integration_tests.reliability.streaming import read_output, start_query, wait_until_caught_up
 from integration_tests.reliability.traffic import PushGroup, StoredMessage, gaps_and_repeats, read_topic
 from rmq.cli import processes
-from rmq.connector.client import OutgoingMessage, RmqClient
+from rmq.connector.client import OutgoingMessage, RmqClient, RmqUnavailable
 from rmq.connector.message import Message
 from rmq.connector.producer import Producer
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
@@ -58,8 +58,10 @@ class BrokerGroup:
                                                                            timeout=5)
 
     def wait(self, condition, what: str, timeout: float = 30.0) -> None:
+        """Until condition() holds; a member not answering yet (gRPC's reconnect backoff after
+        a restart) counts as not yet."""
         deadline = time.monotonic() + timeout
-        while not condition():
+        while not _answers(condition):
             assert time.monotonic() < deadline, f"timed out waiting for {what}"
             time.sleep(0.1)
 
@@ -71,6 +73,13 @@ class BrokerGroup:
                       "the topic on the slave")
         self.wait(lambda: self.status(self.slave).commit_log_max_offset
                   == self.status(self.master).commit_log_max_offset, "the slave to catch up")
+
+
+def _answers(condition) -> bool:
+    try:
+        return bool(condition())
+    except (RmqUnavailable, grpc.RpcError):
+        return False
 
 
 @contextmanager
@@ -373,3 +382,29 @@ def test_producers_move_to_another_group_and_see_master_only_storage(tmp_path: P
     assert (stored.message_queue.broker_name, stored.status) == ("b1", rmq_pb2.SLAVE_NOT_AVAILABLE)
     assert {result.message_queue.broker_name for result in moved} == {"b2"}
     assert all(result.status == rmq_pb2.OK for result in moved)
+
+
+def test_offsets_committed_on_the_slave_reach_the_returning_master(tmp_path: Path) -> None:
+    """While the master is down the group commits where it reads (the slave); SlaveSynchronize
+    hands those offsets to the master when it is back, which keeps the higher ones."""
+    with broker_group(tmp_path, "ASYNC_MASTER") as group:
+        send_all(group.master.address, [f"m{i}".encode() for i in range(100)])
+        group.wait_in_sync()
+        with closing(RmqClient(group.namesrv.address)) as client:
+            queues = client.query_route(TOPIC).message_queues
+            client.update_consumer_offsets("g", {mq: 5 for mq in queues})
+            group.wait(lambda: all(group_offsets(group.slave, queues).get(mq) == 5 for mq in queues),
+                       "the slave to copy the offsets")
+            group.master.stop()
+            client.update_consumer_offsets("g", {queues[0]: 20})     # the master is down: to the slave
+            assert group_offsets(group.slave, queues)[queues[0]] == 20
+            group.master.start()
+            group.wait(lambda: group_offsets(group.master, queues).get(queues[0]) == 20,
+                       "the master to take the higher offset")
+        assert group_offsets(group.master, queues)[queues[1]] == 5
+
+
+def group_offsets(member: processes.ServerProcess, queues) -> dict:
+    """Group g's offsets of the topic as `member` holds them."""
+    with closing(RmqClient(member.address)) as client:
+        return client.query_consumer_offsets("g", TOPIC)
