@@ -22,6 +22,7 @@ from types import FrameType
 
 from rmq.connector.allocation import allocate
 from rmq.connector.client import MessageQueue, RmqClient, RmqError
+from rmq.connector.consumer_ids_watcher import ConsumerIdsWatcher
 
 logger = logging.getLogger(__name__)
 
@@ -53,12 +54,21 @@ class ConsumerMembership:
         self._owned: dict[str, list[MessageQueue]] = {}
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        # Membership push: the open streams let the brokers unregister this query the moment
+        # its driver dies, so the group's other queries take its queues at their next batch.
+        self._watcher = ConsumerIdsWatcher(client, group, client_id, lambda: None, self.heartbeat)
 
     def start(self) -> None:
         _leave_groups_on_sigterm(self)
         self.heartbeat()
         self._thread = threading.Thread(target=self._heartbeat_loop, name="rmq-heartbeat", daemon=True)
         self._thread.start()
+        if not self._broadcasting:
+            try:
+                self._watcher.watch(self._client.list_brokers())
+            except RmqError as error:   # the brokers then expire this query after their timeout
+                logger.warning("membership watch of %s in group %s not started: %s", self.client_id,
+                               self._group, error)
 
     def subscribe(self, subscriptions: dict[str, str]) -> None:
         """Replace the subscriptions (topic -> sub expression) sent with the next heartbeat;
@@ -109,6 +119,7 @@ class ConsumerMembership:
         self._stopped.set()
         if self._thread is not None:
             self._thread.join(timeout=HEARTBEAT_INTERVAL_S)
+        self._watcher.stop()
         try:
             self._client.unregister(self.client_id, self._group)
         except RmqError as error:

@@ -288,7 +288,9 @@ def test_commit_writes_the_group_offsets_so_progress_shows_no_lag(broker, client
          "--endpoints", broker.address], capture_output=True, text=True, check=True).stdout
     report = json.loads(output)
     assert report["total_lag"] == 0
-    assert [row["consumer_offset"] for row in report["queues"]] == [10, 10, 10, 10]
+    rows = report["queues"]
+    assert [row["consumer_offset"] for row in rows if row["topic"] == "progress"] == [10, 10, 10, 10]
+    assert {row["topic"] for row in rows} == {"progress", "%RETRY%g-progress"}   # its empty retry topic
 
 
 def test_broadcasting_reads_all_queues_and_keeps_offsets_in_a_local_file(broker, client, tmp_path):
