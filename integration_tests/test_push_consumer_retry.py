@@ -232,3 +232,36 @@ def test_sql92_subscription_gets_only_matching_messages(broker: processes.Server
         wait_until(lambda: len(got) == 2, "the two matching messages")
         time.sleep(0.3)
     assert sorted(got) == [b"eu-150", b"eu-250"]
+
+
+MEMBER_SCRIPT = """
+import sys, time
+from rmq.connector.client import RmqClient
+from rmq.connector.rebalance import ConsumerMembership
+member = ConsumerMembership(RmqClient(sys.argv[1]), "g-spark", "spark-query-1", {"T": "*"},
+                            broadcasting=False, strategy="avg")
+member.start()
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_spark_query_leaves_its_group_at_once(broker: processes.ServerProcess) -> None:
+    """The Spark source's membership holds a watch stream: kill -9 of its driver unregisters it
+    (without the stream the broker would list it until the 120 s client expiry)."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", MEMBER_SCRIPT, broker.address], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout.readline().strip() == "ready"
+        with RmqClient(broker.address) as client:
+            wait_until(
+                lambda: client.consumer_list("g-spark", "T") == ["spark-query-1"], "the query registered"
+            )
+            time.sleep(0.3)  # its watch stream is open
+            process.kill()
+            process.wait()
+            wait_until(lambda: client.consumer_list("g-spark", "T") == [], "the killed query gone", timeout=5)
+    finally:
+        process.kill()
+        process.wait()
