@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from rmq import message_format as mf
-from rmq.connector.client import GetMessageStatus, MessageQueue, PullResult, PullStatus, RmqClient
+from rmq.connector.client import (
+    GetMessageStatus,
+    MessageQueue,
+    PullResult,
+    PullStatus,
+    RmqClient,
+    RmqUnavailable,
+)
 from rmq.connector.message_listener import ConsumeConcurrentlyStatus
 from rmq.connector.offset_store import ReadOffsetType
 from rmq.connector.process_queue import ProcessQueue
@@ -258,3 +265,9 @@ def test_longpolling_tv15_timers() -> None:
     assert push_consumer.PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION == 3000
     assert push_consumer.OFFSET_ILLEGAL_FIX_DELAY_S == 10.0
     assert consume.CONSUME_LATER_DELAY_S == 5.0
+
+
+def test_tv11_a_failed_pull_is_requeued_after_3_s(consumer: PushConsumer) -> None:
+    request = PullRequest("G", MQ, ProcessQueue(), 12)
+    consumer._on_pull(request, SubscriptionData.build(MQ.topic, "*"), None, RmqUnavailable("broker down"))
+    assert consumer._pull_service.later == [(12, 3000)] and consumer._pull_service.immediate == []
