@@ -34,6 +34,9 @@ from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 MAX_GRPC_MESSAGE_BYTES = 64 * 1024 * 1024
 MAX_SEND_REQUEST_BYTES = 4 * 1024 * 1024      # one SendMessage request stays under this
+# gRPC waits up to 120 s between reconnect attempts to a server that was down; a broker back
+# after a restart is reached again within this (the Spark source retries for 2 min).
+MAX_RECONNECT_BACKOFF_MS = 2000
 ROUTE_CACHE_SECONDS = 30.0                    # RocketMQ pollNameServerInterval
 _MESSAGE_FRAMING_BYTES = 6                    # field tag + length prefix of one repeated Message
 _COLUMN_FRAMING_BYTES = 16                    # a body length, tag and key prefixes in MessageColumns
@@ -585,6 +588,7 @@ class RmqClient:
                 channel = open_channel(address, credentials=self._credentials, tls=self._tls, options=[
                     ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_BYTES),
                     ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_BYTES),
+                    ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
                 ])
                 connection = _Connection(channel, rmq_pb2_grpc.MessagingServiceStub(channel),
                                          rmq_pb2_grpc.AdminServiceStub(channel),

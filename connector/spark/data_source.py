@@ -51,6 +51,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -126,7 +127,7 @@ def _asked_by_pushdown() -> bool:
     """Whether Spark's filter-pushdown step asks for the reader. Spark runs that step only
     with spark.sql.python.filterPushdown.enabled, and otherwise refuses a reader that has a
     pushFilters method; the source cannot read that setting, so it looks at its caller."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if Path(frame.f_code.co_filename).name == PUSHDOWN_WORKER_FILE:
             return True
