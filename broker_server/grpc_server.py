@@ -4,7 +4,7 @@ exclusively to its address, and a run loop that serves until SIGTERM or SIGINT.
 
 Connections are bounded so that no client can take the process's file descriptors (the
 store's files need them): at most `--max-connections` (default half the open-file limit,
-which is raised to its hard limit first), 100 concurrent calls per connection, a connection
+which is raised to its hard limit first), 1024 concurrent calls per connection, a connection
 that does not finish its handshake within 10 s (or `--idle-timeout` when shorter) or stays
 without a call for `--idle-timeout` is closed, and clients may not ping more often than every
 10 s without calls."""
@@ -23,7 +23,9 @@ import grpc
 from rmq.broker_server.server_security import ServerSecurity
 
 SHUTDOWN_GRACE_SECONDS = 5.0
-MAX_CONCURRENT_STREAMS = 100   # calls in flight per connection (a client opens one per broker)
+# Calls in flight per connection. A client opens one connection per broker and long-polls one
+# pull per queue it consumes there, so this bounds the queues one consumer can hold per broker.
+MAX_CONCURRENT_STREAMS = 1024
 HANDSHAKE_TIMEOUT_MS = 10_000
 KEEPALIVE_TIME_MS = 60_000       # the server pings a silent connection with calls in flight...
 KEEPALIVE_TIMEOUT_MS = 20_000    # ...and closes it when the ping is not answered in time

@@ -26,7 +26,7 @@ class Stubs:
     @classmethod
     def connect(cls, address: str, own_connection: bool = False) -> Stubs:
         """Stubs on a channel to `address`; `own_connection`: a TCP connection of its own (gRPC
-        shares one between channels to the same address, and the broker admits 100 calls on one)."""
+        shares one between channels to the same address, and the broker admits at most 1,024 calls on one)."""
         options = [
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

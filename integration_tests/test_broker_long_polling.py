@@ -90,7 +90,7 @@ def test_tag_filtered_pull_ignores_other_tags(rmq: Stubs) -> None:
 
 
 def test_thousand_held_pulls_leave_the_broker_responsive(rmq: Stubs) -> None:
-    """The broker admits 100 calls per connection: the 1,000 pulls come over 10 connections of
+    """The 1,000 pulls come over 10 connections of
     their own, the other RPCs over the fixture's."""
     rmq.create_topic("crowd", queues=1)
     rmq.create_topic("bystander", queues=1)
