@@ -106,6 +106,7 @@ class RocketMQv2MessagingService:
     @answers_with_status(pb.NotifyClientTerminationResponse)
     async def NotifyClientTermination(self, request: pb.NotifyClientTerminationRequest, context: Any
                                       ) -> pb.NotifyClientTerminationResponse:
+        await self.pop.release(_client_id(context))
         return pb.NotifyClientTerminationResponse(status=OK)
 
     async def Telemetry(self, commands: AsyncIterator[pb.TelemetryCommand], context: Any
@@ -205,6 +206,8 @@ class RocketMQv2MessagingService:
         try:
             pop_request, wait_s = self._pop_request(request, context)
             popped = await self.pop.receive(pop_request, wait_s, request.attempt_id)
+            if request.auto_renew and popped:
+                self.pop.lease(pop_request.group, _client_id(context), popped)
         except Exception as error:
             yield pb.ReceiveMessageResponse(status=as_v2_error(error).status())
             return
@@ -349,6 +352,7 @@ class RocketMQv2MessagingService:
         return pb.QueryOffsetResponse(status=OK, offset=await self.offset_rpcs.query_offset(request))
 
     def start(self) -> None:
+        self.pop.start(self.sessions.connected, DEFAULT_INVISIBLE_MS)
         self.timer.start()
         self.transactions.start()
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -43,9 +44,12 @@ from rmq.store import MessageStore
 from rmq.store.message_filter import RecordFilter
 from rmq.stored_message import StoredMessage, decode_record
 
+log = logging.getLogger(__name__)
 MAX_BATCH = 32            # messages one receive hands out (proxy maxBatchSize-like cap)
 MAX_HELD_RECEIVES = 10_000     # receives one broker holds at once (long polling)
 MAX_REMEMBERED_ATTEMPTS = 10_000   # attempt ids whose deliveries a retried receive gets again
+RENEW_INTERVAL_S = 5.0          # how often auto-renewed deliveries are looked at
+RENEW_AHEAD_MS = 20_000         # renewed when less invisibility than this is left
 _MOVED = frozenset({GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY,
                     GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING})
 
@@ -100,10 +104,20 @@ class PopService:
         self._stopped = False
         self._held = 0
         self._attempts: OrderedDict[tuple[str, str, str], list[Popped]] = OrderedDict()
+        # auto-renewed deliveries (proxy ReceiptHandleProcessor): (queue, offset) -> (client, handle version)
+        self._leases: dict[tuple[PopQueue, int], tuple[str, int]] = {}
+        self._renewer: asyncio.Task | None = None
+
+    def start(self, client_alive: Callable[[str], bool], invisible_ms: int) -> None:
+        """Renew auto-renewed deliveries by `invisible_ms` while their client is connected."""
+        loop = asyncio.get_running_loop()
+        self._renewer = loop.create_task(self._renew_forever(client_alive, invisible_ms))
 
     def shutdown(self) -> None:
         """Answer every held receive now and hold no new one."""
         self._stopped = True
+        if self._renewer is not None:
+            self._renewer.cancel()
         for key in list(self._waiters):
             self._notify(*key)
 
@@ -273,6 +287,53 @@ class PopService:
         for future in self._waiters.pop((group, topic), set()):
             if not future.done():
                 future.set_result(None)
+
+    # -- auto-renewal (ReceiveMessage auto_renew: the push consumers) ------------------------
+    def lease(self, group: str, client_id: str, popped: list[Popped]) -> None:
+        """Keep `popped` invisible while `client_id` stays connected (until acked or changed)."""
+        for item in popped:
+            queue = PopQueue(group, item.handle.topic, item.handle.queue_id)
+            self._leases[(queue, item.handle.offset)] = (client_id, item.handle.version)
+
+    def _current_leases(self, client_id: str | None = None) -> list[tuple[PopQueue, int, str]]:
+        """Leases whose delivery is still the one leased (of `client_id`, or all); others dropped."""
+        current = []
+        for (queue, offset), (client, version) in list(self._leases.items()):
+            state = self.table.queues.get(queue)
+            entry = state.inflight.get(offset) if state else None
+            if entry is None or entry.version != version:
+                del self._leases[(queue, offset)]
+            elif client_id is None or client == client_id:
+                current.append((queue, offset, client))
+        return current
+
+    async def renew_due(self, client_alive: Callable[[str], bool], invisible_ms: int) -> None:
+        now = now_ms()
+        for queue, offset, client in self._current_leases():
+            if not client_alive(client):   # gone without saying so: its deliveries run out
+                del self._leases[(queue, offset)]
+            elif self.table.queues[queue].inflight[offset].visible_at_ms - now < RENEW_AHEAD_MS:
+                self.table.renewed(queue, offset, now + invisible_ms)
+        await self.table.sync()
+
+    async def release(self, client_id: str) -> None:
+        """The client terminated: what it held is receivable again at once."""
+        now = now_ms()
+        released = self._current_leases(client_id)
+        for queue, offset, _ in released:
+            self.table.renewed(queue, offset, now)
+            del self._leases[(queue, offset)]
+        await self.table.sync()
+        for queue in {queue for queue, _, _ in released}:
+            self._notify(queue.group, queue.topic)
+
+    async def _renew_forever(self, client_alive: Callable[[str], bool], invisible_ms: int) -> None:
+        while True:
+            await asyncio.sleep(RENEW_INTERVAL_S)
+            try:
+                await self.renew_due(client_alive, invisible_ms)
+            except Exception:
+                log.exception("renewing auto-renewed deliveries failed")
 
     # -- ack / change / forward -----------------------------------------------------------
     def in_flight(self, group: str, handle: ReceiptHandle) -> InFlight | None:

@@ -126,14 +126,19 @@ class PopStateTable:
 
     def changed(self, queue: PopQueue, offset: int, visible_at_ms: int) -> InFlight:
         """A new invisibility for an in-flight message (and a new receipt handle generation)."""
+        entry = self.state(queue).inflight[offset]
+        entry.version += 1
+        self.renewed(queue, offset, visible_at_ms)
+        return entry
+
+    def renewed(self, queue: PopQueue, offset: int, visible_at_ms: int) -> None:
+        """A new invisibility for an in-flight message under the same receipt handle."""
         state = self.state(queue)
         entry = state.inflight[offset]
         entry.visible_at_ms = visible_at_ms
-        entry.version += 1
         self._record({"op": "pop", "g": queue.group, "t": queue.topic, "q": queue.queue_id,
                       "next": state.pop_offset,
                       "m": [[offset, entry.attempts, entry.visible_at_ms, entry.version]]})
-        return entry
 
     # -- durability ----------------------------------------------------------------------
     def _record(self, entry: dict) -> None:

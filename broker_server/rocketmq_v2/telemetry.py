@@ -88,6 +88,7 @@ class TelemetrySessions:
     def __init__(self, server: ServerSettings) -> None:
         self.server = server
         self.sessions: set[TelemetrySession] = set()
+        self._streams_per_client: dict[str, int] = {}
 
     async def serve(self, client_id: str, commands: AsyncIterator[service_pb2.TelemetryCommand]
                     ) -> AsyncIterator[service_pb2.TelemetryCommand]:
@@ -97,6 +98,7 @@ class TelemetrySessions:
             return
         session = TelemetrySession(client_id)
         self.sessions.add(session)
+        self._streams_per_client[client_id] = self._streams_per_client.get(client_id, 0) + 1
         reader = asyncio.get_running_loop().create_task(self._read(session, commands))
         try:
             while True:
@@ -107,6 +109,9 @@ class TelemetrySessions:
         finally:
             reader.cancel()
             self.sessions.discard(session)
+            left = self._streams_per_client.pop(client_id) - 1
+            if left:
+                self._streams_per_client[client_id] = left
 
     async def _read(self, session: TelemetrySession,
                     commands: AsyncIterator[service_pb2.TelemetryCommand]) -> None:
@@ -120,6 +125,10 @@ class TelemetrySessions:
         except Exception as error:  # the client went away
             log.debug("telemetry stream of %s ended: %s", session.client_id, error)
         session.send(None)
+
+    def connected(self, client_id: str) -> bool:
+        """Whether the client has a Telemetry stream open here."""
+        return client_id in self._streams_per_client
 
     def producers_of(self, topic: str) -> list[TelemetrySession]:
         return [session for session in self.sessions if session.publishes(topic)]

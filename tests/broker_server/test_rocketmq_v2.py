@@ -7,9 +7,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import threading
+import time
 from pathlib import Path
 
+import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
 from rmq import message_format as mf
 from rmq.broker_server.acl import parse_acl
@@ -20,10 +24,12 @@ from rmq.broker_server.rocketmq_v2.receipt_handle import InvalidReceiptHandle, R
 from rmq.broker_server.rocketmq_v2.route import endpoints, reachable
 from rmq.broker_server.rocketmq_v2.telemetry import ServerSettings, answer_settings
 from rmq.broker_server.store_executor import StoreExecutor
-from rmq.rocketmq_v2 import METHODS
+from rmq.connector.client import OutgoingMessage, RmqClient
+from rmq.rocketmq_v2 import METHODS, MessagingServiceStub
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
 from rmq.stored_message import StoredMessage
+from tests.broker_server.in_process_broker import InProcessBroker
 
 HOST = bytes([10, 0, 0, 7]) + (10911).to_bytes(4, "big")
 
@@ -189,3 +195,51 @@ def test_route_endpoint_of_a_broker_listening_on_every_interface_is_where_the_cl
     assert reachable("192.168.0.5:10911", access_point) == "192.168.0.5:10911"   # advertised: kept
     assert endpoints("broker-a.example:10911").scheme == v2.DOMAIN_NAME
     assert endpoints("127.0.0.1:10911").addresses[0].port == 10911
+
+
+def test_auto_renewed_deliveries_stay_invisible_while_their_client_is_connected(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Proxy ReceiptHandleProcessor: a push consumer's deliveries (auto_renew) are renewed while its
+    Telemetry stream is open; a client that went away without a word gets nothing renewed; one
+    that says NotifyClientTermination hands its deliveries back at once."""
+    from rmq.broker_server.rocketmq_v2 import messaging_service, pop_service
+    monkeypatch.setattr(messaging_service, "DEFAULT_INVISIBLE_MS", 1500)
+    monkeypatch.setattr(pop_service, "RENEW_INTERVAL_S", 0.2)
+    monkeypatch.setattr(pop_service, "RENEW_AHEAD_MS", 1000)
+    broker = InProcessBroker(tmp_path).start()
+    try:
+        with RmqClient(broker.address) as client:
+            client.create_topic("renewed", queues=1)
+            client.send("renewed", [OutgoingMessage(b"kept"), OutgoingMessage(b"dropped")])
+        with grpc.insecure_channel(broker.address) as channel:
+            stub = MessagingServiceStub(channel)
+            closed = threading.Event()
+
+            def commands():
+                yield pb.TelemetryCommand(settings=v2.Settings(client_type=v2.PUSH_CONSUMER))
+                closed.wait(30)
+
+            telemetry = stub.Telemetry(commands(), metadata=(("x-mq-client-id", "connected"),))
+            assert next(telemetry).status.code == v2.OK
+
+            def receive(client_id: str, auto_renew: bool = True) -> list:
+                request = pb.ReceiveMessageRequest(
+                    group=v2.Resource(name="g"), batch_size=1, auto_renew=auto_renew,
+                    message_queue=v2.MessageQueue(topic=v2.Resource(name="renewed"), id=-1),
+                    long_polling_timeout=Duration(seconds=0))
+                return [(r.message.body, r.message.system_properties.delivery_attempt)
+                        for r in stub.ReceiveMessage(request, metadata=(("x-mq-client-id", client_id),),
+                                                     timeout=5) if r.HasField("message")]
+
+            assert receive("connected") == [(b"kept", 1)]
+            assert receive("gone") == [(b"dropped", 1)]   # no Telemetry stream: not renewed
+            time.sleep(3)   # twice the invisibility
+            assert receive("other", auto_renew=False) == [(b"dropped", 2)]
+            assert receive("other", auto_renew=False) == []   # "kept" is still renewed
+            stub.NotifyClientTermination(pb.NotifyClientTerminationRequest(),
+                                         metadata=(("x-mq-client-id", "connected"),), timeout=5)
+            assert receive("other", auto_renew=False) == [(b"kept", 2)]
+            closed.set()
+            telemetry.cancel()
+    finally:
+        broker.stop()
