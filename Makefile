@@ -20,7 +20,7 @@ venv: $(STAMP)
 
 ## all tests: unit, then integration (real processes, one Spark session)
 test: $(STAMP)
-	$(PY) -m pytest tests integration_tests
+	$(PY) -m pytest tests integration_tests --durations=40
 
 test-unit: $(STAMP)
 	$(PY) -m pytest tests
