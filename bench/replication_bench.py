@@ -1,6 +1,7 @@
 """Section 10: replication (DESIGN.md Replication). Produce to a SYNC_MASTER, which acknowledges a
-batch once its slave holds it, against the same produce to an ASYNC_MASTER with a slave, and the
-slave's lag behind an ASYNC_MASTER under steady load."""
+batch once its slave holds it, against the same produce to an ASYNC_MASTER with a slave, the
+slave's lag behind an ASYNC_MASTER under steady load, and how fast an empty slave catches up
+(the transfer itself: a gRPC bidirectional stream of <= 1 MiB CommitLog chunks)."""
 
 from __future__ import annotations
 
@@ -73,6 +74,26 @@ def lag_samples(client: RmqClient, address: str, count: int, body: bytes) -> lis
     return samples
 
 
+def catch_up_mib_per_s(env: Environment, run: int, count: int) -> float:
+    """A slave started empty behind a master holding `count` 1 KiB messages: MiB/s from when it
+    answers until it holds every byte (HAService.Transfer, one chunk of <= 1 MiB per message)."""
+    directory = env.directory(f"catch-up-{run}")
+    name = f"catch-up-{run}"
+    with _running(processes.group_member(directory, name, 0, "ASYNC_MASTER", flush=FLUSH)) as master, \
+            RmqClient(master.address) as client:
+        client.create_topic(TOPIC, queues=8)
+        batch = [OutgoingMessage(body_of(1024)) for _ in range(PRODUCE_BATCH)]
+        for start in range(0, count, PRODUCE_BATCH):
+            client.send(TOPIC, batch[: min(PRODUCE_BATCH, count - start)])
+        total = client.broker_status(master.address).commit_log_max_offset
+        slave = processes.group_member(directory, name, 1, "SLAVE", master=master.address, flush=FLUSH)
+        with _running(slave):   # from the moment it answers, so the process start is left out
+            started, held = time.perf_counter(), client.broker_status(slave.address).commit_log_max_offset
+            while client.broker_status(slave.address).commit_log_max_offset < total:
+                time.sleep(0.005)
+            return (total - held) / (1 << 20) / (time.perf_counter() - started)
+
+
 def replication_rows(env: Environment) -> list[Row]:
     """Batched SendMessage (256 x 100 B per call, 8 queues, one producer) to a SYNC_MASTER with
     a slave, every batch acknowledged OK (the slave holds it), against the same to an
@@ -88,10 +109,12 @@ def replication_rows(env: Environment) -> list[Row]:
             env.scale.repeats)
         runs = [lag_samples(async_client, async_address, count, body) for _ in range(env.scale.repeats)]
     p99 = Stats.of([percentile(run, 0.99) for run in runs])
+    catch_up = Stats.of([catch_up_mib_per_s(env, run, count) for run in range(env.scale.repeats)])
     peak = max(max(run) for run in runs)
     return [
         Row(f"produce to a SYNC_MASTER with a slave, 100 B bodies, batch {PRODUCE_BATCH}, 1 producer",
             "msg/s", subject, "same to an ASYNC_MASTER with a slave", reference, Target(min_ratio=0.5)),
         Row("slave lag behind an ASYNC_MASTER under that produce, p99 of 10 ms samples", "KiB", p99,
             note=f"peak {peak:.0f} KiB over {sum(map(len, runs))} samples"),
+        Row(f"an empty slave catching up {count} x 1 KiB messages", "MiB/s", catch_up),
     ]
