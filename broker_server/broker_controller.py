@@ -16,7 +16,7 @@ from rmq.broker_server.broker_outer_api import BrokerOuterAPI
 from rmq.broker_server.broker_stats import BrokerStatsManager
 from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.consumer_ids_watch import ConsumerIdsWatchService
-from rmq.broker_server.consumer_manager import ConsumerManager
+from rmq.broker_server.consumer_manager import ConsumerManager, ConsumerTableLimits
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.consumer_send_msg_back import ConsumerSendMsgBackProcessor
 from rmq.broker_server.delay_levels import parse_delay_levels
@@ -86,15 +86,19 @@ class BrokerController:
         self.topics = TopicConfigManager(
             path, config.auto_create_topic_enable, config.default_topic_queue_nums
         )
-        self.offsets = ConsumerOffsetManager(path)
-        self.consumers = ConsumerManager(config.client_expiry_ms)
+        self.offsets = ConsumerOffsetManager(path, config.max_consumer_offsets)
+        self.consumers = ConsumerManager(config.client_expiry_ms, limits=ConsumerTableLimits(
+            config.max_consumer_groups, config.max_clients_per_group, config.max_consumer_clients,
+            config.max_subscriptions_per_client, config.max_subscription_bytes))
         self.watches = ConsumerIdsWatchService(self.consumers, config.max_consumer_id_watchers)
-        self.locks = RebalanceLockManager(config.rebalance_lock_max_live_time_ms)
+        self.locks = RebalanceLockManager(config.rebalance_lock_max_live_time_ms,
+                                          max_locks=config.max_queue_locks)
         self.hold_service = PullRequestHoldService(
             self.store.get_max_offset_in_queue,
             config.long_polling_enable,
             config.hold_check_interval_ms,
             config.short_polling_time_ms,
+            config.max_held_pulls,
         )
         delay_levels = parse_delay_levels(config.message_delay_level)
         self.schedule_service = ScheduleMessageService(
@@ -252,6 +256,7 @@ class BrokerController:
         self._tasks = [
             _every(self.config.consumer_offset_persist_interval_ms, self._persist_offsets),
             _every(self.config.client_scan_interval_ms, self.consumers.scan_not_active_channel),
+            _every(self.config.client_scan_interval_ms, self.locks.purge_expired),
         ]
 
     async def _persist_offsets(self) -> None:

@@ -43,6 +43,15 @@ class BrokerConfig:
     client_expiry_ms: int = 120000  # channelExpiredTimeout
     client_scan_interval_ms: int = 10000
     max_consumer_id_watchers: int = 4096  # membership watch streams one broker holds
+    # Bounds on what clients make the broker hold (refused with LIMIT_EXCEEDED naming the setting):
+    max_held_pulls: int = 65536  # long-polling hold table
+    max_consumer_groups: int = 4096  # consumer table (and the retry topics heartbeats create)
+    max_clients_per_group: int = 1024
+    max_consumer_clients: int = 16384  # over every group
+    max_subscriptions_per_client: int = 1024  # topics in one heartbeat
+    max_subscription_bytes: int = 64 * MiB  # every client's subscriptions together
+    max_queue_locks: int = 65536  # ordered-consumption lock table
+    max_consumer_offsets: int = 262144  # committed (group, topic, queue) entries
     rebalance_lock_max_live_time_ms: int = 60000
     consumer_offset_persist_interval_ms: int = 5000
     message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL

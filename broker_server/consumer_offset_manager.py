@@ -1,7 +1,11 @@
 """Consumer progress kept by the broker for clustering consumers (RocketMQ
 ConsumerOffsetManager, spec consumption-longpolling-offsets §14.6): (group, topic, queue) ->
 next offset to consume, persisted to `<store>/config/consumerOffset.json` in RocketMQ's
-layout `{"offsetTable": {"topic@group": {"queueId": offset}}}`."""
+layout `{"offsetTable": {"topic@group": {"queueId": offset}}}`.
+
+Clients add entries by committing for new (group, topic, queue) triples; `check_room` bounds
+them at `max_entries` (BrokerConfig max_consumer_offsets) before a client's commit is stored.
+Entries of a deleted topic are dropped with it."""
 
 from __future__ import annotations
 
@@ -11,9 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rmq.broker_server.json_file import read_json, write_json_atomically
+from rmq.broker_server.status import RequestError, rmq_pb2
 
 log = logging.getLogger(__name__)
 TOPIC_GROUP_SEPARATOR = "@"
+DEFAULT_MAX_ENTRIES = 262144
 
 
 @dataclass(frozen=True)
@@ -24,8 +30,9 @@ class OffsetKey:
 
 
 class ConsumerOffsetManager:
-    def __init__(self, store_path: Path) -> None:
+    def __init__(self, store_path: Path, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
         self.path = store_path / "config" / "consumerOffset.json"
+        self.max_entries = max_entries
         self._offsets: dict[OffsetKey, int] = {}
         self._lock = threading.Lock()
         self._dirty = False
@@ -78,6 +85,19 @@ class ConsumerOffsetManager:
                 )
             self._offsets[key] = offset
             self._dirty = True
+
+    def check_room(self, keys: list[OffsetKey]) -> None:
+        """Refuse (LIMIT_EXCEEDED) commits whose new entries would pass `max_entries`."""
+        with self._lock:
+            new = len({key for key in keys if key not in self._offsets})
+            if new and len(self._offsets) + new > self.max_entries:
+                raise RequestError(rmq_pb2.LIMIT_EXCEEDED,
+                                   f"this broker already stores {len(self._offsets)} consumer offsets; "
+                                   f"{new} more would pass {self.max_entries} (max_consumer_offsets)")
+
+    def size(self) -> int:
+        with self._lock:
+            return len(self._offsets)
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         return self._offsets.get(OffsetKey(group, topic, queue_id))

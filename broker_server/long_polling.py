@@ -8,7 +8,11 @@ Held pulls are asyncio futures on the server's event loop: waiting costs no CPU 
 thread. The store's dispatch thread looks the queue up in the table and resolves matching
 futures with `call_soon_threadsafe`; a queue nobody waits on costs one dict lookup. Each held
 pull has its own timer, so it is answered at its suspend timeout; the periodic check (5 s,
-or the short-polling time) is the fallback for arrivals the notification missed."""
+or the short-polling time) is the fallback for arrivals the notification missed.
+
+The table holds at most `max_held` pulls (BrokerConfig.max_held_pulls): one more is refused
+with LIMIT_EXCEEDED (`HoldTableFull`) instead of held, so clients cannot make the broker hold
+an unbounded number of futures and timers."""
 
 from __future__ import annotations
 
@@ -18,8 +22,21 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rmq.broker_server.status import RequestError, rmq_pb2
+
 log = logging.getLogger(__name__)
 TOPIC_QUEUEID_SEPARATOR = "@"
+DEFAULT_MAX_HELD = 65536
+
+
+class HoldTableFull(RequestError):
+    """The hold table is at its bound: the pull is refused, not held."""
+
+    def __init__(self, max_held: int) -> None:
+        super().__init__(
+            rmq_pb2.LIMIT_EXCEEDED,
+            f"this broker already holds {max_held} pulls (max_held_pulls): pull again later",
+        )
 
 
 def build_key(topic: str, queue_id: int) -> str:
@@ -49,8 +66,11 @@ class PullRequestHoldService:
         long_polling_enable: bool = True,
         check_interval_ms: int = 5000,
         short_polling_time_ms: int = 1000,
+        max_held: int = DEFAULT_MAX_HELD,
     ) -> None:
         self._max_offset_in_queue = max_offset_in_queue
+        self.max_held = max_held
+        self._held = 0  # requests in the table (kept beside it: len() per suspend would be O(keys))
         self.long_polling_enable = long_polling_enable
         self.check_interval_ms = check_interval_ms if long_polling_enable else short_polling_time_ms
         self.short_polling_time_ms = short_polling_time_ms
@@ -73,17 +93,20 @@ class PullRequestHoldService:
     ) -> None:
         """Hold the caller until a matching message arrives at or after `offset`, the hold
         time passes (`timeout_ms`, or the short-polling time without long polling) or the
-        service stops."""
+        service stops. Raises HoldTableFull when `max_held` pulls are held already."""
         if self._stopped:
             return
         if not self.long_polling_enable:
             timeout_ms = self.short_polling_time_ms
         loop = asyncio.get_running_loop()
         request = HeldPullRequest(offset, tag_codes, loop.create_future())
-        request.timer = loop.call_later(timeout_ms / 1000, _resolve, [request])
         key = build_key(topic, queue_id)
         with self._lock:
+            if self._held >= self.max_held:
+                raise HoldTableFull(self.max_held)
             self._table.setdefault(key, {})[request] = None
+            self._held += 1
+        request.timer = loop.call_later(timeout_ms / 1000, _resolve, [request])
         # A message dispatched between the caller's pull and the line above found nobody to
         # wake: look once more now that the request is visible.
         max_offset = self._max_offset_in_queue(topic, queue_id)
@@ -92,7 +115,8 @@ class PullRequestHoldService:
         try:
             await request.future
         finally:
-            request.timer.cancel()
+            if request.timer is not None:
+                request.timer.cancel()
             self._remove(key, request)
 
     def notify_message_arriving(
@@ -110,6 +134,7 @@ class PullRequestHoldService:
             woken = [r for r in requests if max_offset > r.pull_from_this_offset and r.matches(tags_code)]
             for request in woken:
                 del requests[request]
+            self._held -= len(woken)
             if not requests:
                 del self._table[key]
         self._wake(woken)
@@ -126,12 +151,13 @@ class PullRequestHoldService:
         with self._lock:
             keys = [key for key in self._table if key.startswith(prefix)]
             woken = [request for key in keys for request in self._table.pop(key)]
+            self._held -= len(woken)
         self._wake(woken)
 
     def held_count(self) -> int:
         """How many pulls the table holds now (tests and diagnostics)."""
         with self._lock:
-            return sum(len(requests) for requests in self._table.values())
+            return self._held
 
     def check_hold_requests(self) -> None:
         """checkHoldRequest: compare every held queue with the store's max offset."""
@@ -153,6 +179,7 @@ class PullRequestHoldService:
         with self._lock:
             woken = [request for requests in self._table.values() for request in requests]
             self._table.clear()
+            self._held = 0
         self._wake(woken)
 
     async def _run(self) -> None:
@@ -166,6 +193,7 @@ class PullRequestHoldService:
             if requests is None or request not in requests:
                 return
             del requests[request]
+            self._held -= 1
             if not requests:
                 del self._table[key]
 

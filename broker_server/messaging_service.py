@@ -11,10 +11,14 @@ import grpc
 
 from rmq.broker_server.consumer_ids_watch import ConsumerIdsWatchService
 from rmq.broker_server.consumer_manager import ConsumerManager
-from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
 from rmq.broker_server.consumer_send_msg_back import ConsumerSendMsgBackProcessor, ensure_retry_topic
 from rmq.broker_server.names import check_group_name
-from rmq.broker_server.pull_message_processor import PullMessageProcessor, pack_messages
+from rmq.broker_server.pull_message_processor import (
+    MAX_SUB_EXPRESSION_LENGTH,
+    PullMessageProcessor,
+    pack_messages,
+)
 from rmq.broker_server.rebalance_lock_manager import MessageQueue, RebalanceLockManager
 from rmq.broker_server.send_message_processor import SendMessageProcessor
 from rmq.broker_server.status import OK, RequestError, answers_with_status, illegal_argument, rmq_pb2
@@ -133,6 +137,8 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
                     f"offset for {entry.topic} queue {entry.queue_id} must not be negative, "
                     f"not {entry.offset}"
                 )
+        self.offsets.check_room([OffsetKey(request.consumer_group, entry.topic, entry.queue_id)
+                                 for entry in request.offsets])
         for entry in request.offsets:
             self.offsets.commit_offset(
                 request.consumer_group,
@@ -160,9 +166,16 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
         if request.message_model not in rmq_pb2.MessageModel.values():
             raise illegal_argument(f"message_model {request.message_model} is not CLUSTERING or BROADCASTING")
         subscriptions = {s.topic: s.sub_expression for s in request.subscriptions}
-        if request.message_model == rmq_pb2.CLUSTERING:
+        for topic, expression in subscriptions.items():
+            if len(expression) > MAX_SUB_EXPRESSION_LENGTH:
+                raise illegal_argument(f"sub_expression of {topic!r} is longer than "
+                                       f"{MAX_SUB_EXPRESSION_LENGTH} characters")
+        clustering = request.message_model == rmq_pb2.CLUSTERING
+        if clustering and self.consumers.admits_group(request.consumer_group):
             # ClientManageProcessor#heartBeat: the group's retry topic exists before any retry
             # (a group too long to prefix has none: its send-backs are refused TOPIC_ILLEGAL).
+            # Only for a group the consumer table admits, so max_consumer_groups also bounds the
+            # retry topics heartbeats create.
             with contextlib.suppress(RequestError):
                 ensure_retry_topic(
                     self.topics, request.consumer_group, self.send_back_processor.on_topics_changed
@@ -196,6 +209,8 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
             # spec consumer-startup-allocation-ordering §6.2: locks live on the master only; a
             # slave offers none, so ordered queues wait for their master.
             return rmq_pb2.LockBatchResponse(status=OK)
+        for mq in request.queues:   # only real queues take a place in the lock table
+            check_queue(self.topics.require(mq.topic), mq.queue_id)
         locked = self.locks.try_lock_batch(
             request.consumer_group, to_message_queues(request.queues), request.client_id
         )

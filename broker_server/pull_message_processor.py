@@ -4,11 +4,15 @@ store's GetMessageStatus to the client's PullStatus, store a piggy-backed commit
 hold the pull (long polling) when there is nothing new and the request allows suspending.
 
 Messages travel as one `PackedMessages`: the store's records back to back and their sizes
-as little-endian int32, with no per-message Python work on this path."""
+as little-endian int32, with no per-message Python work on this path.
+
+Memory: a pull reads at most `max_pull_bytes` on one of the `store_threads` executor threads,
+so reads in progress hold at most store_threads x max_pull_bytes (8 x 48 MiB by default)."""
 
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from dataclasses import dataclass
 from typing import cast
@@ -16,8 +20,8 @@ from typing import cast
 from rmq import message_format as mf
 from rmq import subscription
 from rmq.broker_server.broker_stats import BrokerStatsManager
-from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
-from rmq.broker_server.long_polling import PullRequestHoldService
+from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
+from rmq.broker_server.long_polling import HoldTableFull, PullRequestHoldService
 from rmq.broker_server.names import check_group_name
 from rmq.broker_server.status import OK, RequestError, illegal_argument, rmq_pb2
 from rmq.broker_server.store_executor import StoreExecutor
@@ -27,6 +31,7 @@ from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.store import BrokerRole, MessageStore
 from rmq.store.message_filter import RecordFilter
 
+log = logging.getLogger(__name__)
 MAX_SUB_EXPRESSION_LENGTH = 65536
 MASTER_ID = 0
 WHICH_BROKER_WHEN_CONSUME_SLOWLY = 1   # subscriptionGroupConfig.whichBrokerWhenConsumeSlowly default
@@ -128,10 +133,23 @@ class PullMessageProcessor:
         if broker_allow_suspend and request.sys_flag & rmq_pb2.FLAG_COMMIT_OFFSET:
             # §6 step 9, except that slaves store it too: clients commit where they read while the
             # master is down (DESIGN.md Replication) and SlaveSynchronize hands it to the master.
-            self.offsets.commit_offset(query.group, query.topic, query.queue_id, request.commit_offset)
+            self._commit_offset(query, request.commit_offset)
         if broker_allow_suspend and query.suspend and response.pull_status == rmq_pb2.NO_NEW_MSG:
-            return await self._hold(request, query)
+            try:
+                return await self._hold(request, query)
+            except HoldTableFull as error:
+                return rmq_pb2.PullMessageResponse(status=error.status())
         return response
+
+    def _commit_offset(self, query: PullQuery, offset: int) -> None:
+        """Store a piggy-backed commit; one past max_consumer_offsets is dropped (logged): the pull
+        is still answered, and the client's next UpdateConsumerOffsets is refused with the reason."""
+        try:
+            self.offsets.check_room([OffsetKey(query.group, query.topic, query.queue_id)])
+        except RequestError as error:
+            log.warning("piggy-backed commit of %s dropped: %s", query.group, error.message)
+            return
+        self.offsets.commit_offset(query.group, query.topic, query.queue_id, offset)
 
     async def _hold(self, request: rmq_pb2.PullMessageRequest, query: PullQuery
                     ) -> rmq_pb2.PullMessageResponse:

@@ -29,6 +29,7 @@ class Code(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FILTER_NOT_SUPPORTED: _ClassVar[Code]
     FLUSH_SLAVE_TIMEOUT: _ClassVar[Code]
     SLAVE_NOT_AVAILABLE: _ClassVar[Code]
+    LIMIT_EXCEEDED: _ClassVar[Code]
 
 class PullSysFlag(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -92,6 +93,7 @@ SUBSCRIPTION_PARSE_FAILED: Code
 FILTER_NOT_SUPPORTED: Code
 FLUSH_SLAVE_TIMEOUT: Code
 SLAVE_NOT_AVAILABLE: Code
+LIMIT_EXCEEDED: Code
 PULL_SYS_FLAG_NONE: PullSysFlag
 FLAG_COMMIT_OFFSET: PullSysFlag
 FLAG_SUSPEND: PullSysFlag
