@@ -141,7 +141,8 @@ class ConsumeMessageConcurrentlyService:
                 logger.exception("consume request of %s failed", request.message_queue)
 
     def submit_consume_request(self, messages: Sequence[MessageExt], pq: ProcessQueue,
-                               mq: MessageQueue) -> None:
+                               mq: MessageQueue, dispatch_to_consume: bool = True) -> None:
+        """Every batch goes to the pool (`dispatch_to_consume` is for orderly consumers only)."""
         for batch in split_batches(messages, self.batch_size):
             self._submit(ConsumeRequest(batch, pq, mq))
 

@@ -20,11 +20,15 @@ from rmq.connector.message import MessageExt
 
 PULL_MAX_IDLE_TIME_MS = 120000   # a queue not pulled for this long is dropped by rebalance
 CLEAN_EXPIRED_MAX_LOOPS = 16     # ProcessQueue#cleanExpiredMsg looks at most at 16 messages
+# orderly (spec consumer-startup-allocation-ordering §5.1): lockAll period, and how long the
+# client trusts its own lock flag (the broker's lock lives 60 s)
+REBALANCE_LOCK_INTERVAL_S = 20.0
+REBALANCE_LOCK_MAX_LIVE_TIME_S = 30.0
 
 
 class ProcessQueue:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
+        self.clock = clock
         self._lock = threading.Lock()
         self._messages: dict[int, MessageExt] = {}   # queue offset -> message
         self._order: deque[int] = deque()             # offsets put, ascending (removed ones trimmed lazily)
@@ -34,9 +38,16 @@ class ProcessQueue:
         self.queue_offset_max = -1
         self.dropped = False
         self.last_pull_timestamp = clock()
+        # orderly consumption (spec consumer-pull-rebalance §2.2, §17)
+        self._consuming_orderly: dict[int, MessageExt] = {}   # consumingMsgOrderlyTreeMap
+        self.consuming = False            # an orderly consume request is running or queued
+        self.locked = False
+        self.last_lock_timestamp = clock()
+        self.lock_consume = threading.Lock()   # held while the orderly listener runs
 
-    def put_message(self, messages: Sequence[MessageExt]) -> None:
-        """Add pulled messages (offsets already held are skipped)."""
+    def put_message(self, messages: Sequence[MessageExt]) -> bool:
+        """Add pulled messages (offsets already held are skipped); True when an orderly
+        consume request should be dispatched (messages held and none running: dispatchToConsume)."""
         with self._lock:
             for message in messages:
                 if message.queue_offset in self._messages:
@@ -49,6 +60,10 @@ class ProcessQueue:
                 self.msg_count += 1
                 self.msg_size += len(message.body)
                 self.queue_offset_max = max(self.queue_offset_max, message.queue_offset)
+            dispatch = bool(self._messages) and not self.consuming
+            if dispatch:
+                self.consuming = True
+            return dispatch
 
     def remove_message(self, messages: Sequence[MessageExt]) -> int:
         """Remove a finished batch; the offset to commit: the smallest offset still held,
@@ -86,11 +101,11 @@ class ProcessQueue:
             return self._last() - self._first()
 
     def is_pull_expired(self) -> bool:
-        return (self._clock() - self.last_pull_timestamp) * 1000 > PULL_MAX_IDLE_TIME_MS
+        return (self.clock() - self.last_pull_timestamp) * 1000 > PULL_MAX_IDLE_TIME_MS
 
     def mark_consume_started(self, messages: Sequence[MessageExt]) -> None:
         """The listener got these messages now (MessageAccessor.setConsumeStartTimeStamp)."""
-        now = self._clock()
+        now = self.clock()
         with self._lock:
             for message in messages:
                 if message.queue_offset in self._messages:
@@ -104,10 +119,52 @@ class ProcessQueue:
                 return None
             offset = self._first()
             started = self._consume_started.get(offset)
-            if started is None or self._clock() - started <= consume_timeout_s:
+            if started is None or self.clock() - started <= consume_timeout_s:
                 return None
             return self._messages[offset]
 
     def held_offsets(self) -> list[int]:
         with self._lock:
             return sorted(self._messages)
+
+    # ------------------------------------------------------------ orderly (spec consumer-pull-rebalance §17)
+
+    def is_lock_expired(self) -> bool:
+        return self.clock() - self.last_lock_timestamp > REBALANCE_LOCK_MAX_LIVE_TIME_S
+
+    def take_messages(self, batch_size: int) -> list[MessageExt]:
+        """takeMessags: the `batch_size` smallest offsets move into the consuming map; an empty
+        list (nothing held) ends the consume request (consuming = False)."""
+        with self._lock:
+            taken = []
+            while self._messages and len(taken) < batch_size:
+                message = self._messages.pop(self._first())
+                self._consuming_orderly[message.queue_offset] = message
+                taken.append(message)
+            if not taken:
+                self.consuming = False
+            return taken
+
+    def commit(self) -> int:
+        """The consuming map's largest offset + 1 (-1 when empty); the map is cleared (TV-20)."""
+        with self._lock:
+            if not self._consuming_orderly:
+                return -1
+            offset = max(self._consuming_orderly) + 1
+            self.msg_count -= len(self._consuming_orderly)
+            self.msg_size -= sum(len(m.body) for m in self._consuming_orderly.values())
+            self._consuming_orderly.clear()
+            return offset
+
+    def make_message_to_consume_again(self, messages: Sequence[MessageExt]) -> None:
+        """makeMessageToCosumeAgain: roll the messages back from the consuming map (TV-20)."""
+        with self._lock:
+            for message in messages:
+                self._consuming_orderly.pop(message.queue_offset, None)
+                self._messages[message.queue_offset] = message
+            self._order = deque(sorted(self._messages))
+
+    def has_temp_message(self) -> bool:
+        """Messages held or being consumed (an unlock is then delayed)."""
+        with self._lock:
+            return bool(self._messages or self._consuming_orderly)

@@ -25,14 +25,17 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 from rmq import retry
 from rmq.connector.allocation import STRATEGY_NAMES
 from rmq.connector.client import MessageQueue, PullResult, PullStatus, RmqClient, RmqError
 from rmq.connector.consume_message_concurrently_service import ConsumeMessageConcurrentlyService
+from rmq.connector.consume_message_orderly_service import ConsumeMessageOrderlyService
 from rmq.connector.consumer_ids_watcher import ConsumerIdsWatcher
 from rmq.connector.message import MessageExt, decode_messages
 from rmq.connector.message_listener import MessageListenerConcurrently
+from rmq.connector.message_listener_orderly import MessageListenerOrderly
 from rmq.connector.offset_store import (
     LocalFileOffsetStore,
     OffsetStore,
@@ -99,9 +102,10 @@ CONSUMER_TABLE = ConsumerTable()
 class _BrokerAdmin:
     """QueueAdmin over an RmqClient (what rebalancing asks the brokers)."""
 
-    def __init__(self, client: RmqClient, group: str) -> None:
+    def __init__(self, client: RmqClient, group: str, client_id: str) -> None:
         self._client = client
         self._group = group
+        self._client_id = client_id
 
     def message_queues(self, topic: str) -> Sequence[MessageQueue]:
         return self._client.query_route(topic).message_queues
@@ -114,6 +118,12 @@ class _BrokerAdmin:
 
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         return self._client.search_offset(mq, timestamp_ms)
+
+    def lock_batch(self, mqs: Sequence[MessageQueue]) -> set[MessageQueue]:
+        return self._client.lock_batch(self._group, self._client_id, mqs)
+
+    def unlock_batch(self, mqs: Sequence[MessageQueue]) -> None:
+        self._client.unlock_batch(self._group, self._client_id, mqs)
 
 
 class PushConsumer:
@@ -130,7 +140,7 @@ class PushConsumer:
         allocate_strategy: str = "avg",
         consume_from: str = "last",
         consume_timestamp: int | None = None,
-        max_reconsume_times: int = retry.DEFAULT_MAX_RECONSUME_TIMES,
+        max_reconsume_times: int | None = None,
         consume_thread_max: int = 20,
         pull_batch_size: int = 32,
         consume_message_batch_max_size: int = 1,
@@ -138,6 +148,7 @@ class PushConsumer:
         pull_threshold_size_for_queue: int = 100,
         consume_concurrently_max_span: int = 2000,
         pull_interval_ms: int = 0,
+        suspend_current_queue_time_millis: int = 1000,
         consume_timeout_minutes: float = 15,
         await_termination_s: float = 30.0,
         rebalance_interval_s: float = WAIT_INTERVAL_S,
@@ -170,15 +181,18 @@ class PushConsumer:
         for name, value in positive.items():
             if value <= 0:
                 raise ValueError(f"{name} must be positive, not {value}")
-        if max_reconsume_times < 0 or pull_interval_ms < 0 or await_termination_s < 0:
-            raise ValueError(
-                "max_reconsume_times, pull_interval_ms and await_termination_s must not be negative")
+        if (max_reconsume_times or 0) < 0 or pull_interval_ms < 0 or await_termination_s < 0 \
+                or suspend_current_queue_time_millis < 0:
+            raise ValueError("max_reconsume_times, pull_interval_ms, suspend_current_queue_time_millis and "
+                             "await_termination_s must not be negative")
         self.group = group
         self.broadcasting = message_model == BROADCASTING
         self.allocate_strategy = allocate_strategy
         self.consume_timestamp = (consume_timestamp if consume_timestamp is not None
                                   else int(time.time() * 1000) - HALF_HOUR_MS)
+        # None: 16 for concurrent listeners (the broker's DLQ threshold), unlimited for orderly ones
         self.max_reconsume_times = max_reconsume_times
+        self.suspend_current_queue_time_millis = suspend_current_queue_time_millis
         self.consume_thread_max = consume_thread_max
         self.pull_batch_size = pull_batch_size
         self.consume_message_batch_max_size = consume_message_batch_max_size
@@ -195,14 +209,15 @@ class PushConsumer:
         self.client = client or RmqClient(endpoints)
         self._owns_client = client is None
         self._subscriptions: dict[str, str | MessageSelector] = {}
-        self._listener: MessageListenerConcurrently | None = None
+        self._listener: MessageListenerConcurrently | MessageListenerOrderly | None = None
+        self.orderly = False
         self._state = "CREATE_JUST"
         self._state_lock = threading.Lock()
         self._flow_control_times = 0
         # built by start()
         self.offset_store: OffsetStore
         self.rebalance_impl: RebalanceImpl
-        self.consume_service: ConsumeMessageConcurrentlyService
+        self.consume_service: ConsumeMessageConcurrentlyService | ConsumeMessageOrderlyService
         self._scheduler: ScheduledExecutor
         self._pull_service: PullMessageService
         self._rebalance_service: RebalanceService
@@ -219,9 +234,14 @@ class PushConsumer:
             expression = MessageSelector.by_tag(expression)   # ValueError naming the bad expression
         self._subscriptions[topic] = expression
 
-    def register_message_listener(self, listener: MessageListenerConcurrently) -> None:
-        """`listener(messages, context)` returns ConsumeConcurrentlyStatus (see message_listener)."""
+    def register_message_listener(self, listener: MessageListenerConcurrently | MessageListenerOrderly,
+                                  orderly: bool = False) -> None:
+        """`listener(messages, context)` returns ConsumeConcurrentlyStatus (see message_listener);
+        with `orderly` it returns ConsumeOrderlyStatus and gets each queue's messages in offset
+        order, one queue per thread, under the queue's broker lock (see
+        message_listener_orderly, consume_message_orderly_service)."""
         self._listener = listener
+        self.orderly = orderly
 
     def __enter__(self) -> PushConsumer:
         self.start()
@@ -276,6 +296,8 @@ class PushConsumer:
         self._pull_service.shutdown()
         self.consume_service.shutdown(self.await_termination_s)
         self.persist_consumer_offset()
+        if self.orderly:
+            self.rebalance_impl.unlock_all()   # after the offsets are persisted: the next owner resumes there
         self.rebalance_impl.drop_all()
         self._scheduler.shutdown()
         self._watcher.stop()
@@ -314,15 +336,28 @@ class PushConsumer:
         self.rebalance_impl = RebalanceImpl(
             self.group, self.client_id, copy_subscription(self.group, self._subscriptions, self.broadcasting),
             broadcasting=self.broadcasting, strategy=self.allocate_strategy, offset_store=self.offset_store,
-            admin=_BrokerAdmin(self.client, self.group), consume_from=self.consume_from,
-            consume_timestamp_ms=self.consume_timestamp, dispatch_pull_requests=self._dispatch_pull_requests)
+            admin=_BrokerAdmin(self.client, self.group, self.client_id), consume_from=self.consume_from,
+            consume_timestamp_ms=self.consume_timestamp, dispatch_pull_requests=self._dispatch_pull_requests,
+            orderly=self.orderly, unlock_later=self._scheduler.schedule)
         assert self._listener is not None
-        self.consume_service = ConsumeMessageConcurrentlyService(
-            self._listener, group=self.group, broadcasting=self.broadcasting,
-            consume_thread_max=self.consume_thread_max,
-            consume_message_batch_max_size=self.consume_message_batch_max_size,
-            consume_timeout_minutes=self.consume_timeout_minutes, offset_store=self.offset_store,
-            send_message_back=self.send_message_back, scheduler=self._scheduler)
+        if self.orderly:
+            self.consume_service = ConsumeMessageOrderlyService(
+                cast(MessageListenerOrderly, self._listener), group=self.group,
+                broadcasting=self.broadcasting,
+                consume_thread_max=self.consume_thread_max,
+                consume_message_batch_max_size=self.consume_message_batch_max_size,
+                consume_timeout_minutes=self.consume_timeout_minutes,
+                max_reconsume_times=self.max_reconsume_times,
+                suspend_current_queue_time_millis=self.suspend_current_queue_time_millis,
+                offset_store=self.offset_store, rebalance_impl=self.rebalance_impl,
+                send_message_back=self.send_message_back, scheduler=self._scheduler)
+        else:
+            self.consume_service = ConsumeMessageConcurrentlyService(
+                cast(MessageListenerConcurrently, self._listener), group=self.group,
+                broadcasting=self.broadcasting, consume_thread_max=self.consume_thread_max,
+                consume_message_batch_max_size=self.consume_message_batch_max_size,
+                consume_timeout_minutes=self.consume_timeout_minutes, offset_store=self.offset_store,
+                send_message_back=self.send_message_back, scheduler=self._scheduler)
         self._rebalance_service = RebalanceService(self.rebalance_impl.do_rebalance,
                                                    self.rebalance_interval_s)
         self._watcher = ConsumerIdsWatcher(self.client, self.group, self.client_id,
@@ -366,6 +401,10 @@ class PushConsumer:
                                pq.msg_size // (1024 * 1024), pq.max_span())
             self._pull_service.execute_pull_request_later(request, delay_ms)
             return
+        lock_delay_ms = self.orderly_pull_delay_ms(request)
+        if lock_delay_ms:
+            self._pull_service.execute_pull_request_later(request, lock_delay_ms)
+            return
         mq = request.message_queue
         subscription = self.rebalance_impl.subscription_inner.get(mq.topic)
         if subscription is None:
@@ -393,8 +432,28 @@ class PushConsumer:
             return PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL
         if pq.msg_size // (1024 * 1024) > self.pull_threshold_size_for_queue:
             return PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL
-        if pq.max_span() > self.consume_concurrently_max_span:
+        if not self.orderly and pq.max_span() > self.consume_concurrently_max_span:
             return PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL
+        return 0
+
+    def orderly_pull_delay_ms(self, request: PullRequest) -> int:
+        """Orderly pull gating (spec pull §10.1 step 6, §17.5): an unlocked queue is pulled again
+        in 3 s; the first pull after locking starts at the offset the store holds."""
+        if not self.orderly or self.broadcasting:
+            return 0
+        if not request.process_queue.locked:
+            logger.info("pull message later because not locked in broker, %s", request.message_queue)
+            return PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION
+        if not request.locked_first:
+            offset = self.rebalance_impl.compute_pull_from_where(request.message_queue)
+            if offset < 0:
+                return PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION
+            if offset < request.next_offset:
+                logger.info("[NOTIFYME]the first time to pull message, but pull request offset larger than "
+                            "broker consume offset, %s %d > %d", request.message_queue, request.next_offset,
+                            offset)
+            request.locked_first = True
+            request.next_offset = offset
         return 0
 
     def _on_pull(self, request: PullRequest, subscription: SubscriptionData, result: PullResult | None,
@@ -423,8 +482,8 @@ class PushConsumer:
             if not messages:
                 self._pull_service.execute_pull_request_immediately(request)
                 return
-            pq.put_message(messages)
-            self.consume_service.submit_consume_request(messages, pq, mq)
+            dispatch_to_consume = pq.put_message(messages)
+            self.consume_service.submit_consume_request(messages, pq, mq, dispatch_to_consume)
             if self.pull_interval_ms > 0:
                 self._pull_service.execute_pull_request_later(request, self.pull_interval_ms)
             else:
@@ -460,7 +519,8 @@ class PushConsumer:
             self.client.send_message_back(
                 self.group, message.broker_name, message.commit_log_offset, delay_level=delay_level,
                 origin_msg_id=message.origin_msg_id, origin_topic=message.topic,
-                max_reconsume_times=self.max_reconsume_times)
+                max_reconsume_times=(retry.DEFAULT_MAX_RECONSUME_TIMES if self.max_reconsume_times is None
+                                     else self.max_reconsume_times))
             return True
         except RmqError as error:
             logger.warning("sendMessageBack of %s failed: %s", message.msg_id, error)

@@ -28,6 +28,9 @@ from rmq.subscription import MessageSelector, parse_sub_expression
 
 logger = logging.getLogger(__name__)
 
+UNLOCK_DELAY_TIME_S = 20.0   # rocketmq.client.unlockDelayTimeMills
+UNLOCK_TRY_TIMEOUT_S = 1.0   # removeUnnecessaryMessageQueue's tryLock of the consume lock
+
 
 class ConsumeFromWhere(enum.Enum):
     """Where a queue the group never committed starts (spec pull §9)."""
@@ -70,6 +73,7 @@ class PullRequest:
     message_queue: MessageQueue
     process_queue: ProcessQueue
     next_offset: int
+    locked_first: bool = False   # orderly: the first pull after locking re-reads the offset (§10.1)
 
 
 class QueueAdmin(Protocol):
@@ -79,6 +83,8 @@ class QueueAdmin(Protocol):
     def consumer_ids(self, topic: str) -> list[str]: ...
     def max_offset(self, mq: MessageQueue) -> int: ...
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int: ...
+    def lock_batch(self, mqs: Sequence[MessageQueue]) -> set[MessageQueue]: ...
+    def unlock_batch(self, mqs: Sequence[MessageQueue]) -> None: ...
 
 
 def copy_subscription(group: str, subscriptions: dict[str, str | MessageSelector], broadcasting: bool
@@ -105,6 +111,8 @@ class RebalanceImpl:
         consume_from: ConsumeFromWhere,
         consume_timestamp_ms: int,
         dispatch_pull_requests: Callable[[list[PullRequest]], None],
+        orderly: bool = False,
+        unlock_later: Callable[[float, Callable[[], None]], None] | None = None,
     ) -> None:
         self.group = group
         self.client_id = client_id
@@ -116,6 +124,8 @@ class RebalanceImpl:
         self.consume_from = consume_from
         self.consume_timestamp_ms = consume_timestamp_ms
         self.dispatch_pull_requests = dispatch_pull_requests
+        self.orderly = orderly and not broadcasting   # queue locks are a clustering matter (§5.1)
+        self.unlock_later = unlock_later
         self.process_queue_table: dict[MessageQueue, ProcessQueue] = {}
         self._lock = threading.Lock()   # one rebalance at a time
 
@@ -164,11 +174,16 @@ class RebalanceImpl:
                     logger.info("doRebalance, %s, remove unnecessary mq, %s", self.group, mq)
         pull_requests = []
         for mq in sorted(mq_set - set(self.process_queue_table)):
+            if self.orderly and not self.lock(mq):
+                logger.warning("doRebalance, %s, add a new mq failed, %s, because lock failed", self.group,
+                               mq)
+                continue
             next_offset = self.compute_pull_from_where(mq)
             if next_offset < 0:
                 logger.warning("doRebalance, %s, add new mq failed, %s", self.group, mq)
                 continue
             pq = ProcessQueue()
+            pq.locked = self.orderly
             self.process_queue_table[mq] = pq
             pull_requests.append(PullRequest(self.group, mq, pq, next_offset))
             changed = True
@@ -177,13 +192,93 @@ class RebalanceImpl:
         return changed
 
     def remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
-        """Persist the queue's offset for its next owner, then forget it."""
+        """Persist the queue's offset for its next owner, then forget it. Orderly: only once
+        no listener runs on the queue (else False: the next rebalance tries again), and then
+        its broker lock is released (RebalancePushImpl#removeUnnecessaryMessageQueue)."""
+        if self.orderly and not pq.lock_consume.acquire(timeout=UNLOCK_TRY_TIMEOUT_S):
+            logger.warning("[WRONG]mq is consuming, so can not unlock it, %s. maybe hanged for a while", mq)
+            return False
         try:
-            self.offset_store.persist_all([mq])
-        except RmqError as error:
-            logger.warning("persisting the offset of %s failed: %s", mq, error)
-        self.offset_store.remove_offset(mq)
+            try:
+                self.offset_store.persist_all([mq])
+            except RmqError as error:
+                logger.warning("persisting the offset of %s failed: %s", mq, error)
+            self.offset_store.remove_offset(mq)
+            if self.orderly:
+                self.unlock_delay(mq, pq)
+        finally:
+            if self.orderly:
+                pq.lock_consume.release()
         return True
+
+    # ------------------------------------------------------------ queue locks (orderly)
+
+    def unlock_delay(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        """Unlock at once, or UNLOCK_DELAY_TIME_S later when the queue still holds messages
+        (a pull may still be answering for it)."""
+        if pq.has_temp_message() and self.unlock_later is not None:
+            logger.info("[%s]unlockDelay, begin %s", mq.topic, mq)
+            self.unlock_later(UNLOCK_DELAY_TIME_S, lambda: self.unlock(mq))
+        else:
+            self.unlock(mq)
+
+    def lock(self, mq: MessageQueue) -> bool:
+        """Lock one queue on its broker's master (marking its ProcessQueue, if any)."""
+        try:
+            locked = mq in self.admin.lock_batch([mq])
+        except RmqError as error:
+            logger.warning("lockBatchMQ of %s failed: %s", mq, error)
+            return False
+        pq = self.process_queue_table.get(mq)
+        if pq is not None and locked:
+            pq.locked = True
+            pq.last_lock_timestamp = pq.clock()
+        logger.info("the message queue lock %s, %s %s", "OK" if locked else "Failed", self.group, mq)
+        return locked
+
+    def lock_all(self) -> None:
+        """lockAll (spec consumer-startup-allocation-ordering §5.2): renew the lock of every
+        owned queue; a queue whose lock is not granted stops being consumed, with a log line
+        naming the two causes of §6, until a later lockAll or rebalance gets it."""
+        table = dict(self.process_queue_table)
+        if not table:
+            return
+        try:
+            locked = self.admin.lock_batch(sorted(table))
+        except RmqError as error:
+            logger.warning("lockBatchMQ of group %s failed: %s", self.group, error)
+            locked = set()
+        for mq, pq in table.items():
+            if mq in locked:
+                if not pq.locked:
+                    logger.info("the message queue locked OK, Group: %s %s", self.group, mq)
+                pq.locked = True
+                pq.last_lock_timestamp = pq.clock()
+            elif pq.locked:
+                pq.locked = False
+                logger.warning(
+                    "the message queue locked Failed, Group: %s %s: its ordered consumption pauses until "
+                    "the lock is granted again (another consumer holds it until it expires, or the broker's "
+                    "master is down; consumer-startup-allocation-ordering §6)", self.group, mq)
+
+    def unlock(self, mq: MessageQueue) -> None:
+        try:
+            self.admin.unlock_batch([mq])
+            logger.info("unlock messageQueue. group:%s, clientId:%s, mq:%s", self.group, self.client_id, mq)
+        except RmqError as error:
+            logger.warning("unlockBatchMQ of %s failed: %s", mq, error)
+
+    def unlock_all(self) -> None:
+        """unlockAll(false): release every owned queue's lock (shutdown)."""
+        table = dict(self.process_queue_table)
+        if not table:
+            return
+        try:
+            self.admin.unlock_batch(sorted(table))
+        except RmqError as error:
+            logger.warning("unlockBatchMQ of group %s failed: %s", self.group, error)
+        for pq in table.values():
+            pq.locked = False
 
     def compute_pull_from_where(self, mq: MessageQueue) -> int:
         """Spec consumer-pull-rebalance §9 / TV-9: the committed offset, else by consume_from;

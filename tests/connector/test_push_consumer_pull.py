@@ -60,7 +60,7 @@ def consumer(tmp_path: Path):
     consumer._state = "RUNNING"
     consumer._pull_service = RecordingPullService()
     consumer._scheduler = RecordingScheduler()
-    consumer.consume_service.submit_consume_request = lambda msgs, pq, mq: submitted.append(
+    consumer.consume_service.submit_consume_request = lambda msgs, pq, mq, dispatch=True: submitted.append(
         [m.queue_offset for m in msgs]
     )
     consumer.submitted = submitted
