@@ -31,14 +31,16 @@ OK = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 LATER = ConsumeConcurrentlyStatus.RECONSUME_LATER
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[processes.ServerProcess]:
-    config = tmp_path / "broker.yaml"
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[processes.ServerProcess]:
+    """One broker for the module (each test has its own topic and group)."""
+    path = tmp_path_factory.mktemp("push-retry")
+    config = path / "broker.yaml"
     config.write_text('message_delay_level: "1s 1s 1s 1s 1s"\n')  # every retry level waits 1 s
-    server = processes.broker(tmp_path, extra=["--config", str(config)]).start()
+    server = processes.broker(path, extra=["--config", str(config)]).start()
     with RmqClient(server.address) as client:
-        client.create_topic("T", 2)
-        client.create_topic("Slow", 1)
+        for topic, queues in (("T", 2), ("Slow", 1), ("Bc", 2), ("Sql", 2)):
+            client.create_topic(topic, queues)
     yield server
     server.stop()
 
@@ -188,12 +190,12 @@ def test_broadcasting_each_gets_everything_and_resumes(
             instance_name=name,
             offset_store_dir=tmp_path / "offsets",
         )
-        c.subscribe("T")
+        c.subscribe("Bc")
         c.register_message_listener(lambda msgs, ctx: received[name].extend(m.body for m in msgs) or OK)
         return c
 
     with Producer(broker.address) as producer:
-        producer.send([Message("T", f"a{i}".encode()) for i in range(30)])
+        producer.send([Message("Bc", f"a{i}".encode()) for i in range(30)])
         first, second = consumer("b1"), consumer("b2")
         first.start()
         second.start()
@@ -202,8 +204,8 @@ def test_broadcasting_each_gets_everything_and_resumes(
         files = list((tmp_path / "offsets").glob("*b1/g-bc/offsets.json"))
         assert len(files) == 1
         saved = json.loads(files[0].read_text())
-        assert sum(saved["T"]["broker-a"].values()) == 30
-        producer.send([Message("T", f"b{i}".encode()) for i in range(10)])
+        assert sum(saved["Bc"]["broker-a"].values()) == 30
+        producer.send([Message("Bc", f"b{i}".encode()) for i in range(10)])
         wait_until(lambda: len(received["b2"]) == 40, "b2 got the 10 new ones")
         restarted = consumer("b1")
         with restarted:
@@ -217,13 +219,13 @@ def test_broadcasting_each_gets_everything_and_resumes(
 def test_sql92_subscription_gets_only_matching_messages(broker: processes.ServerProcess) -> None:
     got: list[bytes] = []
     consumer = PushConsumer("g-sql", broker.address, consume_from="first")
-    consumer.subscribe("T", MessageSelector.by_sql("region = 'eu' AND amount > 100"))
+    consumer.subscribe("Sql", MessageSelector.by_sql("region = 'eu' AND amount > 100"))
     consumer.register_message_listener(lambda msgs, ctx: got.extend(m.body for m in msgs) or OK)
     with Producer(broker.address) as producer, consumer:
         producer.send(
             [
                 Message(
-                    "T", f"{region}-{amount}".encode(), properties={"region": region, "amount": str(amount)}
+                    "Sql", f"{region}-{amount}".encode(), properties={"region": region, "amount": str(amount)}
                 )
                 for region in ("eu", "us")
                 for amount in (50, 150, 250)

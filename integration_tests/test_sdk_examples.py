@@ -20,11 +20,12 @@ from rmq.connector.client import RmqClient
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[processes.ServerProcess]:
-    server = processes.broker(tmp_path).start()
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[processes.ServerProcess]:
+    server = processes.broker(tmp_path_factory.mktemp("sdk-examples")).start()
     with RmqClient(server.address) as client:
-        client.create_topic("orders", 4)
+        client.create_topic("orders", 4)        # the README's topic
+        client.create_topic("orders-svc", 4)    # the example service's, in its own test
     yield server
     server.stop()
 
@@ -45,7 +46,7 @@ def test_readme_example_runs(broker: processes.ServerProcess) -> None:
 def test_order_consumer_service_totals(broker: processes.ServerProcess) -> None:
     events = list(order_events(200, start_ms=0))
     with Producer(broker.address) as producer:
-        producer.send([Message("orders", e.body(), tags=e.status, keys=e.order_id) for e in events])
+        producer.send([Message("orders-svc", e.body(), tags=e.status, keys=e.order_id) for e in events])
     run = subprocess.run(
         [
             sys.executable,
@@ -53,6 +54,8 @@ def test_order_consumer_service_totals(broker: processes.ServerProcess) -> None:
             "examples.order_consumer_service",
             "--endpoints",
             broker.address,
+            "--topic",
+            "orders-svc",
             "--max-messages",
             "200",
         ],
