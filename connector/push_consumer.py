@@ -99,7 +99,7 @@ class ConsumerTable:
 CONSUMER_TABLE = ConsumerTable()
 
 
-class _BrokerAdmin:
+class BrokerQueueAdmin:
     """QueueAdmin over an RmqClient (what rebalancing asks the brokers)."""
 
     def __init__(self, client: RmqClient, group: str, client_id: str) -> None:
@@ -336,7 +336,7 @@ class PushConsumer:
         self.rebalance_impl = RebalanceImpl(
             self.group, self.client_id, copy_subscription(self.group, self._subscriptions, self.broadcasting),
             broadcasting=self.broadcasting, strategy=self.allocate_strategy, offset_store=self.offset_store,
-            admin=_BrokerAdmin(self.client, self.group, self.client_id), consume_from=self.consume_from,
+            admin=BrokerQueueAdmin(self.client, self.group, self.client_id), consume_from=self.consume_from,
             consume_timestamp_ms=self.consume_timestamp, dispatch_pull_requests=self._dispatch_pull_requests,
             orderly=self.orderly, unlock_later=self._scheduler.schedule)
         assert self._listener is not None

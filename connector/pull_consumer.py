@@ -1,0 +1,396 @@
+"""PullConsumer: RocketMQ's DefaultLitePullConsumer, the application polls (spec
+consumer-pull-rebalance §20, TV-18; consumer-startup-allocation-ordering §3).
+
+    consumer = PullConsumer("reports", "127.0.0.1:9876", consume_from="first")
+    consumer.subscribe("Orders", "TagA")          # a group member: queues rebalanced
+    consumer.start()
+    while running:
+        for message in consumer.poll(timeout=1.0):
+            handle(message)
+        consumer.commit()                         # or leave auto_commit on (every 5 s)
+
+`assign(queues)` instead of `subscribe` reads exactly those queues without joining the
+group (the group only names the committed offsets). Behind `poll`, one long-polling pull
+loop per owned queue (the PushConsumer's PullMessageService and RebalanceImpl) fills a
+bounded cache (`pull_threshold_for_queue` messages per queue); `poll` hands out one pulled
+batch of one queue, in offset order per queue, and counts it consumed. `commit()` writes the
+consumed offsets of every owned queue to the broker, `commit(offsets)` the given ones;
+with `auto_commit` a poll commits what earlier polls returned once `auto_commit_interval_s`
+passed, and shutdown commits too (at-least-once: a crash replays at most the uncommitted
+tail). `seek` moves a queue's next pull (its cached messages dropped), `pause`/`resume`
+stop and restart handing out and pulling a queue's messages.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from rmq.connector.allocation import STRATEGY_NAMES
+from rmq.connector.client import MessageQueue, PullResult, PullStatus, RmqClient, RmqError
+from rmq.connector.consumer_ids_watcher import ConsumerIdsWatcher
+from rmq.connector.message import MessageExt, decode_messages
+from rmq.connector.offset_store import ReadOffsetType, RemoteBrokerOffsetStore
+from rmq.connector.process_queue import ProcessQueue
+from rmq.connector.pull_message_service import PullMessageService
+from rmq.connector.push_consumer import (
+    BROKER_SUSPEND_MAX_TIME_MILLIS,
+    CONSUMER_TABLE,
+    HEARTBEAT_INTERVAL_S,
+    PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION,
+    PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL,
+    BrokerQueueAdmin,
+    client_id_of,
+)
+from rmq.connector.rebalance_impl import ConsumeFromWhere, PullRequest, RebalanceImpl, SubscriptionData
+from rmq.connector.rebalance_service import WAIT_INTERVAL_S, RebalanceService
+from rmq.connector.scheduled_executor import ScheduledExecutor
+from rmq.subscription import MessageSelector
+
+logger = logging.getLogger(__name__)
+
+PULL_TIME_DELAY_MILLS_WHEN_PAUSE = 1000
+AUTO_COMMIT_INTERVAL_S = 5.0
+HALF_HOUR_MS = 30 * 60 * 1000
+
+
+@dataclass
+class ConsumeRequest:
+    """One pulled batch of one queue, waiting for poll()."""
+
+    messages: list[MessageExt]
+    message_queue: MessageQueue
+    process_queue: ProcessQueue
+
+
+class PullConsumer:
+    """A lite pull consumer (clustering, `avg` allocation, from the last offset by default)."""
+
+    def __init__(
+        self,
+        group: str,
+        endpoints: str | Sequence[str],
+        *,
+        consume_from: str = "last",
+        consume_timestamp: int | None = None,
+        auto_commit: bool = True,
+        auto_commit_interval_s: float = AUTO_COMMIT_INTERVAL_S,
+        allocate_strategy: str = "avg",
+        pull_batch_size: int = 32,
+        pull_threshold_for_queue: int = 1000,
+        rebalance_interval_s: float = WAIT_INTERVAL_S,
+        instance_name: str | None = None,
+        client: RmqClient | None = None,
+    ) -> None:
+        if not group:
+            raise ValueError("consumer group is empty")
+        if allocate_strategy not in STRATEGY_NAMES:
+            raise ValueError(f"allocate_strategy must be one of {', '.join(STRATEGY_NAMES)}, "
+                             f"not {allocate_strategy!r}")
+        try:
+            self.consume_from = ConsumeFromWhere(consume_from)
+        except ValueError:
+            raise ValueError(f"consume_from must be one of {', '.join(w.value for w in ConsumeFromWhere)}, "
+                             f"not {consume_from!r}") from None
+        for name, value in (("auto_commit_interval_s", auto_commit_interval_s),
+                            ("pull_batch_size", pull_batch_size),
+                            ("pull_threshold_for_queue", pull_threshold_for_queue),
+                            ("rebalance_interval_s", rebalance_interval_s)):
+            if value <= 0:
+                raise ValueError(f"{name} must be positive, not {value}")
+        self.group = group
+        self.consume_timestamp = (consume_timestamp if consume_timestamp is not None
+                                  else int(time.time() * 1000) - HALF_HOUR_MS)
+        self.auto_commit = auto_commit
+        self.auto_commit_interval_s = auto_commit_interval_s
+        self.allocate_strategy = allocate_strategy
+        self.pull_batch_size = pull_batch_size
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.rebalance_interval_s = rebalance_interval_s
+        self.client_id = client_id_of(instance_name)
+        self.client = client or RmqClient(endpoints)
+        self._owns_client = client is None
+        self._subscriptions: dict[str, SubscriptionData] = {}
+        self._assigned: list[MessageQueue] | None = None
+        self._state = "CREATE_JUST"
+        self._state_lock = threading.Lock()
+        self._requests: queue.SimpleQueue[ConsumeRequest] = queue.SimpleQueue()
+        self._paused: set[MessageQueue] = set()
+        self._held: list[ConsumeRequest] = []          # polled while their queue was paused
+        self._consumed: dict[MessageQueue, int] = {}   # next offset after what poll() returned
+        self._consumed_lock = threading.Lock()
+        self._next_auto_commit = time.monotonic() + auto_commit_interval_s
+        self.offset_store = RemoteBrokerOffsetStore(self.client, group)
+        self._scheduler = ScheduledExecutor(f"rmq-lite-pull-{group}")
+        self._pull_service = PullMessageService(self._pull_message, self._scheduler)
+        self.rebalance_impl = RebalanceImpl(
+            group, self.client_id, self._subscriptions, broadcasting=False, strategy=allocate_strategy,
+            offset_store=self.offset_store, admin=BrokerQueueAdmin(self.client, group, self.client_id),
+            consume_from=self.consume_from, consume_timestamp_ms=self.consume_timestamp,
+            dispatch_pull_requests=self._dispatch)
+        self._rebalance_service = RebalanceService(self.rebalance_impl.do_rebalance, rebalance_interval_s)
+        self._watcher = ConsumerIdsWatcher(self.client, group, self.client_id, self._rebalance_service.wakeup,
+                                           self._send_heartbeat)
+
+    # ------------------------------------------------------------ set-up
+
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
+        """Read `topic`'s messages whose tag matches `expression` ("*", "TagA || TagB") or that an
+        SQL92 `MessageSelector.by_sql(...)` selects, sharing its queues with the group's members."""
+        if not topic:
+            raise ValueError("topic is empty")
+        if self._assigned is not None:
+            raise RuntimeError("subscribe and assign are mutually exclusive")
+        self._subscriptions[topic] = SubscriptionData.build(topic, expression)
+
+    def assign(self, queues: Iterable[MessageQueue]) -> None:
+        """Read exactly these queues (every message), outside group membership."""
+        if self._subscriptions:
+            raise RuntimeError("subscribe and assign are mutually exclusive")
+        self._assigned = sorted(set(queues))
+        if not self._assigned:
+            raise ValueError("no queue to assign")
+
+    def fetch_message_queues(self, topic: str) -> list[MessageQueue]:
+        """fetchMessageQueues: every readable queue of the topic."""
+        return list(self.client.query_route(topic).message_queues)
+
+    def __enter__(self) -> PullConsumer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    @property
+    def running(self) -> bool:
+        return self._state == "RUNNING"
+
+    def start(self) -> None:
+        with self._state_lock:
+            if self._state != "CREATE_JUST":
+                raise RuntimeError(f"The PullConsumer service state not OK, maybe started once, "
+                                   f"{self._state}")
+            if self._assigned is None and not self._subscriptions:
+                raise ValueError("nothing to read: subscribe(topic, expression) or assign(queues) first")
+            if self._assigned is not None:
+                for topic in {mq.topic for mq in self._assigned}:
+                    self._subscriptions[topic] = SubscriptionData.build(topic, "*")
+            for topic in self._subscriptions:
+                self.client.query_route(topic)   # an unknown topic fails here, naming it
+            joins = self._assigned is None
+            if joins and not CONSUMER_TABLE.register_consumer(self.client_id, self.group, self):
+                raise RuntimeError(f"The consumer group[{self.group}] has been created before in this client "
+                                   f"({self.client_id}), specify another name (or instance_name) please.")
+            self._state = "RUNNING"
+        self._pull_service.start()
+        if self._assigned is not None:
+            with self.rebalance_impl._lock:
+                for topic in {mq.topic for mq in self._assigned}:
+                    self.rebalance_impl.update_process_queue_table_in_rebalance(
+                        topic, {mq for mq in self._assigned if mq.topic == topic})
+            return
+        self._heartbeat()
+        self._scheduler.schedule_at_fixed_rate(HEARTBEAT_INTERVAL_S, HEARTBEAT_INTERVAL_S, self._heartbeat)
+        self._rebalance_service.start()
+        self._rebalance_service.wakeup()
+
+    def shutdown(self) -> None:
+        """Commit (with auto_commit), leave the group and stop pulling."""
+        with self._state_lock:
+            if self._state != "RUNNING":
+                self._state = "SHUTDOWN_ALREADY"
+                return
+            self._state = "SHUTDOWN_ALREADY"
+        self._rebalance_service.shutdown()
+        self._pull_service.shutdown()
+        if self.auto_commit:
+            self._commit_consumed()
+        self.rebalance_impl.drop_all()
+        self._scheduler.shutdown()
+        if self._assigned is None:
+            self._watcher.stop()
+            try:
+                self.client.unregister(self.client_id, self.group)
+            except RmqError as error:
+                logger.warning("unregister of %s from group %s failed: %s", self.client_id, self.group, error)
+            CONSUMER_TABLE.unregister_consumer(self.client_id, self.group)
+        if self._owns_client:
+            self.client.close()
+
+    # ------------------------------------------------------------ reading
+
+    def poll(self, timeout: float = 5.0) -> list[MessageExt]:
+        """The next pulled batch (one queue, ascending offsets), or [] after `timeout` seconds."""
+        if not self.running:
+            raise RuntimeError("the PullConsumer is not running")
+        self._maybe_auto_commit()
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                request = self._requests.get(timeout=max(remaining, 0.0)) if remaining > 0 else \
+                    self._requests.get_nowait()
+            except queue.Empty:
+                return []
+            if request.process_queue.dropped:
+                continue   # the queue went to another member, or was sought
+            if request.message_queue in self._paused:
+                self._held.append(request)
+                continue
+            offset = request.process_queue.remove_message(request.messages)
+            with self._consumed_lock:
+                self._consumed[request.message_queue] = offset
+            return request.messages
+
+    def assignment(self) -> list[MessageQueue]:
+        """The queues read now (assigned, or owned after the last rebalance)."""
+        return sorted(self.rebalance_impl.process_queue_table)
+
+    # ------------------------------------------------------------ offsets
+
+    def commit(self, offsets: Mapping[MessageQueue, int] | None = None) -> None:
+        """Write to the broker the next offset to read of every queue read now (what poll()
+        returned so far), or the given `offsets`."""
+        if offsets is None:
+            self._commit_consumed()
+            return
+        for mq, offset in offsets.items():
+            self.offset_store.update_offset(mq, offset, increase_only=False)
+        self.offset_store.persist_all(offsets)
+
+    def committed(self, mq: MessageQueue) -> int:
+        """The group's committed offset of `mq` on the broker (-1: none)."""
+        return self.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_STORE)
+
+    def seek(self, mq: MessageQueue, offset: int) -> None:
+        """Read `mq` from `offset` next: its cached messages are dropped, the pull loop restarts."""
+        self._ensure_owned(mq)
+        offsets = self.client.topic_offsets(mq.topic).get(mq)
+        if offsets is not None and not offsets.min_offset <= offset <= offsets.max_offset:
+            raise ValueError(f"offset {offset} of {mq} is outside "
+                             f"[{offsets.min_offset}, {offsets.max_offset}]")
+        with self.rebalance_impl._lock:
+            old = self.rebalance_impl.process_queue_table.get(mq)
+            if old is None:
+                raise ValueError(f"{mq} is not read by this consumer")
+            old.dropped = True
+            pq = ProcessQueue()
+            self.rebalance_impl.process_queue_table[mq] = pq
+        with self._consumed_lock:
+            self._consumed[mq] = offset
+        self._pull_service.execute_pull_request_immediately(PullRequest(self.group, mq, pq, offset))
+
+    def seek_to_begin(self, mq: MessageQueue) -> None:
+        self.seek(mq, self.client.topic_offsets(mq.topic)[mq].min_offset)
+
+    def seek_to_end(self, mq: MessageQueue) -> None:
+        self.seek(mq, self.client.topic_offsets(mq.topic)[mq].max_offset)
+
+    def pause(self, queues: Iterable[MessageQueue]) -> None:
+        """Stop pulling these queues and handing out their messages (until resume)."""
+        self._paused.update(queues)
+
+    def resume(self, queues: Iterable[MessageQueue]) -> None:
+        resumed = set(queues)
+        self._paused -= resumed
+        held, self._held = self._held, []
+        for request in held:
+            if request.message_queue in resumed:
+                self._requests.put(request)
+            else:
+                self._held.append(request)
+
+    # ------------------------------------------------------------ inside
+
+    def _ensure_owned(self, mq: MessageQueue) -> None:
+        if mq not in self.rebalance_impl.process_queue_table:
+            raise ValueError(f"{mq} is not read by this consumer (assigned or owned now: "
+                             f"{', '.join(map(str, self.assignment())) or 'none'})")
+
+    def _commit_consumed(self) -> None:
+        owned = set(self.rebalance_impl.process_queue_table)
+        with self._consumed_lock:
+            consumed = {mq: offset for mq, offset in self._consumed.items() if mq in owned and offset >= 0}
+        for mq, offset in consumed.items():
+            self.offset_store.update_offset(mq, offset, increase_only=False)
+        try:
+            self.offset_store.persist_all(consumed)
+        except RmqError as error:
+            logger.warning("commit of group %s failed: %s", self.group, error)
+
+    def _maybe_auto_commit(self) -> None:
+        if self.auto_commit and time.monotonic() >= self._next_auto_commit:
+            self._next_auto_commit = time.monotonic() + self.auto_commit_interval_s
+            self._commit_consumed()
+
+    def _dispatch(self, requests: list[PullRequest]) -> None:
+        for request in requests:
+            with self._consumed_lock:
+                self._consumed.setdefault(request.message_queue, request.next_offset)
+            self._pull_service.execute_pull_request_immediately(request)
+
+    def _heartbeat(self) -> None:
+        try:
+            self._send_heartbeat()
+        except RmqError as error:
+            logger.warning("heartbeat of %s in group %s failed: %s", self.client_id, self.group, error)
+        if self.running:
+            try:
+                self._watcher.watch(self.client.list_brokers())
+            except RmqError:
+                pass
+
+    def _send_heartbeat(self) -> None:
+        self.client.heartbeat(self.client_id, self.group,
+                              {t: s.sub_string for t, s in self._subscriptions.items()})
+
+    def _pull_message(self, request: PullRequest) -> None:
+        """PullTaskImpl: flow control and pause, then one asynchronous long-polling pull."""
+        pq, mq = request.process_queue, request.message_queue
+        if pq.dropped or not self.running:
+            return
+        pq.last_pull_timestamp = time.monotonic()
+        if mq in self._paused:
+            self._pull_service.execute_pull_request_later(request, PULL_TIME_DELAY_MILLS_WHEN_PAUSE)
+            return
+        if pq.msg_count > self.pull_threshold_for_queue:
+            self._pull_service.execute_pull_request_later(request, PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL)
+            return
+        subscription = self._subscriptions[mq.topic]
+        try:
+            self.client.pull_async(
+                mq, request.next_offset, self.pull_batch_size, group=self.group,
+                sub_expression=subscription.selector, suspend_timeout_ms=BROKER_SUSPEND_MAX_TIME_MILLIS,
+                callback=lambda result, error: self._on_pull(request, subscription, result, error))
+        except RmqError as error:
+            logger.warning("pull of %s failed: %s", mq, error)
+            self._pull_service.execute_pull_request_later(request, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
+
+    def _on_pull(self, request: PullRequest, subscription: SubscriptionData, result: PullResult | None,
+                 error: RmqError | None) -> None:
+        if not self.running or request.process_queue.dropped:
+            return
+        if error is not None or result is None:
+            logger.warning("pull of %s failed: %s", request.message_queue, error)
+            self._pull_service.execute_pull_request_later(request, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
+            return
+        if result.pull_status == PullStatus.OFFSET_ILLEGAL:
+            logger.warning("the pull request offset illegal, %s %d -> %d", request.message_queue,
+                           request.next_offset, result.next_begin_offset)
+        request.next_offset = result.next_begin_offset
+        messages = []
+        if result.pull_status == PullStatus.FOUND:
+            messages = [m for m in decode_messages(result.messages, request.message_queue)
+                        if subscription.matches(m.tags)]
+        if messages:
+            request.process_queue.put_message(messages)
+            self._requests.put(ConsumeRequest(messages, request.message_queue, request.process_queue))
+        elif request.process_queue.msg_count == 0:   # correctTagsOffset: past filtered-out messages
+            with self._consumed_lock:
+                self._consumed[request.message_queue] = request.next_offset
+        self._pull_service.execute_pull_request_immediately(request)
