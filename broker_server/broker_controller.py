@@ -27,7 +27,7 @@ from rmq.broker_server.memory_tuning import keep_freed_memory
 from rmq.broker_server.messaging_service import MessagingService
 from rmq.broker_server.metrics import BrokerCollector, BrokerFigures, QueueOffset, serve_metrics
 from rmq.broker_server.pull_message_processor import PullLimits, PullMessageProcessor
-from rmq.broker_server.rebalance_lock_manager import RebalanceLockManager
+from rmq.broker_server.rebalance_lock_manager import LOCKS_FILE, RebalanceLockManager
 from rmq.broker_server.replication import Replication
 from rmq.broker_server.rocketmq_v2 import build_service as build_rocketmq_v2_service
 from rmq.broker_server.rocketmq_v2.messaging_service import RocketMQv2MessagingService
@@ -92,7 +92,9 @@ class BrokerController:
             config.max_subscriptions_per_client, config.max_subscription_bytes))
         self.watches = ConsumerIdsWatchService(self.consumers, config.max_consumer_id_watchers)
         self.locks = RebalanceLockManager(config.rebalance_lock_max_live_time_ms,
-                                          max_locks=config.max_queue_locks)
+                                          max_locks=config.max_queue_locks,
+                                          path=path / "config" / LOCKS_FILE)
+        self.consumers.add_listener(self.locks.unlock_clients)   # a client gone frees its locks at once
         self.hold_service = PullRequestHoldService(
             self.store.get_max_offset_in_queue,
             config.long_polling_enable,

@@ -6,6 +6,8 @@ broadcasting consumers each get everything and resume from their local offset fi
 
 from __future__ import annotations
 
+import contextlib
+import io
 import itertools
 import json
 import subprocess
@@ -20,6 +22,7 @@ import pytest
 
 from rmq import retry
 from rmq.cli import processes
+from rmq.cli.main import main as cli_main
 from rmq.connector import ConsumeConcurrentlyStatus, Message, MessageExt, Producer, PushConsumer
 from rmq.connector.client import RmqClient
 from rmq.connector.message_listener import ConsumeConcurrentlyContext
@@ -53,9 +56,11 @@ def wait_until(condition, what: str, timeout: float = WAIT_S) -> None:
 
 
 def rmq_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rmq.cli", *args], capture_output=True, text=True, timeout=60
-    )
+    """`rmq ARGS` run in this process (the CLI's main, output captured): no interpreter start-up."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli_main(list(args))
+    return subprocess.CompletedProcess(["rmq", *args], code, out.getvalue(), err.getvalue())
 
 
 class Recorder:
