@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from datetime import datetime
 
 from bench.broker_bench import PRODUCE_BATCH
 from bench.environment import FLUSH, Environment, _running
@@ -75,8 +76,8 @@ def lag_samples(client: RmqClient, address: str, count: int, body: bytes) -> lis
 
 
 def catch_up_mib_per_s(env: Environment, run: int, count: int) -> float:
-    """A slave started empty behind a master holding `count` 1 KiB messages: MiB/s from when it
-    answers until it holds every byte (HAService.Transfer, one chunk of <= 1 MiB per message)."""
+    """A slave started empty behind a master holding `count` 1 KiB messages: MiB/s from its first
+    chunk until it holds every byte (HAService.Transfer, one chunk of <= 1 MiB per message)."""
     directory = env.directory(f"catch-up-{run}")
     name = f"catch-up-{run}"
     with _running(processes.group_member(directory, name, 0, "ASYNC_MASTER", flush=FLUSH)) as master, \
@@ -87,11 +88,18 @@ def catch_up_mib_per_s(env: Environment, run: int, count: int) -> float:
             client.send(TOPIC, batch[: min(PRODUCE_BATCH, count - start)])
         total = client.broker_status(master.address).commit_log_max_offset
         slave = processes.group_member(directory, name, 1, "SLAVE", master=master.address, flush=FLUSH)
-        with _running(slave):   # from the moment it answers, so the process start is left out
-            started, held = time.perf_counter(), client.broker_status(slave.address).commit_log_max_offset
+        with _running(slave):
             while client.broker_status(slave.address).commit_log_max_offset < total:
                 time.sleep(0.005)
-            return (total - held) / (1 << 20) / (time.perf_counter() - started)
+            done = time.time()
+            return total / (1 << 20) / (done - replication_started(slave.log()))
+
+
+def replication_started(log: str) -> float:
+    """Epoch seconds of the slave's "replicating from master" line (its first chunk arrived), so
+    that the process start is left out."""
+    line = next(line for line in log.splitlines() if "replicating from master" in line)
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
 def replication_rows(env: Environment) -> list[Row]:
