@@ -25,7 +25,13 @@ from rmq.broker_server.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server,
 from rmq.broker_server.long_polling import PullRequestHoldService
 from rmq.broker_server.memory_tuning import keep_freed_memory
 from rmq.broker_server.messaging_service import MessagingService
-from rmq.broker_server.metrics import BrokerCollector, BrokerFigures, QueueOffset, serve_metrics
+from rmq.broker_server.metrics import (
+    BoundedTables,
+    BrokerCollector,
+    BrokerFigures,
+    QueueOffset,
+    serve_metrics,
+)
 from rmq.broker_server.pull_message_processor import PullLimits, PullMessageProcessor
 from rmq.broker_server.rebalance_lock_manager import LOCKS_FILE, RebalanceLockManager
 from rmq.broker_server.replication import Replication
@@ -243,8 +249,12 @@ class BrokerController:
             return [QueueOffset(key.group, key.topic, key.queue_id, offset)
                     for key, offset in offsets.all_offsets().items()]
 
+        def client_tables() -> BoundedTables:
+            return BoundedTables(self.consumers.subscription_bytes(), self.locks.size(), offsets.size())
+
         return BrokerFigures(self.config.broker_name, self.store, self.stats, self.hold_service.held_count,
-                             consumer_offsets, self.consumers.table_sizes, lambda: len(self.topics.all()))
+                             consumer_offsets, self.consumers.table_sizes, lambda: len(self.topics.all()),
+                             client_tables)
 
     def start_services(self) -> None:
         keep_freed_memory()

@@ -44,6 +44,15 @@ class QueueOffset:
 
 
 @dataclass(frozen=True)
+class BoundedTables:
+    """Sizes of the other tables clients fill (each bounded by a BrokerConfig max_* setting)."""
+
+    subscription_bytes: int = 0
+    queue_locks: int = 0
+    consumer_offsets: int = 0
+
+
+@dataclass(frozen=True)
 class BrokerFigures:
     """Where the broker's metrics come from, as callables so the collector holds no broker type."""
 
@@ -54,6 +63,7 @@ class BrokerFigures:
     consumer_offsets: Callable[[], Iterable[QueueOffset]]
     consumer_table: Callable[[], tuple[int, int]]       # (groups, clients)
     topics: Callable[[], int]
+    client_tables: Callable[[], BoundedTables] = lambda: BoundedTables()
 
 
 class BrokerCollector(Collector):
@@ -65,6 +75,7 @@ class BrokerCollector(Collector):
         yield from _topic_counters(broker, figures.stats)
         yield from _consumer_offsets(broker, figures.store, figures.consumer_offsets())
         groups, clients = figures.consumer_table()
+        tables = figures.client_tables()
         store = figures.store
         for name, documentation, value in [
             ("rmq_held_pulls", "pull requests held by long polling", figures.held_pulls()),
@@ -77,6 +88,11 @@ class BrokerCollector(Collector):
             ("rmq_consumer_groups", "consumer groups with live clients", groups),
             ("rmq_consumer_clients", "live consumer clients over all groups", clients),
             ("rmq_topics", "topics this broker holds", figures.topics()),
+            ("rmq_consumer_subscription_bytes", "characters of every live client's subscriptions",
+             tables.subscription_bytes),
+            ("rmq_queue_locks", "ordered-consumption queue locks held", tables.queue_locks),
+            ("rmq_consumer_offset_entries", "committed (group, topic, queue) offsets stored",
+             tables.consumer_offsets),
         ]:
             yield _gauge(name, documentation, ["broker"], [([broker], value)])
 

@@ -77,10 +77,25 @@ class RunOutcome:
     seconds: float
 
 
+@dataclass(frozen=True)
+class ResourceTable:
+    """A broker's resource figures over one scenario (resource_samples.FigureSummary.cells rows)."""
+
+    scenario: str
+    notes: str
+    rows: list[list[str]]
+
+
 @dataclass
 class ReliabilityReport:
     scenarios: list[ScenarioFigures] = field(default_factory=list)
     bad_inputs: list[BadInput] = field(default_factory=list)
+    resources: list[ResourceTable] = field(default_factory=list)
+
+    def record_resources(self, scenario: str, notes: str, rows: list[list[str]]) -> None:
+        self.resources.append(ResourceTable(scenario, notes, rows))
+        for row in rows:
+            print(f"[reliability] {scenario}: " + " ".join(row))
 
     def record(self, figures: ScenarioFigures) -> ScenarioFigures:
         self.scenarios.append(figures)
@@ -118,6 +133,11 @@ class ReliabilityReport:
             notes = "; ".join(filter(None, [f.notes, *(f"{k} {v}" for k, v in f.extra.items())]))
             out.append(f"| {f.scenario} | {f.sent} | {f.acknowledged} | {f.read} | {f.lost} | "
                        f"{f.duplicated} | {_cell(notes)} |")
+        for table in self.resources:
+            out += ["", f"## Resources: {table.scenario}", "", table.notes, "",
+                    "| figure | start | max | end | slope per minute |",
+                    "| --- | ---: | ---: | ---: | ---: |",
+                    *(f"| {' | '.join(_cell(cell) for cell in row)} |" for row in table.rows)]
         out += ["", "## Bad input and the error it gets", "",
                 "| surface | input | error shown |", "| --- | --- | --- |"]
         for bad in self.bad_inputs:
@@ -125,7 +145,7 @@ class ReliabilityReport:
         return "\n".join(out) + "\n"
 
     def write_if_requested(self, outcome: RunOutcome) -> None:
-        if os.environ.get(REPORT_ENV) == "1" and (self.scenarios or self.bad_inputs):
+        if os.environ.get(REPORT_ENV) == "1" and (self.scenarios or self.bad_inputs or self.resources):
             REPORT_PATH.write_text(self.markdown(outcome))
 
 
