@@ -28,9 +28,10 @@ test-unit: $(STAMP)
 test-integration: $(STAMP)
 	$(PY) -m pytest integration_tests
 
-## reliability scenarios (also part of `make test`), writing the whole of RELIABILITY.md
+## reliability scenarios (also part of `make test`), writing the whole of RELIABILITY.md; the soak runs
+## RMQ_SOAK_SECONDS (600 here, 60 in `make test`)
 reliability: $(STAMP)
-	RMQ_RELIABILITY_REPORT=1 $(PY) -m pytest integration_tests/reliability
+	RMQ_RELIABILITY_REPORT=1 RMQ_SOAK_SECONDS=$${RMQ_SOAK_SECONDS:-600} $(PY) -m pytest integration_tests/reliability
 
 ## the LazyFS tests alone (power cut, slow disk); they skip with the reason where FUSE cannot mount
 power-loss: $(STAMP)
