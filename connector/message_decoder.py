@@ -9,7 +9,6 @@ map. There is no per-message Python code.
 
 from __future__ import annotations
 
-import binascii
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +42,14 @@ SCHEMA = pa.schema([
 _EMPTY = pa.scalar("", pa.string())
 _TAGS = pa.scalar(mf.PROPERTY_TAGS, pa.string())
 _KEYS = pa.scalar(mf.PROPERTY_KEYS, pa.string())
+# The fixed header (rmq.message_format.HEADER_FIELDS) as one big-endian numpy record.
+_HEADER_CODES = {"i": ">i4", "q": ">i8", f"{mf.HOST_SIZE}s": (np.uint8, mf.HOST_SIZE)}
+_HEADER = np.dtype([(name, _HEADER_CODES[code]) for name, code in mf.HEADER_FIELDS])
+assert _HEADER.itemsize == mf.BODY_POS
+# The 4 upper-case hex digits of every 16-bit value, as 4-byte items: a message id's 16 bytes
+# become 32 characters with one np.take (half the time of binascii.hexlify(...).upper()).
+_HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)[
+    (np.arange(1 << 16)[:, None] >> np.array([12, 8, 4, 0])) & 0xF].view(np.uint32).reshape(-1)
 
 
 def decode(packed: rmq_pb2.PackedMessages, broker_name: str) -> pa.RecordBatch:
@@ -51,36 +58,39 @@ def decode(packed: rmq_pb2.PackedMessages, broker_name: str) -> pa.RecordBatch:
     sizes = _sizes(packed, len(records))
     starts = np.zeros(len(sizes), dtype=np.int64)
     np.cumsum(sizes[:-1], out=starts[1:])
-    if len(sizes):
-        magic = _read_int(records, starts + mf.MAGIC_CODE_POS, "i4")
-        _check(magic == mf.MESSAGE_MAGIC_CODE, "bad magic code")
-        total_size = _read_int(records, starts + mf.TOTAL_SIZE_POS, "i4")
-        _check(total_size == sizes, "total size differs from sizes")
+    layout = _Layout(records, starts, _step(sizes))
+    header = layout.rows(starts, mf.BODY_POS)   # every fixed field, read in one pass
+    fields = header.view(_HEADER).reshape(-1)
+    _check(fields["magic_code"] == mf.MESSAGE_MAGIC_CODE, "bad magic code")
+    _check(fields["total_size"] == sizes, "total size differs from sizes")
 
     room = sizes - mf.FIXED_OVERHEAD  # bytes left for body + topic + properties
-    body_length = _read_int(records, starts + mf.BODY_LENGTH_POS, "i4").astype(np.int64)
+    body_length = fields["body_length"].astype(np.int64)
     _check((body_length >= 0) & (body_length <= room), "body length out of range")
     topic_length_pos = starts + mf.BODY_POS + body_length
-    topic_length = _read_int(records, topic_length_pos, "u1").astype(np.int64)
+    topic_length = layout.read_int(topic_length_pos, "u1").astype(np.int64)
     _check(topic_length <= room - body_length, "topic length out of range")
     properties_length_pos = topic_length_pos + 1 + topic_length
-    properties_length = _read_int(records, properties_length_pos, "i2").astype(np.int64)
+    properties_length = layout.read_int(properties_length_pos, "i2").astype(np.int64)
     _check(body_length + topic_length + properties_length == room, "field lengths do not add up")
 
-    properties_text = _variable(records, pa.string(), properties_length_pos + 2, properties_length)
-    properties = _Properties.parse(properties_text)
+    if properties_length.any():
+        text = layout.variable(pa.string(), properties_length_pos + 2, properties_length)
+        properties = _Properties.parse(text)
+    else:
+        properties = _Properties.none(len(sizes))
     columns = [
-        _variable(records, pa.string(), topic_length_pos + 1, topic_length),
+        layout.variable(pa.string(), topic_length_pos + 1, topic_length),
         pa.repeat(pa.scalar(broker_name, pa.string()), len(sizes)),
-        pa.array(_read_int(records, starts + mf.QUEUE_ID_POS, "i4"), pa.int32()),
-        pa.array(_read_int(records, starts + mf.QUEUE_OFFSET_POS, "i8"), pa.int64()),
-        _msg_ids(records, starts),
+        pa.array(fields["queue_id"].astype(np.int32), pa.int32()),
+        pa.array(fields["queue_offset"].astype(np.int64), pa.int64()),
+        _msg_ids(header),
         properties.lookup(_TAGS),
         properties.lookup(_KEYS),
-        _variable(records, pa.binary(), starts + mf.BODY_POS, body_length),
+        layout.variable(pa.binary(), starts + mf.BODY_POS, body_length),
         properties.entries,
-        _timestamps(records, starts + mf.BORN_TIMESTAMP_POS),
-        _timestamps(records, starts + mf.STORE_TIMESTAMP_POS),
+        _timestamps(fields["born_timestamp"]),
+        _timestamps(fields["store_timestamp"]),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=SCHEMA)
 
@@ -113,57 +123,73 @@ def _check(ok: np.ndarray, problem: str) -> None:
         raise CorruptMessagesError(f"corrupt record #{int(np.argmin(ok))} in PackedMessages: {problem}")
 
 
-def _rows(records: np.ndarray, positions: np.ndarray, width: int) -> np.ndarray:
-    """records[p:p + width] for each position p, as the rows of an (n, width) array."""
-    if len(positions) > 1:
-        step = int(positions[1] - positions[0])
-        if step > 0 and (np.diff(positions) == step).all():
-            # Evenly spaced (records of one size): a strided view instead of an index gather.
-            rows = np.ndarray((len(positions), width), np.uint8, records, int(positions[0]), (step, 1))
+def _step(sizes: np.ndarray) -> int | None:
+    """The distance between records when they all have one size (a pull of equal messages)."""
+    if len(sizes) > 1 and (sizes == sizes[0]).all():
+        return int(sizes[0])
+    return None
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Reads fields at per-record positions. When the records are of one size and the
+    positions of a field are evenly spaced by it, rows are strided views (no index gather)."""
+
+    records: np.ndarray
+    starts: np.ndarray
+    step: int | None
+
+    def rows(self, positions: np.ndarray, width: int) -> np.ndarray:
+        """records[p:p + width] for each position p, as the rows of an (n, width) array."""
+        if self.step is not None and (positions - self.starts == positions[0] - self.starts[0]).all():
+            rows = np.ndarray((len(positions), width), np.uint8, self.records, int(positions[0]),
+                              (self.step, 1))
             rows.flags.writeable = False
             return rows
-    return records[positions[:, None] + np.arange(width)]
+        if not len(positions):
+            return np.zeros((0, width), dtype=np.uint8)
+        # Otherwise one row copy per position out of the (read-only) window view.
+        return np.lib.stride_tricks.sliding_window_view(self.records, width)[positions]
+
+    def read_int(self, positions: np.ndarray, kind: str) -> np.ndarray:
+        """The big-endian integer of type `kind` (numpy code) at each position, native order."""
+        dtype = np.dtype(">" + kind)
+        return self.rows(positions, dtype.itemsize).view(dtype).reshape(-1).astype(dtype.newbyteorder("="))
+
+    def variable(self, kind: pa.DataType, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+        """A string/binary array of records[start:start+length] per row, from (offsets, data)."""
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        if len(lengths) and (lengths == lengths[0]).all():
+            data = np.ascontiguousarray(self.rows(starts, int(lengths[0]))).reshape(-1)
+        else:
+            # Byte k of row i sits at starts[i] + (k - offsets[i]).
+            data = self.records[np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])]
+        array = pa.Array.from_buffers(kind, len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+        if kind == pa.string():
+            try:
+                array.validate(full=True)
+            except pa.ArrowInvalid as error:
+                raise CorruptMessagesError(f"corrupt record in PackedMessages: {error}") from None
+        return array
 
 
-def _read_int(records: np.ndarray, positions: np.ndarray, kind: str) -> np.ndarray:
-    """The big-endian integer of type `kind` (numpy code) at each position, native order."""
-    dtype = np.dtype(">" + kind)
-    raw = _rows(records, positions, dtype.itemsize)
-    return raw.view(dtype).reshape(-1).astype(dtype.newbyteorder("="))
+def _timestamps(epoch_ms: np.ndarray) -> pa.Array:
+    """Epoch-ms timestamps as a microsecond timestamp array."""
+    return pa.array(epoch_ms.astype(np.int64) * _US_PER_MS, _TIMESTAMP)
 
 
-def _timestamps(records: np.ndarray, positions: np.ndarray) -> pa.Array:
-    """The epoch-ms timestamp at each position as a microsecond timestamp array."""
-    return pa.array(_read_int(records, positions, "i8") * _US_PER_MS, _TIMESTAMP)
-
-
-def _variable(records: np.ndarray, kind: pa.DataType, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
-    """A string/binary array of records[start:start+length] per row, from (offsets, data)."""
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    if len(lengths) and (lengths == lengths[0]).all():
-        data = np.ascontiguousarray(_rows(records, starts, int(lengths[0]))).reshape(-1)
-    else:
-        # Byte k of row i sits at starts[i] + (k - offsets[i]).
-        data = records[np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])]
-    array = pa.Array.from_buffers(kind, len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-    if kind == pa.string():
-        try:
-            array.validate(full=True)
-        except pa.ArrowInvalid as error:
-            raise CorruptMessagesError(f"corrupt record in PackedMessages: {error}") from None
-    return array
-
-
-def _msg_ids(records: np.ndarray, starts: np.ndarray) -> pa.Array:
-    """Upper-case hex of store host + physical offset: 32 characters per row."""
-    raw = np.hstack([_rows(records, starts + mf.STORE_HOST_POS, mf.HOST_SIZE),
-                     _rows(records, starts + mf.PHYSICAL_OFFSET_POS, 8)])
-    digits = binascii.hexlify(raw.tobytes()).upper()
+def _msg_ids(header: np.ndarray) -> pa.Array:
+    """Upper-case hex of store host + physical offset (from the (n, BODY_POS) header rows):
+    32 characters per row."""
+    raw = np.empty((len(header), mf.HOST_SIZE + 8), dtype=np.uint8)
+    raw[:, :mf.HOST_SIZE] = header[:, mf.STORE_HOST_POS:mf.STORE_HOST_POS + mf.HOST_SIZE]
+    raw[:, mf.HOST_SIZE:] = header[:, mf.PHYSICAL_OFFSET_POS:mf.PHYSICAL_OFFSET_POS + 8]
+    digits = np.take(_HEX_DIGITS, raw.view(">u2"))
     width = 2 * raw.shape[1]
-    offsets = np.arange(0, width * (len(starts) + 1), width, dtype=np.int32)
+    offsets = np.arange(0, width * (len(header) + 1), width, dtype=np.int32)
     buffers = [None, pa.py_buffer(offsets), pa.py_buffer(digits)]
-    return pa.Array.from_buffers(pa.string(), len(starts), buffers)
+    return pa.Array.from_buffers(pa.string(), len(header), buffers)
 
 
 @dataclass(frozen=True)
@@ -196,8 +222,18 @@ class _Properties:
         entries = pa.MapArray.from_arrays(pa.array(offsets), names, values, type=_PROPERTIES)
         return cls(entries, rows, names, values)
 
+    @classmethod
+    def none(cls, count: int) -> _Properties:
+        """`count` rows without properties (what parse gives for empty strings, without parsing)."""
+        no_entries = pa.array([], pa.string())
+        offsets = pa.array(np.zeros(count + 1, dtype=np.int32))
+        entries = pa.MapArray.from_arrays(offsets, no_entries, no_entries, type=_PROPERTIES)
+        return cls(entries, np.zeros(0, dtype=np.int64), no_entries, no_entries)
+
     def lookup(self, name: pa.StringScalar) -> pa.Array:
         """The value of property `name` per row, null where the row has none."""
+        if not len(self.names):
+            return pa.nulls(len(self.entries), pa.string())
         matches = pc.equal(self.names, name).to_numpy(zero_copy_only=False)
         index = np.full(len(self.entries), -1, dtype=np.int64)
         index[self.rows[matches]] = np.arange(int(matches.sum()))

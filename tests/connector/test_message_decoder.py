@@ -188,3 +188,17 @@ def test_records_of_one_size_decode_like_mixed_sizes() -> None:
     assert uniform_batch.to_pylist() == decode(pack(mixed), "b").slice(0, 100).to_pylist()
     assert uniform_batch.column("body").to_pylist() == [b"%05d" % i for i in range(100)]
     assert uniform_batch.column("tags").to_pylist() == [f"t{i % 10}" for i in range(100)]
+
+
+def test_records_of_one_size_with_fields_at_different_places() -> None:
+    """Equal record sizes do not put every field at the same place: a longer body with a
+    shorter topic moves the topic and properties of that record."""
+    records = [record("TT", b"abc", properties={"TAGS": "x"}), record("TTT", b"ab", properties={"TAGS": "x"}),
+               record("T", b"abcd", properties={"TAGS": "x"})]
+
+    batch = decode(pack(records), "b")
+
+    assert len({len(r) for r in records}) == 1
+    assert batch.column("topic").to_pylist() == ["TT", "TTT", "T"]
+    assert batch.column("body").to_pylist() == [b"abc", b"ab", b"abcd"]
+    assert batch.column("tags").to_pylist() == ["x", "x", "x"]
