@@ -39,6 +39,7 @@ GROWTH_BOUNDS = {"rss_mib": 128, "open_fds": 32, "threads": 16, "mmaps": 64}
 RSS_SLOPE_BOUND_MIB_PER_MIN = 32.0
 TABLE_BOUNDS = {"held_pulls": 64, "consumer_clients": 400, "consumer_groups": 40, "queue_locks": 200,
                 "topics": 40}
+TABLE_SLOPE_BOUND_PER_MIN = 20.0     # entries per minute after the warm-up (a leak of churned ids: >100)
 
 
 class Churn:
@@ -147,7 +148,8 @@ def test_soak_mixed_load_resources_stay_flat_and_nothing_acknowledged_is_lost(
         f"12 soak {SOAK_SECONDS:.0f} s",
         f"Samples every {sampler.interval:.0f} s; start, max, end and slope after a {WARM_UP_S:.0f} s "
         f"warm-up (one 2-core machine shared with other work: figures are noisy). Bounds checked: growth "
-        f"{GROWTH_BOUNDS}, RSS slope < {RSS_SLOPE_BOUND_MIB_PER_MIN} MiB/min, tables {TABLE_BOUNDS}.",
+        f"{GROWTH_BOUNDS}, RSS slope < {RSS_SLOPE_BOUND_MIB_PER_MIN} MiB/min, tables {TABLE_BOUNDS} "
+        f"with slopes < {TABLE_SLOPE_BOUND_PER_MIN}/min.",
         [summary.cells() for summary in summaries.values()])
     assert figures.lost == 0
     assert client_ids > 100 and churn.runs.get("topic churn", 0) > 10
@@ -156,3 +158,4 @@ def test_soak_mixed_load_resources_stay_flat_and_nothing_acknowledged_is_lost(
     assert summaries["rss_mib"].slope_per_min < RSS_SLOPE_BOUND_MIB_PER_MIN, summaries["rss_mib"]
     for name, bound in TABLE_BOUNDS.items():
         assert summaries[name].max <= bound, (name, summaries[name])
+        assert summaries[name].slope_per_min < TABLE_SLOPE_BOUND_PER_MIN, (name, summaries[name])
