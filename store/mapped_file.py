@@ -52,11 +52,13 @@ class MappedFile:
                 allocate_file(fd, self.file_size, preallocate)
             self.mm = mmap.mmap(fd, self.file_size)
         except OSError:
-            os.close(fd)
             if create:
                 self.path.unlink(missing_ok=True)
             raise
-        self._fd = fd
+        finally:
+            # The map keeps the file; no fd is held (a broker with thousands of idle ConsumeQueue
+            # files would otherwise hold one each and run out: 2,000 topics x 4 queues = 8,000).
+            os.close(fd)
 
     # -- positions -------------------------------------------------------------------------
 
@@ -102,12 +104,17 @@ class MappedFile:
         """Make the bytes up to the read position durable. fdatasync writes back the file's dirty
         pages, those dirtied through the map included (Linux), as msync(MS_SYNC) would, but it
         releases the GIL: mmap.flush holds it through the msync, so every other thread of the
-        process (the broker's gRPC handlers too) stood still for the whole disk write."""
+        process (the broker's gRPC handlers too) stood still for the whole disk write. The file
+        is opened for the call (no fd is kept open per file)."""
         if self.is_able_to_flush(least_pages) and self.hold():
             try:
                 value = self.read_position()
                 if value > self.flushed_position:
-                    os.fdatasync(self._fd)
+                    fd = os.open(self.path, os.O_RDWR)
+                    try:
+                        os.fdatasync(fd)
+                    finally:
+                        os.close(fd)
                 self.flushed_position = value
             finally:
                 self.release()
@@ -186,7 +193,6 @@ class MappedFile:
             self.mm.close()
         except BufferError:
             pass   # a reader still has a view; the map is freed with it
-        os.close(self._fd)
 
     def __repr__(self) -> str:
         return f"MappedFile({self.path.name}, wrote={self.wrote_position})"

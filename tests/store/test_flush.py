@@ -17,24 +17,26 @@ from tests.store.conftest import message, wait_dispatched
 
 
 class SyncRecorder:
-    """Wraps os.fdatasync (what MappedFile.flush calls) and remembers, per file descriptor, the
-    furthest position of the CommitLog file whose bytes had been written when a sync of it began."""
+    """Wraps os.fdatasync (what MappedFile.flush calls) and remembers, per file (the path its
+    descriptor is open on), the furthest position of the CommitLog file whose bytes had been
+    written when a sync of it began."""
 
     def __init__(self, store) -> None:
         self.queue = store.commit_log.mapped_file_queue
-        self.synced_up_to: dict[int, int] = {}
+        self.synced_up_to: dict[str, int] = {}
         self._fdatasync = os.fdatasync
 
     def __call__(self, fd: int) -> None:
-        written = max((m.wrote_position for m in self.queue.files if m._fd == fd), default=0)
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        written = max((m.wrote_position for m in self.queue.files if str(m.path) == path), default=0)
         self._fdatasync(fd)
-        self.synced_up_to[fd] = max(self.synced_up_to.get(fd, 0), written)
+        self.synced_up_to[path] = max(self.synced_up_to.get(path, 0), written)
 
     def covered(self, result, body: bytes) -> bool:
         """Whether a sync that began after the put's record was written has finished."""
         mapped = self.queue.find_mapped_file_by_offset(result.physical_offset)
         end = result.physical_offset - mapped.file_from_offset + 91 + 9 + len(body)   # header, "TopicTest"
-        return self.synced_up_to.get(mapped._fd, 0) >= end
+        return self.synced_up_to.get(str(mapped.path), 0) >= end
 
 
 @pytest.fixture
