@@ -11,9 +11,7 @@ import argparse
 import functools
 import json
 import os
-import queue
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
@@ -21,16 +19,15 @@ from typing import Any
 
 from rmq import message_format as mf
 from rmq import retry
-from rmq.broker_server.arguments import positive_float, positive_int
+from rmq.broker_server.arguments import positive_int
 from rmq.broker_server.errors import UserError
-from rmq.cli import client_security
+from rmq.cli import client_security, consume_command
 from rmq.connector.client import (
     PERM_READ,
     PERM_WRITE,
     BrokerMember,
     MessageQueue,
     OutgoingMessage,
-    PullResult,
     PullStatus,
     QueueOffsets,
     RmqClient,
@@ -38,7 +35,7 @@ from rmq.connector.client import (
     RmqUnavailable,
 )
 from rmq.connector.message import MessageExt, decode_messages
-from rmq.subscription import parse_sub_expression
+from rmq.connector.producer import select_message_queue_by_hash, writable_queues
 from rmq.v1 import rmq_pb2
 
 ENDPOINTS_ENV = "RMQ_ENDPOINTS"
@@ -69,18 +66,12 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     produce.add_argument("--tags", default="", help="tag of every message")
     produce.add_argument("--keys", default="", help="keys of every message (space-separated)")
     produce.add_argument("--batch-size", type=positive_int, default=256, help="messages per send (256)")
+    produce.add_argument("--key-hash", action="store_true",
+                         help="stdin lines are KEY<TAB>BODY: the key is the message's key and picks its "
+                              "queue (same key, same queue: SelectMessageQueueByHash)")
     _client_command(produce, _produce)
 
-    consume = commands.add_parser("consume", help="print messages as they arrive (long polling)")
-    consume.add_argument("topic")
-    consume.add_argument("--group", default=DEFAULT_GROUP, help=f"consumer group ({DEFAULT_GROUP})")
-    consume.add_argument("--from", dest="start", choices=["earliest", "latest"], default="latest",
-                         help="where to start on queues without a committed offset (latest)")
-    consume.add_argument("--max-messages", type=positive_int, help="exit after N messages")
-    consume.add_argument("--idle-timeout", type=positive_float, metavar="SECONDS",
-                         help="exit when no message arrived for SECONDS")
-    consume.add_argument("--sub", default="*", metavar="TAGEXPR", help="tag filter: '*' or 'TagA || TagB'")
-    _client_command(consume, _consume)
+    _client_command(consume_command.add_parser(commands), consume_command.consume)
 
     group = commands.add_parser("group", help="consumer group commands")
     group_commands = group.add_subparsers(dest="group_command", required=True)
@@ -89,6 +80,9 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     progress.add_argument("--topic", default="", help="only this topic (also its queues without offsets)")
     progress.add_argument("--json", action="store_true", help="machine-readable output")
     _client_command(progress, _group_progress)
+    listing = group_commands.add_parser("list", help="consumer groups: live members and total lag")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    _client_command(listing, _group_list)
 
     dlq = commands.add_parser("dlq", help="dead-letter queue of a consumer group (%%DLQ%%<group>)")
     dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True)
@@ -112,6 +106,8 @@ def _add_topic_parsers(commands: argparse._SubParsersAction) -> None:
     create.add_argument("--queues", type=positive_int, required=True, help="queues per broker")
     create.add_argument("--perm", type=int, choices=PERMS, default=PERM_READ | PERM_WRITE,
                         help=f"{PERMS_HELP} (default 6)")
+    create.add_argument("--if-not-exists", action="store_true",
+                        help="an existing topic is left as it is (exit 0)")
     _client_command(create, _topic_create)
 
     update = topic_commands.add_parser("update", help="grow a topic's queues on every broker holding it")
@@ -169,6 +165,11 @@ def _describe(error: RmqError) -> str:
 
 
 def _topic_create(client: RmqClient, args: argparse.Namespace) -> int:
+    if args.if_not_exists and _topic_offsets_if_exists(client, args.name, required=False):
+        route = client.query_route(args.name)
+        print(f"topic {args.name} exists with {len(route.message_queues)} queues on "
+              f"{', '.join(route.brokers)}")
+        return 0
     brokers = client.create_topic(args.name, queues=args.queues, perm=args.perm)
     print(f"created topic {args.name} with {args.queues} queues on {', '.join(brokers)}")
     return 0
@@ -230,18 +231,21 @@ def _produce(client: RmqClient, args: argparse.Namespace) -> int:
     """Exit 0 only when every message was acknowledged; else one error line and exit 1."""
     if args.size is not None and args.count is None:
         raise UserError("--size needs --count (generated messages)")
-    client.query_route(args.topic)  # an unknown topic or unreachable broker fails before reading input
+    # an unknown topic or unreachable broker fails before reading input
+    queues = writable_queues(client.query_route(args.topic))
+    if args.key_hash and args.count is not None:
+        raise UserError("--key-hash reads KEY<TAB>BODY lines from stdin: it does not go with --count")
     bodies = _generated(args.count, args.size or 100) if args.count is not None else _stdin_lines()
     sent = acknowledged = master_only = 0
     progress = _Progress(args.count)
     try:
         for batch in _batched(bodies, args.batch_size):
             sent += len(batch)
-            result = client.send(args.topic, [OutgoingMessage(body, tags=args.tags, keys=args.keys)
-                                              for body in batch])
-            acknowledged += len(batch)
-            if result.status != rmq_pb2.OK:   # FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE (SYNC_MASTER)
-                master_only += len(batch)
+            for broker_name, messages in _outgoing(batch, args, queues):
+                result = client.send(args.topic, messages, broker_name)
+                acknowledged += len(messages)
+                if result.status != rmq_pb2.OK:   # FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE (SYNC_MASTER)
+                    master_only += len(messages)
             progress.update(acknowledged)
     except RmqError as error:
         acknowledged += error.acknowledged
@@ -251,6 +255,25 @@ def _produce(client: RmqClient, args: argparse.Namespace) -> int:
     note = f", {master_only} stored on the master only: no slave confirmed them" if master_only else ""
     print(f"sent {sent} messages (acknowledged {acknowledged}{note})")
     return 0
+
+
+def _outgoing(batch: list[bytes], args: argparse.Namespace, queues: list[MessageQueue]
+              ) -> Iterator[tuple[str | None, list[OutgoingMessage]]]:
+    """The batch as sends: one (any broker) without --key-hash; else one per broker, each line's
+    key choosing its queue."""
+    if not args.key_hash:
+        yield None, [OutgoingMessage(body, tags=args.tags, keys=args.keys) for body in batch]
+        return
+    by_broker: dict[str, list[OutgoingMessage]] = {}
+    for line in batch:
+        key, tab, body = line.partition(b"\t")
+        if not tab or not key or not body:
+            raise UserError(f"--key-hash: expected KEY<TAB>BODY, got {line[:60]!r}")
+        text = key.decode("utf-8", errors="replace")
+        mq = select_message_queue_by_hash(queues, None, text)
+        by_broker.setdefault(mq.broker_name, []).append(
+            OutgoingMessage(body, tags=args.tags, keys=text, queue_id=mq.queue_id))
+    yield from by_broker.items()
 
 
 def _generated(count: int, size: int) -> Iterator[bytes]:
@@ -292,148 +315,38 @@ class _Progress:
             print(f"... {acknowledged}{of_total} messages acknowledged", file=sys.stderr, flush=True)
 
 
-# ---------------------------------------------------------------- consume
-
-
-def _consume(client: RmqClient, args: argparse.Namespace) -> int:
-    try:
-        sub_expression, tags = parse_sub_expression(args.sub)
-    except ValueError as error:
-        raise UserError(str(error)) from None
-    positions = _start_offsets(client, args.group, args.topic, args.start)
-    results: queue.Queue[tuple[MessageQueue, PullResult | RmqError]] = queue.Queue(maxsize=4 * len(positions))
-    stop = threading.Event()
-    for mq, offset in positions.items():
-        threading.Thread(target=_pull_loop, name=f"pull-{mq}", daemon=True,
-                         args=(client, mq, offset, args.group, sub_expression, results, stop)).start()
-    try:
-        consumed = _print_messages(client, args, tags, positions, results)
-    except BrokenPipeError:  # the reader of stdout went away (`| head`): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    finally:
-        stop.set()
-        client.update_consumer_offsets(args.group, positions)
-    print(f"consumed {consumed} messages", file=sys.stderr)
-    return 0
-
-
-def _start_offsets(client: RmqClient, group: str, topic: str, start: str) -> dict[MessageQueue, int]:
-    """The group's committed offset per queue, else the queue's min (earliest) or max (latest)
-    offset (spec allocation §4.3 computePullFromWhere: FIRST_OFFSET / LAST_OFFSET)."""
-    queues = client.query_route(topic).message_queues
-    committed = client.query_consumer_offsets(group, topic)
-    bounds = client.topic_offsets(topic)
-    positions: dict[MessageQueue, int] = {}
-    for mq in queues:
-        if committed.get(mq, -1) >= 0:
-            positions[mq] = committed[mq]
-        elif mq in bounds:
-            positions[mq] = bounds[mq].min_offset if start == "earliest" else bounds[mq].max_offset
-        else:
-            positions[mq] = 0
-    return positions
-
-
-def _pull_loop(client: RmqClient, mq: MessageQueue, offset: int, group: str, sub_expression: str,
-               results: queue.Queue, stop: threading.Event) -> None:
-    """One long-polling pull after another for one queue (RocketMQ PullMessageService)."""
-    while not stop.is_set():
-        try:
-            result = client.pull(mq, offset, PULL_BATCH_SIZE, group=group, sub_expression=sub_expression,
-                                 suspend_timeout_ms=SUSPEND_TIMEOUT_MS)
-        except RmqError as error:
-            if not stop.is_set():
-                results.put((mq, error))
-            return
-        results.put((mq, result))
-        offset = result.next_begin_offset  # spec pull §15: every status continues from here
-
-
-def _print_messages(client: RmqClient, args: argparse.Namespace, tags: frozenset[str] | None,
-                    positions: dict[MessageQueue, int], results: queue.Queue) -> int:
-    """Print pulled messages until --max-messages or --idle-timeout; keeps `positions` at the
-    next offset to consume per queue and commits them every COMMIT_INTERVAL_SECONDS."""
-    consumed = 0
-    last_message = last_commit = time.monotonic()
-    while args.max_messages is None or consumed < args.max_messages:
-        wait = COMMIT_INTERVAL_SECONDS
-        if args.idle_timeout is not None:
-            wait = min(wait, args.idle_timeout - (time.monotonic() - last_message))
-            if wait <= 0:
-                break
-        try:
-            mq, result = results.get(timeout=wait)
-        except queue.Empty:
-            result = None
-        if isinstance(result, RmqError):
-            raise result
-        if result is not None:
-            limit = None if args.max_messages is None else args.max_messages - consumed
-            printed = _print_result(mq, result, tags, positions, limit)
-            consumed += printed
-            if printed:
-                last_message = time.monotonic()
-        if time.monotonic() - last_commit >= COMMIT_INTERVAL_SECONDS:
-            client.update_consumer_offsets(args.group, positions)
-            last_commit = time.monotonic()
-    return consumed
-
-
-def _print_result(mq: MessageQueue, result: PullResult, tags: frozenset[str] | None,
-                  positions: dict[MessageQueue, int], limit: int | None) -> int:
-    """Print up to `limit` messages of one pull result; returns how many were printed."""
-    # Imported here: pyarrow and numpy would double the start-up time of every other command.
-    from rmq.connector.message_decoder import decode, filter_tags
-
-    if result.pull_status == PullStatus.OFFSET_ILLEGAL:
-        print(f"rmq: warning: offset {positions[mq]} of queue {mq} is illegal, "
-              f"continuing at {result.next_begin_offset}", file=sys.stderr)
-    if result.pull_status != PullStatus.FOUND:
-        positions[mq] = result.next_begin_offset
-        return 0
-    batch = filter_tags(decode(result.messages, mq.broker_name), tags)
-    next_offset = result.next_begin_offset
-    if limit is not None and batch.num_rows > limit:
-        batch = batch.slice(0, limit)
-        next_offset = batch.column("queue_offset")[-1].as_py() + 1
-    names = ("queue_id", "queue_offset", "tags", "keys", "body")
-    columns = (batch.column(name).to_pylist() for name in names)
-    lines = [f"{queue_id} {offset} {tag or '-'} {keys or '-'} {_one_line(body)}\n"
-             for queue_id, offset, tag, keys, body in zip(*columns, strict=True)]
-    sys.stdout.write("".join(lines))
-    sys.stdout.flush()
-    positions[mq] = next_offset  # only what was printed counts as consumed
-    return batch.num_rows
-
-
-def _one_line(body: bytes) -> str:
-    return body.decode("utf-8", errors="replace").replace("\r", "\\r").replace("\n", "\\n")
-
-
 # ---------------------------------------------------------------- group
 
 
-def _group_progress(client: RmqClient, args: argparse.Namespace) -> int:
-    """Per queue: broker max offset, consumer offset, lag (mqadmin consumerProgress)."""
-    committed = client.query_consumer_offsets(args.group, args.topic)
-    retry_topic = retry.retry_topic(args.group)
-    if args.topic:   # the group's retry topic too: its lag is the retries still waiting
-        committed.update(client.query_consumer_offsets(args.group, retry_topic)
+def _group_rows(client: RmqClient, group: str, topic: str) -> list[dict[str, Any]]:
+    """Per queue of the group's topics (or of `topic`): offsets and lag; [] for a group that
+    never committed (without `topic`)."""
+    committed = client.query_consumer_offsets(group, topic)
+    retry_topic = retry.retry_topic(group)
+    if topic:   # the group's retry topic too: its lag is the retries still waiting
+        committed.update(client.query_consumer_offsets(group, retry_topic)
                          if _topic_offsets_if_exists(client, retry_topic, required=False) else {})
-    if not committed and not args.topic:
-        raise UserError(f"consumer group {args.group} has no committed offsets")
+    if not committed and not topic:
+        return []
     # the retry topic even before the group committed on it (its lag is the retries waiting)
-    topics = sorted({mq.topic for mq in committed} | {retry_topic} | ({args.topic} if args.topic else set()))
+    topics = sorted({mq.topic for mq in committed} | {retry_topic} | ({topic} if topic else set()))
     rows: list[dict[str, Any]] = []
-    for topic in topics:
-        for mq, bounds in _topic_offsets_if_exists(client, topic, required=topic == args.topic).items():
+    for name in topics:
+        for mq, bounds in _topic_offsets_if_exists(client, name, required=name == topic).items():
             consumer = committed.get(mq)
             # A queue without a committed offset lags by everything it still holds.
             lag = max(bounds.max_offset - (bounds.min_offset if consumer is None else consumer), 0)
             rows.append({"topic": mq.topic, "broker_name": mq.broker_name, "queue_id": mq.queue_id,
                          "min_offset": bounds.min_offset, "max_offset": bounds.max_offset,
                          "consumer_offset": consumer, "lag": lag})
+    return rows
+
+
+def _group_progress(client: RmqClient, args: argparse.Namespace) -> int:
+    """Per queue: broker max offset, consumer offset, lag (mqadmin consumerProgress)."""
+    rows = _group_rows(client, args.group, args.topic)
+    if not rows and not args.topic:
+        raise UserError(f"consumer group {args.group} has no committed offsets")
     total = sum(row["lag"] for row in rows)
     groups = client.list_broker_groups()
     members = {name: _member_states(client, name, groups.get(name, ()))
@@ -448,6 +361,28 @@ def _group_progress(client: RmqClient, args: argparse.Namespace) -> int:
                  [[r["topic"], r["broker_name"], r["queue_id"], r["max_offset"],
                    "-" if r["consumer_offset"] is None else r["consumer_offset"], r["lag"]] for r in rows])
     print(f"total lag: {total}")
+    return 0
+
+
+def _group_list(client: RmqClient, args: argparse.Namespace) -> int:
+    """Every consumer group that ever joined as a member (its %RETRY% topic exists: push and
+    pull consumers, Spark queries, `rmq consume`), with its live members and total lag."""
+    prefix = retry.retry_topic("")
+    groups = sorted(t.topic_name[len(prefix):] for t in client.list_topics()
+                    if t.topic_name.startswith(prefix))
+    listed = []
+    for group in groups:
+        members = client.consumer_list(group, retry.retry_topic(group))
+        rows = _group_rows(client, group, "")
+        topics = sorted({r["topic"] for r in rows if not retry.is_retry_topic(r["topic"])})
+        listed.append({"group": group, "members": members, "topics": topics,
+                       "total_lag": sum(r["lag"] for r in rows)})
+    if args.json:
+        _print_json({"groups": listed})
+        return 0
+    _print_table(["GROUP", "MEMBERS", "TOPICS", "TOTAL_LAG"],
+                 [[g["group"], len(g["members"]), ",".join(g["topics"]) or "-", g["total_lag"]]
+                  for g in listed])
     return 0
 
 
@@ -533,7 +468,8 @@ def _dlq_list(client: RmqClient, args: argparse.Namespace) -> int:
     _print_table(["MSG_ID", "ORIGIN_MSG_ID", "TOPIC", "RECONSUME_TIMES", "TAGS", "KEYS", "STORED", "RESENT",
                   "BODY"],
                  [[m.msg_id, m.origin_msg_id, m.topic, m.reconsume_times, m.tags or "-", m.keys or "-",
-                   _timestamp(m.store_timestamp), "yes" if resent else "no", _one_line(m.body)[:40]]
+                   _timestamp(m.store_timestamp), "yes" if resent else "no",
+                   consume_command.one_line(m.body)[:40]]
                   for m, resent in letters])
     print(f"{len(letters)} dead letters in {retry.dlq_topic(args.group)}")
     return 0

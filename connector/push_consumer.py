@@ -383,6 +383,12 @@ class PushConsumer:
 
     def _dispatch_pull_requests(self, requests: list[PullRequest]) -> None:
         for request in requests:
+            # A queue the group never committed keeps the start computePullFromWhere gave it (it is
+            # persisted with the others): a restart before its first message then resumes there
+            # instead of computing a later start (`last`) and skipping what arrived meanwhile.
+            mq = request.message_queue
+            if self.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_MEMORY) < 0:
+                self.offset_store.update_offset(mq, request.next_offset, increase_only=True)
             self._pull_service.execute_pull_request_immediately(request)
 
     def pull_message(self, request: PullRequest) -> None:
