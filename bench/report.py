@@ -1,13 +1,19 @@
 """BENCHMARKS.md, generated entirely from one run: every table and figure comes from the
 run's rows, every explanation from the benchmark code (section docstrings, row notes); no
-hand-written figures survive a run. The header names the commit measured."""
+hand-written figures survive a run. The header names the commit measured.
+
+The one hand-written part is bench/NOTES.md (what was tried, what it gained, what bounds a
+missed row), included as written at the end: its figures come from the runs it cites."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from bench.harness import Row, format_stats, format_table, table_cell
+
+NOTES = Path(__file__).with_name("NOTES.md")
 
 
 @dataclass
@@ -34,13 +40,20 @@ def render(sections: Sequence[SectionResult], run: RunInfo) -> str:
         "# rmq benchmarks",
         f"Measured at {run.source} by {run.command} on {run.started} UTC with "
         f"{'quick smoke' if run.quick else 'full'} sizes; the run took {run.seconds / 60:.1f} minutes. "
-        "`make bench` writes this whole file from the run: nothing in it is edited by hand.",
+        "`make bench` writes this whole file from the run: nothing in it is edited by hand "
+        "except the closing notes, included as written from `bench/NOTES.md`.",
         _how_to_read(),
         "## Machine\n\n" + "\n".join(f"- {name}: {value}" for name, value in run.facts.items()),
         "## Targets\n\n" + _targets_table(sections),
         *(_section(section) for section in sections),
+        *_notes(),
     ]
     return "\n\n".join(parts) + "\n"
+
+
+def _notes() -> list[str]:
+    """bench/NOTES.md as written (nothing when it is absent)."""
+    return [NOTES.read_text().strip()] if NOTES.exists() else []
 
 
 def _how_to_read() -> str:

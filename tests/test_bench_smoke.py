@@ -95,6 +95,14 @@ def test_report_is_generated_whole_and_names_the_commit() -> None:
     assert "notes:" not in text
 
 
+def test_report_ends_with_the_hand_written_notes() -> None:
+    run = report.RunInfo("make bench", "2026-01-01 00:00", 60.0, False, "commit abc1234", {})
+    text = report.render([], run)
+    notes = report.NOTES.read_text().strip()
+    assert notes.startswith("## ")
+    assert text.endswith(notes + "\n")
+
+
 def _failing_section(env) -> list[Row]:
     """A section whose broker cannot start."""
     raise RuntimeError("server at 127.0.0.1:1 exited with code 1")
