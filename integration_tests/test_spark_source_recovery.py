@@ -93,9 +93,11 @@ def test_a_query_without_group_that_died_in_its_first_batch_restarts(spark, brok
     assert sorted(body for rows in batches.values() for body in rows) == sorted(bodies)    # exactly once
 
 
-def test_ending_offsets_on_a_stream_fails_the_query_naming_the_option(spark, broker, tmp_path: Path):
-    query = (rmq_stream(spark, broker.address, "any", endingOffsets="latest").writeStream.format("memory")
-             .queryName("ending_on_stream").start())
+@pytest.mark.parametrize("available_now", [False, True])
+def test_ending_offsets_on_a_stream_fails_the_query_naming_the_option(spark, broker, available_now):
+    writer = (rmq_stream(spark, broker.address, "any", endingOffsets="latest").writeStream.format("memory")
+              .queryName(f"ending_on_stream_{int(available_now)}"))
+    query = (writer.trigger(availableNow=True) if available_now else writer).start()
     with pytest.raises(Exception, match="Option 'endingOffsets' applies to batch reads only"):
         query.awaitTermination(60)
 

@@ -55,7 +55,7 @@ from types import FrameType
 
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from rmq.connector.errors import RmqOptionError
@@ -93,7 +93,7 @@ class RmqDataSource(DataSource):
         return RmqDataSourceStreamArrowWriter(self.options, schema, overwrite)
 
 
-class RefusedStreamReader(DataSourceStreamReader):
+class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The reader of a stream whose options are wrong for streams only (e.g. endingOffsets).
 
     Spark calls `schema()` at `load()` without saying whether `read` or `readStream` asked,
@@ -105,6 +105,9 @@ class RefusedStreamReader(DataSourceStreamReader):
         self.error = error
 
     def initialOffset(self) -> dict:
+        raise self.error
+
+    def prepareForTriggerAvailableNow(self) -> None:
         raise self.error
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
