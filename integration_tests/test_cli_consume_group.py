@@ -1,0 +1,154 @@
+"""`rmq consume` as a consumer group member, as a new user runs it (issue 13's defects):
+three processes of one group share a topic and print every message once, `| head -3`
+commits 3 offsets, SIGTERM commits what was printed, a broker restart is ridden out,
+`--json` carries binary bodies as base64, `--sql` errors name the position, and the
+`group list`, `topic create --if-not-exists` and `produce --key-hash` commands."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from integration_tests.test_cli import assert_one_line_error, ok, progress, rmq
+from rmq.cli import processes
+
+pytestmark = pytest.mark.integration
+WAIT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[processes.ServerProcess]:
+    server = processes.broker(tmp_path_factory.mktemp("cli-group")).start()
+    yield server
+    server.stop()
+
+
+class Consume:
+    """`rmq consume` in the background, its stdout in a file (not a pipe)."""
+
+    def __init__(self, path: Path, *args: str) -> None:
+        self.path = path
+        with open(path, "wb") as out:
+            self.process = subprocess.Popen(processes.RMQ + ["consume", *args], stdout=out,
+                                            stderr=subprocess.PIPE, text=True)
+
+    def lines(self) -> list[str]:
+        return self.path.read_text().splitlines()
+
+    def wait_lines(self, count: int) -> list[str]:
+        deadline = time.monotonic() + WAIT_S
+        while len(self.lines()) < count:
+            assert self.process.poll() is None, self.process.stderr.read() if self.process.stderr else ""
+            assert time.monotonic() < deadline, f"{len(self.lines())} of {count} lines"
+            time.sleep(0.1)
+        return self.lines()
+
+    def terminate(self) -> str:
+        self.process.send_signal(signal.SIGTERM)
+        _, err = self.process.communicate(timeout=WAIT_S)
+        assert self.process.returncode == 0, err
+        assert "Traceback" not in err
+        return err
+
+
+def committed(endpoints: str, group: str, topic: str) -> int:
+    return sum(q["consumer_offset"] or 0 for q in progress(endpoints, group)["queues"] if q["topic"] == topic)
+
+
+def group_entry(endpoints: str, group: str) -> dict:
+    groups = json.loads(ok("group", "list", "--json", "--endpoints", endpoints))["groups"]
+    return next(g for g in groups if g["group"] == group)
+
+
+def test_three_processes_of_a_group_share_a_topic(broker: processes.ServerProcess, tmp_path: Path) -> None:
+    e = broker.address
+    ok("topic", "create", "Shared", "--queues", "8", "--endpoints", e)
+    consumers = [Consume(tmp_path / f"c{i}.out", "Shared", "--group", "g3", "--from", "first",
+                         "--json", "--endpoints", e) for i in range(3)]
+    time.sleep(2.0)   # let the three join (the queues move at each join)
+    ok("produce", "Shared", "--count", "300", "--endpoints", e)
+    deadline = time.monotonic() + WAIT_S
+    while sum(len(c.lines()) for c in consumers) < 300 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    listed = group_entry(e, "g3")
+    assert (len(listed["members"]), listed["topics"]) == (3, ["Shared"])
+    for consumer in consumers:
+        consumer.terminate()
+    assert group_entry(e, "g3") == {"group": "g3", "members": [], "topics": ["Shared"], "total_lag": 0}
+    records = [json.loads(line) for c in consumers for line in c.lines()]
+    bodies = Counter(r["body"] for r in records)
+    assert len(bodies) == 300 and set(bodies.values()) == {1}   # every message once
+    assert all(sum(1 for line in c.lines()) > 0 for c in consumers)   # each one had queues
+    assert progress(e, "g3")["total_lag"] == 0
+
+
+def test_head_commits_only_what_it_read_and_sigterm_commits_what_was_printed(
+        broker: processes.ServerProcess, tmp_path: Path) -> None:
+    e = broker.address
+    ok("topic", "create", "Headed", "--queues", "2", "--endpoints", e)
+    ok("produce", "Headed", "--count", "40", "--endpoints", e)
+    command = " ".join(processes.RMQ + ["consume", "Headed", "--group", "heads", "--from", "first",
+                                        "--endpoints", e])
+    shown = subprocess.run(f"{command} | head -3", shell=True, capture_output=True, text=True, timeout=WAIT_S)
+    assert len(shown.stdout.splitlines()) == 3
+    assert "Traceback" not in shown.stderr
+    assert committed(e, "heads", "Headed") == 3
+
+    consumer = Consume(tmp_path / "rest.out", "Headed", "--group", "heads", "--endpoints", e)
+    assert len(consumer.wait_lines(37)) == 37          # the rest, from where head stopped
+    err = consumer.terminate()                          # what `timeout`, docker and systemd send
+    assert "consumed 37 messages" in err
+    assert committed(e, "heads", "Headed") == 40
+
+
+def test_rides_out_a_broker_restart(tmp_path: Path) -> None:
+    server = processes.broker(tmp_path).start()
+    e = server.address
+    try:
+        ok("topic", "create", "Restarted", "--queues", "2", "--endpoints", e)
+        consumer = Consume(tmp_path / "ride.out", "Restarted", "--group", "riders", "--endpoints", e)
+        time.sleep(2.0)                                 # joined, started at the (empty) ends
+        ok("produce", "Restarted", "--endpoints", e, stdin="a\nb\n")
+        consumer.wait_lines(2)
+        server.restart()                                # younger than the 5 s commit period
+        ok("produce", "Restarted", "--endpoints", e, stdin="c\nd\n")
+        lines = consumer.wait_lines(4)
+        consumer.terminate()
+        assert sorted(line.split(" ", 4)[4] for line in lines) == ["a", "b", "c", "d"]
+        assert committed(e, "riders", "Restarted") == 4
+    finally:
+        server.stop()
+
+
+def test_json_bodies_keys_and_selectors(broker: processes.ServerProcess) -> None:
+    e = broker.address
+    assert "created" in ok("topic", "create", "Keyed", "--queues", "4", "--if-not-exists", "--endpoints", e)
+    assert ok("topic", "create", "Keyed", "--queues", "2", "--if-not-exists", "--endpoints", e).strip() == (
+        "topic Keyed exists with 4 queues on broker-a")
+    lines = "".join(f"order-{i % 3}\tstep {i // 3}\n" for i in range(12)) + "bin\t\xff\xfe\n"
+    done = subprocess.run(processes.RMQ + ["produce", "Keyed", "--key-hash", "--endpoints", e],
+                          input=lines.encode("latin-1"), capture_output=True, timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr
+    out = ok("consume", "Keyed", "--group", "keyed", "--from", "first", "--max-messages", "13", "--json",
+             "--endpoints", e)
+    records = [json.loads(line) for line in out.splitlines()]
+    queues: dict[str, set[int]] = {}
+    for record in records:
+        queues.setdefault(record["keys"], set()).add(record["queue_id"])
+    assert all(len(ids) == 1 for ids in queues.values()) and len(queues) == 4   # one queue per key
+    steps = [r["body"] for r in sorted(records, key=lambda r: r["queue_offset"]) if r["keys"] == "order-1"]
+    assert steps == [f"step {i}" for i in range(4)]                             # in order
+    binary = next(r for r in records if r["keys"] == "bin")
+    assert (binary["body"], binary["body_encoding"]) == ("//4=", "base64")
+    assert {r["body_encoding"] for r in records if r["keys"] != "bin"} == {"utf-8"}
+
+    assert_one_line_error(rmq("consume", "Keyed", "--sql", "a >", "--endpoints", e), "--sql", "position")
+    both = rmq("consume", "Keyed", "--sql", "a > 1", "--sub", "TagA", "--endpoints", e)
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
