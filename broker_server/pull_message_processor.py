@@ -7,7 +7,9 @@ Messages travel as one `PackedMessages`: the store's records back to back and th
 as little-endian int32, with no per-message Python work on this path.
 
 Memory: a pull reads at most `max_pull_bytes` on one of the `store_threads` executor threads,
-so reads in progress hold at most store_threads x max_pull_bytes (8 x 48 MiB by default)."""
+so reads in progress hold at most store_threads x max_pull_bytes (8 x 48 MiB by default). A
+held pull woken with at most WOKEN_INLINE_MESSAGES new messages reads them on the event loop
+itself (no executor hop, one GIL hand-off less per wake): one such read at a time."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from rmq.store.message_filter import RecordFilter
 
 log = logging.getLogger(__name__)
 MAX_SUB_EXPRESSION_LENGTH = 65536
+WOKEN_INLINE_MESSAGES = 32   # a woken pull reading at most this many messages reads on the event loop
 MASTER_ID = 0
 WHICH_BROKER_WHEN_CONSUME_SLOWLY = 1   # subscriptionGroupConfig.whichBrokerWhenConsumeSlowly default
 KNOWN_SYS_FLAGS = rmq_pb2.FLAG_COMMIT_OFFSET | rmq_pb2.FLAG_SUSPEND | rmq_pb2.FLAG_SUBSCRIPTION
@@ -129,7 +132,8 @@ class PullMessageProcessor:
             query = self.parse(request)
         except RequestError as error:
             return rmq_pb2.PullMessageResponse(status=error.status())
-        response = await self.get_message(query)
+        inline = not broker_allow_suspend and self._few_new_messages(query)
+        response = await self.get_message(query, inline=inline)
         if broker_allow_suspend and request.sys_flag & rmq_pb2.FLAG_COMMIT_OFFSET:
             # §6 step 9, except that slaves store it too: clients commit where they read while the
             # master is down (DESIGN.md Replication) and SlaveSynchronize hands it to the master.
@@ -245,8 +249,14 @@ class PullMessageProcessor:
                          max_bytes=self.limits.default_max_bytes, tag_codes=None, suspend=False,
                          suspend_timeout_ms=0)
 
-    async def get_message(self, query: PullQuery) -> rmq_pb2.PullMessageResponse:
-        result = await self.executor.run(
+    def _few_new_messages(self, query: PullQuery) -> bool:
+        """Whether the queue holds at most WOKEN_INLINE_MESSAGES messages from the query's offset."""
+        max_offset = self.store.get_max_offset_in_queue(query.topic, query.queue_id)
+        return max_offset - query.offset <= WOKEN_INLINE_MESSAGES
+
+    async def get_message(self, query: PullQuery, inline: bool = False) -> rmq_pb2.PullMessageResponse:
+        """Read on an executor thread, or on the calling (event loop) thread when `inline`."""
+        read = functools.partial(
             self.store.get_message,
             query.group,
             query.topic,
@@ -257,6 +267,7 @@ class PullMessageProcessor:
             tag_codes=query.tag_codes,
             record_filter=query.record_filter,
         )
+        result = read() if inline else await self.executor.run(read)
         if result.message_count:
             self.stats.record_get(query.topic, result.message_count, len(result.buffer))
         response = rmq_pb2.PullMessageResponse(
