@@ -196,10 +196,13 @@ class ConsumeMessageOrderlyService:
         status: ConsumeOrderlyStatus | None = None
         has_exception = False
         begin = time.monotonic()
+        # The result is processed under the consume lock too: a rebalance that drops the queue
+        # persists its offset only after taking this lock, so it includes this batch's commit.
         with pq.lock_consume:
             if pq.dropped:
                 logger.warning("consumeMessage, the message queue not be able to consume, because it's "
                                "dropped. %s", mq)
+                pq.make_message_to_consume_again(messages)
                 return False
             try:
                 returned = self.listener(tuple(messages), context)
@@ -207,14 +210,14 @@ class ConsumeMessageOrderlyService:
             except Exception:
                 logger.warning("consumeMessage exception: Group: %s MQ: %s", self.group, mq, exc_info=True)
                 has_exception = True
-        return_type = classify_orderly(status, has_exception, (time.monotonic() - begin) * 1000,
-                                       self.consume_timeout_minutes)
-        if status is None:
-            status = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
-        if return_type is not ConsumeReturnType.SUCCESS:
-            logger.info("consume %s: %s, %d messages of %s from offset %d", return_type.value, status.value,
-                        len(messages), mq, messages[0].queue_offset)
-        return self.process_consume_result(messages, status, context, pq, mq)
+            return_type = classify_orderly(status, has_exception, (time.monotonic() - begin) * 1000,
+                                           self.consume_timeout_minutes)
+            if status is None:
+                status = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+            if return_type is not ConsumeReturnType.SUCCESS:
+                logger.info("consume %s: %s, %d messages of %s from offset %d", return_type.value,
+                            status.value, len(messages), mq, messages[0].queue_offset)
+            return self.process_consume_result(messages, status, context, pq, mq)
 
     def process_consume_result(self, messages: list[MessageExt], status: ConsumeOrderlyStatus,
                                context: ConsumeOrderlyContext, pq: ProcessQueue, mq: MessageQueue) -> bool:
@@ -236,7 +239,7 @@ class ConsumeMessageOrderlyService:
                 logger.warning("the message queue consume result is illegal, we think you want to ack these "
                                "message %s", mq)
             commit_offset = pq.commit()
-        if commit_offset >= 0 and not pq.dropped:
+        if commit_offset >= 0:   # (held under the consume lock: see _consume)
             self.offset_store.update_offset(mq, commit_offset, increase_only=False)
         return continue_consume
 
