@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from rmq.connector import ConsumeOrderlyContext, ConsumeOrderlyStatus, MessageExt, PushConsumer
 
-WORK_S = 0.002   # each message takes a little while, so intervals can meet
+WORK_S = 0.01    # each message takes a while: a queue changing hands is likely mid-work
 
 
 def main(argv: Sequence[str]) -> int:
