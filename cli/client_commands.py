@@ -34,7 +34,7 @@ from rmq.connector.client import (
     RmqError,
     RmqUnavailable,
 )
-from rmq.connector.message import MessageExt, decode_messages
+from rmq.connector.message import Message, MessageExt, decode_messages
 from rmq.connector.producer import select_message_queue_by_hash, writable_queues
 from rmq.v1 import rmq_pb2
 
@@ -270,7 +270,7 @@ def _outgoing(batch: list[bytes], args: argparse.Namespace, queues: list[Message
         if not tab or not key or not body:
             raise UserError(f"--key-hash: expected KEY<TAB>BODY, got {line[:60]!r}")
         text = key.decode("utf-8", errors="replace")
-        mq = select_message_queue_by_hash(queues, None, text)
+        mq = select_message_queue_by_hash(queues, Message(args.topic, body, keys=text), None)   # by key
         by_broker.setdefault(mq.broker_name, []).append(
             OutgoingMessage(body, tags=args.tags, keys=text, queue_id=mq.queue_id))
     yield from by_broker.items()

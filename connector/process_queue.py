@@ -136,7 +136,7 @@ class ProcessQueue:
         """takeMessags: the `batch_size` smallest offsets move into the consuming map; an empty
         list (nothing held) ends the consume request (consuming = False)."""
         with self._lock:
-            taken = []
+            taken: list[MessageExt] = []
             while self._messages and len(taken) < batch_size:
                 message = self._messages.pop(self._first())
                 self._consuming_orderly[message.queue_offset] = message
