@@ -15,6 +15,8 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
+
 OS_PAGE_SIZE = 4096
 FILE_NAME_DIGITS = 20
 
@@ -82,6 +84,19 @@ class MappedFile:
 
     def write(self, position: int, data: bytes) -> None:
         self.mm[position:position + len(data)] = data
+
+    def clear_from(self, position: int) -> None:
+        """Zero the file from `position` to its last non-zero byte (what recovery truncated away),
+        then drop the scanned pages from this process's memory. A barely used file is neither
+        rewritten whole nor left resident: a start-up with 800 ConsumeQueue files zeroed 6 MB each
+        (4.7 GB resident and written back)."""
+        tail = np.frombuffer(self.mm, np.uint8, count=self.file_size - position, offset=position)
+        nonzero = np.flatnonzero(tail)
+        del tail
+        if len(nonzero):
+            self.write(position, bytes(int(nonzero[-1]) + 1))
+        start = position - position % mmap.PAGESIZE
+        self.mm.madvise(mmap.MADV_DONTNEED, start, self.file_size - start)
 
     def append(self, data: bytes) -> bool:
         position = self.wrote_position

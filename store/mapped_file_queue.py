@@ -153,7 +153,7 @@ class MappedFileQueue:
             elif offset >= mapped.file_from_offset:
                 position = offset - mapped.file_from_offset
                 mapped.set_positions(position)
-                mapped.write(position, bytes(self.mapped_file_size - position))
+                mapped.clear_from(position)
                 keep.append(mapped)
             else:
                 mapped.destroy(1000)
