@@ -6,6 +6,8 @@ commits 3 offsets, SIGTERM commits what was printed, a broker restart is ridden 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import signal
 import subprocess
@@ -16,8 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from integration_tests.test_cli import assert_one_line_error, ok, progress, rmq
+from integration_tests.test_cli import assert_one_line_error, ok
 from rmq.cli import processes
+from rmq.cli.main import main as cli_main
+from rmq.connector.client import OutgoingMessage, RmqClient, RmqError
 
 pytestmark = pytest.mark.integration
 WAIT_S = 60.0
@@ -28,6 +32,24 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[processes.Serve
     server = processes.broker(tmp_path_factory.mktemp("cli-group")).start()
     yield server
     server.stop()
+
+
+def rmq(*args: str) -> subprocess.CompletedProcess[str]:
+    """`rmq ARGS` run in this process (no interpreter start-up): the commands that need no stdin."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli_main(list(args))
+    return subprocess.CompletedProcess(["rmq", *args], code, out.getvalue(), err.getvalue())
+
+
+def run(*args: str) -> str:
+    done = rmq(*args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def progress(endpoints: str, group: str) -> dict:
+    return json.loads(run("group", "progress", group, "--json", "--endpoints", endpoints))
 
 
 class Consume:
@@ -62,18 +84,30 @@ def committed(endpoints: str, group: str, topic: str) -> int:
     return sum(q["consumer_offset"] or 0 for q in progress(endpoints, group)["queues"] if q["topic"] == topic)
 
 
+def members(endpoints: str, group: str) -> list[str]:
+    with RmqClient(endpoints) as client:
+        try:
+            return client.consumer_list(group, f"%RETRY%{group}")
+        except RmqError:   # no retry topic before the first member heartbeats
+            return []
+
+
 def group_entry(endpoints: str, group: str) -> dict:
-    groups = json.loads(ok("group", "list", "--json", "--endpoints", endpoints))["groups"]
+    groups = json.loads(run("group", "list", "--json", "--endpoints", endpoints))["groups"]
     return next(g for g in groups if g["group"] == group)
 
 
 def test_three_processes_of_a_group_share_a_topic(broker: processes.ServerProcess, tmp_path: Path) -> None:
     e = broker.address
-    ok("topic", "create", "Shared", "--queues", "8", "--endpoints", e)
+    run("topic", "create", "Shared", "--queues", "8", "--endpoints", e)
     consumers = [Consume(tmp_path / f"c{i}.out", "Shared", "--group", "g3", "--from", "first",
                          "--json", "--endpoints", e) for i in range(3)]
-    time.sleep(2.0)   # let the three join (the queues move at each join)
-    ok("produce", "Shared", "--count", "300", "--endpoints", e)
+    deadline = time.monotonic() + WAIT_S
+    while len(members(e, "g3")) < 3:   # all three joined (the queues move at each join)
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    time.sleep(2.0)   # and rebalanced: while a queue changes hands both may read it (at-least-once)
+    run("produce", "Shared", "--count", "300", "--endpoints", e)
     deadline = time.monotonic() + WAIT_S
     while sum(len(c.lines()) for c in consumers) < 300 and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -92,8 +126,8 @@ def test_three_processes_of_a_group_share_a_topic(broker: processes.ServerProces
 def test_head_commits_only_what_it_read_and_sigterm_commits_what_was_printed(
         broker: processes.ServerProcess, tmp_path: Path) -> None:
     e = broker.address
-    ok("topic", "create", "Headed", "--queues", "2", "--endpoints", e)
-    ok("produce", "Headed", "--count", "40", "--endpoints", e)
+    run("topic", "create", "Headed", "--queues", "2", "--endpoints", e)
+    run("produce", "Headed", "--count", "40", "--endpoints", e)
     command = " ".join(processes.RMQ + ["consume", "Headed", "--group", "heads", "--from", "first",
                                         "--endpoints", e])
     shown = subprocess.run(f"{command} | head -3", shell=True, capture_output=True, text=True, timeout=WAIT_S)
@@ -111,26 +145,28 @@ def test_head_commits_only_what_it_read_and_sigterm_commits_what_was_printed(
 def test_rides_out_a_broker_restart(tmp_path: Path) -> None:
     server = processes.broker(tmp_path).start()
     e = server.address
+    client = RmqClient(e)
     try:
-        ok("topic", "create", "Restarted", "--queues", "2", "--endpoints", e)
+        run("topic", "create", "Restarted", "--queues", "2", "--endpoints", e)
         consumer = Consume(tmp_path / "ride.out", "Restarted", "--group", "riders", "--endpoints", e)
         time.sleep(2.0)                                 # joined, started at the (empty) ends
-        ok("produce", "Restarted", "--endpoints", e, stdin="a\nb\n")
+        client.send("Restarted", [OutgoingMessage(b"a"), OutgoingMessage(b"b")])
         consumer.wait_lines(2)
         server.restart()                                # younger than the 5 s commit period
-        ok("produce", "Restarted", "--endpoints", e, stdin="c\nd\n")
+        client.send("Restarted", [OutgoingMessage(b"c"), OutgoingMessage(b"d")])
         lines = consumer.wait_lines(4)
         consumer.terminate()
         assert sorted(line.split(" ", 4)[4] for line in lines) == ["a", "b", "c", "d"]
         assert committed(e, "riders", "Restarted") == 4
     finally:
+        client.close()
         server.stop()
 
 
 def test_json_bodies_keys_and_selectors(broker: processes.ServerProcess) -> None:
     e = broker.address
-    assert "created" in ok("topic", "create", "Keyed", "--queues", "4", "--if-not-exists", "--endpoints", e)
-    assert ok("topic", "create", "Keyed", "--queues", "2", "--if-not-exists", "--endpoints", e).strip() == (
+    assert "created" in run("topic", "create", "Keyed", "--queues", "4", "--if-not-exists", "--endpoints", e)
+    assert run("topic", "create", "Keyed", "--queues", "2", "--if-not-exists", "--endpoints", e).strip() == (
         "topic Keyed exists with 4 queues on broker-a")
     lines = "".join(f"order-{i % 3}\tstep {i // 3}\n" for i in range(12)) + "bin\t\xff\xfe\n"
     done = subprocess.run(processes.RMQ + ["produce", "Keyed", "--key-hash", "--endpoints", e],
