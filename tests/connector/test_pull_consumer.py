@@ -13,6 +13,7 @@ from rmq.cli import processes
 from rmq.connector.client import MessageQueue, OutgoingMessage, PullStatus, RmqClient
 from rmq.connector.message import MessageExt
 from rmq.connector.pull_consumer import PullConsumer
+from rmq.subscription import MessageSelector
 
 pytestmark = pytest.mark.integration
 
@@ -132,3 +133,17 @@ def test_auto_commit_resumes_after_a_restart_with_no_gap(broker: processes.Serve
         second.shutdown()
     assert not set(seen) & set(again)             # nothing replayed after a clean stop
     assert set(seen) | set(again) == {f"{q}-{i}".encode() for q in range(2) for i in range(100)}
+
+
+def test_subscribe_with_an_sql92_selector(broker: processes.ServerProcess, client: RmqClient) -> None:
+    client.create_topic("Selected", 2)
+    client.send("Selected", [OutgoingMessage(f"m{i}".encode(), properties={"amount": str(i)})
+                             for i in range(10)])
+    consumer = PullConsumer("GQ", broker.address, consume_from="first")
+    consumer.subscribe("Selected", MessageSelector.by_sql("amount >= 7"))
+    with consumer:
+        got = poll_until([consumer], 3, rounds=100)[0]
+        got += consumer.poll(0.3)
+    assert sorted(m.body for m in got) == [b"m7", b"m8", b"m9"]
+    with pytest.raises(ValueError, match="position"):
+        PullConsumer("GQ2", broker.address).subscribe("Selected", MessageSelector.by_sql("amount >"))
