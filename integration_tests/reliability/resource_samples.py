@@ -27,6 +27,7 @@ FIGURES = {
     "queue_locks": ("rmq_queue_locks", 1),
     "offset_entries": ("rmq_consumer_offset_entries", 1),
     "topics": ("rmq_topics", 1),
+    "dispatch_behind_bytes": ("rmq_dispatch_behind_bytes", 1),
 }
 
 
