@@ -185,6 +185,14 @@ def test_json_bodies_keys_and_selectors(broker: processes.ServerProcess) -> None
     assert (binary["body"], binary["body_encoding"]) == ("//4=", "base64")
     assert {r["body_encoding"] for r in records if r["keys"] != "bin"} == {"utf-8"}
 
+    time.sleep(0.05)
+    since = int(time.time() * 1000)
+    with RmqClient(e) as client:
+        client.send("Keyed", [OutgoingMessage(b"late", keys="later")])
+    out = ok("consume", "Keyed", "--group", "stamped", "--from", f"timestamp:{since}", "--max-messages", "1",
+             "--json", "--endpoints", e)
+    assert [json.loads(line)["body"] for line in out.splitlines()] == ["late"]   # nothing stored before
+
     assert_one_line_error(rmq("consume", "Keyed", "--sql", "a >", "--endpoints", e), "--sql", "position")
     both = rmq("consume", "Keyed", "--sql", "a > 1", "--sub", "TagA", "--endpoints", e)
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
