@@ -5,6 +5,7 @@ queue order; a broker with enable_property_filter off refuses SQL92 subscription
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -47,22 +48,48 @@ def read_all(client: RmqClient, topic: str, selector: MessageSelector) -> dict[i
     return received
 
 
-def test_sql92_pull_receives_exactly_the_matching_messages(tmp_path: Path) -> None:
-    server = processes.broker(tmp_path, flush="async").start()
-    sent = orders(10_000)
+@pytest.fixture(scope="module")
+def orders_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[processes.ServerProcess]:
+    """One broker holding the 10,000 orders, shared by the readers of this module."""
+    server = processes.broker(tmp_path_factory.mktemp("sql92"), flush="async").start()
     try:
         with RmqClient(server.address) as client:
             client.create_topic("Orders", queues=QUEUES)
-            for start in range(0, len(sent), 1000):
-                client.send("Orders", sent[start:start + 1000])
-            received = read_all(client, "Orders", MessageSelector.by_sql(FILTER))
+            for start in range(0, len(SENT), 1000):
+                client.send("Orders", SENT[start:start + 1000])
+        yield server
     finally:
         server.stop()
-    expected = matching(sent)
-    assert len(expected) == 1337     # a third are eu, 40 % of those have amount 100..500
+
+
+SENT = orders(10_000)
+EXPECTED = matching(SENT)
+
+
+def test_expected_share() -> None:
+    assert len(EXPECTED) == 1337     # a third are eu, 40 % of those have amount 100..500
+
+
+def test_sql92_pull_receives_exactly_the_matching_messages(orders_broker: processes.ServerProcess) -> None:
+    with RmqClient(orders_broker.address) as client:
+        received = read_all(client, "Orders", MessageSelector.by_sql(FILTER))
     for queue_id, bodies in received.items():
-        assert bodies == [b for b in expected if int(b.split(b"-")[1]) % QUEUES == queue_id]
-    assert sum(map(len, received.values())) == len(expected)
+        assert bodies == [b for b in EXPECTED if int(b.split(b"-")[1]) % QUEUES == queue_id]
+    assert sum(map(len, received.values())) == len(EXPECTED)
+
+
+def test_spark_batch_read_with_sql_filter(spark, orders_broker: processes.ServerProcess) -> None:
+    frame = (spark.read.format("rmq").option("endpoints", orders_broker.address).option("topic", "Orders")
+             .option("sqlFilter", FILTER).load())
+    rows = frame.select("body", "properties").collect()
+    assert sorted(bytes(row.body) for row in rows) == sorted(EXPECTED)
+    assert all(row.properties["region"] == "eu" for row in rows)
+
+
+def test_spark_refuses_a_malformed_sql_filter_at_load(spark, orders_broker: processes.ServerProcess) -> None:
+    with pytest.raises(Exception, match="invalid SQL92 filter at position 26"):
+        (spark.read.format("rmq").option("endpoints", orders_broker.address).option("topic", "Orders")
+         .option("sqlFilter", "region = 'eu' AND amount >").load())
 
 
 def test_broker_with_property_filter_off_refuses_sql92(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ have the full contract):
                            spark-rmq-<uuid>, kept in the checkpoint (a restart keeps it); a batch
                            read without it touches no group state
     subExpression          * | TagA || TagB
+    sqlFilter              an SQL92 condition on properties, filtered on the broker (instead of subExpression)
     startingOffsets        stream: latest, batch: earliest; or committed (needs consumerGroup),
                            timestamp:<epoch-ms>, JSON {"topic":{"broker":{"queueId":offset}}}
                            (-2 earliest, -1 latest; queues left out use the default). A stream

@@ -33,8 +33,9 @@ from rmq.connector.offsets import (
 )
 from rmq.message_format import MAX_TOPIC_LENGTH
 from rmq.names import MAX_GROUP_LENGTH, VALID_CHARACTERS, group_name_problem, topic_name_problem
+from rmq.sql92 import Sql92Error
 from rmq.subscription import FORMAT_HINT as SUB_FORMAT_HINT
-from rmq.subscription import parse_sub_expression
+from rmq.subscription import ExpressionType, MessageSelector, parse_sub_expression
 
 CLUSTERING = "clustering"
 BROADCASTING = "broadcasting"
@@ -57,7 +58,7 @@ DEFAULT_OFFSET_STORE_DIR = "~/.rmq/offsets"
 GROUP_PREFIX = "spark-rmq-"   # of the group a query gets when option consumerGroup is not set
 
 OPTION_NAMES = (
-    "endpoints", "topic", "topicPattern", "consumerGroup", "subExpression", "startingOffsets",
+    "endpoints", "topic", "topicPattern", "consumerGroup", "subExpression", "sqlFilter", "startingOffsets",
     "startingOffsetsByTimestamp", "committedFallback", "endingOffsets", "endingOffsetsByTimestamp",
     "endingTimestamp", "maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay",
     "minPartitions", "pullBatchSize", "pullTimeoutMs", OUTAGE_OPTION, "allocateStrategy",
@@ -86,6 +87,14 @@ class PullSettings:
     fail_on_data_loss: bool
     outage_window_ms: int = DEFAULT_BROKER_OUTAGE_WINDOW_MS   # retrying an unreachable broker
     security: ClientSecurity = field(default_factory=ClientSecurity)   # accessKey/secretKey/tls
+    sql_filter: str | None = None    # sqlFilter: an SQL92 condition the broker evaluates instead of tags
+
+    @property
+    def selector(self) -> str | MessageSelector:
+        """What each pull selects: the tag expression, or the SQL92 filter."""
+        if self.sql_filter is None:
+            return self.sub_expression
+        return MessageSelector(self.sql_filter, ExpressionType.SQL92)
 
     def connect(self, timeout: float = DEFAULT_CLIENT_TIMEOUT_S) -> RmqClient:
         """A client for the endpoints, signing and encrypting as the options say."""
@@ -153,6 +162,7 @@ def _parse(options: Mapping[str, str], streaming: bool) -> SourceOptions:
     if group is not None:
         _check_name("consumerGroup", group, MAX_GROUP_LENGTH, group_name_problem)
     sub_expression, tags = _parse_sub_expression(get.text("subExpression") or "*")
+    sql_filter = _parse_sql_filter(get.text("sqlFilter"), get.text("subExpression"))
     subscribed = _Subscribed(topics, pattern)
     starting_offsets = _parse_starting(get, streaming, group, subscribed)
     return SourceOptions(
@@ -168,6 +178,7 @@ def _parse(options: Mapping[str, str], streaming: bool) -> SourceOptions:
             fail_on_data_loss=get.choice("failOnDataLoss", ("true", "false"), "true") == "true",
             outage_window_ms=get.positive_int(OUTAGE_OPTION, DEFAULT_BROKER_OUTAGE_WINDOW_MS),
             security=_parse_security(options),
+            sql_filter=sql_filter,
         ),
         starting_offsets=starting_offsets,
         ending_offsets=_parse_ending(get, subscribed),
@@ -306,6 +317,19 @@ def _parse_security(options: Mapping[str, str]) -> ClientSecurity:
         return ClientSecurity.from_options(options)
     except ValueError as error:   # names the option, never the secret
         raise RmqOptionError(str(error)) from None
+
+
+def _parse_sql_filter(text: str | None, sub_expression: str | None) -> str | None:
+    """sqlFilter, checked now (the error names the position); it replaces subExpression."""
+    if text is None:
+        return None
+    if sub_expression is not None:
+        raise RmqOptionError("Options 'sqlFilter' and 'subExpression' are mutually exclusive: give one "
+                             "(a tag condition can be written in SQL92 as TAGS IN ('TagA', 'TagB'))")
+    try:
+        return MessageSelector.by_sql(text).expression
+    except Sql92Error as error:
+        raise RmqOptionError(f"Invalid value for option 'sqlFilter': {error}") from None
 
 
 def _parse_sub_expression(text: str) -> tuple[str, frozenset[str] | None]:

@@ -99,7 +99,7 @@ class QueueRangeReader:
             try:
                 result = self._client.pull(
                     self._mq, offset, min(settings.pull_batch_size, self._end - offset),
-                    group=settings.consumer_group, sub_expression=settings.sub_expression,
+                    group=settings.consumer_group, sub_expression=settings.selector,
                     timeout=settings.pull_timeout_ms / 1000,
                 )
                 problem = self._transient_problem(offset, result)

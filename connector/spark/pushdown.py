@@ -85,6 +85,9 @@ class Narrowing:
             tags &= pull.tags
         if not tags:
             return None
+        if pull.sql_filter is not None:
+            quoted = ", ".join("'" + tag.replace("'", "''") + "'" for tag in sorted(tags))
+            return replace(pull, sql_filter=f"({pull.sql_filter}) AND TAGS IN ({quoted})")
         return replace(pull, sub_expression=" || ".join(sorted(tags)), tags=frozenset(tags))
 
     def clamp(self, start: int, end: int) -> tuple[int, int]:

@@ -232,3 +232,15 @@ def test_pattern_errors_and_mode_of_the_new_options():
         parse(streaming=False, endingTimestamp="1", endingOffsets="latest")
     with pytest.raises(RmqOptionError, match="Invalid value 'noon' for option 'endingTimestamp'"):
         parse(streaming=False, endingTimestamp="noon")
+
+
+def test_sql_filter_is_checked_at_load_and_replaces_the_tag_expression():
+    pull = parse(sqlFilter="region = 'eu' AND amount BETWEEN 100 AND 500").pull
+    assert pull.sql_filter == "region = 'eu' AND amount BETWEEN 100 AND 500"
+    assert pull.selector.is_sql and pull.selector.expression == pull.sql_filter
+    assert parse().pull.selector == "*"
+    with pytest.raises(RmqOptionError, match=r"'sqlFilter': invalid SQL92 filter at position 26: "
+                                             r"expected a property name, literal or '\('"):
+        check_source_options({**BASE, "sqlFilter": "region = 'eu' AND amount >"})
+    with pytest.raises(RmqOptionError, match="'sqlFilter' and 'subExpression' are mutually exclusive"):
+        check_source_options({**BASE, "sqlFilter": "a = 1", "subExpression": "TagA"})
