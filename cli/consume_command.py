@@ -29,7 +29,7 @@ import threading
 import time
 from array import array
 from collections.abc import Sequence
-from typing import Any, BinaryIO
+from typing import Any, TextIO
 
 from rmq.broker_server.arguments import positive_float, positive_int
 from rmq.broker_server.errors import UserError
@@ -106,7 +106,7 @@ def message_line(message: MessageExt) -> str:
 class Printer:
     """Writes one message at a time to `out`; `deliver` says whether the reader got it."""
 
-    def __init__(self, out: BinaryIO, json_lines: bool, max_messages: int | None) -> None:
+    def __init__(self, out: TextIO, json_lines: bool, max_messages: int | None) -> None:
         self.out = out
         self.json_lines = json_lines
         self.max_messages = max_messages
@@ -114,15 +114,17 @@ class Printer:
         self.last_activity = time.monotonic()
         self.done = threading.Event()      # the limit was reached, or the reader went away
         self.broken = False
-        fd = out.fileno()
-        self._pipe = stat.S_ISFIFO(os.fstat(fd).st_mode)
+        try:
+            self._pipe = stat.S_ISFIFO(os.fstat(out.fileno()).st_mode)
+        except (OSError, ValueError):   # io.UnsupportedOperation: not a file (captured output)
+            self._pipe = False
 
     def deliver(self, message: MessageExt) -> bool:
         if self.done.is_set():
             return False
         text = json.dumps(message_record(message)) if self.json_lines else message_line(message)
         try:
-            self.out.write(text.encode() + b"\n")
+            self.out.write(text + "\n")
             self.out.flush()
             if self._pipe and not self._drained():
                 raise BrokenPipeError
@@ -161,7 +163,7 @@ def consume(client: RmqClient, args: argparse.Namespace) -> int:
     for service in ("consume_message_concurrently_service", "consume_message_orderly_service"):
         # halt() drops the queues on purpose: their "dropped" warnings say nothing to a CLI user
         logging.getLogger(f"rmq.connector.{service}").setLevel(logging.ERROR)
-    printer = Printer(sys.stdout.buffer, args.json, args.max_messages)
+    printer = Printer(sys.stdout, args.json, args.max_messages)
     consumer = PushConsumer(args.group, client.endpoints, client=client, consume_from=start,
                             consume_timestamp=timestamp, consume_thread_max=1)
     consumer.subscribe(args.topic, selector)

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from rmq.cli import client_commands
+from rmq.cli import client_commands, consume_command
 from rmq.cli import main as cli
 
 
@@ -35,7 +35,7 @@ def closed_address() -> str:
         (["produce", "T", "--count", "-3"], "argument --count: expected a positive integer, got -3"),
         (["produce", "T", "--size", "10"], "--size needs --count"),
         (["produce", "T", "--batch-size", "0"], "argument --batch-size"),
-        (["consume", "T", "--from", "middle"], "argument --from: invalid choice: 'middle'"),
+        (["consume", "T", "--from", "middle"], "--from: expected first, last or timestamp:MS, got 'middle'"),
         (["consume", "T", "--idle-timeout", "0"], "--idle-timeout: expected a positive number, got 0"),
         (["consume", "T", "--sub", "A || "], "invalid subscription expression 'A || '"),
         (["group", "progress"], "the following arguments are required: group"),
@@ -96,4 +96,4 @@ def test_batches_keep_order_and_the_short_tail() -> None:
 
 
 def test_bodies_are_printed_on_one_line() -> None:
-    assert client_commands._one_line("a\nb\r\n✓".encode() + b"\xff") == "a\\nb\\r\\n✓\ufffd"
+    assert consume_command.one_line("a\nb\r\n✓".encode() + b"\xff") == "a\\nb\\r\\n✓\ufffd"
