@@ -194,7 +194,9 @@ def _topic_list(client: RmqClient, args: argparse.Namespace) -> int:
 
 def _topic_describe(client: RmqClient, args: argparse.Namespace) -> int:
     route = client.query_route(args.name)
-    offsets = client.topic_offsets(args.name)
+    unreachable: dict[str, RmqUnavailable] = {}
+    offsets = client.topic_offsets(args.name, unreachable)
+    _check_some_reachable(unreachable, route.brokers)
     brokers: list[dict[str, Any]]
     queues: list[dict[str, Any]]
     brokers = [{"broker_name": q.broker_name, "address": route.brokers.get(q.broker_name, ""),
@@ -206,8 +208,10 @@ def _topic_describe(client: RmqClient, args: argparse.Namespace) -> int:
     for b in brokers:
         b["members"] = _member_states(client, b["broker_name"], route.members.get(b["broker_name"], ()))
     if args.json:
-        _print_json({"topic": args.name, "brokers": brokers, "queues": queues})
+        _print_json({"topic": args.name, "brokers": brokers, "queues": queues,
+                     "unreachable": _unreachable_json(unreachable)})
         return 0
+    _warn_unreachable(unreachable)
     for b in brokers:
         print(f"topic {args.name} on {b['broker_name']} ({b['address']}): {b['read_queue_nums']} read / "
               f"{b['write_queue_nums']} write queues, perm {_perm(b['perm'])}")
@@ -318,21 +322,23 @@ class _Progress:
 # ---------------------------------------------------------------- group
 
 
-def _group_rows(client: RmqClient, group: str, topic: str) -> list[dict[str, Any]]:
+def _group_rows(client: RmqClient, group: str, topic: str,
+                unreachable: dict[str, RmqUnavailable] | None = None) -> list[dict[str, Any]]:
     """Per queue of the group's topics (or of `topic`): offsets and lag; [] for a group that
-    never committed (without `topic`)."""
-    committed = client.query_consumer_offsets(group, topic)
+    never committed (without `topic`). With `unreachable`, brokers that cannot be reached are
+    collected there and their queues left out."""
+    committed = client.query_consumer_offsets(group, topic, unreachable)
     retry_topic = retry.retry_topic(group)
     if topic:   # the group's retry topic too: its lag is the retries still waiting
-        committed.update(client.query_consumer_offsets(group, retry_topic)
-                         if _topic_offsets_if_exists(client, retry_topic, required=False) else {})
+        committed.update(client.query_consumer_offsets(group, retry_topic, unreachable)
+                         if _topic_offsets_if_exists(client, retry_topic, False, unreachable) else {})
     if not committed and not topic:
         return []
     # the retry topic even before the group committed on it (its lag is the retries waiting)
     topics = sorted({mq.topic for mq in committed} | {retry_topic} | ({topic} if topic else set()))
     rows: list[dict[str, Any]] = []
     for name in topics:
-        for mq, bounds in _topic_offsets_if_exists(client, name, required=name == topic).items():
+        for mq, bounds in _topic_offsets_if_exists(client, name, name == topic, unreachable).items():
             consumer = committed.get(mq)
             # A queue without a committed offset lags by everything it still holds.
             lag = max(bounds.max_offset - (bounds.min_offset if consumer is None else consumer), 0)
@@ -344,7 +350,10 @@ def _group_rows(client: RmqClient, group: str, topic: str) -> list[dict[str, Any
 
 def _group_progress(client: RmqClient, args: argparse.Namespace) -> int:
     """Per queue: broker max offset, consumer offset, lag (mqadmin consumerProgress)."""
-    rows = _group_rows(client, args.group, args.topic)
+    unreachable: dict[str, RmqUnavailable] = {}
+    rows = _group_rows(client, args.group, args.topic, unreachable)
+    if not rows and unreachable:
+        raise next(iter(unreachable.values()))
     if not rows and not args.topic:
         raise UserError(f"consumer group {args.group} has no committed offsets")
     total = sum(row["lag"] for row in rows)
@@ -352,8 +361,10 @@ def _group_progress(client: RmqClient, args: argparse.Namespace) -> int:
     members = {name: _member_states(client, name, groups.get(name, ()))
                for name in sorted({row["broker_name"] for row in rows})}
     if args.json:
-        _print_json({"group": args.group, "queues": rows, "total_lag": total, "brokers": members})
+        _print_json({"group": args.group, "queues": rows, "total_lag": total, "brokers": members,
+                     "unreachable": _unreachable_json(unreachable)})
         return 0
+    _warn_unreachable(unreachable)
     for name, states in members.items():
         print(f"broker {name}:")
         _print_members(states)
@@ -503,15 +514,32 @@ def _dlq_resend(client: RmqClient, args: argparse.Namespace) -> int:
     return 0
 
 
-def _topic_offsets_if_exists(client: RmqClient, topic: str,
-                             required: bool) -> dict[MessageQueue, QueueOffsets]:
+def _topic_offsets_if_exists(client: RmqClient, topic: str, required: bool,
+                             unreachable: dict[str, RmqUnavailable] | None = None
+                             ) -> dict[MessageQueue, QueueOffsets]:
     """The topic's queue offsets; a deleted topic the group still has offsets for is skipped."""
     try:
-        return client.topic_offsets(topic)
+        return client.topic_offsets(topic, unreachable)
     except RmqError as error:
         if required or error.code != rmq_pb2.TOPIC_NOT_EXIST:
             raise
         return {}
+
+
+def _check_some_reachable(unreachable: dict[str, RmqUnavailable], brokers: Iterable[str]) -> None:
+    """Fail (with the first error) only when no broker holding the topic answered."""
+    if unreachable and set(brokers) <= set(unreachable):
+        raise next(iter(unreachable.values()))
+
+
+def _warn_unreachable(unreachable: dict[str, RmqUnavailable]) -> None:
+    """One stderr line per broker that could not be reached (its queues are left out)."""
+    for name, error in sorted(unreachable.items()):
+        print(f"rmq: broker {name} is unreachable, its queues are left out: {error}", file=sys.stderr)
+
+
+def _unreachable_json(unreachable: dict[str, RmqUnavailable]) -> dict[str, str]:
+    return {name: str(error) for name, error in sorted(unreachable.items())}
 
 
 # ---------------------------------------------------------------- output and argument types

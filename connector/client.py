@@ -11,6 +11,7 @@ backoff. Pulled messages are returned packed (`rmq.v1.PackedMessages`); decode t
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import time
@@ -456,13 +457,17 @@ class RmqClient:
         request.expression_type = cast(rmq_pb2.ExpressionType, expression_type)   # wire values
         return request, (timeout or self.timeout) + max(suspend_timeout_ms, 0) / 1000.0
 
-    def topic_offsets(self, topic: str) -> dict[MessageQueue, QueueOffsets]:
-        """Min/max offset and last store time of every queue of the topic, sorted by queue."""
+    def topic_offsets(self, topic: str, unreachable: dict[str, RmqUnavailable] | None = None
+                      ) -> dict[MessageQueue, QueueOffsets]:
+        """Min/max offset and last store time of every queue of the topic, sorted by queue.
+        With `unreachable`, a broker that cannot be reached (killed, not yet evicted by the name
+        server) is recorded there by name and skipped: the live brokers' queues are answered."""
         offsets: dict[MessageQueue, QueueOffsets] = {}
         for name in self._route(topic).brokers:
             request = rmq_pb2.GetTopicOffsetsRequest(topic=topic)
-            response = self._topic_call(topic, name, _GET_TOPIC_OFFSETS, request)
-            for q in response.queues:
+            read = functools.partial(self._topic_call, topic, name, _GET_TOPIC_OFFSETS, request)
+            response = _unless_unreachable(read, name, unreachable)
+            for q in response.queues if response is not None else ():
                 offsets[MessageQueue(topic, name, q.queue_id)] = QueueOffsets(
                     q.min_offset, q.max_offset, q.last_store_timestamp)
         return dict(sorted(offsets.items()))
@@ -472,14 +477,20 @@ class RmqClient:
         request = rmq_pb2.SearchOffsetRequest(topic=mq.topic, queue_id=mq.queue_id, timestamp=timestamp_ms)
         return self._read_call(mq.broker_name, _SEARCH_OFFSET, request, queue=mq).offset
 
-    def query_consumer_offsets(self, group: str, topic: str = "") -> dict[MessageQueue, int]:
-        """The group's committed offsets (of one topic, or of all), sorted by queue."""
+    def query_consumer_offsets(self, group: str, topic: str = "",
+                               unreachable: dict[str, RmqUnavailable] | None = None
+                               ) -> dict[MessageQueue, int]:
+        """The group's committed offsets (of one topic, or of all), sorted by queue; `unreachable`
+        as for topic_offsets."""
         brokers = self._route(topic).brokers if topic else self.list_brokers()
         request = rmq_pb2.QueryConsumerOffsetsRequest(consumer_group=group, topic=topic)
         offsets: dict[MessageQueue, int] = {}
         for name in brokers:
-            response = self._read_call(name, _QUERY_CONSUMER_OFFSETS, request,
-                                       ok_codes=(rmq_pb2.QUERY_NOT_FOUND,))
+            read = functools.partial(self._read_call, name, _QUERY_CONSUMER_OFFSETS, request,
+                                     ok_codes=(rmq_pb2.QUERY_NOT_FOUND,))
+            response = _unless_unreachable(read, name, unreachable)
+            if response is None:
+                continue
             offsets.update((MessageQueue(o.topic, name, o.queue_id), o.offset) for o in response.offsets)
         return dict(sorted(offsets.items()))
 
@@ -768,6 +779,18 @@ def _transport_error(error: grpc.RpcError, method: str, label: str, queue: Messa
         return RmqUnavailable(f"{method} failed: {code.name}: {details}", broker=label, queue=queue)
     rmq_code = rmq_pb2.NO_PERMISSION if code == grpc.StatusCode.PERMISSION_DENIED else rmq_pb2.SYSTEM_ERROR
     return RmqError(rmq_code, f"{method} failed: gRPC {code.name}: {details}", broker=label, queue=queue)
+
+
+def _unless_unreachable(call: Callable[[], ResponseT], broker_name: str,
+                        unreachable: dict[str, RmqUnavailable] | None) -> ResponseT | None:
+    """call(); None when the broker is unreachable and the caller collects those in `unreachable`."""
+    try:
+        return call()
+    except RmqUnavailable as error:
+        if unreachable is None:
+            raise
+        unreachable[broker_name] = error
+        return None
 
 
 def _all_unreachable(failures: list[RmqUnavailable]) -> RmqUnavailable:

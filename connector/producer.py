@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 from rmq.connector.client import PERM_WRITE, MessageQueue, RmqClient, RmqError, RmqUnavailable, TopicRoute
+from rmq.connector.latency_fault_tolerance import LatencyFaultTolerance
 from rmq.connector.message import DEFAULT_MAX_MESSAGE_SIZE, Message
 from rmq.message_format import tags_hash_code
 from rmq.v1 import rmq_pb2
@@ -85,6 +86,7 @@ class Producer:
         self._owns_client = client is None
         self._lock = threading.Lock()
         self._next_broker: dict[str, int] = {}
+        self.fault_tolerance = LatencyFaultTolerance()
 
     def start(self) -> None:
         if self._client is None:
@@ -160,6 +162,8 @@ class Producer:
                 if error.acknowledged or not retried:
                     raise
                 logger.warning("send to %s failed (attempt %d): %s", broker, attempt + 1, error)
+                if isinstance(error, RmqUnavailable):
+                    self.fault_tolerance.isolate(broker)
                 last_error, failed_broker = error, broker
                 continue
             return [SendResult(msg_id, MessageQueue(topic, sent.broker_name, queue_id), offset, sent.status)
@@ -169,11 +173,12 @@ class Producer:
         raise last_error
 
     def _choose_broker(self, topic: str, avoid: str | None) -> str:
-        """Round-robin over the topic's writable brokers, skipping the one that just failed."""
+        """Round-robin over the topic's writable brokers, skipping the one that just failed and
+        those isolated after failing to answer (latency fault tolerance)."""
         brokers = self.client.route(topic).writable_brokers()
         if not brokers:
             raise RmqError(rmq_pb2.NO_PERMISSION, f"topic {topic} has no writable queue")
-        candidates = [b for b in brokers if b != avoid] or brokers
+        candidates = self.fault_tolerance.choose_from([b for b in brokers if b != avoid] or brokers)
         with self._lock:
             position = self._next_broker.get(topic, 0)
             self._next_broker[topic] = position + 1
