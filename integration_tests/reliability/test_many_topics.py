@@ -22,7 +22,7 @@ from rmq.connector.message_decoder import decode
 
 pytestmark = pytest.mark.integration
 
-TOPICS = 2_000 if os.environ.get(REPORT_ENV) == "1" else 200
+TOPICS = int(os.environ.get("RMQ_MANY_TOPICS", 2_000 if os.environ.get(REPORT_ENV) == "1" else 200))
 QUEUES = 4
 RSS_GROWTH_BOUND_MIB = 256
 OTHER_FDS = 128         # connections, the CommitLog, index and config files, the metrics server
