@@ -175,8 +175,11 @@ class RebalanceImpl:
         pull_requests = []
         for mq in sorted(mq_set - set(self.process_queue_table)):
             if self.orderly and not self.lock(mq):
-                logger.warning("doRebalance, %s, add a new mq failed, %s, because lock failed", self.group,
-                               mq)
+                logger.warning(
+                    "doRebalance, %s, add a new mq failed, %s, because lock failed: another consumer holds "
+                    "it until it lets go (or its lock expires, 60 s after its last renewal), or the broker's "
+                    "master is down (consumer-startup-allocation-ordering §6); retried at the next rebalance",
+                    self.group, mq)
                 continue
             next_offset = self.compute_pull_from_where(mq)
             if next_offset < 0:
