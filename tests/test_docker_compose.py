@@ -3,8 +3,11 @@ wiring, and that every `rmq` / ETL command they run is accepted by our own argum
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import re
 import shlex
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -204,3 +207,52 @@ def test_etl_job_is_submitted_to_the_master_with_valid_arguments():
     assert SERVICES["spark-worker"]["volumes"] == SERVICES["etl-job"]["volumes"]
     assert args.output.startswith(mount + "/") and args.checkpoint.startswith(mount + "/")
     assert volume in COMPOSE["volumes"]
+
+
+def python_modules_run() -> list[Path]:
+    """The Python files the services run (`python -m examples.x`, `spark-submit x.py`) and the
+    examples modules they import."""
+    files = []
+    for _, words in all_commands():
+        if words[:2] == ["python", "-m"]:
+            files.append(ROOT / (words[2].replace(".", "/") + ".py"))
+        files += [ROOT / word for word in words if word.endswith(".py")]
+    pending, seen = files, set()
+    while pending:
+        path = pending.pop()
+        if path not in seen:
+            seen.add(path)
+            pending += [ROOT / (name.replace(".", "/") + ".py") for name in imported_modules(path)
+                        if name.startswith("examples.")]
+    return sorted(seen)
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    return names | {node.module for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom) and node.module and node.level == 0}
+
+
+def test_the_cluster_jobs_import_the_project_as_rmq_only():
+    """The ETL job and the producer import our code as `rmq.*` (the one installed import name;
+    the image holds no `connector`, `store`, ... package), and every such module exists."""
+    modules = python_modules_run()
+    assert {ROOT / "examples" / "streaming_etl.py", ROOT / "examples" / "orders.py"} <= set(modules)
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    old_names = {name.split("/")[0] for name in pyproject["tool"]["setuptools"]["package-dir"].values()}
+    for path in modules:
+        for name in imported_modules(path):
+            assert name.split(".")[0] not in old_names, f"{path.name} imports {name}: import it as rmq.*"
+            if name.split(".")[0] == "rmq":
+                assert importlib.util.find_spec(name) is not None, f"{path.name} imports {name}, which is missing"
+
+
+def test_the_image_copies_every_directory_the_rmq_package_is_built_from():
+    """pip install in the image builds `rmq` from the package-dir directories of pyproject.toml:
+    each must be copied in before it."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    copied_before_install = re.findall(r"^COPY (\S+) ", dockerfile.split("pip install")[0], re.MULTILINE)
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    package_dirs = {name.split("/")[0] for name in pyproject["tool"]["setuptools"]["package-dir"].values()}
+    assert package_dirs <= set(copied_before_install), package_dirs - set(copied_before_install)
