@@ -234,18 +234,23 @@ def imported_modules(path: Path) -> set[str]:
                     if isinstance(node, ast.ImportFrom) and node.module and node.level == 0}
 
 
+def package_directories() -> set[str]:
+    """The top directories `rmq` is built from (pyproject.toml package-dir): proto, store, ..."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return {path.split("/")[0] for path in pyproject["tool"]["setuptools"]["package-dir"].values()}
+
+
 def test_the_cluster_jobs_import_the_project_as_rmq_only():
     """The ETL job and the producer import our code as `rmq.*` (the one installed import name;
     the image holds no `connector`, `store`, ... package), and every such module exists."""
     modules = python_modules_run()
     assert {ROOT / "examples" / "streaming_etl.py", ROOT / "examples" / "orders.py"} <= set(modules)
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    old_names = {name.split("/")[0] for name in pyproject["tool"]["setuptools"]["package-dir"].values()}
+    old_names = package_directories()
     for path in modules:
         for name in imported_modules(path):
             assert name.split(".")[0] not in old_names, f"{path.name} imports {name}: import it as rmq.*"
             if name.split(".")[0] == "rmq":
-                assert importlib.util.find_spec(name) is not None, f"{path.name} imports {name}, which is missing"
+                assert importlib.util.find_spec(name) is not None, f"{path.name} imports {name}: missing"
 
 
 def test_the_image_copies_every_directory_the_rmq_package_is_built_from():
@@ -253,6 +258,5 @@ def test_the_image_copies_every_directory_the_rmq_package_is_built_from():
     each must be copied in before it."""
     dockerfile = (ROOT / "Dockerfile").read_text()
     copied_before_install = re.findall(r"^COPY (\S+) ", dockerfile.split("pip install")[0], re.MULTILINE)
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    package_dirs = {name.split("/")[0] for name in pyproject["tool"]["setuptools"]["package-dir"].values()}
+    package_dirs = package_directories()
     assert package_dirs <= set(copied_before_install), package_dirs - set(copied_before_install)
