@@ -20,6 +20,7 @@ CQ_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
 # fillPreBlank entry: keeps logical offsets aligned when a queue starts past 0.
 PRE_BLANK_SIZE = 0x7FFFFFFF
 RECOVER_CHUNK_ENTRIES = 4096     # 80 KiB read at a time by recover
+PREALLOCATE_STEP = 64 * 1024     # blocks reserved ahead of the writes (not the whole 6 MB file)
 PRE_BLANK_ENTRY = ENTRY.pack(0, PRE_BLANK_SIZE, 0)
 
 
@@ -32,7 +33,7 @@ class ConsumeQueue:
         self.topic = topic
         self.queue_id = queue_id
         self.mapped_file_queue = MappedFileQueue(root / topic / str(queue_id), mapped_file_size,
-                                                 preallocate=True)
+                                                 preallocate=True, preallocate_step=PREALLOCATE_STEP)
         self.entries_per_file = mapped_file_size // CQ_STORE_UNIT_SIZE
         self.max_physic_offset = -1      # end (offset + size) of the last entry's record
         self.min_logic_offset = 0        # byte offset of the first valid entry

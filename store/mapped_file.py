@@ -32,9 +32,15 @@ def now_ms() -> int:
 
 class MappedFile:
     def __init__(self, path: Path, file_size: int, *, create: bool = False,
-                 preallocate: bool = False) -> None:
+                 preallocate: bool = False, preallocate_step: int = 0) -> None:
+        """`preallocate`: reserve the file's blocks at creation (ENOSPC as OSError, never SIGBUS
+        later). With a `preallocate_step` they are reserved step by step ahead of the writes
+        instead of all at once (also for a file loaded again), so an idle file reserves one step:
+        2,000 topics x 4 queues of 6 MB ConsumeQueue files reserved 48 GB up front."""
         self.path = path
         self.file_size = file_size
+        self.preallocate_step = preallocate_step
+        self._reserved = 0 if preallocate_step else file_size   # bytes whose blocks are reserved
         self.file_from_offset = int(path.name)
         self.wrote_position = 0
         self.flushed_position = 0
@@ -51,7 +57,9 @@ class MappedFile:
         fd = os.open(self.path, flags, 0o644)
         try:
             if os.fstat(fd).st_size != self.file_size:
-                allocate_file(fd, self.file_size, preallocate)
+                allocate_file(fd, self.file_size, preallocate and not self.preallocate_step)
+            if create and self.preallocate_step:
+                self._reserve_blocks(fd, min(self.preallocate_step, self.file_size))
             self.mm = mmap.mmap(fd, self.file_size)
         except OSError:
             if create:
@@ -83,6 +91,8 @@ class MappedFile:
     # -- write / flush -----------------------------------------------------------------------
 
     def write(self, position: int, data: bytes) -> None:
+        if position + len(data) > self._reserved:
+            self._reserve(position + len(data))
         self.mm[position:position + len(data)] = data
 
     def clear_from(self, position: int) -> None:
@@ -102,6 +112,8 @@ class MappedFile:
         position = self.wrote_position
         if position + len(data) > self.file_size:
             return False
+        if position + len(data) > self._reserved:
+            self._reserve(position + len(data))
         self.mm[position:position + len(data)] = data
         self.wrote_position = position + len(data)
         return True
@@ -202,6 +214,23 @@ class MappedFile:
                 return
             self._cleaned = True
         self._close()
+
+    def _reserve(self, end: int) -> None:
+        """Reserve blocks up to at least `end`, a step ahead (OSError ENOSPC when the disk is full)."""
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            self._reserve_blocks(fd, min(self.file_size, max(end, self._reserved + self.preallocate_step)))
+        finally:
+            os.close(fd)
+
+    def _reserve_blocks(self, fd: int, end: int) -> None:
+        try:
+            os.posix_fallocate(fd, self._reserved, end - self._reserved)
+            self._reserved = end
+        except OSError as error:
+            if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            self._reserved = self.file_size    # the filesystem cannot reserve: write as before
 
     def _close(self) -> None:
         try:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rmq.store.config import CQ_STORE_UNIT_SIZE
-from rmq.store.consume_queue import CQ_DTYPE, RECOVER_CHUNK_ENTRIES, ConsumeQueue
+from rmq.store.consume_queue import CQ_DTYPE, PREALLOCATE_STEP, RECOVER_CHUNK_ENTRIES, ConsumeQueue
 
 FILE_ENTRIES = 3 * RECOVER_CHUNK_ENTRIES + 7
 
@@ -41,3 +41,26 @@ def test_recover_finds_the_end_across_chunks_and_files(tmp_path: Path, count: in
     assert cq.max_physic_offset == count * 100
     assert cq.get_entry(count - 1) == ((count - 1) * 100, 100, 0)
     cq.close()
+
+
+def test_a_queue_file_reserves_blocks_a_step_ahead_of_its_entries(tmp_path: Path) -> None:
+    """An idle queue's 6 MB file reserves one step of disk, not 6 MB; blocks follow the writes
+    (reserved before each write passes them, so a full disk is an OSError, not a SIGBUS)."""
+    size = 300_000 * CQ_STORE_UNIT_SIZE
+    cq = ConsumeQueue("T", 0, tmp_path, size)
+    cq.put_entries(_entry(0), 0)
+    path = tmp_path / "T" / "0" / f"{0:020d}"
+    assert path.stat().st_size == size
+    assert path.stat().st_blocks * 512 <= PREALLOCATE_STEP + 4096
+    many = np.zeros(20_000, dtype=CQ_DTYPE)
+    many["offset"], many["size"] = np.arange(1, 20_001) * 100, 100
+    cq.put_entries(many, 1)
+    assert 20_001 * CQ_STORE_UNIT_SIZE <= path.stat().st_blocks * 512 <= 20_001 * CQ_STORE_UNIT_SIZE + \
+        PREALLOCATE_STEP + 4096
+    cq.close()
+
+
+def _entry(offset: int) -> np.ndarray:
+    entry = np.zeros(1, dtype=CQ_DTYPE)
+    entry["offset"], entry["size"] = offset, 100
+    return entry
