@@ -68,6 +68,7 @@ class ServerProcess:
     process: subprocess.Popen | None = None
     channel_credentials: grpc.ChannelCredentials | None = None
     new_session: bool = False
+    ready_timeout: float = 30.0     # seconds for the server to answer after its start
 
     def start(self) -> ServerProcess:
         log = open(self.log_path, "ab")
@@ -76,7 +77,8 @@ class ServerProcess:
             start_new_session=self.new_session,
         )
         log.close()
-        wait_ready(self.address, self.process, channel_credentials=self.channel_credentials)
+        wait_ready(self.address, self.process, self.ready_timeout,
+                   channel_credentials=self.channel_credentials)
         return self
 
     def stop(self, timeout: float = 20.0) -> int:

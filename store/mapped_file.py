@@ -100,13 +100,33 @@ class MappedFile:
         then drop the scanned pages from this process's memory. A barely used file is neither
         rewritten whole nor left resident: a start-up with 800 ConsumeQueue files zeroed 6 MB each
         (4.7 GB resident and written back)."""
-        tail = np.frombuffer(self.mm, np.uint8, count=self.file_size - position, offset=position)
+        end = self._data_end(position)
+        tail = np.frombuffer(self.mm, np.uint8, count=end - position, offset=position)
         nonzero = np.flatnonzero(tail)
         del tail
         if len(nonzero):
             self.write(position, bytes(int(nonzero[-1]) + 1))
         start = position - position % mmap.PAGESIZE
         self.mm.madvise(mmap.MADV_DONTNEED, start, self.file_size - start)
+
+    def _data_end(self, position: int) -> int:
+        """End of the file's last data region after `position` (SEEK_DATA / SEEK_HOLE: holes and
+        never-written reserved blocks read as zeros and need no scan); the file size when the
+        filesystem cannot tell."""
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            end, offset = position, position
+            while offset < self.file_size:
+                try:
+                    start = os.lseek(fd, offset, os.SEEK_DATA)
+                except OSError as error:
+                    if error.errno == errno.ENXIO:     # no data after offset
+                        break
+                    return self.file_size
+                offset = end = min(os.lseek(fd, start, os.SEEK_HOLE), self.file_size)
+            return max(end, position)
+        finally:
+            os.close(fd)
 
     def append(self, data: bytes) -> bool:
         position = self.wrote_position

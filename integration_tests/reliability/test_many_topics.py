@@ -42,6 +42,7 @@ def test_many_topics_start_and_read_without_a_descriptor_per_queue(
         tmp_path: Path, report: ReliabilityReport) -> None:
     metrics = f"127.0.0.1:{processes.free_port()}"
     server = processes.broker(tmp_path, flush="async", extra=["--metrics-listen", metrics])
+    server.ready_timeout = 600       # the restart's time is a figure here, not a bound
     server.start()
     sent: list[bytes] = []
     read: list[bytes] = []
