@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 
 TOPICS = int(os.environ.get("RMQ_MANY_TOPICS", 2_000 if os.environ.get(REPORT_ENV) == "1" else 200))
 QUEUES = 4
-RSS_GROWTH_BOUND_MIB = 256
+RSS_GROWTH_BOUND_MIB = 128 + TOPICS * QUEUES * 64 / 1024   # 64 KiB per queue read (2,000 x 4: +420 MiB)
 OTHER_FDS = 128         # connections, the CommitLog, index and config files, the metrics server
 
 
