@@ -72,6 +72,7 @@ def test_membership_expires_silent_clients(short_timers: Stubs) -> None:
 
 def test_queue_locks_expire_and_renew(short_timers: Stubs) -> None:
     rmq = short_timers
+    rmq.create_topic("ordered", queues=1)      # only existing queues can be locked
     mq = rmq_pb2.MessageQueue(topic="ordered", broker_name="broker-a", queue_id=0)
 
     def lock(client_id: str) -> bool:
