@@ -17,8 +17,8 @@ import json
 import sys
 from pathlib import Path
 
-from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from rmq.connector import register
 
@@ -36,12 +36,12 @@ def session(master: str) -> SparkSession:
     )
 
 
-def rmq_stream(spark: SparkSession, endpoints: str, topic: str):
+def rmq_stream(spark: SparkSession, endpoints: str, topic: str) -> DataFrame:
     return (spark.readStream.format("rmq").option("endpoints", endpoints).option("topic", topic)
             .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", PER_TRIGGER).load())
 
 
-def run(writer, checkpoint: Path) -> list[int]:
+def run(writer: DataStreamWriter, checkpoint: Path) -> list[int]:
     """Runs the query to its end (AvailableNow); the input rows of each of its micro-batches."""
     query: StreamingQuery = (writer.option("checkpointLocation", str(checkpoint))
                              .trigger(availableNow=True).start())
@@ -55,7 +55,7 @@ def executor_ids(spark: SparkSession) -> list[str]:
     return sorted(filter(None, ids.split(",")))
 
 
-def one_round(spark: SparkSession, args: argparse.Namespace) -> dict:
+def one_round(spark: SparkSession, args: argparse.Namespace) -> dict[str, list]:
     forward = (rmq_stream(spark, args.endpoints, args.source).select("body", "tags", "keys")
                .writeStream.format("rmq").option("endpoints", args.endpoints).option("topic", args.target))
     files = (rmq_stream(spark, args.endpoints, args.target)

@@ -23,7 +23,7 @@ TABLE = "rmq_rows"
 PER_TRIGGER = "10"
 
 
-def read_available(spark: SparkSession, args: argparse.Namespace) -> dict:
+def read_available(spark: SparkSession, args: argparse.Namespace) -> dict[str, object]:
     query = (
         spark.readStream.format("rmq").option("endpoints", args.endpoints).option("topic", args.topic)
         .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", PER_TRIGGER).load()

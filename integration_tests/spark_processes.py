@@ -16,9 +16,10 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyspark
 
@@ -76,7 +77,8 @@ class JvmProcess:
         return self.log_path.read_text(errors="replace")
 
 
-def wait_until(check, what: str, process: JvmProcess, timeout: float = START_TIMEOUT) -> None:
+def wait_until(check: Callable[[], bool], what: str, process: JvmProcess,
+               timeout: float = START_TIMEOUT) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         process.check_alive(what)
@@ -169,7 +171,7 @@ class ScriptProcess:
                                             stdout=subprocess.PIPE, stderr=log, env=env, text=True,
                                             start_new_session=True)
 
-    def ask(self, command: str, timeout: float = 180.0) -> dict:
+    def ask(self, command: str, timeout: float = 180.0) -> dict[str, Any]:
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(command + "\n")
         self.process.stdin.flush()

@@ -13,6 +13,7 @@ import pytest
 
 from integration_tests.spark_processes import ScriptProcess, spark_env, standalone_cluster
 from integration_tests.spark_source_support import produce, wait_dispatched
+from rmq.cli.processes import ServerProcess
 from rmq.connector.client import RmqClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -32,7 +33,8 @@ def committed_files(output: Path) -> list[Path]:
     return paths
 
 
-def test_source_and_sink_on_a_standalone_cluster_exactly_once_across_micro_batches(broker, tmp_path: Path):
+def test_source_and_sink_on_a_standalone_cluster_exactly_once_across_micro_batches(
+        broker: ServerProcess, tmp_path: Path) -> None:
     with RmqClient(broker.address) as client:
         client.create_topic("cluster-in", queues=2)
         client.create_topic("cluster-out", queues=2)

@@ -11,6 +11,7 @@ import pytest
 
 from integration_tests.spark_processes import ScriptProcess, connect_server, spark_env
 from integration_tests.spark_source_support import produce, wait_dispatched
+from rmq.cli.processes import ServerProcess
 from rmq.connector.client import RmqClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -19,7 +20,8 @@ CLIENT = Path(__file__).with_name("spark_connect_client.py")
 MESSAGES = 20   # 2 x the client's maxMessagesPerTrigger: two micro-batches
 
 
-def test_a_streaming_query_through_spark_connect_reads_every_message_once(broker, tmp_path: Path):
+def test_a_streaming_query_through_spark_connect_reads_every_message_once(
+        broker: ServerProcess, tmp_path: Path) -> None:
     pytest.importorskip("grpc_status", reason="the Spark Connect client needs grpcio-status (extra [test])")
     with RmqClient(broker.address) as client:
         client.create_topic("connect", queues=2)
