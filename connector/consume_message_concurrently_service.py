@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import enum
 import logging
-import queue
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from rmq.connector.client import MessageQueue
+from rmq.connector.consume_thread_pool import ConsumeThreadPool
 from rmq.connector.message import MessageExt
 from rmq.connector.message_listener import (
     ConsumeConcurrentlyContext,
@@ -104,17 +103,12 @@ class ConsumeMessageConcurrentlyService:
         self.offset_store = offset_store
         self.send_message_back = send_message_back
         self.scheduler = scheduler
-        # consumeExecutor: a plain queue and threads (a Future per message costs more than the
-        # listener call itself at batches of 1)
-        self._requests: queue.SimpleQueue[ConsumeRequest | None] = queue.SimpleQueue()
-        self._stopped = False
-        self._threads = [threading.Thread(target=self._work, name=f"rmq-consume-{group}-{i}", daemon=True)
-                         for i in range(consume_thread_max)]
+        self._pool = ConsumeThreadPool[ConsumeRequest](f"rmq-consume-{group}", consume_thread_max, self.run)
 
     def start(self, process_queues: Callable[[], Iterable[ProcessQueue]]) -> None:
-        """Schedule the consume-timeout clean-up (every consume timeout, like RocketMQ)."""
-        for thread in self._threads:
-            thread.start()
+        """Start the consume threads; schedule the consume-timeout clean-up (every consume
+        timeout, like RocketMQ)."""
+        self._pool.start()
         period_s = self.consume_timeout_minutes * 60
         self.scheduler.schedule_at_fixed_rate(period_s, period_s,
                                               lambda: self.clean_expire_msg(process_queues()))
@@ -123,22 +117,7 @@ class ConsumeMessageConcurrentlyService:
         """Stop taking requests (queued ones are dropped: their offsets were not committed, so
         the queue's next owner consumes them); wait up to `await_termination_s` for running
         listeners."""
-        self._stopped = True
-        for _ in self._threads:
-            self._requests.put(None)
-        deadline = time.monotonic() + await_termination_s
-        for thread in self._threads:
-            if thread.is_alive():
-                thread.join(max(0.0, deadline - time.monotonic()))
-
-    def _work(self) -> None:
-        while (request := self._requests.get()) is not None:
-            if self._stopped:
-                continue
-            try:
-                self.run(request)
-            except Exception:
-                logger.exception("consume request of %s failed", request.message_queue)
+        self._pool.shutdown(await_termination_s)
 
     def submit_consume_request(self, messages: Sequence[MessageExt], pq: ProcessQueue,
                                mq: MessageQueue, dispatch_to_consume: bool = True) -> None:
@@ -147,8 +126,7 @@ class ConsumeMessageConcurrentlyService:
             self._submit(ConsumeRequest(batch, pq, mq))
 
     def _submit(self, request: ConsumeRequest) -> None:
-        if not self._stopped:   # after shutdown the messages stay unacknowledged, consumed again later
-            self._requests.put(request)
+        self._pool.submit(request)   # after shutdown the messages stay unacknowledged, consumed again later
 
     def submit_consume_request_later(self, request: ConsumeRequest) -> None:
         self.scheduler.schedule(CONSUME_LATER_DELAY_S, lambda: self._submit(request))

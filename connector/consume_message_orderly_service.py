@@ -16,14 +16,13 @@ group's DLQ and the queue moves on.
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rmq.connector.client import MessageQueue
 from rmq.connector.consume_message_concurrently_service import MS_PER_MINUTE, ConsumeReturnType
+from rmq.connector.consume_thread_pool import ConsumeThreadPool
 from rmq.connector.message import MessageExt
 from rmq.connector.message_listener_orderly import (
     ConsumeOrderlyContext,
@@ -93,43 +92,25 @@ class ConsumeMessageOrderlyService:
         self.send_message_back = send_message_back
         self.scheduler = scheduler
         self.message_queue_lock = MessageQueueLock()
-        self._requests: queue.SimpleQueue[OrderlyConsumeRequest | None] = queue.SimpleQueue()
-        self._stopped = False
-        self._threads = [threading.Thread(target=self._work, name=f"rmq-consume-orderly-{group}-{i}",
-                                          daemon=True) for i in range(consume_thread_max)]
+        self._pool = ConsumeThreadPool[OrderlyConsumeRequest](f"rmq-consume-orderly-{group}",
+                                                              consume_thread_max, self.run)
 
     def start(self, process_queues: object = None) -> None:
         """Start the consume threads and, in clustering, the periodic lockAll (§5.1)."""
-        for thread in self._threads:
-            thread.start()
+        self._pool.start()
         if not self.broadcasting:
             self.scheduler.schedule_at_fixed_rate(LOCK_FIRST_DELAY_S, REBALANCE_LOCK_INTERVAL_S,
                                                   self.lock_mq_periodically)
 
     def lock_mq_periodically(self) -> None:
-        if not self._stopped:
+        if not self._pool.stopped:
             self.rebalance_impl.lock_all()
 
     def shutdown(self, await_termination_s: float) -> None:
         """Stop taking requests and wait (bounded) for running listeners. The locks are
         released by the consumer after it persisted the offsets (PushConsumer.shutdown), so
         the queue's next owner starts where this one stopped."""
-        self._stopped = True
-        for _ in self._threads:
-            self._requests.put(None)
-        deadline = time.monotonic() + await_termination_s
-        for thread in self._threads:
-            if thread.is_alive():
-                thread.join(max(0.0, deadline - time.monotonic()))
-
-    def _work(self) -> None:
-        while (request := self._requests.get()) is not None:
-            if self._stopped:
-                continue
-            try:
-                self.run(request)
-            except Exception:
-                logger.exception("orderly consume request of %s failed", request.message_queue)
+        self._pool.shutdown(await_termination_s)
 
     # ------------------------------------------------------------ submitting
 
@@ -140,8 +121,7 @@ class ConsumeMessageOrderlyService:
             self._submit(OrderlyConsumeRequest(pq, mq))
 
     def _submit(self, request: OrderlyConsumeRequest) -> None:
-        if not self._stopped:
-            self._requests.put(request)
+        self._pool.submit(request)
 
     def submit_consume_request_later(self, pq: ProcessQueue, mq: MessageQueue, suspend_ms: int) -> None:
         delay_ms = min(max(suspend_ms, SUSPEND_MIN_MS), SUSPEND_MAX_MS)
@@ -172,7 +152,7 @@ class ConsumeMessageOrderlyService:
                     self.try_lock_later_and_reconsume(mq, pq, 100)
                 return
             begin = time.monotonic()
-            while not self._stopped:
+            while not self._pool.stopped:
                 if pq.dropped:
                     logger.warning("the message queue not be able to consume, because it's dropped. %s", mq)
                     return

@@ -157,28 +157,26 @@ def _negated(evaluate: Evaluator) -> Evaluator:
     return negate
 
 
-def _conjunction(parts: list[Evaluator]) -> Evaluator:
+def _junction(parts: list[Evaluator], deciding: bool) -> Evaluator:
+    """AND (deciding False) or OR (deciding True) in three-valued logic: the deciding value wins,
+    else UNKNOWN if any part is unknown, else the other value."""
     def evaluate(properties: Properties) -> Value:
         unknown = False
         for part in parts:
             value = part(properties)
-            if value is False:
-                return False
+            if value is deciding:
+                return deciding
             unknown |= value is None
-        return None if unknown else True
+        return None if unknown else not deciding
     return evaluate
+
+
+def _conjunction(parts: list[Evaluator]) -> Evaluator:
+    return _junction(parts, False)
 
 
 def _disjunction(parts: list[Evaluator]) -> Evaluator:
-    def evaluate(properties: Properties) -> Value:
-        unknown = False
-        for part in parts:
-            value = part(properties)
-            if value is True:
-                return True
-            unknown |= value is None
-        return None if unknown else False
-    return evaluate
+    return _junction(parts, True)
 
 
 def _membership(operand: _Operand, choices: list[_Operand]) -> Evaluator:
