@@ -4,6 +4,7 @@ local re-consume after 5 s, broadcasting drop, dropped queues) and the offset ru
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -161,6 +162,7 @@ def test_exceptions_and_none_are_retried(tmp_path: Path, outcome: str) -> None:
 
 
 def test_tv10_broadcasting_logs_and_drops(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="rmq.connector.consume_message_concurrently_service")
     h = Harness(tmp_path, lambda msgs, ctx: LATER, broadcasting=True)
     h.run(0, 1, 2, 3)
     assert h.sent_back == []
