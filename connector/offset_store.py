@@ -44,6 +44,7 @@ class OffsetStore(ABC):
 
     def __init__(self) -> None:
         self._table: Positions = {}
+        self._as_read: set[MessageQueue] = set()   # offsets read from the store and not moved since
         self._lock = threading.Lock()
 
     @abstractmethod
@@ -56,6 +57,7 @@ class OffsetStore(ABC):
             current = self._table.get(mq)
             if current is None or not increase_only or offset > current:
                 self._table[mq] = offset
+                self._as_read.discard(mq)
 
     def read_offset(self, mq: MessageQueue, read_type: ReadOffsetType) -> int:
         if read_type is not ReadOffsetType.READ_FROM_STORE:
@@ -68,12 +70,16 @@ class OffsetStore(ABC):
         stored = self._read_from_store(mq)
         if stored >= 0:
             self.update_offset(mq, stored, increase_only=False)
+            with self._lock:
+                self._as_read.add(mq)
         return stored
 
     def persist_all(self, mqs: Iterable[MessageQueue]) -> None:
-        """Write the in-memory offsets of `mqs` (those that have one) to the store."""
+        """Write the in-memory offsets of `mqs` (those that have one) to the store. An offset only
+        read from the store is not written back: the queue's previous owner may have stored a
+        later one since (a rebalance hands a queue over while its owner shuts down)."""
         with self._lock:
-            offsets = {mq: self._table[mq] for mq in mqs if mq in self._table}
+            offsets = {mq: self._table[mq] for mq in mqs if mq in self._table and mq not in self._as_read}
         if offsets:
             self._persist(offsets)
 
@@ -81,6 +87,7 @@ class OffsetStore(ABC):
         """Forget `mq` in memory (the queue went to another consumer)."""
         with self._lock:
             self._table.pop(mq, None)
+            self._as_read.discard(mq)
 
     def tracked(self) -> set[MessageQueue]:
         with self._lock:

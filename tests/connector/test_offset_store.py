@@ -64,3 +64,19 @@ def test_a_broken_file_falls_back_to_the_backup(tmp_path):
     reloaded = LocalFileOffsetStore(tmp_path, "g")
     reloaded.load()
     assert reloaded.read_offset(Q0, ReadOffsetType.READ_FROM_MEMORY) == 5
+
+
+def test_an_offset_only_read_is_not_written_back_over_a_later_one(tmp_path):
+    """A queue handed over while its owner shuts down: the new owner read 5, the old owner then
+    stored 9; the new owner's persist_all must not put 5 back (it never consumed)."""
+    owner, taker = LocalFileOffsetStore(tmp_path, "g"), LocalFileOffsetStore(tmp_path, "g")
+    owner.update_offset(Q0, 5, increase_only=False)
+    owner.persist_all([Q0])
+    assert taker.read_offset(Q0, ReadOffsetType.READ_FROM_STORE) == 5
+    owner.update_offset(Q0, 9, increase_only=False)
+    owner.persist_all([Q0])
+    taker.persist_all([Q0])
+    assert LocalFileOffsetStore(tmp_path, "g").read_offset(Q0, ReadOffsetType.READ_FROM_STORE) == 9
+    taker.update_offset(Q0, 12, increase_only=True)     # once it consumes, its offset is written
+    taker.persist_all([Q0])
+    assert LocalFileOffsetStore(tmp_path, "g").read_offset(Q0, ReadOffsetType.READ_FROM_STORE) == 12
