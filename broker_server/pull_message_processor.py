@@ -74,11 +74,10 @@ def sub_expression_tag_codes(expression: str) -> frozenset[int] | None:
     return subscription.tag_codes(expression)
 
 
-@functools.lru_cache(maxsize=SUB_EXPRESSION_CACHE_SIZE)
 def sql92_record_filter(expression: str) -> RecordFilter:
     """MessageFilter#isMatchedByCommitLog for an SQL92 subscription (spec
     consumption-longpolling-offsets §10): the expression evaluated on the record's properties.
-    Raises Sql92Error for a malformed expression (not cached)."""
+    compile_sql92 keeps the compiled expressions (bounded); raises Sql92Error for a malformed one."""
     compiled = compile_sql92(expression)
     return lambda record: compiled.matches(mf.record_properties(record))
 
