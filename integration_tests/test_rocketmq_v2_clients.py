@@ -289,12 +289,19 @@ def test_delay_messages_are_delivered_at_their_timestamp_in_seconds_or_milliseco
 
 
 class Checker(rocketmq.TransactionChecker):
+    """Answers from the local transaction state, as a real checker does: a check may also come
+    for a transaction whose own commit or rollback is still on its way (open > 1 s here)."""
+
+    OUTCOME = {b"committed": rocketmq.TransactionResolution.COMMIT,
+               b"rolled-back": rocketmq.TransactionResolution.ROLLBACK,
+               b"unresolved": rocketmq.TransactionResolution.COMMIT}
+
     def __init__(self) -> None:
         self.checked: list[bytes] = []
 
     def check(self, message):
         self.checked.append(message.body)
-        return rocketmq.TransactionResolution.COMMIT
+        return self.OUTCOME[message.body]
 
 
 def test_transactions_commit_rollback_and_an_unresolved_one_resolved_by_the_checker(broker, topic):
@@ -307,10 +314,11 @@ def test_transactions_commit_rollback_and_an_unresolved_one_resolved_by_the_chec
             if end:
                 bounded(getattr(transaction, end))
         with started(simple_consumer(address, topic, "g-tx")) as consumer:
-            received = receive_until(consumer, 2, timeout=15)
-            assert bounded(lambda: consumer.receive(32, 10)) == []   # nothing twice, no rolled-back one
+            received = receive_until(consumer, 2, timeout=30)
+            # nothing twice, no rolled-back one
+            assert [m.body for m in bounded(lambda: consumer.receive(32, 10))] == []
     assert sorted(m.body for m in received) == [b"committed", b"unresolved"]
-    assert checker.checked == [b"unresolved"]
+    assert b"unresolved" in checker.checked
 
 
 ADMIN = ("admin01", "admin-secret-0001")
