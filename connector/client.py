@@ -536,9 +536,12 @@ class RmqClient:
                 unavailable = error
         raise unavailable or RmqError(rmq_pb2.TOPIC_NOT_EXIST, f"no broker holds topic {topic}")
 
-    def lock_batch(self, group: str, client_id: str, mqs: Iterable[MessageQueue]) -> set[MessageQueue]:
+    def lock_batch(self, group: str, client_id: str, mqs: Iterable[MessageQueue],
+                   unreachable: set[str] | None = None) -> set[MessageQueue]:
         """Lock the queues on their brokers; returns those locked for `client_id`. Queues of
-        an unreachable broker are simply not locked (RocketMQ lockAll carries on)."""
+        an unreachable broker are simply not locked (RocketMQ lockAll carries on); that
+        broker's name is added to `unreachable` when given, so a caller can tell "refused"
+        from "not asked"."""
         locked: set[MessageQueue] = set()
         for name, queues in _by_broker(mqs).items():
             request = rmq_pb2.LockBatchRequest(consumer_group=group, client_id=client_id,
@@ -546,6 +549,8 @@ class RmqClient:
             try:
                 response = self._call(self._broker_address(name), _LOCK_BATCH_MQ, request, name)
             except RmqUnavailable:
+                if unreachable is not None:
+                    unreachable.add(name)
                 continue
             locked.update(MessageQueue(q.topic, q.broker_name, q.queue_id) for q in response.locked_queues)
         return locked

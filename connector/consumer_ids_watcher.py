@@ -6,7 +6,9 @@ runs for each answer (a PushConsumer wakes its RebalanceService). The open strea
 this client's connection: when the process dies the broker sees the stream end and
 unregisters the client at once, so the group's other members rebalance without waiting for
 the heartbeat expiry. A broken stream is reopened after a heartbeat (the broker unregistered
-the client when it broke); a broker without the RPC, or refusing it, is just not watched.
+the client when it broke, releasing its queue locks: `on_lost` tells the consumer, and
+`on_restored` when the broker answers again); a broker without the RPC, or refusing it, is just
+not watched.
 """
 
 from __future__ import annotations
@@ -29,12 +31,18 @@ _NOT_WATCHABLE = (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENI
 
 class ConsumerIdsWatcher:
     def __init__(self, client: RmqClient, group: str, client_id: str, on_change: Callable[[], None],
-                 heartbeat: Callable[[], None]) -> None:
+                 heartbeat: Callable[[], None], on_lost: Callable[[str], None] = lambda broker: None,
+                 on_restored: Callable[[str], None] = lambda broker: None) -> None:
+        """`on_lost(broker)` runs when an answering stream ends other than by `stop` (the
+        broker has unregistered this client and released its queue locks), `on_restored(broker)`
+        when a stream answers again after that."""
         self._client = client
         self._group = group
         self._client_id = client_id
         self._on_change = on_change
         self._heartbeat = heartbeat
+        self._on_lost = on_lost
+        self._on_restored = on_restored
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._watched: set[str] = set()                # brokers with a watch thread
@@ -59,6 +67,7 @@ class ConsumerIdsWatcher:
             stream.cancel()
 
     def _run(self, broker_name: str) -> None:
+        connected = lost = False
         while not self._stopped.is_set():
             try:
                 stream = self._client.watch_consumer_ids(broker_name, self._group, self._client_id)
@@ -73,6 +82,9 @@ class ConsumerIdsWatcher:
                         logger.warning("membership watch on %s refused: %s", broker_name,
                                        event.status.message)
                         break
+                    if lost:
+                        self._on_restored(broker_name)
+                    connected, lost = True, False
                     self._on_change()
             except grpc.RpcError as error:
                 code = error.code() if isinstance(error, grpc.Call) else None
@@ -83,6 +95,9 @@ class ConsumerIdsWatcher:
                     return
             except RmqError as error:
                 logger.debug("membership watch on %s: %s", broker_name, error)
+            if connected and not self._stopped.is_set():
+                connected, lost = False, True
+                self._on_lost(broker_name)
             if self._stopped.wait(RETRY_S):
                 return
             try:

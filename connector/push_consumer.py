@@ -119,8 +119,9 @@ class BrokerQueueAdmin:
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         return self._client.search_offset(mq, timestamp_ms)
 
-    def lock_batch(self, mqs: Sequence[MessageQueue]) -> set[MessageQueue]:
-        return self._client.lock_batch(self._group, self._client_id, mqs)
+    def lock_batch(self, mqs: Sequence[MessageQueue], unreachable: set[str] | None = None
+                   ) -> set[MessageQueue]:
+        return self._client.lock_batch(self._group, self._client_id, mqs, unreachable)
 
     def unlock_batch(self, mqs: Sequence[MessageQueue]) -> None:
         self._client.unlock_batch(self._group, self._client_id, mqs)
@@ -361,7 +362,9 @@ class PushConsumer:
         self._rebalance_service = RebalanceService(self.rebalance_impl.do_rebalance,
                                                    self.rebalance_interval_s)
         self._watcher = ConsumerIdsWatcher(self.client, self.group, self.client_id,
-                                           self._rebalance_service.wakeup, self._send_heartbeat)
+                                           self._rebalance_service.wakeup, self._send_heartbeat,
+                                           on_lost=self._connection_lost,
+                                           on_restored=self._connection_restored)
 
     def _heartbeat(self) -> None:
         """sendHeartbeatToAllBroker, and a membership watch on every broker (clustering)."""
@@ -374,6 +377,15 @@ class PushConsumer:
                 self._watcher.watch(self.client.list_brokers())
             except RmqError:
                 pass
+
+    def _connection_lost(self, broker_name: str) -> None:
+        if self.orderly:
+            self.rebalance_impl.connection_lost(broker_name)
+
+    def _connection_restored(self, broker_name: str) -> None:
+        """Orderly: take the locks back at once, not at the next lockAll (up to 20 s later)."""
+        if self.orderly:
+            self.rebalance_impl.lock_all()
 
     def _send_heartbeat(self) -> None:
         subscriptions = {t: s.sub_string for t, s in self.rebalance_impl.subscription_inner.items()}

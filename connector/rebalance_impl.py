@@ -83,7 +83,8 @@ class QueueAdmin(Protocol):
     def consumer_ids(self, topic: str) -> list[str]: ...
     def max_offset(self, mq: MessageQueue) -> int: ...
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int: ...
-    def lock_batch(self, mqs: Sequence[MessageQueue]) -> set[MessageQueue]: ...
+    def lock_batch(self, mqs: Sequence[MessageQueue], unreachable: set[str] | None = None
+                   ) -> set[MessageQueue]: ...
     def unlock_batch(self, mqs: Sequence[MessageQueue]) -> None: ...
 
 
@@ -241,17 +242,23 @@ class RebalanceImpl:
 
     def lock_all(self) -> None:
         """lockAll (spec consumer-startup-allocation-ordering §5.2): renew the lock of every
-        owned queue; a queue whose lock is not granted stops being consumed, with a log line
-        naming the two causes of §6, until a later lockAll or rebalance gets it."""
+        owned queue; a queue whose lock is refused stops being consumed, with a log line
+        naming the two causes of §6, until a later lockAll or rebalance gets it. A queue of
+        an unreachable broker keeps its state, as RocketMQ's lockAll leaves it on an
+        exception: its lock still lapses REBALANCE_LOCK_MAX_LIVE_TIME after the last renewal,
+        and a lost connection unlocks it at once (`connection_lost`)."""
         table = dict(self.process_queue_table)
         if not table:
             return
+        unreachable: set[str] = set()
         try:
-            locked = self.admin.lock_batch(sorted(table))
+            locked = self.admin.lock_batch(sorted(table), unreachable)
         except RmqError as error:
             logger.warning("lockBatchMQ of group %s failed: %s", self.group, error)
             locked = set()
         for mq, pq in table.items():
+            if mq.broker_name in unreachable:
+                continue
             if mq in locked:
                 if not pq.locked:
                     logger.info("the message queue locked OK, Group: %s %s", self.group, mq)
@@ -263,6 +270,16 @@ class RebalanceImpl:
                     "the message queue locked Failed, Group: %s %s: its ordered consumption pauses until "
                     "the lock is granted again (another consumer holds it until it expires, or the broker's "
                     "master is down; consumer-startup-allocation-ordering §6)", self.group, mq)
+
+    def connection_lost(self, broker_name: str) -> None:
+        """This client's connection to `broker_name` ended: the broker released its locks at
+        once (the client left the group), so another consumer may take them now. Its queues
+        stop being consumed after the batch in hand, until a lockAll gets them back."""
+        for mq, pq in list(self.process_queue_table.items()):
+            if mq.broker_name == broker_name and pq.locked:
+                pq.locked = False
+                logger.warning("the connection to %s ended, so its lock on %s is gone; ordered consumption "
+                               "of it pauses until the lock is granted again", broker_name, mq)
 
     def unlock(self, mq: MessageQueue) -> None:
         try:

@@ -128,6 +128,54 @@ def test_keyed_orders_with_a_join_and_a_kill(broker: processes.ServerProcess, tm
     assert_each_key_in_order(done, killed.pid, producer.steps)
 
 
+def produce_steps(endpoints: str, topic: str, steps: range) -> None:
+    with Producer(endpoints) as producer:
+        for step in steps:
+            for key in range(KEYS):
+                producer.send(Message(topic, f"{key}:{step}".encode(), keys=f"order-{key}"),
+                              select_message_queue_by_hash, f"order-{key}")
+
+
+def wait_for_all(out: Path, expected: set[str]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not expected <= {r[7] for r in records(out)}:
+        missing = expected - {r[7] for r in records(out)}
+        assert time.monotonic() < deadline, f"{len(missing)} not processed, e.g. {sorted(missing)[:3]}"
+        time.sleep(0.2)
+
+
+def test_keyed_orders_across_a_broker_restart(tmp_path: Path) -> None:
+    """The broker restarts under two orderly consumers: their watch streams end (each unlocks
+    its queues at once, so neither consumes a queue the other may take meanwhile), then each
+    takes its locks back as soon as the broker answers and goes on where it was."""
+    broker = processes.broker(tmp_path).start()
+    out = tmp_path / "processed.jsonl"
+    consumers: list[subprocess.Popen[bytes]] = []
+    try:
+        with RmqClient(broker.address) as client:
+            client.create_topic(TOPIC, 8)
+        consumers = [start_consumer(broker, out, f"c{i}") for i in range(2)]
+        produce_steps(broker.address, TOPIC, range(5))
+        for consumer in consumers:
+            wait_until_consumed_by(consumer, out)
+        wait_for_all(out, {f"{key}:{step}" for key in range(KEYS) for step in range(5)})
+        broker.restart()
+        restarted = time.time()
+        produce_steps(broker.address, TOPIC, range(5, 10))
+        wait_for_all(out, {f"{key}:{step}" for key in range(KEYS) for step in range(10)})
+    finally:
+        for consumer in consumers:
+            consumer.send_signal(signal.SIGTERM)
+        for consumer in consumers:
+            assert consumer.wait(WAIT_S) == 0
+        broker.stop()
+    done = records(out)
+    assert_no_queue_processed_twice_at_once(done)
+    assert_each_key_in_order(done, killed_pid=-1, steps_sent=10)
+    after = [r for r in done if r[4] >= restarted]
+    assert {r[3] for r in after} == {c.pid for c in consumers}      # both went on after the restart
+
+
 def assert_no_queue_processed_twice_at_once(done: list[list]) -> None:
     by_queue: dict[tuple[str, int], list[list]] = defaultdict(list)
     for record in done:

@@ -230,8 +230,14 @@ class LockingAdmin(FixedAdmin):
         self.locks = locks
         self.client_id = client_id
 
-    def lock_batch(self, mqs: Sequence[MessageQueue]) -> set[MessageQueue]:
-        return self.locks.try_lock_batch("G", mqs, self.client_id)
+    down: frozenset[str] = frozenset()      # brokers that do not answer
+
+    def lock_batch(self, mqs: Sequence[MessageQueue], unreachable: set[str] | None = None
+                   ) -> set[MessageQueue]:
+        if unreachable is not None:
+            unreachable.update(mq.broker_name for mq in mqs if mq.broker_name in self.down)
+        return self.locks.try_lock_batch("G", [mq for mq in mqs if mq.broker_name not in self.down],
+                                         self.client_id)
 
     def unlock_batch(self, mqs: Sequence[MessageQueue]) -> None:
         self.locks.unlock_batch("G", mqs, self.client_id)
@@ -287,3 +293,25 @@ def test_lock_all_pauses_a_queue_whose_lock_went_to_another(tmp_path: Path,
     assert c1.process_queue_table[Q[0]].locked
     c1.unlock_all()
     assert all(locks.holder("G", q) is None for q in Q)
+
+
+def test_an_unreachable_broker_keeps_the_locks_a_lost_connection_releases_them(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Broker down: lockAll leaves the queues as they are (RocketMQ's lockAll on an exception),
+    so they resume as soon as it answers, not a lockAll period later. The client's connection
+    ended: the broker released its locks at once, so the client stops consuming them too."""
+    locks = RebalanceLockManager()
+    c1, _ = orderly_rebalancer(tmp_path, locks, "c1", ["c1"], [])
+    c1.rebalance_by_topic(T)
+    admin: LockingAdmin = c1.admin   # type: ignore[assignment]
+    admin.down = frozenset({"broker-a"})
+    c1.lock_all()
+    assert all(pq.locked for pq in c1.process_queue_table.values())
+    c1.connection_lost("broker-b")                   # another broker's connection: none of these
+    assert all(pq.locked for pq in c1.process_queue_table.values())
+    c1.connection_lost("broker-a")
+    assert not any(pq.locked for pq in c1.process_queue_table.values())
+    assert "the connection to broker-a ended" in caplog.text
+    admin.down = frozenset()
+    c1.lock_all()
+    assert all(pq.locked for pq in c1.process_queue_table.values())
