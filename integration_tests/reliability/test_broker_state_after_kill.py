@@ -1,5 +1,6 @@
 """State a real broker keeps across `kill -9` and restarts, beside the messages themselves:
-consumer offsets (persisted every consumer_offset_persist_interval_ms, spec longpolling §11),
+topics (journaled in topics.journal, compacted into topics.json on load), consumer offsets
+(persisted every consumer_offset_persist_interval_ms, spec longpolling §11),
 delayed messages (parked in SCHEDULE_TOPIC_XXXX, progress in delayOffset.json; store §21), the
 key index after abnormal recovery (store §8), and the pull byte caps (default and maximum)."""
 
@@ -42,6 +43,28 @@ def wait_for(condition, what: str, timeout: float = 20.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
         time.sleep(0.05)
+
+
+def test_acknowledged_topic_changes_survive_kill9(broker: processes.ServerProcess) -> None:
+    """Every acknowledged create, update and delete is kept across kill -9 right after it (the
+    journal replayed), and again across a second one (the table compacted at the restart)."""
+    with closing(RmqClient(broker.address)) as client:
+        for n in range(20):
+            client.create_topic(f"kept-{n:02d}", queues=2)
+        client.update_topic("kept-03", queues=6, perm=4)
+        client.delete_topic("kept-07")
+        client.delete_topic("kept-08")
+        client.create_topic("kept-08", queues=3)          # deleted, then created again
+        expected = [(t.topic_name, t.read_queue_nums, t.write_queue_nums, t.perm)
+                    for t in client.list_topics()]
+    assert ("kept-03", 6, 6, 4) in expected and ("kept-08", 3, 3, 6) in expected
+    assert "kept-07" not in [name for name, *_ in expected] and len(expected) == 19
+    for _ in range(2):
+        broker.kill()
+        broker.start()
+        with closing(RmqClient(broker.address)) as client:
+            assert [(t.topic_name, t.read_queue_nums, t.write_queue_nums, t.perm)
+                    for t in client.list_topics()] == expected
 
 
 def test_committed_consumer_offsets_survive_kill9(broker: processes.ServerProcess) -> None:

@@ -1,7 +1,9 @@
+import json
 from pathlib import Path
 
 import pytest
 
+from rmq.broker_server import topic_config_manager
 from rmq.broker_server.status import RequestError
 from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
 from rmq.v1 import rmq_pb2
@@ -75,3 +77,69 @@ def test_corrupt_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "config" / "topics.json").write_text("{not json")
     with pytest.raises(ValueError, match="topics.json is not valid JSON"):
         TopicConfigManager(tmp_path).load()
+
+
+def loaded(path: Path) -> TopicConfigManager:
+    topics = TopicConfigManager(path)
+    topics.load()
+    return topics
+
+
+def test_each_change_appends_one_journal_line_and_load_compacts(tmp_path: Path) -> None:
+    loaded(tmp_path).create(TopicConfig("first", 1, 1))
+    topics = loaded(tmp_path)
+    snapshot = topics.path.read_bytes()
+    topics.create(TopicConfig("orders", 4, 4))
+    topics.update(TopicConfig("orders", 8, 8, 4))
+    topics.delete("first")
+    assert topics.path.read_bytes() == snapshot            # the table is not rewritten per change
+    assert topics.journal_path.read_text().splitlines() == [
+        '{"put": {"perm": 6, "read_queue_nums": 4, "topic_name": "orders", "write_queue_nums": 4}}',
+        '{"put": {"perm": 4, "read_queue_nums": 8, "topic_name": "orders", "write_queue_nums": 8}}',
+        '{"delete": "first"}',
+    ]
+    again = loaded(tmp_path)
+    assert again.all() == [TopicConfig("orders", 8, 8, 4)]
+    assert again.journal_path.read_bytes() == b""
+    assert json.loads(again.path.read_text())["topicConfigTable"] == {
+        "orders": {"perm": 4, "read_queue_nums": 8, "topic_name": "orders", "write_queue_nums": 8}}
+
+
+def test_journal_replayed_over_its_own_compaction_changes_nothing(tmp_path: Path) -> None:
+    """A crash after a compaction wrote the snapshot but before it emptied the journal."""
+    topics = loaded(tmp_path)
+    topics.create(TopicConfig("a", 1, 1))
+    topics.delete("a")
+    topics.create(TopicConfig("a", 2, 2))
+    topics.create(TopicConfig("b", 1, 1))
+    journal = topics.journal_path.read_bytes()
+    expected = loaded(tmp_path).all()
+    topics.journal_path.write_bytes(journal)
+    assert loaded(tmp_path).all() == expected == [TopicConfig("a", 2, 2), TopicConfig("b", 1, 1)]
+
+
+def test_torn_last_journal_line_is_dropped_and_a_corrupt_one_refused(tmp_path: Path) -> None:
+    topics = loaded(tmp_path)
+    topics.create(TopicConfig("kept", 1, 1))
+    with open(topics.journal_path, "ab") as journal:
+        journal.write(b'{"put": {"perm": 6, "read_qu')          # killed in the middle of an append
+    assert loaded(tmp_path).all() == [TopicConfig("kept", 1, 1)]
+    topics.journal_path.write_bytes(b'{"delete": "kept"}\nnot json\n{"delete": "x"}\n')
+    with pytest.raises(ValueError, match="topics.journal line 2 is not valid JSON"):
+        loaded(tmp_path)
+    topics.journal_path.write_bytes(b'{"rename": "kept"}\n')
+    with pytest.raises(ValueError, match="topics.journal line 1 is not a topic record"):
+        loaded(tmp_path)
+
+
+def test_a_journal_longer_than_the_table_is_compacted(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(topic_config_manager, "JOURNAL_COMPACT_MIN_RECORDS", 4)
+    topics = loaded(tmp_path)
+    topics.create(TopicConfig("a", 1, 1))
+    topics.create(TopicConfig("b", 1, 1))
+    for n in range(9):
+        topics.update(TopicConfig("a", 1 + n, 1 + n))
+    # 11 records: compacted after the 5th and the 10th, one left, the rest in the snapshot
+    assert len(topics.journal_path.read_text().splitlines()) == 1
+    assert json.loads(topics.path.read_text())["topicConfigTable"]["a"]["read_queue_nums"] == 8
+    assert loaded(tmp_path).all() == [TopicConfig("a", 9, 9), TopicConfig("b", 1, 1)]
