@@ -67,7 +67,9 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
     async def BrowseMessages(self, request: rmq_pb2.BrowseMessagesRequest,
                              context: grpc.aio.ServicerContext) -> rmq_pb2.PullMessageResponse:
         """Read a queue whatever the topic's permission (`rmq dlq list`: a DLQ is write-only)."""
-        return await self.pull_processor.get_message(self.pull_processor.browse_query(request))
+        processor = self.pull_processor
+        return await processor.get_message(processor.browse_query(request),
+                                           lease=processor.budget.lease(context))
 
     @answers_with_status(rmq_pb2.BrokerStatusResponse)
     async def GetBrokerStatus(self, request: rmq_pb2.BrokerStatusRequest,

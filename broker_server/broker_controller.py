@@ -33,6 +33,7 @@ from rmq.broker_server.metrics import (
     serve_metrics,
 )
 from rmq.broker_server.pull_message_processor import PullLimits, PullMessageProcessor
+from rmq.broker_server.pull_response_budget import PullResponseBudget
 from rmq.broker_server.rebalance_lock_manager import LOCKS_FILE, RebalanceLockManager
 from rmq.broker_server.replication import Replication
 from rmq.broker_server.rocketmq_v2 import build_service as build_rocketmq_v2_service
@@ -141,6 +142,7 @@ class BrokerController:
             PullLimits(config.max_pull_messages, config.default_pull_max_bytes, config.max_pull_bytes),
             self.stats,
             config.enable_property_filter,
+            PullResponseBudget(config.max_inflight_pull_bytes, config.max_inflight_pull_bytes_per_connection),
         )
         self.send_back_processor = ConsumerSendMsgBackProcessor(
             self.store,
@@ -254,7 +256,7 @@ class BrokerController:
 
         return BrokerFigures(self.config.broker_name, self.store, self.stats, self.hold_service.held_count,
                              consumer_offsets, self.consumers.table_sizes, lambda: len(self.topics.all()),
-                             client_tables)
+                             client_tables, lambda: self.pull_processor.budget.held)
 
     def start_services(self) -> None:
         keep_freed_memory()

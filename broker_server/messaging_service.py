@@ -80,7 +80,7 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
     @answers_with_status(rmq_pb2.PullMessageResponse)
     async def PullMessage(self, request: rmq_pb2.PullMessageRequest,
                           context: grpc.aio.ServicerContext) -> rmq_pb2.PullMessageResponse:
-        return await self.pull_processor.process(request)
+        return await self.pull_processor.process(request, lease=self.pull_processor.budget.lease(context))
 
     @answers_with_status(rmq_pb2.GetTopicOffsetsResponse)
     async def GetTopicOffsets(self, request: rmq_pb2.GetTopicOffsetsRequest,

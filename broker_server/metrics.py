@@ -64,6 +64,7 @@ class BrokerFigures:
     consumer_table: Callable[[], tuple[int, int]]       # (groups, clients)
     topics: Callable[[], int]
     client_tables: Callable[[], BoundedTables] = lambda: BoundedTables()
+    inflight_pull_bytes: Callable[[], int] = lambda: 0
 
 
 class BrokerCollector(Collector):
@@ -79,6 +80,8 @@ class BrokerCollector(Collector):
         store = figures.store
         for name, documentation, value in [
             ("rmq_held_pulls", "pull requests held by long polling", figures.held_pulls()),
+            ("rmq_inflight_pull_bytes", "bytes of pull answers built and not yet read by their clients",
+             figures.inflight_pull_bytes()),
             ("rmq_dispatch_behind_bytes", "CommitLog bytes not yet dispatched to ConsumeQueues",
              store.dispatch_behind_bytes()),
             ("rmq_commitlog_max_offset_bytes", "CommitLog max physical offset",

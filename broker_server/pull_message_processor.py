@@ -9,7 +9,9 @@ as little-endian int32, with no per-message Python work on this path.
 Memory: a pull reads at most `max_pull_bytes` on one of the `store_threads` executor threads,
 so reads in progress hold at most store_threads x max_pull_bytes (8 x 48 MiB by default). A
 held pull woken with at most WOKEN_INLINE_MESSAGES new messages reads them on the event loop
-itself (no executor hop, one GIL hand-off less per wake): one such read at a time."""
+itself (no executor hop, one GIL hand-off less per wake): one such read at a time. An answer then
+stays in the process until its call ends: a call's PullBytesLease grants each read at most what
+is left of the PullResponseBudget (max_inflight_pull_bytes, per connection and in all)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from rmq.broker_server.broker_stats import BrokerStatsManager
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
 from rmq.broker_server.long_polling import HoldTableFull, PullRequestHoldService
 from rmq.broker_server.names import check_group_name
+from rmq.broker_server.pull_response_budget import PullBytesLease, PullResponseBudget
 from rmq.broker_server.status import OK, RequestError, illegal_argument, rmq_pb2
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfigManager
@@ -32,6 +35,7 @@ from rmq.sql92 import Sql92Error, compile_sql92
 from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.store import BrokerRole, MessageStore
 from rmq.store.message_filter import RecordFilter
+from rmq.store.results import GetMessageResult
 
 log = logging.getLogger(__name__)
 MAX_SUB_EXPRESSION_LENGTH = 65536
@@ -114,6 +118,7 @@ class PullMessageProcessor:
         limits: PullLimits,
         stats: BrokerStatsManager,
         enable_property_filter: bool = True,
+        budget: PullResponseBudget | None = None,
     ) -> None:
         self.store = store
         self.stats = stats
@@ -123,23 +128,27 @@ class PullMessageProcessor:
         self.hold_service = hold_service
         self.executor = executor
         self.limits = limits
+        # unbounded unless given (in-process users; the broker gives its configured one)
+        self.budget = budget or PullResponseBudget(1 << 62, 1 << 62)
 
     async def process(
-        self, request: rmq_pb2.PullMessageRequest, broker_allow_suspend: bool = True
+        self, request: rmq_pb2.PullMessageRequest, broker_allow_suspend: bool = True,
+        lease: PullBytesLease | None = None,
     ) -> rmq_pb2.PullMessageResponse:
+        """`lease`: the call's (see get_message)."""
         try:
             query = self.parse(request)
-        except RequestError as error:
+            inline = not broker_allow_suspend and self._few_new_messages(query)
+            response = await self.get_message(query, inline=inline, lease=lease)
+        except RequestError as error:     # a bad request, or the lease has no bytes left
             return rmq_pb2.PullMessageResponse(status=error.status())
-        inline = not broker_allow_suspend and self._few_new_messages(query)
-        response = await self.get_message(query, inline=inline)
         if broker_allow_suspend and request.sys_flag & rmq_pb2.FLAG_COMMIT_OFFSET:
             # §6 step 9, except that slaves store it too: clients commit where they read while the
             # master is down (DESIGN.md Replication) and SlaveSynchronize hands it to the master.
             self._commit_offset(query, request.commit_offset)
         if broker_allow_suspend and query.suspend and response.pull_status == rmq_pb2.NO_NEW_MSG:
             try:
-                return await self._hold(request, query)
+                return await self._hold(request, query, lease)
             except HoldTableFull as error:
                 return rmq_pb2.PullMessageResponse(status=error.status())
         return response
@@ -154,8 +163,8 @@ class PullMessageProcessor:
             return
         self.offsets.commit_offset(query.group, query.topic, query.queue_id, offset)
 
-    async def _hold(self, request: rmq_pb2.PullMessageRequest, query: PullQuery
-                    ) -> rmq_pb2.PullMessageResponse:
+    async def _hold(self, request: rmq_pb2.PullMessageRequest, query: PullQuery,
+                    lease: PullBytesLease | None) -> rmq_pb2.PullMessageResponse:
         """Hold the pull, then run it again answering whatever is there (executeRequestWhenWakeup).
         Arrivals wake an SQL92 pull whatever their properties (the ConsumeQueue has no properties);
         when the re-run found only messages its filter rejects, it is held again from past them for
@@ -164,7 +173,7 @@ class PullMessageProcessor:
         await self.hold_service.suspend(
             query.topic, query.queue_id, query.offset, query.tag_codes, query.suspend_timeout_ms
         )
-        woken = await self.process(request, broker_allow_suspend=False)
+        woken = await self.process(request, broker_allow_suspend=False, lease=lease)
         remaining_ms = query.suspend_timeout_ms - int((time.monotonic() - started) * 1000)
         if query.record_filter is None or woken.pull_status != rmq_pb2.NO_MATCHED_MSG or remaining_ms <= 0:
             return woken
@@ -173,7 +182,7 @@ class PullMessageProcessor:
         again.queue_offset = woken.next_begin_offset
         again.suspend_timeout_ms = remaining_ms
         again.sys_flag &= ~rmq_pb2.FLAG_COMMIT_OFFSET     # committed once already
-        return await self.process(again)
+        return await self.process(again, lease=lease)
 
     def parse(self, request: rmq_pb2.PullMessageRequest) -> PullQuery:
         """Validate every field, naming the bad one; clamp batch limits to the broker's."""
@@ -253,8 +262,22 @@ class PullMessageProcessor:
         max_offset = self.store.get_max_offset_in_queue(query.topic, query.queue_id)
         return max_offset - query.offset <= WOKEN_INLINE_MESSAGES
 
-    async def get_message(self, query: PullQuery, inline: bool = False) -> rmq_pb2.PullMessageResponse:
-        """Read on an executor thread, or on the calling (event loop) thread when `inline`."""
+    async def get_message(self, query: PullQuery, inline: bool = False,
+                          lease: PullBytesLease | None = None) -> rmq_pb2.PullMessageResponse:
+        """Read on an executor thread, or on the calling (event loop) thread when `inline`, at most
+        the bytes `lease` grants (InflightPullBytesExceeded when none come free). Without a lease
+        the caller holds the answer only for a moment (in-process callers)."""
+        max_bytes = await lease.grant(query.max_bytes) if lease else query.max_bytes
+        answer_bytes = 0
+        try:
+            result = await self._read(query, max_bytes, inline)
+            answer_bytes = len(result.buffer) + 4 * result.message_count   # records and sizes
+        finally:
+            if lease:
+                lease.settle(max_bytes, answer_bytes)
+        return self._answer(query, result)
+
+    async def _read(self, query: PullQuery, max_bytes: int, inline: bool) -> GetMessageResult:
         read = functools.partial(
             self.store.get_message,
             query.group,
@@ -262,11 +285,13 @@ class PullMessageProcessor:
             query.queue_id,
             query.offset,
             query.max_messages,
-            max_total_bytes=query.max_bytes,
+            max_total_bytes=max_bytes,
             tag_codes=query.tag_codes,
             record_filter=query.record_filter,
         )
-        result = read() if inline else await self.executor.run(read)
+        return read() if inline else await self.executor.run(read)
+
+    def _answer(self, query: PullQuery, result: GetMessageResult) -> rmq_pb2.PullMessageResponse:
         if result.message_count:
             self.stats.record_get(query.topic, result.message_count, len(result.buffer))
         response = rmq_pb2.PullMessageResponse(

@@ -335,7 +335,7 @@ class RocketMQv2MessagingService:
         if remaining is not None:
             wait_s = min(wait_s, remaining - DEADLINE_MARGIN_S)
         wait_ms = int(max(min(wait_s, MAX_LONG_POLLING_S), 0) * 1000)
-        async for response in self.offset_rpcs.pull(request, wait_ms):
+        async for response in self.offset_rpcs.pull(request, wait_ms, context):
             yield response
 
     @answers_with_status(pb.UpdateOffsetResponse)

@@ -11,6 +11,7 @@ from typing import Any
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.names import check_group_name
 from rmq.broker_server.pull_message_processor import PullMessageProcessor
+from rmq.broker_server.pull_response_budget import CallContext, PullBytesLease
 from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.status import V2Error, as_v2_error
 from rmq.broker_server.status import RequestError
@@ -47,11 +48,12 @@ class OffsetRpcs:
                                           f"has {config.read_queue_nums} read queues")
         return config
 
-    async def pull(self, request: pb.PullMessageRequest, wait_ms: int
+    async def pull(self, request: pb.PullMessageRequest, wait_ms: int, context: CallContext
                    ) -> AsyncIterator[pb.PullMessageResponse]:
-        """A status, the messages, always the next offset, then the stream ends."""
+        """A status, the messages, always the next offset, then the stream ends. The messages
+        count against the pull budget until the stream ends (`context`: the call's)."""
         try:
-            response, records = await self._pull(request, wait_ms)
+            response, records = await self._pull(request, wait_ms, self.pull_processor.budget.lease(context))
         except Exception as error:
             yield pb.PullMessageResponse(status=as_v2_error(error).status())
             yield pb.PullMessageResponse(next_offset=request.offset)
@@ -61,7 +63,8 @@ class OffsetRpcs:
             yield pb.PullMessageResponse(message=messages.to_v2(record, request.message_queue.topic.name))
         yield pb.PullMessageResponse(next_offset=response.next_begin_offset)
 
-    async def _pull(self, request: pb.PullMessageRequest, wait_ms: int) -> tuple[Any, list[Any]]:
+    async def _pull(self, request: pb.PullMessageRequest, wait_ms: int, lease: PullBytesLease
+                    ) -> tuple[Any, list[Any]]:
         check_group_name(request.group.name)
         self._queue(request.message_queue)
         expression = request.filter_expression
@@ -76,7 +79,7 @@ class OffsetRpcs:
             sub_expression=expression.expression or "*",
             expression_type=rmq_pb2.SQL92 if expression.type == v2.SQL else rmq_pb2.TAG,
         )
-        response = await self.pull_processor.process(pull)
+        response = await self.pull_processor.process(pull, lease=lease)
         if response.status.code != rmq_pb2.OK:
             raise RequestError(response.status.code, response.status.message)
         packed = response.messages

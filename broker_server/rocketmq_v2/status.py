@@ -30,6 +30,7 @@ _FROM_RMQ: dict[int, v2.Code] = {
     rmq_pb2.NO_PERMISSION: v2.FORBIDDEN,
     rmq_pb2.GROUP_ILLEGAL: v2.ILLEGAL_CONSUMER_GROUP,
     rmq_pb2.SUBSCRIPTION_GROUP_NOT_EXIST: v2.CONSUMER_GROUP_NOT_FOUND,
+    rmq_pb2.LIMIT_EXCEEDED: v2.TOO_MANY_REQUESTS,   # a bound of the broker's (max_held_pulls, ...)
 }
 
 

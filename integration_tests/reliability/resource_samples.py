@@ -22,6 +22,7 @@ FIGURES = {
     "threads": ("rmq_process_threads", 1),
     "mmaps": ("rmq_process_mmaps", 1),
     "held_pulls": ("rmq_held_pulls", 1),
+    "inflight_pull_mib": ("rmq_inflight_pull_bytes", 1 / MiB),
     "consumer_groups": ("rmq_consumer_groups", 1),
     "consumer_clients": ("rmq_consumer_clients", 1),
     "queue_locks": ("rmq_queue_locks", 1),

@@ -1,0 +1,125 @@
+"""PullResponseBudget: pulls over a real store shrink to what is left of their connection's and
+the broker's budget, are refused LIMIT_EXCEEDED naming the setting when nothing is left, and hold
+their answer's bytes until their call ends."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rmq.broker_server.pull_response_budget import PullBytesLease, PullResponseBudget
+from rmq.broker_server.topic_config_manager import TopicConfig
+from rmq.v1 import rmq_pb2
+from tests.broker_server.store_fixture import running_store, wait_dispatched
+from tests.broker_server.test_processors import Broker, send
+
+BODY = 3000
+MESSAGES = 8
+
+
+@dataclass
+class Call:
+    """What the budget needs of a grpc.aio call: its peer and its done callbacks."""
+
+    address: str
+    callbacks: list[Callable[[Any], None]] = field(default_factory=list)
+
+    def peer(self) -> str:
+        return self.address
+
+    def add_done_callback(self, callback: Callable[[Any], None]) -> None:
+        self.callbacks.append(callback)
+
+    def end(self) -> None:
+        for callback in self.callbacks:
+            callback(self)
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    with running_store(tmp_path / "store") as store:
+        broker = Broker(store, tmp_path)
+        broker.topics.create(TopicConfig("T", 1, 1))
+        send(broker, *(rmq_pb2.Message(body=bytes([n]) * BODY) for n in range(MESSAGES)))
+        wait_dispatched(store, "T", 0, MESSAGES)
+        yield broker
+        broker.executor.shutdown()
+
+
+def record_size(broker: Broker) -> int:
+    """One stored message's answer bytes: its record and its size."""
+    unbounded = PullBytesLease(PullResponseBudget(1 << 30, 1 << 30), "c")
+    return len(pull(broker, unbounded, max_messages=1).messages.records) + 4
+
+
+def pull(broker: Broker, lease: PullBytesLease, max_messages: int = 100) -> rmq_pb2.PullMessageResponse:
+    request = rmq_pb2.PullMessageRequest(consumer_group="G", topic="T", queue_id=0, queue_offset=0,
+                                         max_messages=max_messages, max_bytes=1 << 20)
+    return asyncio.run(broker.pull.process(request, lease=lease))
+
+
+def test_pulls_shrink_to_the_budget_and_are_refused_past_it(broker: Broker) -> None:
+    size = record_size(broker)
+    budget = PullResponseBudget(max_bytes=5 * size, max_bytes_per_connection=3 * size, max_wait_s=0)
+    a1, a2, a3, b1 = (budget.lease(Call(peer)) for peer in ("ipv4:a", "ipv4:a", "ipv4:a", "ipv4:b"))
+
+    assert pull(broker, a1, max_messages=2).messages.count == 2
+    assert pull(broker, a2).messages.count == 1           # what is left of connection a's 3 messages
+    refused = pull(broker, a3)
+    assert refused.status.code == rmq_pb2.LIMIT_EXCEEDED
+    assert "max_inflight_pull_bytes_per_connection" in refused.status.message
+    assert pull(broker, b1).messages.count == 2           # what is left of the broker's 5
+    assert budget.held == 5 * size and a1.held == 2 * size
+
+    refused = pull(broker, budget.lease(Call("ipv4:c")))
+    assert refused.status.code == rmq_pb2.LIMIT_EXCEEDED
+    assert "(max_inflight_pull_bytes)" in refused.status.message
+
+
+def test_an_ended_call_gives_its_bytes_back(broker: Broker) -> None:
+    size = record_size(broker)
+    budget = PullResponseBudget(max_bytes=4 * size, max_bytes_per_connection=4 * size, max_wait_s=0)
+    call = Call("ipv4:a")
+    assert pull(broker, budget.lease(call)).messages.count == 4
+    assert pull(broker, budget.lease(Call("ipv4:a"))).status.code == rmq_pb2.LIMIT_EXCEEDED
+    call.end()
+    assert budget.held == 0
+    assert pull(broker, budget.lease(Call("ipv4:b"))).messages.count == 4
+
+
+def test_at_least_one_message_however_little_is_left(broker: Broker) -> None:
+    size = record_size(broker)
+    budget = PullResponseBudget(max_bytes=10 * size, max_bytes_per_connection=size + size // 2)
+    assert pull(broker, budget.lease(Call("ipv4:a"))).messages.count == 1
+    assert pull(broker, budget.lease(Call("ipv4:a"))).messages.count == 1   # half a message left
+    assert budget.held == 2 * size
+
+
+def test_a_call_ended_during_its_read_holds_nothing() -> None:
+    budget = PullResponseBudget(max_bytes=100, max_bytes_per_connection=100)
+    call = Call("ipv4:a")
+    lease = budget.lease(call)
+    granted = asyncio.run(lease.grant(80))
+    call.end()
+    lease.settle(granted, 90)
+    assert budget.held == 0 and lease.held == 0
+    assert asyncio.run(budget.lease(Call("ipv4:a")).grant(1000)) == 100
+
+
+def test_a_pull_past_the_budget_waits_for_bytes_to_come_back() -> None:
+    async def scenario() -> None:
+        budget = PullResponseBudget(max_bytes=100, max_bytes_per_connection=100, max_wait_s=5)
+        first = Call("ipv4:a")
+        await budget.lease(first).grant(100)
+        waiting = asyncio.create_task(budget.lease(Call("ipv4:b")).grant(60))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        first.end()
+        assert await waiting == 60 and budget.held == 60
+
+    asyncio.run(scenario())
