@@ -49,6 +49,12 @@ class MessageStoreConfig:
     flush_consume_queue_least_pages: int = 2
     flush_consume_queue_thorough_interval_ms: int = 60_000
 
+    # Mapped ConsumeQueue files (MappedFileLru, not in RocketMQ): each mapping holds a map and an
+    # fd. At most this many at once (least recently used unmapped first; active queues stay
+    # mapped below it), and none not accessed for the idle time (checked after each flush).
+    max_mapped_consume_queue_files: int = 4096
+    consume_queue_unmap_idle_ms: int = 120_000
+
     # Index (spec store §7). RocketMQ's 5,000,000 slots / 20,000,000 entries make 420 MB
     # files; these defaults make 42 MB (sparse) files.
     message_index_enable: bool = True
@@ -80,6 +86,10 @@ class MessageStoreConfig:
                 f"mapped_file_size_consume_queue must be a multiple of {CQ_STORE_UNIT_SIZE}, "
                 f"got {self.mapped_file_size_consume_queue}"
             )
+        if self.max_mapped_consume_queue_files < 1 or self.consume_queue_unmap_idle_ms < 0:
+            raise StoreError(f"max_mapped_consume_queue_files must be at least 1 and "
+                             f"consume_queue_unmap_idle_ms at least 0, got "
+                             f"{self.max_mapped_consume_queue_files} and {self.consume_queue_unmap_idle_ms}")
         if self.mapped_file_size_commit_log < 1024:
             raise StoreError(f"mapped_file_size_commit_log must be at least 1024, got "
                              f"{self.mapped_file_size_commit_log}")

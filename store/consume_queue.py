@@ -13,6 +13,7 @@ import numpy as np
 
 from rmq.store.config import CQ_STORE_UNIT_SIZE
 from rmq.store.mapped_file import MappedFile
+from rmq.store.mapped_file_lru import MappedFileLru
 from rmq.store.mapped_file_queue import MappedFileQueue
 
 ENTRY = struct.Struct(">qiq")
@@ -29,11 +30,13 @@ def entry_bytes(commit_log_offset: int, size: int, tags_code: int) -> bytes:
 
 
 class ConsumeQueue:
-    def __init__(self, topic: str, queue_id: int, root: Path, mapped_file_size: int) -> None:
+    def __init__(self, topic: str, queue_id: int, root: Path, mapped_file_size: int,
+                 lru: MappedFileLru | None = None) -> None:
+        """`lru`: the store's bound on mapped ConsumeQueue files (None: every file stays mapped)."""
         self.topic = topic
         self.queue_id = queue_id
         self.mapped_file_queue = MappedFileQueue(root / topic / str(queue_id), mapped_file_size,
-                                                 preallocate=True, preallocate_step=PREALLOCATE_STEP)
+                                                 preallocate=True, preallocate_step=PREALLOCATE_STEP, lru=lru)
         self.entries_per_file = mapped_file_size // CQ_STORE_UNIT_SIZE
         self.max_physic_offset = -1      # end (offset + size) of the last entry's record
         self.min_logic_offset = 0        # byte offset of the first valid entry
@@ -177,7 +180,7 @@ class ConsumeQueue:
         """CleanConsumeQueueService: delete leading files whose entries all point below the
         CommitLog's first offset, then correct the minimum offset."""
         def expired(mapped: MappedFile) -> bool:
-            last, = struct.unpack_from(">q", mapped.mm, mapped.file_size - CQ_STORE_UNIT_SIZE)
+            last, = struct.unpack(">q", mapped.read(mapped.file_size - CQ_STORE_UNIT_SIZE, 8))
             return last < min_commit_log_offset
 
         deleted = self.mapped_file_queue.delete_files_below(expired, interval_forcibly_ms)

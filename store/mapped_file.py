@@ -4,6 +4,12 @@ Writes go straight to the mmap (no TransientStorePool), so committed == wrote an
 position is the wrote position. Readers `hold()` the file while they copy bytes out of it;
 `destroy()` unmaps and deletes it once no reader holds it, or forcibly after
 `interval_forcibly` ms (spec store §5.2 shutdown, TV9).
+
+Every read or write of the mapping is an access (`_begin_access` .. `_end_access`): the mapping
+is never closed under one (closing it while another thread copies from it crashes the process).
+A file given a MappedFileLru (ConsumeQueue files) reports its accesses to it (at most one a
+second, LRU_TOUCH_INTERVAL_S: a pull costs no LRU update), may be unmapped between them
+(`unmap_if_idle`, once flushed) and maps itself again on the next one.
 """
 
 from __future__ import annotations
@@ -14,11 +20,16 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from rmq.store.mapped_file_lru import MappedFileLru
+
 OS_PAGE_SIZE = 4096
 FILE_NAME_DIGITS = 20
+LRU_TOUCH_INTERVAL_S = 1.0   # LRU order and idle times are exact to within this
 
 
 def offset_to_file_name(offset: int) -> str:
@@ -32,11 +43,13 @@ def now_ms() -> int:
 
 class MappedFile:
     def __init__(self, path: Path, file_size: int, *, create: bool = False,
-                 preallocate: bool = False, preallocate_step: int = 0) -> None:
+                 preallocate: bool = False, preallocate_step: int = 0,
+                 lru: MappedFileLru | None = None) -> None:
         """`preallocate`: reserve the file's blocks at creation (ENOSPC as OSError, never SIGBUS
         later). With a `preallocate_step` they are reserved step by step ahead of the writes
         instead of all at once (also for a file loaded again), so an idle file reserves one step:
-        2,000 topics x 4 queues of 6 MB ConsumeQueue files reserved 48 GB up front."""
+        2,000 topics x 4 queues of 6 MB ConsumeQueue files reserved 48 GB up front. With an `lru`
+        the file is unmapped when it bounds the mapped files (see the module docstring)."""
         self.path = path
         self.file_size = file_size
         self.preallocate_step = preallocate_step
@@ -50,9 +63,15 @@ class MappedFile:
         self._cleaned = False
         self._first_shutdown_timestamp = 0
         self._ref_lock = threading.Lock()
-        self._open(create, preallocate)
+        self._lru = lru
+        self._users = 0            # accesses under way: the mapping is not closed under them
+        self._unmapped = False     # the LRU closed the mapping; the next access maps the file again
+        self.mm = self._open(create, preallocate)
+        self._touched_at = time.monotonic()
+        if lru is not None:
+            lru.touch(self)
 
-    def _open(self, create: bool, preallocate: bool) -> None:
+    def _open(self, create: bool, preallocate: bool) -> mmap.mmap:
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         fd = os.open(self.path, flags, 0o644)
         try:
@@ -60,7 +79,7 @@ class MappedFile:
                 allocate_file(fd, self.file_size, preallocate and not self.preallocate_step)
             if create and self.preallocate_step:
                 self._reserve_blocks(fd, min(self.preallocate_step, self.file_size))
-            self.mm = mmap.mmap(fd, self.file_size)
+            return mmap.mmap(fd, self.file_size)
         except OSError:
             if create:
                 self.path.unlink(missing_ok=True)
@@ -90,10 +109,63 @@ class MappedFile:
 
     # -- write / flush -----------------------------------------------------------------------
 
+    def _begin_access(self) -> mmap.mmap:
+        """The mapping for one read or write, mapped again when the LRU had closed it; end the
+        access with `_end_access`. Neither the LRU nor close/destroy close the mapping before
+        then. A closed or destroyed file gives its closed mapping: using it raises ValueError."""
+        with self._ref_lock:
+            remapped = self._unmapped and not self._cleaned
+            if remapped:
+                self.mm = self._open(create=False, preallocate=False)
+                self._unmapped = False
+            self._users += 1
+            mm = self.mm
+        now = time.monotonic()
+        if self._lru is not None and (remapped or now - self._touched_at >= LRU_TOUCH_INTERVAL_S):
+            self._touched_at = now
+            try:
+                self._lru.touch(self)
+            except BaseException:
+                self._end_access()
+                raise
+        return mm
+
+    def _end_access(self) -> None:
+        with self._ref_lock:
+            self._users -= 1
+            if self._users == 0 and self._cleaned:
+                self._close_mapping()
+
+    def unmap_if_idle(self) -> bool:
+        """Flush (fdatasync), then close the mapping and with it the fd Python's mmap keeps,
+        unless an access is under way or bytes were written after the flush. True when the file
+        holds no mapping afterwards (also when it already held none or was closed)."""
+        if self._unmapped or self._cleaned:
+            return True
+        self.flush(0)
+        with self._ref_lock:
+            if self._cleaned or self._unmapped:
+                return True
+            if self._users or self.flushed_position < self.read_position():
+                return False
+            try:
+                self.mm.close()
+            except BufferError:   # a view of it is still alive
+                return False
+            self._unmapped = True
+            return True
+
+    def is_mapped(self) -> bool:
+        return not (self._unmapped or self._cleaned)
+
     def write(self, position: int, data: bytes) -> None:
         if position + len(data) > self._reserved:
             self._reserve(position + len(data))
-        self.mm[position:position + len(data)] = data
+        mm = self._begin_access()
+        try:
+            mm[position:position + len(data)] = data
+        finally:
+            self._end_access()
 
     def clear_from(self, position: int) -> None:
         """Zero the file from `position` to its last non-zero byte (what recovery truncated away),
@@ -101,13 +173,17 @@ class MappedFile:
         rewritten whole nor left resident: a start-up with 800 ConsumeQueue files zeroed 6 MB each
         (4.7 GB resident and written back)."""
         end = self._data_end(position)
-        tail = np.frombuffer(self.mm, np.uint8, count=end - position, offset=position)
-        nonzero = np.flatnonzero(tail)
-        del tail
-        if len(nonzero):
-            self.write(position, bytes(int(nonzero[-1]) + 1))
-        start = position - position % mmap.PAGESIZE
-        self.mm.madvise(mmap.MADV_DONTNEED, start, self.file_size - start)
+        mm = self._begin_access()
+        try:
+            tail = np.frombuffer(mm, np.uint8, count=end - position, offset=position)
+            nonzero = np.flatnonzero(tail)
+            del tail
+            if len(nonzero):
+                self.write(position, bytes(int(nonzero[-1]) + 1))
+            start = position - position % mmap.PAGESIZE
+            mm.madvise(mmap.MADV_DONTNEED, start, self.file_size - start)
+        finally:
+            self._end_access()
 
     def _data_end(self, position: int) -> int:
         """End of the file's last data region after `position` (SEEK_DATA / SEEK_HOLE: holes and
@@ -132,9 +208,7 @@ class MappedFile:
         position = self.wrote_position
         if position + len(data) > self.file_size:
             return False
-        if position + len(data) > self._reserved:
-            self._reserve(position + len(data))
-        self.mm[position:position + len(data)] = data
+        self.write(position, data)
         self.wrote_position = position + len(data)
         return True
 
@@ -170,7 +244,11 @@ class MappedFile:
     # -- read --------------------------------------------------------------------------------
 
     def read(self, position: int, size: int) -> bytes:
-        return self.mm[position:position + size]
+        mm = self._begin_access()
+        try:
+            return mm[position:position + size]
+        finally:
+            self._end_access()
 
     def select_mapped_buffer(self, position: int, size: int | None = None) -> tuple[int, bytes] | None:
         """selectMappedBuffer (spec store §5.2, TV8): (global offset, bytes from `position` up to
@@ -180,7 +258,7 @@ class MappedFile:
             return None
         try:
             end = read_position if size is None else min(position + size, read_position)
-            return self.file_from_offset + position, self.mm[position:end]
+            return self.file_from_offset + position, self.read(position, end - position)
         except ValueError:   # unmapped forcibly under us
             return None
         finally:
@@ -253,6 +331,14 @@ class MappedFile:
             self._reserved = self.file_size    # the filesystem cannot reserve: write as before
 
     def _close(self) -> None:
+        """Once `_cleaned`: unmap now, or when the last access under way ends."""
+        if self._lru is not None:
+            self._lru.forget(self)
+        with self._ref_lock:
+            if self._users == 0:
+                self._close_mapping()
+
+    def _close_mapping(self) -> None:
         try:
             self.mm.close()
         except BufferError:

@@ -10,17 +10,20 @@ from pathlib import Path
 
 from rmq.store.errors import StoreError
 from rmq.store.mapped_file import FILE_NAME_DIGITS, MappedFile, now_ms, offset_to_file_name
+from rmq.store.mapped_file_lru import MappedFileLru
 
 DELETE_FILES_BATCH_MAX = 10
 
 
 class MappedFileQueue:
     def __init__(self, store_path: Path, mapped_file_size: int, *, preallocate: bool = False,
-                 preallocate_step: int = 0) -> None:
+                 preallocate_step: int = 0, lru: MappedFileLru | None = None) -> None:
+        """`lru`: the files' mappings are bounded by it (ConsumeQueues; see MappedFileLru)."""
         self.store_path = store_path
         self.mapped_file_size = mapped_file_size
         self.preallocate = preallocate
         self.preallocate_step = preallocate_step
+        self.lru = lru
         self.files: list[MappedFile] = []
         self.flushed_where = 0
         self.store_timestamp = 0
@@ -36,7 +39,8 @@ class MappedFileQueue:
         files: list[MappedFile] = []
         for index, path in enumerate(paths):
             self._check_file(path, files[-1] if files else None, is_last=index == len(paths) - 1)
-            mapped = MappedFile(path, self.mapped_file_size, preallocate_step=self.preallocate_step)
+            mapped = MappedFile(path, self.mapped_file_size, preallocate_step=self.preallocate_step,
+                                lru=self.lru)
             mapped.set_positions(self.mapped_file_size)
             files.append(mapped)
         self.files = files
@@ -79,7 +83,8 @@ class MappedFileQueue:
     def create_file(self, offset: int) -> MappedFile:
         self.store_path.mkdir(parents=True, exist_ok=True)
         mapped = MappedFile(self.store_path / offset_to_file_name(offset), self.mapped_file_size,
-                            create=True, preallocate=self.preallocate, preallocate_step=self.preallocate_step)
+                            create=True, preallocate=self.preallocate, preallocate_step=self.preallocate_step,
+                            lru=self.lru)
         self.files = [*self.files, mapped]
         return mapped
 

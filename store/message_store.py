@@ -33,6 +33,7 @@ from rmq.store.errors import StoreError
 from rmq.store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
 from rmq.store.ha_service import HAService
 from rmq.store.index_file import IndexService
+from rmq.store.mapped_file_lru import MappedFileLru
 from rmq.store.message_batch import MessageBatch
 from rmq.store.message_filter import RecordFilter, match_tags
 from rmq.store.reput import ReputMessageService
@@ -85,6 +86,8 @@ class MessageStore:
         root = Path(config.store_dir)
         self.commit_log = CommitLog(config)
         self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
+        self.consume_queue_mappings = MappedFileLru(config.max_mapped_consume_queue_files,
+                                                    config.consume_queue_unmap_idle_ms)
         self._cq_lock = threading.Lock()
         self.index_service = IndexService(root / "index", config.max_hash_slot_num, config.max_index_num)
         self.checkpoint = StoreCheckpoint(self.directory.checkpoint_file)
@@ -376,7 +379,7 @@ class MessageStore:
 
     def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         return ConsumeQueue(topic, queue_id, Path(self.config.store_dir) / "consumequeue",
-                            self.config.mapped_file_size_consume_queue)
+                            self.config.mapped_file_size_consume_queue, self.consume_queue_mappings)
 
     def find_consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
         queues = self.consume_queue_table.get(topic)
@@ -399,6 +402,7 @@ class MessageStore:
         timestamp = self._last_dispatched_timestamp
         for cq in self._all_consume_queues():
             cq.flush(least_pages)
+        self.consume_queue_mappings.unmap_idle()
         self.index_service.flush()
         if timestamp:
             self.checkpoint.logics_msg_timestamp = timestamp
