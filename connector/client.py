@@ -170,6 +170,7 @@ class _Connection:
 
 
 ResponseT = TypeVar("ResponseT", bound=Message)
+AnswerT = TypeVar("AnswerT")
 
 
 @dataclass(frozen=True)
@@ -464,13 +465,25 @@ class RmqClient:
         server) is recorded there by name and skipped: the live brokers' queues are answered."""
         offsets: dict[MessageQueue, QueueOffsets] = {}
         for name in self._route(topic).brokers:
-            request = rmq_pb2.GetTopicOffsetsRequest(topic=topic)
-            read = functools.partial(self._topic_call, topic, name, _GET_TOPIC_OFFSETS, request)
-            response = _unless_unreachable(read, name, unreachable)
-            for q in response.queues if response is not None else ():
-                offsets[MessageQueue(topic, name, q.queue_id)] = QueueOffsets(
-                    q.min_offset, q.max_offset, q.last_store_timestamp)
+            read = functools.partial(self._broker_topic_offsets, topic, name)
+            offsets.update(_unless_unreachable(read, name, unreachable) or {})
         return dict(sorted(offsets.items()))
+
+    def queue_offsets(self, mq: MessageQueue) -> QueueOffsets:
+        """Min/max offset and last store time of one queue, from its broker only (the topic's
+        other brokers may be down)."""
+        offsets = self._broker_topic_offsets(mq.topic, mq.broker_name).get(mq)
+        if offsets is None:
+            raise RmqError(rmq_pb2.TOPIC_NOT_EXIST, f"broker {mq.broker_name} holds no queue {mq.queue_id} "
+                           f"of topic {mq.topic}", broker=mq.broker_name, queue=mq)
+        return offsets
+
+    def _broker_topic_offsets(self, topic: str, broker_name: str) -> dict[MessageQueue, QueueOffsets]:
+        request = rmq_pb2.GetTopicOffsetsRequest(topic=topic)
+        response = self._topic_call(topic, broker_name, _GET_TOPIC_OFFSETS, request)
+        return {MessageQueue(topic, broker_name, q.queue_id): QueueOffsets(q.min_offset, q.max_offset,
+                                                                            q.last_store_timestamp)
+                for q in response.queues}
 
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         """Earliest offset stored at or after `timestamp_ms` (max offset when all are older)."""
@@ -478,11 +491,14 @@ class RmqClient:
         return self._read_call(mq.broker_name, _SEARCH_OFFSET, request, queue=mq).offset
 
     def query_consumer_offsets(self, group: str, topic: str = "",
-                               unreachable: dict[str, RmqUnavailable] | None = None
-                               ) -> dict[MessageQueue, int]:
+                               unreachable: dict[str, RmqUnavailable] | None = None,
+                               broker_name: str | None = None) -> dict[MessageQueue, int]:
         """The group's committed offsets (of one topic, or of all), sorted by queue; `unreachable`
-        as for topic_offsets."""
-        brokers = self._route(topic).brokers if topic else self.list_brokers()
+        as for topic_offsets. With `broker_name`, only that broker is asked (fetchConsumeOffsetFromBroker)."""
+        if broker_name:
+            brokers: Iterable[str] = [broker_name]
+        else:
+            brokers = self._route(topic).brokers if topic else self.list_brokers()
         request = rmq_pb2.QueryConsumerOffsetsRequest(consumer_group=group, topic=topic)
         offsets: dict[MessageQueue, int] = {}
         for name in brokers:
@@ -495,13 +511,23 @@ class RmqClient:
         return dict(sorted(offsets.items()))
 
     def update_consumer_offsets(self, group: str, offsets: Mapping[MessageQueue, int],
-                                increase_only: bool = False) -> None:
-        for name, mqs in _by_broker(offsets).items():
+                                increase_only: bool = False,
+                                unreachable: dict[str, RmqUnavailable] | None = None) -> None:
+        """Write the offsets to their brokers, each broker even when another fails (then the
+        first failure is raised); with `unreachable`, an unreachable broker is recorded there
+        instead (its offsets not written), as for topic_offsets."""
+        grouped = _by_broker(offsets)
+
+        def update(name: str) -> None:
             request = rmq_pb2.UpdateConsumerOffsetsRequest(
                 consumer_group=group, increase_only=increase_only,
                 offsets=[rmq_pb2.ConsumerOffset(topic=mq.topic, queue_id=mq.queue_id, offset=offsets[mq])
-                         for mq in mqs])
-            self._read_call(name, _UPDATE_CONSUMER_OFFSETS, request)   # where the group reads
+                         for mq in grouped[name]])
+            # to the member the group reads from
+            write = functools.partial(self._read_call, name, _UPDATE_CONSUMER_OFFSETS, request)
+            _unless_unreachable(write, name, unreachable)
+
+        _call_each(grouped, update)
 
     def remove_consumer_offsets(self, group: str, mqs: Iterable[MessageQueue]) -> None:
         for name, queues in _by_broker(mqs).items():
@@ -513,13 +539,15 @@ class RmqClient:
     # ------------------------------------------------------------ membership and locks
 
     def heartbeat(self, client_id: str, group: str, subscriptions: Mapping[str, str],
-                  broadcasting: bool = False) -> None:
-        """Heartbeat to every member of every broker group (RocketMQ sendHeartbeatToAllBroker)."""
+                  broadcasting: bool = False, unreachable: dict[str, RmqUnavailable] | None = None) -> None:
+        """Heartbeat to every member of every broker group (RocketMQ sendHeartbeatToAllBroker);
+        `unreachable` as for topic_offsets."""
         request = rmq_pb2.HeartbeatRequest(
             client_id=client_id, consumer_group=group,
             message_model=rmq_pb2.BROADCASTING if broadcasting else rmq_pb2.CLUSTERING,
             subscriptions=[rmq_pb2.Subscription(topic=t, sub_expression=s) for t, s in subscriptions.items()])
-        self._on_each_member(lambda name, address: self._call(address, _HEARTBEAT, request, name))
+        self._on_each_member(lambda name, address: self._call(address, _HEARTBEAT, request, name),
+                             unreachable)
 
     def unregister(self, client_id: str, group: str) -> None:
         request = rmq_pb2.UnregisterClientRequest(client_id=client_id, consumer_group=group)
@@ -670,30 +698,27 @@ class RmqClient:
 
     def _on_each_broker(self, brokers: Mapping[str, str], call: Callable[[str, str], object]) -> None:
         """Call every broker even when one fails; then raise the first failure."""
-        first: RmqError | None = None
-        for name, address in brokers.items():
-            try:
-                call(name, address)
-            except RmqError as error:
-                first = first or error
-        if first is not None:
-            raise first
+        _call_each(brokers, lambda name: call(name, brokers[name]))
 
-    def _on_each_member(self, call: Callable[[str, str], object]) -> None:
+    def _on_each_member(self, call: Callable[[str, str], object],
+                        unreachable: dict[str, RmqUnavailable] | None = None) -> None:
         """Call every member of every broker group; then raise the first failure of a group
-        none of whose members answered (a dead master's slave still counts)."""
-        first: RmqError | None = None
-        for name, members in self.list_broker_groups().items():
+        none of whose members answered (a dead master's slave still counts). With
+        `unreachable`, such a group that could not be reached is recorded there instead."""
+        groups = self.list_broker_groups()
+
+        def on_group(name: str) -> None:
             failures: list[RmqError] = []
-            for member in members:
+            for member in groups[name]:
                 try:
                     call(name, member.address)
                 except RmqError as error:
                     failures.append(error)
-            if failures and len(failures) == len(members):
-                first = first or failures[0]
-        if first is not None:
-            raise first
+            if failures and len(failures) == len(groups[name]):
+                raise failures[0]
+
+        _call_each(groups, lambda name: _unless_unreachable(functools.partial(on_group, name), name,
+                                                            unreachable))
 
     def _route(self, topic: str) -> TopicRoute:
         """The topic's route, cached for ROUTE_CACHE_SECONDS (like RocketMQ's periodic refresh)."""
@@ -786,8 +811,8 @@ def _transport_error(error: grpc.RpcError, method: str, label: str, queue: Messa
     return RmqError(rmq_code, f"{method} failed: gRPC {code.name}: {details}", broker=label, queue=queue)
 
 
-def _unless_unreachable(call: Callable[[], ResponseT], broker_name: str,
-                        unreachable: dict[str, RmqUnavailable] | None) -> ResponseT | None:
+def _unless_unreachable(call: Callable[[], AnswerT], broker_name: str,
+                        unreachable: dict[str, RmqUnavailable] | None) -> AnswerT | None:
     """call(); None when the broker is unreachable and the caller collects those in `unreachable`."""
     try:
         return call()
@@ -796,6 +821,18 @@ def _unless_unreachable(call: Callable[[], ResponseT], broker_name: str,
             raise
         unreachable[broker_name] = error
         return None
+
+
+def _call_each(names: Iterable[str], call: Callable[[str], object]) -> None:
+    """call(name) for every name even when one fails; then raise the first failure."""
+    first: RmqError | None = None
+    for name in names:
+        try:
+            call(name)
+        except RmqError as error:
+            first = first or error
+    if first is not None:
+        raise first
 
 
 def _all_unreachable(failures: list[RmqUnavailable]) -> RmqUnavailable:

@@ -19,7 +19,8 @@ from collections.abc import Iterable
 from enum import Enum
 from pathlib import Path
 
-from rmq.connector.client import MessageQueue, RmqClient, RmqError
+from rmq.connector.broker_outages import BrokerOutages
+from rmq.connector.client import MessageQueue, RmqClient, RmqError, RmqUnavailable
 from rmq.connector.offsets import (
     NO_OFFSET,
     OFFSET_READ_FAILED,
@@ -101,27 +102,41 @@ class OffsetStore(ABC):
 
 
 class RemoteBrokerOffsetStore(OffsetStore):
-    """Clustering: offsets live in the broker's ConsumerOffsetManager, shared by the group."""
+    """Clustering: offsets live in the broker's ConsumerOffsetManager, shared by the group.
+    Each queue's offset is read from its own broker, and a persist writes every reachable
+    broker: an unreachable one (reported to `outages`) holds up no other broker's queues."""
 
-    def __init__(self, client: RmqClient, group: str) -> None:
+    def __init__(self, client: RmqClient, group: str, outages: BrokerOutages | None = None) -> None:
         super().__init__()
         self._client = client
         self._group = group
+        self._outages = outages or BrokerOutages(f"consumer group {group}")
 
     def load(self) -> None:
         """Nothing to preload: READ_FROM_STORE asks the broker."""
 
     def _read_from_store(self, mq: MessageQueue) -> int:
         try:
-            return self._client.query_consumer_offsets(self._group, mq.topic).get(mq, NO_OFFSET)
+            offsets = self._client.query_consumer_offsets(self._group, mq.topic, broker_name=mq.broker_name)
+        except RmqUnavailable as error:
+            self._outages.unreachable(mq.broker_name, error)
+            return OFFSET_READ_FAILED
         except RmqError as error:
             logger.warning("fetchConsumeOffsetFromBroker exception, %s: %s", mq, error)
             return OFFSET_READ_FAILED
+        self._outages.answered(mq.broker_name)
+        return offsets.get(mq, NO_OFFSET)
 
     def _persist(self, offsets: Positions) -> None:
         # The broker overwrites (ConsumerOffsetManager.commitOffset); increase-only is
         # enforced in memory, so a query restarted from an older checkpoint can move back.
-        self._client.update_consumer_offsets(self._group, offsets)
+        unreachable: dict[str, RmqUnavailable] = {}
+        try:
+            self._client.update_consumer_offsets(self._group, offsets, unreachable=unreachable)
+        finally:
+            self._outages.unreachable_all(unreachable)
+        for broker_name in {mq.broker_name for mq in offsets} - unreachable.keys():
+            self._outages.answered(broker_name)
 
 
 class LocalFileOffsetStore(OffsetStore):

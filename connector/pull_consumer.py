@@ -31,7 +31,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from rmq.connector.allocation import STRATEGY_NAMES
-from rmq.connector.client import MessageQueue, PullResult, PullStatus, RmqClient, RmqError
+from rmq.connector.broker_outages import BrokerOutages
+from rmq.connector.client import MessageQueue, PullResult, PullStatus, RmqClient, RmqError, RmqUnavailable
 from rmq.connector.consumer_ids_watcher import ConsumerIdsWatcher
 from rmq.connector.message import MessageExt, decode_messages
 from rmq.connector.offset_store import ReadOffsetType, RemoteBrokerOffsetStore
@@ -124,7 +125,8 @@ class PullConsumer:
         self._consumed: dict[MessageQueue, int] = {}   # next offset after what poll() returned
         self._consumed_lock = threading.Lock()
         self._next_auto_commit = time.monotonic() + auto_commit_interval_s
-        self.offset_store = RemoteBrokerOffsetStore(self.client, group)
+        self.outages = BrokerOutages(f"consumer group {group}")
+        self.offset_store = RemoteBrokerOffsetStore(self.client, group, self.outages)
         self._scheduler = ScheduledExecutor(f"rmq-lite-pull-{group}")
         self._pull_service = PullMessageService(self._pull_message, self._scheduler)
         self.rebalance_impl = RebalanceImpl(
@@ -270,8 +272,8 @@ class PullConsumer:
     def seek(self, mq: MessageQueue, offset: int) -> None:
         """Read `mq` from `offset` next: its cached messages are dropped, the pull loop restarts."""
         self._ensure_owned(mq)
-        offsets = self.client.topic_offsets(mq.topic).get(mq)
-        if offsets is not None and not offsets.min_offset <= offset <= offsets.max_offset:
+        offsets = self.client.queue_offsets(mq)
+        if not offsets.min_offset <= offset <= offsets.max_offset:
             raise ValueError(f"offset {offset} of {mq} is outside "
                              f"[{offsets.min_offset}, {offsets.max_offset}]")
         with self.rebalance_impl._lock:
@@ -286,10 +288,10 @@ class PullConsumer:
         self._pull_service.execute_pull_request_immediately(PullRequest(self.group, mq, pq, offset))
 
     def seek_to_begin(self, mq: MessageQueue) -> None:
-        self.seek(mq, self.client.topic_offsets(mq.topic)[mq].min_offset)
+        self.seek(mq, self.client.queue_offsets(mq).min_offset)
 
     def seek_to_end(self, mq: MessageQueue) -> None:
-        self.seek(mq, self.client.topic_offsets(mq.topic)[mq].max_offset)
+        self.seek(mq, self.client.queue_offsets(mq).max_offset)
 
     def pause(self, queues: Iterable[MessageQueue]) -> None:
         """Stop pulling these queues and handing out their messages (until resume)."""
@@ -346,8 +348,10 @@ class PullConsumer:
                 pass
 
     def _send_heartbeat(self) -> None:
-        self.client.heartbeat(self.client_id, self.group,
-                              {t: s.sub_string for t, s in self._subscriptions.items()})
+        unreachable: dict[str, RmqUnavailable] = {}
+        subscriptions = {t: s.sub_string for t, s in self._subscriptions.items()}
+        self.client.heartbeat(self.client_id, self.group, subscriptions, unreachable=unreachable)
+        self.outages.unreachable_all(unreachable)
 
     def _pull_message(self, request: PullRequest) -> None:
         """PullTaskImpl: flow control and pause, then one asynchronous long-polling pull."""
@@ -368,17 +372,21 @@ class PullConsumer:
                 sub_expression=subscription.selector, suspend_timeout_ms=BROKER_SUSPEND_MAX_TIME_MILLIS,
                 callback=lambda result, error: self._on_pull(request, subscription, result, error))
         except RmqError as error:
-            logger.warning("pull of %s failed: %s", mq, error)
+            if not self.outages.report(mq.broker_name, error):
+                logger.warning("pull of %s failed: %s", mq, error)
             self._pull_service.execute_pull_request_later(request, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
 
     def _on_pull(self, request: PullRequest, subscription: SubscriptionData, result: PullResult | None,
                  error: RmqError | None) -> None:
         if not self.running or request.process_queue.dropped:
             return
+        mq = request.message_queue
         if error is not None or result is None:
-            logger.warning("pull of %s failed: %s", request.message_queue, error)
+            if not self.outages.report(mq.broker_name, error):   # unreachable: one warning per outage
+                logger.warning("pull of %s failed: %s", mq, error)
             self._pull_service.execute_pull_request_later(request, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
             return
+        self.outages.answered(mq.broker_name)
         if result.pull_status == PullStatus.OFFSET_ILLEGAL:
             logger.warning("the pull request offset illegal, %s %d -> %d", request.message_queue,
                            request.next_offset, result.next_begin_offset)

@@ -29,7 +29,8 @@ from typing import cast
 
 from rmq import retry
 from rmq.connector.allocation import STRATEGY_NAMES
-from rmq.connector.client import MessageQueue, PullResult, PullStatus, RmqClient, RmqError
+from rmq.connector.broker_outages import BrokerOutages
+from rmq.connector.client import MessageQueue, PullResult, PullStatus, RmqClient, RmqError, RmqUnavailable
 from rmq.connector.consume_message_concurrently_service import ConsumeMessageConcurrentlyService
 from rmq.connector.consume_message_orderly_service import ConsumeMessageOrderlyService
 from rmq.connector.consumer_ids_watcher import ConsumerIdsWatcher
@@ -114,7 +115,7 @@ class BrokerQueueAdmin:
         return self._client.consumer_list(self._group, topic)
 
     def max_offset(self, mq: MessageQueue) -> int:
-        return self._client.topic_offsets(mq.topic)[mq].max_offset
+        return self._client.queue_offsets(mq).max_offset
 
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         return self._client.search_offset(mq, timestamp_ms)
@@ -215,6 +216,7 @@ class PushConsumer:
         self._state = "CREATE_JUST"
         self._state_lock = threading.Lock()
         self._flow_control_times = 0
+        self.outages = BrokerOutages(f"consumer group {group}")
         # built by start()
         self.offset_store: OffsetStore
         self.rebalance_impl: RebalanceImpl
@@ -331,7 +333,7 @@ class PushConsumer:
             directory = self.offset_store_dir / self.client_id.replace("@", "_")
             self.offset_store = LocalFileOffsetStore(directory, self.group)
         else:
-            self.offset_store = RemoteBrokerOffsetStore(self.client, self.group)
+            self.offset_store = RemoteBrokerOffsetStore(self.client, self.group, self.outages)
         self.offset_store.load()
         self._pull_service = PullMessageService(self.pull_message, self._scheduler)
         self.rebalance_impl = RebalanceImpl(
@@ -389,7 +391,10 @@ class PushConsumer:
 
     def _send_heartbeat(self) -> None:
         subscriptions = {t: s.sub_string for t, s in self.rebalance_impl.subscription_inner.items()}
-        self.client.heartbeat(self.client_id, self.group, subscriptions, broadcasting=self.broadcasting)
+        unreachable: dict[str, RmqUnavailable] = {}
+        self.client.heartbeat(self.client_id, self.group, subscriptions, broadcasting=self.broadcasting,
+                              unreachable=unreachable)
+        self.outages.unreachable_all(unreachable)
 
     # ------------------------------------------------------------ pulling (spec pull §10, §15)
 
@@ -440,7 +445,8 @@ class PushConsumer:
                 commit_offset=commit_offset,
                 callback=lambda result, error: self._on_pull(request, subscription, result, error))
         except RmqError as error:
-            logger.warning("pullKernelImpl exception, %s: %s", mq, error)
+            if not self.outages.report(mq.broker_name, error):
+                logger.warning("pullKernelImpl exception, %s: %s", mq, error)
             self._pull_service.execute_pull_request_later(request, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
 
     def flow_control_delay_ms(self, pq) -> int:
@@ -479,11 +485,14 @@ class PushConsumer:
         """PullCallback (spec consumer-pull-rebalance §15, TV-11), on a gRPC thread."""
         if not self.running:
             return
+        mq = request.message_queue
         if error is not None or result is None:
-            if not retry.is_retry_topic(request.message_queue.topic):
+            # an unreachable broker: one warning per outage, the pull retried in 3 s like any failure
+            if not self.outages.report(mq.broker_name, error) and not retry.is_retry_topic(mq.topic):
                 logger.warning("execute the pull request exception: %s", error)
             self._pull_service.execute_pull_request_later(request, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
             return
+        self.outages.answered(mq.broker_name)
         try:
             self.process_pull_result(request, subscription, result)
         except Exception:

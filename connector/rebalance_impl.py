@@ -183,8 +183,8 @@ class RebalanceImpl:
                     self.group, mq)
                 continue
             next_offset = self.compute_pull_from_where(mq)
-            if next_offset < 0:
-                logger.warning("doRebalance, %s, add new mq failed, %s", self.group, mq)
+            if next_offset < 0:   # its cause is warned where it happened (once per outage for a down broker)
+                logger.info("doRebalance, %s, add new mq failed, %s", self.group, mq)
                 continue
             pq = ProcessQueue()
             pq.locked = self.orderly
