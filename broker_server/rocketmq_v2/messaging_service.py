@@ -202,10 +202,12 @@ class RocketMQv2MessagingService:
     async def ReceiveMessage(self, request: pb.ReceiveMessageRequest, context: Any
                              ) -> AsyncIterator[pb.ReceiveMessageResponse]:
         """One status, one response per message, a final delivery timestamp, then the stream
-        ends (§4: the client reads the whole stream)."""
+        ends (§4: the client reads the whole stream). The messages count against the pull budget
+        (max_inflight_pull_bytes) until the stream ends."""
         try:
             pop_request, wait_s = self._pop_request(request, context)
-            popped = await self.pop.receive(pop_request, wait_s, request.attempt_id)
+            lease = self.offset_rpcs.pull_processor.budget.lease(context)
+            popped = await self.pop.receive(pop_request, wait_s, request.attempt_id, lease)
             if request.auto_renew and popped:
                 self.pop.lease(pop_request.group, _client_id(context), popped)
         except Exception as error:
@@ -254,8 +256,9 @@ class RocketMQv2MessagingService:
         if remaining is not None:
             wait_s = min(wait_s, remaining - DEADLINE_MARGIN_S)
         batch = min(max(request.batch_size, 1), MAX_BATCH)
+        max_bytes = self.offset_rpcs.pull_processor.limits.max_bytes    # max_pull_bytes, as a pull
         return PopRequest(group, config.topic_name, queue_ids, tags, tag_codes, batch, invisible_ms, fifo,
-                          self.policy.max_attempts, record_filter), min(wait_s, MAX_LONG_POLLING_S)
+                          self.policy.max_attempts, record_filter, max_bytes), min(wait_s, MAX_LONG_POLLING_S)
 
     def _filter(self, request: pb.ReceiveMessageRequest
                 ) -> tuple[frozenset[str] | None, frozenset[int] | None, RecordFilter | None]:

@@ -10,7 +10,9 @@ group's queue hands nothing out while one of its messages is in flight, so the m
 message group (one queue, by hash) are consumed in order. With nothing to hand out the
 receive is held on the same wake-up path as rmq.v1 pulls (PullRequestHoldService) until a
 message arrives, an in-flight message becomes visible again, an ack or change frees a FIFO
-queue, or the long-polling time ends."""
+queue, or the long-polling time ends. A receive given the call's PullBytesLease hands out at most the
+bytes it grants (at least one message; rmq.broker_server.pull_response_budget), held until the
+call ends."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rmq import message_format as mf
 from rmq import retry
@@ -32,6 +34,7 @@ from rmq.broker_server.consumer_send_msg_back import (
     send_back_copy,
 )
 from rmq.broker_server.long_polling import PullRequestHoldService
+from rmq.broker_server.pull_response_budget import PullBytesLease
 from rmq.broker_server.rocketmq_v2.pop_state import InFlight, PopQueue, PopStateTable
 from rmq.broker_server.rocketmq_v2.receipt_handle import ReceiptHandle
 from rmq.broker_server.rocketmq_v2.status import V2Error
@@ -58,6 +61,13 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _bytes_left(max_bytes: int | None, records: list[_Record]) -> int | None:
+    """What `max_bytes` leaves after `records` (0 when reached; None: unbounded)."""
+    if max_bytes is None:
+        return None
+    return max(max_bytes - sum(len(r.raw) for r in records), 0)
+
+
 @dataclass(frozen=True)
 class PopRequest:
     group: str
@@ -70,6 +80,7 @@ class PopRequest:
     fifo: bool
     max_attempts: int
     record_filter: RecordFilter | None = None   # SQL92 (evaluated on each record's properties)
+    max_bytes: int | None = None     # record bytes one receive hands out (at least one message)
 
 
 @dataclass(frozen=True)
@@ -78,6 +89,7 @@ class Popped:
     handle: ReceiptHandle
     attempts: int
     invisible_ms: int
+    size: int          # of the stored record
 
 
 @dataclass(frozen=True)
@@ -122,10 +134,12 @@ class PopService:
             self._notify(*key)
 
     # -- receive -------------------------------------------------------------------------
-    async def receive(self, request: PopRequest, wait_s: float, attempt_id: str = "") -> list[Popped]:
+    async def receive(self, request: PopRequest, wait_s: float, attempt_id: str = "",
+                      lease: PullBytesLease | None = None) -> list[Popped]:
         """Pop up to a batch, holding up to `wait_s` for one. A receive retried with the same
         `attempt_id` (the push consumer's, after a failed call) gets the deliveries of the first
-        one again while they are still in flight, instead of leaving them invisible."""
+        one again while they are still in flight, instead of leaving them invisible. `lease`:
+        the call's; each pop reads at most the bytes it grants."""
         remembered = (request.group, request.topic, attempt_id)
         if attempt_id:
             again = [p for p in self._attempts.get(remembered, []) if self.in_flight(request.group, p.handle)]
@@ -134,7 +148,7 @@ class PopService:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(wait_s, 0.0)
         while True:
-            popped = await self.pop_once(request)
+            popped = await self._pop_leased(request, lease)
             if popped or self._stopped or loop.time() >= deadline:
                 break
             await self._wait(request, deadline - loop.time())
@@ -144,20 +158,39 @@ class PopService:
                 self._attempts.popitem(last=False)
         return popped
 
+    async def _pop_leased(self, request: PopRequest, lease: PullBytesLease | None) -> list[Popped]:
+        if lease is None or request.max_bytes is None:
+            return await self.pop_once(request)
+        granted = await lease.grant(request.max_bytes)
+        popped: list[Popped] = []
+        try:
+            popped = await self.pop_once(replace(request, max_bytes=granted))
+        finally:
+            lease.settle(granted, sum(p.size for p in popped))
+        return popped
+
     async def pop_once(self, request: PopRequest) -> list[Popped]:
+        """Up to a batch, and up to the request's max_bytes of records (one message past it at most)."""
         start = next(self._rotation)
         queue_ids = request.queue_ids
         popped: list[Popped] = []
+        bytes_left = request.max_bytes
         for index in range(len(queue_ids)):
             room = request.batch_size - len(popped)
-            if room <= 0:
+            if room <= 0 or (bytes_left is not None and bytes_left <= 0):
                 break
             queue = PopQueue(request.group, request.topic, queue_ids[(start + index) % len(queue_ids)])
-            popped += await self._pop_queue(queue, request, room)
+            from_queue = await self._pop_queue(queue, request, room, bytes_left)
+            popped += from_queue
+            if bytes_left is not None:
+                bytes_left -= sum(p.size for p in from_queue)
         await self.table.sync()   # deliveries, skipped offsets and DLQ moves are durable first
         return popped
 
-    async def _pop_queue(self, queue: PopQueue, request: PopRequest, room: int) -> list[Popped]:
+    async def _pop_queue(self, queue: PopQueue, request: PopRequest, room: int,
+                         max_bytes: int | None) -> list[Popped]:
+        """Up to `room` messages of `queue`: due redeliveries first, then new ones; with
+        `max_bytes`, no read once they are reached (the first read always happens)."""
         lock = self._locks.setdefault(queue, asyncio.Lock())
         async with lock:
             if queue not in self.table.queues:
@@ -170,6 +203,8 @@ class PopService:
             records: list[_Record] = []
             attempts: list[int] = []
             for offset in due[:room]:
+                if _bytes_left(max_bytes, records) == 0:
+                    break
                 record = await self._read_one(queue, offset)
                 entry = state.inflight.get(offset)
                 if entry is None:   # acknowledged meanwhile (a late ack of its previous delivery)
@@ -182,9 +217,10 @@ class PopService:
                     records.append(record)
                     attempts.append(entry.attempts + 1)
             next_offset = state.pop_offset
-            if not (request.fifo and state.inflight) and len(records) < room:
+            bytes_left = _bytes_left(max_bytes, records)
+            if not (request.fifo and state.inflight) and len(records) < room and bytes_left != 0:
                 fresh, next_offset = await self._read_new(queue, request, state.pop_offset,
-                                                          room - len(records))
+                                                          room - len(records), bytes_left)
                 records += fresh
                 attempts += [1] * len(fresh)
             if not records and next_offset == state.pop_offset:
@@ -194,7 +230,7 @@ class PopService:
             self._commit(queue)
         return [
             Popped(r.message, ReceiptHandle(queue.topic, queue.queue_id, r.offset, e.version), e.attempts,
-                   request.invisible_ms)
+                   request.invisible_ms, len(r.raw))
             for r, e in zip(records, entries, strict=True)
         ]
 
@@ -216,10 +252,11 @@ class PopService:
         return _Record(message.queue_offset, raw, message) if message.queue_offset == offset else None
 
     async def _read_new(self, queue: PopQueue, request: PopRequest, offset: int,
-                        room: int) -> tuple[list[_Record], int]:
-        """Up to `room` matching messages from `offset`, and the offset after what was read."""
+                        room: int, max_bytes: int | None) -> tuple[list[_Record], int]:
+        """Up to `room` matching messages from `offset` (up to `max_bytes`, at least one; None:
+        the store's max_transfer_bytes), and the offset after what was read."""
         result = await self.executor.run(self.store.get_message, queue.group, queue.topic, queue.queue_id,
-                                         offset, room, tag_codes=request.tag_codes,
+                                         offset, room, max_bytes, tag_codes=request.tag_codes,
                                          record_filter=request.record_filter)
         if not result.message_count:
             return [], result.next_begin_offset if result.status in _MOVED else offset

@@ -5,16 +5,25 @@ their answer's bytes until their call ends."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
 from rmq.broker_server.pull_response_budget import PullBytesLease, PullResponseBudget
 from rmq.broker_server.topic_config_manager import TopicConfig
+from rmq.connector.client import OutgoingMessage, RmqClient
+from rmq.message_queue import MessageQueue
+from rmq.rocketmq_v2 import MessagingServiceStub
+from rmq.rocketmq_v2 import definition_pb2 as v2
+from rmq.rocketmq_v2 import service_pb2 as pb
 from rmq.v1 import rmq_pb2
+from tests.broker_server.in_process_broker import InProcessBroker
 from tests.broker_server.store_fixture import running_store, wait_dispatched
 from tests.broker_server.test_processors import Broker, send
 
@@ -123,3 +132,35 @@ def test_a_pull_past_the_budget_waits_for_bytes_to_come_back() -> None:
         assert await waiting == 60 and budget.held == 60
 
     asyncio.run(scenario())
+
+
+def test_every_pull_rpc_is_cut_to_its_connection_budget_and_gives_it_back(tmp_path: Path) -> None:
+    """rmq.v1 PullMessage, v2 ReceiveMessage (pop) and v2 PullMessage over real gRPC: a batch is cut
+    to the connection's budget, and the bytes come back once the call ends."""
+    broker = InProcessBroker(tmp_path / "broker").start()
+    try:
+        with RmqClient(broker.address) as client:
+            client.create_topic("T", queues=1)
+            client.send("T", [OutgoingMessage(b"x" * BODY) for _ in range(MESSAGES)])
+            mq = MessageQueue("T", "broker-a", 0)
+            record = len(client.pull(mq, 0, 1, group="G").messages.records)
+            budget = broker.controller.pull_processor.budget
+            budget.max_bytes_per_connection = 3 * (record + 4)
+            assert client.pull(mq, 0, 100, group="G").messages.count == 3
+        with grpc.insecure_channel(broker.address) as channel:
+            stub = MessagingServiceStub(channel)
+            queue = v2.MessageQueue(topic=v2.Resource(name="T"), id=0)
+            received = [r for r in stub.ReceiveMessage(pb.ReceiveMessageRequest(
+                group=v2.Resource(name="popper"), message_queue=queue, batch_size=32,
+                long_polling_timeout=Duration(seconds=0)), timeout=10) if r.HasField("message")]
+            assert len(received) == 3
+            pulled = [r for r in stub.PullMessage(pb.PullMessageRequest(
+                group=v2.Resource(name="puller"), message_queue=queue, offset=0, batch_size=32), timeout=10)
+                if r.HasField("message")]
+            assert len(pulled) == 3
+        deadline = time.monotonic() + 10      # the done callbacks run just after the answers
+        while budget.held and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert budget.held == 0
+    finally:
+        broker.stop()
