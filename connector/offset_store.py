@@ -104,7 +104,8 @@ class OffsetStore(ABC):
 class RemoteBrokerOffsetStore(OffsetStore):
     """Clustering: offsets live in the broker's ConsumerOffsetManager, shared by the group.
     Each queue's offset is read from its own broker, and a persist writes every reachable
-    broker: an unreachable one (reported to `outages`) holds up no other broker's queues."""
+    broker: an unreachable one, reported to `outages`, holds up no other broker's queues (the
+    persist then raises its RmqUnavailable, which callers need not log again)."""
 
     def __init__(self, client: RmqClient, group: str, outages: BrokerOutages | None = None) -> None:
         super().__init__()
@@ -137,6 +138,8 @@ class RemoteBrokerOffsetStore(OffsetStore):
             self._outages.unreachable_all(unreachable)
         for broker_name in {mq.broker_name for mq in offsets} - unreachable.keys():
             self._outages.answered(broker_name)
+        if unreachable:
+            raise next(iter(unreachable.values()))
 
 
 class LocalFileOffsetStore(OffsetStore):

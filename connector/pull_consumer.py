@@ -322,6 +322,8 @@ class PullConsumer:
             self.offset_store.update_offset(mq, offset, increase_only=False)
         try:
             self.offset_store.persist_all(consumed)
+        except RmqUnavailable:
+            pass   # the other brokers' offsets are written; the offset store reported the unreachable one
         except RmqError as error:
             logger.warning("commit of group %s failed: %s", self.group, error)
 

@@ -318,6 +318,8 @@ class PushConsumer:
         """persistConsumerOffset: write the offsets of every queue owned now."""
         try:
             self.offset_store.persist_all(list(self.rebalance_impl.process_queue_table))
+        except RmqUnavailable:
+            pass   # the other brokers' offsets are written; the offset store reported the unreachable one
         except RmqError as error:
             logger.warning("persistAllConsumerOffset of group %s failed: %s", self.group, error)
 
