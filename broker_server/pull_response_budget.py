@@ -54,7 +54,8 @@ class PullResponseBudget:
         self.max_wait_s = max_wait_s
         self.held = 0
         self._by_connection: dict[str, int] = {}
-        self._given_back = asyncio.Event()     # set (and replaced) whenever bytes come back
+        self._given_back = asyncio.Event()     # set (and replaced) when bytes come back to waiters
+        self._waiting = 0
 
     def lease(self, context: CallContext) -> PullBytesLease:
         """A lease for the call of `context`, given back when the call ends."""
@@ -74,10 +75,13 @@ class PullResponseBudget:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     raise
+            self._waiting += 1
             try:
                 await asyncio.wait_for(self._given_back.wait(), remaining)
             except TimeoutError:
                 pass
+            finally:
+                self._waiting -= 1
 
     def _reserve_now(self, connection: str, wanted: int) -> int:
         on_connection = self._by_connection.get(connection, 0)
@@ -92,7 +96,7 @@ class PullResponseBudget:
 
     def give_back(self, connection: str, count: int) -> None:
         self._add(connection, -count)
-        if count > 0:
+        if count > 0 and self._waiting:
             self._given_back.set()
             self._given_back = asyncio.Event()
 
