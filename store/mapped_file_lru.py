@@ -2,9 +2,10 @@
 
 A mapping costs a map and, in Python's mmap, a duplicated fd: 2,000 topics x 4 queues held
 ~8,000 of each for as long as the broker ran, active or not. ConsumeQueue MappedFiles report
-every access here; past `max_mapped` files the least recently used ones are unmapped, and
+their accesses here (each at most once a second); past `max_mapped` files the least recently
+used ones are unmapped, and
 `unmap_idle` (run after each ConsumeQueue flush) unmaps those not accessed for `idle_ms`. An
-unmapped file maps itself again on its next access (MappedFile._access). A file is unmapped
+unmapped file maps itself again on its next access (MappedFile._begin_access). A file is unmapped
 only between accesses and once its written data is flushed (MappedFile.unmap_if_idle): one in
 use or written since is kept as just used. Active queues stay mapped: no remap per pull.
 """
