@@ -185,11 +185,11 @@ class LocalFileOffsetStore(OffsetStore):
 
 
 def create_offset_store(
-    client: RmqClient, group: str, *, broadcasting: bool, directory: str
+    client: RmqClient, group: str, *, broadcasting: bool, directory: str, outages: BrokerOutages | None = None
 ) -> OffsetStore:
     """The store the message model calls for (spec consumer-startup §2)."""
     store: OffsetStore = LocalFileOffsetStore(directory, group) if broadcasting else RemoteBrokerOffsetStore(
-        client, group
+        client, group, outages
     )
     store.load()
     return store

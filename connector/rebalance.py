@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from types import FrameType
 
 from rmq.connector.allocation import allocate
-from rmq.connector.client import MessageQueue, RmqClient, RmqError
+from rmq.connector.broker_outages import BrokerOutages
+from rmq.connector.client import MessageQueue, RmqClient, RmqError, RmqUnavailable
 from rmq.connector.consumer_ids_watcher import ConsumerIdsWatcher
 
 logger = logging.getLogger(__name__)
@@ -44,13 +45,16 @@ class ConsumerMembership:
         *,
         broadcasting: bool,
         strategy: str,
+        outages: BrokerOutages | None = None,
     ) -> None:
+        """`outages` hears of the brokers a heartbeat could not reach (the others are beaten)."""
         self.client_id = client_id
         self._client = client
         self._group = group
         self._subscriptions = subscriptions
         self._broadcasting = broadcasting
         self._strategy = strategy
+        self._outages = outages or BrokerOutages(f"consumer group {group}")
         self._owned: dict[str, list[MessageQueue]] = {}
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -77,9 +81,12 @@ class ConsumerMembership:
         self._owned = {topic: queues for topic, queues in self._owned.items() if topic in subscriptions}
 
     def heartbeat(self) -> None:
+        unreachable: dict[str, RmqUnavailable] = {}
         self._client.heartbeat(
-            self.client_id, self._group, self._subscriptions, broadcasting=self._broadcasting
+            self.client_id, self._group, self._subscriptions, broadcasting=self._broadcasting,
+            unreachable=unreachable,
         )
+        self._outages.unreachable_all(unreachable)
 
     def _heartbeat_loop(self) -> None:
         while not self._stopped.wait(HEARTBEAT_INTERVAL_S):

@@ -26,7 +26,13 @@ With topicPattern the topics are the broker's topics matching it, listed again a
 micro-batch: a topic created later is read from its earliest offset, a deleted one dropped.
 
 Brokers that cannot be reached are retried with backoff for brokerOutageWindowMs (one log
-line per round naming the broker); refusals (ACL, a deleted topic) fail at once.
+line per round naming the broker); refusals (ACL, a deleted topic) fail at once. Once the
+query runs, one unreachable broker of several is isolated instead (issue 18, scenario 15):
+its queues keep their positions (nothing planned from them, no queue of it adopted) and the
+other brokers' queues are planned as usual, with one warning per outage; when it answers
+again its queues are planned from where they stopped. Planning still waits (the retries
+above) when no broker answers, and for the first micro-batch, whose start offsets need
+every queue.
 
 The reader object is also pickled to executors for `read()`: everything that talks to
 the broker is created lazily on the driver and never pickled.
@@ -50,7 +56,8 @@ from pyspark.sql.streaming.datasource import (
 
 from rmq.connector.backoff import retry_unavailable
 from rmq.connector.broker_offsets import BrokerOffsetLookup
-from rmq.connector.client import MessageQueue, RmqClient
+from rmq.connector.broker_outages import BrokerOutages
+from rmq.connector.client import MessageQueue, RmqClient, RmqUnavailable
 from rmq.connector.errors import RmqDataLossError, RmqError
 from rmq.connector.offset_store import OffsetStore, create_offset_store
 from rmq.connector.offsets import Positions, StreamOffset, resolve_acquired_offset
@@ -83,6 +90,7 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._initial: StreamOffset | None = None
         self._topics: tuple[str, ...] = self._options.topics   # with topicPattern: the last listing
         self._last_trigger = time.monotonic()    # minMessagesPerTrigger waits from here
+        self._outages: BrokerOutages | None = None   # brokers isolated now, once the group is known
 
     def __getstate__(self) -> dict[str, Any]:
         return {"_options": self._options}
@@ -107,7 +115,8 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         current = StreamOffset.from_json(start)
         self._enter_group(self._group_of(current))
         membership = self._join(current.client_id)
-        lookup = self._broker()
+        isolated: dict[str, RmqUnavailable] | None = None if current.initial else {}
+        lookup = self._broker(isolated)
         owned = self._rebalance(membership, lookup)
         if current.initial:
             start = self._start_positions(owned, lookup)
@@ -118,8 +127,13 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for mq in owned:
             if mq in current.positions:
                 kept[mq] = current.positions[mq]
+                if isolated and mq.broker_name in isolated:   # nothing planned from it meanwhile
+                    positions[mq] = ceilings[mq] = kept[mq]
+                    continue
                 positions[mq] = self._check_not_reset(mq, kept[mq], lookup.max_offset(mq))
                 ceilings[mq] = self._ceiling(mq, positions[mq])
+            elif isolated and mq.broker_name in isolated:
+                continue                                      # adopted once its broker answers
             else:
                 adopted = resolve_acquired_offset(mq, lookup)
                 if adopted < 0:
@@ -229,6 +243,8 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             store.update_offset(mq, offset, increase_only=True)
         try:
             store.persist_all(positions)
+        except RmqUnavailable:   # the other brokers' offsets are written; the store reported the outage
+            return
         except (RmqError, OSError) as error:   # the checkpoint stays the source of truth
             logger.warning("persisting consumer offsets of group %s failed: %s", self._group, error)
             return
@@ -247,16 +263,27 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._store = create_offset_store(
                 self._rmq_client(), self._group,
                 broadcasting=self._options.broadcasting, directory=self._options.offset_store_dir,
+                outages=self._broker_outages(),
             )
         return self._store
 
-    def _broker(self) -> BrokerOffsetLookup:
-        """The offset lookup, with the topics listed (topicPattern) and min/max offsets fetched now."""
+    def _broker(self, isolated: dict[str, RmqUnavailable] | None = None) -> BrokerOffsetLookup:
+        """The offset lookup, with the topics listed (topicPattern) and min/max offsets fetched now;
+        with `isolated`, the brokers that did not answer are recorded there (and reported)."""
         if self._lookup is None:
             self._lookup = BrokerOffsetLookup(self._rmq_client(), self._offset_store())
         self._topics = self._current_topics()
-        self._lookup.refresh(self._topics)
+        self._lookup.refresh(self._topics, isolated)
+        outages = self._broker_outages()
+        outages.unreachable_all(isolated or {})
+        for broker_name in {mq.broker_name for mq in self._lookup.known_queues()}:
+            outages.answered(broker_name)
         return self._lookup
+
+    def _broker_outages(self) -> BrokerOutages:
+        if self._outages is None:
+            self._outages = BrokerOutages(f"streaming query of consumer group {self._group}")
+        return self._outages
 
     def _current_topics(self) -> tuple[str, ...]:
         if self._options.topic_pattern is None:
@@ -287,6 +314,7 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self._rmq_client(), self._group, client_id,
                 dict.fromkeys(self._topics, options.pull.sub_expression),
                 broadcasting=options.broadcasting, strategy=options.allocate_strategy,
+                outages=self._broker_outages(),
             )
             self._membership.start()
         return self._membership
