@@ -121,7 +121,8 @@ class MappedFile:
             self._users += 1
             mm = self.mm
         now = time.monotonic()
-        if self._lru is not None and (remapped or now - self._touched_at >= LRU_TOUCH_INTERVAL_S):
+        if self._lru is not None and not self._cleaned and (
+                remapped or now - self._touched_at >= LRU_TOUCH_INTERVAL_S):
             self._touched_at = now
             try:
                 self._lru.touch(self)
