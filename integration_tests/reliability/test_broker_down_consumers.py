@@ -133,7 +133,8 @@ class Poller:
 
     def stop(self) -> None:
         self.stopped.set()
-        self.thread.join(timeout=WAIT_S)
+        if self.thread.is_alive():
+            self.thread.join(timeout=WAIT_S)
 
 
 def send(client: RmqClient, broker: str, prefix: str) -> set[Read]:
