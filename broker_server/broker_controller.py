@@ -36,8 +36,8 @@ from rmq.broker_server.pull_message_processor import PullLimits, PullMessageProc
 from rmq.broker_server.pull_response_budget import PullResponseBudget
 from rmq.broker_server.rebalance_lock_manager import LOCKS_FILE, RebalanceLockManager
 from rmq.broker_server.replication import Replication
-from rmq.broker_server.rocketmq_v2 import build_service as build_rocketmq_v2_service
 from rmq.broker_server.rocketmq_v2.messaging_service import RocketMQv2MessagingService
+from rmq.broker_server.rocketmq_v2.service import build_service as build_rocketmq_v2_service
 from rmq.broker_server.route_service import BrokerRouteService
 from rmq.broker_server.schedule_message_service import ScheduleMessageService
 from rmq.broker_server.send_message_processor import SendMessageProcessor

@@ -1,0 +1,64 @@
+"""The RocketMQ 5 MessagingService assembled from the broker's parts (store, executor, topics,
+offsets, long polling): `build_service`, called once by BrokerController."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import grpc
+
+from rmq import retry
+from rmq.broker_server.config import BrokerConfig
+from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.delay_levels import parse_delay_levels
+from rmq.broker_server.long_polling import PullRequestHoldService
+from rmq.broker_server.pull_message_processor import PullMessageProcessor
+from rmq.broker_server.rocketmq_v2.messaging_service import GroupPolicy, RocketMQv2MessagingService
+from rmq.broker_server.rocketmq_v2.offset_rpcs import OffsetRpcs
+from rmq.broker_server.rocketmq_v2.pop_service import MAX_BATCH, PopService
+from rmq.broker_server.rocketmq_v2.pop_state import PopStateTable
+from rmq.broker_server.rocketmq_v2.route import RouteResolver
+from rmq.broker_server.rocketmq_v2.telemetry import ServerSettings, TelemetrySessions
+from rmq.broker_server.rocketmq_v2.timer_message_service import TimerMessageService
+from rmq.broker_server.rocketmq_v2.transactions import TransactionService, TransactionSettings
+from rmq.broker_server.store_executor import StoreExecutor
+from rmq.broker_server.topic_config_manager import TopicConfigManager
+from rmq.message_format import FIXED_OVERHEAD
+from rmq.store import MessageStore
+
+PUSH_LONG_POLLING_S = 20   # the long polling a PushConsumer is told to use (proxy default 20 s)
+
+
+def build_service(config: BrokerConfig, store: MessageStore, executor: StoreExecutor,
+                  topics: TopicConfigManager,
+                  offsets: ConsumerOffsetManager, hold_service: PullRequestHoldService,
+                  pull_processor: PullMessageProcessor,
+                  open_channel: Callable[[str], grpc.aio.Channel],
+                  on_topics_changed: Callable[[], None]) -> RocketMQv2MessagingService:
+    """The v2 service of one broker, its pop state loaded from the store directory."""
+    table = PopStateTable(config.store_path, executor)
+    table.load()
+    for queue, state in table.queues.items():   # the journal is fsynced, the offsets file periodic
+        offsets.commit_offset(queue.group, queue.topic, queue.queue_id, state.consumer_offset())
+    delays = parse_delay_levels(config.message_delay_level)
+    # retry delays: the delay levels a retried message waits at, from level 3 on (rmq.v1's retry)
+    retry_delays = [delays[level] for level in sorted(delays) if level >= retry.FIRST_RETRY_DELAY_LEVEL]
+    fifo_groups = frozenset(g.strip() for g in config.fifo_consumer_groups.split(",") if g.strip())
+    max_attempts = config.retry_max_times + 1
+    max_body_size = config.max_message_size - FIXED_OVERHEAD
+    settings = ServerSettings(max_body_size, PUSH_LONG_POLLING_S, MAX_BATCH, max_attempts, retry_delays,
+                              fifo_groups)
+    sessions = TelemetrySessions(settings)
+    timer = TimerMessageService(store, topics, executor, config.store_path)
+    timer.load()
+    transactions = TransactionService(store, executor, sessions, config.store_path, TransactionSettings(
+        config.transaction_timeout_ms, config.transaction_check_interval_ms, config.transaction_check_max))
+    transactions.load()
+    return RocketMQv2MessagingService(
+        store, executor, topics,
+        RouteResolver(config.broker_name, config.broker_address, topics, config.namesrv_addresses,
+                      open_channel),
+        PopService(store, topics, offsets, hold_service, executor, table, on_topics_changed),
+        sessions, GroupPolicy(max_attempts, fifo_groups, config.enable_property_filter), timer, transactions,
+        OffsetRpcs(store, executor, topics, offsets, pull_processor), max_body_size,
+        config.timer_max_delay_ms)
