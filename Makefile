@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-unit test-integration reliability power-loss demo bench proto lint clean
+.PHONY: venv test test-unit test-integration test-slow reliability power-loss demo bench proto lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,9 +18,13 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-## all tests: unit, then integration (real processes, one Spark session)
+## all tests: unit, then integration (real processes, one Spark session); the long versions
+## of a few scenarios (marked slow) run in `make test-slow`
 test: $(STAMP)
-	$(PY) -m pytest tests integration_tests --durations=40
+	$(PY) -m pytest tests integration_tests -m "not slow" --durations=40
+
+test-slow: $(STAMP)
+	$(PY) -m pytest tests integration_tests -m slow
 
 test-unit: $(STAMP)
 	$(PY) -m pytest tests

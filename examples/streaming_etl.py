@@ -63,11 +63,10 @@ def orders_per_window(orders: DataFrame, window: str, watermark: str) -> DataFra
     )
 
 
-def main(argv: list[str]) -> int:
-    args = parse_args(argv)
+def run(spark: SparkSession, args: argparse.Namespace) -> None:
+    """Run the job on `spark` (with the rmq source registered) until it is stopped, or with
+    --trigger-available-now until everything available now is written."""
     checkpoint = args.checkpoint or os.path.join(args.output, "_checkpoint")
-    spark = SparkSession.builder.appName("rmq-streaming-etl").getOrCreate()
-    register(spark)   # a spark-submit job runs in a fresh JVM: register the source here
     orders = (
         spark.readStream.format("rmq")
         .option("endpoints", args.endpoints)
@@ -92,6 +91,15 @@ def main(argv: list[str]) -> int:
         query.awaitTermination()
     finally:
         query.stop()
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    spark = SparkSession.builder.appName("rmq-streaming-etl").getOrCreate()
+    register(spark)   # a spark-submit job runs in a fresh JVM: register the source here
+    try:
+        run(spark, args)
+    finally:
         spark.stop()
     return 0
 

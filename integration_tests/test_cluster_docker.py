@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
 ROOT = Path(__file__).resolve().parent.parent
 ENDPOINTS = "namesrv:9876"

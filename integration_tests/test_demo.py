@@ -34,7 +34,6 @@ def assert_cleaned_up(output: str) -> None:
     assert not Path(store).exists()
 
 
-@pytest.mark.slow
 def test_demo_consumes_everything_and_reports_lag_0():
     result = subprocess.run(DEMO, cwd=ROOT, capture_output=True, text=True, timeout=600)
     output = result.stdout

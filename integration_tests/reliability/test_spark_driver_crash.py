@@ -20,7 +20,7 @@ from integration_tests.reliability.traffic import Producers, gaps_and_repeats, r
 from rmq.cli import processes
 from rmq.connector.client import RmqClient
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 TOPIC = "driver-crash"
 GROUP = "driver-crash-group"
