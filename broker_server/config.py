@@ -53,6 +53,9 @@ class BrokerConfig:
     max_subscriptions_per_client: int = 1024  # topics in one heartbeat
     max_subscription_bytes: int = 64 * MiB  # every client's subscriptions together
     max_queue_locks: int = 65536  # ordered-consumption lock table
+    # RocketMQ 5 receives remembered by attempt id for a retried receive (oldest forgotten first):
+    max_remembered_receives: int = 10_000
+    max_remembered_receive_bytes: int = 64 * MiB  # record bytes those deliveries hold
     max_consumer_offsets: int = 262144  # committed (group, topic, queue) entries
     rebalance_lock_max_live_time_ms: int = 60000
     consumer_offset_persist_interval_ms: int = 5000

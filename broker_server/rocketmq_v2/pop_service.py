@@ -20,7 +20,6 @@ import asyncio
 import itertools
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -37,6 +36,7 @@ from rmq.broker_server.long_polling import PullRequestHoldService
 from rmq.broker_server.pull_response_budget import PullBytesLease
 from rmq.broker_server.rocketmq_v2.pop_state import InFlight, PopQueue, PopStateTable
 from rmq.broker_server.rocketmq_v2.receipt_handle import ReceiptHandle
+from rmq.broker_server.rocketmq_v2.remembered_receives import RememberedReceives
 from rmq.broker_server.rocketmq_v2.status import V2Error
 from rmq.broker_server.send_message_processor import check_put_status
 from rmq.broker_server.store_executor import StoreExecutor
@@ -50,7 +50,6 @@ from rmq.stored_message import StoredMessage, decode_record
 log = logging.getLogger(__name__)
 MAX_BATCH = 32            # messages one receive hands out (proxy maxBatchSize-like cap)
 MAX_HELD_RECEIVES = 10_000     # receives one broker holds at once (long polling)
-MAX_REMEMBERED_ATTEMPTS = 10_000   # attempt ids whose deliveries a retried receive gets again
 RENEW_INTERVAL_S = 5.0          # how often auto-renewed deliveries are looked at
 RENEW_AHEAD_MS = 20_000         # renewed when less invisibility than this is left
 _MOVED = frozenset({GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY,
@@ -102,7 +101,7 @@ class _Record:
 class PopService:
     def __init__(self, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
                  hold_service: PullRequestHoldService, executor: StoreExecutor, table: PopStateTable,
-                 on_topics_changed: Callable[[], None]) -> None:
+                 on_topics_changed: Callable[[], None], remembered: RememberedReceives[Popped]) -> None:
         self.store = store
         self.topics = topics
         self.offsets = offsets
@@ -115,7 +114,7 @@ class PopService:
         self._rotation = itertools.count()
         self._stopped = False
         self._held = 0
-        self._attempts: OrderedDict[tuple[str, str, str], list[Popped]] = OrderedDict()
+        self._attempts = remembered
         # auto-renewed deliveries (proxy ReceiptHandleProcessor): (queue, offset) -> (client, handle version)
         self._leases: dict[tuple[PopQueue, int], tuple[str, int]] = {}
         self._renewer: asyncio.Task | None = None
@@ -142,7 +141,7 @@ class PopService:
         the call's; each pop reads at most the bytes it grants."""
         remembered = (request.group, request.topic, attempt_id)
         if attempt_id:
-            again = [p for p in self._attempts.get(remembered, []) if self.in_flight(request.group, p.handle)]
+            again = [p for p in self._attempts.get(remembered) if self.in_flight(request.group, p.handle)]
             if again:
                 return again
         loop = asyncio.get_running_loop()
@@ -153,9 +152,7 @@ class PopService:
                 break
             await self._wait(request, deadline - loop.time())
         if attempt_id and popped:
-            self._attempts[remembered] = popped
-            while len(self._attempts) > MAX_REMEMBERED_ATTEMPTS:
-                self._attempts.popitem(last=False)
+            self._attempts.put(remembered, popped)
         return popped
 
     async def _pop_leased(self, request: PopRequest, lease: PullBytesLease | None) -> list[Popped]:
