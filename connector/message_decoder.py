@@ -9,6 +9,7 @@ map. There is no per-message Python code.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,9 +40,14 @@ SCHEMA = pa.schema([
 ])
 
 # Prebuilt scalars: pyarrow.compute converting a Python str per call costs ≈ 60 µs more.
-_EMPTY = pa.scalar("", pa.string())
-_TAGS = pa.scalar(mf.PROPERTY_TAGS, pa.string())
-_KEYS = pa.scalar(mf.PROPERTY_KEYS, pa.string())
+
+
+@functools.cache
+def _string(text: str) -> pa.StringScalar:
+    """An Arrow string scalar, made on first use: building one at import would load pandas
+    (pyarrow's conversion looks for it), which costs every Spark planning worker ~0.5 s."""
+    return pa.scalar(text, pa.string())
+
 # The fixed header (rmq.message_format.HEADER_FIELDS) as one big-endian numpy record.
 _HEADER_CODES = {"i": ">i4", "q": ">i8", f"{mf.HOST_SIZE}s": (np.uint8, mf.HOST_SIZE)}
 _HEADER = np.dtype([(name, _HEADER_CODES[code]) for name, code in mf.HEADER_FIELDS])
@@ -85,8 +91,8 @@ def decode(packed: rmq_pb2.PackedMessages, broker_name: str) -> pa.RecordBatch:
         pa.array(fields["queue_id"].astype(np.int32), pa.int32()),
         pa.array(fields["queue_offset"].astype(np.int64), pa.int64()),
         _msg_ids(header),
-        properties.lookup(_TAGS),
-        properties.lookup(_KEYS),
+        properties.lookup(_string(mf.PROPERTY_TAGS)),
+        properties.lookup(_string(mf.PROPERTY_KEYS)),
         layout.variable(pa.binary(), starts + mf.BODY_POS, body_length),
         properties.entries,
         _timestamps(fields["born_timestamp"]),
@@ -206,7 +212,7 @@ class _Properties:
         """Parse `name \\x01 value \\x02 ...` strings into a map per row."""
         items_per_row = pc.split_pattern(text, mf.PROPERTY_SEPARATOR)
         items = items_per_row.flatten()
-        keep = pc.not_equal(items, _EMPTY)  # the empty piece after the trailing separator
+        keep = pc.not_equal(items, _string(""))  # the empty piece after the trailing separator
         items = items.filter(keep)
         rows = pc.list_parent_indices(items_per_row).filter(keep).to_numpy()
 
@@ -215,7 +221,7 @@ class _Properties:
         first = pairs.offsets.to_numpy()[:-1] - pairs.offsets[0].as_py()
         has_value = pc.list_value_length(pairs).to_numpy() == 2
         names = pieces.take(first)
-        values = pc.fill_null(pieces.take(pa.array(first + 1, mask=~has_value)), _EMPTY)
+        values = pc.fill_null(pieces.take(pa.array(first + 1, mask=~has_value)), _string(""))
 
         offsets = np.zeros(len(text) + 1, dtype=np.int32)
         np.cumsum(np.bincount(rows, minlength=len(text)), out=offsets[1:])
