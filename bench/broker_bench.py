@@ -10,7 +10,7 @@ from typing import TypeVar
 
 import redis
 
-from bench import machine
+from bench import grpc_floor, machine
 from bench import redis_reference as rr
 from bench.environment import Environment
 from bench.harness import Row, Stats, Target, measure_pair, percentile, rate, wake_latency_ms
@@ -163,7 +163,23 @@ def latency_rows(env: Environment) -> list[Row]:
                     for _ in range(samples)]
 
         redis_run = _maybe(redis_server, lambda s: rr.xread_block_latencies(s, samples, body, SETTLE_S))
-        return _percentile_rows(rmq_run, redis_run, env.scale.repeats, env.redis_missing)
+        rows = _percentile_rows(rmq_run, redis_run, env.scale.repeats, env.redis_missing)
+        with grpc_floor.bare_server(env.directory("grpc-floor")) as address:
+            rows.append(_floor_row(lambda: grpc_floor.round_trips_ms(address, samples),
+                                   _maybe(redis_server, lambda s: rr.ping_latencies(s, samples)),
+                                   env.scale.repeats))
+        return rows
+
+
+def _floor_row(calls: Callable[[], list[float]], pings: Callable[[], list[float]] | None,
+               repeats: int) -> Row:
+    """The p50 of bare gRPC calls beside Redis PING: how low a wake (two calls) can go here."""
+    floor = Stats.of([percentile(calls(), 0.5) for _ in range(repeats)])
+    reference = Stats.of([percentile(pings(), 0.5) for _ in range(repeats)]) if pings else None
+    return Row("floor: one unary call to a bare Python grpc.aio server, p50 (a wake takes two)", "ms", floor,
+               "Redis PING p50", reference,
+               note="no rmq code on either side: what Python gRPC itself costs per call on this machine "
+                    "(bench/grpc_floor.py)")
 
 
 def _percentile_rows(subject: Callable[[], list[float]], reference: Callable[[], list[float]] | None,

@@ -119,6 +119,18 @@ def xrange_rate(client: redis.Redis, key: str, count: int) -> float:
     return rate(count, lambda: xrange_all(client, key))
 
 
+def ping_latencies(server: RedisServer, samples: int) -> list[float]:
+    """PING round trips in ms (after 20 to warm up): Redis's own floor per call."""
+    client = server.client()
+    latencies = []
+    for n in range(samples + 20):
+        start = time.perf_counter()
+        client.ping()
+        if n >= 20:
+            latencies.append((time.perf_counter() - start) * 1000.0)
+    return latencies
+
+
 def xread_block_latencies(server: RedisServer, samples: int, body: bytes, settle_s: float) -> list[float]:
     """Wake latency in ms of XREAD BLOCK: a reader blocks on the stream's tail, a writer
     XADDs one entry; measured from just before the XADD to the reader's return."""
