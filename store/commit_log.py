@@ -7,6 +7,7 @@ before a byte is written, so a batch is stored completely or not at all.
 
 from __future__ import annotations
 
+import logging
 import struct
 import threading
 import zlib
@@ -19,13 +20,15 @@ import numpy as np
 
 from rmq import message_format as mf
 from rmq.store.checkpoint import StoreCheckpoint
-from rmq.store.config import MessageStoreConfig
+from rmq.store.config import BrokerRole, MessageStoreConfig
 from rmq.store.dispatch_batch import DispatchBatch, tags_code
 from rmq.store.errors import StoreError
 from rmq.store.mapped_file import MappedFile, now_ms
 from rmq.store.mapped_file_queue import MappedFileQueue
 from rmq.store.message_batch import MessageBatch, QueueGroups, distinct
 from rmq.store.results import DispatchRequest, PutMessageStatus
+
+log = logging.getLogger(__name__)
 
 HEADER, BLANK = mf.HEADER, mf.BLANK   # spec store-commitlog-consumequeue §3
 
@@ -431,7 +434,10 @@ class CommitLog:
                 position = 0
             else:
                 break
-        self._refuse_if_valid_records_follow(files, index, position)
+        if self.config.broker_role is BrokerRole.SLAVE:
+            self._warn_if_valid_records_follow(files, index, position)
+        else:
+            self._refuse_if_valid_records_follow(files, index, position)
         process_offset = files[index].file_from_offset + position
         queue.set_flushed_where(process_offset)
         queue.truncate_dirty_files(process_offset)
@@ -452,26 +458,46 @@ class CommitLog:
         return 0
 
     def _refuse_if_valid_records_follow(self, files: list[MappedFile], index: int, position: int) -> None:
-        """A torn tail is only ever followed by garbage. A complete record (magic, size,
-        physical offset and CRC all right) after the invalid one means the damage is in the
-        middle: truncating would drop acknowledged messages, so the store is refused."""
-        mapped = files[index]
-        later = _find_valid_record(mapped, position + 1)
-        if later is None and index + 1 < len(files):
-            following = files[index + 1]
-            if parse_record(following.mm, 0, following.file_size, following.file_from_offset, True)[0] > 0:
-                later = following.file_from_offset
+        """A torn tail is followed by garbage. A complete record (magic, size, physical offset
+        and CRC all right) after the invalid one means the damage is in the middle: truncating
+        would drop acknowledged messages, so the store is refused."""
+        later = _valid_record_after(files, index, position)
         if later is not None:
-            raise StoreError(
-                f"{mapped.path}: invalid record at position {position} (offset "
-                f"{mapped.file_from_offset + position}) but a complete record follows at offset {later}: "
-                "the CommitLog is corrupt beyond a torn tail; refusing to truncate it")
+            raise StoreError(f"{_torn_at(files[index], position, later)}: the CommitLog is corrupt beyond a "
+                             "torn tail; refusing to truncate it")
+
+    def _warn_if_valid_records_follow(self, files: list[MappedFile], index: int, position: int) -> None:
+        """A slave's CommitLog is a copy of its master's: it is truncated at the first invalid
+        record whatever follows, and replication fetches the rest again (the master checks the
+        slave's prefix by CRC). A kill -9 in the middle of copying a replicated chunk can leave
+        complete records after an unwritten one (memcpy need not write in order)."""
+        later = _valid_record_after(files, index, position)
+        if later is not None:
+            log.warning("%s: truncated there on this slave; replication copies the rest from the "
+                        "master again", _torn_at(files[index], position, later))
 
     def close(self) -> None:
         self.mapped_file_queue.close()
 
 
 _MIN_RECORD = mf.FIXED_OVERHEAD + 1
+
+
+def _valid_record_after(files: list[MappedFile], index: int, position: int) -> int | None:
+    """The offset of a complete record after the invalid one at `position` of files[index]
+    (in that file or at the start of the next), if any."""
+    mapped = files[index]
+    later = _find_valid_record(mapped, position + 1)
+    if later is None and index + 1 < len(files):
+        following = files[index + 1]
+        if parse_record(following.mm, 0, following.file_size, following.file_from_offset, True)[0] > 0:
+            later = following.file_from_offset
+    return later
+
+
+def _torn_at(mapped: MappedFile, position: int, later: int) -> str:
+    return (f"{mapped.path}: invalid record at position {position} (offset "
+            f"{mapped.file_from_offset + position}) but a complete record follows at offset {later}")
 
 
 def parse_record(buffer, position: int, file_size: int, file_from_offset: int, check_crc: bool

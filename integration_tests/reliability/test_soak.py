@@ -101,6 +101,7 @@ def long_poll_holder(client: RmqClient) -> Callable[[int], None]:
     return hold
 
 
+@pytest.mark.timeout(SOAK_SECONDS + 300)   # the soak itself, then draining and checking
 def test_soak_mixed_load_resources_stay_flat_and_nothing_acknowledged_is_lost(
         tmp_path: Path, report: ReliabilityReport) -> None:
     metrics = f"127.0.0.1:{processes.free_port()}"

@@ -9,6 +9,7 @@ data: a corrupt record followed by valid ones, a directory that is not an rmq st
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import struct
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from rmq import message_format as mf
 from rmq.cli import processes
 from rmq.connector.client import RmqClient
 from rmq.connector.message_decoder import decode
-from rmq.store import FlushDiskType, MessageStore, MessageStoreConfig, MessageToStore, StoreError
+from rmq.store import BrokerRole, FlushDiskType, MessageStore, MessageStoreConfig, MessageToStore, StoreError
 from rmq.v1 import rmq_pb2
 
 pytestmark = pytest.mark.integration
@@ -269,6 +270,31 @@ def test_corrupt_record_followed_by_valid_records_in_the_same_file_is_refused(
         notes="BUG: recovery truncated at the bad record instead of refusing"))
     pytest.fail(f"recovery accepted a corrupt CommitLog middle and silently dropped "
                 f"{figures.lost} complete messages after it")
+
+
+def test_a_slave_truncates_at_an_invalid_record_whatever_follows(tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """A slave's CommitLog is a copy of its master's, and a kill -9 while a replicated chunk is
+    being copied can leave complete records after an unwritten one (memcpy need not write in
+    order; seen in the slave kill -9 scenario): the slave truncates there, with a warning, and
+    replication fetches the rest again. A master refuses the same files (test above)."""
+    root = tmp_path / "store"
+    stored = _fill(root)
+    last = _commit_log_files(root)[-1]
+    index = len(_records(last)) // 2
+    position = _records(last)[index][0]
+    _corrupt_body_in(last, index)
+    _crash_marks(root)
+    store = MessageStore(dataclasses.replace(_config(root), broker_role=BrokerRole.SLAVE))
+    store.start()
+    try:
+        kept = store.get_commit_log_max_offset()
+        read = _read_store(store)
+    finally:
+        store.shutdown()
+    assert kept == int(last.name) + position
+    assert "truncated there on this slave" in caplog.text
+    assert {m.body for m in read} < {m.body for m in stored}
 
 
 def test_foreign_directory_is_refused(tmp_path: Path, report: ReliabilityReport) -> None:
