@@ -90,16 +90,25 @@ def produce(client: RmqClient) -> Produced:
 
 
 def start_spark():
+    from pyspark.errors import PySparkRuntimeError
     from pyspark.sql import SparkSession
 
-    spark = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("rmq-demo")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")   # the listener prints progress
-        .getOrCreate()
     )
+    try:
+        spark = builder.getOrCreate()
+    except PySparkRuntimeError as error:
+        # The JVM that PySpark launches can exit before it answers, without a word (seen now and
+        # then on a busy 2-core machine); nothing of rmq runs yet, so it is started once more.
+        if error.getCondition() != "JAVA_GATEWAY_EXITED":
+            raise
+        say("  Spark's JVM exited while starting (JAVA_GATEWAY_EXITED); starting it once more")
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     # PySpark's SIGINT handler cancels jobs through py4j from inside the handler, re-entering a
     # busy py4j connection (tracebacks); the demo stops its query itself on KeyboardInterrupt.
