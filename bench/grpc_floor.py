@@ -19,6 +19,7 @@ from pathlib import Path
 import grpc
 from grpc import aio
 
+from bench.harness import call_latencies_ms
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 READY_TIMEOUT_S = 30.0
@@ -62,13 +63,7 @@ def round_trips_ms(address: str, samples: int) -> list[float]:
     with grpc.insecure_channel(address) as channel:
         stub = rmq_pb2_grpc.RouteServiceStub(channel)
         request = rmq_pb2.QueryRouteRequest(topic="floor")
-        latencies = []
-        for n in range(samples + 20):
-            start = time.perf_counter()
-            stub.QueryRoute(request)
-            if n >= 20:
-                latencies.append((time.perf_counter() - start) * 1000.0)
-        return latencies
+        return call_latencies_ms(lambda: stub.QueryRoute(request), samples)
 
 
 if __name__ == "__main__":

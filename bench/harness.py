@@ -68,6 +68,18 @@ def wake_latency_ms(
     return (returned_at[0] - sent_at[0]) * 1000.0
 
 
+def call_latencies_ms(call: Callable[[], object], samples: int, warmup: int = 20) -> list[float]:
+    """`samples` timings in ms of `call`, after `warmup` untimed calls."""
+    for _ in range(warmup):
+        call()
+    latencies = []
+    for _ in range(samples):
+        start = time.perf_counter()
+        call()
+        latencies.append((time.perf_counter() - start) * 1000.0)
+    return latencies
+
+
 def measure(run: Callable[[], float], repeats: int) -> Stats:
     """Call `run` (which returns one figure) `repeats` times."""
     return Stats.of([run() for _ in range(repeats)])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import redis
 
-from bench.harness import rate, wake_latency_ms
+from bench.harness import call_latencies_ms, rate, wake_latency_ms
 from rmq.cli.processes import free_port
 
 PIPELINE_DEPTH = 256
@@ -121,14 +121,7 @@ def xrange_rate(client: redis.Redis, key: str, count: int) -> float:
 
 def ping_latencies(server: RedisServer, samples: int) -> list[float]:
     """PING round trips in ms (after 20 to warm up): Redis's own floor per call."""
-    client = server.client()
-    latencies = []
-    for n in range(samples + 20):
-        start = time.perf_counter()
-        client.ping()
-        if n >= 20:
-            latencies.append((time.perf_counter() - start) * 1000.0)
-    return latencies
+    return call_latencies_ms(server.client().ping, samples)
 
 
 def xread_block_latencies(server: RedisServer, samples: int, body: bytes, settle_s: float) -> list[float]:
