@@ -4,10 +4,16 @@ a queue id are spread round-robin over the topic's write queues. A message with 
 is stored in SCHEDULE_TOPIC_XXXX queue level-1 with its real topic and queue in properties
 (spec consumer-pull-rebalance §19.1, TV-15) until ScheduleMessageService delivers it; its
 reported queue offset is -1 because its real offset is assigned on delivery. Under sync
-flush an OK answer means the batch is on disk."""
+flush an OK answer means the batch is on disk.
+
+A small batch is stored on the event loop when the put cannot wait (MessageStore.try_put_batch):
+a tenth of a millisecond or so of work instead of a hop to a store thread and back, each a GIL
+hand-off that can wait out the interpreter's switch interval — the send half of a long-poll
+wake. Anything larger, or a put that would wait, goes to the store executor."""
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import itertools
 import time
@@ -21,9 +27,11 @@ from rmq.broker_server.names import SCHEDULE_TOPIC
 from rmq.broker_server.status import RequestError, illegal_argument, rmq_pb2
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
-from rmq.store import BrokerRole, MessageBatch, MessageStore, PutMessageStatus
+from rmq.store import BrokerRole, MessageBatch, MessageStore, PutBatchResult, PutMessageStatus
 
 NO_HOST = bytes(8)
+INLINE_PUT_MAX_MESSAGES = 32          # a batch at most this large ...
+INLINE_PUT_MAX_BODY_BYTES = 64 << 10  # ... and this heavy may be stored on the event loop
 
 # Every PutMessageStatus but PUT_OK -> the Code and reason the producer gets.
 _PUT_STATUS = {
@@ -90,7 +98,11 @@ class SendMessageProcessor:
         try:
             self._refuse_on_slave()
             batch, queue_ids, delayed = self.build_batch(request, born_host_from_peer(peer))
-            result = await self.executor.run(self.store.put_batch, batch)
+            result = self._put_inline(batch)
+            if result is None:
+                result = await self.executor.run(self.store.put_batch, batch)
+            else:
+                await asyncio.sleep(0)   # the pulls this put woke answer before this call does
             if result.status is not PutMessageStatus.PUT_OK:
                 self.explain_size_refusal(batch)
                 check_put_status(result.status)
@@ -107,6 +119,13 @@ class SendMessageProcessor:
             queue_offsets[delayed] = -1  # a delayed message's real offset is assigned on delivery
         response.queue_offsets.extend(queue_offsets.tolist())
         return response
+
+    def _put_inline(self, batch: MessageBatch) -> PutBatchResult | None:
+        """The batch stored on the calling (event loop) thread, or None when it is too large or
+        the put would wait."""
+        if len(batch) > INLINE_PUT_MAX_MESSAGES or sum(map(len, batch.bodies)) > INLINE_PUT_MAX_BODY_BYTES:
+            return None
+        return self.store.try_put_batch(batch)
 
     def _refuse_on_slave(self) -> None:
         if self.store.config.broker_role is BrokerRole.SLAVE:

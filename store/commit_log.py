@@ -226,6 +226,21 @@ class CommitLog:
         with self._put_lock:
             return self._append(encoded, now_ms() if store_timestamp is None else store_timestamp)
 
+    def try_append(self, encoded: EncodedBatch) -> AppendedBatch | None:
+        """append for a caller that must not wait: None, nothing written, when another putter
+        holds the put lock or the batch does not fit in the last file (creating and
+        preallocating the next one takes long)."""
+        if not self._put_lock.acquire(blocking=False):
+            return None
+        try:
+            last = self.mapped_file_queue.last_file()
+            room = 0 if last is None or last.is_full() else last.file_size - last.wrote_position
+            if int(encoded.lengths.sum()) + mf.END_FILE_MIN_BLANK_LENGTH > room:
+                return None
+            return self._append(encoded, now_ms())
+        finally:
+            self._put_lock.release()
+
     def _append(self, encoded: EncodedBatch, store_timestamp: int) -> AppendedBatch:
         queue = self.mapped_file_queue
         last = queue.last_file()

@@ -250,6 +250,19 @@ class MessageStore:
         """Validate the whole batch (a refused batch writes nothing; the status is the first
         failing message's), append it under one lock, dispatch it, and under SYNC flush return
         only after it is flushed (group commit)."""
+        result = self._put_batch(batch, wait=True)
+        assert result is not None, "a waiting put always answers"
+        return result
+
+    def try_put_batch(self, batch: MessageBatch) -> PutBatchResult | None:
+        """put_batch for a caller that must not wait (the broker's event loop): None, nothing
+        written, when the put would wait — for another putter's lock, a new CommitLog file, the
+        disk (SYNC flush) or a slave (SYNC_MASTER)."""
+        if self._group_commit is not None or self.config.broker_role is BrokerRole.SYNC_MASTER:
+            return None
+        return self._put_batch(batch, wait=False)
+
+    def _put_batch(self, batch: MessageBatch, wait: bool) -> PutBatchResult | None:
         if not self._running or self.config.broker_role is BrokerRole.SLAVE or not self.is_writeable():
             return PutBatchResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
         if not len(batch):
@@ -258,10 +271,12 @@ class MessageStore:
         if isinstance(encoded, PutMessageStatus):
             return PutBatchResult(encoded)
         try:
-            appended = self.commit_log.append(encoded)
+            appended = self.commit_log.append(encoded) if wait else self.commit_log.try_append(encoded)
         except OSError as error:
             self._mark_write_error(error)
             return PutBatchResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        if appended is None:
+            return None
         store_timestamp = appended.store_timestamp
         if self._group_commit is not None:
             self._group_commit.wakeup()       # the flush runs while this thread dispatches

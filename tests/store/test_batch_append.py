@@ -196,3 +196,27 @@ def test_reput_dispatch_equals_the_putters(tmp_path: Path, open_store) -> None:
     reopened = open_store()
     wait_dispatched(reopened)
     assert {key: reopened.find_consume_queue(*key).get_entries(0, 64).tobytes() for key in queues} == queues
+
+
+def test_try_put_batch_stores_like_put_batch_or_writes_nothing_when_it_would_wait(open_store) -> None:
+    """The broker's event loop stores small batches with try_put_batch: it answers what put_batch
+    would, or None with nothing written when the put would wait (lock held, new file, SYNC flush)."""
+    store = open_store(flush_disk_type=FlushDiskType.ASYNC)
+    assert store.try_put_batch(MessageBatch.of("T", 0, [b"a"])) is None   # no CommitLog file yet
+    assert store.put_batch(MessageBatch.of("T", 0, [b"a"])).ok
+    second = store.try_put_batch(MessageBatch.of("T", 0, [b"b"]))
+    assert second is not None and second.ok and second.queue_offsets.tolist() == [1]
+    assert store.get_message("g", "T", 0, 0, 32).message_count == 2
+    end = store.get_commit_log_max_offset()
+    with store.commit_log._put_lock:     # another putter is appending
+        assert store.try_put_batch(MessageBatch.of("T", 0, [b"c"])) is None
+    too_big = bytes(store.config.mapped_file_size_commit_log - end)
+    assert store.try_put_batch(MessageBatch.of("T", 0, [too_big])) is None   # needs the next file
+    assert store.get_commit_log_max_offset() == end and store.get_max_offset_in_queue("T", 0) == 2
+    assert store.put_batch(MessageBatch.of("T", 0, [b"c"])).queue_offsets.tolist() == [2]
+
+
+def test_try_put_batch_leaves_waiting_puts_to_put_batch(open_store) -> None:
+    store = open_store()     # SYNC flush: an OK answer waits for the disk
+    assert store.try_put_batch(MessageBatch.of("T", 0, [b"a"])) is None
+    assert store.get_commit_log_max_offset() == 0
