@@ -69,11 +69,12 @@ class ServerProcess:
     channel_credentials: grpc.ChannelCredentials | None = None
     new_session: bool = False
     ready_timeout: float = 30.0     # seconds for the server to answer after its start
+    command: list[str] = field(default_factory=lambda: list(RMQ))   # what runs `args`
 
     def start(self) -> ServerProcess:
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            RMQ + self.args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env},
+            self.command + self.args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env},
             start_new_session=self.new_session,
         )
         log.close()
