@@ -165,21 +165,25 @@ def latency_rows(env: Environment) -> list[Row]:
         redis_run = _maybe(redis_server, lambda s: rr.xread_block_latencies(s, samples, body, SETTLE_S))
         rows = _percentile_rows(rmq_run, redis_run, env.scale.repeats, env.redis_missing)
         with grpc_floor.bare_server(env.directory("grpc-floor")) as address:
-            rows.append(_floor_row(lambda: grpc_floor.round_trips_ms(address, samples),
-                                   _maybe(redis_server, lambda s: rr.ping_latencies(s, samples)),
-                                   env.scale.repeats))
+            for idle_s in (0.0, SETTLE_S):
+                rows.append(_floor_row(
+                    lambda idle_s=idle_s: grpc_floor.round_trips_ms(address, samples, idle_s),
+                    _maybe(redis_server, lambda s, idle_s=idle_s: rr.ping_latencies(s, samples, idle_s)),
+                    env.scale.repeats, idle_s))
         return rows
 
 
 def _floor_row(calls: Callable[[], list[float]], pings: Callable[[], list[float]] | None,
-               repeats: int) -> Row:
-    """The p50 of bare gRPC calls beside Redis PING: how low a wake (two calls) can go here."""
+               repeats: int, idle_s: float) -> Row:
+    """The p50 of bare gRPC calls beside Redis PING, back to back or each after `idle_s` (as a
+    wake, whose transit is one such round trip): how low a wake can go here."""
     floor = Stats.of([percentile(calls(), 0.5) for _ in range(repeats)])
     reference = Stats.of([percentile(pings(), 0.5) for _ in range(repeats)]) if pings else None
-    return Row("floor: one unary call to a bare Python grpc.aio server, p50 (a wake takes two)", "ms", floor,
+    when = f"each after {idle_s * 1000:.0f} ms idle, as a wake" if idle_s else "back to back"
+    return Row(f"floor: one unary call to a bare Python grpc.aio server, {when}, p50", "ms", floor,
                "Redis PING p50", reference,
                note="no rmq code on either side: what Python gRPC itself costs per call on this machine "
-                    "(bench/grpc_floor.py)")
+                    "(bench/grpc_floor.py); a wake's transit is one such round trip" if not idle_s else "")
 
 
 def _percentile_rows(subject: Callable[[], list[float]], reference: Callable[[], list[float]] | None,

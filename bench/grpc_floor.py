@@ -1,7 +1,9 @@
 """The floor under every rmq call: one unary call from a synchronous grpc stub to a bare
 Python grpc.aio server in its own process (rmq.v1 RouteService.QueryRoute answering an empty
-response, no rmq code on either side), on loopback. A long-poll wake needs two such trips (the
-send, then the held pull's answer), so this row says how low the wake rows can go here.
+response, no rmq code on either side), on loopback. A long-poll wake crosses the same path once
+each way (the send's request, the held pull's answer: one round trip of transit) after both
+processes sat idle, so the floor is measured back to back and after the wake's idle time: how
+low the wake rows can go here.
 
     python -m bench.grpc_floor PORT_FILE    # serve until killed, writing the bound port
 """
@@ -58,12 +60,12 @@ def bare_server(work_dir: Path) -> Iterator[str]:
         process.wait()
 
 
-def round_trips_ms(address: str, samples: int) -> list[float]:
-    """`samples` unary calls (after 20 to warm up), each in ms."""
+def round_trips_ms(address: str, samples: int, idle_s: float = 0.0) -> list[float]:
+    """`samples` unary calls (after 20 to warm up), each in ms, each after `idle_s`."""
     with grpc.insecure_channel(address) as channel:
         stub = rmq_pb2_grpc.RouteServiceStub(channel)
         request = rmq_pb2.QueryRouteRequest(topic="floor")
-        return call_latencies_ms(lambda: stub.QueryRoute(request), samples)
+        return call_latencies_ms(lambda: stub.QueryRoute(request), samples, idle_s=idle_s)
 
 
 if __name__ == "__main__":

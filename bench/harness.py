@@ -68,12 +68,16 @@ def wake_latency_ms(
     return (returned_at[0] - sent_at[0]) * 1000.0
 
 
-def call_latencies_ms(call: Callable[[], object], samples: int, warmup: int = 20) -> list[float]:
-    """`samples` timings in ms of `call`, after `warmup` untimed calls."""
+def call_latencies_ms(call: Callable[[], object], samples: int, warmup: int = 20, idle_s: float = 0.0
+                      ) -> list[float]:
+    """`samples` timings in ms of `call`, after `warmup` untimed calls; each timed call after
+    `idle_s` of sleep (as a wake comes after its reader parked) or back to back."""
     for _ in range(warmup):
         call()
     latencies = []
     for _ in range(samples):
+        if idle_s:
+            time.sleep(idle_s)
         start = time.perf_counter()
         call()
         latencies.append((time.perf_counter() - start) * 1000.0)

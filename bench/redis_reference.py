@@ -119,9 +119,9 @@ def xrange_rate(client: redis.Redis, key: str, count: int) -> float:
     return rate(count, lambda: xrange_all(client, key))
 
 
-def ping_latencies(server: RedisServer, samples: int) -> list[float]:
-    """PING round trips in ms (after 20 to warm up): Redis's own floor per call."""
-    return call_latencies_ms(server.client().ping, samples)
+def ping_latencies(server: RedisServer, samples: int, idle_s: float = 0.0) -> list[float]:
+    """PING round trips in ms (after 20 to warm up), each after `idle_s`: Redis's own floor per call."""
+    return call_latencies_ms(server.client().ping, samples, idle_s=idle_s)
 
 
 def xread_block_latencies(server: RedisServer, samples: int, body: bytes, settle_s: float) -> list[float]:
