@@ -163,40 +163,42 @@ def latency_rows(env: Environment) -> list[Row]:
                     for _ in range(samples)]
 
         redis_run = _maybe(redis_server, lambda s: rr.xread_block_latencies(s, samples, body, SETTLE_S))
-        rows = _percentile_rows(rmq_run, redis_run, env.scale.repeats, env.redis_missing)
+        rows = _percentile_rows("long-poll wake latency {} (send → held pull returns)", rmq_run,
+                                "XREAD BLOCK wake", redis_run, env.scale.repeats,
+                                (WAKE_P50_TARGET, WAKE_P99_TARGET),
+                                f"{samples} wakes per run. {env.redis_missing}")
         with grpc_floor.bare_server(env.directory("grpc-floor")) as address:
             for idle_s in (0.0, SETTLE_S):
-                rows.append(_floor_row(
-                    lambda idle_s=idle_s: grpc_floor.round_trips_ms(address, samples, idle_s),
-                    _maybe(redis_server, lambda s, idle_s=idle_s: rr.ping_latencies(s, samples, idle_s)),
-                    env.scale.repeats, idle_s))
+                rows += _floor_rows(address, redis_server, samples, env.scale.repeats, idle_s)
         return rows
 
 
-def _floor_row(calls: Callable[[], list[float]], pings: Callable[[], list[float]] | None,
-               repeats: int, idle_s: float) -> Row:
-    """The p50 of bare gRPC calls beside Redis PING, back to back or each after `idle_s` (as a
-    wake, whose transit is one such round trip): how low a wake can go here."""
-    floor = Stats.of([percentile(calls(), 0.5) for _ in range(repeats)])
-    reference = Stats.of([percentile(pings(), 0.5) for _ in range(repeats)]) if pings else None
-    when = f"each after {idle_s * 1000:.0f} ms idle, as a wake" if idle_s else "back to back"
-    return Row(f"floor: one unary call to a bare Python grpc.aio server, {when}, p50", "ms", floor,
-               "Redis PING p50", reference,
-               note="no rmq code on either side: what Python gRPC itself costs per call on this machine "
-                    "(bench/grpc_floor.py); a wake's transit is one such round trip" if not idle_s else "")
+def _floor_rows(address: str, redis_server: rr.RedisServer | None, samples: int, repeats: int,
+                idle_s: float) -> list[Row]:
+    """Bare gRPC calls beside Redis PING, back to back or each after `idle_s` (as a wake, whose
+    transit is one such round trip after both sides sat idle): how low a wake can go here."""
+    when = f"each after {idle_s * 1000:.0f} ms idle as a wake" if idle_s else "back to back"
+    return _percentile_rows(
+        f"floor: one unary call to a bare Python grpc.aio server, {when}, {{}}",
+        lambda: grpc_floor.round_trips_ms(address, samples, idle_s),
+        "Redis PING", _maybe(redis_server, lambda s: rr.ping_latencies(s, samples, idle_s)), repeats,
+        note="" if idle_s else "no rmq code on either side: what Python gRPC itself costs per call on "
+                               "this machine (bench/grpc_floor.py)")
 
 
-def _percentile_rows(subject: Callable[[], list[float]], reference: Callable[[], list[float]] | None,
-                     repeats: int, reference_note: str) -> list[Row]:
-    """p50 and p99 of each run; the rows give the median and spread of those over runs."""
+def _percentile_rows(label: str, subject: Callable[[], list[float]], reference_label: str,
+                     reference: Callable[[], list[float]] | None, repeats: int,
+                     targets: tuple[Target | None, Target | None] = (None, None), note: str = ""
+                     ) -> list[Row]:
+    """p50 and p99 of each run (`label` and `reference_label` name the percentile where they say
+    {}); the rows give the median and spread of those over runs."""
     runs = [(subject(), reference() if reference else []) for _ in range(repeats)]
     rows = []
-    for label, fraction, target in (("p50", 0.50, WAKE_P50_TARGET), ("p99", 0.99, WAKE_P99_TARGET)):
+    for name, fraction, target in (("p50", 0.50, targets[0]), ("p99", 0.99, targets[1])):
         mine = Stats.of([percentile(s, fraction) for s, _ in runs])
         theirs = Stats.of([percentile(r, fraction) for _, r in runs]) if reference else None
-        note = f"{len(runs[0][0])} wakes per run. {reference_note}".strip() if label == "p50" else ""
-        rows.append(Row(f"long-poll wake latency {label} (send → held pull returns)", "ms", mine,
-                        "XREAD BLOCK wake", theirs, target, note))
+        rows.append(Row(label.format(name), "ms", mine, f"{reference_label} {name}", theirs, target,
+                        note.strip() if name == "p50" else ""))
     return rows
 
 
