@@ -99,42 +99,47 @@ def _int_column(value: IntColumn, count: int) -> np.ndarray:
 @dataclass(slots=True)
 class QueueGroups:
     """Which (topic, queueId) each message of a batch goes to: `index` per message points into
-    `queues`, which lists each queue once in order of first appearance."""
+    `queues`, which lists each queue once (by topic in order of first appearance, then by queue
+    id). `order` lists the messages queue by queue, in put order within each queue (None when
+    the batch goes to one queue: put order itself); the run of queue n is
+    order[bounds[n]:bounds[n + 1]]."""
 
     index: np.ndarray              # int64, one per message
     queues: list[tuple[str, int]]
+    order: np.ndarray | None       # int64, one per message
+    bounds: np.ndarray             # int64, len(queues) + 1 run boundaries in `order`
 
     @classmethod
     def of(cls, topics: list[str], queue_ids: np.ndarray) -> QueueGroups:
+        count = len(queue_ids)
         names = distinct(topics)
         if len(names) == 1:
             keys = queue_ids
         else:
             position = {name: i for i, name in enumerate(names)}
-            keys = (np.fromiter(map(position.__getitem__, topics), np.int64, len(topics)) << 32) | queue_ids
-        if len(keys) == 0 or (keys == keys[0]).all():
-            unique, index = keys[:1], np.zeros(len(keys), dtype=np.int64)
-        else:
-            unique, first, index = np.unique(keys, return_index=True, return_inverse=True)
-            order = np.argsort(first)                    # number queues by first appearance
-            rank = np.empty_like(order)
-            rank[order] = np.arange(len(order))
-            unique, index = unique[order], rank[index]
-        queues = [(names[key >> 32], key & 0xFFFFFFFF) for key in unique.tolist()]
-        return cls(index, queues)
+            keys = (np.fromiter(map(position.__getitem__, topics), np.int64, count) << 32) | queue_ids
+        if count == 0 or (keys == keys[0]).all():
+            key = int(keys[0]) if count else 0
+            queues = [(names[key >> 32], key & 0xFFFFFFFF)] if count else []
+            return cls(np.zeros(count, dtype=np.int64), queues, None, np.array([0, count]))
+        order = np.argsort(keys, kind="stable")
+        sorted_keys = keys[order]
+        starts = np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1]) + 1
+        bounds = np.concatenate(([0], starts, [count]))
+        index = np.empty(count, dtype=np.int64)
+        index[order] = np.repeat(np.arange(len(starts) + 1), np.diff(bounds))
+        queues = [(names[key >> 32], key & 0xFFFFFFFF) for key in sorted_keys[bounds[:-1]].tolist()]
+        return cls(index, queues, order, bounds)
 
     def positions_in_queue(self, counted: np.ndarray) -> np.ndarray:
         """Per message, how many `counted` messages of its queue precede it in the batch."""
         counted = counted.astype(np.int64)
-        if len(self.queues) == 1:
+        if self.order is None:
             return np.cumsum(counted) - counted
-        order = np.argsort(self.index, kind="stable")
-        sorted_counted = counted[order]
+        sorted_counted = counted[self.order]
         before = np.cumsum(sorted_counted) - sorted_counted
-        sorted_index = self.index[order]
-        first = np.searchsorted(sorted_index, np.arange(len(self.queues)))
         result = np.empty_like(before)
-        result[order] = before - before[first][sorted_index]
+        result[self.order] = before - np.repeat(before[self.bounds[:-1]], np.diff(self.bounds))
         return result
 
     def counts(self, counted: np.ndarray) -> np.ndarray:

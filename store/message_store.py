@@ -341,21 +341,28 @@ class MessageStore:
         """doDispatch for a chunk of records: ConsumeQueue entries (NOT/COMMIT messages, one
         array per queue), the index (all but ROLLBACK), then the listeners."""
         visible = (batch.sys_flags & TRANSACTION_PREPARED_TYPE) == 0     # NOT / COMMIT (spec store §8)
+        all_visible = bool(visible.all())
         groups = batch.queues
+        order = groups.order     # the entries queue by queue: each queue's run is one slice
+        entries = np.empty(len(batch), dtype=CQ_DTYPE)
+        entries["offset"] = batch.commit_log_offsets if order is None else batch.commit_log_offsets[order]
+        entries["size"] = batch.msg_sizes if order is None else batch.msg_sizes[order]
+        entries["tags_code"] = batch.tags_codes if order is None else batch.tags_codes[order]
+        cq_offsets = batch.consume_queue_offsets if order is None else batch.consume_queue_offsets[order]
+        shown = visible if order is None else visible[order]
+        bounds = groups.bounds.tolist()
         for number, (topic, queue_id) in enumerate(groups.queues):
-            selected = visible if len(groups.queues) == 1 else visible & (groups.index == number)
-            if selected.any():
-                entries = np.empty(int(selected.sum()), dtype=CQ_DTYPE)
-                entries["offset"] = batch.commit_log_offsets[selected]
-                entries["size"] = batch.msg_sizes[selected]
-                entries["tags_code"] = batch.tags_codes[selected]
-                self._consume_queue(topic, queue_id).put_entries(
-                    entries, int(batch.consume_queue_offsets[selected][0]))
+            start, end = bounds[number], bounds[number + 1]
+            run, first_offsets = entries[start:end], cq_offsets[start:end]
+            if not all_visible:
+                run, first_offsets = run[shown[start:end]], first_offsets[shown[start:end]]
+            if len(run):
+                self._consume_queue(topic, queue_id).put_entries(run, int(first_offsets[0]))
         if self.config.message_index_enable:
             self._build_index(batch)
         self._last_dispatched_timestamp = int(batch.store_timestamps[-1])
         if self._listeners:
-            self._notify_listeners(batch, visible)
+            self._notify_listeners(batch, visible, all_visible)
 
     def _build_index(self, batch: DispatchBatch) -> None:
         if not (any(batch.keys) or any(batch.uniq_keys)):
@@ -365,15 +372,20 @@ class MessageStore:
             if (keys or uniq_key) and transaction_type(sys_flags[index]) != TRANSACTION_ROLLBACK_TYPE:
                 self.index_service.build_index(batch.request(index))
 
-    def _notify_listeners(self, batch: DispatchBatch, visible: np.ndarray) -> None:
+    def _notify_listeners(self, batch: DispatchBatch, visible: np.ndarray, all_visible: bool) -> None:
         """One call per queue and tags code: the newest entry of the chunk with that tags code
         (a held pull waits for any entry at or past its offset that its filter matches)."""
-        positions = np.flatnonzero(visible)
-        keys = batch.queues.index[positions] << 32 | (batch.tags_codes[positions] & 0xFFFFFFFF)
-        if len(keys) and (keys == keys[0]).all():
-            newest = positions[-1:]
+        groups = batch.queues
+        if all_visible and (batch.tags_codes == batch.tags_codes[0]).all():   # each queue's last entry
+            newest = np.array([len(batch) - 1]) if groups.order is None else np.sort(
+                groups.order[groups.bounds[1:] - 1])
         else:
-            newest = np.sort(positions[len(keys) - 1 - np.unique(keys[::-1], return_index=True)[1]])
+            positions = np.flatnonzero(visible)
+            keys = groups.index[positions] << 32 | (batch.tags_codes[positions] & 0xFFFFFFFF)
+            if len(keys) and (keys == keys[0]).all():
+                newest = positions[-1:]
+            else:
+                newest = np.sort(positions[len(keys) - 1 - np.unique(keys[::-1], return_index=True)[1]])
         for position in newest.tolist():
             request = batch.request(position)
             for listener in self._listeners:
