@@ -6,10 +6,12 @@ is stored in SCHEDULE_TOPIC_XXXX queue level-1 with its real topic and queue in 
 reported queue offset is -1 because its real offset is assigned on delivery. Under sync
 flush an OK answer means the batch is on disk.
 
-A small batch is stored on the event loop when the put cannot wait (MessageStore.try_put_batch):
-a tenth of a millisecond or so of work instead of a hop to a store thread and back, each a GIL
-hand-off that can wait out the interpreter's switch interval — the send half of a long-poll
-wake. Anything larger, or a put that would wait, goes to the store executor."""
+A batch of up to 256 messages and 256 KiB of bodies is stored on the event loop when the put
+cannot wait (MessageStore.try_put_batch): at most a millisecond or two of work (the GIL would
+hold the loop for it on a store thread too) instead of a hop to a store thread and back, each
+a GIL hand-off that can wait out the interpreter's switch interval — the send half of a
+long-poll wake, and 20-35 % of the broker's CPU per message of a 256 x 100 B send
+(bench/NOTES.md). Anything larger, or a put that would wait, goes to the store executor."""
 
 from __future__ import annotations
 
@@ -30,8 +32,8 @@ from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManag
 from rmq.store import BrokerRole, MessageBatch, MessageStore, PutBatchResult, PutMessageStatus
 
 NO_HOST = bytes(8)
-INLINE_PUT_MAX_MESSAGES = 32          # a batch at most this large ...
-INLINE_PUT_MAX_BODY_BYTES = 64 << 10  # ... and this heavy may be stored on the event loop
+INLINE_PUT_MAX_MESSAGES = 256          # a batch at most this large ...
+INLINE_PUT_MAX_BODY_BYTES = 256 << 10  # ... and this heavy may be stored on the event loop
 
 # Every PutMessageStatus but PUT_OK -> the Code and reason the producer gets.
 _PUT_STATUS = {
