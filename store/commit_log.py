@@ -281,7 +281,7 @@ class CommitLog:
             assert mapped is not None, "the file was found or created above"
             parts = records[segment.first * _PARTS:segment.end * _PARTS]
             parts.append(segment.blank)
-            mapped.write(segment.position, b"".join(parts))
+            mapped.write_through_file(segment.position, b"".join(parts))
             # a file closed by the blank record is full; its 8 bytes stand for the rest
             mapped.wrote_position = segment.position + segment.size if not segment.blank else mapped.file_size
             mapped.store_timestamp = store_timestamp

@@ -1,9 +1,10 @@
 """MappedFile: one fixed-size memory-mapped store file named by its start offset (spec store §5.2).
 
-Writes go straight to the mmap (no TransientStorePool), so committed == wrote and the read
-position is the wrote position. Readers `hold()` the file while they copy bytes out of it;
-`destroy()` unmaps and deletes it once no reader holds it, or forcibly after
-`interval_forcibly` ms (spec store §5.2 shutdown, TV9).
+Writes go straight to the file's pages (no TransientStorePool), so committed == wrote and the
+read position is the wrote position: through the map, or for CommitLog appends through the file
+(`write_through_file`, pwrite into the page cache the map shares). Readers `hold()` the file
+while they copy bytes out of it; `destroy()` unmaps and deletes it once no reader holds it, or
+forcibly after `interval_forcibly` ms (spec store §5.2 shutdown, TV9).
 
 Every read or write of the mapping is an access (`_begin_access` .. `_end_access`): the mapping
 is never closed under one (closing it while another thread copies from it crashes the process).
@@ -167,6 +168,24 @@ class MappedFile:
             mm[position:position + len(data)] = data
         finally:
             self._end_access()
+
+    def write_through_file(self, position: int, data: bytes) -> None:
+        """`write` through the file (pwrite) instead of the map, for CommitLog appends: the kernel
+        copies the bytes into the page cache the map shares (readers see them through it), new
+        pages without the page fault per page of a write to the map, which first fills the page
+        with zeros (RocketMQ's transientStorePool commit writes through the file too)."""
+        if position + len(data) > self._reserved:
+            self._reserve(position + len(data))
+        if self._cleaned:
+            raise ValueError(f"{self.path} is closed")
+        fd = os.open(self.path, os.O_WRONLY)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.pwrite(fd, view, position)
+                view, position = view[written:], position + written
+        finally:
+            os.close(fd)
 
     def clear_from(self, position: int) -> None:
         """Zero the file from `position` to its last non-zero byte (what recovery truncated away),
