@@ -1,8 +1,10 @@
 """Executor side of the source: read one MessageQueue's offset range [start, end) as Arrow.
 
 Pulls `pullBatchSize` messages at a time (no long polling: the range is known to exist),
-decodes each packed pull column-wise and yields it at once while the next pull is in
-flight, so at most two pull batches are held in memory. Rows at or past `end` are trimmed
+decodes the packed pulls column-wise and yields them while the next pull is in flight:
+consecutive pulls are decoded together while they hold at most BATCH_ROWS rows and
+BATCH_BYTES of records, so at most that (or one larger pull) and one more pull are held in
+memory. Rows at or past `end` are trimmed
 (a filtered pull may scan beyond it) and tags are re-checked on the client (the broker
 filters by tag hash code only, spec pull §10.3); filtered-out messages advance the offset
 without producing rows.
@@ -35,8 +37,9 @@ from rmq.connector.client import (
     RmqUnavailable,
 )
 from rmq.connector.errors import RmqDataLossError, RmqReadError
-from rmq.connector.message_decoder import decode, filter_tags
+from rmq.connector.message_decoder import decode_pulls, filter_tags
 from rmq.connector.spark.options import OUTAGE_OPTION, PullSettings
+from rmq.v1 import rmq_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +58,36 @@ def read_queue_range(partition: QueueRangePartition) -> Iterator[pa.RecordBatch]
         yield from QueueRangeReader(client, partition).batches()
 
 
+# One yielded batch holds at most this many rows and bytes of records: pulls of 100-byte
+# messages (4,096 at the default pullBatchSize) are decoded four at a time, pulls of 1 KiB
+# messages one at a time as before (the executor's peak memory stays that of one pull).
+BATCH_ROWS = 16_384
+BATCH_BYTES = 4 << 20
+
+
+class _HeldPulls:
+    """Consecutive FOUND pulls waiting to be decoded as one batch."""
+
+    def __init__(self) -> None:
+        self._pulls: list[rmq_pb2.PackedMessages] = []
+        self._rows = self._bytes = 0
+
+    def takes(self, messages: rmq_pb2.PackedMessages) -> bool:
+        """Hold `messages` unless the batch would pass BATCH_ROWS or BATCH_BYTES (an empty
+        batch takes any pull)."""
+        rows, size = self._rows + messages.count, self._bytes + messages.ByteSize()
+        if self._pulls and (rows > BATCH_ROWS or size > BATCH_BYTES):
+            return False
+        self._pulls.append(messages)
+        self._rows, self._bytes = rows, size
+        return True
+
+    def release(self) -> list[rmq_pb2.PackedMessages]:
+        pulls, self._pulls = self._pulls, []
+        self._rows = self._bytes = 0
+        return pulls
+
+
 class QueueRangeReader:
     def __init__(self, client: RmqClient, partition: QueueRangePartition) -> None:
         self._client = client
@@ -66,16 +99,19 @@ class QueueRangeReader:
     def batches(self) -> Iterator[pa.RecordBatch]:
         """The rows of the range in pull order. The next pull runs on a background thread
         while this one is decoded and consumed (by Spark's Python worker), so the broker and
-        the reader work at the same time; at most one request is outstanding."""
+        the reader work at the same time; at most one request is outstanding. Consecutive
+        small pulls are decoded together into one batch of at most BATCH_ROWS rows and
+        BATCH_BYTES of records (Spark's per-batch cost, the decoder's per-call cost)."""
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmq-prefetch") as prefetch:
             pending = prefetch.submit(self._step, self._start) if self._start < self._end else None
+            held = _HeldPulls()
             while pending is not None:
                 found, offset = pending.result()
                 pending = prefetch.submit(self._step, offset) if offset < self._end else None
-                if found is not None:
-                    batch = self._rows(found)
-                    if batch.num_rows:
-                        yield batch
+                if found is not None and not held.takes(found.messages):
+                    yield from self._rows(held.release())
+                    held.takes(found.messages)
+            yield from self._rows(held.release())
 
     def _step(self, offset: int) -> tuple[PullResult | None, int]:
         """Pull at `offset`: the result if it FOUND messages, and the offset to pull next."""
@@ -123,11 +159,16 @@ class QueueRangeReader:
             return f"no message returned at offset {offset} below max offset {result.max_offset}"
         return None
 
-    def _rows(self, result: PullResult) -> pa.RecordBatch:
-        batch = decode(result.messages, self._mq.broker_name)
+    def _rows(self, pulls: list[rmq_pb2.PackedMessages]) -> Iterator[pa.RecordBatch]:
+        """The rows of consecutive pulls as one batch, none when they hold no rows."""
+        if not pulls:
+            return
+        batch = decode_pulls(pulls, self._mq.broker_name)
         if batch.num_rows and batch.column("queue_offset")[-1].as_py() >= self._end:
             batch = batch.filter(pc.less(batch.column("queue_offset"), self._end))
-        return filter_tags(batch, self._settings.tags)
+        batch = filter_tags(batch, self._settings.tags)
+        if batch.num_rows:
+            yield batch
 
     def _advance(self, offset: int, next_begin_offset: int) -> int:
         if next_begin_offset <= offset:

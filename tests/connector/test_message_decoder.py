@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from rmq import message_format as mf
-from rmq.connector.message_decoder import SCHEMA, CorruptMessagesError, decode, filter_tags
+from rmq.connector.message_decoder import SCHEMA, CorruptMessagesError, decode, decode_pulls, filter_tags
 from rmq.connector.spark.source_schema import SOURCE_ARROW_SCHEMA
 from rmq.v1 import rmq_pb2
 from tests.spec_vectors import TV2_RECORD as TV2
@@ -202,3 +202,23 @@ def test_records_of_one_size_with_fields_at_different_places() -> None:
     assert batch.column("topic").to_pylist() == ["TT", "TTT", "T"]
     assert batch.column("body").to_pylist() == [b"abc", b"ab", b"abcd"]
     assert batch.column("tags").to_pylist() == ["x", "x", "x"]
+
+
+def test_several_pulls_decode_as_their_rows_in_order() -> None:
+    """decode_pulls (the Spark reader's batches of consecutive pulls) gives the rows of each
+    pull's decode, in pull order, also when one pull is empty or a corrupt one comes later."""
+    pulls = [
+        pack([record("T", b"a", queue_offset=0, properties={"TAGS": "x"})]),
+        rmq_pb2.PackedMessages(count=0),
+        pack([record("T", b"b" * i, queue_offset=1 + i, physical_offset=200 * i,
+                     properties={"KEYS": f"k{i}"} if i % 2 else {}) for i in range(5)]),
+    ]
+
+    batch = decode_pulls(pulls, "b")
+
+    assert batch.schema == SCHEMA
+    assert batch.to_pylist() == [row for pull in pulls for row in decode(pull, "b").to_pylist()]
+    assert batch.column("queue_offset").to_pylist() == list(range(6))
+    corrupt = rmq_pb2.PackedMessages(count=2, sizes=struct.pack("<i", 94), records=TV2)
+    with pytest.raises(CorruptMessagesError, match="sizes"):
+        decode_pulls([pulls[0], corrupt], "b")
