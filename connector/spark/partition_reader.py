@@ -2,10 +2,11 @@
 
 Pulls `pullBatchSize` messages at a time (no long polling: the range is known to exist),
 decodes the packed pulls column-wise and yields them while the next pull is in flight:
-consecutive pulls are decoded together while they hold at most BATCH_ROWS rows and
-BATCH_BYTES of records, so at most that (or one larger pull) and one more pull are held in
-memory. Rows at or past `end` are trimmed
-(a filtered pull may scan beyond it) and tags are re-checked on the client (the broker
+consecutive pulls are held and decoded together as long as one more pull of the last one's
+size would stay within BATCH_ROWS rows and BATCH_BYTES of records, so less than BATCH_BYTES
+plus one pull, and the pull in flight, are held in memory (a pull above BATCH_BYTES / 2 is
+decoded on its own, as each was before). Rows at or past `end` are trimmed (a filtered pull
+may scan beyond it) and tags are re-checked on the client (the broker
 filters by tag hash code only, spec pull §10.3); filtered-out messages advance the offset
 without producing rows.
 
@@ -23,6 +24,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
@@ -58,9 +60,9 @@ def read_queue_range(partition: QueueRangePartition) -> Iterator[pa.RecordBatch]
         yield from QueueRangeReader(client, partition).batches()
 
 
-# One yielded batch holds at most this many rows and bytes of records: pulls of 100-byte
-# messages (4,096 at the default pullBatchSize) are decoded four at a time, pulls of 1 KiB
-# messages one at a time as before (the executor's peak memory stays that of one pull).
+# Pulls are decoded together while one more would keep them within these: pulls of 100-byte
+# messages (4,096 at the default pullBatchSize) four at a time, pulls of 1 KiB messages one
+# at a time as before (the executor's peak memory stays that of one pull).
 BATCH_ROWS = 16_384
 BATCH_BYTES = 4 << 20
 
@@ -72,15 +74,16 @@ class _HeldPulls:
         self._pulls: list[rmq_pb2.PackedMessages] = []
         self._rows = self._bytes = 0
 
-    def takes(self, messages: rmq_pb2.PackedMessages) -> bool:
-        """Hold `messages` unless the batch would pass BATCH_ROWS or BATCH_BYTES (an empty
-        batch takes any pull)."""
-        rows, size = self._rows + messages.count, self._bytes + messages.ByteSize()
-        if self._pulls and (rows > BATCH_ROWS or size > BATCH_BYTES):
-            return False
+    def add(self, messages: rmq_pb2.PackedMessages) -> list[rmq_pb2.PackedMessages]:
+        """Hold `messages`; release the held pulls (to decode now, while the next pull is in
+        flight) when one more pull of this size would pass BATCH_ROWS or BATCH_BYTES."""
+        size = int(np.frombuffer(messages.sizes, dtype="<i4").sum())   # its records' bytes, uncopied
         self._pulls.append(messages)
-        self._rows, self._bytes = rows, size
-        return True
+        self._rows += messages.count
+        self._bytes += size
+        if self._rows + messages.count > BATCH_ROWS or self._bytes + size > BATCH_BYTES:
+            return self.release()
+        return []
 
     def release(self) -> list[rmq_pb2.PackedMessages]:
         pulls, self._pulls = self._pulls, []
@@ -100,17 +103,16 @@ class QueueRangeReader:
         """The rows of the range in pull order. The next pull runs on a background thread
         while this one is decoded and consumed (by Spark's Python worker), so the broker and
         the reader work at the same time; at most one request is outstanding. Consecutive
-        small pulls are decoded together into one batch of at most BATCH_ROWS rows and
-        BATCH_BYTES of records (Spark's per-batch cost, the decoder's per-call cost)."""
+        small pulls are decoded together into one batch (_HeldPulls): fewer, larger batches
+        cost Spark and the decoder less per row."""
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmq-prefetch") as prefetch:
             pending = prefetch.submit(self._step, self._start) if self._start < self._end else None
             held = _HeldPulls()
             while pending is not None:
                 found, offset = pending.result()
                 pending = prefetch.submit(self._step, offset) if offset < self._end else None
-                if found is not None and not held.takes(found.messages):
-                    yield from self._rows(held.release())
-                    held.takes(found.messages)
+                if found is not None:
+                    yield from self._rows(held.add(found.messages))
             yield from self._rows(held.release())
 
     def _step(self, offset: int) -> tuple[PullResult | None, int]:
