@@ -20,7 +20,7 @@ import numpy as np
 
 from rmq import message_format as mf
 from rmq.store.checkpoint import StoreCheckpoint
-from rmq.store.config import BrokerRole, MessageStoreConfig
+from rmq.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from rmq.store.dispatch_batch import DispatchBatch, tags_code
 from rmq.store.errors import StoreError
 from rmq.store.mapped_file import MappedFile, now_ms
@@ -281,7 +281,7 @@ class CommitLog:
             assert mapped is not None, "the file was found or created above"
             parts = records[segment.first * _PARTS:segment.end * _PARTS]
             parts.append(segment.blank)
-            mapped.write_through_file(segment.position, b"".join(parts))
+            self._write(mapped, segment.position, b"".join(parts))
             # a file closed by the blank record is full; its 8 bytes stand for the rest
             mapped.wrote_position = segment.position + segment.size if not segment.blank else mapped.file_size
             mapped.store_timestamp = store_timestamp
@@ -289,6 +289,16 @@ class CommitLog:
         end = segments[-1]
         return AppendedBatch(start_offset, end.file_offset + end.position + end.size, physical_offsets,
                              queue_offsets, store_timestamp)
+
+    def _write(self, mapped: MappedFile, position: int, data: bytes) -> None:
+        """Under ASYNC flush through the file (pwrite: no page fault zero-filling each new page
+        of the map first); under SYNC flush through the map, where a put waits for the disk
+        anyway: on a filesystem whose writes queue behind a running fsync (FUSE, the slow-disk
+        test) a pwrite would wait the fsync out instead of answering at the flush timeout."""
+        if self.config.flush_disk_type is FlushDiskType.ASYNC:
+            mapped.write_through_file(position, data)
+        else:
+            mapped.write(position, data)
 
     @property
     def topic_queue_table(self) -> dict[str, int]:

@@ -1,8 +1,9 @@
 """MappedFile: one fixed-size memory-mapped store file named by its start offset (spec store §5.2).
 
 Writes go straight to the file's pages (no TransientStorePool), so committed == wrote and the
-read position is the wrote position: through the map, or for CommitLog appends through the file
-(`write_through_file`, pwrite into the page cache the map shares). Readers `hold()` the file
+read position is the wrote position: through the map, or for CommitLog appends under ASYNC flush
+through the file (`write_through_file`, pwrite into the page cache the map shares, with one fd
+kept while the file is mapped). Readers `hold()` the file
 while they copy bytes out of it; `destroy()` unmaps and deletes it once no reader holds it, or
 forcibly after `interval_forcibly` ms (spec store §5.2 shutdown, TV9).
 
@@ -67,6 +68,7 @@ class MappedFile:
         self._lru = lru
         self._users = 0            # accesses under way: the mapping is not closed under them
         self._unmapped = False     # the LRU closed the mapping; the next access maps the file again
+        self._write_fd: int | None = None   # write_through_file's, kept while the mapping is
         self.mm = self._open(create, preallocate)
         self._touched_at = time.monotonic()
         if lru is not None:
@@ -154,6 +156,7 @@ class MappedFile:
                 self.mm.close()
             except BufferError:   # a view of it is still alive
                 return False
+            self._close_write_fd()
             self._unmapped = True
             return True
 
@@ -176,16 +179,20 @@ class MappedFile:
         with zeros (RocketMQ's transientStorePool commit writes through the file too)."""
         if position + len(data) > self._reserved:
             self._reserve(position + len(data))
-        if self._cleaned:
-            raise ValueError(f"{self.path} is closed")
-        fd = os.open(self.path, os.O_WRONLY)
+        self._begin_access()      # the fd is closed with the mapping, never under an access
         try:
+            if self._cleaned:
+                raise ValueError(f"{self.path} is closed")
+            if self._write_fd is None:
+                # kept open, not opened per write: closing a file on FUSE or NFS flushes it
+                # (a slow disk made every put as slow as its fsync)
+                self._write_fd = os.open(self.path, os.O_WRONLY)
             view = memoryview(data)
             while view:
-                written = os.pwrite(fd, view, position)
+                written = os.pwrite(self._write_fd, view, position)
                 view, position = view[written:], position + written
         finally:
-            os.close(fd)
+            self._end_access()
 
     def clear_from(self, position: int) -> None:
         """Zero the file from `position` to its last non-zero byte (what recovery truncated away),
@@ -359,10 +366,16 @@ class MappedFile:
                 self._close_mapping()
 
     def _close_mapping(self) -> None:
+        self._close_write_fd()
         try:
             self.mm.close()
         except BufferError:
             pass   # a reader still has a view; the map is freed with it
+
+    def _close_write_fd(self) -> None:
+        if self._write_fd is not None:
+            os.close(self._write_fd)
+            self._write_fd = None
 
     def __repr__(self) -> str:
         return f"MappedFile({self.path.name}, wrote={self.wrote_position})"
