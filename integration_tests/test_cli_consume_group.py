@@ -116,9 +116,15 @@ def test_three_processes_of_a_group_share_a_topic(broker: processes.ServerProces
         time.sleep(0.2)
     listed = group_entry(e, "g3")
     assert (len(listed["members"]), listed["topics"]) == (3, ["Shared"])
-    # All stop together: while one leaves, another takes its queues over from the offsets it
-    # persisted, but a queue moving between two live members may be read by both for a moment
-    # (RocketMQ's at-least-once rebalance; --orderly's queue locks close that window).
+    # Stop once every printed message is committed (each member commits every 5 s): the first
+    # to stop hands its queues to the others, and a queue moving between two live members is
+    # read again from its committed offset (RocketMQ's at-least-once rebalance; --orderly's
+    # queue locks close that window) — before this wait, a member that had printed messages it
+    # had not committed yet lost its queues to another when the first member stopped.
+    deadline = time.monotonic() + WAIT_S
+    while committed(e, "g3", "Shared") < 300:
+        assert time.monotonic() < deadline, f"{committed(e, 'g3', 'Shared')} of 300 committed"
+        time.sleep(0.2)
     for consumer in consumers:
         consumer.process.send_signal(signal.SIGTERM)
     for consumer in consumers:
