@@ -3,6 +3,7 @@ column by column: what DispatchRequest holds for one record, for a whole chunk."
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -70,22 +71,14 @@ class DispatchBatch:
                    key_column, uniq_column, queues)
 
 
+@functools.lru_cache(maxsize=1)
 def dispatch_properties(data: bytes) -> tuple[int, str, str]:
     """(tagsCode, KEYS, UNIQ_KEY) of a record's properties field. The last field read is
     remembered: a producer sending only tags sends the same field in batch after batch."""
-    global _last_properties
-    last_data, last_info = _last_properties
-    if data == last_data:
-        return last_info
     properties = mf.decode_properties(data.decode()) if data else {}
     tags = properties.get(mf.PROPERTY_TAGS)
-    info = (tags_code(tags) if tags else 0, properties.get(mf.PROPERTY_KEYS, ""),
+    return (tags_code(tags) if tags else 0, properties.get(mf.PROPERTY_KEYS, ""),
             properties.get(mf.PROPERTY_UNIQ_KEY, ""))
-    _last_properties = (data, info)
-    return info
-
-
-_last_properties: tuple[bytes, tuple[int, str, str]] = (b"", (0, "", ""))
 
 
 _TAGS_CODES: dict[str, int] = {}

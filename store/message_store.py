@@ -344,12 +344,16 @@ class MessageStore:
         all_visible = bool(visible.all())
         groups = batch.queues
         order = groups.order     # the entries queue by queue: each queue's run is one slice
+
+        def queue_by_queue(column: np.ndarray) -> np.ndarray:
+            return column if order is None else column[order]
+
         entries = np.empty(len(batch), dtype=CQ_DTYPE)
-        entries["offset"] = batch.commit_log_offsets if order is None else batch.commit_log_offsets[order]
-        entries["size"] = batch.msg_sizes if order is None else batch.msg_sizes[order]
-        entries["tags_code"] = batch.tags_codes if order is None else batch.tags_codes[order]
-        cq_offsets = batch.consume_queue_offsets if order is None else batch.consume_queue_offsets[order]
-        shown = visible if order is None else visible[order]
+        entries["offset"] = queue_by_queue(batch.commit_log_offsets)
+        entries["size"] = queue_by_queue(batch.msg_sizes)
+        entries["tags_code"] = queue_by_queue(batch.tags_codes)
+        cq_offsets = queue_by_queue(batch.consume_queue_offsets)
+        shown = queue_by_queue(visible)
         bounds = groups.bounds.tolist()
         for number, (topic, queue_id) in enumerate(groups.queues):
             start, end = bounds[number], bounds[number + 1]
