@@ -1,5 +1,5 @@
-"""Byte-exact test vectors from ../shared/spec, shared by the tests of the writer (store)
-and the reader (connector) of the same layout."""
+"""Byte-exact test vectors from docs/internals/store.md (TV2, TV19, ...), shared by the tests of
+the writer (store) and the reader (connector) of the same layout."""
 
 # store-commitlog-consumequeue TV2: topic "T", body "hi", queueId 0, bornTimestamp 1,
 # bornHost 127.0.0.1:1234, storeTimestamp 2, storeHost 127.0.0.1:10911, no properties.
