@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from importlib.metadata import version
 
 # gRPC core logs bind failures and the like to stderr itself; the CLI reports them as one
 # clear line instead. Set GRPC_VERBOSITY=debug to see gRPC's own logs.
@@ -24,6 +25,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="rmq", description="rmq message broker and clients")
+    parser.add_argument("--version", action="version", version=f"rmq {version('rmq')}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     server_commands.add_parsers(commands)
     client_commands.add_parsers(commands)
