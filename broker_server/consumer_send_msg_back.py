@@ -7,8 +7,9 @@ looks the record up and stores a new copy: in the group's retry topic `%RETRY%<g
 3 + reconsumeTimes), or in the group's dead-letter topic `%DLQ%<group>` (1 write-only queue)
 when the client's level is negative or reconsumeTimes >= maxReconsumeTimes. The copy has
 reconsumeTimes + 1 and keeps body, flag, tags, keys and properties, plus RETRY_TOPIC (the
-original topic) and ORIGIN_MESSAGE_ID (the first copy's id). The original is never changed;
-a refused request writes nothing."""
+original topic) and ORIGIN_MESSAGE_ID (the first copy's id), both set by the broker. The
+original is never changed; a refused request writes nothing. On an `--acl` broker the record
+at the offset must be one the caller may consume for the group (check_may_send_back)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ from dataclasses import dataclass
 
 from rmq import message_format as mf
 from rmq import retry
+from rmq.broker_server import caller
+from rmq.broker_server.acl import Need, ResourceKind
 from rmq.broker_server.delay_levels import delay_level_to_queue_id
-from rmq.broker_server.names import SCHEDULE_TOPIC, check_group_name
+from rmq.broker_server.names import SCHEDULE_TOPIC, check_group_name, is_reserved_topic
 from rmq.broker_server.send_message_processor import check_put_status
 from rmq.broker_server.status import RequestError, illegal_argument, rmq_pb2
 from rmq.broker_server.store_executor import StoreExecutor
@@ -52,18 +55,35 @@ def choose_target(group: str, client_level: int, reconsume_times: int, max_recon
     return SendBackTarget(retry.retry_topic(group), min(level, max_delay_level))
 
 
-def original_msg_id(message: StoredMessage) -> str:
-    """The id the first copy had: ORIGIN_MESSAGE_ID when this is already a copy, else its own."""
-    return message.properties.get(retry.PROPERTY_ORIGIN_MESSAGE_ID, "") or offset_msg_id(message)
+def origin_of(message: StoredMessage) -> tuple[str, str]:
+    """(original topic, original message id). A group's copy (in a retry or dead-letter topic,
+    which only the broker writes) carries those the broker gave it; any other message is its own
+    origin, whatever RETRY_TOPIC or ORIGIN_MESSAGE_ID its producer set (else `rmq dlq resend`,
+    run by an operator, would publish where that producer could not: docs/security-model.md)."""
+    if retry.is_group_copy_topic(message.topic):
+        return (message.properties.get(retry.PROPERTY_RETRY_TOPIC) or message.topic,
+                message.properties.get(retry.PROPERTY_ORIGIN_MESSAGE_ID) or offset_msg_id(message))
+    return message.topic, offset_msg_id(message)
 
 
-def send_back_copy(record: bytes, target: SendBackTarget, max_reconsume_times: int) -> MessageToStore:
+def check_may_send_back(group: str, topic: str, commit_log_offset: int) -> None:
+    """The record found at the offset must be one the calling account may consume for `group`:
+    in the group's own retry topic, or in a topic (not the broker's) it holds SUB on. The refusal
+    tells nothing of the record (docs/security-model.md: send-back reads any topic)."""
+    if topic == retry.retry_topic(group):
+        return
+    if not is_reserved_topic(topic) and caller.may(ResourceKind.TOPIC, topic, Need.SUB):
+        return
+    raise RequestError(rmq_pb2.NO_PERMISSION, f"the message at CommitLog offset {commit_log_offset} is not "
+                                              f"one consumer group {group} may consume")
+
+
+def send_back_copy(message: StoredMessage, target: SendBackTarget,
+                   max_reconsume_times: int) -> MessageToStore:
     """The new message (MessageExtBrokerInner) for `target`; a retry copy is parked in the
     schedule topic's queue for its level, like any delayed message (§19.1)."""
-    message = decode_record(record)
     properties = dict(message.properties)
-    properties.setdefault(retry.PROPERTY_RETRY_TOPIC, message.topic)
-    properties[retry.PROPERTY_ORIGIN_MESSAGE_ID] = original_msg_id(message)
+    properties[retry.PROPERTY_RETRY_TOPIC], properties[retry.PROPERTY_ORIGIN_MESSAGE_ID] = origin_of(message)
     properties[retry.PROPERTY_MAX_RECONSUME_TIMES] = str(max_reconsume_times)
     for stale in (mf.PROPERTY_REAL_TOPIC, mf.PROPERTY_REAL_QUEUE_ID, mf.PROPERTY_DELAY_TIME_LEVEL):
         properties.pop(stale, None)
@@ -130,15 +150,16 @@ class ConsumerSendMsgBackProcessor:
         if record is None:
             raise RequestError(rmq_pb2.SYSTEM_ERROR,
                                f"look message by offset failed, {request.commit_log_offset}")
-        reconsume_times = int.from_bytes(record[mf.RECONSUME_TIMES_POS:mf.RECONSUME_TIMES_POS + 4], "big",
-                                         signed=True)
-        target = choose_target(group, request.delay_level, reconsume_times, max_times, self.max_delay_level)
+        message = decode_record(record)
+        check_may_send_back(group, message.topic, request.commit_log_offset)
+        target = choose_target(group, request.delay_level, message.reconsume_times, max_times,
+                               self.max_delay_level)
         if target.dead:
             ensure_group_topic(self.topics, target.topic, retry.DLQ_NUMS_PER_GROUP, DLQ_TOPIC_PERM,
                                self.on_topics_changed)
         else:
             ensure_retry_topic(self.topics, group, self.on_topics_changed)
-        copy = send_back_copy(record, target, max_times)
+        copy = send_back_copy(message, target, max_times)
         result = await self.executor.run(self.store.put_message, copy)
         check_put_status(result.status)
         return rmq_pb2.ConsumerSendMsgBackResponse(

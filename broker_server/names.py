@@ -21,10 +21,15 @@ def check_topic_name(topic: str) -> None:
         raise RequestError(rmq_pb2.TOPIC_ILLEGAL, problem)
 
 
+def is_reserved_topic(topic: str) -> bool:
+    """A topic only the broker writes: retry, dead-letter, schedule and system topics."""
+    return topic in RESERVED_TOPICS or topic.startswith(RESERVED_TOPIC_PREFIXES)
+
+
 def check_user_topic_name(topic: str) -> None:
     """Refuse (TOPIC_ILLEGAL) names users may not create: illegal or reserved for the broker."""
     check_topic_name(topic)
-    if topic in RESERVED_TOPICS or topic.startswith(RESERVED_TOPIC_PREFIXES):
+    if is_reserved_topic(topic):
         raise RequestError(rmq_pb2.TOPIC_ILLEGAL, f"topic name {topic!r} is reserved for the broker")
 
 

@@ -27,6 +27,7 @@ from rmq.broker_server.acl import AclError
 from rmq.broker_server.acl_file import DEFAULT_POLL_INTERVAL_S, AclFile
 from rmq.broker_server.arguments import positive_float, positive_int
 from rmq.broker_server.auth_interceptor import AuthInterceptor
+from rmq.broker_server.client_id_owners import ClientIdOwners
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.nonce_cache import DEFAULT_ACCOUNT_CAPACITY
 from rmq.broker_server.refusal_log import RefusalLog
@@ -110,9 +111,11 @@ class ServerSecurity:
             return []
         acl_file = self.acl_file
         # the RocketMQ 5 check first: rmq.v1's AuthInterceptor passes v2 calls on to it
-        return [RocketMQv2AuthInterceptor(V2Authenticator(lambda: acl_file.acl), self.refusals),
-                AuthInterceptor(RequestAuthenticator(lambda: acl_file.acl, server_id, self.signature_window_s,
-                                                     self.nonce_budget), self.refusals)]
+        client_ids = ClientIdOwners()   # one owner per client id, whichever protocol it speaks
+        authenticator = RequestAuthenticator(lambda: acl_file.acl, server_id, self.signature_window_s,
+                                             self.nonce_budget, client_ids=client_ids)
+        return [RocketMQv2AuthInterceptor(V2Authenticator(lambda: acl_file.acl, client_ids), self.refusals),
+                AuthInterceptor(authenticator, self.refusals)]
 
     def open_client_channel(self, address: str) -> grpc.aio.Channel:
         """A channel for the calls this process makes itself (a broker registering with name

@@ -21,6 +21,7 @@ import hashlib
 import hmac
 import inspect
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,8 @@ import grpc
 from grpc import aio
 
 from rmq.broker_server.acl import AccessDenied, Acl, Need, ResourceKind
+from rmq.broker_server.caller import Caller, admitted
+from rmq.broker_server.client_id_owners import ClientIdOwners, ClientIdTaken
 from rmq.broker_server.refusal_log import RefusalLog
 from rmq.broker_server.request_auth import key_label, peer_address
 from rmq.rocketmq_v2 import METHOD_PREFIX, METHODS
@@ -37,6 +40,7 @@ from rmq.rocketmq_v2 import definition_pb2 as v2
 log = logging.getLogger("rmq.auth")
 AUTHORIZATION = "authorization"
 DATE_TIME = "x-mq-date-time"
+CLIENT_ID = "x-mq-client-id"
 ALGORITHM = "MQv2-HMAC-SHA1"
 TOPIC, GROUP = ResourceKind.TOPIC, ResourceKind.GROUP
 
@@ -107,8 +111,14 @@ def signature(secret_key: str, date_time: str) -> str:
 
 
 class V2Authenticator:
-    def __init__(self, acl: Callable[[], Acl]) -> None:
+    def __init__(self, acl: Callable[[], Acl], client_ids: ClientIdOwners | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        """`client_ids`: who owns each client id (shared with rmq.v1 calls): a v2 client id
+        (`x-mq-client-id`, its Telemetry session, its in-flight receives) belongs to the account
+        that first used it."""
         self._acl = acl
+        self._client_ids = client_ids or ClientIdOwners()
+        self._clock = clock
 
     def authenticate(self, metadata: dict[str, str]) -> str:
         """The access key whose secret signed this call."""
@@ -121,7 +131,9 @@ class V2Authenticator:
                                            f"unknown access key or wrong secret key")
         return access_key
 
-    def authorize(self, access_key: str, method: str, request: Any, peer: str) -> None:
+    def authorize(self, access_key: str, method: str, request: Any, peer: str, client_id: str = "") -> None:
+        """The account may make this call from `peer`, and owns `client_id` (its header); the
+        call then runs as that account (rmq.broker_server.caller)."""
         acl = self._acl()
         address = peer_address(peer)
         account = acl.account(access_key)
@@ -135,11 +147,15 @@ class V2Authenticator:
                 if not account.admin:
                     raise AccessDenied(f"access key {key_label(access_key)} is not an admin account, "
                                        f"which {method} needs")
+                admitted(Caller(access_key, self._acl))
                 return
             for requirement in rule(request):
                 acl.check(access_key, requirement.name, requirement.kind, requirement.need)
-        except AccessDenied as error:
+            if client_id:
+                self._client_ids.claim(access_key, client_id, int(self._clock() * 1000))
+        except (AccessDenied, ClientIdTaken) as error:
             raise Refused(v2.FORBIDDEN, str(error)) from None
+        admitted(Caller(access_key, self._acl))
 
 
 class RocketMQv2AuthInterceptor(aio.ServerInterceptor):
@@ -164,12 +180,13 @@ class RocketMQv2AuthInterceptor(aio.ServerInterceptor):
             access_key = self._authenticator.authenticate(metadata)
         except Refused as refusal:
             return _refusing(handler, name, refusal, self._refusals)
-        return _wrap(handler, name, self._check(name, access_key))
+        return _wrap(handler, name, self._check(name, access_key, metadata.get(CLIENT_ID, "")))
 
-    def _check(self, name: str, access_key: str) -> Callable[[Any, aio.ServicerContext], Refused | None]:
+    def _check(self, name: str, access_key: str,
+               client_id: str) -> Callable[[Any, aio.ServicerContext], Refused | None]:
         def check(request: Any, context: aio.ServicerContext) -> Refused | None:
             try:
-                self._authenticator.authorize(access_key, name, request, context.peer())
+                self._authenticator.authorize(access_key, name, request, context.peer(), client_id)
                 return None
             except Refused as error:
                 self._refusals.record(name, context.peer(), v2.Code.Name(error.code), error.message)

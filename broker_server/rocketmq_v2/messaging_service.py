@@ -17,6 +17,7 @@ from rmq import message_format as mf
 from rmq.broker_server.names import check_group_name
 from rmq.broker_server.pull_message_processor import sql92_record_filter
 from rmq.broker_server.rocketmq_v2 import messages
+from rmq.broker_server.rocketmq_v2.authentication import CLIENT_ID
 from rmq.broker_server.rocketmq_v2.offset_rpcs import OffsetRpcs
 from rmq.broker_server.rocketmq_v2.pop_service import MAX_BATCH, PopRequest, PopService
 from rmq.broker_server.rocketmq_v2.receipt_handle import InvalidReceiptHandle, ReceiptHandle
@@ -36,7 +37,6 @@ from rmq.store import MessageStore
 from rmq.store.message_filter import RecordFilter
 from rmq.subscription import SEPARATOR, tag_codes
 
-CLIENT_ID_HEADER = "x-mq-client-id"
 MIN_INVISIBLE_MS = 10_000              # proxy minInvisibleTimeMillsForRecv
 MAX_INVISIBLE_MS = 12 * 3600 * 1000    # proxy maxInvisibleTimeMills
 DEFAULT_INVISIBLE_MS = 60_000          # auto-renewed (push) receives: proxy defaultInvisibleTimeMills
@@ -59,7 +59,7 @@ class GroupPolicy:
 
 
 def _client_id(context: Any) -> str:
-    return dict(context.invocation_metadata() or ()).get(CLIENT_ID_HEADER, "")
+    return dict(context.invocation_metadata() or ()).get(CLIENT_ID, "")
 
 
 def _duration_ms(duration: Any) -> int:
@@ -114,7 +114,7 @@ class RocketMQv2MessagingService:
         client_id = _client_id(context)
         if not client_id:
             yield pb.TelemetryCommand(status=v2.Status(code=v2.CLIENT_ID_REQUIRED,
-                                                       message=f"header {CLIENT_ID_HEADER} is missing"))
+                                                       message=f"header {CLIENT_ID} is missing"))
             return
         async for command in self.sessions.serve(client_id, commands):
             yield command

@@ -271,7 +271,7 @@ class PopService:
         """A message delivered max_attempts times: a copy in `%DLQ%<group>`, the original done."""
         dlq = retry.dlq_topic(queue.group)
         ensure_group_topic(self.topics, dlq, retry.DLQ_NUMS_PER_GROUP, DLQ_TOPIC_PERM, self.on_topics_changed)
-        copy = send_back_copy(record.raw, SendBackTarget(dlq, 0), max_attempts - 1)
+        copy = send_back_copy(record.message, SendBackTarget(dlq, 0), max_attempts - 1)
         result = await self.executor.run(self.store.put_message, copy)
         check_put_status(result.status)
         self.table.acked(queue, [record.offset])

@@ -67,12 +67,13 @@ class SendBackBroker(Broker):
     def _announce(self) -> None:
         self.announced += 1
 
-    def put(self, reconsume_times: int = 0, properties: dict[str, str] | None = None) -> int:
+    def put(self, reconsume_times: int = 0, properties: dict[str, str] | None = None, topic: str = "T",
+            queue_id: int = 1) -> int:
         props = {mf.PROPERTY_TAGS: "TagA", mf.PROPERTY_KEYS: "k1 k2", "user": "v"} | (properties or {})
         result = self.store.put_message(
             MessageToStore(
-                topic="T",
-                queue_id=1,
+                topic=topic,
+                queue_id=queue_id,
                 body=b"payload",
                 properties=props,
                 flag=7,
@@ -147,6 +148,7 @@ def test_a_copy_sent_back_again_keeps_the_first_origin_and_topic(broker: SendBac
     first = broker.put(
         reconsume_times=1,
         properties={retry.PROPERTY_RETRY_TOPIC: "T", retry.PROPERTY_ORIGIN_MESSAGE_ID: "M1"},
+        topic="%RETRY%G", queue_id=0,
     )
     assert broker.back(first).delay_level == 4
     wait_for_queue(broker, SCHEDULE_TOPIC, 3, 1)
@@ -154,6 +156,19 @@ def test_a_copy_sent_back_again_keeps_the_first_origin_and_topic(broker: SendBac
     assert copy.reconsume_times == 2
     assert copy.properties[retry.PROPERTY_ORIGIN_MESSAGE_ID] == "M1"
     assert copy.properties[retry.PROPERTY_RETRY_TOPIC] == "T"
+
+
+def test_origin_properties_a_producer_set_are_replaced_by_where_the_message_really_is(
+        broker: SendBackBroker) -> None:
+    """#25 item 5: `rmq dlq resend` publishes to RETRY_TOPIC, so only the broker may set it."""
+    offset = broker.put(properties={retry.PROPERTY_RETRY_TOPIC: "payments",
+                                    retry.PROPERTY_ORIGIN_MESSAGE_ID: "M9"})
+    original = decode_record(broker.store.look_message_by_offset(offset))
+    assert broker.back(offset, delay_level=-1).topic == "%DLQ%G"
+    wait_for_queue(broker, "%DLQ%G", 0, 1)
+    dead, _ = broker.last_record("%DLQ%G", 0)
+    assert dead.properties[retry.PROPERTY_RETRY_TOPIC] == "T"
+    assert dead.properties[retry.PROPERTY_ORIGIN_MESSAGE_ID] == offset_msg_id(original)
 
 
 @pytest.mark.parametrize(("reconsume_times", "level", "max_times"), [(16, 0, None), (0, -1, None), (3, 0, 3)])
