@@ -20,6 +20,7 @@ import grpc
 from grpc import aio
 
 from rmq import request_signing
+from rmq.broker_server.caller_account import enter_call
 from rmq.broker_server.refusal_log import RefusalLog
 from rmq.broker_server.request_auth import Admission, CallRefused, RequestAuthenticator
 from rmq.rocketmq_v2 import METHOD_PREFIX as ROCKETMQ_V2_METHOD_PREFIX
@@ -79,6 +80,7 @@ class AuthInterceptor(aio.ServerInterceptor):
             self._authenticator.admit_request(admission, method, request, context.peer())
         except CallRefused as refusal:
             await self._refuse(method, refusal, context)
+        enter_call(admission.access_key)
 
     def _unary_handler(self, method: str, admission: Admission,
                        handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:

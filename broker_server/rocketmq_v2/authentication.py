@@ -29,6 +29,7 @@ import grpc
 from grpc import aio
 
 from rmq.broker_server.acl import AccessDenied, Acl, Need, ResourceKind
+from rmq.broker_server.caller_account import enter_call
 from rmq.broker_server.refusal_log import RefusalLog
 from rmq.broker_server.request_auth import key_label, peer_address
 from rmq.rocketmq_v2 import METHOD_PREFIX, METHODS
@@ -170,6 +171,7 @@ class RocketMQv2AuthInterceptor(aio.ServerInterceptor):
         def check(request: Any, context: aio.ServicerContext) -> Refused | None:
             try:
                 self._authenticator.authorize(access_key, name, request, context.peer())
+                enter_call(access_key)
                 return None
             except Refused as error:
                 self._refusals.record(name, context.peer(), v2.Code.Name(error.code), error.message)
