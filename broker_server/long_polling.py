@@ -10,9 +10,13 @@ futures with `call_soon_threadsafe`; a queue nobody waits on costs one dict look
 pull has its own timer, so it is answered at its suspend timeout; the periodic check (5 s,
 or the short-polling time) is the fallback for arrivals the notification missed.
 
-The table holds at most `max_held` pulls (BrokerConfig.max_held_pulls): one more is refused
-with LIMIT_EXCEEDED (`HoldTableFull`) instead of held, so clients cannot make the broker hold
-an unbounded number of futures and timers."""
+The table holds at most `max_held` pulls (BrokerConfig.max_held_pulls), shared fairly between
+accounts (rmq.broker_server.caller): when it is full, a pull of an account holding fewer
+than the account holding most releases that account's oldest held pull (answered now, as at its
+timeout: its client simply pulls again) and takes its place; any other is refused with
+LIMIT_EXCEEDED (`HoldTableFull`). So clients cannot make the broker hold an unbounded number of
+futures and timers, and one account holding the whole table does not lock the others out: each
+of n accounts keeps at least max_held // n."""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rmq.broker_server.caller import account_key
 from rmq.broker_server.status import RequestError, rmq_pb2
 
 log = logging.getLogger(__name__)
@@ -51,6 +56,8 @@ class HeldPullRequest:
     pull_from_this_offset: int
     tag_codes: frozenset[int] | None  # None: every tag ("*")
     future: asyncio.Future = field(repr=False)
+    key: str = ""       # topic@queueId
+    account: str = ""   # whose share it counts against
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
 
     def matches(self, tags_code: int | None) -> bool:
@@ -76,6 +83,7 @@ class PullRequestHoldService:
         self.short_polling_time_ms = short_polling_time_ms
         # key -> held requests in arrival order (a dict used as an ordered set: O(1) removal)
         self._table: dict[str, dict[HeldPullRequest, None]] = {}
+        self._by_account: dict[str, dict[HeldPullRequest, None]] = {}   # the same requests, oldest first
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
@@ -93,19 +101,22 @@ class PullRequestHoldService:
     ) -> None:
         """Hold the caller until a matching message arrives at or after `offset`, the hold
         time passes (`timeout_ms`, or the short-polling time without long polling) or the
-        service stops. Raises HoldTableFull when `max_held` pulls are held already."""
+        service stops. Raises HoldTableFull when `max_held` pulls are held already and the calling
+        account holds at least as many as any other."""
         if self._stopped:
             return
         if not self.long_polling_enable:
             timeout_ms = self.short_polling_time_ms
         loop = asyncio.get_running_loop()
-        request = HeldPullRequest(offset, tag_codes, loop.create_future())
         key = build_key(topic, queue_id)
+        request = HeldPullRequest(offset, tag_codes, loop.create_future(), key, account_key())
         with self._lock:
-            if self._held >= self.max_held:
-                raise HoldTableFull(self.max_held)
+            displaced = self._make_room(request.account)
             self._table.setdefault(key, {})[request] = None
+            self._by_account.setdefault(request.account, {})[request] = None
             self._held += 1
+        if displaced is not None:
+            self._wake([displaced])
         request.timer = loop.call_later(timeout_ms / 1000, _resolve, [request])
         # A message dispatched between the caller's pull and the line above found nobody to
         # wake: look once more now that the request is visible.
@@ -133,10 +144,7 @@ class PullRequestHoldService:
                 return
             woken = [r for r in requests if max_offset > r.pull_from_this_offset and r.matches(tags_code)]
             for request in woken:
-                del requests[request]
-            self._held -= len(woken)
-            if not requests:
-                del self._table[key]
+                self._unlink(request)
         self._wake(woken)
 
     def on_dispatch(self, topic: str, queue_id: int, consume_queue_offset: int, tags_code: int) -> None:
@@ -150,14 +158,15 @@ class PullRequestHoldService:
         prefix = topic + TOPIC_QUEUEID_SEPARATOR
         with self._lock:
             keys = [key for key in self._table if key.startswith(prefix)]
-            woken = [request for key in keys for request in self._table.pop(key)]
-            self._held -= len(woken)
+            woken = [request for key in keys for request in self._table[key]]
+            for request in woken:
+                self._unlink(request)
         self._wake(woken)
 
-    def held_count(self) -> int:
-        """How many pulls the table holds now (tests and diagnostics)."""
+    def held_count(self, account: str | None = None) -> int:
+        """How many pulls the table holds now, in all or of one account (tests and diagnostics)."""
         with self._lock:
-            return self._held
+            return self._held if account is None else len(self._by_account.get(account, ()))
 
     def check_hold_requests(self) -> None:
         """checkHoldRequest: compare every held queue with the store's max offset."""
@@ -179,6 +188,7 @@ class PullRequestHoldService:
         with self._lock:
             woken = [request for requests in self._table.values() for request in requests]
             self._table.clear()
+            self._by_account.clear()
             self._held = 0
         self._wake(woken)
 
@@ -189,13 +199,32 @@ class PullRequestHoldService:
 
     def _remove(self, key: str, request: HeldPullRequest) -> None:
         with self._lock:
-            requests = self._table.get(key)
-            if requests is None or request not in requests:
-                return
+            if request in self._table.get(key, ()):
+                self._unlink(request)
+
+    def _unlink(self, request: HeldPullRequest) -> None:
+        """Take a held request out of both tables (under the lock)."""
+        for table, name in ((self._table, request.key), (self._by_account, request.account)):
+            requests = table[name]
             del requests[request]
-            self._held -= 1
             if not requests:
-                del self._table[key]
+                del table[name]
+        self._held -= 1
+
+    def _make_room(self, account: str) -> HeldPullRequest | None:
+        """Under the lock, before `account` holds one more: nothing when the table has room; else
+        the oldest held pull of the account holding most, taken out of the table, when that account
+        holds more than `account` will; else HoldTableFull."""
+        if self._held < self.max_held:
+            return None
+        if not self._by_account:
+            raise HoldTableFull(self.max_held)
+        largest = max(self._by_account, key=lambda name: len(self._by_account[name]))
+        if len(self._by_account[largest]) <= len(self._by_account.get(account, ())) + 1:
+            raise HoldTableFull(self.max_held)
+        oldest = next(iter(self._by_account[largest]))
+        self._unlink(oldest)
+        return oldest
 
     def _wake(self, requests: list[HeldPullRequest]) -> None:
         if not requests:

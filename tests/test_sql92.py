@@ -3,7 +3,14 @@ comparison, and errors naming the position."""
 
 import pytest
 
-from rmq.sql92 import COMPILED_CACHE_SIZE, MAX_EXPRESSION_LENGTH, Sql92Error, _compile, compile_sql92
+from rmq.sql92 import (
+    COMPILED_CACHE_SIZE,
+    MAX_EXPRESSION_LENGTH,
+    MAX_NESTING_DEPTH,
+    Sql92Error,
+    _compile,
+    compile_sql92,
+)
 
 ORDER = {"region": "eu", "amount": "150", "TAGS": "TagA", "vip": "true", "code": "007", "note": "it's"}
 
@@ -96,3 +103,40 @@ def test_expression_length_and_cache_are_bounded() -> None:
     for n in range(COMPILED_CACHE_SIZE + 500):
         compile_sql92(f"amount = {n}")
     assert _compile.cache_info().currsize <= COMPILED_CACHE_SIZE
+
+
+def test_nesting_past_the_depth_limit_is_an_error_at_the_parenthesis() -> None:
+    """Issue #32 item 7 / #25 item 6: 200 nested parentheses raised RecursionError in every client."""
+    assert matches("(" * MAX_NESTING_DEPTH + "amount = 150" + ")" * MAX_NESTING_DEPTH)
+    too_deep = "(" * (MAX_NESTING_DEPTH + 1) + "amount = 150" + ")" * (MAX_NESTING_DEPTH + 1)
+    for expression in (too_deep, "(" * 200 + "amount = 150" + ")" * 200):
+        with pytest.raises(Sql92Error, match=f"at position {MAX_NESTING_DEPTH}: parentheses nested deeper"):
+            compile_sql92(expression)
+
+
+def test_a_run_of_nots_is_counted_not_recursed() -> None:
+    assert matches("NOT " * 1000 + "amount = 150")
+    assert not matches("NOT " * 1001 + "amount = 150")
+    assert not matches("NOT " * 1001 + "missing = 1")     # NOT UNKNOWN is UNKNOWN
+
+
+@pytest.mark.parametrize(("expression", "position", "literal"), [
+    ("amount > 5 AND 'x'", 15, "'x'"), ("'x' OR amount > 5", 0, "'x'"), ("5", 0, "5"),
+    ("NOT -5", 4, "-5"), ("amount > 5 AND (7)", 16, "7"),
+])
+def test_a_literal_is_no_condition(expression: str, position: int, literal: str) -> None:
+    with pytest.raises(Sql92Error, match=f"at position {position}: type error: the literal {literal} is not"):
+        compile_sql92(expression)
+
+
+@pytest.mark.parametrize(("expression", "expected"), [
+    ("amount > -5", True), ("amount < -5", False), ("debt = -12.5", True), ("debt < -1e1", True),
+    ("debt BETWEEN -20 AND -10", True), ("debt IN (-12.5, 3)", True), ("amount>-5", True),
+])
+def test_negative_literals(expression: str, expected: bool) -> None:
+    assert matches(expression, {**ORDER, "debt": "-12.5"}) is expected
+
+
+def test_a_minus_needs_a_number() -> None:
+    with pytest.raises(Sql92Error, match="at position 10: expected a number after '-', found 'amount'"):
+        compile_sql92("amount > -amount")

@@ -13,8 +13,14 @@ Grammar (keywords case-insensitive):
                           | ["NOT"] "BETWEEN" operand "AND" operand
                           | ["NOT"] "IN" "(" literal ("," literal)* ")"
                           | "IS" ["NOT"] "NULL" ]
-    operand    := identifier | number | 'string' | TRUE | FALSE | NULL | "(" expr ")"
+    operand    := identifier | literal | TRUE | FALSE | NULL | "(" expr ")"
+    literal    := ["-"] number | 'string'
     cmp        := = | <> | != | > | >= | < | <=
+
+A predicate without a comparison is a condition only when its operand is one (TRUE, FALSE, NULL,
+a property, a parenthesised condition): `amount > 5 AND 'x'` is a type error. Parentheses nest at
+most MAX_NESTING_DEPTH deep and a run of NOTs is counted, not recursed into, so neither parsing nor
+evaluation can exhaust Python's recursion limit; the clients and the broker share this one bound.
 
 Semantics: properties are named by identifier (user properties and `TAGS`); an unknown property
 is NULL. Logic is SQL's three-valued logic: a comparison with NULL is UNKNOWN, and a message
@@ -36,13 +42,14 @@ Evaluator = Callable[[Properties], Value]
 
 MAX_EXPRESSION_LENGTH = 4096     # longer ones are refused: a client cannot make the broker compile megabytes
 COMPILED_CACHE_SIZE = 1024       # compiled expressions kept per process (bounded: clients choose the strings)
+MAX_NESTING_DEPTH = 64           # parentheses nested deeper are refused (five parser frames per level)
 
 _TOKEN = re.compile(r"""
     (?P<ws>\s+)
   | (?P<number>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)
   | (?P<string>'(?:[^']|'')*')
   | (?P<ident>[A-Za-z_$][A-Za-z0-9_$.]*)
-  | (?P<op><>|!=|>=|<=|=|>|<|\(|\)|,)
+  | (?P<op><>|!=|>=|<=|=|>|<|\(|\)|,|-)
 """, re.VERBOSE)
 _KEYWORDS = frozenset({"AND", "OR", "NOT", "BETWEEN", "IN", "IS", "NULL", "TRUE", "FALSE"})
 
@@ -51,8 +58,20 @@ class Sql92Error(ValueError):
     """A malformed SQL92 filter: the message names the position (0-based) and what was expected."""
 
     def __init__(self, expression: str, position: int, problem: str) -> None:
-        super().__init__(f"invalid SQL92 filter at position {position}: {problem} in {expression!r}")
+        excerpt = _excerpt(expression, position)
+        super().__init__(f"invalid SQL92 filter at position {position}: {problem} in {excerpt}")
         self.position = position
+
+
+ERROR_EXCERPT_CHARS = 120   # an error quotes at most this much of the expression, around the position
+
+
+def _excerpt(expression: str, position: int) -> str:
+    if len(expression) <= ERROR_EXCERPT_CHARS:
+        return repr(expression)
+    start = max(0, min(position - ERROR_EXCERPT_CHARS // 2, len(expression) - ERROR_EXCERPT_CHARS))
+    window = expression[start:start + ERROR_EXCERPT_CHARS]
+    return f"{'…' if start else ''}{window!r}{'…' if start + ERROR_EXCERPT_CHARS < len(expression) else ''}"
 
 
 @dataclass(frozen=True)
@@ -191,6 +210,7 @@ class _Parser:
         self.expression = expression
         self.tokens = _tokenize(expression)
         self.index = 0
+        self.depth = 0      # parentheses open around the current token
 
     @property
     def token(self) -> _Token:
@@ -232,11 +252,15 @@ class _Parser:
         return parts[0] if len(parts) == 1 else _conjunction(parts)
 
     def _not(self) -> Evaluator:
-        if self._accept("keyword", "NOT"):
-            return _negated(self._not())
-        return self._predicate()
+        """NOT NOT x is x in three-valued logic too: a run of NOTs is counted, not recursed into."""
+        negations = 0
+        while self._accept("keyword", "NOT"):
+            negations += 1
+        predicate = self._predicate()
+        return _negated(predicate) if negations % 2 else predicate
 
     def _predicate(self) -> Evaluator:
+        start = self.token
         left = self._operand()
         operator = self._accept("op", *_COMPARATORS)
         if operator is not None:
@@ -257,13 +281,19 @@ class _Parser:
             return _negated(membership) if negate else membership
         if negate:
             raise self._fail("BETWEEN or IN after NOT")
-        return self._boolean(left)
+        return self._boolean(left, start)
 
-    def _boolean(self, operand: _Operand) -> Evaluator:
+    def _boolean(self, operand: _Operand, start: _Token) -> Evaluator:
         """A bare operand used as a condition: TRUE, FALSE, NULL, a parenthesised condition, or a
-        property holding 'true' / 'false'."""
+        property holding 'true' / 'false'. A number or string literal is no condition."""
         if operand.is_property:
             return _comparison("=", operand, _constant(True))
+        if isinstance(operand.constant, str | float):
+            previous = self.tokens[self.index - 1]
+            literal = self.expression[start.position:previous.position + len(previous.text)]
+            raise Sql92Error(self.expression, start.position,
+                             f"type error: the literal {literal} is not a condition "
+                             "(compare it with something)")
         return operand.evaluate
 
     def _literal_list(self) -> list[_Operand]:
@@ -275,17 +305,27 @@ class _Parser:
         return choices
 
     def _literal(self) -> _Operand:
-        token = self.token
-        if token.kind not in ("number", "string"):
+        literal = self._signed_literal()
+        if literal is None:
             raise self._fail("a string or number literal")
-        self.index += 1
-        return _constant(_literal_value(token))
+        return literal
+
+    def _signed_literal(self) -> _Operand | None:
+        """A string or number literal, a number with a leading minus included; None (nothing
+        consumed) when the next token starts none."""
+        if self._accept("op", "-"):
+            number = self._accept("number")
+            if number is None:
+                raise self._fail("a number after '-'")
+            return _constant(-float(number.text))
+        token = self._accept("number") or self._accept("string")
+        return None if token is None else _constant(_literal_value(token))
 
     def _operand(self) -> _Operand:
+        literal = self._signed_literal()
+        if literal is not None:
+            return literal
         token = self.token
-        if token.kind in ("number", "string"):
-            self.index += 1
-            return _constant(_literal_value(token))
         if token.kind == "keyword" and token.text in ("TRUE", "FALSE", "NULL"):
             self.index += 1
             return _constant({"TRUE": True, "FALSE": False, "NULL": None}[token.text])
@@ -294,7 +334,12 @@ class _Parser:
             name = token.text
             return _Operand(lambda properties: properties.get(name), is_property=True)
         if self._accept("op", "("):
+            if self.depth == MAX_NESTING_DEPTH:
+                raise Sql92Error(self.expression, token.position,
+                                 f"parentheses nested deeper than {MAX_NESTING_DEPTH} levels")
+            self.depth += 1
             inner = self._or()
+            self.depth -= 1
             self._expect("op", ")", "')'")
             return _Operand(inner)
         raise self._fail("a property name, literal or '('")
@@ -325,7 +370,7 @@ def compile_sql92(expression: str) -> Sql92Filter:
     """Parse and compile an expression (raises Sql92Error naming the position). Compiled filters are
     cached, at most COMPILED_CACHE_SIZE of them."""
     if len(expression) > MAX_EXPRESSION_LENGTH:
-        raise Sql92Error(expression[:40] + "…", MAX_EXPRESSION_LENGTH,
+        raise Sql92Error(expression, MAX_EXPRESSION_LENGTH,
                          f"longer than {MAX_EXPRESSION_LENGTH} characters")
     return _compile(expression)
 

@@ -19,6 +19,7 @@ from rmq import request_signing
 from rmq.auth import Credentials, TlsSettings, open_aio_channel, open_channel
 from rmq.broker_server.acl import parse_acl
 from rmq.broker_server.auth_interceptor import AuthInterceptor
+from rmq.broker_server.caller import account_key
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.request_auth import RequestAuthenticator
 from rmq.broker_server.tls import ServerTls, add_port
@@ -42,9 +43,11 @@ class Messaging(rmq_pb2_grpc.MessagingServiceServicer):
 
     def __init__(self) -> None:
         self.sent: list[str] = []
+        self.callers: list[str] = []
 
     async def SendMessage(self, request, context):
         self.sent.append(request.topic)
+        self.callers.append(account_key())
         return rmq_pb2.SendMessageResponse(status=rmq_pb2.Status(code=rmq_pb2.OK))
 
     async def WatchConsumerIds(self, request, context):
@@ -120,6 +123,7 @@ def test_signed_permitted_call_goes_through(server: Server) -> None:
         route = rmq_pb2_grpc.RouteServiceStub(channel).ListBrokers(rmq_pb2.ListBrokersRequest(), timeout=10)
         assert route.brokers[0].broker_name == "b"
     assert server.messaging.sent == ["orders"]
+    assert server.messaging.callers == ["producer1"]    # the account per-account shares count against
 
 
 def test_unsigned_call_is_unauthenticated(server: Server) -> None:

@@ -8,6 +8,7 @@ import asyncio
 
 import numpy as np
 
+from rmq.sql92 import MAX_NESTING_DEPTH
 from rmq.stored_message import decode_records
 from rmq.v1 import rmq_pb2
 from tests.broker_server import test_processors
@@ -82,3 +83,18 @@ def test_held_pull_is_answered_only_for_a_matching_message(broker: Broker) -> No
     assert not answered_early, "a non-matching arrival answered the held SQL92 pull"
     assert (response.pull_status, bodies(response), response.next_begin_offset) == (
         rmq_pb2.FOUND, [b"eu-150"], 2)
+
+
+def test_deep_nesting_is_a_parse_failure_with_its_position_and_no_log(broker: Broker, caplog) -> None:
+    """Issue #25 item 6: 1,000 NOTs or 800 parentheses overflowed the recursion limit (SYSTEM_ERROR and
+    a traceback per call); now the parentheses past the shared depth limit are refused where they
+    start, a run of NOTs is fine, and the broker logs nothing for either."""
+    send(broker, order("eu", 150))
+    wait_dispatched(broker.store, "T", 0, 1)
+    deep = sql_pull(broker, 0, "(" * 800 + "region = 'eu'" + ")" * 800)
+    assert deep.status.code == rmq_pb2.SUBSCRIPTION_PARSE_FAILED
+    assert f"at position {MAX_NESTING_DEPTH}: parentheses nested deeper than" in deep.status.message
+    assert len(deep.status.message) < 400
+    negations = sql_pull(broker, 0, "NOT " * 1000 + "region = 'eu'")
+    assert (negations.status.code, bodies(negations)) == (rmq_pb2.OK, [b"eu-150"])
+    assert caplog.records == []

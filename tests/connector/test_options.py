@@ -244,3 +244,7 @@ def test_sql_filter_is_checked_at_load_and_replaces_the_tag_expression():
         check_source_options({**BASE, "sqlFilter": "region = 'eu' AND amount >"})
     with pytest.raises(RmqOptionError, match="'sqlFilter' and 'subExpression' are mutually exclusive"):
         check_source_options({**BASE, "sqlFilter": "a = 1", "subExpression": "TagA"})
+    with pytest.raises(RmqOptionError, match=r"'sqlFilter': invalid SQL92 filter at position 64: "
+                                             r"parentheses nested deeper than 64 levels"):
+        check_source_options({**BASE, "sqlFilter": "(" * 200 + "a = 1" + ")" * 200})
+    assert parse(sqlFilter="amount > -5").pull.sql_filter == "amount > -5"
