@@ -10,9 +10,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
+from rmq import request_signing
+from rmq.auth import ClientSecurity
+from rmq.broker_server.acl_file import AclFile
+from rmq.broker_server.server_security import ServerSecurity
 from rmq.store import MessageStore, PutMessageStatus
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker
 from tests.store.conftest import message
 
@@ -28,9 +35,19 @@ def wait_until(condition: Callable[[], bool], what: str, timeout: float = DEADLI
         time.sleep(0.01)
 
 
-def member(path: Path, **settings: Any) -> InProcessBroker:
+def member(path: Path, security: ServerSecurity | None = None, **settings: Any) -> InProcessBroker:
     store = {"mapped_file_size_commit_log": FILE_SIZE, "sync_flush_timeout_ms": SLAVE_TIMEOUT_MS}
-    return InProcessBroker(path, broker_name="group", store=store, **settings)
+    return InProcessBroker(path, security, broker_name="group", store=store, **settings)
+
+
+ADMIN = ("admin01", "admin-secret-0001")
+ACL = f"accounts:\n  - {{accessKey: {ADMIN[0]}, secretKey: '{ADMIN[1]}', admin: true}}\n"
+
+
+def secured(tmp_path: Path) -> ServerSecurity:
+    """--acl with one admin account, whose keys the member's own calls (a slave's) are signed with."""
+    acl = write_acl(tmp_path / "acl.yml", ACL)
+    return ServerSecurity(AclFile(acl), outgoing=ClientSecurity(*ADMIN))
 
 
 @pytest.fixture
@@ -94,3 +111,40 @@ def test_sync_master_acknowledges_only_what_the_slave_holds(group) -> None:
     finally:
         gate.release()
     wait_until(lambda: in_sync(master_store, slave_store), "the held chunk to be acknowledged")
+
+
+@pytest.fixture
+def secured_group(tmp_path: Path) -> Iterator[tuple[InProcessBroker, InProcessBroker]]:
+    master = member(tmp_path / "master", secured(tmp_path), broker_role="SYNC_MASTER").start()
+    slave = member(tmp_path / "slave", secured(tmp_path), broker_role="SLAVE", broker_id=1,
+                   master=master.address)
+    started: list[InProcessBroker] = [master]
+    try:
+        slave.start()
+        started.append(slave)
+        yield master, slave
+    finally:
+        for broker in reversed(started):
+            broker.stop()
+
+
+def test_a_call_signed_for_the_master_is_refused_by_its_slave(secured_group) -> None:
+    """Each member of a group checks its own server id: a call captured on its way to the
+    master cannot be replayed to the slave (nor one for the slave to the master)."""
+    master, slave = secured_group
+    method = "/rmq.v1.AdminService/GetBrokerStatus"
+    request = rmq_pb2.BrokerStatusRequest()
+
+    def call(broker: InProcessBroker, headers: request_signing.SignedHeaders) -> rmq_pb2.BrokerStatusResponse:
+        with grpc.insecure_channel(broker.address) as channel:
+            return rmq_pb2_grpc.AdminServiceStub(channel).GetBrokerStatus(
+                request, metadata=headers.as_metadata(), timeout=DEADLINE_S)
+
+    for signed_for, replayed_on, own_id in ((master, slave, "broker/group/1"), (slave, master, "broker/group")):
+        target = request_signing.broker_server_id("group", signed_for.config.broker_id)
+        captured = request_signing.sign(*ADMIN, target, method, request)
+        assert call(signed_for, captured).broker_id == signed_for.config.broker_id
+        with pytest.raises(grpc.RpcError) as refused:
+            call(replayed_on, captured)
+        assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED
+        assert refused.value.details() == f"call signed for server {target!r}, this is {own_id!r}"
