@@ -180,7 +180,7 @@ class BrokerController:
 
     def build_server(self):
         server = create_server(self.config.listen, self.config.grpc_max_message_bytes, self.security,
-                               broker_server_id(self.config.broker_name))
+                               broker_server_id(self.config.broker_name, self.config.broker_id))
         rmq_pb2_grpc.add_MessagingServiceServicer_to_server(
             MessagingService(
                 self.store,

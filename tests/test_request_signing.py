@@ -42,7 +42,8 @@ def test_string_to_sign_layout() -> None:
 
 
 def test_server_ids() -> None:
-    assert rs.broker_server_id("broker-a") == "broker/broker-a"
+    assert rs.broker_server_id("broker-a", 0) == "broker/broker-a"
+    assert rs.broker_server_id("broker-a", 1) == "broker/broker-a/1"   # each member of a group its own
     assert rs.name_server_id("10.0.0.1:9876") == "namesrv/10.0.0.1:9876"
 
 

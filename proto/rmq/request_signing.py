@@ -32,7 +32,9 @@ A client-streaming call (a slave's replication stream) signs the digest of the e
 covered one by one.
 
 The target names one server, so a call captured on its way to one server is refused by
-every other: a broker is `broker/<broker name>`, a name server `namesrv/<listen address>`.
+every other: a broker group's master is `broker/<broker name>`, each of its slaves
+`broker/<broker name>/<broker id>` (so a call signed for one member of a group is refused by
+the others), a name server `namesrv/<listen address>`.
 A client learns it from the server: a call signed for another target (or for the empty one)
 is refused with UNAUTHENTICATED and the server's own id in the trailing metadata
 `x-rmq-server`; the client signs for that id from then on. The server also refuses nonces it
@@ -75,8 +77,9 @@ class SignatureFormatError(ValueError):
     """Signing headers are missing or malformed; the message names the header."""
 
 
-def broker_server_id(broker_name: str) -> str:
-    return f"broker/{broker_name}"
+def broker_server_id(broker_name: str, broker_id: int) -> str:
+    """The id of one member of a broker group: the master (broker id 0) is the group's name."""
+    return f"broker/{broker_name}" if broker_id == 0 else f"broker/{broker_name}/{broker_id}"
 
 
 def name_server_id(listen: str) -> str:

@@ -131,3 +131,24 @@ def test_sync_master_acknowledges_once_a_slave_holds_the_batch(stores) -> None:
 def test_async_master_does_not_wait(stores) -> None:
     master = stores("master", BrokerRole.ASYNC_MASTER, flush_disk_type=FlushDiskType.ASYNC)
     assert master.put_message(message()).status is PutMessageStatus.PUT_OK
+
+
+@pytest.mark.parametrize("shift", [-1, 1, 4096], ids=["before_its_end", "one_byte_gap", "gap_of_a_page"])
+def test_a_slave_refuses_bytes_that_do_not_continue_its_commit_log(stores, shift: int) -> None:
+    """Bytes at any offset but the slave's end (below it: a rewrite; beyond it: a gap) are
+    refused, and the slave's CommitLog keeps exactly what it had."""
+    master = stores("master", BrokerRole.ASYNC_MASTER)
+    slave = stores("slave", BrokerRole.SLAVE)
+    for index in range(3):
+        assert master.put_message(message(body=b"m%d" % index)).ok
+    replicate(master, slave, chunk=1 << 20)
+    end = slave.get_commit_log_max_offset()
+    held = commit_log_bytes(slave)
+    assert master.put_message(message(body=b"next")).ok
+    data = master.ha_service.read(end, 1 << 20)
+    with pytest.raises(StoreError, match=f"start at offset {end + shift} but this CommitLog ends at {end}"):
+        slave.append_replicated(end + shift, data)
+    assert slave.get_commit_log_max_offset() == end
+    assert commit_log_bytes(slave) == held
+    slave.append_replicated(end, data)   # the same bytes where they belong are taken
+    assert commit_log_bytes(slave) == commit_log_bytes(master)
