@@ -67,6 +67,7 @@ class BrokerConfig:
     retry_max_times: int = 16  # RocketMQ 5 consumer groups: DLQ after retry_max_times + 1 deliveries
     fifo_consumer_groups: str = ""  # RocketMQ 5 groups consuming in order (comma-separated)
     timer_max_delay_ms: int = 86_400_000  # RocketMQ 5 DELAY messages: at most a day ahead (proxy)
+    min_invisible_ms: int = 10_000  # RocketMQ 5 receives: the shortest invisibility (proxy)
     transaction_timeout_ms: int = 6000  # open transactions are checked back after this (transactionTimeOut)
     transaction_check_interval_ms: int = 30000  # then every interval (transactionCheckInterval)
     transaction_check_max: int = 15  # checks before an open transaction is dropped (transactionCheckMax)

@@ -27,6 +27,8 @@ from rmq.connector import ConsumeConcurrentlyStatus, Message, MessageExt, Produc
 from rmq.connector.client import RmqClient
 from rmq.connector.message_listener import ConsumeConcurrentlyContext
 from rmq.subscription import MessageSelector
+from tests.broker_server.in_process_broker import InProcessBroker
+from tests.waiting import wait_until
 
 GROUP = "g-retry"
 WAIT_S = 30.0
@@ -46,13 +48,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[processes.Serve
             client.create_topic(topic, queues)
     yield server
     server.stop()
-
-
-def wait_until(condition, what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def rmq_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -83,7 +78,7 @@ class Recorder:
         if message.body == b"none" and first_attempt:
             return None
         if message.body == b"sleep" and first_attempt:
-            time.sleep(3.0)  # past the 1.2 s consume timeout
+            time.sleep(3.0)  # the behaviour under test: a listener running past the 1.2 s consume timeout
         return OK
 
     def attempts(self, body: bytes) -> list[int]:
@@ -140,7 +135,7 @@ def test_retry_levels_dlq_and_resend(broker: processes.ServerProcess) -> None:
         )
         assert by_id.stdout.startswith("resent 1")  # by id: even when resent before
         wait_until(lambda: recorder.attempts(b"fail") == [0, 1, 2, 3, 0, 0], "the message resent by id")
-        time.sleep(0.5)
+        time.sleep(0.5)   # an absence window, not an event: a repeat would show within it
         assert all(recorder.attempts(f"ok{i}".encode()) == [0] for i in range(20))  # nothing else repeats
         assert recorder.attempts(b"fail") == [0, 1, 2, 3, 0, 0]
 
@@ -157,7 +152,7 @@ def test_flow_control_bounds_a_slow_listeners_process_queue(broker: processes.Se
     consumed = []
 
     def slow(messages: Sequence[MessageExt], context: ConsumeConcurrentlyContext):
-        time.sleep(0.005)
+        time.sleep(0.005)   # the behaviour under test: a slow listener
         consumed.extend(messages)
         return OK
 
@@ -176,7 +171,7 @@ def test_flow_control_bounds_a_slow_listeners_process_queue(broker: processes.Se
         deadline = time.monotonic() + WAIT_S
         while len(consumed) < 120 and time.monotonic() < deadline:
             held.extend(consumer.process_queues().values())
-            time.sleep(0.002)
+            time.sleep(0.002)   # sampling the ProcessQueue sizes while the listener works
     assert len(consumed) == 120
     assert 10 < max(held) <= 10 + 4  # pulls stop once more than 10 are held (TV-7)
 
@@ -215,7 +210,7 @@ def test_broadcasting_each_gets_everything_and_resumes(
         restarted = consumer("b1")
         with restarted:
             wait_until(lambda: len(received["b1"]) == 40, "b1 resumed")
-            time.sleep(0.3)
+            time.sleep(0.3)   # an absence window, not an event: a message read twice would show within it
         second.shutdown()
     assert sorted(received["b1"]) == sorted(received["b2"])
     assert len(set(received["b1"])) == 40
@@ -237,7 +232,7 @@ def test_sql92_subscription_gets_only_matching_messages(broker: processes.Server
             ]
         )
         wait_until(lambda: len(got) == 2, "the two matching messages")
-        time.sleep(0.3)
+        time.sleep(0.3)   # an absence window, not an event: a message the filter let through would show
     assert sorted(got) == [b"eu-150", b"eu-250"]
 
 
@@ -249,26 +244,31 @@ member = ConsumerMembership(RmqClient(sys.argv[1]), "g-spark", "spark-query-1", 
                             broadcasting=False, strategy="avg")
 member.start()
 print("ready", flush=True)
-time.sleep(600)
+time.sleep(600)   # a live member until the test kills it
 """
 
 
-def test_a_killed_spark_query_leaves_its_group_at_once(broker: processes.ServerProcess) -> None:
+def test_a_killed_spark_query_leaves_its_group_at_once(tmp_path: Path) -> None:
     """The Spark source's membership holds a watch stream: kill -9 of its driver unregisters it
     (without the stream the broker would list it until the 120 s client expiry)."""
-    process = subprocess.Popen(
-        [sys.executable, "-c", MEMBER_SCRIPT, broker.address], stdout=subprocess.PIPE, text=True
-    )
+    broker = InProcessBroker(tmp_path / "store").start()   # its watch table can be looked at
+    process = None
     try:
-        assert process.stdout.readline().strip() == "ready"
         with RmqClient(broker.address) as client:
+            client.create_topic("T", 2)
+            process = subprocess.Popen(
+                [sys.executable, "-c", MEMBER_SCRIPT, broker.address], stdout=subprocess.PIPE, text=True
+            )
+            assert process.stdout.readline().strip() == "ready"
             wait_until(
                 lambda: client.consumer_list("g-spark", "T") == ["spark-query-1"], "the query registered"
             )
-            time.sleep(0.3)  # its watch stream is open
+            wait_until(lambda: broker.controller.watches.watcher_count() == 1, "its watch stream is open")
             process.kill()
             process.wait()
             wait_until(lambda: client.consumer_list("g-spark", "T") == [], "the killed query gone", timeout=5)
     finally:
-        process.kill()
-        process.wait()
+        if process is not None:
+            process.kill()
+            process.wait()
+        broker.stop()

@@ -37,7 +37,6 @@ from rmq.store import MessageStore
 from rmq.store.message_filter import RecordFilter
 from rmq.subscription import SEPARATOR, tag_codes
 
-MIN_INVISIBLE_MS = 10_000              # proxy minInvisibleTimeMillsForRecv
 MAX_INVISIBLE_MS = 12 * 3600 * 1000    # proxy maxInvisibleTimeMills
 DEFAULT_INVISIBLE_MS = 60_000          # auto-renewed (push) receives: proxy defaultInvisibleTimeMills
 MAX_LONG_POLLING_S = 20.0              # proxy grpcClientConsumerMaxLongPollingTimeoutMillis
@@ -47,11 +46,12 @@ SUPPORTED_TYPES = (v2.NORMAL, v2.FIFO, v2.DELAY, v2.TRANSACTION)   # not LITE, P
 
 @dataclass(frozen=True)
 class GroupPolicy:
-    """How the broker treats v2 consumer groups (RocketMQ SubscriptionGroupConfig) and their
-    filters (enable_property_filter: SQL92 allowed)."""
+    """How the broker treats v2 consumer groups (RocketMQ SubscriptionGroupConfig), their
+    receives and their filters (enable_property_filter: SQL92 allowed)."""
 
     max_attempts: int
     fifo_groups: frozenset[str]
+    min_invisible_ms: int            # a receive's shortest invisibility (setting min_invisible_ms)
     sql92_enabled: bool = True
 
     def fifo(self, group: str) -> bool:
@@ -234,9 +234,10 @@ class RocketMQv2MessagingService:
             raise V2Error(v2.FORBIDDEN, f"the topic[{config.topic_name}] pulling message is forbidden")
         if request.HasField("invisible_duration"):
             invisible_ms = _duration_ms(request.invisible_duration)
-            if not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
+            shortest = self.policy.min_invisible_ms
+            if not shortest <= invisible_ms <= MAX_INVISIBLE_MS:
                 raise V2Error(v2.ILLEGAL_INVISIBLE_TIME,
-                              f"invisible duration {invisible_ms} ms is outside {MIN_INVISIBLE_MS}.."
+                              f"invisible duration {invisible_ms} ms is outside {shortest}.."
                               f"{MAX_INVISIBLE_MS} ms")
         else:
             invisible_ms = DEFAULT_INVISIBLE_MS
