@@ -510,6 +510,24 @@ class MessageStore:
         """DefaultMessageStore#getMessage (spec consumer-pull-rebalance §12.2, TV17). `record_filter`
         is MessageFilter#isMatchedByCommitLog (spec consumption-longpolling-offsets §9): called with
         each candidate record that passed the tag filter; rejected ones are skipped like tag misses."""
+        return self._get_message(topic, queue_id, offset, None, max_msg_nums, max_total_bytes, tag_codes,
+                                 record_filter)
+
+    def get_queue_range(self, topic: str, queue_id: int, offset: int, end_offset: int, max_msg_nums: int,
+                        max_total_bytes: int | None = None, tag_codes: Collection[int] | None = None,
+                        record_filter: RecordFilter | None = None) -> GetMessageResult:
+        """get_message that never scans a ConsumeQueue entry at or past `end_offset` (one read
+        of the Flight data plane, docs/data-plane.md): the same statuses and next_begin_offset
+        corrections, the records gathered across CommitLog file ends; a scan that stops at
+        `end_offset` answers next_begin_offset == end_offset. ValueError unless offset < end_offset."""
+        if offset >= end_offset:
+            raise ValueError(f"empty queue range [{offset}, {end_offset})")
+        return self._get_message(topic, queue_id, offset, end_offset, max_msg_nums, max_total_bytes,
+                                 tag_codes, record_filter)
+
+    def _get_message(self, topic: str, queue_id: int, offset: int, end_offset: int | None, max_msg_nums: int,
+                     max_total_bytes: int | None, tag_codes: Collection[int] | None,
+                     record_filter: RecordFilter | None) -> GetMessageResult:
         correct = self._next_offset_correction
         cq = self.find_consume_queue(topic, queue_id)
         if cq is None:
@@ -529,6 +547,8 @@ class MessageStore:
             return result(GetMessageStatus.OFFSET_OVERFLOW_BADLY,
                           correct(offset, min_offset if min_offset == 0 else max_offset))
         max_scan = max(MIN_FILTER_SCAN_BYTES, max_msg_nums * CQ_STORE_UNIT_SIZE) // CQ_STORE_UNIT_SIZE
+        if end_offset is not None:
+            max_scan = min(max_scan, end_offset - offset)
         entries = cq.get_entries(offset, max_scan)
         if entries is None:
             return result(GetMessageStatus.OFFSET_FOUND_NULL, correct(offset, cq.roll_next_file(offset)))
