@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -52,7 +51,8 @@ def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBr
 
 @pytest.fixture(scope="module")
 def no_sql_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
-    broker = InProcessBroker(tmp_path_factory.mktemp("no-sql") / "store", enable_property_filter=False).start()
+    store = tmp_path_factory.mktemp("no-sql") / "store"
+    broker = InProcessBroker(store, enable_property_filter=False).start()
     with RmqClient(broker.address) as admin:
         admin.create_topic("orders", queues=2)
     yield broker
@@ -123,8 +123,8 @@ def test_start_raises_when_the_broker_does_not_filter_by_sql92(no_sql_broker: In
             assert refused.value.code == rmq_pb2.FILTER_NOT_SUPPORTED
 
 
-def test_rmq_consume_sql_on_a_broker_without_sql92_exits_2_at_once(no_sql_broker: InProcessBroker,
-                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_rmq_consume_sql_on_a_broker_without_sql92_exits_2_at_once(
+        no_sql_broker: InProcessBroker, capsys: pytest.CaptureFixture[str]) -> None:
     code = cli.main(["consume", "orders", "--sql", "amount > 5", "--idle-timeout", "20",
                      "--endpoints", no_sql_broker.address])
     err = capsys.readouterr().err
