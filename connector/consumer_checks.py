@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from rmq.connector.client import RmqClient
+from rmq.connector.client import MessageQueue, RmqClient
 from rmq.connector.errors import RmqError
 from rmq.connector.rebalance_impl import SubscriptionData
 from rmq.names import group_name_problem
@@ -61,7 +61,7 @@ def check_client_in_broker(client: RmqClient, group: str, subscriptions: Iterabl
 
 
 def _probe_filter(client: RmqClient, group: str, subscription: SubscriptionData) -> None:
-    first_queues = {}
+    first_queues: dict[str, MessageQueue] = {}
     for mq in client.query_route(subscription.topic).message_queues:
         first_queues.setdefault(mq.broker_name, mq)
     for mq in first_queues.values():
