@@ -14,6 +14,7 @@ import yaml
 
 from rmq.broker_server.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
 from rmq.broker_server.errors import UserError
+from rmq.store import MessageStoreConfig
 
 MiB = 1024 * 1024
 
@@ -151,6 +152,8 @@ def load_config(config_class: type, path: str | None, overrides: dict[str, Any])
         if key not in known:
             raise UserError(f"{path}: unknown key {key!r} (known: {', '.join(sorted(known))})")
         _check_type(f"{path}: {key}", known[key], value)
+        if key == "store":
+            check_store_settings(f"{path}: store", value)
     values.update({key: value for key, value in overrides.items() if value is not None})
     config = config_class(**values)
     config.validate()
@@ -183,11 +186,59 @@ def check_address(name: str, address: str) -> None:
 
 
 def _check_type(name: str, spec: dataclasses.Field, value: Any) -> None:
-    expected = {"int": int, "bool": bool, "str": str}.get(str(spec.type), dict)
-    if expected is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise UserError(f"{name} must be an integer, not {value!r}")
+    expected = {"int": int, "float": float, "bool": bool, "str": str}.get(str(spec.type), dict)
+    number = expected in (int, float) and not isinstance(value, bool)
+    if number and isinstance(value, int | float if expected is float else int):
+        return
+    if expected in (int, float):
+        raise UserError(f"{name} must be {'an integer' if expected is int else 'a number'}, not {value!r}")
     if not isinstance(value, expected):
         raise UserError(f"{name} must be a {expected.__name__}, not {value!r}")
+
+
+# The `store:` section: MessageStoreConfig fields, except those the broker sets from its own
+# settings (store_dir, flush, role, address, max_message_size).
+_STORE_SET_BY_BROKER = frozenset({"store_dir", "flush_disk_type", "broker_role", "broker_address",
+                                  "max_message_size"})
+STORE_SETTINGS = {f.name: f for f in dataclasses.fields(MessageStoreConfig)
+                  if f.name not in _STORE_SET_BY_BROKER}
+_STORE_MAY_BE_ZERO = frozenset({"flush_commit_log_least_pages", "flush_consume_queue_least_pages",
+                                "consume_queue_unmap_idle_ms", "delete_commit_log_files_interval_ms",
+                                "delete_consume_queue_files_interval_ms"})
+# inclusive ranges; disk_max_used_space_ratio outside 10-95 would be clamped silently (diskMaxUsedSpaceRatio)
+_STORE_RANGES: dict[str, tuple[float, float]] = {
+    "disk_max_used_space_ratio": (10, 95),
+    "access_message_in_memory_max_ratio": (1, 100),
+    "disk_space_clean_forcibly_ratio": (0.01, 1.0),
+    "disk_space_warning_level_ratio": (0.01, 1.0),
+    "mapped_file_size_commit_log": (1024, 2**31 - 1),
+}
+
+
+def check_store_settings(name: str, settings: dict[str, Any]) -> None:
+    """The `store:` section of a config file: known keys, their types and ranges (one UserError line)."""
+    for key, value in settings.items():
+        spec = STORE_SETTINGS.get(key)
+        if spec is None:
+            raise UserError(f"{name}: unknown key {key!r} (known: {', '.join(sorted(STORE_SETTINGS))})")
+        _check_type(f"{name}.{key}", spec, value)
+        _check_store_range(f"{name}.{key}", key, value)
+
+
+def _check_store_range(name: str, key: str, value: Any) -> None:
+    if key == "delete_when":
+        hours = value.split(";")
+        if value.strip().lower() != "now" and not all(h.strip().isdigit() and int(h) < 24 for h in hours):
+            raise UserError(f"{name} must be 'now' or hours of the day separated by ';' (e.g. '04;16'), "
+                            f"not {value!r}")
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return
+    low, high = _STORE_RANGES.get(key, (0 if key in _STORE_MAY_BE_ZERO else 1e-9, float("inf")))
+    if not low <= value <= high:
+        bound = f"from {low:g} to {high:g}" if high != float("inf") else (
+            "at least 0" if low == 0 else "positive")
+        raise UserError(f"{name} must be {bound}, not {value!r}")
 
 
 _MAY_BE_ZERO = frozenset({"broker_id"})

@@ -164,8 +164,11 @@ def consume(client: RmqClient, args: argparse.Namespace) -> int:
         # halt() drops the queues on purpose: their "dropped" warnings say nothing to a CLI user
         logging.getLogger(f"rmq.connector.{service}").setLevel(logging.ERROR)
     printer = Printer(sys.stdout, args.json, args.max_messages)
-    consumer = PushConsumer(args.group, client.endpoints, client=client, consume_from=start,
-                            consume_timestamp=timestamp, consume_thread_max=1)
+    try:
+        consumer = PushConsumer(args.group, client.endpoints, client=client, consume_from=start,
+                                consume_timestamp=timestamp, consume_thread_max=1)
+    except ValueError as error:
+        raise UserError(f"--group: {error}") from None
     consumer.subscribe(args.topic, selector)
 
     def halt() -> None:
@@ -199,7 +202,7 @@ def consume(client: RmqClient, args: argparse.Namespace) -> int:
     try:
         consumer.start()
         try:
-            _wait(printer, stop, args.idle_timeout)
+            _wait(printer, stop, args.idle_timeout, consumer)
         finally:
             consumer.shutdown()
     finally:
@@ -208,10 +211,13 @@ def consume(client: RmqClient, args: argparse.Namespace) -> int:
     if printer.broken:   # the reader of stdout went away (`| head`): nothing more to print
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     print(f"consumed {printer.count} messages", file=sys.stderr)
+    if consumer.failure is not None:   # refused for good (no permission, filter not supported): exit 2
+        raise consumer.failure
     return 0
 
 
-def _wait(printer: Printer, stop: threading.Event, idle_timeout: float | None) -> None:
-    while not printer.done.wait(WAIT_STEP_S) and not stop.is_set():
+def _wait(printer: Printer, stop: threading.Event, idle_timeout: float | None,
+          consumer: PushConsumer) -> None:
+    while not printer.done.wait(WAIT_STEP_S) and not stop.is_set() and consumer.failure is None:
         if idle_timeout is not None and time.monotonic() - printer.last_activity >= idle_timeout:
             return

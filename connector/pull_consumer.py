@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from rmq.connector.allocation import STRATEGY_NAMES
 from rmq.connector.broker_outages import BrokerOutages
 from rmq.connector.client import MessageQueue, PullResult, PullStatus, RmqClient, RmqError, RmqUnavailable
+from rmq.connector.consumer_checks import check_client_in_broker, check_group, is_permanent_refusal
 from rmq.connector.consumer_ids_watcher import ConsumerIdsWatcher
 from rmq.connector.message import MessageExt, decode_messages
 from rmq.connector.offset_store import ReadOffsetType, RemoteBrokerOffsetStore
@@ -87,8 +88,7 @@ class PullConsumer:
         instance_name: str | None = None,
         client: RmqClient | None = None,
     ) -> None:
-        if not group:
-            raise ValueError("consumer group is empty")
+        check_group(group)
         if allocate_strategy not in STRATEGY_NAMES:
             raise ValueError(f"allocate_strategy must be one of {', '.join(STRATEGY_NAMES)}, "
                              f"not {allocate_strategy!r}")
@@ -126,6 +126,7 @@ class PullConsumer:
         self._consumed_lock = threading.Lock()
         self._next_auto_commit = time.monotonic() + auto_commit_interval_s
         self.outages = BrokerOutages(f"consumer group {group}")
+        self.failure: RmqError | None = None   # a pull refused for good: poll() raises it
         self.offset_store = RemoteBrokerOffsetStore(self.client, group, self.outages)
         self._scheduler = ScheduledExecutor(f"rmq-lite-pull-{group}")
         self._pull_service = PullMessageService(self._pull_message, self._scheduler)
@@ -188,6 +189,8 @@ class PullConsumer:
             if joins and not CONSUMER_TABLE.register_consumer(self.client_id, self.group, self):
                 raise RuntimeError(f"The consumer group[{self.group}] has been created before in this client "
                                    f"({self.client_id}), specify another name (or instance_name) please.")
+            if joins:
+                self._check_client_in_broker()
             self._state = "RUNNING"
         self._pull_service.start()
         if self._assigned is not None:
@@ -216,10 +219,18 @@ class PullConsumer:
         self._scheduler.shutdown()
         if self._assigned is None:
             self._watcher.stop()
+        self._leave_group()
+
+    def _leave_group(self) -> None:
+        if self._assigned is None:
             try:
                 self.client.unregister(self.client_id, self.group)
             except RmqError as error:
                 logger.warning("unregister of %s from group %s failed: %s", self.client_id, self.group, error)
+        self._release()
+
+    def _release(self) -> None:
+        if self._assigned is None:
             CONSUMER_TABLE.unregister_consumer(self.client_id, self.group)
         if self._owns_client:
             self.client.close()
@@ -227,9 +238,12 @@ class PullConsumer:
     # ------------------------------------------------------------ reading
 
     def poll(self, timeout: float = 5.0) -> list[MessageExt]:
-        """The next pulled batch (one queue, ascending offsets), or [] after `timeout` seconds."""
+        """The next pulled batch (one queue, ascending offsets), or [] after `timeout` seconds.
+        Raises the refusal that stopped a queue's pulls for good (consumer_checks)."""
         if not self.running:
             raise RuntimeError("the PullConsumer is not running")
+        if self.failure is not None:
+            raise self.failure
         self._maybe_auto_commit()
         deadline = time.monotonic() + timeout
         while True:
@@ -338,6 +352,16 @@ class PullConsumer:
                 self._consumed.setdefault(request.message_queue, request.next_offset)
             self._pull_service.execute_pull_request_immediately(request)
 
+    def _check_client_in_broker(self) -> None:
+        try:
+            check_client_in_broker(self.client, self.group, self._subscriptions.values(),
+                                   self._send_heartbeat)
+        except RmqError:
+            self._state = "START_FAILED"
+            self._scheduler.shutdown()
+            self._release()
+            raise
+
     def _heartbeat(self) -> None:
         try:
             self._send_heartbeat()
@@ -383,6 +407,9 @@ class PullConsumer:
         if not self.running or request.process_queue.dropped:
             return
         mq = request.message_queue
+        if is_permanent_refusal(error):
+            self.failure = self.failure or error
+            return
         if error is not None or result is None:
             if not self.outages.report(mq.broker_name, error):   # unreachable: one warning per outage
                 logger.warning("pull of %s failed: %s", mq, error)

@@ -33,6 +33,7 @@ from rmq.connector.broker_outages import BrokerOutages
 from rmq.connector.client import MessageQueue, PullResult, PullStatus, RmqClient, RmqError, RmqUnavailable
 from rmq.connector.consume_message_concurrently_service import ConsumeMessageConcurrentlyService
 from rmq.connector.consume_message_orderly_service import ConsumeMessageOrderlyService
+from rmq.connector.consumer_checks import check_client_in_broker, check_group, is_permanent_refusal
 from rmq.connector.consumer_ids_watcher import ConsumerIdsWatcher
 from rmq.connector.message import MessageExt, decode_messages
 from rmq.connector.message_listener import MessageListenerConcurrently
@@ -159,8 +160,7 @@ class PushConsumer:
         instance_name: str | None = None,
         client: RmqClient | None = None,
     ) -> None:
-        if not group:
-            raise ValueError("consumer group is empty")
+        check_group(group)
         if message_model not in (CLUSTERING, BROADCASTING):
             raise ValueError(
                 f"message_model must be {CLUSTERING!r} or {BROADCASTING!r}, not {message_model!r}")
@@ -217,6 +217,7 @@ class PushConsumer:
         self._state_lock = threading.Lock()
         self._flow_control_times = 0
         self.outages = BrokerOutages(f"consumer group {group}")
+        self.failure: RmqError | None = None   # a pull refused for good (see consumer_checks)
         # built by start()
         self.offset_store: OffsetStore
         self.rebalance_impl: RebalanceImpl
@@ -260,7 +261,8 @@ class PushConsumer:
     def start(self) -> None:
         """DefaultMQPushConsumerImpl#start: check, copy the subscriptions, build the services,
         heartbeat, then rebalance at once. Raises ValueError for a missing listener or
-        subscription, RmqError when the brokers refuse (e.g. an unknown topic)."""
+        subscription, RmqError when the brokers refuse (e.g. an unknown topic, no permission on the
+        group, an SQL92 filter the broker does not support: consumer_checks)."""
         with self._state_lock:
             if self._state != "CREATE_JUST":
                 raise RuntimeError(
@@ -276,6 +278,13 @@ class PushConsumer:
                                    f"({self.client_id}), specify another name (or instance_name) please.")
             self._state = "START_FAILED"
             self._build()
+            try:
+                check_client_in_broker(self.client, self.group,
+                                       self.rebalance_impl.subscription_inner.values(), self._send_heartbeat)
+            except RmqError:
+                self._scheduler.shutdown()
+                self._release()
+                raise
             self._state = "RUNNING"
         self._heartbeat()
         self._scheduler.schedule_at_fixed_rate(HEARTBEAT_INTERVAL_S, HEARTBEAT_INTERVAL_S, self._heartbeat)
@@ -304,15 +313,21 @@ class PushConsumer:
         self.rebalance_impl.drop_all()
         self._scheduler.shutdown()
         self._watcher.stop()
+        self._leave_group()
+        logger.info("the consumer [%s] shutdown OK", self.group)
+
+    def _leave_group(self) -> None:
         if not self.broadcasting:
             try:
                 self.client.unregister(self.client_id, self.group)
             except RmqError as error:
                 logger.warning("unregister of %s from group %s failed: %s", self.client_id, self.group, error)
+        self._release()
+
+    def _release(self) -> None:
         CONSUMER_TABLE.unregister_consumer(self.client_id, self.group)
         if self._owns_client:
             self.client.close()
-        logger.info("the consumer [%s] shutdown OK", self.group)
 
     def persist_consumer_offset(self) -> None:
         """persistConsumerOffset: write the offsets of every queue owned now."""
@@ -488,6 +503,11 @@ class PushConsumer:
         if not self.running:
             return
         mq = request.message_queue
+        if is_permanent_refusal(error):
+            if self.failure is None:
+                logger.error("consumer group %s stops pulling %s: %s", self.group, mq, error)
+            self.failure = self.failure or error
+            return
         if error is not None or result is None:
             # an unreachable broker: one warning per outage, the pull retried in 3 s like any failure
             if not self.outages.report(mq.broker_name, error) and not retry.is_retry_topic(mq.topic):

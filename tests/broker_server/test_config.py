@@ -66,3 +66,36 @@ def test_missing_file_and_bad_flag() -> None:
         load_config(BrokerConfig, "/no/such.yaml", {})
     with pytest.raises(UserError, match="broker name"):
         load_config(BrokerConfig, None, {"broker_name": "a b"})
+
+
+@pytest.mark.parametrize(
+    ("store", "message"),
+    [
+        ("colour: red", "store: unknown key 'colour' (known: access_message_in_memory_max_ratio, "),
+        ("store_dir: /elsewhere", "unknown key 'store_dir'"),
+        ("file_reserved_time_hours: abc", "store.file_reserved_time_hours must be a number, not 'abc'"),
+        ("flush_interval_commit_log_ms: -5", "store.flush_interval_commit_log_ms must be positive, not -5"),
+        ("flush_interval_commit_log_ms: 1.5", "store.flush_interval_commit_log_ms must be an integer"),
+        ("disk_max_used_space_ratio: 500", "store.disk_max_used_space_ratio must be from 10 to 95, not 500"),
+        ("disk_space_clean_forcibly_ratio: 2", "disk_space_clean_forcibly_ratio must be from 0.01 to 1"),
+        ("message_index_enable: 1", "store.message_index_enable must be a bool"),
+        ("delete_when: '25'", "store.delete_when must be 'now' or hours of the day"),
+        ("mapped_file_size_commit_log: 10", "mapped_file_size_commit_log must be from 1024"),
+    ],
+)
+def test_bad_store_settings_are_one_clear_line_naming_the_key(tmp_path: Path, store: str,
+                                                              message: str) -> None:
+    path = tmp_path / "broker.yaml"
+    path.write_text(f"store:\n  {store}\n")
+    with pytest.raises(UserError, match=message.replace("(", r"\(")) as error:
+        load_config(BrokerConfig, str(path), {})
+    assert "\n" not in str(error.value)
+
+
+def test_good_store_settings_are_kept(tmp_path: Path) -> None:
+    path = tmp_path / "broker.yaml"
+    path.write_text("store:\n  file_reserved_time_hours: 1\n  disk_max_used_space_ratio: 90\n"
+                    "  delete_when: '04;16'\n  flush_commit_log_least_pages: 0\n")
+    config = load_config(BrokerConfig, str(path), {})
+    assert config.store == {"file_reserved_time_hours": 1, "disk_max_used_space_ratio": 90,
+                            "delete_when": "04;16", "flush_commit_log_least_pages": 0}
