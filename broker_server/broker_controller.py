@@ -30,6 +30,7 @@ from rmq.broker_server.metrics import (
     BrokerCollector,
     BrokerFigures,
     QueueOffset,
+    broker_node_id,
     serve_metrics,
 )
 from rmq.broker_server.pull_message_processor import PullLimits, PullMessageProcessor
@@ -151,6 +152,7 @@ class BrokerController:
             max(delay_levels),
             self._group_exists,
             self.outer_api.register_soon,
+            self.stats,
         )
         self._tasks: list[asyncio.Task] = []
         self.rocketmq_v2: RocketMQv2MessagingService | None = None
@@ -256,7 +258,8 @@ class BrokerController:
 
         return BrokerFigures(self.config.broker_name, self.store, self.stats, self.hold_service.held_count,
                              consumer_offsets, self.consumers.table_sizes, lambda: len(self.topics.all()),
-                             client_tables, lambda: self.pull_processor.budget.held)
+                             client_tables, lambda: self.pull_processor.budget.held,
+                             node_id=broker_node_id(self.config.broker_name, self.config.broker_id))
 
     def start_services(self) -> None:
         keep_freed_memory()
