@@ -9,9 +9,10 @@ import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from rmq import message_format as mf
 from rmq import retry
 from rmq.connector.allocation import AVG, allocate
-from rmq.connector.client import QueueOffsets, RmqClient
+from rmq.connector.client import OutgoingMessage, QueueOffsets, RmqClient
 from rmq.connector.errors import RmqError, RmqUnavailable
 from rmq.connector.message import MessageExt, decode_messages
 from rmq.message_queue import MessageQueue
@@ -21,6 +22,9 @@ from rmq.v1 import rmq_pb2
 KEY_QUERY_MAX = 64          # messages per broker of a key lookup (RocketMQ maxMsgsNumBatch)
 PAGE_MAX = 500              # messages per page of a time-range lookup
 BROWSE_BATCH = 256
+# properties the broker sets on a stored copy, not carried into a re-published one
+NOT_REPUBLISHED = frozenset({mf.PROPERTY_TAGS, mf.PROPERTY_KEYS, mf.PROPERTY_REAL_TOPIC,
+                             mf.PROPERTY_REAL_QUEUE_ID, mf.PROPERTY_DELAY_TIME_LEVEL, mf.PROPERTY_UNIQ_KEY})
 
 
 class ClientProtocol(enum.IntEnum):
@@ -304,6 +308,16 @@ class MQAdmin:
             messages += self.browse(mq, bounds.min_offset, min(bounds.max_offset,
                                                                 bounds.min_offset + limit - len(messages)))
         return messages[:limit]
+
+
+def resend(client: RmqClient, message: MessageExt, group: str = "") -> str:
+    """Publish a dead letter again with its body, tags, keys and properties: to its original
+    topic (every group of that topic receives it again), or, with `group`, to that group's retry
+    topic only (what RocketMQ's consumeMessageDirectly is for). Returns the topic written."""
+    topic = retry.retry_topic(group) if group else message.topic
+    properties = {k: v for k, v in message.properties.items() if k not in NOT_REPUBLISHED}
+    client.send(topic, [OutgoingMessage(message.body, message.tags, message.keys, properties)])
+    return topic
 
 
 def parse_msg_id(msg_id: str) -> tuple[str, int]:
