@@ -14,6 +14,10 @@ $(STAMP): pyproject.toml
 	@command -v fusermount3 >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  { apt-get install -y -qq fuse3 || { apt-get update -qq && apt-get install -y -qq fuse3; }; } >/dev/null 2>&1; } || \
 	  echo "fuse3 not installed (needs root + apt-get): the power-loss test will skip"
+	@# the console's browser test drives Debian's chromium through Playwright (no browser download)
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { apt-get install -y -qq chromium || { apt-get update -qq && apt-get install -y -qq chromium; }; } >/dev/null 2>&1; } || \
+	  echo "chromium not installed (needs root + apt-get): the console's browser test will skip"
 	touch $(STAMP)
 
 venv: $(STAMP)

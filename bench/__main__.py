@@ -58,6 +58,8 @@ BENCHMARKS = [
               "bench.replication_bench:replication_rows", Target(min_ratio=0.5)),
     Benchmark("rocketmq", "11. RocketMQ 5 clients: official Python client vs rmq's SDK",
               "bench.rocketmq_v2_bench:rocketmq_v2_rows"),
+    Benchmark("nats", "12. rmq vs NATS JetStream: produce with acks, durable consumer, wake",
+              "bench.nats_bench:nats_rows"),
     Benchmark("sdk2", "12. Client SDK II: orderly vs concurrent PushConsumer, PullConsumer.poll vs XREAD",
               "bench.sdk_orderly_pull_bench:sdk2_rows"),
 ]

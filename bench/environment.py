@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.nats_reference import NatsServer, NatsUnavailable
 from bench.redis_reference import RedisServer, RedisUnavailable
 from rmq.cli import processes
 
@@ -55,6 +56,7 @@ class Environment:
         self._spark = None
         self.spark_warm = False   # set once a warm-up query has run in the Spark session
         self.redis_missing = ""   # why the Redis reference is skipped, once it is known
+        self.nats_missing = ""    # why the NATS JetStream reference is skipped, once it is known
 
     def directory(self, name: str) -> Path:
         path = self.work_dir / name
@@ -94,6 +96,26 @@ class Environment:
         finally:
             server.stop()
 
+    @contextmanager
+    def nats(self) -> Iterator[NatsServer | None]:
+        """nats-server with JetStream on file storage, or None (said once) when it cannot be
+        installed or started: the rows then carry no reference."""
+        if self.nats_missing:
+            yield None
+            return
+        server = NatsServer(self.directory("nats"))
+        try:
+            server.start()
+        except NatsUnavailable as error:
+            self.nats_missing = f"NATS JetStream reference skipped: {error}"
+            print(self.nats_missing, flush=True)
+            yield None
+            return
+        try:
+            yield server
+        finally:
+            server.stop()
+
     def spark(self):
         """One local Spark session for the whole run (start-up costs seconds), with the rmq
         source and the reference source registered."""
@@ -126,6 +148,7 @@ class Environment:
             self._spark.stop()
             self._spark = None
         self.spark_warm = False   # set once a warm-up query has run in the Spark session
+        self.nats_missing = ""
         self.redis_missing = ""   # why the Redis reference is skipped, once it is known
         shutil.rmtree(self.work_dir, ignore_errors=True)
 

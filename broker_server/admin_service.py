@@ -10,8 +10,9 @@ import grpc
 
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.long_polling import PullRequestHoldService
+from rmq.broker_server.names import check_group_name
 from rmq.broker_server.pull_message_processor import PullMessageProcessor
-from rmq.broker_server.status import OK, answers_with_status, rmq_pb2
+from rmq.broker_server.status import OK, RequestError, answers_with_status, rmq_pb2
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
 from rmq.store import MessageStore
@@ -29,6 +30,7 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         on_topics_changed: Callable[[], None],
         pull_processor: PullMessageProcessor,
         broker_status: Callable[[], rmq_pb2.BrokerStatusResponse] | None = None,
+        consumer_connections: Callable[[str], list[rmq_pb2.ConsumerConnection]] = lambda group: [],
     ) -> None:
         self.store = store
         self.executor = executor
@@ -38,6 +40,7 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         self.on_topics_changed = on_topics_changed
         self.pull_processor = pull_processor
         self.broker_status = broker_status
+        self.consumer_connections = consumer_connections
 
     @answers_with_status(rmq_pb2.CreateTopicResponse)
     async def CreateTopic(self, request: rmq_pb2.CreateTopicRequest,
@@ -78,3 +81,26 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         if self.broker_status is None:
             return rmq_pb2.BrokerStatusResponse(status=OK)
         return self.broker_status()
+
+    @answers_with_status(rmq_pb2.ViewMessageResponse)
+    async def ViewMessage(self, request: rmq_pb2.ViewMessageRequest,
+                          context: grpc.aio.ServicerContext) -> rmq_pb2.ViewMessageResponse:
+        """The record stored at a CommitLog offset (`rmq message query --msg-id`)."""
+        record = await self.executor.run(self.store.look_message_by_offset, request.commit_log_offset)
+        if record is None:
+            raise RequestError(rmq_pb2.QUERY_NOT_FOUND,
+                               f"no message is stored at CommitLog offset {request.commit_log_offset}")
+        response = rmq_pb2.ViewMessageResponse(status=OK)
+        response.messages.count = 1
+        response.messages.sizes = len(record).to_bytes(4, "little")
+        response.messages.records = record
+        return response
+
+    @answers_with_status(rmq_pb2.GetConsumerConnectionsResponse)
+    async def GetConsumerConnections(self, request: rmq_pb2.GetConsumerConnectionsRequest,
+                                     context: grpc.aio.ServicerContext
+                                     ) -> rmq_pb2.GetConsumerConnectionsResponse:
+        """The group's live members of every protocol (`rmq group members`, the console)."""
+        check_group_name(request.consumer_group)
+        return rmq_pb2.GetConsumerConnectionsResponse(
+            status=OK, connections=self.consumer_connections(request.consumer_group))

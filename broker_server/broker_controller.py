@@ -10,6 +10,7 @@ import ipaddress
 import logging
 import socket
 from collections.abc import Callable
+from typing import cast
 
 from rmq.broker_server.admin_service import AdminService
 from rmq.broker_server.broker_outer_api import BrokerOuterAPI
@@ -30,6 +31,7 @@ from rmq.broker_server.metrics import (
     BrokerCollector,
     BrokerFigures,
     QueueOffset,
+    broker_node_id,
     serve_metrics,
 )
 from rmq.broker_server.pull_message_processor import PullLimits, PullMessageProcessor
@@ -38,6 +40,7 @@ from rmq.broker_server.rebalance_lock_manager import LOCKS_FILE, RebalanceLockMa
 from rmq.broker_server.replication import Replication
 from rmq.broker_server.rocketmq_v2.messaging_service import RocketMQv2MessagingService
 from rmq.broker_server.rocketmq_v2.service import build_service as build_rocketmq_v2_service
+from rmq.broker_server.rocketmq_v2.telemetry import consumer_connection as rocketmq_v2_connection
 from rmq.broker_server.route_service import BrokerRouteService
 from rmq.broker_server.schedule_message_service import ScheduleMessageService
 from rmq.broker_server.send_message_processor import SendMessageProcessor
@@ -47,7 +50,7 @@ from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.request_signing import broker_server_id
 from rmq.rocketmq_v2 import add_messaging_service as add_rocketmq_v2_service
 from rmq.store import BrokerRole, FlushDiskType, MessageStore, MessageStoreConfig, StoreError
-from rmq.v1 import rmq_pb2_grpc
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +154,7 @@ class BrokerController:
             max(delay_levels),
             self._group_exists,
             self.outer_api.register_soon,
+            self.stats,
         )
         self._tasks: list[asyncio.Task] = []
         self.rocketmq_v2: RocketMQv2MessagingService | None = None
@@ -206,6 +210,7 @@ class BrokerController:
                 self.outer_api.register_soon,
                 self.pull_processor,
                 self.replication.status,
+                self.consumer_connections,
             ),
             server,
         )
@@ -244,6 +249,20 @@ class BrokerController:
         await wait_for_termination()
         await self.shutdown(server)
 
+    def consumer_connections(self, group: str) -> list[rmq_pb2.ConsumerConnection]:
+        """The group's live members here: rmq.v1 (and 4.x) clients from their heartbeats, RocketMQ 5
+        clients from their Telemetry settings."""
+        members = [rmq_pb2.ConsumerConnection(
+            client_id=info.client_id, protocol=cast(rmq_pb2.ClientProtocol, info.protocol),
+            address=info.address, message_model=cast(rmq_pb2.MessageModel, info.message_model),
+            subscriptions=[rmq_pb2.Subscription(topic=topic, sub_expression=expression)
+                           for topic, expression in info.subscriptions.items()],
+            last_heartbeat_ms=info.last_update_ms) for info in self.consumers.connections(group)]
+        if self.rocketmq_v2 is not None:
+            members += [rocketmq_v2_connection(session)
+                        for session in self.rocketmq_v2.sessions.consumers_of(group)]
+        return sorted(members, key=lambda member: member.client_id)
+
     def metrics_figures(self) -> BrokerFigures:
         offsets = self.offsets
 
@@ -256,7 +275,8 @@ class BrokerController:
 
         return BrokerFigures(self.config.broker_name, self.store, self.stats, self.hold_service.held_count,
                              consumer_offsets, self.consumers.table_sizes, lambda: len(self.topics.all()),
-                             client_tables, lambda: self.pull_processor.budget.held)
+                             client_tables, lambda: self.pull_processor.budget.held,
+                             node_id=broker_node_id(self.config.broker_name, self.config.broker_id))
 
     def start_services(self) -> None:
         keep_freed_memory()

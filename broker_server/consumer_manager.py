@@ -29,6 +29,8 @@ class ClientChannelInfo:
     message_model: int  # rmq.v1 MessageModel
     subscriptions: dict[str, str]  # topic -> sub expression
     last_update_ms: int
+    protocol: int = rmq_pb2.CLIENT_PROTOCOL_RMQ   # rmq.v1 ClientProtocol: how it reached the broker
+    address: str = ""                              # the client's address as the broker sees it
 
     @property
     def subscription_bytes(self) -> int:
@@ -73,14 +75,16 @@ class ConsumerManager:
         return int(self._clock() * 1000)
 
     def heartbeat(
-        self, client_id: str, group: str, message_model: int, subscriptions: dict[str, str]
+        self, client_id: str, group: str, message_model: int, subscriptions: dict[str, str],
+        protocol: int = rmq_pb2.CLIENT_PROTOCOL_RMQ, address: str = "",
     ) -> bool:
         """Register or refresh a client; True when the group's membership changed.
         RequestError LIMIT_EXCEEDED when the table's bounds do not admit it."""
         if len(subscriptions) > self.limits.max_subscriptions_per_client:
             raise limit_exceeded(f"{len(subscriptions)} subscriptions in one heartbeat: at most "
                                  f"{self.limits.max_subscriptions_per_client} (max_subscriptions_per_client)")
-        info = ClientChannelInfo(client_id, message_model, dict(subscriptions), self._now_ms())
+        info = ClientChannelInfo(client_id, message_model, dict(subscriptions), self._now_ms(),
+                                 protocol, address)
         with self._lock:
             clients = self._groups.get(group)
             previous = clients.get(client_id) if clients is not None else None
@@ -118,6 +122,13 @@ class ConsumerManager:
         with self._lock:
             clients = self._groups.get(group, {})
             return sorted(client_id for client_id, info in clients.items() if not self._expired(info))
+
+    def connections(self, group: str) -> list[ClientChannelInfo]:
+        """The group's live clients, sorted by id (getConsumerConnectionList)."""
+        with self._lock:
+            clients = self._groups.get(group, {})
+            return sorted((info for info in clients.values() if not self._expired(info)),
+                          key=lambda info: info.client_id)
 
     def scan_not_active_channel(self) -> list[tuple[str, str]]:
         """Drop clients past the expiry; returns the (group, client id) pairs removed."""

@@ -20,6 +20,7 @@ from rmq import message_format as mf
 from rmq import retry
 from rmq.broker_server import caller
 from rmq.broker_server.acl import Need, ResourceKind
+from rmq.broker_server.broker_stats import BrokerStatsManager
 from rmq.broker_server.delay_levels import delay_level_to_queue_id
 from rmq.broker_server.names import SCHEDULE_TOPIC, check_group_name, is_reserved_topic
 from rmq.broker_server.send_message_processor import check_put_status
@@ -124,16 +125,18 @@ def ensure_retry_topic(topics: TopicConfigManager, group: str, on_topics_changed
 class ConsumerSendMsgBackProcessor:
     def __init__(self, store: MessageStore, topics: TopicConfigManager, executor: StoreExecutor,
                  max_delay_level: int, group_exists: Callable[[str], bool],
-                 on_topics_changed: Callable[[], None]) -> None:
+                 on_topics_changed: Callable[[], None], stats: BrokerStatsManager | None = None) -> None:
         """`group_exists(group)` says whether the broker knows the group (live consumers or
         committed offsets): RocketMQ's subscription group lookup. `on_topics_changed` announces
-        a retry or dead-letter topic created here to the name servers."""
+        a retry or dead-letter topic created here to the name servers; `stats` counts the
+        messages moved to a dead-letter queue."""
         self.store = store
         self.topics = topics
         self.executor = executor
         self.max_delay_level = max_delay_level
         self.group_exists = group_exists
         self.on_topics_changed = on_topics_changed
+        self.stats = stats
 
     async def process(
         self, request: rmq_pb2.ConsumerSendMsgBackRequest
@@ -162,5 +165,7 @@ class ConsumerSendMsgBackProcessor:
         copy = send_back_copy(message, target, max_times)
         result = await self.executor.run(self.store.put_message, copy)
         check_put_status(result.status)
+        if target.dead and self.stats is not None:
+            self.stats.record_send_to_dlq(copy.properties[retry.PROPERTY_RETRY_TOPIC], group)
         return rmq_pb2.ConsumerSendMsgBackResponse(
             status=rmq_pb2.Status(code=rmq_pb2.OK), topic=target.topic, delay_level=target.delay_level)

@@ -181,7 +181,8 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
                     self.topics, request.consumer_group, self.send_back_processor.on_topics_changed
                 )
         self.consumers.heartbeat(
-            request.client_id, request.consumer_group, request.message_model, subscriptions
+            request.client_id, request.consumer_group, request.message_model, subscriptions,
+            address=context.peer() if context is not None else "",
         )
         return rmq_pb2.HeartbeatResponse(status=OK)
 

@@ -1,13 +1,17 @@
 """Prometheus metrics of the broker and the name server (`--metrics-listen HOST:PORT`, off by
 default), in the text format through prometheus_client. Figures are read from the live
-objects at scrape time; names follow rocketmq-exporter where it has one (`rocketmq_group_diff`,
-`rocketmq_producer_offset`, `rocketmq_consumer_offset`), the rest are `rmq_*`. Process figures:
+objects at scrape time. Three vocabularies: RocketMQ 5's broker metrics (`rocketmq_messages_in_total`,
+`rocketmq_consumer_lag_messages`, ... with `cluster`, `node_type`, `node_id`, `topic`,
+`consumer_group` labels: docs/metrics.md), so RocketMQ's Grafana dashboards work;
+rocketmq-exporter's per-queue names (`rocketmq_group_diff`, `rocketmq_producer_offset`,
+`rocketmq_consumer_offset`); the rest are `rmq_*`. Process figures:
 prometheus_client's own (`process_resident_memory_bytes`, `process_open_fds`, ...) plus
 `rmq_process_threads` and `rmq_process_mmaps`, which it does not have."""
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +37,10 @@ class MetricsStore(Protocol):
     def get_commit_log_max_offset(self) -> int: ...
 
     def disk_used_ratio(self) -> float: ...
+
+    def get_store_timestamp_at(self, topic: str, queue_id: int, offset: int) -> int: ...
+
+    def get_commit_log_min_offset(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,9 @@ class BrokerFigures:
     topics: Callable[[], int]
     client_tables: Callable[[], BoundedTables] = lambda: BoundedTables()
     inflight_pull_bytes: Callable[[], int] = lambda: 0
+    node_id: str = ""                       # RocketMQ 5's node_id label; the broker name when empty
+    cluster: str = "DefaultCluster"         # RocketMQ's default brokerClusterName
+    now_ms: Callable[[], int] = lambda: int(time.time() * 1000)
 
 
 class BrokerCollector(Collector):
@@ -73,8 +84,10 @@ class BrokerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         figures, broker = self.figures, self.figures.broker_name
+        offsets = list(figures.consumer_offsets())
         yield from _topic_counters(broker, figures.stats)
-        yield from _consumer_offsets(broker, figures.store, figures.consumer_offsets())
+        yield from _consumer_offsets(broker, figures.store, offsets)
+        yield from rocketmq5_metrics(figures, offsets)
         groups, clients = figures.consumer_table()
         tables = figures.client_tables()
         store = figures.store
@@ -133,6 +146,75 @@ def _consumer_offsets(broker: str, store: MetricsStore, offsets: Iterable[QueueO
                  ["broker", "topic", "queue_id"],
                  [([broker, topic, str(queue_id)], offset)
                   for (topic, queue_id), offset in sorted(producer.items())])
+
+
+NODE_LABELS = ["cluster", "node_type", "node_id"]
+
+
+def broker_node_id(broker_name: str, broker_id: int) -> str:
+    """A broker group member's node_id: the group's name for its master, `<name>-<id>` for a slave."""
+    return broker_name if broker_id == 0 else f"{broker_name}-{broker_id}"
+
+
+def rocketmq5_metrics(figures: BrokerFigures, offsets: Sequence[QueueOffset]) -> Iterator[Metric]:
+    """RocketMQ 5's broker metrics (5.1+, BrokerMetricsManager) from the same live figures. Every
+    family is at most one series per topic or per (topic, group): no queue label, so a large
+    cluster's scrape stays bounded by its topics and groups (and those by the broker's tables)."""
+    node = [figures.cluster, "broker", figures.node_id or figures.broker_name]
+    by_topic = sorted(figures.stats.snapshot().items())
+    for name, documentation, field in [
+        ("rocketmq_messages_in", "messages produced", "put_messages"),
+        ("rocketmq_throughput_in", "bytes of message bodies produced", "put_bytes"),
+    ]:
+        family = CounterMetricFamily(name, documentation, labels=NODE_LABELS + ["topic", "message_type"])
+        for topic, counters in by_topic:
+            family.add_metric(node + [topic, "normal"], getattr(counters, field))
+        yield family
+    by_group = sorted(figures.stats.group_snapshot().items())
+    for name, documentation, field in [
+        ("rocketmq_messages_out", "messages consumed (pulled)", "get_messages"),
+        ("rocketmq_throughput_out", "bytes of records consumed (pulled)", "get_bytes"),
+        ("rocketmq_send_to_dlq_messages", "messages moved to a consumer group's dead-letter queue",
+         "send_to_dlq"),
+    ]:
+        family = CounterMetricFamily(name, documentation, labels=NODE_LABELS + ["topic", "consumer_group"])
+        for (topic, group), group_counters in by_group:
+            if group:
+                family.add_metric(node + [topic, group], getattr(group_counters, field))
+        yield family
+    yield from _group_lag(figures, node, offsets)
+    store = figures.store
+    for name, documentation, value in [
+        ("rocketmq_storage_size", "bytes of CommitLog the broker holds (max offset - min offset)",
+         store.get_commit_log_max_offset() - max(store.get_commit_log_min_offset(), 0)),
+        ("rocketmq_storage_dispatch_behind_bytes", "CommitLog bytes not yet dispatched to ConsumeQueues",
+         store.dispatch_behind_bytes()),
+        ("rocketmq_topic_number", "topics the broker holds", figures.topics()),
+        ("rocketmq_consumer_group_number", "consumer groups with live clients", figures.consumer_table()[0]),
+    ]:
+        yield _gauge(name, documentation, NODE_LABELS, [(node, value)])
+
+
+def _group_lag(figures: BrokerFigures, node: list[str], offsets: Sequence[QueueOffset]) -> Iterator[Metric]:
+    """Per (topic, group): messages not yet consumed (max offset - committed offset, summed over
+    the queues) and how old the oldest of them is (now - its store time, the largest over the
+    queues; 0 when caught up)."""
+    lag: dict[tuple[str, str], int] = {}
+    latency: dict[tuple[str, str], int] = {}
+    now = figures.now_ms()
+    for entry in offsets:
+        key = (entry.topic, entry.group)
+        store, queue_id = figures.store, entry.queue_id
+        behind = max(store.get_max_offset_in_queue(entry.topic, queue_id) - entry.offset, 0)
+        lag[key] = lag.get(key, 0) + behind
+        oldest = store.get_store_timestamp_at(entry.topic, queue_id, entry.offset) if behind else 0
+        latency[key] = max(latency.get(key, 0), now - oldest if oldest else 0)
+    labels = NODE_LABELS + ["topic", "consumer_group"]
+    yield _gauge("rocketmq_consumer_lag_messages", "messages not yet consumed by the group", labels,
+                 [(node + [topic, group], behind) for (topic, group), behind in sorted(lag.items())])
+    ages = [(node + [topic, group], age) for (topic, group), age in sorted(latency.items())]
+    yield _gauge("rocketmq_consumer_lag_latency",
+                 "milliseconds since the oldest unconsumed message was stored", labels, ages)
 
 
 class Routes(Protocol):

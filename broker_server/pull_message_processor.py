@@ -293,7 +293,7 @@ class PullMessageProcessor:
 
     def _answer(self, query: PullQuery, result: GetMessageResult) -> rmq_pb2.PullMessageResponse:
         if result.message_count:
-            self.stats.record_get(query.topic, result.message_count, len(result.buffer))
+            self.stats.record_get(query.topic, result.message_count, len(result.buffer), query.group)
         response = rmq_pb2.PullMessageResponse(
             status=OK,
             pull_status=cast(rmq_pb2.PullStatus, pull_status(result.status, query.offset)),   # wire values

@@ -21,7 +21,7 @@ from rmq import message_format as mf
 from rmq import retry
 from rmq.broker_server.arguments import positive_int
 from rmq.broker_server.errors import UserError
-from rmq.cli import client_security, consume_command
+from rmq.cli import admin_commands, client_security, consume_command
 from rmq.connector.client import (
     PERM_READ,
     PERM_WRITE,
@@ -80,6 +80,10 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     progress.add_argument("--topic", default="", help="only this topic (also its queues without offsets)")
     progress.add_argument("--json", action="store_true", help="machine-readable output")
     _client_command(progress, _group_progress)
+    for parser, command in admin_commands.group_parsers(group_commands):
+        _client_command(parser, command)
+    for parser, command in admin_commands.message_parsers(commands):
+        _client_command(parser, command)
     listing = group_commands.add_parser("list", help="consumer groups: live members and total lag")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
     _client_command(listing, _group_list)

@@ -13,7 +13,7 @@ from importlib.metadata import version
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 from rmq.broker_server.errors import UserError
-from rmq.cli import client_commands, server_commands
+from rmq.cli import client_commands, console_command, server_commands
 
 
 class _Parser(argparse.ArgumentParser):
@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     server_commands.add_parsers(commands)
     client_commands.add_parsers(commands)
+    console_command.add_parser(commands)
     return parser
 
 

@@ -11,6 +11,7 @@ backoff. Pulled messages are returned packed (`rmq.v1.PackedMessages`); decode t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import threading
@@ -215,6 +216,11 @@ _UNREGISTER_CLIENT = _Rpc("UnregisterClient", lambda c: c.messaging.UnregisterCl
 _UPDATE_CONSUMER_OFFSETS = _Rpc("UpdateConsumerOffsets", lambda c: c.messaging.UpdateConsumerOffsets,
                                 rmq_pb2.UpdateConsumerOffsetsResponse)
 _UPDATE_TOPIC = _Rpc("UpdateTopic", lambda c: c.admin.UpdateTopic, rmq_pb2.UpdateTopicResponse)
+_QUERY_MESSAGE_BY_KEY = _Rpc("QueryMessageByKey", lambda c: c.messaging.QueryMessageByKey,
+                             rmq_pb2.QueryMessageByKeyResponse)
+_VIEW_MESSAGE = _Rpc("ViewMessage", lambda c: c.admin.ViewMessage, rmq_pb2.ViewMessageResponse)
+_GET_CONSUMER_CONNECTIONS = _Rpc("GetConsumerConnections", lambda c: c.admin.GetConsumerConnections,
+                                 rmq_pb2.GetConsumerConnectionsResponse)
 
 
 class RmqClient:
@@ -612,6 +618,29 @@ class RmqClient:
         response = self._call(self._broker_address(mq.broker_name), _BROWSE_MESSAGES, request,
                               mq.broker_name, queue=mq)
         return _pull_result(response)
+
+    def query_message_by_key(self, topic: str, broker_name: str, key: str, *, begin_ms: int = 0,
+                             end_ms: int = 0, max_messages: int = 64) -> rmq_pb2.PackedMessages:
+        """The topic's messages on one broker whose KEYS (or UNIQ_KEY) hold `key`, stored in
+        [begin_ms, end_ms] (end 0: now), oldest first (RocketMQ queryMessage; at most 64)."""
+        request = rmq_pb2.QueryMessageByKeyRequest(topic=topic, key=key, max_messages=max_messages,
+                                                   begin_timestamp=begin_ms, end_timestamp=end_ms)
+        return self._topic_call(topic, broker_name, _QUERY_MESSAGE_BY_KEY, request).messages
+
+    def view_message(self, address: str, commit_log_offset: int) -> rmq_pb2.PackedMessages:
+        """The record at a CommitLog offset of the broker at `address` (RocketMQ viewMessage)."""
+        request = rmq_pb2.ViewMessageRequest(commit_log_offset=commit_log_offset)
+        return self._call(address, _VIEW_MESSAGE, request).messages
+
+    def consumer_connections(self, group: str) -> dict[str, list[rmq_pb2.ConsumerConnection]]:
+        """broker name -> the group's live members it knows (every protocol), for every reachable
+        broker group (RocketMQ examineConsumerConnectionInfo)."""
+        request = rmq_pb2.GetConsumerConnectionsRequest(consumer_group=group)
+        members: dict[str, list[rmq_pb2.ConsumerConnection]] = {}
+        for name in self.list_brokers():
+            with contextlib.suppress(RmqUnavailable):
+                members[name] = list(self._read_call(name, _GET_CONSUMER_CONNECTIONS, request).connections)
+        return members
 
     def watch_consumer_ids(self, broker_name: str, group: str, client_id: str
                            ) -> Iterator[rmq_pb2.ConsumerIdsChanged]:

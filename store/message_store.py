@@ -473,6 +473,13 @@ class MessageStore:
         timestamp = self.commit_log.read_store_timestamp(entry[0]) if entry is not None else None
         return timestamp or 0
 
+    def get_store_timestamp_at(self, topic: str, queue_id: int, offset: int) -> int:
+        """The store time of the message at a queue offset; 0 when the queue has none there."""
+        cq = self.find_consume_queue(topic, queue_id)
+        entry = cq.get_entry(offset) if cq is not None else None
+        timestamp = self.commit_log.read_store_timestamp(entry[0]) if entry is not None else None
+        return timestamp or 0
+
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset whose store timestamp is >= timestamp_ms (binary search over
         the ConsumeQueue); the max offset when every message is older."""

@@ -16,6 +16,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2
+from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
 MAX_SESSIONS = 10_000
@@ -84,6 +85,18 @@ class TelemetrySession:
                 and any(t.name == topic for t in self.settings.publishing.topics))
 
 
+def consumer_connection(session: TelemetrySession) -> rmq_pb2.ConsumerConnection:
+    """A consuming session as a member of its group (`rmq group members`, the console): RocketMQ 5
+    consumers are clustering consumers; the stream itself is their heartbeat."""
+    assert session.settings is not None
+    return rmq_pb2.ConsumerConnection(
+        client_id=session.client_id, protocol=rmq_pb2.CLIENT_PROTOCOL_ROCKETMQ_V2,
+        message_model=rmq_pb2.CLUSTERING,
+        subscriptions=[rmq_pb2.Subscription(topic=entry.topic.name,
+                                            sub_expression=entry.expression.expression)
+                       for entry in session.settings.subscription.subscriptions])
+
+
 class TelemetrySessions:
     def __init__(self, server: ServerSettings) -> None:
         self.server = server
@@ -132,6 +145,12 @@ class TelemetrySessions:
 
     def producers_of(self, topic: str) -> list[TelemetrySession]:
         return [session for session in self.sessions if session.publishes(topic)]
+
+    def consumers_of(self, group: str) -> list[TelemetrySession]:
+        """Sessions whose settings say they consume for `group` (Simple and Push consumers)."""
+        return [session for session in self.sessions
+                if session.settings is not None and session.settings.HasField("subscription")
+                and session.settings.subscription.group.name == group]
 
     def end_all(self) -> None:
         """Shutdown: close every stream so the server need not wait for them."""

@@ -112,3 +112,19 @@ def test_an_unknown_method_needs_admin() -> None:
     with pytest.raises(AccessDenied, match="is not an admin account, which /rmq.v1.Other/Thing needs"):
         check_call(ACL, "subonly", "/rmq.v1.Other/Thing", rmq_pb2.ListTopicsRequest())
     check_call(ACL, "admin1", "/rmq.v1.Other/Thing", rmq_pb2.ListTopicsRequest())
+
+
+def test_viewing_a_message_by_offset_needs_admin() -> None:
+    """ViewMessage names only a CommitLog offset: no topic the ACL could check before the read."""
+    view = method("AdminService", "ViewMessage")
+    request = rmq_pb2.ViewMessageRequest(commit_log_offset=0)
+    with pytest.raises(AccessDenied):
+        check_call(ACL, "subonly", view, request)
+    check_call(ACL, "admin1", view, request)
+
+
+def test_a_groups_members_need_sub_on_the_group() -> None:
+    members = method("AdminService", "GetConsumerConnections")
+    check_call(ACL, "subonly", members, rmq_pb2.GetConsumerConnectionsRequest(consumer_group="etl"))
+    with pytest.raises(AccessDenied):
+        check_call(ACL, "nothing", members, rmq_pb2.GetConsumerConnectionsRequest(consumer_group="etl"))

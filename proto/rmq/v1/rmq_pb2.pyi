@@ -73,6 +73,13 @@ class BrokerRole(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ASYNC_MASTER: _ClassVar[BrokerRole]
     SYNC_MASTER: _ClassVar[BrokerRole]
     SLAVE: _ClassVar[BrokerRole]
+
+class ClientProtocol(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CLIENT_PROTOCOL_UNSPECIFIED: _ClassVar[ClientProtocol]
+    CLIENT_PROTOCOL_RMQ: _ClassVar[ClientProtocol]
+    CLIENT_PROTOCOL_ROCKETMQ_V2: _ClassVar[ClientProtocol]
+    CLIENT_PROTOCOL_REMOTING: _ClassVar[ClientProtocol]
 OK: Code
 ILLEGAL_ARGUMENT: Code
 TOPIC_NOT_EXIST: Code
@@ -119,6 +126,10 @@ BROADCASTING: MessageModel
 ASYNC_MASTER: BrokerRole
 SYNC_MASTER: BrokerRole
 SLAVE: BrokerRole
+CLIENT_PROTOCOL_UNSPECIFIED: ClientProtocol
+CLIENT_PROTOCOL_RMQ: ClientProtocol
+CLIENT_PROTOCOL_ROCKETMQ_V2: ClientProtocol
+CLIENT_PROTOCOL_REMOTING: ClientProtocol
 
 class Status(_message.Message):
     __slots__ = ("code", "message")
@@ -741,6 +752,50 @@ class SlaveState(_message.Message):
     ack_offset: int
     lag_bytes: int
     def __init__(self, address: _Optional[str] = ..., ack_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ...) -> None: ...
+
+class ViewMessageRequest(_message.Message):
+    __slots__ = ("commit_log_offset",)
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    commit_log_offset: int
+    def __init__(self, commit_log_offset: _Optional[int] = ...) -> None: ...
+
+class ViewMessageResponse(_message.Message):
+    __slots__ = ("status", "messages")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    messages: PackedMessages
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., messages: _Optional[_Union[PackedMessages, _Mapping]] = ...) -> None: ...
+
+class ConsumerConnection(_message.Message):
+    __slots__ = ("client_id", "protocol", "address", "message_model", "subscriptions", "last_heartbeat_ms")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_MODEL_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    protocol: ClientProtocol
+    address: str
+    message_model: MessageModel
+    subscriptions: _containers.RepeatedCompositeFieldContainer[Subscription]
+    last_heartbeat_ms: int
+    def __init__(self, client_id: _Optional[str] = ..., protocol: _Optional[_Union[ClientProtocol, str]] = ..., address: _Optional[str] = ..., message_model: _Optional[_Union[MessageModel, str]] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ..., last_heartbeat_ms: _Optional[int] = ...) -> None: ...
+
+class GetConsumerConnectionsRequest(_message.Message):
+    __slots__ = ("consumer_group",)
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    def __init__(self, consumer_group: _Optional[str] = ...) -> None: ...
+
+class GetConsumerConnectionsResponse(_message.Message):
+    __slots__ = ("status", "connections")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    connections: _containers.RepeatedCompositeFieldContainer[ConsumerConnection]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., connections: _Optional[_Iterable[_Union[ConsumerConnection, _Mapping]]] = ...) -> None: ...
 
 class BrokerStatusRequest(_message.Message):
     __slots__ = ()

@@ -743,6 +743,16 @@ class AdminServiceStub:
                 request_serializer=rmq_dot_v1_dot_rmq__pb2.BrokerStatusRequest.SerializeToString,
                 response_deserializer=rmq_dot_v1_dot_rmq__pb2.BrokerStatusResponse.FromString,
                 _registered_method=True)
+        self.ViewMessage = channel.unary_unary(
+                '/rmq.v1.AdminService/ViewMessage',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.ViewMessageRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.ViewMessageResponse.FromString,
+                _registered_method=True)
+        self.GetConsumerConnections = channel.unary_unary(
+                '/rmq.v1.AdminService/GetConsumerConnections',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerConnectionsRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerConnectionsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -779,6 +789,18 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ViewMessage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetConsumerConnections(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -806,6 +828,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetBrokerStatus,
                     request_deserializer=rmq_dot_v1_dot_rmq__pb2.BrokerStatusRequest.FromString,
                     response_serializer=rmq_dot_v1_dot_rmq__pb2.BrokerStatusResponse.SerializeToString,
+            ),
+            'ViewMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.ViewMessage,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.ViewMessageRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.ViewMessageResponse.SerializeToString,
+            ),
+            'GetConsumerConnections': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetConsumerConnections,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerConnectionsRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerConnectionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -944,6 +976,60 @@ class AdminService:
             '/rmq.v1.AdminService/GetBrokerStatus',
             rmq_dot_v1_dot_rmq__pb2.BrokerStatusRequest.SerializeToString,
             rmq_dot_v1_dot_rmq__pb2.BrokerStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ViewMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.AdminService/ViewMessage',
+            rmq_dot_v1_dot_rmq__pb2.ViewMessageRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.ViewMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetConsumerConnections(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.AdminService/GetConsumerConnections',
+            rmq_dot_v1_dot_rmq__pb2.GetConsumerConnectionsRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.GetConsumerConnectionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

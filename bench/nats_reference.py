@@ -1,0 +1,196 @@
+"""The NATS JetStream reference: Debian's `nats-server -js` on a free loopback port with file
+storage in the run's scratch directory, driven through nats-py. A persistent broker people pick
+for this job, beside Redis (which keeps nothing on disk here): publish with acks, a durable pull
+consumer acking what it fetched, and the wake of a parked fetch by one publish.
+
+nats-py is asyncio-only; each measurement runs one coroutine on a fresh event loop in the calling
+thread, and the wake uses two connections (reader, writer) on that loop."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import time
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import TypeVar
+
+import nats
+from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
+
+from rmq.cli.processes import free_port
+
+T = TypeVar("T")
+PUBLISH_WINDOW = 256     # publishes in flight before their acks are awaited (like a 256-message batch)
+FETCH_BATCH = 256
+STREAM = "bench"
+
+
+class NatsUnavailable(Exception):
+    """nats-server is not installed and could not be installed, or did not start."""
+
+
+def find_nats_server() -> str:
+    """Path of `nats-server`; tries one `apt-get install` when it is missing."""
+    path = shutil.which("nats-server")
+    if path:
+        return path
+    try:
+        for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "nats-server"]):
+            subprocess.run(command, check=True, capture_output=True, timeout=300)
+    except (OSError, subprocess.SubprocessError) as error:
+        raise NatsUnavailable(f"nats-server not on PATH and apt-get install failed ({error})") from error
+    return shutil.which("nats-server") or _missing()
+
+
+def _missing() -> str:
+    raise NatsUnavailable("nats-server not on PATH after apt-get install")
+
+
+class NatsServer:
+    """One nats-server process with JetStream on file storage: loopback, free port."""
+
+    def __init__(self, work_dir: Path) -> None:
+        self.port = free_port()
+        self.work_dir = work_dir
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self) -> NatsServer:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.work_dir / "nats.log", "ab") as log:
+            self.process = subprocess.Popen(
+                [find_nats_server(), "-a", "127.0.0.1", "-p", str(self.port), "-js",
+                 "-sd", str(self.work_dir / "jetstream")], stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                run(self._ping())
+                return self
+            except (OSError, nats.errors.Error):
+                time.sleep(0.05)
+        self.stop()
+        raise NatsUnavailable(f"nats-server on port {self.port} not ready after 10 s")
+
+    async def _ping(self) -> None:
+        connection = await nats.connect(self.url, connect_timeout=1, allow_reconnect=False,
+                                        max_reconnect_attempts=0, error_cb=_quiet)
+        await connection.close()
+
+    def version(self) -> str:
+        found = subprocess.run([find_nats_server(), "--version"], capture_output=True, text=True, check=False)
+        return found.stdout.strip().removeprefix("nats-server: ")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+async def _quiet(error: Exception) -> None:
+    """nats-py logs every failed connect with a traceback; start() retries until ready."""
+
+
+def run(coroutine: Awaitable[T]) -> T:
+    return asyncio.run(_as_coroutine(coroutine))
+
+
+async def _as_coroutine(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+async def _fresh_stream(url: str, subject: str) -> tuple[nats.NATS, nats.js.JetStreamContext]:
+    connection = await nats.connect(url)
+    jetstream = connection.jetstream()
+    try:
+        await jetstream.delete_stream(STREAM)
+    except nats.js.errors.NotFoundError:
+        pass
+    await jetstream.add_stream(StreamConfig(name=STREAM, subjects=[subject], storage=StorageType.FILE))
+    return connection, jetstream
+
+
+async def _publish(jetstream: nats.js.JetStreamContext, subject: str, body: bytes, count: int) -> None:
+    """`count` publishes, each acknowledged by the stream; PUBLISH_WINDOW in flight at a time."""
+    for start in range(0, count, PUBLISH_WINDOW):
+        await asyncio.gather(*(jetstream.publish(subject, body)
+                               for _ in range(min(PUBLISH_WINDOW, count - start))))
+
+
+def publish_rate(server: NatsServer, body: bytes, count: int) -> float:
+    """Messages/s of JetStream publish with acks into a fresh file-backed stream."""
+    async def measure() -> float:
+        connection, jetstream = await _fresh_stream(server.url, "bench.publish")
+        try:
+            start = time.perf_counter()
+            await _publish(jetstream, "bench.publish", body, count)
+            return count / (time.perf_counter() - start)
+        finally:
+            await connection.close()
+    return run(measure())
+
+
+def durable_pull_rate(server: NatsServer, body: bytes, count: int) -> float:
+    """Messages/s of a durable pull consumer fetching FETCH_BATCH at a time and acking each batch
+    (AckPolicy.ALL: the last message acks the batch, as a committed offset does) over a stream
+    pre-filled with `count` messages."""
+    async def measure() -> float:
+        connection, jetstream = await _fresh_stream(server.url, "bench.pull")
+        try:
+            await _publish(jetstream, "bench.pull", body, count)
+            subscription = await jetstream.pull_subscribe(
+                "bench.pull", durable="bench", config=ConsumerConfig(ack_policy=AckPolicy.ALL))
+            received = 0
+            start = time.perf_counter()
+            while received < count:
+                batch = await subscription.fetch(min(FETCH_BATCH, count - received), timeout=10)
+                await batch[-1].ack_sync()
+                received += len(batch)
+            return count / (time.perf_counter() - start)
+        finally:
+            await connection.close()
+    return run(measure())
+
+
+def wake_latencies(server: NatsServer, samples: int, body: bytes, settle_s: float) -> list[float]:
+    """Wake latency in ms of a parked durable fetch(1): a reader waits on the stream's tail, a
+    writer publishes one message (with its ack) after `settle_s`; measured from just before the
+    publish to the fetch's return."""
+    async def measure() -> list[float]:
+        reader, jetstream = await _fresh_stream(server.url, "bench.wake")
+        writer = await nats.connect(server.url)
+        try:
+            subscription = await jetstream.pull_subscribe(
+                "bench.wake", durable="wake", config=ConsumerConfig(ack_policy=AckPolicy.ALL))
+            publisher = writer.jetstream()
+            latencies = []
+            for _ in range(samples):
+                latencies.append(await _one_wake(subscription, publisher, body, settle_s))
+            return latencies
+        finally:
+            await writer.close()
+            await reader.close()
+    return run(measure())
+
+
+async def _one_wake(subscription: nats.js.JetStreamContext.PullSubscription,
+                    publisher: nats.js.JetStreamContext, body: bytes, settle_s: float) -> float:
+    fetch = asyncio.ensure_future(subscription.fetch(1, timeout=5))
+    await asyncio.sleep(settle_s)            # the fetch is parked on the server, as the rmq pull is held
+    sent = time.perf_counter()
+    published = asyncio.ensure_future(publisher.publish("bench.wake", body))
+    messages = await fetch
+    returned = time.perf_counter()
+    await published
+    await messages[-1].ack()
+    return (returned - sent) * 1000.0
+
+

@@ -1,0 +1,145 @@
+"""`rmq message query` and `rmq group members|reset-offset|delete`: RocketMQ's mqadmin
+queryMsgByKey / queryMsgById / consumerConnection / resetOffsetByTime / deleteSubGroup, on
+rmq.connector.admin.MQAdmin. Results are bounded and paged."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from rmq.broker_server.arguments import positive_int
+from rmq.broker_server.errors import UserError
+from rmq.cli.output import print_json, print_table, timestamp
+from rmq.connector.admin import PAGE_MAX, MQAdmin, ResetTarget
+from rmq.connector.client import RmqClient
+from rmq.connector.message import MessageExt
+
+Command = Callable[[RmqClient, argparse.Namespace], int]
+BODY_PREVIEW = 60
+
+
+def message_parsers(commands: argparse._SubParsersAction
+                    ) -> Iterator[tuple[argparse.ArgumentParser, Command]]:
+    message = commands.add_parser("message", help="look messages up")
+    message_commands = message.add_subparsers(dest="message_command", required=True)
+    query = message_commands.add_parser(
+        "query", help="messages of a topic by key, by message id or by store-time range")
+    query.add_argument("topic")
+    how = query.add_mutually_exclusive_group(required=True)
+    how.add_argument("--key", help="a key the producer set (KEYS) or its unique id")
+    how.add_argument("--msg-id", help="a message id as `rmq consume` and the SDK show it")
+    how.add_argument("--begin", type=int, metavar="MS", help="store time from (epoch ms; with --end)")
+    query.add_argument("--end", type=int, metavar="MS", help="store time until, exclusive (epoch ms)")
+    query.add_argument("--limit", type=positive_int, default=100,
+                       help=f"messages per page (at most {PAGE_MAX})")
+    query.add_argument("--page", type=int, default=0, help="page of a time-range query, from 0")
+    query.add_argument("--group", action="append", default=[],
+                       help="also show whether this consumer group consumed each message (repeatable)")
+    query.add_argument("--json", action="store_true")
+    yield query, _message_query
+
+
+def group_parsers(group_commands: argparse._SubParsersAction
+                  ) -> Iterator[tuple[argparse.ArgumentParser, Command]]:
+    members = group_commands.add_parser("members", help="live members: client id, protocol, address, "
+                                                        "owned queues")
+    members.add_argument("group")
+    members.add_argument("--json", action="store_true")
+    yield members, _group_members
+    reset = group_commands.add_parser("reset-offset", help="move a group's offsets on a topic")
+    reset.add_argument("group")
+    reset.add_argument("--topic", required=True)
+    reset.add_argument("--to", required=True, type=_reset_target, metavar="earliest|latest|timestamp:MS")
+    reset.add_argument("--force", action="store_true", help="even while the group has live members "
+                                                             "(their next commits may overwrite the reset)")
+    reset.add_argument("--json", action="store_true")
+    yield reset, _group_reset_offset
+    delete = group_commands.add_parser("delete", help="forget a group: its offsets, retry and DLQ topics")
+    delete.add_argument("group")
+    delete.add_argument("--force", action="store_true", help="even while the group has live members")
+    yield delete, _group_delete
+
+
+def _reset_target(text: str) -> ResetTarget:
+    try:
+        return ResetTarget.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _message_query(client: RmqClient, args: argparse.Namespace) -> int:
+    admin = MQAdmin(client)
+    if args.key:
+        messages = admin.query_by_key(args.topic, args.key, limit=args.limit)
+    elif args.msg_id:
+        messages = [admin.view(args.msg_id)]
+    else:
+        if args.end is None or args.end <= args.begin:
+            raise UserError("--begin needs --end, later than --begin (epoch ms)")
+        messages = admin.query_by_time(args.topic, args.begin, args.end, args.limit, args.page)
+    rows = [_message_row(admin, message, args.group) for message in messages]
+    if args.json:
+        print_json({"topic": args.topic, "page": args.page, "messages": rows})
+        return 0
+    headers = ["MSG_ID", "QUEUE", "OFFSET", "STORED", "TAGS", "KEYS", "BODY"]
+    headers += [group.upper() for group in args.group]
+    print_table(headers,
+                [[r["msg_id"], f"{r['broker_name']}/{r['queue_id']}", r["queue_offset"],
+                  timestamp(r["store_timestamp"]), r["tags"] or "-", r["keys"] or "-",
+                  _preview(r["body"])] + [r["consumed"][g] for g in args.group] for r in rows])
+    if not rows:
+        print("no message found")
+    return 0
+
+
+def _message_row(admin: MQAdmin, message: MessageExt, groups: list[str]) -> dict[str, Any]:
+    states = {state.group: state.consumed for state in admin.consume_states(message, groups)}
+    return {"msg_id": message.msg_id, "topic": message.topic, "broker_name": message.broker_name,
+            "queue_id": message.queue_id, "queue_offset": message.queue_offset,
+            "store_timestamp": message.store_timestamp, "born_timestamp": message.born_timestamp,
+            "tags": message.tags, "keys": message.keys, "properties": dict(message.properties),
+            "reconsume_times": message.reconsume_times,
+            "body": message.body.decode("utf-8", errors="replace"), "consumed": states}
+
+
+def _preview(body: str) -> str:
+    line = " ".join(body.split())
+    return line if len(line) <= BODY_PREVIEW else line[:BODY_PREVIEW - 1] + "…"
+
+
+def _group_members(client: RmqClient, args: argparse.Namespace) -> int:
+    members = MQAdmin(client).members(args.group)
+    if args.json:
+        print_json({"group": args.group, "members": [
+            {"client_id": m.client_id, "protocol": m.protocol.label, "address": m.address,
+             "broadcasting": m.broadcasting, "subscriptions": m.subscriptions,
+             "queues": [{"topic": q.topic, "broker_name": q.broker_name, "queue_id": q.queue_id}
+                        for q in m.queues]} for m in members]})
+        return 0
+    print_table(["CLIENT_ID", "PROTOCOL", "ADDRESS", "SUBSCRIPTIONS", "QUEUES"],
+                [[m.client_id, m.protocol.label, m.address or "-",
+                  ",".join(f"{t}:{e}" for t, e in m.subscriptions.items()) or "-",
+                  " ".join(f"{q.topic}/{q.broker_name}/{q.queue_id}" for q in m.queues) or "-"]
+                 for m in members])
+    if not members:
+        print(f"consumer group {args.group} has no live member")
+    return 0
+
+
+def _group_reset_offset(client: RmqClient, args: argparse.Namespace) -> int:
+    results = MQAdmin(client).reset_offsets(args.group, args.topic, args.to, args.force)
+    if args.json:
+        print_json({"group": args.group, "topic": args.topic, "queues": [
+            {"broker_name": r.queue.broker_name, "queue_id": r.queue.queue_id, "offset": r.offset,
+             "note": r.note} for r in results]})
+        return 0
+    print_table(["BROKER", "QUEUE", "OFFSET", "NOTE"],
+                [[r.queue.broker_name, r.queue.queue_id, r.offset, r.note or "-"] for r in results])
+    return 0
+
+
+def _group_delete(client: RmqClient, args: argparse.Namespace) -> int:
+    topics = MQAdmin(client).delete_group(args.group, args.force)
+    print(f"deleted consumer group {args.group}" + (f" (offsets on {', '.join(topics)})" if topics else ""))
+    return 0

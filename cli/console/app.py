@@ -1,0 +1,301 @@
+"""The console's routes: HTML pages for a person and the same data as JSON under /api/.
+
+Sign-in: every browser session gets a cookie naming its own client. Without signing in a session
+uses the console's own identity (`rmq console`'s --access-key, or none); signing in with an
+account's access and secret key makes every call of that session signed as that account, so a
+cluster with an ACL shows each person only what their account may see. Sessions are bounded
+(MAX_SESSIONS, idle ones expire) and every form carries the session's CSRF token."""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from rmq.auth import ClientSecurity
+from rmq.cli.console.cluster_view import ClusterView, NotFound
+from rmq.cli.console.history import History, svg_chart
+from rmq.cli.output import timestamp
+from rmq.connector.client import RmqClient
+from rmq.connector.errors import RmqError, RmqUnavailable
+from rmq.v1 import rmq_pb2
+
+HERE = Path(__file__).parent
+COOKIE = "rmq_console"
+MAX_SESSIONS = 256
+SESSION_IDLE_S = 30 * 60
+FORBIDDEN = (rmq_pb2.NO_PERMISSION,)
+
+
+@dataclass(frozen=True)
+class ConsoleSettings:
+    endpoints: str
+    security: ClientSecurity = field(default_factory=ClientSecurity)   # the console's own identity
+
+
+@dataclass
+class Session:
+    view: ClusterView
+    account: str                      # "" until signed in
+    csrf: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    used: float = field(default_factory=time.monotonic)
+
+
+class Sessions:
+    def __init__(self, settings: ConsoleSettings) -> None:
+        self.settings = settings
+        self._sessions: OrderedDict[str, Session] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, token: str | None) -> tuple[str, Session]:
+        with self._lock:
+            now = time.monotonic()
+            for stale in [t for t, s in self._sessions.items() if now - s.used > SESSION_IDLE_S]:
+                self._close(stale)
+            if token is not None and token in self._sessions:
+                session = self._sessions[token]
+                session.used = now
+                self._sessions.move_to_end(token)
+                return token, session
+        return self.open(ClientSecurity(**{**vars(self.settings.security)}), "")
+
+    def open(self, security: ClientSecurity, account: str) -> tuple[str, Session]:
+        client = RmqClient(self.settings.endpoints, **security.client_kwargs())
+        token = secrets.token_urlsafe(24)
+        with self._lock:
+            while len(self._sessions) >= MAX_SESSIONS:
+                self._close(next(iter(self._sessions)))
+            self._sessions[token] = Session(ClusterView(client), account)
+        return token, self._sessions[token]
+
+    def close(self, token: str) -> None:
+        with self._lock:
+            self._close(token)
+
+    def _close(self, token: str) -> None:
+        session = self._sessions.pop(token, None)
+        if session is not None:
+            session.view.client.close()
+
+    def close_all(self) -> None:
+        with self._lock:
+            for token in list(self._sessions):
+                self._close(token)
+
+
+def create_app(settings: ConsoleSettings, history: History | None = None) -> Starlette:
+    sessions = Sessions(settings)
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    templates.env.filters["time"] = timestamp
+    charts = history
+
+    Handler = Callable[[Request, Session], tuple[str, dict[str, Any]]]
+
+    def page(handler: Handler) -> Callable[[Request], Response]:
+        """An HTML page: the handler returns (template, data); the API twin returns the data."""
+        def endpoint(request: Request) -> Response:
+            token, session = sessions.get(request.cookies.get(COOKIE))
+            api = request.url.path.startswith("/api/")
+            try:
+                name, data = handler(request, session)
+            except NotFound as missing:
+                return _answer(request, templates, token, session, api, "error.html",
+                               {"title": "Not found", "message": str(missing)}, 404)
+            except ValueError as error:
+                return _answer(request, templates, token, session, api, "error.html",
+                               {"title": "Bad request", "message": str(error)}, 400)
+            except RmqUnavailable as error:
+                return _answer(request, templates, token, session, api, "error.html",
+                               {"title": "Cluster unreachable", "message": str(error)}, 503)
+            except RmqError as error:
+                status = 403 if error.code in FORBIDDEN else 400
+                return _answer(request, templates, token, session, api, "error.html",
+                               {"title": "Refused", "message": str(error), "sign_in": status == 403}, status)
+            return _answer(request, templates, token, session, api, name, data, 200)
+        return endpoint
+
+    def cluster(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
+        data = session.view.cluster()
+        if charts is not None and not request.url.path.startswith("/api/"):
+            snapshot = charts.snapshot()
+            data |= {"tps_chart": svg_chart(snapshot["tps"]), "lag_chart": svg_chart(snapshot["lag"]),
+                     "chart_error": charts.error}
+        return "cluster.html", data
+
+    def topics(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
+        return "topics.html", session.view.topics(_int(request.query_params.get("page", "0"), "page"))
+
+    def topic(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
+        return "topic.html", session.view.topic(request.path_params["topic"])
+
+    async def create_topic(request: Request) -> Response:
+        form, token, session = await _form(request, sessions)
+        name, queues = str(form.get("topic", "")).strip(), _int(str(form.get("queues", "8")), "queues")
+        return _after(lambda: session.view.create_topic(name, queues), f"/topics/{name}", token, request,
+                      templates, session)
+
+    def groups(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
+        return "groups.html", session.view.groups()
+
+    def group(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
+        return "group.html", session.view.group(request.path_params["group"])
+
+    async def reset(request: Request) -> Response:
+        form, token, session = await _form(request, sessions)
+        group_name = request.path_params["group"]
+        topic_name, to, force = str(form.get("topic", "")), str(form.get("to", "")), form.get("force") == "on"
+        return _after(lambda: session.view.reset(group_name, topic_name, to, force),
+                      f"/groups/{group_name}", token, request, templates, session)
+
+    def messages(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
+        query = request.query_params
+        if query.get("msg_id"):
+            return "message.html", session.view.message(query["msg_id"].strip())
+        topic_name = query.get("topic", "")
+        if not topic_name:
+            return "messages.html", {"topic": "", "key": "", "page": 0, "messages": []}
+        begin = _optional_int(query.get("begin"), "begin")
+        end = _optional_int(query.get("end"), "end")
+        return "messages.html", session.view.messages(topic_name, query.get("key", ""), begin, end,
+                                                      _int(query.get("page", "0"), "page"))
+
+    def message(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
+        return "message.html", session.view.message(request.path_params["msg_id"])
+
+    def dlq(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
+        return "dlq.html", session.view.dlq(request.path_params["group"])
+
+    async def resend(request: Request) -> Response:
+        form, token, session = await _form(request, sessions)
+        group_name = request.path_params["group"]
+        return _after(lambda: session.view.resend(group_name, str(form.get("msg_id", "")),
+                                                  form.get("to") == "group"),
+                      f"/dlq/{group_name}", token, request, templates, session)
+
+    def sign_in_page(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
+        return "signin.html", {"message": ""}
+
+    async def sign_in(request: Request) -> Response:
+        form, token, session = await _form(request, sessions)
+        access_key, secret_key = str(form.get("access_key", "")), str(form.get("secret_key", ""))
+        try:
+            security = ClientSecurity(access_key or None, secret_key or None, settings.security.tls,
+                                      settings.security.tls_ca_file, settings.security.tls_cert_file,
+                                      settings.security.tls_key_file)
+        except ValueError as error:
+            return _answer(request, templates, token, session, False, "signin.html",
+                           {"message": str(error)}, 400)
+        sessions.close(token)
+        new_token, _ = sessions.open(security, access_key)
+        return _with_cookie(RedirectResponse("/", status_code=303), new_token)
+
+    async def sign_out(request: Request) -> Response:
+        _, token, _ = await _form(request, sessions)
+        sessions.close(token)
+        return RedirectResponse("/", status_code=303)
+
+    def charts_api(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
+        if charts is None:
+            return "", {"tps": {}, "lag": {}}
+        return "", charts.snapshot() | {"error": charts.error}
+
+    routes: list[Route | Mount] = []
+    pages: list[tuple[str, Handler]] = [
+        ("/", cluster), ("/topics", topics), ("/topics/{topic}", topic), ("/groups", groups),
+        ("/groups/{group}", group), ("/messages", messages), ("/messages/{msg_id}", message),
+        ("/dlq/{group}", dlq)]
+    for path, handler in pages:
+        routes.append(Route(path, page(handler)))
+        routes.append(Route("/api" + ("/cluster" if path == "/" else path), page(handler)))
+    routes += [
+        Route("/api/charts", page(charts_api)),
+        Route("/sign-in", page(sign_in_page)),
+        Route("/sign-in", sign_in, methods=["POST"]),
+        Route("/sign-out", sign_out, methods=["POST"]),
+        Route("/topics", create_topic, methods=["POST"]),
+        Route("/groups/{group}/reset", reset, methods=["POST"]),
+        Route("/dlq/{group}/resend", resend, methods=["POST"]),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        sessions.close_all()
+
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={StaleForm: _stale_form})
+    return app
+
+
+class StaleForm(Exception):
+    """A posted form without the session's CSRF token (stale, or from another site)."""
+
+
+async def _form(request: Request, sessions: Sessions) -> tuple[dict[str, Any], str, Session]:
+    """The posted form of a session whose CSRF token it carries; StaleForm otherwise."""
+    token, session = sessions.get(request.cookies.get(COOKIE))
+    form = dict(await request.form())
+    if not secrets.compare_digest(str(form.get("csrf", "")), session.csrf):
+        raise StaleForm("the form is stale or from another site: reload the page and try again")
+    return form, token, session
+
+
+def _stale_form(request: Request, error: Exception) -> Response:
+    return JSONResponse({"error": str(error)}, status_code=403)
+
+
+def _after(action: Callable[[], object], location: str, token: str, request: Request,
+           templates: Jinja2Templates, session: Session) -> Response:
+    """Run a form's action, then show `location`; a refusal is shown on an error page."""
+    try:
+        action()
+    except NotFound as missing:
+        return _answer(request, templates, token, session, False, "error.html",
+                       {"title": "Not found", "message": str(missing)}, 404)
+    except (RmqError, ValueError) as error:
+        return _answer(request, templates, token, session, False, "error.html",
+                       {"title": "Refused", "message": str(error)}, 400)
+    return _with_cookie(RedirectResponse(location, status_code=303), token)
+
+
+def _answer(request: Request, templates: Jinja2Templates, token: str, session: Session, api: bool,
+            template: str, data: dict[str, Any], status: int) -> Response:
+    if api:
+        response: Response = JSONResponse(data if status == 200 else {"error": data.get("message", "")},
+                                          status_code=status)
+    else:
+        context = {"request": request, "account": session.account, "csrf": session.csrf, **data}
+        response = templates.TemplateResponse(request, template, context, status_code=status)
+    return _with_cookie(response, token)
+
+
+def _with_cookie(response: Response, token: str) -> Response:
+    response.set_cookie(COOKIE, token, httponly=True, samesite="strict")
+    return response
+
+
+def _int(text: str, name: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, not {text!r}") from None
+    if value < 0:
+        raise ValueError(f"{name} must not be negative")
+    return value
+
+
+def _optional_int(text: str | None, name: str) -> int | None:
+    return None if not text else _int(text, name)
+

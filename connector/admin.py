@@ -1,0 +1,334 @@
+"""Operations on a running cluster, RocketMQ's MQAdminExt: look messages up by key, id or time
+range (with each group's consume state), see which member of a group owns which queue, show a
+group's progress, reset its offsets, delete it, and list its dead letters. The `rmq message`
+and `rmq group` commands and `rmq console` are built on it; every answer is bounded."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from rmq import message_format as mf
+from rmq import retry
+from rmq.connector.allocation import AVG, allocate
+from rmq.connector.client import OutgoingMessage, QueueOffsets, RmqClient
+from rmq.connector.errors import RmqError, RmqUnavailable
+from rmq.connector.message import MessageExt, decode_messages
+from rmq.message_queue import MessageQueue
+from rmq.statuses import PullStatus
+from rmq.v1 import rmq_pb2
+
+KEY_QUERY_MAX = 64          # messages per broker of a key lookup (RocketMQ maxMsgsNumBatch)
+PAGE_MAX = 500              # messages per page of a time-range lookup
+BROWSE_BATCH = 256
+# properties the broker sets on a stored copy, not carried into a re-published one
+NOT_REPUBLISHED = frozenset({mf.PROPERTY_TAGS, mf.PROPERTY_KEYS, mf.PROPERTY_REAL_TOPIC,
+                             mf.PROPERTY_REAL_QUEUE_ID, mf.PROPERTY_DELAY_TIME_LEVEL, mf.PROPERTY_UNIQ_KEY})
+
+
+class ClientProtocol(enum.IntEnum):
+    """How a member reached its broker (rmq.v1 ClientProtocol wire values)."""
+
+    RMQ = rmq_pb2.CLIENT_PROTOCOL_RMQ
+    ROCKETMQ_V2 = rmq_pb2.CLIENT_PROTOCOL_ROCKETMQ_V2
+    REMOTING = rmq_pb2.CLIENT_PROTOCOL_REMOTING
+
+    @property
+    def label(self) -> str:
+        return {ClientProtocol.RMQ: "rmq", ClientProtocol.ROCKETMQ_V2: "rocketmq-5",
+                ClientProtocol.REMOTING: "rocketmq-4"}[self]
+
+
+class ResetTo(enum.Enum):
+    EARLIEST = "earliest"
+    LATEST = "latest"
+    TIMESTAMP = "timestamp"
+
+
+@dataclass(frozen=True)
+class ResetTarget:
+    to: ResetTo
+    timestamp_ms: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> ResetTarget:
+        """`earliest`, `latest` or `timestamp:<epoch-ms>`; ValueError naming the accepted forms."""
+        kind, _, value = text.partition(":")
+        if text in (ResetTo.EARLIEST.value, ResetTo.LATEST.value):
+            return cls(ResetTo(text))
+        if kind == ResetTo.TIMESTAMP.value and value.isdigit():
+            return cls(ResetTo.TIMESTAMP, int(value))
+        raise ValueError(f"cannot reset to {text!r}: use earliest, latest or timestamp:<epoch-ms>")
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    """One live client of a group, on every broker that knows it."""
+
+    client_id: str
+    protocol: ClientProtocol
+    address: str
+    broadcasting: bool
+    subscriptions: dict[str, str]       # topic -> expression
+    queues: tuple[MessageQueue, ...]    # the queues it owns; none for RocketMQ 5 (pop) clients
+
+
+@dataclass(frozen=True)
+class QueueProgress:
+    """One queue of a group's progress (mqadmin consumerProgress)."""
+
+    queue: MessageQueue
+    min_offset: int
+    max_offset: int
+    consumer_offset: int | None         # None: never committed
+    owner: str = ""                     # client id of the member that owns it, "" when none
+
+    @property
+    def lag(self) -> int:
+        """What the queue still holds for the group (everything, when it never committed)."""
+        start = self.min_offset if self.consumer_offset is None else self.consumer_offset
+        return max(self.max_offset - start, 0)
+
+
+@dataclass(frozen=True)
+class GroupProgress:
+    group: str
+    queues: list[QueueProgress]
+    unreachable: dict[str, str]         # broker name -> why it could not be asked
+
+    @property
+    def total_lag(self) -> int:
+        return sum(queue.lag for queue in self.queues)
+
+    @property
+    def complete(self) -> bool:
+        return not self.unreachable
+
+
+@dataclass(frozen=True)
+class ConsumeState:
+    """Whether `group` has consumed a message: its committed offset on the message's queue."""
+
+    group: str
+    consumed: bool
+
+
+@dataclass(frozen=True)
+class ResetResult:
+    queue: MessageQueue
+    offset: int
+    note: str = ""                      # e.g. earlier than the earliest message: reset to the earliest
+
+
+class MQAdmin:
+    def __init__(self, client: RmqClient) -> None:
+        self.client = client
+
+    # ------------------------------------------------------------ messages
+
+    def query_by_key(self, topic: str, key: str, begin_ms: int = 0, end_ms: int = 0,
+                     limit: int = KEY_QUERY_MAX) -> list[MessageExt]:
+        """Messages of `topic` carrying `key` (KEYS or the producer's unique id), oldest first."""
+        found: list[MessageExt] = []
+        for broker_name in self.client.route(topic).brokers:
+            packed = self.client.query_message_by_key(topic, broker_name, key, begin_ms=begin_ms,
+                                                      end_ms=end_ms, max_messages=min(limit, KEY_QUERY_MAX))
+            found += decode_messages(packed, MessageQueue(topic, broker_name, 0))
+        return sorted(found, key=lambda m: (m.store_timestamp, m.broker_name, m.commit_log_offset))[:limit]
+
+    def view(self, msg_id: str) -> MessageExt:
+        """The message with an offset message id (`MessageExt.msg_id`: store host + CommitLog
+        offset); RmqError QUERY_NOT_FOUND when no broker stores it."""
+        address, offset = parse_msg_id(msg_id)
+        for broker_name, members in self.client.list_broker_groups().items():
+            if any(member.address == address for member in members):
+                packed = self.client.view_message(address, offset)
+                return decode_messages(packed, MessageQueue("", broker_name, 0))[0]
+        raise RmqError(rmq_pb2.QUERY_NOT_FOUND, f"message id {msg_id} names broker {address}, which is not "
+                       "in this cluster")
+
+    def query_by_time(self, topic: str, begin_ms: int, end_ms: int, limit: int = 100,
+                      page: int = 0) -> list[MessageExt]:
+        """The page (`limit` messages, at most PAGE_MAX) of the topic's messages stored in
+        [begin_ms, end_ms), queue by queue in offset order."""
+        limit = max(1, min(limit, PAGE_MAX))
+        skip, messages = page * limit, list[MessageExt]()
+        for mq in sorted(self.client.topic_offsets(topic)):
+            start = self.client.search_offset(mq, begin_ms)
+            end = self.client.search_offset(mq, end_ms)
+            if skip >= end - start:
+                skip -= max(end - start, 0)
+                continue
+            messages += self.browse(mq, start + skip, min(end, start + skip + limit - len(messages)))
+            skip = 0
+            if len(messages) >= limit:
+                break
+        return messages
+
+    def browse(self, mq: MessageQueue, start: int, end: int) -> list[MessageExt]:
+        """The messages of one queue in [start, end), whatever the topic's permission."""
+        messages: list[MessageExt] = []
+        offset = start
+        while offset < end:
+            result = self.client.browse_messages(mq, offset, min(BROWSE_BATCH, end - offset))
+            if result.pull_status != PullStatus.FOUND:
+                break
+            messages += [m for m in decode_messages(result.messages, mq) if m.queue_offset < end]
+            offset = result.next_begin_offset
+        return messages
+
+    def consume_states(self, message: MessageExt, groups: Iterable[str]) -> list[ConsumeState]:
+        """Whether each group has consumed the message (committed past its offset)."""
+        mq = MessageQueue(message.topic, message.broker_name, message.queue_id)
+        states = []
+        for group in groups:
+            committed = self.client.query_consumer_offsets(group, mq.topic, broker_name=mq.broker_name)
+            states.append(ConsumeState(group, committed.get(mq, 0) > message.queue_offset))
+        return states
+
+    # ------------------------------------------------------------ groups
+
+    def groups(self) -> list[str]:
+        """Every consumer group that ever joined as a member (its %RETRY% topic exists)."""
+        prefix = retry.retry_topic("")
+        return sorted(t.topic_name[len(prefix):] for t in self.client.list_topics()
+                      if t.topic_name.startswith(prefix))
+
+    def members(self, group: str) -> list[GroupMember]:
+        """The group's live members of every protocol, with the queues each owns: for clustering
+        consumers the averagely allocation of each subscribed topic's queues among the members that
+        subscribe to it (the default strategy); broadcasting members own every queue."""
+        by_id: dict[str, rmq_pb2.ConsumerConnection] = {}
+        for connections in self.client.consumer_connections(group).values():
+            for connection in connections:
+                by_id.setdefault(connection.client_id, connection)
+        owned = self._owned_queues(list(by_id.values()))
+        return [GroupMember(c.client_id, ClientProtocol(c.protocol), c.address,
+                            c.message_model == rmq_pb2.BROADCASTING,
+                            {s.topic: s.sub_expression for s in c.subscriptions},
+                            tuple(sorted(owned.get(c.client_id, ()))))
+                for c in sorted(by_id.values(), key=lambda c: c.client_id)]
+
+    def _owned_queues(self, connections: Sequence[rmq_pb2.ConsumerConnection]
+                      ) -> dict[str, list[MessageQueue]]:
+        owned: dict[str, list[MessageQueue]] = {}
+        pulling = [c for c in connections if c.protocol != rmq_pb2.CLIENT_PROTOCOL_ROCKETMQ_V2]
+        for topic in sorted({s.topic for c in pulling for s in c.subscriptions}):
+            try:
+                queues = sorted(self.client.route(topic).message_queues)
+            except RmqError:
+                continue
+            subscribers = [c for c in pulling if any(s.topic == topic for s in c.subscriptions)]
+            clustering = sorted(c.client_id for c in subscribers if c.message_model != rmq_pb2.BROADCASTING)
+            for connection in subscribers:
+                mine = (queues if connection.message_model == rmq_pb2.BROADCASTING
+                        else allocate(AVG, connection.client_id, queues, clustering))
+                owned.setdefault(connection.client_id, []).extend(mine)
+        return owned
+
+    def progress(self, group: str, topic: str = "") -> GroupProgress:
+        """Per queue of the group's topics (or of `topic`), its retry topic included: offsets,
+        lag and owner. Unreachable brokers are named, their queues left out."""
+        unreachable: dict[str, RmqUnavailable] = {}
+        committed = self.client.query_consumer_offsets(group, topic, unreachable)
+        topics = {mq.topic for mq in committed} | {retry.retry_topic(group)} | ({topic} if topic else set())
+        owners = {mq: member.client_id for member in self.members(group) if not member.broadcasting
+                  for mq in member.queues}
+        queues = []
+        for name in sorted(topics):
+            for mq, bounds in self._offsets_if_exists(name, unreachable).items():
+                queues.append(QueueProgress(mq, bounds.min_offset, bounds.max_offset, committed.get(mq),
+                                            owners.get(mq, "")))
+        return GroupProgress(group, queues, {name: str(error) for name, error in unreachable.items()})
+
+    def _offsets_if_exists(self, topic: str, unreachable: dict[str, RmqUnavailable]
+                           ) -> dict[MessageQueue, QueueOffsets]:
+        try:
+            return self.client.topic_offsets(topic, unreachable)
+        except RmqError as error:
+            if error.code == rmq_pb2.TOPIC_NOT_EXIST:
+                return {}
+            raise
+
+    def reset_offsets(self, group: str, topic: str, target: ResetTarget, force: bool = False
+                      ) -> list[ResetResult]:
+        """Set the group's committed offset on every queue of `topic` (RocketMQ
+        resetOffsetByTimestamp). Refused while the group has live members unless `force`: they
+        keep their own positions and would commit over the reset."""
+        live = [m.client_id for m in self.members(group)]
+        if live and not force:
+            raise RmqError(rmq_pb2.ILLEGAL_ARGUMENT, f"consumer group {group} has {len(live)} live member(s) "
+                           f"({', '.join(live[:3])}{', ...' if len(live) > 3 else ''}): stop them first, or "
+                           "force the reset (their next commits may overwrite it)")
+        results = [self._reset_target(mq, bounds, target)
+                   for mq, bounds in self.client.topic_offsets(topic).items()]
+        self.client.update_consumer_offsets(group, {r.queue: r.offset for r in results})
+        return results
+
+    def _reset_target(self, mq: MessageQueue, bounds: QueueOffsets, target: ResetTarget) -> ResetResult:
+        if target.to is ResetTo.EARLIEST:
+            return ResetResult(mq, bounds.min_offset)
+        if target.to is ResetTo.LATEST:
+            return ResetResult(mq, bounds.max_offset)
+        offset = self.client.search_offset(mq, target.timestamp_ms)
+        if offset <= bounds.min_offset and bounds.max_offset > bounds.min_offset:
+            first = self.browse(mq, bounds.min_offset, bounds.min_offset + 1)
+            if first and first[0].store_timestamp > target.timestamp_ms:
+                return ResetResult(mq, bounds.min_offset, "the time is before the earliest message: "
+                                                          "reset to the earliest")
+        return ResetResult(mq, offset)
+
+    def delete_group(self, group: str, force: bool = False) -> list[str]:
+        """Forget the group: its committed offsets on every topic and its retry and dead-letter
+        topics (RocketMQ deleteSubGroup with removeOffset). Refused while it has live members
+        unless `force`. Returns the topics whose offsets were removed."""
+        live = [m.client_id for m in self.members(group)]
+        if live and not force:
+            raise RmqError(rmq_pb2.ILLEGAL_ARGUMENT, f"consumer group {group} has {len(live)} live "
+                           "member(s): stop them first, or force the delete")
+        committed = self.client.query_consumer_offsets(group)
+        if committed:
+            self.client.remove_consumer_offsets(group, committed)
+        for topic in (retry.retry_topic(group), retry.dlq_topic(group)):
+            try:
+                self.client.delete_topic(topic)
+            except RmqError as error:
+                if error.code != rmq_pb2.TOPIC_NOT_EXIST:
+                    raise
+        return sorted({mq.topic for mq in committed})
+
+    # ------------------------------------------------------------ dead letters
+
+    def dead_letters(self, group: str, limit: int = PAGE_MAX) -> list[MessageExt]:
+        """The group's dead letters, oldest first (at most `limit`)."""
+        topic = retry.dlq_topic(group)
+        messages: list[MessageExt] = []
+        for mq, bounds in self._offsets_if_exists(topic, {}).items():
+            messages += self.browse(mq, bounds.min_offset, min(bounds.max_offset,
+                                                                bounds.min_offset + limit - len(messages)))
+        return messages[:limit]
+
+
+def resend(client: RmqClient, message: MessageExt, group: str = "") -> str:
+    """Publish a dead letter again with its body, tags, keys and properties: to its original
+    topic (every group of that topic receives it again), or, with `group`, to that group's retry
+    topic only (what RocketMQ's consumeMessageDirectly is for). Returns the topic written."""
+    topic = retry.retry_topic(group) if group else message.topic
+    properties = {k: v for k, v in message.properties.items() if k not in NOT_REPUBLISHED}
+    client.send(topic, [OutgoingMessage(message.body, message.tags, message.keys, properties)])
+    return topic
+
+
+def parse_msg_id(msg_id: str) -> tuple[str, int]:
+    """(store host `ip:port`, CommitLog offset) of an offset message id; RmqError otherwise."""
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raw = b""
+    if len(raw) != 16:
+        raise RmqError(rmq_pb2.ILLEGAL_ARGUMENT, f"{msg_id!r} is not a message id (32 hex digits: store host "
+                       "and CommitLog offset, as `rmq consume` and the SDK show them)")
+    host = ".".join(str(b) for b in raw[:4])
+    port = int.from_bytes(raw[4:8], "big")
+    return f"{host}:{port}", int.from_bytes(raw[8:], "big")

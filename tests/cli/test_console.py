@@ -1,0 +1,152 @@
+"""The web console over HTTP (Starlette's test client) against an in-process broker: every page
+renders, its JSON twin agrees with MQAdmin and `rmq group progress`, unknown names are 404 pages
+saying so, forms need the session's CSRF token, a resend from the DLQ page arrives, and charts
+are bounded."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from rmq import retry
+from rmq.cli.console import ConsoleSettings, History, create_app
+from rmq.cli.console.history import MAX_SERIES
+from rmq.connector.admin import MQAdmin
+from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
+from rmq.statuses import PullStatus
+from tests.broker_server.in_process_broker import InProcessBroker
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[InProcessBroker]:
+    server = InProcessBroker(tmp_path).start()
+    try:
+        with RmqClient(server.address) as client:
+            client.create_topic("Orders", queues=2)
+            client.send("Orders", [OutgoingMessage(f"order {i}".encode(), keys=f"k{i}", queue_id=i % 2)
+                                   for i in range(6)])
+            client.heartbeat("client-a", "g1", {"Orders": "*"})
+            client.update_consumer_offsets("g1", {MessageQueue("Orders", "broker-a", 0): 1})
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def web(broker: InProcessBroker) -> Iterator[TestClient]:
+    with TestClient(create_app(ConsoleSettings(broker.address))) as client:
+        yield client
+
+
+def csrf(page: str) -> str:
+    match = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert match, "the page has no form"
+    return match.group(1)
+
+
+def test_every_page_renders(web: TestClient) -> None:
+    for path, expected in [("/", "broker-a"), ("/topics", "Orders"), ("/topics/Orders", "Topic Orders"),
+                           ("/groups", "g1"), ("/groups/g1", "client-a"),
+                           ("/messages?topic=Orders", "order 3"),
+                           ("/messages?topic=Orders&key=k4", "order 4"), ("/dlq/g1", "no dead letter"),
+                           ("/sign-in", "Access key")]:
+        page = web.get(path)
+        assert page.status_code == 200, path
+        assert expected in page.text, path
+
+
+def test_the_group_page_and_api_agree_with_mqadmin(web: TestClient, broker: InProcessBroker) -> None:
+    with RmqClient(broker.address) as client:
+        progress = MQAdmin(client).progress("g1")
+    api = web.get("/api/groups/g1").json()
+    assert api["total_lag"] == progress.total_lag == 5
+    assert {(q["topic"], q["queue_id"]): q["lag"] for q in api["queues"]} == {
+        (q.queue.topic, q.queue.queue_id): q.lag for q in progress.queues}
+    assert [m["client_id"] for m in api["members"]] == ["client-a"]
+    assert f'id="total-lag">{progress.total_lag}<' in web.get("/groups/g1").text
+
+
+@pytest.mark.parametrize("path, says", [
+    ("/topics/Nope", "topic Nope does not exist"), ("/groups/nobody", "consumer group nobody does not exist"),
+    ("/messages/0A0000010000270F0000000000000000", "not in this cluster"),
+    ("/messages/xyz", "is not a message id"), ("/dlq/nobody", "consumer group nobody does not exist"),
+    ("/messages?topic=Nope", "topic Nope does not exist"),
+])
+def test_unknown_names_are_404_pages_saying_so(web: TestClient, path: str, says: str) -> None:
+    page = web.get(path)
+    assert page.status_code == 404 and says in page.text
+    api = web.get("/api" + path)
+    assert api.status_code == 404 and says in api.json()["error"]
+
+
+def test_bad_query_values_are_400(web: TestClient) -> None:
+    page = web.get("/topics?page=minus")
+    assert page.status_code == 400 and "page must be a whole number" in page.text
+
+
+def test_a_message_page_shows_body_properties_and_consume_state(web: TestClient) -> None:
+    listed = web.get("/api/messages?topic=Orders&key=k0").json()["messages"]
+    page = web.get(f"/api/messages/{listed[0]['msg_id']}").json()
+    assert page["body"] == "order 0" and page["keys"] == "k0"
+    assert page["consume_state"] == [{"group": "g1", "consumed": True}]   # queue 0, offset 0 < committed 1
+
+
+def test_forms_need_the_sessions_csrf_token(web: TestClient, broker: InProcessBroker) -> None:
+    refused = web.post("/topics", data={"topic": "Evil", "queues": "1", "csrf": "forged"})
+    assert refused.status_code == 403
+    form = {"topic": "Fresh", "queues": "3", "csrf": csrf(web.get("/topics").text)}
+    created = web.post("/topics", data=form)
+    assert created.status_code == 200 and "Topic Fresh" in created.text
+    with RmqClient(broker.address) as client:
+        assert len(client.route("Fresh").message_queues) == 3
+        assert "Evil" not in {t.topic_name for t in client.list_topics()}
+
+
+def test_reset_from_the_group_page(web: TestClient, broker: InProcessBroker) -> None:
+    form = {"topic": "Orders", "to": "latest", "csrf": csrf(web.get("/groups/g1").text)}
+    refused = web.post("/groups/g1/reset", data=form)
+    assert refused.status_code == 400 and "live member" in refused.text
+    reset = web.post("/groups/g1/reset", data=form | {"force": "on"})
+    assert reset.status_code == 200
+    with RmqClient(broker.address) as client:
+        assert client.query_consumer_offsets("g1", "Orders")[MessageQueue("Orders", "broker-a", 0)] == 3
+
+
+def test_a_resend_from_the_dlq_page_arrives(web: TestClient, broker: InProcessBroker) -> None:
+    with RmqClient(broker.address) as client:
+        client.send_message_back("g1", "broker-a", 0, delay_level=-1)      # "order 0" to %DLQ%g1
+        page = web.get("/dlq/g1").text
+        assert "order 0" in page
+        dead = re.search(r'name="msg_id" value="([0-9A-F]+)"', page)
+        assert dead
+        sent = web.post("/dlq/g1/resend", data={"msg_id": dead.group(1), "to": "group", "csrf": csrf(page)})
+        assert sent.status_code == 200
+        retry_queue = client.route(retry.retry_topic("g1")).message_queues[0]
+        result = client.browse_messages(retry_queue, 0, 10)
+    assert result.pull_status == PullStatus.FOUND and b"order 0" in result.messages.records
+
+
+def test_signing_in_with_a_bad_pair_is_one_clear_line(web: TestClient) -> None:
+    form = {"access_key": "ak", "secret_key": "", "csrf": csrf(web.get("/sign-in").text)}
+    page = web.post("/sign-in", data=form)
+    assert page.status_code == 400 and "give both or neither" in page.text
+
+
+def test_charts_are_bounded_and_compute_rates() -> None:
+    now = [1000.0]
+    samples = iter([({"t": 100}, {"g": 5}), ({"t": 160}, {"g": 2})])
+    history = History(lambda: next(samples), clock=lambda: now[0])
+    history.tick()
+    now[0] += 10
+    history.tick()
+    snapshot = history.snapshot()
+    assert snapshot["tps"] == {"t": [(1010.0, 6.0)]} and snapshot["lag"]["g"] == [(1000.0, 5), (1010.0, 2)]
+    many = History(lambda: ({f"t{i}": i for i in range(MAX_SERIES + 5)}, {}), clock=lambda: now[0])
+    many.tick()
+    now[0] += 10
+    many.tick()
+    assert len(many.snapshot()["tps"]) == MAX_SERIES
