@@ -17,6 +17,7 @@ from rmq.broker_server.rocketmq_v2.messaging_service import GroupPolicy, RocketM
 from rmq.broker_server.rocketmq_v2.offset_rpcs import OffsetRpcs
 from rmq.broker_server.rocketmq_v2.pop_service import MAX_BATCH, PopService
 from rmq.broker_server.rocketmq_v2.pop_state import PopStateTable
+from rmq.broker_server.rocketmq_v2.receipt_handle import ReceiptHandleCodec
 from rmq.broker_server.rocketmq_v2.remembered_receives import RememberedReceives
 from rmq.broker_server.rocketmq_v2.route import RouteResolver
 from rmq.broker_server.rocketmq_v2.telemetry import ServerSettings, TelemetrySessions
@@ -62,5 +63,5 @@ def build_service(config: BrokerConfig, store: MessageStore, executor: StoreExec
         PopService(store, topics, offsets, hold_service, executor, table, on_topics_changed,
                    RememberedReceives(config.max_remembered_receives, config.max_remembered_receive_bytes)),
         sessions, GroupPolicy(max_attempts, fifo_groups, config.enable_property_filter), timer, transactions,
-        OffsetRpcs(store, executor, topics, offsets, pull_processor), max_body_size,
-        config.timer_max_delay_ms)
+        OffsetRpcs(store, executor, topics, offsets, pull_processor),
+        ReceiptHandleCodec.of_store(config.store_path), max_body_size, config.timer_max_delay_ms)

@@ -20,7 +20,11 @@ from rmq.broker_server.acl import parse_acl
 from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.authentication import Refused, V2Authenticator, parse_authorization
 from rmq.broker_server.rocketmq_v2.pop_state import PopQueue, PopStateTable
-from rmq.broker_server.rocketmq_v2.receipt_handle import InvalidReceiptHandle, ReceiptHandle
+from rmq.broker_server.rocketmq_v2.receipt_handle import (
+    InvalidReceiptHandle,
+    ReceiptHandle,
+    ReceiptHandleCodec,
+)
 from rmq.broker_server.rocketmq_v2.route import endpoints, reachable
 from rmq.broker_server.rocketmq_v2.telemetry import ServerSettings, answer_settings
 from rmq.broker_server.store_executor import StoreExecutor
@@ -87,12 +91,25 @@ def test_delivery_time_in_seconds_or_milliseconds(seconds, expected_ms):
     assert messages.delivery_time_ms(stamp) == expected_ms
 
 
-def test_receipt_handle_round_trip_and_refusals():
+def test_receipt_handle_round_trip_and_refusals(tmp_path: Path):
+    """#25 item 10: a handle is the broker's (HMAC under a secret kept in the store directory):
+    one forged, edited to another generation or offset, or given to another group is refused."""
+    codec = ReceiptHandleCodec.of_store(tmp_path)
     handle = ReceiptHandle("orders", 3, 17, 2)
-    assert ReceiptHandle.decode(handle.encode(), "orders") == handle
-    for text, topic in (("garbage", "orders"), ("3:x:2:orders", "orders"), (handle.encode(), "other")):
+    text = codec.encode("g", handle)
+    assert codec.decode(text, "g", "orders") == handle
+    assert ReceiptHandleCodec.of_store(tmp_path).decode(text, "g", "orders") == handle   # after a restart
+    assert oct((tmp_path / "config" / "receiptHandle.key").stat().st_mode & 0o777) == "0o600"
+    queue, offset, version, mac, _ = text.split(":")
+    another_broker = ReceiptHandleCodec.of_store(tmp_path / "other").encode("g", handle)
+    for refused, group, topic in (("garbage", "g", "orders"), ("3:x:2:ab:orders", "g", "orders"),
+                                  (text, "g", "other"), (text, "other-group", "orders"),
+                                  (f"{queue}:{offset}:3:{mac}:orders", "g", "orders"),
+                                  (f"{queue}:16:{version}:{mac}:orders", "g", "orders"),
+                                  (f"{queue}:{offset}:{version}:{'0' * len(mac)}:orders", "g", "orders"),
+                                  (another_broker, "g", "orders")):
         with pytest.raises(InvalidReceiptHandle):
-            ReceiptHandle.decode(text, topic)
+            codec.decode(refused, group, topic)
 
 
 def test_pop_state_journal_replays_pops_acks_and_changes_and_ignores_a_torn_tail(tmp_path: Path):
