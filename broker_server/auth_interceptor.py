@@ -1,13 +1,13 @@
-"""grpc.aio server interceptor that admits every call through a RequestAuthenticator.
-
-An aio interceptor sees the method and metadata before the request is read, so it checks
-there everything the metadata proves (RequestAuthenticator.admit_metadata): a refused call is
+"""grpc.aio server interceptor that admits every call through a RequestAuthenticator. An aio
+interceptor sees the method and metadata before the request is read, so it checks there
+everything the metadata proves (RequestAuthenticator.admit_metadata): a refused call is
 answered by a handler that never reads the request, so gRPC grants the caller no more than its
 first flow-control window, whatever message size it announces. An admitted call runs in a
 wrapper that gets the deserialized request and the caller's address, finishes the checks
-(admit_request) and then runs the real behaviour as that account (rmq.broker_server.caller). A client-streaming call (HAService.Transfer)
-is admitted once, when it opens: its signature covers the empty message
-(rmq.request_signing.STREAM_REQUEST) and its permission is that of its method.
+(admit_request) and then runs the real behaviour as that account (rmq.broker_server.caller). A
+client-streaming call (HAService.Transfer) is admitted once, when it opens: its signature
+covers the empty message (rmq.request_signing.STREAM_REQUEST) and its permission is that of its
+method.
 """
 
 from __future__ import annotations
