@@ -56,6 +56,8 @@ class BrokerConfig:
     # RocketMQ 5 receives remembered by attempt id for a retried receive (oldest forgotten first):
     max_remembered_receives: int = 10_000
     max_remembered_receive_bytes: int = 64 * MiB  # record bytes those deliveries hold
+    max_telemetry_sessions: int = 10_000  # RocketMQ 5 Telemetry streams one broker holds
+    max_telemetry_sessions_per_account: int = 1_000  # ... of which one ACL account may hold
     max_consumer_offsets: int = 262144  # committed (group, topic, queue) entries
     rebalance_lock_max_live_time_ms: int = 60000
     consumer_offset_persist_interval_ms: int = 5000

@@ -156,7 +156,8 @@ class RocketMQv2MessagingService:
     @answers_with_status(pb.EndTransactionResponse)
     async def EndTransaction(self, request: pb.EndTransactionRequest, context: Any
                              ) -> pb.EndTransactionResponse:
-        await self.transactions.end(request.transaction_id, request.message_id, request.resolution)
+        await self.transactions.end(request.transaction_id, request.message_id, request.resolution,
+                                    request.topic.name)
         return pb.EndTransactionResponse(status=OK)
 
     def _to_store(self, message: v2.Message, config: TopicConfig, born_host: bytes) -> Any:

@@ -50,7 +50,8 @@ def build_service(config: BrokerConfig, store: MessageStore, executor: StoreExec
     max_body_size = config.max_message_size - FIXED_OVERHEAD
     settings = ServerSettings(max_body_size, PUSH_LONG_POLLING_S, MAX_BATCH, max_attempts, retry_delays,
                               fifo_groups)
-    sessions = TelemetrySessions(settings)
+    sessions = TelemetrySessions(settings, config.max_telemetry_sessions,
+                                 config.max_telemetry_sessions_per_account)
     timer = TimerMessageService(store, topics, executor, config.store_path)
     timer.load()
     transactions = TransactionService(store, executor, sessions, config.store_path, TransactionSettings(

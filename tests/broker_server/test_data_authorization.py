@@ -14,9 +14,10 @@ from rmq.connector.client import OutgoingMessage
 from rmq.connector.errors import RmqError
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.v1 import rmq_pb2
-from tests.broker_server.acl_broker import acl_broker, client
+from tests.acl_files import write_acl
+from tests.broker_server.acl_broker import ACL_TEXT, acl_broker, client
 from tests.broker_server.in_process_broker import InProcessBroker
-from tests.broker_server.v2_calls import V2Client
+from tests.broker_server.v2_calls import TelemetryStream, V2Client, publishing
 
 RETRY_LEVEL_3_QUEUE = 2    # a first send-back waits at delay level 3: schedule queue 2
 
@@ -95,4 +96,73 @@ def test_a_client_id_belongs_to_its_account_so_another_cannot_end_its_session(tm
             assert consumer.ack("g", held) == v2.OK
             assert consumer.notify_termination("g") == v2.OK
     finally:
+        broker.stop()
+
+
+def create_orders(broker: InProcessBroker) -> None:
+    with client(broker, "admin1") as admin:
+        admin.create_topic("orders", queues=1)
+
+
+def test_a_transaction_is_resolved_and_ended_only_by_the_account_that_opened_it(tmp_path: Path):
+    """#25 item 2: settings claim only what the account holds; the owner's producers alone are
+    asked to resolve its open transaction; another account, even one with PUB on the topic,
+    cannot end it, and the owner needs PUB on the transaction's own topic whatever it names."""
+    broker = acl_broker(tmp_path, transaction_timeout_ms=200, transaction_check_interval_ms=200)
+    streams: list[TelemetryStream] = []
+    try:
+        create_orders(broker)
+        with grpc.insecure_channel(broker.address) as channel:
+            producer, prying, stranger = (V2Client(channel, f"{name}-1", name)
+                                          for name in ("producer", "prying", "stranger"))
+            claimed, owners, other = (TelemetryStream(c, publishing("orders"))
+                                      for c in (stranger, producer, prying))
+            streams += [claimed, owners, other]
+            assert claimed.next().status.code == v2.FORBIDDEN   # no PUB on orders
+            assert owners.next().status.code == other.next().status.code == v2.OK
+            [opened] = producer.send_transaction("orders", b"pending", "MSG-1").entries
+            transaction_id = opened.transaction_id
+            for _ in range(2):   # two checks, both to the owner's producer
+                command = owners.next()
+                assert command.recover_orphaned_transaction_command.transaction_id == transaction_id
+                assert command.recover_orphaned_transaction_command.message.body == b"pending"
+            assert other.commands.empty() and claimed.commands.empty()
+            assert stranger.end_transaction("", "MSG-1", transaction_id) == v2.FORBIDDEN
+            assert prying.end_transaction("orders", "MSG-1", transaction_id) == v2.FORBIDDEN
+            assert producer.end_transaction("orders", "MSG-1", transaction_id) == v2.OK
+            consumer = V2Client(channel, "consumer-1", "consumer")
+            assert [m.body for m in consumer.receive("g", "orders")] == [b"pending"]
+
+            second = producer.send_transaction("orders", b"later", "MSG-2").entries[0].transaction_id
+            revoke_publishing(broker, tmp_path)
+            assert producer.end_transaction("", "MSG-2", second) == v2.FORBIDDEN   # its own topic counts
+    finally:
+        for stream in streams:
+            stream.close()
+        broker.stop()
+
+
+def revoke_publishing(broker: InProcessBroker, tmp_path: Path) -> None:
+    """The producer account loses PUB on orders (an ACL reload)."""
+    write_acl(tmp_path / "acl.yml", ACL_TEXT.replace('"orders=PUB", "secret=PUB"', '"secret=PUB"'))
+    assert broker.controller.security.acl_file.reload()
+
+
+def test_one_account_holds_at_most_its_share_of_telemetry_sessions(tmp_path: Path):
+    """#25 weaknesses: a no-permission account opened ~7,800 sessions; now it gets its share."""
+    broker = acl_broker(tmp_path, max_telemetry_sessions=3, max_telemetry_sessions_per_account=2)
+    streams: list[TelemetryStream] = []
+    try:
+        with grpc.insecure_channel(broker.address) as channel:
+            def open_session(account: str, number: int) -> int:
+                session = TelemetryStream(V2Client(channel, f"{account}-{number}", account), publishing())
+                streams.append(session)
+                return streams[-1].next().status.code
+
+            assert [open_session("stranger", n) for n in range(3)] == [v2.OK, v2.OK, v2.TOO_MANY_REQUESTS]
+            assert open_session("producer", 0) == v2.OK
+            assert open_session("consumer", 0) == v2.TOO_MANY_REQUESTS   # the broker's 3 are taken
+    finally:
+        for stream in streams:
+            stream.close()
         broker.stop()

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -27,6 +29,7 @@ from rmq.broker_server.rocketmq_v2.receipt_handle import (
 )
 from rmq.broker_server.rocketmq_v2.route import endpoints, reachable
 from rmq.broker_server.rocketmq_v2.telemetry import ServerSettings, answer_settings
+from rmq.broker_server.rocketmq_v2.transactions import TransactionService, TransactionSettings
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.rocketmq_v2 import METHODS, MessagingServiceStub
@@ -260,3 +263,41 @@ def test_auto_renewed_deliveries_stay_invisible_while_their_client_is_connected(
             telemetry.cancel()
     finally:
         broker.stop()
+
+
+def test_open_transactions_are_journaled_concurrent_opens_share_a_sync_and_a_restart_keeps_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """#25 weaknesses: transactions.json was rewritten and fsynced per opened transaction (3,600
+    opens slowed other tenants' sends); now each open is a journal line, concurrent opens are
+    written together, and the journal rebuilds the table."""
+    syncs: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (syncs.append(fd), real_fsync(fd))[1])
+    executor = StoreExecutor(1)
+
+    async def open_fifty() -> list[str]:
+        service = TransactionService(None, executor, None, tmp_path, TransactionSettings())
+        ids = await asyncio.gather(*(service.opened("orders", f"M{n}", n, {}) for n in range(50)))
+        await service.end(ids[0], "M0", v2.ROLLBACK)
+        return ids
+
+    try:
+        ids = asyncio.run(open_fifty())
+        assert len(syncs) <= 5, f"{len(syncs)} fsyncs for 50 concurrent opens and one end"
+        restarted = TransactionService(None, executor, None, tmp_path, TransactionSettings())
+        restarted.load()
+        assert sorted(restarted.open) == sorted(ids[1:])
+        assert (restarted.open[ids[7]].message_id, restarted.open[ids[7]].half_offset) == ("M7", 7)
+    finally:
+        executor.shutdown()
+
+
+def test_open_transactions_of_an_earlier_release_are_moved_into_the_journal(tmp_path: Path):
+    (tmp_path / "config").mkdir()
+    earlier = {"open": {"T1": {"topic": "orders", "message_id": "M1", "half_offset": 4, "check_after_ms": 5}}}
+    (tmp_path / "config" / "transactions.json").write_text(json.dumps(earlier))
+    for _ in range(2):   # the move, then a restart from the journal alone
+        service = TransactionService(None, None, None, tmp_path, TransactionSettings())
+        service.load()
+        assert list(service.open) == ["T1"] and service.open["T1"].half_offset == 4
+        assert not (tmp_path / "config" / "transactions.json").exists()

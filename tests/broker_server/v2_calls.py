@@ -4,6 +4,8 @@ paths without the official clients."""
 
 from __future__ import annotations
 
+import queue
+import threading
 from dataclasses import dataclass
 
 import grpc
@@ -88,3 +90,54 @@ class V2Client:
         request = pb.NotifyClientTerminationRequest(group=v2.Resource(name=group))
         response = self.stub.NotifyClientTermination(request, metadata=self.metadata, timeout=TIMEOUT_S)
         return response.status.code
+
+    def send_transaction(self, topic: str, body: bytes, message_id: str) -> pb.SendMessageResponse:
+        """A TRANSACTION message (a half message until its transaction ends)."""
+        message = v2.Message(topic=v2.Resource(name=topic), body=body)
+        message.system_properties.message_id = message_id
+        message.system_properties.message_type = v2.TRANSACTION
+        return self.stub.SendMessage(pb.SendMessageRequest(messages=[message]), metadata=self.metadata,
+                                     timeout=TIMEOUT_S)
+
+    def end_transaction(self, topic: str, message_id: str, transaction_id: str,
+                        resolution: v2.TransactionResolution = v2.COMMIT) -> int:
+        request = pb.EndTransactionRequest(topic=v2.Resource(name=topic), message_id=message_id,
+                                           transaction_id=transaction_id, resolution=resolution)
+        return self.stub.EndTransaction(request, metadata=self.metadata, timeout=TIMEOUT_S).status.code
+
+
+def publishing(*topics: str) -> v2.Settings:
+    return v2.Settings(client_type=v2.PRODUCER,
+                       publishing=v2.Publishing(topics=[v2.Resource(name=t) for t in topics]))
+
+
+class TelemetryStream:
+    """A client's open Telemetry stream: it sends `settings`, then reads what the broker writes
+    (on a thread, into `commands`) until closed."""
+
+    def __init__(self, client: V2Client, settings: v2.Settings) -> None:
+        self.commands: queue.Queue[pb.TelemetryCommand] = queue.Queue()
+        self._closed = threading.Event()
+
+        def requests():
+            yield pb.TelemetryCommand(settings=settings)
+            self._closed.wait(60)
+
+        self._call = client.stub.Telemetry(requests(), metadata=client.metadata)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        try:
+            for command in self._call:
+                self.commands.put(command)
+        except grpc.RpcError:
+            pass   # closed
+
+    def next(self, timeout_s: float = TIMEOUT_S) -> pb.TelemetryCommand:
+        return self.commands.get(timeout=timeout_s)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._call.cancel()
+        self._reader.join(TIMEOUT_S)
