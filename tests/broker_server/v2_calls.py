@@ -41,12 +41,15 @@ class V2Client:
             return (("x-mq-client-id", self.client_id),)
         return v2_metadata(self.account, self.client_id)
 
-    def receive(self, group: str, topic: str, auto_renew: bool = False, batch: int = 32) -> list[v2.Message]:
+    def receive(self, group: str, topic: str, auto_renew: bool = False, batch: int = 32,
+                wait_ms: int = 0) -> list[v2.Message]:
+        """Up to `batch` messages, invisible for 10 s; held up to `wait_ms` for one."""
         request = pb.ReceiveMessageRequest(
             group=v2.Resource(name=group), batch_size=batch, auto_renew=auto_renew,
             message_queue=v2.MessageQueue(topic=v2.Resource(name=topic), id=-1),
-            long_polling_timeout=duration_ms(0), invisible_duration=duration_ms(10_000))
-        responses = list(self.stub.ReceiveMessage(request, metadata=self.metadata, timeout=TIMEOUT_S))
+            long_polling_timeout=duration_ms(wait_ms), invisible_duration=duration_ms(10_000))
+        responses = list(self.stub.ReceiveMessage(request, metadata=self.metadata,
+                                                  timeout=TIMEOUT_S + wait_ms / 1000))
         codes = [r.status.code for r in responses if r.HasField("status")]
         assert codes and codes[0] in (v2.OK, v2.MESSAGE_NOT_FOUND), codes
         return [r.message for r in responses if r.HasField("message")]
