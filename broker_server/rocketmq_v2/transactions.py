@@ -98,8 +98,9 @@ class TransactionService:
         if kind == "open":
             self.open[transaction_id] = OpenTransaction(**entry["t"])
         elif kind == "check":
-            transaction = self.open[transaction_id]
-            transaction.check_times, transaction.check_after_ms = entry["times"], entry["after"]
+            transaction = self.open.get(transaction_id)
+            if transaction is not None:   # else ended meanwhile: its end may be journaled first
+                transaction.check_times, transaction.check_after_ms = entry["times"], entry["after"]
         elif kind == "end":
             self.open.pop(transaction_id, None)
         else:
@@ -182,7 +183,7 @@ class TransactionService:
     async def check_due(self) -> None:
         now = int(time.time() * 1000)
         for transaction_id, transaction in list(self.open.items()):
-            if transaction.check_after_ms > now:
+            if transaction.check_after_ms > now or transaction_id not in self.open:   # ended meanwhile
                 continue
             if transaction.check_times >= self.settings.check_max:
                 log.warning("transaction %s of %s checked %d times without an answer: rolled back",

@@ -301,3 +301,16 @@ def test_open_transactions_of_an_earlier_release_are_moved_into_the_journal(tmp_
         service.load()
         assert list(service.open) == ["T1"] and service.open["T1"].half_offset == 4
         assert not (tmp_path / "config" / "transactions.json").exists()
+
+
+def test_a_check_journaled_after_its_transaction_ended_does_not_stop_the_replay(tmp_path: Path):
+    """check_due runs beside EndTransaction: a check line may follow its transaction's end."""
+    fields = {"topic": "orders", "message_id": "M", "half_offset": 0, "check_after_ms": 5}
+    lines = [{"op": "open", "id": "A", "t": fields}, {"op": "end", "id": "A"},
+             {"op": "check", "id": "A", "times": 1, "after": 9}, {"op": "open", "id": "B", "t": fields}]
+    (tmp_path / "config").mkdir()
+    journal = tmp_path / "config" / "transactions.journal"
+    journal.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    service = TransactionService(None, None, None, tmp_path, TransactionSettings())
+    service.load()
+    assert list(service.open) == ["B"]
