@@ -3,7 +3,9 @@ AuthorizationContext for gRPC): every v2 call carries `authorization: MQv2-HMAC-
 Credential=<access key>, SignedHeaders=x-mq-date-time, Signature=<hex HMAC-SHA1(secret key,
 x-mq-date-time)>`, checked against rmq's ACL accounts (broker_server/acl.py: `--acl`), then the
 permission the RPC needs: PUB on the topic to send or end a transaction, SUB on the group and
-topic to receive, acknowledge, change invisibility, forward, pull or use offsets.
+topic to receive, acknowledge, change invisibility, forward, pull or use offsets. The client id
+a call names (`x-mq-client-id`) must belong to its account (client_id_owners), and the call then
+runs as that account (rmq.broker_server.caller), for the checks of the data it reaches.
 
 As Apache's proxy, the date is not checked against the clock (the Python client writes its
 local time with a Z) and refusals are business statuses in the response (UNAUTHORIZED 40100,
