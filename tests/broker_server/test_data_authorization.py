@@ -66,7 +66,7 @@ def test_consumer_rpcs_need_sub_and_a_refused_one_leaves_the_delivery_in_flight(
         with grpc.insecure_channel(broker.address) as channel:
             consumer = V2Client(channel, "consumer-1", "consumer")
             producer = V2Client(channel, "producer-1", "producer")
-            [message] = consumer.receive("g", "orders")
+            [message] = consumer.receive("g", "orders", wait_ms=5_000)
             assert producer.ack("g", message) == v2.FORBIDDEN
             assert producer.change_invisible("g", message, 0).status.code == v2.FORBIDDEN
             assert producer.forward_to_dlq("g", message) == v2.FORBIDDEN
@@ -89,7 +89,7 @@ def test_a_client_id_belongs_to_its_account_so_another_cannot_end_its_session(tm
         with grpc.insecure_channel(broker.address) as channel:
             consumer = V2Client(channel, "consumer-1", "consumer")
             impostor = V2Client(channel, "consumer-1", "prying")   # SUB on g too, another account
-            [held] = consumer.receive("g", "orders", auto_renew=True)
+            [held] = consumer.receive("g", "orders", auto_renew=True, wait_ms=5_000)
             assert impostor.notify_termination("g") == v2.FORBIDDEN
             assert impostor.heartbeat("g") == v2.FORBIDDEN
             assert V2Client(channel, "prying-1", "prying").receive("g", "orders") == []
@@ -131,7 +131,7 @@ def test_a_transaction_is_resolved_and_ended_only_by_the_account_that_opened_it(
             assert prying.end_transaction("orders", "MSG-1", transaction_id) == v2.FORBIDDEN
             assert producer.end_transaction("orders", "MSG-1", transaction_id) == v2.OK
             consumer = V2Client(channel, "consumer-1", "consumer")
-            assert [m.body for m in consumer.receive("g", "orders")] == [b"pending"]
+            assert [m.body for m in consumer.receive("g", "orders", wait_ms=5_000)] == [b"pending"]
 
             second = producer.send_transaction("orders", b"later", "MSG-2").entries[0].transaction_id
             revoke_publishing(broker, tmp_path)

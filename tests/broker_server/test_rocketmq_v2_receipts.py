@@ -23,7 +23,7 @@ def test_a_late_ack_with_a_superseded_handle_is_refused_and_the_current_delivery
             client.send("orders", [OutgoingMessage(b"once")])
         with grpc.insecure_channel(broker.address) as channel:
             a, b, c = (V2Client(channel, name) for name in ("consumer-a", "consumer-b", "consumer-c"))
-            [first] = a.receive("g", "orders")
+            [first] = a.receive("g", "orders", wait_ms=5_000)
             changed = a.change_invisible("g", first, 0)   # visible again at once, as if A were slow
             assert changed.status.code == v2.OK
             [again] = b.receive("g", "orders")
