@@ -122,9 +122,10 @@ class TelemetrySessions:
     def _refusal(self, account: str) -> str | None:
         """Why a new session of `account` is refused, or None (no share without an ACL)."""
         if len(self.sessions) >= self.max_sessions:
-            return f"this broker holds {self.max_sessions} telemetry sessions"
+            return f"this broker holds {self.max_sessions} telemetry sessions (max_telemetry_sessions)"
         if account and self._per_account.get(account, 0) >= self.max_per_account:
-            return f"this account holds {self.max_per_account} telemetry sessions, its share of this broker"
+            return (f"this account holds {self.max_per_account} telemetry sessions, its share of this broker "
+                    f"(max_telemetry_sessions_per_account)")
         return None
 
     async def serve(self, client_id: str, commands: AsyncIterator[service_pb2.TelemetryCommand]
