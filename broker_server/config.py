@@ -72,6 +72,8 @@ class BrokerConfig:
     transaction_timeout_ms: int = 6000  # open transactions are checked back after this (transactionTimeOut)
     transaction_check_interval_ms: int = 30000  # then every interval (transactionCheckInterval)
     transaction_check_max: int = 15  # checks before an open transaction is dropped (transactionCheckMax)
+    max_open_transactions: int = 100_000  # RocketMQ 5 open transactions (half messages) ...
+    max_open_transactions_per_account: int = 10_000  # ... of which one ACL account may hold
     metrics_listen: str = ""  # Prometheus scrape endpoint HOST:PORT (off when empty)
     enable_property_filter: bool = True  # SQL92 subscriptions (RocketMQ enablePropertyFilter)
 

@@ -137,6 +137,8 @@ class RocketMQv2MessagingService:
             raise V2Error(v2.FORBIDDEN, f"the topic[{config.topic_name}] sending message is forbidden")
         born_host = born_host_from_peer(context.peer())
         to_store = [self._to_store(message, config, born_host) for message in request.messages]
+        if any(stored.topic == HALF_TOPIC for stored in to_store):
+            self.transactions.check_room()
         results = await self.executor.run(self.store.put_messages, to_store)
         check_put_results(results)
         entries = []

@@ -55,7 +55,8 @@ def build_service(config: BrokerConfig, store: MessageStore, executor: StoreExec
     timer = TimerMessageService(store, topics, executor, config.store_path)
     timer.load()
     transactions = TransactionService(store, executor, sessions, config.store_path, TransactionSettings(
-        config.transaction_timeout_ms, config.transaction_check_interval_ms, config.transaction_check_max))
+        config.transaction_timeout_ms, config.transaction_check_interval_ms, config.transaction_check_max,
+        config.max_open_transactions, config.max_open_transactions_per_account))
     transactions.load()
     return RocketMQv2MessagingService(
         store, executor, topics,

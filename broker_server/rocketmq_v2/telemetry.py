@@ -137,8 +137,8 @@ class TelemetrySessions:
             return
         session = TelemetrySession(client_id, account)
         self.sessions.add(session)
-        _count(self._streams_per_client, client_id, 1)
-        _count(self._per_account, account, 1)
+        adjust_count(self._streams_per_client, client_id, 1)
+        adjust_count(self._per_account, account, 1)
         reader = asyncio.get_running_loop().create_task(self._read(session, commands))
         try:
             while True:
@@ -149,8 +149,8 @@ class TelemetrySessions:
         finally:
             reader.cancel()
             self.sessions.discard(session)
-            _count(self._streams_per_client, client_id, -1)
-            _count(self._per_account, account, -1)
+            adjust_count(self._streams_per_client, client_id, -1)
+            adjust_count(self._per_account, account, -1)
 
     async def _read(self, session: TelemetrySession,
                     commands: AsyncIterator[service_pb2.TelemetryCommand]) -> None:
@@ -184,7 +184,7 @@ class TelemetrySessions:
             session.send(None)
 
 
-def _count(counts: dict[str, int], key: str, change: int) -> None:
+def adjust_count(counts: dict[str, int], key: str, change: int) -> None:
     """Add `change` to a count, dropping it at zero (the tables hold only live keys)."""
     left = counts.get(key, 0) + change
     if left:

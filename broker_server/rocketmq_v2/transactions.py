@@ -35,7 +35,7 @@ from rmq.broker_server.json_file import read_json
 from rmq.broker_server.names import SYSTEM_TOPIC_PREFIX
 from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.status import V2Error
-from rmq.broker_server.rocketmq_v2.telemetry import TelemetrySessions
+from rmq.broker_server.rocketmq_v2.telemetry import TelemetrySessions, adjust_count
 from rmq.broker_server.schedule_message_service import message_timeup
 from rmq.broker_server.send_message_processor import check_put_status
 from rmq.broker_server.store_executor import StoreExecutor
@@ -48,7 +48,6 @@ from rmq.stored_message import StoredMessage, decode_record
 log = logging.getLogger(__name__)
 HALF_TOPIC = SYSTEM_TOPIC_PREFIX + "trans_half"
 HALF_GROUP = SYSTEM_TOPIC_PREFIX + "trans_check"
-MAX_OPEN_TRANSACTIONS = 100_000
 COMPACT_AFTER_LINES = 100_000
 
 
@@ -67,6 +66,8 @@ class TransactionSettings:
     timeout_ms: int = 6_000          # RocketMQ transactionTimeOut
     check_interval_ms: int = 30_000  # RocketMQ transactionCheckInterval
     check_max: int = 15              # RocketMQ transactionCheckMax
+    max_open: int = 100_000          # open transactions on the broker ...
+    max_open_per_account: int = 10_000   # ... and of one account (with --acl)
 
 
 class TransactionService:
@@ -77,6 +78,7 @@ class TransactionService:
         self.sessions = sessions
         self.settings = settings
         self.open: dict[str, OpenTransaction] = {}
+        self._per_owner: dict[str, int] = {}
         config = store_path / "config"
         self._before_journal = config / "transactions.json"   # written by earlier releases
         self._journal = Journal(config / "transactions.journal", executor, self._snapshot,
@@ -89,43 +91,62 @@ class TransactionService:
         earlier = read_json(self._before_journal)
         if earlier is not None:
             for transaction_id, fields in earlier.get("open", {}).items():
-                self.open[transaction_id] = OpenTransaction(**fields)
+                self._add(transaction_id, OpenTransaction(**fields))
             self._journal.rewrite_now()
             self._before_journal.unlink()
 
     def _apply(self, entry: dict) -> None:
         kind, transaction_id = entry["op"], entry["id"]
         if kind == "open":
-            self.open[transaction_id] = OpenTransaction(**entry["t"])
+            self._add(transaction_id, OpenTransaction(**entry["t"]))
         elif kind == "check":
             transaction = self.open.get(transaction_id)
             if transaction is not None:   # else ended meanwhile: its end may be journaled first
                 transaction.check_times, transaction.check_after_ms = entry["times"], entry["after"]
-        elif kind == "end":
-            self.open.pop(transaction_id, None)
+        elif kind == "end" and transaction_id in self.open:
+            self._remove(transaction_id)
         else:
             raise ValueError(f"unknown journal entry {kind!r}")
 
     def _snapshot(self) -> list[dict]:
         return [{"op": "open", "id": tid, "t": asdict(t)} for tid, t in self.open.items()]
 
+    def _add(self, transaction_id: str, transaction: OpenTransaction) -> None:
+        self.open[transaction_id] = transaction
+        adjust_count(self._per_owner, transaction.owner, 1)
+
+    def _remove(self, transaction_id: str) -> None:
+        adjust_count(self._per_owner, self.open.pop(transaction_id).owner, -1)
+
     def _ended(self, transaction_id: str) -> None:
-        del self.open[transaction_id]
+        self._remove(transaction_id)
         self._journal.record({"op": "end", "id": transaction_id})
+
+    def check_room(self) -> None:
+        """TOO_MANY_REQUESTS when the broker, or the calling account (with --acl), holds its
+        most open transactions: asked before a half message is stored, and again when it is."""
+        owner = caller.account_key()
+        if len(self.open) >= self.settings.max_open:
+            raise V2Error(v2.TOO_MANY_REQUESTS,
+                          f"{self.settings.max_open} transactions are open (max_open_transactions)")
+        if owner and self._per_owner.get(owner, 0) >= self.settings.max_open_per_account:
+            raise V2Error(v2.TOO_MANY_REQUESTS,
+                          f"this account holds {self.settings.max_open_per_account} open transactions, "
+                          f"its share (max_open_transactions_per_account)")
 
     # -- half messages -------------------------------------------------------------------
     async def opened(self, topic: str, message_id: str, half_offset: int, properties: dict[str, str]) -> str:
         """Register a stored half message for the calling account; returns its transaction id."""
-        if len(self.open) >= MAX_OPEN_TRANSACTIONS:
-            raise V2Error(v2.TOO_MANY_REQUESTS, f"{MAX_OPEN_TRANSACTIONS} transactions are open")
+        self.check_room()
+        owner = caller.account_key()
         delay_ms = self.settings.timeout_ms
         immunity = properties.get(PROPERTY_CHECK_IMMUNITY_TIME, "")
         if immunity.isdigit():
             delay_ms = max(delay_ms, int(immunity) * 1000)
         transaction_id = uuid.uuid4().hex.upper()
         transaction = OpenTransaction(topic, message_id, half_offset, int(time.time() * 1000) + delay_ms,
-                                      owner=caller.account_key())
-        self.open[transaction_id] = transaction
+                                      owner=owner)
+        self._add(transaction_id, transaction)
         self._journal.record({"op": "open", "id": transaction_id, "t": asdict(transaction)})
         await self._journal.sync()
         return transaction_id

@@ -10,6 +10,7 @@ import grpc
 import pytest
 
 from rmq.broker_server.names import SCHEDULE_TOPIC
+from rmq.broker_server.rocketmq_v2.transactions import HALF_TOPIC
 from rmq.connector.client import OutgoingMessage
 from rmq.connector.errors import RmqError
 from rmq.rocketmq_v2 import definition_pb2 as v2
@@ -165,4 +166,22 @@ def test_one_account_holds_at_most_its_share_of_telemetry_sessions(tmp_path: Pat
     finally:
         for stream in streams:
             stream.close()
+        broker.stop()
+
+
+def test_one_account_holds_at_most_its_share_of_open_transactions(tmp_path: Path):
+    """Open transactions are held (and checked back) by the broker: each account gets a share,
+    and a refused send stores no half message."""
+    broker = acl_broker(tmp_path, max_open_transactions=3, max_open_transactions_per_account=2)
+    try:
+        create_orders(broker)
+        with grpc.insecure_channel(broker.address) as channel:
+            def open_transaction(account: str, number: int) -> int:
+                sender = V2Client(channel, f"{account}-1", account)
+                return sender.send_transaction("orders", b"t", f"{account}-{number}").status.code
+
+            assert [open_transaction("producer", n) for n in range(3)] == [v2.OK, v2.OK, v2.TOO_MANY_REQUESTS]
+            assert [open_transaction("prying", n) for n in range(2)] == [v2.OK, v2.TOO_MANY_REQUESTS]
+        assert broker.controller.store.get_max_offset_in_queue(HALF_TOPIC, 0) == 3
+    finally:
         broker.stop()
