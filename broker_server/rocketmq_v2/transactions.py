@@ -103,8 +103,9 @@ class TransactionService:
             transaction = self.open.get(transaction_id)
             if transaction is not None:   # else ended meanwhile: its end may be journaled first
                 transaction.check_times, transaction.check_after_ms = entry["times"], entry["after"]
-        elif kind == "end" and transaction_id in self.open:
-            self._remove(transaction_id)
+        elif kind == "end":
+            if transaction_id in self.open:
+                self._remove(transaction_id)
         else:
             raise ValueError(f"unknown journal entry {kind!r}")
 

@@ -304,10 +304,12 @@ def test_open_transactions_of_an_earlier_release_are_moved_into_the_journal(tmp_
 
 
 def test_a_check_journaled_after_its_transaction_ended_does_not_stop_the_replay(tmp_path: Path):
-    """check_due runs beside EndTransaction: a check line may follow its transaction's end."""
+    """check_due runs beside EndTransaction: a check line may follow its transaction's end (and
+    a line about a transaction already gone is skipped, whatever it says)."""
     fields = {"topic": "orders", "message_id": "M", "half_offset": 0, "check_after_ms": 5}
     lines = [{"op": "open", "id": "A", "t": fields}, {"op": "end", "id": "A"},
-             {"op": "check", "id": "A", "times": 1, "after": 9}, {"op": "open", "id": "B", "t": fields}]
+             {"op": "check", "id": "A", "times": 1, "after": 9}, {"op": "end", "id": "A"},
+             {"op": "open", "id": "B", "t": fields}]
     (tmp_path / "config").mkdir()
     journal = tmp_path / "config" / "transactions.journal"
     journal.write_text("".join(json.dumps(line) + "\n" for line in lines))
