@@ -1,13 +1,13 @@
-"""grpc.aio server interceptor that admits every call through a RequestAuthenticator.
-
-An aio interceptor sees the method and metadata before the request is read, so it checks
-there everything the metadata proves (RequestAuthenticator.admit_metadata): a refused call is
+"""grpc.aio server interceptor that admits every call through a RequestAuthenticator. An aio
+interceptor sees the method and metadata before the request is read, so it checks there
+everything the metadata proves (RequestAuthenticator.admit_metadata): a refused call is
 answered by a handler that never reads the request, so gRPC grants the caller no more than its
 first flow-control window, whatever message size it announces. An admitted call runs in a
 wrapper that gets the deserialized request and the caller's address, finishes the checks
-(admit_request) and then runs the real behaviour. A client-streaming call (HAService.Transfer)
-is admitted once, when it opens: its signature covers the empty message
-(rmq.request_signing.STREAM_REQUEST) and its permission is that of its method.
+(admit_request) and then runs the real behaviour as that account (rmq.broker_server.caller). A
+client-streaming call (HAService.Transfer) is admitted once, when it opens: its signature
+covers the empty message (rmq.request_signing.STREAM_REQUEST) and its permission is that of its
+method.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import grpc
 from grpc import aio
 
 from rmq import request_signing
+from rmq.broker_server.caller import run_as
 from rmq.broker_server.refusal_log import RefusalLog
 from rmq.broker_server.request_auth import Admission, CallRefused, RequestAuthenticator
 from rmq.rocketmq_v2 import METHOD_PREFIX as ROCKETMQ_V2_METHOD_PREFIX
@@ -79,6 +80,7 @@ class AuthInterceptor(aio.ServerInterceptor):
             self._authenticator.admit_request(admission, method, request, context.peer())
         except CallRefused as refusal:
             await self._refuse(method, refusal, context)
+        run_as(self._authenticator.caller(admission.access_key))   # this call's task only
 
     def _unary_handler(self, method: str, admission: Admission,
                        handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:

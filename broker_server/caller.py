@@ -38,7 +38,7 @@ class Caller:
 _CALLER: ContextVar[Caller | None] = ContextVar("rmq_caller", default=None)
 
 
-def admitted(caller: Caller) -> None:
+def run_as(caller: Caller) -> None:
     """The interceptor's word: the running call was admitted for `caller`."""
     _CALLER.set(caller)
 

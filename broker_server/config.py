@@ -57,6 +57,8 @@ class BrokerConfig:
     # RocketMQ 5 receives remembered by attempt id for a retried receive (oldest forgotten first):
     max_remembered_receives: int = 10_000
     max_remembered_receive_bytes: int = 64 * MiB  # record bytes those deliveries hold
+    max_telemetry_sessions: int = 10_000  # RocketMQ 5 Telemetry streams one broker holds
+    max_telemetry_sessions_per_account: int = 1_000  # ... of which one ACL account may hold
     max_consumer_offsets: int = 262144  # committed (group, topic, queue) entries
     rebalance_lock_max_live_time_ms: int = 60000
     consumer_offset_persist_interval_ms: int = 5000
@@ -72,6 +74,8 @@ class BrokerConfig:
     transaction_timeout_ms: int = 6000  # open transactions are checked back after this (transactionTimeOut)
     transaction_check_interval_ms: int = 30000  # then every interval (transactionCheckInterval)
     transaction_check_max: int = 15  # checks before an open transaction is dropped (transactionCheckMax)
+    max_open_transactions: int = 100_000  # RocketMQ 5 open transactions (half messages) ...
+    max_open_transactions_per_account: int = 10_000  # ... of which one ACL account may hold
     metrics_listen: str = ""  # Prometheus scrape endpoint HOST:PORT (off when empty)
     enable_property_filter: bool = True  # SQL92 subscriptions (RocketMQ enablePropertyFilter)
 

@@ -25,7 +25,7 @@ from google.protobuf.message import Message
 
 from rmq import request_signing
 from rmq.broker_server.acl import AccessDenied, Acl
-from rmq.broker_server.caller import Caller, admitted
+from rmq.broker_server.caller import Caller
 from rmq.broker_server.client_id_owners import ClientIdOwners, ClientIdTaken
 from rmq.broker_server.nonce_cache import DEFAULT_ACCOUNT_CAPACITY, ReplayGuard
 from rmq.broker_server.rpc_permissions import check_call, client_id_of
@@ -115,8 +115,7 @@ class RequestAuthenticator:
 
     def admit_request(self, admission: Admission, method: str, request: Message, peer: str) -> None:
         """The caller's address is allowed, the request read matches its signature, the account
-        holds the permission the call needs and owns the client id it names; raises CallRefused.
-        The call then runs as that account (rmq.broker_server.caller)."""
+        holds the permission the call needs and owns the client id it names; raises CallRefused."""
         acl = self._acl()
         address = peer_address(peer)
         if not acl.address_allowed(address):
@@ -136,7 +135,10 @@ class RequestAuthenticator:
                 self._client_ids.claim(admission.access_key, client_id, self._now_ms())
         except (AccessDenied, ClientIdTaken) as error:
             raise _denied(str(error)) from None
-        admitted(Caller(admission.access_key, self._acl))
+
+    def caller(self, access_key: str) -> Caller:
+        """The account an admitted call runs as (rmq.broker_server.caller)."""
+        return Caller(access_key, self._acl)
 
     def admit(self, method: str, metadata: Mapping[str, str], request: Message, peer: str) -> str:
         """Both steps; the access key of an admitted call."""

@@ -3,7 +3,9 @@ AuthorizationContext for gRPC): every v2 call carries `authorization: MQv2-HMAC-
 Credential=<access key>, SignedHeaders=x-mq-date-time, Signature=<hex HMAC-SHA1(secret key,
 x-mq-date-time)>`, checked against rmq's ACL accounts (broker_server/acl.py: `--acl`), then the
 permission the RPC needs: PUB on the topic to send or end a transaction, SUB on the group and
-topic to receive, acknowledge, change invisibility, forward, pull or use offsets.
+topic to receive, acknowledge, change invisibility, forward, pull or use offsets. The client id
+a call names (`x-mq-client-id`) must belong to its account (client_id_owners), and the call then
+runs as that account (rmq.broker_server.caller), for the checks of the data it reaches.
 
 As Apache's proxy, the date is not checked against the clock (the Python client writes its
 local time with a Z) and refusals are business statuses in the response (UNAUTHORIZED 40100,
@@ -30,7 +32,7 @@ import grpc
 from grpc import aio
 
 from rmq.broker_server.acl import AccessDenied, Acl, Need, ResourceKind
-from rmq.broker_server.caller import Caller, admitted
+from rmq.broker_server.caller import Caller, run_as
 from rmq.broker_server.client_id_owners import ClientIdOwners, ClientIdTaken
 from rmq.broker_server.refusal_log import RefusalLog
 from rmq.broker_server.request_auth import key_label, peer_address
@@ -132,8 +134,7 @@ class V2Authenticator:
         return access_key
 
     def authorize(self, access_key: str, method: str, request: Any, peer: str, client_id: str = "") -> None:
-        """The account may make this call from `peer`, and owns `client_id` (its header); the
-        call then runs as that account (rmq.broker_server.caller)."""
+        """The account may make this call from `peer`, and owns `client_id` (its header)."""
         acl = self._acl()
         address = peer_address(peer)
         account = acl.account(access_key)
@@ -147,7 +148,6 @@ class V2Authenticator:
                 if not account.admin:
                     raise AccessDenied(f"access key {key_label(access_key)} is not an admin account, "
                                        f"which {method} needs")
-                admitted(Caller(access_key, self._acl))
                 return
             for requirement in rule(request):
                 acl.check(access_key, requirement.name, requirement.kind, requirement.need)
@@ -155,7 +155,10 @@ class V2Authenticator:
                 self._client_ids.claim(access_key, client_id, int(self._clock() * 1000))
         except (AccessDenied, ClientIdTaken) as error:
             raise Refused(v2.FORBIDDEN, str(error)) from None
-        admitted(Caller(access_key, self._acl))
+
+    def caller(self, access_key: str) -> Caller:
+        """The account an admitted call runs as (rmq.broker_server.caller)."""
+        return Caller(access_key, self._acl)
 
 
 class RocketMQv2AuthInterceptor(aio.ServerInterceptor):
@@ -187,6 +190,7 @@ class RocketMQv2AuthInterceptor(aio.ServerInterceptor):
         def check(request: Any, context: aio.ServicerContext) -> Refused | None:
             try:
                 self._authenticator.authorize(access_key, name, request, context.peer(), client_id)
+                run_as(self._authenticator.caller(access_key))   # this call's task only
                 return None
             except Refused as error:
                 self._refusals.record(name, context.peer(), v2.Code.Name(error.code), error.message)

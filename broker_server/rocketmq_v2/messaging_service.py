@@ -20,7 +20,11 @@ from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.authentication import CLIENT_ID
 from rmq.broker_server.rocketmq_v2.offset_rpcs import OffsetRpcs
 from rmq.broker_server.rocketmq_v2.pop_service import MAX_BATCH, PopRequest, PopService
-from rmq.broker_server.rocketmq_v2.receipt_handle import InvalidReceiptHandle, ReceiptHandle
+from rmq.broker_server.rocketmq_v2.receipt_handle import (
+    InvalidReceiptHandle,
+    ReceiptHandle,
+    ReceiptHandleCodec,
+)
 from rmq.broker_server.rocketmq_v2.route import ALL_QUEUES, RouteResolver, assignments, message_queues
 from rmq.broker_server.rocketmq_v2.status import OK, V2Error, answers_with_status, as_v2_error
 from rmq.broker_server.rocketmq_v2.telemetry import TelemetrySessions
@@ -70,7 +74,7 @@ class RocketMQv2MessagingService:
     def __init__(self, store: MessageStore, executor: StoreExecutor, topics: TopicConfigManager,
                  routes: RouteResolver, pop: PopService, sessions: TelemetrySessions, policy: GroupPolicy,
                  timer: TimerMessageService, transactions: TransactionService, offset_rpcs: OffsetRpcs,
-                 max_body_size: int, max_delay_ms: int) -> None:
+                 handles: ReceiptHandleCodec, max_body_size: int, max_delay_ms: int) -> None:
         self.store = store
         self.executor = executor
         self.topics = topics
@@ -81,6 +85,7 @@ class RocketMQv2MessagingService:
         self.timer = timer
         self.transactions = transactions
         self.offset_rpcs = offset_rpcs
+        self.handles = handles
         self.max_body_size = max_body_size
         self.max_delay_ms = max_delay_ms
         self._round_robin = itertools.count()
@@ -132,6 +137,8 @@ class RocketMQv2MessagingService:
             raise V2Error(v2.FORBIDDEN, f"the topic[{config.topic_name}] sending message is forbidden")
         born_host = born_host_from_peer(context.peer())
         to_store = [self._to_store(message, config, born_host) for message in request.messages]
+        if any(stored.topic == HALF_TOPIC for stored in to_store):
+            self.transactions.check_room()
         results = await self.executor.run(self.store.put_messages, to_store)
         check_put_results(results)
         entries = []
@@ -151,7 +158,8 @@ class RocketMQv2MessagingService:
     @answers_with_status(pb.EndTransactionResponse)
     async def EndTransaction(self, request: pb.EndTransactionRequest, context: Any
                              ) -> pb.EndTransactionResponse:
-        await self.transactions.end(request.transaction_id, request.message_id, request.resolution)
+        await self.transactions.end(request.transaction_id, request.message_id, request.resolution,
+                                    request.topic.name)
         return pb.EndTransactionResponse(status=OK)
 
     def _to_store(self, message: v2.Message, config: TopicConfig, born_host: bytes) -> Any:
@@ -220,7 +228,8 @@ class RocketMQv2MessagingService:
         yield pb.ReceiveMessageResponse(status=OK)
         for item in popped:
             yield pb.ReceiveMessageResponse(message=messages.to_v2(
-                item.message, request.message_queue.topic.name, item.handle.encode(), item.attempts,
+                item.message, request.message_queue.topic.name,
+                self.handles.encode(request.group.name, item.handle), item.attempts,
                 item.invisible_ms))
         stamp = Timestamp()
         stamp.GetCurrentTime()
@@ -278,25 +287,35 @@ class RocketMQv2MessagingService:
             return None, None, None
         return frozenset(t.strip() for t in expression.expression.split(SEPARATOR) if t.strip()), codes, None
 
-    def _handle(self, text: str, topic: str) -> ReceiptHandle:
+    def _handle(self, text: str, group: str, topic: str) -> ReceiptHandle:
         try:
-            return ReceiptHandle.decode(text, topic)
+            return self.handles.decode(text, group, topic)
         except InvalidReceiptHandle as error:
             raise V2Error(v2.INVALID_RECEIPT_HANDLE, str(error)) from None
 
+    def _current_handle(self, text: str, group: str, topic: str) -> ReceiptHandle:
+        """The handle, unless the message was delivered again since (a stale handle must not
+        end the delivery another consumer now holds)."""
+        handle = self._handle(text, group, topic)
+        if self.pop.superseded(group, handle):
+            raise V2Error(v2.INVALID_RECEIPT_HANDLE,
+                          "the receipt handle is superseded: the message was delivered again")
+        return handle
+
     @answers_with_status(pb.AckMessageResponse)
     async def AckMessage(self, request: pb.AckMessageRequest, context: Any) -> pb.AckMessageResponse:
-        check_group_name(request.group.name)
+        group = request.group.name
+        check_group_name(group)
         results, handles = [], []
         for entry in request.entries:
             try:
-                handles.append(self._handle(entry.receipt_handle, request.topic.name))
+                handles.append(self._current_handle(entry.receipt_handle, group, request.topic.name))
                 status = OK
             except V2Error as error:
                 status = error.status()
             results.append(pb.AckMessageResultEntry(message_id=entry.message_id,
                                                     receipt_handle=entry.receipt_handle, status=status))
-        await self.pop.ack(request.group.name, handles)
+        await self.pop.ack(group, handles)   # no await since the checks: they still hold
         codes = {result.status.code for result in results}
         top = OK if codes == {v2.OK} else v2.Status(
             code=codes.pop() if len(codes) == 1 else v2.MULTIPLE_RESULTS, message="see the entries")
@@ -307,7 +326,7 @@ class RocketMQv2MessagingService:
                                       ) -> pb.ChangeInvisibleDurationResponse:
         group = request.group.name
         check_group_name(group)
-        handle = self._handle(request.receipt_handle, request.topic.name)
+        handle = self._handle(request.receipt_handle, group, request.topic.name)
         invisible_ms = _duration_ms(request.invisible_duration)
         if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
             raise V2Error(v2.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is outside "
@@ -316,14 +335,15 @@ class RocketMQv2MessagingService:
             raise V2Error(v2.INVALID_RECEIPT_HANDLE,
                           "the receipt handle is stale: the message was acknowledged or delivered again")
         new_handle = await self.pop.change_invisible(group, handle, invisible_ms)
-        return pb.ChangeInvisibleDurationResponse(status=OK, receipt_handle=new_handle.encode())
+        return pb.ChangeInvisibleDurationResponse(status=OK,
+                                                  receipt_handle=self.handles.encode(group, new_handle))
 
     @answers_with_status(pb.ForwardMessageToDeadLetterQueueResponse)
     async def ForwardMessageToDeadLetterQueue(self, request: pb.ForwardMessageToDeadLetterQueueRequest,
                                               context: Any) -> pb.ForwardMessageToDeadLetterQueueResponse:
         group = request.group.name
         check_group_name(group)
-        handle = self._handle(request.receipt_handle, request.topic.name)
+        handle = self._handle(request.receipt_handle, group, request.topic.name)
         if self.pop.in_flight(group, handle) is None:
             raise V2Error(v2.INVALID_RECEIPT_HANDLE,
                           "the receipt handle is stale: the message was acknowledged or delivered again")

@@ -376,8 +376,15 @@ class PopService:
         entry = state.inflight.get(handle.offset) if state else None
         return entry if entry is not None and entry.version == handle.version else None
 
+    def superseded(self, group: str, handle: ReceiptHandle) -> bool:
+        """Whether a later delivery of the handle's message is in flight (the handle is stale)."""
+        state = self.table.queues.get(PopQueue(group, handle.topic, handle.queue_id))
+        entry = state.inflight.get(handle.offset) if state else None
+        return entry is not None and entry.version != handle.version
+
     async def ack(self, group: str, handles: list[ReceiptHandle]) -> None:
-        """Acknowledge (an already acknowledged message is fine: acks are idempotent)."""
+        """Acknowledge (an already acknowledged message is fine: acks are idempotent); the
+        caller has refused superseded handles (`superseded`)."""
         by_queue: dict[PopQueue, list[int]] = {}
         for handle in handles:
             by_queue.setdefault(PopQueue(group, handle.topic, handle.queue_id), []).append(handle.offset)

@@ -10,23 +10,18 @@ filter), so the group's consumer offset is the smallest in-flight offset, else `
 Instead of RocketMQ's CK/ACK records in a revive topic, a message whose invisibility ends is
 redelivered from the same queue by the next receive.
 
-Every change is a line in `<store>/config/popState.journal`, written and fsynced before the
-broker answers (group commit: concurrent callers share one write), so an acknowledged message
-is never redelivered after a crash; replaying the journal rebuilds the state. The journal is
-rewritten as a snapshot of the live state once it holds many lines."""
+Every change is a line in `<store>/config/popState.journal` (rmq.broker_server.journal), written
+and fsynced before the broker answers, so an acknowledged message is never redelivered after a
+crash; replaying the journal rebuilds the state."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rmq.broker_server.journal import Journal
 from rmq.broker_server.store_executor import StoreExecutor
 
-log = logging.getLogger(__name__)
 COMPACT_AFTER_LINES = 100_000
 
 
@@ -55,28 +50,14 @@ class QueuePopState:
 
 class PopStateTable:
     def __init__(self, store_path: Path, executor: StoreExecutor) -> None:
-        self.path = store_path / "config" / "popState.journal"
-        self.executor = executor
         self.queues: dict[PopQueue, QueuePopState] = {}
-        self._pending: list[str] = []
-        self._seq = 0
-        self._durable = 0
-        self._lines = 0
-        self._write_lock = asyncio.Lock()
+        self._journal = Journal(store_path / "config" / "popState.journal", executor, self._snapshot,
+                                COMPACT_AFTER_LINES)
 
     # -- loading -------------------------------------------------------------------------
     def load(self) -> None:
         """Replay the journal (a torn last line, from a crash mid-write, is ignored)."""
-        if not self.path.exists():
-            return
-        with open(self.path, encoding="utf-8") as journal:
-            for number, line in enumerate(journal, start=1):
-                try:
-                    self._apply(json.loads(line))
-                except (ValueError, KeyError, TypeError) as error:
-                    log.warning("%s line %d ignored (%s): a write torn by a crash", self.path, number, error)
-                    break
-                self._lines += 1
+        self._journal.replay(self._apply)
 
     def _apply(self, entry: dict) -> None:
         queue = PopQueue(entry["g"], entry["t"], entry["q"])
@@ -110,10 +91,10 @@ class PopStateTable:
             entry = InFlight(attempt, visible_at_ms, previous.version + 1 if previous else 1)
             state.inflight[offset] = entry
             handed.append(entry)
-        self._record({"op": "pop", "g": queue.group, "t": queue.topic, "q": queue.queue_id,
-                      "next": state.pop_offset,
-                      "m": [[o, e.attempts, e.visible_at_ms, e.version] for o, e in zip(offsets, handed,
-                                                                                          strict=True)]})
+        self._journal.record({"op": "pop", "g": queue.group, "t": queue.topic, "q": queue.queue_id,
+                              "next": state.pop_offset,
+                              "m": [[o, e.attempts, e.visible_at_ms, e.version]
+                                    for o, e in zip(offsets, handed, strict=True)]})
         return handed
 
     def acked(self, queue: PopQueue, offsets: list[int]) -> None:
@@ -122,7 +103,8 @@ class PopStateTable:
             return
         for offset in offsets:
             state.inflight.pop(offset, None)
-        self._record({"op": "ack", "g": queue.group, "t": queue.topic, "q": queue.queue_id, "o": offsets})
+        self._journal.record({"op": "ack", "g": queue.group, "t": queue.topic, "q": queue.queue_id,
+                              "o": offsets})
 
     def changed(self, queue: PopQueue, offset: int, visible_at_ms: int) -> InFlight:
         """A new invisibility for an in-flight message (and a new receipt handle generation)."""
@@ -136,56 +118,16 @@ class PopStateTable:
         state = self.state(queue)
         entry = state.inflight[offset]
         entry.visible_at_ms = visible_at_ms
-        self._record({"op": "pop", "g": queue.group, "t": queue.topic, "q": queue.queue_id,
-                      "next": state.pop_offset,
-                      "m": [[offset, entry.attempts, entry.visible_at_ms, entry.version]]})
+        self._journal.record({"op": "pop", "g": queue.group, "t": queue.topic, "q": queue.queue_id,
+                              "next": state.pop_offset,
+                              "m": [[offset, entry.attempts, entry.visible_at_ms, entry.version]]})
 
     # -- durability ----------------------------------------------------------------------
-    def _record(self, entry: dict) -> None:
-        self._pending.append(json.dumps(entry, separators=(",", ":")) + "\n")
-        self._seq += 1
-
     async def sync(self) -> None:
         """Return once every change recorded so far is on disk."""
-        target = self._seq
-        async with self._write_lock:
-            if self._durable >= target:
-                return
-            lines, upto = self._pending, self._seq
-            self._pending = []
-            if self._lines + len(lines) > COMPACT_AFTER_LINES:
-                snapshot = self._snapshot_lines()
-                await self.executor.run(self._rewrite, snapshot)
-                self._lines = len(snapshot)
-            else:
-                await self.executor.run(self._append, lines)
-                self._lines += len(lines)
-            self._durable = upto
+        await self._journal.sync()
 
-    def _snapshot_lines(self) -> list[str]:
-        return [
-            json.dumps({"op": "state", "g": q.group, "t": q.topic, "q": q.queue_id, "next": s.pop_offset,
-                        "m": [[o, e.attempts, e.visible_at_ms, e.version] for o, e in s.inflight.items()]},
-                       separators=(",", ":")) + "\n"
-            for q, s in self.queues.items()
-        ]
-
-    def _append(self, lines: list[str]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as journal:
-            journal.write("".join(lines))
-            journal.flush()
-            os.fsync(journal.fileno())
-
-    def _rewrite(self, lines: list[str]) -> None:
-        temporary = self.path.with_suffix(".tmp")
-        with open(temporary, "w", encoding="utf-8") as journal:
-            journal.write("".join(lines))
-            journal.flush()
-            os.fsync(journal.fileno())
-        os.replace(temporary, self.path)
-        directory = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+    def _snapshot(self) -> list[dict]:
+        return [{"op": "state", "g": q.group, "t": q.topic, "q": q.queue_id, "next": s.pop_offset,
+                 "m": [[o, e.attempts, e.visible_at_ms, e.version] for o, e in s.inflight.items()]}
+                for q, s in self.queues.items()]

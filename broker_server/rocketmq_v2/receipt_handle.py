@@ -1,15 +1,29 @@
 """Receipt handles of popped messages (RocketMQ ExtraInfoUtil / ReceiptHandle): which queue
 entry a consumer holds and which generation of its invisibility, so an acknowledgement or a
 change of invisibility names exactly one delivery. Text form
-`<queue id>:<queue offset>:<generation>:<topic>` (topic names hold no ':')."""
+`<queue id>:<queue offset>:<generation>:<mac>:<topic>` (topic names hold no ':').
+
+The mac is an HMAC-SHA256 (first 128 bits) of the consumer group and the other fields under a
+secret only the broker knows, kept in `<store>/config/receiptHandle.key` (mode 0600, made once),
+so handles survive a restart and a client cannot forge one for a message it was not given, nor
+turn a superseded handle into the current one (docs/security-model.md: receipt handles)."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import os
+import secrets
 from dataclasses import dataclass
+from pathlib import Path
+
+SECRET_BYTES = 32
+MAC_HEX_CHARS = 32
+KEY_FILE_MODE = 0o600
 
 
 class InvalidReceiptHandle(ValueError):
-    """A handle this broker did not issue (malformed, or for another topic)."""
+    """A handle this broker did not issue (malformed, forged, or for another topic or group)."""
 
 
 @dataclass(frozen=True)
@@ -19,15 +33,65 @@ class ReceiptHandle:
     offset: int
     version: int
 
-    def encode(self) -> str:
-        return f"{self.queue_id}:{self.offset}:{self.version}:{self.topic}"
+
+class ReceiptHandleCodec:
+    """Writes and checks the text of receipt handles under the broker's secret."""
+
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
 
     @classmethod
-    def decode(cls, text: str, topic: str) -> ReceiptHandle:
-        """The handle in `text`, which must name `topic` (the request's)."""
-        parts = text.split(":", 3)
-        if len(parts) != 4 or not all(part.isdigit() for part in parts[:3]):
-            raise InvalidReceiptHandle(f"receipt handle {text!r} is malformed")
-        if parts[3] != topic:
-            raise InvalidReceiptHandle(f"receipt handle {text!r} is not for topic {topic!r}")
-        return cls(parts[3], int(parts[0]), int(parts[1]), int(parts[2]))
+    def of_store(cls, store_path: Path) -> ReceiptHandleCodec:
+        return cls(load_or_create_secret(store_path / "config" / "receiptHandle.key"))
+
+    def _mac(self, group: str, handle: ReceiptHandle) -> str:
+        signed = f"{group}\n{handle.topic}\n{handle.queue_id}\n{handle.offset}\n{handle.version}"
+        return hmac.new(self._secret, signed.encode(), hashlib.sha256).hexdigest()[:MAC_HEX_CHARS]
+
+    def encode(self, group: str, handle: ReceiptHandle) -> str:
+        """The text a consumer of `group` gets for `handle`."""
+        return f"{handle.queue_id}:{handle.offset}:{handle.version}:{self._mac(group, handle)}:{handle.topic}"
+
+    def decode(self, text: str, group: str, topic: str) -> ReceiptHandle:
+        """The handle in `text`, which this broker must have issued to `group` for `topic`."""
+        parts = text.split(":", 4)
+        if len(parts) != 5 or not all(part.isdigit() for part in parts[:3]):
+            raise InvalidReceiptHandle(f"receipt handle {text[:100]!r} is malformed")
+        if parts[4] != topic:
+            raise InvalidReceiptHandle(f"receipt handle {text[:100]!r} is not for topic {topic!r}")
+        handle = ReceiptHandle(topic, int(parts[0]), int(parts[1]), int(parts[2]))
+        if not hmac.compare_digest(parts[3], self._mac(group, handle)):
+            raise InvalidReceiptHandle(f"receipt handle {text[:100]!r} was not issued to group {group!r} "
+                                       f"by this broker")
+        return handle
+
+
+def load_or_create_secret(path: Path) -> bytes:
+    """The broker's handle secret: read from `path`, or made and stored there (0600, fsynced)."""
+    try:
+        secret = path.read_bytes()
+    except FileNotFoundError:
+        return _create_secret(path)
+    if len(secret) != SECRET_BYTES:
+        raise ValueError(f"{path} holds {len(secret)} bytes, not a {SECRET_BYTES}-byte key: remove it and a "
+                         f"new key is made (receipt handles given out before are then refused)")
+    return secret
+
+
+def _create_secret(path: Path) -> bytes:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    secret = secrets.token_bytes(SECRET_BYTES)
+    temporary = path.with_name(path.name + ".tmp")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, KEY_FILE_MODE)
+    try:
+        os.write(descriptor, secret)
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+    os.replace(temporary, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+    return secret

@@ -17,6 +17,7 @@ from rmq.broker_server.rocketmq_v2.messaging_service import GroupPolicy, RocketM
 from rmq.broker_server.rocketmq_v2.offset_rpcs import OffsetRpcs
 from rmq.broker_server.rocketmq_v2.pop_service import MAX_BATCH, PopService
 from rmq.broker_server.rocketmq_v2.pop_state import PopStateTable
+from rmq.broker_server.rocketmq_v2.receipt_handle import ReceiptHandleCodec
 from rmq.broker_server.rocketmq_v2.remembered_receives import RememberedReceives
 from rmq.broker_server.rocketmq_v2.route import RouteResolver
 from rmq.broker_server.rocketmq_v2.telemetry import ServerSettings, TelemetrySessions
@@ -49,11 +50,13 @@ def build_service(config: BrokerConfig, store: MessageStore, executor: StoreExec
     max_body_size = config.max_message_size - FIXED_OVERHEAD
     settings = ServerSettings(max_body_size, PUSH_LONG_POLLING_S, MAX_BATCH, max_attempts, retry_delays,
                               fifo_groups)
-    sessions = TelemetrySessions(settings)
+    sessions = TelemetrySessions(settings, config.max_telemetry_sessions,
+                                 config.max_telemetry_sessions_per_account)
     timer = TimerMessageService(store, topics, executor, config.store_path)
     timer.load()
     transactions = TransactionService(store, executor, sessions, config.store_path, TransactionSettings(
-        config.transaction_timeout_ms, config.transaction_check_interval_ms, config.transaction_check_max))
+        config.transaction_timeout_ms, config.transaction_check_interval_ms, config.transaction_check_max,
+        config.max_open_transactions, config.max_open_transactions_per_account))
     transactions.load()
     return RocketMQv2MessagingService(
         store, executor, topics,
@@ -63,5 +66,5 @@ def build_service(config: BrokerConfig, store: MessageStore, executor: StoreExec
                    RememberedReceives(config.max_remembered_receives, config.max_remembered_receive_bytes)),
         sessions, GroupPolicy(max_attempts, fifo_groups, config.min_invisible_ms,
                               config.enable_property_filter), timer, transactions,
-        OffsetRpcs(store, executor, topics, offsets, pull_processor), max_body_size,
-        config.timer_max_delay_ms)
+        OffsetRpcs(store, executor, topics, offsets, pull_processor),
+        ReceiptHandleCodec.of_store(config.store_path), max_body_size, config.timer_max_delay_ms)

@@ -3,7 +3,13 @@ one bidirectional stream per client and broker. Every `settings` command the cli
 answered with the server's settings (status OK): a producer gets `publishing.max_body_size`,
 a consumer its group's `fifo` flag, `long_polling_timeout` and a customized backoff whose
 `max_attempts` is the group's; `metric.on` is always false. The broker writes server
-commands (a transaction check) to a producer's open session."""
+commands (a transaction check) to a producer's open session.
+
+A session belongs to the account that opened it, and settings claim only what that account
+holds: PUB on each topic a producer says it publishes, SUB on a consumer's group and topics
+(else the command is answered FORBIDDEN and the session stays what it was), so an account cannot
+declare itself a producer of another's topic to be sent its transactions. One account holds a
+share of the broker's sessions (docs/security-model.md: Telemetry)."""
 
 from __future__ import annotations
 
@@ -14,12 +20,13 @@ from dataclasses import dataclass, field
 
 from google.protobuf.duration_pb2 import Duration
 
+from rmq.broker_server import caller
+from rmq.broker_server.acl import Need, ResourceKind
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2
 from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
-MAX_SESSIONS = 10_000
 OUTBOX_SIZE = 1024
 
 
@@ -37,6 +44,22 @@ def _duration_ms(ms: int) -> Duration:
     duration = Duration()
     duration.FromMilliseconds(ms)
     return duration
+
+
+def unheld_claim(settings: v2.Settings) -> str | None:
+    """What the calling account claims in `settings` without holding it, or None."""
+    claims: list[tuple[ResourceKind, str, Need]] = []
+    if settings.HasField("publishing"):
+        claims += [(ResourceKind.TOPIC, topic.name, Need.PUB) for topic in settings.publishing.topics]
+    if settings.HasField("subscription"):
+        subscription = settings.subscription
+        if subscription.HasField("group"):
+            claims.append((ResourceKind.GROUP, subscription.group.name, Need.SUB))
+        claims += [(ResourceKind.TOPIC, entry.topic.name, Need.SUB) for entry in subscription.subscriptions]
+    for kind, name, need in claims:
+        if not caller.may(kind, name, need):
+            return f"these settings claim {need.value} on {kind.value} {name[:100]!r}, which it lacks"
+    return None
 
 
 def answer_settings(client: v2.Settings, server: ServerSettings) -> v2.Settings:
@@ -69,6 +92,7 @@ class TelemetrySession:
     """One client's open stream: what it said it is, and the commands waiting to be written."""
 
     client_id: str
+    account: str = ""   # the access key that opened it ("" on a broker without --acl)
     settings: v2.Settings | None = None
     outbox: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(OUTBOX_SIZE))
 
@@ -98,20 +122,36 @@ def consumer_connection(session: TelemetrySession) -> rmq_pb2.ConsumerConnection
 
 
 class TelemetrySessions:
-    def __init__(self, server: ServerSettings) -> None:
+    def __init__(self, server: ServerSettings, max_sessions: int, max_per_account: int) -> None:
+        """At most `max_sessions` streams, `max_per_account` of them one account's
+        (BrokerConfig max_telemetry_sessions, max_telemetry_sessions_per_account)."""
         self.server = server
+        self.max_sessions = max_sessions
+        self.max_per_account = max_per_account
         self.sessions: set[TelemetrySession] = set()
         self._streams_per_client: dict[str, int] = {}
+        self._per_account: dict[str, int] = {}
+
+    def _refusal(self, account: str) -> str | None:
+        """Why a new session of `account` is refused, or None (no share without an ACL)."""
+        if len(self.sessions) >= self.max_sessions:
+            return f"this broker holds {self.max_sessions} telemetry sessions (max_telemetry_sessions)"
+        if account and self._per_account.get(account, 0) >= self.max_per_account:
+            return (f"this account holds {self.max_per_account} telemetry sessions, its share of this broker "
+                    f"(max_telemetry_sessions_per_account)")
+        return None
 
     async def serve(self, client_id: str, commands: AsyncIterator[service_pb2.TelemetryCommand]
                     ) -> AsyncIterator[service_pb2.TelemetryCommand]:
-        if len(self.sessions) >= MAX_SESSIONS:
-            yield service_pb2.TelemetryCommand(status=v2.Status(
-                code=v2.TOO_MANY_REQUESTS, message=f"this broker holds {MAX_SESSIONS} telemetry sessions"))
+        account = caller.account_key()
+        refusal = self._refusal(account)
+        if refusal is not None:
+            yield service_pb2.TelemetryCommand(status=v2.Status(code=v2.TOO_MANY_REQUESTS, message=refusal))
             return
-        session = TelemetrySession(client_id)
+        session = TelemetrySession(client_id, account)
         self.sessions.add(session)
-        self._streams_per_client[client_id] = self._streams_per_client.get(client_id, 0) + 1
+        adjust_count(self._streams_per_client, client_id, 1)
+        adjust_count(self._per_account, account, 1)
         reader = asyncio.get_running_loop().create_task(self._read(session, commands))
         try:
             while True:
@@ -122,15 +162,19 @@ class TelemetrySessions:
         finally:
             reader.cancel()
             self.sessions.discard(session)
-            left = self._streams_per_client.pop(client_id) - 1
-            if left:
-                self._streams_per_client[client_id] = left
+            adjust_count(self._streams_per_client, client_id, -1)
+            adjust_count(self._per_account, account, -1)
 
     async def _read(self, session: TelemetrySession,
                     commands: AsyncIterator[service_pb2.TelemetryCommand]) -> None:
         try:
             async for command in commands:
                 if command.HasField("settings"):
+                    unheld = unheld_claim(command.settings)
+                    if unheld is not None:
+                        session.send(service_pb2.TelemetryCommand(
+                            status=v2.Status(code=v2.FORBIDDEN, message=unheld)))
+                        continue
                     session.settings = command.settings
                     session.send(service_pb2.TelemetryCommand(
                         status=v2.Status(code=v2.OK, message="OK"),
@@ -143,8 +187,9 @@ class TelemetrySessions:
         """Whether the client has a Telemetry stream open here."""
         return client_id in self._streams_per_client
 
-    def producers_of(self, topic: str) -> list[TelemetrySession]:
-        return [session for session in self.sessions if session.publishes(topic)]
+    def producers_of(self, topic: str, account: str) -> list[TelemetrySession]:
+        """The sessions of `account` that publish `topic`."""
+        return [s for s in self.sessions if s.account == account and s.publishes(topic)]
 
     def consumers_of(self, group: str) -> list[TelemetrySession]:
         """Sessions whose settings say they consume for `group` (Simple and Push consumers)."""
@@ -156,3 +201,12 @@ class TelemetrySessions:
         """Shutdown: close every stream so the server need not wait for them."""
         for session in list(self.sessions):
             session.send(None)
+
+
+def adjust_count(counts: dict[str, int], key: str, change: int) -> None:
+    """Add `change` to a count, dropping it at zero (the tables hold only live keys)."""
+    left = counts.get(key, 0) + change
+    if left:
+        counts[key] = left
+    else:
+        counts.pop(key, None)

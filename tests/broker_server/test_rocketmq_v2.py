@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -20,9 +22,14 @@ from rmq.broker_server.acl import parse_acl
 from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.authentication import Refused, V2Authenticator, parse_authorization
 from rmq.broker_server.rocketmq_v2.pop_state import PopQueue, PopStateTable
-from rmq.broker_server.rocketmq_v2.receipt_handle import InvalidReceiptHandle, ReceiptHandle
+from rmq.broker_server.rocketmq_v2.receipt_handle import (
+    InvalidReceiptHandle,
+    ReceiptHandle,
+    ReceiptHandleCodec,
+)
 from rmq.broker_server.rocketmq_v2.route import endpoints, reachable
 from rmq.broker_server.rocketmq_v2.telemetry import ServerSettings, answer_settings
+from rmq.broker_server.rocketmq_v2.transactions import TransactionService, TransactionSettings
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.rocketmq_v2 import METHODS, MessagingServiceStub
@@ -87,12 +94,25 @@ def test_delivery_time_in_seconds_or_milliseconds(seconds, expected_ms):
     assert messages.delivery_time_ms(stamp) == expected_ms
 
 
-def test_receipt_handle_round_trip_and_refusals():
+def test_receipt_handle_round_trip_and_refusals(tmp_path: Path):
+    """#25 item 10: a handle is the broker's (HMAC under a secret kept in the store directory):
+    one forged, edited to another generation or offset, or given to another group is refused."""
+    codec = ReceiptHandleCodec.of_store(tmp_path)
     handle = ReceiptHandle("orders", 3, 17, 2)
-    assert ReceiptHandle.decode(handle.encode(), "orders") == handle
-    for text, topic in (("garbage", "orders"), ("3:x:2:orders", "orders"), (handle.encode(), "other")):
+    text = codec.encode("g", handle)
+    assert codec.decode(text, "g", "orders") == handle
+    assert ReceiptHandleCodec.of_store(tmp_path).decode(text, "g", "orders") == handle   # after a restart
+    assert oct((tmp_path / "config" / "receiptHandle.key").stat().st_mode & 0o777) == "0o600"
+    queue, offset, version, mac, _ = text.split(":")
+    another_broker = ReceiptHandleCodec.of_store(tmp_path / "other").encode("g", handle)
+    for refused, group, topic in (("garbage", "g", "orders"), ("3:x:2:ab:orders", "g", "orders"),
+                                  (text, "g", "other"), (text, "other-group", "orders"),
+                                  (f"{queue}:{offset}:3:{mac}:orders", "g", "orders"),
+                                  (f"{queue}:16:{version}:{mac}:orders", "g", "orders"),
+                                  (f"{queue}:{offset}:{version}:{'0' * len(mac)}:orders", "g", "orders"),
+                                  (another_broker, "g", "orders")):
         with pytest.raises(InvalidReceiptHandle):
-            ReceiptHandle.decode(text, topic)
+            codec.decode(refused, group, topic)
 
 
 def test_pop_state_journal_replays_pops_acks_and_changes_and_ignores_a_torn_tail(tmp_path: Path):
@@ -243,3 +263,56 @@ def test_auto_renewed_deliveries_stay_invisible_while_their_client_is_connected(
             telemetry.cancel()
     finally:
         broker.stop()
+
+
+def test_open_transactions_are_journaled_concurrent_opens_share_a_sync_and_a_restart_keeps_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """#25 weaknesses: transactions.json was rewritten and fsynced per opened transaction (3,600
+    opens slowed other tenants' sends); now each open is a journal line, concurrent opens are
+    written together, and the journal rebuilds the table."""
+    syncs: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (syncs.append(fd), real_fsync(fd))[1])
+    executor = StoreExecutor(1)
+
+    async def open_fifty() -> list[str]:
+        service = TransactionService(None, executor, None, tmp_path, TransactionSettings())
+        ids = await asyncio.gather(*(service.opened("orders", f"M{n}", n, {}) for n in range(50)))
+        await service.end(ids[0], "M0", v2.ROLLBACK)
+        return ids
+
+    try:
+        ids = asyncio.run(open_fifty())
+        assert len(syncs) <= 5, f"{len(syncs)} fsyncs for 50 concurrent opens and one end"
+        restarted = TransactionService(None, executor, None, tmp_path, TransactionSettings())
+        restarted.load()
+        assert sorted(restarted.open) == sorted(ids[1:])
+        assert (restarted.open[ids[7]].message_id, restarted.open[ids[7]].half_offset) == ("M7", 7)
+    finally:
+        executor.shutdown()
+
+
+def test_open_transactions_of_an_earlier_release_are_moved_into_the_journal(tmp_path: Path):
+    (tmp_path / "config").mkdir()
+    earlier = {"open": {"T1": {"topic": "orders", "message_id": "M1", "half_offset": 4, "check_after_ms": 5}}}
+    (tmp_path / "config" / "transactions.json").write_text(json.dumps(earlier))
+    for _ in range(2):   # the move, then a restart from the journal alone
+        service = TransactionService(None, None, None, tmp_path, TransactionSettings())
+        service.load()
+        assert list(service.open) == ["T1"] and service.open["T1"].half_offset == 4
+        assert not (tmp_path / "config" / "transactions.json").exists()
+
+
+def test_a_check_journaled_after_its_transaction_ended_does_not_stop_the_replay(tmp_path: Path):
+    """check_due runs beside EndTransaction: a check line may follow its transaction's end (and
+    a line about a transaction already gone is skipped, whatever it says)."""
+    fields = {"topic": "orders", "message_id": "M", "half_offset": 0, "check_after_ms": 5}
+    lines = [{"op": "open", "id": "A", "t": fields}, {"op": "end", "id": "A"},
+             {"op": "check", "id": "A", "times": 1, "after": 9}, {"op": "end", "id": "A"},
+             {"op": "open", "id": "B", "t": fields}]
+    (tmp_path / "config").mkdir()
+    journal = tmp_path / "config" / "transactions.journal"
+    journal.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    service = TransactionService(None, None, None, tmp_path, TransactionSettings())
+    service.load()
+    assert list(service.open) == ["B"]
