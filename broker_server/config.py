@@ -57,6 +57,7 @@ class BrokerConfig:
     max_remembered_receives: int = 10_000
     max_remembered_receive_bytes: int = 64 * MiB  # record bytes those deliveries hold
     max_consumer_offsets: int = 262144  # committed (group, topic, queue) entries
+    max_consumer_offsets_per_account: int = 65536  # of them, added by one --acl account
     rebalance_lock_max_live_time_ms: int = 60000
     consumer_offset_persist_interval_ms: int = 5000
     message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
@@ -72,6 +73,8 @@ class BrokerConfig:
     transaction_check_max: int = 15  # checks before an open transaction is dropped (transactionCheckMax)
     metrics_listen: str = ""  # Prometheus scrape endpoint HOST:PORT (off when empty)
     enable_property_filter: bool = True  # SQL92 subscriptions (RocketMQ enablePropertyFilter)
+    filter_threads: int = 1  # SQL92 evaluation runs on these threads only (all accounts share them fairly)
+    max_pending_filter_reads_per_account: int = 4096  # SQL92 reads one account may have waiting for them
 
     @property
     def store_path(self) -> Path:

@@ -9,7 +9,9 @@ as little-endian int32, with no per-message Python work on this path.
 Memory: a pull reads at most `max_pull_bytes` on one of the `store_threads` executor threads,
 so reads in progress hold at most store_threads x max_pull_bytes (8 x 48 MiB by default). A
 held pull woken with at most WOKEN_INLINE_MESSAGES new messages reads them on the event loop
-itself (no executor hop, one GIL hand-off less per wake): one such read at a time. An answer then
+itself (no executor hop, one GIL hand-off less per wake): one such read at a time. An SQL92 pull
+never reads on the event loop: it reads on the FilterExecutor, one slice of filter work per read,
+in its account's turn (filter_executor, docs/filtering-and-bounds.md). An answer then
 stays in the process until its call ends: a call's PullBytesLease grants each read at most what
 is left of the PullResponseBudget (max_inflight_pull_bytes, per connection and in all)."""
 
@@ -24,7 +26,9 @@ from typing import cast
 from rmq import message_format as mf
 from rmq import subscription
 from rmq.broker_server.broker_stats import BrokerStatsManager
+from rmq.broker_server.caller_account import caller_account
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
+from rmq.broker_server.filter_executor import FilterExecutor, slice_evaluations
 from rmq.broker_server.long_polling import HoldTableFull, PullRequestHoldService
 from rmq.broker_server.names import check_group_name
 from rmq.broker_server.pull_response_budget import PullBytesLease, PullResponseBudget
@@ -78,6 +82,12 @@ def sub_expression_tag_codes(expression: str) -> frozenset[int] | None:
     return subscription.tag_codes(expression)
 
 
+def sql92_slice(expression: str) -> tuple[RecordFilter, int]:
+    """The record filter of an SQL92 subscription and how many records it evaluates in one slice
+    of the FilterExecutor; raises Sql92Error for a malformed expression."""
+    return sql92_record_filter(expression), slice_evaluations(compile_sql92(expression).cost)
+
+
 def sql92_record_filter(expression: str) -> RecordFilter:
     """MessageFilter#isMatchedByCommitLog for an SQL92 subscription (spec
     consumption-longpolling-offsets §10): the expression evaluated on the record's properties.
@@ -98,6 +108,7 @@ class PullQuery:
     suspend: bool
     suspend_timeout_ms: int
     record_filter: RecordFilter | None = None   # SQL92 subscriptions
+    filter_evaluations: int | None = None       # records record_filter evaluates in one read
 
 
 @dataclass(frozen=True)
@@ -117,10 +128,12 @@ class PullMessageProcessor:
         executor: StoreExecutor,
         limits: PullLimits,
         stats: BrokerStatsManager,
+        filters: FilterExecutor,
         enable_property_filter: bool = True,
         budget: PullResponseBudget | None = None,
     ) -> None:
         self.store = store
+        self.filters = filters
         self.stats = stats
         self.enable_property_filter = enable_property_filter
         self.topics = topics
@@ -157,11 +170,10 @@ class PullMessageProcessor:
         """Store a piggy-backed commit; one past max_consumer_offsets is dropped (logged): the pull
         is still answered, and the client's next UpdateConsumerOffsets is refused with the reason."""
         try:
-            self.offsets.check_room([OffsetKey(query.group, query.topic, query.queue_id)])
+            self.offsets.commit_client_offsets(caller_account(),
+                                               {OffsetKey(query.group, query.topic, query.queue_id): offset})
         except RequestError as error:
             log.warning("piggy-backed commit of %s dropped: %s", query.group, error.message)
-            return
-        self.offsets.commit_offset(query.group, query.topic, query.queue_id, offset)
 
     async def _hold(self, request: rmq_pb2.PullMessageRequest, query: PullQuery,
                     lease: PullBytesLease | None) -> rmq_pb2.PullMessageResponse:
@@ -217,6 +229,8 @@ class PullMessageProcessor:
         if len(request.sub_expression) > MAX_SUB_EXPRESSION_LENGTH:
             raise illegal_argument(f"sub_expression is longer than {MAX_SUB_EXPRESSION_LENGTH} characters")
         sql = request.expression_type == rmq_pb2.SQL92
+        record_filter, filter_evaluations = (self._sql92_filter(request.sub_expression) if sql
+                                             else (None, None))
         return PullQuery(
             group=request.consumer_group,
             topic=request.topic,
@@ -227,16 +241,17 @@ class PullMessageProcessor:
             tag_codes=None if sql else sub_expression_tag_codes(request.sub_expression),
             suspend=suspend,
             suspend_timeout_ms=request.suspend_timeout_ms,
-            record_filter=self._sql92_filter(request.sub_expression) if sql else None,
+            record_filter=record_filter,
+            filter_evaluations=filter_evaluations,
         )
 
-    def _sql92_filter(self, expression: str) -> RecordFilter:
+    def _sql92_filter(self, expression: str) -> tuple[RecordFilter, int]:
         if not self.enable_property_filter:
             raise RequestError(rmq_pb2.FILTER_NOT_SUPPORTED,
                                "the broker does not support filtering messages by SQL92 "
                                "(enable_property_filter is off)")
         try:
-            return sql92_record_filter(expression)
+            return sql92_slice(expression)
         except Sql92Error as error:
             raise RequestError(rmq_pb2.SUBSCRIPTION_PARSE_FAILED, str(error)) from None
 
@@ -258,7 +273,10 @@ class PullMessageProcessor:
                          suspend_timeout_ms=0)
 
     def _few_new_messages(self, query: PullQuery) -> bool:
-        """Whether the queue holds at most WOKEN_INLINE_MESSAGES messages from the query's offset."""
+        """Whether the queue holds at most WOKEN_INLINE_MESSAGES messages from the query's offset
+        and the pull evaluates no filter (an SQL92 read never runs on the event loop)."""
+        if query.record_filter is not None:
+            return False
         max_offset = self.store.get_max_offset_in_queue(query.topic, query.queue_id)
         return max_offset - query.offset <= WOKEN_INLINE_MESSAGES
 
@@ -288,7 +306,10 @@ class PullMessageProcessor:
             max_total_bytes=max_bytes,
             tag_codes=query.tag_codes,
             record_filter=query.record_filter,
+            max_filter_evaluations=query.filter_evaluations,
         )
+        if query.record_filter is not None:
+            return await self.filters.run(caller_account(), read)
         return read() if inline else await self.executor.run(read)
 
     def _answer(self, query: PullQuery, result: GetMessageResult) -> rmq_pb2.PullMessageResponse:

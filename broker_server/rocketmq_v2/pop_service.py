@@ -25,7 +25,8 @@ from dataclasses import dataclass, replace
 
 from rmq import message_format as mf
 from rmq import retry
-from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.caller_account import caller_account
+from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
 from rmq.broker_server.consumer_send_msg_back import (
     DLQ_TOPIC_PERM,
     SendBackTarget,
@@ -190,8 +191,11 @@ class PopService:
         `max_bytes`, no read once they are reached (the first read always happens)."""
         lock = self._locks.setdefault(queue, asyncio.Lock())
         async with lock:
-            if queue not in self.table.queues:
-                self.table.state(queue).pop_offset = await self._initial_offset(queue)
+            if queue not in self.table.queues:   # a new pop state and consumer offset: bounded as commits
+                initial = await self._initial_offset(queue)
+                key = OffsetKey(queue.group, queue.topic, queue.queue_id)
+                self.offsets.commit_client_offsets(caller_account(), {key: initial}, increase_only=True)
+                self.table.state(queue).pop_offset = initial
             state = self.table.state(queue)
             now = now_ms()
             due = sorted(o for o, e in state.inflight.items() if e.visible_at_ms <= now)

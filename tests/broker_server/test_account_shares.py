@@ -5,13 +5,22 @@ the other accounts out. The account is the call's (rmq.broker_server.caller_acco
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
+from pathlib import Path
 from typing import TypeVar
 
+import grpc
 import pytest
 
-from rmq.broker_server.caller_account import enter_call
+from rmq.broker_server.caller_account import ANONYMOUS, enter_call
+from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
 from rmq.broker_server.long_polling import HoldTableFull, PullRequestHoldService
+from rmq.broker_server.status import RequestError
+from rmq.rocketmq_v2 import MessagingServiceStub
+from rmq.rocketmq_v2 import definition_pb2 as v2
+from rmq.rocketmq_v2 import service_pb2 as pb
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+from tests.broker_server.in_process_broker import InProcessBroker
 
 T = TypeVar("T")
 
@@ -51,3 +60,64 @@ def test_a_full_hold_table_gives_each_account_its_share() -> None:
         assert service.held_count() == 0
 
     asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
+def test_each_account_adds_consumer_offsets_up_to_its_share(tmp_path: Path) -> None:
+    offsets = ConsumerOffsetManager(tmp_path, max_entries=5, max_entries_per_account=2)
+    offsets.commit_client_offsets("hog", {OffsetKey("G", "T", q): 1 for q in range(2)})
+    with pytest.raises(RequestError, match=r"2 consumer offsets; 1 more would pass 2 "
+                                           r"\(max_consumer_offsets_per_account\)") as refused:
+        offsets.commit_client_offsets("hog", {OffsetKey("G", "T", 0): 5, OffsetKey("G", "T", 2): 1})
+    assert refused.value.code == rmq_pb2.LIMIT_EXCEEDED
+    assert offsets.query_offset("G", "T", 0) == 1                    # all or nothing
+    offsets.commit_client_offsets("hog", {OffsetKey("G", "T", 0): 5})  # known entries always fit
+    offsets.commit_client_offsets("other", {OffsetKey("H", "T", q): 1 for q in range(2)})
+    offsets.remove_topic("T")                                        # room given back to both
+    offsets.commit_client_offsets("hog", {OffsetKey("G", "U", q): 1 for q in range(2)})
+    # without --acl (one ANONYMOUS account) only the total applies
+    offsets.commit_client_offsets(ANONYMOUS, {OffsetKey("A", "U", q): 1 for q in range(3)})
+    with pytest.raises(RequestError, match=r"\(max_consumer_offsets\)"):
+        offsets.commit_client_offsets("other", {OffsetKey("H", "U", 0): 1})
+    assert offsets.size() == 5
+
+
+# ------------------------------------------------- RocketMQ 5 commits on a whole broker (item 7)
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[InProcessBroker]:
+    broker = InProcessBroker(tmp_path / "store", max_consumer_offsets=3).start()
+    with grpc.insecure_channel(broker.address) as channel:
+        config = rmq_pb2.TopicConfig(topic_name="T", read_queue_nums=2, write_queue_nums=2, perm=6)
+        created = rmq_pb2_grpc.AdminServiceStub(channel).CreateTopic(
+            rmq_pb2.CreateTopicRequest(config=config), timeout=10)
+        assert created.status.code == rmq_pb2.OK
+    yield broker
+    broker.stop()
+
+
+def test_rocketmq5_update_offset_and_pops_go_through_max_consumer_offsets(broker: InProcessBroker) -> None:
+    """205,000 groups were stored through UpdateOffset and pops, after which every new commit on
+    the broker was refused; now both are bounded like rmq.v1 commits."""
+    def queue(queue_id: int) -> v2.MessageQueue:
+        return v2.MessageQueue(topic=v2.Resource(name="T"), id=queue_id)
+
+    def receive(stub: MessagingServiceStub, group: str) -> v2.Status:
+        request = pb.ReceiveMessageRequest(
+            group=v2.Resource(name=group), message_queue=queue(-1),
+            filter_expression=v2.FilterExpression(type=v2.TAG, expression="*"), batch_size=1)
+        return next(iter(stub.ReceiveMessage(request, timeout=10))).status
+
+    def update(stub: MessagingServiceStub, group: str, queue_id: int) -> v2.Status:
+        return stub.UpdateOffset(pb.UpdateOffsetRequest(
+            group=v2.Resource(name=group), message_queue=queue(queue_id), offset=0), timeout=10).status
+
+    with grpc.insecure_channel(broker.address) as channel:
+        stub = MessagingServiceStub(channel)
+        assert receive(stub, "popper").code == v2.MESSAGE_NOT_FOUND     # its two queues' offsets stored
+        assert update(stub, "updater", 0).code == v2.OK
+        refused = update(stub, "updater", 1)
+        assert refused.code == v2.TOO_MANY_REQUESTS and "max_consumer_offsets" in refused.message
+        refused = receive(stub, "popper2")
+        assert refused.code == v2.TOO_MANY_REQUESTS and "max_consumer_offsets" in refused.message
+        assert update(stub, "updater", 0).code == v2.OK                   # a known entry still moves
+    assert broker.controller.offsets.size() == 3
