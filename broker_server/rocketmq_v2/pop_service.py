@@ -189,13 +189,14 @@ class PopService:
                          max_bytes: int | None) -> list[Popped]:
         """Up to `room` messages of `queue`: due redeliveries first, then new ones; with
         `max_bytes`, no read once they are reached (the first read always happens)."""
+        if queue not in self.table.queues:   # a new pop state, lock and consumer offset: bounded as commits
+            key = OffsetKey(queue.group, queue.topic, queue.queue_id)
+            initial = await self._initial_offset(queue)
+            self.offsets.commit_client_offsets(caller_account(), {key: initial}, increase_only=True)
         lock = self._locks.setdefault(queue, asyncio.Lock())
         async with lock:
-            if queue not in self.table.queues:   # a new pop state and consumer offset: bounded as commits
-                initial = await self._initial_offset(queue)
-                key = OffsetKey(queue.group, queue.topic, queue.queue_id)
-                self.offsets.commit_client_offsets(caller_account(), {key: initial}, increase_only=True)
-                self.table.state(queue).pop_offset = initial
+            if queue not in self.table.queues:
+                self.table.state(queue).pop_offset = await self._initial_offset(queue)
             state = self.table.state(queue)
             now = now_ms()
             due = sorted(o for o, e in state.inflight.items() if e.visible_at_ms <= now)

@@ -121,3 +121,5 @@ def test_rocketmq5_update_offset_and_pops_go_through_max_consumer_offsets(broker
         assert refused.code == v2.TOO_MANY_REQUESTS and "max_consumer_offsets" in refused.message
         assert update(stub, "updater", 0).code == v2.OK                   # a known entry still moves
     assert broker.controller.offsets.size() == 3
+    pops = broker.controller.rocketmq_v2.pop
+    assert {queue.group for queue in pops._locks} == {"popper"}    # a refused pop holds nothing either
