@@ -35,10 +35,9 @@ from rmq.broker_server.pull_response_budget import PullBytesLease, PullResponseB
 from rmq.broker_server.status import OK, RequestError, illegal_argument, rmq_pb2
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfigManager
-from rmq.sql92 import Sql92Error, compile_sql92
+from rmq.sql92 import Sql92Error, Sql92Filter, compile_sql92
 from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.store import BrokerRole, MessageStore
-from rmq.store.message_filter import RecordFilter
 from rmq.store.results import GetMessageResult
 
 log = logging.getLogger(__name__)
@@ -82,18 +81,26 @@ def sub_expression_tag_codes(expression: str) -> frozenset[int] | None:
     return subscription.tag_codes(expression)
 
 
-def sql92_slice(expression: str) -> tuple[RecordFilter, int]:
-    """The record filter of an SQL92 subscription and how many records it evaluates in one slice
-    of the FilterExecutor; raises Sql92Error for a malformed expression."""
-    return sql92_record_filter(expression), slice_evaluations(compile_sql92(expression).cost)
-
-
-def sql92_record_filter(expression: str) -> RecordFilter:
+@dataclass(frozen=True)
+class Sql92RecordFilter:
     """MessageFilter#isMatchedByCommitLog for an SQL92 subscription (spec
-    consumption-longpolling-offsets §10): the expression evaluated on the record's properties.
-    compile_sql92 keeps the compiled expressions (bounded); raises Sql92Error for a malformed one."""
-    compiled = compile_sql92(expression)
-    return lambda record: compiled.matches(mf.record_properties(record))
+    consumption-longpolling-offsets §10): the expression evaluated on a stored record's properties
+    (a RecordFilter), and how many records one FilterExecutor slice evaluates with it."""
+
+    compiled: Sql92Filter
+
+    def __call__(self, record: bytes) -> bool:
+        return self.compiled.matches(mf.record_properties(record))
+
+    @property
+    def slice_evaluations(self) -> int:
+        return slice_evaluations(self.compiled.cost)
+
+
+def sql92_record_filter(expression: str) -> Sql92RecordFilter:
+    """The filter of an SQL92 subscription; compile_sql92 keeps the compiled expressions (bounded);
+    raises Sql92Error for a malformed one."""
+    return Sql92RecordFilter(compile_sql92(expression))
 
 
 @dataclass(frozen=True)
@@ -107,8 +114,7 @@ class PullQuery:
     tag_codes: frozenset[int] | None
     suspend: bool
     suspend_timeout_ms: int
-    record_filter: RecordFilter | None = None   # SQL92 subscriptions
-    filter_evaluations: int | None = None       # records record_filter evaluates in one read
+    record_filter: Sql92RecordFilter | None = None   # SQL92 subscriptions
 
 
 @dataclass(frozen=True)
@@ -229,8 +235,6 @@ class PullMessageProcessor:
         if len(request.sub_expression) > MAX_SUB_EXPRESSION_LENGTH:
             raise illegal_argument(f"sub_expression is longer than {MAX_SUB_EXPRESSION_LENGTH} characters")
         sql = request.expression_type == rmq_pb2.SQL92
-        record_filter, filter_evaluations = (self._sql92_filter(request.sub_expression) if sql
-                                             else (None, None))
         return PullQuery(
             group=request.consumer_group,
             topic=request.topic,
@@ -241,17 +245,16 @@ class PullMessageProcessor:
             tag_codes=None if sql else sub_expression_tag_codes(request.sub_expression),
             suspend=suspend,
             suspend_timeout_ms=request.suspend_timeout_ms,
-            record_filter=record_filter,
-            filter_evaluations=filter_evaluations,
+            record_filter=self._sql92_filter(request.sub_expression) if sql else None,
         )
 
-    def _sql92_filter(self, expression: str) -> tuple[RecordFilter, int]:
+    def _sql92_filter(self, expression: str) -> Sql92RecordFilter:
         if not self.enable_property_filter:
             raise RequestError(rmq_pb2.FILTER_NOT_SUPPORTED,
                                "the broker does not support filtering messages by SQL92 "
                                "(enable_property_filter is off)")
         try:
-            return sql92_slice(expression)
+            return sql92_record_filter(expression)
         except Sql92Error as error:
             raise RequestError(rmq_pb2.SUBSCRIPTION_PARSE_FAILED, str(error)) from None
 
@@ -306,7 +309,7 @@ class PullMessageProcessor:
             max_total_bytes=max_bytes,
             tag_codes=query.tag_codes,
             record_filter=query.record_filter,
-            max_filter_evaluations=query.filter_evaluations,
+            max_filter_evaluations=query.record_filter.slice_evaluations if query.record_filter else None,
         )
         if query.record_filter is not None:
             return await self.filters.run(caller_account(), read)

@@ -60,7 +60,8 @@ def build_service(config: BrokerConfig, store: MessageStore, executor: StoreExec
         RouteResolver(config.broker_name, config.broker_address, topics, config.namesrv_addresses,
                       open_channel),
         PopService(store, topics, offsets, hold_service, executor, table, on_topics_changed,
-                   RememberedReceives(config.max_remembered_receives, config.max_remembered_receive_bytes)),
+                   RememberedReceives(config.max_remembered_receives, config.max_remembered_receive_bytes),
+                   pull_processor.filters),
         sessions, GroupPolicy(max_attempts, fifo_groups, config.enable_property_filter), timer, transactions,
         OffsetRpcs(store, executor, topics, offsets, pull_processor), max_body_size,
         config.timer_max_delay_ms)

@@ -123,3 +123,24 @@ def test_rocketmq5_update_offset_and_pops_go_through_max_consumer_offsets(broker
     assert broker.controller.offsets.size() == 3
     pops = broker.controller.rocketmq_v2.pop
     assert {queue.group for queue in pops._locks} == {"popper"}    # a refused pop holds nothing either
+
+
+def test_a_refused_hold_ends_a_rocketmq5_receive_at_once(tmp_path: Path) -> None:
+    """A receive that long-polls several queues holds one pull per queue; when the hold table
+    refuses one (the account's share is used), the receive used to pop again at once, in a loop on
+    the event loop, until its long-polling time was over."""
+    broker = InProcessBroker(tmp_path / "store", max_held_pulls=1).start()
+    try:
+        with grpc.insecure_channel(broker.address) as channel:
+            config = rmq_pb2.TopicConfig(topic_name="T", read_queue_nums=2, write_queue_nums=2, perm=6)
+            assert rmq_pb2_grpc.AdminServiceStub(channel).CreateTopic(
+                rmq_pb2.CreateTopicRequest(config=config), timeout=10).status.code == rmq_pb2.OK
+            request = pb.ReceiveMessageRequest(
+                group=v2.Resource(name="G"),
+                message_queue=v2.MessageQueue(topic=v2.Resource(name="T"), id=-1),
+                filter_expression=v2.FilterExpression(type=v2.TAG, expression="*"), batch_size=1)
+            request.long_polling_timeout.FromSeconds(60)
+            status = next(iter(MessagingServiceStub(channel).ReceiveMessage(request, timeout=30))).status
+        assert status.code == v2.TOO_MANY_REQUESTS and "max_held_pulls" in status.message
+    finally:
+        broker.stop()

@@ -6,15 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
 
+import grpc
 import pytest
 
 from rmq import message_format as mf
 from rmq.broker_server.filter_executor import FILTER_SLICE_TOKENS, FilterExecutor, slice_evaluations
 from rmq.broker_server.status import RequestError
+from rmq.rocketmq_v2 import MessagingServiceStub
+from rmq.rocketmq_v2 import definition_pb2 as v2
+from rmq.rocketmq_v2 import service_pb2 as pb
 from rmq.sql92 import compile_sql92
-from rmq.v1 import rmq_pb2
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.broker_server import test_processors
+from tests.broker_server.in_process_broker import InProcessBroker
 from tests.broker_server.store_fixture import wait_dispatched
 from tests.broker_server.test_processors import PEER, Broker, send
 from tests.broker_server.test_sql92_pull import bodies, order, sql_pull
@@ -117,3 +123,35 @@ def test_a_woken_sql92_pull_is_filtered_off_the_event_loop(broker: Broker, monke
     response = asyncio.run(scenario())
     assert bodies(response) == [b"eu-1"]
     assert threads and all(name.startswith("filter-") for name in threads), threads
+
+
+def test_a_rocketmq5_sql_receive_is_filtered_on_the_filter_threads(tmp_path: Path, monkeypatch) -> None:
+    """RocketMQ 5 receives with an SQL filter evaluated it on the store executor's threads, which
+    sends share, with no bound per read and no turn per account."""
+    threads: list[str] = []
+    record_properties = mf.record_properties
+
+    def watched(record: bytes) -> dict[str, str]:
+        threads.append(threading.current_thread().name)
+        return record_properties(record)
+
+    monkeypatch.setattr(mf, "record_properties", watched)
+    running = InProcessBroker(tmp_path / "store").start()
+    try:
+        with grpc.insecure_channel(running.address) as channel:
+            config = rmq_pb2.TopicConfig(topic_name="T", read_queue_nums=1, write_queue_nums=1, perm=6)
+            assert rmq_pb2_grpc.AdminServiceStub(channel).CreateTopic(
+                rmq_pb2.CreateTopicRequest(config=config), timeout=10).status.code == rmq_pb2.OK
+            sent = rmq_pb2_grpc.MessagingServiceStub(channel).SendMessage(rmq_pb2.SendMessageRequest(
+                topic="T", messages=[order("us", 1), order("eu", 2)]), timeout=10)
+            assert sent.status.code == rmq_pb2.OK
+            request = pb.ReceiveMessageRequest(
+                group=v2.Resource(name="G"),
+                message_queue=v2.MessageQueue(topic=v2.Resource(name="T"), id=-1),
+                filter_expression=v2.FilterExpression(type=v2.SQL, expression="region = 'eu'"), batch_size=4)
+            request.long_polling_timeout.FromSeconds(5)
+            answers = list(MessagingServiceStub(channel).ReceiveMessage(request, timeout=30))
+        assert [a.message.body for a in answers if a.HasField("message")] == [b"eu-2"]
+        assert threads and all(name.startswith("filter-") for name in threads), threads
+    finally:
+        running.stop()
