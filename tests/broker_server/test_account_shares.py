@@ -5,24 +5,36 @@ the other accounts out. The account is the call's (rmq.broker_server.caller_acco
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterator
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import grpc
 import pytest
 
+from rmq.auth import Credentials, open_channel
+from rmq.broker_server.acl_file import AclFile
 from rmq.broker_server.caller_account import ANONYMOUS, enter_call
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
 from rmq.broker_server.long_polling import HoldTableFull, PullRequestHoldService
+from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.status import RequestError
 from rmq.rocketmq_v2 import MessagingServiceStub
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker
 
 T = TypeVar("T")
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        time.sleep(0.01)
 
 
 async def as_account(account: str, call: Awaitable[T]) -> T:
@@ -142,5 +154,43 @@ def test_a_refused_hold_ends_a_rocketmq5_receive_at_once(tmp_path: Path) -> None
             request.long_polling_timeout.FromSeconds(60)
             status = next(iter(MessagingServiceStub(channel).ReceiveMessage(request, timeout=30))).status
         assert status.code == v2.TOO_MANY_REQUESTS and "max_held_pulls" in status.message
+    finally:
+        broker.stop()
+
+
+def test_held_pull_shares_follow_the_signed_account_on_an_acl_broker(tmp_path: Path) -> None:
+    """End to end: the account the hold table counts is the one the call was signed with."""
+    acl = write_acl(tmp_path / "acl.yml", "accounts:\n"
+                    "  - {accessKey: hogaccount, secretKey: hog-secret-key, admin: true}\n"
+                    "  - {accessKey: politeaccount, secretKey: polite-secret-key, admin: true}\n")
+    broker = InProcessBroker(tmp_path / "store", ServerSecurity(acl_file=AclFile(acl)),
+                             max_held_pulls=4).start()
+    hold = broker.controller.hold_service
+    hog_key = Credentials("hogaccount", "hog-secret-key")
+    polite_key = Credentials("politeaccount", "polite-secret-key")
+    try:
+        with open_channel(broker.address, credentials=hog_key) as hog_channel, \
+                open_channel(broker.address, credentials=polite_key) as polite_channel:
+            config = rmq_pb2.TopicConfig(topic_name="T", read_queue_nums=8, write_queue_nums=8, perm=6)
+            assert rmq_pb2_grpc.AdminServiceStub(hog_channel).CreateTopic(
+                rmq_pb2.CreateTopicRequest(config=config), timeout=10).status.code == rmq_pb2.OK
+
+            def held_pull(channel: grpc.Channel, queue_id: int) -> grpc.Future:
+                request = rmq_pb2.PullMessageRequest(
+                    consumer_group="G", topic="T", queue_id=queue_id, queue_offset=0, max_messages=1,
+                    sys_flag=rmq_pb2.FLAG_SUSPEND, suspend_timeout_ms=60_000, sub_expression="*")
+                return rmq_pb2_grpc.MessagingServiceStub(channel).PullMessage.future(request, timeout=90)
+
+            hog = [held_pull(hog_channel, q) for q in range(4)]
+            wait_until(lambda: hold.held_count("hogaccount") == 4, "the hog holds the whole table")
+            polite = held_pull(polite_channel, 4)
+            wait_until(lambda: hold.held_count("politeaccount") == 1, "the polite account's pull is held")
+            wait_until(lambda: any(future.done() for future in hog), "one hog pull is answered")
+            answered = [future.result() for future in hog if future.done()]   # its oldest gave way
+            assert [(a.status.code, a.pull_status) for a in answered] == [(rmq_pb2.OK, rmq_pb2.NO_NEW_MSG)]
+            assert not polite.done()
+            assert (hold.held_count("hogaccount"), hold.held_count()) == (3, 4)
+            for future in [*hog, polite]:
+                future.cancel()
     finally:
         broker.stop()
