@@ -22,6 +22,7 @@ from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.consumer_send_msg_back import ConsumerSendMsgBackProcessor
 from rmq.broker_server.delay_levels import parse_delay_levels
 from rmq.broker_server.errors import UserError
+from rmq.broker_server.filter_executor import FilterExecutor
 from rmq.broker_server.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
 from rmq.broker_server.long_polling import PullRequestHoldService
 from rmq.broker_server.memory_tuning import keep_freed_memory
@@ -96,7 +97,8 @@ class BrokerController:
         self.topics = TopicConfigManager(
             path, config.auto_create_topic_enable, config.default_topic_queue_nums
         )
-        self.offsets = ConsumerOffsetManager(path, config.max_consumer_offsets)
+        self.offsets = ConsumerOffsetManager(path, config.max_consumer_offsets,
+                                             config.max_consumer_offsets_per_account)
         self.consumers = ConsumerManager(config.client_expiry_ms, limits=ConsumerTableLimits(
             config.max_consumer_groups, config.max_clients_per_group, config.max_consumer_clients,
             config.max_subscriptions_per_client, config.max_subscription_bytes))
@@ -136,6 +138,7 @@ class BrokerController:
         self.send_processor = SendMessageProcessor(
             self.store, self.topics, self.executor, delay_levels, config.max_message_size, self.stats
         )
+        self.filters = FilterExecutor(config.filter_threads, config.max_pending_filter_reads_per_account)
         self.pull_processor = PullMessageProcessor(
             self.store,
             self.topics,
@@ -144,6 +147,7 @@ class BrokerController:
             self.executor,
             PullLimits(config.max_pull_messages, config.default_pull_max_bytes, config.max_pull_bytes),
             self.stats,
+            self.filters,
             config.enable_property_filter,
             PullResponseBudget(config.max_inflight_pull_bytes, config.max_inflight_pull_bytes_per_connection),
         )
@@ -312,6 +316,7 @@ class BrokerController:
         await self.schedule_service.stop()
         await self.outer_api.stop()
         self.offsets.persist()
+        self.filters.shutdown()
         self.executor.shutdown()
         self.store.shutdown()
         log.info("broker %s stopped", self.config.broker_name)

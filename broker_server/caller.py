@@ -48,6 +48,9 @@ def current_caller() -> Caller | None:
     return _CALLER.get()
 
 
+ANONYMOUS = ""   # the one account every caller shares on a server without --acl
+
+
 def account_key() -> str:
     """The running call's access key ("" without an ACL): what per-account shares count by."""
     caller = _CALLER.get()

@@ -60,6 +60,7 @@ class BrokerConfig:
     max_telemetry_sessions: int = 10_000  # RocketMQ 5 Telemetry streams one broker holds
     max_telemetry_sessions_per_account: int = 1_000  # ... of which one ACL account may hold
     max_consumer_offsets: int = 262144  # committed (group, topic, queue) entries
+    max_consumer_offsets_per_account: int = 65536  # of them, added by one --acl account
     rebalance_lock_max_live_time_ms: int = 60000
     consumer_offset_persist_interval_ms: int = 5000
     message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
@@ -78,6 +79,8 @@ class BrokerConfig:
     max_open_transactions_per_account: int = 10_000  # ... of which one ACL account may hold
     metrics_listen: str = ""  # Prometheus scrape endpoint HOST:PORT (off when empty)
     enable_property_filter: bool = True  # SQL92 subscriptions (RocketMQ enablePropertyFilter)
+    filter_threads: int = 1  # SQL92 evaluation runs on these threads only (all accounts share them fairly)
+    max_pending_filter_reads_per_account: int = 4096  # SQL92 reads one account may have waiting for them
 
     @property
     def store_path(self) -> Path:

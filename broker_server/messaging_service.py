@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from rmq.broker_server.caller import account_key
 from rmq.broker_server.consumer_ids_watch import ConsumerIdsWatchService
 from rmq.broker_server.consumer_manager import ConsumerManager
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
@@ -137,16 +138,11 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
                     f"offset for {entry.topic} queue {entry.queue_id} must not be negative, "
                     f"not {entry.offset}"
                 )
-        self.offsets.check_room([OffsetKey(request.consumer_group, entry.topic, entry.queue_id)
-                                 for entry in request.offsets])
-        for entry in request.offsets:
-            self.offsets.commit_offset(
-                request.consumer_group,
-                entry.topic,
-                entry.queue_id,
-                entry.offset,
-                increase_only=request.increase_only,
-            )
+        self.offsets.commit_client_offsets(
+            account_key(),
+            {OffsetKey(request.consumer_group, entry.topic, entry.queue_id): entry.offset
+             for entry in request.offsets},
+            increase_only=request.increase_only)
         return rmq_pb2.UpdateConsumerOffsetsResponse(status=OK)
 
     @answers_with_status(rmq_pb2.RemoveConsumerOffsetsResponse)

@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from rmq.broker_server.broker_stats import BrokerStatsManager
 from rmq.broker_server.errors import UserError
+from rmq.broker_server.metrics_http import MetricsHttpServer
 from rmq.broker_server.server_security import ServerSecurity, is_loopback
 
 
@@ -263,26 +264,33 @@ def _gauge(name: str, documentation: str, labels: list[str],
     return family
 
 
-def check_metrics_listen(listen: str, secured: bool) -> tuple[str, int]:
-    """(host, port) of `--metrics-listen`; the endpoint answers anyone who reaches it, so a
-    non-loopback address is refused unless the server runs with --acl or TLS."""
+def check_metrics_listen(listen: str, security: ServerSecurity) -> tuple[str, int]:
+    """(host, port) of `--metrics-listen`. A non-loopback address needs --acl or TLS, and with --acl
+    also TLS: scrapers then send an admin account's credentials (metrics_http)."""
     host, _, port = listen.rpartition(":")
-    if not is_loopback(listen) and not secured:
-        raise UserError(f"--metrics-listen {listen}: a non-loopback metrics address needs --acl or TLS "
-                        "(the metrics endpoint itself is not authenticated)")
+    if not is_loopback(listen):
+        if security.acl_file is None and security.tls is None:
+            raise UserError(f"--metrics-listen {listen}: a non-loopback metrics address needs --acl or TLS "
+                            "(without --acl the metrics endpoint itself is not authenticated)")
+        if security.acl_file is not None and security.tls is None:
+            raise UserError(f"--metrics-listen {listen}: with --acl a non-loopback metrics address needs "
+                            "--tls-cert (scrapers send an admin account's secret key)")
     return host.strip("[]"), int(port)
 
 
-def serve_metrics(listen: str, security: ServerSecurity, *collectors: Collector) -> None:
-    """Start the scrape endpoint on its own thread (prometheus_client's HTTP server)."""
-    secured = security.acl_file is not None or security.tls is not None
-    host, port = check_metrics_listen(listen, secured)
+def serve_metrics(listen: str, security: ServerSecurity, *collectors: Collector) -> MetricsHttpServer:
+    """Start the scrape endpoint on its own threads (metrics_http): beyond loopback over the server's
+    TLS and, with --acl, for admin accounts only."""
+    host, port = check_metrics_listen(listen, security)
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
     registry.register(ProcessExtrasCollector())
     for collector in collectors:
         registry.register(collector)
+    loopback, acl_file = is_loopback(listen), security.acl_file
     try:
-        start_http_server(port, addr=host, registry=registry)
+        return MetricsHttpServer((host, port), registry,
+                                 None if loopback or acl_file is None else (lambda: acl_file.acl),
+                                 None if loopback else security.tls, security.refusals).start()
     except OSError as error:
         raise UserError(f"--metrics-listen {listen}: cannot bind: {error.strerror}") from None

@@ -9,7 +9,9 @@ as little-endian int32, with no per-message Python work on this path.
 Memory: a pull reads at most `max_pull_bytes` on one of the `store_threads` executor threads,
 so reads in progress hold at most store_threads x max_pull_bytes (8 x 48 MiB by default). A
 held pull woken with at most WOKEN_INLINE_MESSAGES new messages reads them on the event loop
-itself (no executor hop, one GIL hand-off less per wake): one such read at a time. An answer then
+itself (no executor hop, one GIL hand-off less per wake): one such read at a time. An SQL92 pull
+never reads on the event loop: it reads on the FilterExecutor, one slice of filter work per read,
+in its account's turn (filter_executor, docs/filtering-and-bounds.md). An answer then
 stays in the process until its call ends: a call's PullBytesLease grants each read at most what
 is left of the PullResponseBudget (max_inflight_pull_bytes, per connection and in all)."""
 
@@ -24,17 +26,18 @@ from typing import cast
 from rmq import message_format as mf
 from rmq import subscription
 from rmq.broker_server.broker_stats import BrokerStatsManager
+from rmq.broker_server.caller import account_key
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
+from rmq.broker_server.filter_executor import FilterExecutor, slice_evaluations
 from rmq.broker_server.long_polling import HoldTableFull, PullRequestHoldService
 from rmq.broker_server.names import check_group_name
 from rmq.broker_server.pull_response_budget import PullBytesLease, PullResponseBudget
 from rmq.broker_server.status import OK, RequestError, illegal_argument, rmq_pb2
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfigManager
-from rmq.sql92 import Sql92Error, compile_sql92
+from rmq.sql92 import Sql92Error, Sql92Filter, compile_sql92
 from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.store import BrokerRole, MessageStore
-from rmq.store.message_filter import RecordFilter
 from rmq.store.results import GetMessageResult
 
 log = logging.getLogger(__name__)
@@ -78,12 +81,26 @@ def sub_expression_tag_codes(expression: str) -> frozenset[int] | None:
     return subscription.tag_codes(expression)
 
 
-def sql92_record_filter(expression: str) -> RecordFilter:
+@dataclass(frozen=True)
+class Sql92RecordFilter:
     """MessageFilter#isMatchedByCommitLog for an SQL92 subscription (spec
-    consumption-longpolling-offsets §10): the expression evaluated on the record's properties.
-    compile_sql92 keeps the compiled expressions (bounded); raises Sql92Error for a malformed one."""
-    compiled = compile_sql92(expression)
-    return lambda record: compiled.matches(mf.record_properties(record))
+    consumption-longpolling-offsets §10): the expression evaluated on a stored record's properties
+    (a RecordFilter), and how many records one FilterExecutor slice evaluates with it."""
+
+    compiled: Sql92Filter
+
+    def __call__(self, record: bytes) -> bool:
+        return self.compiled.matches(mf.record_properties(record))
+
+    @property
+    def slice_evaluations(self) -> int:
+        return slice_evaluations(self.compiled.cost)
+
+
+def sql92_record_filter(expression: str) -> Sql92RecordFilter:
+    """The filter of an SQL92 subscription; compile_sql92 keeps the compiled expressions (bounded);
+    raises Sql92Error for a malformed one."""
+    return Sql92RecordFilter(compile_sql92(expression))
 
 
 @dataclass(frozen=True)
@@ -97,7 +114,7 @@ class PullQuery:
     tag_codes: frozenset[int] | None
     suspend: bool
     suspend_timeout_ms: int
-    record_filter: RecordFilter | None = None   # SQL92 subscriptions
+    record_filter: Sql92RecordFilter | None = None   # SQL92 subscriptions
 
 
 @dataclass(frozen=True)
@@ -117,10 +134,12 @@ class PullMessageProcessor:
         executor: StoreExecutor,
         limits: PullLimits,
         stats: BrokerStatsManager,
+        filters: FilterExecutor,
         enable_property_filter: bool = True,
         budget: PullResponseBudget | None = None,
     ) -> None:
         self.store = store
+        self.filters = filters
         self.stats = stats
         self.enable_property_filter = enable_property_filter
         self.topics = topics
@@ -157,11 +176,10 @@ class PullMessageProcessor:
         """Store a piggy-backed commit; one past max_consumer_offsets is dropped (logged): the pull
         is still answered, and the client's next UpdateConsumerOffsets is refused with the reason."""
         try:
-            self.offsets.check_room([OffsetKey(query.group, query.topic, query.queue_id)])
+            self.offsets.commit_client_offsets(account_key(),
+                                               {OffsetKey(query.group, query.topic, query.queue_id): offset})
         except RequestError as error:
             log.warning("piggy-backed commit of %s dropped: %s", query.group, error.message)
-            return
-        self.offsets.commit_offset(query.group, query.topic, query.queue_id, offset)
 
     async def _hold(self, request: rmq_pb2.PullMessageRequest, query: PullQuery,
                     lease: PullBytesLease | None) -> rmq_pb2.PullMessageResponse:
@@ -230,7 +248,7 @@ class PullMessageProcessor:
             record_filter=self._sql92_filter(request.sub_expression) if sql else None,
         )
 
-    def _sql92_filter(self, expression: str) -> RecordFilter:
+    def _sql92_filter(self, expression: str) -> Sql92RecordFilter:
         if not self.enable_property_filter:
             raise RequestError(rmq_pb2.FILTER_NOT_SUPPORTED,
                                "the broker does not support filtering messages by SQL92 "
@@ -258,7 +276,10 @@ class PullMessageProcessor:
                          suspend_timeout_ms=0)
 
     def _few_new_messages(self, query: PullQuery) -> bool:
-        """Whether the queue holds at most WOKEN_INLINE_MESSAGES messages from the query's offset."""
+        """Whether the queue holds at most WOKEN_INLINE_MESSAGES messages from the query's offset
+        and the pull evaluates no filter (an SQL92 read never runs on the event loop)."""
+        if query.record_filter is not None:
+            return False
         max_offset = self.store.get_max_offset_in_queue(query.topic, query.queue_id)
         return max_offset - query.offset <= WOKEN_INLINE_MESSAGES
 
@@ -288,7 +309,10 @@ class PullMessageProcessor:
             max_total_bytes=max_bytes,
             tag_codes=query.tag_codes,
             record_filter=query.record_filter,
+            max_filter_evaluations=query.record_filter.slice_evaluations if query.record_filter else None,
         )
+        if query.record_filter is not None:
+            return await self.filters.run(account_key(), read)
         return read() if inline else await self.executor.run(read)
 
     def _answer(self, query: PullQuery, result: GetMessageResult) -> rmq_pb2.PullMessageResponse:

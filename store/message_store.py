@@ -513,12 +513,16 @@ class MessageStore:
 
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                     max_total_bytes: int | None = None, tag_codes: Collection[int] | None = None,
-                    record_filter: RecordFilter | None = None) -> GetMessageResult:
+                    record_filter: RecordFilter | None = None,
+                    max_filter_evaluations: int | None = None) -> GetMessageResult:
         """DefaultMessageStore#getMessage (spec consumer-pull-rebalance §12.2, TV17). `record_filter`
         is MessageFilter#isMatchedByCommitLog (spec consumption-longpolling-offsets §9): called with
-        each candidate record that passed the tag filter; rejected ones are skipped like tag misses."""
+        each candidate record that passed the tag filter; rejected ones are skipped like tag misses.
+        `max_filter_evaluations` (None: no bound) ends the scan before the candidate that would be
+        evaluated one past it, so a caller bounds the CPU one read spends in its filter; the answer's
+        next_begin_offset is that candidate's (docs/filtering-and-bounds.md)."""
         return self._get_message(topic, queue_id, offset, None, max_msg_nums, max_total_bytes, tag_codes,
-                                 record_filter)
+                                 record_filter, max_filter_evaluations)
 
     def get_queue_range(self, topic: str, queue_id: int, offset: int, end_offset: int, max_msg_nums: int,
                         max_total_bytes: int | None = None, tag_codes: Collection[int] | None = None,
@@ -534,7 +538,8 @@ class MessageStore:
 
     def _get_message(self, topic: str, queue_id: int, offset: int, end_offset: int | None, max_msg_nums: int,
                      max_total_bytes: int | None, tag_codes: Collection[int] | None,
-                     record_filter: RecordFilter | None) -> GetMessageResult:
+                     record_filter: RecordFilter | None, max_filter_evaluations: int | None = None
+                     ) -> GetMessageResult:
         correct = self._next_offset_correction
         cq = self.find_consume_queue(topic, queue_id)
         if cq is None:
@@ -560,14 +565,14 @@ class MessageStore:
         if entries is None:
             return result(GetMessageStatus.OFFSET_FOUND_NULL, correct(offset, cq.roll_next_file(offset)))
         read = self._read_entries(entries, max_msg_nums, max_total_bytes or self.config.max_transfer_bytes,
-                                  tag_codes, record_filter)
+                                  tag_codes, record_filter, max_filter_evaluations)
         read.next_begin_offset = offset + read.next_begin_offset
         read.min_offset, read.max_offset = min_offset, max_offset
         return read
 
     def _read_entries(self, entries: np.ndarray, max_msg_nums: int, max_bytes: int,
-                      tag_codes: Collection[int] | None, record_filter: RecordFilter | None = None
-                      ) -> GetMessageResult:
+                      tag_codes: Collection[int] | None, record_filter: RecordFilter | None = None,
+                      max_filter_evaluations: int | None = None) -> GetMessageResult:
         """The read loop of getMessage, vectorised. Returns next_begin_offset relative to the
         first entry (= entries scanned). Entries whose record is gone end the scan (a run of
         them alone is answered MESSAGE_WAS_REMOVING). Per entry, in order: pre-blank entries are
@@ -588,15 +593,17 @@ class MessageStore:
         available = sizes != PRE_BLANK_SIZE
         matched = match_tags(entries["tags_code"], tag_codes)
         taken = available if matched is None else available & matched
+        evaluated_up_to = len(entries)
         if record_filter is not None:
-            taken = self._filter_records(physical, sizes, taken, max_msg_nums, max_bytes, record_filter)
+            taken, evaluated_up_to = self._filter_records(physical, sizes, taken, max_msg_nums, max_bytes,
+                                                          record_filter, max_filter_evaluations)
         taken_count = taken.astype(np.int64)
         taken_sizes = sizes * taken_count
         count_before = np.cumsum(taken_count) - taken_count
         bytes_before = np.cumsum(taken_sizes) - taken_sizes
         full = available & (count_before > 0) & (
             (count_before >= max_msg_nums) | (bytes_before + sizes > max_bytes))
-        scanned = int(np.argmax(full)) if full.any() else len(entries)
+        scanned = min(int(np.argmax(full)) if full.any() else len(entries), evaluated_up_to)
         selected = np.flatnonzero(taken[:scanned])
         max_phy_pulling = int(physical[min(scanned, len(entries) - 1)])
         suggest = suggest_pulling_from_slave(self.commit_log.get_max_offset(), max_phy_pulling,
@@ -612,21 +619,27 @@ class MessageStore:
                                 sizes[selected].astype(np.int32), buffer, suggest)
 
     def _filter_records(self, physical: np.ndarray, sizes: np.ndarray, taken: np.ndarray, max_msg_nums: int,
-                        max_bytes: int, record_filter: RecordFilter) -> np.ndarray:
+                        max_bytes: int, record_filter: RecordFilter, max_evaluations: int | None
+                        ) -> tuple[np.ndarray, int]:
         """`taken` less the candidates `record_filter` rejects, evaluated in queue order only until the
-        batch is full (the entries after that are past the scan and never read)."""
+        batch is full (the entries after that are past the scan and never read), and the index the
+        scan must end at: the candidate that would be evaluated past `max_evaluations` (else the end)."""
         taken = taken.copy()
         count = total = 0
-        for index in np.flatnonzero(taken).tolist():
+        candidates = np.flatnonzero(taken).tolist()
+        for evaluations, index in enumerate(candidates):
             size = int(sizes[index])
             if count and (count >= max_msg_nums or total + size > max_bytes):
                 break
+            if evaluations == max_evaluations:
+                taken[index:] = False
+                return taken, index
             record = self.commit_log.get_message(int(physical[index]), size)
             if record is None or not record_filter(record):
                 taken[index] = False
                 continue
             count, total = count + 1, total + size
-        return taken
+        return taken, len(taken)
 
     # -- query by key ----------------------------------------------------------------------------
 

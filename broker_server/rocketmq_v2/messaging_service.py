@@ -15,7 +15,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from rmq import message_format as mf
 from rmq.broker_server.names import check_group_name
-from rmq.broker_server.pull_message_processor import sql92_record_filter
+from rmq.broker_server.pull_message_processor import Sql92RecordFilter, sql92_record_filter
 from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.authentication import CLIENT_ID
 from rmq.broker_server.rocketmq_v2.offset_rpcs import OffsetRpcs
@@ -38,7 +38,6 @@ from rmq.rocketmq_v2 import service_pb2 as pb
 from rmq.rocketmq_v2.properties import PROPERTY_TIMER_DELIVER_MS
 from rmq.sql92 import Sql92Error
 from rmq.store import MessageStore
-from rmq.store.message_filter import RecordFilter
 from rmq.subscription import SEPARATOR, tag_codes
 
 MAX_INVISIBLE_MS = 12 * 3600 * 1000    # proxy maxInvisibleTimeMills
@@ -271,7 +270,7 @@ class RocketMQv2MessagingService:
                           self.policy.max_attempts, record_filter, max_bytes), min(wait_s, MAX_LONG_POLLING_S)
 
     def _filter(self, request: pb.ReceiveMessageRequest
-                ) -> tuple[frozenset[str] | None, frozenset[int] | None, RecordFilter | None]:
+                ) -> tuple[frozenset[str] | None, frozenset[int] | None, Sql92RecordFilter | None]:
         """(tags, their hash codes, SQL92 record filter) of the request's filter expression."""
         expression = request.filter_expression
         if expression.type == v2.SQL:

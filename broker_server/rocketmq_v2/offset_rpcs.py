@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.caller import account_key
+from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
 from rmq.broker_server.names import check_group_name
 from rmq.broker_server.pull_message_processor import PullMessageProcessor
 from rmq.broker_server.pull_response_budget import CallContext, PullBytesLease
@@ -91,8 +92,8 @@ class OffsetRpcs:
         config = self._queue(request.message_queue)
         if request.offset < 0:
             raise V2Error(v2.ILLEGAL_OFFSET, f"offset must not be negative, not {request.offset}")
-        self.offsets.commit_offset(request.group.name, config.topic_name, request.message_queue.id,
-                                   request.offset)
+        key = OffsetKey(request.group.name, config.topic_name, request.message_queue.id)
+        self.offsets.commit_client_offsets(account_key(), {key: request.offset})
 
     async def get_offset(self, request: pb.GetOffsetRequest) -> int:
         check_group_name(request.group.name)

@@ -17,6 +17,7 @@ call ends."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import time
@@ -25,14 +26,17 @@ from dataclasses import dataclass, replace
 
 from rmq import message_format as mf
 from rmq import retry
-from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.caller import account_key
+from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
 from rmq.broker_server.consumer_send_msg_back import (
     DLQ_TOPIC_PERM,
     SendBackTarget,
     ensure_group_topic,
     send_back_copy,
 )
+from rmq.broker_server.filter_executor import FilterExecutor
 from rmq.broker_server.long_polling import PullRequestHoldService
+from rmq.broker_server.pull_message_processor import Sql92RecordFilter
 from rmq.broker_server.pull_response_budget import PullBytesLease
 from rmq.broker_server.rocketmq_v2.pop_state import InFlight, PopQueue, PopStateTable
 from rmq.broker_server.rocketmq_v2.receipt_handle import ReceiptHandle
@@ -44,7 +48,6 @@ from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.statuses import GetMessageStatus
 from rmq.store import MessageStore
-from rmq.store.message_filter import RecordFilter
 from rmq.stored_message import StoredMessage, decode_record
 
 log = logging.getLogger(__name__)
@@ -78,7 +81,7 @@ class PopRequest:
     invisible_ms: int
     fifo: bool
     max_attempts: int
-    record_filter: RecordFilter | None = None   # SQL92 (evaluated on each record's properties)
+    record_filter: Sql92RecordFilter | None = None   # SQL92 (evaluated on each record's properties)
     max_bytes: int | None = None     # record bytes one receive hands out (at least one message)
 
 
@@ -101,8 +104,10 @@ class _Record:
 class PopService:
     def __init__(self, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
                  hold_service: PullRequestHoldService, executor: StoreExecutor, table: PopStateTable,
-                 on_topics_changed: Callable[[], None], remembered: RememberedReceives[Popped]) -> None:
+                 on_topics_changed: Callable[[], None], remembered: RememberedReceives[Popped],
+                 filters: FilterExecutor) -> None:
         self.store = store
+        self.filters = filters   # SQL92 reads: one slice each, in the account's turn (filter_executor)
         self.topics = topics
         self.offsets = offsets
         self.hold_service = hold_service
@@ -188,6 +193,10 @@ class PopService:
                          max_bytes: int | None) -> list[Popped]:
         """Up to `room` messages of `queue`: due redeliveries first, then new ones; with
         `max_bytes`, no read once they are reached (the first read always happens)."""
+        if queue not in self.table.queues:   # a new pop state, lock and consumer offset: bounded as commits
+            key = OffsetKey(queue.group, queue.topic, queue.queue_id)
+            initial = await self._initial_offset(queue)
+            self.offsets.commit_client_offsets(account_key(), {key: initial}, increase_only=True)
         lock = self._locks.setdefault(queue, asyncio.Lock())
         async with lock:
             if queue not in self.table.queues:
@@ -252,9 +261,11 @@ class PopService:
                         room: int, max_bytes: int | None) -> tuple[list[_Record], int]:
         """Up to `room` matching messages from `offset` (up to `max_bytes`, at least one; None:
         the store's max_transfer_bytes), and the offset after what was read."""
-        result = await self.executor.run(self.store.get_message, queue.group, queue.topic, queue.queue_id,
-                                         offset, room, max_bytes, tag_codes=request.tag_codes,
-                                         record_filter=request.record_filter)
+        sql = request.record_filter
+        read = functools.partial(self.store.get_message, queue.group, queue.topic, queue.queue_id, offset,
+                                 room, max_bytes, tag_codes=request.tag_codes, record_filter=sql,
+                                 max_filter_evaluations=sql.slice_evaluations if sql else None)
+        result = await (self.filters.run(account_key(), read) if sql else self.executor.run(read))
         if not result.message_count:
             return [], result.next_begin_offset if result.status in _MOVED else offset
         records, position = [], 0
@@ -306,6 +317,10 @@ class PopService:
         ]
         try:
             await asyncio.wait([changed, *holds], timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            for task in holds:   # a hold refused (HoldTableFull) ends the receive, not a busy loop
+                refused = task.exception() if task.done() and not task.cancelled() else None
+                if refused is not None:
+                    raise refused
         finally:
             self._held -= 1
             for task in holds:

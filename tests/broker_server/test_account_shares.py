@@ -5,19 +5,40 @@ the other accounts out. The account is the call's (rmq.broker_server.caller)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import TypeVar
 
+import grpc
 import pytest
 
-from rmq.broker_server.caller import Caller, admitted
+from rmq.auth import Credentials, open_channel
+from rmq.broker_server.acl_file import AclFile
+from rmq.broker_server.caller import ANONYMOUS, Caller, run_as
+from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
 from rmq.broker_server.long_polling import HoldTableFull, PullRequestHoldService
+from rmq.broker_server.server_security import ServerSecurity
+from rmq.broker_server.status import RequestError
+from rmq.rocketmq_v2 import MessagingServiceStub
+from rmq.rocketmq_v2 import definition_pb2 as v2
+from rmq.rocketmq_v2 import service_pb2 as pb
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+from tests.acl_files import write_acl
+from tests.broker_server.in_process_broker import InProcessBroker
 
 T = TypeVar("T")
 
 
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        time.sleep(0.01)
+
+
 async def as_account(account: str, call: Awaitable[T]) -> T:
-    admitted(Caller(account, lambda: pytest.fail("shares never consult the ACL")))  # this task only
+    run_as(Caller(account, lambda: pytest.fail("shares never consult the ACL")))  # this task only
     return await call
 
 
@@ -51,3 +72,125 @@ def test_a_full_hold_table_gives_each_account_its_share() -> None:
         assert service.held_count() == 0
 
     asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
+def test_each_account_adds_consumer_offsets_up_to_its_share(tmp_path: Path) -> None:
+    offsets = ConsumerOffsetManager(tmp_path, max_entries=5, max_entries_per_account=2)
+    offsets.commit_client_offsets("hog", {OffsetKey("G", "T", q): 1 for q in range(2)})
+    with pytest.raises(RequestError, match=r"2 consumer offsets; 1 more would pass 2 "
+                                           r"\(max_consumer_offsets_per_account\)") as refused:
+        offsets.commit_client_offsets("hog", {OffsetKey("G", "T", 0): 5, OffsetKey("G", "T", 2): 1})
+    assert refused.value.code == rmq_pb2.LIMIT_EXCEEDED
+    assert offsets.query_offset("G", "T", 0) == 1                    # all or nothing
+    offsets.commit_client_offsets("hog", {OffsetKey("G", "T", 0): 5})  # known entries always fit
+    offsets.commit_client_offsets("other", {OffsetKey("H", "T", q): 1 for q in range(2)})
+    offsets.remove_topic("T")                                        # room given back to both
+    offsets.commit_client_offsets("hog", {OffsetKey("G", "U", q): 1 for q in range(2)})
+    # without --acl (one ANONYMOUS account) only the total applies
+    offsets.commit_client_offsets(ANONYMOUS, {OffsetKey("A", "U", q): 1 for q in range(3)})
+    with pytest.raises(RequestError, match=r"\(max_consumer_offsets\)"):
+        offsets.commit_client_offsets("other", {OffsetKey("H", "U", 0): 1})
+    assert offsets.size() == 5
+
+
+# ------------------------------------------------- RocketMQ 5 commits on a whole broker (item 7)
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[InProcessBroker]:
+    broker = InProcessBroker(tmp_path / "store", max_consumer_offsets=3).start()
+    with grpc.insecure_channel(broker.address) as channel:
+        config = rmq_pb2.TopicConfig(topic_name="T", read_queue_nums=2, write_queue_nums=2, perm=6)
+        created = rmq_pb2_grpc.AdminServiceStub(channel).CreateTopic(
+            rmq_pb2.CreateTopicRequest(config=config), timeout=10)
+        assert created.status.code == rmq_pb2.OK
+    yield broker
+    broker.stop()
+
+
+def test_rocketmq5_update_offset_and_pops_go_through_max_consumer_offsets(broker: InProcessBroker) -> None:
+    """205,000 groups were stored through UpdateOffset and pops, after which every new commit on
+    the broker was refused; now both are bounded like rmq.v1 commits."""
+    def queue(queue_id: int) -> v2.MessageQueue:
+        return v2.MessageQueue(topic=v2.Resource(name="T"), id=queue_id)
+
+    def receive(stub: MessagingServiceStub, group: str) -> v2.Status:
+        request = pb.ReceiveMessageRequest(
+            group=v2.Resource(name=group), message_queue=queue(-1),
+            filter_expression=v2.FilterExpression(type=v2.TAG, expression="*"), batch_size=1)
+        return next(iter(stub.ReceiveMessage(request, timeout=10))).status
+
+    def update(stub: MessagingServiceStub, group: str, queue_id: int) -> v2.Status:
+        return stub.UpdateOffset(pb.UpdateOffsetRequest(
+            group=v2.Resource(name=group), message_queue=queue(queue_id), offset=0), timeout=10).status
+
+    with grpc.insecure_channel(broker.address) as channel:
+        stub = MessagingServiceStub(channel)
+        assert receive(stub, "popper").code == v2.MESSAGE_NOT_FOUND     # its two queues' offsets stored
+        assert update(stub, "updater", 0).code == v2.OK
+        refused = update(stub, "updater", 1)
+        assert refused.code == v2.TOO_MANY_REQUESTS and "max_consumer_offsets" in refused.message
+        refused = receive(stub, "popper2")
+        assert refused.code == v2.TOO_MANY_REQUESTS and "max_consumer_offsets" in refused.message
+        assert update(stub, "updater", 0).code == v2.OK                   # a known entry still moves
+    assert broker.controller.offsets.size() == 3
+    pops = broker.controller.rocketmq_v2.pop
+    assert {queue.group for queue in pops._locks} == {"popper"}    # a refused pop holds nothing either
+
+
+def test_a_refused_hold_ends_a_rocketmq5_receive_at_once(tmp_path: Path) -> None:
+    """A receive that long-polls several queues holds one pull per queue; when the hold table
+    refuses one (the account's share is used), the receive used to pop again at once, in a loop on
+    the event loop, until its long-polling time was over."""
+    broker = InProcessBroker(tmp_path / "store", max_held_pulls=1).start()
+    try:
+        with grpc.insecure_channel(broker.address) as channel:
+            config = rmq_pb2.TopicConfig(topic_name="T", read_queue_nums=2, write_queue_nums=2, perm=6)
+            assert rmq_pb2_grpc.AdminServiceStub(channel).CreateTopic(
+                rmq_pb2.CreateTopicRequest(config=config), timeout=10).status.code == rmq_pb2.OK
+            request = pb.ReceiveMessageRequest(
+                group=v2.Resource(name="G"),
+                message_queue=v2.MessageQueue(topic=v2.Resource(name="T"), id=-1),
+                filter_expression=v2.FilterExpression(type=v2.TAG, expression="*"), batch_size=1)
+            request.long_polling_timeout.FromSeconds(60)
+            status = next(iter(MessagingServiceStub(channel).ReceiveMessage(request, timeout=30))).status
+        assert status.code == v2.TOO_MANY_REQUESTS and "max_held_pulls" in status.message
+    finally:
+        broker.stop()
+
+
+def test_held_pull_shares_follow_the_signed_account_on_an_acl_broker(tmp_path: Path) -> None:
+    """End to end: the account the hold table counts is the one the call was signed with."""
+    acl = write_acl(tmp_path / "acl.yml", "accounts:\n"
+                    "  - {accessKey: hogaccount, secretKey: hog-secret-key, admin: true}\n"
+                    "  - {accessKey: politeaccount, secretKey: polite-secret-key, admin: true}\n")
+    broker = InProcessBroker(tmp_path / "store", ServerSecurity(acl_file=AclFile(acl)),
+                             max_held_pulls=4).start()
+    hold = broker.controller.hold_service
+    hog_key = Credentials("hogaccount", "hog-secret-key")
+    polite_key = Credentials("politeaccount", "polite-secret-key")
+    try:
+        with open_channel(broker.address, credentials=hog_key) as hog_channel, \
+                open_channel(broker.address, credentials=polite_key) as polite_channel:
+            config = rmq_pb2.TopicConfig(topic_name="T", read_queue_nums=8, write_queue_nums=8, perm=6)
+            assert rmq_pb2_grpc.AdminServiceStub(hog_channel).CreateTopic(
+                rmq_pb2.CreateTopicRequest(config=config), timeout=10).status.code == rmq_pb2.OK
+
+            def held_pull(channel: grpc.Channel, queue_id: int) -> grpc.Future:
+                request = rmq_pb2.PullMessageRequest(
+                    consumer_group="G", topic="T", queue_id=queue_id, queue_offset=0, max_messages=1,
+                    sys_flag=rmq_pb2.FLAG_SUSPEND, suspend_timeout_ms=60_000, sub_expression="*")
+                return rmq_pb2_grpc.MessagingServiceStub(channel).PullMessage.future(request, timeout=90)
+
+            hog = [held_pull(hog_channel, q) for q in range(4)]
+            wait_until(lambda: hold.held_count("hogaccount") == 4, "the hog holds the whole table")
+            polite = held_pull(polite_channel, 4)
+            wait_until(lambda: hold.held_count("politeaccount") == 1, "the polite account's pull is held")
+            wait_until(lambda: any(future.done() for future in hog), "one hog pull is answered")
+            answered = [future.result() for future in hog if future.done()]   # its oldest gave way
+            assert [(a.status.code, a.pull_status) for a in answered] == [(rmq_pb2.OK, rmq_pb2.NO_NEW_MSG)]
+            assert not polite.done()
+            assert (hold.held_count("hogaccount"), hold.held_count()) == (3, 4)
+            for future in [*hog, polite]:
+                future.cancel()
+    finally:
+        broker.stop()

@@ -13,6 +13,7 @@ from rmq import message_format as mf
 from rmq.broker_server.broker_stats import BrokerStatsManager
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.delay_levels import parse_delay_levels
+from rmq.broker_server.filter_executor import FilterExecutor
 from rmq.broker_server.long_polling import PullRequestHoldService
 from rmq.broker_server.names import SCHEDULE_TOPIC
 from rmq.broker_server.pull_message_processor import (
@@ -40,6 +41,7 @@ class Broker:
     def __init__(self, store, path: Path, delay_levels: str = "1s 5s 10s") -> None:
         self.store = store
         self.executor = StoreExecutor(2)
+        self.filters = FilterExecutor(1)
         self.topics = TopicConfigManager(path)
         self.offsets = ConsumerOffsetManager(path)
         self.hold = PullRequestHoldService(store.get_max_offset_in_queue, check_interval_ms=60000)
@@ -56,6 +58,7 @@ class Broker:
             self.executor,
             PullLimits(max_messages=100, default_max_bytes=1 << 20, max_bytes=2 << 20),
             self.stats,
+            self.filters,
         )
         store.add_dispatch_listener(
             lambda r: self.hold.on_dispatch(r.topic, r.queue_id, r.consume_queue_offset, r.tags_code)
@@ -68,6 +71,7 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
         broker = Broker(store, tmp_path)
         broker.topics.create(TopicConfig("T", 4, 4))
         yield broker
+        broker.filters.shutdown()
         broker.executor.shutdown()
 
 

@@ -148,11 +148,11 @@ def test_offset_table_refuses_new_entries_past_max(tmp_path: Path) -> None:
     offsets = ConsumerOffsetManager(tmp_path, max_entries=2)
     offsets.commit_offset("G", "T", 0, 1)
     offsets.commit_offset("G", "T", 1, 1)
-    offsets.check_room([OffsetKey("G", "T", 0), OffsetKey("G", "T", 1)])   # known entries: room
-    refused(lambda: offsets.check_room([OffsetKey("G", "T", 2)]), "max_consumer_offsets")
+    offsets.commit_client_offsets("", {OffsetKey("G", "T", 0): 2, OffsetKey("G", "T", 1): 2})   # known: room
+    refused(lambda: offsets.commit_client_offsets("", {OffsetKey("G", "T", 2): 1}), "max_consumer_offsets")
     offsets.remove_offset("G", "T", 1)
-    offsets.check_room([OffsetKey("G", "T", 2)])
-    assert offsets.size() == 1
+    offsets.commit_client_offsets("", {OffsetKey("G", "T", 2): 1})
+    assert offsets.size() == 2
 
 
 # ---------------------------------------------------------------- a whole broker over gRPC
