@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import os
 import socket
 from collections.abc import Callable
 
@@ -47,6 +48,7 @@ from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.request_signing import broker_server_id
 from rmq.rocketmq_v2 import add_messaging_service as add_rocketmq_v2_service
 from rmq.store import BrokerRole, FlushDiskType, MessageStore, MessageStoreConfig, StoreError
+from rmq.store.private_files import SERVER_UMASK
 from rmq.v1 import rmq_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -223,6 +225,7 @@ class BrokerController:
 
     async def serve(self) -> None:
         """Run until SIGTERM/SIGINT, then shut down gracefully."""
+        os.umask(SERVER_UMASK)   # every file this process creates is its user's alone
         try:
             self.load()
             server = self.build_server()

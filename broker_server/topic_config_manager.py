@@ -24,6 +24,7 @@ from pathlib import Path
 from rmq.broker_server.json_file import read_json, write_json_atomically
 from rmq.broker_server.names import check_topic_name, check_user_topic_name
 from rmq.broker_server.status import RequestError, illegal_argument, rmq_pb2
+from rmq.store.private_files import make_dirs, open_private
 from rmq.topic_config import PERM_INHERIT, PERM_READ, PERM_WRITE, TopicConfig
 
 MAX_QUEUE_NUMS = 1024
@@ -113,8 +114,8 @@ class TopicConfigManager:
     def _compact(self) -> None:
         """Write the table as the snapshot, then empty the journal (under `_lock`). The journal
         exists before the snapshot's write, which fsyncs the directory: its entry is durable."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.journal_path, os.O_WRONLY | os.O_CREAT, 0o644)
+        make_dirs(self.path.parent)
+        fd = open_private(self.journal_path, os.O_WRONLY | os.O_CREAT)
         try:
             table = {name: asdict(config) for name, config in self._topics.items()}
             write_json_atomically(self.path, {"topicConfigTable": table})
