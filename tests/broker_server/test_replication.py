@@ -140,7 +140,8 @@ def test_a_call_signed_for_the_master_is_refused_by_its_slave(secured_group) -> 
             return rmq_pb2_grpc.AdminServiceStub(channel).GetBrokerStatus(
                 request, metadata=headers.as_metadata(), timeout=DEADLINE_S)
 
-    for signed_for, replayed_on, own_id in ((master, slave, "broker/group/1"), (slave, master, "broker/group")):
+    for signed_for, replayed_on, own_id in ((master, slave, "broker/group/1"),
+                                            (slave, master, "broker/group")):
         target = request_signing.broker_server_id("group", signed_for.config.broker_id)
         captured = request_signing.sign(*ADMIN, target, method, request)
         assert call(signed_for, captured).broker_id == signed_for.config.broker_id
