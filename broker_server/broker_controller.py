@@ -121,7 +121,8 @@ class BrokerController:
             config.delay_offset_persist_interval_ms,
         )
         self.replication = Replication(config, self.store, self.topics, self.offsets, self.schedule_service,
-                                       security.open_client_channel, self._topics_changed)
+                                       security.open_client_channel, self._topics_changed,
+                                       acl=security.acl_file is not None)
         self.outer_api = BrokerOuterAPI(
             config.namesrv_addresses,
             config.broker_name,

@@ -9,18 +9,24 @@ which is what a SYNC_MASTER put waits for (store HAService.wait_for_slave).
 
 SlaveSynchronize: the master keeps the higher of its own and the slave's offsets for what
 clients committed on the slave (while this master was down), then hands back its topics,
-consumer offsets and delay offsets."""
+consumer offsets and delay offsets.
+
+With a cluster secret (rmq.broker_server.cluster_auth) both exchanges begin with the slave's
+proof, which must verify before anything is sent or applied; every message after it, both
+ways, carries the session's MAC, and a report without one ends the stream."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import grpc
 
+from rmq.broker_server.cluster_auth import Direction, Exchange, MasterAuth, ProofRefused, Session, signed
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
-from rmq.broker_server.status import OK, answers_with_status, rmq_pb2
+from rmq.broker_server.status import OK, RequestError, answers_with_status, rmq_pb2
 from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.store import MessageStore
 from rmq.v1 import rmq_pb2_grpc
@@ -32,8 +38,9 @@ IDLE_TRANSFER_S = 5.0   # haSendHeartbeatInterval: an empty chunk tells an idle 
 
 class HAServicer(rmq_pb2_grpc.HAServiceServicer):
     def __init__(self, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
-                 delay_offsets: Callable[[], dict[int, int]]) -> None:
+                 delay_offsets: Callable[[], dict[int, int]], auth: MasterAuth) -> None:
         self.store = store
+        self.auth = auth
         self.ha = store.ha_service
         self.topics = topics
         self.offsets = offsets
@@ -67,20 +74,26 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
         if first is None:
             return
         address = first.address or context.peer()
+        try:
+            session = self.auth.admit(first, Exchange.TRANSFER)
+        except ProofRefused as error:
+            log.error("slave %s (peer %s) refused: %s", address[:64], context.peer(), error)
+            yield _refusal(self.auth.refusal_session(first), rmq_pb2.NO_PERMISSION, str(error))
+            return
         refusal = self.ha.check_slave(first.max_offset, first.check_offset, first.check_crc)
         if refusal is not None:
             log.error("slave %s refused: %s", address, refusal)
-            yield rmq_pb2.HATransfer(status=rmq_pb2.Status(code=rmq_pb2.ILLEGAL_ARGUMENT, message=refusal),
-                                     master_max_offset=self.store.get_commit_log_max_offset())
+            yield _refusal(session, rmq_pb2.ILLEGAL_ARGUMENT, refusal,
+                           master_max_offset=self.store.get_commit_log_max_offset())
             return
         connection = self.ha.connect_slave(address, first.max_offset)
         log.info("slave %s connected at CommitLog offset %d", address, first.max_offset)
-        acks = asyncio.ensure_future(self._read_acks(request_iterator, connection))
+        acks = asyncio.ensure_future(self._read_acks(request_iterator, connection, session, address))
         new_data = asyncio.Event()
         self._wakeups.add(new_data)
         try:
             async for transfer in self._chunks(self.ha.transfer_start(first.max_offset), new_data, acks):
-                yield transfer
+                yield signed(session, Direction.FROM_MASTER, transfer)
         finally:
             self._wakeups.discard(new_data)
             acks.cancel()
@@ -108,21 +121,39 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
                 yield rmq_pb2.HATransfer(status=OK, offset=offset,
                                          master_max_offset=self.store.get_commit_log_max_offset())
 
-    async def _read_acks(self, reports: AsyncIterator[rmq_pb2.HAReport], connection: int) -> None:
+    async def _read_acks(self, reports: AsyncIterator[rmq_pb2.HAReport], connection: int,
+                         session: Session | None, address: str) -> None:
+        """Count each report's acknowledgement until the stream ends or a report fails its MAC."""
         async for report in reports:
+            if session is not None:
+                try:
+                    session.check(Direction.FROM_SLAVE, report)
+                except ProofRefused as error:
+                    log.error("slave %s: report not counted, stream ended: %s", address[:64], error)
+                    return
             self.ha.slave_acked(connection, report.max_offset)
 
     @answers_with_status(rmq_pb2.SlaveSynchronizeResponse)
     async def SlaveSynchronize(self, request: rmq_pb2.SlaveSynchronizeRequest,
                                context: grpc.aio.ServicerContext) -> rmq_pb2.SlaveSynchronizeResponse:
+        try:
+            session = self.auth.admit(request, Exchange.SYNCHRONIZE)
+        except ProofRefused as error:
+            log.error("SlaveSynchronize from %s refused: %s", context.peer(), error)
+            raise RequestError(rmq_pb2.NO_PERMISSION, str(error)) from None
         for item in request.committed_on_slave:
             self.offsets.commit_offset(item.consumer_group, item.topic, item.queue_id, item.offset,
                                        increase_only=True)
-        return rmq_pb2.SlaveSynchronizeResponse(
+        return signed(session, Direction.FROM_MASTER, rmq_pb2.SlaveSynchronizeResponse(
             status=OK,
             topics=[config.to_proto() for config in self.topics.all()],
             offsets=[rmq_pb2.GroupConsumerOffset(consumer_group=key.group, topic=key.topic,
                                                  queue_id=key.queue_id, offset=offset)
                      for key, offset in self.offsets.all_offsets().items()],
             delay_offsets=self.delay_offsets(),
-        )
+        ))
+
+
+def _refusal(session: Session | None, code: rmq_pb2.Code, message: str, **fields: Any) -> rmq_pb2.HATransfer:
+    return signed(session, Direction.FROM_MASTER,
+                  rmq_pb2.HATransfer(status=rmq_pb2.Status(code=code, message=message), **fields))
