@@ -209,6 +209,7 @@ class BrokerController:
                 self.outer_api.register_soon,
                 self.pull_processor,
                 self.replication.status,
+                self.replication.topics_replicated,
             ),
             server,
         )

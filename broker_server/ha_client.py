@@ -3,7 +3,9 @@ Replication).
 
 HAClient: opens HAService.Transfer on the master, reports the CommitLog offset this store
 recovered to (and a crc32 of the bytes before it), appends every chunk the master sends at the
-same offset (the store dispatches its own ConsumeQueues and index) and acknowledges each one.
+same offset (the store dispatches its own ConsumeQueues and index) and acknowledges each one;
+it applies the master's topic table, which comes on the same stream ahead of the records of a
+new topic, and acknowledges its version.
 A master that refuses this slave (its CommitLog diverged) stops replication for good: the
 reason is logged once and shown by `rmq broker status`; nothing is written. A master that is
 down is retried every second. With a cluster secret (rmq.broker_server.cluster_auth) the first
@@ -60,10 +62,13 @@ class MasterLink:
 
 
 class HAClient(MasterLink):
-    def __init__(self, store: MessageStore, master: str, own_address: str,
-                 open_channel: Callable[[str], grpc.aio.Channel], auth: SlaveAuth) -> None:
+    def __init__(self, store: MessageStore, topics: TopicConfigManager, on_topics_changed: Callable[[], None],
+                 master: str, own_address: str, open_channel: Callable[[str], grpc.aio.Channel],
+                 auth: SlaveAuth) -> None:
         super().__init__(master, open_channel)
         self.store = store
+        self.topics = topics
+        self.on_topics_changed = on_topics_changed
         self.own_address = own_address
         self.auth = auth
         self.master_max_offset = 0
@@ -118,6 +123,12 @@ class HAClient(MasterLink):
                     log.info("replicating from master %s at CommitLog offset %d", self.master, start)
                     self.connected = True
                 self.master_max_offset = transfer.master_max_offset
+                if transfer.HasField("topic_table"):
+                    table = transfer.topic_table
+                    apply_master_topics(self.topics, [TopicConfig.from_proto(t) for t in table.topics],
+                                        self.on_topics_changed)
+                    await call.write(signed(session, Direction.FROM_SLAVE, rmq_pb2.HAReport(
+                        max_offset=self.store.get_commit_log_max_offset(), topics_version=table.version)))
                 if transfer.data:
                     self.store.append_replicated(transfer.offset, transfer.data)
                     await call.write(signed(session, Direction.FROM_SLAVE, rmq_pb2.HAReport(
@@ -177,7 +188,8 @@ class SlaveSynchronize(MasterLink):
         if response.status.code != rmq_pb2.OK:
             log.warning("master %s refused SlaveSynchronize: %s", self.master, response.status.message)
             return
-        self._sync_topics([TopicConfig.from_proto(t) for t in response.topics])
+        apply_master_topics(self.topics, [TopicConfig.from_proto(t) for t in response.topics],
+                            self.on_topics_changed)
         synced: dict[OffsetKey, int] = {}
         for item in response.offsets:
             self.offsets.commit_offset(item.consumer_group, item.topic, item.queue_id, item.offset)
@@ -185,25 +197,27 @@ class SlaveSynchronize(MasterLink):
         self._synced = synced
         self.set_delay_offsets(dict(response.delay_offsets))
 
-    def _sync_topics(self, master_topics: list[TopicConfig]) -> None:
-        """Make this slave's topic table the master's (syncTopicConfig)."""
-        ours = {config.topic_name: config for config in self.topics.all()}
-        theirs = {config.topic_name: config for config in master_topics}
-        changed = False
-        for name in ours.keys() - theirs.keys():
-            self.topics.delete(name)
-            changed = True
-        for name, config in theirs.items():
-            if ours.get(name) == config:
-                continue
-            try:
-                if name in ours:
-                    self.topics.update(config)
-                else:
-                    self.topics.create(config)
-            except RequestError as error:
-                log.warning("topic %s from the master not applied: %s", name, error.message)
-                continue
-            changed = True
-        if changed:
-            self.on_topics_changed()
+
+def apply_master_topics(topics: TopicConfigManager, master_topics: list[TopicConfig],
+                        on_topics_changed: Callable[[], None]) -> None:
+    """Make this slave's topic table the master's (syncTopicConfig)."""
+    ours = {config.topic_name: config for config in topics.all()}
+    theirs = {config.topic_name: config for config in master_topics}
+    changed = False
+    for name in ours.keys() - theirs.keys():
+        topics.delete(name)
+        changed = True
+    for name, config in theirs.items():
+        if ours.get(name) == config:
+            continue
+        try:
+            if name in ours:
+                topics.update(config)
+            else:
+                topics.create(config)
+        except RequestError as error:
+            log.warning("topic %s from the master not applied: %s", name, error.message)
+            continue
+        changed = True
+    if changed:
+        on_topics_changed()

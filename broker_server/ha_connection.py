@@ -5,7 +5,10 @@ Transfer: one bidirectional stream per slave. The slave's first HAReport says wh
 a slave whose CommitLog is longer than ours or differs from ours is refused with one clear
 status. Then CommitLog bytes flow from its offset, one chunk (<= 1 MiB, within one file) per
 message, as soon as a put appends them; each later report acknowledges what the slave wrote,
-which is what a SYNC_MASTER put waits for (store HAService.wait_for_slave).
+which is what a SYNC_MASTER put waits for (store HAService.wait_for_slave). The topic table
+travels on the same stream: whole, first and after every change, ahead of any chunk read after
+the change (so ahead of the first record of a new topic); the slave acknowledges the version it
+applied, which a SYNC_MASTER topic change waits for (`wait_for_topics`).
 
 SlaveSynchronize: the master keeps the higher of its own and the slave's offsets for what
 clients committed on the slave (while this master was down), then hands back its topics,
@@ -48,10 +51,13 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
         self._wakeups: set[asyncio.Event] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ending = False
+        self._topics_acked: dict[int, int] = {}    # connection -> topic table version it applied
+        self._topics_ack = asyncio.Condition()
         self.ha.add_new_data_listener(self._on_new_data)
+        topics.add_listener(self._on_new_data)
 
     def _on_new_data(self) -> None:
-        """Store thread, after an append: wake every transfer stream."""
+        """Any thread, after an append or a topic change: wake every transfer stream."""
         if self._wakeups and self._loop is not None:
             try:
                 self._loop.call_soon_threadsafe(self._wake_all)
@@ -87,6 +93,7 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
                            master_max_offset=self.store.get_commit_log_max_offset())
             return
         connection = self.ha.connect_slave(address, first.max_offset)
+        self._topics_acked[connection] = -1
         log.info("slave %s connected at CommitLog offset %d", address, first.max_offset)
         acks = asyncio.ensure_future(self._read_acks(request_iterator, connection, session, address))
         new_data = asyncio.Event()
@@ -98,14 +105,23 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
             self._wakeups.discard(new_data)
             acks.cancel()
             self.ha.disconnect_slave(connection)
+            await self._topics_applied(connection, None)
             log.info("slave %s disconnected", address)
 
     async def _chunks(self, offset: int, new_data: asyncio.Event, acks: asyncio.Future
                       ) -> AsyncIterator[rmq_pb2.HATransfer]:
-        """CommitLog chunks from `offset` while the slave's report stream lasts."""
+        """The topic table and CommitLog chunks from `offset` while the slave's report stream lasts."""
+        sent_version = -1
         while not acks.done() and not self._ending:
             new_data.clear()
             data = self.ha.read(offset)
+            if self.topics.version > sent_version:   # read after the data: a topic before its records
+                sent_version = self.topics.version
+                yield rmq_pb2.HATransfer(status=OK, offset=offset,
+                                         master_max_offset=self.store.get_commit_log_max_offset(),
+                                         topic_table=rmq_pb2.TopicTable(
+                                             topics=[config.to_proto() for config in self.topics.all()],
+                                             version=sent_version))
             if data:
                 yield rmq_pb2.HATransfer(status=OK, offset=offset, data=data,
                                          master_max_offset=self.store.get_commit_log_max_offset())
@@ -132,6 +148,30 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
                     log.error("slave %s: report not counted, stream ended: %s", address[:64], error)
                     return
             self.ha.slave_acked(connection, report.max_offset)
+            if report.topics_version > self._topics_acked.get(connection, report.topics_version):
+                await self._topics_applied(connection, report.topics_version)
+
+    async def _topics_applied(self, connection: int, version: int | None) -> None:
+        """The slave on `connection` applied topic table `version` (None: it disconnected)."""
+        async with self._topics_ack:
+            if version is None:
+                self._topics_acked.pop(connection, None)
+            else:
+                self._topics_acked[connection] = version
+            self._topics_ack.notify_all()
+
+    async def wait_for_topics(self, version: int, timeout_s: float) -> bool:
+        """A SYNC_MASTER topic change: True once a connected slave applied topic table
+        `version` (at once when no slave is connected), False when none did within the timeout."""
+        def applied() -> bool:
+            return not self._topics_acked or max(self._topics_acked.values()) >= version
+
+        async with self._topics_ack:
+            try:
+                await asyncio.wait_for(self._topics_ack.wait_for(applied), timeout_s)
+            except TimeoutError:
+                return False
+        return True
 
     @answers_with_status(rmq_pb2.SlaveSynchronizeResponse)
     async def SlaveSynchronize(self, request: rmq_pb2.SlaveSynchronizeRequest,

@@ -18,7 +18,7 @@ from rmq.broker_server.errors import UserError
 from rmq.broker_server.ha_client import HAClient, SlaveSynchronize
 from rmq.broker_server.ha_connection import HAServicer
 from rmq.broker_server.schedule_message_service import ScheduleMessageService
-from rmq.broker_server.status import OK, rmq_pb2
+from rmq.broker_server.status import OK, RequestError, rmq_pb2
 from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.store import BrokerRole, MessageStore
 from rmq.v1 import rmq_pb2_grpc
@@ -39,6 +39,7 @@ class Replication:
         a slave without one; a master without one refuses slaves)."""
         self.config = config
         self.store = store
+        self.topics = topics
         self.role = store.config.broker_role
         self.member = rmq_pb2.BrokerMember(broker_id=config.broker_id, address=config.broker_address,
                                            role=WIRE_ROLES[self.role])
@@ -49,7 +50,8 @@ class Replication:
         self.synchronize: SlaveSynchronize | None = None
         if self.is_slave:
             slave_auth = SlaveAuth(auth, config.broker_id, config.master)
-            self.client = HAClient(store, config.master, config.broker_address, open_channel, slave_auth)
+            self.client = HAClient(store, topics, on_topics_changed, config.master, config.broker_address,
+                                   open_channel, slave_auth)
             self.synchronize = SlaveSynchronize(config.master, topics, offsets, schedule.set_offsets,
                                                 on_topics_changed, config.slave_synchronize_interval_ms,
                                                 open_channel, slave_auth)
@@ -69,6 +71,16 @@ class Replication:
     @property
     def is_slave(self) -> bool:
         return self.role is BrokerRole.SLAVE
+
+    async def topics_replicated(self) -> None:
+        """SYNC_MASTER: a topic change is answered once a connected slave applied it
+        (RequestError FLUSH_SLAVE_TIMEOUT when none did in time; the change stays on the master)."""
+        if self.role is not BrokerRole.SYNC_MASTER:
+            return
+        timeout_ms = self.store.config.sync_flush_timeout_ms
+        if not await self.servicer.wait_for_topics(self.topics.version, timeout_ms / 1000):
+            raise RequestError(rmq_pb2.FLUSH_SLAVE_TIMEOUT, f"the topic change is stored on the master only: "
+                                                            f"no slave confirmed it within {timeout_ms} ms")
 
     def add_to_server(self, server: grpc.aio.Server) -> None:
         rmq_pb2_grpc.add_HAServiceServicer_to_server(self.servicer, server)

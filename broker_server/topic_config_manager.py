@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -56,6 +57,18 @@ class TopicConfigManager:
         self._topics: dict[str, TopicConfig] = {}
         self._journal_records = -1     # records in the journal; -1 until a compaction created it
         self._lock = threading.Lock()
+        self.version = 0               # one more per change (what a slave acknowledges having)
+        self._listeners: list[Callable[[], None]] = []
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """listener() after each change, on the changing thread, holding the table's lock (so
+        it must only take note, e.g. wake a replication stream)."""
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        self.version += 1
+        for listener in self._listeners:
+            listener()
 
     def load(self) -> None:
         """The snapshot with the journal replayed over it, then compacted (ValueError naming the
@@ -129,6 +142,7 @@ class TopicConfigManager:
         """Journal then apply `config` (under `_lock`); compact once the journal outgrows the table."""
         self._record({"put": asdict(config)})
         self._topics[config.topic_name] = config
+        self._changed()
         self._compact_when_long()
 
     def _compact_when_long(self) -> None:
@@ -176,6 +190,7 @@ class TopicConfigManager:
                 raise self._not_exist(topic)
             self._record({"delete": topic})
             del self._topics[topic]
+            self._changed()
             self._compact_when_long()
         return config
 

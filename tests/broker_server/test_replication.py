@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ from rmq.broker_server.cluster_auth import ClusterAuth, Exchange, ProofRefused, 
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.topic_config_manager import TopicConfig
+from rmq.connector.client import OutgoingMessage, RmqClient
+from rmq.connector.message_decoder import decode
 from rmq.store import MessageStore, PutMessageStatus
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.acl_files import write_acl
@@ -196,7 +199,8 @@ def test_a_master_sends_nothing_to_a_slave_without_the_groups_secret(members, tm
 
 
 class RawTransfer:
-    """A Transfer stream opened by the test with a report it made: its first answer, then closed."""
+    """A Transfer stream opened by the test with a report it made: its first answer that holds
+    CommitLog bytes or a refusal, then closed."""
 
     def __init__(self, address: str, report: rmq_pb2.HAReport) -> None:
         self.address = address
@@ -212,7 +216,7 @@ class RawTransfer:
         with grpc.insecure_channel(self.address) as channel:
             call = rmq_pb2_grpc.HAServiceStub(channel).Transfer(reports(), timeout=DEADLINE_S)
             try:
-                return next(call)
+                return next(answer for answer in call if answer.data or answer.status.code != rmq_pb2.OK)
             finally:
                 done.set()
                 call.cancel()
@@ -248,3 +252,77 @@ def test_with_an_acl_every_member_needs_the_cluster_secret(members, tmp_path: Pa
         members("slave", secured(tmp_path), **slave_of(master))
     with pytest.raises(ProofRefused, match="runs with --acl but without --cluster-secret"):
         master.controller.replication.servicer.auth.admit(rmq_pb2.HAReport(), Exchange.TRANSFER)
+
+
+def test_a_young_topic_reaches_the_slave_with_its_data(members, tmp_path: Path) -> None:
+    """Issue #31's scenario: a topic created on a SYNC_MASTER and sent to, then the master lost,
+    well within the slave's periodic synchronisation: the slave serves every message."""
+    secret = write_secret(tmp_path / "secret")
+    master = members("master", broker_role="SYNC_MASTER", cluster_secret_file=secret)
+    slave = members("slave", **slave_of(master, cluster_secret_file=secret,
+                                        slave_synchronize_interval_ms=3_600_000))
+    wait_until(lambda: bool(master.controller.store.ha_service.slaves()), "the slave to connect")
+    sent = [b"young %d" % index for index in range(50)]
+    with closing(RmqClient(master.address, timeout=DEADLINE_S)) as producer:
+        producer.create_topic("young", queues=2)
+        assert slave.controller.topics.get("young") == TopicConfig("young", 2, 2)   # before the answer
+        assert producer.send("young", [OutgoingMessage(body) for body in sent]).status == rmq_pb2.OK
+    master.stop()
+    with closing(RmqClient(slave.address, timeout=DEADLINE_S)) as reader:
+        read = []
+        for mq, offsets in reader.topic_offsets("young").items():
+            pulled = reader.pull(mq, offsets.min_offset, 100, group="reader")
+            read += decode(pulled.messages, mq.broker_name).column("body").to_pylist()
+    assert sorted(read) == sorted(sent)
+
+
+def test_a_sync_master_answers_a_topic_change_once_the_slave_has_it(group) -> None:
+    """While the slave does not apply the master's topic table, CreateTopic on the SYNC_MASTER
+    answers FLUSH_SLAVE_TIMEOUT (the topic is created on the master all the same)."""
+    master, slave = group
+    wait_until(lambda: bool(master.controller.store.ha_service.slaves()), "the slave to connect")
+    applied = threading.Event()
+    create = slave.controller.topics.create
+
+    def held_create(config: TopicConfig) -> None:
+        applied.wait(DEADLINE_S)
+        create(config)
+
+    slave.controller.topics.create = held_create  # type: ignore[method-assign]
+    request = rmq_pb2.CreateTopicRequest(config=TopicConfig("held", 1, 1).to_proto())
+    try:
+        with grpc.insecure_channel(master.address) as channel:
+            answer = rmq_pb2_grpc.AdminServiceStub(channel).CreateTopic(request, timeout=DEADLINE_S)
+    finally:
+        applied.set()
+    assert answer.status.code == rmq_pb2.FLUSH_SLAVE_TIMEOUT, answer.status
+    assert "stored on the master only" in answer.status.message
+    assert master.controller.topics.get("held") is not None
+    wait_until(lambda: slave.controller.topics.get("held") is not None, "the slave to apply it")
+
+
+def test_a_master_counts_no_acknowledgement_without_the_session_mac(members, tmp_path: Path, caplog) -> None:
+    """A report that is not the proven slave's (no session MAC: forged or injected into the
+    stream) is not counted, so it cannot make a SYNC_MASTER acknowledge what no slave holds;
+    the stream ends."""
+    secret = write_secret(tmp_path / "secret")
+    master = members("master", broker_role="SYNC_MASTER", cluster_secret_file=secret)
+    hello = rmq_pb2.HAReport(address="127.0.0.1:1")
+    ClusterAuth(load_cluster_secret(Path(secret)), "group").prove(hello, Exchange.TRANSFER, 1, master.address)
+    forged = rmq_pb2.HAReport(max_offset=1 << 40)
+    done = threading.Event()
+
+    def reports() -> Iterator[rmq_pb2.HAReport]:
+        yield hello
+        yield forged
+        done.wait(DEADLINE_S)
+
+    with grpc.insecure_channel(master.address) as channel:
+        call = rmq_pb2_grpc.HAServiceStub(channel).Transfer(reports(), timeout=DEADLINE_S)
+        try:
+            answers = list(call)   # until the master ends the stream
+        finally:
+            done.set()
+    assert answers and all(not answer.data for answer in answers)
+    assert "report not counted, stream ended" in caplog.text
+    assert master.controller.store.ha_service.slaves() == []

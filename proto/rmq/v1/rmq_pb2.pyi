@@ -672,20 +672,22 @@ class UnregisterBrokerResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
 
 class HAReport(_message.Message):
-    __slots__ = ("max_offset", "check_offset", "check_crc", "address", "proof", "mac")
+    __slots__ = ("max_offset", "check_offset", "check_crc", "address", "proof", "mac", "topics_version")
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     CHECK_OFFSET_FIELD_NUMBER: _ClassVar[int]
     CHECK_CRC_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     PROOF_FIELD_NUMBER: _ClassVar[int]
     MAC_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_VERSION_FIELD_NUMBER: _ClassVar[int]
     max_offset: int
     check_offset: int
     check_crc: int
     address: str
     proof: MemberProof
     mac: bytes
-    def __init__(self, max_offset: _Optional[int] = ..., check_offset: _Optional[int] = ..., check_crc: _Optional[int] = ..., address: _Optional[str] = ..., proof: _Optional[_Union[MemberProof, _Mapping]] = ..., mac: _Optional[bytes] = ...) -> None: ...
+    topics_version: int
+    def __init__(self, max_offset: _Optional[int] = ..., check_offset: _Optional[int] = ..., check_crc: _Optional[int] = ..., address: _Optional[str] = ..., proof: _Optional[_Union[MemberProof, _Mapping]] = ..., mac: _Optional[bytes] = ..., topics_version: _Optional[int] = ...) -> None: ...
 
 class MemberProof(_message.Message):
     __slots__ = ("broker_name", "broker_id", "master_address", "timestamp_ms", "nonce", "mac")
@@ -704,18 +706,28 @@ class MemberProof(_message.Message):
     def __init__(self, broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., master_address: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., nonce: _Optional[bytes] = ..., mac: _Optional[bytes] = ...) -> None: ...
 
 class HATransfer(_message.Message):
-    __slots__ = ("status", "offset", "data", "master_max_offset", "mac")
+    __slots__ = ("status", "offset", "data", "master_max_offset", "mac", "topic_table")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     MASTER_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAC_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_TABLE_FIELD_NUMBER: _ClassVar[int]
     status: Status
     offset: int
     data: bytes
     master_max_offset: int
     mac: bytes
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_max_offset: _Optional[int] = ..., mac: _Optional[bytes] = ...) -> None: ...
+    topic_table: TopicTable
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_max_offset: _Optional[int] = ..., mac: _Optional[bytes] = ..., topic_table: _Optional[_Union[TopicTable, _Mapping]] = ...) -> None: ...
+
+class TopicTable(_message.Message):
+    __slots__ = ("topics", "version")
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
+    version: int
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., version: _Optional[int] = ...) -> None: ...
 
 class GroupConsumerOffset(_message.Message):
     __slots__ = ("consumer_group", "topic", "queue_id", "offset")
