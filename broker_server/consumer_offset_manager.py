@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,12 @@ class ConsumerOffsetManager:
         self._offsets: dict[OffsetKey, int] = {}
         self._lock = threading.Lock()
         self._dirty = False
+        self._listeners: list[Callable[[OffsetKey, int], None]] = []
+
+    def add_listener(self, listener: Callable[[OffsetKey, int], None]) -> None:
+        """listener(key, offset) after each stored commit, on the committing thread, holding the
+        table's lock (so it must only take note: replication sends it to the slaves)."""
+        self._listeners.append(listener)
 
     def load(self) -> None:
         content = read_json(self.path) or {}
@@ -85,6 +92,8 @@ class ConsumerOffsetManager:
                 )
             self._offsets[key] = offset
             self._dirty = True
+            for listener in self._listeners:
+                listener(key, offset)
 
     def check_room(self, keys: list[OffsetKey]) -> None:
         """Refuse (LIMIT_EXCEEDED) commits whose new entries would pass `max_entries`."""

@@ -5,7 +5,8 @@ HAClient: opens HAService.Transfer on the master, reports the CommitLog offset t
 recovered to (and a crc32 of the bytes before it), appends every chunk the master sends at the
 same offset (the store dispatches its own ConsumeQueues and index) and acknowledges each one;
 it applies the master's topic table, which comes on the same stream ahead of the records of a
-new topic, and acknowledges its version.
+new topic, and acknowledges its version, and takes the consumer offsets committed on the master
+as they come.
 A master that refuses this slave (its CommitLog diverged) stops replication for good: the
 reason is logged once and shown by `rmq broker status`; nothing is written. A master that is
 down is retried every second. With a cluster secret (rmq.broker_server.cluster_auth) the first
@@ -62,12 +63,13 @@ class MasterLink:
 
 
 class HAClient(MasterLink):
-    def __init__(self, store: MessageStore, topics: TopicConfigManager, on_topics_changed: Callable[[], None],
-                 master: str, own_address: str, open_channel: Callable[[str], grpc.aio.Channel],
-                 auth: SlaveAuth) -> None:
+    def __init__(self, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
+                 on_topics_changed: Callable[[], None], master: str, own_address: str,
+                 open_channel: Callable[[str], grpc.aio.Channel], auth: SlaveAuth) -> None:
         super().__init__(master, open_channel)
         self.store = store
         self.topics = topics
+        self.offsets = offsets
         self.on_topics_changed = on_topics_changed
         self.own_address = own_address
         self.auth = auth
@@ -129,6 +131,8 @@ class HAClient(MasterLink):
                                         self.on_topics_changed)
                     await call.write(signed(session, Direction.FROM_SLAVE, rmq_pb2.HAReport(
                         max_offset=self.store.get_commit_log_max_offset(), topics_version=table.version)))
+                for item in transfer.offsets:
+                    self.offsets.commit_offset(item.consumer_group, item.topic, item.queue_id, item.offset)
                 if transfer.data:
                     self.store.append_replicated(transfer.offset, transfer.data)
                     await call.write(signed(session, Direction.FROM_SLAVE, rmq_pb2.HAReport(

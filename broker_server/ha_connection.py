@@ -8,7 +8,9 @@ message, as soon as a put appends them; each later report acknowledges what the 
 which is what a SYNC_MASTER put waits for (store HAService.wait_for_slave). The topic table
 travels on the same stream: whole, first and after every change, ahead of any chunk read after
 the change (so ahead of the first record of a new topic); the slave acknowledges the version it
-applied, which a SYNC_MASTER topic change waits for (`wait_for_topics`).
+applied, which a SYNC_MASTER topic change waits for (`wait_for_topics`). Consumer offsets
+committed here follow on the same stream as they change (OffsetChanges), so a slave that
+replaces a lost master has them, not the ones of its last SlaveSynchronize.
 
 SlaveSynchronize: the master keeps the higher of its own and the slave's offsets for what
 clients committed on the slave (while this master was down), then hands back its topics,
@@ -22,13 +24,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
 
 from rmq.broker_server.cluster_auth import Direction, Exchange, MasterAuth, ProofRefused, Session, signed
-from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
 from rmq.broker_server.status import OK, RequestError, answers_with_status, rmq_pb2
 from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.store import MessageStore
@@ -37,6 +41,38 @@ from rmq.v1 import rmq_pb2_grpc
 log = logging.getLogger(__name__)
 
 IDLE_TRANSFER_S = 5.0   # haSendHeartbeatInterval: an empty chunk tells an idle slave the master's offset
+OFFSETS_PER_TRANSFER = 10_000   # consumer offsets in one message of the stream
+
+
+class OffsetChanges:
+    """The consumer offsets committed on this master, newest change last, each with its change
+    number, so every transfer stream sends what changed since it last sent (any thread). At most
+    `capacity` keys: the oldest change is forgotten beyond (SlaveSynchronize still carries it)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.count = 0   # changes so far
+        self._changes: OrderedDict[OffsetKey, tuple[int, int]] = OrderedDict()   # key -> (offset, number)
+        self._lock = threading.Lock()
+
+    def committed(self, key: OffsetKey, offset: int) -> None:
+        with self._lock:
+            self.count += 1
+            self._changes[key] = (offset, self.count)
+            self._changes.move_to_end(key)
+            if len(self._changes) > self.capacity:
+                self._changes.popitem(last=False)
+
+    def since(self, number: int) -> tuple[list[rmq_pb2.GroupConsumerOffset], int]:
+        """The offsets changed after change `number`, oldest first, and the last change number."""
+        with self._lock:
+            changed = []
+            for key, (offset, changed_at) in reversed(self._changes.items()):
+                if changed_at <= number:
+                    break
+                changed.append(rmq_pb2.GroupConsumerOffset(consumer_group=key.group, topic=key.topic,
+                                                           queue_id=key.queue_id, offset=offset))
+            return changed[::-1], self.count
 
 
 class HAServicer(rmq_pb2_grpc.HAServiceServicer):
@@ -53,8 +89,14 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
         self._ending = False
         self._topics_acked: dict[int, int] = {}    # connection -> topic table version it applied
         self._topics_ack = asyncio.Condition()
+        self._offset_changes = OffsetChanges(offsets.max_entries)
         self.ha.add_new_data_listener(self._on_new_data)
         topics.add_listener(self._on_new_data)
+        offsets.add_listener(self._on_offset_committed)
+
+    def _on_offset_committed(self, key: OffsetKey, offset: int) -> None:
+        self._offset_changes.committed(key, offset)
+        self._on_new_data()
 
     def _on_new_data(self) -> None:
         """Any thread, after an append or a topic change: wake every transfer stream."""
@@ -110,10 +152,17 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
 
     async def _chunks(self, offset: int, new_data: asyncio.Event, acks: asyncio.Future
                       ) -> AsyncIterator[rmq_pb2.HATransfer]:
-        """The topic table and CommitLog chunks from `offset` while the slave's report stream lasts."""
+        """The topic table, CommitLog chunks from `offset` and the consumer offsets committed
+        from now on, while the slave's report stream lasts."""
         sent_version = -1
+        offsets_sent = self._offset_changes.count
         while not acks.done() and not self._ending:
             new_data.clear()
+            changed, offsets_sent = self._offset_changes.since(offsets_sent)
+            for start in range(0, len(changed), OFFSETS_PER_TRANSFER):
+                yield rmq_pb2.HATransfer(status=OK, offset=offset,
+                                         master_max_offset=self.store.get_commit_log_max_offset(),
+                                         offsets=changed[start:start + OFFSETS_PER_TRANSFER])
             data = self.ha.read(offset)
             if self.topics.version > sent_version:   # read after the data: a topic before its records
                 sent_version = self.topics.version

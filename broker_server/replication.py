@@ -50,8 +50,8 @@ class Replication:
         self.synchronize: SlaveSynchronize | None = None
         if self.is_slave:
             slave_auth = SlaveAuth(auth, config.broker_id, config.master)
-            self.client = HAClient(store, topics, on_topics_changed, config.master, config.broker_address,
-                                   open_channel, slave_auth)
+            self.client = HAClient(store, topics, offsets, on_topics_changed, config.master,
+                                   config.broker_address, open_channel, slave_auth)
             self.synchronize = SlaveSynchronize(config.master, topics, offsets, schedule.set_offsets,
                                                 on_topics_changed, config.slave_synchronize_interval_ms,
                                                 open_channel, slave_auth)

@@ -326,3 +326,20 @@ def test_a_master_counts_no_acknowledgement_without_the_session_mac(members, tmp
     assert answers and all(not answer.data for answer in answers)
     assert "report not counted, stream ended" in caplog.text
     assert master.controller.store.ha_service.slaves() == []
+
+
+def test_consumer_offsets_committed_on_the_master_reach_the_slave(members, tmp_path: Path) -> None:
+    """A consumer that fails over to the slave resumes where it committed on the master, not
+    where the slave's last periodic synchronisation (hourly here) left it."""
+    secret = write_secret(tmp_path / "secret")
+    master = members("master", broker_role="SYNC_MASTER", cluster_secret_file=secret)
+    slave = members("slave", **slave_of(master, cluster_secret_file=secret,
+                                        slave_synchronize_interval_ms=3_600_000))
+    wait_until(lambda: bool(master.controller.store.ha_service.slaves()), "the slave to connect")
+    with closing(RmqClient(master.address, timeout=DEADLINE_S)) as consumer:
+        consumer.create_topic("orders", queues=2)
+        queues = consumer.query_route("orders").message_queues
+        consumer.update_consumer_offsets("billing", {mq: 40 + mq.queue_id for mq in queues})
+    offsets = slave.controller.offsets
+    wait_until(lambda: [offsets.query_offset("billing", "orders", q) for q in (0, 1)] == [40, 41],
+               "the offsets on the slave")

@@ -706,20 +706,22 @@ class MemberProof(_message.Message):
     def __init__(self, broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., master_address: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., nonce: _Optional[bytes] = ..., mac: _Optional[bytes] = ...) -> None: ...
 
 class HATransfer(_message.Message):
-    __slots__ = ("status", "offset", "data", "master_max_offset", "mac", "topic_table")
+    __slots__ = ("status", "offset", "data", "master_max_offset", "mac", "topic_table", "offsets")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     MASTER_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAC_FIELD_NUMBER: _ClassVar[int]
     TOPIC_TABLE_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
     status: Status
     offset: int
     data: bytes
     master_max_offset: int
     mac: bytes
     topic_table: TopicTable
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_max_offset: _Optional[int] = ..., mac: _Optional[bytes] = ..., topic_table: _Optional[_Union[TopicTable, _Mapping]] = ...) -> None: ...
+    offsets: _containers.RepeatedCompositeFieldContainer[GroupConsumerOffset]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_max_offset: _Optional[int] = ..., mac: _Optional[bytes] = ..., topic_table: _Optional[_Union[TopicTable, _Mapping]] = ..., offsets: _Optional[_Iterable[_Union[GroupConsumerOffset, _Mapping]]] = ...) -> None: ...
 
 class TopicTable(_message.Message):
     __slots__ = ("topics", "version")
