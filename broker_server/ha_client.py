@@ -27,6 +27,7 @@ import grpc
 
 from rmq.broker_server.cluster_auth import Direction, Exchange, ProofRefused, Session, SlaveAuth, signed
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
+from rmq.broker_server.offset_changes import group_offset
 from rmq.broker_server.status import RequestError, rmq_pb2
 from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
 from rmq.store import MessageStore, StoreError
@@ -182,8 +183,7 @@ class SlaveSynchronize(MasterLink):
         committed_here = {key: offset for key, offset in self.offsets.all_offsets().items()
                           if self._synced.get(key) != offset}
         request = rmq_pb2.SlaveSynchronizeRequest(committed_on_slave=[
-            rmq_pb2.GroupConsumerOffset(consumer_group=key.group, topic=key.topic, queue_id=key.queue_id,
-                                        offset=offset) for key, offset in committed_here.items()])
+            group_offset(key, offset) for key, offset in committed_here.items()])
         session = self.auth.open(request, Exchange.SYNCHRONIZE)
         response = await rmq_pb2_grpc.HAServiceStub(self._channel).SlaveSynchronize(
             request, timeout=SYNC_TIMEOUT_S)

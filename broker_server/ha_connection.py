@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -33,6 +31,7 @@ import grpc
 
 from rmq.broker_server.cluster_auth import Direction, Exchange, MasterAuth, ProofRefused, Session, signed
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
+from rmq.broker_server.offset_changes import OffsetChanges, group_offset
 from rmq.broker_server.status import OK, RequestError, answers_with_status, rmq_pb2
 from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.store import MessageStore
@@ -42,37 +41,6 @@ log = logging.getLogger(__name__)
 
 IDLE_TRANSFER_S = 5.0   # haSendHeartbeatInterval: an empty chunk tells an idle slave the master's offset
 OFFSETS_PER_TRANSFER = 10_000   # consumer offsets in one message of the stream
-
-
-class OffsetChanges:
-    """The consumer offsets committed on this master, newest change last, each with its change
-    number, so every transfer stream sends what changed since it last sent (any thread). At most
-    `capacity` keys: the oldest change is forgotten beyond (SlaveSynchronize still carries it)."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.count = 0   # changes so far
-        self._changes: OrderedDict[OffsetKey, tuple[int, int]] = OrderedDict()   # key -> (offset, number)
-        self._lock = threading.Lock()
-
-    def committed(self, key: OffsetKey, offset: int) -> None:
-        with self._lock:
-            self.count += 1
-            self._changes[key] = (offset, self.count)
-            self._changes.move_to_end(key)
-            if len(self._changes) > self.capacity:
-                self._changes.popitem(last=False)
-
-    def since(self, number: int) -> tuple[list[rmq_pb2.GroupConsumerOffset], int]:
-        """The offsets changed after change `number`, oldest first, and the last change number."""
-        with self._lock:
-            changed = []
-            for key, (offset, changed_at) in reversed(self._changes.items()):
-                if changed_at <= number:
-                    break
-                changed.append(rmq_pb2.GroupConsumerOffset(consumer_group=key.group, topic=key.topic,
-                                                           queue_id=key.queue_id, offset=offset))
-            return changed[::-1], self.count
 
 
 class HAServicer(rmq_pb2_grpc.HAServiceServicer):
@@ -160,20 +128,14 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
             new_data.clear()
             changed, offsets_sent = self._offset_changes.since(offsets_sent)
             for start in range(0, len(changed), OFFSETS_PER_TRANSFER):
-                yield rmq_pb2.HATransfer(status=OK, offset=offset,
-                                         master_max_offset=self.store.get_commit_log_max_offset(),
-                                         offsets=changed[start:start + OFFSETS_PER_TRANSFER])
+                yield self._transfer(offset, offsets=changed[start:start + OFFSETS_PER_TRANSFER])
             data = self.ha.read(offset)
             if self.topics.version > sent_version:   # read after the data: a topic before its records
                 sent_version = self.topics.version
-                yield rmq_pb2.HATransfer(status=OK, offset=offset,
-                                         master_max_offset=self.store.get_commit_log_max_offset(),
-                                         topic_table=rmq_pb2.TopicTable(
-                                             topics=[config.to_proto() for config in self.topics.all()],
-                                             version=sent_version))
+                yield self._transfer(offset, topic_table=rmq_pb2.TopicTable(
+                    topics=[config.to_proto() for config in self.topics.all()], version=sent_version))
             if data:
-                yield rmq_pb2.HATransfer(status=OK, offset=offset, data=data,
-                                         master_max_offset=self.store.get_commit_log_max_offset())
+                yield self._transfer(offset, data=data)
                 offset += len(data)
                 continue
             waiter = asyncio.ensure_future(new_data.wait())
@@ -183,8 +145,12 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
             finally:
                 waiter.cancel()
             if not done:
-                yield rmq_pb2.HATransfer(status=OK, offset=offset,
-                                         master_max_offset=self.store.get_commit_log_max_offset())
+                yield self._transfer(offset)
+
+    def _transfer(self, offset: int, **fields: Any) -> rmq_pb2.HATransfer:
+        """A message of the stream at CommitLog `offset`, with the master's current end."""
+        return rmq_pb2.HATransfer(status=OK, offset=offset,
+                                  master_max_offset=self.store.get_commit_log_max_offset(), **fields)
 
     async def _read_acks(self, reports: AsyncIterator[rmq_pb2.HAReport], connection: int,
                          session: Session | None, address: str) -> None:
@@ -236,9 +202,7 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
         return signed(session, Direction.FROM_MASTER, rmq_pb2.SlaveSynchronizeResponse(
             status=OK,
             topics=[config.to_proto() for config in self.topics.all()],
-            offsets=[rmq_pb2.GroupConsumerOffset(consumer_group=key.group, topic=key.topic,
-                                                 queue_id=key.queue_id, offset=offset)
-                     for key, offset in self.offsets.all_offsets().items()],
+            offsets=[group_offset(key, offset) for key, offset in self.offsets.all_offsets().items()],
             delay_offsets=self.delay_offsets(),
         ))
 
