@@ -5,7 +5,8 @@ Transfer: one bidirectional stream per slave. The slave's first HAReport says wh
 a slave whose CommitLog is longer than ours or differs from ours is refused with one clear
 status. Then CommitLog bytes flow from its offset, one chunk (<= 1 MiB, within one file) per
 message, as soon as a put appends them; each later report acknowledges what the slave wrote,
-which is what a SYNC_MASTER put waits for (store HAService.wait_for_slave). The topic table
+which is what a SYNC_MASTER put waits for (store HAService.wait_for_slave). A report is counted
+up to what was sent on its stream, never beyond: a slave cannot claim bytes it never received. The topic table
 travels on the same stream: whole, first and after every change, ahead of any chunk read after
 the change (so ahead of the first record of a new topic); the slave acknowledges the version it
 applied, which a SYNC_MASTER topic change waits for (`wait_for_topics`). Consumer offsets
@@ -56,6 +57,7 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ending = False
         self._topics_acked: dict[int, int] = {}    # connection -> topic table version it applied
+        self._sent: dict[int, int] = {}            # connection -> CommitLog offset sent up to
         self._topics_ack = asyncio.Condition()
         self._offset_changes = OffsetChanges(offsets.max_entries)
         self.ha.add_new_data_listener(self._on_new_data)
@@ -104,16 +106,20 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
             return
         connection = self.ha.connect_slave(address, first.max_offset)
         self._topics_acked[connection] = -1
+        self._sent[connection] = first.max_offset
         log.info("slave %s connected at CommitLog offset %d", address, first.max_offset)
         acks = asyncio.ensure_future(self._read_acks(request_iterator, connection, session, address))
         new_data = asyncio.Event()
         self._wakeups.add(new_data)
         try:
             async for transfer in self._chunks(self.ha.transfer_start(first.max_offset), new_data, acks):
+                if transfer.data:   # before it goes: the slave's report of it may come back at once
+                    self._sent[connection] = transfer.offset + len(transfer.data)
                 yield signed(session, Direction.FROM_MASTER, transfer)
         finally:
             self._wakeups.discard(new_data)
             acks.cancel()
+            self._sent.pop(connection, None)
             self.ha.disconnect_slave(connection)
             await self._topics_applied(connection, None)
             log.info("slave %s disconnected", address)
@@ -154,7 +160,9 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
 
     async def _read_acks(self, reports: AsyncIterator[rmq_pb2.HAReport], connection: int,
                          session: Session | None, address: str) -> None:
-        """Count each report's acknowledgement until the stream ends or a report fails its MAC."""
+        """Count each report's acknowledgement (up to what was sent) until the stream ends or a
+        report fails its MAC."""
+        warned = False
         async for report in reports:
             if session is not None:
                 try:
@@ -162,7 +170,12 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
                 except ProofRefused as error:
                     log.error("slave %s: report not counted, stream ended: %s", address[:64], error)
                     return
-            self.ha.slave_acked(connection, report.max_offset)
+            sent = self._sent.get(connection, 0)
+            if report.max_offset > sent and not warned:
+                log.warning("slave %s reports CommitLog offset %d, beyond the %d sent to it: counted up to "
+                            "what was sent (logged once per stream)", address[:64], report.max_offset, sent)
+                warned = True
+            self.ha.slave_acked(connection, min(report.max_offset, sent))
             if report.topics_version > self._topics_acked.get(connection, report.topics_version):
                 await self._topics_applied(connection, report.topics_version)
 

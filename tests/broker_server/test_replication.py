@@ -350,3 +350,30 @@ def test_consumer_offsets_committed_on_the_master_reach_the_slave(members, tmp_p
     offsets = slave.controller.offsets
     wait_until(lambda: [offsets.query_offset("billing", "orders", q) for q in (0, 1)] == [40, 41],
                "the offsets on the slave")
+
+
+def test_a_slave_report_counts_only_up_to_what_was_sent_to_it(members, caplog) -> None:
+    """Without a cluster secret too: a report beyond the bytes sent on the stream (a slave that
+    claims more than it received) counts only what was sent."""
+    master = members("master")
+    assert master.controller.store.put_message(message(body=b"sent")).ok
+    end = master.controller.store.get_commit_log_max_offset()
+    first_answer = threading.Event()
+    done = threading.Event()
+
+    def reports() -> Iterator[rmq_pb2.HAReport]:
+        yield rmq_pb2.HAReport(address="127.0.0.1:1")
+        first_answer.wait(DEADLINE_S)
+        yield rmq_pb2.HAReport(max_offset=1 << 40)
+        done.wait(DEADLINE_S)
+
+    with grpc.insecure_channel(master.address) as channel:
+        call = rmq_pb2_grpc.HAServiceStub(channel).Transfer(reports(), timeout=DEADLINE_S)
+        try:
+            assert next(answer for answer in call if answer.data).data
+            first_answer.set()
+            wait_until(lambda: "beyond the" in caplog.text, "the report to be read")
+            assert [slave.ack_offset for slave in master.controller.store.ha_service.slaves()] == [end]
+        finally:
+            done.set()
+            call.cancel()
