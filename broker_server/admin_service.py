@@ -1,10 +1,11 @@
 """AdminService: create, grow (update) and delete this broker's topics. A change is
 persisted, announced to the name servers at once, and a deleted topic's data, consumer
-offsets and held pulls go with it."""
+offsets and held pulls go with it. On a SYNC_MASTER a change is answered once a slave has it
+(`topics_replicated`; FLUSH_SLAVE_TIMEOUT when none confirmed it in time)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import grpc
 
@@ -30,6 +31,7 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         on_topics_changed: Callable[[], None],
         pull_processor: PullMessageProcessor,
         broker_status: Callable[[], rmq_pb2.BrokerStatusResponse] | None = None,
+        topics_replicated: Callable[[], Awaitable[None]] | None = None,
         consumer_connections: Callable[[str], list[rmq_pb2.ConsumerConnection]] = lambda group: [],
     ) -> None:
         self.store = store
@@ -41,19 +43,25 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         self.pull_processor = pull_processor
         self.broker_status = broker_status
         self.consumer_connections = consumer_connections
+        self.topics_replicated = topics_replicated
+
+    async def _topics_changed(self) -> None:
+        self.on_topics_changed()
+        if self.topics_replicated is not None:
+            await self.topics_replicated()
 
     @answers_with_status(rmq_pb2.CreateTopicResponse)
     async def CreateTopic(self, request: rmq_pb2.CreateTopicRequest,
                           context: grpc.aio.ServicerContext) -> rmq_pb2.CreateTopicResponse:
         await self.executor.run(self.topics.create, TopicConfig.from_proto(request.config))
-        self.on_topics_changed()
+        await self._topics_changed()
         return rmq_pb2.CreateTopicResponse(status=OK)
 
     @answers_with_status(rmq_pb2.UpdateTopicResponse)
     async def UpdateTopic(self, request: rmq_pb2.UpdateTopicRequest,
                           context: grpc.aio.ServicerContext) -> rmq_pb2.UpdateTopicResponse:
         await self.executor.run(self.topics.update, TopicConfig.from_proto(request.config))
-        self.on_topics_changed()
+        await self._topics_changed()
         return rmq_pb2.UpdateTopicResponse(status=OK)
 
     @answers_with_status(rmq_pb2.DeleteTopicResponse)
@@ -63,7 +71,7 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         await self.executor.run(self.store.delete_topic, request.topic)
         self.offsets.remove_topic(request.topic)
         self.hold_service.wake_topic(request.topic)
-        self.on_topics_changed()
+        await self._topics_changed()
         return rmq_pb2.DeleteTopicResponse(status=OK)
 
     @answers_with_status(rmq_pb2.PullMessageResponse)

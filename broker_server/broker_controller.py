@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import os
 import socket
 from collections.abc import Callable
 from typing import cast
@@ -51,6 +52,7 @@ from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.request_signing import broker_server_id
 from rmq.rocketmq_v2 import add_messaging_service as add_rocketmq_v2_service
 from rmq.store import BrokerRole, FlushDiskType, MessageStore, MessageStoreConfig, StoreError
+from rmq.store.private_files import SERVER_UMASK
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -124,7 +126,8 @@ class BrokerController:
             config.delay_offset_persist_interval_ms,
         )
         self.replication = Replication(config, self.store, self.topics, self.offsets, self.schedule_service,
-                                       security.open_client_channel, self._topics_changed)
+                                       security.open_client_channel, self._topics_changed,
+                                       acl=security.acl_file is not None)
         self.outer_api = BrokerOuterAPI(
             config.namesrv_addresses,
             config.broker_name,
@@ -214,6 +217,7 @@ class BrokerController:
                 self.outer_api.register_soon,
                 self.pull_processor,
                 self.replication.status,
+                self.replication.topics_replicated,
                 self.consumer_connections,
             ),
             server,
@@ -232,6 +236,7 @@ class BrokerController:
 
     async def serve(self) -> None:
         """Run until SIGTERM/SIGINT, then shut down gracefully."""
+        os.umask(SERVER_UMASK)   # every file this process creates is its user's alone
         try:
             self.load()
             server = self.build_server()

@@ -28,6 +28,7 @@ class BrokerConfig:
     broker_role: str = "ASYNC_MASTER"  # ASYNC_MASTER | SYNC_MASTER | SLAVE (DESIGN.md Replication)
     master: str = ""  # slaves: HOST:PORT of the group's master
     slave_synchronize_interval_ms: int = 10000  # slaves copy topics and offsets from the master
+    cluster_secret_file: str = ""  # the broker group's shared secret (docs/replication.md); every member
     namesrv: str = ""  # name server addresses, comma-separated
     flush: str = "async"  # RocketMQ's default flushDiskType is ASYNC_FLUSH
     advertise_address: str = ""  # address registered with the name server (default: listen)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +49,12 @@ class ConsumerOffsetManager:
         self._per_account: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._dirty = False
+        self._listeners: list[Callable[[OffsetKey, int], None]] = []
+
+    def add_listener(self, listener: Callable[[OffsetKey, int], None]) -> None:
+        """listener(key, offset) after each stored commit, on the committing thread, holding the
+        table's lock (so it must only take note: replication sends it to the slaves)."""
+        self._listeners.append(listener)
 
     def load(self) -> None:
         content = read_json(self.path) or {}
@@ -101,6 +107,8 @@ class ConsumerOffsetManager:
             )
         self._offsets[key] = offset
         self._dirty = True
+        for listener in self._listeners:
+            listener(key, offset)
 
     def commit_client_offsets(self, account: str, offsets: Mapping[OffsetKey, int],
                               increase_only: bool = False) -> None:

@@ -3,10 +3,16 @@ Replication).
 
 HAClient: opens HAService.Transfer on the master, reports the CommitLog offset this store
 recovered to (and a crc32 of the bytes before it), appends every chunk the master sends at the
-same offset (the store dispatches its own ConsumeQueues and index) and acknowledges each one.
+same offset (the store dispatches its own ConsumeQueues and index) and acknowledges each one;
+it applies the master's topic table, which comes on the same stream ahead of the records of a
+new topic, and acknowledges its version, and takes the consumer offsets committed on the master
+as they come.
 A master that refuses this slave (its CommitLog diverged) stops replication for good: the
 reason is logged once and shown by `rmq broker status`; nothing is written. A master that is
-down is retried every second.
+down is retried every second. With a cluster secret (rmq.broker_server.cluster_auth) the first
+report carries this slave's proof and every message of the master must carry the session's
+MAC before anything of it is used: a message that does not ends the stream, is shown by
+`rmq broker status`, and the slave tries again every second.
 
 SlaveSynchronize: every 10 s copy the master's topics, consumer offsets and delay offsets,
 after handing it the offsets clients committed here (the master keeps the higher ones)."""
@@ -19,7 +25,9 @@ from collections.abc import Callable
 
 import grpc
 
+from rmq.broker_server.cluster_auth import Direction, Exchange, ProofRefused, Session, SlaveAuth, signed
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
+from rmq.broker_server.offset_changes import group_offset
 from rmq.broker_server.status import RequestError, rmq_pb2
 from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
 from rmq.store import MessageStore, StoreError
@@ -56,13 +64,19 @@ class MasterLink:
 
 
 class HAClient(MasterLink):
-    def __init__(self, store: MessageStore, master: str, own_address: str,
-                 open_channel: Callable[[str], grpc.aio.Channel]) -> None:
+    def __init__(self, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
+                 on_topics_changed: Callable[[], None], master: str, own_address: str,
+                 open_channel: Callable[[str], grpc.aio.Channel], auth: SlaveAuth) -> None:
         super().__init__(master, open_channel)
         self.store = store
+        self.topics = topics
+        self.offsets = offsets
+        self.on_topics_changed = on_topics_changed
         self.own_address = own_address
+        self.auth = auth
         self.master_max_offset = 0
         self.refusal = ""            # why the master refused this slave ("" while replicating)
+        self.unauthenticated = ""    # why the last answer on the master address was not trusted
         self.connected = False
 
     async def _run(self) -> None:
@@ -77,6 +91,12 @@ class HAClient(MasterLink):
                 warned = True
             except StoreError as error:
                 log.error("replication from %s stopped: %s; reconnecting", self.master, error)
+            except ProofRefused as error:
+                if not self.unauthenticated:
+                    log.error("the master at %s is not trusted: %s (is it the group's master, with the same "
+                              "--cluster-secret?); nothing of it written, retrying every %gs",
+                              self.master, error, RECONNECT_S)
+                self.unauthenticated = str(error)
             else:
                 warned = False
             self.connected = False
@@ -90,9 +110,14 @@ class HAClient(MasterLink):
         start = self.store.get_commit_log_max_offset()
         call = rmq_pb2_grpc.HAServiceStub(self._channel).Transfer()
         try:
-            await call.write(rmq_pb2.HAReport(max_offset=start, check_offset=check_offset,
-                                              check_crc=check_crc, address=self.own_address))
+            first = rmq_pb2.HAReport(max_offset=start, check_offset=check_offset, check_crc=check_crc,
+                                     address=self.own_address)
+            session = self.auth.open(first, Exchange.TRANSFER)
+            await call.write(first)
             while (transfer := await call.read()) is not grpc.aio.EOF:
+                if session is not None:
+                    _check(session, transfer)
+                    self.unauthenticated = ""
                 if transfer.status.code != rmq_pb2.OK:
                     self.refusal = transfer.status.message
                     log.error("master %s refuses this slave: %s", self.master, self.refusal)
@@ -101,18 +126,39 @@ class HAClient(MasterLink):
                     log.info("replicating from master %s at CommitLog offset %d", self.master, start)
                     self.connected = True
                 self.master_max_offset = transfer.master_max_offset
+                if transfer.HasField("topic_table"):
+                    table = transfer.topic_table
+                    apply_master_topics(self.topics, [TopicConfig.from_proto(t) for t in table.topics],
+                                        self.on_topics_changed)
+                    await call.write(signed(session, Direction.FROM_SLAVE, rmq_pb2.HAReport(
+                        max_offset=self.store.get_commit_log_max_offset(), topics_version=table.version)))
+                for item in transfer.offsets:
+                    self.offsets.commit_offset(item.consumer_group, item.topic, item.queue_id, item.offset)
                 if transfer.data:
                     self.store.append_replicated(transfer.offset, transfer.data)
-                    await call.write(rmq_pb2.HAReport(max_offset=transfer.offset + len(transfer.data)))
+                    await call.write(signed(session, Direction.FROM_SLAVE, rmq_pb2.HAReport(
+                        max_offset=transfer.offset + len(transfer.data))))
         finally:
             call.cancel()
+
+
+def _check(session: Session, answer: rmq_pb2.HATransfer | rmq_pb2.SlaveSynchronizeResponse) -> None:
+    """ProofRefused unless the master's answer carries the session's MAC; the refusal repeats
+    a non-OK status the answer held, for the operator (nothing else of it is used)."""
+    try:
+        session.check(Direction.FROM_MASTER, answer)
+    except ProofRefused as error:
+        said = (f"; it answered {rmq_pb2.Code.Name(answer.status.code)}: {answer.status.message[:200]}"
+                if answer.status.code != rmq_pb2.OK else "")
+        raise ProofRefused(f"{error}{said}") from None
 
 
 class SlaveSynchronize(MasterLink):
     def __init__(self, master: str, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
                  set_delay_offsets: Callable[[dict[int, int]], None], on_topics_changed: Callable[[], None],
-                 interval_ms: int, open_channel: Callable[[str], grpc.aio.Channel]) -> None:
+                 interval_ms: int, open_channel: Callable[[str], grpc.aio.Channel], auth: SlaveAuth) -> None:
         super().__init__(master, open_channel)
+        self.auth = auth
         self.topics = topics
         self.offsets = offsets
         self.set_delay_offsets = set_delay_offsets
@@ -126,6 +172,8 @@ class SlaveSynchronize(MasterLink):
                 await self.sync_all()
             except grpc.RpcError:
                 pass   # the master is down: HAClient says so; try again next period
+            except ProofRefused as error:
+                log.warning("SlaveSynchronize answer from %s ignored: %s", self.master, error)
             except Exception:
                 log.exception("slave synchronize with %s failed", self.master)
             await asyncio.sleep(self.interval_ms / 1000)
@@ -135,14 +183,17 @@ class SlaveSynchronize(MasterLink):
         committed_here = {key: offset for key, offset in self.offsets.all_offsets().items()
                           if self._synced.get(key) != offset}
         request = rmq_pb2.SlaveSynchronizeRequest(committed_on_slave=[
-            rmq_pb2.GroupConsumerOffset(consumer_group=key.group, topic=key.topic, queue_id=key.queue_id,
-                                        offset=offset) for key, offset in committed_here.items()])
+            group_offset(key, offset) for key, offset in committed_here.items()])
+        session = self.auth.open(request, Exchange.SYNCHRONIZE)
         response = await rmq_pb2_grpc.HAServiceStub(self._channel).SlaveSynchronize(
             request, timeout=SYNC_TIMEOUT_S)
+        if session is not None:
+            _check(session, response)
         if response.status.code != rmq_pb2.OK:
             log.warning("master %s refused SlaveSynchronize: %s", self.master, response.status.message)
             return
-        self._sync_topics([TopicConfig.from_proto(t) for t in response.topics])
+        apply_master_topics(self.topics, [TopicConfig.from_proto(t) for t in response.topics],
+                            self.on_topics_changed)
         synced: dict[OffsetKey, int] = {}
         for item in response.offsets:
             self.offsets.commit_offset(item.consumer_group, item.topic, item.queue_id, item.offset)
@@ -150,25 +201,27 @@ class SlaveSynchronize(MasterLink):
         self._synced = synced
         self.set_delay_offsets(dict(response.delay_offsets))
 
-    def _sync_topics(self, master_topics: list[TopicConfig]) -> None:
-        """Make this slave's topic table the master's (syncTopicConfig)."""
-        ours = {config.topic_name: config for config in self.topics.all()}
-        theirs = {config.topic_name: config for config in master_topics}
-        changed = False
-        for name in ours.keys() - theirs.keys():
-            self.topics.delete(name)
-            changed = True
-        for name, config in theirs.items():
-            if ours.get(name) == config:
-                continue
-            try:
-                if name in ours:
-                    self.topics.update(config)
-                else:
-                    self.topics.create(config)
-            except RequestError as error:
-                log.warning("topic %s from the master not applied: %s", name, error.message)
-                continue
-            changed = True
-        if changed:
-            self.on_topics_changed()
+
+def apply_master_topics(topics: TopicConfigManager, master_topics: list[TopicConfig],
+                        on_topics_changed: Callable[[], None]) -> None:
+    """Make this slave's topic table the master's (syncTopicConfig)."""
+    ours = {config.topic_name: config for config in topics.all()}
+    theirs = {config.topic_name: config for config in master_topics}
+    changed = False
+    for name in ours.keys() - theirs.keys():
+        topics.delete(name)
+        changed = True
+    for name, config in theirs.items():
+        if ours.get(name) == config:
+            continue
+        try:
+            if name in ours:
+                topics.update(config)
+            else:
+                topics.create(config)
+        except RequestError as error:
+            log.warning("topic %s from the master not applied: %s", name, error.message)
+            continue
+        changed = True
+    if changed:
+        on_topics_changed()

@@ -5,24 +5,14 @@ crash leaves either the old or the new content, never half a file."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from rmq.store.private_files import write_durably
+
 
 def write_json_atomically(path: Path, content: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "w", encoding="utf-8") as file:
-        json.dump(content, file, indent=2, sort_keys=True)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    write_durably(path, json.dumps(content, indent=2, sort_keys=True).encode())
 
 
 def read_json(path: Path) -> Any | None:

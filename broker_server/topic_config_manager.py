@@ -18,12 +18,14 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
 from rmq.broker_server.json_file import read_json, write_json_atomically
 from rmq.broker_server.names import check_topic_name, check_user_topic_name
 from rmq.broker_server.status import RequestError, illegal_argument, rmq_pb2
+from rmq.store.private_files import make_dirs, open_private
 from rmq.topic_config import PERM_INHERIT, PERM_READ, PERM_WRITE, TopicConfig
 
 MAX_QUEUE_NUMS = 1024
@@ -55,6 +57,18 @@ class TopicConfigManager:
         self._topics: dict[str, TopicConfig] = {}
         self._journal_records = -1     # records in the journal; -1 until a compaction created it
         self._lock = threading.Lock()
+        self.version = 0               # one more per change (what a slave acknowledges having)
+        self._listeners: list[Callable[[], None]] = []
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """listener() after each change, on the changing thread, holding the table's lock (so
+        it must only take note, e.g. wake a replication stream)."""
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        self.version += 1
+        for listener in self._listeners:
+            listener()
 
     def load(self) -> None:
         """The snapshot with the journal replayed over it, then compacted (ValueError naming the
@@ -113,8 +127,8 @@ class TopicConfigManager:
     def _compact(self) -> None:
         """Write the table as the snapshot, then empty the journal (under `_lock`). The journal
         exists before the snapshot's write, which fsyncs the directory: its entry is durable."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.journal_path, os.O_WRONLY | os.O_CREAT, 0o644)
+        make_dirs(self.path.parent)
+        fd = open_private(self.journal_path, os.O_WRONLY | os.O_CREAT)
         try:
             table = {name: asdict(config) for name, config in self._topics.items()}
             write_json_atomically(self.path, {"topicConfigTable": table})
@@ -128,6 +142,7 @@ class TopicConfigManager:
         """Journal then apply `config` (under `_lock`); compact once the journal outgrows the table."""
         self._record({"put": asdict(config)})
         self._topics[config.topic_name] = config
+        self._changed()
         self._compact_when_long()
 
     def _compact_when_long(self) -> None:
@@ -175,6 +190,7 @@ class TopicConfigManager:
                 raise self._not_exist(topic)
             self._record({"delete": topic})
             del self._topics[topic]
+            self._changed()
             self._compact_when_long()
         return config
 

@@ -32,6 +32,9 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
                         help="ASYNC_MASTER (default) acknowledges once stored, SYNC_MASTER once a slave "
                              "holds it too, SLAVE copies --master read-only")
     broker.add_argument("--master", metavar="HOST:PORT", help="a SLAVE's master")
+    broker.add_argument("--cluster-secret", metavar="FILE",
+                        help="the broker group's shared secret (chmod 600, the same file on every member): "
+                             "master and slaves authenticate each other; required with --acl")
     broker.add_argument(
         "--flush",
         choices=("sync", "async"),
@@ -71,6 +74,7 @@ def run_broker(args: argparse.Namespace) -> int:
             "broker_id": args.broker_id,
             "broker_role": args.role,
             "master": args.master,
+            "cluster_secret_file": args.cluster_secret,
             "namesrv": args.namesrv,
             "flush": args.flush,
             "metrics_listen": args.metrics_listen,

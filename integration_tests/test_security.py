@@ -319,11 +319,14 @@ def test_a_broker_account_registers_its_own_broker_only(tmp_path: Path, acl_path
 
 
 def test_a_slave_replicates_from_a_master_with_an_acl(tmp_path: Path, acl_path: Path) -> None:
-    """HAService.Transfer, a client stream, is signed once when it opens (admin account)."""
+    """HAService.Transfer, a client stream, is signed once when it opens (admin account), and
+    both members prove the group's cluster secret (--cluster-secret, required with --acl)."""
     for role in ("master", "slave"):
         (tmp_path / role).mkdir()
-    master = secured_broker(tmp_path / "master", acl_path, None)
-    slave = processes.broker(tmp_path / "slave", extra=security_flags(acl_path, None) + [
+    secret = write_acl(tmp_path / "cluster-secret", "a secret of the broker group, 40 characters")
+    group_flags = security_flags(acl_path, None) + ["--cluster-secret", str(secret)]
+    master = processes.broker(tmp_path / "master", extra=group_flags).start()
+    slave = processes.broker(tmp_path / "slave", extra=group_flags + [
         "--broker-id", "1", "--role", "SLAVE", "--master", master.address],
         RMQ_ACCESS_KEY=ADMIN[0], RMQ_SECRET_KEY=ADMIN[1]).start()
     try:

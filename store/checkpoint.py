@@ -9,6 +9,8 @@ import os
 import struct
 from pathlib import Path
 
+from rmq.store.private_files import open_private
+
 CHECKPOINT_FILE_SIZE = 4096
 _LAYOUT = struct.Struct(">qqq")
 
@@ -31,7 +33,7 @@ class StoreCheckpoint:
 
     def flush(self) -> None:
         data = _LAYOUT.pack(self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_private(self.path, os.O_RDWR | os.O_CREAT)
         try:
             if os.fstat(fd).st_size != CHECKPOINT_FILE_SIZE:
                 os.ftruncate(fd, CHECKPOINT_FILE_SIZE)

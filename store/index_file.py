@@ -18,6 +18,7 @@ from pathlib import Path
 from rmq import message_format as mf
 from rmq.store.errors import StoreError
 from rmq.store.mapped_file import allocate_file
+from rmq.store.private_files import make_dirs, open_private
 from rmq.store.results import DispatchRequest
 
 INDEX_HEADER_SIZE = 40
@@ -51,7 +52,7 @@ class IndexFile:
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
         size = index_file_size(hash_slot_num, index_num)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_private(path, os.O_RDWR | os.O_CREAT)
         try:
             actual = os.fstat(fd).st_size
             if actual not in (0, size):
@@ -208,7 +209,7 @@ class IndexService:
         return self._create_file()
 
     def _create_file(self) -> IndexFile:
-        self.index_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.index_dir)
         stamp = time.time_ns() // 1_000_000
         path = self.index_dir / _time_name(stamp)
         while path.exists():

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rmq.store.private_files import open_private
+
 if TYPE_CHECKING:
     from rmq.store.mapped_file_lru import MappedFileLru
 
@@ -76,7 +78,7 @@ class MappedFile:
 
     def _open(self, create: bool, preallocate: bool) -> mmap.mmap:
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        fd = os.open(self.path, flags, 0o644)
+        fd = open_private(self.path, flags)
         try:
             if os.fstat(fd).st_size != self.file_size:
                 allocate_file(fd, self.file_size, preallocate and not self.preallocate_step)

@@ -11,6 +11,7 @@ from pathlib import Path
 from rmq.store.errors import StoreError
 from rmq.store.mapped_file import FILE_NAME_DIGITS, MappedFile, now_ms, offset_to_file_name
 from rmq.store.mapped_file_lru import MappedFileLru
+from rmq.store.private_files import make_dirs
 
 DELETE_FILES_BATCH_MAX = 10
 
@@ -81,7 +82,7 @@ class MappedFileQueue:
         return self.create_file(create_offset)
 
     def create_file(self, offset: int) -> MappedFile:
-        self.store_path.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.store_path)
         mapped = MappedFile(self.store_path / offset_to_file_name(offset), self.mapped_file_size,
                             create=True, preallocate=self.preallocate, preallocate_step=self.preallocate_step,
                             lru=self.lru)

@@ -36,6 +36,7 @@ from rmq.store.index_file import IndexService
 from rmq.store.mapped_file_lru import MappedFileLru
 from rmq.store.message_batch import MessageBatch
 from rmq.store.message_filter import RecordFilter, match_tags
+from rmq.store.private_files import FILE_MODE
 from rmq.store.reput import ReputMessageService
 from rmq.store.results import (
     DispatchRequest,
@@ -113,7 +114,7 @@ class MessageStore:
         miss, then start the reput, flush and clean services."""
         try:
             self._load_and_recover()
-            self.directory.abort_file.touch()
+            self.directory.abort_file.touch(mode=FILE_MODE)
         except OSError as error:
             self._close_files()
             self.directory.unlock()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rmq.store.config import MessageStoreConfig
 from rmq.store.errors import StoreError
+from rmq.store.private_files import make_dirs, open_private, write_durably
 
 MARKER_NAME = "store.json"
 FORMAT_NAME = "rmq-store"
@@ -42,7 +43,7 @@ class StoreDirectory:
     def _open(self, config: MessageStoreConfig) -> None:
         if self.root.exists() and not self.root.is_dir():
             raise StoreError(f"{self.root}: store directory path exists and is not a directory")
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.root)
         marker = self.root / MARKER_NAME
         if marker.exists():
             self._check_marker(marker, config)
@@ -55,7 +56,9 @@ class StoreDirectory:
         self._lock()
         if not marker.exists():
             data = {"format": FORMAT_NAME, "version": FORMAT_VERSION, **_layout(config)}
-            _write_durably(marker, json.dumps(data, indent=2) + "\n")
+            # after a power cut the marker is whole or absent, never an empty file that makes
+            # the store refuse to open
+            write_durably(marker, (json.dumps(data, indent=2) + "\n").encode())
 
     def _check_marker(self, marker: Path, config: MessageStoreConfig) -> None:
         try:
@@ -73,7 +76,7 @@ class StoreDirectory:
                                  f"the configuration says {value}; refusing to open it")
 
     def _lock(self) -> None:
-        fd = os.open(self.root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_private(self.root / LOCK_NAME, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as error:
@@ -94,19 +97,3 @@ class StoreDirectory:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-
-def _write_durably(path: Path, text: str) -> None:
-    """Write `path` through a temporary file that is fsync'd before the rename, then fsync the
-    directory: after a power cut the marker is whole or absent, never an empty file that makes
-    the store refuse to open."""
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", encoding="utf-8") as file:
-        file.write(text)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(tmp, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)

@@ -84,9 +84,9 @@ def _answers(condition) -> bool:
 
 
 @contextmanager
-def broker_group(tmp_path: Path, master_role: str) -> Iterator[BrokerGroup]:
+def broker_group(tmp_path: Path, master_role: str, settings: dict | None = None) -> Iterator[BrokerGroup]:
     config = tmp_path / "group.json"
-    config.write_text(json.dumps(SETTINGS))
+    config.write_text(json.dumps(settings or SETTINGS))
     namesrv = processes.namesrv(tmp_path).start()
     master = processes.group_member(tmp_path, GROUP, 0, master_role, namesrv.address,
                                     extra=["--config", str(config)])
@@ -196,6 +196,27 @@ def test_sync_master_lost_with_its_disk_every_acknowledged_message_is_on_the_sla
     assert gaps_and_repeats(read) == ([], [])
     assert slave_status.replication_error == ""
     assert locked == set()
+
+
+def test_a_topic_created_just_before_the_master_is_lost_is_served_by_the_slave(tmp_path: Path) -> None:
+    """Issue #31: create a topic on a SYNC_MASTER, produce 5,000 messages (all acknowledged),
+    kill -9 the master and delete its store, long before the slave's next periodic
+    synchronisation: the slave knows the topic (it came with the data) and serves every message."""
+    hourly = {**SETTINGS, "slave_synchronize_interval_ms": 3_600_000}
+    acknowledged: list[bytes] = []
+    with broker_group(tmp_path, "SYNC_MASTER", hourly) as group:
+        with closing(RmqClient(group.namesrv.address, timeout=10.0)) as producer:
+            producer.create_topic("young", queues=QUEUES)
+            for start in range(0, 5000, 500):
+                bodies = [b"young-%d" % index for index in range(start, start + 500)]
+                assert producer.send("young", [OutgoingMessage(body) for body in bodies]).status == rmq_pb2.OK
+                acknowledged += bodies
+        group.master.kill()
+        shutil.rmtree(group.master_store())
+        with closing(RmqClient(group.namesrv.address)) as reader:
+            read = read_topic(reader, "young")
+    assert sorted(message.body for message in read) == sorted(acknowledged)
+    assert gaps_and_repeats(read) == ([], [])
 
 
 def test_async_master_loss_is_bounded_by_the_last_acknowledgements(

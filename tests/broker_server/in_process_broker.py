@@ -46,6 +46,9 @@ class InProcessBroker:
         self.controller.start_services()
 
     def stop(self) -> None:
+        """Shut the broker down gracefully (once; later calls do nothing)."""
+        if self._loop.is_closed():
+            return
         if self._server is not None:
             asyncio.run_coroutine_threadsafe(self.controller.shutdown(self._server), self._loop).result(60)
         self._loop.call_soon_threadsafe(self._loop.stop)

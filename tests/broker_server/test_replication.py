@@ -1,12 +1,13 @@
-"""A broker group in this test process (two InProcessBrokers: a master and a slave whose
-HAClient copies its CommitLog over HAService.Transfer), so a test can hold what the slave
-receives and see what the master answers (DESIGN.md Replication, docs/replication.md)."""
+"""A broker group in this test process (InProcessBrokers: a master and a slave whose HAClient
+copies its CommitLog over HAService.Transfer), so a test can hold what the slave receives, see
+what the master answers and pose as either member (DESIGN.md Replication, docs/replication.md)."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,12 @@ import pytest
 from rmq import request_signing
 from rmq.auth import ClientSecurity
 from rmq.broker_server.acl_file import AclFile
+from rmq.broker_server.cluster_auth import ClusterAuth, Exchange, ProofRefused, load_cluster_secret
+from rmq.broker_server.errors import UserError
 from rmq.broker_server.server_security import ServerSecurity
+from rmq.broker_server.topic_config_manager import TopicConfig
+from rmq.connector.client import OutgoingMessage, RmqClient
+from rmq.connector.message_decoder import decode
 from rmq.store import MessageStore, PutMessageStatus
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.acl_files import write_acl
@@ -24,7 +30,8 @@ from tests.broker_server.in_process_broker import InProcessBroker
 from tests.store.conftest import message
 
 FILE_SIZE = 64 * 1024          # CommitLog file size of both members
-SLAVE_TIMEOUT_MS = 300         # how long a SYNC_MASTER put waits for the slave
+SLAVE_TIMEOUT_MS = 300         # how long a SYNC_MASTER waits for the slave where a test holds it
+PATIENT_MS = 20_000            # where a test needs the slave's confirmation (a loaded machine is slow)
 DEADLINE_S = 30
 
 
@@ -35,9 +42,33 @@ def wait_until(condition: Callable[[], bool], what: str, timeout: float = DEADLI
         time.sleep(0.01)
 
 
-def member(path: Path, security: ServerSecurity | None = None, **settings: Any) -> InProcessBroker:
-    store = {"mapped_file_size_commit_log": FILE_SIZE, "sync_flush_timeout_ms": SLAVE_TIMEOUT_MS}
-    return InProcessBroker(path, security, broker_name="group", store=store, **settings)
+def write_secret(path: Path, text: str = "the group's secret: 32 characters") -> str:
+    path.touch(mode=0o600)
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.fixture
+def members(tmp_path: Path) -> Iterator[Callable[..., InProcessBroker]]:
+    """members(name, security=None, slave_timeout_ms=SLAVE_TIMEOUT_MS, **BrokerConfig settings) ->
+    a started member of group "group" (a slave: broker_role="SLAVE", broker_id, master); all are
+    stopped at the end."""
+    started: list[InProcessBroker] = []
+
+    def start(name: str, security: ServerSecurity | None = None, slave_timeout_ms: int = SLAVE_TIMEOUT_MS,
+              **settings: Any) -> InProcessBroker:
+        store = {"mapped_file_size_commit_log": FILE_SIZE, "sync_flush_timeout_ms": slave_timeout_ms}
+        broker = InProcessBroker(tmp_path / name, security, broker_name="group", store=store, **settings)
+        started.append(broker.start())
+        return broker
+
+    yield start
+    for broker in reversed(started):
+        broker.stop()
+
+
+def slave_of(master: InProcessBroker, **settings: Any) -> dict[str, Any]:
+    return {"broker_role": "SLAVE", "broker_id": 1, "master": master.address, **settings}
 
 
 ADMIN = ("admin01", "admin-secret-0001")
@@ -51,17 +82,11 @@ def secured(tmp_path: Path) -> ServerSecurity:
 
 
 @pytest.fixture
-def group(tmp_path: Path) -> Iterator[tuple[InProcessBroker, InProcessBroker]]:
-    master = member(tmp_path / "master", broker_role="SYNC_MASTER").start()
-    slave = member(tmp_path / "slave", broker_role="SLAVE", broker_id=1, master=master.address)
-    started: list[InProcessBroker] = [master]
-    try:
-        slave.start()
-        started.append(slave)
-        yield master, slave
-    finally:
-        for broker in reversed(started):
-            broker.stop()
+def group(members, tmp_path: Path) -> tuple[InProcessBroker, InProcessBroker]:
+    """A SYNC_MASTER and its slave sharing a cluster secret."""
+    secret = write_secret(tmp_path / "secret")
+    master = members("master", broker_role="SYNC_MASTER", cluster_secret_file=secret)
+    return master, members("slave", **slave_of(master, cluster_secret_file=secret))
 
 
 def in_sync(master: MessageStore, slave: MessageStore) -> bool:
@@ -114,18 +139,11 @@ def test_sync_master_acknowledges_only_what_the_slave_holds(group) -> None:
 
 
 @pytest.fixture
-def secured_group(tmp_path: Path) -> Iterator[tuple[InProcessBroker, InProcessBroker]]:
-    master = member(tmp_path / "master", secured(tmp_path), broker_role="SYNC_MASTER").start()
-    slave = member(tmp_path / "slave", secured(tmp_path), broker_role="SLAVE", broker_id=1,
-                   master=master.address)
-    started: list[InProcessBroker] = [master]
-    try:
-        slave.start()
-        started.append(slave)
-        yield master, slave
-    finally:
-        for broker in reversed(started):
-            broker.stop()
+def secured_group(members, tmp_path: Path) -> tuple[InProcessBroker, InProcessBroker]:
+    """The group with --acl on both members."""
+    secret = write_secret(tmp_path / "secret")
+    master = members("master", secured(tmp_path), broker_role="SYNC_MASTER", cluster_secret_file=secret)
+    return master, members("slave", secured(tmp_path), **slave_of(master, cluster_secret_file=secret))
 
 
 def test_a_call_signed_for_the_master_is_refused_by_its_slave(secured_group) -> None:
@@ -140,7 +158,8 @@ def test_a_call_signed_for_the_master_is_refused_by_its_slave(secured_group) -> 
             return rmq_pb2_grpc.AdminServiceStub(channel).GetBrokerStatus(
                 request, metadata=headers.as_metadata(), timeout=DEADLINE_S)
 
-    for signed_for, replayed_on, own_id in ((master, slave, "broker/group/1"), (slave, master, "broker/group")):
+    for signed_for, replayed_on, own_id in ((master, slave, "broker/group/1"),
+                                            (slave, master, "broker/group")):
         target = request_signing.broker_server_id("group", signed_for.config.broker_id)
         captured = request_signing.sign(*ADMIN, target, method, request)
         assert call(signed_for, captured).broker_id == signed_for.config.broker_id
@@ -148,3 +167,213 @@ def test_a_call_signed_for_the_master_is_refused_by_its_slave(secured_group) -> 
             call(replayed_on, captured)
         assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED
         assert refused.value.details() == f"call signed for server {target!r}, this is {own_id!r}"
+
+
+def status(broker: InProcessBroker) -> rmq_pb2.BrokerStatusResponse:
+    return broker.controller.replication.status()
+
+
+def test_a_slave_takes_nothing_from_a_master_without_the_groups_secret(members, tmp_path: Path,
+                                                                       caplog) -> None:
+    """Whoever answers on a slave's --master address (here a broker without the secret, holding
+    a topic and a message) can neither inject records nor replace the slave's topics."""
+    impostor = members("impostor")
+    impostor.controller.topics.create(TopicConfig("injected", 1, 1))
+    assert impostor.controller.store.put_message(message(topic="injected", body=b"forged")).ok
+    slave = members("slave", **slave_of(impostor, cluster_secret_file=write_secret(tmp_path / "secret"),
+                                        slave_synchronize_interval_ms=50))
+    wait_until(lambda: "no valid cluster MAC" in status(slave).replication_error, "the slave to refuse it")
+    wait_until(lambda: "SlaveSynchronize answer from" in caplog.text, "a SlaveSynchronize to be refused")
+    assert slave.controller.store.get_commit_log_max_offset() == 0
+    assert "injected" not in {config.topic_name for config in slave.controller.topics.all()}
+
+
+@pytest.mark.parametrize("slave_secret", [None, "another group's secret, 32 chars"])
+def test_a_master_sends_nothing_to_a_slave_without_the_groups_secret(members, tmp_path: Path,
+                                                                      slave_secret: str | None) -> None:
+    master = members("master", cluster_secret_file=write_secret(tmp_path / "secret"))
+    assert master.controller.store.put_message(message(body=b"confidential")).ok
+    settings = {"cluster_secret_file": write_secret(tmp_path / "other", slave_secret)} if slave_secret else {}
+    slave = members("slave", **slave_of(master, **settings))
+    expected = "sent no cluster proof" if slave_secret is None else "cluster proof does not verify"
+    wait_until(lambda: expected in status(slave).replication_error, "the master's refusal")
+    assert slave.controller.store.get_commit_log_max_offset() == 0
+    assert status(master).slaves == []
+
+
+class RawTransfer:
+    """A Transfer stream opened by the test with a report it made: its first answer that holds
+    CommitLog bytes or a refusal, then closed."""
+
+    def __init__(self, address: str, report: rmq_pb2.HAReport) -> None:
+        self.address = address
+        self.report = report
+
+    def first_answer(self) -> rmq_pb2.HATransfer:
+        done = threading.Event()
+
+        def reports() -> Iterator[rmq_pb2.HAReport]:
+            yield self.report
+            done.wait(DEADLINE_S)   # the stream stays open until the answer is read
+
+        with grpc.insecure_channel(self.address) as channel:
+            call = rmq_pb2_grpc.HAServiceStub(channel).Transfer(reports(), timeout=DEADLINE_S)
+            try:
+                return next(answer for answer in call if answer.data or answer.status.code != rmq_pb2.OK)
+            finally:
+                done.set()
+                call.cancel()
+
+
+def test_a_captured_or_relayed_proof_opens_no_transfer(members, tmp_path: Path) -> None:
+    """A slave's proof is bound to the master address it dialed and good for one transfer: a
+    third party that relays it to the real master, or replays a captured one, gets nothing."""
+    secret = write_secret(tmp_path / "secret")
+    master = members("master", cluster_secret_file=secret)
+    assert master.controller.store.put_message(message(body=b"confidential")).ok
+    slave_side = ClusterAuth(load_cluster_secret(Path(secret)), "group")
+
+    relayed = rmq_pb2.HAReport(address="127.0.0.1:1")
+    slave_side.prove(relayed, Exchange.TRANSFER, 1, "127.0.0.1:9")   # the slave dialed the relay
+    answer = RawTransfer(master.address, relayed).first_answer()
+    assert answer.status.code == rmq_pb2.NO_PERMISSION and not answer.data
+    assert "refused as relayed" in answer.status.message
+
+    captured = rmq_pb2.HAReport(address="127.0.0.1:1")
+    slave_side.prove(captured, Exchange.TRANSFER, 1, master.address)
+    assert RawTransfer(master.address, captured).first_answer().data   # its own use
+    replayed = RawTransfer(master.address, captured).first_answer()
+    assert replayed.status.code == rmq_pb2.NO_PERMISSION and not replayed.data
+    assert "refused as replayed" in replayed.status.message
+
+
+def test_with_an_acl_every_member_needs_the_cluster_secret(members, tmp_path: Path) -> None:
+    """An --acl group does not fall back to trusting whoever answers: a slave without the
+    secret does not start, a master without it admits no slave."""
+    master = members("master", secured(tmp_path))
+    with pytest.raises(UserError, match="a SLAVE of a broker with --acl needs --cluster-secret FILE"):
+        members("slave", secured(tmp_path), **slave_of(master))
+    with pytest.raises(ProofRefused, match="runs with --acl but without --cluster-secret"):
+        master.controller.replication.servicer.auth.admit(rmq_pb2.HAReport(), Exchange.TRANSFER)
+
+
+def patient_group(members, tmp_path: Path) -> tuple[InProcessBroker, InProcessBroker]:
+    """A SYNC_MASTER that waits long for its slave, and a slave that synchronises only hourly
+    (what it has sooner came on the Transfer stream); the slave is connected."""
+    secret = write_secret(tmp_path / "secret")
+    master = members("master", broker_role="SYNC_MASTER", cluster_secret_file=secret,
+                     slave_timeout_ms=PATIENT_MS)
+    slave = members("slave", **slave_of(master, cluster_secret_file=secret,
+                                        slave_synchronize_interval_ms=3_600_000))
+    wait_until(lambda: bool(master.controller.store.ha_service.slaves()), "the slave to connect")
+    return master, slave
+
+
+def test_a_young_topic_reaches_the_slave_with_its_data(members, tmp_path: Path) -> None:
+    """Issue #31's scenario: a topic created on a SYNC_MASTER and sent to, then the master lost,
+    well within the slave's periodic synchronisation: the slave serves every message."""
+    master, slave = patient_group(members, tmp_path)
+    sent = [b"young %d" % index for index in range(50)]
+    with closing(RmqClient(master.address, timeout=DEADLINE_S)) as producer:
+        producer.create_topic("young", queues=2)
+        assert slave.controller.topics.get("young") == TopicConfig("young", 2, 2)   # before the answer
+        assert producer.send("young", [OutgoingMessage(body) for body in sent]).status == rmq_pb2.OK
+    master.stop()
+    with closing(RmqClient(slave.address, timeout=DEADLINE_S)) as reader:
+        read = []
+        for mq, offsets in reader.topic_offsets("young").items():
+            pulled = reader.pull(mq, offsets.min_offset, 100, group="reader")
+            read += decode(pulled.messages, mq.broker_name).column("body").to_pylist()
+    assert sorted(read) == sorted(sent)
+
+
+def test_a_sync_master_answers_a_topic_change_once_the_slave_has_it(group) -> None:
+    """While the slave does not apply the master's topic table, CreateTopic on the SYNC_MASTER
+    answers FLUSH_SLAVE_TIMEOUT (the topic is created on the master all the same)."""
+    master, slave = group
+    wait_until(lambda: bool(master.controller.store.ha_service.slaves()), "the slave to connect")
+    applied = threading.Event()
+    create = slave.controller.topics.create
+
+    def held_create(config: TopicConfig) -> None:
+        applied.wait(DEADLINE_S)
+        create(config)
+
+    slave.controller.topics.create = held_create  # type: ignore[method-assign]
+    request = rmq_pb2.CreateTopicRequest(config=TopicConfig("held", 1, 1).to_proto())
+    try:
+        with grpc.insecure_channel(master.address) as channel:
+            answer = rmq_pb2_grpc.AdminServiceStub(channel).CreateTopic(request, timeout=DEADLINE_S)
+    finally:
+        applied.set()
+    assert answer.status.code == rmq_pb2.FLUSH_SLAVE_TIMEOUT, answer.status
+    assert "stored on the master only" in answer.status.message
+    assert master.controller.topics.get("held") is not None
+    wait_until(lambda: slave.controller.topics.get("held") is not None, "the slave to apply it")
+
+
+def test_a_master_counts_no_acknowledgement_without_the_session_mac(members, tmp_path: Path, caplog) -> None:
+    """A report that is not the proven slave's (no session MAC: forged or injected into the
+    stream) is not counted, so it cannot make a SYNC_MASTER acknowledge what no slave holds;
+    the stream ends."""
+    secret = write_secret(tmp_path / "secret")
+    master = members("master", broker_role="SYNC_MASTER", cluster_secret_file=secret)
+    hello = rmq_pb2.HAReport(address="127.0.0.1:1")
+    ClusterAuth(load_cluster_secret(Path(secret)), "group").prove(hello, Exchange.TRANSFER, 1, master.address)
+    forged = rmq_pb2.HAReport(max_offset=1 << 40)
+    done = threading.Event()
+
+    def reports() -> Iterator[rmq_pb2.HAReport]:
+        yield hello
+        yield forged
+        done.wait(DEADLINE_S)
+
+    with grpc.insecure_channel(master.address) as channel:
+        call = rmq_pb2_grpc.HAServiceStub(channel).Transfer(reports(), timeout=DEADLINE_S)
+        try:
+            answers = list(call)   # until the master ends the stream
+        finally:
+            done.set()
+    assert answers and all(not answer.data for answer in answers)
+    assert "report not counted, stream ended" in caplog.text
+    assert master.controller.store.ha_service.slaves() == []
+
+
+def test_consumer_offsets_committed_on_the_master_reach_the_slave(members, tmp_path: Path) -> None:
+    """A consumer that fails over to the slave resumes where it committed on the master, not
+    where the slave's last periodic synchronisation (hourly here) left it."""
+    master, slave = patient_group(members, tmp_path)
+    with closing(RmqClient(master.address, timeout=DEADLINE_S)) as consumer:
+        consumer.create_topic("orders", queues=2)
+        queues = consumer.query_route("orders").message_queues
+        consumer.update_consumer_offsets("billing", {mq: 40 + mq.queue_id for mq in queues})
+    offsets = slave.controller.offsets
+    wait_until(lambda: [offsets.query_offset("billing", "orders", q) for q in (0, 1)] == [40, 41],
+               "the offsets on the slave")
+
+
+def test_a_slave_report_counts_only_up_to_what_was_sent_to_it(members, caplog) -> None:
+    """Without a cluster secret too: a report beyond the bytes sent on the stream (a slave that
+    claims more than it received) counts only what was sent."""
+    master = members("master")
+    assert master.controller.store.put_message(message(body=b"sent")).ok
+    end = master.controller.store.get_commit_log_max_offset()
+    first_answer = threading.Event()
+    done = threading.Event()
+
+    def reports() -> Iterator[rmq_pb2.HAReport]:
+        yield rmq_pb2.HAReport(address="127.0.0.1:1")
+        first_answer.wait(DEADLINE_S)
+        yield rmq_pb2.HAReport(max_offset=1 << 40)
+        done.wait(DEADLINE_S)
+
+    with grpc.insecure_channel(master.address) as channel:
+        call = rmq_pb2_grpc.HAServiceStub(channel).Transfer(reports(), timeout=DEADLINE_S)
+        try:
+            assert next(answer for answer in call if answer.data).data
+            first_answer.set()
+            wait_until(lambda: "beyond the" in caplog.text, "the report to be read")
+            assert [slave.ack_offset for slave in master.controller.store.ha_service.slaves()] == [end]
+        finally:
+            done.set()
+            call.cancel()

@@ -683,28 +683,64 @@ class UnregisterBrokerResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
 
 class HAReport(_message.Message):
-    __slots__ = ("max_offset", "check_offset", "check_crc", "address")
+    __slots__ = ("max_offset", "check_offset", "check_crc", "address", "proof", "mac", "topics_version")
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     CHECK_OFFSET_FIELD_NUMBER: _ClassVar[int]
     CHECK_CRC_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PROOF_FIELD_NUMBER: _ClassVar[int]
+    MAC_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_VERSION_FIELD_NUMBER: _ClassVar[int]
     max_offset: int
     check_offset: int
     check_crc: int
     address: str
-    def __init__(self, max_offset: _Optional[int] = ..., check_offset: _Optional[int] = ..., check_crc: _Optional[int] = ..., address: _Optional[str] = ...) -> None: ...
+    proof: MemberProof
+    mac: bytes
+    topics_version: int
+    def __init__(self, max_offset: _Optional[int] = ..., check_offset: _Optional[int] = ..., check_crc: _Optional[int] = ..., address: _Optional[str] = ..., proof: _Optional[_Union[MemberProof, _Mapping]] = ..., mac: _Optional[bytes] = ..., topics_version: _Optional[int] = ...) -> None: ...
+
+class MemberProof(_message.Message):
+    __slots__ = ("broker_name", "broker_id", "master_address", "timestamp_ms", "nonce", "mac")
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    MAC_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    broker_id: int
+    master_address: str
+    timestamp_ms: int
+    nonce: bytes
+    mac: bytes
+    def __init__(self, broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., master_address: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., nonce: _Optional[bytes] = ..., mac: _Optional[bytes] = ...) -> None: ...
 
 class HATransfer(_message.Message):
-    __slots__ = ("status", "offset", "data", "master_max_offset")
+    __slots__ = ("status", "offset", "data", "master_max_offset", "mac", "topic_table", "offsets")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     MASTER_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAC_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_TABLE_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
     status: Status
     offset: int
     data: bytes
     master_max_offset: int
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_max_offset: _Optional[int] = ...) -> None: ...
+    mac: bytes
+    topic_table: TopicTable
+    offsets: _containers.RepeatedCompositeFieldContainer[GroupConsumerOffset]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_max_offset: _Optional[int] = ..., mac: _Optional[bytes] = ..., topic_table: _Optional[_Union[TopicTable, _Mapping]] = ..., offsets: _Optional[_Iterable[_Union[GroupConsumerOffset, _Mapping]]] = ...) -> None: ...
+
+class TopicTable(_message.Message):
+    __slots__ = ("topics", "version")
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
+    version: int
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., version: _Optional[int] = ...) -> None: ...
 
 class GroupConsumerOffset(_message.Message):
     __slots__ = ("consumer_group", "topic", "queue_id", "offset")
@@ -719,13 +755,15 @@ class GroupConsumerOffset(_message.Message):
     def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class SlaveSynchronizeRequest(_message.Message):
-    __slots__ = ("committed_on_slave",)
+    __slots__ = ("committed_on_slave", "proof")
     COMMITTED_ON_SLAVE_FIELD_NUMBER: _ClassVar[int]
+    PROOF_FIELD_NUMBER: _ClassVar[int]
     committed_on_slave: _containers.RepeatedCompositeFieldContainer[GroupConsumerOffset]
-    def __init__(self, committed_on_slave: _Optional[_Iterable[_Union[GroupConsumerOffset, _Mapping]]] = ...) -> None: ...
+    proof: MemberProof
+    def __init__(self, committed_on_slave: _Optional[_Iterable[_Union[GroupConsumerOffset, _Mapping]]] = ..., proof: _Optional[_Union[MemberProof, _Mapping]] = ...) -> None: ...
 
 class SlaveSynchronizeResponse(_message.Message):
-    __slots__ = ("status", "topics", "offsets", "delay_offsets")
+    __slots__ = ("status", "topics", "offsets", "delay_offsets", "mac")
     class DelayOffsetsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -737,11 +775,13 @@ class SlaveSynchronizeResponse(_message.Message):
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     DELAY_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    MAC_FIELD_NUMBER: _ClassVar[int]
     status: Status
     topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
     offsets: _containers.RepeatedCompositeFieldContainer[GroupConsumerOffset]
     delay_offsets: _containers.ScalarMap[int, int]
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., offsets: _Optional[_Iterable[_Union[GroupConsumerOffset, _Mapping]]] = ..., delay_offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
+    mac: bytes
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., offsets: _Optional[_Iterable[_Union[GroupConsumerOffset, _Mapping]]] = ..., delay_offsets: _Optional[_Mapping[int, int]] = ..., mac: _Optional[bytes] = ...) -> None: ...
 
 class SlaveState(_message.Message):
     __slots__ = ("address", "ack_offset", "lag_bytes")

@@ -1,0 +1,58 @@
+"""Store files and directories are their owner's alone (0600 / 0700) whatever the umask: other
+local users read neither message bodies nor offsets (SECURITY.md)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rmq.store import MessageStore
+from rmq.store.private_files import make_dirs, write_durably
+from tests.store.conftest import message, small_config, wait_dispatched
+
+
+@pytest.fixture
+def permissive_umask() -> Iterator[None]:
+    previous = os.umask(0o022)   # the usual default: files 0644, directories 0755
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def modes(root: Path) -> dict[str, int]:
+    found = {".": stat.S_IMODE(root.stat().st_mode)}
+    for path in root.rglob("*"):
+        found[str(path.relative_to(root))] = stat.S_IMODE(path.stat().st_mode)
+    return found
+
+
+def test_a_store_creates_its_files_0600_and_directories_0700(tmp_path: Path, permissive_umask) -> None:
+    root = tmp_path / "not" / "yet" / "there"
+    store = MessageStore(small_config(root))
+    store.start()
+    try:
+        for index in range(100):   # 8 KiB CommitLog files: several, with ConsumeQueues and the index
+            stored = store.put_message(message(queue_id=index % 2, body=b"s%d" % index, KEYS=f"k{index}"))
+            assert stored.ok
+        wait_dispatched(store)
+    finally:
+        store.shutdown()
+    found = modes(tmp_path / "not")
+    assert any(name.startswith("yet/there/commitlog/") for name in found)
+    assert any(name.startswith("yet/there/consumequeue/TopicTest/1/") for name in found)
+    assert any(name.startswith("yet/there/index/") for name in found)
+    loose = {name: f"{mode:04o}" for name, mode in found.items() if mode & 0o077}
+    assert loose == {}
+
+
+def test_durable_writes_and_directories_are_private(tmp_path: Path, permissive_umask) -> None:
+    make_dirs(tmp_path / "a" / "b")
+    write_durably(tmp_path / "a" / "b" / "c" / "file.json", b"{}")
+    assert (tmp_path / "a" / "b" / "c" / "file.json").read_bytes() == b"{}"
+    assert {name: f"{mode:04o}" for name, mode in modes(tmp_path / "a").items()} == {
+        ".": "0700", "b": "0700", "b/c": "0700", "b/c/file.json": "0600"}
