@@ -201,8 +201,8 @@ def test_consume_waits_for_messages_produced_later(shared_broker: processes.Serv
     waiting = subprocess.Popen(processes.RMQ + command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
     try:
-        wait_until(lambda: scrape(shared_metrics)["held_pulls"] == 2,
-                   "the consumer's pulls of both queues held", interval=0.05)
+        wait_until(lambda: scrape(shared_metrics)["held_pulls"] == 3,   # both queues and the retry queue
+                   lambda: f"the consumer's 3 pulls held ({scrape(shared_metrics)})", interval=0.05)
         ok("produce", "Later", "--endpoints", e, stdin="x\ny\nz\n")
         out, err = waiting.communicate(timeout=60)
     finally:
