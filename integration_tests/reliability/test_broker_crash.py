@@ -51,7 +51,8 @@ def _produce_through_kills(server: processes.ServerProcess, kills: int, acknowle
             failed = len(producers.ledger.errors)
             server.kill()
             killed_at.append(time.monotonic())
-            wait_until(lambda failed=failed: len(producers.ledger.errors) > failed,   # sends meet the dead broker
+            # sends meet the dead broker
+            wait_until(lambda failed=failed: len(producers.ledger.errors) > failed,
                        lambda: f"no send failed against the dead broker: {producers.ledger.errors[-3:]}")
             server.start()
     with closing(RmqClient(server.address)) as reader:
