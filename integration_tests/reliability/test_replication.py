@@ -33,6 +33,7 @@ from rmq.connector.client import OutgoingMessage, RmqClient, RmqUnavailable
 from rmq.connector.message import Message
 from rmq.connector.producer import Producer
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -133,7 +134,7 @@ def producing(endpoints: str, threads: int = 3, batch: int = 32) -> Iterator[Led
                 except Exception:  # noqa: BLE001 - a failed send is simply not acknowledged
                     with ledger.lock:
                         ledger.sent += batch
-                    time.sleep(0.05)
+                    time.sleep(0.05)   # a producer's pause before it retries
                     continue
                 stored = [StoredMessage(q, o, b) for q, o, b in
                           zip(result.queue_ids, result.queue_offsets, bodies, strict=True)]
@@ -163,14 +164,21 @@ def wait_for(ledger: Ledger, acknowledged: int) -> None:
         time.sleep(0.02)
 
 
+def unanswered(ledger: Ledger) -> int:
+    """Messages whose send failed (stored nowhere that the producer knows of)."""
+    with ledger.lock:
+        return ledger.sent - len(ledger.acknowledged) - len(ledger.master_only)
+
+
 def lose_the_master(group: BrokerGroup, ledger_endpoints: str) -> tuple[Ledger, float]:
     """Producers run; the master is killed with SIGKILL and its store deleted under them."""
     with producing(ledger_endpoints) as ledger:
         wait_for(ledger, 3000)
+        answered = unanswered(ledger)
         group.master.kill()
         killed_at = time.monotonic()
         shutil.rmtree(group.master_store())
-        time.sleep(0.3)     # sends in flight fail against the dead master
+        wait_until(lambda: unanswered(ledger) > answered, "a send failed against the dead master")
     return ledger, killed_at
 
 
@@ -275,7 +283,7 @@ class SlowPushGroup(PushGroup):
     """A PushGroup whose listener takes 20 ms a batch, so the master dies mid-way."""
 
     def _listen(self, messages: list, context: object):  # type: ignore[override]
-        time.sleep(0.02)
+        time.sleep(0.02)   # the behaviour under test: a listener that works a while
         return super()._listen(messages, context)
 
 
