@@ -31,7 +31,7 @@ def main(argv: Sequence[str]) -> int:
     def listener(messages: Sequence[MessageExt], context: ConsumeOrderlyContext) -> ConsumeOrderlyStatus:
         for m in messages:
             start = time.time()
-            time.sleep(WORK_S)
+            time.sleep(WORK_S)   # the behaviour under test: a listener that works a while
             out.write(json.dumps([m.broker_name, m.queue_id, m.queue_offset, pid, start, time.time(), m.keys,
                                   m.body.decode()]) + "\n")
         return ConsumeOrderlyStatus.SUCCESS

@@ -12,24 +12,38 @@ from collections.abc import Iterator
 import pytest
 
 from integration_tests.reliability.brokers import configured_broker
+from integration_tests.reliability.resource_samples import scrape
 from integration_tests.rmq_stubs import Stubs, decode, suspend_fields
+from rmq.cli import processes
 from rmq.v1 import rmq_pb2
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 log = logging.getLogger(__name__)
-HELD = 0.3  # seconds to let a pull reach the hold table before acting
 FALLBACK_CHECK_MS = 30_000  # PullRequestHoldService's periodic check, far above WAKE_BOUND_S
 WAKE_BOUND_S = 1.0
+ANSWER_S = 10.0   # a held pull not answered by then fails the test (not after the 30 s fallback)
 
 
 @pytest.fixture(scope="module")
-def rmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stubs]:
+def metrics() -> str:
+    """The broker's Prometheus endpoint: its hold table (rmq_held_pulls) is observable there."""
+    return f"127.0.0.1:{processes.free_port()}"
+
+
+@pytest.fixture(scope="module")
+def rmq(tmp_path_factory: pytest.TempPathFactory, metrics: str) -> Iterator[Stubs]:
     server = configured_broker(tmp_path_factory.mktemp("long-polling"),
-                               hold_check_interval_ms=FALLBACK_CHECK_MS).start()
+                               hold_check_interval_ms=FALLBACK_CHECK_MS, metrics_listen=metrics).start()
     stubs = Stubs.connect(server.address)
     yield stubs
     stubs.close()
     assert server.stop() == 0
+
+
+def wait_held(metrics: str, count: int) -> None:
+    wait_until(lambda: scrape(metrics)["held_pulls"] == count, f"{count} pulls in the hold table",
+               interval=0.05)
 
 
 def held_pull(rmq: Stubs, topic: str, queue_id: int, offset: int, suspend_ms: int, sub_expression: str = "*"):
@@ -44,16 +58,16 @@ def held_pull(rmq: Stubs, topic: str, queue_id: int, offset: int, suspend_ms: in
     return rmq.messaging.PullMessage.future(request, timeout=suspend_ms / 1000 + 30)
 
 
-def test_held_pull_wakes_when_a_message_arrives(rmq: Stubs) -> None:
+def test_held_pull_wakes_when_a_message_arrives(rmq: Stubs, metrics: str) -> None:
     rmq.create_topic("wake", queues=1)
     latencies = []
     for offset in range(5):
         pending = held_pull(rmq, "wake", 0, offset, suspend_ms=60000)
-        time.sleep(HELD)
+        wait_held(metrics, 1)
         assert not pending.done()
         sent_at = time.monotonic()
         assert rmq.send("wake", rmq_pb2.Message(body=b"m%d" % offset)).status.code == rmq_pb2.OK
-        response = pending.result()
+        response = pending.result(timeout=ANSWER_S)
         latencies.append(time.monotonic() - sent_at)
         assert response.pull_status == rmq_pb2.FOUND
         assert [m.body for m in decode(response)] == [b"m%d" % offset]
@@ -75,28 +89,28 @@ def test_held_pull_times_out_with_no_new_msg(rmq: Stubs) -> None:
     assert immediate.pull_status == rmq_pb2.NO_NEW_MSG
 
 
-def test_tag_filtered_pull_ignores_other_tags(rmq: Stubs) -> None:
+def test_tag_filtered_pull_ignores_other_tags(rmq: Stubs, metrics: str) -> None:
     rmq.create_topic("tagged", queues=1)
     pending = held_pull(rmq, "tagged", 0, 0, suspend_ms=15000, sub_expression="TagA")
-    time.sleep(HELD)
+    wait_held(metrics, 1)
     rmq.send("tagged", rmq_pb2.Message(body=b"other", tags="TagB"))
-    time.sleep(HELD * 2)
+    time.sleep(0.3)   # an absence window, not an event: a pull woken by the other tag would be answered
     assert not pending.done()
     rmq.send("tagged", rmq_pb2.Message(body=b"mine", tags="TagA"))
-    response = pending.result()
+    response = pending.result(timeout=ANSWER_S)
     assert response.pull_status == rmq_pb2.FOUND
     assert [m.body for m in decode(response)] == [b"mine"]
     assert response.next_begin_offset == 2
 
 
-def test_thousand_held_pulls_leave_the_broker_responsive(rmq: Stubs) -> None:
+def test_thousand_held_pulls_leave_the_broker_responsive(rmq: Stubs, metrics: str) -> None:
     """The 1,000 pulls come over 10 connections of
     their own, the other RPCs over the fixture's."""
     rmq.create_topic("crowd", queues=1)
     rmq.create_topic("bystander", queues=1)
     crowds = [Stubs.connect(rmq.address, own_connection=True) for _ in range(10)]
     pending = [held_pull(crowds[n % 10], "crowd", 0, 0, suspend_ms=30000) for n in range(1000)]
-    time.sleep(1.0)
+    wait_held(metrics, 1000)
     assert not any(p.done() for p in pending)
     started = time.monotonic()
     assert rmq.route.ListBrokers(rmq_pb2.ListBrokersRequest(), timeout=5).status.code == rmq_pb2.OK
@@ -105,7 +119,7 @@ def test_thousand_held_pulls_leave_the_broker_responsive(rmq: Stubs) -> None:
     log.info("3 RPCs beside 1000 held pulls took %.1f ms", (time.monotonic() - started) * 1000)
     sent_at = time.monotonic()
     rmq.send("crowd", rmq_pb2.Message(body=b"for everyone"))
-    statuses = {p.result().pull_status for p in pending}
+    statuses = {p.result(timeout=ANSWER_S).pull_status for p in pending}
     log.info("1000 held pulls answered %.1f ms after the send", (time.monotonic() - sent_at) * 1000)
     for crowd in crowds:
         crowd.close()

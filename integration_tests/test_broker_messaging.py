@@ -301,7 +301,7 @@ def test_consumer_offsets_update_query_and_commit_on_pull(rmq: Stubs) -> None:
 def test_topic_offsets_and_search_by_time(rmq: Stubs) -> None:
     rmq.create_topic("timeline", queues=2)
     rmq.send("timeline", rmq_pb2.Message(body=b"early", queue_id=0))
-    time.sleep(0.05)
+    time.sleep(0.05)   # not an event: the clock moves on, so "middle" lies strictly between the two
     middle = int(time.time() * 1000)
     time.sleep(0.05)
     rmq.send("timeline", rmq_pb2.Message(body=b"late", queue_id=0))

@@ -11,15 +11,25 @@ from pathlib import Path
 
 import pytest
 
+from integration_tests.reliability.resource_samples import scrape
 from rmq.cli import processes
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[processes.ServerProcess]:
+def shared_metrics() -> str:
+    """The shared broker's Prometheus endpoint (its hold table: rmq_held_pulls)."""
+    return f"127.0.0.1:{processes.free_port()}"
+
+
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory: pytest.TempPathFactory,
+                  shared_metrics: str) -> Iterator[processes.ServerProcess]:
     """One broker for the tests that leave it running (each uses its own topics and groups)."""
-    server = processes.broker(tmp_path_factory.mktemp("cli")).start()
+    server = processes.broker(tmp_path_factory.mktemp("cli"),
+                              extra=["--metrics-listen", shared_metrics]).start()
     yield server
     server.stop()
 
@@ -180,7 +190,8 @@ def test_consume_filters_by_tag(shared_broker: processes.ServerProcess) -> None:
     assert [(line[2], line[4]) for line in consumed] == [("TagB", "b1"), ("TagB", "b2")]
 
 
-def test_consume_waits_for_messages_produced_later(shared_broker: processes.ServerProcess) -> None:
+def test_consume_waits_for_messages_produced_later(shared_broker: processes.ServerProcess,
+                                                   shared_metrics: str) -> None:
     e = shared_broker.address
     ok("topic", "create", "Later", "--queues", "2", "--endpoints", e)
     # Commit the group's position (the empty queues' ends) so the waiting consumer starts there.
@@ -190,7 +201,8 @@ def test_consume_waits_for_messages_produced_later(shared_broker: processes.Serv
     waiting = subprocess.Popen(processes.RMQ + command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
     try:
-        time.sleep(1.0)
+        wait_until(lambda: scrape(shared_metrics)["held_pulls"] == 3,   # both queues and the retry queue
+                   lambda: f"the consumer's 3 pulls held ({scrape(shared_metrics)})", interval=0.05)
         ok("produce", "Later", "--endpoints", e, stdin="x\ny\nz\n")
         out, err = waiting.communicate(timeout=60)
     finally:

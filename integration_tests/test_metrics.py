@@ -7,7 +7,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rmq.cli import processes
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
+from tests.waiting import wait_until
 
 
 def scrape(address: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -41,8 +41,12 @@ def test_broker_metrics_count_puts_gets_lag_and_held_pulls(tmp_path: Path) -> No
             held = threading.Thread(target=client.pull, args=(MessageQueue("Orders", "broker-a", 1), 15, 1),
                                     kwargs={"group": "g1", "suspend_timeout_ms": 3000, "timeout": 10})
             held.start()
-            time.sleep(0.5)
-            samples = scrape(metrics)
+
+            def held_samples() -> dict | None:
+                samples = scrape(metrics)
+                return samples if value(samples, "rmq_held_pulls", broker="broker-a") == 1 else None
+
+            samples = wait_until(held_samples, "the pull held", interval=0.05)
             held.join()
         assert result.messages.count == 5
         assert value(samples, "rmq_put_messages_total", broker="broker-a", topic="Orders") == 30
@@ -68,10 +72,8 @@ def test_name_server_metrics(tmp_path: Path) -> None:
     namesrv = processes.namesrv(tmp_path, extra=["--metrics-listen", metrics]).start()
     broker = processes.broker(tmp_path, namesrv_address=namesrv.address).start()
     try:
-        deadline = time.monotonic() + 15
-        while value(scrape(metrics), "rmq_namesrv_live_brokers") != 1:
-            assert time.monotonic() < deadline, "the broker never showed up in the name server's metrics"
-            time.sleep(0.2)
+        wait_until(lambda: value(scrape(metrics), "rmq_namesrv_live_brokers") == 1,
+                   "the broker showed up in the name server's metrics", interval=0.1)
     finally:
         broker.stop()
         namesrv.stop()

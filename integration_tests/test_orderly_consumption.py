@@ -37,6 +37,7 @@ from rmq.connector import (
 from rmq.connector.client import MessageQueue, PullStatus, RmqClient
 from rmq.connector.message import decode_messages
 from rmq.connector.producer import select_message_queue_by_hash
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 TOPIC = "Ordered"
@@ -74,7 +75,7 @@ class KeyedProducer(threading.Thread):
                     producer.send(Message(TOPIC, f"{key}:{self.steps}".encode(), keys=f"order-{key}"),
                                   select_message_queue_by_hash, f"order-{key}")
                 self.steps += 1
-                time.sleep(0.2)
+                time.sleep(0.2)   # the behaviour under test: a steady producer, a step every 0.2 s
 
 
 def records(out: Path) -> list[list]:
@@ -107,7 +108,8 @@ def test_keyed_orders_with_a_join_and_a_kill(broker: processes.ServerProcess, tm
         killed = consumers.pop(0)
         killed.kill()                                           # kill -9 while consuming
         killed.wait()
-        time.sleep(1.0)                                         # production goes on a while
+        steps_at_kill = producer.steps                          # production goes on a while
+        wait_until(lambda: producer.steps >= steps_at_kill + 5, "5 more steps produced", timeout=WAIT_S)
         producer.stop.set()
         producer.join()
         expected = {f"{key}:{step}" for key in range(KEYS) for step in range(producer.steps)}

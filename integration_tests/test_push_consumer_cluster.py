@@ -147,7 +147,7 @@ def test_avg_split_kill_9_and_clean_shutdown(cluster: Cluster, tmp_path: Path) -
         assert [len(c.owned()[1]) for c in consumers] == [3, 3, 2]  # TV-1
         produce(cluster, 0, 300)
         wait_until(lambda: len(bodies(consumers)) == 300, "300 messages consumed")
-        time.sleep(0.3)
+        time.sleep(0.3)   # an absence window, not an event: a message consumed twice would show
         assert set(bodies(consumers).values()) == {1}  # each exactly once
 
         # kill -9: the broker sees the watch stream break, unregisters c2, the others take over
@@ -161,7 +161,7 @@ def test_avg_split_kill_9_and_clean_shutdown(cluster: Cluster, tmp_path: Path) -
         assert not c1.owned()[1] & c3.owned()[1]
         produce(cluster, 300, 300)
         wait_until(lambda: len(bodies(consumers)) == 600, "600 messages consumed")
-        time.sleep(0.3)
+        time.sleep(0.3)   # an absence window, not an event: a further duplicate would show
         counts = bodies(consumers)
         duplicated = {body for body, n in counts.items() if n > 1}
         assert all(n <= 2 for n in counts.values())
@@ -196,7 +196,7 @@ def test_circle_split(cluster: Cluster, tmp_path: Path) -> None:
     try:
         produce(cluster, 10000, 100)
         wait_until(lambda: len(bodies(consumers)) == 100, "100 messages consumed")
-        time.sleep(0.2)
+        time.sleep(0.2)   # an absence window, not an event: a message consumed twice would show
         assert set(bodies(consumers).values()) == {1}
     finally:
         for consumer in consumers:

@@ -23,6 +23,7 @@ from rmq.connector.client import MessageQueue, RmqClient
 from rmq.connector.errors import OffsetResolutionError
 from rmq.connector.spark.batch_reader import RmqBatchReader, RmqFilteringBatchReader
 from rmq.connector.spark.options import parse_source_options
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -117,7 +118,7 @@ def test_timestamp_starts_and_ends(broker, client):
     mq = MessageQueue("stamps", "broker-a", 0)
     produce(client, "stamps", 3)
     wait_dispatched(client, "stamps", 3)
-    time.sleep(0.05)
+    time.sleep(0.05)   # not an event: the clock moves on, so "middle" lies strictly between the batches
     middle = int(time.time() * 1000)
     time.sleep(0.05)
     produce(client, "stamps", 3, start=3)
@@ -148,11 +149,13 @@ def test_min_messages_per_trigger_waits_for_enough_messages_or_the_delay(broker,
         assert reader.latestOffset(start, ReadMaxRows(12)) == start          # 4 < 10: wait
         produce(client, "trickle", 16, start=4)
         wait_dispatched(client, "trickle", 20)
+        triggered_at = time.monotonic()
         enough = reader.latestOffset(start, ReadMaxRows(12))
         assert sum(positions(enough).values()) == 12                          # maxMessagesPerTrigger caps
         assert reader.latestOffset(enough, ReadMaxRows(12)) == enough         # 8 pending < 10: wait...
-        time.sleep(1.6)
-        late = reader.latestOffset(enough, ReadMaxRows(12))                   # ...until maxTriggerDelay
+        late = wait_until(lambda: (end := reader.latestOffset(enough, ReadMaxRows(12))) != enough and end,
+                          "the next micro-batch planned at maxTriggerDelay", interval=0.1)
+        assert time.monotonic() - triggered_at >= 1.5                         # ...until maxTriggerDelay
         assert sum(positions(late).values()) == 20
     finally:
         reader.stop()
@@ -163,7 +166,7 @@ def test_pushed_filters_narrow_what_a_batch_read_pulls(broker, client):
     for i in range(10):
         produce(client, "filtered", 2, tags="A" if i % 2 else "B", start=2 * i)   # each queue: B, A, B, A...
     wait_dispatched(client, "filtered", 20)
-    time.sleep(0.05)
+    time.sleep(0.05)   # not an event: the clock moves on, so "middle" lies strictly between the batches
     middle = datetime.now(UTC)
     time.sleep(0.05)
     produce(client, "filtered", 4, tags="A", start=20)                          # offsets 10, 11 per queue

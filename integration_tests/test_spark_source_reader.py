@@ -250,7 +250,7 @@ def test_timestamp_and_committed_starting_offsets(broker, client):
     client.create_topic("starts", queues=2)
     produce(client, "starts", 10, prefix="old")
     wait_dispatched(client, "starts", 10)
-    time.sleep(0.05)
+    time.sleep(0.05)   # not an event: the clock moves on, so "middle" lies strictly between the batches
     middle = int(time.time() * 1000)
     time.sleep(0.05)
     produce(client, "starts", 6, prefix="new")

@@ -52,7 +52,7 @@ def test_a_query_with_default_options_rides_out_a_broker_kill9_and_restart(spark
     try:
         wait_for(lambda: rows_read(query) >= 100, "the first 100 messages", query)
         broker.kill()
-        time.sleep(DOWN_SECONDS)      # the query's triggers meet a dead broker meanwhile
+        time.sleep(DOWN_SECONDS)      # the behaviour under test: an outage this long; triggers meet it
         broker.start()
         with RmqClient(broker.address) as client:
             bodies += produce(client, "outage", 100, start=100)

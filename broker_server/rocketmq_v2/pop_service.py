@@ -59,10 +59,6 @@ _MOVED = frozenset({GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_O
                     GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING})
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def _bytes_left(max_bytes: int | None, records: list[_Record]) -> int | None:
     """What `max_bytes` leaves after `records` (0 when reached; None: unbounded)."""
     if max_bytes is None:
@@ -105,7 +101,8 @@ class PopService:
     def __init__(self, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
                  hold_service: PullRequestHoldService, executor: StoreExecutor, table: PopStateTable,
                  on_topics_changed: Callable[[], None], remembered: RememberedReceives[Popped],
-                 filters: FilterExecutor) -> None:
+                 filters: FilterExecutor, clock: Callable[[], float] = time.time) -> None:
+        """`clock`: the wall clock (seconds) invisibilities are measured against."""
         self.store = store
         self.filters = filters   # SQL92 reads: one slice each, in the account's turn (filter_executor)
         self.topics = topics
@@ -123,6 +120,10 @@ class PopService:
         # auto-renewed deliveries (proxy ReceiptHandleProcessor): (queue, offset) -> (client, handle version)
         self._leases: dict[tuple[PopQueue, int], tuple[str, int]] = {}
         self._renewer: asyncio.Task | None = None
+        self._clock = clock
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
 
     def start(self, client_alive: Callable[[str], bool], invisible_ms: int) -> None:
         """Renew auto-renewed deliveries by `invisible_ms` while their client is connected."""
@@ -202,7 +203,7 @@ class PopService:
             if queue not in self.table.queues:
                 self.table.state(queue).pop_offset = await self._initial_offset(queue)
             state = self.table.state(queue)
-            now = now_ms()
+            now = self._now_ms()
             due = sorted(o for o, e in state.inflight.items() if e.visible_at_ms <= now)
             if request.fifo and len(due) < len(state.inflight):
                 return []   # an earlier message of this queue is still being consumed
@@ -307,7 +308,7 @@ class PopService:
         states = [self.table.queues.get(PopQueue(request.group, request.topic, q)) for q in request.queue_ids]
         wake_at = [e.visible_at_ms for state in states if state for e in state.inflight.values()]
         if wake_at:
-            timeout_s = min(timeout_s, max(min(wake_at) - now_ms(), 0) / 1000 + 0.01)
+            timeout_s = min(timeout_s, max(min(wake_at) - self._now_ms(), 0) / 1000 + 0.01)
         # a FIFO queue with a message in flight is woken by its ack / change / visibility, not arrivals
         holds = [
             loop.create_task(self.hold_service.suspend(
@@ -357,7 +358,7 @@ class PopService:
         return current
 
     async def renew_due(self, client_alive: Callable[[str], bool], invisible_ms: int) -> None:
-        now = now_ms()
+        now = self._now_ms()
         for queue, offset, client in self._current_leases():
             if not client_alive(client):   # gone without saying so: its deliveries run out
                 del self._leases[(queue, offset)]
@@ -367,7 +368,7 @@ class PopService:
 
     async def release(self, client_id: str) -> None:
         """The client terminated: what it held is receivable again at once."""
-        now = now_ms()
+        now = self._now_ms()
         released = self._current_leases(client_id)
         for queue, offset, _ in released:
             self.table.renewed(queue, offset, now)
@@ -412,7 +413,7 @@ class PopService:
 
     async def change_invisible(self, group: str, handle: ReceiptHandle, invisible_ms: int) -> ReceiptHandle:
         queue = PopQueue(group, handle.topic, handle.queue_id)
-        entry = self.table.changed(queue, handle.offset, now_ms() + invisible_ms)
+        entry = self.table.changed(queue, handle.offset, self._now_ms() + invisible_ms)
         await self.table.sync()
         self._notify(group, handle.topic)
         return ReceiptHandle(handle.topic, handle.queue_id, handle.offset, entry.version)

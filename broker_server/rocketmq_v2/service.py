@@ -3,6 +3,7 @@ offsets, long polling): `build_service`, called once by BrokerController."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import grpc
@@ -36,8 +37,10 @@ def build_service(config: BrokerConfig, store: MessageStore, executor: StoreExec
                   offsets: ConsumerOffsetManager, hold_service: PullRequestHoldService,
                   pull_processor: PullMessageProcessor,
                   open_channel: Callable[[str], grpc.aio.Channel],
-                  on_topics_changed: Callable[[], None]) -> RocketMQv2MessagingService:
-    """The v2 service of one broker, its pop state loaded from the store directory."""
+                  on_topics_changed: Callable[[], None],
+                  clock: Callable[[], float] = time.time) -> RocketMQv2MessagingService:
+    """The v2 service of one broker, its pop state loaded from the store directory; `clock`:
+    the wall clock invisibilities are measured against."""
     table = PopStateTable(config.store_path, executor)
     table.load()
     for queue, state in table.queues.items():   # the journal is fsynced, the offsets file periodic
@@ -64,7 +67,7 @@ def build_service(config: BrokerConfig, store: MessageStore, executor: StoreExec
                       open_channel),
         PopService(store, topics, offsets, hold_service, executor, table, on_topics_changed,
                    RememberedReceives(config.max_remembered_receives, config.max_remembered_receive_bytes),
-                   pull_processor.filters),
+                   pull_processor.filters, clock),
         sessions, GroupPolicy(max_attempts, fifo_groups, config.min_invisible_ms,
                               config.enable_property_filter), timer, transactions,
         OffsetRpcs(store, executor, topics, offsets, pull_processor),

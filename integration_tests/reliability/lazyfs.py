@@ -179,7 +179,7 @@ class LazyFS:
             return bytes(data)
 
     def fsync(self, path: str, datasync: int, fh: int) -> int:
-        time.sleep(self.fsync_delay_s)
+        time.sleep(self.fsync_delay_s)   # the behaviour under test: a slow disk's fsync
         with self._lock:
             pages = self._pages.pop(path, {})
             size = max(self._sizes.pop(path, 0), self._backing_size(path))

@@ -20,6 +20,7 @@ from integration_tests.reliability.report import ReliabilityReport, tally
 from integration_tests.reliability.traffic import Producers, gaps_and_repeats, read_topic
 from rmq.cli import processes
 from rmq.connector.client import RmqClient
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -47,9 +48,12 @@ def _produce_through_kills(server: processes.ServerProcess, kills: int, acknowle
             while len(producers.ledger.acknowledged) < target:
                 assert time.monotonic() < deadline, f"producers stalled: {producers.ledger.errors[-3:]}"
                 time.sleep(0.02)
+            failed = len(producers.ledger.errors)
             server.kill()
             killed_at.append(time.monotonic())
-            time.sleep(0.2)        # let in-flight sends fail against the dead broker
+            # sends meet the dead broker
+            wait_until(lambda failed=failed: len(producers.ledger.errors) > failed,
+                       lambda: f"no send failed against the dead broker: {producers.ledger.errors[-3:]}")
             server.start()
     with closing(RmqClient(server.address)) as reader:
         read = read_topic(reader, TOPIC)

@@ -22,13 +22,15 @@ from integration_tests.reliability.report import ReliabilityReport, tally
 from integration_tests.reliability.traffic import read_topic
 from rmq.cli import processes
 from rmq.connector.client import MessageQueue, RmqClient
+from rmq.connector.latency_fault_tolerance import LatencyFaultTolerance
 from rmq.connector.message import Message
 from rmq.connector.producer import Producer
+from tests.clocks import ManualClock
 
 pytestmark = pytest.mark.integration
 
 TOPIC, GROUP = "two-brokers", "two-brokers-group"
-ISOLATION_S = 10.0      # far above the 40 sends' time on loopback: one failed attempt in all
+ISOLATION_S = 10.0      # on the producer's own clock, moved by the test once broker-b is back
 
 
 def rmq(namesrv: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -57,7 +59,8 @@ def test_clients_isolate_a_killed_broker_and_pick_it_up_again(
             wait_for(lambda: len(client.query_route(TOPIC).brokers) == 2, "the topic routed on both")
             client.update_consumer_offsets(GROUP, {MessageQueue(TOPIC, name, q): 0
                                                    for name in brokers for q in range(2)})
-        producer.fault_tolerance.isolation_s = ISOLATION_S
+        clock = ManualClock(0.0)          # the 40 sends take no isolation time, however slow they are
+        producer.fault_tolerance = LatencyFaultTolerance(ISOLATION_S, clock=clock)
         producer.start()
         brokers["broker-b"].kill()
 
@@ -69,7 +72,7 @@ def test_clients_isolate_a_killed_broker_and_pick_it_up_again(
         failed_attempts = sum("send to broker-b failed" in r.getMessage() for r in caplog.records)
 
         brokers["broker-b"].start()
-        time.sleep(ISOLATION_S)
+        clock.advance(ISOLATION_S)        # the isolation period ends
         up_results = []
         deadline = time.monotonic() + 60
         while not any(r.message_queue.broker_name == "broker-b" for r in up_results):

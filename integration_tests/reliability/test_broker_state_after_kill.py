@@ -6,7 +6,7 @@ key index after abnormal recovery (store §8), and the pull byte caps (default a
 
 from __future__ import annotations
 
-import time
+import json
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -16,11 +16,13 @@ import pytest
 
 from integration_tests.reliability.brokers import configured_broker
 from integration_tests.reliability.report import ReliabilityReport, tally
+from integration_tests.reliability.resource_samples import scrape
 from integration_tests.reliability.traffic import read_topic
 from integration_tests.rmq_stubs import Stubs
 from rmq.cli import processes
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.v1 import rmq_pb2
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -29,20 +31,29 @@ MiB = 1 << 20
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[processes.ServerProcess]:
+def metrics() -> str:
+    """The broker's Prometheus endpoint (rmq_dispatch_behind_bytes: what is not consumable yet)."""
+    return f"127.0.0.1:{processes.free_port()}"
+
+
+@pytest.fixture
+def broker(tmp_path: Path, metrics: str) -> Iterator[processes.ServerProcess]:
     server = configured_broker(tmp_path, flush="sync", consumer_offset_persist_interval_ms=PERSIST_MS,
                                delay_offset_persist_interval_ms=PERSIST_MS, message_delay_level="1s 2s",
-                               default_pull_max_bytes=3 * MiB, max_pull_bytes=5 * MiB)
+                               default_pull_max_bytes=3 * MiB, max_pull_bytes=5 * MiB, metrics_listen=metrics)
     server.start()
     yield server
     server.stop()
 
 
 def wait_for(condition, what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.05)
+    wait_until(condition, what, timeout, interval=0.05)
+
+
+def persisted(store_parent: Path, name: str) -> dict:
+    """The offset table the broker last wrote to <store>/config/`name` ({} before its first write)."""
+    path = store_parent / "broker-a" / "config" / name
+    return json.loads(path.read_text())["offsetTable"] if path.exists() else {}
 
 
 def test_acknowledged_topic_changes_survive_kill9(broker: processes.ServerProcess) -> None:
@@ -67,13 +78,14 @@ def test_acknowledged_topic_changes_survive_kill9(broker: processes.ServerProces
                     for t in client.list_topics()] == expected
 
 
-def test_committed_consumer_offsets_survive_kill9(broker: processes.ServerProcess) -> None:
+def test_committed_consumer_offsets_survive_kill9(broker: processes.ServerProcess, tmp_path: Path) -> None:
     with closing(RmqClient(broker.address)) as client:
         client.create_topic("offsets", queues=2)
         client.send("offsets", [OutgoingMessage(b"m%d" % n) for n in range(40)])
         committed = {MessageQueue("offsets", "broker-a", 0): 17, MessageQueue("offsets", "broker-a", 1): 9}
         client.update_consumer_offsets("g", committed)
-    time.sleep(3 * PERSIST_MS / 1000)            # at least one persist interval passed
+    wait_for(lambda: persisted(tmp_path, "consumerOffset.json").get("offsets@g") == {"0": 17, "1": 9},
+             "the offsets persisted (every consumer_offset_persist_interval_ms)")
     broker.kill()
     broker.start()
     with closing(RmqClient(broker.address)) as client:
@@ -81,7 +93,7 @@ def test_committed_consumer_offsets_survive_kill9(broker: processes.ServerProces
 
 
 def test_delayed_messages_are_delivered_across_restart_and_kill9(
-        broker: processes.ServerProcess, report: ReliabilityReport) -> None:
+        broker: processes.ServerProcess, report: ReliabilityReport, tmp_path: Path, metrics: str) -> None:
     """Parked messages survive a graceful restart and a kill -9 before they are due; a kill -9
     right after a delivery may repeat it (delayOffset persisted every interval: at least once),
     never lose it."""
@@ -99,7 +111,11 @@ def test_delayed_messages_are_delivered_across_restart_and_kill9(
         wait_for(lambda: len(read_topic(client, "delayed")) >= 15, "5 more delivered")
     broker.kill()                                             # right after a delivery
     broker.start()
-    time.sleep(2.5)                                           # anything not marked delivered comes again
+    # anything not marked delivered comes again: the delay progress reaches every parked message
+    # (level 1: 5 in queue 0, level 2: 10 in queue 1) and what was re-put is dispatched
+    wait_for(lambda: persisted(tmp_path, "delayOffset.json") == {"1": 5, "2": 10},
+             "the delay progress persisted")
+    wait_for(lambda: scrape(metrics)["dispatch_behind_bytes"] == 0, "the re-put messages dispatched")
     with closing(RmqClient(broker.address)) as client:
         read = [m.body for m in read_topic(client, "delayed")]
     sent = [b"%s-%d" % (kind, n) for kind in (b"restart", b"kill", b"after") for n in range(5)]

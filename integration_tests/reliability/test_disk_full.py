@@ -115,7 +115,7 @@ def test_disk_usage_threshold_refuses_writes_keeps_reads_and_recovers(
                 refused.append(placed)
             else:
                 acknowledged[body] = placed
-            time.sleep(0.05)
+            time.sleep(0.05)   # pacing the writes while the disk check catches up (polled, with a deadline)
         for n in range(20):                      # every further write is refused too
             sent += 1
             placed = _send_one(client, f"refused-{n}".encode())

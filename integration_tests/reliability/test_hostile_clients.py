@@ -37,6 +37,7 @@ FULL = os.environ.get(REPORT_ENV) == "1"
 GROUPS = 10_000 if FULL else 2_000
 MAX_GROUPS = 500
 MAX_HELD = 1_000
+BASELINE_SENDS = 200      # the producer's latencies measured before the attack (and half as many after)
 SUB_EXPRESSIONS = 10_000 if FULL else 2_000
 TOPIC, IDLE, PRODUCED = "hostile", "hostile-idle", "hostile-producer"
 QUEUES = 4
@@ -68,7 +69,7 @@ HOLDER = textwrap.dedent("""
                                    max_messages=1, sub_expression="*", sys_flag=rmq_pb2.FLAG_SUSPEND,
                                    suspend_timeout_ms=120000), timeout=300) for n in range(count)]
     print("sent", flush=True)
-    time.sleep(600)
+    time.sleep(600)   # holds its pulls until the test kills it
 """)
 
 
@@ -103,7 +104,7 @@ def test_hostile_clients_are_bounded_and_a_producer_keeps_its_latency(
         stub = rmq_pb2_grpc.MessagingServiceStub(channel)
         with ResourceSampler(metrics, interval=1.0) as sampler, \
                 Producers(server.address, PRODUCED, threads=1, batch=1, pause=0.01) as producer:
-            time.sleep(5)
+            wait_for(lambda: len(producer.ledger.latencies_ms) >= BASELINE_SENDS, "the baseline sends")
             baseline_latencies = list(producer.ledger.latencies_ms)
             attack_started = time.monotonic()
 
@@ -150,7 +151,8 @@ def test_hostile_clients_are_bounded_and_a_producer_keeps_its_latency(
                 future.cancel()
             wait_for(lambda: sampler.sample_now()["held_pulls"] == 0, "cancelled pulls released")
             attack_seconds = time.monotonic() - attack_started
-            time.sleep(3)
+            after_attack = len(producer.ledger.latencies_ms) + BASELINE_SENDS // 2
+            wait_for(lambda: len(producer.ledger.latencies_ms) >= after_attack, "sends after the attack")
             attack_latencies = producer.ledger.latencies_ms[len(baseline_latencies):]
         channel.close()
         final = sampler.sample_now()

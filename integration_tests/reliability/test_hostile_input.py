@@ -23,10 +23,12 @@ from hypothesis import strategies as st
 
 from integration_tests.reliability.fuzzing import Rpc, broker_rpcs, invalid_utf8_topic_request, requests
 from integration_tests.reliability.report import REPORT, ReliabilityReport, tally
+from integration_tests.reliability.resource_samples import scrape
 from integration_tests.reliability.traffic import Producers, gaps_and_repeats, read_topic
 from rmq.cli import processes
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.v1 import rmq_pb2
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +47,8 @@ class Broker:
     """One broker for the whole module, with a canary topic whose data must survive."""
 
     def __init__(self, tmp_path: Path) -> None:
-        self.server = processes.broker(tmp_path, flush="sync")
+        self.metrics = f"127.0.0.1:{processes.free_port()}"   # its hold table: rmq_held_pulls
+        self.server = processes.broker(tmp_path, flush="sync", extra=["--metrics-listen", self.metrics])
         self.server.start()
         self.channel = grpc.insecure_channel(self.server.address, options=[
             ("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)])
@@ -173,7 +176,7 @@ def test_raw_garbage_on_the_port_does_not_disturb_the_broker(broker: Broker) -> 
     for payload in payloads:
         with socket.create_connection((host, int(port)), timeout=5) as sock:
             sock.sendall(payload)
-            time.sleep(0.05)
+            time.sleep(0.05)   # the behaviour under test: a client that sends garbage, lingers, then goes
         broker.assert_alive()
     for sock in idle:
         sock.close()
@@ -203,7 +206,9 @@ def test_abandoned_and_absurd_held_pulls_are_released(broker: Broker) -> None:
     waiting = method.future(rmq_pb2.PullMessageRequest(
         consumer_group="abandon", topic=CANARY, queue_id=0, queue_offset=end[0], max_messages=1,
         sys_flag=rmq_pb2.FLAG_SUSPEND, suspend_timeout_ms=20_000), timeout=30)
-    time.sleep(0.3)
+    wait_until(lambda: scrape(broker.metrics)["held_pulls"] == 1,      # the abandoned ones left the table
+               lambda: f"only the waiting pull held ({scrape(broker.metrics)['held_pulls']:.0f})",
+               interval=0.05)
     with RmqClient(broker.server.address) as client:
         client.send(CANARY, [OutgoingMessage(b"wake-up", queue_id=0)])
     assert waiting.result().pull_status == rmq_pb2.FOUND

@@ -43,7 +43,7 @@ def test_producers_and_two_groups_under_load_read_everything_once_per_group(
             owners = {group.group: [len(owned) for owned in group.owners()] for group in groups}
             started = time.monotonic()
             with Producers(server.address, TOPIC, threads=3, batch=64, body_size=100) as producers:
-                time.sleep(SECONDS)
+                time.sleep(SECONDS)   # the behaviour under test: load this long
             produced_for = time.monotonic() - started
             with RmqClient(server.address) as client:
                 stored = sum(o.max_offset for o in client.topic_offsets(TOPIC).values())

@@ -18,10 +18,13 @@ import pytest
 
 from integration_tests.reliability.brokers import configured_broker
 from integration_tests.reliability.report import ReliabilityReport, ScenarioFigures
+from integration_tests.reliability.resource_samples import scrape
 from integration_tests.reliability.traffic import Producers
+from rmq.cli import processes
 from rmq.connector.client import RmqClient
 from rmq.connector.message_decoder import decode
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -60,7 +63,9 @@ def _probe(stubs: dict[str, object]) -> list[float]:
 
 def test_thousand_held_pulls_wake_correctly_and_the_broker_stays_responsive(
         tmp_path: Path, report: ReliabilityReport) -> None:
-    server = configured_broker(tmp_path, flush="sync", hold_check_interval_ms=FALLBACK_CHECK_MS)
+    metrics = f"127.0.0.1:{processes.free_port()}"
+    server = configured_broker(tmp_path, flush="sync", hold_check_interval_ms=FALLBACK_CHECK_MS,
+                               metrics_listen=metrics)
     server.start()
     # own connection per channel (gRPC would share one), the last one for the probes
     channels = [grpc.insecure_channel(server.address, options=[("grpc.use_local_subchannel_pool", 1)])
@@ -78,7 +83,7 @@ def test_thousand_held_pulls_wake_correctly_and_the_broker_stays_responsive(
             future = _held_pull(stubs[n % CHANNELS], n % QUEUES, 0, HOLD_MS, HOLD_MS / 1000 + 30)
             future.add_done_callback(lambda _, n=n: _mark(woken_at, lock, n))
             held.append(future)
-        time.sleep(2.0)
+        wait_until(lambda: scrape(metrics)["held_pulls"] == HELD, f"the {HELD} pulls held", interval=0.1)
         idle_probe_ms = [ms for _ in range(10) for ms in _probe(probes)]
         assert not any(f.done() for f in held), "a held pull returned before any message arrived"
 

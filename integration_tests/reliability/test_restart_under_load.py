@@ -17,13 +17,14 @@ from integration_tests.reliability.report import REPORT_ENV, ReliabilityReport, 
 from integration_tests.reliability.traffic import Producers, PushGroup
 from rmq.cli import processes
 from rmq.connector.client import RmqClient
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
 TOPIC, GROUP = "restart-load", "restart-load-group"
 QUEUES = 4
 ROUNDS = 2 if os.environ.get(REPORT_ENV) == "1" else 1
-LOAD_S = 4.0
+LOAD_ACKS = 1000   # messages acknowledged between two restarts (and after the last one)
 
 
 def test_sigterm_and_kill_under_load_lose_nothing_and_consumers_resume(
@@ -36,9 +37,15 @@ def test_sigterm_and_kill_under_load_lose_nothing_and_consumers_resume(
         with PushGroup(server.address, TOPIC, GROUP, consumers=2) as group:
             group.wait_balanced(QUEUES)
             with Producers(server.address, TOPIC, threads=2, batch=16, pause=0.02) as producers:
+
+                def under_load() -> None:
+                    target = len(producers.ledger.acknowledged) + LOAD_ACKS
+                    wait_until(lambda: len(producers.ledger.acknowledged) >= target,
+                               f"{LOAD_ACKS} more messages acknowledged", timeout=120, interval=0.05)
+
                 for _ in range(ROUNDS):
                     for stop in (server.stop, server.kill):
-                        time.sleep(LOAD_S)
+                        under_load()
                         stop()
                         server.start()
                         restarted = time.monotonic()
@@ -48,7 +55,7 @@ def test_sigterm_and_kill_under_load_lose_nothing_and_consumers_resume(
                             assert time.monotonic() < deadline, "the group read nothing after the restart"
                             time.sleep(0.05)
                         resumed_after.append(time.monotonic() - restarted)
-                time.sleep(LOAD_S)
+                under_load()
             ledger = producers.ledger
             acknowledged = [m.body for m in ledger.acknowledged_messages()]
             deadline = time.monotonic() + 180

@@ -17,6 +17,7 @@ from integration_tests.reliability.report import ReliabilityReport, tally
 from integration_tests.reliability.streaming import read_output, start_query, wait_until_caught_up
 from integration_tests.reliability.traffic import Producers, gaps_and_repeats, read_topic
 from rmq.connector.client import RmqClient
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -50,7 +51,6 @@ def test_retention_under_active_readers_fails_or_skips_as_configured(
         _wait_for_rows(queries.values())
         with Producers(server.address, TOPIC, threads=2, batch=100, body_size=200, max_batches=10) as burst:
             burst.wait()
-        time.sleep(RETENTION_S)
         with RmqClient(server.address) as client:
             offsets = _settled_offsets(client)
             held = read_topic(client, TOPIC)
@@ -84,11 +84,14 @@ def test_retention_under_active_readers_fails_or_skips_as_configured(
 
 
 def _settled_offsets(client: RmqClient, quiet_s: float = 1.0, timeout: float = 30):
-    """Topic offsets once retention has stopped moving them for `quiet_s`."""
+    """Topic offsets once retention has deleted the oldest files of every queue (RETENTION_S
+    after they were written) and stopped moving them for `quiet_s`."""
+    wait_until(lambda: all(o.min_offset > 0 for o in client.topic_offsets(TOPIC).values()),
+               "retention deleted the oldest files of every queue", timeout + RETENTION_S, interval=0.2)
     deadline = time.monotonic() + timeout
     last = client.topic_offsets(TOPIC)
     while time.monotonic() < deadline:
-        time.sleep(quiet_s)
+        time.sleep(quiet_s)   # a stability window: retention has nothing more to delete once it passes
         now = client.topic_offsets(TOPIC)
         if now == last:
             return now
@@ -129,7 +132,6 @@ def test_executor_reader_logs_the_gap_it_skips_and_fails_on_it_by_default(
         producers = Producers(server.address, TOPIC, threads=1, batch=100, body_size=200, max_batches=10)
         with producers:
             producers.wait()
-        time.sleep(RETENTION_S)
         with RmqClient(server.address) as client:
             [(mq, offsets)] = _settled_offsets(client).items()
             held = read_topic(client, TOPIC)

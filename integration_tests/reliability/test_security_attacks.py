@@ -158,7 +158,7 @@ def test_1_an_account_without_permissions_cannot_lock_the_admin_out(tmp_path: Pa
                     admin_ok += 1
                 except RmqError as error:
                     admin_refused.append(str(error))
-                time.sleep(0.02)
+                time.sleep(0.02)   # the behaviour under test: a steady admin client beside the flood
             stop.set()
             for thread in threads:
                 thread.join(10)
@@ -254,7 +254,7 @@ def test_3_silent_connections_are_closed_and_cannot_take_the_stores_files(tmp_pa
                 served.append(len(producer.send("orders", [OutgoingMessage(b"during the flood")]).msg_ids))
             except RmqError as error:
                 failures.append(str(error))
-            time.sleep(0.2)
+            time.sleep(0.2)   # the behaviour under test: a steady producer beside the flood
 
     sockets = []
     try:
@@ -398,7 +398,7 @@ def test_6_refusals_cannot_flood_the_log(tmp_path: Path) -> None:
     try:
         for thread in threads:
             thread.start()
-        time.sleep(LOG_FLOOD_S)
+        time.sleep(LOG_FLOOD_S)   # the behaviour under test: a flood this long (log bound per interval)
         stop.set()
         for thread in threads:
             thread.join(10)

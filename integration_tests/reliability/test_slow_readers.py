@@ -42,6 +42,7 @@ CONNECTION_BUDGET, BUDGET = 8 * MiB, 32 * MiB
 SETTINGS = dict(max_inflight_pull_bytes_per_connection=CONNECTION_BUDGET, max_inflight_pull_bytes=BUDGET)
 RSS_BOUND_MIB = 256                   # unbounded: READER_PULLS x PULL_MIB = 256 MiB of answers, ~3x in RSS
 GOOD_PULL_BYTES = 2 * MiB
+WINDOW = (100, 10)     # sends, good pulls: each phase (before, while the reader is stopped, after) lasts this
 
 # Opens READER_PULLS pulls at once over READER_CONNECTIONS channels and stops itself (SIGSTOP) as
 # soon as the first answer arrives: every request is on the wire, the other answers are never read.
@@ -59,7 +60,7 @@ SLOW_READER = textwrap.dedent("""
     print("sent", flush=True)
     for future in futures:
         future.add_done_callback(lambda _: os.kill(os.getpid(), signal.SIGSTOP))
-    time.sleep(600)
+    time.sleep(600)   # stopped or killed by then
 """)
 
 
@@ -130,7 +131,12 @@ def test_slow_readers_are_bounded_and_others_keep_pulling(tmp_path: Path, report
         with ResourceSampler(metrics, interval=0.5) as sampler, \
                 Producers(server.address, PRODUCED, threads=1, batch=1, pause=0.01) as producer, \
                 GoodConsumer(server.address, TOPIC) as consumer:
-            time.sleep(3)
+
+            def progressed(since: tuple[int, int]) -> bool:
+                done = len(producer.ledger.latencies_ms), len(consumer.latencies_ms)
+                return all(now >= start + more for now, start, more in zip(done, since, WINDOW, strict=True))
+
+            wait_for(lambda: progressed((0, 0)), "the producer's and the good consumer's warm-up")
             rss_start = sampler.sample_now()["rss_mib"]
             before = len(producer.ledger.latencies_ms), len(consumer.latencies_ms)
             reader = subprocess.Popen(
@@ -140,7 +146,8 @@ def test_slow_readers_are_bounded_and_others_keep_pulling(tmp_path: Path, report
             try:
                 assert reader.stdout is not None and reader.stdout.readline().strip() == "sent"
                 wait_for(lambda: stopped(reader.pid), "the reader stopped itself (its socket fills)")
-                time.sleep(8)
+                wait_for(lambda: progressed(before) and sampler.sample_now()["inflight_pull_mib"] > 0,
+                         "sends and good pulls while the stopped reader's answers are held")
                 during = len(producer.ledger.latencies_ms), len(consumer.latencies_ms)
                 held = sampler.sample_now()
             finally:
@@ -148,7 +155,8 @@ def test_slow_readers_are_bounded_and_others_keep_pulling(tmp_path: Path, report
                 reader.wait()
             wait_for(lambda: sampler.sample_now()["inflight_pull_mib"] <= GOOD_PULL_BYTES / MiB + 1,
                      "the bytes held for the killed reader released")
-            time.sleep(2)
+            after = len(producer.ledger.latencies_ms), len(consumer.latencies_ms)
+            wait_for(lambda: progressed(after), "sends and good pulls after the reader is gone")
         final = sampler.sample_now()       # the producer and the consumer are done
         with RmqClient(server.address) as client:
             read = read_topic(client, PRODUCED)

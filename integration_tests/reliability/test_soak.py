@@ -127,7 +127,7 @@ def test_soak_mixed_load_resources_stay_flat_and_nothing_acknowledged_is_lost(
             churn.loop("consumer churn", consumer_churn(clients[1]), pause=0.01)
             for holder in range(4):
                 churn.loop(f"holder {holder}", long_poll_holder(clients[2]), pause=0.0)
-            time.sleep(SOAK_SECONDS)
+            time.sleep(SOAK_SECONDS)   # the behaviour under test: a soak this long
             churn.join()
             ledgers = [batched.stop(), single.stop()]
             sampler.sample_now()

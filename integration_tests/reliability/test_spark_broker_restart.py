@@ -43,7 +43,7 @@ def test_streaming_query_survives_a_broker_kill9_and_writes_every_message_once(
                 _wait_for_batches(query, 2)
                 _wait_between_batches(query)
                 server.kill()
-                time.sleep(DOWN_SECONDS)
+                time.sleep(DOWN_SECONDS)   # the behaviour under test: an outage this long under the query
                 server.start()
                 _wait_for_batches(query, len(query.recentProgress) + 2)
             with RmqClient(server.address) as client:

@@ -107,7 +107,7 @@ class Producers:
                     with self.ledger.lock:
                         self.ledger.sent += len(bodies)
                         self.ledger.errors.append(f"{type(error).__name__}: {error}")
-                    time.sleep(0.05)
+                    time.sleep(0.05)   # a producer's pause before it retries
                     continue
                 now = time.monotonic()
                 placed = zip(result.queue_ids, result.queue_offsets, bodies, strict=True)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +28,13 @@ def free_port() -> int:
 
 
 class InProcessBroker:
-    def __init__(self, store_dir: Path, security: ServerSecurity | None = None, **settings: Any) -> None:
+    def __init__(self, store_dir: Path, security: ServerSecurity | None = None,
+                 clock: Callable[[], float] = time.time, **settings: Any) -> None:
+        """`clock`: the broker's wall clock for delay levels and RocketMQ 5 invisibility
+        (tests.clocks.ManualClock: a test moves time instead of waiting it out)."""
         self.address = f"127.0.0.1:{free_port()}"
         self.config = BrokerConfig(listen=self.address, store_dir=str(store_dir), **settings)
-        self.controller = BrokerController(self.config, security or ServerSecurity())
+        self.controller = BrokerController(self.config, security or ServerSecurity(), clock)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: grpc.aio.Server | None = None

@@ -229,22 +229,31 @@ def test_server_streaming_calls_are_admitted_and_checked(server: Server) -> None
 
 def test_a_client_stream_is_admitted_once_when_it_opens(server: Server) -> None:
     """A slave's replication stream (HAService.Transfer, admin only) through the aio signing channel."""
-    async def transfer(credentials: Credentials | None) -> list[int] | grpc.StatusCode:
+    async def transfer(credentials: Credentials | None, offsets: tuple[int, ...] = (10, 20, 30)
+                       ) -> list[int] | grpc.StatusCode:
+        """The offsets answered, each report written once the previous one was answered (a
+        write racing the refusal of the stream would fail on the client as INTERNAL)."""
         async with open_aio_channel(server.address, credentials=credentials) as channel:
-            async def reports():   # paced, so that a refusal arrives before the next write
-                for offset in (10, 20, 30):
-                    await asyncio.sleep(0.1)
+            answered: asyncio.Queue[int] = asyncio.Queue()
+
+            async def reports():
+                for offset in offsets:
                     yield rmq_pb2.HAReport(max_offset=offset)
+                    await answered.get()
 
             try:
                 stream = rmq_pb2_grpc.HAServiceStub(channel).Transfer(reports(), timeout=10)
-                return [transfer.offset async for transfer in stream]
+                transferred = []
+                async for transfer in stream:
+                    transferred.append(transfer.offset)
+                    answered.put_nowait(transfer.offset)
+                return transferred
             except grpc.RpcError as error:
                 return error.code()
 
     assert asyncio.run(transfer(ADMIN)) == [10, 20, 30]
-    assert asyncio.run(transfer(PRODUCER)) is grpc.StatusCode.PERMISSION_DENIED
-    assert asyncio.run(transfer(None)) is grpc.StatusCode.UNAUTHENTICATED
+    assert asyncio.run(transfer(PRODUCER, offsets=())) is grpc.StatusCode.PERMISSION_DENIED
+    assert asyncio.run(transfer(None, offsets=())) is grpc.StatusCode.UNAUTHENTICATED
 
 
 def test_unimplemented_method_stays_unimplemented(server: Server) -> None:

@@ -23,6 +23,7 @@ from rmq.stored_message import decode_record, offset_msg_id
 from rmq.v1 import rmq_pb2
 from tests.broker_server.store_fixture import running_store
 from tests.broker_server.test_processors import Broker
+from tests.waiting import wait_until
 
 LEVELS = parse_delay_levels(DEFAULT_MESSAGE_DELAY_LEVEL)
 
@@ -109,11 +110,8 @@ def broker(tmp_path: Path) -> Iterator[SendBackBroker]:
 
 
 def wait_for_queue(broker: SendBackBroker, topic: str, queue_id: int, count: int) -> None:
-    for _ in range(200):
-        if broker.store.get_max_offset_in_queue(topic, queue_id) >= count:
-            return
-        asyncio.run(asyncio.sleep(0.01))
-    raise AssertionError(f"{topic}/{queue_id} never reached {count} entries")
+    wait_until(lambda: broker.store.get_max_offset_in_queue(topic, queue_id) >= count,
+               f"{topic}/{queue_id} reaching {count} entries")
 
 
 def test_first_send_back_parks_a_copy_for_the_retry_topic_at_level_3(broker: SendBackBroker) -> None:

@@ -7,7 +7,7 @@ or its suspend timeout comes."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -15,9 +15,11 @@ import pytest
 
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.broker_server.in_process_broker import InProcessBroker
+from tests.waiting import wait_until
 
 FALLBACK_CHECK_MS = 30_000      # PullRequestHoldService's periodic check, far above the bound below
 WAKE_BOUND_S = 1.0
+ANSWER_S = 10.0                 # a pull not answered by then fails the test (not after the fallback)
 SUSPEND_MS = 60_000
 TOPIC = "held"
 
@@ -42,13 +44,6 @@ def held_pull(channel: grpc.Channel, offset: int) -> grpc.Future:
     return stub.PullMessage.future(request, timeout=SUSPEND_MS / 1000 + 30)
 
 
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.01)
-
-
 def test_held_pull_is_answered_by_the_arrival_not_the_fallback_check(broker: InProcessBroker) -> None:
     hold = broker.controller.hold_service
     with grpc.insecure_channel(broker.address) as channel:
@@ -60,7 +55,9 @@ def test_held_pull_is_answered_by_the_arrival_not_the_fallback_check(broker: InP
                 topic=TOPIC, messages=[rmq_pb2.Message(body=b"m%d" % offset)]), timeout=10)
             assert sent.status.code == rmq_pb2.OK
             sent_at = time.monotonic()
-            response = pending.result(timeout=SUSPEND_MS / 1000)
+            wait_until(pending.done, "held pull answered: not woken by the arrival (fallback check every "
+                       f"{FALLBACK_CHECK_MS / 1000:.0f} s)", timeout=ANSWER_S)
+            response = pending.result()
             waited = time.monotonic() - sent_at
             assert response.pull_status == rmq_pb2.FOUND and response.next_begin_offset == offset + 1
             assert waited < WAKE_BOUND_S, (

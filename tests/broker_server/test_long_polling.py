@@ -7,6 +7,7 @@ import threading
 
 from rmq.broker_server.long_polling import PullRequestHoldService, build_key
 from rmq.message_format import tags_hash_code
+from tests.waiting import wait_until_async
 
 TAG_A = tags_hash_code("TagA")
 TAG_B = tags_hash_code("TagB")
@@ -47,16 +48,16 @@ def test_arrival_past_the_offset_wakes_matching_requests_only() -> None:
             asyncio.create_task(hold("all", None)),
             asyncio.create_task(hold("tag-a", frozenset({TAG_A}))),
         ]
-        await asyncio.sleep(0.01)
+        await wait_until_async(lambda: service.held_count() == 2, "both pulls held")
         service.notify_message_arriving("T", 0, 50, TAG_A)  # maxOffset 50 == offset: not new
         service.on_dispatch("T", 1, 50, TAG_A)  # another queue
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)   # an absence window, not an event: a pull woken here would have run
         assert woken == []
         # dispatch thread: consumeQueueOffset 50 -> maxOffset 51 > 50, tag B
         thread = threading.Thread(target=service.on_dispatch, args=("T", 0, 50, TAG_B))
         thread.start()
         thread.join()
-        await asyncio.sleep(0.01)
+        await wait_until_async(lambda: woken, "a pull woken by the arrival")
         assert woken == ["all"]
         service.on_dispatch("T", 0, 51, TAG_A)
         await asyncio.gather(*tasks)
@@ -103,7 +104,7 @@ def test_periodic_check_and_suspend_time_recheck_catch_missed_arrivals() -> None
         heads.max_offsets[("T", 0)] = 8  # arrived before the pull was held
         await service.suspend("T", 0, 7, frozenset({TAG_A}), 15000)
         held = asyncio.create_task(service.suspend("T", 0, 8, frozenset({TAG_A}), 15000))
-        await asyncio.sleep(0.01)
+        await wait_until_async(lambda: service.held_count() == 1, "the pull held")
         assert not held.done()
         heads.max_offsets[("T", 0)] = 9  # no notification: the 50 ms check finds it
         await held
@@ -118,7 +119,7 @@ def test_shutdown_and_topic_deletion_release_everything() -> None:
         service.start()
         doomed = [asyncio.create_task(service.suspend("gone", q, 0, None, 60000)) for q in range(3)]
         others = [asyncio.create_task(service.suspend("stays", 0, 0, None, 60000)) for _ in range(3)]
-        await asyncio.sleep(0.01)
+        await wait_until_async(lambda: service.held_count() == 6, "the six pulls held")
         service.wake_topic("gone")
         await asyncio.gather(*doomed)
         assert not any(task.done() for task in others)

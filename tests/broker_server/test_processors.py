@@ -31,6 +31,7 @@ from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.stored_message import decode_records
 from rmq.v1 import rmq_pb2
 from tests.broker_server.store_fixture import running_store, wait_dispatched
+from tests.waiting import wait_until_async
 
 PEER = "ipv4:10.1.2.3:4567"
 
@@ -235,7 +236,7 @@ def test_commit_offset_flag_and_held_pull(broker: Broker) -> None:
             commit_offset=0,
         )
         held = asyncio.create_task(broker.pull.process(request))
-        await asyncio.sleep(0.05)
+        await wait_until_async(lambda: broker.hold.held_count() == 1, "the pull held")
         assert not held.done()
         assert broker.offsets.query_offset("G", "T", 3) == 0  # stored even though the pull is held
         await broker.send.process(

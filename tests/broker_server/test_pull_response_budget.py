@@ -5,7 +5,6 @@ their answer's bytes until their call ends."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from rmq.v1 import rmq_pb2
 from tests.broker_server.in_process_broker import InProcessBroker
 from tests.broker_server.store_fixture import running_store, wait_dispatched
 from tests.broker_server.test_processors import Broker, send
+from tests.waiting import wait_until, wait_until_async
 
 BODY = 3000
 MESSAGES = 8
@@ -126,7 +126,7 @@ def test_a_pull_past_the_budget_waits_for_bytes_to_come_back() -> None:
         first = Call("ipv4:a")
         await budget.lease(first).grant(100)
         waiting = asyncio.create_task(budget.lease(Call("ipv4:b")).grant(60))
-        await asyncio.sleep(0.05)
+        await wait_until_async(lambda: budget._waiting == 1, "the second pull waits for bytes")
         assert not waiting.done()
         first.end()
         assert await waiting == 60 and budget.held == 60
@@ -158,9 +158,7 @@ def test_every_pull_rpc_is_cut_to_its_connection_budget_and_gives_it_back(tmp_pa
                 group=v2.Resource(name="puller"), message_queue=queue, offset=0, batch_size=32), timeout=10)
                 if r.HasField("message")]
             assert len(pulled) == 3
-        deadline = time.monotonic() + 10      # the done callbacks run just after the answers
-        while budget.held and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert budget.held == 0
+        # the done callbacks run just after the answers
+        wait_until(lambda: budget.held == 0, lambda: f"the bytes given back (still held: {budget.held})")
     finally:
         broker.stop()

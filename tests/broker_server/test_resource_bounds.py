@@ -6,7 +6,6 @@ entries leave."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from rmq.broker_server.rebalance_lock_manager import MessageQueue, RebalanceLock
 from rmq.broker_server.status import RequestError
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.broker_server.in_process_broker import InProcessBroker
+from tests.waiting import wait_until, wait_until_async
 
 CLUSTERING = rmq_pb2.CLUSTERING
 
@@ -46,8 +46,7 @@ def test_hold_table_refuses_one_past_max_held_and_makes_room_as_pulls_leave() ->
         service.start()
         first = asyncio.create_task(service.suspend("T", 0, 0, None, 60000))
         second = asyncio.create_task(service.suspend("T", 1, 0, None, 60000))
-        await asyncio.sleep(0.01)
-        assert service.held_count() == 2
+        await wait_until_async(lambda: service.held_count() == 2, "both pulls held")
         with pytest.raises(HoldTableFull) as caught:
             await service.suspend("T", 2, 0, None, 60000)
         assert caught.value.code == rmq_pb2.LIMIT_EXCEEDED
@@ -62,7 +61,7 @@ def test_hold_table_refuses_one_past_max_held_and_makes_room_as_pulls_leave() ->
         await asyncio.gather(second, return_exceptions=True)
         assert service.held_count() == 0
         again = asyncio.create_task(service.suspend("U", 0, 0, None, 60000))
-        await asyncio.sleep(0.01)
+        await wait_until_async(lambda: service.held_count() == 1, "the pull held")
         service.wake_topic("U")
         await again
         assert service.held_count() == 0
@@ -193,10 +192,7 @@ def test_held_pull_past_the_bound_is_answered_limit_exceeded(
         return stub.PullMessage.future(request, timeout=30)
 
     held = [pull(0, 3000), pull(1, 3000)]
-    deadline = time.monotonic() + 10
-    while broker.controller.hold_service.held_count() < 2:
-        assert time.monotonic() < deadline, "the two pulls were not held"
-        time.sleep(0.01)
+    wait_until(lambda: broker.controller.hold_service.held_count() == 2, "the two pulls held")
     assert_limit(pull(2, 3000).result().status, "max_held_pulls")
     assert [future.result().pull_status for future in held] == [rmq_pb2.NO_NEW_MSG] * 2
     assert pull(2, 10).result().pull_status == rmq_pb2.NO_NEW_MSG     # room again

@@ -10,7 +10,6 @@ import hmac
 import json
 import os
 import threading
-import time
 from pathlib import Path
 
 import grpc
@@ -37,6 +36,8 @@ from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
 from rmq.stored_message import StoredMessage
 from tests.broker_server.in_process_broker import InProcessBroker
+from tests.clocks import ManualClock
+from tests.waiting import wait_until
 
 HOST = bytes([10, 0, 0, 7]) + (10911).to_bytes(4, "big")
 
@@ -224,9 +225,10 @@ def test_auto_renewed_deliveries_stay_invisible_while_their_client_is_connected(
     that says NotifyClientTermination hands its deliveries back at once."""
     from rmq.broker_server.rocketmq_v2 import messaging_service, pop_service
     monkeypatch.setattr(messaging_service, "DEFAULT_INVISIBLE_MS", 1500)
-    monkeypatch.setattr(pop_service, "RENEW_INTERVAL_S", 0.2)
+    monkeypatch.setattr(pop_service, "RENEW_INTERVAL_S", 0.05)
     monkeypatch.setattr(pop_service, "RENEW_AHEAD_MS", 1000)
-    broker = InProcessBroker(tmp_path).start()
+    clock = ManualClock()     # the test moves the broker's time: no invisibility is waited out
+    broker = InProcessBroker(tmp_path, clock=clock).start()
     try:
         with RmqClient(broker.address) as client:
             client.create_topic("renewed", queues=1)
@@ -253,7 +255,12 @@ def test_auto_renewed_deliveries_stay_invisible_while_their_client_is_connected(
 
             assert receive("connected") == [(b"kept", 1)]
             assert receive("gone") == [(b"dropped", 1)]   # no Telemetry stream: not renewed
-            time.sleep(3)   # twice the invisibility
+            in_flight = broker.controller.rocketmq_v2.pop.table.queues[PopQueue("g", "renewed", 0)].inflight
+            first_visible_at = in_flight[0].visible_at_ms
+            clock.advance(1.0)   # 0.5 s of invisibility left, less than RENEW_AHEAD_MS
+            wait_until(lambda: in_flight[0].visible_at_ms > first_visible_at, "the connected client's "
+                       "delivery renewed", timeout=10)
+            clock.advance(1.0)   # past the first invisibility of both
             assert receive("other", auto_renew=False) == [(b"dropped", 2)]
             assert receive("other", auto_renew=False) == []   # "kept" is still renewed
             stub.NotifyClientTermination(pb.NotifyClientTerminationRequest(),

@@ -45,7 +45,7 @@ def park(broker: Broker, *bodies: bytes, queue_id: int = 3) -> list[int]:
     """Send delayed messages (level 3) one by one, 20 ms apart; returns their store timestamps."""
     for body in bodies:
         assert send(broker, rmq_pb2.Message(body=body, queue_id=queue_id, delay_level=LEVEL)).status.code == 0
-        time.sleep(0.02)
+        time.sleep(0.02)   # not an event: the store stamps with the real clock, 20 ms apart
     wait_dispatched(broker.store, SCHEDULE_TOPIC, LEVEL_QUEUE, len(bodies))
     parked = broker.store.get_message("G", SCHEDULE_TOPIC, LEVEL_QUEUE, 0, 32)
     return [m.store_timestamp for m in decode_records(parked.buffer, parked.sizes)]

@@ -14,6 +14,7 @@ from rmq.v1 import rmq_pb2
 from tests.broker_server import test_processors
 from tests.broker_server.store_fixture import wait_dispatched
 from tests.broker_server.test_processors import PEER, Broker, pull, send
+from tests.waiting import wait_until_async
 
 broker = test_processors.broker   # the fixture: processors wired as the broker wires them, on a real store
 EU_MID = "region = 'eu' AND amount BETWEEN 100 AND 500"
@@ -70,9 +71,11 @@ def test_held_pull_is_answered_only_for_a_matching_message(broker: Broker) -> No
             consumer_group="G", topic="T", queue_id=0, queue_offset=0, max_messages=32,
             sys_flag=rmq_pb2.FLAG_SUSPEND, suspend_timeout_ms=10_000,
             sub_expression=EU_MID, expression_type=rmq_pb2.SQL92)))
-        await asyncio.sleep(0.2)
+        await wait_until_async(lambda: broker.hold.held_count() == 1, "the pull held")
         await broker.send.process(rmq_pb2.SendMessageRequest(topic="T", messages=[order("us", 150)]), PEER)
-        await asyncio.sleep(0.5)
+        await wait_until_async(lambda: broker.store.get_max_offset_in_queue("T", 0) == 1,
+                               "the arrival dispatched")
+        await asyncio.sleep(0.2)   # an absence window, not an event: a pull woken by it would be answered
         answered_early = held.done()
         await broker.send.process(rmq_pb2.SendMessageRequest(topic="T", messages=[order("eu", 150)]), PEER)
         response = await asyncio.wait_for(held, 5)

@@ -161,7 +161,7 @@ def test_topic_offsets_and_search_by_time(client: RmqClient) -> None:
     client.send("Offsets", [OutgoingMessage(b"x", queue_id=0)] * 3)
     _wait_dispatched(client, "Offsets", 3)
     after_first_batch = int(time.time() * 1000) + 1
-    time.sleep(0.05)
+    time.sleep(0.05)   # not an event: the broker's clock moves on, so the batches' store times differ
     client.send("Offsets", [OutgoingMessage(b"y", queue_id=0)] * 2)
     _wait_dispatched(client, "Offsets", 5)
 

@@ -23,6 +23,7 @@ from rmq.connector.message_listener import ConsumeConcurrentlyContext, ConsumeCo
 from rmq.connector.offset_store import LocalFileOffsetStore, ReadOffsetType
 from rmq.connector.process_queue import ProcessQueue
 from tests.connector.sdk_support import MQ, RecordingScheduler, message
+from tests.waiting import wait_until
 
 OK = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 LATER = ConsumeConcurrentlyStatus.RECONSUME_LATER
@@ -115,9 +116,7 @@ def test_tv10_reconsume_later_sends_back_all_and_a_failed_send_back_is_consumed_
     assert h.offset() == 12  # the minimum still held
     assert [delay for delay, _ in h.scheduler.scheduled] == [5.0]
     h.scheduler.run_all()
-    deadline = time.monotonic() + 5
-    while h.pq.msg_count and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: h.pq.msg_count == 0, "the retried message consumed")
     assert calls[-1] == [12] and h.offset() == 14
 
 
@@ -132,9 +131,7 @@ def test_reconsume_times_grows_when_send_back_fails(tmp_path: Path) -> None:
     request = h.run(5)
     assert request.messages == [] and h.pq.held_offsets() == [5] and h.offset() == 5
     h.scheduler.run_all()
-    deadline = time.monotonic() + 5
-    while len(seen) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: len(seen) >= 2, "the message consumed again")
     assert seen == [0, 1]
 
 
@@ -191,6 +188,6 @@ def test_clean_expire_msg_sends_the_stuck_head_back_at_level_3(tmp_path: Path) -
     h.pq.put_message([message(1), message(2)])
     h.pq.mark_consume_started([message(1), message(2)])
     h.service.consume_timeout_minutes = 0.0
-    time.sleep(0.01)
+    time.sleep(0.01)   # not an event: the consume start (real clock) lies in the past, past the 0 min timeout
     h.service.clean_expire_msg([h.pq])
     assert h.sent_back == [(1, 3), (2, 3)] and h.pq.msg_count == 0

@@ -190,7 +190,7 @@ def test_offset_in_queue_by_time_and_last_store_timestamp(open_store) -> None:
     stamps = []
     for _ in range(3):
         stamps.append(store.put_messages([message() for _ in range(4)])[0].store_timestamp)
-        time.sleep(0.005)
+        time.sleep(0.005)   # not an event: the store's clock moves on, so each batch has its own store time
     wait_dispatched(store)
     assert store.get_offset_in_queue_by_time("TopicTest", 0, stamps[1]) == 4
     assert store.get_offset_in_queue_by_time("TopicTest", 0, stamps[2]) == 8

@@ -95,7 +95,7 @@ def test_tv9_destroy_waits_for_readers_then_forces(tmp_path: Path) -> None:
     assert not mapped.destroy(interval_forcibly_ms=60_000)   # two readers hold it
     assert path.exists() and not mapped.hold()               # no new readers once shut down
     assert mapped._ref_count == 2
-    time.sleep(0.002)
+    time.sleep(0.002)   # not an event: the 1 ms forcible interval (measured on the real clock) passes
     assert mapped.destroy(interval_forcibly_ms=1)            # forced: refCount = -1000 - 2
     assert not path.exists()
     assert mapped._ref_count == -1003
