@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv check test test-unit test-integration test-slow reliability power-loss demo bench proto lint clean
+.PHONY: venv check test test-unit test-integration test-slow compose-test reliability power-loss demo bench proto lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,9 +28,10 @@ check: $(STAMP)
 	$(PY) -m pytest tests -m "not slow" -q --durations=15
 
 ## all tests: unit, then integration (real processes, one Spark session); the long versions
-## of a few scenarios (marked slow) run in `make test-slow`
+## of a few scenarios (marked slow) run in `make test-slow`, the docker-compose cluster (marked
+## docker) in `make compose-test`
 test: $(STAMP)
-	$(PY) -m pytest tests integration_tests -m "not slow" --durations=40
+	$(PY) -m pytest tests integration_tests -m "not slow and not docker" --durations=40
 
 test-slow: $(STAMP)
 	$(PY) -m pytest tests integration_tests -m slow
@@ -40,6 +41,11 @@ test-unit: $(STAMP)
 
 test-integration: $(STAMP)
 	$(PY) -m pytest integration_tests
+
+## docker-compose.yml for real (integration_tests/test_cluster_docker.py); installs what is missing
+## (Docker engine, Compose v2, a base image without a registry) and stops the dockerd it started
+compose-test: $(STAMP)
+	bash scripts/compose_test.sh
 
 ## reliability scenarios (also part of `make test`), writing the whole of RELIABILITY.md; the soak runs
 ## RMQ_SOAK_SECONDS (600 here, 60 in `make test`)

@@ -56,8 +56,16 @@ def option(words: list[str], name: str) -> str:
 def test_services_of_the_local_cluster():
     assert set(SERVICES) == {
         "namesrv", "broker-a", "broker-a-slave", "broker-b", "topic-init", "producer",
-        "spark-master", "spark-worker", "etl-job",
+        "spark-master", "spark-worker", "etl-job", "cli",
     }
+
+
+def test_the_cli_service_is_a_client_started_only_on_demand():
+    """`docker compose run --rm cli rmq ...` reaches the servers by service name; `up` leaves
+    it out (a profile)."""
+    cli = SERVICES["cli"]
+    assert cli["profiles"] and all("profiles" not in SERVICES[name] for name in set(SERVICES) - {"cli"})
+    assert option(command_of("cli"), "--endpoints") == option(command_of("namesrv"), "--listen")
 
 
 def test_every_service_runs_the_image_built_from_our_dockerfile():
@@ -68,11 +76,28 @@ def test_every_service_runs_the_image_built_from_our_dockerfile():
 
 def test_dockerfile_installs_java_17_and_the_project_with_spark():
     dockerfile = (ROOT / "Dockerfile").read_text()
-    assert re.search(r"^FROM python:3\.11", dockerfile, re.MULTILINE)
+    assert re.search(r"^FROM \$\{BASE_IMAGE\}$", dockerfile, re.MULTILINE)
     assert "openjdk-17-jre-headless" in dockerfile
     assert 'pip install --no-cache-dir ".[spark]"' in dockerfile
     for path in re.findall(r"^COPY (\S+) ", dockerfile, re.MULTILINE):
         assert (ROOT / path).exists(), f"Dockerfile copies {path}, which does not exist"
+
+
+def test_the_base_image_is_the_official_python_image_unless_rmq_base_image_says_otherwise():
+    """A plain `docker compose up --build` builds on python:3.11-slim-bookworm; make compose-test
+    sets RMQ_BASE_IMAGE where no registry serves it."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    default = re.findall(r"^ARG BASE_IMAGE=(\S+)$", dockerfile, re.MULTILINE)
+    assert default == ["python:3.11-slim-bookworm"]
+    for name, service in SERVICES.items():
+        assert service["build"]["args"]["BASE_IMAGE"] == f"${{RMQ_BASE_IMAGE:-{default[0]}}}", name
+
+
+def test_ci_runs_the_compose_cluster_test_and_make_test_leaves_it_to_that():
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^compose-test: .*\n\tbash scripts/compose_test\.sh$", makefile, re.MULTILINE)
+    assert '-m "not slow and not docker"' in makefile
+    assert "make compose-test" in (ROOT / ".ci" / "run").read_text().splitlines()
 
 
 def test_dockerignore_keeps_the_venv_and_git_out_of_the_build_context():
