@@ -16,6 +16,7 @@ from rmq.broker_server.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_de
 from rmq.broker_server.errors import UserError
 
 MiB = 1024 * 1024
+FLIGHT_OFF = "off"
 
 
 @dataclass
@@ -71,6 +72,10 @@ class BrokerConfig:
     transaction_check_interval_ms: int = 30000  # then every interval (transactionCheckInterval)
     transaction_check_max: int = 15  # checks before an open transaction is dropped (transactionCheckMax)
     metrics_listen: str = ""  # Prometheus scrape endpoint HOST:PORT (off when empty)
+    # Arrow Flight data plane (docs/data-plane.md): HOST:PORT, "off", or "" = listen's host, ephemeral port
+    flight_listen: str = ""
+    max_flight_streams: int = 64  # Flight reads served at once (each holds at most one batch of pull bytes)
+    max_flight_streams_per_account: int = 16  # the same, per access key (per client IP without --acl)
     enable_property_filter: bool = True  # SQL92 subscriptions (RocketMQ enablePropertyFilter)
 
     @property
@@ -85,10 +90,24 @@ class BrokerConfig:
     def broker_address(self) -> str:
         return self.advertise_address or self.listen
 
+    @property
+    def flight_bind_address(self) -> str | None:
+        """Where the Flight data plane listens (docs/data-plane.md): flight_listen, by default
+        listen's host on an ephemeral port (HOST:0); None when it is off."""
+        if self.flight_listen == FLIGHT_OFF:
+            return None
+        return self.flight_listen or f"{self.listen.rpartition(':')[0]}:0"
+
+    def flight_advertised_address(self, port: int) -> str:
+        """The Flight address routes carry: the advertised (or listen) host, the bound port."""
+        return f"{self.broker_address.rpartition(':')[0]}:{port}"
+
     def validate(self) -> None:
         check_address("listen", self.listen)
         if self.metrics_listen:
             check_address("metrics_listen", self.metrics_listen)
+        if self.flight_listen not in ("", FLIGHT_OFF):
+            check_address("flight_listen", self.flight_listen)
         if self.advertise_address:
             check_address("advertise_address", self.advertise_address)
         for address in self.namesrv_addresses:

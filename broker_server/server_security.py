@@ -110,9 +110,19 @@ class ServerSecurity:
             return []
         acl_file = self.acl_file
         # the RocketMQ 5 check first: rmq.v1's AuthInterceptor passes v2 calls on to it
+        authenticator = self.request_authenticator(server_id)
+        assert authenticator is not None
         return [RocketMQv2AuthInterceptor(V2Authenticator(lambda: acl_file.acl), self.refusals),
-                AuthInterceptor(RequestAuthenticator(lambda: acl_file.acl, server_id, self.signature_window_s,
-                                                     self.nonce_budget), self.refusals)]
+                AuthInterceptor(authenticator, self.refusals)]
+
+    def request_authenticator(self, server_id: str) -> RequestAuthenticator | None:
+        """The rmq request-signing check for calls to `server_id` (None without an ACL): one per
+        listener (the gRPC port, the Flight data plane), each with its own nonce window."""
+        if self.acl_file is None:
+            return None
+        acl_file = self.acl_file
+        return RequestAuthenticator(lambda: acl_file.acl, server_id, self.signature_window_s,
+                                    self.nonce_budget)
 
     def open_client_channel(self, address: str) -> grpc.aio.Channel:
         """A channel for the calls this process makes itself (a broker registering with name

@@ -70,11 +70,12 @@ class BrokerMember:
     broker_id: int
     address: str
     role: int                                 # rmq_pb2.BrokerRole
+    flight_address: str = ""                  # its Arrow Flight data plane; "" when it serves none
 
 
 def group_members(data: rmq_pb2.BrokerData) -> tuple[BrokerMember, ...]:
     """The members a BrokerData lists (an older broker lists none: its address is the master)."""
-    members = tuple(BrokerMember(m.broker_id, m.address, m.role) for m in data.members)
+    members = tuple(BrokerMember(m.broker_id, m.address, m.role, m.flight_address) for m in data.members)
     return members or (BrokerMember(MASTER_ID, data.address, rmq_pb2.ASYNC_MASTER),)
 
 
@@ -401,7 +402,7 @@ class RmqClient:
                                                 suspend_timeout_ms, commit_offset, max_bytes, timeout)
         response = self._read_call(mq.broker_name, _PULL_MESSAGE, request, queue=mq, timeout=deadline)
         self._record_suggestion(mq, response.suggest_which_broker_id)
-        return _pull_result(response)
+        return pull_result(response)
 
     def pull_async(self, mq: MessageQueue, offset: int, max_messages: int, *, group: str,
                    callback: Callable[[PullResult | None, RmqError | None], None],
@@ -433,9 +434,35 @@ class RmqClient:
                 callback(None, RmqError(response.status.code, refusal, broker=label, queue=mq))
                 return
             self._record_suggestion(mq, response.suggest_which_broker_id)
-            callback(_pull_result(response), None)
+            callback(pull_result(response), None)
 
         future.add_done_callback(done)
+
+    # ------------------------------------------------------------ the Flight data plane (docs/data-plane.md)
+
+    def flight_address(self, mq: MessageQueue) -> str | None:
+        """The Flight data plane of the member a pull of `mq` would go to; None when that member
+        advertises none (Flight off, or an older broker)."""
+        address = self._read_address(mq.broker_name, mq)
+        with self._lock:
+            members = self._members.get(mq.broker_name, ())
+        return next((m.flight_address for m in members if m.address == address and m.flight_address), None)
+
+    def flight_ticket(self, mq: MessageQueue, start: int, end: int, *, group: str, max_rows: int,
+                      batch_rows: int, batch_bytes: int = 0,
+                      sub_expression: str | MessageSelector = "*") -> rmq_pb2.FlightReadTicket:
+        """A read of `mq`'s offsets [start, end), at most `max_rows` rows, in batches of at most
+        `batch_rows` rows and `batch_bytes` record bytes (0: the broker's default)."""
+        pull, _ = self._pull_request(mq, start, batch_rows, group, sub_expression, 0, None, batch_bytes, None)
+        return rmq_pb2.FlightReadTicket(pull=pull, end_offset=end, max_rows=max_rows)
+
+    @property
+    def credentials(self) -> Credentials | None:
+        return self._credentials
+
+    @property
+    def tls(self) -> TlsSettings | None:
+        return self._tls
 
     def _pull_request(self, mq: MessageQueue, offset: int, max_messages: int, group: str,
                       sub_expression: str | MessageSelector,
@@ -611,7 +638,7 @@ class RmqClient:
                                                 max_messages=max_messages)
         response = self._call(self._broker_address(mq.broker_name), _BROWSE_MESSAGES, request,
                               mq.broker_name, queue=mq)
-        return _pull_result(response)
+        return pull_result(response)
 
     def watch_consumer_ids(self, broker_name: str, group: str, client_id: str
                            ) -> Iterator[rmq_pb2.ConsumerIdsChanged]:
@@ -797,7 +824,8 @@ def choose_member(members: Sequence[BrokerMember], wanted: int, down: set[str]) 
     return live[0].address if live else None
 
 
-def _pull_result(response: rmq_pb2.PullMessageResponse) -> PullResult:
+def pull_result(response: rmq_pb2.PullMessageResponse) -> PullResult:
+    """A PullMessage answer (or a Flight batch's metadata, rmq.flight) as a PullResult."""
     return PullResult(PullStatus(response.pull_status), GetMessageStatus(response.store_status),
                       response.next_begin_offset, response.min_offset, response.max_offset, response.messages)
 
