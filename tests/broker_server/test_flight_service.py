@@ -14,9 +14,12 @@ import pytest
 
 from rmq import request_signing
 from rmq.broker_server.acl_file import AclFile
+from rmq.broker_server.name_server import RouteInfoManager
 from rmq.broker_server.server_security import ServerSecurity
+from rmq.broker_server.tls import ServerTls
+from rmq.cli import main as cli
 from rmq.connector.client import OutgoingMessage, RmqClient
-from rmq.connector.errors import RmqError
+from rmq.connector.errors import RmqError, RmqUnavailable
 from rmq.connector.flight_reader import FlightReader
 from rmq.connector.message_decoder import SCHEMA, decode
 from rmq.message_queue import MessageQueue
@@ -25,6 +28,7 @@ from rmq.subscription import ExpressionType, MessageSelector
 from rmq.v1 import rmq_pb2
 from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker
+from tests.tls_certs import make_tls_files
 
 TOPIC = "flights"
 COUNT = 300
@@ -109,11 +113,14 @@ def client_flight_address(broker: InProcessBroker) -> str:
     return broker.controller.replication.member.flight_address
 
 
-def test_routes_and_describe_advertise_the_data_plane(broker: InProcessBroker) -> None:
+def test_routes_and_describe_advertise_the_data_plane(broker: InProcessBroker, capsys) -> None:
     address = client_flight_address(broker)
     assert address.startswith("127.0.0.1:") and address != broker.address
     with RmqClient(broker.address) as client:
         assert client.flight_address(MQ) == address
+    assert cli.main(["topic", "describe", TOPIC, "--json", "--endpoints", broker.address]) == 0
+    [member] = json.loads(capsys.readouterr().out)["brokers"][0]["members"]
+    assert member["flight_address"] == address
 
 
 def test_a_garbled_ticket_is_refused(broker: InProcessBroker) -> None:
@@ -225,3 +232,36 @@ def test_unsigned_altered_and_replayed_tickets_are_refused(acl_broker: InProcess
     raw_do_get(acl_broker, ticket.SerializeToString(), headers)
     with pytest.raises(flight.FlightUnauthenticatedError, match="nonce already used"):
         raw_do_get(acl_broker, ticket.SerializeToString(), headers)
+
+
+# ---------------------------------------------------------------- TLS
+
+
+def test_mutual_tls_as_on_the_grpc_port(tmp_path: Path) -> None:
+    files = make_tls_files(tmp_path / "tls")
+    security = ServerSecurity(tls=ServerTls(files.server_cert, files.server_key, files.ca))
+    broker = InProcessBroker(tmp_path / "store", security).start()
+    try:
+        with RmqClient(broker.address, tls_ca_file=str(files.ca), tls_cert_file=str(files.client_cert),
+                       tls_key_file=str(files.client_key)) as client:
+            fill(client)
+            assert sum(len(chunk.batch) for chunk in read(client, 0, 100)) == 100
+            with RmqClient(broker.address, tls_ca_file=str(files.ca)) as no_certificate:
+                no_certificate.flight_address = client.flight_address   # type: ignore[method-assign]
+                with pytest.raises(RmqUnavailable):
+                    read(no_certificate, 0, 10, timeout=3)
+        plaintext = flight.FlightClient(f"grpc://{client_flight_address(broker)}")
+        with pytest.raises(flight.FlightUnavailableError):
+            plaintext.do_get(flight.Ticket(a_ticket().SerializeToString()),
+                             flight.FlightCallOptions(timeout=3)).read_all()
+        plaintext.close()
+    finally:
+        broker.stop()
+
+
+def test_the_name_server_passes_each_members_data_plane_on() -> None:
+    routes = RouteInfoManager()
+    routes.register_broker("broker-a", "10.0.0.1:10911", [], 0, rmq_pb2.ASYNC_MASTER, "10.0.0.1:41000")
+    routes.register_broker("broker-a", "10.0.0.2:10911", [], 1, rmq_pb2.SLAVE)   # Flight off
+    [group] = routes.broker_groups()
+    assert [m.flight_address for m in group.to_proto().members] == ["10.0.0.1:41000", ""]
