@@ -440,9 +440,12 @@ class RmqClient:
 
     # ------------------------------------------------------------ the Flight data plane (docs/data-plane.md)
 
-    def flight_address(self, mq: MessageQueue) -> str | None:
+    def flight_address(self, mq: MessageQueue, refresh: bool = False) -> str | None:
         """The Flight data plane of the member a pull of `mq` would go to; None when that member
-        advertises none (Flight off, or an older broker)."""
+        advertises none (Flight off, or an older broker). `refresh`: ask the endpoints for the
+        members first (a restarted broker serves Flight on a new port)."""
+        if refresh:
+            self.list_brokers()
         address = self._read_address(mq.broker_name, mq)
         with self._lock:
             members = self._members.get(mq.broker_name, ())

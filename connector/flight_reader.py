@@ -44,6 +44,7 @@ class FlightReader:
     def __init__(self, client: RmqClient) -> None:
         self._client = client
         self._flight_clients: dict[str, flight.FlightClient] = {}
+        self._unreachable: set[str] = set()   # brokers whose advertised data plane did not answer
         self._lock = threading.Lock()
 
     def __enter__(self) -> FlightReader:
@@ -68,7 +69,8 @@ class FlightReader:
         """The store reads of one ticket from `start` towards `end` (at most READS_PER_TICKET of
         `batch_rows`); the last one's result says where to go on. RmqUnavailable when the
         broker cannot be reached or serves no Flight, RmqError for a refused ticket."""
-        address = self._client.flight_address(mq)
+        address = self._client.flight_address(mq, refresh=mq.broker_name in self._unreachable)
+        self._unreachable.discard(mq.broker_name)
         label = f"{mq.broker_name} Flight data plane at {address}"
         if address is None:
             raise RmqUnavailable(f"broker {mq.broker_name} advertises no Flight data plane",
@@ -87,11 +89,18 @@ class FlightReader:
                 except StopIteration:
                     return
                 progress = rmq_pb2.PullMessageResponse.FromString(metadata.to_pybytes())
-                yield FlightChunk(batch, pull_result(progress))
+                try:
+                    yield FlightChunk(batch, pull_result(progress))
+                except GeneratorExit:   # the caller stopped reading: end the stream on the broker too
+                    reader.cancel()
+                    raise
         except flight.FlightError as error:
-            raise _flight_error(error, label, mq) from None
+            failure = _flight_error(error, label, mq)
         except OSError as error:   # a stream cut by the broker going away (pyarrow's ArrowIOError)
-            raise RmqUnavailable(f"Flight DoGet failed: {error}", broker=label, queue=mq) from None
+            failure = RmqUnavailable(f"Flight DoGet failed: {error}", broker=label, queue=mq)
+        if isinstance(failure, RmqUnavailable):
+            self._unreachable.add(mq.broker_name)
+        raise failure
 
     def _signing_headers(self, mq: MessageQueue, ticket: rmq_pb2.FlightReadTicket
                          ) -> list[tuple[bytes, bytes]]:

@@ -151,22 +151,26 @@ def wait_until(condition, timeout: float = 10.0) -> None:
 
 
 def test_a_reader_that_stops_holds_one_batch_and_streams_are_bounded(tmp_path: Path) -> None:
+    """24 MB in one ticket of 16 reads of 1.5 MB: more than the transport buffers (about 8 MB on
+    loopback), so a reader that stops leaves the stream open, the broker holding one batch."""
     broker = InProcessBroker(tmp_path, max_flight_streams_per_account=1).start()
     try:
         with RmqClient(broker.address) as client:
             client.create_topic(TOPIC, queues=1)
-            client.send(TOPIC, [OutgoingMessage(b"x" * 20_000) for _ in range(200)])   # 4 MB
+            for _ in range(16):
+                client.send(TOPIC, [OutgoingMessage(b"x" * 30_000) for _ in range(50)])
             record = len(client.pull(MQ, 0, 1, group="etl").messages.records)
-            budget = broker.controller.pull_processor.budget
+            budget, slots = broker.controller.pull_processor.budget, broker.controller.flight.slots
             with FlightReader(client) as reader:
-                stalled = reader.read(MQ, 0, 200, group="etl", batch_rows=10)
-                next(stalled)     # then stop reading: the broker holds at most what the transport took
-                wait_until(lambda: budget.held == 10 * record)
+                stalled = reader.read(MQ, 0, 800, group="etl", batch_rows=50, batch_bytes=50 * record)
+                next(stalled)     # then stop reading
+                wait_until(lambda: budget.held == 50 * record and slots.open == 1)
                 with pytest.raises(RmqError, match="max_flight_streams_per_account") as refusal:
                     read(client, 0, 10)
                 assert refusal.value.code == rmq_pb2.LIMIT_EXCEEDED
+                assert budget.held <= 50 * record and slots.open == 1   # one batch (or its grant), no more
                 stalled.close()
-            wait_until(lambda: budget.held == 0 and broker.controller.flight.slots.open == 0)
+            wait_until(lambda: budget.held == 0 and slots.open == 0)
     finally:
         broker.stop()
 
