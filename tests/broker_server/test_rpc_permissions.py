@@ -121,6 +121,7 @@ def test_a_flight_read_needs_what_its_pull_needs() -> None:
     for account in ("pubonly", "nothing"):
         with pytest.raises(AccessDenied):
             check_call(ACL, account, DO_GET_METHOD, ticket)
-    other_group = rmq_pb2.FlightReadTicket(pull=rmq_pb2.PullMessageRequest(topic="orders", consumer_group="x"))
+    other_group = rmq_pb2.FlightReadTicket(pull=rmq_pb2.PullMessageRequest(topic="orders",
+                                                                          consumer_group="x"))
     with pytest.raises(AccessDenied):
         check_call(ACL, "subonly", DO_GET_METHOD, other_group)
