@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
 import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -160,7 +161,7 @@ class FlightReadService(flight.FlightServerBase):
         except CallRefused as refusal:
             self.refusals.record(flight_contract.DO_GET_METHOD, context.peer(), refusal.code.name,
                                  refusal.message)
-            raise flight.FlightUnauthorizedError(refusal.message) from None
+            raise _flight_refusal(refusal) from None
         return admitted.admission.access_key
 
     def _validate(self, request: rmq_pb2.FlightReadTicket) -> FlightRead:
@@ -230,6 +231,13 @@ def _parse_ticket(ticket: bytes) -> rmq_pb2.FlightReadTicket:
         return rmq_pb2.FlightReadTicket.FromString(ticket)
     except DecodeError:
         raise illegal_argument("the Flight ticket is not an rmq.v1.FlightReadTicket") from None
+
+
+def _flight_refusal(refusal: CallRefused) -> flight.FlightError:
+    """The gRPC port's status as Flight's: UNAUTHENTICATED, or PERMISSION_DENIED (unauthorized)."""
+    if refusal.code is grpc.StatusCode.PERMISSION_DENIED:
+        return flight.FlightUnauthorizedError(refusal.message)
+    return flight.FlightUnauthenticatedError(refusal.message)
 
 
 def _refused(error: RequestError) -> flight.FlightServerError:

@@ -103,7 +103,7 @@ def test_bad_tickets_get_pullmessages_refusals(broker: InProcessBroker, mq, code
     with RmqClient(broker.address) as client:
         with pytest.raises(RmqError) as pull_refusal:
             client.pull(mq, 0, 10, group="etl")
-        client.flight_address = lambda _mq: client_flight_address(broker)   # type: ignore[method-assign]
+        client.flight_address = lambda _mq, refresh=False: client_flight_address(broker)   # type: ignore[method-assign]
         with pytest.raises(RmqError, match=message) as refusal:
             read(client, 0, 10, mq=mq)
         assert refusal.value.code == pull_refusal.value.code == code
@@ -230,7 +230,7 @@ def test_unsigned_altered_and_replayed_tickets_are_refused(acl_broker: InProcess
     with pytest.raises(flight.FlightUnauthenticatedError, match="request is not signed"):
         raw_do_get(acl_broker, ticket.SerializeToString(), [])
     altered = a_ticket(start=50)
-    with pytest.raises(flight.FlightUnauthorizedError, match="does not match its x-rmq-content-sha256"):
+    with pytest.raises(flight.FlightUnauthenticatedError, match="does not match its x-rmq-content-sha256"):
         raw_do_get(acl_broker, altered.SerializeToString(), signing_headers(ticket))
     headers = signing_headers(ticket, nonce="ab" * 16)
     raw_do_get(acl_broker, ticket.SerializeToString(), headers)
