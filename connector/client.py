@@ -440,16 +440,20 @@ class RmqClient:
 
     # ------------------------------------------------------------ the Flight data plane (docs/data-plane.md)
 
-    def flight_address(self, mq: MessageQueue, refresh: bool = False) -> str | None:
-        """The Flight data plane of the member a pull of `mq` would go to; None when that member
-        advertises none (Flight off, or an older broker). `refresh`: ask the endpoints for the
-        members first (a restarted broker serves Flight on a new port)."""
+    def read_member(self, mq: MessageQueue, refresh: bool = False) -> BrokerMember | None:
+        """The member a pull of `mq` would go to (its flight_address: its data plane), None when
+        the route lists no members. `refresh`: ask the endpoints for the members first (a
+        restarted broker serves Flight on a new port)."""
         if refresh:
             self.list_brokers()
         address = self._read_address(mq.broker_name, mq)
         with self._lock:
             members = self._members.get(mq.broker_name, ())
-        return next((m.flight_address for m in members if m.address == address and m.flight_address), None)
+        return next((m for m in members if m.address == address), None)
+
+    def mark_down(self, member: BrokerMember) -> None:
+        """Pass `member` over for reads for a while: it did not answer (a slave serves meanwhile)."""
+        self._mark_down(member.address)
 
     def flight_ticket(self, mq: MessageQueue, start: int, end: int, *, group: str, max_rows: int,
                       batch_rows: int, batch_bytes: int = 0,

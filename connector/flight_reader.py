@@ -61,7 +61,8 @@ class FlightReader:
 
     def available(self, mq: MessageQueue) -> bool:
         """Whether the member a pull of `mq` would go to serves Flight."""
-        return self._client.flight_address(mq) is not None
+        member = self._client.read_member(mq)
+        return member is not None and bool(member.flight_address)
 
     def read(self, mq: MessageQueue, start: int, end: int, *, group: str, batch_rows: int,
              batch_bytes: int = 0, sub_expression: str | MessageSelector = "*",
@@ -69,12 +70,13 @@ class FlightReader:
         """The store reads of one ticket from `start` towards `end` (at most READS_PER_TICKET of
         `batch_rows`); the last one's result says where to go on. RmqUnavailable when the
         broker cannot be reached or serves no Flight, RmqError for a refused ticket."""
-        address = self._client.flight_address(mq, refresh=mq.broker_name in self._unreachable)
+        member = self._client.read_member(mq, refresh=mq.broker_name in self._unreachable)
         self._unreachable.discard(mq.broker_name)
-        label = f"{mq.broker_name} Flight data plane at {address}"
-        if address is None:
+        if member is None or not member.flight_address:
             raise RmqUnavailable(f"broker {mq.broker_name} advertises no Flight data plane",
                                  broker=mq.broker_name, queue=mq)
+        address = member.flight_address
+        label = f"{mq.broker_name} Flight data plane at {address}"
         ticket = self._client.flight_ticket(mq, start, end, group=group,
                                             max_rows=READS_PER_TICKET * batch_rows, batch_rows=batch_rows,
                                             batch_bytes=batch_bytes, sub_expression=sub_expression)
@@ -99,6 +101,7 @@ class FlightReader:
         except OSError as error:   # a stream cut by the broker going away (pyarrow's ArrowIOError)
             failure = RmqUnavailable(f"Flight DoGet failed: {error}", broker=label, queue=mq)
         if isinstance(failure, RmqUnavailable):
+            self._client.mark_down(member)   # the next ticket goes to another member, if one is up
             self._unreachable.add(mq.broker_name)
         raise failure
 

@@ -103,7 +103,6 @@ def test_bad_tickets_get_pullmessages_refusals(broker: InProcessBroker, mq, code
     with RmqClient(broker.address) as client:
         with pytest.raises(RmqError) as pull_refusal:
             client.pull(mq, 0, 10, group="etl")
-        client.flight_address = lambda _mq, refresh=False: client_flight_address(broker)   # type: ignore[method-assign]
         with pytest.raises(RmqError, match=message) as refusal:
             read(client, 0, 10, mq=mq)
         assert refusal.value.code == pull_refusal.value.code == code
@@ -117,7 +116,7 @@ def test_routes_and_describe_advertise_the_data_plane(broker: InProcessBroker, c
     address = client_flight_address(broker)
     assert address.startswith("127.0.0.1:") and address != broker.address
     with RmqClient(broker.address) as client:
-        assert client.flight_address(MQ) == address
+        assert client.read_member(MQ).flight_address == address
     assert cli.main(["topic", "describe", TOPIC, "--json", "--endpoints", broker.address]) == 0
     [member] = json.loads(capsys.readouterr().out)["brokers"][0]["members"]
     assert member["flight_address"] == address
@@ -135,7 +134,7 @@ def test_flight_off(tmp_path: Path) -> None:
     try:
         with RmqClient(broker.address) as client:
             fill(client)
-            assert client.flight_address(MQ) is None and broker.controller.flight is None
+            assert client.read_member(MQ).flight_address == "" and broker.controller.flight is None
     finally:
         broker.stop()
 
@@ -251,7 +250,7 @@ def test_mutual_tls_as_on_the_grpc_port(tmp_path: Path) -> None:
             fill(client)
             assert sum(len(chunk.batch) for chunk in read(client, 0, 100)) == 100
             with RmqClient(broker.address, tls_ca_file=str(files.ca)) as no_certificate:
-                no_certificate.flight_address = client.flight_address   # type: ignore[method-assign]
+                no_certificate.read_member = client.read_member   # type: ignore[method-assign]
                 with pytest.raises(RmqUnavailable):
                     read(no_certificate, 0, 10, timeout=3)
         plaintext = flight.FlightClient(f"grpc://{client_flight_address(broker)}")
