@@ -62,6 +62,8 @@ BENCHMARKS = [
               "bench.nats_bench:nats_rows"),
     Benchmark("sdk2", "12. Client SDK II: orderly vs concurrent PushConsumer, PullConsumer.poll vs XREAD",
               "bench.sdk_orderly_pull_bench:sdk2_rows"),
+    Benchmark("flight", "13. Flight data plane: bulk read without Spark, and while producing",
+              "bench.flight_bench:flight_rows"),
 ]
 
 

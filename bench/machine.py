@@ -22,6 +22,29 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time of a process and all its descendants so far: each live one's utime + stime and
+    the cutime + cstime of the children they waited for (/proc/PID/stat)."""
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stats[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:   # the process ended meanwhile
+                continue
+    children: dict[int, list[int]] = {}
+    for child, fields in stats.items():
+        children.setdefault(int(fields[1]), []).append(child)
+    total, pending = 0, [pid]
+    while pending:
+        current = pending.pop()
+        fields = stats.get(current)
+        if fields is not None:
+            total += sum(int(value) for value in fields[11:15])
+        pending += children.get(current, [])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def facts(repo: Path) -> dict[str, str]:
     return {
         "source": source(repo),

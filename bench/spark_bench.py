@@ -7,11 +7,11 @@ from __future__ import annotations
 import time
 import uuid
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark.sql.types import StructType
 
-from bench import reference_source
+from bench import machine, reference_source
 from bench.environment import Environment
 from bench.harness import Row, Stats, Target, measure_pair
 from bench.workload import GROUP, body_of, produce
@@ -42,30 +42,67 @@ class Ingest:
 def e2e_rows(env: Environment) -> list[Row]:
     """A streaming query `spark.readStream.format("rmq")` with Trigger.AvailableNow into the
     `noop` sink reads a topic of 8 queues pre-filled with 100-byte messages (connector defaults:
-    pullBatchSize 4096); rows/s from `start()` to termination, so query start-up counts.
+    pullBatchSize 4096); rows/s from `start()` to termination, so query start-up counts. The
+    query runs with option transport=flight (the broker's Arrow Flight data plane,
+    docs/data-plane.md) and transport=grpc (PullMessage), alternating.
     Reference: the same query over `bench/reference_source.py`, a Python streaming source whose
     8 partitions yield one memory-mapped Arrow batch, decoded from this topic's first pull,
     over and over (zero-copy, identical schema and rows). Spark `local[2]`, one warm-up
-    query of each source before measuring. The second row compares the same rmq runs with the
+    query of each source before measuring. A further row compares the Flight runs with the
     reference source yielding only 3 of the 11 columns (queue_id, queue_offset, body): how
-    much of Spark's own cost is the width of the rows."""
+    much of Spark's own cost is the width of the rows. CPU per row: the broker process's, and
+    the Spark JVM's with its Python workers (/proc, the whole process tree), per query."""
     with env.broker() as broker:
         _warm_up(env, broker.address)
         ingest = _fill(broker.address, "bench-e2e", E2E_QUEUES, env.scale.e2e_messages)
         name = f"Spark ingest, {E2E_QUEUES} queues, {ingest.rows:,} msgs"
-        references = [_reference_options(env, ingest), _reference_options(env, ingest, NARROW_COLUMNS)]
-        runs: list[list[float]] = [[], [], []]
-        for _ in range(env.scale.repeats):   # rmq and both references alternate
-            runs[0].append(_ingest_rate(env, "rmq", _rmq_options(ingest), ingest.rows))
-            for reference_runs, options in zip(runs[1:], references, strict=True):
-                reference_runs.append(_ingest_rate(env, reference_source.NAME, options, ingest.rows))
-        subject, full, narrow = (Stats.of(r) for r in runs)
-        return [
-            Row(name, "rows/s", subject, f"zero-copy Arrow source, {ingest.partitions} partitions", full,
-                E2E_TARGET),
-            Row(f"{name} (same runs)", "rows/s", subject, f"zero-copy Arrow source, {ingest.partitions} "
-                f"partitions, 3 columns ({', '.join(NARROW_COLUMNS)})", narrow),
-        ]
+        references = {"full": _reference_options(env, ingest),
+                      "narrow": _reference_options(env, ingest, NARROW_COLUMNS)}
+        runs = {key: _Runs() for key in (*TRANSPORTS, *references)}
+        jvm = _jvm_pid(env)
+        for _ in range(env.scale.repeats):   # both transports and both references alternate
+            for transport in TRANSPORTS:
+                runs[transport].measure(env, broker.process.pid, jvm, "rmq", _rmq_options(ingest, transport),
+                                        ingest.rows)
+            for key, options in references.items():
+                runs[key].measure(env, broker.process.pid, jvm, reference_source.NAME, options, ingest.rows)
+        full = f"zero-copy Arrow source, {ingest.partitions} partitions"
+        rows = [Row(f"{name}, {TRANSPORT_NAMES[t]}", "rows/s", Stats.of(runs[t].rates), full,
+                    Stats.of(runs["full"].rates), E2E_TARGET) for t in TRANSPORTS]
+        rows.append(Row(f"{name}, {TRANSPORT_NAMES['flight']} (same runs)", "rows/s",
+                        Stats.of(runs["flight"].rates), f"{full}, 3 columns ({', '.join(NARROW_COLUMNS)})",
+                        Stats.of(runs["narrow"].rates)))
+        for t in TRANSPORTS:
+            rows += [Row(f"broker CPU per row, {TRANSPORT_NAMES[t]}", "µs", Stats.of(runs[t].broker_us)),
+                     Row(f"Spark (JVM + Python workers) CPU per row, {TRANSPORT_NAMES[t]}", "µs",
+                         Stats.of(runs[t].executor_us), "zero-copy Arrow source",
+                         Stats.of(runs["full"].executor_us))]
+        return rows
+
+
+TRANSPORTS = ("flight", "grpc")
+TRANSPORT_NAMES = {"flight": "transport=flight", "grpc": "transport=grpc (PullMessage)"}
+
+
+@dataclass
+class _Runs:
+    """One source's ingest rates and CPU per row over the repeats."""
+
+    rates: list[float] = field(default_factory=list)
+    broker_us: list[float] = field(default_factory=list)
+    executor_us: list[float] = field(default_factory=list)
+
+    def measure(self, env: Environment, broker_pid: int, jvm_pid: int, source: str, options: dict[str, str],
+                rows: int) -> None:
+        broker_before, jvm_before = machine.process_cpu_seconds(broker_pid), machine.tree_cpu_seconds(jvm_pid)
+        self.rates.append(_ingest_rate(env, source, options, rows))
+        self.broker_us.append((machine.process_cpu_seconds(broker_pid) - broker_before) / rows * 1e6)
+        self.executor_us.append((machine.tree_cpu_seconds(jvm_pid) - jvm_before) / rows * 1e6)
+
+
+def _jvm_pid(env: Environment) -> int:
+    """The Spark session's JVM (its Python workers are its children)."""
+    return int(env.spark().sparkContext._jvm.java.lang.ProcessHandle.current().pid())
 
 
 def scaling_rows(env: Environment) -> list[Row]:
@@ -124,10 +161,10 @@ def _ingest_row(env: Environment, ingest: Ingest, name: str, repeats: int,
                f"zero-copy Arrow source, {ingest.partitions} partitions", reference, target)
 
 
-def _rmq_options(ingest: Ingest) -> dict[str, str]:
+def _rmq_options(ingest: Ingest, transport: str = "auto") -> dict[str, str]:
     # A fresh group each run: a previous query's membership must not take queues away.
     return {"endpoints": ingest.endpoints, "topic": ingest.topic, "startingOffsets": "earliest",
-            "consumerGroup": f"{GROUP}-{uuid.uuid4().hex[:8]}"}
+            "consumerGroup": f"{GROUP}-{uuid.uuid4().hex[:8]}", "transport": transport}
 
 
 def _reference_options(env: Environment, ingest: Ingest, columns: tuple[str, ...] | None = None

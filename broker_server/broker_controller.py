@@ -10,9 +10,12 @@ import ipaddress
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from typing import cast
+
+import pyarrow as pa
 
 from rmq.broker_server.admin_service import AdminService
 from rmq.broker_server.broker_outer_api import BrokerOuterAPI
@@ -25,6 +28,7 @@ from rmq.broker_server.consumer_send_msg_back import ConsumerSendMsgBackProcesso
 from rmq.broker_server.delay_levels import parse_delay_levels
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.filter_executor import FilterExecutor
+from rmq.broker_server.flight_service import FlightReadService, FlightStreamSlots
 from rmq.broker_server.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
 from rmq.broker_server.long_polling import PullRequestHoldService
 from rmq.broker_server.memory_tuning import keep_freed_memory
@@ -171,6 +175,7 @@ class BrokerController:
         )
         self._tasks: list[asyncio.Task] = []
         self.rocketmq_v2: RocketMQv2MessagingService | None = None
+        self.flight: FlightReadService | None = None
 
     def _topics_changed(self) -> None:
         self.outer_api.register_soon()
@@ -228,6 +233,7 @@ class BrokerController:
             ),
             server,
         )
+        self.flight = self._start_flight()   # before the route service: its member carries the address
         rmq_pb2_grpc.add_RouteServiceServicer_to_server(
             BrokerRouteService(self.config.broker_name, self.config.broker_address, self.topics,
                                self.replication.member),
@@ -239,6 +245,37 @@ class BrokerController:
             self.pull_processor, self.security.open_client_channel, self.outer_api.register_soon, self.clock)
         add_rocketmq_v2_service(self.rocketmq_v2, server)
         return server
+
+    def _start_flight(self) -> FlightReadService | None:
+        """The Arrow Flight data plane (docs/data-plane.md), serving from now on; None when off."""
+        config = self.config
+        listen = config.flight_bind_address
+        if listen is None:
+            return None
+        self.security.check_listen(listen)
+        try:
+            flight = FlightReadService(
+                listen, config.broker_name, self.store, self.pull_processor, self.pull_processor.budget,
+                FlightStreamSlots(config.max_flight_streams, config.max_flight_streams_per_account),
+                asyncio.get_running_loop(), self.security.tls,
+                self.security.request_authenticator(broker_server_id(config.broker_name)),
+                self.security.refusals)
+        except pa.ArrowException:   # gRPC could not bind: the address is taken or not on this host
+            raise UserError(f"cannot serve Flight on {listen} (--flight-listen): the address is in use or "
+                            "not available on this host") from None
+        self.replication.member.flight_address = config.flight_advertised_address(flight.port)
+        return flight
+
+    async def _stop_flight(self) -> None:
+        """Stop the data plane, waiting up to the shutdown grace for its streams to end (a stream
+        whose client stopped reading would hold FlightServerBase.shutdown forever)."""
+        if self.flight is None:
+            return
+        stopping = threading.Thread(target=self.flight.shutdown, name="rmq-flight-stop", daemon=True)
+        stopping.start()
+        await asyncio.get_running_loop().run_in_executor(None, stopping.join, SHUTDOWN_GRACE_SECONDS)
+        if stopping.is_alive():
+            log.warning("Flight streams still open after %s s: stopping without them", SHUTDOWN_GRACE_SECONDS)
 
     async def serve(self) -> None:
         """Run until SIGTERM/SIGINT, then shut down gracefully."""
@@ -319,6 +356,7 @@ class BrokerController:
         if self.rocketmq_v2 is not None:
             await self.rocketmq_v2.shutdown()
         await server.stop(SHUTDOWN_GRACE_SECONDS)
+        await self._stop_flight()
         await self.security.stop()
         for task in self._tasks:
             task.cancel()

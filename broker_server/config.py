@@ -17,6 +17,7 @@ from rmq.broker_server.errors import UserError
 from rmq.store import MessageStoreConfig
 
 MiB = 1024 * 1024
+FLIGHT_OFF = "off"
 
 
 @dataclass
@@ -79,6 +80,10 @@ class BrokerConfig:
     max_open_transactions: int = 100_000  # RocketMQ 5 open transactions (half messages) ...
     max_open_transactions_per_account: int = 10_000  # ... of which one ACL account may hold
     metrics_listen: str = ""  # Prometheus scrape endpoint HOST:PORT (off when empty)
+    # Arrow Flight data plane (docs/data-plane.md): HOST:PORT, "off", or "" = listen's host, ephemeral port
+    flight_listen: str = ""
+    max_flight_streams: int = 64  # Flight reads served at once (each holds at most one batch of pull bytes)
+    max_flight_streams_per_account: int = 16  # the same, per access key (per client IP without --acl)
     enable_property_filter: bool = True  # SQL92 subscriptions (RocketMQ enablePropertyFilter)
     filter_threads: int = 1  # SQL92 evaluation runs on these threads only (all accounts share them fairly)
     max_pending_filter_reads_per_account: int = 4096  # SQL92 reads one account may have waiting for them
@@ -95,10 +100,24 @@ class BrokerConfig:
     def broker_address(self) -> str:
         return self.advertise_address or self.listen
 
+    @property
+    def flight_bind_address(self) -> str | None:
+        """Where the Flight data plane listens (docs/data-plane.md): flight_listen, by default
+        listen's host on an ephemeral port (HOST:0); None when it is off."""
+        if self.flight_listen == FLIGHT_OFF:
+            return None
+        return self.flight_listen or f"{self.listen.rpartition(':')[0]}:0"
+
+    def flight_advertised_address(self, port: int) -> str:
+        """The Flight address routes carry: the advertised (or listen) host, the bound port."""
+        return f"{self.broker_address.rpartition(':')[0]}:{port}"
+
     def validate(self) -> None:
         check_address("listen", self.listen)
         if self.metrics_listen:
             check_address("metrics_listen", self.metrics_listen)
+        if self.flight_listen not in ("", FLIGHT_OFF):
+            check_address("flight_listen", self.flight_listen)
         if self.advertise_address:
             check_address("advertise_address", self.advertise_address)
         for address in self.namesrv_addresses:

@@ -38,6 +38,7 @@ class BrokerLiveInfo:
     last_update_ms: int
     broker_id: int = 0
     role: rmq_pb2.BrokerRole = rmq_pb2.ASYNC_MASTER
+    flight_address: str = ""   # its Arrow Flight data plane (docs/data-plane.md), "" when off
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,8 @@ class BrokerGroup:
     def to_proto(self) -> rmq_pb2.BrokerData:
         return rmq_pb2.BrokerData(
             broker_name=self.broker_name, address=self.representative.address,
-            members=[rmq_pb2.BrokerMember(broker_id=m.broker_id, address=m.address, role=m.role)
+            members=[rmq_pb2.BrokerMember(broker_id=m.broker_id, address=m.address, role=m.role,
+                                          flight_address=m.flight_address)
                      for m in self.members])
 
 
@@ -79,10 +81,10 @@ class RouteInfoManager:
         return int(self._clock() * 1000)
 
     def register_broker(self, broker_name: str, address: str, topics: list[TopicConfig], broker_id: int = 0,
-                        role: rmq_pb2.BrokerRole = rmq_pb2.ASYNC_MASTER) -> bool:
+                        role: rmq_pb2.BrokerRole = rmq_pb2.ASYNC_MASTER, flight_address: str = "") -> bool:
         """Record the member's current topics (replacing the previous set); True when it is new."""
         info = BrokerLiveInfo(broker_name, address, {t.topic_name: t for t in topics}, self._now_ms(),
-                              broker_id, role)
+                              broker_id, role, flight_address)
         with self._lock:
             previous = self._brokers.get((broker_name, broker_id))
             self._brokers[(broker_name, broker_id)] = info
@@ -209,6 +211,7 @@ class NameServerService(rmq_pb2_grpc.NameServerServiceServicer):
             [TopicConfig.from_proto(topic) for topic in request.topics],
             request.member.broker_id,
             request.member.role,
+            request.member.flight_address,
         )
         return rmq_pb2.RegisterBrokerResponse(status=OK)
 

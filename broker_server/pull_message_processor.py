@@ -318,7 +318,13 @@ class PullMessageProcessor:
     def _answer(self, query: PullQuery, result: GetMessageResult) -> rmq_pb2.PullMessageResponse:
         if result.message_count:
             self.stats.record_get(query.topic, result.message_count, len(result.buffer), query.group)
-        response = rmq_pb2.PullMessageResponse(
+        response = self.progress(query, result)
+        pack_messages(response.messages, result)
+        return response
+
+    def progress(self, query: PullQuery, result: GetMessageResult) -> rmq_pb2.PullMessageResponse:
+        """The answer to a read of `query` that found `result`, without its messages."""
+        return rmq_pb2.PullMessageResponse(
             status=OK,
             pull_status=cast(rmq_pb2.PullStatus, pull_status(result.status, query.offset)),   # wire values
             store_status=cast(rmq_pb2.GetMessageStatus, result.status),
@@ -327,8 +333,6 @@ class PullMessageProcessor:
             max_offset=result.max_offset,
             suggest_which_broker_id=self._suggest_which_broker_id(result.suggest_pulling_from_slave),
         )
-        pack_messages(response.messages, result)
-        return response
 
     def _suggest_which_broker_id(self, suggest_pulling_from_slave: bool) -> int:
         """A master whose data to read has left memory sends the client to a slave (spec

@@ -77,6 +77,7 @@ def _rule(service: str, method: str) -> str:
 RULES: dict[str, Rule] = {
     _rule("MessagingService", "SendMessage"): lambda r: _topics([r.topic], Need.PUB),
     _rule("MessagingService", "PullMessage"): lambda r: _topics([r.topic]) + _group_sub(r),
+    _rule("Flight", "DoGet"): lambda r: _topics([r.pull.topic]) + _group_sub(r.pull),   # rmq.flight: a pull
     _rule("MessagingService", "GetTopicOffsets"): lambda r: _topics([r.topic], Need.ANY),
     _rule("MessagingService", "SearchOffset"): lambda r: _topics([r.topic], Need.ANY),
     _rule("MessagingService", "QueryConsumerOffsets"): _group_and_topic_or_every_topic,

@@ -112,10 +112,21 @@ class ServerSecurity:
         acl_file = self.acl_file
         # the RocketMQ 5 check first: rmq.v1's AuthInterceptor passes v2 calls on to it
         client_ids = ClientIdOwners()   # one owner per client id, whichever protocol it speaks
-        authenticator = RequestAuthenticator(lambda: acl_file.acl, server_id, self.signature_window_s,
-                                             self.nonce_budget, client_ids=client_ids)
+        authenticator = self.request_authenticator(server_id, client_ids)
+        assert authenticator is not None
         return [RocketMQv2AuthInterceptor(V2Authenticator(lambda: acl_file.acl, client_ids), self.refusals),
                 AuthInterceptor(authenticator, self.refusals)]
+
+    def request_authenticator(self, server_id: str, client_ids: ClientIdOwners | None = None
+                              ) -> RequestAuthenticator | None:
+        """The rmq request-signing check for calls to `server_id` (None without an ACL): one per
+        listener (the gRPC port, the Flight data plane), each with its own nonce window;
+        `client_ids` binds the client ids calls name to their accounts (the gRPC port)."""
+        if self.acl_file is None:
+            return None
+        acl_file = self.acl_file
+        return RequestAuthenticator(lambda: acl_file.acl, server_id, self.signature_window_s,
+                                    self.nonce_budget, client_ids=client_ids)
 
     def open_client_channel(self, address: str) -> grpc.aio.Channel:
         """A channel for the calls this process makes itself (a broker registering with name

@@ -29,14 +29,19 @@ class ServerTls:
 
     def credentials(self) -> grpc.ServerCredentials:
         """Read the PEM files; UserError naming the flag and file when one is unusable."""
+        cert, key, client_ca = self.pem_files()
+        return grpc.ssl_server_credentials(
+            [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None
+        )
+
+    def pem_files(self) -> tuple[bytes, bytes, bytes | None]:
+        """(certificate chain, private key, client CA or None), read and checked as PEM."""
         cert = _read_pem(self.cert_file, "--tls-cert", b"CERTIFICATE")
         key = _read_pem(self.key_file, "--tls-key", b"PRIVATE KEY")
         client_ca = None
         if self.client_ca_file is not None:
             client_ca = _read_pem(self.client_ca_file, "--tls-client-ca", b"CERTIFICATE")
-        return grpc.ssl_server_credentials(
-            [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None
-        )
+        return cert, key, client_ca
 
 
 def add_port(server: aio.Server, address: str, tls: ServerTls | None) -> int:

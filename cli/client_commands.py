@@ -425,6 +425,7 @@ def _member_states(client: RmqClient, name: str, members: Iterable[BrokerMember]
     master_max: int | None = None
     for member in sorted(members, key=lambda m: m.broker_id):
         state: dict[str, Any] = {"broker_id": member.broker_id, "address": member.address,
+                                 "flight_address": member.flight_address or None,   # docs/data-plane.md
                                  "role": rmq_pb2.BrokerRole.Name(member.role), "min_offset": None,
                                  "max_offset": None, "lag_bytes": None, "state": "ok"}
         states.append(state)

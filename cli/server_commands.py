@@ -41,6 +41,9 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
         help="flush to disk before acknowledging (sync) or in the background (async, the default)",
     )
     broker.add_argument("--config", metavar="FILE", help="YAML or JSON file with further settings")
+    broker.add_argument("--flight-listen", metavar="HOST:PORT|off",
+                        help="serve the Arrow Flight data plane here (default: --listen's host on an "
+                             "ephemeral port, advertised in routes; off disables it)")
     _add_metrics_argument(broker)
     server_security.add_arguments(broker)
     broker.set_defaults(handler=run_broker)
@@ -78,6 +81,7 @@ def run_broker(args: argparse.Namespace) -> int:
             "namesrv": args.namesrv,
             "flush": args.flush,
             "metrics_listen": args.metrics_listen,
+            "flight_listen": args.flight_listen,
         },
     )
     security = ServerSecurity.from_args(args)

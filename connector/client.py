@@ -71,11 +71,12 @@ class BrokerMember:
     broker_id: int
     address: str
     role: int                                 # rmq_pb2.BrokerRole
+    flight_address: str = ""                  # its Arrow Flight data plane; "" when it serves none
 
 
 def group_members(data: rmq_pb2.BrokerData) -> tuple[BrokerMember, ...]:
     """The members a BrokerData lists (an older broker lists none: its address is the master)."""
-    members = tuple(BrokerMember(m.broker_id, m.address, m.role) for m in data.members)
+    members = tuple(BrokerMember(m.broker_id, m.address, m.role, m.flight_address) for m in data.members)
     return members or (BrokerMember(MASTER_ID, data.address, rmq_pb2.ASYNC_MASTER),)
 
 
@@ -407,7 +408,7 @@ class RmqClient:
                                                 suspend_timeout_ms, commit_offset, max_bytes, timeout)
         response = self._read_call(mq.broker_name, _PULL_MESSAGE, request, queue=mq, timeout=deadline)
         self._record_suggestion(mq, response.suggest_which_broker_id)
-        return _pull_result(response)
+        return pull_result(response)
 
     def pull_async(self, mq: MessageQueue, offset: int, max_messages: int, *, group: str,
                    callback: Callable[[PullResult | None, RmqError | None], None],
@@ -439,9 +440,42 @@ class RmqClient:
                 callback(None, RmqError(response.status.code, refusal, broker=label, queue=mq))
                 return
             self._record_suggestion(mq, response.suggest_which_broker_id)
-            callback(_pull_result(response), None)
+            callback(pull_result(response), None)
 
         future.add_done_callback(done)
+
+    # ------------------------------------------------------------ the Flight data plane (docs/data-plane.md)
+
+    def read_member(self, mq: MessageQueue, refresh: bool = False) -> BrokerMember | None:
+        """The member a pull of `mq` would go to (its flight_address: its data plane), None when
+        the route lists no members. `refresh`: ask the endpoints for the members first (a
+        restarted broker serves Flight on a new port)."""
+        if refresh:
+            self.list_brokers()
+        address = self._read_address(mq.broker_name, mq)
+        with self._lock:
+            members = self._members.get(mq.broker_name, ())
+        return next((m for m in members if m.address == address), None)
+
+    def mark_down(self, member: BrokerMember) -> None:
+        """Pass `member` over for reads for a while: it did not answer (a slave serves meanwhile)."""
+        self._mark_down(member.address)
+
+    def flight_ticket(self, mq: MessageQueue, start: int, end: int, *, group: str, max_rows: int,
+                      batch_rows: int, batch_bytes: int = 0,
+                      sub_expression: str | MessageSelector = "*") -> rmq_pb2.FlightReadTicket:
+        """A read of `mq`'s offsets [start, end), at most `max_rows` rows, in batches of at most
+        `batch_rows` rows and `batch_bytes` record bytes (0: the broker's default)."""
+        pull, _ = self._pull_request(mq, start, batch_rows, group, sub_expression, 0, None, batch_bytes, None)
+        return rmq_pb2.FlightReadTicket(pull=pull, end_offset=end, max_rows=max_rows)
+
+    @property
+    def credentials(self) -> Credentials | None:
+        return self._credentials
+
+    @property
+    def tls(self) -> TlsSettings | None:
+        return self._tls
 
     def _pull_request(self, mq: MessageQueue, offset: int, max_messages: int, group: str,
                       sub_expression: str | MessageSelector,
@@ -617,7 +651,7 @@ class RmqClient:
                                                 max_messages=max_messages)
         response = self._call(self._broker_address(mq.broker_name), _BROWSE_MESSAGES, request,
                               mq.broker_name, queue=mq)
-        return _pull_result(response)
+        return pull_result(response)
 
     def query_message_by_key(self, topic: str, broker_name: str, key: str, *, begin_ms: int = 0,
                              end_ms: int = 0, max_messages: int = 64) -> rmq_pb2.PackedMessages:
@@ -826,7 +860,8 @@ def choose_member(members: Sequence[BrokerMember], wanted: int, down: set[str]) 
     return live[0].address if live else None
 
 
-def _pull_result(response: rmq_pb2.PullMessageResponse) -> PullResult:
+def pull_result(response: rmq_pb2.PullMessageResponse) -> PullResult:
+    """A PullMessage answer (or a Flight batch's metadata, rmq.flight) as a PullResult."""
     return PullResult(PullStatus(response.pull_status), GetMessageStatus(response.store_status),
                       response.next_begin_offset, response.min_offset, response.max_offset, response.messages)
 

@@ -1,62 +1,23 @@
 """Column-wise decoding of pulled messages into Arrow (ARCHITECTURE.md §1, §3).
 
 `PackedMessages.records` holds CommitLog records back to back in the layout of
-`rmq.message_format` (spec store §3, big-endian). Every column is computed for all records
-at once: numpy gathers at the fixed field offsets, Arrow arrays built straight from
-(offsets, data) buffers for the variable-length fields, pyarrow.compute for the properties
-map. There is no per-message Python code.
+`rmq.message_format` (spec store §3, big-endian); rmq.record_batch turns them into a
+RecordBatch with SCHEMA, every column for all records at once.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rmq import message_format as mf
 from rmq.connector.errors import CorruptMessagesError
+from rmq.record_batch import SCHEMA, CorruptRecordsError, decode_records
 from rmq.v1 import rmq_pb2
 
-# Records store epoch milliseconds; Spark takes timestamps as microseconds (TimestampType).
-_TIMESTAMP = pa.timestamp("us", tz="UTC")
-_US_PER_MS = 1000
-_PROPERTIES = pa.map_(pa.string(), pa.string())
-
-SCHEMA = pa.schema([
-    ("topic", pa.string()),
-    ("broker_name", pa.string()),
-    ("queue_id", pa.int32()),
-    ("queue_offset", pa.int64()),
-    ("msg_id", pa.string()),
-    ("tags", pa.string()),
-    ("keys", pa.string()),
-    ("body", pa.binary()),
-    ("properties", _PROPERTIES),
-    ("born_timestamp", _TIMESTAMP),
-    ("store_timestamp", _TIMESTAMP),
-])
-
-# Prebuilt scalars: pyarrow.compute converting a Python str per call costs ≈ 60 µs more.
-
-
-@functools.cache
-def _string(text: str) -> pa.StringScalar:
-    """An Arrow string scalar, made on first use: building one at import would load pandas
-    (pyarrow's conversion looks for it), which costs every Spark planning worker ~0.5 s."""
-    return pa.scalar(text, pa.string())
-
-# The fixed header (rmq.message_format.HEADER_FIELDS) as one big-endian numpy record.
-_HEADER_CODES = {"i": ">i4", "q": ">i8", f"{mf.HOST_SIZE}s": (np.uint8, mf.HOST_SIZE)}
-_HEADER = np.dtype([(name, _HEADER_CODES[code]) for name, code in mf.HEADER_FIELDS])
-assert _HEADER.itemsize == mf.BODY_POS
-# The 4 upper-case hex digits of every 16-bit value, as 4-byte items: a message id's 16 bytes
-# become 32 characters with one np.take (half the time of binascii.hexlify(...).upper()).
-_HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)[
-    (np.arange(1 << 16)[:, None] >> np.array([12, 8, 4, 0])) & 0xF].view(np.uint32).reshape(-1)
+__all__ = ["SCHEMA", "CorruptMessagesError", "decode", "decode_pulls", "filter_tags"]
 
 
 def decode(packed: rmq_pb2.PackedMessages, broker_name: str) -> pa.RecordBatch:
@@ -70,44 +31,11 @@ def decode_pulls(pulls: Sequence[rmq_pb2.PackedMessages], broker_name: str) -> p
     for packed in pulls:
         _check_count(packed)
     records = np.frombuffer(_joined([packed.records for packed in pulls]), dtype=np.uint8)
-    sizes = _sizes(_joined([packed.sizes for packed in pulls]), len(records))
-    starts = np.zeros(len(sizes), dtype=np.int64)
-    np.cumsum(sizes[:-1], out=starts[1:])
-    layout = _Layout(records, starts, _step(sizes))
-    header = layout.rows(starts, mf.BODY_POS)   # every fixed field, read in one pass
-    fields = header.view(_HEADER).reshape(-1)
-    _check(fields["magic_code"] == mf.MESSAGE_MAGIC_CODE, "bad magic code")
-    _check(fields["total_size"] == sizes, "total size differs from sizes")
-
-    room = sizes - mf.FIXED_OVERHEAD  # bytes left for body + topic + properties
-    body_length = fields["body_length"].astype(np.int64)
-    _check((body_length >= 0) & (body_length <= room), "body length out of range")
-    topic_length_pos = starts + mf.BODY_POS + body_length
-    topic_length = layout.read_int(topic_length_pos, "u1").astype(np.int64)
-    _check(topic_length <= room - body_length, "topic length out of range")
-    properties_length_pos = topic_length_pos + 1 + topic_length
-    properties_length = layout.read_int(properties_length_pos, "i2").astype(np.int64)
-    _check(body_length + topic_length + properties_length == room, "field lengths do not add up")
-
-    if properties_length.any():
-        text = layout.variable(pa.string(), properties_length_pos + 2, properties_length)
-        properties = _Properties.parse(text)
-    else:
-        properties = _Properties.none(len(sizes))
-    columns = [
-        layout.variable(pa.string(), topic_length_pos + 1, topic_length),
-        pa.repeat(pa.scalar(broker_name, pa.string()), len(sizes)),
-        pa.array(fields["queue_id"].astype(np.int32), pa.int32()),
-        pa.array(fields["queue_offset"].astype(np.int64), pa.int64()),
-        _msg_ids(header),
-        properties.lookup(_string(mf.PROPERTY_TAGS)),
-        properties.lookup(_string(mf.PROPERTY_KEYS)),
-        layout.variable(pa.binary(), starts + mf.BODY_POS, body_length),
-        properties.entries,
-        _timestamps(fields["born_timestamp"]),
-        _timestamps(fields["store_timestamp"]),
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=SCHEMA)
+    sizes = np.frombuffer(_joined([packed.sizes for packed in pulls]), dtype="<i4").astype(np.int64)
+    try:
+        return decode_records(records, sizes, broker_name)
+    except CorruptRecordsError as error:
+        raise CorruptMessagesError(f"corrupt PackedMessages: {error}") from None
 
 
 def filter_tags(batch: pa.RecordBatch, tags: set[str] | frozenset[str] | None) -> pa.RecordBatch:
@@ -118,9 +46,6 @@ def filter_tags(batch: pa.RecordBatch, tags: set[str] | frozenset[str] | None) -
     return batch.filter(pc.is_in(batch.column("tags"), value_set=pa.array(sorted(tags), pa.string())))
 
 
-# ---------------------------------------------------------------- helpers
-
-
 def _check_count(packed: rmq_pb2.PackedMessages) -> None:
     if len(packed.sizes) != 4 * packed.count:
         raise CorruptMessagesError(f"corrupt PackedMessages: {len(packed.sizes)} bytes of sizes "
@@ -129,134 +54,3 @@ def _check_count(packed: rmq_pb2.PackedMessages) -> None:
 
 def _joined(parts: list[bytes]) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-def _sizes(packed_sizes: bytes, records_length: int) -> np.ndarray:
-    sizes = np.frombuffer(packed_sizes, dtype="<i4").astype(np.int64)
-    _check(sizes >= mf.FIXED_OVERHEAD, "record shorter than the fixed overhead")
-    if int(sizes.sum()) != records_length:
-        raise CorruptMessagesError(f"corrupt PackedMessages: sizes add up to {int(sizes.sum())} "
-                                   f"but records hold {records_length} bytes")
-    return sizes
-
-
-def _check(ok: np.ndarray, problem: str) -> None:
-    if not ok.all():
-        raise CorruptMessagesError(f"corrupt record #{int(np.argmin(ok))} in PackedMessages: {problem}")
-
-
-def _step(sizes: np.ndarray) -> int | None:
-    """The distance between records when they all have one size (a pull of equal messages)."""
-    if len(sizes) > 1 and (sizes == sizes[0]).all():
-        return int(sizes[0])
-    return None
-
-
-@dataclass(frozen=True)
-class _Layout:
-    """Reads fields at per-record positions. When the records are of one size and the
-    positions of a field are evenly spaced by it, rows are strided views (no index gather)."""
-
-    records: np.ndarray
-    starts: np.ndarray
-    step: int | None
-
-    def rows(self, positions: np.ndarray, width: int) -> np.ndarray:
-        """records[p:p + width] for each position p, as the rows of an (n, width) array."""
-        if self.step is not None and (positions - self.starts == positions[0] - self.starts[0]).all():
-            rows = np.ndarray((len(positions), width), np.uint8, self.records, int(positions[0]),
-                              (self.step, 1))
-            rows.flags.writeable = False
-            return rows
-        if not len(positions):
-            return np.zeros((0, width), dtype=np.uint8)
-        # Otherwise one row copy per position out of the (read-only) window view.
-        return np.lib.stride_tricks.sliding_window_view(self.records, width)[positions]
-
-    def read_int(self, positions: np.ndarray, kind: str) -> np.ndarray:
-        """The big-endian integer of type `kind` (numpy code) at each position, native order."""
-        dtype = np.dtype(">" + kind)
-        return self.rows(positions, dtype.itemsize).view(dtype).reshape(-1).astype(dtype.newbyteorder("="))
-
-    def variable(self, kind: pa.DataType, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
-        """A string/binary array of records[start:start+length] per row, from (offsets, data)."""
-        offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
-        np.cumsum(lengths, out=offsets[1:])
-        if len(lengths) and (lengths == lengths[0]).all():
-            data = np.ascontiguousarray(self.rows(starts, int(lengths[0]))).reshape(-1)
-        else:
-            # Byte k of row i sits at starts[i] + (k - offsets[i]).
-            data = self.records[np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])]
-        array = pa.Array.from_buffers(kind, len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-        if kind == pa.string():
-            try:
-                array.validate(full=True)
-            except pa.ArrowInvalid as error:
-                raise CorruptMessagesError(f"corrupt record in PackedMessages: {error}") from None
-        return array
-
-
-def _timestamps(epoch_ms: np.ndarray) -> pa.Array:
-    """Epoch-ms timestamps as a microsecond timestamp array."""
-    return pa.array(epoch_ms.astype(np.int64) * _US_PER_MS, _TIMESTAMP)
-
-
-def _msg_ids(header: np.ndarray) -> pa.Array:
-    """Upper-case hex of store host + physical offset (from the (n, BODY_POS) header rows):
-    32 characters per row."""
-    raw = np.empty((len(header), mf.HOST_SIZE + 8), dtype=np.uint8)
-    raw[:, :mf.HOST_SIZE] = header[:, mf.STORE_HOST_POS:mf.STORE_HOST_POS + mf.HOST_SIZE]
-    raw[:, mf.HOST_SIZE:] = header[:, mf.PHYSICAL_OFFSET_POS:mf.PHYSICAL_OFFSET_POS + 8]
-    digits = np.take(_HEX_DIGITS, raw.view(">u2"))
-    width = 2 * raw.shape[1]
-    offsets = np.arange(0, width * (len(header) + 1), width, dtype=np.int32)
-    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(digits)]
-    return pa.Array.from_buffers(pa.string(), len(header), buffers)
-
-
-@dataclass(frozen=True)
-class _Properties:
-    """The properties column as a map plus its flat (row, name, value) entries."""
-
-    entries: pa.MapArray
-    rows: np.ndarray
-    names: pa.Array
-    values: pa.Array
-
-    @classmethod
-    def parse(cls, text: pa.Array) -> _Properties:
-        """Parse `name \\x01 value \\x02 ...` strings into a map per row."""
-        items_per_row = pc.split_pattern(text, mf.PROPERTY_SEPARATOR)
-        items = items_per_row.flatten()
-        keep = pc.not_equal(items, _string(""))  # the empty piece after the trailing separator
-        items = items.filter(keep)
-        rows = pc.list_parent_indices(items_per_row).filter(keep).to_numpy()
-
-        pairs = pc.split_pattern(items, mf.NAME_VALUE_SEPARATOR, max_splits=1)
-        pieces = pairs.flatten()
-        first = pairs.offsets.to_numpy()[:-1] - pairs.offsets[0].as_py()
-        has_value = pc.list_value_length(pairs).to_numpy() == 2
-        names = pieces.take(first)
-        values = pc.fill_null(pieces.take(pa.array(first + 1, mask=~has_value)), _string(""))
-
-        offsets = np.zeros(len(text) + 1, dtype=np.int32)
-        np.cumsum(np.bincount(rows, minlength=len(text)), out=offsets[1:])
-        entries = pa.MapArray.from_arrays(pa.array(offsets), names, values, type=_PROPERTIES)
-        return cls(entries, rows, names, values)
-
-    @classmethod
-    def none(cls, count: int) -> _Properties:
-        """`count` rows without properties (what parse gives for empty strings, without parsing)."""
-        no_entries = pa.array([], pa.string())
-        offsets = pa.array(np.zeros(count + 1, dtype=np.int32))
-        entries = pa.MapArray.from_arrays(offsets, no_entries, no_entries, type=_PROPERTIES)
-        return cls(entries, np.zeros(0, dtype=np.int64), no_entries, no_entries)
-
-    def lookup(self, name: pa.StringScalar) -> pa.Array:
-        """The value of property `name` per row, null where the row has none."""
-        if not len(self.names):
-            return pa.nulls(len(self.entries), pa.string())
-        matches = pc.equal(self.names, name).to_numpy(zero_copy_only=False)
-        index = np.full(len(self.entries), -1, dtype=np.int64)
-        index[self.rows[matches]] = np.arange(int(matches.sum()))
-        return self.values.filter(matches).take(pa.array(index, mask=index < 0))

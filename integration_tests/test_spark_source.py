@@ -34,8 +34,9 @@ def rmq_stream(spark, broker, topic: str, **options: str):
     return reader.load()
 
 
+@pytest.mark.parametrize("transport", ["flight", "grpc"])   # docs/data-plane.md: identical on both
 def test_stream_reads_every_message_once_in_bounded_batches_and_resumes_from_checkpoint(
-        spark, broker, client, tmp_path):
+        spark, broker, client, tmp_path, transport):
     client.create_topic("events", queues=8)
     bodies = produce(client, "events", 200)
     wait_dispatched(client, "events", 200)
@@ -44,7 +45,7 @@ def test_stream_reads_every_message_once_in_bounded_batches_and_resumes_from_che
     def run_available_now() -> list[int]:
         query = (
             rmq_stream(spark, broker, "events", startingOffsets="earliest", maxMessagesPerTrigger="60",
-                       consumerGroup="g-events")
+                       consumerGroup="g-events", transport=transport)
             .writeStream.format("parquet").option("path", str(output))
             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
         )

@@ -18,19 +18,21 @@ def rmq_read(spark, address: str, topic: str, **options: str):
     return spark.read.format("rmq").options(endpoints=address, topic=topic, **options).load()
 
 
-def test_min_partitions_gives_that_many_tasks_and_the_same_rows(spark, broker):
+@pytest.mark.parametrize("transport", ["flight", "grpc"])   # docs/data-plane.md: identical on both
+def test_min_partitions_gives_that_many_tasks_and_the_same_rows(spark, broker, transport):
     with RmqClient(broker.address) as client:
         client.create_topic("tasks", queues=8)
         produce(client, "tasks", 160)
         wait_dispatched(client, "tasks", 160)
-    plain = rmq_read(spark, broker.address, "tasks")
-    cut = rmq_read(spark, broker.address, "tasks", minPartitions="16")
+    plain = rmq_read(spark, broker.address, "tasks", transport=transport)
+    cut = rmq_read(spark, broker.address, "tasks", minPartitions="16", transport=transport)
     assert plain.rdd.getNumPartitions() == 8 and cut.rdd.getNumPartitions() == 16
     key = ["queue_id", "queue_offset", "body"]
     assert sorted(cut.select(key).collect()) == sorted(plain.select(key).collect())
 
 
-def test_filters_are_pushed_into_the_pulls(spark, broker):
+@pytest.mark.parametrize("transport", ["flight", "grpc"])
+def test_filters_are_pushed_into_the_pulls(spark, broker, transport):
     with RmqClient(broker.address) as client:
         client.create_topic("pushed", queues=4)
         produce(client, "pushed", 40, tags="A")
@@ -38,7 +40,7 @@ def test_filters_are_pushed_into_the_pulls(spark, broker):
         wait_dispatched(client, "pushed", 80)
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     try:
-        df = rmq_read(spark, broker.address, "pushed").filter(
+        df = rmq_read(spark, broker.address, "pushed", transport=transport).filter(
             "queue_id = 2 and queue_offset >= 8 and tags = 'B'")
         assert df.rdd.getNumPartitions() == 1                                  # one queue pulled, not 4
         assert sorted((r.queue_id, r.queue_offset, r.tags) for r in df.collect()) == [

@@ -39,13 +39,15 @@ def rows_read(query) -> int:
     return sum(progress["numInputRows"] for progress in query.recentProgress)
 
 
-def test_a_query_with_default_options_rides_out_a_broker_kill9_and_restart(spark, broker, tmp_path: Path):
+@pytest.mark.parametrize("transport", ["flight", "grpc"])   # docs/data-plane.md: identical on both
+def test_a_query_with_default_options_rides_out_a_broker_kill9_and_restart(spark, broker, tmp_path: Path,
+                                                                           transport: str):
     with RmqClient(broker.address) as client:
         client.create_topic("outage", queues=4)
         bodies = produce(client, "outage", 100)
         wait_dispatched(client, "outage", 100)
     output = tmp_path / "out"
-    query = (rmq_stream(spark, broker.address, "outage", startingOffsets="earliest")
+    query = (rmq_stream(spark, broker.address, "outage", startingOffsets="earliest", transport=transport)
              .writeStream.format("parquet").option("path", str(output))
              .option("checkpointLocation", str(tmp_path / "checkpoint"))
              .trigger(processingTime="500 milliseconds").start())

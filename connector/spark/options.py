@@ -4,6 +4,7 @@ value raises RmqOptionError naming the option and the accepted values."""
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import re
@@ -62,7 +63,7 @@ OPTION_NAMES = (
     "startingOffsetsByTimestamp", "committedFallback", "endingOffsets", "endingOffsetsByTimestamp",
     "endingTimestamp", "maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay",
     "minPartitions", "pullBatchSize", "pullTimeoutMs", OUTAGE_OPTION, "allocateStrategy",
-    "messageModel", "failOnDataLoss", "offsetStoreDir",
+    "messageModel", "failOnDataLoss", "offsetStoreDir", "transport",
 ) + SECURITY_OPTION_NAMES
 BATCH_ONLY = ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp")
 STREAM_ONLY = ("maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay")
@@ -72,6 +73,17 @@ STARTING_FORMS = f"one of earliest, latest, committed, timestamp:<epoch-ms>, or 
 ENDING_FORMS = f"latest, or {JSON_FORM}"
 FALLBACK_FORMS = "one of latest, earliest, timestamp:<epoch-ms>, error"
 DURATION_FORMS = "a duration: <n>ms, <n>s, <n>m or <n>h (no unit: ms)"
+
+
+class Transport(enum.Enum):
+    """How executors read (option `transport`, docs/data-plane.md)."""
+
+    AUTO = "auto"       # the broker's Arrow Flight data plane where the route advertises it, else PullMessage
+    FLIGHT = "flight"   # Flight only: a broker without it fails the task
+    GRPC = "grpc"       # PullMessage only
+
+
+TRANSPORTS = tuple(transport.value for transport in Transport)
 
 
 @dataclass(frozen=True)
@@ -88,6 +100,7 @@ class PullSettings:
     outage_window_ms: int = DEFAULT_BROKER_OUTAGE_WINDOW_MS   # retrying an unreachable broker
     security: ClientSecurity = field(default_factory=ClientSecurity)   # accessKey/secretKey/tls
     sql_filter: str | None = None    # sqlFilter: an SQL92 condition the broker evaluates instead of tags
+    transport: Transport = Transport.AUTO
 
     @property
     def selector(self) -> str | MessageSelector:
@@ -179,6 +192,7 @@ def _parse(options: Mapping[str, str], streaming: bool) -> SourceOptions:
             outage_window_ms=get.positive_int(OUTAGE_OPTION, DEFAULT_BROKER_OUTAGE_WINDOW_MS),
             security=_parse_security(options),
             sql_filter=sql_filter,
+            transport=Transport(get.choice("transport", TRANSPORTS, Transport.AUTO.value)),
         ),
         starting_offsets=starting_offsets,
         ending_offsets=_parse_ending(get, subscribed),

@@ -10,6 +10,10 @@ may scan beyond it) and tags are re-checked on the client (the broker
 filters by tag hash code only, spec pull §10.3); filtered-out messages advance the offset
 without producing rows.
 
+With option `transport` (docs/data-plane.md) the range is read through the broker's Arrow Flight
+data plane instead (by default where the route advertises one): the same store reads, as
+source-schema batches carrying each read's outcome, handled exactly as the pulls' below.
+
 Each pull waits at most `pullTimeoutMs`. Transient failures (broker unreachable, a message
 being moved) are retried with exponential backoff for up to `brokerOutageWindowMs`, one log
 line per round naming the broker, then the task fails naming broker, queue and offset.
@@ -20,9 +24,10 @@ are skipped with a warning.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -39,11 +44,13 @@ from rmq.connector.client import (
     RmqUnavailable,
 )
 from rmq.connector.errors import RmqDataLossError, RmqReadError
+from rmq.connector.flight_reader import FlightReader
 from rmq.connector.message_decoder import decode_pulls, filter_tags
-from rmq.connector.spark.options import OUTAGE_OPTION, PullSettings
+from rmq.connector.spark.options import OUTAGE_OPTION, PullSettings, Transport
 from rmq.v1 import rmq_pb2
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 @dataclass(frozen=True)
 class QueueRangePartition(InputPartition):
@@ -100,13 +107,54 @@ class QueueRangeReader:
         self._settings = partition.pull
 
     def batches(self) -> Iterator[pa.RecordBatch]:
+        """The rows of the range in queue order, through Flight or PullMessage (option transport)."""
+        if self._start >= self._end:
+            return
+        with FlightReader(self._client) as flight:
+            if self._reads_through_flight(flight):
+                yield from self._flight_batches(flight)
+                return
+        yield from self._pulled_batches()
+
+    def _reads_through_flight(self, flight: FlightReader) -> bool:
+        transport = self._settings.transport
+        if transport is Transport.GRPC:
+            return False
+        available = self._retrying(self._start, lambda: flight.available(self._mq), "finding its data plane")
+        if transport is Transport.FLIGHT and not available:
+            raise RmqReadError(f"transport=flight, but broker {self._mq.broker_name} advertises no Arrow "
+                               "Flight data plane (started with --flight-listen off?): use transport=auto or "
+                               "grpc")
+        return available
+
+    def _flight_batches(self, flight: FlightReader) -> Iterator[pa.RecordBatch]:
+        """One ticket after the other from where the last one ended; a stream cut by an outage is
+        asked for again from the last offset it delivered, within the outage window."""
+        settings = self._settings
+        offset, backoff = self._start, Backoff(settings.outage_window_ms / 1000)
+        while offset < self._end:
+            try:
+                for chunk in flight.read(self._mq, offset, self._end, group=settings.consumer_group,
+                                         batch_rows=settings.pull_batch_size,
+                                         sub_expression=settings.selector,
+                                         timeout=settings.pull_timeout_ms / 1000):
+                    problem = self._transient_problem(offset, chunk.result)
+                    if problem is not None:
+                        raise RmqUnavailable(problem, broker=self._mq.broker_name)
+                    offset = self._next_offset(offset, chunk.result)
+                    yield from self._trimmed(chunk.batch)
+                    backoff = Backoff(settings.outage_window_ms / 1000)
+            except RmqUnavailable as error:
+                self._retry_or_fail(backoff, offset, f"broker unavailable: {error.message}")
+
+    def _pulled_batches(self) -> Iterator[pa.RecordBatch]:
         """The rows of the range in pull order. The next pull runs on a background thread
         while this one is decoded and consumed (by Spark's Python worker), so the broker and
         the reader work at the same time; at most one request is outstanding. Consecutive
         small pulls are decoded together into one batch (_HeldPulls): fewer, larger batches
         cost Spark and the decoder less per row."""
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmq-prefetch") as prefetch:
-            pending = prefetch.submit(self._step, self._start) if self._start < self._end else None
+            pending: Future[tuple[PullResult | None, int]] | None = prefetch.submit(self._step, self._start)
             held = _HeldPulls()
             while pending is not None:
                 found, offset = pending.result()
@@ -118,16 +166,20 @@ class QueueRangeReader:
     def _step(self, offset: int) -> tuple[PullResult | None, int]:
         """Pull at `offset`: the result if it FOUND messages, and the offset to pull next."""
         result = self._pull(offset)
+        return (result if result.pull_status == PullStatus.FOUND else None), self._next_offset(offset, result)
+
+    def _next_offset(self, offset: int, result: PullResult) -> int:
+        """Where to read after a read at `offset` answered `result` (lost offsets reported)."""
         if result.pull_status == PullStatus.FOUND:
-            return result, self._advance(offset, result.next_begin_offset)
+            return self._advance(offset, result.next_begin_offset)
         if result.pull_status == PullStatus.NO_MATCHED_MSG:
             resume = self._advance(offset, result.next_begin_offset)
             if result.store_status == GetMessageStatus.MESSAGE_WAS_REMOVING:
                 # the entries' CommitLog file is being deleted: data loss, not a tag-filter miss
                 self._report_gap(offset, resume, result, "their CommitLog file was deleted by retention")
-            return None, resume
+            return resume
         # OFFSET_ILLEGAL, or NO_NEW_MSG below the planned end: the data is gone
-        return None, self._skip_lost(offset, result)
+        return self._skip_lost(offset, result)
 
     def _pull(self, offset: int) -> PullResult:
         """One pull, retried while the broker is unreachable or the outcome is transient."""
@@ -145,14 +197,27 @@ class QueueRangeReader:
                 problem = f"broker unavailable: {error.message}"
             if problem is None:
                 return result
-            if backoff.remaining() > 0:
-                log_retry(backoff, f"pulling {self._describe()} at offset {offset}", problem,
-                          self._mq.broker_name, OUTAGE_OPTION)
-            if not backoff.wait():
-                raise RmqReadError(
-                    f"cannot read {self._describe()} at offset {offset} (range [{self._start}, {self._end})) "
-                    f"after retrying for {settings.outage_window_ms} ms ({OUTAGE_OPTION}): {problem}"
-                )
+            self._retry_or_fail(backoff, offset, problem)
+
+    def _retrying(self, offset: int, call: Callable[[], T], action: str) -> T:
+        """call(), retried while the broker is unreachable."""
+        backoff = Backoff(self._settings.outage_window_ms / 1000)
+        while True:
+            try:
+                return call()
+            except RmqUnavailable as error:
+                self._retry_or_fail(backoff, offset, f"{action}: {error.message}")
+
+    def _retry_or_fail(self, backoff: Backoff, offset: int, problem: str) -> None:
+        """Wait before the next attempt at `offset`; RmqReadError once the outage window is over."""
+        if backoff.remaining() > 0:
+            log_retry(backoff, f"reading {self._describe()} at offset {offset}", problem,
+                      self._mq.broker_name, OUTAGE_OPTION)
+        if not backoff.wait():
+            raise RmqReadError(
+                f"cannot read {self._describe()} at offset {offset} (range [{self._start}, {self._end})) "
+                f"after retrying for {self._settings.outage_window_ms} ms ({OUTAGE_OPTION}): {problem}"
+            )
 
     def _transient_problem(self, offset: int, result: PullResult) -> str | None:
         if result.pull_status == PullStatus.NO_MATCHED_MSG and result.next_begin_offset <= offset:
@@ -163,9 +228,11 @@ class QueueRangeReader:
 
     def _rows(self, pulls: list[rmq_pb2.PackedMessages]) -> Iterator[pa.RecordBatch]:
         """The rows of consecutive pulls as one batch, none when they hold no rows."""
-        if not pulls:
-            return
-        batch = decode_pulls(pulls, self._mq.broker_name)
+        if pulls:
+            yield from self._trimmed(decode_pulls(pulls, self._mq.broker_name))
+
+    def _trimmed(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+        """The rows of `batch` below the range's end whose tag is subscribed, none when none is."""
         if batch.num_rows and batch.column("queue_offset")[-1].as_py() >= self._end:
             batch = batch.filter(pc.less(batch.column("queue_offset"), self._end))
         batch = filter_tags(batch, self._settings.tags)

@@ -6,6 +6,7 @@ import pytest
 
 from rmq.broker_server.acl import AccessDenied, parse_acl
 from rmq.broker_server.rpc_permissions import ADMIN_METHODS, RULES, check_call, client_id_of
+from rmq.flight import DO_GET_METHOD
 from rmq.v1 import rmq_pb2
 
 ACL = parse_acl({"accounts": [
@@ -29,7 +30,7 @@ def method(service: str, name: str) -> str:
 def test_every_rpc_of_the_contract_has_a_rule() -> None:
     services = rmq_pb2.DESCRIPTOR.services_by_name.values()
     declared = {f"/{s.full_name}/{m.name}" for s in services for m in s.methods}
-    assert declared == set(RULES) | ADMIN_METHODS
+    assert declared | {DO_GET_METHOD} == set(RULES) | ADMIN_METHODS   # and the Flight data plane's read
     assert not set(RULES) & ADMIN_METHODS
 
 
@@ -128,3 +129,13 @@ def test_a_groups_members_need_sub_on_the_group() -> None:
     check_call(ACL, "subonly", members, rmq_pb2.GetConsumerConnectionsRequest(consumer_group="etl"))
     with pytest.raises(AccessDenied):
         check_call(ACL, "nothing", members, rmq_pb2.GetConsumerConnectionsRequest(consumer_group="etl"))
+def test_a_flight_read_needs_what_its_pull_needs() -> None:
+    ticket = rmq_pb2.FlightReadTicket(pull=PULL[1], end_offset=10)
+    check_call(ACL, "subonly", DO_GET_METHOD, ticket)
+    for account in ("pubonly", "nothing"):
+        with pytest.raises(AccessDenied):
+            check_call(ACL, account, DO_GET_METHOD, ticket)
+    other_group = rmq_pb2.FlightReadTicket(pull=rmq_pb2.PullMessageRequest(topic="orders",
+                                                                          consumer_group="x"))
+    with pytest.raises(AccessDenied):
+        check_call(ACL, "subonly", DO_GET_METHOD, other_group)

@@ -9,7 +9,12 @@ import pytest
 
 from rmq.connector.client import MessageQueue
 from rmq.connector.offsets import AtTimestamp, Committed, Earliest, Latest, Specific, Timestamps
-from rmq.connector.spark.options import RmqOptionError, check_source_options, parse_source_options
+from rmq.connector.spark.options import (
+    RmqOptionError,
+    Transport,
+    check_source_options,
+    parse_source_options,
+)
 
 BASE = {"endpoints": "127.0.0.1:9876", "topic": "orders"}
 
@@ -29,6 +34,7 @@ def test_defaults_for_stream_and_batch():
     assert stream.pull.sub_expression == "*" and stream.pull.tags is None
     assert (stream.pull.pull_batch_size, stream.pull.pull_timeout_ms) == (4096, 3000)
     assert stream.pull.fail_on_data_loss is True
+    assert stream.pull.transport is Transport.AUTO
     assert stream.offset_store_dir == os.path.expanduser("~/.rmq/offsets")
     batch = parse(streaming=False)
     assert batch.starting_offsets == Earliest()
@@ -92,6 +98,7 @@ def test_committed_and_json_starting_offsets():
     ("messageModel", "pubsub",
      "Invalid value 'pubsub' for option 'messageModel': expected one of clustering, broadcasting"),
     ("failOnDataLoss", "yes", "Invalid value 'yes' for option 'failOnDataLoss': expected one of true, false"),
+    ("transport", "http", "Invalid value 'http' for option 'transport': expected one of auto, flight, grpc"),
     ("maxMessagesPerTrigger", "0",
      "Invalid value '0' for option 'maxMessagesPerTrigger': expected a positive integer"),
     ("pullBatchSize", "40000",

@@ -19,6 +19,7 @@ from rmq.connector.spark.options import parse_source_options  # noqa: E402
 from rmq.connector.spark.partition_reader import (  # noqa: E402
     QueueRangePartition,
     RmqDataLossError,
+    RmqReadError,
     read_queue_range,
 )
 from tests.broker_server.in_process_broker import InProcessBroker  # noqa: E402
@@ -46,7 +47,9 @@ def delete_commit_log_files_only(broker: InProcessBroker) -> int:
     return store.get_commit_log_min_offset()
 
 
-def test_entries_whose_commit_log_file_was_deleted_are_data_loss(broker: InProcessBroker, caplog) -> None:
+@pytest.mark.parametrize("transport", ["grpc", "flight"])
+def test_entries_whose_commit_log_file_was_deleted_are_data_loss(broker: InProcessBroker, caplog,
+                                                                  transport: str) -> None:
     with RmqClient(broker.address) as client:
         client.create_topic(TOPIC, queues=1)
         for start in range(0, COUNT, 100):
@@ -56,7 +59,7 @@ def test_entries_whose_commit_log_file_was_deleted_are_data_loss(broker: InProce
         assert delete_commit_log_files_only(broker) > SCAN * 200
         assert client.topic_offsets(TOPIC)[mq].min_offset == 0     # the queue does not know yet
 
-    options = {"endpoints": broker.address, "topic": TOPIC, "pullBatchSize": "32"}
+    options = {"endpoints": broker.address, "topic": TOPIC, "pullBatchSize": "32", "transport": transport}
     strict = parse_source_options(options, streaming=True).pull
     with pytest.raises(RmqDataLossError, match=rf"offsets \[0, {SCAN}\) of topic removing .* "
                                                r"MESSAGE_WAS_REMOVING.*CommitLog file was deleted"):
@@ -69,3 +72,21 @@ def test_entries_whose_commit_log_file_was_deleted_are_data_loss(broker: InProce
     assert offsets and offsets == list(range(offsets[0], COUNT)) and offsets[0] > SCAN
     # every lost offset is reported: [0, SCAN) by the first pull, [SCAN, first kept) by the next
     assert f"offsets [0, {SCAN})" in caplog.text and f"offsets [{SCAN}, {offsets[0]})" in caplog.text
+
+
+def test_transport_flight_needs_a_data_plane_and_auto_falls_back(tmp_path: Path) -> None:
+    broker = InProcessBroker(tmp_path / "store", flight_listen="off").start()
+    try:
+        with RmqClient(broker.address) as client:
+            client.create_topic(TOPIC, queues=1)
+            client.send(TOPIC, [OutgoingMessage(b"m-%04d" % n) for n in range(50)])
+        mq = MessageQueue(TOPIC, broker.config.broker_name, 0)
+        options = {"endpoints": broker.address, "topic": TOPIC}
+        flight = parse_source_options({**options, "transport": "flight"}, streaming=True).pull
+        with pytest.raises(RmqReadError, match="transport=flight, but broker broker-a advertises no Arrow "
+                                               "Flight data plane"):
+            list(read_queue_range(QueueRangePartition(mq, 0, 50, flight)))
+        auto = parse_source_options(options, streaming=True).pull
+        assert sum(len(b) for b in read_queue_range(QueueRangePartition(mq, 0, 50, auto))) == 50
+    finally:
+        broker.stop()

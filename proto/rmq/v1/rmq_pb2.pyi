@@ -278,6 +278,18 @@ class PullMessageResponse(_message.Message):
     suggest_which_broker_id: int
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., pull_status: _Optional[_Union[PullStatus, str]] = ..., store_status: _Optional[_Union[GetMessageStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Union[PackedMessages, _Mapping]] = ..., suggest_which_broker_id: _Optional[int] = ...) -> None: ...
 
+class FlightReadTicket(_message.Message):
+    __slots__ = ("pull", "end_offset", "max_rows", "max_bytes")
+    PULL_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_ROWS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    pull: PullMessageRequest
+    end_offset: int
+    max_rows: int
+    max_bytes: int
+    def __init__(self, pull: _Optional[_Union[PullMessageRequest, _Mapping]] = ..., end_offset: _Optional[int] = ..., max_rows: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
 class QueueOffsets(_message.Message):
     __slots__ = ("queue_id", "min_offset", "max_offset", "last_store_timestamp")
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -591,14 +603,16 @@ class BrokerData(_message.Message):
     def __init__(self, broker_name: _Optional[str] = ..., address: _Optional[str] = ..., members: _Optional[_Iterable[_Union[BrokerMember, _Mapping]]] = ...) -> None: ...
 
 class BrokerMember(_message.Message):
-    __slots__ = ("broker_id", "address", "role")
+    __slots__ = ("broker_id", "address", "role", "flight_address")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
+    FLIGHT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     address: str
     role: BrokerRole
-    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., role: _Optional[_Union[BrokerRole, str]] = ...) -> None: ...
+    flight_address: str
+    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., role: _Optional[_Union[BrokerRole, str]] = ..., flight_address: _Optional[str] = ...) -> None: ...
 
 class QueueData(_message.Message):
     __slots__ = ("broker_name", "read_queue_nums", "write_queue_nums", "perm")

@@ -1,0 +1,270 @@
+"""The Arrow Flight data plane (docs/data-plane.md) of an in-process broker: a signed ticket reads
+one queue range as source-schema batches with PullMessage's statuses; bad tickets get
+PullMessage's refusals; the ACL applies as on the gRPC port; a reader that stops holds one batch."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.flight as flight
+import pytest
+
+from rmq import request_signing
+from rmq.broker_server.acl_file import AclFile
+from rmq.broker_server.name_server import RouteInfoManager
+from rmq.broker_server.server_security import ServerSecurity
+from rmq.broker_server.tls import ServerTls
+from rmq.cli import main as cli
+from rmq.connector.client import OutgoingMessage, RmqClient
+from rmq.connector.errors import RmqError, RmqUnavailable
+from rmq.connector.flight_reader import FlightReader
+from rmq.connector.message_decoder import SCHEMA, decode
+from rmq.message_queue import MessageQueue
+from rmq.statuses import GetMessageStatus, PullStatus
+from rmq.subscription import ExpressionType, MessageSelector
+from rmq.v1 import rmq_pb2
+from tests.acl_files import write_acl
+from tests.broker_server.in_process_broker import InProcessBroker
+from tests.tls_certs import make_tls_files
+
+TOPIC = "flights"
+COUNT = 300
+MQ = MessageQueue(TOPIC, "broker-a", 0)
+ACL = {"accounts": [
+    {"accessKey": "admin1", "secretKey": "admin-secret", "admin": True},
+    {"accessKey": "etl001", "secretKey": "etl-secret", "topicPerms": [f"{TOPIC}=SUB"],
+     "groupPerms": ["etl=SUB"]},
+    {"accessKey": "other1", "secretKey": "other-secret", "topicPerms": ["elsewhere=SUB"],
+     "groupPerms": ["etl=SUB"]},
+]}
+
+
+def fill(client: RmqClient) -> None:
+    client.create_topic(TOPIC, queues=2)
+    client.send(TOPIC, [OutgoingMessage(b"m-%04d" % n, tags="TagA" if n % 3 == 0 else "TagB", queue_id=0)
+                        for n in range(COUNT)])
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory) -> Iterator[InProcessBroker]:
+    broker = InProcessBroker(tmp_path_factory.mktemp("store")).start()
+    with RmqClient(broker.address) as client:
+        fill(client)
+    yield broker
+    broker.stop()
+
+
+def read(client: RmqClient, start: int, end: int, batch_rows: int = 64, mq: MessageQueue = MQ, **options):
+    with FlightReader(client) as reader:
+        return list(reader.read(mq, start, end, group="etl", batch_rows=batch_rows, **options))
+
+
+def test_a_range_reads_as_the_pulls_would(broker: InProcessBroker) -> None:
+    with RmqClient(broker.address) as client:
+        chunks = read(client, 10, 250)
+        assert all(chunk.batch.schema == SCHEMA for chunk in chunks)
+        assert [len(chunk.batch) for chunk in chunks] == [64, 64, 64, 48]
+        pulled = client.pull(MQ, 10, 64, group="etl")
+        assert chunks[0].batch == decode(pulled.messages, "broker-a")
+        assert chunks[0].result.next_begin_offset == pulled.next_begin_offset == 74
+        assert (chunks[-1].result.pull_status, chunks[-1].result.next_begin_offset) == (PullStatus.FOUND, 250)
+        rows = [o for chunk in chunks for o in chunk.batch.column("queue_offset").to_pylist()]
+        assert rows == list(range(10, 250))
+
+
+def test_filters_advance_like_pulls(broker: InProcessBroker) -> None:
+    with RmqClient(broker.address) as client:
+        tags = [o for chunk in read(client, 0, 30, sub_expression="TagA")
+                for o in chunk.batch.column("queue_offset").to_pylist()]
+        assert tags == list(range(0, 30, 3))
+        none = read(client, 0, 30, sub_expression=MessageSelector("TAGS = 'TagC'", ExpressionType.SQL92))
+        assert [(len(c.batch), c.result.pull_status, c.result.next_begin_offset) for c in none] == [
+            (0, PullStatus.NO_MATCHED_MSG, 30)]
+
+
+def test_past_the_end_is_offset_illegal_like_a_pull(broker: InProcessBroker) -> None:
+    with RmqClient(broker.address) as client:
+        [chunk] = read(client, COUNT + 5, COUNT + 10)
+        pulled = client.pull(MQ, COUNT + 5, 64, group="etl")
+        assert (chunk.result.pull_status, chunk.result.store_status, chunk.result.next_begin_offset) == (
+            pulled.pull_status, pulled.store_status, pulled.next_begin_offset)
+        assert chunk.result.pull_status is PullStatus.OFFSET_ILLEGAL
+        assert chunk.result.store_status is GetMessageStatus.OFFSET_OVERFLOW_BADLY and len(chunk.batch) == 0
+
+
+@pytest.mark.parametrize(("mq", "code", "message"), [
+    (MessageQueue("nope", "broker-a", 0), rmq_pb2.TOPIC_NOT_EXIST, "nope"),
+    (MessageQueue(TOPIC, "broker-a", 7), rmq_pb2.ILLEGAL_ARGUMENT, "queue_id 7 is out of range"),
+])
+def test_bad_tickets_get_pullmessages_refusals(broker: InProcessBroker, mq, code, message) -> None:
+    with RmqClient(broker.address) as client:
+        with pytest.raises(RmqError) as pull_refusal:
+            client.pull(mq, 0, 10, group="etl")
+        with pytest.raises(RmqError, match=message) as refusal:
+            read(client, 0, 10, mq=mq)
+        assert refusal.value.code == pull_refusal.value.code == code
+
+
+def client_flight_address(broker: InProcessBroker) -> str:
+    return broker.controller.replication.member.flight_address
+
+
+def test_routes_and_describe_advertise_the_data_plane(broker: InProcessBroker, capsys) -> None:
+    address = client_flight_address(broker)
+    assert address.startswith("127.0.0.1:") and address != broker.address
+    with RmqClient(broker.address) as client:
+        assert client.read_member(MQ).flight_address == address
+    assert cli.main(["topic", "describe", TOPIC, "--json", "--endpoints", broker.address]) == 0
+    [member] = json.loads(capsys.readouterr().out)["brokers"][0]["members"]
+    assert member["flight_address"] == address
+
+
+def test_a_garbled_ticket_is_refused(broker: InProcessBroker) -> None:
+    client = flight.FlightClient(f"grpc://{client_flight_address(broker)}")
+    with pytest.raises(flight.FlightServerError, match="ILLEGAL_ARGUMENT: the Flight ticket is not"):
+        client.do_get(flight.Ticket(b"\xff\xff garbage")).read_all()
+    client.close()
+
+
+def test_flight_off(tmp_path: Path) -> None:
+    broker = InProcessBroker(tmp_path, flight_listen="off").start()
+    try:
+        with RmqClient(broker.address) as client:
+            fill(client)
+            assert client.read_member(MQ).flight_address == "" and broker.controller.flight is None
+    finally:
+        broker.stop()
+
+
+# ---------------------------------------------------------------- bounds
+
+
+def wait_until(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def test_a_reader_that_stops_holds_one_batch_and_streams_are_bounded(tmp_path: Path) -> None:
+    """24 MB in one ticket of 16 reads of 1.5 MB: more than the transport buffers (about 8 MB on
+    loopback), so a reader that stops leaves the stream open, the broker holding one batch."""
+    broker = InProcessBroker(tmp_path, max_flight_streams_per_account=1).start()
+    try:
+        with RmqClient(broker.address) as client:
+            client.create_topic(TOPIC, queues=1)
+            for _ in range(16):
+                client.send(TOPIC, [OutgoingMessage(b"x" * 30_000) for _ in range(50)])
+            record = len(client.pull(MQ, 0, 1, group="etl").messages.records)
+            budget, slots = broker.controller.pull_processor.budget, broker.controller.flight.slots
+            with FlightReader(client) as reader:
+                stalled = reader.read(MQ, 0, 800, group="etl", batch_rows=50, batch_bytes=50 * record)
+                next(stalled)     # then stop reading
+                wait_until(lambda: budget.held == 50 * record and slots.open == 1)
+                with pytest.raises(RmqError, match="max_flight_streams_per_account") as refusal:
+                    read(client, 0, 10)
+                assert refusal.value.code == rmq_pb2.LIMIT_EXCEEDED
+                assert budget.held <= 50 * record and slots.open == 1   # one batch (or its grant), no more
+                stalled.close()
+            wait_until(lambda: budget.held == 0 and slots.open == 0)
+    finally:
+        broker.stop()
+
+
+# ---------------------------------------------------------------- ACL
+
+
+@pytest.fixture(scope="module")
+def acl_broker(tmp_path_factory) -> Iterator[InProcessBroker]:
+    directory = tmp_path_factory.mktemp("acl")
+    acl = write_acl(directory / "acl.json", json.dumps(ACL))
+    broker = InProcessBroker(directory / "store", ServerSecurity(AclFile(acl))).start()
+    with RmqClient(broker.address, access_key="admin1", secret_key="admin-secret") as client:
+        fill(client)
+    yield broker
+    broker.stop()
+
+
+def signed_client(broker: InProcessBroker, access_key: str, secret_key: str) -> RmqClient:
+    return RmqClient(broker.address, access_key=access_key, secret_key=secret_key)
+
+
+def test_a_permitted_account_reads(acl_broker: InProcessBroker) -> None:
+    with signed_client(acl_broker, "etl001", "etl-secret") as client:
+        assert sum(len(chunk.batch) for chunk in read(client, 0, 100)) == 100
+
+
+def test_an_account_without_the_topic_is_denied(acl_broker: InProcessBroker) -> None:
+    with signed_client(acl_broker, "other1", "other-secret") as client:
+        with pytest.raises(RmqError, match=f"PERMISSION_DENIED|UNAUTHORIZED.*{TOPIC}") as refusal:
+            read(client, 0, 10)
+        assert refusal.value.code == rmq_pb2.NO_PERMISSION
+
+
+def raw_do_get(broker: InProcessBroker, ticket: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    client = flight.FlightClient(f"grpc://{client_flight_address(broker)}")
+    try:
+        client.do_get(flight.Ticket(ticket), flight.FlightCallOptions(headers=headers)).read_all()
+    finally:
+        client.close()
+
+
+def a_ticket(start: int = 0) -> rmq_pb2.FlightReadTicket:
+    pull = rmq_pb2.PullMessageRequest(consumer_group="etl", topic=TOPIC, queue_id=0, queue_offset=start,
+                                      max_messages=10, sub_expression="*")
+    return rmq_pb2.FlightReadTicket(pull=pull, end_offset=start + 10)
+
+
+def signing_headers(ticket: rmq_pb2.FlightReadTicket, nonce: str | None = None) -> list[tuple[bytes, bytes]]:
+    signed = request_signing.sign("etl001", "etl-secret", "broker/broker-a", "/rmq.v1.Flight/DoGet", ticket,
+                                  nonce=nonce)
+    return [(key.encode(), value.encode()) for key, value in signed.as_metadata()]
+
+
+def test_unsigned_altered_and_replayed_tickets_are_refused(acl_broker: InProcessBroker) -> None:
+    ticket = a_ticket()
+    with pytest.raises(flight.FlightUnauthenticatedError, match="request is not signed"):
+        raw_do_get(acl_broker, ticket.SerializeToString(), [])
+    altered = a_ticket(start=50)
+    with pytest.raises(flight.FlightUnauthenticatedError, match="does not match its x-rmq-content-sha256"):
+        raw_do_get(acl_broker, altered.SerializeToString(), signing_headers(ticket))
+    headers = signing_headers(ticket, nonce="ab" * 16)
+    raw_do_get(acl_broker, ticket.SerializeToString(), headers)
+    with pytest.raises(flight.FlightUnauthenticatedError, match="nonce already used"):
+        raw_do_get(acl_broker, ticket.SerializeToString(), headers)
+
+
+# ---------------------------------------------------------------- TLS
+
+
+def test_mutual_tls_as_on_the_grpc_port(tmp_path: Path) -> None:
+    files = make_tls_files(tmp_path / "tls")
+    security = ServerSecurity(tls=ServerTls(files.server_cert, files.server_key, files.ca))
+    broker = InProcessBroker(tmp_path / "store", security).start()
+    try:
+        with RmqClient(broker.address, tls_ca_file=str(files.ca), tls_cert_file=str(files.client_cert),
+                       tls_key_file=str(files.client_key)) as client:
+            fill(client)
+            assert sum(len(chunk.batch) for chunk in read(client, 0, 100)) == 100
+            with RmqClient(broker.address, tls_ca_file=str(files.ca)) as no_certificate:
+                no_certificate.read_member = client.read_member   # type: ignore[method-assign]
+                with pytest.raises(RmqUnavailable):
+                    read(no_certificate, 0, 10, timeout=3)
+        plaintext = flight.FlightClient(f"grpc://{client_flight_address(broker)}")
+        with pytest.raises(flight.FlightUnavailableError):
+            plaintext.do_get(flight.Ticket(a_ticket().SerializeToString()),
+                             flight.FlightCallOptions(timeout=3)).read_all()
+        plaintext.close()
+    finally:
+        broker.stop()
+
+
+def test_the_name_server_passes_each_members_data_plane_on() -> None:
+    routes = RouteInfoManager()
+    routes.register_broker("broker-a", "10.0.0.1:10911", [], 0, rmq_pb2.ASYNC_MASTER, "10.0.0.1:41000")
+    routes.register_broker("broker-a", "10.0.0.2:10911", [], 1, rmq_pb2.SLAVE)   # Flight off
+    [group] = routes.broker_groups()
+    assert [m.flight_address for m in group.to_proto().members] == ["10.0.0.1:41000", ""]
