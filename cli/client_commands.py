@@ -36,6 +36,7 @@ from rmq.connector.client import (
 )
 from rmq.connector.message import Message, MessageExt, decode_messages
 from rmq.connector.producer import select_message_queue_by_hash, writable_queues
+from rmq.statuses import SendStatus
 from rmq.v1 import rmq_pb2
 
 ENDPOINTS_ENV = "RMQ_ENDPOINTS"
@@ -248,7 +249,7 @@ def _produce(client: RmqClient, args: argparse.Namespace) -> int:
             for broker_name, messages in _outgoing(batch, args, queues):
                 result = client.send(args.topic, messages, broker_name)
                 acknowledged += len(messages)
-                if result.status != rmq_pb2.OK:   # FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE (SYNC_MASTER)
+                if result.status is not SendStatus.SEND_OK:   # stored on the master only (SYNC_MASTER)
                     master_only += len(messages)
             progress.update(acknowledged)
     except RmqError as error:

@@ -1,0 +1,67 @@
+"""CLI and SDK edges a new user meets (issue 32 item 9): `| head` on any command, properties in
+`rmq consume --json`, SendResult.status as an enum, a plaintext client on a TLS-only port."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rmq.broker_server.server_security import ServerSecurity
+from rmq.broker_server.tls import ServerTls
+from rmq.cli import main as cli
+from rmq.connector import Message, Producer, SendStatus
+from tests.broker_server.in_process_broker import InProcessBroker
+from tests.tls_certs import make_tls_files
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
+    broker = InProcessBroker(tmp_path_factory.mktemp("cli-edges") / "store").start()
+    yield broker
+    broker.stop()
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(broker: InProcessBroker,
+                                                          capfd: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    assert cli.main(["topic", "create", "piped", "--queues", "2", "--endpoints", broker.address]) == 0
+    read_end, write_end = os.pipe()
+    os.close(read_end)                                  # `| head` that already exited
+    with os.fdopen(write_end, "w") as piped:
+        monkeypatch.setattr("sys.stdout", piped)
+        for argv in (["topic", "list", "--json"], ["topic", "describe", "piped"], ["group", "list"]):
+            assert cli.main([*argv, "--endpoints", broker.address]) == 0
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_consume_json_carries_the_properties_and_send_status_is_an_enum(
+        broker: InProcessBroker, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["topic", "create", "props", "--queues", "1", "--endpoints", broker.address]) == 0
+    with Producer(broker.address) as producer:
+        result = producer.send(Message("props", b"x", tags="T", keys="k1", properties={"region": "eu"}))
+    assert result.status is SendStatus.SEND_OK and result.status.name == "SEND_OK"
+    capsys.readouterr()
+
+    assert cli.main(["consume", "props", "--json", "--from", "first", "--max-messages", "1",
+                     "--endpoints", broker.address]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["properties"]["region"] == "eu"
+    assert (record["properties"]["TAGS"], record["properties"]["KEYS"]) == ("T", "k1")
+
+
+def test_a_plaintext_client_on_a_tls_port_is_told_tls_is_required(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = make_tls_files(tmp_path / "tls")
+    security = ServerSecurity(tls=ServerTls.from_args(str(files.server_cert), str(files.server_key), None))
+    tls_broker = InProcessBroker(tmp_path / "store", security).start()
+    try:
+        code = cli.main(["topic", "list", "--endpoints", tls_broker.address])
+    finally:
+        tls_broker.stop()
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "the server requires TLS and this client connected without it (give --tls" in err
