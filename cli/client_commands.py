@@ -350,7 +350,8 @@ def _group_rows(client: RmqClient, group: str, topic: str,
 
 
 def _group_progress(client: RmqClient, args: argparse.Namespace) -> int:
-    """Per queue: broker max offset, consumer offset, lag (mqadmin consumerProgress)."""
+    """Per queue: broker max offset, consumer offset, lag (mqadmin consumerProgress). Exit 1 when
+    a broker could not be reached: its queues are missing and the total lag is a lower bound."""
     unreachable: dict[str, RmqUnavailable] = {}
     rows = _group_rows(client, args.group, args.topic, unreachable)
     if not rows and unreachable:
@@ -363,8 +364,8 @@ def _group_progress(client: RmqClient, args: argparse.Namespace) -> int:
                for name in sorted({row["broker_name"] for row in rows})}
     if args.json:
         _print_json({"group": args.group, "queues": rows, "total_lag": total, "brokers": members,
-                     "unreachable": _unreachable_json(unreachable)})
-        return 0
+                     "unreachable": _unreachable_json(unreachable), "complete": not unreachable})
+        return _incomplete_exit(unreachable)
     _warn_unreachable(unreachable)
     for name, states in members.items():
         print(f"broker {name}:")
@@ -372,30 +373,48 @@ def _group_progress(client: RmqClient, args: argparse.Namespace) -> int:
     _print_table(["TOPIC", "BROKER", "QUEUE", "BROKER_OFFSET", "CONSUMER_OFFSET", "LAG"],
                  [[r["topic"], r["broker_name"], r["queue_id"], r["max_offset"],
                    "-" if r["consumer_offset"] is None else r["consumer_offset"], r["lag"]] for r in rows])
-    print(f"total lag: {total}")
-    return 0
+    print(f"total lag: {total}{_incomplete_note(unreachable)}")
+    return _incomplete_exit(unreachable)
 
 
 def _group_list(client: RmqClient, args: argparse.Namespace) -> int:
     """Every consumer group that ever joined as a member (its %RETRY% topic exists: push and
-    pull consumers, Spark queries, `rmq consume`), with its live members and total lag."""
+    pull consumers, Spark queries, `rmq consume`), with its live members and total lag. Exit 1
+    when a broker could not be reached (the lags leave its queues out)."""
     prefix = retry.retry_topic("")
     groups = sorted(t.topic_name[len(prefix):] for t in client.list_topics()
                     if t.topic_name.startswith(prefix))
+    unreachable: dict[str, RmqUnavailable] = {}
     listed = []
     for group in groups:
-        members = client.consumer_list(group, retry.retry_topic(group))
-        rows = _group_rows(client, group, "")
+        rows = _group_rows(client, group, "", unreachable)
+        try:
+            members: list[str] | None = client.consumer_list(group, retry.retry_topic(group))
+        except RmqUnavailable:   # no broker holding its retry topic answered: those are in `unreachable`
+            members = None
         topics = sorted({r["topic"] for r in rows if not retry.is_retry_topic(r["topic"])})
         listed.append({"group": group, "members": members, "topics": topics,
                        "total_lag": sum(r["lag"] for r in rows)})
     if args.json:
-        _print_json({"groups": listed})
-        return 0
+        _print_json({"groups": listed, "unreachable": _unreachable_json(unreachable),
+                     "complete": not unreachable})
+        return _incomplete_exit(unreachable)
+    _warn_unreachable(unreachable)
     _print_table(["GROUP", "MEMBERS", "TOPICS", "TOTAL_LAG"],
-                 [[g["group"], len(g["members"]), ",".join(g["topics"]) or "-", g["total_lag"]]
-                  for g in listed])
-    return 0
+                 [[g["group"], "?" if g["members"] is None else len(g["members"]),
+                   ",".join(g["topics"]) or "-", g["total_lag"]] for g in listed])
+    return _incomplete_exit(unreachable)
+
+
+def _incomplete_note(unreachable: dict[str, RmqUnavailable]) -> str:
+    if not unreachable:
+        return ""
+    return f" (incomplete: without the queues of unreachable {', '.join(sorted(unreachable))})"
+
+
+def _incomplete_exit(unreachable: dict[str, RmqUnavailable]) -> int:
+    """1 when brokers could not be reached: a script must not read a partial answer as healthy."""
+    return 1 if unreachable else 0
 
 
 # ---------------------------------------------------------------- broker groups
