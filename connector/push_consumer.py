@@ -529,9 +529,11 @@ class PushConsumer:
             request.next_offset = result.next_begin_offset
             messages = [m for m in decode_messages(result.messages, mq) if subscription.matches(m.tags)]
             if not messages:
+                self.correct_tags_offset(request)
                 self._pull_service.execute_pull_request_immediately(request)
                 return
             dispatch_to_consume = pq.put_message(messages)
+            pq.mark_pulled_until(request.next_offset)
             self.consume_service.submit_consume_request(messages, pq, mq, dispatch_to_consume)
             if self.pull_interval_ms > 0:
                 self._pull_service.execute_pull_request_later(request, self.pull_interval_ms)
@@ -539,8 +541,7 @@ class PushConsumer:
                 self._pull_service.execute_pull_request_immediately(request)
         elif status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
             request.next_offset = result.next_begin_offset
-            if pq.msg_count == 0:   # correctTagsOffset
-                self.offset_store.update_offset(mq, request.next_offset, increase_only=True)
+            self.correct_tags_offset(request)
             self._pull_service.execute_pull_request_immediately(request)
         elif status == PullStatus.OFFSET_ILLEGAL:
             logger.warning("the pull request offset illegal, %s %d -> %d", mq, request.next_offset,
@@ -548,6 +549,14 @@ class PushConsumer:
             request.next_offset = result.next_begin_offset
             pq.dropped = True
             self._scheduler.schedule(OFFSET_ILLEGAL_FIX_DELAY_S, lambda: self._fix_offset(request))
+
+    def correct_tags_offset(self, request: PullRequest) -> None:
+        """correctTagsOffset: past the messages the pull filtered out, at once when nothing is
+        held, else when what is held is consumed (ProcessQueue.mark_pulled_until)."""
+        pq = request.process_queue
+        pq.mark_pulled_until(request.next_offset)
+        if pq.msg_count == 0:
+            self.offset_store.update_offset(request.message_queue, request.next_offset, increase_only=True)
 
     def _fix_offset(self, request: PullRequest) -> None:
         mq = request.message_queue
