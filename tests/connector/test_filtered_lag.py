@@ -64,7 +64,8 @@ def test_push_consumer_commits_past_the_messages_its_filter_left_out(broker: InP
         consumed.set()
         return success
 
-    consumer = PushConsumer(group, broker.address, consume_from="first", persist_consumer_offset_interval_s=0.2)
+    consumer = PushConsumer(group, broker.address, consume_from="first",
+                            persist_consumer_offset_interval_s=0.2)
     consumer.subscribe(mq.topic, "a")
     consumer.register_message_listener(listener, orderly=orderly)
     with consumer:
