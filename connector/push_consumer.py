@@ -44,6 +44,7 @@ from rmq.connector.offset_store import (
     ReadOffsetType,
     RemoteBrokerOffsetStore,
 )
+from rmq.connector.process_queue import REBALANCE_LOCK_INTERVAL_S
 from rmq.connector.pull_message_service import PullMessageService
 from rmq.connector.rebalance_impl import (
     ConsumeFromWhere,
@@ -155,6 +156,7 @@ class PushConsumer:
         consume_timeout_minutes: float = 15,
         await_termination_s: float = 30.0,
         rebalance_interval_s: float = WAIT_INTERVAL_S,
+        lock_interval_s: float = REBALANCE_LOCK_INTERVAL_S,
         persist_consumer_offset_interval_s: float = PERSIST_CONSUMER_OFFSET_INTERVAL_S,
         offset_store_dir: str | os.PathLike[str] = DEFAULT_OFFSET_STORE_DIR,
         instance_name: str | None = None,
@@ -178,7 +180,7 @@ class PushConsumer:
                     "pull_threshold_size_for_queue": pull_threshold_size_for_queue,
                     "consume_concurrently_max_span": consume_concurrently_max_span,
                     "consume_timeout_minutes": consume_timeout_minutes,
-                    "rebalance_interval_s": rebalance_interval_s,
+                    "rebalance_interval_s": rebalance_interval_s, "lock_interval_s": lock_interval_s,
                     "persist_consumer_offset_interval_s": persist_consumer_offset_interval_s}
         for name, value in positive.items():
             if value <= 0:
@@ -205,6 +207,7 @@ class PushConsumer:
         self.consume_timeout_minutes = consume_timeout_minutes
         self.await_termination_s = await_termination_s
         self.rebalance_interval_s = rebalance_interval_s
+        self.lock_interval_s = lock_interval_s
         self.persist_interval_s = persist_consumer_offset_interval_s
         self.offset_store_dir = Path(offset_store_dir).expanduser()
         self.client_id = client_id_of(instance_name)
@@ -358,7 +361,7 @@ class PushConsumer:
             broadcasting=self.broadcasting, strategy=self.allocate_strategy, offset_store=self.offset_store,
             admin=BrokerQueueAdmin(self.client, self.group, self.client_id), consume_from=self.consume_from,
             consume_timestamp_ms=self.consume_timestamp, dispatch_pull_requests=self._dispatch_pull_requests,
-            orderly=self.orderly, unlock_later=self._scheduler.schedule)
+            orderly=self.orderly)
         assert self._listener is not None
         if self.orderly:
             self.consume_service = ConsumeMessageOrderlyService(
@@ -369,6 +372,7 @@ class PushConsumer:
                 consume_timeout_minutes=self.consume_timeout_minutes,
                 max_reconsume_times=self.max_reconsume_times,
                 suspend_current_queue_time_millis=self.suspend_current_queue_time_millis,
+                lock_interval_s=self.lock_interval_s,
                 offset_store=self.offset_store, rebalance_impl=self.rebalance_impl,
                 send_message_back=self.send_message_back, scheduler=self._scheduler)
         else:
