@@ -17,7 +17,7 @@ import random
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
@@ -462,13 +462,16 @@ class RmqClient:
         request.expression_type = cast(rmq_pb2.ExpressionType, expression_type)   # wire values
         return request, (timeout or self.timeout) + max(suspend_timeout_ms, 0) / 1000.0
 
-    def topic_offsets(self, topic: str, unreachable: dict[str, RmqUnavailable] | None = None
-                      ) -> dict[MessageQueue, QueueOffsets]:
-        """Min/max offset and last store time of every queue of the topic, sorted by queue.
-        With `unreachable`, a broker that cannot be reached (killed, not yet evicted by the name
-        server) is recorded there by name and skipped: the live brokers' queues are answered."""
+    def topic_offsets(self, topic: str, unreachable: dict[str, RmqUnavailable] | None = None,
+                      brokers: Collection[str] | None = None) -> dict[MessageQueue, QueueOffsets]:
+        """Min/max offset and last store time of every queue of the topic (on `brokers` only,
+        when given), sorted by queue. With `unreachable`, a broker that cannot be reached (killed,
+        not yet evicted by the name server) is recorded there by name and skipped: the live
+        brokers' queues are answered."""
         offsets: dict[MessageQueue, QueueOffsets] = {}
         for name in self._route(topic).brokers:
+            if brokers is not None and name not in brokers:
+                continue
             read = functools.partial(self._broker_topic_offsets, topic, name)
             offsets.update(_unless_unreachable(read, name, unreachable) or {})
         return dict(sorted(offsets.items()))

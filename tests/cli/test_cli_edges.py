@@ -5,23 +5,19 @@ from __future__ import annotations
 
 import json
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 
 from rmq import retry
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.tls import ServerTls
 from rmq.cli import main as cli
-from rmq.cli import processes
 from rmq.connector import Message, Producer, SendStatus
-from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
-from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+from rmq.connector.client import MessageQueue, OutgoingMessage
 from tests.broker_server.in_process_broker import InProcessBroker
-from tests.cli.test_client_commands import closed_address
+from tests.dead_broker import create_topic, name_server_and_broker_a, register_dead_broker
 from tests.tls_certs import make_tls_files
 
 
@@ -74,38 +70,17 @@ def test_a_plaintext_client_on_a_tls_port_is_told_tls_is_required(
     assert "the server requires TLS and this client connected without it (give --tls" in err
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
-
-
 @pytest.fixture
 def cluster_with_a_dead_broker(tmp_path: Path) -> Iterator[str]:
-    """A name server, broker-a (in this process) holding topic `watched` with group g's offsets,
-    and broker-b registered for `watched` and g's retry topic but not answering (killed)."""
-    namesrv = processes.namesrv(tmp_path).start()
-    broker_a = InProcessBroker(tmp_path / "store", namesrv=namesrv.address).start()
-    try:
-        with RmqClient(namesrv.address) as client:
-            wait_until(lambda: client.list_brokers() == {"broker-a": broker_a.address})
-            client.create_topic("watched", queues=2)
-            wait_until(lambda: bool(client.query_route("watched").message_queues))
-            client.send("watched", [OutgoingMessage(b"x", queue_id=q) for q in (0, 0, 1)])
-            client.heartbeat("cli-edges@1", "g", {"watched": "*"})   # creates %RETRY%g
-            client.update_consumer_offsets("g", {MessageQueue("watched", "broker-a", 0): 1})
-            dead = rmq_pb2.BrokerData(broker_name="broker-b", address=closed_address())
-            topics = [rmq_pb2.TopicConfig(topic_name=t, read_queue_nums=1, write_queue_nums=1, perm=6)
-                      for t in ("watched", retry.retry_topic("g"))]
-            with grpc.insecure_channel(namesrv.address) as channel:
-                response = rmq_pb2_grpc.NameServerServiceStub(channel).RegisterBroker(
-                    rmq_pb2.RegisterBrokerRequest(broker=dead, topics=topics), timeout=10)
-                assert response.status.code == rmq_pb2.OK
-        yield namesrv.address
-    finally:
-        broker_a.stop()
-        namesrv.stop()
+    """broker-a holds topic `watched` with group g's offsets; broker-b is registered for
+    `watched` and g's retry topic but not answering (killed)."""
+    with name_server_and_broker_a(tmp_path) as (namesrv_address, client):
+        create_topic(client, "watched", queues=2)
+        client.send("watched", [OutgoingMessage(b"x", queue_id=q) for q in (0, 0, 1)])
+        client.heartbeat("cli-edges@1", "g", {"watched": "*"})   # creates %RETRY%g
+        client.update_consumer_offsets("g", {MessageQueue("watched", "broker-a", 0): 1})
+        register_dead_broker(namesrv_address, ["watched", retry.retry_topic("g")])
+        yield namesrv_address
 
 
 def test_admin_views_with_a_broker_down_say_so_and_exit_non_zero(

@@ -5,8 +5,7 @@ next held pull times out (15 s) or the next matching message arrives."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -22,15 +21,9 @@ from rmq.rocketmq_v2 import MessagingServiceStub
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
 from tests.broker_server.in_process_broker import InProcessBroker
+from tests.waiting import wait_until
 
 TAGS = ["a", "b", "b"]   # one message for the group's filter, then two it leaves out
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 @pytest.fixture(scope="module")
@@ -70,11 +63,12 @@ def test_push_consumer_commits_past_the_messages_its_filter_left_out(broker: InP
     consumer.register_message_listener(listener, orderly=orderly)
     with consumer:
         assert consumed.wait(30)
-        wait_until(lambda: consumer.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_MEMORY) > 0)
+        wait_until(lambda: consumer.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_MEMORY) > 0,
+                   "the commit after the listener")
         # the one commit after the listener: past both left-out messages, not 1 (the next held
         # pull would only correct it 15 s later)
         assert consumer.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_MEMORY) == len(TAGS)
-        wait_until(lambda: committed(broker, group, mq) == len(TAGS))   # group progress: lag 0
+        wait_until(lambda: committed(broker, group, mq) == len(TAGS), "lag 0 on the broker")
 
 
 def test_pull_consumer_commits_past_the_messages_its_filter_left_out(broker: InProcessBroker) -> None:
@@ -83,7 +77,7 @@ def test_pull_consumer_commits_past_the_messages_its_filter_left_out(broker: InP
     consumer.subscribe(mq.topic, "a")
     with consumer:
         batch: list = []
-        wait_until(lambda: bool(batch.extend(consumer.poll(0.1)) or batch))
+        wait_until(lambda: bool(batch.extend(consumer.poll(0.1)) or batch), "a polled batch")
         assert [m.tags for m in batch] == ["a"]
         consumer.commit()
         assert committed(broker, "filtered-pull", mq) == len(TAGS)

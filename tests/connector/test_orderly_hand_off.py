@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -18,6 +18,7 @@ from rmq.connector.message import MessageExt
 from rmq.connector.message_listener_orderly import ConsumeOrderlyContext, ConsumeOrderlyStatus
 from rmq.connector.push_consumer import PushConsumer
 from tests.broker_server.in_process_broker import InProcessBroker
+from tests.waiting import wait_until
 
 LOCK_LIFETIME_MS = 2000
 TOPIC = "OrderedHandOff"
@@ -53,13 +54,6 @@ class Recorder:
                     assert self.release.wait(60)
                 self.seen.append((message.queue_offset, begin, time.monotonic()))
         return ConsumeOrderlyStatus.SUCCESS
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout_s} s"
-        time.sleep(0.02)
 
 
 @pytest.fixture
