@@ -91,10 +91,14 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     listing.add_argument("group")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
     _client_command(listing, _dlq_list)
-    resend = dlq_commands.add_parser("resend", help="re-publish dead letters to their original topic")
+    resend = dlq_commands.add_parser("resend", help="re-publish dead letters to their original topic (every "
+                                                    "group subscribed to it gets them again)")
     resend.add_argument("group")
     resend.add_argument("--msg-id", default="",
                         help="only this message (its id or original id), even if resent before")
+    resend.add_argument("--group-only", action="store_true",
+                        help="to this group only: through its retry topic %%RETRY%%<group>, which only its "
+                             "consumers read (as RocketMQ's consumeMessageDirectly reaches one group)")
     _client_command(resend, _dlq_resend)
 
 
@@ -512,8 +516,11 @@ _NOT_REPUBLISHED = frozenset({mf.PROPERTY_TAGS, mf.PROPERTY_KEYS, mf.PROPERTY_RE
 
 
 def _dlq_resend(client: RmqClient, args: argparse.Namespace) -> int:
-    """Re-publish dead letters to their original topic with body, tags, keys and properties;
-    without --msg-id only those not resent before, and the DLQ offset moves past them."""
+    """Re-publish dead letters to their original topic with body, tags, keys and properties
+    (ORIGIN_MESSAGE_ID included, so listeners see the first copy's id as `origin_msg_id`), or
+    with --group-only to the group's retry topic, which only the group's consumers read (they
+    see the original topic); without --msg-id only those not resent before, and the DLQ offset
+    moves past them."""
     resent_count = 0
     done: dict[MessageQueue, int] = {}
     for message, resent in _dead_letters(client, args.group):
@@ -522,7 +529,10 @@ def _dlq_resend(client: RmqClient, args: argparse.Namespace) -> int:
         if resent and not args.msg_id:
             continue
         properties = {k: v for k, v in message.properties.items() if k not in _NOT_REPUBLISHED}
-        client.send(message.topic, [OutgoingMessage(message.body, message.tags, message.keys, properties)])
+        topic = message.topic
+        if args.group_only:
+            topic, properties[retry.PROPERTY_RETRY_TOPIC] = retry.retry_topic(args.group), message.topic
+        client.send(topic, [OutgoingMessage(message.body, message.tags, message.keys, properties)])
         resent_count += 1
         if not args.msg_id:
             done[message.message_queue] = message.queue_offset + 1
@@ -530,7 +540,8 @@ def _dlq_resend(client: RmqClient, args: argparse.Namespace) -> int:
         client.update_consumer_offsets(args.group, done, increase_only=True)
     if args.msg_id and not resent_count:
         raise UserError(f"no dead letter of group {args.group} has id {args.msg_id}")
-    print(f"resent {resent_count} dead letters of group {args.group}")
+    print(f"resent {resent_count} dead letters of group {args.group}"
+          f"{' (to this group only)' if args.group_only else ''}")
     return 0
 
 

@@ -153,6 +153,7 @@ class PullResult:
     min_offset: int
     max_offset: int
     messages: rmq_pb2.PackedMessages
+    suggest_which_broker_id: int = MASTER_ID   # not MASTER_ID: what was read has left the broker's memory
 
 
 @dataclass(frozen=True)
@@ -823,7 +824,8 @@ def choose_member(members: Sequence[BrokerMember], wanted: int, down: set[str]) 
 
 def _pull_result(response: rmq_pb2.PullMessageResponse) -> PullResult:
     return PullResult(PullStatus(response.pull_status), GetMessageStatus(response.store_status),
-                      response.next_begin_offset, response.min_offset, response.max_offset, response.messages)
+                      response.next_begin_offset, response.min_offset, response.max_offset, response.messages,
+                      response.suggest_which_broker_id)
 
 
 def _transport_error(error: grpc.RpcError, method: str, label: str, queue: MessageQueue | None) -> RmqError:

@@ -30,7 +30,15 @@ from typing import cast
 from rmq import retry
 from rmq.connector.allocation import STRATEGY_NAMES
 from rmq.connector.broker_outages import BrokerOutages
-from rmq.connector.client import MessageQueue, PullResult, PullStatus, RmqClient, RmqError, RmqUnavailable
+from rmq.connector.client import (
+    MASTER_ID,
+    MessageQueue,
+    PullResult,
+    PullStatus,
+    RmqClient,
+    RmqError,
+    RmqUnavailable,
+)
 from rmq.connector.consume_message_concurrently_service import ConsumeMessageConcurrentlyService
 from rmq.connector.consume_message_orderly_service import ConsumeMessageOrderlyService
 from rmq.connector.consumer_checks import check_client_in_broker, check_group, is_permanent_refusal
@@ -118,6 +126,14 @@ class BrokerQueueAdmin:
 
     def max_offset(self, mq: MessageQueue) -> int:
         return self._client.queue_offsets(mq).max_offset
+
+    def first_message_in_memory(self, mq: MessageQueue) -> bool:
+        """Whether the queue still holds offset 0 and its master reads it from memory (RocketMQ's
+        queryConsumerOffset: minOffset <= 0 and not checkInDiskByConsumeOffset): one pull of one
+        message at 0, answered without a suggestion to read from a slave."""
+        result = self._client.pull(mq, 0, 1, group=self._group)
+        return (result.pull_status is PullStatus.FOUND and result.min_offset == 0
+                and result.suggest_which_broker_id == MASTER_ID)
 
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         return self._client.search_offset(mq, timestamp_ms)

@@ -81,6 +81,7 @@ class QueueAdmin(Protocol):
     def message_queues(self, topic: str) -> Sequence[MessageQueue]: ...
     def consumer_ids(self, topic: str) -> list[str]: ...
     def max_offset(self, mq: MessageQueue) -> int: ...
+    def first_message_in_memory(self, mq: MessageQueue) -> bool: ...
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int: ...
     def lock_batch(self, mqs: Sequence[MessageQueue], unreachable: set[str] | None = None
                    ) -> set[MessageQueue]: ...
@@ -313,7 +314,11 @@ class RebalanceImpl:
             return 0
         try:
             if self.consume_from is ConsumeFromWhere.LAST:
-                return 0 if retry.is_retry_topic(mq.topic) else self.admin.max_offset(mq)
+                # a queue still holding its first message in the broker's memory (a young topic)
+                # is read from 0, as RocketMQ's broker answers the query (docs/client-behaviour.md
+                # "Consuming from the last offset")
+                young = retry.is_retry_topic(mq.topic) or self.admin.first_message_in_memory(mq)
+                return 0 if young else self.admin.max_offset(mq)
             if retry.is_retry_topic(mq.topic):
                 return self.admin.max_offset(mq)
             return self.admin.search_offset(mq, self.consume_timestamp_ms)

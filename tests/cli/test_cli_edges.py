@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,14 @@ from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.tls import ServerTls
 from rmq.cli import main as cli
 from rmq.connector import Message, Producer, SendStatus
-from rmq.connector.client import MessageQueue, OutgoingMessage
+from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
+from rmq.connector.message import MessageExt
+from rmq.connector.message_listener import ConsumeConcurrentlyStatus
+from rmq.connector.push_consumer import PushConsumer
 from tests.broker_server.in_process_broker import InProcessBroker
 from tests.dead_broker import create_topic, name_server_and_broker_a, register_dead_broker
 from tests.tls_certs import make_tls_files
+from tests.waiting import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +109,57 @@ def test_admin_views_with_a_broker_down_say_so_and_exit_non_zero(
     assert cli.main(["group", "list", "--json", *endpoints]) == 1
     listing = json.loads(capsys.readouterr().out)
     assert listing["complete"] is False and [g["group"] for g in listing["groups"]] == ["g"]
+
+
+def test_consume_from_last_on_a_young_topic_reads_what_it_holds(broker: InProcessBroker,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """`--from last` (the default) for a group that never committed: RocketMQ serves a queue
+    whose first message is still in the broker's memory from offset 0."""
+    assert cli.main(["topic", "create", "young", "--queues", "1", "--endpoints", broker.address]) == 0
+    with Producer(broker.address) as producer:
+        producer.send([Message("young", body) for body in (b"a", b"b", b"c")])
+    capsys.readouterr()
+    assert cli.main(["consume", "young", "--max-messages", "3", "--idle-timeout", "10",
+                     "--endpoints", broker.address]) == 0
+    out, err = capsys.readouterr()
+    assert [line.split()[-1] for line in out.splitlines()] == ["a", "b", "c"]
+    assert "consumed 3 messages" in err
+
+
+def test_dlq_resend_to_the_group_only_keeps_the_original_id(broker: InProcessBroker,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """`rmq dlq resend GROUP --group-only` goes through the group's retry topic: the group's
+    consumer gets the message again (original topic, the first copy's id as origin_msg_id),
+    and nothing is published to the topic other groups read."""
+    endpoints = ["--endpoints", broker.address]
+    assert cli.main(["topic", "create", "lettered", "--queues", "1", *endpoints]) == 0
+    with Producer(broker.address) as producer:
+        producer.send(Message("lettered", b"letter"))
+    deliveries: list[MessageExt] = []
+    redelivered = threading.Event()
+
+    def listener(messages: Sequence[MessageExt], context: object) -> ConsumeConcurrentlyStatus:
+        deliveries.extend(messages)
+        if len(deliveries) == 1:
+            return ConsumeConcurrentlyStatus.RECONSUME_LATER   # max_reconsume_times 0: to the DLQ
+        redelivered.set()
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    def dead_letters() -> list[dict]:
+        capsys.readouterr()
+        assert cli.main(["dlq", "list", "lettered-g", "--json", *endpoints]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    consumer = PushConsumer("lettered-g", broker.address, consume_from="first", max_reconsume_times=0)
+    consumer.subscribe("lettered")
+    consumer.register_message_listener(listener)
+    with consumer:
+        wait_until(lambda: len(dead_letters()) == 1, "the message in the DLQ")
+        assert cli.main(["dlq", "resend", "lettered-g", "--group-only", *endpoints]) == 0
+        assert "resent 1 dead letters of group lettered-g (to this group only)" in capsys.readouterr().out
+        assert redelivered.wait(30)
+    first, again = deliveries
+    assert (again.topic, again.body) == ("lettered", b"letter")
+    assert again.msg_id != first.msg_id and again.origin_msg_id == first.msg_id == first.origin_msg_id
+    with RmqClient(broker.address) as client:
+        assert client.queue_offsets(MessageQueue("lettered", "broker-a", 0)).max_offset == 1   # not re-sent
