@@ -86,6 +86,7 @@ def test_a_queue_changes_hands_after_the_running_batch_and_never_overlaps(
     seen_by_a, seen_by_b = Recorder(blocking=True), Recorder(blocking=False)
     with consumer(server.address, "2", seen_by_a) as a:
         assert seen_by_a.started.wait(30)                       # A works on q0's first message
+        wait_until(lambda: server.controller.watches.watcher_count() == 1, "A's membership watch is open")
         with RmqClient(server.address) as client:
             client.send(TOPIC, [OutgoingMessage(b"m1", queue_id=0)])
         with consumer(server.address, "1", seen_by_b) as b:
