@@ -36,6 +36,7 @@ from rmq.connector.client import (
 )
 from rmq.connector.message import Message, MessageExt, decode_messages
 from rmq.connector.producer import select_message_queue_by_hash, writable_queues
+from rmq.statuses import SendStatus
 from rmq.v1 import rmq_pb2
 
 ENDPOINTS_ENV = "RMQ_ENDPOINTS"
@@ -94,10 +95,14 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     listing.add_argument("group")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
     _client_command(listing, _dlq_list)
-    resend = dlq_commands.add_parser("resend", help="re-publish dead letters to their original topic")
+    resend = dlq_commands.add_parser("resend", help="re-publish dead letters to their original topic (every "
+                                                    "group subscribed to it gets them again)")
     resend.add_argument("group")
     resend.add_argument("--msg-id", default="",
                         help="only this message (its id or original id), even if resent before")
+    resend.add_argument("--group-only", action="store_true",
+                        help="to this group only: through its retry topic %%RETRY%%<group>, which only its "
+                             "consumers read (as RocketMQ's consumeMessageDirectly reaches one group)")
     _client_command(resend, _dlq_resend)
 
 
@@ -252,7 +257,7 @@ def _produce(client: RmqClient, args: argparse.Namespace) -> int:
             for broker_name, messages in _outgoing(batch, args, queues):
                 result = client.send(args.topic, messages, broker_name)
                 acknowledged += len(messages)
-                if result.status != rmq_pb2.OK:   # FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE (SYNC_MASTER)
+                if result.status is not SendStatus.SEND_OK:   # stored on the master only (SYNC_MASTER)
                     master_only += len(messages)
             progress.update(acknowledged)
     except RmqError as error:
@@ -353,7 +358,8 @@ def _group_rows(client: RmqClient, group: str, topic: str,
 
 
 def _group_progress(client: RmqClient, args: argparse.Namespace) -> int:
-    """Per queue: broker max offset, consumer offset, lag (mqadmin consumerProgress)."""
+    """Per queue: broker max offset, consumer offset, lag (mqadmin consumerProgress). Exit 1 when
+    a broker could not be reached: its queues are missing and the total lag is a lower bound."""
     unreachable: dict[str, RmqUnavailable] = {}
     rows = _group_rows(client, args.group, args.topic, unreachable)
     if not rows and unreachable:
@@ -366,8 +372,8 @@ def _group_progress(client: RmqClient, args: argparse.Namespace) -> int:
                for name in sorted({row["broker_name"] for row in rows})}
     if args.json:
         _print_json({"group": args.group, "queues": rows, "total_lag": total, "brokers": members,
-                     "unreachable": _unreachable_json(unreachable)})
-        return 0
+                     "unreachable": _unreachable_json(unreachable), "complete": not unreachable})
+        return _incomplete_exit(unreachable)
     _warn_unreachable(unreachable)
     for name, states in members.items():
         print(f"broker {name}:")
@@ -375,30 +381,48 @@ def _group_progress(client: RmqClient, args: argparse.Namespace) -> int:
     _print_table(["TOPIC", "BROKER", "QUEUE", "BROKER_OFFSET", "CONSUMER_OFFSET", "LAG"],
                  [[r["topic"], r["broker_name"], r["queue_id"], r["max_offset"],
                    "-" if r["consumer_offset"] is None else r["consumer_offset"], r["lag"]] for r in rows])
-    print(f"total lag: {total}")
-    return 0
+    print(f"total lag: {total}{_incomplete_note(unreachable)}")
+    return _incomplete_exit(unreachable)
 
 
 def _group_list(client: RmqClient, args: argparse.Namespace) -> int:
     """Every consumer group that ever joined as a member (its %RETRY% topic exists: push and
-    pull consumers, Spark queries, `rmq consume`), with its live members and total lag."""
+    pull consumers, Spark queries, `rmq consume`), with its live members and total lag. Exit 1
+    when a broker could not be reached (the lags leave its queues out)."""
     prefix = retry.retry_topic("")
     groups = sorted(t.topic_name[len(prefix):] for t in client.list_topics()
                     if t.topic_name.startswith(prefix))
+    unreachable: dict[str, RmqUnavailable] = {}
     listed = []
     for group in groups:
-        members = client.consumer_list(group, retry.retry_topic(group))
-        rows = _group_rows(client, group, "")
+        rows = _group_rows(client, group, "", unreachable)
+        try:
+            members: list[str] | None = client.consumer_list(group, retry.retry_topic(group))
+        except RmqUnavailable:   # no broker holding its retry topic answered: those are in `unreachable`
+            members = None
         topics = sorted({r["topic"] for r in rows if not retry.is_retry_topic(r["topic"])})
         listed.append({"group": group, "members": members, "topics": topics,
                        "total_lag": sum(r["lag"] for r in rows)})
     if args.json:
-        _print_json({"groups": listed})
-        return 0
+        _print_json({"groups": listed, "unreachable": _unreachable_json(unreachable),
+                     "complete": not unreachable})
+        return _incomplete_exit(unreachable)
+    _warn_unreachable(unreachable)
     _print_table(["GROUP", "MEMBERS", "TOPICS", "TOTAL_LAG"],
-                 [[g["group"], len(g["members"]), ",".join(g["topics"]) or "-", g["total_lag"]]
-                  for g in listed])
-    return 0
+                 [[g["group"], "?" if g["members"] is None else len(g["members"]),
+                   ",".join(g["topics"]) or "-", g["total_lag"]] for g in listed])
+    return _incomplete_exit(unreachable)
+
+
+def _incomplete_note(unreachable: dict[str, RmqUnavailable]) -> str:
+    if not unreachable:
+        return ""
+    return f" (incomplete: without the queues of unreachable {', '.join(sorted(unreachable))})"
+
+
+def _incomplete_exit(unreachable: dict[str, RmqUnavailable]) -> int:
+    """1 when brokers could not be reached: a script must not read a partial answer as healthy."""
+    return 1 if unreachable else 0
 
 
 # ---------------------------------------------------------------- broker groups
@@ -497,8 +521,11 @@ _NOT_REPUBLISHED = frozenset({mf.PROPERTY_TAGS, mf.PROPERTY_KEYS, mf.PROPERTY_RE
 
 
 def _dlq_resend(client: RmqClient, args: argparse.Namespace) -> int:
-    """Re-publish dead letters to their original topic with body, tags, keys and properties;
-    without --msg-id only those not resent before, and the DLQ offset moves past them."""
+    """Re-publish dead letters to their original topic with body, tags, keys and properties
+    (ORIGIN_MESSAGE_ID included, so listeners see the first copy's id as `origin_msg_id`), or
+    with --group-only to the group's retry topic, which only the group's consumers read (they
+    see the original topic); without --msg-id only those not resent before, and the DLQ offset
+    moves past them."""
     resent_count = 0
     done: dict[MessageQueue, int] = {}
     for message, resent in _dead_letters(client, args.group):
@@ -507,7 +534,10 @@ def _dlq_resend(client: RmqClient, args: argparse.Namespace) -> int:
         if resent and not args.msg_id:
             continue
         properties = {k: v for k, v in message.properties.items() if k not in _NOT_REPUBLISHED}
-        client.send(message.topic, [OutgoingMessage(message.body, message.tags, message.keys, properties)])
+        topic = message.topic
+        if args.group_only:
+            topic, properties[retry.PROPERTY_RETRY_TOPIC] = retry.retry_topic(args.group), message.topic
+        client.send(topic, [OutgoingMessage(message.body, message.tags, message.keys, properties)])
         resent_count += 1
         if not args.msg_id:
             done[message.message_queue] = message.queue_offset + 1
@@ -515,7 +545,8 @@ def _dlq_resend(client: RmqClient, args: argparse.Namespace) -> int:
         client.update_consumer_offsets(args.group, done, increase_only=True)
     if args.msg_id and not resent_count:
         raise UserError(f"no dead letter of group {args.group} has id {args.msg_id}")
-    print(f"resent {resent_count} dead letters of group {args.group}")
+    print(f"resent {resent_count} dead letters of group {args.group}"
+          f"{' (to this group only)' if args.group_only else ''}")
     return 0
 
 

@@ -81,7 +81,8 @@ def start_position(text: str) -> tuple[str, int | None]:
 
 
 def message_record(message: MessageExt) -> dict[str, Any]:
-    """The --json line of a message: the body as UTF-8 text when it is valid UTF-8, else base64."""
+    """The --json line of a message: every property (user and system ones, as RocketMQ's
+    MessageExt shows them), the body as UTF-8 text when it is valid UTF-8, else base64."""
     try:
         body, encoding = message.body.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
@@ -89,7 +90,8 @@ def message_record(message: MessageExt) -> dict[str, Any]:
     return {"topic": message.topic, "broker_name": message.broker_name, "queue_id": message.queue_id,
             "queue_offset": message.queue_offset, "msg_id": message.msg_id, "tags": message.tags,
             "keys": message.keys, "store_timestamp": message.store_timestamp,
-            "reconsume_times": message.reconsume_times, "body": body, "body_encoding": encoding}
+            "reconsume_times": message.reconsume_times, "properties": dict(message.properties),
+            "body": body, "body_encoding": encoding}
 
 
 def one_line(body: bytes) -> str:

@@ -1,5 +1,6 @@
 """`rmq`: one command line for the servers (`namesrv`, `broker`) and the client commands
-(`topic`, `produce`, `consume`, `group`, `dlq`). User errors print one line and exit non-zero."""
+(`topic`, `produce`, `consume`, `group`, `dlq`). User errors print one line and exit non-zero;
+a reader of stdout that goes away (`| head`) ends the command quietly."""
 
 from __future__ import annotations
 
@@ -36,10 +37,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        return int(args.handler(args) or 0)
+        code = int(args.handler(args) or 0)
+        sys.stdout.flush()   # a reader gone away shows here, not in the interpreter's last flush
+        return code
     except UserError as error:
         print(f"rmq: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # the reader of stdout went away (`| head`): what it wanted is printed; nothing more to say
+        # (stdout goes to /dev/null so the interpreter's final flush does not fail again)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 

@@ -14,6 +14,7 @@ _EXPORTS = {
     "register": "rmq.connector.spark.data_source",
     "Producer": "rmq.connector.producer",
     "SendResult": "rmq.connector.producer",
+    "SendStatus": "rmq.connector.producer",
     "select_message_queue_by_hash": "rmq.connector.producer",
     "PushConsumer": "rmq.connector.push_consumer",
     "PullConsumer": "rmq.connector.pull_consumer",

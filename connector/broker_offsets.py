@@ -4,7 +4,7 @@ offsets, plus the group's saved offsets through the OffsetStore. Implements
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from rmq.connector.client import MessageQueue, QueueOffsets, RmqClient, RmqUnavailable
 from rmq.connector.offset_store import OffsetStore, ReadOffsetType
@@ -24,13 +24,15 @@ class BrokerOffsetLookup:
         """The topic's readable queues, sorted (route lookup through the endpoints)."""
         return list(self._client.query_route(topic).message_queues)
 
-    def refresh(self, topics: Iterable[str], unreachable: dict[str, RmqUnavailable] | None = None) -> None:
-        """Fetch the current min/max offsets of every queue of `topics`. With `unreachable`, a
-        broker that cannot be reached is recorded there and its queues are left out (unknown),
-        unless no broker answered at all (then RmqUnavailable, as without it)."""
+    def refresh(self, topics: Iterable[str], unreachable: dict[str, RmqUnavailable] | None = None,
+                brokers: Collection[str] | None = None) -> None:
+        """Fetch the current min/max offsets of every queue of `topics` (on `brokers` only, when
+        given: the others are not asked). With `unreachable`, a broker that cannot be reached is
+        recorded there and its queues are left out (unknown), unless no broker answered at all
+        (then RmqUnavailable, as without it)."""
         bounds: dict[MessageQueue, QueueOffsets] = {}
         for topic in topics:
-            bounds.update(self._client.topic_offsets(topic, unreachable))
+            bounds.update(self._client.topic_offsets(topic, unreachable, brokers))
         if unreachable and not bounds:
             raise next(iter(unreachable.values()))
         self._bounds = bounds

@@ -14,10 +14,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import random
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
@@ -28,8 +29,9 @@ from google.protobuf.message import Message
 from rmq.auth import Credentials, TlsSettings, open_channel
 from rmq.connector.endpoints import parse_endpoints
 from rmq.connector.errors import RmqError, RmqUnavailable
+from rmq.connector.tls_probe import speaks_tls
 from rmq.message_queue import MessageQueue
-from rmq.statuses import GetMessageStatus, PullStatus
+from rmq.statuses import GetMessageStatus, PullStatus, SendStatus
 from rmq.subscription import MessageSelector
 from rmq.topic_config import PERM_READ, PERM_WRITE, TopicConfig
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
@@ -47,6 +49,8 @@ _COLUMN_FRAMING_BYTES = 16                    # a body length, tag and key prefi
 _UNAVAILABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 MASTER_ID = 0
 # SYNC_MASTER: stored on the master, no slave confirmed it (DESIGN.md Replication); the send succeeded
+SEND_WHICH_QUEUE_RANGE = 1 << 30
+TLS_ONLY_HINT = "Socket closed"   # what grpc reports when a TLS-only server drops a plaintext connection
 STORED_ON_MASTER_ONLY = (rmq_pb2.FLUSH_SLAVE_TIMEOUT, rmq_pb2.SLAVE_NOT_AVAILABLE)
 MEMBER_DOWN_SECONDS = 5.0   # a broker that did not answer is passed over for this long
 
@@ -140,7 +144,7 @@ class SendResult:
     queue_ids: list[int]
     queue_offsets: list[int]
     broker_name: str
-    status: int = rmq_pb2.OK    # FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE: stored on the master only
+    status: SendStatus = SendStatus.SEND_OK   # FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE: on the master only
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,7 @@ class PullResult:
     min_offset: int
     max_offset: int
     messages: rmq_pb2.PackedMessages
+    suggest_which_broker_id: int = MASTER_ID   # not MASTER_ID: what was read has left the broker's memory
 
 
 @dataclass(frozen=True)
@@ -255,7 +260,7 @@ class RmqClient:
         self._pull_from: dict[MessageQueue, int] = {}       # pullFromWhichNodeTable (spec pull §12.4)
         self._down_until: dict[str, float] = {}             # address -> monotonic time
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
-        self._send_sequence = itertools.count()
+        self._send_sequence = itertools.count(send_which_queue_start())
 
     def __enter__(self) -> RmqClient:
         return self
@@ -385,7 +390,7 @@ class RmqClient:
             result.queue_ids.extend(response.queue_ids)
             result.queue_offsets.extend(response.queue_offsets)
             status = status or response.status.code
-        return replace(result, status=status) if status else result
+        return replace(result, status=SendStatus(status)) if status else result
 
     def _pick_broker(self, topic: str) -> str:
         writable = self._route(topic).writable_brokers()
@@ -498,13 +503,16 @@ class RmqClient:
         request.expression_type = cast(rmq_pb2.ExpressionType, expression_type)   # wire values
         return request, (timeout or self.timeout) + max(suspend_timeout_ms, 0) / 1000.0
 
-    def topic_offsets(self, topic: str, unreachable: dict[str, RmqUnavailable] | None = None
-                      ) -> dict[MessageQueue, QueueOffsets]:
-        """Min/max offset and last store time of every queue of the topic, sorted by queue.
-        With `unreachable`, a broker that cannot be reached (killed, not yet evicted by the name
-        server) is recorded there by name and skipped: the live brokers' queues are answered."""
+    def topic_offsets(self, topic: str, unreachable: dict[str, RmqUnavailable] | None = None,
+                      brokers: Collection[str] | None = None) -> dict[MessageQueue, QueueOffsets]:
+        """Min/max offset and last store time of every queue of the topic (on `brokers` only,
+        when given), sorted by queue. With `unreachable`, a broker that cannot be reached (killed,
+        not yet evicted by the name server) is recorded there by name and skipped: the live
+        brokers' queues are answered."""
         offsets: dict[MessageQueue, QueueOffsets] = {}
         for name in self._route(topic).brokers:
+            if brokers is not None and name not in brokers:
+                continue
             read = functools.partial(self._broker_topic_offsets, topic, name)
             offsets.update(_unless_unreachable(read, name, unreachable) or {})
         return dict(sorted(offsets.items()))
@@ -711,11 +719,21 @@ class RmqClient:
         try:
             response = rpc.invoke(self._connection(address), request, timeout or self.timeout)
         except grpc.RpcError as error:
-            raise _transport_error(error, rpc.name, label, queue) from None
+            raise self._explained(_transport_error(error, rpc.name, label, queue), address) from None
         status = response.status  # type: ignore[attr-defined]  # every rmq.v1 unary response has one
         if status.code != rmq_pb2.OK and status.code not in ok_codes:
             raise RmqError(status.code, status.message or f"{rpc.name} refused", broker=label, queue=queue)
         return response
+
+    def _explained(self, failure: RmqError, address: str) -> RmqError:
+        """A plaintext connection the server closed at once: say so when the server speaks TLS."""
+        plaintext_refused = isinstance(failure, RmqUnavailable) and TLS_ONLY_HINT in failure.message
+        if self._tls is not None or not plaintext_refused or not speaks_tls(address):
+            return failure
+        method = failure.message.split(":")[0]
+        return RmqUnavailable(f"{method}: the server requires TLS and this client connected without it "
+                              f"(give --tls or $RMQ_TLS=1, or RmqClient(tls=True) with tls_ca_file)",
+                              broker=failure.broker, queue=failure.queue)
 
     def _topic_call(self, topic: str, broker_name: str, rpc: _Rpc[ResponseT], request: Message) -> ResponseT:
         """A read-side call located through a cached route: a stale route is dropped when it fails."""
@@ -852,6 +870,13 @@ class RmqClient:
 # ---------------------------------------------------------------- helpers
 
 
+def send_which_queue_start() -> int:
+    """Where a sender's round-robin over brokers starts: at random, like RocketMQ's
+    sendWhichQueue (ThreadLocalIndex), so short-lived producers spread over the brokers
+    (docs/client-behaviour.md "Producers start at a random queue")."""
+    return random.randrange(SEND_WHICH_QUEUE_RANGE)
+
+
 def choose_member(members: Sequence[BrokerMember], wanted: int, down: set[str]) -> str | None:
     """The address of member `wanted` unless it is down, else the master's, else the live
     member's with the lowest id; None when every member is down (or none is known)."""
@@ -863,7 +888,8 @@ def choose_member(members: Sequence[BrokerMember], wanted: int, down: set[str]) 
 def pull_result(response: rmq_pb2.PullMessageResponse) -> PullResult:
     """A PullMessage answer (or a Flight batch's metadata, rmq.flight) as a PullResult."""
     return PullResult(PullStatus(response.pull_status), GetMessageStatus(response.store_status),
-                      response.next_begin_offset, response.min_offset, response.max_offset, response.messages)
+                      response.next_begin_offset, response.min_offset, response.max_offset, response.messages,
+                      response.suggest_which_broker_id)
 
 
 def _transport_error(error: grpc.RpcError, method: str, label: str, queue: MessageQueue | None) -> RmqError:

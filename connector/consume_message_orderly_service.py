@@ -1,10 +1,12 @@
 """ConsumeMessageOrderlyService (spec consumer-pull-rebalance §17; consumer-startup-allocation-
 ordering §5, §6).
 
-In clustering mode it renews the consumer's queue locks every REBALANCE_LOCK_INTERVAL_S (first
-after 1 s). A consume request stands for one queue: it runs under that queue's
-MessageQueueLock (one thread per queue), only while the ProcessQueue is locked and its lock
-is not older than REBALANCE_LOCK_MAX_LIVE_TIME_S, and hands the listener the queue's
+In clustering mode it renews the consumer's queue locks every `lock_interval_s` (20 s,
+rocketmq.client.rebalance.lockInterval; first after 1 s): a queue whose listener runs longer
+than the broker's lock lifetime stays locked, so its next owner waits for the batch
+(docs/client-behaviour.md "Orderly hand-off"). A consume request stands for one queue: it
+runs under that queue's MessageQueueLock (one thread per queue), only while the ProcessQueue
+is locked and its lock is not older than REBALANCE_LOCK_MAX_LIVE_TIME_S, and hands the listener the queue's
 smallest offsets, `consume_message_batch_max_size` at a time, until the queue is empty, a
 batch is suspended, or MAX_TIME_CONSUME_CONTINUOUSLY_S passed (then it re-submits itself, so
 other queues get threads). SUCCESS commits max offset + 1 (TV-20, not increase-only);
@@ -76,6 +78,7 @@ class ConsumeMessageOrderlyService:
         max_reconsume_times: int | None,
         suspend_current_queue_time_millis: int,
         offset_store: OffsetStore,
+        lock_interval_s: float = REBALANCE_LOCK_INTERVAL_S,
         rebalance_impl: RebalanceImpl,
         send_message_back: Callable[[MessageExt, int], bool],
         scheduler: ScheduledExecutor,
@@ -87,6 +90,7 @@ class ConsumeMessageOrderlyService:
         self.consume_timeout_minutes = consume_timeout_minutes
         self.max_reconsume_times = max_reconsume_times
         self.suspend_current_queue_time_millis = suspend_current_queue_time_millis
+        self.lock_interval_s = lock_interval_s
         self.offset_store = offset_store
         self.rebalance_impl = rebalance_impl
         self.send_message_back = send_message_back
@@ -99,7 +103,7 @@ class ConsumeMessageOrderlyService:
         """Start the consume threads and, in clustering, the periodic lockAll (§5.1)."""
         self._pool.start()
         if not self.broadcasting:
-            self.scheduler.schedule_at_fixed_rate(LOCK_FIRST_DELAY_S, REBALANCE_LOCK_INTERVAL_S,
+            self.scheduler.schedule_at_fixed_rate(LOCK_FIRST_DELAY_S, self.lock_interval_s,
                                                   self.lock_mq_periodically)
 
     def lock_mq_periodically(self) -> None:

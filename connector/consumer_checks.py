@@ -5,9 +5,9 @@ docs/client-behaviour.md "Consumers fail fast").
 RocketMQ validates the group name when a consumer starts and asks each broker whether it
 accepts the consumer's subscription type, raising from `start()`. A refusal that will not go
 away by waiting (no permission, an illegal name, a filter the broker does not support or
-cannot parse) is raised there, and a pull refused that way later stops the consumer instead
-of being retried for ever. Everything else (an unreachable broker, a bound reached) is
-transient and left to the consumer's retries.
+cannot parse) is raised there, and a pull refused that way later (permission aside: see
+START_REFUSALS) stops the consumer instead of being retried for ever. Everything else (an
+unreachable broker, a bound reached) is transient and left to the consumer's retries.
 """
 
 from __future__ import annotations
@@ -23,17 +23,22 @@ from rmq.v1 import rmq_pb2
 
 logger = logging.getLogger(__name__)
 
-PERMANENT_REFUSALS = frozenset({
-    rmq_pb2.NO_PERMISSION,
+# Refusals of a pull that waiting will not cure.
+PERMANENT_PULL_REFUSALS = frozenset({
     rmq_pb2.GROUP_ILLEGAL,
     rmq_pb2.TOPIC_ILLEGAL,
     rmq_pb2.FILTER_NOT_SUPPORTED,
     rmq_pb2.SUBSCRIPTION_PARSE_FAILED,
 })
+# At start-up also a missing permission (the heartbeat's ACL check on the group and topics).
+# Later, NO_PERMISSION is retried like RocketMQ's clients do: a topic made unreadable for a
+# while (perm 2, as when a broker is drained) is read again once its permission comes back.
+START_REFUSALS = PERMANENT_PULL_REFUSALS | {rmq_pb2.NO_PERMISSION}
 
 
 def is_permanent_refusal(error: RmqError | None) -> bool:
-    return error is not None and error.code in PERMANENT_REFUSALS
+    """A pull refused for good (the consumer stops the queue and reports it)."""
+    return error is not None and error.code in PERMANENT_PULL_REFUSALS
 
 
 def check_group(group: str) -> None:
@@ -55,7 +60,7 @@ def check_client_in_broker(client: RmqClient, group: str, subscriptions: Iterabl
             if subscription.selector.is_sql:
                 _probe_filter(client, group, subscription)
     except RmqError as error:
-        if is_permanent_refusal(error):
+        if error.code in START_REFUSALS:
             raise
         logger.warning("checking consumer group %s in the brokers failed (retried later): %s", group, error)
 

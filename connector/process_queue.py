@@ -5,8 +5,10 @@ It holds the pulled messages not yet consumed, keyed by queue offset. Pulls put 
 increasing offset order, so the sorted map is a dict plus a deque of the offsets in order,
 whose ends are trimmed lazily of removed offsets (O(1) amortized smallest / largest key).
 `remove_message` returns the smallest offset still held (or, once empty, the largest offset
-ever put + 1): the smallest-offset rule that keeps a slow message from letting progress run
-past it. Count, size and span feed the pull flow control (TV-7).
+ever put + 1, or where the last pull ended when it filtered messages out after those): the
+smallest-offset rule that keeps a slow message from letting progress run past it, and
+correctTagsOffset, so a filtered group's lag clears (docs/client-behaviour.md "Filtered
+messages move the offset"). Count, size and span feed the pull flow control (TV-7).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class ProcessQueue:
         self.msg_count = 0
         self.msg_size = 0                 # body bytes held
         self.queue_offset_max = -1
+        self.pulled_until = -1            # where the last pull ended: what is before it was put or filtered
         self.dropped = False
         self.last_pull_timestamp = clock()
         # orderly consumption (spec consumer-pull-rebalance §2.2, §17)
@@ -65,9 +68,16 @@ class ProcessQueue:
                 self.consuming = True
             return dispatch
 
+    def mark_pulled_until(self, next_offset: int) -> None:
+        """A pull ended at `next_offset` and its messages are put: once nothing is held, the
+        offset to commit is at least there (the pull's filtered-out messages are done too)."""
+        with self._lock:
+            self.pulled_until = max(self.pulled_until, next_offset)
+
     def remove_message(self, messages: Sequence[MessageExt]) -> int:
-        """Remove a finished batch; the offset to commit: the smallest offset still held,
-        the largest offset put + 1 once empty, or -1 when nothing was held (TV-12)."""
+        """Remove a finished batch; the offset to commit: the smallest offset still held, once
+        empty the largest offset put + 1 or where the last pull ended, whichever is larger, or
+        -1 when nothing was held (TV-12)."""
         with self._lock:
             if not self._messages:
                 return -1
@@ -80,7 +90,7 @@ class ProcessQueue:
             if self._messages:
                 return self._first()
             self._order.clear()
-            return self.queue_offset_max + 1
+            return max(self.queue_offset_max + 1, self.pulled_until)
 
     def _first(self) -> int:
         """The smallest offset held (the lock is held, the map is not empty)."""
@@ -146,11 +156,14 @@ class ProcessQueue:
             return taken
 
     def commit(self) -> int:
-        """The consuming map's largest offset + 1 (-1 when empty); the map is cleared (TV-20)."""
+        """The consuming map's largest offset + 1 (or, when nothing else is held, where the last
+        pull ended if that is further); -1 when empty; the map is cleared (TV-20)."""
         with self._lock:
             if not self._consuming_orderly:
                 return -1
             offset = max(self._consuming_orderly) + 1
+            if not self._messages:
+                offset = max(offset, self.pulled_until)
             self.msg_count -= len(self._consuming_orderly)
             self.msg_size -= sum(len(m.body) for m in self._consuming_orderly.values())
             self._consuming_orderly.clear()

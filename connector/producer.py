@@ -23,10 +23,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
-from rmq.connector.client import PERM_WRITE, MessageQueue, RmqClient, RmqError, RmqUnavailable, TopicRoute
+from rmq.connector.client import (
+    PERM_WRITE,
+    MessageQueue,
+    RmqClient,
+    RmqError,
+    RmqUnavailable,
+    TopicRoute,
+    send_which_queue_start,
+)
 from rmq.connector.latency_fault_tolerance import LatencyFaultTolerance
 from rmq.connector.message import DEFAULT_MAX_MESSAGE_SIZE, Message
 from rmq.message_format import tags_hash_code
+from rmq.statuses import SendStatus
 from rmq.v1 import rmq_pb2
 
 logger = logging.getLogger(__name__)
@@ -40,14 +49,14 @@ _RETRIED_CODES = frozenset({rmq_pb2.SERVICE_NOT_AVAILABLE, rmq_pb2.SYSTEM_ERROR,
 @dataclass(frozen=True)
 class SendResult:
     """A stored message: its id, queue and queue offset (-1 for a delayed message, whose
-    offset is assigned when it is delivered). `status` is OK, or FLUSH_SLAVE_TIMEOUT /
+    offset is assigned when it is delivered). `status` is SEND_OK, or FLUSH_SLAVE_TIMEOUT /
     SLAVE_NOT_AVAILABLE when a SYNC_MASTER stored it without a slave confirming it (RocketMQ
     SendStatus: stored on the master only, not retried)."""
 
     msg_id: str
     message_queue: MessageQueue
     queue_offset: int
-    status: int = rmq_pb2.OK
+    status: SendStatus = SendStatus.SEND_OK
 
 
 MessageQueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
@@ -180,7 +189,7 @@ class Producer:
             raise RmqError(rmq_pb2.NO_PERMISSION, f"topic {topic} has no writable queue")
         candidates = self.fault_tolerance.choose_from([b for b in brokers if b != avoid] or brokers)
         with self._lock:
-            position = self._next_broker.get(topic, 0)
+            position = self._next_broker.get(topic, send_which_queue_start())
             self._next_broker[topic] = position + 1
         return candidates[position % len(candidates)]
 

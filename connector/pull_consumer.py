@@ -426,6 +426,8 @@ class PullConsumer:
                         if subscription.matches(m.tags)]
         if messages:
             request.process_queue.put_message(messages)
+        request.process_queue.mark_pulled_until(request.next_offset)   # poll() commits past filtered ones
+        if messages:
             self._requests.put(ConsumeRequest(messages, request.message_queue, request.process_queue))
         elif request.process_queue.msg_count == 0:   # correctTagsOffset: past filtered-out messages
             with self._consumed_lock:

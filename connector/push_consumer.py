@@ -30,7 +30,15 @@ from typing import cast
 from rmq import retry
 from rmq.connector.allocation import STRATEGY_NAMES
 from rmq.connector.broker_outages import BrokerOutages
-from rmq.connector.client import MessageQueue, PullResult, PullStatus, RmqClient, RmqError, RmqUnavailable
+from rmq.connector.client import (
+    MASTER_ID,
+    MessageQueue,
+    PullResult,
+    PullStatus,
+    RmqClient,
+    RmqError,
+    RmqUnavailable,
+)
 from rmq.connector.consume_message_concurrently_service import ConsumeMessageConcurrentlyService
 from rmq.connector.consume_message_orderly_service import ConsumeMessageOrderlyService
 from rmq.connector.consumer_checks import check_client_in_broker, check_group, is_permanent_refusal
@@ -44,6 +52,7 @@ from rmq.connector.offset_store import (
     ReadOffsetType,
     RemoteBrokerOffsetStore,
 )
+from rmq.connector.process_queue import REBALANCE_LOCK_INTERVAL_S
 from rmq.connector.pull_message_service import PullMessageService
 from rmq.connector.rebalance_impl import (
     ConsumeFromWhere,
@@ -118,6 +127,14 @@ class BrokerQueueAdmin:
     def max_offset(self, mq: MessageQueue) -> int:
         return self._client.queue_offsets(mq).max_offset
 
+    def first_message_in_memory(self, mq: MessageQueue) -> bool:
+        """Whether the queue still holds offset 0 and its master reads it from memory (RocketMQ's
+        queryConsumerOffset: minOffset <= 0 and not checkInDiskByConsumeOffset): one pull of one
+        message at 0, answered without a suggestion to read from a slave."""
+        result = self._client.pull(mq, 0, 1, group=self._group)
+        return (result.pull_status is PullStatus.FOUND and result.min_offset == 0
+                and result.suggest_which_broker_id == MASTER_ID)
+
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         return self._client.search_offset(mq, timestamp_ms)
 
@@ -155,6 +172,7 @@ class PushConsumer:
         consume_timeout_minutes: float = 15,
         await_termination_s: float = 30.0,
         rebalance_interval_s: float = WAIT_INTERVAL_S,
+        lock_interval_s: float = REBALANCE_LOCK_INTERVAL_S,
         persist_consumer_offset_interval_s: float = PERSIST_CONSUMER_OFFSET_INTERVAL_S,
         offset_store_dir: str | os.PathLike[str] = DEFAULT_OFFSET_STORE_DIR,
         instance_name: str | None = None,
@@ -178,7 +196,7 @@ class PushConsumer:
                     "pull_threshold_size_for_queue": pull_threshold_size_for_queue,
                     "consume_concurrently_max_span": consume_concurrently_max_span,
                     "consume_timeout_minutes": consume_timeout_minutes,
-                    "rebalance_interval_s": rebalance_interval_s,
+                    "rebalance_interval_s": rebalance_interval_s, "lock_interval_s": lock_interval_s,
                     "persist_consumer_offset_interval_s": persist_consumer_offset_interval_s}
         for name, value in positive.items():
             if value <= 0:
@@ -205,6 +223,7 @@ class PushConsumer:
         self.consume_timeout_minutes = consume_timeout_minutes
         self.await_termination_s = await_termination_s
         self.rebalance_interval_s = rebalance_interval_s
+        self.lock_interval_s = lock_interval_s
         self.persist_interval_s = persist_consumer_offset_interval_s
         self.offset_store_dir = Path(offset_store_dir).expanduser()
         self.client_id = client_id_of(instance_name)
@@ -358,7 +377,7 @@ class PushConsumer:
             broadcasting=self.broadcasting, strategy=self.allocate_strategy, offset_store=self.offset_store,
             admin=BrokerQueueAdmin(self.client, self.group, self.client_id), consume_from=self.consume_from,
             consume_timestamp_ms=self.consume_timestamp, dispatch_pull_requests=self._dispatch_pull_requests,
-            orderly=self.orderly, unlock_later=self._scheduler.schedule)
+            orderly=self.orderly)
         assert self._listener is not None
         if self.orderly:
             self.consume_service = ConsumeMessageOrderlyService(
@@ -369,6 +388,7 @@ class PushConsumer:
                 consume_timeout_minutes=self.consume_timeout_minutes,
                 max_reconsume_times=self.max_reconsume_times,
                 suspend_current_queue_time_millis=self.suspend_current_queue_time_millis,
+                lock_interval_s=self.lock_interval_s,
                 offset_store=self.offset_store, rebalance_impl=self.rebalance_impl,
                 send_message_back=self.send_message_back, scheduler=self._scheduler)
         else:
@@ -529,9 +549,11 @@ class PushConsumer:
             request.next_offset = result.next_begin_offset
             messages = [m for m in decode_messages(result.messages, mq) if subscription.matches(m.tags)]
             if not messages:
+                self.correct_tags_offset(request)
                 self._pull_service.execute_pull_request_immediately(request)
                 return
             dispatch_to_consume = pq.put_message(messages)
+            pq.mark_pulled_until(request.next_offset)
             self.consume_service.submit_consume_request(messages, pq, mq, dispatch_to_consume)
             if self.pull_interval_ms > 0:
                 self._pull_service.execute_pull_request_later(request, self.pull_interval_ms)
@@ -539,8 +561,7 @@ class PushConsumer:
                 self._pull_service.execute_pull_request_immediately(request)
         elif status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
             request.next_offset = result.next_begin_offset
-            if pq.msg_count == 0:   # correctTagsOffset
-                self.offset_store.update_offset(mq, request.next_offset, increase_only=True)
+            self.correct_tags_offset(request)
             self._pull_service.execute_pull_request_immediately(request)
         elif status == PullStatus.OFFSET_ILLEGAL:
             logger.warning("the pull request offset illegal, %s %d -> %d", mq, request.next_offset,
@@ -548,6 +569,14 @@ class PushConsumer:
             request.next_offset = result.next_begin_offset
             pq.dropped = True
             self._scheduler.schedule(OFFSET_ILLEGAL_FIX_DELAY_S, lambda: self._fix_offset(request))
+
+    def correct_tags_offset(self, request: PullRequest) -> None:
+        """correctTagsOffset: past the messages the pull filtered out, at once when nothing is
+        held, else when what is held is consumed (ProcessQueue.mark_pulled_until)."""
+        pq = request.process_queue
+        pq.mark_pulled_until(request.next_offset)
+        if pq.msg_count == 0:
+            self.offset_store.update_offset(request.message_queue, request.next_offset, increase_only=True)
 
     def _fix_offset(self, request: PullRequest) -> None:
         mq = request.message_queue

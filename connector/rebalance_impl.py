@@ -28,7 +28,6 @@ from rmq.subscription import MessageSelector, parse_sub_expression
 
 logger = logging.getLogger(__name__)
 
-UNLOCK_DELAY_TIME_S = 20.0   # rocketmq.client.unlockDelayTimeMills
 UNLOCK_TRY_TIMEOUT_S = 1.0   # removeUnnecessaryMessageQueue's tryLock of the consume lock
 
 
@@ -82,6 +81,7 @@ class QueueAdmin(Protocol):
     def message_queues(self, topic: str) -> Sequence[MessageQueue]: ...
     def consumer_ids(self, topic: str) -> list[str]: ...
     def max_offset(self, mq: MessageQueue) -> int: ...
+    def first_message_in_memory(self, mq: MessageQueue) -> bool: ...
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int: ...
     def lock_batch(self, mqs: Sequence[MessageQueue], unreachable: set[str] | None = None
                    ) -> set[MessageQueue]: ...
@@ -113,7 +113,6 @@ class RebalanceImpl:
         consume_timestamp_ms: int,
         dispatch_pull_requests: Callable[[list[PullRequest]], None],
         orderly: bool = False,
-        unlock_later: Callable[[float, Callable[[], None]], None] | None = None,
     ) -> None:
         self.group = group
         self.client_id = client_id
@@ -126,13 +125,18 @@ class RebalanceImpl:
         self.consume_timestamp_ms = consume_timestamp_ms
         self.dispatch_pull_requests = dispatch_pull_requests
         self.orderly = orderly and not broadcasting   # queue locks are a clustering matter (§5.1)
-        self.unlock_later = unlock_later
         self.process_queue_table: dict[MessageQueue, ProcessQueue] = {}
         self._lock = threading.Lock()   # one rebalance at a time
+        self._balanced = True           # the current rebalance got and let go of every queue it should
 
-    def do_rebalance(self) -> None:
-        """RebalanceImpl#doRebalance: every subscribed topic, then drop unsubscribed topics."""
+    def do_rebalance(self) -> bool:
+        """RebalanceImpl#doRebalance: every subscribed topic, then drop unsubscribed topics.
+        False (not balanced) when an orderly queue could not be locked (its previous owner still
+        holds it) or let go of (its listener is running): RebalanceService then tries again
+        after its min interval, not the full wait (RocketMQ 5's `balanced`, rebalanceLater), so
+        a queue changes hands as soon as its previous owner's batch is done."""
         with self._lock:
+            self._balanced = True
             for topic in list(self.subscription_inner):
                 try:
                     self.rebalance_by_topic(topic)
@@ -141,6 +145,7 @@ class RebalanceImpl:
                         logger.warning("rebalanceByTopic Exception, group %s topic %s: %s", self.group, topic,
                                        error)
             self.truncate_message_queue_not_my_topic()
+            return self._balanced
 
     def rebalance_by_topic(self, topic: str) -> bool:
         mq_set = list(self.admin.message_queues(topic))
@@ -173,14 +178,17 @@ class RebalanceImpl:
                     del self.process_queue_table[mq]
                     changed = True
                     logger.info("doRebalance, %s, remove unnecessary mq, %s", self.group, mq)
+                else:
+                    self._balanced = False
         pull_requests = []
         for mq in sorted(mq_set - set(self.process_queue_table)):
             if self.orderly and not self.lock(mq):
-                logger.warning(
+                logger.info(
                     "doRebalance, %s, add a new mq failed, %s, because lock failed: another consumer holds "
                     "it until it lets go (or its lock expires, 60 s after its last renewal), or the broker's "
-                    "master is down (consumer-startup-allocation-ordering §6); retried at the next rebalance",
+                    "master is down (consumer-startup-allocation-ordering §6); retried in a moment",
                     self.group, mq)
+                self._balanced = False
                 continue
             next_offset = self.compute_pull_from_where(mq)
             if next_offset < 0:   # its cause is warned where it happened (once per outage for a down broker)
@@ -197,8 +205,11 @@ class RebalanceImpl:
 
     def remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
         """Persist the queue's offset for its next owner, then forget it. Orderly: only once
-        no listener runs on the queue (else False: the next rebalance tries again), and then
-        its broker lock is released (RebalancePushImpl#removeUnnecessaryMessageQueue)."""
+        no listener runs on the queue (else False: the rebalance tries again in a moment), and
+        then its broker lock is released at once (RebalancePushImpl#removeUnnecessaryMessageQueue,
+        without RocketMQ's 20 s unlockDelay for a queue still holding pulled messages: the queue
+        is dropped and its consume lock held here, so nothing more of it is consumed or
+        committed by this consumer; docs/client-behaviour.md "Orderly hand-off")."""
         if self.orderly and not pq.lock_consume.acquire(timeout=UNLOCK_TRY_TIMEOUT_S):
             logger.warning("[WRONG]mq is consuming, so can not unlock it, %s. maybe hanged for a while", mq)
             return False
@@ -209,22 +220,13 @@ class RebalanceImpl:
                 logger.warning("persisting the offset of %s failed: %s", mq, error)
             self.offset_store.remove_offset(mq)
             if self.orderly:
-                self.unlock_delay(mq, pq)
+                self.unlock(mq)
         finally:
             if self.orderly:
                 pq.lock_consume.release()
         return True
 
     # ------------------------------------------------------------ queue locks (orderly)
-
-    def unlock_delay(self, mq: MessageQueue, pq: ProcessQueue) -> None:
-        """Unlock at once, or UNLOCK_DELAY_TIME_S later when the queue still holds messages
-        (a pull may still be answering for it)."""
-        if pq.has_temp_message() and self.unlock_later is not None:
-            logger.info("[%s]unlockDelay, begin %s", mq.topic, mq)
-            self.unlock_later(UNLOCK_DELAY_TIME_S, lambda: self.unlock(mq))
-        else:
-            self.unlock(mq)
 
     def lock(self, mq: MessageQueue) -> bool:
         """Lock one queue on its broker's master (marking its ProcessQueue, if any)."""
@@ -312,7 +314,11 @@ class RebalanceImpl:
             return 0
         try:
             if self.consume_from is ConsumeFromWhere.LAST:
-                return 0 if retry.is_retry_topic(mq.topic) else self.admin.max_offset(mq)
+                # a queue still holding its first message in the broker's memory (a young topic)
+                # is read from 0, as RocketMQ's broker answers the query (docs/client-behaviour.md
+                # "Consuming from the last offset")
+                young = retry.is_retry_topic(mq.topic) or self.admin.first_message_in_memory(mq)
+                return 0 if young else self.admin.max_offset(mq)
             if retry.is_retry_topic(mq.topic):
                 return self.admin.max_offset(mq)
             return self.admin.search_offset(mq, self.consume_timestamp_ms)

@@ -16,14 +16,13 @@ from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 from rmq.connector.backoff import retry_unavailable
 from rmq.connector.broker_offsets import BrokerOffsetLookup
 from rmq.connector.client import MessageQueue
-from rmq.connector.errors import RmqOptionError
+from rmq.connector.errors import RmqOptionError, RmqUnavailable
 from rmq.connector.offset_store import create_offset_store
-from rmq.connector.offsets import resolve_offset
-from rmq.connector.spark.options import OUTAGE_OPTION, SourceOptions
+from rmq.connector.spark.options import OUTAGE_OPTION, PullSettings, SourceOptions
 from rmq.connector.spark.partition_reader import QueueRangePartition, read_queue_range
 from rmq.connector.spark.pushdown import Narrowing
 from rmq.connector.spark.ranges import split_ranges
-from rmq.connector.spark.start_offsets import check_named_queues, resolve_start
+from rmq.connector.spark.start_offsets import check_named_queues, resolve_end, resolve_start
 from rmq.connector.spark.topics import matching_topics
 
 
@@ -33,6 +32,7 @@ class RmqBatchReader(DataSourceReader):
         self._narrowing = Narrowing()   # filters pushed by Spark (RmqFilteringBatchReader)
 
     def partitions(self) -> list[QueueRangePartition]:
+        _check_endpoints_answer(self._options.pull)
         return retry_unavailable(self._plan, self._options.pull.outage_window_ms, "planning the read",
                                  OUTAGE_OPTION)
 
@@ -45,25 +45,26 @@ class RmqBatchReader(DataSourceReader):
             ) if options.consumer_group else None
             lookup = BrokerOffsetLookup(client, store)
             topics = matching_topics(client, options) if options.topic_pattern else options.topics
-            lookup.refresh(topics)
-            known = lookup.known_queues()
+            queues = [mq for topic in topics for mq in lookup.message_queues(topic)]
+            known = set(queues)
             check_named_queues(options.starting_offsets, known, starting=True)
             check_named_queues(options.ending_offsets, known, starting=False)
+            lookup.refresh(topics, brokers=self._narrowing.brokers())   # pushed broker_name: only those
             pull = self._narrowing.pull_settings(options.pull)
             partitions = []
-            for topic in topics:
-                for mq in lookup.message_queues(topic):
-                    start = resolve_start(options.starting_offsets, mq, lookup)
-                    end = resolve_offset(options.ending_offsets, mq, lookup)
-                    if end < start:
-                        raise RmqOptionError(
-                            f"endingOffsets {end} of {mq} is before its startingOffsets {start} "
-                            f"({options.starting_offsets})"
-                        )
-                    if pull is not None and self._narrowing.allows(mq):
-                        start, end = self._narrow(mq, start, end, lookup)
-                        if end > start:
-                            partitions.append(QueueRangePartition(mq, start, end, pull))
+            for mq in queues:
+                if pull is None or not self._narrowing.allows(mq):
+                    continue
+                start = resolve_start(options.starting_offsets, mq, lookup)
+                end = resolve_end(options.ending_offsets, mq, lookup)
+                if end < start:
+                    raise RmqOptionError(
+                        f"endingOffsets {end} of {mq} is before its startingOffsets {start} "
+                        f"({options.starting_offsets})"
+                    )
+                start, end = self._narrow(mq, start, end, lookup)
+                if end > start:
+                    partitions.append(QueueRangePartition(mq, start, end, pull))
         return split_ranges(partitions, options.min_partitions)
 
     def _narrow(self, mq: MessageQueue, start: int, end: int, lookup: BrokerOffsetLookup) -> tuple[int, int]:
@@ -79,6 +80,19 @@ class RmqBatchReader(DataSourceReader):
         # Spark plans one empty InputPartition(None) when partitions() returns none.
         if isinstance(partition, QueueRangePartition):
             yield from read_queue_range(partition)
+
+
+def _check_endpoints_answer(pull: PullSettings) -> None:
+    """A batch read's first contact: when no endpoint answers at all (a wrong address or port),
+    fail within pullTimeoutMs naming them, rather than retrying for the outage window, which is
+    for brokers that answered before and went away."""
+    with pull.connect(timeout=pull.pull_timeout_ms / 1000) as client:
+        try:
+            client.list_brokers()
+        except RmqUnavailable as error:
+            raise RmqOptionError(
+                f"Option 'endpoints': nothing answers at {pull.endpoints} (within pullTimeoutMs, "
+                f"{pull.pull_timeout_ms} ms): {error.message}") from None
 
 
 class RmqFilteringBatchReader(RmqBatchReader):

@@ -75,6 +75,11 @@ class Narrowing:
         return all(value in self.values.get(name, (value,)) for name, value in (
             ("topic", mq.topic), ("broker_name", mq.broker_name), ("queue_id", mq.queue_id)))
 
+    def brokers(self) -> set[str] | None:
+        """The broker names a pushed broker_name filter allows (None: any)."""
+        wanted = self.values.get("broker_name")
+        return None if wanted is None else {str(name) for name in wanted}
+
     def pull_settings(self, pull: PullSettings) -> PullSettings | None:
         """The pull with the tags filter folded into its sub-expression; None when no tag can match."""
         wanted = self.values.get("tags")

@@ -2,7 +2,8 @@
 ByTimestamp forms) name against the queues the topics really have, once the routes are known
 (at the first micro-batch of a stream, when a batch read is planned): a queue or broker
 that does not exist, or a start offset beyond a queue's end, fails the query with a message
-naming the option, where otherwise it would go unnoticed or look like lost messages."""
+naming the option, where otherwise it would go unnoticed or look like lost messages (an end
+beyond a queue's end likewise, for batch reads)."""
 
 from __future__ import annotations
 
@@ -51,14 +52,22 @@ def check_named_queues(policy: OffsetPolicy, known: Collection[MessageQueue], *,
 def resolve_start(policy: OffsetPolicy, mq: MessageQueue, lookup: QueueOffsetLookup) -> int:
     """The start offset of `mq`; an explicit offset beyond the queue's end is refused (an
     offset below its start is data loss, handled by failOnDataLoss when read)."""
+    return _within_queue("startingOffsets", policy, mq, lookup)
+
+
+def resolve_end(policy: OffsetPolicy, mq: MessageQueue, lookup: QueueOffsetLookup) -> int:
+    """The end offset of `mq` for a batch read; beyond the queue's end is refused when the read
+    is planned (it would otherwise be read as lost messages)."""
+    return _within_queue("endingOffsets", policy, mq, lookup)
+
+
+def _within_queue(option: str, policy: OffsetPolicy, mq: MessageQueue, lookup: QueueOffsetLookup) -> int:
     offset = resolve_offset(policy, mq, lookup)
     end = lookup.max_offset(mq)
     if offset > end:
         raise RmqOptionError(
-            f"Option 'startingOffsets' gives offset {offset} for topic {mq.topic} broker {mq.broker_name} "
+            f"Option {option!r} gives offset {offset} for topic {mq.topic} broker {mq.broker_name} "
             f"queue {mq.queue_id}, which is beyond the queue's end: its messages end at offset {end} "
             f"(use -1 for latest, -2 for earliest)"
         )
     return offset
-
-

@@ -1,10 +1,11 @@
-"""Status words both sides share (RocketMQ PutMessageStatus, GetMessageStatus, PullStatus).
+"""Status words both sides share (RocketMQ PutMessageStatus, GetMessageStatus, PullStatus,
+SendStatus).
 
 GetMessageStatus (the store's answer to a read) and PullStatus (what a pull means to the
 client) travel in PullMessageResponse: their values are the wire numbers of rmq.v1's
 GetMessageStatus (GMS_<name>) and PullStatus, so `int(member)` goes on the wire and
 `Enum(number)` comes off it. PutMessageStatus stays on the broker, which answers it as a
-`Code` (send_message_processor)."""
+`Code` (send_message_processor); SendStatus is how the client reads the Codes of a stored send."""
 
 from __future__ import annotations
 
@@ -47,3 +48,13 @@ class PullStatus(enum.IntEnum):
     NO_NEW_MSG = 1
     NO_MATCHED_MSG = 2
     OFFSET_ILLEGAL = 3
+
+
+class SendStatus(enum.IntEnum):
+    """RocketMQ SendStatus: a send that was stored, and whether it is durable as asked; value =
+    the rmq.v1 Code the broker answered (so a SendStatus still compares equal to that code)."""
+
+    SEND_OK = 0               # Code OK
+    FLUSH_DISK_TIMEOUT = 8    # Code FLUSH_DISK_TIMEOUT
+    FLUSH_SLAVE_TIMEOUT = 18  # Code FLUSH_SLAVE_TIMEOUT: stored on the master only (SYNC_MASTER)
+    SLAVE_NOT_AVAILABLE = 19  # Code SLAVE_NOT_AVAILABLE: stored on the master only (SYNC_MASTER)

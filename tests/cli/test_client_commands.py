@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from rmq.cli import client_commands, consume_command
 from rmq.cli import main as cli
+from tests.dead_broker import closed_address
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = cli.main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def closed_address() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
 
 
 @pytest.mark.parametrize(

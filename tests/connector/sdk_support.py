@@ -48,7 +48,8 @@ class RecordingScheduler(ScheduledExecutor):
 
 
 class FixedAdmin:
-    """A QueueAdmin answering from fixed tables; `max_offsets[mq] = None` makes the lookup fail."""
+    """A QueueAdmin answering from fixed tables; `max_offsets[mq] = None` makes the lookup fail;
+    the `young` queues still hold their first message in the broker's memory."""
 
     def __init__(
         self,
@@ -59,6 +60,7 @@ class FixedAdmin:
         self.queues = queues
         self.consumers = consumers
         self.max_offsets = max_offsets or {}
+        self.young: set[MessageQueue] = set()
 
     def message_queues(self, topic: str) -> Sequence[MessageQueue]:
         if topic not in self.queues:
@@ -73,6 +75,9 @@ class FixedAdmin:
         if value is None:
             raise RmqError(9, "broker unreachable")
         return value
+
+    def first_message_in_memory(self, mq: MessageQueue) -> bool:
+        return mq in self.young
 
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         return 7

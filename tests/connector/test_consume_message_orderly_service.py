@@ -243,44 +243,48 @@ class LockingAdmin(FixedAdmin):
         self.locks.unlock_batch("G", mqs, self.client_id)
 
 
-def orderly_rebalancer(tmp_path: Path, locks: RebalanceLockManager, client_id: str, consumers: list[str],
-                       later: list[float]) -> tuple[RebalanceImpl, list[PullRequest]]:
+def orderly_rebalancer(tmp_path: Path, locks: RebalanceLockManager, client_id: str, consumers: list[str]
+                       ) -> tuple[RebalanceImpl, list[PullRequest]]:
     dispatched: list[PullRequest] = []
     impl = RebalanceImpl("G", client_id, copy_subscription("G", {T: "*"}, False), broadcasting=False,
                          strategy="avg", offset_store=LocalFileOffsetStore(tmp_path / client_id, "G"),
                          admin=LockingAdmin(locks, client_id, consumers), consume_from=ConsumeFromWhere.FIRST,
-                         consume_timestamp_ms=0, dispatch_pull_requests=dispatched.extend, orderly=True,
-                         unlock_later=lambda delay, task: later.append(delay))
+                         consume_timestamp_ms=0, dispatch_pull_requests=dispatched.extend, orderly=True)
     return impl, dispatched
 
 
 def test_rebalance_locks_a_queue_before_pulling_it(tmp_path: Path) -> None:
     locks = RebalanceLockManager()
-    later: list[float] = []
-    c1, pulls1 = orderly_rebalancer(tmp_path, locks, "c1", ["c1"], later)
-    c1.rebalance_by_topic(T)
+    c1, pulls1 = orderly_rebalancer(tmp_path, locks, "c1", ["c1"])
+    assert c1.do_rebalance() is True
     assert sorted(r.message_queue.queue_id for r in pulls1) == [0, 1, 2, 3]
     assert all(pq.locked for pq in c1.process_queue_table.values())
-    # c2 joins: allocation gives it queues 2, 3, but c1 still holds their locks: nothing added
-    c2, pulls2 = orderly_rebalancer(tmp_path, locks, "c2", ["c1", "c2"], later)
-    c2.rebalance_by_topic(T)
+    # c2 joins: allocation gives it queues 2, 3, but c1 still holds their locks: nothing added,
+    # and the rebalance is not balanced (RebalanceService runs it again in a moment)
+    c2, pulls2 = orderly_rebalancer(tmp_path, locks, "c2", ["c1", "c2"])
+    assert c2.do_rebalance() is False
     assert pulls2 == [] and c2.process_queue_table == {}
-    # c1 drops them: one still holds a message (unlock delayed 20 s), the other is unlocked now
+    # c1 drops them: one is being consumed (not let go: not balanced), the other one, though it
+    # still holds a pulled message, is unlocked at once (no 20 s unlockDelay)
     c1.process_queue_table[Q[3]].put_message([message(0, mq=Q[3])])
+    c1.process_queue_table[Q[2]].lock_consume.acquire()
     c1.admin.consumers = ["c1", "c2"]   # type: ignore[attr-defined]
-    c1.rebalance_by_topic(T)
-    assert sorted(q.queue_id for q in c1.process_queue_table) == [0, 1]
-    assert later == [20.0]
-    c2.rebalance_by_topic(T)
-    assert [r.message_queue.queue_id for r in pulls2] == [2]
-    assert locks.holder("G", Q[3]) == "c1"
+    assert c1.do_rebalance() is False
+    assert sorted(q.queue_id for q in c1.process_queue_table) == [0, 1, 2]
+    assert (locks.holder("G", Q[2]), locks.holder("G", Q[3])) == ("c1", None)
+    assert c2.do_rebalance() is False
+    assert [r.message_queue.queue_id for r in pulls2] == [3]
+    c1.process_queue_table[Q[2]].lock_consume.release()   # its batch is done
+    assert c1.do_rebalance() is True and locks.holder("G", Q[2]) is None
+    assert c2.do_rebalance() is True
+    assert sorted(r.message_queue.queue_id for r in pulls2) == [2, 3]
 
 
 def test_lock_all_pauses_a_queue_whose_lock_went_to_another(tmp_path: Path,
                                                             caplog: pytest.LogCaptureFixture) -> None:
     now = [1000.0]
     locks = RebalanceLockManager(max_live_time_ms=60000, clock=lambda: now[0])
-    c1, _ = orderly_rebalancer(tmp_path, locks, "c1", ["c1"], [])
+    c1, _ = orderly_rebalancer(tmp_path, locks, "c1", ["c1"])
     c1.rebalance_by_topic(T)
     now[0] += 61                                   # c1 did not renew: expired
     assert locks.try_lock_batch("G", [Q[0]], "c2") == {Q[0]}
@@ -301,7 +305,7 @@ def test_an_unreachable_broker_keeps_the_locks_a_lost_connection_releases_them(
     so they resume as soon as it answers, not a lockAll period later. The client's connection
     ended: the broker released its locks at once, so the client stops consuming them too."""
     locks = RebalanceLockManager()
-    c1, _ = orderly_rebalancer(tmp_path, locks, "c1", ["c1"], [])
+    c1, _ = orderly_rebalancer(tmp_path, locks, "c1", ["c1"])
     c1.rebalance_by_topic(T)
     admin: LockingAdmin = c1.admin   # type: ignore[assignment]
     admin.down = frozenset({"broker-a"})

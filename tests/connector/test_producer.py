@@ -3,9 +3,12 @@ TV-21) and bad input refused before anything is sent."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
-from rmq.connector.client import MessageQueue
+from rmq.connector.client import MessageQueue, OutgoingMessage, QueueData, RmqClient, TopicRoute
+from rmq.connector.client import SendResult as ClientSendResult
 from rmq.connector.message import Message
 from rmq.connector.producer import Producer, select_message_queue_by_hash
 
@@ -55,3 +58,41 @@ def test_bad_messages_fail_before_any_send(message: Message, words: str) -> None
 def test_send_before_start_is_refused() -> None:
     with pytest.raises(RuntimeError, match="not started"):
         Producer("127.0.0.1:1").send(Message("T", b"x"))
+
+
+class TwoBrokers:
+    """A client stub: topic T on broker-a and broker-b; records which broker each send went to."""
+
+    route_of_t = TopicRoute("T", {"broker-a": "127.0.0.1:1", "broker-b": "127.0.0.1:2"},
+                            (QueueData("broker-a", 4, 4, 6), QueueData("broker-b", 4, 4, 6)), ())
+
+    def __init__(self) -> None:
+        self.sent_to: list[str] = []
+
+    def route(self, topic: str) -> TopicRoute:
+        return self.route_of_t
+
+    def send(self, topic: str, messages: list[OutgoingMessage], broker_name: str) -> ClientSendResult:
+        self.sent_to.append(broker_name)
+        return ClientSendResult(["id"], [0], [0], broker_name)
+
+
+def test_short_lived_producers_spread_over_the_brokers() -> None:
+    """Each fresh producer starts its round-robin at random (sendWhichQueue): 40 one-message
+    producers all landing on one of two brokers has a chance of 2 in 2**40."""
+    first_brokers = set()
+    for _ in range(40):
+        client = TwoBrokers()
+        with Producer("127.0.0.1:1", client=cast(RmqClient, client)) as producer:
+            producer.send(Message("T", b"x"))
+            producer.send(Message("T", b"y"))
+        assert len(set(client.sent_to)) == 2   # then round-robin
+        first_brokers.add(client.sent_to[0])
+    assert first_brokers == {"broker-a", "broker-b"}
+
+    picked = set()
+    for _ in range(40):
+        with RmqClient("127.0.0.1:1") as rmq_client:
+            rmq_client._route = TwoBrokers().route   # type: ignore[method-assign]
+            picked.add(rmq_client._pick_broker("T"))
+    assert picked == {"broker-a", "broker-b"}

@@ -85,6 +85,19 @@ def test_tv9_compute_pull_from_where(
     assert impl.compute_pull_from_where(mq) == expected
 
 
+def test_last_reads_a_young_queue_from_its_first_message(store: LocalFileOffsetStore) -> None:
+    """RocketMQ's broker answers offset 0 for a queue never committed whose first message it
+    still reads from memory (a young topic): CONSUME_FROM_LAST_OFFSET then reads what it holds."""
+    admin = FixedAdmin({}, [], {Q[0]: 500, Q[1]: 500})
+    admin.young = {Q[0]}
+    impl, _ = rebalancer(store, admin, ConsumeFromWhere.LAST)
+    assert (impl.compute_pull_from_where(Q[0]), impl.compute_pull_from_where(Q[1])) == (0, 500)
+    store.update_offset(Q[0], 42, increase_only=False)
+    store.persist_all([Q[0]])
+    store.remove_offset(Q[0])
+    assert impl.compute_pull_from_where(Q[0]) == 42      # committed: where the group is
+
+
 @pytest.mark.parametrize("consume_from", [ConsumeFromWhere.LAST, ConsumeFromWhere.FIRST])
 def test_tv9_unreadable_store_skips_the_queue(tmp_path: Path, consume_from: ConsumeFromWhere) -> None:
     impl, _ = rebalancer(FailingReadStore(tmp_path, "G"), FixedAdmin({}, []), consume_from)
