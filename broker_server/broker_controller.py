@@ -35,6 +35,8 @@ from rmq.broker_server.metrics import (
 from rmq.broker_server.pull_message_processor import PullLimits, PullMessageProcessor
 from rmq.broker_server.pull_response_budget import PullResponseBudget
 from rmq.broker_server.rebalance_lock_manager import LOCKS_FILE, RebalanceLockManager
+from rmq.broker_server.remoting.remoting_server import RemotingServer
+from rmq.broker_server.remoting.service import build_broker_remoting
 from rmq.broker_server.replication import Replication
 from rmq.broker_server.rocketmq_v2.messaging_service import RocketMQv2MessagingService
 from rmq.broker_server.rocketmq_v2.service import build_service as build_rocketmq_v2_service
@@ -154,6 +156,7 @@ class BrokerController:
         )
         self._tasks: list[asyncio.Task] = []
         self.rocketmq_v2: RocketMQv2MessagingService | None = None
+        self.remoting: RemotingServer | None = None
 
     def _topics_changed(self) -> None:
         self.outer_api.register_soon()
@@ -181,21 +184,21 @@ class BrokerController:
     def build_server(self):
         server = create_server(self.config.listen, self.config.grpc_max_message_bytes, self.security,
                                broker_server_id(self.config.broker_name))
-        rmq_pb2_grpc.add_MessagingServiceServicer_to_server(
-            MessagingService(
-                self.store,
-                self.executor,
-                self.topics,
-                self.send_processor,
-                self.pull_processor,
-                self.offsets,
-                self.consumers,
-                self.locks,
-                self.send_back_processor,
-                self.watches,
-            ),
-            server,
+        messaging = MessagingService(
+            self.store,
+            self.executor,
+            self.topics,
+            self.send_processor,
+            self.pull_processor,
+            self.offsets,
+            self.consumers,
+            self.locks,
+            self.send_back_processor,
+            self.watches,
         )
+        rmq_pb2_grpc.add_MessagingServiceServicer_to_server(messaging, server)
+        self.remoting = build_broker_remoting(self.config, self.security, messaging, self.topics,
+                                              self.consumers)
         rmq_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminService(
                 self.store,
@@ -233,6 +236,7 @@ class BrokerController:
             self.store.shutdown()
             raise
         await server.start()
+        await self.start_remoting()
         self.security.start(self.config.listen)
         self.start_services()
         config = self.config
@@ -243,6 +247,12 @@ class BrokerController:
         )
         await wait_for_termination()
         await self.shutdown(server)
+
+    async def start_remoting(self) -> None:
+        if self.remoting is not None:
+            await self.remoting.start()
+            print(f"rmq broker {self.config.broker_name} serving RocketMQ 4.x remoting on "
+                  f"{self.config.remoting_listen}", flush=True)
 
     def metrics_figures(self) -> BrokerFigures:
         offsets = self.offsets
@@ -283,6 +293,8 @@ class BrokerController:
         self.replication.end_streams()
         if self.rocketmq_v2 is not None:
             await self.rocketmq_v2.shutdown()
+        if self.remoting is not None:
+            await self.remoting.stop()
         await server.stop(SHUTDOWN_GRACE_SECONDS)
         await self.security.stop()
         for task in self._tasks:

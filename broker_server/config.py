@@ -72,6 +72,11 @@ class BrokerConfig:
     transaction_check_max: int = 15  # checks before an open transaction is dropped (transactionCheckMax)
     metrics_listen: str = ""  # Prometheus scrape endpoint HOST:PORT (off when empty)
     enable_property_filter: bool = True  # SQL92 subscriptions (RocketMQ enablePropertyFilter)
+    # RocketMQ 4.x remoting protocol (broker_server/remoting): off when remoting_listen is empty
+    remoting_listen: str = ""
+    remoting_max_frame_bytes: int = 16 * MiB
+    remoting_max_connections: int = 4096
+    remoting_max_held_pulls_per_account: int = 4096  # pulls one account (or connection) has in progress
 
     @property
     def store_path(self) -> Path:
@@ -89,6 +94,8 @@ class BrokerConfig:
         check_address("listen", self.listen)
         if self.metrics_listen:
             check_address("metrics_listen", self.metrics_listen)
+        if self.remoting_listen:
+            check_address("remoting_listen", self.remoting_listen)
         if self.advertise_address:
             check_address("advertise_address", self.advertise_address)
         for address in self.namesrv_addresses:
@@ -133,11 +140,16 @@ class NameServerConfig:
     broker_scan_interval_ms: int = 10000  # scanNotActiveBroker period
     grpc_max_message_bytes: int = 64 * MiB
     metrics_listen: str = ""  # Prometheus scrape endpoint HOST:PORT (off when empty)
+    remoting_listen: str = ""  # RocketMQ 4.x remoting protocol (off when empty)
+    remoting_max_frame_bytes: int = 16 * MiB
+    remoting_max_connections: int = 4096
 
     def validate(self) -> None:
         check_address("listen", self.listen)
         if self.metrics_listen:
             check_address("metrics_listen", self.metrics_listen)
+        if self.remoting_listen:
+            check_address("remoting_listen", self.remoting_listen)
         _check_positive_ints(self)
 
 

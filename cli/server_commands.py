@@ -18,6 +18,7 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     namesrv.add_argument("--listen", metavar="HOST:PORT", help="address to serve on (default 127.0.0.1:9876)")
     namesrv.add_argument("--config", metavar="FILE", help="YAML or JSON file with further settings")
     _add_metrics_argument(namesrv)
+    _add_remoting_argument(namesrv)
     server_security.add_arguments(namesrv)
     namesrv.set_defaults(handler=run_namesrv)
 
@@ -39,6 +40,7 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     )
     broker.add_argument("--config", metavar="FILE", help="YAML or JSON file with further settings")
     _add_metrics_argument(broker)
+    _add_remoting_argument(broker)
     server_security.add_arguments(broker)
     broker.set_defaults(handler=run_broker)
 
@@ -49,11 +51,18 @@ def _add_metrics_argument(parser: argparse.ArgumentParser) -> None:
                              "--acl or TLS is on)")
 
 
+def _add_remoting_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--remoting-listen", metavar="HOST:PORT",
+                        help="also serve RocketMQ 4.x clients (remoting protocol) on this address "
+                             "(off by default)")
+
+
 def run_namesrv(args: argparse.Namespace) -> int:
     from rmq.broker_server.name_server import serve_name_server
 
     config = load_config(NameServerConfig, args.config,
-                         {"listen": args.listen, "metrics_listen": args.metrics_listen})
+                         {"listen": args.listen, "metrics_listen": args.metrics_listen,
+                          "remoting_listen": args.remoting_listen})
     security = ServerSecurity.from_args(args)
     return run_until_terminated(lambda: serve_name_server(config, security))
 
@@ -74,6 +83,7 @@ def run_broker(args: argparse.Namespace) -> int:
             "namesrv": args.namesrv,
             "flush": args.flush,
             "metrics_listen": args.metrics_listen,
+            "remoting_listen": args.remoting_listen,
         },
     )
     security = ServerSecurity.from_args(args)

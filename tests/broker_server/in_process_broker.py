@@ -43,6 +43,7 @@ class InProcessBroker:
         self.controller.load()
         self._server = self.controller.build_server()
         await self._server.start()
+        await self.controller.start_remoting()
         self.controller.start_services()
 
     def stop(self) -> None:
