@@ -152,8 +152,7 @@ class BrokerRemotingProcessor:
 
     async def process(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
         response = await self._process(context, request)
-        log.debug("remoting %s code %d %s -> %s %s", context.channel.address, request.code,
-                  request.ext_fields,
+        log.debug("remoting %s: request code %d -> %s %s", context.channel.address, request.code,
                   response and response.code, response and response.remark)
         return response
 

@@ -26,10 +26,10 @@ def free_port() -> int:
 
 
 class InProcessBroker:
-    def __init__(self, store_dir: Path, **settings: Any) -> None:
+    def __init__(self, store_dir: Path, security: ServerSecurity | None = None, **settings: Any) -> None:
         self.address = f"127.0.0.1:{free_port()}"
         self.config = BrokerConfig(listen=self.address, store_dir=str(store_dir), **settings)
-        self.controller = BrokerController(self.config, ServerSecurity())
+        self.controller = BrokerController(self.config, security or ServerSecurity())
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: grpc.aio.Server | None = None
