@@ -72,7 +72,8 @@ def open_store(config: BrokerConfig) -> MessageStore:
         store_config = MessageStoreConfig(
             store_dir=config.store_path,
             flush_disk_type=FlushDiskType.SYNC if config.flush == "sync" else FlushDiskType.ASYNC,
-            broker_address=store_host(config.broker_address),
+            # 4.x consumers send a failed message back to the broker its store host names
+            broker_address=store_host(config.remoting_address or config.broker_address),
             broker_role=BrokerRole[config.broker_role],
             max_message_size=config.max_message_size,
             **config.store,

@@ -90,6 +90,13 @@ class BrokerConfig:
     def broker_address(self) -> str:
         return self.advertise_address or self.listen
 
+    @property
+    def remoting_address(self) -> str:
+        """What 4.x clients reach the remoting port at: its port on the advertised host, if any."""
+        if not self.advertise_address:
+            return self.remoting_listen
+        return f"{self.advertise_address.rpartition(':')[0]}:{self.remoting_listen.rpartition(':')[2]}"
+
     def validate(self) -> None:
         check_address("listen", self.listen)
         if self.metrics_listen:

@@ -286,7 +286,7 @@ class BrokerRemotingProcessor:
                           "transactional messages are not supported on the remoting port")
         topic = headers.required(header, "topic")
         queue_id = headers.int_field(header, "queueId", -1)
-        if call.request.code == RequestCode.SEND_BATCH_MESSAGE:
+        if call.request.code == RequestCode.SEND_BATCH_MESSAGE or header.get("batch") in ("true", "1"):
             messages = [self._message(body, properties, flag, sys_flag, queue_id)
                         for body, properties, flag in headers.batch_messages(call.request.body)]
         else:

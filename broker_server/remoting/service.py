@@ -32,7 +32,7 @@ def build_broker_remoting(config: BrokerConfig, security: ServerSecurity, messag
     if not config.remoting_listen:
         return None
     processor = BrokerRemotingProcessor(
-        BrokerIdentity(config.broker_name, config.remoting_listen), messaging, topics, consumers,
+        BrokerIdentity(config.broker_name, config.remoting_address), messaging, topics, consumers,
         authenticator(security), config.max_message_size, config.remoting_max_held_pulls_per_account)
     return remoting_server(config.remoting_listen, security, processor, config.remoting_max_frame_bytes,
                            config.remoting_max_connections)

@@ -16,7 +16,7 @@ class RemotingTestClient:
         host, _, port = address.rpartition(":")
         self.socket = socket.create_connection((host, int(port)), timeout=TIMEOUT_S)
         self._opaque = 0
-        self._answers: dict[int, RemotingCommand] = {}   # responses read while waiting for another
+        self._answers: dict[int, RemotingCommand] = {}  # responses read while waiting for another
 
     def close(self) -> None:
         self.socket.close()

@@ -21,7 +21,7 @@ from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.topic_config_manager import TopicConfig
 from rmq.stored_message import decode_record
 from tests.acl_files import write_acl
-from tests.broker_server.in_process_broker import InProcessBroker, free_port
+from tests.broker_server.in_process_broker import InProcessBroker, start_remoting_broker
 from tests.broker_server.remoting_client import RemotingTestClient
 
 TOPIC = "remoting-t"
@@ -32,14 +32,12 @@ MiB = 1 << 20
 
 
 def start_broker(store: Path, **settings) -> InProcessBroker:
-    remoting = f"127.0.0.1:{free_port()}"
-    broker = InProcessBroker(
+    broker = start_remoting_broker(
         store,
-        remoting_listen=remoting,
         remoting_max_frame_bytes=MAX_FRAME,
         remoting_max_held_pulls_per_account=HELD_PULLS_PER_ACCOUNT,
         **settings,
-    ).start()
+    )
     broker.controller.topics.create(TopicConfig(TOPIC, 2, 2))
     return broker
 
@@ -155,7 +153,12 @@ def test_a_compressed_body_is_stored_plain_and_a_bomb_is_refused(client: Remotin
     assert bomb.code == ResponseCode.MESSAGE_ILLEGAL and "max_message_size" in bomb.remark
 
 
-def test_a_batch_is_stored_whole_with_one_id_per_message(client: RemotingTestClient) -> None:
+@pytest.mark.parametrize("code", [RequestCode.SEND_BATCH_MESSAGE, RequestCode.SEND_MESSAGE_V2])
+def test_a_batch_is_stored_whole_with_one_id_per_message(
+    client: RemotingTestClient, code: RequestCode
+) -> None:
+    """Java sends batches as SEND_BATCH_MESSAGE, the C++ client as SEND_MESSAGE_V2; both say batch."""
+
     def entry(body: bytes, properties: str) -> bytes:
         encoded = properties.encode()
         return (
@@ -166,9 +169,7 @@ def test_a_batch_is_stored_whole_with_one_id_per_message(client: RemotingTestCli
         )
 
     body = entry(b"b1", "TAGS\x01x\x02") + entry(b"b2", "KEYS\x01y\x02")
-    sent = client.call(
-        request(RequestCode.SEND_BATCH_MESSAGE, body=body, a="pg", b=TOPIC, e=0, f=0, m="true")
-    )
+    sent = client.call(request(code, body=body, a="pg", b=TOPIC, e=0, f=0, m="true"))
     assert sent.code == ResponseCode.SUCCESS, sent.remark
     assert len(sent.ext_fields["msgId"].split(",")) == 2
     pulled = client.call(pull(0, int(sent.ext_fields["queueOffset"])))
