@@ -13,23 +13,28 @@ from __future__ import annotations
 import json
 import logging
 import zlib
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from google.protobuf.message import Message
 
 from rmq import message_format as mf
-from rmq.broker_server.acl import AccessDenied
 from rmq.broker_server.consumer_manager import ConsumerManager
 from rmq.broker_server.messaging_service import MessagingService
 from rmq.broker_server.remoting import headers
+from rmq.broker_server.remoting.dispatch import (
+    RESPONSE_CODES,
+    Call,
+    Refusal,
+    RequestDispatcher,
+    check_ok,
+    refusal_of,
+)
 from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
 from rmq.broker_server.remoting.remoting_command import RemotingCommand
 from rmq.broker_server.remoting.remoting_server import CallContext, Channel, ConnectionTable
 from rmq.broker_server.remoting.request_code import RequestCode, ResponseCode
 from rmq.broker_server.remoting.topic_route_data import BrokerData, QueueData, encode_topic_route
-from rmq.broker_server.status import RequestError, rmq_pb2
+from rmq.broker_server.status import rmq_pb2
 from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.sql92 import Sql92Error, compile_sql92
 
@@ -40,31 +45,6 @@ SYS_FLAG_COMPRESSED = 0x1            # MessageSysFlag.COMPRESSED_FLAG
 SYS_FLAG_TRANSACTION_TYPES = 0xC     # MessageSysFlag.TRANSACTION_PREPARED_TYPE | COMMIT | ROLLBACK
 METHOD = "/rmq.v1.MessagingService/"
 
-# rmq.v1 Status codes as RocketMQ response codes (each member mapped: test_remoting_codec).
-RESPONSE_CODES: dict[int, ResponseCode] = {
-    rmq_pb2.OK: ResponseCode.SUCCESS,
-    rmq_pb2.ILLEGAL_ARGUMENT: ResponseCode.SYSTEM_ERROR,
-    rmq_pb2.TOPIC_NOT_EXIST: ResponseCode.TOPIC_NOT_EXIST,
-    rmq_pb2.TOPIC_ILLEGAL: ResponseCode.SYSTEM_ERROR,
-    rmq_pb2.TOPIC_ALREADY_EXISTS: ResponseCode.TOPIC_EXIST_ALREADY,
-    rmq_pb2.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
-    rmq_pb2.MESSAGE_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
-    rmq_pb2.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
-    rmq_pb2.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
-    rmq_pb2.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
-    rmq_pb2.NO_PERMISSION: ResponseCode.NO_PERMISSION,
-    rmq_pb2.QUERY_NOT_FOUND: ResponseCode.QUERY_NOT_FOUND,
-    rmq_pb2.GROUP_ILLEGAL: ResponseCode.SYSTEM_ERROR,
-    rmq_pb2.SYSTEM_ERROR: ResponseCode.SYSTEM_ERROR,
-    rmq_pb2.SUBSCRIPTION_GROUP_NOT_EXIST: ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-    rmq_pb2.TOO_MANY_WATCHERS: ResponseCode.SYSTEM_BUSY,
-    rmq_pb2.SUBSCRIPTION_PARSE_FAILED: ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-    rmq_pb2.FILTER_NOT_SUPPORTED: ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-    rmq_pb2.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
-    rmq_pb2.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
-    rmq_pb2.LIMIT_EXCEEDED: ResponseCode.SYSTEM_BUSY,
-}
-
 # rmq.v1 PullStatus as the PULL_MESSAGE response code the client reads it from.
 PULL_RESPONSE_CODES: dict[int, ResponseCode] = {
     rmq_pb2.FOUND: ResponseCode.SUCCESS,
@@ -74,45 +54,10 @@ PULL_RESPONSE_CODES: dict[int, ResponseCode] = {
 }
 
 
-class Refusal(Exception):
-    """A request answered with `code` and `remark` instead of being run."""
-
-    def __init__(self, code: ResponseCode, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
-
-
-def refusal_of(status: rmq_pb2.Status) -> Refusal:
-    return Refusal(RESPONSE_CODES[status.code], status.message)
-
-
-def check_ok(response: Any) -> None:
-    """Raise the Refusal for a processor's answer whose status is not OK."""
-    if response.status.code != rmq_pb2.OK:
-        raise refusal_of(response.status)
-
-
 @dataclass(frozen=True)
 class BrokerIdentity:
     broker_name: str
     remoting_address: str   # what route lookups on this port name as the broker's address
-
-
-@dataclass
-class Call:
-    """One request being served: the context it runs in and the account that signed it."""
-
-    context: CallContext
-    request: RemotingCommand
-    access_key: str
-
-    @property
-    def channel(self) -> Channel:
-        return self.context.channel
-
-
-Handler = Callable[[Call], Awaitable[RemotingCommand | None]]
 
 
 class BrokerRemotingProcessor:
@@ -123,12 +68,11 @@ class BrokerRemotingProcessor:
         self.messaging = messaging
         self.topics = topics
         self.consumers = consumers
-        self.authenticator = authenticator
         self.max_message_size = max_message_size
         self.max_held_pulls_per_account = max_held_pulls_per_account
         self.connections = ConnectionTable()
         self._held_pulls: dict[str, int] = {}   # account (or connection) -> pulls in progress
-        self._handlers: dict[int, Handler] = {
+        self.dispatcher = RequestDispatcher({
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self._route,
             RequestCode.HEART_BEAT: self._heartbeat,
             RequestCode.UNREGISTER_CLIENT: self._unregister,
@@ -147,40 +91,14 @@ class BrokerRemotingProcessor:
             RequestCode.UNLOCK_BATCH_MQ: self._unlock,
             RequestCode.CHECK_CLIENT_CONFIG: self._check_client_config,
             RequestCode.GET_CONSUMER_RUNNING_INFO: self._consumer_running_info,
-        }
+        }, authenticator)
         consumers.add_listener(self._consumer_ids_changed)
 
     async def process(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
-        response = await self._process(context, request)
-        log.debug("remoting %s: request code %d -> %s %s", context.channel.address, request.code,
-                  response and response.code, response and response.remark)
-        return response
-
-    async def _process(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
-        handler = self._handlers.get(request.code)
-        if handler is None:
-            return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                    f"request code {request.code} is not supported")
-        try:
-            access_key = self._authenticate(context.channel, request)
-            return await handler(Call(context, request, access_key))
-        except Refusal as refusal:
-            return request.response(refusal.code, refusal.remark)
-        except RequestError as error:
-            return request.response(RESPONSE_CODES[error.code], error.message)
-        except AccessDenied as error:
-            return request.response(ResponseCode.NO_PERMISSION, str(error))
-        except ValueError as error:   # a header number out of its field's range
-            return request.response(ResponseCode.SYSTEM_ERROR, f"bad request field: {error}")
-
-    def _authenticate(self, channel: Channel, request: RemotingCommand) -> str:
-        if self.authenticator is None:
-            return ""
-        return self.authenticator.authenticate(request, channel.address.rpartition(":")[0])
+        return await self.dispatcher.process(context, request)
 
     def _authorize(self, call: Call, method: str, request: Message) -> None:
-        if self.authenticator is not None:
-            self.authenticator.authorize(call.access_key, METHOD + method, request)
+        self.dispatcher.authorize(call, METHOD + method, request)
 
     # -- route and membership -----------------------------------------------------------
     async def _route(self, call: Call) -> RemotingCommand:

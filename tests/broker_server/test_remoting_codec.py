@@ -9,7 +9,8 @@ import struct
 import pytest
 
 from rmq.broker_server.remoting import headers
-from rmq.broker_server.remoting.broker_processor import PULL_RESPONSE_CODES, RESPONSE_CODES
+from rmq.broker_server.remoting.broker_processor import PULL_RESPONSE_CODES
+from rmq.broker_server.remoting.dispatch import RESPONSE_CODES
 from rmq.broker_server.remoting.remoting_acl import sign, signed, signing_content
 from rmq.broker_server.remoting.remoting_command import (
     FrameError,
