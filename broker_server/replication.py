@@ -32,7 +32,8 @@ class Replication:
         self.store = store
         self.role = store.config.broker_role
         self.member = rmq_pb2.BrokerMember(broker_id=config.broker_id, address=config.broker_address,
-                                           role=WIRE_ROLES[self.role])
+                                           role=WIRE_ROLES[self.role],
+                                           remoting_address=config.remoting_address)
         self.servicer = HAServicer(store, topics, offsets, lambda: dict(schedule.offsets))
         self.client: HAClient | None = None
         self.synchronize: SlaveSynchronize | None = None

@@ -3,14 +3,20 @@ once by BrokerController / serve_name_server when `remoting_listen` is set)."""
 
 from __future__ import annotations
 
-from rmq.broker_server.config import BrokerConfig
+from typing import TYPE_CHECKING
+
+from rmq.broker_server.config import BrokerConfig, NameServerConfig
 from rmq.broker_server.consumer_manager import ConsumerManager
 from rmq.broker_server.messaging_service import MessagingService
 from rmq.broker_server.remoting.broker_processor import BrokerIdentity, BrokerRemotingProcessor
+from rmq.broker_server.remoting.name_server_processor import NameServerRemotingProcessor
 from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
 from rmq.broker_server.remoting.remoting_server import RemotingLimits, RemotingProcessor, RemotingServer
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.topic_config_manager import TopicConfigManager
+
+if TYPE_CHECKING:   # name_server calls build_name_server_remoting
+    from rmq.broker_server.name_server import RouteInfoManager
 
 
 def authenticator(security: ServerSecurity) -> RemotingAuthenticator | None:
@@ -36,3 +42,12 @@ def build_broker_remoting(config: BrokerConfig, security: ServerSecurity, messag
         authenticator(security), config.max_message_size, config.remoting_max_held_pulls_per_account)
     return remoting_server(config.remoting_listen, security, processor, config.remoting_max_frame_bytes,
                            config.remoting_max_connections)
+
+
+def build_name_server_remoting(config: NameServerConfig, security: ServerSecurity,
+                               routes: RouteInfoManager) -> RemotingServer | None:
+    if not config.remoting_listen:
+        return None
+    return remoting_server(config.remoting_listen, security,
+                           NameServerRemotingProcessor(routes, authenticator(security)),
+                           config.remoting_max_frame_bytes, config.remoting_max_connections)

@@ -9,8 +9,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,41 +22,13 @@ from rmq.connector import message_decoder
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.message_queue import MessageQueue
 from tests.acl_files import write_acl
+from tests.broker_server.cpp_client_runner import cpp_client_problem, run_client
 from tests.broker_server.in_process_broker import InProcessBroker, start_remoting_broker
 
-SCRIPT = Path(__file__).with_name("remoting_cpp_client.py")
 QUEUES = 2
 FAST_RETRY_LEVELS = " ".join(["1s"] * 18)  # a retried message waits 1 s, not 10 s
-CLIENT_TIMEOUT_S = 120
-
-
-def cpp_client_problem() -> str | None:
-    """Why the C++ client cannot run here, or None (its library loads in a separate process)."""
-    try:
-        loaded = subprocess.run(
-            [sys.executable, "-c", "import rocketmq.client"], capture_output=True, text=True, timeout=60
-        )
-    except subprocess.TimeoutExpired:
-        return "importing rocketmq.client timed out"
-    if loaded.returncode:
-        return (
-            f"the RocketMQ 4.x C++ client (PyPI rocketmq 0.4.4) does not load: {loaded.stderr.strip()[-300:]}"
-        )
-    return None
-
 
 pytestmark = pytest.mark.skipif(cpp_client_problem() is not None, reason=str(cpp_client_problem()))
-
-
-def run_client(**scenario: object) -> dict:
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), json.dumps(scenario)],
-        capture_output=True,
-        text=True,
-        timeout=CLIENT_TIMEOUT_S,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def start_broker(store: Path, topic: str, **settings: object) -> InProcessBroker:
