@@ -198,8 +198,6 @@ class BrokerController:
             self.watches,
         )
         rmq_pb2_grpc.add_MessagingServiceServicer_to_server(messaging, server)
-        self.remoting = build_broker_remoting(self.config, self.security, messaging, self.topics,
-                                              self.consumers)
         rmq_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminService(
                 self.store,
@@ -223,6 +221,8 @@ class BrokerController:
             self.config, self.store, self.executor, self.topics, self.offsets, self.hold_service,
             self.pull_processor, self.security.open_client_channel, self.outer_api.register_soon)
         add_rocketmq_v2_service(self.rocketmq_v2, server)
+        self.remoting = build_broker_remoting(self.config, self.security, messaging, self.topics,
+                                              self.consumers, self.rocketmq_v2.transactions)
         return server
 
     async def serve(self) -> None:

@@ -89,15 +89,21 @@ class RequestDispatcher:
 
     async def process(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
         response = await self._process(context, request)
-        log.debug("remoting %s: request code %d -> %s %s", context.channel.address, request.code,
-                  response and response.code, response and response.remark)
+        log.debug(
+            "remoting %s: request code %d -> %s %s",
+            context.channel.address,
+            request.code,
+            response and response.code,
+            response and response.remark,
+        )
         return response
 
     async def _process(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
         handler = self.handlers.get(request.code)
         if handler is None:
-            return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                    f"request code {request.code} is not supported")
+            return request.response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request code {request.code} is not supported"
+            )
         try:
             access_key = self._authenticate(context.channel, request)
             return await handler(Call(context, request, access_key))
@@ -107,7 +113,7 @@ class RequestDispatcher:
             return request.response(RESPONSE_CODES[error.code], error.message)
         except AccessDenied as error:
             return request.response(ResponseCode.NO_PERMISSION, str(error))
-        except ValueError as error:   # a header number out of its field's range
+        except ValueError as error:  # a header number out of its field's range
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad request field: {error}")
 
     def _authenticate(self, channel: Channel, request: RemotingCommand) -> str:

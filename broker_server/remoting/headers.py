@@ -14,17 +14,31 @@ from rmq.broker_server.status import illegal_argument, rmq_pb2
 
 # SendMessageRequestHeaderV2's one-letter names for SendMessageRequestHeader's fields.
 SEND_HEADER_V2_NAMES = {
-    "a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
-    "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
-    "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch",
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
 }
 # A batch body's message: total size, magic code, body CRC, flag, body length (then the body,
 # a 2-byte properties length and the properties): MessageDecoder.encodeMessage.
 BATCH_ENTRY = struct.Struct(">iiiii")
 PROPERTIES_LENGTH = struct.Struct(">h")
 # messageModel by name (Java) or by its ordinal (C++ writes the enum's number).
-MESSAGE_MODELS = {"BROADCASTING": rmq_pb2.BROADCASTING, "CLUSTERING": rmq_pb2.CLUSTERING,
-                  0: rmq_pb2.BROADCASTING, 1: rmq_pb2.CLUSTERING}
+MESSAGE_MODELS = {
+    "BROADCASTING": rmq_pb2.BROADCASTING,
+    "CLUSTERING": rmq_pb2.CLUSTERING,
+    0: rmq_pb2.BROADCASTING,
+    1: rmq_pb2.CLUSTERING,
+}
 
 
 def required(fields: dict[str, str], name: str) -> str:
@@ -73,10 +87,10 @@ def batch_messages(body: bytes) -> list[tuple[bytes, str, int]]:
         if properties_at + 2 + properties_length != end:
             raise illegal_argument(f"batch message {len(messages)} has inconsistent lengths")
         try:
-            properties = body[properties_at + 2:end].decode()
+            properties = body[properties_at + 2 : end].decode()
         except UnicodeDecodeError:
             raise illegal_argument(f"batch message {len(messages)}: properties are not UTF-8") from None
-        messages.append((body[position + BATCH_ENTRY.size:properties_at], properties, flag))
+        messages.append((body[position + BATCH_ENTRY.size : properties_at], properties, flag))
         position = end
     if not messages:
         raise illegal_argument("the batch holds no messages")
@@ -122,6 +136,9 @@ def lock_body(command: RemotingCommand) -> tuple[str, str, list[rmq_pb2.MessageQ
         queue_id = mq.get("queueId")
         if isinstance(queue_id, bool) or not isinstance(queue_id, int):
             raise illegal_argument(f"mqSet queueId must be an integer, not {queue_id!r}")
-        queues.append(rmq_pb2.MessageQueue(topic=json_text(mq, "topic"),
-                                           broker_name=json_text(mq, "brokerName"), queue_id=queue_id))
+        queues.append(
+            rmq_pb2.MessageQueue(
+                topic=json_text(mq, "topic"), broker_name=json_text(mq, "brokerName"), queue_id=queue_id
+            )
+        )
     return json_text(data, "consumerGroup"), json_text(data, "clientId"), queues

@@ -18,7 +18,7 @@ from rmq.broker_server.remoting.topic_route_data import BrokerData, QueueData, e
 from rmq.broker_server.status import rmq_pb2
 from rmq.topic_config import PERM_WRITE
 
-if TYPE_CHECKING:   # name_server starts this processor
+if TYPE_CHECKING:  # name_server starts this processor
     from rmq.broker_server.name_server import RouteInfoManager
 
 QUERY_ROUTE = "/rmq.v1.RouteService/QueryRoute"
@@ -45,7 +45,9 @@ class NameServerRemotingProcessor:
             perm = config.perm if group.has_master else config.perm & ~PERM_WRITE
             queues.append(QueueData(group.broker_name, config.read_queue_nums, config.write_queue_nums, perm))
         if not brokers:
-            raise Refusal(ResponseCode.TOPIC_NOT_EXIST,
-                          f"No topic route info in name server for the topic: {topic} "
-                          f"(no live broker serving 4.x clients holds it)")
+            raise Refusal(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"No topic route info in name server for the topic: {topic} "
+                f"(no live broker serving 4.x clients holds it)",
+            )
         return call.request.response(ResponseCode.SUCCESS, body=encode_topic_route(brokers, queues))

@@ -58,14 +58,20 @@ class RemotingAuthenticator:
         access_key = request.ext_fields.get(ACCESS_KEY, "")
         given = request.ext_fields.get(SIGNATURE, "")
         if not access_key or not given:
-            raise AccessDenied("request is not signed: this server requires AccessKey and Signature "
-                               "(the client's session credentials)")
+            raise AccessDenied(
+                "request is not signed: this server requires AccessKey and Signature "
+                "(the client's session credentials)"
+            )
         account = acl.account(access_key)
-        expected = sign(account.secret_key if account is not None else "",
-                        signing_content(request.ext_fields, request.body))
+        expected = sign(
+            account.secret_key if account is not None else "",
+            signing_content(request.ext_fields, request.body),
+        )
         if account is None or not hmac.compare_digest(expected, given):
-            raise AccessDenied(f"signature not accepted for access key {key_label(access_key)}: "
-                               f"unknown access key or wrong secret key")
+            raise AccessDenied(
+                f"signature not accepted for access key {key_label(access_key)}: "
+                f"unknown access key or wrong secret key"
+            )
         if not account.may_connect_from(address):
             raise AccessDenied(f"access key {key_label(access_key)} may not be used from address {address}")
         return access_key

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 LENGTH = struct.Struct(">i")
 HEADER_LENGTH_MASK = 0xFFFFFF
-RPC_TYPE_RESPONSE = 1   # flag bit 0: the command is a response
-RPC_ONEWAY = 2          # flag bit 1: the sender wants no response
-_BINARY_FIXED = struct.Struct(">hbhii")   # code, language, version, opaque, flag
+RPC_TYPE_RESPONSE = 1  # flag bit 0: the command is a response
+RPC_ONEWAY = 2  # flag bit 1: the sender wants no response
+_BINARY_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
 _SHORT = struct.Struct(">h")
 
 
@@ -74,15 +74,32 @@ class RemotingCommand:
     def is_oneway(self) -> bool:
         return bool(self.flag & RPC_ONEWAY)
 
-    def response(self, code: int, remark: str | None = None, ext_fields: dict[str, str] | None = None,
-                 body: bytes = b"") -> RemotingCommand:
+    def response(
+        self,
+        code: int,
+        remark: str | None = None,
+        ext_fields: dict[str, str] | None = None,
+        body: bytes = b"",
+    ) -> RemotingCommand:
         """The answer to this request: same opaque, same header encoding."""
-        return RemotingCommand(code, self.opaque, RPC_TYPE_RESPONSE, remark, ext_fields or {}, body,
-                               LanguageCode.JAVA, self.version, self.serialize_type)
+        return RemotingCommand(
+            code,
+            self.opaque,
+            RPC_TYPE_RESPONSE,
+            remark,
+            ext_fields or {},
+            body,
+            LanguageCode.JAVA,
+            self.version,
+            self.serialize_type,
+        )
 
     def encode(self) -> bytes:
-        header = encode_binary_header(self) if self.serialize_type is SerializeType.ROCKETMQ \
+        header = (
+            encode_binary_header(self)
+            if self.serialize_type is SerializeType.ROCKETMQ
             else encode_json_header(self)
+        )
         mark = (self.serialize_type << 24) | len(header)
         return b"".join((LENGTH.pack(4 + len(header) + len(self.body)), LENGTH.pack(mark), header, self.body))
 
@@ -96,8 +113,8 @@ def decode(payload: bytes) -> RemotingCommand:
     kind = (mark >> 24) & 0xFF
     if header_length > len(payload) - 4:
         raise FrameError(f"header length {header_length} exceeds the frame ({len(payload) - 4} bytes)")
-    header = payload[4:4 + header_length]
-    body = payload[4 + header_length:]
+    header = payload[4 : 4 + header_length]
+    body = payload[4 + header_length :]
     if kind == SerializeType.JSON:
         return decode_json_header(header, body)
     if kind == SerializeType.ROCKETMQ:
@@ -107,8 +124,12 @@ def decode(payload: bytes) -> RemotingCommand:
 
 def encode_json_header(command: RemotingCommand) -> bytes:
     header: dict[str, object] = {
-        "code": command.code, "language": command.language.name, "version": command.version,
-        "opaque": command.opaque, "flag": command.flag, "extFields": command.ext_fields,
+        "code": command.code,
+        "language": command.language.name,
+        "version": command.version,
+        "opaque": command.opaque,
+        "flag": command.flag,
+        "extFields": command.ext_fields,
         "serializeTypeCurrentRPC": SerializeType.JSON.name,
     }
     if command.remark is not None:
@@ -144,16 +165,22 @@ def decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
         raise FrameError("extFields is not an object")
     remark = parsed.get("remark")
     return RemotingCommand(
-        code=_int_field(parsed, "code"), opaque=_int_field(parsed, "opaque"), flag=_int_field(parsed, "flag"),
+        code=_int_field(parsed, "code"),
+        opaque=_int_field(parsed, "opaque"),
+        flag=_int_field(parsed, "flag"),
         remark=None if remark is None else _text(remark),
         ext_fields={str(key): _text(value) for key, value in ext.items() if value is not None},
-        body=body, language=LanguageCode.named(parsed.get("language")), version=_int_field(parsed, "version"),
-        serialize_type=SerializeType.JSON)
+        body=body,
+        language=LanguageCode.named(parsed.get("language")),
+        version=_int_field(parsed, "version"),
+        serialize_type=SerializeType.JSON,
+    )
 
 
 def encode_binary_header(command: RemotingCommand) -> bytes:
-    parts = [_BINARY_FIXED.pack(command.code, command.language, command.version, command.opaque,
-                                command.flag)]
+    parts = [
+        _BINARY_FIXED.pack(command.code, command.language, command.version, command.opaque, command.flag)
+    ]
     remark = (command.remark or "").encode()
     parts += [LENGTH.pack(len(remark)), remark]
     fields = []
@@ -173,7 +200,7 @@ class _Reader:
     def take(self, size: int, what: str) -> bytes:
         if size < 0 or self.position + size > len(self.data):
             raise FrameError(f"the ROCKETMQ header is truncated in {what}")
-        chunk = self.data[self.position:self.position + size]
+        chunk = self.data[self.position : self.position + size]
         self.position += size
         return chunk
 
@@ -198,5 +225,14 @@ def decode_binary_header(header: bytes, body: bytes) -> RemotingCommand:
     while ext.position < len(ext.data):
         key = ext.text(ext.unpack(_SHORT, "an extFields key length")[0], "an extFields key")
         fields[key] = ext.text(ext.unpack(LENGTH, "an extFields value length")[0], "an extFields value")
-    return RemotingCommand(code, opaque, flag, remark, fields, body, LanguageCode.numbered(language), version,
-                           SerializeType.ROCKETMQ)
+    return RemotingCommand(
+        code,
+        opaque,
+        flag,
+        remark,
+        fields,
+        body,
+        LanguageCode.numbered(language),
+        version,
+        SerializeType.ROCKETMQ,
+    )

@@ -34,10 +34,10 @@ MiB = 1024 * 1024
 
 @dataclass(frozen=True)
 class RemotingLimits:
-    max_frame_bytes: int = 16 * MiB   # RocketMQ's frame limit (com.rocketmq.remoting.frameMaxLength)
+    max_frame_bytes: int = 16 * MiB  # RocketMQ's frame limit (com.rocketmq.remoting.frameMaxLength)
     max_connections: int = 4096
     max_requests_per_connection: int = 1024
-    idle_timeout_s: float = 120.0     # RocketMQ closes channels idle for 120 s
+    idle_timeout_s: float = 120.0  # RocketMQ closes channels idle for 120 s
 
 
 class Channel:
@@ -46,10 +46,10 @@ class Channel:
 
     def __init__(self, writer: asyncio.StreamWriter, address: str) -> None:
         self.writer = writer
-        self.address = address   # "host:port" of the client
+        self.address = address  # "host:port" of the client
         self._opaques = itertools.count(1)
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
-        self.client_ids: dict[str, set[str]] = {}   # client id -> consumer groups it joined here
+        self.client_ids: dict[str, set[str]] = {}  # client id -> consumer groups it joined here
         self.close_callbacks: list[Callable[[Channel], None]] = []
 
     @property
@@ -110,13 +110,15 @@ class CallContext:
 
 
 class RemotingProcessor(Protocol):
-    def process(self, context: CallContext,
-                request: RemotingCommand) -> Awaitable[RemotingCommand | None]: ...
+    def process(
+        self, context: CallContext, request: RemotingCommand
+    ) -> Awaitable[RemotingCommand | None]: ...
 
 
 class RemotingServer:
-    def __init__(self, listen: str, processor: RemotingProcessor,
-                 limits: RemotingLimits = RemotingLimits()) -> None:
+    def __init__(
+        self, listen: str, processor: RemotingProcessor, limits: RemotingLimits = RemotingLimits()
+    ) -> None:
         self.listen = listen
         self.processor = processor
         self.limits = limits
@@ -131,8 +133,7 @@ class RemotingServer:
 
     async def start(self) -> None:
         host, _, port = self.listen.rpartition(":")
-        self._server = await asyncio.start_server(self._serve, host.strip("[]"), int(port),
-                                                  limit=64 * 1024)
+        self._server = await asyncio.start_server(self._serve, host.strip("[]"), int(port), limit=64 * 1024)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -153,8 +154,11 @@ class RemotingServer:
         peer = writer.get_extra_info("peername") or ("?", 0)
         channel = Channel(writer, f"{peer[0]}:{peer[1]}")
         if len(self.channels) >= self.limits.max_connections:
-            log.warning("remoting: refusing connection from %s: %d connections already (max_connections)",
-                        channel.address, len(self.channels))
+            log.warning(
+                "remoting: refusing connection from %s: %d connections already (max_connections)",
+                channel.address,
+                len(self.channels),
+            )
             writer.close()
             return
         self.channels.add(channel)
@@ -176,8 +180,9 @@ class RemotingServer:
             prefix = await asyncio.wait_for(reader.readexactly(LENGTH.size), self.limits.idle_timeout_s)
             length = LENGTH.unpack(prefix)[0]
             if not 4 <= length <= self.limits.max_frame_bytes:
-                raise FrameError(f"frame length {length} is outside 4..{self.limits.max_frame_bytes} "
-                                 f"(max_frame_bytes)")
+                raise FrameError(
+                    f"frame length {length} is outside 4..{self.limits.max_frame_bytes} (max_frame_bytes)"
+                )
             payload = await asyncio.wait_for(reader.readexactly(length), self.limits.idle_timeout_s)
             command = decode(payload)
             if command.is_response:

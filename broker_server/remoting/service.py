@@ -12,10 +12,11 @@ from rmq.broker_server.remoting.broker_processor import BrokerIdentity, BrokerRe
 from rmq.broker_server.remoting.name_server_processor import NameServerRemotingProcessor
 from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
 from rmq.broker_server.remoting.remoting_server import RemotingLimits, RemotingProcessor, RemotingServer
+from rmq.broker_server.rocketmq_v2.transactions import TransactionService
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.topic_config_manager import TopicConfigManager
 
-if TYPE_CHECKING:   # name_server calls build_name_server_remoting
+if TYPE_CHECKING:  # name_server calls build_name_server_remoting
     from rmq.broker_server.name_server import RouteInfoManager
 
 
@@ -26,28 +27,57 @@ def authenticator(security: ServerSecurity) -> RemotingAuthenticator | None:
     return RemotingAuthenticator(lambda: acl_file.acl)
 
 
-def remoting_server(listen: str, security: ServerSecurity, processor: RemotingProcessor,
-                    max_frame_bytes: int, max_connections: int) -> RemotingServer:
+def remoting_server(
+    listen: str,
+    security: ServerSecurity,
+    processor: RemotingProcessor,
+    max_frame_bytes: int,
+    max_connections: int,
+) -> RemotingServer:
     security.check_listen(listen)
-    return RemotingServer(listen, processor, RemotingLimits(max_frame_bytes=max_frame_bytes,
-                                                            max_connections=max_connections))
+    return RemotingServer(
+        listen, processor, RemotingLimits(max_frame_bytes=max_frame_bytes, max_connections=max_connections)
+    )
 
 
-def build_broker_remoting(config: BrokerConfig, security: ServerSecurity, messaging: MessagingService,
-                          topics: TopicConfigManager, consumers: ConsumerManager) -> RemotingServer | None:
+def build_broker_remoting(
+    config: BrokerConfig,
+    security: ServerSecurity,
+    messaging: MessagingService,
+    topics: TopicConfigManager,
+    consumers: ConsumerManager,
+    transactions: TransactionService,
+) -> RemotingServer | None:
     if not config.remoting_listen:
         return None
     processor = BrokerRemotingProcessor(
-        BrokerIdentity(config.broker_name, config.remoting_address), messaging, topics, consumers,
-        authenticator(security), config.max_message_size, config.remoting_max_held_pulls_per_account)
-    return remoting_server(config.remoting_listen, security, processor, config.remoting_max_frame_bytes,
-                           config.remoting_max_connections)
+        BrokerIdentity(config.broker_name, config.remoting_address),
+        messaging,
+        topics,
+        consumers,
+        transactions,
+        authenticator(security),
+        config.max_message_size,
+        config.remoting_max_held_pulls_per_account,
+    )
+    return remoting_server(
+        config.remoting_listen,
+        security,
+        processor,
+        config.remoting_max_frame_bytes,
+        config.remoting_max_connections,
+    )
 
 
-def build_name_server_remoting(config: NameServerConfig, security: ServerSecurity,
-                               routes: RouteInfoManager) -> RemotingServer | None:
+def build_name_server_remoting(
+    config: NameServerConfig, security: ServerSecurity, routes: RouteInfoManager
+) -> RemotingServer | None:
     if not config.remoting_listen:
         return None
-    return remoting_server(config.remoting_listen, security,
-                           NameServerRemotingProcessor(routes, authenticator(security)),
-                           config.remoting_max_frame_bytes, config.remoting_max_connections)
+    return remoting_server(
+        config.remoting_listen,
+        security,
+        NameServerRemotingProcessor(routes, authenticator(security)),
+        config.remoting_max_frame_bytes,
+        config.remoting_max_connections,
+    )

@@ -21,22 +21,34 @@ class QueueData:
 @dataclass(frozen=True)
 class BrokerData:
     broker_name: str
-    addresses: dict[int, str]   # broker id (0: master) -> remoting HOST:PORT
+    addresses: dict[int, str]  # broker id (0: master) -> remoting HOST:PORT
 
 
 def _broker_json(broker: BrokerData) -> str:
-    addresses = ",".join(f"{broker_id}:{json.dumps(address)}"
-                         for broker_id, address in sorted(broker.addresses.items()))
-    return (f'{{"brokerAddrs":{{{addresses}}},"brokerName":{json.dumps(broker.broker_name)},'
-            f'"cluster":{json.dumps(CLUSTER)}}}')
+    addresses = ",".join(
+        f"{broker_id}:{json.dumps(address)}" for broker_id, address in sorted(broker.addresses.items())
+    )
+    return (
+        f'{{"brokerAddrs":{{{addresses}}},"brokerName":{json.dumps(broker.broker_name)},'
+        f'"cluster":{json.dumps(CLUSTER)}}}'
+    )
 
 
 def _queue_json(queue: QueueData) -> str:
-    return json.dumps({"brokerName": queue.broker_name, "perm": queue.perm,
-                       "readQueueNums": queue.read_queue_nums, "topicSysFlag": 0,
-                       "writeQueueNums": queue.write_queue_nums}, separators=(",", ":"))
+    return json.dumps(
+        {
+            "brokerName": queue.broker_name,
+            "perm": queue.perm,
+            "readQueueNums": queue.read_queue_nums,
+            "topicSysFlag": 0,
+            "writeQueueNums": queue.write_queue_nums,
+        },
+        separators=(",", ":"),
+    )
 
 
 def encode_topic_route(brokers: list[BrokerData], queues: list[QueueData]) -> bytes:
-    return (f'{{"brokerDatas":[{",".join(map(_broker_json, brokers))}],"filterServerTable":{{}},'
-            f'"queueDatas":[{",".join(map(_queue_json, queues))}]}}').encode()
+    return (
+        f'{{"brokerDatas":[{",".join(map(_broker_json, brokers))}],"filterServerTable":{{}},'
+        f'"queueDatas":[{",".join(map(_queue_json, queues))}]}}'
+    ).encode()

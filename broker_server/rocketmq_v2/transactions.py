@@ -18,6 +18,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -68,6 +69,8 @@ class TransactionService:
         self.open: dict[str, OpenTransaction] = {}
         self._lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
+        # producers of other protocols (4.x remoting): each sends the check and says True, or False
+        self.checkers: list[Callable[[str, OpenTransaction, StoredMessage], bool]] = []
 
     def load(self) -> None:
         content = read_json(self.path) or {}
@@ -158,10 +161,12 @@ class TransactionService:
 
     async def _ask_producer(self, transaction_id: str, transaction: OpenTransaction) -> None:
         producers = self.sessions.producers_of(transaction.topic)
-        if not producers:
+        if not producers and not self.checkers:
             return
         half = await self._read_half(transaction.half_offset)
-        if half is None:
+        if half is None or any(check(transaction_id, transaction, half) for check in self.checkers):
+            return
+        if not producers:
             return
         recover = pb.RecoverOrphanedTransactionCommand(message=messages.to_v2(half, transaction.topic),
                                                        transaction_id=transaction_id)

@@ -337,3 +337,81 @@ def test_the_acl_checks_signatures_and_the_names_a_request_touches(tmp_path: Pat
             assert pulled.code == ResponseCode.SUCCESS and records(pulled.body)[0].body == b"x"
     finally:
         broker.stop()
+
+
+def prepared(client: RemotingTestClient, body: bytes, uniq_key: str) -> RemotingCommand:
+    properties = {"TAGS": "tx", "UNIQ_KEY": uniq_key, "PGROUP": "tx-pg", "TRAN_MSG": "true"}
+    sent = client.call(send_v2(body, properties, 1, sys_flag=4))
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    assert sent.ext_fields["transactionId"]
+    return sent
+
+
+def end_transaction(sent: RemotingCommand, resolution: int, from_check: bool = False) -> RemotingCommand:
+    return request(
+        RequestCode.END_TRANSACTION,
+        producerGroup="tx-pg",
+        tranStateTableOffset=sent.ext_fields.get("queueOffset", sent.ext_fields.get("tranStateTableOffset")),
+        commitLogOffset=0,
+        commitOrRollback=resolution,
+        fromTransactionCheck=str(from_check).lower(),
+        msgId=sent.ext_fields["msgId"],
+        transactionId=sent.ext_fields["transactionId"],
+    )
+
+
+def bodies_after(client: RemotingTestClient, queue_id: int, offset: int) -> list[bytes]:
+    pulled = client.call(pull(queue_id, offset))
+    return [m.body for m in records(pulled.body)] if pulled.code == ResponseCode.SUCCESS else []
+
+
+def test_a_prepared_message_shows_only_once_committed(
+    broker: InProcessBroker, client: RemotingTestClient
+) -> None:
+    start = broker.controller.store.get_max_offset_in_queue(TOPIC, 1)
+    committed, rolled_back = prepared(client, b"tx-commit", "TX-1"), prepared(client, b"tx-rollback", "TX-2")
+    assert bodies_after(client, 1, start) == []
+    assert client.call(end_transaction(committed, 8)).code == ResponseCode.SUCCESS
+    assert client.call(end_transaction(rolled_back, 12)).code == ResponseCode.SUCCESS
+    [message] = records(client.call(pull(1, start)).body)
+    assert (message.body, message.properties["UNIQ_KEY"], message.properties["TAGS"]) == (
+        b"tx-commit",
+        "TX-1",
+        "tx",
+    )
+    assert "TRAN_MSG" not in message.properties
+    again = client.call(end_transaction(committed, 8))
+    assert again.code == ResponseCode.SYSTEM_ERROR and "unknown or already ended" in again.remark
+    assert broker.controller.rocketmq_v2.transactions.open == {}
+
+
+def test_an_open_transaction_is_checked_back_with_its_producer(tmp_path: Path) -> None:
+    broker = start_broker(tmp_path / "store", transaction_timeout_ms=200, transaction_check_interval_ms=200)
+    try:
+        with RemotingTestClient(broker.config.remoting_listen) as producer:
+            data = {
+                "clientID": "tx-client",
+                "producerDataSet": [{"groupName": "tx-pg"}],
+                "consumerDataSet": [],
+            }
+            assert producer.call(request(RequestCode.HEART_BEAT, body=json.dumps(data).encode())).code == 0
+            sent = prepared(producer, b"checked", "TX-3")
+            check = producer.read()
+            assert check.code == RequestCode.CHECK_TRANSACTION_STATE and check.is_oneway
+            assert check.ext_fields["transactionId"] == sent.ext_fields["transactionId"]
+            half = decode_record(check.body)
+            assert (half.topic, half.queue_id, half.body, half.properties["UNIQ_KEY"]) == (
+                TOPIC,
+                1,
+                b"checked",
+                "TX-3",
+            )
+            answer = end_transaction(
+                RemotingCommand(0, ext_fields={**check.ext_fields, "queueOffset": "0"}), 8, from_check=True
+            )
+            producer.send(answer)
+            wait_until(
+                lambda: broker.controller.store.get_max_offset_in_queue(TOPIC, 1) == 1, "committed on check"
+            )
+    finally:
+        broker.stop()
