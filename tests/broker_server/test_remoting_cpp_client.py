@@ -6,9 +6,6 @@ round; the offsets it commits show in `rmq group progress`; the ACL applies to i
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,16 +14,11 @@ import pytest
 from rmq.broker_server.acl_file import AclFile
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.topic_config_manager import TopicConfig
-from rmq.cli.main import main as rmq_main
-from rmq.connector import message_decoder
 from rmq.connector.client import OutgoingMessage, RmqClient
-from rmq.message_queue import MessageQueue
 from tests.acl_files import write_acl
 from tests.broker_server.cpp_client_runner import cpp_client_problem, run_client
 from tests.broker_server.in_process_broker import InProcessBroker, start_remoting_broker
-
-QUEUES = 2
-FAST_RETRY_LEVELS = " ".join(["1s"] * 18)  # a retried message waits 1 s, not 10 s
+from tests.broker_server.remoting_interop import FAST_RETRY_LEVELS, QUEUES, group_progress, sdk_messages
 
 pytestmark = pytest.mark.skipif(cpp_client_problem() is not None, reason=str(cpp_client_problem()))
 
@@ -44,31 +36,10 @@ def broker(tmp_path: Path) -> Iterator[InProcessBroker]:
     broker.stop()
 
 
-def sdk_messages(broker: InProcessBroker, topic: str) -> list[dict]:
-    client = RmqClient(broker.address)
-    try:
-        rows: list[dict] = []
-        for queue_id in range(QUEUES):
-            pulled = client.pull(
-                MessageQueue(topic, broker.config.broker_name, queue_id), 0, 32, group="reader"
-            )
-            rows += message_decoder.decode(pulled.messages, broker.config.broker_name).to_pylist()
-        return rows
-    finally:
-        client.close()
-
-
 def as_cpp_prints_it(offset_msg_id: str) -> str:
     """The C++ client's rendering of an offset message id: it writes the IPv4 address's bytes in
     reverse on little-endian machines (docs/remoting-protocol.md), the port and offset as they are."""
     return bytes.fromhex(offset_msg_id[:8])[::-1].hex().upper() + offset_msg_id[8:]
-
-
-def group_progress(broker: InProcessBroker, group: str) -> dict:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert rmq_main(["group", "progress", group, "--json", "--endpoints", broker.address]) == 0
-    return json.loads(out.getvalue())
 
 
 def test_cpp_producer_and_push_consumer_interoperate_with_the_sdk(broker: InProcessBroker) -> None:
