@@ -27,6 +27,7 @@ from rmq.broker_server.acl import AclError
 from rmq.broker_server.acl_file import DEFAULT_POLL_INTERVAL_S, AclFile
 from rmq.broker_server.arguments import positive_float, positive_int
 from rmq.broker_server.auth_interceptor import AuthInterceptor
+from rmq.broker_server.client_id_owners import ClientIdOwners
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.nonce_cache import DEFAULT_ACCOUNT_CAPACITY
 from rmq.broker_server.refusal_log import RefusalLog
@@ -76,6 +77,7 @@ class ServerSecurity:
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
     insecure_listen: bool = False
     refusals: RefusalLog = field(default_factory=RefusalLog)   # shared by the rmq.v1 and RocketMQ 5 checks
+    client_ids: ClientIdOwners = field(default_factory=ClientIdOwners)   # rmq.v1 and 4.x remoting calls
     _tasks: list[asyncio.Task] = field(default_factory=list, repr=False)
 
     @classmethod
@@ -112,7 +114,8 @@ class ServerSecurity:
         # the RocketMQ 5 check first: rmq.v1's AuthInterceptor passes v2 calls on to it
         return [RocketMQv2AuthInterceptor(V2Authenticator(lambda: acl_file.acl), self.refusals),
                 AuthInterceptor(RequestAuthenticator(lambda: acl_file.acl, server_id, self.signature_window_s,
-                                                     self.nonce_budget), self.refusals)]
+                                                     self.nonce_budget, client_ids=self.client_ids),
+                                self.refusals)]
 
     def open_client_channel(self, address: str) -> grpc.aio.Channel:
         """A channel for the calls this process makes itself (a broker registering with name

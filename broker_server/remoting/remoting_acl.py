@@ -13,14 +13,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import time
 from collections.abc import Callable
 
 from google.protobuf.message import Message
 
 from rmq.broker_server.acl import AccessDenied, Acl
+from rmq.broker_server.client_id_owners import ClientIdOwners, ClientIdTaken
 from rmq.broker_server.remoting.remoting_command import RemotingCommand
 from rmq.broker_server.request_auth import key_label
-from rmq.broker_server.rpc_permissions import check_call
+from rmq.broker_server.rpc_permissions import check_call, client_id_of
 
 ACCESS_KEY = "AccessKey"
 SIGNATURE = "Signature"
@@ -47,8 +49,11 @@ def signed(request: RemotingCommand, access_key: str, secret_key: str) -> Remoti
 
 
 class RemotingAuthenticator:
-    def __init__(self, acl: Callable[[], Acl]) -> None:
+    def __init__(self, acl: Callable[[], Acl], client_ids: ClientIdOwners) -> None:
+        """`client_ids`: the server's table of which account registered each consumer client id
+        (shared with rmq.v1 calls: both reach the same consumer table)."""
         self._acl = acl
+        self._client_ids = client_ids
 
     def authenticate(self, request: RemotingCommand, address: str) -> str:
         """The access key whose secret signed `request` from `address`; AccessDenied otherwise."""
@@ -80,3 +85,9 @@ class RemotingAuthenticator:
         """AccessDenied unless the account may make the rmq.v1 call `method` (e.g.
         "/rmq.v1.MessagingService/SendMessage") with `request`."""
         check_call(self._acl(), access_key, method, request)
+        client_id = client_id_of(method, request)
+        if client_id:
+            try:
+                self._client_ids.claim(access_key, client_id, int(time.time() * 1000))
+            except ClientIdTaken as error:
+                raise AccessDenied(str(error)) from None

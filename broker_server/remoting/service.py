@@ -24,7 +24,7 @@ def authenticator(security: ServerSecurity) -> RemotingAuthenticator | None:
     acl_file = security.acl_file
     if acl_file is None:
         return None
-    return RemotingAuthenticator(lambda: acl_file.acl)
+    return RemotingAuthenticator(lambda: acl_file.acl, security.client_ids)
 
 
 def remoting_server(

@@ -308,6 +308,7 @@ ACL = """accounts:
   - {accessKey: producer, secretKey: 'producer-secret', topicPerms: ['remoting-t=PUB']}
   - {accessKey: consumer, secretKey: 'consumer-secret', topicPerms: ['remoting-t=SUB'],
      groupPerms: ['remoting-g=SUB']}
+  - {accessKey: intruder, secretKey: 'intruder-secret', groupPerms: ['remoting-g=SUB']}
 """
 
 
@@ -335,6 +336,23 @@ def test_the_acl_checks_signatures_and_the_names_a_request_touches(tmp_path: Pat
             assert not_a_writer.code == ResponseCode.NO_PERMISSION and "PUB" in not_a_writer.remark
             pulled = client.call(signed(pull(0, 0), "consumer", "consumer-secret"))
             assert pulled.code == ResponseCode.SUCCESS and records(pulled.body)[0].body == b"x"
+            heartbeat = {
+                "clientID": "owned",
+                "consumerDataSet": [{"groupName": GROUP, "messageModel": "CLUSTERING"}],
+            }
+            beat = request(RequestCode.HEART_BEAT, body=json.dumps(heartbeat).encode())
+            assert client.call(signed(beat, "consumer", "consumer-secret")).code == ResponseCode.SUCCESS
+            taken = client.call(
+                signed(
+                    request(RequestCode.UNREGISTER_CLIENT, clientID="owned", consumerGroup=GROUP),
+                    "intruder",
+                    "intruder-secret",
+                )
+            )
+            assert (
+                taken.code == ResponseCode.NO_PERMISSION and "registered by another account" in taken.remark
+            )
+            assert broker.controller.consumers.consumer_list(GROUP) == ["owned"]
     finally:
         broker.stop()
 
