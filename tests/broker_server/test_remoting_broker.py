@@ -433,3 +433,99 @@ def test_an_open_transaction_is_checked_back_with_its_producer(tmp_path: Path) -
             )
     finally:
         broker.stop()
+
+
+def test_a_message_sent_back_with_a_negative_level_goes_to_the_dlq(
+    broker: InProcessBroker, client: RemotingTestClient
+) -> None:
+    sent = client.call(send_v2(b"poison", {"UNIQ_KEY": "POISON-1"}, 0))
+    [message] = records(client.call(pull(0, int(sent.ext_fields["queueOffset"]))).body)[:1]
+    back = client.call(
+        request(
+            RequestCode.CONSUMER_SEND_MSG_BACK,
+            group=GROUP,
+            offset=message.physical_offset,
+            delayLevel=-1,
+            originMsgId=sent.ext_fields["msgId"],
+            originTopic=TOPIC,
+            maxReconsumeTimes=16,
+        )
+    )
+    assert back.code == ResponseCode.SUCCESS, back.remark
+    dlq = f"%DLQ%{GROUP}"
+    wait_until(lambda: broker.controller.store.get_max_offset_in_queue(dlq, 0) == 1, "copy in the DLQ")
+    assert client.call(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=dlq)).code == ResponseCode.SUCCESS
+
+
+def test_locks_are_granted_to_one_client_at_a_time(client: RemotingTestClient) -> None:
+    def lock(client_id: str) -> list[dict]:
+        body = {
+            "consumerGroup": GROUP,
+            "clientId": client_id,
+            "mqSet": [{"topic": TOPIC, "brokerName": "broker-a", "queueId": 0}],
+        }
+        answer = client.call(request(RequestCode.LOCK_BATCH_MQ, body=json.dumps(body).encode()))
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        return json.loads(answer.body)["lockOKMQSet"]
+
+    assert lock("locker-1") == [{"brokerName": "broker-a", "queueId": 0, "topic": TOPIC}]
+    assert lock("locker-2") == []
+    unlock = {
+        "consumerGroup": GROUP,
+        "clientId": "locker-1",
+        "mqSet": [{"topic": TOPIC, "brokerName": "broker-a", "queueId": 0}],
+    }
+    assert client.call(request(RequestCode.UNLOCK_BATCH_MQ, body=json.dumps(unlock).encode())).code == 0
+    assert lock("locker-2") != []
+
+
+def test_client_config_checks_sql92_and_pulls_filter_by_it(client: RemotingTestClient) -> None:
+    def check(expression: str) -> RemotingCommand:
+        body = {
+            "group": GROUP,
+            "subscriptionData": {"topic": TOPIC, "subString": expression, "expressionType": "SQL92"},
+        }
+        return client.call(request(RequestCode.CHECK_CLIENT_CONFIG, body=json.dumps(body).encode()))
+
+    assert check("color = 'red'").code == ResponseCode.SUCCESS
+    broken = check("color = = 'red'")
+    assert broken.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
+    start = int(client.call(send_v2(b"blue", {"color": "blue"}, 1)).ext_fields["queueOffset"])
+    client.call(send_v2(b"red", {"color": "red"}, 1))
+    sql_pull = pull(1, start, sys_flag=4)
+    sql_pull.ext_fields.update(subscription="color = 'red'", expressionType="SQL92")
+    pulled = client.call(sql_pull)
+    assert [m.body for m in records(pulled.body)] == [b"red"]
+
+
+def test_consumer_running_info_is_asked_of_the_consumer(broker: InProcessBroker) -> None:
+    with (
+        RemotingTestClient(broker.config.remoting_listen) as consumer,
+        RemotingTestClient(broker.config.remoting_listen) as admin,
+    ):
+        data = {
+            "clientID": "asked",
+            "consumerDataSet": [{"groupName": "info-g", "messageModel": "CLUSTERING"}],
+        }
+        assert consumer.call(request(RequestCode.HEART_BEAT, body=json.dumps(data).encode())).code == 0
+        opaque = admin.send(
+            request(
+                RequestCode.GET_CONSUMER_RUNNING_INFO,
+                consumerGroup="info-g",
+                clientId="asked",
+                jstackEnable="false",
+            )
+        )
+        question = consumer.read()
+        assert (question.code, question.is_oneway, question.ext_fields["clientId"]) == (
+            RequestCode.GET_CONSUMER_RUNNING_INFO,
+            False,
+            "asked",
+        )
+        consumer.socket.sendall(question.response(ResponseCode.SUCCESS, body=b'{"properties":{}}').encode())
+        answer = admin.response(opaque)
+        assert (answer.code, answer.body) == (ResponseCode.SUCCESS, b'{"properties":{}}')
+        offline = admin.call(
+            request(RequestCode.GET_CONSUMER_RUNNING_INFO, consumerGroup="info-g", clientId="nobody")
+        )
+        assert offline.code == ResponseCode.SYSTEM_ERROR and "not online" in offline.remark
