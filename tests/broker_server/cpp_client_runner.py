@@ -23,11 +23,11 @@ CLIENT_TIMEOUT_S = 120
 INSTALL_TIMEOUT_S = 600
 
 
-def client_env() -> dict[str, str]:
-    return {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(CLIENT_DIR), os.environ.get("PYTHONPATH")])),
-    }
+def client_env(home: Path | None = None) -> dict[str, str]:
+    """The client's environment: the 4.x package first on its path; `home` for its logs and local
+    (broadcasting) offsets, instead of the user's."""
+    path = os.pathsep.join(filter(None, [str(CLIENT_DIR), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, **({"HOME": str(home)} if home else {})}
 
 
 def _install() -> str | None:
@@ -83,6 +83,23 @@ def cpp_client_problem() -> str | None:
     if loaded.returncode:
         return f"the RocketMQ 4.x C++ client ({PACKAGE}) does not load: {loaded.stderr.strip()[-300:]}"
     return None
+
+
+def start_client(home: Path, **scenario: object) -> subprocess.Popen:
+    """A scenario running in the background (its HOME is `home`): read it with client_result."""
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPT), json.dumps(scenario)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=client_env(home),
+    )
+
+
+def client_result(process: subprocess.Popen) -> dict:
+    stdout, stderr = process.communicate(timeout=CLIENT_TIMEOUT_S)
+    assert process.returncode == 0, stderr[-2000:]
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def run_client(**scenario: object) -> dict:

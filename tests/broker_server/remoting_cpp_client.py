@@ -4,8 +4,9 @@ test process): `python remoting_cpp_client.py SCENARIO_JSON` prints one JSON lin
 
 Scenarios: {"do": "produce", "address", "topic", "group", "messages": [{"body", "tags", "keys",
 "properties", "order_key"?}], "batch": bool} and {"do": "consume", "address", "topic", "group",
-"expect": N, "orderly": bool, "fail_once_key": K, "timeout_s"}; with "access_key"/"secret_key"
-the client signs its requests."""
+"expect": N, "orderly": bool, "broadcast": bool, "fail_once_key": K, "timeout_s"} and {"do": "pull",
+"address", "topic", "group"} (a PullConsumer reading every queue from offset 0); with
+"access_key"/"secret_key" the client signs its requests."""
 
 from __future__ import annotations
 
@@ -14,7 +15,17 @@ import sys
 import threading
 import time
 
-from rocketmq.client import Message, Producer, PushConsumer, RecvMessage, SendStatus, dll, ffi_check
+from rocketmq.client import (
+    Message,
+    MessageModel,
+    Producer,
+    PullConsumer,
+    PushConsumer,
+    RecvMessage,
+    SendStatus,
+    dll,
+    ffi_check,
+)
 
 CONSUME_SUCCESS, RECONSUME_LATER = 0, 1  # the native listener's ConsumeStatus
 
@@ -83,7 +94,8 @@ def consume(scenario: dict) -> dict:
             )
         return CONSUME_SUCCESS
 
-    consumer = PushConsumer(scenario["group"], orderly=scenario.get("orderly", False))
+    model = MessageModel.BROADCASTING if scenario.get("broadcast") else MessageModel.CLUSTERING
+    consumer = PushConsumer(scenario["group"], orderly=scenario.get("orderly", False), message_model=model)
     consumer.set_namesrv_addr(scenario["address"])
     credentials(consumer, scenario)
     # PushConsumer.subscribe's wrapper re-raises a listener's exception inside the native callback,
@@ -103,7 +115,30 @@ def consume(scenario: dict) -> dict:
     return {"received": received}
 
 
+def pull(scenario: dict) -> dict:
+    consumer = PullConsumer(scenario["group"])
+    consumer.set_namesrv_addr(scenario["address"])
+    credentials(consumer, scenario)
+    consumer.start()
+    try:
+        received = [
+            {
+                "body": message.body.decode(),
+                "tags": (message.tags or b"").decode(),
+                "keys": (message.keys or b"").decode(),
+                "queue_id": message.queue_id,
+                "queue_offset": message.queue_offset,
+            }
+            for message in consumer.pull(scenario["topic"])
+        ]
+    finally:
+        consumer.shutdown()
+    return {"received": received}
+
+
+SCENARIOS = {"produce": produce, "consume": consume, "pull": pull}
+
 if __name__ == "__main__":
     scenario = json.loads(sys.argv[1])
-    result = produce(scenario) if scenario["do"] == "produce" else consume(scenario)
+    result = SCENARIOS[scenario["do"]](scenario)
     print(json.dumps(result), flush=True)

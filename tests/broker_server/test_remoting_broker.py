@@ -7,7 +7,7 @@ import json
 import struct
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +23,7 @@ from rmq.stored_message import decode_record
 from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker, start_remoting_broker
 from tests.broker_server.remoting_client import RemotingTestClient
+from tests.broker_server.remoting_interop import wait_until
 
 TOPIC = "remoting-t"
 GROUP = "remoting-g"
@@ -53,13 +54,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker
 def client(broker: InProcessBroker) -> Iterator[RemotingTestClient]:
     with RemotingTestClient(broker.config.remoting_listen) as client:
         yield client
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.01)
 
 
 def request(

@@ -16,9 +16,15 @@ from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.topic_config_manager import TopicConfig
 from rmq.connector.client import OutgoingMessage, RmqClient
 from tests.acl_files import write_acl
-from tests.broker_server.cpp_client_runner import cpp_client_problem, run_client
+from tests.broker_server.cpp_client_runner import client_result, cpp_client_problem, run_client, start_client
 from tests.broker_server.in_process_broker import InProcessBroker, start_remoting_broker
-from tests.broker_server.remoting_interop import FAST_RETRY_LEVELS, QUEUES, group_progress, sdk_messages
+from tests.broker_server.remoting_interop import (
+    FAST_RETRY_LEVELS,
+    QUEUES,
+    group_progress,
+    sdk_messages,
+    wait_until,
+)
 
 pytestmark = pytest.mark.skipif(cpp_client_problem() is not None, reason=str(cpp_client_problem()))
 
@@ -139,3 +145,36 @@ def test_the_cpp_client_signs_and_the_acl_decides(tmp_path: Path) -> None:
         assert [m["body"] for m in consumed] == ["signed"]
     finally:
         broker.stop()
+
+
+def test_cpp_broadcasting_consumers_each_read_every_message(broker: InProcessBroker, tmp_path: Path) -> None:
+    address = broker.config.remoting_listen
+    consumers = [
+        start_client(
+            tmp_path / f"home-{n}",
+            do="consume",
+            address=address,
+            topic="cpp",
+            group="cpp-bc",
+            broadcast=True,
+            expect=3,
+        )
+        for n in range(2)
+    ]
+    # a new broadcasting consumer starts at the end of each queue: send once both hold their pulls
+    wait_until(lambda: broker.controller.hold_service.held_count() >= 2 * QUEUES, "both consumers pulling")
+    messages = [{"body": f"bc-{n}", "tags": "bc"} for n in range(3)]
+    assert run_client(do="produce", address=address, topic="cpp", group="cpp-pg", messages=messages)["ok"]
+    for consumer in consumers:
+        assert sorted(m["body"] for m in client_result(consumer)["received"]) == ["bc-0", "bc-1", "bc-2"]
+
+
+def test_cpp_pull_consumer_reads_every_queue(broker: InProcessBroker) -> None:
+    address = broker.config.remoting_listen
+    messages = [{"body": f"pulled-{n}", "tags": "p", "keys": f"k{n}"} for n in range(4)]
+    assert run_client(do="produce", address=address, topic="cpp", group="cpp-pg", messages=messages)["ok"]
+    received = run_client(do="pull", address=address, topic="cpp", group="cpp-pull")["received"]
+    assert sorted((m["body"], m["tags"], m["keys"]) for m in received) == [
+        (f"pulled-{n}", "p", f"k{n}") for n in range(4)
+    ]
+    assert {m["queue_id"] for m in received} == set(range(QUEUES))
