@@ -44,6 +44,8 @@ from rmq.broker_server.metrics import (
 from rmq.broker_server.pull_message_processor import PullLimits, PullMessageProcessor
 from rmq.broker_server.pull_response_budget import PullResponseBudget
 from rmq.broker_server.rebalance_lock_manager import LOCKS_FILE, RebalanceLockManager
+from rmq.broker_server.remoting.remoting_server import RemotingServer
+from rmq.broker_server.remoting.service import build_broker_remoting
 from rmq.broker_server.replication import Replication
 from rmq.broker_server.rocketmq_v2.messaging_service import RocketMQv2MessagingService
 from rmq.broker_server.rocketmq_v2.service import build_service as build_rocketmq_v2_service
@@ -81,7 +83,8 @@ def open_store(config: BrokerConfig) -> MessageStore:
         store_config = MessageStoreConfig(
             store_dir=config.store_path,
             flush_disk_type=FlushDiskType.SYNC if config.flush == "sync" else FlushDiskType.ASYNC,
-            broker_address=store_host(config.broker_address),
+            # 4.x consumers send a failed message back to the broker its store host names
+            broker_address=store_host(config.remoting_address or config.broker_address),
             broker_role=BrokerRole[config.broker_role],
             max_message_size=config.max_message_size,
             **config.store,
@@ -176,6 +179,7 @@ class BrokerController:
         self._tasks: list[asyncio.Task] = []
         self.rocketmq_v2: RocketMQv2MessagingService | None = None
         self.flight: FlightReadService | None = None
+        self.remoting: RemotingServer | None = None
 
     def _topics_changed(self) -> None:
         self.outer_api.register_soon()
@@ -203,21 +207,19 @@ class BrokerController:
     def build_server(self):
         server = create_server(self.config.listen, self.config.grpc_max_message_bytes, self.security,
                                broker_server_id(self.config.broker_name, self.config.broker_id))
-        rmq_pb2_grpc.add_MessagingServiceServicer_to_server(
-            MessagingService(
-                self.store,
-                self.executor,
-                self.topics,
-                self.send_processor,
-                self.pull_processor,
-                self.offsets,
-                self.consumers,
-                self.locks,
-                self.send_back_processor,
-                self.watches,
-            ),
-            server,
+        messaging = MessagingService(
+            self.store,
+            self.executor,
+            self.topics,
+            self.send_processor,
+            self.pull_processor,
+            self.offsets,
+            self.consumers,
+            self.locks,
+            self.send_back_processor,
+            self.watches,
         )
+        rmq_pb2_grpc.add_MessagingServiceServicer_to_server(messaging, server)
         rmq_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminService(
                 self.store,
@@ -244,6 +246,8 @@ class BrokerController:
             self.config, self.store, self.executor, self.topics, self.offsets, self.hold_service,
             self.pull_processor, self.security.open_client_channel, self.outer_api.register_soon, self.clock)
         add_rocketmq_v2_service(self.rocketmq_v2, server)
+        self.remoting = build_broker_remoting(self.config, self.security, messaging, self.topics,
+                                              self.consumers, self.rocketmq_v2.transactions)
         return server
 
     def _start_flight(self) -> FlightReadService | None:
@@ -258,7 +262,7 @@ class BrokerController:
                 listen, config.broker_name, self.store, self.pull_processor, self.pull_processor.budget,
                 FlightStreamSlots(config.max_flight_streams, config.max_flight_streams_per_account),
                 asyncio.get_running_loop(), self.security.tls,
-                self.security.request_authenticator(broker_server_id(config.broker_name)),
+                self.security.request_authenticator(broker_server_id(config.broker_name, config.broker_id)),
                 self.security.refusals)
         except pa.ArrowException:   # gRPC could not bind: the address is taken or not on this host
             raise UserError(f"cannot serve Flight on {listen} (--flight-listen): the address is in use or "
@@ -290,6 +294,7 @@ class BrokerController:
             self.store.shutdown()
             raise
         await server.start()
+        await self.start_remoting()
         self.security.start(self.config.listen)
         self.start_services()
         config = self.config
@@ -314,6 +319,12 @@ class BrokerController:
             members += [rocketmq_v2_connection(session)
                         for session in self.rocketmq_v2.sessions.consumers_of(group)]
         return sorted(members, key=lambda member: member.client_id)
+
+    async def start_remoting(self) -> None:
+        if self.remoting is not None:
+            await self.remoting.start()
+            print(f"rmq broker {self.config.broker_name} serving RocketMQ 4.x remoting on "
+                  f"{self.config.remoting_listen}", flush=True)
 
     def metrics_figures(self) -> BrokerFigures:
         offsets = self.offsets
@@ -355,6 +366,8 @@ class BrokerController:
         self.replication.end_streams()
         if self.rocketmq_v2 is not None:
             await self.rocketmq_v2.shutdown()
+        if self.remoting is not None:
+            await self.remoting.stop()
         await server.stop(SHUTDOWN_GRACE_SECONDS)
         await self._stop_flight()
         await self.security.stop()

@@ -87,6 +87,11 @@ class BrokerConfig:
     enable_property_filter: bool = True  # SQL92 subscriptions (RocketMQ enablePropertyFilter)
     filter_threads: int = 1  # SQL92 evaluation runs on these threads only (all accounts share them fairly)
     max_pending_filter_reads_per_account: int = 4096  # SQL92 reads one account may have waiting for them
+    # RocketMQ 4.x remoting protocol (broker_server/remoting): off when remoting_listen is empty
+    remoting_listen: str = ""
+    remoting_max_frame_bytes: int = 16 * MiB
+    remoting_max_connections: int = 4096
+    remoting_max_held_pulls_per_account: int = 4096  # pulls one account (or connection) has in progress
 
     @property
     def store_path(self) -> Path:
@@ -112,12 +117,21 @@ class BrokerConfig:
         """The Flight address routes carry: the advertised (or listen) host, the bound port."""
         return f"{self.broker_address.rpartition(':')[0]}:{port}"
 
+    @property
+    def remoting_address(self) -> str:
+        """What 4.x clients reach the remoting port at: its port on the advertised host, if any."""
+        if not self.advertise_address:
+            return self.remoting_listen
+        return f"{self.advertise_address.rpartition(':')[0]}:{self.remoting_listen.rpartition(':')[2]}"
+
     def validate(self) -> None:
         check_address("listen", self.listen)
         if self.metrics_listen:
             check_address("metrics_listen", self.metrics_listen)
         if self.flight_listen not in ("", FLIGHT_OFF):
             check_address("flight_listen", self.flight_listen)
+        if self.remoting_listen:
+            check_address("remoting_listen", self.remoting_listen)
         if self.advertise_address:
             check_address("advertise_address", self.advertise_address)
         for address in self.namesrv_addresses:
@@ -162,11 +176,16 @@ class NameServerConfig:
     broker_scan_interval_ms: int = 10000  # scanNotActiveBroker period
     grpc_max_message_bytes: int = 64 * MiB
     metrics_listen: str = ""  # Prometheus scrape endpoint HOST:PORT (off when empty)
+    remoting_listen: str = ""  # RocketMQ 4.x remoting protocol (off when empty)
+    remoting_max_frame_bytes: int = 16 * MiB
+    remoting_max_connections: int = 4096
 
     def validate(self) -> None:
         check_address("listen", self.listen)
         if self.metrics_listen:
             check_address("metrics_listen", self.metrics_listen)
+        if self.remoting_listen:
+            check_address("remoting_listen", self.remoting_listen)
         _check_positive_ints(self)
 
 

@@ -129,6 +129,13 @@ class ConsumerManager:
             clients = self._groups.get(group, {})
             return sorted((info for info in clients.values() if not self._expired(info)),
                           key=lambda info: info.client_id)
+    def subscription(self, group: str, topic: str) -> str | None:
+        """The sub expression a live client of `group` last heartbeated for `topic`."""
+        with self._lock:
+            for info in self._groups.get(group, {}).values():
+                if topic in info.subscriptions and not self._expired(info):
+                    return info.subscriptions[topic]
+        return None
 
     def scan_not_active_channel(self) -> list[tuple[str, str]]:
         """Drop clients past the expiry; returns the (group, client id) pairs removed."""

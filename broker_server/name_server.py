@@ -20,6 +20,7 @@ from rmq.broker_server.config import NameServerConfig
 from rmq.broker_server.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
 from rmq.broker_server.metrics import NameServerCollector, serve_metrics
 from rmq.broker_server.names import check_topic_name
+from rmq.broker_server.remoting.service import build_name_server_remoting
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.status import OK, RequestError, answers_with_status, illegal_argument, rmq_pb2
 from rmq.broker_server.topic_config_manager import TopicConfig
@@ -39,6 +40,7 @@ class BrokerLiveInfo:
     broker_id: int = 0
     role: rmq_pb2.BrokerRole = rmq_pb2.ASYNC_MASTER
     flight_address: str = ""   # its Arrow Flight data plane (docs/data-plane.md), "" when off
+    remoting_address: str = ""   # its RocketMQ 4.x remoting port, if it serves one
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,8 @@ class BrokerGroup:
         return rmq_pb2.BrokerData(
             broker_name=self.broker_name, address=self.representative.address,
             members=[rmq_pb2.BrokerMember(broker_id=m.broker_id, address=m.address, role=m.role,
-                                          flight_address=m.flight_address)
+                                          flight_address=m.flight_address,
+                                          remoting_address=m.remoting_address)
                      for m in self.members])
 
 
@@ -81,10 +84,11 @@ class RouteInfoManager:
         return int(self._clock() * 1000)
 
     def register_broker(self, broker_name: str, address: str, topics: list[TopicConfig], broker_id: int = 0,
-                        role: rmq_pb2.BrokerRole = rmq_pb2.ASYNC_MASTER, flight_address: str = "") -> bool:
+                        role: rmq_pb2.BrokerRole = rmq_pb2.ASYNC_MASTER, flight_address: str = "",
+                        remoting_address: str = "") -> bool:
         """Record the member's current topics (replacing the previous set); True when it is new."""
         info = BrokerLiveInfo(broker_name, address, {t.topic_name: t for t in topics}, self._now_ms(),
-                              broker_id, role, flight_address)
+                              broker_id, role, flight_address, remoting_address)
         with self._lock:
             previous = self._brokers.get((broker_name, broker_id))
             self._brokers[(broker_name, broker_id)] = info
@@ -212,6 +216,7 @@ class NameServerService(rmq_pb2_grpc.NameServerServiceServicer):
             request.member.broker_id,
             request.member.role,
             request.member.flight_address,
+            request.member.remoting_address,
         )
         return rmq_pb2.RegisterBrokerResponse(status=OK)
 
@@ -230,12 +235,18 @@ async def serve_name_server(config: NameServerConfig, security: ServerSecurity) 
     rmq_pb2_grpc.add_NameServerServiceServicer_to_server(NameServerService(routes), server)
     if config.metrics_listen:
         serve_metrics(config.metrics_listen, security, NameServerCollector(routes))
+    remoting = build_name_server_remoting(config, security, routes)
     await server.start()
+    if remoting is not None:
+        await remoting.start()
+        print(f"rmq namesrv serving RocketMQ 4.x remoting on {config.remoting_listen}", flush=True)
     security.start(config.listen)
     scan = asyncio.create_task(_scan_forever(routes, config.broker_scan_interval_ms))
     print(f"rmq namesrv listening on {config.listen}", flush=True)
     await wait_for_termination()
     scan.cancel()
+    if remoting is not None:
+        await remoting.stop()
     await server.stop(SHUTDOWN_GRACE_SECONDS)
     await security.stop()
     log.info("name server stopped")

@@ -42,7 +42,8 @@ class Replication:
         self.topics = topics
         self.role = store.config.broker_role
         self.member = rmq_pb2.BrokerMember(broker_id=config.broker_id, address=config.broker_address,
-                                           role=WIRE_ROLES[self.role])
+                                           role=WIRE_ROLES[self.role],
+                                           remoting_address=config.remoting_address)
         auth = self._cluster_auth(acl)
         self.servicer = HAServicer(store, topics, offsets, lambda: dict(schedule.offsets),
                                    MasterAuth(auth, config.broker_address, acl))

@@ -77,6 +77,7 @@ class ServerSecurity:
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
     insecure_listen: bool = False
     refusals: RefusalLog = field(default_factory=RefusalLog)   # shared by the rmq.v1 and RocketMQ 5 checks
+    client_ids: ClientIdOwners = field(default_factory=ClientIdOwners)   # rmq.v1 and 4.x remoting calls
     _tasks: list[asyncio.Task] = field(default_factory=list, repr=False)
 
     @classmethod
@@ -111,7 +112,7 @@ class ServerSecurity:
             return []
         acl_file = self.acl_file
         # the RocketMQ 5 check first: rmq.v1's AuthInterceptor passes v2 calls on to it
-        client_ids = ClientIdOwners()   # one owner per client id, whichever protocol it speaks
+        client_ids = self.client_ids   # one owner per client id, whichever protocol it speaks
         authenticator = self.request_authenticator(server_id, client_ids)
         assert authenticator is not None
         return [RocketMQv2AuthInterceptor(V2Authenticator(lambda: acl_file.acl, client_ids), self.refusals),

@@ -18,6 +18,7 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     namesrv.add_argument("--listen", metavar="HOST:PORT", help="address to serve on (default 127.0.0.1:9876)")
     namesrv.add_argument("--config", metavar="FILE", help="YAML or JSON file with further settings")
     _add_metrics_argument(namesrv)
+    _add_remoting_argument(namesrv)
     server_security.add_arguments(namesrv)
     namesrv.set_defaults(handler=run_namesrv)
 
@@ -45,6 +46,7 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
                         help="serve the Arrow Flight data plane here (default: --listen's host on an "
                              "ephemeral port, advertised in routes; off disables it)")
     _add_metrics_argument(broker)
+    _add_remoting_argument(broker)
     server_security.add_arguments(broker)
     broker.set_defaults(handler=run_broker)
 
@@ -55,11 +57,18 @@ def _add_metrics_argument(parser: argparse.ArgumentParser) -> None:
                              "--acl or TLS is on)")
 
 
+def _add_remoting_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--remoting-listen", metavar="HOST:PORT",
+                        help="also serve RocketMQ 4.x clients (remoting protocol) on this address "
+                             "(off by default)")
+
+
 def run_namesrv(args: argparse.Namespace) -> int:
     from rmq.broker_server.name_server import serve_name_server
 
     config = load_config(NameServerConfig, args.config,
-                         {"listen": args.listen, "metrics_listen": args.metrics_listen})
+                         {"listen": args.listen, "metrics_listen": args.metrics_listen,
+                          "remoting_listen": args.remoting_listen})
     security = ServerSecurity.from_args(args)
     return run_until_terminated(lambda: serve_name_server(config, security))
 
@@ -82,6 +91,7 @@ def run_broker(args: argparse.Namespace) -> int:
             "flush": args.flush,
             "metrics_listen": args.metrics_listen,
             "flight_listen": args.flight_listen,
+            "remoting_listen": args.remoting_listen,
         },
     )
     security = ServerSecurity.from_args(args)

@@ -82,7 +82,7 @@ class FlightReader:
                                             batch_bytes=batch_bytes, sub_expression=sub_expression)
         per_read = timeout or self._client.timeout
         options = flight.FlightCallOptions(timeout=READS_PER_TICKET * per_read,
-                                           headers=self._signing_headers(mq, ticket))
+                                           headers=self._signing_headers(mq, member.broker_id, ticket))
         try:
             reader = self._flight_client(address).do_get(flight.Ticket(ticket.SerializeToString()), options)
             while True:
@@ -105,13 +105,14 @@ class FlightReader:
             self._unreachable.add(mq.broker_name)
         raise failure
 
-    def _signing_headers(self, mq: MessageQueue, ticket: rmq_pb2.FlightReadTicket
+    def _signing_headers(self, mq: MessageQueue, broker_id: int, ticket: rmq_pb2.FlightReadTicket
                          ) -> list[tuple[bytes, bytes]]:
+        """Signed for the member read from: each member of a group checks its own server id."""
         credentials = self._client.credentials
         if credentials is None:
             return []
         signed = request_signing.sign(credentials.access_key, credentials.secret_key,
-                                      request_signing.broker_server_id(mq.broker_name),
+                                      request_signing.broker_server_id(mq.broker_name, broker_id),
                                       flight_contract.DO_GET_METHOD, ticket)
         return [(key.encode(), value.encode()) for key, value in signed.as_metadata()]
 

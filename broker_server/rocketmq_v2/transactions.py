@@ -25,6 +25,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -85,6 +86,8 @@ class TransactionService:
                                 COMPACT_AFTER_LINES)
         self._lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
+        # producers of other protocols (4.x remoting): each sends the check and says True, or False
+        self.checkers: list[Callable[[str, OpenTransaction, StoredMessage], bool]] = []
 
     def load(self) -> None:
         self._journal.replay(self._apply)
@@ -222,12 +225,15 @@ class TransactionService:
         await self._journal.sync()
 
     async def _ask_producer(self, transaction_id: str, transaction: OpenTransaction) -> None:
-        """Ask one of the owner's producers of the topic (in turn), if one is connected."""
+        """Ask one of the owner's producers of the topic (in turn), if one is connected; producers of
+        other protocols (checkers) first."""
         producers = self.sessions.producers_of(transaction.topic, transaction.owner)
-        if not producers:
+        if not producers and not self.checkers:
             return
         half = await self._read_half(transaction.half_offset)
-        if half is None:
+        if half is None or any(check(transaction_id, transaction, half) for check in self.checkers):
+            return
+        if not producers:
             return
         recover = pb.RecoverOrphanedTransactionCommand(message=messages.to_v2(half, transaction.topic),
                                                        transaction_id=transaction_id)

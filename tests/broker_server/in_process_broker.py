@@ -48,6 +48,7 @@ class InProcessBroker:
         self.controller.load()
         self._server = self.controller.build_server()
         await self._server.start()
+        await self.controller.start_remoting()
         self.controller.start_services()
 
     def stop(self) -> None:
@@ -59,3 +60,20 @@ class InProcessBroker:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
+
+
+BIND_ATTEMPTS = 5
+
+
+def start_remoting_broker(store_dir: Path, **settings: Any) -> InProcessBroker:
+    """An in-process broker also serving the 4.x remoting protocol on a free port, started again
+    on another port when the one picked was taken meanwhile (clients' ephemeral ports share the range)."""
+    for attempt in range(BIND_ATTEMPTS):
+        broker = InProcessBroker(store_dir, remoting_listen=f"127.0.0.1:{free_port()}", **settings)
+        try:
+            return broker.start()
+        except OSError:
+            broker.stop()
+            if attempt == BIND_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")

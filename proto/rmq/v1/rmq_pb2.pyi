@@ -603,16 +603,18 @@ class BrokerData(_message.Message):
     def __init__(self, broker_name: _Optional[str] = ..., address: _Optional[str] = ..., members: _Optional[_Iterable[_Union[BrokerMember, _Mapping]]] = ...) -> None: ...
 
 class BrokerMember(_message.Message):
-    __slots__ = ("broker_id", "address", "role", "flight_address")
+    __slots__ = ("broker_id", "address", "role", "flight_address", "remoting_address")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     FLIGHT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    REMOTING_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     address: str
     role: BrokerRole
     flight_address: str
-    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., role: _Optional[_Union[BrokerRole, str]] = ..., flight_address: _Optional[str] = ...) -> None: ...
+    remoting_address: str
+    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., role: _Optional[_Union[BrokerRole, str]] = ..., flight_address: _Optional[str] = ..., remoting_address: _Optional[str] = ...) -> None: ...
 
 class QueueData(_message.Message):
     __slots__ = ("broker_name", "read_queue_nums", "write_queue_nums", "perm")

@@ -1,0 +1,2 @@
+"""RocketMQ 4.x remoting protocol (docs/remoting-protocol.md): RemotingCommand frames over TCP,
+served by the broker and the name server beside their gRPC ports."""

@@ -1,0 +1,543 @@
+"""The broker's remoting requests (docs/remoting-protocol.md, "Request codes"): each request code
+is read into the rmq.v1 request it stands for and handed to the broker's MessagingService, so
+4.x clients go through the same processors, checks and bounds as rmq clients (send, pull with
+long polling, offsets, membership, send-back, locks); the answer is written back in RocketMQ's
+header fields and response codes. Unknown codes are answered REQUEST_CODE_NOT_SUPPORTED.
+
+Bounds of its own: a connection registers at most MAX_CLIENT_IDS_PER_CONNECTION client ids, and
+one account (or, without an ACL, one connection) holds at most max_held_pulls_per_account pulls
+at a time; past that a pull is answered SYSTEM_BUSY at once."""
+
+from __future__ import annotations
+
+import json
+import logging
+import zlib
+from dataclasses import dataclass
+
+from google.protobuf.message import Message
+
+from rmq import message_format as mf
+from rmq.broker_server.consumer_manager import ConsumerManager
+from rmq.broker_server.messaging_service import MessagingService
+from rmq.broker_server.remoting import headers
+from rmq.broker_server.remoting.dispatch import (
+    RESPONSE_CODES,
+    Call,
+    Refusal,
+    RequestDispatcher,
+    check_ok,
+    refusal_of,
+)
+from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
+from rmq.broker_server.remoting.remoting_command import RemotingCommand
+from rmq.broker_server.remoting.remoting_server import CallContext, Channel, ConnectionTable
+from rmq.broker_server.remoting.request_code import RequestCode, ResponseCode
+from rmq.broker_server.remoting.topic_route_data import BrokerData, QueueData, encode_topic_route
+from rmq.broker_server.remoting.transactions import (
+    RESOLUTIONS,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_TYPES,
+    ProducerChannels,
+    half_message,
+)
+from rmq.broker_server.rocketmq_v2.status import V2Error
+from rmq.broker_server.rocketmq_v2.transactions import TransactionService
+from rmq.broker_server.send_message_processor import born_host_from_peer, check_put_status
+from rmq.broker_server.status import rmq_pb2
+from rmq.broker_server.topic_config_manager import TopicConfigManager
+from rmq.sql92 import Sql92Error, compile_sql92
+
+log = logging.getLogger(__name__)
+MAX_CLIENT_IDS_PER_CONNECTION = 64
+CONSUMER_RUNNING_INFO_TIMEOUT_S = 5.0
+SYS_FLAG_COMPRESSED = 0x1  # MessageSysFlag.COMPRESSED_FLAG
+METHOD = "/rmq.v1.MessagingService/"
+
+# rmq.v1 PullStatus as the PULL_MESSAGE response code the client reads it from.
+PULL_RESPONSE_CODES: dict[int, ResponseCode] = {
+    rmq_pb2.FOUND: ResponseCode.SUCCESS,
+    rmq_pb2.NO_NEW_MSG: ResponseCode.PULL_NOT_FOUND,
+    rmq_pb2.NO_MATCHED_MSG: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    rmq_pb2.OFFSET_ILLEGAL: ResponseCode.PULL_OFFSET_MOVED,
+}
+
+
+@dataclass(frozen=True)
+class BrokerIdentity:
+    broker_name: str
+    remoting_address: str  # what route lookups on this port name as the broker's address
+
+
+class BrokerRemotingProcessor:
+    def __init__(
+        self,
+        identity: BrokerIdentity,
+        messaging: MessagingService,
+        topics: TopicConfigManager,
+        consumers: ConsumerManager,
+        transactions: TransactionService,
+        authenticator: RemotingAuthenticator | None,
+        max_message_size: int,
+        max_held_pulls_per_account: int,
+    ) -> None:
+        self.identity = identity
+        self.messaging = messaging
+        self.topics = topics
+        self.consumers = consumers
+        self.max_message_size = max_message_size
+        self.max_held_pulls_per_account = max_held_pulls_per_account
+        self.connections = ConnectionTable()
+        self.transactions = transactions
+        self.producers = ProducerChannels()
+        transactions.checkers.append(self.producers.check)
+        self._held_pulls: dict[str, int] = {}  # account (or connection) -> pulls in progress
+        self.dispatcher = RequestDispatcher(
+            {
+                RequestCode.GET_ROUTEINFO_BY_TOPIC: self._route,
+                RequestCode.HEART_BEAT: self._heartbeat,
+                RequestCode.UNREGISTER_CLIENT: self._unregister,
+                RequestCode.SEND_MESSAGE: self._send,
+                RequestCode.SEND_MESSAGE_V2: self._send,
+                RequestCode.SEND_BATCH_MESSAGE: self._send,
+                RequestCode.PULL_MESSAGE: self._pull,
+                RequestCode.QUERY_CONSUMER_OFFSET: self._query_offset,
+                RequestCode.UPDATE_CONSUMER_OFFSET: self._update_offset,
+                RequestCode.GET_MAX_OFFSET: self._max_offset,
+                RequestCode.GET_MIN_OFFSET: self._min_offset,
+                RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self._search_offset,
+                RequestCode.GET_CONSUMER_LIST_BY_GROUP: self._consumer_list,
+                RequestCode.CONSUMER_SEND_MSG_BACK: self._send_back,
+                RequestCode.LOCK_BATCH_MQ: self._lock,
+                RequestCode.UNLOCK_BATCH_MQ: self._unlock,
+                RequestCode.CHECK_CLIENT_CONFIG: self._check_client_config,
+                RequestCode.GET_CONSUMER_RUNNING_INFO: self._consumer_running_info,
+                RequestCode.END_TRANSACTION: self._end_transaction,
+            },
+            authenticator,
+        )
+        consumers.add_listener(self._consumer_ids_changed)
+
+    async def process(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
+        return await self.dispatcher.process(context, request)
+
+    def _authorize(self, call: Call, method: str, request: Message) -> None:
+        self.dispatcher.authorize(call, METHOD + method, request)
+
+    # -- route and membership -----------------------------------------------------------
+    async def _route(self, call: Call) -> RemotingCommand:
+        topic = headers.text(call.request, "topic")
+        config = self.topics.get(topic)
+        if config is None:
+            raise Refusal(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"No topic route info in name server for the topic: {topic} "
+                f"(broker {self.identity.broker_name} does not hold it)",
+            )
+        name = self.identity.broker_name
+        body = encode_topic_route(
+            [BrokerData(name, {0: self.identity.remoting_address})],
+            [QueueData(name, config.read_queue_nums, config.write_queue_nums, config.perm)],
+        )
+        return call.request.response(ResponseCode.SUCCESS, body=body)
+
+    async def _heartbeat(self, call: Call) -> RemotingCommand:
+        data = headers.json_body(call.request)
+        client_id = headers.json_text(data, "clientID")
+        for producer in headers.json_list(data, "producerDataSet"):
+            self.producers.register(headers.json_text(producer, "groupName"), call.channel)
+        for consumer in headers.json_list(data, "consumerDataSet"):
+            request = rmq_pb2.HeartbeatRequest(
+                client_id=client_id,
+                consumer_group=headers.json_text(consumer, "groupName"),
+                message_model=headers.message_model(consumer),
+                subscriptions=[
+                    rmq_pb2.Subscription(
+                        topic=headers.json_text(s, "topic"),
+                        sub_expression=headers.json_text(s, "subString") or "*",
+                    )
+                    for s in headers.json_list(consumer, "subscriptionDataSet")
+                ],
+            )
+            self._authorize(call, "Heartbeat", request)
+            self._register(call.channel, client_id, request.consumer_group)
+            check_ok(await self.messaging.Heartbeat(request, call.context))
+        return call.request.response(ResponseCode.SUCCESS)
+
+    def _register(self, channel: Channel, client_id: str, group: str) -> None:
+        if client_id not in channel.client_ids and len(channel.client_ids) >= MAX_CLIENT_IDS_PER_CONNECTION:
+            raise Refusal(
+                ResponseCode.SYSTEM_BUSY,
+                f"one connection may register at most {MAX_CLIENT_IDS_PER_CONNECTION} client ids",
+            )
+        if not channel.client_ids:
+            channel.close_callbacks.append(self._channel_closed)
+        self.connections.register(channel, client_id, group)
+
+    def _channel_closed(self, channel: Channel) -> None:
+        """A consumer's connection is gone: it leaves its groups now (doChannelCloseEvent)."""
+        self.connections.forget(channel)
+        for client_id, groups in channel.client_ids.items():
+            if client_id not in self.connections.by_client:
+                for group in groups:
+                    self.consumers.unregister(client_id, group)
+
+    async def _unregister(self, call: Call) -> RemotingCommand:
+        group = headers.text(call.request, "consumerGroup", "")
+        if group:
+            request = rmq_pb2.UnregisterClientRequest(
+                client_id=headers.text(call.request, "clientID"), consumer_group=group
+            )
+            self._authorize(call, "UnregisterClient", request)
+            check_ok(await self.messaging.UnregisterClient(request, call.context))
+        return call.request.response(ResponseCode.SUCCESS)
+
+    def _consumer_ids_changed(self, group: str, removed: list[str]) -> None:
+        """NOTIFY_CONSUMER_IDS_CHANGED to the group's remoting consumers (oneway)."""
+        for client_id in self.consumers.consumer_list(group):
+            channel = self.connections.by_client.get(client_id)
+            if channel is not None:
+                channel.send_oneway(
+                    RemotingCommand(
+                        RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, ext_fields={"consumerGroup": group}
+                    )
+                )
+
+    async def _consumer_list(self, call: Call) -> RemotingCommand:
+        request = rmq_pb2.GetConsumerListRequest(consumer_group=headers.text(call.request, "consumerGroup"))
+        self._authorize(call, "GetConsumerList", request)
+        response = await self.messaging.GetConsumerList(request, call.context)
+        check_ok(response)
+        body = json.dumps({"consumerIdList": list(response.client_ids)}).encode()
+        return call.request.response(ResponseCode.SUCCESS, body=body)
+
+    async def _consumer_running_info(self, call: Call) -> RemotingCommand:
+        """Forwarded to the client, whose answer is the answer (an admin's question)."""
+        group, client_id = headers.text(call.request, "consumerGroup"), headers.text(call.request, "clientId")
+        self._authorize(call, "GetConsumerList", rmq_pb2.GetConsumerListRequest(consumer_group=group))
+        channel = self.connections.by_client.get(client_id)
+        if channel is None or channel.closed:
+            raise Refusal(ResponseCode.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online")
+        question = RemotingCommand(
+            RequestCode.GET_CONSUMER_RUNNING_INFO, ext_fields=dict(call.request.ext_fields)
+        )
+        try:
+            answer = await channel.invoke(question, CONSUMER_RUNNING_INFO_TIMEOUT_S)
+        except TimeoutError:
+            raise Refusal(ResponseCode.SYSTEM_ERROR, f"consumer {client_id} did not answer in time") from None
+        return call.request.response(answer.code, answer.remark, body=answer.body)
+
+    async def _check_client_config(self, call: Call) -> RemotingCommand:
+        data = headers.json_body(call.request)
+        subscription = data.get("subscriptionData") or {}
+        if isinstance(subscription, dict) and subscription.get("expressionType") == "SQL92":
+            try:
+                compile_sql92(headers.json_text(subscription, "subString"))
+            except Sql92Error as error:
+                raise Refusal(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(error)) from None
+        return call.request.response(ResponseCode.SUCCESS)
+
+    # -- sending -------------------------------------------------------------------------
+    async def _send(self, call: Call) -> RemotingCommand:
+        header = headers.send_header(call.request)
+        sys_flag = headers.int_field(header, "sysFlag", 0)
+        topic = headers.required(header, "topic")
+        queue_id = headers.int_field(header, "queueId", -1)
+        if sys_flag & TRANSACTION_TYPES:
+            return await self._send_half(call, header, sys_flag, topic, queue_id)
+        if call.request.code == RequestCode.SEND_BATCH_MESSAGE or header.get("batch") in ("true", "1"):
+            messages = [
+                self._message(body, properties, flag, sys_flag, queue_id)
+                for body, properties, flag in headers.batch_messages(call.request.body)
+            ]
+        else:
+            messages = [
+                self._message(
+                    call.request.body,
+                    header.get("properties", ""),
+                    headers.int_field(header, "flag", 0),
+                    sys_flag,
+                    queue_id,
+                )
+            ]
+        for message in messages:
+            message.born_timestamp = headers.int_field(header, "bornTimestamp", 0)
+        request = rmq_pb2.SendMessageRequest(topic=topic, messages=messages)
+        self._authorize(call, "SendMessage", request)
+        response = await self.messaging.SendMessage(request, call.context)
+        if response.status.code not in (rmq_pb2.OK, rmq_pb2.FLUSH_SLAVE_TIMEOUT, rmq_pb2.SLAVE_NOT_AVAILABLE):
+            raise refusal_of(response.status)
+        ext = {
+            "msgId": ",".join(response.msg_ids),
+            "queueId": str(response.queue_ids[0]),
+            "queueOffset": str(response.queue_offsets[0]),
+        }
+        return call.request.response(
+            RESPONSE_CODES[response.status.code], response.status.message or None, ext
+        )
+
+    async def _send_half(
+        self, call: Call, header: dict[str, str], sys_flag: int, topic: str, queue_id: int
+    ) -> RemotingCommand:
+        """A prepared send: stored as a half message, answered with the transaction's id."""
+        if sys_flag & TRANSACTION_TYPES != TRANSACTION_PREPARED_TYPE:
+            raise Refusal(ResponseCode.MESSAGE_ILLEGAL, f"sysFlag {sys_flag}: a send can only be prepared")
+        if call.request.code == RequestCode.SEND_BATCH_MESSAGE or header.get("batch") in ("true", "1"):
+            raise Refusal(ResponseCode.MESSAGE_ILLEGAL, "a transactional message cannot be sent in a batch")
+        self._authorize(call, "SendMessage", rmq_pb2.SendMessageRequest(topic=topic))
+        config = self.topics.require(topic)
+        if not config.writeable:
+            raise Refusal(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+        message = self._message(
+            call.request.body,
+            header.get("properties", ""),
+            headers.int_field(header, "flag", 0),
+            sys_flag,
+            queue_id,
+        )
+        message.born_timestamp = headers.int_field(header, "bornTimestamp", 0)
+        real_queue = queue_id if 0 <= queue_id < config.write_queue_nums else 0
+        half = half_message(
+            message,
+            topic,
+            real_queue,
+            header.get("producerGroup", ""),
+            born_host_from_peer(call.context.peer()),
+        )
+        store = self.messaging.store
+        result = await self.messaging.executor.run(store.put_message, half)
+        check_put_status(result.status)
+        transaction_id = await self.transactions.opened(
+            topic,
+            half.properties.get(mf.PROPERTY_UNIQ_KEY) or result.msg_id,
+            result.queue_offset,
+            half.properties,
+        )
+        ext = {
+            "msgId": result.msg_id,
+            "queueId": str(real_queue),
+            "queueOffset": str(result.queue_offset),
+            "transactionId": transaction_id,
+        }
+        return call.request.response(ResponseCode.SUCCESS, ext_fields=ext)
+
+    async def _end_transaction(self, call: Call) -> RemotingCommand:
+        """COMMIT or ROLLBACK an open transaction by the id its prepared send was answered with;
+        "unknown" (0) leaves it to the check."""
+        resolution = RESOLUTIONS.get(headers.int_field(call.request.ext_fields, "commitOrRollback"))
+        if resolution is None:
+            return call.request.response(ResponseCode.SUCCESS)
+        transaction_id = headers.text(call.request, "transactionId")
+        transaction = self.transactions.open.get(transaction_id)
+        if transaction is None:
+            raise Refusal(
+                ResponseCode.SYSTEM_ERROR, f"transaction {transaction_id!r} is unknown or already ended"
+            )
+        self._authorize(call, "SendMessage", rmq_pb2.SendMessageRequest(topic=transaction.topic))
+        try:
+            await self.transactions.end(transaction_id, transaction.message_id, resolution)
+        except V2Error as error:
+            raise Refusal(ResponseCode.SYSTEM_ERROR, error.message) from None
+        return call.request.response(ResponseCode.SUCCESS)
+
+    def _message(
+        self, body: bytes, properties_text: str, flag: int, sys_flag: int, queue_id: int
+    ) -> rmq_pb2.Message:
+        properties = mf.decode_properties(properties_text)
+        tags = properties.pop(mf.PROPERTY_TAGS, "")
+        keys = properties.pop(mf.PROPERTY_KEYS, "")
+        delay = properties.pop(mf.PROPERTY_DELAY_TIME_LEVEL, "0")
+        if not delay.isdigit():
+            raise Refusal(
+                ResponseCode.MESSAGE_ILLEGAL, f"property DELAY must be a delay level, not {delay!r}"
+            )
+        message = rmq_pb2.Message(
+            body=self._uncompressed(body, sys_flag),
+            tags=tags,
+            keys=keys,
+            properties=properties,
+            flag=flag,
+            delay_level=int(delay),
+        )
+        if queue_id >= 0:
+            message.queue_id = queue_id
+        return message
+
+    def _uncompressed(self, body: bytes, sys_flag: int) -> bytes:
+        """A compressed body (zlib, COMPRESSED_FLAG) inflated to at most max_message_size bytes:
+        stored plain, so every reader sees the body the producer gave."""
+        if not sys_flag & SYS_FLAG_COMPRESSED:
+            return body
+        inflater = zlib.decompressobj()
+        try:
+            plain = inflater.decompress(body, self.max_message_size)
+        except zlib.error as error:
+            raise Refusal(
+                ResponseCode.MESSAGE_ILLEGAL, f"the compressed body does not inflate: {error}"
+            ) from None
+        if inflater.unconsumed_tail:
+            raise Refusal(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the compressed body inflates past {self.max_message_size} bytes (max_message_size)",
+            )
+        return plain
+
+    # -- consuming -----------------------------------------------------------------------
+    async def _pull(self, call: Call) -> RemotingCommand:
+        request = self._pull_request(call.request)
+        self._authorize(call, "PullMessage", request)
+        holder = call.access_key or call.channel.address
+        held = self._held_pulls.get(holder, 0)
+        if held >= self.max_held_pulls_per_account:
+            raise Refusal(
+                ResponseCode.SYSTEM_BUSY,
+                f"{held} pulls of this account are in progress already: "
+                f"at most {self.max_held_pulls_per_account} "
+                f"(remoting_max_held_pulls_per_account)",
+            )
+        self._held_pulls[holder] = held + 1
+        try:
+            response = await self.messaging.PullMessage(request, call.context)
+        finally:
+            left = self._held_pulls[holder] - 1
+            if left:
+                self._held_pulls[holder] = left
+            else:
+                del self._held_pulls[holder]
+        check_ok(response)
+        ext = {
+            "nextBeginOffset": str(response.next_begin_offset),
+            "minOffset": str(response.min_offset),
+            "maxOffset": str(response.max_offset),
+            "suggestWhichBrokerId": str(response.suggest_which_broker_id),
+        }
+        return call.request.response(
+            PULL_RESPONSE_CODES[response.pull_status], None, ext, response.messages.records
+        )
+
+    def _pull_request(self, command: RemotingCommand) -> rmq_pb2.PullMessageRequest:
+        group, topic = headers.text(command, "consumerGroup"), headers.text(command, "topic")
+        sys_flag = headers.int_field(command.ext_fields, "sysFlag", 0)
+        expression = command.ext_fields.get("subscription", "")
+        if not sys_flag & rmq_pb2.FLAG_SUBSCRIPTION or not expression:
+            expression = self.consumers.subscription(group, topic) or expression or "*"
+        sql = command.ext_fields.get("expressionType", "TAG") == "SQL92"
+        return rmq_pb2.PullMessageRequest(
+            consumer_group=group,
+            topic=topic,
+            queue_id=headers.int_field(command.ext_fields, "queueId"),
+            queue_offset=headers.int_field(command.ext_fields, "queueOffset"),
+            max_messages=headers.int_field(command.ext_fields, "maxMsgNums"),
+            sys_flag=sys_flag & ~rmq_pb2.FLAG_SUBSCRIPTION,
+            suspend_timeout_ms=headers.int_field(command.ext_fields, "suspendTimeoutMillis", 0),
+            commit_offset=headers.int_field(command.ext_fields, "commitOffset", 0),
+            sub_expression=expression,
+            expression_type=rmq_pb2.SQL92 if sql else rmq_pb2.TAG,
+        )
+
+    async def _query_offset(self, call: Call) -> RemotingCommand:
+        """The group's committed offset; for a group that has none, 0 when the queue still holds
+        its first message (ConsumerManageProcessor#queryConsumerOffset), else QUERY_NOT_FOUND."""
+        fields = call.request.ext_fields
+        topic, queue_id = headers.text(call.request, "topic"), headers.int_field(fields, "queueId")
+        request = rmq_pb2.QueryConsumerOffsetsRequest(
+            consumer_group=headers.text(call.request, "consumerGroup"), topic=topic
+        )
+        self._authorize(call, "QueryConsumerOffsets", request)
+        response = await self.messaging.QueryConsumerOffsets(request, call.context)
+        check_ok(response)
+        found = [entry.offset for entry in response.offsets if entry.queue_id == queue_id]
+        if found:
+            return call.request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(found[0])})
+        if await self._queue_offsets(call, topic, queue_id, "min_offset") == 0:
+            return call.request.response(ResponseCode.SUCCESS, ext_fields={"offset": "0"})
+        return call.request.response(
+            ResponseCode.QUERY_NOT_FOUND, "Not found, maybe this group consumer boot first"
+        )
+
+    async def _update_offset(self, call: Call) -> RemotingCommand:
+        fields = call.request.ext_fields
+        request = rmq_pb2.UpdateConsumerOffsetsRequest(
+            consumer_group=headers.text(call.request, "consumerGroup"),
+            offsets=[
+                rmq_pb2.ConsumerOffset(
+                    topic=headers.text(call.request, "topic"),
+                    queue_id=headers.int_field(fields, "queueId"),
+                    offset=headers.int_field(fields, "commitOffset"),
+                )
+            ],
+        )
+        self._authorize(call, "UpdateConsumerOffsets", request)
+        check_ok(await self.messaging.UpdateConsumerOffsets(request, call.context))
+        return call.request.response(ResponseCode.SUCCESS)
+
+    async def _queue_offsets(self, call: Call, topic: str, queue_id: int, which: str) -> int:
+        request = rmq_pb2.GetTopicOffsetsRequest(topic=topic)
+        self._authorize(call, "GetTopicOffsets", request)
+        response = await self.messaging.GetTopicOffsets(request, call.context)
+        check_ok(response)
+        for queue in response.queues:
+            if queue.queue_id == queue_id:
+                return getattr(queue, which)
+        raise Refusal(ResponseCode.SYSTEM_ERROR, f"queue {queue_id} is out of range for topic {topic}")
+
+    async def _offset_answer(self, call: Call, which: str) -> RemotingCommand:
+        offset = await self._queue_offsets(
+            call,
+            headers.text(call.request, "topic"),
+            headers.int_field(call.request.ext_fields, "queueId"),
+            which,
+        )
+        return call.request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+
+    async def _max_offset(self, call: Call) -> RemotingCommand:
+        return await self._offset_answer(call, "max_offset")
+
+    async def _min_offset(self, call: Call) -> RemotingCommand:
+        return await self._offset_answer(call, "min_offset")
+
+    async def _search_offset(self, call: Call) -> RemotingCommand:
+        fields = call.request.ext_fields
+        request = rmq_pb2.SearchOffsetRequest(
+            topic=headers.text(call.request, "topic"),
+            queue_id=headers.int_field(fields, "queueId"),
+            timestamp=headers.int_field(fields, "timestamp"),
+        )
+        self._authorize(call, "SearchOffset", request)
+        response = await self.messaging.SearchOffset(request, call.context)
+        check_ok(response)
+        return call.request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(response.offset)})
+
+    async def _send_back(self, call: Call) -> RemotingCommand:
+        fields = call.request.ext_fields
+        request = rmq_pb2.ConsumerSendMsgBackRequest(
+            consumer_group=headers.text(call.request, "group"),
+            commit_log_offset=headers.int_field(fields, "offset"),
+            delay_level=headers.int_field(fields, "delayLevel", 0),
+            origin_msg_id=fields.get("originMsgId", ""),
+            origin_topic=fields.get("originTopic", ""),
+        )
+        if "maxReconsumeTimes" in fields:
+            request.max_reconsume_times = headers.int_field(fields, "maxReconsumeTimes")
+        self._authorize(call, "ConsumerSendMsgBack", request)
+        check_ok(await self.messaging.ConsumerSendMsgBack(request, call.context))
+        return call.request.response(ResponseCode.SUCCESS)
+
+    async def _lock(self, call: Call) -> RemotingCommand:
+        group, client_id, queues = headers.lock_body(call.request)
+        request = rmq_pb2.LockBatchRequest(consumer_group=group, client_id=client_id, queues=queues)
+        self._authorize(call, "LockBatchMQ", request)
+        response = await self.messaging.LockBatchMQ(request, call.context)
+        check_ok(response)
+        locked = [
+            {"brokerName": mq.broker_name, "queueId": mq.queue_id, "topic": mq.topic}
+            for mq in response.locked_queues
+        ]
+        return call.request.response(ResponseCode.SUCCESS, body=json.dumps({"lockOKMQSet": locked}).encode())
+
+    async def _unlock(self, call: Call) -> RemotingCommand:
+        group, client_id, queues = headers.lock_body(call.request)
+        request = rmq_pb2.UnlockBatchRequest(consumer_group=group, client_id=client_id, queues=queues)
+        self._authorize(call, "UnlockBatchMQ", request)
+        check_ok(await self.messaging.UnlockBatchMQ(request, call.context))
+        return call.request.response(ResponseCode.SUCCESS)

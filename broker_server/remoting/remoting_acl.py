@@ -1,0 +1,93 @@
+"""ACL for 4.x clients (docs/remoting-protocol.md, "ACL signature"; RocketMQ AclClientRPCHook and
+PlainAccessValidator): a request carries AccessKey, Signature and optionally SecurityToken among
+its extFields; the signature is base64(HMAC-SHA1(secret key, every other extFields value in the
+order of their sorted names, then the body)). The access key is one of rmq's ACL accounts
+(`--acl`), and the permission the request needs is the one its rmq.v1 equivalent needs
+(rpc_permissions.check_call), checked on the names the request touches.
+
+RocketMQ 4's scheme signs no time or nonce: a captured request can be replayed (SECURITY.md), so
+expose the remoting port over a trusted network only."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import time
+from collections.abc import Callable
+
+from google.protobuf.message import Message
+
+from rmq.broker_server.acl import AccessDenied, Acl
+from rmq.broker_server.client_id_owners import ClientIdOwners, ClientIdTaken
+from rmq.broker_server.remoting.remoting_command import RemotingCommand
+from rmq.broker_server.request_auth import key_label
+from rmq.broker_server.rpc_permissions import check_call, client_id_of
+
+ACCESS_KEY = "AccessKey"
+SIGNATURE = "Signature"
+SECURITY_TOKEN = "SecurityToken"
+
+
+def signing_content(ext_fields: dict[str, str], body: bytes) -> bytes:
+    """AclUtils.combineRequestContent: the extFields values but the signature's, by sorted name,
+    then the body."""
+    values = "".join(value for name, value in sorted(ext_fields.items()) if name != SIGNATURE)
+    return values.encode() + body
+
+
+def sign(secret_key: str, content: bytes) -> str:
+    return base64.b64encode(hmac.new(secret_key.encode(), content, hashlib.sha1).digest()).decode()
+
+
+def signed(request: RemotingCommand, access_key: str, secret_key: str) -> RemotingCommand:
+    """The request with AccessKey and Signature added (what a 4.x client's RPC hook does)."""
+    request.ext_fields[ACCESS_KEY] = access_key
+    request.ext_fields.pop(SIGNATURE, None)
+    request.ext_fields[SIGNATURE] = sign(secret_key, signing_content(request.ext_fields, request.body))
+    return request
+
+
+class RemotingAuthenticator:
+    def __init__(self, acl: Callable[[], Acl], client_ids: ClientIdOwners) -> None:
+        """`client_ids`: the server's table of which account registered each consumer client id
+        (shared with rmq.v1 calls: both reach the same consumer table)."""
+        self._acl = acl
+        self._client_ids = client_ids
+
+    def authenticate(self, request: RemotingCommand, address: str) -> str:
+        """The access key whose secret signed `request` from `address`; AccessDenied otherwise."""
+        acl = self._acl()
+        if not acl.address_allowed(address):
+            raise AccessDenied(f"address {address} is not in globalWhiteRemoteAddresses")
+        access_key = request.ext_fields.get(ACCESS_KEY, "")
+        given = request.ext_fields.get(SIGNATURE, "")
+        if not access_key or not given:
+            raise AccessDenied(
+                "request is not signed: this server requires AccessKey and Signature "
+                "(the client's session credentials)"
+            )
+        account = acl.account(access_key)
+        expected = sign(
+            account.secret_key if account is not None else "",
+            signing_content(request.ext_fields, request.body),
+        )
+        if account is None or not hmac.compare_digest(expected, given):
+            raise AccessDenied(
+                f"signature not accepted for access key {key_label(access_key)}: "
+                f"unknown access key or wrong secret key"
+            )
+        if not account.may_connect_from(address):
+            raise AccessDenied(f"access key {key_label(access_key)} may not be used from address {address}")
+        return access_key
+
+    def authorize(self, access_key: str, method: str, request: Message) -> None:
+        """AccessDenied unless the account may make the rmq.v1 call `method` (e.g.
+        "/rmq.v1.MessagingService/SendMessage") with `request`."""
+        check_call(self._acl(), access_key, method, request)
+        client_id = client_id_of(method, request)
+        if client_id:
+            try:
+                self._client_ids.claim(access_key, client_id, int(time.time() * 1000))
+            except ClientIdTaken as error:
+                raise AccessDenied(str(error)) from None

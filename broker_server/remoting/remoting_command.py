@@ -1,0 +1,238 @@
+"""RemotingCommand (docs/remoting-protocol.md, "Frames" and "Headers"): one request or response,
+its header in JSON or in ROCKETMQ's binary encoding, and its body. `decode` takes a frame's
+payload (everything after the length prefix) and raises FrameError for anything malformed;
+`encode` writes a whole frame, header in the encoding the command names."""
+
+from __future__ import annotations
+
+import enum
+import json
+import struct
+from dataclasses import dataclass, field
+
+LENGTH = struct.Struct(">i")
+HEADER_LENGTH_MASK = 0xFFFFFF
+RPC_TYPE_RESPONSE = 1  # flag bit 0: the command is a response
+RPC_ONEWAY = 2  # flag bit 1: the sender wants no response
+_BINARY_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
+_SHORT = struct.Struct(">h")
+
+
+class FrameError(ValueError):
+    """A frame that is not a well-formed RemotingCommand: the connection is closed."""
+
+
+class SerializeType(enum.IntEnum):
+    JSON = 0
+    ROCKETMQ = 1
+
+
+class LanguageCode(enum.IntEnum):
+    JAVA = 0
+    CPP = 1
+    DOTNET = 2
+    PYTHON = 3
+    DELPHI = 4
+    ERLANG = 5
+    RUBY = 6
+    OTHER = 7
+    HTTP = 8
+    GO = 9
+    PHP = 10
+    OMS = 11
+    RUST = 12
+
+    @classmethod
+    def named(cls, name: object) -> LanguageCode:
+        return cls.__members__.get(str(name), cls.OTHER)
+
+    @classmethod
+    def numbered(cls, number: int) -> LanguageCode:
+        try:
+            return cls(number)
+        except ValueError:
+            return cls.OTHER
+
+
+@dataclass
+class RemotingCommand:
+    code: int
+    opaque: int = 0
+    flag: int = 0
+    remark: str | None = None
+    ext_fields: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    language: LanguageCode = LanguageCode.JAVA
+    version: int = 0
+    serialize_type: SerializeType = SerializeType.JSON
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & RPC_TYPE_RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & RPC_ONEWAY)
+
+    def response(
+        self,
+        code: int,
+        remark: str | None = None,
+        ext_fields: dict[str, str] | None = None,
+        body: bytes = b"",
+    ) -> RemotingCommand:
+        """The answer to this request: same opaque, same header encoding."""
+        return RemotingCommand(
+            code,
+            self.opaque,
+            RPC_TYPE_RESPONSE,
+            remark,
+            ext_fields or {},
+            body,
+            LanguageCode.JAVA,
+            self.version,
+            self.serialize_type,
+        )
+
+    def encode(self) -> bytes:
+        header = (
+            encode_binary_header(self)
+            if self.serialize_type is SerializeType.ROCKETMQ
+            else encode_json_header(self)
+        )
+        mark = (self.serialize_type << 24) | len(header)
+        return b"".join((LENGTH.pack(4 + len(header) + len(self.body)), LENGTH.pack(mark), header, self.body))
+
+
+def decode(payload: bytes) -> RemotingCommand:
+    """The command in a frame's payload (the bytes after the length prefix)."""
+    if len(payload) < 4:
+        raise FrameError(f"a frame of {len(payload)} bytes has no header length")
+    mark = LENGTH.unpack_from(payload)[0]
+    header_length = mark & HEADER_LENGTH_MASK
+    kind = (mark >> 24) & 0xFF
+    if header_length > len(payload) - 4:
+        raise FrameError(f"header length {header_length} exceeds the frame ({len(payload) - 4} bytes)")
+    header = payload[4 : 4 + header_length]
+    body = payload[4 + header_length :]
+    if kind == SerializeType.JSON:
+        return decode_json_header(header, body)
+    if kind == SerializeType.ROCKETMQ:
+        return decode_binary_header(header, body)
+    raise FrameError(f"unknown header encoding {kind} (0 = JSON, 1 = ROCKETMQ)")
+
+
+def encode_json_header(command: RemotingCommand) -> bytes:
+    header: dict[str, object] = {
+        "code": command.code,
+        "language": command.language.name,
+        "version": command.version,
+        "opaque": command.opaque,
+        "flag": command.flag,
+        "extFields": command.ext_fields,
+        "serializeTypeCurrentRPC": SerializeType.JSON.name,
+    }
+    if command.remark is not None:
+        header["remark"] = command.remark
+    return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _int_field(header: dict, name: str) -> int:
+    value = header.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise FrameError(f"header field {name!r} must be an integer, not {value!r}")
+    return value
+
+
+def _text(value: object) -> str:
+    """An extFields value as the string it stands for (clients write some numbers unquoted)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    raise FrameError(f"an extFields value must be a string or a number, not {value!r}")
+
+
+def decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
+    try:
+        parsed = json.loads(header)
+    except (UnicodeDecodeError, ValueError) as error:
+        raise FrameError(f"the JSON header is not valid JSON: {error}") from None
+    if not isinstance(parsed, dict):
+        raise FrameError("the JSON header is not an object")
+    ext = parsed.get("extFields") or {}
+    if not isinstance(ext, dict):
+        raise FrameError("extFields is not an object")
+    remark = parsed.get("remark")
+    return RemotingCommand(
+        code=_int_field(parsed, "code"),
+        opaque=_int_field(parsed, "opaque"),
+        flag=_int_field(parsed, "flag"),
+        remark=None if remark is None else _text(remark),
+        ext_fields={str(key): _text(value) for key, value in ext.items() if value is not None},
+        body=body,
+        language=LanguageCode.named(parsed.get("language")),
+        version=_int_field(parsed, "version"),
+        serialize_type=SerializeType.JSON,
+    )
+
+
+def encode_binary_header(command: RemotingCommand) -> bytes:
+    parts = [
+        _BINARY_FIXED.pack(command.code, command.language, command.version, command.opaque, command.flag)
+    ]
+    remark = (command.remark or "").encode()
+    parts += [LENGTH.pack(len(remark)), remark]
+    fields = []
+    for key, value in command.ext_fields.items():
+        key_bytes, value_bytes = key.encode(), value.encode()
+        fields += [_SHORT.pack(len(key_bytes)), key_bytes, LENGTH.pack(len(value_bytes)), value_bytes]
+    ext = b"".join(fields)
+    parts += [LENGTH.pack(len(ext)), ext]
+    return b"".join(parts)
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.position = 0
+
+    def take(self, size: int, what: str) -> bytes:
+        if size < 0 or self.position + size > len(self.data):
+            raise FrameError(f"the ROCKETMQ header is truncated in {what}")
+        chunk = self.data[self.position : self.position + size]
+        self.position += size
+        return chunk
+
+    def unpack(self, layout: struct.Struct, what: str) -> tuple:
+        return layout.unpack(self.take(layout.size, what))
+
+    def text(self, size: int, what: str) -> str:
+        try:
+            return self.take(size, what).decode()
+        except UnicodeDecodeError:
+            raise FrameError(f"the ROCKETMQ header's {what} is not UTF-8") from None
+
+
+def decode_binary_header(header: bytes, body: bytes) -> RemotingCommand:
+    reader = _Reader(header)
+    code, language, version, opaque, flag = reader.unpack(_BINARY_FIXED, "its fixed fields")
+    remark_length = reader.unpack(LENGTH, "the remark length")[0]
+    remark = reader.text(remark_length, "the remark") if remark_length > 0 else None
+    ext_length = reader.unpack(LENGTH, "the extFields length")[0]
+    ext = _Reader(reader.take(ext_length, "extFields"))
+    fields = {}
+    while ext.position < len(ext.data):
+        key = ext.text(ext.unpack(_SHORT, "an extFields key length")[0], "an extFields key")
+        fields[key] = ext.text(ext.unpack(LENGTH, "an extFields value length")[0], "an extFields value")
+    return RemotingCommand(
+        code,
+        opaque,
+        flag,
+        remark,
+        fields,
+        body,
+        LanguageCode.numbered(language),
+        version,
+        SerializeType.ROCKETMQ,
+    )

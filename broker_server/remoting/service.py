@@ -1,0 +1,83 @@
+"""The remoting listeners of the broker and the name server, assembled from their parts (called
+once by BrokerController / serve_name_server when `remoting_listen` is set)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rmq.broker_server.config import BrokerConfig, NameServerConfig
+from rmq.broker_server.consumer_manager import ConsumerManager
+from rmq.broker_server.messaging_service import MessagingService
+from rmq.broker_server.remoting.broker_processor import BrokerIdentity, BrokerRemotingProcessor
+from rmq.broker_server.remoting.name_server_processor import NameServerRemotingProcessor
+from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
+from rmq.broker_server.remoting.remoting_server import RemotingLimits, RemotingProcessor, RemotingServer
+from rmq.broker_server.rocketmq_v2.transactions import TransactionService
+from rmq.broker_server.server_security import ServerSecurity
+from rmq.broker_server.topic_config_manager import TopicConfigManager
+
+if TYPE_CHECKING:  # name_server calls build_name_server_remoting
+    from rmq.broker_server.name_server import RouteInfoManager
+
+
+def authenticator(security: ServerSecurity) -> RemotingAuthenticator | None:
+    acl_file = security.acl_file
+    if acl_file is None:
+        return None
+    return RemotingAuthenticator(lambda: acl_file.acl, security.client_ids)
+
+
+def remoting_server(
+    listen: str,
+    security: ServerSecurity,
+    processor: RemotingProcessor,
+    max_frame_bytes: int,
+    max_connections: int,
+) -> RemotingServer:
+    security.check_listen(listen)
+    return RemotingServer(
+        listen, processor, RemotingLimits(max_frame_bytes=max_frame_bytes, max_connections=max_connections)
+    )
+
+
+def build_broker_remoting(
+    config: BrokerConfig,
+    security: ServerSecurity,
+    messaging: MessagingService,
+    topics: TopicConfigManager,
+    consumers: ConsumerManager,
+    transactions: TransactionService,
+) -> RemotingServer | None:
+    if not config.remoting_listen:
+        return None
+    processor = BrokerRemotingProcessor(
+        BrokerIdentity(config.broker_name, config.remoting_address),
+        messaging,
+        topics,
+        consumers,
+        transactions,
+        authenticator(security),
+        config.max_message_size,
+        config.remoting_max_held_pulls_per_account,
+    )
+    return remoting_server(
+        config.remoting_listen,
+        security,
+        processor,
+        config.remoting_max_frame_bytes,
+        config.remoting_max_connections,
+    )
+
+
+def build_name_server_remoting(
+    config: NameServerConfig, security: ServerSecurity, routes: RouteInfoManager
+) -> RemotingServer | None:
+    if not config.remoting_listen:
+        return None
+    return remoting_server(
+        config.remoting_listen,
+        security,
+        NameServerRemotingProcessor(routes, authenticator(security)),
+        config.remoting_max_frame_bytes,
+        config.remoting_max_connections,
+    )
