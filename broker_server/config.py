@@ -255,8 +255,10 @@ _STORE_MAY_BE_ZERO = frozenset({"flush_commit_log_least_pages", "flush_consume_q
 _STORE_RANGES: dict[str, tuple[float, float]] = {
     "disk_max_used_space_ratio": (10, 95),
     "access_message_in_memory_max_ratio": (1, 100),
-    "disk_space_clean_forcibly_ratio": (0.01, 1.0),
-    "disk_space_warning_level_ratio": (0.01, 1.0),
+    # fractions of the disk; a value above 1 turns the threshold off (no disk is more than full),
+    # a value like 90 is a percentage by mistake
+    "disk_space_clean_forcibly_ratio": (0.01, 1.5),
+    "disk_space_warning_level_ratio": (0.01, 1.5),
     "mapped_file_size_commit_log": (1024, 2**31 - 1),
 }
 

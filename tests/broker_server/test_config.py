@@ -77,7 +77,7 @@ def test_missing_file_and_bad_flag() -> None:
         ("flush_interval_commit_log_ms: -5", "store.flush_interval_commit_log_ms must be positive, not -5"),
         ("flush_interval_commit_log_ms: 1.5", "store.flush_interval_commit_log_ms must be an integer"),
         ("disk_max_used_space_ratio: 500", "store.disk_max_used_space_ratio must be from 10 to 95, not 500"),
-        ("disk_space_clean_forcibly_ratio: 2", "disk_space_clean_forcibly_ratio must be from 0.01 to 1"),
+        ("disk_space_clean_forcibly_ratio: 2", "disk_space_clean_forcibly_ratio must be from 0.01 to 1.5"),
         ("message_index_enable: 1", "store.message_index_enable must be a bool"),
         ("delete_when: '25'", "store.delete_when must be 'now' or hours of the day"),
         ("mapped_file_size_commit_log: 10", "mapped_file_size_commit_log must be from 1024"),
