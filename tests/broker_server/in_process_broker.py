@@ -5,8 +5,10 @@ while talking to it over gRPC like any client."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,3 +53,13 @@ class InProcessBroker:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
+
+
+@contextlib.contextmanager
+def running_broker(store_dir: Path, **settings: Any) -> Iterator[InProcessBroker]:
+    """An InProcessBroker started for the block and stopped after it, whatever happens."""
+    broker = InProcessBroker(store_dir, **settings).start()
+    try:
+        yield broker
+    finally:
+        broker.stop()

@@ -18,13 +18,12 @@ from rmq.cli.console.history import MAX_SERIES
 from rmq.connector.admin import MQAdmin
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.statuses import PullStatus
-from tests.broker_server.in_process_broker import InProcessBroker
+from tests.broker_server.in_process_broker import InProcessBroker, running_broker
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[InProcessBroker]:
-    server = InProcessBroker(tmp_path).start()
-    try:
+    with running_broker(tmp_path) as server:
         with RmqClient(server.address) as client:
             client.create_topic("Orders", queues=2)
             client.send("Orders", [OutgoingMessage(f"order {i}".encode(), keys=f"k{i}", queue_id=i % 2)
@@ -32,8 +31,6 @@ def broker(tmp_path: Path) -> Iterator[InProcessBroker]:
             client.heartbeat("client-a", "g1", {"Orders": "*"})
             client.update_consumer_offsets("g1", {MessageQueue("Orders", "broker-a", 0): 1})
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
