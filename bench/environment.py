@@ -8,16 +8,26 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from bench.nats_reference import NatsServer, NatsUnavailable
 from bench.redis_reference import RedisServer, RedisUnavailable
 from rmq.cli import processes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class ReferenceServer(Protocol):
+    def start(self) -> object: ...
+
+    def stop(self) -> None: ...
+
+
+ReferenceT = TypeVar("ReferenceT", bound=ReferenceServer)
 FLUSH = "async"  # throughput rows measure the broker, not the disk: ASYNC flush, stated in the report
 
 
@@ -55,8 +65,7 @@ class Environment:
         self.work_dir = Path(tempfile.mkdtemp(prefix="rmq-bench-"))
         self._spark = None
         self.spark_warm = False   # set once a warm-up query has run in the Spark session
-        self.redis_missing = ""   # why the Redis reference is skipped, once it is known
-        self.nats_missing = ""    # why the NATS JetStream reference is skipped, once it is known
+        self._missing: dict[str, str] = {}   # reference server -> why it is skipped
 
     def directory(self, name: str) -> Path:
         path = self.work_dir / name
@@ -79,15 +88,29 @@ class Environment:
     def redis(self) -> Iterator[RedisServer | None]:
         """redis-server on loopback, or None (said once) when it cannot be installed/started:
         the rows then carry no reference."""
-        if self.redis_missing:
+        with self._reference("redis", "Redis reference", RedisServer, RedisUnavailable) as server:
+            yield server
+
+    @contextmanager
+    def nats(self) -> Iterator[NatsServer | None]:
+        """nats-server with JetStream on file storage, or None (said once) when it cannot be
+        installed or started: the rows then carry no reference."""
+        with self._reference("nats", "NATS JetStream reference", NatsServer, NatsUnavailable) as server:
+            yield server
+
+    @contextmanager
+    def _reference(self, key: str, label: str, make: Callable[[Path], ReferenceT],
+                   unavailable: type[Exception]) -> Iterator[ReferenceT | None]:
+        """A reference server started in its own directory, or None once it could not be."""
+        if self._missing.get(key):
             yield None
             return
-        server = RedisServer(self.directory("redis"))
+        server = make(self.directory(key))
         try:
             server.start()
-        except RedisUnavailable as error:
-            self.redis_missing = f"Redis reference skipped: {error}"
-            print(self.redis_missing, flush=True)
+        except unavailable as error:
+            self._missing[key] = f"{label} skipped: {error}"
+            print(self._missing[key], flush=True)
             server.stop()
             yield None
             return
@@ -96,25 +119,14 @@ class Environment:
         finally:
             server.stop()
 
-    @contextmanager
-    def nats(self) -> Iterator[NatsServer | None]:
-        """nats-server with JetStream on file storage, or None (said once) when it cannot be
-        installed or started: the rows then carry no reference."""
-        if self.nats_missing:
-            yield None
-            return
-        server = NatsServer(self.directory("nats"))
-        try:
-            server.start()
-        except NatsUnavailable as error:
-            self.nats_missing = f"NATS JetStream reference skipped: {error}"
-            print(self.nats_missing, flush=True)
-            yield None
-            return
-        try:
-            yield server
-        finally:
-            server.stop()
+    @property
+    def redis_missing(self) -> str:
+        """Why the Redis reference is skipped, once that is known ("" until then)."""
+        return self._missing.get("redis", "")
+
+    @property
+    def nats_missing(self) -> str:
+        return self._missing.get("nats", "")
 
     def spark(self):
         """One local Spark session for the whole run (start-up costs seconds), with the rmq
@@ -148,8 +160,7 @@ class Environment:
             self._spark.stop()
             self._spark = None
         self.spark_warm = False   # set once a warm-up query has run in the Spark session
-        self.nats_missing = ""
-        self.redis_missing = ""   # why the Redis reference is skipped, once it is known
+        self._missing.clear()
         shutil.rmtree(self.work_dir, ignore_errors=True)
 
 

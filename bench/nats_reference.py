@@ -9,17 +9,15 @@ thread, and the wake uses two connections (reader, writer) on that loop."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 import subprocess
 import time
 from collections.abc import Awaitable
-from pathlib import Path
 from typing import TypeVar
 
 import nats
 from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
 
-from rmq.cli.processes import free_port
+from bench.reference_process import ReferenceProcess, find_or_install
 
 T = TypeVar("T")
 PUBLISH_WINDOW = 256     # publishes in flight before their acks are awaited (like a 256-message batch)
@@ -32,40 +30,19 @@ class NatsUnavailable(Exception):
 
 
 def find_nats_server() -> str:
-    """Path of `nats-server`; tries one `apt-get install` when it is missing."""
-    path = shutil.which("nats-server")
-    if path:
-        return path
-    try:
-        for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "nats-server"]):
-            subprocess.run(command, check=True, capture_output=True, timeout=300)
-    except (OSError, subprocess.SubprocessError) as error:
-        raise NatsUnavailable(f"nats-server not on PATH and apt-get install failed ({error})") from error
-    return shutil.which("nats-server") or _missing()
+    return find_or_install("nats-server", "nats-server", NatsUnavailable)
 
 
-def _missing() -> str:
-    raise NatsUnavailable("nats-server not on PATH after apt-get install")
-
-
-class NatsServer:
+class NatsServer(ReferenceProcess):
     """One nats-server process with JetStream on file storage: loopback, free port."""
-
-    def __init__(self, work_dir: Path) -> None:
-        self.port = free_port()
-        self.work_dir = work_dir
-        self.process: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
     def start(self) -> NatsServer:
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.work_dir / "nats.log", "ab") as log:
-            self.process = subprocess.Popen(
-                [find_nats_server(), "-a", "127.0.0.1", "-p", str(self.port), "-js",
-                 "-sd", str(self.work_dir / "jetstream")], stdout=log, stderr=subprocess.STDOUT)
+        self.spawn([find_nats_server(), "-a", "127.0.0.1", "-p", str(self.port), "-js",
+                    "-sd", str(self.work_dir / "jetstream")], "nats.log")
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -84,15 +61,6 @@ class NatsServer:
     def version(self) -> str:
         found = subprocess.run([find_nats_server(), "--version"], capture_output=True, text=True, check=False)
         return found.stdout.strip().removeprefix("nats-server: ")
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
 
 
 async def _quiet(error: Exception) -> None:

@@ -3,15 +3,12 @@ persistence, driven through redis-py (XADD pipelined, XRANGE COUNT, XREAD BLOCK)
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
-from pathlib import Path
 
 import redis
 
 from bench.harness import call_latencies_ms, rate, wake_latency_ms
-from rmq.cli.processes import free_port
+from bench.reference_process import ReferenceProcess, find_or_install
 
 PIPELINE_DEPTH = 256
 XRANGE_COUNT = 1024
@@ -22,38 +19,15 @@ class RedisUnavailable(Exception):
 
 
 def find_redis_server() -> str:
-    """Path of `redis-server`; tries one `apt-get install` when it is missing."""
-    path = shutil.which("redis-server")
-    if path:
-        return path
-    try:
-        for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "redis-server"]):
-            subprocess.run(command, check=True, capture_output=True, timeout=300)
-    except (OSError, subprocess.SubprocessError) as error:
-        raise RedisUnavailable(f"redis-server not on PATH and apt-get install failed ({error})") from error
-    path = shutil.which("redis-server")
-    if not path:
-        raise RedisUnavailable("redis-server not on PATH after apt-get install")
-    return path
+    return find_or_install("redis-server", "redis-server", RedisUnavailable)
 
 
-class RedisServer:
+class RedisServer(ReferenceProcess):
     """One redis-server process: loopback, free port, no RDB snapshots, no AOF."""
 
-    def __init__(self, work_dir: Path) -> None:
-        self.port = free_port()
-        self.work_dir = work_dir
-        self.process: subprocess.Popen | None = None
-
     def start(self) -> RedisServer:
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.work_dir / "redis.log", "ab")
-        self.process = subprocess.Popen(
-            [find_redis_server(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.work_dir)],
-            stdout=log, stderr=subprocess.STDOUT,
-        )
-        log.close()
+        self.spawn([find_redis_server(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                    "--appendonly", "no", "--dir", str(self.work_dir)], "redis.log")
         self._wait_ready()
         return self
 
@@ -72,15 +46,6 @@ class RedisServer:
 
     def version(self) -> str:
         return str(self.client().info("server")["redis_version"])
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
 
 
 def xadd(client: redis.Redis, key: str, body: bytes, count: int, depth: int = PIPELINE_DEPTH) -> None:

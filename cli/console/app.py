@@ -121,7 +121,7 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
                 return _answer(request, templates, token, session, api, "error.html",
                                {"title": "Cluster unreachable", "message": str(error)}, 503)
             except RmqError as error:
-                status = 403 if error.code in FORBIDDEN else 400
+                status = 403 if _refused_identity(error) else 400
                 return _answer(request, templates, token, session, api, "error.html",
                                {"title": "Refused", "message": str(error), "sign_in": status == 403}, status)
             return _answer(request, templates, token, session, api, name, data, 200)
@@ -284,6 +284,11 @@ def _answer(request: Request, templates: Jinja2Templates, token: str, session: S
 def _with_cookie(response: Response, token: str) -> Response:
     response.set_cookie(COOKIE, token, httponly=True, samesite="strict")
     return response
+
+
+def _refused_identity(error: RmqError) -> bool:
+    """The account may not do this, or the call carried no (valid) signature: signing in helps."""
+    return error.code in FORBIDDEN or "UNAUTHENTICATED" in error.message
 
 
 def _int(text: str, name: str) -> int:

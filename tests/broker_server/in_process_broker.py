@@ -5,10 +5,11 @@ while talking to it over gRPC like any client."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,3 +78,13 @@ def start_remoting_broker(store_dir: Path, **settings: Any) -> InProcessBroker:
             if attempt == BIND_ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def running_broker(store_dir: Path, **settings: Any) -> Iterator[InProcessBroker]:
+    """An InProcessBroker started for the block and stopped after it, whatever happens."""
+    broker = InProcessBroker(store_dir, **settings).start()
+    try:
+        yield broker
+    finally:
+        broker.stop()

@@ -11,21 +11,18 @@ import pytest
 
 from rmq.cli.main import main
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
-from tests.broker_server.in_process_broker import InProcessBroker
+from tests.broker_server.in_process_broker import InProcessBroker, running_broker
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[InProcessBroker]:
-    server = InProcessBroker(tmp_path).start()
-    try:
+    with running_broker(tmp_path) as server:
         with RmqClient(server.address) as client:
             client.create_topic("Orders", queues=2)
             client.send("Orders", [OutgoingMessage(f"order {i}".encode(), tags="paid", keys=f"k{i}",
                                                    properties={"region": "eu"}, queue_id=i % 2)
                                    for i in range(4)])
         yield server
-    finally:
-        server.stop()
 
 
 def rmq(broker: InProcessBroker, capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

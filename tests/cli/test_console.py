@@ -13,18 +13,20 @@ import pytest
 from starlette.testclient import TestClient
 
 from rmq import retry
+from rmq.broker_server.acl_file import AclFile
+from rmq.broker_server.server_security import ServerSecurity
 from rmq.cli.console import ConsoleSettings, History, create_app
 from rmq.cli.console.history import MAX_SERIES
 from rmq.connector.admin import MQAdmin
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.statuses import PullStatus
-from tests.broker_server.in_process_broker import InProcessBroker
+from tests.acl_files import write_acl
+from tests.broker_server.in_process_broker import InProcessBroker, running_broker
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[InProcessBroker]:
-    server = InProcessBroker(tmp_path).start()
-    try:
+    with running_broker(tmp_path) as server:
         with RmqClient(server.address) as client:
             client.create_topic("Orders", queues=2)
             client.send("Orders", [OutgoingMessage(f"order {i}".encode(), keys=f"k{i}", queue_id=i % 2)
@@ -32,8 +34,6 @@ def broker(tmp_path: Path) -> Iterator[InProcessBroker]:
             client.heartbeat("client-a", "g1", {"Orders": "*"})
             client.update_consumer_offsets("g1", {MessageQueue("Orders", "broker-a", 0): 1})
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -150,3 +150,28 @@ def test_charts_are_bounded_and_compute_rates() -> None:
     now[0] += 10
     many.tick()
     assert len(many.snapshot()["tps"]) == MAX_SERIES
+
+
+def test_a_signed_in_account_sees_only_what_it_may(tmp_path: Path) -> None:
+    """On an --acl cluster an anonymous visitor is asked to sign in; a signed-in account sees only
+    the topics it may read, and a page of another topic is refused (403) saying so."""
+    acl = write_acl(tmp_path / "acl.yml", "accounts:\n"
+                    "  - {accessKey: adminaccount, secretKey: admin-secret-key, admin: true}\n"
+                    "  - {accessKey: ordersreader, secretKey: orders-secret-key,"
+                    " topicPerms: ['Orders=SUB']}\n")
+    broker = InProcessBroker(tmp_path / "store", ServerSecurity(acl_file=AclFile(acl))).start()
+    try:
+        with RmqClient(broker.address, access_key="adminaccount", secret_key="admin-secret-key") as admin:
+            admin.create_topic("Orders", queues=1)
+            admin.create_topic("Payroll", queues=1)
+        with TestClient(create_app(ConsoleSettings(broker.address))) as web:
+            anonymous = web.get("/topics")
+            assert anonymous.status_code == 403 and "Sign in" in anonymous.text
+            form = {"access_key": "ordersreader", "secret_key": "orders-secret-key",
+                    "csrf": csrf(web.get("/sign-in").text)}
+            assert "signed in as" in web.post("/sign-in", data=form).text
+            assert [t["topic"] for t in web.get("/api/topics").json()["topics"]] == ["Orders"]
+            refused = web.get("/topics/Payroll")
+            assert refused.status_code == 403 and "NO_PERMISSION" in refused.text
+    finally:
+        broker.stop()

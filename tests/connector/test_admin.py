@@ -14,18 +14,14 @@ from rmq.connector.admin import ClientProtocol, MQAdmin, ResetTarget, ResetTo, p
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.connector.errors import RmqError
 from rmq.v1 import rmq_pb2
-from tests.broker_server.in_process_broker import InProcessBroker
+from tests.broker_server.in_process_broker import running_broker
 
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[RmqClient]:
-    broker = InProcessBroker(tmp_path).start()
-    try:
-        with RmqClient(broker.address) as rmq_client:
-            rmq_client.create_topic("Orders", queues=4)
-            yield rmq_client
-    finally:
-        broker.stop()
+    with running_broker(tmp_path) as broker, RmqClient(broker.address) as rmq_client:
+        rmq_client.create_topic("Orders", queues=4)
+        yield rmq_client
 
 
 def q(queue_id: int, topic: str = "Orders") -> MessageQueue:
