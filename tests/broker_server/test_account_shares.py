@@ -5,6 +5,7 @@ the other accounts out. The account is the call's (rmq.broker_server.caller_acco
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -18,14 +19,18 @@ from rmq.broker_server.acl_file import AclFile
 from rmq.broker_server.caller_account import ANONYMOUS, enter_call
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
 from rmq.broker_server.long_polling import HoldTableFull, PullRequestHoldService
+from rmq.broker_server.refusal_log import DEFAULT_LINES_PER_INTERVAL
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.status import RequestError
+from rmq.broker_server.topic_config_manager import TopicConfig
 from rmq.rocketmq_v2 import MessagingServiceStub
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker
+from tests.broker_server.store_fixture import running_store
+from tests.broker_server.test_processors import Broker
 
 T = TypeVar("T")
 
@@ -194,3 +199,24 @@ def test_held_pull_shares_follow_the_signed_account_on_an_acl_broker(tmp_path: P
                 future.cancel()
     finally:
         broker.stop()
+
+
+def test_dropped_piggy_backed_commits_are_logged_at_a_bounded_rate(tmp_path: Path, caplog) -> None:
+    """A client past its share of consumer offsets that pulls with FLAG_COMMIT_OFFSET logged one
+    warning per pull; the drops now go to the rate-limited refusal log."""
+    with running_store(tmp_path / "store") as store:
+        broker = Broker(store, tmp_path)
+        broker.topics.create(TopicConfig("T", 1, 1))
+        broker.offsets.max_entries = 1
+        caplog.set_level(logging.INFO)
+        for n in range(3 * DEFAULT_LINES_PER_INTERVAL):
+            response = asyncio.run(broker.pull.process(rmq_pb2.PullMessageRequest(
+                consumer_group=f"group{n}", topic="T", queue_id=0, queue_offset=0, max_messages=1,
+                sys_flag=rmq_pb2.FLAG_COMMIT_OFFSET, commit_offset=0)))
+            assert response.status.code == rmq_pb2.OK           # the pull itself is answered
+        broker.filters.shutdown()
+        broker.executor.shutdown()
+    assert broker.offsets.size() == 1
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == DEFAULT_LINES_PER_INTERVAL, lines
+    assert all("PullMessage commit" in line and "max_consumer_offsets" in line for line in lines)
