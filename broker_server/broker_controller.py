@@ -166,6 +166,7 @@ class BrokerController:
             self.filters,
             config.enable_property_filter,
             PullResponseBudget(config.max_inflight_pull_bytes, config.max_inflight_pull_bytes_per_connection),
+            security.refusals,
         )
         self.send_back_processor = ConsumerSendMsgBackProcessor(
             self.store,

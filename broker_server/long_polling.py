@@ -11,12 +11,12 @@ pull has its own timer, so it is answered at its suspend timeout; the periodic c
 or the short-polling time) is the fallback for arrivals the notification missed.
 
 The table holds at most `max_held` pulls (BrokerConfig.max_held_pulls), shared fairly between
-accounts (rmq.broker_server.caller): when it is full, a pull of an account holding fewer
-than the account holding most releases that account's oldest held pull (answered now, as at its
-timeout: its client simply pulls again) and takes its place; any other is refused with
-LIMIT_EXCEEDED (`HoldTableFull`). So clients cannot make the broker hold an unbounded number of
-futures and timers, and one account holding the whole table does not lock the others out: each
-of n accounts keeps at least max_held // n."""
+accounts (fair_shares): when it is full, a pull of an account holding fewer than the account
+holding most releases that account's oldest held pull (answered now, as at its timeout: its
+client simply pulls again) and takes its place; any other is refused with LIMIT_EXCEEDED
+(`HoldTableFull`). So clients cannot make the broker hold an unbounded number of futures and
+timers, and one account holding the whole table does not lock the others out: each of n
+accounts keeps at least max_held // n."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rmq.broker_server.caller import account_key
+from rmq.broker_server.fair_shares import FairShares, ShareExceeded
 from rmq.broker_server.status import RequestError, rmq_pb2
 
 log = logging.getLogger(__name__)
@@ -77,13 +78,12 @@ class PullRequestHoldService:
     ) -> None:
         self._max_offset_in_queue = max_offset_in_queue
         self.max_held = max_held
-        self._held = 0  # requests in the table (kept beside it: len() per suspend would be O(keys))
+        self._shares: FairShares[HeldPullRequest] = FairShares(max_held)   # the same requests, by account
         self.long_polling_enable = long_polling_enable
         self.check_interval_ms = check_interval_ms if long_polling_enable else short_polling_time_ms
         self.short_polling_time_ms = short_polling_time_ms
         # key -> held requests in arrival order (a dict used as an ordered set: O(1) removal)
         self._table: dict[str, dict[HeldPullRequest, None]] = {}
-        self._by_account: dict[str, dict[HeldPullRequest, None]] = {}   # the same requests, oldest first
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
@@ -111,10 +111,13 @@ class PullRequestHoldService:
         key = build_key(topic, queue_id)
         request = HeldPullRequest(offset, tag_codes, loop.create_future(), key, account_key())
         with self._lock:
-            displaced = self._make_room(request.account)
+            try:
+                displaced = self._shares.admit(request.account, request)
+            except ShareExceeded:
+                raise HoldTableFull(self.max_held) from None
+            if displaced is not None:
+                self._unlink_from_queue(displaced)
             self._table.setdefault(key, {})[request] = None
-            self._by_account.setdefault(request.account, {})[request] = None
-            self._held += 1
         if displaced is not None:
             self._wake([displaced])
         request.timer = loop.call_later(timeout_ms / 1000, _resolve, [request])
@@ -166,7 +169,7 @@ class PullRequestHoldService:
     def held_count(self, account: str | None = None) -> int:
         """How many pulls the table holds now, in all or of one account (tests and diagnostics)."""
         with self._lock:
-            return self._held if account is None else len(self._by_account.get(account, ()))
+            return self._shares.count(account)
 
     def check_hold_requests(self) -> None:
         """checkHoldRequest: compare every held queue with the store's max offset."""
@@ -188,8 +191,7 @@ class PullRequestHoldService:
         with self._lock:
             woken = [request for requests in self._table.values() for request in requests]
             self._table.clear()
-            self._by_account.clear()
-            self._held = 0
+            self._shares.clear()
         self._wake(woken)
 
     async def _run(self) -> None:
@@ -203,28 +205,15 @@ class PullRequestHoldService:
                 self._unlink(request)
 
     def _unlink(self, request: HeldPullRequest) -> None:
-        """Take a held request out of both tables (under the lock)."""
-        for table, name in ((self._table, request.key), (self._by_account, request.account)):
-            requests = table[name]
-            del requests[request]
-            if not requests:
-                del table[name]
-        self._held -= 1
+        """Take a held request out of the table and its account's share (under the lock)."""
+        self._shares.remove(request.account, request)
+        self._unlink_from_queue(request)
 
-    def _make_room(self, account: str) -> HeldPullRequest | None:
-        """Under the lock, before `account` holds one more: nothing when the table has room; else
-        the oldest held pull of the account holding most, taken out of the table, when that account
-        holds more than `account` will; else HoldTableFull."""
-        if self._held < self.max_held:
-            return None
-        if not self._by_account:
-            raise HoldTableFull(self.max_held)
-        largest = max(self._by_account, key=lambda name: len(self._by_account[name]))
-        if len(self._by_account[largest]) <= len(self._by_account.get(account, ())) + 1:
-            raise HoldTableFull(self.max_held)
-        oldest = next(iter(self._by_account[largest]))
-        self._unlink(oldest)
-        return oldest
+    def _unlink_from_queue(self, request: HeldPullRequest) -> None:
+        requests = self._table[request.key]
+        del requests[request]
+        if not requests:
+            del self._table[request.key]
 
     def _wake(self, requests: list[HeldPullRequest]) -> None:
         if not requests:

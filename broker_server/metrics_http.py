@@ -96,7 +96,8 @@ class MetricsHttpServer(TCPServer):
         self.refusals = refusals
         self.tls_context = _tls_context(tls) if tls is not None else None
         self._workers = ThreadPoolExecutor(MAX_SCRAPERS, thread_name_prefix="metrics")
-        self._slots = threading.BoundedSemaphore(MAX_SCRAPERS)
+        self._lock = threading.Lock()
+        self._serving = 0   # connections handed to a worker and not yet closed
         self._thread = threading.Thread(target=self.serve_forever, name="metrics-accept", daemon=True)
 
     @property
@@ -109,7 +110,8 @@ class MetricsHttpServer(TCPServer):
 
     def serving(self) -> int:
         """Connections being served now (tests and diagnostics)."""
-        return MAX_SCRAPERS - self._slots._value   # noqa: SLF001 (BoundedSemaphore has no public count)
+        with self._lock:
+            return self._serving
 
     def stop(self) -> None:
         self.shutdown()
@@ -118,7 +120,10 @@ class MetricsHttpServer(TCPServer):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """Serve on a worker when one is free; close the connection at once otherwise."""
-        if not self._slots.acquire(blocking=False):
+        with self._lock:
+            busy = self._serving >= MAX_SCRAPERS
+            self._serving += 0 if busy else 1
+        if busy:
             self.shutdown_request(request)
             return
         self._workers.submit(self._serve, request, client_address)
@@ -133,7 +138,8 @@ class MetricsHttpServer(TCPServer):
             pass   # a client that went away, timed out or failed the handshake: nothing to answer
         finally:
             self.shutdown_request(request)
-            self._slots.release()
+            with self._lock:
+                self._serving -= 1
 
 
 class _ScrapeHandler(BaseHTTPRequestHandler):

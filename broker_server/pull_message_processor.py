@@ -18,7 +18,6 @@ is left of the PullResponseBudget (max_inflight_pull_bytes, per connection and i
 from __future__ import annotations
 
 import functools
-import logging
 import time
 from dataclasses import dataclass
 from typing import cast
@@ -32,6 +31,8 @@ from rmq.broker_server.filter_executor import FilterExecutor, slice_evaluations
 from rmq.broker_server.long_polling import HoldTableFull, PullRequestHoldService
 from rmq.broker_server.names import check_group_name
 from rmq.broker_server.pull_response_budget import PullBytesLease, PullResponseBudget
+from rmq.broker_server.refusal_log import RefusalLog
+from rmq.broker_server.request_auth import key_label
 from rmq.broker_server.status import OK, RequestError, illegal_argument, rmq_pb2
 from rmq.broker_server.store_executor import StoreExecutor
 from rmq.broker_server.topic_config_manager import TopicConfigManager
@@ -40,7 +41,6 @@ from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.store import BrokerRole, MessageStore
 from rmq.store.results import GetMessageResult
 
-log = logging.getLogger(__name__)
 MAX_SUB_EXPRESSION_LENGTH = 65536
 WOKEN_INLINE_MESSAGES = 32   # a woken pull reading at most this many messages reads on the event loop
 MASTER_ID = 0
@@ -137,9 +137,11 @@ class PullMessageProcessor:
         filters: FilterExecutor,
         enable_property_filter: bool = True,
         budget: PullResponseBudget | None = None,
+        refusals: RefusalLog | None = None,
     ) -> None:
         self.store = store
         self.filters = filters
+        self.refusals = refusals or RefusalLog()
         self.stats = stats
         self.enable_property_filter = enable_property_filter
         self.topics = topics
@@ -173,13 +175,16 @@ class PullMessageProcessor:
         return response
 
     def _commit_offset(self, query: PullQuery, offset: int) -> None:
-        """Store a piggy-backed commit; one past max_consumer_offsets is dropped (logged): the pull
-        is still answered, and the client's next UpdateConsumerOffsets is refused with the reason."""
+        """Store a piggy-backed commit; one past max_consumer_offsets (or the account's share) is
+        dropped, written to the rate-limited refusal log: the pull is still answered, and the
+        client's next UpdateConsumerOffsets is refused with the reason."""
+        account = account_key()
         try:
-            self.offsets.commit_client_offsets(account_key(),
-                                               {OffsetKey(query.group, query.topic, query.queue_id): offset})
+            key = OffsetKey(query.group, query.topic, query.queue_id)
+            self.offsets.commit_client_offsets(account, {key: offset})
         except RequestError as error:
-            log.warning("piggy-backed commit of %s dropped: %s", query.group, error.message)
+            self.refusals.record("PullMessage commit", f"account {key_label(account)}",
+                                 rmq_pb2.Code.Name(error.code), f"group {query.group}: {error.message}")
 
     async def _hold(self, request: rmq_pb2.PullMessageRequest, query: PullQuery,
                     lease: PullBytesLease | None) -> rmq_pb2.PullMessageResponse:

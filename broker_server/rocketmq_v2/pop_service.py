@@ -34,6 +34,7 @@ from rmq.broker_server.consumer_send_msg_back import (
     ensure_group_topic,
     send_back_copy,
 )
+from rmq.broker_server.fair_shares import FairShares, ShareExceeded
 from rmq.broker_server.filter_executor import FilterExecutor
 from rmq.broker_server.long_polling import PullRequestHoldService
 from rmq.broker_server.pull_message_processor import Sql92RecordFilter
@@ -52,7 +53,7 @@ from rmq.stored_message import StoredMessage, decode_record
 
 log = logging.getLogger(__name__)
 MAX_BATCH = 32            # messages one receive hands out (proxy maxBatchSize-like cap)
-MAX_HELD_RECEIVES = 10_000     # receives one broker holds at once (long polling)
+MAX_HELD_RECEIVES = 10_000     # receives one broker holds at once (long polling), shared fairly by accounts
 RENEW_INTERVAL_S = 5.0          # how often auto-renewed deliveries are looked at
 RENEW_AHEAD_MS = 20_000         # renewed when less invisibility than this is left
 _MOVED = frozenset({GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY,
@@ -115,7 +116,7 @@ class PopService:
         self._waiters: dict[tuple[str, str], set[asyncio.Future]] = {}
         self._rotation = itertools.count()
         self._stopped = False
-        self._held = 0
+        self._held: FairShares[asyncio.Future] = FairShares(MAX_HELD_RECEIVES)   # receives held, by account
         self._attempts = remembered
         # auto-renewed deliveries (proxy ReceiptHandleProcessor): (queue, offset) -> (client, handle version)
         self._leases: dict[tuple[PopQueue, int], tuple[str, int]] = {}
@@ -152,11 +153,12 @@ class PopService:
                 return again
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(wait_s, 0.0)
+        displaced = False
         while True:
             popped = await self._pop_leased(request, lease)
-            if popped or self._stopped or loop.time() >= deadline:
+            if popped or self._stopped or displaced or loop.time() >= deadline:
                 break
-            await self._wait(request, deadline - loop.time())
+            displaced = await self._wait(request, deadline - loop.time())
         if attempt_id and popped:
             self._attempts.put(remembered, popped)
         return popped
@@ -294,16 +296,23 @@ class PopService:
         if state is not None:
             self.offsets.commit_offset(queue.group, queue.topic, queue.queue_id, state.consumer_offset())
 
-    async def _wait(self, request: PopRequest, timeout_s: float) -> None:
-        """Hold until something may be receivable (see the module docstring) or `timeout_s`."""
+    async def _wait(self, request: PopRequest, timeout_s: float) -> bool:
+        """Hold until something may be receivable (see the module docstring) or `timeout_s`.
+        Held receives are shared fairly between accounts (fair_shares): True when another
+        account's receive took this one's place (it is then answered, as at its timeout)."""
         if timeout_s <= 0:
-            return
-        if self._held >= MAX_HELD_RECEIVES:
-            raise V2Error(v2.TOO_MANY_REQUESTS, f"this broker already holds {MAX_HELD_RECEIVES} receives")
-        self._held += 1
+            return False
         loop = asyncio.get_running_loop()
+        account = account_key()
+        changed = loop.create_future()    # result True: displaced; None: something changed
+        try:
+            displaced = self._held.admit(account, changed)
+        except ShareExceeded:
+            raise V2Error(v2.TOO_MANY_REQUESTS,
+                          f"this broker already holds {MAX_HELD_RECEIVES} receives") from None
+        if displaced is not None and not displaced.done():
+            displaced.set_result(True)
         key = (request.group, request.topic)
-        changed = loop.create_future()
         self._waiters.setdefault(key, set()).add(changed)
         states = [self.table.queues.get(PopQueue(request.group, request.topic, q)) for q in request.queue_ids]
         wake_at = [e.visible_at_ms for state in states if state for e in state.inflight.values()]
@@ -323,7 +332,7 @@ class PopService:
                 if refused is not None:
                     raise refused
         finally:
-            self._held -= 1
+            self._held.remove(account, changed)
             for task in holds:
                 task.cancel()
             await asyncio.gather(*holds, return_exceptions=True)
@@ -332,6 +341,7 @@ class PopService:
                 waiters.discard(changed)
                 if not waiters:
                     del self._waiters[key]
+        return changed.done() and changed.result() is True
 
     def _notify(self, group: str, topic: str) -> None:
         for future in self._waiters.pop((group, topic), set()):

@@ -5,8 +5,10 @@ the other accounts out. The account is the call's (rmq.broker_server.caller)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TypeVar
 
@@ -17,15 +19,21 @@ from rmq.auth import Credentials, open_channel
 from rmq.broker_server.acl_file import AclFile
 from rmq.broker_server.caller import ANONYMOUS, Caller, run_as
 from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
+from rmq.broker_server.fair_shares import FairShares, ShareExceeded
 from rmq.broker_server.long_polling import HoldTableFull, PullRequestHoldService
+from rmq.broker_server.refusal_log import DEFAULT_LINES_PER_INTERVAL
+from rmq.broker_server.rocketmq_v2.authentication import ALGORITHM, AUTHORIZATION, DATE_TIME, signature
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.status import RequestError
+from rmq.broker_server.topic_config_manager import TopicConfig
 from rmq.rocketmq_v2 import MessagingServiceStub
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker
+from tests.broker_server.store_fixture import running_store
+from tests.broker_server.test_processors import Broker
 
 T = TypeVar("T")
 
@@ -192,5 +200,93 @@ def test_held_pull_shares_follow_the_signed_account_on_an_acl_broker(tmp_path: P
             assert (hold.held_count("hogaccount"), hold.held_count()) == (3, 4)
             for future in [*hog, polite]:
                 future.cancel()
+    finally:
+        broker.stop()
+
+
+def test_dropped_piggy_backed_commits_are_logged_at_a_bounded_rate(tmp_path: Path, caplog) -> None:
+    """A client past its share of consumer offsets that pulls with FLAG_COMMIT_OFFSET logged one
+    warning per pull; the drops now go to the rate-limited refusal log."""
+    with running_store(tmp_path / "store") as store:
+        broker = Broker(store, tmp_path)
+        broker.topics.create(TopicConfig("T", 1, 1))
+        broker.offsets.max_entries = 1
+        caplog.set_level(logging.INFO)
+        for n in range(3 * DEFAULT_LINES_PER_INTERVAL):
+            response = asyncio.run(broker.pull.process(rmq_pb2.PullMessageRequest(
+                consumer_group=f"group{n}", topic="T", queue_id=0, queue_offset=0, max_messages=1,
+                sys_flag=rmq_pb2.FLAG_COMMIT_OFFSET, commit_offset=0)))
+            assert response.status.code == rmq_pb2.OK           # the pull itself is answered
+        broker.filters.shutdown()
+        broker.executor.shutdown()
+    assert broker.offsets.size() == 1
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == DEFAULT_LINES_PER_INTERVAL, lines
+    assert all("PullMessage commit" in line and "max_consumer_offsets" in line for line in lines)
+
+
+def test_fair_shares_displace_the_largest_holders_oldest_entry() -> None:
+    shares: FairShares[str] = FairShares(3)
+    assert [shares.admit("hog", entry) for entry in ("h1", "h2", "h3")] == [None, None, None]
+    with pytest.raises(ShareExceeded):
+        shares.admit("hog", "h4")
+    assert shares.admit("b", "b1") == "h1"
+    assert shares.admit("c", "c1") == "h2"
+    with pytest.raises(ShareExceeded):           # 1, 1, 1: an equal share each
+        shares.admit("b", "b2")
+    assert not shares.remove("hog", "h1") and shares.remove("hog", "h3")
+    assert shares.admit("b", "b2") is None and (shares.count("b"), shares.count()) == (2, 3)
+
+
+def v2_metadata(credentials: Credentials) -> list[tuple[str, str]]:
+    """A RocketMQ 5 client's MQv2-HMAC-SHA1 signature of the current time."""
+    date_time = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return [(DATE_TIME, date_time),
+            (AUTHORIZATION, f"{ALGORITHM} Credential={credentials.access_key}, SignedHeaders={DATE_TIME}, "
+                            f"Signature={signature(credentials.secret_key, date_time)}")]
+
+
+def test_held_rocketmq5_receives_are_shared_between_accounts(tmp_path: Path) -> None:
+    """One account holding every receive slot (MAX_HELD_RECEIVES) answered everybody else
+    TOO_MANY_REQUESTS; now its oldest held receive gives way to another account's."""
+    acl = write_acl(tmp_path / "acl.yml", "accounts:\n"
+                    "  - {accessKey: hogaccount, secretKey: hog-secret-key, admin: true}\n"
+                    "  - {accessKey: politeaccount, secretKey: polite-secret-key, admin: true}\n")
+    broker = InProcessBroker(tmp_path / "store", ServerSecurity(acl_file=AclFile(acl))).start()
+    hog_key = Credentials("hogaccount", "hog-secret-key")
+    polite_key = Credentials("politeaccount", "polite-secret-key")
+    pops = broker.controller.rocketmq_v2.pop
+    pops._held = FairShares(2)      # MAX_HELD_RECEIVES, made small
+    try:
+        with open_channel(broker.address, credentials=hog_key) as admin_channel:
+            config = rmq_pb2.TopicConfig(topic_name="T", read_queue_nums=1, write_queue_nums=1, perm=6)
+            assert rmq_pb2_grpc.AdminServiceStub(admin_channel).CreateTopic(
+                rmq_pb2.CreateTopicRequest(config=config), timeout=10).status.code == rmq_pb2.OK
+        with grpc.insecure_channel(broker.address) as channel:
+            stub = MessagingServiceStub(channel)
+
+            def receive(credentials: Credentials, group: str):
+                request = pb.ReceiveMessageRequest(
+                    group=v2.Resource(name=group),
+                    message_queue=v2.MessageQueue(topic=v2.Resource(name="T"), id=-1),
+                    filter_expression=v2.FilterExpression(type=v2.TAG, expression="*"), batch_size=1)
+                request.long_polling_timeout.FromSeconds(60)
+                return stub.ReceiveMessage(request, timeout=90, metadata=v2_metadata(credentials))
+
+            hog = [receive(hog_key, f"hog{n}") for n in range(2)]
+            wait_until(lambda: pops._held.count("hogaccount") == 2, "the hog holds every receive slot")
+            polite = receive(polite_key, "polite")
+            wait_until(lambda: pops._held.count("politeaccount") == 1, "the polite receive is held")
+            assert pops._held.count("hogaccount") == 1
+            with ThreadPoolExecutor(len(hog)) as readers:
+                try:
+                    first_answers = [readers.submit(next, call) for call in hog]
+                    done, _ = wait(first_answers, timeout=10, return_when=FIRST_COMPLETED)
+                    # the displaced one is answered as at its long-polling timeout
+                    assert [answer.result().status.code for answer in done] == [v2.MESSAGE_NOT_FOUND]
+                    assert pops._held.count("politeaccount") == 1
+                finally:
+                    for call in [*hog, polite]:
+                        call.cancel()
     finally:
         broker.stop()
