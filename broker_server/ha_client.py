@@ -126,20 +126,30 @@ class HAClient(MasterLink):
                     log.info("replicating from master %s at CommitLog offset %d", self.master, start)
                     self.connected = True
                 self.master_max_offset = transfer.master_max_offset
-                if transfer.HasField("topic_table"):
-                    table = transfer.topic_table
-                    apply_master_topics(self.topics, [TopicConfig.from_proto(t) for t in table.topics],
-                                        self.on_topics_changed)
-                    await call.write(signed(session, Direction.FROM_SLAVE, rmq_pb2.HAReport(
-                        max_offset=self.store.get_commit_log_max_offset(), topics_version=table.version)))
-                for item in transfer.offsets:
-                    self.offsets.commit_offset(item.consumer_group, item.topic, item.queue_id, item.offset)
-                if transfer.data:
-                    self.store.append_replicated(transfer.offset, transfer.data)
-                    await call.write(signed(session, Direction.FROM_SLAVE, rmq_pb2.HAReport(
-                        max_offset=transfer.offset + len(transfer.data))))
+                report = self._apply(transfer)
+                if report is not None:
+                    await call.write(signed(session, Direction.FROM_SLAVE, report))
         finally:
             call.cancel()
+
+    def _apply(self, transfer: rmq_pb2.HATransfer) -> rmq_pb2.HAReport | None:
+        """Take one message of the master (its topic table, consumer offsets, CommitLog bytes);
+        the report acknowledging what this slave now holds, or None when there is nothing to
+        acknowledge."""
+        report = None
+        if transfer.HasField("topic_table"):
+            table = transfer.topic_table
+            apply_master_topics(self.topics, [TopicConfig.from_proto(t) for t in table.topics],
+                                self.on_topics_changed)
+            report = rmq_pb2.HAReport(topics_version=table.version)
+        for item in transfer.offsets:
+            self.offsets.commit_offset(item.consumer_group, item.topic, item.queue_id, item.offset)
+        if transfer.data:
+            self.store.append_replicated(transfer.offset, transfer.data)
+            report = report or rmq_pb2.HAReport()
+        if report is not None:
+            report.max_offset = self.store.get_commit_log_max_offset()   # written here, never more
+        return report
 
 
 def _check(session: Session, answer: rmq_pb2.HATransfer | rmq_pb2.SlaveSynchronizeResponse) -> None:
