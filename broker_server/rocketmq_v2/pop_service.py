@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -98,7 +97,7 @@ class PopService:
     def __init__(self, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
                  hold_service: PullRequestHoldService, executor: StoreExecutor, table: PopStateTable,
                  on_topics_changed: Callable[[], None], remembered: RememberedReceives[Popped],
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float]) -> None:
         """`clock`: the wall clock (seconds) invisibilities are measured against."""
         self.store = store
         self.topics = topics
