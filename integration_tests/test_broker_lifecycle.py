@@ -88,8 +88,8 @@ def test_queue_locks_expire_and_renew(short_timers: Stubs) -> None:
         return list(response.locked_queues) == [mq]
 
     assert lock("A")
-    for _ in range(3):   # the last B attempt comes 1.2 s after the first lock: the renewals kept it
-        time.sleep(0.4)   # the behaviour under test: the holder renews its lock, well within the 1 s lifetime
+    for _ in range(4):   # the last B attempt comes 1.2 s after the first lock: the renewals kept it
+        time.sleep(0.3)   # the behaviour under test: the holder renews its lock, well within the 1 s lifetime
         assert not lock("B")
         assert lock("A")
     renewed_at = time.monotonic()

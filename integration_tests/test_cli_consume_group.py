@@ -78,6 +78,12 @@ class Consume:
         self.process.send_signal(signal.SIGTERM)
         return self.wait()
 
+    def kill(self) -> None:
+        """However the test ended: no process left behind."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.communicate()
+
     def wait(self) -> str:
         _, err = self.process.communicate(timeout=WAIT_S)
         assert self.process.returncode == 0, err
@@ -107,37 +113,41 @@ def test_three_processes_of_a_group_share_a_topic(broker: processes.ServerProces
     run("topic", "create", "Shared", "--queues", "8", "--endpoints", e)
     consumers = [Consume(tmp_path / f"c{i}.out", "Shared", "--group", "g3", "--from", "first",
                          "--json", "--endpoints", e) for i in range(3)]
-    wait_until(lambda: len(members(e, "g3")) == 3, "all three joined (the queues move at each join)",
-               timeout=WAIT_S, interval=0.2)
-    # and rebalanced: while a queue changes hands both may read it (at-least-once). Each member
-    # hears of the join at once (membership push) but its allocation is not visible outside its
-    # process (the command logs no rebalance): this margin stays until it is.
-    time.sleep(2.0)
-    run("produce", "Shared", "--count", "300", "--endpoints", e)
-    deadline = time.monotonic() + WAIT_S
-    while sum(len(c.lines()) for c in consumers) < 300 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    listed = group_entry(e, "g3")
-    assert (len(listed["members"]), listed["topics"]) == (3, ["Shared"])
-    # Stop once every printed message is committed (each member commits every 5 s): the first
-    # to stop hands its queues to the others, and a queue moving between two live members is
-    # read again from its committed offset (RocketMQ's at-least-once rebalance; --orderly's
-    # queue locks close that window) — before this wait, a member that had printed messages it
-    # had not committed yet lost its queues to another when the first member stopped.
-    deadline = time.monotonic() + WAIT_S
-    while committed(e, "g3", "Shared") < 300:
-        assert time.monotonic() < deadline, f"{committed(e, 'g3', 'Shared')} of 300 committed"
-        time.sleep(0.2)
-    for consumer in consumers:
-        consumer.process.send_signal(signal.SIGTERM)
-    for consumer in consumers:
-        consumer.wait()
-    assert group_entry(e, "g3") == {"group": "g3", "members": [], "topics": ["Shared"], "total_lag": 0}
-    records = [json.loads(line) for c in consumers for line in c.lines()]
-    bodies = Counter(r["body"] for r in records)
-    assert len(bodies) == 300 and set(bodies.values()) == {1}   # every message once
-    assert all(sum(1 for line in c.lines()) > 0 for c in consumers)   # each one had queues
-    assert progress(e, "g3")["total_lag"] == 0
+    try:
+        wait_until(lambda: len(members(e, "g3")) == 3, "all three joined (the queues move at each join)",
+                   timeout=WAIT_S, interval=0.2)
+        # and rebalanced: while a queue changes hands both may read it (at-least-once). Each member
+        # hears of the join at once (membership push) but its allocation is not visible outside its
+        # process (the command logs no rebalance): this margin stays until it is.
+        time.sleep(2.0)
+        run("produce", "Shared", "--count", "300", "--endpoints", e)
+        deadline = time.monotonic() + WAIT_S
+        while sum(len(c.lines()) for c in consumers) < 300 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        listed = group_entry(e, "g3")
+        assert (len(listed["members"]), listed["topics"]) == (3, ["Shared"])
+        # Stop once every printed message is committed (each member commits every 5 s): the first
+        # to stop hands its queues to the others, and a queue moving between two live members is
+        # read again from its committed offset (RocketMQ's at-least-once rebalance; --orderly's
+        # queue locks close that window) — before this wait, a member that had printed messages it
+        # had not committed yet lost its queues to another when the first member stopped.
+        deadline = time.monotonic() + WAIT_S
+        while committed(e, "g3", "Shared") < 300:
+            assert time.monotonic() < deadline, f"{committed(e, 'g3', 'Shared')} of 300 committed"
+            time.sleep(0.2)
+        for consumer in consumers:
+            consumer.process.send_signal(signal.SIGTERM)
+        for consumer in consumers:
+            consumer.wait()
+        assert group_entry(e, "g3") == {"group": "g3", "members": [], "topics": ["Shared"], "total_lag": 0}
+        records = [json.loads(line) for c in consumers for line in c.lines()]
+        bodies = Counter(r["body"] for r in records)
+        assert len(bodies) == 300 and set(bodies.values()) == {1}   # every message once
+        assert all(sum(1 for line in c.lines()) > 0 for c in consumers)   # each one had queues
+        assert progress(e, "g3")["total_lag"] == 0
+    finally:
+        for consumer in consumers:
+            consumer.kill()
 
 
 def test_head_commits_only_what_it_read_and_sigterm_commits_what_was_printed(
@@ -164,6 +174,7 @@ def test_rides_out_a_broker_restart(tmp_path: Path) -> None:
     server = processes.broker(tmp_path, extra=["--metrics-listen", metrics]).start()
     e = server.address
     client = RmqClient(e)
+    consumer = None
     try:
         run("topic", "create", "Restarted", "--queues", "2", "--endpoints", e)
         consumer = Consume(tmp_path / "ride.out", "Restarted", "--group", "riders", "--endpoints", e)
@@ -179,6 +190,8 @@ def test_rides_out_a_broker_restart(tmp_path: Path) -> None:
         assert sorted(line.split(" ", 4)[4] for line in lines) == ["a", "b", "c", "d"]
         assert committed(e, "riders", "Restarted") == 4
     finally:
+        if consumer is not None:
+            consumer.kill()
         client.close()
         server.stop()
 

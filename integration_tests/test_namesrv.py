@@ -4,7 +4,6 @@ MessageQueues), unregistration on a clean stop and expiry of a broker that died.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -12,16 +11,13 @@ import pytest
 from integration_tests.rmq_stubs import Stubs
 from rmq.cli import processes
 from rmq.v1 import rmq_pb2
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
 
-def wait_until(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
+def wait_for(condition, what: str, timeout: float = 10.0) -> None:
+    wait_until(condition, what, timeout, interval=0.05)
 
 
 def broker_names(namesrv: Stubs) -> list[str]:
@@ -42,11 +38,12 @@ def test_two_brokers_behind_a_name_server(tmp_path: Path) -> None:
     ]
     routes = Stubs.connect(namesrv.address)
     try:
-        wait_until(lambda: broker_names(routes) == ["broker-a", "broker-b"])
+        wait_for(lambda: broker_names(routes) == ["broker-a", "broker-b"], "both brokers registered")
         for broker in brokers:
             with_stubs(broker.address, lambda rmq: rmq.create_topic("spread", queues=4))
-        wait_until(
-            lambda: len(routes.route.QueryRoute(rmq_pb2.QueryRouteRequest(topic="spread")).queue_datas) == 2
+        wait_for(
+            lambda: len(routes.route.QueryRoute(rmq_pb2.QueryRouteRequest(topic="spread")).queue_datas) == 2,
+            "the topic routed on both brokers",
         )
 
         route = routes.route.QueryRoute(rmq_pb2.QueryRouteRequest(topic="spread"))
@@ -68,8 +65,9 @@ def test_two_brokers_behind_a_name_server(tmp_path: Path) -> None:
         assert brokers[0].stop() == 0  # clean stop: unregistered at once
         assert broker_names(routes) == ["broker-a"]
         brokers[1].kill()  # died: dropped after the 1.5 s expiry
-        wait_until(lambda: broker_names(routes) == [])
-        wait_until(lambda: "broker-a removed after 1500 ms without a heartbeat" in namesrv.log())
+        wait_for(lambda: broker_names(routes) == [], "the killed broker dropped")
+        wait_for(lambda: "broker-a removed after 1500 ms without a heartbeat" in namesrv.log(),
+                 "the name server's log line")
     finally:
         routes.close()
         for broker in brokers:
@@ -95,7 +93,7 @@ def test_broker_registers_when_the_name_server_comes_late(tmp_path: Path) -> Non
     try:
         namesrv.start()
         routes = Stubs.connect(namesrv.address)
-        wait_until(lambda: broker_names(routes) == ["broker-a"])
+        wait_for(lambda: broker_names(routes) == ["broker-a"], "the broker registered")
         routes.close()
     finally:
         broker.stop()

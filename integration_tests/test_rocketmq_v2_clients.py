@@ -53,7 +53,7 @@ BROKER_CONFIG = (
     "transaction_timeout_ms: 1000\ntransaction_check_interval_ms: 1000\n"
     f"min_invisible_ms: {MIN_INVISIBLE_S * 1000}\n"
 )
-FORGOTTEN_S = 5   # the invisibility of a delivery never acknowledged: it comes back after it
+FORGOTTEN_S = 6   # the invisibility of a delivery never acknowledged: it comes back after it
 
 
 @pytest.fixture(scope="module")

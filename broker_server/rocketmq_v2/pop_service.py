@@ -20,7 +20,6 @@ import asyncio
 import functools
 import itertools
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -102,7 +101,7 @@ class PopService:
     def __init__(self, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
                  hold_service: PullRequestHoldService, executor: StoreExecutor, table: PopStateTable,
                  on_topics_changed: Callable[[], None], remembered: RememberedReceives[Popped],
-                 filters: FilterExecutor, clock: Callable[[], float] = time.time) -> None:
+                 filters: FilterExecutor, clock: Callable[[], float]) -> None:
         """`clock`: the wall clock (seconds) invisibilities are measured against."""
         self.store = store
         self.filters = filters   # SQL92 reads: one slice each, in the account's turn (filter_executor)

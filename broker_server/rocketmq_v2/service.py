@@ -3,7 +3,6 @@ offsets, long polling): `build_service`, called once by BrokerController."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import grpc
@@ -38,7 +37,7 @@ def build_service(config: BrokerConfig, store: MessageStore, executor: StoreExec
                   pull_processor: PullMessageProcessor,
                   open_channel: Callable[[str], grpc.aio.Channel],
                   on_topics_changed: Callable[[], None],
-                  clock: Callable[[], float] = time.time) -> RocketMQv2MessagingService:
+                  clock: Callable[[], float]) -> RocketMQv2MessagingService:
     """The v2 service of one broker, its pop state loaded from the store directory; `clock`:
     the wall clock invisibilities are measured against."""
     table = PopStateTable(config.store_path, executor)

@@ -33,6 +33,7 @@ from rmq.connector.message_listener import ConsumeConcurrentlyContext, ConsumeCo
 from rmq.connector.producer import Producer
 from rmq.connector.pull_consumer import PullConsumer
 from rmq.connector.push_consumer import PushConsumer
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -45,10 +46,7 @@ Read = tuple[str, bytes]    # (broker name, body)
 
 
 def wait_for(condition: Callable[[], bool], what: Callable[[], str], timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what()}"
-        time.sleep(0.2)
+    wait_until(condition, what, timeout, interval=0.2)
 
 
 class Group:

@@ -30,6 +30,7 @@ from integration_tests.reliability.traffic import Producers, read_topic
 from rmq.cli import processes
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -82,10 +83,7 @@ def heartbeat(stub: rmq_pb2_grpc.MessagingServiceStub, client_id: str, group: st
 
 
 def wait_for(condition, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.2)
+    wait_until(condition, what, timeout, interval=0.2)   # the conditions scrape the metrics
 
 
 def test_hostile_clients_are_bounded_and_a_producer_keeps_its_latency(

@@ -329,7 +329,7 @@ def test_a_push_consumer_keeps_consuming_from_the_slave_while_the_master_is_down
 
 
 TRIGGER_ROWS = 200
-SLAVE_BATCHES = 5 if os.environ.get(REPORT_ENV) == "1" else 2   # micro-batches read while the master is down
+SLAVE_BATCHES = 15 if os.environ.get(REPORT_ENV) == "1" else 2   # micro-batches read while the master is down
 
 
 def test_a_spark_query_reads_from_the_slave_while_the_master_is_stopped(

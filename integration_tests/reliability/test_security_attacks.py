@@ -35,6 +35,7 @@ from rmq.connector.client import OutgoingMessage, RmqClient, RmqError
 from rmq.rocketmq_v2 import METHOD_PREFIX as ROCKETMQ_V2_METHOD_PREFIX
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.acl_files import write_acl
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -111,10 +112,7 @@ def messages_in(address: str, topic: str = "orders") -> int:
 
 
 def until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
+    wait_until(condition, what, timeout_s, interval=0.05)
 
 
 # ---------------------------------------------------------------- 1. lockout

@@ -28,6 +28,7 @@ from rmq.cli import processes
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.connector.errors import RmqError
 from rmq.message_queue import MessageQueue
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -110,10 +111,7 @@ def stopped(pid: int) -> bool:
 
 
 def wait_for(condition, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.2)
+    wait_until(condition, what, timeout, interval=0.2)   # the conditions scrape the metrics
 
 
 def test_slow_readers_are_bounded_and_others_keep_pulling(tmp_path: Path, report: ReliabilityReport) -> None:

@@ -23,6 +23,7 @@ from rmq.connector.client import (
 )
 from rmq.connector.message_decoder import decode
 from rmq.v1 import rmq_pb2
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 MiB = 1024 * 1024
@@ -240,9 +241,9 @@ def test_name_server_routes_over_two_brokers(tmp_path: Path) -> None:
                for name in ("broker-b", "broker-a")]
     try:
         with RmqClient(namesrv.address) as rmq_client:
-            _wait_for(lambda: len(rmq_client.list_brokers()) == 2)
+            _wait_for(lambda: len(rmq_client.list_brokers()) == 2, "both brokers registered")
             assert rmq_client.create_topic("Spread", queues=2) == ["broker-a", "broker-b"]
-            _wait_for(lambda: _route_brokers(rmq_client, "Spread") == 2)
+            _wait_for(lambda: _route_brokers(rmq_client, "Spread") == 2, "the topic routed on both brokers")
 
             route = rmq_client.query_route("Spread")
             sends = [rmq_client.send("Spread", [OutgoingMessage(b"m")]).broker_name for _ in range(4)]
@@ -261,7 +262,8 @@ def test_name_server_routes_over_two_brokers(tmp_path: Path) -> None:
 
 def _wait_dispatched(rmq_client: RmqClient, topic: str, count: int) -> None:
     """Sends are acknowledged once stored; ConsumeQueue entries follow asynchronously (reput)."""
-    _wait_for(lambda: sum(o.max_offset for o in rmq_client.topic_offsets(topic).values()) == count)
+    _wait_for(lambda: sum(o.max_offset for o in rmq_client.topic_offsets(topic).values()) == count,
+              f"{count} messages of {topic} dispatched")
 
 
 def _route_brokers(rmq_client: RmqClient, topic: str) -> int:
@@ -271,11 +273,8 @@ def _route_brokers(rmq_client: RmqClient, topic: str) -> int:
         return 0
 
 
-def _wait_for(condition, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.1)
+def _wait_for(condition, what: str, timeout: float = 20.0) -> None:
+    wait_until(condition, what, timeout, interval=0.1)
 
 
 def test_a_failing_request_reports_what_earlier_requests_stored(broker: processes.ServerProcess) -> None:
