@@ -66,6 +66,7 @@ PULL_RESPONSE_CODES: dict[int, ResponseCode] = {
 @dataclass(frozen=True)
 class BrokerIdentity:
     broker_name: str
+    broker_id: int  # 0: master; a slave's route names it as a slave, so 4.x producers do not send to it
     remoting_address: str  # what route lookups on this port name as the broker's address
 
 
@@ -136,7 +137,7 @@ class BrokerRemotingProcessor:
             )
         name = self.identity.broker_name
         body = encode_topic_route(
-            [BrokerData(name, {0: self.identity.remoting_address})],
+            [BrokerData(name, {self.identity.broker_id: self.identity.remoting_address})],
             [QueueData(name, config.read_queue_nums, config.write_queue_nums, config.perm)],
         )
         return call.request.response(ResponseCode.SUCCESS, body=body)

@@ -33,6 +33,7 @@ from rmq.broker_server.remoting.request_code import ResponseCode
 
 log = logging.getLogger(__name__)
 MiB = 1024 * 1024
+MAX_UNREAD_BYTES = 4 * MiB  # written to a client and not yet read by it, for oneway sends
 
 
 @dataclass(frozen=True)
@@ -73,11 +74,19 @@ class Channel:
         await self.writer.drain()
 
     def send_oneway(self, command: RemotingCommand) -> None:
-        """Send a request to the client without waiting for an answer (from the event loop)."""
+        """Send a request to the client without waiting for an answer (from the event loop); dropped
+        (logged) while the client leaves more than MAX_UNREAD_BYTES unread, so a client that does
+        not read cannot make the broker buffer notifications without end."""
         command.opaque = next(self._opaques)
         command.flag |= RPC_ONEWAY
-        if not self.closed:
-            self.writer.write(command.encode())
+        if self.closed:
+            return
+        if self.writer.transport.get_write_buffer_size() > MAX_UNREAD_BYTES:
+            log.warning(
+                "remoting: %s does not read: request code %d to it dropped", self.address, command.code
+            )
+            return
+        self.writer.write(command.encode())
 
     async def invoke(self, command: RemotingCommand, timeout_s: float) -> RemotingCommand:
         """Send a request to the client and wait for its response (TimeoutError)."""

@@ -45,7 +45,7 @@ def build_broker_remoting(
     if not config.remoting_listen:
         return None
     processor = BrokerRemotingProcessor(
-        BrokerIdentity(config.broker_name, config.remoting_address),
+        BrokerIdentity(config.broker_name, config.broker_id, config.remoting_address),
         messaging,
         topics,
         consumers,
