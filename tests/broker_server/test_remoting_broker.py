@@ -207,6 +207,12 @@ def test_route_offsets_and_the_retry_topic_a_heartbeat_creates(
     assert (queried.code, queried.ext_fields["offset"]) == (ResponseCode.SUCCESS, "1")
     maximum = client.call(request(RequestCode.GET_MAX_OFFSET, topic=TOPIC, queueId=1))
     assert int(maximum.ext_fields["offset"]) == broker.controller.store.get_max_offset_in_queue(TOPIC, 1)
+    minimum = client.call(request(RequestCode.GET_MIN_OFFSET, topic=TOPIC, queueId=1))
+    assert minimum.ext_fields["offset"] == "0"
+    future = client.call(
+        request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, topic=TOPIC, queueId=1, timestamp=1 << 60)
+    )
+    assert future.ext_fields["offset"] == maximum.ext_fields["offset"]
     assert client.call(request(RequestCode.UNREGISTER_CLIENT, clientID="c1", consumerGroup=GROUP)).code == 0
     assert broker.controller.consumers.consumer_list(GROUP) == []
 

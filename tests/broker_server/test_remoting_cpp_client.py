@@ -108,6 +108,7 @@ def test_cpp_orderly_and_batch_sends_reach_an_orderly_consumer_in_order(broker: 
         group="cpp-orderly",
         orderly=True,
         expect=len(ordered) + len(batch),
+        fail_once_key="a",  # a-0 fails once: the queue waits and consumes it again before a-1
     )["received"]
     for key in ("a", "b"):
         assert [m["body"] for m in consumed if m["keys"] == key] == [f"{key}-{n}" for n in range(4)]
