@@ -159,11 +159,14 @@ def test_cpp_broadcasting_consumers_each_read_every_message(broker: InProcessBro
             group="cpp-bc",
             broadcast=True,
             expect=3,
+            timeout_s=100,
         )
         for n in range(2)
     ]
     # a new broadcasting consumer starts at the end of each queue: send once both hold their pulls
-    wait_until(lambda: broker.controller.hold_service.held_count() >= 2 * QUEUES, "both consumers pulling")
+    wait_until(
+        lambda: broker.controller.hold_service.held_count() >= 2 * QUEUES, "both consumers pulling", 90
+    )
     messages = [{"body": f"bc-{n}", "tags": "bc"} for n in range(3)]
     assert run_client(do="produce", address=address, topic="cpp", group="cpp-pg", messages=messages)["ok"]
     for consumer in consumers:
