@@ -45,7 +45,7 @@ from rmq.broker_server.rocketmq_v2.status import V2Error
 from rmq.broker_server.rocketmq_v2.transactions import TransactionService
 from rmq.broker_server.send_message_processor import born_host_from_peer, check_put_status
 from rmq.broker_server.status import rmq_pb2
-from rmq.broker_server.topic_config_manager import TopicConfigManager
+from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
 from rmq.sql92 import Sql92Error, compile_sql92
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ MAX_CLIENT_IDS_PER_CONNECTION = 64
 CONSUMER_RUNNING_INFO_TIMEOUT_S = 5.0
 SYS_FLAG_COMPRESSED = 0x1  # MessageSysFlag.COMPRESSED_FLAG
 METHOD = "/rmq.v1.MessagingService/"
+AUTO_CREATE_TOPIC_KEY = "TBW102"  # TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC
 
 # rmq.v1 PullStatus as the PULL_MESSAGE response code the client reads it from.
 PULL_RESPONSE_CODES: dict[int, ResponseCode] = {
@@ -129,6 +130,11 @@ class BrokerRemotingProcessor:
     async def _route(self, call: Call) -> RemotingCommand:
         topic = headers.text(call.request, "topic")
         config = self.topics.get(topic)
+        if config is None and topic == AUTO_CREATE_TOPIC_KEY and self.topics.auto_create:
+            # a 4.x producer sends to a topic without a route through the default topic's route;
+            # its send then creates the topic (auto_create_topic_enable)
+            queues = self.topics.default_queue_nums
+            config = TopicConfig(topic, queues, queues)
         if config is None:
             raise Refusal(
                 ResponseCode.TOPIC_NOT_EXIST,

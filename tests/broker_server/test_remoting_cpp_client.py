@@ -182,3 +182,22 @@ def test_cpp_pull_consumer_reads_every_queue(broker: InProcessBroker) -> None:
         (f"pulled-{n}", "p", f"k{n}") for n in range(4)
     ]
     assert {m["queue_id"] for m in received} == set(range(QUEUES))
+
+
+def test_a_cpp_producer_creates_a_topic_where_auto_creation_is_on(tmp_path: Path) -> None:
+    broker = start_broker(
+        tmp_path / "store", "cpp", auto_create_topic_enable=True, default_topic_queue_nums=QUEUES
+    )
+    try:
+        messages = [{"body": "first", "tags": "new"}]
+        sent = run_client(
+            do="produce",
+            address=broker.config.remoting_listen,
+            topic="created-by-send",
+            group="cpp-pg",
+            messages=messages,
+        )
+        assert sent["ok"], sent
+        assert [row["body"] for row in sdk_messages(broker, "created-by-send")] == [b"first"]
+    finally:
+        broker.stop()
