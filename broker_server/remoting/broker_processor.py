@@ -1,8 +1,11 @@
 """The broker's remoting requests (docs/remoting-protocol.md, "Request codes"): each request code
 is read into the rmq.v1 request it stands for and handed to the broker's MessagingService, so
 4.x clients go through the same processors, checks and bounds as rmq clients (send, pull with
-long polling, offsets, membership, send-back, locks); the answer is written back in RocketMQ's
-header fields and response codes. Unknown codes are answered REQUEST_CODE_NOT_SUPPORTED.
+long polling, offsets, membership, send-back, locks); prepared sends and END_TRANSACTION go to the
+broker's TransactionService (transactions.py). The answer is written back in RocketMQ's header
+fields and response codes. Unknown codes are answered REQUEST_CODE_NOT_SUPPORTED. A consumer whose
+connection closes leaves its groups at once (doChannelCloseEvent), and every change of a group's
+members is pushed to its remoting consumers (NOTIFY_CONSUMER_IDS_CHANGED).
 
 Bounds of its own: a connection registers at most MAX_CLIENT_IDS_PER_CONNECTION client ids, and
 one account (or, without an ACL, one connection) holds at most max_held_pulls_per_account pulls
