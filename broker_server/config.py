@@ -92,6 +92,8 @@ class BrokerConfig:
     remoting_max_frame_bytes: int = 16 * MiB
     remoting_max_connections: int = 4096
     remoting_max_held_pulls_per_account: int = 4096  # pulls one account (or connection) has in progress
+    remoting_max_request_bytes: int = 256 * MiB  # request frames read and not yet answered, in all
+    remoting_max_request_bytes_per_connection: int = 64 * MiB  # the same, on one connection
 
     @property
     def store_path(self) -> Path:

@@ -1,8 +1,11 @@
 """The broker's remoting requests (docs/remoting-protocol.md, "Request codes"): each request code
 is read into the rmq.v1 request it stands for and handed to the broker's MessagingService, so
 4.x clients go through the same processors, checks and bounds as rmq clients (send, pull with
-long polling, offsets, membership, send-back, locks); the answer is written back in RocketMQ's
-header fields and response codes. Unknown codes are answered REQUEST_CODE_NOT_SUPPORTED.
+long polling, offsets, membership, send-back, locks); prepared sends and END_TRANSACTION go to the
+broker's TransactionService (transactions.py). The answer is written back in RocketMQ's header
+fields and response codes. Unknown codes are answered REQUEST_CODE_NOT_SUPPORTED. A consumer whose
+connection closes leaves its groups at once (doChannelCloseEvent), and every change of a group's
+members is pushed to its remoting consumers (NOTIFY_CONSUMER_IDS_CHANGED).
 
 Bounds of its own: a connection registers at most MAX_CLIENT_IDS_PER_CONNECTION client ids, and
 one account (or, without an ACL, one connection) holds at most max_held_pulls_per_account pulls
@@ -45,7 +48,7 @@ from rmq.broker_server.rocketmq_v2.status import V2Error
 from rmq.broker_server.rocketmq_v2.transactions import TransactionService
 from rmq.broker_server.send_message_processor import born_host_from_peer, check_put_status
 from rmq.broker_server.status import rmq_pb2
-from rmq.broker_server.topic_config_manager import TopicConfigManager
+from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
 from rmq.sql92 import Sql92Error, compile_sql92
 
 log = logging.getLogger(__name__)
@@ -53,6 +56,7 @@ MAX_CLIENT_IDS_PER_CONNECTION = 64
 CONSUMER_RUNNING_INFO_TIMEOUT_S = 5.0
 SYS_FLAG_COMPRESSED = 0x1  # MessageSysFlag.COMPRESSED_FLAG
 METHOD = "/rmq.v1.MessagingService/"
+AUTO_CREATE_TOPIC_KEY = "TBW102"  # TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC
 
 # rmq.v1 PullStatus as the PULL_MESSAGE response code the client reads it from.
 PULL_RESPONSE_CODES: dict[int, ResponseCode] = {
@@ -66,6 +70,7 @@ PULL_RESPONSE_CODES: dict[int, ResponseCode] = {
 @dataclass(frozen=True)
 class BrokerIdentity:
     broker_name: str
+    broker_id: int  # 0: master; a slave's route names it as a slave, so 4.x producers do not send to it
     remoting_address: str  # what route lookups on this port name as the broker's address
 
 
@@ -128,6 +133,11 @@ class BrokerRemotingProcessor:
     async def _route(self, call: Call) -> RemotingCommand:
         topic = headers.text(call.request, "topic")
         config = self.topics.get(topic)
+        if config is None and topic == AUTO_CREATE_TOPIC_KEY and self.topics.auto_create:
+            # a 4.x producer sends to a topic without a route through the default topic's route;
+            # its send then creates the topic (auto_create_topic_enable)
+            queues = self.topics.default_queue_nums
+            config = TopicConfig(topic, queues, queues)
         if config is None:
             raise Refusal(
                 ResponseCode.TOPIC_NOT_EXIST,
@@ -136,7 +146,7 @@ class BrokerRemotingProcessor:
             )
         name = self.identity.broker_name
         body = encode_topic_route(
-            [BrokerData(name, {0: self.identity.remoting_address})],
+            [BrokerData(name, {self.identity.broker_id: self.identity.remoting_address})],
             [QueueData(name, config.read_queue_nums, config.write_queue_nums, config.perm)],
         )
         return call.request.response(ResponseCode.SUCCESS, body=body)

@@ -6,13 +6,15 @@ Responses from a client (to requests the server sent it) complete the server's w
 Bounded (`RemotingLimits`): a frame longer than max_frame_bytes, a length prefix below 4 or a
 header that does not decode closes the connection (nothing is allocated for it first); past
 max_connections a new connection is closed at once; a connection runs at most
-max_requests_per_connection requests at a time (reading waits); a connection silent for
-idle_timeout_s is closed."""
+max_requests_per_connection requests at a time, and request frames read and not yet answered
+hold at most max_request_bytes_per_connection on one connection and max_request_bytes in all
+(request_bytes: reading waits); a connection silent for idle_timeout_s is closed."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
@@ -26,10 +28,12 @@ from rmq.broker_server.remoting.remoting_command import (
     RemotingCommand,
     decode,
 )
+from rmq.broker_server.remoting.request_bytes import RequestBytes
 from rmq.broker_server.remoting.request_code import ResponseCode
 
 log = logging.getLogger(__name__)
 MiB = 1024 * 1024
+MAX_UNREAD_BYTES = 4 * MiB  # written to a client and not yet read by it, for oneway sends
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,8 @@ class RemotingLimits:
     max_frame_bytes: int = 16 * MiB  # RocketMQ's frame limit (com.rocketmq.remoting.frameMaxLength)
     max_connections: int = 4096
     max_requests_per_connection: int = 1024
+    max_request_bytes_per_connection: int = 64 * MiB
+    max_request_bytes: int = 256 * MiB
     idle_timeout_s: float = 120.0  # RocketMQ closes channels idle for 120 s
 
 
@@ -68,11 +74,19 @@ class Channel:
         await self.writer.drain()
 
     def send_oneway(self, command: RemotingCommand) -> None:
-        """Send a request to the client without waiting for an answer (from the event loop)."""
+        """Send a request to the client without waiting for an answer (from the event loop); dropped
+        (logged) while the client leaves more than MAX_UNREAD_BYTES unread, so a client that does
+        not read cannot make the broker buffer notifications without end."""
         command.opaque = next(self._opaques)
         command.flag |= RPC_ONEWAY
-        if not self.closed:
-            self.writer.write(command.encode())
+        if self.closed:
+            return
+        if self.writer.transport.get_write_buffer_size() > MAX_UNREAD_BYTES:
+            log.warning(
+                "remoting: %s does not read: request code %d to it dropped", self.address, command.code
+            )
+            return
+        self.writer.write(command.encode())
 
     async def invoke(self, command: RemotingCommand, timeout_s: float) -> RemotingCommand:
         """Send a request to the client and wait for its response (TimeoutError)."""
@@ -125,6 +139,7 @@ class RemotingServer:
         self.channels: set[Channel] = set()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task] = set()
+        self.request_bytes = RequestBytes(limits.max_request_bytes, limits.max_request_bytes_per_connection)
 
     @property
     def port(self) -> int:
@@ -183,13 +198,24 @@ class RemotingServer:
                 raise FrameError(
                     f"frame length {length} is outside 4..{self.limits.max_frame_bytes} (max_frame_bytes)"
                 )
-            payload = await asyncio.wait_for(reader.readexactly(length), self.limits.idle_timeout_s)
-            command = decode(payload)
+            await self.request_bytes.acquire(channel, length)
+            try:
+                payload = await asyncio.wait_for(reader.readexactly(length), self.limits.idle_timeout_s)
+                command = decode(payload)
+            except BaseException:
+                self.request_bytes.release(channel, length)
+                raise
             if command.is_response:
+                self.request_bytes.release(channel, length)
                 channel.answered(command)
                 continue
             await slots.acquire()
-            self._spawn(self._handle(channel, command)).add_done_callback(lambda _: slots.release())
+            task = self._spawn(self._handle(channel, command))
+            task.add_done_callback(functools.partial(self._finished, channel, length, slots))
+
+    def _finished(self, channel: Channel, size: int, slots: asyncio.Semaphore, _task: asyncio.Task) -> None:
+        slots.release()
+        self.request_bytes.release(channel, size)
 
     async def _handle(self, channel: Channel, request: RemotingCommand) -> None:
         context = CallContext(channel)

@@ -28,16 +28,10 @@ def authenticator(security: ServerSecurity) -> RemotingAuthenticator | None:
 
 
 def remoting_server(
-    listen: str,
-    security: ServerSecurity,
-    processor: RemotingProcessor,
-    max_frame_bytes: int,
-    max_connections: int,
+    listen: str, security: ServerSecurity, processor: RemotingProcessor, limits: RemotingLimits
 ) -> RemotingServer:
     security.check_listen(listen)
-    return RemotingServer(
-        listen, processor, RemotingLimits(max_frame_bytes=max_frame_bytes, max_connections=max_connections)
-    )
+    return RemotingServer(listen, processor, limits)
 
 
 def build_broker_remoting(
@@ -51,7 +45,7 @@ def build_broker_remoting(
     if not config.remoting_listen:
         return None
     processor = BrokerRemotingProcessor(
-        BrokerIdentity(config.broker_name, config.remoting_address),
+        BrokerIdentity(config.broker_name, config.broker_id, config.remoting_address),
         messaging,
         topics,
         consumers,
@@ -60,13 +54,13 @@ def build_broker_remoting(
         config.max_message_size,
         config.remoting_max_held_pulls_per_account,
     )
-    return remoting_server(
-        config.remoting_listen,
-        security,
-        processor,
-        config.remoting_max_frame_bytes,
-        config.remoting_max_connections,
+    limits = RemotingLimits(
+        max_frame_bytes=config.remoting_max_frame_bytes,
+        max_connections=config.remoting_max_connections,
+        max_request_bytes=config.remoting_max_request_bytes,
+        max_request_bytes_per_connection=config.remoting_max_request_bytes_per_connection,
     )
+    return remoting_server(config.remoting_listen, security, processor, limits)
 
 
 def build_name_server_remoting(
@@ -74,10 +68,9 @@ def build_name_server_remoting(
 ) -> RemotingServer | None:
     if not config.remoting_listen:
         return None
+    limits = RemotingLimits(
+        max_frame_bytes=config.remoting_max_frame_bytes, max_connections=config.remoting_max_connections
+    )
     return remoting_server(
-        config.remoting_listen,
-        security,
-        NameServerRemotingProcessor(routes, authenticator(security)),
-        config.remoting_max_frame_bytes,
-        config.remoting_max_connections,
+        config.remoting_listen, security, NameServerRemotingProcessor(routes, authenticator(security)), limits
     )

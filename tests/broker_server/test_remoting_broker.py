@@ -207,6 +207,12 @@ def test_route_offsets_and_the_retry_topic_a_heartbeat_creates(
     assert (queried.code, queried.ext_fields["offset"]) == (ResponseCode.SUCCESS, "1")
     maximum = client.call(request(RequestCode.GET_MAX_OFFSET, topic=TOPIC, queueId=1))
     assert int(maximum.ext_fields["offset"]) == broker.controller.store.get_max_offset_in_queue(TOPIC, 1)
+    minimum = client.call(request(RequestCode.GET_MIN_OFFSET, topic=TOPIC, queueId=1))
+    assert minimum.ext_fields["offset"] == "0"
+    future = client.call(
+        request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, topic=TOPIC, queueId=1, timestamp=1 << 60)
+    )
+    assert future.ext_fields["offset"] == maximum.ext_fields["offset"]
     assert client.call(request(RequestCode.UNREGISTER_CLIENT, clientID="c1", consumerGroup=GROUP)).code == 0
     assert broker.controller.consumers.consumer_list(GROUP) == []
 
@@ -523,3 +529,21 @@ def test_consumer_running_info_is_asked_of_the_consumer(broker: InProcessBroker)
             request(RequestCode.GET_CONSUMER_RUNNING_INFO, consumerGroup="info-g", clientId="nobody")
         )
         assert offline.code == ResponseCode.SYSTEM_ERROR and "not online" in offline.remark
+
+
+def test_a_connection_is_not_read_past_its_request_bytes(tmp_path: Path) -> None:
+    """With room for one request per connection, a request sent behind a held pull is read only
+    once the pull is answered: its answer comes second."""
+    broker = start_broker(tmp_path / "store", remoting_max_request_bytes_per_connection=64)
+    try:
+        with (
+            RemotingTestClient(broker.config.remoting_listen) as client,
+            RemotingTestClient(broker.config.remoting_listen) as waker,
+        ):
+            held = client.send(pull(0, 0, suspend_ms=60_000))
+            wait_until(lambda: broker.controller.hold_service.held_count() == 1, "the pull held")
+            behind = client.send(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=TOPIC))
+            assert waker.call(send_v2(b"wake", {}, 0)).code == ResponseCode.SUCCESS
+            assert [client.read().opaque, client.read().opaque] == [held, behind]
+    finally:
+        broker.stop()

@@ -3,6 +3,7 @@ protocol (docs/remoting-protocol.md), byte for byte."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import struct
 
@@ -19,6 +20,7 @@ from rmq.broker_server.remoting.remoting_command import (
     SerializeType,
     decode,
 )
+from rmq.broker_server.remoting.request_bytes import RequestBytes
 from rmq.broker_server.remoting.request_code import RequestCode
 from rmq.broker_server.remoting.topic_route_data import BrokerData, QueueData, encode_topic_route
 from rmq.broker_server.status import RequestError, rmq_pb2
@@ -179,3 +181,31 @@ def test_the_signature_covers_every_field_but_itself_by_sorted_name_then_the_bod
 def test_every_status_and_pull_status_has_a_response_code() -> None:
     assert set(RESPONSE_CODES) == set(rmq_pb2.Code.values())
     assert set(PULL_RESPONSE_CODES) == set(rmq_pb2.PullStatus.values())
+
+
+def test_request_bytes_wait_for_room_on_the_connection_and_in_all() -> None:
+    async def scenario() -> list[str]:
+        budget = RequestBytes(total=100, per_connection=60)
+        order: list[str] = []
+
+        async def take(connection: str, size: int) -> None:
+            await budget.acquire(connection, size)
+            order.append(f"{connection}+{size}")
+
+        await take("a", 50)
+        await take("b", 40)
+        waiting = [asyncio.ensure_future(take("a", 20)), asyncio.ensure_future(take("c", 30))]
+        await asyncio.sleep(0)
+        assert order == ["a+50", "b+40"]  # a would pass 60 on its connection, c 100 in all
+        budget.release("b", 40)
+        await asyncio.sleep(0)
+        assert order == ["a+50", "b+40", "c+30"]
+        budget.release("a", 50)
+        await asyncio.gather(*waiting)
+        assert (budget.held, order[-1]) == (50, "a+20")
+        budget.release("a", 20)
+        budget.release("c", 30)
+        await take("d", 500)  # a frame over the bounds is read when nothing else is held
+        return order
+
+    assert asyncio.run(scenario())[-1] == "d+500"

@@ -108,6 +108,7 @@ def test_cpp_orderly_and_batch_sends_reach_an_orderly_consumer_in_order(broker: 
         group="cpp-orderly",
         orderly=True,
         expect=len(ordered) + len(batch),
+        fail_once_key="a",  # a-0 fails once: the queue waits and consumes it again before a-1
     )["received"]
     for key in ("a", "b"):
         assert [m["body"] for m in consumed if m["keys"] == key] == [f"{key}-{n}" for n in range(4)]
@@ -158,11 +159,14 @@ def test_cpp_broadcasting_consumers_each_read_every_message(broker: InProcessBro
             group="cpp-bc",
             broadcast=True,
             expect=3,
+            timeout_s=100,
         )
         for n in range(2)
     ]
     # a new broadcasting consumer starts at the end of each queue: send once both hold their pulls
-    wait_until(lambda: broker.controller.hold_service.held_count() >= 2 * QUEUES, "both consumers pulling")
+    wait_until(
+        lambda: broker.controller.hold_service.held_count() >= 2 * QUEUES, "both consumers pulling", 90
+    )
     messages = [{"body": f"bc-{n}", "tags": "bc"} for n in range(3)]
     assert run_client(do="produce", address=address, topic="cpp", group="cpp-pg", messages=messages)["ok"]
     for consumer in consumers:
@@ -178,3 +182,22 @@ def test_cpp_pull_consumer_reads_every_queue(broker: InProcessBroker) -> None:
         (f"pulled-{n}", "p", f"k{n}") for n in range(4)
     ]
     assert {m["queue_id"] for m in received} == set(range(QUEUES))
+
+
+def test_a_cpp_producer_creates_a_topic_where_auto_creation_is_on(tmp_path: Path) -> None:
+    broker = start_broker(
+        tmp_path / "store", "cpp", auto_create_topic_enable=True, default_topic_queue_nums=QUEUES
+    )
+    try:
+        messages = [{"body": "first", "tags": "new"}]
+        sent = run_client(
+            do="produce",
+            address=broker.config.remoting_listen,
+            topic="created-by-send",
+            group="cpp-pg",
+            messages=messages,
+        )
+        assert sent["ok"], sent
+        assert [row["body"] for row in sdk_messages(broker, "created-by-send")] == [b"first"]
+    finally:
+        broker.stop()
