@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 from rmq import message_format as mf
@@ -22,6 +20,7 @@ from rmq import retry
 from rmq.broker_server.arguments import positive_int
 from rmq.broker_server.errors import UserError
 from rmq.cli import admin_commands, client_security, consume_command
+from rmq.cli.output import print_json, print_table, timestamp
 from rmq.connector.client import (
     PERM_READ,
     PERM_WRITE,
@@ -66,6 +65,8 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     produce.add_argument("--size", type=positive_int, help="body size in bytes of generated messages (100)")
     produce.add_argument("--tags", default="", help="tag of every message")
     produce.add_argument("--keys", default="", help="keys of every message (space-separated)")
+    produce.add_argument("--property", action="append", default=[], type=_user_property, metavar="KEY=VALUE",
+                         help="a user property of every message (repeatable)")
     produce.add_argument("--batch-size", type=positive_int, default=256, help="messages per send (256)")
     produce.add_argument("--key-hash", action="store_true",
                          help="stdin lines are KEY<TAB>BODY: the key is the message's key and picks its "
@@ -193,10 +194,10 @@ def _topic_update(client: RmqClient, args: argparse.Namespace) -> int:
 def _topic_list(client: RmqClient, args: argparse.Namespace) -> int:
     topics = client.list_topics()
     if args.json:
-        _print_json({"topics": [{"topic": t.topic_name, "read_queue_nums": t.read_queue_nums,
+        print_json({"topics": [{"topic": t.topic_name, "read_queue_nums": t.read_queue_nums,
                                  "write_queue_nums": t.write_queue_nums, "perm": t.perm} for t in topics]})
     else:
-        _print_table(["TOPIC", "READ_QUEUES", "WRITE_QUEUES", "PERM"],
+        print_table(["TOPIC", "READ_QUEUES", "WRITE_QUEUES", "PERM"],
                      [[t.topic_name, t.read_queue_nums, t.write_queue_nums, _perm(t.perm)] for t in topics])
     return 0
 
@@ -217,7 +218,7 @@ def _topic_describe(client: RmqClient, args: argparse.Namespace) -> int:
     for b in brokers:
         b["members"] = _member_states(client, b["broker_name"], route.members.get(b["broker_name"], ()))
     if args.json:
-        _print_json({"topic": args.name, "brokers": brokers, "queues": queues,
+        print_json({"topic": args.name, "brokers": brokers, "queues": queues,
                      "unreachable": _unreachable_json(unreachable)})
         return 0
     _warn_unreachable(unreachable)
@@ -225,9 +226,9 @@ def _topic_describe(client: RmqClient, args: argparse.Namespace) -> int:
         print(f"topic {args.name} on {b['broker_name']} ({b['address']}): {b['read_queue_nums']} read / "
               f"{b['write_queue_nums']} write queues, perm {_perm(b['perm'])}")
         _print_members(b["members"])
-    _print_table(["BROKER", "QUEUE", "MIN_OFFSET", "MAX_OFFSET", "LAST_STORE_TIME"],
+    print_table(["BROKER", "QUEUE", "MIN_OFFSET", "MAX_OFFSET", "LAST_STORE_TIME"],
                  [[q["broker_name"], q["queue_id"], q["min_offset"], q["max_offset"],
-                   _timestamp(q["last_store_timestamp"])] for q in queues])
+                   timestamp(q["last_store_timestamp"])] for q in queues])
     return 0
 
 
@@ -274,8 +275,10 @@ def _outgoing(batch: list[bytes], args: argparse.Namespace, queues: list[Message
               ) -> Iterator[tuple[str | None, list[OutgoingMessage]]]:
     """The batch as sends: one (any broker) without --key-hash; else one per broker, each line's
     key choosing its queue."""
+    properties = dict(args.property)
     if not args.key_hash:
-        yield None, [OutgoingMessage(body, tags=args.tags, keys=args.keys) for body in batch]
+        yield None, [OutgoingMessage(body, tags=args.tags, keys=args.keys, properties=properties)
+                     for body in batch]
         return
     by_broker: dict[str, list[OutgoingMessage]] = {}
     for line in batch:
@@ -285,8 +288,18 @@ def _outgoing(batch: list[bytes], args: argparse.Namespace, queues: list[Message
         text = key.decode("utf-8", errors="replace")
         mq = select_message_queue_by_hash(queues, Message(args.topic, body, keys=text), None)   # by key
         by_broker.setdefault(mq.broker_name, []).append(
-            OutgoingMessage(body, tags=args.tags, keys=text, queue_id=mq.queue_id))
+            OutgoingMessage(body, tags=args.tags, keys=text, properties=properties, queue_id=mq.queue_id))
     yield from by_broker.items()
+
+
+def _user_property(text: str) -> tuple[str, str]:
+    """KEY=VALUE of --property: a non-empty key that is not one the broker or SDK sets itself."""
+    key, equals, value = text.partition("=")
+    if not equals or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, not {text!r}")
+    if key in mf.SYSTEM_PROPERTIES:
+        raise argparse.ArgumentTypeError(f"{key} is set by rmq itself (use --tags / --keys for those)")
+    return key, value
 
 
 def _generated(count: int, size: int) -> Iterator[bytes]:
@@ -371,14 +384,14 @@ def _group_progress(client: RmqClient, args: argparse.Namespace) -> int:
     members = {name: _member_states(client, name, groups.get(name, ()))
                for name in sorted({row["broker_name"] for row in rows})}
     if args.json:
-        _print_json({"group": args.group, "queues": rows, "total_lag": total, "brokers": members,
+        print_json({"group": args.group, "queues": rows, "total_lag": total, "brokers": members,
                      "unreachable": _unreachable_json(unreachable), "complete": not unreachable})
         return _incomplete_exit(unreachable)
     _warn_unreachable(unreachable)
     for name, states in members.items():
         print(f"broker {name}:")
         _print_members(states)
-    _print_table(["TOPIC", "BROKER", "QUEUE", "BROKER_OFFSET", "CONSUMER_OFFSET", "LAG"],
+    print_table(["TOPIC", "BROKER", "QUEUE", "BROKER_OFFSET", "CONSUMER_OFFSET", "LAG"],
                  [[r["topic"], r["broker_name"], r["queue_id"], r["max_offset"],
                    "-" if r["consumer_offset"] is None else r["consumer_offset"], r["lag"]] for r in rows])
     print(f"total lag: {total}{_incomplete_note(unreachable)}")
@@ -404,11 +417,11 @@ def _group_list(client: RmqClient, args: argparse.Namespace) -> int:
         listed.append({"group": group, "members": members, "topics": topics,
                        "total_lag": sum(r["lag"] for r in rows)})
     if args.json:
-        _print_json({"groups": listed, "unreachable": _unreachable_json(unreachable),
+        print_json({"groups": listed, "unreachable": _unreachable_json(unreachable),
                      "complete": not unreachable})
         return _incomplete_exit(unreachable)
     _warn_unreachable(unreachable)
-    _print_table(["GROUP", "MEMBERS", "TOPICS", "TOTAL_LAG"],
+    print_table(["GROUP", "MEMBERS", "TOPICS", "TOTAL_LAG"],
                  [[g["group"], "?" if g["members"] is None else len(g["members"]),
                    ",".join(g["topics"]) or "-", g["total_lag"]] for g in listed])
     return _incomplete_exit(unreachable)
@@ -433,9 +446,9 @@ def _cluster_status(client: RmqClient, args: argparse.Namespace) -> int:
     groups = {name: _member_states(client, name, members)
               for name, members in client.list_broker_groups().items()}
     if args.json:
-        _print_json({"brokers": groups})
+        print_json({"brokers": groups})
         return 0
-    _print_table(["BROKER", "ID", "ROLE", "ADDRESS", "MIN_OFFSET", "MAX_OFFSET", "SLAVE_LAG_BYTES", "STATE"],
+    print_table(["BROKER", "ID", "ROLE", "ADDRESS", "MIN_OFFSET", "MAX_OFFSET", "SLAVE_LAG_BYTES", "STATE"],
                  [[name, m["broker_id"], m["role"], m["address"], _dash(m["min_offset"]),
                    _dash(m["max_offset"]), _dash(m["lag_bytes"]), m["state"]]
                   for name, states in groups.items() for m in states])
@@ -500,15 +513,15 @@ def _dead_letters(client: RmqClient, group: str) -> Iterator[tuple[MessageExt, b
 def _dlq_list(client: RmqClient, args: argparse.Namespace) -> int:
     letters = list(_dead_letters(client, args.group))
     if args.json:
-        _print_json([{"msg_id": m.msg_id, "origin_msg_id": m.origin_msg_id, "topic": m.topic,
+        print_json([{"msg_id": m.msg_id, "origin_msg_id": m.origin_msg_id, "topic": m.topic,
                       "queue_offset": m.queue_offset, "reconsume_times": m.reconsume_times, "tags": m.tags,
                       "keys": m.keys, "properties": m.properties, "body": m.body.decode("utf-8", "replace"),
                       "store_timestamp": m.store_timestamp, "resent": resent} for m, resent in letters])
         return 0
-    _print_table(["MSG_ID", "ORIGIN_MSG_ID", "TOPIC", "RECONSUME_TIMES", "TAGS", "KEYS", "STORED", "RESENT",
+    print_table(["MSG_ID", "ORIGIN_MSG_ID", "TOPIC", "RECONSUME_TIMES", "TAGS", "KEYS", "STORED", "RESENT",
                   "BODY"],
                  [[m.msg_id, m.origin_msg_id, m.topic, m.reconsume_times, m.tags or "-", m.keys or "-",
-                   _timestamp(m.store_timestamp), "yes" if resent else "no",
+                   timestamp(m.store_timestamp), "yes" if resent else "no",
                    consume_command.one_line(m.body)[:40]]
                   for m, resent in letters])
     print(f"{len(letters)} dead letters in {retry.dlq_topic(args.group)}")
@@ -581,22 +594,7 @@ def _unreachable_json(unreachable: dict[str, RmqUnavailable]) -> dict[str, str]:
 # ---------------------------------------------------------------- output and argument types
 
 
-def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, ensure_ascii=False))
-
-
-def _print_table(headers: list[str], rows: list[list[Any]]) -> None:
-    cells = [headers] + [[str(cell) for cell in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    for row in cells:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
-
-
 def _perm(perm: int) -> str:
     return ("r" if perm & PERM_READ else "-") + ("w" if perm & PERM_WRITE else "-")
 
 
-def _timestamp(epoch_ms: int) -> str:
-    if epoch_ms <= 0:
-        return "-"
-    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds")

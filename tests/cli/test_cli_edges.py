@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import threading
@@ -17,7 +18,7 @@ from rmq.broker_server.tls import ServerTls
 from rmq.cli import main as cli
 from rmq.connector import Message, Producer, SendStatus
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
-from rmq.connector.message import MessageExt
+from rmq.connector.message import MessageExt, decode_messages
 from rmq.connector.message_listener import ConsumeConcurrentlyStatus
 from rmq.connector.push_consumer import PushConsumer
 from tests.broker_server.in_process_broker import InProcessBroker
@@ -163,3 +164,23 @@ def test_dlq_resend_to_the_group_only_keeps_the_original_id(broker: InProcessBro
     assert again.msg_id != first.msg_id and again.origin_msg_id == first.msg_id == first.origin_msg_id
     with RmqClient(broker.address) as client:
         assert client.queue_offsets(MessageQueue("lettered", "broker-a", 0)).max_offset == 1   # not re-sent
+
+
+
+def test_produce_sets_user_properties(broker: InProcessBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert cli.main(["topic", "create", "user-props", "--queues", "1", "--endpoints", broker.address]) == 0
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"hello\n")))
+    assert cli.main(["produce", "user-props", "--property", "region=eu", "--property", "tier=gold",
+                     "--endpoints", broker.address]) == 0
+    with RmqClient(broker.address) as client:
+        mq = client.route("user-props").message_queues[0]
+        [message] = decode_messages(client.browse_messages(mq, 0, 1).messages, mq)
+    assert (message.properties["region"], message.properties["tier"]) == ("eu", "gold")
+
+
+@pytest.mark.parametrize("value, says", [("noequals", "expected KEY=VALUE"), ("=x", "expected KEY=VALUE"),
+                                         ("TAGS=x", "TAGS is set by rmq itself")])
+def test_bad_properties_are_one_line(value: str, says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["produce", "T", "--property", value]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1
