@@ -92,8 +92,9 @@ def test_clients_isolate_a_killed_broker_and_pick_it_up_again(
     described = json.loads(describe.stdout)
     assert {q["broker_name"] for q in described["queues"]} == {"broker-a"}
     assert list(described["unreachable"]) == ["broker-b"]
-    assert progress.returncode == 0, progress.stderr
-    assert "broker-a" in progress.stdout and "broker-b" not in progress.stdout
+    assert progress.returncode == 1, progress.stderr    # an incomplete answer (issue 32 item 6)
+    assert "broker-a" in progress.stdout and "broker-b  " not in progress.stdout   # no broker-b row
+    assert "incomplete: without the queues of unreachable broker-b" in progress.stdout
     assert "broker broker-b is unreachable" in progress.stderr
     down_brokers = Counter(r.message_queue.broker_name for r in down_results)
     assert down_brokers == {"broker-a": 40}
