@@ -155,7 +155,7 @@ class BrokerRemotingProcessor:
         data = headers.json_body(call.request)
         client_id = headers.json_text(data, "clientID")
         for producer in headers.json_list(data, "producerDataSet"):
-            self.producers.register(headers.json_text(producer, "groupName"), call.channel)
+            self.producers.register(headers.json_text(producer, "groupName"), call.channel, call.access_key)
         for consumer in headers.json_list(data, "consumerDataSet"):
             request = rmq_pb2.HeartbeatRequest(
                 client_id=client_id,

@@ -13,6 +13,7 @@ from typing import Any
 from google.protobuf.message import Message
 
 from rmq.broker_server.acl import AccessDenied
+from rmq.broker_server.caller import run_as
 from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
 from rmq.broker_server.remoting.remoting_command import RemotingCommand
 from rmq.broker_server.remoting.remoting_server import CallContext, Channel
@@ -106,6 +107,8 @@ class RequestDispatcher:
             )
         try:
             access_key = self._authenticate(context.channel, request)
+            if self.authenticator is not None:   # what the request reaches is checked for this account
+                run_as(self.authenticator.caller(access_key))
             return await handler(Call(context, request, access_key))
         except Refusal as refusal:
             return request.response(refusal.code, refusal.remark)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from google.protobuf.message import Message
 
 from rmq.broker_server.acl import AccessDenied, Acl
+from rmq.broker_server.caller import Caller
 from rmq.broker_server.client_id_owners import ClientIdOwners, ClientIdTaken
 from rmq.broker_server.remoting.remoting_command import RemotingCommand
 from rmq.broker_server.request_auth import key_label
@@ -54,6 +55,10 @@ class RemotingAuthenticator:
         (shared with rmq.v1 calls: both reach the same consumer table)."""
         self._acl = acl
         self._client_ids = client_ids
+
+    def caller(self, access_key: str) -> Caller:
+        """The account an admitted request runs as (rmq.broker_server.caller)."""
+        return Caller(access_key, self._acl)
 
     def authenticate(self, request: RemotingCommand, address: str) -> str:
         """The access key whose secret signed `request` from `address`; AccessDenied otherwise."""

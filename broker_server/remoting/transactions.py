@@ -79,16 +79,19 @@ def encode_record(message: StoredMessage) -> bytes:
 
 
 class ProducerChannels:
-    """Connected 4.x producers by group (from their heartbeats), asked in turn to check. Bounded:
-    at most MAX_PRODUCER_GROUPS_PER_CONNECTION groups per connection, and a connection's entries
-    leave with it."""
+    """Connected 4.x producers by group (from their heartbeats), asked in turn to check; a
+    transaction is only shown to producers of the account that opened it (the heartbeat's signer).
+    Bounded: at most MAX_PRODUCER_GROUPS_PER_CONNECTION groups per connection, and a connection's
+    entries leave with it."""
 
     def __init__(self) -> None:
         self._groups: dict[str, dict[Channel, None]] = {}
         self._by_channel: dict[Channel, set[str]] = {}
+        self._accounts: dict[Channel, str] = {}      # the account a producer's heartbeat was signed by
         self._turn = itertools.count()
 
-    def register(self, group: str, channel: Channel) -> None:
+    def register(self, group: str, channel: Channel, account: str = "") -> None:
+        self._accounts[channel] = account
         groups = self._by_channel.get(channel)
         if groups is None:
             groups = self._by_channel[channel] = set()
@@ -99,6 +102,7 @@ class ProducerChannels:
         self._groups.setdefault(group, {})[channel] = None
 
     def _forget(self, channel: Channel) -> None:
+        self._accounts.pop(channel, None)
         for group in self._by_channel.pop(channel, set()):
             channels = self._groups.get(group, {})
             channels.pop(channel, None)
@@ -108,7 +112,9 @@ class ProducerChannels:
     def check(self, transaction_id: str, transaction: OpenTransaction, half: StoredMessage) -> bool:
         """Send CHECK_TRANSACTION_STATE to a producer of the half message's group; False when
         none is connected here."""
-        channels = list(self._groups.get(half.properties.get(PROPERTY_PRODUCER_GROUP, ""), ()))
+        group = self._groups.get(half.properties.get(PROPERTY_PRODUCER_GROUP, ""), {})
+        channels = [channel for channel in group
+                    if not transaction.owner or self._accounts.get(channel) == transaction.owner]
         if not channels:
             return False
         real = dataclasses.replace(

@@ -353,6 +353,11 @@ def test_the_acl_checks_signatures_and_the_names_a_request_touches(tmp_path: Pat
                 taken.code == ResponseCode.NO_PERMISSION and "registered by another account" in taken.remark
             )
             assert broker.controller.consumers.consumer_list(GROUP) == ["owned"]
+            # #25 item 1 over remoting: SUB on the group does not reach a record of a topic it may not read
+            back = request(RequestCode.CONSUMER_SEND_MSG_BACK, group=GROUP, offset=0, delayLevel=0,
+                           originMsgId="", originTopic=TOPIC, maxReconsumeTimes=16)
+            refused = client.call(signed(back, "intruder", "intruder-secret"))
+            assert refused.code == ResponseCode.NO_PERMISSION and "may consume" in refused.remark
     finally:
         broker.stop()
 
@@ -545,5 +550,35 @@ def test_a_connection_is_not_read_past_its_request_bytes(tmp_path: Path) -> None
             behind = client.send(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=TOPIC))
             assert waker.call(send_v2(b"wake", {}, 0)).code == ResponseCode.SUCCESS
             assert [client.read().opaque, client.read().opaque] == [held, behind]
+    finally:
+        broker.stop()
+
+
+def test_a_transaction_is_checked_only_with_producers_of_the_account_that_opened_it(tmp_path: Path) -> None:
+    """#25 item 2 for 4.x producers: a producer of another account in the same producer group is
+    never sent the check (which carries the half message's body)."""
+    acl = ACL + "  - {accessKey: rivalry, secretKey: 'rivalry-secret', topicPerms: ['remoting-t=PUB']}\n"
+    security = ServerSecurity(acl_file=AclFile(write_acl(tmp_path / "acl.yml", acl)))
+    broker = start_broker(tmp_path / "store", security=security, transaction_timeout_ms=200,
+                          transaction_check_interval_ms=200)
+    try:
+        with RemotingTestClient(broker.config.remoting_listen) as owner, \
+                RemotingTestClient(broker.config.remoting_listen) as rival:
+            for client, account in ((owner, "producer"), (rival, "rivalry")):
+                data = {"clientID": f"{account}-client", "producerDataSet": [{"groupName": "tx-pg"}],
+                        "consumerDataSet": []}
+                beat = request(RequestCode.HEART_BEAT, body=json.dumps(data).encode())
+                assert client.call(signed(beat, account, f"{account}-secret")).code == ResponseCode.SUCCESS
+            properties = {"TAGS": "tx", "UNIQ_KEY": "TX-OWNED", "PGROUP": "tx-pg", "TRAN_MSG": "true"}
+            half = send_v2(b"secret", properties, 1, sys_flag=4)
+            sent = owner.call(signed(half, "producer", "producer-secret"))
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+            checks = [owner.read(), owner.read()]     # two check rounds: with turns, one went to the rival
+            assert all(c.code == RequestCode.CHECK_TRANSACTION_STATE for c in checks)
+            route = signed(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=TOPIC), "rivalry",
+                           "rivalry-secret")
+            rival.send(route)
+            first = rival.read()                          # the answer, not a check read before it
+            assert first.is_response and first.code == ResponseCode.SUCCESS, first.code
     finally:
         broker.stop()
