@@ -178,6 +178,8 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
                 )
         self.consumers.heartbeat(
             request.client_id, request.consumer_group, request.message_model, subscriptions,
+            # a 4.x remoting call's context says so; a gRPC call is an rmq.v1 client
+            protocol=getattr(context, "client_protocol", rmq_pb2.CLIENT_PROTOCOL_RMQ),
             address=context.peer() if context is not None else "",
         )
         return rmq_pb2.HeartbeatResponse(status=OK)

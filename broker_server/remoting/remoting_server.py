@@ -30,6 +30,7 @@ from rmq.broker_server.remoting.remoting_command import (
 )
 from rmq.broker_server.remoting.request_bytes import RequestBytes
 from rmq.broker_server.remoting.request_code import ResponseCode
+from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
 MiB = 1024 * 1024
@@ -107,6 +108,8 @@ class Channel:
 
 class CallContext:
     """What the broker's processors ask of a call (peer, done callbacks), for one request."""
+
+    client_protocol = rmq_pb2.CLIENT_PROTOCOL_REMOTING   # how group members reached the broker
 
     def __init__(self, channel: Channel) -> None:
         self.channel = channel

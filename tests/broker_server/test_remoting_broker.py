@@ -20,6 +20,7 @@ from rmq.broker_server.remoting.request_code import RequestCode, ResponseCode
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.topic_config_manager import TopicConfig
 from rmq.stored_message import decode_record
+from rmq.v1 import rmq_pb2
 from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker, start_remoting_broker
 from tests.broker_server.remoting_client import RemotingTestClient
@@ -195,6 +196,8 @@ def test_route_offsets_and_the_retry_topic_a_heartbeat_creates(
     assert client.call(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=f"%RETRY%{GROUP}")).code == 0
     members = client.call(request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, consumerGroup=GROUP))
     assert json.loads(members.body) == {"consumerIdList": ["c1"]}
+    [member] = broker.controller.consumer_connections(GROUP)     # as `rmq group members` shows it
+    assert (member.client_id, member.protocol) == ("c1", rmq_pb2.CLIENT_PROTOCOL_REMOTING)
     client.send(
         request(
             RequestCode.UPDATE_CONSUMER_OFFSET, consumerGroup=GROUP, topic=TOPIC, queueId=1, commitOffset=1
