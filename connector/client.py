@@ -33,7 +33,7 @@ from rmq.connector.tls_probe import speaks_tls
 from rmq.message_queue import MessageQueue
 from rmq.statuses import GetMessageStatus, PullStatus, SendStatus
 from rmq.subscription import MessageSelector
-from rmq.topic_config import PERM_READ, PERM_WRITE, TopicConfig
+from rmq.topic_config import PERM_READ, PERM_WRITE, QueueData, TopicConfig
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 MAX_GRPC_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -56,16 +56,6 @@ MEMBER_DOWN_SECONDS = 5.0   # a broker that did not answer is passed over for th
 
 
 # ---------------------------------------------------------------- records
-
-
-@dataclass(frozen=True)
-class QueueData:
-    """The queues one broker holds for a topic (RocketMQ QueueData)."""
-
-    broker_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
 
 
 @dataclass(frozen=True)

@@ -7,15 +7,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from rmq.topic_config import QueueData
+
 CLUSTER = "DefaultCluster"
-
-
-@dataclass(frozen=True)
-class QueueData:
-    broker_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from rmq.store.private_files import write_durably
+
 SECRET_BYTES = 32
 MAC_HEX_CHARS = 32
-KEY_FILE_MODE = 0o600
 
 
 class InvalidReceiptHandle(ValueError):
@@ -79,19 +79,6 @@ def load_or_create_secret(path: Path) -> bytes:
 
 
 def _create_secret(path: Path) -> bytes:
-    path.parent.mkdir(parents=True, exist_ok=True)
     secret = secrets.token_bytes(SECRET_BYTES)
-    temporary = path.with_name(path.name + ".tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, KEY_FILE_MODE)
-    try:
-        os.write(descriptor, secret)
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-    os.replace(temporary, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    write_durably(path, secret)      # 0600, in a 0700 directory, whole after a crash
     return secret

@@ -34,3 +34,14 @@ class TopicConfig:
     @classmethod
     def from_proto(cls, config: rmq_pb2.TopicConfig) -> TopicConfig:
         return cls(config.topic_name, config.read_queue_nums, config.write_queue_nums, config.perm)
+
+
+@dataclass(frozen=True)
+class QueueData:
+    """The queues one broker holds for a topic (RocketMQ QueueData): what routes carry, on every
+    protocol."""
+
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
