@@ -11,11 +11,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from tests.broker_server.client_install import install_once
+
 SCRIPT = Path(__file__).with_name("remoting_ali_ons_client.js")
 PACKAGE = "ali-ons@3.12.0"
 INSTALL_DIR = Path(__file__).resolve().parents[2] / "build" / "ali-ons"
 CLIENT_TIMEOUT_S = 120
-INSTALL_TIMEOUT_S = 600
 
 
 def _install() -> str | None:
@@ -24,24 +25,8 @@ def _install() -> str | None:
     npm = shutil.which("npm")
     if npm is None or shutil.which("node") is None:
         return "ali-ons needs node and npm (Debian nodejs, npm), not found"
-    staging = INSTALL_DIR.with_name(f"{INSTALL_DIR.name}.{os.getpid()}")
-    try:
-        done = subprocess.run(
-            [npm, "install", "--prefix", str(staging), "--no-audit", "--no-fund", PACKAGE],
-            capture_output=True,
-            text=True,
-            timeout=INSTALL_TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired:
-        return f"npm install {PACKAGE} timed out"
-    if done.returncode:
-        shutil.rmtree(staging, ignore_errors=True)
-        return f"cannot install {PACKAGE}: {done.stderr.strip()[-300:]}"
-    try:
-        staging.rename(INSTALL_DIR)
-    except OSError:  # installed meanwhile by another run
-        shutil.rmtree(staging, ignore_errors=True)
-    return None
+    command = [npm, "install", "--no-audit", "--no-fund", PACKAGE, "--prefix"]   # the folder comes last
+    return install_once(INSTALL_DIR, command, PACKAGE)
 
 
 @functools.cache

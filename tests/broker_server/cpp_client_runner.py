@@ -11,16 +11,16 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.broker_server.client_install import install_once
 
 SCRIPT = Path(__file__).with_name("remoting_cpp_client.py")
 PACKAGE = "rocketmq==0.4.4"
 CLIENT_DIR = Path(__file__).resolve().parents[2] / "build" / "rocketmq-cpp-client"
 CLIENT_TIMEOUT_S = 120
-INSTALL_TIMEOUT_S = 600
 
 
 def client_env(home: Path | None = None) -> dict[str, str]:
@@ -34,34 +34,8 @@ def _install() -> str | None:
     """Install the client into CLIENT_DIR (whole or not at all); the problem, or None."""
     if (CLIENT_DIR / "rocketmq" / "client.py").exists():
         return None
-    staging = CLIENT_DIR.with_name(f"{CLIENT_DIR.name}.{os.getpid()}")
-    try:
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--no-deps",
-                "--target",
-                str(staging),
-                PACKAGE,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=INSTALL_TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired:
-        return f"installing {PACKAGE} timed out"
-    if done.returncode:
-        shutil.rmtree(staging, ignore_errors=True)
-        return f"cannot install {PACKAGE} (the RocketMQ 4.x C++ client): {done.stderr.strip()[-300:]}"
-    try:
-        staging.rename(CLIENT_DIR)
-    except OSError:  # installed meanwhile by another run
-        shutil.rmtree(staging, ignore_errors=True)
-    return None
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", PACKAGE, "--target"]
+    return install_once(CLIENT_DIR, command, f"{PACKAGE} (the RocketMQ 4.x C++ client)")
 
 
 @functools.cache
