@@ -18,7 +18,6 @@ all) until then: a client that stops reading holds one batch, bounded by the pul
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -42,7 +41,6 @@ from rmq.statuses import GetMessageStatus
 from rmq.store import MessageStore
 from rmq.store.results import GetMessageResult
 
-log = logging.getLogger(__name__)
 MIDDLEWARE_KEY = "rmq-auth"
 _NOT_IN_A_TICKET = rmq_pb2.FLAG_SUSPEND | rmq_pb2.FLAG_COMMIT_OFFSET
 # a stream goes on after these reads; any other status ends it (the client decides what it means)
@@ -145,7 +143,6 @@ class FlightReadService(flight.FlightServerBase):
             request = _parse_ticket(ticket.ticket)
             account = self._admit(context, request)
             read = self._validate(request)
-            self.slots.acquire(account)
         except RequestError as error:
             raise _refused(error) from None
         return flight.GeneratorStream(SCHEMA, self._stream(read, account, f"flight {context.peer()}"))
@@ -179,7 +176,13 @@ class FlightReadService(flight.FlightServerBase):
 
     def _stream(self, read: FlightRead, account: str, connection: str
                 ) -> Iterator[tuple[pa.RecordBatch, pa.Buffer]]:
-        """One batch per store read, each holding its record bytes until the next is asked for."""
+        """One batch per store read, each holding its record bytes until the next is asked for.
+        The stream's slot is taken when Flight asks for its first batch (a stream never started
+        holds nothing) and given back when it ends."""
+        try:
+            self.slots.acquire(account)
+        except RequestError as error:
+            raise _refused(error) from None
         held = 0
         try:
             query, offset, rows, size = read.query, read.query.offset, 0, 0

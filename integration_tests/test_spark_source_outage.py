@@ -86,7 +86,7 @@ def test_a_stream_isolates_one_of_two_brokers_and_rides_out_its_restart(namesrv,
                 got_b = read_batch(reader, isolated, end).column("body").to_pylist()
             finally:
                 restart.join()
-            assert retried(caplog, "pulling topic halves broker broker-b")
+            assert retried(caplog, "reading topic halves broker broker-b")
             assert sorted(got) == sorted(before["broker-a"] + before["broker-b"])    # each message once
             assert sorted(got_a) == sorted(sent["broker-a"])
             assert sorted(got_b) == sorted(sent["broker-b"])

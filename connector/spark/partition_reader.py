@@ -27,7 +27,7 @@ import logging
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -51,6 +51,7 @@ from rmq.v1 import rmq_pb2
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+Item = TypeVar("Item")
 
 @dataclass(frozen=True)
 class QueueRangePartition(InputPartition):
@@ -60,6 +61,12 @@ class QueueRangePartition(InputPartition):
     start_offset: int
     end_offset: int
     pull: PullSettings
+
+
+def _joined(batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Consecutive batches as one (none when there are none)."""
+    if batches:
+        yield batches[0] if len(batches) == 1 else pa.concat_batches(batches)
 
 
 def read_queue_range(partition: QueueRangePartition) -> Iterator[pa.RecordBatch]:
@@ -74,28 +81,33 @@ BATCH_ROWS = 16_384
 BATCH_BYTES = 4 << 20
 
 
-class _HeldPulls:
-    """Consecutive FOUND pulls waiting to be decoded as one batch."""
+class _Held(Generic[Item]):
+    """Consecutive reads (pulls, or Flight batches) waiting to be handed on as one batch."""
 
     def __init__(self) -> None:
-        self._pulls: list[rmq_pb2.PackedMessages] = []
+        self._items: list[Item] = []
         self._rows = self._bytes = 0
 
-    def add(self, messages: rmq_pb2.PackedMessages) -> list[rmq_pb2.PackedMessages]:
-        """Hold `messages`; release the held pulls (to decode now, while the next pull is in
-        flight) when one more pull of this size would pass BATCH_ROWS or BATCH_BYTES."""
-        size = int(np.frombuffer(messages.sizes, dtype="<i4").sum())   # its records' bytes, uncopied
-        self._pulls.append(messages)
-        self._rows += messages.count
+    def add(self, item: Item, rows: int, size: int) -> list[Item]:
+        """Hold `item` of `rows` rows and `size` bytes; release the held ones (to decode or
+        yield now) when one more of this size would pass BATCH_ROWS or BATCH_BYTES."""
+        self._items.append(item)
+        self._rows += rows
         self._bytes += size
-        if self._rows + messages.count > BATCH_ROWS or self._bytes + size > BATCH_BYTES:
+        if self._rows + rows > BATCH_ROWS or self._bytes + size > BATCH_BYTES:
             return self.release()
         return []
 
-    def release(self) -> list[rmq_pb2.PackedMessages]:
-        pulls, self._pulls = self._pulls, []
+    def release(self) -> list[Item]:
+        items, self._items = self._items, []
         self._rows = self._bytes = 0
-        return pulls
+        return items
+
+
+def _hold_pull(held: _Held[rmq_pb2.PackedMessages], messages: rmq_pb2.PackedMessages
+               ) -> list[rmq_pb2.PackedMessages]:
+    size = int(np.frombuffer(messages.sizes, dtype="<i4").sum())   # its records' bytes, uncopied
+    return held.add(messages, messages.count, size)
 
 
 class QueueRangeReader:
@@ -132,6 +144,7 @@ class QueueRangeReader:
         asked for again from the last offset it delivered, within the outage window."""
         settings = self._settings
         offset, backoff = self._start, Backoff(settings.outage_window_ms / 1000)
+        held: _Held[pa.RecordBatch] = _Held()   # small batches go to Spark together, as pulls do
         while offset < self._end:
             try:
                 for chunk in flight.read(self._mq, offset, self._end, group=settings.consumer_group,
@@ -142,25 +155,27 @@ class QueueRangeReader:
                     if problem is not None:
                         raise RmqUnavailable(problem, broker=self._mq.broker_name)
                     offset = self._next_offset(offset, chunk.result)
-                    yield from self._trimmed(chunk.batch)
+                    for batch in self._trimmed(chunk.batch):
+                        yield from _joined(held.add(batch, batch.num_rows, batch.nbytes))
                     backoff = Backoff(settings.outage_window_ms / 1000)
             except RmqUnavailable as error:
                 self._retry_or_fail(backoff, offset, f"broker unavailable: {error.message}")
+        yield from _joined(held.release())
 
     def _pulled_batches(self) -> Iterator[pa.RecordBatch]:
         """The rows of the range in pull order. The next pull runs on a background thread
         while this one is decoded and consumed (by Spark's Python worker), so the broker and
         the reader work at the same time; at most one request is outstanding. Consecutive
-        small pulls are decoded together into one batch (_HeldPulls): fewer, larger batches
+        small pulls are decoded together into one batch (_Held): fewer, larger batches
         cost Spark and the decoder less per row."""
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmq-prefetch") as prefetch:
             pending: Future[tuple[PullResult | None, int]] | None = prefetch.submit(self._step, self._start)
-            held = _HeldPulls()
+            held: _Held[rmq_pb2.PackedMessages] = _Held()
             while pending is not None:
                 found, offset = pending.result()
                 pending = prefetch.submit(self._step, offset) if offset < self._end else None
                 if found is not None:
-                    yield from self._rows(held.add(found.messages))
+                    yield from self._rows(_hold_pull(held, found.messages))
             yield from self._rows(held.release())
 
     def _step(self, offset: int) -> tuple[PullResult | None, int]:

@@ -14,6 +14,8 @@ import pytest
 
 from rmq import request_signing
 from rmq.broker_server.acl_file import AclFile
+from rmq.broker_server.config import BrokerConfig
+from rmq.broker_server.errors import UserError
 from rmq.broker_server.name_server import RouteInfoManager
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.tls import ServerTls
@@ -127,6 +129,12 @@ def test_a_garbled_ticket_is_refused(broker: InProcessBroker) -> None:
     with pytest.raises(flight.FlightServerError, match="ILLEGAL_ARGUMENT: the Flight ticket is not"):
         client.do_get(flight.Ticket(b"\xff\xff garbage")).read_all()
     client.close()
+
+
+@pytest.mark.parametrize("listen", ["nope", "127.0.0.1:0", "127.0.0.1:70000"])
+def test_a_bad_flight_listen_is_refused_naming_the_setting(listen: str) -> None:
+    with pytest.raises(UserError, match=f"flight_listen must be HOST:PORT .*not '{listen}'"):
+        BrokerConfig(flight_listen=listen).validate()
 
 
 def test_flight_off(tmp_path: Path) -> None:
