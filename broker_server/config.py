@@ -250,7 +250,8 @@ _STORE_SET_BY_BROKER = frozenset({"store_dir", "flush_disk_type", "broker_role",
                                   "max_message_size"})
 STORE_SETTINGS = {f.name: f for f in dataclasses.fields(MessageStoreConfig)
                   if f.name not in _STORE_SET_BY_BROKER}
-_STORE_MAY_BE_ZERO = frozenset({"flush_commit_log_least_pages", "flush_consume_queue_least_pages",
+_STORE_MAY_BE_ZERO = frozenset({"file_reserved_time_hours",   # 0: expired as soon as a file is full
+                                "flush_commit_log_least_pages", "flush_consume_queue_least_pages",
                                 "consume_queue_unmap_idle_ms", "delete_commit_log_files_interval_ms",
                                 "delete_consume_queue_files_interval_ms"})
 # inclusive ranges; disk_max_used_space_ratio outside 10-95 would be clamped silently (diskMaxUsedSpaceRatio)
