@@ -117,7 +117,7 @@ class TopicRoute:
         return [q.broker_name for q in self.queue_datas if q.perm & PERM_WRITE and q.write_queue_nums > 0]
 
 
-@dataclass
+@dataclass(slots=True)
 class OutgoingMessage:
     body: bytes
     tags: str = ""
