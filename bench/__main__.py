@@ -50,6 +50,8 @@ BENCHMARKS = [
     Benchmark("batch", "6b. Scaling: produce throughput by batch size", "bench.broker_bench:batch_size_rows"),
     Benchmark("memory", "6c. Executor memory peak reading a large queue range",
               "bench.big_queue_bench:memory_rows"),
+    Benchmark("growth", "6d. Scaling: topics, queues and consumers of one group",
+              "bench.growth_bench:growth_rows", Target(max_ratio=2.0)),
     Benchmark("recovery", "7. Recovery after kill -9", "bench.big_queue_bench:recovery_rows"),
     Benchmark("filter", "8. Broker-side filters: SQL92 vs tags", "bench.filter_bench:filter_rows"),
     Benchmark("sdk", "9. Client SDK: PushConsumer vs a Redis consumer group, Producer vs XADD",
