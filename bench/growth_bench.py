@@ -43,7 +43,7 @@ class Sizes:
 
 def sizes_for(env: Environment) -> Sizes:
     quick = env.scale.produce_messages < 100_000
-    return Sizes(topics=(100, 1000) if quick else (1000, 10_000), consumers=(5, 20) if quick else (10, 100))
+    return Sizes(topics=(100, 1000) if quick else (1000, 10_000), consumers=(4, 16) if quick else (10, 100))
 
 
 def growth_rows(env: Environment) -> list[Row]:
