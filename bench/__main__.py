@@ -50,8 +50,6 @@ BENCHMARKS = [
     Benchmark("batch", "6b. Scaling: produce throughput by batch size", "bench.broker_bench:batch_size_rows"),
     Benchmark("memory", "6c. Executor memory peak reading a large queue range",
               "bench.big_queue_bench:memory_rows"),
-    Benchmark("growth", "6d. Scaling: topics, queues and consumers of one group",
-              "bench.growth_bench:growth_rows", Target(max_ratio=2.0)),
     Benchmark("recovery", "7. Recovery after kill -9", "bench.big_queue_bench:recovery_rows"),
     Benchmark("filter", "8. Broker-side filters: SQL92 vs tags", "bench.filter_bench:filter_rows"),
     Benchmark("sdk", "9. Client SDK: PushConsumer vs a Redis consumer group, Producer vs XADD",
@@ -66,6 +64,9 @@ BENCHMARKS = [
               "bench.sdk_orderly_pull_bench:sdk2_rows"),
     Benchmark("flight", "13. Flight data plane: bulk read without Spark, and while producing",
               "bench.flight_bench:flight_rows"),
+    # last: the run is near its budget, and a section past it is not measured (issue 29 item 5)
+    Benchmark("growth", "14. Scaling: topics, queues and consumers of one group",
+              "bench.growth_bench:growth_rows", Target(max_ratio=2.0)),
 ]
 
 

@@ -1,4 +1,4 @@
-"""Section 6d: how cost grows with the number of topics, of queues and of consumers in one group
+"""Section 14: how cost grows with the number of topics, of queues and of consumers in one group
 (issue 29 item 5). Each row sets the cost at the large size against the same cost at a small size
 measured in the same run, per unit where the cost is per unit, so a ratio near 1× is linear
 growth and a large one is superlinear (bench/NOTES.md explains the curve)."""

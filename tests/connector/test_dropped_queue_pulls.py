@@ -2,7 +2,7 @@
 long-polling pull with it: the broker's hold table keeps only the pulls of queues someone reads
 (an in-process broker, so the table can be seen). Without this, every rebalance left the moved
 queues' pulls held until their suspend time ran out, and a group of many members starting in
-one process filled its connection's streams (bench 6d, bench/NOTES.md)."""
+one process filled its connection's streams (bench section 14, bench/NOTES.md)."""
 
 from __future__ import annotations
 
