@@ -107,7 +107,7 @@ class TopicRoute:
         return [q.broker_name for q in self.queue_datas if q.perm & PERM_WRITE and q.write_queue_nums > 0]
 
 
-@dataclass
+@dataclass(slots=True)
 class OutgoingMessage:
     body: bytes
     tags: str = ""
@@ -408,10 +408,11 @@ class RmqClient:
     def pull_async(self, mq: MessageQueue, offset: int, max_messages: int, *, group: str,
                    callback: Callable[[PullResult | None, RmqError | None], None],
                    sub_expression: str | MessageSelector = "*", suspend_timeout_ms: int = 0,
-                   commit_offset: int | None = None) -> None:
+                   commit_offset: int | None = None) -> grpc.Future:
         """`pull` without blocking (RocketMQ's async pull): `callback(result, None)` or
         `callback(None, error)` runs on a gRPC thread when the answer arrives. An unknown
-        broker raises RmqUnavailable at once."""
+        broker raises RmqUnavailable at once. The returned future's `cancel()` ends the pull
+        (the broker lets a held one go; the callback gets RmqUnavailable "PullMessage cancelled")."""
         request, deadline = self._pull_request(mq, offset, max_messages, group, sub_expression,
                                                 suspend_timeout_ms, commit_offset, 0, None)
         address = self._read_address(mq.broker_name, mq)
@@ -438,6 +439,7 @@ class RmqClient:
             callback(pull_result(response), None)
 
         future.add_done_callback(done)
+        return future
 
     # ------------------------------------------------------------ the Flight data plane (docs/data-plane.md)
 

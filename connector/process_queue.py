@@ -39,7 +39,8 @@ class ProcessQueue:
         self.msg_size = 0                 # body bytes held
         self.queue_offset_max = -1
         self.pulled_until = -1            # where the last pull ended: what is before it was put or filtered
-        self.dropped = False
+        self._dropped = False
+        self._cancel_pull: Callable[[], object] | None = None   # the pull in flight for this queue
         self.last_pull_timestamp = clock()
         # orderly consumption (spec consumer-pull-rebalance §2.2, §17)
         self._consuming_orderly: dict[int, MessageExt] = {}   # consumingMsgOrderlyTreeMap
@@ -47,6 +48,28 @@ class ProcessQueue:
         self.locked = False
         self.last_lock_timestamp = clock()
         self.lock_consume = threading.Lock()   # held while the orderly listener runs
+
+    @property
+    def dropped(self) -> bool:
+        return self._dropped
+
+    @dropped.setter
+    def dropped(self, value: bool) -> None:
+        """Dropping the queue (it moved to another member, was sought, or the consumer stops) also
+        cancels its pull in flight: a long-polling pull held for a queue this consumer no longer
+        reads would otherwise stay in the broker's hold table until its suspend time runs out."""
+        self._dropped = value
+        with self._lock:
+            cancel = self._cancel_pull if value else None
+        if cancel is not None:
+            cancel()
+
+    def pull_started(self, cancel: Callable[[], object]) -> None:
+        """A pull of this queue is in flight; `cancel` ends it (at once if the queue is dropped)."""
+        with self._lock:
+            self._cancel_pull = cancel
+        if self._dropped:
+            cancel()
 
     def put_message(self, messages: Sequence[MessageExt]) -> bool:
         """Add pulled messages (offsets already held are skipped); True when an orderly

@@ -32,6 +32,7 @@ from rmq.connector.client import (
     TopicRoute,
     send_which_queue_start,
 )
+from rmq.connector.client import SendResult as ClientSendResult
 from rmq.connector.latency_fault_tolerance import LatencyFaultTolerance
 from rmq.connector.message import DEFAULT_MAX_MESSAGE_SIZE, Message
 from rmq.message_format import tags_hash_code
@@ -46,7 +47,7 @@ _RETRIED_CODES = frozenset({rmq_pb2.SERVICE_NOT_AVAILABLE, rmq_pb2.SYSTEM_ERROR,
                             rmq_pb2.TOPIC_NOT_EXIST})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SendResult:
     """A stored message: its id, queue and queue offset (-1 for a delayed message, whose
     offset is assigned when it is delivered). `status` is SEND_OK, or FLUSH_SLAVE_TIMEOUT /
@@ -57,6 +58,13 @@ class SendResult:
     message_queue: MessageQueue
     queue_offset: int
     status: SendStatus = SendStatus.SEND_OK
+
+
+def send_results(topic: str, sent: ClientSendResult) -> list[SendResult]:
+    """One SendResult per stored message of one broker's answer (one MessageQueue per queue)."""
+    queues = {queue_id: MessageQueue(topic, sent.broker_name, queue_id) for queue_id in set(sent.queue_ids)}
+    answers = zip(sent.msg_ids, sent.queue_ids, sent.queue_offsets, strict=True)
+    return [SendResult(msg_id, queues[queue_id], offset, sent.status) for msg_id, queue_id, offset in answers]
 
 
 MessageQueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
@@ -141,15 +149,16 @@ class Producer:
         messages = list(message)
         if not messages:
             raise ValueError("no messages to send")
+        by_topic: dict[str, list[int]] = {}
         for index, item in enumerate(messages):
             if not isinstance(item, Message):
                 raise ValueError(f"message {index} is a {type(item).__name__}, not a Message")
             item.check(self.max_message_size)
-        by_topic: dict[str, list[int]] = {}
-        for index, item in enumerate(messages):
             by_topic.setdefault(item.topic, []).append(index)
         for topic in by_topic:
             self.client.route(topic)   # an unknown topic fails before anything is sent
+        if len(by_topic) == 1:   # the usual list: one topic, results in the messages' order
+            return self._send_batch(messages[0].topic, messages)
         results: list[SendResult | None] = [None] * len(messages)
         for topic, indexes in by_topic.items():
             sent = self._send_batch(topic, [messages[i] for i in indexes])
@@ -175,9 +184,7 @@ class Producer:
                     self.fault_tolerance.isolate(broker)
                 last_error, failed_broker = error, broker
                 continue
-            return [SendResult(msg_id, MessageQueue(topic, sent.broker_name, queue_id), offset, sent.status)
-                    for msg_id, queue_id, offset in zip(sent.msg_ids, sent.queue_ids, sent.queue_offsets,
-                                                        strict=True)]
+            return send_results(topic, sent)
         assert last_error is not None
         raise last_error
 

@@ -393,10 +393,11 @@ class PullConsumer:
             return
         subscription = self._subscriptions[mq.topic]
         try:
-            self.client.pull_async(
+            pull = self.client.pull_async(
                 mq, request.next_offset, self.pull_batch_size, group=self.group,
                 sub_expression=subscription.selector, suspend_timeout_ms=BROKER_SUSPEND_MAX_TIME_MILLIS,
                 callback=lambda result, error: self._on_pull(request, subscription, result, error))
+            pq.pull_started(pull.cancel)
         except RmqError as error:
             if not self.outages.report(mq.broker_name, error):
                 logger.warning("pull of %s failed: %s", mq, error)

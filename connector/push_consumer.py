@@ -476,11 +476,12 @@ class PushConsumer:
             in_memory = self.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_MEMORY)
             commit_offset = in_memory if in_memory > 0 else None
         try:
-            self.client.pull_async(
+            pull = self.client.pull_async(
                 mq, request.next_offset, self.pull_batch_size, group=self.group,
                 sub_expression=subscription.selector, suspend_timeout_ms=BROKER_SUSPEND_MAX_TIME_MILLIS,
                 commit_offset=commit_offset,
                 callback=lambda result, error: self._on_pull(request, subscription, result, error))
+            pq.pull_started(pull.cancel)
         except RmqError as error:
             if not self.outages.report(mq.broker_name, error):
                 logger.warning("pullKernelImpl exception, %s: %s", mq, error)
@@ -519,8 +520,9 @@ class PushConsumer:
 
     def _on_pull(self, request: PullRequest, subscription: SubscriptionData, result: PullResult | None,
                  error: RmqError | None) -> None:
-        """PullCallback (spec consumer-pull-rebalance §15, TV-11), on a gRPC thread."""
-        if not self.running:
+        """PullCallback (spec consumer-pull-rebalance §15, TV-11), on a gRPC thread. A dropped
+        queue's answer is ignored (its pull may have been cancelled by the drop)."""
+        if not self.running or request.process_queue.dropped:
             return
         mq = request.message_queue
         if is_permanent_refusal(error):

@@ -96,3 +96,24 @@ def test_short_lived_producers_spread_over_the_brokers() -> None:
             rmq_client._route = TwoBrokers().route   # type: ignore[method-assign]
             picked.add(rmq_client._pick_broker("T"))
     assert picked == {"broker-a", "broker-b"}
+
+
+class CountingQueues(TwoBrokers):
+    """A client stub storing message i of each send in queue i % 3 at offset 100 + i."""
+
+    def send(self, topic: str, messages: list[OutgoingMessage], broker_name: str) -> ClientSendResult:
+        self.sent_to.append(topic)
+        ids = [f"{topic}-{m.body.decode()}" for m in messages]
+        return ClientSendResult(ids, [i % 3 for i in range(len(ids))], [100 + i for i in range(len(ids))],
+                                broker_name)
+
+
+def test_a_list_answers_one_result_per_message_in_order() -> None:
+    client = CountingQueues()
+    with Producer("127.0.0.1:1", client=cast(RmqClient, client)) as producer:
+        one_topic = producer.send([Message("T", str(i).encode()) for i in range(5)])
+        two_topics = producer.send([Message("T", b"a"), Message("U", b"b"), Message("T", b"c")])
+    assert [(r.msg_id, r.message_queue.queue_id, r.queue_offset) for r in one_topic] == [
+        ("T-0", 0, 100), ("T-1", 1, 101), ("T-2", 2, 102), ("T-3", 0, 103), ("T-4", 1, 104)]
+    assert [(r.msg_id, r.message_queue.topic, r.queue_offset) for r in two_topics] == [
+        ("T-a", "T", 100), ("U-b", "U", 100), ("T-c", "T", 101)]
