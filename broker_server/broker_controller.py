@@ -12,6 +12,8 @@ import os
 import socket
 from collections.abc import Callable
 
+import grpc
+
 from rmq.broker_server.admin_service import AdminService
 from rmq.broker_server.broker_outer_api import BrokerOuterAPI
 from rmq.broker_server.broker_stats import BrokerStatsManager
@@ -86,9 +88,13 @@ def open_store(config: BrokerConfig) -> MessageStore:
 
 
 class BrokerController:
-    def __init__(self, config: BrokerConfig, security: ServerSecurity) -> None:
+    def __init__(self, config: BrokerConfig, security: ServerSecurity,
+                 truncate_to: int | None = None) -> None:
+        """`truncate_to`: controller mode, the CommitLog offset this member drops bytes from
+        before it replicates (rmq.broker_server.replicas_manager)."""
         self.config = config
         self.security = security
+        self.truncate_to = truncate_to
         path = config.store_path
         self.store = open_store(config)
         self.executor = StoreExecutor(config.store_threads)
@@ -171,7 +177,7 @@ class BrokerController:
             self.offsets.load()
             self.schedule_service.load()
             self.store.add_dispatch_listener(self._on_dispatch)
-            self.store.start()
+            self.store.start(self.truncate_to)
         except (StoreError, ValueError) as error:
             raise UserError(f"cannot start broker on {self.config.store_path}: {error}") from None
 
@@ -228,8 +234,14 @@ class BrokerController:
     async def serve(self) -> None:
         """Run until SIGTERM/SIGINT, then shut down gracefully."""
         os.umask(SERVER_UMASK)   # every file this process creates is its user's alone
+        self.load()
+        server = await self.start_serving()
+        await wait_for_termination()
+        await self.shutdown(server)
+
+    async def start_serving(self) -> grpc.aio.Server:
+        """After load(): the gRPC server and every service started."""
         try:
-            self.load()
             server = self.build_server()
             if self.config.metrics_listen:
                 serve_metrics(self.config.metrics_listen, self.security,
@@ -246,8 +258,7 @@ class BrokerController:
             f"(store {config.store_path}, flush {config.flush}, {config.broker_role} id {config.broker_id})",
             flush=True,
         )
-        await wait_for_termination()
-        await self.shutdown(server)
+        return server
 
     def metrics_figures(self) -> BrokerFigures:
         offsets = self.offsets

@@ -17,13 +17,17 @@ from dataclasses import dataclass
 import grpc
 
 from rmq.broker_server.config import NameServerConfig
+from rmq.broker_server.controller_manager import ControllerService, scan_forever
+from rmq.broker_server.errors import UserError
 from rmq.broker_server.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
 from rmq.broker_server.metrics import NameServerCollector, serve_metrics
 from rmq.broker_server.names import check_topic_name
+from rmq.broker_server.replicas_info_manager import ReplicasInfoManager
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.status import OK, RequestError, answers_with_status, illegal_argument, rmq_pb2
 from rmq.broker_server.topic_config_manager import TopicConfig
 from rmq.request_signing import name_server_id
+from rmq.store.private_files import make_dirs
 from rmq.topic_config import PERM_WRITE
 from rmq.v1 import rmq_pb2_grpc
 
@@ -38,6 +42,7 @@ class BrokerLiveInfo:
     last_update_ms: int
     broker_id: int = 0
     role: rmq_pb2.BrokerRole = rmq_pb2.ASYNC_MASTER
+    epoch: int = 0   # controller mode: the master epoch it serves in
 
 
 @dataclass(frozen=True)
@@ -49,13 +54,15 @@ class BrokerGroup:
 
     @property
     def representative(self) -> BrokerLiveInfo:
-        """The master when it is live, else the slave with the lowest id."""
-        return self.members[0]
+        """The master when one is live (of two, the one of the newer epoch: the other was
+        replaced by the controller), else the slave with the lowest id."""
+        masters = [m for m in self.members if m.role != rmq_pb2.SLAVE]
+        return max(masters, key=lambda m: (m.epoch, -m.broker_id)) if masters else self.members[0]
 
     @property
     def has_master(self) -> bool:
         """Only a master takes sends: without one the group's queues are read-only."""
-        return self.representative.broker_id == 0
+        return self.representative.role != rmq_pb2.SLAVE
 
     @property
     def topics(self) -> dict[str, TopicConfig]:
@@ -64,8 +71,8 @@ class BrokerGroup:
     def to_proto(self) -> rmq_pb2.BrokerData:
         return rmq_pb2.BrokerData(
             broker_name=self.broker_name, address=self.representative.address,
-            members=[rmq_pb2.BrokerMember(broker_id=m.broker_id, address=m.address, role=m.role)
-                     for m in self.members])
+            members=[rmq_pb2.BrokerMember(broker_id=m.broker_id, address=m.address, role=m.role,
+                                          epoch=m.epoch) for m in self.members])
 
 
 class RouteInfoManager:
@@ -79,10 +86,10 @@ class RouteInfoManager:
         return int(self._clock() * 1000)
 
     def register_broker(self, broker_name: str, address: str, topics: list[TopicConfig], broker_id: int = 0,
-                        role: rmq_pb2.BrokerRole = rmq_pb2.ASYNC_MASTER) -> bool:
+                        role: rmq_pb2.BrokerRole = rmq_pb2.ASYNC_MASTER, epoch: int = 0) -> bool:
         """Record the member's current topics (replacing the previous set); True when it is new."""
         info = BrokerLiveInfo(broker_name, address, {t.topic_name: t for t in topics}, self._now_ms(),
-                              broker_id, role)
+                              broker_id, role, epoch)
         with self._lock:
             previous = self._brokers.get((broker_name, broker_id))
             self._brokers[(broker_name, broker_id)] = info
@@ -209,6 +216,7 @@ class NameServerService(rmq_pb2_grpc.NameServerServiceServicer):
             [TopicConfig.from_proto(topic) for topic in request.topics],
             request.member.broker_id,
             request.member.role,
+            request.member.epoch,
         )
         return rmq_pb2.RegisterBrokerResponse(status=OK)
 
@@ -225,17 +233,37 @@ async def serve_name_server(config: NameServerConfig, security: ServerSecurity) 
                            name_server_id(config.listen))
     rmq_pb2_grpc.add_RouteServiceServicer_to_server(NameServerRouteService(routes), server)
     rmq_pb2_grpc.add_NameServerServiceServicer_to_server(NameServerService(routes), server)
+    tasks = [_scan_forever(routes, config.broker_scan_interval_ms)]
+    if config.controller:
+        replicas = embed_controller(config)
+        rmq_pb2_grpc.add_ControllerServiceServicer_to_server(ControllerService(replicas), server)
+        tasks.append(scan_forever(replicas, config.controller_scan_interval_ms))
     if config.metrics_listen:
         serve_metrics(config.metrics_listen, security, NameServerCollector(routes))
     await server.start()
     security.start(config.listen)
-    scan = asyncio.create_task(_scan_forever(routes, config.broker_scan_interval_ms))
-    print(f"rmq namesrv listening on {config.listen}", flush=True)
+    scans = [asyncio.create_task(task) for task in tasks]
+    print(f"rmq namesrv listening on {config.listen}{' with the controller' if config.controller else ''}",
+          flush=True)
     await wait_for_termination()
-    scan.cancel()
+    for scan in scans:
+        scan.cancel()
     await server.stop(SHUTDOWN_GRACE_SECONDS)
     await security.stop()
     log.info("name server stopped")
+
+
+def embed_controller(config: NameServerConfig) -> ReplicasInfoManager:
+    """The controller's state, loaded from its directory (UserError when it cannot be)."""
+    replicas = ReplicasInfoManager(config.cluster_name, config.controller_path,
+                                   config.controller_failover_timeout_ms)
+    try:
+        make_dirs(config.controller_path)
+        replicas.load()
+    except (OSError, ValueError) as error:
+        raise UserError(f"cannot load the controller's state from {config.controller_path}: {error}"
+                        ) from None
+    return replicas
 
 
 async def _scan_forever(routes: RouteInfoManager, interval_ms: int) -> None:

@@ -96,6 +96,7 @@ RULES: dict[str, Rule] = {
     _rule("AdminService", "GetBrokerStatus"): _nothing,   # role and offsets, like ListBrokers
     _rule("NameServerService", "RegisterBroker"): lambda r: _broker(r.broker.broker_name),
     _rule("NameServerService", "UnregisterBroker"): lambda r: _broker(r.broker_name),
+    _rule("ControllerService", "Heartbeat"): lambda r: _broker(r.broker_name),
 }
 
 ADMIN_METHODS = frozenset({
