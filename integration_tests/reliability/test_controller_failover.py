@@ -1,0 +1,212 @@
+"""Scenario 11 (controller mode): automatic failover under the controller (DESIGN.md Controller mode,
+docs/controller.md) with real processes: `rmq namesrv --controller` and a SYNC_MASTER broker
+group of two members started with --controller, producers sending through the name server.
+
+The master is killed with SIGKILL under the producers: the controller elects the slave, the
+producers follow the new route without a restart, and every message acknowledged with OK,
+before the kill or after it, is read back at the queue offset its acknowledgement named. The
+time without a master (from the kill to the first acknowledgement by the new master) is
+reported. The old master, started again on its own store, learns the new epoch, drops what it
+wrote that the new master never held and rejoins as slave: it ends with exactly the new
+master's CommitLog. The same with the old master's store deleted before it returns.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import pytest
+
+from integration_tests.reliability.report import ReliabilityReport, tally
+from integration_tests.reliability.traffic import StoredMessage, gaps_and_repeats, read_topic
+from rmq.cli import processes
+from rmq.connector.client import OutgoingMessage, RmqClient, RmqUnavailable
+from rmq.connector.errors import RmqError
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "failover"
+GROUP = "c1"
+QUEUES = 4
+FAILOVER_TIMEOUT_MS = 2000
+NAMESRV_SETTINGS = {"controller_failover_timeout_ms": FAILOVER_TIMEOUT_MS, "controller_scan_interval_ms": 200}
+BROKER_SETTINGS = {"controller_heartbeat_interval_ms": 500, "slave_synchronize_interval_ms": 300,
+                   "store": {"mapped_file_size_commit_log": 1 << 20}}
+WAIT_S = 60.0
+
+
+def status(member: processes.ServerProcess) -> rmq_pb2.BrokerStatusResponse:
+    with grpc.insecure_channel(member.address) as channel:
+        return rmq_pb2_grpc.AdminServiceStub(channel).GetBrokerStatus(rmq_pb2.BrokerStatusRequest(), timeout=5)
+
+
+def wait(condition, what: str) -> None:
+    """Until condition() holds; a member not answering yet counts as not yet."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            if condition():
+                return
+        except (RmqUnavailable, grpc.RpcError):
+            pass
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+@dataclass
+class ControlledGroup:
+    namesrv: processes.ServerProcess
+    members: list[processes.ServerProcess]
+    store_root: Path
+
+    def store(self, broker_id: int) -> Path:
+        return self.store_root / f"{GROUP}-{broker_id}"
+
+    def wait_in_sync(self, master: int, slave: int) -> None:
+        """`slave` replicates from `master`, is in its in-sync set and has copied every byte."""
+        wait(lambda: status(self.members[slave]).role == rmq_pb2.SLAVE
+             and slave in status(self.members[master]).in_sync_ids, f"id {slave} in sync with id {master}")
+        wait(lambda: status(self.members[slave]).commit_log_max_offset
+             == status(self.members[master]).commit_log_max_offset, f"id {slave} to catch up")
+
+
+@contextmanager
+def controlled_group(tmp_path: Path) -> Iterator[ControlledGroup]:
+    (tmp_path / "namesrv.json").write_text(json.dumps(NAMESRV_SETTINGS))
+    (tmp_path / "broker.json").write_text(json.dumps(BROKER_SETTINGS))
+    namesrv = processes.namesrv(tmp_path, ["--controller", "--controller-dir", str(tmp_path / "controller"),
+                                           "--config", str(tmp_path / "namesrv.json")]).start()
+    members = [processes.group_member(tmp_path, GROUP, broker_id, "SYNC_MASTER", namesrv.address,
+                                      extra=["--controller", namesrv.address, "--config",
+                                             str(tmp_path / "broker.json")]) for broker_id in (0, 1)]
+    try:
+        members[0].start()
+        wait(lambda: status(members[0]).role == rmq_pb2.SYNC_MASTER, "id 0 to be master")
+        members[1].start()
+        with closing(RmqClient(namesrv.address)) as admin:
+            admin.create_topic(TOPIC, queues=QUEUES)
+        group = ControlledGroup(namesrv, members, tmp_path)
+        group.wait_in_sync(master=0, slave=1)
+        yield group
+    finally:
+        for server in (*members, namesrv):
+            server.stop()
+
+
+@dataclass
+class Acknowledgements:
+    """Every send answered with its messages' places (OK: the slave holds them too; after the
+    failover the new master is alone and answers SLAVE_NOT_AVAILABLE: stored, acknowledged,
+    on the new master only), with the time of the answer."""
+
+    sent: int = 0
+    stored: list[tuple[float, StoredMessage]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.stored)
+
+    def wait_for(self, count: int) -> None:
+        deadline = time.monotonic() + WAIT_S
+        while self.count() < count:
+            assert time.monotonic() < deadline, f"producers stalled at {self.count()} acknowledged"
+            time.sleep(0.02)
+
+
+@contextmanager
+def producing(endpoints: str, threads: int = 3, batch: int = 32) -> Iterator[Acknowledgements]:
+    """`threads` producers sending batches through the name server's routes until the end."""
+    acks = Acknowledgements()
+    stop = threading.Event()
+
+    def run(producer: int) -> None:
+        with closing(RmqClient(endpoints, timeout=5.0)) as client:
+            for number in itertools.count():
+                if stop.is_set():
+                    return
+                bodies = [f"p{producer}-b{number}-m{i}".encode() for i in range(batch)]
+                try:
+                    result = client.send(TOPIC, [OutgoingMessage(body) for body in bodies])
+                except RmqError:   # not acknowledged
+                    time.sleep(0.05)
+                    continue
+                finally:
+                    with acks.lock:
+                        acks.sent += batch
+                now = time.monotonic()
+                with acks.lock:
+                    acks.stored += [(now, StoredMessage(q, o, b)) for q, o, b in
+                                    zip(result.queue_ids, result.queue_offsets, bodies, strict=True)]
+
+    workers = [threading.Thread(target=run, args=(n,), daemon=True) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    try:
+        yield acks
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join(30)
+
+
+def fail_over(group: ControlledGroup, delete_store: bool) -> tuple[Acknowledgements, float, int]:
+    """Producers run; id 0 is killed with SIGKILL (its store deleted too when asked) and
+    producing goes on until the new master acknowledged 1,000 more messages. Returns the
+    acknowledgements, the seconds without a master and the acknowledgements before the kill."""
+    with producing(group.namesrv.address) as acks:
+        acks.wait_for(3000)
+        group.members[0].kill()
+        killed_at = time.monotonic()
+        if delete_store:
+            shutil.rmtree(group.store(0))
+        before = acks.count()
+        acks.wait_for(before + 1000)
+    first_after = min(at for at, _ in acks.stored if at > killed_at)
+    return acks, first_after - killed_at, before
+
+
+def commit_log_bytes(store: Path) -> bytes:
+    return b"".join(path.read_bytes() for path in sorted((store / "commitlog").iterdir())).rstrip(b"\0")
+
+
+@pytest.mark.parametrize("delete_store", [False, True], ids=["store kept", "store deleted"])
+def test_the_slave_takes_over_within_seconds_and_no_acknowledged_message_is_lost(
+        tmp_path: Path, report: ReliabilityReport, delete_store: bool) -> None:
+    with controlled_group(tmp_path) as group:
+        acks, without_master_s, before = fail_over(group, delete_store)
+        new_master = status(group.members[1])
+        with closing(RmqClient(group.namesrv.address)) as reader:
+            read = read_topic(reader, TOPIC)
+        group.members[0].start()    # the old master returns on its store (or an empty one)
+        group.wait_in_sync(master=1, slave=0)
+        returned = status(group.members[0])
+        for member in group.members:
+            member.stop()
+        old_log, new_log = commit_log_bytes(group.store(0)), commit_log_bytes(group.store(1))
+    acknowledged = [message for _, message in acks.stored]
+    figures = report.record(tally(
+        f"11 controller failover, SYNC_MASTER kill -9{' + store deleted' if delete_store else ''} "
+        f"(3 producers, failover timeout {FAILOVER_TIMEOUT_MS} ms)", acks.sent,
+        (m.body for m in acknowledged), (m.body for m in read),
+        notes="every acknowledged (queue, offset, body), before and after the kill, read back; "
+              "the returning master ends with the new master's CommitLog",
+        without_master_s=f"{without_master_s:.2f}", acknowledged_before_kill=before))
+    read_set = set(read)
+    missing = [m for m in acknowledged if m not in read_set]
+    assert missing == [], f"{len(missing)} acknowledged messages not readable: {missing[:3]}"
+    assert figures.lost == 0 and figures.duplicated == 0
+    assert gaps_and_repeats(read) == ([], [])
+    assert (new_master.role, new_master.epoch) == (rmq_pb2.SYNC_MASTER, 2)
+    assert (returned.role, returned.epoch, returned.replication_error) == (rmq_pb2.SLAVE, 2, "")
+    assert old_log == new_log
