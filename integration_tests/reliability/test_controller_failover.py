@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -41,7 +42,7 @@ QUEUES = 4
 FAILOVER_TIMEOUT_MS = 2000
 NAMESRV_SETTINGS = {"controller_failover_timeout_ms": FAILOVER_TIMEOUT_MS, "controller_scan_interval_ms": 200}
 BROKER_SETTINGS = {"controller_heartbeat_interval_ms": 500, "slave_synchronize_interval_ms": 300,
-                   "store": {"mapped_file_size_commit_log": 1 << 20}}
+                   "store": {"mapped_file_size_commit_log": 1 << 20, "sync_flush_timeout_ms": 1000}}
 WAIT_S = 60.0
 
 
@@ -111,6 +112,7 @@ class Acknowledgements:
 
     sent: int = 0
     stored: list[tuple[float, StoredMessage]] = field(default_factory=list)
+    master_only: list[StoredMessage] = field(default_factory=list)   # FLUSH_SLAVE_TIMEOUT before the kill
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def count(self) -> int:
@@ -145,9 +147,13 @@ def producing(endpoints: str, threads: int = 3, batch: int = 32) -> Iterator[Ack
                     with acks.lock:
                         acks.sent += batch
                 now = time.monotonic()
+                stored = [StoredMessage(q, o, b) for q, o, b in
+                          zip(result.queue_ids, result.queue_offsets, bodies, strict=True)]
                 with acks.lock:
-                    acks.stored += [(now, StoredMessage(q, o, b)) for q, o, b in
-                                    zip(result.queue_ids, result.queue_offsets, bodies, strict=True)]
+                    if result.status == rmq_pb2.FLUSH_SLAVE_TIMEOUT:
+                        acks.master_only += stored
+                    else:
+                        acks.stored += [(now, message) for message in stored]
 
     workers = [threading.Thread(target=run, args=(n,), daemon=True) for n in range(threads)]
     for worker in workers:
@@ -160,13 +166,20 @@ def producing(endpoints: str, threads: int = 3, batch: int = 32) -> Iterator[Ack
             worker.join(30)
 
 
-def fail_over(group: ControlledGroup, delete_store: bool) -> tuple[Acknowledgements, float, int]:
-    """Producers run; id 0 is killed with SIGKILL (its store deleted too when asked) and
+def fail_over(group: ControlledGroup, delete_store: bool = False, pause_slave: bool = False
+              ) -> tuple[Acknowledgements, float, int]:
+    """Producers run; id 0 is killed with SIGKILL (its store deleted too when asked; after
+    it stored batches that the slave, paused with SIGSTOP, never received, when asked) and
     producing goes on until the new master acknowledged 1,000 more messages. Returns the
     acknowledgements, the seconds without a master and the acknowledgements before the kill."""
     with producing(group.namesrv.address) as acks:
         acks.wait_for(3000)
+        if pause_slave:
+            group.members[1].process.send_signal(signal.SIGSTOP)
+            wait(lambda: len(acks.master_only) >= 3 * 32, "sends stored on the master only")
         group.members[0].kill()
+        if pause_slave:
+            group.members[1].process.send_signal(signal.SIGCONT)
         killed_at = time.monotonic()
         if delete_store:
             shutil.rmtree(group.store(0))
@@ -209,4 +222,35 @@ def test_the_slave_takes_over_within_seconds_and_no_acknowledged_message_is_lost
     assert gaps_and_repeats(read) == ([], [])
     assert (new_master.role, new_master.epoch) == (rmq_pb2.SYNC_MASTER, 2)
     assert (returned.role, returned.epoch, returned.replication_error) == (rmq_pb2.SLAVE, 2, "")
+    assert old_log == new_log
+
+
+def test_what_the_old_master_stored_while_the_slave_was_paused_is_dropped_when_it_returns(
+        tmp_path: Path, report: ReliabilityReport) -> None:
+    """The slave is paused (SIGSTOP: the master's sends time out, FLUSH_SLAVE_TIMEOUT, stored on
+    the master only), the master is killed, the slave resumes and is elected: the old master
+    returns with those batches beyond the new epoch's start, drops them and rejoins."""
+    with controlled_group(tmp_path) as group:
+        acks, without_master_s, before = fail_over(group, pause_slave=True)
+        with closing(RmqClient(group.namesrv.address)) as reader:
+            read = read_topic(reader, TOPIC)
+        epoch_2_start = json.loads((tmp_path / "controller" / "controller.json").read_text()
+                                   )["groups"][GROUP]["epoch_starts"]["2"]
+        held_before_return = len(commit_log_bytes(group.store(0)))
+        group.members[0].start()
+        group.wait_in_sync(master=1, slave=0)
+        for member in group.members:
+            member.stop()
+        old_log, new_log = commit_log_bytes(group.store(0)), commit_log_bytes(group.store(1))
+    acknowledged = [message for _, message in acks.stored]
+    figures = report.record(tally(
+        f"11 controller failover, slave paused (SIGSTOP) then master kill -9 (3 producers, failover timeout "
+        f"{FAILOVER_TIMEOUT_MS} ms)", acks.sent, (m.body for m in acknowledged), (m.body for m in read),
+        notes="every acknowledged (queue, offset, body) read back; the batches stored on the old master "
+              "only (FLUSH_SLAVE_TIMEOUT) dropped when it rejoined",
+        without_master_s=f"{without_master_s:.2f}", master_only=len(acks.master_only),
+        dropped_bytes=held_before_return - epoch_2_start))
+    assert figures.lost == 0 and figures.duplicated == 0
+    assert gaps_and_repeats(read) == ([], [])
+    assert held_before_return > epoch_2_start
     assert old_log == new_log
