@@ -49,7 +49,8 @@ WAIT_S = 60.0
 
 def status(member: processes.ServerProcess) -> rmq_pb2.BrokerStatusResponse:
     with grpc.insecure_channel(member.address) as channel:
-        return rmq_pb2_grpc.AdminServiceStub(channel).GetBrokerStatus(rmq_pb2.BrokerStatusRequest(), timeout=5)
+        return rmq_pb2_grpc.AdminServiceStub(channel).GetBrokerStatus(rmq_pb2.BrokerStatusRequest(),
+                                                                       timeout=5)
 
 
 def wait(condition, what: str) -> None:
