@@ -18,16 +18,19 @@ import asyncio
 import dataclasses
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import grpc
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from rmq.broker_server.broker_controller import BrokerController
 from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.grpc_server import wait_for_termination
 from rmq.broker_server.json_file import read_json, write_json_atomically
+from rmq.broker_server.metrics import BrokerCollector, serve_metrics
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.store.private_files import SERVER_UMASK, make_dirs
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
@@ -59,10 +62,36 @@ class RoleAssignment:
         return (self.epoch, self.master_id) == (other.epoch, other.master_id)
 
     def broker_config(self, config: BrokerConfig) -> BrokerConfig:
-        """The member's settings for this term: the configured master mode, or SLAVE of the master."""
+        """The member's settings for this term: the configured master mode, or SLAVE of the
+        master; the metrics endpoint is the manager's, for every term."""
         if self.master_id == config.broker_id:
-            return config
-        return dataclasses.replace(config, broker_role="SLAVE", master=self.master_address)
+            return dataclasses.replace(config, metrics_listen="")
+        return dataclasses.replace(config, broker_role="SLAVE", master=self.master_address, metrics_listen="")
+
+
+class TermCollector(Collector):
+    """The metrics of the term serving now (the scrape endpoint outlives terms), with this
+    member's role, epoch and its group's in-sync set."""
+
+    def __init__(self) -> None:
+        self.broker: BrokerController | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        broker = self.broker
+        if broker is None:
+            return
+        yield from BrokerCollector(broker.metrics_figures()).collect()
+        replication = broker.replication
+        labels = [broker.config.broker_name, str(broker.config.broker_id)]
+        for name, documentation, value in [
+            ("rmq_broker_is_master", "1 when this member is its group's master (controller mode)",
+             int(not replication.is_slave)),
+            ("rmq_master_epoch", "the master epoch this member serves in", replication.member.epoch),
+            ("rmq_in_sync_members", "members of the group's in-sync set", len(replication.in_sync_ids)),
+        ]:
+            gauge = GaugeMetricFamily(name, documentation, labels=["broker", "broker_id"])
+            gauge.add_metric(labels, value)
+            yield gauge
 
 
 class ReplicasManager:
@@ -72,6 +101,7 @@ class ReplicasManager:
         self.epoch_path = config.store_path / "config" / EPOCH_FILE
         self._channel = security.open_client_channel(config.controller)
         self._stub = rmq_pb2_grpc.ControllerServiceStub(self._channel)
+        self.collector = TermCollector()
 
     def local_epoch(self) -> int:
         """The epoch this member's CommitLog belongs to (0: never in controller mode)."""
@@ -139,10 +169,12 @@ class ReplicasManager:
         log.info("term of epoch %d: %s", assignment.epoch, "master" if is_master
                  else f"slave of id {assignment.master_id} at {assignment.master_address}")
         server = await broker.start_serving()
+        self.collector.broker = broker
         beats = asyncio.ensure_future(self._heartbeat_forever(broker, assignment))
         await asyncio.wait([terminated, beats], return_when=asyncio.FIRST_COMPLETED)
         beats.cancel()
         await asyncio.gather(beats, return_exceptions=True)
+        self.collector.broker = None
         await broker.shutdown(server)
 
     async def _beat(self, broker: BrokerController, assignment: RoleAssignment) -> bool:
@@ -194,6 +226,8 @@ async def serve_in_controller_mode(config: BrokerConfig, security: ServerSecurit
     os.umask(SERVER_UMASK)   # every file this process creates is its user's alone
     terminated = until() if until is not None else asyncio.ensure_future(wait_for_termination())
     manager = ReplicasManager(config, security)
+    if config.metrics_listen:
+        serve_metrics(config.metrics_listen, security, manager.collector)
     try:
         while not terminated.done():
             await manager.serve_term(terminated)

@@ -17,6 +17,7 @@ import itertools
 import json
 import shutil
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ import pytest
 
 from integration_tests.reliability.report import ReliabilityReport, tally
 from integration_tests.reliability.traffic import StoredMessage, gaps_and_repeats, read_topic
+from integration_tests.test_metrics import scrape, value
 from rmq.cli import processes
 from rmq.connector.client import OutgoingMessage, RmqClient, RmqUnavailable
 from rmq.connector.errors import RmqError
@@ -71,6 +73,7 @@ class ControlledGroup:
     namesrv: processes.ServerProcess
     members: list[processes.ServerProcess]
     store_root: Path
+    metrics: list[str]      # each member's scrape address (--metrics-listen)
 
     def store(self, broker_id: int) -> Path:
         return self.store_root / f"{GROUP}-{broker_id}"
@@ -89,16 +92,18 @@ def controlled_group(tmp_path: Path) -> Iterator[ControlledGroup]:
     (tmp_path / "broker.json").write_text(json.dumps(BROKER_SETTINGS))
     namesrv = processes.namesrv(tmp_path, ["--controller", "--controller-dir", str(tmp_path / "controller"),
                                            "--config", str(tmp_path / "namesrv.json")]).start()
+    metrics = [f"127.0.0.1:{processes.free_port()}" for _ in range(2)]
+    flags = ["--controller", namesrv.address, "--config", str(tmp_path / "broker.json")]
     members = [processes.group_member(tmp_path, GROUP, broker_id, "SYNC_MASTER", namesrv.address,
-                                      extra=["--controller", namesrv.address, "--config",
-                                             str(tmp_path / "broker.json")]) for broker_id in (0, 1)]
+                                      extra=[*flags, "--metrics-listen", metrics[broker_id]])
+               for broker_id in (0, 1)]
     try:
         members[0].start()
         wait(lambda: status(members[0]).role == rmq_pb2.SYNC_MASTER, "id 0 to be master")
         members[1].start()
         with closing(RmqClient(namesrv.address)) as admin:
             admin.create_topic(TOPIC, queues=QUEUES)
-        group = ControlledGroup(namesrv, members, tmp_path)
+        group = ControlledGroup(namesrv, members, tmp_path, metrics)
         group.wait_in_sync(master=0, slave=1)
         yield group
     finally:
@@ -285,3 +290,24 @@ def test_both_members_killed_and_restarted_at_once_keep_every_acknowledged_messa
     assert figures.lost == 0 and figures.duplicated == 0
     assert gaps_and_repeats(read) == ([], [])
     assert old_log == new_log
+
+
+def test_topic_describe_and_the_metrics_show_roles_epoch_and_the_in_sync_set(tmp_path: Path) -> None:
+    with controlled_group(tmp_path) as group:
+        group.members[0].kill()
+        wait(lambda: status(group.members[1]).role == rmq_pb2.SYNC_MASTER, "id 1 to take over")
+        group.members[0].start()
+        group.wait_in_sync(master=1, slave=0)
+        described = subprocess.run([*processes.RMQ, "topic", "describe", TOPIC, "--endpoints",
+                                    group.namesrv.address], capture_output=True, text=True, timeout=60)
+        samples = [scrape(address) for address in group.metrics]
+    assert described.returncode == 0, described.stderr
+    lines = [line.strip() for line in described.stdout.splitlines() if line.strip().startswith("id ")]
+    assert lines[0].startswith(f"id 0 SLAVE {group.members[0].address}, epoch 2,"), lines
+    assert lines[1].startswith(f"id 1 SYNC_MASTER {group.members[1].address}, epoch 2,"), lines
+    assert "in sync: ids 0, 1 (ok)" in lines[1]
+    for broker_id, is_master in ((0, 0), (1, 1)):
+        labels = {"broker": GROUP, "broker_id": str(broker_id)}
+        assert value(samples[broker_id], "rmq_broker_is_master", **labels) == is_master
+        assert value(samples[broker_id], "rmq_master_epoch", **labels) == 2
+    assert value(samples[1], "rmq_in_sync_members", broker=GROUP, broker_id="1") == 2
