@@ -311,3 +311,23 @@ def test_topic_describe_and_the_metrics_show_roles_epoch_and_the_in_sync_set(tmp
         assert value(samples[broker_id], "rmq_broker_is_master", **labels) == is_master
         assert value(samples[broker_id], "rmq_master_epoch", **labels) == 2
     assert value(samples[1], "rmq_in_sync_members", broker=GROUP, broker_id="1") == 2
+
+
+@pytest.mark.parametrize("flags, reason", [
+    (["--broker-id", "1"], "id 1 is already a live member at"),
+    (["--broker-id", "2", "--config", "{other_cluster}"],
+     "belongs to cluster 'other' but this controller manages cluster 'DefaultCluster'"),
+])
+def test_a_member_the_controller_refuses_exits_with_the_reason(tmp_path: Path, flags: list[str], reason: str
+                                                               ) -> None:
+    with controlled_group(tmp_path) as group:
+        (tmp_path / "other.json").write_text(json.dumps({"cluster_name": "other"}))
+        address = f"127.0.0.1:{processes.free_port()}"
+        refused = subprocess.run(
+            [*processes.RMQ, "broker", "--listen", address, "--store-dir", str(tmp_path / "intruder"),
+             "--broker-name", GROUP, "--role", "SYNC_MASTER", "--controller", group.namesrv.address,
+             *[flag.format(other_cluster=tmp_path / "other.json") for flag in flags]],
+            capture_output=True, text=True, timeout=60)
+        assert status(group.members[1]).role == rmq_pb2.SLAVE
+    assert refused.returncode != 0
+    assert reason in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
