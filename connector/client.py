@@ -70,11 +70,12 @@ class BrokerMember:
     broker_id: int
     address: str
     role: int                                 # rmq_pb2.BrokerRole
+    epoch: int = 0                            # controller mode: the master epoch it serves in
 
 
 def group_members(data: rmq_pb2.BrokerData) -> tuple[BrokerMember, ...]:
     """The members a BrokerData lists (an older broker lists none: its address is the master)."""
-    members = tuple(BrokerMember(m.broker_id, m.address, m.role) for m in data.members)
+    members = tuple(BrokerMember(m.broker_id, m.address, m.role, m.epoch) for m in data.members)
     return members or (BrokerMember(MASTER_ID, data.address, rmq_pb2.ASYNC_MASTER),)
 
 
@@ -791,8 +792,15 @@ class RmqClient:
 
 def choose_member(members: Sequence[BrokerMember], wanted: int, down: set[str]) -> str | None:
     """The address of member `wanted` unless it is down, else the master's, else the live
-    member's with the lowest id; None when every member is down (or none is known)."""
-    ranked = sorted(members, key=lambda m: (m.broker_id != wanted, m.broker_id != MASTER_ID, m.broker_id))
+    member's with the lowest id; None when every member is down (or none is known). The
+    master is the member with a master role (MASTER_ID asks for it): under a controller any
+    id can be master, and of two masters listed the one of the newer epoch is."""
+    def rank(member: BrokerMember) -> tuple[bool, bool, int, int]:
+        master = member.role != rmq_pb2.SLAVE
+        chosen = master if wanted == MASTER_ID else member.broker_id == wanted
+        return not chosen, not master, -member.epoch, member.broker_id
+
+    ranked = sorted(members, key=rank)
     live = [m for m in ranked if m.address not in down]
     return live[0].address if live else None
 

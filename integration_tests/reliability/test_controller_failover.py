@@ -111,26 +111,45 @@ def controlled_group(tmp_path: Path) -> Iterator[ControlledGroup]:
             server.stop()
 
 
+@dataclass(frozen=True)
+class Ack:
+    """One acknowledged message: when, with which status (OK: a slave holds it too;
+    FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE: stored on the answering master only), and the
+    port of the member that stored it (from its offset message id)."""
+
+    at: float
+    status: int
+    stored_by: int
+    message: StoredMessage
+
+
 @dataclass
 class Acknowledgements:
-    """Every send answered with its messages' places (OK: the slave holds them too; after the
-    failover the new master is alone and answers SLAVE_NOT_AVAILABLE: stored, acknowledged,
-    on the new master only), with the time of the answer."""
-
     sent: int = 0
-    stored: list[tuple[float, StoredMessage]] = field(default_factory=list)
-    master_only: list[StoredMessage] = field(default_factory=list)   # FLUSH_SLAVE_TIMEOUT before the kill
+    acks: list[Ack] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def count(self) -> int:
+    def count(self, status: int | None = None) -> int:
         with self.lock:
-            return len(self.stored)
+            return sum(1 for ack in self.acks if status is None or ack.status == status)
 
-    def wait_for(self, count: int) -> None:
+    def wait_for(self, count: int, status: int | None = None) -> None:
         deadline = time.monotonic() + WAIT_S
-        while self.count() < count:
-            assert time.monotonic() < deadline, f"producers stalled at {self.count()} acknowledged"
+        while self.count(status) < count:
+            assert time.monotonic() < deadline, f"producers stalled at {self.count(status)} acknowledged"
             time.sleep(0.02)
+
+    def must_be_readable(self, new_master: processes.ServerProcess) -> list[StoredMessage]:
+        """Every message acknowledged OK, and every message the new master stored."""
+        port = _port(new_master.address)
+        return [ack.message for ack in self.acks if ack.status == rmq_pb2.OK or ack.stored_by == port]
+
+    def first_stored_by(self, member: processes.ServerProcess) -> float:
+        return min(ack.at for ack in self.acks if ack.stored_by == _port(member.address))
+
+
+def _port(address: str) -> int:
+    return int(address.rpartition(":")[2])
 
 
 @contextmanager
@@ -154,13 +173,11 @@ def producing(endpoints: str, threads: int = 3, batch: int = 32) -> Iterator[Ack
                     with acks.lock:
                         acks.sent += batch
                 now = time.monotonic()
-                stored = [StoredMessage(q, o, b) for q, o, b in
-                          zip(result.queue_ids, result.queue_offsets, bodies, strict=True)]
+                stored = [Ack(now, result.status, int(msg_id[8:16], 16), StoredMessage(q, o, b))
+                          for msg_id, q, o, b in zip(result.msg_ids, result.queue_ids, result.queue_offsets,
+                                                     bodies, strict=True)]
                 with acks.lock:
-                    if result.status == rmq_pb2.FLUSH_SLAVE_TIMEOUT:
-                        acks.master_only += stored
-                    else:
-                        acks.stored += [(now, message) for message in stored]
+                    acks.acks += stored
 
     workers = [threading.Thread(target=run, args=(n,), daemon=True) for n in range(threads)]
     for worker in workers:
@@ -174,16 +191,16 @@ def producing(endpoints: str, threads: int = 3, batch: int = 32) -> Iterator[Ack
 
 
 def fail_over(group: ControlledGroup, delete_store: bool = False, pause_slave: bool = False
-              ) -> tuple[Acknowledgements, float, int]:
+              ) -> tuple[Acknowledgements, float]:
     """Producers run; id 0 is killed with SIGKILL (its store deleted too when asked; after
     it stored batches that the slave, paused with SIGSTOP, never received, when asked) and
-    producing goes on until the new master acknowledged 1,000 more messages. Returns the
-    acknowledgements, the seconds without a master and the acknowledgements before the kill."""
+    producing goes on until 1,000 more messages are acknowledged. Returns the
+    acknowledgements and the seconds without a master."""
     with producing(group.namesrv.address) as acks:
         acks.wait_for(3000)
         if pause_slave:
             group.members[1].process.send_signal(signal.SIGSTOP)
-            wait(lambda: len(acks.master_only) >= 3 * 32, "sends stored on the master only")
+            acks.wait_for(3 * 32, rmq_pb2.FLUSH_SLAVE_TIMEOUT)
         group.members[0].kill()
         if pause_slave:
             group.members[1].process.send_signal(signal.SIGCONT)
@@ -192,8 +209,7 @@ def fail_over(group: ControlledGroup, delete_store: bool = False, pause_slave: b
             shutil.rmtree(group.store(0))
         before = acks.count()
         acks.wait_for(before + 1000)
-    first_after = min(at for at, _ in acks.stored if at > killed_at)
-    return acks, first_after - killed_at, before
+    return acks, acks.first_stored_by(group.members[1]) - killed_at
 
 
 def commit_log_bytes(store: Path) -> bytes:
@@ -204,7 +220,7 @@ def commit_log_bytes(store: Path) -> bytes:
 def test_the_slave_takes_over_within_seconds_and_no_acknowledged_message_is_lost(
         tmp_path: Path, report: ReliabilityReport, delete_store: bool) -> None:
     with controlled_group(tmp_path) as group:
-        acks, without_master_s, before = fail_over(group, delete_store)
+        acks, without_master_s = fail_over(group, delete_store)
         new_master = status(group.members[1])
         with closing(RmqClient(group.namesrv.address)) as reader:
             read = read_topic(reader, TOPIC)
@@ -214,14 +230,14 @@ def test_the_slave_takes_over_within_seconds_and_no_acknowledged_message_is_lost
         for member in group.members:
             member.stop()
         old_log, new_log = commit_log_bytes(group.store(0)), commit_log_bytes(group.store(1))
-    acknowledged = [message for _, message in acks.stored]
+    acknowledged = acks.must_be_readable(group.members[1])
     figures = report.record(tally(
         f"11 controller failover, SYNC_MASTER kill -9{' + store deleted' if delete_store else ''} "
         f"(3 producers, failover timeout {FAILOVER_TIMEOUT_MS} ms)", acks.sent,
         (m.body for m in acknowledged), (m.body for m in read),
-        notes="every acknowledged (queue, offset, body), before and after the kill, read back; "
-              "the returning master ends with the new master's CommitLog",
-        without_master_s=f"{without_master_s:.2f}", acknowledged_before_kill=before))
+        notes="every (queue, offset, body) acknowledged OK or stored by the new master (alone: "
+              "SLAVE_NOT_AVAILABLE) read back; the returning master ends with the new master's CommitLog",
+        without_master_s=f"{without_master_s:.2f}", ok=acks.count(rmq_pb2.OK)))
     read_set = set(read)
     missing = [m for m in acknowledged if m not in read_set]
     assert missing == [], f"{len(missing)} acknowledged messages not readable: {missing[:3]}"
@@ -238,7 +254,7 @@ def test_what_the_old_master_stored_while_the_slave_was_paused_is_dropped_when_i
     the master only), the master is killed, the slave resumes and is elected: the old master
     returns with those batches beyond the new epoch's start, drops them and rejoins."""
     with controlled_group(tmp_path) as group:
-        acks, without_master_s, before = fail_over(group, pause_slave=True)
+        acks, without_master_s = fail_over(group, pause_slave=True)
         with closing(RmqClient(group.namesrv.address)) as reader:
             read = read_topic(reader, TOPIC)
         epoch_2_start = json.loads((tmp_path / "controller" / "controller.json").read_text()
@@ -249,13 +265,13 @@ def test_what_the_old_master_stored_while_the_slave_was_paused_is_dropped_when_i
         for member in group.members:
             member.stop()
         old_log, new_log = commit_log_bytes(group.store(0)), commit_log_bytes(group.store(1))
-    acknowledged = [message for _, message in acks.stored]
+    acknowledged = acks.must_be_readable(group.members[1])
     figures = report.record(tally(
         f"11 controller failover, slave paused (SIGSTOP) then master kill -9 (3 producers, failover timeout "
         f"{FAILOVER_TIMEOUT_MS} ms)", acks.sent, (m.body for m in acknowledged), (m.body for m in read),
         notes="every acknowledged (queue, offset, body) read back; the batches stored on the old master "
               "only (FLUSH_SLAVE_TIMEOUT) dropped when it rejoined",
-        without_master_s=f"{without_master_s:.2f}", master_only=len(acks.master_only),
+        without_master_s=f"{without_master_s:.2f}", master_only=acks.count(rmq_pb2.FLUSH_SLAVE_TIMEOUT),
         dropped_bytes=held_before_return - epoch_2_start))
     assert figures.lost == 0 and figures.duplicated == 0
     assert gaps_and_repeats(read) == ([], [])
@@ -281,14 +297,49 @@ def test_both_members_killed_and_restarted_at_once_keep_every_acknowledged_messa
         for member in group.members:
             member.stop()
         old_log, new_log = commit_log_bytes(group.store(0)), commit_log_bytes(group.store(1))
-    acknowledged = [message for _, message in acks.stored]
+    acknowledged = [ack.message for ack in acks.acks if ack.status == rmq_pb2.OK]
     figures = report.record(tally(
         "11 controller mode, both members kill -9 and restarted at once (3 producers)", acks.sent,
         (m.body for m in acknowledged), (m.body for m in read),
-        notes=f"id {master} master afterwards; every acknowledged (queue, offset, body) read back, both "
+        notes=f"id {master} master afterwards; every OK-acknowledged (queue, offset, body) read back, both "
               f"CommitLogs equal"))
     assert figures.lost == 0 and figures.duplicated == 0
     assert gaps_and_repeats(read) == ([], [])
+    assert old_log == new_log
+
+
+def test_a_master_paused_beyond_the_failover_timeout_is_fenced_and_rejoins_as_slave(
+        tmp_path: Path, report: ReliabilityReport) -> None:
+    """SIGSTOP of the master: the slave is elected; the old master, resumed, learns the new
+    epoch at its next heartbeat, refuses writes, drops what it stored meanwhile (never OK:
+    its slave had left) and rejoins; OK acknowledgements come back once it confirms again."""
+    with controlled_group(tmp_path) as group:
+        old, new = group.members
+        with producing(group.namesrv.address) as acks:
+            acks.wait_for(3000)
+            old.process.send_signal(signal.SIGSTOP)
+            paused_at = time.monotonic()
+            wait(lambda: status(new).role == rmq_pb2.SYNC_MASTER, "id 1 to take over")
+            old.process.send_signal(signal.SIGCONT)
+            group.wait_in_sync(master=1, slave=0)
+            ok_again = acks.count(rmq_pb2.OK) + 500
+            acks.wait_for(ok_again, rmq_pb2.OK)
+        with closing(RmqClient(group.namesrv.address)) as reader:
+            read = read_topic(reader, TOPIC)
+        returned = status(old)
+        for member in group.members:
+            member.stop()
+        old_log, new_log = commit_log_bytes(group.store(0)), commit_log_bytes(group.store(1))
+    acknowledged = acks.must_be_readable(new)
+    figures = report.record(tally(
+        "11 controller failover, master paused (SIGSTOP) beyond the failover timeout, then resumed "
+        "(3 producers)", acks.sent, (m.body for m in acknowledged), (m.body for m in read),
+        notes="every (queue, offset, body) acknowledged OK or stored by the new master read back; the old "
+              "master fenced and rejoined as slave",
+        without_master_s=f"{acks.first_stored_by(new) - paused_at:.2f}"))
+    assert figures.lost == 0 and figures.duplicated == 0
+    assert gaps_and_repeats(read) == ([], [])
+    assert (returned.role, returned.epoch, returned.replication_error) == (rmq_pb2.SLAVE, 2, "")
     assert old_log == new_log
 
 
