@@ -60,6 +60,8 @@ BENCHMARKS = [
               "bench.rocketmq_v2_bench:rocketmq_v2_rows"),
     Benchmark("sdk2", "12. Client SDK II: orderly vs concurrent PushConsumer, PullConsumer.poll vs XREAD",
               "bench.sdk_orderly_pull_bench:sdk2_rows"),
+    Benchmark("failover", "13. Controller failover: time without a master after kill -9",
+              "bench.failover_bench:failover_rows", Target(max_value=10.0, unit="s")),
 ]
 
 
