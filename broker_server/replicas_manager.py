@@ -223,6 +223,9 @@ def _code(error: grpc.RpcError) -> str:
 async def serve_in_controller_mode(config: BrokerConfig, security: ServerSecurity,
                                    until: Callable[[], asyncio.Future] | None = None) -> None:
     """Serve term after term until SIGTERM/SIGINT (or `until()` completes)."""
+    if security.acl_file is not None and not config.cluster_secret_file:
+        raise UserError("a broker with --acl and --controller needs --cluster-secret FILE (the same file on "
+                        "every member of the group): any term may make it a slave")
     os.umask(SERVER_UMASK)   # every file this process creates is its user's alone
     terminated = until() if until is not None else asyncio.ensure_future(wait_for_termination())
     manager = ReplicasManager(config, security)

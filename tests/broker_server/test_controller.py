@@ -5,18 +5,26 @@ across a controller restart, and the members it refuses."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
+from rmq.broker_server.acl_file import AclFile
+from rmq.broker_server.config import BrokerConfig
+from rmq.broker_server.errors import UserError
 from rmq.broker_server.replicas_info_manager import (
     KEEP_EVERYTHING,
     ControllerLimits,
     Heartbeat,
     ReplicasInfoManager,
 )
+from rmq.broker_server.replicas_manager import serve_in_controller_mode
+from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.status import RequestError
 from rmq.v1 import rmq_pb2
+from tests.acl_files import write_acl
+from tests.broker_server.test_acl import ACL_YAML
 
 CLUSTER = "DefaultCluster"
 TIMEOUT_MS = 3000
@@ -179,3 +187,11 @@ def test_groups_and_members_are_bounded(tmp_path: Path, clock: Clock) -> None:
             refused_call()
         assert refused.value.code == rmq_pb2.LIMIT_EXCEEDED and setting in refused.value.message
     assert set(replicas.groups) == {"g"} and set(replicas.groups["g"].members) == {0, 1}
+
+
+def test_a_controller_mode_broker_with_acl_needs_the_cluster_secret(tmp_path: Path) -> None:
+    """Any term may make a member a slave, and a slave of an ACL cluster authenticates its master."""
+    security = ServerSecurity(AclFile(write_acl(tmp_path / "acl.yml", ACL_YAML)))
+    config = BrokerConfig(controller="127.0.0.1:1", store_dir=str(tmp_path / "store"))
+    with pytest.raises(UserError, match="needs --cluster-secret FILE"):
+        asyncio.run(serve_in_controller_mode(config, security))
