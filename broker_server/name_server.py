@@ -3,7 +3,9 @@ name, id, role, address and topics periodically; a broker silent for longer than
 (120 s) is dropped. The members sharing a name form a broker group (master id 0, slaves 1..);
 a group's queues are its master's topics (a live slave's when the master is gone) and its
 BrokerData lists every live member. Route queries merge every group's queues for a topic, so a
-topic created with 4 queues on each of two groups has 8 MessageQueues (topic, brokerName, queueId)."""
+topic created with 4 queues on each of two groups has 8 MessageQueues (topic, brokerName, queueId).
+With --controller it also embeds the controller (rmq.broker_server.controller_manager), and of two
+members registered as master the one of the newer epoch answers for the group."""
 
 from __future__ import annotations
 
