@@ -170,7 +170,7 @@ class ReplicasManager:
                  else f"slave of id {assignment.master_id} at {assignment.master_address}")
         server = await broker.start_serving()
         self.collector.broker = broker
-        beats = asyncio.ensure_future(self._heartbeat_forever(broker, assignment))
+        beats = asyncio.ensure_future(self.heartbeat_until_moved(broker, assignment))
         await asyncio.wait([terminated, beats], return_when=asyncio.FIRST_COMPLETED)
         beats.cancel()
         await asyncio.gather(beats, return_exceptions=True)
@@ -191,7 +191,7 @@ class ReplicasManager:
             return True
         return False
 
-    async def _heartbeat_forever(self, broker: BrokerController, assignment: RoleAssignment) -> None:
+    async def heartbeat_until_moved(self, broker: BrokerController, assignment: RoleAssignment) -> None:
         """Returns when the controller names another master or epoch; a master is fenced first."""
         warned = False
         while True:

@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -17,6 +18,7 @@ from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.server_security import ServerSecurity
 
 START_TIMEOUT_S = 30
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -44,6 +46,10 @@ class InProcessBroker:
         self._server = self.controller.build_server()
         await self._server.start()
         self.controller.start_services()
+
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float = START_TIMEOUT_S) -> T:
+        """Run `coroutine` on the broker's event loop and return its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout_s)
 
     def stop(self) -> None:
         """Shut the broker down gracefully (once; later calls do nothing)."""

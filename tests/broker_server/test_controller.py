@@ -19,11 +19,14 @@ from rmq.broker_server.replicas_info_manager import (
     Heartbeat,
     ReplicasInfoManager,
 )
-from rmq.broker_server.replicas_manager import serve_in_controller_mode
+from rmq.broker_server.replicas_manager import ReplicasManager, RoleAssignment, serve_in_controller_mode
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.status import RequestError
+from rmq.connector.client import OutgoingMessage, RmqClient
+from rmq.connector.errors import RmqError
 from rmq.v1 import rmq_pb2
 from tests.acl_files import write_acl
+from tests.broker_server.in_process_broker import InProcessBroker
 from tests.broker_server.test_acl import ACL_YAML
 
 CLUSTER = "DefaultCluster"
@@ -195,3 +198,34 @@ def test_a_controller_mode_broker_with_acl_needs_the_cluster_secret(tmp_path: Pa
     config = BrokerConfig(controller="127.0.0.1:1", store_dir=str(tmp_path / "store"))
     with pytest.raises(UserError, match="needs --cluster-secret FILE"):
         asyncio.run(serve_in_controller_mode(config, security))
+
+
+def test_a_master_told_of_a_newer_epoch_refuses_sends_before_its_term_ends(tmp_path: Path) -> None:
+    """Fencing: the heartbeat answer names id 1 master of epoch 2; the master of epoch 1 refuses
+    every send from then on (its term then ends and it restarts as a slave)."""
+    broker = InProcessBroker(tmp_path / "broker", controller="127.0.0.1:1",
+                             controller_heartbeat_interval_ms=10).start()
+
+    async def open_manager() -> ReplicasManager:   # its channel belongs to the broker's loop
+        return ReplicasManager(broker.config, ServerSecurity())
+
+    manager = broker.run(open_manager())
+
+    async def newer_epoch(*_: object) -> rmq_pb2.ControllerHeartbeatResponse:
+        return rmq_pb2.ControllerHeartbeatResponse(status=rmq_pb2.Status(code=rmq_pb2.OK), epoch=2,
+                                                   master_broker_id=1, master_address=B)
+
+    manager.heartbeat = newer_epoch  # type: ignore[method-assign]
+    try:
+        with RmqClient(broker.address) as client:
+            client.create_topic("T", queues=1)
+            client.send("T", [OutgoingMessage(b"before")])
+            term = RoleAssignment(epoch=1, master_id=0, master_address=broker.address, truncate_to=-1,
+                                  in_sync_ids=(0,))
+            broker.run(manager.heartbeat_until_moved(broker.controller, term))
+            with pytest.raises(RmqError) as refused:
+                client.send("T", [OutgoingMessage(b"after")])
+        assert refused.value.code == rmq_pb2.SERVICE_NOT_AVAILABLE
+    finally:
+        broker.run(manager.close())
+        broker.stop()
