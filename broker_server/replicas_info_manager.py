@@ -112,7 +112,8 @@ class ReplicasInfoManager:
         group.members[beat.broker_id] = beat.address
         self._live[(beat.broker_name, beat.broker_id)] = MemberLiveness(self._clock(), beat.max_offset)
         if group.epoch == 0:
-            changed |= self._make_master(beat.broker_name, group, beat.broker_id)
+            self._make_master(beat.broker_name, group, beat.broker_id)
+            changed = True
         elif group.master_id == beat.broker_id and beat.epoch == group.epoch:
             changed |= _confirm_master(group, beat)
         elif group.master_id == beat.broker_id and group.epoch in group.epoch_starts:
@@ -180,13 +181,12 @@ class ReplicasInfoManager:
         self._make_master(name, group, elected)
         self.persist()
 
-    def _make_master(self, name: str, group: SyncStateInfo, broker_id: int) -> bool:
+    def _make_master(self, name: str, group: SyncStateInfo, broker_id: int) -> None:
         group.master_id = broker_id
         group.epoch += 1
         group.in_sync = {broker_id}
         log.info("broker group %s: id %d (%s) is master in epoch %d", name, broker_id,
                  group.members[broker_id], group.epoch)
-        return True
 
     def _alive(self, name: str, broker_id: int) -> bool:
         live = self._live.get((name, broker_id))

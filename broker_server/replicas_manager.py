@@ -18,7 +18,7 @@ import asyncio
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import grpc
@@ -162,7 +162,8 @@ class ReplicasManager:
             log.warning("controller %s unreachable (%s) while confirming epoch %d", self.config.controller,
                         _code(error), assignment.epoch)
             confirmed = False
-        if not confirmed:
+        if not confirmed:   # the controller moved on meanwhile: ask again
+            broker.executor.shutdown()
             broker.store.shutdown()
             return
         is_master = assignment.master_id == self.config.broker_id
@@ -220,14 +221,13 @@ def _code(error: grpc.RpcError) -> str:
     return error.code().name if isinstance(error, grpc.Call) else str(error)
 
 
-async def serve_in_controller_mode(config: BrokerConfig, security: ServerSecurity,
-                                   until: Callable[[], asyncio.Future] | None = None) -> None:
-    """Serve term after term until SIGTERM/SIGINT (or `until()` completes)."""
+async def serve_in_controller_mode(config: BrokerConfig, security: ServerSecurity) -> None:
+    """Serve term after term until SIGTERM/SIGINT."""
     if security.acl_file is not None and not config.cluster_secret_file:
         raise UserError("a broker with --acl and --controller needs --cluster-secret FILE (the same file on "
                         "every member of the group): any term may make it a slave")
     os.umask(SERVER_UMASK)   # every file this process creates is its user's alone
-    terminated = until() if until is not None else asyncio.ensure_future(wait_for_termination())
+    terminated = asyncio.ensure_future(wait_for_termination())
     manager = ReplicasManager(config, security)
     if config.metrics_listen:
         serve_metrics(config.metrics_listen, security, manager.collector)
