@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
 
 import grpc
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from rmq.broker_server.replicas_info_manager import Heartbeat, ReplicasInfoManager
 from rmq.broker_server.status import answers_with_status, rmq_pb2
@@ -38,3 +41,22 @@ async def scan_forever(replicas: ReplicasInfoManager, interval_ms: int) -> None:
             replicas.scan()
         except OSError as error:   # the election stands in memory; the next change writes it again
             log.error("controller state not persisted: %s", error)
+
+
+class ControllerCollector(Collector):
+    """Per broker group: the master's broker id, the master epoch and the in-sync set's size."""
+
+    def __init__(self, replicas: ReplicasInfoManager) -> None:
+        self.replicas = replicas
+
+    def collect(self) -> Iterator[Metric]:
+        groups = sorted(self.replicas.groups.items())
+        for name, documentation, value in [
+            ("rmq_controller_master_id", "the broker id of the group's master", lambda g: g.master_id),
+            ("rmq_controller_master_epoch", "the group's master epoch", lambda g: g.epoch),
+            ("rmq_controller_in_sync_members", "members of the in-sync set", lambda g: len(g.in_sync)),
+        ]:
+            gauge = GaugeMetricFamily(name, documentation, labels=["broker"])
+            for broker, group in groups:
+                gauge.add_metric([broker], value(group))
+            yield gauge

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
+from prometheus_client.registry import Collector
 
 from rmq.broker_server.config import NameServerConfig
-from rmq.broker_server.controller_manager import ControllerService, scan_forever
+from rmq.broker_server.controller_manager import ControllerCollector, ControllerService, scan_forever
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
 from rmq.broker_server.metrics import NameServerCollector, serve_metrics
@@ -236,12 +237,14 @@ async def serve_name_server(config: NameServerConfig, security: ServerSecurity) 
     rmq_pb2_grpc.add_RouteServiceServicer_to_server(NameServerRouteService(routes), server)
     rmq_pb2_grpc.add_NameServerServiceServicer_to_server(NameServerService(routes), server)
     tasks = [_scan_forever(routes, config.broker_scan_interval_ms)]
+    collectors: list[Collector] = [NameServerCollector(routes)]
     if config.controller:
         replicas = embed_controller(config)
         rmq_pb2_grpc.add_ControllerServiceServicer_to_server(ControllerService(replicas), server)
         tasks.append(scan_forever(replicas, config.controller_scan_interval_ms))
+        collectors.append(ControllerCollector(replicas))
     if config.metrics_listen:
-        serve_metrics(config.metrics_listen, security, NameServerCollector(routes))
+        serve_metrics(config.metrics_listen, security, *collectors)
     await server.start()
     security.start(config.listen)
     scans = [asyncio.create_task(task) for task in tasks]

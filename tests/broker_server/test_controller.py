@@ -12,6 +12,7 @@ import pytest
 
 from rmq.broker_server.acl_file import AclFile
 from rmq.broker_server.config import BrokerConfig
+from rmq.broker_server.controller_manager import ControllerCollector
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.replicas_info_manager import (
     KEEP_EVERYTHING,
@@ -229,3 +230,13 @@ def test_a_master_told_of_a_newer_epoch_refuses_sends_before_its_term_ends(tmp_p
     finally:
         broker.run(manager.close())
         broker.stop()
+
+
+def test_the_name_server_metrics_show_each_groups_master_epoch_and_in_sync_set(
+        tmp_path: Path, clock: Clock) -> None:
+    replicas = manager(tmp_path, clock)
+    group_of_three(replicas)
+    samples = {(sample.name, sample.labels["broker"]): sample.value
+               for family in ControllerCollector(replicas).collect() for sample in family.samples}
+    assert samples == {("rmq_controller_master_id", "g"): 0, ("rmq_controller_master_epoch", "g"): 1,
+                       ("rmq_controller_in_sync_members", "g"): 3}
