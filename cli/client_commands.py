@@ -407,9 +407,10 @@ def _cluster_status(client: RmqClient, args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"brokers": groups})
         return 0
-    _print_table(["BROKER", "ID", "ROLE", "ADDRESS", "MIN_OFFSET", "MAX_OFFSET", "SLAVE_LAG_BYTES", "STATE"],
-                 [[name, m["broker_id"], m["role"], m["address"], _dash(m["min_offset"]),
-                   _dash(m["max_offset"]), _dash(m["lag_bytes"]), m["state"]]
+    _print_table(["BROKER", "ID", "ROLE", "EPOCH", "ADDRESS", "MIN_OFFSET", "MAX_OFFSET", "SLAVE_LAG_BYTES",
+                  "STATE"],
+                 [[name, m["broker_id"], m["role"], _dash(m.get("epoch")), m["address"],
+                   _dash(m["min_offset"]), _dash(m["max_offset"]), _dash(m["lag_bytes"]), m["state"]]
                   for name, states in groups.items() for m in states])
     return 0
 
