@@ -154,8 +154,10 @@ class ReplicasInfoManager:
 
     def _truncation(self, beat: Heartbeat, group: SyncStateInfo) -> int:
         """Where a member of an older epoch cuts its CommitLog: the start of the first epoch
-        after its own (everything it holds beyond was never acknowledged under SYNC_MASTER)."""
-        if group.master_id == beat.broker_id or beat.epoch >= group.epoch:
+        after its own (everything it holds beyond was never acknowledged under SYNC_MASTER).
+        A member new to the group (epoch 0) keeps its CommitLog: nothing says what it holds was
+        never acknowledged, and the master refuses it as a slave when it diverges."""
+        if group.master_id == beat.broker_id or beat.epoch >= group.epoch or beat.epoch == 0:
             return KEEP_EVERYTHING
         start = group.epoch_starts.get(beat.epoch + 1)
         if start is None:

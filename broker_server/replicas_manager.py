@@ -103,17 +103,32 @@ class ReplicasManager:
         self._stub = rmq_pb2_grpc.ControllerServiceStub(self._channel)
         self.collector = TermCollector()
 
+    def identity(self) -> dict[str, str | int]:
+        """Whose epoch the epoch file holds: this member of this group of this cluster."""
+        config = self.config
+        return {"cluster_name": config.cluster_name, "broker_name": config.broker_name,
+                "broker_id": config.broker_id}
+
     def local_epoch(self) -> int:
-        """The epoch this member's CommitLog belongs to (0: never in controller mode)."""
+        """The epoch this member's CommitLog belongs to (0: never in controller mode);
+        UserError when the store was another member's."""
         try:
             content = read_json(self.epoch_path)
         except ValueError as error:
             raise UserError(str(error)) from None
-        return int(content["epoch"]) if content else 0
+        if not content:
+            return 0
+        owner = {key: content.get(key) for key in self.identity()}
+        if owner != self.identity():
+            raise UserError(f"{self.epoch_path}: this store belongs to broker {owner['broker_name']} id "
+                            f"{owner['broker_id']} of cluster {owner['cluster_name']!r}, not to broker "
+                            f"{self.config.broker_name} id {self.config.broker_id} of cluster "
+                            f"{self.config.cluster_name!r}: give each member its own --store-dir")
+        return int(content["epoch"])
 
     def save_epoch(self, epoch: int) -> None:
         make_dirs(self.epoch_path.parent)
-        write_json_atomically(self.epoch_path, {"epoch": epoch})
+        write_json_atomically(self.epoch_path, {"epoch": epoch, **self.identity()})
 
     async def heartbeat(self, epoch: int, max_offset: int, in_sync_addresses: list[str]
                         ) -> rmq_pb2.ControllerHeartbeatResponse:

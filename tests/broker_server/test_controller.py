@@ -73,12 +73,9 @@ def test_the_first_member_is_master_of_epoch_1_and_the_next_ones_slaves(tmp_path
     replicas = manager(tmp_path, clock)
     first = beat(replicas, 1, B)
     assert (first.epoch, first.master_broker_id, first.master_address) == (1, 1, B)
-    with pytest.raises(RequestError) as refused:    # until the master says where epoch 1 starts
-        beat(replicas, 0, A)
-    assert refused.value.code == rmq_pb2.SERVICE_NOT_AVAILABLE
-    beat(replicas, 1, B, epoch=1, max_offset=0)
     second = beat(replicas, 0, A)
-    assert (second.epoch, second.master_broker_id, second.master_address) == (1, 1, B)
+    assert (second.epoch, second.master_broker_id, second.master_address, second.truncate_to) == (
+        1, 1, B, KEEP_EVERYTHING)   # new to the group: the master checks its CommitLog as a slave's
     assert beat(replicas, 1, B, epoch=1, max_offset=500, in_sync=(A,)).in_sync_ids == [0, 1]
 
 
@@ -240,3 +237,33 @@ def test_the_name_server_metrics_show_each_groups_master_epoch_and_in_sync_set(
                for family in ControllerCollector(replicas).collect() for sample in family.samples}
     assert samples == {("rmq_controller_master_id", "g"): 0, ("rmq_controller_master_epoch", "g"): 1,
                        ("rmq_controller_in_sync_members", "g"): 3}
+
+
+def test_a_store_of_another_member_is_refused_before_it_joins(tmp_path: Path) -> None:
+    """The epoch file names its member: another member's store (or another cluster's) is not
+    taken for this one's."""
+    async def epochs() -> tuple[int, int]:
+        first = ReplicasManager(BrokerConfig(controller=A, store_dir=str(tmp_path), broker_id=1),
+                                ServerSecurity())
+        fresh = first.local_epoch()
+        first.save_epoch(3)
+        try:
+            return fresh, first.local_epoch()
+        finally:
+            await first.close()
+
+    assert asyncio.run(epochs()) == (0, 3)
+
+    async def as_another(**settings: str | int) -> None:
+        config = BrokerConfig(controller=A, store_dir=str(tmp_path), **settings)  # type: ignore[arg-type]
+        other = ReplicasManager(config, ServerSecurity())
+        try:
+            other.local_epoch()
+        finally:
+            await other.close()
+
+    with pytest.raises(UserError, match="this store belongs to broker broker-a id 1 of cluster "
+                                        "'DefaultCluster', not to broker broker-a id 2"):
+        asyncio.run(as_another(broker_id=2))
+    with pytest.raises(UserError, match="not to broker broker-a id 1 of cluster 'other'"):
+        asyncio.run(as_another(broker_id=1, cluster_name="other"))
