@@ -39,6 +39,9 @@ MAX_SEND_REQUEST_BYTES = 4 * 1024 * 1024      # one SendMessage request stays un
 # after a restart is reached again within this (the Spark source retries for 2 min).
 MAX_RECONNECT_BACKOFF_MS = 2000
 ROUTE_CACHE_SECONDS = 30.0                    # RocketMQ pollNameServerInterval
+# A send refused so: the route may have changed (a topic moved, a master replaced by the
+# controller that now refuses writes as a slave): the next send asks the name servers again.
+ROUTE_CHANGED = (rmq_pb2.TOPIC_NOT_EXIST, rmq_pb2.SERVICE_NOT_AVAILABLE)
 _MESSAGE_FRAMING_BYTES = 6                    # field tag + length prefix of one repeated Message
 _COLUMN_FRAMING_BYTES = 16                    # a body length, tag and key prefixes in MessageColumns
 
@@ -372,7 +375,7 @@ class RmqClient:
                                       ok_codes=STORED_ON_MASTER_ONLY)
             except RmqError as error:
                 error.acknowledged = len(result.msg_ids)
-                if isinstance(error, RmqUnavailable) or error.code == rmq_pb2.TOPIC_NOT_EXIST:
+                if isinstance(error, RmqUnavailable) or error.code in ROUTE_CHANGED:
                     self._forget_route(topic)
                 raise
             result.msg_ids.extend(response.msg_ids)

@@ -23,7 +23,7 @@ from rmq.broker_server.replicas_info_manager import (
 from rmq.broker_server.replicas_manager import ReplicasManager, RoleAssignment, serve_in_controller_mode
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.status import RequestError
-from rmq.connector.client import OutgoingMessage, RmqClient
+from rmq.connector.client import OutgoingMessage, RmqClient, TopicRoute
 from rmq.connector.errors import RmqError
 from rmq.v1 import rmq_pb2
 from tests.acl_files import write_acl
@@ -200,7 +200,8 @@ def test_a_controller_mode_broker_with_acl_needs_the_cluster_secret(tmp_path: Pa
 
 def test_a_master_told_of_a_newer_epoch_refuses_sends_before_its_term_ends(tmp_path: Path) -> None:
     """Fencing: the heartbeat answer names id 1 master of epoch 2; the master of epoch 1 refuses
-    every send from then on (its term then ends and it restarts as a slave)."""
+    every send from then on (its term then ends and it restarts as a slave), and a client whose
+    send it refused asks the name servers for the route again."""
     broker = InProcessBroker(tmp_path / "broker", controller="127.0.0.1:1",
                              controller_heartbeat_interval_ms=10).start()
 
@@ -221,9 +222,19 @@ def test_a_master_told_of_a_newer_epoch_refuses_sends_before_its_term_ends(tmp_p
             term = RoleAssignment(epoch=1, master_id=0, master_address=broker.address, truncate_to=-1,
                                   in_sync_ids=(0,))
             broker.run(manager.heartbeat_until_moved(broker.controller, term))
-            with pytest.raises(RmqError) as refused:
-                client.send("T", [OutgoingMessage(b"after")])
-        assert refused.value.code == rmq_pb2.SERVICE_NOT_AVAILABLE
+            asked: list[str] = []
+            query_route = client.query_route
+
+            def spied_query_route(topic: str) -> TopicRoute:
+                asked.append(topic)
+                return query_route(topic)
+
+            client.query_route = spied_query_route  # type: ignore[method-assign]
+            for _ in range(2):
+                with pytest.raises(RmqError) as refused:
+                    client.send("T", [OutgoingMessage(b"after")])
+                assert refused.value.code == rmq_pb2.SERVICE_NOT_AVAILABLE
+        assert asked == ["T"]   # the refusal dropped the cached route: the client follows a new master
     finally:
         broker.run(manager.close())
         broker.stop()
