@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rmq.broker_server.acl_file import AclFile
-from rmq.broker_server.config import BrokerConfig
+from rmq.broker_server.config import BrokerConfig, load_config
 from rmq.broker_server.controller_manager import ControllerCollector
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.replicas_info_manager import (
@@ -278,3 +278,14 @@ def test_a_store_of_another_member_is_refused_before_it_joins(tmp_path: Path) ->
         asyncio.run(as_another(broker_id=2))
     with pytest.raises(UserError, match="not to broker broker-a id 1 of cluster 'other'"):
         asyncio.run(as_another(broker_id=1, cluster_name="other"))
+
+
+@pytest.mark.parametrize("settings, reason", [
+    ({"broker_role": "SLAVE"}, "--role names the master's mode"),
+    ({"master": "127.0.0.1:10911"}, "--master is not given"),
+    ({"controller": "nowhere"}, "controller must be HOST:PORT"),
+])
+def test_controller_mode_settings_that_contradict_it_are_refused(settings: dict, reason: str) -> None:
+    with pytest.raises(UserError, match=reason):
+        load_config(BrokerConfig, None, {"controller": "127.0.0.1:9876", "broker_id": 3, **settings})
+    assert load_config(BrokerConfig, None, {"controller": "127.0.0.1:9876", "broker_id": 3}).broker_id == 3
