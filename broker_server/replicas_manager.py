@@ -41,6 +41,10 @@ EPOCH_FILE = "controller_epoch.json"
 RETRY_S = 1.0
 HEARTBEAT_TIMEOUT_S = 3.0
 UNKNOWN_OFFSET = -1
+# answers that mean "this member must not join" (the broker exits with the reason); any other
+# (SERVICE_NOT_AVAILABLE: the new master has not confirmed yet; SYSTEM_ERROR) is asked again
+REFUSALS = (rmq_pb2.ILLEGAL_ARGUMENT, rmq_pb2.LIMIT_EXCEEDED)
+DENIED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,9 @@ class ReplicasManager:
             try:
                 answer = await self.heartbeat(self.local_epoch(), UNKNOWN_OFFSET, [])
             except grpc.RpcError as error:
+                if isinstance(error, grpc.Call) and error.code() in DENIED:
+                    raise UserError(f"the controller at {self.config.controller} refuses this broker's "
+                                    f"credentials: {error.details()}") from None
                 if not warned:
                     log.warning("controller %s unreachable (%s); retrying every %gs", self.config.controller,
                                 _code(error), RETRY_S)
@@ -154,10 +161,11 @@ class ReplicasManager:
             else:
                 if answer.status.code == rmq_pb2.OK:
                     return RoleAssignment.from_proto(answer)
-                if answer.status.code != rmq_pb2.SERVICE_NOT_AVAILABLE:
+                if answer.status.code in REFUSALS:
                     raise UserError(f"the controller at {self.config.controller} refuses this broker: "
                                     f"{answer.status.message}")
-                log.info("waiting for the controller: %s", answer.status.message)
+                log.info("waiting for the controller (%s): %s", rmq_pb2.Code.Name(answer.status.code),
+                         answer.status.message)
             await asyncio.wait([terminated], timeout=RETRY_S)
         return None
 

@@ -289,3 +289,32 @@ def test_controller_mode_settings_that_contradict_it_are_refused(settings: dict,
     with pytest.raises(UserError, match=reason):
         load_config(BrokerConfig, None, {"controller": "127.0.0.1:9876", "broker_id": 3, **settings})
     assert load_config(BrokerConfig, None, {"controller": "127.0.0.1:9876", "broker_id": 3}).broker_id == 3
+
+
+def test_a_member_asks_again_until_the_controller_assigns_it_a_role(tmp_path: Path) -> None:
+    """Not yet (the new master has not confirmed its epoch) and a controller error are asked
+    again every second; a refusal ends the broker with the reason."""
+    answers = [rmq_pb2.ControllerHeartbeatResponse(status=rmq_pb2.Status(code=code, message="later"))
+               for code in (rmq_pb2.SERVICE_NOT_AVAILABLE, rmq_pb2.SYSTEM_ERROR)]
+    answers.append(rmq_pb2.ControllerHeartbeatResponse(status=rmq_pb2.Status(code=rmq_pb2.OK), epoch=2,
+                                                       master_broker_id=1, master_address=B, truncate_to=-1))
+    answers.append(rmq_pb2.ControllerHeartbeatResponse(status=rmq_pb2.Status(
+        code=rmq_pb2.ILLEGAL_ARGUMENT, message="id 0 is already a live member")))
+
+    async def register_twice() -> RoleAssignment | None:
+        manager = ReplicasManager(BrokerConfig(controller=A, store_dir=str(tmp_path)), ServerSecurity())
+
+        async def next_answer(*_: object) -> rmq_pb2.ControllerHeartbeatResponse:
+            return answers.pop(0)
+
+        manager.heartbeat = next_answer  # type: ignore[method-assign]
+        terminated = asyncio.get_running_loop().create_future()
+        try:
+            assignment = await manager.register(terminated)
+            with pytest.raises(UserError, match="refuses this broker: id 0 is already a live member"):
+                await manager.register(terminated)
+            return assignment
+        finally:
+            await manager.close()
+
+    assert asyncio.run(register_twice()) == RoleAssignment(2, 1, B, KEEP_EVERYTHING, ())
