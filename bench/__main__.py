@@ -64,8 +64,10 @@ BENCHMARKS = [
               "bench.sdk_orderly_pull_bench:sdk2_rows"),
     Benchmark("flight", "13. Flight data plane: bulk read without Spark, and while producing",
               "bench.flight_bench:flight_rows"),
+    Benchmark("failover", "14. Controller failover: time without a master after kill -9",
+              "bench.failover_bench:failover_rows", Target(max_value=10.0, unit="s")),
     # last: the run is near its budget, and a section past it is not measured (issue 29 item 5)
-    Benchmark("growth", "14. Scaling: topics, queues and consumers of one group",
+    Benchmark("growth", "15. Scaling: topics, queues and consumers of one group",
               "bench.growth_bench:growth_rows", Target(max_ratio=2.0)),
 ]
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import cast
 
+import grpc
 import pyarrow as pa
 
 from rmq.broker_server.admin_service import AdminService
@@ -99,12 +100,15 @@ def open_store(config: BrokerConfig) -> MessageStore:
 
 class BrokerController:
     def __init__(self, config: BrokerConfig, security: ServerSecurity,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, truncate_to: int | None = None) -> None:
         """`clock`: the wall clock (seconds) of the timer-driven services: delay levels and
-        RocketMQ 5 invisibility (a test gives its own)."""
+        RocketMQ 5 invisibility (a test gives its own). `truncate_to`: controller mode, the
+        CommitLog offset this member drops bytes from before it replicates
+        (rmq.broker_server.replicas_manager)."""
         self.config = config
         self.security = security
         self.clock = clock
+        self.truncate_to = truncate_to
         path = config.store_path
         self.store = open_store(config)
         self.executor = StoreExecutor(config.store_threads)
@@ -195,7 +199,7 @@ class BrokerController:
             self.offsets.load()
             self.schedule_service.load()
             self.store.add_dispatch_listener(self._on_dispatch)
-            self.store.start()
+            self.store.start(self.truncate_to)
         except (StoreError, ValueError) as error:
             raise UserError(f"cannot start broker on {self.config.store_path}: {error}") from None
 
@@ -285,8 +289,14 @@ class BrokerController:
     async def serve(self) -> None:
         """Run until SIGTERM/SIGINT, then shut down gracefully."""
         os.umask(SERVER_UMASK)   # every file this process creates is its user's alone
+        self.load()
+        server = await self.start_serving()
+        await wait_for_termination()
+        await self.shutdown(server)
+
+    async def start_serving(self) -> grpc.aio.Server:
+        """After load(): the gRPC server and every service started."""
         try:
-            self.load()
             server = self.build_server()
             if self.config.metrics_listen:
                 serve_metrics(self.config.metrics_listen, self.security,
@@ -304,8 +314,7 @@ class BrokerController:
             f"(store {config.store_path}, flush {config.flush}, {config.broker_role} id {config.broker_id})",
             flush=True,
         )
-        await wait_for_termination()
-        await self.shutdown(server)
+        return server
 
     def consumer_connections(self, group: str) -> list[rmq_pb2.ConsumerConnection]:
         """The group's live members here: rmq.v1 (and 4.x) clients from their heartbeats, RocketMQ 5

@@ -30,6 +30,9 @@ class BrokerConfig:
     master: str = ""  # slaves: HOST:PORT of the group's master
     slave_synchronize_interval_ms: int = 10000  # slaves copy topics and offsets from the master
     cluster_secret_file: str = ""  # the broker group's shared secret (docs/replication.md); every member
+    controller: str = ""  # controller mode: HOST:PORT of `rmq namesrv --controller`, which assigns the role
+    cluster_name: str = "DefaultCluster"  # brokerClusterName: a controller refuses other clusters' members
+    controller_heartbeat_interval_ms: int = 1000  # controller mode: heartbeat period
     namesrv: str = ""  # name server addresses, comma-separated
     flush: str = "async"  # RocketMQ's default flushDiskType is ASYNC_FLUSH
     advertise_address: str = ""  # address registered with the name server (default: listen)
@@ -160,6 +163,12 @@ class BrokerConfig:
         roles = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
         if self.broker_role not in roles:
             raise UserError(f"role must be one of {', '.join(roles)}, not {self.broker_role!r}")
+        if self.controller:
+            check_address("controller", self.controller)
+            if self.broker_role == "SLAVE" or self.master:
+                raise UserError("with --controller the controller assigns master and slaves: --role names "
+                                "the master's mode (SYNC_MASTER or ASYNC_MASTER), and --master is not given")
+            return
         if self.broker_role == "SLAVE":
             if self.broker_id < 1:
                 raise UserError(f"a SLAVE needs a broker id of 1 or more, not {self.broker_id}")
@@ -181,6 +190,15 @@ class NameServerConfig:
     remoting_listen: str = ""  # RocketMQ 4.x remoting protocol (off when empty)
     remoting_max_frame_bytes: int = 16 * MiB
     remoting_max_connections: int = 4096
+    controller: bool = False  # embed the controller (DESIGN.md Controller mode)
+    controller_dir: str = "~/.rmq/controller"  # where the controller keeps its state
+    cluster_name: str = "DefaultCluster"  # the cluster whose broker groups the controller manages
+    controller_failover_timeout_ms: int = 3000  # a master silent this long is replaced
+    controller_scan_interval_ms: int = 500  # how often the controller checks for silent masters
+
+    @property
+    def controller_path(self) -> Path:
+        return Path(self.controller_dir).expanduser()
 
     def validate(self) -> None:
         check_address("listen", self.listen)

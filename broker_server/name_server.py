@@ -3,7 +3,9 @@ name, id, role, address and topics periodically; a broker silent for longer than
 (120 s) is dropped. The members sharing a name form a broker group (master id 0, slaves 1..);
 a group's queues are its master's topics (a live slave's when the master is gone) and its
 BrokerData lists every live member. Route queries merge every group's queues for a topic, so a
-topic created with 4 queues on each of two groups has 8 MessageQueues (topic, brokerName, queueId)."""
+topic created with 4 queues on each of two groups has 8 MessageQueues (topic, brokerName, queueId).
+With --controller it also embeds the controller (rmq.broker_server.controller_manager), and of two
+members registered as master the one of the newer epoch answers for the group."""
 
 from __future__ import annotations
 
@@ -15,16 +17,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
+from prometheus_client.registry import Collector
 
 from rmq.broker_server.config import NameServerConfig
+from rmq.broker_server.controller_manager import ControllerCollector, ControllerService, scan_forever
+from rmq.broker_server.errors import UserError
 from rmq.broker_server.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
 from rmq.broker_server.metrics import NameServerCollector, serve_metrics
 from rmq.broker_server.names import check_topic_name
 from rmq.broker_server.remoting.service import build_name_server_remoting
+from rmq.broker_server.replicas_info_manager import ReplicasInfoManager
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.status import OK, RequestError, answers_with_status, illegal_argument, rmq_pb2
 from rmq.broker_server.topic_config_manager import TopicConfig
 from rmq.request_signing import name_server_id
+from rmq.store.private_files import make_dirs
 from rmq.topic_config import PERM_WRITE
 from rmq.v1 import rmq_pb2_grpc
 
@@ -41,6 +48,7 @@ class BrokerLiveInfo:
     role: rmq_pb2.BrokerRole = rmq_pb2.ASYNC_MASTER
     flight_address: str = ""   # its Arrow Flight data plane (docs/data-plane.md), "" when off
     remoting_address: str = ""   # its RocketMQ 4.x remoting port, if it serves one
+    epoch: int = 0   # controller mode: the master epoch it serves in
 
 
 @dataclass(frozen=True)
@@ -52,13 +60,15 @@ class BrokerGroup:
 
     @property
     def representative(self) -> BrokerLiveInfo:
-        """The master when it is live, else the slave with the lowest id."""
-        return self.members[0]
+        """The master when one is live (of two, the one of the newer epoch: the other was
+        replaced by the controller), else the slave with the lowest id."""
+        masters = [m for m in self.members if m.role != rmq_pb2.SLAVE]
+        return max(masters, key=lambda m: (m.epoch, -m.broker_id)) if masters else self.members[0]
 
     @property
     def has_master(self) -> bool:
         """Only a master takes sends: without one the group's queues are read-only."""
-        return self.representative.broker_id == 0
+        return self.representative.role != rmq_pb2.SLAVE
 
     @property
     def topics(self) -> dict[str, TopicConfig]:
@@ -69,7 +79,7 @@ class BrokerGroup:
             broker_name=self.broker_name, address=self.representative.address,
             members=[rmq_pb2.BrokerMember(broker_id=m.broker_id, address=m.address, role=m.role,
                                           flight_address=m.flight_address,
-                                          remoting_address=m.remoting_address)
+                                          remoting_address=m.remoting_address, epoch=m.epoch)
                      for m in self.members])
 
 
@@ -85,10 +95,10 @@ class RouteInfoManager:
 
     def register_broker(self, broker_name: str, address: str, topics: list[TopicConfig], broker_id: int = 0,
                         role: rmq_pb2.BrokerRole = rmq_pb2.ASYNC_MASTER, flight_address: str = "",
-                        remoting_address: str = "") -> bool:
+                        remoting_address: str = "", epoch: int = 0) -> bool:
         """Record the member's current topics (replacing the previous set); True when it is new."""
         info = BrokerLiveInfo(broker_name, address, {t.topic_name: t for t in topics}, self._now_ms(),
-                              broker_id, role, flight_address, remoting_address)
+                              broker_id, role, flight_address, remoting_address, epoch)
         with self._lock:
             previous = self._brokers.get((broker_name, broker_id))
             self._brokers[(broker_name, broker_id)] = info
@@ -217,6 +227,7 @@ class NameServerService(rmq_pb2_grpc.NameServerServiceServicer):
             request.member.role,
             request.member.flight_address,
             request.member.remoting_address,
+            request.member.epoch,
         )
         return rmq_pb2.RegisterBrokerResponse(status=OK)
 
@@ -233,23 +244,45 @@ async def serve_name_server(config: NameServerConfig, security: ServerSecurity) 
                            name_server_id(config.listen))
     rmq_pb2_grpc.add_RouteServiceServicer_to_server(NameServerRouteService(routes), server)
     rmq_pb2_grpc.add_NameServerServiceServicer_to_server(NameServerService(routes), server)
+    tasks = [_scan_forever(routes, config.broker_scan_interval_ms)]
+    collectors: list[Collector] = [NameServerCollector(routes)]
+    if config.controller:
+        replicas = embed_controller(config)
+        rmq_pb2_grpc.add_ControllerServiceServicer_to_server(ControllerService(replicas), server)
+        tasks.append(scan_forever(replicas, config.controller_scan_interval_ms))
+        collectors.append(ControllerCollector(replicas))
     if config.metrics_listen:
-        serve_metrics(config.metrics_listen, security, NameServerCollector(routes))
+        serve_metrics(config.metrics_listen, security, *collectors)
     remoting = build_name_server_remoting(config, security, routes)
     await server.start()
     if remoting is not None:
         await remoting.start()
         print(f"rmq namesrv serving RocketMQ 4.x remoting on {config.remoting_listen}", flush=True)
     security.start(config.listen)
-    scan = asyncio.create_task(_scan_forever(routes, config.broker_scan_interval_ms))
-    print(f"rmq namesrv listening on {config.listen}", flush=True)
+    scans = [asyncio.create_task(task) for task in tasks]
+    print(f"rmq namesrv listening on {config.listen}{' with the controller' if config.controller else ''}",
+          flush=True)
     await wait_for_termination()
-    scan.cancel()
+    for scan in scans:
+        scan.cancel()
     if remoting is not None:
         await remoting.stop()
     await server.stop(SHUTDOWN_GRACE_SECONDS)
     await security.stop()
     log.info("name server stopped")
+
+
+def embed_controller(config: NameServerConfig) -> ReplicasInfoManager:
+    """The controller's state, loaded from its directory (UserError when it cannot be)."""
+    replicas = ReplicasInfoManager(config.cluster_name, config.controller_path,
+                                   config.controller_failover_timeout_ms)
+    try:
+        make_dirs(config.controller_path)
+        replicas.load()
+    except (OSError, ValueError) as error:
+        raise UserError(f"cannot load the controller's state from {config.controller_path}: {error}"
+                        ) from None
+    return replicas
 
 
 async def _scan_forever(routes: RouteInfoManager, interval_ms: int) -> None:

@@ -44,6 +44,7 @@ class Replication:
         self.member = rmq_pb2.BrokerMember(broker_id=config.broker_id, address=config.broker_address,
                                            role=WIRE_ROLES[self.role],
                                            remoting_address=config.remoting_address)
+        self.in_sync_ids: list[int] = []   # controller mode: the group's in-sync set, as last answered
         auth = self._cluster_auth(acl)
         self.servicer = HAServicer(store, topics, offsets, lambda: dict(schedule.offsets),
                                    MasterAuth(auth, config.broker_address, acl))
@@ -106,7 +107,7 @@ class Replication:
         response = rmq_pb2.BrokerStatusResponse(
             status=OK, broker_name=self.config.broker_name, broker_id=self.config.broker_id,
             role=self.member.role, commit_log_min_offset=max(store.get_commit_log_min_offset(), 0),
-            commit_log_max_offset=max_offset,
+            commit_log_max_offset=max_offset, epoch=self.member.epoch, in_sync_ids=self.in_sync_ids,
             slaves=[rmq_pb2.SlaveState(address=slave.address, ack_offset=slave.ack_offset,
                                        lag_bytes=max(max_offset - slave.ack_offset, 0))
                     for slave in store.ha_service.slaves()])

@@ -98,6 +98,7 @@ RULES: dict[str, Rule] = {
     _rule("AdminService", "GetConsumerConnections"): _group_sub,   # the group's members, like GetConsumerList
     _rule("NameServerService", "RegisterBroker"): lambda r: _broker(r.broker.broker_name),
     _rule("NameServerService", "UnregisterBroker"): lambda r: _broker(r.broker_name),
+    _rule("ControllerService", "Heartbeat"): lambda r: _broker(r.broker_name),
 }
 
 ADMIN_METHODS = frozenset({

@@ -448,19 +448,21 @@ def _cluster_status(client: RmqClient, args: argparse.Namespace) -> int:
     if args.json:
         print_json({"brokers": groups})
         return 0
-    print_table(["BROKER", "ID", "ROLE", "ADDRESS", "MIN_OFFSET", "MAX_OFFSET", "SLAVE_LAG_BYTES", "STATE"],
-                 [[name, m["broker_id"], m["role"], m["address"], _dash(m["min_offset"]),
-                   _dash(m["max_offset"]), _dash(m["lag_bytes"]), m["state"]]
+    print_table(["BROKER", "ID", "ROLE", "EPOCH", "ADDRESS", "MIN_OFFSET", "MAX_OFFSET", "SLAVE_LAG_BYTES",
+                 "STATE"],
+                [[name, m["broker_id"], m["role"], _dash(m.get("epoch")), m["address"],
+                  _dash(m["min_offset"]), _dash(m["max_offset"]), _dash(m["lag_bytes"]), m["state"]]
                   for name, states in groups.items() for m in states])
     return 0
 
 
 def _member_states(client: RmqClient, name: str, members: Iterable[BrokerMember]) -> list[dict[str, Any]]:
     """Each member's role, CommitLog offsets and, for a slave, how many bytes it is behind its
-    master (the master's max offset now, or as the slave last heard it when the master is down)."""
+    master (the master's max offset now, or as the slave last heard it when the master is down);
+    in controller mode its epoch and, for the master, the in-sync set (docs/controller.md)."""
     states: list[dict[str, Any]] = []
     master_max: int | None = None
-    for member in sorted(members, key=lambda m: m.broker_id):
+    for member in sorted(members, key=lambda m: (m.role == rmq_pb2.SLAVE, m.broker_id)):
         state: dict[str, Any] = {"broker_id": member.broker_id, "address": member.address,
                                  "flight_address": member.flight_address or None,   # docs/data-plane.md
                                  "role": rmq_pb2.BrokerRole.Name(member.role), "min_offset": None,
@@ -471,7 +473,10 @@ def _member_states(client: RmqClient, name: str, members: Iterable[BrokerMember]
         except RmqError as error:
             state["state"] = "unreachable" if isinstance(error, RmqUnavailable) else _describe(error)
             continue
-        state.update(min_offset=status.commit_log_min_offset, max_offset=status.commit_log_max_offset)
+        state.update(min_offset=status.commit_log_min_offset, max_offset=status.commit_log_max_offset,
+                     role=rmq_pb2.BrokerRole.Name(status.role))
+        if status.epoch:
+            state.update(epoch=status.epoch, in_sync_ids=list(status.in_sync_ids))
         if status.role != rmq_pb2.SLAVE:
             master_max = status.commit_log_max_offset
             continue
@@ -479,14 +484,18 @@ def _member_states(client: RmqClient, name: str, members: Iterable[BrokerMember]
         state["lag_bytes"] = max(reference - status.commit_log_max_offset, 0)
         if status.replication_error:
             state["state"] = f"refused by the master: {status.replication_error}"
-    return states
+    return sorted(states, key=lambda state: state["broker_id"])
 
 
 def _print_members(states: list[dict[str, Any]]) -> None:
     for m in states:
         lag = f", {m['lag_bytes']} bytes behind the master" if m["lag_bytes"] is not None else ""
         offsets = f", CommitLog max offset {m['max_offset']}" if m["max_offset"] is not None else ""
-        print(f"  id {m['broker_id']} {m['role']} {m['address']}{offsets}{lag} ({m['state']})")
+        epoch = f", epoch {m['epoch']}" if "epoch" in m else ""
+        in_sync = (f", in sync: ids {', '.join(map(str, m['in_sync_ids']))}"
+                   if "epoch" in m and m["role"] != "SLAVE" else "")
+        print(f"  id {m['broker_id']} {m['role']} {m['address']}{epoch}{offsets}{lag}{in_sync} "
+              f"({m['state']})")
 
 
 def _dash(value: int | None) -> object:

@@ -17,6 +17,11 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     namesrv = subparsers.add_parser("namesrv", help="run a name server")
     namesrv.add_argument("--listen", metavar="HOST:PORT", help="address to serve on (default 127.0.0.1:9876)")
     namesrv.add_argument("--config", metavar="FILE", help="YAML or JSON file with further settings")
+    namesrv.add_argument("--controller", action="store_true", default=None,
+                         help="embed the controller: it assigns master and slaves to brokers started with "
+                              "--controller and elects a new master when one is lost")
+    namesrv.add_argument("--controller-dir", metavar="DIR",
+                         help="where the controller keeps its state (default ~/.rmq/controller)")
     _add_metrics_argument(namesrv)
     _add_remoting_argument(namesrv)
     server_security.add_arguments(namesrv)
@@ -33,6 +38,9 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
                         help="ASYNC_MASTER (default) acknowledges once stored, SYNC_MASTER once a slave "
                              "holds it too, SLAVE copies --master read-only")
     broker.add_argument("--master", metavar="HOST:PORT", help="a SLAVE's master")
+    broker.add_argument("--controller", metavar="HOST:PORT",
+                        help="controller mode: the name server with --controller assigns this member's role "
+                             "(--role then names the master's mode)")
     broker.add_argument("--cluster-secret", metavar="FILE",
                         help="the broker group's shared secret (chmod 600, the same file on every member): "
                              "master and slaves authenticate each other; required with --acl")
@@ -68,7 +76,8 @@ def run_namesrv(args: argparse.Namespace) -> int:
 
     config = load_config(NameServerConfig, args.config,
                          {"listen": args.listen, "metrics_listen": args.metrics_listen,
-                          "remoting_listen": args.remoting_listen})
+                          "remoting_listen": args.remoting_listen,
+                          "controller": args.controller, "controller_dir": args.controller_dir})
     security = ServerSecurity.from_args(args)
     return run_until_terminated(lambda: serve_name_server(config, security))
 
@@ -86,6 +95,7 @@ def run_broker(args: argparse.Namespace) -> int:
             "broker_id": args.broker_id,
             "broker_role": args.role,
             "master": args.master,
+            "controller": args.controller,
             "cluster_secret_file": args.cluster_secret,
             "namesrv": args.namesrv,
             "flush": args.flush,
@@ -95,4 +105,8 @@ def run_broker(args: argparse.Namespace) -> int:
         },
     )
     security = ServerSecurity.from_args(args)
+    if config.controller:
+        from rmq.broker_server.replicas_manager import serve_in_controller_mode
+
+        return run_until_terminated(lambda: serve_in_controller_mode(config, security))
     return run_until_terminated(lambda: BrokerController(config, security).serve())

@@ -42,6 +42,9 @@ MAX_SEND_REQUEST_BYTES = 4 * 1024 * 1024      # one SendMessage request stays un
 # after a restart is reached again within this (the Spark source retries for 2 min).
 MAX_RECONNECT_BACKOFF_MS = 2000
 ROUTE_CACHE_SECONDS = 30.0                    # RocketMQ pollNameServerInterval
+# A send refused so: the route may have changed (a topic moved, a master replaced by the
+# controller that now refuses writes as a slave): the next send asks the name servers again.
+ROUTE_CHANGED = (rmq_pb2.TOPIC_NOT_EXIST, rmq_pb2.SERVICE_NOT_AVAILABLE)
 _MESSAGE_FRAMING_BYTES = 6                    # field tag + length prefix of one repeated Message
 _COLUMN_FRAMING_BYTES = 16                    # a body length, tag and key prefixes in MessageColumns
 
@@ -66,11 +69,13 @@ class BrokerMember:
     address: str
     role: int                                 # rmq_pb2.BrokerRole
     flight_address: str = ""                  # its Arrow Flight data plane; "" when it serves none
+    epoch: int = 0                            # controller mode: the master epoch it serves in
 
 
 def group_members(data: rmq_pb2.BrokerData) -> tuple[BrokerMember, ...]:
     """The members a BrokerData lists (an older broker lists none: its address is the master)."""
-    members = tuple(BrokerMember(m.broker_id, m.address, m.role, m.flight_address) for m in data.members)
+    members = tuple(BrokerMember(m.broker_id, m.address, m.role, m.flight_address, m.epoch)
+                    for m in data.members)
     return members or (BrokerMember(MASTER_ID, data.address, rmq_pb2.ASYNC_MASTER),)
 
 
@@ -373,7 +378,7 @@ class RmqClient:
                                       ok_codes=STORED_ON_MASTER_ONLY)
             except RmqError as error:
                 error.acknowledged = len(result.msg_ids)
-                if isinstance(error, RmqUnavailable) or error.code == rmq_pb2.TOPIC_NOT_EXIST:
+                if isinstance(error, RmqUnavailable) or error.code in ROUTE_CHANGED:
                     self._forget_route(topic)
                 raise
             result.msg_ids.extend(response.msg_ids)
@@ -871,8 +876,15 @@ def send_which_queue_start() -> int:
 
 def choose_member(members: Sequence[BrokerMember], wanted: int, down: set[str]) -> str | None:
     """The address of member `wanted` unless it is down, else the master's, else the live
-    member's with the lowest id; None when every member is down (or none is known)."""
-    ranked = sorted(members, key=lambda m: (m.broker_id != wanted, m.broker_id != MASTER_ID, m.broker_id))
+    member's with the lowest id; None when every member is down (or none is known). The
+    master is the member with a master role (MASTER_ID asks for it): under a controller any
+    id can be master, and of two masters listed the one of the newer epoch is."""
+    def rank(member: BrokerMember) -> tuple[bool, bool, int, int]:
+        master = member.role != rmq_pb2.SLAVE
+        chosen = master if wanted == MASTER_ID else member.broker_id == wanted
+        return not chosen, not master, -member.epoch, member.broker_id
+
+    ranked = sorted(members, key=rank)
     live = [m for m in ranked if m.address not in down]
     return live[0].address if live else None
 

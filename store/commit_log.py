@@ -485,12 +485,18 @@ class CommitLog:
         else:
             self._refuse_if_valid_records_follow(files, index, position)
         process_offset = files[index].file_from_offset + position
-        queue.set_flushed_where(process_offset)
-        queue.truncate_dirty_files(process_offset)
+        self.truncate(process_offset)
         last = queue.last_file()
         if last is not None:
             last.store_timestamp = checkpoint.physic_msg_timestamp
         return process_offset, scan_start
+
+    def truncate(self, offset: int) -> None:
+        """Drop every byte from `offset` on (recovery, before any append): the flush from
+        there writes the zeroed pages back."""
+        queue = self.mapped_file_queue
+        queue.set_flushed_where(offset)
+        queue.truncate_dirty_files(offset)
 
     def _abnormal_start_index(self, files: list[MappedFile], checkpoint: StoreCheckpoint) -> int:
         """Walk back to the first file whose first record is older than the checkpoint

@@ -75,9 +75,13 @@ class HAService:
 
     def is_slave_ok(self, master_put_where: int) -> bool:
         """isSlaveOK: a slave is connected and less than max_gap_not_in_sync behind."""
+        return bool(self.in_sync_addresses(master_put_where))
+
+    def in_sync_addresses(self, master_put_where: int) -> list[str]:
+        """The connected slaves less than max_gap_not_in_sync behind (the in-sync set)."""
         with self._acked:
-            return bool(self._slaves) and master_put_where - max(
-                p.ack_offset for p in self._slaves.values()) < self.max_gap_not_in_sync
+            return [p.address for p in self._slaves.values()
+                    if master_put_where - p.ack_offset < self.max_gap_not_in_sync]
 
     def wait_for_slave(self, next_offset: int, timeout_ms: int) -> PutMessageStatus:
         """handleHA for SYNC_MASTER: PUT_OK once a slave holds every byte below `next_offset`;

@@ -109,11 +109,13 @@ class MessageStore:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, truncate_to: int | None = None) -> None:
         """Load, recover (normal or abnormal, spec store §9), dispatch what the ConsumeQueues
-        miss, then start the reput, flush and clean services."""
+        miss, then start the reput, flush and clean services. `truncate_to`: the CommitLog
+        bytes from this offset on are dropped first (a member rejoining a broker group whose new
+        master never held them), with the ConsumeQueue entries and index of their records."""
         try:
-            self._load_and_recover()
+            self._load_and_recover(truncate_to)
             self.directory.abort_file.touch(mode=FILE_MODE)
         except OSError as error:
             self._close_files()
@@ -127,7 +129,7 @@ class MessageStore:
         self._start_services()
         self._running = True
 
-    def _load_and_recover(self) -> None:
+    def _load_and_recover(self, truncate_to: int | None) -> None:
         last_exit_ok = not self.directory.abort_file.exists()
         self.commit_log.load()
         self._load_consume_queues()
@@ -137,6 +139,11 @@ class MessageStore:
             cq.recover()
             max_phy_offset_of_cq = max(max_phy_offset_of_cq, cq.max_physic_offset)
         process_offset, scan_start = self.commit_log.recover(last_exit_ok, self.checkpoint)
+        if truncate_to is not None and truncate_to < process_offset:
+            log.warning("dropping CommitLog bytes [%d, %d): the broker group's master does not hold them",
+                        truncate_to, process_offset)
+            self.commit_log.truncate(truncate_to)
+            process_offset, scan_start = truncate_to, min(scan_start, truncate_to)
         if not self.commit_log.mapped_file_queue.files:
             self._destroy_logics()
         elif max_phy_offset_of_cq > process_offset:   # an entry's record runs past the valid end
@@ -314,6 +321,10 @@ class MessageStore:
         if self._group_commit is not None:
             self._group_commit.wakeup()
         self.reput.wakeup()
+
+    def fence(self) -> None:
+        """The broker group has a newer master (controller mode): refuse every put from now on."""
+        self.config.broker_role = BrokerRole.SLAVE
 
     def is_writeable(self) -> bool:
         return not self._disk_full and self._write_error is None

@@ -7,6 +7,7 @@ code that does not come through here (SECURITY.md)."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 FILE_MODE = 0o600
@@ -33,9 +34,11 @@ def open_private(path: Path, flags: int) -> int:
 def write_durably(path: Path, data: bytes) -> None:
     """Replace `path` through a temporary file that is fsync'd before the rename, then fsync
     the directory: after a crash or power cut the file is whole (old or new), never empty or
-    half written."""
+    half written. Each writing thread has its own temporary file: two writers of the same file
+    at once (a periodic persist still running on the executor while shutdown persists) both
+    succeed, the last rename winning."""
     make_dirs(path.parent)
-    temporary = path.with_name(path.name + ".tmp")
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = open_private(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
         view = memoryview(data)

@@ -9,9 +9,9 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -20,6 +20,7 @@ from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.server_security import ServerSecurity
 
 START_TIMEOUT_S = 30
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -51,6 +52,10 @@ class InProcessBroker:
         await self._server.start()
         await self.controller.start_remoting()
         self.controller.start_services()
+
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float = START_TIMEOUT_S) -> T:
+        """Run `coroutine` on the broker's event loop and return its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout_s)
 
     def stop(self) -> None:
         """Shut the broker down gracefully (once; later calls do nothing)."""

@@ -56,6 +56,8 @@ GROUP_OFFSETS = (method("MessagingService", "QueryConsumerOffsets"),
 EVERY_TOPIC_OFFSETS = (method("MessagingService", "QueryConsumerOffsets"),
                        rmq_pb2.QueryConsumerOffsetsRequest(consumer_group="etl"))
 ROUTE = (method("RouteService", "QueryRoute"), rmq_pb2.QueryRouteRequest(topic="orders"))
+CONTROLLER_B = (method("ControllerService", "Heartbeat"),   # a member's role is its broker's business
+                rmq_pb2.ControllerHeartbeatRequest(broker_name="broker-b", broker_id=1))
 
 
 @pytest.mark.parametrize(("access_key", "call", "denial"), [
@@ -84,6 +86,8 @@ ROUTE = (method("RouteService", "QueryRoute"), rmq_pb2.QueryRouteRequest(topic="
     ("subonly", EVERY_TOPIC_OFFSETS, "is not an admin account, which QueryConsumerOffsets without a topic"),
     ("admin1", EVERY_TOPIC_OFFSETS, None),
     ("nothing", ROUTE, None),
+    ("broker-a-reg", CONTROLLER_B, "may not register broker 'broker-b'"),
+    ("admin1", CONTROLLER_B, None),
 ])
 def test_call_permissions(access_key: str, call: tuple, denial: str | None) -> None:
     name, request = call

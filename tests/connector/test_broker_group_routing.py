@@ -32,3 +32,15 @@ def test_routes_carry_every_member_and_old_brokers_count_as_masters() -> None:
     route = TopicRoute.from_proto("T", response)
     assert route.members["b1"] == (MASTER, SLAVE_1)
     assert route.members["old"] == (BrokerMember(0, "10.0.0.9:1", rmq_pb2.ASYNC_MASTER),)
+
+
+def test_under_a_controller_the_master_is_found_by_role_and_epoch_not_by_id() -> None:
+    """docs/controller.md: id 1 elected in epoch 2; id 0 back as its slave, or still listed as
+    the master of epoch 1 until the name server expires it."""
+    new_master = BrokerMember(1, "10.0.0.2:1", rmq_pb2.SYNC_MASTER, epoch=2)
+    returned = BrokerMember(0, "10.0.0.1:1", rmq_pb2.SLAVE, epoch=2)
+    stale = BrokerMember(0, "10.0.0.1:1", rmq_pb2.SYNC_MASTER, epoch=1)
+    assert choose_member((returned, new_master), 0, set()) == new_master.address
+    assert choose_member((stale, new_master), 0, set()) == new_master.address
+    assert choose_member((returned, new_master), 0, {new_master.address}) == returned.address
+    assert choose_member((returned, new_master), 1, set()) == new_master.address   # suggested by its id

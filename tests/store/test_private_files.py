@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -56,3 +57,26 @@ def test_durable_writes_and_directories_are_private(tmp_path: Path, permissive_u
     assert (tmp_path / "a" / "b" / "c" / "file.json").read_bytes() == b"{}"
     assert {name: f"{mode:04o}" for name, mode in modes(tmp_path / "a").items()} == {
         ".": "0700", "b": "0700", "b/c": "0700", "b/c/file.json": "0600"}
+
+
+def test_two_threads_writing_the_same_file_at_once_both_succeed(tmp_path: Path) -> None:
+    """A periodic persist on the executor and the shutdown's persist may overlap (a broker in
+    controller mode ends a term with a shutdown): neither loses its temporary file."""
+    path = tmp_path / "config" / "offsets.json"
+    errors: list[BaseException] = []
+
+    def write(content: bytes) -> None:
+        try:
+            for _ in range(200):
+                write_durably(path, content)
+        except OSError as error:
+            errors.append(error)
+
+    writers = [threading.Thread(target=write, args=(content,)) for content in (b"{1}", b"{2}")]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+    assert errors == []
+    assert path.read_bytes() in (b"{1}", b"{2}")
+    assert [p.name for p in path.parent.iterdir()] == ["offsets.json"]

@@ -373,3 +373,26 @@ def test_kill_9_loses_nothing_acknowledged(tmp_path: Path) -> None:
     finally:
         store.shutdown()
     assert mf.MESSAGE_MAGIC_CODE  # the layout module is the one the records were checked against
+
+
+def test_a_start_with_truncate_to_drops_the_records_from_that_offset_and_their_queue_entries(
+        tmp_path: Path) -> None:
+    """Controller mode: a member rejoining a group whose new master never held its last records
+    drops them (CommitLog, ConsumeQueue, index); the next put takes their queue offsets."""
+    store = MessageStore(small_config(tmp_path / "s", mapped_file_size_commit_log=4096))
+    store.start()
+    store.put_messages([message(body=f"m{i}".encode(), KEYS=f"k{i}") for i in range(40)])
+    cut = store.get_commit_log_max_offset()
+    store.put_messages([message(body=f"x{i}".encode(), KEYS=f"x{i}") for i in range(30)])
+    store.shutdown()
+    store = MessageStore(store.config)
+    store.start(truncate_to=cut)
+    try:
+        assert store.get_commit_log_max_offset() == cut
+        assert store.get_max_offset_in_queue("TopicTest", 0) == 40
+        assert queue_offsets(store.get_message("g", "TopicTest", 0, 0, 100)) == list(range(40))
+        assert queue_offsets(store.query_message_by_key("TopicTest", "x3", 4, 0, 2**62)) == []
+        assert store.put_message(message(body=b"next")).queue_offset == 40
+        assert all_records_valid(store) == 41
+    finally:
+        store.shutdown()

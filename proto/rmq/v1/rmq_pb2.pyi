@@ -603,18 +603,20 @@ class BrokerData(_message.Message):
     def __init__(self, broker_name: _Optional[str] = ..., address: _Optional[str] = ..., members: _Optional[_Iterable[_Union[BrokerMember, _Mapping]]] = ...) -> None: ...
 
 class BrokerMember(_message.Message):
-    __slots__ = ("broker_id", "address", "role", "flight_address", "remoting_address")
+    __slots__ = ("broker_id", "address", "role", "flight_address", "remoting_address", "epoch")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     FLIGHT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     REMOTING_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     address: str
     role: BrokerRole
     flight_address: str
     remoting_address: str
-    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., role: _Optional[_Union[BrokerRole, str]] = ..., flight_address: _Optional[str] = ..., remoting_address: _Optional[str] = ...) -> None: ...
+    epoch: int
+    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., role: _Optional[_Union[BrokerRole, str]] = ..., flight_address: _Optional[str] = ..., remoting_address: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class QueueData(_message.Message):
     __slots__ = ("broker_name", "read_queue_nums", "write_queue_nums", "perm")
@@ -858,7 +860,7 @@ class BrokerStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BrokerStatusResponse(_message.Message):
-    __slots__ = ("status", "broker_name", "broker_id", "role", "commit_log_min_offset", "commit_log_max_offset", "slaves", "master_address", "master_max_offset", "replication_error")
+    __slots__ = ("status", "broker_name", "broker_id", "role", "commit_log_min_offset", "commit_log_max_offset", "slaves", "master_address", "master_max_offset", "replication_error", "epoch", "in_sync_ids")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -869,6 +871,8 @@ class BrokerStatusResponse(_message.Message):
     MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     MASTER_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     REPLICATION_ERROR_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_IDS_FIELD_NUMBER: _ClassVar[int]
     status: Status
     broker_name: str
     broker_id: int
@@ -879,4 +883,40 @@ class BrokerStatusResponse(_message.Message):
     master_address: str
     master_max_offset: int
     replication_error: str
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., role: _Optional[_Union[BrokerRole, str]] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., slaves: _Optional[_Iterable[_Union[SlaveState, _Mapping]]] = ..., master_address: _Optional[str] = ..., master_max_offset: _Optional[int] = ..., replication_error: _Optional[str] = ...) -> None: ...
+    epoch: int
+    in_sync_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., role: _Optional[_Union[BrokerRole, str]] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., slaves: _Optional[_Iterable[_Union[SlaveState, _Mapping]]] = ..., master_address: _Optional[str] = ..., master_max_offset: _Optional[int] = ..., replication_error: _Optional[str] = ..., epoch: _Optional[int] = ..., in_sync_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ControllerHeartbeatRequest(_message.Message):
+    __slots__ = ("cluster_name", "broker_name", "broker_id", "address", "epoch", "max_offset", "in_sync_addresses")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_ADDRESSES_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+    address: str
+    epoch: int
+    max_offset: int
+    in_sync_addresses: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., epoch: _Optional[int] = ..., max_offset: _Optional[int] = ..., in_sync_addresses: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ControllerHeartbeatResponse(_message.Message):
+    __slots__ = ("status", "epoch", "master_broker_id", "master_address", "truncate_to", "in_sync_ids")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MASTER_BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATE_TO_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_IDS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    epoch: int
+    master_broker_id: int
+    master_address: str
+    truncate_to: int
+    in_sync_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., epoch: _Optional[int] = ..., master_broker_id: _Optional[int] = ..., master_address: _Optional[str] = ..., truncate_to: _Optional[int] = ..., in_sync_ids: _Optional[_Iterable[int]] = ...) -> None: ...

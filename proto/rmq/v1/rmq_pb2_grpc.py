@@ -1439,3 +1439,78 @@ class NameServerService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class ControllerServiceStub:
+    """Served by `rmq namesrv --controller`.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Heartbeat = channel.unary_unary(
+                '/rmq.v1.ControllerService/Heartbeat',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.ControllerHeartbeatRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.ControllerHeartbeatResponse.FromString,
+                _registered_method=True)
+
+
+class ControllerServiceServicer:
+    """Served by `rmq namesrv --controller`.
+    """
+
+    def Heartbeat(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ControllerServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.ControllerHeartbeatRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.ControllerHeartbeatResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'rmq.v1.ControllerService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('rmq.v1.ControllerService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class ControllerService:
+    """Served by `rmq namesrv --controller`.
+    """
+
+    @staticmethod
+    def Heartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.ControllerService/Heartbeat',
+            rmq_dot_v1_dot_rmq__pb2.ControllerHeartbeatRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.ControllerHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -1,0 +1,320 @@
+"""The controller's state and election (ReplicasInfoManager, DESIGN.md Controller mode,
+docs/controller.md), driven by an injected clock: role assignment, failover to the in-sync
+member with the highest CommitLog end, the epoch and where each epoch starts, persistence
+across a controller restart, and the members it refuses."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from rmq.broker_server.acl_file import AclFile
+from rmq.broker_server.config import BrokerConfig, load_config
+from rmq.broker_server.controller_manager import ControllerCollector
+from rmq.broker_server.errors import UserError
+from rmq.broker_server.replicas_info_manager import (
+    KEEP_EVERYTHING,
+    ControllerLimits,
+    Heartbeat,
+    ReplicasInfoManager,
+)
+from rmq.broker_server.replicas_manager import ReplicasManager, RoleAssignment, serve_in_controller_mode
+from rmq.broker_server.server_security import ServerSecurity
+from rmq.broker_server.status import RequestError
+from rmq.connector.client import OutgoingMessage, RmqClient, TopicRoute
+from rmq.connector.errors import RmqError
+from rmq.v1 import rmq_pb2
+from tests.acl_files import write_acl
+from tests.broker_server.in_process_broker import InProcessBroker
+from tests.broker_server.test_acl import ACL_YAML
+
+CLUSTER = "DefaultCluster"
+TIMEOUT_MS = 3000
+A, B, C = "127.0.0.1:1000", "127.0.0.1:1001", "127.0.0.1:1002"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def manager(tmp_path: Path, clock: Clock, **limits: int) -> ReplicasInfoManager:
+    replicas = ReplicasInfoManager(CLUSTER, tmp_path, TIMEOUT_MS, ControllerLimits(**limits), clock)
+    replicas.load()
+    return replicas
+
+
+def beat(replicas: ReplicasInfoManager, broker_id: int, address: str, epoch: int = 0, max_offset: int = -1,
+         in_sync: tuple[str, ...] = (), name: str = "g", cluster: str = CLUSTER
+         ) -> rmq_pb2.ControllerHeartbeatResponse:
+    return replicas.heartbeat(cluster, Heartbeat(name, broker_id, address, epoch, max_offset, in_sync))
+
+
+def group_of_three(replicas: ReplicasInfoManager) -> None:
+    """Id 0 master of epoch 1 (started at 0), ids 1 and 2 slaves, id 1 and 2 in sync."""
+    assert beat(replicas, 0, A).master_broker_id == 0
+    beat(replicas, 0, A, epoch=1, max_offset=0)
+    beat(replicas, 1, B)
+    beat(replicas, 2, C)
+    beat(replicas, 0, A, epoch=1, max_offset=0, in_sync=(B, C))
+
+
+def test_the_first_member_is_master_of_epoch_1_and_the_next_ones_slaves(tmp_path: Path, clock: Clock) -> None:
+    replicas = manager(tmp_path, clock)
+    first = beat(replicas, 1, B)
+    assert (first.epoch, first.master_broker_id, first.master_address) == (1, 1, B)
+    second = beat(replicas, 0, A)
+    assert (second.epoch, second.master_broker_id, second.master_address, second.truncate_to) == (
+        1, 1, B, KEEP_EVERYTHING)   # new to the group: the master checks its CommitLog as a slave's
+    assert beat(replicas, 1, B, epoch=1, max_offset=500, in_sync=(A,)).in_sync_ids == [0, 1]
+
+
+def test_a_silent_master_is_replaced_by_the_in_sync_member_with_the_highest_offset(
+        tmp_path: Path, clock: Clock) -> None:
+    replicas = manager(tmp_path, clock)
+    group_of_three(replicas)
+    clock.now += 2
+    beat(replicas, 1, B, epoch=1, max_offset=900)
+    beat(replicas, 2, C, epoch=1, max_offset=1000)
+    replicas.scan()
+    assert beat(replicas, 1, B, epoch=1, max_offset=900).master_broker_id == 0   # within the timeout
+    clock.now += 1.5
+    replicas.scan()
+    answer = beat(replicas, 2, C, epoch=1, max_offset=1000)
+    assert (answer.epoch, answer.master_broker_id, answer.master_address) == (2, 2, C)
+    assert answer.in_sync_ids == [2]
+
+
+def test_only_a_live_in_sync_member_is_elected(tmp_path: Path, clock: Clock) -> None:
+    replicas = manager(tmp_path, clock)
+    group_of_three(replicas)
+    beat(replicas, 0, A, epoch=1, max_offset=800, in_sync=(B,))   # id 2 fell behind
+    clock.now += 4
+    beat(replicas, 2, C, epoch=1, max_offset=5000)
+    replicas.scan()
+    assert replicas.groups["g"].master_id == 0   # id 1 is silent too: no one is elected
+    beat(replicas, 1, B, epoch=1, max_offset=800)
+    replicas.scan()
+    assert (replicas.groups["g"].master_id, replicas.groups["g"].epoch) == (1, 2)
+
+
+def test_a_returning_master_drops_what_the_new_master_never_held(tmp_path: Path, clock: Clock) -> None:
+    replicas = manager(tmp_path, clock)
+    group_of_three(replicas)
+    clock.now += 4
+    beat(replicas, 1, B, epoch=1, max_offset=900)
+    replicas.scan()
+    with pytest.raises(RequestError) as refused:    # the new master has not confirmed its start yet
+        beat(replicas, 0, A, epoch=1)
+    assert refused.value.code == rmq_pb2.SERVICE_NOT_AVAILABLE
+    assert beat(replicas, 1, B, epoch=2, max_offset=900).truncate_to == KEEP_EVERYTHING
+    answer = beat(replicas, 0, A, epoch=1)
+    assert (answer.epoch, answer.master_broker_id, answer.truncate_to) == (2, 1, 900)
+    assert beat(replicas, 0, A, epoch=2, max_offset=900).truncate_to == KEEP_EVERYTHING
+
+
+def test_the_state_survives_a_controller_restart_and_gives_every_member_a_full_timeout(
+        tmp_path: Path, clock: Clock) -> None:
+    replicas = manager(tmp_path, clock)
+    group_of_three(replicas)
+    clock.now += 4
+    beat(replicas, 1, B, epoch=1, max_offset=900)
+    replicas.scan()
+    beat(replicas, 1, B, epoch=2, max_offset=900, in_sync=(C,))
+    clock.now += 10
+    restarted = manager(tmp_path, clock)
+    restarted.scan()
+    answer = beat(restarted, 2, C, epoch=2)
+    assert (answer.epoch, answer.master_broker_id, answer.in_sync_ids) == (2, 1, [1, 2])
+    assert beat(restarted, 0, A, epoch=1).truncate_to == 900
+
+
+def test_a_master_back_without_its_store_is_replaced_by_a_live_in_sync_member(
+        tmp_path: Path, clock: Clock) -> None:
+    replicas = manager(tmp_path, clock)
+    group_of_three(replicas)
+    beat(replicas, 1, B, epoch=1, max_offset=900)
+    answer = beat(replicas, 0, A, epoch=0)
+    assert (answer.epoch, answer.master_broker_id) == (2, 1)
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("same id", "id 1 is already a live member at 127.0.0.1:1001; 127.0.0.1:1002 needs its own --broker-id"),
+    ("other cluster", "belongs to cluster 'other' but this controller manages cluster 'DefaultCluster'"),
+    ("newer epoch", "was in master epoch 7, newer than this controller's 1"),
+    ("negative id", "a broker id of 0 or more"),
+])
+def test_a_member_that_must_not_join_is_refused_with_the_reason(
+        tmp_path: Path, clock: Clock, case: str, expected: str) -> None:
+    replicas = manager(tmp_path, clock)
+    group_of_three(replicas)
+    with pytest.raises(RequestError) as refused:
+        {"same id": lambda: beat(replicas, 1, C),
+         "other cluster": lambda: beat(replicas, 3, "127.0.0.1:1003", cluster="other"),
+         "newer epoch": lambda: beat(replicas, 1, B, epoch=7),
+         "negative id": lambda: beat(replicas, -1, "127.0.0.1:1003")}[case]()
+    assert refused.value.code == rmq_pb2.ILLEGAL_ARGUMENT
+    assert expected in refused.value.message
+    assert beat(replicas, 1, B, epoch=1).master_address == A   # nothing of it was kept
+
+
+def test_a_member_id_whose_holder_is_gone_may_move_to_another_address(tmp_path: Path, clock: Clock) -> None:
+    replicas = manager(tmp_path, clock)
+    group_of_three(replicas)
+    clock.now += 4
+    beat(replicas, 0, A, epoch=1, max_offset=0)
+    beat(replicas, 1, "127.0.0.1:2001", epoch=1)
+    assert beat(replicas, 0, A, epoch=1, max_offset=0, in_sync=("127.0.0.1:2001",)).in_sync_ids == [0, 1]
+
+
+def test_groups_and_members_are_bounded(tmp_path: Path, clock: Clock) -> None:
+    replicas = manager(tmp_path, clock, max_groups=1, max_members_per_group=2)
+    beat(replicas, 0, A)
+    beat(replicas, 0, A, epoch=1, max_offset=0)
+    beat(replicas, 1, B)
+    for refused_call, setting in ((lambda: beat(replicas, 2, C), "2 members"),
+                                  (lambda: beat(replicas, 0, C, name="h"), "at most 1 broker groups")):
+        with pytest.raises(RequestError) as refused:
+            refused_call()
+        assert refused.value.code == rmq_pb2.LIMIT_EXCEEDED and setting in refused.value.message
+    assert set(replicas.groups) == {"g"} and set(replicas.groups["g"].members) == {0, 1}
+
+
+def test_a_controller_mode_broker_with_acl_needs_the_cluster_secret(tmp_path: Path) -> None:
+    """Any term may make a member a slave, and a slave of an ACL cluster authenticates its master."""
+    security = ServerSecurity(AclFile(write_acl(tmp_path / "acl.yml", ACL_YAML)))
+    config = BrokerConfig(controller="127.0.0.1:1", store_dir=str(tmp_path / "store"))
+    with pytest.raises(UserError, match="needs --cluster-secret FILE"):
+        asyncio.run(serve_in_controller_mode(config, security))
+
+
+def test_a_master_told_of_a_newer_epoch_refuses_sends_before_its_term_ends(tmp_path: Path) -> None:
+    """Fencing: the heartbeat answer names id 1 master of epoch 2; the master of epoch 1 refuses
+    every send from then on (its term then ends and it restarts as a slave), and a client whose
+    send it refused asks the name servers for the route again."""
+    broker = InProcessBroker(tmp_path / "broker", controller="127.0.0.1:1",
+                             controller_heartbeat_interval_ms=10).start()
+
+    async def open_manager() -> ReplicasManager:   # its channel belongs to the broker's loop
+        return ReplicasManager(broker.config, ServerSecurity())
+
+    manager = broker.run(open_manager())
+
+    async def newer_epoch(*_: object) -> rmq_pb2.ControllerHeartbeatResponse:
+        return rmq_pb2.ControllerHeartbeatResponse(status=rmq_pb2.Status(code=rmq_pb2.OK), epoch=2,
+                                                   master_broker_id=1, master_address=B)
+
+    manager.heartbeat = newer_epoch  # type: ignore[method-assign]
+    try:
+        with RmqClient(broker.address) as client:
+            client.create_topic("T", queues=1)
+            client.send("T", [OutgoingMessage(b"before")])
+            term = RoleAssignment(epoch=1, master_id=0, master_address=broker.address, truncate_to=-1,
+                                  in_sync_ids=(0,))
+            broker.run(manager.heartbeat_until_moved(broker.controller, term))
+            asked: list[str] = []
+            query_route = client.query_route
+
+            def spied_query_route(topic: str) -> TopicRoute:
+                asked.append(topic)
+                return query_route(topic)
+
+            client.query_route = spied_query_route  # type: ignore[method-assign]
+            for _ in range(2):
+                with pytest.raises(RmqError) as refused:
+                    client.send("T", [OutgoingMessage(b"after")])
+                assert refused.value.code == rmq_pb2.SERVICE_NOT_AVAILABLE
+        assert asked == ["T"]   # the refusal dropped the cached route: the client follows a new master
+    finally:
+        broker.run(manager.close())
+        broker.stop()
+
+
+def test_the_name_server_metrics_show_each_groups_master_epoch_and_in_sync_set(
+        tmp_path: Path, clock: Clock) -> None:
+    replicas = manager(tmp_path, clock)
+    group_of_three(replicas)
+    samples = {(sample.name, sample.labels["broker"]): sample.value
+               for family in ControllerCollector(replicas).collect() for sample in family.samples}
+    assert samples == {("rmq_controller_master_id", "g"): 0, ("rmq_controller_master_epoch", "g"): 1,
+                       ("rmq_controller_in_sync_members", "g"): 3}
+
+
+def test_a_store_of_another_member_is_refused_before_it_joins(tmp_path: Path) -> None:
+    """The epoch file names its member: another member's store (or another cluster's) is not
+    taken for this one's."""
+    async def epochs() -> tuple[int, int]:
+        first = ReplicasManager(BrokerConfig(controller=A, store_dir=str(tmp_path), broker_id=1),
+                                ServerSecurity())
+        fresh = first.local_epoch()
+        first.save_epoch(3)
+        try:
+            return fresh, first.local_epoch()
+        finally:
+            await first.close()
+
+    assert asyncio.run(epochs()) == (0, 3)
+
+    async def as_another(**settings: str | int) -> None:
+        config = BrokerConfig(controller=A, store_dir=str(tmp_path), **settings)  # type: ignore[arg-type]
+        other = ReplicasManager(config, ServerSecurity())
+        try:
+            other.local_epoch()
+        finally:
+            await other.close()
+
+    with pytest.raises(UserError, match="this store belongs to broker broker-a id 1 of cluster "
+                                        "'DefaultCluster', not to broker broker-a id 2"):
+        asyncio.run(as_another(broker_id=2))
+    with pytest.raises(UserError, match="not to broker broker-a id 1 of cluster 'other'"):
+        asyncio.run(as_another(broker_id=1, cluster_name="other"))
+
+
+@pytest.mark.parametrize("settings, reason", [
+    ({"broker_role": "SLAVE"}, "--role names the master's mode"),
+    ({"master": "127.0.0.1:10911"}, "--master is not given"),
+    ({"controller": "nowhere"}, "controller must be HOST:PORT"),
+])
+def test_controller_mode_settings_that_contradict_it_are_refused(settings: dict, reason: str) -> None:
+    with pytest.raises(UserError, match=reason):
+        load_config(BrokerConfig, None, {"controller": "127.0.0.1:9876", "broker_id": 3, **settings})
+    assert load_config(BrokerConfig, None, {"controller": "127.0.0.1:9876", "broker_id": 3}).broker_id == 3
+
+
+def test_a_member_asks_again_until_the_controller_assigns_it_a_role(tmp_path: Path) -> None:
+    """Not yet (the new master has not confirmed its epoch) and a controller error are asked
+    again every second; a refusal ends the broker with the reason."""
+    answers = [rmq_pb2.ControllerHeartbeatResponse(status=rmq_pb2.Status(code=code, message="later"))
+               for code in (rmq_pb2.SERVICE_NOT_AVAILABLE, rmq_pb2.SYSTEM_ERROR)]
+    answers.append(rmq_pb2.ControllerHeartbeatResponse(status=rmq_pb2.Status(code=rmq_pb2.OK), epoch=2,
+                                                       master_broker_id=1, master_address=B, truncate_to=-1))
+    answers.append(rmq_pb2.ControllerHeartbeatResponse(status=rmq_pb2.Status(
+        code=rmq_pb2.ILLEGAL_ARGUMENT, message="id 0 is already a live member")))
+
+    async def register_twice() -> RoleAssignment | None:
+        manager = ReplicasManager(BrokerConfig(controller=A, store_dir=str(tmp_path)), ServerSecurity())
+
+        async def next_answer(*_: object) -> rmq_pb2.ControllerHeartbeatResponse:
+            return answers.pop(0)
+
+        manager.heartbeat = next_answer  # type: ignore[method-assign]
+        terminated = asyncio.get_running_loop().create_future()
+        try:
+            assignment = await manager.register(terminated)
+            with pytest.raises(UserError, match="refuses this broker: id 0 is already a live member"):
+                await manager.register(terminated)
+            return assignment
+        finally:
+            await manager.close()
+
+    assert asyncio.run(register_twice()) == RoleAssignment(2, 1, B, KEEP_EVERYTHING, ())
