@@ -54,11 +54,11 @@ def test_in_controller_mode_the_master_of_the_newest_epoch_answers_for_the_group
     """Id 1 elected master in epoch 2 while the old master (id 0, epoch 1) has not expired yet:
     routes name id 1, writable; id 0 back as a slave changes nothing."""
     routes = RouteInfoManager(broker_expiry_ms=120000, clock=Clock())
-    routes.register_broker("b1", "10.0.0.1:10911", [TopicConfig("T", 4, 4)], 0, rmq_pb2.SYNC_MASTER, 1)
-    routes.register_broker("b1", "10.0.0.2:10911", [TopicConfig("T", 4, 4)], 1, rmq_pb2.SYNC_MASTER, 2)
+    routes.register_broker("b1", "10.0.0.1:10911", [TopicConfig("T", 4, 4)], 0, rmq_pb2.SYNC_MASTER, epoch=1)
+    routes.register_broker("b1", "10.0.0.2:10911", [TopicConfig("T", 4, 4)], 1, rmq_pb2.SYNC_MASTER, epoch=2)
     [(group, _)] = routes.pick_topic_route("T")
     assert (group.to_proto().address, group.has_master) == ("10.0.0.2:10911", True)
-    routes.register_broker("b1", "10.0.0.1:10911", [TopicConfig("T", 4, 4)], 0, rmq_pb2.SLAVE, 2)
+    routes.register_broker("b1", "10.0.0.1:10911", [TopicConfig("T", 4, 4)], 0, rmq_pb2.SLAVE, epoch=2)
     [(group, _)] = routes.pick_topic_route("T")
     assert (group.to_proto().address, group.has_master) == ("10.0.0.2:10911", True)
     assert [(m.broker_id, m.role, m.epoch) for m in group.to_proto().members] == [
