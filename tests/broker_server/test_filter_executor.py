@@ -30,6 +30,19 @@ broker = test_processors.broker
 COSTLY = "region IN (" + ",".join(["'eu'"] + ["1"] * 1019) + ")"
 
 
+def threads_reading_properties(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the threads that read a record's properties (where a filter is evaluated)."""
+    threads: list[str] = []
+    record_properties = mf.record_properties
+
+    def watched(record: bytes) -> dict[str, str]:
+        threads.append(threading.current_thread().name)
+        return record_properties(record)
+
+    monkeypatch.setattr(mf, "record_properties", watched)
+    return threads
+
+
 def test_accounts_are_served_in_turn() -> None:
     """Five reads of one account are waiting when another account's read arrives: it runs after the
     first account's next slice, not after all five."""
@@ -98,14 +111,7 @@ def test_a_read_evaluates_one_slice_and_says_where_the_next_starts(broker: Broke
 
 def test_a_woken_sql92_pull_is_filtered_off_the_event_loop(broker: Broker, monkeypatch) -> None:
     """A held pull woken by a few messages used to read them on the event loop, filter included."""
-    threads: list[str] = []
-    record_properties = mf.record_properties
-
-    def watched(record: bytes) -> dict[str, str]:
-        threads.append(threading.current_thread().name)
-        return record_properties(record)
-
-    monkeypatch.setattr(mf, "record_properties", watched)
+    threads = threads_reading_properties(monkeypatch)
 
     async def scenario() -> rmq_pb2.PullMessageResponse:
         broker.hold.start()
@@ -128,14 +134,7 @@ def test_a_woken_sql92_pull_is_filtered_off_the_event_loop(broker: Broker, monke
 def test_a_rocketmq5_sql_receive_is_filtered_on_the_filter_threads(tmp_path: Path, monkeypatch) -> None:
     """RocketMQ 5 receives with an SQL filter evaluated it on the store executor's threads, which
     sends share, with no bound per read and no turn per account."""
-    threads: list[str] = []
-    record_properties = mf.record_properties
-
-    def watched(record: bytes) -> dict[str, str]:
-        threads.append(threading.current_thread().name)
-        return record_properties(record)
-
-    monkeypatch.setattr(mf, "record_properties", watched)
+    threads = threads_reading_properties(monkeypatch)
     running = InProcessBroker(tmp_path / "store").start()
     try:
         with grpc.insecure_channel(running.address) as channel:
