@@ -225,7 +225,9 @@ def test_2_unauthenticated_60_mib_requests_are_refused_before_they_are_read(tmp_
                   f"{after_kib // 1024} MiB after "
                   f"(test process peak {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB)")
     assert [o.grpc_status for o in outcomes] == [status for *_, status in callers]
-    assert most_sent <= 8 * MIB                     # the first flow-control window, never the message
+    # Never the message: at most the flow-control window gRPC grants before the refusal reaches the
+    # caller, 4 MiB at first; gRPC's BDP probe may grow it on a loaded machine (11.9 MiB seen in CI).
+    assert most_sent < REQUEST_MIB * MIB // 2
     assert (peak_kib - baseline_kib) < 160 * 1024   # was 3.1 GiB with 24 callers
     assert (after_kib - baseline_kib) < 64 * 1024
 
