@@ -18,23 +18,12 @@ from typing import cast
 import grpc
 import pyarrow as pa
 
-from rmq.broker_server.admin_service import AdminService
-from rmq.broker_server.broker_outer_api import BrokerOuterAPI
-from rmq.broker_server.broker_stats import BrokerStatsManager
 from rmq.broker_server.config import BrokerConfig
-from rmq.broker_server.consumer_ids_watch import ConsumerIdsWatchService
-from rmq.broker_server.consumer_manager import ConsumerManager, ConsumerTableLimits
-from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
-from rmq.broker_server.consumer_send_msg_back import ConsumerSendMsgBackProcessor
-from rmq.broker_server.delay_levels import parse_delay_levels
 from rmq.broker_server.errors import UserError
-from rmq.broker_server.filter_executor import FilterExecutor
-from rmq.broker_server.flight_service import FlightReadService, FlightStreamSlots
-from rmq.broker_server.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
-from rmq.broker_server.long_polling import PullRequestHoldService
+from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
 from rmq.broker_server.memory_tuning import keep_freed_memory
-from rmq.broker_server.messaging_service import MessagingService
-from rmq.broker_server.metrics import (
+from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
+from rmq.broker_server.metrics.collectors import (
     BoundedTables,
     BrokerCollector,
     BrokerFigures,
@@ -42,21 +31,32 @@ from rmq.broker_server.metrics import (
     broker_node_id,
     serve_metrics,
 )
-from rmq.broker_server.pull_message_processor import PullLimits, PullMessageProcessor
-from rmq.broker_server.pull_response_budget import PullResponseBudget
-from rmq.broker_server.rebalance_lock_manager import LOCKS_FILE, RebalanceLockManager
+from rmq.broker_server.name_server.broker_outer_api import BrokerOuterAPI
+from rmq.broker_server.offsets.consumer_ids_watch import ConsumerIdsWatchService
+from rmq.broker_server.offsets.consumer_manager import ConsumerManager, ConsumerTableLimits
+from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.offsets.rebalance_lock_manager import LOCKS_FILE, RebalanceLockManager
+from rmq.broker_server.processors.consumer_send_msg_back import ConsumerSendMsgBackProcessor
+from rmq.broker_server.processors.delay_levels import parse_delay_levels
+from rmq.broker_server.processors.filter_executor import FilterExecutor
+from rmq.broker_server.processors.pull_message_processor import PullLimits, PullMessageProcessor
+from rmq.broker_server.processors.pull_response_budget import PullResponseBudget
+from rmq.broker_server.processors.schedule_message_service import ScheduleMessageService
+from rmq.broker_server.processors.send_message_processor import SendMessageProcessor
+from rmq.broker_server.processors.store_executor import StoreExecutor
+from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.remoting.remoting_server import RemotingServer
 from rmq.broker_server.remoting.service import build_broker_remoting
-from rmq.broker_server.replication import Replication
+from rmq.broker_server.replication.broker_group import Replication
+from rmq.broker_server.rmq_v1.admin_service import AdminService
+from rmq.broker_server.rmq_v1.flight_service import FlightReadService, FlightStreamSlots
+from rmq.broker_server.rmq_v1.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
+from rmq.broker_server.rmq_v1.messaging_service import MessagingService
+from rmq.broker_server.rmq_v1.route_service import BrokerRouteService
 from rmq.broker_server.rocketmq_v2.messaging_service import RocketMQv2MessagingService
 from rmq.broker_server.rocketmq_v2.service import build_service as build_rocketmq_v2_service
 from rmq.broker_server.rocketmq_v2.telemetry import consumer_connection as rocketmq_v2_connection
-from rmq.broker_server.route_service import BrokerRouteService
-from rmq.broker_server.schedule_message_service import ScheduleMessageService
-from rmq.broker_server.send_message_processor import SendMessageProcessor
-from rmq.broker_server.server_security import ServerSecurity
-from rmq.broker_server.store_executor import StoreExecutor
-from rmq.broker_server.topic_config_manager import TopicConfigManager
+from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.request_signing import broker_server_id
 from rmq.rocketmq_v2 import add_messaging_service as add_rocketmq_v2_service
 from rmq.store import BrokerRole, FlushDiskType, MessageStore, MessageStoreConfig, StoreError
@@ -104,7 +104,7 @@ class BrokerController:
         """`clock`: the wall clock (seconds) of the timer-driven services: delay levels and
         RocketMQ 5 invisibility (a test gives its own). `truncate_to`: controller mode, the
         CommitLog offset this member drops bytes from before it replicates
-        (rmq.broker_server.replicas_manager)."""
+        (rmq.broker_server.replication.replicas_manager)."""
         self.config = config
         self.security = security
         self.clock = clock

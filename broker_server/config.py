@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from rmq.broker_server.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
 from rmq.broker_server.errors import UserError
+from rmq.broker_server.processors.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
 from rmq.store import MessageStoreConfig
 
 MiB = 1024 * 1024

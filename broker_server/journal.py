@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rmq.broker_server.store_executor import StoreExecutor
+from rmq.broker_server.processors.store_executor import StoreExecutor
 
 log = logging.getLogger(__name__)
 Entry = dict[str, Any]

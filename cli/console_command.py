@@ -8,7 +8,7 @@ import argparse
 import os
 
 from rmq.broker_server.errors import UserError
-from rmq.broker_server.server_security import is_loopback
+from rmq.broker_server.security.server_security import is_loopback
 from rmq.cli import client_security
 
 DEFAULT_LISTEN = "127.0.0.1:8080"

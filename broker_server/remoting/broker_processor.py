@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from google.protobuf.message import Message
 
 from rmq import message_format as mf
-from rmq.broker_server.consumer_manager import ConsumerManager
-from rmq.broker_server.messaging_service import MessagingService
+from rmq.broker_server.offsets.consumer_manager import ConsumerManager
+from rmq.broker_server.processors.send_message_processor import born_host_from_peer, check_put_status
+from rmq.broker_server.processors.topic_config_manager import TopicConfig, TopicConfigManager
 from rmq.broker_server.remoting import headers
 from rmq.broker_server.remoting.dispatch import (
     RESPONSE_CODES,
@@ -44,11 +45,10 @@ from rmq.broker_server.remoting.transactions import (
     ProducerChannels,
     half_message,
 )
+from rmq.broker_server.rmq_v1.messaging_service import MessagingService
+from rmq.broker_server.rmq_v1.status import rmq_pb2
 from rmq.broker_server.rocketmq_v2.status import V2Error
 from rmq.broker_server.rocketmq_v2.transactions import TransactionService
-from rmq.broker_server.send_message_processor import born_host_from_peer, check_put_status
-from rmq.broker_server.status import rmq_pb2
-from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
 from rmq.sql92 import Sql92Error, compile_sql92
 
 log = logging.getLogger(__name__)

@@ -12,13 +12,13 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from rmq.broker_server.acl import AccessDenied
-from rmq.broker_server.caller import run_as
 from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
 from rmq.broker_server.remoting.remoting_command import RemotingCommand
 from rmq.broker_server.remoting.remoting_server import CallContext, Channel
 from rmq.broker_server.remoting.request_code import ResponseCode
-from rmq.broker_server.status import RequestError, rmq_pb2
+from rmq.broker_server.rmq_v1.status import RequestError, rmq_pb2
+from rmq.broker_server.security.acl import AccessDenied
+from rmq.broker_server.security.caller import run_as
 
 log = logging.getLogger(__name__)
 

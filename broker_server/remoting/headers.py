@@ -10,7 +10,7 @@ from typing import Any
 
 from rmq.broker_server.remoting.remoting_command import RemotingCommand
 from rmq.broker_server.remoting.request_code import RequestCode
-from rmq.broker_server.status import illegal_argument, rmq_pb2
+from rmq.broker_server.rmq_v1.status import illegal_argument, rmq_pb2
 
 # SendMessageRequestHeaderV2's one-letter names for SendMessageRequestHeader's fields.
 SEND_HEADER_V2_NAMES = {

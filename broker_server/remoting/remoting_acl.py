@@ -18,12 +18,12 @@ from collections.abc import Callable
 
 from google.protobuf.message import Message
 
-from rmq.broker_server.acl import AccessDenied, Acl
-from rmq.broker_server.caller import Caller
-from rmq.broker_server.client_id_owners import ClientIdOwners, ClientIdTaken
+from rmq.broker_server.offsets.client_id_owners import ClientIdOwners, ClientIdTaken
 from rmq.broker_server.remoting.remoting_command import RemotingCommand
-from rmq.broker_server.request_auth import key_label
-from rmq.broker_server.rpc_permissions import check_call, client_id_of
+from rmq.broker_server.security.acl import AccessDenied, Acl
+from rmq.broker_server.security.caller import Caller
+from rmq.broker_server.security.request_auth import key_label
+from rmq.broker_server.security.rpc_permissions import check_call, client_id_of
 
 ACCESS_KEY = "AccessKey"
 SIGNATURE = "Signature"
@@ -57,7 +57,7 @@ class RemotingAuthenticator:
         self._client_ids = client_ids
 
     def caller(self, access_key: str) -> Caller:
-        """The account an admitted request runs as (rmq.broker_server.caller)."""
+        """The account an admitted request runs as (rmq.broker_server.security.caller)."""
         return Caller(access_key, self._acl)
 
     def authenticate(self, request: RemotingCommand, address: str) -> str:

@@ -1,11 +1,11 @@
 """ACL for RocketMQ 5 clients (spec rocketmq-v2-protocol.md §6; proxy AuthenticationActivity /
 AuthorizationContext for gRPC): every v2 call carries `authorization: MQv2-HMAC-SHA1
 Credential=<access key>, SignedHeaders=x-mq-date-time, Signature=<hex HMAC-SHA1(secret key,
-x-mq-date-time)>`, checked against rmq's ACL accounts (broker_server/acl.py: `--acl`), then the
+x-mq-date-time)>`, checked against rmq's ACL accounts (broker_server/security/acl.py: `--acl`), then the
 permission the RPC needs: PUB on the topic to send or end a transaction, SUB on the group and
 topic to receive, acknowledge, change invisibility, forward, pull or use offsets. The client id
 a call names (`x-mq-client-id`) must belong to its account (client_id_owners), and the call then
-runs as that account (rmq.broker_server.caller), for the checks of the data it reaches.
+runs as that account (rmq.broker_server.security.caller), for the checks of the data it reaches.
 
 As Apache's proxy, the date is not checked against the clock (the Python client writes its
 local time with a Z) and refusals are business statuses in the response (UNAUTHORIZED 40100,
@@ -31,11 +31,11 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from rmq.broker_server.acl import AccessDenied, Acl, Need, ResourceKind
-from rmq.broker_server.caller import Caller, run_as
-from rmq.broker_server.client_id_owners import ClientIdOwners, ClientIdTaken
-from rmq.broker_server.refusal_log import RefusalLog
-from rmq.broker_server.request_auth import key_label, peer_address
+from rmq.broker_server.offsets.client_id_owners import ClientIdOwners, ClientIdTaken
+from rmq.broker_server.security.acl import AccessDenied, Acl, Need, ResourceKind
+from rmq.broker_server.security.caller import Caller, run_as
+from rmq.broker_server.security.refusal_log import RefusalLog
+from rmq.broker_server.security.request_auth import key_label, peer_address
 from rmq.rocketmq_v2 import METHOD_PREFIX, METHODS
 from rmq.rocketmq_v2 import definition_pb2 as v2
 
@@ -157,7 +157,7 @@ class V2Authenticator:
             raise Refused(v2.FORBIDDEN, str(error)) from None
 
     def caller(self, access_key: str) -> Caller:
-        """The account an admitted call runs as (rmq.broker_server.caller)."""
+        """The account an admitted call runs as (rmq.broker_server.security.caller)."""
         return Caller(access_key, self._acl)
 
 

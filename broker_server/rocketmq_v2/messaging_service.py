@@ -14,8 +14,11 @@ from typing import Any
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from rmq import message_format as mf
-from rmq.broker_server.names import check_group_name
-from rmq.broker_server.pull_message_processor import Sql92RecordFilter, sql92_record_filter
+from rmq.broker_server.processors.names import check_group_name
+from rmq.broker_server.processors.pull_message_processor import Sql92RecordFilter, sql92_record_filter
+from rmq.broker_server.processors.send_message_processor import born_host_from_peer, check_put_results
+from rmq.broker_server.processors.store_executor import StoreExecutor
+from rmq.broker_server.processors.topic_config_manager import TopicConfig, TopicConfigManager
 from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.authentication import CLIENT_ID
 from rmq.broker_server.rocketmq_v2.offset_rpcs import OffsetRpcs
@@ -30,9 +33,6 @@ from rmq.broker_server.rocketmq_v2.status import OK, V2Error, answers_with_statu
 from rmq.broker_server.rocketmq_v2.telemetry import TelemetrySessions
 from rmq.broker_server.rocketmq_v2.timer_message_service import TIMER_TOPIC, TimerMessageService
 from rmq.broker_server.rocketmq_v2.transactions import HALF_TOPIC, TransactionService
-from rmq.broker_server.send_message_processor import born_host_from_peer, check_put_results
-from rmq.broker_server.store_executor import StoreExecutor
-from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
 from rmq.rocketmq_v2.properties import PROPERTY_TIMER_DELIVER_MS

@@ -11,7 +11,7 @@ message group (one queue, by hash) are consumed in order. With nothing to hand o
 receive is held on the same wake-up path as rmq.v1 pulls (PullRequestHoldService) until a
 message arrives, an in-flight message becomes visible again, an ack or change frees a FIFO
 queue, or the long-polling time ends. A receive given the call's PullBytesLease hands out at most the
-bytes it grants (at least one message; rmq.broker_server.pull_response_budget), held until the
+bytes it grants (at least one message; rmq.broker_server.processors.pull_response_budget), held until the
 call ends."""
 
 from __future__ import annotations
@@ -25,26 +25,26 @@ from dataclasses import dataclass, replace
 
 from rmq import message_format as mf
 from rmq import retry
-from rmq.broker_server.caller import account_key
-from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
-from rmq.broker_server.consumer_send_msg_back import (
+from rmq.broker_server.long_polling.fair_shares import FairShares, ShareExceeded
+from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
+from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
+from rmq.broker_server.processors.consumer_send_msg_back import (
     DLQ_TOPIC_PERM,
     SendBackTarget,
     ensure_group_topic,
     send_back_copy,
 )
-from rmq.broker_server.fair_shares import FairShares, ShareExceeded
-from rmq.broker_server.filter_executor import FilterExecutor
-from rmq.broker_server.long_polling import PullRequestHoldService
-from rmq.broker_server.pull_message_processor import Sql92RecordFilter
-from rmq.broker_server.pull_response_budget import PullBytesLease
+from rmq.broker_server.processors.filter_executor import FilterExecutor
+from rmq.broker_server.processors.pull_message_processor import Sql92RecordFilter
+from rmq.broker_server.processors.pull_response_budget import PullBytesLease
+from rmq.broker_server.processors.send_message_processor import check_put_status
+from rmq.broker_server.processors.store_executor import StoreExecutor
+from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.rocketmq_v2.pop_state import InFlight, PopQueue, PopStateTable
 from rmq.broker_server.rocketmq_v2.receipt_handle import ReceiptHandle
 from rmq.broker_server.rocketmq_v2.remembered_receives import RememberedReceives
 from rmq.broker_server.rocketmq_v2.status import V2Error
-from rmq.broker_server.send_message_processor import check_put_status
-from rmq.broker_server.store_executor import StoreExecutor
-from rmq.broker_server.topic_config_manager import TopicConfigManager
+from rmq.broker_server.security.caller import account_key
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.statuses import GetMessageStatus
 from rmq.store import MessageStore

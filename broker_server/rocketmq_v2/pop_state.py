@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rmq.broker_server.journal import Journal
-from rmq.broker_server.store_executor import StoreExecutor
+from rmq.broker_server.processors.store_executor import StoreExecutor
 
 COMPACT_AFTER_LINES = 100_000
 

@@ -9,10 +9,12 @@ import grpc
 
 from rmq import retry
 from rmq.broker_server.config import BrokerConfig
-from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
-from rmq.broker_server.delay_levels import parse_delay_levels
-from rmq.broker_server.long_polling import PullRequestHoldService
-from rmq.broker_server.pull_message_processor import PullMessageProcessor
+from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
+from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.processors.delay_levels import parse_delay_levels
+from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor
+from rmq.broker_server.processors.store_executor import StoreExecutor
+from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.rocketmq_v2.messaging_service import GroupPolicy, RocketMQv2MessagingService
 from rmq.broker_server.rocketmq_v2.offset_rpcs import OffsetRpcs
 from rmq.broker_server.rocketmq_v2.pop_service import MAX_BATCH, PopService
@@ -23,8 +25,6 @@ from rmq.broker_server.rocketmq_v2.route import RouteResolver
 from rmq.broker_server.rocketmq_v2.telemetry import ServerSettings, TelemetrySessions
 from rmq.broker_server.rocketmq_v2.timer_message_service import TimerMessageService
 from rmq.broker_server.rocketmq_v2.transactions import TransactionService, TransactionSettings
-from rmq.broker_server.store_executor import StoreExecutor
-from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.message_format import FIXED_OVERHEAD
 from rmq.store import MessageStore
 

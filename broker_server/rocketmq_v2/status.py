@@ -9,8 +9,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from rmq.broker_server.rmq_v1.status import RequestError
 from rmq.broker_server.rocketmq_v2.messages import InvalidMessage
-from rmq.broker_server.status import RequestError
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.v1 import rmq_pb2
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 from google.protobuf.duration_pb2 import Duration
 
-from rmq.broker_server import caller
-from rmq.broker_server.acl import Need, ResourceKind
+from rmq.broker_server.security import caller
+from rmq.broker_server.security.acl import Need, ResourceKind
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2
 from rmq.v1 import rmq_pb2

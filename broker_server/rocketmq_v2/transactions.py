@@ -29,17 +29,17 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rmq.broker_server import caller
-from rmq.broker_server.acl import Need, ResourceKind
 from rmq.broker_server.journal import Journal
 from rmq.broker_server.json_file import read_json
-from rmq.broker_server.names import SYSTEM_TOPIC_PREFIX
+from rmq.broker_server.processors.names import SYSTEM_TOPIC_PREFIX
+from rmq.broker_server.processors.schedule_message_service import message_timeup
+from rmq.broker_server.processors.send_message_processor import check_put_status
+from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.status import V2Error
 from rmq.broker_server.rocketmq_v2.telemetry import TelemetrySessions, adjust_count
-from rmq.broker_server.schedule_message_service import message_timeup
-from rmq.broker_server.send_message_processor import check_put_status
-from rmq.broker_server.store_executor import StoreExecutor
+from rmq.broker_server.security import caller
+from rmq.broker_server.security.acl import Need, ResourceKind
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
 from rmq.rocketmq_v2.properties import PROPERTY_CHECK_IMMUNITY_TIME, PROPERTY_TRANSACTION_PREPARED

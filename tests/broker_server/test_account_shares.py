@@ -1,6 +1,6 @@
 """Per-account shares of the broker's bounded tables (issue #25, weaknesses and item 7): one account
 holding the whole long-polling hold table, or filling the consumer-offset table, no longer locks
-the other accounts out. The account is the call's (rmq.broker_server.caller)."""
+the other accounts out. The account is the call's (rmq.broker_server.security.caller)."""
 
 from __future__ import annotations
 
@@ -16,16 +16,16 @@ import grpc
 import pytest
 
 from rmq.auth import Credentials, open_channel
-from rmq.broker_server.acl_file import AclFile
-from rmq.broker_server.caller import ANONYMOUS, Caller, run_as
-from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
-from rmq.broker_server.fair_shares import FairShares, ShareExceeded
-from rmq.broker_server.long_polling import HoldTableFull, PullRequestHoldService
-from rmq.broker_server.refusal_log import DEFAULT_LINES_PER_INTERVAL
+from rmq.broker_server.long_polling.fair_shares import FairShares, ShareExceeded
+from rmq.broker_server.long_polling.pull_request_hold_service import HoldTableFull, PullRequestHoldService
+from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
+from rmq.broker_server.processors.topic_config_manager import TopicConfig
+from rmq.broker_server.rmq_v1.status import RequestError
 from rmq.broker_server.rocketmq_v2.authentication import ALGORITHM, AUTHORIZATION, DATE_TIME, signature
-from rmq.broker_server.server_security import ServerSecurity
-from rmq.broker_server.status import RequestError
-from rmq.broker_server.topic_config_manager import TopicConfig
+from rmq.broker_server.security.acl_file import AclFile
+from rmq.broker_server.security.caller import ANONYMOUS, Caller, run_as
+from rmq.broker_server.security.refusal_log import DEFAULT_LINES_PER_INTERVAL
+from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.rocketmq_v2 import MessagingServiceStub
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb

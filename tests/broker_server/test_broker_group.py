@@ -11,7 +11,7 @@ import pytest
 
 from rmq.broker_server.config import BrokerConfig, load_config
 from rmq.broker_server.errors import UserError
-from rmq.broker_server.topic_config_manager import TopicConfig
+from rmq.broker_server.processors.topic_config_manager import TopicConfig
 from rmq.store import BrokerRole, FlushDiskType, MessageStore, MessageStoreConfig
 from rmq.store.message_store import memory_threshold, suggest_pulling_from_slave
 from rmq.v1 import rmq_pb2

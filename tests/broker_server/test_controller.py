@@ -10,19 +10,23 @@ from pathlib import Path
 
 import pytest
 
-from rmq.broker_server.acl_file import AclFile
 from rmq.broker_server.config import BrokerConfig, load_config
-from rmq.broker_server.controller_manager import ControllerCollector
 from rmq.broker_server.errors import UserError
-from rmq.broker_server.replicas_info_manager import (
+from rmq.broker_server.replication.controller_manager import ControllerCollector
+from rmq.broker_server.replication.replicas_info_manager import (
     KEEP_EVERYTHING,
     ControllerLimits,
     Heartbeat,
     ReplicasInfoManager,
 )
-from rmq.broker_server.replicas_manager import ReplicasManager, RoleAssignment, serve_in_controller_mode
-from rmq.broker_server.server_security import ServerSecurity
-from rmq.broker_server.status import RequestError
+from rmq.broker_server.replication.replicas_manager import (
+    ReplicasManager,
+    RoleAssignment,
+    serve_in_controller_mode,
+)
+from rmq.broker_server.rmq_v1.status import RequestError
+from rmq.broker_server.security.acl_file import AclFile
+from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.connector.client import OutgoingMessage, RmqClient, TopicRoute
 from rmq.connector.errors import RmqError
 from rmq.v1 import rmq_pb2

@@ -12,8 +12,12 @@ import grpc
 import pytest
 
 from rmq import message_format as mf
-from rmq.broker_server.filter_executor import FILTER_SLICE_TOKENS, FilterExecutor, slice_evaluations
-from rmq.broker_server.status import RequestError
+from rmq.broker_server.processors.filter_executor import (
+    FILTER_SLICE_TOKENS,
+    FilterExecutor,
+    slice_evaluations,
+)
+from rmq.broker_server.rmq_v1.status import RequestError
 from rmq.rocketmq_v2 import MessagingServiceStub
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb

@@ -1,7 +1,7 @@
 import pytest
 
-from rmq.broker_server.names import check_group_name, check_topic_name, check_user_topic_name
-from rmq.broker_server.status import RequestError
+from rmq.broker_server.processors.names import check_group_name, check_topic_name, check_user_topic_name
+from rmq.broker_server.rmq_v1.status import RequestError
 from rmq.v1 import rmq_pb2
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rmq.broker_server.send_message_processor import check_put_status
-from rmq.broker_server.status import RequestError
+from rmq.broker_server.processors.send_message_processor import check_put_status
+from rmq.broker_server.rmq_v1.status import RequestError
 from rmq.statuses import PutMessageStatus
 from rmq.v1 import rmq_pb2
 

@@ -23,7 +23,7 @@ from rmq.broker_server.remoting.remoting_command import (
 from rmq.broker_server.remoting.request_bytes import RequestBytes
 from rmq.broker_server.remoting.request_code import RequestCode
 from rmq.broker_server.remoting.topic_route_data import BrokerData, QueueData, encode_topic_route
-from rmq.broker_server.status import RequestError, rmq_pb2
+from rmq.broker_server.rmq_v1.status import RequestError, rmq_pb2
 
 
 def payload(frame: bytes) -> bytes:

@@ -17,7 +17,7 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from rmq import message_format as mf
-from rmq.broker_server.acl import parse_acl
+from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.authentication import Refused, V2Authenticator, parse_authorization
 from rmq.broker_server.rocketmq_v2.pop_state import PopQueue, PopStateTable
@@ -29,7 +29,7 @@ from rmq.broker_server.rocketmq_v2.receipt_handle import (
 from rmq.broker_server.rocketmq_v2.route import endpoints, reachable
 from rmq.broker_server.rocketmq_v2.telemetry import ServerSettings, answer_settings
 from rmq.broker_server.rocketmq_v2.transactions import TransactionService, TransactionSettings
-from rmq.broker_server.store_executor import StoreExecutor
+from rmq.broker_server.security.acl import parse_acl
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.rocketmq_v2 import METHODS, MessagingServiceStub
 from rmq.rocketmq_v2 import definition_pb2 as v2

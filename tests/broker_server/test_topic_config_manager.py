@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from rmq.broker_server import topic_config_manager
-from rmq.broker_server.status import RequestError
-from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.broker_server.processors import topic_config_manager
+from rmq.broker_server.processors.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.broker_server.rmq_v1.status import RequestError
 from rmq.v1 import rmq_pb2
 
 
