@@ -11,11 +11,17 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
+from rmq.broker_server.errors import BrokerError
+from rmq.v1 import rmq_pb2
+
 T = TypeVar("T", bound=Hashable)
 
 
-class ShareExceeded(Exception):
+class ShareExceeded(BrokerError):
     """The table is full and the account already holds at least as many entries as any other."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(rmq_pb2.LIMIT_EXCEEDED, message)
 
 
 class FairShares(Generic[T]):

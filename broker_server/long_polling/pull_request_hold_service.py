@@ -26,16 +26,17 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.long_polling.fair_shares import FairShares, ShareExceeded
-from rmq.broker_server.rmq_v1.status import RequestError, rmq_pb2
 from rmq.broker_server.security.caller import account_key
+from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
 TOPIC_QUEUEID_SEPARATOR = "@"
 DEFAULT_MAX_HELD = 65536
 
 
-class HoldTableFull(RequestError):
+class HoldTableFull(BrokerError):
     """The hold table is at its bound: the pull is refused, not held."""
 
     def __init__(self, max_held: int) -> None:

@@ -34,6 +34,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from rmq.broker_server.errors import EdgeError
 from rmq.broker_server.security.acl import Acl
 from rmq.broker_server.security.refusal_log import RefusalLog
 from rmq.broker_server.security.request_auth import key_label
@@ -45,10 +46,9 @@ METRICS_PATHS = frozenset({"/metrics", "/"})
 REALM = 'Basic realm="rmq metrics", charset="UTF-8"'
 
 
-class ScrapeRefused(Exception):
+class ScrapeRefused(EdgeError):
     def __init__(self, status: HTTPStatus, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
+        super().__init__(status, reason)
         self.reason = reason
 
 
@@ -158,9 +158,9 @@ class _ScrapeHandler(BaseHTTPRequestHandler):
             try:
                 check_scraper(acl(), self.headers.get("Authorization"), address)
             except ScrapeRefused as refusal:
-                self.server.refusals.record("GET /metrics", address, refusal.status.name, refusal.reason)
-                self._answer(refusal.status, refusal.reason.encode() + b"\n",
-                             challenge=refusal.status == HTTPStatus.UNAUTHORIZED)
+                self.server.refusals.record("GET /metrics", address, refusal.code.name, refusal.reason)
+                self._answer(refusal.code, refusal.reason.encode() + b"\n",
+                             challenge=refusal.code == HTTPStatus.UNAUTHORIZED)
                 return
         self._answer(HTTPStatus.OK, generate_latest(self.server.registry), content_type=CONTENT_TYPE_LATEST)
 

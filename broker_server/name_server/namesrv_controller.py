@@ -20,7 +20,7 @@ import grpc
 from prometheus_client.registry import Collector
 
 from rmq.broker_server.config import NameServerConfig
-from rmq.broker_server.errors import UserError
+from rmq.broker_server.errors import BrokerError, UserError, illegal_argument
 from rmq.broker_server.metrics.collectors import NameServerCollector, serve_metrics
 from rmq.broker_server.processors.names import check_topic_name
 from rmq.broker_server.processors.topic_config_manager import TopicConfig
@@ -32,12 +32,12 @@ from rmq.broker_server.replication.controller_manager import (
 )
 from rmq.broker_server.replication.replicas_info_manager import ReplicasInfoManager
 from rmq.broker_server.rmq_v1.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
-from rmq.broker_server.rmq_v1.status import OK, RequestError, answers_with_status, illegal_argument, rmq_pb2
+from rmq.broker_server.rmq_v1.status import OK, answers_with_status
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.request_signing import name_server_id
 from rmq.store.private_files import make_dirs
 from rmq.topic_config import PERM_WRITE
-from rmq.v1 import rmq_pb2_grpc
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ class NameServerRouteService(rmq_pb2_grpc.RouteServiceServicer):
         check_topic_name(request.topic)
         route = self.routes.pick_topic_route(request.topic)
         if not route:
-            raise RequestError(
+            raise BrokerError(
                 rmq_pb2.TOPIC_NOT_EXIST, f"no route for topic {request.topic!r}: no live broker holds it"
             )
         return rmq_pb2.QueryRouteResponse(

@@ -13,12 +13,18 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
+from rmq.broker_server.errors import BrokerError
+from rmq.v1 import rmq_pb2
+
 DEFAULT_TTL_MS = 120_000          # ConsumerManager's client expiry (spec: channel expired after 120 s)
 DEFAULT_ACCOUNT_CAPACITY = 10_000
 
 
-class ClientIdTaken(Exception):
+class ClientIdTaken(BrokerError):
     """The client id is registered by another account."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(rmq_pb2.NO_PERMISSION, message)
 
 
 class ClientIdOwners:

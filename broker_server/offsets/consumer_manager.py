@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rmq.broker_server.rmq_v1.status import RequestError, rmq_pb2
+from rmq.broker_server.errors import BrokerError
+from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,8 @@ class ConsumerTableLimits:
     max_subscription_bytes: int = 64 * 1024 * 1024   # over every client's subscriptions
 
 
-def limit_exceeded(message: str) -> RequestError:
-    return RequestError(rmq_pb2.LIMIT_EXCEEDED, message)
+def limit_exceeded(message: str) -> BrokerError:
+    return BrokerError(rmq_pb2.LIMIT_EXCEEDED, message)
 
 
 class ConsumerManager:
@@ -79,7 +80,7 @@ class ConsumerManager:
         protocol: int = rmq_pb2.CLIENT_PROTOCOL_RMQ, address: str = "",
     ) -> bool:
         """Register or refresh a client; True when the group's membership changed.
-        RequestError LIMIT_EXCEEDED when the table's bounds do not admit it."""
+        BrokerError LIMIT_EXCEEDED when the table's bounds do not admit it."""
         if len(subscriptions) > self.limits.max_subscriptions_per_client:
             raise limit_exceeded(f"{len(subscriptions)} subscriptions in one heartbeat: at most "
                                  f"{self.limits.max_subscriptions_per_client} (max_subscriptions_per_client)")

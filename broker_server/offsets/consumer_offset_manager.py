@@ -21,9 +21,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.json_file import read_json, write_json_atomically
-from rmq.broker_server.rmq_v1.status import RequestError, rmq_pb2
 from rmq.broker_server.security.caller import ANONYMOUS
+from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
 TOPIC_GROUP_SEPARATOR = "@"
@@ -127,11 +128,11 @@ class ConsumerOffsetManager:
         if not new:
             return
         if len(self._offsets) + new > self.max_entries:
-            raise RequestError(rmq_pb2.LIMIT_EXCEEDED,
+            raise BrokerError(rmq_pb2.LIMIT_EXCEEDED,
                                f"this broker already stores {len(self._offsets)} consumer offsets; "
                                f"{new} more would pass {self.max_entries} (max_consumer_offsets)")
         if account != ANONYMOUS and self._per_account[account] + new > self.max_entries_per_account:
-            raise RequestError(rmq_pb2.LIMIT_EXCEEDED,
+            raise BrokerError(rmq_pb2.LIMIT_EXCEEDED,
                                f"this account already added {self._per_account[account]} consumer offsets; "
                                f"{new} more would pass {self.max_entries_per_account} "
                                f"(max_consumer_offsets_per_account)")

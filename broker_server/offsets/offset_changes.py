@@ -7,7 +7,7 @@ import threading
 from collections import OrderedDict
 
 from rmq.broker_server.offsets.consumer_offset_manager import OffsetKey
-from rmq.broker_server.rmq_v1.status import rmq_pb2
+from rmq.v1 import rmq_pb2
 
 
 def group_offset(key: OffsetKey, offset: int) -> rmq_pb2.GroupConsumerOffset:

@@ -23,9 +23,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.json_file import read_json, write_json_atomically
-from rmq.broker_server.rmq_v1.status import RequestError, rmq_pb2
 from rmq.message_queue import MessageQueue
+from rmq.v1 import rmq_pb2
 
 LOCKS_FILE = "rebalance_locks.json"
 
@@ -79,7 +80,7 @@ class RebalanceLockManager:
             entries = self._table.get(group, {})
             added = len({mq for mq in mqs if mq not in entries})
             if added and self._count + added > self.max_locks:
-                raise RequestError(rmq_pb2.LIMIT_EXCEEDED,
+                raise BrokerError(rmq_pb2.LIMIT_EXCEEDED,
                                    f"this broker already holds {self._count} queue locks; {added} more would "
                                    f"pass {self.max_locks} (max_queue_locks)")
             entries = self._table.setdefault(group, entries)

@@ -18,17 +18,18 @@ from dataclasses import dataclass
 
 from rmq import message_format as mf
 from rmq import retry
+from rmq.broker_server.errors import BrokerError, illegal_argument
 from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
 from rmq.broker_server.processors.delay_levels import delay_level_to_queue_id
 from rmq.broker_server.processors.names import SCHEDULE_TOPIC, check_group_name, is_reserved_topic
 from rmq.broker_server.processors.send_message_processor import check_put_status
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import PERM_READ, PERM_WRITE, TopicConfigManager
-from rmq.broker_server.rmq_v1.status import RequestError, illegal_argument, rmq_pb2
 from rmq.broker_server.security import caller
 from rmq.broker_server.security.acl import Need, ResourceKind
 from rmq.store import MessageStore, MessageToStore
 from rmq.stored_message import StoredMessage, decode_record, offset_msg_id
+from rmq.v1 import rmq_pb2
 
 RETRY_TOPIC_PERM = PERM_READ | PERM_WRITE
 DLQ_TOPIC_PERM = PERM_WRITE   # nothing consumes a DLQ until someone intervenes
@@ -75,7 +76,7 @@ def check_may_send_back(group: str, topic: str, commit_log_offset: int) -> None:
         return
     if not is_reserved_topic(topic) and caller.may(ResourceKind.TOPIC, topic, Need.SUB):
         return
-    raise RequestError(rmq_pb2.NO_PERMISSION, f"the message at CommitLog offset {commit_log_offset} is not "
+    raise BrokerError(rmq_pb2.NO_PERMISSION, f"the message at CommitLog offset {commit_log_offset} is not "
                                               f"one consumer group {group} may consume")
 
 
@@ -144,14 +145,14 @@ class ConsumerSendMsgBackProcessor:
         group = request.consumer_group
         check_group_name(group)
         if not self.group_exists(group):
-            raise RequestError(rmq_pb2.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
+            raise BrokerError(rmq_pb2.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
         max_times = (request.max_reconsume_times if request.HasField("max_reconsume_times")
                      else retry.DEFAULT_MAX_RECONSUME_TIMES)
         if max_times < 0:
             raise illegal_argument(f"max_reconsume_times must not be negative, not {max_times}")
         record = await self.executor.run(self.store.look_message_by_offset, request.commit_log_offset)
         if record is None:
-            raise RequestError(rmq_pb2.SYSTEM_ERROR,
+            raise BrokerError(rmq_pb2.SYSTEM_ERROR,
                                f"look message by offset failed, {request.commit_log_offset}")
         message = decode_record(record)
         check_may_send_back(group, message.topic, request.commit_log_offset)

@@ -20,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from rmq.broker_server.rmq_v1.status import RequestError, rmq_pb2
+from rmq.broker_server.errors import BrokerError
+from rmq.v1 import rmq_pb2
 
 T = TypeVar("T")
 FILTER_SLICE_TOKENS = 16_384          # tokens evaluated per slice: ~0.55 µs each on the 2-core machine
@@ -56,10 +57,10 @@ class FilterExecutor:
         job = _Job(function, loop.create_future(), loop)
         with self._ready:
             if self._stopped:
-                raise RequestError(rmq_pb2.SERVICE_NOT_AVAILABLE, "the broker is shutting down")
+                raise BrokerError(rmq_pb2.SERVICE_NOT_AVAILABLE, "the broker is shutting down")
             jobs = self._waiting.setdefault(account, deque())
             if len(jobs) >= self.max_pending_per_account:
-                raise RequestError(rmq_pb2.LIMIT_EXCEEDED,
+                raise BrokerError(rmq_pb2.LIMIT_EXCEEDED,
                                    f"this account already has {len(jobs)} filtered reads waiting "
                                    f"(max_pending_filter_reads_per_account): pull again later")
             jobs.append(job)
@@ -79,7 +80,7 @@ class FilterExecutor:
             self._waiting.clear()
             self._ready.notify_all()
         for job in abandoned:
-            _settle(job, None, RequestError(rmq_pb2.SERVICE_NOT_AVAILABLE, "the broker is shutting down"))
+            _settle(job, None, BrokerError(rmq_pb2.SERVICE_NOT_AVAILABLE, "the broker is shutting down"))
         for thread in self._threads:
             thread.join()
 

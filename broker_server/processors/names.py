@@ -4,9 +4,10 @@ broker (RocketMQ TopicValidator)."""
 
 from __future__ import annotations
 
-from rmq.broker_server.rmq_v1.status import RequestError, rmq_pb2
+from rmq.broker_server.errors import BrokerError
 from rmq.names import group_name_problem, topic_name_problem
 from rmq.retry import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from rmq.v1 import rmq_pb2
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
@@ -18,7 +19,7 @@ def check_topic_name(topic: str) -> None:
     """Refuse (TOPIC_ILLEGAL) a name no topic can have: empty, too long, bad characters."""
     problem = topic_name_problem(topic)
     if problem is not None:
-        raise RequestError(rmq_pb2.TOPIC_ILLEGAL, problem)
+        raise BrokerError(rmq_pb2.TOPIC_ILLEGAL, problem)
 
 
 def is_reserved_topic(topic: str) -> bool:
@@ -30,11 +31,11 @@ def check_user_topic_name(topic: str) -> None:
     """Refuse (TOPIC_ILLEGAL) names users may not create: illegal or reserved for the broker."""
     check_topic_name(topic)
     if is_reserved_topic(topic):
-        raise RequestError(rmq_pb2.TOPIC_ILLEGAL, f"topic name {topic!r} is reserved for the broker")
+        raise BrokerError(rmq_pb2.TOPIC_ILLEGAL, f"topic name {topic!r} is reserved for the broker")
 
 
 def check_group_name(group: str) -> None:
     """Refuse (GROUP_ILLEGAL) an empty, too long or badly spelled consumer group name."""
     problem = group_name_problem(group)
     if problem is not None:
-        raise RequestError(rmq_pb2.GROUP_ILLEGAL, problem)
+        raise BrokerError(rmq_pb2.GROUP_ILLEGAL, problem)

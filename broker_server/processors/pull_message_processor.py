@@ -24,6 +24,7 @@ from typing import cast
 
 from rmq import message_format as mf
 from rmq import subscription
+from rmq.broker_server.errors import BrokerError, illegal_argument
 from rmq.broker_server.long_polling.pull_request_hold_service import HoldTableFull, PullRequestHoldService
 from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
@@ -32,7 +33,7 @@ from rmq.broker_server.processors.names import check_group_name
 from rmq.broker_server.processors.pull_response_budget import PullBytesLease, PullResponseBudget
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
-from rmq.broker_server.rmq_v1.status import OK, RequestError, illegal_argument, rmq_pb2
+from rmq.broker_server.rmq_v1.status import OK
 from rmq.broker_server.security.caller import account_key
 from rmq.broker_server.security.refusal_log import RefusalLog
 from rmq.broker_server.security.request_auth import key_label
@@ -40,6 +41,7 @@ from rmq.sql92 import Sql92Error, Sql92Filter, compile_sql92
 from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.store import BrokerRole, MessageStore
 from rmq.store.results import GetMessageResult
+from rmq.v1 import rmq_pb2
 
 MAX_SUB_EXPRESSION_LENGTH = 65536
 WOKEN_INLINE_MESSAGES = 32   # a woken pull reading at most this many messages reads on the event loop
@@ -161,7 +163,7 @@ class PullMessageProcessor:
             query = self.parse(request)
             inline = not broker_allow_suspend and self._few_new_messages(query)
             response = await self.get_message(query, inline=inline, lease=lease)
-        except RequestError as error:     # a bad request, or the lease has no bytes left
+        except BrokerError as error:     # a bad request, or the lease has no bytes left
             return rmq_pb2.PullMessageResponse(status=error.status())
         if broker_allow_suspend and request.sys_flag & rmq_pb2.FLAG_COMMIT_OFFSET:
             # §6 step 9, except that slaves store it too: clients commit where they read while the
@@ -182,7 +184,7 @@ class PullMessageProcessor:
         try:
             key = OffsetKey(query.group, query.topic, query.queue_id)
             self.offsets.commit_client_offsets(account, {key: offset})
-        except RequestError as error:
+        except BrokerError as error:
             self.refusals.record("PullMessage commit", f"account {key_label(account)}",
                                  rmq_pb2.Code.Name(error.code), f"group {query.group}: {error.message}")
 
@@ -212,7 +214,7 @@ class PullMessageProcessor:
         check_group_name(request.consumer_group)
         config = self.topics.require(request.topic)
         if not config.readable:
-            raise RequestError(
+            raise BrokerError(
                 rmq_pb2.NO_PERMISSION, f"the topic[{request.topic}] pulling message is forbidden"
             )
         if not 0 <= request.queue_id < config.read_queue_nums:
@@ -255,19 +257,19 @@ class PullMessageProcessor:
 
     def _sql92_filter(self, expression: str) -> Sql92RecordFilter:
         if not self.enable_property_filter:
-            raise RequestError(rmq_pb2.FILTER_NOT_SUPPORTED,
+            raise BrokerError(rmq_pb2.FILTER_NOT_SUPPORTED,
                                "the broker does not support filtering messages by SQL92 "
                                "(enable_property_filter is off)")
         try:
             return sql92_record_filter(expression)
         except Sql92Error as error:
-            raise RequestError(rmq_pb2.SUBSCRIPTION_PARSE_FAILED, str(error)) from None
+            raise BrokerError(rmq_pb2.SUBSCRIPTION_PARSE_FAILED, str(error)) from None
 
     def browse_query(self, request: rmq_pb2.BrowseMessagesRequest) -> PullQuery:
         """An admin read of any existing topic's queue, permission aside, never held."""
         config = self.topics.get(request.topic)
         if config is None:
-            raise RequestError(rmq_pb2.TOPIC_NOT_EXIST, f"topic {request.topic!r} does not exist")
+            raise BrokerError(rmq_pb2.TOPIC_NOT_EXIST, f"topic {request.topic!r} does not exist")
         if not 0 <= request.queue_id < config.read_queue_nums:
             raise illegal_argument(
                 f"queue_id {request.queue_id} is out of range: topic {request.topic!r} has "

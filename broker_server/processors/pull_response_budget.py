@@ -25,7 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rmq.broker_server.rmq_v1.status import RequestError, rmq_pb2
+from rmq.broker_server.errors import BrokerError
+from rmq.v1 import rmq_pb2
 
 MAX_WAIT_S = 1.0
 
@@ -38,7 +39,7 @@ class CallContext(Protocol):
     def add_done_callback(self, callback: Callable[[Any], None]) -> None: ...
 
 
-class InflightPullBytesExceeded(RequestError):
+class InflightPullBytesExceeded(BrokerError):
     def __init__(self, held: int, setting: str, scope: str) -> None:
         super().__init__(
             rmq_pb2.LIMIT_EXCEEDED,

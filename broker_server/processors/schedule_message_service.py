@@ -16,13 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rmq import message_format as mf
+from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.json_file import read_json, write_json_atomically
 from rmq.broker_server.processors.delay_levels import delay_level_to_queue_id, queue_id_to_delay_level
 from rmq.broker_server.processors.names import SCHEDULE_TOPIC
 from rmq.broker_server.processors.send_message_processor import check_put_results
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
-from rmq.broker_server.rmq_v1.status import RequestError
 from rmq.statuses import GetMessageStatus
 from rmq.store import MessageStore, MessageToStore
 from rmq.stored_message import StoredMessage, decode_records
@@ -154,7 +154,7 @@ class ScheduleMessageService:
         if due:
             try:
                 await self._deliver(due)
-            except RequestError as error:
+            except BrokerError as error:
                 log.warning(
                     "delivering delayed messages of level %d failed, retrying in %d ms: %s",
                     level,

@@ -23,13 +23,22 @@ import time
 import numpy as np
 
 from rmq import message_format as mf
+from rmq.broker_server.errors import BrokerError, NotMaster, illegal_argument
 from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
 from rmq.broker_server.processors.delay_levels import delay_level_to_queue_id
 from rmq.broker_server.processors.names import SCHEDULE_TOPIC
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import TopicConfig, TopicConfigManager
-from rmq.broker_server.rmq_v1.status import RequestError, illegal_argument, rmq_pb2
-from rmq.store import BrokerRole, MessageBatch, MessageStore, PutBatchResult, PutMessageStatus
+from rmq.store import (
+    BrokerRole,
+    MessageBatch,
+    MessageStore,
+    MessageToStore,
+    PutBatchResult,
+    PutMessageResult,
+    PutMessageStatus,
+)
+from rmq.v1 import rmq_pb2
 
 NO_HOST = bytes(8)
 INLINE_PUT_MAX_MESSAGES = 256          # a batch at most this large ...
@@ -98,7 +107,6 @@ class SendMessageProcessor:
 
     async def process(self, request: rmq_pb2.SendMessageRequest, peer: str) -> rmq_pb2.SendMessageResponse:
         try:
-            self._refuse_on_slave()
             batch, queue_ids, delayed = self.build_batch(request, born_host_from_peer(peer))
             result = self._put_inline(batch)
             if result is None:
@@ -108,7 +116,7 @@ class SendMessageProcessor:
             if result.status is not PutMessageStatus.PUT_OK:
                 self.explain_size_refusal(batch)
                 check_put_status(result.status)
-        except RequestError as error:
+        except BrokerError as error:
             return rmq_pb2.SendMessageResponse(status=error.status())
         self.stats.record_put(request.topic, len(queue_ids), sum(map(len, batch.bodies)))
         code, reason = STORED_ON_MASTER_ONLY.get(result.status, (rmq_pb2.OK, ""))
@@ -131,19 +139,31 @@ class SendMessageProcessor:
 
     def _refuse_on_slave(self) -> None:
         if self.store.config.broker_role is BrokerRole.SLAVE:
-            raise RequestError(rmq_pb2.SERVICE_NOT_AVAILABLE,
-                               "this broker is a SLAVE (read-only): send to the master of its broker group")
+            raise NotMaster("this broker is a SLAVE (read-only): send to the master of its broker group")
+
+    def writeable_topic(self, topic: str) -> TopicConfig:
+        """The topic's config, refused when the broker is a slave or the topic is not writeable."""
+        self._refuse_on_slave()
+        config = self.topics.require(topic)
+        if not config.writeable:
+            raise BrokerError(rmq_pb2.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+        return config
+
+    async def put_records(self, topic: str, records: list[MessageToStore]) -> list[PutMessageResult]:
+        """Store records a protocol adapter built itself (RocketMQ 5 sends: timer and half messages
+        among them) for `topic`, whole or not at all, counted in the topic's put statistics like
+        every other send. Raises BrokerError for a refused batch."""
+        results = await self.executor.run(self.store.put_messages, records)
+        check_put_results(results)
+        self.stats.record_put(topic, len(records), sum(len(record.body) for record in records))
+        return results
 
     def build_batch(
         self, request: rmq_pb2.SendMessageRequest, born_host: bytes
     ) -> tuple[MessageBatch, list[int], list[int]]:
         """The batch to store (columns), each message's real queue id, and the positions of the
-        delayed ones. Raises RequestError naming the first bad message."""
-        config = self.topics.require(request.topic)
-        if not config.writeable:
-            raise RequestError(
-                rmq_pb2.NO_PERMISSION, f"the topic[{request.topic}] sending message is forbidden"
-            )
+        delayed ones. Raises BrokerError naming the first bad message."""
+        config = self.writeable_topic(request.topic)
         if request.HasField("columns"):
             if request.messages:
                 raise illegal_argument("a request carries messages or columns, not both")
@@ -165,7 +185,7 @@ class SendMessageProcessor:
             try:
                 body = message.body
                 if not body:
-                    raise RequestError(rmq_pb2.MESSAGE_ILLEGAL, "message body is empty")
+                    raise BrokerError(rmq_pb2.MESSAGE_ILLEGAL, "message body is empty")
                 queue_id = self._queue_id(message, config, counter)
                 user_properties, delay_level = message.properties, message.delay_level
                 if user_properties or delay_level:
@@ -177,7 +197,7 @@ class SendMessageProcessor:
                 else:
                     stored_topic, stored_queue_id = topic, queue_id
                     field = simple_properties(message.tags, message.keys)
-            except RequestError as error:
+            except BrokerError as error:
                 raise _naming_message(error, index, len(messages)) from None
             topics.append(stored_topic)
             store_queue_ids.append(stored_queue_id)
@@ -210,7 +230,7 @@ class SendMessageProcessor:
             raise illegal_argument("the batch holds no messages")
         empty = np.flatnonzero(lengths <= 0)
         if len(empty):
-            error = RequestError(rmq_pb2.MESSAGE_ILLEGAL, "message body is empty")
+            error = BrokerError(rmq_pb2.MESSAGE_ILLEGAL, "message body is empty")
             raise _naming_message(error, int(empty[0]), count)
         data = columns.bodies
         ends = np.cumsum(lengths)
@@ -227,8 +247,8 @@ class SendMessageProcessor:
             else:
                 every_tags, every_keys = tags * (count // len(tags)), keys * (count // len(keys))
                 properties = [simple_properties(t, k) for t, k in zip(every_tags, every_keys, strict=True)]
-        except RequestError as error:
-            raise RequestError(error.code, f"columns: {error.message}") from None
+        except BrokerError as error:
+            raise BrokerError(error.code, f"columns: {error.message}") from None
         topic = config.topic_name
         start = self._round_robin.get(topic, 0)
         self._round_robin[topic] = start + count
@@ -281,18 +301,18 @@ class SendMessageProcessor:
         ):
             try:
                 self._check_size(topic, body, properties)
-            except RequestError as error:
+            except BrokerError as error:
                 raise _naming_message(error, index, len(batch)) from None
 
     def _check_size(self, topic: str, body: bytes, properties: bytes) -> None:
         if len(properties) > mf.MAX_PROPERTIES_LENGTH:
-            raise RequestError(
+            raise BrokerError(
                 rmq_pb2.PROPERTIES_SIZE_EXCEEDED,
                 f"properties take {len(properties)} bytes, the maximum is {mf.MAX_PROPERTIES_LENGTH}",
             )
         size = mf.calc_msg_length(len(body), len(topic.encode()), len(properties))
         if size > self.max_message_size:
-            raise RequestError(
+            raise BrokerError(
                 rmq_pb2.MESSAGE_SIZE_EXCEEDED,
                 f"message takes {size} bytes, the maximum is {self.max_message_size}",
             )
@@ -331,14 +351,14 @@ def check_no_separators(properties: dict[str, str]) -> None:
     """A separator inside a name or value would split it when the record is read back."""
     for name, value in properties.items():
         if mf.NAME_VALUE_SEPARATOR in name + value or mf.PROPERTY_SEPARATOR in name + value:
-            raise RequestError(
+            raise BrokerError(
                 rmq_pb2.MESSAGE_ILLEGAL,
                 f"property {name!r} contains a reserved separator character (\\x01 or \\x02)",
             )
 
 
-def _naming_message(error: RequestError, index: int, count: int) -> RequestError:
-    return RequestError(error.code, f"message {index}: {error.message}" if count > 1 else error.message)
+def _naming_message(error: BrokerError, index: int, count: int) -> BrokerError:
+    return BrokerError(error.code, f"message {index}: {error.message}" if count > 1 else error.message)
 
 
 def check_put_status(status: PutMessageStatus, detail: str = "") -> None:
@@ -347,7 +367,7 @@ def check_put_status(status: PutMessageStatus, detail: str = "") -> None:
     if status is PutMessageStatus.PUT_OK or status in STORED_ON_MASTER_ONLY:
         return
     code, reason = _PUT_STATUS[status]
-    raise RequestError(code, f"{reason} ({detail}{status.name})")
+    raise BrokerError(code, f"{reason} ({detail}{status.name})")
 
 
 def check_put_results(results: list) -> None:

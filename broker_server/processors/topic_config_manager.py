@@ -22,11 +22,12 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
+from rmq.broker_server.errors import BrokerError, illegal_argument
 from rmq.broker_server.json_file import read_json, write_json_atomically
 from rmq.broker_server.processors.names import check_topic_name, check_user_topic_name
-from rmq.broker_server.rmq_v1.status import RequestError, illegal_argument, rmq_pb2
 from rmq.store.private_files import make_dirs, open_private
 from rmq.topic_config import PERM_INHERIT, PERM_READ, PERM_WRITE, TopicConfig
+from rmq.v1 import rmq_pb2
 
 MAX_QUEUE_NUMS = 1024
 JOURNAL_COMPACT_MIN_RECORDS = 1024   # a journal is compacted once longer than this and the table
@@ -159,7 +160,7 @@ class TopicConfigManager:
         with self._lock:
             existing = self._topics.get(config.topic_name)
             if existing is not None:
-                raise RequestError(
+                raise BrokerError(
                     rmq_pb2.TOPIC_ALREADY_EXISTS,
                     f"topic {config.topic_name!r} already exists with {existing.read_queue_nums} read / "
                     f"{existing.write_queue_nums} write queues",
@@ -209,7 +210,7 @@ class TopicConfigManager:
         config = TopicConfig(topic, self.default_queue_nums, self.default_queue_nums)
         try:
             self.create(config)
-        except RequestError as error:
+        except BrokerError as error:
             if error.code != rmq_pb2.TOPIC_ALREADY_EXISTS:
                 raise
         return self._topics[topic]
@@ -230,8 +231,8 @@ class TopicConfigManager:
         return sorted(self._topics.values(), key=lambda config: config.topic_name)
 
     @staticmethod
-    def _not_exist(topic: str) -> RequestError:
-        return RequestError(rmq_pb2.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist on this broker")
+    def _not_exist(topic: str) -> BrokerError:
+        return BrokerError(rmq_pb2.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist on this broker")
 
 
 def _apply(topics: dict[str, TopicConfig], record: dict) -> None:

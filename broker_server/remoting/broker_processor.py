@@ -46,10 +46,10 @@ from rmq.broker_server.remoting.transactions import (
     half_message,
 )
 from rmq.broker_server.rmq_v1.messaging_service import MessagingService
-from rmq.broker_server.rmq_v1.status import rmq_pb2
 from rmq.broker_server.rocketmq_v2.status import V2Error
 from rmq.broker_server.rocketmq_v2.transactions import TransactionService
 from rmq.sql92 import Sql92Error, compile_sql92
+from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
 MAX_CLIENT_IDS_PER_CONNECTION = 64

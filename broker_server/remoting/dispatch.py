@@ -12,13 +12,14 @@ from typing import Any
 
 from google.protobuf.message import Message
 
+from rmq.broker_server.errors import BrokerError, EdgeError
 from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
 from rmq.broker_server.remoting.remoting_command import RemotingCommand
 from rmq.broker_server.remoting.remoting_server import CallContext, Channel
 from rmq.broker_server.remoting.request_code import ResponseCode
-from rmq.broker_server.rmq_v1.status import RequestError, rmq_pb2
 from rmq.broker_server.security.acl import AccessDenied
 from rmq.broker_server.security.caller import run_as
+from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +49,11 @@ RESPONSE_CODES: dict[int, ResponseCode] = {
 }
 
 
-class Refusal(Exception):
+class Refusal(EdgeError):
     """A request answered with `code` and `remark` instead of being run."""
 
     def __init__(self, code: ResponseCode, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
+        super().__init__(code, remark)
         self.remark = remark
 
 
@@ -112,7 +112,7 @@ class RequestDispatcher:
             return await handler(Call(context, request, access_key))
         except Refusal as refusal:
             return request.response(refusal.code, refusal.remark)
-        except RequestError as error:
+        except BrokerError as error:
             return request.response(RESPONSE_CODES[error.code], error.message)
         except AccessDenied as error:
             return request.response(ResponseCode.NO_PERMISSION, str(error))

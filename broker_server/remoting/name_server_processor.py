@@ -15,8 +15,8 @@ from rmq.broker_server.remoting.remoting_command import RemotingCommand
 from rmq.broker_server.remoting.remoting_server import CallContext
 from rmq.broker_server.remoting.request_code import RequestCode, ResponseCode
 from rmq.broker_server.remoting.topic_route_data import BrokerData, QueueData, encode_topic_route
-from rmq.broker_server.rmq_v1.status import rmq_pb2
 from rmq.topic_config import PERM_WRITE
+from rmq.v1 import rmq_pb2
 
 if TYPE_CHECKING:  # name_server starts this processor
     from rmq.broker_server.name_server.namesrv_controller import RouteInfoManager

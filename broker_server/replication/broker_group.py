@@ -12,16 +12,16 @@ from pathlib import Path
 import grpc
 
 from rmq.broker_server.config import BrokerConfig
-from rmq.broker_server.errors import UserError
+from rmq.broker_server.errors import BrokerError, UserError
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.processors.schedule_message_service import ScheduleMessageService
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.replication.ha_client import HAClient, SlaveSynchronize
 from rmq.broker_server.replication.ha_connection import HAServicer
-from rmq.broker_server.rmq_v1.status import OK, RequestError, rmq_pb2
+from rmq.broker_server.rmq_v1.status import OK
 from rmq.broker_server.security.cluster_auth import ClusterAuth, MasterAuth, SlaveAuth, load_cluster_secret
 from rmq.store import BrokerRole, MessageStore
-from rmq.v1 import rmq_pb2_grpc
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +76,12 @@ class Replication:
 
     async def topics_replicated(self) -> None:
         """SYNC_MASTER: a topic change is answered once a connected slave applied it
-        (RequestError FLUSH_SLAVE_TIMEOUT when none did in time; the change stays on the master)."""
+        (BrokerError FLUSH_SLAVE_TIMEOUT when none did in time; the change stays on the master)."""
         if self.role is not BrokerRole.SYNC_MASTER:
             return
         timeout_ms = self.store.config.sync_flush_timeout_ms
         if not await self.servicer.wait_for_topics(self.topics.version, timeout_ms / 1000):
-            raise RequestError(rmq_pb2.FLUSH_SLAVE_TIMEOUT, f"the topic change is stored on the master only: "
+            raise BrokerError(rmq_pb2.FLUSH_SLAVE_TIMEOUT, f"the topic change is stored on the master only: "
                                                             f"no slave confirmed it within {timeout_ms} ms")
 
     def add_to_server(self, server: grpc.aio.Server) -> None:

@@ -16,8 +16,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from rmq.broker_server.replication.replicas_info_manager import Heartbeat, ReplicasInfoManager
-from rmq.broker_server.rmq_v1.status import answers_with_status, rmq_pb2
-from rmq.v1 import rmq_pb2_grpc
+from rmq.broker_server.rmq_v1.status import answers_with_status
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,10 @@ from collections.abc import Callable
 
 import grpc
 
+from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
 from rmq.broker_server.offsets.offset_changes import group_offset
 from rmq.broker_server.processors.topic_config_manager import TopicConfig, TopicConfigManager
-from rmq.broker_server.rmq_v1.status import RequestError, rmq_pb2
 from rmq.broker_server.security.cluster_auth import (
     Direction,
     Exchange,
@@ -38,7 +38,7 @@ from rmq.broker_server.security.cluster_auth import (
     signed,
 )
 from rmq.store import MessageStore, StoreError
-from rmq.v1 import rmq_pb2_grpc
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +236,7 @@ def apply_master_topics(topics: TopicConfigManager, master_topics: list[TopicCon
                 topics.update(config)
             else:
                 topics.create(config)
-        except RequestError as error:
+        except BrokerError as error:
             log.warning("topic %s from the master not applied: %s", name, error.message)
             continue
         changed = True

@@ -30,10 +30,11 @@ from typing import Any
 
 import grpc
 
+from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
 from rmq.broker_server.offsets.offset_changes import OffsetChanges, group_offset
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
-from rmq.broker_server.rmq_v1.status import OK, RequestError, answers_with_status, rmq_pb2
+from rmq.broker_server.rmq_v1.status import OK, answers_with_status
 from rmq.broker_server.security.cluster_auth import (
     Direction,
     Exchange,
@@ -43,7 +44,7 @@ from rmq.broker_server.security.cluster_auth import (
     signed,
 )
 from rmq.store import MessageStore
-from rmq.v1 import rmq_pb2_grpc
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +216,7 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
             session = self.auth.admit(request, Exchange.SYNCHRONIZE)
         except ProofRefused as error:
             log.error("SlaveSynchronize from %s refused: %s", context.peer(), error)
-            raise RequestError(rmq_pb2.NO_PERMISSION, str(error)) from None
+            raise BrokerError(rmq_pb2.NO_PERMISSION, str(error)) from None
         for item in request.committed_on_slave:
             self.offsets.commit_offset(item.consumer_group, item.topic, item.queue_id, item.offset,
                                        increase_only=True)

@@ -18,8 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rmq.broker_server.errors import BrokerError, illegal_argument
 from rmq.broker_server.json_file import read_json, write_json_atomically
-from rmq.broker_server.rmq_v1.status import RequestError, illegal_argument, rmq_pb2
+from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,7 @@ class ReplicasInfoManager:
 
     def heartbeat(self, cluster_name: str, beat: Heartbeat) -> rmq_pb2.ControllerHeartbeatResponse:
         """Record a member's heartbeat and answer with its group's master and epoch
-        (RequestError for a member that must not join)."""
+        (BrokerError for a member that must not join)."""
         self._check_member(cluster_name, beat)
         group = self.groups.setdefault(beat.broker_name, SyncStateInfo())
         changed = group.members.get(beat.broker_id) != beat.address
@@ -135,12 +136,12 @@ class ReplicasInfoManager:
             raise illegal_argument("a member needs a broker name, a broker id of 0 or more and an address")
         group = self.groups.get(beat.broker_name)
         if group is None and len(self.groups) >= self.limits.max_groups:
-            raise RequestError(rmq_pb2.LIMIT_EXCEEDED, f"the controller keeps at most "
+            raise BrokerError(rmq_pb2.LIMIT_EXCEEDED, f"the controller keeps at most "
                                                        f"{self.limits.max_groups} broker groups")
         group = group or SyncStateInfo()
         known = group.members.get(beat.broker_id)
         if known is None and len(group.members) >= self.limits.max_members_per_group:
-            raise RequestError(rmq_pb2.LIMIT_EXCEEDED, f"broker group {beat.broker_name} has "
+            raise BrokerError(rmq_pb2.LIMIT_EXCEEDED, f"broker group {beat.broker_name} has "
                                                        f"{self.limits.max_members_per_group} members already")
         if known is not None and known != beat.address and self._alive(beat.broker_name, beat.broker_id):
             raise illegal_argument(
@@ -161,7 +162,7 @@ class ReplicasInfoManager:
             return KEEP_EVERYTHING
         start = group.epoch_starts.get(beat.epoch + 1)
         if start is None:
-            raise RequestError(rmq_pb2.SERVICE_NOT_AVAILABLE,
+            raise BrokerError(rmq_pb2.SERVICE_NOT_AVAILABLE,
                                f"the master of epoch {beat.epoch + 1} of broker group {beat.broker_name} has "
                                f"not confirmed its CommitLog start yet; retry")
         return start

@@ -9,15 +9,16 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
+from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.processors.names import check_group_name
 from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import TopicConfig, TopicConfigManager
-from rmq.broker_server.rmq_v1.status import OK, RequestError, answers_with_status, rmq_pb2
+from rmq.broker_server.rmq_v1.status import OK, answers_with_status
 from rmq.store import MessageStore
-from rmq.v1 import rmq_pb2_grpc
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 
 class AdminService(rmq_pb2_grpc.AdminServiceServicer):
@@ -96,7 +97,7 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         """The record stored at a CommitLog offset (`rmq message query --msg-id`)."""
         record = await self.executor.run(self.store.look_message_by_offset, request.commit_log_offset)
         if record is None:
-            raise RequestError(rmq_pb2.QUERY_NOT_FOUND,
+            raise BrokerError(rmq_pb2.QUERY_NOT_FOUND,
                                f"no message is stored at CommitLog offset {request.commit_log_offset}")
         response = rmq_pb2.ViewMessageResponse(status=OK)
         response.messages.count = 1

@@ -30,9 +30,9 @@ import pyarrow.flight as flight
 from google.protobuf.message import DecodeError
 
 from rmq import flight as flight_contract
+from rmq.broker_server.errors import BrokerError, illegal_argument
 from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor, PullQuery
 from rmq.broker_server.processors.pull_response_budget import PullResponseBudget
-from rmq.broker_server.rmq_v1.status import RequestError, illegal_argument, rmq_pb2
 from rmq.broker_server.security.refusal_log import RefusalLog
 from rmq.broker_server.security.request_auth import Admission, CallRefused, RequestAuthenticator, peer_address
 from rmq.broker_server.security.tls import ServerTls
@@ -40,6 +40,7 @@ from rmq.record_batch import SCHEMA, decode_records
 from rmq.statuses import GetMessageStatus
 from rmq.store import MessageStore
 from rmq.store.results import GetMessageResult
+from rmq.v1 import rmq_pb2
 
 MIDDLEWARE_KEY = "rmq-auth"
 _NOT_IN_A_TICKET = rmq_pb2.FLAG_SUSPEND | rmq_pb2.FLAG_COMMIT_OFFSET
@@ -97,11 +98,11 @@ class FlightStreamSlots:
         with self._lock:
             mine = self._by_account.get(account, 0)
             if mine >= self.max_per_account:
-                raise RequestError(rmq_pb2.LIMIT_EXCEEDED,
+                raise BrokerError(rmq_pb2.LIMIT_EXCEEDED,
                                    f"this account already reads {mine} Flight streams "
                                    "(max_flight_streams_per_account): finish one, or read again later")
             if sum(self._by_account.values()) >= self.max_streams:
-                raise RequestError(rmq_pb2.LIMIT_EXCEEDED, f"this broker already serves {self.max_streams} "
+                raise BrokerError(rmq_pb2.LIMIT_EXCEEDED, f"this broker already serves {self.max_streams} "
                                    "Flight streams (max_flight_streams): read again later")
             self._by_account[account] = mine + 1
 
@@ -143,7 +144,7 @@ class FlightReadService(flight.FlightServerBase):
             request = _parse_ticket(ticket.ticket)
             account = self._admit(context, request)
             read = self._validate(request)
-        except RequestError as error:
+        except BrokerError as error:
             raise _refused(error) from None
         return flight.GeneratorStream(SCHEMA, self._stream(read, account, f"flight {context.peer()}"))
 
@@ -181,7 +182,7 @@ class FlightReadService(flight.FlightServerBase):
         holds nothing) and given back when it ends."""
         try:
             self.slots.acquire(account)
-        except RequestError as error:
+        except BrokerError as error:
             raise _refused(error) from None
         held = 0
         try:
@@ -208,7 +209,7 @@ class FlightReadService(flight.FlightServerBase):
                 if (offset >= read.end_offset or _reached(rows, read.max_rows)
                         or _reached(size, read.max_bytes)):
                     return
-        except RequestError as error:   # the budget had nothing left for a full second
+        except BrokerError as error:   # the budget had nothing left for a full second
             raise _refused(error) from None
         finally:
             self._give_back(connection, held)
@@ -243,7 +244,7 @@ def _flight_refusal(refusal: CallRefused) -> flight.FlightError:
     return flight.FlightUnauthenticatedError(refusal.message)
 
 
-def _refused(error: RequestError) -> flight.FlightServerError:
+def _refused(error: BrokerError) -> flight.FlightServerError:
     """What PullMessage would answer, as a Flight error: the Status in extra_info (rmq.flight)."""
     return flight.FlightServerError(f"{rmq_pb2.Code.Name(error.code)}: {error.message}",
                                     extra_info=error.status().SerializeToString())

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from rmq.broker_server.errors import BrokerError, illegal_argument
 from rmq.broker_server.offsets.consumer_ids_watch import ConsumerIdsWatchService
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
@@ -26,10 +27,10 @@ from rmq.broker_server.processors.pull_message_processor import (
 from rmq.broker_server.processors.send_message_processor import SendMessageProcessor
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import TopicConfig, TopicConfigManager
-from rmq.broker_server.rmq_v1.status import OK, RequestError, answers_with_status, illegal_argument, rmq_pb2
+from rmq.broker_server.rmq_v1.status import OK, answers_with_status
 from rmq.broker_server.security.caller import account_key
 from rmq.store import BrokerRole, MessageStore
-from rmq.v1 import rmq_pb2_grpc
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 QUERY_MESSAGE_MAX = 64  # RocketMQ maxMsgsNumBatch
 
@@ -175,7 +176,7 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
             # (a group too long to prefix has none: its send-backs are refused TOPIC_ILLEGAL).
             # Only for a group the consumer table admits, so max_consumer_groups also bounds the
             # retry topics heartbeats create.
-            with contextlib.suppress(RequestError):
+            with contextlib.suppress(BrokerError):
                 ensure_retry_topic(
                     self.topics, request.consumer_group, self.send_back_processor.on_topics_changed
                 )
@@ -264,7 +265,7 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
         try:
             check_client_id(request.client_id)
             check_group_name(request.consumer_group)
-        except RequestError as error:
+        except BrokerError as error:
             yield rmq_pb2.ConsumerIdsChanged(status=error.status())
             return
         async for event in self.watches.watch(request.consumer_group, request.client_id):

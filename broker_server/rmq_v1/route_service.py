@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import grpc
 
+from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
-from rmq.broker_server.rmq_v1.status import OK, RequestError, answers_with_status, rmq_pb2
-from rmq.v1 import rmq_pb2_grpc
+from rmq.broker_server.rmq_v1.status import OK, answers_with_status
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 
 class BrokerRouteService(rmq_pb2_grpc.RouteServiceServicer):
@@ -22,7 +23,7 @@ class BrokerRouteService(rmq_pb2_grpc.RouteServiceServicer):
                          context: grpc.aio.ServicerContext) -> rmq_pb2.QueryRouteResponse:
         config = self.topics.get(request.topic)
         if config is None:
-            raise RequestError(
+            raise BrokerError(
                 rmq_pb2.TOPIC_NOT_EXIST,
                 f"no route for topic {request.topic!r}: broker {self.broker.broker_name} does not hold it",
             )

@@ -32,6 +32,7 @@ import grpc
 from grpc import aio
 
 from rmq.broker_server.offsets.client_id_owners import ClientIdOwners, ClientIdTaken
+from rmq.broker_server.rocketmq_v2.status import V2Error
 from rmq.broker_server.security.acl import AccessDenied, Acl, Need, ResourceKind
 from rmq.broker_server.security.caller import Caller, run_as
 from rmq.broker_server.security.refusal_log import RefusalLog
@@ -47,11 +48,8 @@ ALGORITHM = "MQv2-HMAC-SHA1"
 TOPIC, GROUP = ResourceKind.TOPIC, ResourceKind.GROUP
 
 
-class Refused(Exception):
-    def __init__(self, code: v2.Code, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+class Refused(V2Error):
+    """A call the v2 ACL refuses (UNAUTHORIZED, FORBIDDEN), with the reason."""
 
 
 @dataclass(frozen=True)

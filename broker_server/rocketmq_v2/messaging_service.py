@@ -16,8 +16,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from rmq import message_format as mf
 from rmq.broker_server.processors.names import check_group_name
 from rmq.broker_server.processors.pull_message_processor import Sql92RecordFilter, sql92_record_filter
-from rmq.broker_server.processors.send_message_processor import born_host_from_peer, check_put_results
-from rmq.broker_server.processors.store_executor import StoreExecutor
+from rmq.broker_server.processors.send_message_processor import SendMessageProcessor, born_host_from_peer
 from rmq.broker_server.processors.topic_config_manager import TopicConfig, TopicConfigManager
 from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.authentication import CLIENT_ID
@@ -37,7 +36,6 @@ from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
 from rmq.rocketmq_v2.properties import PROPERTY_TIMER_DELIVER_MS
 from rmq.sql92 import Sql92Error
-from rmq.store import MessageStore
 from rmq.subscription import SEPARATOR, tag_codes
 
 MAX_INVISIBLE_MS = 12 * 3600 * 1000    # proxy maxInvisibleTimeMills
@@ -70,12 +68,11 @@ def _duration_ms(duration: Any) -> int:
 
 
 class RocketMQv2MessagingService:
-    def __init__(self, store: MessageStore, executor: StoreExecutor, topics: TopicConfigManager,
+    def __init__(self, sender: SendMessageProcessor, topics: TopicConfigManager,
                  routes: RouteResolver, pop: PopService, sessions: TelemetrySessions, policy: GroupPolicy,
                  timer: TimerMessageService, transactions: TransactionService, offset_rpcs: OffsetRpcs,
                  handles: ReceiptHandleCodec, max_body_size: int, max_delay_ms: int) -> None:
-        self.store = store
-        self.executor = executor
+        self.sender = sender
         self.topics = topics
         self.routes = routes
         self.pop = pop
@@ -131,15 +128,12 @@ class RocketMQv2MessagingService:
         topics = {message.topic.name for message in request.messages}
         if len(topics) != 1:
             raise V2Error(v2.BAD_REQUEST, "the messages of one request must share one topic")
-        config = self.topics.require(topics.pop())
-        if not config.writeable:
-            raise V2Error(v2.FORBIDDEN, f"the topic[{config.topic_name}] sending message is forbidden")
+        config = self.sender.writeable_topic(topics.pop())
         born_host = born_host_from_peer(context.peer())
         to_store = [self._to_store(message, config, born_host) for message in request.messages]
         if any(stored.topic == HALF_TOPIC for stored in to_store):
             self.transactions.check_room()
-        results = await self.executor.run(self.store.put_messages, to_store)
-        check_put_results(results)
+        results = await self.sender.put_records(config.topic_name, to_store)
         entries = []
         for message, stored, result in zip(request.messages, to_store, results, strict=True):
             entry = pb.SendResultEntry(status=OK, message_id=message.system_properties.message_id,

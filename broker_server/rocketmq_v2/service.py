@@ -13,6 +13,7 @@ from rmq.broker_server.long_polling.pull_request_hold_service import PullRequest
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.processors.delay_levels import parse_delay_levels
 from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor
+from rmq.broker_server.processors.send_message_processor import SendMessageProcessor
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.rocketmq_v2.messaging_service import GroupPolicy, RocketMQv2MessagingService
@@ -34,7 +35,7 @@ PUSH_LONG_POLLING_S = 20   # the long polling a PushConsumer is told to use (pro
 def build_service(config: BrokerConfig, store: MessageStore, executor: StoreExecutor,
                   topics: TopicConfigManager,
                   offsets: ConsumerOffsetManager, hold_service: PullRequestHoldService,
-                  pull_processor: PullMessageProcessor,
+                  send_processor: SendMessageProcessor, pull_processor: PullMessageProcessor,
                   open_channel: Callable[[str], grpc.aio.Channel],
                   on_topics_changed: Callable[[], None],
                   clock: Callable[[], float]) -> RocketMQv2MessagingService:
@@ -61,7 +62,7 @@ def build_service(config: BrokerConfig, store: MessageStore, executor: StoreExec
         config.max_open_transactions, config.max_open_transactions_per_account))
     transactions.load()
     return RocketMQv2MessagingService(
-        store, executor, topics,
+        send_processor, topics,
         RouteResolver(config.broker_name, config.broker_address, topics, config.namesrv_addresses,
                       open_channel),
         PopService(store, topics, offsets, hold_service, executor, table, on_topics_changed,

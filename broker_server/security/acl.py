@@ -41,6 +41,9 @@ from typing import Any
 
 import yaml
 
+from rmq.broker_server.errors import BrokerError, UserError
+from rmq.v1 import rmq_pb2
+
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"   # MixAll.RETRY_GROUP_TOPIC_PREFIX: "%RETRY%" + group
 MIN_KEY_LENGTH = 6                     # RocketMQ refuses shorter access and secret keys
 
@@ -50,12 +53,15 @@ _ACCOUNT_KEYS = {"accessKey", "secretKey", "admin", "defaultTopicPerm", "default
 UNSAFE_MODE_BITS = stat.S_IWGRP | stat.S_IWOTH | stat.S_IROTH
 
 
-class AclError(ValueError):
+class AclError(UserError, ValueError):
     """An ACL file that cannot be used; the message names the file and the entry."""
 
 
-class AccessDenied(Exception):
+class AccessDenied(BrokerError):
     """An account lacks the permission a call needs; the message names it (never a secret)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(rmq_pb2.NO_PERMISSION, message)
 
 
 class Perm(enum.Flag):

@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rmq.broker_server.errors import UserError
+from rmq.broker_server.errors import BrokerError, UserError
 from rmq.broker_server.security.nonce_cache import DEFAULT_ACCOUNT_CAPACITY, ReplayGuard
+from rmq.v1 import rmq_pb2
 
 SCHEME = b"rmq-cluster-v1"
 MIN_SECRET_BYTES = 16
@@ -40,8 +41,11 @@ WINDOW_MS = 60_000   # a proof's timestamp may differ from the master's clock by
 M = TypeVar("M")
 
 
-class ProofRefused(Exception):
+class ProofRefused(BrokerError):
     """A proof or MAC that does not verify; the message says why (it never holds the secret)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(rmq_pb2.NO_PERMISSION, message)
 
 
 class Exchange(enum.Enum):

@@ -24,6 +24,7 @@ import grpc
 from google.protobuf.message import Message
 
 from rmq import request_signing
+from rmq.broker_server.errors import EdgeError
 from rmq.broker_server.offsets.client_id_owners import ClientIdOwners, ClientIdTaken
 from rmq.broker_server.security.acl import AccessDenied, Acl
 from rmq.broker_server.security.caller import Caller
@@ -36,14 +37,12 @@ KEY_LABEL_CHARS = 24
 _UNKNOWN_SECRET = "no account has this secret: it only keeps the refusal time alike"
 
 
-class CallRefused(Exception):
+class CallRefused(EdgeError):
     def __init__(self, code: grpc.StatusCode, message: str,
                  trailing_metadata: tuple[tuple[str, str], ...] = (), routine: bool = False) -> None:
         """`routine`: an expected step of the protocol (a client asking for the server id), not
         worth a log line."""
-        super().__init__(message)
-        self.code = code
-        self.message = message
+        super().__init__(code, message)
         self.trailing_metadata = trailing_metadata
         self.routine = routine
 
