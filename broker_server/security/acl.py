@@ -34,7 +34,7 @@ import ipaddress
 import json
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,6 +94,16 @@ class ResourceKind(enum.Enum):
     GROUP = "group"
     BROKER = "broker"     # registration with a name server: the account's brokerName (or admin)
     CLUSTER = "cluster"   # the whole server (topic administration, every topic at once): admin only
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """A permission a call needs: `need` on the resource `name` of `kind` (the rule tables of
+    rpc_permissions for rmq.v1, rocketmq_v2.authentication for RocketMQ 5)."""
+
+    kind: ResourceKind
+    name: str
+    need: Need
 
 
 @dataclass(frozen=True)
@@ -178,6 +188,11 @@ class Acl:
 
     def account(self, access_key: str) -> Account | None:
         return self.accounts.get(access_key)
+
+    def check_all(self, access_key: str, requirements: Iterable[Requirement]) -> None:
+        """Raise AccessDenied naming the first requirement the account does not meet."""
+        for requirement in requirements:
+            self.check(access_key, requirement.name, requirement.kind, requirement.need)
 
     def check(self, access_key: str, resource: str, kind: ResourceKind, need: Need) -> None:
         """Raise AccessDenied unless the account holds `need` on the resource.

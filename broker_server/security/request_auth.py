@@ -26,7 +26,7 @@ from google.protobuf.message import Message
 from rmq import request_signing
 from rmq.broker_server.errors import EdgeError
 from rmq.broker_server.offsets.client_id_owners import ClientIdOwners, ClientIdTaken
-from rmq.broker_server.security.acl import AccessDenied, Acl
+from rmq.broker_server.security.acl import AccessDenied, Account, Acl
 from rmq.broker_server.security.caller import Caller
 from rmq.broker_server.security.nonce_cache import DEFAULT_ACCOUNT_CAPACITY, ReplayGuard
 from rmq.broker_server.security.rpc_permissions import check_call, client_id_of
@@ -47,12 +47,25 @@ class CallRefused(EdgeError):
         self.routine = routine
 
 
-def _unauthenticated(message: str) -> CallRefused:
+def unauthenticated(message: str) -> CallRefused:
     return CallRefused(grpc.StatusCode.UNAUTHENTICATED, message)
 
 
-def _denied(message: str) -> CallRefused:
+def denied(message: str) -> CallRefused:
     return CallRefused(grpc.StatusCode.PERMISSION_DENIED, message)
+
+
+def admit_account(acl: Acl, access_key: str, address: str) -> Account:
+    """The account of a signed call from `address`, if the ACL lets it call from there (rmq.v1
+    and RocketMQ 5 calls alike); raises CallRefused."""
+    if not acl.address_allowed(address):
+        raise denied(f"address {address} is not in globalWhiteRemoteAddresses")
+    account = acl.account(access_key)
+    if account is None:   # removed by an ACL reload since the metadata was checked
+        raise unauthenticated(f"access key {key_label(access_key)} is no longer in the ACL")
+    if not account.may_connect_from(address):
+        raise denied(f"access key {key_label(access_key)} may not be used from address {address}")
+    return account
 
 
 def key_label(access_key: str) -> str:
@@ -106,34 +119,26 @@ class RequestAuthenticator:
         account = self._acl().account(headers.access_key)
         secret = account.secret_key if account is not None else _UNKNOWN_SECRET
         if not request_signing.signature_matches(headers, secret, method) or account is None:
-            raise _unauthenticated(f"signature not accepted for access key {key_label(headers.access_key)}: "
+            raise unauthenticated(f"signature not accepted for access key {key_label(headers.access_key)}: "
                                    f"unknown access key or wrong secret key")
         if not self._replays.admit(headers.access_key, headers.nonce, headers.timestamp_ms, now_ms):
-            raise _unauthenticated("nonce already used: replayed request refused")
+            raise unauthenticated("nonce already used: replayed request refused")
         return Admission(headers)
 
     def admit_request(self, admission: Admission, method: str, request: Message, peer: str) -> None:
         """The caller's address is allowed, the request read matches its signature, the account
         holds the permission the call needs and owns the client id it names; raises CallRefused."""
         acl = self._acl()
-        address = peer_address(peer)
-        if not acl.address_allowed(address):
-            raise _denied(f"address {address} is not in globalWhiteRemoteAddresses")
-        account = acl.account(admission.access_key)
-        if account is None:   # removed by an ACL reload since the metadata was checked
-            raise _unauthenticated(f"access key {key_label(admission.access_key)} is no longer in the ACL")
-        if not account.may_connect_from(address):
-            raise _denied(f"access key {key_label(admission.access_key)} may not be used from address "
-                          f"{address}")
+        admit_account(acl, admission.access_key, peer_address(peer))
         if not request_signing.content_matches(admission.headers, request):
-            raise _unauthenticated(f"request does not match its {request_signing.CONTENT_SHA256_HEADER}")
+            raise unauthenticated(f"request does not match its {request_signing.CONTENT_SHA256_HEADER}")
         try:
             check_call(acl, admission.access_key, method, request)
             client_id = client_id_of(method, request)
             if client_id:
                 self._client_ids.claim(admission.access_key, client_id, self._now_ms())
         except (AccessDenied, ClientIdTaken) as error:
-            raise _denied(str(error)) from None
+            raise denied(str(error)) from None
 
     def caller(self, access_key: str) -> Caller:
         """The account an admitted call runs as (rmq.broker_server.security.caller)."""
@@ -148,21 +153,21 @@ class RequestAuthenticator:
     def _check_time(self, timestamp_ms: int, now_ms: int) -> None:
         skew_ms = timestamp_ms - now_ms
         if skew_ms < -self.window_ms or skew_ms > FUTURE_SKEW_MS:
-            raise _unauthenticated(
+            raise unauthenticated(
                 f"request timestamp is {skew_ms / 1000:+.1f} s from the server clock, outside the allowed "
                 f"-{self.window_ms / 1000:g} s to +{FUTURE_SKEW_MS / 1000:g} s (check the client clock)"
             )
         if timestamp_ms < self._replays.started_ms:
-            raise _unauthenticated("request signed before this server started: refused as a possible replay")
+            raise unauthenticated("request signed before this server started: refused as a possible replay")
 
     @staticmethod
     def _signed_headers(metadata: Mapping[str, str]) -> request_signing.SignedHeaders:
         try:
             headers = request_signing.parse_headers(metadata)
         except request_signing.SignatureFormatError as error:
-            raise _unauthenticated(str(error)) from None
+            raise unauthenticated(str(error)) from None
         if headers is None:
-            raise _unauthenticated(
+            raise unauthenticated(
                 "request is not signed: this server requires an access key and secret key "
                 "(client options accessKey/secretKey, or RMQ_ACCESS_KEY/RMQ_SECRET_KEY for the CLI)"
             )

@@ -11,22 +11,14 @@ consumer client id must come from the account that registered it (client_id_owne
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf.message import Message
 
-from rmq.broker_server.security.acl import Acl, Need, ResourceKind
+from rmq.broker_server.security.acl import Acl, Need, Requirement, ResourceKind
 
 TOPIC, GROUP = ResourceKind.TOPIC, ResourceKind.GROUP
 BROKER, CLUSTER = ResourceKind.BROKER, ResourceKind.CLUSTER
-
-
-@dataclass(frozen=True)
-class Requirement:
-    kind: ResourceKind
-    name: str
-    need: Need
 
 
 Rule = Callable[[Any], Iterable[Requirement]]   # the request message of the RPC
@@ -124,9 +116,7 @@ CLIENT_ID_METHODS = frozenset({
 def check_call(acl: Acl, access_key: str, method: str, request: Message) -> None:
     """Raise AccessDenied naming the first missing permission of this call."""
     rule = RULES.get(method)
-    requirements = rule(request) if rule is not None else _admin(method)
-    for requirement in requirements:
-        acl.check(access_key, requirement.name, requirement.kind, requirement.need)
+    acl.check_all(access_key, rule(request) if rule is not None else _admin(method))
 
 
 def client_id_of(method: str, request: Any) -> str | None:
