@@ -305,6 +305,16 @@ class PullMessageProcessor:
                 lease.settle(max_bytes, answer_bytes)
         return self._answer(query, result)
 
+    async def read(self, query: PullQuery) -> GetMessageResult:
+        """The store's answer to `query`, read on an executor thread (SQL92 filters in the account's
+        turn): the one read of every consumption path (rmq.v1 and RocketMQ 5 pulls, RocketMQ 5
+        receives). `query.max_bytes` 0: the store's max_transfer_bytes."""
+        return await self._read(query, query.max_bytes, inline=False)
+
+    async def first_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's first offset (its min offset), read on an executor thread."""
+        return await self.executor.run(self.store.get_min_offset_in_queue, topic, queue_id)
+
     async def _read(self, query: PullQuery, max_bytes: int, inline: bool) -> GetMessageResult:
         read = functools.partial(
             self.store.get_message,

@@ -17,7 +17,6 @@ call ends."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import logging
 from collections.abc import Callable
@@ -34,8 +33,11 @@ from rmq.broker_server.processors.consumer_send_msg_back import (
     ensure_group_topic,
     send_back_copy,
 )
-from rmq.broker_server.processors.filter_executor import FilterExecutor
-from rmq.broker_server.processors.pull_message_processor import Sql92RecordFilter
+from rmq.broker_server.processors.pull_message_processor import (
+    PullMessageProcessor,
+    PullQuery,
+    Sql92RecordFilter,
+)
 from rmq.broker_server.processors.pull_response_budget import PullBytesLease
 from rmq.broker_server.processors.send_message_processor import check_put_status
 from rmq.broker_server.processors.store_executor import StoreExecutor
@@ -97,14 +99,23 @@ class _Record:
     message: StoredMessage
 
 
+def _query(queue: PopQueue, offset: int, count: int, max_bytes: int = 0,
+           tag_codes: frozenset[int] | None = None,
+           record_filter: Sql92RecordFilter | None = None) -> PullQuery:
+    """A read of `count` messages of `queue` from `offset` (max_bytes 0: the store's bound)."""
+    return PullQuery(queue.group, queue.topic, queue.queue_id, offset, count, max_bytes, tag_codes,
+                     suspend=False, suspend_timeout_ms=0, record_filter=record_filter)
+
+
 class PopService:
     def __init__(self, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
                  hold_service: PullRequestHoldService, executor: StoreExecutor, table: PopStateTable,
                  on_topics_changed: Callable[[], None], remembered: RememberedReceives[Popped],
-                 filters: FilterExecutor, clock: Callable[[], float]) -> None:
-        """`clock`: the wall clock (seconds) invisibilities are measured against."""
+                 reader: PullMessageProcessor, clock: Callable[[], float]) -> None:
+        """`reader`: the broker's pull processor, which every read of a queue goes through;
+        `clock`: the wall clock (seconds) invisibilities are measured against."""
         self.store = store
-        self.filters = filters   # SQL92 reads: one slice each, in the account's turn (filter_executor)
+        self.reader = reader
         self.topics = topics
         self.offsets = offsets
         self.hold_service = hold_service
@@ -248,11 +259,10 @@ class PopService:
         committed = self.offsets.query_offset(queue.group, queue.topic, queue.queue_id)
         if committed is not None and committed >= 0:
             return committed
-        return await self.executor.run(self.store.get_min_offset_in_queue, queue.topic, queue.queue_id)
+        return await self.reader.first_offset(queue.topic, queue.queue_id)
 
     async def _read_one(self, queue: PopQueue, offset: int) -> _Record | None:
-        result = await self.executor.run(self.store.get_message, queue.group, queue.topic, queue.queue_id,
-                                         offset, 1)
+        result = await self.reader.read(_query(queue, offset, 1))
         if not result.message_count:
             return None
         raw = bytes(result.buffer[: int(result.sizes[0])])
@@ -263,11 +273,8 @@ class PopService:
                         room: int, max_bytes: int | None) -> tuple[list[_Record], int]:
         """Up to `room` matching messages from `offset` (up to `max_bytes`, at least one; None:
         the store's max_transfer_bytes), and the offset after what was read."""
-        sql = request.record_filter
-        read = functools.partial(self.store.get_message, queue.group, queue.topic, queue.queue_id, offset,
-                                 room, max_bytes, tag_codes=request.tag_codes, record_filter=sql,
-                                 max_filter_evaluations=sql.slice_evaluations if sql else None)
-        result = await (self.filters.run(account_key(), read) if sql else self.executor.run(read))
+        result = await self.reader.read(_query(queue, offset, room, max_bytes or 0, request.tag_codes,
+                                               request.record_filter))
         if not result.message_count:
             return [], result.next_begin_offset if result.status in _MOVED else offset
         records, position = [], 0

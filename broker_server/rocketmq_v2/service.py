@@ -67,7 +67,7 @@ def build_service(config: BrokerConfig, store: MessageStore, executor: StoreExec
                       open_channel),
         PopService(store, topics, offsets, hold_service, executor, table, on_topics_changed,
                    RememberedReceives(config.max_remembered_receives, config.max_remembered_receive_bytes),
-                   pull_processor.filters, clock),
+                   pull_processor, clock),
         sessions, GroupPolicy(max_attempts, fifo_groups, config.min_invisible_ms,
                               config.enable_property_filter), timer, transactions,
         OffsetRpcs(store, executor, topics, offsets, pull_processor),
