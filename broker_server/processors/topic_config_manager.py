@@ -13,7 +13,6 @@ one's fsync): bytes after the last newline were never acknowledged and are dropp
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -25,7 +24,7 @@ from pathlib import Path
 from rmq.broker_server.errors import BrokerError, illegal_argument
 from rmq.broker_server.json_file import read_json, write_json_atomically
 from rmq.broker_server.processors.names import check_topic_name, check_user_topic_name
-from rmq.store.private_files import make_dirs, open_private
+from rmq.store.private_files import append_durably, make_dirs, open_private
 from rmq.topic_config import PERM_INHERIT, PERM_READ, PERM_WRITE, TopicConfig
 from rmq.v1 import rmq_pb2
 
@@ -110,19 +109,7 @@ class TopicConfigManager:
         a failed write is cut off again, so no half line precedes the next record."""
         if self._journal_records < 0:
             self._compact()
-        line = (json.dumps(record, sort_keys=True) + "\n").encode()
-        fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND)
-        try:
-            size = os.fstat(fd).st_size
-            try:
-                if os.write(fd, line) != len(line):
-                    raise OSError(errno.ENOSPC, "short write", str(self.journal_path))
-                os.fsync(fd)
-            except OSError:
-                os.ftruncate(fd, size)
-                raise
-        finally:
-            os.close(fd)
+        append_durably(self.journal_path, (json.dumps(record, sort_keys=True) + "\n").encode())
         self._journal_records += 1
 
     def _compact(self) -> None:
