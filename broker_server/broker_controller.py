@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import grpc
 import pyarrow as pa
@@ -59,7 +59,7 @@ from rmq.broker_server.rocketmq_v2.telemetry import consumer_connection as rocke
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.request_signing import broker_server_id
 from rmq.rocketmq_v2 import add_messaging_service as add_rocketmq_v2_service
-from rmq.store import BrokerRole, FlushDiskType, MessageStore, MessageStoreConfig, StoreError
+from rmq.store import MessageStore, MessageStoreConfig, StoreError
 from rmq.store.private_files import SERVER_UMASK
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
@@ -83,12 +83,12 @@ def open_store(config: BrokerConfig) -> MessageStore:
     try:
         store_config = MessageStoreConfig(
             store_dir=config.store_path,
-            flush_disk_type=FlushDiskType.SYNC if config.flush == "sync" else FlushDiskType.ASYNC,
+            flush_disk_type=config.flush,
             # 4.x consumers send a failed message back to the broker its store host names
             broker_address=store_host(config.remoting_address or config.broker_address),
-            broker_role=BrokerRole[config.broker_role],
+            broker_role=config.broker_role,
             max_message_size=config.max_message_size,
-            **config.store,
+            **cast(dict[str, Any], config.store),   # checked against the fields (check_store_settings)
         )
     except TypeError as error:
         raise UserError(f"store settings in the config file: {error}") from None
@@ -312,7 +312,8 @@ class BrokerController:
         config = self.config
         print(
             f"rmq broker {config.broker_name} listening on {config.listen} "
-            f"(store {config.store_path}, flush {config.flush}, {config.broker_role} id {config.broker_id})",
+            f"(store {config.store_path}, flush {config.flush.value}, {config.broker_role.value} "
+            f"id {config.broker_id})",
             flush=True,
         )
         return server

@@ -32,6 +32,7 @@ from rmq.broker_server.json_file import read_json, write_json_atomically
 from rmq.broker_server.metrics.collectors import BrokerCollector, serve_metrics
 from rmq.broker_server.rmq_v1.grpc_server import wait_for_termination
 from rmq.broker_server.security.server_security import ServerSecurity
+from rmq.store import BrokerRole
 from rmq.store.private_files import SERVER_UMASK, make_dirs
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
@@ -70,7 +71,8 @@ class RoleAssignment:
         master; the metrics endpoint is the manager's, for every term."""
         if self.master_id == config.broker_id:
             return dataclasses.replace(config, metrics_listen="")
-        return dataclasses.replace(config, broker_role="SLAVE", master=self.master_address, metrics_listen="")
+        return dataclasses.replace(config, broker_role=BrokerRole.SLAVE, master=self.master_address,
+                                   metrics_listen="")
 
 
 class TermCollector(Collector):

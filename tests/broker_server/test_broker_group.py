@@ -97,4 +97,4 @@ def test_role_settings_are_checked(settings: dict, error: str) -> None:
 def test_a_slave_config_loads() -> None:
     settings = {"broker_role": "SLAVE", "broker_id": 1, "master": "10.0.0.1:10911"}
     config = load_config(BrokerConfig, None, settings)
-    assert (config.broker_id, config.broker_role, config.master) == (1, "SLAVE", "10.0.0.1:10911")
+    assert (config.broker_id, config.broker_role, config.master) == (1, BrokerRole.SLAVE, "10.0.0.1:10911")
