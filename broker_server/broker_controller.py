@@ -59,7 +59,7 @@ from rmq.broker_server.rocketmq_v2.telemetry import consumer_connection as rocke
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.request_signing import broker_server_id
 from rmq.rocketmq_v2 import add_messaging_service as add_rocketmq_v2_service
-from rmq.store import MessageStore, MessageStoreConfig, StoreError
+from rmq.store import DispatchRequest, MessageStore, MessageStoreConfig, StoreError
 from rmq.store.private_files import SERVER_UMASK
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
@@ -181,7 +181,7 @@ class BrokerController:
             self.outer_api.register_soon,
             self.stats,
         )
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self.rocketmq_v2: RocketMQv2MessagingService | None = None
         self.flight: FlightReadService | None = None
         self.remoting: RemotingServer | None = None
@@ -203,13 +203,13 @@ class BrokerController:
         except (StoreError, ValueError) as error:
             raise UserError(f"cannot start broker on {self.config.store_path}: {error}") from None
 
-    def _on_dispatch(self, request) -> None:
+    def _on_dispatch(self, request: DispatchRequest) -> None:
         self.hold_service.on_dispatch(
             request.topic, request.queue_id, request.consume_queue_offset, request.tags_code
         )
         self.schedule_service.on_dispatch(request.topic, request.queue_id)
 
-    def build_server(self):
+    def build_server(self) -> grpc.aio.Server:
         server = create_server(self.config.listen, self.config.grpc_max_message_bytes, self.security,
                                broker_server_id(self.config.broker_name, self.config.broker_id))
         messaging = MessagingService(
@@ -371,7 +371,7 @@ class BrokerController:
     async def _persist_offsets(self) -> None:
         await self.executor.run(self.offsets.persist)
 
-    async def shutdown(self, server) -> None:
+    async def shutdown(self, server: grpc.aio.Server) -> None:
         log.info("shutting down broker %s", self.config.broker_name)
         self.hold_service.shutdown()
         self.watches.end_all()
@@ -396,7 +396,7 @@ class BrokerController:
         log.info("broker %s stopped", self.config.broker_name)
 
 
-def _every(interval_ms: int, action: Callable) -> asyncio.Task:
+def _every(interval_ms: int, action: Callable[[], object]) -> asyncio.Task[None]:
     async def repeat() -> None:
         while True:
             await asyncio.sleep(interval_ms / 1000)

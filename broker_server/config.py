@@ -212,7 +212,7 @@ class NameServerConfig:
         _check_positive_ints(self)
 
 
-def load_config(config_class: type, path: str | None, overrides: dict[str, Any]):
+def load_config(config_class: type[C], path: str | None, overrides: dict[str, Any]) -> C:
     """`config_class` built from the file at `path` (YAML or JSON), then `overrides` (flags
     given on the command line, None meaning not given), validated."""
     values = read_config_file(path) if path else {}
@@ -227,6 +227,9 @@ def load_config(config_class: type, path: str | None, overrides: dict[str, Any])
     config = config_class(**values)
     config.validate()
     return config
+
+
+C = TypeVar("C", BrokerConfig, NameServerConfig)
 
 
 def read_config_file(path: str) -> dict[str, Any]:
@@ -267,7 +270,7 @@ def check_address(name: str, address: str) -> None:
         raise UserError(f"{name} must be HOST:PORT with a port from 1 to 65535, not {address!r}")
 
 
-def _check_type(name: str, spec: dataclasses.Field, value: Any) -> None:
+def _check_type(name: str, spec: dataclasses.Field[Any], value: Any) -> None:
     types = {"int": int, "float": float, "bool": bool, "str": str, "BrokerRole": str, "FlushDiskType": str}
     expected = types.get(str(spec.type), dict)
     number = expected in (int, float) and not isinstance(value, bool)

@@ -57,7 +57,7 @@ class HeldPullRequest:
 
     pull_from_this_offset: int
     tag_codes: frozenset[int] | None  # None: every tag ("*")
-    future: asyncio.Future = field(repr=False)
+    future: asyncio.Future[None] = field(repr=False)
     key: str = ""       # topic@queueId
     account: str = ""   # whose share it counts against
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
@@ -88,7 +88,7 @@ class PullRequestHoldService:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
-        self._check_task: asyncio.Task | None = None
+        self._check_task: asyncio.Task[None] | None = None
         self._stopped = False
 
     def start(self) -> None:

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable
 
 import grpc
+from google.protobuf.message import Message
 
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
@@ -38,7 +39,7 @@ class BrokerOuterAPI:
         self._open_channel = open_channel   # ServerSecurity.open_client_channel: signed / TLS
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._changed = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         if not self.namesrv_addresses:
@@ -77,7 +78,7 @@ class BrokerOuterAPI:
             except TimeoutError:
                 pass
 
-    async def _call(self, address: str, method: str, request) -> None:
+    async def _call(self, address: str, method: str, request: Message) -> None:
         stub = rmq_pb2_grpc.NameServerServiceStub(self._channels[address])
         try:
             response = await getattr(stub, method)(request, timeout=REQUEST_TIMEOUT_SECONDS)

@@ -23,7 +23,6 @@ from rmq.broker_server.config import NameServerConfig
 from rmq.broker_server.errors import BrokerError, UserError, illegal_argument
 from rmq.broker_server.metrics.collectors import NameServerCollector, serve_metrics
 from rmq.broker_server.processors.names import check_topic_name
-from rmq.broker_server.processors.topic_config_manager import TopicConfig
 from rmq.broker_server.remoting.service import build_name_server_remoting
 from rmq.broker_server.replication.controller_manager import (
     ControllerCollector,
@@ -36,7 +35,7 @@ from rmq.broker_server.rmq_v1.status import OK, answers_with_status
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.request_signing import name_server_id
 from rmq.store.private_files import make_dirs
-from rmq.topic_config import PERM_WRITE
+from rmq.topic_config import PERM_WRITE, TopicConfig
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 log = logging.getLogger(__name__)

@@ -24,11 +24,12 @@ from rmq.broker_server.processors.delay_levels import delay_level_to_queue_id
 from rmq.broker_server.processors.names import SCHEDULE_TOPIC, check_group_name, is_reserved_topic
 from rmq.broker_server.processors.send_message_processor import check_put_status
 from rmq.broker_server.processors.store_executor import StoreExecutor
-from rmq.broker_server.processors.topic_config_manager import PERM_READ, PERM_WRITE, TopicConfigManager
+from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.security import caller
 from rmq.broker_server.security.acl import Need, ResourceKind
 from rmq.store import MessageStore, MessageToStore
 from rmq.stored_message import StoredMessage, decode_record, offset_msg_id
+from rmq.topic_config import PERM_READ, PERM_WRITE
 from rmq.v1 import rmq_pb2
 
 RETRY_TOPIC_PERM = PERM_READ | PERM_WRITE

@@ -36,7 +36,7 @@ def slice_evaluations(filter_cost: int) -> int:
 @dataclass
 class _Job:
     function: Callable[[], Any]
-    future: asyncio.Future
+    future: asyncio.Future[Any]
     loop: asyncio.AbstractEventLoop
 
 
@@ -65,7 +65,8 @@ class FilterExecutor:
                                    f"(max_pending_filter_reads_per_account): pull again later")
             jobs.append(job)
             self._ready.notify()
-        return await job.future
+        result: T = await job.future   # what function() returned (_work sets it)
+        return result
 
     def pending(self, account: str) -> int:
         """Reads of `account` waiting for a filter thread (tests and diagnostics)."""

@@ -359,7 +359,7 @@ class PullMessageProcessor:
         return MASTER_ID
 
 
-def pack_messages(packed: rmq_pb2.PackedMessages, result) -> None:
+def pack_messages(packed: rmq_pb2.PackedMessages, result: GetMessageResult) -> None:
     """Fill `packed` from a store GetMessageResult: the records as they are, sizes as
     little-endian int32 (rmq.proto PackedMessages)."""
     if result.message_count:

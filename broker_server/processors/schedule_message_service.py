@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rmq import message_format as mf
 from rmq.broker_server.errors import BrokerError
@@ -76,7 +77,7 @@ class ScheduleMessageService:
         self._clock = clock
         self.offsets: dict[int, int] = {}
         self._arrivals: dict[int, asyncio.Event] = {}
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def load(self) -> None:
@@ -95,7 +96,7 @@ class ScheduleMessageService:
         """A slave takes the master's delay progress (SlaveSynchronize); it delivers nothing itself."""
         self.offsets = dict(offsets)
 
-    def _snapshot(self) -> dict:
+    def _snapshot(self) -> dict[str, Any]:
         return {"offsetTable": {str(level): offset for level, offset in self.offsets.items()}}
 
     def start(self) -> None:

@@ -19,6 +19,8 @@ import asyncio
 import ipaddress
 import itertools
 import time
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +30,7 @@ from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
 from rmq.broker_server.processors.delay_levels import delay_level_to_queue_id
 from rmq.broker_server.processors.names import SCHEDULE_TOPIC
 from rmq.broker_server.processors.store_executor import StoreExecutor
-from rmq.broker_server.processors.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.store import (
     BrokerRole,
     MessageBatch,
@@ -38,6 +40,7 @@ from rmq.store import (
     PutMessageResult,
     PutMessageStatus,
 )
+from rmq.topic_config import TopicConfig
 from rmq.v1 import rmq_pb2
 
 NO_HOST = bytes(8)
@@ -173,7 +176,7 @@ class SendMessageProcessor:
         return self._message_batch(request.messages, config, born_host)
 
     def _message_batch(
-        self, messages, config: TopicConfig, born_host: bytes
+        self, messages: Sequence[rmq_pb2.Message], config: TopicConfig, born_host: bytes
     ) -> tuple[MessageBatch, list[int], list[int]]:
         topic = config.topic_name
         counter = itertools.count(self._round_robin.get(topic, 0))
@@ -263,7 +266,7 @@ class SendMessageProcessor:
         )
         return batch, queue_ids.tolist(), []
 
-    def _queue_id(self, message: rmq_pb2.Message, config: TopicConfig, counter: itertools.count) -> int:
+    def _queue_id(self, message: rmq_pb2.Message, config: TopicConfig, counter: itertools.count[int]) -> int:
         if not message.HasField("queue_id"):
             return next(counter) % config.write_queue_nums
         if not 0 <= message.queue_id < config.write_queue_nums:
@@ -274,7 +277,8 @@ class SendMessageProcessor:
         return message.queue_id
 
     def _full_properties(
-        self, message: rmq_pb2.Message, user_properties, delay_level: int, topic: str, queue_id: int
+        self, message: rmq_pb2.Message, user_properties: Mapping[str, str], delay_level: int, topic: str,
+        queue_id: int,
     ) -> tuple[str, int, bytes]:
         """(topic, queue id, properties field) of a message with user properties or a delay level."""
         if delay_level < 0:
@@ -318,7 +322,7 @@ class SendMessageProcessor:
             )
 
 
-def _per_message(values, count: int, name: str) -> list[str]:
+def _per_message(values: Sequence[str], count: int, name: str) -> list[str]:
     """A MessageColumns string column as one value for every message or one per message."""
     if len(values) in (0, 1, count):
         return list(values) or [""]
@@ -370,7 +374,7 @@ def check_put_status(status: PutMessageStatus, detail: str = "") -> None:
     raise BrokerError(code, f"{reason} ({detail}{status.name})")
 
 
-def check_put_results(results: list) -> None:
+def check_put_results(results: list[Any]) -> None:
     """Raise for the first result that is not PUT_OK."""
     for index, result in enumerate(results):
         check_put_status(result.status, f"message {index}: ")

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from rmq.broker_server.errors import BrokerError, illegal_argument
 from rmq.broker_server.json_file import read_json, write_json_atomically
@@ -90,7 +91,7 @@ class TopicConfigManager:
             self._topics = topics
             self._compact()
 
-    def _read_journal(self) -> list[dict]:
+    def _read_journal(self) -> list[dict[str, Any]]:
         try:
             data = self.journal_path.read_bytes()
         except FileNotFoundError:
@@ -104,7 +105,7 @@ class TopicConfigManager:
                 raise ValueError(f"{self.journal_path} line {number} is not valid JSON: {error}") from error
         return records
 
-    def _record(self, record: dict) -> None:
+    def _record(self, record: dict[str, Any]) -> None:
         """Append `record` to the journal and fsync it (under `_lock`, before the table changes);
         a failed write is cut off again, so no half line precedes the next record."""
         if self._journal_records < 0:
@@ -222,7 +223,7 @@ class TopicConfigManager:
         return BrokerError(rmq_pb2.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist on this broker")
 
 
-def _apply(topics: dict[str, TopicConfig], record: dict) -> None:
+def _apply(topics: dict[str, TopicConfig], record: dict[str, Any]) -> None:
     """Replay one journal record onto `topics` (TypeError/ValueError when it is not one)."""
     if not isinstance(record, dict) or len(record) != 1:
         raise ValueError(f"expected one of put/delete, not {record!r}")

@@ -14,8 +14,8 @@ from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
 from rmq.broker_server.remoting.remoting_command import RemotingCommand
 from rmq.broker_server.remoting.remoting_server import CallContext
 from rmq.broker_server.remoting.request_code import RequestCode, ResponseCode
-from rmq.broker_server.remoting.topic_route_data import BrokerData, QueueData, encode_topic_route
-from rmq.topic_config import PERM_WRITE
+from rmq.broker_server.remoting.topic_route_data import BrokerData, encode_topic_route
+from rmq.topic_config import PERM_WRITE, QueueData
 from rmq.v1 import rmq_pb2
 
 if TYPE_CHECKING:  # name_server starts this processor

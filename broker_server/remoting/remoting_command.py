@@ -9,6 +9,7 @@ import enum
 import json
 import struct
 from dataclasses import dataclass, field
+from typing import Any
 
 from rmq.broker_server.errors import BrokerError
 from rmq.v1 import rmq_pb2
@@ -143,7 +144,7 @@ def encode_json_header(command: RemotingCommand) -> bytes:
     return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def _int_field(header: dict, name: str) -> int:
+def _int_field(header: dict[str, Any], name: str) -> int:
     value = header.get(name, 0)
     if isinstance(value, bool) or not isinstance(value, int):
         raise FrameError(f"header field {name!r} must be an integer, not {value!r}")
@@ -210,7 +211,7 @@ class _Reader:
         self.position += size
         return chunk
 
-    def unpack(self, layout: struct.Struct, what: str) -> tuple:
+    def unpack(self, layout: struct.Struct, what: str) -> tuple[Any, ...]:
         return layout.unpack(self.take(layout.size, what))
 
     def text(self, size: int, what: str) -> str:

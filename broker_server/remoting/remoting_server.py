@@ -141,13 +141,13 @@ class RemotingServer:
         self.limits = limits
         self.channels: set[Channel] = set()
         self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self.request_bytes = RequestBytes(limits.max_request_bytes, limits.max_request_bytes_per_connection)
 
     @property
     def port(self) -> int:
         assert self._server is not None
-        return self._server.sockets[0].getsockname()[1]
+        return int(self._server.sockets[0].getsockname()[1])
 
     async def start(self) -> None:
         host, _, port = self.listen.rpartition(":")
@@ -162,7 +162,7 @@ class RemotingServer:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def _spawn(self, coroutine: Awaitable) -> asyncio.Task:
+    def _spawn(self, coroutine: Awaitable[None]) -> asyncio.Task[None]:
         task = asyncio.ensure_future(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -216,7 +216,8 @@ class RemotingServer:
             task = self._spawn(self._handle(channel, command))
             task.add_done_callback(functools.partial(self._finished, channel, length, slots))
 
-    def _finished(self, channel: Channel, size: int, slots: asyncio.Semaphore, _task: asyncio.Task) -> None:
+    def _finished(self, channel: Channel, size: int, slots: asyncio.Semaphore,
+                  _task: asyncio.Task[None]) -> None:
         slots.release()
         self.request_bytes.release(channel, size)
 

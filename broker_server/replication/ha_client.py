@@ -28,7 +28,7 @@ import grpc
 from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
 from rmq.broker_server.offsets.offset_changes import group_offset
-from rmq.broker_server.processors.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.security.cluster_auth import (
     Direction,
     Exchange,
@@ -38,6 +38,7 @@ from rmq.broker_server.security.cluster_auth import (
     signed,
 )
 from rmq.store import MessageStore, StoreError
+from rmq.topic_config import TopicConfig
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ class MasterLink:
     def __init__(self, master: str, open_channel: Callable[[str], grpc.aio.Channel]) -> None:
         self.master = master
         self._open_channel = open_channel
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._channel: grpc.aio.Channel | None = None
 
     def start(self) -> None:

@@ -93,8 +93,8 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
         self._ending = True
         self._wake_all()
 
-    async def Transfer(self, request_iterator: AsyncIterator[rmq_pb2.HAReport], context
-                       ) -> AsyncIterator[rmq_pb2.HATransfer]:
+    async def Transfer(self, request_iterator: AsyncIterator[rmq_pb2.HAReport],
+                       context: grpc.aio.ServicerContext) -> AsyncIterator[rmq_pb2.HATransfer]:
         self._loop = asyncio.get_running_loop()
         first = await anext(aiter(request_iterator), None)
         if first is None:
@@ -132,7 +132,7 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
             await self._topics_applied(connection, None)
             log.info("slave %s disconnected", address)
 
-    async def _chunks(self, offset: int, new_data: asyncio.Event, acks: asyncio.Future
+    async def _chunks(self, offset: int, new_data: asyncio.Event, acks: asyncio.Future[None]
                       ) -> AsyncIterator[rmq_pb2.HATransfer]:
         """The topic table, CommitLog chunks from `offset` and the consumer offsets committed
         from now on, while the slave's report stream lasts."""
@@ -154,7 +154,8 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
                 continue
             waiter = asyncio.ensure_future(new_data.wait())
             try:
-                done, _ = await asyncio.wait([acks, waiter], timeout=IDLE_TRANSFER_S,
+                either: list[asyncio.Future[Any]] = [acks, waiter]
+                done, _ = await asyncio.wait(either, timeout=IDLE_TRANSFER_S,
                                              return_when=asyncio.FIRST_COMPLETED)
             finally:
                 waiter.cancel()

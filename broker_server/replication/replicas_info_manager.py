@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rmq.broker_server.errors import BrokerError, illegal_argument
 from rmq.broker_server.json_file import read_json, write_json_atomically
@@ -39,13 +40,13 @@ class SyncStateInfo:
     in_sync: set[int] = field(default_factory=set)
     epoch_starts: dict[int, int] = field(default_factory=dict)   # epoch -> its master's CommitLog start
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"members": {str(i): a for i, a in self.members.items()}, "master_id": self.master_id,
                 "epoch": self.epoch, "in_sync": sorted(self.in_sync),
                 "epoch_starts": {str(e): o for e, o in self.epoch_starts.items()}}
 
     @classmethod
-    def from_json(cls, data: dict) -> SyncStateInfo:
+    def from_json(cls, data: dict[str, Any]) -> SyncStateInfo:
         return cls({int(i): a for i, a in data["members"].items()}, data["master_id"], data["epoch"],
                    set(data["in_sync"]), {int(e): o for e, o in data["epoch_starts"].items()})
 

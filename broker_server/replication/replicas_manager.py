@@ -139,12 +139,14 @@ class ReplicasManager:
     async def heartbeat(self, epoch: int, max_offset: int, in_sync_addresses: list[str]
                         ) -> rmq_pb2.ControllerHeartbeatResponse:
         config = self.config
-        return await self._stub.Heartbeat(rmq_pb2.ControllerHeartbeatRequest(
+        response: rmq_pb2.ControllerHeartbeatResponse = await self._stub.Heartbeat(
+            rmq_pb2.ControllerHeartbeatRequest(
             cluster_name=config.cluster_name, broker_name=config.broker_name, broker_id=config.broker_id,
             address=config.broker_address, epoch=epoch, max_offset=max_offset,
             in_sync_addresses=in_sync_addresses), timeout=HEARTBEAT_TIMEOUT_S)
+        return response
 
-    async def register(self, terminated: asyncio.Future) -> RoleAssignment | None:
+    async def register(self, terminated: asyncio.Future[None]) -> RoleAssignment | None:
         """This member's assignment, asked every second until the controller gives one
         (None when the process is terminated first; UserError when the controller refuses
         this member)."""
@@ -171,7 +173,7 @@ class ReplicasManager:
             await asyncio.wait([terminated], timeout=RETRY_S)
         return None
 
-    async def serve_term(self, terminated: asyncio.Future) -> None:
+    async def serve_term(self, terminated: asyncio.Future[None]) -> None:
         """One assignment, from opening the store to the end of the term."""
         assignment = await self.register(terminated)
         if assignment is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 
 import grpc
 
@@ -13,7 +13,7 @@ from rmq.broker_server.errors import BrokerError, illegal_argument
 from rmq.broker_server.offsets.consumer_ids_watch import ConsumerIdsWatchService
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
-from rmq.broker_server.offsets.rebalance_lock_manager import MessageQueue, RebalanceLockManager
+from rmq.broker_server.offsets.rebalance_lock_manager import RebalanceLockManager
 from rmq.broker_server.processors.consumer_send_msg_back import (
     ConsumerSendMsgBackProcessor,
     ensure_retry_topic,
@@ -26,10 +26,12 @@ from rmq.broker_server.processors.pull_message_processor import (
 )
 from rmq.broker_server.processors.send_message_processor import SendMessageProcessor
 from rmq.broker_server.processors.store_executor import StoreExecutor
-from rmq.broker_server.processors.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.rmq_v1.status import OK, answers_with_status
 from rmq.broker_server.security.caller import account_key
+from rmq.message_queue import MessageQueue
 from rmq.store import BrokerRole, MessageStore
+from rmq.topic_config import TopicConfig
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 QUERY_MESSAGE_MAX = 64  # RocketMQ maxMsgsNumBatch
@@ -48,7 +50,7 @@ def check_client_id(client_id: str) -> None:
         raise illegal_argument("client_id is empty")
 
 
-def to_message_queues(queues) -> list[MessageQueue]:
+def to_message_queues(queues: Iterable[rmq_pb2.MessageQueue]) -> list[MessageQueue]:
     return [MessageQueue(mq.topic, mq.broker_name, mq.queue_id) for mq in queues]
 
 

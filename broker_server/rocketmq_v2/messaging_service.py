@@ -11,13 +11,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from rmq import message_format as mf
 from rmq.broker_server.processors.names import check_group_name
 from rmq.broker_server.processors.pull_message_processor import Sql92RecordFilter, sql92_record_filter
 from rmq.broker_server.processors.send_message_processor import SendMessageProcessor, born_host_from_peer
-from rmq.broker_server.processors.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.authentication import CLIENT_ID
 from rmq.broker_server.rocketmq_v2.offset_rpcs import OffsetRpcs
@@ -37,6 +38,7 @@ from rmq.rocketmq_v2 import service_pb2 as pb
 from rmq.rocketmq_v2.properties import PROPERTY_TIMER_DELIVER_MS
 from rmq.sql92 import Sql92Error
 from rmq.subscription import SEPARATOR, tag_codes
+from rmq.topic_config import TopicConfig
 
 MAX_INVISIBLE_MS = 12 * 3600 * 1000    # proxy maxInvisibleTimeMills
 DEFAULT_INVISIBLE_MS = 60_000          # auto-renewed (push) receives: proxy defaultInvisibleTimeMills
@@ -60,10 +62,10 @@ class GroupPolicy:
 
 
 def _client_id(context: Any) -> str:
-    return dict(context.invocation_metadata() or ()).get(CLIENT_ID, "")
+    return str(dict(context.invocation_metadata() or ()).get(CLIENT_ID, ""))
 
 
-def _duration_ms(duration: Any) -> int:
+def _duration_ms(duration: Duration) -> int:
     return duration.seconds * 1000 + duration.nanos // 1_000_000
 
 

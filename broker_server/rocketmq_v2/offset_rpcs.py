@@ -14,7 +14,7 @@ from rmq.broker_server.processors.names import check_group_name
 from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor
 from rmq.broker_server.processors.pull_response_budget import CallContext, PullBytesLease
 from rmq.broker_server.processors.store_executor import StoreExecutor
-from rmq.broker_server.processors.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.status import V2Error, as_v2_error
 from rmq.broker_server.security.caller import account_key
@@ -22,6 +22,7 @@ from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
 from rmq.store import MessageStore
 from rmq.stored_message import decode_records
+from rmq.topic_config import TopicConfig
 from rmq.v1 import rmq_pb2
 
 MAX_PULL_BATCH = 1024

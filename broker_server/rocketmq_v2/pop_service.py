@@ -123,14 +123,15 @@ class PopService:
         self.table = table
         self.on_topics_changed = on_topics_changed
         self._locks: dict[PopQueue, asyncio.Lock] = {}
-        self._waiters: dict[tuple[str, str], set[asyncio.Future]] = {}
+        self._waiters: dict[tuple[str, str], set[asyncio.Future[bool | None]]] = {}
         self._rotation = itertools.count()
         self._stopped = False
-        self._held: FairShares[asyncio.Future] = FairShares(MAX_HELD_RECEIVES)   # receives held, by account
+        # receives held, by account
+        self._held: FairShares[asyncio.Future[bool | None]] = FairShares(MAX_HELD_RECEIVES)
         self._attempts = remembered
         # auto-renewed deliveries (proxy ReceiptHandleProcessor): (queue, offset) -> (client, handle version)
         self._leases: dict[tuple[PopQueue, int], tuple[str, int]] = {}
-        self._renewer: asyncio.Task | None = None
+        self._renewer: asyncio.Task[None] | None = None
         self._clock = clock
 
     def _now_ms(self) -> int:

@@ -17,6 +17,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
 
@@ -94,7 +95,7 @@ class TelemetrySession:
     client_id: str
     account: str = ""   # the access key that opened it ("" on a broker without --acl)
     settings: v2.Settings | None = None
-    outbox: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(OUTBOX_SIZE))
+    outbox: asyncio.Queue[Any] = field(default_factory=lambda: asyncio.Queue[Any](OUTBOX_SIZE))
 
     def send(self, command: service_pb2.TelemetryCommand | None) -> bool:
         """Queue a command (None ends the stream); False when the client is not reading."""

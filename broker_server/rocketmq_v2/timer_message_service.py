@@ -45,7 +45,7 @@ class TimerMessageService:
         self.scan_offset = 0               # the next timer-queue offset to read into the heap
         self._heap: list[tuple[int, int]] = []
         self._arrival = asyncio.Event()
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
 
     def load(self) -> None:
         content = read_json(self.path) or {}

@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from rmq.broker_server.journal import Journal
 from rmq.broker_server.json_file import read_json
@@ -85,7 +86,7 @@ class TransactionService:
         self._journal = Journal(config / "transactions.journal", executor, self._snapshot,
                                 COMPACT_AFTER_LINES)
         self._lock = asyncio.Lock()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         # producers of other protocols (4.x remoting): each sends the check and says True, or False
         self.checkers: list[Callable[[str, OpenTransaction, StoredMessage], bool]] = []
 
@@ -98,7 +99,7 @@ class TransactionService:
             self._journal.rewrite_now()
             self._before_journal.unlink()
 
-    def _apply(self, entry: dict) -> None:
+    def _apply(self, entry: dict[str, Any]) -> None:
         kind, transaction_id = entry["op"], entry["id"]
         if kind == "open":
             self._add(transaction_id, OpenTransaction(**entry["t"]))
@@ -112,7 +113,7 @@ class TransactionService:
         else:
             raise ValueError(f"unknown journal entry {kind!r}")
 
-    def _snapshot(self) -> list[dict]:
+    def _snapshot(self) -> list[dict[str, Any]]:
         return [{"op": "open", "id": tid, "t": asdict(t)} for tid, t in self.open.items()]
 
     def _add(self, transaction_id: str, transaction: OpenTransaction) -> None:

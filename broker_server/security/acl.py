@@ -366,7 +366,7 @@ def _address(value: Any, where: str) -> AddressPattern:
         raise AclError(f"{where}: {error}") from None
 
 
-def _reject_unknown_keys(raw: dict, known: set[str], where: str) -> None:
+def _reject_unknown_keys(raw: dict[str, Any], known: set[str], where: str) -> None:
     unknown = sorted(str(k) for k in raw if k not in known)
     if unknown:
         raise AclError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")

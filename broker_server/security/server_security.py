@@ -78,7 +78,7 @@ class ServerSecurity:
     insecure_listen: bool = False
     refusals: RefusalLog = field(default_factory=RefusalLog)   # shared by the rmq.v1 and RocketMQ 5 checks
     client_ids: ClientIdOwners = field(default_factory=ClientIdOwners)   # rmq.v1 and 4.x remoting calls
-    _tasks: list[asyncio.Task] = field(default_factory=list, repr=False)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list, repr=False)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServerSecurity:

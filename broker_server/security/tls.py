@@ -55,7 +55,7 @@ def add_port(server: aio.Server, address: str, tls: ServerTls | None) -> int:
         port = 0
     if port == 0:
         raise UserError(f"cannot listen on {address}: the address is in use or not available on this host")
-    return port
+    return int(port)
 
 
 def _read_pem(path: Path, flag: str, marker: bytes) -> bytes:
