@@ -17,7 +17,6 @@ from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
 from rmq.broker_server.remoting.remoting_command import RemotingCommand
 from rmq.broker_server.remoting.remoting_server import CallContext, Channel
 from rmq.broker_server.remoting.request_code import ResponseCode
-from rmq.broker_server.security.acl import AccessDenied
 from rmq.broker_server.security.caller import run_as
 from rmq.v1 import rmq_pb2
 
@@ -55,6 +54,16 @@ class Refusal(EdgeError):
     def __init__(self, code: ResponseCode, remark: str) -> None:
         super().__init__(code, remark)
         self.remark = remark
+
+
+def remoting_answer(error: BrokerError) -> tuple[ResponseCode, str]:
+    """The response code and remark a refusal is answered with at this edge."""
+    if isinstance(error, Refusal):
+        return error.code, error.remark
+    if isinstance(error, EdgeError):   # another edge's own code: never raised behind this one
+        log.error("remoting call failed with %r", error)
+        return ResponseCode.SYSTEM_ERROR, f"internal error: {error.message}"
+    return RESPONSE_CODES[error.code], error.message
 
 
 def refusal_of(status: rmq_pb2.Status) -> Refusal:
@@ -110,12 +119,8 @@ class RequestDispatcher:
             if self.authenticator is not None:   # what the request reaches is checked for this account
                 run_as(self.authenticator.caller(access_key))
             return await handler(Call(context, request, access_key))
-        except Refusal as refusal:
-            return request.response(refusal.code, refusal.remark)
         except BrokerError as error:
-            return request.response(RESPONSE_CODES[error.code], error.message)
-        except AccessDenied as error:
-            return request.response(ResponseCode.NO_PERMISSION, str(error))
+            return request.response(*remoting_answer(error))
         except ValueError as error:  # a header number out of its field's range
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad request field: {error}")
 
