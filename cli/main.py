@@ -13,8 +13,8 @@ from importlib.metadata import version
 # clear line instead. Set GRPC_VERBOSITY=debug to see gRPC's own logs.
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
-from rmq.broker_server.errors import UserError
 from rmq.cli import client_commands, console_command, server_commands
+from rmq.command_line import UserError
 
 
 class _Parser(argparse.ArgumentParser):

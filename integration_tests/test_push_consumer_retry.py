@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 
 from rmq import retry
-from rmq.cli import processes
 from rmq.cli.main import main as cli_main
 from rmq.connector import ConsumeConcurrentlyStatus, Message, MessageExt, Producer, PushConsumer
 from rmq.connector.client import RmqClient
 from rmq.connector.message_listener import ConsumeConcurrentlyContext
 from rmq.subscription import MessageSelector
+from testing import processes
 from tests.broker_server.in_process_broker import InProcessBroker
 from tests.waiting import wait_until
 

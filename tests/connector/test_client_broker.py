@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from rmq.cli import processes
 from rmq.connector.client import (
     PERM_READ,
     PERM_WRITE,
@@ -23,6 +22,7 @@ from rmq.connector.client import (
 )
 from rmq.connector.message_decoder import decode
 from rmq.v1 import rmq_pb2
+from testing import processes
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
