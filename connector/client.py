@@ -6,7 +6,7 @@ imports grpc and `rmq` only, never pyspark, so executors and the broker side sta
 Business outcomes arrive as a `Status` in each response and become `RmqError`; transport
 failures (broker down, deadline exceeded) become `RmqUnavailable`, which callers retry with
 backoff. Pulled messages are returned packed (`rmq.v1.PackedMessages`); decode them with
-`rmq.connector.message_decoder.decode`.
+`rmq.connector.spark.message_decoder.decode`.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient, RmqError
-from rmq.connector.message_decoder import decode
+from rmq.connector.spark.message_decoder import decode
 from rmq.subscription import MessageSelector
 from testing import processes
 

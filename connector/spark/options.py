@@ -19,7 +19,8 @@ from rmq.connector.allocation import AVG, STRATEGY_NAMES
 from rmq.connector.client import RmqClient
 from rmq.connector.endpoints import parse_endpoints
 from rmq.connector.errors import RmqOptionError
-from rmq.connector.offsets import (
+from rmq.connector.offsets import Positions, positions_from_json
+from rmq.connector.spark.source_offsets import (
     OFFSET_EARLIEST,
     OFFSET_LATEST,
     AtTimestamp,
@@ -27,10 +28,8 @@ from rmq.connector.offsets import (
     Earliest,
     Latest,
     OffsetPolicy,
-    Positions,
     Specific,
     Timestamps,
-    positions_from_json,
 )
 from rmq.message_format import MAX_TOPIC_LENGTH
 from rmq.names import MAX_GROUP_LENGTH, VALID_CHARACTERS, group_name_problem, topic_name_problem

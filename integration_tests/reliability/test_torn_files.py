@@ -27,7 +27,7 @@ from integration_tests.reliability.traffic import (
 )
 from rmq import message_format as mf
 from rmq.connector.client import RmqClient
-from rmq.connector.message_decoder import decode
+from rmq.connector.spark.message_decoder import decode
 from rmq.store import BrokerRole, FlushDiskType, MessageStore, MessageStoreConfig, MessageToStore, StoreError
 from rmq.v1 import rmq_pb2
 from testing import processes

@@ -20,7 +20,7 @@ from rmq.connector.client import (
     RmqError,
     RmqUnavailable,
 )
-from rmq.connector.message_decoder import decode
+from rmq.connector.spark.message_decoder import decode
 from rmq.v1 import rmq_pb2
 from testing import processes
 from tests.waiting import wait_until
