@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from rmq.auth import SECURITY_OPTION_NAMES, ClientSecurity
-from rmq.connector.allocation import AVG, STRATEGY_NAMES
+from rmq.connector.allocation import STRATEGY_NAMES, AllocateStrategy
 from rmq.connector.client import RmqClient
 from rmq.connector.endpoints import parse_endpoints
 from rmq.connector.errors import RmqOptionError
@@ -196,7 +196,7 @@ def _parse(options: Mapping[str, str], streaming: bool) -> SourceOptions:
         starting_offsets=starting_offsets,
         ending_offsets=_parse_ending(get, subscribed),
         max_messages_per_trigger=get.positive_int("maxMessagesPerTrigger", None),
-        allocate_strategy=get.choice("allocateStrategy", STRATEGY_NAMES, AVG),
+        allocate_strategy=get.choice("allocateStrategy", STRATEGY_NAMES, AllocateStrategy.AVG),
         message_model=get.choice("messageModel", MESSAGE_MODELS, CLUSTERING),
         offset_store_dir=_parse_offset_store_dir(get.text("offsetStoreDir")),
         topic_pattern=pattern,

@@ -59,10 +59,10 @@ from rmq.connector.client import MessageQueue, RmqClient, RmqUnavailable
 from rmq.connector.errors import RmqDataLossError, RmqError
 from rmq.connector.offset_store import OffsetStore, create_offset_store
 from rmq.connector.offsets import Positions
-from rmq.connector.rebalance import ConsumerMembership, new_client_id
 from rmq.connector.spark.admission import admit
 from rmq.connector.spark.backoff import retry_unavailable
 from rmq.connector.spark.broker_offsets import BrokerOffsetLookup
+from rmq.connector.spark.membership import ConsumerMembership, new_client_id
 from rmq.connector.spark.options import OUTAGE_OPTION, SourceOptions, legacy_group_name
 from rmq.connector.spark.partition_reader import QueueRangePartition, read_queue_range
 from rmq.connector.spark.ranges import split_ranges

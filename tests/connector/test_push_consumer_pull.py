@@ -18,11 +18,13 @@ from rmq.connector.client import (
     RmqClient,
     RmqUnavailable,
 )
+from rmq.connector.client_instance import ClientInstance
+from rmq.connector.errors import StateError
 from rmq.connector.message_listener import ConsumeConcurrentlyStatus
 from rmq.connector.offset_store import ReadOffsetType
 from rmq.connector.process_queue import ProcessQueue
 from rmq.connector.pull_message_service import PullMessageService
-from rmq.connector.push_consumer import CONSUMER_TABLE, PushConsumer
+from rmq.connector.push_consumer import PushConsumer
 from rmq.connector.rebalance_impl import PullRequest, SubscriptionData
 from rmq.v1 import rmq_pb2
 from tests.connector.sdk_support import MQ, RecordingScheduler, message
@@ -220,12 +222,25 @@ def test_tv11_offset_illegal_drops_and_fixes_the_offset_after_10_s(consumer: Pus
     )  # moved back (not increase-only), persisted
 
 
-def test_tv23_register_consumer() -> None:
-    c1, c2 = object(), object()
-    assert CONSUMER_TABLE.register_consumer("cid-tv23", "G", c1) is True
-    assert CONSUMER_TABLE.register_consumer("cid-tv23", "G", c2) is False
-    assert CONSUMER_TABLE.register_consumer("cid-tv23", None, c1) is False
-    CONSUMER_TABLE.unregister_consumer("cid-tv23", "G")
+def test_tv23_a_group_registers_once_per_client_id() -> None:
+    client = RmqClient("127.0.0.1:1")
+    first = ClientInstance.acquire("cid-tv23", client=client)
+    second = ClientInstance.acquire("cid-tv23", client=client)
+    c1, c2 = PushConsumer("G", "127.0.0.1:1", client=client), PushConsumer("G", "127.0.0.1:1", client=client)
+    try:
+        assert first is second   # one runtime per client id and client
+        first.register_consumer(c1)
+        with pytest.raises(StateError, match=r"The consumer group\[G\] has been created before"):
+            second.register_consumer(c2)
+        first.unregister_consumer(c1, leave_group=False)
+        second.register_consumer(c2)   # free again once the first one left
+        second.unregister_consumer(c2, leave_group=False)
+    finally:
+        for instance in (first, second):
+            instance.release()
+        for consumer in (c1, c2):
+            consumer.shutdown()
+        client.close()
 
 
 @pytest.mark.parametrize(
