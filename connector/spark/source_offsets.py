@@ -10,9 +10,9 @@ it, otherwise the queue head, tail or the offset found by timestamp.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, assert_never
 
-from rmq.connector.errors import OffsetResolutionError
+from rmq.connector.errors import ConfigError, OffsetResolutionError
 from rmq.connector.offsets import (
     OFFSET_READ_FAILED,
     Positions,
@@ -56,10 +56,10 @@ class StreamOffset:
     @classmethod
     def from_json(cls, obj: Any) -> StreamOffset:
         if not isinstance(obj, dict) or not isinstance(obj.get(CLIENT_ID_KEY), str):
-            raise ValueError(f"not an rmq stream offset (no {CLIENT_ID_KEY!r}): {obj!r}")
+            raise ConfigError(f"not an rmq stream offset (no {CLIENT_ID_KEY!r}): {obj!r}")
         group = obj.get(GROUP_KEY)
         if group is not None and not isinstance(group, str):
-            raise ValueError(f"{GROUP_KEY!r} of an rmq stream offset is not a string: {obj!r}")
+            raise ConfigError(f"{GROUP_KEY!r} of an rmq stream offset is not a string: {obj!r}")
         rest = {key: value for key, value in obj.items() if not key.startswith("@")}
         return cls(obj[CLIENT_ID_KEY], group, positions_from_json(rest), obj.get(INITIAL_KEY) is True)
 
@@ -171,7 +171,7 @@ def resolve_offset(policy: OffsetPolicy, mq: MessageQueue, lookup: QueueOffsetLo
         case Timestamps(timestamps=timestamps, fallback=fallback):
             stamp = timestamps.get(mq)
             return resolve_offset(fallback, mq, lookup) if stamp is None else lookup.search_offset(mq, stamp)
-    raise TypeError(f"not an offset policy: {policy!r}")
+    assert_never(policy)
 
 
 def resolve_acquired_offset(mq: MessageQueue, lookup: QueueOffsetLookup) -> int:
