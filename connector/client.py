@@ -28,12 +28,18 @@ from google.protobuf.message import Message
 
 from rmq.auth import Credentials, TlsSettings, open_channel
 from rmq.connector.endpoints import parse_endpoints
-from rmq.connector.errors import ConfigError, RmqError, RmqRefused, RmqUnavailable
+from rmq.connector.errors import ConfigError, RmqRefused
+from rmq.connector.errors import RmqError as RmqError  # the client's errors, statuses and queue type
+from rmq.connector.errors import RmqUnavailable as RmqUnavailable
 from rmq.connector.tls_probe import speaks_tls
-from rmq.message_queue import MessageQueue
-from rmq.statuses import GetMessageStatus, PullStatus, SendStatus
+from rmq.message_queue import MessageQueue as MessageQueue
+from rmq.statuses import GetMessageStatus as GetMessageStatus
+from rmq.statuses import PullStatus as PullStatus
+from rmq.statuses import SendStatus
 from rmq.subscription import MessageSelector
-from rmq.topic_config import PERM_READ, PERM_WRITE, QueueData, TopicConfig
+from rmq.topic_config import PERM_READ as PERM_READ
+from rmq.topic_config import PERM_WRITE as PERM_WRITE
+from rmq.topic_config import QueueData, TopicConfig
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 MAX_GRPC_MESSAGE_BYTES = 64 * 1024 * 1024

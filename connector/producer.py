@@ -37,7 +37,7 @@ from rmq.connector.errors import ConfigError, StateError
 from rmq.connector.latency_fault_tolerance import LatencyFaultTolerance
 from rmq.connector.message import DEFAULT_MAX_MESSAGE_SIZE, Message
 from rmq.message_format import tags_hash_code
-from rmq.statuses import SendStatus
+from rmq.statuses import SendStatus as SendStatus  # part of the producer's API
 from rmq.v1 import rmq_pb2
 
 logger = logging.getLogger(__name__)
