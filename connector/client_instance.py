@@ -88,10 +88,12 @@ class ClientInstance:
         self.client = client
         self._owns_client = owns_client
         self._heartbeat_interval_s = heartbeat_interval_s
-        self._lock = threading.Lock()
+        # reentrant: a SIGTERM handler may unregister a Spark query (spark.membership) on the
+        # thread that holds them
+        self._lock = threading.RLock()
         self._consumers: dict[str, MQConsumerInner] = {}
         self._watchers: dict[str, ConsumerIdsWatcher] = {}
-        self._rebalance_lock = threading.Lock()   # held while a rebalance runs
+        self._rebalance_lock = threading.RLock()   # held while a rebalance runs
         self._rebalance_service = RebalanceService(self.do_rebalance, WAIT_INTERVAL_S)
         self._scheduler: ScheduledExecutor | None = None
         self._key: _InstanceKey | None = None

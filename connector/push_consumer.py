@@ -211,9 +211,14 @@ class PushConsumer:
                 raise ConfigError("no subscription (subscribe(topic, expression))")
             for topic in self._subscriptions:
                 self.client.query_route(topic)   # an unknown topic fails here, naming it
-            self._instance.register_consumer(self)
             self._state = "START_FAILED"
             self._build()
+            try:
+                self._instance.register_consumer(self)   # built: the heartbeat loop may beat it now
+            except StateError:
+                self._scheduler.shutdown()
+                self._release_instance()
+                raise
             try:
                 check_client_in_broker(self.client, self.group,
                                        self.rebalance_impl.subscription_inner.values(),
