@@ -3,8 +3,8 @@
 
 The query is one consumer of its group under a stable client id, registered with the
 ClientInstance of that id (rmq.connector.client_instance), which heartbeats every broker (at
-once and then every HEARTBEAT_INTERVAL_S, so the query stays live between slow triggers) and
-watches the group's membership. Unlike a PushConsumer it is not rebalanced in the background:
+once and then every QUERY_HEARTBEAT_INTERVAL_S, so the query stays live between slow triggers)
+and watches the group's membership. Unlike a PushConsumer it is not rebalanced in the background:
 at each micro-batch the stream reader asks which queues it owns (broadcasting: every queue;
 clustering: the allocation strategy over the group's sorted consumer list, per topic).
 """
@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 
 # RocketMQ's heartbeatBrokerInterval is 30 s (brokers expire a client after 120 s); a query's
 # instance beats more often, as micro-batches may be far apart
-HEARTBEAT_INTERVAL_S = 10.0
+QUERY_HEARTBEAT_INTERVAL_S = 10.0
 
 
 def new_client_id() -> str:
@@ -102,7 +102,7 @@ class ConsumerMembership:
         driver dies, so the group's other queries take its queues at their next batch."""
         _leave_groups_on_sigterm(self)
         self._instance = ClientInstance.acquire(self.client_id, client=self._client,
-                                                heartbeat_interval_s=HEARTBEAT_INTERVAL_S)
+                                                heartbeat_interval_s=QUERY_HEARTBEAT_INTERVAL_S)
         self._instance.register_consumer(self)
         self._instance.heartbeat(self)
         self._instance.start()

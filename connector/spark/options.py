@@ -17,6 +17,7 @@ from typing import TypeVar
 from rmq.auth import SECURITY_OPTION_NAMES, ClientSecurity
 from rmq.connector.allocation import STRATEGY_NAMES, AllocateStrategy
 from rmq.connector.client import RmqClient
+from rmq.connector.consumer_config import DEFAULT_OFFSET_STORE_DIR
 from rmq.connector.endpoints import parse_endpoints
 from rmq.connector.errors import RmqOptionError
 from rmq.connector.offsets import Positions, positions_from_json
@@ -54,7 +55,6 @@ DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000   # Kafka's maxTriggerDelay defaul
 DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
 DURATION_PATTERN = re.compile(r"^(\d+)\s*(ms|s|min|m|h)?$")
 DEFAULT_CLIENT_TIMEOUT_S = 10.0   # driver-side calls (route, offsets, membership)
-DEFAULT_OFFSET_STORE_DIR = "~/.rmq/offsets"
 GROUP_PREFIX = "spark-rmq-"   # of the group a query gets when option consumerGroup is not set
 
 OPTION_NAMES = (
