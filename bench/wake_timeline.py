@@ -28,10 +28,10 @@ from bench.workload import GROUP, body_of, single_queue
 from rmq.broker_server.long_polling import pull_request_hold_service as long_polling
 from rmq.broker_server.processors import pull_message_processor, send_message_processor
 from rmq.broker_server.rmq_v1 import messaging_service
-from rmq.cli import processes
 from rmq.cli.main import main as rmq_main
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.store import message_store
+from testing import processes
 
 START = "client: send called"
 SEND_RETURNED = "client: send returned"

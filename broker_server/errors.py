@@ -4,7 +4,10 @@ vocabulary, turned into each protocol's status at its edge: the rmq.v1 Status (r
 the RocketMQ 5 Code (rocketmq_v2/status.py), the remoting response code (remoting/dispatch.py).
 A refusal that only one edge raises and has no rmq.v1 Code for (a RocketMQ 5 receipt handle's
 status, a gRPC interceptor's transport status, an HTTP scrape's) is an `EdgeError` carrying that
-edge's own code, answered as is there."""
+edge's own code, answered as is there.
+
+Bad flags, config or files at start are `UserError` (rmq.command_line, re-exported here): the
+`rmq` command's own error, shared with the client commands, reported as one line."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from rmq.command_line import UserError as UserError
 from rmq.v1 import rmq_pb2
 
 Code = rmq_pb2.Code
@@ -39,14 +43,6 @@ class EdgeError(BrokerError):
         Exception.__init__(self, message)
         self.code = code
         self.message = message
-
-
-class UserError(BrokerError):
-    """Bad arguments or input from the user (a flag, a config key, a file); the message is shown
-    as is, without a traceback."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(rmq_pb2.ILLEGAL_ARGUMENT, message)
 
 
 class NotMaster(BrokerError):

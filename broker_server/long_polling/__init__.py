@@ -8,9 +8,15 @@ from typing import TYPE_CHECKING
 from rmq.broker_server.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from rmq.broker_server.long_polling.fair_shares import FairShares as FairShares
-    from rmq.broker_server.long_polling.fair_shares import ShareExceeded as ShareExceeded
-    from rmq.broker_server.long_polling.pull_request_hold_service import HoldTableFull as HoldTableFull
+    from rmq.broker_server.long_polling.fair_shares import (
+        FairShares as FairShares,
+    )
+    from rmq.broker_server.long_polling.fair_shares import (
+        ShareExceeded as ShareExceeded,
+    )
+    from rmq.broker_server.long_polling.pull_request_hold_service import (
+        HoldTableFull as HoldTableFull,
+    )
     from rmq.broker_server.long_polling.pull_request_hold_service import (
         PullRequestHoldService as PullRequestHoldService,
     )

@@ -9,13 +9,27 @@ from rmq.broker_server.exports import lazy_exports
 
 if TYPE_CHECKING:
     from rmq.broker_server.metrics.broker_stats import BrokerStatsManager as BrokerStatsManager
-    from rmq.broker_server.metrics.collectors import BoundedTables as BoundedTables
-    from rmq.broker_server.metrics.collectors import BrokerCollector as BrokerCollector
-    from rmq.broker_server.metrics.collectors import BrokerFigures as BrokerFigures
-    from rmq.broker_server.metrics.collectors import NameServerCollector as NameServerCollector
-    from rmq.broker_server.metrics.collectors import QueueOffset as QueueOffset
-    from rmq.broker_server.metrics.collectors import broker_node_id as broker_node_id
-    from rmq.broker_server.metrics.collectors import serve_metrics as serve_metrics
+    from rmq.broker_server.metrics.collectors import (
+        BoundedTables as BoundedTables,
+    )
+    from rmq.broker_server.metrics.collectors import (
+        BrokerCollector as BrokerCollector,
+    )
+    from rmq.broker_server.metrics.collectors import (
+        BrokerFigures as BrokerFigures,
+    )
+    from rmq.broker_server.metrics.collectors import (
+        NameServerCollector as NameServerCollector,
+    )
+    from rmq.broker_server.metrics.collectors import (
+        QueueOffset as QueueOffset,
+    )
+    from rmq.broker_server.metrics.collectors import (
+        broker_node_id as broker_node_id,
+    )
+    from rmq.broker_server.metrics.collectors import (
+        serve_metrics as serve_metrics,
+    )
 
 __all__, __getattr__ = lazy_exports(
     __name__,

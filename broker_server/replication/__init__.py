@@ -9,9 +9,15 @@ from rmq.broker_server.exports import lazy_exports
 
 if TYPE_CHECKING:
     from rmq.broker_server.replication.broker_group import Replication as Replication
-    from rmq.broker_server.replication.controller_manager import ControllerCollector as ControllerCollector
-    from rmq.broker_server.replication.controller_manager import ControllerService as ControllerService
-    from rmq.broker_server.replication.controller_manager import scan_forever as scan_forever
+    from rmq.broker_server.replication.controller_manager import (
+        ControllerCollector as ControllerCollector,
+    )
+    from rmq.broker_server.replication.controller_manager import (
+        ControllerService as ControllerService,
+    )
+    from rmq.broker_server.replication.controller_manager import (
+        scan_forever as scan_forever,
+    )
     from rmq.broker_server.replication.replicas_info_manager import ReplicasInfoManager as ReplicasInfoManager
     from rmq.broker_server.replication.replicas_manager import (
         serve_in_controller_mode as serve_in_controller_mode,

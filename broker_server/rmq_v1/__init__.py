@@ -9,12 +9,24 @@ from rmq.broker_server.exports import lazy_exports
 
 if TYPE_CHECKING:
     from rmq.broker_server.rmq_v1.admin_service import AdminService as AdminService
-    from rmq.broker_server.rmq_v1.flight_service import FlightReadService as FlightReadService
-    from rmq.broker_server.rmq_v1.flight_service import FlightStreamSlots as FlightStreamSlots
-    from rmq.broker_server.rmq_v1.grpc_server import SHUTDOWN_GRACE_SECONDS as SHUTDOWN_GRACE_SECONDS
-    from rmq.broker_server.rmq_v1.grpc_server import create_server as create_server
-    from rmq.broker_server.rmq_v1.grpc_server import run_until_terminated as run_until_terminated
-    from rmq.broker_server.rmq_v1.grpc_server import wait_for_termination as wait_for_termination
+    from rmq.broker_server.rmq_v1.flight_service import (
+        FlightReadService as FlightReadService,
+    )
+    from rmq.broker_server.rmq_v1.flight_service import (
+        FlightStreamSlots as FlightStreamSlots,
+    )
+    from rmq.broker_server.rmq_v1.grpc_server import (
+        SHUTDOWN_GRACE_SECONDS as SHUTDOWN_GRACE_SECONDS,
+    )
+    from rmq.broker_server.rmq_v1.grpc_server import (
+        create_server as create_server,
+    )
+    from rmq.broker_server.rmq_v1.grpc_server import (
+        run_until_terminated as run_until_terminated,
+    )
+    from rmq.broker_server.rmq_v1.grpc_server import (
+        wait_for_termination as wait_for_termination,
+    )
     from rmq.broker_server.rmq_v1.messaging_service import MessagingService as MessagingService
     from rmq.broker_server.rmq_v1.route_service import BrokerRouteService as BrokerRouteService
     from rmq.broker_server.rmq_v1.status import OK as OK

@@ -53,8 +53,11 @@ _ACCOUNT_KEYS = {"accessKey", "secretKey", "admin", "defaultTopicPerm", "default
 UNSAFE_MODE_BITS = stat.S_IWGRP | stat.S_IWOTH | stat.S_IROTH
 
 
-class AclError(UserError, ValueError):
+class AclError(BrokerError, UserError, ValueError):
     """An ACL file that cannot be used; the message names the file and the entry."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(rmq_pb2.ILLEGAL_ARGUMENT, message)
 
 
 class AccessDenied(BrokerError):

@@ -22,7 +22,7 @@ from rmq.broker_server.security.acl_file import AclFile
 from rmq.broker_server.security.cluster_auth import ClusterAuth, Exchange, ProofRefused, load_cluster_secret
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.connector.client import OutgoingMessage, RmqClient
-from rmq.connector.message_decoder import decode
+from rmq.connector.spark.message_decoder import decode
 from rmq.store import MessageStore, PutMessageStatus
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.acl_files import write_acl
