@@ -140,6 +140,22 @@ class ConsumerSendMsgBackProcessor:
         self.on_topics_changed = on_topics_changed
         self.stats = stats
 
+    async def store_copy(self, group: str, message: StoredMessage, target: SendBackTarget,
+                         max_times: int) -> None:
+        """Store the copy of `message` `group` sends back in the group's retry topic or DLQ
+        (created when missing), counting a move to the DLQ: the one send-back of rmq.v1, 4.x and
+        RocketMQ 5 consumers (a pop delivery past its max attempts)."""
+        if target.dead:
+            ensure_group_topic(self.topics, target.topic, retry.DLQ_NUMS_PER_GROUP, DLQ_TOPIC_PERM,
+                               self.on_topics_changed)
+        else:
+            ensure_retry_topic(self.topics, group, self.on_topics_changed)
+        copy = send_back_copy(message, target, max_times)
+        result = await self.executor.run(self.store.put_message, copy)
+        check_put_status(result.status)
+        if target.dead and self.stats is not None:
+            self.stats.record_send_to_dlq(copy.properties[retry.PROPERTY_RETRY_TOPIC], group)
+
     async def process(
         self, request: rmq_pb2.ConsumerSendMsgBackRequest
     ) -> rmq_pb2.ConsumerSendMsgBackResponse:
@@ -159,15 +175,6 @@ class ConsumerSendMsgBackProcessor:
         check_may_send_back(group, message.topic, request.commit_log_offset)
         target = choose_target(group, request.delay_level, message.reconsume_times, max_times,
                                self.max_delay_level)
-        if target.dead:
-            ensure_group_topic(self.topics, target.topic, retry.DLQ_NUMS_PER_GROUP, DLQ_TOPIC_PERM,
-                               self.on_topics_changed)
-        else:
-            ensure_retry_topic(self.topics, group, self.on_topics_changed)
-        copy = send_back_copy(message, target, max_times)
-        result = await self.executor.run(self.store.put_message, copy)
-        check_put_status(result.status)
-        if target.dead and self.stats is not None:
-            self.stats.record_send_to_dlq(copy.properties[retry.PROPERTY_RETRY_TOPIC], group)
+        await self.store_copy(group, message, target, max_times)
         return rmq_pb2.ConsumerSendMsgBackResponse(
             status=rmq_pb2.Status(code=rmq_pb2.OK), topic=target.topic, delay_level=target.delay_level)

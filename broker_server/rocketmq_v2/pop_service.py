@@ -27,21 +27,13 @@ from rmq import retry
 from rmq.broker_server.long_polling.fair_shares import FairShares, ShareExceeded
 from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
-from rmq.broker_server.processors.consumer_send_msg_back import (
-    DLQ_TOPIC_PERM,
-    SendBackTarget,
-    ensure_group_topic,
-    send_back_copy,
-)
+from rmq.broker_server.processors.consumer_send_msg_back import ConsumerSendMsgBackProcessor, SendBackTarget
 from rmq.broker_server.processors.pull_message_processor import (
     PullMessageProcessor,
     PullQuery,
     Sql92RecordFilter,
 )
 from rmq.broker_server.processors.pull_response_budget import PullBytesLease
-from rmq.broker_server.processors.send_message_processor import check_put_status
-from rmq.broker_server.processors.store_executor import StoreExecutor
-from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.rocketmq_v2.pop_state import InFlight, PopQueue, PopStateTable
 from rmq.broker_server.rocketmq_v2.receipt_handle import ReceiptHandle
 from rmq.broker_server.rocketmq_v2.remembered_receives import RememberedReceives
@@ -49,7 +41,6 @@ from rmq.broker_server.rocketmq_v2.status import V2Error
 from rmq.broker_server.security.caller import account_key
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.statuses import GetMessageStatus
-from rmq.store import MessageStore
 from rmq.stored_message import StoredMessage, decode_record
 
 log = logging.getLogger(__name__)
@@ -108,20 +99,17 @@ def _query(queue: PopQueue, offset: int, count: int, max_bytes: int = 0,
 
 
 class PopService:
-    def __init__(self, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
-                 hold_service: PullRequestHoldService, executor: StoreExecutor, table: PopStateTable,
-                 on_topics_changed: Callable[[], None], remembered: RememberedReceives[Popped],
-                 reader: PullMessageProcessor, clock: Callable[[], float]) -> None:
+    def __init__(self, offsets: ConsumerOffsetManager, hold_service: PullRequestHoldService,
+                 table: PopStateTable, remembered: RememberedReceives[Popped], reader: PullMessageProcessor,
+                 send_back: ConsumerSendMsgBackProcessor, clock: Callable[[], float]) -> None:
         """`reader`: the broker's pull processor, which every read of a queue goes through;
-        `clock`: the wall clock (seconds) invisibilities are measured against."""
-        self.store = store
+        `send_back`: the send-back processor, which moves a message to its group's DLQ; `clock`:
+        the wall clock (seconds) invisibilities are measured against."""
         self.reader = reader
-        self.topics = topics
+        self.send_back = send_back
         self.offsets = offsets
         self.hold_service = hold_service
-        self.executor = executor
         self.table = table
-        self.on_topics_changed = on_topics_changed
         self._locks: dict[PopQueue, asyncio.Lock] = {}
         self._waiters: dict[tuple[str, str], set[asyncio.Future[bool | None]]] = {}
         self._rotation = itertools.count()
@@ -290,11 +278,8 @@ class PopService:
 
     async def _to_dlq(self, queue: PopQueue, record: _Record, max_attempts: int) -> None:
         """A message delivered max_attempts times: a copy in `%DLQ%<group>`, the original done."""
-        dlq = retry.dlq_topic(queue.group)
-        ensure_group_topic(self.topics, dlq, retry.DLQ_NUMS_PER_GROUP, DLQ_TOPIC_PERM, self.on_topics_changed)
-        copy = send_back_copy(record.message, SendBackTarget(dlq, 0), max_attempts - 1)
-        result = await self.executor.run(self.store.put_message, copy)
-        check_put_status(result.status)
+        target = SendBackTarget(retry.dlq_topic(queue.group), 0)
+        await self.send_back.store_copy(queue.group, record.message, target, max_attempts - 1)
         self.table.acked(queue, [record.offset])
 
     def _commit(self, queue: PopQueue) -> None:

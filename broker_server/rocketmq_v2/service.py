@@ -11,6 +11,7 @@ from rmq import retry
 from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.processors.consumer_send_msg_back import ConsumerSendMsgBackProcessor
 from rmq.broker_server.processors.delay_levels import parse_delay_levels
 from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor
 from rmq.broker_server.processors.send_message_processor import SendMessageProcessor
@@ -36,6 +37,7 @@ def build_service(config: BrokerConfig, store: MessageStore, executor: StoreExec
                   topics: TopicConfigManager,
                   offsets: ConsumerOffsetManager, hold_service: PullRequestHoldService,
                   send_processor: SendMessageProcessor, pull_processor: PullMessageProcessor,
+                  send_back_processor: ConsumerSendMsgBackProcessor,
                   open_channel: Callable[[str], grpc.aio.Channel],
                   on_topics_changed: Callable[[], None],
                   clock: Callable[[], float]) -> RocketMQv2MessagingService:
@@ -65,9 +67,9 @@ def build_service(config: BrokerConfig, store: MessageStore, executor: StoreExec
         send_processor, topics,
         RouteResolver(config.broker_name, config.broker_address, topics, config.namesrv_addresses,
                       open_channel),
-        PopService(store, topics, offsets, hold_service, executor, table, on_topics_changed,
+        PopService(offsets, hold_service, table,
                    RememberedReceives(config.max_remembered_receives, config.max_remembered_receive_bytes),
-                   pull_processor, clock),
+                   pull_processor, send_back_processor, clock),
         sessions, GroupPolicy(max_attempts, fifo_groups, config.min_invisible_ms,
                               config.enable_property_filter), timer, transactions,
         OffsetRpcs(store, executor, topics, offsets, pull_processor),
