@@ -464,12 +464,13 @@ class RmqClient:
         self._mark_down(member.address)
 
     def flight_ticket(self, mq: MessageQueue, start: int, end: int, *, group: str, max_rows: int,
-                      batch_rows: int, batch_bytes: int = 0,
-                      sub_expression: str | MessageSelector = "*") -> rmq_pb2.FlightReadTicket:
+                      batch_rows: int, batch_bytes: int = 0, sub_expression: str | MessageSelector = "*",
+                      packed: bool = False) -> rmq_pb2.FlightReadTicket:
         """A read of `mq`'s offsets [start, end), at most `max_rows` rows, in batches of at most
-        `batch_rows` rows and `batch_bytes` record bytes (0: the broker's default)."""
+        `batch_rows` rows and `batch_bytes` record bytes (0: the broker's default); `packed`: the
+        stored records in each batch's metadata instead of rows (docs/data-plane.md)."""
         pull, _ = self._pull_request(mq, start, batch_rows, group, sub_expression, 0, None, batch_bytes, None)
-        return rmq_pb2.FlightReadTicket(pull=pull, end_offset=end, max_rows=max_rows)
+        return rmq_pb2.FlightReadTicket(pull=pull, end_offset=end, max_rows=max_rows, packed=packed)
 
     @property
     def credentials(self) -> Credentials | None:

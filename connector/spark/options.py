@@ -4,7 +4,6 @@ value raises RmqOptionError naming the option and the accepted values."""
 
 from __future__ import annotations
 
-import enum
 import json
 import os
 import re
@@ -19,6 +18,7 @@ from rmq.connector.allocation import AVG, STRATEGY_NAMES
 from rmq.connector.client import RmqClient
 from rmq.connector.endpoints import parse_endpoints
 from rmq.connector.errors import RmqOptionError
+from rmq.connector.flight_reader import TRANSPORTS, Transport
 from rmq.connector.offsets import (
     OFFSET_EARLIEST,
     OFFSET_LATEST,
@@ -73,17 +73,6 @@ STARTING_FORMS = f"one of earliest, latest, committed, timestamp:<epoch-ms>, or 
 ENDING_FORMS = f"latest, or {JSON_FORM}"
 FALLBACK_FORMS = "one of latest, earliest, timestamp:<epoch-ms>, error"
 DURATION_FORMS = "a duration: <n>ms, <n>s, <n>m or <n>h (no unit: ms)"
-
-
-class Transport(enum.Enum):
-    """How executors read (option `transport`, docs/data-plane.md)."""
-
-    AUTO = "auto"       # the broker's Arrow Flight data plane where the route advertises it, else PullMessage
-    FLIGHT = "flight"   # Flight only: a broker without it fails the task
-    GRPC = "grpc"       # PullMessage only
-
-
-TRANSPORTS = tuple(transport.value for transport in Transport)
 
 
 @dataclass(frozen=True)
