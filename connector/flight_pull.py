@@ -5,7 +5,8 @@ A queue whose backlog (the broker's max offset, as the last read of it answered,
 offset to read) holds at least FLIGHT_BACKLOG_PULLS pulls is read by one packed Flight ticket
 instead of pull after pull: the ticket starts at the next offset, has no end but the queue's own,
 and carries at most the rows the queue's cache still has room for (pull_threshold_for_queue), one
-store read of `pull_batch_size` per batch. A packed batch's metadata is the PullMessageResponse a
+store read of FLIGHT_BATCH_ROWS (at least `pull_batch_size`) per batch; poll() still hands them out
+`pull_batch_size` at a time. A packed batch's metadata is the PullMessageResponse a
 PullMessage at that offset would have answered, records included, so the consumer takes each one
 exactly as a pull's answer (decoding, tag re-check, offset corrections, removed entries). When the
 stream ends the consumer reads the queue on as before: long-polling PullMessage at the tail, or
@@ -32,6 +33,7 @@ from rmq.connector.rebalance_impl import PullRequest
 from rmq.subscription import MessageSelector
 
 FLIGHT_BACKLOG_PULLS = 4    # a backlog of this many pulls or more is read through Flight (AUTO)
+FLIGHT_BATCH_ROWS = 256     # rows of one store read of a ticket (poll still hands out pull_batch_size)
 FLIGHT_READERS = 4          # tickets read at once (the broker allows 16 streams per account)
 FALLBACK_S = 30.0           # AUTO: pulls only, for this long after a broker's data plane failed
 OPEN_END = (1 << 63) - 1    # a ticket reads up to the queue's end (its rows are bounded instead)
@@ -48,6 +50,7 @@ class FlightPullService:
         self.transport = transport
         self._group = group
         self._batch = pull_batch_size
+        self._read_rows = max(pull_batch_size, FLIGHT_BATCH_ROWS)
         self._clock = clock
         self._reader = FlightReader(client)
         self._executor: ThreadPoolExecutor | None = None
@@ -82,7 +85,7 @@ class FlightPullService:
              done: Done) -> None:
         """Read one ticket of `request`'s queue from its next offset on a reader thread: at most
         `room` rows; `take(request, result)` for each store read, then `done(request, error)`."""
-        reads = max(1, min(READS_PER_TICKET, room // self._batch))
+        reads = max(1, min(READS_PER_TICKET, room // self._read_rows))
         with self._lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(FLIGHT_READERS, thread_name_prefix="rmq-flight-pull")
@@ -94,7 +97,7 @@ class FlightPullService:
         error: RmqError | None = None
         try:
             chunks = self._reader.read(mq, request.next_offset, OPEN_END, group=self._group,
-                                       batch_rows=self._batch, sub_expression=selector, reads=reads,
+                                       batch_rows=self._read_rows, sub_expression=selector, reads=reads,
                                        packed=True)
             for chunk in chunks:
                 if pq.dropped or self._stopped:
