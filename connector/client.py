@@ -363,14 +363,26 @@ class RmqClient:
         `acknowledged` counts the messages of earlier requests that were stored. A SYNC_MASTER
         that stored a request without a slave confirming it answers FLUSH_SLAVE_TIMEOUT or
         SLAVE_NOT_AVAILABLE: the send succeeds and `status` says "stored on the master only"."""
-        name = broker_name or self._pick_broker(topic)
-        address = self._broker_address(name)
-        result = SendResult([], [], [], name)
         if all(map(OutgoingMessage.is_plain, messages)):
-            requests = _column_requests(topic, messages, self.max_request_bytes)
+            requests: Iterable[rmq_pb2.SendMessageRequest] = self.column_requests(
+                topic, [m.body for m in messages], [m.tags for m in messages], [m.keys for m in messages])
         else:
             requests = (rmq_pb2.SendMessageRequest(topic=topic, messages=chunk)
                         for chunk in _chunks([m.to_proto() for m in messages], self.max_request_bytes))
+        return self.send_requests(topic, requests, broker_name)
+
+    def column_requests(self, topic: str, bodies: list[bytes], tags: list[str], keys: list[str]
+                        ) -> list[rmq_pb2.SendMessageRequest]:
+        """Plain messages (a body, tags and keys each) encoded as MessageColumns requests, as
+        many as the request size limit needs: to send (again) with send_requests."""
+        return list(_column_requests(topic, bodies, tags, keys, self.max_request_bytes))
+
+    def send_requests(self, topic: str, requests: Iterable[rmq_pb2.SendMessageRequest],
+                      broker_name: str | None = None) -> SendResult:
+        """`send` of messages already encoded (column_requests): the same answers and errors."""
+        name = broker_name or self._pick_broker(topic)
+        address = self._broker_address(name)
+        result = SendResult([], [], [], name)
         status = rmq_pb2.OK
         for request in requests:
             try:
@@ -953,13 +965,10 @@ def _chunks(messages: list[rmq_pb2.Message], max_bytes: int) -> Iterator[list[rm
         yield chunk
 
 
-def _column_requests(topic: str, messages: Sequence[OutgoingMessage], max_bytes: int
+def _column_requests(topic: str, bodies: list[bytes], tags: list[str], keys: list[str], max_bytes: int
                      ) -> Iterator[rmq_pb2.SendMessageRequest]:
     """Plain messages as MessageColumns requests, split like _chunks: runs whose encoded size
     stays under max_bytes (a single larger message travels alone)."""
-    bodies = [m.body for m in messages]
-    tags = [m.tags for m in messages]
-    keys = [m.keys for m in messages]
     if not bodies:
         return
     # at most 4 UTF-8 bytes per character
