@@ -13,10 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from rmq.connector.client import RmqClient
 from rmq.connector.message import Message
 from rmq.v1 import rmq_pb2
+
+_TOPIC, _BODY, _TAGS, _KEYS = (attrgetter(name) for name in ("topic", "body", "tags", "keys"))
+_PROPERTIES, _DELAY_LEVEL = attrgetter("properties"), attrgetter("delay_level")
 
 
 @dataclass(frozen=True)
@@ -30,16 +34,19 @@ class MessageBatch:
                            ) -> MessageBatch | None:
         """The batch of `messages`, None unless they are plain messages of one topic that pass
         Message.check (the caller checks them one by one then)."""
-        if not messages or not all(type(m) is Message for m in messages):
+        if not messages or set(map(type, messages)) != {Message}:
             return None
         topic = messages[0].topic
-        if not topic or any(m.topic != topic or m.properties or m.delay_level for m in messages):
+        if (not topic or set(map(_TOPIC, messages)) != {topic} or any(map(_PROPERTIES, messages))
+                or any(map(_DELAY_LEVEL, messages))):
             return None
-        bodies = [m.body for m in messages]
-        if not all(type(body) is bytes for body in bodies):
+        bodies = list(map(_BODY, messages))
+        if set(map(type, bodies)) != {bytes}:
             return None
         sizes = list(map(len, bodies))
         if min(sizes) == 0 or max(sizes) > max_message_size:
             return None
-        tags, keys = [m.tags for m in messages], [m.keys_text for m in messages]
+        tags, keys = list(map(_TAGS, messages)), list(map(_KEYS, messages))
+        if set(map(type, keys)) != {str}:
+            keys = [m.keys_text for m in messages]
         return cls(topic, len(bodies), client.column_requests(topic, bodies, tags, keys))
