@@ -478,8 +478,9 @@ class PullConsumer:
         if messages:
             request.process_queue.put_message(messages)
         request.process_queue.mark_pulled_until(request.next_offset)   # poll() commits past filtered ones
-        if messages:
-            self._requests.put(ConsumeRequest(messages, request.message_queue, request.process_queue))
-        elif request.process_queue.msg_count == 0:   # correctTagsOffset: past filtered-out messages
+        if not messages and request.process_queue.msg_count == 0:   # correctTagsOffset: past filtered-out
             with self._consumed_lock:
-                self._consumed[request.message_queue] = request.next_offset
+                self._consumed[mq] = request.next_offset
+        for start in range(0, len(messages), self.pull_batch_size):   # a Flight read holds more
+            self._requests.put(ConsumeRequest(messages[start:start + self.pull_batch_size], mq,
+                                              request.process_queue))

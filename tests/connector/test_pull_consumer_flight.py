@@ -42,10 +42,19 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker
 
 
 def read_all(consumer: PullConsumer, count: int) -> list[MessageExt]:
+    """`count` messages, each poll handing out at most pull_batch_size (a Flight read holds more)."""
     got: list[MessageExt] = []
-    wait_until(lambda: got.extend(consumer.poll(0.2)) or len(got) >= count,
-               lambda: f"read {len(got)} of {count} messages", timeout=60)
+    sizes: list[int] = []
+
+    def poll() -> bool:
+        batch = consumer.poll(0.2)
+        got.extend(batch)
+        sizes.append(len(batch))
+        return len(got) >= count
+
+    wait_until(poll, lambda: f"read {len(got)} of {count} messages", timeout=60)
     assert consumer.poll(0.2) == []
+    assert max(sizes) <= consumer.pull_batch_size
     return got
 
 
