@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -81,7 +81,7 @@ class FlightReader:
     def read(self, mq: MessageQueue, start: int, end: int, *, group: str, batch_rows: int,
              batch_bytes: int = 0, sub_expression: str | MessageSelector = "*",
              timeout: float | None = None, reads: int = READS_PER_TICKET, packed: bool = False
-             ) -> Iterator[FlightChunk]:
+             ) -> Generator[FlightChunk, None, None]:
         """The store reads of one ticket from `start` towards `end` (at most `reads` of
         `batch_rows`, READS_PER_TICKET at most); the last one's result says where to go on.
         RmqUnavailable when the broker cannot be reached or serves no Flight, RmqError for a
