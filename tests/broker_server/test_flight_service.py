@@ -22,8 +22,9 @@ from rmq.broker_server.tls import ServerTls
 from rmq.cli import main as cli
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.connector.errors import RmqError, RmqUnavailable
-from rmq.connector.flight_reader import FlightReader
+from rmq.connector.flight_reader import FlightReader, Transport
 from rmq.connector.message_decoder import SCHEMA, decode
+from rmq.connector.pull_consumer import PullConsumer
 from rmq.message_queue import MessageQueue
 from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.subscription import ExpressionType, MessageSelector
@@ -75,6 +76,19 @@ def test_a_range_reads_as_the_pulls_would(broker: InProcessBroker) -> None:
         assert (chunks[-1].result.pull_status, chunks[-1].result.next_begin_offset) == (PullStatus.FOUND, 250)
         rows = [o for chunk in chunks for o in chunk.batch.column("queue_offset").to_pylist()]
         assert rows == list(range(10, 250))
+
+
+def test_a_packed_ticket_answers_each_read_as_the_pull_would(broker: InProcessBroker) -> None:
+    """`packed`: batches without rows, each read's metadata PullMessage's whole answer, records
+    included (the PullConsumer decodes them as pulls)."""
+    with RmqClient(broker.address) as client:
+        chunks = read(client, 10, 250, packed=True)
+        assert [(len(c.batch), c.result.messages.count) for c in chunks] == [(0, 64)] * 3 + [(0, 48)]
+        offset = 10
+        for chunk in chunks:
+            pulled = client.pull(MQ, offset, min(64, 250 - offset), group="etl")
+            assert chunk.result == pulled
+            offset = pulled.next_begin_offset
 
 
 def test_filters_advance_like_pulls(broker: InProcessBroker) -> None:
@@ -210,6 +224,19 @@ def test_an_account_without_the_topic_is_denied(acl_broker: InProcessBroker) -> 
         with pytest.raises(RmqError, match=f"PERMISSION_DENIED|UNAUTHORIZED.*{TOPIC}") as refusal:
             read(client, 0, 10)
         assert refusal.value.code == rmq_pb2.NO_PERMISSION
+
+
+def test_a_signed_pull_consumer_reads_its_backlog_through_flight(acl_broker: InProcessBroker) -> None:
+    with signed_client(acl_broker, "etl001", "etl-secret") as client:
+        consumer = PullConsumer("etl", acl_broker.address, client=client, transport="flight",
+                                auto_commit=False)
+        consumer.assign([MQ])
+        with consumer:
+            consumer.seek(MQ, 0)
+            got: list[bytes] = []
+            wait_until(lambda: got.extend(m.body for m in consumer.poll(0.1)) or len(got) == COUNT)
+            assert got == [b"m-%04d" % n for n in range(COUNT)]
+            assert consumer.transport_reads.get(Transport.FLIGHT, 0) > 0
 
 
 def raw_do_get(broker: InProcessBroker, ticket: bytes, headers: list[tuple[bytes, bytes]]) -> None:
