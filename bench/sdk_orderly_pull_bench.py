@@ -25,7 +25,7 @@ from rmq.connector import (
     PushConsumer,
 )
 from rmq.connector.client import RmqClient
-from rmq.connector.flight_reader import Transport
+from rmq.connector.transport import Transport
 
 QUEUES = 8
 BODY_SIZE = 100

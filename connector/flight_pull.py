@@ -12,7 +12,7 @@ exactly as a pull's answer (decoding, tag re-check, offset corrections, removed 
 stream ends the consumer reads the queue on as before: long-polling PullMessage at the tail, or
 the next ticket while a backlog is left.
 
-Option `transport` (flight_reader.Transport): AUTO reads a backlog through Flight where the route
+Option `transport` (transport.Transport): AUTO reads a backlog through Flight where the route
 advertises it; a Flight read that finds the data plane unreachable sends that broker's queues back
 to PullMessage for FALLBACK_S. FLIGHT reads every range that exists through Flight (a broker
 without it stops poll with RmqReadError); the tail is waited for by long polling either way (a
@@ -25,12 +25,16 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from rmq.connector.client import MessageQueue, PullResult, RmqClient
-from rmq.connector.errors import RmqError, RmqReadError, RmqUnavailable
-from rmq.connector.flight_reader import READS_PER_TICKET, FlightReader, Transport
+from rmq.connector.errors import ConfigError, RmqError, RmqReadError, RmqUnavailable
 from rmq.connector.rebalance_impl import PullRequest
+from rmq.connector.transport import Transport
 from rmq.subscription import MessageSelector
+
+if TYPE_CHECKING:
+    from rmq.connector.flight_reader import FlightReader
 
 FLIGHT_BACKLOG_PULLS = 4    # a backlog of this many pulls or more is read through Flight (AUTO)
 FLIGHT_BATCH_ROWS = 256     # rows of one store read of a ticket (poll still hands out pull_batch_size)
@@ -52,7 +56,7 @@ class FlightPullService:
         self._batch = pull_batch_size
         self._read_rows = max(pull_batch_size, FLIGHT_BATCH_ROWS)
         self._clock = clock
-        self._reader = FlightReader(client)
+        self._reader = _flight_reader(client, transport)
         self._executor: ThreadPoolExecutor | None = None
         self._max_offsets: dict[MessageQueue, int] = {}     # as the last read of the queue answered
         self._pulls_until: dict[str, float] = {}             # broker -> clock: its data plane failed
@@ -67,7 +71,7 @@ class FlightPullService:
         """Whether the read of `mq` at `next_offset` goes through Flight. RmqReadError when
         transport is FLIGHT and the broker serves none; RmqUnavailable when the route cannot be
         had (the caller retries as for a pull)."""
-        if self.transport is Transport.GRPC:
+        if self._reader is None:
             return False
         backlog = self._max_offsets.get(mq, -1) - next_offset
         if self.transport is Transport.AUTO:
@@ -85,7 +89,7 @@ class FlightPullService:
              done: Done) -> None:
         """Read one ticket of `request`'s queue from its next offset on a reader thread: at most
         `room` rows; `take(request, result)` for each store read, then `done(request, error)`."""
-        reads = max(1, min(READS_PER_TICKET, room // self._read_rows))
+        reads = max(1, room // self._read_rows)   # FlightReader caps it at READS_PER_TICKET
         with self._lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(FLIGHT_READERS, thread_name_prefix="rmq-flight-pull")
@@ -94,6 +98,7 @@ class FlightPullService:
     def _read(self, request: PullRequest, selector: str | MessageSelector, reads: int, take: Take,
               done: Done) -> None:
         mq, pq = request.message_queue, request.process_queue
+        assert self._reader is not None   # wants() said Flight
         error: RmqError | None = None
         try:
             chunks = self._reader.read(mq, request.next_offset, OPEN_END, group=self._group,
@@ -118,4 +123,20 @@ class FlightPullService:
             executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=True)
-        self._reader.close()
+        if self._reader is not None:
+            self._reader.close()
+
+
+def _flight_reader(client: RmqClient, transport: Transport) -> FlightReader | None:
+    """The Flight client, None for GRPC, or for AUTO without pyarrow (an optional extra: the SDK
+    then reads by PullMessage only). FLIGHT without pyarrow is a ConfigError."""
+    if transport is Transport.GRPC:
+        return None
+    try:
+        from rmq.connector.flight_reader import FlightReader
+    except ModuleNotFoundError as missing:
+        if transport is Transport.FLIGHT:
+            raise ConfigError(f"transport=flight needs pyarrow, and {missing.name} is not installed: pip "
+                              "install 'rmq[spark]' (or pyarrow), or use transport auto or grpc") from None
+        return None
+    return FlightReader(client)

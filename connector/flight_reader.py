@@ -10,7 +10,6 @@ read gets the stored records in each chunk's PullResult instead of rows, as a pu
 
 from __future__ import annotations
 
-import enum
 import threading
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ import pyarrow.flight as flight
 from rmq import flight as flight_contract
 from rmq import request_signing
 from rmq.connector.client import PullResult, RmqClient, pull_result
-from rmq.connector.errors import RmqError, RmqUnavailable
+from rmq.connector.errors import RmqError, RmqRefused, RmqUnavailable
 from rmq.message_queue import MessageQueue
 from rmq.subscription import MessageSelector
 from rmq.v1 import rmq_pb2
@@ -30,17 +29,6 @@ from rmq.v1 import rmq_pb2
 # finds a broker that stopped answering.
 READS_PER_TICKET = 16
 _UNAVAILABLE = (flight.FlightUnavailableError, flight.FlightTimedOutError, flight.FlightCancelledError)
-
-
-class Transport(enum.Enum):
-    """How a reader reads ranges (the Spark source's and the PullConsumer's option `transport`)."""
-
-    AUTO = "auto"       # the broker's Arrow Flight data plane where the route advertises it, else PullMessage
-    FLIGHT = "flight"   # Flight only: a broker without it is an error
-    GRPC = "grpc"       # PullMessage only
-
-
-TRANSPORTS = tuple(transport.value for transport in Transport)
 
 
 @dataclass(frozen=True)
@@ -160,7 +148,7 @@ def _flight_error(error: flight.FlightError, label: str, mq: MessageQueue) -> Rm
     text = str(error).split(". Detail:")[0]
     status = flight_contract.parse_refusal(error.extra_info)
     if status is not None:
-        return RmqError(status.code, status.message, broker=label, queue=mq)
+        return RmqRefused(status.code, status.message, broker=label, queue=mq)
     if isinstance(error, _UNAVAILABLE):
         return RmqUnavailable(f"Flight DoGet failed: {text}", broker=label, queue=mq)
     denied = isinstance(error, flight.FlightUnauthorizedError)

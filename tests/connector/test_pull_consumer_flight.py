@@ -13,9 +13,9 @@ import pytest
 
 from rmq.connector.client import PERM_READ, PERM_WRITE, MessageQueue, OutgoingMessage, RmqClient
 from rmq.connector.errors import RmqReadError
-from rmq.connector.flight_reader import Transport
 from rmq.connector.message import MessageExt
 from rmq.connector.pull_consumer import PullConsumer
+from rmq.connector.transport import Transport
 from rmq.subscription import MessageSelector
 from tests.broker_server.in_process_broker import InProcessBroker
 from tests.connector.test_partition_reader_removing import SMALL_FILES, delete_commit_log_files_only
