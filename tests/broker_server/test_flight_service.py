@@ -227,17 +227,21 @@ def test_an_account_without_the_topic_is_denied(acl_broker: InProcessBroker) -> 
         assert refusal.value.code == rmq_pb2.NO_PERMISSION
 
 
+def pull_consumer_reads_all_through_flight(client: RmqClient, address: str) -> None:
+    """A PullConsumer on `client` (its signing, its TLS) reads MQ's backlog through Flight."""
+    consumer = PullConsumer("etl", address, client=client, transport="flight", auto_commit=False)
+    consumer.assign([MQ])
+    with consumer:
+        consumer.seek(MQ, 0)
+        got: list[bytes] = []
+        wait_until(lambda: got.extend(m.body for m in consumer.poll(0.1)) or len(got) == COUNT)
+        assert got == [b"m-%04d" % n for n in range(COUNT)]
+        assert consumer.transport_reads.get(Transport.FLIGHT, 0) > 0
+
+
 def test_a_signed_pull_consumer_reads_its_backlog_through_flight(acl_broker: InProcessBroker) -> None:
     with signed_client(acl_broker, "etl001", "etl-secret") as client:
-        consumer = PullConsumer("etl", acl_broker.address, client=client, transport="flight",
-                                auto_commit=False)
-        consumer.assign([MQ])
-        with consumer:
-            consumer.seek(MQ, 0)
-            got: list[bytes] = []
-            wait_until(lambda: got.extend(m.body for m in consumer.poll(0.1)) or len(got) == COUNT)
-            assert got == [b"m-%04d" % n for n in range(COUNT)]
-            assert consumer.transport_reads.get(Transport.FLIGHT, 0) > 0
+        pull_consumer_reads_all_through_flight(client, acl_broker.address)
 
 
 def raw_do_get(broker: InProcessBroker, ticket: bytes, headers: list[tuple[bytes, bytes]]) -> None:
@@ -285,6 +289,7 @@ def test_mutual_tls_as_on_the_grpc_port(tmp_path: Path) -> None:
                        tls_key_file=str(files.client_key)) as client:
             fill(client)
             assert sum(len(chunk.batch) for chunk in read(client, 0, 100)) == 100
+            pull_consumer_reads_all_through_flight(client, broker.address)
             with RmqClient(broker.address, tls_ca_file=str(files.ca)) as no_certificate:
                 no_certificate.read_member = client.read_member   # type: ignore[method-assign]
                 with pytest.raises(RmqUnavailable):
