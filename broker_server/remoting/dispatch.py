@@ -15,10 +15,10 @@ from google.protobuf.message import Message
 from rmq.broker_server.acl import AccessDenied
 from rmq.broker_server.caller import run_as
 from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
-from rmq.broker_server.remoting.remoting_command import RemotingCommand
 from rmq.broker_server.remoting.remoting_server import CallContext, Channel
-from rmq.broker_server.remoting.request_code import ResponseCode
 from rmq.broker_server.status import RequestError, rmq_pb2
+from rmq.remoting.remoting_command import RemotingCommand
+from rmq.remoting.request_code import ResponseCode
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,389 @@
+"""The SDK's hot path over the broker's remoting port (RocketMQ NettyRemotingClient;
+docs/client-behaviour.md "Transport", docs/remoting-protocol.md): a single-message send and
+the consumers' long-polling pulls travel as RemotingCommand frames on one TCP connection per
+broker, because a frame written on a plain socket reaches the broker in a fraction of a gRPC
+call's time (bench/NOTES.md, issue 29). Everything else stays on gRPC.
+
+A broker that serves the port names it in its route (BrokerMember.remoting_address); RmqClient
+uses it then and gRPC otherwise. Requests are signed with rmq's scheme (rmq.remoting.
+request_signing) for the member's server id, and the connection uses TLS when the client does.
+A connection that cannot be opened makes RmqClient use gRPC for that member for a while.
+
+One reader thread per connection reads answers and completes the waiting call: a blocking
+send wakes on its event, a pull's callback runs on the reader thread (as gRPC runs it on its
+own). A call not answered by its deadline fails with RmqUnavailable; a cancelled pull tells the
+broker (CANCEL_REQUEST), which lets the held pull go."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import socket
+import ssl
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rmq import message_format as mf
+from rmq.auth import Credentials, TlsSettings
+from rmq.connector.errors import RmqError, RmqUnavailable
+from rmq.remoting import request_signing
+from rmq.remoting.remoting_command import (
+    LENGTH,
+    RPC_ONEWAY,
+    FrameError,
+    LanguageCode,
+    RemotingCommand,
+    decode,
+)
+from rmq.remoting.request_code import CANCELLED_OPAQUE, RequestCode, ResponseCode
+from rmq.v1 import rmq_pb2
+
+log = logging.getLogger(__name__)
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+DEADLINE_CHECK_S = 0.5          # how often the reader looks for calls past their deadline
+RECORD_SIZE = struct.Struct(">i")   # a CommitLog record starts with its total size
+SIZES = struct.Struct("<i")         # PackedMessages.sizes: little-endian int32 per record
+
+# RocketMQ response codes as rmq.v1 codes (the broker's RESPONSE_CODES read backwards).
+STATUS_CODES: dict[int, rmq_pb2.Code] = {
+    ResponseCode.SUCCESS: rmq_pb2.OK,
+    ResponseCode.SYSTEM_ERROR: rmq_pb2.SYSTEM_ERROR,
+    ResponseCode.SYSTEM_BUSY: rmq_pb2.LIMIT_EXCEEDED,
+    ResponseCode.FLUSH_DISK_TIMEOUT: rmq_pb2.FLUSH_DISK_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: rmq_pb2.SLAVE_NOT_AVAILABLE,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: rmq_pb2.FLUSH_SLAVE_TIMEOUT,
+    ResponseCode.MESSAGE_ILLEGAL: rmq_pb2.MESSAGE_ILLEGAL,
+    ResponseCode.SERVICE_NOT_AVAILABLE: rmq_pb2.SERVICE_NOT_AVAILABLE,
+    ResponseCode.NO_PERMISSION: rmq_pb2.NO_PERMISSION,
+    ResponseCode.TOPIC_NOT_EXIST: rmq_pb2.TOPIC_NOT_EXIST,
+    ResponseCode.QUERY_NOT_FOUND: rmq_pb2.QUERY_NOT_FOUND,
+    ResponseCode.SUBSCRIPTION_PARSE_FAILED: rmq_pb2.SUBSCRIPTION_PARSE_FAILED,
+    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: rmq_pb2.SUBSCRIPTION_GROUP_NOT_EXIST,
+}
+# A PULL_MESSAGE answer's code is its pull status.
+PULL_STATUSES: dict[int, rmq_pb2.PullStatus] = {
+    ResponseCode.SUCCESS: rmq_pb2.FOUND,
+    ResponseCode.PULL_NOT_FOUND: rmq_pb2.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: rmq_pb2.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: rmq_pb2.OFFSET_ILLEGAL,
+}
+STORE_STATUSES: dict[rmq_pb2.PullStatus, rmq_pb2.GetMessageStatus] = {
+    rmq_pb2.FOUND: rmq_pb2.GMS_FOUND,
+    rmq_pb2.NO_NEW_MSG: rmq_pb2.GMS_OFFSET_OVERFLOW_ONE,
+    rmq_pb2.NO_MATCHED_MSG: rmq_pb2.GMS_NO_MATCHED_MESSAGE,
+    rmq_pb2.OFFSET_ILLEGAL: rmq_pb2.GMS_OFFSET_OVERFLOW_BADLY,
+}
+
+class PortUnreachable(RmqUnavailable):
+    """The remoting port could not be connected to: nothing was sent (RmqClient uses gRPC)."""
+
+
+class RequestCancelled(RmqUnavailable):
+    """The caller cancelled the request."""
+
+
+Completion = Callable[[RemotingCommand | None, RmqUnavailable | None], None]
+
+
+@dataclass(frozen=True)
+class RemotingTarget:
+    """A broker member's remoting port and the server id its requests are signed for."""
+
+    address: str
+    server_id: str
+    label: str          # "<broker name> at <address>", for errors
+
+
+@dataclass
+class _Pending:
+    deadline: float
+    complete: Completion
+
+
+@dataclass
+class _Waiter:
+    """What a blocking call waits on."""
+
+    event: threading.Event = field(default_factory=threading.Event)
+    response: RemotingCommand | None = None
+    failure: RmqUnavailable | None = None
+
+    def __call__(self, response: RemotingCommand | None, failure: RmqUnavailable | None) -> None:
+        self.response, self.failure = response, failure
+        self.event.set()
+
+
+class RemotingCall:
+    """A pull in flight: `cancel()` ends it (its callback gets RmqUnavailable "... cancelled")."""
+
+    def __init__(self, connection: RemotingConnection, opaque: int) -> None:
+        self._connection = connection
+        self._opaque = opaque
+
+    def cancel(self) -> bool:
+        return self._connection.cancel(self._opaque)
+
+
+class RemotingConnection:
+    """One TCP (or TLS) connection to a broker's remoting port and its reader thread."""
+
+    def __init__(self, address: str, tls: TlsSettings | None, connect_timeout: float) -> None:
+        host, _, port = address.rpartition(":")
+        host = host.strip("[]")
+        sock = socket.create_connection((host, int(port)), timeout=connect_timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            sock = client_ssl_context(tls).wrap_socket(sock, server_hostname=host)
+        sock.settimeout(DEADLINE_CHECK_S)
+        self.address = address
+        self._socket = sock
+        self._write_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._pending: dict[int, _Pending] = {}
+        self._opaques = itertools.count(1)
+        self.closed = False
+        self._reader = threading.Thread(target=self._read_forever, name=f"rmq-remoting-{address}",
+                                        daemon=True)
+        self._reader.start()
+
+    def close(self) -> None:
+        self.closed = True
+        try:
+            self._socket.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._socket.close()
+
+    def call(self, command: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send a request and wait for its answer (RmqUnavailable when none comes in time)."""
+        waiter = _Waiter()
+        self.start(command, timeout, waiter)
+        waiter.event.wait()
+        if waiter.failure is not None:
+            raise waiter.failure
+        assert waiter.response is not None
+        return waiter.response
+
+    def start(self, command: RemotingCommand, timeout: float, complete: Completion) -> int:
+        """Send a request; `complete` runs once with its answer or the failure. The opaque."""
+        opaque = command.opaque = next(self._opaques)
+        with self._lock:
+            if self.closed:
+                raise RmqUnavailable(f"connection to {self.address} is closed")
+            self._pending[opaque] = _Pending(time.monotonic() + timeout, complete)
+        try:
+            self._write(command)
+        except OSError as error:
+            self._finish(opaque, None, RmqUnavailable(f"cannot write to {self.address}: {error}"))
+        return opaque
+
+    def cancel(self, opaque: int) -> bool:
+        pending = self._take(opaque)
+        if pending is None:
+            return False
+        cancel = RemotingCommand(RequestCode.CANCEL_REQUEST, flag=RPC_ONEWAY,
+                                 ext_fields={CANCELLED_OPAQUE: str(opaque)}, language=LanguageCode.PYTHON)
+        cancel.opaque = next(self._opaques)
+        try:
+            self._write(cancel)
+        except OSError:
+            pass   # the connection is gone: the broker dropped the request with it
+        pending.complete(None, RequestCancelled("request cancelled"))
+        return True
+
+    def _write(self, command: RemotingCommand) -> None:
+        frame = command.encode()
+        with self._write_lock:
+            self._socket.sendall(frame)
+
+    def _take(self, opaque: int) -> _Pending | None:
+        with self._lock:
+            return self._pending.pop(opaque, None)
+
+    def _finish(self, opaque: int, response: RemotingCommand | None, failure: RmqUnavailable | None) -> None:
+        pending = self._take(opaque)
+        if pending is not None:
+            pending.complete(response, failure)
+
+    def _read_forever(self) -> None:
+        buffer = bytearray()
+        reason = "closed by the broker"
+        try:
+            while True:
+                try:
+                    chunk = self._socket.recv(256 * 1024)
+                except TimeoutError:
+                    self._expire(time.monotonic())
+                    continue
+                if not chunk:
+                    break
+                buffer += chunk
+                self._dispatch(buffer)
+        except (OSError, FrameError) as error:
+            reason = str(error)
+        finally:
+            self._fail_all(reason)
+
+    def _dispatch(self, buffer: bytearray) -> None:
+        """Complete the calls whose answers `buffer` holds whole; leave the rest in it."""
+        position = 0
+        while len(buffer) - position >= LENGTH.size:
+            length = LENGTH.unpack_from(buffer, position)[0]
+            if not 4 <= length <= MAX_FRAME_BYTES:
+                raise FrameError(f"frame length {length} from {self.address} is outside "
+                                 f"4..{MAX_FRAME_BYTES}")
+            end = position + LENGTH.size + length
+            if end > len(buffer):
+                break
+            command = decode(bytes(buffer[position + LENGTH.size : end]))
+            position = end
+            if command.is_response:
+                self._finish(command.opaque, command, None)
+            elif not command.is_oneway:   # the broker's own questions are for 4.x consumers
+                self._write(command.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "not a 4.x consumer"))
+        del buffer[:position]
+
+    def _expire(self, now: float) -> None:
+        with self._lock:
+            late = [opaque for opaque, pending in self._pending.items() if pending.deadline <= now]
+        for opaque in late:
+            self._finish(opaque, None, RmqUnavailable(f"no answer from {self.address} in time"))
+
+    def _fail_all(self, reason: str) -> None:
+        with self._lock:
+            self.closed = True
+            pending, self._pending = self._pending, {}
+        for call in pending.values():
+            call.complete(None, RmqUnavailable(f"connection to {self.address} lost: {reason}"))
+
+
+def client_ssl_context(tls: TlsSettings) -> ssl.SSLContext:
+    """TLS as the client's gRPC channels use it: the CA file (else the system roots) and the
+    client certificate for mutual TLS."""
+    context = ssl.create_default_context(cafile=str(tls.ca_file) if tls.ca_file else None)
+    if tls.cert_file is not None and tls.key_file is not None:
+        context.load_cert_chain(tls.cert_file, tls.key_file)
+    return context
+
+
+class RemotingClient:
+    """The SDK's remoting connections, one per broker address, opened on first use."""
+
+    def __init__(self, credentials: Credentials | None, tls: TlsSettings | None, timeout: float) -> None:
+        self._credentials = credentials
+        self._tls = tls
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._connections: dict[str, RemotingConnection] = {}
+
+    def close(self) -> None:
+        with self._lock:
+            connections, self._connections = self._connections, {}
+        for connection in connections.values():
+            connection.close()
+
+    def send(self, target: RemotingTarget, topic: str, message: rmq_pb2.Message,
+             timeout: float) -> rmq_pb2.SendMessageResponse:
+        """One message (SEND_MESSAGE), answered as SendMessage answers it."""
+        properties = dict(message.properties)
+        for name, value in ((mf.PROPERTY_TAGS, message.tags), (mf.PROPERTY_KEYS, message.keys),
+                            (mf.PROPERTY_DELAY_TIME_LEVEL, str(message.delay_level or ""))):
+            if value:
+                properties[name] = value
+        queue_id = message.queue_id if message.HasField("queue_id") else -1
+        fields = {"producerGroup": "", "topic": topic, "queueId": str(queue_id), "sysFlag": "0",
+                  "flag": str(message.flag), "bornTimestamp": str(int(time.time() * 1000)),
+                  "properties": mf.encode_properties(properties)}
+        command = RemotingCommand(RequestCode.SEND_MESSAGE, ext_fields=fields, body=message.body)
+        answer = self._connection(target).call(self._signed(command, target), timeout)
+        status = rmq_pb2.Status(code=STATUS_CODES.get(answer.code, rmq_pb2.SYSTEM_ERROR),
+                                message=answer.remark or "")
+        if answer.code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_SLAVE_TIMEOUT,
+                               ResponseCode.SLAVE_NOT_AVAILABLE):
+            return rmq_pb2.SendMessageResponse(status=status)
+        fields = answer.ext_fields
+        return rmq_pb2.SendMessageResponse(status=status, msg_ids=[fields["msgId"]],
+                                           queue_ids=[int(fields["queueId"])],
+                                           queue_offsets=[int(fields["queueOffset"])])
+
+    def pull_async(self, target: RemotingTarget, request: rmq_pb2.PullMessageRequest, timeout: float,
+                   done: Callable[[rmq_pb2.PullMessageResponse | None, RmqError | None], None]
+                   ) -> RemotingCall:
+        """One PULL_MESSAGE; `done(response, None)` with the answer as PullMessage answers it,
+        or `done(None, failure)`, on the reader thread."""
+        fields = {"consumerGroup": request.consumer_group, "topic": request.topic,
+                  "queueId": str(request.queue_id), "queueOffset": str(request.queue_offset),
+                  "maxMsgNums": str(request.max_messages), "sysFlag": str(request.sys_flag),
+                  "commitOffset": str(request.commit_offset),
+                  "suspendTimeoutMillis": str(request.suspend_timeout_ms),
+                  "subscription": request.sub_expression, "subVersion": "0",
+                  "expressionType": "SQL92" if request.expression_type == rmq_pb2.SQL92 else "TAG"}
+        command = self._signed(RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields=fields), target)
+
+        def complete(answer: RemotingCommand | None, failure: RmqUnavailable | None) -> None:
+            if answer is None:
+                done(None, failure)
+                return
+            try:
+                response = pull_response(answer)
+            except RmqError as error:
+                done(None, error)
+                return
+            done(response, None)
+
+        connection = self._connection(target)
+        return RemotingCall(connection, connection.start(command, timeout, complete))
+
+    def _signed(self, command: RemotingCommand, target: RemotingTarget) -> RemotingCommand:
+        command.language = LanguageCode.PYTHON
+        if self._credentials is None:
+            return command
+        return request_signing.sign(command, self._credentials.access_key, self._credentials.secret_key,
+                                    target.server_id)
+
+    def _connection(self, target: RemotingTarget) -> RemotingConnection:
+        """The open connection to `target`, opened now when there is none (RmqUnavailable when
+        it cannot be)."""
+        with self._lock:
+            connection = self._connections.get(target.address)
+            if connection is not None and not connection.closed:
+                return connection
+            try:
+                connection = RemotingConnection(target.address, self._tls, self._timeout)
+            except (OSError, ssl.SSLError) as error:
+                raise PortUnreachable(f"cannot connect to the remoting port {target.address}: {error}",
+                                     broker=target.label) from None
+            self._connections[target.address] = connection
+            return connection
+
+
+def pull_response(answer: RemotingCommand) -> rmq_pb2.PullMessageResponse:
+    """A PULL_MESSAGE answer as the PullMessageResponse the gRPC port gives."""
+    pull_status = PULL_STATUSES.get(answer.code)
+    if pull_status is None:
+        code = STATUS_CODES.get(answer.code, rmq_pb2.SYSTEM_ERROR)
+        return rmq_pb2.PullMessageResponse(status=rmq_pb2.Status(code=code, message=answer.remark or ""))
+    fields = answer.ext_fields
+    return rmq_pb2.PullMessageResponse(
+        status=rmq_pb2.Status(code=rmq_pb2.OK), pull_status=pull_status,
+        store_status=STORE_STATUSES[pull_status],
+        next_begin_offset=int(fields.get("nextBeginOffset", 0)), min_offset=int(fields.get("minOffset", 0)),
+        max_offset=int(fields.get("maxOffset", 0)), messages=packed(answer.body),
+        suggest_which_broker_id=int(fields.get("suggestWhichBrokerId", 0)))
+
+
+def packed(records: bytes) -> rmq_pb2.PackedMessages:
+    """CommitLog records back to back as PackedMessages (each record starts with its size)."""
+    sizes = []
+    position = 0
+    while position < len(records):
+        size = RECORD_SIZE.unpack_from(records, position)[0]
+        if size <= 0:
+            raise RmqError(rmq_pb2.SYSTEM_ERROR, f"corrupt pull answer: record size {size} at {position}")
+        sizes.append(size)
+        position += size
+    return rmq_pb2.PackedMessages(count=len(sizes), sizes=b"".join(SIZES.pack(s) for s in sizes),
+                                  records=records)
