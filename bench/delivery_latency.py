@@ -4,8 +4,8 @@ process (one clock). The broker serves its remoting port, which the SDK then use
 and the consumer's held pulls (docs/client-behaviour.md "Transport"); `over_grpc` names a
 broker without it, the path before.
 
-`python -m bench.delivery_latency --samples 200 --runs 3` alternates the two brokers and prints
-each run's p50/p99 and the load average (bench/NOTES.md)."""
+`python -m bench.delivery_latency --samples 200 --runs 3` alternates the two brokers and Redis
+XREAD BLOCK's wake, printing each run's p50/p99 and the load average (bench/NOTES.md)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,12 @@ import itertools
 import os
 import queue
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from bench import redis_reference as rr
+from bench.environment import Environment, Scale
 from bench.harness import percentile
 from rmq.cli import processes
 from rmq.connector import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer
@@ -28,7 +30,7 @@ QUEUES = 8
 SETTLE_S = 0.020
 WARMUP = 20
 FIRST_DELIVERY_S = 60.0   # a fresh group's rebalance and first pulls
-_groups = itertools.count()
+_groups = itertools.count()   # one topic and group per measurement
 
 
 def remoting_args() -> list[str]:
@@ -50,27 +52,29 @@ def broker(directory: Path, over_grpc: bool = False) -> Iterator[processes.Serve
 def push_delivery_latencies_ms(address: str, samples: int, settle_s: float = SETTLE_S) -> list[float]:
     """ms from just before Producer.send to the listener's call, per message, after the
     consumer received WARMUP messages."""
+    run = next(_groups)
+    topic = f"{TOPIC}-{run}"
     with RmqClient(address) as admin:
-        admin.create_topic(TOPIC, queues=QUEUES)
+        admin.create_topic(topic, queues=QUEUES)
     received: queue.SimpleQueue[float] = queue.SimpleQueue()
 
     def listener(messages: list, context: object) -> ConsumeConcurrentlyStatus:
         received.put(time.perf_counter())
         return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 
-    consumer = PushConsumer(f"bench-delivery-{os.getpid()}-{next(_groups)}", address)
-    consumer.subscribe(TOPIC)
+    consumer = PushConsumer(f"bench-delivery-{os.getpid()}-{run}", address)
+    consumer.subscribe(topic)
     consumer.register_message_listener(listener)
     producer = Producer(address)
     consumer.start()
     producer.start()
     try:
-        _wait_first_delivery(producer, received)
+        _wait_first_delivery(producer, topic, received)
         latencies = []
         for index in range(WARMUP + samples):
             time.sleep(settle_s)
             sent = time.perf_counter()
-            producer.send(Message(TOPIC, b"x" * 100))
+            producer.send(Message(topic, b"x" * 100))
             delivered = received.get(timeout=30)
             if index >= WARMUP:
                 latencies.append((delivered - sent) * 1000.0)
@@ -80,12 +84,12 @@ def push_delivery_latencies_ms(address: str, samples: int, settle_s: float = SET
         consumer.shutdown()
 
 
-def _wait_first_delivery(producer: Producer, received: queue.SimpleQueue[float]) -> None:
+def _wait_first_delivery(producer: Producer, topic: str, received: queue.SimpleQueue[float]) -> None:
     """Send until the consumer gets a message (it starts from the last offset, so messages sent
     before its queues are assigned are not delivered), then drain."""
     deadline = time.monotonic() + FIRST_DELIVERY_S
     while time.monotonic() < deadline:
-        producer.send(Message(TOPIC, b"warm-up"))
+        producer.send(Message(topic, b"warm-up"))
         try:
             received.get(timeout=0.2)
             break
@@ -99,21 +103,33 @@ def _wait_first_delivery(producer: Producer, received: queue.SimpleQueue[float])
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--work-dir", default="/tmp/rmq-delivery-latency")
     args = parser.parse_args()
-    for run in range(args.runs):
-        for over_grpc in (True, False):
-            directory = Path(args.work_dir) / f"run{run}-{'grpc' if over_grpc else 'remoting'}"
-            with broker(directory, over_grpc) as server:
-                load = os.getloadavg()[0]
-                latencies = push_delivery_latencies_ms(server.address, args.samples)
-            print(f"run {run} {'gRPC    ' if over_grpc else 'remoting'}: p50 {percentile(latencies, 0.5):.2f} ms"
-                  f"  p99 {percentile(latencies, 0.99):.2f} ms  (load {load:.1f} -> {os.getloadavg()[0]:.1f})",
-                  flush=True)
+    env = Environment(Scale.quick())
+    try:
+        with env.redis() as redis_server:
+            for run in range(args.runs):
+                for over_grpc in (True, False):
+                    path = "gRPC    " if over_grpc else "remoting"
+                    with broker(env.directory(f"run{run}-{path.strip()}"), over_grpc) as server:
+                        _report(f"run {run} {path}",
+                                lambda: push_delivery_latencies_ms(server.address, args.samples))
+                if redis_server is not None:
+                    _report(f"run {run} XREAD   ", lambda: rr.xread_block_latencies(
+                        redis_server, args.samples, b"x" * 100, SETTLE_S))
+    finally:
+        env.close()
     return 0
+
+
+def _report(label: str, measure: Callable[[], list[float]]) -> None:
+    load = os.getloadavg()[0]
+    latencies = measure()
+    print(f"{label}: p50 {percentile(latencies, 0.5):.2f} ms  p99 {percentile(latencies, 0.99):.2f} ms"
+          f"  (load {load:.1f} -> {os.getloadavg()[0]:.1f})", flush=True)
 
 
 if __name__ == "__main__":
