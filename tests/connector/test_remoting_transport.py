@@ -17,10 +17,10 @@ from rmq.broker_server.remoting import remoting_server
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.tls import ServerTls
 from rmq.broker_server.topic_config_manager import TopicConfig
-from rmq.connector import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer
+from rmq.connector import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer, remoting_client
 from rmq.connector.client import PullResult, RmqClient
 from rmq.connector.errors import RmqError
-from rmq.connector.remoting_client import RemotingConnection
+from rmq.connector.remoting_client import RemotingCall, RemotingConnection
 from rmq.message_queue import MessageQueue
 from rmq.remoting.remoting_command import LENGTH, RemotingCommand, decode
 from rmq.remoting.request_code import RequestCode, ResponseCode
@@ -35,7 +35,8 @@ GROUP = "fast-g"
 HELD_PULLS_PER_ACCOUNT = 2
 ACL = """accounts:
   - {accessKey: producer, secretKey: 'producer-secret', topicPerms: ['fast-t=PUB']}
-  - {accessKey: consumer, secretKey: 'consumer-secret', topicPerms: ['fast-t=SUB'], groupPerms: ['fast-g=SUB']}
+  - {accessKey: consumer, secretKey: 'consumer-secret', topicPerms: ['fast-t=SUB'],
+     groupPerms: ['fast-g=SUB']}
 """
 
 
@@ -165,7 +166,8 @@ def raw_call(address: str, frame: bytes) -> RemotingCommand:
 
 def test_tls_applies_to_the_remoting_port(tmp_path: Path) -> None:
     tls = make_tls_files(tmp_path / "tls")
-    broker = start(tmp_path / "store", security=ServerSecurity(tls=ServerTls(tls.server_cert, tls.server_key)))
+    security = ServerSecurity(tls=ServerTls(tls.server_cert, tls.server_key))
+    broker = start(tmp_path / "store", security=security)
     try:
         with (RmqClient(broker.address, tls_ca_file=str(tls.ca)) as producer_client,
               RmqClient(broker.address, tls_ca_file=str(tls.ca)) as consumer_client):
@@ -202,12 +204,23 @@ def test_a_lost_push_is_delivered_by_the_next_pull(broker: InProcessBroker, monk
         received = Received()
         consumer = started_consumer(broker.address, consumer_client, received)
         try:
-            wait_until(lambda: held_pulls(broker) == 2, "the consumer holds a pull on each queue")
+            wait_until(lambda: held_pulls(broker) >= 2, "the consumer holds a pull on each queue")
             Producer(broker.address, client=producer_client).send(Message(TOPIC, b"pushed once"))
             assert received.next() == b"pushed once"
             assert dropped
         finally:
             consumer.shutdown()
+
+
+Answers = queue.SimpleQueue[tuple[int, PullResult | None, RmqError | None]]
+
+
+def held_pull(client: RmqClient, broker: InProcessBroker, queue_id: int, answers: Answers,
+              n: int) -> RemotingCall | object:
+    """A pull held for 60 s on one queue from offset 0; its answer goes to `answers` as number n."""
+    mq = MessageQueue(TOPIC, broker.config.broker_name, queue_id)
+    return client.pull_async(mq, 0, 32, group=GROUP, suspend_timeout_ms=60_000,
+                             callback=lambda result, error: answers.put((n, result, error)))
 
 
 def held_pulls(broker: InProcessBroker) -> int:
@@ -216,14 +229,9 @@ def held_pulls(broker: InProcessBroker) -> int:
 
 def test_held_pulls_are_bounded_and_a_cancelled_one_is_let_go(bounded_broker: InProcessBroker) -> None:
     broker = bounded_broker
-    answers: queue.SimpleQueue[tuple[int, PullResult | None, RmqError | None]] = queue.SimpleQueue()
+    answers: Answers = queue.SimpleQueue()
     with RmqClient(broker.address) as client:
-        calls = []
-        for queue_id in (0, 1, 0):
-            mq = MessageQueue(TOPIC, broker.config.broker_name, queue_id)
-            calls.append(client.pull_async(
-                mq, 0, 32, group=GROUP, suspend_timeout_ms=60_000,
-                callback=lambda result, error, n=len(calls): answers.put((n, result, error))))
+        calls = [held_pull(client, broker, queue_id, answers, n) for n, queue_id in enumerate((0, 1, 0))]
         n, _, error = answers.get(timeout=WAIT_S)
         assert n == 2 and error is not None and error.code == rmq_pb2.LIMIT_EXCEEDED
         assert "remoting_max_held_pulls_per_account" in error.message
@@ -233,10 +241,25 @@ def test_held_pulls_are_bounded_and_a_cancelled_one_is_let_go(bounded_broker: In
         n, _, error = answers.get(timeout=WAIT_S)
         assert n == 0 and error is not None and "cancelled" in error.message
         wait_until(lambda: held_pulls(broker) == 1, "the broker let the cancelled pull go")
-        mq = MessageQueue(TOPIC, broker.config.broker_name, 0)
-        calls.append(client.pull_async(mq, 0, 32, group=GROUP, suspend_timeout_ms=60_000,
-                                       callback=lambda result, error: answers.put((3, result, error))))
-        wait_until(lambda: held_pulls(broker) == HELD_PULLS_PER_ACCOUNT, "a new pull is admitted in its place")
+        calls.append(held_pull(client, broker, 0, answers, 3))
+        wait_until(lambda: held_pulls(broker) == HELD_PULLS_PER_ACCOUNT, "a new pull admitted in its place")
         assert answers.empty()
         for call in calls[1:]:
+            call.cancel()
+
+
+def test_calls_past_the_in_flight_bound_of_a_connection_go_over_grpc(broker: InProcessBroker,
+                                                                     monkeypatch) -> None:
+    """The broker stops reading a connection with 1024 requests in progress, which would hold
+    back every send behind them: the SDK keeps fewer in flight and sends the rest over gRPC."""
+    monkeypatch.setattr(remoting_client, "MAX_IN_FLIGHT", 1)
+    processor = broker.controller.remoting.processor   # type: ignore[union-attr]
+    with RmqClient(broker.address) as client:
+        answers: Answers = queue.SimpleQueue()
+        calls = [held_pull(client, broker, queue_id, answers, queue_id) for queue_id in (0, 1)]
+        wait_until(lambda: held_pulls(broker) == 2, "both pulls held")
+        assert sum(processor._held_pulls.values()) == 1      # one over the remoting port
+        result = Producer(broker.address, client=client).send(Message(TOPIC, b"past the bound"))
+        assert result.queue_offset == 0
+        for call in calls:
             call.cancel()
