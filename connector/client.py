@@ -30,6 +30,7 @@ from rmq.auth import Credentials, TlsSettings, open_channel
 from rmq.connector.endpoints import parse_endpoints
 from rmq.connector.errors import RmqError, RmqUnavailable
 from rmq.connector.remoting_client import (
+    ConnectionBusy,
     PortUnreachable,
     RemotingCall,
     RemotingClient,
@@ -427,6 +428,8 @@ class RmqClient:
                                 f"{broker_name} at {member.remoting_address}")
         try:
             return call(target)
+        except ConnectionBusy:
+            return None
         except PortUnreachable:
             with self._lock:
                 self._remoting_down_until[member.remoting_address] = time.monotonic() + MEMBER_DOWN_SECONDS

@@ -44,6 +44,10 @@ from rmq.v1 import rmq_pb2
 log = logging.getLogger(__name__)
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 DEADLINE_CHECK_S = 0.5          # how often the reader looks for calls past their deadline
+# Calls one connection carries at once; more go over gRPC. The broker serves at most 1024 per
+# connection (RemotingLimits.max_requests_per_connection) and stops reading past that, which
+# would also hold back the sends and cancels behind them.
+MAX_IN_FLIGHT = 512
 RECORD_SIZE = struct.Struct(">i")   # a CommitLog record starts with its total size
 SIZES = struct.Struct("<i")         # PackedMessages.sizes: little-endian int32 per record
 
@@ -79,6 +83,10 @@ STORE_STATUSES: dict[rmq_pb2.PullStatus, rmq_pb2.GetMessageStatus] = {
 
 class PortUnreachable(RmqUnavailable):
     """The remoting port could not be connected to: nothing was sent (RmqClient uses gRPC)."""
+
+
+class ConnectionBusy(PortUnreachable):
+    """The connection carries MAX_IN_FLIGHT calls already: nothing was sent (this call uses gRPC)."""
 
 
 class RequestCancelled(RmqUnavailable):
@@ -119,12 +127,12 @@ class _Waiter:
 class RemotingCall:
     """A pull in flight: `cancel()` ends it (its callback gets RmqUnavailable "... cancelled")."""
 
-    def __init__(self, connection: RemotingConnection, opaque: int) -> None:
+    def __init__(self, connection: RemotingConnection) -> None:
         self._connection = connection
-        self._opaque = opaque
+        self.opaque = 0    # of the request now in flight (a request signed again gets a new one)
 
     def cancel(self) -> bool:
-        return self._connection.cancel(self._opaque)
+        return self._connection.cancel(self.opaque)
 
 
 class RemotingConnection:
@@ -172,7 +180,9 @@ class RemotingConnection:
         opaque = command.opaque = next(self._opaques)
         with self._lock:
             if self.closed:
-                raise RmqUnavailable(f"connection to {self.address} is closed")
+                raise PortUnreachable(f"connection to {self.address} is closed")
+            if len(self._pending) >= MAX_IN_FLIGHT:
+                raise ConnectionBusy(f"{MAX_IN_FLIGHT} calls in flight on {self.address}")
             self._pending[opaque] = _Pending(time.monotonic() + timeout, complete)
         try:
             self._write(command)
@@ -278,6 +288,7 @@ class RemotingClient:
         self._timeout = timeout
         self._lock = threading.Lock()
         self._connections: dict[str, RemotingConnection] = {}
+        self._server_ids: dict[str, str] = {}   # remoting address -> the id its broker signs for, learned
 
     def close(self) -> None:
         with self._lock:
@@ -298,7 +309,10 @@ class RemotingClient:
                   "flag": str(message.flag), "bornTimestamp": str(int(time.time() * 1000)),
                   "properties": mf.encode_properties(properties)}
         command = RemotingCommand(RequestCode.SEND_MESSAGE, ext_fields=fields, body=message.body)
-        answer = self._connection(target).call(self._signed(command, target), timeout)
+        connection = self._connection(target)
+        answer = connection.call(self._signed(command, target), timeout)
+        if self._learned(target, answer):
+            answer = connection.call(self._signed(command, target), timeout)
         status = rmq_pb2.Status(code=STATUS_CODES.get(answer.code, rmq_pb2.SYSTEM_ERROR),
                                 message=answer.remark or "")
         if answer.code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_SLAVE_TIMEOUT,
@@ -321,9 +335,17 @@ class RemotingClient:
                   "suspendTimeoutMillis": str(request.suspend_timeout_ms),
                   "subscription": request.sub_expression, "subVersion": "0",
                   "expressionType": "SQL92" if request.expression_type == rmq_pb2.SQL92 else "TAG"}
-        command = self._signed(RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields=fields), target)
+        command = RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields=fields)
+        connection = self._connection(target)
+        call = RemotingCall(connection)
 
         def complete(answer: RemotingCommand | None, failure: RmqUnavailable | None) -> None:
+            if answer is not None and self._learned(target, answer):   # once: then finish
+                call.opaque = connection.start(self._signed(command, target), timeout, finish)
+                return
+            finish(answer, failure)
+
+        def finish(answer: RemotingCommand | None, failure: RmqUnavailable | None) -> None:
             if answer is None:
                 done(None, failure)
                 return
@@ -334,15 +356,29 @@ class RemotingClient:
                 return
             done(response, None)
 
-        connection = self._connection(target)
-        return RemotingCall(connection, connection.start(command, timeout, complete))
+        call.opaque = connection.start(self._signed(command, target), timeout, complete)
+        return call
 
     def _signed(self, command: RemotingCommand, target: RemotingTarget) -> RemotingCommand:
+        """`command` signed (afresh) for the server id learned for the target, else the route's."""
         command.language = LanguageCode.PYTHON
         if self._credentials is None:
             return command
+        server_id = self._server_ids.get(target.address, target.server_id)
         return request_signing.sign(command, self._credentials.access_key, self._credentials.secret_key,
-                                    target.server_id)
+                                    server_id)
+
+    def _learned(self, target: RemotingTarget, answer: RemotingCommand) -> bool:
+        """True when `answer` refused a request signed for another server and named this one
+        (a member whose id changed): requests are signed for it from now on."""
+        server = answer.ext_fields.get(request_signing.SERVER_FIELD)
+        if answer.code != ResponseCode.NO_PERMISSION or server is None:
+            return False
+        with self._lock:
+            if server == self._server_ids.get(target.address, target.server_id):
+                return False
+            self._server_ids[target.address] = server
+        return True
 
     def _connection(self, target: RemotingTarget) -> RemotingConnection:
         """The open connection to `target`, opened now when there is none (RmqUnavailable when

@@ -53,6 +53,15 @@ def signed(request: RemotingCommand, access_key: str, secret_key: str) -> Remoti
     return request
 
 
+class WrongTarget(AccessDenied):
+    """An rmq-signed request for another server: the refusal names this one (extFields
+    x-rmq-server), and the client signs for it from then on (a member whose id changed)."""
+
+    def __init__(self, message: str, server_id: str) -> None:
+        super().__init__(message)
+        self.ext_fields = {request_signing.SERVER_FIELD: server_id}
+
+
 class RemotingAuthenticator:
     def __init__(self, acl: Callable[[], Acl], client_ids: ClientIdOwners,
                  rmq_signing: RequestAuthenticator | None = None) -> None:
@@ -101,6 +110,9 @@ class RemotingAuthenticator:
             method = request_signing.method(request.code)
             admission = self._rmq_signing.admit_metadata(method, request.ext_fields)
         except CallRefused as refusal:
+            server = dict(refusal.trailing_metadata).get(request_signing.SERVER_FIELD)
+            if server is not None:
+                raise WrongTarget(refusal.message, server) from None
             raise AccessDenied(refusal.message) from None
         if not hmac.compare_digest(request_signing.content_sha256(request), admission.headers.content_sha256):
             raise AccessDenied("request does not match its x-rmq-content-sha256")

@@ -263,3 +263,26 @@ def test_calls_past_the_in_flight_bound_of_a_connection_go_over_grpc(broker: InP
         assert result.queue_offset == 0
         for call in calls:
             call.cancel()
+
+
+def test_a_member_whose_server_id_changed_is_signed_for_by_the_id_it_names(tmp_path: Path) -> None:
+    """A member signing for another id than its route suggests (a slave the controller made
+    master keeps the id it started with) refuses the first request, naming its id; the SDK signs
+    for that id from then on, as it learns it over gRPC."""
+    security = ServerSecurity(acl_file=AclFile(write_acl(tmp_path / "acl.yml", ACL)))
+    broker = start(tmp_path / "store", security=security)
+    processor = broker.controller.remoting.processor   # type: ignore[union-attr]
+    processor.dispatcher.authenticator._rmq_signing.server_id = "broker/broker-a/7"
+    answers: Answers = queue.SimpleQueue()
+    try:
+        with (RmqClient(broker.address, access_key="producer", secret_key="producer-secret") as writer,
+              RmqClient(broker.address, access_key="consumer", secret_key="consumer-secret") as reader):
+            result = Producer(broker.address, client=writer).send(Message(TOPIC, b"signed again"))
+            assert remoting_used(writer, broker) and writer._remoting._server_ids == {
+                broker.config.remoting_listen: "broker/broker-a/7"}
+            held_pull(reader, broker, result.message_queue.queue_id, answers, 0)
+            n, pulled, error = answers.get(timeout=WAIT_S)
+            assert error is None and pulled is not None and pulled.messages.count == 1
+            assert remoting_used(reader, broker)
+    finally:
+        broker.stop()

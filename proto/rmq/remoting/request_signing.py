@@ -5,7 +5,9 @@ the broker refuses a replay (RocketMQ 4's own AccessKey/Signature signs neither)
 
 The six x-rmq-* names travel as extFields. The method signed is `/rmq.remoting/<request
 code>`; the content digest is the SHA-256 of every other extFields entry, by sorted name, each
-written `name NUL value NUL`, then the body."""
+written `name NUL value NUL`, then the body. A request signed for another server is refused (NO_PERMISSION)
+with this server's id in the answer's extFields (`x-rmq-server`): the client signs for it from
+then on, as a gRPC client learns it from the refusal's trailer."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from rmq.remoting.remoting_command import RemotingCommand
 
 METHOD_PREFIX = "/rmq.remoting/"
 SIGNING_FIELDS = frozenset(request_signing.HEADERS)
+SERVER_FIELD = request_signing.SERVER_HEADER   # extFields of a refusal for another server: this one's id
 
 
 def method(code: int) -> str:
