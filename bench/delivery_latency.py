@@ -69,7 +69,7 @@ def push_delivery_latencies_ms(address: str, samples: int, settle_s: float = SET
     consumer.start()
     producer.start()
     try:
-        _wait_first_delivery(producer, topic, received)
+        wait_first_delivery(producer, topic, received)
         latencies = []
         for index in range(WARMUP + samples):
             time.sleep(settle_s)
@@ -84,7 +84,7 @@ def push_delivery_latencies_ms(address: str, samples: int, settle_s: float = SET
         consumer.shutdown()
 
 
-def _wait_first_delivery(producer: Producer, topic: str, received: queue.SimpleQueue[float]) -> None:
+def wait_first_delivery(producer: Producer, topic: str, received: queue.SimpleQueue[float]) -> None:
     """Send until the consumer gets a message (it starts from the last offset, so messages sent
     before its queues are assigned are not delivered), then drain."""
     deadline = time.monotonic() + FIRST_DELIVERY_S

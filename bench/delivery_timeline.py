@@ -1,0 +1,132 @@
+"""Where a delivery's time goes (row 4's profile, issue 29 item 1): bench.delivery_latency's
+path (Producer.send → PushConsumer listener over the broker's remoting port, one message every
+20 ms) against a broker whose remoting, send, put, wake, read and answer steps write a
+timestamp at entry and exit, beside the client's frame writes, reader thread and listener.
+Both processes stamp with time.perf_counter (CLOCK_MONOTONIC: one clock across processes).
+Prints each step's median time after Producer.send was called (the first stamp of each step
+in each delivery).
+
+    python -m bench.delivery_timeline [--samples N]
+
+A diagnostic, not a benchmark row: each stamp costs a few microseconds."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from bench import delivery_latency
+from bench.environment import Environment, Scale, _running
+from bench.wake_timeline import SEND_RETURNED, START, Trace
+from rmq.broker_server import long_polling, messaging_service, pull_message_processor
+from rmq.broker_server.remoting import broker_processor, remoting_server
+from rmq.cli import processes
+from rmq.cli.main import main as rmq_main
+from rmq.connector import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer, remoting_client
+from rmq.connector.client import RmqClient
+from rmq.store import message_store
+
+LISTENER = "client: listener called"
+
+
+def serve(trace_file: Path, broker_args: list[str]) -> int:
+    """Run `rmq <broker_args>` in this process with the delivery's broker steps traced."""
+    trace = Trace(trace_file)
+    trace.wrap(broker_processor.BrokerRemotingProcessor, "process", "broker: remoting request")
+    trace.wrap(messaging_service.MessagingService, "SendMessage", "broker: SendMessage handler")
+    trace.wrap(message_store.MessageStore, "try_put_batch", "broker: put on the event loop")
+    trace.wrap(long_polling.PullRequestHoldService, "notify_message_arriving", "broker: dispatch notifies")
+    trace.wrap(pull_message_processor.PullMessageProcessor, "get_message", "broker: woken pull reads")
+    trace.wrap(remoting_server.Channel, "write", "broker: answer written")
+    return rmq_main(broker_args)
+
+
+def timeline(samples: int) -> list[tuple[str, float, int]]:
+    """(step, median ms after Producer.send was called, deliveries seen) in time order."""
+    env = Environment(Scale.quick())
+    trace_file = env.directory("delivery-timeline") / "trace.txt"
+    trace = Trace(trace_file)
+    trace.wrap(remoting_client.RemotingConnection, "_write", "client: frame written")
+    trace.wrap(remoting_client.RemotingConnection, "_dispatch", "client: reader thread handles an answer")
+    server = processes.broker(env.directory("delivery-timeline"), flush="async",
+                              extra=delivery_latency.remoting_args())
+    server.command = [sys.executable, "-m", "bench.delivery_timeline", "--serve", str(trace_file)]
+    received: queue.SimpleQueue[float] = queue.SimpleQueue()
+
+    def listener(messages: list, context: object) -> ConsumeConcurrentlyStatus:
+        trace.event(LISTENER)
+        received.put(time.perf_counter())
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    try:
+        with _running(server):
+            with RmqClient(server.address) as admin:
+                admin.create_topic(delivery_latency.TOPIC, queues=delivery_latency.QUEUES)
+            consumer = PushConsumer("delivery-timeline", server.address)
+            consumer.subscribe(delivery_latency.TOPIC)
+            consumer.register_message_listener(listener)
+            producer = Producer(server.address)
+            consumer.start()
+            producer.start()
+            try:
+                delivery_latency.wait_first_delivery(producer, delivery_latency.TOPIC, received)
+                os.truncate(trace_file, 0)
+                for _ in range(samples):
+                    time.sleep(delivery_latency.SETTLE_S)
+                    trace.event(START)
+                    producer.send(Message(delivery_latency.TOPIC, b"x" * 100))
+                    trace.event(SEND_RETURNED)
+                    received.get(timeout=30)
+            finally:
+                producer.shutdown()
+                consumer.shutdown()
+        return _medians(trace_file.read_text().splitlines())
+    finally:
+        env.close()
+
+
+def _medians(lines: list[str]) -> list[tuple[str, float, int]]:
+    """Each delivery's steps relative to its START: the first stamp of each step until both the
+    listener was called and the send returned."""
+    deliveries: list[dict[str, float]] = []
+    for line in lines:
+        stamp, name = line.split(" ", 1)
+        if name == START:
+            deliveries.append({START: float(stamp)})
+        elif deliveries and name not in deliveries[-1] and not _done(deliveries[-1]):
+            deliveries[-1][name] = float(stamp)
+    steps: dict[str, list[float]] = {}
+    for delivery in deliveries:
+        for name, stamp in delivery.items():
+            steps.setdefault(name, []).append((stamp - delivery[START]) * 1000)
+    rows = [(name, statistics.median(times), len(times)) for name, times in steps.items()]
+    return sorted(rows, key=lambda row: row[1])
+
+
+def _done(delivery: dict[str, float]) -> bool:
+    return LISTENER in delivery and SEND_RETURNED in delivery
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--serve", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        return serve(Path(args.serve[0]), args.serve[1:])
+    print(f"| step | median ms after Producer.send was called | deliveries | (load {os.getloadavg()[0]:.2f})")
+    print("| --- | --- | --- |")
+    previous = 0.0
+    for name, median, count in timeline(args.samples):
+        print(f"| {name} | {median:.3f} (+{median - previous:.3f}) | {count} |")
+        previous = median
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
