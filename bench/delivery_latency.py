@@ -21,9 +21,9 @@ from pathlib import Path
 from bench import redis_reference as rr
 from bench.environment import Environment, Scale
 from bench.harness import percentile
-from rmq.cli import processes
 from rmq.connector import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer
 from rmq.connector.client import RmqClient
+from testing import processes
 
 TOPIC = "bench-delivery"
 QUEUES = 8

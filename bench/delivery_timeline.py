@@ -25,11 +25,11 @@ from bench.environment import Environment, Scale, _running
 from bench.wake_timeline import SEND_RETURNED, START, Trace
 from rmq.broker_server import long_polling, messaging_service, pull_message_processor
 from rmq.broker_server.remoting import broker_processor, remoting_server
-from rmq.cli import processes
 from rmq.cli.main import main as rmq_main
 from rmq.connector import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer, remoting_client
 from rmq.connector.client import RmqClient
 from rmq.store import message_store
+from testing import processes
 
 LISTENER = "client: listener called"
 

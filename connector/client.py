@@ -6,7 +6,7 @@ imports grpc and `rmq` only, never pyspark, so executors and the broker side sta
 Business outcomes arrive as a `Status` in each response and become `RmqError`; transport
 failures (broker down, deadline exceeded) become `RmqUnavailable`, which callers retry with
 backoff. Pulled messages are returned packed (`rmq.v1.PackedMessages`); decode them with
-`rmq.connector.message_decoder.decode`.
+`rmq.connector.spark.message_decoder.decode`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ from google.protobuf.message import Message
 
 from rmq.auth import Credentials, TlsSettings, open_channel
 from rmq.connector.endpoints import parse_endpoints
-from rmq.connector.errors import RmqError, RmqUnavailable
+from rmq.connector.errors import ConfigError, RmqRefused
+from rmq.connector.errors import RmqError as RmqError  # the client's errors, statuses and queue type
+from rmq.connector.errors import RmqUnavailable as RmqUnavailable
 from rmq.connector.remoting_client import (
     ConnectionBusy,
     PortUnreachable,
@@ -38,11 +40,15 @@ from rmq.connector.remoting_client import (
     RequestCancelled,
 )
 from rmq.connector.tls_probe import speaks_tls
-from rmq.message_queue import MessageQueue
+from rmq.message_queue import MessageQueue as MessageQueue
 from rmq.request_signing import broker_server_id
-from rmq.statuses import GetMessageStatus, PullStatus, SendStatus
+from rmq.statuses import GetMessageStatus as GetMessageStatus
+from rmq.statuses import PullStatus as PullStatus
+from rmq.statuses import SendStatus
 from rmq.subscription import MessageSelector
-from rmq.topic_config import PERM_READ, PERM_WRITE, QueueData, TopicConfig
+from rmq.topic_config import PERM_READ as PERM_READ
+from rmq.topic_config import PERM_WRITE as PERM_WRITE
+from rmq.topic_config import QueueData, TopicConfig
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 MAX_GRPC_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -249,7 +255,7 @@ class RmqClient:
         text = endpoints if isinstance(endpoints, str) else ",".join(endpoints)
         self.endpoints = parse_endpoints(text)
         if timeout <= 0:
-            raise ValueError(f"timeout must be positive, got {timeout}")
+            raise ConfigError(f"timeout must be positive, got {timeout}")
         self.timeout = timeout
         self.max_request_bytes = max_request_bytes
         self._credentials = Credentials.optional(access_key, secret_key)
@@ -476,15 +482,19 @@ class RmqClient:
             if isinstance(failure, RequestCancelled):
                 callback(None, RmqUnavailable("PullMessage cancelled", broker=label, queue=mq))
                 return
+            if isinstance(failure, RmqUnavailable):
+                self._mark_down(address)    # the next pull goes to another member of the group
+                located = failure.broker is not None
+                callback(None, failure if located else RmqUnavailable(f"PullMessage: {failure.message}",
+                                                                       broker=label, queue=mq))
+                return
             if failure is not None:
-                if isinstance(failure, RmqUnavailable):
-                    self._mark_down(address)    # the next pull goes to another member of the group
-                callback(None, failure if failure.broker else _located(failure, label, mq))
+                callback(None, failure)
                 return
             assert response is not None
             if response.status.code != rmq_pb2.OK:
                 refusal = response.status.message or "PullMessage refused"
-                callback(None, RmqError(response.status.code, refusal, broker=label, queue=mq))
+                callback(None, RmqRefused(response.status.code, refusal, broker=label, queue=mq))
                 return
             self._record_suggestion(mq, response.suggest_which_broker_id)
             callback(pull_result(response), None)
@@ -959,18 +969,11 @@ def pull_result(response: rmq_pb2.PullMessageResponse) -> PullResult:
 
 def _checked(response: ResponseT, method: str, label: str, queue: MessageQueue | None,
              ok_codes: tuple[int, ...]) -> ResponseT:
-    """The response, or RmqError for a non-OK Status (other than `ok_codes`)."""
+    """The response, or RmqRefused for a non-OK Status (other than `ok_codes`)."""
     status = response.status  # type: ignore[attr-defined]  # every rmq.v1 unary response has one
     if status.code != rmq_pb2.OK and status.code not in ok_codes:
-        raise RmqError(status.code, status.message or f"{method} refused", broker=label, queue=queue)
+        raise RmqRefused(status.code, status.message or f"{method} refused", broker=label, queue=queue)
     return response
-
-
-def _located(failure: RmqError, label: str, queue: MessageQueue) -> RmqError:
-    """A failure of a pull over the remoting port, naming the broker and queue."""
-    if isinstance(failure, RmqUnavailable):
-        return RmqUnavailable(f"PullMessage: {failure.message}", broker=label, queue=queue)
-    return RmqError(failure.code, failure.message, broker=label, queue=queue)
 
 
 def _transport_error(error: grpc.RpcError, method: str, label: str, queue: MessageQueue | None) -> RmqError:

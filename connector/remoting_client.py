@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from rmq import message_format as mf
 from rmq.auth import Credentials, TlsSettings
-from rmq.connector.errors import RmqError, RmqUnavailable
+from rmq.connector.errors import CorruptMessagesError, RmqError, RmqUnavailable
 from rmq.remoting import request_signing
 from rmq.remoting.remoting_command import (
     LENGTH,
@@ -418,7 +418,7 @@ def packed(records: bytes) -> rmq_pb2.PackedMessages:
     while position < len(records):
         size = RECORD_SIZE.unpack_from(records, position)[0]
         if size <= 0:
-            raise RmqError(rmq_pb2.SYSTEM_ERROR, f"corrupt pull answer: record size {size} at {position}")
+            raise CorruptMessagesError(f"corrupt pull answer: record size {size} at {position}")
         sizes.append(size)
         position += size
     return rmq_pb2.PackedMessages(count=len(sizes), sizes=b"".join(SIZES.pack(s) for s in sizes),

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from rmq.cli import processes
 from rmq.connector.client import RmqClient
 from rmq.remoting.remoting_command import RemotingCommand
 from rmq.remoting.request_code import RequestCode, ResponseCode
+from testing import processes
 from tests.broker_server.cpp_client_runner import cpp_client_problem, run_client
 from tests.broker_server.remoting_client import RemotingTestClient
 
