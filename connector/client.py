@@ -71,6 +71,7 @@ SEND_WHICH_QUEUE_RANGE = 1 << 30
 TLS_ONLY_HINT = "Socket closed"   # what grpc reports when a TLS-only server drops a plaintext connection
 STORED_ON_MASTER_ONLY = (rmq_pb2.FLUSH_SLAVE_TIMEOUT, rmq_pb2.SLAVE_NOT_AVAILABLE)
 MEMBER_DOWN_SECONDS = 5.0   # a broker that did not answer is passed over for this long
+REMOTING_DOWN_SECONDS = 60.0   # a remoting port that could not be connected to: gRPC for this long
 
 
 # ---------------------------------------------------------------- records
@@ -423,7 +424,7 @@ class RmqClient:
                        ) -> AnswerT | None:
         """`call` on the remoting port of the member at `address` (docs/client-behaviour.md
         "Transport"); None when the member serves none or it cannot be reached (then gRPC is
-        used for it for MEMBER_DOWN_SECONDS)."""
+        used for it for REMOTING_DOWN_SECONDS)."""
         with self._lock:
             member = next((m for m in self._members.get(broker_name, ()) if m.address == address), None)
             if member is None or not member.remoting_address:
@@ -438,7 +439,7 @@ class RmqClient:
             return None
         except PortUnreachable:
             with self._lock:
-                self._remoting_down_until[member.remoting_address] = time.monotonic() + MEMBER_DOWN_SECONDS
+                self._remoting_down_until[member.remoting_address] = time.monotonic() + REMOTING_DOWN_SECONDS
             return None
 
     def _pick_broker(self, topic: str) -> str:

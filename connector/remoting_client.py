@@ -48,6 +48,7 @@ DEADLINE_CHECK_S = 0.5          # how often the reader looks for calls past thei
 # connection (RemotingLimits.max_requests_per_connection) and stops reading past that, which
 # would also hold back the sends and cancels behind them.
 MAX_IN_FLIGHT = 512
+CONNECT_TIMEOUT_S = 3.0         # a port that does not accept by then is passed over (gRPC is used)
 RECORD_SIZE = struct.Struct(">i")   # a CommitLog record starts with its total size
 SIZES = struct.Struct("<i")         # PackedMessages.sizes: little-endian int32 per record
 
@@ -388,7 +389,8 @@ class RemotingClient:
             if connection is not None and not connection.closed:
                 return connection
             try:
-                connection = RemotingConnection(target.address, self._tls, self._timeout)
+                connect_timeout = min(self._timeout, CONNECT_TIMEOUT_S)
+                connection = RemotingConnection(target.address, self._tls, connect_timeout)
             except (OSError, ssl.SSLError) as error:
                 raise PortUnreachable(f"cannot connect to the remoting port {target.address}: {error}",
                                      broker=target.label) from None
