@@ -217,22 +217,27 @@ class RemotingConnection:
     def _finish(self, opaque: int, response: RemotingCommand | None, failure: RmqUnavailable | None) -> None:
         pending = self._take(opaque)
         if pending is not None:
-            pending.complete(response, failure)
+            _complete(pending, response, failure)
 
     def _read_forever(self) -> None:
         buffer = bytearray()
         reason = "closed by the broker"
+        checked = time.monotonic()
         try:
             while True:
                 try:
                     chunk = self._socket.recv(256 * 1024)
                 except TimeoutError:
-                    self._expire(time.monotonic())
-                    continue
-                if not chunk:
+                    chunk = None
+                if chunk == b"":
                     break
-                buffer += chunk
-                self._dispatch(buffer)
+                if chunk:
+                    buffer += chunk
+                    self._dispatch(buffer)
+                now = time.monotonic()
+                if now - checked >= DEADLINE_CHECK_S:   # also while answers keep coming
+                    self._expire(now)
+                    checked = now
         except (OSError, FrameError) as error:
             reason = str(error)
         finally:
@@ -268,7 +273,16 @@ class RemotingConnection:
             self.closed = True
             pending, self._pending = self._pending, {}
         for call in pending.values():
-            call.complete(None, RmqUnavailable(f"connection to {self.address} lost: {reason}"))
+            _complete(call, None, RmqUnavailable(f"connection to {self.address} lost: {reason}"))
+
+
+def _complete(pending: _Pending, response: RemotingCommand | None, failure: RmqUnavailable | None) -> None:
+    """Run a call's completion on the reader thread; a callback that raises is logged (as grpc
+    logs a failing done-callback), never the end of the reader."""
+    try:
+        pending.complete(response, failure)
+    except Exception:
+        log.exception("a remoting call's callback failed")
 
 
 def client_ssl_context(tls: TlsSettings) -> ssl.SSLContext:

@@ -19,7 +19,7 @@ from rmq.broker_server.tls import ServerTls
 from rmq.broker_server.topic_config_manager import TopicConfig
 from rmq.connector import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer, remoting_client
 from rmq.connector.client import PullResult, RmqClient
-from rmq.connector.errors import RmqError
+from rmq.connector.errors import RmqError, RmqUnavailable
 from rmq.connector.remoting_client import RemotingCall, RemotingConnection
 from rmq.message_queue import MessageQueue
 from rmq.remoting.remoting_command import LENGTH, RemotingCommand, decode
@@ -286,3 +286,17 @@ def test_a_member_whose_server_id_changed_is_signed_for_by_the_id_it_names(tmp_p
             assert remoting_used(reader, broker)
     finally:
         broker.stop()
+
+
+def test_a_call_unanswered_past_its_deadline_fails(broker: InProcessBroker) -> None:
+    """A pull the broker holds past the call's deadline (hold time + timeout in RmqClient) is
+    failed by the client, as a gRPC deadline would: the consumer then pulls again."""
+    failures: queue.SimpleQueue[RmqError | None] = queue.SimpleQueue()
+    with RmqClient(broker.address, timeout=1.0) as client:
+        client.list_brokers()    # learns the members and their remoting ports
+        target = remoting_client.RemotingTarget(broker.config.remoting_listen, "broker/broker-a", "broker-a")
+        request = rmq_pb2.PullMessageRequest(consumer_group=GROUP, topic=TOPIC, queue_id=0, max_messages=32,
+                                             sys_flag=rmq_pb2.FLAG_SUSPEND, suspend_timeout_ms=60_000)
+        client._remoting.pull_async(target, request, 0.2, lambda response, error: failures.put(error))
+        failure = failures.get(timeout=WAIT_S)
+        assert isinstance(failure, RmqUnavailable) and "no answer" in failure.message
