@@ -293,7 +293,6 @@ def test_a_call_unanswered_past_its_deadline_fails(broker: InProcessBroker) -> N
     failed by the client, as a gRPC deadline would: the consumer then pulls again."""
     failures: queue.SimpleQueue[RmqError | None] = queue.SimpleQueue()
     with RmqClient(broker.address, timeout=1.0) as client:
-        client.list_brokers()    # learns the members and their remoting ports
         target = remoting_client.RemotingTarget(broker.config.remoting_listen, "broker/broker-a", "broker-a")
         request = rmq_pb2.PullMessageRequest(consumer_group=GROUP, topic=TOPIC, queue_id=0, max_messages=32,
                                              sys_flag=rmq_pb2.FLAG_SUSPEND, suspend_timeout_ms=60_000)
