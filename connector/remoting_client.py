@@ -16,6 +16,7 @@ broker (CANCEL_REQUEST), which lets the held pull go."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import socket
@@ -43,6 +44,7 @@ from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
 MAX_FRAME_BYTES = 64 * 1024 * 1024
+READ_BYTES = 256 * 1024
 DEADLINE_CHECK_S = 0.5          # how often the reader looks for calls past their deadline
 # Calls one connection carries at once; more go over gRPC. The broker serves at most 1024 per
 # connection (RemotingLimits.max_requests_per_connection) and stops reading past that, which
@@ -144,12 +146,9 @@ class RemotingConnection:
         host = host.strip("[]")
         sock = socket.create_connection((host, int(port)), timeout=connect_timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if tls is not None:
-            sock = client_ssl_context(tls).wrap_socket(sock, server_hostname=host)
+        self._wire: _PlainWire | _TlsWire = _PlainWire(sock) if tls is None else _TlsWire(sock, tls, host)
         sock.settimeout(DEADLINE_CHECK_S)
         self.address = address
-        self._socket = sock
-        self._write_lock = threading.Lock()
         self._lock = threading.Lock()
         self._pending: dict[int, _Pending] = {}
         self._opaques = itertools.count(1)
@@ -160,11 +159,7 @@ class RemotingConnection:
 
     def close(self) -> None:
         self.closed = True
-        try:
-            self._socket.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self._socket.close()
+        self._wire.close()
 
     def call(self, command: RemotingCommand, timeout: float) -> RemotingCommand:
         """Send a request and wait for its answer (RmqUnavailable when none comes in time)."""
@@ -206,9 +201,7 @@ class RemotingConnection:
         return True
 
     def _write(self, command: RemotingCommand) -> None:
-        frame = command.encode()
-        with self._write_lock:
-            self._socket.sendall(frame)
+        self._wire.send(command.encode())
 
     def _take(self, opaque: int) -> _Pending | None:
         with self._lock:
@@ -226,7 +219,7 @@ class RemotingConnection:
         try:
             while True:
                 try:
-                    chunk = self._socket.recv(256 * 1024)
+                    chunk = self._wire.recv()
                 except TimeoutError:
                     chunk = None
                 if chunk == b"":
@@ -283,6 +276,78 @@ def _complete(pending: _Pending, response: RemotingCommand | None, failure: RmqU
         pending.complete(response, failure)
     except Exception:
         log.exception("a remoting call's callback failed")
+
+
+class _PlainWire:
+    """A TCP connection: writes from any thread (one at a time), reads from the reader thread."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.socket = sock
+        self._write_lock = threading.Lock()
+
+    def send(self, data: bytes) -> None:
+        with self._write_lock:
+            self.socket.sendall(data)
+
+    def recv(self) -> bytes:
+        """What arrived (b"" at the end; TimeoutError when nothing came within the timeout)."""
+        return self.socket.recv(READ_BYTES)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.socket.shutdown(socket.SHUT_RDWR)
+        self.socket.close()
+
+
+class _TlsWire(_PlainWire):
+    """TLS over a TCP connection through memory BIOs (as asyncio's SSL protocol does): an
+    SSLSocket must not be read and written from two threads at once, so the TLS state is only
+    touched under one lock, for in-memory work, and the socket carries the encrypted bytes."""
+
+    def __init__(self, sock: socket.socket, tls: TlsSettings, host: str) -> None:
+        super().__init__(sock)
+        self._incoming, self._outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self._tls = client_ssl_context(tls).wrap_bio(self._incoming, self._outgoing, server_hostname=host)
+        self._lock = threading.Lock()
+        while True:
+            try:
+                self._tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self._flush()
+                data = self.socket.recv(READ_BYTES)
+                if not data:
+                    raise ConnectionError("the broker closed the connection in the TLS handshake") from None
+                self._incoming.write(data)
+        self._flush()
+
+    def send(self, data: bytes) -> None:
+        with self._lock:    # records leave in the order they were made
+            self._tls.write(data)
+            self._flush()
+
+    def recv(self) -> bytes:
+        while True:
+            data = self.socket.recv(READ_BYTES)
+            with self._lock:
+                if data:
+                    self._incoming.write(data)
+                else:
+                    self._incoming.write_eof()
+                plain = bytearray()
+                try:
+                    while chunk := self._tls.read(READ_BYTES):
+                        plain += chunk
+                except (ssl.SSLWantReadError, ssl.SSLZeroReturnError):
+                    pass
+                self._flush()    # what reading produced (a key update's answer)
+            if plain or not data:
+                return bytes(plain)
+
+    def _flush(self) -> None:
+        pending = self._outgoing.read()
+        if pending:
+            self.socket.sendall(pending)
 
 
 def client_ssl_context(tls: TlsSettings) -> ssl.SSLContext:
