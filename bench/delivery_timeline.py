@@ -15,14 +15,13 @@ from __future__ import annotations
 import argparse
 import os
 import queue
-import statistics
 import sys
 import time
 from pathlib import Path
 
 from bench import delivery_latency
 from bench.environment import Environment, Scale, _running
-from bench.wake_timeline import SEND_RETURNED, START, Trace
+from bench.wake_timeline import SEND_RETURNED, START, Trace, print_steps, step_medians
 from rmq.broker_server import long_polling, messaging_service, pull_message_processor
 from rmq.broker_server.remoting import broker_processor, remoting_server
 from rmq.cli.main import main as rmq_main
@@ -85,30 +84,13 @@ def timeline(samples: int) -> list[tuple[str, float, int]]:
             finally:
                 producer.shutdown()
                 consumer.shutdown()
-        return _medians(trace_file.read_text().splitlines())
+        return step_medians(trace_file.read_text().splitlines(), _done)
     finally:
         env.close()
 
 
-def _medians(lines: list[str]) -> list[tuple[str, float, int]]:
-    """Each delivery's steps relative to its START: the first stamp of each step until both the
-    listener was called and the send returned."""
-    deliveries: list[dict[str, float]] = []
-    for line in lines:
-        stamp, name = line.split(" ", 1)
-        if name == START:
-            deliveries.append({START: float(stamp)})
-        elif deliveries and name not in deliveries[-1] and not _done(deliveries[-1]):
-            deliveries[-1][name] = float(stamp)
-    steps: dict[str, list[float]] = {}
-    for delivery in deliveries:
-        for name, stamp in delivery.items():
-            steps.setdefault(name, []).append((stamp - delivery[START]) * 1000)
-    rows = [(name, statistics.median(times), len(times)) for name, times in steps.items()]
-    return sorted(rows, key=lambda row: row[1])
-
-
 def _done(delivery: dict[str, float]) -> bool:
+    """The listener was called and the send returned: later stamps belong to the next delivery."""
     return LISTENER in delivery and SEND_RETURNED in delivery
 
 
@@ -119,12 +101,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.serve:
         return serve(Path(args.serve[0]), args.serve[1:])
-    print(f"| step | median ms after Producer.send was called | deliveries | (load {os.getloadavg()[0]:.2f})")
-    print("| --- | --- | --- |")
-    previous = 0.0
-    for name, median, count in timeline(args.samples):
-        print(f"| {name} | {median:.3f} (+{median - previous:.3f}) | {count} |")
-        previous = median
+    print_steps(timeline(args.samples), "Producer.send was called", "deliveries")
     return 0
 
 

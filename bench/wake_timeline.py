@@ -18,6 +18,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,17 +107,18 @@ def timeline(samples: int) -> list[tuple[str, float, int]]:
         os.truncate(trace_file, 0)
         for _ in range(samples):
             wake_latency_ms(held_pull, send, SETTLE_S)
-    return _medians(trace_file.read_text().splitlines())
+    return step_medians(trace_file.read_text().splitlines(), _answered)
 
 
-def _medians(lines: list[str]) -> list[tuple[str, float, int]]:
-    """Each wake's events relative to its START (the first stamp of each step per wake)."""
+def step_medians(lines: list[str], done: Callable[[dict[str, float]], bool]) -> list[tuple[str, float, int]]:
+    """Each sample's events relative to its START (the first stamp of each step per sample,
+    until `done` says the sample is over)."""
     wakes: list[dict[str, float]] = []
     for line in lines:
         stamp, name = line.split(" ", 1)
         if name == START:
             wakes.append({START: float(stamp)})
-        elif wakes and name not in wakes[-1] and not _answered(wakes[-1]):
+        elif wakes and name not in wakes[-1] and not done(wakes[-1]):
             wakes[-1][name] = float(stamp)
     steps: dict[str, list[float]] = {}
     for wake in wakes:
@@ -138,13 +140,18 @@ def main() -> int:
     args = parser.parse_args()
     if args.serve:
         return serve(Path(args.serve[0]), args.serve[1:])
-    print(f"| step | median ms after the send was called | wakes | (load {os.getloadavg()[0]:.2f})")
+    print_steps(timeline(args.samples), "the send was called", "wakes")
+    return 0
+
+
+def print_steps(rows: list[tuple[str, float, int]], start: str, samples: str) -> None:
+    """The timeline as a markdown table, each step with its gap to the one before."""
+    print(f"| step | median ms after {start} | {samples} | (load {os.getloadavg()[0]:.2f})")
     print("| --- | --- | --- |")
     previous = 0.0
-    for name, median, count in timeline(args.samples):
+    for name, median, count in rows:
         print(f"| {name} | {median:.3f} (+{median - previous:.3f}) | {count} |")
         previous = median
-    return 0
 
 
 if __name__ == "__main__":
