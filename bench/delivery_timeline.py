@@ -19,30 +19,27 @@ import sys
 import time
 from pathlib import Path
 
-from bench import delivery_latency
+from bench import delivery_latency, wake_timeline
 from bench.environment import Environment, Scale, _running
 from bench.wake_timeline import SEND_RETURNED, START, Trace, print_steps, step_medians
-from rmq.broker_server import long_polling, messaging_service, pull_message_processor
 from rmq.broker_server.remoting import broker_processor, remoting_server
-from rmq.cli.main import main as rmq_main
 from rmq.connector import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer, remoting_client
 from rmq.connector.client import RmqClient
-from rmq.store import message_store
 from testing import processes
 
 LISTENER = "client: listener called"
 
 
+REMOTING_STEPS = (
+    (broker_processor.BrokerRemotingProcessor, "process", "broker: remoting request"),
+    (remoting_server.Channel, "write", "broker: answer written"),
+)
+
+
 def serve(trace_file: Path, broker_args: list[str]) -> int:
-    """Run `rmq <broker_args>` in this process with the delivery's broker steps traced."""
-    trace = Trace(trace_file)
-    trace.wrap(broker_processor.BrokerRemotingProcessor, "process", "broker: remoting request")
-    trace.wrap(messaging_service.MessagingService, "SendMessage", "broker: SendMessage handler")
-    trace.wrap(message_store.MessageStore, "try_put_batch", "broker: put on the event loop")
-    trace.wrap(long_polling.PullRequestHoldService, "notify_message_arriving", "broker: dispatch notifies")
-    trace.wrap(pull_message_processor.PullMessageProcessor, "get_message", "broker: woken pull reads")
-    trace.wrap(remoting_server.Channel, "write", "broker: answer written")
-    return rmq_main(broker_args)
+    """Run `rmq <broker_args>` in this process with the wake path's broker steps and the
+    remoting port's traced."""
+    return wake_timeline.serve(trace_file, broker_args, REMOTING_STEPS)
 
 
 def timeline(samples: int) -> list[tuple[str, float, int]]:

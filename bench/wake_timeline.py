@@ -18,7 +18,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +64,12 @@ class Trace:
         setattr(owner, name, functools.wraps(original)(traced))
 
 
-def serve(trace_file: Path, broker_args: list[str]) -> int:
-    """Run `rmq <broker_args>` in this process with the wake path's steps traced."""
+def serve(trace_file: Path, broker_args: list[str], extra: Sequence[tuple[Any, str, str]] = ()) -> int:
+    """Run `rmq <broker_args>` in this process with the wake path's steps traced, and the
+    `extra` (owner, method name, label) steps."""
     trace = Trace(trace_file)
+    for owner, name, label in extra:
+        trace.wrap(owner, name, label)
     trace.wrap(messaging_service.MessagingService, "SendMessage", "broker: SendMessage handler")
     trace.wrap(send_message_processor.SendMessageProcessor, "build_batch", "broker: build the batch")
     trace.wrap(message_store.MessageStore, "try_put_batch", "broker: put on the event loop")
