@@ -12,7 +12,6 @@ A diagnostic, not a benchmark row: each stamp costs a few microseconds."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import queue
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 
 from bench import delivery_latency, wake_timeline
 from bench.environment import Environment, Scale, _running
-from bench.wake_timeline import SEND_RETURNED, START, Trace, print_steps, step_medians
+from bench.wake_timeline import SEND_RETURNED, START, Trace, step_medians
 from rmq.broker_server.remoting import broker_processor, remoting_server
 from rmq.connector import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer, remoting_client
 from rmq.connector.client import RmqClient
@@ -92,14 +91,7 @@ def _done(delivery: dict[str, float]) -> bool:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--samples", type=int, default=200)
-    parser.add_argument("--serve", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.serve:
-        return serve(Path(args.serve[0]), args.serve[1:])
-    print_steps(timeline(args.samples), "Producer.send was called", "deliveries")
-    return 0
+    return wake_timeline.timeline_main(__doc__, serve, timeline, "Producer.send was called", "deliveries")
 
 
 if __name__ == "__main__":

@@ -137,24 +137,30 @@ def _answered(wake: dict[str, float]) -> bool:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    return timeline_main(__doc__, serve, timeline, "the send was called", "wakes")
+
+
+Steps = list[tuple[str, float, int]]
+
+
+def timeline_main(doc: str | None, serve: Callable[[Path, list[str]], int], timeline: Callable[[int], Steps],
+                  start: str, samples: str) -> int:
+    """A timeline diagnostic's command line: `--serve` runs its traced broker, else it prints
+    the timeline as a markdown table, each step with its gap to the one before."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--serve", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         return serve(Path(args.serve[0]), args.serve[1:])
-    print_steps(timeline(args.samples), "the send was called", "wakes")
-    return 0
-
-
-def print_steps(rows: list[tuple[str, float, int]], start: str, samples: str) -> None:
-    """The timeline as a markdown table, each step with its gap to the one before."""
+    rows = timeline(args.samples)
     print(f"| step | median ms after {start} | {samples} | (load {os.getloadavg()[0]:.2f})")
     print("| --- | --- | --- |")
     previous = 0.0
     for name, median, count in rows:
         print(f"| {name} | {median:.3f} (+{median - previous:.3f}) | {count} |")
         previous = median
+    return 0
 
 
 if __name__ == "__main__":
