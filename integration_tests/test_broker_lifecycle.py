@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from integration_tests.reliability.resource_samples import scrape
-from integration_tests.rmq_stubs import Stubs, decode, suspend_fields
+from tests.rmq_stubs import Stubs, decode, suspend_fields
 from rmq import message_format as mf
 from rmq.cli import processes
 from rmq.v1 import rmq_pb2

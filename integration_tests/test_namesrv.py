@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from integration_tests.rmq_stubs import Stubs
+from tests.rmq_stubs import Stubs
 from rmq.cli import processes
 from rmq.v1 import rmq_pb2
 from tests.waiting import wait_until

@@ -7,7 +7,7 @@ import os
 import stat
 from pathlib import Path
 
-from integration_tests.rmq_stubs import Stubs
+from tests.rmq_stubs import Stubs
 from rmq.cli import processes
 from rmq.v1 import rmq_pb2
 
