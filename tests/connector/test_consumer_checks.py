@@ -12,7 +12,7 @@ import pytest
 from rmq.broker_server.acl_file import AclFile
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.cli import main as cli
-from rmq.connector.client import RmqClient, RmqError
+from rmq.connector.client import MessageQueue, RmqClient, RmqError
 from rmq.connector.pull_consumer import PullConsumer
 from rmq.connector.push_consumer import PushConsumer
 from rmq.subscription import MessageSelector
@@ -146,3 +146,11 @@ def test_a_pull_refused_for_good_stops_the_consumer(no_sql_broker: InProcessBrok
                 while time.monotonic() < deadline:
                     pull.poll(0.1)
             assert refused.value.code == rmq_pb2.FILTER_NOT_SUPPORTED
+
+
+def test_a_pull_with_an_sql92_selector_is_refused_by_a_broker_without_property_filters(
+        no_sql_broker: InProcessBroker) -> None:
+    with RmqClient(no_sql_broker.address) as client:
+        with pytest.raises(RmqError, match="does not support filtering messages by SQL92"):
+            client.pull(MessageQueue("orders", "broker-a", 0), 0, 32, group="g",
+                        sub_expression=MessageSelector.by_sql("region = 'eu' AND amount BETWEEN 100 AND 500"))
