@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.rmq_stubs import Stubs
 from rmq.cli import processes
 from rmq.v1 import rmq_pb2
+from tests.rmq_stubs import Stubs
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration

@@ -272,7 +272,7 @@ class MessageStore:
         return self._put_batch(batch, wait=False)
 
     def _put_batch(self, batch: MessageBatch, wait: bool) -> PutBatchResult | None:
-        role = self.config.broker_role   # the role the batch is appended under: fence() may change it meanwhile
+        role = self.config.broker_role   # the role it is appended under (fence() may change it meanwhile)
         if not self._running or role is BrokerRole.SLAVE or not self.is_writeable():
             return PutBatchResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
         if not len(batch):

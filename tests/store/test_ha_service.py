@@ -155,7 +155,8 @@ def test_a_slave_refuses_bytes_that_do_not_continue_its_commit_log(stores, shift
 
 
 @pytest.mark.parametrize("flush", [FlushDiskType.ASYNC, FlushDiskType.SYNC])
-def test_a_put_in_flight_when_the_master_is_fenced_is_never_acknowledged_ok(stores, flush: FlushDiskType) -> None:
+def test_a_put_in_flight_when_the_master_is_fenced_is_never_acknowledged_ok(stores, flush: FlushDiskType
+                                                                              ) -> None:
     """Controller mode: the heartbeat answer naming a newer master fences the store while a put
     waits for its slave; the slave's acknowledgement arriving after the fence does not make it
     OK (the new master never held those bytes; this member drops them when it rejoins)."""
