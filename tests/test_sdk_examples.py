@@ -42,26 +42,17 @@ def test_readme_example_runs(broker: InProcessBroker) -> None:
     assert "SendResult(msg_id=" in run.stdout and "[b'hello']" in run.stdout
 
 
+def order_service(broker: InProcessBroker, *args: str) -> subprocess.CompletedProcess[str]:
+    """examples/order_consumer_service.py run as a user runs it, against `broker`."""
+    command = [sys.executable, "-m", "examples.order_consumer_service", "--endpoints", broker.address, *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
 def test_order_consumer_service_totals(broker: InProcessBroker) -> None:
     events = list(order_events(200, start_ms=0))
     with Producer(broker.address) as producer:
         producer.send([Message("orders-svc", e.body(), tags=e.status, keys=e.order_id) for e in events])
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "examples.order_consumer_service",
-            "--endpoints",
-            broker.address,
-            "--topic",
-            "orders-svc",
-            "--max-messages",
-            "200",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    run = order_service(broker, "--topic", "orders-svc", "--max-messages", "200")
     assert run.returncode == 0, run.stderr
     counts = Counter(e.status for e in events)
     for status, count in counts.items():
@@ -73,20 +64,7 @@ def test_order_consumer_service_totals(broker: InProcessBroker) -> None:
 
 
 def test_order_consumer_service_unknown_topic_is_one_line(broker: InProcessBroker) -> None:
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "examples.order_consumer_service",
-            "--endpoints",
-            broker.address,
-            "--topic",
-            "nope",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    run = order_service(broker, "--topic", "nope")
     assert run.returncode == 2
     assert run.stderr.startswith("order service: cannot start: TOPIC_NOT_EXIST")
     assert "Traceback" not in run.stderr
