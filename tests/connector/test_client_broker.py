@@ -27,7 +27,6 @@ from rmq.v1 import rmq_pb2
 from tests.broker_server.in_process_broker import InProcessBroker, running_broker
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.integration
 MiB = 1024 * 1024
 
 
@@ -236,6 +235,7 @@ def test_broker_going_down_raises_unavailable_naming_its_address(tmp_path: Path)
     assert server.address in str(caught.value)
 
 
+@pytest.mark.integration
 def test_name_server_routes_over_two_brokers(tmp_path: Path) -> None:
     namesrv = processes.namesrv(tmp_path).start()
     brokers = [processes.broker(tmp_path, name, namesrv_address=namesrv.address).start()

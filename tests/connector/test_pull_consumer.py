@@ -15,8 +15,6 @@ from rmq.connector.pull_consumer import PullConsumer
 from rmq.subscription import MessageSelector
 from tests.broker_server.in_process_broker import InProcessBroker, running_broker
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
