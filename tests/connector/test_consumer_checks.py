@@ -17,21 +17,9 @@ from rmq.connector.pull_consumer import PullConsumer
 from rmq.connector.push_consumer import PushConsumer
 from rmq.subscription import MessageSelector
 from rmq.v1 import rmq_pb2
+from tests.acl_accounts import ADMIN, CONSUMER, acl_text
 from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker
-
-ADMIN = ("admin01", "admin-secret-0001")
-READER = ("reader01", "reader-secret-001")   # SUB on topic orders, SUB on group etl only
-ACL = f"""\
-accounts:
-  - accessKey: {ADMIN[0]}
-    secretKey: "{ADMIN[1]}"
-    admin: true
-  - accessKey: {READER[0]}
-    secretKey: "{READER[1]}"
-    topicPerms: ["orders=SUB"]
-    groupPerms: ["etl=SUB"]
-"""
 
 
 def ok(messages: object, context: object) -> None:
@@ -41,7 +29,7 @@ def ok(messages: object, context: object) -> None:
 @pytest.fixture(scope="module")
 def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
     directory = tmp_path_factory.mktemp("acl-broker")
-    acl = AclFile(write_acl(directory / "acl.yml", ACL))
+    acl = AclFile(write_acl(directory / "acl.yml", acl_text()))
     broker = InProcessBroker(directory / "store", ServerSecurity(acl)).start()
     with RmqClient(broker.address, access_key=ADMIN[0], secret_key=ADMIN[1]) as admin:
         admin.create_topic("orders", queues=2)
@@ -78,7 +66,7 @@ def test_rmq_consume_with_an_illegal_group_is_one_line(capsys: pytest.CaptureFix
 
 
 def test_start_raises_without_sub_permission_on_the_group(acl_broker: InProcessBroker) -> None:
-    with RmqClient(acl_broker.address, access_key=READER[0], secret_key=READER[1]) as client:
+    with RmqClient(acl_broker.address, access_key=CONSUMER[0], secret_key=CONSUMER[1]) as client:
         push = PushConsumer("other", client.endpoints, client=client)
         push.subscribe("orders")
         push.register_message_listener(ok)
@@ -103,9 +91,9 @@ def test_start_raises_without_sub_permission_on_the_group(acl_broker: InProcessB
 def test_rmq_consume_without_permission_exits_2_at_once(acl_broker: InProcessBroker,
                                                         capsys: pytest.CaptureFixture[str],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RMQ_SECRET_KEY", READER[1])
+    monkeypatch.setenv("RMQ_SECRET_KEY", CONSUMER[1])
     code = cli.main(["consume", "orders", "--group", "other", "--idle-timeout", "20",
-                     "--endpoints", acl_broker.address, "--access-key", READER[0]])
+                     "--endpoints", acl_broker.address, "--access-key", CONSUMER[0]])
     err = capsys.readouterr().err
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and err.startswith("rmq: error: NO_PERMISSION")
