@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from integration_tests.reliability.resource_samples import scrape
-from rmq.cli import processes
 from rmq.v1 import rmq_pb2
+from testing import processes
 from tests.rmq_stubs import Stubs, decode, suspend_fields
 from tests.waiting import wait_until
 

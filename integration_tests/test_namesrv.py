@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rmq.cli import processes
 from rmq.v1 import rmq_pb2
+from testing import processes
 from tests.rmq_stubs import Stubs
 from tests.waiting import wait_until
 

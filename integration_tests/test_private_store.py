@@ -7,8 +7,8 @@ import os
 import stat
 from pathlib import Path
 
-from rmq.cli import processes
 from rmq.v1 import rmq_pb2
+from testing import processes
 from tests.rmq_stubs import Stubs
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rmq.cli import processes
 from rmq.connector.client import RmqClient
+from testing import processes
 from tests.acl_files import write_acl
 from tests.rocketmq_clients import (
     BROKER_SETTINGS,

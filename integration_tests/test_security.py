@@ -17,9 +17,9 @@ import grpc
 import pytest
 
 from rmq.auth import TlsSettings
-from rmq.cli import processes
-from rmq.cli.processes import ServerProcess
 from rmq.connector.client import OutgoingMessage, RmqError, RmqUnavailable
+from testing import processes
+from testing.processes import ServerProcess
 from tests.acl_accounts import ADMIN, BROKER_A, CONSUMER, PRODUCER, SECRETS, acl_text, client, refusal
 from tests.acl_files import write_acl
 from tests.tls_certs import TlsFiles, make_tls_files

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import pytest
 
 from rmq.connector.client import MessageQueue, RmqClient
-from rmq.connector.message_decoder import decode
+from rmq.connector.spark.message_decoder import decode
 
 rocketmq = pytest.importorskip("rocketmq")
 from rocketmq.grpc_protocol import FilterType  # noqa: E402, F401  (after the skip; re-exported)

@@ -20,12 +20,12 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from rmq.cli import processes
 from rmq.connector import Message, Producer
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.rocketmq_v2 import MessagingServiceStub
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
+from testing import processes
 from tests.broker_server.in_process_broker import InProcessBroker, running_broker
 from tests.rocketmq_clients import (
     BROKER_SETTINGS,

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from rmq.cli import processes
 from rmq.connector.client import (
     PERM_READ,
     PERM_WRITE,
@@ -22,8 +21,9 @@ from rmq.connector.client import (
     RmqError,
     RmqUnavailable,
 )
-from rmq.connector.message_decoder import decode
+from rmq.connector.spark.message_decoder import decode
 from rmq.v1 import rmq_pb2
+from testing import processes
 from tests.broker_server.in_process_broker import InProcessBroker, running_broker
 from tests.waiting import wait_until
 

@@ -237,7 +237,7 @@ def test_sql92_subscription_gets_only_matching_messages(broker: InProcessBroker)
 MEMBER_SCRIPT = """
 import sys, time
 from rmq.connector.client import RmqClient
-from rmq.connector.rebalance import ConsumerMembership
+from rmq.connector.spark.membership import ConsumerMembership
 member = ConsumerMembership(RmqClient(sys.argv[1]), "g-spark", "spark-query-1", {"T": "*"},
                             broadcasting=False, strategy="avg")
 member.start()

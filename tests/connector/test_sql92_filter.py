@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
-from rmq.connector.message_decoder import decode
+from rmq.connector.spark.message_decoder import decode
 from rmq.subscription import MessageSelector
 from tests.broker_server.in_process_broker import InProcessBroker, running_broker
 
