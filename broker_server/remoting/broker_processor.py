@@ -34,9 +34,7 @@ from rmq.broker_server.remoting.dispatch import (
     refusal_of,
 )
 from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
-from rmq.broker_server.remoting.remoting_command import RemotingCommand
 from rmq.broker_server.remoting.remoting_server import CallContext, Channel, ConnectionTable
-from rmq.broker_server.remoting.request_code import RequestCode, ResponseCode
 from rmq.broker_server.remoting.topic_route_data import BrokerData, encode_topic_route
 from rmq.broker_server.remoting.transactions import (
     RESOLUTIONS,
@@ -48,6 +46,8 @@ from rmq.broker_server.remoting.transactions import (
 from rmq.broker_server.rmq_v1.messaging_service import MessagingService
 from rmq.broker_server.rocketmq_v2.status import V2Error
 from rmq.broker_server.rocketmq_v2.transactions import TransactionService
+from rmq.remoting.remoting_command import RemotingCommand
+from rmq.remoting.request_code import RequestCode, ResponseCode
 from rmq.sql92 import Sql92Error, compile_sql92
 from rmq.topic_config import QueueData, TopicConfig
 from rmq.v1 import rmq_pb2

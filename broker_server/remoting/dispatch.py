@@ -13,11 +13,11 @@ from typing import Any
 from google.protobuf.message import Message
 
 from rmq.broker_server.errors import BrokerError, EdgeError
-from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
-from rmq.broker_server.remoting.remoting_command import RemotingCommand
+from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator, WrongTarget
 from rmq.broker_server.remoting.remoting_server import CallContext, Channel
-from rmq.broker_server.remoting.request_code import ResponseCode
 from rmq.broker_server.security.caller import run_as
+from rmq.remoting.remoting_command import RemotingCommand
+from rmq.remoting.request_code import ResponseCode
 from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
@@ -119,6 +119,8 @@ class RequestDispatcher:
             if self.authenticator is not None:   # what the request reaches is checked for this account
                 run_as(self.authenticator.caller(access_key))
             return await handler(Call(context, request, access_key))
+        except WrongTarget as error:  # names this server's id, for the client to sign for it
+            return request.response(*remoting_answer(error), error.ext_fields)
         except BrokerError as error:
             return request.response(*remoting_answer(error))
         except ValueError as error:  # a header number out of its field's range

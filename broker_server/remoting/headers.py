@@ -9,8 +9,8 @@ import struct
 from typing import Any
 
 from rmq.broker_server.errors import illegal_argument
-from rmq.broker_server.remoting.remoting_command import RemotingCommand
-from rmq.broker_server.remoting.request_code import RequestCode
+from rmq.remoting.remoting_command import RemotingCommand
+from rmq.remoting.request_code import RequestCode
 from rmq.v1 import rmq_pb2
 
 # SendMessageRequestHeaderV2's one-letter names for SendMessageRequestHeader's fields.

@@ -11,10 +11,10 @@ from rmq.broker_server.processors.names import check_topic_name
 from rmq.broker_server.remoting import headers
 from rmq.broker_server.remoting.dispatch import Call, Refusal, RequestDispatcher
 from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
-from rmq.broker_server.remoting.remoting_command import RemotingCommand
 from rmq.broker_server.remoting.remoting_server import CallContext
-from rmq.broker_server.remoting.request_code import RequestCode, ResponseCode
 from rmq.broker_server.remoting.topic_route_data import BrokerData, encode_topic_route
+from rmq.remoting.remoting_command import RemotingCommand
+from rmq.remoting.request_code import RequestCode, ResponseCode
 from rmq.topic_config import PERM_WRITE, QueueData
 from rmq.v1 import rmq_pb2
 

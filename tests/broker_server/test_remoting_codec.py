@@ -14,16 +14,16 @@ from rmq.broker_server.remoting import headers
 from rmq.broker_server.remoting.broker_processor import PULL_RESPONSE_CODES
 from rmq.broker_server.remoting.dispatch import RESPONSE_CODES
 from rmq.broker_server.remoting.remoting_acl import sign, signed, signing_content
-from rmq.broker_server.remoting.remoting_command import (
+from rmq.broker_server.remoting.request_bytes import RequestBytes
+from rmq.broker_server.remoting.topic_route_data import BrokerData, QueueData, encode_topic_route
+from rmq.remoting.remoting_command import (
     FrameError,
     LanguageCode,
     RemotingCommand,
     SerializeType,
     decode,
 )
-from rmq.broker_server.remoting.request_bytes import RequestBytes
-from rmq.broker_server.remoting.request_code import RequestCode
-from rmq.broker_server.remoting.topic_route_data import BrokerData, QueueData, encode_topic_route
+from rmq.remoting.request_code import RequestCode
 from rmq.v1 import rmq_pb2
 
 
