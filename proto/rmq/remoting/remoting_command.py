@@ -11,9 +11,6 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from rmq.broker_server.errors import BrokerError
-from rmq.v1 import rmq_pb2
-
 LENGTH = struct.Struct(">i")
 HEADER_LENGTH_MASK = 0xFFFFFF
 RPC_TYPE_RESPONSE = 1  # flag bit 0: the command is a response
@@ -22,11 +19,9 @@ _BINARY_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
 _SHORT = struct.Struct(">h")
 
 
-class FrameError(BrokerError, ValueError):
-    """A frame that is not a well-formed RemotingCommand: the connection is closed."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(rmq_pb2.ILLEGAL_ARGUMENT, message)
+class FrameError(ValueError):
+    """A frame that is not a well-formed RemotingCommand: the connection is closed. The codec is
+    shared by the broker and the SDK, so this is neither side's error tree: each edge handles it."""
 
 
 class SerializeType(enum.IntEnum):
