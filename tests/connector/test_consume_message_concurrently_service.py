@@ -191,3 +191,33 @@ def test_clean_expire_msg_sends_the_stuck_head_back_at_level_3(tmp_path: Path) -
     time.sleep(0.01)   # not an event: the consume start (real clock) lies in the past, past the 0 min timeout
     h.service.clean_expire_msg([h.pq])
     assert h.sent_back == [(1, 3), (2, 3)] and h.pq.msg_count == 0
+
+
+def test_tv12_a_pipelined_pull_landing_never_moves_the_offset_past_a_held_message(tmp_path: Path) -> None:
+    """The next pull's batch lands while the first one's offset 5 is still being consumed: the
+    committed offset stays at 5 however much of both batches finishes, then jumps past both."""
+    h = Harness(tmp_path, lambda msgs, ctx: OK)
+    first, second = [message(o) for o in range(32)], [message(o) for o in range(32, 64)]
+    h.pq.put_message(first)
+    h.pq.mark_pulled_until(32)
+    for m in first[:5] + first[6:]:
+        h.service.run(ConsumeRequest([m], h.pq, MQ))
+    assert h.offset() == 5
+    h.pq.put_message(second)
+    h.pq.mark_pulled_until(64)
+    for m in reversed(second):
+        h.service.run(ConsumeRequest([m], h.pq, MQ))
+        assert h.offset() == 5
+    h.service.run(ConsumeRequest([first[5]], h.pq, MQ))
+    assert h.offset() == 64 and h.pq.msg_count == 0
+
+
+def test_batches_of_one_hand_every_message_to_the_listener_once(tmp_path: Path) -> None:
+    seen: list[list[int]] = []
+    h = Harness(tmp_path, lambda msgs, ctx: seen.append([m.queue_offset for m in msgs]) or OK)
+    h.service.batch_size = 1
+    messages = [message(o) for o in range(32)]
+    h.pq.put_message(messages)
+    h.service.submit_consume_request(messages, h.pq, MQ)
+    wait_until(lambda: h.offset() == 32, "all 32 consumed and committed")
+    assert sorted(seen) == [[o] for o in range(32)] and h.pq.msg_count == 0
