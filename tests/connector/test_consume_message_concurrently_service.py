@@ -5,6 +5,7 @@ local re-consume after 5 s, broadcasting drop, dropped queues) and the offset ru
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -221,3 +222,27 @@ def test_batches_of_one_hand_every_message_to_the_listener_once(tmp_path: Path) 
     h.service.submit_consume_request(messages, h.pq, MQ)
     wait_until(lambda: h.offset() == 32, "all 32 consumed and committed")
     assert sorted(seen) == [[o] for o in range(32)] and h.pq.msg_count == 0
+
+
+def test_slow_listeners_run_on_every_consume_thread_at_once(tmp_path: Path) -> None:
+    """A pull's requests wake one thread; each thread that takes one while more are queued wakes
+    the next, so listeners that block still run side by side on all the threads."""
+    all_running = threading.Barrier(4)
+
+    def listener(msgs, ctx):
+        all_running.wait(timeout=30)   # broken (an exception) unless 4 listeners run at once
+        return OK
+
+    h = Harness(tmp_path, listener)
+    h.service.shutdown(0)
+    service = ConsumeMessageConcurrentlyService(
+        listener, group="G", broadcasting=False, consume_thread_max=4, consume_message_batch_max_size=1,
+        consume_timeout_minutes=15, offset_store=h.store, send_message_back=h.send_back,
+        scheduler=h.scheduler)
+    service.start(lambda: [h.pq])
+    messages = [message(o) for o in range(8)]
+    h.pq.put_message(messages)
+    service.submit_consume_request(messages, h.pq, MQ)
+    wait_until(lambda: h.offset() == 8, "8 messages consumed, 4 at a time")
+    service.shutdown(5)
+    assert h.sent_back == [] and not all_running.broken
