@@ -61,8 +61,6 @@ def classify(status: ConsumeConcurrentlyStatus | None, has_exception: bool, cons
 
 def split_batches(messages: Sequence[MessageExt], batch_size: int) -> list[list[MessageExt]]:
     """submitConsumeRequest (longpolling TV-9): one request when the pull fits a batch."""
-    if batch_size == 1:   # RocketMQ's default
-        return [[message] for message in messages]
     return [list(messages[i:i + batch_size]) for i in range(0, len(messages), batch_size)]
 
 
@@ -124,7 +122,13 @@ class ConsumeMessageConcurrentlyService:
     def submit_consume_request(self, messages: Sequence[MessageExt], pq: ProcessQueue,
                                mq: MessageQueue, dispatch_to_consume: bool = True) -> None:
         """Every batch goes to the pool (`dispatch_to_consume` is for orderly consumers only)."""
-        self._pool.submit_all([ConsumeRequest(batch, pq, mq) for batch in split_batches(messages, self.batch_size)])
+        submit, size = self._pool.submit, self.batch_size
+        if size == 1:   # RocketMQ's default: one request per message
+            for message in messages:
+                submit(ConsumeRequest([message], pq, mq))
+            return
+        for batch in split_batches(messages, size):
+            submit(ConsumeRequest(batch, pq, mq))
 
     def _submit(self, request: ConsumeRequest) -> None:
         self._pool.submit(request)   # after shutdown the messages stay unacknowledged, consumed again later

@@ -1,23 +1,15 @@
 """The consume services' consumeExecutor: a fixed set of daemon threads taking requests from one
-queue (a deque and threads: a Future per message costs more than the listener call itself at
-batches of 1). After shutdown, queued and newly submitted requests are dropped: their offsets
-were not committed, so the queue's next owner consumes them.
-
-Waking a thread per request made a pull of 32 cost 32 thread wake-ups and GIL hand-offs. Here at
-most one woken thread is on its way at any time: `submit_all` wakes one idle thread, and a thread
-that takes a request while more are queued wakes one more before running it, unless one is
-already waking. A listener that blocks (I/O, sleep) lets the woken thread take the next request,
-which wakes the next: slow listeners still run on every thread, as with one wake per request;
-fast ones are drained by the threads already running.
-"""
+queue (a plain queue and threads: a Future per message costs more than the listener call itself
+at batches of 1). After shutdown, queued and newly submitted requests are dropped: their offsets
+were not committed, so the queue's next owner consumes them."""
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
 from rmq.connector.client import MessageQueue
@@ -36,10 +28,7 @@ R = TypeVar("R", bound=_Request)
 class ConsumeThreadPool(Generic[R]):
     def __init__(self, name: str, threads: int, run: Callable[[R], None]) -> None:
         self._run = run
-        self._requests: deque[R] = deque()
-        self._ready = threading.Condition(threading.Lock())
-        self._waiting = 0   # threads inside wait()
-        self._waking = 0    # of those, notified and not yet returned from wait()
+        self._requests: queue.SimpleQueue[R | None] = queue.SimpleQueue()
         self.stopped = False
         self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
                          for i in range(threads)]
@@ -49,50 +38,23 @@ class ConsumeThreadPool(Generic[R]):
             thread.start()
 
     def submit(self, request: R) -> None:
-        self.submit_all((request,))
-
-    def submit_all(self, requests: Iterable[R]) -> None:
-        """Queue `requests` in order; one idle thread is woken (see the module docstring)."""
-        with self._ready:
-            if self.stopped:
-                return
-            self._requests.extend(requests)
-            self._wake_one()
+        if not self.stopped:
+            self._requests.put(request)
 
     def shutdown(self, await_termination_s: float) -> None:
         """Stop taking requests; wait up to `await_termination_s` for running ones."""
-        with self._ready:
-            self.stopped = True
-            self._requests.clear()
-            self._ready.notify_all()
+        self.stopped = True
+        for _ in self._threads:
+            self._requests.put(None)
         deadline = time.monotonic() + await_termination_s
         for thread in self._threads:
             if thread.is_alive():
                 thread.join(max(0.0, deadline - time.monotonic()))
 
-    def _wake_one(self) -> None:
-        """With the lock held: wake an idle thread unless one is already on its way."""
-        if self._waking == 0 and self._waiting > 0:
-            self._waking += 1
-            self._ready.notify()
-
-    def _take(self) -> R | None:
-        """The next request (None once stopped); wakes another thread when more are queued."""
-        with self._ready:
-            while not self._requests and not self.stopped:
-                self._waiting += 1
-                self._ready.wait()
-                self._waiting -= 1
-                self._waking = max(0, self._waking - 1)   # every notify() wakes exactly one waiter
-            if self.stopped:
-                return None
-            request = self._requests.popleft()
-            if self._requests:
-                self._wake_one()
-            return request
-
     def _work(self) -> None:
-        while (request := self._take()) is not None:
+        while (request := self._requests.get()) is not None:
+            if self.stopped:
+                continue
             try:
                 self._run(request)
             except Exception:

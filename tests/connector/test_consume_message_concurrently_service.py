@@ -225,8 +225,8 @@ def test_batches_of_one_hand_every_message_to_the_listener_once(tmp_path: Path) 
 
 
 def test_slow_listeners_run_on_every_consume_thread_at_once(tmp_path: Path) -> None:
-    """A pull's requests wake one thread; each thread that takes one while more are queued wakes
-    the next, so listeners that block still run side by side on all the threads."""
+    """Batches of one message run on the pool's threads side by side: listeners that block do
+    not hold the rest of the pull back (RocketMQ's consumeExecutor)."""
     all_running = threading.Barrier(4)
 
     def listener(msgs, ctx):
