@@ -118,7 +118,7 @@ def decode_messages(packed: rmq_pb2.PackedMessages, mq: MessageQueue) -> list[Me
     body_pos = mf.BODY_POS
     topics: dict[bytes, tuple[str, bool]] = {}   # raw topic -> (topic, a retry/DLQ copy)
     properties_of: dict[bytes, dict[str, str]] = {}
-    result = []
+    result: list[MessageExt] = []
     append = result.append
     position = 0
     for size in sizes:
