@@ -17,10 +17,9 @@ from typing import Any
 
 from rmq import message_format as mf
 from rmq import retry
-from rmq.broker_server.arguments import positive_int
-from rmq.broker_server.errors import UserError
 from rmq.cli import admin_commands, client_security, consume_command
 from rmq.cli.output import print_json, print_table, timestamp
+from rmq.command_line import UserError, positive_int
 from rmq.connector.client import (
     PERM_READ,
     PERM_WRITE,

@@ -29,7 +29,7 @@ from pyspark.sql.streaming.listener import (
     QueryTerminatedEvent,
 )
 
-from rmq.connector.offsets import CLIENT_ID_KEY, StreamOffset
+from rmq.connector.spark.source_offsets import CLIENT_ID_KEY, StreamOffset
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from collections.abc import Collection
 
 from rmq.connector.client import MessageQueue
 from rmq.connector.errors import RmqOptionError
-from rmq.connector.offsets import (
+from rmq.connector.spark.source_offsets import (
     Committed,
     OffsetPolicy,
     QueueOffsetLookup,
