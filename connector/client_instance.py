@@ -13,6 +13,8 @@ they share:
   consumer, and each clustering group's membership watch (ConsumerIdsWatcher), which wakes
   the rebalance service when a broker pushes a membership change;
 - one RebalanceService rebalancing every registered consumer (every 20 s, at once when woken);
+- one PullMessageService (one pull thread and its scheduler) sending the pulls of every consumer
+  of the instance, group members and assigning PullConsumers alike (consumer_impl);
 - one ScheduledExecutor for the instance's periodic tasks (heartbeats, offset persisting).
 
 `ClientInstance.acquire` is MQClientManager.getOrCreateMQClientInstance: consumers of one client
@@ -33,6 +35,7 @@ from rmq.connector.broker_outages import BrokerOutages
 from rmq.connector.client import RmqClient, RmqError, RmqUnavailable
 from rmq.connector.consumer_ids_watcher import ConsumerIdsWatcher
 from rmq.connector.errors import StateError
+from rmq.connector.pull_message_service import PullMessageService
 from rmq.connector.rebalance_service import WAIT_INTERVAL_S, RebalanceService
 from rmq.connector.scheduled_executor import ScheduledExecutor, ScheduledTask
 
@@ -95,6 +98,7 @@ class ClientInstance:
         self._watchers: dict[str, ConsumerIdsWatcher] = {}
         self._rebalance_lock = threading.RLock()   # held while a rebalance runs
         self._rebalance_service = RebalanceService(self.do_rebalance, WAIT_INTERVAL_S)
+        self.pull_message_service = PullMessageService(f"rmq-pull-{client_id}")
         self._scheduler: ScheduledExecutor | None = None
         self._key: _InstanceKey | None = None
         self._users = 0
@@ -180,6 +184,7 @@ class ClientInstance:
 
     def _shutdown(self) -> None:
         self._rebalance_service.shutdown()
+        self.pull_message_service.shutdown()
         if self._scheduler is not None:
             self._scheduler.shutdown()
         with self._lock:

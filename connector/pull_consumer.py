@@ -11,8 +11,9 @@ consumer-pull-rebalance §20, TV-18; consumer-startup-allocation-ordering §3).
 
 `assign(queues)` instead of `subscribe` reads exactly those queues without joining the
 group (the group only names the committed offsets). Behind `poll`, one long-polling pull
-loop per owned queue (the PushConsumer's PullMessageService and RebalanceImpl) fills a
-bounded cache (`pull_threshold_for_queue` messages per queue); `poll` hands out one pulled
+loop per owned queue (the shared ConsumerImpl's, on the ClientInstance's one PullMessageService,
+as the PushConsumer's; a RebalanceImpl) fills a bounded cache (`pull_threshold_for_queue`
+messages, 100 MiB per queue); `poll` hands out one pulled
 batch of one queue, in offset order per queue, and counts it consumed. `commit()` writes the
 consumed offsets of every owned queue to the broker, `commit(offsets)` the given ones;
 with `auto_commit` a poll commits what earlier polls returned once `auto_commit_interval_s`
@@ -36,31 +37,27 @@ from dataclasses import dataclass
 
 from rmq.connector.allocation import AllocateStrategy
 from rmq.connector.broker_outages import BrokerOutages
-from rmq.connector.client import MessageQueue, PullResult, PullStatus, RmqClient, RmqError, RmqUnavailable
+from rmq.connector.client import MessageQueue, PullResult, RmqClient, RmqError, RmqUnavailable
 from rmq.connector.client_instance import ClientInstance, client_id_of
 from rmq.connector.consumer_checks import check_client_in_broker, is_permanent_refusal
 from rmq.connector.consumer_config import (
-    BROKER_SUSPEND_MAX_TIME_MILLIS,
-    PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION,
-    PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL,
     ConsumeFromWhere,
     ConsumerConfig,
 )
+from rmq.connector.consumer_impl import ConsumerImpl
 from rmq.connector.errors import ConfigError, RmqReadError, StateError
 from rmq.connector.flight_pull import FlightPullService
-from rmq.connector.message import MessageExt, decode_messages
+from rmq.connector.message import MessageExt
 from rmq.connector.offset_store import ReadOffsetType, RemoteBrokerOffsetStore
 from rmq.connector.process_queue import ProcessQueue
-from rmq.connector.pull_message_service import PullMessageService
 from rmq.connector.rebalance_impl import BrokerQueueAdmin, PullRequest, RebalanceImpl, SubscriptionData
 from rmq.connector.rebalance_service import WAIT_INTERVAL_S
-from rmq.connector.scheduled_executor import ScheduledExecutor
 from rmq.connector.transport import TRANSPORTS, Transport
 from rmq.subscription import MessageSelector
 
 logger = logging.getLogger(__name__)
 
-PULL_TIME_DELAY_MILLS_WHEN_PAUSE = 1000
+PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB = 100   # pullThresholdSizeForQueue
 AUTO_COMMIT_INTERVAL_S = 5.0
 
 
@@ -73,7 +70,7 @@ class ConsumeRequest:
     process_queue: ProcessQueue
 
 
-class PullConsumer:
+class PullConsumer(ConsumerImpl):
     """A lite pull consumer (clustering, `avg` allocation, from the last offset by default)."""
 
     def __init__(
@@ -127,15 +124,22 @@ class PullConsumer:
         self.outages = BrokerOutages(f"consumer group {group}")
         self.failure: RmqError | None = None   # a pull refused for good: poll() raises it
         self.offset_store = RemoteBrokerOffsetStore(self.client, group, self.outages)
-        self._scheduler = ScheduledExecutor(f"rmq-lite-pull-{group}")
-        self._pull_service = PullMessageService(self._pull_message, self._scheduler)
+        self._pull_service = self._instance.pull_message_service
+        # the shared pull loop's settings (consumer_impl): RocketMQ's lite pull defaults
+        self.broadcasting = False
+        self.orderly = False
+        self.pull_threshold_size_for_queue = PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB
+        self.consume_concurrently_max_span = None
+        self.pull_interval_ms = 0
+        self.piggyback_commit = False   # offsets are committed by commit() and auto_commit only
+        self._flow_control_times = 0
         self._reads: Counter[Transport] = Counter()   # store reads answered, by transport
         self._flight = FlightPullService(self.client, group, Transport(transport), pull_batch_size)
         self.rebalance_impl = RebalanceImpl(
             group, self.client_id, self._subscriptions, broadcasting=False, strategy=self.allocate_strategy,
             offset_store=self.offset_store, admin=BrokerQueueAdmin(self.client, group, self.client_id),
             consume_from=self.consume_from, consume_timestamp_ms=self.consume_timestamp,
-            dispatch_pull_requests=self._dispatch)
+            dispatch_pull_requests=self._dispatch_pull_requests)
 
     # ------------------------------------------------------------ set-up
 
@@ -185,8 +189,8 @@ class PullConsumer:
             if self._joins:
                 self._instance.register_consumer(self)
                 self._check_client_in_broker()
+            self._pull_service.register(self)   # before RUNNING: a rebalance may dispatch pulls from then on
             self._state = "RUNNING"
-        self._pull_service.start()
         if self._assigned is not None:
             self.rebalance_impl.assign(self._assigned)
             return
@@ -199,19 +203,17 @@ class PullConsumer:
         with self._state_lock:
             if self._state != "RUNNING":
                 if self._state == "CREATE_JUST":
-                    self._scheduler.shutdown()
                     self._release_instance()
                 self._state = "SHUTDOWN_ALREADY"
                 return
             self._state = "SHUTDOWN_ALREADY"
         if self._joins:
             self._instance.wait_for_rebalance()   # no rebalance of this consumer runs from here on
-        self._pull_service.shutdown()
+        self._pull_service.unregister(self)
         self._flight.shutdown()
         if self.auto_commit:
             self._commit_consumed()
         self.rebalance_impl.drop_all()
-        self._scheduler.shutdown()
         if self._joins:
             self._instance.unregister_consumer(self, leave_group=True)
         self._release_instance()
@@ -291,7 +293,7 @@ class PullConsumer:
             raise ConfigError(f"{mq} is not read by this consumer")
         with self._consumed_lock:
             self._consumed[mq] = offset
-        self._pull_service.execute_pull_request_immediately(PullRequest(self.group, mq, pq, offset))
+        self._pull_now(PullRequest(self.group, mq, pq, offset))
 
     def seek_to_begin(self, mq: MessageQueue) -> None:
         self.seek(mq, self.client.queue_offsets(mq).min_offset)
@@ -338,28 +340,17 @@ class PullConsumer:
             self._next_auto_commit = time.monotonic() + self.auto_commit_interval_s
             self._commit_consumed()
 
-    def _dispatch(self, requests: list[PullRequest]) -> None:
-        for request in requests:
-            with self._consumed_lock:
-                self._consumed.setdefault(request.message_queue, request.next_offset)
-            self._pull_service.execute_pull_request_immediately(request)
-
     def _check_client_in_broker(self) -> None:
         try:
             check_client_in_broker(self.client, self.group, self._subscriptions.values(),
                                    lambda: self._instance.send_heartbeat(self))
         except RmqError:
             self._state = "START_FAILED"
-            self._scheduler.shutdown()
             self._instance.unregister_consumer(self, leave_group=False)
             self._release_instance()
             raise
 
     # ------------------------------------------------------------ MQConsumerInner (client_instance)
-
-    @property
-    def broadcasting(self) -> bool:
-        return False
 
     @property
     def rebalance_interval_s(self) -> float:
@@ -377,90 +368,62 @@ class PullConsumer:
     def connection_restored(self, broker_name: str) -> None:
         """Nothing to do: a lite pull consumer holds no queue locks."""
 
-    def _pull_message(self, request: PullRequest) -> None:
-        """PullTaskImpl: flow control and pause, then one asynchronous long-polling pull."""
-        pq, mq = request.process_queue, request.message_queue
-        if pq.dropped or not self.running:
-            return
-        pq.last_pull_timestamp = time.monotonic()
-        if mq in self._paused:
-            self._pull_service.execute_pull_request_later(request, PULL_TIME_DELAY_MILLS_WHEN_PAUSE)
-            return
-        if pq.msg_count > self.pull_threshold_for_queue:
-            self._pull_service.execute_pull_request_later(request, PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL)
-            return
-        subscription = self._subscriptions[mq.topic]
+    # ------------------------------------------------------------ where pulled messages go (consumer_impl)
+
+    def _start_queue(self, request: PullRequest) -> None:
+        with self._consumed_lock:
+            self._consumed.setdefault(request.message_queue, request.next_offset)
+
+    def _is_paused(self, mq: MessageQueue) -> bool:
+        return mq in self._paused
+
+    def _read_elsewhere(self, request: PullRequest, subscription: SubscriptionData) -> bool:
+        """A backlog goes through the Flight data plane where the broker advertises one."""
         try:
-            if self._flight.wants(mq, request.next_offset):
-                room = self.pull_threshold_for_queue - pq.msg_count
-                self._flight.read(request, subscription.selector, room,
-                                  lambda request, result: self._take(request, subscription, result,
-                                                                     Transport.FLIGHT),
-                                  self._on_flight_read)
-                return
-            pull = self.client.pull_async(
-                mq, request.next_offset, self.pull_batch_size, group=self.group,
-                sub_expression=subscription.selector, suspend_timeout_ms=BROKER_SUSPEND_MAX_TIME_MILLIS,
-                callback=lambda result, error: self._on_pull(request, subscription, result, error))
-            pq.pull_started(pull.cancel)
+            if not self._flight.wants(request.message_queue, request.next_offset):
+                return False
+            room = self.pull_threshold_for_queue - request.process_queue.msg_count
+            self._flight.read(request, subscription.selector, room,
+                              lambda request, result: self._take(request, subscription, result),
+                              self._on_flight_read)
         except RmqReadError as error:   # transport=flight without a data plane
             self.failure = self.failure or error
-        except RmqError as error:
-            self._retry_later(request, error)
+        return True
 
-    def _retry_later(self, request: PullRequest, error: RmqError | None) -> None:
-        mq = request.message_queue
-        if not self.outages.report(mq.broker_name, error):   # unreachable: one warning per outage
-            logger.warning("pull of %s failed: %s", mq, error)
-        self._pull_service.execute_pull_request_later(request, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
+    def _pulled(self, mq: MessageQueue, result: PullResult) -> None:
+        self._reads[Transport.GRPC] += 1
+        self._flight.saw(mq, result)
+
+    def _offset_illegal(self, request: PullRequest) -> int | None:
+        """DefaultLitePullConsumer: read on from the corrected offset (poll() commits nothing
+        the application did not get)."""
+        self.correct_tags_offset(request)
+        return 0
+
+    def _consumed_through(self, mq: MessageQueue, offset: int) -> None:
+        with self._consumed_lock:
+            self._consumed[mq] = offset
+
+    def _deliver(self, request: PullRequest, messages: list[MessageExt], dispatch_to_consume: bool) -> None:
+        """To poll(), in batches of pull_batch_size (a Flight read holds more)."""
+        for start in range(0, len(messages), self.pull_batch_size):
+            self._requests.put(ConsumeRequest(messages[start:start + self.pull_batch_size],
+                                              request.message_queue, request.process_queue))
 
     def _on_flight_read(self, request: PullRequest, error: RmqError | None) -> None:
         """A ticket ended: read on (a data plane that failed under AUTO: by PullMessage at once)."""
         if not self.running or request.process_queue.dropped:
             return
         if is_permanent_refusal(error):
-            self.failure = self.failure or error
+            self._stop_pulling(request.message_queue, error)
         elif error is None or (isinstance(error, RmqUnavailable)
                                and self._flight.transport is Transport.AUTO):
-            self._pull_service.execute_pull_request_immediately(request)
+            self._pull_now(request)
         else:
             self._retry_later(request, error)
 
-    def _on_pull(self, request: PullRequest, subscription: SubscriptionData, result: PullResult | None,
-                 error: RmqError | None) -> None:
-        if not self.running or request.process_queue.dropped:
-            return
-        mq = request.message_queue
-        if is_permanent_refusal(error):
-            self.failure = self.failure or error
-            return
-        if error is not None or result is None:
-            self._retry_later(request, error)
-            return
-        self._flight.saw(mq, result)
-        self._take(request, subscription, result, Transport.GRPC)
-        self._pull_service.execute_pull_request_immediately(request)
-
-    def _take(self, request: PullRequest, subscription: SubscriptionData, result: PullResult,
-              transport: Transport) -> None:
-        """One read's answer (a pull's, or a Flight batch's): its messages to poll(), its next offset."""
-        mq = request.message_queue
-        self._reads[transport] += 1
-        self.outages.answered(mq.broker_name)
-        if result.pull_status == PullStatus.OFFSET_ILLEGAL:
-            logger.warning("the pull request offset illegal, %s %d -> %d", request.message_queue,
-                           request.next_offset, result.next_begin_offset)
-        request.next_offset = result.next_begin_offset
-        messages = []
-        if result.pull_status == PullStatus.FOUND:
-            messages = [m for m in decode_messages(result.messages, request.message_queue)
-                        if subscription.matches(m.tags)]
-        if messages:
-            request.process_queue.put_message(messages)
-        request.process_queue.mark_pulled_until(request.next_offset)   # poll() commits past filtered ones
-        if not messages and request.process_queue.msg_count == 0:   # correctTagsOffset: past filtered-out
-            with self._consumed_lock:
-                self._consumed[mq] = request.next_offset
-        for start in range(0, len(messages), self.pull_batch_size):   # a Flight read holds more
-            self._requests.put(ConsumeRequest(messages[start:start + self.pull_batch_size], mq,
-                                              request.process_queue))
+    def _take(self, request: PullRequest, subscription: SubscriptionData, result: PullResult) -> None:
+        """One Flight batch's answer: taken like a pull's (the ticket goes on by itself)."""
+        self._reads[Transport.FLIGHT] += 1
+        self.outages.answered(request.message_queue.broker_name)
+        self.take_pull_result(request, subscription, result)

@@ -7,14 +7,15 @@ consumer-startup-allocation-ordering §1, §4).
     consumer.register_message_listener(lambda msgs, ctx: ConsumeConcurrentlyStatus.CONSUME_SUCCESS)
     consumer.start()
 
-Inside (one of each per consumer): a PullMessageService (asynchronous long-polling pulls, the
-commit offset piggy-backed on them, flow control per ProcessQueue), a RebalanceImpl, a
-ConsumeMessageConcurrentlyService (thread pool, send-back of failed messages) and an OffsetStore
-(the broker's in clustering, a local file in broadcasting) persisted every 5 s and at
-shutdown. The process's ClientInstance of the consumer's client id (client_instance) heartbeats,
-watches the group's membership and runs the RebalanceService (every 20 s, and at once when a
-broker pushes a membership change). `shutdown()` waits for running listeners (bounded), persists the
-offsets and unregisters, so the group's other consumers take the queues over at once.
+Inside (one of each per consumer): a RebalanceImpl, a ConsumeMessageConcurrentlyService (thread
+pool, send-back of failed messages) and an OffsetStore (the broker's in clustering, a local file
+in broadcasting) persisted every 5 s and at shutdown. The pull loop (asynchronous long-polling
+pulls, the commit offset piggy-backed on them, flow control per ProcessQueue) is the shared
+ConsumerImpl's, run by the ClientInstance's one PullMessageService; the pulled messages go to the
+consume service. The process's ClientInstance of the consumer's client id (client_instance)
+heartbeats, watches the group's membership and runs the RebalanceService (every 20 s, and at
+once when a broker pushes a membership change). `shutdown()` waits for running listeners
+(bounded), persists the offsets and unregisters, so the group's other consumers take the queues over at once.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
@@ -30,23 +30,21 @@ from typing import cast
 from rmq import retry
 from rmq.connector.allocation import AllocateStrategy
 from rmq.connector.broker_outages import BrokerOutages
-from rmq.connector.client import MessageQueue, PullResult, PullStatus, RmqClient, RmqError, RmqUnavailable
+from rmq.connector.client import MessageQueue, RmqClient, RmqError, RmqUnavailable
 from rmq.connector.client_instance import ClientInstance, client_id_of
 from rmq.connector.consume_message_concurrently_service import ConsumeMessageConcurrentlyService
 from rmq.connector.consume_message_orderly_service import ConsumeMessageOrderlyService
-from rmq.connector.consumer_checks import check_client_in_broker, is_permanent_refusal
+from rmq.connector.consumer_checks import check_client_in_broker
 from rmq.connector.consumer_config import (
-    BROKER_SUSPEND_MAX_TIME_MILLIS,
     DEFAULT_OFFSET_STORE_DIR,
     LEGACY_OFFSET_STORE_DIR,
-    PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION,
-    PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL,
     ConsumeFromWhere,
     ConsumerConfig,
     MessageModel,
 )
+from rmq.connector.consumer_impl import ConsumerImpl
 from rmq.connector.errors import ConfigError, StateError
-from rmq.connector.message import MessageExt, decode_messages
+from rmq.connector.message import MessageExt
 from rmq.connector.message_listener import MessageListenerConcurrently
 from rmq.connector.message_listener_orderly import MessageListenerOrderly
 from rmq.connector.offset_store import (
@@ -55,13 +53,11 @@ from rmq.connector.offset_store import (
     ReadOffsetType,
     RemoteBrokerOffsetStore,
 )
-from rmq.connector.process_queue import REBALANCE_LOCK_INTERVAL_S, ProcessQueue
-from rmq.connector.pull_message_service import PullMessageService
+from rmq.connector.process_queue import REBALANCE_LOCK_INTERVAL_S
 from rmq.connector.rebalance_impl import (
     BrokerQueueAdmin,
     PullRequest,
     RebalanceImpl,
-    SubscriptionData,
     copy_subscription,
 )
 from rmq.connector.rebalance_service import WAIT_INTERVAL_S
@@ -70,11 +66,10 @@ from rmq.subscription import MessageSelector
 
 logger = logging.getLogger(__name__)
 
-OFFSET_ILLEGAL_FIX_DELAY_S = 10.0
 PERSIST_CONSUMER_OFFSET_INTERVAL_S = 5.0
 
 
-class PushConsumer:
+class PushConsumer(ConsumerImpl):
     """A consumer group member that pulls on its own and calls the listener (RocketMQ
     defaults: clustering, avg allocation, from the last offset, 16 reconsume attempts, 20
     consume threads, 32 messages per pull, batches of 1, consume timeout 15 minutes)."""
@@ -161,7 +156,8 @@ class PushConsumer:
         self.rebalance_impl: RebalanceImpl
         self.consume_service: ConsumeMessageConcurrentlyService | ConsumeMessageOrderlyService
         self._scheduler: ScheduledExecutor
-        self._pull_service: PullMessageService
+        self._pull_service = self._instance.pull_message_service
+        self.piggyback_commit = True
         self._persist_task: ScheduledTask | None = None
 
     # ------------------------------------------------------------ public API
@@ -228,13 +224,14 @@ class PushConsumer:
                 self._instance.unregister_consumer(self, leave_group=False)
                 self._release_instance()
                 raise
+            # before RUNNING: the instance's rebalance may dispatch this consumer's pulls from then on
+            self.consume_service.start(lambda: list(self.rebalance_impl.process_queue_table.values()))
+            self._pull_service.register(self)
             self._state = "RUNNING"
         self._instance.heartbeat(self)
         self._instance.start()
         self._persist_task = self._instance.schedule_at_fixed_rate(self.persist_interval_s,
                                                                    self.persist_consumer_offset)
-        self.consume_service.start(lambda: list(self.rebalance_impl.process_queue_table.values()))
-        self._pull_service.start()
         self._instance.rebalance_immediately()
         logger.info("the consumer [%s] start OK as %s", self.group, self.client_id)
 
@@ -249,7 +246,7 @@ class PushConsumer:
                 return
             self._state = "SHUTDOWN_ALREADY"
         self._instance.wait_for_rebalance()   # no rebalance of this consumer runs from here on
-        self._pull_service.shutdown()
+        self._pull_service.unregister(self)
         self.consume_service.shutdown(self.await_termination_s)
         if self._persist_task is not None:
             self._persist_task.cancel()
@@ -294,7 +291,6 @@ class PushConsumer:
         else:
             self.offset_store = RemoteBrokerOffsetStore(self.client, self.group, self.outages)
         self.offset_store.load()
-        self._pull_service = PullMessageService(self.pull_message, self._scheduler)
         self.rebalance_impl = RebalanceImpl(
             self.group, self.client_id, copy_subscription(self.group, self._subscriptions, self.broadcasting),
             broadcasting=self.broadcasting, strategy=self.allocate_strategy, offset_store=self.offset_store,
@@ -343,164 +339,22 @@ class PushConsumer:
         if self.orderly:
             self.rebalance_impl.lock_all()
 
-    # ------------------------------------------------------------ pulling (spec pull §10, §15)
+    # ------------------------------------------------------------ where pulled messages go (consumer_impl)
 
-    def _dispatch_pull_requests(self, requests: list[PullRequest]) -> None:
-        for request in requests:
-            # A queue the group never committed keeps the start computePullFromWhere gave it (it is
-            # persisted with the others): a restart before its first message then resumes there
-            # instead of computing a later start (`last`) and skipping what arrived meanwhile.
-            mq = request.message_queue
-            if self.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_MEMORY) < 0:
-                self.offset_store.update_offset(mq, request.next_offset, increase_only=True)
-            self._pull_service.execute_pull_request_immediately(request)
-
-    def pull_message(self, request: PullRequest) -> None:
-        """DefaultMQPushConsumerImpl#pullMessage: flow control, then an asynchronous pull."""
-        pq = request.process_queue
-        if pq.dropped:
-            logger.info("the pull request[%s] is dropped.", request.message_queue)
-            return
-        pq.last_pull_timestamp = time.monotonic()
-        delay_ms = self.flow_control_delay_ms(pq)
-        if delay_ms:
-            self._flow_control_times += 1
-            if (self._flow_control_times - 1) % 1000 == 0:   # queueFlowControlTimes++ % 1000 == 0
-                logger.warning("the cached message count/size/span of %s exceeds the threshold, so do flow "
-                               "control: count=%d size=%d MiB span=%d", request.message_queue, pq.msg_count,
-                               pq.msg_size // (1024 * 1024), pq.max_span())
-            self._pull_service.execute_pull_request_later(request, delay_ms)
-            return
-        lock_delay_ms = self.orderly_pull_delay_ms(request)
-        if lock_delay_ms:
-            self._pull_service.execute_pull_request_later(request, lock_delay_ms)
-            return
+    def _start_queue(self, request: PullRequest) -> None:
+        # A queue the group never committed keeps the start computePullFromWhere gave it (it is
+        # persisted with the others): a restart before its first message then resumes there
+        # instead of computing a later start (`last`) and skipping what arrived meanwhile.
         mq = request.message_queue
-        subscription = self.rebalance_impl.subscription_inner.get(mq.topic)
-        if subscription is None:
-            logger.warning("find the consumer's subscription failed, %s", mq)
-            self._pull_service.execute_pull_request_later(request, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
-            return
-        commit_offset = None
-        if not self.broadcasting:
-            in_memory = self.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_MEMORY)
-            commit_offset = in_memory if in_memory > 0 else None
-        try:
-            pull = self.client.pull_async(
-                mq, request.next_offset, self.pull_batch_size, group=self.group,
-                sub_expression=subscription.selector, suspend_timeout_ms=BROKER_SUSPEND_MAX_TIME_MILLIS,
-                commit_offset=commit_offset,
-                callback=lambda result, error: self._on_pull(request, subscription, result, error))
-            pq.pull_started(pull.cancel)
-        except RmqError as error:
-            if not self.outages.report(mq.broker_name, error):
-                logger.warning("pullKernelImpl exception, %s: %s", mq, error)
-            self._pull_service.execute_pull_request_later(request, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
+        if self.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_MEMORY) < 0:
+            self.offset_store.update_offset(mq, request.next_offset, increase_only=True)
 
-    def flow_control_delay_ms(self, pq: ProcessQueue) -> int:
-        """TV-7: 50 ms when the ProcessQueue holds too many messages, too many MiB, or (in
-        concurrent mode) too wide an offset span; else 0."""
-        if pq.msg_count > self.pull_threshold_for_queue:
-            return PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL
-        if pq.msg_size // (1024 * 1024) > self.pull_threshold_size_for_queue:
-            return PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL
-        if not self.orderly and pq.max_span() > self.consume_concurrently_max_span:
-            return PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL
-        return 0
+    def _deliver(self, request: PullRequest, messages: list[MessageExt], dispatch_to_consume: bool) -> None:
+        self.consume_service.submit_consume_request(messages, request.process_queue, request.message_queue,
+                                                    dispatch_to_consume)
 
-    def orderly_pull_delay_ms(self, request: PullRequest) -> int:
-        """Orderly pull gating (spec pull §10.1 step 6, §17.5): an unlocked queue is pulled again
-        in 3 s; the first pull after locking starts at the offset the store holds."""
-        if not self.orderly or self.broadcasting:
-            return 0
-        if not request.process_queue.locked:
-            logger.info("pull message later because not locked in broker, %s", request.message_queue)
-            return PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION
-        if not request.locked_first:
-            offset = self.rebalance_impl.compute_pull_from_where(request.message_queue)
-            if offset < 0:
-                return PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION
-            if offset < request.next_offset:
-                logger.info("[NOTIFYME]the first time to pull message, but pull request offset larger than "
-                            "broker consume offset, %s %d > %d", request.message_queue, request.next_offset,
-                            offset)
-            request.locked_first = True
-            request.next_offset = offset
-        return 0
-
-    def _on_pull(self, request: PullRequest, subscription: SubscriptionData, result: PullResult | None,
-                 error: RmqError | None) -> None:
-        """PullCallback (spec consumer-pull-rebalance §15, TV-11), on a gRPC thread. A dropped
-        queue's answer is ignored (its pull may have been cancelled by the drop)."""
-        if not self.running or request.process_queue.dropped:
-            return
-        mq = request.message_queue
-        if is_permanent_refusal(error):
-            if self.failure is None:
-                logger.error("consumer group %s stops pulling %s: %s", self.group, mq, error)
-            self.failure = self.failure or error
-            return
-        if error is not None or result is None:
-            # an unreachable broker: one warning per outage, the pull retried in 3 s like any failure
-            if not self.outages.report(mq.broker_name, error) and not retry.is_retry_topic(mq.topic):
-                logger.warning("execute the pull request exception: %s", error)
-            self._pull_service.execute_pull_request_later(request, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
-            return
-        self.outages.answered(mq.broker_name)
-        try:
-            self.process_pull_result(request, subscription, result)
-        except Exception:
-            logger.exception("processing the pull result of %s failed", request.message_queue)
-            self._pull_service.execute_pull_request_later(request, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
-
-    def process_pull_result(self, request: PullRequest, subscription: SubscriptionData,
-                            result: PullResult) -> None:
-        mq, pq = request.message_queue, request.process_queue
-        status = result.pull_status
-        if status == PullStatus.FOUND:
-            request.next_offset = result.next_begin_offset
-            messages = decode_messages(result.messages, mq)
-            if subscription.tags is not None:   # "*" and SQL92 take every message the broker sent
-                messages = [m for m in messages if subscription.matches(m.tags)]
-            if not messages:
-                self.correct_tags_offset(request)
-                self._pull_service.execute_pull_request_immediately(request)
-                return
-            dispatch_to_consume = pq.put_message(messages)
-            pq.mark_pulled_until(request.next_offset)
-            self.consume_service.submit_consume_request(messages, pq, mq, dispatch_to_consume)
-            if self.pull_interval_ms > 0:
-                self._pull_service.execute_pull_request_later(request, self.pull_interval_ms)
-            else:
-                self._pull_service.execute_pull_request_immediately(request)
-        elif status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
-            request.next_offset = result.next_begin_offset
-            self.correct_tags_offset(request)
-            self._pull_service.execute_pull_request_immediately(request)
-        elif status == PullStatus.OFFSET_ILLEGAL:
-            logger.warning("the pull request offset illegal, %s %d -> %d", mq, request.next_offset,
-                           result.next_begin_offset)
-            request.next_offset = result.next_begin_offset
-            pq.dropped = True
-            self._scheduler.schedule(OFFSET_ILLEGAL_FIX_DELAY_S, lambda: self._fix_offset(request))
-
-    def correct_tags_offset(self, request: PullRequest) -> None:
-        """correctTagsOffset: past the messages the pull filtered out, at once when nothing is
-        held, else when what is held is consumed (ProcessQueue.mark_pulled_until)."""
-        pq = request.process_queue
-        pq.mark_pulled_until(request.next_offset)
-        if pq.msg_count == 0:
-            self.offset_store.update_offset(request.message_queue, request.next_offset, increase_only=True)
-
-    def _fix_offset(self, request: PullRequest) -> None:
-        mq = request.message_queue
-        self.offset_store.update_offset(mq, request.next_offset, increase_only=False)
-        try:
-            self.offset_store.persist_all([mq])
-        except RmqError as error:
-            logger.warning("executeTaskLater Exception: %s", error)
-        self.rebalance_impl.remove_process_queue(mq)
-        logger.warning("fix the pull request offset, %s -> %d", mq, request.next_offset)
+    def _consumed_through(self, mq: MessageQueue, offset: int) -> None:
+        self.offset_store.update_offset(mq, offset, increase_only=True)
 
     # ---------------------------------------------------- send-back (spec consumer-pull-rebalance §18)
 

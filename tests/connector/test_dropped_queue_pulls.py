@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rmq.broker_server.long_polling.pull_request_hold_service import HeldPullRequest, build_key
-from rmq.connector import push_consumer as push_consumer_module
+from rmq.connector import consumer_impl
 from rmq.connector.client import MessageQueue, RmqClient
 from rmq.connector.message_listener import ConsumeConcurrentlyStatus
 from rmq.connector.push_consumer import PushConsumer
@@ -52,7 +52,7 @@ def held_pulls(broker: InProcessBroker, mq: MessageQueue) -> list[HeldPullReques
 
 def test_a_queue_that_moves_to_another_member_leaves_no_held_pull(
         broker: InProcessBroker, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(push_consumer_module, "BROKER_SUSPEND_MAX_TIME_MILLIS", HELD_FOR_MS)
+    monkeypatch.setattr(consumer_impl, "BROKER_SUSPEND_MAX_TIME_MILLIS", HELD_FOR_MS)
     hold = broker.controller.hold_service
     first, second = member(broker, "first"), member(broker, "second")
     first.start()

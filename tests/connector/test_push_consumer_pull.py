@@ -26,7 +26,7 @@ from rmq.connector.message_listener import ConsumeConcurrentlyStatus
 from rmq.connector.offset_store import LocalFileOffsetStore, ReadOffsetType
 from rmq.connector.process_queue import ProcessQueue
 from rmq.connector.pull_consumer import PullConsumer
-from rmq.connector.pull_message_service import PullMessageService
+from rmq.connector.pull_message_service import PullingConsumer, PullMessageService
 from rmq.connector.push_consumer import PushConsumer
 from rmq.connector.rebalance_impl import PullRequest, SubscriptionData
 from rmq.v1 import rmq_pb2
@@ -37,14 +37,14 @@ MiB = 1024 * 1024
 
 class RecordingPullService(PullMessageService):
     def __init__(self) -> None:
-        super().__init__(lambda request: None, RecordingScheduler())
+        super().__init__(scheduler=RecordingScheduler())
         self.immediate: list[int] = []
         self.later: list[tuple[int, int]] = []
 
-    def execute_pull_request_immediately(self, request: PullRequest) -> None:
+    def execute_pull_request_immediately(self, consumer: PullingConsumer, request: PullRequest) -> None:
         self.immediate.append(request.next_offset)
 
-    def execute_pull_request_later(self, request: PullRequest, delay_ms: int) -> None:
+    def execute_pull_request_later(self, consumer: PullingConsumer, request: PullRequest, delay_ms: int) -> None:
         self.later.append((request.next_offset, delay_ms))
 
 
@@ -300,14 +300,14 @@ def test_start_needs_a_listener_and_a_subscription() -> None:
 
 def test_longpolling_tv15_timers() -> None:
     from rmq.connector import consume_message_concurrently_service as consume
-    from rmq.connector import push_consumer, rebalance_service
+    from rmq.connector import consumer_config, consumer_impl, push_consumer, rebalance_service
 
     assert rebalance_service.WAIT_INTERVAL_S == 20.0
     assert push_consumer.PERSIST_CONSUMER_OFFSET_INTERVAL_S == 5.0
-    assert push_consumer.BROKER_SUSPEND_MAX_TIME_MILLIS == 15000
-    assert push_consumer.PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL == 50
-    assert push_consumer.PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION == 3000
-    assert push_consumer.OFFSET_ILLEGAL_FIX_DELAY_S == 10.0
+    assert consumer_config.BROKER_SUSPEND_MAX_TIME_MILLIS == 15000
+    assert consumer_config.PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL == 50
+    assert consumer_config.PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION == 3000
+    assert consumer_impl.OFFSET_ILLEGAL_FIX_DELAY_S == 10.0
     assert consume.CONSUME_LATER_DELAY_S == 5.0
 
 
