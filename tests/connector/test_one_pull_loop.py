@@ -9,11 +9,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from rmq.connector.client import OutgoingMessage, RmqClient
+from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.connector.message import MessageExt
 from rmq.connector.message_listener import ConsumeConcurrentlyStatus
+from rmq.connector.process_queue import ProcessQueue
 from rmq.connector.pull_consumer import PullConsumer
+from rmq.connector.pull_message_service import PullMessageService
 from rmq.connector.push_consumer import PushConsumer
+from rmq.connector.rebalance_impl import PullRequest
 from tests.broker_server.in_process_broker import InProcessBroker, running_broker
 from tests.waiting import wait_until
 
@@ -77,3 +80,28 @@ def test_push_and_pull_consumers_of_one_client_id_share_one_pull_service(broker:
         push.shutdown()
     assert not service.serves(push)
     wait_until(lambda: not pull_threads(push.client_id), "the instance's pull thread ended")
+
+
+class Recorder:
+    def __init__(self, name: str, ran: list[str]) -> None:
+        self.name, self.ran = name, ran
+
+    def pull_message(self, request: PullRequest) -> None:
+        self.ran.append(self.name)
+
+
+def test_a_consumer_that_shut_down_is_pulled_no_more_while_the_others_pull_on() -> None:
+    service = PullMessageService("rmq-pull-test-unregister")
+    ran: list[str] = []
+    gone, staying = Recorder("gone", ran), Recorder("staying", ran)
+    service.register(gone)
+    service.register(staying)
+    try:
+        service.unregister(gone)
+        request = PullRequest("G", MessageQueue("T", "broker-a", 0), ProcessQueue(), 0)
+        service.execute_pull_request_immediately(gone, request)
+        service.execute_pull_request_immediately(staying, request)   # one thread, in order: after gone's
+        wait_until(lambda: "staying" in ran, "the registered consumer's request ran")
+        assert ran == ["staying"]
+    finally:
+        service.shutdown()

@@ -44,7 +44,8 @@ class RecordingPullService(PullMessageService):
     def execute_pull_request_immediately(self, consumer: PullingConsumer, request: PullRequest) -> None:
         self.immediate.append(request.next_offset)
 
-    def execute_pull_request_later(self, consumer: PullingConsumer, request: PullRequest, delay_ms: int) -> None:
+    def execute_pull_request_later(self, consumer: PullingConsumer, request: PullRequest,
+                                   delay_ms: int) -> None:
         self.later.append((request.next_offset, delay_ms))
 
 
