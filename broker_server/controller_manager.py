@@ -1,5 +1,5 @@
 """The controller embedded in `rmq namesrv --controller` (RocketMQ 5 ControllerManager,
-DESIGN.md Controller mode, docs/controller.md): serves ControllerService.Heartbeat from the
+docs/controller.md): serves ControllerService.Heartbeat from the
 brokers started with --controller and checks every scan interval whether a group's master
 went silent (ReplicasInfoManager elects). One controller per cluster: a single point of
 coordination, not of data — while it is down, brokers keep their roles and keep serving;

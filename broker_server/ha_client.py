@@ -1,5 +1,5 @@
-"""The slave's side of replication (RocketMQ HAClient and SlaveSynchronize, DESIGN.md
-Replication).
+"""The slave's side of replication (RocketMQ HAClient and SlaveSynchronize,
+docs/replication.md).
 
 HAClient: opens HAService.Transfer on the master, reports the CommitLog offset this store
 recovered to (and a crc32 of the bytes before it), appends every chunk the master sends at the

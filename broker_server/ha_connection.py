@@ -1,5 +1,5 @@
 """The master's side of replication (RocketMQ HAConnection + the master half of
-SlaveSynchronize), served as rmq.v1 HAService (DESIGN.md Replication).
+SlaveSynchronize), served as rmq.v1 HAService (docs/replication.md).
 
 Transfer: one bidirectional stream per slave. The slave's first HAReport says what it holds;
 a slave whose CommitLog is longer than ours or differs from ours is refused with one clear

@@ -1,5 +1,5 @@
 """RouteService on a broker: routes for its own topics, so a single broker without a name
-server is a complete embedded default (DESIGN.md)."""
+server is a complete embedded default (docs/manual/cli.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`rmq topic|produce|consume|group`: the client commands of the CLI (DESIGN.md "CLI").
+"""`rmq topic|produce|consume|group`: the client commands of the CLI (docs/manual/cli.md).
 
 Each command talks to the brokers / name servers named by `--endpoints` through
 `rmq.connector.client.RmqClient`; client errors become one `rmq: error: ...` line (UserError),

@@ -1,4 +1,4 @@
-"""`rmq consume`: print a topic's messages as a member of a consumer group (DESIGN.md "CLI").
+"""`rmq consume`: print a topic's messages as a member of a consumer group (docs/manual/cli.md).
 
 The command is a PushConsumer (consumer-pull-rebalance §4-§16): several `rmq consume TOPIC
 --group g` processes split the topic's queues by allocation, `--orderly` consumes each queue

@@ -138,7 +138,7 @@ def broker(
 def group_member(tmp_path: Path, name: str, broker_id: int, role: str, namesrv_address: str | None = None,
                  master: str | None = None, flush: str = "async", extra: list[str] | None = None,
                  **env: str) -> ServerProcess:
-    """A member of broker group `name` (DESIGN.md Replication): id 0 with role SYNC_MASTER or
+    """A member of broker group `name` (docs/replication.md): id 0 with role SYNC_MASTER or
     ASYNC_MASTER, or id 1.. with role SLAVE copying `master`; its store under
     tmp_path/<name>-<id> (kept across restarts)."""
     address = f"127.0.0.1:{free_port()}"

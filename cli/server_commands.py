@@ -1,4 +1,4 @@
-"""`rmq namesrv` and `rmq broker`: flags as in DESIGN.md; a YAML or JSON `--config` file holds
+"""`rmq namesrv` and `rmq broker`: flags in docs/manual/cli.md; a YAML or JSON `--config` file holds
 the other settings (keys named as in rmq.broker_server.config), flags given on the command line
 win over the file. Both take the security flags of rmq.broker_server.server_security (--acl,
 --tls-*)."""

@@ -51,7 +51,7 @@ _COLUMN_FRAMING_BYTES = 16                    # a body length, tag and key prefi
 
 _UNAVAILABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 MASTER_ID = 0
-# SYNC_MASTER: stored on the master, no slave confirmed it (DESIGN.md Replication); the send succeeded
+# SYNC_MASTER: stored on the master, no slave confirmed it (docs/replication.md); the send succeeded
 SEND_WHICH_QUEUE_RANGE = 1 << 30
 TLS_ONLY_HINT = "Socket closed"   # what grpc reports when a TLS-only server drops a plaintext connection
 STORED_ON_MASTER_ONLY = (rmq_pb2.FLUSH_SLAVE_TIMEOUT, rmq_pb2.SLAVE_NOT_AVAILABLE)
@@ -63,7 +63,7 @@ MEMBER_DOWN_SECONDS = 5.0   # a broker that did not answer is passed over for th
 
 @dataclass(frozen=True)
 class BrokerMember:
-    """One member of a broker group (DESIGN.md Replication): id 0 the master, 1.. slaves."""
+    """One member of a broker group (docs/replication.md): id 0 the master, 1.. slaves."""
 
     broker_id: int
     address: str
@@ -810,7 +810,7 @@ class RmqClient:
         with self._lock:
             self._routes.pop(topic, None)
 
-    # ------------------------------------------------------------ broker groups (DESIGN.md Replication)
+    # ------------------------------------------------------------ broker groups (docs/replication.md)
 
     def _read_call(self, broker_name: str, rpc: _Rpc[ResponseT], request: Message, *,
                    queue: MessageQueue | None = None, timeout: float | None = None,

@@ -1,5 +1,5 @@
 """The official RocketMQ 5 Python client (`rocketmq-python-client`, PyPI) against real `rmq broker`
-processes speaking `apache.rocketmq.v2.MessagingService` (DESIGN.md "RocketMQ 5 protocol"; spec
+processes speaking `apache.rocketmq.v2.MessagingService` (docs/manual/rocketmq-clients.md; spec
 rocketmq-v2-protocol.md): what it sends is received exactly as sent, by itself and through
 rmq.v1 pulls, and pop consumption (receive, ack, change of invisibility, redelivery with a
 growing delivery attempt) survives broker restarts."""

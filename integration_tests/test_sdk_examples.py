@@ -1,5 +1,5 @@
-"""The README's client SDK example and examples/order_consumer_service.py, run against a
-real broker."""
+"""The manual's client SDK example (docs/manual/sdk.md) and examples/order_consumer_service.py,
+run against a real broker."""
 
 from __future__ import annotations
 
@@ -17,26 +17,26 @@ from rmq.cli import processes
 from rmq.connector import Message, Producer
 from rmq.connector.client import RmqClient
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+SDK_PAGE = Path(__file__).resolve().parents[1] / "docs" / "manual" / "sdk.md"
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[processes.ServerProcess]:
     server = processes.broker(tmp_path_factory.mktemp("sdk-examples")).start()
     with RmqClient(server.address) as client:
-        client.create_topic("orders", 4)        # the README's topic
+        client.create_topic("orders", 4)        # the manual's topic
         client.create_topic("orders-svc", 4)    # the example service's, in its own test
     yield server
     server.stop()
 
 
-def readme_sdk_example() -> str:
-    section = README.read_text().split("## Client SDK", 1)[1]
+def sdk_example() -> str:
+    section = SDK_PAGE.read_text().split("## Client SDK", 1)[1]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
-def test_readme_example_runs(broker: processes.ServerProcess) -> None:
-    code = readme_sdk_example().replace("127.0.0.1:10911", broker.address)
+def test_sdk_page_example_runs(broker: processes.ServerProcess) -> None:
+    code = sdk_example().replace("127.0.0.1:10911", broker.address)
     assert len(code.strip().splitlines()) <= 11
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr

@@ -1,6 +1,6 @@
 """HAService: the store's side of master/slave replication (RocketMQ HAService, HAConnection's
 reads, HAClient's appends, GroupTransferService), byte-level and transport-free: the broker
-carries the bytes (ARCHITECTURE.md §2, DESIGN.md Replication).
+carries the bytes (ARCHITECTURE.md §2, docs/replication.md).
 
 Master: `read` gives CommitLog bytes from a slave's offset, `check_slave` refuses a slave
 whose CommitLog is longer than ours or holds different bytes, `slave_acked` records what a

@@ -1,5 +1,5 @@
-"""Every import statement in the README's Python code blocks runs (from a directory outside
-the checkout, so only the installed `rmq` names can satisfy them)."""
+"""Every import statement in the Python code blocks of README.md and the manual (docs/manual/)
+runs (from a directory outside the checkout, so only the installed `rmq` names can satisfy them)."""
 
 from __future__ import annotations
 
@@ -9,21 +9,24 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs" / "manual").glob("*.md"))]
 
 
-def readme_imports() -> list[str]:
+def documented_imports() -> list[str]:
     statements = []
-    for block in re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S):
-        for node in ast.walk(ast.parse(block)):
-            if isinstance(node, ast.Import | ast.ImportFrom):
-                statements.append(ast.unparse(node))
+    for page in PAGES:
+        for block in re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S):
+            for node in ast.walk(ast.parse(block)):
+                if isinstance(node, ast.Import | ast.ImportFrom):
+                    statements.append(ast.unparse(node))
     return statements
 
 
-def test_the_readme_imports_run(tmp_path: Path) -> None:
-    statements = readme_imports()
-    assert any("rmq.connector.errors" in s for s in statements)   # the blocks were found
+def test_the_documented_imports_run(tmp_path: Path) -> None:
+    statements = documented_imports()
+    assert any("rmq.connector.errors" in s for s in statements)   # the manual's blocks were found
+    assert any("rmq.connector import register" in s for s in statements)
     result = subprocess.run([sys.executable, "-c", "\n".join(statements)], cwd=tmp_path,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

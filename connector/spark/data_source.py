@@ -1,13 +1,13 @@
 """The Spark data source `rmq`.
 
-Register it once per session, then read or write (DESIGN.md lists the options):
+Register it once per session, then read or write (docs/manual/spark.md lists the options):
 
     from rmq.connector import register
     register(spark)     # = spark.dataSource.register(RmqDataSource)
     spark.readStream.format("rmq").option("endpoints", "127.0.0.1:9876").option("topic", "t").load()
 
-Source options (names case-insensitive; README "Spark source" and DESIGN.md "Spark source"
-have the full contract):
+Source options (names case-insensitive; docs/manual/spark.md has the full
+contract):
 
     endpoints              required: name server(s) or broker(s), host:port[,host:port]
     topic | topicPattern   required: a topic or a comma-separated list | a regex (topics
