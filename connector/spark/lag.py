@@ -1,4 +1,5 @@
-"""Consumer lag of rmq streaming queries without the broker's CLI (docs/manual/spark.md, "Lag without the CLI").
+"""Consumer lag of rmq streaming queries without the broker's CLI (docs/manual/spark.md,
+"Lag without the CLI").
 
 Python sources cannot add metrics to Spark's progress reports, but every report carries
 the source's end offset (what the finished micro-batch read up to) and its latest offset
