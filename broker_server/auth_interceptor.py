@@ -20,6 +20,8 @@ import grpc
 from grpc import aio
 
 from rmq import request_signing
+from rmq.broker_server.aio_handlers import behaviour as aio_behaviour
+from rmq.broker_server.aio_handlers import text_metadata
 from rmq.broker_server.caller import run_as
 from rmq.broker_server.refusal_log import RefusalLog
 from rmq.broker_server.request_auth import Admission, CallRefused, RequestAuthenticator
@@ -42,7 +44,7 @@ class AuthInterceptor(aio.ServerInterceptor):
         if handler is None:
             return None   # unknown method: UNIMPLEMENTED
         method = handler_call_details.method
-        metadata = {m.key: m.value for m in handler_call_details.invocation_metadata or ()}
+        metadata = text_metadata(handler_call_details)
         try:
             admission = self._authenticator.admit_metadata(method, metadata)
         except CallRefused as refusal:
@@ -84,7 +86,7 @@ class AuthInterceptor(aio.ServerInterceptor):
 
     def _unary_handler(self, method: str, admission: Admission,
                        handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        behaviour = handler.unary_unary
+        behaviour = aio_behaviour(handler.unary_unary)
 
         async def admitted(request: Any, context: aio.ServicerContext) -> Any:
             await self._admit_request(method, admission, request, context)
@@ -97,7 +99,7 @@ class AuthInterceptor(aio.ServerInterceptor):
 
     def _stream_handler(self, method: str, admission: Admission,
                         handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        behaviour = handler.unary_stream
+        behaviour = aio_behaviour(handler.unary_stream)
 
         async def admitted(request: Any, context: aio.ServicerContext) -> AsyncIterator[Any]:
             await self._admit_request(method, admission, request, context)
@@ -113,7 +115,7 @@ class AuthInterceptor(aio.ServerInterceptor):
         options = {"request_deserializer": handler.request_deserializer,
                    "response_serializer": handler.response_serializer}
         if handler.stream_unary is not None:
-            single = handler.stream_unary
+            single = aio_behaviour(handler.stream_unary)
 
             async def admitted_unary(requests: AsyncIterator[Any], context: aio.ServicerContext) -> Any:
                 await self._admit_request(method, admission, request_signing.STREAM_REQUEST, context)
@@ -121,7 +123,7 @@ class AuthInterceptor(aio.ServerInterceptor):
                 return await result if inspect.isawaitable(result) else result
 
             return grpc.stream_unary_rpc_method_handler(admitted_unary, **options)
-        streaming = handler.stream_stream
+        streaming = aio_behaviour(handler.stream_stream)
 
         async def admitted(requests: AsyncIterator[Any], context: aio.ServicerContext) -> AsyncIterator[Any]:
             await self._admit_request(method, admission, request_signing.STREAM_REQUEST, context)

@@ -114,7 +114,7 @@ class HAClient(MasterLink):
                                      address=self.own_address)
             session = self.auth.open(first, Exchange.TRANSFER)
             await call.write(first)
-            while (transfer := await call.read()) is not grpc.aio.EOF:
+            while isinstance(transfer := await call.read(), rmq_pb2.HATransfer):   # else grpc.aio.EOF
                 if session is not None:
                     _check(session, transfer)
                     self.unauthenticated = ""

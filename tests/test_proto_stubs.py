@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-GENERATED = ["rmq_pb2.py", "rmq_pb2.pyi", "rmq_pb2_grpc.py"]
+GENERATED = ["rmq_pb2.py", "rmq_pb2.pyi", "rmq_pb2_grpc.py", "rmq_pb2_grpc.pyi"]
+# mypy-protobuf's protoc plugin, installed beside the interpreter (the [test] extra)
+MYPY_GRPC = Path(sys.executable).parent / "protoc-gen-mypy_grpc"
 
 
 def test_stubs_are_fresh(tmp_path: Path) -> None:
@@ -16,7 +18,9 @@ def test_stubs_are_fresh(tmp_path: Path) -> None:
     proto_root = ROOT / "proto"
     rc = protoc.main([
         "grpc_tools.protoc", f"-I{proto_root}", f"--python_out={tmp_path}", f"--pyi_out={tmp_path}",
-        f"--grpc_python_out={tmp_path}", str(proto_root / "rmq" / "v1" / "rmq.proto"),
+        f"--grpc_python_out={tmp_path}", f"--plugin=protoc-gen-mypy_grpc={MYPY_GRPC}",
+        f"--mypy_grpc_out=generate_concrete_servicer_stubs:{tmp_path}",
+        str(proto_root / "rmq" / "v1" / "rmq.proto"),
     ])
     assert rc == 0
     for name in GENERATED:

@@ -32,6 +32,8 @@ import grpc
 from grpc import aio
 
 from rmq.broker_server.acl import AccessDenied, Acl, Need, ResourceKind
+from rmq.broker_server.aio_handlers import behaviour as aio_behaviour
+from rmq.broker_server.aio_handlers import text_metadata
 from rmq.broker_server.caller import Caller, run_as
 from rmq.broker_server.client_id_owners import ClientIdOwners, ClientIdTaken
 from rmq.broker_server.refusal_log import RefusalLog
@@ -178,7 +180,7 @@ class RocketMQv2AuthInterceptor(aio.ServerInterceptor):
         if handler is None or not details.method.startswith(METHOD_PREFIX):
             return handler
         name = details.method[len(METHOD_PREFIX):]
-        metadata = {m.key: m.value for m in details.invocation_metadata or ()}
+        metadata = text_metadata(details)
         try:
             access_key = self._authenticator.authenticate(metadata)
         except Refused as refusal:
@@ -230,7 +232,7 @@ def _wrap(handler: grpc.RpcMethodHandler, name: str,
     options = {"request_deserializer": handler.request_deserializer,
                "response_serializer": handler.response_serializer}
     if handler.unary_unary is not None:
-        behaviour = handler.unary_unary
+        behaviour = aio_behaviour(handler.unary_unary)
 
         async def unary(request: Any, context: aio.ServicerContext) -> Any:
             refusal = check(request, context)
@@ -241,7 +243,7 @@ def _wrap(handler: grpc.RpcMethodHandler, name: str,
 
         return grpc.unary_unary_rpc_method_handler(unary, **options)
     if handler.unary_stream is not None:
-        streaming = handler.unary_stream
+        streaming = aio_behaviour(handler.unary_stream)
 
         async def server_stream(request: Any, context: aio.ServicerContext) -> AsyncIterator[Any]:
             refusal = check(request, context)
@@ -252,7 +254,7 @@ def _wrap(handler: grpc.RpcMethodHandler, name: str,
                 yield response
 
         return grpc.unary_stream_rpc_method_handler(server_stream, **options)
-    bidirectional = handler.stream_stream
+    bidirectional = aio_behaviour(handler.stream_stream)
 
     async def both_streams(requests: AsyncIterator[Any], context: aio.ServicerContext) -> AsyncIterator[Any]:
         refusal = check(None, context)
