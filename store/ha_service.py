@@ -17,8 +17,8 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rmq.statuses import PutMessageStatus
 from rmq.store.commit_log import CommitLog
-from rmq.store.results import PutMessageStatus
 
 TAIL_CHECK_BYTES = 4096                       # bytes before a slave's end compared with the master's
 HA_MAX_GAP_NOT_IN_SYNC = 256 * 1024 * 1024    # haMaxGapNotInSync: a slave further behind is not "OK"
