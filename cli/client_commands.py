@@ -21,6 +21,7 @@ from rmq.broker_server.arguments import positive_int
 from rmq.broker_server.errors import UserError
 from rmq.cli import admin_commands, client_security, consume_command
 from rmq.cli.output import print_json, print_table, timestamp
+from rmq.cli.parser import Subcommands
 from rmq.connector.client import (
     PERM_READ,
     PERM_WRITE,
@@ -51,7 +52,7 @@ PERMS_HELP = "6 read-write, 4 read, 2 write"
 Command = Callable[[RmqClient, argparse.Namespace], int]
 
 
-def add_parsers(commands: argparse._SubParsersAction) -> None:
+def add_parsers(commands: Subcommands) -> None:
     _add_topic_parsers(commands)
 
     cluster = commands.add_parser("cluster", help="broker groups: each member's role, CommitLog offsets and "
@@ -107,7 +108,7 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     _client_command(resend, _dlq_resend)
 
 
-def _add_topic_parsers(commands: argparse._SubParsersAction) -> None:
+def _add_topic_parsers(commands: Subcommands) -> None:
     topic = commands.add_parser("topic", help="topic administration")
     topic_commands = topic.add_subparsers(dest="topic_command", required=True)
 

@@ -10,13 +10,14 @@ import os
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.server_security import is_loopback
 from rmq.cli import client_security
+from rmq.cli.parser import Subcommands
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
 ENDPOINTS_ENV = "RMQ_ENDPOINTS"
 DEFAULT_ENDPOINTS = "127.0.0.1:10911"
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: Subcommands) -> None:
     parser = commands.add_parser("console",
                                  help="web console: cluster, topics, groups, messages, DLQ, charts")
     parser.add_argument("--endpoints", default=os.environ.get(ENDPOINTS_ENV, DEFAULT_ENDPOINTS),

@@ -33,6 +33,7 @@ from typing import Any, TextIO
 
 from rmq.broker_server.arguments import positive_float, positive_int
 from rmq.broker_server.errors import UserError
+from rmq.cli.parser import Subcommands
 from rmq.connector.client import RmqClient
 from rmq.connector.message import MessageExt
 from rmq.connector.message_listener import ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus
@@ -46,7 +47,7 @@ DRAIN_POLL_S = 0.0005          # how often a pipe is checked for the reader havi
 WAIT_STEP_S = 0.1
 
 
-def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(commands: Subcommands) -> argparse.ArgumentParser:
     consume = commands.add_parser("consume", help="print messages as a member of a consumer group")
     consume.add_argument("topic")
     consume.add_argument("--group", default=DEFAULT_GROUP,

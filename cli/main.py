@@ -15,19 +15,13 @@ os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 from rmq.broker_server.errors import UserError
 from rmq.cli import client_commands, console_command, server_commands
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports bad arguments as one line (no usage dump) and exit code 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UserError(f"{self.prog}: {message}")
+from rmq.cli.parser import CommandParser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="rmq", description="rmq message broker and clients")
+    parser = CommandParser(prog="rmq", description="rmq message broker and clients")
     parser.add_argument("--version", action="version", version=f"rmq {version('rmq')}")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=CommandParser)
     server_commands.add_parsers(commands)
     client_commands.add_parsers(commands)
     console_command.add_parser(commands)

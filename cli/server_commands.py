@@ -11,9 +11,10 @@ from rmq.broker_server import server_security
 from rmq.broker_server.config import BrokerConfig, NameServerConfig, load_config
 from rmq.broker_server.grpc_server import run_until_terminated
 from rmq.broker_server.server_security import ServerSecurity
+from rmq.cli.parser import Subcommands
 
 
-def add_parsers(subparsers: argparse._SubParsersAction) -> None:
+def add_parsers(subparsers: Subcommands) -> None:
     namesrv = subparsers.add_parser("namesrv", help="run a name server")
     namesrv.add_argument("--listen", metavar="HOST:PORT", help="address to serve on (default 127.0.0.1:9876)")
     namesrv.add_argument("--config", metavar="FILE", help="YAML or JSON file with further settings")

@@ -26,6 +26,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -260,13 +261,13 @@ class SinkPlan:
                 f"column '{name}' is {column[row].as_py()} in row {row} of a batch: "
                 + accepted.format(maximum=maximum)
             )
-        return column.to_pylist()
+        return _python_values(column)
 
     def _strings(self, batch: pa.RecordBatch, name: str, rows: int) -> list[str]:
         field_name = self.columns.get(name)
         if field_name is None:
             return [""] * rows
-        return batch.column(field_name).fill_null("").to_pylist()
+        return _python_values(batch.column(field_name).fill_null(""))
 
     def _bodies(self, batch: pa.RecordBatch) -> list[bytes]:
         name = self.columns["body"]
@@ -279,7 +280,7 @@ class SinkPlan:
             raise RmqSinkError(
                 f"column '{name}' is null or empty in row {row} of a batch: every message needs a body"
             )
-        return column.to_pylist()
+        return _python_values(column)
 
     def _properties(self, batch: pa.RecordBatch, rows: int) -> list[dict[str, str]]:
         name = self.columns.get("properties")
@@ -298,11 +299,18 @@ class SinkPlan:
             raise RmqSinkError(
                 f"column '{name}' is null in row {row} of a batch and no 'topic' option is set"
             )
-        return column.to_pylist()
+        return _python_values(column)
 
 
 def _first_row(mask: pa.Array) -> int:
-    return pc.index(mask, True).as_py()
+    row: int = pc.index(mask, True).as_py()
+    return row
+
+
+def _python_values(column: pa.Array) -> list[Any]:
+    """The column as Python values (pyarrow has no type information)."""
+    values: list[Any] = column.to_pylist()
+    return values
 
 
 def request_chunks(messages: list[OutgoingMessage], batch_size: int) -> Iterator[list[OutgoingMessage]]:
