@@ -22,21 +22,13 @@ from rmq.broker_server.errors import UserError
 from rmq.cli import admin_commands, client_security, consume_command
 from rmq.cli.output import print_json, print_table, timestamp
 from rmq.cli.parser import Subcommands
-from rmq.connector.client import (
-    PERM_READ,
-    PERM_WRITE,
-    BrokerMember,
-    MessageQueue,
-    OutgoingMessage,
-    PullStatus,
-    QueueOffsets,
-    RmqClient,
-    RmqError,
-    RmqUnavailable,
-)
+from rmq.connector.client import BrokerMember, OutgoingMessage, QueueOffsets, RmqClient
+from rmq.connector.errors import RmqError, RmqUnavailable
 from rmq.connector.message import Message, MessageExt, decode_messages
 from rmq.connector.producer import select_message_queue_by_hash, writable_queues
-from rmq.statuses import SendStatus
+from rmq.message_queue import MessageQueue
+from rmq.statuses import PullStatus, SendStatus
+from rmq.topic_config import PERM_READ, PERM_WRITE
 from rmq.v1 import rmq_pb2
 
 ENDPOINTS_ENV = "RMQ_ENDPOINTS"

@@ -22,13 +22,14 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 from pyspark.sql.streaming.listener import (
     QueryIdleEvent,
     QueryProgressEvent,
     QueryStartedEvent,
     QueryTerminatedEvent,
+    StreamingQueryListener,
 )
+from pyspark.sql.streaming.query import StreamingQuery
 
 from rmq.connector.offsets import CLIENT_ID_KEY, StreamOffset
 

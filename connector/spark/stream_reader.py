@@ -58,8 +58,8 @@ from pyspark.sql.streaming.datasource import (
 from rmq.connector.backoff import retry_unavailable
 from rmq.connector.broker_offsets import BrokerOffsetLookup
 from rmq.connector.broker_outages import BrokerOutages
-from rmq.connector.client import MessageQueue, RmqClient, RmqUnavailable
-from rmq.connector.errors import RmqDataLossError, RmqError
+from rmq.connector.client import RmqClient
+from rmq.connector.errors import RmqDataLossError, RmqError, RmqUnavailable
 from rmq.connector.offset_store import OffsetStore, create_offset_store
 from rmq.connector.offsets import Positions, StreamOffset, resolve_acquired_offset
 from rmq.connector.rebalance import ConsumerMembership, new_client_id
@@ -69,6 +69,7 @@ from rmq.connector.spark.partition_reader import QueueRangePartition, read_queue
 from rmq.connector.spark.ranges import split_ranges
 from rmq.connector.spark.start_offsets import check_named_queues, resolve_start
 from rmq.connector.spark.topics import matching_topics
+from rmq.message_queue import MessageQueue
 
 # a Spark offset of this source as Spark hands it over: the JSON of a StreamOffset
 OffsetJson = dict[str, Any]

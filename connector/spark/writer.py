@@ -48,11 +48,12 @@ from pyspark.sql.types import (
 )
 
 from rmq.auth import SECURITY_OPTION_NAMES, ClientSecurity
-from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient, RmqUnavailable
+from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.connector.endpoints import FORMAT_HINT, parse_endpoints
-from rmq.connector.errors import RmqSinkError
+from rmq.connector.errors import RmqSinkError, RmqUnavailable
 from rmq.connector.producer import writable_queues
 from rmq.message_format import tags_hash_code
+from rmq.message_queue import MessageQueue
 
 logger = logging.getLogger(__name__)
 
