@@ -20,9 +20,9 @@ import grpc
 from grpc import aio
 
 from rmq import request_signing
-from rmq.broker_server.aio_handlers import behaviour as aio_behaviour
-from rmq.broker_server.aio_handlers import text_metadata
 from rmq.broker_server.caller import run_as
+from rmq.broker_server.grpc_aio import behaviour as aio_behaviour
+from rmq.broker_server.grpc_aio import text_metadata
 from rmq.broker_server.refusal_log import RefusalLog
 from rmq.broker_server.request_auth import Admission, CallRefused, RequestAuthenticator
 from rmq.rocketmq_v2 import METHOD_PREFIX as ROCKETMQ_V2_METHOD_PREFIX

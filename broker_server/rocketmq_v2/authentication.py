@@ -32,10 +32,10 @@ import grpc
 from grpc import aio
 
 from rmq.broker_server.acl import AccessDenied, Acl, Need, ResourceKind
-from rmq.broker_server.aio_handlers import behaviour as aio_behaviour
-from rmq.broker_server.aio_handlers import text_metadata
 from rmq.broker_server.caller import Caller, run_as
 from rmq.broker_server.client_id_owners import ClientIdOwners, ClientIdTaken
+from rmq.broker_server.grpc_aio import behaviour as aio_behaviour
+from rmq.broker_server.grpc_aio import text_metadata
 from rmq.broker_server.refusal_log import RefusalLog
 from rmq.broker_server.request_auth import key_label, peer_address
 from rmq.rocketmq_v2 import METHOD_PREFIX, METHODS
