@@ -21,7 +21,7 @@ COPY store store
 COPY broker_server broker_server
 COPY connector connector
 COPY cli cli
-RUN pip install --no-cache-dir ".[spark]"
+RUN pip install --no-cache-dir ".[broker,spark]"
 # The examples run from /opt/rmq (`python -m examples.orders`, `spark-submit examples/streaming_etl.py`).
 COPY examples examples
 

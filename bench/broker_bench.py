@@ -90,7 +90,7 @@ def xadd_worker(port: int, count: int, body: bytes) -> None:
 
 def pull_rows(env: Environment) -> list[Row]:
     """One queue read from its first to its last offset in pulls of up to 1024 messages,
-    each decoded into an Arrow RecordBatch by `rmq.connector.message_decoder.decode` (and once
+    each decoded into an Arrow RecordBatch by `rmq.connector.spark.message_decoder.decode` (and once
     more without decoding), against XRANGE COUNT 1024 over a stream holding as many entries.
     CPU per message of the decoded runs: the broker process's (/proc) and this reader
     process's (`time.process_time`), over the same runs."""

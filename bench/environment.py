@@ -16,7 +16,7 @@ from typing import Protocol, TypeVar
 
 from bench.nats_reference import NatsServer, NatsUnavailable
 from bench.redis_reference import RedisServer, RedisUnavailable
-from rmq.cli import processes
+from testing import processes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

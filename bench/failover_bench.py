@@ -12,10 +12,10 @@ from contextlib import ExitStack
 
 from bench.environment import FLUSH, Environment, _running
 from bench.harness import Row, Stats, Target
-from rmq.cli import processes
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.connector.errors import RmqError
 from rmq.v1 import rmq_pb2
+from testing import processes
 
 TOPIC = "bench-failover"
 BATCH = 32

@@ -31,8 +31,8 @@ from pathlib import Path
 import grpc
 
 from rmq.auth import Credentials, open_channel
-from rmq.cli import processes
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+from testing import processes
 
 NOISY = Credentials("noisy-tenant", "noisy-tenant-secret")
 QUIET = Credentials("quiet-tenant", "quiet-tenant-secret")

@@ -17,10 +17,10 @@ from bench.environment import Environment
 from bench.harness import Row, Stats, Target, call_latencies_ms, measure_pair, percentile
 from bench.sdk_bench import producer_send
 from bench.workload import body_of
-from rmq.cli.processes import ServerProcess
 from rmq.connector import Message, Producer, PullConsumer, PushConsumer
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.connector.message_listener import ConsumeConcurrentlyStatus
+from testing.processes import ServerProcess
 
 BODY_SIZE = 100
 TOPIC_QUEUES = 8                 # queues of each topic of the topics rows

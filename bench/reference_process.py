@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from rmq.cli.processes import free_port
+from testing.processes import free_port
 
 
 def find_or_install(executable: str, package: str, unavailable: type[Exception]) -> str:

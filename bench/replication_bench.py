@@ -15,9 +15,9 @@ from bench.broker_bench import PRODUCE_BATCH
 from bench.environment import FLUSH, Environment, _running
 from bench.harness import Row, Stats, Target, measure_pair, percentile, rate
 from bench.workload import body_of
-from rmq.cli import processes
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.v1 import rmq_pb2
+from testing import processes
 
 TOPIC = "bench-replication"
 LAG_SAMPLE_S = 0.01

@@ -16,7 +16,7 @@ from bench.environment import Environment
 from bench.harness import Row, Stats, Target, measure_pair
 from bench.workload import GROUP, body_of, produce
 from rmq.connector.client import RmqClient
-from rmq.connector.message_decoder import decode
+from rmq.connector.spark.message_decoder import decode
 from rmq.connector.spark.options import DEFAULT_PULL_BATCH_SIZE
 from rmq.connector.spark.source_schema import SOURCE_ARROW_SCHEMA, SOURCE_SCHEMA
 

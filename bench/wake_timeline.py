@@ -26,10 +26,10 @@ from bench.environment import FLUSH, Environment, Scale, _running
 from bench.harness import wake_latency_ms
 from bench.workload import GROUP, body_of, single_queue
 from rmq.broker_server import long_polling, messaging_service, pull_message_processor, send_message_processor
-from rmq.cli import processes
 from rmq.cli.main import main as rmq_main
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.store import message_store
+from testing import processes
 
 START = "client: send called"
 SEND_RETURNED = "client: send returned"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
-from rmq.connector.message_decoder import decode
+from rmq.connector.spark.message_decoder import decode
 from rmq.subscription import MessageSelector
 
 GROUP = "bench-group"

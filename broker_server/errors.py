@@ -1,5 +1,6 @@
-"""Errors the CLI reports as one clear line instead of a traceback."""
+"""Errors the CLI reports as one clear line instead of a traceback: `rmq.command_line.UserError`,
+shared by the server and the client commands."""
 
+from rmq.command_line import UserError
 
-class UserError(Exception):
-    """Bad arguments or input from the user; the message is shown as is."""
+__all__ = ["UserError"]

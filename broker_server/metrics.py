@@ -25,7 +25,8 @@ from prometheus_client.registry import Collector
 from rmq.broker_server.broker_stats import BrokerStatsManager
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.metrics_http import MetricsHttpServer
-from rmq.broker_server.server_security import ServerSecurity, is_loopback
+from rmq.broker_server.server_security import ServerSecurity
+from rmq.command_line import is_loopback
 
 
 class MetricsStore(Protocol):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import signal
 from dataclasses import dataclass, field
@@ -25,7 +24,6 @@ from grpc import aio
 from rmq.auth import ClientSecurity, open_aio_channel, security_from_environment
 from rmq.broker_server.acl import AclError
 from rmq.broker_server.acl_file import DEFAULT_POLL_INTERVAL_S, AclFile
-from rmq.broker_server.arguments import positive_float, positive_int
 from rmq.broker_server.auth_interceptor import AuthInterceptor
 from rmq.broker_server.client_id_owners import ClientIdOwners
 from rmq.broker_server.errors import UserError
@@ -34,6 +32,7 @@ from rmq.broker_server.refusal_log import RefusalLog
 from rmq.broker_server.request_auth import DEFAULT_WINDOW_S, FUTURE_SKEW_MS, RequestAuthenticator
 from rmq.broker_server.rocketmq_v2.authentication import RocketMQv2AuthInterceptor, V2Authenticator
 from rmq.broker_server.tls import ServerTls, add_port
+from rmq.command_line import is_loopback, positive_float, positive_int
 
 log = logging.getLogger("rmq.security")
 
@@ -174,11 +173,3 @@ class ServerSecurity:
         self._tasks = []
 
 
-def is_loopback(listen: str) -> bool:
-    host = listen.rpartition(":")[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

@@ -1,4 +1,3 @@
 """The `rmq` command line (docs/manual/cli.md): `rmq namesrv|broker` start the servers of
 `rmq.broker_server`, `rmq topic|produce|consume|group` are clients through `rmq.connector`.
-`rmq.cli.processes` starts and stops local server processes (tests, bench, the demo).
 Run as the `rmq` console script or `python -m rmq.cli`."""

@@ -8,10 +8,9 @@ import argparse
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from rmq.broker_server.arguments import positive_int
-from rmq.broker_server.errors import UserError
 from rmq.cli.output import print_json, print_table, timestamp
 from rmq.cli.parser import Subcommands
+from rmq.command_line import UserError, positive_int
 from rmq.connector.admin import PAGE_MAX, MQAdmin, ResetTarget
 from rmq.connector.client import RmqClient
 from rmq.connector.message import MessageExt

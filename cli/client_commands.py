@@ -17,11 +17,10 @@ from typing import Any
 
 from rmq import message_format as mf
 from rmq import retry
-from rmq.broker_server.arguments import positive_int
-from rmq.broker_server.errors import UserError
 from rmq.cli import admin_commands, client_security, consume_command
 from rmq.cli.output import print_json, print_table, timestamp
 from rmq.cli.parser import Subcommands
+from rmq.command_line import UserError, positive_int
 from rmq.connector.client import BrokerMember, OutgoingMessage, QueueOffsets, RmqClient
 from rmq.connector.errors import RmqError, RmqUnavailable
 from rmq.connector.message import Message, MessageExt, decode_messages

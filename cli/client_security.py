@@ -21,7 +21,7 @@ from rmq.auth import (
     ClientSecurity,
     security_from_environment,
 )
-from rmq.broker_server.errors import UserError
+from rmq.command_line import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -7,10 +7,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from rmq.broker_server.errors import UserError
-from rmq.broker_server.server_security import is_loopback
 from rmq.cli import client_security
 from rmq.cli.parser import Subcommands
+from rmq.command_line import UserError, is_loopback
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
 ENDPOINTS_ENV = "RMQ_ENDPOINTS"

@@ -31,9 +31,8 @@ from array import array
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from rmq.broker_server.arguments import positive_float, positive_int
-from rmq.broker_server.errors import UserError
 from rmq.cli.parser import Subcommands
+from rmq.command_line import UserError, positive_float, positive_int
 from rmq.connector.client import RmqClient
 from rmq.connector.message import MessageExt
 from rmq.connector.message_listener import ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus

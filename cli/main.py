@@ -7,25 +7,47 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from importlib.metadata import version
 
 # gRPC core logs bind failures and the like to stderr itself; the CLI reports them as one
 # clear line instead. Set GRPC_VERBOSITY=debug to see gRPC's own logs.
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
-from rmq.broker_server.errors import UserError
-from rmq.cli import client_commands, console_command, server_commands
-from rmq.cli.parser import CommandParser
+from rmq.cli import client_commands, console_command
+from rmq.cli.parser import CommandParser, Subcommands
+from rmq.command_line import UserError
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog="rmq", description="rmq message broker and clients")
     parser.add_argument("--version", action="version", version=f"rmq {version('rmq')}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=CommandParser)
-    server_commands.add_parsers(commands)
+    _add_server_parsers(commands)
     client_commands.add_parsers(commands)
     console_command.add_parser(commands)
     return parser
+
+
+def _add_server_parsers(commands: Subcommands) -> None:
+    """`rmq namesrv|broker`; without the `broker` extra installed they say what to install."""
+    try:
+        from rmq.cli import server_commands
+    except ModuleNotFoundError as missing:
+        for name in ("namesrv", "broker"):
+            parser = commands.add_parser(name, help=f"run a {name} (needs: pip install 'rmq[broker]')",
+                                         prefix_chars="\0", add_help=False)   # takes any argument
+            parser.add_argument("arguments", nargs="*")
+            parser.set_defaults(handler=_needs_broker_extra(name, missing.name or "a module"))
+        return
+    server_commands.add_parsers(commands)
+
+
+def _needs_broker_extra(command: str, module: str) -> Callable[[argparse.Namespace], int]:
+    def handler(args: argparse.Namespace) -> int:
+        raise UserError(f"rmq {command} needs {module}: pip install 'rmq[broker]'")
+
+    return handler
 
 
 def main(argv: list[str] | None = None) -> int:

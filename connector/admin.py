@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 from rmq import message_format as mf
 from rmq import retry
-from rmq.connector.allocation import AVG, allocate
+from rmq.connector.allocation import AllocateStrategy, allocate
 from rmq.connector.client import OutgoingMessage, QueueOffsets, RmqClient
-from rmq.connector.errors import RmqError, RmqUnavailable
+from rmq.connector.errors import ConfigError, RmqError, RmqUnavailable
 from rmq.connector.message import MessageExt, decode_messages
 from rmq.message_queue import MessageQueue
 from rmq.statuses import PullStatus
@@ -59,7 +59,7 @@ class ResetTarget:
             return cls(ResetTo(text))
         if kind == ResetTo.TIMESTAMP.value and value.isdigit():
             return cls(ResetTo.TIMESTAMP, int(value))
-        raise ValueError(f"cannot reset to {text!r}: use earliest, latest or timestamp:<epoch-ms>")
+        raise ConfigError(f"cannot reset to {text!r}: use earliest, latest or timestamp:<epoch-ms>")
 
 
 @dataclass(frozen=True)
@@ -223,7 +223,7 @@ class MQAdmin:
             clustering = sorted(c.client_id for c in subscribers if c.message_model != rmq_pb2.BROADCASTING)
             for connection in subscribers:
                 mine = (queues if connection.message_model == rmq_pb2.BROADCASTING
-                        else allocate(AVG, connection.client_id, queues, clustering))
+                        else allocate(AllocateStrategy.AVG, connection.client_id, queues, clustering))
                 owned.setdefault(connection.client_id, []).extend(mine)
         return owned
 

@@ -8,17 +8,27 @@ each queue goes to exactly one consumer, extra consumers get nothing.
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
+
+from rmq.connector.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
 Q = TypeVar("Q", bound=Any)   # a sortable queue (MessageQueue orders by topic, broker, queue id)
 
-AVG = "avg"
-CIRCLE = "circle"
-STRATEGY_NAMES = (AVG, CIRCLE)
+
+
+class AllocateStrategy(enum.StrEnum):
+    """AllocateMessageQueueStrategy: how a clustering group splits a topic's queues."""
+
+    AVG = "avg"        # AllocateMessageQueueAveragely
+    CIRCLE = "circle"  # AllocateMessageQueueAveragelyByCircle
+
+
+STRATEGY_NAMES = tuple(strategy.value for strategy in AllocateStrategy)
 
 
 def allocate_averagely(index: int, mq_all: Sequence[Q], consumer_count: int) -> list[Q]:
@@ -42,28 +52,37 @@ def allocate_by_circle(index: int, mq_all: Sequence[Q], consumer_count: int) -> 
     return [mq_all[i] for i in range(index, len(mq_all), consumer_count)]
 
 
-STRATEGIES: dict[str, Callable[[int, Sequence[Any], int], list[Any]]] = {
-    AVG: allocate_averagely,
-    CIRCLE: allocate_by_circle,
+STRATEGIES: dict[AllocateStrategy, Callable[[int, Sequence[Any], int], list[Any]]] = {
+    AllocateStrategy.AVG: allocate_averagely,
+    AllocateStrategy.CIRCLE: allocate_by_circle,
 }
 
 
-def allocate(strategy: str, current_cid: str, mq_all: Sequence[Q], cid_all: Sequence[str]) -> list[Q]:
+def allocate_strategy(name: AllocateStrategy | str) -> AllocateStrategy:
+    """The strategy called `name` (ConfigError, also a ValueError, naming the accepted ones)."""
+    try:
+        return AllocateStrategy(name)
+    except ValueError:
+        raise ConfigError(f"unknown allocation strategy {name!r}: expected one of "
+                          f"{', '.join(STRATEGY_NAMES)}") from None
+
+
+def allocate(strategy: AllocateStrategy | str, current_cid: str, mq_all: Sequence[Q],
+             cid_all: Sequence[str]) -> list[Q]:
     """The queues of `mq_all` that `current_cid` owns among `cid_all`.
 
-    Raises ValueError for an unknown strategy or empty inputs (the spec's
+    Raises ConfigError (a ValueError) for an unknown strategy or empty inputs (the spec's
     IllegalArgumentException); a `current_cid` missing from `cid_all` owns nothing.
     """
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown allocation strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
+    chosen = allocate_strategy(strategy)
     if not current_cid:
-        raise ValueError("currentCID is empty")
+        raise ConfigError("currentCID is empty")
     if not mq_all:
-        raise ValueError("mqAll is null or mqAll empty")
+        raise ConfigError("mqAll is null or mqAll empty")
     if not cid_all:
-        raise ValueError("cidAll is null or cidAll empty")
+        raise ConfigError("cidAll is null or cidAll empty")
     cids = sorted(cid_all)
     if current_cid not in cids:
         logger.warning("[BUG] The consumerId: %s not in cidAll: %s", current_cid, cids)
         return []
-    return STRATEGIES[strategy](cids.index(current_cid), sorted(mq_all), len(cids))
+    return STRATEGIES[chosen](cids.index(current_cid), sorted(mq_all), len(cids))

@@ -6,7 +6,7 @@ imports grpc and `rmq` only, never pyspark, so executors and the broker side sta
 Business outcomes arrive as a `Status` in each response and become `RmqError`; transport
 failures (broker down, deadline exceeded) become `RmqUnavailable`, which callers retry with
 backoff. Pulled messages are returned packed (`rmq.v1.PackedMessages`); decode them with
-`rmq.connector.message_decoder.decode`.
+`rmq.connector.spark.message_decoder.decode`.
 """
 
 from __future__ import annotations
@@ -28,12 +28,18 @@ from google.protobuf.message import Message
 
 from rmq.auth import Credentials, TlsSettings, open_channel
 from rmq.connector.endpoints import parse_endpoints
-from rmq.connector.errors import RmqError, RmqUnavailable
+from rmq.connector.errors import ConfigError, RmqRefused
+from rmq.connector.errors import RmqError as RmqError  # the client's errors, statuses and queue type
+from rmq.connector.errors import RmqUnavailable as RmqUnavailable
 from rmq.connector.tls_probe import speaks_tls
-from rmq.message_queue import MessageQueue
-from rmq.statuses import GetMessageStatus, PullStatus, SendStatus
+from rmq.message_queue import MessageQueue as MessageQueue
+from rmq.statuses import GetMessageStatus as GetMessageStatus
+from rmq.statuses import PullStatus as PullStatus
+from rmq.statuses import SendStatus
 from rmq.subscription import MessageSelector
-from rmq.topic_config import PERM_READ, PERM_WRITE, QueueData, TopicConfig
+from rmq.topic_config import PERM_READ as PERM_READ
+from rmq.topic_config import PERM_WRITE as PERM_WRITE
+from rmq.topic_config import QueueData, TopicConfig
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 MAX_GRPC_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -239,7 +245,7 @@ class RmqClient:
         text = endpoints if isinstance(endpoints, str) else ",".join(endpoints)
         self.endpoints = parse_endpoints(text)
         if timeout <= 0:
-            raise ValueError(f"timeout must be positive, got {timeout}")
+            raise ConfigError(f"timeout must be positive, got {timeout}")
         self.timeout = timeout
         self.max_request_bytes = max_request_bytes
         self._credentials = Credentials.optional(access_key, secret_key)
@@ -438,7 +444,7 @@ class RmqClient:
                 return
             if response.status.code != rmq_pb2.OK:
                 refusal = response.status.message or "PullMessage refused"
-                callback(None, RmqError(response.status.code, refusal, broker=label, queue=mq))
+                callback(None, RmqRefused(response.status.code, refusal, broker=label, queue=mq))
                 return
             self._record_suggestion(mq, response.suggest_which_broker_id)
             callback(pull_result(response), None)
@@ -719,7 +725,7 @@ class RmqClient:
             raise self._explained(_transport_error(error, rpc.name, label, queue), address) from None
         status = response.status  # type: ignore[attr-defined]  # every rmq.v1 unary response has one
         if status.code != rmq_pb2.OK and status.code not in ok_codes:
-            raise RmqError(status.code, status.message or f"{rpc.name} refused", broker=label, queue=queue)
+            raise RmqRefused(status.code, status.message or f"{rpc.name} refused", broker=label, queue=queue)
         return response
 
     def _explained(self, failure: RmqError, address: str) -> RmqError:

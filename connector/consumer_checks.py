@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable
 from rmq.connector.client import MessageQueue, RmqClient
 from rmq.connector.errors import RmqError
 from rmq.connector.rebalance_impl import SubscriptionData
-from rmq.names import group_name_problem
 from rmq.v1 import rmq_pb2
 
 logger = logging.getLogger(__name__)
@@ -39,13 +38,6 @@ START_REFUSALS = PERMANENT_PULL_REFUSALS | {rmq_pb2.NO_PERMISSION}
 def is_permanent_refusal(error: RmqError | None) -> bool:
     """A pull refused for good (the consumer stops the queue and reports it)."""
     return error is not None and error.code in PERMANENT_PULL_REFUSALS
-
-
-def check_group(group: str) -> None:
-    """checkConfig: the group name follows RocketMQ's rules (ValueError naming what is wrong)."""
-    problem = group_name_problem(group)
-    if problem is not None:
-        raise ValueError(problem)
 
 
 def check_client_in_broker(client: RmqClient, group: str, subscriptions: Iterable[SubscriptionData],

@@ -2,7 +2,7 @@
 one `WatchConsumerIds` stream per broker, on a daemon thread each.
 
 The broker answers with the group's client ids at once and after every change, and `on_change`
-runs for each answer (a PushConsumer wakes its RebalanceService). The open stream is also
+runs for each answer (the ClientInstance wakes its RebalanceService). The open stream is also
 this client's connection: when the process dies the broker sees the stream end and
 unregisters the client at once, so the group's other members rebalance without waiting for
 the heartbeat expiry. A broken stream is reopened after a heartbeat (the broker unregistered

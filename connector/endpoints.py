@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rmq.connector.errors import ConfigError
+
 FORMAT_HINT = "expected host:port[,host:port]"
 
 
@@ -12,7 +14,7 @@ def parse_endpoints(text: str) -> list[str]:
     in 1..65535 (IPv6 hosts in brackets: `[::1]:9876`).
     """
     if not text or not text.strip():
-        raise ValueError(f"endpoints is empty: {FORMAT_HINT}")
+        raise ConfigError(f"endpoints is empty: {FORMAT_HINT}")
     addresses: list[str] = []
     for entry in (part.strip() for part in text.split(",")):
         _check_address(entry, text)
@@ -33,4 +35,4 @@ def _check_address(entry: str, text: str) -> None:
         problem = f"{entry!r} has an invalid port {port!r} (1..65535)"
     else:
         return
-    raise ValueError(f"invalid endpoints {text!r}: {problem}; {FORMAT_HINT}")
+    raise ConfigError(f"invalid endpoints {text!r}: {problem}; {FORMAT_HINT}")

@@ -2,8 +2,12 @@
 `RmqError` for all of them; each subclass that also derives from a builtin (ValueError,
 RuntimeError) is still caught where that builtin is.
 
-    RmqError                 a broker or name server refused a call: `code` (rmq.v1 Code)
+    RmqError                 the root: `code` (rmq.v1 Code) when there is one, else None
+    ├── RmqRefused           a broker or name server answered with a refusal (its `code`)
     ├── RmqUnavailable       transport failure, no answer in time: retried with backoff
+    ├── ConfigError          a client setting or argument is wrong (also ValueError)
+    ├── StateError           a call the client's state does not allow (also RuntimeError):
+    │                        start twice, poll before start, a group twice per client id
     ├── RmqOptionError       a Spark source option is missing or wrong (also ValueError)
     ├── RmqSinkError         the sink cannot write an option, schema or row (also ValueError)
     ├── RmqReadError         a queue range could not be read (also RuntimeError)
@@ -59,6 +63,10 @@ def _rebuild_error(cls: type[RmqError], code: int | None, message: str, broker: 
     return error
 
 
+class RmqRefused(RmqError):
+    """A broker or name server refused the call: `code` says why (rmq.v1 Code)."""
+
+
 class RmqUnavailable(RmqError):
     """The broker or name server could not be reached in time; retry with backoff."""
 
@@ -69,6 +77,14 @@ class RmqUnavailable(RmqError):
 class _ClientSideError(RmqError):
     def __init__(self, message: str) -> None:
         super().__init__(None, message)
+
+
+class ConfigError(_ClientSideError, ValueError):
+    """A client setting or argument is missing or wrong (the message names it and what is expected)."""
+
+
+class StateError(_ClientSideError, RuntimeError):
+    """The call is not allowed in the client's current state (not started, started twice, shut down)."""
 
 
 class RmqOptionError(_ClientSideError, ValueError):

@@ -19,7 +19,7 @@ import pyarrow.flight as flight
 from rmq import flight as flight_contract
 from rmq import request_signing
 from rmq.connector.client import PullResult, RmqClient, pull_result
-from rmq.connector.errors import RmqError, RmqUnavailable
+from rmq.connector.errors import RmqError, RmqRefused, RmqUnavailable
 from rmq.message_queue import MessageQueue
 from rmq.subscription import MessageSelector
 from rmq.v1 import rmq_pb2
@@ -142,7 +142,7 @@ def _flight_error(error: flight.FlightError, label: str, mq: MessageQueue) -> Rm
     text = str(error).split(". Detail:")[0]
     status = flight_contract.parse_refusal(error.extra_info)
     if status is not None:
-        return RmqError(status.code, status.message, broker=label, queue=mq)
+        return RmqRefused(status.code, status.message, broker=label, queue=mq)
     if isinstance(error, _UNAVAILABLE):
         return RmqUnavailable(f"Flight DoGet failed: {text}", broker=label, queue=mq)
     denied = isinstance(error, flight.FlightUnauthorizedError)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from rmq import message_format as mf
 from rmq import retry
 from rmq.connector.client import MessageQueue, OutgoingMessage
+from rmq.connector.errors import ConfigError
 from rmq.v1 import rmq_pb2
 
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024  # DefaultMQProducer.maxMessageSize (body bytes)
@@ -37,17 +38,17 @@ class Message:
         return self.keys if isinstance(self.keys, str) else mf.KEY_SEPARATOR.join(self.keys)
 
     def check(self, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
-        """Validators.checkMessage: raise ValueError naming what is wrong, before any send."""
+        """Validators.checkMessage: raise ConfigError (a ValueError) naming what is wrong, before any send."""
         if not self.topic:
-            raise ValueError("message has no topic")
+            raise ConfigError("message has no topic")
         if not isinstance(self.body, (bytes, bytearray, memoryview)):
-            raise ValueError(f"message body must be bytes, not {type(self.body).__name__}")
+            raise ConfigError(f"message body must be bytes, not {type(self.body).__name__}")
         if not self.body:
-            raise ValueError(f"message body is empty (topic {self.topic})")
+            raise ConfigError(f"message body is empty (topic {self.topic})")
         if len(self.body) > max_message_size:
-            raise ValueError(f"message body is {len(self.body)} bytes, the maximum is {max_message_size}")
+            raise ConfigError(f"message body is {len(self.body)} bytes, the maximum is {max_message_size}")
         if self.delay_level < 0:
-            raise ValueError(f"delay_level must not be negative, not {self.delay_level}")
+            raise ConfigError(f"delay_level must not be negative, not {self.delay_level}")
 
     def to_outgoing(self, queue_id: int | None = None) -> OutgoingMessage:
         return OutgoingMessage(

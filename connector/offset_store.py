@@ -145,11 +145,15 @@ class RemoteBrokerOffsetStore(OffsetStore):
 class LocalFileOffsetStore(OffsetStore):
     """Broadcasting: each consumer keeps its own progress in `<directory>/<group>/offsets.json`
     (same JSON form as the offset options), written atomically with a `.bak` of the
-    previous version, like RocketMQ's MixAll.string2File."""
+    previous version, like RocketMQ's MixAll.string2File. With `legacy_directory`, offsets saved
+    there (where an earlier version kept them) are read while `directory` holds none yet."""
 
-    def __init__(self, directory: str | os.PathLike[str], group: str) -> None:
+    def __init__(self, directory: str | os.PathLike[str], group: str,
+                 legacy_directory: str | os.PathLike[str] | None = None) -> None:
         super().__init__()
         self.path = Path(directory) / group / OFFSETS_FILE
+        self._legacy_path = (None if legacy_directory is None
+                             else Path(legacy_directory) / group / OFFSETS_FILE)
 
     def load(self) -> None:
         for mq, offset in self._read_file().items():
@@ -159,8 +163,10 @@ class LocalFileOffsetStore(OffsetStore):
         return self._read_file().get(mq, NO_OFFSET)
 
     def _read_file(self) -> Positions:
-        """The saved offsets; falls back to the `.bak` copy when the file is missing or broken."""
-        for candidate in (self.path, self.path.with_name(OFFSETS_FILE + ".bak")):
+        """The saved offsets; falls back to the `.bak` copy when the file is missing or broken,
+        then to the legacy directory's."""
+        paths = [self.path] if self._legacy_path is None else [self.path, self._legacy_path]
+        for candidate in (c for path in paths for c in (path, path.with_name(OFFSETS_FILE + ".bak"))):
             try:
                 text = candidate.read_text()
                 if text.strip():

@@ -1,33 +1,17 @@
-"""Source offsets: the JSON form `{"topic":{"brokerName":{"queueId": nextOffset}}}` and the
-start/end policies (`earliest`, `latest`, `committed`, `timestamp:<ms>`, JSON with -2/-1).
-
-Resolving a policy for one MessageQueue follows computePullFromWhere (spec
-consumer-pull-rebalance §9, TV-9): a saved (committed) offset wins when the policy asks for
-it, otherwise the queue head, tail or the offset found by timestamp.
-"""
+"""Offsets of MessageQueues: what an OffsetStore answers when it has nothing (NO_OFFSET) or
+cannot be read (OFFSET_READ_FAILED), and the JSON form `{"topic":{"brokerName":{"queueId":
+nextOffset}}}` of offset files and of the Spark source's offsets (rmq.connector.spark.source_offsets)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from rmq.connector.client import MessageQueue
-from rmq.connector.errors import OffsetResolutionError
+from rmq.connector.errors import ConfigError
 
-OFFSET_EARLIEST = -2   # in offset JSON: the queue's min offset
-OFFSET_LATEST = -1     # in offset JSON: the queue's max offset
 NO_OFFSET = -1         # OffsetStore.readOffset: nothing saved for the queue
 OFFSET_READ_FAILED = -2  # OffsetStore.readOffset: the store could not be read
-
-# Keys of the stream offset that carry the query's consumer client id and consumer group,
-# so a restarted driver keeps its identity and its group. "@" cannot occur in a topic name.
-CLIENT_ID_KEY = "@clientId"
-GROUP_KEY = "@group"
-# Marks a stream's initial offset: its queues and their start offsets are chosen by the
-# first micro-batch, which reads nothing, so that the query's identity and start offsets are
-# in Spark's offset log before any message is read.
-INITIAL_KEY = "@initial"
 
 Positions = dict[MessageQueue, int]
 
@@ -43,178 +27,20 @@ def positions_to_json(positions: Mapping[MessageQueue, int]) -> dict[str, Any]:
 def positions_from_json(obj: Any, *, min_offset: int = 0) -> Positions:
     """Parse `{"topic":{"broker":{"queueId":offset}}}`; raises ValueError saying what is wrong."""
     if not isinstance(obj, dict):
-        raise ValueError('expected a JSON object {"topic":{"broker":{"queueId":offset}}}')
+        raise ConfigError('expected a JSON object {"topic":{"broker":{"queueId":offset}}}')
     positions: Positions = {}
     for topic, brokers in obj.items():
         if not isinstance(brokers, dict):
-            raise ValueError(f"topic {topic!r} must map to an object of brokers")
+            raise ConfigError(f"topic {topic!r} must map to an object of brokers")
         for broker, queues in brokers.items():
             if not isinstance(queues, dict):
-                raise ValueError(f"broker {broker!r} of topic {topic!r} must map to an object of queue ids")
+                raise ConfigError(f"broker {broker!r} of topic {topic!r} must map to an object of queue ids")
             for queue_id, offset in queues.items():
                 if not (isinstance(queue_id, str) and queue_id.isdigit()):
-                    raise ValueError(f"queue id {queue_id!r} of {topic}/{broker} is not an integer >= 0")
+                    raise ConfigError(f"queue id {queue_id!r} of {topic}/{broker} is not an integer >= 0")
                 if isinstance(offset, bool) or not isinstance(offset, int) or offset < min_offset:
-                    raise ValueError(
+                    raise ConfigError(
                         f"offset {offset!r} of {topic}/{broker}/{queue_id} is not an integer >= {min_offset}"
                     )
                 positions[MessageQueue(topic, broker, int(queue_id))] = offset
     return positions
-
-
-@dataclass(frozen=True)
-class StreamOffset:
-    """One offset of the streaming source: the next offset to read per owned queue.
-
-    `group` is None only in offsets checkpointed before GROUP_KEY existed; `initial` marks
-    the offset a query starts from (no positions yet)."""
-
-    client_id: str
-    group: str | None
-    positions: Positions
-    initial: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        keys: dict[str, Any] = {CLIENT_ID_KEY: self.client_id}
-        keys |= {GROUP_KEY: self.group} if self.group else {}
-        if self.initial:
-            keys[INITIAL_KEY] = True
-        return keys | positions_to_json(self.positions)
-
-    @classmethod
-    def from_json(cls, obj: Any) -> StreamOffset:
-        if not isinstance(obj, dict) or not isinstance(obj.get(CLIENT_ID_KEY), str):
-            raise ValueError(f"not an rmq stream offset (no {CLIENT_ID_KEY!r}): {obj!r}")
-        group = obj.get(GROUP_KEY)
-        if group is not None and not isinstance(group, str):
-            raise ValueError(f"{GROUP_KEY!r} of an rmq stream offset is not a string: {obj!r}")
-        rest = {key: value for key, value in obj.items() if not key.startswith("@")}
-        return cls(obj[CLIENT_ID_KEY], group, positions_from_json(rest), obj.get(INITIAL_KEY) is True)
-
-
-# ---------------------------------------------------------------- policies
-
-
-@dataclass(frozen=True)
-class Earliest:
-    def __str__(self) -> str:
-        return "earliest"
-
-
-@dataclass(frozen=True)
-class Latest:
-    def __str__(self) -> str:
-        return "latest"
-
-
-@dataclass(frozen=True)
-class Committed:
-    """The group's saved offset (broker in clustering, local file in broadcasting); a queue
-    with none starts at `fallback` (RocketMQ's consumeFromWhere), or fails when it is None."""
-
-    fallback: OffsetPolicy | None = field(default_factory=lambda: Latest())
-
-    def __str__(self) -> str:
-        return "committed"
-
-
-@dataclass(frozen=True)
-class AtTimestamp:
-    """The first message stored at or after `timestamp_ms` (max offset when all are older)."""
-
-    timestamp_ms: int
-
-    def __str__(self) -> str:
-        return f"timestamp:{self.timestamp_ms}"
-
-
-@dataclass(frozen=True)
-class Specific:
-    """Explicit offsets per queue (-2 earliest, -1 latest); queues not listed use `fallback`."""
-
-    positions: Positions = field(hash=False)
-    fallback: OffsetPolicy = field(default_factory=Latest)
-
-    def __str__(self) -> str:
-        return "JSON offsets"
-
-
-@dataclass(frozen=True)
-class Timestamps:
-    """Per queue, the first message stored at or after its epoch-ms timestamp; queues not
-    listed use `fallback`."""
-
-    timestamps: Positions = field(hash=False)
-    fallback: OffsetPolicy = field(default_factory=Latest)
-
-    def __str__(self) -> str:
-        return "JSON timestamps"
-
-
-OffsetPolicy = Earliest | Latest | Committed | AtTimestamp | Specific | Timestamps
-
-
-class QueueOffsetLookup(Protocol):
-    """What resolving a policy needs from the broker and the OffsetStore."""
-
-    def min_offset(self, mq: MessageQueue) -> int: ...
-
-    def max_offset(self, mq: MessageQueue) -> int: ...
-
-    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int: ...
-
-    def committed_offset(self, mq: MessageQueue) -> int:
-        """The saved offset, NO_OFFSET when none, OFFSET_READ_FAILED when unreadable."""
-        ...
-
-
-def resolve_offset(policy: OffsetPolicy, mq: MessageQueue, lookup: QueueOffsetLookup) -> int:
-    """The offset `policy` designates for `mq`."""
-    match policy:
-        case Earliest():
-            return lookup.min_offset(mq)
-        case Latest():
-            return lookup.max_offset(mq)
-        case Committed(fallback=fallback):
-            saved = lookup.committed_offset(mq)
-            if saved == OFFSET_READ_FAILED:
-                raise OffsetResolutionError(f"could not read the committed offset of {_describe(mq)}")
-            if saved >= 0:
-                return saved
-            if fallback is None:
-                raise OffsetResolutionError(
-                    f"the group has no committed offset for {_describe(mq)} (committedFallback=error)")
-            return resolve_offset(fallback, mq, lookup)
-        case AtTimestamp(timestamp_ms=timestamp_ms):
-            return lookup.search_offset(mq, timestamp_ms)
-        case Specific(positions=positions, fallback=fallback):
-            offset = positions.get(mq)
-            if offset is None:
-                return resolve_offset(fallback, mq, lookup)
-            if offset == OFFSET_EARLIEST:
-                return lookup.min_offset(mq)
-            if offset == OFFSET_LATEST:
-                return lookup.max_offset(mq)
-            return offset
-        case Timestamps(timestamps=timestamps, fallback=fallback):
-            stamp = timestamps.get(mq)
-            return resolve_offset(fallback, mq, lookup) if stamp is None else lookup.search_offset(mq, stamp)
-    raise TypeError(f"not an offset policy: {policy!r}")
-
-
-def resolve_acquired_offset(mq: MessageQueue, lookup: QueueOffsetLookup) -> int:
-    """Start offset of a queue a running query newly owns (a rebalance handed it over, or
-    the topic grew): the group's committed offset, else the queue's earliest offset, as
-    CONSUME_FROM_FIRST_OFFSET (spec consumer-pull-rebalance §9, TV-9). startingOffsets
-    applies when the query starts only (as in Kafka's source, where partitions found later
-    start at earliest): a queue created after that holds only messages written since, and
-    none of them may be lost. Returns OFFSET_READ_FAILED when the committed offset cannot
-    be read: the queue is skipped this round and tried again at the next rebalance."""
-    saved = lookup.committed_offset(mq)
-    if saved >= 0 or saved == OFFSET_READ_FAILED:
-        return saved
-    return lookup.min_offset(mq)
-
-
-def _describe(mq: MessageQueue) -> str:
-    return f"topic {mq.topic} broker {mq.broker_name} queue {mq.queue_id}"

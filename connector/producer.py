@@ -33,10 +33,11 @@ from rmq.connector.client import (
     send_which_queue_start,
 )
 from rmq.connector.client import SendResult as ClientSendResult
+from rmq.connector.errors import ConfigError, StateError
 from rmq.connector.latency_fault_tolerance import LatencyFaultTolerance
 from rmq.connector.message import DEFAULT_MAX_MESSAGE_SIZE, Message
 from rmq.message_format import tags_hash_code
-from rmq.statuses import SendStatus
+from rmq.statuses import SendStatus as SendStatus  # part of the producer's API
 from rmq.v1 import rmq_pb2
 
 logger = logging.getLogger(__name__)
@@ -91,10 +92,10 @@ class Producer:
                  retry_times_when_send_failed: int = RETRY_TIMES_WHEN_SEND_FAILED,
                  max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, client: RmqClient | None = None) -> None:
         if retry_times_when_send_failed < 0:
-            raise ValueError(
+            raise ConfigError(
                 f"retry_times_when_send_failed must not be negative, not {retry_times_when_send_failed}")
         if max_message_size <= 0:
-            raise ValueError(f"max_message_size must be positive, not {max_message_size}")
+            raise ConfigError(f"max_message_size must be positive, not {max_message_size}")
         self.group = group
         self.retry_times_when_send_failed = retry_times_when_send_failed
         self.max_message_size = max_message_size
@@ -124,7 +125,7 @@ class Producer:
     @property
     def client(self) -> RmqClient:
         if self._client is None:
-            raise RuntimeError("the producer is not started (call start() or use it as a context manager)")
+            raise StateError("the producer is not started (call start() or use it as a context manager)")
         return self._client
 
     @overload
@@ -145,14 +146,14 @@ class Producer:
                 return self._send_selected(message, selector, arg)
             return self._send_batch(message.topic, [message])[0]
         if selector is not None:
-            raise ValueError("a selector applies to one message, not to a list")
+            raise ConfigError("a selector applies to one message, not to a list")
         messages = list(message)
         if not messages:
-            raise ValueError("no messages to send")
+            raise ConfigError("no messages to send")
         by_topic: dict[str, list[int]] = {}
         for index, item in enumerate(messages):
             if not isinstance(item, Message):
-                raise ValueError(f"message {index} is a {type(item).__name__}, not a Message")
+                raise ConfigError(f"message {index} is a {type(item).__name__}, not a Message")
             item.check(self.max_message_size)
             by_topic.setdefault(item.topic, []).append(index)
         for topic in by_topic:
@@ -206,7 +207,7 @@ class Producer:
             raise RmqError(rmq_pb2.NO_PERMISSION, f"topic {message.topic} has no writable queue")
         mq = selector(queues, message, arg)
         if mq not in queues:
-            raise ValueError(f"the selector chose {mq}, which is not a writable queue of {message.topic}")
+            raise ConfigError(f"the selector chose {mq}, which is not a writable queue of {message.topic}")
         sent = self.client.send(message.topic, [message.to_outgoing(queue_id=mq.queue_id)],
                                 broker_name=mq.broker_name)
         return SendResult(sent.msg_ids[0], mq, sent.queue_offsets[0], sent.status)

@@ -30,26 +30,25 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from rmq.connector.allocation import STRATEGY_NAMES
+from rmq.connector.allocation import AllocateStrategy
 from rmq.connector.broker_outages import BrokerOutages
 from rmq.connector.client import MessageQueue, PullResult, PullStatus, RmqClient, RmqError, RmqUnavailable
-from rmq.connector.consumer_checks import check_client_in_broker, check_group, is_permanent_refusal
-from rmq.connector.consumer_ids_watcher import ConsumerIdsWatcher
+from rmq.connector.client_instance import ClientInstance, client_id_of
+from rmq.connector.consumer_checks import check_client_in_broker, is_permanent_refusal
+from rmq.connector.consumer_config import (
+    BROKER_SUSPEND_MAX_TIME_MILLIS,
+    PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION,
+    PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL,
+    ConsumeFromWhere,
+    ConsumerConfig,
+)
+from rmq.connector.errors import ConfigError, StateError
 from rmq.connector.message import MessageExt, decode_messages
 from rmq.connector.offset_store import ReadOffsetType, RemoteBrokerOffsetStore
 from rmq.connector.process_queue import ProcessQueue
 from rmq.connector.pull_message_service import PullMessageService
-from rmq.connector.push_consumer import (
-    BROKER_SUSPEND_MAX_TIME_MILLIS,
-    CONSUMER_TABLE,
-    HEARTBEAT_INTERVAL_S,
-    PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION,
-    PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL,
-    BrokerQueueAdmin,
-    client_id_of,
-)
-from rmq.connector.rebalance_impl import ConsumeFromWhere, PullRequest, RebalanceImpl, SubscriptionData
-from rmq.connector.rebalance_service import WAIT_INTERVAL_S, RebalanceService
+from rmq.connector.rebalance_impl import BrokerQueueAdmin, PullRequest, RebalanceImpl, SubscriptionData
+from rmq.connector.rebalance_service import WAIT_INTERVAL_S
 from rmq.connector.scheduled_executor import ScheduledExecutor
 from rmq.subscription import MessageSelector
 
@@ -57,7 +56,6 @@ logger = logging.getLogger(__name__)
 
 PULL_TIME_DELAY_MILLS_WHEN_PAUSE = 1000
 AUTO_COMMIT_INTERVAL_S = 5.0
-HALF_HOUR_MS = 30 * 60 * 1000
 
 
 @dataclass
@@ -77,44 +75,36 @@ class PullConsumer:
         group: str,
         endpoints: str | Sequence[str],
         *,
-        consume_from: str = "last",
+        consume_from: ConsumeFromWhere | str = ConsumeFromWhere.LAST,
         consume_timestamp: int | None = None,
         auto_commit: bool = True,
         auto_commit_interval_s: float = AUTO_COMMIT_INTERVAL_S,
-        allocate_strategy: str = "avg",
+        allocate_strategy: AllocateStrategy | str = AllocateStrategy.AVG,
         pull_batch_size: int = 32,
         pull_threshold_for_queue: int = 1000,
         rebalance_interval_s: float = WAIT_INTERVAL_S,
         instance_name: str | None = None,
         client: RmqClient | None = None,
     ) -> None:
-        check_group(group)
-        if allocate_strategy not in STRATEGY_NAMES:
-            raise ValueError(f"allocate_strategy must be one of {', '.join(STRATEGY_NAMES)}, "
-                             f"not {allocate_strategy!r}")
-        try:
-            self.consume_from = ConsumeFromWhere(consume_from)
-        except ValueError:
-            raise ValueError(f"consume_from must be one of {', '.join(w.value for w in ConsumeFromWhere)}, "
-                             f"not {consume_from!r}") from None
-        for name, value in (("auto_commit_interval_s", auto_commit_interval_s),
-                            ("pull_batch_size", pull_batch_size),
-                            ("pull_threshold_for_queue", pull_threshold_for_queue),
-                            ("rebalance_interval_s", rebalance_interval_s)):
-            if value <= 0:
-                raise ValueError(f"{name} must be positive, not {value}")
+        self.config = ConsumerConfig.create(
+            group, allocate_strategy=allocate_strategy, consume_from=consume_from,
+            consume_timestamp=consume_timestamp, pull_batch_size=pull_batch_size,
+            pull_threshold_for_queue=pull_threshold_for_queue, rebalance_interval_s=rebalance_interval_s,
+            instance_name=instance_name)
+        if auto_commit_interval_s <= 0:
+            raise ConfigError(f"auto_commit_interval_s must be positive, not {auto_commit_interval_s}")
         self.group = group
-        self.consume_timestamp = (consume_timestamp if consume_timestamp is not None
-                                  else int(time.time() * 1000) - HALF_HOUR_MS)
+        self.consume_from = self.config.consume_from
+        self.consume_timestamp = self.config.consume_timestamp_ms
         self.auto_commit = auto_commit
         self.auto_commit_interval_s = auto_commit_interval_s
-        self.allocate_strategy = allocate_strategy
+        self.allocate_strategy = self.config.allocate_strategy
         self.pull_batch_size = pull_batch_size
         self.pull_threshold_for_queue = pull_threshold_for_queue
-        self.rebalance_interval_s = rebalance_interval_s
         self.client_id = client_id_of(instance_name)
-        self.client = client or RmqClient(endpoints)
-        self._owns_client = client is None
+        self._instance = ClientInstance.acquire(self.client_id, client=client, endpoints=endpoints)
+        self._instance_released = False
+        self.client = self._instance.client
         self._subscriptions: dict[str, SubscriptionData] = {}
         self._assigned: list[MessageQueue] | None = None
         self._state = "CREATE_JUST"
@@ -131,13 +121,10 @@ class PullConsumer:
         self._scheduler = ScheduledExecutor(f"rmq-lite-pull-{group}")
         self._pull_service = PullMessageService(self._pull_message, self._scheduler)
         self.rebalance_impl = RebalanceImpl(
-            group, self.client_id, self._subscriptions, broadcasting=False, strategy=allocate_strategy,
+            group, self.client_id, self._subscriptions, broadcasting=False, strategy=self.allocate_strategy,
             offset_store=self.offset_store, admin=BrokerQueueAdmin(self.client, group, self.client_id),
             consume_from=self.consume_from, consume_timestamp_ms=self.consume_timestamp,
             dispatch_pull_requests=self._dispatch)
-        self._rebalance_service = RebalanceService(self.rebalance_impl.do_rebalance, rebalance_interval_s)
-        self._watcher = ConsumerIdsWatcher(self.client, group, self.client_id, self._rebalance_service.wakeup,
-                                           self._send_heartbeat)
 
     # ------------------------------------------------------------ set-up
 
@@ -145,18 +132,18 @@ class PullConsumer:
         """Read `topic`'s messages whose tag matches `expression` ("*", "TagA || TagB") or that an
         SQL92 `MessageSelector.by_sql(...)` selects, sharing its queues with the group's members."""
         if not topic:
-            raise ValueError("topic is empty")
+            raise ConfigError("topic is empty")
         if self._assigned is not None:
-            raise RuntimeError("subscribe and assign are mutually exclusive")
+            raise StateError("subscribe and assign are mutually exclusive")
         self._subscriptions[topic] = SubscriptionData.build(topic, expression)
 
     def assign(self, queues: Iterable[MessageQueue]) -> None:
         """Read exactly these queues (every message), outside group membership."""
         if self._subscriptions:
-            raise RuntimeError("subscribe and assign are mutually exclusive")
+            raise StateError("subscribe and assign are mutually exclusive")
         self._assigned = sorted(set(queues))
         if not self._assigned:
-            raise ValueError("no queue to assign")
+            raise ConfigError("no queue to assign")
 
     def fetch_message_queues(self, topic: str) -> list[MessageQueue]:
         """fetchMessageQueues: every readable queue of the topic."""
@@ -176,64 +163,56 @@ class PullConsumer:
     def start(self) -> None:
         with self._state_lock:
             if self._state != "CREATE_JUST":
-                raise RuntimeError(f"The PullConsumer service state not OK, maybe started once, "
-                                   f"{self._state}")
+                raise StateError(f"The PullConsumer service state not OK, maybe started once, {self._state}")
             if self._assigned is None and not self._subscriptions:
-                raise ValueError("nothing to read: subscribe(topic, expression) or assign(queues) first")
+                raise ConfigError("nothing to read: subscribe(topic, expression) or assign(queues) first")
             if self._assigned is not None:
                 for topic in {mq.topic for mq in self._assigned}:
                     self._subscriptions[topic] = SubscriptionData.build(topic, "*")
             for topic in self._subscriptions:
                 self.client.query_route(topic)   # an unknown topic fails here, naming it
-            joins = self._assigned is None
-            if joins and not CONSUMER_TABLE.register_consumer(self.client_id, self.group, self):
-                raise RuntimeError(f"The consumer group[{self.group}] has been created before in this client "
-                                   f"({self.client_id}), specify another name (or instance_name) please.")
-            if joins:
+            if self._joins:
+                self._instance.register_consumer(self)
                 self._check_client_in_broker()
             self._state = "RUNNING"
         self._pull_service.start()
         if self._assigned is not None:
-            with self.rebalance_impl._lock:
-                for topic in {mq.topic for mq in self._assigned}:
-                    self.rebalance_impl.update_process_queue_table_in_rebalance(
-                        topic, {mq for mq in self._assigned if mq.topic == topic})
+            self.rebalance_impl.assign(self._assigned)
             return
-        self._heartbeat()
-        self._scheduler.schedule_at_fixed_rate(HEARTBEAT_INTERVAL_S, HEARTBEAT_INTERVAL_S, self._heartbeat)
-        self._rebalance_service.start()
-        self._rebalance_service.wakeup()
+        self._instance.heartbeat(self)
+        self._instance.start()
+        self._instance.rebalance_immediately()
 
     def shutdown(self) -> None:
         """Commit (with auto_commit), leave the group and stop pulling."""
         with self._state_lock:
             if self._state != "RUNNING":
+                if self._state == "CREATE_JUST":
+                    self._scheduler.shutdown()
+                    self._release_instance()
                 self._state = "SHUTDOWN_ALREADY"
                 return
             self._state = "SHUTDOWN_ALREADY"
-        self._rebalance_service.shutdown()
+        if self._joins:
+            self._instance.wait_for_rebalance()   # no rebalance of this consumer runs from here on
         self._pull_service.shutdown()
         if self.auto_commit:
             self._commit_consumed()
         self.rebalance_impl.drop_all()
         self._scheduler.shutdown()
-        if self._assigned is None:
-            self._watcher.stop()
-        self._leave_group()
+        if self._joins:
+            self._instance.unregister_consumer(self, leave_group=True)
+        self._release_instance()
 
-    def _leave_group(self) -> None:
-        if self._assigned is None:
-            try:
-                self.client.unregister(self.client_id, self.group)
-            except RmqError as error:
-                logger.warning("unregister of %s from group %s failed: %s", self.client_id, self.group, error)
-        self._release()
+    @property
+    def _joins(self) -> bool:
+        """A subscribing consumer is a group member; an assigning one reads its queues alone."""
+        return self._assigned is None
 
-    def _release(self) -> None:
-        if self._assigned is None:
-            CONSUMER_TABLE.unregister_consumer(self.client_id, self.group)
-        if self._owns_client:
-            self.client.close()
+    def _release_instance(self) -> None:
+        if not self._instance_released:
+            self._instance_released = True
+            self._instance.release()
 
     # ------------------------------------------------------------ reading
 
@@ -241,7 +220,7 @@ class PullConsumer:
         """The next pulled batch (one queue, ascending offsets), or [] after `timeout` seconds.
         Raises the refusal that stopped a queue's pulls for good (consumer_checks)."""
         if not self.running:
-            raise RuntimeError("the PullConsumer is not running")
+            raise StateError("the PullConsumer is not running")
         if self.failure is not None:
             raise self.failure
         self._maybe_auto_commit()
@@ -288,15 +267,11 @@ class PullConsumer:
         self._ensure_owned(mq)
         offsets = self.client.queue_offsets(mq)
         if not offsets.min_offset <= offset <= offsets.max_offset:
-            raise ValueError(f"offset {offset} of {mq} is outside "
-                             f"[{offsets.min_offset}, {offsets.max_offset}]")
-        with self.rebalance_impl._lock:
-            old = self.rebalance_impl.process_queue_table.get(mq)
-            if old is None:
-                raise ValueError(f"{mq} is not read by this consumer")
-            old.dropped = True
-            pq = ProcessQueue()
-            self.rebalance_impl.process_queue_table[mq] = pq
+            raise ConfigError(f"offset {offset} of {mq} is outside "
+                              f"[{offsets.min_offset}, {offsets.max_offset}]")
+        pq = self.rebalance_impl.replace_process_queue(mq)
+        if pq is None:
+            raise ConfigError(f"{mq} is not read by this consumer")
         with self._consumed_lock:
             self._consumed[mq] = offset
         self._pull_service.execute_pull_request_immediately(PullRequest(self.group, mq, pq, offset))
@@ -325,7 +300,7 @@ class PullConsumer:
 
     def _ensure_owned(self, mq: MessageQueue) -> None:
         if mq not in self.rebalance_impl.process_queue_table:
-            raise ValueError(f"{mq} is not read by this consumer (assigned or owned now: "
+            raise ConfigError(f"{mq} is not read by this consumer (assigned or owned now: "
                              f"{', '.join(map(str, self.assignment())) or 'none'})")
 
     def _commit_consumed(self) -> None:
@@ -355,29 +330,35 @@ class PullConsumer:
     def _check_client_in_broker(self) -> None:
         try:
             check_client_in_broker(self.client, self.group, self._subscriptions.values(),
-                                   self._send_heartbeat)
+                                   lambda: self._instance.send_heartbeat(self))
         except RmqError:
             self._state = "START_FAILED"
             self._scheduler.shutdown()
-            self._release()
+            self._instance.unregister_consumer(self, leave_group=False)
+            self._release_instance()
             raise
 
-    def _heartbeat(self) -> None:
-        try:
-            self._send_heartbeat()
-        except RmqError as error:
-            logger.warning("heartbeat of %s in group %s failed: %s", self.client_id, self.group, error)
-        if self.running:
-            try:
-                self._watcher.watch(self.client.list_brokers())
-            except RmqError:
-                pass
+    # ------------------------------------------------------------ MQConsumerInner (client_instance)
 
-    def _send_heartbeat(self) -> None:
-        unreachable: dict[str, RmqUnavailable] = {}
-        subscriptions = {t: s.sub_string for t, s in self._subscriptions.items()}
-        self.client.heartbeat(self.client_id, self.group, subscriptions, unreachable=unreachable)
-        self.outages.unreachable_all(unreachable)
+    @property
+    def broadcasting(self) -> bool:
+        return False
+
+    @property
+    def rebalance_interval_s(self) -> float:
+        return self.config.rebalance_interval_s
+
+    def heartbeat_subscriptions(self) -> dict[str, str]:
+        return {t: s.sub_string for t, s in self._subscriptions.items()}
+
+    def do_rebalance(self) -> bool:
+        return self.rebalance_impl.do_rebalance() if self.running else True
+
+    def connection_lost(self, broker_name: str) -> None:
+        """Nothing to do: a lite pull consumer holds no queue locks."""
+
+    def connection_restored(self, broker_name: str) -> None:
+        """Nothing to do: a lite pull consumer holds no queue locks."""
 
     def _pull_message(self, request: PullRequest) -> None:
         """PullTaskImpl: flow control and pause, then one asynchronous long-polling pull."""

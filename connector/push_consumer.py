@@ -7,12 +7,13 @@ consumer-startup-allocation-ordering §1, §4).
     consumer.register_message_listener(lambda msgs, ctx: ConsumeConcurrentlyStatus.CONSUME_SUCCESS)
     consumer.start()
 
-Inside (one of each per consumer): a RebalanceService (every 20 s, and at once when a broker
-pushes a membership change), a PullMessageService (asynchronous long-polling pulls, the
-commit offset piggy-backed on them, flow control per ProcessQueue), a
-ConsumeMessageConcurrentlyService (thread pool, send-back of failed messages), an OffsetStore
+Inside (one of each per consumer): a PullMessageService (asynchronous long-polling pulls, the
+commit offset piggy-backed on them, flow control per ProcessQueue), a RebalanceImpl, a
+ConsumeMessageConcurrentlyService (thread pool, send-back of failed messages) and an OffsetStore
 (the broker's in clustering, a local file in broadcasting) persisted every 5 s and at
-shutdown, and heartbeats. `shutdown()` waits for running listeners (bounded), persists the
+shutdown. The process's ClientInstance of the consumer's client id (client_instance) heartbeats,
+watches the group's membership and runs the RebalanceService (every 20 s, and at once when a
+broker pushes a membership change). `shutdown()` waits for running listeners (bounded), persists the
 offsets and unregisters, so the group's other consumers take the queues over at once.
 """
 
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -28,21 +28,24 @@ from pathlib import Path
 from typing import cast
 
 from rmq import retry
-from rmq.connector.allocation import STRATEGY_NAMES
+from rmq.connector.allocation import AllocateStrategy
 from rmq.connector.broker_outages import BrokerOutages
-from rmq.connector.client import (
-    MASTER_ID,
-    MessageQueue,
-    PullResult,
-    PullStatus,
-    RmqClient,
-    RmqError,
-    RmqUnavailable,
-)
+from rmq.connector.client import MessageQueue, PullResult, PullStatus, RmqClient, RmqError, RmqUnavailable
+from rmq.connector.client_instance import ClientInstance, client_id_of
 from rmq.connector.consume_message_concurrently_service import ConsumeMessageConcurrentlyService
 from rmq.connector.consume_message_orderly_service import ConsumeMessageOrderlyService
-from rmq.connector.consumer_checks import check_client_in_broker, check_group, is_permanent_refusal
-from rmq.connector.consumer_ids_watcher import ConsumerIdsWatcher
+from rmq.connector.consumer_checks import check_client_in_broker, is_permanent_refusal
+from rmq.connector.consumer_config import (
+    BROKER_SUSPEND_MAX_TIME_MILLIS,
+    DEFAULT_OFFSET_STORE_DIR,
+    LEGACY_OFFSET_STORE_DIR,
+    PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION,
+    PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL,
+    ConsumeFromWhere,
+    ConsumerConfig,
+    MessageModel,
+)
+from rmq.connector.errors import ConfigError, StateError
 from rmq.connector.message import MessageExt, decode_messages
 from rmq.connector.message_listener import MessageListenerConcurrently
 from rmq.connector.message_listener_orderly import MessageListenerOrderly
@@ -52,98 +55,23 @@ from rmq.connector.offset_store import (
     ReadOffsetType,
     RemoteBrokerOffsetStore,
 )
-from rmq.connector.process_queue import REBALANCE_LOCK_INTERVAL_S
+from rmq.connector.process_queue import REBALANCE_LOCK_INTERVAL_S, ProcessQueue
 from rmq.connector.pull_message_service import PullMessageService
 from rmq.connector.rebalance_impl import (
-    ConsumeFromWhere,
+    BrokerQueueAdmin,
     PullRequest,
     RebalanceImpl,
     SubscriptionData,
     copy_subscription,
 )
-from rmq.connector.rebalance_service import WAIT_INTERVAL_S, RebalanceService
-from rmq.connector.scheduled_executor import ScheduledExecutor
+from rmq.connector.rebalance_service import WAIT_INTERVAL_S
+from rmq.connector.scheduled_executor import ScheduledExecutor, ScheduledTask
 from rmq.subscription import MessageSelector
 
 logger = logging.getLogger(__name__)
 
-CLUSTERING = "clustering"
-BROADCASTING = "broadcasting"
-PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL = 50
-PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION = 3000
 OFFSET_ILLEGAL_FIX_DELAY_S = 10.0
-BROKER_SUSPEND_MAX_TIME_MILLIS = 15000
-HEARTBEAT_INTERVAL_S = 30.0            # heartbeatBrokerInterval; brokers expire clients after 120 s
 PERSIST_CONSUMER_OFFSET_INTERVAL_S = 5.0
-DEFAULT_OFFSET_STORE_DIR = "~/.rmq_offsets"   # LocalFileOffsetStore (rocketmq.client.localOffsetStoreDir)
-HALF_HOUR_MS = 30 * 60 * 1000
-
-
-def client_id_of(instance_name: str | None) -> str:
-    """RocketMQ's `ip@instanceName` (clustering consumers use the process id as the instance
-    name, changeInstanceNameToPID)."""
-    return f"{socket.gethostname()}@{instance_name or os.getpid()}"
-
-
-class ConsumerTable:
-    """MQClientInstance.consumerTable of every client id in this process: a group may be
-    registered only once per client id (spec pull §4.4, TV-23)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._consumers: dict[tuple[str, str], object] = {}
-
-    def register_consumer(self, client_id: str, group: str | None, consumer: object | None) -> bool:
-        if not group or consumer is None:
-            return False
-        with self._lock:
-            if self._consumers.setdefault((client_id, group), consumer) is not consumer:
-                logger.warning("the consumer group[%s] exist already.", group)
-                return False
-        return True
-
-    def unregister_consumer(self, client_id: str, group: str) -> None:
-        with self._lock:
-            self._consumers.pop((client_id, group), None)
-
-
-CONSUMER_TABLE = ConsumerTable()
-
-
-class BrokerQueueAdmin:
-    """QueueAdmin over an RmqClient (what rebalancing asks the brokers)."""
-
-    def __init__(self, client: RmqClient, group: str, client_id: str) -> None:
-        self._client = client
-        self._group = group
-        self._client_id = client_id
-
-    def message_queues(self, topic: str) -> Sequence[MessageQueue]:
-        return self._client.query_route(topic).message_queues
-
-    def consumer_ids(self, topic: str) -> list[str]:
-        return self._client.consumer_list(self._group, topic)
-
-    def max_offset(self, mq: MessageQueue) -> int:
-        return self._client.queue_offsets(mq).max_offset
-
-    def first_message_in_memory(self, mq: MessageQueue) -> bool:
-        """Whether the queue still holds offset 0 and its master reads it from memory (RocketMQ's
-        queryConsumerOffset: minOffset <= 0 and not checkInDiskByConsumeOffset): one pull of one
-        message at 0, answered without a suggestion to read from a slave."""
-        result = self._client.pull(mq, 0, 1, group=self._group)
-        return (result.pull_status is PullStatus.FOUND and result.min_offset == 0
-                and result.suggest_which_broker_id == MASTER_ID)
-
-    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
-        return self._client.search_offset(mq, timestamp_ms)
-
-    def lock_batch(self, mqs: Sequence[MessageQueue], unreachable: set[str] | None = None
-                   ) -> set[MessageQueue]:
-        return self._client.lock_batch(self._group, self._client_id, mqs, unreachable)
-
-    def unlock_batch(self, mqs: Sequence[MessageQueue]) -> None:
-        self._client.unlock_batch(self._group, self._client_id, mqs)
 
 
 class PushConsumer:
@@ -156,9 +84,9 @@ class PushConsumer:
         group: str,
         endpoints: str | Sequence[str],
         *,
-        message_model: str = CLUSTERING,
-        allocate_strategy: str = "avg",
-        consume_from: str = "last",
+        message_model: MessageModel | str = MessageModel.CLUSTERING,
+        allocate_strategy: AllocateStrategy | str = AllocateStrategy.AVG,
+        consume_from: ConsumeFromWhere | str = ConsumeFromWhere.LAST,
         consume_timestamp: int | None = None,
         max_reconsume_times: int | None = None,
         consume_thread_max: int = 20,
@@ -178,38 +106,29 @@ class PushConsumer:
         instance_name: str | None = None,
         client: RmqClient | None = None,
     ) -> None:
-        check_group(group)
-        if message_model not in (CLUSTERING, BROADCASTING):
-            raise ValueError(
-                f"message_model must be {CLUSTERING!r} or {BROADCASTING!r}, not {message_model!r}")
-        if allocate_strategy not in STRATEGY_NAMES:
-            raise ValueError(f"allocate_strategy must be one of {', '.join(STRATEGY_NAMES)}, "
-                             f"not {allocate_strategy!r}")
-        try:
-            self.consume_from = ConsumeFromWhere(consume_from)
-        except ValueError:
-            raise ValueError(f"consume_from must be one of {', '.join(w.value for w in ConsumeFromWhere)}, "
-                             f"not {consume_from!r}") from None
-        positive = {"consume_thread_max": consume_thread_max, "pull_batch_size": pull_batch_size,
+        self.config = ConsumerConfig.create(
+            group, message_model=message_model, allocate_strategy=allocate_strategy,
+            consume_from=consume_from, consume_timestamp=consume_timestamp, pull_batch_size=pull_batch_size,
+            pull_threshold_for_queue=pull_threshold_for_queue, rebalance_interval_s=rebalance_interval_s,
+            instance_name=instance_name)
+        positive = {"consume_thread_max": consume_thread_max,
                     "consume_message_batch_max_size": consume_message_batch_max_size,
-                    "pull_threshold_for_queue": pull_threshold_for_queue,
                     "pull_threshold_size_for_queue": pull_threshold_size_for_queue,
                     "consume_concurrently_max_span": consume_concurrently_max_span,
-                    "consume_timeout_minutes": consume_timeout_minutes,
-                    "rebalance_interval_s": rebalance_interval_s, "lock_interval_s": lock_interval_s,
+                    "consume_timeout_minutes": consume_timeout_minutes, "lock_interval_s": lock_interval_s,
                     "persist_consumer_offset_interval_s": persist_consumer_offset_interval_s}
         for name, value in positive.items():
             if value <= 0:
-                raise ValueError(f"{name} must be positive, not {value}")
+                raise ConfigError(f"{name} must be positive, not {value}")
         if (max_reconsume_times or 0) < 0 or pull_interval_ms < 0 or await_termination_s < 0 \
                 or suspend_current_queue_time_millis < 0:
-            raise ValueError("max_reconsume_times, pull_interval_ms, suspend_current_queue_time_millis and "
-                             "await_termination_s must not be negative")
+            raise ConfigError("max_reconsume_times, pull_interval_ms, suspend_current_queue_time_millis and "
+                              "await_termination_s must not be negative")
         self.group = group
-        self.broadcasting = message_model == BROADCASTING
-        self.allocate_strategy = allocate_strategy
-        self.consume_timestamp = (consume_timestamp if consume_timestamp is not None
-                                  else int(time.time() * 1000) - HALF_HOUR_MS)
+        self.broadcasting = self.config.broadcasting
+        self.allocate_strategy = self.config.allocate_strategy
+        self.consume_from = self.config.consume_from
+        self.consume_timestamp = self.config.consume_timestamp_ms
         # None: 16 for concurrent listeners (the broker's DLQ threshold), unlimited for orderly ones
         self.max_reconsume_times = max_reconsume_times
         self.suspend_current_queue_time_millis = suspend_current_queue_time_millis
@@ -222,13 +141,13 @@ class PushConsumer:
         self.pull_interval_ms = pull_interval_ms
         self.consume_timeout_minutes = consume_timeout_minutes
         self.await_termination_s = await_termination_s
-        self.rebalance_interval_s = rebalance_interval_s
         self.lock_interval_s = lock_interval_s
         self.persist_interval_s = persist_consumer_offset_interval_s
         self.offset_store_dir = Path(offset_store_dir).expanduser()
         self.client_id = client_id_of(instance_name)
-        self.client = client or RmqClient(endpoints)
-        self._owns_client = client is None
+        self._instance = ClientInstance.acquire(self.client_id, client=client, endpoints=endpoints)
+        self._instance_released = False
+        self.client = self._instance.client
         self._subscriptions: dict[str, str | MessageSelector] = {}
         self._listener: MessageListenerConcurrently | MessageListenerOrderly | None = None
         self.orderly = False
@@ -243,8 +162,7 @@ class PushConsumer:
         self.consume_service: ConsumeMessageConcurrentlyService | ConsumeMessageOrderlyService
         self._scheduler: ScheduledExecutor
         self._pull_service: PullMessageService
-        self._rebalance_service: RebalanceService
-        self._watcher: ConsumerIdsWatcher
+        self._persist_task: ScheduledTask | None = None
 
     # ------------------------------------------------------------ public API
 
@@ -252,7 +170,7 @@ class PushConsumer:
         """Consume `topic`'s messages whose tag matches `expression` ("*" or "TagA || TagB"),
         or those an SQL92 `MessageSelector.by_sql(...)` selects on the broker."""
         if not topic:
-            raise ValueError("topic is empty")
+            raise ConfigError("topic is empty")
         if isinstance(expression, str):
             expression = MessageSelector.by_tag(expression)   # ValueError naming the bad expression
         self._subscriptions[topic] = expression
@@ -279,40 +197,45 @@ class PushConsumer:
 
     def start(self) -> None:
         """DefaultMQPushConsumerImpl#start: check, copy the subscriptions, build the services,
-        heartbeat, then rebalance at once. Raises ValueError for a missing listener or
-        subscription, RmqError when the brokers refuse (e.g. an unknown topic, no permission on the
-        group, an SQL92 filter the broker does not support: consumer_checks)."""
+        register with the client instance and heartbeat, then rebalance at once. Raises
+        ConfigError for a missing listener or subscription, StateError when started twice or when
+        the group runs already under this client id, RmqError when the brokers refuse (e.g. an
+        unknown topic, no permission on the group, an SQL92 filter the broker does not support:
+        consumer_checks)."""
         with self._state_lock:
             if self._state != "CREATE_JUST":
-                raise RuntimeError(
-                    f"The PushConsumer service state not OK, maybe started once, {self._state}")
+                raise StateError(f"The PushConsumer service state not OK, maybe started once, {self._state}")
             if self._listener is None:
-                raise ValueError("no message listener registered (register_message_listener)")
+                raise ConfigError("no message listener registered (register_message_listener)")
             if not self._subscriptions:
-                raise ValueError("no subscription (subscribe(topic, expression))")
+                raise ConfigError("no subscription (subscribe(topic, expression))")
             for topic in self._subscriptions:
                 self.client.query_route(topic)   # an unknown topic fails here, naming it
-            if not CONSUMER_TABLE.register_consumer(self.client_id, self.group, self):
-                raise RuntimeError(f"The consumer group[{self.group}] has been created before in this client "
-                                   f"({self.client_id}), specify another name (or instance_name) please.")
             self._state = "START_FAILED"
             self._build()
             try:
+                self._instance.register_consumer(self)   # built: the heartbeat loop may beat it now
+            except StateError:
+                self._scheduler.shutdown()
+                self._release_instance()
+                raise
+            try:
                 check_client_in_broker(self.client, self.group,
-                                       self.rebalance_impl.subscription_inner.values(), self._send_heartbeat)
+                                       self.rebalance_impl.subscription_inner.values(),
+                                       lambda: self._instance.send_heartbeat(self))
             except RmqError:
                 self._scheduler.shutdown()
-                self._release()
+                self._instance.unregister_consumer(self, leave_group=False)
+                self._release_instance()
                 raise
             self._state = "RUNNING"
-        self._heartbeat()
-        self._scheduler.schedule_at_fixed_rate(HEARTBEAT_INTERVAL_S, HEARTBEAT_INTERVAL_S, self._heartbeat)
-        self._scheduler.schedule_at_fixed_rate(self.persist_interval_s, self.persist_interval_s,
-                                               self.persist_consumer_offset)
+        self._instance.heartbeat(self)
+        self._instance.start()
+        self._persist_task = self._instance.schedule_at_fixed_rate(self.persist_interval_s,
+                                                                   self.persist_consumer_offset)
         self.consume_service.start(lambda: list(self.rebalance_impl.process_queue_table.values()))
         self._pull_service.start()
-        self._rebalance_service.start()
-        self._rebalance_service.wakeup()
+        self._instance.rebalance_immediately()
         logger.info("the consumer [%s] start OK as %s", self.group, self.client_id)
 
     def shutdown(self) -> None:
@@ -320,33 +243,29 @@ class PushConsumer:
         offsets, unregister from every broker and close the connections."""
         with self._state_lock:
             if self._state != "RUNNING":
+                if self._state == "CREATE_JUST":
+                    self._release_instance()
                 self._state = "SHUTDOWN_ALREADY"
                 return
             self._state = "SHUTDOWN_ALREADY"
-        self._rebalance_service.shutdown()
+        self._instance.wait_for_rebalance()   # no rebalance of this consumer runs from here on
         self._pull_service.shutdown()
         self.consume_service.shutdown(self.await_termination_s)
+        if self._persist_task is not None:
+            self._persist_task.cancel()
         self.persist_consumer_offset()
         if self.orderly:
             self.rebalance_impl.unlock_all()   # after the offsets are persisted: the next owner resumes there
         self.rebalance_impl.drop_all()
         self._scheduler.shutdown()
-        self._watcher.stop()
-        self._leave_group()
+        self._instance.unregister_consumer(self, leave_group=not self.broadcasting)
+        self._release_instance()
         logger.info("the consumer [%s] shutdown OK", self.group)
 
-    def _leave_group(self) -> None:
-        if not self.broadcasting:
-            try:
-                self.client.unregister(self.client_id, self.group)
-            except RmqError as error:
-                logger.warning("unregister of %s from group %s failed: %s", self.client_id, self.group, error)
-        self._release()
-
-    def _release(self) -> None:
-        CONSUMER_TABLE.unregister_consumer(self.client_id, self.group)
-        if self._owns_client:
-            self.client.close()
+    def _release_instance(self) -> None:
+        if not self._instance_released:
+            self._instance_released = True
+            self._instance.release()
 
     def persist_consumer_offset(self) -> None:
         """persistConsumerOffset: write the offsets of every queue owned now."""
@@ -366,8 +285,12 @@ class PushConsumer:
     def _build(self) -> None:
         self._scheduler = ScheduledExecutor(f"rmq-scheduled-{self.group}")
         if self.broadcasting:
-            directory = self.offset_store_dir / self.client_id.replace("@", "_")
-            self.offset_store = LocalFileOffsetStore(directory, self.group)
+            instance_dir = self.client_id.replace("@", "_")
+            # offsets a PushConsumer saved before the default moved there are still read
+            legacy = (Path(LEGACY_OFFSET_STORE_DIR).expanduser() / instance_dir
+                      if self.offset_store_dir == Path(DEFAULT_OFFSET_STORE_DIR).expanduser() else None)
+            self.offset_store = LocalFileOffsetStore(self.offset_store_dir / instance_dir, self.group,
+                                                     legacy_directory=legacy)
         else:
             self.offset_store = RemoteBrokerOffsetStore(self.client, self.group, self.outages)
         self.offset_store.load()
@@ -398,40 +321,27 @@ class PushConsumer:
                 consume_message_batch_max_size=self.consume_message_batch_max_size,
                 consume_timeout_minutes=self.consume_timeout_minutes, offset_store=self.offset_store,
                 send_message_back=self.send_message_back, scheduler=self._scheduler)
-        self._rebalance_service = RebalanceService(self.rebalance_impl.do_rebalance,
-                                                   self.rebalance_interval_s)
-        self._watcher = ConsumerIdsWatcher(self.client, self.group, self.client_id,
-                                           self._rebalance_service.wakeup, self._send_heartbeat,
-                                           on_lost=self._connection_lost,
-                                           on_restored=self._connection_restored)
 
-    def _heartbeat(self) -> None:
-        """sendHeartbeatToAllBroker, and a membership watch on every broker (clustering)."""
-        try:
-            self._send_heartbeat()
-        except RmqError as error:
-            logger.warning("heartbeat of %s in group %s failed: %s", self.client_id, self.group, error)
-        if not self.broadcasting and self.running:
-            try:
-                self._watcher.watch(self.client.list_brokers())
-            except RmqError:
-                pass
+    # ------------------------------------------------------------ MQConsumerInner (client_instance)
 
-    def _connection_lost(self, broker_name: str) -> None:
+    @property
+    def rebalance_interval_s(self) -> float:
+        return self.config.rebalance_interval_s
+
+    def heartbeat_subscriptions(self) -> dict[str, str]:
+        return {t: s.sub_string for t, s in self.rebalance_impl.subscription_inner.items()}
+
+    def do_rebalance(self) -> bool:
+        return self.rebalance_impl.do_rebalance() if self.running else True
+
+    def connection_lost(self, broker_name: str) -> None:
         if self.orderly:
             self.rebalance_impl.connection_lost(broker_name)
 
-    def _connection_restored(self, broker_name: str) -> None:
+    def connection_restored(self, broker_name: str) -> None:
         """Orderly: take the locks back at once, not at the next lockAll (up to 20 s later)."""
         if self.orderly:
             self.rebalance_impl.lock_all()
-
-    def _send_heartbeat(self) -> None:
-        subscriptions = {t: s.sub_string for t, s in self.rebalance_impl.subscription_inner.items()}
-        unreachable: dict[str, RmqUnavailable] = {}
-        self.client.heartbeat(self.client_id, self.group, subscriptions, broadcasting=self.broadcasting,
-                              unreachable=unreachable)
-        self.outages.unreachable_all(unreachable)
 
     # ------------------------------------------------------------ pulling (spec pull §10, §15)
 
@@ -487,7 +397,7 @@ class PushConsumer:
                 logger.warning("pullKernelImpl exception, %s: %s", mq, error)
             self._pull_service.execute_pull_request_later(request, PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
 
-    def flow_control_delay_ms(self, pq) -> int:
+    def flow_control_delay_ms(self, pq: ProcessQueue) -> int:
         """TV-7: 50 ms when the ProcessQueue holds too many messages, too many MiB, or (in
         concurrent mode) too wide an offset span; else 0."""
         if pq.msg_count > self.pull_threshold_for_queue:

@@ -11,16 +11,16 @@ computePullFromWhere gives, for each queue it gained.
 
 from __future__ import annotations
 
-import enum
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from rmq import retry
-from rmq.connector.allocation import allocate
-from rmq.connector.client import MessageQueue, RmqError
+from rmq.connector.allocation import AllocateStrategy, allocate
+from rmq.connector.client import MASTER_ID, MessageQueue, PullStatus, RmqClient, RmqError
+from rmq.connector.consumer_config import ConsumeFromWhere
 from rmq.connector.offset_store import OffsetStore, ReadOffsetType
 from rmq.connector.offsets import NO_OFFSET
 from rmq.connector.process_queue import ProcessQueue
@@ -29,14 +29,6 @@ from rmq.subscription import MessageSelector, parse_sub_expression
 logger = logging.getLogger(__name__)
 
 UNLOCK_TRY_TIMEOUT_S = 1.0   # removeUnnecessaryMessageQueue's tryLock of the consume lock
-
-
-class ConsumeFromWhere(enum.Enum):
-    """Where a queue the group never committed starts (spec pull §9)."""
-
-    LAST = "last"            # CONSUME_FROM_LAST_OFFSET: the queue's max offset
-    FIRST = "first"          # CONSUME_FROM_FIRST_OFFSET: offset 0
-    TIMESTAMP = "timestamp"  # CONSUME_FROM_TIMESTAMP: the first message stored at/after consume_timestamp
 
 
 @dataclass(frozen=True)
@@ -88,6 +80,42 @@ class QueueAdmin(Protocol):
     def unlock_batch(self, mqs: Sequence[MessageQueue]) -> None: ...
 
 
+class BrokerQueueAdmin:
+    """QueueAdmin over an RmqClient (what rebalancing asks the brokers)."""
+
+    def __init__(self, client: RmqClient, group: str, client_id: str) -> None:
+        self._client = client
+        self._group = group
+        self._client_id = client_id
+
+    def message_queues(self, topic: str) -> Sequence[MessageQueue]:
+        return self._client.query_route(topic).message_queues
+
+    def consumer_ids(self, topic: str) -> list[str]:
+        return self._client.consumer_list(self._group, topic)
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        return self._client.queue_offsets(mq).max_offset
+
+    def first_message_in_memory(self, mq: MessageQueue) -> bool:
+        """Whether the queue still holds offset 0 and its master reads it from memory (RocketMQ's
+        queryConsumerOffset: minOffset <= 0 and not checkInDiskByConsumeOffset): one pull of one
+        message at 0, answered without a suggestion to read from a slave."""
+        result = self._client.pull(mq, 0, 1, group=self._group)
+        return (result.pull_status is PullStatus.FOUND and result.min_offset == 0
+                and result.suggest_which_broker_id == MASTER_ID)
+
+    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        return self._client.search_offset(mq, timestamp_ms)
+
+    def lock_batch(self, mqs: Sequence[MessageQueue], unreachable: set[str] | None = None
+                   ) -> set[MessageQueue]:
+        return self._client.lock_batch(self._group, self._client_id, mqs, unreachable)
+
+    def unlock_batch(self, mqs: Sequence[MessageQueue]) -> None:
+        self._client.unlock_batch(self._group, self._client_id, mqs)
+
+
 def copy_subscription(group: str, subscriptions: dict[str, str | MessageSelector], broadcasting: bool
                       ) -> dict[str, SubscriptionData]:
     """copySubscription (TV-24): clustering consumers also subscribe to `%RETRY%<group>`."""
@@ -106,7 +134,7 @@ class RebalanceImpl:
         subscriptions: dict[str, SubscriptionData],
         *,
         broadcasting: bool,
-        strategy: str,
+        strategy: AllocateStrategy | str,
         offset_store: OffsetStore,
         admin: QueueAdmin,
         consume_from: ConsumeFromWhere,
@@ -325,6 +353,25 @@ class RebalanceImpl:
         except RmqError as error:
             logger.warning("computing the start offset of %s failed: %s", mq, error)
             return -1
+
+    def assign(self, mqs: Iterable[MessageQueue]) -> None:
+        """Own exactly `mqs` (a PullConsumer's assign: no group membership, no allocation)."""
+        wanted = set(mqs)
+        with self._lock:
+            for topic in sorted({mq.topic for mq in wanted}):
+                queues = {mq for mq in wanted if mq.topic == topic}
+                self.update_process_queue_table_in_rebalance(topic, queues)
+
+    def replace_process_queue(self, mq: MessageQueue) -> ProcessQueue | None:
+        """A fresh ProcessQueue for an owned `mq`, the old one dropped (a seek: what it holds is
+        never handed out); None when `mq` is not owned."""
+        with self._lock:
+            old = self.process_queue_table.get(mq)
+            if old is None:
+                return None
+            old.dropped = True
+            pq = self.process_queue_table[mq] = ProcessQueue()
+        return pq
 
     def remove_process_queue(self, mq: MessageQueue) -> None:
         """Drop one queue now (after OFFSET_ILLEGAL); the next rebalance adds it back."""

@@ -20,8 +20,8 @@ class RebalanceService:
     def __init__(self, do_rebalance: Callable[[], bool], wait_interval_s: float = WAIT_INTERVAL_S,
                  min_interval_s: float = MIN_INTERVAL_S) -> None:
         self._do_rebalance = do_rebalance
-        self._wait_interval_s = wait_interval_s
-        self._min_interval_s = min(min_interval_s, wait_interval_s)
+        self.wait_interval_s = wait_interval_s   # the owner may shorten it before start()
+        self._min_interval_s = min_interval_s
         self._wakeup = threading.Event()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rmq-rebalance", daemon=True)
@@ -40,7 +40,7 @@ class RebalanceService:
             self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        wait_s = self._wait_interval_s
+        wait_s = self.wait_interval_s
         while not self._stopped.is_set():
             self._wakeup.wait(wait_s)
             self._wakeup.clear()
@@ -51,4 +51,4 @@ class RebalanceService:
             except Exception:
                 logger.exception("doRebalance exception")
                 balanced = True
-            wait_s = self._wait_interval_s if balanced else self._min_interval_s
+            wait_s = self.wait_interval_s if balanced else min(self._min_interval_s, self.wait_interval_s)

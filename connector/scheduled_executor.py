@@ -14,6 +14,16 @@ from collections.abc import Callable
 logger = logging.getLogger(__name__)
 
 
+class ScheduledTask:
+    """A periodic task's handle: `cancel()` stops it (a run in progress finishes)."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
 class ScheduledExecutor:
     def __init__(self, name: str) -> None:
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
@@ -32,14 +42,20 @@ class ScheduledExecutor:
             self._condition.notify()
 
     def schedule_at_fixed_rate(self, initial_delay_s: float, period_s: float,
-                               task: Callable[[], None]) -> None:
+                               task: Callable[[], None]) -> ScheduledTask:
+        """Run `task` after `initial_delay_s` and then every `period_s`, until cancelled."""
+        handle = ScheduledTask()
+
         def repeat() -> None:
+            if handle.cancelled:
+                return
             try:
                 task()
             finally:
                 self.schedule(period_s, repeat)
 
         self.schedule(initial_delay_s, repeat)
+        return handle
 
     def shutdown(self) -> None:
         """Drop the pending tasks and stop the thread (a running task finishes first)."""

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from examples.orders import order_events
-from rmq.cli import processes
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient, RmqError
+from testing import processes
 
 TOPIC = "demo-orders"
 GROUP = "rmq-demo"

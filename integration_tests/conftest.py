@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rmq.cli import processes
+from testing import processes
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from typing import Any
 
 import pyspark
 
-from rmq.cli.processes import free_port
+from testing.processes import free_port
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 START_TIMEOUT = 120.0   # a JVM start on a loaded 2-core machine

@@ -14,8 +14,8 @@ import pytest
 from integration_tests.reliability.brokers import configured_broker
 from integration_tests.reliability.resource_samples import scrape
 from integration_tests.rmq_stubs import Stubs, decode, suspend_fields
-from rmq.cli import processes
 from rmq.v1 import rmq_pb2
+from testing import processes
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration

@@ -14,8 +14,8 @@ import pytest
 
 from integration_tests.rmq_stubs import Stubs, decode
 from rmq import message_format as mf
-from rmq.cli import processes
 from rmq.v1 import rmq_pb2
+from testing import processes
 
 pytestmark = pytest.mark.integration
 

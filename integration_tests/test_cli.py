@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from integration_tests.reliability.resource_samples import scrape
-from rmq.cli import processes
+from testing import processes
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration

@@ -20,9 +20,9 @@ import pytest
 
 from integration_tests.reliability.resource_samples import scrape
 from integration_tests.test_cli import assert_one_line_error, ok
-from rmq.cli import processes
 from rmq.cli.main import main as cli_main
 from rmq.connector.client import OutgoingMessage, RmqClient, RmqError
+from testing import processes
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rmq.cli import processes
 from rmq.connector.client import OutgoingMessage, RmqClient
+from testing import processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

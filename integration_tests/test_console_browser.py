@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from rmq import retry
-from rmq.cli import processes
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.statuses import PullStatus
+from testing import processes
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

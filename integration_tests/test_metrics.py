@@ -12,8 +12,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from rmq.cli import processes
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
+from testing import processes
 from tests.waiting import wait_until
 
 

@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 
 from rmq import retry
-from rmq.cli import processes
 from rmq.connector import (
     ConsumeOrderlyContext,
     ConsumeOrderlyStatus,
@@ -37,6 +36,7 @@ from rmq.connector import (
 from rmq.connector.client import MessageQueue, PullStatus, RmqClient
 from rmq.connector.message import decode_messages
 from rmq.connector.producer import select_message_queue_by_hash
+from testing import processes
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration

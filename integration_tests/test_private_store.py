@@ -8,8 +8,8 @@ import stat
 from pathlib import Path
 
 from integration_tests.rmq_stubs import Stubs
-from rmq.cli import processes
 from rmq.v1 import rmq_pb2
+from testing import processes
 
 
 def test_the_broker_store_is_readable_by_its_user_only(tmp_path: Path) -> None:

@@ -9,9 +9,9 @@ import grpc
 import pytest
 
 from rmq.auth import TlsSettings
-from rmq.cli import processes
 from rmq.connector.client import RmqClient, RmqError
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+from testing import processes
 from tests.acl_files import write_acl
 from tests.tls_certs import make_tls_files
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from rmq.cli import processes
 from rmq.connector import Message, Producer
 from rmq.connector.allocation import allocate
 from rmq.connector.client import MessageQueue, RmqClient, RmqError
 from rmq.v1 import rmq_pb2
+from testing import processes
 
 TOPIC = "Orders"
 QUEUES_PER_BROKER = 4

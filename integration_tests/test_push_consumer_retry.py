@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 
 from rmq import retry
-from rmq.cli import processes
 from rmq.cli.main import main as cli_main
 from rmq.connector import ConsumeConcurrentlyStatus, Message, MessageExt, Producer, PushConsumer
 from rmq.connector.client import RmqClient
 from rmq.connector.message_listener import ConsumeConcurrentlyContext
 from rmq.subscription import MessageSelector
+from testing import processes
 from tests.broker_server.in_process_broker import InProcessBroker
 from tests.waiting import wait_until
 
@@ -239,7 +239,7 @@ def test_sql92_subscription_gets_only_matching_messages(broker: processes.Server
 MEMBER_SCRIPT = """
 import sys, time
 from rmq.connector.client import RmqClient
-from rmq.connector.rebalance import ConsumerMembership
+from rmq.connector.spark.membership import ConsumerMembership
 member = ConsumerMembership(RmqClient(sys.argv[1]), "g-spark", "spark-query-1", {"T": "*"},
                             broadcasting=False, strategy="avg")
 member.start()

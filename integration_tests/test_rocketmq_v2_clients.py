@@ -30,13 +30,13 @@ from integration_tests.rocketmq_clients import (
     started,
     wait_for,
 )
-from rmq.cli import processes
 from rmq.connector import Message, Producer
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
-from rmq.connector.message_decoder import decode
+from rmq.connector.spark.message_decoder import decode
 from rmq.rocketmq_v2 import MessagingServiceStub
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
+from testing import processes
 from tests.acl_files import write_acl
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

@@ -12,10 +12,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from rmq.cli import processes
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
+from testing import processes
 from tests.broker_server.v2_calls import TelemetryStream, V2Client, publishing
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from examples.orders import order_events
-from rmq.cli import processes
 from rmq.connector import Message, Producer
 from rmq.connector.client import RmqClient
+from testing import processes
 
 SDK_PAGE = Path(__file__).resolve().parents[1] / "docs" / "manual" / "sdk.md"
 

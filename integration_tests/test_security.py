@@ -17,10 +17,10 @@ import pytest
 
 from rmq import request_signing
 from rmq.auth import TlsSettings
-from rmq.cli import processes
-from rmq.cli.processes import ServerProcess
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient, RmqError, RmqUnavailable
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+from testing import processes
+from testing.processes import ServerProcess
 from tests.acl_files import write_acl
 from tests.tls_certs import TlsFiles, make_tls_files
 

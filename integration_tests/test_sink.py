@@ -11,8 +11,8 @@ import pytest
 
 from rmq import message_format as mf
 from rmq.auth import TlsSettings
-from rmq.cli import processes
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
+from testing import processes
 from tests.tls_certs import make_tls_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -11,8 +11,8 @@ import pytest
 
 from integration_tests.spark_processes import ScriptProcess, connect_server, spark_env
 from integration_tests.spark_source_support import produce, wait_dispatched
-from rmq.cli.processes import ServerProcess
 from rmq.connector.client import RmqClient
+from testing.processes import ServerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

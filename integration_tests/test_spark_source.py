@@ -15,8 +15,8 @@ from integration_tests.spark_source_support import (
     retention_config,
     wait_dispatched,
 )
-from rmq.cli import processes
 from rmq.connector.client import MessageQueue, RmqClient
+from testing import processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

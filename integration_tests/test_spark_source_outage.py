@@ -15,8 +15,8 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from integration_tests.spark_source_support import first_offset, positions, read_batch, stream_reader
-from rmq.cli import processes
 from rmq.connector.client import OutgoingMessage, RmqClient
+from testing import processes
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,6 @@ from integration_tests.spark_source_support import (
     stream_reader,
     wait_dispatched,
 )
-from rmq.cli import processes
 from rmq.connector.allocation import allocate
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient, RmqError, RmqUnavailable
 from rmq.connector.spark.batch_reader import RmqBatchReader
@@ -33,6 +32,7 @@ from rmq.connector.spark.partition_reader import (
     RmqReadError,
     read_queue_range,
 )
+from testing import processes
 from tests.acl_files import write_acl
 
 pytestmark = pytest.mark.integration

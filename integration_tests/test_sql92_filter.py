@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from rmq.cli import processes
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient, RmqError
-from rmq.connector.message_decoder import decode
+from rmq.connector.spark.message_decoder import decode
 from rmq.subscription import MessageSelector
+from testing import processes
 
 FILTER = "region = 'eu' AND amount BETWEEN 100 AND 500"
 REGIONS = ("eu", "us", "apac")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import grpc
 
-from rmq.cli import processes
 from rmq.connector.client import RmqClient, RmqError
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+from testing import processes
 from tests.broker_server.in_process_broker import InProcessBroker
 from tests.waiting import wait_until
 

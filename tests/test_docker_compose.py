@@ -74,11 +74,11 @@ def test_every_service_runs_the_image_built_from_our_dockerfile():
         assert (ROOT / service["build"]["context"] / service["build"]["dockerfile"]).is_file(), name
 
 
-def test_dockerfile_installs_java_17_and_the_project_with_spark():
+def test_dockerfile_installs_java_17_and_the_project_with_broker_and_spark():
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^FROM \$\{BASE_IMAGE\}$", dockerfile, re.MULTILINE)
     assert "openjdk-17-jre-headless" in dockerfile
-    assert 'pip install --no-cache-dir ".[spark]"' in dockerfile
+    assert 'pip install --no-cache-dir ".[broker,spark]"' in dockerfile
     for path in re.findall(r"^COPY (\S+) ", dockerfile, re.MULTILINE):
         assert (ROOT / path).exists(), f"Dockerfile copies {path}, which does not exist"
 

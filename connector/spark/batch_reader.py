@@ -13,10 +13,10 @@ from collections.abc import Iterable, Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
-from rmq.connector.backoff import retry_unavailable
-from rmq.connector.broker_offsets import BrokerOffsetLookup
 from rmq.connector.errors import RmqOptionError, RmqUnavailable
 from rmq.connector.offset_store import create_offset_store
+from rmq.connector.spark.backoff import retry_unavailable
+from rmq.connector.spark.broker_offsets import BrokerOffsetLookup
 from rmq.connector.spark.options import OUTAGE_OPTION, PullSettings, SourceOptions
 from rmq.connector.spark.partition_reader import QueueRangePartition, read_queue_range
 from rmq.connector.spark.pushdown import Narrowing

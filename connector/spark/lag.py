@@ -31,7 +31,7 @@ from pyspark.sql.streaming.listener import (
 )
 from pyspark.sql.streaming.query import StreamingQuery
 
-from rmq.connector.offsets import CLIENT_ID_KEY, StreamOffset
+from rmq.connector.spark.source_offsets import CLIENT_ID_KEY, StreamOffset
 
 logger = logging.getLogger(__name__)
 

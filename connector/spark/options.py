@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import TypeVar
 
 from rmq.auth import SECURITY_OPTION_NAMES, ClientSecurity
-from rmq.connector.allocation import AVG, STRATEGY_NAMES
+from rmq.connector.allocation import STRATEGY_NAMES, AllocateStrategy
 from rmq.connector.client import RmqClient
+from rmq.connector.consumer_config import DEFAULT_OFFSET_STORE_DIR
 from rmq.connector.endpoints import parse_endpoints
 from rmq.connector.errors import RmqOptionError
-from rmq.connector.offsets import (
+from rmq.connector.offsets import Positions, positions_from_json
+from rmq.connector.spark.source_offsets import (
     OFFSET_EARLIEST,
     OFFSET_LATEST,
     AtTimestamp,
@@ -27,10 +29,8 @@ from rmq.connector.offsets import (
     Earliest,
     Latest,
     OffsetPolicy,
-    Positions,
     Specific,
     Timestamps,
-    positions_from_json,
 )
 from rmq.message_format import MAX_TOPIC_LENGTH
 from rmq.names import MAX_GROUP_LENGTH, VALID_CHARACTERS, group_name_problem, topic_name_problem
@@ -55,7 +55,6 @@ DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000   # Kafka's maxTriggerDelay defaul
 DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
 DURATION_PATTERN = re.compile(r"^(\d+)\s*(ms|s|min|m|h)?$")
 DEFAULT_CLIENT_TIMEOUT_S = 10.0   # driver-side calls (route, offsets, membership)
-DEFAULT_OFFSET_STORE_DIR = "~/.rmq/offsets"
 GROUP_PREFIX = "spark-rmq-"   # of the group a query gets when option consumerGroup is not set
 
 OPTION_NAMES = (
@@ -197,7 +196,7 @@ def _parse(options: Mapping[str, str], streaming: bool) -> SourceOptions:
         starting_offsets=starting_offsets,
         ending_offsets=_parse_ending(get, subscribed),
         max_messages_per_trigger=get.positive_int("maxMessagesPerTrigger", None),
-        allocate_strategy=get.choice("allocateStrategy", STRATEGY_NAMES, AVG),
+        allocate_strategy=get.choice("allocateStrategy", STRATEGY_NAMES, AllocateStrategy.AVG),
         message_model=get.choice("messageModel", MESSAGE_MODELS, CLUSTERING),
         offset_store_dir=_parse_offset_store_dir(get.text("offsetStoreDir")),
         topic_pattern=pattern,

@@ -34,11 +34,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
-from rmq.connector.backoff import Backoff, log_retry
 from rmq.connector.client import PullResult, RmqClient
 from rmq.connector.errors import RmqDataLossError, RmqReadError, RmqUnavailable
 from rmq.connector.flight_reader import FlightReader
-from rmq.connector.message_decoder import decode_pulls, filter_tags
+from rmq.connector.spark.backoff import Backoff, log_retry
+from rmq.connector.spark.message_decoder import decode_pulls, filter_tags
 from rmq.connector.spark.options import OUTAGE_OPTION, PullSettings, Transport
 from rmq.message_queue import MessageQueue
 from rmq.statuses import GetMessageStatus, PullStatus

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from rmq.connector.errors import RmqOptionError
-from rmq.connector.offsets import (
+from rmq.connector.spark.source_offsets import (
     Committed,
     OffsetPolicy,
     QueueOffsetLookup,

@@ -55,18 +55,19 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from rmq.connector.backoff import retry_unavailable
-from rmq.connector.broker_offsets import BrokerOffsetLookup
 from rmq.connector.broker_outages import BrokerOutages
 from rmq.connector.client import RmqClient
 from rmq.connector.errors import RmqDataLossError, RmqError, RmqUnavailable
 from rmq.connector.offset_store import OffsetStore, create_offset_store
-from rmq.connector.offsets import Positions, StreamOffset, resolve_acquired_offset
-from rmq.connector.rebalance import ConsumerMembership, new_client_id
+from rmq.connector.offsets import Positions
 from rmq.connector.spark.admission import admit
+from rmq.connector.spark.backoff import retry_unavailable
+from rmq.connector.spark.broker_offsets import BrokerOffsetLookup
+from rmq.connector.spark.membership import ConsumerMembership, new_client_id
 from rmq.connector.spark.options import OUTAGE_OPTION, SourceOptions, legacy_group_name
 from rmq.connector.spark.partition_reader import QueueRangePartition, read_queue_range
 from rmq.connector.spark.ranges import split_ranges
+from rmq.connector.spark.source_offsets import StreamOffset, resolve_acquired_offset
 from rmq.connector.spark.start_offsets import check_named_queues, resolve_start
 from rmq.connector.spark.topics import matching_topics
 from rmq.message_queue import MessageQueue

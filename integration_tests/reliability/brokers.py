@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rmq.cli import processes
+from testing import processes
 
 
 def configured_broker(tmp_path: Path, flush: str = "sync", store: dict[str, Any] | None = None,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from integration_tests.reliability.report import ReliabilityReport
-from rmq.cli import processes
+from testing import processes
 
 pytestmark = pytest.mark.integration
 

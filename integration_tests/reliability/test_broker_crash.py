@@ -18,8 +18,8 @@ import pytest
 from integration_tests.reliability.brokers import configured_broker
 from integration_tests.reliability.report import ReliabilityReport, tally
 from integration_tests.reliability.traffic import Producers, gaps_and_repeats, read_topic
-from rmq.cli import processes
 from rmq.connector.client import RmqClient
+from testing import processes
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration

@@ -20,11 +20,11 @@ import pytest
 
 from integration_tests.reliability.report import ReliabilityReport, tally
 from integration_tests.reliability.traffic import read_topic
-from rmq.cli import processes
 from rmq.connector.client import MessageQueue, RmqClient
 from rmq.connector.latency_fault_tolerance import LatencyFaultTolerance
 from rmq.connector.message import Message
 from rmq.connector.producer import Producer
+from testing import processes
 from tests.clocks import ManualClock
 from tests.waiting import wait_until
 

@@ -26,13 +26,13 @@ from pathlib import Path
 import pytest
 
 from integration_tests.reliability.report import ReliabilityReport, tally
-from rmq.cli import processes
 from rmq.connector.client import OutgoingMessage, RmqClient, RmqUnavailable
 from rmq.connector.message import Message, MessageExt
 from rmq.connector.message_listener import ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus
 from rmq.connector.producer import Producer
 from rmq.connector.pull_consumer import PullConsumer
 from rmq.connector.push_consumer import PushConsumer
+from testing import processes
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration

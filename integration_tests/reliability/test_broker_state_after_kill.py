@@ -19,9 +19,9 @@ from integration_tests.reliability.report import ReliabilityReport, tally
 from integration_tests.reliability.resource_samples import scrape
 from integration_tests.reliability.traffic import read_topic
 from integration_tests.rmq_stubs import Stubs
-from rmq.cli import processes
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.v1 import rmq_pb2
+from testing import processes
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration

@@ -32,10 +32,10 @@ import pytest
 from integration_tests.reliability.report import ReliabilityReport, tally
 from integration_tests.reliability.traffic import StoredMessage, gaps_and_repeats, read_topic
 from integration_tests.test_metrics import scrape, value
-from rmq.cli import processes
 from rmq.connector.client import OutgoingMessage, RmqClient, RmqUnavailable
 from rmq.connector.errors import RmqError
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+from testing import processes
 
 pytestmark = pytest.mark.integration
 

@@ -27,9 +27,9 @@ from integration_tests.reliability.brokers import configured_broker
 from integration_tests.reliability.report import REPORT_ENV, ReliabilityReport, tally
 from integration_tests.reliability.resource_samples import ResourceSampler, by_figure
 from integration_tests.reliability.traffic import Producers, read_topic
-from rmq.cli import processes
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+from testing import processes
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration

@@ -25,9 +25,9 @@ from integration_tests.reliability.fuzzing import Rpc, broker_rpcs, invalid_utf8
 from integration_tests.reliability.report import REPORT, ReliabilityReport, tally
 from integration_tests.reliability.resource_samples import scrape
 from integration_tests.reliability.traffic import Producers, gaps_and_repeats, read_topic
-from rmq.cli import processes
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.v1 import rmq_pb2
+from testing import processes
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration

@@ -16,8 +16,8 @@ import pytest
 
 from integration_tests.reliability.report import ReliabilityReport, tally
 from integration_tests.reliability.traffic import Producers, PushGroup, gaps_and_repeats
-from rmq.cli import processes
 from rmq.connector.client import RmqClient
+from testing import processes
 
 pytestmark = pytest.mark.integration
 

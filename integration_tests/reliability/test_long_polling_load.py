@@ -20,10 +20,10 @@ from integration_tests.reliability.brokers import configured_broker
 from integration_tests.reliability.report import ReliabilityReport, ScenarioFigures
 from integration_tests.reliability.resource_samples import scrape
 from integration_tests.reliability.traffic import Producers
-from rmq.cli import processes
 from rmq.connector.client import RmqClient
-from rmq.connector.message_decoder import decode
+from rmq.connector.spark.message_decoder import decode
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+from testing import processes
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration

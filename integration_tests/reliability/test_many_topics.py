@@ -18,9 +18,9 @@ import pytest
 from integration_tests.reliability.brokers import configured_broker
 from integration_tests.reliability.report import REPORT_ENV, ReliabilityReport, tally
 from integration_tests.reliability.resource_samples import scrape
-from rmq.cli import processes
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
-from rmq.connector.message_decoder import decode
+from rmq.connector.spark.message_decoder import decode
+from testing import processes
 
 pytestmark = pytest.mark.integration
 

@@ -23,8 +23,8 @@ from integration_tests.reliability.brokers import configured_broker
 from integration_tests.reliability.lazyfs import VolatileDisk, mounted_or_skip
 from integration_tests.reliability.report import ReliabilityReport, tally
 from integration_tests.reliability.traffic import ProducerLedger, Producers, gaps_and_repeats, read_topic
-from rmq.cli import processes
 from rmq.connector.client import RmqClient
+from testing import processes
 
 pytestmark = pytest.mark.integration
 

@@ -28,11 +28,11 @@ import pytest
 from integration_tests.reliability.report import REPORT_ENV, ReliabilityReport, tally
 from integration_tests.reliability.streaming import read_output, start_query, wait_until_caught_up
 from integration_tests.reliability.traffic import PushGroup, StoredMessage, gaps_and_repeats, read_topic
-from rmq.cli import processes
 from rmq.connector.client import OutgoingMessage, RmqClient, RmqUnavailable
 from rmq.connector.message import Message
 from rmq.connector.producer import Producer
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+from testing import processes
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration

@@ -15,8 +15,8 @@ import pytest
 
 from integration_tests.reliability.report import REPORT_ENV, ReliabilityReport, tally
 from integration_tests.reliability.traffic import Producers, PushGroup
-from rmq.cli import processes
 from rmq.connector.client import RmqClient
+from testing import processes
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration

@@ -29,11 +29,11 @@ import pytest
 from integration_tests import http2_client
 from integration_tests.reliability.security_report import SecurityReport
 from rmq import request_signing
-from rmq.cli import processes
-from rmq.cli.processes import ServerProcess, free_port
 from rmq.connector.client import OutgoingMessage, RmqClient, RmqError
 from rmq.rocketmq_v2 import METHOD_PREFIX as ROCKETMQ_V2_METHOD_PREFIX
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+from testing import processes
+from testing.processes import ServerProcess, free_port
 from tests.acl_files import write_acl
 from tests.waiting import wait_until
 

@@ -24,10 +24,10 @@ from integration_tests.reliability.brokers import configured_broker
 from integration_tests.reliability.report import ReliabilityReport, tally
 from integration_tests.reliability.resource_samples import ResourceSampler, by_figure
 from integration_tests.reliability.traffic import Producers, read_topic
-from rmq.cli import processes
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.connector.errors import RmqError
 from rmq.message_queue import MessageQueue
+from testing import processes
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration

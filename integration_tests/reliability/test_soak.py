@@ -23,9 +23,9 @@ from integration_tests.reliability.brokers import configured_broker
 from integration_tests.reliability.report import ReliabilityReport, tally
 from integration_tests.reliability.resource_samples import ResourceSampler, by_figure
 from integration_tests.reliability.traffic import Producers, PushGroup
-from rmq.cli import processes
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.connector.errors import RmqError
+from testing import processes
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,8 @@ import pytest
 from integration_tests.reliability.report import ReliabilityReport, tally
 from integration_tests.reliability.streaming import read_output, start_query, wait_until_caught_up
 from integration_tests.reliability.traffic import Producers, gaps_and_repeats, read_topic
-from rmq.cli import processes
 from rmq.connector.client import RmqClient
+from testing import processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

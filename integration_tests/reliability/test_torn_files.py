@@ -26,11 +26,11 @@ from integration_tests.reliability.traffic import (
     read_topic,
 )
 from rmq import message_format as mf
-from rmq.cli import processes
 from rmq.connector.client import RmqClient
-from rmq.connector.message_decoder import decode
+from rmq.connector.spark.message_decoder import decode
 from rmq.store import BrokerRole, FlushDiskType, MessageStore, MessageStoreConfig, MessageToStore, StoreError
 from rmq.v1 import rmq_pb2
+from testing import processes
 
 pytestmark = pytest.mark.integration
 

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
-from rmq.connector.message_decoder import decode
 from rmq.connector.message_listener import ConsumeConcurrentlyStatus
 from rmq.connector.push_consumer import PushConsumer
+from rmq.connector.spark.message_decoder import decode
 
 
 @dataclass(frozen=True, order=True)

@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable
 
 from rmq.cli.main import main as rmq_main
-from rmq.connector import message_decoder
 from rmq.connector.client import RmqClient
+from rmq.connector.spark import message_decoder
 from rmq.message_queue import MessageQueue
 from tests.broker_server.in_process_broker import InProcessBroker
 

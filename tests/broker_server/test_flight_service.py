@@ -23,7 +23,7 @@ from rmq.cli import main as cli
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.connector.errors import RmqError, RmqUnavailable
 from rmq.connector.flight_reader import FlightReader
-from rmq.connector.message_decoder import SCHEMA, decode
+from rmq.connector.spark.message_decoder import SCHEMA, decode
 from rmq.message_queue import MessageQueue
 from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.subscription import ExpressionType, MessageSelector

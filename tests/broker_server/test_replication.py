@@ -22,7 +22,7 @@ from rmq.broker_server.errors import UserError
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.topic_config_manager import TopicConfig
 from rmq.connector.client import OutgoingMessage, RmqClient
-from rmq.connector.message_decoder import decode
+from rmq.connector.spark.message_decoder import decode
 from rmq.store import MessageStore, PutMessageStatus
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.acl_files import write_acl

@@ -13,7 +13,8 @@ from rmq.auth import ClientSecurity
 from rmq.broker_server import server_security
 from rmq.broker_server.acl import Perm
 from rmq.broker_server.errors import UserError
-from rmq.broker_server.server_security import ServerSecurity, is_loopback
+from rmq.broker_server.server_security import ServerSecurity
+from rmq.command_line import is_loopback
 from tests.acl_files import write_acl
 
 ACL = "accounts:\n  - {accessKey: user01, secretKey: 'topsecret1', topicPerms: ['orders=PUB']}\n"

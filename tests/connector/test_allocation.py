@@ -7,8 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rmq.connector.allocation import AVG, CIRCLE, allocate
+from rmq.connector.allocation import AllocateStrategy, allocate
 from rmq.connector.client import MessageQueue
+
+AVG, CIRCLE = AllocateStrategy.AVG, AllocateStrategy.CIRCLE
 
 
 def everyone(strategy: str, mqs: list, cids: list[str]) -> dict[str, list]:

@@ -25,7 +25,7 @@ from rmq.v1 import rmq_pb2
 
 
 def test_importing_the_client_never_imports_pyspark() -> None:
-    code = ("import sys, rmq.connector.client, rmq.connector.message_decoder, "
+    code = ("import sys, rmq.connector.client, rmq.connector.spark.message_decoder, "
             "rmq.cli.client_commands; "
             "assert 'pyspark' not in sys.modules, sorted(m for m in sys.modules if 'pyspark' in m)")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from rmq.cli import processes
 from rmq.connector.client import (
     PERM_READ,
     PERM_WRITE,
@@ -21,8 +20,9 @@ from rmq.connector.client import (
     RmqError,
     RmqUnavailable,
 )
-from rmq.connector.message_decoder import decode
+from rmq.connector.spark.message_decoder import decode
 from rmq.v1 import rmq_pb2
+from testing import processes
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration

@@ -13,11 +13,12 @@ import pytest
 from rmq.broker_server.rebalance_lock_manager import RebalanceLockManager
 from rmq.connector.client import MessageQueue
 from rmq.connector.consume_message_orderly_service import ConsumeMessageOrderlyService, OrderlyConsumeRequest
+from rmq.connector.consumer_config import ConsumeFromWhere
 from rmq.connector.message import MessageExt
 from rmq.connector.message_listener_orderly import ConsumeOrderlyContext, ConsumeOrderlyStatus
 from rmq.connector.offset_store import LocalFileOffsetStore, ReadOffsetType
 from rmq.connector.process_queue import ProcessQueue
-from rmq.connector.rebalance_impl import ConsumeFromWhere, PullRequest, RebalanceImpl, copy_subscription
+from rmq.connector.rebalance_impl import PullRequest, RebalanceImpl, copy_subscription
 from tests.connector.sdk_support import MQ, FixedAdmin, RecordingScheduler, message
 
 S = ConsumeOrderlyStatus

@@ -12,7 +12,13 @@ import pyarrow as pa
 import pytest
 
 from rmq import message_format as mf
-from rmq.connector.message_decoder import SCHEMA, CorruptMessagesError, decode, decode_pulls, filter_tags
+from rmq.connector.spark.message_decoder import (
+    SCHEMA,
+    CorruptMessagesError,
+    decode,
+    decode_pulls,
+    filter_tags,
+)
 from rmq.connector.spark.source_schema import SOURCE_ARROW_SCHEMA
 from rmq.v1 import rmq_pb2
 from tests.spec_vectors import TV2_RECORD as TV2

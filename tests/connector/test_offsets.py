@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows, ReadMinRows
 
 from rmq.connector.client import MessageQueue
-from rmq.connector.offsets import (
-    NO_OFFSET,
-    OFFSET_READ_FAILED,
+from rmq.connector.offsets import NO_OFFSET, OFFSET_READ_FAILED, positions_from_json, positions_to_json
+from rmq.connector.spark.admission import admit, spread_rows
+from rmq.connector.spark.source_offsets import (
     AtTimestamp,
     Committed,
     Earliest,
@@ -22,12 +22,9 @@ from rmq.connector.offsets import (
     OffsetResolutionError,
     Specific,
     StreamOffset,
-    positions_from_json,
-    positions_to_json,
     resolve_acquired_offset,
     resolve_offset,
 )
-from rmq.connector.spark.admission import admit, spread_rows
 
 A0 = MessageQueue("t", "broker-a", 0)
 A1 = MessageQueue("t", "broker-a", 10)

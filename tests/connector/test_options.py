@@ -8,13 +8,13 @@ import re
 import pytest
 
 from rmq.connector.client import MessageQueue
-from rmq.connector.offsets import AtTimestamp, Committed, Earliest, Latest, Specific, Timestamps
 from rmq.connector.spark.options import (
     RmqOptionError,
     Transport,
     check_source_options,
     parse_source_options,
 )
+from rmq.connector.spark.source_offsets import AtTimestamp, Committed, Earliest, Latest, Specific, Timestamps
 
 BASE = {"endpoints": "127.0.0.1:9876", "topic": "orders"}
 

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from rmq.cli import processes
 from rmq.connector.client import MessageQueue, OutgoingMessage, PullStatus, RmqClient
 from rmq.connector.message import MessageExt
 from rmq.connector.pull_consumer import PullConsumer
 from rmq.subscription import MessageSelector
+from testing import processes
 
 pytestmark = pytest.mark.integration
 

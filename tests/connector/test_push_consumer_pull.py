@@ -18,11 +18,14 @@ from rmq.connector.client import (
     RmqClient,
     RmqUnavailable,
 )
+from rmq.connector.client_instance import ClientInstance
+from rmq.connector.errors import StateError
 from rmq.connector.message_listener import ConsumeConcurrentlyStatus
-from rmq.connector.offset_store import ReadOffsetType
+from rmq.connector.offset_store import LocalFileOffsetStore, ReadOffsetType
 from rmq.connector.process_queue import ProcessQueue
+from rmq.connector.pull_consumer import PullConsumer
 from rmq.connector.pull_message_service import PullMessageService
-from rmq.connector.push_consumer import CONSUMER_TABLE, PushConsumer
+from rmq.connector.push_consumer import PushConsumer
 from rmq.connector.rebalance_impl import PullRequest, SubscriptionData
 from rmq.v1 import rmq_pb2
 from tests.connector.sdk_support import MQ, RecordingScheduler, message
@@ -220,12 +223,25 @@ def test_tv11_offset_illegal_drops_and_fixes_the_offset_after_10_s(consumer: Pus
     )  # moved back (not increase-only), persisted
 
 
-def test_tv23_register_consumer() -> None:
-    c1, c2 = object(), object()
-    assert CONSUMER_TABLE.register_consumer("cid-tv23", "G", c1) is True
-    assert CONSUMER_TABLE.register_consumer("cid-tv23", "G", c2) is False
-    assert CONSUMER_TABLE.register_consumer("cid-tv23", None, c1) is False
-    CONSUMER_TABLE.unregister_consumer("cid-tv23", "G")
+def test_tv23_a_group_registers_once_per_client_id() -> None:
+    client = RmqClient("127.0.0.1:1")
+    first = ClientInstance.acquire("cid-tv23", client=client)
+    second = ClientInstance.acquire("cid-tv23", client=client)
+    c1, c2 = PushConsumer("G", "127.0.0.1:1", client=client), PushConsumer("G", "127.0.0.1:1", client=client)
+    try:
+        assert first is second   # one runtime per client id and client
+        first.register_consumer(c1)
+        with pytest.raises(StateError, match=r"The consumer group\[G\] has been created before"):
+            second.register_consumer(c2)
+        first.unregister_consumer(c1, leave_group=False)
+        second.register_consumer(c2)   # free again once the first one left
+        second.unregister_consumer(c2, leave_group=False)
+    finally:
+        for instance in (first, second):
+            instance.release()
+        for consumer in (c1, c2):
+            consumer.shutdown()
+        client.close()
 
 
 @pytest.mark.parametrize(
@@ -271,3 +287,45 @@ def test_tv11_a_failed_pull_is_requeued_after_3_s(consumer: PushConsumer) -> Non
     request = PullRequest("G", MQ, ProcessQueue(), 12)
     consumer._on_pull(request, SubscriptionData.build(MQ.topic, "*"), None, RmqUnavailable("broker down"))
     assert consumer._pull_service.later == [(12, 3000)] and consumer._pull_service.immediate == []
+
+
+def test_a_broadcasting_consumer_still_reads_offsets_saved_in_the_old_default_directory(tmp_path: Path,
+                                                                                        monkeypatch) -> None:
+    """The default offset directory is ~/.rmq/offsets (as the Spark source's offsetStoreDir); a
+    consumer upgraded from ~/.rmq_offsets resumes from what it saved there and saves anew."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    consumer = PushConsumer("G", "127.0.0.1:1", client=RmqClient("127.0.0.1:1"), message_model="broadcasting")
+    instance_dir = consumer.client_id.replace("@", "_")
+    old = LocalFileOffsetStore(tmp_path / ".rmq_offsets" / instance_dir, "G")
+    old.update_offset(MQ, 41, increase_only=False)
+    old.persist_all([MQ])
+    consumer.subscribe(MQ.topic)
+    consumer.register_message_listener(lambda msgs, ctx: ConsumeConcurrentlyStatus.CONSUME_SUCCESS)
+    consumer._build()
+    try:
+        assert consumer.offset_store.read_offset(MQ, ReadOffsetType.READ_FROM_STORE) == 41
+        consumer.offset_store.update_offset(MQ, 42, increase_only=True)
+        consumer.offset_store.persist_all([MQ])
+        new = LocalFileOffsetStore(tmp_path / ".rmq" / "offsets" / instance_dir, "G")
+        assert new.read_offset(MQ, ReadOffsetType.READ_FROM_STORE) == 42
+    finally:
+        consumer._scheduler.shutdown()
+        consumer.shutdown()
+
+
+def test_consumers_of_one_client_id_share_one_runtime_until_the_last_one_leaves() -> None:
+    """MQClientManager: one ClientInstance (one heartbeat loop, one rebalance service) per client
+    id and endpoints; PushConsumer and PullConsumer alike, stopped with the last of them."""
+    push = PushConsumer("orders", "127.0.0.1:1", instance_name="shared")
+    pull = PullConsumer("reports", "127.0.0.1:1", instance_name="shared")
+    other_cluster = PushConsumer("orders", "127.0.0.1:2", instance_name="shared")
+    assert push._instance is pull._instance and push.client is pull.client
+    assert other_cluster._instance is not push._instance
+    push.shutdown()
+    assert ClientInstance.acquire(pull.client_id, endpoints="127.0.0.1:1") is pull._instance
+    pull._instance.release()
+    pull.shutdown()
+    other_cluster.shutdown()
+    fresh = ClientInstance.acquire(pull.client_id, endpoints="127.0.0.1:1")
+    assert fresh is not pull._instance
+    fresh.release()

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from rmq.connector.client import MessageQueue
+from rmq.connector.consumer_config import ConsumeFromWhere
 from rmq.connector.offset_store import LocalFileOffsetStore, OffsetStore, ReadOffsetType
 from rmq.connector.process_queue import ProcessQueue
-from rmq.connector.rebalance_impl import ConsumeFromWhere, PullRequest, RebalanceImpl, copy_subscription
+from rmq.connector.rebalance_impl import PullRequest, RebalanceImpl, copy_subscription
 from tests.connector.sdk_support import FixedAdmin
 
 T = "TopicTest"

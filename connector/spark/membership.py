@@ -1,11 +1,12 @@
 """Group membership and queue ownership of one streaming query (spec consumer-startup §3,
-§4.2; consumer-pull-rebalance §8.4).
+§4.2; consumer-pull-rebalance §8.4): the Spark source's consumer of the client runtime.
 
-The query is one consumer of its group under a stable client id. It heartbeats every
-broker (at once and then every HEARTBEAT_INTERVAL_S on a daemon thread, so it stays live
-between slow triggers) and, at each micro-batch, re-evaluates which queues it owns:
-broadcasting owns every queue; clustering asks a broker for the group's sorted consumer
-list and applies the allocation strategy per topic.
+The query is one consumer of its group under a stable client id, registered with the
+ClientInstance of that id (rmq.connector.client_instance), which heartbeats every broker (at
+once and then every QUERY_HEARTBEAT_INTERVAL_S, so the query stays live between slow triggers)
+and watches the group's membership. Unlike a PushConsumer it is not rebalanced in the background:
+at each micro-batch the stream reader asks which queues it owns (broadcasting: every queue;
+clustering: the allocation strategy over the group's sorted consumer list, per topic).
 """
 
 from __future__ import annotations
@@ -20,14 +21,17 @@ import weakref
 from collections.abc import Sequence
 from types import FrameType
 
-from rmq.connector.allocation import allocate
+from rmq.connector.allocation import AllocateStrategy, allocate
 from rmq.connector.broker_outages import BrokerOutages
-from rmq.connector.client import MessageQueue, RmqClient, RmqError, RmqUnavailable
-from rmq.connector.consumer_ids_watcher import ConsumerIdsWatcher
+from rmq.connector.client import MessageQueue, RmqClient
+from rmq.connector.client_instance import ClientInstance
+from rmq.connector.rebalance_service import WAIT_INTERVAL_S
 
 logger = logging.getLogger(__name__)
 
-HEARTBEAT_INTERVAL_S = 10.0   # RocketMQ heartbeatBrokerInterval is 30 s; brokers expire after 120 s
+# RocketMQ's heartbeatBrokerInterval is 30 s (brokers expire a client after 120 s); a query's
+# instance beats more often, as micro-batches may be far apart
+QUERY_HEARTBEAT_INTERVAL_S = 10.0
 
 
 def new_client_id() -> str:
@@ -44,7 +48,7 @@ class ConsumerMembership:
         subscriptions: dict[str, str],
         *,
         broadcasting: bool,
-        strategy: str,
+        strategy: AllocateStrategy | str,
         outages: BrokerOutages | None = None,
     ) -> None:
         """`outages` hears of the brokers a heartbeat could not reach (the others are beaten)."""
@@ -56,23 +60,52 @@ class ConsumerMembership:
         self._strategy = strategy
         self._outages = outages or BrokerOutages(f"consumer group {group}")
         self._owned: dict[str, list[MessageQueue]] = {}
-        self._stopped = threading.Event()
-        self._thread: threading.Thread | None = None
-        # Membership push: the open streams let the brokers unregister this query the moment
-        # its driver dies, so the group's other queries take its queues at their next batch.
-        self._watcher = ConsumerIdsWatcher(client, group, client_id, lambda: None, self.heartbeat)
+        self._closed = threading.Event()
+        self._instance: ClientInstance | None = None
+
+    # ------------------------------------------------------------ MQConsumerInner (client_instance)
+
+    @property
+    def group(self) -> str:
+        return self._group
+
+    @property
+    def broadcasting(self) -> bool:
+        return self._broadcasting
+
+    @property
+    def rebalance_interval_s(self) -> float:
+        return WAIT_INTERVAL_S
+
+    @property
+    def outages(self) -> BrokerOutages:
+        return self._outages
+
+    def heartbeat_subscriptions(self) -> dict[str, str]:
+        return dict(self._subscriptions)
+
+    def do_rebalance(self) -> bool:
+        """Nothing in the background: the stream reader rebalances at each micro-batch."""
+        return True
+
+    def connection_lost(self, broker_name: str) -> None:
+        """Nothing to do: a query holds no queue locks."""
+
+    def connection_restored(self, broker_name: str) -> None:
+        """Nothing to do: a query holds no queue locks."""
+
+    # ------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
+        """Register with the client instance: heartbeats (the first one now) and, clustering, the
+        membership watch, whose open streams let the brokers unregister this query the moment its
+        driver dies, so the group's other queries take its queues at their next batch."""
         _leave_groups_on_sigterm(self)
-        self.heartbeat()
-        self._thread = threading.Thread(target=self._heartbeat_loop, name="rmq-heartbeat", daemon=True)
-        self._thread.start()
-        if not self._broadcasting:
-            try:
-                self._watcher.watch(self._client.list_brokers())
-            except RmqError as error:   # the brokers then expire this query after their timeout
-                logger.warning("membership watch of %s in group %s not started: %s", self.client_id,
-                               self._group, error)
+        self._instance = ClientInstance.acquire(self.client_id, client=self._client,
+                                                heartbeat_interval_s=QUERY_HEARTBEAT_INTERVAL_S)
+        self._instance.register_consumer(self)
+        self._instance.heartbeat(self)
+        self._instance.start()
 
     def subscribe(self, subscriptions: dict[str, str]) -> None:
         """Replace the subscriptions (topic -> sub expression) sent with the next heartbeat;
@@ -81,19 +114,8 @@ class ConsumerMembership:
         self._owned = {topic: queues for topic, queues in self._owned.items() if topic in subscriptions}
 
     def heartbeat(self) -> None:
-        unreachable: dict[str, RmqUnavailable] = {}
-        self._client.heartbeat(
-            self.client_id, self._group, self._subscriptions, broadcasting=self._broadcasting,
-            unreachable=unreachable,
-        )
-        self._outages.unreachable_all(unreachable)
-
-    def _heartbeat_loop(self) -> None:
-        while not self._stopped.wait(HEARTBEAT_INTERVAL_S):
-            try:
-                self.heartbeat()
-            except RmqError as error:   # the next beat (or the next micro-batch) tries again
-                logger.warning("heartbeat of %s in group %s failed: %s", self.client_id, self._group, error)
+        assert self._instance is not None, "start() first"
+        self._instance.send_heartbeat(self)
 
     def rebalance(self, topic: str, mq_all: Sequence[MessageQueue]) -> list[MessageQueue]:
         """The queues of `topic` this consumer owns now (rebalanceByTopic)."""
@@ -121,16 +143,12 @@ class ConsumerMembership:
 
     def close(self) -> None:
         """Stop heartbeating and unregister, so the group rebalances at once (spec consumer-startup §4.6)."""
-        if self._stopped.is_set():
+        if self._closed.is_set():
             return
-        self._stopped.set()
-        if self._thread is not None:
-            self._thread.join(timeout=HEARTBEAT_INTERVAL_S)
-        self._watcher.stop()
-        try:
-            self._client.unregister(self.client_id, self._group)
-        except RmqError as error:
-            logger.warning("unregister of %s from group %s failed: %s", self.client_id, self._group, error)
+        self._closed.set()
+        if self._instance is not None:
+            self._instance.unregister_consumer(self, leave_group=True)
+            self._instance.release()
 
 
 _members: weakref.WeakSet[ConsumerMembership] = weakref.WeakSet()

@@ -1,14 +1,14 @@
 """Driver-side view of a topic's queues: route lookup (the MessageQueues) and their min/max
 offsets, plus the group's saved offsets through the OffsetStore. Implements
-`offsets.QueueOffsetLookup` for policy resolution."""
+`source_offsets.QueueOffsetLookup` for policy resolution."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
 from rmq.connector.client import MessageQueue, QueueOffsets, RmqClient, RmqUnavailable
+from rmq.connector.errors import OffsetResolutionError
 from rmq.connector.offset_store import OffsetStore, ReadOffsetType
-from rmq.connector.offsets import OffsetResolutionError
 
 EMPTY_QUEUE = QueueOffsets(0, 0, 0)
 
