@@ -60,7 +60,8 @@ BENCHMARKS = [
               "bench.rocketmq_v2_bench:rocketmq_v2_rows"),
     Benchmark("nats", "12. rmq vs NATS JetStream: produce with acks, durable consumer, wake",
               "bench.nats_bench:nats_rows"),
-    Benchmark("sdk2", "12. Client SDK II: orderly vs concurrent PushConsumer, PullConsumer.poll vs XREAD",
+    Benchmark("sdk2", "12. Client SDK II: orderly vs concurrent PushConsumer, PullConsumer.poll vs XREAD, "
+              "SDK bulk read via Flight vs PullMessage",
               "bench.sdk_orderly_pull_bench:sdk2_rows"),
     Benchmark("flight", "13. Flight data plane: bulk read without Spark, and while producing",
               "bench.flight_bench:flight_rows"),

@@ -78,7 +78,7 @@ def sdk_rows(env: Environment) -> list[Row]:
                 subject,
                 f"XADD pipelined {PRODUCE_BATCH}",
                 reference,
-                Target(min_ratio=1.2),
+                Target(min_ratio=1.5),
                 env.redis_missing,
             )
         )

@@ -1,7 +1,8 @@
 """Section 12: Client SDK II. An orderly PushConsumer (queue locks, one thread per queue,
 commit per batch) against the concurrent one on the same pre-filled 8-queue topic, both
-with a no-op listener; and the PullConsumer's poll loop against Redis XREAD COUNT n over
-one stream (redis-py, reading on from the last id)."""
+with a no-op listener; the PullConsumer's poll loop against Redis XREAD COUNT n over one
+stream (redis-py, reading on from the last id); and the PullConsumer reading its backlog
+through the broker's Flight data plane against the same consumer reading by PullMessage only."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from rmq.connector import (
     PushConsumer,
 )
 from rmq.connector.client import RmqClient
+from rmq.connector.transport import Transport
 
 QUEUES = 8
 BODY_SIZE = 100
@@ -54,12 +56,19 @@ def sdk2_rows(env: Environment) -> list[Row]:
             lambda: pull_consumer_rate(broker.address, count),
             None if redis_client is None else (lambda: xread_rate(redis_client, count)),
             env.scale.repeats)
+        flight, pulls = measure_pair(lambda: pull_consumer_rate(broker.address, count, Transport.FLIGHT),
+                                     lambda: pull_consumer_rate(broker.address, count, Transport.GRPC),
+                                     env.scale.repeats)
     return [
         Row(f"PushConsumer orderly, no-op listener, {BODY_SIZE} B, {QUEUES} queues (pulls of 32, "
             "batches of 1)",
             "msg/s", orderly, "the same PushConsumer, concurrent", concurrent, Target(min_ratio=0.5)),
-        Row(f"PullConsumer.poll, {BODY_SIZE} B, {QUEUES} queues, pulls of {POLL_BATCH}", "msg/s", poll,
-            f"XREAD COUNT {POLL_BATCH} (one stream)", xread, Target(min_ratio=1.0), env.redis_missing),
+        Row(f"PullConsumer.poll, {BODY_SIZE} B, {QUEUES} queues, batches of {POLL_BATCH} (transport auto: "
+            "the backlog through Flight)", "msg/s", poll,
+            f"XREAD COUNT {POLL_BATCH} (one stream)", xread, Target(min_ratio=1.5), env.redis_missing),
+        Row(f"SDK bulk read via Flight vs PullMessage: PullConsumer.poll, {BODY_SIZE} B, {QUEUES} queues, "
+            f"batches of {POLL_BATCH}, transport flight", "msg/s", flight,
+            f"the same, transport grpc (pulls of {POLL_BATCH})", pulls, Target(min_ratio=1.5)),
     ]
 
 
@@ -96,10 +105,10 @@ def push_consumer_rate(address: str, count: int, orderly: bool) -> float:
         consumer.shutdown()
 
 
-def pull_consumer_rate(address: str, count: int) -> float:
+def pull_consumer_rate(address: str, count: int, transport: Transport = Transport.AUTO) -> float:
     """Messages/s of a fresh group's PullConsumer polling until it read `count` messages."""
     consumer = PullConsumer(f"bench-sdk2-pull-{next(_groups)}", address, consume_from="first",
-                            pull_batch_size=POLL_BATCH, auto_commit=False)
+                            pull_batch_size=POLL_BATCH, auto_commit=False, transport=transport)
     consumer.subscribe(TOPIC)
     start = time.perf_counter()
     consumer.start()

@@ -30,7 +30,7 @@ import pyarrow.flight as flight
 from google.protobuf.message import DecodeError
 
 from rmq import flight as flight_contract
-from rmq.broker_server.pull_message_processor import PullMessageProcessor, PullQuery
+from rmq.broker_server.pull_message_processor import PullMessageProcessor, PullQuery, pack_messages
 from rmq.broker_server.pull_response_budget import PullResponseBudget
 from rmq.broker_server.refusal_log import RefusalLog
 from rmq.broker_server.request_auth import Admission, CallRefused, RequestAuthenticator, peer_address
@@ -46,6 +46,7 @@ _NOT_IN_A_TICKET = rmq_pb2.FLAG_SUSPEND | rmq_pb2.FLAG_COMMIT_OFFSET
 # a stream goes on after these reads; any other status ends it (the client decides what it means)
 _READ_ON = frozenset({GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE,
                       GetMessageStatus.MESSAGE_WAS_REMOVING})
+_NO_ROWS = pa.RecordBatch.from_pylist([], schema=SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class FlightRead:
     end_offset: int
     max_rows: int | None
     max_bytes: int | None
+    packed: bool   # the records in each batch's metadata, batches without rows (rmq.flight)
 
 
 class _Admitted(flight.ServerMiddleware):
@@ -172,7 +174,8 @@ class FlightReadService(flight.FlightServerBase):
                                    f"{query.offset}")
         if request.max_rows < 0 or request.max_bytes < 0:
             raise illegal_argument("max_rows and max_bytes must not be negative")
-        return FlightRead(query, request.end_offset, request.max_rows or None, request.max_bytes or None)
+        return FlightRead(query, request.end_offset, request.max_rows or None, request.max_bytes or None,
+                          request.packed)
 
     def _stream(self, read: FlightRead, account: str, connection: str
                 ) -> Iterator[tuple[pa.RecordBatch, pa.Buffer]]:
@@ -200,7 +203,7 @@ class FlightReadService(flight.FlightServerBase):
                 self._give_back(connection, granted - held)
                 if result.message_count:
                     self.pull.stats.record_get(query.topic, result.message_count, held)
-                yield self._batch(query, result)
+                yield self._batch(read, result)
                 rows, size = rows + result.message_count, size + held
                 if result.status not in _READ_ON or result.next_begin_offset <= offset:
                     return   # the client reads what the status means and where to go on
@@ -214,10 +217,13 @@ class FlightReadService(flight.FlightServerBase):
             self._give_back(connection, held)
             self.slots.release(account)
 
-    def _batch(self, query: PullQuery, result: GetMessageResult) -> tuple[pa.RecordBatch, pa.Buffer]:
-        progress = pa.py_buffer(self.pull.progress(query, result).SerializeToString())
-        if not result.message_count:
-            return pa.RecordBatch.from_pylist([], schema=SCHEMA), progress
+    def _batch(self, read: FlightRead, result: GetMessageResult) -> tuple[pa.RecordBatch, pa.Buffer]:
+        answer = self.pull.progress(read.query, result)
+        if read.packed:   # PullMessage's whole answer, records as stored
+            pack_messages(answer.messages, result)
+        progress = pa.py_buffer(answer.SerializeToString())
+        if not result.message_count or read.packed:
+            return _NO_ROWS, progress
         records = np.frombuffer(result.buffer, dtype=np.uint8)
         return decode_records(records, result.sizes.astype(np.int64), self.broker_name), progress
 

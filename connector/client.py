@@ -369,14 +369,26 @@ class RmqClient:
         `acknowledged` counts the messages of earlier requests that were stored. A SYNC_MASTER
         that stored a request without a slave confirming it answers FLUSH_SLAVE_TIMEOUT or
         SLAVE_NOT_AVAILABLE: the send succeeds and `status` says "stored on the master only"."""
-        name = broker_name or self._pick_broker(topic)
-        address = self._broker_address(name)
-        result = SendResult([], [], [], name)
         if all(map(OutgoingMessage.is_plain, messages)):
-            requests = _column_requests(topic, messages, self.max_request_bytes)
+            requests: Iterable[rmq_pb2.SendMessageRequest] = self.column_requests(
+                topic, [m.body for m in messages], [m.tags for m in messages], [m.keys for m in messages])
         else:
             requests = (rmq_pb2.SendMessageRequest(topic=topic, messages=chunk)
                         for chunk in _chunks([m.to_proto() for m in messages], self.max_request_bytes))
+        return self.send_requests(topic, requests, broker_name)
+
+    def column_requests(self, topic: str, bodies: list[bytes], tags: list[str], keys: list[str]
+                        ) -> list[rmq_pb2.SendMessageRequest]:
+        """Plain messages (a body, tags and keys each) encoded as MessageColumns requests, as
+        many as the request size limit needs: to send (again) with send_requests."""
+        return list(_column_requests(topic, bodies, tags, keys, self.max_request_bytes))
+
+    def send_requests(self, topic: str, requests: Iterable[rmq_pb2.SendMessageRequest],
+                      broker_name: str | None = None) -> SendResult:
+        """`send` of messages already encoded (column_requests): the same answers and errors."""
+        name = broker_name or self._pick_broker(topic)
+        address = self._broker_address(name)
+        result = SendResult([], [], [], name)
         status = rmq_pb2.OK
         for request in requests:
             try:
@@ -470,12 +482,13 @@ class RmqClient:
         self._mark_down(member.address)
 
     def flight_ticket(self, mq: MessageQueue, start: int, end: int, *, group: str, max_rows: int,
-                      batch_rows: int, batch_bytes: int = 0,
-                      sub_expression: str | MessageSelector = "*") -> rmq_pb2.FlightReadTicket:
+                      batch_rows: int, batch_bytes: int = 0, sub_expression: str | MessageSelector = "*",
+                      packed: bool = False) -> rmq_pb2.FlightReadTicket:
         """A read of `mq`'s offsets [start, end), at most `max_rows` rows, in batches of at most
-        `batch_rows` rows and `batch_bytes` record bytes (0: the broker's default)."""
+        `batch_rows` rows and `batch_bytes` record bytes (0: the broker's default); `packed`: the
+        stored records in each batch's metadata instead of rows (docs/data-plane.md)."""
         pull, _ = self._pull_request(mq, start, batch_rows, group, sub_expression, 0, None, batch_bytes, None)
-        return rmq_pb2.FlightReadTicket(pull=pull, end_offset=end, max_rows=max_rows)
+        return rmq_pb2.FlightReadTicket(pull=pull, end_offset=end, max_rows=max_rows, packed=packed)
 
     @property
     def credentials(self) -> Credentials | None:
@@ -958,13 +971,10 @@ def _chunks(messages: list[rmq_pb2.Message], max_bytes: int) -> Iterator[list[rm
         yield chunk
 
 
-def _column_requests(topic: str, messages: Sequence[OutgoingMessage], max_bytes: int
+def _column_requests(topic: str, bodies: list[bytes], tags: list[str], keys: list[str], max_bytes: int
                      ) -> Iterator[rmq_pb2.SendMessageRequest]:
     """Plain messages as MessageColumns requests, split like _chunks: runs whose encoded size
     stays under max_bytes (a single larger message travels alone)."""
-    bodies = [m.body for m in messages]
-    tags = [m.tags for m in messages]
-    keys = [m.keys for m in messages]
     if not bodies:
         return
     # at most 4 UTF-8 bytes per character

@@ -4,13 +4,14 @@ One DoGet per ticket: a signed read of one queue range whose stream is source-sc
 RecordBatches, each with the PullResult of the store read that made it (its app metadata), so a
 reader handles statuses, offset corrections and lost offsets exactly as for PullMessage answers.
 Flight clients are kept per address; the ticket is signed like an RPC (rmq.request_signing) for
-the broker named by the queue, and TLS / mutual TLS follow the RmqClient's settings.
+the broker named by the queue, and TLS / mutual TLS follow the RmqClient's settings. A `packed`
+read gets the stored records in each chunk's PullResult instead of rows, as a pull would.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -32,7 +33,8 @@ _UNAVAILABLE = (flight.FlightUnavailableError, flight.FlightTimedOutError, fligh
 
 @dataclass(frozen=True)
 class FlightChunk:
-    """One store read: its rows (source schema) and its outcome."""
+    """One store read: its rows (source schema; none for a packed read) and its outcome (with the
+    records for a packed read)."""
 
     batch: pa.RecordBatch
     result: PullResult
@@ -66,10 +68,13 @@ class FlightReader:
 
     def read(self, mq: MessageQueue, start: int, end: int, *, group: str, batch_rows: int,
              batch_bytes: int = 0, sub_expression: str | MessageSelector = "*",
-             timeout: float | None = None) -> Iterator[FlightChunk]:
-        """The store reads of one ticket from `start` towards `end` (at most READS_PER_TICKET of
-        `batch_rows`); the last one's result says where to go on. RmqUnavailable when the
-        broker cannot be reached or serves no Flight, RmqError for a refused ticket."""
+             timeout: float | None = None, reads: int = READS_PER_TICKET, packed: bool = False
+             ) -> Generator[FlightChunk, None, None]:
+        """The store reads of one ticket from `start` towards `end` (at most `reads` of
+        `batch_rows`, READS_PER_TICKET at most); the last one's result says where to go on.
+        RmqUnavailable when the broker cannot be reached or serves no Flight, RmqError for a
+        refused ticket."""
+        reads = min(reads, READS_PER_TICKET)
         member = self._client.read_member(mq, refresh=mq.broker_name in self._unreachable)
         self._unreachable.discard(mq.broker_name)
         if member is None or not member.flight_address:
@@ -78,10 +83,11 @@ class FlightReader:
         address = member.flight_address
         label = f"{mq.broker_name} Flight data plane at {address}"
         ticket = self._client.flight_ticket(mq, start, end, group=group,
-                                            max_rows=READS_PER_TICKET * batch_rows, batch_rows=batch_rows,
-                                            batch_bytes=batch_bytes, sub_expression=sub_expression)
+                                            max_rows=reads * batch_rows, batch_rows=batch_rows,
+                                            batch_bytes=batch_bytes, sub_expression=sub_expression,
+                                            packed=packed)
         per_read = timeout or self._client.timeout
-        options = flight.FlightCallOptions(timeout=READS_PER_TICKET * per_read,
+        options = flight.FlightCallOptions(timeout=reads * per_read,
                                            headers=self._signing_headers(mq, member.broker_id, ticket))
         try:
             reader = self._flight_client(address).do_get(flight.Ticket(ticket.SerializeToString()), options)

@@ -21,6 +21,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, overload
 
 from rmq.connector.client import (
@@ -36,6 +37,7 @@ from rmq.connector.client import SendResult as ClientSendResult
 from rmq.connector.errors import ConfigError, StateError
 from rmq.connector.latency_fault_tolerance import LatencyFaultTolerance
 from rmq.connector.message import DEFAULT_MAX_MESSAGE_SIZE, Message
+from rmq.connector.message_batch import MessageBatch
 from rmq.message_format import tags_hash_code
 from rmq.statuses import SendStatus as SendStatus  # part of the producer's API
 from rmq.v1 import rmq_pb2
@@ -64,8 +66,11 @@ class SendResult:
 def send_results(topic: str, sent: ClientSendResult) -> list[SendResult]:
     """One SendResult per stored message of one broker's answer (one MessageQueue per queue)."""
     queues = {queue_id: MessageQueue(topic, sent.broker_name, queue_id) for queue_id in set(sent.queue_ids)}
-    answers = zip(sent.msg_ids, sent.queue_ids, sent.queue_offsets, strict=True)
-    return [SendResult(msg_id, queues[queue_id], offset, sent.status) for msg_id, queue_id, offset in answers]
+    if not len(sent.msg_ids) == len(sent.queue_ids) == len(sent.queue_offsets):
+        raise ValueError(f"the broker answered {len(sent.msg_ids)} message ids, {len(sent.queue_ids)} queues "
+                         f"and {len(sent.queue_offsets)} offsets")
+    return list(map(SendResult, sent.msg_ids, map(queues.__getitem__, sent.queue_ids), sent.queue_offsets,
+                    repeat(sent.status)))
 
 
 MessageQueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
@@ -150,6 +155,10 @@ class Producer:
         messages = list(message)
         if not messages:
             raise ConfigError("no messages to send")
+        batch = MessageBatch.generate_from_list(self.client, messages, self.max_message_size)
+        if batch is not None:   # the usual list: encoded once, sent (and retried) as it is
+            return self._send_with_retries(
+                batch.topic, lambda broker: self.client.send_requests(batch.topic, batch.requests, broker))
         by_topic: dict[str, list[int]] = {}
         for index, item in enumerate(messages):
             if not isinstance(item, Message):
@@ -170,12 +179,16 @@ class Producer:
     def _send_batch(self, topic: str, messages: list[Message]) -> list[SendResult]:
         """One batch to one broker, moved to the next broker when that one fails."""
         outgoing = [m.to_outgoing() for m in messages]
+        return self._send_with_retries(topic, lambda broker: self.client.send(topic, outgoing, broker))
+
+    def _send_with_retries(self, topic: str, send: Callable[[str], ClientSendResult]) -> list[SendResult]:
+        """send(broker) to one broker, then to the next when that one fails (retryTimesWhenSendFailed)."""
         last_error: RmqError | None = None
         failed_broker: str | None = None
         for attempt in range(1 + self.retry_times_when_send_failed):
             broker = self._choose_broker(topic, avoid=failed_broker)
             try:
-                sent = self.client.send(topic, outgoing, broker_name=broker)
+                sent = send(broker)
             except RmqError as error:
                 retried = isinstance(error, RmqUnavailable) or error.code in _RETRIED_CODES
                 if error.acknowledged or not retried:

@@ -4,7 +4,6 @@ value raises RmqOptionError naming the option and the accepted values."""
 
 from __future__ import annotations
 
-import enum
 import json
 import os
 import re
@@ -32,6 +31,7 @@ from rmq.connector.spark.source_offsets import (
     Specific,
     Timestamps,
 )
+from rmq.connector.transport import TRANSPORTS, Transport
 from rmq.message_format import MAX_TOPIC_LENGTH
 from rmq.names import MAX_GROUP_LENGTH, VALID_CHARACTERS, group_name_problem, topic_name_problem
 from rmq.sql92 import Sql92Error
@@ -72,17 +72,6 @@ STARTING_FORMS = f"one of earliest, latest, committed, timestamp:<epoch-ms>, or 
 ENDING_FORMS = f"latest, or {JSON_FORM}"
 FALLBACK_FORMS = "one of latest, earliest, timestamp:<epoch-ms>, error"
 DURATION_FORMS = "a duration: <n>ms, <n>s, <n>m or <n>h (no unit: ms)"
-
-
-class Transport(enum.Enum):
-    """How executors read (option `transport`, docs/data-plane.md)."""
-
-    AUTO = "auto"       # the broker's Arrow Flight data plane where the route advertises it, else PullMessage
-    FLIGHT = "flight"   # Flight only: a broker without it fails the task
-    GRPC = "grpc"       # PullMessage only
-
-
-TRANSPORTS = tuple(transport.value for transport in Transport)
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,10 @@ the client like `rmq.request_signing`.
 A DoGet ticket is a serialized `rmq.v1.FlightReadTicket`, signed as a call of DO_GET_METHOD (the
 x-rmq-* signing headers travel as Flight call headers). The stream's batches have the source
 schema (rmq.record_batch.SCHEMA); each carries as app metadata the serialized PullMessageResponse
-(without messages) of the store read that produced it. A refused ticket fails the call with a
-Flight error whose extra_info is the serialized `rmq.v1.Status` PullMessage would have answered.
+(without messages) of the store read that produced it. A `packed` ticket's batches have no rows
+and their metadata carries the messages (PullMessage's whole answer, the records as stored). A
+refused ticket fails the call with a Flight error whose extra_info is the serialized
+`rmq.v1.Status` PullMessage would have answered.
 """
 
 from __future__ import annotations

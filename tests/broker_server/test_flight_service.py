@@ -23,7 +23,9 @@ from rmq.cli import main as cli
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.connector.errors import RmqError, RmqUnavailable
 from rmq.connector.flight_reader import FlightReader
+from rmq.connector.pull_consumer import PullConsumer
 from rmq.connector.spark.message_decoder import SCHEMA, decode
+from rmq.connector.transport import Transport
 from rmq.message_queue import MessageQueue
 from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.subscription import ExpressionType, MessageSelector
@@ -75,6 +77,19 @@ def test_a_range_reads_as_the_pulls_would(broker: InProcessBroker) -> None:
         assert (chunks[-1].result.pull_status, chunks[-1].result.next_begin_offset) == (PullStatus.FOUND, 250)
         rows = [o for chunk in chunks for o in chunk.batch.column("queue_offset").to_pylist()]
         assert rows == list(range(10, 250))
+
+
+def test_a_packed_ticket_answers_each_read_as_the_pull_would(broker: InProcessBroker) -> None:
+    """`packed`: batches without rows, each read's metadata PullMessage's whole answer, records
+    included (the PullConsumer decodes them as pulls)."""
+    with RmqClient(broker.address) as client:
+        chunks = read(client, 10, 250, packed=True)
+        assert [(len(c.batch), c.result.messages.count) for c in chunks] == [(0, 64)] * 3 + [(0, 48)]
+        offset = 10
+        for chunk in chunks:
+            pulled = client.pull(MQ, offset, min(64, 250 - offset), group="etl")
+            assert chunk.result == pulled
+            offset = pulled.next_begin_offset
 
 
 def test_filters_advance_like_pulls(broker: InProcessBroker) -> None:
@@ -212,6 +227,23 @@ def test_an_account_without_the_topic_is_denied(acl_broker: InProcessBroker) -> 
         assert refusal.value.code == rmq_pb2.NO_PERMISSION
 
 
+def pull_consumer_reads_all_through_flight(client: RmqClient, address: str) -> None:
+    """A PullConsumer on `client` (its signing, its TLS) reads MQ's backlog through Flight."""
+    consumer = PullConsumer("etl", address, client=client, transport="flight", auto_commit=False)
+    consumer.assign([MQ])
+    with consumer:
+        consumer.seek(MQ, 0)
+        got: list[bytes] = []
+        wait_until(lambda: got.extend(m.body for m in consumer.poll(0.1)) or len(got) == COUNT)
+        assert got == [b"m-%04d" % n for n in range(COUNT)]
+        assert consumer.transport_reads.get(Transport.FLIGHT, 0) > 0
+
+
+def test_a_signed_pull_consumer_reads_its_backlog_through_flight(acl_broker: InProcessBroker) -> None:
+    with signed_client(acl_broker, "etl001", "etl-secret") as client:
+        pull_consumer_reads_all_through_flight(client, acl_broker.address)
+
+
 def raw_do_get(broker: InProcessBroker, ticket: bytes, headers: list[tuple[bytes, bytes]]) -> None:
     client = flight.FlightClient(f"grpc://{client_flight_address(broker)}")
     try:
@@ -257,6 +289,7 @@ def test_mutual_tls_as_on_the_grpc_port(tmp_path: Path) -> None:
                        tls_key_file=str(files.client_key)) as client:
             fill(client)
             assert sum(len(chunk.batch) for chunk in read(client, 0, 100)) == 100
+            pull_consumer_reads_all_through_flight(client, broker.address)
             with RmqClient(broker.address, tls_ca_file=str(files.ca)) as no_certificate:
                 no_certificate.read_member = client.read_member   # type: ignore[method-assign]
                 with pytest.raises(RmqUnavailable):

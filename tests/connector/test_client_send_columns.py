@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from rmq.connector import client as client_module
-from rmq.connector.client import OutgoingMessage
+from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.v1 import rmq_pb2
 
 
@@ -21,6 +20,12 @@ def decoded(request: rmq_pb2.SendMessageRequest) -> list[tuple[bytes, str, str]]
     return list(zip(bodies, tags, keys, strict=True))
 
 
+def column_requests(messages: list[OutgoingMessage], limit: int) -> list[rmq_pb2.SendMessageRequest]:
+    with RmqClient("127.0.0.1:1", max_request_bytes=limit) as client:   # connects on first call
+        return client.column_requests("T", [m.body for m in messages], [m.tags for m in messages],
+                                      [m.keys for m in messages])
+
+
 def test_plain_messages_only() -> None:
     assert OutgoingMessage(b"x", tags="T", keys="k").is_plain()
     assert not OutgoingMessage(b"x", properties={"a": "b"}).is_plain()
@@ -32,7 +37,7 @@ def test_columns_carry_every_message_in_order_under_the_limit() -> None:
     messages = [OutgoingMessage(bytes([i]) * (i * 7 % 900 + 1), tags=f"t{i % 3}", keys=f"k{i}")
                 for i in range(200)]
 
-    requests = list(client_module._column_requests("T", messages, 10_000))
+    requests = column_requests(messages, 10_000)
 
     assert len(requests) > 5
     assert all(r.topic == "T" and not r.messages and r.ByteSize() <= 10_000 for r in requests)
@@ -40,12 +45,12 @@ def test_columns_carry_every_message_in_order_under_the_limit() -> None:
 
 
 def test_shared_and_absent_strings_are_sent_once_or_not_at_all() -> None:
-    request, = client_module._column_requests("T", [OutgoingMessage(b"a", tags="T")] * 3, 1 << 20)
+    request, = column_requests([OutgoingMessage(b"a", tags="T")] * 3, 1 << 20)
     assert (list(request.columns.tags), list(request.columns.keys)) == (["T"], [])
     assert decoded(request) == [(b"a", "T", "")] * 3
 
 
 def test_a_message_above_the_limit_travels_alone() -> None:
     small, big = OutgoingMessage(b"x"), OutgoingMessage(b"y" * 5000)
-    requests = list(client_module._column_requests("T", [small, big, small], 1000))
+    requests = column_requests([small, big, small], 1000)
     assert [decoded(r) for r in requests] == [[(b"x", "", "")], [(b"y" * 5000, "", "")], [(b"x", "", "")]]

@@ -7,10 +7,19 @@ from typing import cast
 
 import pytest
 
-from rmq.connector.client import MessageQueue, OutgoingMessage, QueueData, RmqClient, TopicRoute
+from rmq.connector.client import (
+    MAX_SEND_REQUEST_BYTES,
+    MessageQueue,
+    OutgoingMessage,
+    QueueData,
+    RmqClient,
+    TopicRoute,
+)
 from rmq.connector.client import SendResult as ClientSendResult
+from rmq.connector.errors import RmqUnavailable
 from rmq.connector.message import Message
 from rmq.connector.producer import Producer, select_message_queue_by_hash
+from rmq.v1 import rmq_pb2
 
 QUEUES = [MessageQueue("TopicTestjjj", "broker-a", i) for i in range(10)]
 TAGS = ["TagA", "TagB", "TagC", "TagD", "TagE"]
@@ -76,6 +85,20 @@ class TwoBrokers:
         self.sent_to.append(broker_name)
         return ClientSendResult(["id"], [0], [0], broker_name)
 
+    max_request_bytes = MAX_SEND_REQUEST_BYTES
+    column_requests = RmqClient.column_requests   # the real encoding (a list is sent as MessageColumns)
+
+    def send_requests(self, topic: str, requests: list[rmq_pb2.SendMessageRequest],
+                      broker_name: str) -> ClientSendResult:
+        """send() of the bodies the requests carry."""
+        bodies = []
+        for request in requests:
+            columns, start = request.columns, 0
+            for length in columns.body_lengths:
+                bodies.append(OutgoingMessage(columns.bodies[start:start + length]))
+                start += length
+        return self.send(topic, bodies, broker_name)
+
 
 def test_short_lived_producers_spread_over_the_brokers() -> None:
     """Each fresh producer starts its round-robin at random (sendWhichQueue): 40 one-message
@@ -117,3 +140,38 @@ def test_a_list_answers_one_result_per_message_in_order() -> None:
         ("T-0", 0, 100), ("T-1", 1, 101), ("T-2", 2, 102), ("T-3", 0, 103), ("T-4", 1, 104)]
     assert [(r.msg_id, r.message_queue.topic, r.queue_offset) for r in two_topics] == [
         ("T-a", "T", 100), ("U-b", "U", 100), ("T-c", "T", 101)]
+
+
+
+class FirstBrokerDown(CountingQueues):
+    """The first send fails as unreachable; records what each send carried and where it went."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoded = 0
+        self.carried: list[list[rmq_pb2.SendMessageRequest]] = []
+        self.brokers: list[str] = []
+
+    def column_requests(self, topic: str, bodies: list[bytes], tags: list[str], keys: list[str]
+                        ) -> list[rmq_pb2.SendMessageRequest]:
+        self.encoded += 1
+        return super().column_requests(topic, bodies, tags, keys)
+
+    def send_requests(self, topic: str, requests: list[rmq_pb2.SendMessageRequest],
+                      broker_name: str) -> ClientSendResult:
+        self.carried.append(requests)
+        self.brokers.append(broker_name)
+        if len(self.carried) == 1:
+            raise RmqUnavailable("UNAVAILABLE: connection refused", broker=broker_name)
+        return super().send_requests(topic, requests, broker_name)
+
+
+def test_a_list_is_encoded_once_and_resent_as_it_is_on_another_broker() -> None:
+    client = FirstBrokerDown()
+    with Producer("127.0.0.1:1", client=cast(RmqClient, client)) as producer:
+        results = producer.send([Message("T", str(i).encode(), keys=["k", str(i)]) for i in range(4)])
+    assert [(r.msg_id, r.message_queue.broker_name, r.queue_offset) for r in results] == [
+        (f"T-{i}", client.brokers[1], 100 + i) for i in range(4)]
+    assert client.brokers[0] != client.brokers[1]   # moved to the other broker
+    assert client.encoded == 1 and client.carried[0] is client.carried[1]
+    assert list(client.carried[0][0].columns.keys) == [f"k {i}" for i in range(4)]
