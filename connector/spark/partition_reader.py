@@ -39,7 +39,8 @@ from rmq.connector.errors import RmqDataLossError, RmqReadError, RmqUnavailable
 from rmq.connector.flight_reader import FlightReader
 from rmq.connector.spark.backoff import Backoff, log_retry
 from rmq.connector.spark.message_decoder import decode_pulls, filter_tags
-from rmq.connector.spark.options import OUTAGE_OPTION, PullSettings, Transport
+from rmq.connector.spark.options import OUTAGE_OPTION, PullSettings
+from rmq.connector.transport import Transport
 from rmq.message_queue import MessageQueue
 from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.v1 import rmq_pb2
