@@ -4,19 +4,22 @@ both on loopback, measured alternately in the same run."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
 import redis
 
-from bench import grpc_floor, machine
+from bench import delivery_latency, grpc_floor, machine
+from bench import nats_reference as nr
 from bench import redis_reference as rr
 from bench.environment import Environment
 from bench.harness import Row, Stats, Target, measure_pair, percentile, rate, wake_latency_ms
 from bench.parallel import parallel_rate
 from bench.workload import GROUP, PULL_BATCH, body_of, produce, pull_range, single_queue
-from rmq.connector.client import OutgoingMessage, RmqClient
+from rmq.connector.client import OutgoingMessage, PullResult, RmqClient
+from rmq.connector.errors import RmqError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -33,6 +36,9 @@ PRODUCE_TARGET = Target(min_ratio=1.2)
 PULL_TARGET = Target(min_ratio=3.0)
 WAKE_P50_TARGET = Target(max_value=1.0, unit="ms")
 WAKE_P99_TARGET = Target(max_value=2.0, unit="ms")
+DELIVERY_P50_TARGET = Target(max_value=1.0, unit="ms")   # issue 29 item 1
+DELIVERY_P99_TARGET = Target(max_value=5.0, unit="ms")
+DELIVERY_XREAD_TARGET = Target(max_ratio=2.0)
 
 
 def size_label(size: int) -> str:
@@ -139,38 +145,79 @@ def _pull_rows_for(env: Environment, client: RmqClient, redis_client: redis.Redi
 
 
 def latency_rows(env: Environment) -> list[Row]:
-    """A pull held by the broker (FLAG_SUSPEND, long polling) is woken by one send of one
-    100-byte message from a second client; measured from just before the send to the held
-    pull's return, in the same process (two threads). Reference: XREAD BLOCK woken by one
-    XADD from a second connection, measured the same way. Each run gives its p50 and p99."""
+    """Issue 29 item 1: Producer.send started → the PushConsumer's listener called, one 100-byte
+    message every SETTLE_S, both at their default options, against a broker serving its
+    remoting port (the SDK's hot path, bench/delivery_latency.py). Beside it the raw wire: a
+    pull held on that port (RmqClient.pull_async) woken by one RmqClient.send. References in
+    the same run: Redis XREAD BLOCK woken by one XADD from a second connection, and a NATS
+    JetStream fetch(1) woken by one publish, each after the same settle time. Each run gives
+    its p50 and p99; the rows give the median and spread of those over runs."""
     samples = env.scale.latency_samples
     body = body_of(100)
-    with (env.broker() as broker, env.redis() as redis_server,
-          RmqClient(broker.address) as consumer, RmqClient(broker.address) as producer):
-        producer.create_topic("bench-latency", queues=1)
-        mq = single_queue(consumer, "bench-latency")
-        message = [OutgoingMessage(body=body, queue_id=0)]
-        offset = [0]
-
-        def held_pull() -> None:
-            result = consumer.pull(mq, offset[0], 32, group=GROUP, suspend_timeout_ms=LONG_POLL_SUSPEND_MS)
-            if result.messages.count != 1:
-                raise RuntimeError(f"held pull returned {result.pull_status} with {result.messages.count}")
-            offset[0] = result.next_begin_offset
-
-        def rmq_run() -> list[float]:
-            return [wake_latency_ms(held_pull, lambda: producer.send("bench-latency", message), SETTLE_S)
-                    for _ in range(samples)]
-
-        redis_run = _maybe(redis_server, lambda s: rr.xread_block_latencies(s, samples, body, SETTLE_S))
-        rows = _percentile_rows("long-poll wake latency {} (send → held pull returns)", rmq_run,
-                                "XREAD BLOCK wake", redis_run, env.scale.repeats,
-                                (WAKE_P50_TARGET, WAKE_P99_TARGET),
-                                f"{samples} wakes per run. {env.redis_missing}")
+    with (delivery_latency.broker(env.directory("delivery")) as broker, env.redis() as redis_server,
+          env.nats() as nats_server):
+        runs = [(delivery_latency.push_delivery_latencies_ms(broker.address, samples, SETTLE_S),
+                 _raw_wire_latencies(broker.address, samples, body),
+                 rr.xread_block_latencies(redis_server, samples, body, SETTLE_S) if redis_server else [],
+                 nr.wake_latencies(nats_server, samples, body, SETTLE_S) if nats_server else [])
+                for _ in range(env.scale.repeats)]
+        note = f"{samples} deliveries per run. {env.redis_missing} {env.nats_missing}"
+        rows = _delivery_rows(runs, note)
         with grpc_floor.bare_server(env.directory("grpc-floor")) as address:
             for idle_s in (0.0, SETTLE_S):
                 rows += _floor_rows(address, redis_server, samples, env.scale.repeats, idle_s)
         return rows
+
+
+def _delivery_rows(runs: list[tuple[list[float], ...]], note: str) -> list[Row]:
+    """(delivery, raw wire, XREAD BLOCK, JetStream) latencies of each run as rows."""
+    def over_runs(index: int, fraction: float) -> Stats | None:
+        values = [percentile(run[index], fraction) for run in runs if run[index]]
+        return Stats.of(values) if values else None
+
+    delivery = "Producer.send → PushConsumer listener, defaults, {}"
+    xread, nats_wake = "XREAD BLOCK wake {}", "JetStream fetch(1) wake {}"
+    return [
+        Row(delivery.format("p50"), "ms", over_runs(0, 0.5), xread.format("p50"), over_runs(2, 0.5),
+            DELIVERY_P50_TARGET, note.strip()),
+        Row(delivery.format("p99"), "ms", over_runs(0, 0.99), xread.format("p99"), over_runs(2, 0.99),
+            DELIVERY_P99_TARGET),
+        Row(delivery.format("p50, against XREAD BLOCK"), "ms", over_runs(0, 0.5), xread.format("p50"),
+            over_runs(2, 0.5), DELIVERY_XREAD_TARGET),
+        Row(delivery.format("p50, against JetStream"), "ms", over_runs(0, 0.5), nats_wake.format("p50"),
+            over_runs(3, 0.5)),
+        Row("raw wire: held pull on the remoting port woken by one send, p50", "ms", over_runs(1, 0.5),
+            xread.format("p50"), over_runs(2, 0.5), WAKE_P50_TARGET),
+        Row("raw wire: held pull on the remoting port woken by one send, p99", "ms", over_runs(1, 0.99),
+            xread.format("p99"), over_runs(2, 0.99), WAKE_P99_TARGET),
+    ]
+
+
+def _raw_wire_latencies(address: str, samples: int, body: bytes) -> list[float]:
+    """ms from just before RmqClient.send of one message to the answer of a pull held for it
+    (RmqClient.pull_async, answered on the client's reader thread), after SETTLE_S each."""
+    with RmqClient(address) as consumer, RmqClient(address) as producer:
+        if "bench-latency" not in {t.topic_name for t in producer.list_topics()}:
+            producer.create_topic("bench-latency", queues=1)
+        mq = single_queue(consumer, "bench-latency")
+        message = [OutgoingMessage(body=body, queue_id=0)]
+        offset = [consumer.queue_offsets(mq).max_offset]
+
+        def held_pull() -> None:
+            answered = threading.Event()
+
+            def done(result: PullResult | None, error: RmqError | None) -> None:
+                if result is None or result.messages.count != 1:
+                    raise RuntimeError(f"held pull returned {result or error}")
+                offset[0] = result.next_begin_offset
+                answered.set()
+            consumer.pull_async(mq, offset[0], 32, group=GROUP, suspend_timeout_ms=LONG_POLL_SUSPEND_MS,
+                                callback=done)
+            if not answered.wait(LONG_POLL_SUSPEND_MS / 1000):
+                raise RuntimeError("the held pull was not answered")
+
+        return [wake_latency_ms(held_pull, lambda: producer.send("bench-latency", message), SETTLE_S)
+                for _ in range(samples)]
 
 
 def _floor_rows(address: str, redis_server: rr.RedisServer | None, samples: int, repeats: int,

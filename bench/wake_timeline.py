@@ -18,6 +18,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +64,12 @@ class Trace:
         setattr(owner, name, functools.wraps(original)(traced))
 
 
-def serve(trace_file: Path, broker_args: list[str]) -> int:
-    """Run `rmq <broker_args>` in this process with the wake path's steps traced."""
+def serve(trace_file: Path, broker_args: list[str], extra: Sequence[tuple[Any, str, str]] = ()) -> int:
+    """Run `rmq <broker_args>` in this process with the wake path's steps traced, and the
+    `extra` (owner, method name, label) steps."""
     trace = Trace(trace_file)
+    for owner, name, label in extra:
+        trace.wrap(owner, name, label)
     trace.wrap(messaging_service.MessagingService, "SendMessage", "broker: SendMessage handler")
     trace.wrap(send_message_processor.SendMessageProcessor, "build_batch", "broker: build the batch")
     trace.wrap(message_store.MessageStore, "try_put_batch", "broker: put on the event loop")
@@ -106,17 +110,18 @@ def timeline(samples: int) -> list[tuple[str, float, int]]:
         os.truncate(trace_file, 0)
         for _ in range(samples):
             wake_latency_ms(held_pull, send, SETTLE_S)
-    return _medians(trace_file.read_text().splitlines())
+    return step_medians(trace_file.read_text().splitlines(), _answered)
 
 
-def _medians(lines: list[str]) -> list[tuple[str, float, int]]:
-    """Each wake's events relative to its START (the first stamp of each step per wake)."""
+def step_medians(lines: list[str], done: Callable[[dict[str, float]], bool]) -> list[tuple[str, float, int]]:
+    """Each sample's events relative to its START (the first stamp of each step per sample,
+    until `done` says the sample is over)."""
     wakes: list[dict[str, float]] = []
     for line in lines:
         stamp, name = line.split(" ", 1)
         if name == START:
             wakes.append({START: float(stamp)})
-        elif wakes and name not in wakes[-1] and not _answered(wakes[-1]):
+        elif wakes and name not in wakes[-1] and not done(wakes[-1]):
             wakes[-1][name] = float(stamp)
     steps: dict[str, list[float]] = {}
     for wake in wakes:
@@ -132,16 +137,27 @@ def _answered(wake: dict[str, float]) -> bool:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    return timeline_main(__doc__, serve, timeline, "the send was called", "wakes")
+
+
+Steps = list[tuple[str, float, int]]
+
+
+def timeline_main(doc: str | None, serve: Callable[[Path, list[str]], int], timeline: Callable[[int], Steps],
+                  start: str, samples: str) -> int:
+    """A timeline diagnostic's command line: `--serve` runs its traced broker, else it prints
+    the timeline as a markdown table, each step with its gap to the one before."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--serve", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         return serve(Path(args.serve[0]), args.serve[1:])
-    print(f"| step | median ms after the send was called | wakes | (load {os.getloadavg()[0]:.2f})")
+    rows = timeline(args.samples)
+    print(f"| step | median ms after {start} | {samples} | (load {os.getloadavg()[0]:.2f})")
     print("| --- | --- | --- |")
     previous = 0.0
-    for name, median, count in timeline(args.samples):
+    for name, median, count in rows:
         print(f"| {name} | {median:.3f} (+{median - previous:.3f}) | {count} |")
         previous = median
     return 0

@@ -31,8 +31,17 @@ from rmq.connector.endpoints import parse_endpoints
 from rmq.connector.errors import ConfigError, RmqRefused
 from rmq.connector.errors import RmqError as RmqError  # the client's errors, statuses and queue type
 from rmq.connector.errors import RmqUnavailable as RmqUnavailable
+from rmq.connector.remoting_client import (
+    ConnectionBusy,
+    PortUnreachable,
+    RemotingCall,
+    RemotingClient,
+    RemotingTarget,
+    RequestCancelled,
+)
 from rmq.connector.tls_probe import speaks_tls
 from rmq.message_queue import MessageQueue as MessageQueue
+from rmq.request_signing import broker_server_id
 from rmq.statuses import GetMessageStatus as GetMessageStatus
 from rmq.statuses import PullStatus as PullStatus
 from rmq.statuses import SendStatus
@@ -62,6 +71,7 @@ SEND_WHICH_QUEUE_RANGE = 1 << 30
 TLS_ONLY_HINT = "Socket closed"   # what grpc reports when a TLS-only server drops a plaintext connection
 STORED_ON_MASTER_ONLY = (rmq_pb2.FLUSH_SLAVE_TIMEOUT, rmq_pb2.SLAVE_NOT_AVAILABLE)
 MEMBER_DOWN_SECONDS = 5.0   # a broker that did not answer is passed over for this long
+REMOTING_DOWN_SECONDS = 60.0   # a remoting port that could not be connected to: gRPC for this long
 
 
 # ---------------------------------------------------------------- records
@@ -76,12 +86,13 @@ class BrokerMember:
     role: int                                 # rmq_pb2.BrokerRole
     flight_address: str = ""                  # its Arrow Flight data plane; "" when it serves none
     epoch: int = 0                            # controller mode: the master epoch it serves in
+    remoting_address: str = ""                # its remoting port (the SDK's hot path); "" when none
 
 
 def group_members(data: rmq_pb2.BrokerData) -> tuple[BrokerMember, ...]:
     """The members a BrokerData lists (an older broker lists none: its address is the master)."""
-    members = tuple(BrokerMember(m.broker_id, m.address, m.role, m.flight_address, m.epoch)
-                    for m in data.members)
+    members = tuple(BrokerMember(m.broker_id, m.address, m.role, m.flight_address, m.epoch,
+                                 m.remoting_address) for m in data.members)
     return members or (BrokerMember(MASTER_ID, data.address, rmq_pb2.ASYNC_MASTER),)
 
 
@@ -262,6 +273,8 @@ class RmqClient:
         self._down_until: dict[str, float] = {}             # address -> monotonic time
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
         self._send_sequence = itertools.count(send_which_queue_start())
+        self._remoting = RemotingClient(self._credentials, self._tls, timeout)
+        self._remoting_down_until: dict[str, float] = {}    # remoting address -> monotonic time
 
     def __enter__(self) -> RmqClient:
         return self
@@ -274,6 +287,7 @@ class RmqClient:
             connections, self._connections = self._connections, {}
         for connection in connections.values():
             connection.channel.close()
+        self._remoting.close()
 
     # ------------------------------------------------------------ routes and topics
 
@@ -369,8 +383,11 @@ class RmqClient:
         `acknowledged` counts the messages of earlier requests that were stored. A SYNC_MASTER
         that stored a request without a slave confirming it answers FLUSH_SLAVE_TIMEOUT or
         SLAVE_NOT_AVAILABLE: the send succeeds and `status` says "stored on the master only"."""
-        if all(map(OutgoingMessage.is_plain, messages)):
-            requests: Iterable[rmq_pb2.SendMessageRequest] = self.column_requests(
+        requests: Iterable[rmq_pb2.SendMessageRequest]
+        if len(messages) == 1:    # the latency path: over the remoting port where the broker serves it
+            requests = [rmq_pb2.SendMessageRequest(topic=topic, messages=[messages[0].to_proto()])]
+        elif all(map(OutgoingMessage.is_plain, messages)):
+            requests = self.column_requests(
                 topic, [m.body for m in messages], [m.tags for m in messages], [m.keys for m in messages])
         else:
             requests = (rmq_pb2.SendMessageRequest(topic=topic, messages=chunk)
@@ -392,8 +409,7 @@ class RmqClient:
         status = rmq_pb2.OK
         for request in requests:
             try:
-                response = self._call(address, _SEND_MESSAGE, request, name,
-                                      ok_codes=STORED_ON_MASTER_ONLY)
+                response = self._send_request(name, address, request)
             except RmqError as error:
                 error.acknowledged = len(result.msg_ids)
                 if isinstance(error, RmqUnavailable) or error.code in ROUTE_CHANGED:
@@ -404,6 +420,39 @@ class RmqClient:
             result.queue_offsets.extend(response.queue_offsets)
             status = status or response.status.code
         return replace(result, status=SendStatus(status)) if status else result
+
+    def _send_request(self, name: str, address: str, request: rmq_pb2.SendMessageRequest
+                      ) -> rmq_pb2.SendMessageResponse:
+        """One SendMessage: a single message over the member's remoting port when it has one."""
+        if len(request.messages) == 1:
+            remoting = functools.partial(self._remoting.send, topic=request.topic,
+                                         message=request.messages[0], timeout=self.timeout)
+            response = self._over_remoting(name, address, remoting)
+            if response is not None:
+                return _checked(response, "SendMessage", f"{name} at {address}", None, STORED_ON_MASTER_ONLY)
+        return self._call(address, _SEND_MESSAGE, request, name, ok_codes=STORED_ON_MASTER_ONLY)
+
+    def _over_remoting(self, broker_name: str, address: str, call: Callable[[RemotingTarget], AnswerT]
+                       ) -> AnswerT | None:
+        """`call` on the remoting port of the member at `address` (docs/client-behaviour.md
+        "Transport"); None when the member serves none or it cannot be reached (then gRPC is
+        used for it for REMOTING_DOWN_SECONDS)."""
+        with self._lock:
+            member = next((m for m in self._members.get(broker_name, ()) if m.address == address), None)
+            if member is None or not member.remoting_address:
+                return None
+            if self._remoting_down_until.get(member.remoting_address, 0.0) > time.monotonic():
+                return None
+        target = RemotingTarget(member.remoting_address, broker_server_id(broker_name, member.broker_id),
+                                f"{broker_name} at {member.remoting_address}")
+        try:
+            return call(target)
+        except ConnectionBusy:
+            return None
+        except PortUnreachable:
+            with self._lock:
+                self._remoting_down_until[member.remoting_address] = time.monotonic() + REMOTING_DOWN_SECONDS
+            return None
 
     def _pick_broker(self, topic: str) -> str:
         writable = self._route(topic).writable_brokers()
@@ -431,35 +480,55 @@ class RmqClient:
     def pull_async(self, mq: MessageQueue, offset: int, max_messages: int, *, group: str,
                    callback: Callable[[PullResult | None, RmqError | None], None],
                    sub_expression: str | MessageSelector = "*", suspend_timeout_ms: int = 0,
-                   commit_offset: int | None = None) -> grpc.Future[rmq_pb2.PullMessageResponse]:
+                   commit_offset: int | None = None) -> grpc.Future | RemotingCall:
         """`pull` without blocking (RocketMQ's async pull): `callback(result, None)` or
-        `callback(None, error)` runs on a gRPC thread when the answer arrives. An unknown
-        broker raises RmqUnavailable at once. The returned future's `cancel()` ends the pull
-        (the broker lets a held one go; the callback gets RmqUnavailable "PullMessage cancelled")."""
+        `callback(None, error)` runs on a client thread when the answer arrives. An unknown
+        broker raises RmqUnavailable at once. The returned call's `cancel()` ends the pull
+        (the broker lets a held one go; the callback gets RmqUnavailable "... cancelled").
+        Over the member's remoting port when it serves one (docs/client-behaviour.md "Transport")."""
         request, deadline = self._pull_request(mq, offset, max_messages, group, sub_expression,
                                                 suspend_timeout_ms, commit_offset, 0, None)
         address = self._read_address(mq.broker_name, mq)
         label = f"{mq.broker_name} at {address}"
-        future = self._connection(address).messaging.PullMessage.future(request, timeout=deadline)
 
-        def done(call: grpc.Future[rmq_pb2.PullMessageResponse]) -> None:
-            try:
-                response = call.result()
-            except grpc.RpcError as error:
-                failure = _transport_error(error, "PullMessage", label, mq)
-                if isinstance(failure, RmqUnavailable):
-                    self._mark_down(address)    # the next pull goes to another member of the group
-                callback(None, failure)
-                return
-            except grpc.FutureCancelledError:
+        def answered(response: rmq_pb2.PullMessageResponse | None, failure: RmqError | None) -> None:
+            if isinstance(failure, RequestCancelled):
                 callback(None, RmqUnavailable("PullMessage cancelled", broker=label, queue=mq))
                 return
+            if isinstance(failure, RmqUnavailable):
+                self._mark_down(address)    # the next pull goes to another member of the group
+                located = failure.broker is not None
+                callback(None, failure if located else RmqUnavailable(f"PullMessage: {failure.message}",
+                                                                       broker=label, queue=mq))
+                return
+            if failure is not None:
+                callback(None, failure)
+                return
+            assert response is not None
             if response.status.code != rmq_pb2.OK:
                 refusal = response.status.message or "PullMessage refused"
                 callback(None, RmqRefused(response.status.code, refusal, broker=label, queue=mq))
                 return
             self._record_suggestion(mq, response.suggest_which_broker_id)
             callback(pull_result(response), None)
+
+        remoting = functools.partial(self._remoting.pull_async, request=request, timeout=deadline,
+                                     done=answered)
+        pulling = self._over_remoting(mq.broker_name, address, remoting)
+        if pulling is not None:
+            return pulling
+        future = self._connection(address).messaging.PullMessage.future(request, timeout=deadline)
+
+        def done(call: grpc.Future) -> None:
+            try:
+                response = call.result()
+            except grpc.RpcError as error:
+                answered(None, _transport_error(error, "PullMessage", label, mq))
+                return
+            except grpc.FutureCancelledError:
+                callback(None, RmqUnavailable("PullMessage cancelled", broker=label, queue=mq))
+                return
+            answered(response, None)
 
         future.add_done_callback(done)
         return future
@@ -736,10 +805,7 @@ class RmqClient:
             response = rpc.invoke(self._connection(address), request, timeout or self.timeout)
         except grpc.RpcError as error:
             raise self._explained(_transport_error(error, rpc.name, label, queue), address) from None
-        status = response.status  # type: ignore[attr-defined]  # every rmq.v1 unary response has one
-        if status.code != rmq_pb2.OK and status.code not in ok_codes:
-            raise RmqRefused(status.code, status.message or f"{rpc.name} refused", broker=label, queue=queue)
-        return response
+        return _checked(response, rpc.name, label, queue, ok_codes)
 
     def _explained(self, failure: RmqError, address: str) -> RmqError:
         """A plaintext connection the server closed at once: say so when the server speaks TLS."""
@@ -913,6 +979,15 @@ def pull_result(response: rmq_pb2.PullMessageResponse) -> PullResult:
     return PullResult(PullStatus(response.pull_status), GetMessageStatus(response.store_status),
                       response.next_begin_offset, response.min_offset, response.max_offset, response.messages,
                       response.suggest_which_broker_id)
+
+
+def _checked(response: ResponseT, method: str, label: str, queue: MessageQueue | None,
+             ok_codes: tuple[int, ...]) -> ResponseT:
+    """The response, or RmqRefused for a non-OK Status (other than `ok_codes`)."""
+    status = response.status  # type: ignore[attr-defined]  # every rmq.v1 unary response has one
+    if status.code != rmq_pb2.OK and status.code not in ok_codes:
+        raise RmqRefused(status.code, status.message or f"{method} refused", broker=label, queue=queue)
+    return response
 
 
 def _transport_error(error: grpc.RpcError, method: str, label: str, queue: MessageQueue | None) -> RmqError:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from integration_tests.rmq_stubs import Stubs
 from rmq.v1 import rmq_pb2
 from testing import processes
+from tests.rmq_stubs import Stubs
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration

@@ -7,9 +7,9 @@ import os
 import stat
 from pathlib import Path
 
-from integration_tests.rmq_stubs import Stubs
 from rmq.v1 import rmq_pb2
 from testing import processes
+from tests.rmq_stubs import Stubs
 
 
 def test_the_broker_store_is_readable_by_its_user_only(tmp_path: Path) -> None:

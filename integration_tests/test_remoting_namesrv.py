@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from rmq.broker_server.remoting.remoting_command import RemotingCommand
-from rmq.broker_server.remoting.request_code import RequestCode, ResponseCode
 from rmq.connector.client import RmqClient
+from rmq.remoting.remoting_command import RemotingCommand
+from rmq.remoting.request_code import RequestCode, ResponseCode
 from testing import processes
 from tests.broker_server.cpp_client_runner import cpp_client_problem, run_client
 from tests.broker_server.remoting_client import RemotingTestClient

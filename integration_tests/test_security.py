@@ -1,6 +1,7 @@
-"""Security against real broker processes: ACL authentication and permissions, replay
-defence, ACL reload on SIGHUP, TLS, the CLI's credentials, and the Spark source and sink
-through TLS + ACL with the secret kept out of plans and logs."""
+"""Security against real broker processes: ACL reload on SIGHUP, refusals at start, TLS, broker
+registration and replication under an ACL, the CLI's credentials, and the Spark source and
+sink through TLS + ACL with the secret kept out of plans and logs (authentication, permissions
+and replay defence of rmq.v1 calls: tests/broker_server/test_acl_refusals.py)."""
 
 from __future__ import annotations
 
@@ -15,49 +16,15 @@ from pathlib import Path
 import grpc
 import pytest
 
-from rmq import request_signing
 from rmq.auth import TlsSettings
-from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient, RmqError, RmqUnavailable
-from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+from rmq.connector.client import OutgoingMessage, RmqError, RmqUnavailable
 from testing import processes
 from testing.processes import ServerProcess
+from tests.acl_accounts import ADMIN, BROKER_A, CONSUMER, PRODUCER, SECRETS, acl_text, client, refusal
 from tests.acl_files import write_acl
 from tests.tls_certs import TlsFiles, make_tls_files
 
 pytestmark = pytest.mark.integration
-
-ADMIN = ("admin01", "admin-secret-0001")
-PRODUCER = ("producer1", "producer-secret-01")     # PUB on orders, no group
-CONSUMER = ("consumer1", "consumer-secret-01")     # SUB on orders, SUB on group etl
-CONSUMER2 = ("consumer2", "consumer-secret-02")    # the same permissions as consumer1
-BROKER_A = ("broker-a-registration", "broker-a-secret")   # may register broker-a, nothing more
-SECRETS = [ADMIN[1], PRODUCER[1], CONSUMER[1], CONSUMER2[1], BROKER_A[1]]
-
-ACL_TEMPLATE = """\
-accounts:
-  - accessKey: {admin[0]}
-    secretKey: "{admin[1]}"
-    admin: true
-  - accessKey: {producer[0]}
-    secretKey: "{producer[1]}"
-    topicPerms: ["orders={producer_perm}"]
-  - accessKey: {consumer[0]}
-    secretKey: "{consumer[1]}"
-    topicPerms: ["orders=SUB"]
-    groupPerms: ["etl=SUB"]
-  - accessKey: {consumer2[0]}
-    secretKey: "{consumer2[1]}"
-    topicPerms: ["orders=SUB"]
-    groupPerms: ["etl=SUB"]
-  - accessKey: {broker_a[0]}
-    secretKey: "{broker_a[1]}"
-    brokerName: broker-a
-"""
-
-
-def acl_text(producer_perm: str = "PUB") -> str:
-    return ACL_TEMPLATE.format(admin=ADMIN, producer=PRODUCER, consumer=CONSUMER, consumer2=CONSUMER2,
-                               broker_a=BROKER_A, producer_perm=producer_perm)
 
 
 def security_flags(acl: Path | None, tls: TlsFiles | None) -> list[str]:
@@ -75,27 +42,11 @@ def secured_broker(directory: Path, acl: Path | None, tls: TlsFiles | None, **kw
                             **kwargs).start()
 
 
-def client(address: str, account: tuple[str, str] | None = None, ca: Path | None = None) -> RmqClient:
-    access_key, secret_key = account or (None, None)
-    return RmqClient(address, timeout=5.0, access_key=access_key, secret_key=secret_key, tls=ca is not None,
-                     tls_ca_file=str(ca) if ca else None)
-
-
 @pytest.fixture(scope="module")
 def acl_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("acl") / "acl.yml"
     write_acl(path, acl_text())
     return path
-
-
-@pytest.fixture(scope="module")
-def acl_broker(tmp_path_factory: pytest.TempPathFactory, acl_path: Path) -> Iterator[ServerProcess]:
-    server = secured_broker(tmp_path_factory.mktemp("acl-broker"), acl_path, None)
-    with client(server.address, ADMIN) as admin:
-        admin.create_topic("orders", queues=2)
-    yield server
-    server.stop()
-    assert not any(secret in server.log() for secret in SECRETS)
 
 
 @pytest.fixture(scope="module")
@@ -112,127 +63,6 @@ def tls_acl_broker(tmp_path_factory, acl_path: Path, tls_files: TlsFiles) -> Ite
     server.stop()
     assert not any(secret in server.log() for secret in SECRETS)
 
-
-def refusal(call) -> RmqError:
-    with pytest.raises(RmqError) as raised:
-        call()
-    assert not any(secret in str(raised.value) for secret in SECRETS)
-    return raised.value
-
-
-# ---------------------------------------------------------------- authentication
-
-
-def test_no_credentials_are_refused(acl_broker: ServerProcess) -> None:
-    with client(acl_broker.address) as anonymous:
-        error = refusal(anonymous.list_topics)
-    assert "UNAUTHENTICATED" in str(error) and "request is not signed" in str(error)
-
-
-def test_wrong_secret_is_refused(acl_broker: ServerProcess) -> None:
-    with client(acl_broker.address, (PRODUCER[0], "not-the-secret")) as impostor:
-        error = refusal(lambda: impostor.send("orders", [OutgoingMessage(b"x")]))
-    assert "UNAUTHENTICATED" in str(error)
-    assert "signature not accepted for access key 'producer1'" in str(error)
-    assert "not-the-secret" not in str(error)
-
-
-def test_unknown_account_gets_the_same_refusal_as_a_wrong_secret(acl_broker: ServerProcess) -> None:
-    """Refusals do not tell which access keys exist."""
-    with client(acl_broker.address, ("stranger", "whatever-secret")) as stranger, \
-            client(acl_broker.address, ("consumer1", "whatever-secret")) as impostor:
-        unknown = str(refusal(stranger.list_topics))
-        wrong = str(refusal(impostor.list_topics))
-    assert "access key 'stranger': unknown access key or wrong secret key" in unknown
-    assert unknown.replace("stranger", "consumer1") == wrong
-
-
-# ---------------------------------------------------------------- permissions
-
-
-def test_sub_only_account_can_pull_but_not_send(acl_broker: ServerProcess) -> None:
-    with client(acl_broker.address, PRODUCER) as producer, client(acl_broker.address, CONSUMER) as consumer:
-        sent = producer.send("orders", [OutgoingMessage(b"hello", queue_id=0)])
-        error = refusal(lambda: consumer.send("orders", [OutgoingMessage(b"nope")]))
-        assert "PERMISSION_DENIED" in str(error)
-        assert "access key 'consumer1' lacks PUB on topic 'orders'" in str(error)
-        mq = MessageQueue("orders", "broker-a", 0)
-        pulled = consumer.pull(mq, sent.queue_offsets[0], 32, group="etl")
-        assert pulled.messages.count >= 1
-
-
-def test_pub_only_account_cannot_commit_offsets_for_a_group_it_lacks(acl_broker: ServerProcess) -> None:
-    mq = MessageQueue("orders", "broker-a", 0)
-    with client(acl_broker.address, PRODUCER) as producer, client(acl_broker.address, CONSUMER) as consumer:
-        error = refusal(lambda: producer.update_consumer_offsets("etl", {mq: 1}))
-        assert "PERMISSION_DENIED" in str(error)
-        assert "access key 'producer1' lacks SUB on group 'etl'" in str(error)
-        error = refusal(lambda: producer.pull(mq, 0, 1, group="etl"))
-        assert "lacks SUB on topic 'orders'" in str(error)
-        consumer.update_consumer_offsets("etl", {mq: 1})
-        assert consumer.query_consumer_offsets("etl", "orders")[mq] == 1
-
-
-def test_every_topics_offsets_of_a_group_need_an_admin_account(acl_broker: ServerProcess) -> None:
-    """QueryConsumerOffsets without a topic reads every topic's offsets of the group."""
-    with client(acl_broker.address, CONSUMER) as consumer, client(acl_broker.address, ADMIN) as admin:
-        assert consumer.query_consumer_offsets("etl", "orders") is not None
-        error = refusal(lambda: consumer.query_consumer_offsets("etl"))
-        assert "PERMISSION_DENIED" in str(error)
-        assert "QueryConsumerOffsets without a topic" in str(error)
-        admin.query_consumer_offsets("etl")
-
-
-def test_a_client_id_belongs_to_the_account_that_registered_it(acl_broker: ServerProcess) -> None:
-    mq = MessageQueue("orders", "broker-a", 1)
-    with client(acl_broker.address, CONSUMER) as owner, client(acl_broker.address, CONSUMER2) as other:
-        owner.heartbeat("etl-client-1", "etl", {"orders": "*"})
-        assert owner.lock_batch("etl", "etl-client-1", [mq]) == {mq}
-        for call in (lambda: other.unregister("etl-client-1", "etl"),
-                     lambda: other.unlock_batch("etl", "etl-client-1", [mq]),
-                     lambda: other.heartbeat("etl-client-1", "etl", {"orders": "*"})):
-            assert "client id 'etl-client-1' is registered by another account" in str(refusal(call))
-        assert owner.consumer_list("etl", "orders") == ["etl-client-1"]
-        owner.unlock_batch("etl", "etl-client-1", [mq])
-        owner.unregister("etl-client-1", "etl")
-
-
-def test_admin_operations_need_an_admin_account(acl_broker: ServerProcess) -> None:
-    with client(acl_broker.address, CONSUMER) as consumer:
-        error = refusal(lambda: consumer.create_topic("sneaky", queues=1))
-    assert "access key 'consumer1' is not an admin account" in str(error)
-
-
-# ---------------------------------------------------------------- replay
-
-
-def raw_send(address: str, metadata) -> rmq_pb2.SendMessageResponse:
-    request = rmq_pb2.SendMessageRequest(topic="orders", messages=[rmq_pb2.Message(body=b"replay me")])
-    with grpc.insecure_channel(address) as channel:
-        return rmq_pb2_grpc.MessagingServiceStub(channel).SendMessage(request, metadata=metadata, timeout=5)
-
-
-def signed_send_metadata(**overrides) -> tuple:
-    request = rmq_pb2.SendMessageRequest(topic="orders", messages=[rmq_pb2.Message(body=b"replay me")])
-    return request_signing.sign(*PRODUCER, "broker/broker-a", "/rmq.v1.MessagingService/SendMessage", request,
-                                **overrides).as_metadata()
-
-
-def test_replayed_request_is_refused(acl_broker: ServerProcess) -> None:
-    metadata = signed_send_metadata()
-    assert raw_send(acl_broker.address, metadata).status.code == rmq_pb2.OK
-    with pytest.raises(grpc.RpcError) as raised:
-        raw_send(acl_broker.address, metadata)
-    assert raised.value.code() is grpc.StatusCode.UNAUTHENTICATED
-    assert "replayed request refused" in raised.value.details()
-
-
-def test_request_signed_outside_the_time_window_is_refused(acl_broker: ServerProcess) -> None:
-    stale = signed_send_metadata(timestamp_ms=int(time.time() * 1000) - 120_000)
-    with pytest.raises(grpc.RpcError) as raised:
-        raw_send(acl_broker.address, stale)
-    assert raised.value.code() is grpc.StatusCode.UNAUTHENTICATED
-    assert "outside the allowed -60 s to +5 s" in raised.value.details()
 
 
 # ---------------------------------------------------------------- reload

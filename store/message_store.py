@@ -98,6 +98,7 @@ class MessageStore:
         self._memory_threshold = memory_threshold(_total_physical_memory(),
                                                   config.access_message_in_memory_max_ratio)
         self._running = False
+        self._fenced = False
         self._disk_full = False
         self._write_error: str | None = None
         self._last_dispatched_timestamp = 0
@@ -270,7 +271,8 @@ class MessageStore:
         return self._put_batch(batch, wait=False)
 
     def _put_batch(self, batch: MessageBatch, wait: bool) -> PutBatchResult | None:
-        if not self._running or self.config.broker_role is BrokerRole.SLAVE or not self.is_writeable():
+        role = self.config.broker_role   # the role it is appended under (fence() may change it meanwhile)
+        if not self._running or role is BrokerRole.SLAVE or not self.is_writeable():
             return PutBatchResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
         if not len(batch):
             return PutBatchResult(PutMessageStatus.PUT_OK, store_host=self.commit_log.store_host)
@@ -301,8 +303,12 @@ class MessageStore:
         if self._group_commit is not None:
             if not self._group_commit.wait_for_flush(appended.end_offset, self.config.sync_flush_timeout_ms):
                 status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        if status is PutMessageStatus.PUT_OK and self.config.broker_role is BrokerRole.SYNC_MASTER:
+        if status is PutMessageStatus.PUT_OK and role is BrokerRole.SYNC_MASTER:
             status = self.ha_service.wait_for_slave(appended.end_offset, self.config.sync_flush_timeout_ms)
+        if status is PutMessageStatus.PUT_OK and self._fenced:
+            # a newer master started without these bytes: this member drops them when it rejoins
+            # (docs/controller.md), so they are stored here only and never acknowledged OK
+            status = PutMessageStatus.SLAVE_NOT_AVAILABLE
         return PutBatchResult(status, appended.queue_offsets, appended.physical_offsets, store_timestamp,
                               self.commit_log.store_host)
 
@@ -322,7 +328,9 @@ class MessageStore:
         self.reput.wakeup()
 
     def fence(self) -> None:
-        """The broker group has a newer master (controller mode): refuse every put from now on."""
+        """The broker group has a newer master (controller mode): refuse every put from now on,
+        and answer none still in flight PUT_OK (the new master never held them)."""
+        self._fenced = True
         self.config.broker_role = BrokerRole.SLAVE
 
     def is_writeable(self) -> bool:

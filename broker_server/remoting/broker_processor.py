@@ -33,9 +33,7 @@ from rmq.broker_server.remoting.dispatch import (
     refusal_of,
 )
 from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
-from rmq.broker_server.remoting.remoting_command import RemotingCommand
 from rmq.broker_server.remoting.remoting_server import CallContext, Channel, ConnectionTable
-from rmq.broker_server.remoting.request_code import RequestCode, ResponseCode
 from rmq.broker_server.remoting.topic_route_data import BrokerData, QueueData, encode_topic_route
 from rmq.broker_server.remoting.transactions import (
     RESOLUTIONS,
@@ -49,6 +47,8 @@ from rmq.broker_server.rocketmq_v2.transactions import TransactionService
 from rmq.broker_server.send_message_processor import born_host_from_peer, check_put_status
 from rmq.broker_server.status import rmq_pb2
 from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.remoting.remoting_command import RemotingCommand
+from rmq.remoting.request_code import RequestCode, ResponseCode
 from rmq.sql92 import Sql92Error, compile_sql92
 
 log = logging.getLogger(__name__)

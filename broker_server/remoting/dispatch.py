@@ -14,11 +14,11 @@ from google.protobuf.message import Message
 
 from rmq.broker_server.acl import AccessDenied
 from rmq.broker_server.caller import run_as
-from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
-from rmq.broker_server.remoting.remoting_command import RemotingCommand
+from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator, WrongTarget
 from rmq.broker_server.remoting.remoting_server import CallContext, Channel
-from rmq.broker_server.remoting.request_code import ResponseCode
 from rmq.broker_server.status import RequestError, rmq_pb2
+from rmq.remoting.remoting_command import RemotingCommand
+from rmq.remoting.request_code import ResponseCode
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +114,8 @@ class RequestDispatcher:
             return request.response(refusal.code, refusal.remark)
         except RequestError as error:
             return request.response(RESPONSE_CODES[error.code], error.message)
+        except WrongTarget as error:
+            return request.response(ResponseCode.NO_PERMISSION, str(error), error.ext_fields)
         except AccessDenied as error:
             return request.response(ResponseCode.NO_PERMISSION, str(error))
         except ValueError as error:  # a header number out of its field's range

@@ -11,11 +11,11 @@ from rmq.broker_server.names import check_topic_name
 from rmq.broker_server.remoting import headers
 from rmq.broker_server.remoting.dispatch import Call, Refusal, RequestDispatcher
 from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
-from rmq.broker_server.remoting.remoting_command import RemotingCommand
 from rmq.broker_server.remoting.remoting_server import CallContext
-from rmq.broker_server.remoting.request_code import RequestCode, ResponseCode
 from rmq.broker_server.remoting.topic_route_data import BrokerData, QueueData, encode_topic_route
 from rmq.broker_server.status import rmq_pb2
+from rmq.remoting.remoting_command import RemotingCommand
+from rmq.remoting.request_code import RequestCode, ResponseCode
 from rmq.topic_config import PERM_WRITE
 
 if TYPE_CHECKING:  # name_server starts this processor

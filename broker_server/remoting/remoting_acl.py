@@ -6,7 +6,10 @@ order of their sorted names, then the body)). The access key is one of rmq's ACL
 (rpc_permissions.check_call), checked on the names the request touches.
 
 RocketMQ 4's scheme signs no time or nonce: a captured request can be replayed (SECURITY.md), so
-expose the remoting port over a trusted network only."""
+expose the remoting port over a trusted network only. rmq's own SDK signs its requests on this
+port with rmq's scheme instead (rmq.remoting.request_signing: target server, timestamp, nonce),
+checked by the same RequestAuthenticator as the gRPC port's calls, so its requests cannot be
+replayed; the permission check after either is the same."""
 
 from __future__ import annotations
 
@@ -21,9 +24,10 @@ from google.protobuf.message import Message
 from rmq.broker_server.acl import AccessDenied, Acl
 from rmq.broker_server.caller import Caller
 from rmq.broker_server.client_id_owners import ClientIdOwners, ClientIdTaken
-from rmq.broker_server.remoting.remoting_command import RemotingCommand
-from rmq.broker_server.request_auth import key_label
+from rmq.broker_server.request_auth import CallRefused, RequestAuthenticator, key_label
 from rmq.broker_server.rpc_permissions import check_call, client_id_of
+from rmq.remoting import request_signing
+from rmq.remoting.remoting_command import RemotingCommand
 
 ACCESS_KEY = "AccessKey"
 SIGNATURE = "Signature"
@@ -49,12 +53,24 @@ def signed(request: RemotingCommand, access_key: str, secret_key: str) -> Remoti
     return request
 
 
+class WrongTarget(AccessDenied):
+    """An rmq-signed request for another server: the refusal names this one (extFields
+    x-rmq-server), and the client signs for it from then on (a member whose id changed)."""
+
+    def __init__(self, message: str, server_id: str) -> None:
+        super().__init__(message)
+        self.ext_fields = {request_signing.SERVER_FIELD: server_id}
+
+
 class RemotingAuthenticator:
-    def __init__(self, acl: Callable[[], Acl], client_ids: ClientIdOwners) -> None:
+    def __init__(self, acl: Callable[[], Acl], client_ids: ClientIdOwners,
+                 rmq_signing: RequestAuthenticator | None = None) -> None:
         """`client_ids`: the server's table of which account registered each consumer client id
-        (shared with rmq.v1 calls: both reach the same consumer table)."""
+        (shared with rmq.v1 calls: both reach the same consumer table). `rmq_signing`: the check
+        of requests signed with rmq's scheme (None: only RocketMQ 4's is accepted)."""
         self._acl = acl
         self._client_ids = client_ids
+        self._rmq_signing = rmq_signing
 
     def caller(self, access_key: str) -> Caller:
         """The account an admitted request runs as (rmq.broker_server.caller)."""
@@ -65,6 +81,8 @@ class RemotingAuthenticator:
         acl = self._acl()
         if not acl.address_allowed(address):
             raise AccessDenied(f"address {address} is not in globalWhiteRemoteAddresses")
+        if request_signing.is_signed(request) and self._rmq_signing is not None:
+            return self._rmq_signed(acl, request, address)
         access_key = request.ext_fields.get(ACCESS_KEY, "")
         given = request.ext_fields.get(SIGNATURE, "")
         if not access_key or not given:
@@ -85,6 +103,25 @@ class RemotingAuthenticator:
         if not account.may_connect_from(address):
             raise AccessDenied(f"access key {key_label(access_key)} may not be used from address {address}")
         return access_key
+
+    def _rmq_signed(self, acl: Acl, request: RemotingCommand, address: str) -> str:
+        assert self._rmq_signing is not None
+        try:
+            method = request_signing.method(request.code)
+            admission = self._rmq_signing.admit_metadata(method, request.ext_fields)
+        except CallRefused as refusal:
+            server = dict(refusal.trailing_metadata).get(request_signing.SERVER_FIELD)
+            if server is not None:
+                raise WrongTarget(refusal.message, server) from None
+            raise AccessDenied(refusal.message) from None
+        if not hmac.compare_digest(request_signing.content_sha256(request), admission.headers.content_sha256):
+            raise AccessDenied("request does not match its x-rmq-content-sha256")
+        account = acl.account(admission.access_key)
+        if account is None or not account.may_connect_from(address):
+            raise AccessDenied(
+                f"access key {key_label(admission.access_key)} may not be used from address {address}"
+            )
+        return admission.access_key
 
     def authorize(self, access_key: str, method: str, request: Message) -> None:
         """AccessDenied unless the account may make the rmq.v1 call `method` (e.g.

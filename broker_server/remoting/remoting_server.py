@@ -2,13 +2,19 @@
 asyncio TCP server reading length-prefixed RemotingCommand frames, running each request as its
 own task and writing its response under the request's opaque; oneway requests get none.
 Responses from a client (to requests the server sent it) complete the server's waiting call.
+A CANCEL_REQUEST (rmq's own code, oneway) ends the request of that connection whose opaque it
+names, unanswered: a held pull its client no longer wants leaves the hold table at once, as a
+cancelled gRPC call does. It reaches only the connection's own requests, so it needs no ACL.
 
 Bounded (`RemotingLimits`): a frame longer than max_frame_bytes, a length prefix below 4 or a
 header that does not decode closes the connection (nothing is allocated for it first); past
 max_connections a new connection is closed at once; a connection runs at most
 max_requests_per_connection requests at a time, and request frames read and not yet answered
 hold at most max_request_bytes_per_connection on one connection and max_request_bytes in all
-(request_bytes: reading waits); a connection silent for idle_timeout_s is closed."""
+(request_bytes: reading waits); a connection silent for idle_timeout_s is closed.
+
+A broker serving TLS (`--tls-cert`) serves it on this port too, with the same certificate and,
+for mutual TLS, the same client CA (RocketMQ's tls.enable on the remoting server)."""
 
 from __future__ import annotations
 
@@ -17,19 +23,21 @@ import contextlib
 import functools
 import itertools
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from rmq.broker_server.remoting.remoting_command import (
+from rmq.broker_server.remoting.request_bytes import RequestBytes
+from rmq.broker_server.tls import ServerTls
+from rmq.remoting.remoting_command import (
     LENGTH,
     RPC_ONEWAY,
     FrameError,
     RemotingCommand,
     decode,
 )
-from rmq.broker_server.remoting.request_bytes import RequestBytes
-from rmq.broker_server.remoting.request_code import ResponseCode
+from rmq.remoting.request_code import CANCELLED_OPAQUE, RequestCode, ResponseCode
 from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
@@ -56,6 +64,7 @@ class Channel:
         self.address = address  # "host:port" of the client
         self._opaques = itertools.count(1)
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self.requests: dict[int, asyncio.Task] = {}  # opaque -> the task serving that request
         self.client_ids: dict[str, set[str]] = {}  # client id -> consumer groups it joined here
         self.close_callbacks: list[Callable[[Channel], None]] = []
 
@@ -134,9 +143,14 @@ class RemotingProcessor(Protocol):
 
 class RemotingServer:
     def __init__(
-        self, listen: str, processor: RemotingProcessor, limits: RemotingLimits = RemotingLimits()
+        self,
+        listen: str,
+        processor: RemotingProcessor,
+        limits: RemotingLimits = RemotingLimits(),
+        tls: ServerTls | None = None,
     ) -> None:
         self.listen = listen
+        self.tls = tls
         self.processor = processor
         self.limits = limits
         self.channels: set[Channel] = set()
@@ -151,7 +165,10 @@ class RemotingServer:
 
     async def start(self) -> None:
         host, _, port = self.listen.rpartition(":")
-        self._server = await asyncio.start_server(self._serve, host.strip("[]"), int(port), limit=64 * 1024)
+        context = None if self.tls is None else server_ssl_context(self.tls)
+        self._server = await asyncio.start_server(
+            self._serve, host.strip("[]"), int(port), limit=64 * 1024, ssl=context
+        )
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -212,13 +229,22 @@ class RemotingServer:
                 self.request_bytes.release(channel, length)
                 channel.answered(command)
                 continue
+            if command.code == RequestCode.CANCEL_REQUEST:
+                self.request_bytes.release(channel, length)
+                _cancel(channel, command)
+                continue
             await slots.acquire()
             task = self._spawn(self._handle(channel, command))
-            task.add_done_callback(functools.partial(self._finished, channel, length, slots))
+            channel.requests[command.opaque] = task
+            task.add_done_callback(functools.partial(self._finished, channel, length, slots, command.opaque))
 
-    def _finished(self, channel: Channel, size: int, slots: asyncio.Semaphore, _task: asyncio.Task) -> None:
+    def _finished(
+        self, channel: Channel, size: int, slots: asyncio.Semaphore, opaque: int, task: asyncio.Task
+    ) -> None:
         slots.release()
         self.request_bytes.release(channel, size)
+        if channel.requests.get(opaque) is task:
+            del channel.requests[opaque]
 
     async def _handle(self, channel: Channel, request: RemotingCommand) -> None:
         context = CallContext(channel)
@@ -233,6 +259,25 @@ class RemotingServer:
                     await channel.write(response)
         finally:
             context.done()
+
+
+def _cancel(channel: Channel, command: RemotingCommand) -> None:
+    opaque = command.ext_fields.get(CANCELLED_OPAQUE, "")
+    task = channel.requests.get(int(opaque)) if opaque.isdigit() else None
+    if task is not None:
+        task.cancel()
+
+
+def server_ssl_context(tls: ServerTls) -> ssl.SSLContext:
+    """The listener's TLS: the broker's certificate; client certificates required (and checked
+    against the client CA) for mutual TLS."""
+    tls.pem_files()   # an unusable file is named, as for the gRPC port
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tls.cert_file, tls.key_file)
+    if tls.client_ca_file is not None:
+        context.load_verify_locations(tls.client_ca_file)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
 
 @dataclass

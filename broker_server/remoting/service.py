@@ -15,23 +15,27 @@ from rmq.broker_server.remoting.remoting_server import RemotingLimits, RemotingP
 from rmq.broker_server.rocketmq_v2.transactions import TransactionService
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.topic_config_manager import TopicConfigManager
+from rmq.request_signing import broker_server_id
 
 if TYPE_CHECKING:  # name_server calls build_name_server_remoting
     from rmq.broker_server.name_server import RouteInfoManager
 
 
-def authenticator(security: ServerSecurity) -> RemotingAuthenticator | None:
+def authenticator(security: ServerSecurity, server_id: str = "") -> RemotingAuthenticator | None:
+    """The ACL check of a remoting listener; `server_id`: the target rmq-signed requests name
+    (rmq.request_signing; "" on a name server, where only RocketMQ 4's signing is accepted)."""
     acl_file = security.acl_file
     if acl_file is None:
         return None
-    return RemotingAuthenticator(lambda: acl_file.acl, security.client_ids)
+    rmq_signing = security.request_authenticator(server_id, security.client_ids) if server_id else None
+    return RemotingAuthenticator(lambda: acl_file.acl, security.client_ids, rmq_signing)
 
 
 def remoting_server(
     listen: str, security: ServerSecurity, processor: RemotingProcessor, limits: RemotingLimits
 ) -> RemotingServer:
     security.check_listen(listen)
-    return RemotingServer(listen, processor, limits)
+    return RemotingServer(listen, processor, limits, security.tls)
 
 
 def build_broker_remoting(
@@ -50,7 +54,7 @@ def build_broker_remoting(
         topics,
         consumers,
         transactions,
-        authenticator(security),
+        authenticator(security, broker_server_id(config.broker_name, config.broker_id)),
         config.max_message_size,
         config.remoting_max_held_pulls_per_account,
     )

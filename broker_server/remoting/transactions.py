@@ -11,10 +11,10 @@ import itertools
 import struct
 
 from rmq import message_format as mf
-from rmq.broker_server.remoting.remoting_command import RemotingCommand
 from rmq.broker_server.remoting.remoting_server import Channel
-from rmq.broker_server.remoting.request_code import RequestCode
 from rmq.broker_server.rocketmq_v2.transactions import HALF_TOPIC, OpenTransaction
+from rmq.remoting.remoting_command import RemotingCommand
+from rmq.remoting.request_code import RequestCode
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2.properties import PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_PREPARED
 from rmq.store import MessageToStore

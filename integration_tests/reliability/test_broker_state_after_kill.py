@@ -18,10 +18,10 @@ from integration_tests.reliability.brokers import configured_broker
 from integration_tests.reliability.report import ReliabilityReport, tally
 from integration_tests.reliability.resource_samples import scrape
 from integration_tests.reliability.traffic import read_topic
-from integration_tests.rmq_stubs import Stubs
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.v1 import rmq_pb2
 from testing import processes
+from tests.rmq_stubs import Stubs
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration

@@ -124,12 +124,18 @@ def signature(secret_key: str, access_key: str, target: str, method: str, timest
     return hmac.new(secret_key.encode(), text.encode(), hashlib.sha256).hexdigest()
 
 
+def fresh() -> tuple[int, str]:
+    """A signature's timestamp (now, epoch ms) and a fresh nonce."""
+    return int(time.time() * 1000), secrets.token_hex(16)
+
+
 def sign(access_key: str, secret_key: str, target: str, method: str, request: Message,
          timestamp_ms: int | None = None, nonce: str | None = None) -> SignedHeaders:
     """Sign one call for server `target` now with a fresh nonce (both overridable, for tests
     of the replay defence)."""
-    timestamp_ms = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-    nonce = secrets.token_hex(16) if nonce is None else nonce
+    now_ms, fresh_nonce = fresh()
+    timestamp_ms = now_ms if timestamp_ms is None else timestamp_ms
+    nonce = fresh_nonce if nonce is None else nonce
     digest = request_digest(request)
     return SignedHeaders(access_key, target, timestamp_ms, nonce, digest,
                          signature(secret_key, access_key, target, method, timestamp_ms, nonce, digest))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 import time
 
-from rmq.broker_server.remoting.remoting_command import LENGTH, RemotingCommand, decode
+from rmq.remoting.remoting_command import LENGTH, RemotingCommand, decode
 
 TIMEOUT_S = 30.0
 

@@ -15,10 +15,10 @@ import pytest
 from rmq import message_format as mf
 from rmq.broker_server.acl_file import AclFile
 from rmq.broker_server.remoting.remoting_acl import signed
-from rmq.broker_server.remoting.remoting_command import RemotingCommand, SerializeType
-from rmq.broker_server.remoting.request_code import RequestCode, ResponseCode
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.broker_server.topic_config_manager import TopicConfig
+from rmq.remoting.remoting_command import RemotingCommand, SerializeType
+from rmq.remoting.request_code import RequestCode, ResponseCode
 from rmq.stored_message import decode_record
 from rmq.v1 import rmq_pb2
 from tests.acl_files import write_acl

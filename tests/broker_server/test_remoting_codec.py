@@ -13,17 +13,17 @@ from rmq.broker_server.remoting import headers
 from rmq.broker_server.remoting.broker_processor import PULL_RESPONSE_CODES
 from rmq.broker_server.remoting.dispatch import RESPONSE_CODES
 from rmq.broker_server.remoting.remoting_acl import sign, signed, signing_content
-from rmq.broker_server.remoting.remoting_command import (
+from rmq.broker_server.remoting.request_bytes import RequestBytes
+from rmq.broker_server.remoting.topic_route_data import BrokerData, QueueData, encode_topic_route
+from rmq.broker_server.status import RequestError, rmq_pb2
+from rmq.remoting.remoting_command import (
     FrameError,
     LanguageCode,
     RemotingCommand,
     SerializeType,
     decode,
 )
-from rmq.broker_server.remoting.request_bytes import RequestBytes
-from rmq.broker_server.remoting.request_code import RequestCode
-from rmq.broker_server.remoting.topic_route_data import BrokerData, QueueData, encode_topic_route
-from rmq.broker_server.status import RequestError, rmq_pb2
+from rmq.remoting.request_code import RequestCode
 
 
 def payload(frame: bytes) -> bytes:

@@ -1,4 +1,5 @@
-"""RmqClient against real `rmq broker` / `rmq namesrv` processes."""
+"""RmqClient against a whole broker in this process (over gRPC), and through `rmq namesrv` with
+two broker processes."""
 
 from __future__ import annotations
 
@@ -23,26 +24,25 @@ from rmq.connector.client import (
 from rmq.connector.spark.message_decoder import decode
 from rmq.v1 import rmq_pb2
 from testing import processes
+from tests.broker_server.in_process_broker import InProcessBroker, running_broker
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.integration
 MiB = 1024 * 1024
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[processes.ServerProcess]:
-    server = processes.broker(tmp_path_factory.mktemp("client")).start()
-    yield server
-    server.stop()
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
+    with running_broker(tmp_path_factory.mktemp("client"), flush="sync") as server:
+        yield server
 
 
 @pytest.fixture
-def client(broker: processes.ServerProcess) -> Iterator[RmqClient]:
+def client(broker: InProcessBroker) -> Iterator[RmqClient]:
     with RmqClient(broker.address, timeout=10) as rmq_client:
         yield rmq_client
 
 
-def test_create_topic_and_route(client: RmqClient, broker: processes.ServerProcess) -> None:
+def test_create_topic_and_route(client: RmqClient, broker: InProcessBroker) -> None:
     assert client.create_topic("RouteT", queues=4) == ["broker-a"]
 
     route = client.query_route("RouteT")
@@ -86,7 +86,7 @@ def test_send_then_pull_returns_the_messages_with_their_ids(client: RmqClient) -
     assert [dict(p)["n"] for p in batch.column("properties").to_pylist()] == [str(i) for i in range(10)]
 
 
-def test_a_batch_split_into_many_requests_keeps_order(broker: processes.ServerProcess) -> None:
+def test_a_batch_split_into_many_requests_keeps_order(broker: InProcessBroker) -> None:
     with RmqClient(broker.address, max_request_bytes=2000) as small_requests:
         small_requests.create_topic("Split", queues=1)
         bodies = [(b"%03d" % i) * 70 for i in range(50)]
@@ -223,7 +223,7 @@ def test_delete_topic(client: RmqClient) -> None:
 
 
 def test_broker_going_down_raises_unavailable_naming_its_address(tmp_path: Path) -> None:
-    server = processes.broker(tmp_path).start()
+    server = InProcessBroker(tmp_path).start()
     with RmqClient(server.address, timeout=3) as rmq_client:
         rmq_client.create_topic("Down", queues=1)
         mq = rmq_client.query_route("Down").message_queues[0]
@@ -235,6 +235,7 @@ def test_broker_going_down_raises_unavailable_naming_its_address(tmp_path: Path)
     assert server.address in str(caught.value)
 
 
+@pytest.mark.integration
 def test_name_server_routes_over_two_brokers(tmp_path: Path) -> None:
     namesrv = processes.namesrv(tmp_path).start()
     brokers = [processes.broker(tmp_path, name, namesrv_address=namesrv.address).start()
@@ -277,7 +278,7 @@ def _wait_for(condition, what: str, timeout: float = 20.0) -> None:
     wait_until(condition, what, timeout, interval=0.1)
 
 
-def test_a_failing_request_reports_what_earlier_requests_stored(broker: processes.ServerProcess) -> None:
+def test_a_failing_request_reports_what_earlier_requests_stored(broker: InProcessBroker) -> None:
     with RmqClient(broker.address, max_request_bytes=1) as one_per_request:  # every message travels alone
         one_per_request.create_topic("Partial", queues=1)
         bodies = [b"a", b"b", b"", b"never sent"]

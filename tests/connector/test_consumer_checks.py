@@ -12,26 +12,14 @@ import pytest
 from rmq.broker_server.acl_file import AclFile
 from rmq.broker_server.server_security import ServerSecurity
 from rmq.cli import main as cli
-from rmq.connector.client import RmqClient, RmqError
+from rmq.connector.client import MessageQueue, RmqClient, RmqError
 from rmq.connector.pull_consumer import PullConsumer
 from rmq.connector.push_consumer import PushConsumer
 from rmq.subscription import MessageSelector
 from rmq.v1 import rmq_pb2
+from tests.acl_accounts import ADMIN, CONSUMER, acl_text
 from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker
-
-ADMIN = ("admin01", "admin-secret-0001")
-READER = ("reader01", "reader-secret-001")   # SUB on topic orders, SUB on group etl only
-ACL = f"""\
-accounts:
-  - accessKey: {ADMIN[0]}
-    secretKey: "{ADMIN[1]}"
-    admin: true
-  - accessKey: {READER[0]}
-    secretKey: "{READER[1]}"
-    topicPerms: ["orders=SUB"]
-    groupPerms: ["etl=SUB"]
-"""
 
 
 def ok(messages: object, context: object) -> None:
@@ -41,7 +29,7 @@ def ok(messages: object, context: object) -> None:
 @pytest.fixture(scope="module")
 def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
     directory = tmp_path_factory.mktemp("acl-broker")
-    acl = AclFile(write_acl(directory / "acl.yml", ACL))
+    acl = AclFile(write_acl(directory / "acl.yml", acl_text()))
     broker = InProcessBroker(directory / "store", ServerSecurity(acl)).start()
     with RmqClient(broker.address, access_key=ADMIN[0], secret_key=ADMIN[1]) as admin:
         admin.create_topic("orders", queues=2)
@@ -78,7 +66,7 @@ def test_rmq_consume_with_an_illegal_group_is_one_line(capsys: pytest.CaptureFix
 
 
 def test_start_raises_without_sub_permission_on_the_group(acl_broker: InProcessBroker) -> None:
-    with RmqClient(acl_broker.address, access_key=READER[0], secret_key=READER[1]) as client:
+    with RmqClient(acl_broker.address, access_key=CONSUMER[0], secret_key=CONSUMER[1]) as client:
         push = PushConsumer("other", client.endpoints, client=client)
         push.subscribe("orders")
         push.register_message_listener(ok)
@@ -103,9 +91,9 @@ def test_start_raises_without_sub_permission_on_the_group(acl_broker: InProcessB
 def test_rmq_consume_without_permission_exits_2_at_once(acl_broker: InProcessBroker,
                                                         capsys: pytest.CaptureFixture[str],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RMQ_SECRET_KEY", READER[1])
+    monkeypatch.setenv("RMQ_SECRET_KEY", CONSUMER[1])
     code = cli.main(["consume", "orders", "--group", "other", "--idle-timeout", "20",
-                     "--endpoints", acl_broker.address, "--access-key", READER[0]])
+                     "--endpoints", acl_broker.address, "--access-key", CONSUMER[0]])
     err = capsys.readouterr().err
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and err.startswith("rmq: error: NO_PERMISSION")
@@ -146,3 +134,11 @@ def test_a_pull_refused_for_good_stops_the_consumer(no_sql_broker: InProcessBrok
                 while time.monotonic() < deadline:
                     pull.poll(0.1)
             assert refused.value.code == rmq_pb2.FILTER_NOT_SUPPORTED
+
+
+def test_a_pull_with_an_sql92_selector_is_refused_by_a_broker_without_property_filters(
+        no_sql_broker: InProcessBroker) -> None:
+    with RmqClient(no_sql_broker.address) as client:
+        with pytest.raises(RmqError, match="does not support filtering messages by SQL92"):
+            client.pull(MessageQueue("orders", "broker-a", 0), 0, 32, group="g",
+                        sub_expression=MessageSelector.by_sql("region = 'eu' AND amount BETWEEN 100 AND 500"))

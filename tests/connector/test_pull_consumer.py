@@ -1,4 +1,4 @@
-"""PullConsumer (lite pull) against a real broker: TV-18's loop, assign + seek + poll +
+"""PullConsumer (lite pull) against a whole broker in this process: TV-18's loop, assign + seek + poll +
 commit, pause/resume, two group members splitting 8 queues, and auto-commit across a
 restart resuming with no gap."""
 
@@ -13,20 +13,17 @@ from rmq.connector.client import MessageQueue, OutgoingMessage, PullStatus, RmqC
 from rmq.connector.message import MessageExt
 from rmq.connector.pull_consumer import PullConsumer
 from rmq.subscription import MessageSelector
-from testing import processes
-
-pytestmark = pytest.mark.integration
+from tests.broker_server.in_process_broker import InProcessBroker, running_broker
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[processes.ServerProcess]:
-    server = processes.broker(tmp_path_factory.mktemp("pull-consumer")).start()
-    yield server
-    server.stop()
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
+    with running_broker(tmp_path_factory.mktemp("pull-consumer"), flush="sync") as server:
+        yield server
 
 
 @pytest.fixture
-def client(broker: processes.ServerProcess) -> Iterator[RmqClient]:
+def client(broker: InProcessBroker) -> Iterator[RmqClient]:
     with RmqClient(broker.address) as rmq_client:
         yield rmq_client
 
@@ -63,7 +60,7 @@ def test_tv18_pull_loop(client: RmqClient) -> None:
     assert statuses == [(PullStatus.FOUND, 32), (PullStatus.FOUND, 40), (PullStatus.NO_NEW_MSG, 40)]
 
 
-def test_assign_seek_poll_commit(broker: processes.ServerProcess, client: RmqClient) -> None:
+def test_assign_seek_poll_commit(broker: InProcessBroker, client: RmqClient) -> None:
     [mq] = fill(client, "Assigned", 1, 40)
     consumer = PullConsumer("GA", broker.address, auto_commit=False)
     consumer.assign([mq])
@@ -93,7 +90,7 @@ def test_assign_seek_poll_commit(broker: processes.ServerProcess, client: RmqCli
         consumer.shutdown()
 
 
-def test_two_members_split_eight_queues(broker: processes.ServerProcess, client: RmqClient) -> None:
+def test_two_members_split_eight_queues(broker: InProcessBroker, client: RmqClient) -> None:
     fill(client, "Split", 8, 10)
     members = [PullConsumer("GS", broker.address, consume_from="first", instance_name=f"m{i}",
                             rebalance_interval_s=1.0) for i in range(2)]
@@ -113,7 +110,7 @@ def test_two_members_split_eight_queues(broker: processes.ServerProcess, client:
             member.shutdown()
 
 
-def test_auto_commit_resumes_after_a_restart_with_no_gap(broker: processes.ServerProcess,
+def test_auto_commit_resumes_after_a_restart_with_no_gap(broker: InProcessBroker,
                                                          client: RmqClient) -> None:
     fill(client, "Resume", 2, 100)
     first = PullConsumer("GR", broker.address, consume_from="first", auto_commit_interval_s=0.1,
@@ -135,7 +132,7 @@ def test_auto_commit_resumes_after_a_restart_with_no_gap(broker: processes.Serve
     assert set(seen) | set(again) == {f"{q}-{i}".encode() for q in range(2) for i in range(100)}
 
 
-def test_subscribe_with_an_sql92_selector(broker: processes.ServerProcess, client: RmqClient) -> None:
+def test_subscribe_with_an_sql92_selector(broker: InProcessBroker, client: RmqClient) -> None:
     client.create_topic("Selected", 2)
     client.send("Selected", [OutgoingMessage(f"m{i}".encode(), properties={"amount": str(i)})
                              for i in range(10)])

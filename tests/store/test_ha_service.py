@@ -152,3 +152,24 @@ def test_a_slave_refuses_bytes_that_do_not_continue_its_commit_log(stores, shift
     assert commit_log_bytes(slave) == held
     slave.append_replicated(end, data)   # the same bytes where they belong are taken
     assert commit_log_bytes(slave) == commit_log_bytes(master)
+
+
+@pytest.mark.parametrize("flush", [FlushDiskType.ASYNC, FlushDiskType.SYNC])
+def test_a_put_in_flight_when_the_master_is_fenced_is_never_acknowledged_ok(stores, flush: FlushDiskType
+                                                                              ) -> None:
+    """Controller mode: the heartbeat answer naming a newer master fences the store while a put
+    waits for its slave; the slave's acknowledgement arriving after the fence does not make it
+    OK (the new master never held those bytes; this member drops them when it rejoins)."""
+    master = stores("master", BrokerRole.SYNC_MASTER, flush_disk_type=flush, sync_flush_timeout_ms=5000)
+    connection = master.ha_service.connect_slave("127.0.0.1:1", master.get_commit_log_max_offset())
+
+    def fence_then_ack() -> None:
+        master.fence()
+        master.ha_service.slave_acked(connection, 1 << 40)
+
+    fencer = threading.Timer(0.05, fence_then_ack)
+    fencer.start()
+    in_flight = master.put_message(message())
+    fencer.join()
+    assert in_flight.status is not PutMessageStatus.PUT_OK
+    assert master.put_message(message()).status is PutMessageStatus.SERVICE_NOT_AVAILABLE

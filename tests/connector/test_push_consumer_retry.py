@@ -1,8 +1,9 @@
-"""PushConsumer against a real broker with short delay levels: failed messages come back
-through the retry topic at the delay levels with growing reconsume_times and end in the DLQ
-intact; `rmq dlq list/resend` show and re-publish them; raising, returning None and running
-past the consume timeout are retried; flow control bounds a slow listener's ProcessQueue;
-broadcasting consumers each get everything and resume from their local offset files."""
+"""PushConsumer against a whole broker (in this process, over gRPC) with short delay levels:
+failed messages come back through the retry topic at the delay levels with growing
+reconsume_times and end in the DLQ intact; `rmq dlq list/resend` show and re-publish them;
+raising, returning None and running past the consume timeout are retried; flow control bounds
+a slow listener's ProcessQueue; broadcasting consumers each get everything and resume from
+their local offset files."""
 
 from __future__ import annotations
 
@@ -26,8 +27,7 @@ from rmq.connector import ConsumeConcurrentlyStatus, Message, MessageExt, Produc
 from rmq.connector.client import RmqClient
 from rmq.connector.message_listener import ConsumeConcurrentlyContext
 from rmq.subscription import MessageSelector
-from testing import processes
-from tests.broker_server.in_process_broker import InProcessBroker
+from tests.broker_server.in_process_broker import InProcessBroker, running_broker
 from tests.waiting import wait_until
 
 GROUP = "g-retry"
@@ -37,17 +37,15 @@ LATER = ConsumeConcurrentlyStatus.RECONSUME_LATER
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[processes.ServerProcess]:
-    """One broker for the module (each test has its own topic and group)."""
-    path = tmp_path_factory.mktemp("push-retry")
-    config = path / "broker.yaml"
-    config.write_text('message_delay_level: "1s 1s 1s 1s 1s"\n')  # every retry level waits 1 s
-    server = processes.broker(path, extra=["--config", str(config)]).start()
-    with RmqClient(server.address) as client:
-        for topic, queues in (("T", 2), ("Slow", 1), ("Bc", 2), ("Sql", 2)):
-            client.create_topic(topic, queues)
-    yield server
-    server.stop()
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
+    """One whole broker in this process for the module (each test has its own topic and group),
+    every retry level waiting 1 s."""
+    with running_broker(tmp_path_factory.mktemp("push-retry"), flush="sync",
+                        message_delay_level="1s 1s 1s 1s 1s") as server:
+        with RmqClient(server.address) as client:
+            for topic, queues in (("T", 2), ("Slow", 1), ("Bc", 2), ("Sql", 2)):
+                client.create_topic(topic, queues)
+        yield server
 
 
 def rmq_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -86,7 +84,7 @@ class Recorder:
             return [times for times, _, _ in self.seen[body]]
 
 
-def test_retry_levels_dlq_and_resend(broker: processes.ServerProcess) -> None:
+def test_retry_levels_dlq_and_resend(broker: InProcessBroker) -> None:
     recorder = Recorder()
     consumer = PushConsumer(
         GROUP, broker.address, consume_from="first", max_reconsume_times=3, consume_timeout_minutes=0.02
@@ -140,13 +138,13 @@ def test_retry_levels_dlq_and_resend(broker: processes.ServerProcess) -> None:
         assert recorder.attempts(b"fail") == [0, 1, 2, 3, 0, 0]
 
 
-def dead_letters(broker: processes.ServerProcess) -> list[dict]:
+def dead_letters(broker: InProcessBroker) -> list[dict]:
     listed = rmq_cli("dlq", "list", GROUP, "--json", "--endpoints", broker.address)
     assert listed.returncode == 0, listed.stderr
     return json.loads(listed.stdout)
 
 
-def test_flow_control_bounds_a_slow_listeners_process_queue(broker: processes.ServerProcess) -> None:
+def test_flow_control_bounds_a_slow_listeners_process_queue(broker: InProcessBroker) -> None:
     with Producer(broker.address) as producer:
         producer.send([Message("Slow", b"x") for _ in range(120)])
     consumed = []
@@ -177,7 +175,7 @@ def test_flow_control_bounds_a_slow_listeners_process_queue(broker: processes.Se
 
 
 def test_broadcasting_each_gets_everything_and_resumes(
-    broker: processes.ServerProcess, tmp_path: Path
+    broker: InProcessBroker, tmp_path: Path
 ) -> None:
     received: dict[str, list[bytes]] = defaultdict(list)
 
@@ -216,7 +214,7 @@ def test_broadcasting_each_gets_everything_and_resumes(
     assert len(set(received["b1"])) == 40
 
 
-def test_sql92_subscription_gets_only_matching_messages(broker: processes.ServerProcess) -> None:
+def test_sql92_subscription_gets_only_matching_messages(broker: InProcessBroker) -> None:
     got: list[bytes] = []
     consumer = PushConsumer("g-sql", broker.address, consume_from="first")
     consumer.subscribe("Sql", MessageSelector.by_sql("region = 'eu' AND amount > 100"))

@@ -1,34 +1,28 @@
-"""One real `rmq broker` process shared by the module (each test uses its own topic):
-produce/pull round trips, every reachable pull status with its nextBeginOffset correction,
-consumer offsets, topic offsets, and hostile requests."""
+"""One whole broker (in this process, served over gRPC on a loopback port) shared by the module
+(each test uses its own topic): produce/pull round trips, every reachable pull status with its
+nextBeginOffset correction, consumer offsets, topic offsets, and hostile requests."""
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
-import grpc
 import pytest
 
-from integration_tests.rmq_stubs import Stubs, decode
 from rmq import message_format as mf
 from rmq.v1 import rmq_pb2
-from testing import processes
-
-pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[processes.ServerProcess]:
-    server = processes.broker(tmp_path_factory.mktemp("messaging")).start()
-    yield server
-    assert server.stop() == 0
+from tests.broker_server.in_process_broker import InProcessBroker, running_broker
+from tests.rmq_stubs import Stubs, decode
 
 
 @pytest.fixture(scope="module")
-def rmq(broker: processes.ServerProcess) -> Iterator[Stubs]:
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
+    with running_broker(tmp_path_factory.mktemp("messaging"), flush="sync") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def rmq(broker: InProcessBroker) -> Iterator[Stubs]:
     stubs = Stubs.connect(broker.address)
     yield stubs
     stubs.close()
@@ -335,32 +329,6 @@ def test_query_message_by_key(rmq: Stubs) -> None:
     assert found.status.code == rmq_pb2.OK and sorted(m.body for m in decode(found)) == [b"a", b"b"]
 
 
-def test_garbage_and_malformed_requests_never_crash_the_broker(
-    rmq: Stubs, broker: processes.ServerProcess
-) -> None:
-    host, _, port = broker.address.rpartition(":")
-    for garbage in (b"\x00" * 64, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", bytes(range(256)) * 8):
-        with socket.create_connection((host, int(port)), timeout=5) as connection:
-            connection.sendall(garbage)
-            connection.settimeout(2)
-            try:
-                connection.recv(1024)
-            except (TimeoutError, ConnectionError):
-                pass
-    raw = rmq.channel.unary_unary(
-        "/rmq.v1.MessagingService/PullMessage",
-        request_serializer=lambda data: data,
-        response_deserializer=lambda data: data,
-    )
-    with pytest.raises(grpc.RpcError) as error:
-        raw(b"\xff\xff\xff\xff not a protobuf", timeout=5)
-    assert "Error parsing message with type 'rmq.v1.PullMessageRequest'" in error.value.details()
-    wrong_type = rmq_pb2.ListTopicsResponse(topics=[rmq_pb2.TopicConfig(topic_name="t")]).SerializeToString()
-    assert raw(wrong_type, timeout=5) is not None  # decodes as some PullMessageRequest: a clear status
-    assert broker.process.poll() is None
-    assert rmq.route.ListBrokers(rmq_pb2.ListBrokersRequest(), timeout=5).status.code == rmq_pb2.OK
-
-
 def test_membership_calls_validate_their_fields(rmq: Stubs) -> None:
     heartbeat = rmq.messaging.Heartbeat(rmq_pb2.HeartbeatRequest(client_id="", consumer_group="g"))
     assert (
@@ -376,7 +344,3 @@ def test_membership_calls_validate_their_fields(rmq: Stubs) -> None:
     )
     lock = rmq.messaging.LockBatchMQ(rmq_pb2.LockBatchRequest(consumer_group="g", client_id=""))
     assert lock.status.code == rmq_pb2.ILLEGAL_ARGUMENT
-
-
-def test_store_dir_is_listed_in_the_ready_line(broker: processes.ServerProcess, tmp_path: Path) -> None:
-    assert "rmq broker broker-a listening on " + broker.address in broker.log()

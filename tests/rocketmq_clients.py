@@ -1,17 +1,22 @@
 """Helpers for driving the official RocketMQ 5 Python client (`rocketmq-python-client`) against
-real rmq brokers: start-up and shutdown bounded in time (the client runs background threads and
-can hang on shutdown when a server misbehaves, spec rocketmq-v2-protocol.md §3), messages
-built in one call, and polling loops with a deadline."""
+rmq brokers (in this process or real processes): start-up and shutdown bounded in time (the
+client runs background threads and can hang on shutdown when a server misbehaves, spec
+rocketmq-v2-protocol.md §3), messages built in one call, polling loops with a deadline, the
+broker settings its tests share and a topic of each test's own."""
 
 from __future__ import annotations
 
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import pytest
+
+from rmq.connector.client import MessageQueue, RmqClient
+from rmq.connector.spark.message_decoder import decode
 
 rocketmq = pytest.importorskip("rocketmq")
 from rocketmq.grpc_protocol import FilterType  # noqa: E402, F401  (after the skip; re-exported)
@@ -19,6 +24,26 @@ from rocketmq.v5.exception.client_exception import ForbiddenException  # noqa: E
 
 T = TypeVar("T")
 CLIENT_CALL_TIMEOUT_S = 20.0
+
+# The broker of these tests (each test has its own topic and groups): retries 1 s apart, the DLQ
+# after 3 deliveries, group g-fifo consuming in order, open transactions checked back after 1 s,
+# receives may ask for an invisibility of 2 s (not 10 s: an expired invisibility is waited out).
+MIN_INVISIBLE_S = 2
+BROKER_SETTINGS = {
+    "message_delay_level": " ".join(["1s"] * 18), "retry_max_times": 2, "fifo_consumer_groups": "g-fifo",
+    "transaction_timeout_ms": 1000, "transaction_check_interval_ms": 1000,
+    "min_invisible_ms": MIN_INVISIBLE_S * 1000,
+}
+FORGOTTEN_S = 6   # the invisibility of a delivery never acknowledged: it comes back after it
+
+
+def topic_of_the_test(address: str, request: pytest.FixtureRequest) -> str:
+    """A topic with 4 queues of the test's own, named after it."""
+    readable = "".join(c if c.isalnum() else "-" for c in request.node.name.removeprefix("test_"))[:40]
+    name = f"{readable}-{zlib.crc32(request.node.name.encode()):08x}"
+    with RmqClient(address) as client:
+        client.create_topic(name, queues=4)
+    return name
 
 
 def bounded(call: Callable[[], T], timeout: float = CLIENT_CALL_TIMEOUT_S, what: str = "") -> T:
@@ -95,3 +120,24 @@ def wait_for(condition: Callable[[], bool], timeout: float = 30.0, interval: flo
             return True
         time.sleep(interval)
     return condition()
+
+
+def simple_consumer(address: str, topic: str, group: str, expression: str = "*", await_s: int = 2):
+    return rocketmq.SimpleConsumer(configuration(address), group,
+                                   {topic: rocketmq.FilterExpression(expression)}, await_duration=await_s)
+
+
+def send_all(address: str, messages: list) -> list:
+    with started(rocketmq.Producer(configuration(address), tuple({m.topic for m in messages}))) as producer:
+        return [bounded(lambda m=m: producer.send(m), what="send") for m in messages]
+
+
+def pulled(address: str, topic: str, account: tuple[str, str] | None = None) -> list[dict]:
+    """Every message of `topic` through rmq.v1 PullMessage, decoded as the Spark source does."""
+    rows = []
+    access_key, secret_key = account or (None, None)
+    with RmqClient(address, access_key=access_key, secret_key=secret_key) as client:
+        for queue_id in range(4):
+            result = client.pull(MessageQueue(topic, "broker-a", queue_id), 0, 100, group="v1-reader")
+            rows += decode(result.messages, "broker-a").to_pylist()
+    return rows

@@ -28,6 +28,10 @@ class RequestCode(enum.IntEnum):
     GET_CONSUMER_RUNNING_INFO = 307
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
+    CANCEL_REQUEST = 32001  # rmq's own (oneway): end the request whose opaque it names, unanswered
+
+
+CANCELLED_OPAQUE = "opaque"  # CANCEL_REQUEST's one header field
 
 
 class ResponseCode(enum.IntEnum):
