@@ -480,7 +480,8 @@ class RmqClient:
     def pull_async(self, mq: MessageQueue, offset: int, max_messages: int, *, group: str,
                    callback: Callable[[PullResult | None, RmqError | None], None],
                    sub_expression: str | MessageSelector = "*", suspend_timeout_ms: int = 0,
-                   commit_offset: int | None = None) -> grpc.Future | RemotingCall:
+                   commit_offset: int | None = None
+                   ) -> grpc.Future[rmq_pb2.PullMessageResponse] | RemotingCall:
         """`pull` without blocking (RocketMQ's async pull): `callback(result, None)` or
         `callback(None, error)` runs on a client thread when the answer arrives. An unknown
         broker raises RmqUnavailable at once. The returned call's `cancel()` ends the pull
@@ -519,7 +520,7 @@ class RmqClient:
             return pulling
         future = self._connection(address).messaging.PullMessage.future(request, timeout=deadline)
 
-        def done(call: grpc.Future) -> None:
+        def done(call: grpc.Future[rmq_pb2.PullMessageResponse]) -> None:
             try:
                 response = call.result()
             except grpc.RpcError as error:
