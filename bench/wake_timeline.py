@@ -26,7 +26,9 @@ from bench.broker_bench import LONG_POLL_SUSPEND_MS, SETTLE_S
 from bench.environment import FLUSH, Environment, Scale, _running
 from bench.harness import wake_latency_ms
 from bench.workload import GROUP, body_of, single_queue
-from rmq.broker_server import long_polling, messaging_service, pull_message_processor, send_message_processor
+from rmq.broker_server.long_polling import pull_request_hold_service as long_polling
+from rmq.broker_server.processors import pull_message_processor, send_message_processor
+from rmq.broker_server.rmq_v1 import messaging_service
 from rmq.cli.main import main as rmq_main
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.store import message_store

@@ -13,28 +13,17 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import grpc
 import pyarrow as pa
 
-from rmq.broker_server.admin_service import AdminService
-from rmq.broker_server.broker_outer_api import BrokerOuterAPI
-from rmq.broker_server.broker_stats import BrokerStatsManager
 from rmq.broker_server.config import BrokerConfig
-from rmq.broker_server.consumer_ids_watch import ConsumerIdsWatchService
-from rmq.broker_server.consumer_manager import ConsumerManager, ConsumerTableLimits
-from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
-from rmq.broker_server.consumer_send_msg_back import ConsumerSendMsgBackProcessor
-from rmq.broker_server.delay_levels import parse_delay_levels
 from rmq.broker_server.errors import UserError
-from rmq.broker_server.filter_executor import FilterExecutor
-from rmq.broker_server.flight_service import FlightReadService, FlightStreamSlots
-from rmq.broker_server.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
-from rmq.broker_server.long_polling import PullRequestHoldService
+from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
 from rmq.broker_server.memory_tuning import keep_freed_memory
-from rmq.broker_server.messaging_service import MessagingService
-from rmq.broker_server.metrics import (
+from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
+from rmq.broker_server.metrics.collectors import (
     BoundedTables,
     BrokerCollector,
     BrokerFigures,
@@ -42,24 +31,35 @@ from rmq.broker_server.metrics import (
     broker_node_id,
     serve_metrics,
 )
-from rmq.broker_server.pull_message_processor import PullLimits, PullMessageProcessor
-from rmq.broker_server.pull_response_budget import PullResponseBudget
-from rmq.broker_server.rebalance_lock_manager import LOCKS_FILE, RebalanceLockManager
+from rmq.broker_server.name_server.broker_outer_api import BrokerOuterAPI
+from rmq.broker_server.offsets.consumer_ids_watch import ConsumerIdsWatchService
+from rmq.broker_server.offsets.consumer_manager import ConsumerManager, ConsumerTableLimits
+from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.offsets.rebalance_lock_manager import LOCKS_FILE, RebalanceLockManager
+from rmq.broker_server.processors.consumer_send_msg_back import ConsumerSendMsgBackProcessor
+from rmq.broker_server.processors.delay_levels import parse_delay_levels
+from rmq.broker_server.processors.filter_executor import FilterExecutor
+from rmq.broker_server.processors.pull_message_processor import PullLimits, PullMessageProcessor
+from rmq.broker_server.processors.pull_response_budget import PullResponseBudget
+from rmq.broker_server.processors.schedule_message_service import ScheduleMessageService
+from rmq.broker_server.processors.send_message_processor import SendMessageProcessor
+from rmq.broker_server.processors.store_executor import StoreExecutor
+from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.remoting.remoting_server import RemotingServer
 from rmq.broker_server.remoting.service import build_broker_remoting
-from rmq.broker_server.replication import Replication
+from rmq.broker_server.replication.broker_group import Replication
+from rmq.broker_server.rmq_v1.admin_service import AdminService
+from rmq.broker_server.rmq_v1.flight_service import FlightReadService, FlightStreamSlots
+from rmq.broker_server.rmq_v1.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
+from rmq.broker_server.rmq_v1.messaging_service import MessagingService
+from rmq.broker_server.rmq_v1.route_service import BrokerRouteService
 from rmq.broker_server.rocketmq_v2.messaging_service import RocketMQv2MessagingService
 from rmq.broker_server.rocketmq_v2.service import build_service as build_rocketmq_v2_service
 from rmq.broker_server.rocketmq_v2.telemetry import consumer_connection as rocketmq_v2_connection
-from rmq.broker_server.route_service import BrokerRouteService
-from rmq.broker_server.schedule_message_service import ScheduleMessageService
-from rmq.broker_server.send_message_processor import SendMessageProcessor
-from rmq.broker_server.server_security import ServerSecurity
-from rmq.broker_server.store_executor import StoreExecutor
-from rmq.broker_server.topic_config_manager import TopicConfigManager
+from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.request_signing import broker_server_id
 from rmq.rocketmq_v2 import add_messaging_service as add_rocketmq_v2_service
-from rmq.store import BrokerRole, FlushDiskType, MessageStore, MessageStoreConfig, StoreError
+from rmq.store import DispatchRequest, MessageStore, MessageStoreConfig, StoreError
 from rmq.store.private_files import SERVER_UMASK
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
@@ -83,12 +83,12 @@ def open_store(config: BrokerConfig) -> MessageStore:
     try:
         store_config = MessageStoreConfig(
             store_dir=config.store_path,
-            flush_disk_type=FlushDiskType.SYNC if config.flush == "sync" else FlushDiskType.ASYNC,
+            flush_disk_type=config.flush,
             # 4.x consumers send a failed message back to the broker its store host names
             broker_address=store_host(config.remoting_address or config.broker_address),
-            broker_role=BrokerRole[config.broker_role],
+            broker_role=config.broker_role,
             max_message_size=config.max_message_size,
-            **config.store,
+            **cast(dict[str, Any], config.store),   # checked against the fields (check_store_settings)
         )
     except TypeError as error:
         raise UserError(f"store settings in the config file: {error}") from None
@@ -104,7 +104,7 @@ class BrokerController:
         """`clock`: the wall clock (seconds) of the timer-driven services: delay levels and
         RocketMQ 5 invisibility (a test gives its own). `truncate_to`: controller mode, the
         CommitLog offset this member drops bytes from before it replicates
-        (rmq.broker_server.replicas_manager)."""
+        (rmq.broker_server.replication.replicas_manager)."""
         self.config = config
         self.security = security
         self.clock = clock
@@ -181,7 +181,7 @@ class BrokerController:
             self.outer_api.register_soon,
             self.stats,
         )
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self.rocketmq_v2: RocketMQv2MessagingService | None = None
         self.flight: FlightReadService | None = None
         self.remoting: RemotingServer | None = None
@@ -203,13 +203,13 @@ class BrokerController:
         except (StoreError, ValueError) as error:
             raise UserError(f"cannot start broker on {self.config.store_path}: {error}") from None
 
-    def _on_dispatch(self, request) -> None:
+    def _on_dispatch(self, request: DispatchRequest) -> None:
         self.hold_service.on_dispatch(
             request.topic, request.queue_id, request.consume_queue_offset, request.tags_code
         )
         self.schedule_service.on_dispatch(request.topic, request.queue_id)
 
-    def build_server(self):
+    def build_server(self) -> grpc.aio.Server:
         server = create_server(self.config.listen, self.config.grpc_max_message_bytes, self.security,
                                broker_server_id(self.config.broker_name, self.config.broker_id))
         messaging = MessagingService(
@@ -249,7 +249,8 @@ class BrokerController:
         self.replication.add_to_server(server)
         self.rocketmq_v2 = build_rocketmq_v2_service(
             self.config, self.store, self.executor, self.topics, self.offsets, self.hold_service,
-            self.pull_processor, self.security.open_client_channel, self.outer_api.register_soon, self.clock)
+            self.send_processor, self.pull_processor, self.send_back_processor,
+            self.security.open_client_channel, self.outer_api.register_soon, self.clock)
         add_rocketmq_v2_service(self.rocketmq_v2, server)
         self.remoting = build_broker_remoting(self.config, self.security, messaging, self.topics,
                                               self.consumers, self.rocketmq_v2.transactions)
@@ -311,7 +312,8 @@ class BrokerController:
         config = self.config
         print(
             f"rmq broker {config.broker_name} listening on {config.listen} "
-            f"(store {config.store_path}, flush {config.flush}, {config.broker_role} id {config.broker_id})",
+            f"(store {config.store_path}, flush {config.flush.value}, {config.broker_role.value} "
+            f"id {config.broker_id})",
             flush=True,
         )
         return server
@@ -369,7 +371,7 @@ class BrokerController:
     async def _persist_offsets(self) -> None:
         await self.executor.run(self.offsets.persist)
 
-    async def shutdown(self, server) -> None:
+    async def shutdown(self, server: grpc.aio.Server) -> None:
         log.info("shutting down broker %s", self.config.broker_name)
         self.hold_service.shutdown()
         self.watches.end_all()
@@ -394,7 +396,7 @@ class BrokerController:
         log.info("broker %s stopped", self.config.broker_name)
 
 
-def _every(interval_ms: int, action: Callable) -> asyncio.Task:
+def _every(interval_ms: int, action: Callable[[], object]) -> asyncio.Task[None]:
     async def repeat() -> None:
         while True:
             await asyncio.sleep(interval_ms / 1000)

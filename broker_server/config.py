@@ -8,16 +8,18 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
-from rmq.broker_server.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
 from rmq.broker_server.errors import UserError
-from rmq.store import MessageStoreConfig
+from rmq.broker_server.processors.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
+from rmq.store import BrokerRole, FlushDiskType, MessageStoreConfig
 
 MiB = 1024 * 1024
 FLIGHT_OFF = "off"
+StoreValue = int | float | str | bool   # a `store:` setting (a MessageStoreConfig field's value)
+E = TypeVar("E", BrokerRole, FlushDiskType)
 
 
 @dataclass
@@ -26,7 +28,7 @@ class BrokerConfig:
     store_dir: str = "~/.rmq/store"
     broker_name: str = "broker-a"
     broker_id: int = 0  # 0: the group's master; 1..: a slave (RocketMQ brokerId)
-    broker_role: str = "ASYNC_MASTER"  # ASYNC_MASTER | SYNC_MASTER | SLAVE (docs/replication.md)
+    broker_role: BrokerRole = BrokerRole.ASYNC_MASTER  # given as its name, e.g. SLAVE (docs/replication.md)
     master: str = ""  # slaves: HOST:PORT of the group's master
     slave_synchronize_interval_ms: int = 10000  # slaves copy topics and offsets from the master
     cluster_secret_file: str = ""  # the broker group's shared secret (docs/replication.md); every member
@@ -34,9 +36,9 @@ class BrokerConfig:
     cluster_name: str = "DefaultCluster"  # brokerClusterName: a controller refuses other clusters' members
     controller_heartbeat_interval_ms: int = 1000  # controller mode: heartbeat period
     namesrv: str = ""  # name server addresses, comma-separated
-    flush: str = "async"  # RocketMQ's default flushDiskType is ASYNC_FLUSH
+    flush: FlushDiskType = FlushDiskType.ASYNC  # "sync" | "async" (RocketMQ's default is ASYNC_FLUSH)
     advertise_address: str = ""  # address registered with the name server (default: listen)
-    store: dict[str, Any] = field(default_factory=dict)  # extra MessageStoreConfig fields
+    store: dict[str, StoreValue] = field(default_factory=dict)  # extra MessageStoreConfig fields
     max_message_size: int = 4 * MiB  # whole record (maxMessageSize)
     max_pull_messages: int = 32768  # larger PullMessage.max_messages are clamped
     default_pull_max_bytes: int = 8 * MiB  # PullMessage.max_bytes = 0
@@ -98,6 +100,11 @@ class BrokerConfig:
     remoting_max_request_bytes: int = 256 * MiB  # request frames read and not yet answered, in all
     remoting_max_request_bytes_per_connection: int = 64 * MiB  # the same, on one connection
 
+    def __post_init__(self) -> None:
+        """Role and flush given as text (a config file, a flag, a test) become their enums."""
+        self.broker_role = _enum_setting("role", BrokerRole, self.broker_role)
+        self.flush = _enum_setting("flush", FlushDiskType, self.flush)
+
     @property
     def store_path(self) -> Path:
         return Path(self.store_dir).expanduser()
@@ -141,8 +148,7 @@ class BrokerConfig:
             check_address("advertise_address", self.advertise_address)
         for address in self.namesrv_addresses:
             check_address("namesrv", address)
-        if self.flush not in ("sync", "async"):
-            raise UserError(f"flush must be 'sync' or 'async', not {self.flush!r}")
+        check_store_settings("store", self.store)
         if not self.broker_name or not all(c.isalnum() or c in "_-." for c in self.broker_name):
             raise UserError(
                 f"broker name {self.broker_name!r} may only contain letters, digits, '_', '-' and '.'"
@@ -160,23 +166,20 @@ class BrokerConfig:
             raise UserError(f"message_delay_level: {error}") from None
 
     def _validate_role(self) -> None:
-        roles = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
-        if self.broker_role not in roles:
-            raise UserError(f"role must be one of {', '.join(roles)}, not {self.broker_role!r}")
         if self.controller:
             check_address("controller", self.controller)
-            if self.broker_role == "SLAVE" or self.master:
+            if self.broker_role is BrokerRole.SLAVE or self.master:
                 raise UserError("with --controller the controller assigns master and slaves: --role names "
                                 "the master's mode (SYNC_MASTER or ASYNC_MASTER), and --master is not given")
             return
-        if self.broker_role == "SLAVE":
+        if self.broker_role is BrokerRole.SLAVE:
             if self.broker_id < 1:
                 raise UserError(f"a SLAVE needs a broker id of 1 or more, not {self.broker_id}")
             if not self.master:
                 raise UserError("a SLAVE needs --master HOST:PORT (its broker group's master)")
             check_address("master", self.master)
         elif self.broker_id != 0 or self.master:
-            raise UserError(f"a {self.broker_role} has broker id 0 and no --master "
+            raise UserError(f"a {self.broker_role.value} has broker id 0 and no --master "
                             f"(got id {self.broker_id}{', master ' + self.master if self.master else ''})")
 
 
@@ -209,7 +212,7 @@ class NameServerConfig:
         _check_positive_ints(self)
 
 
-def load_config(config_class: type, path: str | None, overrides: dict[str, Any]):
+def load_config(config_class: type[C], path: str | None, overrides: dict[str, Any]) -> C:
     """`config_class` built from the file at `path` (YAML or JSON), then `overrides` (flags
     given on the command line, None meaning not given), validated."""
     values = read_config_file(path) if path else {}
@@ -224,6 +227,9 @@ def load_config(config_class: type, path: str | None, overrides: dict[str, Any])
     config = config_class(**values)
     config.validate()
     return config
+
+
+C = TypeVar("C", BrokerConfig, NameServerConfig)
 
 
 def read_config_file(path: str) -> dict[str, Any]:
@@ -245,14 +251,28 @@ def read_config_file(path: str) -> dict[str, Any]:
     return content
 
 
+def _enum_setting(name: str, kind: type[E], value: E | str) -> E:
+    """`value` as a member of `kind` (given as the member or its value); UserError naming `name`
+    and the choices otherwise."""
+    if isinstance(value, kind):
+        return value
+    try:
+        return kind(value)
+    except ValueError:
+        choices = [member.value for member in kind]
+        listed = " or ".join(map(repr, choices)) if len(choices) == 2 else "one of " + ", ".join(choices)
+        raise UserError(f"{name} must be {listed}, not {value!r}") from None
+
+
 def check_address(name: str, address: str) -> None:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise UserError(f"{name} must be HOST:PORT with a port from 1 to 65535, not {address!r}")
 
 
-def _check_type(name: str, spec: dataclasses.Field, value: Any) -> None:
-    expected = {"int": int, "float": float, "bool": bool, "str": str}.get(str(spec.type), dict)
+def _check_type(name: str, spec: dataclasses.Field[Any], value: Any) -> None:
+    types = {"int": int, "float": float, "bool": bool, "str": str, "BrokerRole": str, "FlushDiskType": str}
+    expected = types.get(str(spec.type), dict)
     number = expected in (int, float) and not isinstance(value, bool)
     if number and isinstance(value, int | float if expected is float else int):
         return

@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rmq.broker_server.store_executor import StoreExecutor
+from rmq.broker_server.processors.store_executor import StoreExecutor
+from rmq.store.private_files import append_durably, make_dirs, write_durably
 
 log = logging.getLogger(__name__)
 Entry = dict[str, Any]
@@ -82,22 +82,8 @@ class Journal:
         self._lines = len(snapshot)
 
     def _append(self, lines: list[str]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as journal:
-            journal.write("".join(lines))
-            journal.flush()
-            os.fsync(journal.fileno())
+        make_dirs(self.path.parent)
+        append_durably(self.path, "".join(lines).encode())
 
     def _rewrite(self, lines: list[str]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_suffix(".tmp")
-        with open(temporary, "w", encoding="utf-8") as journal:
-            journal.write("".join(lines))
-            journal.flush()
-            os.fsync(journal.fileno())
-        os.replace(temporary, self.path)
-        directory = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        write_durably(self.path, "".join(lines).encode())

@@ -1,16 +1,16 @@
 """`rmq namesrv` and `rmq broker`: flags in docs/manual/cli.md; a YAML or JSON `--config` file holds
 the other settings (keys named as in rmq.broker_server.config), flags given on the command line
-win over the file. Both take the security flags of rmq.broker_server.server_security (--acl,
+win over the file. Both take the security flags of rmq.broker_server.security.server_security (--acl,
 --tls-*)."""
 
 from __future__ import annotations
 
 import argparse
 
-from rmq.broker_server import server_security
 from rmq.broker_server.config import BrokerConfig, NameServerConfig, load_config
-from rmq.broker_server.grpc_server import run_until_terminated
-from rmq.broker_server.server_security import ServerSecurity
+from rmq.broker_server.rmq_v1.grpc_server import run_until_terminated
+from rmq.broker_server.security import server_security
+from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.cli.parser import Subcommands
 
 
@@ -73,7 +73,7 @@ def _add_remoting_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def run_namesrv(args: argparse.Namespace) -> int:
-    from rmq.broker_server.name_server import serve_name_server
+    from rmq.broker_server.name_server.namesrv_controller import serve_name_server
 
     config = load_config(NameServerConfig, args.config,
                          {"listen": args.listen, "metrics_listen": args.metrics_listen,
@@ -107,7 +107,7 @@ def run_broker(args: argparse.Namespace) -> int:
     )
     security = ServerSecurity.from_args(args)
     if config.controller:
-        from rmq.broker_server.replicas_manager import serve_in_controller_mode
+        from rmq.broker_server.replication.replicas_manager import serve_in_controller_mode
 
         return run_until_terminated(lambda: serve_in_controller_mode(config, security))
     return run_until_terminated(lambda: BrokerController(config, security).serve())

@@ -71,7 +71,7 @@ def failed_from(status: ConsumeConcurrentlyStatus, ack_index: int, count: int) -
     return 0
 
 
-@dataclass
+@dataclass(slots=True)
 class ConsumeRequest:
     messages: list[MessageExt]
     process_queue: ProcessQueue
@@ -122,8 +122,13 @@ class ConsumeMessageConcurrentlyService:
     def submit_consume_request(self, messages: Sequence[MessageExt], pq: ProcessQueue,
                                mq: MessageQueue, dispatch_to_consume: bool = True) -> None:
         """Every batch goes to the pool (`dispatch_to_consume` is for orderly consumers only)."""
-        for batch in split_batches(messages, self.batch_size):
-            self._submit(ConsumeRequest(batch, pq, mq))
+        submit, size = self._pool.submit, self.batch_size
+        if size == 1:   # RocketMQ's default: one request per message
+            for message in messages:
+                submit(ConsumeRequest([message], pq, mq))
+            return
+        for batch in split_batches(messages, size):
+            submit(ConsumeRequest(batch, pq, mq))
 
     def _submit(self, request: ConsumeRequest) -> None:
         self._pool.submit(request)   # after shutdown the messages stay unacknowledged, consumed again later
@@ -168,7 +173,16 @@ class ConsumeMessageConcurrentlyService:
         """Spec consumer-pull-rebalance §16.3: send back (or drop) the failed part, then commit
         the smallest offset."""
         first_failed = failed_from(status, context.ack_index, len(request.messages))
-        failed = request.messages[first_failed:]
+        if first_failed < len(request.messages):
+            self._handle_failed(request.messages[first_failed:], context, request)
+        offset = request.process_queue.remove_message(request.messages)
+        if offset >= 0 and not request.process_queue.dropped:
+            self.offset_store.update_offset(request.message_queue, offset, increase_only=True)
+
+    def _handle_failed(self, failed: list[MessageExt], context: ConsumeConcurrentlyContext,
+                       request: ConsumeRequest) -> None:
+        """Broadcasting drops the failed messages; clustering sends them back, and those whose
+        send-back failed leave the request (they stay held) to be consumed again in 5 s."""
         if self.broadcasting:
             for message in failed:
                 logger.warning("BROADCASTING, the message consume failed, drop it, %s", message.msg_id)
@@ -182,9 +196,6 @@ class ConsumeMessageConcurrentlyService:
                 request.messages = [m for m in request.messages if id(m) not in failed_ids]
                 self.submit_consume_request_later(ConsumeRequest(back_failed, request.process_queue,
                                                                  request.message_queue))
-        offset = request.process_queue.remove_message(request.messages)
-        if offset >= 0 and not request.process_queue.dropped:
-            self.offset_store.update_offset(request.message_queue, offset, increase_only=True)
 
     def clean_expire_msg(self, process_queues: Iterable[ProcessQueue]) -> None:
         """cleanExpireMsg: send back (level 3) and remove the messages whose listener started

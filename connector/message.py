@@ -116,9 +116,11 @@ def decode_messages(packed: rmq_pb2.PackedMessages, mq: MessageQueue) -> list[Me
     buffer = packed.records
     sizes = struct.unpack(f"<{packed.count}i", packed.sizes)  # little-endian int32 (PackedMessages)
     unpack_header = mf.HEADER.unpack_from
-    topics: dict[bytes, str] = {}
+    body_pos = mf.BODY_POS
+    topics: dict[bytes, tuple[str, bool]] = {}   # raw topic -> (topic, a retry/DLQ copy)
     properties_of: dict[bytes, dict[str, str]] = {}
-    result = []
+    result: list[MessageExt] = []
+    append = result.append
     position = 0
     for size in sizes:
         (
@@ -138,23 +140,27 @@ def decode_messages(packed: rmq_pb2.PackedMessages, mq: MessageQueue) -> list[Me
             _,
             body_length,
         ) = unpack_header(buffer, position)
-        cursor = position + mf.BODY_POS
+        cursor = position + body_pos
         body = buffer[cursor : cursor + body_length]
         cursor += body_length
         end = cursor + 1 + buffer[cursor]
         raw_topic = buffer[cursor + 1 : end]
         properties_end = end + 2 + int.from_bytes(buffer[end : end + 2], "big")
         raw_properties = buffer[end + 2 : properties_end]
-        topic = topics.get(raw_topic) or topics.setdefault(raw_topic, raw_topic.decode())
+        known = topics.get(raw_topic)
+        if known is None:
+            text = raw_topic.decode()
+            known = topics[raw_topic] = (text, retry.is_group_copy_topic(text))
+        topic, group_copy = known
         cached = properties_of.get(raw_properties)
         if cached is None:
             cached = mf.decode_properties(raw_properties.decode())
             if len(properties_of) < _PROPERTIES_CACHE_SIZE:
                 properties_of[raw_properties] = cached
-        properties = dict(cached)
-        if retry.is_group_copy_topic(topic):
+        properties = cached.copy()
+        if group_copy:
             topic = properties.get(retry.PROPERTY_RETRY_TOPIC, topic)
-        result.append(
+        append(
             MessageExt(
                 topic,
                 body,

@@ -75,17 +75,23 @@ class ProcessQueue:
         """Add pulled messages (offsets already held are skipped); True when an orderly
         consume request should be dispatched (messages held and none running: dispatchToConsume)."""
         with self._lock:
+            held, order = self._messages, self._order
+            added = added_size = 0
             for message in messages:
-                if message.queue_offset in self._messages:
+                offset = message.queue_offset
+                if offset in held:
                     continue
-                self._messages[message.queue_offset] = message
-                if self._order and message.queue_offset < self._order[-1]:
-                    self._order = deque(sorted([*self._order, message.queue_offset]))
+                held[offset] = message
+                if order and offset < order[-1]:
+                    order = self._order = deque(sorted([*order, offset]))
                 else:
-                    self._order.append(message.queue_offset)
-                self.msg_count += 1
-                self.msg_size += len(message.body)
-                self.queue_offset_max = max(self.queue_offset_max, message.queue_offset)
+                    order.append(offset)
+                added += 1
+                added_size += len(message.body)
+                if offset > self.queue_offset_max:
+                    self.queue_offset_max = offset
+            self.msg_count += added
+            self.msg_size += added_size
             dispatch = bool(self._messages) and not self.consuming
             if dispatch:
                 self.consuming = True
@@ -102,11 +108,13 @@ class ProcessQueue:
         empty the largest offset put + 1 or where the last pull ended, whichever is larger, or
         -1 when nothing was held (TV-12)."""
         with self._lock:
-            if not self._messages:
+            held, started = self._messages, self._consume_started
+            if not held:
                 return -1
             for message in messages:
-                removed = self._messages.pop(message.queue_offset, None)
-                self._consume_started.pop(message.queue_offset, None)
+                offset = message.queue_offset
+                started.pop(offset, None)
+                removed = held.pop(offset, None)
                 if removed is not None:
                     self.msg_count -= 1
                     self.msg_size -= len(removed.body)
@@ -140,9 +148,10 @@ class ProcessQueue:
         """The listener got these messages now (MessageAccessor.setConsumeStartTimeStamp)."""
         now = self.clock()
         with self._lock:
+            held, started = self._messages, self._consume_started
             for message in messages:
-                if message.queue_offset in self._messages:
-                    self._consume_started[message.queue_offset] = now
+                if message.queue_offset in held:
+                    started[message.queue_offset] = now
 
     def expired_message(self, consume_timeout_s: float) -> MessageExt | None:
         """The smallest-offset message if its listener started more than the consume timeout

@@ -459,7 +459,9 @@ class PushConsumer:
         status = result.pull_status
         if status == PullStatus.FOUND:
             request.next_offset = result.next_begin_offset
-            messages = [m for m in decode_messages(result.messages, mq) if subscription.matches(m.tags)]
+            messages = decode_messages(result.messages, mq)
+            if subscription.tags is not None:   # "*" and SQL92 take every message the broker sent
+                messages = [m for m in messages if subscription.matches(m.tags)]
             if not messages:
                 self.correct_tags_offset(request)
                 self._pull_service.execute_pull_request_immediately(request)

@@ -31,6 +31,25 @@ def open_private(path: Path, flags: int) -> int:
     return os.open(path, flags, FILE_MODE)
 
 
+def append_durably(path: Path, data: bytes) -> None:
+    """Append `data` to `path` (created FILE_MODE) and fsync it; a failed write is cut off again,
+    so no half record precedes the next append (a journal's lines: the broker's topic table,
+    pop state and open transactions)."""
+    fd = open_private(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError:
+            os.ftruncate(fd, size)
+            raise
+    finally:
+        os.close(fd)
+
+
 def write_durably(path: Path, data: bytes) -> None:
     """Replace `path` through a temporary file that is fsync'd before the rename, then fsync
     the directory: after a crash or power cut the file is whole (old or new), never empty or

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from google.protobuf.message import Message
 
 from rmq import message_format as mf
-from rmq.broker_server.consumer_manager import ConsumerManager
-from rmq.broker_server.messaging_service import MessagingService
+from rmq.broker_server.offsets.consumer_manager import ConsumerManager
+from rmq.broker_server.processors.send_message_processor import born_host_from_peer, check_put_status
+from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.remoting import headers
 from rmq.broker_server.remoting.dispatch import (
     RESPONSE_CODES,
@@ -34,7 +35,7 @@ from rmq.broker_server.remoting.dispatch import (
 )
 from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
 from rmq.broker_server.remoting.remoting_server import CallContext, Channel, ConnectionTable
-from rmq.broker_server.remoting.topic_route_data import BrokerData, QueueData, encode_topic_route
+from rmq.broker_server.remoting.topic_route_data import BrokerData, encode_topic_route
 from rmq.broker_server.remoting.transactions import (
     RESOLUTIONS,
     TRANSACTION_PREPARED_TYPE,
@@ -42,14 +43,14 @@ from rmq.broker_server.remoting.transactions import (
     ProducerChannels,
     half_message,
 )
+from rmq.broker_server.rmq_v1.messaging_service import MessagingService
 from rmq.broker_server.rocketmq_v2.status import V2Error
 from rmq.broker_server.rocketmq_v2.transactions import TransactionService
-from rmq.broker_server.send_message_processor import born_host_from_peer, check_put_status
-from rmq.broker_server.status import rmq_pb2
-from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
 from rmq.remoting.remoting_command import RemotingCommand
 from rmq.remoting.request_code import RequestCode, ResponseCode
 from rmq.sql92 import Sql92Error, compile_sql92
+from rmq.topic_config import QueueData, TopicConfig
+from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
 MAX_CLIENT_IDS_PER_CONNECTION = 64
@@ -488,7 +489,7 @@ class BrokerRemotingProcessor:
         check_ok(response)
         for queue in response.queues:
             if queue.queue_id == queue_id:
-                return getattr(queue, which)
+                return int(getattr(queue, which))
         raise Refusal(ResponseCode.SYSTEM_ERROR, f"queue {queue_id} is out of range for topic {topic}")
 
     async def _offset_answer(self, call: Call, which: str) -> RemotingCommand:

@@ -12,13 +12,13 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from rmq.broker_server.acl import AccessDenied
-from rmq.broker_server.caller import run_as
+from rmq.broker_server.errors import BrokerError, EdgeError
 from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator, WrongTarget
 from rmq.broker_server.remoting.remoting_server import CallContext, Channel
-from rmq.broker_server.status import RequestError, rmq_pb2
+from rmq.broker_server.security.caller import run_as
 from rmq.remoting.remoting_command import RemotingCommand
 from rmq.remoting.request_code import ResponseCode
+from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +48,22 @@ RESPONSE_CODES: dict[int, ResponseCode] = {
 }
 
 
-class Refusal(Exception):
+class Refusal(EdgeError):
     """A request answered with `code` and `remark` instead of being run."""
 
     def __init__(self, code: ResponseCode, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
+        super().__init__(code, remark)
         self.remark = remark
+
+
+def remoting_answer(error: BrokerError) -> tuple[ResponseCode, str]:
+    """The response code and remark a refusal is answered with at this edge."""
+    if isinstance(error, Refusal):
+        return error.code, error.remark
+    if isinstance(error, EdgeError):   # another edge's own code: never raised behind this one
+        log.error("remoting call failed with %r", error)
+        return ResponseCode.SYSTEM_ERROR, f"internal error: {error.message}"
+    return RESPONSE_CODES[error.code], error.message
 
 
 def refusal_of(status: rmq_pb2.Status) -> Refusal:
@@ -110,14 +119,10 @@ class RequestDispatcher:
             if self.authenticator is not None:   # what the request reaches is checked for this account
                 run_as(self.authenticator.caller(access_key))
             return await handler(Call(context, request, access_key))
-        except Refusal as refusal:
-            return request.response(refusal.code, refusal.remark)
-        except RequestError as error:
-            return request.response(RESPONSE_CODES[error.code], error.message)
-        except WrongTarget as error:
-            return request.response(ResponseCode.NO_PERMISSION, str(error), error.ext_fields)
-        except AccessDenied as error:
-            return request.response(ResponseCode.NO_PERMISSION, str(error))
+        except WrongTarget as error:  # names this server's id, for the client to sign for it
+            return request.response(*remoting_answer(error), error.ext_fields)
+        except BrokerError as error:
+            return request.response(*remoting_answer(error))
         except ValueError as error:  # a header number out of its field's range
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad request field: {error}")
 

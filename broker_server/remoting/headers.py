@@ -8,9 +8,10 @@ import json
 import struct
 from typing import Any
 
-from rmq.broker_server.status import illegal_argument, rmq_pb2
+from rmq.broker_server.errors import illegal_argument
 from rmq.remoting.remoting_command import RemotingCommand
 from rmq.remoting.request_code import RequestCode
+from rmq.v1 import rmq_pb2
 
 # SendMessageRequestHeaderV2's one-letter names for SendMessageRequestHeader's fields.
 SEND_HEADER_V2_NAMES = {

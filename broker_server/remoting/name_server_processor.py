@@ -7,19 +7,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rmq.broker_server.names import check_topic_name
+from rmq.broker_server.processors.names import check_topic_name
 from rmq.broker_server.remoting import headers
 from rmq.broker_server.remoting.dispatch import Call, Refusal, RequestDispatcher
 from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
 from rmq.broker_server.remoting.remoting_server import CallContext
-from rmq.broker_server.remoting.topic_route_data import BrokerData, QueueData, encode_topic_route
-from rmq.broker_server.status import rmq_pb2
+from rmq.broker_server.remoting.topic_route_data import BrokerData, encode_topic_route
 from rmq.remoting.remoting_command import RemotingCommand
 from rmq.remoting.request_code import RequestCode, ResponseCode
-from rmq.topic_config import PERM_WRITE
+from rmq.topic_config import PERM_WRITE, QueueData
+from rmq.v1 import rmq_pb2
 
 if TYPE_CHECKING:  # name_server starts this processor
-    from rmq.broker_server.name_server import RouteInfoManager
+    from rmq.broker_server.name_server.namesrv_controller import RouteInfoManager
 
 QUERY_ROUTE = "/rmq.v1.RouteService/QueryRoute"
 

@@ -21,11 +21,11 @@ from collections.abc import Callable
 
 from google.protobuf.message import Message
 
-from rmq.broker_server.acl import AccessDenied, Acl
-from rmq.broker_server.caller import Caller
-from rmq.broker_server.client_id_owners import ClientIdOwners, ClientIdTaken
-from rmq.broker_server.request_auth import CallRefused, RequestAuthenticator, key_label
-from rmq.broker_server.rpc_permissions import check_call, client_id_of
+from rmq.broker_server.offsets.client_id_owners import ClientIdOwners, ClientIdTaken
+from rmq.broker_server.security.acl import AccessDenied, Acl
+from rmq.broker_server.security.caller import Caller
+from rmq.broker_server.security.request_auth import CallRefused, RequestAuthenticator, key_label
+from rmq.broker_server.security.rpc_permissions import check_call, client_id_of
 from rmq.remoting import request_signing
 from rmq.remoting.remoting_command import RemotingCommand
 
@@ -73,7 +73,7 @@ class RemotingAuthenticator:
         self._rmq_signing = rmq_signing
 
     def caller(self, access_key: str) -> Caller:
-        """The account an admitted request runs as (rmq.broker_server.caller)."""
+        """The account an admitted request runs as (rmq.broker_server.security.caller)."""
         return Caller(access_key, self._acl)
 
     def authenticate(self, request: RemotingCommand, address: str) -> str:

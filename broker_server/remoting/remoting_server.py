@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from rmq.broker_server.remoting.request_bytes import RequestBytes
-from rmq.broker_server.tls import ServerTls
+from rmq.broker_server.security.tls import ServerTls
 from rmq.remoting.remoting_command import (
     LENGTH,
     RPC_ONEWAY,
@@ -64,7 +64,7 @@ class Channel:
         self.address = address  # "host:port" of the client
         self._opaques = itertools.count(1)
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
-        self.requests: dict[int, asyncio.Task] = {}  # opaque -> the task serving that request
+        self.requests: dict[int, asyncio.Task[None]] = {}  # opaque -> the task serving that request
         self.client_ids: dict[str, set[str]] = {}  # client id -> consumer groups it joined here
         self.close_callbacks: list[Callable[[Channel], None]] = []
 
@@ -155,13 +155,13 @@ class RemotingServer:
         self.limits = limits
         self.channels: set[Channel] = set()
         self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self.request_bytes = RequestBytes(limits.max_request_bytes, limits.max_request_bytes_per_connection)
 
     @property
     def port(self) -> int:
         assert self._server is not None
-        return self._server.sockets[0].getsockname()[1]
+        return int(self._server.sockets[0].getsockname()[1])
 
     async def start(self) -> None:
         host, _, port = self.listen.rpartition(":")
@@ -179,7 +179,7 @@ class RemotingServer:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def _spawn(self, coroutine: Awaitable) -> asyncio.Task:
+    def _spawn(self, coroutine: Awaitable[None]) -> asyncio.Task[None]:
         task = asyncio.ensure_future(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -239,7 +239,7 @@ class RemotingServer:
             task.add_done_callback(functools.partial(self._finished, channel, length, slots, command.opaque))
 
     def _finished(
-        self, channel: Channel, size: int, slots: asyncio.Semaphore, opaque: int, task: asyncio.Task
+        self, channel: Channel, size: int, slots: asyncio.Semaphore, opaque: int, task: asyncio.Task[None]
     ) -> None:
         slots.release()
         self.request_bytes.release(channel, size)

@@ -6,19 +6,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rmq.broker_server.config import BrokerConfig, NameServerConfig
-from rmq.broker_server.consumer_manager import ConsumerManager
-from rmq.broker_server.messaging_service import MessagingService
+from rmq.broker_server.offsets.consumer_manager import ConsumerManager
+from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.remoting.broker_processor import BrokerIdentity, BrokerRemotingProcessor
 from rmq.broker_server.remoting.name_server_processor import NameServerRemotingProcessor
 from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
 from rmq.broker_server.remoting.remoting_server import RemotingLimits, RemotingProcessor, RemotingServer
+from rmq.broker_server.rmq_v1.messaging_service import MessagingService
 from rmq.broker_server.rocketmq_v2.transactions import TransactionService
-from rmq.broker_server.server_security import ServerSecurity
-from rmq.broker_server.topic_config_manager import TopicConfigManager
+from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.request_signing import broker_server_id
 
 if TYPE_CHECKING:  # name_server calls build_name_server_remoting
-    from rmq.broker_server.name_server import RouteInfoManager
+    from rmq.broker_server.name_server.namesrv_controller import RouteInfoManager
 
 
 def authenticator(security: ServerSecurity, server_id: str = "") -> RemotingAuthenticator | None:

@@ -1,11 +1,11 @@
 """ACL for RocketMQ 5 clients (spec rocketmq-v2-protocol.md §6; proxy AuthenticationActivity /
 AuthorizationContext for gRPC): every v2 call carries `authorization: MQv2-HMAC-SHA1
 Credential=<access key>, SignedHeaders=x-mq-date-time, Signature=<hex HMAC-SHA1(secret key,
-x-mq-date-time)>`, checked against rmq's ACL accounts (broker_server/acl.py: `--acl`), then the
+x-mq-date-time)>`, checked against rmq's ACL accounts (broker_server/security/acl.py: `--acl`), then the
 permission the RPC needs: PUB on the topic to send or end a transaction, SUB on the group and
 topic to receive, acknowledge, change invisibility, forward, pull or use offsets. The client id
 a call names (`x-mq-client-id`) must belong to its account (client_id_owners), and the call then
-runs as that account (rmq.broker_server.caller), for the checks of the data it reaches.
+runs as that account (rmq.broker_server.security.caller), for the checks of the data it reaches.
 
 As Apache's proxy, the date is not checked against the clock (the Python client writes its
 local time with a Z) and refusals are business statuses in the response (UNAUTHORIZED 40100,
@@ -25,19 +25,25 @@ import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
 from grpc import aio
 
-from rmq.broker_server.acl import AccessDenied, Acl, Need, ResourceKind
-from rmq.broker_server.caller import Caller, run_as
-from rmq.broker_server.client_id_owners import ClientIdOwners, ClientIdTaken
+from rmq.broker_server.offsets.client_id_owners import ClientIdOwners, ClientIdTaken
+from rmq.broker_server.security.acl import AccessDenied, Acl, Need, Requirement, ResourceKind
+from rmq.broker_server.security.caller import Caller, run_as
+from rmq.broker_server.security.refusal_log import RefusalLog
+from rmq.broker_server.security.request_auth import (
+    CallRefused,
+    admit_account,
+    denied,
+    key_label,
+    peer_address,
+    unauthenticated,
+)
 from rmq.broker_server.grpc_aio import behaviour as aio_behaviour
 from rmq.broker_server.grpc_aio import text_metadata
-from rmq.broker_server.refusal_log import RefusalLog
-from rmq.broker_server.request_auth import key_label, peer_address
 from rmq.rocketmq_v2 import METHOD_PREFIX, METHODS
 from rmq.rocketmq_v2 import definition_pb2 as v2
 
@@ -49,18 +55,11 @@ ALGORITHM = "MQv2-HMAC-SHA1"
 TOPIC, GROUP = ResourceKind.TOPIC, ResourceKind.GROUP
 
 
-class Refused(Exception):
-    def __init__(self, code: v2.Code, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-@dataclass(frozen=True)
-class Requirement:
-    kind: ResourceKind
-    name: str
-    need: Need
+# A refused call (request_auth.CallRefused, as for rmq.v1 calls) as the v2 status it answers.
+V2_CODES: dict[grpc.StatusCode, v2.Code] = {
+    grpc.StatusCode.UNAUTHENTICATED: v2.UNAUTHORIZED,
+    grpc.StatusCode.PERMISSION_DENIED: v2.FORBIDDEN,
+}
 
 
 def _topic(name: str, need: Need) -> list[Requirement]:
@@ -97,16 +96,16 @@ RULES: dict[str, Callable[[Any], Iterable[Requirement]]] = {
 
 
 def parse_authorization(value: str) -> tuple[str, str]:
-    """(access key, signature) of an `authorization` header; Refused when malformed."""
+    """(access key, signature) of an `authorization` header; CallRefused when malformed."""
     algorithm, _, rest = value.strip().partition(" ")
     if algorithm != ALGORITHM:
-        raise Refused(v2.UNAUTHORIZED, f"authorization must use {ALGORITHM}")
+        raise unauthenticated(f"authorization must use {ALGORITHM}")
     fields = {}
     for part in rest.split(","):
         name, _, field_value = part.strip().partition("=")
         fields[name] = field_value
     if DATE_TIME not in fields.get("SignedHeaders", "").split(";") or "Signature" not in fields:
-        raise Refused(v2.UNAUTHORIZED, f"authorization must sign {DATE_TIME} and carry a Signature")
+        raise unauthenticated(f"authorization must sign {DATE_TIME} and carry a Signature")
     return fields.get("Credential", ""), fields["Signature"]
 
 
@@ -131,19 +130,14 @@ class V2Authenticator:
         date_time = metadata.get(DATE_TIME, "")
         if account is None or not date_time or not hmac.compare_digest(
                 signature(account.secret_key, date_time), given.lower()):
-            raise Refused(v2.UNAUTHORIZED, f"signature not accepted for access key {key_label(access_key)}: "
+            raise unauthenticated(f"signature not accepted for access key {key_label(access_key)}: "
                                            f"unknown access key or wrong secret key")
         return access_key
 
     def authorize(self, access_key: str, method: str, request: Any, peer: str, client_id: str = "") -> None:
         """The account may make this call from `peer`, and owns `client_id` (its header)."""
         acl = self._acl()
-        address = peer_address(peer)
-        account = acl.account(access_key)
-        if account is None:
-            raise Refused(v2.UNAUTHORIZED, f"access key {key_label(access_key)} is no longer in the ACL")
-        if not acl.address_allowed(address) or not account.may_connect_from(address):
-            raise Refused(v2.FORBIDDEN, f"access key {key_label(access_key)} may not call from {address}")
+        account = admit_account(acl, access_key, peer_address(peer))
         rule = RULES.get(method)
         try:
             if rule is None:
@@ -151,15 +145,14 @@ class V2Authenticator:
                     raise AccessDenied(f"access key {key_label(access_key)} is not an admin account, "
                                        f"which {method} needs")
                 return
-            for requirement in rule(request):
-                acl.check(access_key, requirement.name, requirement.kind, requirement.need)
+            acl.check_all(access_key, rule(request))
             if client_id:
                 self._client_ids.claim(access_key, client_id, int(self._clock() * 1000))
         except (AccessDenied, ClientIdTaken) as error:
-            raise Refused(v2.FORBIDDEN, str(error)) from None
+            raise denied(str(error)) from None
 
     def caller(self, access_key: str) -> Caller:
-        """The account an admitted call runs as (rmq.broker_server.caller)."""
+        """The account an admitted call runs as (rmq.broker_server.security.caller)."""
         return Caller(access_key, self._acl)
 
 
@@ -183,33 +176,34 @@ class RocketMQv2AuthInterceptor(aio.ServerInterceptor):
         metadata = text_metadata(details)
         try:
             access_key = self._authenticator.authenticate(metadata)
-        except Refused as refusal:
+        except CallRefused as refusal:
             return _refusing(handler, name, refusal, self._refusals)
         return _wrap(handler, name, self._check(name, access_key, metadata.get(CLIENT_ID, "")))
 
     def _check(self, name: str, access_key: str,
-               client_id: str) -> Callable[[Any, aio.ServicerContext], Refused | None]:
-        def check(request: Any, context: aio.ServicerContext) -> Refused | None:
+               client_id: str) -> Callable[[Any, aio.ServicerContext], CallRefused | None]:
+        def check(request: Any, context: aio.ServicerContext) -> CallRefused | None:
             try:
                 self._authenticator.authorize(access_key, name, request, context.peer(), client_id)
                 run_as(self._authenticator.caller(access_key))   # this call's task only
                 return None
-            except Refused as error:
-                self._refusals.record(name, context.peer(), v2.Code.Name(error.code), error.message)
+            except CallRefused as error:
+                self._refusals.record(name, context.peer(), v2.Code.Name(V2_CODES[error.code]), error.message)
                 return error
         return check
 
 
-def _refused_command(name: str, refusal: Refused) -> Any:
-    return METHODS[name].response_class(status=v2.Status(code=refusal.code, message=refusal.message))
+def _refused_command(name: str, refusal: CallRefused) -> Any:
+    status = v2.Status(code=V2_CODES[refusal.code], message=refusal.message)
+    return METHODS[name].response_class(status=status)
 
 
-def _refusing(handler: grpc.RpcMethodHandler, name: str, refusal: Refused,
+def _refusing(handler: grpc.RpcMethodHandler, name: str, refusal: CallRefused,
               refusals: RefusalLog) -> grpc.RpcMethodHandler:
     """A client-streaming handler that answers the refusal at once and never reads the request."""
 
     def refused(context: aio.ServicerContext) -> Any:
-        refusals.record(name, context.peer(), v2.Code.Name(refusal.code), refusal.message)
+        refusals.record(name, context.peer(), v2.Code.Name(V2_CODES[refusal.code]), refusal.message)
         return _refused_command(name, refusal)
 
     async def unary(_requests: AsyncIterator[Any], context: aio.ServicerContext) -> Any:
@@ -225,8 +219,8 @@ def _refusing(handler: grpc.RpcMethodHandler, name: str, refusal: Refused,
 
 
 def _wrap(handler: grpc.RpcMethodHandler, name: str,
-          check: Callable[[Any, aio.ServicerContext], Refused | None]) -> grpc.RpcMethodHandler:
-    def refused_command(refusal: Refused) -> Any:
+          check: Callable[[Any, aio.ServicerContext], CallRefused | None]) -> grpc.RpcMethodHandler:
+    def refused_command(refusal: CallRefused) -> Any:
         return _refused_command(name, refusal)
 
     options = {"request_deserializer": handler.request_deserializer,

@@ -17,6 +17,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from rmq import message_format as mf
 from rmq import retry
+from rmq.broker_server.rocketmq_v2.status import V2Error
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2.properties import (
     PROPERTY_BORN_HOST,
@@ -31,13 +32,8 @@ from rmq.stored_message import StoredMessage, offset_msg_id
 MILLIS_THRESHOLD = 100_000_000_000  # a delivery "seconds" value above this is milliseconds (§3.7)
 
 
-class InvalidMessage(Exception):
+class InvalidMessage(V2Error):
     """A sent message the broker refuses, with the v2 Code it answers."""
-
-    def __init__(self, code: v2.Code, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def timestamp_ms(stamp: Timestamp) -> int:

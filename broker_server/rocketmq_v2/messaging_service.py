@@ -11,11 +11,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from rmq import message_format as mf
-from rmq.broker_server.names import check_group_name
-from rmq.broker_server.pull_message_processor import Sql92RecordFilter, sql92_record_filter
+from rmq.broker_server.processors.names import check_group_name
+from rmq.broker_server.processors.pull_message_processor import Sql92RecordFilter, sql92_record_filter
+from rmq.broker_server.processors.send_message_processor import SendMessageProcessor, born_host_from_peer
+from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.authentication import CLIENT_ID
 from rmq.broker_server.rocketmq_v2.offset_rpcs import OffsetRpcs
@@ -30,15 +33,12 @@ from rmq.broker_server.rocketmq_v2.status import OK, V2Error, answers_with_statu
 from rmq.broker_server.rocketmq_v2.telemetry import TelemetrySessions
 from rmq.broker_server.rocketmq_v2.timer_message_service import TIMER_TOPIC, TimerMessageService
 from rmq.broker_server.rocketmq_v2.transactions import HALF_TOPIC, TransactionService
-from rmq.broker_server.send_message_processor import born_host_from_peer, check_put_results
-from rmq.broker_server.store_executor import StoreExecutor
-from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
 from rmq.rocketmq_v2.properties import PROPERTY_TIMER_DELIVER_MS
 from rmq.sql92 import Sql92Error
-from rmq.store import MessageStore
 from rmq.subscription import SEPARATOR, tag_codes
+from rmq.topic_config import TopicConfig
 
 MAX_INVISIBLE_MS = 12 * 3600 * 1000    # proxy maxInvisibleTimeMills
 DEFAULT_INVISIBLE_MS = 60_000          # auto-renewed (push) receives: proxy defaultInvisibleTimeMills
@@ -62,20 +62,19 @@ class GroupPolicy:
 
 
 def _client_id(context: Any) -> str:
-    return dict(context.invocation_metadata() or ()).get(CLIENT_ID, "")
+    return str(dict(context.invocation_metadata() or ()).get(CLIENT_ID, ""))
 
 
-def _duration_ms(duration: Any) -> int:
+def _duration_ms(duration: Duration) -> int:
     return duration.seconds * 1000 + duration.nanos // 1_000_000
 
 
 class RocketMQv2MessagingService:
-    def __init__(self, store: MessageStore, executor: StoreExecutor, topics: TopicConfigManager,
+    def __init__(self, sender: SendMessageProcessor, topics: TopicConfigManager,
                  routes: RouteResolver, pop: PopService, sessions: TelemetrySessions, policy: GroupPolicy,
                  timer: TimerMessageService, transactions: TransactionService, offset_rpcs: OffsetRpcs,
                  handles: ReceiptHandleCodec, max_body_size: int, max_delay_ms: int) -> None:
-        self.store = store
-        self.executor = executor
+        self.sender = sender
         self.topics = topics
         self.routes = routes
         self.pop = pop
@@ -131,15 +130,12 @@ class RocketMQv2MessagingService:
         topics = {message.topic.name for message in request.messages}
         if len(topics) != 1:
             raise V2Error(v2.BAD_REQUEST, "the messages of one request must share one topic")
-        config = self.topics.require(topics.pop())
-        if not config.writeable:
-            raise V2Error(v2.FORBIDDEN, f"the topic[{config.topic_name}] sending message is forbidden")
+        config = self.sender.writeable_topic(topics.pop())
         born_host = born_host_from_peer(context.peer())
         to_store = [self._to_store(message, config, born_host) for message in request.messages]
         if any(stored.topic == HALF_TOPIC for stored in to_store):
             self.transactions.check_room()
-        results = await self.executor.run(self.store.put_messages, to_store)
-        check_put_results(results)
+        results = await self.sender.put_records(config.topic_name, to_store)
         entries = []
         for message, stored, result in zip(request.messages, to_store, results, strict=True):
             entry = pb.SendResultEntry(status=OK, message_id=message.system_properties.message_id,

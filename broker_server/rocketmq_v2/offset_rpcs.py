@@ -8,20 +8,21 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from rmq.broker_server.caller import account_key
-from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
-from rmq.broker_server.names import check_group_name
-from rmq.broker_server.pull_message_processor import PullMessageProcessor
-from rmq.broker_server.pull_response_budget import CallContext, PullBytesLease
+from rmq.broker_server.errors import BrokerError
+from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
+from rmq.broker_server.processors.names import check_group_name
+from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor
+from rmq.broker_server.processors.pull_response_budget import CallContext, PullBytesLease
+from rmq.broker_server.processors.store_executor import StoreExecutor
+from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.status import V2Error, as_v2_error
-from rmq.broker_server.status import RequestError
-from rmq.broker_server.store_executor import StoreExecutor
-from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.broker_server.security.caller import account_key
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
 from rmq.store import MessageStore
 from rmq.stored_message import decode_records
+from rmq.topic_config import TopicConfig
 from rmq.v1 import rmq_pb2
 
 MAX_PULL_BATCH = 1024
@@ -82,7 +83,7 @@ class OffsetRpcs:
         )
         response = await self.pull_processor.process(pull, lease=lease)
         if response.status.code != rmq_pb2.OK:
-            raise RequestError(response.status.code, response.status.message)
+            raise BrokerError(response.status.code, response.status.message)
         packed = response.messages
         records = decode_records(packed.records, _sizes(packed)) if packed.count else []
         return response, records

@@ -11,13 +11,12 @@ message group (one queue, by hash) are consumed in order. With nothing to hand o
 receive is held on the same wake-up path as rmq.v1 pulls (PullRequestHoldService) until a
 message arrives, an in-flight message becomes visible again, an ack or change frees a FIFO
 queue, or the long-polling time ends. A receive given the call's PullBytesLease hands out at most the
-bytes it grants (at least one message; rmq.broker_server.pull_response_budget), held until the
+bytes it grants (at least one message; rmq.broker_server.processors.pull_response_budget), held until the
 call ends."""
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import logging
 from collections.abc import Callable
@@ -25,29 +24,23 @@ from dataclasses import dataclass, replace
 
 from rmq import message_format as mf
 from rmq import retry
-from rmq.broker_server.caller import account_key
-from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
-from rmq.broker_server.consumer_send_msg_back import (
-    DLQ_TOPIC_PERM,
-    SendBackTarget,
-    ensure_group_topic,
-    send_back_copy,
+from rmq.broker_server.long_polling.fair_shares import FairShares, ShareExceeded
+from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
+from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
+from rmq.broker_server.processors.consumer_send_msg_back import ConsumerSendMsgBackProcessor, SendBackTarget
+from rmq.broker_server.processors.pull_message_processor import (
+    PullMessageProcessor,
+    PullQuery,
+    Sql92RecordFilter,
 )
-from rmq.broker_server.fair_shares import FairShares, ShareExceeded
-from rmq.broker_server.filter_executor import FilterExecutor
-from rmq.broker_server.long_polling import PullRequestHoldService
-from rmq.broker_server.pull_message_processor import Sql92RecordFilter
-from rmq.broker_server.pull_response_budget import PullBytesLease
+from rmq.broker_server.processors.pull_response_budget import PullBytesLease
 from rmq.broker_server.rocketmq_v2.pop_state import InFlight, PopQueue, PopStateTable
 from rmq.broker_server.rocketmq_v2.receipt_handle import ReceiptHandle
 from rmq.broker_server.rocketmq_v2.remembered_receives import RememberedReceives
 from rmq.broker_server.rocketmq_v2.status import V2Error
-from rmq.broker_server.send_message_processor import check_put_status
-from rmq.broker_server.store_executor import StoreExecutor
-from rmq.broker_server.topic_config_manager import TopicConfigManager
+from rmq.broker_server.security.caller import account_key
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.statuses import GetMessageStatus
-from rmq.store import MessageStore
 from rmq.stored_message import StoredMessage, decode_record
 
 log = logging.getLogger(__name__)
@@ -97,29 +90,36 @@ class _Record:
     message: StoredMessage
 
 
+def _query(queue: PopQueue, offset: int, count: int, max_bytes: int = 0,
+           tag_codes: frozenset[int] | None = None,
+           record_filter: Sql92RecordFilter | None = None) -> PullQuery:
+    """A read of `count` messages of `queue` from `offset` (max_bytes 0: the store's bound)."""
+    return PullQuery(queue.group, queue.topic, queue.queue_id, offset, count, max_bytes, tag_codes,
+                     suspend=False, suspend_timeout_ms=0, record_filter=record_filter)
+
+
 class PopService:
-    def __init__(self, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
-                 hold_service: PullRequestHoldService, executor: StoreExecutor, table: PopStateTable,
-                 on_topics_changed: Callable[[], None], remembered: RememberedReceives[Popped],
-                 filters: FilterExecutor, clock: Callable[[], float]) -> None:
-        """`clock`: the wall clock (seconds) invisibilities are measured against."""
-        self.store = store
-        self.filters = filters   # SQL92 reads: one slice each, in the account's turn (filter_executor)
-        self.topics = topics
+    def __init__(self, offsets: ConsumerOffsetManager, hold_service: PullRequestHoldService,
+                 table: PopStateTable, remembered: RememberedReceives[Popped], reader: PullMessageProcessor,
+                 send_back: ConsumerSendMsgBackProcessor, clock: Callable[[], float]) -> None:
+        """`reader`: the broker's pull processor, which every read of a queue goes through;
+        `send_back`: the send-back processor, which moves a message to its group's DLQ; `clock`:
+        the wall clock (seconds) invisibilities are measured against."""
+        self.reader = reader
+        self.send_back = send_back
         self.offsets = offsets
         self.hold_service = hold_service
-        self.executor = executor
         self.table = table
-        self.on_topics_changed = on_topics_changed
         self._locks: dict[PopQueue, asyncio.Lock] = {}
-        self._waiters: dict[tuple[str, str], set[asyncio.Future]] = {}
+        self._waiters: dict[tuple[str, str], set[asyncio.Future[bool | None]]] = {}
         self._rotation = itertools.count()
         self._stopped = False
-        self._held: FairShares[asyncio.Future] = FairShares(MAX_HELD_RECEIVES)   # receives held, by account
+        # receives held, by account
+        self._held: FairShares[asyncio.Future[bool | None]] = FairShares(MAX_HELD_RECEIVES)
         self._attempts = remembered
         # auto-renewed deliveries (proxy ReceiptHandleProcessor): (queue, offset) -> (client, handle version)
         self._leases: dict[tuple[PopQueue, int], tuple[str, int]] = {}
-        self._renewer: asyncio.Task | None = None
+        self._renewer: asyncio.Task[None] | None = None
         self._clock = clock
 
     def _now_ms(self) -> int:
@@ -248,11 +248,10 @@ class PopService:
         committed = self.offsets.query_offset(queue.group, queue.topic, queue.queue_id)
         if committed is not None and committed >= 0:
             return committed
-        return await self.executor.run(self.store.get_min_offset_in_queue, queue.topic, queue.queue_id)
+        return await self.reader.first_offset(queue.topic, queue.queue_id)
 
     async def _read_one(self, queue: PopQueue, offset: int) -> _Record | None:
-        result = await self.executor.run(self.store.get_message, queue.group, queue.topic, queue.queue_id,
-                                         offset, 1)
+        result = await self.reader.read(_query(queue, offset, 1))
         if not result.message_count:
             return None
         raw = bytes(result.buffer[: int(result.sizes[0])])
@@ -263,11 +262,8 @@ class PopService:
                         room: int, max_bytes: int | None) -> tuple[list[_Record], int]:
         """Up to `room` matching messages from `offset` (up to `max_bytes`, at least one; None:
         the store's max_transfer_bytes), and the offset after what was read."""
-        sql = request.record_filter
-        read = functools.partial(self.store.get_message, queue.group, queue.topic, queue.queue_id, offset,
-                                 room, max_bytes, tag_codes=request.tag_codes, record_filter=sql,
-                                 max_filter_evaluations=sql.slice_evaluations if sql else None)
-        result = await (self.filters.run(account_key(), read) if sql else self.executor.run(read))
+        result = await self.reader.read(_query(queue, offset, room, max_bytes or 0, request.tag_codes,
+                                               request.record_filter))
         if not result.message_count:
             return [], result.next_begin_offset if result.status in _MOVED else offset
         records, position = [], 0
@@ -282,11 +278,8 @@ class PopService:
 
     async def _to_dlq(self, queue: PopQueue, record: _Record, max_attempts: int) -> None:
         """A message delivered max_attempts times: a copy in `%DLQ%<group>`, the original done."""
-        dlq = retry.dlq_topic(queue.group)
-        ensure_group_topic(self.topics, dlq, retry.DLQ_NUMS_PER_GROUP, DLQ_TOPIC_PERM, self.on_topics_changed)
-        copy = send_back_copy(record.message, SendBackTarget(dlq, 0), max_attempts - 1)
-        result = await self.executor.run(self.store.put_message, copy)
-        check_put_status(result.status)
+        target = SendBackTarget(retry.dlq_topic(queue.group), 0)
+        await self.send_back.store_copy(queue.group, record.message, target, max_attempts - 1)
         self.table.acked(queue, [record.offset])
 
     def _commit(self, queue: PopQueue) -> None:

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rmq.broker_server.journal import Journal
-from rmq.broker_server.store_executor import StoreExecutor
+from rmq.broker_server.processors.store_executor import StoreExecutor
 
 COMPACT_AFTER_LINES = 100_000
 
@@ -59,7 +60,7 @@ class PopStateTable:
         """Replay the journal (a torn last line, from a crash mid-write, is ignored)."""
         self._journal.replay(self._apply)
 
-    def _apply(self, entry: dict) -> None:
+    def _apply(self, entry: dict[str, Any]) -> None:
         queue = PopQueue(entry["g"], entry["t"], entry["q"])
         kind = entry["op"]
         state = self.queues.setdefault(queue, QueuePopState())
@@ -127,7 +128,7 @@ class PopStateTable:
         """Return once every change recorded so far is on disk."""
         await self._journal.sync()
 
-    def _snapshot(self) -> list[dict]:
+    def _snapshot(self) -> list[dict[str, Any]]:
         return [{"op": "state", "g": q.group, "t": q.topic, "q": q.queue_id, "next": s.pop_offset,
                  "m": [[o, e.attempts, e.visible_at_ms, e.version] for o, e in s.inflight.items()]}
                 for q, s in self.queues.items()]

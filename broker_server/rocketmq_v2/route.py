@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 import grpc
 
+from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.rocketmq_v2.status import V2Error
-from rmq.broker_server.topic_config_manager import PERM_READ, PERM_WRITE, TopicConfigManager
 from rmq.rocketmq_v2 import definition_pb2 as v2
+from rmq.topic_config import PERM_READ, PERM_WRITE
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 log = logging.getLogger(__name__)

@@ -9,10 +9,14 @@ import grpc
 
 from rmq import retry
 from rmq.broker_server.config import BrokerConfig
-from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
-from rmq.broker_server.delay_levels import parse_delay_levels
-from rmq.broker_server.long_polling import PullRequestHoldService
-from rmq.broker_server.pull_message_processor import PullMessageProcessor
+from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
+from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.processors.consumer_send_msg_back import ConsumerSendMsgBackProcessor
+from rmq.broker_server.processors.delay_levels import parse_delay_levels
+from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor
+from rmq.broker_server.processors.send_message_processor import SendMessageProcessor
+from rmq.broker_server.processors.store_executor import StoreExecutor
+from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.rocketmq_v2.messaging_service import GroupPolicy, RocketMQv2MessagingService
 from rmq.broker_server.rocketmq_v2.offset_rpcs import OffsetRpcs
 from rmq.broker_server.rocketmq_v2.pop_service import MAX_BATCH, PopService
@@ -23,8 +27,6 @@ from rmq.broker_server.rocketmq_v2.route import RouteResolver
 from rmq.broker_server.rocketmq_v2.telemetry import ServerSettings, TelemetrySessions
 from rmq.broker_server.rocketmq_v2.timer_message_service import TimerMessageService
 from rmq.broker_server.rocketmq_v2.transactions import TransactionService, TransactionSettings
-from rmq.broker_server.store_executor import StoreExecutor
-from rmq.broker_server.topic_config_manager import TopicConfigManager
 from rmq.message_format import FIXED_OVERHEAD
 from rmq.store import MessageStore
 
@@ -34,7 +36,8 @@ PUSH_LONG_POLLING_S = 20   # the long polling a PushConsumer is told to use (pro
 def build_service(config: BrokerConfig, store: MessageStore, executor: StoreExecutor,
                   topics: TopicConfigManager,
                   offsets: ConsumerOffsetManager, hold_service: PullRequestHoldService,
-                  pull_processor: PullMessageProcessor,
+                  send_processor: SendMessageProcessor, pull_processor: PullMessageProcessor,
+                  send_back_processor: ConsumerSendMsgBackProcessor,
                   open_channel: Callable[[str], grpc.aio.Channel],
                   on_topics_changed: Callable[[], None],
                   clock: Callable[[], float]) -> RocketMQv2MessagingService:
@@ -61,12 +64,12 @@ def build_service(config: BrokerConfig, store: MessageStore, executor: StoreExec
         config.max_open_transactions, config.max_open_transactions_per_account))
     transactions.load()
     return RocketMQv2MessagingService(
-        store, executor, topics,
+        send_processor, topics,
         RouteResolver(config.broker_name, config.broker_address, topics, config.namesrv_addresses,
                       open_channel),
-        PopService(store, topics, offsets, hold_service, executor, table, on_topics_changed,
+        PopService(offsets, hold_service, table,
                    RememberedReceives(config.max_remembered_receives, config.max_remembered_receive_bytes),
-                   pull_processor.filters, clock),
+                   pull_processor, send_back_processor, clock),
         sessions, GroupPolicy(max_attempts, fifo_groups, config.min_invisible_ms,
                               config.enable_property_filter), timer, transactions,
         OffsetRpcs(store, executor, topics, offsets, pull_processor),

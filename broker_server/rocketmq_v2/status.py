@@ -1,16 +1,16 @@
 """Business outcomes of v2 calls: `Status{code, message}` with apache.rocketmq.v2 Codes inside
 every response (spec rocketmq-v2-protocol.md §1: the client checks the status, never a gRPC
-error). Handlers raise `V2Error`, or rmq's `RequestError`, whose Code is mapped here."""
+error). Handlers raise the broker's `BrokerError`, whose rmq.v1 Code is mapped here, or a
+`V2Error` carrying a v2 Code of its own."""
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
-from rmq.broker_server.rocketmq_v2.messages import InvalidMessage
-from rmq.broker_server.status import RequestError
+from rmq.broker_server import errors
+from rmq.broker_server.errors import BrokerError, EdgeError, Handler, NotMaster
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.v1 import rmq_pb2
 
@@ -34,13 +34,13 @@ _FROM_RMQ: dict[int, v2.Code] = {
 }
 
 
-class V2Error(Exception):
-    def __init__(self, code: v2.Code, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+class V2Error(EdgeError):
+    """A refusal only the RocketMQ 5 edge raises, with its apache.rocketmq.v2 Code."""
 
-    def status(self) -> v2.Status:
+    def __init__(self, code: v2.Code, message: str) -> None:
+        super().__init__(code, message)
+
+    def status(self) -> v2.Status:  # type: ignore[override]
         return v2.Status(code=self.code, message=self.message)
 
 
@@ -48,25 +48,18 @@ def as_v2_error(error: Exception) -> V2Error:
     """A refusal from rmq's processors (or a bad message) as the v2 status the client gets."""
     if isinstance(error, V2Error):
         return error
-    if isinstance(error, InvalidMessage):
-        return V2Error(error.code, error.message)
-    if isinstance(error, RequestError):
+    if isinstance(error, NotMaster):
+        return V2Error(v2.FORBIDDEN, error.message)
+    if isinstance(error, BrokerError) and not isinstance(error, EdgeError):
         return V2Error(_FROM_RMQ.get(error.code, v2.INTERNAL_SERVER_ERROR), error.message)
     log.exception("v2 call failed", exc_info=error)
     return V2Error(v2.INTERNAL_SERVER_ERROR, f"internal error: {error}")
 
 
-def answers_with_status(response_class: type) -> Callable:
+def v2_status(error: Exception) -> v2.Status:
+    return as_v2_error(error).status()
+
+
+def answers_with_status(response_class: Callable[..., Any]) -> Callable[[Handler], Handler]:
     """Decorate an async unary v2 handler: any refusal becomes the response's status."""
-
-    def decorate(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-        @functools.wraps(handler)
-        async def answer(self: Any, request: Any, context: Any) -> Any:
-            try:
-                return await handler(self, request, context)
-            except Exception as error:
-                return response_class(status=as_v2_error(error).status())
-
-        return answer
-
-    return decorate
+    return errors.answers_with_status(response_class, v2_status)

@@ -17,11 +17,12 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
 
-from rmq.broker_server import caller
-from rmq.broker_server.acl import Need, ResourceKind
+from rmq.broker_server.security import caller
+from rmq.broker_server.security.acl import Need, ResourceKind
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2
 from rmq.v1 import rmq_pb2
@@ -94,7 +95,7 @@ class TelemetrySession:
     client_id: str
     account: str = ""   # the access key that opened it ("" on a broker without --acl)
     settings: v2.Settings | None = None
-    outbox: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(OUTBOX_SIZE))
+    outbox: asyncio.Queue[Any] = field(default_factory=lambda: asyncio.Queue[Any](OUTBOX_SIZE))
 
     def send(self, command: service_pb2.TelemetryCommand | None) -> bool:
         """Queue a command (None ends the stream); False when the client is not reading."""

@@ -18,11 +18,11 @@ import time
 from pathlib import Path
 
 from rmq.broker_server.json_file import read_json, write_json_atomically
-from rmq.broker_server.names import SYSTEM_TOPIC_PREFIX
-from rmq.broker_server.schedule_message_service import message_timeup
-from rmq.broker_server.send_message_processor import check_put_status
-from rmq.broker_server.store_executor import StoreExecutor
-from rmq.broker_server.topic_config_manager import TopicConfigManager
+from rmq.broker_server.processors.names import SYSTEM_TOPIC_PREFIX
+from rmq.broker_server.processors.schedule_message_service import message_timeup
+from rmq.broker_server.processors.send_message_processor import check_put_status
+from rmq.broker_server.processors.store_executor import StoreExecutor
+from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.rocketmq_v2.properties import PROPERTY_TIMER_DELIVER_MS
 from rmq.store import MessageStore
 from rmq.stored_message import decode_record, decode_records
@@ -45,7 +45,7 @@ class TimerMessageService:
         self.scan_offset = 0               # the next timer-queue offset to read into the heap
         self._heap: list[tuple[int, int]] = []
         self._arrival = asyncio.Event()
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
 
     def load(self) -> None:
         content = read_json(self.path) or {}

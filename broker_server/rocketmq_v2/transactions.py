@@ -28,18 +28,19 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
-from rmq.broker_server import caller
-from rmq.broker_server.acl import Need, ResourceKind
 from rmq.broker_server.journal import Journal
 from rmq.broker_server.json_file import read_json
-from rmq.broker_server.names import SYSTEM_TOPIC_PREFIX
+from rmq.broker_server.processors.names import SYSTEM_TOPIC_PREFIX
+from rmq.broker_server.processors.schedule_message_service import message_timeup
+from rmq.broker_server.processors.send_message_processor import check_put_status
+from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.status import V2Error
 from rmq.broker_server.rocketmq_v2.telemetry import TelemetrySessions, adjust_count
-from rmq.broker_server.schedule_message_service import message_timeup
-from rmq.broker_server.send_message_processor import check_put_status
-from rmq.broker_server.store_executor import StoreExecutor
+from rmq.broker_server.security import caller
+from rmq.broker_server.security.acl import Need, ResourceKind
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
 from rmq.rocketmq_v2.properties import PROPERTY_CHECK_IMMUNITY_TIME, PROPERTY_TRANSACTION_PREPARED
@@ -85,7 +86,7 @@ class TransactionService:
         self._journal = Journal(config / "transactions.journal", executor, self._snapshot,
                                 COMPACT_AFTER_LINES)
         self._lock = asyncio.Lock()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         # producers of other protocols (4.x remoting): each sends the check and says True, or False
         self.checkers: list[Callable[[str, OpenTransaction, StoredMessage], bool]] = []
 
@@ -98,7 +99,7 @@ class TransactionService:
             self._journal.rewrite_now()
             self._before_journal.unlink()
 
-    def _apply(self, entry: dict) -> None:
+    def _apply(self, entry: dict[str, Any]) -> None:
         kind, transaction_id = entry["op"], entry["id"]
         if kind == "open":
             self._add(transaction_id, OpenTransaction(**entry["t"]))
@@ -112,7 +113,7 @@ class TransactionService:
         else:
             raise ValueError(f"unknown journal entry {kind!r}")
 
-    def _snapshot(self) -> list[dict]:
+    def _snapshot(self) -> list[dict[str, Any]]:
         return [{"op": "open", "id": tid, "t": asdict(t)} for tid, t in self.open.items()]
 
     def _add(self, transaction_id: str, transaction: OpenTransaction) -> None:

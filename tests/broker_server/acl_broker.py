@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rmq.broker_server.acl_file import AclFile
-from rmq.broker_server.server_security import ServerSecurity
+from rmq.broker_server.security.acl_file import AclFile
+from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.connector.client import RmqClient
 from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker

@@ -17,7 +17,7 @@ import grpc
 
 from rmq.broker_server.broker_controller import BrokerController
 from rmq.broker_server.config import BrokerConfig
-from rmq.broker_server.server_security import ServerSecurity
+from rmq.broker_server.security.server_security import ServerSecurity
 
 START_TIMEOUT_S = 30
 T = TypeVar("T")

@@ -1,6 +1,6 @@
 """Per-account shares of the broker's bounded tables (issue #25, weaknesses and item 7): one account
 holding the whole long-polling hold table, or filling the consumer-offset table, no longer locks
-the other accounts out. The account is the call's (rmq.broker_server.caller)."""
+the other accounts out. The account is the call's (rmq.broker_server.security.caller)."""
 
 from __future__ import annotations
 
@@ -16,16 +16,16 @@ import grpc
 import pytest
 
 from rmq.auth import Credentials, open_channel
-from rmq.broker_server.acl_file import AclFile
-from rmq.broker_server.caller import ANONYMOUS, Caller, run_as
-from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
-from rmq.broker_server.fair_shares import FairShares, ShareExceeded
-from rmq.broker_server.long_polling import HoldTableFull, PullRequestHoldService
-from rmq.broker_server.refusal_log import DEFAULT_LINES_PER_INTERVAL
+from rmq.broker_server.errors import BrokerError
+from rmq.broker_server.long_polling.fair_shares import FairShares, ShareExceeded
+from rmq.broker_server.long_polling.pull_request_hold_service import HoldTableFull, PullRequestHoldService
+from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
+from rmq.broker_server.processors.topic_config_manager import TopicConfig
 from rmq.broker_server.rocketmq_v2.authentication import ALGORITHM, AUTHORIZATION, DATE_TIME, signature
-from rmq.broker_server.server_security import ServerSecurity
-from rmq.broker_server.status import RequestError
-from rmq.broker_server.topic_config_manager import TopicConfig
+from rmq.broker_server.security.acl_file import AclFile
+from rmq.broker_server.security.caller import ANONYMOUS, Caller, run_as
+from rmq.broker_server.security.refusal_log import DEFAULT_LINES_PER_INTERVAL
+from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.rocketmq_v2 import MessagingServiceStub
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
@@ -85,7 +85,7 @@ def test_a_full_hold_table_gives_each_account_its_share() -> None:
 def test_each_account_adds_consumer_offsets_up_to_its_share(tmp_path: Path) -> None:
     offsets = ConsumerOffsetManager(tmp_path, max_entries=5, max_entries_per_account=2)
     offsets.commit_client_offsets("hog", {OffsetKey("G", "T", q): 1 for q in range(2)})
-    with pytest.raises(RequestError, match=r"2 consumer offsets; 1 more would pass 2 "
+    with pytest.raises(BrokerError, match=r"2 consumer offsets; 1 more would pass 2 "
                                            r"\(max_consumer_offsets_per_account\)") as refused:
         offsets.commit_client_offsets("hog", {OffsetKey("G", "T", 0): 5, OffsetKey("G", "T", 2): 1})
     assert refused.value.code == rmq_pb2.LIMIT_EXCEEDED
@@ -96,7 +96,7 @@ def test_each_account_adds_consumer_offsets_up_to_its_share(tmp_path: Path) -> N
     offsets.commit_client_offsets("hog", {OffsetKey("G", "U", q): 1 for q in range(2)})
     # without --acl (one ANONYMOUS account) only the total applies
     offsets.commit_client_offsets(ANONYMOUS, {OffsetKey("A", "U", q): 1 for q in range(3)})
-    with pytest.raises(RequestError, match=r"\(max_consumer_offsets\)"):
+    with pytest.raises(BrokerError, match=r"\(max_consumer_offsets\)"):
         offsets.commit_client_offsets("other", {OffsetKey("H", "U", 0): 1})
     assert offsets.size() == 5
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rmq.broker_server.acl import (
+from rmq.broker_server.security.acl import (
     AccessDenied,
     AclError,
     AddressPattern,
@@ -21,7 +21,7 @@ from rmq.broker_server.acl import (
     load_acl,
     parse_perm,
 )
-from rmq.broker_server.acl_file import AclFile
+from rmq.broker_server.security.acl_file import AclFile
 from tests.acl_files import write_acl
 
 TOPIC, GROUP = ResourceKind.TOPIC, ResourceKind.GROUP

@@ -14,8 +14,8 @@ import grpc
 import pytest
 
 from rmq import request_signing
-from rmq.broker_server.acl_file import AclFile
-from rmq.broker_server.server_security import ServerSecurity
+from rmq.broker_server.security.acl_file import AclFile
+from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.connector.client import MessageQueue, OutgoingMessage
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.acl_accounts import (

@@ -17,12 +17,12 @@ from grpc import aio
 
 from rmq import request_signing
 from rmq.auth import Credentials, TlsSettings, open_aio_channel, open_channel
-from rmq.broker_server.acl import parse_acl
-from rmq.broker_server.auth_interceptor import AuthInterceptor
-from rmq.broker_server.caller import account_key
 from rmq.broker_server.errors import UserError
-from rmq.broker_server.request_auth import RequestAuthenticator
-from rmq.broker_server.tls import ServerTls, add_port
+from rmq.broker_server.security.acl import parse_acl
+from rmq.broker_server.security.auth_interceptor import AuthInterceptor
+from rmq.broker_server.security.caller import account_key
+from rmq.broker_server.security.request_auth import RequestAuthenticator
+from rmq.broker_server.security.tls import ServerTls, add_port
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.tls_certs import TlsFiles, make_tls_files
 

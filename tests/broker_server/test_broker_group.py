@@ -11,7 +11,7 @@ import pytest
 
 from rmq.broker_server.config import BrokerConfig, load_config
 from rmq.broker_server.errors import UserError
-from rmq.broker_server.topic_config_manager import TopicConfig
+from rmq.broker_server.processors.topic_config_manager import TopicConfig
 from rmq.store import BrokerRole, FlushDiskType, MessageStore, MessageStoreConfig
 from rmq.store.message_store import memory_threshold, suggest_pulling_from_slave
 from rmq.v1 import rmq_pb2
@@ -97,4 +97,4 @@ def test_role_settings_are_checked(settings: dict, error: str) -> None:
 def test_a_slave_config_loads() -> None:
     settings = {"broker_role": "SLAVE", "broker_id": 1, "master": "10.0.0.1:10911"}
     config = load_config(BrokerConfig, None, settings)
-    assert (config.broker_id, config.broker_role, config.master) == (1, "SLAVE", "10.0.0.1:10911")
+    assert (config.broker_id, config.broker_role, config.master) == (1, BrokerRole.SLAVE, "10.0.0.1:10911")

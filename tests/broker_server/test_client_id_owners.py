@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rmq.broker_server.client_id_owners import ClientIdOwners, ClientIdTaken
+from rmq.broker_server.offsets.client_id_owners import ClientIdOwners, ClientIdTaken
 
 NOW = 1_000_000
 

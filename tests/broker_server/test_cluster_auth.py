@@ -1,4 +1,4 @@
-"""The cluster secret of a broker group (rmq.broker_server.cluster_auth): a slave's proof and
+"""The cluster secret of a broker group (rmq.broker_server.security.cluster_auth): a slave's proof and
 the MACs of the session it opens, checked the way the master and the slave check them."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rmq.broker_server.cluster_auth import (
+from rmq.broker_server.errors import UserError
+from rmq.broker_server.security.cluster_auth import (
     WINDOW_MS,
     ClusterAuth,
     Direction,
@@ -15,7 +16,6 @@ from rmq.broker_server.cluster_auth import (
     ProofRefused,
     load_cluster_secret,
 )
-from rmq.broker_server.errors import UserError
 from rmq.v1 import rmq_pb2
 
 SECRET = b"0123456789abcdef0123456789abcdef"

@@ -4,6 +4,7 @@ import pytest
 
 from rmq.broker_server.config import BrokerConfig, NameServerConfig, load_config
 from rmq.broker_server.errors import UserError
+from rmq.store import BrokerRole, FlushDiskType
 
 
 def test_defaults_follow_the_spec() -> None:
@@ -25,7 +26,7 @@ def test_yaml_file_with_flags_on_top(tmp_path: Path) -> None:
     )
     config = load_config(BrokerConfig, str(path), {"broker_name": "from-flag", "flush": None})
     assert config.broker_name == "from-flag"
-    assert config.flush == "sync"
+    assert config.flush is FlushDiskType.SYNC
     assert config.client_expiry_ms == 1500
     assert config.store == {"mapped_file_size_commit_log": 65536}
 
@@ -99,3 +100,20 @@ def test_good_store_settings_are_kept(tmp_path: Path) -> None:
     config = load_config(BrokerConfig, str(path), {})
     assert config.store == {"file_reserved_time_hours": 1, "disk_max_used_space_ratio": 90,
                             "delete_when": "04;16", "flush_commit_log_least_pages": 0}
+
+
+def test_store_settings_given_without_a_file_are_checked_like_the_top_level_keys() -> None:
+    """A `store:` section set by flags or code (not read from a file) is checked at start too,
+    one line naming the key, not a TypeError from the store's constructor."""
+    with pytest.raises(UserError, match=r"^store: unknown key 'no_such_setting'"):
+        BrokerConfig(store={"no_such_setting": 1}).validate()
+    with pytest.raises(UserError, match=r"^store\.disk_max_used_space_ratio must be from 10 to 95, not 500$"):
+        BrokerConfig(store={"disk_max_used_space_ratio": 500}).validate()
+
+
+def test_role_and_flush_are_enums_whether_given_as_text_or_as_members() -> None:
+    config = BrokerConfig(broker_role="SYNC_MASTER", flush="sync")   # type: ignore[arg-type]
+    assert (config.broker_role, config.flush) == (BrokerRole.SYNC_MASTER, FlushDiskType.SYNC)
+    assert BrokerConfig(broker_role=BrokerRole.SLAVE).broker_role is BrokerRole.SLAVE
+    with pytest.raises(UserError, match=r"^flush must be 'sync' or 'async', not 'sometimes'$"):
+        BrokerConfig(flush="sometimes")   # type: ignore[arg-type]

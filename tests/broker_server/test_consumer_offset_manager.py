@@ -1,7 +1,7 @@
 import json
 from pathlib import Path
 
-from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
+from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
 
 
 def test_commit_query_persist_restore(tmp_path: Path) -> None:

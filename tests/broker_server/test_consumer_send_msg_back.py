@@ -11,13 +11,13 @@ import pytest
 
 from rmq import message_format as mf
 from rmq import retry
-from rmq.broker_server.consumer_ids_watch import ConsumerIdsWatchService
-from rmq.broker_server.consumer_manager import ConsumerManager
-from rmq.broker_server.consumer_send_msg_back import ConsumerSendMsgBackProcessor, choose_target
-from rmq.broker_server.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
-from rmq.broker_server.names import SCHEDULE_TOPIC
-from rmq.broker_server.status import RequestError
-from rmq.broker_server.topic_config_manager import PERM_READ, PERM_WRITE, TopicConfig
+from rmq.broker_server.errors import BrokerError
+from rmq.broker_server.offsets.consumer_ids_watch import ConsumerIdsWatchService
+from rmq.broker_server.offsets.consumer_manager import ConsumerManager
+from rmq.broker_server.processors.consumer_send_msg_back import ConsumerSendMsgBackProcessor, choose_target
+from rmq.broker_server.processors.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
+from rmq.broker_server.processors.names import SCHEDULE_TOPIC
+from rmq.broker_server.processors.topic_config_manager import PERM_READ, PERM_WRITE, TopicConfig
 from rmq.store import MessageToStore
 from rmq.stored_message import decode_record, offset_msg_id
 from rmq.v1 import rmq_pb2
@@ -201,7 +201,7 @@ def test_refusals_write_nothing(
     request = rmq_pb2.ConsumerSendMsgBackRequest(
         consumer_group=group, commit_log_offset=real if offset is None else offset
     )
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(BrokerError) as refused:
         asyncio.run(broker.send_back.process(request))
     assert refused.value.code == code and words in refused.value.message
     assert broker.store.get_max_offset_in_queue(SCHEDULE_TOPIC, 2) == 0
@@ -263,7 +263,7 @@ def test_watches_are_bounded_and_one_per_client() -> None:
 
 
 def test_a_group_too_long_for_a_retry_topic_still_heartbeats(tmp_path: Path) -> None:
-    from rmq.broker_server.messaging_service import MessagingService
+    from rmq.broker_server.rmq_v1.messaging_service import MessagingService
 
     with running_store(tmp_path / "store") as store:
         broker = SendBackBroker(store, tmp_path)

@@ -10,19 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from rmq.broker_server.acl_file import AclFile
 from rmq.broker_server.config import BrokerConfig, load_config
-from rmq.broker_server.controller_manager import ControllerCollector
-from rmq.broker_server.errors import UserError
-from rmq.broker_server.replicas_info_manager import (
+from rmq.broker_server.errors import BrokerError, UserError
+from rmq.broker_server.replication.controller_manager import ControllerCollector
+from rmq.broker_server.replication.replicas_info_manager import (
     KEEP_EVERYTHING,
     ControllerLimits,
     Heartbeat,
     ReplicasInfoManager,
 )
-from rmq.broker_server.replicas_manager import ReplicasManager, RoleAssignment, serve_in_controller_mode
-from rmq.broker_server.server_security import ServerSecurity
-from rmq.broker_server.status import RequestError
+from rmq.broker_server.replication.replicas_manager import (
+    ReplicasManager,
+    RoleAssignment,
+    serve_in_controller_mode,
+)
+from rmq.broker_server.security.acl_file import AclFile
+from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.connector.client import OutgoingMessage, RmqClient, TopicRoute
 from rmq.connector.errors import RmqError
 from rmq.v1 import rmq_pb2
@@ -114,7 +117,7 @@ def test_a_returning_master_drops_what_the_new_master_never_held(tmp_path: Path,
     clock.now += 4
     beat(replicas, 1, B, epoch=1, max_offset=900)
     replicas.scan()
-    with pytest.raises(RequestError) as refused:    # the new master has not confirmed its start yet
+    with pytest.raises(BrokerError) as refused:    # the new master has not confirmed its start yet
         beat(replicas, 0, A, epoch=1)
     assert refused.value.code == rmq_pb2.SERVICE_NOT_AVAILABLE
     assert beat(replicas, 1, B, epoch=2, max_offset=900).truncate_to == KEEP_EVERYTHING
@@ -158,7 +161,7 @@ def test_a_member_that_must_not_join_is_refused_with_the_reason(
         tmp_path: Path, clock: Clock, case: str, expected: str) -> None:
     replicas = manager(tmp_path, clock)
     group_of_three(replicas)
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(BrokerError) as refused:
         {"same id": lambda: beat(replicas, 1, C),
          "other cluster": lambda: beat(replicas, 3, "127.0.0.1:1003", cluster="other"),
          "newer epoch": lambda: beat(replicas, 1, B, epoch=7),
@@ -184,7 +187,7 @@ def test_groups_and_members_are_bounded(tmp_path: Path, clock: Clock) -> None:
     beat(replicas, 1, B)
     for refused_call, setting in ((lambda: beat(replicas, 2, C), "2 members"),
                                   (lambda: beat(replicas, 0, C, name="h"), "at most 1 broker groups")):
-        with pytest.raises(RequestError) as refused:
+        with pytest.raises(BrokerError) as refused:
             refused_call()
         assert refused.value.code == rmq_pb2.LIMIT_EXCEEDED and setting in refused.value.message
     assert set(replicas.groups) == {"g"} and set(replicas.groups["g"].members) == {0, 1}

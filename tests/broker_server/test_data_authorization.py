@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from rmq.broker_server.names import SCHEDULE_TOPIC
+from rmq.broker_server.processors.names import SCHEDULE_TOPIC
 from rmq.broker_server.rocketmq_v2.transactions import HALF_TOPIC
 from rmq.connector.client import OutgoingMessage
 from rmq.connector.errors import RmqError

@@ -1,6 +1,6 @@
 import pytest
 
-from rmq.broker_server.delay_levels import (
+from rmq.broker_server.processors.delay_levels import (
     DEFAULT_MESSAGE_DELAY_LEVEL,
     delay_level_to_queue_id,
     parse_delay_levels,

@@ -12,8 +12,12 @@ import grpc
 import pytest
 
 from rmq import message_format as mf
-from rmq.broker_server.filter_executor import FILTER_SLICE_TOKENS, FilterExecutor, slice_evaluations
-from rmq.broker_server.status import RequestError
+from rmq.broker_server.errors import BrokerError
+from rmq.broker_server.processors.filter_executor import (
+    FILTER_SLICE_TOKENS,
+    FilterExecutor,
+    slice_evaluations,
+)
 from rmq.rocketmq_v2 import MessagingServiceStub
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
@@ -84,7 +88,7 @@ def test_waiting_reads_are_bounded_per_account() -> None:
         waiting = [asyncio.ensure_future(filters.run("a", lambda: "a")) for _ in range(2)]
         await asyncio.sleep(0)
         assert filters.pending("a") == 2
-        with pytest.raises(RequestError) as refused:
+        with pytest.raises(BrokerError) as refused:
             await filters.run("a", lambda: None)
         assert refused.value.code == rmq_pb2.LIMIT_EXCEEDED
         assert "max_pending_filter_reads_per_account" in refused.value.message

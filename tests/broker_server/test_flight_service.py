@@ -13,12 +13,12 @@ import pyarrow.flight as flight
 import pytest
 
 from rmq import request_signing
-from rmq.broker_server.acl_file import AclFile
 from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.errors import UserError
-from rmq.broker_server.name_server import RouteInfoManager
-from rmq.broker_server.server_security import ServerSecurity
-from rmq.broker_server.tls import ServerTls
+from rmq.broker_server.name_server.namesrv_controller import RouteInfoManager
+from rmq.broker_server.security.acl_file import AclFile
+from rmq.broker_server.security.server_security import ServerSecurity
+from rmq.broker_server.security.tls import ServerTls
 from rmq.cli import main as cli
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.connector.errors import RmqError, RmqUnavailable

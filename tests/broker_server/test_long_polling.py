@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from rmq.broker_server.long_polling import PullRequestHoldService, build_key
+from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService, build_key
 from rmq.message_format import tags_hash_code
 from tests.waiting import wait_until_async
 

@@ -1,5 +1,5 @@
-from rmq.broker_server.consumer_manager import ConsumerManager
-from rmq.broker_server.rebalance_lock_manager import MessageQueue, RebalanceLockManager
+from rmq.broker_server.offsets.consumer_manager import ConsumerManager
+from rmq.broker_server.offsets.rebalance_lock_manager import MessageQueue, RebalanceLockManager
 from rmq.v1 import rmq_pb2
 
 

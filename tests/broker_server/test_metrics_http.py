@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from rmq.broker_server.acl import parse_acl
-from rmq.broker_server.acl_file import AclFile
 from rmq.broker_server.errors import UserError
-from rmq.broker_server.metrics import check_metrics_listen
-from rmq.broker_server.metrics_http import MAX_SCRAPERS, MetricsHttpServer
-from rmq.broker_server.refusal_log import RefusalLog
-from rmq.broker_server.server_security import ServerSecurity
-from rmq.broker_server.tls import ServerTls
+from rmq.broker_server.metrics.collectors import check_metrics_listen
+from rmq.broker_server.metrics.metrics_http import MAX_SCRAPERS, MetricsHttpServer
+from rmq.broker_server.security.acl import parse_acl
+from rmq.broker_server.security.acl_file import AclFile
+from rmq.broker_server.security.refusal_log import RefusalLog
+from rmq.broker_server.security.server_security import ServerSecurity
+from rmq.broker_server.security.tls import ServerTls
 from tests.acl_files import write_acl
 from tests.tls_certs import TlsFiles, make_tls_files
 

@@ -1,5 +1,5 @@
-from rmq.broker_server.name_server import RouteInfoManager
-from rmq.broker_server.topic_config_manager import TopicConfig
+from rmq.broker_server.name_server.namesrv_controller import RouteInfoManager
+from rmq.broker_server.processors.topic_config_manager import TopicConfig
 from rmq.v1 import rmq_pb2
 
 

@@ -1,7 +1,7 @@
 import pytest
 
-from rmq.broker_server.names import check_group_name, check_topic_name, check_user_topic_name
-from rmq.broker_server.status import RequestError
+from rmq.broker_server.errors import BrokerError
+from rmq.broker_server.processors.names import check_group_name, check_topic_name, check_user_topic_name
 from rmq.v1 import rmq_pb2
 
 
@@ -25,7 +25,7 @@ def test_legal_topic_names(topic: str) -> None:
     ],
 )
 def test_illegal_topic_names(topic: str, reason: str) -> None:
-    with pytest.raises(RequestError, match=reason) as error:
+    with pytest.raises(BrokerError, match=reason) as error:
         check_user_topic_name(topic)
     assert error.value.code == rmq_pb2.TOPIC_ILLEGAL
 
@@ -36,6 +36,6 @@ def test_reserved_names_are_still_topic_names() -> None:
 
 @pytest.mark.parametrize("group", ["", "g" * 256, "bad group", "bad/group"])
 def test_illegal_groups(group: str) -> None:
-    with pytest.raises(RequestError) as error:
+    with pytest.raises(BrokerError) as error:
         check_group_name(group)
     assert error.value.code == rmq_pb2.GROUP_ILLEGAL

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rmq.broker_server.nonce_cache import NonceCache, ReplayGuard
+from rmq.broker_server.security.nonce_cache import NonceCache, ReplayGuard
 
 WINDOW_MS = 60_000
 NOW = 1_700_000_000_000

@@ -3,8 +3,8 @@ it last sent (the latest offset per queue, oldest change first, bounded)."""
 
 from __future__ import annotations
 
-from rmq.broker_server.consumer_offset_manager import OffsetKey
-from rmq.broker_server.offset_changes import OffsetChanges
+from rmq.broker_server.offsets.consumer_offset_manager import OffsetKey
+from rmq.broker_server.offsets.offset_changes import OffsetChanges
 
 
 def offsets(changes: OffsetChanges, number: int) -> tuple[list[tuple[str, int, int]], int]:

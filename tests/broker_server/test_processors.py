@@ -10,23 +10,26 @@ import numpy as np
 import pytest
 
 from rmq import message_format as mf
-from rmq.broker_server.broker_stats import BrokerStatsManager
-from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager
-from rmq.broker_server.delay_levels import parse_delay_levels
-from rmq.broker_server.filter_executor import FilterExecutor
-from rmq.broker_server.long_polling import PullRequestHoldService
-from rmq.broker_server.names import SCHEDULE_TOPIC
-from rmq.broker_server.pull_message_processor import (
+from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
+from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
+from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.processors.delay_levels import parse_delay_levels
+from rmq.broker_server.processors.filter_executor import FilterExecutor
+from rmq.broker_server.processors.names import SCHEDULE_TOPIC
+from rmq.broker_server.processors.pull_message_processor import (
     SUB_EXPRESSION_CACHE_SIZE,
     PullLimits,
     PullMessageProcessor,
     pull_status,
     sub_expression_tag_codes,
 )
-from rmq.broker_server.schedule_message_service import ScheduleMessageService, correct_deliver_timestamp
-from rmq.broker_server.send_message_processor import SendMessageProcessor, born_host_from_peer
-from rmq.broker_server.store_executor import StoreExecutor
-from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.broker_server.processors.schedule_message_service import (
+    ScheduleMessageService,
+    correct_deliver_timestamp,
+)
+from rmq.broker_server.processors.send_message_processor import SendMessageProcessor, born_host_from_peer
+from rmq.broker_server.processors.store_executor import StoreExecutor
+from rmq.broker_server.processors.topic_config_manager import TopicConfig, TopicConfigManager
 from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.stored_message import decode_records
 from rmq.v1 import rmq_pb2

@@ -14,8 +14,8 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from rmq.broker_server.pull_response_budget import PullBytesLease, PullResponseBudget
-from rmq.broker_server.topic_config_manager import TopicConfig
+from rmq.broker_server.processors.pull_response_budget import PullBytesLease, PullResponseBudget
+from rmq.broker_server.processors.topic_config_manager import TopicConfig
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.message_queue import MessageQueue
 from rmq.rocketmq_v2 import MessagingServiceStub

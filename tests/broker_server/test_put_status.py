@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rmq.broker_server.send_message_processor import check_put_status
-from rmq.broker_server.status import RequestError
+from rmq.broker_server.errors import BrokerError
+from rmq.broker_server.processors.send_message_processor import check_put_status
 from rmq.statuses import PutMessageStatus
 from rmq.v1 import rmq_pb2
 
@@ -22,7 +22,7 @@ def test_every_refused_put_is_answered_with_its_code(status: PutMessageStatus) -
         PutMessageStatus.SERVICE_NOT_AVAILABLE: rmq_pb2.SERVICE_NOT_AVAILABLE,
         PutMessageStatus.UNKNOWN_ERROR: rmq_pb2.SYSTEM_ERROR,
     }
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(BrokerError) as refused:
         check_put_status(status)
     assert refused.value.code == expected[status]
     assert refused.value.message.endswith(f"({status.name})")

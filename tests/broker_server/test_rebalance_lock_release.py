@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rmq.broker_server.consumer_manager import ConsumerManager
-from rmq.broker_server.rebalance_lock_manager import LOCKS_FILE, MessageQueue, RebalanceLockManager
+from rmq.broker_server.offsets.consumer_manager import ConsumerManager
+from rmq.broker_server.offsets.rebalance_lock_manager import LOCKS_FILE, MessageQueue, RebalanceLockManager
 from rmq.v1 import rmq_pb2
 from tests.broker_server.test_membership_and_locks import Clock
 

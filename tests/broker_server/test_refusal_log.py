@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from rmq.broker_server.refusal_log import RefusalLog
+from rmq.broker_server.security.refusal_log import RefusalLog
 
 UNAUTHENTICATED, DENIED = "UNAUTHENTICATED", "PERMISSION_DENIED"
 

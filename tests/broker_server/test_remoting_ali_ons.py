@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rmq.broker_server.topic_config_manager import TopicConfig
+from rmq.broker_server.processors.topic_config_manager import TopicConfig
 from rmq.connector.client import OutgoingMessage, RmqClient
 from tests.broker_server.ali_ons_runner import ali_ons_problem, run_ali_ons
 from tests.broker_server.in_process_broker import InProcessBroker, start_remoting_broker

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from rmq import message_format as mf
-from rmq.broker_server.acl_file import AclFile
+from rmq.broker_server.processors.topic_config_manager import TopicConfig
 from rmq.broker_server.remoting.remoting_acl import signed
-from rmq.broker_server.server_security import ServerSecurity
-from rmq.broker_server.topic_config_manager import TopicConfig
+from rmq.broker_server.security.acl_file import AclFile
+from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.remoting.remoting_command import RemotingCommand, SerializeType
 from rmq.remoting.request_code import RequestCode, ResponseCode
 from rmq.stored_message import decode_record

@@ -9,13 +9,13 @@ import struct
 
 import pytest
 
+from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.remoting import headers
 from rmq.broker_server.remoting.broker_processor import PULL_RESPONSE_CODES
 from rmq.broker_server.remoting.dispatch import RESPONSE_CODES
 from rmq.broker_server.remoting.remoting_acl import sign, signed, signing_content
 from rmq.broker_server.remoting.request_bytes import RequestBytes
 from rmq.broker_server.remoting.topic_route_data import BrokerData, QueueData, encode_topic_route
-from rmq.broker_server.status import RequestError, rmq_pb2
 from rmq.remoting.remoting_command import (
     FrameError,
     LanguageCode,
@@ -24,6 +24,7 @@ from rmq.remoting.remoting_command import (
     decode,
 )
 from rmq.remoting.request_code import RequestCode
+from rmq.v1 import rmq_pb2
 
 
 def payload(frame: bytes) -> bytes:
@@ -149,7 +150,7 @@ def test_batch_bodies_are_split_into_messages() -> None:
     ],
 )
 def test_a_malformed_batch_is_refused_naming_it(body: bytes) -> None:
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(BrokerError) as refused:
         headers.batch_messages(body)
     assert refused.value.code == rmq_pb2.ILLEGAL_ARGUMENT
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from rmq.broker_server.acl_file import AclFile
-from rmq.broker_server.server_security import ServerSecurity
-from rmq.broker_server.topic_config_manager import TopicConfig
+from rmq.broker_server.processors.topic_config_manager import TopicConfig
+from rmq.broker_server.security.acl_file import AclFile
+from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.connector.client import OutgoingMessage, RmqClient
 from tests.acl_files import write_acl
 from tests.broker_server.cpp_client_runner import client_result, cpp_client_problem, run_client, start_client

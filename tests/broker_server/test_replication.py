@@ -16,11 +16,11 @@ import pytest
 
 from rmq import request_signing
 from rmq.auth import ClientSecurity
-from rmq.broker_server.acl_file import AclFile
-from rmq.broker_server.cluster_auth import ClusterAuth, Exchange, ProofRefused, load_cluster_secret
 from rmq.broker_server.errors import UserError
-from rmq.broker_server.server_security import ServerSecurity
-from rmq.broker_server.topic_config_manager import TopicConfig
+from rmq.broker_server.processors.topic_config_manager import TopicConfig
+from rmq.broker_server.security.acl_file import AclFile
+from rmq.broker_server.security.cluster_auth import ClusterAuth, Exchange, ProofRefused, load_cluster_secret
+from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.connector.spark.message_decoder import decode
 from rmq.store import MessageStore, PutMessageStatus

@@ -7,8 +7,8 @@ import grpc
 import pytest
 
 from rmq import request_signing
-from rmq.broker_server.acl import parse_acl
-from rmq.broker_server.request_auth import CallRefused, RequestAuthenticator, key_label, peer_address
+from rmq.broker_server.security.acl import parse_acl
+from rmq.broker_server.security.request_auth import CallRefused, RequestAuthenticator, key_label, peer_address
 from rmq.v1 import rmq_pb2
 
 NOW_S = 1_700_000_000.0

@@ -12,11 +12,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from rmq.broker_server.consumer_manager import ConsumerManager, ConsumerTableLimits
-from rmq.broker_server.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
-from rmq.broker_server.long_polling import HoldTableFull, PullRequestHoldService
-from rmq.broker_server.rebalance_lock_manager import MessageQueue, RebalanceLockManager
-from rmq.broker_server.status import RequestError
+from rmq.broker_server.errors import BrokerError
+from rmq.broker_server.long_polling.pull_request_hold_service import HoldTableFull, PullRequestHoldService
+from rmq.broker_server.offsets.consumer_manager import ConsumerManager, ConsumerTableLimits
+from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
+from rmq.broker_server.offsets.rebalance_lock_manager import MessageQueue, RebalanceLockManager
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.broker_server.in_process_broker import InProcessBroker
 from tests.waiting import wait_until, wait_until_async
@@ -32,8 +32,8 @@ class Clock:
         return self.now
 
 
-def refused(action, setting: str) -> RequestError:
-    with pytest.raises(RequestError) as caught:
+def refused(action, setting: str) -> BrokerError:
+    with pytest.raises(BrokerError) as caught:
         action()
     assert caught.value.code == rmq_pb2.LIMIT_EXCEEDED
     assert setting in caught.value.message

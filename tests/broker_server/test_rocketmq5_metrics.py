@@ -14,8 +14,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from rmq.broker_server.broker_stats import OTHER_GROUPS, BrokerStatsManager
-from rmq.broker_server.metrics import BrokerCollector, BrokerFigures
+from rmq.broker_server.metrics.broker_stats import OTHER_GROUPS, BrokerStatsManager
+from rmq.broker_server.metrics.collectors import BrokerCollector, BrokerFigures
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from tests.broker_server.in_process_broker import InProcessBroker
 

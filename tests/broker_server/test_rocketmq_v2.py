@@ -17,9 +17,9 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from rmq import message_format as mf
-from rmq.broker_server.acl import parse_acl
+from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.rocketmq_v2 import messages
-from rmq.broker_server.rocketmq_v2.authentication import Refused, V2Authenticator, parse_authorization
+from rmq.broker_server.rocketmq_v2.authentication import V2Authenticator, parse_authorization
 from rmq.broker_server.rocketmq_v2.pop_state import PopQueue, PopStateTable
 from rmq.broker_server.rocketmq_v2.receipt_handle import (
     InvalidReceiptHandle,
@@ -29,7 +29,8 @@ from rmq.broker_server.rocketmq_v2.receipt_handle import (
 from rmq.broker_server.rocketmq_v2.route import endpoints, reachable
 from rmq.broker_server.rocketmq_v2.telemetry import ServerSettings, answer_settings
 from rmq.broker_server.rocketmq_v2.transactions import TransactionService, TransactionSettings
-from rmq.broker_server.store_executor import StoreExecutor
+from rmq.broker_server.security.acl import parse_acl
+from rmq.broker_server.security.request_auth import CallRefused
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.rocketmq_v2 import METHODS, MessagingServiceStub
 from rmq.rocketmq_v2 import definition_pb2 as v2
@@ -191,16 +192,16 @@ def test_mqv2_signature_in_either_hex_case_admits_and_permissions_apply():
     authenticator = V2Authenticator(lambda: ACL)
     assert authenticator.authenticate(signed("producer-secret")) == "producer1"            # Python client
     assert authenticator.authenticate(signed("producer-secret", upper=True)) == "producer1"  # Java client
-    with pytest.raises(Refused) as wrong:
+    with pytest.raises(CallRefused) as wrong:
         authenticator.authenticate(signed("not-the-secret"))
-    assert wrong.value.code == v2.UNAUTHORIZED
+    assert wrong.value.code == grpc.StatusCode.UNAUTHENTICATED   # answered as v2 UNAUTHORIZED
     send = pb.SendMessageRequest(messages=[v2.Message(topic=v2.Resource(name="orders"))])
     authenticator.authorize("producer1", "SendMessage", send, "ipv4:127.0.0.1:5000")
     receive = pb.ReceiveMessageRequest(group=v2.Resource(name="g"),
                                        message_queue=v2.MessageQueue(topic=v2.Resource(name="orders")))
-    with pytest.raises(Refused) as denied:
+    with pytest.raises(CallRefused) as denied:
         authenticator.authorize("producer1", "ReceiveMessage", receive, "ipv4:127.0.0.1:5000")
-    assert denied.value.code == v2.FORBIDDEN and "lacks SUB" in denied.value.message
+    assert denied.value.code == grpc.StatusCode.PERMISSION_DENIED and "lacks SUB" in denied.value.message
     assert parse_authorization(signed("s")["authorization"])[0] == "producer1"
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rmq.broker_server.acl import AccessDenied, parse_acl
-from rmq.broker_server.rpc_permissions import ADMIN_METHODS, RULES, check_call, client_id_of
+from rmq.broker_server.security.acl import AccessDenied, parse_acl
+from rmq.broker_server.security.rpc_permissions import ADMIN_METHODS, RULES, check_call, client_id_of
 from rmq.flight import DO_GET_METHOD
 from rmq.v1 import rmq_pb2
 

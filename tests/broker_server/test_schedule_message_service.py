@@ -11,9 +11,12 @@ from pathlib import Path
 
 import numpy as np
 
-from rmq.broker_server.names import SCHEDULE_TOPIC
-from rmq.broker_server.schedule_message_service import DELAY_FOR_A_PERIOD_MS, ScheduleMessageService
-from rmq.broker_server.topic_config_manager import TopicConfig
+from rmq.broker_server.processors.names import SCHEDULE_TOPIC
+from rmq.broker_server.processors.schedule_message_service import (
+    DELAY_FOR_A_PERIOD_MS,
+    ScheduleMessageService,
+)
+from rmq.broker_server.processors.topic_config_manager import TopicConfig
 from rmq.stored_message import decode_records
 from rmq.v1 import rmq_pb2
 from tests.broker_server import test_processors

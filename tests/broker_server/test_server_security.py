@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from rmq.auth import ClientSecurity
-from rmq.broker_server import server_security
-from rmq.broker_server.acl import Perm
 from rmq.broker_server.errors import UserError
-from rmq.broker_server.server_security import ServerSecurity
+from rmq.broker_server.security import server_security
+from rmq.broker_server.security.acl import Perm
+from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.command_line import is_loopback
 from tests.acl_files import write_acl
 

@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from rmq.broker_server import topic_config_manager
-from rmq.broker_server.status import RequestError
-from rmq.broker_server.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.broker_server.errors import BrokerError
+from rmq.broker_server.processors import topic_config_manager
+from rmq.broker_server.processors.topic_config_manager import TopicConfig, TopicConfigManager
 from rmq.v1 import rmq_pb2
 
 
@@ -27,7 +27,7 @@ def test_refusals(tmp_path: Path) -> None:
     topics.create(TopicConfig("orders", 8, 8))
 
     def code_of(action) -> int:
-        with pytest.raises(RequestError) as error:
+        with pytest.raises(BrokerError) as error:
             action()
         return error.value.code
 
@@ -54,14 +54,14 @@ def test_update_grows_queues_and_changes_perm_persistently(tmp_path: Path) -> No
 def test_update_refuses_shrinking_unknown_topics_and_bad_configs(tmp_path: Path) -> None:
     topics = TopicConfigManager(tmp_path)
     topics.create(TopicConfig("orders", 4, 4))
-    with pytest.raises(RequestError, match="topic 'orders' cannot shrink from 4 to 2 write_queue_nums: "
+    with pytest.raises(BrokerError, match="topic 'orders' cannot shrink from 4 to 2 write_queue_nums: "
                                            "queues holding messages cannot be removed") as error:
         topics.update(TopicConfig("orders", 4, 2))
     assert error.value.code == rmq_pb2.ILLEGAL_ARGUMENT
     for config, code in ((TopicConfig("missing", 8, 8), rmq_pb2.TOPIC_NOT_EXIST),
                          (TopicConfig("orders", 8, 1025), rmq_pb2.ILLEGAL_ARGUMENT),
                          (TopicConfig("orders", 8, 8, 0), rmq_pb2.ILLEGAL_ARGUMENT)):
-        with pytest.raises(RequestError) as error:
+        with pytest.raises(BrokerError) as error:
             topics.update(config)
         assert error.value.code == code
     assert topics.get("orders") == TopicConfig("orders", 4, 4)

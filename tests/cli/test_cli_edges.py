@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from rmq import retry
-from rmq.broker_server.server_security import ServerSecurity
-from rmq.broker_server.tls import ServerTls
+from rmq.broker_server.security.server_security import ServerSecurity
+from rmq.broker_server.security.tls import ServerTls
 from rmq.cli import main as cli
 from rmq.connector import Message, Producer, SendStatus
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient

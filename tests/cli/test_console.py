@@ -13,8 +13,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from rmq import retry
-from rmq.broker_server.acl_file import AclFile
-from rmq.broker_server.server_security import ServerSecurity
+from rmq.broker_server.security.acl_file import AclFile
+from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.cli.console import ConsoleSettings, History, create_app
 from rmq.cli.console.history import MAX_SERIES
 from rmq.connector.admin import MQAdmin

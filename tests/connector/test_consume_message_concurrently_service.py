@@ -5,6 +5,7 @@ local re-consume after 5 s, broadcasting drop, dropped queues) and the offset ru
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -191,3 +192,57 @@ def test_clean_expire_msg_sends_the_stuck_head_back_at_level_3(tmp_path: Path) -
     time.sleep(0.01)   # not an event: the consume start (real clock) lies in the past, past the 0 min timeout
     h.service.clean_expire_msg([h.pq])
     assert h.sent_back == [(1, 3), (2, 3)] and h.pq.msg_count == 0
+
+
+def test_tv12_a_pipelined_pull_landing_never_moves_the_offset_past_a_held_message(tmp_path: Path) -> None:
+    """The next pull's batch lands while the first one's offset 5 is still being consumed: the
+    committed offset stays at 5 however much of both batches finishes, then jumps past both."""
+    h = Harness(tmp_path, lambda msgs, ctx: OK)
+    first, second = [message(o) for o in range(32)], [message(o) for o in range(32, 64)]
+    h.pq.put_message(first)
+    h.pq.mark_pulled_until(32)
+    for m in first[:5] + first[6:]:
+        h.service.run(ConsumeRequest([m], h.pq, MQ))
+    assert h.offset() == 5
+    h.pq.put_message(second)
+    h.pq.mark_pulled_until(64)
+    for m in reversed(second):
+        h.service.run(ConsumeRequest([m], h.pq, MQ))
+        assert h.offset() == 5
+    h.service.run(ConsumeRequest([first[5]], h.pq, MQ))
+    assert h.offset() == 64 and h.pq.msg_count == 0
+
+
+def test_batches_of_one_hand_every_message_to_the_listener_once(tmp_path: Path) -> None:
+    seen: list[list[int]] = []
+    h = Harness(tmp_path, lambda msgs, ctx: seen.append([m.queue_offset for m in msgs]) or OK)
+    h.service.batch_size = 1
+    messages = [message(o) for o in range(32)]
+    h.pq.put_message(messages)
+    h.service.submit_consume_request(messages, h.pq, MQ)
+    wait_until(lambda: h.offset() == 32, "all 32 consumed and committed")
+    assert sorted(seen) == [[o] for o in range(32)] and h.pq.msg_count == 0
+
+
+def test_slow_listeners_run_on_every_consume_thread_at_once(tmp_path: Path) -> None:
+    """Batches of one message run on the pool's threads side by side: listeners that block do
+    not hold the rest of the pull back (RocketMQ's consumeExecutor)."""
+    all_running = threading.Barrier(4)
+
+    def listener(msgs, ctx):
+        all_running.wait(timeout=30)   # broken (an exception) unless 4 listeners run at once
+        return OK
+
+    h = Harness(tmp_path, listener)
+    h.service.shutdown(0)
+    service = ConsumeMessageConcurrentlyService(
+        listener, group="G", broadcasting=False, consume_thread_max=4, consume_message_batch_max_size=1,
+        consume_timeout_minutes=15, offset_store=h.store, send_message_back=h.send_back,
+        scheduler=h.scheduler)
+    service.start(lambda: [h.pq])
+    messages = [message(o) for o in range(8)]
+    h.pq.put_message(messages)
+    service.submit_consume_request(messages, h.pq, MQ)
+    wait_until(lambda: h.offset() == 8, "8 messages consumed, 4 at a time")
+    service.shutdown(5)
+    assert h.sent_back == [] and not all_running.broken

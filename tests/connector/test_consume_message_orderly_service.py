@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rmq.broker_server.rebalance_lock_manager import RebalanceLockManager
+from rmq.broker_server.offsets.rebalance_lock_manager import RebalanceLockManager
 from rmq.connector.client import MessageQueue
 from rmq.connector.consume_message_orderly_service import ConsumeMessageOrderlyService, OrderlyConsumeRequest
 from rmq.connector.consumer_config import ConsumeFromWhere

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from rmq.broker_server.acl_file import AclFile
-from rmq.broker_server.server_security import ServerSecurity
+from rmq.broker_server.security.acl_file import AclFile
+from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.cli import main as cli
 from rmq.connector.client import MessageQueue, RmqClient, RmqError
 from rmq.connector.pull_consumer import PullConsumer

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rmq.broker_server.long_polling import HeldPullRequest, build_key
+from rmq.broker_server.long_polling.pull_request_hold_service import HeldPullRequest, build_key
 from rmq.connector import push_consumer as push_consumer_module
 from rmq.connector.client import MessageQueue, RmqClient
 from rmq.connector.message_listener import ConsumeConcurrentlyStatus

@@ -63,3 +63,13 @@ def test_expired_message_is_the_head_once_its_listener_ran_too_long() -> None:
     assert pq.expired_message(60) is None
     now[0] = 60.5
     assert pq.expired_message(60).queue_offset == 1
+
+
+def test_an_out_of_order_put_then_later_puts_keep_the_smallest_offset_rule() -> None:
+    pq = ProcessQueue()
+    pq.put_message([message(5)])
+    pq.put_message([message(3), message(6), message(7)])   # 3 before what is held: the order is rebuilt
+    assert pq.remove_message([message(3)]) == 5
+    assert pq.remove_message([message(5)]) == 6
+    assert pq.remove_message([message(7)]) == 6
+    assert pq.max_span() == 0 and pq.remove_message([message(6)]) == 8

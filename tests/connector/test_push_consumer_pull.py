@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rmq import message_format as mf
+from rmq import retry
 from rmq.connector.client import (
     GetMessageStatus,
     MessageQueue,
@@ -20,6 +21,7 @@ from rmq.connector.client import (
 )
 from rmq.connector.client_instance import ClientInstance
 from rmq.connector.errors import StateError
+from rmq.connector.message import decode_messages
 from rmq.connector.message_listener import ConsumeConcurrentlyStatus
 from rmq.connector.offset_store import LocalFileOffsetStore, ReadOffsetType
 from rmq.connector.process_queue import ProcessQueue
@@ -121,12 +123,13 @@ def test_flow_control_is_logged_every_1000_times(
     assert caplog.text.count("do flow control") == 2  # times 0 and 1000
 
 
-def packed(offsets: list[int], tags: str) -> rmq_pb2.PackedMessages:
+def packed(offsets: list[int], tags: str, topic_name: str = MQ.topic,
+           extra: dict[str, str] | None = None) -> rmq_pb2.PackedMessages:
     """Records as the store writes them (rmq.message_format), for the decoder."""
     records = []
     for offset in offsets:
-        properties = mf.encode_properties({mf.PROPERTY_TAGS: tags}).encode()
-        topic, body = MQ.topic.encode(), b"body"
+        properties = mf.encode_properties({mf.PROPERTY_TAGS: tags, **(extra or {})}).encode()
+        topic, body = topic_name.encode(), b"body"
         size = mf.calc_msg_length(len(body), len(topic), len(properties))
         header = struct.pack(
             ">iiiiiqqiq8sq8siq",
@@ -163,6 +166,31 @@ def packed(offsets: list[int], tags: str) -> rmq_pb2.PackedMessages:
 
 def result(status: PullStatus, next_offset: int, offsets: list[int] = (), tags: str = "TagA") -> PullResult:
     return PullResult(status, GetMessageStatus.FOUND, next_offset, 0, 100, packed(list(offsets), tags))
+
+
+def test_one_pull_decodes_retry_copies_to_their_topic_and_gives_each_message_its_own_properties() -> None:
+    normal, retried = packed([7, 8], "TagA"), packed([9], "TagA", f"{retry.RETRY_GROUP_TOPIC_PREFIX}G",
+                                                     {retry.PROPERTY_RETRY_TOPIC: "Orders"})
+    both = rmq_pb2.PackedMessages(count=3, sizes=normal.sizes + retried.sizes,
+                                  records=normal.records + retried.records)
+    messages = decode_messages(both, MQ)
+    assert [(m.topic, m.queue_offset, m.body) for m in messages] == [
+        (MQ.topic, 7, b"body"), (MQ.topic, 8, b"body"), ("Orders", 9, b"body")]
+    messages[0].properties["mine"] = "1"   # equal properties are decoded once, handed out as copies
+    assert "mine" not in messages[1].properties and messages[1].tags == "TagA"
+
+
+def test_flow_control_counts_what_the_pull_callback_put(consumer: PushConsumer) -> None:
+    request = PullRequest("G", MQ, ProcessQueue(), 0)
+    consumer.process_pull_result(request, SubscriptionData.build(MQ.topic, "TagA"),
+                                 result(PullStatus.FOUND, 1001, list(range(1001))))
+    pq = request.process_queue
+    assert (pq.msg_count, pq.msg_size, pq.queue_offset_max) == (1001, 1001 * len(b"body"), 1000)
+    consumer._pull_service.immediate.clear()
+    consumer.pull_message(request)   # the next pull of the queue waits: 1,001 held > 1,000
+    assert consumer._pull_service.later == [(1001, 50)] and consumer._pull_service.immediate == []
+    pq.remove_message([message(offset) for offset in range(1001)])
+    assert (pq.msg_count, pq.msg_size) == (0, 0) and consumer.flow_control_delay_ms(pq) == 0
 
 
 def test_tv11_found_puts_submits_and_pulls_again(consumer: PushConsumer) -> None:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from rmq.broker_server.acl_file import AclFile
+from rmq.broker_server.processors.topic_config_manager import TopicConfig
 from rmq.broker_server.remoting import remoting_server
-from rmq.broker_server.server_security import ServerSecurity
-from rmq.broker_server.tls import ServerTls
-from rmq.broker_server.topic_config_manager import TopicConfig
+from rmq.broker_server.security.acl_file import AclFile
+from rmq.broker_server.security.server_security import ServerSecurity
+from rmq.broker_server.security.tls import ServerTls
 from rmq.connector import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer, remoting_client
 from rmq.connector.client import PullResult, RmqClient
 from rmq.connector.errors import RmqError, RmqUnavailable

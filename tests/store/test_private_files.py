@@ -3,8 +3,11 @@ local users read neither message bodies nor offsets (SECURITY.md)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,3 +83,30 @@ def test_two_threads_writing_the_same_file_at_once_both_succeed(tmp_path: Path) 
     assert errors == []
     assert path.read_bytes() in (b"{1}", b"{2}")
     assert [p.name for p in path.parent.iterdir()] == ["offsets.json"]
+
+
+APPEND_PAST_A_FILE_SIZE_LIMIT = """
+import resource, signal, sys
+from pathlib import Path
+from rmq.store.private_files import append_durably
+path = Path(sys.argv[1])
+append_durably(path, b"first record\\n")
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)     # a write past the limit fails with EFBIG instead
+resource.setrlimit(resource.RLIMIT_FSIZE, (path.stat().st_size + 5, resource.RLIM_INFINITY))
+try:
+    append_durably(path, b"second record, longer than what the limit leaves\\n")
+except OSError as error:
+    print(error.errno)
+"""
+
+
+def test_an_append_that_fails_midway_leaves_no_half_record(tmp_path: Path) -> None:
+    """append_durably (the broker's journals: topics, pop state, transactions): a write that
+    fails after part of the record reached the file is cut off again, so the next record does not
+    follow half a line. The failure is real: a file size limit the first 5 bytes fit under."""
+    path = tmp_path / "table.journal"
+    result = subprocess.run([sys.executable, "-c", APPEND_PAST_A_FILE_SIZE_LIMIT, str(path)],
+                            capture_output=True, text=True, timeout=60, check=True)
+    assert result.stdout.split() == [str(errno.EFBIG)]
+    assert path.read_bytes() == b"first record\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600

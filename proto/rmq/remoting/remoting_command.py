@@ -9,6 +9,7 @@ import enum
 import json
 import struct
 from dataclasses import dataclass, field
+from typing import Any
 
 LENGTH = struct.Struct(">i")
 HEADER_LENGTH_MASK = 0xFFFFFF
@@ -19,7 +20,8 @@ _SHORT = struct.Struct(">h")
 
 
 class FrameError(ValueError):
-    """A frame that is not a well-formed RemotingCommand: the connection is closed."""
+    """A frame that is not a well-formed RemotingCommand: the connection is closed. The codec is
+    shared by the broker and the SDK, so this is neither side's error tree: each edge handles it."""
 
 
 class SerializeType(enum.IntEnum):
@@ -137,7 +139,7 @@ def encode_json_header(command: RemotingCommand) -> bytes:
     return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def _int_field(header: dict, name: str) -> int:
+def _int_field(header: dict[str, Any], name: str) -> int:
     value = header.get(name, 0)
     if isinstance(value, bool) or not isinstance(value, int):
         raise FrameError(f"header field {name!r} must be an integer, not {value!r}")
@@ -204,7 +206,7 @@ class _Reader:
         self.position += size
         return chunk
 
-    def unpack(self, layout: struct.Struct, what: str) -> tuple:
+    def unpack(self, layout: struct.Struct, what: str) -> tuple[Any, ...]:
         return layout.unpack(self.take(layout.size, what))
 
     def text(self, size: int, what: str) -> str:

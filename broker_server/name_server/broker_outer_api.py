@@ -1,0 +1,89 @@
+"""The broker's side of the name server protocol (RocketMQ BrokerOuterAPI): register name,
+address and topics with every name server at start, every 30 s, and at once after a topic
+changes; unregister on a clean stop. A name server that is down is retried next round and
+never stops the broker."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import grpc
+from google.protobuf.message import Message
+
+from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+
+log = logging.getLogger(__name__)
+REQUEST_TIMEOUT_SECONDS = 3.0
+
+
+class BrokerOuterAPI:
+    def __init__(
+        self,
+        namesrv_addresses: list[str],
+        broker_name: str,
+        broker_address: str,
+        topics: TopicConfigManager,
+        register_interval_ms: int,
+        open_channel: Callable[[str], grpc.aio.Channel] = grpc.aio.insecure_channel,
+        member: rmq_pb2.BrokerMember | None = None,
+    ) -> None:
+        self.namesrv_addresses = namesrv_addresses
+        self.broker = rmq_pb2.BrokerData(broker_name=broker_name, address=broker_address)
+        # this broker's id and role in its group (docs/replication.md)
+        self.member = member or rmq_pb2.BrokerMember(address=broker_address)
+        self.topics = topics
+        self.register_interval_ms = register_interval_ms
+        self._open_channel = open_channel   # ServerSecurity.open_client_channel: signed / TLS
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if not self.namesrv_addresses:
+            return
+        self._channels = {address: self._open_channel(address) for address in self.namesrv_addresses}
+        self._task = asyncio.get_running_loop().create_task(self._register_forever())
+
+    def register_soon(self) -> None:
+        """Announce a topic change now instead of at the next period."""
+        self._changed.set()
+
+    async def register_broker_all(self) -> None:
+        request = rmq_pb2.RegisterBrokerRequest(
+            broker=self.broker, topics=[config.to_proto() for config in self.topics.all()], member=self.member
+        )
+        await asyncio.gather(*(self._call(address, "RegisterBroker", request) for address in self._channels))
+
+    async def stop(self) -> None:
+        if self._task is None:
+            return
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        request = rmq_pb2.UnregisterBrokerRequest(broker_name=self.broker.broker_name,
+                                                  broker_id=self.member.broker_id)
+        await asyncio.gather(
+            *(self._call(address, "UnregisterBroker", request) for address in self._channels)
+        )
+        await asyncio.gather(*(channel.close() for channel in self._channels.values()))
+
+    async def _register_forever(self) -> None:
+        while True:
+            self._changed.clear()
+            await self.register_broker_all()
+            try:
+                await asyncio.wait_for(self._changed.wait(), self.register_interval_ms / 1000)
+            except TimeoutError:
+                pass
+
+    async def _call(self, address: str, method: str, request: Message) -> None:
+        stub = rmq_pb2_grpc.NameServerServiceStub(self._channels[address])
+        try:
+            response = await getattr(stub, method)(request, timeout=REQUEST_TIMEOUT_SECONDS)
+        except grpc.RpcError as error:
+            log.warning("%s with name server %s failed: %s", method, address, error.code().name)
+            return
+        if response.status.code != rmq_pb2.OK:
+            log.warning("%s with name server %s refused: %s", method, address, response.status.message)

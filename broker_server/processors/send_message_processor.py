@@ -1,0 +1,380 @@
+"""SendMessage (RocketMQ SendMessageProcessor): a batch of messages for one topic, validated
+whole before anything is written, so a refused batch leaves nothing behind. Messages without
+a queue id are spread round-robin over the topic's write queues. A message with a delay level
+is stored in SCHEDULE_TOPIC_XXXX queue level-1 with its real topic and queue in properties
+(spec consumer-pull-rebalance §19.1, TV-15) until ScheduleMessageService delivers it; its
+reported queue offset is -1 because its real offset is assigned on delivery. Under sync
+flush an OK answer means the batch is on disk.
+
+A batch of up to 256 messages and 256 KiB of bodies is stored on the event loop when the put
+cannot wait (MessageStore.try_put_batch): at most a millisecond or two of work (the GIL would
+hold the loop for it on a store thread too) instead of a hop to a store thread and back, each
+a GIL hand-off that can wait out the interpreter's switch interval — the send half of a
+long-poll wake, and 20-35 % of the broker's CPU per message of a 256 x 100 B send
+(bench/NOTES.md). Anything larger, or a put that would wait, goes to the store executor."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import itertools
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from rmq import message_format as mf
+from rmq.broker_server.errors import BrokerError, NotMaster, illegal_argument
+from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
+from rmq.broker_server.processors.delay_levels import delay_level_to_queue_id
+from rmq.broker_server.processors.names import SCHEDULE_TOPIC
+from rmq.broker_server.processors.store_executor import StoreExecutor
+from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
+from rmq.store import (
+    BrokerRole,
+    MessageBatch,
+    MessageStore,
+    MessageToStore,
+    PutBatchResult,
+    PutMessageResult,
+    PutMessageStatus,
+)
+from rmq.topic_config import TopicConfig
+from rmq.v1 import rmq_pb2
+
+NO_HOST = bytes(8)
+INLINE_PUT_MAX_MESSAGES = 256          # a batch at most this large ...
+INLINE_PUT_MAX_BODY_BYTES = 256 << 10  # ... and this heavy may be stored on the event loop
+
+# Every PutMessageStatus but PUT_OK -> the Code and reason the producer gets.
+_PUT_STATUS = {
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: (
+        rmq_pb2.FLUSH_DISK_TIMEOUT,
+        "the batch was written but not flushed to disk in time; it is not acknowledged",
+    ),
+    PutMessageStatus.MESSAGE_ILLEGAL: (rmq_pb2.MESSAGE_ILLEGAL, "the store refused a message as illegal"),
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: (
+        rmq_pb2.PROPERTIES_SIZE_EXCEEDED,
+        "the store refused a message's properties as too large",
+    ),
+    PutMessageStatus.MESSAGE_SIZE_EXCEEDED: (rmq_pb2.MESSAGE_SIZE_EXCEEDED,
+                                             "the store refused a message as too large"),
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: (
+        rmq_pb2.SERVICE_NOT_AVAILABLE,
+        "the store is not writeable (shutting down, disk full or read-only)",
+    ),
+    PutMessageStatus.UNKNOWN_ERROR: (rmq_pb2.SYSTEM_ERROR, "the store failed"),
+}
+
+# SYNC_MASTER outcomes of a batch that IS stored (and flushed) on the master, answered with the
+# message ids like OK, under their own Code: "stored on the master only" (docs/replication.md).
+STORED_ON_MASTER_ONLY = {
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: (
+        rmq_pb2.FLUSH_SLAVE_TIMEOUT, "stored on the master; no slave confirmed holding it in time"),
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: (
+        rmq_pb2.SLAVE_NOT_AVAILABLE, "stored on the master; no slave is connected and in sync"),
+}
+
+
+def born_host_from_peer(peer: str) -> bytes:
+    """gRPC peer "ipv4:127.0.0.1:54321" -> 4-byte address + 4-byte port (the record's IPv4
+    host layout); other peers (IPv6, unix sockets) -> zeros."""
+    kind, _, address = peer.partition(":")
+    host, _, port = address.rpartition(":")
+    if kind != "ipv4" or not port.isdigit():
+        return NO_HOST
+    try:
+        return ipaddress.IPv4Address(host).packed + int(port).to_bytes(4, "big")
+    except ValueError:
+        return NO_HOST
+
+
+class SendMessageProcessor:
+    def __init__(
+        self,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        executor: StoreExecutor,
+        delay_levels: dict[int, int],
+        max_message_size: int,
+        stats: BrokerStatsManager,
+    ) -> None:
+        self.store = store
+        self.stats = stats
+        self.topics = topics
+        self.executor = executor
+        self.max_delay_level = max(delay_levels)
+        self.max_message_size = max_message_size
+        self._round_robin: dict[str, int] = {}  # per topic: the next round-robin position
+
+    async def process(self, request: rmq_pb2.SendMessageRequest, peer: str) -> rmq_pb2.SendMessageResponse:
+        try:
+            batch, queue_ids, delayed = self.build_batch(request, born_host_from_peer(peer))
+            result = self._put_inline(batch)
+            if result is None:
+                result = await self.executor.run(self.store.put_batch, batch)
+            else:
+                await asyncio.sleep(0)   # the pulls this put woke answer before this call does
+            if result.status is not PutMessageStatus.PUT_OK:
+                self.explain_size_refusal(batch)
+                check_put_status(result.status)
+        except BrokerError as error:
+            return rmq_pb2.SendMessageResponse(status=error.status())
+        self.stats.record_put(request.topic, len(queue_ids), sum(map(len, batch.bodies)))
+        code, reason = STORED_ON_MASTER_ONLY.get(result.status, (rmq_pb2.OK, ""))
+        response = rmq_pb2.SendMessageResponse(status=rmq_pb2.Status(code=code, message=reason))
+        response.msg_ids.extend(result.msg_ids())
+        response.queue_ids.extend(queue_ids)
+        queue_offsets = result.queue_offsets
+        if delayed:
+            queue_offsets = queue_offsets.copy()
+            queue_offsets[delayed] = -1  # a delayed message's real offset is assigned on delivery
+        response.queue_offsets.extend(queue_offsets.tolist())
+        return response
+
+    def _put_inline(self, batch: MessageBatch) -> PutBatchResult | None:
+        """The batch stored on the calling (event loop) thread, or None when it is too large or
+        the put would wait."""
+        if len(batch) > INLINE_PUT_MAX_MESSAGES or sum(map(len, batch.bodies)) > INLINE_PUT_MAX_BODY_BYTES:
+            return None
+        return self.store.try_put_batch(batch)
+
+    def _refuse_on_slave(self) -> None:
+        if self.store.config.broker_role is BrokerRole.SLAVE:
+            raise NotMaster("this broker is a SLAVE (read-only): send to the master of its broker group")
+
+    def writeable_topic(self, topic: str) -> TopicConfig:
+        """The topic's config, refused when the broker is a slave or the topic is not writeable."""
+        self._refuse_on_slave()
+        config = self.topics.require(topic)
+        if not config.writeable:
+            raise BrokerError(rmq_pb2.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+        return config
+
+    async def put_records(self, topic: str, records: list[MessageToStore]) -> list[PutMessageResult]:
+        """Store records a protocol adapter built itself (RocketMQ 5 sends: timer and half messages
+        among them) for `topic`, whole or not at all, counted in the topic's put statistics like
+        every other send. Raises BrokerError for a refused batch."""
+        results = await self.executor.run(self.store.put_messages, records)
+        check_put_results(results)
+        self.stats.record_put(topic, len(records), sum(len(record.body) for record in records))
+        return results
+
+    def build_batch(
+        self, request: rmq_pb2.SendMessageRequest, born_host: bytes
+    ) -> tuple[MessageBatch, list[int], list[int]]:
+        """The batch to store (columns), each message's real queue id, and the positions of the
+        delayed ones. Raises BrokerError naming the first bad message."""
+        config = self.writeable_topic(request.topic)
+        if request.HasField("columns"):
+            if request.messages:
+                raise illegal_argument("a request carries messages or columns, not both")
+            return self._column_batch(request.columns, config, born_host)
+        if not request.messages:
+            raise illegal_argument("the batch holds no messages")
+        return self._message_batch(request.messages, config, born_host)
+
+    def _message_batch(
+        self, messages: Sequence[rmq_pb2.Message], config: TopicConfig, born_host: bytes
+    ) -> tuple[MessageBatch, list[int], list[int]]:
+        topic = config.topic_name
+        counter = itertools.count(self._round_robin.get(topic, 0))
+        topics, store_queue_ids, bodies, properties, flags, born_timestamps = [], [], [], [], [], []
+        queue_ids, delayed = [], []
+        for index, message in enumerate(messages):
+            # Hot path: each protobuf field is read once (every read builds a Python object); sizes
+            # are left to the store, which checks the whole batch before writing (explain_size_refusal).
+            try:
+                body = message.body
+                if not body:
+                    raise BrokerError(rmq_pb2.MESSAGE_ILLEGAL, "message body is empty")
+                queue_id = self._queue_id(message, config, counter)
+                user_properties, delay_level = message.properties, message.delay_level
+                if user_properties or delay_level:
+                    stored_topic, stored_queue_id, field = self._full_properties(
+                        message, user_properties, delay_level, topic, queue_id
+                    )
+                    if delay_level:
+                        delayed.append(index)
+                else:
+                    stored_topic, stored_queue_id = topic, queue_id
+                    field = simple_properties(message.tags, message.keys)
+            except BrokerError as error:
+                raise _naming_message(error, index, len(messages)) from None
+            topics.append(stored_topic)
+            store_queue_ids.append(stored_queue_id)
+            queue_ids.append(queue_id)
+            bodies.append(body)
+            properties.append(field)
+            flags.append(message.flag)
+            born_timestamps.append(message.born_timestamp)
+        self._round_robin[topic] = next(counter)
+        born = np.array(born_timestamps, dtype=np.int64)
+        born[born == 0] = int(time.time() * 1000)
+        batch = MessageBatch.of(
+            topics,
+            store_queue_ids,
+            bodies,
+            properties,
+            flags=flags,
+            born_timestamps=born,
+            born_hosts=born_host,
+        )
+        return batch, queue_ids, delayed
+
+    def _column_batch(
+        self, columns: rmq_pb2.MessageColumns, config: TopicConfig, born_host: bytes
+    ) -> tuple[MessageBatch, list[int], list[int]]:
+        """A MessageColumns request: bodies cut from one buffer, queues round-robin."""
+        lengths = np.array(columns.body_lengths, dtype=np.int64)
+        count = len(lengths)
+        if count == 0:
+            raise illegal_argument("the batch holds no messages")
+        empty = np.flatnonzero(lengths <= 0)
+        if len(empty):
+            error = BrokerError(rmq_pb2.MESSAGE_ILLEGAL, "message body is empty")
+            raise _naming_message(error, int(empty[0]), count)
+        data = columns.bodies
+        ends = np.cumsum(lengths)
+        if ends[-1] != len(data):
+            raise illegal_argument(
+                f"body_lengths add up to {int(ends[-1])} bytes but bodies holds {len(data)}"
+            )
+        starts = (ends - lengths).tolist()
+        bodies = [data[start:end] for start, end in zip(starts, ends.tolist(), strict=True)]
+        tags, keys = _per_message(columns.tags, count, "tags"), _per_message(columns.keys, count, "keys")
+        try:
+            if len(tags) == 1 and len(keys) == 1:
+                properties = [simple_properties(tags[0], keys[0])] * count
+            else:
+                every_tags, every_keys = tags * (count // len(tags)), keys * (count // len(keys))
+                properties = [simple_properties(t, k) for t, k in zip(every_tags, every_keys, strict=True)]
+        except BrokerError as error:
+            raise BrokerError(error.code, f"columns: {error.message}") from None
+        topic = config.topic_name
+        start = self._round_robin.get(topic, 0)
+        self._round_robin[topic] = start + count
+        queue_ids = (start + np.arange(count)) % config.write_queue_nums
+        batch = MessageBatch.of(
+            topic,
+            queue_ids,
+            bodies,
+            properties,
+            born_timestamps=int(time.time() * 1000),
+            born_hosts=born_host,
+        )
+        return batch, queue_ids.tolist(), []
+
+    def _queue_id(self, message: rmq_pb2.Message, config: TopicConfig, counter: itertools.count[int]) -> int:
+        if not message.HasField("queue_id"):
+            return next(counter) % config.write_queue_nums
+        if not 0 <= message.queue_id < config.write_queue_nums:
+            raise illegal_argument(
+                f"queue_id {message.queue_id} is out of range: topic {config.topic_name!r} has "
+                f"{config.write_queue_nums} write queues"
+            )
+        return message.queue_id
+
+    def _full_properties(
+        self, message: rmq_pb2.Message, user_properties: Mapping[str, str], delay_level: int, topic: str,
+        queue_id: int,
+    ) -> tuple[str, int, bytes]:
+        """(topic, queue id, properties field) of a message with user properties or a delay level."""
+        if delay_level < 0:
+            raise illegal_argument(f"delay_level must not be negative, not {delay_level}")
+        properties = dict(user_properties)
+        if message.tags:
+            properties[mf.PROPERTY_TAGS] = message.tags
+        if message.keys:
+            properties[mf.PROPERTY_KEYS] = message.keys
+        check_no_separators(properties)
+        if delay_level:
+            # CommitLog#putMessage: park the message in the schedule topic (level capped at the maximum).
+            level = min(delay_level, self.max_delay_level)
+            properties[mf.PROPERTY_REAL_TOPIC] = topic
+            properties[mf.PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+            properties[mf.PROPERTY_DELAY_TIME_LEVEL] = str(level)
+            topic, queue_id = SCHEDULE_TOPIC, delay_level_to_queue_id(level)
+        return topic, queue_id, mf.encode_properties(properties).encode()
+
+    def explain_size_refusal(self, batch: MessageBatch) -> None:
+        """The store refused the batch: raise naming the first message that is too large."""
+        for index, (topic, body, properties) in enumerate(
+            zip(batch.topics, batch.bodies, batch.properties, strict=True)
+        ):
+            try:
+                self._check_size(topic, body, properties)
+            except BrokerError as error:
+                raise _naming_message(error, index, len(batch)) from None
+
+    def _check_size(self, topic: str, body: bytes, properties: bytes) -> None:
+        if len(properties) > mf.MAX_PROPERTIES_LENGTH:
+            raise BrokerError(
+                rmq_pb2.PROPERTIES_SIZE_EXCEEDED,
+                f"properties take {len(properties)} bytes, the maximum is {mf.MAX_PROPERTIES_LENGTH}",
+            )
+        size = mf.calc_msg_length(len(body), len(topic.encode()), len(properties))
+        if size > self.max_message_size:
+            raise BrokerError(
+                rmq_pb2.MESSAGE_SIZE_EXCEEDED,
+                f"message takes {size} bytes, the maximum is {self.max_message_size}",
+            )
+
+
+def _per_message(values: Sequence[str], count: int, name: str) -> list[str]:
+    """A MessageColumns string column as one value for every message or one per message."""
+    if len(values) in (0, 1, count):
+        return list(values) or [""]
+    raise illegal_argument(f"columns.{name} holds {len(values)} values for {count} messages")
+
+
+_TAGS_PROPERTIES: dict[str, bytes] = {}
+
+
+def simple_properties(tags: str, keys: str) -> bytes:
+    """The properties field of a message with only tags and keys (TAGS before KEYS); the
+    tags-only fields, a producer's common case, are cached."""
+    if not keys:
+        field = _TAGS_PROPERTIES.get(tags)
+        if field is not None:
+            return field
+    properties = {}
+    if tags:
+        properties[mf.PROPERTY_TAGS] = tags
+    if keys:
+        properties[mf.PROPERTY_KEYS] = keys
+    check_no_separators(properties)
+    field = mf.encode_properties(properties).encode()
+    if not keys and len(_TAGS_PROPERTIES) < 4096:
+        _TAGS_PROPERTIES[tags] = field
+    return field
+
+
+def check_no_separators(properties: dict[str, str]) -> None:
+    """A separator inside a name or value would split it when the record is read back."""
+    for name, value in properties.items():
+        if mf.NAME_VALUE_SEPARATOR in name + value or mf.PROPERTY_SEPARATOR in name + value:
+            raise BrokerError(
+                rmq_pb2.MESSAGE_ILLEGAL,
+                f"property {name!r} contains a reserved separator character (\\x01 or \\x02)",
+            )
+
+
+def _naming_message(error: BrokerError, index: int, count: int) -> BrokerError:
+    return BrokerError(error.code, f"message {index}: {error.message}" if count > 1 else error.message)
+
+
+def check_put_status(status: PutMessageStatus, detail: str = "") -> None:
+    """Raise for a store status other than PUT_OK (a batch is accepted or refused whole); the
+    STORED_ON_MASTER_ONLY statuses pass: the batch is stored."""
+    if status is PutMessageStatus.PUT_OK or status in STORED_ON_MASTER_ONLY:
+        return
+    code, reason = _PUT_STATUS[status]
+    raise BrokerError(code, f"{reason} ({detail}{status.name})")
+
+
+def check_put_results(results: list[Any]) -> None:
+    """Raise for the first result that is not PUT_OK."""
+    for index, result in enumerate(results):
+        check_put_status(result.status, f"message {index}: ")

@@ -1,0 +1,265 @@
+"""The Arrow Flight data plane (docs/data-plane.md): DoGet streams one queue range as source-schema
+RecordBatches, read by MessageStore.get_queue_range and decoded by rmq.record_batch.
+
+A ticket (rmq.v1.FlightReadTicket) is admitted like a PullMessage call: with an ACL, the Flight
+call headers carry the request signature, checked in a ServerMiddleware before the ticket is read
+(RequestAuthenticator.admit_metadata: target, window, signature, nonce), then the ticket's digest,
+the caller's address and the PullMessage permission on the ticket's topic and group
+(admit_request); then PullMessageProcessor.parse validates it and answers the same refusals.
+TLS and mutual TLS use the gRPC port's certificates.
+
+Bounds: at most max_flight_streams streams at once (max_flight_streams_per_account per access key,
+per client IP without an ACL). A stream builds its next batch only when the previous one was
+handed to the transport (Flight pulls the generator), and the record bytes of the batch it holds
+are granted by the broker's PullResponseBudget (the pull answers' budget, per connection and in
+all) until then: a client that stops reading holds one batch, bounded by the pull limits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as flight
+from google.protobuf.message import DecodeError
+
+from rmq import flight as flight_contract
+from rmq.broker_server.errors import BrokerError, illegal_argument
+from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor, PullQuery, pack_messages
+from rmq.broker_server.processors.pull_response_budget import PullResponseBudget
+from rmq.broker_server.security.refusal_log import RefusalLog
+from rmq.broker_server.security.request_auth import Admission, CallRefused, RequestAuthenticator, peer_address
+from rmq.broker_server.security.tls import ServerTls
+from rmq.record_batch import SCHEMA, decode_records
+from rmq.statuses import GetMessageStatus
+from rmq.store import MessageStore
+from rmq.store.results import GetMessageResult
+from rmq.v1 import rmq_pb2
+
+MIDDLEWARE_KEY = "rmq-auth"
+_NOT_IN_A_TICKET = rmq_pb2.FLAG_SUSPEND | rmq_pb2.FLAG_COMMIT_OFFSET
+# a stream goes on after these reads; any other status ends it (the client decides what it means)
+_READ_ON = frozenset({GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE,
+                      GetMessageStatus.MESSAGE_WAS_REMOVING})
+_NO_ROWS = pa.RecordBatch.from_pylist([], schema=SCHEMA)
+
+
+@dataclass(frozen=True)
+class FlightRead:
+    """An admitted, validated ticket: `query.offset` up to `end_offset`, within the totals."""
+
+    query: PullQuery
+    end_offset: int
+    max_rows: int | None
+    max_bytes: int | None
+    packed: bool   # the records in each batch's metadata, batches without rows (rmq.flight)
+
+
+class _Admitted(flight.ServerMiddleware):
+    def __init__(self, admission: Admission) -> None:
+        self.admission = admission
+
+
+class SignedCallMiddlewareFactory(flight.ServerMiddlewareFactory):
+    """RequestAuthenticator.admit_metadata on the call headers, before the ticket is read."""
+
+    def __init__(self, authenticator: RequestAuthenticator, refusals: RefusalLog) -> None:
+        self.authenticator = authenticator
+        self.refusals = refusals
+
+    def start_call(self, info: Any, headers: dict[str, list[Any]]) -> _Admitted:
+        metadata = {key: _text(values[0]) for key, values in headers.items() if values}
+        try:
+            return _Admitted(self.authenticator.admit_metadata(flight_contract.DO_GET_METHOD, metadata))
+        except CallRefused as refusal:
+            self.refusals.record(flight_contract.DO_GET_METHOD, "flight", refusal.code.name, refusal.message)
+            raise flight.FlightUnauthenticatedError(refusal.message) from None
+
+
+class FlightStreamSlots:
+    """Streams served at once, in all and per account (thread-safe: Flight runs on its own threads)."""
+
+    def __init__(self, max_streams: int, max_per_account: int) -> None:
+        self.max_streams = max_streams
+        self.max_per_account = max_per_account
+        self._by_account: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def open(self) -> int:
+        with self._lock:
+            return sum(self._by_account.values())
+
+    def acquire(self, account: str) -> None:
+        with self._lock:
+            mine = self._by_account.get(account, 0)
+            if mine >= self.max_per_account:
+                raise BrokerError(rmq_pb2.LIMIT_EXCEEDED,
+                                   f"this account already reads {mine} Flight streams "
+                                   "(max_flight_streams_per_account): finish one, or read again later")
+            if sum(self._by_account.values()) >= self.max_streams:
+                raise BrokerError(rmq_pb2.LIMIT_EXCEEDED, f"this broker already serves {self.max_streams} "
+                                   "Flight streams (max_flight_streams): read again later")
+            self._by_account[account] = mine + 1
+
+    def release(self, account: str) -> None:
+        with self._lock:
+            left = self._by_account[account] - 1
+            if left:
+                self._by_account[account] = left
+            else:
+                del self._by_account[account]
+
+
+class FlightReadService(flight.FlightServerBase):
+    def __init__(self, listen: str, broker_name: str, store: MessageStore, pull: PullMessageProcessor,
+                 budget: PullResponseBudget, slots: FlightStreamSlots, loop: asyncio.AbstractEventLoop,
+                 tls: ServerTls | None = None, authenticator: RequestAuthenticator | None = None,
+                 refusals: RefusalLog | None = None) -> None:
+        """Binds `listen` (HOST:PORT, port 0: ephemeral) and serves at once; `loop` runs `budget`."""
+        refusals = refusals or RefusalLog()
+        middleware = ({MIDDLEWARE_KEY: SignedCallMiddlewareFactory(authenticator, refusals)}
+                      if authenticator is not None else {})
+        options: dict[str, Any] = {}
+        if tls is not None:
+            cert, key, client_ca = tls.pem_files()
+            options = {"tls_certificates": [flight.CertKeyPair(cert, key)],
+                       "verify_client": client_ca is not None, "root_certificates": client_ca}
+        super().__init__(flight_contract.location(listen, tls is not None), middleware=middleware, **options)
+        self.broker_name = broker_name
+        self.store = store
+        self.pull = pull
+        self.budget = budget
+        self.slots = slots
+        self.loop = loop
+        self.authenticator = authenticator
+        self.refusals = refusals
+
+    def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.FlightDataStream:
+        try:
+            request = _parse_ticket(ticket.ticket)
+            account = self._admit(context, request)
+            read = self._validate(request)
+        except BrokerError as error:
+            raise _refused(error) from None
+        return flight.GeneratorStream(SCHEMA, self._stream(read, account, f"flight {context.peer()}"))
+
+    def _admit(self, context: flight.ServerCallContext, request: rmq_pb2.FlightReadTicket) -> str:
+        """The account the stream counts against: the access key, or the caller's IP without an ACL."""
+        if self.authenticator is None:
+            return peer_address(context.peer())
+        admitted: _Admitted = context.get_middleware(MIDDLEWARE_KEY)
+        try:
+            self.authenticator.admit_request(admitted.admission, flight_contract.DO_GET_METHOD, request,
+                                             context.peer())
+        except CallRefused as refusal:
+            self.refusals.record(flight_contract.DO_GET_METHOD, context.peer(), refusal.code.name,
+                                 refusal.message)
+            raise _flight_refusal(refusal) from None
+        return admitted.admission.access_key
+
+    def _validate(self, request: rmq_pb2.FlightReadTicket) -> FlightRead:
+        """PullMessageProcessor.parse's checks and refusals, and the range's own."""
+        if request.pull.sys_flag & _NOT_IN_A_TICKET:
+            raise illegal_argument(f"pull.sys_flag {request.pull.sys_flag}: a Flight read never suspends "
+                                   "nor commits an offset")
+        query = self.pull.parse(request.pull)
+        if request.end_offset <= query.offset:
+            raise illegal_argument(f"end_offset {request.end_offset} must be above the start offset "
+                                   f"{query.offset}")
+        if request.max_rows < 0 or request.max_bytes < 0:
+            raise illegal_argument("max_rows and max_bytes must not be negative")
+        return FlightRead(query, request.end_offset, request.max_rows or None, request.max_bytes or None,
+                          request.packed)
+
+    def _stream(self, read: FlightRead, account: str, connection: str
+                ) -> Iterator[tuple[pa.RecordBatch, pa.Buffer]]:
+        """One batch per store read, each holding its record bytes until the next is asked for.
+        The stream's slot is taken when Flight asks for its first batch (a stream never started
+        holds nothing) and given back when it ends."""
+        try:
+            self.slots.acquire(account)
+        except BrokerError as error:
+            raise _refused(error) from None
+        held = 0
+        try:
+            query, offset, rows, size = read.query, read.query.offset, 0, 0
+            while True:
+                max_rows = query.max_messages if read.max_rows is None else min(query.max_messages,
+                                                                                 read.max_rows - rows)
+                wanted = query.max_bytes if read.max_bytes is None else min(query.max_bytes,
+                                                                            read.max_bytes - size)
+                self._give_back(connection, held)
+                held = 0
+                granted = self._call(self.budget.reserve(connection, wanted))
+                result = self.store.get_queue_range(query.topic, query.queue_id, offset, read.end_offset,
+                                                    max_rows, granted, query.tag_codes, query.record_filter)
+                held = len(result.buffer)
+                self._give_back(connection, granted - held)
+                if result.message_count:
+                    self.pull.stats.record_get(query.topic, result.message_count, held)
+                yield self._batch(read, result)
+                rows, size = rows + result.message_count, size + held
+                if result.status not in _READ_ON or result.next_begin_offset <= offset:
+                    return   # the client reads what the status means and where to go on
+                offset = result.next_begin_offset
+                if (offset >= read.end_offset or _reached(rows, read.max_rows)
+                        or _reached(size, read.max_bytes)):
+                    return
+        except BrokerError as error:   # the budget had nothing left for a full second
+            raise _refused(error) from None
+        finally:
+            self._give_back(connection, held)
+            self.slots.release(account)
+
+    def _batch(self, read: FlightRead, result: GetMessageResult) -> tuple[pa.RecordBatch, pa.Buffer]:
+        answer = self.pull.progress(read.query, result)
+        if read.packed:   # PullMessage's whole answer, records as stored
+            pack_messages(answer.messages, result)
+        progress = pa.py_buffer(answer.SerializeToString())
+        if not result.message_count or read.packed:
+            return _NO_ROWS, progress
+        records = np.frombuffer(result.buffer, dtype=np.uint8)
+        return decode_records(records, result.sizes.astype(np.int64), self.broker_name), progress
+
+    def _call(self, coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    def _give_back(self, connection: str, count: int) -> None:
+        if count:
+            self.loop.call_soon_threadsafe(self.budget.give_back, connection, count)
+
+
+def _parse_ticket(ticket: bytes) -> rmq_pb2.FlightReadTicket:
+    try:
+        return rmq_pb2.FlightReadTicket.FromString(ticket)
+    except DecodeError:
+        raise illegal_argument("the Flight ticket is not an rmq.v1.FlightReadTicket") from None
+
+
+def _flight_refusal(refusal: CallRefused) -> flight.FlightError:
+    """The gRPC port's status as Flight's: UNAUTHENTICATED, or PERMISSION_DENIED (unauthorized)."""
+    if refusal.code is grpc.StatusCode.PERMISSION_DENIED:
+        return flight.FlightUnauthorizedError(refusal.message)
+    return flight.FlightUnauthenticatedError(refusal.message)
+
+
+def _refused(error: BrokerError) -> flight.FlightServerError:
+    """What PullMessage would answer, as a Flight error: the Status in extra_info (rmq.flight)."""
+    return flight.FlightServerError(f"{rmq_pb2.Code.Name(error.code)}: {error.message}",
+                                    extra_info=error.status().SerializeToString())
+
+
+def _reached(count: int, limit: int | None) -> bool:
+    return limit is not None and count >= limit
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+

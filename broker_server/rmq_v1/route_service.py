@@ -1,0 +1,48 @@
+"""RouteService on a broker: routes for its own topics, so a single broker without a name
+server is a complete embedded default (docs/manual/cli.md)."""
+
+from __future__ import annotations
+
+import grpc
+
+from rmq.broker_server.errors import BrokerError
+from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
+from rmq.broker_server.rmq_v1.status import OK, answers_with_status
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+
+
+class BrokerRouteService(rmq_pb2_grpc.RouteServiceServicer):
+    def __init__(self, broker_name: str, broker_address: str, topics: TopicConfigManager,
+                 member: rmq_pb2.BrokerMember | None = None) -> None:
+        self.broker = rmq_pb2.BrokerData(broker_name=broker_name, address=broker_address,
+                                         members=[member] if member is not None else [])
+        self.topics = topics
+
+    @answers_with_status(rmq_pb2.QueryRouteResponse)
+    async def QueryRoute(self, request: rmq_pb2.QueryRouteRequest,
+                         context: grpc.aio.ServicerContext) -> rmq_pb2.QueryRouteResponse:
+        config = self.topics.get(request.topic)
+        if config is None:
+            raise BrokerError(
+                rmq_pb2.TOPIC_NOT_EXIST,
+                f"no route for topic {request.topic!r}: broker {self.broker.broker_name} does not hold it",
+            )
+        queue_data = rmq_pb2.QueueData(
+            broker_name=self.broker.broker_name,
+            read_queue_nums=config.read_queue_nums,
+            write_queue_nums=config.write_queue_nums,
+            perm=config.perm,
+        )
+        return rmq_pb2.QueryRouteResponse(status=OK, brokers=[self.broker], queue_datas=[queue_data])
+
+    @answers_with_status(rmq_pb2.ListTopicsResponse)
+    async def ListTopics(self, request: rmq_pb2.ListTopicsRequest,
+                         context: grpc.aio.ServicerContext) -> rmq_pb2.ListTopicsResponse:
+        return rmq_pb2.ListTopicsResponse(
+            status=OK, topics=[config.to_proto() for config in self.topics.all()]
+        )
+
+    @answers_with_status(rmq_pb2.ListBrokersResponse)
+    async def ListBrokers(self, request: rmq_pb2.ListBrokersRequest,
+                          context: grpc.aio.ServicerContext) -> rmq_pb2.ListBrokersResponse:
+        return rmq_pb2.ListBrokersResponse(status=OK, brokers=[self.broker])
