@@ -11,10 +11,10 @@ import asyncio
 import logging
 from collections.abc import Iterator
 
-import grpc
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from rmq.broker_server.grpc_aio import Context
 from rmq.broker_server.replication.replicas_info_manager import Heartbeat, ReplicasInfoManager
 from rmq.broker_server.rmq_v1.status import answers_with_status
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
@@ -28,7 +28,7 @@ class ControllerService(rmq_pb2_grpc.ControllerServiceServicer):
 
     @answers_with_status(rmq_pb2.ControllerHeartbeatResponse)
     async def Heartbeat(self, request: rmq_pb2.ControllerHeartbeatRequest,
-                        context: grpc.aio.ServicerContext) -> rmq_pb2.ControllerHeartbeatResponse:
+                        context: Context) -> rmq_pb2.ControllerHeartbeatResponse:
         return self.replicas.heartbeat(request.cluster_name, Heartbeat(
             request.broker_name, request.broker_id, request.address, request.epoch, request.max_offset,
             tuple(request.in_sync_addresses)))

@@ -30,6 +30,8 @@ from typing import Any
 import grpc
 from grpc import aio
 
+from rmq.broker_server.grpc_aio import Context, Handler, text_metadata
+from rmq.broker_server.grpc_aio import behaviour as aio_behaviour
 from rmq.broker_server.offsets.client_id_owners import ClientIdOwners, ClientIdTaken
 from rmq.broker_server.security.acl import AccessDenied, Acl, Need, Requirement, ResourceKind
 from rmq.broker_server.security.caller import Caller, run_as
@@ -42,8 +44,6 @@ from rmq.broker_server.security.request_auth import (
     peer_address,
     unauthenticated,
 )
-from rmq.broker_server.grpc_aio import behaviour as aio_behaviour
-from rmq.broker_server.grpc_aio import text_metadata
 from rmq.rocketmq_v2 import METHOD_PREFIX, METHODS
 from rmq.rocketmq_v2 import definition_pb2 as v2
 
@@ -166,9 +166,9 @@ class RocketMQv2AuthInterceptor(aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
         details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
+    ) -> Handler | None:
         handler = await continuation(details)
         if handler is None or not details.method.startswith(METHOD_PREFIX):
             return handler
@@ -181,8 +181,8 @@ class RocketMQv2AuthInterceptor(aio.ServerInterceptor):
         return _wrap(handler, name, self._check(name, access_key, metadata.get(CLIENT_ID, "")))
 
     def _check(self, name: str, access_key: str,
-               client_id: str) -> Callable[[Any, aio.ServicerContext], CallRefused | None]:
-        def check(request: Any, context: aio.ServicerContext) -> CallRefused | None:
+               client_id: str) -> Callable[[Any, Context], CallRefused | None]:
+        def check(request: Any, context: Context) -> CallRefused | None:
             try:
                 self._authenticator.authorize(access_key, name, request, context.peer(), client_id)
                 run_as(self._authenticator.caller(access_key))   # this call's task only
@@ -198,18 +198,18 @@ def _refused_command(name: str, refusal: CallRefused) -> Any:
     return METHODS[name].response_class(status=status)
 
 
-def _refusing(handler: grpc.RpcMethodHandler, name: str, refusal: CallRefused,
-              refusals: RefusalLog) -> grpc.RpcMethodHandler:
+def _refusing(handler: Handler, name: str, refusal: CallRefused,
+              refusals: RefusalLog) -> Handler:
     """A client-streaming handler that answers the refusal at once and never reads the request."""
 
-    def refused(context: aio.ServicerContext) -> Any:
+    def refused(context: Context) -> Any:
         refusals.record(name, context.peer(), v2.Code.Name(V2_CODES[refusal.code]), refusal.message)
         return _refused_command(name, refusal)
 
-    async def unary(_requests: AsyncIterator[Any], context: aio.ServicerContext) -> Any:
+    async def unary(_requests: AsyncIterator[Any], context: Context) -> Any:
         return refused(context)
 
-    async def streaming(_requests: AsyncIterator[Any], context: aio.ServicerContext) -> AsyncIterator[Any]:
+    async def streaming(_requests: AsyncIterator[Any], context: Context) -> AsyncIterator[Any]:
         yield refused(context)
 
     serializer = handler.response_serializer
@@ -218,8 +218,8 @@ def _refusing(handler: grpc.RpcMethodHandler, name: str, refusal: CallRefused,
     return grpc.stream_stream_rpc_method_handler(streaming, response_serializer=serializer)
 
 
-def _wrap(handler: grpc.RpcMethodHandler, name: str,
-          check: Callable[[Any, aio.ServicerContext], CallRefused | None]) -> grpc.RpcMethodHandler:
+def _wrap(handler: Handler, name: str,
+          check: Callable[[Any, Context], CallRefused | None]) -> Handler:
     def refused_command(refusal: CallRefused) -> Any:
         return _refused_command(name, refusal)
 
@@ -228,7 +228,7 @@ def _wrap(handler: grpc.RpcMethodHandler, name: str,
     if handler.unary_unary is not None:
         behaviour = aio_behaviour(handler.unary_unary)
 
-        async def unary(request: Any, context: aio.ServicerContext) -> Any:
+        async def unary(request: Any, context: Context) -> Any:
             refusal = check(request, context)
             if refusal is not None:
                 return refused_command(refusal)
@@ -239,7 +239,7 @@ def _wrap(handler: grpc.RpcMethodHandler, name: str,
     if handler.unary_stream is not None:
         streaming = aio_behaviour(handler.unary_stream)
 
-        async def server_stream(request: Any, context: aio.ServicerContext) -> AsyncIterator[Any]:
+        async def server_stream(request: Any, context: Context) -> AsyncIterator[Any]:
             refusal = check(request, context)
             if refusal is not None:
                 yield refused_command(refusal)
@@ -250,7 +250,7 @@ def _wrap(handler: grpc.RpcMethodHandler, name: str,
         return grpc.unary_stream_rpc_method_handler(server_stream, **options)
     bidirectional = aio_behaviour(handler.stream_stream)
 
-    async def both_streams(requests: AsyncIterator[Any], context: aio.ServicerContext) -> AsyncIterator[Any]:
+    async def both_streams(requests: AsyncIterator[Any], context: Context) -> AsyncIterator[Any]:
         refusal = check(None, context)
         if refusal is not None:
             yield refused_command(refusal)
