@@ -1,4 +1,4 @@
-"""PullMessageService (docs/internals/consumer-pull-rebalance.md §6): the one pull thread of a
+"""PullMessageService (docs/internals/pull.md §6): the one pull thread of a
 ClientInstance, shared by every consumer of the instance (PushConsumer and PullConsumer alike).
 It takes pull requests (consumer, message queue, process queue, next offset) off a blocking
 queue and hands each to its consumer's `pull_message`, which sends the pull asynchronously and
