@@ -46,7 +46,7 @@ from rmq.broker_server.processors.send_message_processor import SendMessageProce
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.remoting.remoting_server import RemotingServer
-from rmq.broker_server.remoting.service import build_broker_remoting
+from rmq.broker_server.remoting.service import bind_remoting_port, build_broker_remoting
 from rmq.broker_server.replication.broker_group import Replication
 from rmq.broker_server.rmq_v1.admin_service import AdminService
 from rmq.broker_server.rmq_v1.flight_service import FlightReadService, FlightStreamSlots
@@ -105,6 +105,7 @@ class BrokerController:
         RocketMQ 5 invisibility (a test gives its own). `truncate_to`: controller mode, the
         CommitLog offset this member drops bytes from before it replicates
         (rmq.broker_server.replication.replicas_manager)."""
+        config, self._remoting_socket = bind_remoting_port(config, security)   # an ephemeral port resolved
         self.config = config
         self.security = security
         self.clock = clock
@@ -253,7 +254,8 @@ class BrokerController:
             self.security.open_client_channel, self.outer_api.register_soon, self.clock)
         add_rocketmq_v2_service(self.rocketmq_v2, server)
         self.remoting = build_broker_remoting(self.config, self.security, messaging, self.topics,
-                                              self.consumers, self.rocketmq_v2.transactions)
+                                              self.consumers, self.rocketmq_v2.transactions,
+                                              self._remoting_socket)
         return server
 
     def _start_flight(self) -> FlightReadService | None:
@@ -335,7 +337,7 @@ class BrokerController:
     async def start_remoting(self) -> None:
         if self.remoting is not None:
             await self.remoting.start()
-            print(f"rmq broker {self.config.broker_name} serving RocketMQ 4.x remoting on "
+            print(f"rmq broker {self.config.broker_name} serving RocketMQ remoting on "
                   f"{self.config.remoting_listen}", flush=True)
 
     def metrics_figures(self) -> BrokerFigures:
@@ -380,6 +382,8 @@ class BrokerController:
             await self.rocketmq_v2.shutdown()
         if self.remoting is not None:
             await self.remoting.stop()
+        if self._remoting_socket is not None:
+            self._remoting_socket.close()   # bound in __init__ even when never served
         await server.stop(SHUTDOWN_GRACE_SECONDS)
         await self._stop_flight()
         await self.security.stop()

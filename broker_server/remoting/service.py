@@ -3,9 +3,12 @@ once by BrokerController / serve_name_server when `remoting_listen` is set)."""
 
 from __future__ import annotations
 
+import dataclasses
+import socket
 from typing import TYPE_CHECKING
 
 from rmq.broker_server.config import BrokerConfig, NameServerConfig
+from rmq.broker_server.errors import UserError
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.remoting.broker_processor import BrokerIdentity, BrokerRemotingProcessor
@@ -32,10 +35,34 @@ def authenticator(security: ServerSecurity, server_id: str = "") -> RemotingAuth
 
 
 def remoting_server(
-    listen: str, security: ServerSecurity, processor: RemotingProcessor, limits: RemotingLimits
+    listen: str, security: ServerSecurity, processor: RemotingProcessor, limits: RemotingLimits,
+    sock: socket.socket | None = None,
 ) -> RemotingServer:
     security.check_listen(listen)
-    return RemotingServer(listen, processor, limits, security.tls)
+    return RemotingServer(listen, processor, limits, security.tls, sock)
+
+
+def bind_remoting_port(config: BrokerConfig, security: ServerSecurity) -> tuple[BrokerConfig, socket.socket | None]:
+    """The broker's remoting port bound before anything names it (its address goes into routes and
+    the store host of records): `config` with remoting_listen the bound HOST:PORT (an ephemeral
+    port resolved), and the listening socket; `config` and None when the port is off."""
+    listen = config.remoting_bind_address
+    if listen is None:
+        return config, None
+    security.check_listen(listen)
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    try:
+        info = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(info[0], info[1], info[2])
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(info[4])
+    except OSError as error:
+        raise UserError(f"cannot serve remoting on {listen} (--remoting-listen): {error.strerror}") from None
+    sock.listen(1024)
+    sock.setblocking(False)
+    bound = f"{listen.rpartition(':')[0]}:{sock.getsockname()[1]}"
+    return dataclasses.replace(config, remoting_listen=bound), sock
 
 
 def build_broker_remoting(
@@ -45,8 +72,10 @@ def build_broker_remoting(
     topics: TopicConfigManager,
     consumers: ConsumerManager,
     transactions: TransactionService,
+    sock: socket.socket | None,
 ) -> RemotingServer | None:
-    if not config.remoting_listen:
+    """The broker's remoting port serving on `sock` (bind_remoting_port); None when it is off."""
+    if sock is None:
         return None
     processor = BrokerRemotingProcessor(
         BrokerIdentity(config.broker_name, config.broker_id, config.remoting_address),
@@ -56,7 +85,6 @@ def build_broker_remoting(
         transactions,
         authenticator(security, broker_server_id(config.broker_name, config.broker_id)),
         config.max_message_size,
-        config.remoting_max_held_pulls_per_account,
     )
     limits = RemotingLimits(
         max_frame_bytes=config.remoting_max_frame_bytes,
@@ -64,7 +92,7 @@ def build_broker_remoting(
         max_request_bytes=config.remoting_max_request_bytes,
         max_request_bytes_per_connection=config.remoting_max_request_bytes_per_connection,
     )
-    return remoting_server(config.remoting_listen, security, processor, limits)
+    return remoting_server(config.remoting_listen, security, processor, limits, sock)
 
 
 def build_name_server_remoting(
