@@ -24,9 +24,9 @@ import ssl
 import struct
 import threading
 import time
-from typing import cast
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from rmq import message_format as mf
 from rmq.auth import Credentials, TlsSettings

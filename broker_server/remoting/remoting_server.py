@@ -171,7 +171,8 @@ class RemotingServer:
         host, _, port = self.listen.rpartition(":")
         context = None if self.tls is None else server_ssl_context(self.tls)
         if self._sock is not None:
-            self._server = await asyncio.start_server(self._serve, sock=self._sock, limit=64 * 1024, ssl=context)
+            self._server = await asyncio.start_server(self._serve, sock=self._sock, limit=64 * 1024,
+                                                      ssl=context)
             return
         self._server = await asyncio.start_server(
             self._serve, host.strip("[]"), int(port), limit=64 * 1024, ssl=context

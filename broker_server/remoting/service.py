@@ -42,7 +42,8 @@ def remoting_server(
     return RemotingServer(listen, processor, limits, security.tls, sock)
 
 
-def bind_remoting_port(config: BrokerConfig, security: ServerSecurity) -> tuple[BrokerConfig, socket.socket | None]:
+def bind_remoting_port(config: BrokerConfig,
+                       security: ServerSecurity) -> tuple[BrokerConfig, socket.socket | None]:
     """The broker's remoting port bound before anything names it (its address goes into routes and
     the store host of records): `config` with remoting_listen the bound HOST:PORT (an ephemeral
     port resolved), and the listening socket; `config` and None when the port is off."""

@@ -330,7 +330,8 @@ def test_held_pulls_are_shared_fairly_between_accounts(tmp_path: Path) -> None:
             refused = greedy.response(held_pull(greedy, "consumer"))
             assert refused.code == ResponseCode.SYSTEM_BUSY and "max_held_pulls" in refused.remark
             admitted = held_pull(other, "reader")
-            assert greedy.response(held[0]).code == ResponseCode.PULL_NOT_FOUND   # displaced: answered at once
+            # the greedy account's oldest pull is displaced: answered at once
+            assert greedy.response(held[0]).code == ResponseCode.PULL_NOT_FOUND
             wait_until(lambda: hold.held_count() == MAX_HELD_PULLS, "the other account's pull held")
             sent = greedy.call(signed(send_v2(b"wake", {}, 0), "producer", "producer-secret"))
             assert sent.code == ResponseCode.SUCCESS

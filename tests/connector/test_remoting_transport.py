@@ -110,6 +110,27 @@ def test_a_send_and_its_push_delivery_go_over_the_remoting_port(broker: InProces
         consumer_client.close()
 
 
+def test_a_fresh_push_consumer_holds_one_pull_per_queue_it_owns(tmp_path: Path) -> None:
+    """Each owned queue, the group's retry queue among them, is pulled once from its start: with
+    the hold table just large enough for them, none is refused (a second pull of the first queue
+    at offset 0 would be, and retried only 3 s later)."""
+    owned = {f"{TOPIC}@0", f"{TOPIC}@1", f"%RETRY%{GROUP}@0"}
+    broker = start(tmp_path / "store", max_held_pulls=len(owned))
+    hold = broker.controller.hold_service
+    received = Received()
+    with RmqClient(broker.address) as client:
+        consumer = started_consumer(broker.address, client, received)
+        try:
+            wait_until(lambda: hold.held_count() == len(owned), "a pull held on every owned queue")
+            assert {key: len(requests) for key, requests in hold._table.items()} == dict.fromkeys(owned, 1)
+            assert hold.held_count() == len(owned)   # nothing more arrived meanwhile
+            Producer(broker.address, client=client).send(Message(TOPIC, b"woken"))
+            assert received.next() == b"woken"
+        finally:
+            consumer.shutdown()
+            broker.stop()
+
+
 def test_a_broker_whose_remoting_port_is_unreachable_is_sent_to_over_grpc(broker: InProcessBroker) -> None:
     assert broker.controller.remoting is not None
     broker.run(broker.controller.remoting.stop())
