@@ -105,6 +105,7 @@ class BrokerController:
         RocketMQ 5 invisibility (a test gives its own). `truncate_to`: controller mode, the
         CommitLog offset this member drops bytes from before it replicates
         (rmq.broker_server.replication.replicas_manager)."""
+        security.check_listen(config.listen)   # the main port's refusal first, naming --listen
         config, self._remoting_socket = bind_remoting_port(config, security)   # an ephemeral port resolved
         self.config = config
         self.security = security
