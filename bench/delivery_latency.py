@@ -37,7 +37,8 @@ _groups = itertools.count()   # one topic and group per measurement
 def broker(directory: Path, over_grpc: bool = False) -> Iterator[processes.ServerProcess]:
     """A broker (ASYNC flush, loopback) serving its remoting port unless `over_grpc`."""
     directory.mkdir(parents=True, exist_ok=True)
-    server = processes.broker(directory, flush="async", extra=["--remoting-listen", "off"] if over_grpc else [])
+    extra = ["--remoting-listen", "off"] if over_grpc else []
+    server = processes.broker(directory, flush="async", extra=extra)
     server.start()
     try:
         yield server
