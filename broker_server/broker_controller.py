@@ -84,7 +84,9 @@ def open_store(config: BrokerConfig) -> MessageStore:
         store_config = MessageStoreConfig(
             store_dir=config.store_path,
             flush_disk_type=config.flush,
-            # 4.x consumers send a failed message back to the broker its store host names
+            # 4.x consumers send a failed message back to the broker its store host names: a fixed
+            # remoting port (--remoting-listen HOST:PORT) is; an ephemeral one, which changes with
+            # each start, is not (its config's remoting_address is "" until bound)
             broker_address=store_host(config.remoting_address or config.broker_address),
             broker_role=config.broker_role,
             max_message_size=config.max_message_size,
@@ -106,13 +108,13 @@ class BrokerController:
         CommitLog offset this member drops bytes from before it replicates
         (rmq.broker_server.replication.replicas_manager)."""
         security.check_listen(config.listen)   # the main port's refusal first, naming --listen
-        config, self._remoting_socket = bind_remoting_port(config, security)   # an ephemeral port resolved
-        self.config = config
+        bound, self._remoting_socket = bind_remoting_port(config, security)   # an ephemeral port resolved
+        self.store = open_store(config)   # before binding resolved it: records' store host (open_store)
+        config = self.config = bound
         self.security = security
         self.clock = clock
         self.truncate_to = truncate_to
         path = config.store_path
-        self.store = open_store(config)
         self.executor = StoreExecutor(config.store_threads)
         self.topics = TopicConfigManager(
             path, config.auto_create_topic_enable, config.default_topic_queue_nums

@@ -17,6 +17,7 @@ import grpc
 
 from rmq.broker_server.broker_controller import BrokerController
 from rmq.broker_server.config import BrokerConfig
+from rmq.broker_server.errors import UserError
 from rmq.broker_server.security.server_security import ServerSecurity
 
 START_TIMEOUT_S = 30
@@ -67,6 +68,22 @@ class InProcessBroker:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
+
+
+BIND_ATTEMPTS = 5
+
+
+def start_remoting_broker(store_dir: Path, **settings: Any) -> InProcessBroker:
+    """An in-process broker serving the remoting protocol on a fixed port, as a deployment for 4.x
+    clients gives it (records then name it as their store host, where 4.x consumers send a message
+    back), started again on another port when the one picked was taken meanwhile."""
+    for attempt in range(BIND_ATTEMPTS):
+        try:
+            return InProcessBroker(store_dir, remoting_listen=f"127.0.0.1:{free_port()}", **settings).start()
+        except UserError:   # the port was taken between free_port() and the bind
+            if attempt == BIND_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 @contextlib.contextmanager

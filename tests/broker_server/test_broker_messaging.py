@@ -68,7 +68,7 @@ def test_round_trip_of_bodies_tags_keys_and_properties(rmq: Stubs) -> None:
     assert message.born_host[:4] == bytes([127, 0, 0, 1])
     assert (
         mf.message_id(
-            bytes([127, 0, 0, 1]) + int(store_host_port(rmq)).to_bytes(4, "big"), message.physical_offset
+            bytes([127, 0, 0, 1]) + int(rmq_address_port(rmq)).to_bytes(4, "big"), message.physical_offset
         )
         == sent.msg_ids[0]
     )
@@ -82,11 +82,9 @@ def test_round_trip_of_bodies_tags_keys_and_properties(rmq: Stubs) -> None:
     assert text.store_timestamp >= binary.store_timestamp > 0
 
 
-def store_host_port(rmq: Stubs) -> str:
-    """The port records name as their store host: the remoting port's (4.x consumers send a
-    message back there), which the broker serves by default."""
+def rmq_address_port(rmq: Stubs) -> str:
     [broker] = rmq.route.ListBrokers(rmq_pb2.ListBrokersRequest()).brokers
-    return broker.members[0].remoting_address.rpartition(":")[2]
+    return broker.address.rpartition(":")[2]
 
 
 def test_pull_statuses_and_next_begin_offset_corrections(rmq: Stubs) -> None:

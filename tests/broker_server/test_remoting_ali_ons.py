@@ -13,7 +13,7 @@ import pytest
 from rmq.broker_server.processors.topic_config_manager import TopicConfig
 from rmq.connector.client import OutgoingMessage, RmqClient
 from tests.broker_server.ali_ons_runner import ali_ons_problem, run_ali_ons
-from tests.broker_server.in_process_broker import InProcessBroker
+from tests.broker_server.in_process_broker import InProcessBroker, start_remoting_broker
 from tests.broker_server.test_remoting_cpp_client import (
     FAST_RETRY_LEVELS,
     QUEUES,
@@ -27,7 +27,7 @@ TOPIC = "ali"
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[InProcessBroker]:
-    broker = InProcessBroker(tmp_path / "store", message_delay_level=FAST_RETRY_LEVELS).start()
+    broker = start_remoting_broker(tmp_path / "store", message_delay_level=FAST_RETRY_LEVELS)
     broker.controller.topics.create(TopicConfig(TOPIC, QUEUES, QUEUES))
     yield broker
     broker.stop()

@@ -17,7 +17,7 @@ from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.connector.client import OutgoingMessage, RmqClient
 from tests.acl_files import write_acl
 from tests.broker_server.cpp_client_runner import client_result, cpp_client_problem, run_client, start_client
-from tests.broker_server.in_process_broker import InProcessBroker
+from tests.broker_server.in_process_broker import InProcessBroker, start_remoting_broker
 from tests.broker_server.remoting_interop import (
     FAST_RETRY_LEVELS,
     QUEUES,
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(cpp_client_problem() is not None, reason=str(cpp
 
 
 def start_broker(store: Path, topic: str, **settings: object) -> InProcessBroker:
-    broker = InProcessBroker(store, message_delay_level=FAST_RETRY_LEVELS, **settings).start()
+    broker = start_remoting_broker(store, message_delay_level=FAST_RETRY_LEVELS, **settings)
     broker.controller.topics.create(TopicConfig(topic, QUEUES, QUEUES))
     return broker
 
