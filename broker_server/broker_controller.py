@@ -18,6 +18,7 @@ from typing import Any, cast
 import grpc
 import pyarrow as pa
 
+from rmq.broker_server.background_tasks import cancel_all
 from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
@@ -390,9 +391,7 @@ class BrokerController:
         await server.stop(SHUTDOWN_GRACE_SECONDS)
         await self._stop_flight()
         await self.security.stop()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_all(self._tasks)
         await self.replication.stop()
         await self.schedule_service.stop()
         await self.outer_api.stop()

@@ -9,6 +9,7 @@ from typing import NamedTuple
 import numpy as np
 
 from rmq.statuses import GetMessageStatus, PutMessageStatus
+from rmq.stored_message import StoredMessage
 
 EMPTY_HOST = bytes(8)
 
@@ -26,6 +27,15 @@ class MessageToStore:
     born_host: bytes = EMPTY_HOST
     sys_flag: int = 0
     reconsume_times: int = 0
+
+    @classmethod
+    def copy_of(cls, message: StoredMessage, topic: str, queue_id: int, properties: dict[str, str],
+                reconsume_times: int) -> MessageToStore:
+        """A stored message appended again elsewhere (a retry copy, a delayed message restored to
+        its real topic): body, flag, born time and host and sys flag carried over."""
+        return cls(topic=topic, queue_id=queue_id, body=message.body, properties=properties,
+                   flag=message.flag, born_timestamp=message.born_timestamp, born_host=message.born_host,
+                   sys_flag=message.sys_flag, reconsume_times=reconsume_times)
 
 
 @dataclass

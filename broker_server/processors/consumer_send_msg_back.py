@@ -96,17 +96,7 @@ def send_back_copy(message: StoredMessage, target: SendBackTarget,
         properties[mf.PROPERTY_REAL_QUEUE_ID] = str(queue_id)
         properties[mf.PROPERTY_DELAY_TIME_LEVEL] = str(target.delay_level)
         topic, queue_id = SCHEDULE_TOPIC, delay_level_to_queue_id(target.delay_level)
-    return MessageToStore(
-        topic=topic,
-        queue_id=queue_id,
-        body=message.body,
-        properties=properties,
-        flag=message.flag,
-        born_timestamp=message.born_timestamp,
-        born_host=message.born_host,
-        sys_flag=message.sys_flag,
-        reconsume_times=message.reconsume_times + 1,
-    )
+    return MessageToStore.copy_of(message, topic, queue_id, properties, message.reconsume_times + 1)
 
 
 def ensure_group_topic(topics: TopicConfigManager, topic: str, queue_nums: int, perm: int,

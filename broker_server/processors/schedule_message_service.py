@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rmq import message_format as mf
+from rmq.broker_server.background_tasks import cancel_all
 from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.json_file import read_json, write_json_atomically
 from rmq.broker_server.processors.delay_levels import delay_level_to_queue_id, queue_id_to_delay_level
@@ -44,17 +45,8 @@ def message_timeup(message: StoredMessage) -> MessageToStore:
     """The delayed message restored to its real topic and queue, without its delay level."""
     properties = dict(message.properties)
     properties.pop(mf.PROPERTY_DELAY_TIME_LEVEL, None)
-    return MessageToStore(
-        topic=properties[mf.PROPERTY_REAL_TOPIC],
-        queue_id=int(properties[mf.PROPERTY_REAL_QUEUE_ID]),
-        body=message.body,
-        properties=properties,
-        flag=message.flag,
-        born_timestamp=message.born_timestamp,
-        born_host=message.born_host,
-        sys_flag=message.sys_flag,
-        reconsume_times=message.reconsume_times,
-    )
+    real_topic, real_queue = properties[mf.PROPERTY_REAL_TOPIC], int(properties[mf.PROPERTY_REAL_QUEUE_ID])
+    return MessageToStore.copy_of(message, real_topic, real_queue, properties, message.reconsume_times)
 
 
 class ScheduleMessageService:
@@ -106,10 +98,7 @@ class ScheduleMessageService:
         self._tasks.append(self._loop.create_task(self._persist_forever()))
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        await cancel_all(self._tasks)
         self.persist()
 
     def on_dispatch(self, topic: str, queue_id: int) -> None:

@@ -17,6 +17,7 @@ import logging
 import time
 from pathlib import Path
 
+from rmq.broker_server.background_tasks import cancel_all
 from rmq.broker_server.json_file import read_json, write_json_atomically
 from rmq.broker_server.processors.names import SYSTEM_TOPIC_PREFIX
 from rmq.broker_server.processors.schedule_message_service import message_timeup
@@ -63,10 +64,7 @@ class TimerMessageService:
         self._tasks = [loop.create_task(self._run()), loop.create_task(self._persist_forever())]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        await cancel_all(self._tasks)
         self.persist()
 
     def wake(self) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import signal
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ import grpc
 from grpc import aio
 
 from rmq.auth import ClientSecurity, open_aio_channel, security_from_environment
+from rmq.broker_server.background_tasks import cancel_all
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.offsets.client_id_owners import ClientIdOwners
 from rmq.broker_server.rocketmq_v2.authentication import RocketMQv2AuthInterceptor, V2Authenticator
@@ -166,10 +166,6 @@ class ServerSecurity:
     async def stop(self) -> None:
         if self._tasks:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
-        for task in self._tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks = []
+        await cancel_all(self._tasks)
 
 
