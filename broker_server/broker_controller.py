@@ -377,6 +377,13 @@ class BrokerController:
     async def _persist_offsets(self) -> None:
         await self.executor.run(self.offsets.persist)
 
+    def close_unserved(self) -> None:
+        """Let go of a broker loaded but never served: its store threads, store and remoting socket."""
+        self.executor.shutdown()
+        self.store.shutdown()
+        if self._remoting_socket is not None:
+            self._remoting_socket.close()
+
     async def shutdown(self, server: grpc.aio.Server) -> None:
         log.info("shutting down broker %s", self.config.broker_name)
         self.hold_service.shutdown()
