@@ -109,6 +109,7 @@ class BrokerController:
         CommitLog offset this member drops bytes from before it replicates
         (rmq.broker_server.replication.replicas_manager)."""
         security.check_listen(config.listen)   # the main port's refusal first, naming --listen
+        self._remoting_fixed = bool(config.remoting_address)   # "" for an ephemeral (default) port
         bound, self._remoting_socket = bind_remoting_port(config, security)   # an ephemeral port resolved
         self.store = open_store(config)   # before binding resolved it: records' store host (open_store)
         config = self.config = bound
@@ -259,7 +260,7 @@ class BrokerController:
         add_rocketmq_v2_service(self.rocketmq_v2, server)
         self.remoting = build_broker_remoting(self.config, self.security, messaging, self.topics,
                                               self.consumers, self.rocketmq_v2.transactions,
-                                              self._remoting_socket)
+                                              self._remoting_socket, self._remoting_fixed)
         return server
 
     def _start_flight(self) -> FlightReadService | None:

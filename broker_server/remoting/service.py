@@ -24,14 +24,16 @@ if TYPE_CHECKING:  # name_server calls build_name_server_remoting
     from rmq.broker_server.name_server.namesrv_controller import RouteInfoManager
 
 
-def authenticator(security: ServerSecurity, server_id: str = "") -> RemotingAuthenticator | None:
+def authenticator(security: ServerSecurity, server_id: str = "",
+                  rocketmq_signing: bool = True) -> RemotingAuthenticator | None:
     """The ACL check of a remoting listener; `server_id`: the target rmq-signed requests name
-    (rmq.request_signing; "" on a name server, where only RocketMQ 4's signing is accepted)."""
+    (rmq.request_signing; "" on a name server, where only RocketMQ 4's signing is accepted);
+    `rocketmq_signing`: RocketMQ 4's replayable signing accepted too (RemotingAuthenticator)."""
     acl_file = security.acl_file
     if acl_file is None:
         return None
     rmq_signing = security.request_authenticator(server_id, security.client_ids) if server_id else None
-    return RemotingAuthenticator(lambda: acl_file.acl, security.client_ids, rmq_signing)
+    return RemotingAuthenticator(lambda: acl_file.acl, security.client_ids, rmq_signing, rocketmq_signing)
 
 
 def remoting_server(
@@ -74,8 +76,12 @@ def build_broker_remoting(
     consumers: ConsumerManager,
     transactions: TransactionService,
     sock: socket.socket | None,
+    fixed_port: bool,
 ) -> RemotingServer | None:
-    """The broker's remoting port serving on `sock` (bind_remoting_port); None when it is off."""
+    """The broker's remoting port serving on `sock` (bind_remoting_port); None when it is off.
+    `fixed_port`: given with --remoting-listen HOST:PORT, for 4.x clients, whose replayable
+    AccessKey/Signature is accepted there only (the default port is the SDK's, signed with rmq's
+    scheme)."""
     if sock is None:
         return None
     processor = BrokerRemotingProcessor(
@@ -84,7 +90,7 @@ def build_broker_remoting(
         topics,
         consumers,
         transactions,
-        authenticator(security, broker_server_id(config.broker_name, config.broker_id)),
+        authenticator(security, broker_server_id(config.broker_name, config.broker_id), fixed_port),
         config.max_message_size,
     )
     limits = RemotingLimits(

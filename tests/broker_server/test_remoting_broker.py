@@ -22,7 +22,7 @@ from rmq.remoting.request_code import RequestCode, ResponseCode
 from rmq.stored_message import decode_record
 from rmq.v1 import rmq_pb2
 from tests.acl_files import write_acl
-from tests.broker_server.in_process_broker import InProcessBroker
+from tests.broker_server.in_process_broker import InProcessBroker, start_remoting_broker
 from tests.broker_server.remoting_client import RemotingTestClient
 from tests.broker_server.remoting_interop import wait_until
 
@@ -34,8 +34,8 @@ MiB = 1 << 20
 
 
 def start_broker(store: Path, **settings) -> InProcessBroker:
-    broker = InProcessBroker(store, remoting_max_frame_bytes=MAX_FRAME, max_held_pulls=MAX_HELD_PULLS,
-                             **settings).start()
+    broker = start_remoting_broker(store, remoting_max_frame_bytes=MAX_FRAME, max_held_pulls=MAX_HELD_PULLS,
+                                   **settings)   # a fixed port, as for 4.x clients
     broker.controller.topics.create(TopicConfig(TOPIC, 2, 2))
     return broker
 
@@ -311,6 +311,20 @@ ACL = """accounts:
   - {accessKey: reader, secretKey: 'reader-secret', topicPerms: ['remoting-t=SUB'],
      groupPerms: ['remoting-g=SUB']}
 """
+
+
+def test_the_default_port_refuses_the_replayable_4x_signature(tmp_path: Path) -> None:
+    """A broker's default (ephemeral) remoting port is the SDK's, which signs with rmq's scheme:
+    4.x AccessKey/Signature, replayable, is accepted only on a port given explicitly."""
+    security = ServerSecurity(acl_file=AclFile(write_acl(tmp_path / "acl.yml", ACL)))
+    broker = InProcessBroker(tmp_path / "store", security=security).start()
+    try:
+        broker.controller.topics.create(TopicConfig(TOPIC, 2, 2))
+        with RemotingTestClient(broker.config.remoting_listen) as client:
+            refused = client.call(signed(send_v2(b"x", {}), "producer", "producer-secret"))
+            assert refused.code == ResponseCode.NO_PERMISSION and "--remoting-listen" in refused.remark
+    finally:
+        broker.stop()
 
 
 def test_held_pulls_are_shared_fairly_between_accounts(tmp_path: Path) -> None:
