@@ -1,7 +1,7 @@
 # The rmq image: broker, name server, `rmq` CLI, Spark connector, PySpark and a Java 17 runtime.
 # One image serves every service of docker-compose.yml (servers, Spark master/worker, jobs).
 # bookworm: the Debian release that ships openjdk-17. BASE_IMAGE: the official Python image, or
-# where no image registry is reachable the one scripts/compose_test.sh builds (README, Local
+# where no image registry is reachable the one scripts/compose_test.sh builds (docs/manual/install.md, Local
 # cluster): any Debian bookworm with `python` and `pip` of Python 3.11 first on PATH.
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 FROM ${BASE_IMAGE}

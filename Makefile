@@ -62,9 +62,13 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench
 
-## regenerate the gRPC/protobuf stubs from proto/rmq/v1/rmq.proto and proto/rmq/rocketmq_v2/*.proto
+## regenerate the gRPC/protobuf stubs from proto/rmq/v1/rmq.proto and proto/rmq/rocketmq_v2/*.proto: messages and
+## their .pyi (protoc), rmq.v1's services and their typed .pyi (mypy-protobuf, servicers concrete as at run time);
+## the RocketMQ 5 service has no generated servicer (broker_server/rocketmq_v2 builds its handlers)
 proto: $(STAMP)
-	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto --grpc_python_out=proto proto/rmq/v1/rmq.proto
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto --grpc_python_out=proto \
+	  --plugin=protoc-gen-mypy_grpc=$(VENV)/bin/protoc-gen-mypy_grpc --mypy_grpc_out=generate_concrete_servicer_stubs:proto \
+	  proto/rmq/v1/rmq.proto
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto proto/rmq/rocketmq_v2/definition.proto proto/rmq/rocketmq_v2/service.proto
 
 TYPECHECK := build/typecheck

@@ -31,7 +31,7 @@ BATCH_SIZES = (1, 16, 256, 1024)
 CALLS_AT_BATCH_ONE = 2000
 LONG_POLL_SUSPEND_MS = 5000
 SETTLE_S = 0.02   # both readers get this long to park before the write that wakes them
-# DESIGN.md Performance targets
+# performance targets (BENCHMARKS.md "Targets", which a run writes from these)
 PRODUCE_TARGET = Target(min_ratio=1.2)
 PULL_TARGET = Target(min_ratio=3.0)
 WAKE_P50_TARGET = Target(max_value=1.0, unit="ms")

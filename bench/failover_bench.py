@@ -1,4 +1,4 @@
-"""Section 13: controller failover (DESIGN.md Controller mode, docs/controller.md). A SYNC_MASTER
+"""Section 13: controller failover (docs/controller.md). A SYNC_MASTER
 group of two started with --controller under `rmq namesrv --controller` (default settings:
 heartbeat every second, failover after 3 s of silence), one producer sending through the name
 server; the master is killed with SIGKILL and the figure is the time until the producer's first

@@ -1,4 +1,4 @@
-"""Section 10: replication (DESIGN.md Replication). Produce to a SYNC_MASTER, which acknowledges a
+"""Section 10: replication (docs/replication.md). Produce to a SYNC_MASTER, which acknowledges a
 batch once its slave holds it, against the same produce to an ASYNC_MASTER with a slave, the
 slave's lag behind an ASYNC_MASTER under steady load, and how fast an empty slave catches up
 (the transfer itself: a gRPC bidirectional stream of <= 1 MiB CommitLog chunks)."""

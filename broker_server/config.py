@@ -29,7 +29,7 @@ class BrokerConfig:
     store_dir: str = "~/.rmq/store"
     broker_name: str = "broker-a"
     broker_id: int = 0  # 0: the group's master; 1..: a slave (RocketMQ brokerId)
-    broker_role: BrokerRole = BrokerRole.ASYNC_MASTER  # given as its name, e.g. SLAVE (DESIGN.md Replication)
+    broker_role: BrokerRole = BrokerRole.ASYNC_MASTER  # given as its name, e.g. SLAVE (docs/replication.md)
     master: str = ""  # slaves: HOST:PORT of the group's master
     slave_synchronize_interval_ms: int = 10000  # slaves copy topics and offsets from the master
     cluster_secret_file: str = ""  # the broker group's shared secret (docs/replication.md); every member
@@ -205,7 +205,7 @@ class NameServerConfig:
     remoting_listen: str = ""  # RocketMQ 4.x remoting protocol (off when empty)
     remoting_max_frame_bytes: int = 16 * MiB
     remoting_max_connections: int = 4096
-    controller: bool = False  # embed the controller (DESIGN.md Controller mode)
+    controller: bool = False  # embed the controller (docs/controller.md)
     controller_dir: str = "~/.rmq/controller"  # where the controller keeps its state
     cluster_name: str = "DefaultCluster"  # the cluster whose broker groups the controller manages
     controller_failover_timeout_ms: int = 3000  # a master silent this long is replaced

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from rmq.cli.output import print_json, print_table, timestamp
+from rmq.cli.parser import Subcommands
 from rmq.command_line import UserError, positive_int
 from rmq.connector.admin import PAGE_MAX, MQAdmin, ResetTarget
 from rmq.connector.client import RmqClient
@@ -18,7 +19,7 @@ Command = Callable[[RmqClient, argparse.Namespace], int]
 BODY_PREVIEW = 60
 
 
-def message_parsers(commands: argparse._SubParsersAction
+def message_parsers(commands: Subcommands
                     ) -> Iterator[tuple[argparse.ArgumentParser, Command]]:
     message = commands.add_parser("message", help="look messages up")
     message_commands = message.add_subparsers(dest="message_command", required=True)
@@ -39,7 +40,7 @@ def message_parsers(commands: argparse._SubParsersAction
     yield query, _message_query
 
 
-def group_parsers(group_commands: argparse._SubParsersAction
+def group_parsers(group_commands: Subcommands
                   ) -> Iterator[tuple[argparse.ArgumentParser, Command]]:
     members = group_commands.add_parser("members", help="live members: client id, protocol, address, "
                                                         "owned queues")

@@ -1,4 +1,4 @@
-"""`rmq topic|produce|consume|group`: the client commands of the CLI (DESIGN.md "CLI").
+"""`rmq topic|produce|consume|group`: the client commands of the CLI (docs/manual/cli.md).
 
 Each command talks to the brokers / name servers named by `--endpoints` through
 `rmq.connector.client.RmqClient`; client errors become one `rmq: error: ...` line (UserError),
@@ -19,22 +19,15 @@ from rmq import message_format as mf
 from rmq import retry
 from rmq.cli import admin_commands, client_security, consume_command
 from rmq.cli.output import print_json, print_table, timestamp
+from rmq.cli.parser import Subcommands
 from rmq.command_line import UserError, positive_int
-from rmq.connector.client import (
-    PERM_READ,
-    PERM_WRITE,
-    BrokerMember,
-    MessageQueue,
-    OutgoingMessage,
-    PullStatus,
-    QueueOffsets,
-    RmqClient,
-    RmqError,
-    RmqUnavailable,
-)
+from rmq.connector.client import BrokerMember, OutgoingMessage, QueueOffsets, RmqClient
+from rmq.connector.errors import RmqError, RmqUnavailable
 from rmq.connector.message import Message, MessageExt, decode_messages
 from rmq.connector.producer import select_message_queue_by_hash, writable_queues
-from rmq.statuses import SendStatus
+from rmq.message_queue import MessageQueue
+from rmq.statuses import PullStatus, SendStatus
+from rmq.topic_config import PERM_READ, PERM_WRITE
 from rmq.v1 import rmq_pb2
 
 ENDPOINTS_ENV = "RMQ_ENDPOINTS"
@@ -50,7 +43,7 @@ PERMS_HELP = "6 read-write, 4 read, 2 write"
 Command = Callable[[RmqClient, argparse.Namespace], int]
 
 
-def add_parsers(commands: argparse._SubParsersAction) -> None:
+def add_parsers(commands: Subcommands) -> None:
     _add_topic_parsers(commands)
 
     cluster = commands.add_parser("cluster", help="broker groups: each member's role, CommitLog offsets and "
@@ -106,7 +99,7 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     _client_command(resend, _dlq_resend)
 
 
-def _add_topic_parsers(commands: argparse._SubParsersAction) -> None:
+def _add_topic_parsers(commands: Subcommands) -> None:
     topic = commands.add_parser("topic", help="topic administration")
     topic_commands = topic.add_subparsers(dest="topic_command", required=True)
 

@@ -8,6 +8,7 @@ import argparse
 import os
 
 from rmq.cli import client_security
+from rmq.cli.parser import Subcommands
 from rmq.command_line import UserError, is_loopback
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
@@ -15,7 +16,7 @@ ENDPOINTS_ENV = "RMQ_ENDPOINTS"
 DEFAULT_ENDPOINTS = "127.0.0.1:10911"
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: Subcommands) -> None:
     parser = commands.add_parser("console",
                                  help="web console: cluster, topics, groups, messages, DLQ, charts")
     parser.add_argument("--endpoints", default=os.environ.get(ENDPOINTS_ENV, DEFAULT_ENDPOINTS),

@@ -1,4 +1,4 @@
-"""`rmq consume`: print a topic's messages as a member of a consumer group (DESIGN.md "CLI").
+"""`rmq consume`: print a topic's messages as a member of a consumer group (docs/manual/cli.md).
 
 The command is a PushConsumer (consumer-pull-rebalance §4-§16): several `rmq consume TOPIC
 --group g` processes split the topic's queues by allocation, `--orderly` consumes each queue
@@ -31,6 +31,7 @@ from array import array
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from rmq.cli.parser import Subcommands
 from rmq.command_line import UserError, positive_float, positive_int
 from rmq.connector.client import RmqClient
 from rmq.connector.message import MessageExt
@@ -45,7 +46,7 @@ DRAIN_POLL_S = 0.0005          # how often a pipe is checked for the reader havi
 WAIT_STEP_S = 0.1
 
 
-def add_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(commands: Subcommands) -> argparse.ArgumentParser:
     consume = commands.add_parser("consume", help="print messages as a member of a consumer group")
     consume.add_argument("topic")
     consume.add_argument("--group", default=DEFAULT_GROUP,

@@ -15,27 +15,21 @@ from importlib.metadata import version
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 from rmq.cli import client_commands, console_command
+from rmq.cli.parser import CommandParser, Subcommands
 from rmq.command_line import UserError
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports bad arguments as one line (no usage dump) and exit code 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UserError(f"{self.prog}: {message}")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="rmq", description="rmq message broker and clients")
+    parser = CommandParser(prog="rmq", description="rmq message broker and clients")
     parser.add_argument("--version", action="version", version=f"rmq {version('rmq')}")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=CommandParser)
     _add_server_parsers(commands)
     client_commands.add_parsers(commands)
     console_command.add_parser(commands)
     return parser
 
 
-def _add_server_parsers(commands: argparse._SubParsersAction) -> None:
+def _add_server_parsers(commands: Subcommands) -> None:
     """`rmq namesrv|broker`; without the `broker` extra installed they say what to install."""
     try:
         from rmq.cli import server_commands

@@ -1,4 +1,4 @@
-"""`rmq namesrv` and `rmq broker`: flags as in DESIGN.md; a YAML or JSON `--config` file holds
+"""`rmq namesrv` and `rmq broker`: flags in docs/manual/cli.md; a YAML or JSON `--config` file holds
 the other settings (keys named as in rmq.broker_server.config), flags given on the command line
 win over the file. Both take the security flags of rmq.broker_server.security.server_security (--acl,
 --tls-*)."""
@@ -11,9 +11,10 @@ from rmq.broker_server.config import BrokerConfig, NameServerConfig, load_config
 from rmq.broker_server.rmq_v1.grpc_server import run_until_terminated
 from rmq.broker_server.security import server_security
 from rmq.broker_server.security.server_security import ServerSecurity
+from rmq.cli.parser import Subcommands
 
 
-def add_parsers(subparsers: argparse._SubParsersAction) -> None:
+def add_parsers(subparsers: Subcommands) -> None:
     namesrv = subparsers.add_parser("namesrv", help="run a name server")
     namesrv.add_argument("--listen", metavar="HOST:PORT", help="address to serve on (default 127.0.0.1:9876)")
     namesrv.add_argument("--config", metavar="FILE", help="YAML or JSON file with further settings")

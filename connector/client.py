@@ -66,7 +66,7 @@ _COLUMN_FRAMING_BYTES = 16                    # a body length, tag and key prefi
 
 _UNAVAILABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 MASTER_ID = 0
-# SYNC_MASTER: stored on the master, no slave confirmed it (DESIGN.md Replication); the send succeeded
+# SYNC_MASTER: stored on the master, no slave confirmed it (docs/replication.md); the send succeeded
 SEND_WHICH_QUEUE_RANGE = 1 << 30
 TLS_ONLY_HINT = "Socket closed"   # what grpc reports when a TLS-only server drops a plaintext connection
 STORED_ON_MASTER_ONLY = (rmq_pb2.FLUSH_SLAVE_TIMEOUT, rmq_pb2.SLAVE_NOT_AVAILABLE)
@@ -79,7 +79,7 @@ REMOTING_DOWN_SECONDS = 60.0   # a remoting port that could not be connected to:
 
 @dataclass(frozen=True)
 class BrokerMember:
-    """One member of a broker group (DESIGN.md Replication): id 0 the master, 1.. slaves."""
+    """One member of a broker group (docs/replication.md): id 0 the master, 1.. slaves."""
 
     broker_id: int
     address: str
@@ -480,7 +480,8 @@ class RmqClient:
     def pull_async(self, mq: MessageQueue, offset: int, max_messages: int, *, group: str,
                    callback: Callable[[PullResult | None, RmqError | None], None],
                    sub_expression: str | MessageSelector = "*", suspend_timeout_ms: int = 0,
-                   commit_offset: int | None = None) -> grpc.Future | RemotingCall:
+                   commit_offset: int | None = None
+                   ) -> grpc.Future[rmq_pb2.PullMessageResponse] | RemotingCall:
         """`pull` without blocking (RocketMQ's async pull): `callback(result, None)` or
         `callback(None, error)` runs on a client thread when the answer arrives. An unknown
         broker raises RmqUnavailable at once. The returned call's `cancel()` ends the pull
@@ -519,7 +520,7 @@ class RmqClient:
             return pulling
         future = self._connection(address).messaging.PullMessage.future(request, timeout=deadline)
 
-        def done(call: grpc.Future) -> None:
+        def done(call: grpc.Future[rmq_pb2.PullMessageResponse]) -> None:
             try:
                 response = call.result()
             except grpc.RpcError as error:
@@ -895,7 +896,7 @@ class RmqClient:
         with self._lock:
             self._routes.pop(topic, None)
 
-    # ------------------------------------------------------------ broker groups (DESIGN.md Replication)
+    # ------------------------------------------------------------ broker groups (docs/replication.md)
 
     def _read_call(self, broker_name: str, rpc: _Rpc[ResponseT], request: Message, *,
                    queue: MessageQueue | None = None, timeout: float | None = None,

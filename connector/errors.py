@@ -1,4 +1,4 @@
-"""One error tree for the client SDK and the Spark connector (README "Errors"). Catch
+"""One error tree for the client SDK and the Spark connector (docs/manual/sdk.md, "Errors"). Catch
 `RmqError` for all of them; each subclass that also derives from a builtin (ValueError,
 RuntimeError) is still caught where that builtin is.
 

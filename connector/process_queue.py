@@ -1,5 +1,5 @@
 """ProcessQueue: the consumer-side snapshot of one MessageQueue (spec consumer-pull-rebalance
-§2.2; consumption-longpolling-offsets §4.3, §12.4).
+§2.2; consumption-longpolling-offsets §4, §12.4).
 
 It holds the pulled messages not yet consumed, keyed by queue offset. Pulls put messages in
 increasing offset order, so the sorted map is a dict plus a deque of the offsets in order,

@@ -1,4 +1,4 @@
-"""Producer: RocketMQ's DefaultMQProducer for Python services (DESIGN.md Client SDK; spec
+"""Producer: RocketMQ's DefaultMQProducer for Python services (docs/manual/sdk.md; spec
 consumer-pull-rebalance §17.1, TV-21).
 
     with Producer("127.0.0.1:9876") as producer:

@@ -88,7 +88,7 @@ def test_topic_create_list_describe_delete(shared_broker: processes.ServerProces
     assert "Orders" in ok("topic", "list", "--endpoints", e)
 
     described = describe(e, "Orders")
-    members = described["brokers"][0].pop("members")   # one member: the master (DESIGN.md Replication)
+    members = described["brokers"][0].pop("members")   # one member: the master (docs/replication.md)
     assert [(m["broker_id"], m["role"], m["address"], m["lag_bytes"], m["state"]) for m in members] == [
         (0, "ASYNC_MASTER", e, None, "ok")]
     assert described["brokers"] == [{"broker_name": "broker-a", "address": e, "read_queue_nums": 3,

@@ -1,5 +1,5 @@
 """The official RocketMQ 5 Python client (`rocketmq-python-client`, PyPI) against real `rmq broker`
-processes speaking `apache.rocketmq.v2.MessagingService` (DESIGN.md "RocketMQ 5 protocol"; spec
+processes speaking `apache.rocketmq.v2.MessagingService` (docs/manual/rocketmq-clients.md; spec
 rocketmq-v2-protocol.md): pop consumption survives broker restarts (SIGTERM, kill -9), a broker
 started with --acl admits signed clients with the permission only, routes through the name
 server name every broker of the topic, and the Spark source reads what the client sent. The

@@ -52,7 +52,7 @@ wait_for() {
 }
 
 require_root() {
-    [ "$(id -u)" = 0 ] || fail "$1 is missing and installing it needs root (README, Local cluster)"
+    [ "$(id -u)" = 0 ] || fail "$1 is missing and installing it needs root (docs/manual/install.md, Local cluster)"
 }
 
 apt_install() {

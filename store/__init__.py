@@ -1,6 +1,7 @@
 """Storage engine: memory-mapped CommitLog, ConsumeQueues, IndexFile, flush, recovery, retention.
 Knows nothing of gRPC or Spark (RocketMQ DefaultMessageStore and its parts)."""
 
+from rmq.statuses import GetMessageStatus, PutMessageStatus
 from rmq.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from rmq.store.errors import StoreError
 from rmq.store.message_batch import MessageBatch
@@ -8,11 +9,9 @@ from rmq.store.message_store import MessageStore
 from rmq.store.results import (
     DispatchRequest,
     GetMessageResult,
-    GetMessageStatus,
     MessageToStore,
     PutBatchResult,
     PutMessageResult,
-    PutMessageStatus,
 )
 
 __all__ = [

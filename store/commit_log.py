@@ -8,6 +8,7 @@ before a byte is written, so a batch is stored completely or not at all.
 from __future__ import annotations
 
 import logging
+import mmap
 import struct
 import threading
 import zlib
@@ -19,6 +20,7 @@ from typing import cast
 import numpy as np
 
 from rmq import message_format as mf
+from rmq.statuses import PutMessageStatus
 from rmq.store.checkpoint import StoreCheckpoint
 from rmq.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from rmq.store.dispatch_batch import DispatchBatch, tags_code
@@ -26,7 +28,7 @@ from rmq.store.errors import StoreError
 from rmq.store.mapped_file import MappedFile, now_ms
 from rmq.store.mapped_file_queue import MappedFileQueue
 from rmq.store.message_batch import MessageBatch, QueueGroups, distinct
-from rmq.store.results import DispatchRequest, PutMessageStatus
+from rmq.store.results import DispatchRequest
 
 log = logging.getLogger(__name__)
 
@@ -552,8 +554,8 @@ def _torn_at(mapped: MappedFile, position: int, later: int) -> str:
             f"{mapped.file_from_offset + position}) but a complete record follows at offset {later}")
 
 
-def parse_record(buffer, position: int, file_size: int, file_from_offset: int, check_crc: bool
-                 ) -> tuple[int, DispatchRequest | None]:
+def parse_record(buffer: bytes | mmap.mmap, position: int, file_size: int, file_from_offset: int,
+                 check_crc: bool) -> tuple[int, DispatchRequest | None]:
     """checkMessageAndReturnSize on `buffer` (a file's mmap) at `position`."""
     if position + HEADER.size > file_size:
         if position + mf.END_FILE_MIN_BLANK_LENGTH > file_size:

@@ -16,7 +16,7 @@ class FlushDiskType(enum.Enum):
 
 
 class BrokerRole(enum.Enum):
-    """RocketMQ BrokerRole (DESIGN.md Replication)."""
+    """RocketMQ BrokerRole (docs/replication.md)."""
 
     ASYNC_MASTER = "ASYNC_MASTER"   # a put returns once stored; slaves copy in the background
     SYNC_MASTER = "SYNC_MASTER"     # a put returns once a slave holds it too (HAService.wait_for_slave)

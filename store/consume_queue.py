@@ -180,7 +180,7 @@ class ConsumeQueue:
         """CleanConsumeQueueService: delete leading files whose entries all point below the
         CommitLog's first offset, then correct the minimum offset."""
         def expired(mapped: MappedFile) -> bool:
-            last, = struct.unpack(">q", mapped.read(mapped.file_size - CQ_STORE_UNIT_SIZE, 8))
+            last: int = struct.unpack(">q", mapped.read(mapped.file_size - CQ_STORE_UNIT_SIZE, 8))[0]
             return last < min_commit_log_offset
 
         deleted = self.mapped_file_queue.delete_files_below(expired, interval_forcibly_ms)

@@ -1,6 +1,6 @@
 """HAService: the store's side of master/slave replication (RocketMQ HAService, HAConnection's
 reads, HAClient's appends, GroupTransferService), byte-level and transport-free: the broker
-carries the bytes (ARCHITECTURE.md §2, DESIGN.md Replication).
+carries the bytes (ARCHITECTURE.md §2, docs/replication.md).
 
 Master: `read` gives CommitLog bytes from a slave's offset, `check_slave` refuses a slave
 whose CommitLog is longer than ours or holds different bytes, `slave_acked` records what a
@@ -17,8 +17,8 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rmq.statuses import PutMessageStatus
 from rmq.store.commit_log import CommitLog
-from rmq.store.results import PutMessageStatus
 
 TAIL_CHECK_BYTES = 4096                       # bytes before a slave's end compared with the master's
 HA_MAX_GAP_NOT_IN_SYNC = 256 * 1024 * 1024    # haMaxGapNotInSync: a slave further behind is not "OK"

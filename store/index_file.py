@@ -64,6 +64,12 @@ class IndexFile:
             os.close(fd)
             raise
         self._fd = fd      # kept for fdatasync (see flush)
+        self.begin_timestamp: int
+        self.end_timestamp: int
+        self.begin_phy_offset: int
+        self.end_phy_offset: int
+        self.hash_slot_count: int
+        self.index_count: int
         (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
          self.hash_slot_count, self.index_count) = _HEADER.unpack_from(self.mm, 0)
         if self.index_count == 0:

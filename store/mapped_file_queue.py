@@ -6,6 +6,7 @@ The file list is copy-on-write: writers replace `self.files`, readers take a loc
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from rmq.store.errors import StoreError
@@ -187,7 +188,7 @@ class MappedFileQueue:
         self._remove(deleted)
         return len(deleted)
 
-    def delete_files_below(self, predicate, interval_forcibly_ms: int) -> int:
+    def delete_files_below(self, predicate: Callable[[MappedFile], bool], interval_forcibly_ms: int) -> int:
         """Delete leading files (never the last) for which predicate(file) holds."""
         deleted: list[MappedFile] = []
         for mapped in self.files[:-1]:

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
 from rmq import message_format as mf
-from rmq.store.results import EMPTY_HOST, MessageToStore, PutMessageStatus
+from rmq.statuses import PutMessageStatus
+from rmq.store.results import EMPTY_HOST, MessageToStore
+
+_Value = TypeVar("_Value")
+_Scalar = TypeVar("_Scalar", str, bytes)
 
 IntColumn = int | Sequence[int] | np.ndarray
 
@@ -41,7 +46,7 @@ class MessageBatch:
         """A batch from columns; a single value stands for the same value in every message."""
         count = len(bodies)
 
-        def same(value: str | bytes | list) -> list:
+        def same(value: _Scalar | list[_Scalar]) -> list[_Scalar]:
             return [value] * count if isinstance(value, str | bytes) else value
 
         batch = cls(same(topics), _int_column(queue_ids, count), bodies, same(properties),
@@ -82,7 +87,7 @@ def encode_properties(properties: dict[str, str]) -> bytes | None:
     return text.encode()
 
 
-def distinct(column: list) -> list:
+def distinct(column: list[_Value]) -> list[_Value]:
     """The distinct values of a column in order of first appearance; a column holding one
     value (the common case) is recognised with one C-level pass."""
     if not column or column.count(column[0]) == len(column):
@@ -135,9 +140,10 @@ class QueueGroups:
         """Per message, how many `counted` messages of its queue precede it in the batch."""
         counted = counted.astype(np.int64)
         if self.order is None:
-            return np.cumsum(counted) - counted
+            first: np.ndarray = np.cumsum(counted) - counted
+            return first
         sorted_counted = counted[self.order]
-        before = np.cumsum(sorted_counted) - sorted_counted
+        before: np.ndarray = np.cumsum(sorted_counted) - sorted_counted
         result = np.empty_like(before)
         result[self.order] = before - np.repeat(before[self.bounds[:-1]], np.diff(self.bounds))
         return result

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from rmq import message_format as mf
+from rmq.statuses import GetMessageStatus, PutMessageStatus
 from rmq.store.checkpoint import StoreCheckpoint
 from rmq.store.commit_log import (
     TRANSACTION_PREPARED_TYPE,
@@ -41,11 +42,9 @@ from rmq.store.reput import ReputMessageService
 from rmq.store.results import (
     DispatchRequest,
     GetMessageResult,
-    GetMessageStatus,
     MessageToStore,
     PutBatchResult,
     PutMessageResult,
-    PutMessageStatus,
 )
 from rmq.store.retention import (
     CleanFilesService,

@@ -8,6 +8,7 @@ it wakes the service thread, which sleeps on the wake-up event when idle."""
 from __future__ import annotations
 
 import logging
+import mmap
 import struct
 import threading
 from collections.abc import Callable
@@ -117,9 +118,10 @@ class ReputMessageService(ServiceThread):
 _HEAD = struct.Struct(">ii")
 
 
-def _incomplete(buffer, position: int, limit: int) -> bool:
+def _incomplete(buffer: mmap.mmap, position: int, limit: int) -> bool:
     """Fewer bytes than a record's (or an end-of-file blank's) head, or a record running past `limit`."""
     if limit - position < _HEAD.size:
         return True
-    total_size, magic = _HEAD.unpack_from(buffer, position)
+    head: tuple[int, int] = _HEAD.unpack_from(buffer, position)
+    total_size, magic = head
     return magic == mf.MESSAGE_MAGIC_CODE and position + total_size > limit

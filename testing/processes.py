@@ -23,14 +23,15 @@ RMQ = [sys.executable, "-m", "rmq.cli"]
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 # A server with --acl refuses the unsigned readiness call with these codes: it answered, so it is up.
 ANSWERED_REFUSALS = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
-def wait_ready(address: str, process: subprocess.Popen, timeout: float = 30.0,
+def wait_ready(address: str, process: subprocess.Popen[bytes], timeout: float = 30.0,
                channel_credentials: grpc.ChannelCredentials | None = None) -> None:
     """Wait until the server at `address` answers RouteService.ListBrokers (an ACL refusal
     counts as an answer). A TLS server (--tls-cert) is reached with `channel_credentials`."""
@@ -65,7 +66,7 @@ class ServerProcess:
     address: str
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen[bytes] | None = None
     channel_credentials: grpc.ChannelCredentials | None = None
     new_session: bool = False
     ready_timeout: float = 30.0     # seconds for the server to answer after its start
@@ -138,7 +139,7 @@ def broker(
 def group_member(tmp_path: Path, name: str, broker_id: int, role: str, namesrv_address: str | None = None,
                  master: str | None = None, flush: str = "async", extra: list[str] | None = None,
                  **env: str) -> ServerProcess:
-    """A member of broker group `name` (DESIGN.md Replication): id 0 with role SYNC_MASTER or
+    """A member of broker group `name` (docs/replication.md): id 0 with role SYNC_MASTER or
     ASYNC_MASTER, or id 1.. with role SLAVE copying `master`; its store under
     tmp_path/<name>-<id> (kept across restarts)."""
     address = f"127.0.0.1:{free_port()}"

@@ -131,7 +131,7 @@ def test_brokers_register_with_the_name_server_and_keep_their_store_in_a_volume(
 
 
 def test_broker_a_is_a_sync_master_with_a_slave_on_its_own_store():
-    """DESIGN.md Replication: one broker name, ids 0 and 1, the slave copying the master."""
+    """docs/replication.md: one broker name, ids 0 and 1, the slave copying the master."""
     master, slave = command_of("broker-a"), command_of("broker-a-slave")
     assert (option(master, "--broker-id"), option(master, "--role")) == ("0", "SYNC_MASTER")
     assert (option(slave, "--broker-id"), option(slave, "--role")) == ("1", "SLAVE")

@@ -1,4 +1,4 @@
-"""Dependencies point one way (ARCHITECTURE.md, DESIGN.md "Repository layout"): each product
+"""Dependencies point one way (ARCHITECTURE.md): each product
 folder imports only the rmq packages below it, pyspark only in rmq.connector.spark, and no
 product code imports the tests."""
 

@@ -1,5 +1,5 @@
-"""The README's client SDK example and examples/order_consumer_service.py, run as a user runs
-them (their own Python processes) against a whole broker in this test process."""
+"""The manual's client SDK example (docs/manual/sdk.md) and examples/order_consumer_service.py, run
+as a user runs them (their own Python processes) against a whole broker in this test process."""
 
 from __future__ import annotations
 
@@ -17,25 +17,25 @@ from rmq.connector import Message, Producer
 from rmq.connector.client import RmqClient
 from tests.broker_server.in_process_broker import InProcessBroker, running_broker
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+SDK_PAGE = Path(__file__).resolve().parents[1] / "docs" / "manual" / "sdk.md"
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
     with running_broker(tmp_path_factory.mktemp("sdk-examples"), flush="sync") as server:
         with RmqClient(server.address) as client:
-            client.create_topic("orders", 4)        # the README's topic
+            client.create_topic("orders", 4)        # the manual's topic
             client.create_topic("orders-svc", 4)    # the example service's, in its own test
         yield server
 
 
-def readme_sdk_example() -> str:
-    section = README.read_text().split("## Client SDK", 1)[1]
+def sdk_example() -> str:
+    section = SDK_PAGE.read_text().split("## Client SDK", 1)[1]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
-def test_readme_example_runs(broker: InProcessBroker) -> None:
-    code = readme_sdk_example().replace("127.0.0.1:10911", broker.address)
+def test_sdk_page_example_runs(broker: InProcessBroker) -> None:
+    code = sdk_example().replace("127.0.0.1:10911", broker.address)
     assert len(code.strip().splitlines()) <= 11
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr

@@ -1,6 +1,6 @@
 """The `/metrics` scrape endpoint (`--metrics-listen HOST:PORT`) of a broker or name server: a small
 HTTP server on its own threads, bounded and protected like the gRPC port (how to scrape it: the
-README's Metrics section).
+docs/manual/operations.md, "Monitoring").
 
 - At most MAX_SCRAPERS connections are served at once, each by one of as many worker threads; a
   connection past that is closed at once (Prometheus scrapes again at its next interval). A

@@ -32,7 +32,7 @@ class BrokerOuterAPI:
     ) -> None:
         self.namesrv_addresses = namesrv_addresses
         self.broker = rmq_pb2.BrokerData(broker_name=broker_name, address=broker_address)
-        # this broker's id and role in its group (DESIGN.md Replication)
+        # this broker's id and role in its group (docs/replication.md)
         self.member = member or rmq_pb2.BrokerMember(address=broker_address)
         self.topics = topics
         self.register_interval_ms = register_interval_ms

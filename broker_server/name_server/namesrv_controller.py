@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import grpc
 from prometheus_client.registry import Collector
 
 from rmq.broker_server.config import NameServerConfig
 from rmq.broker_server.errors import BrokerError, UserError, illegal_argument
+from rmq.broker_server.grpc_aio import Context
 from rmq.broker_server.metrics.collectors import NameServerCollector, serve_metrics
 from rmq.broker_server.processors.names import check_topic_name
 from rmq.broker_server.remoting.service import build_name_server_remoting
@@ -176,7 +176,7 @@ class NameServerRouteService(rmq_pb2_grpc.RouteServiceServicer):
 
     @answers_with_status(rmq_pb2.QueryRouteResponse)
     async def QueryRoute(self, request: rmq_pb2.QueryRouteRequest,
-                         context: grpc.aio.ServicerContext) -> rmq_pb2.QueryRouteResponse:
+                         context: Context) -> rmq_pb2.QueryRouteResponse:
         check_topic_name(request.topic)
         route = self.routes.pick_topic_route(request.topic)
         if not route:
@@ -199,14 +199,14 @@ class NameServerRouteService(rmq_pb2_grpc.RouteServiceServicer):
 
     @answers_with_status(rmq_pb2.ListTopicsResponse)
     async def ListTopics(self, request: rmq_pb2.ListTopicsRequest,
-                         context: grpc.aio.ServicerContext) -> rmq_pb2.ListTopicsResponse:
+                         context: Context) -> rmq_pb2.ListTopicsResponse:
         return rmq_pb2.ListTopicsResponse(
             status=OK, topics=[config.to_proto() for config in self.routes.topics()]
         )
 
     @answers_with_status(rmq_pb2.ListBrokersResponse)
     async def ListBrokers(self, request: rmq_pb2.ListBrokersRequest,
-                          context: grpc.aio.ServicerContext) -> rmq_pb2.ListBrokersResponse:
+                          context: Context) -> rmq_pb2.ListBrokersResponse:
         return rmq_pb2.ListBrokersResponse(
             status=OK,
             brokers=[group.to_proto() for group in self.routes.broker_groups()],
@@ -219,7 +219,7 @@ class NameServerService(rmq_pb2_grpc.NameServerServiceServicer):
 
     @answers_with_status(rmq_pb2.RegisterBrokerResponse)
     async def RegisterBroker(self, request: rmq_pb2.RegisterBrokerRequest,
-                             context: grpc.aio.ServicerContext) -> rmq_pb2.RegisterBrokerResponse:
+                             context: Context) -> rmq_pb2.RegisterBrokerResponse:
         if not request.broker.broker_name or not request.broker.address:
             raise illegal_argument("broker name and address are required")
         self.routes.register_broker(
@@ -236,7 +236,7 @@ class NameServerService(rmq_pb2_grpc.NameServerServiceServicer):
 
     @answers_with_status(rmq_pb2.UnregisterBrokerResponse)
     async def UnregisterBroker(self, request: rmq_pb2.UnregisterBrokerRequest,
-                               context: grpc.aio.ServicerContext) -> rmq_pb2.UnregisterBrokerResponse:
+                               context: Context) -> rmq_pb2.UnregisterBrokerResponse:
         self.routes.unregister_broker(request.broker_name, request.broker_id)
         return rmq_pb2.UnregisterBrokerResponse(status=OK)
 

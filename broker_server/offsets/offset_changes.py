@@ -1,5 +1,5 @@
 """The consumer offsets committed on a master since a point in time, for the transfer streams
-that carry them to its slaves as they change (DESIGN.md Replication, docs/replication.md)."""
+that carry them to its slaves as they change (docs/replication.md)."""
 
 from __future__ import annotations
 

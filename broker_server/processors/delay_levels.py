@@ -1,4 +1,4 @@
-"""Delay levels (spec consumer-pull-rebalance §19, store §21, TV-23): the broker config
+"""Delay levels (spec consumer-pull-rebalance §19, TV-23): the broker config
 string "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h" names one delay per
 level, level 1 first; level N lives in queue N-1 of SCHEDULE_TOPIC_XXXX."""
 

@@ -167,7 +167,7 @@ class PullMessageProcessor:
             return rmq_pb2.PullMessageResponse(status=error.status())
         if broker_allow_suspend and request.sys_flag & rmq_pb2.FLAG_COMMIT_OFFSET:
             # §6 step 9, except that slaves store it too: clients commit where they read while the
-            # master is down (DESIGN.md Replication) and SlaveSynchronize hands it to the master.
+            # master is down (docs/replication.md) and SlaveSynchronize hands it to the master.
             self._commit_offset(query, request.commit_offset)
         if broker_allow_suspend and query.suspend and response.pull_status == rmq_pb2.NO_NEW_MSG:
             try:

@@ -21,7 +21,6 @@ only (the metrics thread reads `held`)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,7 +35,9 @@ class CallContext(Protocol):
 
     def peer(self) -> str: ...
 
-    def add_done_callback(self, callback: Callable[[Any], None]) -> None: ...
+    # called with the context when the call ends; Any because grpc's stubs type the callback as a
+    # check-only class that no function is
+    def add_done_callback(self, callback: Any) -> None: ...
 
 
 class InflightPullBytesExceeded(BrokerError):

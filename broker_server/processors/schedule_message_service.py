@@ -1,5 +1,5 @@
 """Delayed delivery (RocketMQ ScheduleMessageService, spec consumer-pull-rebalance §19,
-store §21, TV-16): level N's messages wait in queue N-1 of SCHEDULE_TOPIC_XXXX; one task per
+TV-16): level N's messages wait in queue N-1 of SCHEDULE_TOPIC_XXXX; one task per
 level reads them in order and, once a message's deliver time (store time + the level's delay)
 has come, re-puts it to its real topic and queue, where it is dispatched and becomes
 consumable. Per-level progress is persisted to `<store>/config/delayOffset.json`.

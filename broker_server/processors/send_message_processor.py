@@ -68,7 +68,7 @@ _PUT_STATUS = {
 }
 
 # SYNC_MASTER outcomes of a batch that IS stored (and flushed) on the master, answered with the
-# message ids like OK, under their own Code: "stored on the master only" (DESIGN.md Replication).
+# message ids like OK, under their own Code: "stored on the master only" (docs/replication.md).
 STORED_ON_MASTER_ONLY = {
     PutMessageStatus.FLUSH_SLAVE_TIMEOUT: (
         rmq_pb2.FLUSH_SLAVE_TIMEOUT, "stored on the master; no slave confirmed holding it in time"),

@@ -1,4 +1,4 @@
-"""A broker's place in its broker group (DESIGN.md Replication): its id and role, the HAService
+"""A broker's place in its broker group (docs/replication.md): its id and role, the HAService
 it serves as a master, the HAClient and SlaveSynchronize it runs as a slave, the cluster secret
 its members authenticate each other with (rmq.broker_server.security.cluster_auth), and the status
 `rmq broker status` shows."""

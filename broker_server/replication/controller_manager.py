@@ -1,5 +1,5 @@
 """The controller embedded in `rmq namesrv --controller` (RocketMQ 5 ControllerManager,
-DESIGN.md Controller mode, docs/controller.md): serves ControllerService.Heartbeat from the
+docs/controller.md): serves ControllerService.Heartbeat from the
 brokers started with --controller and checks every scan interval whether a group's master
 went silent (ReplicasInfoManager elects). One controller per cluster: a single point of
 coordination, not of data — while it is down, brokers keep their roles and keep serving;
@@ -11,10 +11,10 @@ import asyncio
 import logging
 from collections.abc import Iterator
 
-import grpc
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from rmq.broker_server.grpc_aio import Context
 from rmq.broker_server.replication.replicas_info_manager import Heartbeat, ReplicasInfoManager
 from rmq.broker_server.rmq_v1.status import answers_with_status
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
@@ -28,7 +28,7 @@ class ControllerService(rmq_pb2_grpc.ControllerServiceServicer):
 
     @answers_with_status(rmq_pb2.ControllerHeartbeatResponse)
     async def Heartbeat(self, request: rmq_pb2.ControllerHeartbeatRequest,
-                        context: grpc.aio.ServicerContext) -> rmq_pb2.ControllerHeartbeatResponse:
+                        context: Context) -> rmq_pb2.ControllerHeartbeatResponse:
         return self.replicas.heartbeat(request.cluster_name, Heartbeat(
             request.broker_name, request.broker_id, request.address, request.epoch, request.max_offset,
             tuple(request.in_sync_addresses)))

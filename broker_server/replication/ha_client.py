@@ -1,5 +1,5 @@
-"""The slave's side of replication (RocketMQ HAClient and SlaveSynchronize, DESIGN.md
-Replication).
+"""The slave's side of replication (RocketMQ HAClient and SlaveSynchronize,
+docs/replication.md).
 
 HAClient: opens HAService.Transfer on the master, reports the CommitLog offset this store
 recovered to (and a crc32 of the bytes before it), appends every chunk the master sends at the
@@ -122,7 +122,7 @@ class HAClient(MasterLink):
                                      address=self.own_address)
             session = self.auth.open(first, Exchange.TRANSFER)
             await call.write(first)
-            while (transfer := await call.read()) is not grpc.aio.EOF:
+            while isinstance(transfer := await call.read(), rmq_pb2.HATransfer):   # else grpc.aio.EOF
                 if session is not None:
                     _check(session, transfer)
                     self.unauthenticated = ""

@@ -1,5 +1,5 @@
 """The master's side of replication (RocketMQ HAConnection + the master half of
-SlaveSynchronize), served as rmq.v1 HAService (DESIGN.md Replication).
+SlaveSynchronize), served as rmq.v1 HAService (docs/replication.md).
 
 Transfer: one bidirectional stream per slave. The slave's first HAReport says what it holds;
 a slave whose CommitLog is longer than ours or differs from ours is refused with one clear
@@ -28,9 +28,8 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import grpc
-
 from rmq.broker_server.errors import BrokerError
+from rmq.broker_server.grpc_aio import Context
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
 from rmq.broker_server.offsets.offset_changes import OffsetChanges, group_offset
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
@@ -94,7 +93,7 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
         self._wake_all()
 
     async def Transfer(self, request_iterator: AsyncIterator[rmq_pb2.HAReport],
-                       context: grpc.aio.ServicerContext) -> AsyncIterator[rmq_pb2.HATransfer]:
+                       context: Context) -> AsyncIterator[rmq_pb2.HATransfer]:
         self._loop = asyncio.get_running_loop()
         first = await anext(aiter(request_iterator), None)
         if first is None:
@@ -212,7 +211,7 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
 
     @answers_with_status(rmq_pb2.SlaveSynchronizeResponse)
     async def SlaveSynchronize(self, request: rmq_pb2.SlaveSynchronizeRequest,
-                               context: grpc.aio.ServicerContext) -> rmq_pb2.SlaveSynchronizeResponse:
+                               context: Context) -> rmq_pb2.SlaveSynchronizeResponse:
         try:
             session = self.auth.admit(request, Exchange.SYNCHRONIZE)
         except ProofRefused as error:

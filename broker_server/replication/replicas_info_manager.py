@@ -1,4 +1,4 @@
-"""The controller's state (RocketMQ 5 ReplicasInfoManager, DESIGN.md Controller mode,
+"""The controller's state (RocketMQ 5 ReplicasInfoManager,
 docs/controller.md): per broker group (broker name) its members by broker id and address,
 the in-sync set, the master and the master epoch, with where each epoch's master started its
 CommitLog. Persisted in the controller's directory, so that a restarted name server keeps

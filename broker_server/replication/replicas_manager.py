@@ -1,4 +1,4 @@
-"""A broker in controller mode (RocketMQ 5 ReplicasManager, DESIGN.md Controller mode,
+"""A broker in controller mode (RocketMQ 5 ReplicasManager,
 docs/controller.md): `rmq broker --controller ADDR` asks the controller for its role before it
 opens its store, and serves one *term* per assignment.
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-import grpc
-
 from rmq.broker_server.errors import BrokerError
+from rmq.broker_server.grpc_aio import Context
 from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.processors.names import check_group_name
@@ -54,21 +53,21 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
 
     @answers_with_status(rmq_pb2.CreateTopicResponse)
     async def CreateTopic(self, request: rmq_pb2.CreateTopicRequest,
-                          context: grpc.aio.ServicerContext) -> rmq_pb2.CreateTopicResponse:
+                          context: Context) -> rmq_pb2.CreateTopicResponse:
         await self.executor.run(self.topics.create, TopicConfig.from_proto(request.config))
         await self._topics_changed()
         return rmq_pb2.CreateTopicResponse(status=OK)
 
     @answers_with_status(rmq_pb2.UpdateTopicResponse)
     async def UpdateTopic(self, request: rmq_pb2.UpdateTopicRequest,
-                          context: grpc.aio.ServicerContext) -> rmq_pb2.UpdateTopicResponse:
+                          context: Context) -> rmq_pb2.UpdateTopicResponse:
         await self.executor.run(self.topics.update, TopicConfig.from_proto(request.config))
         await self._topics_changed()
         return rmq_pb2.UpdateTopicResponse(status=OK)
 
     @answers_with_status(rmq_pb2.DeleteTopicResponse)
     async def DeleteTopic(self, request: rmq_pb2.DeleteTopicRequest,
-                          context: grpc.aio.ServicerContext) -> rmq_pb2.DeleteTopicResponse:
+                          context: Context) -> rmq_pb2.DeleteTopicResponse:
         await self.executor.run(self.topics.delete, request.topic)
         await self.executor.run(self.store.delete_topic, request.topic)
         self.offsets.remove_topic(request.topic)
@@ -78,7 +77,7 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
 
     @answers_with_status(rmq_pb2.PullMessageResponse)
     async def BrowseMessages(self, request: rmq_pb2.BrowseMessagesRequest,
-                             context: grpc.aio.ServicerContext) -> rmq_pb2.PullMessageResponse:
+                             context: Context) -> rmq_pb2.PullMessageResponse:
         """Read a queue whatever the topic's permission (`rmq dlq list`: a DLQ is write-only)."""
         processor = self.pull_processor
         return await processor.get_message(processor.browse_query(request),
@@ -86,7 +85,7 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
 
     @answers_with_status(rmq_pb2.BrokerStatusResponse)
     async def GetBrokerStatus(self, request: rmq_pb2.BrokerStatusRequest,
-                              context: grpc.aio.ServicerContext) -> rmq_pb2.BrokerStatusResponse:
+                              context: Context) -> rmq_pb2.BrokerStatusResponse:
         """Role, CommitLog offsets and replication state of this broker (`rmq broker status`)."""
         if self.broker_status is None:
             return rmq_pb2.BrokerStatusResponse(status=OK)
@@ -94,7 +93,7 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
 
     @answers_with_status(rmq_pb2.ViewMessageResponse)
     async def ViewMessage(self, request: rmq_pb2.ViewMessageRequest,
-                          context: grpc.aio.ServicerContext) -> rmq_pb2.ViewMessageResponse:
+                          context: Context) -> rmq_pb2.ViewMessageResponse:
         """The record stored at a CommitLog offset (`rmq message query --msg-id`)."""
         record = await self.executor.run(self.store.look_message_by_offset, request.commit_log_offset)
         if record is None:
@@ -108,7 +107,7 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
 
     @answers_with_status(rmq_pb2.GetConsumerConnectionsResponse)
     async def GetConsumerConnections(self, request: rmq_pb2.GetConsumerConnectionsRequest,
-                                     context: grpc.aio.ServicerContext
+                                     context: Context
                                      ) -> rmq_pb2.GetConsumerConnectionsResponse:
         """The group's live members of every protocol (`rmq group members`, the console)."""
         check_group_name(request.consumer_group)

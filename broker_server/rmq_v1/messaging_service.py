@@ -7,9 +7,8 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Iterable
 
-import grpc
-
 from rmq.broker_server.errors import BrokerError, illegal_argument
+from rmq.broker_server.grpc_aio import Context
 from rmq.broker_server.offsets.consumer_ids_watch import ConsumerIdsWatchService
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
@@ -81,17 +80,17 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
 
     @answers_with_status(rmq_pb2.SendMessageResponse)
     async def SendMessage(self, request: rmq_pb2.SendMessageRequest,
-                          context: grpc.aio.ServicerContext) -> rmq_pb2.SendMessageResponse:
+                          context: Context) -> rmq_pb2.SendMessageResponse:
         return await self.send_processor.process(request, context.peer())
 
     @answers_with_status(rmq_pb2.PullMessageResponse)
     async def PullMessage(self, request: rmq_pb2.PullMessageRequest,
-                          context: grpc.aio.ServicerContext) -> rmq_pb2.PullMessageResponse:
+                          context: Context) -> rmq_pb2.PullMessageResponse:
         return await self.pull_processor.process(request, lease=self.pull_processor.budget.lease(context))
 
     @answers_with_status(rmq_pb2.GetTopicOffsetsResponse)
     async def GetTopicOffsets(self, request: rmq_pb2.GetTopicOffsetsRequest,
-                              context: grpc.aio.ServicerContext) -> rmq_pb2.GetTopicOffsetsResponse:
+                              context: Context) -> rmq_pb2.GetTopicOffsetsResponse:
         config = self.topics.require(request.topic)
         queues = await self.executor.run(self._queue_offsets, config)
         return rmq_pb2.GetTopicOffsetsResponse(status=OK, queues=queues)
@@ -110,7 +109,7 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
 
     @answers_with_status(rmq_pb2.SearchOffsetResponse)
     async def SearchOffset(self, request: rmq_pb2.SearchOffsetRequest,
-                           context: grpc.aio.ServicerContext) -> rmq_pb2.SearchOffsetResponse:
+                           context: Context) -> rmq_pb2.SearchOffsetResponse:
         check_queue(self.topics.require(request.topic), request.queue_id)
         offset = await self.executor.run(
             self.store.get_offset_in_queue_by_time, request.topic, request.queue_id, request.timestamp
@@ -119,7 +118,7 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
 
     @answers_with_status(rmq_pb2.QueryConsumerOffsetsResponse)
     async def QueryConsumerOffsets(self, request: rmq_pb2.QueryConsumerOffsetsRequest,
-                                   context: grpc.aio.ServicerContext) -> rmq_pb2.QueryConsumerOffsetsResponse:
+                                   context: Context) -> rmq_pb2.QueryConsumerOffsetsResponse:
         check_group_name(request.consumer_group)
         if request.topic:
             self.topics.require(request.topic)
@@ -135,7 +134,7 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
     @answers_with_status(rmq_pb2.UpdateConsumerOffsetsResponse)
     async def UpdateConsumerOffsets(
             self, request: rmq_pb2.UpdateConsumerOffsetsRequest,
-            context: grpc.aio.ServicerContext) -> rmq_pb2.UpdateConsumerOffsetsResponse:
+            context: Context) -> rmq_pb2.UpdateConsumerOffsetsResponse:
         check_group_name(request.consumer_group)
         for entry in request.offsets:  # all checked before any is stored
             check_queue(self.topics.require(entry.topic), entry.queue_id)
@@ -154,7 +153,7 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
     @answers_with_status(rmq_pb2.RemoveConsumerOffsetsResponse)
     async def RemoveConsumerOffsets(
             self, request: rmq_pb2.RemoveConsumerOffsetsRequest,
-            context: grpc.aio.ServicerContext) -> rmq_pb2.RemoveConsumerOffsetsResponse:
+            context: Context) -> rmq_pb2.RemoveConsumerOffsetsResponse:
         check_group_name(request.consumer_group)
         for entry in request.offsets:
             self.offsets.remove_offset(request.consumer_group, entry.topic, entry.queue_id)
@@ -162,7 +161,7 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
 
     @answers_with_status(rmq_pb2.HeartbeatResponse)
     async def Heartbeat(self, request: rmq_pb2.HeartbeatRequest,
-                        context: grpc.aio.ServicerContext) -> rmq_pb2.HeartbeatResponse:
+                        context: Context) -> rmq_pb2.HeartbeatResponse:
         check_client_id(request.client_id)
         check_group_name(request.consumer_group)
         if request.message_model not in rmq_pb2.MessageModel.values():
@@ -192,7 +191,7 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
 
     @answers_with_status(rmq_pb2.UnregisterClientResponse)
     async def UnregisterClient(self, request: rmq_pb2.UnregisterClientRequest,
-                               context: grpc.aio.ServicerContext) -> rmq_pb2.UnregisterClientResponse:
+                               context: Context) -> rmq_pb2.UnregisterClientResponse:
         check_client_id(request.client_id)
         check_group_name(request.consumer_group)
         self.consumers.unregister(request.client_id, request.consumer_group)
@@ -200,14 +199,14 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
 
     @answers_with_status(rmq_pb2.GetConsumerListResponse)
     async def GetConsumerList(self, request: rmq_pb2.GetConsumerListRequest,
-                              context: grpc.aio.ServicerContext) -> rmq_pb2.GetConsumerListResponse:
+                              context: Context) -> rmq_pb2.GetConsumerListResponse:
         check_group_name(request.consumer_group)
         client_ids = self.consumers.consumer_list(request.consumer_group)
         return rmq_pb2.GetConsumerListResponse(status=OK, client_ids=client_ids)
 
     @answers_with_status(rmq_pb2.LockBatchResponse)
     async def LockBatchMQ(self, request: rmq_pb2.LockBatchRequest,
-                          context: grpc.aio.ServicerContext) -> rmq_pb2.LockBatchResponse:
+                          context: Context) -> rmq_pb2.LockBatchResponse:
         check_client_id(request.client_id)
         check_group_name(request.consumer_group)
         if self.store.config.broker_role is BrokerRole.SLAVE:
@@ -229,7 +228,7 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
 
     @answers_with_status(rmq_pb2.UnlockBatchResponse)
     async def UnlockBatchMQ(self, request: rmq_pb2.UnlockBatchRequest,
-                            context: grpc.aio.ServicerContext) -> rmq_pb2.UnlockBatchResponse:
+                            context: Context) -> rmq_pb2.UnlockBatchResponse:
         check_client_id(request.client_id)
         check_group_name(request.consumer_group)
         self.locks.unlock_batch(request.consumer_group, to_message_queues(request.queues), request.client_id)
@@ -237,7 +236,7 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
 
     @answers_with_status(rmq_pb2.QueryMessageByKeyResponse)
     async def QueryMessageByKey(self, request: rmq_pb2.QueryMessageByKeyRequest,
-                                context: grpc.aio.ServicerContext) -> rmq_pb2.QueryMessageByKeyResponse:
+                                context: Context) -> rmq_pb2.QueryMessageByKeyResponse:
         self.topics.require(request.topic)
         if not request.key:
             raise illegal_argument("key is empty")
@@ -258,12 +257,12 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
 
     @answers_with_status(rmq_pb2.ConsumerSendMsgBackResponse)
     async def ConsumerSendMsgBack(self, request: rmq_pb2.ConsumerSendMsgBackRequest,
-                                  context: grpc.aio.ServicerContext) -> rmq_pb2.ConsumerSendMsgBackResponse:
+                                  context: Context) -> rmq_pb2.ConsumerSendMsgBackResponse:
         return await self.send_back_processor.process(request)
 
     async def WatchConsumerIds(
             self, request: rmq_pb2.WatchConsumerIdsRequest,
-            context: grpc.aio.ServicerContext) -> AsyncIterator[rmq_pb2.ConsumerIdsChanged]:
+            context: Context) -> AsyncIterator[rmq_pb2.ConsumerIdsChanged]:
         try:
             check_client_id(request.client_id)
             check_group_name(request.consumer_group)

@@ -1,11 +1,10 @@
 """RouteService on a broker: routes for its own topics, so a single broker without a name
-server is a complete embedded default (DESIGN.md)."""
+server is a complete embedded default (docs/manual/cli.md)."""
 
 from __future__ import annotations
 
-import grpc
-
 from rmq.broker_server.errors import BrokerError
+from rmq.broker_server.grpc_aio import Context
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.rmq_v1.status import OK, answers_with_status
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
@@ -20,7 +19,7 @@ class BrokerRouteService(rmq_pb2_grpc.RouteServiceServicer):
 
     @answers_with_status(rmq_pb2.QueryRouteResponse)
     async def QueryRoute(self, request: rmq_pb2.QueryRouteRequest,
-                         context: grpc.aio.ServicerContext) -> rmq_pb2.QueryRouteResponse:
+                         context: Context) -> rmq_pb2.QueryRouteResponse:
         config = self.topics.get(request.topic)
         if config is None:
             raise BrokerError(
@@ -37,12 +36,12 @@ class BrokerRouteService(rmq_pb2_grpc.RouteServiceServicer):
 
     @answers_with_status(rmq_pb2.ListTopicsResponse)
     async def ListTopics(self, request: rmq_pb2.ListTopicsRequest,
-                         context: grpc.aio.ServicerContext) -> rmq_pb2.ListTopicsResponse:
+                         context: Context) -> rmq_pb2.ListTopicsResponse:
         return rmq_pb2.ListTopicsResponse(
             status=OK, topics=[config.to_proto() for config in self.topics.all()]
         )
 
     @answers_with_status(rmq_pb2.ListBrokersResponse)
     async def ListBrokers(self, request: rmq_pb2.ListBrokersRequest,
-                          context: grpc.aio.ServicerContext) -> rmq_pb2.ListBrokersResponse:
+                          context: Context) -> rmq_pb2.ListBrokersResponse:
         return rmq_pb2.ListBrokersResponse(status=OK, brokers=[self.broker])

@@ -30,6 +30,8 @@ from typing import Any
 import grpc
 from grpc import aio
 
+from rmq.broker_server.grpc_aio import Context, Handler, text_metadata
+from rmq.broker_server.grpc_aio import behaviour as aio_behaviour
 from rmq.broker_server.offsets.client_id_owners import ClientIdOwners, ClientIdTaken
 from rmq.broker_server.security.acl import AccessDenied, Acl, Need, Requirement, ResourceKind
 from rmq.broker_server.security.caller import Caller, run_as
@@ -164,14 +166,14 @@ class RocketMQv2AuthInterceptor(aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
         details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
+    ) -> Handler | None:
         handler = await continuation(details)
         if handler is None or not details.method.startswith(METHOD_PREFIX):
             return handler
         name = details.method[len(METHOD_PREFIX):]
-        metadata = {m.key: m.value for m in details.invocation_metadata or ()}
+        metadata = text_metadata(details)
         try:
             access_key = self._authenticator.authenticate(metadata)
         except CallRefused as refusal:
@@ -179,8 +181,8 @@ class RocketMQv2AuthInterceptor(aio.ServerInterceptor):
         return _wrap(handler, name, self._check(name, access_key, metadata.get(CLIENT_ID, "")))
 
     def _check(self, name: str, access_key: str,
-               client_id: str) -> Callable[[Any, aio.ServicerContext], CallRefused | None]:
-        def check(request: Any, context: aio.ServicerContext) -> CallRefused | None:
+               client_id: str) -> Callable[[Any, Context], CallRefused | None]:
+        def check(request: Any, context: Context) -> CallRefused | None:
             try:
                 self._authenticator.authorize(access_key, name, request, context.peer(), client_id)
                 run_as(self._authenticator.caller(access_key))   # this call's task only
@@ -196,18 +198,18 @@ def _refused_command(name: str, refusal: CallRefused) -> Any:
     return METHODS[name].response_class(status=status)
 
 
-def _refusing(handler: grpc.RpcMethodHandler, name: str, refusal: CallRefused,
-              refusals: RefusalLog) -> grpc.RpcMethodHandler:
+def _refusing(handler: Handler, name: str, refusal: CallRefused,
+              refusals: RefusalLog) -> Handler:
     """A client-streaming handler that answers the refusal at once and never reads the request."""
 
-    def refused(context: aio.ServicerContext) -> Any:
+    def refused(context: Context) -> Any:
         refusals.record(name, context.peer(), v2.Code.Name(V2_CODES[refusal.code]), refusal.message)
         return _refused_command(name, refusal)
 
-    async def unary(_requests: AsyncIterator[Any], context: aio.ServicerContext) -> Any:
+    async def unary(_requests: AsyncIterator[Any], context: Context) -> Any:
         return refused(context)
 
-    async def streaming(_requests: AsyncIterator[Any], context: aio.ServicerContext) -> AsyncIterator[Any]:
+    async def streaming(_requests: AsyncIterator[Any], context: Context) -> AsyncIterator[Any]:
         yield refused(context)
 
     serializer = handler.response_serializer
@@ -216,17 +218,17 @@ def _refusing(handler: grpc.RpcMethodHandler, name: str, refusal: CallRefused,
     return grpc.stream_stream_rpc_method_handler(streaming, response_serializer=serializer)
 
 
-def _wrap(handler: grpc.RpcMethodHandler, name: str,
-          check: Callable[[Any, aio.ServicerContext], CallRefused | None]) -> grpc.RpcMethodHandler:
+def _wrap(handler: Handler, name: str,
+          check: Callable[[Any, Context], CallRefused | None]) -> Handler:
     def refused_command(refusal: CallRefused) -> Any:
         return _refused_command(name, refusal)
 
     options = {"request_deserializer": handler.request_deserializer,
                "response_serializer": handler.response_serializer}
     if handler.unary_unary is not None:
-        behaviour = handler.unary_unary
+        behaviour = aio_behaviour(handler.unary_unary)
 
-        async def unary(request: Any, context: aio.ServicerContext) -> Any:
+        async def unary(request: Any, context: Context) -> Any:
             refusal = check(request, context)
             if refusal is not None:
                 return refused_command(refusal)
@@ -235,9 +237,9 @@ def _wrap(handler: grpc.RpcMethodHandler, name: str,
 
         return grpc.unary_unary_rpc_method_handler(unary, **options)
     if handler.unary_stream is not None:
-        streaming = handler.unary_stream
+        streaming = aio_behaviour(handler.unary_stream)
 
-        async def server_stream(request: Any, context: aio.ServicerContext) -> AsyncIterator[Any]:
+        async def server_stream(request: Any, context: Context) -> AsyncIterator[Any]:
             refusal = check(request, context)
             if refusal is not None:
                 yield refused_command(refusal)
@@ -246,9 +248,9 @@ def _wrap(handler: grpc.RpcMethodHandler, name: str,
                 yield response
 
         return grpc.unary_stream_rpc_method_handler(server_stream, **options)
-    bidirectional = handler.stream_stream
+    bidirectional = aio_behaviour(handler.stream_stream)
 
-    async def both_streams(requests: AsyncIterator[Any], context: aio.ServicerContext) -> AsyncIterator[Any]:
+    async def both_streams(requests: AsyncIterator[Any], context: Context) -> AsyncIterator[Any]:
         refusal = check(None, context)
         if refusal is not None:
             yield refused_command(refusal)

@@ -20,6 +20,8 @@ import grpc
 from grpc import aio
 
 from rmq import request_signing
+from rmq.broker_server.grpc_aio import Context, Handler, text_metadata
+from rmq.broker_server.grpc_aio import behaviour as aio_behaviour
 from rmq.broker_server.security.caller import run_as
 from rmq.broker_server.security.refusal_log import RefusalLog
 from rmq.broker_server.security.request_auth import Admission, CallRefused, RequestAuthenticator
@@ -33,16 +35,16 @@ class AuthInterceptor(aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
+    ) -> Handler | None:
         handler = await continuation(handler_call_details)
         if handler is not None and handler_call_details.method.startswith(ROCKETMQ_V2_METHOD_PREFIX):
             return handler   # RocketMQ 5 calls: RocketMQv2AuthInterceptor (MQv2-HMAC-SHA1) checks them
         if handler is None:
             return None   # unknown method: UNIMPLEMENTED
         method = handler_call_details.method
-        metadata = {m.key: m.value for m in handler_call_details.invocation_metadata or ()}
+        metadata = text_metadata(handler_call_details)
         try:
             admission = self._authenticator.admit_metadata(method, metadata)
         except CallRefused as refusal:
@@ -53,7 +55,7 @@ class AuthInterceptor(aio.ServerInterceptor):
             return self._stream_handler(method, admission, handler)
         return self._client_stream_handler(method, admission, handler)
 
-    async def _refuse(self, method: str, refusal: CallRefused, context: aio.ServicerContext) -> None:
+    async def _refuse(self, method: str, refusal: CallRefused, context: Context) -> None:
         if not refusal.routine:
             self._refusals.record(method, context.peer(), refusal.code.name, refusal.message)
         if refusal.trailing_metadata:
@@ -61,11 +63,11 @@ class AuthInterceptor(aio.ServerInterceptor):
         await context.abort(refusal.code, refusal.message)
 
     def _refusing_handler(self, method: str, refusal: CallRefused,
-                          handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+                          handler: Handler) -> Handler:
         """A client-streaming handler that answers at once and never reads the request (on the
         wire a unary call is a stream of one message)."""
 
-        async def refuse(_requests: AsyncIterator[Any], context: aio.ServicerContext) -> None:
+        async def refuse(_requests: AsyncIterator[Any], context: Context) -> None:
             await self._refuse(method, refusal, context)
 
         serializer = handler.response_serializer
@@ -75,7 +77,7 @@ class AuthInterceptor(aio.ServerInterceptor):
         return grpc.stream_stream_rpc_method_handler(refuse, response_serializer=serializer)
 
     async def _admit_request(self, method: str, admission: Admission, request: Any,
-                             context: aio.ServicerContext) -> None:
+                             context: Context) -> None:
         try:
             self._authenticator.admit_request(admission, method, request, context.peer())
         except CallRefused as refusal:
@@ -83,10 +85,10 @@ class AuthInterceptor(aio.ServerInterceptor):
         run_as(self._authenticator.caller(admission.access_key))   # this call's task only
 
     def _unary_handler(self, method: str, admission: Admission,
-                       handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        behaviour = handler.unary_unary
+                       handler: Handler) -> Handler:
+        behaviour = aio_behaviour(handler.unary_unary)
 
-        async def admitted(request: Any, context: aio.ServicerContext) -> Any:
+        async def admitted(request: Any, context: Context) -> Any:
             await self._admit_request(method, admission, request, context)
             result = behaviour(request, context)
             return await result if inspect.isawaitable(result) else result
@@ -96,10 +98,10 @@ class AuthInterceptor(aio.ServerInterceptor):
             response_serializer=handler.response_serializer)
 
     def _stream_handler(self, method: str, admission: Admission,
-                        handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        behaviour = handler.unary_stream
+                        handler: Handler) -> Handler:
+        behaviour = aio_behaviour(handler.unary_stream)
 
-        async def admitted(request: Any, context: aio.ServicerContext) -> AsyncIterator[Any]:
+        async def admitted(request: Any, context: Context) -> AsyncIterator[Any]:
             await self._admit_request(method, admission, request, context)
             async for response in _responses(behaviour(request, context)):
                 yield response
@@ -109,21 +111,21 @@ class AuthInterceptor(aio.ServerInterceptor):
             response_serializer=handler.response_serializer)
 
     def _client_stream_handler(self, method: str, admission: Admission,
-                               handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+                               handler: Handler) -> Handler:
         options = {"request_deserializer": handler.request_deserializer,
                    "response_serializer": handler.response_serializer}
         if handler.stream_unary is not None:
-            single = handler.stream_unary
+            single = aio_behaviour(handler.stream_unary)
 
-            async def admitted_unary(requests: AsyncIterator[Any], context: aio.ServicerContext) -> Any:
+            async def admitted_unary(requests: AsyncIterator[Any], context: Context) -> Any:
                 await self._admit_request(method, admission, request_signing.STREAM_REQUEST, context)
                 result = single(requests, context)
                 return await result if inspect.isawaitable(result) else result
 
             return grpc.stream_unary_rpc_method_handler(admitted_unary, **options)
-        streaming = handler.stream_stream
+        streaming = aio_behaviour(handler.stream_stream)
 
-        async def admitted(requests: AsyncIterator[Any], context: aio.ServicerContext) -> AsyncIterator[Any]:
+        async def admitted(requests: AsyncIterator[Any], context: Context) -> AsyncIterator[Any]:
             await self._admit_request(method, admission, request_signing.STREAM_REQUEST, context)
             async for response in _responses(streaming(requests, context)):
                 yield response

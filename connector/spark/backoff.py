@@ -1,7 +1,7 @@
 """Retrying transient broker failures (RmqUnavailable) with exponential backoff within a
 time window (the source's brokerOutageWindowMs), on executors (pulls) and on the driver
 (planning micro-batches), like RocketMQ's pull-later-on-exception (spec consumer-startup
-§4.4.2). Each retry round logs one line naming the broker, so an outage is visible while
+§4.4). Each retry round logs one line naming the broker, so an outage is visible while
 it is being ridden out."""
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ from collections.abc import Iterable, Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
-from rmq.connector.client import MessageQueue
 from rmq.connector.errors import RmqOptionError, RmqUnavailable
 from rmq.connector.offset_store import create_offset_store
 from rmq.connector.spark.backoff import retry_unavailable
@@ -24,6 +23,7 @@ from rmq.connector.spark.pushdown import Narrowing
 from rmq.connector.spark.ranges import split_ranges
 from rmq.connector.spark.start_offsets import check_named_queues, resolve_end, resolve_start
 from rmq.connector.spark.topics import matching_topics
+from rmq.message_queue import MessageQueue
 
 
 class RmqBatchReader(DataSourceReader):

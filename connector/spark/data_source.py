@@ -1,13 +1,13 @@
 """The Spark data source `rmq`.
 
-Register it once per session, then read or write (DESIGN.md lists the options):
+Register it once per session, then read or write (docs/manual/spark.md lists the options):
 
     from rmq.connector import register
     register(spark)     # = spark.dataSource.register(RmqDataSource)
     spark.readStream.format("rmq").option("endpoints", "127.0.0.1:9876").option("topic", "t").load()
 
-Source options (names case-insensitive; README "Spark source" and DESIGN.md "Spark source"
-have the full contract):
+Source options (names case-insensitive; docs/manual/spark.md has the full
+contract):
 
     endpoints              required: name server(s) or broker(s), host:port[,host:port]
     topic | topicPattern   required: a topic or a comma-separated list | a regex (topics
@@ -53,6 +53,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -63,7 +64,7 @@ from rmq.connector.errors import RmqOptionError
 from rmq.connector.spark.batch_reader import RmqBatchReader, RmqFilteringBatchReader
 from rmq.connector.spark.options import check_source_options, parse_source_options
 from rmq.connector.spark.source_schema import SOURCE_SCHEMA
-from rmq.connector.spark.stream_reader import RmqStreamReader
+from rmq.connector.spark.stream_reader import OffsetJson, RmqStreamReader
 from rmq.connector.spark.writer import RmqDataSourceArrowWriter, RmqDataSourceStreamArrowWriter
 
 
@@ -105,22 +106,22 @@ class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, error: RmqOptionError) -> None:
         self.error = error
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> OffsetJson:
         raise self.error
 
     def prepareForTriggerAvailableNow(self) -> None:
         raise self.error
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: OffsetJson, limit: ReadLimit) -> OffsetJson:
         raise self.error
 
     def getDefaultReadLimit(self) -> ReadLimit:
         raise self.error
 
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+    def partitions(self, start: OffsetJson, end: OffsetJson) -> list[InputPartition]:
         raise self.error
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         raise self.error
 
 

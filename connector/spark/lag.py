@@ -1,4 +1,5 @@
-"""Consumer lag of rmq streaming queries without the broker's CLI (DESIGN.md "Lag").
+"""Consumer lag of rmq streaming queries without the broker's CLI (docs/manual/spark.md,
+"Lag without the CLI").
 
 Python sources cannot add metrics to Spark's progress reports, but every report carries
 the source's end offset (what the finished micro-batch read up to) and its latest offset
@@ -21,13 +22,14 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 from pyspark.sql.streaming.listener import (
     QueryIdleEvent,
     QueryProgressEvent,
     QueryStartedEvent,
     QueryTerminatedEvent,
+    StreamingQueryListener,
 )
+from pyspark.sql.streaming.query import StreamingQuery
 
 from rmq.connector.spark.source_offsets import CLIENT_ID_KEY, StreamOffset
 

@@ -1,4 +1,4 @@
-"""Options of the `rmq` source (DESIGN.md "Spark source"), parsed and validated when the
+"""Options of the `rmq` source (docs/manual/spark.md), parsed and validated when the
 reader is created, i.e. at `load()` / query start. Names are case-insensitive; a wrong
 value raises RmqOptionError naming the option and the accepted values."""
 

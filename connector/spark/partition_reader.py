@@ -34,19 +34,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
-from rmq.connector.client import (
-    GetMessageStatus,
-    MessageQueue,
-    PullResult,
-    PullStatus,
-    RmqClient,
-    RmqUnavailable,
-)
-from rmq.connector.errors import RmqDataLossError, RmqReadError
+from rmq.connector.client import PullResult, RmqClient
+from rmq.connector.errors import RmqDataLossError, RmqReadError, RmqUnavailable
 from rmq.connector.flight_reader import FlightReader
 from rmq.connector.spark.backoff import Backoff, log_retry
 from rmq.connector.spark.message_decoder import decode_pulls, filter_tags
-from rmq.connector.spark.options import OUTAGE_OPTION, PullSettings, Transport
+from rmq.connector.spark.options import OUTAGE_OPTION, PullSettings
+from rmq.connector.transport import Transport
+from rmq.message_queue import MessageQueue
+from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.v1 import rmq_pb2
 
 logger = logging.getLogger(__name__)

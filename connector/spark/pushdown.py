@@ -27,8 +27,8 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from rmq.connector.client import MessageQueue
 from rmq.connector.spark.options import PullSettings
+from rmq.message_queue import MessageQueue
 
 _RANGE_FILTERS = (GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual, EqualTo)
 

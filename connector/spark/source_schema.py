@@ -1,4 +1,4 @@
-"""Row schema of the `rmq` source (DESIGN.md "Spark source"), as Spark and as Arrow.
+"""Row schema of the `rmq` source (docs/manual/spark.md), as Spark and as Arrow.
 
 Spark accepts `pyarrow.RecordBatch`es from `read()` only when their schema equals
 `to_arrow_schema(SOURCE_SCHEMA, timezone="UTC")` exactly (field nullability included)."""

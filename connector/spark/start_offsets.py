@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from rmq.connector.client import MessageQueue
 from rmq.connector.errors import RmqOptionError
 from rmq.connector.spark.source_offsets import (
     Committed,
@@ -19,6 +18,7 @@ from rmq.connector.spark.source_offsets import (
     Timestamps,
     resolve_offset,
 )
+from rmq.message_queue import MessageQueue
 
 
 def _named(policy: OffsetPolicy | None, starting: bool) -> list[tuple[str, MessageQueue]]:

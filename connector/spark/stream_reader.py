@@ -42,10 +42,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any, TypeVar
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -55,8 +56,8 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from rmq.connector.broker_outages import BrokerOutages
-from rmq.connector.client import MessageQueue, RmqClient, RmqUnavailable
-from rmq.connector.errors import RmqDataLossError, RmqError
+from rmq.connector.client import RmqClient
+from rmq.connector.errors import RmqDataLossError, RmqError, RmqUnavailable
 from rmq.connector.offset_store import OffsetStore, create_offset_store
 from rmq.connector.offsets import Positions
 from rmq.connector.spark.admission import admit
@@ -69,6 +70,10 @@ from rmq.connector.spark.ranges import split_ranges
 from rmq.connector.spark.source_offsets import StreamOffset, resolve_acquired_offset
 from rmq.connector.spark.start_offsets import check_named_queues, resolve_start
 from rmq.connector.spark.topics import matching_topics
+from rmq.message_queue import MessageQueue
+
+# a Spark offset of this source as Spark hands it over: the JSON of a StreamOffset
+OffsetJson = dict[str, Any]
 
 logger = logging.getLogger(__name__)
 
@@ -102,17 +107,17 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ------------------------------------------------------------ Spark API
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> OffsetJson:
         # No broker call: the first micro-batch resolves startingOffsets (see the module doc).
         # Spark may ask more than once; keep the identity chosen the first time.
         if self._initial is None:
             self._initial = StreamOffset(new_client_id(), self._options.pull.consumer_group, {}, initial=True)
         return self._initial.to_json()
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: OffsetJson, limit: ReadLimit) -> OffsetJson:
         return self._retrying("planning the next micro-batch", lambda: self._latest_offset(start, limit))
 
-    def _latest_offset(self, start: dict, limit: ReadLimit) -> dict:
+    def _latest_offset(self, start: OffsetJson, limit: ReadLimit) -> OffsetJson:
         current = StreamOffset.from_json(start)
         self._enter_group(self._group_of(current))
         membership = self._join(current.client_id)
@@ -120,8 +125,8 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         lookup = self._broker(isolated)
         owned = self._rebalance(membership, lookup)
         if current.initial:
-            start = self._start_positions(owned, lookup)
-            return StreamOffset(current.client_id, self._group, start).to_json()
+            start_positions = self._start_positions(owned, lookup)
+            return StreamOffset(current.client_id, self._group, start_positions).to_json()
         positions: Positions = {}
         ceilings: Positions = {}
         kept: Positions = {}
@@ -155,7 +160,7 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         limit = self._options.max_messages_per_trigger
         return ReadMaxRows(limit) if limit else ReadAllAvailable()
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> OffsetJson | None:
         if self._membership is None:
             return None
         lookup = self._lookup or self._broker()    # fetched by the latestOffset just before
@@ -167,7 +172,7 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._retrying("reading the latest offsets", self._max_offsets)
         logger.info("Trigger.AvailableNow: reading up to %s", {str(mq): o for mq, o in self._target.items()})
 
-    def partitions(self, start: dict, end: dict) -> list[QueueRangePartition]:
+    def partitions(self, start: OffsetJson, end: OffsetJson) -> list[QueueRangePartition]:
         first = StreamOffset.from_json(start).positions
         last_offset = StreamOffset.from_json(end)
         last = last_offset.positions
@@ -179,10 +184,10 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ]
         return split_ranges(ranges, self._options.min_partitions)
 
-    def read(self, partition: QueueRangePartition):  # type: ignore[override]
+    def read(self, partition: QueueRangePartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return read_queue_range(partition)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: OffsetJson) -> None:
         # A restarted driver may first re-run and commit the last planned batch.
         offset = StreamOffset.from_json(end)
         self._enter_group(self._group_of(offset))

@@ -26,6 +26,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -47,11 +48,12 @@ from pyspark.sql.types import (
 )
 
 from rmq.auth import SECURITY_OPTION_NAMES, ClientSecurity
-from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient, RmqUnavailable
+from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.connector.endpoints import FORMAT_HINT, parse_endpoints
-from rmq.connector.errors import RmqSinkError
+from rmq.connector.errors import RmqSinkError, RmqUnavailable
 from rmq.connector.producer import writable_queues
 from rmq.message_format import tags_hash_code
+from rmq.message_queue import MessageQueue
 
 logger = logging.getLogger(__name__)
 
@@ -260,13 +262,13 @@ class SinkPlan:
                 f"column '{name}' is {column[row].as_py()} in row {row} of a batch: "
                 + accepted.format(maximum=maximum)
             )
-        return column.to_pylist()
+        return _python_values(column)
 
     def _strings(self, batch: pa.RecordBatch, name: str, rows: int) -> list[str]:
         field_name = self.columns.get(name)
         if field_name is None:
             return [""] * rows
-        return batch.column(field_name).fill_null("").to_pylist()
+        return _python_values(batch.column(field_name).fill_null(""))
 
     def _bodies(self, batch: pa.RecordBatch) -> list[bytes]:
         name = self.columns["body"]
@@ -279,7 +281,7 @@ class SinkPlan:
             raise RmqSinkError(
                 f"column '{name}' is null or empty in row {row} of a batch: every message needs a body"
             )
-        return column.to_pylist()
+        return _python_values(column)
 
     def _properties(self, batch: pa.RecordBatch, rows: int) -> list[dict[str, str]]:
         name = self.columns.get("properties")
@@ -298,11 +300,18 @@ class SinkPlan:
             raise RmqSinkError(
                 f"column '{name}' is null in row {row} of a batch and no 'topic' option is set"
             )
-        return column.to_pylist()
+        return _python_values(column)
 
 
 def _first_row(mask: pa.Array) -> int:
-    return pc.index(mask, True).as_py()
+    row: int = pc.index(mask, True).as_py()
+    return row
+
+
+def _python_values(column: pa.Array) -> list[Any]:
+    """The column as Python values (pyarrow has no type information)."""
+    values: list[Any] = column.to_pylist()
+    return values
 
 
 def request_chunks(messages: list[OutgoingMessage], batch_size: int) -> Iterator[list[OutgoingMessage]]:

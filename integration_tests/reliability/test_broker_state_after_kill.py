@@ -1,7 +1,7 @@
 """State a real broker keeps across `kill -9` and restarts, beside the messages themselves:
 topics (journaled in topics.journal, compacted into topics.json on load), consumer offsets
 (persisted every consumer_offset_persist_interval_ms, spec longpolling §11),
-delayed messages (parked in SCHEDULE_TOPIC_XXXX, progress in delayOffset.json; store §21), the
+delayed messages (parked in SCHEDULE_TOPIC_XXXX, progress in delayOffset.json; spec pull §19), the
 key index after abnormal recovery (store §8), and the pull byte caps (default and maximum)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Scenario 11 (controller mode): automatic failover under the controller (DESIGN.md Controller mode,
+"""Scenario 11 (controller mode): automatic failover under the controller (docs/controller.md,
 docs/controller.md) with real processes: `rmq namesrv --controller` and a SYNC_MASTER broker
 group of two members started with --controller, producers sending through the name server.
 

@@ -115,7 +115,7 @@ def test_invalid_utf8_and_raw_bytes_on_method_paths_are_refused(
 
 def test_huge_and_out_of_range_requests_get_clear_statuses(broker: Broker, report: ReliabilityReport) -> None:
     """Each case gets the status it must get (the clamped pull and the capped delay level are
-    accepted on purpose, spec pull §13 / store §21); the table goes to RELIABILITY.md."""
+    accepted on purpose, spec pull §13 / §19); the table goes to RELIABILITY.md."""
     send, pull, create = _rpc("SendMessage"), _rpc("PullMessage"), _rpc("CreateTopic")
     cases = {
         "SendMessage body of 5 MiB": (send, rmq_pb2.SendMessageRequest(

@@ -1,4 +1,4 @@
-"""Scenario 11: broker groups (DESIGN.md Replication) with real processes: a name server, a
+"""Scenario 11: broker groups (docs/replication.md) with real processes: a name server, a
 master and a slave copying its CommitLog over HAService.Transfer.
 
 SYNC_MASTER: a send is acknowledged (OK) only once the slave holds it, so after the master is
@@ -189,7 +189,8 @@ def test_sync_master_lost_with_its_disk_every_acknowledged_message_is_on_the_sla
         with closing(RmqClient(group.namesrv.address)) as reader:    # the route still names the master
             read = read_topic(reader, TOPIC)
         slave_status = group.status(group.slave)
-        with closing(RmqClient(group.slave.address)) as slave:   # ordering spec §6.2: no locks on a slave
+        # no locks on a slave (spec consumer-startup-allocation-ordering §6.2)
+        with closing(RmqClient(group.slave.address)) as slave:
             locked = slave.lock_batch("orderly", "client-1", slave.query_route(TOPIC).message_queues)
     acknowledged = [message for _, message in ledger.acknowledged]
     figures = report.record(tally(

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import grpc
+from google.protobuf.message import Message
 
 from rmq import request_signing
 from rmq.v1 import rmq_pb2
@@ -262,7 +263,8 @@ class SigningInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClien
                                   details.credentials, details.wait_for_ready,
                                   getattr(details, "compression", None))
 
-    def intercept_unary_unary(self, continuation, client_call_details, request):
+    def intercept_unary_unary(self, continuation: Callable[[grpc.ClientCallDetails, Any], Any],
+                              client_call_details: grpc.ClientCallDetails, request: Any) -> Any:
         if self._target.value is None:
             self._ask_server_id(client_call_details.timeout)
         outcome = continuation(self._signed(client_call_details, request), request)
@@ -273,7 +275,8 @@ class SigningInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClien
             outcome = continuation(self._signed(client_call_details, request), request)
         return outcome
 
-    def intercept_unary_stream(self, continuation, client_call_details, request):
+    def intercept_unary_stream(self, continuation: Callable[[grpc.ClientCallDetails, Any], Any],
+                               client_call_details: grpc.ClientCallDetails, request: Any) -> Any:
         if self._target.value is None:
             self._ask_server_id(client_call_details.timeout)
         return continuation(self._signed(client_call_details, request), request)
@@ -308,7 +311,9 @@ class AioSigningInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
         return grpc.aio.ClientCallDetails(details.method, details.timeout, metadata, details.credentials,
                                           details.wait_for_ready)
 
-    async def intercept_unary_unary(self, continuation, client_call_details, request):
+    async def intercept_unary_unary(
+            self, continuation: Callable[[grpc.aio.ClientCallDetails, Any], Awaitable[Any]],
+            client_call_details: grpc.aio.ClientCallDetails, request: Any) -> Any:
         call = await continuation(self._signed(client_call_details, request), request)
         if self._target.learn(await call.code(), await call.trailing_metadata()):
             call = await continuation(self._signed(client_call_details, request), request)
@@ -342,12 +347,15 @@ class AioStreamSigningInterceptor(grpc.aio.StreamStreamClientInterceptor):
     def __init__(self, unary: AioSigningInterceptor) -> None:
         self._unary = unary
 
-    async def intercept_stream_stream(self, continuation, client_call_details, request_iterator):
+    async def intercept_stream_stream(
+            self, continuation: Callable[[grpc.aio.ClientCallDetails, Any], Awaitable[Any]],
+            client_call_details: grpc.aio.ClientCallDetails,
+            request_iterator: AsyncIterable[Any] | Iterable[Any]) -> Any:
         await self._unary.ask_server_id_once(client_call_details.timeout)
         return await continuation(self._unary.signed_stream(client_call_details), request_iterator)
 
 
-def _serialize(message: Any) -> bytes:
+def _serialize(message: Message) -> bytes:
     return message.SerializeToString()
 
 

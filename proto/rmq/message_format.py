@@ -102,7 +102,7 @@ def tags_hash_code(tags: str) -> int:
 
     sum(unit[i] * 31**(n-1-i)) mod 2**32 as a signed int, evaluated in C with map/sum."""
     units = tags.encode() if tags.isascii() else _utf16_units(tags)
-    h = sum(map(operator.mul, units, _powers_of_31(len(units)))) & 0xFFFFFFFF
+    h: int = sum(map(operator.mul, units, _powers_of_31(len(units)))) & 0xFFFFFFFF
     return h - (1 << 32) if h & 0x80000000 else h
 
 

@@ -141,7 +141,8 @@ class _Layout:
         if not len(positions):
             return np.zeros((0, width), dtype=np.uint8)
         # Otherwise one row copy per position out of the (read-only) window view.
-        return np.lib.stride_tricks.sliding_window_view(self.records, width)[positions]
+        selected: np.ndarray = np.lib.stride_tricks.sliding_window_view(self.records, width)[positions]
+        return selected
 
     def read_int(self, positions: np.ndarray, kind: str) -> np.ndarray:
         """The big-endian integer of type `kind` (numpy code) at each position, native order."""

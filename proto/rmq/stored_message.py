@@ -4,6 +4,7 @@ Pulls ship records undecoded; the Spark source decodes them column-wise instead.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from rmq import message_format as mf
@@ -74,7 +75,7 @@ def offset_msg_id(message: StoredMessage) -> str:
     return mf.message_id(message.store_host, message.physical_offset)
 
 
-def decode_records(buffer: bytes, sizes) -> list[StoredMessage]:
+def decode_records(buffer: bytes, sizes: Iterable[int]) -> list[StoredMessage]:
     """Every record of a pull result (`sizes` as returned with it)."""
     messages, position = [], 0
     for size in sizes:

@@ -1,4 +1,4 @@
-"""A broker's role in its group (DESIGN.md Replication): the slave suggestion (spec
+"""A broker's role in its group (docs/replication.md): the slave suggestion (spec
 consumer-pull-rebalance §12.4, TV-6), read-only slaves, and the role settings."""
 
 from __future__ import annotations

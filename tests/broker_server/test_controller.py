@@ -1,4 +1,4 @@
-"""The controller's state and election (ReplicasInfoManager, DESIGN.md Controller mode,
+"""The controller's state and election (ReplicasInfoManager, docs/controller.md,
 docs/controller.md), driven by an injected clock: role assignment, failover to the in-sync
 member with the highest CommitLog end, the epoch and where each epoch starts, persistence
 across a controller restart, and the members it refuses."""

@@ -1,6 +1,6 @@
 """A broker group in this test process (InProcessBrokers: a master and a slave whose HAClient
 copies its CommitLog over HAService.Transfer), so a test can hold what the slave receives, see
-what the master answers and pose as either member (DESIGN.md Replication, docs/replication.md)."""
+what the master answers and pose as either member (docs/replication.md)."""
 
 from __future__ import annotations
 

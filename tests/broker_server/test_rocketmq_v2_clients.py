@@ -1,6 +1,6 @@
 """The official RocketMQ 5 Python client (`rocketmq-python-client`, PyPI) against a whole broker
-in this test process speaking `apache.rocketmq.v2.MessagingService` over gRPC (DESIGN.md
-"RocketMQ 5 protocol"; spec rocketmq-v2-protocol.md): what it sends is received exactly as
+in this test process speaking `apache.rocketmq.v2.MessagingService` over gRPC
+(docs/manual/rocketmq-clients.md; spec rocketmq-v2-protocol.md): what it sends is received exactly as
 sent, by itself and through rmq.v1 pulls; pop consumption (receive, ack, change of
 invisibility, redelivery with a growing delivery attempt), push and FIFO consumers' retries
 and dead letters, delay messages, transactions, offset-based RPCs and bad requests. Across

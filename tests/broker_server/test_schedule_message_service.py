@@ -1,4 +1,4 @@
-"""ScheduleMessageService on a real store (spec consumer-pull-rebalance §19, TV-16; store §21):
+"""ScheduleMessageService on a real store (spec consumer-pull-rebalance §19, TV-16):
 a batch whose head is due and whose tail is not delivers the head only and waits exactly until
 the tail is due; a delayed message whose topic was deleted is dropped and passed; a failed
 re-put is retried later from the same offset, nothing lost or delivered twice."""

@@ -1,4 +1,4 @@
-"""Client-side routing in a broker group (DESIGN.md Replication; spec consumer-pull-rebalance
+"""Client-side routing in a broker group (docs/replication.md; spec consumer-pull-rebalance
 §12.4 findBrokerAddressInSubscribe): the suggested member, else the master, else a slave."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """getMessage: statuses, nextBeginOffset corrections, limits, tag filter, lookups
-(spec consumer-pull-rebalance §12, consumption-longpolling-offsets §6.1 TV-4, store TV17)."""
+(spec consumer-pull-rebalance §12, consumption-longpolling-offsets §6, TV-4, store TV17)."""
 
 from __future__ import annotations
 

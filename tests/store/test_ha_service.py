@@ -1,6 +1,6 @@
 """HAService: a slave store copies the master's CommitLog byte for byte at the same offsets and
 builds its own ConsumeQueues; diverged slaves are refused; SYNC_MASTER puts wait for a slave
-(DESIGN.md Replication; spec store §2 handleHA)."""
+(docs/replication.md; spec store §2 handleHA)."""
 
 from __future__ import annotations
 
