@@ -1,8 +1,8 @@
 """Row 4's end-to-end path (issue 29 item 1): Producer.send started → the PushConsumer's
 listener called, one 100-byte message every SETTLE_S, both at their default options, in one
-process (one clock). The broker serves its remoting port, which the SDK then uses for the send
-and the consumer's held pulls (docs/client-behaviour.md "Transport"); `over_grpc` names a
-broker without it, the path before.
+process (one clock). The broker serves its remoting port (by default), which the SDK then uses for
+the send and the consumer's held pulls (docs/client-behaviour.md "Transport"); `over_grpc` names a
+broker started with `--remoting-listen off`, the gRPC path.
 
 `python -m bench.delivery_latency --samples 200 --runs 3` alternates the two brokers and Redis
 XREAD BLOCK's wake, printing each run's p50/p99 and the load average (bench/NOTES.md)."""
@@ -33,15 +33,12 @@ FIRST_DELIVERY_S = 60.0   # a fresh group's rebalance and first pulls
 _groups = itertools.count()   # one topic and group per measurement
 
 
-def remoting_args() -> list[str]:
-    return ["--remoting-listen", f"127.0.0.1:{processes.free_port()}"]
-
-
 @contextmanager
 def broker(directory: Path, over_grpc: bool = False) -> Iterator[processes.ServerProcess]:
     """A broker (ASYNC flush, loopback) serving its remoting port unless `over_grpc`."""
     directory.mkdir(parents=True, exist_ok=True)
-    server = processes.broker(directory, flush="async", extra=[] if over_grpc else remoting_args())
+    extra = ["--remoting-listen", "off"] if over_grpc else []
+    server = processes.broker(directory, flush="async", extra=extra)
     server.start()
     try:
         yield server

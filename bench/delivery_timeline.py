@@ -48,8 +48,7 @@ def timeline(samples: int) -> list[tuple[str, float, int]]:
     trace = Trace(trace_file)
     trace.wrap(remoting_client.RemotingConnection, "_write", "client: frame written")
     trace.wrap(remoting_client.RemotingConnection, "_dispatch", "client: reader thread handles an answer")
-    server = processes.broker(env.directory("delivery-timeline"), flush="async",
-                              extra=delivery_latency.remoting_args())
+    server = processes.broker(env.directory("delivery-timeline"), flush="async")
     server.command = [sys.executable, "-m", "bench.delivery_timeline", "--serve", str(trace_file)]
     received: queue.SimpleQueue[float] = queue.SimpleQueue()
 

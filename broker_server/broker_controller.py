@@ -47,7 +47,7 @@ from rmq.broker_server.processors.send_message_processor import SendMessageProce
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.remoting.remoting_server import RemotingServer
-from rmq.broker_server.remoting.service import build_broker_remoting
+from rmq.broker_server.remoting.service import bind_remoting_port, build_broker_remoting
 from rmq.broker_server.replication.broker_group import Replication
 from rmq.broker_server.rmq_v1.admin_service import AdminService
 from rmq.broker_server.rmq_v1.flight_service import FlightReadService, FlightStreamSlots
@@ -85,7 +85,9 @@ def open_store(config: BrokerConfig) -> MessageStore:
         store_config = MessageStoreConfig(
             store_dir=config.store_path,
             flush_disk_type=config.flush,
-            # 4.x consumers send a failed message back to the broker its store host names
+            # 4.x consumers send a failed message back to the broker its store host names: a fixed
+            # remoting port (--remoting-listen HOST:PORT) is; an ephemeral one, which changes with
+            # each start, is not (its config's remoting_address is "" until bound)
             broker_address=store_host(config.remoting_address or config.broker_address),
             broker_role=config.broker_role,
             max_message_size=config.max_message_size,
@@ -106,12 +108,15 @@ class BrokerController:
         RocketMQ 5 invisibility (a test gives its own). `truncate_to`: controller mode, the
         CommitLog offset this member drops bytes from before it replicates
         (rmq.broker_server.replication.replicas_manager)."""
-        self.config = config
+        security.check_listen(config.listen)   # the main port's refusal first, naming --listen
+        self._remoting_fixed = bool(config.remoting_address)   # "" for an ephemeral (default) port
+        bound, self._remoting_socket = bind_remoting_port(config, security)   # an ephemeral port resolved
+        self.store = open_store(config)   # before binding resolved it: records' store host (open_store)
+        config = self.config = bound
         self.security = security
         self.clock = clock
         self.truncate_to = truncate_to
         path = config.store_path
-        self.store = open_store(config)
         self.executor = StoreExecutor(config.store_threads)
         self.topics = TopicConfigManager(
             path, config.auto_create_topic_enable, config.default_topic_queue_nums
@@ -254,7 +259,8 @@ class BrokerController:
             self.security.open_client_channel, self.outer_api.register_soon, self.clock)
         add_rocketmq_v2_service(self.rocketmq_v2, server)
         self.remoting = build_broker_remoting(self.config, self.security, messaging, self.topics,
-                                              self.consumers, self.rocketmq_v2.transactions)
+                                              self.consumers, self.rocketmq_v2.transactions,
+                                              self._remoting_socket, self._remoting_fixed)
         return server
 
     def _start_flight(self) -> FlightReadService | None:
@@ -336,7 +342,7 @@ class BrokerController:
     async def start_remoting(self) -> None:
         if self.remoting is not None:
             await self.remoting.start()
-            print(f"rmq broker {self.config.broker_name} serving RocketMQ 4.x remoting on "
+            print(f"rmq broker {self.config.broker_name} serving RocketMQ remoting on "
                   f"{self.config.remoting_listen}", flush=True)
 
     def metrics_figures(self) -> BrokerFigures:
@@ -372,6 +378,13 @@ class BrokerController:
     async def _persist_offsets(self) -> None:
         await self.executor.run(self.offsets.persist)
 
+    def close_unserved(self) -> None:
+        """Let go of a broker loaded but never served: its store threads, store and remoting socket."""
+        self.executor.shutdown()
+        self.store.shutdown()
+        if self._remoting_socket is not None:
+            self._remoting_socket.close()
+
     async def shutdown(self, server: grpc.aio.Server) -> None:
         log.info("shutting down broker %s", self.config.broker_name)
         self.hold_service.shutdown()
@@ -381,6 +394,8 @@ class BrokerController:
             await self.rocketmq_v2.shutdown()
         if self.remoting is not None:
             await self.remoting.stop()
+        if self._remoting_socket is not None:
+            self._remoting_socket.close()   # bound in __init__ even when never served
         await server.stop(SHUTDOWN_GRACE_SECONDS)
         await self._stop_flight()
         await self.security.stop()

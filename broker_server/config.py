@@ -18,6 +18,7 @@ from rmq.store import BrokerRole, FlushDiskType, MessageStoreConfig
 
 MiB = 1024 * 1024
 FLIGHT_OFF = "off"
+REMOTING_OFF = "off"
 StoreValue = int | float | str | bool   # a `store:` setting (a MessageStoreConfig field's value)
 E = TypeVar("E", BrokerRole, FlushDiskType)
 
@@ -92,11 +93,11 @@ class BrokerConfig:
     enable_property_filter: bool = True  # SQL92 subscriptions (RocketMQ enablePropertyFilter)
     filter_threads: int = 1  # SQL92 evaluation runs on these threads only (all accounts share them fairly)
     max_pending_filter_reads_per_account: int = 4096  # SQL92 reads one account may have waiting for them
-    # RocketMQ 4.x remoting protocol (broker_server/remoting): off when remoting_listen is empty
+    # RocketMQ remoting protocol (broker_server/remoting; docs/remoting-protocol.md): 4.x clients and the
+    # SDK's send / held-pull path. HOST:PORT, "off", or "" = listen's host, ephemeral port (advertised)
     remoting_listen: str = ""
     remoting_max_frame_bytes: int = 16 * MiB
     remoting_max_connections: int = 4096
-    remoting_max_held_pulls_per_account: int = 4096  # pulls one account (or connection) has in progress
     remoting_max_request_bytes: int = 256 * MiB  # request frames read and not yet answered, in all
     remoting_max_request_bytes_per_connection: int = 64 * MiB  # the same, on one connection
 
@@ -130,8 +131,19 @@ class BrokerConfig:
         return f"{self.broker_address.rpartition(':')[0]}:{port}"
 
     @property
+    def remoting_bind_address(self) -> str | None:
+        """Where the remoting port listens: remoting_listen, by default listen's host on an
+        ephemeral port (HOST:0, bound by BrokerController before anything names it); None when off."""
+        if self.remoting_listen == REMOTING_OFF:
+            return None
+        return self.remoting_listen or f"{self.listen.rpartition(':')[0]}:0"
+
+    @property
     def remoting_address(self) -> str:
-        """What 4.x clients reach the remoting port at: its port on the advertised host, if any."""
+        """What clients reach the remoting port at: its port on the advertised host, if any; "" when
+        the port is off or not bound yet (an ephemeral port is known once bound)."""
+        if self.remoting_listen in ("", REMOTING_OFF) or self.remoting_listen.endswith(":0"):
+            return ""
         if not self.advertise_address:
             return self.remoting_listen
         return f"{self.advertise_address.rpartition(':')[0]}:{self.remoting_listen.rpartition(':')[2]}"
@@ -142,7 +154,7 @@ class BrokerConfig:
             check_address("metrics_listen", self.metrics_listen)
         if self.flight_listen not in ("", FLIGHT_OFF):
             check_address("flight_listen", self.flight_listen)
-        if self.remoting_listen:
+        if self.remoting_listen not in ("", REMOTING_OFF):
             check_address("remoting_listen", self.remoting_listen)
         if self.advertise_address:
             check_address("advertise_address", self.advertise_address)

@@ -24,7 +24,9 @@ def add_parsers(subparsers: Subcommands) -> None:
     namesrv.add_argument("--controller-dir", metavar="DIR",
                          help="where the controller keeps its state (default ~/.rmq/controller)")
     _add_metrics_argument(namesrv)
-    _add_remoting_argument(namesrv)
+    namesrv.add_argument("--remoting-listen", metavar="HOST:PORT",
+                         help="also serve RocketMQ 4.x clients (remoting protocol) on this address "
+                              "(off by default)")
     server_security.add_arguments(namesrv)
     namesrv.set_defaults(handler=run_namesrv)
 
@@ -55,7 +57,10 @@ def add_parsers(subparsers: Subcommands) -> None:
                         help="serve the Arrow Flight data plane here (default: --listen's host on an "
                              "ephemeral port, advertised in routes; off disables it)")
     _add_metrics_argument(broker)
-    _add_remoting_argument(broker)
+    broker.add_argument("--remoting-listen", metavar="HOST:PORT|off",
+                        help="serve the RocketMQ remoting protocol here: 4.x clients (give a fixed port) and "
+                             "the SDK's send and held-pull path (default: --listen's host on an ephemeral "
+                             "port, advertised in routes; off disables it)")
     server_security.add_arguments(broker)
     broker.set_defaults(handler=run_broker)
 
@@ -64,12 +69,6 @@ def _add_metrics_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-listen", metavar="HOST:PORT",
                         help="serve Prometheus metrics on this address (off by default; loopback unless "
                              "--acl or TLS is on)")
-
-
-def _add_remoting_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--remoting-listen", metavar="HOST:PORT",
-                        help="also serve RocketMQ 4.x clients (remoting protocol) on this address "
-                             "(off by default)")
 
 
 def run_namesrv(args: argparse.Namespace) -> int:

@@ -139,12 +139,14 @@ class MQAdmin:
 
     def view(self, msg_id: str) -> MessageExt:
         """The message with an offset message id (`MessageExt.msg_id`: store host + CommitLog
-        offset); RmqError QUERY_NOT_FOUND when no broker stores it."""
+        offset; the store host is the member's remoting port when it serves one, as in RocketMQ);
+        RmqError QUERY_NOT_FOUND when no broker stores it."""
         address, offset = parse_msg_id(msg_id)
         for broker_name, members in self.client.list_broker_groups().items():
-            if any(member.address == address for member in members):
-                packed = self.client.view_message(address, offset)
-                return decode_messages(packed, MessageQueue("", broker_name, 0))[0]
+            for member in members:
+                if address in (member.address, member.remoting_address):
+                    packed = self.client.view_message(member.address, offset)
+                    return decode_messages(packed, MessageQueue("", broker_name, 0))[0]
         raise RmqError(rmq_pb2.QUERY_NOT_FOUND, f"message id {msg_id} names broker {address}, which is not "
                        "in this cluster")
 

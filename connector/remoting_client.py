@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from rmq import message_format as mf
 from rmq.auth import Credentials, TlsSettings
@@ -39,7 +40,7 @@ from rmq.remoting.remoting_command import (
     RemotingCommand,
     decode,
 )
-from rmq.remoting.request_code import CANCELLED_OPAQUE, RequestCode, ResponseCode
+from rmq.remoting.request_code import CANCELLED_OPAQUE, RMQ_CODE_FIELD, RequestCode, ResponseCode
 from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
@@ -393,8 +394,7 @@ class RemotingClient:
         answer = connection.call(self._signed(command, target), timeout)
         if self._learned(target, answer):
             answer = connection.call(self._signed(command, target), timeout)
-        status = rmq_pb2.Status(code=STATUS_CODES.get(answer.code, rmq_pb2.SYSTEM_ERROR),
-                                message=answer.remark or "")
+        status = answer_status(answer)
         if answer.code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_SLAVE_TIMEOUT,
                                ResponseCode.SLAVE_NOT_AVAILABLE):
             return rmq_pb2.SendMessageResponse(status=status)
@@ -477,12 +477,20 @@ class RemotingClient:
             return connection
 
 
+def answer_status(answer: RemotingCommand) -> rmq_pb2.Status:
+    """An answer's code as the Status the gRPC port gives: the exact rmq.v1 code when the broker
+    names it (RMQ_CODE_FIELD), else the response code read backwards."""
+    named = answer.ext_fields.get(RMQ_CODE_FIELD, "")
+    code = int(named) if named.isdecimal() and int(named) in rmq_pb2.Code.values() \
+        else STATUS_CODES.get(answer.code, rmq_pb2.SYSTEM_ERROR)
+    return rmq_pb2.Status(code=cast(rmq_pb2.Code, code), message=answer.remark or "")
+
+
 def pull_response(answer: RemotingCommand) -> rmq_pb2.PullMessageResponse:
     """A PULL_MESSAGE answer as the PullMessageResponse the gRPC port gives."""
     pull_status = PULL_STATUSES.get(answer.code)
     if pull_status is None:
-        code = STATUS_CODES.get(answer.code, rmq_pb2.SYSTEM_ERROR)
-        return rmq_pb2.PullMessageResponse(status=rmq_pb2.Status(code=code, message=answer.remark or ""))
+        return rmq_pb2.PullMessageResponse(status=answer_status(answer))
     fields = answer.ext_fields
     return rmq_pb2.PullMessageResponse(
         status=rmq_pb2.Status(code=rmq_pb2.OK), pull_status=pull_status,

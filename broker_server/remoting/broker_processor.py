@@ -7,9 +7,10 @@ fields and response codes. Unknown codes are answered REQUEST_CODE_NOT_SUPPORTED
 connection closes leaves its groups at once (doChannelCloseEvent), and every change of a group's
 members is pushed to its remoting consumers (NOTIFY_CONSUMER_IDS_CHANGED).
 
-Bounds of its own: a connection registers at most MAX_CLIENT_IDS_PER_CONNECTION client ids, and
-one account (or, without an ACL, one connection) holds at most max_held_pulls_per_account pulls
-at a time; past that a pull is answered SYSTEM_BUSY at once."""
+Bounds: a connection registers at most MAX_CLIENT_IDS_PER_CONNECTION client ids. Held pulls share
+the broker's one hold table with the gRPC ports (max_held_pulls, shared fairly between accounts:
+long_polling/fair_shares.py), counted against the account the dispatcher admitted the request for;
+a pull past an account's share is answered SYSTEM_BUSY at once."""
 
 from __future__ import annotations
 
@@ -85,19 +86,16 @@ class BrokerRemotingProcessor:
         transactions: TransactionService,
         authenticator: RemotingAuthenticator | None,
         max_message_size: int,
-        max_held_pulls_per_account: int,
     ) -> None:
         self.identity = identity
         self.messaging = messaging
         self.topics = topics
         self.consumers = consumers
         self.max_message_size = max_message_size
-        self.max_held_pulls_per_account = max_held_pulls_per_account
         self.connections = ConnectionTable()
         self.transactions = transactions
         self.producers = ProducerChannels()
         transactions.checkers.append(self.producers.check)
-        self._held_pulls: dict[str, int] = {}  # account (or connection) -> pulls in progress
         self.dispatcher = RequestDispatcher(
             {
                 RequestCode.GET_ROUTEINFO_BY_TOPIC: self._route,
@@ -397,24 +395,7 @@ class BrokerRemotingProcessor:
     async def _pull(self, call: Call) -> RemotingCommand:
         request = self._pull_request(call.request)
         self._authorize(call, "PullMessage", request)
-        holder = call.access_key or call.channel.address
-        held = self._held_pulls.get(holder, 0)
-        if held >= self.max_held_pulls_per_account:
-            raise Refusal(
-                ResponseCode.SYSTEM_BUSY,
-                f"{held} pulls of this account are in progress already: "
-                f"at most {self.max_held_pulls_per_account} "
-                f"(remoting_max_held_pulls_per_account)",
-            )
-        self._held_pulls[holder] = held + 1
-        try:
-            response = await self.messaging.PullMessage(request, call.context)
-        finally:
-            left = self._held_pulls[holder] - 1
-            if left:
-                self._held_pulls[holder] = left
-            else:
-                del self._held_pulls[holder]
+        response = await self.messaging.PullMessage(request, call.context)   # held in the shared table
         check_ok(response)
         ext = {
             "nextBeginOffset": str(response.next_begin_offset),

@@ -17,7 +17,7 @@ from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator, Wrong
 from rmq.broker_server.remoting.remoting_server import CallContext, Channel
 from rmq.broker_server.security.caller import run_as
 from rmq.remoting.remoting_command import RemotingCommand
-from rmq.remoting.request_code import ResponseCode
+from rmq.remoting.request_code import RMQ_CODE_FIELD, ResponseCode
 from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
@@ -49,25 +49,32 @@ RESPONSE_CODES: dict[int, ResponseCode] = {
 
 
 class Refusal(EdgeError):
-    """A request answered with `code` and `remark` instead of being run."""
+    """A request answered with `code` and `remark` instead of being run; `rmq_code`: the rmq.v1
+    Code it stands for, when a processor's Status gave one."""
 
-    def __init__(self, code: ResponseCode, remark: str) -> None:
+    def __init__(self, code: ResponseCode, remark: str, rmq_code: int | None = None) -> None:
         super().__init__(code, remark)
         self.remark = remark
+        self.rmq_code = rmq_code
 
 
-def remoting_answer(error: BrokerError) -> tuple[ResponseCode, str]:
-    """The response code and remark a refusal is answered with at this edge."""
+def remoting_answer(error: BrokerError) -> tuple[ResponseCode, str, dict[str, str]]:
+    """The response code, remark and extFields a refusal is answered with at this edge (the
+    rmq.v1 code behind it in RMQ_CODE_FIELD, when there is one)."""
     if isinstance(error, Refusal):
-        return error.code, error.remark
+        return error.code, error.remark, _rmq_code_field(error.rmq_code)
     if isinstance(error, EdgeError):   # another edge's own code: never raised behind this one
         log.error("remoting call failed with %r", error)
-        return ResponseCode.SYSTEM_ERROR, f"internal error: {error.message}"
-    return RESPONSE_CODES[error.code], error.message
+        return ResponseCode.SYSTEM_ERROR, f"internal error: {error.message}", {}
+    return RESPONSE_CODES[error.code], error.message, _rmq_code_field(error.code)
+
+
+def _rmq_code_field(code: int | None) -> dict[str, str]:
+    return {} if code is None else {RMQ_CODE_FIELD: str(code)}
 
 
 def refusal_of(status: rmq_pb2.Status) -> Refusal:
-    return Refusal(RESPONSE_CODES[status.code], status.message)
+    return Refusal(RESPONSE_CODES[status.code], status.message, status.code)
 
 
 def check_ok(response: Any) -> None:
@@ -119,10 +126,11 @@ class RequestDispatcher:
             if self.authenticator is not None:   # what the request reaches is checked for this account
                 run_as(self.authenticator.caller(access_key))
             return await handler(Call(context, request, access_key))
-        except WrongTarget as error:  # names this server's id, for the client to sign for it
-            return request.response(*remoting_answer(error), error.ext_fields)
         except BrokerError as error:
-            return request.response(*remoting_answer(error))
+            code, remark, fields = remoting_answer(error)
+            if isinstance(error, WrongTarget):   # names this server's id, for the client to sign for it
+                fields.update(error.ext_fields)
+            return request.response(code, remark, fields or None)
         except ValueError as error:  # a header number out of its field's range
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad request field: {error}")
 

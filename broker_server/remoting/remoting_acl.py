@@ -64,13 +64,16 @@ class WrongTarget(AccessDenied):
 
 class RemotingAuthenticator:
     def __init__(self, acl: Callable[[], Acl], client_ids: ClientIdOwners,
-                 rmq_signing: RequestAuthenticator | None = None) -> None:
+                 rmq_signing: RequestAuthenticator | None = None, rocketmq_signing: bool = True) -> None:
         """`client_ids`: the server's table of which account registered each consumer client id
         (shared with rmq.v1 calls: both reach the same consumer table). `rmq_signing`: the check
-        of requests signed with rmq's scheme (None: only RocketMQ 4's is accepted)."""
+        of requests signed with rmq's scheme (None: only RocketMQ 4's is accepted).
+        `rocketmq_signing`: RocketMQ 4's AccessKey/Signature (replayable: no time, nonce or
+        target) is accepted too; False on a broker's default port, which only the SDK uses."""
         self._acl = acl
         self._client_ids = client_ids
         self._rmq_signing = rmq_signing
+        self._rocketmq_signing = rocketmq_signing
 
     def caller(self, access_key: str) -> Caller:
         """The account an admitted request runs as (rmq.broker_server.security.caller)."""
@@ -83,6 +86,12 @@ class RemotingAuthenticator:
             raise AccessDenied(f"address {address} is not in globalWhiteRemoteAddresses")
         if request_signing.is_signed(request) and self._rmq_signing is not None:
             return self._rmq_signed(acl, request, address)
+        if not self._rocketmq_signing:
+            raise AccessDenied(
+                "request is not signed with rmq's scheme: this port (the broker's default, an "
+                "ephemeral one) does not accept RocketMQ 4.x AccessKey/Signature, which can be "
+                "replayed; give the broker --remoting-listen HOST:PORT for 4.x clients"
+            )
         access_key = request.ext_fields.get(ACCESS_KEY, "")
         given = request.ext_fields.get(SIGNATURE, "")
         if not access_key or not given:

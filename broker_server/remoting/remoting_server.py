@@ -23,6 +23,7 @@ import contextlib
 import functools
 import itertools
 import logging
+import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -148,8 +149,11 @@ class RemotingServer:
         processor: RemotingProcessor,
         limits: RemotingLimits = RemotingLimits(),
         tls: ServerTls | None = None,
+        sock: socket.socket | None = None,
     ) -> None:
+        """`sock`: a socket bound to `listen` already (served instead of binding `listen`)."""
         self.listen = listen
+        self._sock = sock
         self.tls = tls
         self.processor = processor
         self.limits = limits
@@ -166,6 +170,10 @@ class RemotingServer:
     async def start(self) -> None:
         host, _, port = self.listen.rpartition(":")
         context = None if self.tls is None else server_ssl_context(self.tls)
+        if self._sock is not None:
+            self._server = await asyncio.start_server(self._serve, sock=self._sock, limit=64 * 1024,
+                                                      ssl=context)
+            return
         self._server = await asyncio.start_server(
             self._serve, host.strip("[]"), int(port), limit=64 * 1024, ssl=context
         )

@@ -191,8 +191,7 @@ class ReplicasManager:
                         _code(error), assignment.epoch)
             confirmed = False
         if not confirmed:   # the controller moved on meanwhile: ask again
-            broker.executor.shutdown()
-            broker.store.shutdown()
+            broker.close_unserved()
             return
         is_master = assignment.master_id == self.config.broker_id
         log.info("term of epoch %d: %s", assignment.epoch, "master" if is_master

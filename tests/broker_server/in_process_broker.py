@@ -17,6 +17,7 @@ import grpc
 
 from rmq.broker_server.broker_controller import BrokerController
 from rmq.broker_server.config import BrokerConfig
+from rmq.broker_server.errors import UserError
 from rmq.broker_server.security.server_security import ServerSecurity
 
 START_TIMEOUT_S = 30
@@ -35,8 +36,9 @@ class InProcessBroker:
         """`clock`: the broker's wall clock for delay levels and RocketMQ 5 invisibility
         (tests.clocks.ManualClock: a test moves time instead of waiting it out)."""
         self.address = f"127.0.0.1:{free_port()}"
-        self.config = BrokerConfig(listen=self.address, store_dir=str(store_dir), **settings)
-        self.controller = BrokerController(self.config, security or ServerSecurity(), clock)
+        config = BrokerConfig(listen=self.address, store_dir=str(store_dir), **settings)
+        self.controller = BrokerController(config, security or ServerSecurity(), clock)
+        self.config = self.controller.config   # the remoting port bound (an ephemeral one resolved)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: grpc.aio.Server | None = None
@@ -72,14 +74,13 @@ BIND_ATTEMPTS = 5
 
 
 def start_remoting_broker(store_dir: Path, **settings: Any) -> InProcessBroker:
-    """An in-process broker also serving the 4.x remoting protocol on a free port, started again
-    on another port when the one picked was taken meanwhile (clients' ephemeral ports share the range)."""
+    """An in-process broker serving the remoting protocol on a fixed port, as a deployment for 4.x
+    clients gives it (records then name it as their store host, where 4.x consumers send a message
+    back), started again on another port when the one picked was taken meanwhile."""
     for attempt in range(BIND_ATTEMPTS):
-        broker = InProcessBroker(store_dir, remoting_listen=f"127.0.0.1:{free_port()}", **settings)
         try:
-            return broker.start()
-        except OSError:
-            broker.stop()
+            return InProcessBroker(store_dir, remoting_listen=f"127.0.0.1:{free_port()}", **settings).start()
+        except UserError:   # the port was taken between free_port() and the bind
             if attempt == BIND_ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")

@@ -15,7 +15,7 @@ from rmq.broker_server.remoting.dispatch import Refusal, remoting_answer
 from rmq.broker_server.rmq_v1.status import v1_status
 from rmq.broker_server.rocketmq_v2.status import V2Error, v2_status
 from rmq.broker_server.security.request_auth import CallRefused
-from rmq.remoting.request_code import ResponseCode
+from rmq.remoting.request_code import RMQ_CODE_FIELD, ResponseCode
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.v1 import rmq_pb2
 
@@ -46,10 +46,11 @@ def test_a_slave_refusal_is_each_protocols_not_master_status() -> None:
 def test_a_code_is_mapped_at_every_edge_and_an_edge_code_stays_at_its_edge() -> None:
     bad = illegal_argument("queue_id 9 is out of range")
     assert (v1_status(bad).code, v2_status(bad).code) == (rmq_pb2.ILLEGAL_ARGUMENT, v2.BAD_REQUEST)
-    assert remoting_answer(bad) == (ResponseCode.SYSTEM_ERROR, "queue_id 9 is out of range")
+    assert remoting_answer(bad) == (ResponseCode.SYSTEM_ERROR, "queue_id 9 is out of range",
+                                    {RMQ_CODE_FIELD: str(rmq_pb2.ILLEGAL_ARGUMENT)})   # the exact code too
     assert v2_status(V2Error(v2.INVALID_RECEIPT_HANDLE, "x")).code == v2.INVALID_RECEIPT_HANDLE
     assert remoting_answer(Refusal(ResponseCode.TOPIC_NOT_EXIST, "no topic")) == (
-        ResponseCode.TOPIC_NOT_EXIST, "no topic")
+        ResponseCode.TOPIC_NOT_EXIST, "no topic", {})
     # another edge's code never leaks as this edge's: an internal error instead
     foreign = CallRefused(grpc.StatusCode.PERMISSION_DENIED, "denied")
     assert v1_status(foreign).code == rmq_pb2.SYSTEM_ERROR

@@ -29,17 +29,13 @@ from tests.broker_server.remoting_interop import wait_until
 TOPIC = "remoting-t"
 GROUP = "remoting-g"
 MAX_FRAME = 1 << 20
-HELD_PULLS_PER_ACCOUNT = 2
+MAX_HELD_PULLS = 2
 MiB = 1 << 20
 
 
 def start_broker(store: Path, **settings) -> InProcessBroker:
-    broker = start_remoting_broker(
-        store,
-        remoting_max_frame_bytes=MAX_FRAME,
-        remoting_max_held_pulls_per_account=HELD_PULLS_PER_ACCOUNT,
-        **settings,
-    )
+    broker = start_remoting_broker(store, remoting_max_frame_bytes=MAX_FRAME, max_held_pulls=MAX_HELD_PULLS,
+                                   **settings)   # a fixed port, as for 4.x clients
     broker.controller.topics.create(TopicConfig(TOPIC, 2, 2))
     return broker
 
@@ -280,13 +276,13 @@ def test_a_truncated_frame_holds_only_its_own_connection(broker: InProcessBroker
         assert not truncated.closed_by_peer(0.2)
 
 
-def test_pulls_held_per_account_are_bounded(broker: InProcessBroker, client: RemotingTestClient) -> None:
+def test_held_pulls_share_the_brokers_hold_table(broker: InProcessBroker, client: RemotingTestClient) -> None:
     hold = broker.controller.hold_service
     offset = broker.controller.store.get_max_offset_in_queue(TOPIC, 0)
-    held = [client.send(pull(0, offset, suspend_ms=60_000)) for _ in range(HELD_PULLS_PER_ACCOUNT)]
-    wait_until(lambda: hold.held_count() == HELD_PULLS_PER_ACCOUNT, "both pulls held")
+    held = [client.send(pull(0, offset, suspend_ms=60_000)) for _ in range(MAX_HELD_PULLS)]
+    wait_until(lambda: hold.held_count() == MAX_HELD_PULLS, "both pulls held")
     busy = client.call(pull(0, offset, suspend_ms=60_000))
-    assert busy.code == ResponseCode.SYSTEM_BUSY and "remoting_max_held_pulls_per_account" in busy.remark
+    assert busy.code == ResponseCode.SYSTEM_BUSY and "max_held_pulls" in busy.remark
     assert client.call(send_v2(b"wake", {}, 0)).code == ResponseCode.SUCCESS
     assert [client.response(opaque).code for opaque in held] == [ResponseCode.SUCCESS] * len(held)
 
@@ -312,7 +308,51 @@ ACL = """accounts:
   - {accessKey: consumer, secretKey: 'consumer-secret', topicPerms: ['remoting-t=SUB'],
      groupPerms: ['remoting-g=SUB']}
   - {accessKey: intruder, secretKey: 'intruder-secret', groupPerms: ['remoting-g=SUB']}
+  - {accessKey: reader, secretKey: 'reader-secret', topicPerms: ['remoting-t=SUB'],
+     groupPerms: ['remoting-g=SUB']}
 """
+
+
+def test_the_default_port_refuses_the_replayable_4x_signature(tmp_path: Path) -> None:
+    """A broker's default (ephemeral) remoting port is the SDK's, which signs with rmq's scheme:
+    4.x AccessKey/Signature, replayable, is accepted only on a port given explicitly."""
+    security = ServerSecurity(acl_file=AclFile(write_acl(tmp_path / "acl.yml", ACL)))
+    broker = InProcessBroker(tmp_path / "store", security=security).start()
+    try:
+        broker.controller.topics.create(TopicConfig(TOPIC, 2, 2))
+        with RemotingTestClient(broker.config.remoting_listen) as client:
+            refused = client.call(signed(send_v2(b"x", {}), "producer", "producer-secret"))
+            assert refused.code == ResponseCode.NO_PERMISSION and "--remoting-listen" in refused.remark
+    finally:
+        broker.stop()
+
+
+def test_held_pulls_are_shared_fairly_between_accounts(tmp_path: Path) -> None:
+    """The gRPC port's fair share (long_polling/fair_shares.py) over the remoting port: one account
+    filling the hold table gives way to another account's pull."""
+    security = ServerSecurity(acl_file=AclFile(write_acl(tmp_path / "acl.yml", ACL)))
+    broker = start_broker(tmp_path / "store", security=security)
+    hold = broker.controller.hold_service
+    try:
+        with RemotingTestClient(broker.config.remoting_listen) as greedy, \
+                RemotingTestClient(broker.config.remoting_listen) as other:
+            def held_pull(client: RemotingTestClient, account: str) -> int:
+                return client.send(signed(pull(0, 0, suspend_ms=60_000), account, f"{account}-secret"))
+
+            held = [held_pull(greedy, "consumer") for _ in range(MAX_HELD_PULLS)]
+            wait_until(lambda: hold.held_count() == MAX_HELD_PULLS, "the table full of one account's pulls")
+            refused = greedy.response(held_pull(greedy, "consumer"))
+            assert refused.code == ResponseCode.SYSTEM_BUSY and "max_held_pulls" in refused.remark
+            admitted = held_pull(other, "reader")
+            # the greedy account's oldest pull is displaced: answered at once
+            assert greedy.response(held[0]).code == ResponseCode.PULL_NOT_FOUND
+            wait_until(lambda: hold.held_count() == MAX_HELD_PULLS, "the other account's pull held")
+            sent = greedy.call(signed(send_v2(b"wake", {}, 0), "producer", "producer-secret"))
+            assert sent.code == ResponseCode.SUCCESS
+            assert other.response(admitted).code == ResponseCode.SUCCESS
+            assert greedy.response(held[1]).code == ResponseCode.SUCCESS
+    finally:
+        broker.stop()
 
 
 def test_the_acl_checks_signatures_and_the_names_a_request_touches(tmp_path: Path) -> None:

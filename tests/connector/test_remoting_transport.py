@@ -26,13 +26,13 @@ from rmq.remoting.remoting_command import LENGTH, RemotingCommand, decode
 from rmq.remoting.request_code import RequestCode, ResponseCode
 from rmq.v1 import rmq_pb2
 from tests.acl_files import write_acl
-from tests.broker_server.in_process_broker import InProcessBroker, start_remoting_broker
+from tests.broker_server.in_process_broker import InProcessBroker
 from tests.tls_certs import make_tls_files
 from tests.waiting import WAIT_S, wait_until
 
 TOPIC = "fast-t"
 GROUP = "fast-g"
-HELD_PULLS_PER_ACCOUNT = 2
+MAX_HELD_PULLS = 2
 ACL = """accounts:
   - {accessKey: producer, secretKey: 'producer-secret', topicPerms: ['fast-t=PUB']}
   - {accessKey: consumer, secretKey: 'consumer-secret', topicPerms: ['fast-t=SUB'],
@@ -41,7 +41,7 @@ ACL = """accounts:
 
 
 def start(store: Path, **settings: object) -> InProcessBroker:
-    broker = start_remoting_broker(store, **settings)
+    broker = InProcessBroker(store, **settings).start()
     broker.controller.topics.create(TopicConfig(TOPIC, 2, 2))
     return broker
 
@@ -55,7 +55,7 @@ def broker(tmp_path: Path) -> Iterator[InProcessBroker]:
 
 @pytest.fixture
 def bounded_broker(tmp_path: Path) -> Iterator[InProcessBroker]:
-    broker = start(tmp_path / "store", remoting_max_held_pulls_per_account=HELD_PULLS_PER_ACCOUNT)
+    broker = start(tmp_path / "store", max_held_pulls=MAX_HELD_PULLS)
     yield broker
     broker.stop()
 
@@ -108,6 +108,27 @@ def test_a_send_and_its_push_delivery_go_over_the_remoting_port(broker: InProces
         producer.shutdown()
         producer_client.close()
         consumer_client.close()
+
+
+def test_a_fresh_push_consumer_holds_one_pull_per_queue_it_owns(tmp_path: Path) -> None:
+    """Each owned queue, the group's retry queue among them, is pulled once from its start: with
+    the hold table just large enough for them, none is refused (a second pull of the first queue
+    at offset 0 would be, and retried only 3 s later)."""
+    owned = {f"{TOPIC}@0", f"{TOPIC}@1", f"%RETRY%{GROUP}@0"}
+    broker = start(tmp_path / "store", max_held_pulls=len(owned))
+    hold = broker.controller.hold_service
+    received = Received()
+    with RmqClient(broker.address) as client:
+        consumer = started_consumer(broker.address, client, received)
+        try:
+            wait_until(lambda: hold.held_count() == len(owned), "a pull held on every owned queue")
+            assert {key: len(requests) for key, requests in hold._table.items()} == dict.fromkeys(owned, 1)
+            assert hold.held_count() == len(owned)   # nothing more arrived meanwhile
+            Producer(broker.address, client=client).send(Message(TOPIC, b"woken"))
+            assert received.next() == b"woken"
+        finally:
+            consumer.shutdown()
+            broker.stop()
 
 
 def test_a_broker_whose_remoting_port_is_unreachable_is_sent_to_over_grpc(broker: InProcessBroker) -> None:
@@ -234,15 +255,15 @@ def test_held_pulls_are_bounded_and_a_cancelled_one_is_let_go(bounded_broker: In
         calls = [held_pull(client, broker, queue_id, answers, n) for n, queue_id in enumerate((0, 1, 0))]
         n, _, error = answers.get(timeout=WAIT_S)
         assert n == 2 and error is not None and error.code == rmq_pb2.LIMIT_EXCEEDED
-        assert "remoting_max_held_pulls_per_account" in error.message
+        assert "max_held_pulls" in error.message
         assert remoting_used(client, broker)
-        wait_until(lambda: held_pulls(broker) == HELD_PULLS_PER_ACCOUNT, "both admitted pulls held")
+        wait_until(lambda: held_pulls(broker) == MAX_HELD_PULLS, "both admitted pulls held")
         calls[0].cancel()
         n, _, error = answers.get(timeout=WAIT_S)
         assert n == 0 and error is not None and "cancelled" in error.message
         wait_until(lambda: held_pulls(broker) == 1, "the broker let the cancelled pull go")
         calls.append(held_pull(client, broker, 0, answers, 3))
-        wait_until(lambda: held_pulls(broker) == HELD_PULLS_PER_ACCOUNT, "a new pull admitted in its place")
+        wait_until(lambda: held_pulls(broker) == MAX_HELD_PULLS, "a new pull admitted in its place")
         assert answers.empty()
         for call in calls[1:]:
             call.cancel()
@@ -253,12 +274,13 @@ def test_calls_past_the_in_flight_bound_of_a_connection_go_over_grpc(broker: InP
     """The broker stops reading a connection with 1024 requests in progress, which would hold
     back every send behind them: the SDK keeps fewer in flight and sends the rest over gRPC."""
     monkeypatch.setattr(remoting_client, "MAX_IN_FLIGHT", 1)
-    processor = broker.controller.remoting.processor   # type: ignore[union-attr]
+    remoting = broker.controller.remoting
+    assert remoting is not None
     with RmqClient(broker.address) as client:
         answers: Answers = queue.SimpleQueue()
         calls = [held_pull(client, broker, queue_id, answers, queue_id) for queue_id in (0, 1)]
         wait_until(lambda: held_pulls(broker) == 2, "both pulls held")
-        assert sum(processor._held_pulls.values()) == 1      # one over the remoting port
+        assert sum(len(channel.requests) for channel in remoting.channels) == 1   # one over the remoting port
         result = Producer(broker.address, client=client).send(Message(TOPIC, b"past the bound"))
         assert result.queue_offset == 0
         for call in calls:

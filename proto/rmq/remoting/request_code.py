@@ -32,6 +32,9 @@ class RequestCode(enum.IntEnum):
 
 
 CANCELLED_OPAQUE = "opaque"  # CANCEL_REQUEST's one header field
+# rmq's addition to a refusal's extFields: the rmq.v1 Code behind the response code (several rmq
+# codes share one RocketMQ code), so the SDK raises over this port what it raises over gRPC
+RMQ_CODE_FIELD = "x-rmq-code"
 
 
 class ResponseCode(enum.IntEnum):
