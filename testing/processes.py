@@ -5,6 +5,7 @@ ports, readiness by a real gRPC call (also for servers started with --acl or --t
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -20,10 +21,35 @@ from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 RMQ = [sys.executable, "-m", "rmq.cli"]
 
 
+def ephemeral_port_range() -> tuple[int, int]:
+    """The ports the kernel hands out for bind(0) and outgoing connections."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+_HANDED_OUT: set[int] = set()
+_PICK = random.Random()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
+    """A loopback port nothing listens on, chosen below the kernel's ephemeral range and never
+    twice in this process: a broker binds its Flight and remoting listeners to ephemeral ports
+    (bind(0)) by default, and a port this harness picked and released inside that range could be
+    handed to one of them before the server meant to use it starts (it then exits: address in use)."""
+    low, _high = ephemeral_port_range()
+    while True:
+        port = _PICK.randrange(10_000, max(low, 10_001))
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
         return port
 
 
@@ -79,8 +105,12 @@ class ServerProcess:
             start_new_session=self.new_session,
         )
         log.close()
-        wait_ready(self.address, self.process, self.ready_timeout,
-                   channel_credentials=self.channel_credentials)
+        try:
+            wait_ready(self.address, self.process, self.ready_timeout,
+                       channel_credentials=self.channel_credentials)
+        except RuntimeError as error:   # it exited: say why (its last lines)
+            tail = "\n".join(self.log().splitlines()[-5:])
+            raise RuntimeError(f"{error}; its log {self.log_path} ends:\n{tail}") from None
         return self
 
     def stop(self, timeout: float = 20.0) -> int:

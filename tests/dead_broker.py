@@ -4,7 +4,6 @@ nothing listens (as after a kill -9, before the name server expires it)."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,9 +20,7 @@ DEAD_BROKER = "broker-b"
 
 
 def closed_address() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
+    return f"127.0.0.1:{processes.free_port()}"
 
 
 @contextmanager

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
@@ -19,15 +18,10 @@ from rmq.broker_server.broker_controller import BrokerController
 from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.security.server_security import ServerSecurity
+from testing.processes import free_port
 
 START_TIMEOUT_S = 30
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class InProcessBroker:
