@@ -138,7 +138,8 @@ class RemoteBrokerOffsetStore(OffsetStore):
                 self._outages.unreachable(broker_name, error)
                 offsets = dict.fromkeys(queues, OFFSET_READ_FAILED)
             except RmqError as error:
-                logger.warning("fetchConsumeOffsetFromBroker exception, %s of %s: %s", topic, broker_name, error)
+                logger.warning("fetchConsumeOffsetFromBroker exception, %s of %s: %s", topic, broker_name,
+                               error)
                 offsets = dict.fromkeys(queues, OFFSET_READ_FAILED)
             else:
                 self._outages.answered(broker_name)

@@ -468,7 +468,8 @@ class CommitLog:
             mm = mapped.mm
             if len(starts) == 1 or bool((starts[1:] == ends[:-1]).all()):
                 return mm[int(starts[0]):int(ends[-1])]
-            return b"".join([mm[start:end] for start, end in zip(starts.tolist(), ends.tolist(), strict=True)])
+            pairs = zip(starts.tolist(), ends.tolist(), strict=True)
+            return b"".join([mm[start:end] for start, end in pairs])
         except ValueError:
             return None
         finally:
