@@ -55,3 +55,14 @@ def test_more_messages_more_bytes_or_a_tag_filter_read_on_the_store_executor(bro
     assert [(a.pull_status, a.messages.count) for a in answers] == [
         (rmq_pb2.FOUND, INLINE_MESSAGES + 1), (rmq_pb2.FOUND, INLINE_MESSAGES), (rmq_pb2.FOUND, 8)]
     assert len(threads) == 3 and all(name.startswith("store-call") for name in threads), threads
+
+
+def test_records_past_the_memory_threshold_read_on_the_store_executor(broker: Broker, monkeypatch) -> None:
+    """Records farther behind the CommitLog's end than the memory threshold (where getMessage
+    suggests a slave, TV-6) may have left the page cache: a read of them must not stall the loop."""
+    fill(broker, INLINE_MESSAGES + 8, b"x" * 100)
+    monkeypatch.setattr(broker.store, "_memory_threshold", 0)   # every record but the last is "on disk"
+    threads = reading_threads(broker, monkeypatch)
+    answer = pull(broker, 0, 0, max_messages=INLINE_MESSAGES)
+    assert (answer.pull_status, answer.messages.count) == (rmq_pb2.FOUND, INLINE_MESSAGES)
+    assert len(threads) == 1 and threads[0].startswith("store-call"), threads
