@@ -15,12 +15,15 @@ ends (answered and read, cancelled, or its connection reset), not while an unrea
 a full socket.
 
 A connection is the call's peer address (grpc.aio ServicerContext.peer: one per TCP connection);
-the per-connection table holds only connections with bytes in flight. Used on the event loop
-only (the metrics thread reads `held`)."""
+the per-connection table holds only connections with bytes in flight. Used on the event loop,
+except `reserve_nowait` and `give_back_threadsafe` (the Flight data plane's stream threads: a
+grant that needs no waiting takes no hop to the loop); the counts are changed under a lock (the
+metrics thread reads `held`)."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -58,6 +61,7 @@ class PullResponseBudget:
         self._by_connection: dict[str, int] = {}
         self._given_back = asyncio.Event()     # set (and replaced) when bytes come back to waiters
         self._waiting = 0
+        self._lock = threading.RLock()   # _reserve_now holds it around _add
 
     def lease(self, context: CallContext) -> PullBytesLease:
         """A lease for the call of `context`, given back when the call ends."""
@@ -85,30 +89,48 @@ class PullResponseBudget:
             finally:
                 self._waiting -= 1
 
+    def reserve_nowait(self, connection: str, wanted: int) -> int | None:
+        """reserve's grant when it needs no waiting, None when it would wait; from any thread."""
+        try:
+            return self._reserve_now(connection, wanted)
+        except InflightPullBytesExceeded:
+            return None
+
+    def give_back_threadsafe(self, loop: asyncio.AbstractEventLoop, connection: str, count: int) -> None:
+        """give_back from a thread other than `loop`'s: waiters are woken on the loop."""
+        self._add(connection, -count)
+        if count > 0 and self._waiting:
+            loop.call_soon_threadsafe(self._wake)
+
     def _reserve_now(self, connection: str, wanted: int) -> int:
-        on_connection = self._by_connection.get(connection, 0)
-        if on_connection >= self.max_bytes_per_connection:
-            raise InflightPullBytesExceeded(on_connection, "max_inflight_pull_bytes_per_connection",
-                                            "this connection")
-        if self.held >= self.max_bytes:
-            raise InflightPullBytesExceeded(self.held, "max_inflight_pull_bytes", "this broker")
-        granted = min(wanted, self.max_bytes - self.held, self.max_bytes_per_connection - on_connection)
-        self._add(connection, granted)
-        return granted
+        with self._lock:
+            on_connection = self._by_connection.get(connection, 0)
+            if on_connection >= self.max_bytes_per_connection:
+                raise InflightPullBytesExceeded(on_connection, "max_inflight_pull_bytes_per_connection",
+                                                "this connection")
+            if self.held >= self.max_bytes:
+                raise InflightPullBytesExceeded(self.held, "max_inflight_pull_bytes", "this broker")
+            granted = min(wanted, self.max_bytes - self.held, self.max_bytes_per_connection - on_connection)
+            self._add(connection, granted)
+            return granted
 
     def give_back(self, connection: str, count: int) -> None:
         self._add(connection, -count)
         if count > 0 and self._waiting:
-            self._given_back.set()
-            self._given_back = asyncio.Event()
+            self._wake()
+
+    def _wake(self) -> None:
+        self._given_back.set()
+        self._given_back = asyncio.Event()
 
     def _add(self, connection: str, count: int) -> None:
-        self.held += count
-        left = self._by_connection.get(connection, 0) + count
-        if left:
-            self._by_connection[connection] = left
-        else:
-            self._by_connection.pop(connection, None)
+        with self._lock:
+            self.held += count
+            left = self._by_connection.get(connection, 0) + count
+            if left:
+                self._by_connection[connection] = left
+            else:
+                self._by_connection.pop(connection, None)
 
 
 @dataclass(eq=False)

@@ -13,7 +13,8 @@ Bounds: at most max_flight_streams streams at once (max_flight_streams_per_accou
 per client IP without an ACL). A stream builds its next batch only when the previous one was
 handed to the transport (Flight pulls the generator), and the record bytes of the batch it holds
 are granted by the broker's PullResponseBudget (the pull answers' budget, per connection and in
-all) until then: a client that stops reading holds one batch, bounded by the pull limits.
+all; on the stream's thread unless it has to wait) until then: a client that stops reading holds
+one batch, bounded by the pull limits.
 """
 
 from __future__ import annotations
@@ -232,7 +233,7 @@ class FlightReadService(flight.FlightServerBase):
             wanted = query.max_bytes if read.max_bytes is None else min(query.max_bytes,
                                                                         read.max_bytes - size)
             self._give_back(connection, held.take())
-            granted = self._call(self.budget.reserve(connection, wanted))
+            granted = self._reserve(connection, wanted)
             result = self.store.get_queue_range(query.topic, query.queue_id, offset, read.end_offset,
                                                 max_rows, granted, query.tag_codes, query.record_filter)
             held.bytes = len(result.buffer)
@@ -262,9 +263,14 @@ class FlightReadService(flight.FlightServerBase):
     def _call(self, coroutine: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
+    def _reserve(self, connection: str, wanted: int) -> int:
+        """The budget's grant for a read: on this thread when none needs waiting, else on the loop."""
+        granted = self.budget.reserve_nowait(connection, wanted)
+        return self._call(self.budget.reserve(connection, wanted)) if granted is None else granted
+
     def _give_back(self, connection: str, count: int) -> None:
         if count:
-            self.loop.call_soon_threadsafe(self.budget.give_back, connection, count)
+            self.budget.give_back_threadsafe(self.loop, connection, count)
 
 
 def _parse_ticket(ticket: bytes) -> rmq_pb2.FlightReadTicket:
