@@ -15,7 +15,7 @@ the next ticket while a backlog is left.
 The first reads of the queues a rebalance adds (`pack`): their max offsets are asked once per topic
 (GetTopicOffsets), and the queues whose backlog is smaller than FLIGHT_BACKLOG_PULLS pulls but not
 empty are read by tickets of several ranges (rmq.flight: `more`), up to MAX_TICKET_RANGES queues
-of one broker and topic per ticket, each range at most its backlog and its cache's room; each
+of one broker and topic per ticket, each range up to that max offset and at most its cache's room; each
 queue reads on as above when its range ends. A consumer of many queues with a few messages each
 then starts with a few streams instead of one pull per queue (docs/data-plane.md).
 
@@ -33,6 +33,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rmq.connector.client import MessageQueue, PullResult, RmqClient
@@ -54,6 +55,15 @@ OPEN_END = (1 << 63) - 1    # a ticket reads up to the queue's end (its rows are
 Take = Callable[[PullRequest, PullResult], None]
 Done = Callable[[PullRequest, RmqError | None], None]
 Room = Callable[[PullRequest], int]
+
+
+@dataclass(frozen=True)
+class _Range:
+    """A queue's range in a ticket of several: from the request's next offset up to `end`, at most `rows`."""
+
+    request: PullRequest
+    end: int
+    rows: int
 
 
 class FlightPullService:
@@ -105,24 +115,23 @@ class FlightPullService:
         if self._reader is None or len(requests) < 2:
             return set()
         small = self._small_backlogs(requests)
-        groups: dict[tuple[str, str], list[tuple[PullRequest, int]]] = defaultdict(list)
-        for request, backlog in small:
+        groups: dict[tuple[str, str], list[_Range]] = defaultdict(list)
+        for request in small:
             mq = request.message_queue
-            groups[mq.broker_name, mq.topic].append((request, min(backlog, room(request))))
+            groups[mq.broker_name, mq.topic].append(_Range(request, self._max_offsets[mq], room(request)))
         packed: set[int] = set()
         for (_, topic), ranges in groups.items():
             for start in range(0, len(ranges), MAX_TICKET_RANGES):
-                ticket = [(request, rows) for request, rows in ranges[start:start + MAX_TICKET_RANGES]
-                          if rows > 0]
+                ticket = [each for each in ranges[start:start + MAX_TICKET_RANGES] if each.rows > 0]
                 if len(ticket) < 2:
                     continue
-                packed.update(id(request) for request, _ in ticket)
+                packed.update(id(each.request) for each in ticket)
                 self._submit(self._read_ranges, ticket, selector(topic), take(topic), done)
         return packed
 
-    def _small_backlogs(self, requests: Sequence[PullRequest]) -> list[tuple[PullRequest, int]]:
+    def _small_backlogs(self, requests: Sequence[PullRequest]) -> list[PullRequest]:
         """The requests whose backlog (one GetTopicOffsets per topic and its brokers) is under
-        FLIGHT_BACKLOG_PULLS pulls and not empty, with it; none when the offsets cannot be had."""
+        FLIGHT_BACKLOG_PULLS pulls and not empty; none when the offsets cannot be had."""
         topics: dict[str, set[str]] = defaultdict(set)
         for request in requests:
             topics[request.message_queue.topic].add(request.message_queue.broker_name)
@@ -136,7 +145,7 @@ class FlightPullService:
         for request in requests:
             backlog = self._max_offsets.get(request.message_queue, -1) - request.next_offset
             if 0 < backlog < FLIGHT_BACKLOG_PULLS * self._batch and self._packable(request.message_queue):
-                small.append((request, backlog))
+                small.append(request)
         return small
 
     def _packable(self, mq: MessageQueue) -> bool:
@@ -145,21 +154,22 @@ class FlightPullService:
         assert self._reader is not None
         return self._reader.available(mq)   # FLIGHT without a data plane: the queue's own read says so
 
-    def _read_ranges(self, ticket: list[tuple[PullRequest, int]], selector: str | MessageSelector, take: Take,
+    def _read_ranges(self, ticket: list[_Range], selector: str | MessageSelector, take: Take,
                      done: Done) -> None:
-        """One ticket of several queues' ranges; each queue's `done` as soon as its range ended."""
+        """One ticket of several queues' ranges, each up to the max offset GetTopicOffsets answered
+        and at most `rows`; each queue's `done` as soon as its range ended."""
         from rmq.connector.flight_reader import QueueRange
         assert self._reader is not None
-        requests = [request for request, _ in ticket]
-        first, first_rows = ticket[0]
-        mq = first.message_queue
+        requests = [each.request for each in ticket]
+        first = ticket[0]
+        mq = first.request.message_queue
         ended, error = 0, None
         try:
             chunks = self._reader.read(
-                mq, first.next_offset, OPEN_END, group=self._group, batch_rows=self._read_rows,
-                sub_expression=selector, packed=True, max_rows=first_rows,
-                more=[QueueRange(request.message_queue, request.next_offset, rows)
-                      for request, rows in ticket[1:]])
+                mq, first.request.next_offset, first.end, group=self._group, batch_rows=self._read_rows,
+                sub_expression=selector, packed=True, max_rows=first.rows,
+                more=[QueueRange(each.request.message_queue, each.request.next_offset, each.end, each.rows)
+                      for each in ticket[1:]])
             for chunk in chunks:
                 if self._stopped or all(request.process_queue.dropped for request in requests):
                     chunks.close()

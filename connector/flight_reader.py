@@ -45,10 +45,12 @@ class FlightChunk:
 
 @dataclass(frozen=True)
 class QueueRange:
-    """A further range of a ticket: `mq` (of the ticket's broker) from `start`, at most `max_rows` rows."""
+    """A further range of a ticket: `mq` (of the ticket's broker) from `start` up to `end`, at most
+    `max_rows` rows."""
 
     mq: MessageQueue
     start: int
+    end: int
     max_rows: int
 
 
@@ -85,7 +87,7 @@ class FlightReader:
              ) -> Generator[FlightChunk, None, None]:
         """The store reads of one ticket from `start` towards `end` (at most `reads` of
         `batch_rows`, READS_PER_TICKET at most; at most `max_rows` rows when given), then of each
-        of the `more` ranges of the same broker towards `end` (the deadline stays READS_PER_TICKET
+        of the `more` ranges of the same broker (the deadline stays READS_PER_TICKET
         reads at most); the last chunk of a range says where to go on. RmqUnavailable when the
         broker cannot be reached or serves no Flight, RmqError for a refused ticket."""
         if any(other.mq.broker_name != mq.broker_name for other in more):
@@ -102,7 +104,7 @@ class FlightReader:
                                             max_rows=max_rows or reads * batch_rows, batch_rows=batch_rows,
                                             batch_bytes=batch_bytes, sub_expression=sub_expression,
                                             packed=packed)
-        ticket.more.extend(self._client.flight_ticket(other.mq, other.start, end, group=group,
+        ticket.more.extend(self._client.flight_ticket(other.mq, other.start, other.end, group=group,
                                                       max_rows=other.max_rows, batch_rows=batch_rows,
                                                       batch_bytes=batch_bytes, sub_expression=sub_expression,
                                                       packed=packed) for other in more)
