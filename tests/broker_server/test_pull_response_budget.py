@@ -134,6 +134,22 @@ def test_a_pull_past_the_budget_waits_for_bytes_to_come_back() -> None:
     asyncio.run(scenario())
 
 
+def test_a_flight_thread_reserves_without_the_loop_and_its_give_back_wakes_a_waiter() -> None:
+    """reserve_nowait grants what needs no waiting (None otherwise) on any thread;
+    give_back_threadsafe from another thread wakes a pull waiting on the loop."""
+    async def scenario() -> None:
+        budget = PullResponseBudget(max_bytes=100, max_bytes_per_connection=100, max_wait_s=30)
+        loop = asyncio.get_running_loop()
+        granted = await asyncio.to_thread(budget.reserve_nowait, "flight a", 100)
+        assert granted == 100 and budget.reserve_nowait("flight a", 1) is None
+        waiting = asyncio.create_task(budget.lease(Call("ipv4:b")).grant(60))
+        await wait_until_async(lambda: budget._waiting == 1, "the pull waits for bytes")
+        await asyncio.to_thread(budget.give_back_threadsafe, loop, "flight a", 100)
+        assert await asyncio.wait_for(waiting, 10) == 60 and budget.held == 60
+
+    asyncio.run(scenario())
+
+
 def test_every_pull_rpc_is_cut_to_its_connection_budget_and_gives_it_back(tmp_path: Path) -> None:
     """rmq.v1 PullMessage, v2 ReceiveMessage (pop) and v2 PullMessage over real gRPC: a batch is cut
     to the connection's budget, and the bytes come back once the call ends."""
