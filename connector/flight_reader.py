@@ -5,15 +5,13 @@ RecordBatches, each with the PullResult of the store read that made it (its app 
 reader handles statuses, offset corrections and lost offsets exactly as for PullMessage answers.
 Flight clients are kept per address; the ticket is signed like an RPC (rmq.request_signing) for
 the broker named by the queue, and TLS / mutual TLS follow the RmqClient's settings. A `packed`
-read gets the stored records in each chunk's PullResult instead of rows, as a pull would. A
-ticket may read more ranges of the same broker after its own (`more`, rmq.flight): each chunk
-names the range it read.
+read gets the stored records in each chunk's PullResult instead of rows, as a pull would.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Generator, Sequence
+from collections.abc import Generator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -22,7 +20,7 @@ import pyarrow.flight as flight
 from rmq import flight as flight_contract
 from rmq import request_signing
 from rmq.connector.client import PullResult, RmqClient, pull_result
-from rmq.connector.errors import ConfigError, RmqError, RmqRefused, RmqUnavailable
+from rmq.connector.errors import RmqError, RmqRefused, RmqUnavailable
 from rmq.message_queue import MessageQueue
 from rmq.subscription import MessageSelector
 from rmq.v1 import rmq_pb2
@@ -40,18 +38,6 @@ class FlightChunk:
 
     batch: pa.RecordBatch
     result: PullResult
-    range_index: int = 0   # the ticket range it read: 0 the ticket's own, i `more[i-1]`
-
-
-@dataclass(frozen=True)
-class QueueRange:
-    """A further range of a ticket: `mq` (of the ticket's broker) from `start` up to `end`, at most
-    `max_rows` rows."""
-
-    mq: MessageQueue
-    start: int
-    end: int
-    max_rows: int
 
 
 class FlightReader:
@@ -82,16 +68,12 @@ class FlightReader:
 
     def read(self, mq: MessageQueue, start: int, end: int, *, group: str, batch_rows: int,
              batch_bytes: int = 0, sub_expression: str | MessageSelector = "*",
-             timeout: float | None = None, reads: int = READS_PER_TICKET, packed: bool = False,
-             more: Sequence[QueueRange] = (), max_rows: int | None = None
+             timeout: float | None = None, reads: int = READS_PER_TICKET, packed: bool = False
              ) -> Generator[FlightChunk, None, None]:
         """The store reads of one ticket from `start` towards `end` (at most `reads` of
-        `batch_rows`, READS_PER_TICKET at most; at most `max_rows` rows when given), then of each
-        of the `more` ranges of the same broker (the deadline stays READS_PER_TICKET
-        reads at most); the last chunk of a range says where to go on. RmqUnavailable when the
-        broker cannot be reached or serves no Flight, RmqError for a refused ticket."""
-        if any(other.mq.broker_name != mq.broker_name for other in more):
-            raise ConfigError(f"the ranges of one Flight ticket must all be on broker {mq.broker_name}")
+        `batch_rows`, READS_PER_TICKET at most); the last one's result says where to go on.
+        RmqUnavailable when the broker cannot be reached or serves no Flight, RmqError for a
+        refused ticket."""
         reads = min(reads, READS_PER_TICKET)
         member = self._client.read_member(mq, refresh=mq.broker_name in self._unreachable)
         self._unreachable.discard(mq.broker_name)
@@ -101,15 +83,11 @@ class FlightReader:
         address = member.flight_address
         label = f"{mq.broker_name} Flight data plane at {address}"
         ticket = self._client.flight_ticket(mq, start, end, group=group,
-                                            max_rows=max_rows or reads * batch_rows, batch_rows=batch_rows,
+                                            max_rows=reads * batch_rows, batch_rows=batch_rows,
                                             batch_bytes=batch_bytes, sub_expression=sub_expression,
                                             packed=packed)
-        ticket.more.extend(self._client.flight_ticket(other.mq, other.start, other.end, group=group,
-                                                      max_rows=other.max_rows, batch_rows=batch_rows,
-                                                      batch_bytes=batch_bytes, sub_expression=sub_expression,
-                                                      packed=packed) for other in more)
         per_read = timeout or self._client.timeout
-        options = flight.FlightCallOptions(timeout=min(reads + len(more), READS_PER_TICKET) * per_read,
+        options = flight.FlightCallOptions(timeout=reads * per_read,
                                            headers=self._signing_headers(mq, member.broker_id, ticket))
         try:
             reader = self._flight_client(address).do_get(flight.Ticket(ticket.SerializeToString()), options)
@@ -120,7 +98,7 @@ class FlightReader:
                     return
                 progress = rmq_pb2.PullMessageResponse.FromString(metadata.to_pybytes())
                 try:
-                    yield FlightChunk(batch, pull_result(progress), progress.ticket_range)
+                    yield FlightChunk(batch, pull_result(progress))
                 except GeneratorExit:   # the caller stopped reading: end the stream on the broker too
                     reader.cancel()
                     raise

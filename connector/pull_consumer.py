@@ -370,23 +370,6 @@ class PullConsumer(ConsumerImpl):
 
     # ------------------------------------------------------------ where pulled messages go (consumer_impl)
 
-    def _dispatch_pull_requests(self, requests: list[PullRequest]) -> None:
-        """The first reads of newly assigned queues: small backlogs several queues to a Flight
-        ticket (FlightPullService.pack), the others pulled one by one (paused ones: later)."""
-        for request in requests:
-            self._start_queue(request)
-        subscriptions = self.rebalance_impl.subscription_inner
-        packed = self._flight.pack(
-            [request for request in requests if request.message_queue.topic in subscriptions
-             and request.message_queue not in self._paused],
-            lambda topic: subscriptions[topic].selector,
-            lambda request: self.pull_threshold_for_queue - request.process_queue.msg_count,
-            lambda topic: lambda request, result: self._take(request, subscriptions[topic], result),
-            self._on_flight_read)
-        for request in requests:
-            if id(request) not in packed:
-                self._pull_now(request)
-
     def _start_queue(self, request: PullRequest) -> None:
         with self._consumed_lock:
             self._consumed.setdefault(request.message_queue, request.next_offset)

@@ -4,9 +4,8 @@ RecordBatches, read by MessageStore.get_queue_range and decoded by rmq.record_ba
 A ticket (rmq.v1.FlightReadTicket) is admitted like a PullMessage call: with an ACL, the Flight
 call headers carry the request signature, checked in a ServerMiddleware before the ticket is read
 (RequestAuthenticator.admit_metadata: target, window, signature, nonce), then the ticket's digest,
-the caller's address and the PullMessage permission on the topic and group of each of the
-ticket's ranges (admit_request); then PullMessageProcessor.parse validates each range and answers
-the same refusals. A ticket's ranges (its own, then `more`) are read one after the other.
+the caller's address and the PullMessage permission on the ticket's topic and group
+(admit_request); then PullMessageProcessor.parse validates it and answers the same refusals.
 TLS and mutual TLS use the gRPC port's certificates.
 
 Bounds: at most max_flight_streams streams at once (max_flight_streams_per_account per access key,
@@ -22,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -63,18 +62,6 @@ class FlightRead:
     max_rows: int | None
     max_bytes: int | None
     packed: bool   # the records in each batch's metadata, batches without rows (rmq.flight)
-    index: int = 0   # the ticket range it is (0: the ticket's own, i: more[i-1])
-
-
-@dataclass
-class _Held:
-    """The record bytes of the batch a stream holds, granted by the pull budget."""
-
-    bytes: int = 0
-
-    def take(self) -> int:
-        held, self.bytes = self.bytes, 0
-        return held
 
 
 class _Admitted(flight.ServerMiddleware):
@@ -161,10 +148,10 @@ class FlightReadService(flight.FlightServerBase):
         try:
             request = _parse_ticket(ticket.ticket)
             account = self._admit(context, request)
-            reads = self._validate_ranges(request)
+            read = self._validate(request)
         except BrokerError as error:
             raise _refused(error) from None
-        return flight.GeneratorStream(SCHEMA, self._stream(reads, account, f"flight {context.peer()}"))
+        return flight.GeneratorStream(SCHEMA, self._stream(read, account, f"flight {context.peer()}"))
 
     def _admit(self, context: flight.ServerCallContext, request: rmq_pb2.FlightReadTicket) -> str:
         """The account the stream counts against: the access key, or the caller's IP without an ACL."""
@@ -180,17 +167,6 @@ class FlightReadService(flight.FlightServerBase):
             raise _flight_refusal(refusal) from None
         return admitted.admission.access_key
 
-    def _validate_ranges(self, request: rmq_pb2.FlightReadTicket) -> list[FlightRead]:
-        """Each range of the ticket validated as a ticket of its own, in order (rmq.flight)."""
-        if len(request.more) >= flight_contract.MAX_TICKET_RANGES:
-            raise illegal_argument(f"a ticket reads at most {flight_contract.MAX_TICKET_RANGES} queue "
-                                   f"ranges, this one {len(request.more) + 1}")
-        if any(more.more for more in request.more):
-            raise illegal_argument("a range in FlightReadTicket.more has ranges of its own: list them all "
-                                   "in the ticket's `more`")
-        return [replace(self._validate(ticket), index=index)
-                for index, ticket in enumerate([request, *request.more])]
-
     def _validate(self, request: rmq_pb2.FlightReadTicket) -> FlightRead:
         """PullMessageProcessor.parse's checks and refusals, and the range's own."""
         if request.pull.sys_flag & _NOT_IN_A_TICKET:
@@ -205,53 +181,48 @@ class FlightReadService(flight.FlightServerBase):
         return FlightRead(query, request.end_offset, request.max_rows or None, request.max_bytes or None,
                           request.packed)
 
-    def _stream(self, reads: list[FlightRead], account: str, connection: str
+    def _stream(self, read: FlightRead, account: str, connection: str
                 ) -> Iterator[tuple[pa.RecordBatch, pa.Buffer]]:
-        """The ticket's ranges one after the other in one stream slot, taken when Flight asks for
-        the first batch (a stream never started holds nothing) and given back when it ends."""
+        """One batch per store read, each holding its record bytes until the next is asked for.
+        The stream's slot is taken when Flight asks for its first batch (a stream never started
+        holds nothing) and given back when it ends."""
         try:
             self.slots.acquire(account)
         except BrokerError as error:
             raise _refused(error) from None
-        held = _Held()
+        held = 0
         try:
-            for read in reads:
-                yield from self._read_range(read, connection, held)
+            query, offset, rows, size = read.query, read.query.offset, 0, 0
+            while True:
+                max_rows = query.max_messages if read.max_rows is None else min(query.max_messages,
+                                                                                 read.max_rows - rows)
+                wanted = query.max_bytes if read.max_bytes is None else min(query.max_bytes,
+                                                                            read.max_bytes - size)
+                self._give_back(connection, held)
+                held = 0
+                granted = self._reserve(connection, wanted)
+                result = self.store.get_queue_range(query.topic, query.queue_id, offset, read.end_offset,
+                                                    max_rows, granted, query.tag_codes, query.record_filter)
+                held = len(result.buffer)
+                self._give_back(connection, granted - held)
+                if result.message_count:
+                    self.pull.stats.record_get(query.topic, result.message_count, held)
+                yield self._batch(read, result)
+                rows, size = rows + result.message_count, size + held
+                if result.status not in _READ_ON or result.next_begin_offset <= offset:
+                    return   # the client reads what the status means and where to go on
+                offset = result.next_begin_offset
+                if (offset >= read.end_offset or _reached(rows, read.max_rows)
+                        or _reached(size, read.max_bytes)):
+                    return
         except BrokerError as error:   # the budget had nothing left for a full second
             raise _refused(error) from None
         finally:
-            self._give_back(connection, held.take())
+            self._give_back(connection, held)
             self.slots.release(account)
-
-    def _read_range(self, read: FlightRead, connection: str, held: _Held
-                    ) -> Iterator[tuple[pa.RecordBatch, pa.Buffer]]:
-        """One batch per store read, each holding its record bytes (`held`) until the next is asked for."""
-        query, offset, rows, size = read.query, read.query.offset, 0, 0
-        while True:
-            max_rows = query.max_messages if read.max_rows is None else min(query.max_messages,
-                                                                             read.max_rows - rows)
-            wanted = query.max_bytes if read.max_bytes is None else min(query.max_bytes,
-                                                                        read.max_bytes - size)
-            self._give_back(connection, held.take())
-            granted = self._reserve(connection, wanted)
-            result = self.store.get_queue_range(query.topic, query.queue_id, offset, read.end_offset,
-                                                max_rows, granted, query.tag_codes, query.record_filter)
-            held.bytes = len(result.buffer)
-            self._give_back(connection, granted - held.bytes)
-            if result.message_count:
-                self.pull.stats.record_get(query.topic, result.message_count, held.bytes)
-            yield self._batch(read, result)
-            rows, size = rows + result.message_count, size + held.bytes
-            if result.status not in _READ_ON or result.next_begin_offset <= offset:
-                return   # the client reads what the status means and where to go on
-            offset = result.next_begin_offset
-            if (offset >= read.end_offset or _reached(rows, read.max_rows)
-                    or _reached(size, read.max_bytes)):
-                return
 
     def _batch(self, read: FlightRead, result: GetMessageResult) -> tuple[pa.RecordBatch, pa.Buffer]:
         answer = self.pull.progress(read.query, result)
-        answer.ticket_range = read.index
         if read.packed:   # PullMessage's whole answer, records as stored
             pack_messages(answer.messages, result)
         progress = pa.py_buffer(answer.SerializeToString())

@@ -58,13 +58,6 @@ def _group_and_topic_or_every_topic(request: Any) -> list[Requirement]:
     return _group_sub(request) + _admin("QueryConsumerOffsets without a topic (every topic's offsets)")
 
 
-def _ticket_ranges(ticket: Any) -> list[Requirement]:
-    """A Flight ticket reads like a pull per range: every range's topic and group."""
-    pulls = [ticket.pull] + [more.pull for more in ticket.more]
-    groups = sorted({pull.consumer_group for pull in pulls})
-    return _topics(pull.topic for pull in pulls) + [Requirement(GROUP, group, Need.SUB) for group in groups]
-
-
 def _broker(name: str) -> list[Requirement]:
     return [Requirement(BROKER, name, Need.ANY)]
 
@@ -76,7 +69,7 @@ def _rule(service: str, method: str) -> str:
 RULES: dict[str, Rule] = {
     _rule("MessagingService", "SendMessage"): lambda r: _topics([r.topic], Need.PUB),
     _rule("MessagingService", "PullMessage"): lambda r: _topics([r.topic]) + _group_sub(r),
-    _rule("Flight", "DoGet"): _ticket_ranges,   # rmq.flight: a pull per range
+    _rule("Flight", "DoGet"): lambda r: _topics([r.pull.topic]) + _group_sub(r.pull),   # rmq.flight: a pull
     _rule("MessagingService", "GetTopicOffsets"): lambda r: _topics([r.topic], Need.ANY),
     _rule("MessagingService", "SearchOffset"): lambda r: _topics([r.topic], Need.ANY),
     _rule("MessagingService", "QueryConsumerOffsets"): _group_and_topic_or_every_topic,

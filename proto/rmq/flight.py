@@ -6,8 +6,6 @@ x-rmq-* signing headers travel as Flight call headers). The stream's batches hav
 schema (rmq.record_batch.SCHEMA); each carries as app metadata the serialized PullMessageResponse
 (without messages) of the store read that produced it. A `packed` ticket's batches have no rows
 and their metadata carries the messages (PullMessage's whole answer, the records as stored). A
-ticket may carry more queue ranges (`more`), read one after the other by the same stream; each
-batch's PullMessageResponse names its range (`ticket_range`). A
 refused ticket fails the call with a Flight error whose extra_info is the serialized
 `rmq.v1.Status` PullMessage would have answered.
 """
@@ -19,7 +17,6 @@ from google.protobuf.message import DecodeError
 from rmq.v1 import rmq_pb2
 
 DO_GET_METHOD = "/rmq.v1.Flight/DoGet"
-MAX_TICKET_RANGES = 64   # queue ranges of one ticket (its own and `more`), a broker's bound
 
 
 def location(address: str, tls: bool) -> str:

@@ -12,7 +12,6 @@ from pathlib import Path
 import pyarrow.flight as flight
 import pytest
 
-from rmq import flight as flight_contract
 from rmq import request_signing
 from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.errors import UserError
@@ -23,7 +22,7 @@ from rmq.broker_server.security.tls import ServerTls
 from rmq.cli import main as cli
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.connector.errors import RmqError, RmqUnavailable
-from rmq.connector.flight_reader import FlightReader, QueueRange
+from rmq.connector.flight_reader import FlightReader
 from rmq.connector.pull_consumer import PullConsumer
 from rmq.connector.spark.message_decoder import SCHEMA, decode
 from rmq.connector.transport import Transport
@@ -91,29 +90,6 @@ def test_a_packed_ticket_answers_each_read_as_the_pull_would(broker: InProcessBr
             pulled = client.pull(MQ, offset, min(64, 250 - offset), group="etl")
             assert chunk.result == pulled
             offset = pulled.next_begin_offset
-
-
-def test_a_ticket_of_several_ranges_reads_each_as_its_own_ticket(broker: InProcessBroker) -> None:
-    """`more`: the ranges one after the other in one stream, each read as a ticket of its own
-    would be (its end, its rows), each batch naming its range."""
-    empty = MessageQueue(TOPIC, "broker-a", 1)
-    with RmqClient(broker.address) as client:
-        chunks = read(client, 10, 200, packed=True, max_rows=40,
-                      more=[QueueRange(empty, 0, 5, 5), QueueRange(MQ, 250, 260, 100), QueueRange(MQ, 0, 300, 3)])
-        got = [(c.range_index, c.result.pull_status, c.result.messages.count, c.result.next_begin_offset)
-               for c in chunks]
-        assert got == [(0, PullStatus.FOUND, 40, 50), (1, PullStatus.NO_NEW_MSG, 0, 0),
-                       (2, PullStatus.FOUND, 10, 260), (3, PullStatus.FOUND, 3, 3)]
-        assert chunks[2].result == client.pull(MQ, 250, 10, group="etl")
-
-
-def test_a_ticket_of_too_many_ranges_is_refused(broker: InProcessBroker) -> None:
-    more = [QueueRange(MQ, n, n + 1, 1) for n in range(flight_contract.MAX_TICKET_RANGES)]
-    with RmqClient(broker.address) as client:
-        with pytest.raises(RmqError, match="at most 64 queue ranges, this one 65") as refusal:
-            read(client, 0, 10, more=more)
-        assert refusal.value.code == rmq_pb2.ILLEGAL_ARGUMENT
-        assert len(read(client, 0, 10, more=more[:-1])) == flight_contract.MAX_TICKET_RANGES
 
 
 def test_filters_advance_like_pulls(broker: InProcessBroker) -> None:
@@ -248,15 +224,6 @@ def test_an_account_without_the_topic_is_denied(acl_broker: InProcessBroker) -> 
     with signed_client(acl_broker, "other1", "other-secret") as client:
         with pytest.raises(RmqError, match=f"PERMISSION_DENIED|UNAUTHORIZED.*{TOPIC}") as refusal:
             read(client, 0, 10)
-        assert refusal.value.code == rmq_pb2.NO_PERMISSION
-
-
-def test_each_range_of_a_ticket_needs_its_topic(acl_broker: InProcessBroker) -> None:
-    """Authorization follows every range: a range of a topic the account may not read refuses
-    the whole ticket."""
-    with signed_client(acl_broker, "etl001", "etl-secret") as client:
-        with pytest.raises(RmqError, match="elsewhere") as refusal:
-            read(client, 0, 10, more=[QueueRange(MessageQueue("elsewhere", "broker-a", 0), 0, 10, 10)])
         assert refusal.value.code == rmq_pb2.NO_PERMISSION
 
 

@@ -177,30 +177,3 @@ def test_transport_flight_needs_a_data_plane_and_auto_falls_back(tmp_path: Path)
         broker.stop()
     with pytest.raises(ValueError, match="transport must be one of auto, flight, grpc, not 'udp'"):
         PullConsumer("bad-transport", "127.0.0.1:1", transport="udp")
-
-
-SMALL_QUEUES, SMALL_BACKLOG = 40, 5   # backlogs under FLIGHT_BACKLOG_PULLS pulls each
-
-
-@pytest.mark.parametrize("transport", [Transport.AUTO, Transport.FLIGHT])
-def test_many_small_backlogs_start_through_tickets_of_several_queues(broker: InProcessBroker,
-                                                                     transport: Transport) -> None:
-    """A rebalance that adds many queues of a few messages each reads them by tickets of several
-    ranges (flight_pull.FlightPullService.pack): one Flight read per queue, none by PullMessage,
-    every message once at its offset, the commits at each queue's end; a tag filter still applies."""
-    topic = f"Small-{transport.value}"
-    with RmqClient(broker.address) as client:
-        client.create_topic(topic, SMALL_QUEUES)
-        for queue_id in range(SMALL_QUEUES):
-            client.send(topic, [OutgoingMessage(b"%d-%d" % (queue_id, i), tags="TagA" if i % 2 else "TagB",
-                                                queue_id=queue_id) for i in range(SMALL_BACKLOG)])
-    consumer = PullConsumer(f"small-{transport.value}", broker.address, consume_from="first",
-                            transport=transport, auto_commit=False)
-    consumer.subscribe(topic, "TagA")
-    with consumer:
-        got = read_all(consumer, SMALL_QUEUES * 2)
-        assert sorted((m.queue_id, m.queue_offset, m.body) for m in got) == [
-            (q, i, b"%d-%d" % (q, i)) for q in range(SMALL_QUEUES) for i in (1, 3)]
-        assert consumer.transport_reads == {Transport.FLIGHT: SMALL_QUEUES}
-        consumer.commit()
-        assert {consumer.committed(mq) for mq in consumer.assignment()} == {SMALL_BACKLOG}

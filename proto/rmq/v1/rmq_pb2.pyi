@@ -259,7 +259,7 @@ class PackedMessages(_message.Message):
     def __init__(self, count: _Optional[int] = ..., sizes: _Optional[bytes] = ..., records: _Optional[bytes] = ...) -> None: ...
 
 class PullMessageResponse(_message.Message):
-    __slots__ = ("status", "pull_status", "store_status", "next_begin_offset", "min_offset", "max_offset", "messages", "suggest_which_broker_id", "ticket_range")
+    __slots__ = ("status", "pull_status", "store_status", "next_begin_offset", "min_offset", "max_offset", "messages", "suggest_which_broker_id")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     PULL_STATUS_FIELD_NUMBER: _ClassVar[int]
     STORE_STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -268,7 +268,6 @@ class PullMessageResponse(_message.Message):
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     SUGGEST_WHICH_BROKER_ID_FIELD_NUMBER: _ClassVar[int]
-    TICKET_RANGE_FIELD_NUMBER: _ClassVar[int]
     status: Status
     pull_status: PullStatus
     store_status: GetMessageStatus
@@ -277,24 +276,21 @@ class PullMessageResponse(_message.Message):
     max_offset: int
     messages: PackedMessages
     suggest_which_broker_id: int
-    ticket_range: int
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., pull_status: _Optional[_Union[PullStatus, str]] = ..., store_status: _Optional[_Union[GetMessageStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Union[PackedMessages, _Mapping]] = ..., suggest_which_broker_id: _Optional[int] = ..., ticket_range: _Optional[int] = ...) -> None: ...
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., pull_status: _Optional[_Union[PullStatus, str]] = ..., store_status: _Optional[_Union[GetMessageStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Union[PackedMessages, _Mapping]] = ..., suggest_which_broker_id: _Optional[int] = ...) -> None: ...
 
 class FlightReadTicket(_message.Message):
-    __slots__ = ("pull", "end_offset", "max_rows", "max_bytes", "packed", "more")
+    __slots__ = ("pull", "end_offset", "max_rows", "max_bytes", "packed")
     PULL_FIELD_NUMBER: _ClassVar[int]
     END_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_ROWS_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     PACKED_FIELD_NUMBER: _ClassVar[int]
-    MORE_FIELD_NUMBER: _ClassVar[int]
     pull: PullMessageRequest
     end_offset: int
     max_rows: int
     max_bytes: int
     packed: bool
-    more: _containers.RepeatedCompositeFieldContainer[FlightReadTicket]
-    def __init__(self, pull: _Optional[_Union[PullMessageRequest, _Mapping]] = ..., end_offset: _Optional[int] = ..., max_rows: _Optional[int] = ..., max_bytes: _Optional[int] = ..., packed: _Optional[bool] = ..., more: _Optional[_Iterable[_Union[FlightReadTicket, _Mapping]]] = ...) -> None: ...
+    def __init__(self, pull: _Optional[_Union[PullMessageRequest, _Mapping]] = ..., end_offset: _Optional[int] = ..., max_rows: _Optional[int] = ..., max_bytes: _Optional[int] = ..., packed: _Optional[bool] = ...) -> None: ...
 
 class QueueOffsets(_message.Message):
     __slots__ = ("queue_id", "min_offset", "max_offset", "last_store_timestamp")
