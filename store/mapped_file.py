@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 OS_PAGE_SIZE = 4096
 FILE_NAME_DIGITS = 20
 LRU_TOUCH_INTERVAL_S = 1.0   # LRU order and idle times are exact to within this
+# read_runs copies runs of one length by one numpy gather from this many on (a slice per run costs
+# ~0.3 µs of Python each, the gather a few µs to set up)
+MIN_VECTOR_RUNS = 8
 
 
 def offset_to_file_name(offset: int) -> str:
@@ -276,6 +279,21 @@ class MappedFile:
         mm = self._begin_access()
         try:
             return mm[position:position + size]
+        finally:
+            self._end_access()
+
+    def read_runs(self, starts: np.ndarray, lengths: np.ndarray) -> list[bytes]:
+        """The bytes of each run [start, start + length), in order (under one access). Runs of one
+        length (records of one size, interleaved with other queues') are copied by one numpy
+        gather from MIN_VECTOR_RUNS of them on, each other run by a slice; the view of the
+        mapping lives only for the copy."""
+        mm = self._begin_access()
+        try:
+            if len(starts) >= MIN_VECTOR_RUNS and (lengths == lengths[0]).all():
+                view = np.lib.stride_tricks.sliding_window_view(np.frombuffer(mm, dtype=np.uint8),
+                                                                int(lengths[0]))
+                return [view[starts].tobytes()]
+            return [mm[start:end] for start, end in zip(starts.tolist(), (starts + lengths).tolist(), strict=True)]
         finally:
             self._end_access()
 

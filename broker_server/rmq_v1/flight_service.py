@@ -197,13 +197,13 @@ class FlightReadService(flight.FlightServerBase):
                                                                                  read.max_rows - rows)
                 wanted = query.max_bytes if read.max_bytes is None else min(query.max_bytes,
                                                                             read.max_bytes - size)
-                self._give_back(connection, held)
+                self.budget.give_back(connection, held)
                 held = 0
-                granted = self._call(self.budget.reserve(connection, wanted))
+                granted = self._reserve(connection, wanted)
                 result = self.store.get_queue_range(query.topic, query.queue_id, offset, read.end_offset,
                                                     max_rows, granted, query.tag_codes, query.record_filter)
                 held = len(result.buffer)
-                self._give_back(connection, granted - held)
+                self.budget.give_back(connection, granted - held)
                 if result.message_count:
                     self.pull.stats.record_get(query.topic, result.message_count, held)
                 yield self._batch(read, result)
@@ -217,7 +217,7 @@ class FlightReadService(flight.FlightServerBase):
         except BrokerError as error:   # the budget had nothing left for a full second
             raise _refused(error) from None
         finally:
-            self._give_back(connection, held)
+            self.budget.give_back(connection, held)
             self.slots.release(account)
 
     def _batch(self, read: FlightRead, result: GetMessageResult) -> tuple[pa.RecordBatch, pa.Buffer]:
@@ -230,12 +230,13 @@ class FlightReadService(flight.FlightServerBase):
         records = np.frombuffer(result.buffer, dtype=np.uint8)
         return decode_records(records, result.sizes.astype(np.int64), self.broker_name), progress
 
-    def _call(self, coroutine: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
-
-    def _give_back(self, connection: str, count: int) -> None:
-        if count:
-            self.loop.call_soon_threadsafe(self.budget.give_back, connection, count)
+    def _reserve(self, connection: str, wanted: int) -> int:
+        """The bytes granted for the next read: at once when the budget has them, else waited for
+        on the event loop (PullResponseBudget.reserve)."""
+        granted = self.budget.try_reserve(connection, wanted)
+        if granted is not None:
+            return granted
+        return asyncio.run_coroutine_threadsafe(self.budget.reserve(connection, wanted), self.loop).result()
 
 
 def _parse_ticket(ticket: bytes) -> rmq_pb2.FlightReadTicket:
