@@ -293,7 +293,8 @@ class MappedFile:
                 view = np.lib.stride_tricks.sliding_window_view(np.frombuffer(mm, dtype=np.uint8),
                                                                 int(lengths[0]))
                 return [view[starts].tobytes()]
-            return [mm[start:end] for start, end in zip(starts.tolist(), (starts + lengths).tolist(), strict=True)]
+            ends = (starts + lengths).tolist()
+            return [mm[start:end] for start, end in zip(starts.tolist(), ends, strict=True)]
         finally:
             self._end_access()
 

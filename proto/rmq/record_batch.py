@@ -180,7 +180,8 @@ def _primitive(values: np.ndarray, kind: pa.DataType, valid: np.ndarray | None =
     if valid is None or valid.all():
         return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
     bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(kind, len(values), [bitmap, pa.py_buffer(values)], null_count=int((~valid).sum()))
+    nulls = int((~valid).sum())
+    return pa.Array.from_buffers(kind, len(values), [bitmap, pa.py_buffer(values)], null_count=nulls)
 
 
 def _numpy(array: pa.Array) -> np.ndarray:
