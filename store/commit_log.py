@@ -420,40 +420,42 @@ class CommitLog:
         return int.from_bytes(data, "big", signed=True) if data is not None else None
 
     def gather(self, offsets: np.ndarray, sizes: np.ndarray) -> bytes | None:
-        """The records at `offsets` back to back, None when one of them is gone. Runs of adjacent
-        records are copied as one slice (records never span files), so contiguous batches cost one
-        copy; a file's runs of one length (records of one size interleaved with other queues') are
-        copied by one vectorised gather instead of a slice each."""
+        """The records at `offsets` back to back: one slice per run of adjacent records
+        (records never span files), so contiguous batches cost one copy; None when one is not
+        (or no longer) readable. The records of each file are read from its mapping held once
+        (a pull's usual case is one file: its queue's records interleaved with other queues')."""
         if len(offsets) == 0:
             return b""
         file_size = self.mapped_file_queue.mapped_file_size
         ends = offsets + sizes
-        breaks = np.flatnonzero((offsets[1:] != ends[:-1])
-                                | (offsets[1:] // file_size != offsets[:-1] // file_size)) + 1
-        run_starts = offsets[np.concatenate(([0], breaks))]
-        run_ends = ends[np.concatenate((breaks - 1, [len(offsets) - 1]))]
-        bases = run_starts - run_starts % file_size
+        first = int(offsets.min())
+        base = first - first % file_size
+        if int(ends.max()) <= base + file_size:
+            return self._gather_in_file(base, offsets - base, ends - base)
+        bases = offsets - offsets % file_size
         file_breaks = np.flatnonzero(bases[1:] != bases[:-1]) + 1
-        held: list[MappedFile] = []
+        parts = []
+        for start, stop in zip([0, *file_breaks.tolist()], [*file_breaks.tolist(), len(offsets)], strict=True):
+            base = int(bases[start])
+            part = self._gather_in_file(base, offsets[start:stop] - base, ends[start:stop] - base)
+            if part is None:
+                return None
+            parts.append(part)
+        return b"".join(parts)
+
+    def _gather_in_file(self, base: int, starts: np.ndarray, ends: np.ndarray) -> bytes | None:
+        """gather of records that all lie in the file starting at `base` (positions in it)."""
+        mapped = self.mapped_file_queue.find_mapped_file_by_offset(base)
+        if mapped is None or not mapped.hold():
+            return None
         try:
-            parts = []
-            for first, last in zip(np.concatenate(([0], file_breaks)).tolist(),
-                                   np.concatenate((file_breaks, [len(run_starts)])).tolist(), strict=True):
-                mapped = self.mapped_file_queue.find_mapped_file_by_offset(int(run_starts[first]))
-                if mapped is None or not mapped.hold():
-                    return None
-                held.append(mapped)
-                starts = run_starts[first:last] - mapped.file_from_offset
-                lengths = run_ends[first:last] - run_starts[first:last]
-                if int((starts + lengths).max()) > mapped.read_position():
-                    return None
-                parts += mapped.read_runs(starts, lengths)
-            return parts[0] if len(parts) == 1 else b"".join(parts)
+            if int(ends.max()) > mapped.read_position():
+                return None
+            return mapped.read_records(starts, ends)
         except ValueError:
             return None
         finally:
-            for mapped in held:
-                mapped.release()
+            mapped.release()
 
     # -- parse -----------------------------------------------------------------------------------
 
@@ -630,4 +632,3 @@ def _topic_name(data: bytes) -> str:
         if len(_TOPIC_NAMES) < 65536:
             _TOPIC_NAMES[data] = name
     return name
-

@@ -34,9 +34,9 @@ if TYPE_CHECKING:
 OS_PAGE_SIZE = 4096
 FILE_NAME_DIGITS = 20
 LRU_TOUCH_INTERVAL_S = 1.0   # LRU order and idle times are exact to within this
-# read_runs copies runs of one length by one numpy gather from this many on (a slice per run costs
-# ~0.3 µs of Python each, the gather a few µs to set up)
-MIN_VECTOR_RUNS = 8
+# read_records copies runs of one length by one numpy gather from this many on: measured on 200 B
+# records, the gather costs ≈ 30 µs to set up and 0.2 µs a run, slices 0.4 µs a run (equal at ≈ 128)
+MIN_VECTOR_RUNS = 128
 
 
 def offset_to_file_name(offset: int) -> str:
@@ -282,19 +282,25 @@ class MappedFile:
         finally:
             self._end_access()
 
-    def read_runs(self, starts: np.ndarray, lengths: np.ndarray) -> list[bytes]:
-        """The bytes of each run [start, start + length), in order (under one access). Runs of one
-        length (records of one size, interleaved with other queues') are copied by one numpy
-        gather from MIN_VECTOR_RUNS of them on, each other run by a slice; the view of the
-        mapping lives only for the copy."""
+    def read_records(self, starts: np.ndarray, ends: np.ndarray) -> bytes:
+        """The bytes [start, end) of each record, back to back, under one access: one slice when
+        they are contiguous, else one per run of adjacent records; runs of one length (records of
+        one size interleaved with other queues'), from MIN_VECTOR_RUNS of them on, are copied by
+        one numpy gather (the view of the mapping lives only for the copy)."""
         mm = self._begin_access()
         try:
-            if len(starts) >= MIN_VECTOR_RUNS and (lengths == lengths[0]).all():
+            if len(starts) == 1 or bool((starts[1:] == ends[:-1]).all()):
+                return mm[int(starts[0]):int(ends[-1])]
+            breaks = np.flatnonzero(starts[1:] != ends[:-1]) + 1
+            run_starts = starts[np.concatenate(([0], breaks))]
+            run_ends = ends[np.concatenate((breaks - 1, [len(starts) - 1]))]
+            lengths = run_ends - run_starts
+            if len(run_starts) >= MIN_VECTOR_RUNS and bool((lengths == lengths[0]).all()):
                 view = np.lib.stride_tricks.sliding_window_view(np.frombuffer(mm, dtype=np.uint8),
                                                                 int(lengths[0]))
-                return [view[starts].tobytes()]
-            ends = (starts + lengths).tolist()
-            return [mm[start:end] for start, end in zip(starts.tolist(), ends, strict=True)]
+                return view[run_starts].tobytes()
+            pairs = zip(run_starts.tolist(), run_ends.tolist(), strict=True)
+            return b"".join([mm[start:end] for start, end in pairs])
         finally:
             self._end_access()
 

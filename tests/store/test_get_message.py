@@ -147,6 +147,24 @@ def test_interleaved_queues_gather_the_right_records(open_store) -> None:
     assert seen == list(range(30))
 
 
+@pytest.mark.parametrize("file_size", [1 << 20, 48 * 1024])   # one file; many file ends on the way
+def test_many_interleaved_records_of_one_size_gather_byte_for_byte(open_store, file_size: int) -> None:
+    """A queue's records of one size interleaved with two others' are each a run of their own: read
+    by one vectorised gather per file (MappedFile.read_records, from MIN_VECTOR_RUNS runs on)."""
+    store = open_store(mapped_file_size_commit_log=file_size, mapped_file_size_consume_queue=20 * 1024)
+    store.put_messages([message(queue_id=i % 3, body=f"m{i:05d}".encode()) for i in range(3 * 600)])
+    wait_dispatched(store)
+    offset, bodies = 0, []
+    while offset < 600:
+        result = store.get_message("g", "TopicTest", 1, offset, 1024)
+        assert result.status is S.FOUND
+        starts = np.concatenate(([0], np.cumsum(result.sizes[:-1])))
+        bodies += [result.buffer[start + mf.BODY_POS:start + mf.BODY_POS + 6] for start in starts.tolist()]
+        assert queue_offsets(result) == list(range(offset, result.next_begin_offset))
+        offset = result.next_begin_offset
+    assert bodies == [f"m{3 * n + 1:05d}".encode() for n in range(600)]
+
+
 def test_message_was_removing_before_consume_queue_cleanup(open_store) -> None:
     store = open_store(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=100)
     store.put_messages([message(body=BODY_700) for _ in range(10)])
