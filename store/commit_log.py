@@ -433,9 +433,9 @@ class CommitLog:
         if int(ends.max()) <= base + file_size:
             return self._gather_in_file(base, offsets - base, ends - base)
         bases = offsets - offsets % file_size
-        file_breaks = np.flatnonzero(bases[1:] != bases[:-1]) + 1
+        file_breaks = (np.flatnonzero(bases[1:] != bases[:-1]) + 1).tolist()
         parts = []
-        for start, stop in zip([0, *file_breaks.tolist()], [*file_breaks.tolist(), len(offsets)], strict=True):
+        for start, stop in zip([0, *file_breaks], [*file_breaks, len(offsets)], strict=True):
             base = int(bases[start])
             part = self._gather_in_file(base, offsets[start:stop] - base, ends[start:stop] - base)
             if part is None:

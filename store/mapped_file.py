@@ -298,7 +298,8 @@ class MappedFile:
             if len(run_starts) >= MIN_VECTOR_RUNS and bool((lengths == lengths[0]).all()):
                 view = np.lib.stride_tricks.sliding_window_view(np.frombuffer(mm, dtype=np.uint8),
                                                                 int(lengths[0]))
-                return view[run_starts].tobytes()
+                gathered: bytes = view[run_starts].tobytes()
+                return gathered
             pairs = zip(run_starts.tolist(), run_ends.tolist(), strict=True)
             return b"".join([mm[start:end] for start, end in pairs])
         finally:
