@@ -614,6 +614,9 @@ class MessageStore:
         them alone is answered MESSAGE_WAS_REMOVING). Per entry, in order: pre-blank entries are
         skipped; the batch is full (break before the entry) once it holds max_msg_nums messages
         or the entry would pass max_bytes; filtered-out entries are skipped; the rest are taken."""
+        if len(entries) == 1 and record_filter is None:   # a woken held pull's read (the latency path)
+            offset, size, code = entries[0].tolist()
+            return self._read_one(offset, size, code, tag_codes)
         physical = entries["offset"].astype(np.int64)
         deleted = physical < self.commit_log.get_min_offset()
         if deleted.any():
@@ -653,6 +656,23 @@ class MessageStore:
             return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, 0, 0, 0)
         return GetMessageResult(GetMessageStatus.FOUND, scanned, 0, 0, len(selected),
                                 sizes[selected].astype(np.int32), buffer, suggest)
+
+    def _read_one(self, physical: int, size: int, code: int, tag_codes: Collection[int] | None
+                  ) -> GetMessageResult:
+        """_read_entries of one entry without a record filter, answered alike without arrays:
+        one entry never makes the batch full."""
+        if physical < self.commit_log.get_min_offset():
+            return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, 1, 0, 0)
+        suggest = suggest_pulling_from_slave(self.commit_log.get_max_offset(), physical, self._memory_threshold)
+        if size == PRE_BLANK_SIZE:
+            return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, 1, 0, 0, suggest_pulling_from_slave=suggest)
+        if tag_codes is not None and code not in tag_codes:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, 1, 0, 0, suggest_pulling_from_slave=suggest)
+        record = self.commit_log.get_message(physical, size)
+        if record is None:   # deleted while we read: let the client retry
+            return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, 0, 0, 0)
+        return GetMessageResult(GetMessageStatus.FOUND, 1, 0, 0, 1, np.array([size], dtype=np.int32), record,
+                                suggest)
 
     def _filter_records(self, physical: np.ndarray, sizes: np.ndarray, taken: np.ndarray, max_msg_nums: int,
                         max_bytes: int, record_filter: RecordFilter, max_evaluations: int | None
