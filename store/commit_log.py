@@ -148,9 +148,9 @@ def _valid(batch: MessageBatch, lengths: np.ndarray, max_length: int, prefix_of:
 def _numbers_valid(batch: MessageBatch, lengths: np.ndarray, max_length: int) -> bool:
     """Record lengths within `max_length`, queue ids and the int32 fields within their range."""
     if len(batch) == 1:   # the latency path: Python compares one value faster than numpy reduces it
-        ints = (int(batch.flags[0]), int(batch.sys_flags[0]), int(batch.reconsume_times[0]))
+        values = (int(batch.flags[0]), int(batch.sys_flags[0]), int(batch.reconsume_times[0]))
         return (int(lengths[0]) <= max_length and 0 <= int(batch.queue_ids[0]) < _INT32_MAX
-                and all(-_INT32_MAX <= value < _INT32_MAX for value in ints))
+                and all(-_INT32_MAX <= value < _INT32_MAX for value in values))
     ints = np.concatenate((batch.flags, batch.sys_flags, batch.reconsume_times))
     return (int(lengths.max()) <= max_length
             and int(batch.queue_ids.min()) >= 0 and int(batch.queue_ids.max()) < _INT32_MAX
@@ -209,8 +209,9 @@ def _record_parts(encoded: EncodedBatch, physical_offsets: np.ndarray, queue_off
     batch = encoded.batch
     count = len(batch)
     if count == 1:   # the latency path: struct packs one header faster than numpy fills one row
-        return [_header(encoded, int(physical_offsets[0]), int(queue_offsets[0]), store_timestamp, store_host),
-                batch.bodies[0], encoded.topic_prefixes[0], encoded.properties_length_fields[0],
+        header = _header(encoded, int(physical_offsets[0]), int(queue_offsets[0]), store_timestamp,
+                         store_host)
+        return [header, batch.bodies[0], encoded.topic_prefixes[0], encoded.properties_length_fields[0],
                 batch.properties[0]]
     headers = np.zeros(count, dtype=HEADER_DTYPE)
     headers["total_size"] = encoded.lengths

@@ -663,16 +663,17 @@ class MessageStore:
         one entry never makes the batch full."""
         if physical < self.commit_log.get_min_offset():
             return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, 1, 0, 0)
-        suggest = suggest_pulling_from_slave(self.commit_log.get_max_offset(), physical, self._memory_threshold)
-        if size == PRE_BLANK_SIZE:
-            return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, 1, 0, 0, suggest_pulling_from_slave=suggest)
-        if tag_codes is not None and code not in tag_codes:
-            return GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, 1, 0, 0, suggest_pulling_from_slave=suggest)
+        suggest = suggest_pulling_from_slave(self.commit_log.get_max_offset(), physical,
+                                             self._memory_threshold)
+        if size == PRE_BLANK_SIZE or (tag_codes is not None and code not in tag_codes):
+            status = GetMessageStatus.MESSAGE_WAS_REMOVING if size == PRE_BLANK_SIZE \
+                else GetMessageStatus.NO_MATCHED_MESSAGE
+            return GetMessageResult(status, 1, 0, 0, suggest_pulling_from_slave=suggest)
         record = self.commit_log.get_message(physical, size)
         if record is None:   # deleted while we read: let the client retry
             return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, 0, 0, 0)
-        return GetMessageResult(GetMessageStatus.FOUND, 1, 0, 0, 1, np.array([size], dtype=np.int32), record,
-                                suggest)
+        return GetMessageResult(GetMessageStatus.FOUND, 1, 0, 0, 1, np.array([size], dtype=np.int32),
+                                record, suggest)
 
     def _filter_records(self, physical: np.ndarray, sizes: np.ndarray, taken: np.ndarray, max_msg_nums: int,
                         max_bytes: int, record_filter: RecordFilter, max_evaluations: int | None

@@ -196,7 +196,8 @@ def test_a_one_message_put_announces_its_entry_unless_prepared(open_store) -> No
     store.put_batch(MessageBatch.of("T", 0, [b"p"], b"TAGS\x01a\x02", sys_flags=TRANSACTION_PREPARED_TYPE))
     store.put_batch(MessageBatch.of("T", 0, [b"x"], b"TAGS\x01a\x02"))
     wait_dispatched(store)
-    assert [(r.queue_id, r.consume_queue_offset, r.tags_code) for r in seen] == [(0, 0, mf.tags_hash_code("a"))]
+    assert [(r.queue_id, r.consume_queue_offset, r.tags_code) for r in seen] == [
+        (0, 0, mf.tags_hash_code("a"))]
     assert store.get_max_offset_in_queue("T", 0) == 1
 
 

@@ -266,9 +266,11 @@ def test_a_read_of_one_entry_answers_as_a_longer_scan_does(open_store, case) -> 
     store.put_messages([message(body=BODY_700, TAGS="a") for _ in range(10)])
     wait_dispatched(store)
     if case == "record deleted":   # the CommitLog file of entries 0-4, not their ConsumeQueue file
-        assert store.commit_log.mapped_file_queue.delete_expired_file_by_time(0, 0, 0, clean_immediately=True) == 1
+        queue = store.commit_log.mapped_file_queue
+        assert queue.delete_expired_file_by_time(0, 0, 0, clean_immediately=True) == 1
     tag_codes = {mf.tags_hash_code("b")} if case == "tag missed" else None
-    one, several = (store.get_message("g", "TopicTest", 0, offset, 32, tag_codes=tag_codes) for offset in (4, 3))
+    one, several = (store.get_message("g", "TopicTest", 0, offset, 32, tag_codes=tag_codes)
+                    for offset in (4, 3))
     expected = {"found": (S.FOUND, 5, 1), "tag missed": (S.NO_MATCHED_MESSAGE, 5, 0),
                 "record deleted": (S.MESSAGE_WAS_REMOVING, 5, 0), "far behind": (S.FOUND, 5, 1)}[case]
     assert (one.status, one.next_begin_offset, one.message_count) == expected
