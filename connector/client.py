@@ -790,6 +790,10 @@ class RmqClient:
                     ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_BYTES),
                     ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_BYTES),
                     ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
+                    # this client's own connection state: gRPC otherwise shares a subchannel per
+                    # address across the process, and a new client's first call failed at once
+                    # while another client's connection to a restarted broker waited out its backoff
+                    ("grpc.use_local_subchannel_pool", 1),
                 ])
                 connection = _Connection(channel, rmq_pb2_grpc.MessagingServiceStub(channel),
                                          rmq_pb2_grpc.AdminServiceStub(channel),

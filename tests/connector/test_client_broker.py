@@ -288,3 +288,19 @@ def test_a_failing_request_reports_what_earlier_requests_stored(broker: InProces
 
     assert caught.value.code == rmq_pb2.MESSAGE_ILLEGAL
     assert caught.value.acknowledged == 2
+
+
+def test_a_new_client_reaches_a_broker_at_once_that_another_client_found_down(tmp_path: Path) -> None:
+    """After a broker restart a fresh client connects at once: it does not inherit the reconnect
+    backoff of another client's connection that saw the broker down (gRPC's shared subchannels
+    failed the new client's first call with the old "connection refused" for up to the backoff)."""
+    broker = InProcessBroker(tmp_path / "store")            # its address chosen, nothing serving yet
+    with RmqClient(broker.address, timeout=10) as saw_it_down:
+        with pytest.raises(RmqUnavailable):
+            saw_it_down.list_brokers()
+        broker.start()
+        try:
+            with RmqClient(broker.address, timeout=10) as fresh:
+                assert fresh.list_brokers() == {"broker-a": broker.address}
+        finally:
+            broker.stop()
