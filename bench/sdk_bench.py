@@ -20,9 +20,10 @@ from rmq.connector.client import RmqClient
 QUEUES = 8
 BODY_SIZE = 100
 PRODUCE_BATCH = 256
-CONSUMER_SETTINGS = (  # (label, pull_batch_size, consume_message_batch_max_size)
-    ("RocketMQ defaults: pulls of 32, listener batches of 1", 32, 1),
-    ("pulls of 256, listener batches of 32", 256, 32),
+CONSUMER_SETTINGS = (  # (label, pull_batch_size, consume_message_batch_max_size, target ratio)
+    # issue 29 item 2: at RocketMQ's defaults ≥ 1.5× a Redis consumer group
+    ("RocketMQ defaults: pulls of 32, listener batches of 1", 32, 1, 1.5),
+    ("pulls of 256, listener batches of 32", 256, 32, 2.0),
 )
 _groups = itertools.count()
 
@@ -43,7 +44,7 @@ def sdk_rows(env: Environment) -> list[Row]:
         redis_client = redis_server.client() if redis_server else None
         if redis_client is not None:
             rr.xadd(redis_client, "bench-group-stream", body, count)
-        for label, pull_batch, consume_batch in CONSUMER_SETTINGS:
+        for label, pull_batch, consume_batch, target in CONSUMER_SETTINGS:
             subject, reference = measure_pair(
                 lambda pull_batch=pull_batch, consume_batch=consume_batch: push_consumer_rate(
                     broker.address, count, pull_batch, consume_batch
@@ -60,7 +61,7 @@ def sdk_rows(env: Environment) -> list[Row]:
                     subject,
                     f"XREADGROUP COUNT {pull_batch} + XACK pipelined",
                     reference,
-                    Target(min_ratio=2.0),
+                    Target(min_ratio=target),
                     env.redis_missing,
                 )
             )

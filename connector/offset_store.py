@@ -68,11 +68,17 @@ class OffsetStore(ABC):
                 return offset
             if read_type is ReadOffsetType.READ_FROM_MEMORY:
                 return NO_OFFSET
-        stored = self._read_from_store(mq)
-        if stored >= 0:
-            self.update_offset(mq, stored, increase_only=False)
-            with self._lock:
-                self._as_read.add(mq)
+        return self.read_offsets_from_store([mq])[mq]
+
+    def read_offsets_from_store(self, mqs: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
+        """READ_FROM_STORE of several queues at once (a rebalance adding many): the broker store
+        asks each broker once per topic, not once per queue. Each offset read is kept in memory."""
+        stored = self._read_many_from_store(list(mqs))
+        with self._lock:
+            for mq, offset in stored.items():
+                if offset >= 0:
+                    self._table[mq] = offset
+                    self._as_read.add(mq)
         return stored
 
     def persist_all(self, mqs: Iterable[MessageQueue]) -> None:
@@ -97,6 +103,9 @@ class OffsetStore(ABC):
     @abstractmethod
     def _read_from_store(self, mq: MessageQueue) -> int: ...
 
+    def _read_many_from_store(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
+        return {mq: self._read_from_store(mq) for mq in mqs}
+
     @abstractmethod
     def _persist(self, offsets: Positions) -> None: ...
 
@@ -117,16 +126,25 @@ class RemoteBrokerOffsetStore(OffsetStore):
         """Nothing to preload: READ_FROM_STORE asks the broker."""
 
     def _read_from_store(self, mq: MessageQueue) -> int:
-        try:
-            offsets = self._client.query_consumer_offsets(self._group, mq.topic, broker_name=mq.broker_name)
-        except RmqUnavailable as error:
-            self._outages.unreachable(mq.broker_name, error)
-            return OFFSET_READ_FAILED
-        except RmqError as error:
-            logger.warning("fetchConsumeOffsetFromBroker exception, %s: %s", mq, error)
-            return OFFSET_READ_FAILED
-        self._outages.answered(mq.broker_name)
-        return offsets.get(mq, NO_OFFSET)
+        return self._read_many_from_store([mq])[mq]
+
+    def _read_many_from_store(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
+        """One QueryConsumerOffsets per broker and topic (it answers every queue of the topic)."""
+        stored: dict[MessageQueue, int] = {}
+        for (broker_name, topic), queues in _by_broker_and_topic(mqs).items():
+            try:
+                offsets = self._client.query_consumer_offsets(self._group, topic, broker_name=broker_name)
+            except RmqUnavailable as error:
+                self._outages.unreachable(broker_name, error)
+                offsets = dict.fromkeys(queues, OFFSET_READ_FAILED)
+            except RmqError as error:
+                logger.warning("fetchConsumeOffsetFromBroker exception, %s of %s: %s", topic, broker_name,
+                               error)
+                offsets = dict.fromkeys(queues, OFFSET_READ_FAILED)
+            else:
+                self._outages.answered(broker_name)
+            stored.update((mq, offsets.get(mq, NO_OFFSET)) for mq in queues)
+        return stored
 
     def _persist(self, offsets: Positions) -> None:
         # The broker overwrites (ConsumerOffsetManager.commitOffset); increase-only is
@@ -140,6 +158,13 @@ class RemoteBrokerOffsetStore(OffsetStore):
             self._outages.answered(broker_name)
         if unreachable:
             raise next(iter(unreachable.values()))
+
+
+def _by_broker_and_topic(mqs: Iterable[MessageQueue]) -> dict[tuple[str, str], list[MessageQueue]]:
+    grouped: dict[tuple[str, str], list[MessageQueue]] = {}
+    for mq in mqs:
+        grouped.setdefault((mq.broker_name, mq.topic), []).append(mq)
+    return grouped
 
 
 class LocalFileOffsetStore(OffsetStore):

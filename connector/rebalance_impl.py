@@ -209,16 +209,11 @@ class RebalanceImpl:
                 else:
                     self._balanced = False
         pull_requests = []
-        for mq in sorted(mq_set - set(self.process_queue_table)):
-            if self.orderly and not self.lock(mq):
-                logger.info(
-                    "doRebalance, %s, add a new mq failed, %s, because lock failed: another consumer holds "
-                    "it until it lets go (or its lock expires, 60 s after its last renewal), or the broker's "
-                    "master is down (consumer-startup-allocation-ordering §6); retried in a moment",
-                    self.group, mq)
-                self._balanced = False
-                continue
-            next_offset = self.compute_pull_from_where(mq)
+        added = [mq for mq in sorted(mq_set - set(self.process_queue_table)) if self._may_add(mq)]
+        # their committed offsets in one query per broker and topic, read after the locks (orderly)
+        stored = self.offset_store.read_offsets_from_store(added) if added else {}
+        for mq in added:
+            next_offset = self.compute_pull_from_where(mq, stored[mq])
             if next_offset < 0:   # its cause is warned where it happened (once per outage for a down broker)
                 logger.info("doRebalance, %s, add new mq failed, %s", self.group, mq)
                 continue
@@ -230,6 +225,18 @@ class RebalanceImpl:
             logger.info("doRebalance, %s, add a new mq, %s at %d", self.group, mq, next_offset)
         self.dispatch_pull_requests(pull_requests)
         return changed
+
+    def _may_add(self, mq: MessageQueue) -> bool:
+        """Orderly: only a queue whose broker lock this consumer got."""
+        if not self.orderly or self.lock(mq):
+            return True
+        logger.info(
+            "doRebalance, %s, add a new mq failed, %s, because lock failed: another consumer holds "
+            "it until it lets go (or its lock expires, 60 s after its last renewal), or the broker's "
+            "master is down (consumer-startup-allocation-ordering §6); retried in a moment",
+            self.group, mq)
+        self._balanced = False
+        return False
 
     def remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
         """Persist the queue's offset for its next owner, then forget it. Orderly: only once
@@ -330,10 +337,11 @@ class RebalanceImpl:
         for pq in table.values():
             pq.locked = False
 
-    def compute_pull_from_where(self, mq: MessageQueue) -> int:
-        """Spec consumer-pull-rebalance §9 / TV-9: the committed offset, else by consume_from;
-        -1 skips the queue."""
-        last_offset = self.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_STORE)
+    def compute_pull_from_where(self, mq: MessageQueue, last_offset: int | None = None) -> int:
+        """Spec consumer-pull-rebalance §9 / TV-9: the committed offset (`last_offset` when read
+        already), else by consume_from; -1 skips the queue."""
+        if last_offset is None:
+            last_offset = self.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_STORE)
         if last_offset >= 0:
             return last_offset
         if last_offset != NO_OFFSET:

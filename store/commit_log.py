@@ -451,11 +451,17 @@ class CommitLog:
 
     def gather(self, offsets: np.ndarray, sizes: np.ndarray) -> bytes | None:
         """The records at `offsets` back to back: one slice per run of adjacent records
-        (records never span files), so contiguous batches cost one copy."""
+        (records never span files), so contiguous batches cost one copy; None when one is not
+        (or no longer) readable. Records of one file (a pull's usual case: its queue's records
+        interleaved with other queues') are sliced from that file's mapping held once."""
         if len(offsets) == 0:
             return b""
         file_size = self.mapped_file_queue.mapped_file_size
         ends = offsets + sizes
+        first = int(offsets.min())
+        base = first - first % file_size
+        if int(ends.max()) <= base + file_size:
+            return self._gather_in_file(base, offsets - base, ends - base)
         breaks = np.flatnonzero((offsets[1:] != ends[:-1])
                                 | (offsets[1:] // file_size != offsets[:-1] // file_size)) + 1
         run_starts = offsets[np.concatenate(([0], breaks))].tolist()
@@ -480,6 +486,24 @@ class CommitLog:
         finally:
             for mapped in held.values():
                 mapped.release()
+
+    def _gather_in_file(self, base: int, starts: np.ndarray, ends: np.ndarray) -> bytes | None:
+        """gather of records that all lie in the file starting at `base` (positions in it)."""
+        mapped = self.mapped_file_queue.find_mapped_file_by_offset(base)
+        if mapped is None or not mapped.hold():
+            return None
+        try:
+            if int(ends.max()) > mapped.read_position():
+                return None
+            mm = mapped.mm
+            if len(starts) == 1 or bool((starts[1:] == ends[:-1]).all()):
+                return mm[int(starts[0]):int(ends[-1])]
+            pairs = zip(starts.tolist(), ends.tolist(), strict=True)
+            return b"".join([mm[start:end] for start, end in pairs])
+        except ValueError:
+            return None
+        finally:
+            mapped.release()
 
     # -- parse -----------------------------------------------------------------------------------
 

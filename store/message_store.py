@@ -560,6 +560,25 @@ class MessageStore:
         return self._get_message(topic, queue_id, offset, None, max_msg_nums, max_total_bytes, tag_codes,
                                  record_filter, max_filter_evaluations)
 
+    def is_small_read_in_memory(self, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+                                max_bytes: int) -> bool:
+        """Whether an unfiltered read of at most `max_msg_nums` messages of the queue from `offset`
+        copies at most `max_bytes` of records that lie within the memory threshold behind the
+        CommitLog's end (what getMessage counts as in memory, TV-6): a read cheap enough for the
+        caller's own thread. A read that finds no entry there (the queue's end, a removed
+        file) copies nothing."""
+        cq = self.find_consume_queue(topic, queue_id)
+        if cq is None:
+            return True
+        entries = cq.get_entries(offset, max_msg_nums)
+        if entries is None:
+            return True
+        sizes = entries["size"]
+        if int(sizes[sizes != PRE_BLANK_SIZE].sum()) > max_bytes:
+            return False
+        return not suggest_pulling_from_slave(self.commit_log.get_max_offset(), int(entries["offset"][0]),
+                                              self._memory_threshold)
+
     def get_queue_range(self, topic: str, queue_id: int, offset: int, end_offset: int, max_msg_nums: int,
                         max_total_bytes: int | None = None, tag_codes: Collection[int] | None = None,
                         record_filter: RecordFilter | None = None) -> GetMessageResult:

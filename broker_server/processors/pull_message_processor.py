@@ -8,8 +8,12 @@ as little-endian int32, with no per-message Python work on this path.
 
 Memory: a pull reads at most `max_pull_bytes` on one of the `store_threads` executor threads,
 so reads in progress hold at most store_threads x max_pull_bytes (8 x 48 MiB by default). A
-held pull woken with at most WOKEN_INLINE_MESSAGES new messages reads them on the event loop
-itself (no executor hop, one GIL hand-off less per wake): one such read at a time. An SQL92 pull
+held pull woken with at most INLINE_MESSAGES new messages reads them on the event loop
+itself (no executor hop, one GIL hand-off less per wake), and so does any pull of at most
+INLINE_MESSAGES messages without a filter whose records hold at most INLINE_BYTES and lie in
+memory (MessageStore.is_small_read_in_memory): the hop costs more CPU than such a read
+(≈ 70 µs against ≈ 55 µs for 32 records of 100 B, bench/NOTES.md issue 29 third pass); one
+such read at a time. An SQL92 pull
 never reads on the event loop: it reads on the FilterExecutor, one slice of filter work per read,
 in its account's turn (filter_executor, docs/filtering-and-bounds.md). An answer then
 stays in the process until its call ends: a call's PullBytesLease grants each read at most what
@@ -44,7 +48,8 @@ from rmq.store.results import GetMessageResult
 from rmq.v1 import rmq_pb2
 
 MAX_SUB_EXPRESSION_LENGTH = 65536
-WOKEN_INLINE_MESSAGES = 32   # a woken pull reading at most this many messages reads on the event loop
+INLINE_MESSAGES = 32        # a pull reading at most this many messages may read on the event loop
+INLINE_BYTES = 256 * 1024   # ... when it is woken, or its records hold at most this many bytes
 MASTER_ID = 0
 WHICH_BROKER_WHEN_CONSUME_SLOWLY = 1   # subscriptionGroupConfig.whichBrokerWhenConsumeSlowly default
 KNOWN_SYS_FLAGS = rmq_pb2.FLAG_COMMIT_OFFSET | rmq_pb2.FLAG_SUSPEND | rmq_pb2.FLAG_SUBSCRIPTION
@@ -161,7 +166,7 @@ class PullMessageProcessor:
         """`lease`: the call's (see get_message)."""
         try:
             query = self.parse(request)
-            inline = not broker_allow_suspend and self._few_new_messages(query)
+            inline = self._reads_inline(query, woken=not broker_allow_suspend)
             response = await self.get_message(query, inline=inline, lease=lease)
         except BrokerError as error:     # a bad request, or the lease has no bytes left
             return rmq_pb2.PullMessageResponse(status=error.status())
@@ -282,13 +287,18 @@ class PullMessageProcessor:
                          max_bytes=self.limits.default_max_bytes, tag_codes=None, suspend=False,
                          suspend_timeout_ms=0)
 
-    def _few_new_messages(self, query: PullQuery) -> bool:
-        """Whether the queue holds at most WOKEN_INLINE_MESSAGES messages from the query's offset
-        and the pull evaluates no filter (an SQL92 read never runs on the event loop)."""
+    def _reads_inline(self, query: PullQuery, woken: bool) -> bool:
+        """Whether the read runs on the event loop: never with an SQL92 filter; a woken pull when
+        the queue holds at most INLINE_MESSAGES messages from its offset; any pull of at most
+        INLINE_MESSAGES without a tag filter whose records are few bytes in memory."""
         if query.record_filter is not None:
             return False
-        max_offset = self.store.get_max_offset_in_queue(query.topic, query.queue_id)
-        return max_offset - query.offset <= WOKEN_INLINE_MESSAGES
+        if woken and (self.store.get_max_offset_in_queue(query.topic, query.queue_id) - query.offset
+                      <= INLINE_MESSAGES):
+            return True
+        return (query.tag_codes is None and query.max_messages <= INLINE_MESSAGES
+                and self.store.is_small_read_in_memory(query.topic, query.queue_id, query.offset,
+                                                      query.max_messages, min(query.max_bytes, INLINE_BYTES)))
 
     async def get_message(self, query: PullQuery, inline: bool = False,
                           lease: PullBytesLease | None = None) -> rmq_pb2.PullMessageResponse:

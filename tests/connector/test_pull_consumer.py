@@ -144,3 +144,39 @@ def test_subscribe_with_an_sql92_selector(broker: InProcessBroker, client: RmqCl
     assert sorted(m.body for m in got) == [b"m7", b"m8", b"m9"]
     with pytest.raises(ValueError, match="position"):
         PullConsumer("GQ2", broker.address).subscribe("Selected", MessageSelector.by_sql("amount >"))
+
+
+class CountingClient(RmqClient):
+    """The real client, counting the committed-offset queries it makes."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__(address)
+        self.offset_queries: list[tuple[str, str | None]] = []
+
+    def query_consumer_offsets(self, group: str, topic: str = "", unreachable=None,
+                               broker_name: str | None = None) -> dict[MessageQueue, int]:
+        self.offset_queries.append((topic, broker_name))
+        return super().query_consumer_offsets(group, topic, unreachable, broker_name)
+
+
+def test_a_member_reads_the_committed_offsets_of_its_new_queues_in_one_query(
+        broker: InProcessBroker, client: RmqClient) -> None:
+    """A rebalance that adds many queues starts each at the group's committed offset, asking each
+    broker once per topic (one QueryConsumerOffsets answers every queue), not once per queue."""
+    queues = fill(client, "ManyQueues", 8, 10)
+    committed = {mq: mq.queue_id for mq in queues}     # queue i resumes at offset i
+    client.update_consumer_offsets("GM", committed)
+    counting = CountingClient(broker.address)
+    consumer = PullConsumer("GM", broker.address, consume_from="first", client=counting)
+    consumer.subscribe("ManyQueues")
+    consumer.start()
+    try:
+        first: dict[MessageQueue, int] = {}
+        for batch in poll_until([consumer], sum(10 - offset for offset in committed.values())):
+            for message in batch:
+                first.setdefault(message.message_queue, message.queue_offset)
+    finally:
+        consumer.shutdown()
+        counting.close()
+    assert first == committed
+    assert counting.offset_queries.count(("ManyQueues", "broker-a")) == 1

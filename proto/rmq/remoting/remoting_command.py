@@ -171,7 +171,9 @@ def decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
         opaque=_int_field(parsed, "opaque"),
         flag=_int_field(parsed, "flag"),
         remark=None if remark is None else _text(remark),
-        ext_fields={str(key): _text(value) for key, value in ext.items() if value is not None},
+        # JSON object keys are strings; most values are too (the rest go through _text)
+        ext_fields={key: value if type(value) is str else _text(value)
+                    for key, value in ext.items() if value is not None},
         body=body,
         language=LanguageCode.named(parsed.get("language")),
         version=_int_field(parsed, "version"),
