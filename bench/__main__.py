@@ -45,7 +45,7 @@ BENCHMARKS = [
     Benchmark("latency", "4. Delivery latency (Producer.send → PushConsumer) vs Redis XREAD BLOCK and "
               "NATS JetStream", "bench.broker_bench:latency_rows", Target(max_value=1.0, unit="ms")),
     Benchmark("e2e", "5. End-to-end Spark ingest vs a zero-copy Arrow source", "bench.spark_bench:e2e_rows",
-              Target(min_ratio=0.75)),
+              Target(min_ratio=0.9)),
     Benchmark("scaling", "6a. Scaling: end-to-end by queues and brokers", "bench.spark_bench:scaling_rows"),
     Benchmark("batch", "6b. Scaling: produce throughput by batch size", "bench.broker_bench:batch_size_rows"),
     Benchmark("memory", "6c. Executor memory peak reading a large queue range",

@@ -5,11 +5,13 @@ the send and the consumer's held pulls (docs/client-behaviour.md "Transport"); `
 broker started with `--remoting-listen off`, the gRPC path.
 
 `python -m bench.delivery_latency --samples 200 --runs 3` alternates the two brokers and Redis
-XREAD BLOCK's wake, printing each run's p50/p99 and the load average (bench/NOTES.md)."""
+XREAD BLOCK's wake, printing each run's p50/p99 and the load average (bench/NOTES.md);
+`--cpu` prints the CPU time a delivery costs the broker and the client instead."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import queue
@@ -49,6 +51,17 @@ def broker(directory: Path, over_grpc: bool = False) -> Iterator[processes.Serve
 def push_delivery_latencies_ms(address: str, samples: int, settle_s: float = SETTLE_S) -> list[float]:
     """ms from just before Producer.send to the listener's call, per message, after the
     consumer received WARMUP messages."""
+    with push_path(address) as path:
+        return deliveries_ms(*path, WARMUP + samples, settle_s)[WARMUP:]
+
+
+PushPath = tuple[Producer, str, "queue.SimpleQueue[float]"]   # what deliveries_ms takes
+
+
+@contextmanager
+def push_path(address: str) -> Iterator[PushPath]:
+    """A fresh topic, a PushConsumer of it at its defaults (its listener puts the time it was
+    called) that received its first message, and a Producer."""
     run = next(_groups)
     topic = f"{TOPIC}-{run}"
     with RmqClient(address) as admin:
@@ -67,18 +80,48 @@ def push_delivery_latencies_ms(address: str, samples: int, settle_s: float = SET
     producer.start()
     try:
         wait_first_delivery(producer, topic, received)
-        latencies = []
-        for index in range(WARMUP + samples):
-            time.sleep(settle_s)
-            sent = time.perf_counter()
-            producer.send(Message(topic, b"x" * 100))
-            delivered = received.get(timeout=30)
-            if index >= WARMUP:
-                latencies.append((delivered - sent) * 1000.0)
-        return latencies
+        yield producer, topic, received
     finally:
         producer.shutdown()
         consumer.shutdown()
+
+
+def deliveries_ms(producer: Producer, topic: str, received: queue.SimpleQueue[float], count: int,
+                  settle_s: float = SETTLE_S) -> list[float]:
+    """`count` messages, one every `settle_s`: ms from just before each send to its listener call."""
+    latencies = []
+    for _ in range(count):
+        time.sleep(settle_s)
+        sent = time.perf_counter()
+        producer.send(Message(topic, b"x" * 100))
+        latencies.append((received.get(timeout=30) - sent) * 1000.0)
+    return latencies
+
+
+def cpu_per_delivery_ms(server: processes.ServerProcess, samples: int) -> tuple[float, float, float]:
+    """CPU ms per delivery of the broker process and of this one (the consumer's and the
+    producer's threads), and the broker's per SETTLE_S idle, over `samples` deliveries of
+    push_delivery_latencies_ms's path after WARMUP: figures the machine's load hardly moves."""
+    pid = server.process.pid
+    idle_before = _cpu_s(pid)
+    time.sleep(samples * SETTLE_S)
+    idle = (_cpu_s(pid) - idle_before) * 1000 / samples
+    with push_path(server.address) as path:
+        deliveries_ms(*path, WARMUP)
+        broker_before, client_before = _cpu_s(pid), time.process_time()
+        deliveries_ms(*path, samples)
+        broker = (_cpu_s(pid) - broker_before) * 1000 / samples
+        client = (time.process_time() - client_before) * 1000 / samples
+    return broker, client, idle
+
+
+def _cpu_s(pid: int) -> float:
+    """Seconds every thread of process `pid` has run (schedstat: nanoseconds on the CPU)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9
 
 
 def wait_first_delivery(producer: Producer, topic: str, received: queue.SimpleQueue[float]) -> None:
@@ -104,9 +147,15 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--cpu", action="store_true",
+                        help="CPU ms per delivery (broker, client) over the remoting port instead")
     args = parser.parse_args()
     env = Environment(Scale.quick())
     try:
+        if args.cpu:
+            for run in range(args.runs):
+                _report_cpu(env.directory(f"cpu{run}"), f"run {run}", args.samples)
+            return 0
         with env.redis() as redis_server:
             for run in range(args.runs):
                 for over_grpc in (True, False):
@@ -120,6 +169,14 @@ def main() -> int:
     finally:
         env.close()
     return 0
+
+
+def _report_cpu(directory: Path, label: str, samples: int) -> None:
+    with broker(directory) as server:
+        load = os.getloadavg()[0]
+        broker_ms, client_ms, idle_ms = cpu_per_delivery_ms(server, samples)
+    print(f"{label} CPU per delivery: broker {broker_ms:.3f} ms (idle {idle_ms:.3f} ms per "
+          f"{SETTLE_S * 1000:.0f} ms), client {client_ms:.3f} ms  (load {load:.1f})", flush=True)
 
 
 def _report(label: str, measure: Callable[[], list[float]]) -> None:

@@ -24,6 +24,8 @@ from bench.wake_timeline import SEND_RETURNED, START, Trace, step_medians
 from rmq.broker_server.remoting import broker_processor, remoting_server
 from rmq.connector import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer, remoting_client
 from rmq.connector.client import RmqClient
+from rmq.connector.consume_message_concurrently_service import ConsumeMessageConcurrentlyService
+from rmq.connector.consumer_impl import ConsumerImpl
 from testing import processes
 
 LISTENER = "client: listener called"
@@ -48,6 +50,9 @@ def timeline(samples: int) -> list[tuple[str, float, int]]:
     trace = Trace(trace_file)
     trace.wrap(remoting_client.RemotingConnection, "_write", "client: frame written")
     trace.wrap(remoting_client.RemotingConnection, "_dispatch", "client: reader thread handles an answer")
+    trace.wrap(ConsumerImpl, "_on_pull", "client: pull callback")
+    trace.wrap(ConsumerImpl, "pull_message", "client: next pull (pull thread)")
+    trace.wrap(ConsumeMessageConcurrentlyService, "run", "client: consume thread runs")
     server = processes.broker(env.directory("delivery-timeline"), flush="async")
     server.command = [sys.executable, "-m", "bench.delivery_timeline", "--serve", str(trace_file)]
     received: queue.SimpleQueue[float] = queue.SimpleQueue()

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 OS_PAGE_SIZE = 4096
 FILE_NAME_DIGITS = 20
 LRU_TOUCH_INTERVAL_S = 1.0   # LRU order and idle times are exact to within this
+# read_records copies runs of one length by one numpy gather from this many on: measured on 200 B
+# records, the gather costs ≈ 30 µs to set up and 0.2 µs a run, slices 0.4 µs a run (equal at ≈ 128)
+MIN_VECTOR_RUNS = 128
 
 
 def offset_to_file_name(offset: int) -> str:
@@ -276,6 +279,29 @@ class MappedFile:
         mm = self._begin_access()
         try:
             return mm[position:position + size]
+        finally:
+            self._end_access()
+
+    def read_records(self, starts: np.ndarray, ends: np.ndarray) -> bytes:
+        """The bytes [start, end) of each record, back to back, under one access: one slice when
+        they are contiguous, else one per run of adjacent records; runs of one length (records of
+        one size interleaved with other queues'), from MIN_VECTOR_RUNS of them on, are copied by
+        one numpy gather (the view of the mapping lives only for the copy)."""
+        mm = self._begin_access()
+        try:
+            if len(starts) == 1 or bool((starts[1:] == ends[:-1]).all()):
+                return mm[int(starts[0]):int(ends[-1])]
+            breaks = np.flatnonzero(starts[1:] != ends[:-1]) + 1
+            run_starts = starts[np.concatenate(([0], breaks))]
+            run_ends = ends[np.concatenate((breaks - 1, [len(starts) - 1]))]
+            lengths = run_ends - run_starts
+            if len(run_starts) >= MIN_VECTOR_RUNS and bool((lengths == lengths[0]).all()):
+                view = np.lib.stride_tricks.sliding_window_view(np.frombuffer(mm, dtype=np.uint8),
+                                                                int(lengths[0]))
+                gathered: bytes = view[run_starts].tobytes()
+                return gathered
+            pairs = zip(run_starts.tolist(), run_ends.tolist(), strict=True)
+            return b"".join([mm[start:end] for start, end in pairs])
         finally:
             self._end_access()
 

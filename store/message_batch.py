@@ -117,6 +117,8 @@ class QueueGroups:
     @classmethod
     def of(cls, topics: list[str], queue_ids: np.ndarray) -> QueueGroups:
         count = len(queue_ids)
+        if count == 1:   # the latency path: no numpy comparisons for one message
+            return cls(np.zeros(1, dtype=np.int64), [(topics[0], int(queue_ids[0]))], None, np.array([0, 1]))
         names = distinct(topics)
         if len(names) == 1:
             keys = queue_ids

@@ -359,7 +359,26 @@ class MessageStore:
     def _dispatch_chunk(self, batch: DispatchBatch) -> None:
         """doDispatch for a chunk of records: ConsumeQueue entries (NOT/COMMIT messages, one
         array per queue), the index (all but ROLLBACK), then the listeners."""
-        visible = (batch.sys_flags & TRANSACTION_PREPARED_TYPE) == 0     # NOT / COMMIT (spec store §8)
+        if len(batch) == 1:   # the latency path: one entry, no column work
+            all_visible = int(batch.sys_flags[0]) & TRANSACTION_PREPARED_TYPE == 0   # NOT / COMMIT
+            if all_visible:
+                topic, queue_id = batch.queues.queues[0]
+                self._consume_queue(topic, queue_id).put_message_position_info(
+                    int(batch.commit_log_offsets[0]), int(batch.msg_sizes[0]), int(batch.tags_codes[0]),
+                    int(batch.consume_queue_offsets[0]))
+            visible = np.array([all_visible])
+        else:
+            visible, all_visible = self._put_entries(batch)
+        if self.config.message_index_enable:
+            self._build_index(batch)
+        self._last_dispatched_timestamp = int(batch.store_timestamps[-1])
+        if self._listeners:
+            self._notify_listeners(batch, visible, all_visible)
+
+    def _put_entries(self, batch: DispatchBatch) -> tuple[np.ndarray, bool]:
+        """The chunk's ConsumeQueue entries, one array per queue; which records are visible
+        (NOT / COMMIT, spec store §8) and whether all are."""
+        visible = (batch.sys_flags & TRANSACTION_PREPARED_TYPE) == 0
         all_visible = bool(visible.all())
         groups = batch.queues
         order = groups.order     # the entries queue by queue: each queue's run is one slice
@@ -381,11 +400,7 @@ class MessageStore:
                 run, first_offsets = run[shown[start:end]], first_offsets[shown[start:end]]
             if len(run):
                 self._consume_queue(topic, queue_id).put_entries(run, int(first_offsets[0]))
-        if self.config.message_index_enable:
-            self._build_index(batch)
-        self._last_dispatched_timestamp = int(batch.store_timestamps[-1])
-        if self._listeners:
-            self._notify_listeners(batch, visible, all_visible)
+        return visible, all_visible
 
     def _build_index(self, batch: DispatchBatch) -> None:
         if not (any(batch.keys) or any(batch.uniq_keys)):
@@ -399,7 +414,9 @@ class MessageStore:
         """One call per queue and tags code: the newest entry of the chunk with that tags code
         (a held pull waits for any entry at or past its offset that its filter matches)."""
         groups = batch.queues
-        if all_visible and (batch.tags_codes == batch.tags_codes[0]).all():   # each queue's last entry
+        if len(batch) == 1:   # the latency path: no numpy for one record
+            newest = np.array([0] if all_visible else [], dtype=np.int64)
+        elif all_visible and (batch.tags_codes == batch.tags_codes[0]).all():   # each queue's last entry
             newest = np.array([len(batch) - 1]) if groups.order is None else np.sort(
                 groups.order[groups.bounds[1:] - 1])
         else:
@@ -616,6 +633,9 @@ class MessageStore:
         them alone is answered MESSAGE_WAS_REMOVING). Per entry, in order: pre-blank entries are
         skipped; the batch is full (break before the entry) once it holds max_msg_nums messages
         or the entry would pass max_bytes; filtered-out entries are skipped; the rest are taken."""
+        if len(entries) == 1 and record_filter is None:   # a woken held pull's read (the latency path)
+            offset, size, code = entries[0].tolist()
+            return self._read_one(offset, size, code, tag_codes)
         physical = entries["offset"].astype(np.int64)
         deleted = physical < self.commit_log.get_min_offset()
         if deleted.any():
@@ -655,6 +675,24 @@ class MessageStore:
             return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, 0, 0, 0)
         return GetMessageResult(GetMessageStatus.FOUND, scanned, 0, 0, len(selected),
                                 sizes[selected].astype(np.int32), buffer, suggest)
+
+    def _read_one(self, physical: int, size: int, code: int, tag_codes: Collection[int] | None
+                  ) -> GetMessageResult:
+        """_read_entries of one entry without a record filter, answered alike without arrays:
+        one entry never makes the batch full."""
+        if physical < self.commit_log.get_min_offset():
+            return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, 1, 0, 0)
+        suggest = suggest_pulling_from_slave(self.commit_log.get_max_offset(), physical,
+                                             self._memory_threshold)
+        if size == PRE_BLANK_SIZE or (tag_codes is not None and code not in tag_codes):
+            status = GetMessageStatus.MESSAGE_WAS_REMOVING if size == PRE_BLANK_SIZE \
+                else GetMessageStatus.NO_MATCHED_MESSAGE
+            return GetMessageResult(status, 1, 0, 0, suggest_pulling_from_slave=suggest)
+        record = self.commit_log.get_message(physical, size)
+        if record is None:   # deleted while we read: let the client retry
+            return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, 0, 0, 0)
+        return GetMessageResult(GetMessageStatus.FOUND, 1, 0, 0, 1, np.array([size], dtype=np.int32),
+                                record, suggest)
 
     def _filter_records(self, physical: np.ndarray, sizes: np.ndarray, taken: np.ndarray, max_msg_nums: int,
                         max_bytes: int, record_filter: RecordFilter, max_evaluations: int | None

@@ -15,10 +15,11 @@ ends (answered and read, cancelled, or its connection reset), not while an unrea
 a full socket.
 
 A connection is the call's peer address (grpc.aio ServicerContext.peer: one per TCP connection);
-the per-connection table holds only connections with bytes in flight. Used on the event loop,
-except `reserve_nowait` and `give_back_threadsafe` (the Flight data plane's stream threads: a
-grant that needs no waiting takes no hop to the loop); the counts are changed under a lock (the
-metrics thread reads `held`)."""
+the per-connection table holds only connections with bytes in flight. Waits happen on the event
+loop; try_reserve and give_back may also be called from other threads (the Flight data plane's
+stream threads, which so take and give back a batch's bytes without a round trip through the
+loop): the counts are kept under a lock, and bytes given back from another thread wake the
+waiters through the loop."""
 
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ class PullResponseBudget:
         self._by_connection: dict[str, int] = {}
         self._given_back = asyncio.Event()     # set (and replaced) when bytes come back to waiters
         self._waiting = 0
-        self._lock = threading.RLock()   # _reserve_now holds it around _add
+        self._loop: asyncio.AbstractEventLoop | None = None   # the waiters' (set by the first wait)
+        self._lock = threading.Lock()
 
     def lease(self, context: CallContext) -> PullBytesLease:
         """A lease for the call of `context`, given back when the call ends."""
@@ -75,62 +77,71 @@ class PullResponseBudget:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.max_wait_s
         while True:
+            with self._lock:   # a give_back from another thread sees this waiter, or came before
+                try:
+                    return self._reserve_now(connection, wanted)
+                except InflightPullBytesExceeded:
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        raise
+                self._loop = loop
+                self._waiting += 1
+                given_back = self._given_back
             try:
-                return self._reserve_now(connection, wanted)
-            except InflightPullBytesExceeded:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    raise
-            self._waiting += 1
-            try:
-                await asyncio.wait_for(self._given_back.wait(), remaining)
+                await asyncio.wait_for(given_back.wait(), remaining)
             except TimeoutError:
                 pass
             finally:
-                self._waiting -= 1
+                with self._lock:
+                    self._waiting -= 1
 
-    def reserve_nowait(self, connection: str, wanted: int) -> int | None:
-        """reserve's grant when it needs no waiting, None when it would wait; from any thread."""
-        try:
-            return self._reserve_now(connection, wanted)
-        except InflightPullBytesExceeded:
-            return None
-
-    def give_back_threadsafe(self, loop: asyncio.AbstractEventLoop, connection: str, count: int) -> None:
-        """give_back from a thread other than `loop`'s: waiters are woken on the loop."""
-        self._add(connection, -count)
-        if count > 0 and self._waiting:
-            loop.call_soon_threadsafe(self._wake)
+    def try_reserve(self, connection: str, wanted: int) -> int | None:
+        """reserve without waiting, from any thread: the bytes granted, None when the connection
+        or the broker has nothing left."""
+        with self._lock:
+            try:
+                return self._reserve_now(connection, wanted)
+            except InflightPullBytesExceeded:
+                return None
 
     def _reserve_now(self, connection: str, wanted: int) -> int:
-        with self._lock:
-            on_connection = self._by_connection.get(connection, 0)
-            if on_connection >= self.max_bytes_per_connection:
-                raise InflightPullBytesExceeded(on_connection, "max_inflight_pull_bytes_per_connection",
-                                                "this connection")
-            if self.held >= self.max_bytes:
-                raise InflightPullBytesExceeded(self.held, "max_inflight_pull_bytes", "this broker")
-            granted = min(wanted, self.max_bytes - self.held, self.max_bytes_per_connection - on_connection)
-            self._add(connection, granted)
-            return granted
+        on_connection = self._by_connection.get(connection, 0)
+        if on_connection >= self.max_bytes_per_connection:
+            raise InflightPullBytesExceeded(on_connection, "max_inflight_pull_bytes_per_connection",
+                                            "this connection")
+        if self.held >= self.max_bytes:
+            raise InflightPullBytesExceeded(self.held, "max_inflight_pull_bytes", "this broker")
+        granted = min(wanted, self.max_bytes - self.held, self.max_bytes_per_connection - on_connection)
+        self._add(connection, granted)
+        return granted
 
     def give_back(self, connection: str, count: int) -> None:
-        self._add(connection, -count)
-        if count > 0 and self._waiting:
+        """Bytes a read no longer holds (from any thread); waiters are woken on their loop."""
+        with self._lock:
+            self._add(connection, -count)
+            wake = count > 0 and self._waiting > 0
+        if not wake or self._loop is None:
+            return
+        try:
+            on_loop = asyncio.get_running_loop() is self._loop
+        except RuntimeError:   # no loop runs in this thread
+            on_loop = False
+        if on_loop:
             self._wake()
+        else:
+            self._loop.call_soon_threadsafe(self._wake)
 
     def _wake(self) -> None:
         self._given_back.set()
         self._given_back = asyncio.Event()
 
     def _add(self, connection: str, count: int) -> None:
-        with self._lock:
-            self.held += count
-            left = self._by_connection.get(connection, 0) + count
-            if left:
-                self._by_connection[connection] = left
-            else:
-                self._by_connection.pop(connection, None)
+        self.held += count
+        left = self._by_connection.get(connection, 0) + count
+        if left:
+            self._by_connection[connection] = left
+        else:
+            self._by_connection.pop(connection, None)
 
 
 @dataclass(eq=False)

@@ -12,8 +12,7 @@ Bounds: at most max_flight_streams streams at once (max_flight_streams_per_accou
 per client IP without an ACL). A stream builds its next batch only when the previous one was
 handed to the transport (Flight pulls the generator), and the record bytes of the batch it holds
 are granted by the broker's PullResponseBudget (the pull answers' budget, per connection and in
-all; on the stream's thread unless it has to wait) until then: a client that stops reading holds
-one batch, bounded by the pull limits.
+all) until then: a client that stops reading holds one batch, bounded by the pull limits.
 """
 
 from __future__ import annotations
@@ -198,13 +197,13 @@ class FlightReadService(flight.FlightServerBase):
                                                                                  read.max_rows - rows)
                 wanted = query.max_bytes if read.max_bytes is None else min(query.max_bytes,
                                                                             read.max_bytes - size)
-                self._give_back(connection, held)
+                self.budget.give_back(connection, held)
                 held = 0
                 granted = self._reserve(connection, wanted)
                 result = self.store.get_queue_range(query.topic, query.queue_id, offset, read.end_offset,
                                                     max_rows, granted, query.tag_codes, query.record_filter)
                 held = len(result.buffer)
-                self._give_back(connection, granted - held)
+                self.budget.give_back(connection, granted - held)
                 if result.message_count:
                     self.pull.stats.record_get(query.topic, result.message_count, held)
                 yield self._batch(read, result)
@@ -218,7 +217,7 @@ class FlightReadService(flight.FlightServerBase):
         except BrokerError as error:   # the budget had nothing left for a full second
             raise _refused(error) from None
         finally:
-            self._give_back(connection, held)
+            self.budget.give_back(connection, held)
             self.slots.release(account)
 
     def _batch(self, read: FlightRead, result: GetMessageResult) -> tuple[pa.RecordBatch, pa.Buffer]:
@@ -231,17 +230,13 @@ class FlightReadService(flight.FlightServerBase):
         records = np.frombuffer(result.buffer, dtype=np.uint8)
         return decode_records(records, result.sizes.astype(np.int64), self.broker_name), progress
 
-    def _call(self, coroutine: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
-
     def _reserve(self, connection: str, wanted: int) -> int:
-        """The budget's grant for a read: on this thread when none needs waiting, else on the loop."""
-        granted = self.budget.reserve_nowait(connection, wanted)
-        return self._call(self.budget.reserve(connection, wanted)) if granted is None else granted
-
-    def _give_back(self, connection: str, count: int) -> None:
-        if count:
-            self.budget.give_back_threadsafe(self.loop, connection, count)
+        """The bytes granted for the next read: at once when the budget has them, else waited for
+        on the event loop (PullResponseBudget.reserve)."""
+        granted = self.budget.try_reserve(connection, wanted)
+        if granted is not None:
+            return granted
+        return asyncio.run_coroutine_threadsafe(self.budget.reserve(connection, wanted), self.loop).result()
 
 
 def _parse_ticket(ticket: bytes) -> rmq_pb2.FlightReadTicket:

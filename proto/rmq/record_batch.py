@@ -47,9 +47,12 @@ SCHEMA = pa.schema([
 
 @functools.cache
 def _string(text: str) -> pa.StringScalar:
-    """An Arrow string scalar, made on first use: building one at import would load pandas
-    (pyarrow's conversion looks for it), which costs every Spark planning worker ~0.5 s."""
-    return pa.scalar(text, pa.string())
+    """An Arrow string scalar, made on first use from its buffers: pa.scalar loads pandas (pyarrow's
+    conversion looks for it), which costs every Spark planning worker ~0.5 s and the broker ~200
+    memory maps."""
+    data = text.encode()
+    offsets = np.array([0, len(data)], dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])[0]
 
 # The fixed header (rmq.message_format.HEADER_FIELDS) as one big-endian numpy record.
 _HEADER_CODES = {"i": ">i4", "q": ">i8", f"{mf.HOST_SIZE}s": (np.uint8, mf.HOST_SIZE)}
@@ -91,9 +94,9 @@ def decode_records(records: np.ndarray, sizes: np.ndarray, broker_name: str) -> 
         properties = _Properties.none(len(sizes))
     columns = [
         layout.variable(pa.string(), topic_length_pos + 1, topic_length),
-        pa.repeat(pa.scalar(broker_name, pa.string()), len(sizes)),
-        pa.array(fields["queue_id"].astype(np.int32), pa.int32()),
-        pa.array(fields["queue_offset"].astype(np.int64), pa.int64()),
+        pa.repeat(_string(broker_name), len(sizes)),
+        _primitive(fields["queue_id"].astype(np.int32), pa.int32()),
+        _primitive(fields["queue_offset"].astype(np.int64), pa.int64()),
         _msg_ids(header),
         properties.lookup(_string(mf.PROPERTY_TAGS)),
         properties.lookup(_string(mf.PROPERTY_KEYS)),
@@ -167,9 +170,35 @@ class _Layout:
         return array
 
 
+def _primitive(values: np.ndarray, kind: pa.DataType, valid: np.ndarray | None = None) -> pa.Array:
+    """`values` (numpy, of kind's width) as an Arrow array over the same memory, null where `valid`
+    is False. Not pa.array: it imports pandas on first use (~200 memory maps in the broker,
+    tests/broker_server/test_broker_imports.py) and checks every value."""
+    values = np.ascontiguousarray(values)
+    if values.dtype.itemsize * 8 != kind.bit_width:
+        raise TypeError(f"{values.dtype} values for an Arrow {kind} array")
+    if valid is None or valid.all():
+        return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    nulls = int((~valid).sum())
+    return pa.Array.from_buffers(kind, len(values), [bitmap, pa.py_buffer(values)], null_count=nulls)
+
+
+def _numpy(array: pa.Array) -> np.ndarray:
+    """A null-free integer or boolean Arrow array as numpy (not Array.to_numpy: it loads pandas)."""
+    if array.null_count:
+        raise ValueError(f"{array.null_count} nulls in a {array.type} array read as numpy")
+    data = array.buffers()[1]
+    if pa.types.is_boolean(array.type):
+        bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")
+        return bits[array.offset:array.offset + len(array)].view(np.bool_)
+    dtype = np.dtype(f"<i{array.type.bit_width // 8}")
+    return np.frombuffer(data, dtype, len(array), array.offset * dtype.itemsize)
+
+
 def _timestamps(epoch_ms: np.ndarray) -> pa.Array:
     """Epoch-ms timestamps as a microsecond timestamp array."""
-    return pa.array(epoch_ms.astype(np.int64) * _US_PER_MS, _TIMESTAMP)
+    return _primitive(epoch_ms.astype(np.int64) * _US_PER_MS, _TIMESTAMP)
 
 
 def _msg_ids(header: np.ndarray) -> pa.Array:
@@ -201,25 +230,27 @@ class _Properties:
         items = items_per_row.flatten()
         keep = pc.not_equal(items, _string(""))  # the empty piece after the trailing separator
         items = items.filter(keep)
-        rows = pc.list_parent_indices(items_per_row).filter(keep).to_numpy()
+        rows = _numpy(pc.list_parent_indices(items_per_row).filter(keep))
 
         pairs = pc.split_pattern(items, mf.NAME_VALUE_SEPARATOR, max_splits=1)
         pieces = pairs.flatten()
-        first = pairs.offsets.to_numpy()[:-1] - pairs.offsets[0].as_py()
-        has_value = pc.list_value_length(pairs).to_numpy() == 2
-        names = pieces.take(first)
-        values = pc.fill_null(pieces.take(pa.array(first + 1, mask=~has_value)), _string(""))
+        offsets_of_pairs = _numpy(pairs.offsets)
+        first = offsets_of_pairs[:-1] - offsets_of_pairs[0]
+        has_value = _numpy(pc.list_value_length(pairs)) == 2
+        names = pieces.take(_primitive(first.astype(np.int64), pa.int64()))
+        value_index = _primitive((first + 1).astype(np.int64), pa.int64(), valid=has_value)
+        values = pc.fill_null(pieces.take(value_index), _string(""))
 
         offsets = np.zeros(len(text) + 1, dtype=np.int32)
         np.cumsum(np.bincount(rows, minlength=len(text)), out=offsets[1:])
-        entries = pa.MapArray.from_arrays(pa.array(offsets), names, values, type=_PROPERTIES)
+        entries = pa.MapArray.from_arrays(_primitive(offsets, pa.int32()), names, values, type=_PROPERTIES)
         return cls(entries, rows, names, values)
 
     @classmethod
     def none(cls, count: int) -> _Properties:
         """`count` rows without properties (what parse gives for empty strings, without parsing)."""
-        no_entries = pa.array([], pa.string())
-        offsets = pa.array(np.zeros(count + 1, dtype=np.int32))
+        no_entries = pa.nulls(0, pa.string())
+        offsets = _primitive(np.zeros(count + 1, dtype=np.int32), pa.int32())
         entries = pa.MapArray.from_arrays(offsets, no_entries, no_entries, type=_PROPERTIES)
         return cls(entries, np.zeros(0, dtype=np.int64), no_entries, no_entries)
 
@@ -227,7 +258,8 @@ class _Properties:
         """The value of property `name` per row, null where the row has none."""
         if not len(self.names):
             return pa.nulls(len(self.entries), pa.string())
-        matches = pc.equal(self.names, name).to_numpy(zero_copy_only=False)
+        found = pc.equal(self.names, name)
+        matches = _numpy(found)
         index = np.full(len(self.entries), -1, dtype=np.int64)
         index[self.rows[matches]] = np.arange(int(matches.sum()))
-        return self.values.filter(matches).take(pa.array(index, mask=index < 0))
+        return self.values.filter(found).take(_primitive(index, pa.int64(), valid=index >= 0))

@@ -5,6 +5,7 @@ their answer's bytes until their call ends."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,18 +135,25 @@ def test_a_pull_past_the_budget_waits_for_bytes_to_come_back() -> None:
     asyncio.run(scenario())
 
 
-def test_a_flight_thread_reserves_without_the_loop_and_its_give_back_wakes_a_waiter() -> None:
-    """reserve_nowait grants what needs no waiting (None otherwise) on any thread;
-    give_back_threadsafe from another thread wakes a pull waiting on the loop."""
+def test_bytes_taken_and_given_back_on_another_thread_wake_a_waiting_pull() -> None:
+    """The Flight data plane's stream threads take and give back their batches' bytes directly
+    (try_reserve, give_back): a pull waiting on the event loop is woken by bytes a stream thread
+    gives back, however long its own wait could last."""
     async def scenario() -> None:
-        budget = PullResponseBudget(max_bytes=100, max_bytes_per_connection=100, max_wait_s=30)
-        loop = asyncio.get_running_loop()
-        granted = await asyncio.to_thread(budget.reserve_nowait, "flight a", 100)
-        assert granted == 100 and budget.reserve_nowait("flight a", 1) is None
+        budget = PullResponseBudget(max_bytes=100, max_bytes_per_connection=100, max_wait_s=3600)
+        taken: list[int | None] = []
+        stream = threading.Thread(target=lambda: taken.extend([budget.try_reserve("flight a", 100),
+                                                               budget.try_reserve("flight a", 1)]))
+        stream.start()
+        await asyncio.to_thread(stream.join)
+        assert taken == [100, None] and budget.held == 100    # nothing left: None, no wait
         waiting = asyncio.create_task(budget.lease(Call("ipv4:b")).grant(60))
         await wait_until_async(lambda: budget._waiting == 1, "the pull waits for bytes")
-        await asyncio.to_thread(budget.give_back_threadsafe, loop, "flight a", 100)
-        assert await asyncio.wait_for(waiting, 10) == 60 and budget.held == 60
+        giver = threading.Thread(target=budget.give_back, args=("flight a", 100))
+        giver.start()
+        await asyncio.to_thread(giver.join)
+        await wait_until_async(waiting.done, "the pull is woken by the bytes the stream gave back")
+        assert waiting.result() == 60 and budget.held == 60
 
     asyncio.run(scenario())
 

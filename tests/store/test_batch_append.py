@@ -130,11 +130,13 @@ def test_a_batch_spanning_three_files(tmp_path: Path) -> None:
     (MessageToStore("T", 0, b"x", {"a": "v" * 40000}), PutMessageStatus.PROPERTIES_SIZE_EXCEEDED),
     (MessageToStore("T", 0, b"x" * 5000), PutMessageStatus.MESSAGE_SIZE_EXCEEDED),
 ])
+@pytest.mark.parametrize("alone", [False, True], ids=["in a batch", "alone"])  # one message: scalar checks
 def test_one_bad_message_refuses_the_whole_batch(open_store, bad: MessageToStore,
-                                                 status: PutMessageStatus) -> None:
+                                                 status: PutMessageStatus, alone: bool) -> None:
     store = open_store(max_message_size=4096)
-    results = store.put_messages([MessageToStore("T", 0, b"fine"), bad, MessageToStore("T", 1, b"fine")])
-    assert [r.status for r in results] == [status] * 3
+    batch = [bad] if alone else [MessageToStore("T", 0, b"fine"), bad, MessageToStore("T", 1, b"fine")]
+    results = store.put_messages(batch)
+    assert [r.status for r in results] == [status] * len(batch)
     assert store.get_commit_log_max_offset() == 0
 
 
@@ -183,6 +185,20 @@ def test_listeners_see_the_newest_entry_per_queue_and_tags_code(open_store) -> N
     wait_dispatched(store)
     assert [(r.queue_id, r.consume_queue_offset, r.tags_code) for r in seen] == [
         (0, 1, mf.tags_hash_code("b")), (0, 2, mf.tags_hash_code("a")), (1, 0, mf.tags_hash_code("a"))]
+
+
+def test_a_one_message_put_announces_its_entry_unless_prepared(open_store) -> None:
+    """The one-message dispatch (the latency path) queues and announces a NOT message, and
+    neither queues nor announces a PREPARED one."""
+    store = open_store(flush_disk_type=FlushDiskType.ASYNC)
+    seen: list[DispatchRequest] = []
+    store.add_dispatch_listener(seen.append)
+    store.put_batch(MessageBatch.of("T", 0, [b"p"], b"TAGS\x01a\x02", sys_flags=TRANSACTION_PREPARED_TYPE))
+    store.put_batch(MessageBatch.of("T", 0, [b"x"], b"TAGS\x01a\x02"))
+    wait_dispatched(store)
+    assert [(r.queue_id, r.consume_queue_offset, r.tags_code) for r in seen] == [
+        (0, 0, mf.tags_hash_code("a"))]
+    assert store.get_max_offset_in_queue("T", 0) == 1
 
 
 def test_reput_dispatch_equals_the_putters(tmp_path: Path, open_store) -> None:

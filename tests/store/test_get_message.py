@@ -147,6 +147,24 @@ def test_interleaved_queues_gather_the_right_records(open_store) -> None:
     assert seen == list(range(30))
 
 
+@pytest.mark.parametrize("file_size", [1 << 20, 48 * 1024])   # one file; many file ends on the way
+def test_many_interleaved_records_of_one_size_gather_byte_for_byte(open_store, file_size: int) -> None:
+    """A queue's records of one size interleaved with two others' are each a run of their own: read
+    by one vectorised gather per file (MappedFile.read_records, from MIN_VECTOR_RUNS runs on)."""
+    store = open_store(mapped_file_size_commit_log=file_size, mapped_file_size_consume_queue=20 * 1024)
+    store.put_messages([message(queue_id=i % 3, body=f"m{i:05d}".encode()) for i in range(3 * 600)])
+    wait_dispatched(store)
+    offset, bodies = 0, []
+    while offset < 600:
+        result = store.get_message("g", "TopicTest", 1, offset, 1024)
+        assert result.status is S.FOUND
+        starts = np.concatenate(([0], np.cumsum(result.sizes[:-1])))
+        bodies += [result.buffer[start + mf.BODY_POS:start + mf.BODY_POS + 6] for start in starts.tolist()]
+        assert queue_offsets(result) == list(range(offset, result.next_begin_offset))
+        offset = result.next_begin_offset
+    assert bodies == [f"m{3 * n + 1:05d}".encode() for n in range(600)]
+
+
 def test_message_was_removing_before_consume_queue_cleanup(open_store) -> None:
     store = open_store(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=100)
     store.put_messages([message(body=BODY_700) for _ in range(10)])
@@ -255,3 +273,28 @@ def test_delete_topic_removes_its_queues(open_store) -> None:
     assert store.get_max_offset_in_queue("TopicTest", 0) == 0
     assert store.get_message("g", "Keep", 0, 0, 32).status is S.FOUND
     assert store.put_message(message()).queue_offset == 0
+
+
+@pytest.mark.parametrize("case", ["found", "tag missed", "record deleted", "far behind"])
+def test_a_read_of_one_entry_answers_as_a_longer_scan_does(open_store, case) -> None:
+    """A woken held pull reads one entry (the one-entry read, no arrays): the same statuses,
+    next offsets, records and slave suggestion as when the entry is one of several."""
+    store = open_store(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=100,
+                       access_message_in_memory_max_ratio=0 if case == "far behind" else 40)
+    store.put_messages([message(body=BODY_700, TAGS="a") for _ in range(10)])
+    wait_dispatched(store)
+    if case == "record deleted":   # the CommitLog file of entries 0-4, not their ConsumeQueue file
+        queue = store.commit_log.mapped_file_queue
+        assert queue.delete_expired_file_by_time(0, 0, 0, clean_immediately=True) == 1
+    tag_codes = {mf.tags_hash_code("b")} if case == "tag missed" else None
+    one, several = (store.get_message("g", "TopicTest", 0, offset, 32, tag_codes=tag_codes)
+                    for offset in (4, 3))
+    expected = {"found": (S.FOUND, 5, 1), "tag missed": (S.NO_MATCHED_MESSAGE, 5, 0),
+                "record deleted": (S.MESSAGE_WAS_REMOVING, 5, 0), "far behind": (S.FOUND, 5, 1)}[case]
+    assert (one.status, one.next_begin_offset, one.message_count) == expected
+    assert (several.status, several.next_begin_offset) == expected[:2]
+    assert one.suggest_pulling_from_slave is several.suggest_pulling_from_slave is (case == "far behind")
+    if case in ("found", "far behind"):
+        assert queue_offsets(one) == [4]
+        assert one.buffer == several.buffer[-len(one.buffer):]
+        assert one.sizes.tolist() == several.sizes.tolist()[-1:]
