@@ -73,7 +73,7 @@ class OffsetStore(ABC):
     def read_offsets_from_store(self, mqs: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
         """READ_FROM_STORE of several queues at once (a rebalance adding many): the broker store
         asks each broker once per topic, not once per queue. Each offset read is kept in memory."""
-        stored = self._read_many_from_store(list(mqs))
+        stored = self._read_from_store(list(mqs))
         with self._lock:
             for mq, offset in stored.items():
                 if offset >= 0:
@@ -101,10 +101,9 @@ class OffsetStore(ABC):
             return set(self._table)
 
     @abstractmethod
-    def _read_from_store(self, mq: MessageQueue) -> int: ...
-
-    def _read_many_from_store(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
-        return {mq: self._read_from_store(mq) for mq in mqs}
+    def _read_from_store(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
+        """The saved offset of each queue: NO_OFFSET when none, OFFSET_READ_FAILED when the
+        store could not be read."""
 
     @abstractmethod
     def _persist(self, offsets: Positions) -> None: ...
@@ -125,10 +124,7 @@ class RemoteBrokerOffsetStore(OffsetStore):
     def load(self) -> None:
         """Nothing to preload: READ_FROM_STORE asks the broker."""
 
-    def _read_from_store(self, mq: MessageQueue) -> int:
-        return self._read_many_from_store([mq])[mq]
-
-    def _read_many_from_store(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
+    def _read_from_store(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
         """One QueryConsumerOffsets per broker and topic (it answers every queue of the topic)."""
         stored: dict[MessageQueue, int] = {}
         for (broker_name, topic), queues in _by_broker_and_topic(mqs).items():
@@ -184,8 +180,10 @@ class LocalFileOffsetStore(OffsetStore):
         for mq, offset in self._read_file().items():
             self.update_offset(mq, offset, increase_only=False)
 
-    def _read_from_store(self, mq: MessageQueue) -> int:
-        return self._read_file().get(mq, NO_OFFSET)
+    def _read_from_store(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
+        """One read of the file for all of them."""
+        saved = self._read_file()
+        return {mq: saved.get(mq, NO_OFFSET) for mq in mqs}
 
     def _read_file(self) -> Positions:
         """The saved offsets; falls back to the `.bak` copy when the file is missing or broken,

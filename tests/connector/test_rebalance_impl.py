@@ -24,8 +24,8 @@ RQ = MessageQueue(RETRY, "broker-a", 0)
 class FailingReadStore(LocalFileOffsetStore):
     """The offset store could not be read (RemoteBrokerOffsetStore's -2)."""
 
-    def _read_from_store(self, mq: MessageQueue) -> int:
-        return -2
+    def _read_from_store(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
+        return dict.fromkeys(mqs, -2)
 
 
 def rebalancer(
