@@ -78,7 +78,8 @@ def test_other_credentials_endpoints_or_timeout_never_share(closed: list[Connect
     clients = manager(closed)
     alice = used(clients, key())
     bob = used(clients, key(security=BOB))
-    assert bob is not alice and bob.client.credentials is not None and bob.client.credentials.access_key == "bob"
+    assert bob is not alice
+    assert bob.client.credentials is not None and bob.client.credentials.access_key == "bob"
     assert used(clients, key(endpoints="127.0.0.1:2")) not in (alice, bob)
     assert used(clients, key(timeout=5.0)) not in (alice, bob)
 
