@@ -20,6 +20,7 @@ from rmq.connector.spark.client_manager import (  # noqa: E402
     ConnectionKey,
     connect,
 )
+from tests.clocks import ManualClock  # noqa: E402
 
 ENDPOINTS = "127.0.0.1:1"   # nothing is dialled: clients connect on their first call
 ALICE = ClientSecurity(access_key="alice", secret_key="alice-secret")
@@ -37,24 +38,17 @@ class ObservedConnection(Connection):
         super().close()
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def closed() -> list[Connection]:
     return []
 
 
-def manager(closed: list[Connection], capacity: int = 8, clock: Clock | None = None) -> ClientManager:
+def manager(closed: list[Connection], capacity: int = 8, clock: ManualClock | None = None) -> ClientManager:
     def connector(key: ConnectionKey) -> Connection:
         real = connect(key)
         return ObservedConnection(real.client, real.flight, closed)
-    return ClientManager(capacity=capacity, idle_seconds=60.0, clock=clock or Clock(), connector=connector)
+    return ClientManager(capacity=capacity, idle_seconds=60.0, clock=clock or ManualClock(0.0),
+                         connector=connector)
 
 
 def key(endpoints: str = ENDPOINTS, security: ClientSecurity = ALICE, timeout: float = 3.0) -> ConnectionKey:
@@ -137,12 +131,12 @@ def test_a_connection_in_use_is_closed_only_when_its_task_ends(closed: list[Conn
 
 
 def test_an_idle_connection_is_closed_at_the_next_lease(closed: list[Connection]) -> None:
-    clock = Clock()
+    clock = ManualClock(0.0)
     clients = manager(closed, clock=clock)
     idle = used(clients, key())
-    clock.now += 59.0
+    clock.advance(59.0)
     assert used(clients, key()) is idle
-    clock.now += 60.0
+    clock.advance(60.0)
     fresh = used(clients, key())
     assert closed == [idle] and fresh is not idle
 
