@@ -932,6 +932,8 @@ class RmqClient:
 
     def _record_suggestion(self, mq: MessageQueue, broker_id: int) -> None:
         """processPullResult: remember which member to pull `mq` from next."""
+        if broker_id == MASTER_ID and mq not in self._pull_from:   # the common case, without the lock
+            return
         with self._lock:
             if broker_id == MASTER_ID:
                 self._pull_from.pop(mq, None)

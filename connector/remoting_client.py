@@ -25,7 +25,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import cast
 
 from rmq import message_format as mf
@@ -53,7 +53,6 @@ DEADLINE_CHECK_S = 0.5          # how often the reader looks for calls past thei
 MAX_IN_FLIGHT = 512
 CONNECT_TIMEOUT_S = 3.0         # a port that does not accept by then is passed over (gRPC is used)
 RECORD_SIZE = struct.Struct(">i")   # a CommitLog record starts with its total size
-SIZES = struct.Struct("<i")         # PackedMessages.sizes: little-endian int32 per record
 
 # RocketMQ response codes as rmq.v1 codes (the broker's RESPONSE_CODES read backwards).
 STATUS_CODES: dict[int, rmq_pb2.Code] = {
@@ -115,17 +114,25 @@ class _Pending:
     complete: Completion
 
 
-@dataclass
 class _Waiter:
-    """What a blocking call waits on."""
+    """What a blocking call waits on: a lock taken now and released by the call's one
+    completion (cheaper to make and to wake than an Event, on both the caller's and the
+    reader's side)."""
 
-    event: threading.Event = field(default_factory=threading.Event)
-    response: RemotingCommand | None = None
-    failure: RmqUnavailable | None = None
+    __slots__ = ("_answered", "response", "failure")
+
+    def __init__(self) -> None:
+        self._answered = threading.Lock()
+        self._answered.acquire()
+        self.response: RemotingCommand | None = None
+        self.failure: RmqUnavailable | None = None
 
     def __call__(self, response: RemotingCommand | None, failure: RmqUnavailable | None) -> None:
         self.response, self.failure = response, failure
-        self.event.set()
+        self._answered.release()
+
+    def wait(self) -> None:
+        self._answered.acquire()
 
 
 class RemotingCall:
@@ -166,7 +173,7 @@ class RemotingConnection:
         """Send a request and wait for its answer (RmqUnavailable when none comes in time)."""
         waiter = _Waiter()
         self.start(command, timeout, waiter)
-        waiter.event.wait()
+        waiter.wait()
         if waiter.failure is not None:
             raise waiter.failure
         assert waiter.response is not None
@@ -502,13 +509,14 @@ def pull_response(answer: RemotingCommand) -> rmq_pb2.PullMessageResponse:
 
 def packed(records: bytes) -> rmq_pb2.PackedMessages:
     """CommitLog records back to back as PackedMessages (each record starts with its size)."""
-    sizes = []
-    position = 0
-    while position < len(records):
-        size = RECORD_SIZE.unpack_from(records, position)[0]
+    sizes: list[int] = []
+    append, size_at = sizes.append, RECORD_SIZE.unpack_from
+    position, end = 0, len(records)
+    while position < end:
+        size = size_at(records, position)[0]
         if size <= 0:
             raise CorruptMessagesError(f"corrupt pull answer: record size {size} at {position}")
-        sizes.append(size)
+        append(size)
         position += size
-    return rmq_pb2.PackedMessages(count=len(sizes), sizes=b"".join(SIZES.pack(s) for s in sizes),
+    return rmq_pb2.PackedMessages(count=len(sizes), sizes=struct.pack(f"<{len(sizes)}i", *sizes),
                                   records=records)
