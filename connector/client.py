@@ -137,17 +137,44 @@ class OutgoingMessage:
     properties: Mapping[str, str] = field(default_factory=dict)
     queue_id: int | None = None               # None: the broker picks a queue round-robin
     delay_level: int = 0
+    flag: int = 0                             # RocketMQ Message.flag, the application's
 
     def is_plain(self) -> bool:
         """Only a body, tags and keys: such messages travel as MessageColumns."""
-        return not self.properties and self.queue_id is None and not self.delay_level
+        return not self.properties and self.queue_id is None and not self.delay_level and not self.flag
 
     def to_proto(self) -> rmq_pb2.Message:
         message = rmq_pb2.Message(body=self.body, tags=self.tags, keys=self.keys,
-                                  properties=self.properties, delay_level=self.delay_level)
+                                  properties=self.properties, delay_level=self.delay_level, flag=self.flag)
         if self.queue_id is not None:
             message.queue_id = self.queue_id
         return message
+
+    @classmethod
+    def from_proto(cls, message: rmq_pb2.Message) -> OutgoingMessage:
+        return cls(message.body, message.tags, message.keys, dict(message.properties),
+                   message.queue_id if message.HasField("queue_id") else None, message.delay_level,
+                   message.flag)
+
+
+@dataclass(frozen=True, slots=True)
+class OneMessage:
+    """A single message on the latency path: it goes over the remoting port as it is, and
+    becomes a SendMessageRequest only when gRPC carries it (building the protobuf is a fifth of
+    the send's Python: bench/NOTES.md, issue 29 items 1 and 2, fourth pass)."""
+
+    topic: str
+    message: OutgoingMessage
+
+    @classmethod
+    def of(cls, request: rmq_pb2.SendMessageRequest) -> OneMessage | None:
+        """The request's message when it holds exactly one (not as columns), else None."""
+        if len(request.messages) != 1:
+            return None
+        return cls(request.topic, OutgoingMessage.from_proto(request.messages[0]))
+
+    def to_request(self) -> rmq_pb2.SendMessageRequest:
+        return rmq_pb2.SendMessageRequest(topic=self.topic, messages=[self.message.to_proto()])
 
 
 @dataclass(frozen=True)
@@ -383,9 +410,9 @@ class RmqClient:
         `acknowledged` counts the messages of earlier requests that were stored. A SYNC_MASTER
         that stored a request without a slave confirming it answers FLUSH_SLAVE_TIMEOUT or
         SLAVE_NOT_AVAILABLE: the send succeeds and `status` says "stored on the master only"."""
-        requests: Iterable[rmq_pb2.SendMessageRequest]
+        requests: Iterable[rmq_pb2.SendMessageRequest | OneMessage]
         if len(messages) == 1:    # the latency path: over the remoting port where the broker serves it
-            requests = [rmq_pb2.SendMessageRequest(topic=topic, messages=[messages[0].to_proto()])]
+            requests = [OneMessage(topic, messages[0])]
         elif all(map(OutgoingMessage.is_plain, messages)):
             requests = self.column_requests(
                 topic, [m.body for m in messages], [m.tags for m in messages], [m.keys for m in messages])
@@ -400,7 +427,7 @@ class RmqClient:
         many as the request size limit needs: to send (again) with send_requests."""
         return list(_column_requests(topic, bodies, tags, keys, self.max_request_bytes))
 
-    def send_requests(self, topic: str, requests: Iterable[rmq_pb2.SendMessageRequest],
+    def send_requests(self, topic: str, requests: Iterable[rmq_pb2.SendMessageRequest | OneMessage],
                       broker_name: str | None = None) -> SendResult:
         """`send` of messages already encoded (column_requests): the same answers and errors."""
         name = broker_name or self._pick_broker(topic)
@@ -421,15 +448,18 @@ class RmqClient:
             status = status or response.status.code
         return replace(result, status=SendStatus(status)) if status else result
 
-    def _send_request(self, name: str, address: str, request: rmq_pb2.SendMessageRequest
+    def _send_request(self, name: str, address: str, request: rmq_pb2.SendMessageRequest | OneMessage
                       ) -> rmq_pb2.SendMessageResponse:
         """One SendMessage: a single message over the member's remoting port when it has one."""
-        if len(request.messages) == 1:
-            remoting = functools.partial(self._remoting.send, topic=request.topic,
-                                         message=request.messages[0], timeout=self.timeout)
+        one = request if isinstance(request, OneMessage) else OneMessage.of(request)
+        if one is not None:
+            remoting = functools.partial(self._remoting.send, topic=one.topic, message=one.message,
+                                         timeout=self.timeout)
             response = self._over_remoting(name, address, remoting)
             if response is not None:
                 return _checked(response, "SendMessage", f"{name} at {address}", None, STORED_ON_MASTER_ONLY)
+        if isinstance(request, OneMessage):
+            request = request.to_request()
         return self._call(address, _SEND_MESSAGE, request, name, ok_codes=STORED_ON_MASTER_ONLY)
 
     def _over_remoting(self, broker_name: str, address: str, call: Callable[[RemotingTarget], AnswerT]

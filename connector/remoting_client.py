@@ -24,9 +24,9 @@ import ssl
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import cast
+from typing import Protocol, cast
 
 from rmq import message_format as mf
 from rmq.auth import Credentials, TlsSettings
@@ -94,6 +94,25 @@ class ConnectionBusy(PortUnreachable):
 
 class RequestCancelled(RmqUnavailable):
     """The caller cancelled the request."""
+
+
+class SendableMessage(Protocol):
+    """What a single-message send carries (rmq.connector.client.OutgoingMessage)."""
+
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def tags(self) -> str: ...
+    @property
+    def keys(self) -> str: ...
+    @property
+    def properties(self) -> Mapping[str, str]: ...
+    @property
+    def queue_id(self) -> int | None: ...
+    @property
+    def delay_level(self) -> int: ...
+    @property
+    def flag(self) -> int: ...
 
 
 Completion = Callable[[RemotingCommand | None, RmqUnavailable | None], None]
@@ -384,7 +403,7 @@ class RemotingClient:
         for connection in connections.values():
             connection.close()
 
-    def send(self, target: RemotingTarget, topic: str, message: rmq_pb2.Message,
+    def send(self, target: RemotingTarget, topic: str, message: SendableMessage,
              timeout: float) -> rmq_pb2.SendMessageResponse:
         """One message (SEND_MESSAGE), answered as SendMessage answers it."""
         properties = dict(message.properties)
@@ -392,7 +411,7 @@ class RemotingClient:
                             (mf.PROPERTY_DELAY_TIME_LEVEL, str(message.delay_level or ""))):
             if value:
                 properties[name] = value
-        queue_id = message.queue_id if message.HasField("queue_id") else -1
+        queue_id = -1 if message.queue_id is None else message.queue_id
         fields = {"producerGroup": "", "topic": topic, "queueId": str(queue_id), "sysFlag": "0",
                   "flag": str(message.flag), "bornTimestamp": str(int(time.time() * 1000)),
                   "properties": mf.encode_properties(properties)}
