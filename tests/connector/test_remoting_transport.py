@@ -18,8 +18,10 @@ from rmq.broker_server.security.acl_file import AclFile
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.broker_server.security.tls import ServerTls
 from rmq.connector import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer, remoting_client
-from rmq.connector.client import PullResult, RmqClient
+from rmq import message_format as mf
+from rmq.connector.client import OutgoingMessage, PullResult, RmqClient
 from rmq.connector.errors import RmqError, RmqUnavailable
+from rmq.connector.message import decode_messages
 from rmq.connector.remoting_client import RemotingCall, RemotingConnection
 from rmq.message_queue import MessageQueue
 from rmq.remoting.remoting_command import LENGTH, RemotingCommand, decode
@@ -141,6 +143,31 @@ def test_a_broker_whose_remoting_port_is_unreachable_is_sent_to_over_grpc(broker
         assert not remoting_used(client, broker)
         pulled = client.pull(result.message_queue, result.queue_offset, 1, group=GROUP)
         assert pulled.messages.count == 1
+
+
+@pytest.mark.parametrize("over_remoting", [True, False])
+def test_a_single_message_keeps_its_fields_over_either_port(broker: InProcessBroker, over_remoting: bool) -> None:
+    """A one-message send travels to the remoting port as it is (no protobuf request) and is
+    built as a SendMessageRequest only for gRPC: tags, keys, properties, the chosen queue and
+    the flag arrive either way, as they do for a one-message protobuf request."""
+    if not over_remoting:
+        assert broker.controller.remoting is not None
+        broker.run(broker.controller.remoting.stop())
+    with RmqClient(broker.address) as client:
+        sent = client.send(TOPIC, [OutgoingMessage(b"fields", "TagA", "k1 k2", {"p": "v"}, queue_id=1, flag=7)])
+        request = rmq_pb2.SendMessageRequest(topic=TOPIC, messages=[rmq_pb2.Message(body=b"proto", queue_id=0,
+                                                                                     flag=9)])
+        sent_proto = client.send_requests(TOPIC, [request])
+        assert remoting_used(client, broker) is over_remoting
+        assert (sent.queue_ids, sent_proto.queue_ids) == ([1], [0])
+        got = {}
+        for result, queue_id in ((sent, 1), (sent_proto, 0)):
+            mq = MessageQueue(TOPIC, result.broker_name, queue_id)
+            pulled = client.pull(mq, result.queue_offsets[0], 1, group=GROUP)
+            [message] = decode_messages(pulled.messages, mq)
+            flag = mf.HEADER.unpack_from(pulled.messages.records)[4]
+            got[message.body] = (message.tags, message.keys, message.properties.get("p"), flag)
+        assert got == {b"fields": ("TagA", "k1 k2", "v", 7), b"proto": ("", "", None, 9)}
 
 
 def test_the_acl_applies_and_a_replayed_request_is_refused(tmp_path: Path) -> None:
