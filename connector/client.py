@@ -31,6 +31,9 @@ from rmq.connector.endpoints import parse_endpoints
 from rmq.connector.errors import ConfigError, RmqRefused
 from rmq.connector.errors import RmqError as RmqError  # the client's errors, statuses and queue type
 from rmq.connector.errors import RmqUnavailable as RmqUnavailable
+from rmq.connector.pull_result import MASTER_ID as MASTER_ID  # a broker group's master member
+from rmq.connector.pull_result import PullResult as PullResult
+from rmq.connector.pull_result import pull_result as pull_result
 from rmq.connector.remoting_client import (
     ConnectionBusy,
     PortUnreachable,
@@ -65,7 +68,6 @@ _COLUMN_FRAMING_BYTES = 16                    # a body length, tag and key prefi
 
 
 _UNAVAILABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
-MASTER_ID = 0
 # SYNC_MASTER: stored on the master, no slave confirmed it (docs/replication.md); the send succeeded
 SEND_WHICH_QUEUE_RANGE = 1 << 30
 TLS_ONLY_HINT = "Socket closed"   # what grpc reports when a TLS-only server drops a plaintext connection
@@ -184,17 +186,6 @@ class SendResult:
     queue_offsets: list[int]
     broker_name: str
     status: SendStatus = SendStatus.SEND_OK   # FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE: on the master only
-
-
-@dataclass(frozen=True)
-class PullResult:
-    pull_status: PullStatus
-    store_status: GetMessageStatus
-    next_begin_offset: int
-    min_offset: int
-    max_offset: int
-    messages: rmq_pb2.PackedMessages
-    suggest_which_broker_id: int = MASTER_ID   # not MASTER_ID: what was read has left the broker's memory
 
 
 @dataclass(frozen=True)
@@ -522,7 +513,7 @@ class RmqClient:
         address = self._read_address(mq.broker_name, mq)
         label = f"{mq.broker_name} at {address}"
 
-        def answered(response: rmq_pb2.PullMessageResponse | None, failure: RmqError | None) -> None:
+        def answered(result: PullResult | rmq_pb2.Status | None, failure: RmqError | None) -> None:
             if isinstance(failure, RequestCancelled):
                 callback(None, RmqUnavailable("PullMessage cancelled", broker=label, queue=mq))
                 return
@@ -535,13 +526,13 @@ class RmqClient:
             if failure is not None:
                 callback(None, failure)
                 return
-            assert response is not None
-            if response.status.code != rmq_pb2.OK:
-                refusal = response.status.message or "PullMessage refused"
-                callback(None, RmqRefused(response.status.code, refusal, broker=label, queue=mq))
+            assert result is not None
+            if isinstance(result, rmq_pb2.Status):
+                callback(None, RmqRefused(result.code, result.message or "PullMessage refused", broker=label,
+                                          queue=mq))
                 return
-            self._record_suggestion(mq, response.suggest_which_broker_id)
-            callback(pull_result(response), None)
+            self._record_suggestion(mq, result.suggest_which_broker_id)
+            callback(result, None)
 
         remoting = functools.partial(self._remoting.pull_async, request=request, timeout=deadline,
                                      done=answered)
@@ -559,7 +550,7 @@ class RmqClient:
             except grpc.FutureCancelledError:
                 callback(None, RmqUnavailable("PullMessage cancelled", broker=label, queue=mq))
                 return
-            answered(response, None)
+            answered(response.status if response.status.code != rmq_pb2.OK else pull_result(response), None)
 
         future.add_done_callback(done)
         return future
@@ -1009,13 +1000,6 @@ def choose_member(members: Sequence[BrokerMember], wanted: int, down: set[str]) 
     ranked = sorted(members, key=rank)
     live = [m for m in ranked if m.address not in down]
     return live[0].address if live else None
-
-
-def pull_result(response: rmq_pb2.PullMessageResponse) -> PullResult:
-    """A PullMessage answer (or a Flight batch's metadata, rmq.flight) as a PullResult."""
-    return PullResult(PullStatus(response.pull_status), GetMessageStatus(response.store_status),
-                      response.next_begin_offset, response.min_offset, response.max_offset, response.messages,
-                      response.suggest_which_broker_id)
 
 
 def _checked(response: ResponseT, method: str, label: str, queue: MessageQueue | None,

@@ -31,6 +31,7 @@ from typing import Protocol, cast
 from rmq import message_format as mf
 from rmq.auth import Credentials, TlsSettings
 from rmq.connector.errors import CorruptMessagesError, RmqError, RmqUnavailable
+from rmq.connector.pull_result import PullResult
 from rmq.remoting import request_signing
 from rmq.remoting.remoting_command import (
     LENGTH,
@@ -41,6 +42,7 @@ from rmq.remoting.remoting_command import (
     decode,
 )
 from rmq.remoting.request_code import CANCELLED_OPAQUE, RMQ_CODE_FIELD, RequestCode, ResponseCode
+from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
@@ -70,18 +72,12 @@ STATUS_CODES: dict[int, rmq_pb2.Code] = {
     ResponseCode.SUBSCRIPTION_PARSE_FAILED: rmq_pb2.SUBSCRIPTION_PARSE_FAILED,
     ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: rmq_pb2.SUBSCRIPTION_GROUP_NOT_EXIST,
 }
-# A PULL_MESSAGE answer's code is its pull status.
-PULL_STATUSES: dict[int, rmq_pb2.PullStatus] = {
-    ResponseCode.SUCCESS: rmq_pb2.FOUND,
-    ResponseCode.PULL_NOT_FOUND: rmq_pb2.NO_NEW_MSG,
-    ResponseCode.PULL_RETRY_IMMEDIATELY: rmq_pb2.NO_MATCHED_MSG,
-    ResponseCode.PULL_OFFSET_MOVED: rmq_pb2.OFFSET_ILLEGAL,
-}
-STORE_STATUSES: dict[rmq_pb2.PullStatus, rmq_pb2.GetMessageStatus] = {
-    rmq_pb2.FOUND: rmq_pb2.GMS_FOUND,
-    rmq_pb2.NO_NEW_MSG: rmq_pb2.GMS_OFFSET_OVERFLOW_ONE,
-    rmq_pb2.NO_MATCHED_MSG: rmq_pb2.GMS_NO_MATCHED_MESSAGE,
-    rmq_pb2.OFFSET_ILLEGAL: rmq_pb2.GMS_OFFSET_OVERFLOW_BADLY,
+# A PULL_MESSAGE answer's code is its pull status, and the store status the gRPC port names with it.
+PULL_STATUSES: dict[int, tuple[PullStatus, GetMessageStatus]] = {
+    ResponseCode.SUCCESS: (PullStatus.FOUND, GetMessageStatus.FOUND),
+    ResponseCode.PULL_NOT_FOUND: (PullStatus.NO_NEW_MSG, GetMessageStatus.OFFSET_OVERFLOW_ONE),
+    ResponseCode.PULL_RETRY_IMMEDIATELY: (PullStatus.NO_MATCHED_MSG, GetMessageStatus.NO_MATCHED_MESSAGE),
+    ResponseCode.PULL_OFFSET_MOVED: (PullStatus.OFFSET_ILLEGAL, GetMessageStatus.OFFSET_OVERFLOW_BADLY),
 }
 
 class PortUnreachable(RmqUnavailable):
@@ -430,10 +426,10 @@ class RemotingClient:
                                            queue_offsets=[int(fields["queueOffset"])])
 
     def pull_async(self, target: RemotingTarget, request: rmq_pb2.PullMessageRequest, timeout: float,
-                   done: Callable[[rmq_pb2.PullMessageResponse | None, RmqError | None], None]
+                   done: Callable[[PullResult | rmq_pb2.Status | None, RmqError | None], None]
                    ) -> RemotingCall:
-        """One PULL_MESSAGE; `done(response, None)` with the answer as PullMessage answers it,
-        or `done(None, failure)`, on the reader thread."""
+        """One PULL_MESSAGE; `done(result, None)` with the answer as a PullResult (or the
+        refusal's Status), or `done(None, failure)`, on the reader thread."""
         fields = {"consumerGroup": request.consumer_group, "topic": request.topic,
                   "queueId": str(request.queue_id), "queueOffset": str(request.queue_offset),
                   "maxMsgNums": str(request.max_messages), "sysFlag": str(request.sys_flag),
@@ -456,11 +452,11 @@ class RemotingClient:
                 done(None, failure)
                 return
             try:
-                response = pull_response(answer)
+                result = pull_answer(answer)
             except RmqError as error:
                 done(None, error)
                 return
-            done(response, None)
+            done(result, None)
 
         call.opaque = connection.start(self._signed(command, target), timeout, complete)
         return call
@@ -512,18 +508,16 @@ def answer_status(answer: RemotingCommand) -> rmq_pb2.Status:
     return rmq_pb2.Status(code=cast(rmq_pb2.Code, code), message=answer.remark or "")
 
 
-def pull_response(answer: RemotingCommand) -> rmq_pb2.PullMessageResponse:
-    """A PULL_MESSAGE answer as the PullMessageResponse the gRPC port gives."""
-    pull_status = PULL_STATUSES.get(answer.code)
-    if pull_status is None:
-        return rmq_pb2.PullMessageResponse(status=answer_status(answer))
+def pull_answer(answer: RemotingCommand) -> PullResult | rmq_pb2.Status:
+    """A PULL_MESSAGE answer as the PullResult the gRPC port's answer makes (built straight from
+    the frame: no PullMessageResponse in between), or, for any other code, the refusal's Status."""
+    statuses = PULL_STATUSES.get(answer.code)
+    if statuses is None:
+        return answer_status(answer)
     fields = answer.ext_fields
-    return rmq_pb2.PullMessageResponse(
-        status=rmq_pb2.Status(code=rmq_pb2.OK), pull_status=pull_status,
-        store_status=STORE_STATUSES[pull_status],
-        next_begin_offset=int(fields.get("nextBeginOffset", 0)), min_offset=int(fields.get("minOffset", 0)),
-        max_offset=int(fields.get("maxOffset", 0)), messages=packed(answer.body),
-        suggest_which_broker_id=int(fields.get("suggestWhichBrokerId", 0)))
+    return PullResult(statuses[0], statuses[1], int(fields.get("nextBeginOffset", 0)),
+                      int(fields.get("minOffset", 0)), int(fields.get("maxOffset", 0)), packed(answer.body),
+                      int(fields.get("suggestWhichBrokerId", 0)))
 
 
 def packed(records: bytes) -> rmq_pb2.PackedMessages:

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from rmq import message_format as mf
 from rmq.broker_server.processors.topic_config_manager import TopicConfig
 from rmq.broker_server.remoting import remoting_server
 from rmq.broker_server.security.acl_file import AclFile
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.broker_server.security.tls import ServerTls
 from rmq.connector import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer, remoting_client
-from rmq import message_format as mf
 from rmq.connector.client import OutgoingMessage, PullResult, RmqClient
 from rmq.connector.errors import RmqError, RmqUnavailable
 from rmq.connector.message import decode_messages
@@ -146,7 +146,8 @@ def test_a_broker_whose_remoting_port_is_unreachable_is_sent_to_over_grpc(broker
 
 
 @pytest.mark.parametrize("over_remoting", [True, False])
-def test_a_single_message_keeps_its_fields_over_either_port(broker: InProcessBroker, over_remoting: bool) -> None:
+def test_a_single_message_keeps_its_fields_over_either_port(broker: InProcessBroker,
+                                                            over_remoting: bool) -> None:
     """A one-message send travels to the remoting port as it is (no protobuf request) and is
     built as a SendMessageRequest only for gRPC: tags, keys, properties, the chosen queue and
     the flag arrive either way, as they do for a one-message protobuf request."""
@@ -154,9 +155,10 @@ def test_a_single_message_keeps_its_fields_over_either_port(broker: InProcessBro
         assert broker.controller.remoting is not None
         broker.run(broker.controller.remoting.stop())
     with RmqClient(broker.address) as client:
-        sent = client.send(TOPIC, [OutgoingMessage(b"fields", "TagA", "k1 k2", {"p": "v"}, queue_id=1, flag=7)])
-        request = rmq_pb2.SendMessageRequest(topic=TOPIC, messages=[rmq_pb2.Message(body=b"proto", queue_id=0,
-                                                                                     flag=9)])
+        one = OutgoingMessage(b"fields", "TagA", "k1 k2", {"p": "v"}, queue_id=1, flag=7)
+        sent = client.send(TOPIC, [one])
+        proto = rmq_pb2.Message(body=b"proto", queue_id=0, flag=9)
+        request = rmq_pb2.SendMessageRequest(topic=TOPIC, messages=[proto])
         sent_proto = client.send_requests(TOPIC, [request])
         assert remoting_used(client, broker) is over_remoting
         assert (sent.queue_ids, sent_proto.queue_ids) == ([1], [0])
