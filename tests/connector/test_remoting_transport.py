@@ -15,6 +15,7 @@ import pytest
 from rmq import message_format as mf
 from rmq.broker_server.processors.topic_config_manager import TopicConfig
 from rmq.broker_server.remoting import remoting_server
+from rmq.broker_server.remoting.broker_processor import PULL_RESPONSE_CODES
 from rmq.broker_server.security.acl_file import AclFile
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.broker_server.security.tls import ServerTls
@@ -350,3 +351,17 @@ def test_a_call_unanswered_past_its_deadline_fails(broker: InProcessBroker) -> N
         client._remoting.pull_async(target, request, 0.2, lambda response, error: failures.put(error))
         failure = failures.get(timeout=WAIT_S)
         assert isinstance(failure, RmqUnavailable) and "no answer" in failure.message
+
+
+@pytest.mark.parametrize(("pull_status", "code"), sorted(PULL_RESPONSE_CODES.items()))
+def test_a_pull_answer_reads_back_as_the_status_the_broker_answered(pull_status: int, code: int) -> None:
+    """The remoting answer becomes the PullResult straight from the frame: the broker's
+    response code for each pull status reads back as that status, with the offsets and the
+    suggested member; any other code is the refusal's Status."""
+    fields = {"nextBeginOffset": "5", "minOffset": "1", "maxOffset": "9", "suggestWhichBrokerId": "1"}
+    result = remoting_client.pull_answer(RemotingCommand(code, flag=1, ext_fields=fields))
+    assert isinstance(result, PullResult)
+    assert (result.pull_status, result.next_begin_offset, result.min_offset, result.max_offset,
+            result.suggest_which_broker_id, result.messages.count) == (pull_status, 5, 1, 9, 1, 0)
+    refusal = remoting_client.pull_answer(RemotingCommand(ResponseCode.NO_PERMISSION, flag=1, remark="no"))
+    assert refusal == rmq_pb2.Status(code=rmq_pb2.NO_PERMISSION, message="no")
