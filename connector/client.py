@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -37,6 +37,7 @@ from rmq.connector.pull_result import pull_result as pull_result
 from rmq.connector.remoting_client import (
     ConnectionBusy,
     PortUnreachable,
+    PullSpec,
     RemotingCall,
     RemotingClient,
     RemotingTarget,
@@ -508,8 +509,8 @@ class RmqClient:
         broker raises RmqUnavailable at once. The returned call's `cancel()` ends the pull
         (the broker lets a held one go; the callback gets RmqUnavailable "... cancelled").
         Over the member's remoting port when it serves one (docs/client-behaviour.md "Transport")."""
-        request, deadline = self._pull_request(mq, offset, max_messages, group, sub_expression,
-                                                suspend_timeout_ms, commit_offset, 0, None)
+        pull = PullSpec.of(mq, offset, max_messages, group, sub_expression, suspend_timeout_ms, commit_offset)
+        deadline = self._pull_deadline(None, suspend_timeout_ms)
         address = self._read_address(mq.broker_name, mq)
         label = f"{mq.broker_name} at {address}"
 
@@ -534,12 +535,11 @@ class RmqClient:
             self._record_suggestion(mq, result.suggest_which_broker_id)
             callback(result, None)
 
-        remoting = functools.partial(self._remoting.pull_async, request=request, timeout=deadline,
-                                     done=answered)
+        remoting = functools.partial(self._remoting.pull_async, pull=pull, timeout=deadline, done=answered)
         pulling = self._over_remoting(mq.broker_name, address, remoting)
         if pulling is not None:
             return pulling
-        future = self._connection(address).messaging.PullMessage.future(request, timeout=deadline)
+        future = self._connection(address).messaging.PullMessage.future(pull.to_request(), timeout=deadline)
 
         def done(call: grpc.Future[rmq_pb2.PullMessageResponse]) -> None:
             try:
@@ -594,21 +594,12 @@ class RmqClient:
                       suspend_timeout_ms: int, commit_offset: int | None, max_bytes: int,
                       timeout: float | None) -> tuple[rmq_pb2.PullMessageRequest, float]:
         """The request (PullSysFlag.buildSysFlag, spec pull §10.3) and its deadline."""
-        flags: int = rmq_pb2.FLAG_SUBSCRIPTION
-        if suspend_timeout_ms > 0:
-            flags |= rmq_pb2.FLAG_SUSPEND
-        if commit_offset is not None:
-            flags |= rmq_pb2.FLAG_COMMIT_OFFSET
-        request = rmq_pb2.PullMessageRequest(
-            consumer_group=group, topic=mq.topic, queue_id=mq.queue_id, queue_offset=offset,
-            max_messages=max_messages, max_bytes=max_bytes, sys_flag=flags,
-            suspend_timeout_ms=max(suspend_timeout_ms, 0), commit_offset=commit_offset or 0,
-        )
-        selector = sub_expression if isinstance(sub_expression, MessageSelector) else None
-        request.sub_expression = selector.expression if selector else str(sub_expression)
-        expression_type = selector.expression_type if selector else rmq_pb2.TAG
-        request.expression_type = cast(rmq_pb2.ExpressionType, expression_type)   # wire values
-        return request, (timeout or self.timeout) + max(suspend_timeout_ms, 0) / 1000.0
+        pull = PullSpec.of(mq, offset, max_messages, group, sub_expression, suspend_timeout_ms, commit_offset)
+        return pull.to_request(max_bytes), self._pull_deadline(timeout, suspend_timeout_ms)
+
+    def _pull_deadline(self, timeout: float | None, suspend_timeout_ms: int) -> float:
+        """A pull's deadline: the call's timeout plus the time the broker may hold it."""
+        return (timeout or self.timeout) + max(suspend_timeout_ms, 0) / 1000.0
 
     def topic_offsets(self, topic: str, unreachable: dict[str, RmqUnavailable] | None = None,
                       brokers: Collection[str] | None = None) -> dict[MessageQueue, QueueOffsets]:
@@ -948,7 +939,8 @@ class RmqClient:
         with self._lock:
             members = self._members.get(broker_name, ())
             wanted = self._pull_from.get(mq, MASTER_ID) if mq is not None else MASTER_ID
-            down = {address for address, until in self._down_until.items() if until > now}
+            down = {address for address, until in self._down_until.items() if until > now} \
+                if self._down_until else set()
         return choose_member(members, wanted, down) or fallback
 
     def _record_suggestion(self, mq: MessageQueue, broker_id: int) -> None:
@@ -997,6 +989,8 @@ def choose_member(members: Sequence[BrokerMember], wanted: int, down: set[str]) 
         chosen = master if wanted == MASTER_ID else member.broker_id == wanted
         return not chosen, not master, -member.epoch, member.broker_id
 
+    if len(members) == 1:   # a group of one (the common case): nothing to rank
+        return None if members[0].address in down else members[0].address
     ranked = sorted(members, key=rank)
     live = [m for m in ranked if m.address not in down]
     return live[0].address if live else None

@@ -32,6 +32,7 @@ from rmq import message_format as mf
 from rmq.auth import Credentials, TlsSettings
 from rmq.connector.errors import CorruptMessagesError, RmqError, RmqUnavailable
 from rmq.connector.pull_result import PullResult
+from rmq.message_queue import MessageQueue
 from rmq.remoting import request_signing
 from rmq.remoting.remoting_command import (
     LENGTH,
@@ -43,6 +44,7 @@ from rmq.remoting.remoting_command import (
 )
 from rmq.remoting.request_code import CANCELLED_OPAQUE, RMQ_CODE_FIELD, RequestCode, ResponseCode
 from rmq.statuses import GetMessageStatus, PullStatus
+from rmq.subscription import MessageSelector
 from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
@@ -109,6 +111,54 @@ class SendableMessage(Protocol):
     def delay_level(self) -> int: ...
     @property
     def flag(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PullSpec:
+    """One pull as the consumer asks for it (PullSysFlag.buildSysFlag, spec pull §10.3): the
+    PULL_MESSAGE header is written from it directly, the protobuf request only for gRPC."""
+
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    max_messages: int
+    sys_flag: int
+    commit_offset: int
+    suspend_timeout_ms: int
+    expression: str
+    expression_type: int        # rmq_pb2.ExpressionType
+
+    @classmethod
+    def of(cls, mq: MessageQueue, offset: int, max_messages: int, group: str,
+           sub_expression: str | MessageSelector, suspend_timeout_ms: int, commit_offset: int | None
+           ) -> PullSpec:
+        flags: int = rmq_pb2.FLAG_SUBSCRIPTION
+        if suspend_timeout_ms > 0:
+            flags |= rmq_pb2.FLAG_SUSPEND
+        if commit_offset is not None:
+            flags |= rmq_pb2.FLAG_COMMIT_OFFSET
+        selector = sub_expression if isinstance(sub_expression, MessageSelector) else None
+        return cls(group, mq.topic, mq.queue_id, offset, max_messages, flags, commit_offset or 0,
+                   max(suspend_timeout_ms, 0), selector.expression if selector else str(sub_expression),
+                   selector.expression_type if selector else rmq_pb2.TAG)
+
+    def to_request(self, max_bytes: int = 0) -> rmq_pb2.PullMessageRequest:
+        return rmq_pb2.PullMessageRequest(
+            consumer_group=self.group, topic=self.topic, queue_id=self.queue_id, queue_offset=self.offset,
+            max_messages=self.max_messages, max_bytes=max_bytes, sys_flag=self.sys_flag,
+            suspend_timeout_ms=self.suspend_timeout_ms, commit_offset=self.commit_offset,
+            sub_expression=self.expression,
+            expression_type=cast(rmq_pb2.ExpressionType, self.expression_type))   # wire values
+
+    def header(self) -> dict[str, str]:
+        """The PULL_MESSAGE request's extFields."""
+        return {"consumerGroup": self.group, "topic": self.topic, "queueId": str(self.queue_id),
+                "queueOffset": str(self.offset), "maxMsgNums": str(self.max_messages),
+                "sysFlag": str(self.sys_flag), "commitOffset": str(self.commit_offset),
+                "suspendTimeoutMillis": str(self.suspend_timeout_ms), "subscription": self.expression,
+                "subVersion": "0",
+                "expressionType": "SQL92" if self.expression_type == rmq_pb2.SQL92 else "TAG"}
 
 
 Completion = Callable[[RemotingCommand | None, RmqUnavailable | None], None]
@@ -425,18 +475,12 @@ class RemotingClient:
                                            queue_ids=[int(fields["queueId"])],
                                            queue_offsets=[int(fields["queueOffset"])])
 
-    def pull_async(self, target: RemotingTarget, request: rmq_pb2.PullMessageRequest, timeout: float,
+    def pull_async(self, target: RemotingTarget, pull: PullSpec, timeout: float,
                    done: Callable[[PullResult | rmq_pb2.Status | None, RmqError | None], None]
                    ) -> RemotingCall:
         """One PULL_MESSAGE; `done(result, None)` with the answer as a PullResult (or the
         refusal's Status), or `done(None, failure)`, on the reader thread."""
-        fields = {"consumerGroup": request.consumer_group, "topic": request.topic,
-                  "queueId": str(request.queue_id), "queueOffset": str(request.queue_offset),
-                  "maxMsgNums": str(request.max_messages), "sysFlag": str(request.sys_flag),
-                  "commitOffset": str(request.commit_offset),
-                  "suspendTimeoutMillis": str(request.suspend_timeout_ms),
-                  "subscription": request.sub_expression, "subVersion": "0",
-                  "expressionType": "SQL92" if request.expression_type == rmq_pb2.SQL92 else "TAG"}
+        fields = pull.header()
         command = RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields=fields)
         connection = self._connection(target)
         call = RemotingCall(connection)

@@ -346,9 +346,9 @@ def test_a_call_unanswered_past_its_deadline_fails(broker: InProcessBroker) -> N
     failures: queue.SimpleQueue[RmqError | None] = queue.SimpleQueue()
     with RmqClient(broker.address, timeout=1.0) as client:
         target = remoting_client.RemotingTarget(broker.config.remoting_listen, "broker/broker-a", "broker-a")
-        request = rmq_pb2.PullMessageRequest(consumer_group=GROUP, topic=TOPIC, queue_id=0, max_messages=32,
-                                             sys_flag=rmq_pb2.FLAG_SUSPEND, suspend_timeout_ms=60_000)
-        client._remoting.pull_async(target, request, 0.2, lambda response, error: failures.put(error))
+        mq = MessageQueue(TOPIC, "broker-a", 0)
+        pull = remoting_client.PullSpec.of(mq, 0, 32, GROUP, "*", 60_000, commit_offset=None)
+        client._remoting.pull_async(target, pull, 0.2, lambda response, error: failures.put(error))
         failure = failures.get(timeout=WAIT_S)
         assert isinstance(failure, RmqUnavailable) and "no answer" in failure.message
 
