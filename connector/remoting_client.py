@@ -113,7 +113,7 @@ class SendableMessage(Protocol):
     def flag(self) -> int: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)   # not frozen: a frozen init costs a setattr call per field
 class PullSpec:
     """One pull as the consumer asks for it (PullSysFlag.buildSysFlag, spec pull §10.3): the
     PULL_MESSAGE header is written from it directly, the protobuf request only for gRPC."""
