@@ -97,20 +97,13 @@ class RequestCancelled(RmqUnavailable):
 class SendableMessage(Protocol):
     """What a single-message send carries (rmq.connector.client.OutgoingMessage)."""
 
-    @property
-    def body(self) -> bytes: ...
-    @property
-    def tags(self) -> str: ...
-    @property
-    def keys(self) -> str: ...
-    @property
-    def properties(self) -> Mapping[str, str]: ...
-    @property
-    def queue_id(self) -> int | None: ...
-    @property
-    def delay_level(self) -> int: ...
-    @property
-    def flag(self) -> int: ...
+    body: bytes
+    tags: str
+    keys: str
+    properties: Mapping[str, str]
+    queue_id: int | None
+    delay_level: int
+    flag: int
 
 
 @dataclass(slots=True)   # not frozen: a frozen init costs a setattr call per field
