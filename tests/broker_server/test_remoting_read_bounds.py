@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import pytest
 
 from rmq.broker_server.remoting.remoting_server import CallContext, RemotingLimits, RemotingServer
+from rmq.broker_server.security.acl import Acl
+from rmq.broker_server.security.caller import Caller, current_caller, run_as
 from rmq.remoting.remoting_command import RemotingCommand
 from rmq.remoting.request_code import RequestCode, ResponseCode
 from tests.broker_server.remoting_client import RemotingTestClient
@@ -47,7 +49,7 @@ class Gate:
 @dataclass
 class Served:
     server: RemotingServer
-    gate: Gate
+    gate: Gate | Failing
     loop: asyncio.AbstractEventLoop
 
     @property
@@ -55,7 +57,7 @@ class Served:
         return f"127.0.0.1:{self.server.port}"
 
     def open_gate(self) -> None:
-        assert self.gate.open is not None
+        assert isinstance(self.gate, Gate) and self.gate.open is not None
         self.loop.call_soon_threadsafe(self.gate.open.set)
 
     def unsent(self) -> int:
@@ -64,7 +66,7 @@ class Served:
 
 
 @contextlib.contextmanager
-def serve(limits: RemotingLimits, gate: Gate) -> Iterator[Served]:
+def serve(limits: RemotingLimits, gate: Gate | Failing) -> Iterator[Served]:
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
@@ -74,7 +76,8 @@ def serve(limits: RemotingLimits, gate: Gate) -> Iterator[Served]:
     server = RemotingServer("127.0.0.1:0", gate, limits, sock=listener)
 
     async def start() -> None:
-        gate.open = asyncio.Event()
+        if isinstance(gate, Gate):
+            gate.open = asyncio.Event()
         await server.start()
 
     asyncio.run_coroutine_threadsafe(start(), loop).result(10)
@@ -157,3 +160,32 @@ def test_answers_a_client_does_not_read_wait_instead_of_piling_up() -> None:
             answers = [client.read() for _ in opaques]   # reading lets the rest through
             rest.join()
             assert sorted(a.opaque for a in answers) == opaques and answers[0].body == answer
+
+
+class Failing:
+    """Raises, at once or after a wait; otherwise answers with the caller it found set."""
+
+    async def process(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
+        if request.ext_fields.get("fail") == "after a wait":
+            await asyncio.sleep(0)
+        if "fail" in request.ext_fields:
+            raise RuntimeError("broken processor")
+        found = current_caller()
+        run_as(Caller("someone", lambda: Acl({})))   # as the dispatcher does for an ACL's account
+        return request.response(ResponseCode.SUCCESS, remark=repr(found))
+
+
+@pytest.mark.parametrize("when", ["at once", "after a wait"])
+def test_a_failing_request_is_answered_with_a_system_error(when: str) -> None:
+    with serve(RemotingLimits(), Failing()) as served, RemotingTestClient(served.address) as client:
+        failed = client.call(RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"fail": when}))
+        assert failed.code == ResponseCode.SYSTEM_ERROR and "broken processor" in (failed.remark or "")
+        assert client.call(RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC)).code == ResponseCode.SUCCESS
+
+
+def test_each_request_runs_as_its_own_caller() -> None:
+    """A request served inside the read sets its caller in a context of its own: the next request
+    on the connection does not find it."""
+    with serve(RemotingLimits(), Failing()) as served, RemotingTestClient(served.address) as client:
+        answers = [client.call(RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC)) for _ in range(2)]
+        assert [answer.remark for answer in answers] == ["None", "None"]
