@@ -252,7 +252,8 @@ class _Rest(Coroutine[Any, Any, None]):
         if self._started:
             return self._coroutine.send(value)
         self._started = True
-        return self._waiting
+        waiting, self._waiting = self._waiting, None
+        return waiting
 
     def throw(self, *error: Any) -> Any:
         self._started = True   # a task cancelled before its first step cancels the coroutine's wait
