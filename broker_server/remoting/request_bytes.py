@@ -1,12 +1,11 @@
 """Bytes of remoting request frames the broker holds (read and not yet answered), bounded on one
 connection and over all of them: a connection whose next frame would pass either bound is not read
-until earlier requests finish, so clients cannot make the broker buffer more requests than
-`RemotingLimits.max_request_bytes_per_connection` / `max_request_bytes`."""
+(its transport paused) until earlier requests finish, so clients cannot make the broker buffer more
+requests than `RemotingLimits.max_request_bytes_per_connection` / `max_request_bytes`."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 
 class RequestBytes:
@@ -15,7 +14,7 @@ class RequestBytes:
         self.per_connection = per_connection
         self.held = 0
         self._by_connection: dict[Hashable, int] = {}
-        self._released = asyncio.Event()
+        self._waiting: dict[Hashable, Callable[[], None]] = {}
 
     def _fits(self, connection: Hashable, size: int) -> bool:
         held_here = self._by_connection.get(connection, 0)
@@ -24,13 +23,21 @@ class RequestBytes:
             self.held == 0 or self.held + size <= self.total
         )
 
-    async def acquire(self, connection: Hashable, size: int) -> None:
-        """Wait until `size` more bytes fit, then count them for `connection`."""
-        while not self._fits(connection, size):
-            self._released.clear()
-            await self._released.wait()
+    def try_acquire(self, connection: Hashable, size: int) -> bool:
+        """Count `size` more bytes for `connection` if they fit; False (nothing counted) if not."""
+        if not self._fits(connection, size):
+            return False
         self.held += size
         self._by_connection[connection] = self._by_connection.get(connection, 0) + size
+        return True
+
+    def wait(self, connection: Hashable, wake: Callable[[], None]) -> None:
+        """Call `wake` once, at the next release (of any connection's bytes): then try again."""
+        self._waiting[connection] = wake
+
+    def forget(self, connection: Hashable) -> None:
+        """`connection` waits no more (it closed)."""
+        self._waiting.pop(connection, None)
 
     def release(self, connection: Hashable, size: int) -> None:
         self.held -= size
@@ -39,4 +46,7 @@ class RequestBytes:
             self._by_connection[connection] = left
         else:
             del self._by_connection[connection]
-        self._released.set()
+        if self._waiting:
+            waiting, self._waiting = self._waiting, {}
+            for wake in waiting.values():
+                wake()

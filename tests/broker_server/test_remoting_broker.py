@@ -17,8 +17,8 @@ from rmq.broker_server.processors.topic_config_manager import TopicConfig
 from rmq.broker_server.remoting.remoting_acl import signed
 from rmq.broker_server.security.acl_file import AclFile
 from rmq.broker_server.security.server_security import ServerSecurity
-from rmq.remoting.remoting_command import RemotingCommand, SerializeType
-from rmq.remoting.request_code import RequestCode, ResponseCode
+from rmq.remoting.remoting_command import RPC_ONEWAY, RemotingCommand, SerializeType
+from rmq.remoting.request_code import CANCELLED_OPAQUE, RequestCode, ResponseCode
 from rmq.stored_message import decode_record
 from rmq.v1 import rmq_pb2
 from tests.acl_files import write_acl
@@ -625,3 +625,20 @@ def test_a_transaction_is_checked_only_with_producers_of_the_account_that_opened
             assert first.is_response and first.code == ResponseCode.SUCCESS, first.code
     finally:
         broker.stop()
+
+
+def test_a_pull_cancelled_in_the_same_write_leaves_the_hold_table(broker: InProcessBroker) -> None:
+    """The pull is held inside the read and its cancel, read right behind it, reaches its task
+    before the task's first step: a message arriving next does not answer it (a held pull's
+    answer is written before the send's), and the hold table lets it go."""
+    offset = broker.controller.store.get_max_offset_in_queue(TOPIC, 0)
+    with RemotingTestClient(broker.config.remoting_listen) as client:
+        held = pull(0, offset, suspend_ms=60_000)
+        held.opaque = 1_000
+        cancel = request(RequestCode.CANCEL_REQUEST, **{CANCELLED_OPAQUE: held.opaque})
+        cancel.flag |= RPC_ONEWAY
+        client.socket.sendall(held.encode() + cancel.encode())
+        assert client.call(send_v2(b"wake", {}, 0)).code == ResponseCode.SUCCESS
+        route = client.call(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=TOPIC))
+        assert route.code == ResponseCode.SUCCESS and held.opaque not in client._answers
+        wait_until(lambda: broker.controller.hold_service.held_count() == 0, "the cancelled pull let go")

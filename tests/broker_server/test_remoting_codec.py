@@ -3,7 +3,6 @@ protocol (docs/remoting-protocol.md), byte for byte."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import struct
 
@@ -185,28 +184,24 @@ def test_every_status_and_pull_status_has_a_response_code() -> None:
 
 
 def test_request_bytes_wait_for_room_on_the_connection_and_in_all() -> None:
-    async def scenario() -> list[str]:
-        budget = RequestBytes(total=100, per_connection=60)
-        order: list[str] = []
-
-        async def take(connection: str, size: int) -> None:
-            await budget.acquire(connection, size)
-            order.append(f"{connection}+{size}")
-
-        await take("a", 50)
-        await take("b", 40)
-        waiting = [asyncio.ensure_future(take("a", 20)), asyncio.ensure_future(take("c", 30))]
-        await asyncio.sleep(0)
-        assert order == ["a+50", "b+40"]  # a would pass 60 on its connection, c 100 in all
-        budget.release("b", 40)
-        await asyncio.sleep(0)
-        assert order == ["a+50", "b+40", "c+30"]
-        budget.release("a", 50)
-        await asyncio.gather(*waiting)
-        assert (budget.held, order[-1]) == (50, "a+20")
-        budget.release("a", 20)
-        budget.release("c", 30)
-        await take("d", 500)  # a frame over the bounds is read when nothing else is held
-        return order
-
-    assert asyncio.run(scenario())[-1] == "d+500"
+    budget = RequestBytes(total=100, per_connection=60)
+    woken: list[str] = []
+    assert budget.try_acquire("a", 50) and budget.try_acquire("b", 40)
+    assert not budget.try_acquire("a", 20)   # a would pass 60 on its connection
+    assert not budget.try_acquire("c", 30)   # c 100 in all
+    budget.wait("a", lambda: woken.append("a"))
+    budget.wait("c", lambda: woken.append("c"))
+    budget.release("b", 40)
+    assert woken == ["a", "c"]   # each waiter is called once, and tries again
+    assert budget.try_acquire("c", 30) and not budget.try_acquire("a", 20)
+    budget.wait("a", lambda: woken.append("a again"))
+    budget.release("a", 50)
+    assert woken[-1] == "a again" and budget.try_acquire("a", 20)
+    assert budget.held == 50
+    budget.release("a", 20)
+    budget.release("c", 30)
+    assert budget.try_acquire("d", 500)   # a frame over the bounds is read when nothing else is held
+    budget.wait("e", lambda: woken.append("e"))
+    budget.forget("e")   # its connection closed
+    budget.release("d", 500)
+    assert woken[-1] == "a again" and budget.held == 0
