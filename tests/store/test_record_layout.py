@@ -52,7 +52,8 @@ def test_body_crc_is_zlibs_crc32_at_every_length(tmp_path: Path) -> None:
     rng = random.Random(29)
     bodies = [rng.randbytes(length) for length in [*range(300), 1023, 1024, 1025, 4099, 65536 + 17]]
     assert [body_crc(body) for body in bodies] == [zlib.crc32(body) & 0x7FFFFFFF for body in bodies]
-    commit_log = CommitLog(small_config(tmp_path / "s", max_message_size=1 << 20, mapped_file_size_commit_log=1 << 20))
+    config = small_config(tmp_path / "s", max_message_size=1 << 20, mapped_file_size_commit_log=1 << 20)
+    commit_log = CommitLog(config)
     encoded = encode(commit_log, *(MessageToStore("T", 0, body, {}) for body in bodies))
     assert encoded.crcs.tolist() == [zlib.crc32(body) & 0x7FFFFFFF for body in bodies]
     commit_log.close()
