@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -31,9 +31,13 @@ from rmq.connector.endpoints import parse_endpoints
 from rmq.connector.errors import ConfigError, RmqRefused
 from rmq.connector.errors import RmqError as RmqError  # the client's errors, statuses and queue type
 from rmq.connector.errors import RmqUnavailable as RmqUnavailable
+from rmq.connector.pull_result import MASTER_ID as MASTER_ID  # a broker group's master member
+from rmq.connector.pull_result import PullResult as PullResult
+from rmq.connector.pull_result import pull_result as pull_result
 from rmq.connector.remoting_client import (
     ConnectionBusy,
     PortUnreachable,
+    PullSpec,
     RemotingCall,
     RemotingClient,
     RemotingTarget,
@@ -65,7 +69,6 @@ _COLUMN_FRAMING_BYTES = 16                    # a body length, tag and key prefi
 
 
 _UNAVAILABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
-MASTER_ID = 0
 # SYNC_MASTER: stored on the master, no slave confirmed it (docs/replication.md); the send succeeded
 SEND_WHICH_QUEUE_RANGE = 1 << 30
 TLS_ONLY_HINT = "Socket closed"   # what grpc reports when a TLS-only server drops a plaintext connection
@@ -137,17 +140,44 @@ class OutgoingMessage:
     properties: Mapping[str, str] = field(default_factory=dict)
     queue_id: int | None = None               # None: the broker picks a queue round-robin
     delay_level: int = 0
+    flag: int = 0                             # RocketMQ Message.flag, the application's
 
     def is_plain(self) -> bool:
         """Only a body, tags and keys: such messages travel as MessageColumns."""
-        return not self.properties and self.queue_id is None and not self.delay_level
+        return not self.properties and self.queue_id is None and not self.delay_level and not self.flag
 
     def to_proto(self) -> rmq_pb2.Message:
         message = rmq_pb2.Message(body=self.body, tags=self.tags, keys=self.keys,
-                                  properties=self.properties, delay_level=self.delay_level)
+                                  properties=self.properties, delay_level=self.delay_level, flag=self.flag)
         if self.queue_id is not None:
             message.queue_id = self.queue_id
         return message
+
+    @classmethod
+    def from_proto(cls, message: rmq_pb2.Message) -> OutgoingMessage:
+        return cls(message.body, message.tags, message.keys, dict(message.properties),
+                   message.queue_id if message.HasField("queue_id") else None, message.delay_level,
+                   message.flag)
+
+
+@dataclass(slots=True)   # not frozen: a frozen init costs a setattr call per field
+class OneMessage:
+    """A single message on the latency path: it goes over the remoting port as it is, and
+    becomes a SendMessageRequest only when gRPC carries it (building the protobuf is a fifth of
+    the send's Python: bench/NOTES.md, issue 29 items 1 and 2, fourth pass)."""
+
+    topic: str
+    message: OutgoingMessage
+
+    @classmethod
+    def of(cls, request: rmq_pb2.SendMessageRequest) -> OneMessage | None:
+        """The request's message when it holds exactly one (not as columns), else None."""
+        if len(request.messages) != 1:
+            return None
+        return cls(request.topic, OutgoingMessage.from_proto(request.messages[0]))
+
+    def to_request(self) -> rmq_pb2.SendMessageRequest:
+        return rmq_pb2.SendMessageRequest(topic=self.topic, messages=[self.message.to_proto()])
 
 
 @dataclass(frozen=True)
@@ -157,17 +187,6 @@ class SendResult:
     queue_offsets: list[int]
     broker_name: str
     status: SendStatus = SendStatus.SEND_OK   # FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE: on the master only
-
-
-@dataclass(frozen=True)
-class PullResult:
-    pull_status: PullStatus
-    store_status: GetMessageStatus
-    next_begin_offset: int
-    min_offset: int
-    max_offset: int
-    messages: rmq_pb2.PackedMessages
-    suggest_which_broker_id: int = MASTER_ID   # not MASTER_ID: what was read has left the broker's memory
 
 
 @dataclass(frozen=True)
@@ -383,9 +402,9 @@ class RmqClient:
         `acknowledged` counts the messages of earlier requests that were stored. A SYNC_MASTER
         that stored a request without a slave confirming it answers FLUSH_SLAVE_TIMEOUT or
         SLAVE_NOT_AVAILABLE: the send succeeds and `status` says "stored on the master only"."""
-        requests: Iterable[rmq_pb2.SendMessageRequest]
+        requests: Iterable[rmq_pb2.SendMessageRequest | OneMessage]
         if len(messages) == 1:    # the latency path: over the remoting port where the broker serves it
-            requests = [rmq_pb2.SendMessageRequest(topic=topic, messages=[messages[0].to_proto()])]
+            requests = [OneMessage(topic, messages[0])]
         elif all(map(OutgoingMessage.is_plain, messages)):
             requests = self.column_requests(
                 topic, [m.body for m in messages], [m.tags for m in messages], [m.keys for m in messages])
@@ -400,7 +419,7 @@ class RmqClient:
         many as the request size limit needs: to send (again) with send_requests."""
         return list(_column_requests(topic, bodies, tags, keys, self.max_request_bytes))
 
-    def send_requests(self, topic: str, requests: Iterable[rmq_pb2.SendMessageRequest],
+    def send_requests(self, topic: str, requests: Iterable[rmq_pb2.SendMessageRequest | OneMessage],
                       broker_name: str | None = None) -> SendResult:
         """`send` of messages already encoded (column_requests): the same answers and errors."""
         name = broker_name or self._pick_broker(topic)
@@ -421,15 +440,18 @@ class RmqClient:
             status = status or response.status.code
         return replace(result, status=SendStatus(status)) if status else result
 
-    def _send_request(self, name: str, address: str, request: rmq_pb2.SendMessageRequest
+    def _send_request(self, name: str, address: str, request: rmq_pb2.SendMessageRequest | OneMessage
                       ) -> rmq_pb2.SendMessageResponse:
         """One SendMessage: a single message over the member's remoting port when it has one."""
-        if len(request.messages) == 1:
-            remoting = functools.partial(self._remoting.send, topic=request.topic,
-                                         message=request.messages[0], timeout=self.timeout)
+        one = request if isinstance(request, OneMessage) else OneMessage.of(request)
+        if one is not None:
+            remoting = functools.partial(self._remoting.send, topic=one.topic, message=one.message,
+                                         timeout=self.timeout)
             response = self._over_remoting(name, address, remoting)
             if response is not None:
                 return _checked(response, "SendMessage", f"{name} at {address}", None, STORED_ON_MASTER_ONLY)
+        if isinstance(request, OneMessage):
+            request = request.to_request()
         return self._call(address, _SEND_MESSAGE, request, name, ok_codes=STORED_ON_MASTER_ONLY)
 
     def _over_remoting(self, broker_name: str, address: str, call: Callable[[RemotingTarget], AnswerT]
@@ -487,12 +509,12 @@ class RmqClient:
         broker raises RmqUnavailable at once. The returned call's `cancel()` ends the pull
         (the broker lets a held one go; the callback gets RmqUnavailable "... cancelled").
         Over the member's remoting port when it serves one (docs/client-behaviour.md "Transport")."""
-        request, deadline = self._pull_request(mq, offset, max_messages, group, sub_expression,
-                                                suspend_timeout_ms, commit_offset, 0, None)
+        pull = PullSpec.of(mq, offset, max_messages, group, sub_expression, suspend_timeout_ms, commit_offset)
+        deadline = self._pull_deadline(None, suspend_timeout_ms)
         address = self._read_address(mq.broker_name, mq)
         label = f"{mq.broker_name} at {address}"
 
-        def answered(response: rmq_pb2.PullMessageResponse | None, failure: RmqError | None) -> None:
+        def answered(result: PullResult | rmq_pb2.Status | None, failure: RmqError | None) -> None:
             if isinstance(failure, RequestCancelled):
                 callback(None, RmqUnavailable("PullMessage cancelled", broker=label, queue=mq))
                 return
@@ -505,20 +527,19 @@ class RmqClient:
             if failure is not None:
                 callback(None, failure)
                 return
-            assert response is not None
-            if response.status.code != rmq_pb2.OK:
-                refusal = response.status.message or "PullMessage refused"
-                callback(None, RmqRefused(response.status.code, refusal, broker=label, queue=mq))
+            assert result is not None
+            if isinstance(result, rmq_pb2.Status):
+                callback(None, RmqRefused(result.code, result.message or "PullMessage refused", broker=label,
+                                          queue=mq))
                 return
-            self._record_suggestion(mq, response.suggest_which_broker_id)
-            callback(pull_result(response), None)
+            self._record_suggestion(mq, result.suggest_which_broker_id)
+            callback(result, None)
 
-        remoting = functools.partial(self._remoting.pull_async, request=request, timeout=deadline,
-                                     done=answered)
+        remoting = functools.partial(self._remoting.pull_async, pull=pull, timeout=deadline, done=answered)
         pulling = self._over_remoting(mq.broker_name, address, remoting)
         if pulling is not None:
             return pulling
-        future = self._connection(address).messaging.PullMessage.future(request, timeout=deadline)
+        future = self._connection(address).messaging.PullMessage.future(pull.to_request(), timeout=deadline)
 
         def done(call: grpc.Future[rmq_pb2.PullMessageResponse]) -> None:
             try:
@@ -529,7 +550,7 @@ class RmqClient:
             except grpc.FutureCancelledError:
                 callback(None, RmqUnavailable("PullMessage cancelled", broker=label, queue=mq))
                 return
-            answered(response, None)
+            answered(response.status if response.status.code != rmq_pb2.OK else pull_result(response), None)
 
         future.add_done_callback(done)
         return future
@@ -573,21 +594,12 @@ class RmqClient:
                       suspend_timeout_ms: int, commit_offset: int | None, max_bytes: int,
                       timeout: float | None) -> tuple[rmq_pb2.PullMessageRequest, float]:
         """The request (PullSysFlag.buildSysFlag, spec pull §10.3) and its deadline."""
-        flags: int = rmq_pb2.FLAG_SUBSCRIPTION
-        if suspend_timeout_ms > 0:
-            flags |= rmq_pb2.FLAG_SUSPEND
-        if commit_offset is not None:
-            flags |= rmq_pb2.FLAG_COMMIT_OFFSET
-        request = rmq_pb2.PullMessageRequest(
-            consumer_group=group, topic=mq.topic, queue_id=mq.queue_id, queue_offset=offset,
-            max_messages=max_messages, max_bytes=max_bytes, sys_flag=flags,
-            suspend_timeout_ms=max(suspend_timeout_ms, 0), commit_offset=commit_offset or 0,
-        )
-        selector = sub_expression if isinstance(sub_expression, MessageSelector) else None
-        request.sub_expression = selector.expression if selector else str(sub_expression)
-        expression_type = selector.expression_type if selector else rmq_pb2.TAG
-        request.expression_type = cast(rmq_pb2.ExpressionType, expression_type)   # wire values
-        return request, (timeout or self.timeout) + max(suspend_timeout_ms, 0) / 1000.0
+        pull = PullSpec.of(mq, offset, max_messages, group, sub_expression, suspend_timeout_ms, commit_offset)
+        return pull.to_request(max_bytes), self._pull_deadline(timeout, suspend_timeout_ms)
+
+    def _pull_deadline(self, timeout: float | None, suspend_timeout_ms: int) -> float:
+        """A pull's deadline: the call's timeout plus the time the broker may hold it."""
+        return (timeout or self.timeout) + max(suspend_timeout_ms, 0) / 1000.0
 
     def topic_offsets(self, topic: str, unreachable: dict[str, RmqUnavailable] | None = None,
                       brokers: Collection[str] | None = None) -> dict[MessageQueue, QueueOffsets]:
@@ -927,11 +939,14 @@ class RmqClient:
         with self._lock:
             members = self._members.get(broker_name, ())
             wanted = self._pull_from.get(mq, MASTER_ID) if mq is not None else MASTER_ID
-            down = {address for address, until in self._down_until.items() if until > now}
+            down = {address for address, until in self._down_until.items() if until > now} \
+                if self._down_until else set()
         return choose_member(members, wanted, down) or fallback
 
     def _record_suggestion(self, mq: MessageQueue, broker_id: int) -> None:
         """processPullResult: remember which member to pull `mq` from next."""
+        if broker_id == MASTER_ID and mq not in self._pull_from:   # the common case, without the lock
+            return
         with self._lock:
             if broker_id == MASTER_ID:
                 self._pull_from.pop(mq, None)
@@ -974,16 +989,11 @@ def choose_member(members: Sequence[BrokerMember], wanted: int, down: set[str]) 
         chosen = master if wanted == MASTER_ID else member.broker_id == wanted
         return not chosen, not master, -member.epoch, member.broker_id
 
+    if len(members) == 1:   # a group of one (the common case): nothing to rank
+        return None if members[0].address in down else members[0].address
     ranked = sorted(members, key=rank)
     live = [m for m in ranked if m.address not in down]
     return live[0].address if live else None
-
-
-def pull_result(response: rmq_pb2.PullMessageResponse) -> PullResult:
-    """A PullMessage answer (or a Flight batch's metadata, rmq.flight) as a PullResult."""
-    return PullResult(PullStatus(response.pull_status), GetMessageStatus(response.store_status),
-                      response.next_begin_offset, response.min_offset, response.max_offset, response.messages,
-                      response.suggest_which_broker_id)
 
 
 def _checked(response: ResponseT, method: str, label: str, queue: MessageQueue | None,

@@ -59,9 +59,9 @@ def classify(status: ConsumeConcurrentlyStatus | None, has_exception: bool, cons
     return ConsumeReturnType.SUCCESS
 
 
-def split_batches(messages: Sequence[MessageExt], batch_size: int) -> list[list[MessageExt]]:
+def split_batches(messages: Sequence[MessageExt], batch_size: int) -> list[tuple[MessageExt, ...]]:
     """submitConsumeRequest (longpolling TV-9): one request when the pull fits a batch."""
-    return [list(messages[i:i + batch_size]) for i in range(0, len(messages), batch_size)]
+    return [tuple(messages[i:i + batch_size]) for i in range(0, len(messages), batch_size)]
 
 
 def failed_from(status: ConsumeConcurrentlyStatus, ack_index: int, count: int) -> int:
@@ -73,7 +73,7 @@ def failed_from(status: ConsumeConcurrentlyStatus, ack_index: int, count: int) -
 
 @dataclass(slots=True)
 class ConsumeRequest:
-    messages: list[MessageExt]
+    messages: Sequence[MessageExt]   # a tuple from the pull (the listener gets it as it is)
     process_queue: ProcessQueue
     message_queue: MessageQueue
 
@@ -125,7 +125,7 @@ class ConsumeMessageConcurrentlyService:
         submit, size = self._pool.submit, self.batch_size
         if size == 1:   # RocketMQ's default: one request per message
             for message in messages:
-                submit(ConsumeRequest([message], pq, mq))
+                submit(ConsumeRequest((message,), pq, mq))
             return
         for batch in split_batches(messages, size):
             submit(ConsumeRequest(batch, pq, mq))
@@ -137,36 +137,46 @@ class ConsumeMessageConcurrentlyService:
         self.scheduler.schedule(CONSUME_LATER_DELAY_S, lambda: self._submit(request))
 
     def run(self, request: ConsumeRequest) -> None:
-        """ConsumeRequest#run."""
-        pq = request.process_queue
+        """ConsumeRequest#run. The usual outcome (CONSUME_SUCCESS of the whole batch within the
+        consume timeout: classify's SUCCESS with nothing failed) goes straight to the ProcessQueue
+        removal and the offset; every other outcome through classify and process_consume_result."""
+        pq, messages = request.process_queue, request.messages
         if pq.dropped:
             logger.info("the message queue not be able to consume, because it's dropped. group=%s %s",
                         self.group, request.message_queue)
             return
         context = ConsumeConcurrentlyContext(request.message_queue)
-        pq.mark_consume_started(request.messages)
+        pq.mark_consume_started(messages)
         begin = time.monotonic()
         status: ConsumeConcurrentlyStatus | None = None
         has_exception = False
         try:
-            returned = self.listener(tuple(request.messages), context)
+            returned = self.listener(tuple(messages), context)   # a tuple is passed as it is
             status = returned if isinstance(returned, ConsumeConcurrentlyStatus) else None
         except Exception:
             logger.warning("consumeMessage exception: Group: %s MQ: %s", self.group, request.message_queue,
                            exc_info=True)
             has_exception = True
         consume_rt_ms = (time.monotonic() - begin) * 1000
-        return_type = classify(status, has_exception, consume_rt_ms, self.consume_timeout_minutes)
-        if status is None:   # an exception, None or anything but a status: consume it again later
-            status = ConsumeConcurrentlyStatus.RECONSUME_LATER
-        if return_type is not ConsumeReturnType.SUCCESS:
-            logger.info("consume %s: %s, %d messages of %s", return_type.value, status.value,
-                        len(request.messages), request.message_queue)
+        all_consumed = (status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+                        and context.ack_index >= len(messages) - 1
+                        and consume_rt_ms < self.consume_timeout_minutes * MS_PER_MINUTE)
+        if not all_consumed:
+            return_type = classify(status, has_exception, consume_rt_ms, self.consume_timeout_minutes)
+            if status is None:   # an exception, None or anything but a status: consume it again later
+                status = ConsumeConcurrentlyStatus.RECONSUME_LATER
+            if return_type is not ConsumeReturnType.SUCCESS:
+                logger.info("consume %s: %s, %d messages of %s", return_type.value, status.value,
+                            len(messages), request.message_queue)
         if pq.dropped:
             logger.warning("processQueue is dropped without process consume result. messageQueue=%s",
                            request.message_queue)
             return
-        self.process_consume_result(status, context, request)
+        if all_consumed:   # nothing failed: straight to the removal and the offset
+            self._commit(request)
+        else:
+            assert status is not None
+            self.process_consume_result(status, context, request)
 
     def process_consume_result(self, status: ConsumeConcurrentlyStatus, context: ConsumeConcurrentlyContext,
                                request: ConsumeRequest) -> None:
@@ -175,11 +185,17 @@ class ConsumeMessageConcurrentlyService:
         first_failed = failed_from(status, context.ack_index, len(request.messages))
         if first_failed < len(request.messages):
             self._handle_failed(request.messages[first_failed:], context, request)
-        offset = request.process_queue.remove_message(request.messages)
-        if offset >= 0 and not request.process_queue.dropped:
+        self._commit(request)
+
+    def _commit(self, request: ConsumeRequest) -> None:
+        """The batch leaves the ProcessQueue; the queue's offset moves to the smallest offset
+        still held (increase-only), unless the queue was dropped meanwhile."""
+        pq = request.process_queue
+        offset = pq.remove_message(request.messages)
+        if offset >= 0 and not pq.dropped:
             self.offset_store.update_offset(request.message_queue, offset, increase_only=True)
 
-    def _handle_failed(self, failed: list[MessageExt], context: ConsumeConcurrentlyContext,
+    def _handle_failed(self, failed: Sequence[MessageExt], context: ConsumeConcurrentlyContext,
                        request: ConsumeRequest) -> None:
         """Broadcasting drops the failed messages; clustering sends them back, and those whose
         send-back failed leave the request (they stay held) to be consumed again in 5 s."""

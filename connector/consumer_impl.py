@@ -267,8 +267,7 @@ class ConsumerImpl:
         if not messages:   # NO_NEW_MSG, NO_MATCHED_MSG, or everything filtered out
             self.correct_tags_offset(request)
             return 0
-        dispatch_to_consume = pq.put_message(messages)
-        pq.mark_pulled_until(request.next_offset)
+        dispatch_to_consume = pq.put_message(messages, pulled_until=request.next_offset)
         self._deliver(request, messages, dispatch_to_consume)
         return self.pull_interval_ms
 

@@ -36,4 +36,6 @@ class LatencyFaultTolerance:
 
     def choose_from(self, brokers: Sequence[str]) -> list[str]:
         """The available brokers among `brokers`, or all of them when none is."""
+        if not self._until:   # none isolated (the common case), without the lock
+            return list(brokers)
         return [b for b in brokers if self.is_available(b)] or list(brokers)

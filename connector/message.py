@@ -104,6 +104,12 @@ class MessageExt:
 
 
 _PROPERTIES_CACHE_SIZE = 1024
+# The header fields a MessageExt takes; the others are skipped as pad bytes (fewer objects per record).
+_TAKEN = ("queue_id", "queue_offset", "physical_offset", "born_timestamp", "store_timestamp", "store_host",
+          "reconsume_times", "body_length")
+_TAKEN_HEADER = struct.Struct(">" + "".join(code if name in _TAKEN else f"{struct.calcsize('>' + code)}x"
+                                            for name, code in mf.HEADER_FIELDS))
+assert _TAKEN_HEADER.size == mf.BODY_POS
 
 
 def decode_messages(packed: rmq_pb2.PackedMessages, mq: MessageQueue) -> list[MessageExt]:
@@ -115,7 +121,7 @@ def decode_messages(packed: rmq_pb2.PackedMessages, mq: MessageQueue) -> list[Me
         return []
     buffer = packed.records
     sizes = struct.unpack(f"<{packed.count}i", packed.sizes)  # little-endian int32 (PackedMessages)
-    unpack_header = mf.HEADER.unpack_from
+    unpack_header = _TAKEN_HEADER.unpack_from
     body_pos = mf.BODY_POS
     topics: dict[bytes, tuple[str, bool]] = {}   # raw topic -> (topic, a retry/DLQ copy)
     properties_of: dict[bytes, dict[str, str]] = {}
@@ -124,20 +130,13 @@ def decode_messages(packed: rmq_pb2.PackedMessages, mq: MessageQueue) -> list[Me
     position = 0
     for size in sizes:
         (
-            _,
-            _,
-            _,
             queue_id,
-            _,
             queue_offset,
             physical_offset,
-            _,
             born_timestamp,
-            _,
             store_timestamp,
             store_host,
             reconsume_times,
-            _,
             body_length,
         ) = unpack_header(buffer, position)
         cursor = position + body_pos

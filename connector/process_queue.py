@@ -71,10 +71,13 @@ class ProcessQueue:
         if self._dropped:
             cancel()
 
-    def put_message(self, messages: Sequence[MessageExt]) -> bool:
-        """Add pulled messages (offsets already held are skipped); True when an orderly
-        consume request should be dispatched (messages held and none running: dispatchToConsume)."""
+    def put_message(self, messages: Sequence[MessageExt], pulled_until: int = -1) -> bool:
+        """Add pulled messages (offsets already held are skipped) and, in the same locked step,
+        `mark_pulled_until(pulled_until)`; True when an orderly consume request should be
+        dispatched (messages held and none running: dispatchToConsume)."""
         with self._lock:
+            if pulled_until > self.pulled_until:
+                self.pulled_until = pulled_until
             held, order = self._messages, self._order
             added = added_size = 0
             for message in messages:

@@ -24,13 +24,15 @@ import ssl
 import struct
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import cast
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol, cast
 
 from rmq import message_format as mf
 from rmq.auth import Credentials, TlsSettings
 from rmq.connector.errors import CorruptMessagesError, RmqError, RmqUnavailable
+from rmq.connector.pull_result import PullResult
+from rmq.message_queue import MessageQueue
 from rmq.remoting import request_signing
 from rmq.remoting.remoting_command import (
     LENGTH,
@@ -41,6 +43,8 @@ from rmq.remoting.remoting_command import (
     decode,
 )
 from rmq.remoting.request_code import CANCELLED_OPAQUE, RMQ_CODE_FIELD, RequestCode, ResponseCode
+from rmq.statuses import GetMessageStatus, PullStatus
+from rmq.subscription import MessageSelector
 from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
@@ -53,7 +57,6 @@ DEADLINE_CHECK_S = 0.5          # how often the reader looks for calls past thei
 MAX_IN_FLIGHT = 512
 CONNECT_TIMEOUT_S = 3.0         # a port that does not accept by then is passed over (gRPC is used)
 RECORD_SIZE = struct.Struct(">i")   # a CommitLog record starts with its total size
-SIZES = struct.Struct("<i")         # PackedMessages.sizes: little-endian int32 per record
 
 # RocketMQ response codes as rmq.v1 codes (the broker's RESPONSE_CODES read backwards).
 STATUS_CODES: dict[int, rmq_pb2.Code] = {
@@ -71,18 +74,12 @@ STATUS_CODES: dict[int, rmq_pb2.Code] = {
     ResponseCode.SUBSCRIPTION_PARSE_FAILED: rmq_pb2.SUBSCRIPTION_PARSE_FAILED,
     ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: rmq_pb2.SUBSCRIPTION_GROUP_NOT_EXIST,
 }
-# A PULL_MESSAGE answer's code is its pull status.
-PULL_STATUSES: dict[int, rmq_pb2.PullStatus] = {
-    ResponseCode.SUCCESS: rmq_pb2.FOUND,
-    ResponseCode.PULL_NOT_FOUND: rmq_pb2.NO_NEW_MSG,
-    ResponseCode.PULL_RETRY_IMMEDIATELY: rmq_pb2.NO_MATCHED_MSG,
-    ResponseCode.PULL_OFFSET_MOVED: rmq_pb2.OFFSET_ILLEGAL,
-}
-STORE_STATUSES: dict[rmq_pb2.PullStatus, rmq_pb2.GetMessageStatus] = {
-    rmq_pb2.FOUND: rmq_pb2.GMS_FOUND,
-    rmq_pb2.NO_NEW_MSG: rmq_pb2.GMS_OFFSET_OVERFLOW_ONE,
-    rmq_pb2.NO_MATCHED_MSG: rmq_pb2.GMS_NO_MATCHED_MESSAGE,
-    rmq_pb2.OFFSET_ILLEGAL: rmq_pb2.GMS_OFFSET_OVERFLOW_BADLY,
+# A PULL_MESSAGE answer's code is its pull status, and the store status the gRPC port names with it.
+PULL_STATUSES: dict[int, tuple[PullStatus, GetMessageStatus]] = {
+    ResponseCode.SUCCESS: (PullStatus.FOUND, GetMessageStatus.FOUND),
+    ResponseCode.PULL_NOT_FOUND: (PullStatus.NO_NEW_MSG, GetMessageStatus.OFFSET_OVERFLOW_ONE),
+    ResponseCode.PULL_RETRY_IMMEDIATELY: (PullStatus.NO_MATCHED_MSG, GetMessageStatus.NO_MATCHED_MESSAGE),
+    ResponseCode.PULL_OFFSET_MOVED: (PullStatus.OFFSET_ILLEGAL, GetMessageStatus.OFFSET_OVERFLOW_BADLY),
 }
 
 class PortUnreachable(RmqUnavailable):
@@ -95,6 +92,66 @@ class ConnectionBusy(PortUnreachable):
 
 class RequestCancelled(RmqUnavailable):
     """The caller cancelled the request."""
+
+
+class SendableMessage(Protocol):
+    """What a single-message send carries (rmq.connector.client.OutgoingMessage)."""
+
+    body: bytes
+    tags: str
+    keys: str
+    properties: Mapping[str, str]
+    queue_id: int | None
+    delay_level: int
+    flag: int
+
+
+@dataclass(slots=True)   # not frozen: a frozen init costs a setattr call per field
+class PullSpec:
+    """One pull as the consumer asks for it (PullSysFlag.buildSysFlag, spec pull §10.3): the
+    PULL_MESSAGE header is written from it directly, the protobuf request only for gRPC."""
+
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    max_messages: int
+    sys_flag: int
+    commit_offset: int
+    suspend_timeout_ms: int
+    expression: str
+    expression_type: int        # rmq_pb2.ExpressionType
+
+    @classmethod
+    def of(cls, mq: MessageQueue, offset: int, max_messages: int, group: str,
+           sub_expression: str | MessageSelector, suspend_timeout_ms: int, commit_offset: int | None
+           ) -> PullSpec:
+        flags: int = rmq_pb2.FLAG_SUBSCRIPTION
+        if suspend_timeout_ms > 0:
+            flags |= rmq_pb2.FLAG_SUSPEND
+        if commit_offset is not None:
+            flags |= rmq_pb2.FLAG_COMMIT_OFFSET
+        selector = sub_expression if isinstance(sub_expression, MessageSelector) else None
+        return cls(group, mq.topic, mq.queue_id, offset, max_messages, flags, commit_offset or 0,
+                   max(suspend_timeout_ms, 0), selector.expression if selector else str(sub_expression),
+                   selector.expression_type if selector else rmq_pb2.TAG)
+
+    def to_request(self, max_bytes: int = 0) -> rmq_pb2.PullMessageRequest:
+        return rmq_pb2.PullMessageRequest(
+            consumer_group=self.group, topic=self.topic, queue_id=self.queue_id, queue_offset=self.offset,
+            max_messages=self.max_messages, max_bytes=max_bytes, sys_flag=self.sys_flag,
+            suspend_timeout_ms=self.suspend_timeout_ms, commit_offset=self.commit_offset,
+            sub_expression=self.expression,
+            expression_type=cast(rmq_pb2.ExpressionType, self.expression_type))   # wire values
+
+    def header(self) -> dict[str, str]:
+        """The PULL_MESSAGE request's extFields."""
+        return {"consumerGroup": self.group, "topic": self.topic, "queueId": str(self.queue_id),
+                "queueOffset": str(self.offset), "maxMsgNums": str(self.max_messages),
+                "sysFlag": str(self.sys_flag), "commitOffset": str(self.commit_offset),
+                "suspendTimeoutMillis": str(self.suspend_timeout_ms), "subscription": self.expression,
+                "subVersion": "0",
+                "expressionType": "SQL92" if self.expression_type == rmq_pb2.SQL92 else "TAG"}
 
 
 Completion = Callable[[RemotingCommand | None, RmqUnavailable | None], None]
@@ -115,17 +172,25 @@ class _Pending:
     complete: Completion
 
 
-@dataclass
 class _Waiter:
-    """What a blocking call waits on."""
+    """What a blocking call waits on: a lock taken now and released by the call's one
+    completion (cheaper to make and to wake than an Event, on both the caller's and the
+    reader's side)."""
 
-    event: threading.Event = field(default_factory=threading.Event)
-    response: RemotingCommand | None = None
-    failure: RmqUnavailable | None = None
+    __slots__ = ("_answered", "response", "failure")
+
+    def __init__(self) -> None:
+        self._answered = threading.Lock()
+        self._answered.acquire()
+        self.response: RemotingCommand | None = None
+        self.failure: RmqUnavailable | None = None
 
     def __call__(self, response: RemotingCommand | None, failure: RmqUnavailable | None) -> None:
         self.response, self.failure = response, failure
-        self.event.set()
+        self._answered.release()
+
+    def wait(self) -> None:
+        self._answered.acquire()
 
 
 class RemotingCall:
@@ -166,7 +231,7 @@ class RemotingConnection:
         """Send a request and wait for its answer (RmqUnavailable when none comes in time)."""
         waiter = _Waiter()
         self.start(command, timeout, waiter)
-        waiter.event.wait()
+        waiter.wait()
         if waiter.failure is not None:
             raise waiter.failure
         assert waiter.response is not None
@@ -377,7 +442,7 @@ class RemotingClient:
         for connection in connections.values():
             connection.close()
 
-    def send(self, target: RemotingTarget, topic: str, message: rmq_pb2.Message,
+    def send(self, target: RemotingTarget, topic: str, message: SendableMessage,
              timeout: float) -> rmq_pb2.SendMessageResponse:
         """One message (SEND_MESSAGE), answered as SendMessage answers it."""
         properties = dict(message.properties)
@@ -385,7 +450,7 @@ class RemotingClient:
                             (mf.PROPERTY_DELAY_TIME_LEVEL, str(message.delay_level or ""))):
             if value:
                 properties[name] = value
-        queue_id = message.queue_id if message.HasField("queue_id") else -1
+        queue_id = -1 if message.queue_id is None else message.queue_id
         fields = {"producerGroup": "", "topic": topic, "queueId": str(queue_id), "sysFlag": "0",
                   "flag": str(message.flag), "bornTimestamp": str(int(time.time() * 1000)),
                   "properties": mf.encode_properties(properties)}
@@ -403,18 +468,12 @@ class RemotingClient:
                                            queue_ids=[int(fields["queueId"])],
                                            queue_offsets=[int(fields["queueOffset"])])
 
-    def pull_async(self, target: RemotingTarget, request: rmq_pb2.PullMessageRequest, timeout: float,
-                   done: Callable[[rmq_pb2.PullMessageResponse | None, RmqError | None], None]
+    def pull_async(self, target: RemotingTarget, pull: PullSpec, timeout: float,
+                   done: Callable[[PullResult | rmq_pb2.Status | None, RmqError | None], None]
                    ) -> RemotingCall:
-        """One PULL_MESSAGE; `done(response, None)` with the answer as PullMessage answers it,
-        or `done(None, failure)`, on the reader thread."""
-        fields = {"consumerGroup": request.consumer_group, "topic": request.topic,
-                  "queueId": str(request.queue_id), "queueOffset": str(request.queue_offset),
-                  "maxMsgNums": str(request.max_messages), "sysFlag": str(request.sys_flag),
-                  "commitOffset": str(request.commit_offset),
-                  "suspendTimeoutMillis": str(request.suspend_timeout_ms),
-                  "subscription": request.sub_expression, "subVersion": "0",
-                  "expressionType": "SQL92" if request.expression_type == rmq_pb2.SQL92 else "TAG"}
+        """One PULL_MESSAGE; `done(result, None)` with the answer as a PullResult (or the
+        refusal's Status), or `done(None, failure)`, on the reader thread."""
+        fields = pull.header()
         command = RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields=fields)
         connection = self._connection(target)
         call = RemotingCall(connection)
@@ -430,11 +489,11 @@ class RemotingClient:
                 done(None, failure)
                 return
             try:
-                response = pull_response(answer)
+                result = pull_answer(answer)
             except RmqError as error:
                 done(None, error)
                 return
-            done(response, None)
+            done(result, None)
 
         call.opaque = connection.start(self._signed(command, target), timeout, complete)
         return call
@@ -486,29 +545,28 @@ def answer_status(answer: RemotingCommand) -> rmq_pb2.Status:
     return rmq_pb2.Status(code=cast(rmq_pb2.Code, code), message=answer.remark or "")
 
 
-def pull_response(answer: RemotingCommand) -> rmq_pb2.PullMessageResponse:
-    """A PULL_MESSAGE answer as the PullMessageResponse the gRPC port gives."""
-    pull_status = PULL_STATUSES.get(answer.code)
-    if pull_status is None:
-        return rmq_pb2.PullMessageResponse(status=answer_status(answer))
+def pull_answer(answer: RemotingCommand) -> PullResult | rmq_pb2.Status:
+    """A PULL_MESSAGE answer as the PullResult the gRPC port's answer makes (built straight from
+    the frame: no PullMessageResponse in between), or, for any other code, the refusal's Status."""
+    statuses = PULL_STATUSES.get(answer.code)
+    if statuses is None:
+        return answer_status(answer)
     fields = answer.ext_fields
-    return rmq_pb2.PullMessageResponse(
-        status=rmq_pb2.Status(code=rmq_pb2.OK), pull_status=pull_status,
-        store_status=STORE_STATUSES[pull_status],
-        next_begin_offset=int(fields.get("nextBeginOffset", 0)), min_offset=int(fields.get("minOffset", 0)),
-        max_offset=int(fields.get("maxOffset", 0)), messages=packed(answer.body),
-        suggest_which_broker_id=int(fields.get("suggestWhichBrokerId", 0)))
+    return PullResult(statuses[0], statuses[1], int(fields.get("nextBeginOffset", 0)),
+                      int(fields.get("minOffset", 0)), int(fields.get("maxOffset", 0)), packed(answer.body),
+                      int(fields.get("suggestWhichBrokerId", 0)))
 
 
 def packed(records: bytes) -> rmq_pb2.PackedMessages:
     """CommitLog records back to back as PackedMessages (each record starts with its size)."""
-    sizes = []
-    position = 0
-    while position < len(records):
-        size = RECORD_SIZE.unpack_from(records, position)[0]
+    sizes: list[int] = []
+    append, size_at = sizes.append, RECORD_SIZE.unpack_from
+    position, end = 0, len(records)
+    while position < end:
+        size = size_at(records, position)[0]
         if size <= 0:
             raise CorruptMessagesError(f"corrupt pull answer: record size {size} at {position}")
-        sizes.append(size)
+        append(size)
         position += size
-    return rmq_pb2.PackedMessages(count=len(sizes), sizes=b"".join(SIZES.pack(s) for s in sizes),
+    return rmq_pb2.PackedMessages(count=len(sizes), sizes=struct.pack(f"<{len(sizes)}i", *sizes),
                                   records=records)

@@ -168,6 +168,18 @@ def test_tv10_broadcasting_logs_and_drops(tmp_path: Path, caplog: pytest.LogCapt
     assert h.offset() == 4
 
 
+def test_tv13_a_success_past_the_consume_timeout_is_reported_and_still_commits(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """CONSUME_SUCCESS after the consume timeout classifies as TIME_OUT (logged), and the batch
+    is still acknowledged: only a success within the timeout skips classify."""
+    caplog.set_level(logging.INFO, logger="rmq.connector.consume_message_concurrently_service")
+    h = Harness(tmp_path, lambda msgs, ctx: OK)
+    h.service.consume_timeout_minutes = 0.0   # every listener call lasts at least 0 ms
+    h.run(7)
+    assert "consume TIME_OUT: CONSUME_SUCCESS, 1 messages" in caplog.text
+    assert h.sent_back == [] and h.offset() == 8
+
+
 def test_tv12_dropped_queue_keeps_the_offset(tmp_path: Path) -> None:
     called = []
     h = Harness(tmp_path, lambda msgs, ctx: called.append(1) or OK)

@@ -12,14 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from rmq import message_format as mf
 from rmq.broker_server.processors.topic_config_manager import TopicConfig
 from rmq.broker_server.remoting import remoting_server
+from rmq.broker_server.remoting.broker_processor import PULL_RESPONSE_CODES
 from rmq.broker_server.security.acl_file import AclFile
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.broker_server.security.tls import ServerTls
 from rmq.connector import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer, remoting_client
-from rmq.connector.client import PullResult, RmqClient
+from rmq.connector.client import OutgoingMessage, PullResult, RmqClient
 from rmq.connector.errors import RmqError, RmqUnavailable
+from rmq.connector.message import decode_messages
 from rmq.connector.remoting_client import RemotingCall, RemotingConnection
 from rmq.message_queue import MessageQueue
 from rmq.remoting.remoting_command import LENGTH, RemotingCommand, decode
@@ -141,6 +144,33 @@ def test_a_broker_whose_remoting_port_is_unreachable_is_sent_to_over_grpc(broker
         assert not remoting_used(client, broker)
         pulled = client.pull(result.message_queue, result.queue_offset, 1, group=GROUP)
         assert pulled.messages.count == 1
+
+
+@pytest.mark.parametrize("over_remoting", [True, False])
+def test_a_single_message_keeps_its_fields_over_either_port(broker: InProcessBroker,
+                                                            over_remoting: bool) -> None:
+    """A one-message send travels to the remoting port as it is (no protobuf request) and is
+    built as a SendMessageRequest only for gRPC: tags, keys, properties, the chosen queue and
+    the flag arrive either way, as they do for a one-message protobuf request."""
+    if not over_remoting:
+        assert broker.controller.remoting is not None
+        broker.run(broker.controller.remoting.stop())
+    with RmqClient(broker.address) as client:
+        one = OutgoingMessage(b"fields", "TagA", "k1 k2", {"p": "v"}, queue_id=1, flag=7)
+        sent = client.send(TOPIC, [one])
+        proto = rmq_pb2.Message(body=b"proto", queue_id=0, flag=9)
+        request = rmq_pb2.SendMessageRequest(topic=TOPIC, messages=[proto])
+        sent_proto = client.send_requests(TOPIC, [request])
+        assert remoting_used(client, broker) is over_remoting
+        assert (sent.queue_ids, sent_proto.queue_ids) == ([1], [0])
+        got = {}
+        for result, queue_id in ((sent, 1), (sent_proto, 0)):
+            mq = MessageQueue(TOPIC, result.broker_name, queue_id)
+            pulled = client.pull(mq, result.queue_offsets[0], 1, group=GROUP)
+            [message] = decode_messages(pulled.messages, mq)
+            flag = mf.HEADER.unpack_from(pulled.messages.records)[4]
+            got[message.body] = (message.tags, message.keys, message.properties.get("p"), flag)
+        assert got == {b"fields": ("TagA", "k1 k2", "v", 7), b"proto": ("", "", None, 9)}
 
 
 def test_the_acl_applies_and_a_replayed_request_is_refused(tmp_path: Path) -> None:
@@ -316,8 +346,22 @@ def test_a_call_unanswered_past_its_deadline_fails(broker: InProcessBroker) -> N
     failures: queue.SimpleQueue[RmqError | None] = queue.SimpleQueue()
     with RmqClient(broker.address, timeout=1.0) as client:
         target = remoting_client.RemotingTarget(broker.config.remoting_listen, "broker/broker-a", "broker-a")
-        request = rmq_pb2.PullMessageRequest(consumer_group=GROUP, topic=TOPIC, queue_id=0, max_messages=32,
-                                             sys_flag=rmq_pb2.FLAG_SUSPEND, suspend_timeout_ms=60_000)
-        client._remoting.pull_async(target, request, 0.2, lambda response, error: failures.put(error))
+        mq = MessageQueue(TOPIC, "broker-a", 0)
+        pull = remoting_client.PullSpec.of(mq, 0, 32, GROUP, "*", 60_000, commit_offset=None)
+        client._remoting.pull_async(target, pull, 0.2, lambda response, error: failures.put(error))
         failure = failures.get(timeout=WAIT_S)
         assert isinstance(failure, RmqUnavailable) and "no answer" in failure.message
+
+
+@pytest.mark.parametrize(("pull_status", "code"), sorted(PULL_RESPONSE_CODES.items()))
+def test_a_pull_answer_reads_back_as_the_status_the_broker_answered(pull_status: int, code: int) -> None:
+    """The remoting answer becomes the PullResult straight from the frame: the broker's
+    response code for each pull status reads back as that status, with the offsets and the
+    suggested member; any other code is the refusal's Status."""
+    fields = {"nextBeginOffset": "5", "minOffset": "1", "maxOffset": "9", "suggestWhichBrokerId": "1"}
+    result = remoting_client.pull_answer(RemotingCommand(code, flag=1, ext_fields=fields))
+    assert isinstance(result, PullResult)
+    assert (result.pull_status, result.next_begin_offset, result.min_offset, result.max_offset,
+            result.suggest_which_broker_id, result.messages.count) == (pull_status, 5, 1, 9, 1, 0)
+    refusal = remoting_client.pull_answer(RemotingCommand(ResponseCode.NO_PERMISSION, flag=1, remark="no"))
+    assert refusal == rmq_pb2.Status(code=rmq_pb2.NO_PERMISSION, message="no")
