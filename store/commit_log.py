@@ -452,11 +452,12 @@ class CommitLog:
         data = self.get_message(offset + mf.STORE_TIMESTAMP_POS, 8)
         return int.from_bytes(data, "big", signed=True) if data is not None else None
 
-    def gather(self, offsets: np.ndarray, sizes: np.ndarray) -> bytes | None:
+    def gather(self, offsets: np.ndarray, sizes: np.ndarray) -> bytes | memoryview | None:
         """The records at `offsets` back to back: one slice per run of adjacent records
         (records never span files), so contiguous batches cost one copy; None when one is not
         (or no longer) readable. The records of each file are read from its mapping held once
-        (a pull's usual case is one file: its queue's records interleaved with other queues')."""
+        (a pull's usual case is one file: its queue's records interleaved with other queues'); a
+        memoryview when MappedFile.read_records answers one."""
         if len(offsets) == 0:
             return b""
         file_size = self.mapped_file_queue.mapped_file_size
@@ -476,7 +477,7 @@ class CommitLog:
             parts.append(part)
         return b"".join(parts)
 
-    def _gather_in_file(self, base: int, starts: np.ndarray, ends: np.ndarray) -> bytes | None:
+    def _gather_in_file(self, base: int, starts: np.ndarray, ends: np.ndarray) -> bytes | memoryview | None:
         """gather of records that all lie in the file starting at `base` (positions in it)."""
         mapped = self.mapped_file_queue.find_mapped_file_by_offset(base)
         if mapped is None or not mapped.hold():

@@ -282,11 +282,12 @@ class MappedFile:
         finally:
             self._end_access()
 
-    def read_records(self, starts: np.ndarray, ends: np.ndarray) -> bytes:
+    def read_records(self, starts: np.ndarray, ends: np.ndarray) -> bytes | memoryview:
         """The bytes [start, end) of each record, back to back, under one access: one slice when
         they are contiguous, else one per run of adjacent records; runs of one length (records of
         one size interleaved with other queues'), from MIN_VECTOR_RUNS of them on, are copied by
-        one numpy gather (the view of the mapping lives only for the copy)."""
+        one numpy gather (the view of the mapping lives only for the copy), answered as a
+        memoryview of the gathered copy: a second copy into bytes costs more than the gather."""
         mm = self._begin_access()
         try:
             if len(starts) == 1 or bool((starts[1:] == ends[:-1]).all()):
@@ -298,8 +299,8 @@ class MappedFile:
             if len(run_starts) >= MIN_VECTOR_RUNS and bool((lengths == lengths[0]).all()):
                 view = np.lib.stride_tricks.sliding_window_view(np.frombuffer(mm, dtype=np.uint8),
                                                                 int(lengths[0]))
-                gathered: bytes = view[run_starts].tobytes()
-                return gathered
+                gathered: np.ndarray = view[run_starts]
+                return gathered.reshape(-1).data
             pairs = zip(run_starts.tolist(), run_ends.tolist(), strict=True)
             return b"".join([mm[start:end] for start, end in pairs])
         finally:

@@ -375,4 +375,4 @@ def pack_messages(packed: rmq_pb2.PackedMessages, result: GetMessageResult) -> N
     if result.message_count:
         packed.count = result.message_count
         packed.sizes = result.sizes.astype("<i4", copy=False).tobytes()
-        packed.records = result.buffer
+        packed.records = bytes(result.buffer)   # a gathered read is a memoryview

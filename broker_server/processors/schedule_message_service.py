@@ -133,7 +133,7 @@ class ScheduleMessageService:
         now_ms = int(self._clock() * 1000)
         delay_ms = self.delay_levels[level]
         due, countdown = [], None
-        for message in decode_records(result.buffer, result.sizes):
+        for message in decode_records(bytes(result.buffer), result.sizes):
             deliver_timestamp = correct_deliver_timestamp(
                 now_ms, message.store_timestamp + delay_ms, delay_ms
             )

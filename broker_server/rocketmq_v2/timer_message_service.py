@@ -98,7 +98,7 @@ class TimerMessageService:
                 if result.next_begin_offset > self.scan_offset:   # skipped past removed entries
                     self.scan_offset = result.next_begin_offset
                 return
-            for message in decode_records(result.buffer, result.sizes):
+            for message in decode_records(bytes(result.buffer), result.sizes):
                 deliver_ms = int(message.properties.get(PROPERTY_TIMER_DELIVER_MS, "0"))
                 heapq.heappush(self._heap, (deliver_ms, message.queue_offset))
             self.scan_offset = result.next_begin_offset

@@ -18,9 +18,8 @@ from rmq.connector.offset_store import create_offset_store
 from rmq.connector.spark.backoff import retry_unavailable
 from rmq.connector.spark.broker_offsets import BrokerOffsetLookup
 from rmq.connector.spark.options import OUTAGE_OPTION, PullSettings, SourceOptions
-from rmq.connector.spark.partition_reader import QueueRangePartition, read_queue_range
 from rmq.connector.spark.pushdown import Narrowing
-from rmq.connector.spark.ranges import split_ranges
+from rmq.connector.spark.ranges import QueueRangePartition, split_ranges
 from rmq.connector.spark.start_offsets import check_named_queues, resolve_end, resolve_start
 from rmq.connector.spark.topics import matching_topics
 from rmq.message_queue import MessageQueue
@@ -79,6 +78,9 @@ class RmqBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # Spark plans one empty InputPartition(None) when partitions() returns none.
         if isinstance(partition, QueueRangePartition):
+            # executors only, as the stream reader's read()
+            from rmq.connector.spark.partition_reader import read_queue_range
+
             yield from read_queue_range(partition)
 
 

@@ -53,7 +53,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -61,11 +61,13 @@ from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailable
 from pyspark.sql.types import StructType
 
 from rmq.connector.errors import RmqOptionError
-from rmq.connector.spark.batch_reader import RmqBatchReader, RmqFilteringBatchReader
 from rmq.connector.spark.options import check_source_options, parse_source_options
 from rmq.connector.spark.source_schema import SOURCE_SCHEMA
 from rmq.connector.spark.stream_reader import OffsetJson, RmqStreamReader
-from rmq.connector.spark.writer import RmqDataSourceArrowWriter, RmqDataSourceStreamArrowWriter
+
+if TYPE_CHECKING:
+    from rmq.connector.spark.batch_reader import RmqBatchReader
+    from rmq.connector.spark.writer import RmqDataSourceArrowWriter, RmqDataSourceStreamArrowWriter
 
 
 class RmqDataSource(DataSource):
@@ -78,7 +80,12 @@ class RmqDataSource(DataSource):
         check_source_options(self.options)
         return SOURCE_SCHEMA
 
+    # Each query's planning runs in a Python process of its own, which loads this module: the
+    # batch reader and the writers are imported by the methods that need them, so a streaming
+    # read does not pay for them at every start (bench/NOTES.md, issue 28 fourth pass).
+
     def reader(self, schema: StructType) -> RmqBatchReader:
+        from rmq.connector.spark.batch_reader import RmqBatchReader, RmqFilteringBatchReader
         options = parse_source_options(self.options, streaming=False)
         return RmqFilteringBatchReader(options) if _asked_by_pushdown() else RmqBatchReader(options)
 
@@ -89,9 +96,11 @@ class RmqDataSource(DataSource):
             return RefusedStreamReader(error)
 
     def writer(self, schema: StructType, overwrite: bool) -> RmqDataSourceArrowWriter:
+        from rmq.connector.spark.writer import RmqDataSourceArrowWriter
         return RmqDataSourceArrowWriter(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> RmqDataSourceStreamArrowWriter:
+        from rmq.connector.spark.writer import RmqDataSourceStreamArrowWriter
         return RmqDataSourceStreamArrowWriter(self.options, schema, overwrite)
 
 

@@ -26,38 +26,27 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import InputPartition
 
-from rmq.connector.client import PullResult, RmqClient
+from rmq.connector.client import PullResult
 from rmq.connector.errors import RmqDataLossError, RmqReadError, RmqUnavailable
 from rmq.connector.flight_reader import FlightReader
 from rmq.connector.spark.backoff import Backoff, log_retry
+from rmq.connector.spark.client_manager import EXECUTOR_CLIENTS, Connection, ConnectionKey
 from rmq.connector.spark.message_decoder import decode_pulls, filter_tags
-from rmq.connector.spark.options import OUTAGE_OPTION, PullSettings
+from rmq.connector.spark.options import OUTAGE_OPTION
+from rmq.connector.spark.ranges import QueueRangePartition
 from rmq.connector.transport import Transport
-from rmq.message_queue import MessageQueue
 from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.v1 import rmq_pb2
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 Item = TypeVar("Item")
-
-@dataclass(frozen=True)
-class QueueRangePartition(InputPartition):
-    """One Spark task: messages [start_offset, end_offset) of one MessageQueue."""
-
-    mq: MessageQueue
-    start_offset: int
-    end_offset: int
-    pull: PullSettings
-
 
 def _joined(batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Consecutive batches as one (none when there are none)."""
@@ -66,8 +55,11 @@ def _joined(batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 
 
 def read_queue_range(partition: QueueRangePartition) -> Iterator[pa.RecordBatch]:
-    with partition.pull.connect(timeout=partition.pull.pull_timeout_ms / 1000) as client:
-        yield from QueueRangeReader(client, partition).batches()
+    """The range's rows, read with this process's shared connection for the partition's options."""
+    pull = partition.pull
+    key = ConnectionKey.of(pull.endpoints, pull.pull_timeout_ms / 1000, pull.security)
+    with EXECUTOR_CLIENTS.lease(key) as connection:
+        yield from QueueRangeReader(connection, partition).batches()
 
 
 # Pulls are decoded together while one more would keep them within these: pulls of 100-byte
@@ -107,8 +99,9 @@ def _hold_pull(held: _Held[rmq_pb2.PackedMessages], messages: rmq_pb2.PackedMess
 
 
 class QueueRangeReader:
-    def __init__(self, client: RmqClient, partition: QueueRangePartition) -> None:
-        self._client = client
+    def __init__(self, connection: Connection, partition: QueueRangePartition) -> None:
+        self._client = connection.client
+        self._flight = connection.flight
         self._mq = partition.mq
         self._start = partition.start_offset
         self._end = partition.end_offset
@@ -118,11 +111,10 @@ class QueueRangeReader:
         """The rows of the range in queue order, through Flight or PullMessage (option transport)."""
         if self._start >= self._end:
             return
-        with FlightReader(self._client) as flight:
-            if self._reads_through_flight(flight):
-                yield from self._flight_batches(flight)
-                return
-        yield from self._pulled_batches()
+        if self._reads_through_flight(self._flight):
+            yield from self._flight_batches(self._flight)
+        else:
+            yield from self._pulled_batches()
 
     def _reads_through_flight(self, flight: FlightReader) -> bool:
         transport = self._settings.transport

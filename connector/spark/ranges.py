@@ -1,12 +1,27 @@
-"""minPartitions: cut queue offset ranges into contiguous pieces so that a micro-batch (or a
-batch read) has at least that many Spark tasks (as Kafka's KafkaOffsetRangeCalculator). The
-cut depends only on the ranges, so a replayed batch yields the same pieces."""
+"""Queue ranges, the Spark tasks of a read, and minPartitions: cut queue offset ranges into
+contiguous pieces so that a micro-batch (or a batch read) has at least that many Spark tasks (as
+Kafka's KafkaOffsetRangeCalculator). The cut depends only on the ranges, so a replayed batch
+yields the same pieces. The driver plans ranges here; executors read them with
+`partition_reader` (which the driver does not import: it loads Arrow Flight and compute)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from rmq.connector.spark.partition_reader import QueueRangePartition
+from pyspark.sql.datasource import InputPartition
+
+from rmq.connector.spark.options import PullSettings
+from rmq.message_queue import MessageQueue
+
+
+@dataclass(frozen=True)
+class QueueRangePartition(InputPartition):
+    """One Spark task: messages [start_offset, end_offset) of one MessageQueue."""
+
+    mq: MessageQueue
+    start_offset: int
+    end_offset: int
+    pull: PullSettings
 
 
 def split_ranges(partitions: list[QueueRangePartition], min_partitions: int | None

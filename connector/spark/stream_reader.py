@@ -65,8 +65,7 @@ from rmq.connector.spark.backoff import retry_unavailable
 from rmq.connector.spark.broker_offsets import BrokerOffsetLookup
 from rmq.connector.spark.membership import ConsumerMembership, new_client_id
 from rmq.connector.spark.options import OUTAGE_OPTION, SourceOptions, legacy_group_name
-from rmq.connector.spark.partition_reader import QueueRangePartition, read_queue_range
-from rmq.connector.spark.ranges import split_ranges
+from rmq.connector.spark.ranges import QueueRangePartition, split_ranges
 from rmq.connector.spark.source_offsets import StreamOffset, resolve_acquired_offset
 from rmq.connector.spark.start_offsets import check_named_queues, resolve_start
 from rmq.connector.spark.topics import matching_topics
@@ -185,6 +184,9 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return split_ranges(ranges, self._options.min_partitions)
 
     def read(self, partition: QueueRangePartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        # Imported here, on the executors: the driver's per-query runner process never reads, and
+        # the reader's Flight and Arrow compute modules cost it start-up (bench/NOTES.md).
+        from rmq.connector.spark.partition_reader import read_queue_range
         return read_queue_range(partition)
 
     def commit(self, end: OffsetJson) -> None:
