@@ -240,13 +240,13 @@ def test_tls_applies_to_the_remoting_port(tmp_path: Path) -> None:
 def test_a_lost_push_is_delivered_by_the_next_pull(broker: InProcessBroker, monkeypatch) -> None:
     """The broker's answer to a held pull (the push of the new message) is lost with its
     connection; the consumer pulls again from its offset and gets the message."""
-    dropped: list[int] = []
+    dropped: list[remoting_server.Channel] = []
     original = remoting_server.Channel.write
 
     async def losing_first_push(self: remoting_server.Channel, command: RemotingCommand) -> None:
         if not dropped and command.is_response and command.body:
-            dropped.append(command.opaque)
-            self.writer.transport.abort()    # the answer never leaves: the connection drops
+            self.transport.abort()    # the answer never leaves: the connection drops
+            dropped.append(self)
             return
         await original(self, command)
 
@@ -258,7 +258,7 @@ def test_a_lost_push_is_delivered_by_the_next_pull(broker: InProcessBroker, monk
             wait_until(lambda: held_pulls(broker) >= 2, "the consumer holds a pull on each queue")
             Producer(broker.address, client=producer_client).send(Message(TOPIC, b"pushed once"))
             assert received.next() == b"pushed once"
-            assert dropped
+            assert dropped and dropped[0].closed   # delivered after the drop, not by a pull's timeout
         finally:
             consumer.shutdown()
 
