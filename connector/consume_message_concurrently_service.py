@@ -137,9 +137,7 @@ class ConsumeMessageConcurrentlyService:
         self.scheduler.schedule(CONSUME_LATER_DELAY_S, lambda: self._submit(request))
 
     def run(self, request: ConsumeRequest) -> None:
-        """ConsumeRequest#run. The usual outcome (CONSUME_SUCCESS of the whole batch within the
-        consume timeout: classify's SUCCESS with nothing failed) goes straight to the ProcessQueue
-        removal and the offset; every other outcome through classify and process_consume_result."""
+        """ConsumeRequest#run."""
         pq, messages = request.process_queue, request.messages
         if pq.dropped:
             logger.info("the message queue not be able to consume, because it's dropped. group=%s %s",
@@ -158,25 +156,17 @@ class ConsumeMessageConcurrentlyService:
                            exc_info=True)
             has_exception = True
         consume_rt_ms = (time.monotonic() - begin) * 1000
-        all_consumed = (status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS
-                        and context.ack_index >= len(messages) - 1
-                        and consume_rt_ms < self.consume_timeout_minutes * MS_PER_MINUTE)
-        if not all_consumed:
-            return_type = classify(status, has_exception, consume_rt_ms, self.consume_timeout_minutes)
-            if status is None:   # an exception, None or anything but a status: consume it again later
-                status = ConsumeConcurrentlyStatus.RECONSUME_LATER
-            if return_type is not ConsumeReturnType.SUCCESS:
-                logger.info("consume %s: %s, %d messages of %s", return_type.value, status.value,
-                            len(messages), request.message_queue)
+        return_type = classify(status, has_exception, consume_rt_ms, self.consume_timeout_minutes)
+        if status is None:   # an exception, None or anything but a status: consume it again later
+            status = ConsumeConcurrentlyStatus.RECONSUME_LATER
+        if return_type is not ConsumeReturnType.SUCCESS:
+            logger.info("consume %s: %s, %d messages of %s", return_type.value, status.value,
+                        len(messages), request.message_queue)
         if pq.dropped:
             logger.warning("processQueue is dropped without process consume result. messageQueue=%s",
                            request.message_queue)
             return
-        if all_consumed:   # nothing failed: straight to the removal and the offset
-            self._commit(request)
-        else:
-            assert status is not None
-            self.process_consume_result(status, context, request)
+        self.process_consume_result(status, context, request)
 
     def process_consume_result(self, status: ConsumeConcurrentlyStatus, context: ConsumeConcurrentlyContext,
                                request: ConsumeRequest) -> None:

@@ -73,11 +73,10 @@ class ProcessQueue:
 
     def put_message(self, messages: Sequence[MessageExt], pulled_until: int = -1) -> bool:
         """Add pulled messages (offsets already held are skipped) and, in the same locked step,
-        `mark_pulled_until(pulled_until)`; True when an orderly consume request should be
-        dispatched (messages held and none running: dispatchToConsume)."""
+        record where the pull ended (as `mark_pulled_until`); True when an orderly consume
+        request should be dispatched (messages held and none running: dispatchToConsume)."""
         with self._lock:
-            if pulled_until > self.pulled_until:
-                self.pulled_until = pulled_until
+            self._advance_pulled_until(pulled_until)
             held, order = self._messages, self._order
             added = added_size = 0
             for message in messages:
@@ -104,7 +103,12 @@ class ProcessQueue:
         """A pull ended at `next_offset` and its messages are put: once nothing is held, the
         offset to commit is at least there (the pull's filtered-out messages are done too)."""
         with self._lock:
-            self.pulled_until = max(self.pulled_until, next_offset)
+            self._advance_pulled_until(next_offset)
+
+    def _advance_pulled_until(self, next_offset: int) -> None:
+        """(the lock is held) pulled_until only moves forward."""
+        if next_offset > self.pulled_until:
+            self.pulled_until = next_offset
 
     def remove_message(self, messages: Sequence[MessageExt]) -> int:
         """Remove a finished batch; the offset to commit: the smallest offset still held, once
