@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from bench.harness import percentile
 from rmq.remoting.remoting_command import LENGTH, RemotingCommand
 from testing import processes
 
@@ -84,8 +85,7 @@ def _timed(step: Callable[[], object], mode: str, samples: int) -> list[float]:
 
 
 def _p50_p99(times: list[float]) -> str:
-    ordered = sorted(times)
-    return f"p50 {statistics.median(ordered):.3f} ms  p99 {ordered[int(len(ordered) * 0.99) - 1]:.3f} ms"
+    return f"p50 {statistics.median(times):.3f} ms  p99 {percentile(times, 0.99):.3f} ms"
 
 
 def _round_trip(port: int) -> Callable[[], object]:

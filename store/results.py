@@ -91,7 +91,7 @@ class GetMessageResult:
     max_offset: int
     message_count: int = 0
     sizes: np.ndarray = field(default_factory=lambda: _NO_SIZES)   # int32, one per message
-    # the records back to back; a memoryview (of a gathered copy) only from get_queue_range
+    # the records back to back; a memoryview of the copy when the read gathered interleaved records
     buffer: bytes | memoryview = b""
     suggest_pulling_from_slave: bool = False
 

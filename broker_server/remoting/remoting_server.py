@@ -1,7 +1,7 @@
 """The remoting listener (RocketMQ NettyRemotingServer, docs/remoting-protocol.md "Frames"): an
 asyncio TCP server (an `asyncio.Protocol` per connection) reading length-prefixed RemotingCommand
 frames as they arrive, serving each request and writing its response under the request's opaque;
-oneway requests get none. A request is run at once, inside the read (`_Eager`): one that its
+oneway requests get none. A request is run at once, inside the read (`_Connection._start`): one that its
 processor answers without waiting (a send the store puts on the event loop, a pull answered from
 memory, a route) is answered before the read returns; one that waits (a held pull, a put on the
 store's thread, an admin call to a client) goes on in a task from where it waited. Responses from
@@ -79,7 +79,6 @@ class Channel:
         self.client_ids: dict[str, set[str]] = {}  # client id -> consumer groups it joined here
         self.close_callbacks: list[Callable[[Channel], None]] = []
         self._drain_waiters: list[asyncio.Future[None]] | None = None  # a list while writing is paused
-        self._lost = False
 
     @property
     def peer(self) -> str:
