@@ -45,6 +45,7 @@ from rmq.broker_server.processors.pull_response_budget import PullResponseBudget
 from rmq.broker_server.processors.schedule_message_service import ScheduleMessageService
 from rmq.broker_server.processors.send_message_processor import SendMessageProcessor
 from rmq.broker_server.processors.store_executor import StoreExecutor
+from rmq.broker_server.processors.timer_message_store import RecallHandles, TimerMessageStore, TimerSettings
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.remoting.remoting_server import RemotingServer
 from rmq.broker_server.remoting.service import bind_remoting_port, build_broker_remoting
@@ -55,6 +56,7 @@ from rmq.broker_server.rmq_v1.grpc_server import SHUTDOWN_GRACE_SECONDS, create_
 from rmq.broker_server.rmq_v1.messaging_service import MessagingService
 from rmq.broker_server.rmq_v1.route_service import BrokerRouteService
 from rmq.broker_server.rocketmq_v2.messaging_service import RocketMQv2MessagingService
+from rmq.broker_server.rocketmq_v2.receipt_handle import load_or_create_secret
 from rmq.broker_server.rocketmq_v2.service import build_service as build_rocketmq_v2_service
 from rmq.broker_server.rocketmq_v2.telemetry import consumer_connection as rocketmq_v2_connection
 from rmq.broker_server.security.server_security import ServerSecurity
@@ -148,7 +150,13 @@ class BrokerController:
             config.delay_offset_persist_interval_ms,
             clock,
         )
+        self.timer = TimerMessageStore(
+            self.store, self.topics, self.executor, path,
+            TimerSettings(config.timer_precision_ms, config.timer_max_delay_s * 1000,
+                          config.timer_max_pending, config.timer_max_pending_per_account),
+            RecallHandles(load_or_create_secret(path / "config" / "receiptHandle.key")), clock)
         self.replication = Replication(config, self.store, self.topics, self.offsets, self.schedule_service,
+                                       self.timer,
                                        security.open_client_channel, self._topics_changed,
                                        acl=security.acl_file is not None)
         self.outer_api = BrokerOuterAPI(
@@ -164,6 +172,7 @@ class BrokerController:
         self.send_processor = SendMessageProcessor(
             self.store, self.topics, self.executor, delay_levels, config.max_message_size, self.stats
         )
+        self.send_processor.timer = self.timer
         self.filters = FilterExecutor(config.filter_threads, config.max_pending_filter_reads_per_account)
         self.pull_processor = PullMessageProcessor(
             self.store,
@@ -204,6 +213,7 @@ class BrokerController:
             self.topics.load()
             self.offsets.load()
             self.schedule_service.load()
+            self.timer.load(is_master=not self.replication.is_slave)
             self.store.add_dispatch_listener(self._on_dispatch)
             self.store.start(self.truncate_to)
         except (StoreError, ValueError) as error:
@@ -214,6 +224,7 @@ class BrokerController:
             request.topic, request.queue_id, request.consume_queue_offset, request.tags_code
         )
         self.schedule_service.on_dispatch(request.topic, request.queue_id)
+        self.timer.on_dispatch(request.topic)
 
     def build_server(self) -> grpc.aio.Server:
         server = create_server(self.config.listen, self.config.grpc_max_message_bytes, self.security,
@@ -255,7 +266,7 @@ class BrokerController:
         self.replication.add_to_server(server)
         self.rocketmq_v2 = build_rocketmq_v2_service(
             self.config, self.store, self.executor, self.topics, self.offsets, self.hold_service,
-            self.send_processor, self.pull_processor, self.send_back_processor,
+            self.send_processor, self.pull_processor, self.send_back_processor, self.timer,
             self.security.open_client_channel, self.outer_api.register_soon, self.clock)
         add_rocketmq_v2_service(self.rocketmq_v2, server)
         self.remoting = build_broker_remoting(self.config, self.security, messaging, self.topics,
@@ -367,6 +378,7 @@ class BrokerController:
         self.hold_service.start()
         if not self.replication.is_slave:   # a slave copies the master's delay progress instead
             self.schedule_service.start()
+        self.timer.start()   # a slave builds its wheel and settles what the master delivered
         self.outer_api.start()
         self.replication.start()
         self._tasks = [
@@ -402,6 +414,7 @@ class BrokerController:
         await cancel_all(self._tasks)
         await self.replication.stop()
         await self.schedule_service.stop()
+        await self.timer.stop()
         await self.outer_api.stop()
         self.offsets.persist()
         self.filters.shutdown()

@@ -20,7 +20,7 @@ import ipaddress
 import itertools
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,7 +28,7 @@ from rmq import message_format as mf
 from rmq.broker_server.errors import BrokerError, NotMaster, illegal_argument
 from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
 from rmq.broker_server.processors.delay_levels import delay_level_to_queue_id
-from rmq.broker_server.processors.names import SCHEDULE_TOPIC
+from rmq.broker_server.processors.names import SCHEDULE_TOPIC, TIMER_TOPIC
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.store import (
@@ -42,6 +42,9 @@ from rmq.store import (
 )
 from rmq.topic_config import TopicConfig
 from rmq.v1 import rmq_pb2
+
+if TYPE_CHECKING:
+    from rmq.broker_server.processors.timer_message_store import TimerMessageStore
 
 NO_HOST = bytes(8)
 INLINE_PUT_MAX_MESSAGES = 256          # a batch at most this large ...
@@ -107,6 +110,7 @@ class SendMessageProcessor:
         self.max_delay_level = max(delay_levels)
         self.max_message_size = max_message_size
         self._round_robin: dict[str, int] = {}  # per topic: the next round-robin position
+        self.timer: TimerMessageStore | None = None   # parks timer messages (set by the broker)
 
     async def process(self, request: rmq_pb2.SendMessageRequest, peer: str) -> rmq_pb2.SendMessageResponse:
         try:
@@ -131,7 +135,17 @@ class SendMessageProcessor:
             queue_offsets = queue_offsets.copy()
             queue_offsets[delayed] = -1  # a delayed message's real offset is assigned on delivery
         response.queue_offsets.extend(queue_offsets.tolist())
+        if delayed and self.timer is not None:
+            response.recall_handles.extend(self._recall_handles(batch, result.queue_offsets))
         return response
+
+    def _recall_handles(self, batch: MessageBatch, offsets: np.ndarray) -> list[str]:
+        """Per message: the recall handle of one parked in the timer queue, else ""."""
+        assert self.timer is not None
+        return [self.timer.recall_handle(mf.decode_properties(properties.decode()), int(offset))
+                if topic == TIMER_TOPIC else ""
+                for topic, properties, offset in zip(batch.topics, batch.properties, offsets.tolist(),
+                                                     strict=True)]
 
     def _put_inline(self, batch: MessageBatch) -> PutBatchResult | None:
         """The batch stored on the calling (event loop) thread, or None when it is too large or
@@ -195,7 +209,7 @@ class SendMessageProcessor:
                     stored_topic, stored_queue_id, field = self._full_properties(
                         message, user_properties, delay_level, topic, queue_id
                     )
-                    if delay_level:
+                    if stored_topic != topic:   # a delay level's or the timer's queue
                         delayed.append(index)
                 else:
                     stored_topic, stored_queue_id = topic, queue_id
@@ -296,6 +310,8 @@ class SendMessageProcessor:
             properties[mf.PROPERTY_REAL_QUEUE_ID] = str(queue_id)
             properties[mf.PROPERTY_DELAY_TIME_LEVEL] = str(level)
             topic, queue_id = SCHEDULE_TOPIC, delay_level_to_queue_id(level)
+        elif self.timer is not None:
+            topic, queue_id = self.timer.park(properties, topic, queue_id)
         return topic, queue_id, mf.encode_properties(properties).encode()
 
     def explain_size_refusal(self, batch: MessageBatch) -> None:

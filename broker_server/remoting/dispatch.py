@@ -45,6 +45,8 @@ RESPONSE_CODES: dict[int, ResponseCode] = {
     rmq_pb2.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
     rmq_pb2.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
     rmq_pb2.LIMIT_EXCEEDED: ResponseCode.SYSTEM_BUSY,
+    rmq_pb2.WHEEL_TIMER_MSG_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,   # RocketMQ's mapping of the put status
+    rmq_pb2.WHEEL_TIMER_FLOW_CONTROL: ResponseCode.SYSTEM_BUSY,
 }
 
 

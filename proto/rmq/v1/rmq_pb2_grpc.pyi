@@ -61,6 +61,7 @@ class MessagingServiceStub:
     QueryMessageByKey: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.QueryMessageByKeyRequest, _rmq_pb2.QueryMessageByKeyResponse]
     ConsumerSendMsgBack: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.ConsumerSendMsgBackRequest, _rmq_pb2.ConsumerSendMsgBackResponse]
     WatchConsumerIds: _grpc.UnaryStreamMultiCallable[_rmq_pb2.WatchConsumerIdsRequest, _rmq_pb2.ConsumerIdsChanged]
+    RecallMessage: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.RecallMessageRequest, _rmq_pb2.RecallMessageResponse]
 
 @_typing.type_check_only
 class MessagingServiceAsyncStub(MessagingServiceStub):
@@ -85,6 +86,7 @@ class MessagingServiceAsyncStub(MessagingServiceStub):
     QueryMessageByKey: _aio.UnaryUnaryMultiCallable[_rmq_pb2.QueryMessageByKeyRequest, _rmq_pb2.QueryMessageByKeyResponse]  # type: ignore[assignment]
     ConsumerSendMsgBack: _aio.UnaryUnaryMultiCallable[_rmq_pb2.ConsumerSendMsgBackRequest, _rmq_pb2.ConsumerSendMsgBackResponse]  # type: ignore[assignment]
     WatchConsumerIds: _aio.UnaryStreamMultiCallable[_rmq_pb2.WatchConsumerIdsRequest, _rmq_pb2.ConsumerIdsChanged]  # type: ignore[assignment]
+    RecallMessage: _aio.UnaryUnaryMultiCallable[_rmq_pb2.RecallMessageRequest, _rmq_pb2.RecallMessageResponse]  # type: ignore[assignment]
 
 class MessagingServiceServicer:
     """---------------------------------------------------------------- services
@@ -181,6 +183,12 @@ class MessagingServiceServicer:
         request: _rmq_pb2.WatchConsumerIdsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_rmq_pb2.ConsumerIdsChanged], _abc.AsyncIterator[_rmq_pb2.ConsumerIdsChanged]]: ...
+
+    def RecallMessage(
+        self,
+        request: _rmq_pb2.RecallMessageRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rmq_pb2.RecallMessageResponse, _abc.Awaitable[_rmq_pb2.RecallMessageResponse]]: ...
 
 def add_MessagingServiceServicer_to_server(servicer: MessagingServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
