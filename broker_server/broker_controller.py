@@ -154,7 +154,8 @@ class BrokerController:
             self.store, self.topics, self.executor, path,
             TimerSettings(config.timer_precision_ms, config.timer_max_delay_s * 1000,
                           config.timer_max_pending, config.timer_max_pending_per_account),
-            RecallHandles(load_or_create_secret(path / "config" / "receiptHandle.key")), clock)
+            RecallHandles(load_or_create_secret(path / "config" / "receiptHandle.key"), config.broker_name),
+            clock)
         self.replication = Replication(config, self.store, self.topics, self.offsets, self.schedule_service,
                                        self.timer,
                                        security.open_client_channel, self._topics_changed,

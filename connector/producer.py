@@ -61,6 +61,7 @@ class SendResult:
     message_queue: MessageQueue
     queue_offset: int
     status: SendStatus = SendStatus.SEND_OK
+    recall_handle: str = ""   # a timer message's: Producer.recall(handle) cancels it before its time
 
 
 def send_results(topic: str, sent: ClientSendResult) -> list[SendResult]:
@@ -69,8 +70,9 @@ def send_results(topic: str, sent: ClientSendResult) -> list[SendResult]:
     if not len(sent.msg_ids) == len(sent.queue_ids) == len(sent.queue_offsets):
         raise ValueError(f"the broker answered {len(sent.msg_ids)} message ids, {len(sent.queue_ids)} queues "
                          f"and {len(sent.queue_offsets)} offsets")
+    handles = sent.recall_handles or [""] * len(sent.msg_ids)
     return list(map(SendResult, sent.msg_ids, map(queues.__getitem__, sent.queue_ids), sent.queue_offsets,
-                    repeat(sent.status)))
+                    repeat(sent.status), handles))
 
 
 MessageQueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
@@ -175,6 +177,12 @@ class Producer:
             for index, result in zip(indexes, sent, strict=True):
                 results[index] = result
         return [r for r in results if r is not None]
+
+    def recall(self, recall_handle: str) -> None:
+        """Cancel a timer message before its time by the `recall_handle` its SendResult carries
+        (RocketMQ 5 Producer.recallMessage): the producer's account or an admin may; raises
+        RmqError when the broker refuses (altered handle, another account's, delivered already)."""
+        self.client.recall_message(recall_handle)
 
     def _send_batch(self, topic: str, messages: list[Message]) -> list[SendResult]:
         """One batch to one broker, moved to the next broker when that one fails."""

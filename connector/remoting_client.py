@@ -466,7 +466,8 @@ class RemotingClient:
         fields = answer.ext_fields
         return rmq_pb2.SendMessageResponse(status=status, msg_ids=[fields["msgId"]],
                                            queue_ids=[int(fields["queueId"])],
-                                           queue_offsets=[int(fields["queueOffset"])])
+                                           queue_offsets=[int(fields["queueOffset"])],
+                                           recall_handles=[fields.get("recallHandle", "")])
 
     def pull_async(self, target: RemotingTarget, pull: PullSpec, timeout: float,
                    done: Callable[[PullResult | rmq_pb2.Status | None, RmqError | None], None]

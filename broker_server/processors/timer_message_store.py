@@ -51,9 +51,9 @@ from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
 TIMER_GROUP = SYSTEM_TOPIC_PREFIX + "timer"
-PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"   # epoch ms (RocketMQ MessageConst)
-PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
-PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+PROPERTY_TIMER_DELIVER_MS = mf.PROPERTY_TIMER_DELIVER_MS
+PROPERTY_TIMER_DELAY_SEC = mf.PROPERTY_TIMER_DELAY_SEC
+PROPERTY_TIMER_DELAY_MS = mf.PROPERTY_TIMER_DELAY_MS
 TIMER_PROPERTIES = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS)
 PROPERTY_TIMER_QUEUE_OFFSET = "TIMER_QUEUE_OFFSET"   # rmq's: the delivered copy's timer-queue offset
 PROPERTY_TIMER_PRODUCER = "TIMER_PRODUCER"           # rmq's: the sending account (recall, shares)
@@ -107,25 +107,27 @@ def account_code(access_key: str) -> int:
 
 
 class RecallHandles:
-    """Recall handles: `base64url(topic, offset, deliver ms, producer, mac)`, the mac an
-    HMAC-SHA256 under the broker's handle secret, so an altered handle is refused."""
+    """Recall handles: `base64url(topic, broker, offset, deliver ms, producer, mac)` (lines), the
+    mac an HMAC-SHA256 under the broker's handle secret, so an altered handle is refused; the
+    broker's name routes a recall (RocketMQ's RecallMessageHandle names it too)."""
 
-    def __init__(self, secret: bytes) -> None:
+    def __init__(self, secret: bytes, broker_name: str) -> None:
         self._secret = secret
+        self.broker_name = broker_name
 
     def _mac(self, fields: list[str]) -> str:
         return hmac.new(self._secret, "\n".join(fields).encode(), hashlib.sha256).hexdigest()[:32]
 
     def encode(self, topic: str, offset: int, deliver_ms: int, producer: str) -> str:
-        fields = [topic, str(offset), str(deliver_ms), producer]
+        fields = [topic, self.broker_name, str(offset), str(deliver_ms), producer]
         return base64.urlsafe_b64encode("\n".join([*fields, self._mac(fields)]).encode()).decode()
 
     def decode(self, handle: str) -> tuple[str, int, int, str]:
         """(topic, timer-queue offset, deliver ms, producer). Raises ILLEGAL_ARGUMENT."""
         try:
             fields = base64.urlsafe_b64decode(handle.encode()).decode().split("\n")
-            topic, offset, deliver_ms, producer, mac = fields
-            valid = hmac.compare_digest(mac, self._mac(fields[:4]))
+            topic, _broker, offset, deliver_ms, producer, mac = fields
+            valid = hmac.compare_digest(mac, self._mac(fields[:5]))
             parsed = (topic, int(offset), int(deliver_ms), producer)
         except (ValueError, binascii.Error, UnicodeError):
             valid = False

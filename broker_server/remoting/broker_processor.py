@@ -281,6 +281,8 @@ class BrokerRemotingProcessor:
             "queueId": str(response.queue_ids[0]),
             "queueOffset": str(response.queue_offsets[0]),
         }
+        if any(response.recall_handles):   # a timer message (RocketMQ 5.3 SendMessageResponseHeader)
+            ext["recallHandle"] = ",".join(response.recall_handles)
         return call.request.response(
             RESPONSE_CODES[response.status.code], response.status.message or None, ext
         )

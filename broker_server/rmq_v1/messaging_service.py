@@ -83,6 +83,13 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
                           context: Context) -> rmq_pb2.SendMessageResponse:
         return await self.send_processor.process(request, context.peer())
 
+    @answers_with_status(rmq_pb2.RecallMessageResponse)
+    async def RecallMessage(self, request: rmq_pb2.RecallMessageRequest,
+                            context: Context) -> rmq_pb2.RecallMessageResponse:
+        assert self.send_processor.timer is not None
+        await self.send_processor.timer.recall(request.topic, request.recall_handle)
+        return rmq_pb2.RecallMessageResponse(status=OK)
+
     @answers_with_status(rmq_pb2.PullMessageResponse)
     async def PullMessage(self, request: rmq_pb2.PullMessageRequest,
                           context: Context) -> rmq_pb2.PullMessageResponse:

@@ -68,6 +68,7 @@ def _rule(service: str, method: str) -> str:
 
 RULES: dict[str, Rule] = {
     _rule("MessagingService", "SendMessage"): lambda r: _topics([r.topic], Need.PUB),
+    _rule("MessagingService", "RecallMessage"): lambda r: _topics([r.topic], Need.PUB),
     _rule("MessagingService", "PullMessage"): lambda r: _topics([r.topic]) + _group_sub(r),
     _rule("Flight", "DoGet"): lambda r: _topics([r.pull.topic]) + _group_sub(r.pull),   # rmq.flight: a pull
     _rule("MessagingService", "GetTopicOffsets"): lambda r: _topics([r.topic], Need.ANY),
