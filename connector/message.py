@@ -78,7 +78,8 @@ class Message:
             raise ConfigError("deliver_time_ms as a datetime must carry a time zone (e.g. datetime.now(UTC))")
         if isinstance(self.deliver_time_ms, int) and (isinstance(self.deliver_time_ms, bool)
                                                       or self.deliver_time_ms < 0):
-            raise ConfigError(f"deliver_time_ms must be epoch milliseconds (>= 0), not {self.deliver_time_ms!r}")
+            raise ConfigError(
+                f"deliver_time_ms must be epoch milliseconds (>= 0), not {self.deliver_time_ms!r}")
         if self.deliver_time_ms is not None and not isinstance(self.deliver_time_ms, (int, datetime)):
             raise ConfigError(f"deliver_time_ms must be an int (epoch ms) or a datetime, "
                               f"not {type(self.deliver_time_ms).__name__}")

@@ -1,0 +1,176 @@
+"""Timer messages (docs/internals/timer.md) through one whole broker in this process whose wall
+clock the test moves (tests.clocks.ManualClock): TIMER_DELIVER_MS / TIMER_DELAY_SEC /
+TIMER_DELAY_MS over the 4.x remoting port (the SDK's single sends), rmq.v1 gRPC batches and the
+SDK's deliver_time_ms / delay, held until their second then stored in their real queue with
+their properties; bad timer properties refused naming the property with nothing stored; flow
+control; recall by handle (its producer only, an altered handle refused); a restart with
+timers due while the broker was down. kill -9 and failover: integration_tests/test_timer_messages.py."""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from rmq import message_format as mf
+from rmq.broker_server.processors.names import TIMER_TOPIC
+from rmq.connector import Message, Producer
+from rmq.connector.errors import RmqError
+from rmq.stored_message import StoredMessage, decode_records
+from rmq.v1 import rmq_pb2
+from tests.broker_server.in_process_broker import InProcessBroker, start_remoting_broker
+from tests.clocks import ManualClock
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def start(store_dir: Path, clock: ManualClock, **settings: object) -> InProcessBroker:
+    return start_remoting_broker(store_dir, clock=clock, flush="sync", **settings)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def broker(tmp_path: Path, clock: ManualClock) -> Iterator[InProcessBroker]:
+    server = start(tmp_path / "store", clock)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def producer(broker: InProcessBroker) -> Iterator[Producer]:
+    with Producer(broker.address) as client:
+        client.client.create_topic("timed", queues=2)
+        yield client
+
+
+def stored(broker: InProcessBroker, topic: str, queue_id: int = 0) -> list[StoredMessage]:
+    store = broker.controller.store
+    result = store.get_message("test", topic, queue_id, 0, 1000)
+    if not result.message_count:
+        return []
+    return list(decode_records(bytes(result.buffer), result.sizes))
+
+
+def delivered(broker: InProcessBroker) -> list[StoredMessage]:
+    return stored(broker, "timed", 0) + stored(broker, "timed", 1)
+
+
+def bodies_after(broker: InProcessBroker, clock: ManualClock, seconds: float, count: int) -> set[bytes]:
+    clock.advance(seconds)
+    wait_until(lambda: len(delivered(broker)) >= count, f"{count} timer messages delivered")
+    return {m.body for m in delivered(broker)}
+
+
+def test_each_timer_property_holds_a_message_until_its_second_on_every_send_path(broker, producer, clock):
+    now_ms = int(clock() * 1000)
+    producer.send(Message("timed", b"remoting-deliver-ms", properties={"TIMER_DELIVER_MS": str(now_ms + 30_000),
+                                                                       "region": "eu"}))
+    producer.send(Message("timed", b"remoting-delay-sec", properties={"TIMER_DELAY_SEC": "10"}))
+    producer.send([Message("timed", b"grpc-delay", delay=timedelta(seconds=60)),
+                   Message("timed", b"grpc-datetime", deliver_time_ms=datetime.fromtimestamp(clock() + 90, UTC))])
+    wait_until(lambda: len(stored(broker, TIMER_TOPIC)) == 4, "4 messages parked in the timer queue")
+    assert delivered(broker) == []
+    assert bodies_after(broker, clock, 11, 1) == {b"remoting-delay-sec"}
+    assert bodies_after(broker, clock, 20, 2) == {b"remoting-delay-sec", b"remoting-deliver-ms"}
+    assert len(delivered(broker)) == 2
+    assert bodies_after(broker, clock, 60, 4) == {b"remoting-delay-sec", b"remoting-deliver-ms", b"grpc-delay",
+                                                  b"grpc-datetime"}
+    by_body = {m.body: m for m in delivered(broker)}
+    first = by_body[b"remoting-deliver-ms"]
+    assert first.properties["region"] == "eu"
+    assert first.properties[mf.PROPERTY_TIMER_DELIVER_MS] == str(now_ms + 30_000)
+    assert first.properties[mf.PROPERTY_REAL_TOPIC] == "timed"
+    assert "TIMER_DELAY_SEC" not in by_body[b"remoting-delay-sec"].properties   # normalised to DELIVER_MS
+    assert len(delivered(broker)) == 4   # each once
+
+
+def test_a_time_in_the_past_is_delivered_now(broker, producer, clock):
+    producer.send(Message("timed", b"past", deliver_time_ms=int(clock() * 1000) - 60_000))
+    assert [m.body for m in delivered(broker)] == [b"past"]
+    assert stored(broker, TIMER_TOPIC) == []
+
+
+@pytest.mark.parametrize(("properties", "named"), [
+    ({"TIMER_DELIVER_MS": "soon"}, "TIMER_DELIVER_MS"),
+    ({"TIMER_DELIVER_MS": "-5"}, "TIMER_DELIVER_MS"),
+    ({"TIMER_DELAY_SEC": str(10 * 365 * 86_400)}, "timer_max_delay_s"),
+    ({"TIMER_DELAY_MS": "1", "TIMER_DELAY_SEC": "1", "TIMER_DELIVER_MS": "1"}, "TIMER_DELIVER_MS, TIMER_DELAY_SEC"),
+    ({"TIMER_DELAY_MS": "9" * 64}, "TIMER_DELAY_MS"),
+])
+def test_bad_timer_properties_are_refused_naming_the_property_and_nothing_is_stored(
+        broker, producer, properties, named):
+    batch = [Message("timed", b"good", properties={"TIMER_DELAY_SEC": "5"}),
+             Message("timed", b"bad", properties=properties)]
+    with pytest.raises(RmqError) as refused:
+        producer.send(batch)
+    assert refused.value.code == rmq_pb2.WHEEL_TIMER_MSG_ILLEGAL
+    assert named in str(refused.value)
+    with pytest.raises(RmqError) as alone:   # one message: over the remoting port
+        producer.send(batch[1])
+    assert named in str(alone.value)
+    assert stored(broker, TIMER_TOPIC) == [] and delivered(broker) == []
+
+
+def test_flow_control_refuses_timers_past_the_pending_bound(tmp_path, clock):
+    broker = start(tmp_path / "store", clock, timer_max_pending=3, timer_max_pending_per_account=3)
+    try:
+        with Producer(broker.address) as producer:
+            producer.client.create_topic("timed", queues=2)
+            for index in range(3):
+                producer.send(Message("timed", b"%d" % index, delay=timedelta(seconds=30)))
+            with pytest.raises(RmqError) as refused:
+                producer.send(Message("timed", b"one too many", delay=timedelta(seconds=30)))
+            assert refused.value.code == rmq_pb2.WHEEL_TIMER_FLOW_CONTROL
+            assert "timer_max_pending=3 " in str(refused.value)   # the total bound, not the per-account one
+            producer.send(Message("timed", b"due now", deliver_time_ms=0))   # not a pending timer
+    finally:
+        broker.stop()
+
+
+def test_recall_cancels_a_pending_timer_by_its_handle_and_refuses_an_altered_one(broker, producer, clock):
+    kept = producer.send(Message("timed", b"kept", delay=timedelta(seconds=30)))
+    recalled = producer.send(Message("timed", b"recalled", delay=timedelta(seconds=30)))
+    assert kept.recall_handle and recalled.recall_handle and kept.queue_offset == -1
+    wait_until(lambda: broker.controller.timer.pending == 2, "both timers on the wheel")
+    topic, broker_name, _offset, *rest = base64.urlsafe_b64decode(recalled.recall_handle).split(b"\n")
+    altered = base64.urlsafe_b64encode(b"\n".join([topic, broker_name, b"0", *rest])).decode()
+    with pytest.raises(RmqError) as refused:
+        producer.recall(altered)
+    assert refused.value.code == rmq_pb2.ILLEGAL_ARGUMENT and "recall handle is not valid" in str(refused.value)
+    producer.recall(recalled.recall_handle)
+    with pytest.raises(RmqError) as again:
+        producer.recall(recalled.recall_handle)
+    assert again.value.code == rmq_pb2.QUERY_NOT_FOUND and "recalled" in str(again.value)
+    assert broker.controller.timer.pending == 1
+    assert bodies_after(broker, clock, 31, 1) == {b"kept"}
+    time.sleep(0.2)
+    assert [m.body for m in delivered(broker)] == [b"kept"]
+
+
+def test_timers_due_while_the_broker_was_down_are_delivered_after_restart_in_time_order(tmp_path, clock):
+    broker = start(tmp_path / "store", clock)
+    with Producer(broker.address) as producer:
+        producer.client.create_topic("timed", queues=1)
+        for seconds in (50, 20, 40, 10, 30, 3600):
+            producer.send(Message("timed", b"%d" % seconds, delay=timedelta(seconds=seconds)))
+    wait_until(lambda: broker.controller.timer.pending == 6, "6 timers on the wheel")
+    clock.advance(12)
+    wait_until(lambda: len(delivered(broker)) == 1, "the 10 s timer delivered")
+    broker.stop()
+    clock.advance(60)   # 20..50 s come due while it is down
+    broker = start(tmp_path / "store", clock)
+    try:
+        wait_until(lambda: len(delivered(broker)) == 5, "the timers due meanwhile delivered")
+        assert [m.body for m in delivered(broker)] == [b"10", b"20", b"30", b"40", b"50"]
+        assert broker.controller.timer.pending == 1
+    finally:
+        broker.stop()
