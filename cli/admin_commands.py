@@ -21,7 +21,7 @@ BODY_PREVIEW = 60
 
 def message_parsers(commands: Subcommands
                     ) -> Iterator[tuple[argparse.ArgumentParser, Command]]:
-    message = commands.add_parser("message", help="look messages up")
+    message = commands.add_parser("message", help="look messages up, recall a timer message")
     message_commands = message.add_subparsers(dest="message_command", required=True)
     query = message_commands.add_parser(
         "query", help="messages of a topic by key, by message id or by store-time range")
@@ -38,6 +38,17 @@ def message_parsers(commands: Subcommands
                        help="also show whether this consumer group consumed each message (repeatable)")
     query.add_argument("--json", action="store_true")
     yield query, _message_query
+    recall = message_commands.add_parser(
+        "recall", help="cancel a timer message before its time by the recall handle its send printed "
+                       "(its producer's account or an admin)")
+    recall.add_argument("handle", help="the recall handle (`rmq produce --deliver-at/--delay` prints it)")
+    yield recall, _message_recall
+
+
+def _message_recall(client: RmqClient, args: argparse.Namespace) -> int:
+    client.recall_message(args.handle)
+    print("recalled: the timer message will not be delivered")
+    return 0
 
 
 def group_parsers(group_commands: Subcommands

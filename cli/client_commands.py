@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
 from typing import Any
 
 from rmq import message_format as mf
@@ -59,6 +60,13 @@ def add_parsers(commands: Subcommands) -> None:
     produce.add_argument("--keys", default="", help="keys of every message (space-separated)")
     produce.add_argument("--property", action="append", default=[], type=_user_property, metavar="KEY=VALUE",
                          help="a user property of every message (repeatable)")
+    when = produce.add_mutually_exclusive_group()
+    when.add_argument("--deliver-at", type=deliver_at_ms, metavar="ISO8601|MS",
+                      help="timer message: deliver at this time (2026-12-01T09:00:00Z, or epoch ms); "
+                           "prints each message's recall handle")
+    when.add_argument("--delay", type=delay_ms, metavar="DURATION",
+                      help="timer message: deliver this long after the broker receives it (500ms, 30s, 5m, "
+                           "2h, 1d); prints each message's recall handle")
     produce.add_argument("--batch-size", type=positive_int, default=256, help="messages per send (256)")
     produce.add_argument("--key-hash", action="store_true",
                          help="stdin lines are KEY<TAB>BODY: the key is the message's key and picks its "
@@ -249,6 +257,8 @@ def _produce(client: RmqClient, args: argparse.Namespace) -> int:
             sent += len(batch)
             for broker_name, messages in _outgoing(batch, args, queues):
                 result = client.send(args.topic, messages, broker_name)
+                for handle in filter(None, result.recall_handles):
+                    print(f"recall-handle {handle}")
                 acknowledged += len(messages)
                 if result.status is not SendStatus.SEND_OK:   # stored on the master only (SYNC_MASTER)
                     master_only += len(messages)
@@ -268,6 +278,10 @@ def _outgoing(batch: list[bytes], args: argparse.Namespace, queues: list[Message
     """The batch as sends: one (any broker) without --key-hash; else one per broker, each line's
     key choosing its queue."""
     properties = dict(args.property)
+    if args.deliver_at is not None:
+        properties[mf.PROPERTY_TIMER_DELIVER_MS] = str(args.deliver_at)
+    if args.delay is not None:
+        properties[mf.PROPERTY_TIMER_DELAY_MS] = str(args.delay)
     if not args.key_hash:
         yield None, [OutgoingMessage(body, tags=args.tags, keys=args.keys, properties=properties)
                      for body in batch]
@@ -282,6 +296,33 @@ def _outgoing(batch: list[bytes], args: argparse.Namespace, queues: list[Message
         by_broker.setdefault(mq.broker_name, []).append(
             OutgoingMessage(body, tags=args.tags, keys=text, properties=properties, queue_id=mq.queue_id))
     yield from by_broker.items()
+
+
+DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def delay_ms(text: str) -> int:
+    """--delay: a whole number with a unit (ms, s, m, h, d) -> milliseconds."""
+    number = text.rstrip("smhd")
+    unit = text[len(number):]
+    if not number.isdigit() or unit not in DURATION_UNITS_MS:
+        raise argparse.ArgumentTypeError(
+            f"expected a duration such as 500ms, 30s, 5m, 2h or 1d, not {text!r}")
+    return int(number) * DURATION_UNITS_MS[unit]
+
+
+def deliver_at_ms(text: str) -> int:
+    """--deliver-at: epoch milliseconds, or an ISO 8601 time with its zone (Z or +HH:MM)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            f"expected epoch ms or an ISO 8601 time with its zone (2026-12-01T09:00:00Z), not {text!r}")
+    return int(moment.timestamp() * 1000)
 
 
 def _user_property(text: str) -> tuple[str, str]:

@@ -63,6 +63,15 @@ class BoundedTables:
 
 
 @dataclass(frozen=True)
+class TimerFigures:
+    """The timer wheel's figures (docs/internals/timer.md §Metrics)."""
+
+    pending: int = 0          # timer messages waiting
+    delivered: int = 0        # delivered since the broker started
+    lateness_ms: int = 0      # the last delivery's lateness behind its asked time
+
+
+@dataclass(frozen=True)
 class BrokerFigures:
     """Where the broker's metrics come from, as callables so the collector holds no broker type."""
 
@@ -75,6 +84,7 @@ class BrokerFigures:
     topics: Callable[[], int]
     client_tables: Callable[[], BoundedTables] = lambda: BoundedTables()
     inflight_pull_bytes: Callable[[], int] = lambda: 0
+    timers: Callable[[], TimerFigures] = TimerFigures
     node_id: str = ""                       # RocketMQ 5's node_id label; the broker name when empty
     cluster: str = "DefaultCluster"         # RocketMQ's default brokerClusterName
     now_ms: Callable[[], int] = lambda: int(time.time() * 1000)
@@ -93,7 +103,15 @@ class BrokerCollector(Collector):
         groups, clients = figures.consumer_table()
         tables = figures.client_tables()
         store = figures.store
+        timers = figures.timers()
+        delivered = CounterMetricFamily("rocketmq_timer_dequeue", "timer messages delivered to their queue",
+                                        labels=["broker"])
+        delivered.add_metric([broker], timers.delivered)
+        yield delivered
         for name, documentation, value in [
+            ("rocketmq_timing_messages", "timer messages waiting for their time", timers.pending),
+            ("rmq_timer_lateness_ms", "the last timer delivery's lateness behind its time (ms)",
+             timers.lateness_ms),
             ("rmq_held_pulls", "pull requests held by long polling", figures.held_pulls()),
             ("rmq_inflight_pull_bytes", "bytes of pull answers built and not yet read by their clients",
              figures.inflight_pull_bytes()),

@@ -36,6 +36,7 @@ from pathlib import Path
 from rmq import message_format as mf
 from rmq.broker_server.background_tasks import cancel_all
 from rmq.broker_server.errors import BrokerError, NotMaster
+from rmq.broker_server.metrics.collectors import TimerFigures
 from rmq.broker_server.processors.names import SYSTEM_TOPIC_PREFIX, TIMER_TOPIC
 from rmq.broker_server.processors.send_message_processor import check_put_results
 from rmq.broker_server.processors.store_executor import StoreExecutor
@@ -62,6 +63,7 @@ ENQUEUE_BATCH = 1024
 DELIVER_BATCH = 256
 RETRY_AFTER_FAILURE_S = 1.0
 CHECKPOINT_INTERVAL_S = 1.0
+CLEAN_INTERVAL_S = 60.0
 MAX_DIGITS = 19
 _LIVE = frozenset({EntryState.PENDING, EntryState.DELIVERING})
 _MOVED = frozenset({GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY})
@@ -286,6 +288,9 @@ class TimerMessageStore:
         if self.pending_by_account[entry.account] <= 0:
             del self.pending_by_account[entry.account]
 
+    def figures(self) -> TimerFigures:
+        return TimerFigures(self.pending, self.delivered, self.last_lateness_ms)
+
     # -- slave -------------------------------------------------------------------------------
     def master_progress(self) -> tuple[int, int]:
         """(read time, CommitLog end when it was read): what a slave may settle up to."""
@@ -297,7 +302,7 @@ class TimerMessageStore:
 
     # -- the task ----------------------------------------------------------------------------
     async def _run(self) -> None:
-        saved = 0.0
+        saved = cleaned = time.monotonic()
         while True:
             self._wake.clear()
             wait = RETRY_AFTER_FAILURE_S
@@ -309,6 +314,9 @@ class TimerMessageStore:
             if time.monotonic() - saved >= CHECKPOINT_INTERVAL_S:
                 await self.executor.run(self._save_checkpoint)
                 saved = time.monotonic()
+            if saved - cleaned >= CLEAN_INTERVAL_S:
+                self.clean()   # on the loop: no read of a segment races its deletion
+                cleaned = saved
             try:
                 await asyncio.wait_for(self._wake.wait(), min(wait, CHECKPOINT_INTERVAL_S))
             except TimeoutError:

@@ -9,6 +9,7 @@ timers due while the broker was down. kill -9 and failover: integration_tests/te
 from __future__ import annotations
 
 import base64
+import io
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -17,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from rmq import message_format as mf
+from rmq.broker_server.metrics.collectors import BrokerCollector
 from rmq.broker_server.processors.names import TIMER_TOPIC
+from rmq.cli import main as cli
 from rmq.connector import Message, Producer
 from rmq.connector.errors import RmqError
 from rmq.stored_message import StoredMessage, decode_records
@@ -72,18 +75,20 @@ def bodies_after(broker: InProcessBroker, clock: ManualClock, seconds: float, co
 
 def test_each_timer_property_holds_a_message_until_its_second_on_every_send_path(broker, producer, clock):
     now_ms = int(clock() * 1000)
-    producer.send(Message("timed", b"remoting-deliver-ms", properties={"TIMER_DELIVER_MS": str(now_ms + 30_000),
-                                                                       "region": "eu"}))
+    due = str(now_ms + 30_000)
+    properties = {"TIMER_DELIVER_MS": due, "region": "eu"}
+    producer.send(Message("timed", b"remoting-deliver-ms", properties=properties))
     producer.send(Message("timed", b"remoting-delay-sec", properties={"TIMER_DELAY_SEC": "10"}))
+    at = datetime.fromtimestamp(clock() + 90, UTC)
     producer.send([Message("timed", b"grpc-delay", delay=timedelta(seconds=60)),
-                   Message("timed", b"grpc-datetime", deliver_time_ms=datetime.fromtimestamp(clock() + 90, UTC))])
+                   Message("timed", b"grpc-datetime", deliver_time_ms=at)])
     wait_until(lambda: len(stored(broker, TIMER_TOPIC)) == 4, "4 messages parked in the timer queue")
     assert delivered(broker) == []
     assert bodies_after(broker, clock, 11, 1) == {b"remoting-delay-sec"}
     assert bodies_after(broker, clock, 20, 2) == {b"remoting-delay-sec", b"remoting-deliver-ms"}
     assert len(delivered(broker)) == 2
-    assert bodies_after(broker, clock, 60, 4) == {b"remoting-delay-sec", b"remoting-deliver-ms", b"grpc-delay",
-                                                  b"grpc-datetime"}
+    assert bodies_after(broker, clock, 60, 4) == {b"remoting-delay-sec", b"remoting-deliver-ms",
+                                                  b"grpc-delay", b"grpc-datetime"}
     by_body = {m.body: m for m in delivered(broker)}
     first = by_body[b"remoting-deliver-ms"]
     assert first.properties["region"] == "eu"
@@ -103,7 +108,8 @@ def test_a_time_in_the_past_is_delivered_now(broker, producer, clock):
     ({"TIMER_DELIVER_MS": "soon"}, "TIMER_DELIVER_MS"),
     ({"TIMER_DELIVER_MS": "-5"}, "TIMER_DELIVER_MS"),
     ({"TIMER_DELAY_SEC": str(10 * 365 * 86_400)}, "timer_max_delay_s"),
-    ({"TIMER_DELAY_MS": "1", "TIMER_DELAY_SEC": "1", "TIMER_DELIVER_MS": "1"}, "TIMER_DELIVER_MS, TIMER_DELAY_SEC"),
+    ({"TIMER_DELAY_MS": "1", "TIMER_DELAY_SEC": "1", "TIMER_DELIVER_MS": "1"},
+     "TIMER_DELIVER_MS, TIMER_DELAY_SEC"),
     ({"TIMER_DELAY_MS": "9" * 64}, "TIMER_DELAY_MS"),
 ])
 def test_bad_timer_properties_are_refused_naming_the_property_and_nothing_is_stored(
@@ -145,7 +151,8 @@ def test_recall_cancels_a_pending_timer_by_its_handle_and_refuses_an_altered_one
     altered = base64.urlsafe_b64encode(b"\n".join([topic, broker_name, b"0", *rest])).decode()
     with pytest.raises(RmqError) as refused:
         producer.recall(altered)
-    assert refused.value.code == rmq_pb2.ILLEGAL_ARGUMENT and "recall handle is not valid" in str(refused.value)
+    assert refused.value.code == rmq_pb2.ILLEGAL_ARGUMENT
+    assert "recall handle is not valid" in str(refused.value)
     producer.recall(recalled.recall_handle)
     with pytest.raises(RmqError) as again:
         producer.recall(recalled.recall_handle)
@@ -172,5 +179,25 @@ def test_timers_due_while_the_broker_was_down_are_delivered_after_restart_in_tim
         wait_until(lambda: len(delivered(broker)) == 5, "the timers due meanwhile delivered")
         assert [m.body for m in delivered(broker)] == [b"10", b"20", b"30", b"40", b"50"]
         assert broker.controller.timer.pending == 1
+        figures = BrokerCollector(broker.controller.metrics_figures()).collect()
+        samples = {s.name: s.value for family in figures for s in family.samples}
+        assert samples["rocketmq_timing_messages"] == 1
+        assert samples["rocketmq_timer_dequeue_total"] == 4   # since this start
     finally:
         broker.stop()
+
+
+def test_cli_produces_timer_messages_and_recalls_one_by_its_printed_handle(broker, producer, clock, capsys,
+                                                                           monkeypatch):
+    at = datetime.fromtimestamp(clock() + 20, UTC).isoformat()
+    for flags, body in ((["--delay", "30s"], "recalled"), (["--deliver-at", at], "kept")):
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(body.encode() + b"\n")))
+        assert cli.main(["produce", "timed", *flags, "--endpoints", broker.address]) == 0
+    handles = [line.split()[1] for line in capsys.readouterr().out.splitlines()
+               if line.startswith("recall-handle ")]
+    assert len(handles) == 2
+    assert cli.main(["message", "recall", handles[0], "--endpoints", broker.address]) == 0
+    assert "recalled" in capsys.readouterr().out
+    assert bodies_after(broker, clock, 31, 1) == {b"kept"}
+    time.sleep(0.2)
+    assert [m.body for m in delivered(broker)] == [b"kept"]
