@@ -18,11 +18,14 @@ from pathlib import Path
 import pytest
 
 from rmq import message_format as mf
+from rmq.broker_server.background_tasks import cancel_all
 from rmq.broker_server.metrics.collectors import BrokerCollector
 from rmq.broker_server.processors.names import TIMER_TOPIC
+from rmq.broker_server.processors.timer_message_store import TimerMessageStore
 from rmq.cli import main as cli
 from rmq.connector import Message, Producer
 from rmq.connector.errors import RmqError
+from rmq.store.timer_log import EntryState
 from rmq.stored_message import StoredMessage, decode_records
 from rmq.v1 import rmq_pb2
 from tests.broker_server.in_process_broker import InProcessBroker, start_remoting_broker
@@ -201,3 +204,66 @@ def test_cli_produces_timer_messages_and_recalls_one_by_its_printed_handle(broke
     assert bodies_after(broker, clock, 31, 1) == {b"kept"}
     time.sleep(0.2)
     assert [m.body for m in delivered(broker)] == [b"kept"]
+
+
+def test_a_delivery_cut_off_before_it_was_marked_is_found_in_the_index_not_made_twice(tmp_path, clock):
+    """A kill -9 between storing a delivery and marking it DELIVERED leaves the entry DELIVERING
+    and the read time before its slot: after the restart its copy is found, not stored again."""
+    broker = start(tmp_path / "store", clock)
+    with Producer(broker.address) as producer:
+        producer.client.create_topic("timed", queues=1)
+        producer.send(Message("timed", b"once", delay=timedelta(seconds=10)))
+        producer.send(Message("timed", b"sentinel", delay=timedelta(seconds=40)))
+    wait_until(lambda: broker.controller.timer.pending == 2, "2 timers on the wheel")
+    clock.advance(12)
+    timer = broker.controller.timer
+    wait_until(lambda: timer.pending == 1, "the first timer delivered")
+    entry = timer.timer_log.read(0)
+    assert entry is not None and entry.state is EntryState.DELIVERED
+    broker.run(_as_if_cut_off(timer, entry.deliver_ms))
+    broker.stop()
+    clock.advance(60)
+    broker = start(tmp_path / "store", clock)
+    try:
+        wait_until(lambda: b"sentinel" in {m.body for m in delivered(broker)}, "the later timer delivered")
+        assert [m.body for m in delivered(broker)] == [b"once", b"sentinel"]
+    finally:
+        broker.stop()
+
+
+async def _as_if_cut_off(timer: TimerMessageStore, deliver_ms: int) -> None:
+    await cancel_all(timer._tasks)   # the task stopped: nothing moves the state back meanwhile
+    timer.timer_log.set_state(0, EntryState.DELIVERING)
+    timer.checkpoint.read_time_ms = deliver_ms // 1000 * 1000
+    timer.pending += 1
+
+
+@pytest.mark.parametrize("sync_interval_ms", [600_000, 100])   # synced once (at start), or often
+def test_a_slave_that_becomes_master_delivers_the_pending_timers_exactly_once(tmp_path, clock, sync_interval_ms):
+    """Synced once, the new master looks every delivery the old one made up in the index; synced
+    often, the slave has settled them itself (its pending count follows the master's)."""
+    master = start(tmp_path / "master", clock, broker_name="group", broker_role="SYNC_MASTER")
+    with Producer(master.address) as producer:
+        producer.client.create_topic("timed", queues=1)
+        slave = start(tmp_path / "slave", clock, broker_name="group", broker_role="SLAVE", broker_id=1,
+                      master=master.address, slave_synchronize_interval_ms=sync_interval_ms)
+        try:
+            for seconds in (10, 20, 30, 40, 50):
+                producer.send(Message("timed", b"%d" % seconds, delay=timedelta(seconds=seconds)))
+            wait_until(lambda: slave.controller.timer.pending == 5, "the slave's wheel holds 5 timers")
+            clock.advance(32)
+            wait_until(lambda: len(delivered(master)) == 3, "the master delivered 3")
+            wait_until(lambda: len(delivered(slave)) == 3, "the slave holds the 3 deliveries")
+            if sync_interval_ms < 1000:
+                wait_until(lambda: slave.controller.timer.pending == 2, "the slave settled the 3 deliveries")
+        finally:
+            slave.stop()
+    master.stop()
+    promoted = start(tmp_path / "slave", clock, broker_name="group", broker_role="SYNC_MASTER")
+    try:
+        clock.advance(30)
+        wait_until(lambda: len(delivered(promoted)) >= 5, "the new master delivered the other 2")
+        assert [m.body for m in delivered(promoted)] == [b"10", b"20", b"30", b"40", b"50"]
+        assert promoted.controller.timer.pending == 0
+    finally:
+        promoted.stop()
