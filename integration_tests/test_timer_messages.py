@@ -50,7 +50,8 @@ def test_timers_due_during_a_kill_9_downtime_are_delivered_once_each_in_time_ord
             wait_until(lambda: len(pulled(client, mq)) >= COUNT, "every timer delivered", timeout=30)
             sentinel = OutgoingMessage(b"sentinel", properties={mf.PROPERTY_TIMER_DELAY_MS: "1500"})
             client.send("timed", [sentinel])   # the latest: once it is here, every earlier slot was read
-            wait_until(lambda: pulled(client, mq)[-1].body == b"sentinel", "the sentinel delivered", timeout=30)
+            wait_until(lambda: pulled(client, mq)[-1].body == b"sentinel", "the sentinel delivered",
+                       timeout=30)
             messages = pulled(client, mq)[:-1]
         assert sorted(m.body for m in messages) == [b"%03d" % i for i in range(COUNT)]   # none lost or twice
         due = [int(m.properties[mf.PROPERTY_TIMER_DELIVER_MS]) // 1000 for m in messages]
