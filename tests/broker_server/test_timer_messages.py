@@ -270,3 +270,30 @@ def test_a_slave_that_becomes_master_delivers_the_pending_timers_exactly_once(tm
         assert promoted.controller.timer.pending == 0
     finally:
         promoted.stop()
+
+
+def test_timer_records_met_again_after_a_crash_are_chained_once(tmp_path, clock):
+    """A kill -9 before the checkpoint moved: the enqueue meets the timer queue's records again
+    from the checkpoint's offset, and an entry already in its slot's chain is not chained twice."""
+    broker = start(tmp_path / "store", clock)
+    with Producer(broker.address) as producer:
+        producer.client.create_topic("timed", queues=1)
+        producer.send([Message("timed", b"%d" % n, delay=timedelta(seconds=10)) for n in range(3)])
+        producer.send(Message("timed", b"later", delay=timedelta(seconds=20)))
+    timer = broker.controller.timer
+    wait_until(lambda: timer.pending == 4, "4 timers on the wheel")
+    broker.run(_as_if_checkpointed_before(timer))
+    broker.stop()
+    clock.advance(30)
+    broker = start(tmp_path / "store", clock)
+    try:
+        wait_until(lambda: len(delivered(broker)) >= 4, "the 4 timers delivered")
+        assert [m.body for m in delivered(broker)] == [b"0", b"1", b"2", b"later"]
+        assert broker.controller.timer.pending == 0
+    finally:
+        broker.stop()
+
+
+async def _as_if_checkpointed_before(timer: TimerMessageStore) -> None:
+    await cancel_all(timer._tasks)
+    timer.checkpoint.enqueue_offset = 0
