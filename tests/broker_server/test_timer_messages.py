@@ -24,10 +24,12 @@ from rmq.broker_server.processors.names import TIMER_TOPIC
 from rmq.broker_server.processors.timer_message_store import TimerMessageStore
 from rmq.cli import main as cli
 from rmq.connector import Message, Producer
+from rmq.connector.client import OutgoingMessage
 from rmq.connector.errors import RmqError
 from rmq.store.timer_log import EntryState
 from rmq.stored_message import StoredMessage, decode_records
 from rmq.v1 import rmq_pb2
+from tests.broker_server.acl_broker import acl_broker, client
 from tests.broker_server.in_process_broker import InProcessBroker, start_remoting_broker
 from tests.clocks import ManualClock
 from tests.waiting import wait_until
@@ -297,3 +299,31 @@ def test_timer_records_met_again_after_a_crash_are_chained_once(tmp_path, clock)
 async def _as_if_checkpointed_before(timer: TimerMessageStore) -> None:
     await cancel_all(timer._tasks)
     timer.checkpoint.enqueue_offset = 0
+
+
+def test_accounts_have_a_share_of_pending_timers_and_recall_only_their_own(tmp_path):
+    """Under --acl: one account's timers stop at timer_max_pending_per_account while another's
+    are still parked; a recall handle works for its producer's account and an admin only."""
+    broker = acl_broker(tmp_path, timer_max_pending=10, timer_max_pending_per_account=2)
+    timer = [OutgoingMessage(b"later", properties={mf.PROPERTY_TIMER_DELAY_SEC: "600"})]
+    try:
+        with client(broker, "admin1") as admin, client(broker, "producer") as producer, \
+                client(broker, "prying") as prying:
+            admin.create_topic("orders", queues=1)
+            handles = [producer.send("orders", timer).recall_handles[0] for _ in range(2)]
+            wait_until(lambda: broker.controller.timer.pending == 2, "the 2 timers on the wheel")
+            with pytest.raises(RmqError) as refused:
+                producer.send("orders", timer)
+            assert refused.value.code == rmq_pb2.WHEEL_TIMER_FLOW_CONTROL
+            assert "account 'producer'" in str(refused.value)
+            assert "timer_max_pending_per_account=2" in str(refused.value)
+            prying.send("orders", timer)   # another account's share
+            with pytest.raises(RmqError) as foreign:
+                prying.recall_message(handles[0])
+            assert foreign.value.code == rmq_pb2.NO_PERMISSION
+            assert "belongs to another account" in str(foreign.value)
+            producer.recall_message(handles[0])
+            admin.recall_message(handles[1])
+            assert broker.controller.timer.pending == 1
+    finally:
+        broker.stop()
