@@ -35,6 +35,7 @@ from rmq.store.flush import FlushConsumeQueueService, FlushRealTimeService, Grou
 from rmq.store.ha_service import HAService
 from rmq.store.index_file import IndexService
 from rmq.store.mapped_file_lru import MappedFileLru
+from rmq.store.mapped_file_queue import KEEP_NOTHING
 from rmq.store.message_batch import MessageBatch
 from rmq.store.message_filter import RecordFilter, match_tags
 from rmq.store.private_files import FILE_MODE
@@ -104,6 +105,9 @@ class MessageStore:
         self._last_dispatched_timestamp = 0
         self._last_physical_min_offset = 0
         self._clean_lock = threading.Lock()
+        # the lowest CommitLog offset still needed by a reader outside the store (the broker's
+        # pending timer messages): age never deletes it, only a full disk does
+        self.retention_floor: Callable[[], int] = lambda: KEEP_NOTHING
         self._group_commit: GroupCommitService | None = None
         self._services: list[ServiceThread] = []
 
@@ -782,9 +786,11 @@ class MessageStore:
                 self._write_error = None
             deleted = 0
             if manual or decision.space_to_delete or is_time_to_delete(config.delete_when):
+                floor = KEEP_NOTHING if decision.clean_immediately else self.retention_floor()
                 deleted = self.commit_log.mapped_file_queue.delete_expired_file_by_time(
                     expired_time_ms(config), config.delete_commit_log_files_interval_ms,
-                    config.destroy_mapped_file_interval_forcibly_ms, force or decision.clean_immediately)
+                    config.destroy_mapped_file_interval_forcibly_ms, force or decision.clean_immediately,
+                    floor)
             self._clean_consume_queues()
             return deleted
 

@@ -49,6 +49,17 @@ class TimerEntry:
     state: EntryState
 
 
+@dataclass(frozen=True)
+class PendingEntries:
+    indexes: np.ndarray    # int64: their timer-queue offsets, ascending
+    accounts: np.ndarray   # uint32: their producers' account codes
+    phys: np.ndarray       # int64: their CommitLog offsets
+
+    def commit_log_floor(self, otherwise: int) -> int:
+        """The lowest CommitLog offset a pending entry needs (`otherwise` when none is pending)."""
+        return int(self.phys.min()) if len(self.phys) else otherwise
+
+
 class TimerLog:
     def __init__(self, directory: Path, entries_per_segment: int = ENTRIES_PER_SEGMENT) -> None:
         self.directory = directory
@@ -98,19 +109,20 @@ class TimerLog:
         if mapping is not None:
             mapping[position + STATE_POSITION] = int(state)
 
-    def pending(self) -> tuple[np.ndarray, np.ndarray]:
-        """(indexes, accounts) of every entry pending or being delivered: one vector scan of each
-        segment (the figures the broker counts from on start)."""
-        indexes, accounts = [], []
+    def pending(self) -> PendingEntries:
+        """Every entry pending or being delivered: one vector scan of each segment (the figures
+        the broker counts from on start, the retention floors)."""
+        indexes, accounts, phys = [], [], []
         for first, mapping in sorted(self._segments.items()):
             entries = np.frombuffer(mapping, ENTRY_DTYPE)
             live = np.flatnonzero((entries["state"] == EntryState.PENDING)
                                   | (entries["state"] == EntryState.DELIVERING))
             indexes.append(live + first)
             accounts.append(entries["account"][live])
+            phys.append(entries["phys"][live])
         if not indexes:
-            return np.zeros(0, np.int64), np.zeros(0, np.uint32)
-        return np.concatenate(indexes), np.concatenate(accounts)
+            return PendingEntries(np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros(0, np.int64))
+        return PendingEntries(np.concatenate(indexes), np.concatenate(accounts), np.concatenate(phys))
 
     def delete_below(self, index: int) -> int:
         """Delete the segments holding only entries below `index` (none of them pending).

@@ -44,6 +44,7 @@ from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.security import caller
 from rmq.statuses import GetMessageStatus
 from rmq.store import MessageStore, MessageToStore
+from rmq.store.mapped_file_queue import KEEP_NOTHING
 from rmq.store.timer_checkpoint import TimerCheckpoint
 from rmq.store.timer_log import NO_ENTRY, EntryState, TimerEntry, TimerLog
 from rmq.store.timer_wheel import Slot, TimerWheel
@@ -155,6 +156,8 @@ class TimerMessageStore:
         self.checkpoint = TimerCheckpoint()
         self.pending = 0
         self.pending_by_account: Counter[int] = Counter()
+        self._floor = KEEP_NOTHING
+        self._chained_until = 0   # CommitLog end of the last timer-queue record chained
         self.last_lateness_ms = 0
         self.delivered = 0
         self._verify_until = 0     # slots before this time: look in the index before delivering
@@ -169,11 +172,13 @@ class TimerMessageStore:
         """Read the checkpoint and count what is pending (one vector scan of the TimerLog)."""
         self.is_master = is_master
         self.checkpoint = TimerCheckpoint.load(self.checkpoint_path)
-        indexes, accounts = self.timer_log.pending()
-        self.pending = len(indexes)
-        self.pending_by_account = Counter(accounts.tolist())
-        if self.wheel.fresh and len(indexes):
-            self._rechain(indexes.tolist())
+        pending = self.timer_log.pending()
+        self.pending = len(pending.indexes)
+        self.pending_by_account = Counter(pending.accounts.tolist())
+        self._floor = pending.commit_log_floor(KEEP_NOTHING)
+        self.store.retention_floor = self.retention_floor
+        if self.wheel.fresh and self.pending:
+            self._rechain(pending.indexes.tolist())
         if is_master and self.checkpoint.slave:   # deliveries the former master made are in the index
             self._verify_until = self._now_ms()
 
@@ -352,6 +357,7 @@ class TimerMessageStore:
             for message, size in zip(decode_records(bytes(result.buffer), result.sizes), sizes, strict=True):
                 self._enqueue_one(message, size)
                 self.checkpoint.enqueue_offset = message.queue_offset + 1
+                self._chained_until = message.physical_offset + size
 
     def _enqueue_one(self, message: StoredMessage, size: int) -> None:
         index, properties = message.queue_offset, message.properties
@@ -371,6 +377,7 @@ class TimerMessageStore:
         if self._link(entry, self._slot_of(deliver_ms), force=False) and existing is None:
             self.pending += 1
             self.pending_by_account[entry.account] += 1
+            self._floor = min(self._floor, entry.phys)
 
     def _link(self, entry: TimerEntry, slot_time: int, force: bool) -> bool:
         """Append `entry` to its slot's chain (entry first, then the slot: a crash between leaves
@@ -490,7 +497,17 @@ class TimerMessageStore:
 
     # -- retention ---------------------------------------------------------------------------
     def clean(self) -> int:
-        """Delete TimerLog segments below the oldest entry still pending."""
-        indexes, _ = self.timer_log.pending()
-        oldest = int(indexes[0]) if len(indexes) else self.checkpoint.enqueue_offset
+        """Delete TimerLog segments below the oldest entry still pending, and move the CommitLog
+        retention floor up to the oldest pending message."""
+        pending = self.timer_log.pending()
+        self._floor = pending.commit_log_floor(KEEP_NOTHING)
+        oldest = int(pending.indexes[0]) if len(pending.indexes) else self.checkpoint.enqueue_offset
         return self.timer_log.delete_below(min(oldest, self.checkpoint.enqueue_offset))
+
+    def retention_floor(self) -> int:
+        """Store clean thread: the CommitLog offset age-based retention keeps (docs/internals/
+        timer.md §Retention): at most the oldest pending message's offset (lowered as entries are
+        chained, raised by `clean` once a minute); the timer queue's records not chained yet lie
+        past the last one chained."""
+        unchained = self.store.get_max_offset_in_queue(TIMER_TOPIC, 0) > self.checkpoint.enqueue_offset
+        return min(self._floor, self._chained_until if unchained else KEEP_NOTHING)

@@ -327,3 +327,26 @@ def test_accounts_have_a_share_of_pending_timers_and_recall_only_their_own(tmp_p
             assert broker.controller.timer.pending == 1
     finally:
         broker.stop()
+
+
+def test_commit_log_retention_keeps_the_files_of_pending_timers(tmp_path, clock):
+    broker = start(tmp_path / "store", clock, store={"mapped_file_size_commit_log": 64 * 1024})
+    store = broker.controller.store
+    try:
+        with Producer(broker.address) as producer:
+            producer.client.create_topic("timed", queues=1)
+            producer.client.create_topic("filler", queues=1)
+            producer.send(Message("timed", b"kept", delay=timedelta(seconds=30)))
+            wait_until(lambda: broker.controller.timer.pending == 1, "the timer on the wheel")
+            for _ in range(4):   # a few CommitLog files past the timer's
+                producer.send([Message("filler", b"x" * 1000) for _ in range(64)])
+        assert store.clean_expired_files(force=True) == 0   # the timer's file is the first
+        assert bodies_after(broker, clock, 31, 1) == {b"kept"}
+        broker.run(_clean_on_the_loop(broker.controller.timer))
+        assert store.clean_expired_files(force=True) > 0
+    finally:
+        broker.stop()
+
+
+async def _clean_on_the_loop(timer: TimerMessageStore) -> None:
+    timer.clean()
