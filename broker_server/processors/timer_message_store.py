@@ -163,6 +163,9 @@ class TimerMessageStore:
         self._verify_until = 0     # slots before this time: look in the index before delivering
         self._master_progress: tuple[int, int] = (0, 0)   # slave: master's (read time, CommitLog end)
         self._wake = asyncio.Event()
+        # one round of enqueue + dequeue at a time: a record chained into the slot being delivered
+        # while its delivery is stored would be passed over
+        self._round = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self.is_master = True
@@ -267,7 +270,8 @@ class TimerMessageStore:
                               "the recall handle belongs to another account's message")
         entry = self.timer_log.read(offset)
         if entry is None and offset >= self.checkpoint.enqueue_offset:
-            await self._enqueue()
+            async with self._round:
+                await self._enqueue()
             entry = self.timer_log.read(offset)
         if entry is None or entry.deliver_ms != deliver_ms or entry.account != account_code(producer):
             raise BrokerError(rmq_pb2.QUERY_NOT_FOUND, "no timer message waits under this recall handle")
@@ -312,8 +316,9 @@ class TimerMessageStore:
             self._wake.clear()
             wait = RETRY_AFTER_FAILURE_S
             try:
-                await self._enqueue()
-                wait = await (self._dequeue() if self.is_master else self._settle())
+                async with self._round:
+                    await self._enqueue()
+                    wait = await (self._dequeue() if self.is_master else self._settle())
             except Exception:
                 log.exception("timer messages: a round failed; retrying")
             if time.monotonic() - saved >= CHECKPOINT_INTERVAL_S:
