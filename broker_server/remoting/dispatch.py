@@ -166,6 +166,11 @@ class RequestDispatcher:
             raise AccessDenied("request was not admitted by its header")
         return self.authenticator.admit_body(admission.proof, request, context.channel.host)
 
+    def authorize_client(self, call: Call, client_id: str) -> None:
+        """AccessDenied unless the call's account registered `client_id` (or is an admin)."""
+        if self.authenticator is not None:
+            self.authenticator.check_client_owner(call.access_key, client_id)
+
     def authorize(self, call: Call, method: str, request: Message) -> None:
         """AccessDenied unless the call's account may make the rmq.v1 call `method` with `request`."""
         if self.authenticator is not None:

@@ -232,6 +232,14 @@ class RemotingAuthenticator:
             raise _not_from(admission.access_key, address)
         return HeaderProof(admission.access_key, admission)
 
+    def check_client_owner(self, access_key: str, client_id: str) -> None:
+        """AccessDenied unless the account registered `client_id` or is an admin account."""
+        account = self._acl().account(access_key)
+        if account is not None and account.admin:
+            return
+        if self._client_ids.owner(client_id) != access_key:
+            raise AccessDenied(f"client id {client_id[:64]!r} is registered by another account")
+
     def authorize(self, access_key: str, method: str, request: Message) -> None:
         """AccessDenied unless the account may make the rmq.v1 call `method` (e.g.
         "/rmq.v1.MessagingService/SendMessage") with `request`."""
