@@ -9,7 +9,6 @@ offset is stored by the pull itself (item 3). A new request code lands with its 
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -218,14 +217,6 @@ def test_a_request_code_is_refused_without_its_permission_and_served_with_it(
 
 
 # -- item 2: whiteRemoteAddress ------------------------------------------------------------------
-def connect_from(address: str, source: str) -> RemotingTestClient:
-    client = RemotingTestClient.__new__(RemotingTestClient)
-    host, _, port = address.rpartition(":")
-    client.socket = socket.create_connection((host, int(port)), timeout=30, source_address=(source, 0))
-    client._opaque, client._answers = 0, {}
-    return client
-
-
 def test_an_accounts_white_remote_address_holds_for_both_remoting_signatures(served: Served) -> None:
     broker, _, _ = served
     address = broker.config.remoting_listen
@@ -235,7 +226,8 @@ def test_an_accounts_white_remote_address_holds_for_both_remoting_signatures(ser
         "rmq": lambda command: request_signing.sign(command, "fenced", "fenced-secret", target),
     }
     for scheme, sign in schemes.items():
-        with RemotingTestClient(address) as outside, connect_from(address, "127.0.0.2") as inside:
+        with RemotingTestClient(address) as outside, \
+                RemotingTestClient(address, source="127.0.0.2") as inside:
             refused = call(outside, sign(pull(0, 0)))
             assert refused.code == ResponseCode.NO_PERMISSION, scheme
             assert "may not be used from address 127.0.0.1" in refused.remark, scheme

@@ -6,13 +6,10 @@ its own account; a dead letter is read as its original topic."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
-import socket
 import struct
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,7 +30,7 @@ from rmq.remoting.remoting_command import RPC_ONEWAY, RemotingCommand
 from rmq.remoting.request_code import CANCELLED_OPAQUE, RequestCode, ResponseCode
 from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker
-from tests.broker_server.remoting_client import RemotingTestClient
+from tests.broker_server.remoting_client import RemotingTestClient, serving
 from tests.broker_server.test_remoting_broker import (
     ACL,
     GROUP,
@@ -114,18 +111,8 @@ def test_slow_unauthenticated_frames_hold_nothing_and_a_signed_request_is_served
 @contextlib.contextmanager
 def server(limits: RemotingLimits, gate: HeaderGate | None = None) -> Iterator[str]:
     """A remoting server answering every request at once (Failing), its address."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    remoting = RemotingServer("127.0.0.1:0", Failing(), limits, gate=gate)
-    asyncio.run_coroutine_threadsafe(remoting.start(), loop).result(10)
-    try:
-        yield f"127.0.0.1:{remoting.port}"
-    finally:
-        asyncio.run_coroutine_threadsafe(remoting.stop(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
+    with serving(RemotingServer("127.0.0.1:0", Failing(), limits, gate=gate)) as address:
+        yield address
 
 
 def test_a_header_must_arrive_within_its_deadline() -> None:
@@ -138,13 +125,6 @@ def test_a_header_must_arrive_within_its_deadline() -> None:
 
 
 # -- Low 14: one address, every slot; connections that never authenticate ----------------------
-def connect_from(address: str, source: str) -> RemotingTestClient:
-    client = RemotingTestClient.__new__(RemotingTestClient)
-    host, _, port = address.rpartition(":")
-    client.socket = socket.create_connection((host, int(port)), timeout=30, source_address=(source, 0))
-    client._opaque, client._answers = 0, {}
-    return client
-
 
 def test_one_address_holds_at_most_its_share_of_connections() -> None:
     limits = RemotingLimits(max_connections_per_address=3)
@@ -153,7 +133,7 @@ def test_one_address_holds_at_most_its_share_of_connections() -> None:
             stack.enter_context(RemotingTestClient(address))
         with RemotingTestClient(address) as fourth:
             assert fourth.closed_by_peer(FAIL_FAST_S)
-        elsewhere = stack.enter_context(connect_from(address, "127.0.0.2"))
+        elsewhere = stack.enter_context(RemotingTestClient(address, source="127.0.0.2"))
         answer = elsewhere.call(RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC))
         assert answer.code == ResponseCode.SUCCESS
 
