@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from rmq.broker_server.config import NameServerConfig
+from rmq.broker_server.name_server.namesrv_controller import RouteInfoManager
 from rmq.broker_server.remoting.remoting_acl import signed
 from rmq.broker_server.remoting.remoting_server import (
     Admission,
@@ -23,6 +25,7 @@ from rmq.broker_server.remoting.remoting_server import (
     RemotingLimits,
     RemotingServer,
 )
+from rmq.broker_server.remoting.service import build_name_server_remoting
 from rmq.broker_server.security.acl_file import AclFile
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.connector.client import OutgoingMessage, RmqClient
@@ -106,6 +109,27 @@ def test_slow_unauthenticated_frames_hold_nothing_and_a_signed_request_is_served
             assert answered_soon(address, route()).code == ResponseCode.SUCCESS
             wait_until(lambda: remoting.request_bytes.held == 0,   # released after the answer
                        lambda: f"{remoting.request_bytes.held} request bytes held", timeout=FAIL_FAST_S)
+
+
+def test_the_name_servers_remoting_port_reads_a_header_before_anything_is_reserved(tmp_path: Path) -> None:
+    """The name server runs the same reading: a header nested too deep closes its connection, and
+    a frame announced by a caller without an account holds no bytes while a signed lookup is
+    answered."""
+    security = ServerSecurity(acl_file=AclFile(write_acl(tmp_path / "acl.yml", ACL)))
+    config = NameServerConfig(listen="127.0.0.1:0", remoting_listen="127.0.0.1:0",
+                              remoting_max_frame_bytes=MAX_FRAME)
+    remoting = build_name_server_remoting(config, security, RouteInfoManager())
+    assert remoting is not None
+    deep = b"[" * 1200 + b"]" * 1200
+    with serving(remoting) as address, RemotingTestClient(address) as hostile, \
+            RemotingTestClient(address) as slow:
+        hostile.socket.sendall(struct.pack(">ii", 4 + len(deep), len(deep)) + deep)
+        assert hostile.closed_by_peer(FAIL_FAST_S)
+        slow.socket.sendall(struct.pack(">i", MAX_FRAME) + b"\0")
+        answer = answered_soon(address, route())
+        assert answer.code == ResponseCode.TOPIC_NOT_EXIST, answer.remark   # answered: no broker holds it
+        wait_until(lambda: remoting.request_bytes.held == 0,   # the lookup's bytes released after its answer
+                   lambda: f"{remoting.request_bytes.held} request bytes held", timeout=FAIL_FAST_S)
 
 
 @contextlib.contextmanager
