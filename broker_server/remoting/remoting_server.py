@@ -611,8 +611,9 @@ class _Connection(asyncio.Protocol):
             channel.transport.resume_reading()
 
     def _time_header(self, channel: Channel) -> None:
-        """A frame's header begun and not whole must be whole within header_timeout_s."""
-        begun = self._body is None and not self._discard and bool(self._buffer)
+        """A frame's header begun and not whole must be whole within header_timeout_s (not
+        counting time the broker itself stopped reading: a bound reached)."""
+        begun = self._body is None and not self._discard and not self._blocked and bool(self._buffer)
         if begun and self._header_late is None and not channel.closed:
             self._header_late = self.loop.call_later(self.limits.header_timeout_s, self._check_header)
 

@@ -45,7 +45,7 @@ from tests.broker_server.test_remoting_broker import (
     send_v2,
     start_broker,
 )
-from tests.broker_server.test_remoting_read_bounds import Failing
+from tests.broker_server.test_remoting_read_bounds import Failing, Gate, serve
 from tests.waiting import wait_until
 
 FAIL_FAST_S = 5.0   # what a test waits for an answer that never comes on the code before the fix
@@ -146,6 +146,17 @@ def test_a_header_must_arrive_within_its_deadline() -> None:
         assert slow.closed_by_peer(FAIL_FAST_S)
         assert quick.call(RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC)).code == ResponseCode.SUCCESS
         assert not quick.closed_by_peer(0.5)   # admitted: the header deadline is each frame's only
+
+
+def test_the_header_deadline_does_not_count_time_the_broker_stopped_reading() -> None:
+    """Frames behind a request the connection may not run yet wait unparsed: not a slow header."""
+    limits = RemotingLimits(max_requests_per_connection=1, header_timeout_s=0.3)
+    with serve(limits, Gate()) as served, RemotingTestClient(served.address) as client:
+        opaques = [client.send(RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC)) for _ in range(3)]
+        wait_until(lambda: served.gate.started == 1, "the first request served")
+        assert not client.closed_by_peer(1.0)   # past the header deadline, nothing answered yet
+        served.open_gate()
+        assert sorted(client.read().opaque for _ in opaques) == opaques
 
 
 # -- Low 14: one address, every slot; connections that never authenticate ----------------------
