@@ -91,6 +91,17 @@ def test_a_deeply_nested_header_closes_its_connection_and_keeps_no_bytes(
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
 
 
+def test_a_deeply_nested_json_body_is_refused_without_a_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A heartbeat's body is client JSON as well: bounded as the header is."""
+    with acl_remoting_broker(tmp_path) as broker, RemotingTestClient(broker.config.remoting_listen) as client:
+        beat = request(RequestCode.HEART_BEAT, body=b'{"clientID": ' + b"[" * 1200 + b"]" * 1200 + b"}")
+        refused = client.call(signed(beat, "consumer", "consumer-secret"))
+        assert refused.code == ResponseCode.SYSTEM_ERROR and "nests deeper than 32" in refused.remark
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
 # -- High 2: slow frames from callers without an account -----------------------------------------
 def test_slow_unauthenticated_frames_hold_nothing_and_a_signed_request_is_served(tmp_path: Path) -> None:
     with acl_remoting_broker(tmp_path, remoting_max_request_bytes=4 * MAX_FRAME) as broker:
