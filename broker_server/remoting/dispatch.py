@@ -76,6 +76,11 @@ def _rmq_code_field(code: int | None) -> dict[str, str]:
     return {} if code is None else {RMQ_CODE_FIELD: str(code)}
 
 
+def _unsupported(request: RemotingCommand) -> RemotingCommand:
+    remark = f"request code {request.code} is not supported"
+    return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark)
+
+
 def refusal_of(status: rmq_pb2.Status) -> Refusal:
     return Refusal(RESPONSE_CODES[status.code], status.message, status.code)
 
@@ -123,9 +128,7 @@ class RequestDispatcher:
         signed by an account the ACL admits (everything the header alone shows), is admitted
         for its body to be read, counted in that account's share; anything else is answered now."""
         if header.code not in self.handlers:
-            return header.response(
-                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request code {header.code} is not supported"
-            )
+            return _unsupported(header)
         if self.authenticator is None:
             return Admission(channel.host)
         try:
@@ -137,9 +140,7 @@ class RequestDispatcher:
     async def _process(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
         handler = self.handlers.get(request.code)
         if handler is None:
-            return request.response(
-                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request code {request.code} is not supported"
-            )
+            return _unsupported(request)
         try:
             access_key = self._authenticate(context, request)
             if self.authenticator is not None:   # what the request reaches is checked for this account

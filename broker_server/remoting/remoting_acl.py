@@ -213,10 +213,6 @@ class RemotingAuthenticator:
         check_bodiless(request)
         return proof.access_key
 
-    def authenticate(self, request: RemotingCommand, address: str) -> str:
-        """Both steps on a whole request: the access key whose secret signed it from `address`."""
-        return self.admit_body(self.admit_header(request, address), request, address)
-
     def _rmq_signed(self, acl: Acl, request: RemotingCommand, address: str) -> HeaderProof:
         assert self._rmq_signing is not None
         try:

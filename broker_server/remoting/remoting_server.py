@@ -12,22 +12,22 @@ cancelled gRPC call does. It reaches only the connection's own requests, so it n
 
 Read header first (`RemotingLimits`; docs/remoting-protocol.md "Reading a frame"): a frame's length
 prefix, header-length word and header (at most max_header_bytes, arriving within header_timeout_s
-of the frame's first byte) are read before anything is reserved for it; the header then goes to
-the gate (`HeaderGate`: the dispatcher's ACL check of the signature, the caller's address and the
-field values), and only an admitted header's body is counted against the request-byte budget
-(request_bytes: per connection, per account and in all). A refused header is answered at once and
-its body dropped as it arrives, unkept. So a caller without an account reserves nothing, and slow or
-stuck frames of one account hold only that account's share. A frame longer than max_frame_bytes, a
-length prefix below 4, a header over its bound or one that does not decode closes the connection
-(one line in a log bounded by rate); past max_connections, or max_connections_per_address from one
-address, a new connection is closed at once; a connection none of whose requests was admitted
-within admission_timeout_s is closed. A connection runs at most max_requests_per_connection
-requests at a time; while a bound is reached the connection is not read (its transport paused),
-so the socket's buffers, not the broker, hold what the client sends on; a connection silent for
-idle_timeout_s is closed (a timer of the loop, not counting time the broker itself stopped
-reading). Writes have back-pressure: while the client leaves more than the transport's high-water
-mark unread, a response waits (`Channel.write`) instead of buffering, and oneway sends and
-refusals past MAX_UNREAD_BYTES are dropped.
+of the frame's first byte) are read before anything is reserved for it; the header then goes to the
+gate (`HeaderGate`: the dispatcher's ACL check of the signature, the caller's address and the field
+values), and only an admitted frame is counted against the request-byte budget (request_bytes: per
+connection, per account and in all) and its body kept. A refused header is answered at once and its
+body dropped as it arrives. So a caller without an account reserves nothing, and slow or stuck
+frames of one account hold only that account's share. A frame longer than max_frame_bytes, a length
+prefix below 4, a header over its bound or one that does not decode closes the connection (one line
+in a log bounded by rate); past max_connections, or max_connections_per_address from one address, a
+new connection is closed at once; a connection none of whose requests was admitted within
+admission_timeout_s is closed. A connection runs at most max_requests_per_connection requests at a
+time; while a bound is reached the connection is not read (its transport paused), so the socket's
+buffers, not the broker, hold what the client sends on; a connection silent for idle_timeout_s is
+closed (a timer of the loop, not counting time the broker itself stopped reading). Writes have
+back-pressure: while the client leaves more than the transport's high-water mark unread, a response
+waits (`Channel.write`) instead of buffering, and oneway sends and refusals past MAX_UNREAD_BYTES
+are dropped.
 
 A broker serving TLS (`--tls-cert`) serves it on this port too, with the same certificate and,
 for mutual TLS, the same client CA (RocketMQ's tls.enable on the remoting server)."""

@@ -1,5 +1,5 @@
-"""Bytes of remoting request bodies the broker holds (admitted and not yet answered), bounded on
-one connection, for one account and over all of them: a connection whose next body would pass a
+"""Bytes of remoting request frames the broker holds (admitted and not yet answered), bounded on
+one connection, for one account and over all of them: a connection whose next frame would pass a
 bound is not read (its transport paused) until earlier requests finish, so clients cannot make the
 broker buffer more requests than `RemotingLimits.max_request_bytes_per_connection` /
 `max_request_bytes_per_account` / `max_request_bytes`. Nothing is counted before a frame's header
