@@ -36,6 +36,7 @@ from pathlib import Path
 from rmq import message_format as mf
 from rmq.broker_server.background_tasks import cancel_all
 from rmq.broker_server.errors import BrokerError, NotMaster
+from rmq.broker_server.json_file import read_json
 from rmq.broker_server.metrics.collectors import TimerFigures
 from rmq.broker_server.processors.names import SYSTEM_TOPIC_PREFIX, TIMER_TOPIC
 from rmq.broker_server.processors.send_message_processor import check_put_results
@@ -66,6 +67,7 @@ RETRY_AFTER_FAILURE_S = 1.0
 CHECKPOINT_INTERVAL_S = 1.0
 CLEAN_INTERVAL_S = 60.0
 MAX_DIGITS = 19
+FORMER_PROGRESS_FILE = "timerOffset.json"   # the in-memory heap's: the first offset not delivered
 _LIVE = frozenset({EntryState.PENDING, EntryState.DELIVERING})
 _MOVED = frozenset({GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY})
 
@@ -175,6 +177,9 @@ class TimerMessageStore:
         """Read the checkpoint and count what is pending (one vector scan of the TimerLog)."""
         self.is_master = is_master
         self.checkpoint = TimerCheckpoint.load(self.checkpoint_path)
+        if not self.checkpoint_path.exists():   # a store of the former heap (third release)
+            former = read_json(self.checkpoint_path.with_name(FORMER_PROGRESS_FILE)) or {}
+            self.checkpoint.enqueue_offset = int(former.get("committedOffset", 0))
         pending = self.timer_log.pending()
         self.pending = len(pending.indexes)
         self.pending_by_account = Counter(pending.accounts.tolist())

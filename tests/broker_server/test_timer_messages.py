@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import io
+import shutil
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -348,3 +349,28 @@ def test_commit_log_retention_keeps_the_files_of_pending_timers(tmp_path, clock)
 
 async def _clean_on_the_loop(timer: TimerMessageStore) -> None:
     timer.clean()
+
+
+def test_a_store_of_the_former_timer_heap_resumes_where_it_had_delivered(tmp_path, clock):
+    """The third release kept DELAY messages in a heap with `timerOffset.json` (the first timer
+    queue offset not delivered): the wheel starts there, so nothing it delivered comes again."""
+    broker = start(tmp_path / "store", clock)
+    with Producer(broker.address) as producer:
+        producer.client.create_topic("timed", queues=1)
+        for body in (b"delivered-before", b"pending"):
+            producer.send(Message("timed", body, delay=timedelta(seconds=10)))
+    wait_until(lambda: broker.controller.timer.pending == 2, "2 timers on the wheel")
+    broker.stop()
+    for name in ("timerlog", "timerwheel", "config/timerCheck.json"):   # as the third release left it
+        path = tmp_path / "store" / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    (tmp_path / "store" / "config" / "timerOffset.json").write_text('{"committedOffset": 1}')
+    clock.advance(11)
+    broker = start(tmp_path / "store", clock)
+    try:
+        wait_until(lambda: broker.controller.timer.pending == 1, "the timer chained again")
+        clock.advance(1)   # the current second, where a timer already due is chained, has passed
+        wait_until(lambda: len(delivered(broker)) == 1, "the pending timer delivered")
+        assert [m.body for m in delivered(broker)] == [b"pending"]
+    finally:
+        broker.stop()
