@@ -267,7 +267,7 @@ class TimerMessageStore:
         if not self.is_master:
             raise NotMaster("this broker is a SLAVE: recall on the master of its broker group")
         handle_topic, offset, deliver_ms, producer = self.handles.decode(handle)
-        if topic and topic != handle_topic:
+        if topic != handle_topic:   # the ACL checked PUB on `topic`: it must be the message's
             raise BrokerError(rmq_pb2.ILLEGAL_ARGUMENT,
                               f"the recall handle is for topic {handle_topic!r}, not {topic!r}")
         if not caller.owns(producer):
