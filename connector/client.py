@@ -28,7 +28,7 @@ from google.protobuf.message import Message
 
 from rmq.auth import Credentials, TlsSettings, open_channel
 from rmq.connector.endpoints import parse_endpoints
-from rmq.connector.errors import ConfigError, RmqRefused
+from rmq.connector.errors import ConfigError, RmqRefused, config_errors
 from rmq.connector.errors import RmqError as RmqError  # the client's errors, statuses and queue type
 from rmq.connector.errors import RmqUnavailable as RmqUnavailable
 from rmq.connector.pull_result import MASTER_ID as MASTER_ID  # a broker group's master member
@@ -278,12 +278,13 @@ class RmqClient:
             raise ConfigError(f"timeout must be positive, got {timeout}")
         self.timeout = timeout
         self.max_request_bytes = max_request_bytes
-        self._credentials = Credentials.optional(access_key, secret_key)
         tls_files = (tls_ca_file, tls_cert_file, tls_key_file)   # a client certificate for mutual TLS
         use_tls = tls or any(tls_files)
-        self._tls = TlsSettings(*(Path(f) if f else None for f in tls_files)) if use_tls else None
-        if self._tls is not None:
-            self._tls.channel_credentials()  # an unreadable CA file fails here, naming the file
+        with config_errors():   # ConfigError naming the missing key or the unreadable file
+            self._credentials = Credentials.optional(access_key, secret_key)
+            self._tls = TlsSettings(*(Path(f) if f else None for f in tls_files)) if use_tls else None
+            if self._tls is not None:
+                self._tls.channel_credentials()
         self._lock = threading.Lock()
         self._connections: dict[str, _Connection] = {}
         self._broker_addresses: dict[str, str] = {}
@@ -359,8 +360,7 @@ class RmqClient:
         """Create the topic on every broker the endpoints know; returns those brokers' names."""
         brokers = self.list_brokers()
         if not brokers:
-            raise RmqError(rmq_pb2.SERVICE_NOT_AVAILABLE, "no broker is registered",
-                           broker=",".join(self.endpoints))
+            raise RmqUnavailable("no broker is registered", broker=",".join(self.endpoints))
         config = rmq_pb2.TopicConfig(topic_name=topic, read_queue_nums=queues, write_queue_nums=queues,
                                      perm=perm)
         self._forget_route(topic)
@@ -479,7 +479,7 @@ class RmqClient:
     def _pick_broker(self, topic: str) -> str:
         writable = self._route(topic).writable_brokers()
         if not writable:
-            raise RmqError(rmq_pb2.NO_PERMISSION, f"topic {topic} has no writable queue")
+            raise RmqRefused(rmq_pb2.NO_PERMISSION, f"topic {topic} has no writable queue")
         return writable[next(self._send_sequence) % len(writable)]
 
     # ------------------------------------------------------------ pulling and offsets
@@ -620,8 +620,8 @@ class RmqClient:
         other brokers may be down)."""
         offsets = self._broker_topic_offsets(mq.topic, mq.broker_name).get(mq)
         if offsets is None:
-            raise RmqError(rmq_pb2.TOPIC_NOT_EXIST, f"broker {mq.broker_name} holds no queue {mq.queue_id} "
-                           f"of topic {mq.topic}", broker=mq.broker_name, queue=mq)
+            raise RmqRefused(rmq_pb2.TOPIC_NOT_EXIST, f"broker {mq.broker_name} holds no queue {mq.queue_id} "
+                             f"of topic {mq.topic}", broker=mq.broker_name, queue=mq)
         return offsets
 
     def _broker_topic_offsets(self, topic: str, broker_name: str) -> dict[MessageQueue, QueueOffsets]:
@@ -708,7 +708,7 @@ class RmqClient:
                 return sorted(self._read_call(name, _GET_CONSUMER_LIST, request).client_ids)
             except RmqUnavailable as error:
                 unavailable = error
-        raise unavailable or RmqError(rmq_pb2.TOPIC_NOT_EXIST, f"no broker holds topic {topic}")
+        raise unavailable or RmqRefused(rmq_pb2.TOPIC_NOT_EXIST, f"no broker holds topic {topic}")
 
     def lock_batch(self, group: str, client_id: str, mqs: Iterable[MessageQueue],
                    unreachable: set[str] | None = None) -> set[MessageQueue]:
@@ -1011,7 +1011,7 @@ def _transport_error(error: grpc.RpcError, method: str, label: str, queue: Messa
     if code in _UNAVAILABLE_CODES:
         return RmqUnavailable(f"{method} failed: {code.name}: {details}", broker=label, queue=queue)
     rmq_code = rmq_pb2.NO_PERMISSION if code == grpc.StatusCode.PERMISSION_DENIED else rmq_pb2.SYSTEM_ERROR
-    return RmqError(rmq_code, f"{method} failed: gRPC {code.name}: {details}", broker=label, queue=queue)
+    return RmqRefused(rmq_code, f"{method} failed: gRPC {code.name}: {details}", broker=label, queue=queue)
 
 
 def _unless_unreachable(call: Callable[[], AnswerT], broker_name: str,

@@ -34,7 +34,7 @@ from rmq.connector.client import (
     send_which_queue_start,
 )
 from rmq.connector.client import SendResult as ClientSendResult
-from rmq.connector.errors import ConfigError, StateError
+from rmq.connector.errors import ConfigError, RmqRefused, StateError
 from rmq.connector.latency_fault_tolerance import LatencyFaultTolerance
 from rmq.connector.message import DEFAULT_MAX_MESSAGE_SIZE, Message
 from rmq.connector.message_batch import MessageBatch
@@ -67,8 +67,9 @@ def send_results(topic: str, sent: ClientSendResult) -> list[SendResult]:
     """One SendResult per stored message of one broker's answer (one MessageQueue per queue)."""
     queues = {queue_id: MessageQueue(topic, sent.broker_name, queue_id) for queue_id in set(sent.queue_ids)}
     if not len(sent.msg_ids) == len(sent.queue_ids) == len(sent.queue_offsets):
-        raise ValueError(f"the broker answered {len(sent.msg_ids)} message ids, {len(sent.queue_ids)} queues "
-                         f"and {len(sent.queue_offsets)} offsets")
+        raise RmqRefused(rmq_pb2.SYSTEM_ERROR, f"the broker answered {len(sent.msg_ids)} message ids, "
+                         f"{len(sent.queue_ids)} queues and {len(sent.queue_offsets)} offsets",
+                         broker=sent.broker_name)
     return list(map(SendResult, sent.msg_ids, map(queues.__getitem__, sent.queue_ids), sent.queue_offsets,
                     repeat(sent.status)))
 
@@ -143,8 +144,9 @@ class Producer:
 
     def send(self, message: Message | Sequence[Message], selector: MessageQueueSelector | None = None,
              arg: Any = None) -> SendResult | list[SendResult]:
-        """Send one message (or a list as batches) synchronously; raises ValueError for bad
-        input and RmqError when the brokers refuse or cannot be reached after the retries."""
+        """Send one message (or a list as batches) synchronously; raises ConfigError (a
+        ValueError) for bad input, RmqRefused when the brokers refuse and RmqUnavailable when
+        they cannot be reached after the retries."""
         if isinstance(message, Message):
             message.check(self.max_message_size)
             if selector is not None:
@@ -207,7 +209,7 @@ class Producer:
         those isolated after failing to answer (latency fault tolerance)."""
         brokers = self.client.route(topic).writable_brokers()
         if not brokers:
-            raise RmqError(rmq_pb2.NO_PERMISSION, f"topic {topic} has no writable queue")
+            raise RmqRefused(rmq_pb2.NO_PERMISSION, f"topic {topic} has no writable queue")
         candidates = self.fault_tolerance.choose_from([b for b in brokers if b != avoid] or brokers)
         with self._lock:
             position = self._next_broker.get(topic, send_which_queue_start())
@@ -217,7 +219,7 @@ class Producer:
     def _send_selected(self, message: Message, selector: MessageQueueSelector, arg: Any) -> SendResult:
         queues = writable_queues(self.client.route(message.topic))
         if not queues:
-            raise RmqError(rmq_pb2.NO_PERMISSION, f"topic {message.topic} has no writable queue")
+            raise RmqRefused(rmq_pb2.NO_PERMISSION, f"topic {message.topic} has no writable queue")
         mq = selector(queues, message, arg)
         if mq not in queues:
             raise ConfigError(f"the selector chose {mq}, which is not a writable queue of {message.topic}")

@@ -62,6 +62,7 @@ from rmq.connector.rebalance_impl import (
 )
 from rmq.connector.rebalance_service import WAIT_INTERVAL_S
 from rmq.connector.scheduled_executor import ScheduledExecutor, ScheduledTask
+from rmq.connector.subscription import MessageSelector as SdkSelector
 from rmq.subscription import MessageSelector
 
 logger = logging.getLogger(__name__)
@@ -168,7 +169,7 @@ class PushConsumer(ConsumerImpl):
         if not topic:
             raise ConfigError("topic is empty")
         if isinstance(expression, str):
-            expression = MessageSelector.by_tag(expression)   # ValueError naming the bad expression
+            expression = SdkSelector.by_tag(expression)   # ConfigError naming the bad expression
         self._subscriptions[topic] = expression
 
     def register_message_listener(self, listener: MessageListenerConcurrently | MessageListenerOrderly,
