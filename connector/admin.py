@@ -260,9 +260,10 @@ class MQAdmin:
         keep their own positions and would commit over the reset."""
         live = [m.client_id for m in self.members(group)]
         if live and not force:
-            raise RmqRefused(rmq_pb2.ILLEGAL_ARGUMENT, f"consumer group {group} has {len(live)} live member(s) "
-                             f"({', '.join(live[:3])}{', ...' if len(live) > 3 else ''}): stop them first, or "
-                             "force the reset (their next commits may overwrite it)")
+            shown = ", ".join(live[:3]) + (", ..." if len(live) > 3 else "")
+            raise RmqRefused(rmq_pb2.ILLEGAL_ARGUMENT, f"consumer group {group} has {len(live)} live "
+                             f"member(s) ({shown}): stop them first, or force the reset (their next "
+                             "commits may overwrite it)")
         results = [self._reset_target(mq, bounds, target)
                    for mq, bounds in self.client.topic_offsets(topic).items()]
         self.client.update_consumer_offsets(group, {r.queue: r.offset for r in results})

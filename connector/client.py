@@ -454,6 +454,50 @@ class RmqClient:
             request = request.to_request()
         return self._call(address, _SEND_MESSAGE, request, name, ok_codes=STORED_ON_MASTER_ONLY)
 
+    def send_async(self, topic: str, message: OutgoingMessage, broker_name: str,
+                   done: Callable[[SendResult | None, RmqError | None], None]) -> None:
+        """`send` of one message to `broker_name` without blocking (RocketMQ's sendAsync):
+        `done(result, None)` or `done(None, error)` runs once on a client thread when the answer
+        arrives. Over the member's remoting port when it serves one, else a gRPC future. An
+        unknown broker raises RmqUnavailable at once."""
+        address = self._broker_address(broker_name)
+        label = f"{broker_name} at {address}"
+
+        def answered(response: rmq_pb2.SendMessageResponse | None, failure: RmqError | None) -> None:
+            if response is not None:
+                try:
+                    response = _checked(response, "SendMessage", label, None, STORED_ON_MASTER_ONLY)
+                except RmqRefused as error:
+                    failure = error
+            if failure is not None:
+                if isinstance(failure, RmqUnavailable) or failure.code in ROUTE_CHANGED:
+                    self._forget_route(topic)
+                done(None, failure)
+                return
+            assert response is not None
+            done(SendResult(list(response.msg_ids), list(response.queue_ids), list(response.queue_offsets),
+                            broker_name, SendStatus(response.status.code)), None)
+
+        remoting = functools.partial(self._remoting.send_async, topic=topic, message=message,
+                                     timeout=self.timeout, done=answered)
+        if self._over_remoting(broker_name, address, remoting):
+            return
+        call = self._connection(address).messaging.SendMessage.future(
+            OneMessage(topic, message).to_request(), timeout=self.timeout)
+
+        def grpc_answered(future: grpc.Future[rmq_pb2.SendMessageResponse]) -> None:
+            try:
+                response = future.result()
+            except grpc.RpcError as error:
+                answered(None, _transport_error(error, "SendMessage", label, None))
+                return
+            except grpc.FutureCancelledError:
+                answered(None, RmqUnavailable("SendMessage cancelled", broker=label))
+                return
+            answered(response, None)
+
+        call.add_done_callback(grpc_answered)
+
     def _over_remoting(self, broker_name: str, address: str, call: Callable[[RemotingTarget], AnswerT]
                        ) -> AnswerT | None:
         """`call` on the remoting port of the member at `address` (docs/client-behaviour.md

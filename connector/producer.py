@@ -17,9 +17,11 @@ moved to another broker.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, overload
@@ -27,6 +29,7 @@ from typing import Any, overload
 from rmq.connector.client import (
     PERM_WRITE,
     MessageQueue,
+    OutgoingMessage,
     RmqClient,
     RmqError,
     RmqUnavailable,
@@ -93,6 +96,14 @@ def writable_queues(route: TopicRoute) -> list[MessageQueue]:
             for q in route.queue_datas if q.perm & PERM_WRITE for queue_id in range(q.write_queue_nums)]
 
 
+class SendFuture(Future[SendResult]):
+    """What `Producer.send_async` answers: a concurrent.futures.Future of the SendResult that
+    asyncio code can also await (`await producer.send_async(message)`)."""
+
+    def __await__(self) -> Generator[Any, None, SendResult]:
+        return asyncio.wrap_future(self).__await__()
+
+
 class Producer:
     def __init__(self, endpoints: str | Sequence[str], group: str | None = None, *,
                  retry_times_when_send_failed: int = RETRY_TIMES_WHEN_SEND_FAILED,
@@ -110,6 +121,7 @@ class Producer:
         self._owns_client = client is None
         self._lock = threading.Lock()
         self._next_broker: dict[str, int] = {}
+        self._retries: ThreadPoolExecutor | None = None
         self.fault_tolerance = LatencyFaultTolerance()
 
     def start(self) -> None:
@@ -117,6 +129,10 @@ class Producer:
             self._client = RmqClient(self._endpoints)
 
     def shutdown(self) -> None:
+        with self._lock:
+            retries, self._retries = self._retries, None
+        if retries is not None:
+            retries.shutdown(wait=True)
         if self._client is not None and self._owns_client:
             self._client.close()
             self._client = None
@@ -192,17 +208,66 @@ class Producer:
             try:
                 sent = send(broker)
             except RmqError as error:
-                retried = isinstance(error, RmqUnavailable) or error.code in _RETRIED_CODES
-                if error.acknowledged or not retried:
+                if not self._may_retry(broker, attempt, error):
                     raise
-                logger.warning("send to %s failed (attempt %d): %s", broker, attempt + 1, error)
-                if isinstance(error, RmqUnavailable):
-                    self.fault_tolerance.isolate(broker)
                 last_error, failed_broker = error, broker
                 continue
             return send_results(topic, sent)
         assert last_error is not None
         raise last_error
+
+    def _may_retry(self, broker: str, attempt: int, error: RmqError) -> bool:
+        """MQProducer's retry rule, for sync and async sends alike: a failure nothing of which
+        was stored, with a code another broker may cure, is retried while attempts remain; a
+        broker that did not answer is isolated for a while (latency fault tolerance)."""
+        retried = isinstance(error, RmqUnavailable) or error.code in _RETRIED_CODES
+        if error.acknowledged or not retried or attempt >= self.retry_times_when_send_failed:
+            return False
+        logger.warning("send to %s failed (attempt %d): %s", broker, attempt + 1, error)
+        if isinstance(error, RmqUnavailable):
+            self.fault_tolerance.isolate(broker)
+        return True
+
+    def send_async(self, message: Message) -> SendFuture:
+        """Send one message without blocking (RocketMQ's sendAsync): the future's result is its
+        SendResult, or the RmqError the sync `send` would raise, after the same retries on
+        other brokers. `await producer.send_async(m)` in asyncio code; `.result()` elsewhere.
+        Many sends may be in flight at once (one connection carries up to 512 over the
+        remoting port). Bad input raises ConfigError here, before anything is sent."""
+        message.check(self.max_message_size)
+        future = SendFuture()
+        self._send_async_attempt(future, message.topic, message.to_outgoing(), 0, None)
+        return future
+
+    def _send_async_attempt(self, future: SendFuture, topic: str, outgoing: OutgoingMessage, attempt: int,
+                            avoid: str | None) -> None:
+        broker = ""
+
+        def answered(sent: ClientSendResult | None, error: RmqError | None) -> None:
+            if error is None:
+                assert sent is not None
+                future.set_result(SendResult(sent.msg_ids[0], MessageQueue(topic, broker, sent.queue_ids[0]),
+                                             sent.queue_offsets[0], sent.status))
+            elif self._may_retry(broker, attempt, error):   # off the reader thread: the route may be asked
+                self._retry_executor().submit(self._send_async_attempt, future, topic, outgoing, attempt + 1,
+                                              broker)
+            else:
+                future.set_exception(error)
+
+        try:
+            broker = self._choose_broker(topic, avoid=avoid)
+            self.client.send_async(topic, outgoing, broker, answered)
+        except RmqError as error:
+            answered(None, error)
+        except BaseException as error:   # a bug must reach the caller, not vanish in a thread
+            future.set_exception(error)
+
+    def _retry_executor(self) -> ThreadPoolExecutor:
+        """DefaultMQProducerImpl's async sender executor, for retries only (made on first need)."""
+        with self._lock:
+            if self._retries is None:
+                self._retries = ThreadPoolExecutor(1, thread_name_prefix="rmq-send-retry")
+            return self._retries
 
     def _choose_broker(self, topic: str, avoid: str | None) -> str:
         """Round-robin over the topic's writable brokers, skipping the one that just failed and

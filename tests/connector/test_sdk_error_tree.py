@@ -32,11 +32,11 @@ EP = "127.0.0.1:1"   # never connected to: every case below fails before any cal
 
 
 def _push(**kwargs: object) -> PushConsumer:
-    return PushConsumer("g1", EP, **kwargs)  # type: ignore[arg-type]
+    return PushConsumer("g1", EP, **kwargs)
 
 
 def _pull(**kwargs: object) -> PullConsumer:
-    return PullConsumer("g1", EP, **kwargs)  # type: ignore[arg-type]
+    return PullConsumer("g1", EP, **kwargs)
 
 
 def _started_push_without_listener() -> None:
@@ -100,7 +100,8 @@ def test_each_documented_bad_argument_raises_its_documented_leaf(case: str) -> N
 
 
 def test_a_malformed_tag_expression_names_itself_and_the_accepted_form() -> None:
-    with pytest.raises(ConfigError, match=r"invalid subscription expression 'a \|\| ': expected '\*' or tags"):
+    expected = r"invalid subscription expression 'a \|\| ': expected '\*' or tags"
+    with pytest.raises(ConfigError, match=expected):
         _push().subscribe("T", "a || ")
 
 
@@ -137,7 +138,9 @@ def _raised_roots_and_builtins(path: Path) -> list[str]:
     """`raise RmqError(...)`, `return RmqError(...)` and `raise ValueError(...)` in a module."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        value = node.exc if isinstance(node, ast.Raise) else node.value if isinstance(node, ast.Return) else None
+        if not isinstance(node, ast.Raise | ast.Return):
+            continue
+        value = node.exc if isinstance(node, ast.Raise) else node.value
         if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and \
                 value.func.id in ("RmqError", "ValueError", "RuntimeError", "TypeError"):
             found.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}: {value.func.id}")
