@@ -41,6 +41,7 @@ from rmq.connector.errors import ConfigError, RmqRefused, StateError
 from rmq.connector.latency_fault_tolerance import LatencyFaultTolerance
 from rmq.connector.message import DEFAULT_MAX_MESSAGE_SIZE, Message
 from rmq.connector.message_batch import MessageBatch
+from rmq.connector.remoting_client import MAX_IN_FLIGHT
 from rmq.message_format import tags_hash_code
 from rmq.statuses import SendStatus as SendStatus  # part of the producer's API
 from rmq.v1 import rmq_pb2
@@ -48,6 +49,7 @@ from rmq.v1 import rmq_pb2
 logger = logging.getLogger(__name__)
 
 RETRY_TIMES_WHEN_SEND_FAILED = 2
+ASYNC_SENDS_IN_FLIGHT = MAX_IN_FLIGHT   # send_async's bound: one remoting connection's calls
 # Broker answers after which another broker may take the message (MQProducer's retryResponseCodes).
 _RETRIED_CODES = frozenset({rmq_pb2.SERVICE_NOT_AVAILABLE, rmq_pb2.SYSTEM_ERROR, rmq_pb2.NO_PERMISSION,
                             rmq_pb2.TOPIC_NOT_EXIST})
@@ -122,6 +124,7 @@ class Producer:
         self._lock = threading.Lock()
         self._next_broker: dict[str, int] = {}
         self._retries: ThreadPoolExecutor | None = None
+        self._async_slots = threading.BoundedSemaphore(ASYNC_SENDS_IN_FLIGHT)
         self.fault_tolerance = LatencyFaultTolerance()
 
     def start(self) -> None:
@@ -232,12 +235,18 @@ class Producer:
         """Send one message without blocking (RocketMQ's sendAsync): the future's result is its
         SendResult, or the RmqError the sync `send` would raise, after the same retries on
         other brokers. `await producer.send_async(m)` in asyncio code; `.result()` elsewhere.
-        Many sends may be in flight at once (one connection carries up to 512 over the
-        remoting port). Bad input raises ConfigError here, before anything is sent."""
+        Up to ASYNC_SENDS_IN_FLIGHT sends are in flight at once (what one remoting connection
+        carries); past that the call waits for one to be answered. Bad input raises ConfigError
+        here, before anything is sent."""
         message.check(self.max_message_size)
+        self._async_slots.acquire()   # back pressure (RocketMQ's semaphoreAsyncSendNum)
         future = SendFuture()
+        future.add_done_callback(self._release_async_slot)
         self._send_async_attempt(future, message.topic, message.to_outgoing(), 0, None)
         return future
+
+    def _release_async_slot(self, _: object) -> None:
+        self._async_slots.release()
 
     def _send_async_attempt(self, future: SendFuture, topic: str, outgoing: OutgoingMessage, attempt: int,
                             avoid: str | None) -> None:
