@@ -37,6 +37,7 @@ from rmq.connector.client import (
     send_which_queue_start,
 )
 from rmq.connector.client import SendResult as ClientSendResult
+from rmq.connector.client_instance import ClientInstance, client_id_of
 from rmq.connector.errors import ConfigError, RmqRefused, StateError
 from rmq.connector.latency_fault_tolerance import LatencyFaultTolerance
 from rmq.connector.message import DEFAULT_MAX_MESSAGE_SIZE, Message
@@ -109,7 +110,8 @@ class SendFuture(Future[SendResult]):
 class Producer:
     def __init__(self, endpoints: str | Sequence[str], group: str | None = None, *,
                  retry_times_when_send_failed: int = RETRY_TIMES_WHEN_SEND_FAILED,
-                 max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, client: RmqClient | None = None) -> None:
+                 max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, client: RmqClient | None = None,
+                 instance_name: str | None = None) -> None:
         if retry_times_when_send_failed < 0:
             raise ConfigError(
                 f"retry_times_when_send_failed must not be negative, not {retry_times_when_send_failed}")
@@ -120,7 +122,8 @@ class Producer:
         self.max_message_size = max_message_size
         self._endpoints = endpoints
         self._client = client
-        self._owns_client = client is None
+        self._instance: ClientInstance | None = None
+        self.client_id = client_id_of(instance_name)
         self._lock = threading.Lock()
         self._next_broker: dict[str, int] = {}
         self._retries: ThreadPoolExecutor | None = None
@@ -128,17 +131,21 @@ class Producer:
         self.fault_tolerance = LatencyFaultTolerance()
 
     def start(self) -> None:
+        """Without a `client`: take the client of the process's ClientInstance for this client id
+        and endpoints (MQClientInstance), so producers and consumers of one client id share its
+        routes and connections."""
         if self._client is None:
-            self._client = RmqClient(self._endpoints)
+            self._instance = ClientInstance.acquire(self.client_id, endpoints=self._endpoints)
+            self._client = self._instance.client
 
     def shutdown(self) -> None:
         with self._lock:
             retries, self._retries = self._retries, None
         if retries is not None:
             retries.shutdown(wait=True)
-        if self._client is not None and self._owns_client:
-            self._client.close()
-            self._client = None
+        if self._instance is not None:
+            self._instance.release()   # the last user closes the client
+            self._instance, self._client = None, None
 
     def __enter__(self) -> Producer:
         self.start()

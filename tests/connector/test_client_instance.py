@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+from rmq.connector import Producer, PushConsumer
 from rmq.connector.client import RmqClient
 from rmq.connector.client_instance import HEARTBEAT_INTERVAL_S, ClientInstance
 from tests.waiting import wait_until
@@ -27,3 +28,20 @@ def test_a_later_user_asking_for_shorter_heartbeats_gets_them() -> None:
         finally:
             for _ in range(3):
                 first.release()
+
+
+def test_a_producer_shares_its_client_id_s_routes_and_connections() -> None:
+    """RocketMQ's MQClientInstance holds the route table and the connections of every producer
+    and consumer of a client id: so does ClientInstance (one RmqClient), closed by the last."""
+    consumer = PushConsumer("shared-instance", "127.0.0.1:1", instance_name="shared")
+    with Producer("127.0.0.1:1", instance_name="shared") as producer:
+        assert producer.client is consumer.client
+        with Producer("127.0.0.1:1", instance_name="other") as other:
+            assert other.client is not producer.client
+    assert instances_of(producer.client_id) == 1     # the consumer still uses it
+    consumer.shutdown()
+    assert instances_of(producer.client_id) == 0     # the last user closed it
+
+
+def instances_of(client_id: str) -> int:
+    return sum(1 for key in ClientInstance._instances if key[0] == client_id)
