@@ -344,19 +344,7 @@ class ClientAPI:
             return
         call = self._connection(address).messaging.SendMessage.future(
             OneMessage(topic, message).to_request(), timeout=self.timeout)
-
-        def grpc_answered(future: grpc.Future[rmq_pb2.SendMessageResponse]) -> None:
-            try:
-                response = future.result()
-            except grpc.RpcError as error:
-                answered(None, _transport_error(error, "SendMessage", label, None))
-                return
-            except grpc.FutureCancelledError:
-                answered(None, RmqUnavailable("SendMessage cancelled", broker=label))
-                return
-            answered(response, None)
-
-        call.add_done_callback(grpc_answered)
+        _when_answered(call, "SendMessage", label, None, answered)
 
     def _over_remoting(self, broker_name: str, address: str, call: Callable[[RemotingTarget], AnswerT]
                        ) -> AnswerT | None:
@@ -441,18 +429,15 @@ class ClientAPI:
             return pulling
         future = self._connection(address).messaging.PullMessage.future(pull.to_request(), timeout=deadline)
 
-        def done(call: grpc.Future[rmq_pb2.PullMessageResponse]) -> None:
-            try:
-                response = call.result()
-            except grpc.RpcError as error:
-                answered(None, _transport_error(error, "PullMessage", label, mq))
-                return
-            except grpc.FutureCancelledError:
-                callback(None, RmqUnavailable("PullMessage cancelled", broker=label, queue=mq))
-                return
-            answered(response.status if response.status.code != rmq_pb2.OK else pull_result(response), None)
+        def grpc_answered(response: rmq_pb2.PullMessageResponse | None, failure: RmqError | None) -> None:
+            if response is None:
+                answered(None, failure)
+            elif response.status.code != rmq_pb2.OK:
+                answered(response.status, None)
+            else:
+                answered(pull_result(response), None)
 
-        future.add_done_callback(done)
+        _when_answered(future, "PullMessage", label, mq, grpc_answered)
         return future
 
     # ------------------------------------------------------------ the Flight data plane (docs/data-plane.md)
@@ -826,6 +811,24 @@ def _transport_error(error: grpc.RpcError, method: str, label: str, queue: Messa
         return RmqUnavailable(f"{method} failed: {code.name}: {details}", broker=label, queue=queue)
     rmq_code = rmq_pb2.NO_PERMISSION if code == grpc.StatusCode.PERMISSION_DENIED else rmq_pb2.SYSTEM_ERROR
     return RmqRefused(rmq_code, f"{method} failed: gRPC {code.name}: {details}", broker=label, queue=queue)
+
+
+def _when_answered(call: grpc.Future[ResponseT], method: str, label: str, queue: MessageQueue | None,
+                   answered: Callable[[ResponseT | None, RmqError | None], None]) -> None:
+    """`answered(response, None)`, or `answered(None, error)` (RequestCancelled when the call was
+    cancelled), once the gRPC call completes, on grpc's thread."""
+    def done(future: grpc.Future[ResponseT]) -> None:
+        try:
+            response = future.result()
+        except grpc.RpcError as error:
+            answered(None, _transport_error(error, method, label, queue))
+            return
+        except grpc.FutureCancelledError:
+            answered(None, RequestCancelled(f"{method} cancelled", broker=label, queue=queue))
+            return
+        answered(response, None)
+
+    call.add_done_callback(done)
 
 
 def _unless_unreachable(call: Callable[[], AnswerT], broker_name: str,
