@@ -56,6 +56,7 @@ class BrokerConfig:
     max_held_pulls: int = 65536  # long-polling hold table
     max_inflight_pull_bytes: int = 256 * MiB  # pull answers built and not yet read (about 3x in RSS)
     max_inflight_pull_bytes_per_connection: int = 64 * MiB  # the same, on one client connection
+    max_inflight_pull_bytes_per_account: int = 128 * MiB  # the same, one access key (client IP without --acl)
     max_consumer_groups: int = 4096  # consumer table (and the retry topics heartbeats create)
     max_clients_per_group: int = 1024
     max_consumer_clients: int = 16384  # over every group
@@ -171,6 +172,9 @@ class BrokerConfig:
             raise UserError("max_pull_bytes must be smaller than grpc_max_message_bytes")
         if self.max_inflight_pull_bytes_per_connection > self.max_inflight_pull_bytes:
             raise UserError("max_inflight_pull_bytes_per_connection must not be larger than "
+                            "max_inflight_pull_bytes")
+        if self.max_inflight_pull_bytes_per_account > self.max_inflight_pull_bytes:
+            raise UserError("max_inflight_pull_bytes_per_account must not be larger than "
                             "max_inflight_pull_bytes")
         try:
             parse_delay_levels(self.message_delay_level)

@@ -18,10 +18,12 @@ all) until then: a client that stops reading holds one batch, bounded by the pul
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import threading
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import numpy as np
@@ -32,7 +34,7 @@ from google.protobuf.message import DecodeError
 from rmq import flight as flight_contract
 from rmq.broker_server.errors import BrokerError, illegal_argument
 from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor, PullQuery, pack_messages
-from rmq.broker_server.processors.pull_response_budget import PullResponseBudget
+from rmq.broker_server.processors.pull_response_budget import PullHolder, PullResponseBudget
 from rmq.broker_server.security.refusal_log import RefusalLog
 from rmq.broker_server.security.request_auth import Admission, CallRefused, RequestAuthenticator, peer_address
 from rmq.broker_server.security.tls import ServerTls
@@ -42,7 +44,9 @@ from rmq.store import MessageStore
 from rmq.store.results import GetMessageResult
 from rmq.v1 import rmq_pb2
 
+T = TypeVar("T")
 MIDDLEWARE_KEY = "rmq-auth"
+CANCEL_CHECK_S = 0.05   # how often a stream waiting for the event loop looks whether it was cancelled
 _NOT_IN_A_TICKET = rmq_pb2.FLAG_SUSPEND | rmq_pb2.FLAG_COMMIT_OFFSET
 # a stream goes on after these reads; any other status ends it (the client decides what it means)
 _READ_ON = frozenset({GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE,
@@ -150,7 +154,8 @@ class FlightReadService(flight.FlightServerBase):
             read = self._validate(request)
         except BrokerError as error:
             raise _refused(error) from None
-        return flight.GeneratorStream(SCHEMA, self._stream(read, account, f"flight {context.peer()}"))
+        holder = PullHolder(account, f"flight {context.peer()}")
+        return flight.GeneratorStream(SCHEMA, self._stream(read, holder, context))
 
     def _admit(self, context: flight.ServerCallContext, request: rmq_pb2.FlightReadTicket) -> str:
         """The account the stream counts against: the access key, or the caller's IP without an ACL."""
@@ -180,30 +185,30 @@ class FlightReadService(flight.FlightServerBase):
         return FlightRead(query, request.end_offset, request.max_rows or None, request.max_bytes or None,
                           request.packed)
 
-    def _stream(self, read: FlightRead, account: str, connection: str
+    def _stream(self, read: FlightRead, holder: PullHolder, context: flight.ServerCallContext
                 ) -> Iterator[tuple[pa.RecordBatch, pa.Buffer]]:
         """One batch per store read, each holding its record bytes until the next is asked for.
         The stream's slot is taken when Flight asks for its first batch (a stream never started
-        holds nothing) and given back when it ends."""
+        holds nothing) and given back when it ends; a stream its client cancelled stops before
+        its next read, or while it waits for one."""
         try:
-            self.slots.acquire(account)
+            self.slots.acquire(holder.account)
         except BrokerError as error:
             raise _refused(error) from None
         held = 0
         try:
             query, offset, rows, size = read.query, read.query.offset, 0, 0
-            while True:
+            while not context.is_cancelled():
                 max_rows = query.max_messages if read.max_rows is None else min(query.max_messages,
                                                                                  read.max_rows - rows)
                 wanted = query.max_bytes if read.max_bytes is None else min(query.max_bytes,
                                                                             read.max_bytes - size)
-                self.budget.give_back(connection, held)
+                self.budget.give_back(holder, held)
                 held = 0
-                granted = self._reserve(connection, wanted)
-                result = self.store.get_queue_range(query.topic, query.queue_id, offset, read.end_offset,
-                                                    max_rows, granted, query.tag_codes, query.record_filter)
+                held = granted = self._reserve(holder, wanted, context)
+                result = self._read(query, offset, read.end_offset, max_rows, granted, holder, context)
                 held = len(result.buffer)
-                self.budget.give_back(connection, granted - held)
+                self.budget.give_back(holder, granted - held)
                 if result.message_count:
                     self.pull.stats.record_get(query.topic, result.message_count, held)
                 yield self._batch(read, result)
@@ -216,9 +221,24 @@ class FlightReadService(flight.FlightServerBase):
                     return
         except BrokerError as error:   # the budget had nothing left for a full second
             raise _refused(error) from None
+        except _Cancelled:
+            return
         finally:
-            self.budget.give_back(connection, held)
-            self.slots.release(account)
+            self.budget.give_back(holder, held)
+            self.slots.release(holder.account)
+
+    def _read(self, query: PullQuery, offset: int, end_offset: int, max_rows: int, max_bytes: int,
+              holder: PullHolder, context: flight.ServerCallContext) -> GetMessageResult:
+        """One store read of the range; an SQL92 one is one slice of filter work, run on the
+        broker's FilterExecutor in the stream's account's turn (docs/filtering-and-bounds.md)."""
+        record_filter = query.record_filter
+        read = functools.partial(
+            self.store.get_queue_range, query.topic, query.queue_id, offset, end_offset, max_rows, max_bytes,
+            query.tag_codes, record_filter,
+            max_filter_evaluations=None if record_filter is None else record_filter.slice_evaluations)
+        if record_filter is None:
+            return read()
+        return self._on_loop(self.pull.filters.run(holder.account, read), context)
 
     def _batch(self, read: FlightRead, result: GetMessageResult) -> tuple[pa.RecordBatch, pa.Buffer]:
         answer = self.pull.progress(read.query, result)
@@ -230,13 +250,29 @@ class FlightReadService(flight.FlightServerBase):
         records = np.frombuffer(result.buffer, dtype=np.uint8)
         return decode_records(records, result.sizes.astype(np.int64), self.broker_name), progress
 
-    def _reserve(self, connection: str, wanted: int) -> int:
+    def _reserve(self, holder: PullHolder, wanted: int, context: flight.ServerCallContext) -> int:
         """The bytes granted for the next read: at once when the budget has them, else waited for
         on the event loop (PullResponseBudget.reserve)."""
-        granted = self.budget.try_reserve(connection, wanted)
+        granted = self.budget.try_reserve(holder, wanted)
         if granted is not None:
             return granted
-        return asyncio.run_coroutine_threadsafe(self.budget.reserve(connection, wanted), self.loop).result()
+        return self._on_loop(self.budget.reserve(holder, wanted), context)
+
+    def _on_loop(self, work: Coroutine[Any, Any, T], context: flight.ServerCallContext) -> T:
+        """`work`'s result, run on the broker's event loop; cancelled (and _Cancelled raised) when
+        the stream's client cancels while it waits."""
+        future = asyncio.run_coroutine_threadsafe(work, self.loop)
+        while True:
+            try:
+                return future.result(CANCEL_CHECK_S)
+            except concurrent.futures.TimeoutError:
+                if context.is_cancelled():
+                    future.cancel()
+                    raise _Cancelled() from None
+
+
+class _Cancelled(Exception):
+    """The stream's client cancelled it while it waited for the event loop."""
 
 
 def _parse_ticket(ticket: bytes) -> rmq_pb2.FlightReadTicket:

@@ -4,8 +4,8 @@ PullMessage's refusals; the ACL applies as on the gRPC port; a reader that stops
 
 from __future__ import annotations
 
+import contextlib
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,6 +33,7 @@ from rmq.v1 import rmq_pb2
 from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker
 from tests.tls_certs import make_tls_files
+from tests.waiting import wait_until
 
 TOPIC = "flights"
 COUNT = 300
@@ -165,13 +166,6 @@ def test_flight_off(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- bounds
 
 
-def wait_until(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
-
-
 def test_a_reader_that_stops_holds_one_batch_and_streams_are_bounded(tmp_path: Path) -> None:
     """24 MB in one ticket of 16 reads of 1.5 MB: more than the transport buffers (about 8 MB on
     loopback), so a reader that stops leaves the stream open, the broker holding one batch."""
@@ -185,14 +179,16 @@ def test_a_reader_that_stops_holds_one_batch_and_streams_are_bounded(tmp_path: P
             budget, slots = broker.controller.pull_processor.budget, broker.controller.flight.slots
             with FlightReader(client) as reader:
                 stalled = reader.read(MQ, 0, 800, group="etl", batch_rows=50, batch_bytes=50 * record)
-                next(stalled)     # then stop reading
-                wait_until(lambda: budget.held == 50 * record and slots.open == 1)
-                with pytest.raises(RmqError, match="max_flight_streams_per_account") as refusal:
-                    read(client, 0, 10)
-                assert refusal.value.code == rmq_pb2.LIMIT_EXCEEDED
-                assert budget.held <= 50 * record and slots.open == 1   # one batch (or its grant), no more
-                stalled.close()
-            wait_until(lambda: budget.held == 0 and slots.open == 0)
+                with contextlib.closing(stalled):
+                    next(stalled)     # then stop reading
+                    wait_until(lambda: budget.held == 50 * record and slots.open == 1,
+                               lambda: f"the stalled stream holds one batch (held {budget.held})")
+                    with pytest.raises(RmqError, match="max_flight_streams_per_account") as refusal:
+                        read(client, 0, 10)
+                    assert refusal.value.code == rmq_pb2.LIMIT_EXCEEDED
+                    assert budget.held <= 50 * record and slots.open == 1   # one batch (or its grant)
+            wait_until(lambda: budget.held == 0 and slots.open == 0,
+                       lambda: f"the closed stream gives everything back (held {budget.held})")
     finally:
         broker.stop()
 
@@ -234,7 +230,8 @@ def pull_consumer_reads_all_through_flight(client: RmqClient, address: str) -> N
     with consumer:
         consumer.seek(MQ, 0)
         got: list[bytes] = []
-        wait_until(lambda: got.extend(m.body for m in consumer.poll(0.1)) or len(got) == COUNT)
+        wait_until(lambda: got.extend(m.body for m in consumer.poll(0.1)) or len(got) == COUNT,
+                   lambda: f"the backlog read through Flight ({len(got)} of {COUNT})")
         assert got == [b"m-%04d" % n for n in range(COUNT)]
         assert consumer.transport_reads.get(Transport.FLIGHT, 0) > 0
 
@@ -309,3 +306,56 @@ def test_the_name_server_passes_each_members_data_plane_on() -> None:
     routes.register_broker("broker-a", "10.0.0.2:10911", [], 1, rmq_pb2.SLAVE)   # Flight off
     [group] = routes.broker_groups()
     assert [m.flight_address for m in group.to_proto().members] == ["10.0.0.1:41000", ""]
+
+
+# ---------------------------------------------------------------- shares (issue 39)
+
+
+def test_a_ticket_signed_with_a_wrong_secret_is_refused_at_the_door(acl_broker: InProcessBroker) -> None:
+    ticket = a_ticket()
+    signed = request_signing.sign("etl001", "not-the-secret", "broker/broker-a", "/rmq.v1.Flight/DoGet", ticket)
+    headers = [(key.encode(), value.encode()) for key, value in signed.as_metadata()]
+    with pytest.raises(flight.FlightUnauthenticatedError, match="signature not accepted for access key .etl001."):
+        raw_do_get(acl_broker, ticket.SerializeToString(), headers)
+
+
+def fill_large(client: RmqClient) -> int:
+    """800 messages of 30 KB in queue 0 (more than the transport buffers: a reader that stops
+    leaves its stream holding a batch); the size of one record."""
+    client.create_topic(TOPIC, queues=1)
+    for _ in range(16):
+        client.send(TOPIC, [OutgoingMessage(b"x" * 30_000) for _ in range(50)])
+    return len(client.pull(MQ, 0, 1, group="etl").messages.records)
+
+
+def stall(streams: list[Iterator[object]]) -> None:
+    """Take each stream's first batch, then read no more (a stream refused is left out)."""
+    for stream in streams:
+        with contextlib.suppress(RmqError):
+            next(stream)
+
+
+def test_one_accounts_unread_streams_leave_other_accounts_their_pulls(tmp_path: Path) -> None:
+    """Issue 39 High 3: one account's Flight streams that are never read hold at most its share of
+    the pull answers' budget (max_inflight_pull_bytes_per_account), so another account's pulls
+    are answered in full while they stay open."""
+    acl = write_acl(tmp_path / "acl.json", json.dumps(ACL))
+    broker = InProcessBroker(tmp_path / "store", ServerSecurity(AclFile(acl))).start()
+    try:
+        with signed_client(broker, "admin1", "admin-secret") as admin, \
+                signed_client(broker, "etl001", "etl-secret") as etl, FlightReader(etl) as reader:
+            record = fill_large(admin)
+            budget = broker.controller.pull_processor.budget
+            budget.max_bytes = budget.max_bytes_per_connection = 100 * record
+            budget.max_bytes_per_account = 50 * record
+            streams = [reader.read(MQ, 0, 800, group="etl", batch_rows=50, batch_bytes=50 * record)
+                       for _ in range(3)]
+            with contextlib.ExitStack() as open_streams:
+                for stream in streams:
+                    open_streams.enter_context(contextlib.closing(stream))
+                stall(streams)
+                pulled = admin.pull(MQ, 0, 40, group="etl", max_bytes=40 * record)
+                assert pulled.messages.count == 40, pulled
+            wait_until(lambda: budget.held == 0, lambda: f"the closed streams give back (held {budget.held})")
+    finally:
+        broker.stop()
