@@ -4,8 +4,10 @@ PullMessage's refusals; the ACL applies as on the gRPC port; a reader that stops
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,8 +16,9 @@ import pytest
 
 from rmq import request_signing
 from rmq.broker_server.config import BrokerConfig
-from rmq.broker_server.errors import UserError
+from rmq.broker_server.errors import BrokerError, UserError
 from rmq.broker_server.name_server.namesrv_controller import RouteInfoManager
+from rmq.broker_server.rmq_v1.flight_service import FlightStreamSlots
 from rmq.broker_server.security.acl_file import AclFile
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.broker_server.security.tls import ServerTls
@@ -33,7 +36,7 @@ from rmq.v1 import rmq_pb2
 from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker
 from tests.tls_certs import make_tls_files
-from tests.waiting import wait_until
+from tests.waiting import WAIT_S, wait_until
 
 TOPIC = "flights"
 COUNT = 300
@@ -354,8 +357,105 @@ def test_one_accounts_unread_streams_leave_other_accounts_their_pulls(tmp_path: 
                 for stream in streams:
                     open_streams.enter_context(contextlib.closing(stream))
                 stall(streams)
-                pulled = admin.pull(MQ, 0, 40, group="etl", max_bytes=40 * record)
-                assert pulled.messages.count == 40, pulled
+                wait_until(lambda: budget.held >= 50 * record, "the unread streams hold their batches")
+                for start in (0, 40, 80):    # every pull while the streams stay open
+                    assert admin.pull(MQ, start, 40, group="etl", max_bytes=40 * record).messages.count == 40
             wait_until(lambda: budget.held == 0, lambda: f"the closed streams give back (held {budget.held})")
     finally:
         broker.stop()
+
+
+SQL_TAG_A = MessageSelector("TAGS = 'TagA'", ExpressionType.SQL92)
+LOOPBACK = "127.0.0.1"   # the account of a caller without an ACL: its IP
+
+
+@contextlib.contextmanager
+def busy_filter_threads(broker: InProcessBroker) -> Iterator[threading.Event]:
+    """The broker's one filter thread runs another account's slice until the event is set."""
+    filters = broker.controller.filters
+    running, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        running.set()
+        release.wait(WAIT_S)
+
+    held = broker.submit(filters.run("another account", hold))
+    try:
+        wait_until(running.is_set, "the other account's slice runs on the filter thread")
+        yield release
+    finally:
+        release.set()
+        held.result(WAIT_S)
+
+
+def test_an_sql92_flight_read_waits_its_turn_on_the_filter_executor(broker: InProcessBroker) -> None:
+    """Issue 39 High 4: Flight's SQL92 reads are FilterExecutor slices, in the stream's account's
+    queue (its share of filter_threads), not work on the Flight threads beside them."""
+    filters = broker.controller.filters
+    with RmqClient(broker.address) as client, busy_filter_threads(broker) as release:
+        with concurrent.futures.ThreadPoolExecutor(1) as reader:
+            rows = reader.submit(lambda: [o for chunk in read(client, 0, 30, sub_expression=SQL_TAG_A)
+                                          for o in chunk.batch.column("queue_offset").to_pylist()])
+            wait_until(lambda: filters.pending(LOOPBACK) == 1,
+                       lambda: f"the Flight read waits in its account's queue (rows: {rows.done()})",
+                       timeout=10)
+            assert not rows.done()
+            release.set()
+            assert rows.result(WAIT_S) == list(range(0, 30, 3))
+
+
+def test_a_cancelled_sql92_stream_stops_its_filter_work(tmp_path: Path, monkeypatch) -> None:
+    """Issue 39 High 4: a stream cancelled while its slice waits for the filter thread ends at
+    once (its slot given back) and its slice never runs."""
+    broker = InProcessBroker(tmp_path).start()
+    try:
+        with RmqClient(broker.address) as client:
+            fill(client)
+        reads: list[int] = []
+        store = broker.controller.store
+        range_read = store.get_queue_range
+        monkeypatch.setattr(store, "get_queue_range", lambda *a, **k: reads.append(1) or range_read(*a, **k))
+        ticket = a_ticket()
+        ticket.pull.expression_type, ticket.pull.sub_expression = rmq_pb2.SQL92, SQL_TAG_A.expression
+        flight_client = flight.FlightClient(f"grpc://{client_flight_address(broker)}")
+        slots, filters = broker.controller.flight.slots, broker.controller.filters
+        with contextlib.closing(flight_client), busy_filter_threads(broker):
+            stream = flight_client.do_get(flight.Ticket(ticket.SerializeToString()))
+            wait_until(lambda: filters.pending(LOOPBACK) == 1 and slots.open == 1,
+                       "the stream's first slice waits for the filter thread", timeout=10)
+            stream.cancel()
+            wait_until(lambda: slots.open == 0, "the cancelled stream ends while its slice waits",
+                       timeout=10)
+        wait_until(lambda: filters.pending(LOOPBACK) == 0, "the cancelled slice leaves the queue")
+        assert reads == []
+    finally:
+        broker.stop()
+
+
+# ---------------------------------------------------------------- ticket and stream bounds (issue 40)
+
+
+@pytest.mark.parametrize("end", [0, 5])
+def test_a_ticket_whose_end_is_not_above_its_start_is_refused(broker: InProcessBroker, end: int) -> None:
+    ticket = a_ticket(start=5)
+    ticket.end_offset = end
+    with pytest.raises(flight.FlightServerError,
+                       match=f"ILLEGAL_ARGUMENT: end_offset {end} must be above the start offset 5"):
+        raw_do_get(broker, ticket.SerializeToString(), [])
+
+
+def test_the_broker_wide_stream_cap_counts_every_accounts_streams() -> None:
+    """max_flight_streams bounds the streams of all accounts together, each account within its
+    own max_flight_streams_per_account."""
+    slots = FlightStreamSlots(max_streams=3, max_per_account=2)
+    slots.acquire("a")
+    slots.acquire("a")
+    with pytest.raises(BrokerError, match=r"already reads 2 Flight streams \(max_flight_streams_per_account\)"):
+        slots.acquire("a")
+    slots.acquire("b")
+    with pytest.raises(BrokerError, match=r"already serves 3 Flight streams \(max_flight_streams\)") as refusal:
+        slots.acquire("c")
+    assert refusal.value.code == rmq_pb2.LIMIT_EXCEEDED and slots.open == 3
+    slots.release("a")
+    slots.acquire("c")
+    assert slots.open == 3
