@@ -316,9 +316,10 @@ def test_the_name_server_passes_each_members_data_plane_on() -> None:
 
 def test_a_ticket_signed_with_a_wrong_secret_is_refused_at_the_door(acl_broker: InProcessBroker) -> None:
     ticket = a_ticket()
-    signed = request_signing.sign("etl001", "not-the-secret", "broker/broker-a", "/rmq.v1.Flight/DoGet", ticket)
+    signed = request_signing.sign("etl001", "not-the-secret", "broker/broker-a", "/rmq.v1.Flight/DoGet",
+                                  ticket)
     headers = [(key.encode(), value.encode()) for key, value in signed.as_metadata()]
-    with pytest.raises(flight.FlightUnauthenticatedError, match="signature not accepted for access key .etl001."):
+    with pytest.raises(flight.FlightUnauthenticatedError, match="signature not accepted for access key 'etl"):
         raw_do_get(acl_broker, ticket.SerializeToString(), headers)
 
 
@@ -450,10 +451,10 @@ def test_the_broker_wide_stream_cap_counts_every_accounts_streams() -> None:
     slots = FlightStreamSlots(max_streams=3, max_per_account=2)
     slots.acquire("a")
     slots.acquire("a")
-    with pytest.raises(BrokerError, match=r"already reads 2 Flight streams \(max_flight_streams_per_account\)"):
+    with pytest.raises(BrokerError, match=r"reads 2 Flight streams \(max_flight_streams_per_account\)"):
         slots.acquire("a")
     slots.acquire("b")
-    with pytest.raises(BrokerError, match=r"already serves 3 Flight streams \(max_flight_streams\)") as refusal:
+    with pytest.raises(BrokerError, match=r"serves 3 Flight streams \(max_flight_streams\)") as refusal:
         slots.acquire("c")
     assert refusal.value.code == rmq_pb2.LIMIT_EXCEEDED and slots.open == 3
     slots.release("a")
