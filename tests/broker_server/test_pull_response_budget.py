@@ -15,6 +15,8 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
+from rmq.broker_server.config import BrokerConfig
+from rmq.broker_server.errors import UserError
 from rmq.broker_server.processors.pull_response_budget import PullBytesLease, PullHolder, PullResponseBudget
 from rmq.broker_server.processors.topic_config_manager import TopicConfig
 from rmq.connector.client import OutgoingMessage, RmqClient
@@ -206,3 +208,11 @@ def test_every_pull_rpc_is_cut_to_its_connection_budget_and_gives_it_back(tmp_pa
         wait_until(lambda: budget.held == 0, lambda: f"the bytes given back (still held: {budget.held})")
     finally:
         broker.stop()
+
+
+@pytest.mark.parametrize("share", ["max_inflight_pull_bytes_per_connection",
+                                   "max_inflight_pull_bytes_per_account"])
+def test_a_share_above_the_total_is_refused_naming_it(share: str) -> None:
+    config = BrokerConfig(**{share: BrokerConfig().max_inflight_pull_bytes + 1})
+    with pytest.raises(UserError, match=f"{share} must not be larger than max_inflight_pull_bytes"):
+        config.validate()
