@@ -176,7 +176,7 @@ class BrokerController:
             self.filters,
             config.enable_property_filter,
             PullResponseBudget(config.max_inflight_pull_bytes, config.max_inflight_pull_bytes_per_connection,
-                               max_bytes_per_account=config.max_inflight_pull_bytes_per_account),
+                               max_bytes_per_account=config.pull_bytes_per_account),
             security.refusals,
         )
         self.send_back_processor = ConsumerSendMsgBackProcessor(

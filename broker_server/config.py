@@ -56,7 +56,7 @@ class BrokerConfig:
     max_held_pulls: int = 65536  # long-polling hold table
     max_inflight_pull_bytes: int = 256 * MiB  # pull answers built and not yet read (about 3x in RSS)
     max_inflight_pull_bytes_per_connection: int = 64 * MiB  # the same, on one client connection
-    max_inflight_pull_bytes_per_account: int = 128 * MiB  # the same, one access key (client IP without --acl)
+    max_inflight_pull_bytes_per_account: int = 0  # per access key (client IP without --acl); 0: half
     max_consumer_groups: int = 4096  # consumer table (and the retry topics heartbeats create)
     max_clients_per_group: int = 1024
     max_consumer_clients: int = 16384  # over every group
@@ -110,6 +110,11 @@ class BrokerConfig:
     @property
     def store_path(self) -> Path:
         return Path(self.store_dir).expanduser()
+
+    @property
+    def pull_bytes_per_account(self) -> int:
+        """max_inflight_pull_bytes_per_account, by default (0) half of max_inflight_pull_bytes."""
+        return self.max_inflight_pull_bytes_per_account or self.max_inflight_pull_bytes // 2
 
     @property
     def namesrv_addresses(self) -> list[str]:
@@ -346,7 +351,7 @@ def _check_store_range(name: str, key: str, value: Any) -> None:
         raise UserError(f"{name} must be {bound}, not {value!r}")
 
 
-_MAY_BE_ZERO = frozenset({"broker_id"})
+_MAY_BE_ZERO = frozenset({"broker_id", "max_inflight_pull_bytes_per_account"})
 
 
 def _check_positive_ints(config: Any) -> None:

@@ -216,3 +216,10 @@ def test_a_share_above_the_total_is_refused_naming_it(share: str) -> None:
     config = BrokerConfig(**{share: BrokerConfig().max_inflight_pull_bytes + 1})
     with pytest.raises(UserError, match=f"{share} must not be larger than max_inflight_pull_bytes"):
         config.validate()
+
+
+def test_the_account_share_is_half_the_total_unless_set() -> None:
+    lowered = BrokerConfig(max_inflight_pull_bytes=32 << 20, max_inflight_pull_bytes_per_connection=8 << 20)
+    lowered.validate()
+    assert lowered.pull_bytes_per_account == 16 << 20
+    assert BrokerConfig(max_inflight_pull_bytes_per_account=1 << 20).pull_bytes_per_account == 1 << 20
