@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rmq.broker_server.errors import BrokerError
+from rmq.broker_server.long_polling.fair_shares import adjust_count
 from rmq.broker_server.security.caller import account_key
 from rmq.broker_server.security.request_auth import peer_address
 from rmq.v1 import rmq_pb2
@@ -169,17 +170,8 @@ class PullResponseBudget:
 
     def _add(self, holder: PullHolder, count: int) -> None:
         self.held += count
-        _count(self._by_connection, holder.connection, count)
-        _count(self._by_account, holder.account, count)
-
-
-def _count(table: dict[str, int], key: str, count: int) -> None:
-    """Add `count` to `key`'s entry, dropping it at zero."""
-    left = table.get(key, 0) + count
-    if left:
-        table[key] = left
-    else:
-        table.pop(key, None)
+        adjust_count(self._by_connection, holder.connection, count)
+        adjust_count(self._by_account, holder.account, count)
 
 
 @dataclass(eq=False)

@@ -33,6 +33,7 @@ from google.protobuf.message import DecodeError
 
 from rmq import flight as flight_contract
 from rmq.broker_server.errors import BrokerError, illegal_argument
+from rmq.broker_server.long_polling.fair_shares import adjust_count
 from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor, PullQuery, pack_messages
 from rmq.broker_server.processors.pull_response_budget import PullHolder, PullResponseBudget
 from rmq.broker_server.security.refusal_log import RefusalLog
@@ -116,11 +117,7 @@ class FlightStreamSlots:
 
     def release(self, account: str) -> None:
         with self._lock:
-            left = self._by_account[account] - 1
-            if left:
-                self._by_account[account] = left
-            else:
-                del self._by_account[account]
+            adjust_count(self._by_account, account, -1)
 
 
 class FlightReadService(flight.FlightServerBase):
