@@ -33,7 +33,7 @@ from google.protobuf.message import DecodeError
 
 from rmq import flight as flight_contract
 from rmq.broker_server.errors import BrokerError, illegal_argument
-from rmq.broker_server.long_polling.fair_shares import adjust_count
+from rmq.broker_server.long_polling.fair_shares import FairShares, ShareExceeded, adjust_count
 from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor, PullQuery, pack_messages
 from rmq.broker_server.processors.pull_response_budget import PullHolder, PullResponseBudget
 from rmq.broker_server.security.refusal_log import RefusalLog
@@ -89,35 +89,60 @@ class SignedCallMiddlewareFactory(flight.ServerMiddlewareFactory):
             raise flight.FlightUnauthenticatedError(refusal.message) from None
 
 
+@dataclass(eq=False)
+class StreamSlot:
+    """One stream's place among the streams served; `displaced` once an account holding fewer
+    streams took it (the stream ends before its next read)."""
+
+    account: str
+    displaced: bool = False
+
+
 class FlightStreamSlots:
-    """Streams served at once, in all and per account (thread-safe: Flight runs on its own threads)."""
+    """Streams served at once, in all and per account (thread-safe: Flight runs on its own threads).
+
+    The total is shared fairly (long_polling.fair_shares): when all max_streams are taken, an
+    account holding fewer streams than the account holding most takes the place of that account's
+    oldest stream, which ends at its next batch (its client reads on with a new ticket from where
+    it ended); anyone else is refused. A displaced stream still counts in its account's
+    max_per_account until it ends, so an account never runs more than that many."""
 
     def __init__(self, max_streams: int, max_per_account: int) -> None:
         self.max_streams = max_streams
         self.max_per_account = max_per_account
-        self._by_account: dict[str, int] = {}
+        self._shares: FairShares[StreamSlot] = FairShares(max_streams)
+        self._running: dict[str, int] = {}   # each account's streams, displaced ones included
         self._lock = threading.Lock()
 
     @property
     def open(self) -> int:
+        """Slots taken (a displaced stream that has not ended yet holds none)."""
         with self._lock:
-            return sum(self._by_account.values())
+            return self._shares.count()
 
-    def acquire(self, account: str) -> None:
+    def acquire(self, account: str) -> StreamSlot:
         with self._lock:
-            mine = self._by_account.get(account, 0)
+            mine = self._running.get(account, 0)
             if mine >= self.max_per_account:
                 raise BrokerError(rmq_pb2.LIMIT_EXCEEDED,
                                    f"this account already reads {mine} Flight streams "
                                    "(max_flight_streams_per_account): finish one, or read again later")
-            if sum(self._by_account.values()) >= self.max_streams:
+            slot = StreamSlot(account)
+            try:
+                displaced = self._shares.admit(account, slot)
+            except ShareExceeded:
                 raise BrokerError(rmq_pb2.LIMIT_EXCEEDED, f"this broker already serves {self.max_streams} "
-                                   "Flight streams (max_flight_streams): read again later")
-            self._by_account[account] = mine + 1
+                                   "Flight streams (max_flight_streams), none of an account holding "
+                                   "more than this one: read again later") from None
+            if displaced is not None:
+                displaced.displaced = True
+            adjust_count(self._running, account, 1)
+            return slot
 
-    def release(self, account: str) -> None:
+    def release(self, slot: StreamSlot) -> None:
         with self._lock:
-            adjust_count(self._by_account, account, -1)
+            self._shares.remove(slot.account, slot)
+            adjust_count(self._running, slot.account, -1)
 
 
 class FlightReadService(flight.FlightServerBase):
@@ -189,13 +214,13 @@ class FlightReadService(flight.FlightServerBase):
         holds nothing) and given back when it ends; a stream its client cancelled stops before
         its next read, or while it waits for one."""
         try:
-            self.slots.acquire(holder.account)
+            slot = self.slots.acquire(holder.account)
         except BrokerError as error:
             raise _refused(error) from None
         held = 0
         try:
             query, offset, rows, size = read.query, read.query.offset, 0, 0
-            while not context.is_cancelled():
+            while not context.is_cancelled() and not slot.displaced:
                 max_rows = query.max_messages if read.max_rows is None else min(query.max_messages,
                                                                                  read.max_rows - rows)
                 wanted = query.max_bytes if read.max_bytes is None else min(query.max_bytes,
@@ -222,7 +247,7 @@ class FlightReadService(flight.FlightServerBase):
             return
         finally:
             self.budget.give_back(holder, held)
-            self.slots.release(holder.account)
+            self.slots.release(slot)
 
     def _read(self, query: PullQuery, offset: int, end_offset: int, max_rows: int, max_bytes: int,
               holder: PullHolder, context: flight.ServerCallContext) -> GetMessageResult:

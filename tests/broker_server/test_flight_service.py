@@ -447,16 +447,46 @@ def test_a_ticket_whose_end_is_not_above_its_start_is_refused(broker: InProcessB
 
 def test_the_broker_wide_stream_cap_counts_every_accounts_streams() -> None:
     """max_flight_streams bounds the streams of all accounts together, each account within its
-    own max_flight_streams_per_account."""
+    own max_flight_streams_per_account; a full broker gives an account holding fewer streams the
+    place of the largest holder's oldest (issue 39 Low 12)."""
     slots = FlightStreamSlots(max_streams=3, max_per_account=2)
-    slots.acquire("a")
-    slots.acquire("a")
+    a1, a2 = slots.acquire("a"), slots.acquire("a")
     with pytest.raises(BrokerError, match=r"reads 2 Flight streams \(max_flight_streams_per_account\)"):
         slots.acquire("a")
-    slots.acquire("b")
-    with pytest.raises(BrokerError, match=r"serves 3 Flight streams \(max_flight_streams\)") as refusal:
-        slots.acquire("c")
-    assert refusal.value.code == rmq_pb2.LIMIT_EXCEEDED and slots.open == 3
-    slots.release("a")
-    slots.acquire("c")
+    b1 = slots.acquire("b")
+    c1 = slots.acquire("c")                      # full: a's oldest gives way
+    assert (a1.displaced, a2.displaced, b1.displaced, c1.displaced) == (True, False, False, False)
     assert slots.open == 3
+    with pytest.raises(BrokerError, match=r"serves 3 Flight streams \(max_flight_streams\)") as refusal:
+        slots.acquire("c")                       # 1, 1, 1: nobody holds more
+    assert refusal.value.code == rmq_pb2.LIMIT_EXCEEDED
+    with pytest.raises(BrokerError, match="max_flight_streams_per_account"):
+        slots.acquire("a")                       # its displaced stream runs until it ends
+    slots.release(a1)
+    slots.release(b1)
+    assert slots.open == 2 and not slots.acquire("a").displaced
+
+
+def test_a_full_broker_gives_another_account_a_stream_in_place_of_the_largest_holders(tmp_path: Path) -> None:
+    """Issue 39 Low 12: one account holding every Flight stream does not lock the others out; its
+    displaced stream ends at its next batch, saying where to read on."""
+    acl = write_acl(tmp_path / "acl.json", json.dumps(ACL))
+    broker = InProcessBroker(tmp_path / "store", ServerSecurity(AclFile(acl)), max_flight_streams=2,
+                             max_flight_streams_per_account=2).start()
+    try:
+        with signed_client(broker, "admin1", "admin-secret") as admin, \
+                signed_client(broker, "etl001", "etl-secret") as etl, FlightReader(etl) as reader:
+            record = fill_large(admin)
+            streams = [reader.read(MQ, 0, 800, group="etl", batch_rows=50, batch_bytes=50 * record)
+                       for _ in range(2)]
+            with contextlib.ExitStack() as open_streams:
+                for stream in streams:
+                    open_streams.enter_context(contextlib.closing(stream))
+                first_batches = [next(stream) for stream in streams]
+                assert broker.controller.flight.slots.open == 2
+                assert sum(len(chunk.batch) for chunk in read(admin, 0, 100)) == 100
+                displaced = [first_batches[0], *streams[0]]     # read to its end
+                assert sum(len(chunk.batch) for chunk in displaced) < 800
+                assert displaced[-1].result.next_begin_offset == sum(len(chunk.batch) for chunk in displaced)
+    finally:
+        broker.stop()
