@@ -91,6 +91,8 @@ class BrokerConfig:
     flight_listen: str = ""
     max_flight_streams: int = 64  # Flight reads served at once (each holds at most one batch of pull bytes)
     max_flight_streams_per_account: int = 16  # the same, per access key (per client IP without --acl)
+    max_flight_connections_per_address: int = 64  # Flight connections from one client IP (all count in
+    # --max-connections with the gRPC port's)
     enable_property_filter: bool = True  # SQL92 subscriptions (RocketMQ enablePropertyFilter)
     filter_threads: int = 1  # SQL92 evaluation runs on these threads only (all accounts share them fairly)
     max_pending_filter_reads_per_account: int = 4096  # SQL92 reads one account may have waiting for them

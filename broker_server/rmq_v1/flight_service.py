@@ -95,6 +95,7 @@ class StreamSlot:
     streams took it (the stream ends before its next read)."""
 
     account: str
+    peer: str   # the client's connection (ServerCallContext.peer)
     displaced: bool = False
 
 
@@ -112,6 +113,7 @@ class FlightStreamSlots:
         self.max_per_account = max_per_account
         self._shares: FairShares[StreamSlot] = FairShares(max_streams)
         self._running: dict[str, int] = {}   # each account's streams, displaced ones included
+        self._peers: dict[str, int] = {}     # streams per connection, displaced ones included
         self._lock = threading.Lock()
 
     @property
@@ -120,14 +122,19 @@ class FlightStreamSlots:
         with self._lock:
             return self._shares.count()
 
-    def acquire(self, account: str) -> StreamSlot:
+    def streaming(self) -> set[str]:
+        """The connections with a stream running (FlightConnectionGuard leaves them open)."""
+        with self._lock:
+            return set(self._peers)
+
+    def acquire(self, account: str, peer: str) -> StreamSlot:
         with self._lock:
             mine = self._running.get(account, 0)
             if mine >= self.max_per_account:
                 raise BrokerError(rmq_pb2.LIMIT_EXCEEDED,
                                    f"this account already reads {mine} Flight streams "
                                    "(max_flight_streams_per_account): finish one, or read again later")
-            slot = StreamSlot(account)
+            slot = StreamSlot(account, peer)
             try:
                 displaced = self._shares.admit(account, slot)
             except ShareExceeded:
@@ -137,12 +144,14 @@ class FlightStreamSlots:
             if displaced is not None:
                 displaced.displaced = True
             adjust_count(self._running, account, 1)
+            adjust_count(self._peers, peer, 1)
             return slot
 
     def release(self, slot: StreamSlot) -> None:
         with self._lock:
             self._shares.remove(slot.account, slot)
             adjust_count(self._running, slot.account, -1)
+            adjust_count(self._peers, slot.peer, -1)
 
 
 class FlightReadService(flight.FlightServerBase):
@@ -176,8 +185,7 @@ class FlightReadService(flight.FlightServerBase):
             read = self._validate(request)
         except BrokerError as error:
             raise _refused(error) from None
-        holder = PullHolder(account, f"flight {context.peer()}")
-        return flight.GeneratorStream(SCHEMA, self._stream(read, holder, context))
+        return flight.GeneratorStream(SCHEMA, self._stream(read, account, context))
 
     def _admit(self, context: flight.ServerCallContext, request: rmq_pb2.FlightReadTicket) -> str:
         """The account the stream counts against: the access key, or the caller's IP without an ACL."""
@@ -207,17 +215,17 @@ class FlightReadService(flight.FlightServerBase):
         return FlightRead(query, request.end_offset, request.max_rows or None, request.max_bytes or None,
                           request.packed)
 
-    def _stream(self, read: FlightRead, holder: PullHolder, context: flight.ServerCallContext
+    def _stream(self, read: FlightRead, account: str, context: flight.ServerCallContext
                 ) -> Iterator[tuple[pa.RecordBatch, pa.Buffer]]:
         """One batch per store read, each holding its record bytes until the next is asked for.
         The stream's slot is taken when Flight asks for its first batch (a stream never started
         holds nothing) and given back when it ends; a stream its client cancelled stops before
         its next read, or while it waits for one."""
         try:
-            slot = self.slots.acquire(holder.account)
+            slot = self.slots.acquire(account, context.peer())
         except BrokerError as error:
             raise _refused(error) from None
-        held = 0
+        holder, held = PullHolder(account, f"flight {context.peer()}"), 0
         try:
             query, offset, rows, size = read.query, read.query.offset, 0, 0
             while not context.is_cancelled() and not slot.displaced:

@@ -450,21 +450,21 @@ def test_the_broker_wide_stream_cap_counts_every_accounts_streams() -> None:
     own max_flight_streams_per_account; a full broker gives an account holding fewer streams the
     place of the largest holder's oldest (issue 39 Low 12)."""
     slots = FlightStreamSlots(max_streams=3, max_per_account=2)
-    a1, a2 = slots.acquire("a"), slots.acquire("a")
+    a1, a2 = slots.acquire("a", "ipv4:10.0.0.1:1"), slots.acquire("a", "ipv4:10.0.0.1:1")
     with pytest.raises(BrokerError, match=r"reads 2 Flight streams \(max_flight_streams_per_account\)"):
-        slots.acquire("a")
-    b1 = slots.acquire("b")
-    c1 = slots.acquire("c")                      # full: a's oldest gives way
+        slots.acquire("a", "ipv4:10.0.0.1:1")
+    b1 = slots.acquire("b", "ipv4:10.0.0.2:1")
+    c1 = slots.acquire("c", "ipv4:10.0.0.3:1")                      # full: a's oldest gives way
     assert (a1.displaced, a2.displaced, b1.displaced, c1.displaced) == (True, False, False, False)
     assert slots.open == 3
     with pytest.raises(BrokerError, match=r"serves 3 Flight streams \(max_flight_streams\)") as refusal:
-        slots.acquire("c")                       # 1, 1, 1: nobody holds more
+        slots.acquire("c", "ipv4:10.0.0.3:1")                       # 1, 1, 1: nobody holds more
     assert refusal.value.code == rmq_pb2.LIMIT_EXCEEDED
     with pytest.raises(BrokerError, match="max_flight_streams_per_account"):
-        slots.acquire("a")                       # its displaced stream runs until it ends
+        slots.acquire("a", "ipv4:10.0.0.1:1")                       # its displaced stream runs until it ends
     slots.release(a1)
     slots.release(b1)
-    assert slots.open == 2 and not slots.acquire("a").displaced
+    assert slots.open == 2 and not slots.acquire("a", "ipv4:10.0.0.1:1").displaced
 
 
 def test_a_full_broker_gives_another_account_a_stream_in_place_of_the_largest_holders(tmp_path: Path) -> None:
