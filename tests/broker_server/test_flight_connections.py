@@ -12,7 +12,12 @@ from pathlib import Path
 
 import grpc
 
-from rmq.broker_server.rmq_v1.flight_connections import FlightConnectionGuard, established, own_sockets
+from rmq.broker_server.rmq_v1.flight_connections import (
+    ConnectionLimits,
+    FlightConnectionGuard,
+    established,
+    own_sockets,
+)
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.broker_server.in_process_broker import InProcessBroker
@@ -116,3 +121,21 @@ def test_only_this_processs_sockets_are_counted(tmp_path: Path) -> None:
             assert connection.port == client.getsockname()[1] and connection.address == "127.0.0.1"
             assert connection.inode in own_sockets()
             assert connection.peer == f"ipv4:127.0.0.1:{client.getsockname()[1]}"
+
+
+def test_a_connection_with_a_stream_is_not_idle() -> None:
+    """Only connections without a stream for the whole idle timeout are closed."""
+    with socket.create_server(("127.0.0.1", 0)) as server, \
+            socket.create_connection(server.getsockname()) as streaming, \
+            socket.create_connection(server.getsockname()) as idle:
+        accepted = [server.accept()[0] for _ in range(2)]
+        now = [0.0]
+        peer = f"ipv4:127.0.0.1:{streaming.getsockname()[1]}"
+        limits = ConnectionLimits(max_connections=100, max_per_address=100, idle_timeout_s=5.0)
+        guard = FlightConnectionGuard(server.getsockname()[1], 0, limits, lambda: {peer},
+                                      clock=lambda: now[0])
+        assert guard.check() == []
+        now[0] = 5.0
+        assert [c.port for c in guard.check()] == [idle.getsockname()[1]]
+        for sock in accepted:
+            sock.close()
