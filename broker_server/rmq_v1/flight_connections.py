@@ -2,13 +2,15 @@
 
 pyarrow's FlightServerBase binds and accepts on its own and takes no gRPC channel arguments, so
 neither `grpc.max_allowed_incoming_connections` nor an idle timeout can be given to it. The broker
-looks at its own sockets instead (Linux: /proc/net/tcp{,6} for the connections established to a
-port, /proc/self/fd for which of them are this process's) every CHECK_INTERVAL_S, and shuts down
-(shutdown(2); gRPC then closes the connection as if the client had) the Flight connections
+looks at its own sockets instead (Linux: /proc/self/fd, and getsockname / getpeername on a
+duplicate of each socket not seen before) every CHECK_INTERVAL_S, and shuts down (shutdown(2);
+gRPC then closes the connection as if the client had) the Flight connections
 - past `max_per_address` from one client IP (the newest first),
 - past what the gRPC port's connections leave of `--max-connections` (the newest first),
 - without a stream for `idle_timeout_s` (`--idle-timeout`, as on the gRPC port).
-A client reconnects by itself at its next call. Elsewhere than Linux nothing is counted."""
+A client reconnects by itself at its next call. A check costs a directory listing and a readlink
+per open descriptor (the machine's other sockets are never read); elsewhere than Linux nothing is
+counted."""
 
 from __future__ import annotations
 
@@ -17,21 +19,20 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger("rmq.flight")
 
 CHECK_INTERVAL_S = 1.0
-ESTABLISHED = "01"
-_TABLES = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
 _OWN_FDS = Path("/proc/self/fd")
+_V4_MAPPED = "::ffff:"
 
 
 @dataclass(frozen=True)
 class Connection:
-    """One established connection to a local port: the client's address, the socket's inode."""
+    """One connection accepted on a local port: the client's address, the socket's inode."""
 
     address: str
     port: int
@@ -45,33 +46,10 @@ class Connection:
         return f"ipv4:{self.address}:{self.port}"
 
 
-def established(local_port: int, tables: Iterable[Path] = _TABLES) -> list[Connection]:
-    """Established connections to `local_port` in this network namespace (any process's)."""
-    found = []
-    for table in tables:
-        try:
-            lines = table.read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            local, remote, state, inode = fields[1], fields[2], fields[3], int(fields[9])
-            if state == ESTABLISHED and int(local.rpartition(":")[2], 16) == local_port:
-                address, port = _address(remote)
-                found.append(Connection(address, port, inode))
-    return found
-
-
-def _address(hex_address: str) -> tuple[str, int]:
-    """/proc/net/tcp's `0100007F:1F90` as ("127.0.0.1", 8080); v6 (and v4-mapped) likewise."""
-    host, _, port = hex_address.partition(":")
-    raw = bytes.fromhex(host)
-    if len(raw) == 4:
-        return socket.inet_ntop(socket.AF_INET, raw[::-1]), int(port, 16)
-    packed = b"".join(raw[n:n + 4][::-1] for n in range(0, 16, 4))   # four host-order words
-    if packed.startswith(b"\0" * 10 + b"\xff\xff"):
-        return socket.inet_ntop(socket.AF_INET, packed[12:]), int(port, 16)
-    return socket.inet_ntop(socket.AF_INET6, packed), int(port, 16)
+@dataclass(frozen=True)
+class _Endpoints:
+    local_port: int
+    connection: Connection
 
 
 def own_sockets() -> dict[int, int]:
@@ -91,6 +69,30 @@ def own_sockets() -> dict[int, int]:
     return sockets
 
 
+def _endpoints(fd: int, inode: int) -> _Endpoints | None:
+    """The local port and the peer of the TCP socket `fd` if it still is socket `inode` and is
+    connected; None otherwise (a listening socket, another family, a descriptor closed since)."""
+    try:
+        duplicate = os.dup(fd)
+    except OSError:
+        return None
+    try:
+        if os.fstat(duplicate).st_ino != inode:
+            return None
+        with socket.socket(fileno=duplicate) as sock:
+            duplicate = -1   # the socket object owns (and closes) it
+            if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
+                return None
+            local, peer = sock.getsockname(), sock.getpeername()
+    except OSError:   # not connected, or gone
+        return None
+    finally:
+        if duplicate >= 0:
+            os.close(duplicate)
+    address = peer[0][len(_V4_MAPPED):] if peer[0].startswith(_V4_MAPPED) else peer[0]
+    return _Endpoints(local[1], Connection(address, peer[1], inode))
+
+
 def shut_down(fd: int, inode: int) -> bool:
     """shutdown(2) the socket `fd` if it still is socket `inode` (the descriptor may have been
     closed and reused since it was listed); True when done."""
@@ -102,7 +104,7 @@ def shut_down(fd: int, inode: int) -> bool:
         if os.fstat(duplicate).st_ino != inode:
             return False
         with socket.socket(fileno=duplicate) as sock:
-            duplicate = -1   # the socket object owns it now
+            duplicate = -1
             sock.shutdown(socket.SHUT_RDWR)
         return True
     except OSError:
@@ -110,6 +112,24 @@ def shut_down(fd: int, inode: int) -> bool:
     finally:
         if duplicate >= 0:
             os.close(duplicate)
+
+
+class OwnConnections:
+    """This process's connections accepted on given ports, each socket looked at once."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, _Endpoints | None] = {}   # inode -> its endpoints (None: not a connection)
+
+    def on(self, ports: Collection[int]) -> tuple[dict[int, list[Connection]], dict[int, int]]:
+        """Per port, the connections accepted on it; and inode -> descriptor of every socket."""
+        sockets = own_sockets()
+        self._seen = {inode: self._seen[inode] if inode in self._seen else _endpoints(fd, inode)
+                      for inode, fd in sockets.items()}
+        found: dict[int, list[Connection]] = {port: [] for port in ports}
+        for endpoints in self._seen.values():
+            if endpoints is not None and endpoints.local_port in found:
+                found[endpoints.local_port].append(endpoints.connection)
+        return found, sockets
 
 
 @dataclass(frozen=True)
@@ -128,6 +148,7 @@ class FlightConnectionGuard:
         self.limits = limits
         self.streaming = streaming
         self.clock = clock
+        self._connections = OwnConnections()
         self._idle_since: dict[int, float] = {}   # inode -> when it was last seen without a stream
         self._first_seen: dict[int, int] = {}     # inode -> the check that saw it first (age order)
         self._checks = 0
@@ -154,11 +175,11 @@ class FlightConnectionGuard:
             return self._check()
 
     def _check(self) -> list[Connection]:
-        mine = own_sockets()
-        connections = [c for c in established(self.flight_port) if c.inode in mine]
+        by_port, mine = self._connections.on((self.flight_port, self.grpc_port))
+        connections = by_port[self.flight_port]
         self._checks += 1
         self._first_seen = {c.inode: self._first_seen.get(c.inode, self._checks) for c in connections}
-        room = self.limits.max_connections - sum(c.inode in mine for c in established(self.grpc_port))
+        room = self.limits.max_connections - len(by_port[self.grpc_port])
         closing = self._excess(connections, max(0, room)) + self._idle(connections)
         closed = [c for c in dict.fromkeys(closing) if shut_down(mine[c.inode], c.inode)]
         if closed:

@@ -15,8 +15,7 @@ import grpc
 from rmq.broker_server.rmq_v1.flight_connections import (
     ConnectionLimits,
     FlightConnectionGuard,
-    established,
-    own_sockets,
+    OwnConnections,
 )
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
@@ -44,8 +43,8 @@ def connect(broker: InProcessBroker, opened: list[socket.socket], count: int) ->
 
 def accepted(flight_port: int, sock: socket.socket) -> bool:
     """The broker holds the server side of `sock`."""
-    port, mine = sock.getsockname()[1], own_sockets()
-    return any(c.port == port and c.inode in mine for c in established(flight_port))
+    found, _ = OwnConnections().on([flight_port])
+    return any(c.port == sock.getsockname()[1] for c in found[flight_port])
 
 
 def guard(broker: InProcessBroker) -> FlightConnectionGuard:
@@ -110,16 +109,16 @@ def test_a_flight_connection_without_a_stream_is_closed_after_the_idle_timeout(t
         wait_until(lambda: closed_by_peer(sock), "the idle connection closed", timeout=DEADLINE_S)
 
 
-def test_only_this_processs_sockets_are_counted(tmp_path: Path) -> None:
-    """A listening socket of this process on a port: established() lists the connections to it of
-    any process, own_sockets() which of them this process holds."""
+def test_the_connections_accepted_on_a_port_are_found_among_the_processs_sockets() -> None:
     with socket.create_server(("127.0.0.1", 0)) as server, \
             socket.create_connection(server.getsockname()) as client:
         accepted, _ = server.accept()
         with accepted:
-            [connection] = established(server.getsockname()[1])
-            assert connection.port == client.getsockname()[1] and connection.address == "127.0.0.1"
-            assert connection.inode in own_sockets()
+            port = server.getsockname()[1]
+            found, sockets = OwnConnections().on([port, 0])
+            [connection] = found[port]
+            assert found[0] == [] and connection.inode in sockets
+            assert (connection.address, connection.port) == client.getsockname()
             assert connection.peer == f"ipv4:127.0.0.1:{client.getsockname()[1]}"
 
 
