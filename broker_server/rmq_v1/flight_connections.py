@@ -14,12 +14,13 @@ counted."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,49 +70,52 @@ def own_sockets() -> dict[int, int]:
     return sockets
 
 
-def _endpoints(fd: int, inode: int) -> _Endpoints | None:
-    """The local port and the peer of the TCP socket `fd` if it still is socket `inode` and is
-    connected; None otherwise (a listening socket, another family, a descriptor closed since)."""
+@contextlib.contextmanager
+def _socket(fd: int, inode: int) -> Iterator[socket.socket | None]:
+    """A duplicate of descriptor `fd` as a socket object if it still is socket `inode` (it may
+    have been closed and reused since it was listed), else None; closed after the block."""
     try:
         duplicate = os.dup(fd)
     except OSError:
-        return None
+        yield None
+        return
     try:
-        if os.fstat(duplicate).st_ino != inode:
+        same = os.fstat(duplicate).st_ino == inode
+    except OSError:
+        same = False
+    if not same:
+        os.close(duplicate)
+        yield None
+        return
+    with socket.socket(fileno=duplicate) as sock:
+        yield sock
+
+
+def _endpoints(fd: int, inode: int) -> _Endpoints | None:
+    """The local port and the peer of the TCP socket `fd` if it still is socket `inode` and is
+    connected; None otherwise (a listening socket, another family, a descriptor closed since)."""
+    with _socket(fd, inode) as sock:
+        if sock is None or sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET,
+                                                                                   socket.AF_INET6):
             return None
-        with socket.socket(fileno=duplicate) as sock:
-            duplicate = -1   # the socket object owns (and closes) it
-            if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
-                return None
+        try:
             local, peer = sock.getsockname(), sock.getpeername()
-    except OSError:   # not connected, or gone
-        return None
-    finally:
-        if duplicate >= 0:
-            os.close(duplicate)
+        except OSError:   # not connected
+            return None
     address = peer[0][len(_V4_MAPPED):] if peer[0].startswith(_V4_MAPPED) else peer[0]
     return _Endpoints(local[1], Connection(address, peer[1], inode))
 
 
 def shut_down(fd: int, inode: int) -> bool:
-    """shutdown(2) the socket `fd` if it still is socket `inode` (the descriptor may have been
-    closed and reused since it was listed); True when done."""
-    try:
-        duplicate = os.dup(fd)
-    except OSError:
-        return False
-    try:
-        if os.fstat(duplicate).st_ino != inode:
+    """shutdown(2) the socket `fd` if it still is socket `inode`; True when done."""
+    with _socket(fd, inode) as sock:
+        if sock is None:
             return False
-        with socket.socket(fileno=duplicate) as sock:
-            duplicate = -1
+        try:
             sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            return False
         return True
-    except OSError:
-        return False
-    finally:
-        if duplicate >= 0:
-            os.close(duplicate)
 
 
 class OwnConnections:
