@@ -7,7 +7,10 @@ duplicate of each socket not seen before) every CHECK_INTERVAL_S, and shuts down
 gRPC then closes the connection as if the client had) the Flight connections
 - past `max_per_address` from one client IP (the newest first),
 - past what the gRPC port's connections leave of `--max-connections` (the newest first),
-- without a stream for `idle_timeout_s` (`--idle-timeout`, as on the gRPC port).
+- without a stream its client reads for `idle_timeout_s` (`--idle-timeout`, as on the gRPC port
+  for a connection without a call): no stream, or none whose client took a batch for that long.
+  A stream whose client stopped reading ends with its connection, giving back its batch's
+  bytes and its slot (issue 39 High 3).
 A client reconnects by itself at its next call. A check costs a directory listing and a readlink
 per open descriptor (the machine's other sockets are never read); elsewhere than Linux nothing is
 counted."""
@@ -145,15 +148,17 @@ class ConnectionLimits:
 
 class FlightConnectionGuard:
     def __init__(self, flight_port: int, grpc_port: int, limits: ConnectionLimits,
-                 streaming: Callable[[], set[str]], clock: Callable[[], float] = time.monotonic) -> None:
-        """`streaming()`: the peers (ServerCallContext.peer) with a Flight stream open."""
+                 streaming: Callable[[], dict[str, float]], clock: Callable[[], float] = time.monotonic
+                 ) -> None:
+        """`streaming()`: the peers (ServerCallContext.peer) with Flight streams, each with when
+        its client last took a batch of one (on `clock`)."""
         self.flight_port = flight_port
         self.grpc_port = grpc_port
         self.limits = limits
         self.streaming = streaming
         self.clock = clock
         self._connections = OwnConnections()
-        self._idle_since: dict[int, float] = {}   # inode -> when it was last seen without a stream
+        self._active: dict[int, float] = {}   # inode -> when it was first seen or its client last read
         self._first_seen: dict[int, int] = {}     # inode -> the check that saw it first (age order)
         self._checks = 0
         self._lock = threading.Lock()   # check() runs on the guard's thread (and in tests)
@@ -206,9 +211,8 @@ class FlightConnectionGuard:
         return excess
 
     def _idle(self, connections: list[Connection]) -> list[Connection]:
-        now, streaming = self.clock(), self.streaming()
-        idle_since = {c.inode: self._idle_since.get(c.inode, now) for c in connections
-                      if c.peer not in streaming}
-        self._idle_since = idle_since
-        return [c for c in connections
-                if c.inode in idle_since and now - idle_since[c.inode] >= self.limits.idle_timeout_s]
+        now, progress = self.clock(), self.streaming()
+        never = float("-inf")
+        self._active = {c.inode: max(self._active.get(c.inode, now), progress.get(c.peer, never))
+                        for c in connections}
+        return [c for c in connections if now - self._active[c.inode] >= self.limits.idle_timeout_s]

@@ -21,8 +21,9 @@ import asyncio
 import concurrent.futures
 import functools
 import threading
+import time
 from collections.abc import Coroutine, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import grpc
@@ -97,6 +98,7 @@ class StreamSlot:
     account: str
     peer: str   # the client's connection (ServerCallContext.peer)
     displaced: bool = False
+    progress: float = field(default_factory=time.monotonic)   # when its client last took a batch
 
 
 class FlightStreamSlots:
@@ -113,7 +115,7 @@ class FlightStreamSlots:
         self.max_per_account = max_per_account
         self._shares: FairShares[StreamSlot] = FairShares(max_streams)
         self._running: dict[str, int] = {}   # each account's streams, displaced ones included
-        self._peers: dict[str, int] = {}     # streams per connection, displaced ones included
+        self._live: set[StreamSlot] = set()   # displaced ones included
         self._lock = threading.Lock()
 
     @property
@@ -122,10 +124,14 @@ class FlightStreamSlots:
         with self._lock:
             return self._shares.count()
 
-    def streaming(self) -> set[str]:
-        """The connections with a stream running (FlightConnectionGuard leaves them open)."""
+    def streaming(self) -> dict[str, float]:
+        """The connections with streams, each with when its client last took a batch of one
+        (time.monotonic): FlightConnectionGuard closes a connection idle that long."""
+        progress: dict[str, float] = {}
         with self._lock:
-            return set(self._peers)
+            for slot in self._live:
+                progress[slot.peer] = max(progress.get(slot.peer, slot.progress), slot.progress)
+        return progress
 
     def acquire(self, account: str, peer: str) -> StreamSlot:
         with self._lock:
@@ -144,14 +150,14 @@ class FlightStreamSlots:
             if displaced is not None:
                 displaced.displaced = True
             adjust_count(self._running, account, 1)
-            adjust_count(self._peers, peer, 1)
+            self._live.add(slot)
             return slot
 
     def release(self, slot: StreamSlot) -> None:
         with self._lock:
             self._shares.remove(slot.account, slot)
             adjust_count(self._running, slot.account, -1)
-            adjust_count(self._peers, slot.peer, -1)
+            self._live.discard(slot)
 
 
 class FlightReadService(flight.FlightServerBase):
@@ -242,6 +248,7 @@ class FlightReadService(flight.FlightServerBase):
                 if result.message_count:
                     self.pull.stats.record_get(query.topic, result.message_count, held)
                 yield self._batch(read, result)
+                slot.progress = time.monotonic()
                 rows, size = rows + result.message_count, size + held
                 if result.status not in _READ_ON or result.next_begin_offset <= offset:
                     return   # the client reads what the status means and where to go on

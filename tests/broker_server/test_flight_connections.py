@@ -123,7 +123,7 @@ def test_the_connections_accepted_on_a_port_are_found_among_the_processs_sockets
 
 
 def test_a_connection_with_a_stream_is_not_idle() -> None:
-    """Only connections without a stream for the whole idle timeout are closed."""
+    """Only connections without a stream read for the whole idle timeout are closed."""
     with socket.create_server(("127.0.0.1", 0)) as server, \
             socket.create_connection(server.getsockname()) as streaming, \
             socket.create_connection(server.getsockname()) as idle:
@@ -131,7 +131,7 @@ def test_a_connection_with_a_stream_is_not_idle() -> None:
         now = [0.0]
         peer = f"ipv4:127.0.0.1:{streaming.getsockname()[1]}"
         limits = ConnectionLimits(max_connections=100, max_per_address=100, idle_timeout_s=5.0)
-        guard = FlightConnectionGuard(server.getsockname()[1], 0, limits, lambda: {peer},
+        guard = FlightConnectionGuard(server.getsockname()[1], 0, limits, lambda: {peer: now[0]},
                                       clock=lambda: now[0])
         assert guard.check() == []
         now[0] = 5.0

@@ -8,6 +8,7 @@ import concurrent.futures
 import contextlib
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -488,5 +489,28 @@ def test_a_full_broker_gives_another_account_a_stream_in_place_of_the_largest_ho
                 displaced = [first_batches[0], *streams[0]]     # read to its end
                 assert sum(len(chunk.batch) for chunk in displaced) < 800
                 assert displaced[-1].result.next_begin_offset == sum(len(chunk.batch) for chunk in displaced)
+    finally:
+        broker.stop()
+
+
+def test_a_stream_whose_client_stopped_reading_ends_after_the_idle_timeout(tmp_path: Path) -> None:
+    """Issue 39 High 3: a stream whose client takes no batch for --idle-timeout loses its connection
+    (FlightConnectionGuard), which gives back its batch's bytes and its slot."""
+    broker = InProcessBroker(tmp_path, ServerSecurity(idle_timeout_s=1.0)).start()
+    try:
+        with RmqClient(broker.address) as client, FlightReader(client) as reader:
+            record = fill_large(client)
+            budget, slots = broker.controller.pull_processor.budget, broker.controller.flight.slots
+            stalled = reader.read(MQ, 0, 800, group="etl", batch_rows=50, batch_bytes=50 * record)
+            with contextlib.closing(stalled):
+                next(stalled)     # then stop reading
+                wait_until(lambda: slots.open == 0 and budget.held == 0,
+                           lambda: f"the stalled stream ended (open {slots.open}, held {budget.held})",
+                           timeout=10)
+            rows = 0
+            for chunk in reader.read(MQ, 0, 800, group="etl", batch_rows=50, batch_bytes=50 * record):
+                rows += len(chunk.batch)
+                time.sleep(0.2)   # a slow reader (the behaviour under test): 3 s in all, past the timeout
+            assert rows == 800
     finally:
         broker.stop()
