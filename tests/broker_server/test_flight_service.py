@@ -28,6 +28,8 @@ from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.connector.errors import RmqError, RmqUnavailable
 from rmq.connector.flight_reader import FlightReader
 from rmq.connector.pull_consumer import PullConsumer
+from rmq.connector.pull_result import PullResult
+from rmq.connector.remoting_client import RemotingCall
 from rmq.connector.spark.message_decoder import SCHEMA, decode
 from rmq.connector.transport import Transport
 from rmq.message_queue import MessageQueue
@@ -340,6 +342,16 @@ def stall(streams: list[Iterator[object]]) -> None:
             next(stream)
 
 
+def remoting_pull(client: RmqClient, offset: int, count: int) -> PullResult:
+    """A pull over the broker's remoting port (RmqClient.pull_async's transport when served)."""
+    answer: concurrent.futures.Future[PullResult] = concurrent.futures.Future()
+    call = client.pull_async(MQ, offset, count, group="etl",
+                             callback=lambda result, error: answer.set_exception(error) if error
+                             else answer.set_result(result))
+    assert isinstance(call, RemotingCall)
+    return answer.result(WAIT_S)
+
+
 def test_one_accounts_unread_streams_leave_other_accounts_their_pulls(tmp_path: Path) -> None:
     """Issue 39 High 3: one account's Flight streams that are never read hold at most its share of
     the pull answers' budget (max_inflight_pull_bytes_per_account), so another account's pulls
@@ -360,8 +372,9 @@ def test_one_accounts_unread_streams_leave_other_accounts_their_pulls(tmp_path: 
                     open_streams.enter_context(contextlib.closing(stream))
                 stall(streams)
                 wait_until(lambda: budget.held >= 50 * record, "the unread streams hold their batches")
-                for start in (0, 40, 80):    # every pull while the streams stay open
+                for start in (0, 40, 80):    # every pull while the streams stay open: gRPC
                     assert admin.pull(MQ, start, 40, group="etl", max_bytes=40 * record).messages.count == 40
+                assert remoting_pull(admin, 120, 40).messages.count == 40   # and the remoting port
             wait_until(lambda: budget.held == 0, lambda: f"the closed streams give back (held {budget.held})")
     finally:
         broker.stop()
