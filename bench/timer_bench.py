@@ -1,4 +1,4 @@
-"""Section 16: timer messages (issue 45, docs/internals/timer.md) — a broker holding N pending
+"""Section 17: timer messages (issue 45, docs/internals/timer.md) — a broker holding N pending
 timers: how fast they are parked (timers acknowledged per second, lists of 256 with
 TIMER_DELIVER_MS), the broker's memory growth with them all pending (anonymous memory, the
 Python heap, against file-backed pages, the CommitLog and TimerLog mappings the kernel may drop),
