@@ -62,7 +62,7 @@ from pyspark.sql.types import StructType
 
 from rmq.connector.errors import RmqOptionError
 from rmq.connector.spark.options import check_source_options, parse_source_options
-from rmq.connector.spark.source_schema import SOURCE_SCHEMA
+from rmq.connector.spark.source_schema import SOURCE_SCHEMA, source_columns
 from rmq.connector.spark.stream_reader import OffsetJson, RmqStreamReader
 
 if TYPE_CHECKING:
@@ -71,12 +71,23 @@ if TYPE_CHECKING:
 
 
 class RmqDataSource(DataSource):
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        # `load()` with a schema of the query's own: Spark does not call schema(), so its options
+        # and its columns are checked here (a read's load() only creates the source then).
+        frame = _spark_frame(CREATE_WORKER_FILE)
+        schema = None if frame is None else frame.f_locals.get(CREATE_SCHEMA_VARIABLE)
+        if isinstance(schema, StructType):
+            check_source_options(self.options)
+            source_columns(schema)
+
     @classmethod
     def name(cls) -> str:
         return "rmq"
 
     def schema(self) -> StructType:
-        # Called at `load()` of reads only (writes never ask for it): fail early on bad options.
+        # Called at `load()` of reads without a schema of their own (writes never ask for it): fail
+        # early on bad options.
         check_source_options(self.options)
         return SOURCE_SCHEMA
 
@@ -86,12 +97,13 @@ class RmqDataSource(DataSource):
 
     def reader(self, schema: StructType) -> RmqBatchReader:
         from rmq.connector.spark.batch_reader import RmqBatchReader, RmqFilteringBatchReader
-        options = parse_source_options(self.options, streaming=False)
+        options = parse_source_options(self.options, streaming=False, columns=source_columns(schema))
         return RmqFilteringBatchReader(options) if _asked_by_pushdown() else RmqBatchReader(options)
 
     def streamReader(self, schema: StructType) -> RmqStreamReader | RefusedStreamReader:
         try:
-            return RmqStreamReader(parse_source_options(self.options, streaming=True))
+            return RmqStreamReader(parse_source_options(self.options, streaming=True,
+                                                        columns=source_columns(schema)))
         except RmqOptionError as error:
             return RefusedStreamReader(error)
 
@@ -135,18 +147,25 @@ class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 PUSHDOWN_WORKER_FILE = "data_source_pushdown_filters.py"   # pyspark.sql.worker's pushdown step
+CREATE_WORKER_FILE = "create_data_source.py"   # pyspark.sql.worker's step run by load()
+CREATE_SCHEMA_VARIABLE = "user_specified_schema"   # its local holding the schema given to load()
 
 
 def _asked_by_pushdown() -> bool:
     """Whether Spark's filter-pushdown step asks for the reader. Spark runs that step only
     with spark.sql.python.filterPushdown.enabled, and otherwise refuses a reader that has a
     pushFilters method; the source cannot read that setting, so it looks at its caller."""
+    return _spark_frame(PUSHDOWN_WORKER_FILE) is not None
+
+
+def _spark_frame(worker_file: str) -> FrameType | None:
+    """The frame of Spark's worker step `worker_file` among the callers, None when none is."""
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
-        if Path(frame.f_code.co_filename).name == PUSHDOWN_WORKER_FILE:
-            return True
+        if Path(frame.f_code.co_filename).name == worker_file:
+            return frame
         frame = frame.f_back
-    return False
+    return None
 
 
 def register(spark: SparkSession) -> None:

@@ -31,6 +31,7 @@ from rmq.connector.spark.source_offsets import (
     Specific,
     Timestamps,
 )
+from rmq.connector.spark.source_schema import ALL_COLUMNS
 from rmq.connector.transport import TRANSPORTS, Transport
 from rmq.message_format import MAX_TOPIC_LENGTH
 from rmq.names import MAX_GROUP_LENGTH, VALID_CHARACTERS, group_name_problem, topic_name_problem
@@ -89,6 +90,14 @@ class PullSettings:
     security: ClientSecurity = field(default_factory=ClientSecurity)   # accessKey/secretKey/tls
     sql_filter: str | None = None    # sqlFilter: an SQL92 condition the broker evaluates instead of tags
     transport: Transport = Transport.AUTO
+    columns: tuple[str, ...] = ALL_COLUMNS   # the query's schema (source_schema.source_columns)
+
+    @property
+    def read_columns(self) -> tuple[str, ...]:
+        """What a read gathers: the query's columns, and those the reader needs itself (queue_offset
+        to trim the range's end, tags to re-check the tag filter), dropped before Spark sees them."""
+        needed = ("queue_offset",) + (("tags",) if self.tags is not None else ())
+        return self.columns + tuple(name for name in needed if name not in self.columns)
 
     @property
     def selector(self) -> str | MessageSelector:
@@ -143,13 +152,16 @@ def check_source_options(options: Mapping[str, str]) -> None:
     _parse(options, streaming=False)
 
 
-def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
-    """Validate every option; defaults differ between the stream and the batch reader."""
+def parse_source_options(options: Mapping[str, str], *, streaming: bool,
+                         columns: tuple[str, ...] = ALL_COLUMNS) -> SourceOptions:
+    """Validate every option; defaults differ between the stream and the batch reader. `columns`:
+    those of the query's schema (source_schema.source_columns)."""
     _check_mode(options, streaming)
-    return _parse(options, streaming)
+    return _parse(options, streaming, columns)
 
 
-def _parse(options: Mapping[str, str], streaming: bool) -> SourceOptions:
+def _parse(options: Mapping[str, str], streaming: bool, columns: tuple[str, ...] = ALL_COLUMNS
+           ) -> SourceOptions:
     values = {str(key).lower(): str(value) for key, value in options.items()}
     _reject_unknown(values)
     get = _Getter(values)
@@ -181,6 +193,7 @@ def _parse(options: Mapping[str, str], streaming: bool) -> SourceOptions:
             security=_parse_security(options),
             sql_filter=sql_filter,
             transport=Transport(get.choice("transport", TRANSPORTS, Transport.AUTO.value)),
+            columns=columns,
         ),
         starting_offsets=starting_offsets,
         ending_offsets=_parse_ending(get, subscribed),

@@ -10,6 +10,7 @@ pyarrow.compute for the properties map. There is no per-message Python code.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,8 +65,24 @@ _HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)[
     (np.arange(1 << 16)[:, None] >> np.array([12, 8, 4, 0])) & 0xF].view(np.uint32).reshape(-1)
 
 
-def decode_records(records: np.ndarray, sizes: np.ndarray, broker_name: str) -> pa.RecordBatch:
-    """The records (uint8, back to back) of the given sizes (int64) as one RecordBatch with SCHEMA."""
+COLUMNS = tuple(SCHEMA.names)
+
+
+def column_problem(names: Sequence[str]) -> str | None:
+    """Why `names` is not a column set of SCHEMA (unknown or repeated name), None when it is."""
+    for index, name in enumerate(names):
+        if name not in SCHEMA.names:
+            return f"unknown column {name!r}: the columns are {', '.join(COLUMNS)}"
+        if name in names[:index]:
+            return f"column {name!r} named twice"
+    return None
+
+
+def decode_records(records: np.ndarray, sizes: np.ndarray, broker_name: str,
+                   columns: Sequence[str] = COLUMNS) -> pa.RecordBatch:
+    """The records (uint8, back to back) of the given sizes (int64) as one RecordBatch of SCHEMA's
+    `columns` in that order (all by default): only those are computed (the properties are parsed
+    only for properties, tags or keys)."""
     _check(sizes >= mf.FIXED_OVERHEAD, "record shorter than the fixed overhead")
     if int(sizes.sum()) != len(records):
         raise CorruptRecordsError(f"sizes add up to {int(sizes.sum())} but records hold {len(records)} bytes")
@@ -87,27 +104,33 @@ def decode_records(records: np.ndarray, sizes: np.ndarray, broker_name: str) -> 
     properties_length = layout.read_int(properties_length_pos, "i2").astype(np.int64)
     _check(body_length + topic_length + properties_length == room, "field lengths do not add up")
 
-    if properties_length.any():
-        text = layout.variable(pa.string(), properties_length_pos + 2, properties_length)
-        properties = _Properties.parse(text)
-    else:
-        properties = _Properties.none(len(sizes))
-    columns = [
-        layout.variable(pa.string(), topic_length_pos + 1, topic_length),
-        pa.repeat(_string(broker_name), len(sizes)),
-        _primitive(fields["queue_id"].astype(np.int32), pa.int32()),
-        _primitive(fields["queue_offset"].astype(np.int64), pa.int64()),
-        _msg_ids(header),
-        properties.lookup(_string(mf.PROPERTY_TAGS)),
-        properties.lookup(_string(mf.PROPERTY_KEYS)),
-        layout.variable(pa.binary(), starts + mf.BODY_POS, body_length),
-        properties.entries,
-        _timestamps(fields["born_timestamp"]),
-        _timestamps(fields["store_timestamp"]),
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=SCHEMA)
+    @functools.cache
+    def properties() -> _Properties:
+        if properties_length.any():
+            text = layout.variable(pa.string(), properties_length_pos + 2, properties_length)
+            return _Properties.parse(text)
+        return _Properties.none(len(sizes))
+
+    build: dict[str, Callable[[], pa.Array]] = {
+        "topic": lambda: layout.variable(pa.string(), topic_length_pos + 1, topic_length),
+        "broker_name": lambda: pa.repeat(_string(broker_name), len(sizes)),
+        "queue_id": lambda: _primitive(fields["queue_id"].astype(np.int32), pa.int32()),
+        "queue_offset": lambda: _primitive(fields["queue_offset"].astype(np.int64), pa.int64()),
+        "msg_id": lambda: _msg_ids(header),
+        "tags": lambda: properties().lookup(_string(mf.PROPERTY_TAGS)),
+        "keys": lambda: properties().lookup(_string(mf.PROPERTY_KEYS)),
+        "body": lambda: layout.variable(pa.binary(), starts + mf.BODY_POS, body_length),
+        "properties": lambda: properties().entries,
+        "born_timestamp": lambda: _timestamps(fields["born_timestamp"]),
+        "store_timestamp": lambda: _timestamps(fields["store_timestamp"]),
+    }
+    return pa.RecordBatch.from_arrays([build[name]() for name in columns], schema=schema_of(tuple(columns)))
 
 
+@functools.cache
+def schema_of(columns: tuple[str, ...]) -> pa.Schema:
+    """SCHEMA's fields `columns`, in that order."""
+    return SCHEMA if columns == COLUMNS else pa.schema([SCHEMA.field(name) for name in columns])
 
 
 # ---------------------------------------------------------------- helpers
