@@ -23,6 +23,7 @@ from rmq.connector.client import MessageQueue, RmqClient
 from rmq.connector.errors import OffsetResolutionError
 from rmq.connector.spark.batch_reader import RmqBatchReader, RmqFilteringBatchReader
 from rmq.connector.spark.options import parse_source_options
+from rmq.connector.spark.source_schema import ALL_COLUMNS
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -34,8 +35,9 @@ def client(broker):
         yield rmq
 
 
-def batch_reader(endpoints: str, **options: str) -> RmqBatchReader:
-    return RmqBatchReader(parse_source_options({"endpoints": endpoints, **options}, streaming=False))
+def batch_reader(endpoints: str, columns: tuple[str, ...] = ALL_COLUMNS, **options: str) -> RmqBatchReader:
+    return RmqBatchReader(parse_source_options({"endpoints": endpoints, **options}, streaming=False,
+                                               columns=columns))
 
 
 def read_all(reader, partitions) -> list[tuple[int, int]]:
@@ -43,12 +45,12 @@ def read_all(reader, partitions) -> list[tuple[int, int]]:
                   for row in batch.select(["queue_id", "queue_offset"]).to_pylist())
 
 
-def test_min_partitions_cuts_queue_ranges_into_contiguous_pieces(broker, client):
+def test_min_partitions_cuts_queue_ranges_into_contiguous_pieces(broker, client, columns):
     client.create_topic("wide", queues=8)
     produce(client, "wide", 110)               # uneven: some queues hold one message more
     wait_dispatched(client, "wide", 110)
-    plain = batch_reader(broker.address, topic="wide")
-    cut = batch_reader(broker.address, topic="wide", minPartitions="16")
+    plain = batch_reader(broker.address, columns, topic="wide")
+    cut = batch_reader(broker.address, columns, topic="wide", minPartitions="16")
     assert len(plain.partitions()) == 8
     pieces = cut.partitions()
     assert len(pieces) == 16 and pieces == cut.partitions()                  # replays cut the same way
