@@ -71,23 +71,14 @@ if TYPE_CHECKING:
 
 
 class RmqDataSource(DataSource):
-    def __init__(self, options: dict[str, str]) -> None:
-        super().__init__(options)
-        # `load()` with a schema of the query's own: Spark does not call schema(), so its options
-        # and its columns are checked here (a read's load() only creates the source then).
-        frame = _spark_frame(CREATE_WORKER_FILE)
-        schema = None if frame is None else frame.f_locals.get(CREATE_SCHEMA_VARIABLE)
-        if isinstance(schema, StructType):
-            check_source_options(self.options)
-            source_columns(schema)
-
     @classmethod
     def name(cls) -> str:
         return "rmq"
 
     def schema(self) -> StructType:
         # Called at `load()` of reads without a schema of their own (writes never ask for it): fail
-        # early on bad options.
+        # early on bad options. With `.schema(...)` Spark runs no Python at load(): the options and
+        # the columns are checked when the reader is created, at the query's start.
         check_source_options(self.options)
         return SOURCE_SCHEMA
 
@@ -125,7 +116,7 @@ class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     PySpark's own `UnboundLocalError`.)"""
 
     def __init__(self, error: RmqOptionError) -> None:
-        self.error = error
+        self.error = error.with_traceback(None)   # the user sees the message, not where it was found
 
     def initialOffset(self) -> OffsetJson:
         raise self.error
@@ -147,25 +138,18 @@ class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 PUSHDOWN_WORKER_FILE = "data_source_pushdown_filters.py"   # pyspark.sql.worker's pushdown step
-CREATE_WORKER_FILE = "create_data_source.py"   # pyspark.sql.worker's step run by load()
-CREATE_SCHEMA_VARIABLE = "user_specified_schema"   # its local holding the schema given to load()
 
 
 def _asked_by_pushdown() -> bool:
     """Whether Spark's filter-pushdown step asks for the reader. Spark runs that step only
     with spark.sql.python.filterPushdown.enabled, and otherwise refuses a reader that has a
     pushFilters method; the source cannot read that setting, so it looks at its caller."""
-    return _spark_frame(PUSHDOWN_WORKER_FILE) is not None
-
-
-def _spark_frame(worker_file: str) -> FrameType | None:
-    """The frame of Spark's worker step `worker_file` among the callers, None when none is."""
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
-        if Path(frame.f_code.co_filename).name == worker_file:
-            return frame
+        if Path(frame.f_code.co_filename).name == PUSHDOWN_WORKER_FILE:
+            return True
         frame = frame.f_back
-    return None
+    return False
 
 
 def register(spark: SparkSession) -> None:
