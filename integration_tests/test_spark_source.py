@@ -195,8 +195,8 @@ def test_a_query_names_its_columns_and_a_restart_with_another_schema_resumes_at_
     assert run("queue_id int, store_timestamp timestamp, body binary, properties map<string,string>") == [
         "queue_id", "store_timestamp", "body", "properties"]
     assert sorted(bytes(row.body) for row in seen) == sorted(bodies)             # only the new ones
-    rows = (spark.read.format("rmq").schema("queue_offset long, tags string").option("endpoints", broker.address)
-            .option("topic", "named").load().collect())
+    rows = (spark.read.format("rmq").schema("queue_offset long, tags string")
+            .option("endpoints", broker.address).option("topic", "named").load().collect())
     assert len(rows) == 30 and rows[0].__fields__ == ["queue_offset", "tags"]
 
 

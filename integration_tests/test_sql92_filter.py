@@ -27,7 +27,8 @@ def test_spark_refuses_a_malformed_sql_filter_at_load(spark, orders_broker: InPr
          .option("sqlFilter", "region = 'eu' AND amount >").load())
 
 
-def test_spark_sql_filter_on_properties_the_query_does_not_select(spark, orders_broker: InProcessBroker) -> None:
+def test_spark_sql_filter_on_properties_the_query_does_not_select(spark, orders_broker: InProcessBroker
+                                                                  ) -> None:
     """The broker evaluates the filter on the stored properties; the query's columns leave them out."""
     frame = (spark.read.format("rmq").schema("queue_id int, queue_offset long, body binary")
              .option("endpoints", orders_broker.address).option("topic", "Orders").option("sqlFilter", FILTER)
