@@ -83,7 +83,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _partitions(address: str, args: argparse.Namespace, columns: tuple[str, ...]) -> list[QueueRangePartition]:
+def _partitions(address: str, args: argparse.Namespace, columns: tuple[str, ...]
+                ) -> list[QueueRangePartition]:
     """The topic filled with `args.rows` messages of 100 B, one partition per queue."""
     with RmqClient(address) as client:
         client.create_topic(TOPIC, queues=QUEUES)
