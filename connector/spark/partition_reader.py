@@ -123,15 +123,18 @@ class QueueRangeReader:
 
     def _flight_batches(self, flight: FlightReader) -> Iterator[pa.RecordBatch]:
         """One ticket after the other from where the last one ended; a stream cut by an outage is
-        asked for again from the last offset it delivered, within the outage window."""
+        asked for again from the last offset it delivered, within the outage window. The broker's
+        store reads are as large as a batch handed to Spark (BATCH_ROWS, BATCH_BYTES; at least
+        pullBatchSize rows): the stream's batches go on as they come, without being copied into
+        larger ones, and the broker builds a quarter as many (bench/NOTES.md, issue 43)."""
         settings = self._settings
         offset, backoff = self._start, Backoff(settings.outage_window_ms / 1000)
         held: _Held[pa.RecordBatch] = _Held()   # small batches go to Spark together, as pulls do
         while offset < self._end:
             try:
                 for chunk in flight.read(self._mq, offset, self._end, group=settings.consumer_group,
-                                         batch_rows=settings.pull_batch_size,
-                                         sub_expression=settings.selector,
+                                         batch_rows=max(settings.pull_batch_size, BATCH_ROWS),
+                                         batch_bytes=BATCH_BYTES, sub_expression=settings.selector,
                                          timeout=settings.pull_timeout_ms / 1000,
                                          columns=settings.read_columns):
                     problem = self._transient_problem(offset, chunk.result)
