@@ -62,16 +62,18 @@ OPTION_NAMES = (
     "endpoints", "topic", "topicPattern", "consumerGroup", "subExpression", "sqlFilter", "startingOffsets",
     "startingOffsetsByTimestamp", "committedFallback", "endingOffsets", "endingOffsetsByTimestamp",
     "endingTimestamp", "maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay",
-    "minPartitions", "pullBatchSize", "pullTimeoutMs", OUTAGE_OPTION, "allocateStrategy",
+    "minPartitions", "maxRecordsPerPartition", "maxBytesPerTrigger", "startingOffsetsByTimestampStrategy",
+    "pullBatchSize", "pullTimeoutMs", OUTAGE_OPTION, "allocateStrategy",
     "messageModel", "failOnDataLoss", "offsetStoreDir", "transport",
 ) + SECURITY_OPTION_NAMES
 BATCH_ONLY = ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp")
-STREAM_ONLY = ("maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay")
+STREAM_ONLY = ("maxMessagesPerTrigger", "maxBytesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay")
 JSON_FORM = 'JSON {"topic":{"broker":{"queueId":offset}}}'
 TIMESTAMPS_FORM = 'JSON {"topic":{"broker":{"queueId":epochMs}}}'
 STARTING_FORMS = f"one of earliest, latest, committed, timestamp:<epoch-ms>, or {JSON_FORM}"
 ENDING_FORMS = f"latest, or {JSON_FORM}"
 FALLBACK_FORMS = "one of latest, earliest, timestamp:<epoch-ms>, error"
+TIMESTAMP_STRATEGY = "startingOffsetsByTimestampStrategy"
 DURATION_FORMS = "a duration: <n>ms, <n>s, <n>m or <n>h (no unit: ms)"
 
 
@@ -129,6 +131,8 @@ class SourceOptions:
     offset_store_dir: str
     topic_pattern: re.Pattern[str] | None = None
     min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    max_bytes_per_trigger: int | None = None       # stream only
     min_messages_per_trigger: int | None = None   # stream only
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
 
@@ -203,6 +207,8 @@ def _parse(options: Mapping[str, str], streaming: bool, columns: tuple[str, ...]
         offset_store_dir=_parse_offset_store_dir(get.text("offsetStoreDir")),
         topic_pattern=pattern,
         min_partitions=get.positive_int("minPartitions", None),
+        max_records_per_partition=get.positive_int("maxRecordsPerPartition", None),
+        max_bytes_per_trigger=get.positive_int("maxBytesPerTrigger", None),
         min_messages_per_trigger=get.positive_int("minMessagesPerTrigger", None),
         max_trigger_delay_ms=get.duration_ms("maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
     )
@@ -387,11 +393,25 @@ def _parse_starting(get: _Getter, streaming: bool, group: str | None,
             policy = Committed(_parse_fallback(fallback_text))
     elif fallback_text is not None:
         raise RmqOptionError("Option 'committedFallback' applies to startingOffsets=committed only")
+    strict = _parse_timestamp_strategy(get, policy)
+    if isinstance(policy, AtTimestamp):
+        policy = AtTimestamp(policy.timestamp_ms, strict)
     by_timestamp = get.text("startingOffsetsByTimestamp")
     if by_timestamp is None:
         return policy
     stamps = _parse_json("startingOffsetsByTimestamp", by_timestamp, subscribed, 0, TIMESTAMPS_FORM)
-    return Timestamps(stamps, policy)
+    return Timestamps(stamps, policy, strict)
+
+
+def _parse_timestamp_strategy(get: _Getter, policy: OffsetPolicy) -> bool:
+    """startingOffsetsByTimestampStrategy: whether a queue without a message at or after its starting
+    timestamp fails the query (error) rather than starting at its end (latest, the default)."""
+    strategy = get.choice(TIMESTAMP_STRATEGY, ("error", "latest"), "latest")
+    if get.text(TIMESTAMP_STRATEGY) is not None and get.text("startingOffsetsByTimestamp") is None \
+            and not isinstance(policy, AtTimestamp):
+        raise RmqOptionError(f"Option {TIMESTAMP_STRATEGY!r} applies to startingOffsetsByTimestamp and "
+                             "startingOffsets=timestamp:<epoch-ms> only")
+    return strategy == "error"
 
 
 def _parse_start_word(text: str, default: OffsetPolicy, subscribed: _Subscribed) -> OffsetPolicy:

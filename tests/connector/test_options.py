@@ -310,3 +310,26 @@ def test_a_read_gathers_the_columns_it_needs_beside_the_querys():
     tagged = parse_source_options({**BASE, "subExpression": "A || B"}, streaming=True, columns=("body",)).pull
     assert tagged.read_columns == ("body", "queue_offset", "tags")
     assert parse(subExpression="A").pull.read_columns == parse().pull.columns   # every column already
+
+
+def test_kafka_style_limits_and_the_timestamp_strategy():
+    stream = parse(maxBytesPerTrigger="1048576", maxRecordsPerPartition="5000")
+    assert (stream.max_bytes_per_trigger, stream.max_records_per_partition) == (1048576, 5000)
+    assert parse(streaming=False, maxRecordsPerPartition="10").max_records_per_partition == 10
+    with pytest.raises(RmqOptionError, match="Option 'maxBytesPerTrigger' applies to streams only"):
+        parse(streaming=False, maxBytesPerTrigger="100")
+    with pytest.raises(RmqOptionError, match="Invalid value '0' for option 'maxRecordsPerPartition': "
+                                             "expected a positive integer"):
+        parse(maxRecordsPerPartition="0")
+    assert parse(startingOffsets="timestamp:5").starting_offsets == AtTimestamp(5)
+    assert parse(startingOffsets="timestamp:5", startingOffsetsByTimestampStrategy="ERROR"
+                 ).starting_offsets == AtTimestamp(5, strict=True)
+    by_time = parse(startingOffsetsByTimestamp='{"orders":{"broker-a":{"0":7}}}',
+                    startingOffsetsByTimestampStrategy="error").starting_offsets
+    assert isinstance(by_time, Timestamps) and by_time.strict and by_time.fallback == Latest()
+    with pytest.raises(RmqOptionError, match="Invalid value 'fail' for option "
+                                             "'startingOffsetsByTimestampStrategy': expected one of error, latest"):
+        parse(startingOffsets="timestamp:5", startingOffsetsByTimestampStrategy="fail")
+    with pytest.raises(RmqOptionError, match="Option 'startingOffsetsByTimestampStrategy' applies to "
+                                             "startingOffsetsByTimestamp and startingOffsets=timestamp"):
+        parse(startingOffsetsByTimestampStrategy="error")
