@@ -328,7 +328,8 @@ def test_kafka_style_limits_and_the_timestamp_strategy():
                     startingOffsetsByTimestampStrategy="error").starting_offsets
     assert isinstance(by_time, Timestamps) and by_time.strict and by_time.fallback == Latest()
     with pytest.raises(RmqOptionError, match="Invalid value 'fail' for option "
-                                             "'startingOffsetsByTimestampStrategy': expected one of error, latest"):
+                                             "'startingOffsetsByTimestampStrategy': expected one of error, "
+                                             "latest"):
         parse(startingOffsets="timestamp:5", startingOffsetsByTimestampStrategy="fail")
     with pytest.raises(RmqOptionError, match="Option 'startingOffsetsByTimestampStrategy' applies to "
                                              "startingOffsetsByTimestamp and startingOffsets=timestamp"):
