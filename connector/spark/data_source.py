@@ -31,6 +31,10 @@ contract):
     maxMessagesPerTrigger  stream only: at most this many messages per micro-batch
     minMessagesPerTrigger, maxTriggerDelay   stream only: wait for N messages, at most the delay (15m)
     minPartitions          at least this many tasks (queue ranges cut into contiguous pieces)
+    maxRecordsPerPartition at most this many offsets per task (longer ranges cut into equal pieces)
+    maxBytesPerTrigger     stream only: about this many stored bytes per micro-batch (with the rows limit)
+    startingOffsetsByTimestampStrategy   latest (default) | error: a queue without a message at or
+                           after its starting timestamp starts at its end, or fails the query
     pullBatchSize          messages per PullMessage, 1..32768, default 4096
     pullTimeoutMs          timeout of one request, default 3000
     brokerOutageWindowMs   retrying an unreachable broker (driver and executors), default 120000
@@ -39,6 +43,10 @@ contract):
     failOnDataLoss         true (default) | false
     offsetStoreDir         broadcasting offsets: <dir>/<group>/offsets.json, default ~/.rmq/offsets
     accessKey, secretKey, tls, tlsCaFile, tlsCertFile, tlsKeyFile   signed / TLS / mutual TLS calls
+
+A query may name its columns: `.schema("queue_id int, queue_offset long, body binary")` reads only
+those (source_schema.source_columns checks them; Spark then runs no Python at `load()`, so the
+check and the options' come when the reader is created, at the query's start).
 
 Options are validated at `load()`. Spark does not say there whether `read` or `readStream`
 asked, so the checks that depend on it (endingOffsets on a stream, ...) run when the reader
