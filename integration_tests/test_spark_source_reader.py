@@ -362,12 +362,12 @@ def test_deleted_offsets_fail_or_are_skipped_per_fail_on_data_loss(tmp_path, col
         server.stop()
 
 
-def test_unreachable_broker_fails_the_read_naming_broker_and_queue(broker, client):
+def test_unreachable_broker_fails_the_read_naming_broker_and_queue(broker, client, columns):
     client.create_topic("down", queues=1)
     produce(client, "down", 3)
     wait_dispatched(client, "down", 3)
     pull = parse_source_options({"endpoints": broker.address, "topic": "down", "brokerOutageWindowMs": "800"},
-                                streaming=True).pull
+                                streaming=True, columns=columns).pull
     partition = QueueRangePartition(MessageQueue("down", "broker-a", 0), 0, 3, pull)
     broker.stop()
     with pytest.raises(RmqReadError, match=r"cannot read topic down broker broker-a queue 0 at offset 0 .*"
