@@ -271,10 +271,10 @@ class FlightReadService(flight.FlightServerBase):
                 if (offset >= read.end_offset or _reached(rows, read.max_rows)
                         or _reached(size, read.max_bytes)):
                     return
+        except _Cancelled:   # before BrokerError: a cancelled stream is not refused, it ends
+            return
         except BrokerError as error:   # the budget had nothing left for a full second
             raise _refused(error) from None
-        except _Cancelled:
-            return
         finally:
             self.budget.give_back(holder, held)
             self.slots.release(slot)
@@ -324,7 +324,7 @@ class FlightReadService(flight.FlightServerBase):
                     raise _Cancelled() from None
 
 
-class _Cancelled(Exception):
+class _Cancelled(BrokerError):
     """The stream's client cancelled it while it waited for the event loop."""
 
 
