@@ -9,6 +9,7 @@ cluster with an ACL shows each person only what their account may see. Sessions 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import secrets
 import threading
 import time
@@ -19,6 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -35,15 +39,19 @@ from rmq.v1 import rmq_pb2
 
 HERE = Path(__file__).parent
 COOKIE = "rmq_console"
-MAX_SESSIONS = 256
+MAX_ANONYMOUS_SESSIONS = 256       # visitors who did not sign in (each only a CSRF token)
+MAX_SIGNED_IN_SESSIONS = 256       # sessions signed in as an account (each its own client)
+MAX_SESSIONS_PER_ACCOUNT = 8       # ... of which one account may hold
 SESSION_IDLE_S = 30 * 60
 FORBIDDEN = (rmq_pb2.NO_PERMISSION,)
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
 @dataclass(frozen=True)
 class ConsoleSettings:
     endpoints: str
-    security: ClientSecurity = field(default_factory=ClientSecurity)   # the console's own identity
+    security: ClientSecurity = field(default_factory=ClientSecurity)   # the charts' identity
+    hosts: tuple[str, ...] = LOOPBACK_HOSTS    # Host header names answered (DNS rebinding)
 
 
 @dataclass
@@ -55,45 +63,78 @@ class Session:
 
 
 class Sessions:
+    """Two bounded pools: visitors who did not sign in share one unsigned client (the console's own
+    identity only samples the charts) and are evicted among themselves, so cookieless requests
+    never push a signed-in person out; signed-in sessions are bounded in total and per account."""
+
     def __init__(self, settings: ConsoleSettings) -> None:
         self.settings = settings
-        self._sessions: OrderedDict[str, Session] = OrderedDict()
+        unsigned = _unsigned(settings).client_kwargs()
+        self._anonymous_view = ClusterView(RmqClient(settings.endpoints, **unsigned))
+        self._anonymous: OrderedDict[str, Session] = OrderedDict()
+        self._signed_in: OrderedDict[str, Session] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, token: str | None) -> tuple[str, Session]:
         with self._lock:
             now = time.monotonic()
-            for stale in [t for t, s in self._sessions.items() if now - s.used > SESSION_IDLE_S]:
-                self._close(stale)
-            if token is not None and token in self._sessions:
-                session = self._sessions[token]
-                session.used = now
-                self._sessions.move_to_end(token)
-                return token, session
-        return self.open(ClientSecurity(**{**vars(self.settings.security)}), "")
+            for pool in (self._anonymous, self._signed_in):
+                for stale in [t for t, s in pool.items() if now - s.used > SESSION_IDLE_S]:
+                    self._close(stale)
+                if token is not None and token in pool:
+                    session = pool[token]
+                    session.used = now
+                    pool.move_to_end(token)
+                    return token, session
+            token = secrets.token_urlsafe(24)
+            while len(self._anonymous) >= MAX_ANONYMOUS_SESSIONS:
+                self._close(next(iter(self._anonymous)))
+            session = self._anonymous[token] = Session(self._anonymous_view, "")
+            return token, session
 
-    def open(self, security: ClientSecurity, account: str) -> tuple[str, Session]:
+    def sign_in(self, access_key: str, secret_key: str) -> tuple[str, Session]:
+        """A session signed as the account, once the cluster accepted a call signed with its
+        secret key (RmqError UNAUTHENTICATED otherwise; ValueError for a malformed pair)."""
+        security = dataclasses.replace(self.settings.security, access_key=access_key or None,
+                                       secret_key=secret_key or None)
         client = RmqClient(self.settings.endpoints, **security.client_kwargs())
+        try:
+            client.list_topics()
+        except RmqError as error:
+            if isinstance(error, RmqUnavailable) or _unauthenticated(error):
+                client.close()
+                raise
         token = secrets.token_urlsafe(24)
         with self._lock:
-            while len(self._sessions) >= MAX_SESSIONS:
-                self._close(next(iter(self._sessions)))
-            self._sessions[token] = Session(ClusterView(client), account)
-        return token, self._sessions[token]
+            mine = [t for t, s in self._signed_in.items() if s.account == access_key]
+            if len(mine) >= MAX_SESSIONS_PER_ACCOUNT:
+                self._close(mine[0])
+            while len(self._signed_in) >= MAX_SIGNED_IN_SESSIONS:
+                self._close(next(iter(self._signed_in)))
+            session = self._signed_in[token] = Session(ClusterView(client), access_key)
+        return token, session
 
     def close(self, token: str) -> None:
         with self._lock:
             self._close(token)
 
     def _close(self, token: str) -> None:
-        session = self._sessions.pop(token, None)
+        self._anonymous.pop(token, None)
+        session = self._signed_in.pop(token, None)
         if session is not None:
             session.view.client.close()
 
     def close_all(self) -> None:
         with self._lock:
-            for token in list(self._sessions):
+            for token in list(self._signed_in):
                 self._close(token)
+            self._anonymous.clear()
+            self._anonymous_view.client.close()
+
+
+def _unsigned(settings: ConsoleSettings) -> ClientSecurity:
+    """The console's TLS settings without its account."""
+    return dataclasses.replace(settings.security, access_key=None, secret_key=None)
 
 
 def create_app(settings: ConsoleSettings, history: History | None = None) -> Starlette:
@@ -130,7 +171,7 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
     def cluster(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
         data = session.view.cluster()
         if charts is not None and not request.url.path.startswith("/api/"):
-            snapshot = charts.snapshot()
+            snapshot = session.view.visible_series(charts.snapshot())
             data |= {"tps_chart": svg_chart(snapshot["tps"]), "lag_chart": svg_chart(snapshot["lag"]),
                      "chart_error": charts.error}
         return "cluster.html", data
@@ -190,16 +231,22 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
 
     async def sign_in(request: Request) -> Response:
         form, token, session = await _form(request, sessions)
-        access_key, secret_key = str(form.get("access_key", "")), str(form.get("secret_key", ""))
+        access_key, secret_key = str(form.get("access_key", "")).strip(), str(form.get("secret_key", ""))
         try:
-            security = ClientSecurity(access_key or None, secret_key or None, settings.security.tls,
-                                      settings.security.tls_ca_file, settings.security.tls_cert_file,
-                                      settings.security.tls_key_file)
+            if not access_key:
+                raise ValueError("give an account's access key and its secret key")
+            new_token, _ = await run_in_threadpool(sessions.sign_in, access_key, secret_key)
         except ValueError as error:
             return _answer(request, templates, token, session, False, "signin.html",
                            {"message": str(error)}, 400)
+        except RmqUnavailable as error:
+            return _answer(request, templates, token, session, False, "signin.html",
+                           {"message": f"cannot check the account, the cluster is unreachable: {error}"}, 503)
+        except RmqError as error:
+            return _answer(request, templates, token, session, False, "signin.html",
+                           {"message": f"the cluster refused {access_key}: wrong access key or secret key "
+                                       f"({error.message})"}, 403)
         sessions.close(token)
-        new_token, _ = sessions.open(security, access_key)
         return _with_cookie(RedirectResponse("/", status_code=303), new_token)
 
     async def sign_out(request: Request) -> Response:
@@ -210,7 +257,7 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
     def charts_api(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
         if charts is None:
             return "", {"tps": {}, "lag": {}}
-        return "", charts.snapshot() | {"error": charts.error}
+        return "", dict(session.view.visible_series(charts.snapshot())) | {"error": charts.error}
 
     routes: list[Route | Mount] = []
     pages: list[tuple[str, Handler]] = [
@@ -235,7 +282,8 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
         yield
         sessions.close_all()
 
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={StaleForm: _stale_form})
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={StaleForm: _stale_form},
+                    middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(settings.hosts))])
     return app
 
 
@@ -288,7 +336,12 @@ def _with_cookie(response: Response, token: str) -> Response:
 
 def _refused_identity(error: RmqError) -> bool:
     """The account may not do this, or the call carried no (valid) signature: signing in helps."""
-    return error.code in FORBIDDEN or "UNAUTHENTICATED" in error.message
+    return error.code in FORBIDDEN or _unauthenticated(error)
+
+
+def _unauthenticated(error: RmqError) -> bool:
+    """The cluster did not accept the call's signature (unknown access key, wrong secret key)."""
+    return "UNAUTHENTICATED" in error.message
 
 
 def _int(text: str, name: str) -> int:

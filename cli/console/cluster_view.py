@@ -4,6 +4,8 @@ listed) or answered 403/404."""
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import asdict
 from typing import Any
 
@@ -16,6 +18,10 @@ from rmq.v1 import rmq_pb2
 
 TOPICS_PAGE = 50
 MAX_GROUPS_FOR_STATE = 20     # groups whose consume state a message page shows
+VISIBILITY_TTL_S = 30.0       # how long a chart series' "this account may see it" is remembered
+
+
+Series = dict[str, dict[str, list[tuple[float, float]]]]     # History.snapshot(): kind -> name -> points
 
 
 class NotFound(Exception):
@@ -26,6 +32,8 @@ class ClusterView:
     def __init__(self, client: RmqClient) -> None:
         self.client = client
         self.admin = MQAdmin(client)
+        self._visible: dict[tuple[str, str], tuple[bool, float]] = {}   # (kind, name) -> (seen, until)
+        self._visible_lock = threading.Lock()
 
     # ------------------------------------------------------------ cluster
     def cluster(self) -> dict[str, Any]:
@@ -169,6 +177,33 @@ class ClusterView:
         raise NotFound(f"no dead letter of group {group} has id {msg_id}")
 
     # ------------------------------------------------------------ charts
+    def visible_series(self, snapshot: Series) -> Series:
+        """The charts' series this view's account may see: topics it may read the offsets of,
+        groups it may list the members of (the charts are sampled with the console's
+        own identity, which may see more). A group is visible with SUB on it (its members' list)."""
+        return {"tps": {t: v for t, v in snapshot["tps"].items() if self._may_see("topic", t)},
+                "lag": {g: v for g, v in snapshot["lag"].items() if self._may_see("group", g)}}
+
+    def _may_see(self, kind: str, name: str) -> bool:
+        now = time.monotonic()
+        with self._visible_lock:
+            known = self._visible.get((kind, name))
+        if known is not None and known[1] > now:
+            return known[0]
+        try:
+            if kind == "topic":
+                self.client.topic_offsets(name)
+            else:
+                self.client.consumer_connections(name)
+            seen = True
+        except RmqUnavailable:
+            return False          # not remembered: asked again once the cluster answers
+        except RmqError:
+            seen = False
+        with self._visible_lock:
+            self._visible[(kind, name)] = (seen, now + VISIBILITY_TTL_S)
+        return seen
+
     def sample(self) -> tuple[dict[str, int], dict[str, int]]:
         """(messages ever stored per topic, total lag per group), for the charts."""
         stored = {}

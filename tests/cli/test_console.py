@@ -10,18 +10,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from httpx2 import Response
 from starlette.testclient import TestClient
 
 from rmq import retry
+from rmq.auth import ClientSecurity
 from rmq.broker_server.security.acl_file import AclFile
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.cli.console import ConsoleSettings, History, create_app
+from rmq.cli.console.app import COOKIE, MAX_ANONYMOUS_SESSIONS
 from rmq.cli.console.history import MAX_SERIES
 from rmq.connector.admin import MQAdmin
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.statuses import PullStatus
 from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker, running_broker
+
+BASE = "http://127.0.0.1"      # a Host the console answers (it refuses others: DNS rebinding)
 
 
 @pytest.fixture
@@ -38,7 +43,7 @@ def broker(tmp_path: Path) -> Iterator[InProcessBroker]:
 
 @pytest.fixture
 def web(broker: InProcessBroker) -> Iterator[TestClient]:
-    with TestClient(create_app(ConsoleSettings(broker.address))) as client:
+    with TestClient(create_app(ConsoleSettings(broker.address)), base_url=BASE) as client:
         yield client
 
 
@@ -152,26 +157,98 @@ def test_charts_are_bounded_and_compute_rates() -> None:
     assert len(many.snapshot()["tps"]) == MAX_SERIES
 
 
-def test_a_signed_in_account_sees_only_what_it_may(tmp_path: Path) -> None:
-    """On an --acl cluster an anonymous visitor is asked to sign in; a signed-in account sees only
-    the topics it may read, and a page of another topic is refused (403) saying so."""
+ADMIN = {"access_key": "adminaccount", "secret_key": "admin-secret-key"}
+READER = {"access_key": "ordersreader", "secret_key": "orders-secret-key"}
+
+
+@pytest.fixture
+def acl_broker(tmp_path: Path) -> Iterator[InProcessBroker]:
+    """An --acl broker holding Orders and Payroll; ordersreader may only read Orders."""
     acl = write_acl(tmp_path / "acl.yml", "accounts:\n"
                     "  - {accessKey: adminaccount, secretKey: admin-secret-key, admin: true}\n"
                     "  - {accessKey: ordersreader, secretKey: orders-secret-key,"
-                    " topicPerms: ['Orders=SUB']}\n")
+                    " topicPerms: ['Orders=SUB'], groupPerms: ['readers=SUB']}\n")
     broker = InProcessBroker(tmp_path / "store", ServerSecurity(acl_file=AclFile(acl))).start()
     try:
-        with RmqClient(broker.address, access_key="adminaccount", secret_key="admin-secret-key") as admin:
+        with RmqClient(broker.address, **ADMIN) as admin:
             admin.create_topic("Orders", queues=1)
             admin.create_topic("Payroll", queues=1)
-        with TestClient(create_app(ConsoleSettings(broker.address))) as web:
-            anonymous = web.get("/topics")
-            assert anonymous.status_code == 403 and "Sign in" in anonymous.text
-            form = {"access_key": "ordersreader", "secret_key": "orders-secret-key",
-                    "csrf": csrf(web.get("/sign-in").text)}
-            assert "signed in as" in web.post("/sign-in", data=form).text
-            assert [t["topic"] for t in web.get("/api/topics").json()["topics"]] == ["Orders"]
-            refused = web.get("/topics/Payroll")
-            assert refused.status_code == 403 and "NO_PERMISSION" in refused.text
+        yield broker
     finally:
         broker.stop()
+
+
+def sign_in(web: TestClient, account: dict[str, str]) -> Response:
+    return web.post("/sign-in", data=account | {"csrf": csrf(web.get("/sign-in").text)})
+
+
+def test_a_signed_in_account_sees_only_what_it_may(acl_broker: InProcessBroker) -> None:
+    """On an --acl cluster an anonymous visitor is asked to sign in; a signed-in account sees only
+    the topics it may read, and a page of another topic is refused (403) saying so."""
+    with TestClient(create_app(ConsoleSettings(acl_broker.address)), base_url=BASE) as web:
+        anonymous = web.get("/topics")
+        assert anonymous.status_code == 403 and "Sign in" in anonymous.text
+        assert "signed in as" in sign_in(web, READER).text
+        assert [t["topic"] for t in web.get("/api/topics").json()["topics"]] == ["Orders"]
+        refused = web.get("/topics/Payroll")
+        assert refused.status_code == 403 and "NO_PERMISSION" in refused.text
+
+
+def test_other_host_names_are_refused_and_visitors_do_not_act_as_the_console(
+        acl_broker: InProcessBroker) -> None:
+    """SECURITY #39 finding 10: a DNS-rebound page (Host evil.example) gets nothing, and a visitor
+    who did not sign in is not the console's own (admin) identity: creating a topic is refused."""
+    settings = ConsoleSettings(acl_broker.address, ClientSecurity(**ADMIN))
+    with TestClient(create_app(settings), base_url="http://evil.example:8780") as rebound:
+        assert rebound.get("/topics").status_code == 400
+    with TestClient(create_app(settings), base_url=BASE) as web:
+        form = {"topic": "Evil", "queues": "1", "csrf": csrf(web.get("/sign-in").text)}
+        refused = web.post("/topics", data=form)
+        assert refused.status_code == 400 and "UNAUTHENTICATED" in refused.text
+    with RmqClient(acl_broker.address, **ADMIN) as admin:
+        assert "Evil" not in {t.topic_name for t in admin.list_topics()}
+
+
+def test_charts_show_only_what_the_account_may_see(acl_broker: InProcessBroker) -> None:
+    """SECURITY #39 finding 15: the charts are sampled as the console's admin identity; a signed-in
+    reader sees Orders' series and its own group's, not Payroll's nor another group's."""
+    now = [1000.0]
+    samples = iter([({"Orders": 1, "Payroll": 1}, {"readers": 1, "payroll-team": 1}),
+                    ({"Orders": 5, "Payroll": 9}, {"readers": 0, "payroll-team": 3})])
+    history = History(lambda: next(samples), clock=lambda: now[0])
+    history.tick()
+    now[0] += 10
+    history.tick()
+    with RmqClient(acl_broker.address, **ADMIN) as admin:
+        for group in ("readers", "payroll-team"):
+            admin.update_consumer_offsets(group, {MessageQueue("Orders", "broker-a", 0): 0})
+    settings = ConsoleSettings(acl_broker.address, ClientSecurity(**ADMIN))
+    with TestClient(create_app(settings, history), base_url=BASE) as web:
+        assert web.get("/api/charts").json()["tps"] == {}          # not signed in: nothing
+        sign_in(web, READER)
+        charts = web.get("/api/charts").json()
+        assert set(charts["tps"]) == {"Orders"} and set(charts["lag"]) == {"readers"}
+        page = web.get("/").text
+        assert "Orders" in page and "Payroll" not in page and "payroll-team" not in page
+
+
+def test_cookieless_requests_do_not_sign_anyone_out(acl_broker: InProcessBroker) -> None:
+    """SECURITY #39 finding 16: more cookieless visits than the anonymous sessions' bound evict
+    only anonymous sessions; the signed-in session stays signed in."""
+    with TestClient(create_app(ConsoleSettings(acl_broker.address)), base_url=BASE) as web:
+        sign_in(web, READER)
+        signed_in = web.cookies[COOKIE]
+        for _ in range(MAX_ANONYMOUS_SESSIONS + 44):
+            web.cookies.clear()
+            web.get("/sign-in")
+        web.cookies.clear()
+        web.cookies[COOKIE] = signed_in
+        assert "signed in as" in web.get("/sign-in").text
+
+
+def test_a_wrong_secret_key_does_not_sign_in(acl_broker: InProcessBroker) -> None:
+    """SECURITY #39 finding 17: the cluster checks the pair before the console says "signed in"."""
+    with TestClient(create_app(ConsoleSettings(acl_broker.address)), base_url=BASE) as web:
+        refused = sign_in(web, READER | {"secret_key": "not-the-secret"})
+        assert refused.status_code == 403 and "wrong access key or secret key" in refused.text
+        assert "signed in as" not in refused.text and "signed in as" not in web.get("/sign-in").text
