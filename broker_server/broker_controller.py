@@ -23,7 +23,7 @@ from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
 from rmq.broker_server.memory_tuning import keep_freed_memory
-from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
+from rmq.broker_server.metrics.broker_stats import BrokerStatsManager, GroupLabels
 from rmq.broker_server.metrics.collectors import (
     BoundedTables,
     BrokerCollector,
@@ -160,7 +160,8 @@ class BrokerController:
             open_channel=security.open_client_channel,
             member=self.replication.member,
         )
-        self.stats = BrokerStatsManager()
+        self.stats = BrokerStatsManager(
+            labels=GroupLabels(config.max_metric_groups, config.max_metric_groups_per_account))
         self.send_processor = SendMessageProcessor(
             self.store, self.topics, self.executor, delay_levels, config.max_message_size, self.stats
         )
@@ -349,7 +350,8 @@ class BrokerController:
         offsets = self.offsets
 
         def consumer_offsets() -> list[QueueOffset]:
-            return [QueueOffset(key.group, key.topic, key.queue_id, offset)
+            accounts = offsets.added_by()
+            return [QueueOffset(key.group, key.topic, key.queue_id, offset, accounts.get(key, ""))
                     for key, offset in offsets.all_offsets().items()]
 
         def client_tables() -> BoundedTables:
