@@ -18,6 +18,7 @@ from typing import Any, cast
 import grpc
 import pyarrow as pa
 
+from rmq import retry
 from rmq.broker_server.background_tasks import cancel_all
 from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.errors import UserError
@@ -244,6 +245,7 @@ class BrokerController:
                 self.replication.status,
                 self.replication.topics_replicated,
                 self.consumer_connections,
+                self.consumer_groups,
             ),
             server,
         )
@@ -339,6 +341,15 @@ class BrokerController:
             members += [rocketmq_v2_connection(session)
                         for session in self.rocketmq_v2.sessions.consumers_of(group)]
         return sorted(members, key=lambda member: member.client_id)
+
+    def consumer_groups(self) -> set[str]:
+        """Every group this broker knows from any source: live members of every protocol (heartbeats,
+        RocketMQ 5 Telemetry settings), committed offsets, and the retry and dead-letter topics."""
+        groups = self.consumers.group_names() | self.offsets.groups()
+        groups |= {retry.group_of_copy_topic(config.topic_name) for config in self.topics.all()} - {""}
+        if self.rocketmq_v2 is not None:
+            groups |= self.rocketmq_v2.sessions.consumer_groups()
+        return groups
 
     async def start_remoting(self) -> None:
         if self.remoting is not None:

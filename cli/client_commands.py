@@ -391,20 +391,15 @@ def _group_progress(client: RmqClient, args: argparse.Namespace) -> int:
 
 
 def _group_list(client: RmqClient, args: argparse.Namespace) -> int:
-    """Every consumer group that ever joined as a member (its %RETRY% topic exists: push and
-    pull consumers, Spark queries, `rmq consume`), with its live members and total lag. Exit 1
-    when a broker could not be reached (the lags leave its queues out)."""
-    prefix = retry.retry_topic("")
-    groups = sorted(t.topic_name[len(prefix):] for t in client.list_topics()
-                    if t.topic_name.startswith(prefix))
+    """Every consumer group a broker knows from any source (live members of every protocol, RocketMQ
+    5 clients included; committed offsets; retry and dead-letter topics), with its live members and
+    total lag. Exit 1 when a broker could not be reached (the lags leave its queues out)."""
     unreachable: dict[str, RmqUnavailable] = {}
     listed = []
-    for group in groups:
+    for group in client.list_consumer_groups(unreachable):
         rows = _group_rows(client, group, "", unreachable)
-        try:
-            members: list[str] | None = client.consumer_list(group, retry.retry_topic(group))
-        except RmqUnavailable:   # no broker holding its retry topic answered: those are in `unreachable`
-            members = None
+        answered = client.consumer_connections(group, unreachable)
+        members = sorted({c.client_id for found in answered.values() for c in found}) if answered else None
         topics = sorted({r["topic"] for r in rows if not retry.is_retry_topic(r["topic"])})
         listed.append({"group": group, "members": members, "topics": topics,
                        "total_lag": sum(r["lag"] for r in rows)})

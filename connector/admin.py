@@ -191,11 +191,11 @@ class MQAdmin:
 
     # ------------------------------------------------------------ groups
 
-    def groups(self) -> list[str]:
-        """Every consumer group that ever joined as a member (its %RETRY% topic exists)."""
-        prefix = retry.retry_topic("")
-        return sorted(t.topic_name[len(prefix):] for t in self.client.list_topics()
-                      if t.topic_name.startswith(prefix))
+    def groups(self, unreachable: dict[str, RmqUnavailable] | None = None) -> list[str]:
+        """Every consumer group a broker knows: live members of every protocol (RocketMQ 5 clients
+        included), committed offsets, retry and dead-letter topics; `unreachable` as for
+        RmqClient.topic_offsets."""
+        return self.client.list_consumer_groups(unreachable)
 
     def members(self, group: str) -> list[GroupMember]:
         """The group's live members of every protocol, with the queues each owns: for clustering

@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 from httpx2 import Response
 from starlette.testclient import TestClient
@@ -17,14 +18,17 @@ from rmq import retry
 from rmq.auth import ClientSecurity
 from rmq.broker_server.security.acl_file import AclFile
 from rmq.broker_server.security.server_security import ServerSecurity
+from rmq.cli import main as cli
 from rmq.cli.console import ConsoleSettings, History, create_app
 from rmq.cli.console.app import COOKIE, MAX_ANONYMOUS_SESSIONS
 from rmq.cli.console.history import MAX_SERIES
 from rmq.connector.admin import MQAdmin
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
+from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.statuses import PullStatus
 from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker, running_broker
+from tests.broker_server.v2_calls import TelemetryStream, V2Client
 
 BASE = "http://127.0.0.1"      # a Host the console answers (it refuses others: DNS rebinding)
 
@@ -252,3 +256,26 @@ def test_a_wrong_secret_key_does_not_sign_in(acl_broker: InProcessBroker) -> Non
         refused = sign_in(web, READER | {"secret_key": "not-the-secret"})
         assert refused.status_code == 403 and "wrong access key or secret key" in refused.text
         assert "signed in as" not in refused.text and "signed in as" not in web.get("/sign-in").text
+
+
+def test_rocketmq5_consumer_groups_are_listed_everywhere(broker: InProcessBroker, web: TestClient,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """#46 defect 3: a RocketMQ 5 SimpleConsumer's group (a Telemetry session, no %RETRY% topic,
+    no heartbeat) is in MQAdmin.groups, `rmq group list` and the console's group list and page."""
+    settings = v2.Settings(client_type=v2.SIMPLE_CONSUMER, subscription=v2.Subscription(
+        group=v2.Resource(name="v5-group"),
+        subscriptions=[v2.SubscriptionEntry(topic=v2.Resource(name="Orders"),
+                                            expression=v2.FilterExpression(expression="*"))]))
+    with grpc.insecure_channel(broker.address) as channel:
+        stream = TelemetryStream(V2Client(channel, "v5-client"), settings)
+        try:
+            assert stream.next().status.code == v2.OK
+            with RmqClient(broker.address) as client:
+                assert MQAdmin(client).groups() == ["g1", "v5-group"]
+            assert cli.main(["group", "list", "--endpoints", broker.address]) == 0
+            assert "v5-group" in capsys.readouterr().out
+            assert "v5-group" in web.get("/groups").text
+            page = web.get("/groups/v5-group")
+            assert page.status_code == 200 and "v5-client" in page.text
+        finally:
+            stream.close()
