@@ -614,7 +614,7 @@ class RmqClient:
             if brokers is not None and name not in brokers:
                 continue
             read = functools.partial(self._broker_topic_offsets, topic, name)
-            offsets.update(_unless_unreachable(read, name, unreachable) or {})
+            offsets.update(unless_unreachable(read, name, unreachable) or {})
         return dict(sorted(offsets.items()))
 
     def queue_offsets(self, mq: MessageQueue) -> QueueOffsets:
@@ -652,7 +652,7 @@ class RmqClient:
         for name in brokers:
             read = functools.partial(self._read_call, name, _QUERY_CONSUMER_OFFSETS, request,
                                      ok_codes=(rmq_pb2.QUERY_NOT_FOUND,))
-            response = _unless_unreachable(read, name, unreachable)
+            response = unless_unreachable(read, name, unreachable)
             if response is None:
                 continue
             offsets.update((MessageQueue(o.topic, name, o.queue_id), o.offset) for o in response.offsets)
@@ -673,7 +673,7 @@ class RmqClient:
                          for mq in grouped[name]])
             # to the member the group reads from
             write = functools.partial(self._read_call, name, _UPDATE_CONSUMER_OFFSETS, request)
-            _unless_unreachable(write, name, unreachable)
+            unless_unreachable(write, name, unreachable)
 
         _call_each(grouped, update)
 
@@ -784,7 +784,7 @@ class RmqClient:
         for name in self.list_brokers():
             read = functools.partial(self._read_call, name, _GET_CONSUMER_CONNECTIONS, request)
             with contextlib.suppress(RmqUnavailable):
-                answer = _unless_unreachable(read, name, unreachable)
+                answer = unless_unreachable(read, name, unreachable)
                 if answer is not None:
                     members[name] = list(answer.connections)
         return members
@@ -797,7 +797,7 @@ class RmqClient:
         for name in self.list_brokers():
             read = functools.partial(self._read_call, name, _LIST_CONSUMER_GROUPS,
                                      rmq_pb2.ListConsumerGroupsRequest())
-            answer = _unless_unreachable(read, name, unreachable)
+            answer = unless_unreachable(read, name, unreachable)
             if answer is not None:
                 groups.update(answer.groups)
         return sorted(groups)
@@ -917,7 +917,7 @@ class RmqClient:
             if failures and len(failures) == len(groups[name]):
                 raise failures[0]
 
-        _call_each(groups, lambda name: _unless_unreachable(functools.partial(on_group, name), name,
+        _call_each(groups, lambda name: unless_unreachable(functools.partial(on_group, name), name,
                                                             unreachable))
 
     def _route(self, topic: str) -> TopicRoute:
@@ -1034,7 +1034,7 @@ def _transport_error(error: grpc.RpcError, method: str, label: str, queue: Messa
     return RmqError(rmq_code, f"{method} failed: gRPC {code.name}: {details}", broker=label, queue=queue)
 
 
-def _unless_unreachable(call: Callable[[], AnswerT], broker_name: str,
+def unless_unreachable(call: Callable[[], AnswerT], broker_name: str,
                         unreachable: dict[str, RmqUnavailable] | None) -> AnswerT | None:
     """call(); None when the broker is unreachable and the caller collects those in `unreachable`."""
     try:
