@@ -136,7 +136,8 @@ class MQAdmin:
         found: list[MessageExt] = []
         for broker_name in self.client.route(topic).brokers:
             query = functools.partial(self.client.query_message_by_key, topic, broker_name, key,
-                                      begin_ms=begin_ms, end_ms=end_ms, max_messages=min(limit, KEY_QUERY_MAX))
+                                      begin_ms=begin_ms, end_ms=end_ms,
+                                      max_messages=min(limit, KEY_QUERY_MAX))
             packed = unless_unreachable(query, broker_name, unreachable)
             if packed is not None:
                 found += decode_messages(packed, MessageQueue(topic, broker_name, 0))
