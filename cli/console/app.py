@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import secrets
 import threading
 import time
@@ -20,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
+from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -43,6 +44,7 @@ MAX_ANONYMOUS_SESSIONS = 256       # visitors who did not sign in (each only a C
 MAX_SIGNED_IN_SESSIONS = 256       # sessions signed in as an account (each its own client)
 MAX_SESSIONS_PER_ACCOUNT = 8       # ... of which one account may hold
 SESSION_IDLE_S = 30 * 60
+MAX_RESENT_MARKS = 1_000
 FORBIDDEN = (rmq_pb2.NO_PERMISSION,)
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
@@ -60,6 +62,16 @@ class Session:
     account: str                      # "" until signed in
     csrf: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     used: float = field(default_factory=time.monotonic)
+    resent: OrderedDict[str, int] = field(default_factory=OrderedDict)   # dead letter id -> resent at (ms)
+
+    def mark_resent(self, msg_ids: list[str]) -> None:
+        """Remember (the last MAX_RESENT_MARKS) dead letters this session resent, for the DLQ page."""
+        now_ms = int(time.time() * 1000)
+        for msg_id in msg_ids:
+            self.resent.pop(msg_id, None)
+            self.resent[msg_id] = now_ms
+        while len(self.resent) > MAX_RESENT_MARKS:
+            self.resent.popitem(last=False)
 
 
 class Sessions:
@@ -152,21 +164,26 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
             api = request.url.path.startswith("/api/")
             try:
                 name, data = handler(request, session)
-            except NotFound as missing:
-                return _answer(request, templates, token, session, api, "error.html",
-                               {"title": "Not found", "message": str(missing)}, 404)
-            except ValueError as error:
-                return _answer(request, templates, token, session, api, "error.html",
-                               {"title": "Bad request", "message": str(error)}, 400)
-            except RmqUnavailable as error:
-                return _answer(request, templates, token, session, api, "error.html",
-                               {"title": "Cluster unreachable", "message": str(error)}, 503)
-            except RmqError as error:
-                status = 403 if _refused_identity(error) else 400
-                return _answer(request, templates, token, session, api, "error.html",
-                               {"title": "Refused", "message": str(error), "sign_in": status == 403}, status)
+            except (NotFound, ValueError, RmqError) as error:
+                return failure(request, token, session, api, error)
             return _answer(request, templates, token, session, api, name, data, 200)
         return endpoint
+
+    def failure(request: Request, token: str, session: Session, api: bool,
+                error: NotFound | ValueError | RmqError) -> Response:
+        """The error page (or JSON) of a page that could not be answered."""
+        if isinstance(error, NotFound):
+            return _answer(request, templates, token, session, api, "error.html",
+                           {"title": "Not found", "message": str(error)}, 404)
+        if isinstance(error, RmqUnavailable):
+            return _answer(request, templates, token, session, api, "error.html",
+                           {"title": "Cluster unreachable", "message": str(error)}, 503)
+        if isinstance(error, RmqError):
+            status = 403 if _refused_identity(error) else 400
+            return _answer(request, templates, token, session, api, "error.html",
+                           {"title": "Refused", "message": str(error), "sign_in": status == 403}, status)
+        return _answer(request, templates, token, session, api, "error.html",
+                       {"title": "Bad request", "message": str(error)}, 400)
 
     def cluster(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
         data = session.view.cluster()
@@ -217,14 +234,42 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
         return "message.html", session.view.message(request.path_params["msg_id"])
 
     def dlq(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
-        return "dlq.html", session.view.dlq(request.path_params["group"])
+        page_number = _int(request.query_params.get("page", "0"), "page")
+        data = session.view.dlq(request.path_params["group"], page_number)
+        ids = {m["msg_id"] for m in data["messages"]} | {m["origin_msg_id"] for m in data["messages"]}
+        return "dlq.html", data | {"resent": {i: at for i, at in session.resent.items() if i in ids}}
 
     async def resend(request: Request) -> Response:
-        form, token, session = await _form(request, sessions)
+        """Resend the selected dead letters (`msg_id`, repeated); the page then marks them."""
+        token, session = sessions.get(request.cookies.get(COOKIE))
+        form = await request.form()
+        _check_csrf(str(form.get("csrf", "")), session)
         group_name = request.path_params["group"]
-        return _after(lambda: session.view.resend(group_name, str(form.get("msg_id", "")),
-                                                  form.get("to") == "group"),
-                      f"/dlq/{group_name}", token, request, templates, session)
+        msg_ids = [str(value) for value in form.getlist("msg_id") if str(value)]
+        if not msg_ids:
+            return _answer(request, templates, token, session, False, "error.html",
+                           {"title": "Bad request", "message": "select at least one dead letter to resend"},
+                           400)
+        page = _int(str(form.get("page", "0")), "page")
+
+        def resend_and_mark() -> None:
+            session.view.resend(group_name, msg_ids, form.get("to") == "group")
+            session.mark_resent(msg_ids)
+        return _after(resend_and_mark, f"/dlq/{group_name}?page={page}", token, request, templates, session)
+
+    def export_dlq(request: Request) -> Response:
+        """Every dead letter of the group as JSON lines (one message_dict per line), read page by page."""
+        token, session = sessions.get(request.cookies.get(COOKIE))
+        group_name = request.path_params["group"]
+        try:
+            session.view.dlq(group_name)          # 404 / 403 / 503 before the stream starts
+        except (NotFound, RmqError) as error:
+            return failure(request, token, session, True, error)
+        lines = (json.dumps(letter) + "\n" for letter in session.view.all_dead_letters(group_name))
+        attachment = {"Content-Disposition": f'attachment; filename="dlq-{group_name}.jsonl"'}
+        stream = StreamingResponse(iterate_in_threadpool(lines), media_type="application/x-ndjson",
+                                   headers=attachment)
+        return _with_cookie(stream, token)
 
     def sign_in_page(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
         return "signin.html", {"message": ""}
@@ -269,6 +314,7 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
         routes.append(Route("/api" + ("/cluster" if path == "/" else path), page(handler)))
     routes += [
         Route("/api/charts", page(charts_api)),
+        Route("/api/dlq/{group}/export", export_dlq),
         Route("/sign-in", page(sign_in_page)),
         Route("/sign-in", sign_in, methods=["POST"]),
         Route("/sign-out", sign_out, methods=["POST"]),
@@ -295,9 +341,13 @@ async def _form(request: Request, sessions: Sessions) -> tuple[dict[str, Any], s
     """The posted form of a session whose CSRF token it carries; StaleForm otherwise."""
     token, session = sessions.get(request.cookies.get(COOKIE))
     form = dict(await request.form())
-    if not secrets.compare_digest(str(form.get("csrf", "")), session.csrf):
-        raise StaleForm("the form is stale or from another site: reload the page and try again")
+    _check_csrf(str(form.get("csrf", "")), session)
     return form, token, session
+
+
+def _check_csrf(posted: str, session: Session) -> None:
+    if not secrets.compare_digest(posted, session.csrf):
+        raise StaleForm("the form is stale or from another site: reload the page and try again")
 
 
 def _stale_form(request: Request, error: Exception) -> Response:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
 
 from rmq import retry
-from rmq.connector.admin import MQAdmin, ResetTarget, resend
+from rmq.connector.admin import PAGE_MAX, MQAdmin, ResetTarget, resend
 from rmq.connector.client import RmqClient
 from rmq.connector.errors import RmqError, RmqUnavailable
 from rmq.connector.message import MessageExt
@@ -18,10 +19,41 @@ from rmq.v1 import rmq_pb2
 
 TOPICS_PAGE = 50
 MAX_GROUPS_FOR_STATE = 20     # groups whose consume state a message page shows
+DLQ_PAGE = 100                # dead letters per page
 VISIBILITY_TTL_S = 30.0       # how long a chart series' "this account may see it" is remembered
 
 
 Series = dict[str, dict[str, list[tuple[float, float]]]]     # History.snapshot(): kind -> name -> points
+
+
+class Reads:
+    """The brokers a page could not reach: the page names them and marks its figures incomplete;
+    when no broker of the cluster answered, nothing could be read and the page is a 503."""
+
+    def __init__(self, client: RmqClient) -> None:
+        self.client = client
+        self.missing: dict[str, RmqUnavailable] = {}     # filled by RmqClient / MQAdmin reads
+        self.unreachable: dict[str, str] = {}            # other reads' notes: name -> why
+
+    def add(self, missing: dict[str, RmqUnavailable]) -> None:
+        self.missing.update(missing)
+
+    def describe(self) -> str:
+        return ", ".join(f"{name} ({why})" for name, why in sorted(self._all().items()))
+
+    def _all(self) -> dict[str, str]:
+        return {name: str(error) for name, error in self.missing.items()} | self.unreachable
+
+    def done(self, data: dict[str, Any], answered: bool | None = None) -> dict[str, Any]:
+        """`data` with the unreachable brokers; RmqUnavailable when nothing was read (`answered`
+        False, or by default: every broker of the cluster unreachable)."""
+        unreachable = self._all()
+        if unreachable:
+            if answered is None:
+                answered = bool(set(self.client.list_brokers()) - set(unreachable))
+            if not answered:
+                raise RmqUnavailable(f"no broker could be read: {self.describe()}")
+        return data | {"unreachable": unreachable}
 
 
 class NotFound(Exception):
@@ -37,7 +69,7 @@ class ClusterView:
 
     # ------------------------------------------------------------ cluster
     def cluster(self) -> dict[str, Any]:
-        brokers = []
+        reads, brokers, answered = Reads(self.client), [], False
         for name, members in self.client.list_broker_groups().items():
             rows = []
             for member in members:
@@ -48,66 +80,76 @@ class ClusterView:
                     row |= {"min_offset": status.commit_log_min_offset,
                             "max_offset": status.commit_log_max_offset,
                             "replication_lag": _replication_lag(status), "error": status.replication_error}
+                    answered = True
+                except RmqUnavailable as error:
+                    reads.unreachable[f"{name} {member.address}"] = str(error)
+                    row |= {"error": str(error)}
                 except RmqError as error:
                     row |= {"error": str(error)}
                 rows.append(row)
             brokers.append({"name": name, "members": rows})
-        return {"brokers": brokers}
+        return reads.done({"brokers": brokers}, answered or not brokers)
 
     # ------------------------------------------------------------ topics
     def topics(self, page: int = 0) -> dict[str, Any]:
+        reads = Reads(self.client)
         configs = sorted(self.client.list_topics(), key=lambda t: t.topic_name)
         visible = []
         for config in configs[page * TOPICS_PAGE:(page + 1) * TOPICS_PAGE]:
+            missing: dict[str, RmqUnavailable] = {}
             try:
-                offsets = self.client.topic_offsets(config.topic_name)
-            except RmqUnavailable:
-                raise
+                offsets = self.client.topic_offsets(config.topic_name, missing)
             except RmqError:      # not this account's to see (or deleted meanwhile)
                 continue
+            reads.add(missing)
             visible.append({"topic": config.topic_name, "queues": len(offsets),
                             "messages": sum(o.max_offset - o.min_offset for o in offsets.values()),
-                            "system": retry.is_group_copy_topic(config.topic_name)})
-        return {"topics": visible, "page": page, "more": len(configs) > (page + 1) * TOPICS_PAGE}
+                            "system": retry.is_group_copy_topic(config.topic_name),
+                            "incomplete": bool(missing)})
+        return reads.done({"topics": visible, "page": page, "more": len(configs) > (page + 1) * TOPICS_PAGE})
 
     def topic(self, topic: str) -> dict[str, Any]:
+        reads = Reads(self.client)
         try:
-            offsets = self.client.topic_offsets(topic)
+            offsets = self.client.topic_offsets(topic, reads.missing)
         except RmqError as error:
             if error.code == rmq_pb2.TOPIC_NOT_EXIST:
                 raise NotFound(f"topic {topic} does not exist") from None
             raise
-        return {"topic": topic, "queues": [
+        return reads.done({"topic": topic, "queues": [
             {"broker_name": mq.broker_name, "queue_id": mq.queue_id, "min_offset": o.min_offset,
              "max_offset": o.max_offset, "last_store_timestamp": o.last_store_timestamp}
-            for mq, o in offsets.items()]}
+            for mq, o in offsets.items()]})
 
     def create_topic(self, topic: str, queues: int) -> None:
         self.client.create_topic(topic, queues=queues)
 
     # ------------------------------------------------------------ groups
     def groups(self) -> dict[str, Any]:
+        reads = Reads(self.client)
         listed = []
-        for group in self.admin.groups():
+        for group in self.admin.groups(reads.missing):
             try:
                 progress = self.admin.progress(group)
-                members = self.admin.members(group)
+                members = self.admin.members(group, reads.missing)
             except RmqUnavailable:
                 raise
             except RmqError:
                 continue
+            reads.unreachable.update(progress.unreachable)
             listed.append({"group": group, "members": len(members), "total_lag": progress.total_lag,
                            "topics": sorted({q.queue.topic for q in progress.queues
-                                             if not retry.is_group_copy_topic(q.queue.topic)})})
-        return {"groups": listed}
+                                             if not retry.is_group_copy_topic(q.queue.topic)}),
+                           "incomplete": not progress.complete})
+        return reads.done({"groups": listed})
 
     def group(self, group: str) -> dict[str, Any]:
-        if group not in self.admin.groups():
-            raise NotFound(f"consumer group {group} does not exist")
+        reads = self._known_group(group)
         progress = self.admin.progress(group)
-        members = self.admin.members(group)
-        dlq = self._dlq_size(group)
-        return {
+        reads.unreachable.update(progress.unreachable)
+        members = self.admin.members(group, reads.missing)
+        dlq = self._dlq_size(group, reads)
+        return reads.done({
             "group": group,
             "members": [{"client_id": m.client_id, "protocol": m.protocol.label, "address": m.address,
                          "broadcasting": m.broadcasting, "subscriptions": m.subscriptions,
@@ -121,13 +163,26 @@ class ClusterView:
             "total_lag": progress.total_lag,
             "retry_lag": sum(q.lag for q in progress.queues if retry.is_retry_topic(q.queue.topic)),
             "dlq_messages": dlq,
-            "unreachable": progress.unreachable,
-        }
+        })
 
-    def _dlq_size(self, group: str) -> int:
+    def _known_group(self, group: str) -> Reads:
+        """The reads of a group's page once some broker knows the group: NotFound when none does
+        and every broker answered, RmqUnavailable (503) when none answered."""
+        reads = Reads(self.client)
+        if group not in self.admin.groups(reads.missing):
+            reads.done({})
+            if reads.unreachable:
+                raise RmqUnavailable(f"consumer group {group} is not known to the brokers that answered; "
+                                     f"{reads.describe()} could not be asked")
+            raise NotFound(f"consumer group {group} does not exist")
+        return reads
+
+    def _dlq_size(self, group: str, reads: Reads) -> int:
         try:
-            offsets = self.client.topic_offsets(retry.dlq_topic(group))
+            offsets = self.client.topic_offsets(retry.dlq_topic(group), reads.missing)
             return sum(o.max_offset - o.min_offset for o in offsets.values())
+        except RmqUnavailable:
+            raise
         except RmqError:
             return 0
 
@@ -140,11 +195,14 @@ class ClusterView:
     def messages(self, topic: str, key: str = "", begin_ms: int | None = None, end_ms: int | None = None,
                  page: int = 0, limit: int = 50) -> dict[str, Any]:
         self.topic(topic)      # 404 for an unknown topic
+        reads = Reads(self.client)
         if key:
-            found = self.admin.query_by_key(topic, key, limit=limit)
+            found = self.admin.query_by_key(topic, key, limit=limit, unreachable=reads.missing)
         else:
-            found = self.admin.query_by_time(topic, begin_ms or 0, end_ms or 2**62, limit, page)
-        return {"topic": topic, "key": key, "page": page, "messages": [message_dict(m) for m in found]}
+            found = self.admin.query_by_time(topic, begin_ms or 0, end_ms or 2**62, limit, page,
+                                             reads.missing)
+        return reads.done({"topic": topic, "key": key, "page": page,
+                           "messages": [message_dict(m) for m in found]})
 
     def message(self, msg_id: str) -> dict[str, Any]:
         try:
@@ -165,16 +223,35 @@ class ClusterView:
             return False
 
     # ------------------------------------------------------------ dead letters
-    def dlq(self, group: str) -> dict[str, Any]:
-        if group not in self.admin.groups():
-            raise NotFound(f"consumer group {group} does not exist")
-        return {"group": group, "messages": [message_dict(m) for m in self.admin.dead_letters(group)]}
+    def dlq(self, group: str, page: int = 0) -> dict[str, Any]:
+        reads = self._known_group(group)
+        held = self._dlq_size(group, reads)
+        letters = self.admin.dead_letters(group, DLQ_PAGE, page * DLQ_PAGE, reads.missing)
+        return reads.done({"group": group, "page": page, "held": held,
+                           "more": held > (page + 1) * DLQ_PAGE,
+                           "messages": [message_dict(m) for m in letters]})
 
-    def resend(self, group: str, msg_id: str, only_group: bool) -> str:
-        for message in self.admin.dead_letters(group):
-            if msg_id in (message.msg_id, message.origin_msg_id):
-                return resend(self.client, message, group if only_group else "")
-        raise NotFound(f"no dead letter of group {group} has id {msg_id}")
+    def all_dead_letters(self, group: str) -> Iterator[dict[str, Any]]:
+        """Every dead letter of the group, oldest first, read PAGE_MAX at a time."""
+        skip = 0
+        while page := self.admin.dead_letters(group, PAGE_MAX, skip):
+            yield from (message_dict(m) for m in page)
+            skip += len(page)
+
+    def resend(self, group: str, msg_ids: list[str], only_group: bool) -> list[str]:
+        """Publish the dead letters with these ids (or original ids) again; NotFound naming the
+        first id no dead letter of the group has (nothing is resent then)."""
+        wanted, found = set(msg_ids), dict[str, MessageExt]()
+        skip = 0
+        while wanted - set(found) and (page := self.admin.dead_letters(group, PAGE_MAX, skip)):
+            for message in page:
+                for msg_id in {message.msg_id, message.origin_msg_id} & wanted:
+                    found.setdefault(msg_id, message)
+            skip += len(page)
+        missing = [msg_id for msg_id in msg_ids if msg_id not in found]
+        if missing:
+            raise NotFound(f"no dead letter of group {group} has id {missing[0]}")
+        return [resend(self.client, found[msg_id], group if only_group else "") for msg_id in msg_ids]
 
     # ------------------------------------------------------------ charts
     def visible_series(self, snapshot: Series) -> Series:
