@@ -119,7 +119,7 @@ class ClusterView:
         return reads.done({"topic": topic, "queues": [
             {"broker_name": mq.broker_name, "queue_id": mq.queue_id, "min_offset": o.min_offset,
              "max_offset": o.max_offset, "last_store_timestamp": o.last_store_timestamp}
-            for mq, o in offsets.items()]})
+            for mq, o in offsets.items()]}, answered=bool(offsets))
 
     def create_topic(self, topic: str, queues: int) -> None:
         self.client.create_topic(topic, queues=queues)
