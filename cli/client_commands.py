@@ -18,7 +18,15 @@ from typing import Any
 from rmq import message_format as mf
 from rmq import retry
 from rmq.cli import admin_commands, client_security, consume_command
-from rmq.cli.output import print_json, print_table, timestamp
+from rmq.cli.output import (
+    incomplete_exit,
+    incomplete_note,
+    print_json,
+    print_table,
+    timestamp,
+    unreachable_json,
+    warn_unreachable,
+)
 from rmq.cli.parser import Subcommands
 from rmq.command_line import UserError, positive_int
 from rmq.connector.client import BrokerMember, OutgoingMessage, QueueOffsets, RmqClient
@@ -211,9 +219,9 @@ def _topic_describe(client: RmqClient, args: argparse.Namespace) -> int:
         b["members"] = _member_states(client, b["broker_name"], route.members.get(b["broker_name"], ()))
     if args.json:
         print_json({"topic": args.name, "brokers": brokers, "queues": queues,
-                     "unreachable": _unreachable_json(unreachable)})
+                     "unreachable": unreachable_json(unreachable)})
         return 0
-    _warn_unreachable(unreachable)
+    warn_unreachable(unreachable)
     for b in brokers:
         print(f"topic {args.name} on {b['broker_name']} ({b['address']}): {b['read_queue_nums']} read / "
               f"{b['write_queue_nums']} write queues, perm {_perm(b['perm'])}")
@@ -377,17 +385,17 @@ def _group_progress(client: RmqClient, args: argparse.Namespace) -> int:
                for name in sorted({row["broker_name"] for row in rows})}
     if args.json:
         print_json({"group": args.group, "queues": rows, "total_lag": total, "brokers": members,
-                     "unreachable": _unreachable_json(unreachable), "complete": not unreachable})
-        return _incomplete_exit(unreachable)
-    _warn_unreachable(unreachable)
+                     "unreachable": unreachable_json(unreachable), "complete": not unreachable})
+        return incomplete_exit(unreachable)
+    warn_unreachable(unreachable)
     for name, states in members.items():
         print(f"broker {name}:")
         _print_members(states)
     print_table(["TOPIC", "BROKER", "QUEUE", "BROKER_OFFSET", "CONSUMER_OFFSET", "LAG"],
                  [[r["topic"], r["broker_name"], r["queue_id"], r["max_offset"],
                    "-" if r["consumer_offset"] is None else r["consumer_offset"], r["lag"]] for r in rows])
-    print(f"total lag: {total}{_incomplete_note(unreachable)}")
-    return _incomplete_exit(unreachable)
+    print(f"total lag: {total}{incomplete_note(unreachable)}")
+    return incomplete_exit(unreachable)
 
 
 def _group_list(client: RmqClient, args: argparse.Namespace) -> int:
@@ -404,43 +412,41 @@ def _group_list(client: RmqClient, args: argparse.Namespace) -> int:
         listed.append({"group": group, "members": members, "topics": topics,
                        "total_lag": sum(r["lag"] for r in rows)})
     if args.json:
-        print_json({"groups": listed, "unreachable": _unreachable_json(unreachable),
+        print_json({"groups": listed, "unreachable": unreachable_json(unreachable),
                      "complete": not unreachable})
-        return _incomplete_exit(unreachable)
-    _warn_unreachable(unreachable)
+        return incomplete_exit(unreachable)
+    warn_unreachable(unreachable)
     print_table(["GROUP", "MEMBERS", "TOPICS", "TOTAL_LAG"],
                  [[g["group"], "?" if g["members"] is None else len(g["members"]),
                    ",".join(g["topics"]) or "-", g["total_lag"]] for g in listed])
-    return _incomplete_exit(unreachable)
+    return incomplete_exit(unreachable)
 
 
-def _incomplete_note(unreachable: dict[str, RmqUnavailable]) -> str:
-    if not unreachable:
-        return ""
-    return f" (incomplete: without the queues of unreachable {', '.join(sorted(unreachable))})"
 
 
-def _incomplete_exit(unreachable: dict[str, RmqUnavailable]) -> int:
-    """1 when brokers could not be reached: a script must not read a partial answer as healthy."""
-    return 1 if unreachable else 0
 
 
 # ---------------------------------------------------------------- broker groups
 
 
 def _cluster_status(client: RmqClient, args: argparse.Namespace) -> int:
-    """Every broker group's members (mqadmin clusterList with the HA columns)."""
+    """Every broker group's members (mqadmin clusterList with the HA columns). Exit 1 when a
+    member's status could not be read: a script must not read the cluster as healthy."""
     groups = {name: _member_states(client, name, members)
               for name, members in client.list_broker_groups().items()}
+    failing = [f"{name} id {m['broker_id']} ({m['address']})"
+               for name, states in groups.items() for m in states if "registered_role" in m]
     if args.json:
-        print_json({"brokers": groups})
-        return 0
+        print_json({"brokers": groups, "complete": not failing})
+        return 1 if failing else 0
     print_table(["BROKER", "ID", "ROLE", "EPOCH", "ADDRESS", "MIN_OFFSET", "MAX_OFFSET", "SLAVE_LAG_BYTES",
                  "STATE"],
                 [[name, m["broker_id"], m["role"], _dash(m.get("epoch")), m["address"],
                   _dash(m["min_offset"]), _dash(m["max_offset"]), _dash(m["lag_bytes"]), m["state"]]
                   for name, states in groups.items() for m in states])
-    return 0
+    if failing:
+        print(f"rmq: no status from {', '.join(failing)}", file=sys.stderr)
+    return 1 if failing else 0
 
 
 def _member_states(client: RmqClient, name: str, members: Iterable[BrokerMember]) -> list[dict[str, Any]]:
@@ -458,7 +464,11 @@ def _member_states(client: RmqClient, name: str, members: Iterable[BrokerMember]
         try:
             status = client.broker_status(member.address)
         except RmqError as error:
-            state["state"] = "unreachable" if isinstance(error, RmqUnavailable) else _describe(error)
+            # the name server's role is what it last registered: after a failover a dead old master
+            # is still "SYNC_MASTER" there, so an unanswering member's role is not shown as its own
+            state.update(role="?", registered_role=state["role"],
+                         state=f"unreachable (registered as {state['role']})"
+                         if isinstance(error, RmqUnavailable) else _describe(error))
             continue
         state.update(min_offset=status.commit_log_min_offset, max_offset=status.commit_log_max_offset,
                      role=rmq_pb2.BrokerRole.Name(status.role))
@@ -577,14 +587,8 @@ def _check_some_reachable(unreachable: dict[str, RmqUnavailable], brokers: Itera
         raise next(iter(unreachable.values()))
 
 
-def _warn_unreachable(unreachable: dict[str, RmqUnavailable]) -> None:
-    """One stderr line per broker that could not be reached (its queues are left out)."""
-    for name, error in sorted(unreachable.items()):
-        print(f"rmq: broker {name} is unreachable, its queues are left out: {error}", file=sys.stderr)
 
 
-def _unreachable_json(unreachable: dict[str, RmqUnavailable]) -> dict[str, str]:
-    return {name: str(error) for name, error in sorted(unreachable.items())}
 
 
 # ---------------------------------------------------------------- output and argument types

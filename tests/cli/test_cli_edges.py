@@ -184,3 +184,21 @@ def test_bad_properties_are_one_line(value: str, says: str, capsys: pytest.Captu
     assert cli.main(["produce", "T", "--property", value]) == 2
     err = capsys.readouterr().err
     assert says in err and len(err.strip().splitlines()) == 1
+
+
+def test_members_and_cluster_with_a_broker_down_say_so_and_exit_non_zero(
+        cluster_with_a_dead_broker: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """#46 defect 6: `group members` does not answer "no live member" (exit 0) when a broker could
+    not be asked, and `cluster` exits 1 without showing the dead member's registered role as its own."""
+    endpoints = ["--endpoints", cluster_with_a_dead_broker]
+    assert cli.main(["group", "members", "g", *endpoints]) == 1
+    out, err = capsys.readouterr()
+    assert "cli-edges@1" in out and "broker broker-b is unreachable" in err
+    assert cli.main(["group", "members", "g", "--json", *endpoints]) == 1
+    assert json.loads(capsys.readouterr().out)["complete"] is False
+
+    assert cli.main(["cluster", *endpoints]) == 1
+    out, err = capsys.readouterr()
+    [dead] = [line.split(maxsplit=4) for line in out.splitlines() if line.startswith("broker-b")]
+    assert dead[2] == "?" and "unreachable (registered as" in dead[4]
+    assert "no status from broker-b id 0" in err
