@@ -8,9 +8,12 @@ translated in one place (`_run`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
+import queue
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -28,11 +31,11 @@ from rmq.cli.output import (
     warn_unreachable,
 )
 from rmq.cli.parser import Subcommands
-from rmq.command_line import UserError, positive_int
+from rmq.command_line import UserError, non_negative_int, positive_float, positive_int
 from rmq.connector.client import BrokerMember, OutgoingMessage, QueueOffsets, RmqClient
 from rmq.connector.errors import RmqError, RmqUnavailable
 from rmq.connector.message import Message, MessageExt, decode_messages
-from rmq.connector.producer import select_message_queue_by_hash, writable_queues
+from rmq.connector.producer import Producer, retriable, select_message_queue_by_hash, writable_queues
 from rmq.message_queue import MessageQueue
 from rmq.statuses import PullStatus, SendStatus
 from rmq.topic_config import PERM_READ, PERM_WRITE
@@ -45,6 +48,9 @@ PULL_BATCH_SIZE = 32                           # RocketMQ pullBatchSize
 SUSPEND_TIMEOUT_MS = 15_000                    # RocketMQ brokerSuspendMaxTimeMillis
 COMMIT_INTERVAL_SECONDS = 5.0                  # RocketMQ persistConsumerOffsetInterval
 PROGRESS_INTERVAL_SECONDS = 1.0
+LINGER_MS = 50                                 # rmq produce: a batch waits this long for more lines
+RETRY_TIMEOUT_S = 30.0                         # ... and retries a failed send this long
+RETRY_BACKOFF_S = (0.2, 2.0)                   # first and longest pause between retries
 PERMS = (PERM_READ | PERM_WRITE, PERM_READ, PERM_WRITE)   # --perm of topic create / update
 PERMS_HELP = "6 read-write, 4 read, 2 write"
 
@@ -68,6 +74,13 @@ def add_parsers(commands: Subcommands) -> None:
     produce.add_argument("--property", action="append", default=[], type=_user_property, metavar="KEY=VALUE",
                          help="a user property of every message (repeatable)")
     produce.add_argument("--batch-size", type=positive_int, default=256, help="messages per send (256)")
+    produce.add_argument("--linger-ms", type=non_negative_int, default=LINGER_MS, metavar="MS",
+                         help=f"send what stdin gave once it has waited this long for more ({LINGER_MS}): "
+                              "`tail -f app.log | rmq produce logs` sends each line within it")
+    produce.add_argument("--retry-timeout", type=positive_float, default=RETRY_TIMEOUT_S, metavar="SECONDS",
+                         help="keep retrying a failed send this long, on another broker or the group's new "
+                              f"master after a failover ({RETRY_TIMEOUT_S:g}); then exit 1 saying what was "
+                              "acknowledged")
     produce.add_argument("--key-hash", action="store_true",
                          help="stdin lines are KEY<TAB>BODY: the key is the message's key and picks its "
                               "queue (same key, same queue: SelectMessageQueueByHash)")
@@ -242,24 +255,29 @@ def _topic_delete(client: RmqClient, args: argparse.Namespace) -> int:
 
 
 def _produce(client: RmqClient, args: argparse.Namespace) -> int:
-    """Exit 0 only when every message was acknowledged; else one error line and exit 1."""
+    """Exit 0 only when every message was acknowledged; else one error line and exit 1. A failed
+    send is retried (RocketMQ's retryTimesWhenSendFailed on another broker, then again after a
+    pause, the route refreshed: a failover's new master) for --retry-timeout seconds."""
     if args.size is not None and args.count is None:
         raise UserError("--size needs --count (generated messages)")
     # an unknown topic or unreachable broker fails before reading input
     queues = writable_queues(client.query_route(args.topic))
     if args.key_hash and args.count is not None:
         raise UserError("--key-hash reads KEY<TAB>BODY lines from stdin: it does not go with --count")
-    bodies = _generated(args.count, args.size or 100) if args.count is not None else _stdin_lines()
+    if args.count is not None:
+        batches = _batched(_generated(args.count, args.size or 100), args.batch_size)
+    else:
+        batches = _lingering_batches(_stdin_lines(), args.batch_size, args.linger_ms / 1000)
     sent = acknowledged = master_only = 0
     progress = _Progress(args.count)
+    producer = Producer(args.endpoints, client=client)
     try:
-        for batch in _batched(bodies, args.batch_size):
+        for batch in batches:
             sent += len(batch)
             for broker_name, messages in _outgoing(batch, args, queues):
-                result = client.send(args.topic, messages, broker_name)
+                statuses = _send_retrying(producer, args, broker_name, messages)
                 acknowledged += len(messages)
-                if result.status is not SendStatus.SEND_OK:   # stored on the master only (SYNC_MASTER)
-                    master_only += len(messages)
+                master_only += sum(status is not SendStatus.SEND_OK for status in statuses)
             progress.update(acknowledged)
     except RmqError as error:
         acknowledged += error.acknowledged
@@ -269,6 +287,32 @@ def _produce(client: RmqClient, args: argparse.Namespace) -> int:
     note = f", {master_only} stored on the master only: no slave confirmed them" if master_only else ""
     print(f"sent {sent} messages (acknowledged {acknowledged}{note})")
     return 0
+
+
+def _send_retrying(producer: Producer, args: argparse.Namespace, broker_name: str | None,
+                   messages: list[OutgoingMessage]) -> list[SendStatus]:
+    """Send one batch: through the Producer's retries on the topic's other brokers (any broker), or
+    to the broker the keys chose; after a failure nothing of which was stored, again after a pause
+    with the route refreshed, until --retry-timeout. The statuses of the stored messages."""
+    deadline = time.monotonic() + args.retry_timeout
+    pause = RETRY_BACKOFF_S[0]
+    while True:
+        try:
+            if broker_name is None:
+                return [result.status for result in producer.send(
+                    [Message(args.topic, m.body, tags=m.tags, keys=m.keys, properties=dict(m.properties))
+                     for m in messages])]
+            return [producer.client.send(args.topic, messages, broker_name).status] * len(messages)
+        except RmqError as error:
+            if error.acknowledged or not retriable(error) or time.monotonic() + pause > deadline:
+                raise
+            left = deadline - time.monotonic()
+            print(f"rmq: send failed, retrying for up to {left:.0f} s: {_describe(error)}", file=sys.stderr,
+                  flush=True)
+        time.sleep(pause)           # a failover takes seconds: the pause is the retry's backoff
+        pause = min(pause * 2, RETRY_BACKOFF_S[1])
+        with contextlib.suppress(RmqError):
+            producer.client.query_route(args.topic)      # the new master's address, once registered
 
 
 def _outgoing(batch: list[bytes], args: argparse.Namespace, queues: list[MessageQueue]
@@ -323,6 +367,36 @@ def _batched(items: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
             yield batch
             batch = []
     if batch:
+        yield batch
+
+
+def _lingering_batches(items: Iterator[bytes], size: int, linger_s: float) -> Iterator[list[bytes]]:
+    """Batches of at most `size` items, each sent once full or once `linger_s` passed since its
+    first item arrived (a slow source such as `tail -f` is not held until `size` lines came).
+    The items are read on a daemon thread; a bounded queue keeps it at most a few batches ahead."""
+    arrived: queue.Queue[bytes | None] = queue.Queue(maxsize=4 * size)
+
+    def read() -> None:
+        for item in items:
+            arrived.put(item)
+        arrived.put(None)
+
+    threading.Thread(target=read, name="rmq-produce-stdin", daemon=True).start()
+    ended = False
+    while not ended:
+        first = arrived.get()
+        if first is None:
+            return
+        batch, until = [first], time.monotonic() + linger_s
+        while len(batch) < size:
+            try:
+                item = arrived.get(timeout=max(until - time.monotonic(), 0))
+            except queue.Empty:
+                break
+            if item is None:
+                ended = True
+                break
+            batch.append(item)
         yield batch
 
 
