@@ -193,7 +193,14 @@ def _routed(client: RmqClient, topic: str) -> bool:
 def _pages_with_the_cluster_up(browser: Any, console: str) -> None:
     browser.goto(console + "/")
     assert "broker-a" in browser.inner_text("#brokers")
+    # the charts (uPlot, served from /static): a legend entry per topic / group, refreshed each second
+    browser.wait_for_selector("#tps-chart .u-legend >> text=Orders")
+    browser.wait_for_selector("#lag-chart .u-legend >> text=g1")
+    assert browser.locator("#tps-chart .u-axis").count() >= 2                  # a time axis and a value axis
     _shot(browser, "cluster")
+    browser.click("#pause-charts")
+    assert browser.get_attribute("#charts", "data-paused") == "yes"
+    assert browser.inner_text("#chart-status") == "paused" and browser.inner_text("#pause-charts") == "Resume"
     browser.goto(console + "/topics")
     assert "Orders" in browser.inner_text("#topics")
     _shot(browser, "topics")

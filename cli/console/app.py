@@ -32,7 +32,7 @@ from starlette.templating import Jinja2Templates
 
 from rmq.auth import ClientSecurity
 from rmq.cli.console.cluster_view import ClusterView, NotFound
-from rmq.cli.console.history import History, svg_chart
+from rmq.cli.console.history import History
 from rmq.cli.output import timestamp
 from rmq.connector.client import RmqClient
 from rmq.connector.errors import RmqError, RmqUnavailable
@@ -188,9 +188,7 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
     def cluster(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
         data = session.view.cluster()
         if charts is not None and not request.url.path.startswith("/api/"):
-            snapshot = session.view.visible_series(charts.snapshot())
-            data |= {"tps_chart": svg_chart(snapshot["tps"]), "lag_chart": svg_chart(snapshot["lag"]),
-                     "chart_error": charts.error}
+            data |= {"charts": True, "chart_interval": charts.interval_s}
         return "cluster.html", data
 
     def topics(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
