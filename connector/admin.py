@@ -329,6 +329,9 @@ def resend(client: RmqClient, message: MessageExt, group: str = "") -> str:
     topic only (what RocketMQ's consumeMessageDirectly is for). Returns the topic written."""
     topic = retry.retry_topic(group) if group else message.topic
     properties = {k: v for k, v in message.properties.items() if k not in NOT_REPUBLISHED}
+    if group:    # a retry copy names its original topic and first copy, as the broker's own do
+        properties.setdefault(retry.PROPERTY_RETRY_TOPIC, message.topic)
+        properties.setdefault(retry.PROPERTY_ORIGIN_MESSAGE_ID, message.origin_msg_id)
     client.send(topic, [OutgoingMessage(message.body, message.tags, message.keys, properties)])
     return topic
 

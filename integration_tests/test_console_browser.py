@@ -227,6 +227,12 @@ def _pages_with_the_cluster_up(browser: Any, console: str) -> None:
     marks = browser.locator("#dead-letters td.resent").all_inner_texts()
     assert [mark.startswith("resent at") for mark in marks] == [True] * 3, marks
     _shot(browser, "dlq")
+    browser.goto(console + "/messages?topic=Orders&key=k1")          # "order 1": dead-lettered, then resent
+    browser.click("#messages a")
+    track = browser.locator("#track tr").all_inner_texts()[1:]
+    [g1] = [row.split("\t") for row in track if row.startswith("g1")]
+    assert g1[1] == "in the DLQ" and g1[2] != "-" and g1[3] != "-", g1       # a retry copy and a dead letter
+    _shot(browser, "message")
 
 
 def _pages_with_broker_b_down(browser: Any, console: str) -> None:

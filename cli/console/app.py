@@ -231,6 +231,12 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
     def message(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
         return "message.html", session.view.message(request.path_params["msg_id"])
 
+    async def resend_message(request: Request) -> Response:
+        form, token, session = await _form(request, sessions)
+        msg_id, group_name = request.path_params["msg_id"], str(form.get("group", ""))
+        return _after(lambda: session.view.resend_message(msg_id, group_name), f"/messages/{msg_id}", token,
+                      request, templates, session)
+
     def dlq(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
         page_number = _int(request.query_params.get("page", "0"), "page")
         data = session.view.dlq(request.path_params["group"], page_number)
@@ -319,6 +325,7 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
         Route("/topics", create_topic, methods=["POST"]),
         Route("/groups/{group}/reset", reset, methods=["POST"]),
         Route("/dlq/{group}/resend", resend, methods=["POST"]),
+        Route("/messages/{msg_id}/resend", resend_message, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     @contextlib.asynccontextmanager

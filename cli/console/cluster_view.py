@@ -7,10 +7,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict
 from typing import Any
 
+from rmq import message_format as mf
 from rmq import retry
+from rmq.cli.output import timestamp
 from rmq.connector.admin import PAGE_MAX, MQAdmin, ResetTarget, resend
 from rmq.connector.client import RmqClient
 from rmq.connector.errors import RmqError, RmqUnavailable
@@ -205,16 +206,51 @@ class ClusterView:
                            "messages": [message_dict(m) for m in found]})
 
     def message(self, msg_id: str) -> dict[str, Any]:
+        message = self._message(msg_id)
+        groups = [g for g in self.admin.groups()[:MAX_GROUPS_FOR_STATE]
+                  if self._has_offsets(g, message.topic)]
+        states = self.admin.consume_states(message, groups)
+        return message_dict(message) | {"track": [self._track(message, s.group, s.consumed) for s in states],
+                                        "timer": _timer_state(message)}
+
+    def _message(self, msg_id: str) -> MessageExt:
         try:
-            message = self.admin.view(msg_id)
+            return self.admin.view(msg_id)
         except RmqError as error:
             if error.code in (rmq_pb2.QUERY_NOT_FOUND, rmq_pb2.ILLEGAL_ARGUMENT):
                 raise NotFound(str(error)) from None
             raise
-        groups = [g for g in self.admin.groups()[:MAX_GROUPS_FOR_STATE]
-                  if self._has_offsets(g, message.topic)]
-        states = self.admin.consume_states(message, groups)
-        return message_dict(message) | {"consume_state": [asdict(s) for s in states]}
+
+    def _track(self, message: MessageExt, group: str, consumed: bool) -> dict[str, Any]:
+        """What became of the message for one group: consumed or not, the copies in its retry topic
+        and dead-letter queue (found by the message's unique id or first key; none without one)."""
+        retries = self._copies(message, retry.retry_topic(group))
+        dead = self._copies(message, retry.dlq_topic(group))
+        if dead:
+            state = "in the DLQ"
+        elif retries:
+            state = f"retried {len(retries)} time(s)"
+        else:
+            state = "consumed" if consumed else "not yet consumed"
+        return {"group": group, "consumed": consumed, "state": state, "retries": [m.msg_id for m in retries],
+                "dead_letters": [m.msg_id for m in dead]}
+
+    def _copies(self, message: MessageExt, topic: str) -> list[MessageExt]:
+        key = message.properties.get(mf.PROPERTY_UNIQ_KEY) or (message.keys.split() or [""])[0]
+        if not key:
+            return []
+        try:
+            found = self.admin.query_by_key(topic, key)
+        except RmqError as error:
+            if error.code == rmq_pb2.TOPIC_NOT_EXIST:
+                return []
+            raise
+        return [copy for copy in found if copy.origin_msg_id == message.msg_id]
+
+    def resend_message(self, msg_id: str, group: str) -> str:
+        """Deliver the message again to `group` only (its retry topic: RocketMQ's
+        consumeMessageDirectly from the message track)."""
+        return resend(self.client, self._message(msg_id), group)
 
     def _has_offsets(self, group: str, topic: str) -> bool:
         try:
@@ -307,3 +343,19 @@ def _replication_lag(status: rmq_pb2.BrokerStatusResponse) -> int | None:
     if status.slaves:
         return max(s.lag_bytes for s in status.slaves)
     return None
+
+
+TIMER_PROPERTIES = (("TIMER_DELIVER_MS", 0, 1), ("TIMER_DELAY_SEC", 1, 1000), ("TIMER_DELAY_MS", 1, 1))
+
+
+def _timer_state(message: MessageExt) -> str:
+    """A timer message's delivery time from its properties (DESIGN.md "Timer messages": an epoch ms,
+    or a delay after it was born); "" for an ordinary message."""
+    for name, after_birth, unit_ms in TIMER_PROPERTIES:
+        value = message.properties.get(name, "")
+        if value.isdigit():
+            due = after_birth * message.born_timestamp + int(value) * unit_ms
+            passed = due <= time.time() * 1000
+            return f"due {timestamp(due)}" + (" (due time passed)" if passed else " (waiting)")
+    level = message.properties.get(mf.PROPERTY_DELAY_TIME_LEVEL, "")
+    return f"delay level {level}" if level else ""

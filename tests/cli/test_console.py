@@ -102,7 +102,25 @@ def test_a_message_page_shows_body_properties_and_consume_state(web: TestClient)
     listed = web.get("/api/messages?topic=Orders&key=k0").json()["messages"]
     page = web.get(f"/api/messages/{listed[0]['msg_id']}").json()
     assert page["body"] == "order 0" and page["keys"] == "k0"
-    assert page["consume_state"] == [{"group": "g1", "consumed": True}]   # queue 0, offset 0 < committed 1
+    assert page["track"] == [{"group": "g1", "consumed": True, "state": "consumed", "retries": [],
+                              "dead_letters": []}]                        # queue 0, offset 0 < committed 1
+
+
+def test_a_message_track_follows_it_into_the_dlq_and_resends_it_to_one_group(web: TestClient,
+                                                                            broker: InProcessBroker) -> None:
+    """The message page's track: per group consumed or not, its copies in the group's DLQ and retry
+    topic; "Resend to g1" delivers it again to g1's retry topic only."""
+    with RmqClient(broker.address) as client:
+        client.send_message_back("g1", "broker-a", 0, delay_level=-1)      # "order 0" to %DLQ%g1
+    original = web.get("/api/messages?topic=Orders&key=k0").json()["messages"][0]["msg_id"]
+    page = web.get(f"/messages/{original}").text
+    [track] = web.get(f"/api/messages/{original}").json()["track"]
+    assert track["state"] == "in the DLQ" and len(track["dead_letters"]) == 1 and track["retries"] == []
+    assert track["dead_letters"][0] in page
+    resent = web.post(f"/messages/{original}/resend", data={"group": "g1", "csrf": csrf(page)})
+    assert resent.status_code == 200
+    [track] = web.get(f"/api/messages/{original}").json()["track"]
+    assert len(track["retries"]) == 1
 
 
 def test_forms_need_the_sessions_csrf_token(web: TestClient, broker: InProcessBroker) -> None:

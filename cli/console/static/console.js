@@ -39,9 +39,11 @@
       this.unit = unit;
       this.plot = null;
       this.names = "";
+      this.windowS = 900;
     }
 
     show(series, windowS) {
+      this.windowS = windowS;
       const since = Date.now() / 1000 - windowS;
       const names = Object.keys(series).sort();
       const times = [...new Set(names.flatMap((n) => series[n].map((p) => p[0])))]
@@ -65,7 +67,8 @@
       this.names = names.join("\n");
       this.plot = new uPlot({
         width: Math.max(this.element.clientWidth, 480), height: 220,
-        scales: { x: { time: true } },
+        // the x axis spans the chosen window up to now, however few samples it holds yet
+        scales: { x: { time: true, range: () => [Date.now() / 1000 - this.windowS, Date.now() / 1000] } },
         series: [{}, ...names.map((name, i) => ({ label: name, stroke: COLOURS[i % COLOURS.length],
                                                   width: 1.5, spanGaps: true }))],
         axes: [{}, { label: this.unit, size: 70 }],
