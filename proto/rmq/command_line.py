@@ -7,17 +7,21 @@ from __future__ import annotations
 import argparse
 import ipaddress
 from collections.abc import Callable
+from typing import TypeVar
 
 
 class UserError(Exception):
     """Bad arguments or input from the user; the message is shown as is."""
 
 
-def _at_least(parse: Callable[[str], float], kind: str, zero: bool = False) -> Callable[[str], float]:
+Number = TypeVar("Number", int, float)
+
+
+def _at_least(parse: Callable[[str], Number], kind: str, zero: bool = False) -> Callable[[str], Number]:
     """An argparse type: `parse(text)`, positive (or, with `zero`, also 0)."""
     wanted = f"a {'non-negative' if zero else 'positive'} {kind}"
 
-    def parse_bounded(text: str) -> float:
+    def parse_bounded(text: str) -> Number:
         try:
             value = parse(text)
         except ValueError:
