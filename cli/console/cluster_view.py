@@ -349,8 +349,8 @@ TIMER_PROPERTIES = (("TIMER_DELIVER_MS", 0, 1), ("TIMER_DELAY_SEC", 1, 1000), ("
 
 
 def _timer_state(message: MessageExt) -> str:
-    """A timer message's delivery time from its properties (DESIGN.md "Timer messages": an epoch ms,
-    or a delay after it was born); "" for an ordinary message."""
+    """A timer message's delivery time from its properties (TIMER_DELIVER_MS: an epoch ms;
+    TIMER_DELAY_SEC / _MS: a delay after it was born); "" for an ordinary message."""
     for name, after_birth, unit_ms in TIMER_PROPERTIES:
         value = message.properties.get(name, "")
         if value.isdigit():
