@@ -204,6 +204,9 @@ def _pages_with_the_cluster_up(browser: Any, console: str) -> None:
     browser.goto(console + "/topics")
     assert "Orders" in browser.inner_text("#topics")
     _shot(browser, "topics")
+    browser.click("#topics >> text=Orders")
+    assert "g1" in browser.inner_text("#consumers") and "read-write" in browser.inner_text("#route")
+    _shot(browser, "topic")
     browser.goto(console + "/messages?topic=Orders&key=k4")
     keys = [row.split("\t")[5] for row in browser.locator("#messages tr").all_inner_texts()[1:]]
     assert keys == ["k4 shared"], keys                            # not "<built-in method keys ...>"

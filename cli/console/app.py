@@ -203,6 +203,24 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
         return _after(lambda: session.view.create_topic(name, queues), f"/topics/{name}", token, request,
                       templates, session)
 
+    async def topic_action(request: Request) -> Response:
+        """The topic page's forms: permission, delete, send a test message."""
+        form, token, session = await _form(request, sessions)
+        name, action = request.path_params["topic"], request.path_params["action"]
+        view = session.view
+        actions: dict[str, tuple[Callable[[], object], str]] = {
+            "permission": (lambda: view.set_permission(name, str(form.get("perm", ""))),
+                           f"/topics/{name}"),
+            "delete": (lambda: view.delete_topic(name), "/topics"),
+            "send": (lambda: view.send_test_message(name, *(str(form.get(field, ""))
+                                                           for field in ("body", "tags", "keys"))),
+                     f"/messages?topic={name}"),
+        }
+        if action not in actions:
+            return failure(request, token, session, False, NotFound(f"no topic action {action}"))
+        run, location = actions[action]
+        return _after(run, location, token, request, templates, session)
+
     def groups(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
         return "groups.html", session.view.groups()
 
@@ -323,6 +341,7 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
         Route("/sign-in", sign_in, methods=["POST"]),
         Route("/sign-out", sign_out, methods=["POST"]),
         Route("/topics", create_topic, methods=["POST"]),
+        Route("/topics/{topic}/{action}", topic_action, methods=["POST"]),
         Route("/groups/{group}/reset", reset, methods=["POST"]),
         Route("/dlq/{group}/resend", resend, methods=["POST"]),
         Route("/messages/{msg_id}/resend", resend_message, methods=["POST"]),

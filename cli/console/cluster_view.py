@@ -13,14 +13,17 @@ from rmq import message_format as mf
 from rmq import retry
 from rmq.cli.output import timestamp
 from rmq.connector.admin import PAGE_MAX, MQAdmin, ResetTarget, resend
-from rmq.connector.client import RmqClient
+from rmq.connector.client import OutgoingMessage, RmqClient, TopicRoute
 from rmq.connector.errors import RmqError, RmqUnavailable
 from rmq.connector.message import MessageExt
+from rmq.topic_config import PERM_READ, PERM_WRITE
 from rmq.v1 import rmq_pb2
 
 TOPICS_PAGE = 50
 MAX_GROUPS_FOR_STATE = 20     # groups whose consume state a message page shows
 DLQ_PAGE = 100                # dead letters per page
+MAX_GROUPS_CHECKED = 100      # groups a topic page asks whether they consume it
+PERM_NAMES = {PERM_READ | PERM_WRITE: "read-write", PERM_READ: "read-only", PERM_WRITE: "write-only"}
 VISIBILITY_TTL_S = 30.0       # how long a chart series' "this account may see it" is remembered
 
 
@@ -111,16 +114,55 @@ class ClusterView:
 
     def topic(self, topic: str) -> dict[str, Any]:
         reads = Reads(self.client)
+        route = self._route(topic)
+        offsets = self.client.topic_offsets(topic, reads.missing)
+        return reads.done({"topic": topic, "queues": [
+            {"broker_name": mq.broker_name, "queue_id": mq.queue_id, "min_offset": o.min_offset,
+             "max_offset": o.max_offset, "last_store_timestamp": o.last_store_timestamp}
+            for mq, o in offsets.items()],
+            "route": [{"broker_name": q.broker_name, "read_queues": q.read_queue_nums,
+                       "write_queues": q.write_queue_nums, "perm": PERM_NAMES.get(q.perm, str(q.perm))}
+                      for q in route.queue_datas],
+            "groups": self._consumers_of(topic) if offsets else []}, answered=_any_answered(route, reads))
+
+    def _route(self, topic: str) -> TopicRoute:
+        """The topic's route; NotFound (a 404 page) for a topic no broker holds."""
         try:
-            offsets = self.client.topic_offsets(topic, reads.missing)
+            return self.client.query_route(topic)
         except RmqError as error:
             if error.code == rmq_pb2.TOPIC_NOT_EXIST:
                 raise NotFound(f"topic {topic} does not exist") from None
             raise
-        return reads.done({"topic": topic, "queues": [
-            {"broker_name": mq.broker_name, "queue_id": mq.queue_id, "min_offset": o.min_offset,
-             "max_offset": o.max_offset, "last_store_timestamp": o.last_store_timestamp}
-            for mq, o in offsets.items()]}, answered=bool(offsets))
+
+    def _consumers_of(self, topic: str) -> list[str]:
+        """The groups (of the first MAX_GROUPS_CHECKED) with committed offsets on the topic or a live
+        member subscribing to it."""
+        found = []
+        for group in self.admin.groups()[:MAX_GROUPS_CHECKED]:
+            try:
+                subscribed = any(topic in m.subscriptions for m in self.admin.members(group))
+            except RmqError:
+                continue
+            if subscribed or self._has_offsets(group, topic):
+                found.append(group)
+        return found
+
+    def set_permission(self, topic: str, perm: str) -> None:
+        """Make the topic read-write, read-only or write-only on every broker (maintenance)."""
+        wanted = {name: value for value, name in PERM_NAMES.items()}.get(perm)
+        if wanted is None:
+            raise ValueError(f"permission must be one of {', '.join(PERM_NAMES.values())}, not {perm!r}")
+        queues = max(q.write_queue_nums for q in self._route(topic).queue_datas)
+        self.client.update_topic(topic, queues, wanted)
+
+    def delete_topic(self, topic: str) -> None:
+        self.client.delete_topic(topic)
+
+    def send_test_message(self, topic: str, body: str, tags: str, keys: str) -> str:
+        """Send one message (the page's "send a test message"); its message id."""
+        if not body:
+            raise ValueError("a test message needs a body")
+        return self.client.send(topic, [OutgoingMessage(body.encode(), tags=tags, keys=keys)]).msg_ids[0]
 
     def create_topic(self, topic: str, queues: int) -> None:
         self.client.create_topic(topic, queues=queues)
@@ -195,15 +237,15 @@ class ClusterView:
     # ------------------------------------------------------------ messages
     def messages(self, topic: str, key: str = "", begin_ms: int | None = None, end_ms: int | None = None,
                  page: int = 0, limit: int = 50) -> dict[str, Any]:
-        self.topic(topic)      # 404 for an unknown topic
+        route = self._route(topic)      # 404 for an unknown topic
         reads = Reads(self.client)
         if key:
             found = self.admin.query_by_key(topic, key, limit=limit, unreachable=reads.missing)
         else:
             found = self.admin.query_by_time(topic, begin_ms or 0, end_ms or 2**62, limit, page,
                                              reads.missing)
-        return reads.done({"topic": topic, "key": key, "page": page,
-                           "messages": [message_dict(m) for m in found]})
+        data = {"topic": topic, "key": key, "page": page, "messages": [message_dict(m) for m in found]}
+        return reads.done(data, answered=_any_answered(route, reads))
 
     def message(self, msg_id: str) -> dict[str, Any]:
         message = self._message(msg_id)
@@ -326,6 +368,11 @@ class ClusterView:
                 stored[config.topic_name] = sum(o.max_offset for o in offsets.values())
         lag = {group: self.admin.progress(group).total_lag for group in self.admin.groups()}
         return stored, lag
+
+
+def _any_answered(route: TopicRoute, reads: Reads) -> bool:
+    """Whether some broker holding the topic answered (else its page read nothing: a 503)."""
+    return bool(set(route.brokers) - set(reads.missing))
 
 
 def message_dict(message: MessageExt) -> dict[str, Any]:

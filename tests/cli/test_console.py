@@ -312,3 +312,24 @@ def test_the_charting_library_is_vendored_with_its_licence(web: TestClient) -> N
     templates = Path(__file__).parents[2] / "cli" / "console" / "templates"
     for template in templates.glob("*.html"):
         assert not re.search(r"""(src|href)=["']?(https?:)?//""", template.read_text()), template.name
+
+
+def test_the_topic_page_names_its_groups_and_changes_permission_sends_and_deletes(
+        web: TestClient, broker: InProcessBroker) -> None:
+    """The topic page: the groups consuming it, its route, and the maintenance forms (read-only
+    refuses sends until read-write again; a test message arrives; delete removes the topic)."""
+    page = web.get("/topics/Orders").text
+    assert "g1" in web.get("/api/topics/Orders").json()["groups"]
+    assert [r["perm"] for r in web.get("/api/topics/Orders").json()["route"]] == ["read-write"]
+    token = csrf(page)
+    assert web.post("/topics/Orders/permission", data={"perm": "read-only", "csrf": token}).status_code == 200
+    assert [r["perm"] for r in web.get("/api/topics/Orders").json()["route"]] == ["read-only"]
+    refused = web.post("/topics/Orders/send", data={"body": "probe", "csrf": token})
+    assert refused.status_code == 400 and "NO_PERMISSION" in refused.text
+    web.post("/topics/Orders/permission", data={"perm": "read-write", "csrf": token})
+    sent = web.post("/topics/Orders/send", data={"body": "probe", "keys": "probe-key", "csrf": token})
+    assert sent.status_code == 200 and "probe" in web.get("/messages?topic=Orders&key=probe-key").text
+    bad = web.post("/topics/Orders/permission", data={"perm": "everything", "csrf": token})
+    assert bad.status_code == 400 and "permission must be one of" in bad.text
+    assert web.post("/topics/Orders/delete", data={"csrf": token}).status_code == 200
+    assert web.get("/topics/Orders").status_code == 404

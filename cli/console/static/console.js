@@ -125,6 +125,12 @@
   }
 
   function confirmations() {
+    // forms that destroy something ask first (data-confirm names what)
+    for (const form of document.querySelectorAll("form.confirm")) {
+      form.addEventListener("submit", (event) => {
+        if (!confirm(form.dataset.confirm)) event.preventDefault();
+      });
+    }
     // the DLQ page: select every dead letter of the page, and confirm a resend
     const all = document.getElementById("select-all");
     if (all) {
