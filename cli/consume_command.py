@@ -99,8 +99,11 @@ def one_line(body: bytes) -> str:
     return body.decode("utf-8", errors="replace").replace("\r", "\\r").replace("\n", "\\n")
 
 
+HEADER = "QUEUE OFFSET TAGS KEYS BODY"     # message_line's columns
+
+
 def message_line(message: MessageExt) -> str:
-    """`queue_id offset tags keys body` (dashes for empty tags / keys)."""
+    """`queue_id offset tags keys body` (dashes for empty tags / keys): HEADER's columns."""
     return (f"{message.queue_id} {message.queue_offset} {message.tags or '-'} {message.keys or '-'} "
             f"{one_line(message.body)}")
 
@@ -166,6 +169,8 @@ def consume(client: RmqClient, args: argparse.Namespace) -> int:
         # halt() drops the queues on purpose: their "dropped" warnings say nothing to a CLI user
         logging.getLogger(f"rmq.connector.{service}").setLevel(logging.ERROR)
     printer = Printer(sys.stdout, args.json, args.max_messages)
+    if not args.json:       # the columns, on stderr: `| head -3` and `| wc -l` still see messages only
+        print(HEADER, file=sys.stderr, flush=True)
     try:
         consumer = PushConsumer(args.group, client.endpoints, client=client, consume_from=start,
                                 consume_timestamp=timestamp, consume_thread_max=1)

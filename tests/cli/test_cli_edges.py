@@ -124,6 +124,7 @@ def test_consume_from_last_on_a_young_topic_reads_what_it_holds(broker: InProces
                      "--endpoints", broker.address]) == 0
     out, err = capsys.readouterr()
     assert [line.split()[-1] for line in out.splitlines()] == ["a", "b", "c"]
+    assert err.splitlines()[0] == "QUEUE OFFSET TAGS KEYS BODY"     # the columns, not among the messages
     assert "consumed 3 messages" in err
 
 
