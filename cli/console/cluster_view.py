@@ -14,7 +14,7 @@ from rmq import retry
 from rmq.cli.output import timestamp
 from rmq.connector.admin import PAGE_MAX, MQAdmin, ResetTarget, resend
 from rmq.connector.client import OutgoingMessage, RmqClient, TopicRoute
-from rmq.connector.errors import RmqError, RmqUnavailable
+from rmq.connector.errors import ConfigError, RmqError, RmqUnavailable
 from rmq.connector.message import MessageExt
 from rmq.topic_config import PERM_READ, PERM_WRITE
 from rmq.v1 import rmq_pb2
@@ -259,7 +259,7 @@ class ClusterView:
         try:
             return self.admin.view(msg_id)
         except RmqError as error:
-            if error.code in (rmq_pb2.QUERY_NOT_FOUND, rmq_pb2.ILLEGAL_ARGUMENT):
+            if isinstance(error, ConfigError) or error.code == rmq_pb2.QUERY_NOT_FOUND:
                 raise NotFound(str(error)) from None
             raise
 
