@@ -128,6 +128,9 @@ class Printer:
         if self.done.is_set():
             return False
         text = json.dumps(message_record(message)) if self.json_lines else message_line(message)
+        if not self.json_lines and not self.count:
+            # the columns, before the first line, on stderr: `| head -3` and `| wc -l` see messages only
+            print(HEADER, file=sys.stderr, flush=True)
         try:
             self.out.write(text + "\n")
             self.out.flush()
@@ -169,8 +172,6 @@ def consume(client: RmqClient, args: argparse.Namespace) -> int:
         # halt() drops the queues on purpose: their "dropped" warnings say nothing to a CLI user
         logging.getLogger(f"rmq.connector.{service}").setLevel(logging.ERROR)
     printer = Printer(sys.stdout, args.json, args.max_messages)
-    if not args.json:       # the columns, on stderr: `| head -3` and `| wc -l` still see messages only
-        print(HEADER, file=sys.stderr, flush=True)
     try:
         consumer = PushConsumer(args.group, client.endpoints, client=client, consume_from=start,
                                 consume_timestamp=timestamp, consume_thread_max=1)
