@@ -18,12 +18,13 @@ from typing import Any, cast
 import grpc
 import pyarrow as pa
 
+from rmq import retry
 from rmq.broker_server.background_tasks import cancel_all
 from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
 from rmq.broker_server.memory_tuning import keep_freed_memory
-from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
+from rmq.broker_server.metrics.broker_stats import BrokerStatsManager, GroupLabels
 from rmq.broker_server.metrics.collectors import (
     BoundedTables,
     BrokerCollector,
@@ -175,7 +176,8 @@ class BrokerController:
             open_channel=security.open_client_channel,
             member=self.replication.member,
         )
-        self.stats = BrokerStatsManager()
+        self.stats = BrokerStatsManager(
+            labels=GroupLabels(config.max_metric_groups, config.max_metric_groups_per_account))
         self.send_processor = SendMessageProcessor(
             self.store, self.topics, self.executor, delay_levels, config.max_message_size, self.stats
         )
@@ -263,6 +265,7 @@ class BrokerController:
                 self.replication.status,
                 self.replication.topics_replicated,
                 self.consumer_connections,
+                self.consumer_groups,
             ),
             server,
         )
@@ -366,6 +369,15 @@ class BrokerController:
                         for session in self.rocketmq_v2.sessions.consumers_of(group)]
         return sorted(members, key=lambda member: member.client_id)
 
+    def consumer_groups(self) -> set[str]:
+        """Every group this broker knows from any source: live members of every protocol (heartbeats,
+        RocketMQ 5 Telemetry settings), committed offsets, and the retry and dead-letter topics."""
+        groups = self.consumers.group_names() | self.offsets.groups()
+        groups |= {retry.group_of_copy_topic(config.topic_name) for config in self.topics.all()} - {""}
+        if self.rocketmq_v2 is not None:
+            groups |= self.rocketmq_v2.sessions.consumer_groups()
+        return groups
+
     async def start_remoting(self) -> None:
         if self.remoting is not None:
             await self.remoting.start()
@@ -376,7 +388,8 @@ class BrokerController:
         offsets = self.offsets
 
         def consumer_offsets() -> list[QueueOffset]:
-            return [QueueOffset(key.group, key.topic, key.queue_id, offset)
+            accounts = offsets.added_by()
+            return [QueueOffset(key.group, key.topic, key.queue_id, offset, accounts.get(key, ""))
                     for key, offset in offsets.all_offsets().items()]
 
         def client_tables() -> BoundedTables:

@@ -499,7 +499,7 @@ class ClientAPI:
             if brokers is not None and name not in brokers:
                 continue
             read = functools.partial(self._broker_topic_offsets, topic, name)
-            offsets.update(_unless_unreachable(read, name, unreachable) or {})
+            offsets.update(unless_unreachable(read, name, unreachable) or {})
         return dict(sorted(offsets.items()))
 
     def queue_offsets(self, mq: MessageQueue) -> QueueOffsets:
@@ -537,7 +537,7 @@ class ClientAPI:
         for name in brokers:
             read = functools.partial(self._read_call, name, _QUERY_CONSUMER_OFFSETS, request,
                                      ok_codes=(rmq_pb2.QUERY_NOT_FOUND,))
-            response = _unless_unreachable(read, name, unreachable)
+            response = unless_unreachable(read, name, unreachable)
             if response is None:
                 continue
             offsets.update((MessageQueue(o.topic, name, o.queue_id), o.offset) for o in response.offsets)
@@ -558,7 +558,7 @@ class ClientAPI:
                          for mq in grouped[name]])
             # to the member the group reads from
             write = functools.partial(self._read_call, name, _UPDATE_CONSUMER_OFFSETS, request)
-            _unless_unreachable(write, name, unreachable)
+            unless_unreachable(write, name, unreachable)
 
         _call_each(grouped, update)
 
@@ -753,7 +753,7 @@ class ClientAPI:
             if failures and len(failures) == len(groups[name]):
                 raise failures[0]
 
-        _call_each(groups, lambda name: _unless_unreachable(functools.partial(on_group, name), name,
+        _call_each(groups, lambda name: unless_unreachable(functools.partial(on_group, name), name,
                                                             unreachable))
 
     def _route(self, topic: str) -> TopicRoute:
@@ -835,7 +835,7 @@ def _when_answered(call: grpc.Future[ResponseT], method: str, label: str, queue:
     call.add_done_callback(done)
 
 
-def _unless_unreachable(call: Callable[[], AnswerT], broker_name: str,
+def unless_unreachable(call: Callable[[], AnswerT], broker_name: str,
                         unreachable: dict[str, RmqUnavailable] | None) -> AnswerT | None:
     """call(); None when the broker is unreachable and the caller collects those in `unreachable`."""
     try:

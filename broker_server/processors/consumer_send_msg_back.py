@@ -166,7 +166,8 @@ class ConsumerSendMsgBackProcessor:
         result = await self.executor.run(self.store.put_message, copy)
         check_put_status(result.status)
         if target.dead and self.stats is not None:
-            self.stats.record_send_to_dlq(copy.properties[retry.PROPERTY_RETRY_TOPIC], group)
+            self.stats.record_send_to_dlq(copy.properties[retry.PROPERTY_RETRY_TOPIC], group,
+                                          caller.account_key())
 
     async def process(
         self, request: rmq_pb2.ConsumerSendMsgBackRequest

@@ -344,7 +344,8 @@ class PullMessageProcessor:
 
     def _answer(self, query: PullQuery, result: GetMessageResult) -> rmq_pb2.PullMessageResponse:
         if result.message_count:
-            self.stats.record_get(query.topic, result.message_count, len(result.buffer), query.group)
+            self.stats.record_get(query.topic, result.message_count, len(result.buffer), query.group,
+                                  account_key())
         response = self.progress(query, result)
         pack_messages(response.messages, result)
         return response
