@@ -23,8 +23,10 @@ from rmq.store.commit_log import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     CommitLog,
+    OneRecord,
     appended_dispatch,
     parse_record,
+    record_dispatch,
     transaction_type,
 )
 from rmq.store.config import CQ_STORE_UNIT_SIZE, BrokerRole, FlushDiskType, MessageStoreConfig
@@ -91,7 +93,7 @@ class MessageStore:
         self._cq_lock = threading.Lock()
         self.index_service = IndexService(root / "index", config.max_hash_slot_num, config.max_index_num)
         self.checkpoint = StoreCheckpoint(self.directory.checkpoint_file)
-        self.reput = ReputMessageService(self.commit_log, self._dispatch,
+        self.reput = ReputMessageService(self.commit_log, self._dispatch, self._dispatch_one,
                                          wait_for_record_tails=config.broker_role is BrokerRole.SLAVE)
         self.ha_service = HAService(self.commit_log)
         self._listeners: list[DispatchListener] = []
@@ -270,6 +272,71 @@ class MessageStore:
             return None
         return self._put_batch(batch, wait=False)
 
+    def put_one(self, record: OneRecord) -> PutMessageResult:
+        """put_batch for one message on the single-message path (no numpy column is built); a
+        record that needs a new CommitLog file takes the batch path, which rolls files."""
+        result = self._put_one(record, wait=True)
+        if result is None:
+            return self.put_messages([record.to_store()])[0]
+        return result
+
+    def try_put_one(self, record: OneRecord) -> PutMessageResult | None:
+        """put_one for a caller that must not wait (the broker's event loop): None, nothing
+        written, when the put would wait (as try_put_batch) or needs a new CommitLog file."""
+        if self._group_commit is not None or self.config.broker_role is BrokerRole.SYNC_MASTER:
+            return None
+        return self._put_one(record, wait=False)
+
+    def _put_one(self, record: OneRecord, wait: bool) -> PutMessageResult | None:
+        role = self.config.broker_role
+        if not self._running or role is BrokerRole.SLAVE or not self.is_writeable():
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, queue_id=record.queue_id)
+        encoded = self.commit_log.encode_record(record)
+        if isinstance(encoded, PutMessageStatus):
+            return PutMessageResult(encoded, queue_id=record.queue_id)
+        try:
+            appended = self.commit_log.append_record(encoded, wait)
+        except OSError as error:
+            self._mark_write_error(error)
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, queue_id=record.queue_id)
+        if appended is None:
+            return None
+        start, end = appended.physical_offset, appended.physical_offset + encoded.length
+        self._after_append(
+            lambda: self.reput.try_dispatch_record(start, end, record_dispatch(encoded, appended)))
+        status = self._acknowledged(end, role)
+        return PutMessageResult(status, mf.message_id(self.commit_log.store_host, start), record.queue_id,
+                                appended.queue_offset, start, appended.store_timestamp)
+
+    def _after_append(self, dispatch: Callable[[], bool]) -> None:
+        """What follows every append: the flush and the slaves woken, the records dispatched on
+        this thread (`dispatch`) unless a dispatch is running (the reput thread then takes them)."""
+        if self._group_commit is not None:
+            self._group_commit.wakeup()       # the flush runs while this thread dispatches
+        self.ha_service.notify_new_data()
+        try:
+            dispatched = dispatch()
+        except Exception:   # the records are stored: the reput thread retries the dispatch
+            log.exception("dispatch after append failed")
+            dispatched = False
+        if not dispatched:
+            self.reput.wakeup()
+
+    def _acknowledged(self, end_offset: int, role: BrokerRole) -> PutMessageStatus:
+        """The status of a put appended up to end_offset: PUT_OK once SYNC flush has it on disk
+        and a SYNC_MASTER's slave holds it; never OK on a fenced member."""
+        status = PutMessageStatus.PUT_OK
+        if self._group_commit is not None:
+            if not self._group_commit.wait_for_flush(end_offset, self.config.sync_flush_timeout_ms):
+                status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        if status is PutMessageStatus.PUT_OK and role is BrokerRole.SYNC_MASTER:
+            status = self.ha_service.wait_for_slave(end_offset, self.config.sync_flush_timeout_ms)
+        if status is PutMessageStatus.PUT_OK and self._fenced:
+            # a newer master started without these bytes: this member drops them when it rejoins
+            # (docs/controller.md), so they are stored here only and never acknowledged OK
+            status = PutMessageStatus.SLAVE_NOT_AVAILABLE
+        return status
+
     def _put_batch(self, batch: MessageBatch, wait: bool) -> PutBatchResult | None:
         role = self.config.broker_role   # the role it is appended under (fence() may change it meanwhile)
         if not self._running or role is BrokerRole.SLAVE or not self.is_writeable():
@@ -287,28 +354,10 @@ class MessageStore:
         if appended is None:
             return None
         store_timestamp = appended.store_timestamp
-        if self._group_commit is not None:
-            self._group_commit.wakeup()       # the flush runs while this thread dispatches
-        self.ha_service.notify_new_data()
-        try:
-            dispatched = self.reput.try_dispatch_appended(
-                appended.start_offset, appended.end_offset,
-                lambda: appended_dispatch(encoded, appended, store_timestamp))
-        except Exception:   # the records are stored: the reput thread retries the dispatch
-            log.exception("dispatch after append failed")
-            dispatched = False
-        if not dispatched:
-            self.reput.wakeup()
-        status = PutMessageStatus.PUT_OK
-        if self._group_commit is not None:
-            if not self._group_commit.wait_for_flush(appended.end_offset, self.config.sync_flush_timeout_ms):
-                status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        if status is PutMessageStatus.PUT_OK and role is BrokerRole.SYNC_MASTER:
-            status = self.ha_service.wait_for_slave(appended.end_offset, self.config.sync_flush_timeout_ms)
-        if status is PutMessageStatus.PUT_OK and self._fenced:
-            # a newer master started without these bytes: this member drops them when it rejoins
-            # (docs/controller.md), so they are stored here only and never acknowledged OK
-            status = PutMessageStatus.SLAVE_NOT_AVAILABLE
+        self._after_append(lambda: self.reput.try_dispatch_appended(
+            appended.start_offset, appended.end_offset,
+            lambda: appended_dispatch(encoded, appended, store_timestamp)))
+        status = self._acknowledged(appended.end_offset, role)
         return PutBatchResult(status, appended.queue_offsets, appended.physical_offsets, store_timestamp,
                               self.commit_log.store_host)
 
@@ -347,10 +396,38 @@ class MessageStore:
 
     def _dispatch(self, batch: DispatchBatch) -> None:
         try:
-            self._dispatch_chunk(batch)
+            if len(batch) == 1:   # the latency path: one entry, no column work
+                self._dispatch_request(batch.request(0))
+            else:
+                self._dispatch_chunk(batch)
         except OSError as error:   # no room for a ConsumeQueue / index file: refuse puts until there is
             self._mark_write_error(error)
             raise
+
+    def _dispatch_one(self, request: DispatchRequest) -> None:
+        try:
+            self._dispatch_request(request)
+        except OSError as error:
+            self._mark_write_error(error)
+            raise
+
+    def _dispatch_request(self, request: DispatchRequest) -> None:
+        """doDispatch for one record: its ConsumeQueue entry (NOT / COMMIT), the index (all but
+        ROLLBACK), then the listeners (for a visible record)."""
+        visible = request.sys_flag & TRANSACTION_PREPARED_TYPE == 0
+        if visible:
+            self._consume_queue(request.topic, request.queue_id).put_message_position_info(
+                request.commit_log_offset, request.msg_size, request.tags_code, request.consume_queue_offset)
+        if (self.config.message_index_enable and (request.keys or request.uniq_key)
+                and transaction_type(request.sys_flag) != TRANSACTION_ROLLBACK_TYPE):
+            self.index_service.build_index(request)
+        self._last_dispatched_timestamp = request.store_timestamp
+        if visible:
+            for listener in self._listeners:
+                try:
+                    listener(request)
+                except Exception:
+                    log.exception("dispatch listener failed")
 
     def _mark_write_error(self, error: OSError) -> None:
         self._write_error = f"{error.strerror or error} ({error.filename or self.config.store_dir})"
@@ -359,16 +436,7 @@ class MessageStore:
     def _dispatch_chunk(self, batch: DispatchBatch) -> None:
         """doDispatch for a chunk of records: ConsumeQueue entries (NOT/COMMIT messages, one
         array per queue), the index (all but ROLLBACK), then the listeners."""
-        if len(batch) == 1:   # the latency path: one entry, no column work
-            all_visible = int(batch.sys_flags[0]) & TRANSACTION_PREPARED_TYPE == 0   # NOT / COMMIT
-            if all_visible:
-                topic, queue_id = batch.queues.queues[0]
-                self._consume_queue(topic, queue_id).put_message_position_info(
-                    int(batch.commit_log_offsets[0]), int(batch.msg_sizes[0]), int(batch.tags_codes[0]),
-                    int(batch.consume_queue_offsets[0]))
-            visible = np.array([all_visible])
-        else:
-            visible, all_visible = self._put_entries(batch)
+        visible, all_visible = self._put_entries(batch)
         if self.config.message_index_enable:
             self._build_index(batch)
         self._last_dispatched_timestamp = int(batch.store_timestamps[-1])
@@ -414,9 +482,7 @@ class MessageStore:
         """One call per queue and tags code: the newest entry of the chunk with that tags code
         (a held pull waits for any entry at or past its offset that its filter matches)."""
         groups = batch.queues
-        if len(batch) == 1:   # the latency path: no numpy for one record
-            newest = np.array([0] if all_visible else [], dtype=np.int64)
-        elif all_visible and (batch.tags_codes == batch.tags_codes[0]).all():   # each queue's last entry
+        if all_visible and (batch.tags_codes == batch.tags_codes[0]).all():   # each queue's last entry
             newest = np.array([len(batch) - 1]) if groups.order is None else np.sort(
                 groups.order[groups.bounds[1:] - 1])
         else:

@@ -20,6 +20,7 @@ import ipaddress
 import itertools
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,7 @@ from rmq.store import (
     MessageBatch,
     MessageStore,
     MessageToStore,
+    OneRecord,
     PutBatchResult,
     PutMessageResult,
     PutMessageStatus,
@@ -90,6 +92,33 @@ def born_host_from_peer(peer: str) -> bytes:
         return NO_HOST
 
 
+@dataclass(slots=True)
+class OneMessage:
+    """One message of a single-message send as every protocol adapter reads it (RocketMQ's
+    SendMessageRequestHeader and body): user properties without TAGS, KEYS and DELAY."""
+
+    topic: str
+    body: bytes
+    tags: str = ""
+    keys: str = ""
+    properties: Mapping[str, str] = field(default_factory=dict)
+    queue_id: int = -1         # -1: the next write queue round-robin
+    delay_level: int = 0
+    flag: int = 0
+    born_timestamp: int = 0    # 0: now
+
+
+@dataclass(slots=True)
+class SendResult:
+    """The answer to a single-message send (RocketMQ SendMessageResponseHeader)."""
+
+    code: int      # rmq_pb2.Code: OK or one of STORED_ON_MASTER_ONLY
+    reason: str
+    msg_id: str
+    queue_id: int
+    queue_offset: int   # -1 for a delayed message: its real offset is assigned on delivery
+
+
 class SendMessageProcessor:
     def __init__(
         self,
@@ -132,6 +161,39 @@ class SendMessageProcessor:
             queue_offsets[delayed] = -1  # a delayed message's real offset is assigned on delivery
         response.queue_offsets.extend(queue_offsets.tolist())
         return response
+
+    async def send_one(self, message: OneMessage, born_host: bytes) -> SendResult:
+        """One message on the single-message path: no protobuf, no numpy column, stored on the
+        event loop when the put need not wait. Raises BrokerError for a refused message."""
+        config = self.writeable_topic(message.topic)
+        topic, body = config.topic_name, message.body
+        if not body:
+            raise BrokerError(rmq_pb2.MESSAGE_ILLEGAL, "message body is empty")
+        queue_id = message.queue_id
+        if queue_id < 0:
+            position = self._round_robin.get(topic, 0)
+            self._round_robin[topic] = position + 1
+            queue_id = position % config.write_queue_nums
+        elif queue_id >= config.write_queue_nums:
+            raise illegal_argument(self._queue_out_of_range(queue_id, config))
+        if message.properties or message.delay_level:
+            stored_topic, stored_queue_id, properties = self._full_properties(
+                message.tags, message.keys, message.properties, message.delay_level, topic, queue_id)
+        else:
+            stored_topic, stored_queue_id = topic, queue_id
+            properties = simple_properties(message.tags, message.keys)
+        record = OneRecord(stored_topic, stored_queue_id, body, properties, message.flag,
+                           message.born_timestamp or int(time.time() * 1000), born_host)
+        result = self.store.try_put_one(record)
+        if result is None:
+            result = await self.executor.run(self.store.put_one, record)
+        if result.status is not PutMessageStatus.PUT_OK:
+            self._check_size(stored_topic, body, properties)
+            check_put_status(result.status)
+        self.stats.record_put(topic, 1, len(body))
+        code, reason = STORED_ON_MASTER_ONLY.get(result.status, (rmq_pb2.OK, ""))
+        queue_offset = -1 if message.delay_level else result.queue_offset
+        return SendResult(code, reason, result.msg_id, queue_id, queue_offset)
 
     def _put_inline(self, batch: MessageBatch) -> PutBatchResult | None:
         """The batch stored on the calling (event loop) thread, or None when it is too large or
@@ -192,21 +254,21 @@ class SendMessageProcessor:
                 queue_id = self._queue_id(message, config, counter)
                 user_properties, delay_level = message.properties, message.delay_level
                 if user_properties or delay_level:
-                    stored_topic, stored_queue_id, field = self._full_properties(
-                        message, user_properties, delay_level, topic, queue_id
+                    stored_topic, stored_queue_id, properties_field = self._full_properties(
+                        message.tags, message.keys, user_properties, delay_level, topic, queue_id
                     )
                     if delay_level:
                         delayed.append(index)
                 else:
                     stored_topic, stored_queue_id = topic, queue_id
-                    field = simple_properties(message.tags, message.keys)
+                    properties_field = simple_properties(message.tags, message.keys)
             except BrokerError as error:
                 raise _naming_message(error, index, len(messages)) from None
             topics.append(stored_topic)
             store_queue_ids.append(stored_queue_id)
             queue_ids.append(queue_id)
             bodies.append(body)
-            properties.append(field)
+            properties.append(properties_field)
             flags.append(message.flag)
             born_timestamps.append(message.born_timestamp)
         self._round_robin[topic] = next(counter)
@@ -270,24 +332,26 @@ class SendMessageProcessor:
         if not message.HasField("queue_id"):
             return next(counter) % config.write_queue_nums
         if not 0 <= message.queue_id < config.write_queue_nums:
-            raise illegal_argument(
-                f"queue_id {message.queue_id} is out of range: topic {config.topic_name!r} has "
-                f"{config.write_queue_nums} write queues"
-            )
+            raise illegal_argument(self._queue_out_of_range(message.queue_id, config))
         return message.queue_id
 
+    @staticmethod
+    def _queue_out_of_range(queue_id: int, config: TopicConfig) -> str:
+        return (f"queue_id {queue_id} is out of range: topic {config.topic_name!r} has "
+                f"{config.write_queue_nums} write queues")
+
     def _full_properties(
-        self, message: rmq_pb2.Message, user_properties: Mapping[str, str], delay_level: int, topic: str,
+        self, tags: str, keys: str, user_properties: Mapping[str, str], delay_level: int, topic: str,
         queue_id: int,
     ) -> tuple[str, int, bytes]:
         """(topic, queue id, properties field) of a message with user properties or a delay level."""
         if delay_level < 0:
             raise illegal_argument(f"delay_level must not be negative, not {delay_level}")
         properties = dict(user_properties)
-        if message.tags:
-            properties[mf.PROPERTY_TAGS] = message.tags
-        if message.keys:
-            properties[mf.PROPERTY_KEYS] = message.keys
+        if tags:
+            properties[mf.PROPERTY_TAGS] = tags
+        if keys:
+            properties[mf.PROPERTY_KEYS] = keys
         check_no_separators(properties)
         if delay_level:
             # CommitLog#putMessage: park the message in the schedule topic (level capped at the maximum).
@@ -336,19 +400,19 @@ def simple_properties(tags: str, keys: str) -> bytes:
     """The properties field of a message with only tags and keys (TAGS before KEYS); the
     tags-only fields, a producer's common case, are cached."""
     if not keys:
-        field = _TAGS_PROPERTIES.get(tags)
-        if field is not None:
-            return field
+        cached = _TAGS_PROPERTIES.get(tags)
+        if cached is not None:
+            return cached
     properties = {}
     if tags:
         properties[mf.PROPERTY_TAGS] = tags
     if keys:
         properties[mf.PROPERTY_KEYS] = keys
     check_no_separators(properties)
-    field = mf.encode_properties(properties).encode()
+    encoded = mf.encode_properties(properties).encode()
     if not keys and len(_TAGS_PROPERTIES) < 4096:
-        _TAGS_PROPERTIES[tags] = field
-    return field
+        _TAGS_PROPERTIES[tags] = encoded
+    return encoded
 
 
 def check_no_separators(properties: dict[str, str]) -> None:

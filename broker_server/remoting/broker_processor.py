@@ -23,7 +23,12 @@ from google.protobuf.message import Message
 
 from rmq import message_format as mf
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager
-from rmq.broker_server.processors.send_message_processor import born_host_from_peer, check_put_status
+from rmq.broker_server.processors.send_message_processor import (
+    OneMessage,
+    SendMessageProcessor,
+    born_host_from_peer,
+    check_put_status,
+)
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.remoting import headers
 from rmq.broker_server.remoting.dispatch import (
@@ -81,6 +86,7 @@ class BrokerRemotingProcessor:
         self,
         identity: BrokerIdentity,
         messaging: MessagingService,
+        send_processor: SendMessageProcessor,
         topics: TopicConfigManager,
         consumers: ConsumerManager,
         transactions: TransactionService,
@@ -89,6 +95,7 @@ class BrokerRemotingProcessor:
     ) -> None:
         self.identity = identity
         self.messaging = messaging
+        self.send_processor = send_processor
         self.topics = topics
         self.consumers = consumers
         self.max_message_size = max_message_size
@@ -254,21 +261,12 @@ class BrokerRemotingProcessor:
         queue_id = headers.int_field(header, "queueId", -1)
         if sys_flag & TRANSACTION_TYPES:
             return await self._send_half(call, header, sys_flag, topic, queue_id)
-        if call.request.code == RequestCode.SEND_BATCH_MESSAGE or header.get("batch") in ("true", "1"):
-            messages = [
-                self._message(body, properties, flag, sys_flag, queue_id)
-                for body, properties, flag in headers.batch_messages(call.request.body)
-            ]
-        else:
-            messages = [
-                self._message(
-                    call.request.body,
-                    header.get("properties", ""),
-                    headers.int_field(header, "flag", 0),
-                    sys_flag,
-                    queue_id,
-                )
-            ]
+        if call.request.code != RequestCode.SEND_BATCH_MESSAGE and header.get("batch") not in ("true", "1"):
+            return await self._send_one(call, header, sys_flag, topic, queue_id)
+        messages = [
+            self._message(body, properties, flag, sys_flag, queue_id)
+            for body, properties, flag in headers.batch_messages(call.request.body)
+        ]
         for message in messages:
             message.born_timestamp = headers.int_field(header, "bornTimestamp", 0)
         request = rmq_pb2.SendMessageRequest(topic=topic, messages=messages)
@@ -284,6 +282,23 @@ class BrokerRemotingProcessor:
         return call.request.response(
             RESPONSE_CODES[response.status.code], response.status.message or None, ext
         )
+
+    async def _send_one(
+        self, call: Call, header: dict[str, str], sys_flag: int, topic: str, queue_id: int
+    ) -> RemotingCommand:
+        """One message: straight to SendMessageProcessor's single-message path."""
+        if self.dispatcher.authenticator is not None:
+            self._authorize(call, "SendMessage", rmq_pb2.SendMessageRequest(topic=topic))
+        message = self._one_message(
+            topic, call.request.body, header.get("properties", ""), headers.int_field(header, "flag", 0),
+            sys_flag, queue_id,
+        )
+        message.born_timestamp = headers.int_field(header, "bornTimestamp", 0)
+        result = await self.send_processor.send_one(message, born_host_from_peer(call.context.peer()))
+        ext = {
+            "msgId": result.msg_id, "queueId": str(result.queue_id), "queueOffset": str(result.queue_offset)
+        }
+        return call.request.response(RESPONSE_CODES[result.code], result.reason or None, ext)
 
     async def _send_half(
         self, call: Call, header: dict[str, str], sys_flag: int, topic: str, queue_id: int
@@ -349,9 +364,9 @@ class BrokerRemotingProcessor:
             raise Refusal(ResponseCode.SYSTEM_ERROR, error.message) from None
         return call.request.response(ResponseCode.SUCCESS)
 
-    def _message(
-        self, body: bytes, properties_text: str, flag: int, sys_flag: int, queue_id: int
-    ) -> rmq_pb2.Message:
+    def _one_message(
+        self, topic: str, body: bytes, properties_text: str, flag: int, sys_flag: int, queue_id: int
+    ) -> OneMessage:
         properties = mf.decode_properties(properties_text)
         tags = properties.pop(mf.PROPERTY_TAGS, "")
         keys = properties.pop(mf.PROPERTY_KEYS, "")
@@ -360,13 +375,17 @@ class BrokerRemotingProcessor:
             raise Refusal(
                 ResponseCode.MESSAGE_ILLEGAL, f"property DELAY must be a delay level, not {delay!r}"
             )
+        return OneMessage(
+            topic, self._uncompressed(body, sys_flag), tags, keys, properties, queue_id, int(delay), flag
+        )
+
+    def _message(
+        self, body: bytes, properties_text: str, flag: int, sys_flag: int, queue_id: int
+    ) -> rmq_pb2.Message:
+        one = self._one_message("", body, properties_text, flag, sys_flag, queue_id)
         message = rmq_pb2.Message(
-            body=self._uncompressed(body, sys_flag),
-            tags=tags,
-            keys=keys,
-            properties=properties,
-            flag=flag,
-            delay_level=int(delay),
+            body=one.body, tags=one.tags, keys=one.keys, properties=one.properties, flag=flag,
+            delay_level=one.delay_level,
         )
         if queue_id >= 0:
             message.queue_id = queue_id

@@ -87,6 +87,7 @@ def build_broker_remoting(
     processor = BrokerRemotingProcessor(
         BrokerIdentity(config.broker_name, config.broker_id, config.remoting_address),
         messaging,
+        messaging.send_processor,
         topics,
         consumers,
         transactions,

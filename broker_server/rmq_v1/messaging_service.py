@@ -23,7 +23,11 @@ from rmq.broker_server.processors.pull_message_processor import (
     PullMessageProcessor,
     pack_messages,
 )
-from rmq.broker_server.processors.send_message_processor import SendMessageProcessor
+from rmq.broker_server.processors.send_message_processor import (
+    OneMessage,
+    SendMessageProcessor,
+    born_host_from_peer,
+)
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.rmq_v1.status import OK, answers_with_status
@@ -81,7 +85,18 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
     @answers_with_status(rmq_pb2.SendMessageResponse)
     async def SendMessage(self, request: rmq_pb2.SendMessageRequest,
                           context: Context) -> rmq_pb2.SendMessageResponse:
+        if len(request.messages) == 1 and not request.HasField("columns"):
+            return await self._send_one(request.topic, request.messages[0], context.peer())
         return await self.send_processor.process(request, context.peer())
+
+    async def _send_one(self, topic: str, message: rmq_pb2.Message, peer: str) -> rmq_pb2.SendMessageResponse:
+        one = OneMessage(topic, message.body, message.tags, message.keys, message.properties,
+                         message.queue_id if message.HasField("queue_id") else -1, message.delay_level,
+                         message.flag, message.born_timestamp)
+        result = await self.send_processor.send_one(one, born_host_from_peer(peer))
+        return rmq_pb2.SendMessageResponse(
+            status=rmq_pb2.Status(code=result.code, message=result.reason), msg_ids=[result.msg_id],
+            queue_ids=[result.queue_id], queue_offsets=[result.queue_offset])
 
     @answers_with_status(rmq_pb2.PullMessageResponse)
     async def PullMessage(self, request: rmq_pb2.PullMessageRequest,
