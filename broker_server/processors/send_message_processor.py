@@ -42,6 +42,7 @@ from rmq.store import (
     PutMessageResult,
     PutMessageStatus,
 )
+from rmq.store.message_batch import encode_properties
 from rmq.topic_config import TopicConfig
 from rmq.v1 import rmq_pb2
 
@@ -184,9 +185,7 @@ class SendMessageProcessor:
             properties = simple_properties(message.tags, message.keys)
         record = OneRecord(stored_topic, stored_queue_id, body, properties, message.flag,
                            message.born_timestamp or int(time.time() * 1000), born_host)
-        result = self.store.try_put_one(record)
-        if result is None:
-            result = await self.executor.run(self.store.put_one, record)
+        result = await self._store_one(record)
         if result.status is not PutMessageStatus.PUT_OK:
             self._check_size(stored_topic, body, properties)
             check_put_status(result.status)
@@ -194,6 +193,15 @@ class SendMessageProcessor:
         code, reason = STORED_ON_MASTER_ONLY.get(result.status, (rmq_pb2.OK, ""))
         queue_offset = -1 if message.delay_level else result.queue_offset
         return SendResult(code, reason, result.msg_id, queue_id, queue_offset)
+
+    async def _store_one(self, record: OneRecord | PutMessageStatus) -> PutMessageResult:
+        """The record stored on the event loop, or on a store thread when the put would wait."""
+        if isinstance(record, PutMessageStatus):
+            return PutMessageResult(record)
+        result = self.store.try_put_one(record)
+        if result is None:
+            result = await self.executor.run(self.store.put_one, record)
+        return result
 
     def _put_inline(self, batch: MessageBatch) -> PutBatchResult | None:
         """The batch stored on the calling (event loop) thread, or None when it is too large or
@@ -218,7 +226,10 @@ class SendMessageProcessor:
         """Store records a protocol adapter built itself (RocketMQ 5 sends: timer and half messages
         among them) for `topic`, whole or not at all, counted in the topic's put statistics like
         every other send. Raises BrokerError for a refused batch."""
-        results = await self.executor.run(self.store.put_messages, records)
+        if len(records) == 1:
+            results = [await self._store_one(one_record(records[0]))]
+        else:
+            results = await self.executor.run(self.store.put_messages, records)
         check_put_results(results)
         self.stats.record_put(topic, len(records), sum(len(record.body) for record in records))
         return results
@@ -384,6 +395,16 @@ class SendMessageProcessor:
                 rmq_pb2.MESSAGE_SIZE_EXCEEDED,
                 f"message takes {size} bytes, the maximum is {self.max_message_size}",
             )
+
+
+def one_record(message: MessageToStore) -> OneRecord | PutMessageStatus:
+    """A MessageToStore as the single-message path's record; MESSAGE_ILLEGAL when a property
+    name or value holds a separator."""
+    properties = encode_properties(message.properties)
+    if properties is None:
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    return OneRecord(message.topic, message.queue_id, message.body, properties, message.flag,
+                     message.born_timestamp, message.born_host, message.sys_flag, message.reconsume_times)
 
 
 def _per_message(values: Sequence[str], count: int, name: str) -> list[str]:

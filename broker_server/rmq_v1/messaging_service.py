@@ -30,8 +30,8 @@ from rmq.broker_server.processors.send_message_processor import (
 )
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
-from rmq.broker_server.rmq_v1.status import OK, answers_with_status
 from rmq.broker_server.security.caller import account_key
+from rmq.broker_server.status import OK, answers_with_status
 from rmq.message_queue import MessageQueue
 from rmq.store import BrokerRole, MessageStore
 from rmq.topic_config import TopicConfig

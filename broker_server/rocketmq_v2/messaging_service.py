@@ -20,7 +20,6 @@ from rmq.broker_server.processors.pull_message_processor import Sql92RecordFilte
 from rmq.broker_server.processors.send_message_processor import SendMessageProcessor, born_host_from_peer
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.rocketmq_v2 import messages
-from rmq.broker_server.rocketmq_v2.authentication import CLIENT_ID
 from rmq.broker_server.rocketmq_v2.offset_rpcs import OffsetRpcs
 from rmq.broker_server.rocketmq_v2.pop_service import MAX_BATCH, PopRequest, PopService
 from rmq.broker_server.rocketmq_v2.receipt_handle import (
@@ -33,6 +32,7 @@ from rmq.broker_server.rocketmq_v2.status import OK, V2Error, answers_with_statu
 from rmq.broker_server.rocketmq_v2.telemetry import TelemetrySessions
 from rmq.broker_server.rocketmq_v2.timer_message_service import TIMER_TOPIC, TimerMessageService
 from rmq.broker_server.rocketmq_v2.transactions import HALF_TOPIC, TransactionService
+from rmq.broker_server.security.rocketmq_v2_auth import CLIENT_ID
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
 from rmq.rocketmq_v2.properties import PROPERTY_TIMER_DELIVER_MS

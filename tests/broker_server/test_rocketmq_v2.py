@@ -19,7 +19,6 @@ from google.protobuf.duration_pb2 import Duration
 from rmq import message_format as mf
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.rocketmq_v2 import messages
-from rmq.broker_server.rocketmq_v2.authentication import V2Authenticator, parse_authorization
 from rmq.broker_server.rocketmq_v2.pop_state import PopQueue, PopStateTable
 from rmq.broker_server.rocketmq_v2.receipt_handle import (
     InvalidReceiptHandle,
@@ -31,6 +30,7 @@ from rmq.broker_server.rocketmq_v2.telemetry import ServerSettings, answer_setti
 from rmq.broker_server.rocketmq_v2.transactions import TransactionService, TransactionSettings
 from rmq.broker_server.security.acl import parse_acl
 from rmq.broker_server.security.request_auth import CallRefused
+from rmq.broker_server.security.rocketmq_v2_auth import V2Authenticator, parse_authorization
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.rocketmq_v2 import METHODS, MessagingServiceStub
 from rmq.rocketmq_v2 import definition_pb2 as v2

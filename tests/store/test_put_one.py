@@ -47,7 +47,8 @@ def test_one_record_is_the_batch_paths_record(open_store: Callable[..., MessageS
         assert store.commit_log.mapped_file_queue.flushed_where >= results[-1].physical_offset + 600
 
 
-def test_try_put_one_stores_without_waiting_under_async_flush(open_store: Callable[..., MessageStore]) -> None:
+def test_try_put_one_stores_without_waiting_under_async_flush(
+        open_store: Callable[..., MessageStore]) -> None:
     store = open_store(flush_disk_type=FlushDiskType.ASYNC)
     assert store.try_put_one(record(1)) is None   # the first CommitLog file is still to be created
     store.put_one(record(1))
