@@ -100,7 +100,7 @@ SENDERS = {
 }
 
 
-def measure(name: str, count: int, profile: bool, top: int) -> str:
+def measure(name: str, count: int, profile: bool, top: int, sort: str = "tottime") -> str:
     remoting, make_sender = SENDERS[name]
     with tempfile.TemporaryDirectory() as scratch:
         directory = Path(scratch)
@@ -134,7 +134,7 @@ def measure(name: str, count: int, profile: bool, top: int) -> str:
                      f"({count} sends)"]
             with tempfile.TemporaryFile("w+") as out:
                 stats.stream = out  # type: ignore[attr-defined]
-                stats.sort_stats("tottime").print_stats(top)
+                stats.sort_stats(sort).print_stats(top)
                 out.seek(0)
                 lines.append(out.read())
             return "\n".join(lines)
@@ -146,6 +146,7 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=5000)
     parser.add_argument("--profile", action="store_true", help="count Python calls instead of CPU")
     parser.add_argument("--top", type=int, default=25, help="functions listed per profile")
+    parser.add_argument("--sort", default="tottime", help="the profile's order (a pstats sort key)")
     parser.add_argument("--only", choices=("remoting", "v1", "v2"), default=None)
     args = parser.parse_args()
     names = list(SENDERS)
@@ -153,7 +154,7 @@ def main() -> int:
         names = [names[("remoting", "v1", "v2").index(args.only)]]
     for name in names:
         try:
-            print(measure(name, args.count, args.profile, args.top), flush=True)
+            print(measure(name, args.count, args.profile, args.top, args.sort), flush=True)
         except ImportError as error:
             print(f"{name}: not measured ({error})")
     return 0

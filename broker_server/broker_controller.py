@@ -258,8 +258,7 @@ class BrokerController:
         self.replication.add_to_server(server)
         self.rocketmq_v2 = build_rocketmq_v2_service(
             self.config, self.store, self.executor, self.topics, self.offsets, self.hold_service,
-            self.send_processor, self.pull_processor, self.send_back_processor,
-            self.security.open_client_channel, self.outer_api.register_soon, self.clock)
+            self.processors, self.security.open_client_channel, self.outer_api.register_soon, self.clock)
         add_rocketmq_v2_service(self.rocketmq_v2, server)
         self.remoting = build_broker_remoting(self.config, self.security, self.processors, self.topics,
                                               self.consumers, self.rocketmq_v2.transactions,

@@ -321,7 +321,7 @@ class BrokerRemotingProcessor:
             header.get("producerGroup", ""),
             born_host_from_peer(call.context.peer()),
         )
-        result, = await self.processors.send.put_records(topic, [half])
+        result, = await self.processors.send.put_records(half.topic, [half])   # counted where stored
         transaction_id = await self.transactions.opened(
             topic,
             half.properties.get(mf.PROPERTY_UNIQ_KEY) or result.msg_id,

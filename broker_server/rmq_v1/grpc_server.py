@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 
+from rmq.broker_server import event_loop
 from rmq.broker_server.security.server_security import ServerSecurity
 
 SHUTDOWN_GRACE_SECONDS = 5.0
@@ -96,5 +97,5 @@ async def wait_for_termination() -> None:
 
 def run_until_terminated(serve: Callable[[], Coroutine[Any, Any, None]]) -> int:
     configure_logging()
-    asyncio.run(serve())
+    event_loop.run(serve)
     return 0
