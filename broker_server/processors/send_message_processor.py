@@ -22,7 +22,6 @@ import itertools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -31,6 +30,7 @@ from rmq.broker_server.errors import BrokerError, NotMaster, illegal_argument
 from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
 from rmq.broker_server.processors.delay_levels import delay_level_to_queue_id
 from rmq.broker_server.processors.names import SCHEDULE_TOPIC
+from rmq.broker_server.processors.put_status import STORED_ON_MASTER_ONLY, check_put_results, check_put_status
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.store import (
@@ -50,36 +50,6 @@ from rmq.v1 import rmq_pb2
 NO_HOST = bytes(8)
 INLINE_PUT_MAX_MESSAGES = 256          # a batch at most this large ...
 INLINE_PUT_MAX_BODY_BYTES = 256 << 10  # ... and this heavy may be stored on the event loop
-
-# Every PutMessageStatus but PUT_OK -> the Code and reason the producer gets.
-_PUT_STATUS = {
-    PutMessageStatus.FLUSH_DISK_TIMEOUT: (
-        rmq_pb2.FLUSH_DISK_TIMEOUT,
-        "the batch was written but not flushed to disk in time; it is not acknowledged",
-    ),
-    PutMessageStatus.MESSAGE_ILLEGAL: (rmq_pb2.MESSAGE_ILLEGAL, "the store refused a message as illegal"),
-    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: (
-        rmq_pb2.PROPERTIES_SIZE_EXCEEDED,
-        "the store refused a message's properties as too large",
-    ),
-    PutMessageStatus.MESSAGE_SIZE_EXCEEDED: (rmq_pb2.MESSAGE_SIZE_EXCEEDED,
-                                             "the store refused a message as too large"),
-    PutMessageStatus.SERVICE_NOT_AVAILABLE: (
-        rmq_pb2.SERVICE_NOT_AVAILABLE,
-        "the store is not writeable (shutting down, disk full or read-only)",
-    ),
-    PutMessageStatus.UNKNOWN_ERROR: (rmq_pb2.SYSTEM_ERROR, "the store failed"),
-}
-
-# SYNC_MASTER outcomes of a batch that IS stored (and flushed) on the master, answered with the
-# message ids like OK, under their own Code: "stored on the master only" (docs/replication.md).
-STORED_ON_MASTER_ONLY = {
-    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: (
-        rmq_pb2.FLUSH_SLAVE_TIMEOUT, "stored on the master; no slave confirmed holding it in time"),
-    PutMessageStatus.SLAVE_NOT_AVAILABLE: (
-        rmq_pb2.SLAVE_NOT_AVAILABLE, "stored on the master; no slave is connected and in sync"),
-}
-
 
 @functools.lru_cache(maxsize=4096)   # one parse per connection, not per message
 def born_host_from_peer(peer: str) -> bytes:
@@ -450,18 +420,3 @@ def check_no_separators(properties: dict[str, str]) -> None:
 
 def _naming_message(error: BrokerError, index: int, count: int) -> BrokerError:
     return BrokerError(error.code, f"message {index}: {error.message}" if count > 1 else error.message)
-
-
-def check_put_status(status: PutMessageStatus, detail: str = "") -> None:
-    """Raise for a store status other than PUT_OK (a batch is accepted or refused whole); the
-    STORED_ON_MASTER_ONLY statuses pass: the batch is stored."""
-    if status is PutMessageStatus.PUT_OK or status in STORED_ON_MASTER_ONLY:
-        return
-    code, reason = _PUT_STATUS[status]
-    raise BrokerError(code, f"{reason} ({detail}{status.name})")
-
-
-def check_put_results(results: list[Any]) -> None:
-    """Raise for the first result that is not PUT_OK."""
-    for index, result in enumerate(results):
-        check_put_status(result.status, f"message {index}: ")

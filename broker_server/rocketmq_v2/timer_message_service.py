@@ -20,8 +20,8 @@ from pathlib import Path
 from rmq.broker_server.background_tasks import cancel_all
 from rmq.broker_server.json_file import read_json, write_json_atomically
 from rmq.broker_server.processors.names import SYSTEM_TOPIC_PREFIX
+from rmq.broker_server.processors.put_status import check_put_status
 from rmq.broker_server.processors.schedule_message_service import message_timeup
-from rmq.broker_server.processors.send_message_processor import check_put_status
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.rocketmq_v2.properties import PROPERTY_TIMER_DELIVER_MS
