@@ -100,6 +100,8 @@ class BrokerConfig:
     remoting_max_connections: int = 4096
     remoting_max_request_bytes: int = 256 * MiB  # request frames read and not yet answered, in all
     remoting_max_request_bytes_per_connection: int = 64 * MiB  # the same, on one connection
+    remoting_max_request_bytes_per_account: int = 64 * MiB  # the same, per access key (client IP w/o --acl)
+    remoting_max_connections_per_address: int = 1024  # connections from one client IP
 
     def __post_init__(self) -> None:
         """Role and flush given as text (a config file, a flag, a test) become their enums."""
