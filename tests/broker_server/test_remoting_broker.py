@@ -24,7 +24,7 @@ from rmq.v1 import rmq_pb2
 from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker, start_remoting_broker
 from tests.broker_server.remoting_client import RemotingTestClient
-from tests.broker_server.remoting_interop import wait_until
+from tests.waiting import wait_until
 
 TOPIC = "remoting-t"
 GROUP = "remoting-g"
