@@ -154,4 +154,4 @@ def _flight_error(error: flight.FlightError, label: str, mq: MessageQueue) -> Rm
     denied = isinstance(error, flight.FlightUnauthorizedError)
     code = rmq_pb2.NO_PERMISSION if denied else rmq_pb2.SYSTEM_ERROR
     kind = type(error).__name__.removeprefix("Flight").removesuffix("Error").upper()
-    return RmqError(code, f"Flight DoGet failed: {kind}: {text}", broker=label, queue=mq)
+    return RmqRefused(code, f"Flight DoGet failed: {kind}: {text}", broker=label, queue=mq)

@@ -24,6 +24,7 @@ from rmq.connector.consumer_config import ConsumeFromWhere
 from rmq.connector.offset_store import OffsetStore, ReadOffsetType
 from rmq.connector.offsets import NO_OFFSET
 from rmq.connector.process_queue import ProcessQueue
+from rmq.connector.subscription import MessageSelector as SdkSelector
 from rmq.subscription import MessageSelector, parse_sub_expression
 
 logger = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ class SubscriptionData:
     @classmethod
     def build(cls, topic: str, expression: str | MessageSelector) -> SubscriptionData:
         selector = (expression if isinstance(expression, MessageSelector)
-                    else MessageSelector.by_tag(expression))
+                    else SdkSelector.by_tag(expression))   # ConfigError naming a bad expression
         tags = None if selector.is_sql else parse_sub_expression(selector.expression)[1]
         return cls(topic, selector, tags)
 

@@ -32,7 +32,7 @@ class InProcessBroker:
                  **settings: Any) -> None:
         """`clock`: the broker's wall clock for delay levels and RocketMQ 5 invisibility
         (tests.clocks.ManualClock: a test moves time instead of waiting it out); `loop_factory`:
-        the event loop it runs on (broker_server/event_loop.py)."""
+        the event loop it runs on (rmq.event_loop makes the servers')."""
         self.address = f"127.0.0.1:{free_port()}"
         config = BrokerConfig(listen=self.address, store_dir=str(store_dir), **settings)
         self.controller = BrokerController(config, security or ServerSecurity(), clock)

@@ -1,51 +1,36 @@
-"""The broker's event loop (broker_server/event_loop.py, issue 41): uvloop's when it is installed
-and not turned off, asyncio's otherwise, and a whole broker serving single sends, pulls and
-offsets over the remoting port and gRPC on each."""
+"""The broker on each event loop (issue 41; rmq.event_loop chooses): `rmq broker`'s entry runs its
+server on uvloop when installed and on asyncio's loop with RMQ_UVLOOP=0, and a whole broker serves
+single sends over the remoting port, batches over gRPC and pulls on either."""
 
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from rmq.broker_server import event_loop
-from rmq.broker_server.event_loop import EVENT_LOOP_ENV, LoopKind, choose_loop
+from rmq.broker_server.rmq_v1.grpc_server import run_until_terminated
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.connector.message import decode_messages
+from rmq.event_loop import UVLOOP_ENV, loop_name
 from rmq.message_queue import MessageQueue
 from tests.broker_server.in_process_broker import start_remoting_broker
 
 uvloop = pytest.importorskip("uvloop")
 
 
-def test_uvloop_runs_the_broker_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(EVENT_LOOP_ENV, raising=False)
-    kind, factory = choose_loop()
-    assert kind is LoopKind.UVLOOP and factory is uvloop.new_event_loop
-
-
-def test_asyncio_when_turned_off_or_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(EVENT_LOOP_ENV, "asyncio")
-    assert choose_loop() == (LoopKind.ASYNCIO, asyncio.new_event_loop)
-    monkeypatch.delenv(EVENT_LOOP_ENV)
-    monkeypatch.setitem(sys.modules, "uvloop", None)   # import uvloop raises ImportError
-    assert choose_loop() == (LoopKind.ASYNCIO, asyncio.new_event_loop)
-
-
-def test_run_serves_on_the_chosen_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[type] = []
+def test_the_servers_run_on_uvloop_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
 
     async def serve() -> None:
-        seen.append(type(asyncio.get_running_loop()))
+        seen.append(loop_name(asyncio.get_running_loop()))
 
-    monkeypatch.delenv(EVENT_LOOP_ENV, raising=False)
-    assert event_loop.run(serve) is LoopKind.UVLOOP
-    monkeypatch.setenv(EVENT_LOOP_ENV, "asyncio")
-    assert event_loop.run(serve) is LoopKind.ASYNCIO
-    assert seen[0] is uvloop.Loop and seen[1] is not uvloop.Loop
+    monkeypatch.delenv(UVLOOP_ENV, raising=False)
+    assert run_until_terminated(serve) == 0
+    monkeypatch.setenv(UVLOOP_ENV, "0")
+    assert run_until_terminated(serve) == 0
+    assert seen == ["uvloop", "asyncio"]
 
 
 @pytest.mark.parametrize("loop_factory", [asyncio.new_event_loop, uvloop.new_event_loop],
