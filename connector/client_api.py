@@ -457,12 +457,14 @@ class ClientAPI:
 
     def flight_ticket(self, mq: MessageQueue, start: int, end: int, *, group: str, max_rows: int,
                       batch_rows: int, batch_bytes: int = 0, sub_expression: str | MessageSelector = "*",
-                      packed: bool = False) -> rmq_pb2.FlightReadTicket:
+                      packed: bool = False, columns: Sequence[str] = ()) -> rmq_pb2.FlightReadTicket:
         """A read of `mq`'s offsets [start, end), at most `max_rows` rows, in batches of at most
-        `batch_rows` rows and `batch_bytes` record bytes (0: the broker's default); `packed`: the
-        stored records in each batch's metadata instead of rows (docs/data-plane.md)."""
+        `batch_rows` rows and `batch_bytes` record bytes (0: the broker's default) of the source
+        schema's `columns` (empty: all); `packed`: the stored records in each batch's metadata
+        instead of rows (docs/data-plane.md)."""
         pull, _ = self._pull_request(mq, start, batch_rows, group, sub_expression, 0, None, batch_bytes, None)
-        return rmq_pb2.FlightReadTicket(pull=pull, end_offset=end, max_rows=max_rows, packed=packed)
+        return rmq_pb2.FlightReadTicket(pull=pull, end_offset=end, max_rows=max_rows, packed=packed,
+                                        columns=columns)
 
     @property
     def credentials(self) -> Credentials | None:
