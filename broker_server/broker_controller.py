@@ -38,11 +38,16 @@ from rmq.broker_server.offsets.consumer_ids_watch import ConsumerIdsWatchService
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager, ConsumerTableLimits
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.offsets.rebalance_lock_manager import LOCKS_FILE, RebalanceLockManager
+from rmq.broker_server.processors.admin_broker_processor import AdminBrokerProcessor
+from rmq.broker_server.processors.client_manage_processor import ClientManageProcessor
+from rmq.broker_server.processors.consumer_manage_processor import ConsumerManageProcessor
 from rmq.broker_server.processors.consumer_send_msg_back import ConsumerSendMsgBackProcessor
 from rmq.broker_server.processors.delay_levels import parse_delay_levels
 from rmq.broker_server.processors.filter_executor import FilterExecutor
+from rmq.broker_server.processors.pipeline import BrokerProcessors
 from rmq.broker_server.processors.pull_message_processor import PullLimits, PullMessageProcessor
 from rmq.broker_server.processors.pull_response_budget import PullResponseBudget
+from rmq.broker_server.processors.query_message_processor import QueryMessageProcessor
 from rmq.broker_server.processors.schedule_message_service import ScheduleMessageService
 from rmq.broker_server.processors.send_message_processor import SendMessageProcessor
 from rmq.broker_server.processors.store_executor import StoreExecutor
@@ -206,6 +211,15 @@ class BrokerController:
             self.outer_api.register_soon,
             self.stats,
         )
+        self.processors = BrokerProcessors(
+            self.send_processor,
+            self.pull_processor,
+            self.send_back_processor,
+            ConsumerManageProcessor(self.topics, self.offsets, self.consumers),
+            ClientManageProcessor(self.topics, self.consumers, self.outer_api.register_soon),
+            AdminBrokerProcessor(self.store, self.executor, self.topics, self.locks),
+            QueryMessageProcessor(self.store, self.executor, self.topics),
+        )
         self._tasks: list[asyncio.Task[None]] = []
         self.rocketmq_v2: RocketMQv2MessagingService | None = None
         self.flight: FlightReadService | None = None
@@ -240,18 +254,7 @@ class BrokerController:
     def build_server(self) -> grpc.aio.Server:
         server = create_server(self.config.listen, self.config.grpc_max_message_bytes, self.security,
                                broker_server_id(self.config.broker_name, self.config.broker_id))
-        messaging = MessagingService(
-            self.store,
-            self.executor,
-            self.topics,
-            self.send_processor,
-            self.pull_processor,
-            self.offsets,
-            self.consumers,
-            self.locks,
-            self.send_back_processor,
-            self.watches,
-        )
+        messaging = MessagingService(self.processors, self.watches)
         rmq_pb2_grpc.add_MessagingServiceServicer_to_server(messaging, server)
         rmq_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminService(
@@ -278,10 +281,10 @@ class BrokerController:
         self.replication.add_to_server(server)
         self.rocketmq_v2 = build_rocketmq_v2_service(
             self.config, self.store, self.executor, self.topics, self.offsets, self.hold_service,
-            self.send_processor, self.pull_processor, self.send_back_processor, self.timer,
-            self.security.open_client_channel, self.outer_api.register_soon, self.clock)
+            self.processors, self.timer, self.security.open_client_channel, self.outer_api.register_soon,
+            self.clock)
         add_rocketmq_v2_service(self.rocketmq_v2, server)
-        self.remoting = build_broker_remoting(self.config, self.security, messaging, self.topics,
+        self.remoting = build_broker_remoting(self.config, self.security, self.processors, self.topics,
                                               self.consumers, self.rocketmq_v2.transactions,
                                               self._remoting_socket, self._remoting_fixed)
         return server

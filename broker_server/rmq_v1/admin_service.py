@@ -15,9 +15,9 @@ from rmq.broker_server.processors.names import check_group_name
 from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
-from rmq.broker_server.rmq_v1.status import OK, answers_with_status
 from rmq.broker_server.security import caller
 from rmq.broker_server.security.acl import Need, ResourceKind
+from rmq.broker_server.status import OK, answers_with_status
 from rmq.store import MessageStore
 from rmq.topic_config import TopicConfig
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
