@@ -178,7 +178,8 @@ class SendMessageProcessor:
             self._check_size(stored_topic, body, properties)
             check_put_status(result.status)
         self.stats.record_put(topic, 1, len(body))
-        code, reason = STORED_ON_MASTER_ONLY.get(result.status, (rmq_pb2.OK, ""))
+        code, reason = (rmq_pb2.OK, "") if result.status is PutMessageStatus.PUT_OK \
+            else STORED_ON_MASTER_ONLY[result.status]
         if stored_topic == topic:
             return SendResult(code, reason, result.msg_id, queue_id, result.queue_offset)
         recall_handle = ""

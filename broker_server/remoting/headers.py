@@ -57,10 +57,12 @@ def text(command: RemotingCommand, name: str, default: str | None = None) -> str
 
 def int_field(fields: dict[str, str], name: str, default: int | None = None) -> int:
     value = fields.get(name)
-    if value is None and default is not None:
-        return default
+    if value is None:
+        if default is not None:
+            return default
+        raise illegal_argument(f"header field {name} is missing")
     try:
-        return int(required(fields, name))
+        return int(value)
     except ValueError:
         raise illegal_argument(f"header field {name} must be an integer, not {value!r}") from None
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import contextvars
 import functools
 import itertools
@@ -124,7 +123,7 @@ class Channel:
     async def write(self, command: RemotingCommand) -> None:
         """Write a frame; while the client leaves more than the transport's high-water mark unread,
         wait until it reads (ConnectionResetError if the connection goes meanwhile)."""
-        if self.closed:
+        if self.transport.is_closing():
             return
         self.transport.write(command.encode())
         if self._drain_waiters is not None:
@@ -292,9 +291,11 @@ class RemotingServer:
             except Exception as error:
                 log.exception("remoting: request code %d failed", request.code)
                 response = request.response(ResponseCode.SYSTEM_ERROR, f"internal error: {error}")
-            if response is not None and not request.is_oneway:
-                with contextlib.suppress(ConnectionError):
+            if response is not None and not request.flag & RPC_ONEWAY:
+                try:
                     await channel.write(response)
+                except ConnectionError:
+                    pass
         finally:
             context.done()
 

@@ -222,15 +222,14 @@ def decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
 
 def encode_binary_header(command: RemotingCommand) -> bytes:
     remark = (command.remark or "").encode()
-    ext = b"".join([part for key, value in command.ext_fields.items()
-                    for part in _ext_field(key.encode(), value.encode())])
+    fields: list[bytes] = []
+    for key, value in command.ext_fields.items():
+        key_bytes, value_bytes = key.encode(), value.encode()
+        fields += (_SHORT.pack(len(key_bytes)), key_bytes, LENGTH.pack(len(value_bytes)), value_bytes)
+    ext = b"".join(fields)
     return b"".join((_BINARY_PREFIX.pack(command.code, command.language, command.version, command.opaque,
                                          command.flag, len(remark)),
                      remark, LENGTH.pack(len(ext)), ext))
-
-
-def _ext_field(key: bytes, value: bytes) -> tuple[bytes, bytes, bytes, bytes]:
-    return _SHORT.pack(len(key)), key, LENGTH.pack(len(value)), value
 
 
 def _truncated(what: str) -> FrameError:
