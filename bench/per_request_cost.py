@@ -16,22 +16,35 @@ with the functions that cost the most. `python -m bench.per_request_cost --count
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import os
 import pstats
 import signal
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rmq.connector import Message, Producer
 from rmq.connector.client import RmqClient
+from rmq.connector.remoting_client import PullSpec, RemotingConnection
+from rmq.message_queue import MessageQueue
+from rmq.remoting.remoting_command import LanguageCode, RemotingCommand, SerializeType
+from rmq.remoting.request_code import RequestCode, ResponseCode
 from testing import processes
+from testing.cpp_client import client_env, cpp_client_problem
 
 TOPIC = "per-request"
+GROUP = "per-request-cost"
+PULL_TOPIC = "per-request-pull"
+STORED = 200   # messages in queue 0 for the pulls, pulled one by one round and round
+CPP_SCRIPT = Path(__file__).with_name("cpp_send_sync.py")
 BODY = b"x" * 100
 WARMUP = 200
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -52,10 +65,10 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def broker_cpu_s(pid: int) -> float:
-    """utime + stime of the whole broker process, in seconds."""
+def broker_cpu(pid: int) -> tuple[float, float]:
+    """utime and stime of the whole broker process, in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS
 
 
 @contextmanager
@@ -73,13 +86,40 @@ def broker(directory: Path, remoting: bool, profile: Path | None) -> Iterator[pr
         server.stop()
 
 
-def rmq_sender(address: str) -> tuple[Callable[[], object], Callable[[], None]]:
+class Driver(Protocol):
+    """One kind of request, sent one at a time: `warm_up` (route, connection, caches), `run`
+    `count` requests, `close`."""
+
+    def warm_up(self) -> None: ...
+
+    def run(self, count: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class EachRequest:
+    """A Driver making one request per call of `request`."""
+
+    request: Callable[[], object]
+    close: Callable[[], None]
+
+    def warm_up(self) -> None:
+        self.run(WARMUP)
+
+    def run(self, count: int) -> None:
+        request = self.request
+        for _ in range(count):
+            request()
+
+
+def rmq_sender(address: str) -> Driver:
     producer = Producer(address)
     producer.start()
-    return (lambda: producer.send(Message(TOPIC, BODY))), producer.shutdown
+    return EachRequest(lambda: producer.send(Message(TOPIC, BODY)), producer.shutdown)
 
 
-def rocketmq_v2_sender(address: str) -> tuple[Callable[[], object], Callable[[], None]]:
+def rocketmq_v2_sender(address: str) -> Driver:
     import rocketmq  # rocketmq-python-client
 
     config = rocketmq.ClientConfiguration(address, rocketmq.Credentials())
@@ -90,14 +130,107 @@ def rocketmq_v2_sender(address: str) -> tuple[Callable[[], object], Callable[[],
         message = rocketmq.Message()
         message.topic, message.body = TOPIC, BODY
         return producer.send(message)
-    return send, producer.shutdown
+    return EachRequest(send, producer.shutdown)
 
 
-SENDERS = {
+class CppSender:
+    """The official 4.x C++ client's `send_sync` from one thread (bench/cpp_send_sync.py in its
+    own process, the client first on its path): it warms up itself; `run` sends and reads the
+    rate it reached."""
+
+    def __init__(self, address: str) -> None:
+        problem = cpp_client_problem()
+        if problem is not None:
+            raise ImportError(problem)
+        self.address, self.rate = remoting_address(address), 0.0
+        self.process: subprocess.Popen[str] | None = None
+
+    def warm_up(self) -> None:
+        pass   # the script warms up before it says "ready", in `run`'s process
+
+    def run(self, count: int) -> None:
+        scenario = {"address": self.address, "topic": TOPIC, "count": count, "body": BODY.hex()}
+        self.process = subprocess.Popen(
+            [sys.executable, str(CPP_SCRIPT), json.dumps(scenario)], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True, env=client_env())
+        assert self.process.stdin is not None and self.process.stdout is not None
+        if self.process.stdout.readline().strip() != "ready":
+            raise RuntimeError("the C++ client did not start")
+        self.process.stdin.write("go\n")
+        self.process.stdin.flush()
+        self.rate = json.loads(self.process.stdout.readline())["rate"]
+
+    def close(self) -> None:
+        if self.process is not None:
+            self.process.wait(60)
+
+
+def remoting_address(address: str) -> str:
+    with RmqClient(address) as client:
+        return client.list_broker_groups()["broker-a"][0].remoting_address
+
+
+class RemotingRequests:
+    """One remoting request kind from one connection (RocketMQ's binary header, as the SDK and
+    the C++ client write it): PULL_MESSAGE of one stored message (never held), UPDATE_CONSUMER_OFFSET
+    or a consumer's HEART_BEAT."""
+
+    def __init__(self, address: str, code: RequestCode) -> None:
+        self.connection = RemotingConnection(remoting_address(address), None, 10.0)
+        self.code, self.sent = code, 0
+        if code is RequestCode.PULL_MESSAGE:   # messages to pull, in a topic of one queue
+            with RmqClient(address) as client:
+                client.create_topic(PULL_TOPIC, queues=1)
+            producer = Producer(address)
+            producer.start()
+            producer.send([Message(PULL_TOPIC, BODY) for _ in range(STORED)])
+            producer.shutdown()
+
+    def command(self) -> RemotingCommand:
+        self.sent += 1
+        if self.code is RequestCode.PULL_MESSAGE:
+            queue = MessageQueue(PULL_TOPIC, "broker-a", 0)
+            fields = PullSpec.of(queue, self.sent % STORED, 1, GROUP, "*", 0, None).header()
+        elif self.code is RequestCode.UPDATE_CONSUMER_OFFSET:
+            fields = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "0", "commitOffset": str(self.sent)}
+        else:
+            fields = {}
+        body = HEARTBEAT if self.code is RequestCode.HEART_BEAT else b""
+        return RemotingCommand(self.code, ext_fields=fields, body=body, language=LanguageCode.PYTHON,
+                               serialize_type=SerializeType.ROCKETMQ)
+
+    def warm_up(self) -> None:
+        self.run(WARMUP)
+
+    def run(self, count: int) -> None:
+        for _ in range(count):
+            answer = self.connection.call(self.command(), 10.0)
+            if answer.code != ResponseCode.SUCCESS:
+                raise RuntimeError(f"request code {self.code} answered {answer.code}: {answer.remark}")
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+HEARTBEAT = json.dumps({"clientID": "per-request-cost", "consumerDataSet": [{
+    "groupName": "per-request-cost", "messageModel": "CLUSTERING", "consumeType": "CONSUME_PASSIVELY",
+    "subscriptionDataSet": [{"topic": TOPIC, "subString": "*"}]}]}).encode()
+
+
+def requests_of(code: RequestCode) -> Callable[[str], Driver]:
+    return functools.partial(RemotingRequests, code=code)
+
+
+SENDERS: dict[str, tuple[bool, Callable[[str], Driver]]] = {
     "remoting (rmq Producer.send)": (True, rmq_sender),
     "rmq.v1 gRPC (rmq Producer.send, remoting off)": (False, rmq_sender),
     "RocketMQ 5 gRPC (official Producer.send)": (True, rocketmq_v2_sender),
+    "remoting, official 4.x C++ client send_sync": (True, CppSender),
+    "remoting PULL_MESSAGE (one message)": (True, requests_of(RequestCode.PULL_MESSAGE)),
+    "remoting UPDATE_CONSUMER_OFFSET": (True, requests_of(RequestCode.UPDATE_CONSUMER_OFFSET)),
+    "remoting HEART_BEAT (a consumer)": (True, requests_of(RequestCode.HEART_BEAT)),
 }
+KINDS = dict(zip(("remoting", "v1", "v2", "cpp", "pull", "offset", "heartbeat"), SENDERS, strict=True))
 
 
 def measure(name: str, count: int, profile: bool, top: int, sort: str = "tottime") -> str:
@@ -108,26 +241,27 @@ def measure(name: str, count: int, profile: bool, top: int, sort: str = "tottime
         with broker(directory, remoting, profile_path) as server:
             assert server.process is not None
             pid = server.process.pid
-            send, close = make_sender(server.address)
+            driver = make_sender(server.address)
             try:
-                for _ in range(WARMUP):
-                    send()
+                driver.warm_up()
                 if profile_path is not None:
                     os.kill(pid, signal.SIGUSR1)
                     time.sleep(0.2)
-                before = broker_cpu_s(pid)
-                for _ in range(count):
-                    send()
-                spent = broker_cpu_s(pid) - before
+                before = broker_cpu(pid)
+                driver.run(count)
+                user, system = (after - first for after, first in zip(broker_cpu(pid), before, strict=True))
                 if profile_path is not None:
                     os.kill(pid, signal.SIGUSR2)
                     while not profile_path.exists() or profile_path.stat().st_size == 0:
                         time.sleep(0.05)
                     time.sleep(0.2)
             finally:
-                close()
+                driver.close()
             if profile_path is None:
-                return f"{name}: broker CPU {spent / count * 1e6:.0f} us per send ({count} sends)"
+                rate = f", {driver.rate:.0f} msg/s" if isinstance(driver, CppSender) else ""
+                each = [spent / count * 1e6 for spent in (user + system, user, system)]
+                return (f"{name}: broker CPU {each[0]:.0f} us per request ({each[1]:.0f} user + "
+                        f"{each[2]:.0f} system; {count} requests{rate})")
             stats = pstats.Stats(str(profile_path))
             calls = stats.total_calls / count  # type: ignore[attr-defined]
             lines = [f"{name}: {calls:.0f} Python function calls per send on the broker's loop thread "
@@ -147,12 +281,10 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="count Python calls instead of CPU")
     parser.add_argument("--top", type=int, default=25, help="functions listed per profile")
     parser.add_argument("--sort", default="tottime", help="the profile's order (a pstats sort key)")
-    parser.add_argument("--only", choices=("remoting", "v1", "v2"), default=None)
+    parser.add_argument("--kind", "--only", choices=tuple(KINDS), action="append",
+                        help="the request kinds measured (repeatable; default: every kind)")
     args = parser.parse_args()
-    names = list(SENDERS)
-    if args.only:
-        names = [names[("remoting", "v1", "v2").index(args.only)]]
-    for name in names:
+    for name in [KINDS[kind] for kind in args.kind] if args.kind else list(SENDERS):
         try:
             print(measure(name, args.count, args.profile, args.top, args.sort), flush=True)
         except ImportError as error:
