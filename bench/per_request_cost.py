@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import grpc
+
 from rmq.connector import Message, Producer
 from rmq.connector.client import RmqClient
 from rmq.connector.remoting_client import PullSpec, RemotingConnection
@@ -63,6 +65,35 @@ signal.signal(signal.SIGUSR2, dump)
 from rmq.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
+
+
+# A bare grpc.aio server on the broker's event loop (rmq.event_loop) with one unary method that
+# answers its request bytes as they are (no protobuf, no interceptor): what grpc.aio itself costs
+# per unary call. Its port and the profile file are the arguments; SIGUSR1 / SIGUSR2 as above.
+ECHO_SERVER = r"""
+import asyncio, cProfile, signal, sys
+import grpc
+from rmq import event_loop
+port, profile_path = sys.argv[1], sys.argv[2]
+profiler = cProfile.Profile()
+signal.signal(signal.SIGUSR1, lambda *_: profiler.enable())
+def dump(*_):
+    profiler.disable()
+    profiler.dump_stats(profile_path)
+signal.signal(signal.SIGUSR2, dump)
+async def echo(request, context):
+    return request
+async def serve():
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+        "echo.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(echo)})])
+    server.add_insecure_port("127.0.0.1:" + port)
+    await server.start()
+    print("ready", flush=True)
+    await server.wait_for_termination()
+event_loop.run(serve())
+"""
+ECHO_KIND = "grpc-echo"
 
 
 def broker_cpu(pid: int) -> tuple[float, float]:
@@ -244,34 +275,76 @@ def measure(name: str, count: int, profile: bool, top: int, sort: str = "tottime
             driver = make_sender(server.address)
             try:
                 driver.warm_up()
-                if profile_path is not None:
-                    os.kill(pid, signal.SIGUSR1)
-                    time.sleep(0.2)
-                before = broker_cpu(pid)
-                driver.run(count)
-                user, system = (after - first for after, first in zip(broker_cpu(pid), before, strict=True))
-                if profile_path is not None:
-                    os.kill(pid, signal.SIGUSR2)
-                    while not profile_path.exists() or profile_path.stat().st_size == 0:
-                        time.sleep(0.05)
-                    time.sleep(0.2)
+                user, system = timed(pid, functools.partial(driver.run, count), profile_path)
             finally:
                 driver.close()
             if profile_path is None:
                 rate = f", {driver.rate:.0f} msg/s" if isinstance(driver, CppSender) else ""
-                each = [spent / count * 1e6 for spent in (user + system, user, system)]
-                return (f"{name}: broker CPU {each[0]:.0f} us per request ({each[1]:.0f} user + "
-                        f"{each[2]:.0f} system; {count} requests{rate})")
-            stats = pstats.Stats(str(profile_path))
-            calls = stats.total_calls / count  # type: ignore[attr-defined]
-            lines = [f"{name}: {calls:.0f} Python function calls per send on the broker's loop thread "
-                     f"({count} sends)"]
-            with tempfile.TemporaryFile("w+") as out:
-                stats.stream = out  # type: ignore[attr-defined]
-                stats.sort_stats(sort).print_stats(top)
-                out.seek(0)
-                lines.append(out.read())
-            return "\n".join(lines)
+                return cpu_line(name, count, user, system) + rate
+            return profile_report(name, profile_path, count, top, sort)
+
+
+def timed(pid: int, run: Callable[[], None], profile_path: Path | None) -> tuple[float, float]:
+    """The user and system CPU seconds process `pid` spends while `run` runs; with `profile_path`,
+    profiled (SIGUSR1 before, SIGUSR2 after: the profile is dumped there)."""
+    if profile_path is not None:
+        os.kill(pid, signal.SIGUSR1)
+        time.sleep(0.2)
+    before = broker_cpu(pid)
+    run()
+    user, system = (after - first for after, first in zip(broker_cpu(pid), before, strict=True))
+    if profile_path is not None:
+        os.kill(pid, signal.SIGUSR2)
+        while not profile_path.exists() or profile_path.stat().st_size == 0:
+            time.sleep(0.05)
+        time.sleep(0.2)
+    return user, system
+
+
+def cpu_line(name: str, count: int, user: float, system: float) -> str:
+    each = [spent / count * 1e6 for spent in (user + system, user, system)]
+    return (f"{name}: server CPU {each[0]:.0f} us per request ({each[1]:.0f} user + {each[2]:.0f} system; "
+            f"{count} requests)")
+
+
+def profile_report(name: str, path: Path, count: int, top: int, sort: str) -> str:
+    stats = pstats.Stats(str(path))
+    calls = stats.total_calls / count  # type: ignore[attr-defined]
+    lines = [f"{name}: {calls:.0f} Python function calls per request on the server's loop thread "
+             f"({count} requests)"]
+    with tempfile.TemporaryFile("w+") as out:
+        stats.stream = out  # type: ignore[attr-defined]
+        stats.sort_stats(sort).print_stats(top)
+        out.seek(0)
+        lines.append(out.read())
+    return "\n".join(lines)
+
+
+def measure_echo(count: int, profile: bool, top: int, sort: str) -> str:
+    """A bare grpc.aio unary echo (ECHO_SERVER) called `count` times from one thread over a
+    grpc channel, 100 bytes each way: its server's CPU (or Python calls) per call."""
+    name = "bare grpc.aio unary echo (the gRPC ports' floor)"
+    with tempfile.TemporaryDirectory() as scratch:
+        profile_path = Path(scratch) / "echo.prof"
+        port = processes.free_port()
+        server = subprocess.Popen([sys.executable, "-c", ECHO_SERVER, str(port), str(profile_path)],
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert server.stdout is not None
+            if server.stdout.readline().strip() != "ready":
+                raise RuntimeError("the echo server did not start")
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                echo = channel.unary_unary("/echo.Echo/Echo")
+                driver = EachRequest(functools.partial(echo, BODY), channel.close)
+                driver.warm_up()
+                user, system = timed(server.pid, functools.partial(driver.run, count),
+                                     profile_path if profile else None)
+        finally:
+            server.terminate()
+            server.wait(20)
+        if not profile:
+            return cpu_line(name, count, user, system)
+        return profile_report(name, profile_path, count, top, sort)
 
 
 def main() -> int:
@@ -281,10 +354,14 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="count Python calls instead of CPU")
     parser.add_argument("--top", type=int, default=25, help="functions listed per profile")
     parser.add_argument("--sort", default="tottime", help="the profile's order (a pstats sort key)")
-    parser.add_argument("--kind", "--only", choices=tuple(KINDS), action="append",
+    parser.add_argument("--kind", "--only", choices=(*KINDS, ECHO_KIND), action="append",
                         help="the request kinds measured (repeatable; default: every kind)")
     args = parser.parse_args()
-    for name in [KINDS[kind] for kind in args.kind] if args.kind else list(SENDERS):
+    for kind in args.kind or [*KINDS, ECHO_KIND]:
+        if kind == ECHO_KIND:
+            print(measure_echo(args.count, args.profile, args.top, args.sort), flush=True)
+            continue
+        name = KINDS[kind]
         try:
             print(measure(name, args.count, args.profile, args.top, args.sort), flush=True)
         except ImportError as error:
