@@ -309,6 +309,8 @@ def cpu_line(name: str, count: int, user: float, system: float) -> str:
 
 def profile_report(name: str, path: Path, count: int, top: int, sort: str) -> str:
     stats = pstats.Stats(str(path))
+    if os.environ.get("PER_REQUEST_KEEP"):
+        stats.dump_stats(os.environ["PER_REQUEST_KEEP"])
     calls = stats.total_calls / count  # type: ignore[attr-defined]
     lines = [f"{name}: {calls:.0f} Python function calls per request on the server's loop thread "
              f"({count} requests)"]

@@ -63,6 +63,7 @@ from rmq.broker_server.rmq_v1.grpc_server import (
     SHUTDOWN_GRACE_SECONDS,
     connection_limit,
     create_server,
+    generic_only,
     wait_for_termination,
 )
 from rmq.broker_server.rmq_v1.messaging_service import MessagingService
@@ -254,8 +255,9 @@ class BrokerController:
     def build_server(self) -> grpc.aio.Server:
         server = create_server(self.config.listen, self.config.grpc_max_message_bytes, self.security,
                                broker_server_id(self.config.broker_name, self.config.broker_id))
+        services = generic_only(server)
         messaging = MessagingService(self.processors, self.watches)
-        rmq_pb2_grpc.add_MessagingServiceServicer_to_server(messaging, server)
+        rmq_pb2_grpc.add_MessagingServiceServicer_to_server(messaging, services)
         rmq_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminService(
                 self.store,
@@ -270,15 +272,15 @@ class BrokerController:
                 self.consumer_connections,
                 self.consumer_groups,
             ),
-            server,
+            services,
         )
         self.flight = self._start_flight()   # before the route service: its member carries the address
         rmq_pb2_grpc.add_RouteServiceServicer_to_server(
             BrokerRouteService(self.config.broker_name, self.config.broker_address, self.topics,
                                self.replication.member),
-            server,
+            services,
         )
-        self.replication.add_to_server(server)
+        self.replication.add_to_server(services)
         self.rocketmq_v2 = build_rocketmq_v2_service(
             self.config, self.store, self.executor, self.topics, self.offsets, self.hold_service,
             self.processors, self.timer, self.security.open_client_channel, self.outer_api.register_soon,

@@ -30,7 +30,12 @@ from rmq.broker_server.replication.controller_manager import (
     scan_forever,
 )
 from rmq.broker_server.replication.replicas_info_manager import ReplicasInfoManager
-from rmq.broker_server.rmq_v1.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
+from rmq.broker_server.rmq_v1.grpc_server import (
+    SHUTDOWN_GRACE_SECONDS,
+    create_server,
+    generic_only,
+    wait_for_termination,
+)
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.broker_server.status import OK, answers_with_status
 from rmq.request_signing import name_server_id
@@ -245,13 +250,14 @@ async def serve_name_server(config: NameServerConfig, security: ServerSecurity) 
     routes = RouteInfoManager(config.broker_expiry_ms)
     server = create_server(config.listen, config.grpc_max_message_bytes, security,
                            name_server_id(config.listen))
-    rmq_pb2_grpc.add_RouteServiceServicer_to_server(NameServerRouteService(routes), server)
-    rmq_pb2_grpc.add_NameServerServiceServicer_to_server(NameServerService(routes), server)
+    services = generic_only(server)
+    rmq_pb2_grpc.add_RouteServiceServicer_to_server(NameServerRouteService(routes), services)
+    rmq_pb2_grpc.add_NameServerServiceServicer_to_server(NameServerService(routes), services)
     tasks = [_scan_forever(routes, config.broker_scan_interval_ms)]
     collectors: list[Collector] = [NameServerCollector(routes)]
     if config.controller:
         replicas = embed_controller(config)
-        rmq_pb2_grpc.add_ControllerServiceServicer_to_server(ControllerService(replicas), server)
+        rmq_pb2_grpc.add_ControllerServiceServicer_to_server(ControllerService(replicas), services)
         tasks.append(scan_forever(replicas, config.controller_scan_interval_ms))
         collectors.append(ControllerCollector(replicas))
     if config.metrics_listen:

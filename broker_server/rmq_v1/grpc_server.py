@@ -15,8 +15,8 @@ import asyncio
 import logging
 import resource
 import signal
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, cast
 
 import grpc
 
@@ -86,6 +86,31 @@ def create_server(listen: str, max_message_bytes: int, security: ServerSecurity,
     )
     security.add_port(server, listen)
     return server
+
+
+class _GenericOnly:
+    """A server as the generated `add_*Servicer_to_server` functions see it through
+    `generic_only`: their generic handler is added, their registered-method table is not."""
+
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self._server = server
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        self._server.add_generic_rpc_handlers(handlers)
+
+    def add_registered_method_handlers(self, service: str,
+                                       handlers: Mapping[str, grpc.RpcMethodHandler]) -> None:
+        """Not registered: the generic handler added with the same handlers serves the methods."""
+
+
+def generic_only(server: grpc.aio.Server) -> grpc.aio.Server:
+    """`server`, for the generated `add_*Servicer_to_server` functions to add services to as
+    generic handlers only (issue 41, bench/NOTES.md "One message per request, second pass"):
+    grpc.aio's server keeps one pending request task per registered method and, for every call
+    it accepts, waits on all of them (`asyncio.wait`) and starts a new one — with the broker's ~30
+    methods about 260 Python calls per unary call; a call to a generic handler is matched by its
+    path in a dict instead. The methods served are the same."""
+    return cast(grpc.aio.Server, _GenericOnly(server))
 
 
 def configure_logging() -> None:
