@@ -99,7 +99,7 @@ class _GenericOnly:
         self._server.add_generic_rpc_handlers(handlers)
 
     def add_registered_method_handlers(self, service: str,
-                                       handlers: Mapping[str, grpc.RpcMethodHandler]) -> None:
+                                       handlers: Mapping[str, grpc.RpcMethodHandler[Any, Any]]) -> None:
         """Not registered: the generic handler added with the same handlers serves the methods."""
 
 

@@ -77,6 +77,50 @@ def test_rocketmq_binary_header_matches_its_layout() -> None:
     assert payload(command.encode()) == frame_payload
 
 
+def binary_header(ext: bytes, remark: bytes = b"") -> bytes:
+    """A frame payload whose ROCKETMQ header carries `remark` and the extFields bytes `ext`."""
+    header = struct.pack(">hbhiii", 10, 3, 0, 1, 0, len(remark)) + remark + struct.pack(">i", len(ext)) + ext
+    return struct.pack(">i", (1 << 24) | len(header)) + header
+
+
+def ext_field(key: bytes, value: bytes) -> bytes:
+    return struct.pack(">h", len(key)) + key + struct.pack(">i", len(value)) + value
+
+
+def test_binary_ext_fields_in_utf8_and_of_any_length_survive_a_round_trip() -> None:
+    """Keys and values outside ASCII (or with length bytes outside it: 200 bytes) are read as
+    UTF-8, as RocketMQ writes them; an unknown language number reads as OTHER."""
+    fields = {"topic": "订单", "keys": "k" * 200, "é": "", "": "v", "properties": "TAGS\x01a\x02"}
+    command = RemotingCommand(RequestCode.SEND_MESSAGE_V2, opaque=5, remark="déjà", ext_fields=fields,
+                              serialize_type=SerializeType.ROCKETMQ)
+    decoded = decode(payload(command.encode()))
+    assert decoded.ext_fields == fields and decoded.remark == "déjà" and decoded.opaque == 5
+    unknown_language = bytearray(binary_header(ext_field(b"a", b"b")))
+    unknown_language[4 + 2] = 99
+    assert decode(bytes(unknown_language)).language is LanguageCode.OTHER
+
+
+@pytest.mark.parametrize(
+    "frame_payload, reason",
+    [
+        (binary_header(b"\x00"), "truncated in an extFields key length"),
+        (binary_header(b"\x00\x05ab"), "truncated in an extFields key"),
+        # a key length of -32768 (Java's short), not 32768, though 32768 bytes follow
+        (binary_header(b"\x80\x00" + b"k" * 32768 + b"\x00" * 4), "truncated in an extFields key"),
+        (binary_header(b"\x00\x01a\x00\x00"), "truncated in an extFields value length"),
+        (binary_header(b"\x00\x01a\x00\x00\x00\x09abc"), "truncated in an extFields value"),
+        (binary_header(b"\x00\x01a\xff\xff\xff\xfe" + b"\x00" * 4), "truncated in an extFields value"),
+        (binary_header(ext_field(b"a", b"\xff")), "extFields value is not UTF-8"),
+        (binary_header(ext_field(b"\xc3", b"v")), "extFields key is not UTF-8"),
+        (binary_header(b"", b"\xff"), "remark is not UTF-8"),
+        (struct.pack(">ihbhiiii", (1 << 24) | 23, 10, 3, 0, 1, 0, 0, 50) + b"ab", "truncated in extFields"),
+    ],
+)
+def test_malformed_binary_ext_fields_are_frame_errors(frame_payload: bytes, reason: str) -> None:
+    with pytest.raises(FrameError, match=reason):
+        decode(frame_payload)
+
+
 def test_a_response_keeps_the_opaque_and_the_header_encoding() -> None:
     request = RemotingCommand(RequestCode.HEART_BEAT, opaque=9, serialize_type=SerializeType.ROCKETMQ)
     response = decode(payload(request.response(0, "fine", {"k": "v"}).encode()))

@@ -293,7 +293,7 @@ def _ext_fields(data: bytes) -> dict[str, str]:
             raise _truncated("an extFields value length")
         value_end = key_end + 4 + (data[key_end] << 24 | data[key_end + 1] << 16 | data[key_end + 2] << 8
                                    | data[key_end + 3])
-        if data[key_end] & 0x80 or value_end > end:
+        if value_end > end:   # a negative length (sign bit set) reads as over 2 GiB here
             raise _truncated("an extFields value")
         if text is not None:
             fields[text[at + 2 : key_end]] = text[key_end + 4 : value_end]
