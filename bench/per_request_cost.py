@@ -6,9 +6,14 @@ single-message requests, one at a time from one thread, over each protocol:
   message (docs/client-behaviour.md "Transport");
 - rmq.v1 gRPC: the same with the broker's remoting port off;
 - RocketMQ 5 gRPC: the official `rocketmq-python-client` Producer's `send` (skipped when it is
-  not installed).
+  not installed);
+- cpp: the official 4.x C++ client's `send_sync` from one thread (PyPI rocketmq 0.4.4, installed
+  by testing.cpp_client; bench/cpp_send_sync.py), with the rate it reached;
+- pull, offset, heartbeat: remoting PULL_MESSAGE of one stored message, UPDATE_CONSUMER_OFFSET
+  and a consumer's HEART_BEAT, from one connection (RocketMQ's binary header);
+- grpc-echo: a bare grpc.aio unary echo on the same event loop, what grpc.aio itself costs.
 
-For each it prints the broker's CPU per request (its /proc/<pid>/stat utime + stime over the run,
+`--kind` picks some (repeatable). For each it prints the broker's CPU per request (its /proc/<pid>/stat utime + stime over the run,
 divided by the count) and, in a second run, the Python function calls per request on the broker's
 event-loop thread (cProfile enabled after start-up and warm-up by SIGUSR1, dumped by SIGUSR2),
 with the functions that cost the most. `python -m bench.per_request_cost --count 5000`."""
@@ -51,9 +56,9 @@ BODY = b"x" * 100
 WARMUP = 200
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
-# Runs `rmq broker ...` with SIGUSR1 / SIGUSR2 starting and dumping a profile of the main (event
-# loop) thread; the profile goes to the file named by the first argument.
-PROFILED_BROKER = r"""
+# SIGUSR1 / SIGUSR2 start and dump a profile of the main (event loop) thread into the file named
+# by the first argument, which is taken off sys.argv.
+PROFILER = r"""
 import cProfile, signal, sys
 profile_path = sys.argv.pop(1)
 profiler = cProfile.Profile()
@@ -62,6 +67,9 @@ def dump(*_):
     profiler.disable()
     profiler.dump_stats(profile_path)
 signal.signal(signal.SIGUSR2, dump)
+"""
+# Runs `rmq broker ...` under PROFILER.
+PROFILED_BROKER = PROFILER + r"""
 from rmq.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -69,18 +77,11 @@ sys.exit(main(sys.argv[1:]))
 
 # A bare grpc.aio server on the broker's event loop (rmq.event_loop) with one unary method that
 # answers its request bytes as they are (no protobuf, no interceptor): what grpc.aio itself costs
-# per unary call. Its port and the profile file are the arguments; SIGUSR1 / SIGUSR2 as above.
-ECHO_SERVER = r"""
-import asyncio, cProfile, signal, sys
+# per unary call. Arguments: the profile file (PROFILER), the port.
+ECHO_SERVER = PROFILER + r"""
 import grpc
 from rmq import event_loop
-port, profile_path = sys.argv[1], sys.argv[2]
-profiler = cProfile.Profile()
-signal.signal(signal.SIGUSR1, lambda *_: profiler.enable())
-def dump(*_):
-    profiler.disable()
-    profiler.dump_stats(profile_path)
-signal.signal(signal.SIGUSR2, dump)
+port = sys.argv[1]
 async def echo(request, context):
     return request
 async def serve():
@@ -309,8 +310,6 @@ def cpu_line(name: str, count: int, user: float, system: float) -> str:
 
 def profile_report(name: str, path: Path, count: int, top: int, sort: str) -> str:
     stats = pstats.Stats(str(path))
-    if os.environ.get("PER_REQUEST_KEEP"):
-        stats.dump_stats(os.environ["PER_REQUEST_KEEP"])
     calls = stats.total_calls / count  # type: ignore[attr-defined]
     lines = [f"{name}: {calls:.0f} Python function calls per request on the server's loop thread "
              f"({count} requests)"]
@@ -329,7 +328,7 @@ def measure_echo(count: int, profile: bool, top: int, sort: str) -> str:
     with tempfile.TemporaryDirectory() as scratch:
         profile_path = Path(scratch) / "echo.prof"
         port = processes.free_port()
-        server = subprocess.Popen([sys.executable, "-c", ECHO_SERVER, str(port), str(profile_path)],
+        server = subprocess.Popen([sys.executable, "-c", ECHO_SERVER, str(profile_path), str(port)],
                                   stdout=subprocess.PIPE, text=True)
         try:
             assert server.stdout is not None
