@@ -210,6 +210,7 @@ class NameServerConfig:
     cluster_name: str = "DefaultCluster"  # the cluster whose broker groups the controller manages
     controller_failover_timeout_ms: int = 3000  # a master silent this long is replaced
     controller_scan_interval_ms: int = 500  # how often the controller checks for silent masters
+    cluster_secret_file: str = ""  # controller: the secret every broker proves its heartbeats with
 
     @property
     def controller_path(self) -> Path:

@@ -23,6 +23,10 @@ def add_parsers(subparsers: Subcommands) -> None:
                               "--controller and elects a new master when one is lost")
     namesrv.add_argument("--controller-dir", metavar="DIR",
                          help="where the controller keeps its state (default ~/.rmq/controller)")
+    namesrv.add_argument("--cluster-secret", metavar="FILE",
+                         help="controller: the cluster's shared secret (chmod 600, the brokers' "
+                              "--cluster-secret file); every heartbeat must be proven with it; required "
+                              "with --acl")
     _add_metrics_argument(namesrv)
     namesrv.add_argument("--remoting-listen", metavar="HOST:PORT",
                          help="also serve RocketMQ 4.x clients (remoting protocol) on this address "
@@ -77,7 +81,8 @@ def run_namesrv(args: argparse.Namespace) -> int:
     config = load_config(NameServerConfig, args.config,
                          {"listen": args.listen, "metrics_listen": args.metrics_listen,
                           "remoting_listen": args.remoting_listen,
-                          "controller": args.controller, "controller_dir": args.controller_dir})
+                          "controller": args.controller, "controller_dir": args.controller_dir,
+                          "cluster_secret_file": args.cluster_secret})
     security = ServerSecurity.from_args(args)
     return run_until_terminated(lambda: serve_name_server(config, security))
 

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from prometheus_client.registry import Collector
 
@@ -32,6 +33,7 @@ from rmq.broker_server.replication.controller_manager import (
 from rmq.broker_server.replication.replicas_info_manager import ReplicasInfoManager
 from rmq.broker_server.rmq_v1.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
 from rmq.broker_server.rmq_v1.status import OK, answers_with_status
+from rmq.broker_server.security.cluster_auth import ClusterAuth, load_cluster_secret
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.request_signing import name_server_id
 from rmq.store.private_files import make_dirs
@@ -251,7 +253,8 @@ async def serve_name_server(config: NameServerConfig, security: ServerSecurity) 
     collectors: list[Collector] = [NameServerCollector(routes)]
     if config.controller:
         replicas = embed_controller(config)
-        rmq_pb2_grpc.add_ControllerServiceServicer_to_server(ControllerService(replicas), server)
+        rmq_pb2_grpc.add_ControllerServiceServicer_to_server(
+            ControllerService(replicas, controller_auth(config, security)), server)
         tasks.append(scan_forever(replicas, config.controller_scan_interval_ms))
         collectors.append(ControllerCollector(replicas))
     if config.metrics_listen:
@@ -286,6 +289,19 @@ def embed_controller(config: NameServerConfig) -> ReplicasInfoManager:
         raise UserError(f"cannot load the controller's state from {config.controller_path}: {error}"
                         ) from None
     return replicas
+
+
+def controller_auth(config: NameServerConfig, security: ServerSecurity) -> ClusterAuth | None:
+    """The cluster secret the controller checks every heartbeat with; UserError when the name
+    server runs with --acl without one (an account allowed to register brokers would then decide
+    who is master and where CommitLogs are cut)."""
+    if config.cluster_secret_file:
+        return ClusterAuth(load_cluster_secret(Path(config.cluster_secret_file).expanduser()), "")
+    if security.acl_file is not None:
+        raise UserError("a name server with --acl and --controller needs --cluster-secret FILE (the file "
+                        "every broker of the cluster is given): heartbeats are proven with it")
+    log.warning("controller without --cluster-secret: it takes every heartbeat on the caller's word")
+    return None
 
 
 async def _scan_forever(routes: RouteInfoManager, interval_ms: int) -> None:

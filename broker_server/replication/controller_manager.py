@@ -3,7 +3,11 @@ docs/controller.md): serves ControllerService.Heartbeat from the
 brokers started with --controller and checks every scan interval whether a group's master
 went silent (ReplicasInfoManager elects). One controller per cluster: a single point of
 coordination, not of data — while it is down, brokers keep their roles and keep serving;
-only a failover waits for it."""
+only a failover waits for it.
+
+With a cluster secret (`rmq namesrv --controller --cluster-secret FILE`, the same file as every
+broker's) each heartbeat must carry the member's proof (rmq.broker_server.security.cluster_auth):
+an account allowed to register brokers is not enough to tell the controller who holds what."""
 
 from __future__ import annotations
 
@@ -17,18 +21,31 @@ from prometheus_client.registry import Collector
 from rmq.broker_server.grpc_aio import Context
 from rmq.broker_server.replication.replicas_info_manager import Heartbeat, ReplicasInfoManager
 from rmq.broker_server.rmq_v1.status import answers_with_status
+from rmq.broker_server.security.cluster_auth import ClusterAuth, ProofRefused
+from rmq.broker_server.security.refusal_log import RefusalLog
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 
 class ControllerService(rmq_pb2_grpc.ControllerServiceServicer):
-    def __init__(self, replicas: ReplicasInfoManager) -> None:
+    def __init__(self, replicas: ReplicasInfoManager, auth: ClusterAuth | None = None) -> None:
+        """`auth`: the cluster secret every heartbeat is proven with (None: heartbeats are taken on
+        the word of whoever may call the service)."""
         self.replicas = replicas
+        self.auth = auth
+        self.refusals = RefusalLog()
 
     @answers_with_status(rmq_pb2.ControllerHeartbeatResponse)
     async def Heartbeat(self, request: rmq_pb2.ControllerHeartbeatRequest,
                         context: Context) -> rmq_pb2.ControllerHeartbeatResponse:
+        if self.auth is not None:
+            try:
+                self.auth.admit_member(request)
+            except ProofRefused as refused:
+                self.refusals.record("ControllerService.Heartbeat", context.peer(), "NO_PERMISSION",
+                                     refused.message)
+                raise
         return self.replicas.heartbeat(request.cluster_name, Heartbeat(
             request.broker_name, request.broker_id, request.address, request.epoch, request.max_offset,
             tuple(request.in_sync_addresses)))

@@ -20,6 +20,7 @@ import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -31,6 +32,7 @@ from rmq.broker_server.errors import UserError
 from rmq.broker_server.json_file import read_json, write_json_atomically
 from rmq.broker_server.metrics.collectors import BrokerCollector, serve_metrics
 from rmq.broker_server.rmq_v1.grpc_server import wait_for_termination
+from rmq.broker_server.security.cluster_auth import ClusterAuth, Exchange, load_cluster_secret
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.store import BrokerRole
 from rmq.store.private_files import SERVER_UMASK, make_dirs
@@ -46,6 +48,10 @@ UNKNOWN_OFFSET = -1
 # (SERVICE_NOT_AVAILABLE: the new master has not confirmed yet; SYSTEM_ERROR) is asked again
 REFUSALS = (rmq_pb2.ILLEGAL_ARGUMENT, rmq_pb2.LIMIT_EXCEEDED)
 DENIED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+# the controller refusing this member's cluster proof so many times in a row (another secret, none,
+# a clock off by more than a minute) ends the broker; once may be a proof dated just before a
+# controller restart
+PROOF_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,9 @@ class ReplicasManager:
         self._channel = security.open_client_channel(config.controller)
         self._stub = rmq_pb2_grpc.ControllerServiceStub(self._channel)
         self.collector = TermCollector()
+        # every heartbeat is proven with the cluster secret (the controller refuses it otherwise)
+        self._auth = (ClusterAuth(load_cluster_secret(Path(config.cluster_secret_file).expanduser()),
+                                  config.broker_name) if config.cluster_secret_file else None)
 
     def identity(self) -> dict[str, str | int]:
         """Whose epoch the epoch file holds: this member of this group of this cluster."""
@@ -139,11 +148,14 @@ class ReplicasManager:
     async def heartbeat(self, epoch: int, max_offset: int, in_sync_addresses: list[str]
                         ) -> rmq_pb2.ControllerHeartbeatResponse:
         config = self.config
-        response: rmq_pb2.ControllerHeartbeatResponse = await self._stub.Heartbeat(
-            rmq_pb2.ControllerHeartbeatRequest(
+        request = rmq_pb2.ControllerHeartbeatRequest(
             cluster_name=config.cluster_name, broker_name=config.broker_name, broker_id=config.broker_id,
             address=config.broker_address, epoch=epoch, max_offset=max_offset,
-            in_sync_addresses=in_sync_addresses), timeout=HEARTBEAT_TIMEOUT_S)
+            in_sync_addresses=in_sync_addresses)
+        if self._auth is not None:
+            self._auth.prove(request, Exchange.CONTROLLER, config.broker_id, config.broker_address)
+        response: rmq_pb2.ControllerHeartbeatResponse = await self._stub.Heartbeat(
+            request, timeout=HEARTBEAT_TIMEOUT_S)
         return response
 
     async def register(self, terminated: asyncio.Future[None]) -> RoleAssignment | None:
@@ -151,6 +163,7 @@ class ReplicasManager:
         (None when the process is terminated first; UserError when the controller refuses
         this member)."""
         warned = False
+        proofs_refused = 0
         while not terminated.done():
             try:
                 answer = await self.heartbeat(self.local_epoch(), UNKNOWN_OFFSET, [])
@@ -165,7 +178,8 @@ class ReplicasManager:
             else:
                 if answer.status.code == rmq_pb2.OK:
                     return RoleAssignment.from_proto(answer)
-                if answer.status.code in REFUSALS:
+                proofs_refused = proofs_refused + 1 if answer.status.code == rmq_pb2.NO_PERMISSION else 0
+                if answer.status.code in REFUSALS or proofs_refused >= PROOF_ATTEMPTS:
                     raise UserError(f"the controller at {self.config.controller} refuses this broker: "
                                     f"{answer.status.message}")
                 log.info("waiting for the controller (%s): %s", rmq_pb2.Code.Name(answer.status.code),
@@ -185,7 +199,7 @@ class ReplicasManager:
         self.save_epoch(assignment.epoch)
         broker.replication.member.epoch = assignment.epoch
         try:
-            confirmed = await self._beat(broker, assignment)
+            confirmed = await self._beat(broker, assignment, confirming=True)
         except grpc.RpcError as error:
             log.warning("controller %s unreachable (%s) while confirming epoch %d", self.config.controller,
                         _code(error), assignment.epoch)
@@ -205,8 +219,11 @@ class ReplicasManager:
         self.collector.broker = None
         await broker.shutdown(server)
 
-    async def _beat(self, broker: BrokerController, assignment: RoleAssignment) -> bool:
-        """One heartbeat in `assignment`'s term: False when the controller ended the term."""
+    async def _beat(self, broker: BrokerController, assignment: RoleAssignment, confirming: bool = False
+                    ) -> bool:
+        """One heartbeat in `assignment`'s term: False when the controller ended the term.
+        `confirming`: the term's first, which only an OK answer in the same term confirms (a
+        refused confirmation is never served on)."""
         store = broker.store
         end = store.get_commit_log_max_offset()
         in_sync = store.ha_service.in_sync_addresses(end) if not broker.replication.is_slave else []
@@ -214,7 +231,7 @@ class ReplicasManager:
         if answer.status.code == rmq_pb2.OK and RoleAssignment.from_proto(answer).same_term(assignment):
             broker.replication.in_sync_ids = list(answer.in_sync_ids)
             return True
-        if answer.status.code not in (rmq_pb2.OK, rmq_pb2.SERVICE_NOT_AVAILABLE):
+        if answer.status.code not in (rmq_pb2.OK, rmq_pb2.SERVICE_NOT_AVAILABLE) and not confirming:
             log.error("the controller refuses this broker's heartbeat: %s", answer.status.message)
             return True
         return False

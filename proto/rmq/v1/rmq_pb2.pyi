@@ -890,7 +890,7 @@ class BrokerStatusResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., role: _Optional[_Union[BrokerRole, str]] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., slaves: _Optional[_Iterable[_Union[SlaveState, _Mapping]]] = ..., master_address: _Optional[str] = ..., master_max_offset: _Optional[int] = ..., replication_error: _Optional[str] = ..., epoch: _Optional[int] = ..., in_sync_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ControllerHeartbeatRequest(_message.Message):
-    __slots__ = ("cluster_name", "broker_name", "broker_id", "address", "epoch", "max_offset", "in_sync_addresses")
+    __slots__ = ("cluster_name", "broker_name", "broker_id", "address", "epoch", "max_offset", "in_sync_addresses", "proof")
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -898,6 +898,7 @@ class ControllerHeartbeatRequest(_message.Message):
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     IN_SYNC_ADDRESSES_FIELD_NUMBER: _ClassVar[int]
+    PROOF_FIELD_NUMBER: _ClassVar[int]
     cluster_name: str
     broker_name: str
     broker_id: int
@@ -905,7 +906,8 @@ class ControllerHeartbeatRequest(_message.Message):
     epoch: int
     max_offset: int
     in_sync_addresses: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., epoch: _Optional[int] = ..., max_offset: _Optional[int] = ..., in_sync_addresses: _Optional[_Iterable[str]] = ...) -> None: ...
+    proof: MemberProof
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., epoch: _Optional[int] = ..., max_offset: _Optional[int] = ..., in_sync_addresses: _Optional[_Iterable[str]] = ..., proof: _Optional[_Union[MemberProof, _Mapping]] = ...) -> None: ...
 
 class ControllerHeartbeatResponse(_message.Message):
     __slots__ = ("status", "epoch", "master_broker_id", "master_address", "truncate_to", "in_sync_ids")
