@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
@@ -99,6 +100,7 @@ class MessageStore:
                                                   config.access_message_in_memory_max_ratio)
         self._running = False
         self._fenced = False
+        self._lease_until: float | None = None   # controller mode: SYNC_MASTER answers OK only before this
         self._disk_full = False
         self._write_error: str | None = None
         self._last_dispatched_timestamp = 0
@@ -305,9 +307,11 @@ class MessageStore:
                 status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         if status is PutMessageStatus.PUT_OK and role is BrokerRole.SYNC_MASTER:
             status = self.ha_service.wait_for_slave(appended.end_offset, self.config.sync_flush_timeout_ms)
-        if status is PutMessageStatus.PUT_OK and self._fenced:
-            # a newer master started without these bytes: this member drops them when it rejoins
-            # (docs/controller.md), so they are stored here only and never acknowledged OK
+        if status is PutMessageStatus.PUT_OK and (self._fenced or (
+                role is BrokerRole.SYNC_MASTER and not self._leased())):
+            # a newer master started (fenced), or may have (the controller's lease lapsed), without
+            # these bytes: this member drops them when it rejoins (docs/controller.md), so they are
+            # stored here only and never acknowledged OK
             status = PutMessageStatus.SLAVE_NOT_AVAILABLE
         return PutBatchResult(status, appended.queue_offsets, appended.physical_offsets, store_timestamp,
                               self.commit_log.store_host)
@@ -332,6 +336,15 @@ class MessageStore:
         and answer none still in flight PUT_OK (the new master never held them)."""
         self._fenced = True
         self.config.broker_role = BrokerRole.SLAVE
+
+    def renew_lease(self, until: float) -> None:
+        """Controller mode: a SYNC_MASTER acknowledges OK only until `until` (time.monotonic()) unless
+        renewed; past it a put is stored but answered SLAVE_NOT_AVAILABLE, since a newer master may
+        have been elected meanwhile (docs/controller.md, the master lease)."""
+        self._lease_until = until
+
+    def _leased(self) -> bool:
+        return self._lease_until is None or time.monotonic() < self._lease_until
 
     def is_writeable(self) -> bool:
         return not self._disk_full and self._write_error is None

@@ -18,8 +18,12 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.grpc_aio import Context
-from rmq.broker_server.replication.replicas_info_manager import Heartbeat, ReplicasInfoManager
+from rmq.broker_server.replication.etcd_client import EtcdUnavailable
+from rmq.broker_server.replication.etcd_controller import EtcdLeadership
+from rmq.broker_server.replication.replicas_info_manager import Heartbeat as MemberBeat
+from rmq.broker_server.replication.replicas_info_manager import ReplicasInfoManager
 from rmq.broker_server.rmq_v1.status import answers_with_status
 from rmq.broker_server.security.cluster_auth import ClusterAuth, ProofRefused
 from rmq.broker_server.security.refusal_log import RefusalLog
@@ -29,11 +33,15 @@ log = logging.getLogger(__name__)
 
 
 class ControllerService(rmq_pb2_grpc.ControllerServiceServicer):
-    def __init__(self, replicas: ReplicasInfoManager, auth: ClusterAuth | None = None) -> None:
+    def __init__(self, replicas: ReplicasInfoManager, auth: ClusterAuth | None = None,
+                 leadership: EtcdLeadership | None = None) -> None:
         """`auth`: the cluster secret every heartbeat is proven with (None: heartbeats are taken on
-        the word of whoever may call the service)."""
+        the word of whoever may call the service). `leadership`: controllers on etcd, where only
+        the leader decides and a decision is answered once etcd holds it (None: one controller,
+        its state in a file)."""
         self.replicas = replicas
         self.auth = auth
+        self.leadership = leadership
         self.refusals = RefusalLog()
 
     @answers_with_status(rmq_pb2.ControllerHeartbeatResponse)
@@ -46,9 +54,42 @@ class ControllerService(rmq_pb2_grpc.ControllerServiceServicer):
                 self.refusals.record("ControllerService.Heartbeat", context.peer(), "NO_PERMISSION",
                                      refused.message)
                 raise
-        return self.replicas.heartbeat(request.cluster_name, Heartbeat(
-            request.broker_name, request.broker_id, request.address, request.epoch, request.max_offset,
-            tuple(request.in_sync_addresses)))
+        beat = MemberBeat(request.broker_name, request.broker_id, request.address, request.epoch,
+                         request.max_offset, tuple(request.in_sync_addresses))
+        if self.leadership is None:
+            return self.replicas.heartbeat(request.cluster_name, beat)
+        return await self._decide(self.leadership, request.cluster_name, beat)
+
+    async def _decide(self, leadership: EtcdLeadership, cluster_name: str, beat: MemberBeat
+                      ) -> rmq_pb2.ControllerHeartbeatResponse:
+        """The leader's answer, once etcd holds what it decided; "not leader, ask X" otherwise."""
+        if not leadership.leading:
+            return not_leader(leadership.leader_address)
+        async with leadership.lock:
+            try:
+                answer = self.replicas.heartbeat(cluster_name, beat)
+            except BrokerError:
+                await _commit(leadership)   # an election the refusal made is kept too
+                raise
+            if not await _commit(leadership):
+                return not_leader(leadership.leader_address)
+            return answer
+
+
+async def _commit(leadership: EtcdLeadership) -> bool:
+    try:
+        return await leadership.store.commit(leadership.replicas)
+    except EtcdUnavailable as error:
+        log.warning("decision not written to etcd: %s", error)
+        return False
+
+
+def not_leader(leader_address: str) -> rmq_pb2.ControllerHeartbeatResponse:
+    return rmq_pb2.ControllerHeartbeatResponse(
+        status=rmq_pb2.Status(code=rmq_pb2.SERVICE_NOT_AVAILABLE,
+                              message=f"not the leading controller; the leader is {leader_address}"
+                              if leader_address else "no controller leads at the moment; ask again"),
+        not_leader=True, leader_address=leader_address)
 
 
 async def scan_forever(replicas: ReplicasInfoManager, interval_ms: int) -> None:

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rmq.broker_server.errors import BrokerError, illegal_argument
 from rmq.broker_server.json_file import read_json, write_json_atomically
@@ -75,6 +75,37 @@ class SyncStateInfo:
         return self.epoch_starts[min(later)] if later else None
 
 
+class GroupStore(Protocol):
+    """Where the controller's groups are kept: a JSON file (one controller) or etcd."""
+
+    where: str   # named in messages
+
+    def load(self) -> dict[str, SyncStateInfo]: ...
+
+    def changed(self, name: str, groups: dict[str, SyncStateInfo]) -> None:
+        """Group `name` changed: keep it (a file is written at once; etcd at the next commit)."""
+
+
+class JsonGroupStore:
+    """`controller.json` in the controller's directory, written atomically at every change."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / STATE_FILE
+        self.where = str(self.path)
+
+    def load(self) -> dict[str, SyncStateInfo]:
+        content = read_json(self.path)
+        if content is None:
+            return {}
+        try:
+            return {name: SyncStateInfo.from_json(data) for name, data in content["groups"].items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise ValueError(f"{self.path}: not a controller state file ({error!r})") from None
+
+    def changed(self, name: str, groups: dict[str, SyncStateInfo]) -> None:
+        write_json_atomically(self.path, {"groups": {n: g.to_json() for n, g in groups.items()}})
+
+
 @dataclass(frozen=True)
 class Heartbeat:
     """What a member says about itself (ControllerHeartbeatRequest)."""
@@ -102,11 +133,11 @@ class MemberLiveness:
 
 
 class ReplicasInfoManager:
-    def __init__(self, cluster_name: str, directory: Path, failover_timeout_ms: int,
+    def __init__(self, cluster_name: str, store: GroupStore, failover_timeout_ms: int,
                  limits: ControllerLimits = ControllerLimits(),
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.cluster_name = cluster_name
-        self.path = directory / STATE_FILE
+        self.store = store
         self.failover_timeout_s = failover_timeout_ms / 1000
         self.limits = limits
         self._clock = clock
@@ -115,19 +146,13 @@ class ReplicasInfoManager:
 
     def load(self) -> None:
         """Read the persisted groups; each known member gets a full timeout from now."""
-        content = read_json(self.path)
-        if content is None:
-            return
-        try:
-            self.groups = {name: SyncStateInfo.from_json(data) for name, data in content["groups"].items()}
-        except (KeyError, TypeError, ValueError, AttributeError) as error:
-            raise ValueError(f"{self.path}: not a controller state file ({error!r})") from None
+        self.groups = self.store.load()
         now = self._clock()
         self._live = {(name, broker_id): MemberLiveness(now, -1)
                       for name, group in self.groups.items() for broker_id in group.members}
 
-    def persist(self) -> None:
-        write_json_atomically(self.path, {"groups": {n: g.to_json() for n, g in self.groups.items()}})
+    def persist(self, name: str) -> None:
+        self.store.changed(name, self.groups)
 
     def heartbeat(self, cluster_name: str, beat: Heartbeat) -> rmq_pb2.ControllerHeartbeatResponse:
         """Record a member's heartbeat and answer with its group's master and epoch
@@ -148,7 +173,7 @@ class ReplicasInfoManager:
             changed |= _record_replicated(group, beat)
         truncate_to = self._truncation(beat, group)
         if changed:
-            self.persist()
+            self.persist(beat.broker_name)
         return self.assignment(group, truncate_to)
 
     def _master_behind(self, beat: Heartbeat, group: SyncStateInfo) -> None:
@@ -180,7 +205,7 @@ class ReplicasInfoManager:
             ends.pop(beat.broker_id, None)
         group.in_sync = group.electable - {beat.broker_id}
         self._elect(beat.broker_name, group, "its confirmation was refused")
-        self.persist()
+        self.persist(beat.broker_name)
         raise illegal_argument(
             f"broker {beat.broker_name} id {beat.broker_id} was elected with CommitLog end "
             f"{group.elected_offset} but confirms epoch {group.epoch} at {beat.max_offset}: it does not hold "
@@ -211,7 +236,7 @@ class ReplicasInfoManager:
             raise illegal_argument(
                 f"broker {beat.broker_name} id {beat.broker_id} was in master epoch {beat.epoch}, newer than "
                 f"this controller's {group.epoch}: it belongs to another controller (or this controller's "
-                f"state in {self.path} was lost)")
+                f"state in {self.store.where} was lost)")
 
     def _truncation(self, beat: Heartbeat, group: SyncStateInfo) -> int:
         """Where a member of an older epoch cuts its CommitLog: the start of the first epoch
@@ -251,7 +276,7 @@ class ReplicasInfoManager:
         log.warning("broker group %s: replacing master id %d (%s); electing id %d", name, group.master_id,
                     reason, elected)
         self._make_master(name, group, elected, self._live[(name, elected)].max_offset)
-        self.persist()
+        self.persist(name)
 
     def _make_master(self, name: str, group: SyncStateInfo, broker_id: int, offset: int = -1) -> None:
         group.electable = group.in_sync - {broker_id}

@@ -18,6 +18,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,13 +107,19 @@ class TermCollector(Collector):
             yield gauge
 
 
+class NoLeadingController(grpc.RpcError):
+    """No controller could decide (none reachable leads at the moment): taken as "the controller
+    is unreachable" (a member keeps its role and asks again)."""
+
+
 class ReplicasManager:
     def __init__(self, config: BrokerConfig, security: ServerSecurity) -> None:
         self.config = config
         self.security = security
         self.epoch_path = config.store_path / "config" / EPOCH_FILE
-        self._channel = security.open_client_channel(config.controller)
-        self._stub = rmq_pb2_grpc.ControllerServiceStub(self._channel)
+        self.controllers = config.controller_addresses
+        self._channels = {address: security.open_client_channel(address) for address in self.controllers}
+        self._current = 0   # the controller asked first: the leader, once one named it
         self.collector = TermCollector()
         # every heartbeat is proven with the cluster secret (the controller refuses it otherwise)
         self._auth = (ClusterAuth(load_cluster_secret(Path(config.cluster_secret_file).expanduser()),
@@ -152,11 +159,30 @@ class ReplicasManager:
             cluster_name=config.cluster_name, broker_name=config.broker_name, broker_id=config.broker_id,
             address=config.broker_address, epoch=epoch, max_offset=max_offset,
             in_sync_addresses=in_sync_addresses)
-        if self._auth is not None:
-            self._auth.prove(request, Exchange.CONTROLLER, config.broker_id, config.broker_address)
-        response: rmq_pb2.ControllerHeartbeatResponse = await self._stub.Heartbeat(
-            request, timeout=HEARTBEAT_TIMEOUT_S)
-        return response
+        reasons: list[str] = []
+        for _ in range(len(self.controllers) + 1):
+            address = self.controllers[self._current]
+            if self._auth is not None:   # a fresh proof per call: a controller refuses a nonce it saw
+                self._auth.prove(request, Exchange.CONTROLLER, config.broker_id, config.broker_address)
+            try:
+                response: rmq_pb2.ControllerHeartbeatResponse = await rmq_pb2_grpc.ControllerServiceStub(
+                    self._channels[address]).Heartbeat(request, timeout=HEARTBEAT_TIMEOUT_S)
+            except grpc.RpcError as error:
+                if len(self.controllers) == 1 or (isinstance(error, grpc.Call) and error.code() in DENIED):
+                    raise
+                reasons.append(f"{address}: {_code(error)}")
+                self._current = (self._current + 1) % len(self.controllers)
+                continue
+            if not response.not_leader:
+                return response
+            reasons.append(f"{address}: {response.status.message}")
+            self._follow(response.leader_address)
+        raise NoLeadingController(f"no controller decides now ({'; '.join(reasons)})")
+
+    def _follow(self, leader: str) -> None:
+        """Ask `leader` next when it is one of this broker's controllers, else the next one."""
+        self._current = (self.controllers.index(leader) if leader in self.controllers
+                         else (self._current + 1) % len(self.controllers))
 
     async def register(self, terminated: asyncio.Future[None]) -> RoleAssignment | None:
         """This member's assignment, asked every second until the controller gives one
@@ -227,9 +253,13 @@ class ReplicasManager:
         store = broker.store
         end = store.get_commit_log_max_offset()
         in_sync = store.ha_service.in_sync_addresses(end) if not broker.replication.is_slave else []
+        sent = time.monotonic()
         answer = await self.heartbeat(assignment.epoch, end, in_sync)
         if answer.status.code == rmq_pb2.OK and RoleAssignment.from_proto(answer).same_term(assignment):
             broker.replication.in_sync_ids = list(answer.in_sync_ids)
+            if self.config.controller_master_lease_ms and not broker.replication.is_slave:
+                # counted from the heartbeat's sending: the controller heard of this master no earlier
+                store.renew_lease(sent + self.config.controller_master_lease_ms / 1000)
             return True
         if answer.status.code not in (rmq_pb2.OK, rmq_pb2.SERVICE_NOT_AVAILABLE) and not confirming:
             log.error("the controller refuses this broker's heartbeat: %s", answer.status.message)
@@ -258,7 +288,8 @@ class ReplicasManager:
             return
 
     async def close(self) -> None:
-        await self._channel.close()
+        for channel in self._channels.values():
+            await channel.close()
 
 
 def _code(error: grpc.RpcError) -> str:

@@ -20,6 +20,7 @@ from rmq.broker_server.replication.replicas_info_manager import (
     KEEP_EVERYTHING,
     ControllerLimits,
     Heartbeat,
+    JsonGroupStore,
     ReplicasInfoManager,
 )
 from rmq.broker_server.replication.replicas_manager import (
@@ -56,7 +57,8 @@ def clock() -> Clock:
 
 
 def manager(tmp_path: Path, clock: Clock, **limits: int) -> ReplicasInfoManager:
-    replicas = ReplicasInfoManager(CLUSTER, tmp_path, TIMEOUT_MS, ControllerLimits(**limits), clock)
+    replicas = ReplicasInfoManager(CLUSTER, JsonGroupStore(tmp_path), TIMEOUT_MS, ControllerLimits(**limits),
+                                   clock)
     replicas.load()
     return replicas
 

@@ -910,17 +910,21 @@ class ControllerHeartbeatRequest(_message.Message):
     def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., epoch: _Optional[int] = ..., max_offset: _Optional[int] = ..., in_sync_addresses: _Optional[_Iterable[str]] = ..., proof: _Optional[_Union[MemberProof, _Mapping]] = ...) -> None: ...
 
 class ControllerHeartbeatResponse(_message.Message):
-    __slots__ = ("status", "epoch", "master_broker_id", "master_address", "truncate_to", "in_sync_ids")
+    __slots__ = ("status", "epoch", "master_broker_id", "master_address", "truncate_to", "in_sync_ids", "not_leader", "leader_address")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     MASTER_BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TRUNCATE_TO_FIELD_NUMBER: _ClassVar[int]
     IN_SYNC_IDS_FIELD_NUMBER: _ClassVar[int]
+    NOT_LEADER_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     status: Status
     epoch: int
     master_broker_id: int
     master_address: str
     truncate_to: int
     in_sync_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., epoch: _Optional[int] = ..., master_broker_id: _Optional[int] = ..., master_address: _Optional[str] = ..., truncate_to: _Optional[int] = ..., in_sync_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    not_leader: bool
+    leader_address: str
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., epoch: _Optional[int] = ..., master_broker_id: _Optional[int] = ..., master_address: _Optional[str] = ..., truncate_to: _Optional[int] = ..., in_sync_ids: _Optional[_Iterable[int]] = ..., not_leader: _Optional[bool] = ..., leader_address: _Optional[str] = ...) -> None: ...

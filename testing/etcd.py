@@ -1,0 +1,106 @@
+"""A real etcd (Debian's etcd-server, `make venv` installs it) on loopback for the controller's
+tests: one member or a cluster of several, each on free ports with its own data directory, ready
+once its /health answers; a member can be killed with SIGKILL and started again on its data."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from testing.processes import free_port
+
+READY_TIMEOUT_S = 30.0
+
+
+def etcd_missing() -> str | None:
+    """Why etcd cannot run here (None when it can)."""
+    return None if shutil.which("etcd") else "etcd not installed (make venv installs Debian's etcd-server)"
+
+
+@dataclass
+class EtcdMember:
+    name: str
+    client_port: int
+    peer_port: int
+    data_dir: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.client_port}"
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://127.0.0.1:{self.peer_port}"
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.endpoint}/health", timeout=1) as answer:
+                return bool(json.loads(answer.read()).get("health") == "true")
+        except (OSError, ValueError, urllib.error.URLError):
+            return False
+
+
+class EtcdCluster:
+    def __init__(self, directory: Path, size: int = 1) -> None:
+        self.directory = directory
+        self.members = [EtcdMember(f"etcd{i}", free_port(), free_port(), directory / f"etcd{i}")
+                        for i in range(size)]
+
+    @property
+    def endpoints(self) -> str:
+        return ",".join(member.endpoint for member in self.members)
+
+    def start(self) -> EtcdCluster:
+        for member in self.members:
+            self._spawn(member, "new")
+        self.wait_healthy()
+        return self
+
+    def _spawn(self, member: EtcdMember, state: str) -> None:
+        initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
+        log = open(self.directory / f"{member.name}.log", "ab")
+        member.process = subprocess.Popen(
+            ["etcd", "--name", member.name, "--data-dir", str(member.data_dir),
+             "--listen-client-urls", f"http://{member.endpoint}", "--advertise-client-urls", f"http://{member.endpoint}",
+             "--listen-peer-urls", member.peer_url, "--initial-advertise-peer-urls", member.peer_url,
+             "--initial-cluster", initial, "--initial-cluster-state", state,
+             "--initial-cluster-token", f"rmq-test-{self.members[0].peer_port}",
+             "--heartbeat-interval", "100", "--election-timeout", "1000"],
+            stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+
+    def wait_healthy(self, members: list[EtcdMember] | None = None) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        for member in members or self.members:
+            while not member.healthy():
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"etcd member {member.name} not healthy after {READY_TIMEOUT_S:g} "
+                                       f"s; see {self.directory / (member.name + '.log')}")
+                time.sleep(0.1)
+
+    def kill(self, member: EtcdMember) -> None:
+        if member.process is not None:
+            member.process.send_signal(signal.SIGKILL)
+            member.process.wait(10)
+            member.process = None
+
+    def restart(self, member: EtcdMember) -> None:
+        self._spawn(member, "existing")
+
+    def stop(self) -> None:
+        for member in self.members:
+            if member.process is not None:
+                member.process.terminate()
+                try:
+                    member.process.wait(10)
+                except subprocess.TimeoutExpired:
+                    self.kill(member)
+                member.process = None
