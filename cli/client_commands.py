@@ -437,15 +437,31 @@ def _cluster_status(client: RmqClient, args: argparse.Namespace) -> int:
     """Every broker group's members (mqadmin clusterList with the HA columns)."""
     groups = {name: _member_states(client, name, members)
               for name, members in client.list_broker_groups().items()}
+    controller = _controller_view(client)
     if args.json:
-        print_json({"brokers": groups})
+        print_json({"brokers": groups, **({"controller": controller} if controller else {})})
         return 0
     print_table(["BROKER", "ID", "ROLE", "EPOCH", "ADDRESS", "MIN_OFFSET", "MAX_OFFSET", "SLAVE_LAG_BYTES",
                  "STATE"],
                 [[name, m["broker_id"], m["role"], _dash(m.get("epoch")), m["address"],
                   _dash(m["min_offset"]), _dash(m["max_offset"]), _dash(m["lag_bytes"]), m["state"]]
                   for name, states in groups.items() for m in states])
+    if controller:
+        print(f"\nleading controller: {controller['leader']}")
+        print_table(["BROKER", "EPOCH", "MASTER_ID", "SYNC_STATE_SET"],
+                    [[g["broker_name"], g["epoch"], g["master_id"], ",".join(map(str, g["in_sync_ids"]))]
+                     for g in controller["groups"]])
     return 0
+
+
+def _controller_view(client: RmqClient) -> dict[str, Any] | None:
+    """The leading controller and its epoch and SyncStateSet per group (controller mode)."""
+    answer = client.describe_controller()
+    if answer is None:
+        return None
+    return {"leader": answer.leader_address,
+            "groups": [{"broker_name": g.broker_name, "epoch": g.epoch, "master_id": g.master_broker_id,
+                        "in_sync_ids": list(g.in_sync_ids)} for g in answer.groups]}
 
 
 def _member_states(client: RmqClient, name: str, members: Iterable[BrokerMember]) -> list[dict[str, Any]]:
@@ -463,7 +479,10 @@ def _member_states(client: RmqClient, name: str, members: Iterable[BrokerMember]
         try:
             status = client.broker_status(member.address)
         except RmqError as error:
-            state["state"] = "unreachable" if isinstance(error, RmqUnavailable) else _describe(error)
+            if isinstance(error, RmqUnavailable):   # registered a while yet, but dead: not a master
+                state.update(role="-", state="down")
+            else:
+                state["state"] = _describe(error)
             continue
         state.update(min_offset=status.commit_log_min_offset, max_offset=status.commit_log_max_offset,
                      role=rmq_pb2.BrokerRole.Name(status.role))

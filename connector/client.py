@@ -225,6 +225,9 @@ class _Rpc(Generic[ResponseT]):
         return response
 
 
+_DESCRIBE_CONTROLLER = _Rpc("DescribeController",
+                            lambda c: rmq_pb2_grpc.ControllerServiceStub(c.channel).DescribeController,
+                            rmq_pb2.DescribeControllerResponse)
 _GET_BROKER_STATUS = _Rpc("GetBrokerStatus", lambda c: c.admin.GetBrokerStatus, rmq_pb2.BrokerStatusResponse)
 _BROWSE_MESSAGES = _Rpc("BrowseMessages", lambda c: c.admin.BrowseMessages, rmq_pb2.PullMessageResponse)
 _CONSUMER_SEND_MSG_BACK = _Rpc("ConsumerSendMsgBack", lambda c: c.messaging.ConsumerSendMsgBack,
@@ -351,6 +354,27 @@ class RmqClient:
         with self._lock:
             return {name: self._members[name] for name in names}
 
+    def describe_controller(self) -> rmq_pb2.DescribeControllerResponse | None:
+        """The leading controller's view of every broker group, asked of the endpoints (name servers
+        with --controller) and then of the leader a follower names; None when no endpoint runs a
+        controller or none answers."""
+        addresses = list(self.endpoints)
+        asked: set[str] = set()
+        while addresses:
+            address = addresses.pop(0)
+            if address in asked:
+                continue
+            asked.add(address)
+            try:
+                answer = self._call(address, _DESCRIBE_CONTROLLER, rmq_pb2.DescribeControllerRequest())
+            except RmqError:   # not a controller (UNIMPLEMENTED), or unreachable
+                continue
+            if not answer.not_leader:
+                return answer
+            if answer.leader_address:
+                addresses.insert(0, answer.leader_address)
+        return None
+
     def broker_status(self, address: str) -> rmq_pb2.BrokerStatusResponse:
         """Role, CommitLog offsets and replication state of the broker at `address`."""
         return self._call(address, _GET_BROKER_STATUS, rmq_pb2.BrokerStatusRequest())
@@ -401,7 +425,8 @@ class RmqClient:
         in as many requests as the size limit needs. A failing request raises RmqError whose
         `acknowledged` counts the messages of earlier requests that were stored. A SYNC_MASTER
         that stored a request without a slave confirming it answers FLUSH_SLAVE_TIMEOUT or
-        SLAVE_NOT_AVAILABLE: the send succeeds and `status` says "stored on the master only"."""
+        SLAVE_NOT_AVAILABLE: the send succeeds and `status` says "stored on the master only", and the
+        next send asks the name servers for the route again (the group may have a new master)."""
         requests: Iterable[rmq_pb2.SendMessageRequest | OneMessage]
         if len(messages) == 1:    # the latency path: over the remoting port where the broker serves it
             requests = [OneMessage(topic, messages[0])]
@@ -438,6 +463,8 @@ class RmqClient:
             result.queue_ids.extend(response.queue_ids)
             result.queue_offsets.extend(response.queue_offsets)
             status = status or response.status.code
+        if status in STORED_ON_MASTER_ONLY:   # perhaps a deposed master: the next send asks for the route
+            self._forget_route(topic)
         return replace(result, status=SendStatus(status)) if status else result
 
     def _send_request(self, name: str, address: str, request: rmq_pb2.SendMessageRequest | OneMessage

@@ -263,8 +263,8 @@ async def serve_name_server(config: NameServerConfig, security: ServerSecurity) 
         else:
             replicas = embed_controller(config)
             tasks.append(scan_forever(replicas, config.controller_scan_interval_ms))
-        rmq_pb2_grpc.add_ControllerServiceServicer_to_server(ControllerService(replicas, auth, leadership),
-                                                             server)
+        rmq_pb2_grpc.add_ControllerServiceServicer_to_server(
+            ControllerService(replicas, auth, leadership, config.listen), server)
         collectors.append(ControllerCollector(replicas))
     if config.metrics_listen:
         serve_metrics(config.metrics_listen, security, *collectors)

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 class ControllerService(rmq_pb2_grpc.ControllerServiceServicer):
     def __init__(self, replicas: ReplicasInfoManager, auth: ClusterAuth | None = None,
-                 leadership: EtcdLeadership | None = None) -> None:
+                 leadership: EtcdLeadership | None = None, address: str = "") -> None:
         """`auth`: the cluster secret every heartbeat is proven with (None: heartbeats are taken on
         the word of whoever may call the service). `leadership`: controllers on etcd, where only
         the leader decides and a decision is answered once etcd holds it (None: one controller,
@@ -42,6 +42,7 @@ class ControllerService(rmq_pb2_grpc.ControllerServiceServicer):
         self.replicas = replicas
         self.auth = auth
         self.leadership = leadership
+        self.address = address   # where brokers reach this controller (its name server's --listen)
         self.refusals = RefusalLog()
 
     @answers_with_status(rmq_pb2.ControllerHeartbeatResponse)
@@ -59,6 +60,20 @@ class ControllerService(rmq_pb2_grpc.ControllerServiceServicer):
         if self.leadership is None:
             return self.replicas.heartbeat(request.cluster_name, beat)
         return await self._decide(self.leadership, request.cluster_name, beat)
+
+    @answers_with_status(rmq_pb2.DescribeControllerResponse)
+    async def DescribeController(self, request: rmq_pb2.DescribeControllerRequest,
+                                 context: Context) -> rmq_pb2.DescribeControllerResponse:
+        leadership = self.leadership
+        ok = rmq_pb2.Status(code=rmq_pb2.OK)
+        if leadership is not None and not leadership.leading:
+            return rmq_pb2.DescribeControllerResponse(status=ok, not_leader=True,
+                                                      leader_address=leadership.leader_address)
+        return rmq_pb2.DescribeControllerResponse(
+            status=ok, leader_address=leadership.address if leadership is not None else self.address,
+            groups=[rmq_pb2.ControllerGroup(broker_name=name, epoch=g.epoch, master_broker_id=g.master_id,
+                                            in_sync_ids=sorted(g.in_sync))
+                    for name, g in sorted(self.replicas.groups.items())])
 
     async def _decide(self, leadership: EtcdLeadership, cluster_name: str, beat: MemberBeat
                       ) -> rmq_pb2.ControllerHeartbeatResponse:

@@ -210,6 +210,8 @@ class EtcdLeadership:
             else:
                 self._renewed = self._clock()
             return
+        if self.lease and await self.client.keep_alive(self.lease) <= 0:
+            self.lease = 0   # a follower's lease runs out unless renewed too
         if self.lease == 0:
             self.lease = await self.client.grant_lease(self.lease_ttl_s)
         key = self.store.leader_key

@@ -168,7 +168,7 @@ class ReplicasManager:
                 response: rmq_pb2.ControllerHeartbeatResponse = await rmq_pb2_grpc.ControllerServiceStub(
                     self._channels[address]).Heartbeat(request, timeout=HEARTBEAT_TIMEOUT_S)
             except grpc.RpcError as error:
-                if len(self.controllers) == 1 or (isinstance(error, grpc.Call) and error.code() in DENIED):
+                if len(self.controllers) == 1 or _status(error) in DENIED:
                     raise
                 reasons.append(f"{address}: {_code(error)}")
                 self._current = (self._current + 1) % len(self.controllers)
@@ -194,9 +194,9 @@ class ReplicasManager:
             try:
                 answer = await self.heartbeat(self.local_epoch(), UNKNOWN_OFFSET, [])
             except grpc.RpcError as error:
-                if isinstance(error, grpc.Call) and error.code() in DENIED:
+                if _status(error) in DENIED:
                     raise UserError(f"the controller at {self.config.controller} refuses this broker's "
-                                    f"credentials: {error.details()}") from None
+                                    f"credentials: {_code(error)}") from None
                 if not warned:
                     log.warning("controller %s unreachable (%s); retrying every %gs", self.config.controller,
                                 _code(error), RETRY_S)
@@ -292,8 +292,19 @@ class ReplicasManager:
             await channel.close()
 
 
+def _status(error: grpc.RpcError) -> grpc.StatusCode | None:
+    """The call's status code (grpc.aio's errors are no grpc.Call); None for an error of no call."""
+    code = getattr(error, "code", None)
+    return code() if callable(code) else None
+
+
 def _code(error: grpc.RpcError) -> str:
-    return error.code().name if isinstance(error, grpc.Call) else str(error)
+    """One line: the status code and details of a failed call, else what the error says."""
+    status = _status(error)
+    if status is None:
+        return str(error)
+    details = getattr(error, "details", None)
+    return f"{status.name}: {details()}" if callable(details) and details() else status.name
 
 
 async def serve_in_controller_mode(config: BrokerConfig, security: ServerSecurity) -> None:

@@ -358,10 +358,13 @@ def test_topic_describe_and_the_metrics_show_roles_epoch_and_the_in_sync_set(tmp
                                  capture_output=True, text=True, timeout=60)
         samples = [scrape(address) for address in group.metrics]
     assert described.returncode == 0, described.stderr
-    rows = [line.split() for line in cluster.stdout.splitlines()]
+    members_table, _, controller = cluster.stdout.partition("\n\n")
+    rows = [line.split() for line in members_table.splitlines()]
     assert rows[0][:4] == ["BROKER", "ID", "ROLE", "EPOCH"]
     assert [row[:5] for row in rows[1:]] == [[GROUP, "0", "SLAVE", "2", group.members[0].address],
                                              [GROUP, "1", "SYNC_MASTER", "2", group.members[1].address]]
+    assert controller.splitlines()[0] == f"leading controller: {group.namesrv.address}"
+    assert [GROUP, "2", "1", "0,1"] in [line.split() for line in controller.splitlines()]   # the SyncStateSet
     lines = [line.strip() for line in described.stdout.splitlines() if line.strip().startswith("id ")]
     assert lines[0].startswith(f"id 0 SLAVE {group.members[0].address}, epoch 2,"), lines
     assert lines[1].startswith(f"id 1 SYNC_MASTER {group.members[1].address}, epoch 2,"), lines

@@ -530,3 +530,27 @@ def test_a_term_whose_confirmation_is_refused_is_never_served(tmp_path: Path) ->
             await member.close()
 
     assert asyncio.run(one_term()) is None
+
+
+def test_a_send_answered_stored_on_the_master_only_makes_the_next_send_ask_for_the_route(
+        tmp_path: Path) -> None:
+    """A master answering SLAVE_NOT_AVAILABLE (no slave, or its controller lease lapsed) may have
+    been replaced: the client asks the name servers again before its next send."""
+    broker = InProcessBroker(tmp_path / "broker", broker_role="SYNC_MASTER").start()
+    try:
+        with RmqClient(broker.address) as client:
+            client.create_topic("T", queues=1)
+            asked: list[str] = []
+            query_route = client.query_route
+
+            def spied_query_route(topic: str) -> TopicRoute:
+                asked.append(topic)
+                return query_route(topic)
+
+            client.query_route = spied_query_route  # type: ignore[method-assign]
+            for _ in range(2):
+                assert client.send("T", [OutgoingMessage(b"a"), OutgoingMessage(b"b")]).status.name == \
+                    "SLAVE_NOT_AVAILABLE"
+        assert asked == ["T", "T"]
+    finally:
+        broker.stop()

@@ -928,3 +928,31 @@ class ControllerHeartbeatResponse(_message.Message):
     not_leader: bool
     leader_address: str
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., epoch: _Optional[int] = ..., master_broker_id: _Optional[int] = ..., master_address: _Optional[str] = ..., truncate_to: _Optional[int] = ..., in_sync_ids: _Optional[_Iterable[int]] = ..., not_leader: _Optional[bool] = ..., leader_address: _Optional[str] = ...) -> None: ...
+
+class DescribeControllerRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ControllerGroup(_message.Message):
+    __slots__ = ("broker_name", "epoch", "master_broker_id", "in_sync_ids")
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MASTER_BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_IDS_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    epoch: int
+    master_broker_id: int
+    in_sync_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, broker_name: _Optional[str] = ..., epoch: _Optional[int] = ..., master_broker_id: _Optional[int] = ..., in_sync_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class DescribeControllerResponse(_message.Message):
+    __slots__ = ("status", "leader_address", "not_leader", "groups")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    NOT_LEADER_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    leader_address: str
+    not_leader: bool
+    groups: _containers.RepeatedCompositeFieldContainer[ControllerGroup]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., leader_address: _Optional[str] = ..., not_leader: _Optional[bool] = ..., groups: _Optional[_Iterable[_Union[ControllerGroup, _Mapping]]] = ...) -> None: ...
