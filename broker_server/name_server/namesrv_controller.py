@@ -13,9 +13,10 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from prometheus_client.registry import Collector
 
@@ -251,7 +252,7 @@ async def serve_name_server(config: NameServerConfig, security: ServerSecurity) 
                            name_server_id(config.listen))
     rmq_pb2_grpc.add_RouteServiceServicer_to_server(NameServerRouteService(routes), server)
     rmq_pb2_grpc.add_NameServerServiceServicer_to_server(NameServerService(routes), server)
-    tasks = [_scan_forever(routes, config.broker_scan_interval_ms)]
+    tasks: list[Coroutine[Any, Any, None]] = []
     collectors: list[Collector] = [NameServerCollector(routes)]
     leadership: EtcdLeadership | None = None
     if config.controller:
@@ -266,6 +267,7 @@ async def serve_name_server(config: NameServerConfig, security: ServerSecurity) 
         rmq_pb2_grpc.add_ControllerServiceServicer_to_server(
             ControllerService(replicas, auth, leadership, config.listen), server)
         collectors.append(ControllerCollector(replicas))
+    tasks.append(_scan_forever(routes, config.broker_scan_interval_ms))   # once nothing above refused
     if config.metrics_listen:
         serve_metrics(config.metrics_listen, security, *collectors)
     remoting = build_name_server_remoting(config, security, routes)

@@ -6,6 +6,7 @@ across a controller restart, and the members it refuses."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import grpc
@@ -32,11 +33,13 @@ from rmq.broker_server.security.acl_file import AclFile
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.connector.client import OutgoingMessage, RmqClient, TopicRoute
 from rmq.connector.errors import RmqError
+from rmq.store import PutMessageStatus
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker
 from tests.broker_server.test_acl import ACL_YAML
 from tests.broker_server.test_replication import write_secret
+from tests.store.conftest import message
 
 CLUSTER = "DefaultCluster"
 TIMEOUT_MS = 3000
@@ -553,4 +556,35 @@ def test_a_send_answered_stored_on_the_master_only_makes_the_next_send_ask_for_t
                     "SLAVE_NOT_AVAILABLE"
         assert asked == ["T", "T"]
     finally:
+        broker.stop()
+
+
+def test_a_master_renews_its_lease_with_each_heartbeat_the_controller_confirms(tmp_path: Path) -> None:
+    """A SYNC_MASTER whose lease lapsed answers a put its slave holds SLAVE_NOT_AVAILABLE; the next
+    heartbeat answered in the same term renews it, and puts are OK again."""
+    broker = InProcessBroker(tmp_path / "broker", controller="127.0.0.1:1", broker_role="SYNC_MASTER",
+                             controller_master_lease_ms=60_000).start()
+
+    async def open_manager() -> ReplicasManager:
+        return ReplicasManager(broker.config, ServerSecurity())
+
+    manager = broker.run(open_manager())
+
+    async def same_term(*_: object) -> rmq_pb2.ControllerHeartbeatResponse:
+        return rmq_pb2.ControllerHeartbeatResponse(status=rmq_pb2.Status(code=rmq_pb2.OK), epoch=1,
+                                                   master_broker_id=0, master_address=broker.address)
+
+    manager.heartbeat = same_term  # type: ignore[method-assign]
+    store = broker.controller.store
+    try:
+        slave = store.ha_service.connect_slave("127.0.0.1:2", store.get_commit_log_max_offset())
+        store.ha_service.slave_acked(slave, 1 << 40)   # the slave holds whatever comes
+        store.renew_lease(time.monotonic() - 1)
+        assert store.put_message(message()).status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+        term = RoleAssignment(epoch=1, master_id=0, master_address=broker.address, truncate_to=-1,
+                              in_sync_ids=(0,))
+        assert broker.run(manager._beat(broker.controller, term))
+        assert store.put_message(message()).status is PutMessageStatus.PUT_OK
+    finally:
+        broker.run(manager.close())
         broker.stop()
