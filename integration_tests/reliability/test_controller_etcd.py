@@ -35,6 +35,7 @@ from integration_tests.reliability.test_controller_failover import (
     producing,
     status,
     wait,
+    wait_in_sync,
 )
 from integration_tests.reliability.traffic import read_topic
 from rmq.broker_server.replication.etcd_client import EtcdClient, EtcdSettings
@@ -80,10 +81,7 @@ class EtcdControlledGroup:
         return next(c for c in self.controllers if c.address == address)
 
     def wait_in_sync(self, master: int, slave: int) -> None:
-        wait(lambda: status(self.members[slave]).role == rmq_pb2.SLAVE
-             and slave in status(self.members[master]).in_sync_ids, f"id {slave} in sync with id {master}")
-        wait(lambda: status(self.members[slave]).commit_log_max_offset
-             == status(self.members[master]).commit_log_max_offset, f"id {slave} to catch up")
+        wait_in_sync(self.members, master, slave)
 
 
 @contextmanager

@@ -82,11 +82,15 @@ class ControlledGroup:
         return self.store_root / f"{GROUP}-{broker_id}"
 
     def wait_in_sync(self, master: int, slave: int) -> None:
-        """`slave` replicates from `master`, is in its in-sync set and has copied every byte."""
-        wait(lambda: status(self.members[slave]).role == rmq_pb2.SLAVE
-             and slave in status(self.members[master]).in_sync_ids, f"id {slave} in sync with id {master}")
-        wait(lambda: status(self.members[slave]).commit_log_max_offset
-             == status(self.members[master]).commit_log_max_offset, f"id {slave} to catch up")
+        wait_in_sync(self.members, master, slave)
+
+
+def wait_in_sync(members: list[processes.ServerProcess], master: int, slave: int) -> None:
+    """`slave` replicates from `master`, is in its in-sync set and has copied every byte."""
+    wait(lambda: status(members[slave]).role == rmq_pb2.SLAVE
+         and slave in status(members[master]).in_sync_ids, f"id {slave} in sync with id {master}")
+    wait(lambda: status(members[slave]).commit_log_max_offset
+         == status(members[master]).commit_log_max_offset, f"id {slave} to catch up")
 
 
 @contextmanager

@@ -210,6 +210,19 @@ def test_a_controller_mode_broker_with_acl_needs_the_cluster_secret(tmp_path: Pa
         asyncio.run(serve_in_controller_mode(config, security))
 
 
+def route_queries(client: RmqClient) -> list[str]:
+    """The topics `client` asks the name servers for a route from now on."""
+    asked: list[str] = []
+    query_route = client.query_route
+
+    def spied_query_route(topic: str) -> TopicRoute:
+        asked.append(topic)
+        return query_route(topic)
+
+    client.query_route = spied_query_route  # type: ignore[method-assign]
+    return asked
+
+
 def test_a_master_told_of_a_newer_epoch_refuses_sends_before_its_term_ends(tmp_path: Path) -> None:
     """Fencing: the heartbeat answer names id 1 master of epoch 2; the master of epoch 1 refuses
     every send from then on (its term then ends and it restarts as a slave), and a client whose
@@ -234,14 +247,7 @@ def test_a_master_told_of_a_newer_epoch_refuses_sends_before_its_term_ends(tmp_p
             term = RoleAssignment(epoch=1, master_id=0, master_address=broker.address, truncate_to=-1,
                                   in_sync_ids=(0,))
             broker.run(manager.heartbeat_until_moved(broker.controller, term))
-            asked: list[str] = []
-            query_route = client.query_route
-
-            def spied_query_route(topic: str) -> TopicRoute:
-                asked.append(topic)
-                return query_route(topic)
-
-            client.query_route = spied_query_route  # type: ignore[method-assign]
+            asked = route_queries(client)
             for _ in range(2):
                 with pytest.raises(RmqError) as refused:
                     client.send("T", [OutgoingMessage(b"after")])
@@ -543,14 +549,7 @@ def test_a_send_answered_stored_on_the_master_only_makes_the_next_send_ask_for_t
     try:
         with RmqClient(broker.address) as client:
             client.create_topic("T", queues=1)
-            asked: list[str] = []
-            query_route = client.query_route
-
-            def spied_query_route(topic: str) -> TopicRoute:
-                asked.append(topic)
-                return query_route(topic)
-
-            client.query_route = spied_query_route  # type: ignore[method-assign]
+            asked = route_queries(client)
             for _ in range(2):
                 assert client.send("T", [OutgoingMessage(b"a"), OutgoingMessage(b"b")]).status.name == \
                     "SLAVE_NOT_AVAILABLE"
