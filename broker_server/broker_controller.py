@@ -50,8 +50,14 @@ from rmq.broker_server.remoting.remoting_server import RemotingServer
 from rmq.broker_server.remoting.service import bind_remoting_port, build_broker_remoting
 from rmq.broker_server.replication.broker_group import Replication
 from rmq.broker_server.rmq_v1.admin_service import AdminService
+from rmq.broker_server.rmq_v1.flight_connections import ConnectionLimits, FlightConnectionGuard
 from rmq.broker_server.rmq_v1.flight_service import FlightReadService, FlightStreamSlots
-from rmq.broker_server.rmq_v1.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
+from rmq.broker_server.rmq_v1.grpc_server import (
+    SHUTDOWN_GRACE_SECONDS,
+    connection_limit,
+    create_server,
+    wait_for_termination,
+)
 from rmq.broker_server.rmq_v1.messaging_service import MessagingService
 from rmq.broker_server.rmq_v1.route_service import BrokerRouteService
 from rmq.broker_server.rocketmq_v2.messaging_service import RocketMQv2MessagingService
@@ -175,7 +181,8 @@ class BrokerController:
             self.stats,
             self.filters,
             config.enable_property_filter,
-            PullResponseBudget(config.max_inflight_pull_bytes, config.max_inflight_pull_bytes_per_connection),
+            PullResponseBudget(config.max_inflight_pull_bytes, config.max_inflight_pull_bytes_per_connection,
+                               max_bytes_per_account=config.pull_bytes_per_account),
             security.refusals,
         )
         self.send_back_processor = ConsumerSendMsgBackProcessor(
@@ -190,6 +197,7 @@ class BrokerController:
         self._tasks: list[asyncio.Task[None]] = []
         self.rocketmq_v2: RocketMQv2MessagingService | None = None
         self.flight: FlightReadService | None = None
+        self.flight_connections: FlightConnectionGuard | None = None
         self.remoting: RemotingServer | None = None
 
     def _topics_changed(self) -> None:
@@ -281,6 +289,11 @@ class BrokerController:
             raise UserError(f"cannot serve Flight on {listen} (--flight-listen): the address is in use or "
                             "not available on this host") from None
         self.replication.member.flight_address = config.flight_advertised_address(flight.port)
+        limits = ConnectionLimits(connection_limit(self.security), config.max_flight_connections_per_address,
+                                  self.security.idle_timeout_s)
+        self.flight_connections = FlightConnectionGuard(flight.port, int(config.listen.rpartition(":")[2]),
+                                                        limits, flight.slots.streaming)
+        self.flight_connections.start()
         return flight
 
     async def _stop_flight(self) -> None:
@@ -288,6 +301,8 @@ class BrokerController:
         whose client stopped reading would hold FlightServerBase.shutdown forever)."""
         if self.flight is None:
             return
+        if self.flight_connections is not None:
+            self.flight_connections.stop()
         stopping = threading.Thread(target=self.flight.shutdown, name="rmq-flight-stop", daemon=True)
         stopping.start()
         await asyncio.get_running_loop().run_in_executor(None, stopping.join, SHUTDOWN_GRACE_SECONDS)

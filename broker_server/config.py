@@ -58,6 +58,7 @@ class BrokerConfig:
     max_held_pulls: int = 65536  # long-polling hold table
     max_inflight_pull_bytes: int = 256 * MiB  # pull answers built and not yet read (about 3x in RSS)
     max_inflight_pull_bytes_per_connection: int = 64 * MiB  # the same, on one client connection
+    max_inflight_pull_bytes_per_account: int = 0  # per access key (client IP without --acl); 0: half
     max_consumer_groups: int = 4096  # consumer table (and the retry topics heartbeats create)
     max_clients_per_group: int = 1024
     max_consumer_clients: int = 16384  # over every group
@@ -92,6 +93,8 @@ class BrokerConfig:
     flight_listen: str = ""
     max_flight_streams: int = 64  # Flight reads served at once (each holds at most one batch of pull bytes)
     max_flight_streams_per_account: int = 16  # the same, per access key (per client IP without --acl)
+    max_flight_connections_per_address: int = 64  # Flight connections from one client IP (all count in
+    # --max-connections with the gRPC port's)
     enable_property_filter: bool = True  # SQL92 subscriptions (RocketMQ enablePropertyFilter)
     filter_threads: int = 1  # SQL92 evaluation runs on these threads only (all accounts share them fairly)
     max_pending_filter_reads_per_account: int = 4096  # SQL92 reads one account may have waiting for them
@@ -102,6 +105,8 @@ class BrokerConfig:
     remoting_max_connections: int = 4096
     remoting_max_request_bytes: int = 256 * MiB  # request frames read and not yet answered, in all
     remoting_max_request_bytes_per_connection: int = 64 * MiB  # the same, on one connection
+    remoting_max_request_bytes_per_account: int = 64 * MiB  # the same, per access key (client IP w/o --acl)
+    remoting_max_connections_per_address: int = 1024  # connections from one client IP
 
     def __post_init__(self) -> None:
         """Role and flush given as text (a config file, a flag, a test) become their enums."""
@@ -111,6 +116,11 @@ class BrokerConfig:
     @property
     def store_path(self) -> Path:
         return Path(self.store_dir).expanduser()
+
+    @property
+    def pull_bytes_per_account(self) -> int:
+        """max_inflight_pull_bytes_per_account, by default (0) half of max_inflight_pull_bytes."""
+        return self.max_inflight_pull_bytes_per_account or self.max_inflight_pull_bytes // 2
 
     @property
     def namesrv_addresses(self) -> list[str]:
@@ -173,6 +183,9 @@ class BrokerConfig:
             raise UserError("max_pull_bytes must be smaller than grpc_max_message_bytes")
         if self.max_inflight_pull_bytes_per_connection > self.max_inflight_pull_bytes:
             raise UserError("max_inflight_pull_bytes_per_connection must not be larger than "
+                            "max_inflight_pull_bytes")
+        if self.max_inflight_pull_bytes_per_account > self.max_inflight_pull_bytes:
+            raise UserError("max_inflight_pull_bytes_per_account must not be larger than "
                             "max_inflight_pull_bytes")
         try:
             parse_delay_levels(self.message_delay_level)
@@ -368,7 +381,7 @@ def _check_store_range(name: str, key: str, value: Any) -> None:
         raise UserError(f"{name} must be {bound}, not {value!r}")
 
 
-_MAY_BE_ZERO = frozenset({"broker_id", "controller_master_lease_ms"})
+_MAY_BE_ZERO = frozenset({"broker_id", "controller_master_lease_ms", "max_inflight_pull_bytes_per_account"})
 
 
 def _check_positive_ints(config: Any) -> None:

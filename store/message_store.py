@@ -594,15 +594,17 @@ class MessageStore:
 
     def get_queue_range(self, topic: str, queue_id: int, offset: int, end_offset: int, max_msg_nums: int,
                         max_total_bytes: int | None = None, tag_codes: Collection[int] | None = None,
-                        record_filter: RecordFilter | None = None) -> GetMessageResult:
+                        record_filter: RecordFilter | None = None,
+                        max_filter_evaluations: int | None = None) -> GetMessageResult:
         """get_message that never scans a ConsumeQueue entry at or past `end_offset` (one read
-        of the Flight data plane, docs/data-plane.md): the same statuses and next_begin_offset
-        corrections, the records gathered across CommitLog file ends; a scan that stops at
-        `end_offset` answers next_begin_offset == end_offset. ValueError unless offset < end_offset."""
+        of the Flight data plane, docs/data-plane.md): the same statuses, next_begin_offset
+        corrections and filter bound, the records gathered across CommitLog file ends; a scan that
+        stops at `end_offset` answers next_begin_offset == end_offset. ValueError unless
+        offset < end_offset."""
         if offset >= end_offset:
             raise ValueError(f"empty queue range [{offset}, {end_offset})")
         return self._get_message(topic, queue_id, offset, end_offset, max_msg_nums, max_total_bytes,
-                                 tag_codes, record_filter)
+                                 tag_codes, record_filter, max_filter_evaluations)
 
     def _get_message(self, topic: str, queue_id: int, offset: int, end_offset: int | None, max_msg_nums: int,
                      max_total_bytes: int | None, tag_codes: Collection[int] | None,

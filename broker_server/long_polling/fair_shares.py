@@ -17,6 +17,15 @@ from rmq.v1 import rmq_pb2
 T = TypeVar("T", bound=Hashable)
 
 
+def adjust_count(counts: dict[str, int], key: str, change: int) -> None:
+    """Add `change` to a count, dropping it at zero (the tables hold only live keys)."""
+    left = counts.get(key, 0) + change
+    if left:
+        counts[key] = left
+    else:
+        counts.pop(key, None)
+
+
 class ShareExceeded(BrokerError):
     """The table is full and the account already holds at least as many entries as any other."""
 

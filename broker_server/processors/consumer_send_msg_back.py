@@ -14,7 +14,9 @@ at the offset must be one the caller may consume for the group (check_may_send_b
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from rmq import message_format as mf
 from rmq import retry
@@ -27,7 +29,7 @@ from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.security import caller
 from rmq.broker_server.security.acl import Need, ResourceKind
-from rmq.store import MessageStore, MessageToStore
+from rmq.store import GetMessageResult, MessageStore, MessageToStore
 from rmq.stored_message import StoredMessage, decode_record, offset_msg_id
 from rmq.topic_config import PERM_READ, PERM_WRITE
 from rmq.v1 import rmq_pb2
@@ -79,6 +81,26 @@ def check_may_send_back(group: str, topic: str, commit_log_offset: int) -> None:
         return
     raise BrokerError(rmq_pb2.NO_PERMISSION, f"the message at CommitLog offset {commit_log_offset} is not "
                                               f"one consumer group {group} may consume")
+
+
+def copies_the_caller_may_read(topic: str, result: GetMessageResult) -> GetMessageResult:
+    """A read of `topic`'s records (a query by key) less, for a retry or dead-letter topic, the
+    copies whose original topic (RETRY_TOPIC) the calling account may not consume: the copy is
+    the original's data, so reading it needs what reading the original needs, as a send-back of
+    it does (docs/security-model.md, "Group copies are read as their originals")."""
+    if not retry.is_group_copy_topic(topic) or not result.message_count:
+        return result
+    records, at = [], 0
+    for size in result.sizes.tolist():
+        record = bytes(result.buffer[at : at + size])
+        at += size
+        origin = mf.record_properties(record).get(retry.PROPERTY_RETRY_TOPIC) or topic
+        if origin == topic or caller.may(ResourceKind.TOPIC, origin, Need.SUB):
+            records.append(record)
+    if len(records) == result.message_count:
+        return result
+    sizes = np.array([len(record) for record in records], dtype=np.int32)
+    return replace(result, message_count=len(records), sizes=sizes, buffer=b"".join(records))
 
 
 def send_back_copy(message: StoredMessage, target: SendBackTarget,

@@ -221,9 +221,11 @@ class BrokerRemotingProcessor:
         return call.request.response(ResponseCode.SUCCESS, body=body)
 
     async def _consumer_running_info(self, call: Call) -> RemotingCommand:
-        """Forwarded to the client, whose answer is the answer (an admin's question)."""
+        """Forwarded to the client, whose answer is the answer: an admin's question, or the
+        account's that registered the client (the answer shows its properties, offsets, threads)."""
         group, client_id = headers.text(call.request, "consumerGroup"), headers.text(call.request, "clientId")
         self._authorize(call, "GetConsumerList", rmq_pb2.GetConsumerListRequest(consumer_group=group))
+        self.dispatcher.authorize_client(call, client_id)
         channel = self.connections.by_client.get(client_id)
         if channel is None or channel.closed:
             raise Refusal(ResponseCode.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online")

@@ -1,7 +1,9 @@
 """Serving request codes (docs/remoting-protocol.md, "Request codes", "Response codes"): a
-processor names a handler per code; `RequestDispatcher` authenticates each request (when an ACL is
-on), runs its handler and turns refusals into RocketMQ response codes with the reason as remark.
-Unknown codes are answered REQUEST_CODE_NOT_SUPPORTED, never with a closed connection."""
+processor names a handler per code; `RequestDispatcher` is the remoting server's gate (it admits
+each request's header before the body is read: the signature, when an ACL is on, of everything
+but the body) and then finishes the authentication with the body, runs the handler and turns
+refusals into RocketMQ response codes with the reason as remark. Unknown codes are answered
+REQUEST_CODE_NOT_SUPPORTED from the header, never with a closed connection."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from google.protobuf.message import Message
 
 from rmq.broker_server.errors import BrokerError, EdgeError
 from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator, WrongTarget
-from rmq.broker_server.remoting.remoting_server import CallContext, Channel
+from rmq.broker_server.remoting.remoting_server import Admission, CallContext, Channel
+from rmq.broker_server.security.acl import AccessDenied
 from rmq.broker_server.security.caller import run_as
 from rmq.remoting.remoting_command import RemotingCommand
 from rmq.remoting.request_code import RMQ_CODE_FIELD, ResponseCode
@@ -73,6 +76,11 @@ def _rmq_code_field(code: int | None) -> dict[str, str]:
     return {} if code is None else {RMQ_CODE_FIELD: str(code)}
 
 
+def _unsupported(request: RemotingCommand) -> RemotingCommand:
+    remark = f"request code {request.code} is not supported"
+    return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark)
+
+
 def refusal_of(status: rmq_pb2.Status) -> Refusal:
     return Refusal(RESPONSE_CODES[status.code], status.message, status.code)
 
@@ -115,29 +123,54 @@ class RequestDispatcher:
         )
         return response
 
+    def admit_header(self, channel: Channel, header: RemotingCommand) -> Admission | RemotingCommand:
+        """The remoting server's gate: a request of a code served here, from an address and
+        signed by an account the ACL admits (everything the header alone shows), is admitted
+        for its body to be read, counted in that account's share; anything else is answered now."""
+        if header.code not in self.handlers:
+            return _unsupported(header)
+        if self.authenticator is None:
+            return Admission(channel.host)
+        try:
+            proof = self.authenticator.admit_header(header, channel.host)
+        except BrokerError as error:
+            return self._refused(header, error)
+        return Admission(proof.access_key, proof)
+
     async def _process(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
         handler = self.handlers.get(request.code)
         if handler is None:
-            return request.response(
-                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request code {request.code} is not supported"
-            )
+            return _unsupported(request)
         try:
-            access_key = self._authenticate(context.channel, request)
+            access_key = self._authenticate(context, request)
             if self.authenticator is not None:   # what the request reaches is checked for this account
                 run_as(self.authenticator.caller(access_key))
             return await handler(Call(context, request, access_key))
         except BrokerError as error:
-            code, remark, fields = remoting_answer(error)
-            if isinstance(error, WrongTarget):   # names this server's id, for the client to sign for it
-                fields.update(error.ext_fields)
-            return request.response(code, remark, fields or None)
+            return self._refused(request, error)
         except ValueError as error:  # a header number out of its field's range
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad request field: {error}")
 
-    def _authenticate(self, channel: Channel, request: RemotingCommand) -> str:
+    @staticmethod
+    def _refused(request: RemotingCommand, error: BrokerError) -> RemotingCommand:
+        code, remark, fields = remoting_answer(error)
+        if isinstance(error, WrongTarget):   # names this server's id, for the client to sign for it
+            fields.update(error.ext_fields)
+        return request.response(code, remark, fields or None)
+
+    def _authenticate(self, context: CallContext, request: RemotingCommand) -> str:
+        """The access key whose secret signed the whole request (its header admitted already)."""
         if self.authenticator is None:
             return ""
-        return self.authenticator.authenticate(request, channel.address.rpartition(":")[0])
+        admission = context.admission
+        if admission is None:
+            raise AccessDenied("request was not admitted by its header")
+        return self.authenticator.admit_body(admission.proof, request, context.channel.host)
+
+    def authorize_client(self, call: Call, client_id: str) -> None:
+        """AccessDenied unless the call's account registered `client_id` (or is an admin)."""
+        if self.authenticator is not None:
+            self.authenticator.check_client_owner(call.access_key, client_id)
 
     def authorize(self, call: Call, method: str, request: Message) -> None:
         """AccessDenied unless the call's account may make the rmq.v1 call `method` with `request`."""

@@ -9,7 +9,7 @@ import struct
 from typing import Any
 
 from rmq.broker_server.errors import illegal_argument
-from rmq.remoting.remoting_command import RemotingCommand
+from rmq.remoting.remoting_command import MAX_JSON_DEPTH, RemotingCommand, json_within_depth
 from rmq.remoting.request_code import RequestCode
 from rmq.v1 import rmq_pb2
 
@@ -99,9 +99,11 @@ def batch_messages(body: bytes) -> list[tuple[bytes, str, int]]:
 
 
 def json_body(command: RemotingCommand) -> dict[str, Any]:
+    if not json_within_depth(command.body):
+        raise illegal_argument(f"the body's JSON nests deeper than {MAX_JSON_DEPTH} levels")
     try:
         data = json.loads(command.body)
-    except (UnicodeDecodeError, ValueError) as error:
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
         raise illegal_argument(f"the body is not valid JSON: {error}") from None
     if not isinstance(data, dict):
         raise illegal_argument("the body is not a JSON object")

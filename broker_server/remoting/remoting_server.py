@@ -10,17 +10,24 @@ A CANCEL_REQUEST (rmq's own code, oneway) ends the request of that connection wh
 names, unanswered: a held pull its client no longer wants leaves the hold table at once, as a
 cancelled gRPC call does. It reaches only the connection's own requests, so it needs no ACL.
 
-Bounded (`RemotingLimits`): a frame longer than max_frame_bytes, a length prefix below 4 or a
-header that does not decode closes the connection (the prefix is checked before any of the frame
-is kept); past max_connections a new connection is closed at once; a connection runs at most
-max_requests_per_connection requests at a time, and request frames read and not yet answered
-hold at most max_request_bytes_per_connection on one connection and max_request_bytes in all
-(request_bytes); while either bound is reached the connection is not read (its transport paused),
-so the socket's buffers, not the broker, hold what the client sends on; a connection silent for
-idle_timeout_s is closed (a timer of the loop, not counting time the broker itself stopped
-reading). Writes have back-pressure: while the client leaves more than the transport's high-water
-mark unread, a response waits (`Channel.write`) instead of buffering, and oneway sends past
-MAX_UNREAD_BYTES are dropped.
+Read header first (`RemotingLimits`; docs/remoting-protocol.md "Reading a frame"): a frame's length
+prefix, header-length word and header (at most max_header_bytes, arriving within header_timeout_s
+of the frame's first byte) are read before anything is reserved for it; the header then goes to the
+gate (`HeaderGate`: the dispatcher's ACL check of the signature, the caller's address and the field
+values), and only an admitted frame is counted against the request-byte budget (request_bytes: per
+connection, per account and in all) and its body kept. A refused header is answered at once and its
+body dropped as it arrives. So a caller without an account reserves nothing, and slow or stuck
+frames of one account hold only that account's share. A frame longer than max_frame_bytes, a length
+prefix below 4, a header over its bound or one that does not decode closes the connection (one line
+in a log bounded by rate); past max_connections, or max_connections_per_address from one address, a
+new connection is closed at once; a connection none of whose requests was admitted within
+admission_timeout_s is closed. A connection runs at most max_requests_per_connection requests at a
+time; while a bound is reached the connection is not read (its transport paused), so the socket's
+buffers, not the broker, hold what the client sends on; a connection silent for idle_timeout_s is
+closed (a timer of the loop, not counting time the broker itself stopped reading). Writes have
+back-pressure: while the client leaves more than the transport's high-water mark unread, a response
+waits (`Channel.write`) instead of buffering, and oneway sends and refusals past MAX_UNREAD_BYTES
+are dropped.
 
 A broker serving TLS (`--tls-cert`) serves it on this port too, with the same certificate and,
 for mutual TLS, the same client CA (RocketMQ's tls.enable on the remoting server)."""
@@ -28,6 +35,7 @@ for mutual TLS, the same client CA (RocketMQ's tls.enable on the remoting server
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import contextvars
 import functools
@@ -40,30 +48,41 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rmq.broker_server.remoting.request_bytes import RequestBytes
+from rmq.broker_server.security.refusal_log import RefusalLog
 from rmq.broker_server.security.tls import ServerTls
 from rmq.remoting.remoting_command import (
+    HEADER_LENGTH_MASK,
     LENGTH,
     RPC_ONEWAY,
     FrameError,
     RemotingCommand,
-    decode,
+    decode_header,
 )
 from rmq.remoting.request_code import CANCELLED_OPAQUE, RequestCode, ResponseCode
 from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
-MiB = 1024 * 1024
-MAX_UNREAD_BYTES = 4 * MiB  # written to a client and not yet read by it, for oneway sends
+KiB = 1024
+MiB = 1024 * KiB
+MAX_UNREAD_BYTES = 4 * MiB  # written to a client and not yet read by it, for oneway sends and refusals
+PREFIX = LENGTH.size * 2   # the frame length, then the header-length word
+MAX_OPAQUE_DIGITS = 10   # an opaque is a Java int
 
 
 @dataclass(frozen=True)
 class RemotingLimits:
     max_frame_bytes: int = 16 * MiB  # RocketMQ's frame limit (com.rocketmq.remoting.frameMaxLength)
+    # read before anything is admitted: a single send's properties (32 KiB, JSON-escaped) travel here
+    max_header_bytes: int = 256 * KiB
     max_connections: int = 4096
+    max_connections_per_address: int = 1024
     max_requests_per_connection: int = 1024
     max_request_bytes_per_connection: int = 64 * MiB
+    max_request_bytes_per_account: int = 64 * MiB
     max_request_bytes: int = 256 * MiB
     idle_timeout_s: float = 120.0  # RocketMQ closes channels idle for 120 s
+    header_timeout_s: float = 10.0   # from a frame's first byte to its whole header
+    admission_timeout_s: float = 10.0   # from connecting to a first request admitted (authenticated)
 
 
 class Channel:
@@ -86,8 +105,21 @@ class Channel:
         return f"ipv4:{self.address}"
 
     @property
+    def host(self) -> str:
+        """The client's address without its port (what ACL address checks and per-address bounds see)."""
+        return self.address.rpartition(":")[0]
+
+    @property
     def closed(self) -> bool:
         return self.transport.is_closing()
+
+    def write_now(self, command: RemotingCommand) -> bool:
+        """Write a frame without waiting; False (nothing written) while the client leaves more
+        than MAX_UNREAD_BYTES unread."""
+        if self.closed or self.transport.get_write_buffer_size() > MAX_UNREAD_BYTES:
+            return False
+        self.transport.write(command.encode())
+        return True
 
     async def write(self, command: RemotingCommand) -> None:
         """Write a frame; while the client leaves more than the transport's high-water mark unread,
@@ -106,14 +138,14 @@ class Channel:
         not read cannot make the broker buffer notifications without end."""
         command.opaque = next(self._opaques)
         command.flag |= RPC_ONEWAY
-        if self.closed:
-            return
-        if self.transport.get_write_buffer_size() > MAX_UNREAD_BYTES:
+        if not self.write_now(command) and not self.closed:
             log.warning(
                 "remoting: %s does not read: request code %d to it dropped", self.address, command.code
             )
-            return
-        self.transport.write(command.encode())
+
+    def awaits(self, opaque: int) -> bool:
+        """Whether a request the server sent under `opaque` waits for its response."""
+        return opaque in self._pending
 
     async def invoke(self, command: RemotingCommand, timeout_s: float) -> RemotingCommand:
         """Send a request to the client and wait for its response (TimeoutError)."""
@@ -152,8 +184,9 @@ class CallContext:
 
     client_protocol = rmq_pb2.CLIENT_PROTOCOL_REMOTING   # how group members reached the broker
 
-    def __init__(self, channel: Channel) -> None:
+    def __init__(self, channel: Channel, admission: Admission | None = None) -> None:
         self.channel = channel
+        self.admission = admission   # what the gate found in the request's header
         self._callbacks: list[Callable[[object], None]] = []
 
     def peer(self) -> str:
@@ -165,6 +198,28 @@ class CallContext:
     def done(self) -> None:
         for callback in self._callbacks:
             callback(self)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A request header the gate admitted: its body may be read, counted in `account`'s share."""
+
+    account: str   # an access key; without an ACL the client's address
+    proof: object = None   # what the gate checked, for the processor to finish with the body
+
+
+class HeaderGate(Protocol):
+    def admit_header(self, channel: Channel, header: RemotingCommand) -> Admission | RemotingCommand:
+        """The admission to read the body of the request `header` (its body not read yet), or
+        the answer refusing it."""
+        ...
+
+
+class OpenGate:
+    """Every request admitted, counted against its client's address (a server without an ACL)."""
+
+    def admit_header(self, channel: Channel, header: RemotingCommand) -> Admission | RemotingCommand:
+        return Admission(channel.host)
 
 
 class RemotingProcessor(Protocol):
@@ -181,17 +236,23 @@ class RemotingServer:
         limits: RemotingLimits = RemotingLimits(),
         tls: ServerTls | None = None,
         sock: socket.socket | None = None,
+        gate: HeaderGate | None = None,
     ) -> None:
-        """`sock`: a socket bound to `listen` already (served instead of binding `listen`)."""
+        """`sock`: a socket bound to `listen` already (served instead of binding `listen`);
+        `gate`: what admits a request's header before its body is read (OpenGate when None)."""
         self.listen = listen
         self._sock = sock
         self.tls = tls
         self.processor = processor
+        self.gate: HeaderGate = gate or OpenGate()
         self.limits = limits
         self.channels: set[Channel] = set()
+        self.by_address: collections.Counter[str] = collections.Counter()
+        self.refusals = RefusalLog()   # closed connections and refused frames: lines bounded by rate
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self.request_bytes = RequestBytes(limits.max_request_bytes, limits.max_request_bytes_per_connection)
+        self.request_bytes = RequestBytes(limits.max_request_bytes, limits.max_request_bytes_per_connection,
+                                          limits.max_request_bytes_per_account)
 
     @property
     def port(self) -> int:
@@ -223,8 +284,8 @@ class RemotingServer:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def handle(self, channel: Channel, request: RemotingCommand) -> None:
-        context = CallContext(channel)
+    async def handle(self, channel: Channel, request: RemotingCommand, admission: Admission) -> None:
+        context = CallContext(channel, admission)
         try:
             try:
                 response = await self.processor.process(context, request)
@@ -271,9 +332,23 @@ class _Rest(Coroutine[Any, Any, None]):
         return self
 
 
+@dataclass
+class _Body:
+    """An admitted request whose body (`size` bytes) is being received; `reserved` once its
+    frame's `length` is counted in request_bytes."""
+
+    request: RemotingCommand
+    admission: Admission
+    length: int
+    size: int
+    reserved: bool = False
+
+
 class _Connection(asyncio.Protocol):
-    """One connection's reading: frames parsed from the bytes as they arrive, each request run at
-    once (`_start`), reading paused while a bound is reached."""
+    """One connection's reading: each frame's header parsed and admitted, then its body received,
+    each request run at once (`_start`), reading paused while a bound is reached. Every byte counted
+    in request_bytes is held by exactly one of `_body` (reserved), `_queued` or a running request,
+    and released when that one ends or the connection is lost."""
 
     def __init__(self, server: RemotingServer, loop: asyncio.AbstractEventLoop) -> None:
         self.server = server
@@ -281,31 +356,42 @@ class _Connection(asyncio.Protocol):
         self.loop = loop
         self.channel: Channel | None = None   # None: refused (max_connections)
         self._buffer: bytes | bytearray = b""   # received and not yet parsed
-        self._frame = 0   # length of the frame being received, its bytes counted (0: between frames)
-        self._queued: tuple[RemotingCommand, int] | None = None   # a request read while no slot was free
+        self._body: _Body | None = None   # the admitted request whose body is being received
+        self._discard = 0   # bytes of a refused frame's body still to drop as they arrive
+        self._queued: _Body | None = None   # a request read while no slot was free (its bytes reserved)
         self._running = 0   # requests being served
         self._blocked = False   # a bound stopped the parsing (reading is paused)
         self._paused = False
+        self._admitted = False   # a request of this connection was admitted
         self._last_read = 0.0
         self._idle: asyncio.TimerHandle | None = None
+        self._header_late: asyncio.TimerHandle | None = None   # a frame's header began and is not whole
+        self._unadmitted: asyncio.TimerHandle | None = None   # until a first request is admitted
 
     # -- transport callbacks ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         peer = transport.get_extra_info("peername") or ("?", 0)
         channel = Channel(transport, f"{peer[0]}:{peer[1]}")
-        if len(self.server.channels) >= self.limits.max_connections:
-            log.warning(
-                "remoting: refusing connection from %s: %d connections already (max_connections)",
-                channel.address,
-                len(self.server.channels),
-            )
+        refusal = self._refusal(channel)
+        if refusal:
+            self.server.refusals.record("remoting connection", channel.address, "REFUSED", refusal)
             transport.close()
             return
         self.channel = channel
         self.server.channels.add(channel)
+        self.server.by_address[channel.host] += 1
         self._last_read = self.loop.time()
         self._idle = self.loop.call_later(self.limits.idle_timeout_s, self._check_idle)
+        self._unadmitted = self.loop.call_later(self.limits.admission_timeout_s, self._check_admitted)
+
+    def _refusal(self, channel: Channel) -> str:
+        if len(self.server.channels) >= self.limits.max_connections:
+            return f"{len(self.server.channels)} connections already (max_connections)"
+        if self.server.by_address[channel.host] >= self.limits.max_connections_per_address:
+            return (f"{self.server.by_address[channel.host]} connections from {channel.host} already "
+                    f"(max_connections_per_address)")
+        return ""
 
     def data_received(self, data: bytes) -> None:
         if self.channel is None:
@@ -329,16 +415,18 @@ class _Connection(asyncio.Protocol):
         channel = self.channel
         if channel is None:
             return
-        if self._idle is not None:
-            self._idle.cancel()
+        for timer in (self._idle, self._header_late, self._unadmitted):
+            if timer is not None:
+                timer.cancel()
         self.server.channels.discard(channel)
+        self.server.by_address[channel.host] -= 1
+        if not self.server.by_address[channel.host]:
+            del self.server.by_address[channel.host]
         self.server.request_bytes.forget(channel)
-        if self._frame:
-            self.server.request_bytes.release(channel, self._frame)
-            self._frame = 0
-        if self._queued is not None:
-            self.server.request_bytes.release(channel, self._queued[1])
-            self._queued = None
+        for body in (self._body, self._queued):
+            if body is not None and body.reserved:
+                self._release(channel, body)
+        self._body = self._queued = None
         channel.resume_writing(ConnectionResetError("connection lost"))
         for callback in channel.close_callbacks:
             callback(channel)
@@ -348,76 +436,151 @@ class _Connection(asyncio.Protocol):
         buffer, at = self._buffer, 0
         try:
             while not (self._blocked or channel.closed):
-                if not self._frame:
-                    if len(buffer) - at < LENGTH.size:
+                if self._discard:
+                    dropped = min(self._discard, len(buffer) - at)
+                    at += dropped
+                    self._discard -= dropped
+                    if self._discard:
                         break
-                    length = LENGTH.unpack_from(buffer, at)[0]
-                    if not 4 <= length <= self.limits.max_frame_bytes:
-                        most = self.limits.max_frame_bytes
-                        self._close(channel, f"frame length {length} is outside 4..{most} (max_frame_bytes)")
-                        return
-                    if not self.server.request_bytes.try_acquire(channel, length):
-                        self.server.request_bytes.wait(channel, self._wake)
-                        self._block()
-                        break
-                    self._frame = length
-                end = at + LENGTH.size + self._frame
-                if len(buffer) < end:
+                    continue
+                taken = self._read_header(channel, buffer, at) if self._body is None \
+                    else self._read_body(channel, buffer, at)
+                if taken is None:
                     break
-                payload = bytes(buffer[at + LENGTH.size : end])
-                at, length, self._frame = end, self._frame, 0
-                self._received(channel, payload, length)
+                at += taken
         finally:
             rest = buffer[at:] if at else buffer
             self._buffer = bytearray(rest) if rest and isinstance(rest, bytes) else rest
+            self._time_header(channel)
 
-    def _received(self, channel: Channel, payload: bytes, length: int) -> None:
+    def _read_header(self, channel: Channel, buffer: bytes | bytearray, at: int) -> int | None:
+        """The bytes of the frame's length, header-length word and header, once all are here
+        and the header is decoded and seen by the gate; None while they are not (or on a close)."""
+        available = len(buffer) - at
+        if available < LENGTH.size:
+            return None
+        length: int = LENGTH.unpack_from(buffer, at)[0]
+        if not 4 <= length <= self.limits.max_frame_bytes:
+            most = self.limits.max_frame_bytes
+            self._close(channel, f"frame length {length} is outside 4..{most} (max_frame_bytes)")
+            return None
+        if available < PREFIX:
+            return None
+        mark: int = LENGTH.unpack_from(buffer, at + LENGTH.size)[0]
+        header_length = mark & HEADER_LENGTH_MASK
+        if header_length > min(length - LENGTH.size, self.limits.max_header_bytes):
+            self._close(channel, f"header length {header_length} exceeds the frame ({length} bytes) or "
+                                 f"max_header_bytes ({self.limits.max_header_bytes})")
+            return None
+        if available < PREFIX + header_length:
+            return None
         try:
-            command = decode(payload)
+            header = decode_header(mark, bytes(buffer[at + PREFIX : at + PREFIX + header_length]))
         except FrameError as error:
-            self.server.request_bytes.release(channel, length)
             self._close(channel, str(error))
+            return None
+        if self._header_late is not None:
+            self._header_late.cancel()
+            self._header_late = None
+        self._admit(channel, header, length, length - LENGTH.size - header_length)
+        return PREFIX + header_length
+
+    def _admit(self, channel: Channel, header: RemotingCommand, length: int, size: int) -> None:
+        """What becomes of a frame whose header was read: its body received (admitted), or
+        dropped as it arrives (a refused request, an unsolicited response, a cancel)."""
+        if header.is_response:
+            if channel.awaits(header.opaque):
+                self._body = _Body(header, Admission(channel.host), length, size)
+            else:
+                self._discard = size
             return
-        if command.is_response:
-            self.server.request_bytes.release(channel, length)
-            channel.answered(command)
-        elif command.code == RequestCode.CANCEL_REQUEST:
-            self.server.request_bytes.release(channel, length)
-            _cancel(channel, command)
+        if header.code == RequestCode.CANCEL_REQUEST:
+            self._discard = size
+            self._cancel(channel, header)
+            return
+        verdict = self.server.gate.admit_header(channel, header)
+        if isinstance(verdict, Admission):
+            self._admitted = True
+            self._body = _Body(header, verdict, length, size)
+            return
+        self._discard = size
+        if not header.is_oneway and not channel.write_now(verdict):
+            self._close(channel, "it does not read the refusals of its requests")
+
+    def _read_body(self, channel: Channel, buffer: bytes | bytearray, at: int) -> int | None:
+        """The body's bytes once they are counted and all here; None while they are not."""
+        body = self._body
+        assert body is not None
+        if not body.reserved:
+            if not self.server.request_bytes.try_acquire(channel, body.admission.account, body.length):
+                self.server.request_bytes.wait(channel, self._wake)
+                self._block()
+                return None
+            body.reserved = True
+        if len(buffer) - at < body.size:
+            return None
+        body.request.body = bytes(buffer[at : at + body.size])
+        self._body = None
+        self._received(channel, body)
+        return body.size
+
+    def _received(self, channel: Channel, body: _Body) -> None:
+        if body.request.is_response:
+            try:
+                channel.answered(body.request)
+            finally:
+                self._release(channel, body)
         elif self._running >= self.limits.max_requests_per_connection:
-            self._queued = (command, length)
+            self._queued = body
             self._block()
         else:
-            self._start(channel, command, length)
+            self._start(channel, body)
 
-    def _start(self, channel: Channel, request: RemotingCommand, length: int) -> None:
+    def _start(self, channel: Channel, body: _Body) -> None:
         """Run the request until it waits: answered already, or its rest goes on in a task. It runs
         in a context of its own (the caller the ACL set for it stays its own)."""
         self._running += 1
+        request = body.request
         context = contextvars.copy_context()
-        coroutine = self.server.handle(channel, request)
+        coroutine = self.server.handle(channel, request, body.admission)
         try:
             waiting = context.run(coroutine.send, None)
         except StopIteration:
-            self._finished(channel, length)
+            self._finished(channel, body)
             return
         except BaseException:
-            self._finished(channel, length)
+            self._finished(channel, body)
             raise
         task = self.server.spawn(_Rest(coroutine, waiting), context)
         channel.requests[request.opaque] = task
-        task.add_done_callback(functools.partial(self._task_finished, channel, length, request.opaque))
+        task.add_done_callback(functools.partial(self._task_finished, channel, body))
 
-    def _task_finished(self, channel: Channel, length: int, opaque: int, task: asyncio.Task[None]) -> None:
+    def _task_finished(self, channel: Channel, body: _Body, task: asyncio.Task[None]) -> None:
+        opaque = body.request.opaque
         if channel.requests.get(opaque) is task:
             del channel.requests[opaque]
-        self._finished(channel, length)
+        self._finished(channel, body)
 
-    def _finished(self, channel: Channel, length: int) -> None:
+    def _finished(self, channel: Channel, body: _Body) -> None:
         self._running -= 1
-        self.server.request_bytes.release(channel, length)
+        self._release(channel, body)
         if self._queued is not None:
             self._wake()
+
+    def _release(self, channel: Channel, body: _Body) -> None:
+        self.server.request_bytes.release(channel, body.admission.account, body.length)
+
+    def _cancel(self, channel: Channel, command: RemotingCommand) -> None:
+        """CANCEL_REQUEST: end the request of this connection whose opaque it names; a field that
+        is no request number is refused with one line (bounded by rate), nothing else."""
+        opaque = command.ext_fields.get(CANCELLED_OPAQUE, "")
+        if not (opaque.isascii() and opaque.isdigit() and len(opaque) <= MAX_OPAQUE_DIGITS):
+            self.server.refusals.record("remoting CANCEL_REQUEST", channel.address, "REFUSED",
+                                        f"field {CANCELLED_OPAQUE} is not a request number: {opaque[:32]!r}")
+            return
+        task = channel.requests.get(int(opaque))
+        if task is not None:
+            task.cancel()
 
     # -- bounds ----------------------------------------------------------------------------
     def _block(self) -> None:
@@ -438,14 +601,32 @@ class _Connection(asyncio.Protocol):
         if self._queued is not None:
             if self._running >= self.limits.max_requests_per_connection:
                 return
-            (request, length), self._queued = self._queued, None
+            body, self._queued = self._queued, None
             self._blocked = False
-            self._start(channel, request, length)
+            self._start(channel, body)
         self._blocked = False
         self._read_frames(channel)
         if not self._blocked and self._paused:
             self._paused = False
             channel.transport.resume_reading()
+
+    def _time_header(self, channel: Channel) -> None:
+        """A frame's header begun and not whole must be whole within header_timeout_s (not
+        counting time the broker itself stopped reading: a bound reached)."""
+        begun = self._body is None and not self._discard and not self._blocked and bool(self._buffer)
+        if begun and self._header_late is None and not channel.closed:
+            self._header_late = self.loop.call_later(self.limits.header_timeout_s, self._check_header)
+
+    def _check_header(self) -> None:
+        self._header_late = None
+        if self.channel is not None and self._body is None and not self._discard and self._buffer:
+            self._close(self.channel, f"a frame's header took over {self.limits.header_timeout_s:g} s "
+                                      f"(header_timeout_s)")
+
+    def _check_admitted(self) -> None:
+        if self.channel is not None and not self._admitted:
+            self._close(self.channel, f"no request admitted within {self.limits.admission_timeout_s:g} s "
+                                      f"(admission_timeout_s)")
 
     def _check_idle(self) -> None:
         channel = self.channel
@@ -463,15 +644,9 @@ class _Connection(asyncio.Protocol):
         channel.transport.close()
 
     def _close(self, channel: Channel, reason: str) -> None:
-        log.warning("remoting: closing connection from %s: %s", channel.address, reason)
+        if not channel.closed:
+            self.server.refusals.record("remoting connection", channel.address, "CLOSED", reason)
         channel.transport.close()
-
-
-def _cancel(channel: Channel, command: RemotingCommand) -> None:
-    opaque = command.ext_fields.get(CANCELLED_OPAQUE, "")
-    task = channel.requests.get(int(opaque)) if opaque.isdigit() else None
-    if task is not None:
-        task.cancel()
 
 
 def server_ssl_context(tls: ServerTls) -> ssl.SSLContext:

@@ -1,34 +1,48 @@
-"""Bytes of remoting request frames the broker holds (read and not yet answered), bounded on one
-connection and over all of them: a connection whose next frame would pass either bound is not read
-(its transport paused) until earlier requests finish, so clients cannot make the broker buffer more
-requests than `RemotingLimits.max_request_bytes_per_connection` / `max_request_bytes`."""
+"""Bytes of remoting request frames the broker holds (admitted and not yet answered), bounded on
+one connection, for one account and over all of them: a connection whose next frame would pass a
+bound is not read (its transport paused) until earlier requests finish, so clients cannot make the
+broker buffer more requests than `RemotingLimits.max_request_bytes_per_connection` /
+`max_request_bytes_per_account` / `max_request_bytes`. Nothing is counted before a frame's header
+was admitted (remoting_server: the header is read, and its signature checked, first), so a caller
+without an account reserves nothing, and one account's slow or stuck frames hold only its share."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from typing import TypeVar
+
+K = TypeVar("K", bound=Hashable)
 
 
 class RequestBytes:
-    def __init__(self, total: int, per_connection: int) -> None:
+    def __init__(self, total: int, per_connection: int, per_account: int) -> None:
         self.total = total
         self.per_connection = per_connection
+        self.per_account = per_account
         self.held = 0
         self._by_connection: dict[Hashable, int] = {}
+        self._by_account: dict[str, int] = {}
         self._waiting: dict[Hashable, Callable[[], None]] = {}
 
-    def _fits(self, connection: Hashable, size: int) -> bool:
-        held_here = self._by_connection.get(connection, 0)
-        # a lone frame always fits its own connection (frames are at most max_frame_bytes)
-        return (held_here == 0 or held_here + size <= self.per_connection) and (
-            self.held == 0 or self.held + size <= self.total
+    def held_by(self, account: str) -> int:
+        return self._by_account.get(account, 0)
+
+    def _fits(self, connection: Hashable, account: str, size: int) -> bool:
+        # a lone frame always fits each bound it is alone in (frames are at most max_frame_bytes)
+        return (
+            _room(self._by_connection.get(connection, 0), size, self.per_connection)
+            and _room(self._by_account.get(account, 0), size, self.per_account)
+            and _room(self.held, size, self.total)
         )
 
-    def try_acquire(self, connection: Hashable, size: int) -> bool:
-        """Count `size` more bytes for `connection` if they fit; False (nothing counted) if not."""
-        if not self._fits(connection, size):
+    def try_acquire(self, connection: Hashable, account: str, size: int) -> bool:
+        """Count `size` more bytes for `connection` and `account` if they fit; False (nothing
+        counted) if not."""
+        if not self._fits(connection, account, size):
             return False
         self.held += size
         self._by_connection[connection] = self._by_connection.get(connection, 0) + size
+        self._by_account[account] = self._by_account.get(account, 0) + size
         return True
 
     def wait(self, connection: Hashable, wake: Callable[[], None]) -> None:
@@ -39,14 +53,23 @@ class RequestBytes:
         """`connection` waits no more (it closed)."""
         self._waiting.pop(connection, None)
 
-    def release(self, connection: Hashable, size: int) -> None:
+    def release(self, connection: Hashable, account: str, size: int) -> None:
         self.held -= size
-        left = self._by_connection[connection] - size
-        if left:
-            self._by_connection[connection] = left
-        else:
-            del self._by_connection[connection]
+        _take(self._by_connection, connection, size)
+        _take(self._by_account, account, size)
         if self._waiting:
             waiting, self._waiting = self._waiting, {}
             for wake in waiting.values():
                 wake()
+
+
+def _room(held: int, size: int, bound: int) -> bool:
+    return held == 0 or held + size <= bound
+
+
+def _take(counts: dict[K, int], key: K, size: int) -> None:
+    left = counts[key] - size
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]

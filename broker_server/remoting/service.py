@@ -14,7 +14,12 @@ from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.remoting.broker_processor import BrokerIdentity, BrokerRemotingProcessor
 from rmq.broker_server.remoting.name_server_processor import NameServerRemotingProcessor
 from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
-from rmq.broker_server.remoting.remoting_server import RemotingLimits, RemotingProcessor, RemotingServer
+from rmq.broker_server.remoting.remoting_server import (
+    HeaderGate,
+    RemotingLimits,
+    RemotingProcessor,
+    RemotingServer,
+)
 from rmq.broker_server.rmq_v1.messaging_service import MessagingService
 from rmq.broker_server.rocketmq_v2.transactions import TransactionService
 from rmq.broker_server.security.server_security import ServerSecurity
@@ -37,11 +42,12 @@ def authenticator(security: ServerSecurity, server_id: str = "",
 
 
 def remoting_server(
-    listen: str, security: ServerSecurity, processor: RemotingProcessor, limits: RemotingLimits,
-    sock: socket.socket | None = None,
+    listen: str, security: ServerSecurity, processor: RemotingProcessor, gate: HeaderGate,
+    limits: RemotingLimits, sock: socket.socket | None = None,
 ) -> RemotingServer:
+    """`gate`: the processor's dispatcher, which admits each request's header before its body is read."""
     security.check_listen(listen)
-    return RemotingServer(listen, processor, limits, security.tls, sock)
+    return RemotingServer(listen, processor, limits, security.tls, sock, gate)
 
 
 def bind_remoting_port(config: BrokerConfig,
@@ -98,8 +104,10 @@ def build_broker_remoting(
         max_connections=config.remoting_max_connections,
         max_request_bytes=config.remoting_max_request_bytes,
         max_request_bytes_per_connection=config.remoting_max_request_bytes_per_connection,
+        max_request_bytes_per_account=config.remoting_max_request_bytes_per_account,
+        max_connections_per_address=config.remoting_max_connections_per_address,
     )
-    return remoting_server(config.remoting_listen, security, processor, limits, sock)
+    return remoting_server(config.remoting_listen, security, processor, processor.dispatcher, limits, sock)
 
 
 def build_name_server_remoting(
@@ -110,6 +118,5 @@ def build_name_server_remoting(
     limits = RemotingLimits(
         max_frame_bytes=config.remoting_max_frame_bytes, max_connections=config.remoting_max_connections
     )
-    return remoting_server(
-        config.remoting_listen, security, NameServerRemotingProcessor(routes, authenticator(security)), limits
-    )
+    processor = NameServerRemotingProcessor(routes, authenticator(security))
+    return remoting_server(config.remoting_listen, security, processor, processor.dispatcher, limits)

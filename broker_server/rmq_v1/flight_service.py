@@ -18,10 +18,13 @@ all) until then: a client that stops reading holds one batch, bounded by the pul
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+import time
+from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import grpc
 import numpy as np
@@ -31,8 +34,9 @@ from google.protobuf.message import DecodeError
 
 from rmq import flight as flight_contract
 from rmq.broker_server.errors import BrokerError, illegal_argument
+from rmq.broker_server.long_polling.fair_shares import FairShares, ShareExceeded, adjust_count
 from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor, PullQuery, pack_messages
-from rmq.broker_server.processors.pull_response_budget import PullResponseBudget
+from rmq.broker_server.processors.pull_response_budget import PullHolder, PullResponseBudget
 from rmq.broker_server.security.refusal_log import RefusalLog
 from rmq.broker_server.security.request_auth import Admission, CallRefused, RequestAuthenticator, peer_address
 from rmq.broker_server.security.tls import ServerTls
@@ -42,7 +46,9 @@ from rmq.store import MessageStore
 from rmq.store.results import GetMessageResult
 from rmq.v1 import rmq_pb2
 
+T = TypeVar("T")
 MIDDLEWARE_KEY = "rmq-auth"
+CANCEL_CHECK_S = 0.05   # how often a stream waiting for the event loop looks whether it was cancelled
 _NOT_IN_A_TICKET = rmq_pb2.FLAG_SUSPEND | rmq_pb2.FLAG_COMMIT_OFFSET
 # a stream goes on after these reads; any other status ends it (the client decides what it means)
 _READ_ON = frozenset({GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE,
@@ -84,39 +90,74 @@ class SignedCallMiddlewareFactory(flight.ServerMiddlewareFactory):
             raise flight.FlightUnauthenticatedError(refusal.message) from None
 
 
+@dataclass(eq=False)
+class StreamSlot:
+    """One stream's place among the streams served; `displaced` once an account holding fewer
+    streams took it (the stream ends before its next read)."""
+
+    account: str
+    peer: str   # the client's connection (ServerCallContext.peer)
+    displaced: bool = False
+    progress: float = field(default_factory=time.monotonic)   # when its client last took a batch
+
+
 class FlightStreamSlots:
-    """Streams served at once, in all and per account (thread-safe: Flight runs on its own threads)."""
+    """Streams served at once, in all and per account (thread-safe: Flight runs on its own threads).
+
+    The total is shared fairly (long_polling.fair_shares): when all max_streams are taken, an
+    account holding fewer streams than the account holding most takes the place of that account's
+    oldest stream, which ends at its next batch (its client reads on with a new ticket from where
+    it ended); anyone else is refused. A displaced stream still counts in its account's
+    max_per_account until it ends, so an account never runs more than that many."""
 
     def __init__(self, max_streams: int, max_per_account: int) -> None:
         self.max_streams = max_streams
         self.max_per_account = max_per_account
-        self._by_account: dict[str, int] = {}
+        self._shares: FairShares[StreamSlot] = FairShares(max_streams)
+        self._running: dict[str, int] = {}   # each account's streams, displaced ones included
+        self._live: set[StreamSlot] = set()   # displaced ones included
         self._lock = threading.Lock()
 
     @property
     def open(self) -> int:
+        """Slots taken (a displaced stream that has not ended yet holds none)."""
         with self._lock:
-            return sum(self._by_account.values())
+            return self._shares.count()
 
-    def acquire(self, account: str) -> None:
+    def streaming(self) -> dict[str, float]:
+        """The connections with streams, each with when its client last took a batch of one
+        (time.monotonic): FlightConnectionGuard closes a connection idle that long."""
+        progress: dict[str, float] = {}
         with self._lock:
-            mine = self._by_account.get(account, 0)
+            for slot in self._live:
+                progress[slot.peer] = max(progress.get(slot.peer, slot.progress), slot.progress)
+        return progress
+
+    def acquire(self, account: str, peer: str) -> StreamSlot:
+        with self._lock:
+            mine = self._running.get(account, 0)
             if mine >= self.max_per_account:
                 raise BrokerError(rmq_pb2.LIMIT_EXCEEDED,
                                    f"this account already reads {mine} Flight streams "
                                    "(max_flight_streams_per_account): finish one, or read again later")
-            if sum(self._by_account.values()) >= self.max_streams:
+            slot = StreamSlot(account, peer)
+            try:
+                displaced = self._shares.admit(account, slot)
+            except ShareExceeded:
                 raise BrokerError(rmq_pb2.LIMIT_EXCEEDED, f"this broker already serves {self.max_streams} "
-                                   "Flight streams (max_flight_streams): read again later")
-            self._by_account[account] = mine + 1
+                                   "Flight streams (max_flight_streams), none of an account holding "
+                                   "more than this one: read again later") from None
+            if displaced is not None:
+                displaced.displaced = True
+            adjust_count(self._running, account, 1)
+            self._live.add(slot)
+            return slot
 
-    def release(self, account: str) -> None:
+    def release(self, slot: StreamSlot) -> None:
         with self._lock:
-            left = self._by_account[account] - 1
-            if left:
-                self._by_account[account] = left
-            else:
-                del self._by_account[account]
+            self._shares.remove(slot.account, slot)
+            adjust_count(self._running, slot.account, -1)
+            self._live.discard(slot)
 
 
 class FlightReadService(flight.FlightServerBase):
@@ -150,7 +191,7 @@ class FlightReadService(flight.FlightServerBase):
             read = self._validate(request)
         except BrokerError as error:
             raise _refused(error) from None
-        return flight.GeneratorStream(SCHEMA, self._stream(read, account, f"flight {context.peer()}"))
+        return flight.GeneratorStream(SCHEMA, self._stream(read, account, context))
 
     def _admit(self, context: flight.ServerCallContext, request: rmq_pb2.FlightReadTicket) -> str:
         """The account the stream counts against: the access key, or the caller's IP without an ACL."""
@@ -180,33 +221,34 @@ class FlightReadService(flight.FlightServerBase):
         return FlightRead(query, request.end_offset, request.max_rows or None, request.max_bytes or None,
                           request.packed)
 
-    def _stream(self, read: FlightRead, account: str, connection: str
+    def _stream(self, read: FlightRead, account: str, context: flight.ServerCallContext
                 ) -> Iterator[tuple[pa.RecordBatch, pa.Buffer]]:
         """One batch per store read, each holding its record bytes until the next is asked for.
         The stream's slot is taken when Flight asks for its first batch (a stream never started
-        holds nothing) and given back when it ends."""
+        holds nothing) and given back when it ends; a stream its client cancelled stops before
+        its next read, or while it waits for one."""
         try:
-            self.slots.acquire(account)
+            slot = self.slots.acquire(account, context.peer())
         except BrokerError as error:
             raise _refused(error) from None
-        held = 0
+        holder, held = PullHolder(account, f"flight {context.peer()}"), 0
         try:
             query, offset, rows, size = read.query, read.query.offset, 0, 0
-            while True:
+            while not context.is_cancelled() and not slot.displaced:
                 max_rows = query.max_messages if read.max_rows is None else min(query.max_messages,
                                                                                  read.max_rows - rows)
                 wanted = query.max_bytes if read.max_bytes is None else min(query.max_bytes,
                                                                             read.max_bytes - size)
-                self.budget.give_back(connection, held)
+                self.budget.give_back(holder, held)
                 held = 0
-                granted = self._reserve(connection, wanted)
-                result = self.store.get_queue_range(query.topic, query.queue_id, offset, read.end_offset,
-                                                    max_rows, granted, query.tag_codes, query.record_filter)
+                held = granted = self._reserve(holder, wanted, context)
+                result = self._read(query, offset, read.end_offset, max_rows, granted, holder, context)
                 held = len(result.buffer)
-                self.budget.give_back(connection, granted - held)
+                self.budget.give_back(holder, granted - held)
                 if result.message_count:
                     self.pull.stats.record_get(query.topic, result.message_count, held)
                 yield self._batch(read, result)
+                slot.progress = time.monotonic()
                 rows, size = rows + result.message_count, size + held
                 if result.status not in _READ_ON or result.next_begin_offset <= offset:
                     return   # the client reads what the status means and where to go on
@@ -216,9 +258,24 @@ class FlightReadService(flight.FlightServerBase):
                     return
         except BrokerError as error:   # the budget had nothing left for a full second
             raise _refused(error) from None
+        except _Cancelled:
+            return
         finally:
-            self.budget.give_back(connection, held)
-            self.slots.release(account)
+            self.budget.give_back(holder, held)
+            self.slots.release(slot)
+
+    def _read(self, query: PullQuery, offset: int, end_offset: int, max_rows: int, max_bytes: int,
+              holder: PullHolder, context: flight.ServerCallContext) -> GetMessageResult:
+        """One store read of the range; an SQL92 one is one slice of filter work, run on the
+        broker's FilterExecutor in the stream's account's turn (docs/filtering-and-bounds.md)."""
+        record_filter = query.record_filter
+        read = functools.partial(
+            self.store.get_queue_range, query.topic, query.queue_id, offset, end_offset, max_rows, max_bytes,
+            query.tag_codes, record_filter,
+            max_filter_evaluations=None if record_filter is None else record_filter.slice_evaluations)
+        if record_filter is None:
+            return read()
+        return self._on_loop(self.pull.filters.run(holder.account, read), context)
 
     def _batch(self, read: FlightRead, result: GetMessageResult) -> tuple[pa.RecordBatch, pa.Buffer]:
         answer = self.pull.progress(read.query, result)
@@ -230,13 +287,29 @@ class FlightReadService(flight.FlightServerBase):
         records = np.frombuffer(result.buffer, dtype=np.uint8)
         return decode_records(records, result.sizes.astype(np.int64), self.broker_name), progress
 
-    def _reserve(self, connection: str, wanted: int) -> int:
+    def _reserve(self, holder: PullHolder, wanted: int, context: flight.ServerCallContext) -> int:
         """The bytes granted for the next read: at once when the budget has them, else waited for
         on the event loop (PullResponseBudget.reserve)."""
-        granted = self.budget.try_reserve(connection, wanted)
+        granted = self.budget.try_reserve(holder, wanted)
         if granted is not None:
             return granted
-        return asyncio.run_coroutine_threadsafe(self.budget.reserve(connection, wanted), self.loop).result()
+        return self._on_loop(self.budget.reserve(holder, wanted), context)
+
+    def _on_loop(self, work: Coroutine[Any, Any, T], context: flight.ServerCallContext) -> T:
+        """`work`'s result, run on the broker's event loop; cancelled (and _Cancelled raised) when
+        the stream's client cancels while it waits."""
+        future = asyncio.run_coroutine_threadsafe(work, self.loop)
+        while True:
+            try:
+                return future.result(CANCEL_CHECK_S)
+            except concurrent.futures.TimeoutError:
+                if context.is_cancelled():
+                    future.cancel()
+                    raise _Cancelled() from None
+
+
+class _Cancelled(Exception):
+    """The stream's client cancelled it while it waited for the event loop."""
 
 
 def _parse_ticket(ticket: bytes) -> rmq_pb2.FlightReadTicket:

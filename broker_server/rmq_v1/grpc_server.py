@@ -66,16 +66,20 @@ def server_options(max_message_bytes: int, max_connections: int,
     ]
 
 
+def connection_limit(security: ServerSecurity) -> int:
+    """--max-connections, by default half the open-file limit (raised to its hard limit first)."""
+    return security.max_connections or max(16, raise_open_file_limit() // 2)
+
+
 def create_server(listen: str, max_message_bytes: int, security: ServerSecurity,
                   server_id: str) -> grpc.aio.Server:
     """A server bound to `listen` with the process's ACL interceptor (calls signed for
     `server_id`), TLS and connection limits. UserError when the address cannot be bound, or
     lies beyond loopback without an ACL (ServerSecurity.check_listen)."""
     security.check_listen(listen)
-    max_connections = security.max_connections or max(16, raise_open_file_limit() // 2)
     server = grpc.aio.server(
         interceptors=security.interceptors(server_id),
-        options=server_options(max_message_bytes, max_connections, security.idle_timeout_s),
+        options=server_options(max_message_bytes, connection_limit(security), security.idle_timeout_s),
     )
     security.add_port(server, listen)
     return server

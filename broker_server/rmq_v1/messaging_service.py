@@ -15,6 +15,7 @@ from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetMana
 from rmq.broker_server.offsets.rebalance_lock_manager import RebalanceLockManager
 from rmq.broker_server.processors.consumer_send_msg_back import (
     ConsumerSendMsgBackProcessor,
+    copies_the_caller_may_read,
     ensure_retry_topic,
 )
 from rmq.broker_server.processors.names import check_group_name
@@ -252,7 +253,7 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
             end,
         )
         response = rmq_pb2.QueryMessageByKeyResponse(status=OK)
-        pack_messages(response.messages, result)
+        pack_messages(response.messages, copies_the_caller_may_read(request.topic, result))
         return response
 
     @answers_with_status(rmq_pb2.ConsumerSendMsgBackResponse)

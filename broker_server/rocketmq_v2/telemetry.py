@@ -21,6 +21,7 @@ from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
 
+from rmq.broker_server.long_polling.fair_shares import adjust_count
 from rmq.broker_server.security import caller
 from rmq.broker_server.security.acl import Need, ResourceKind
 from rmq.rocketmq_v2 import definition_pb2 as v2
@@ -202,12 +203,3 @@ class TelemetrySessions:
         """Shutdown: close every stream so the server need not wait for them."""
         for session in list(self.sessions):
             session.send(None)
-
-
-def adjust_count(counts: dict[str, int], key: str, change: int) -> None:
-    """Add `change` to a count, dropping it at zero (the tables hold only live keys)."""
-    left = counts.get(key, 0) + change
-    if left:
-        counts[key] = left
-    else:
-        counts.pop(key, None)

@@ -32,13 +32,14 @@ from typing import Any
 
 from rmq.broker_server.journal import Journal
 from rmq.broker_server.json_file import read_json
+from rmq.broker_server.long_polling.fair_shares import adjust_count
 from rmq.broker_server.processors.names import SYSTEM_TOPIC_PREFIX
 from rmq.broker_server.processors.schedule_message_service import message_timeup
 from rmq.broker_server.processors.send_message_processor import check_put_status
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.status import V2Error
-from rmq.broker_server.rocketmq_v2.telemetry import TelemetrySessions, adjust_count
+from rmq.broker_server.rocketmq_v2.telemetry import TelemetrySessions
 from rmq.broker_server.security import caller
 from rmq.broker_server.security.acl import Need, ResourceKind
 from rmq.rocketmq_v2 import definition_pb2 as v2

@@ -52,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{DEFAULT_ACCOUNT_CAPACITY}); an account signing more calls per window only "
                              f"narrows its own window")
     parser.add_argument("--max-connections", type=positive_int, metavar="N",
-                        help="open client connections at most (default: half the open-file limit)")
+                        help="open client connections at most, the gRPC port's and Arrow Flight's "
+                             "together (default: half the open-file limit)")
     parser.add_argument("--idle-timeout", type=positive_float, default=DEFAULT_IDLE_TIMEOUT_S,
                         metavar="SECONDS",
                         help=f"close connections without a call in progress for this long "

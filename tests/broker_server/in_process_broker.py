@@ -5,6 +5,7 @@ while talking to it over gRPC like any client."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import threading
 import time
@@ -52,6 +53,10 @@ class InProcessBroker:
     def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float = START_TIMEOUT_S) -> T:
         """Run `coroutine` on the broker's event loop and return its result."""
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout_s)
+
+    def submit(self, coroutine: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start `coroutine` on the broker's event loop without waiting for it."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
     def stop(self) -> None:
         """Shut the broker down gracefully (once; later calls do nothing)."""

@@ -3,18 +3,25 @@ can send exact (and hostile) bytes and read the broker's answers."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
+import threading
 import time
+from collections.abc import Iterator
 
+from rmq.broker_server.remoting.remoting_server import RemotingServer
 from rmq.remoting.remoting_command import LENGTH, RemotingCommand, decode
 
 TIMEOUT_S = 30.0
 
 
 class RemotingTestClient:
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, source: str | None = None) -> None:
+        """`source`: the local address to connect from (e.g. 127.0.0.2, another loopback client)."""
         host, _, port = address.rpartition(":")
-        self.socket = socket.create_connection((host, int(port)), timeout=TIMEOUT_S)
+        self.socket = socket.create_connection((host, int(port)), timeout=TIMEOUT_S,
+                                               source_address=None if source is None else (source, 0))
         self._opaque = 0
         self._answers: dict[int, RemotingCommand] = {}  # responses read while waiting for another
 
@@ -71,3 +78,19 @@ class RemotingTestClient:
             except ConnectionResetError:
                 return True
         return False
+
+
+@contextlib.contextmanager
+def serving(server: RemotingServer) -> Iterator[str]:
+    """`server` started on an event loop of its own thread for the block, and its address."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(server.start(), loop).result(10)
+    try:
+        yield f"127.0.0.1:{server.port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

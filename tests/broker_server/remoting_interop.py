@@ -6,8 +6,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import time
-from collections.abc import Callable
 
 from rmq.cli.main import main as rmq_main
 from rmq.connector.client import RmqClient
@@ -17,13 +15,6 @@ from tests.broker_server.in_process_broker import InProcessBroker
 
 QUEUES = 2
 FAST_RETRY_LEVELS = " ".join(["1s"] * 18)  # a retried message waits 1 s, not 10 s
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.01)
 
 
 def sdk_messages(broker: InProcessBroker, topic: str) -> list[dict]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TypeVar
@@ -34,15 +34,9 @@ from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker
 from tests.broker_server.store_fixture import running_store
 from tests.broker_server.test_processors import Broker
+from tests.waiting import wait_until, wait_until_async
 
 T = TypeVar("T")
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.01)
 
 
 async def as_account(account: str, call: Awaitable[T]) -> T:
@@ -58,8 +52,7 @@ def test_a_full_hold_table_gives_each_account_its_share() -> None:
         service.start()
         hog = [asyncio.create_task(as_account("hog", service.suspend("T", q, 0, None, 60000)))
                for q in range(4)]
-        await asyncio.sleep(0.01)
-        assert service.held_count("hog") == 4
+        await wait_until_async(lambda: service.held_count("hog") == 4, "the hog's four pulls held")
         with pytest.raises(HoldTableFull):        # the hog itself gets no more than the table
             await as_account("hog", service.suspend("T", 9, 0, None, 60000))
         polite = [asyncio.create_task(as_account("polite", service.suspend("U", q, 0, None, 60000)))
@@ -72,8 +65,8 @@ def test_a_full_hold_table_gives_each_account_its_share() -> None:
         with pytest.raises(HoldTableFull):
             await as_account("hog", service.suspend("T", 9, 0, None, 60000))
         third = asyncio.create_task(as_account("third", service.suspend("V", 0, 0, None, 60000)))
-        await asyncio.sleep(0.01)
-        assert service.held_count("third") == 1 and service.held_count() == 4
+        await wait_until_async(lambda: service.held_count("third") == 1, "the third account's pull held")
+        assert service.held_count() == 4
         assert sum(task.done() for task in hog[2:] + polite) == 1   # one of the two largest gave way
         service.shutdown()
         await asyncio.wait_for(asyncio.gather(*hog, *polite, third), 5)

@@ -23,6 +23,7 @@ from rmq.broker_server.security.acl import (
 )
 from rmq.broker_server.security.acl_file import AclFile
 from tests.acl_files import write_acl
+from tests.waiting import wait_until_async
 
 TOPIC, GROUP = ResourceKind.TOPIC, ResourceKind.GROUP
 
@@ -319,18 +320,15 @@ def test_watch_and_sighup_reload(tmp_path: Path) -> None:
             write(path, ONE_ACCOUNT.format(perms="orders=PUB"))
             os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
             os.kill(os.getpid(), signal.SIGHUP)
-            await _until(lambda: acl_file.acl.account("user01").topic_perms["orders"] == Perm.PUB)
+            await wait_until_async(lambda: acl_file.acl.account("user01").topic_perms["orders"] == Perm.PUB,
+                                   "the ACL reloaded on SIGHUP: orders=PUB")
             watcher = asyncio.create_task(acl_file.watch(interval_s=0.01))
             write(path, ONE_ACCOUNT.format(perms="orders=PUB|SUB"))
-            await _until(lambda: acl_file.acl.account("user01").topic_perms["orders"] == Perm.PUB | Perm.SUB)
+            await wait_until_async(
+                lambda: acl_file.acl.account("user01").topic_perms["orders"] == Perm.PUB | Perm.SUB,
+                "the watcher reloaded the changed file: orders=PUB|SUB")
             watcher.cancel()
         finally:
             loop.remove_signal_handler(signal.SIGHUP)
 
     asyncio.run(scenario())
-
-
-async def _until(condition, timeout_s: float = 10.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not condition():
-            await asyncio.sleep(0.01)

@@ -28,6 +28,7 @@ from tests.broker_server.in_process_broker import InProcessBroker
 from tests.broker_server.store_fixture import wait_dispatched
 from tests.broker_server.test_processors import PEER, Broker, send
 from tests.broker_server.test_sql92_pull import bodies, order, sql_pull
+from tests.waiting import wait_until_async
 
 broker = test_processors.broker
 # 2,044 tokens: FILTER_SLICE_TOKENS // 2,044 = 8 records evaluated per read
@@ -123,8 +124,7 @@ def test_a_woken_sql92_pull_is_filtered_off_the_event_loop(broker: Broker, monke
             consumer_group="G", topic="T", queue_id=0, queue_offset=0, max_messages=32,
             sys_flag=rmq_pb2.FLAG_SUSPEND, suspend_timeout_ms=10_000,
             sub_expression="region = 'eu'", expression_type=rmq_pb2.SQL92)))
-        while broker.hold.held_count() == 0:
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: broker.hold.held_count() == 1, "the SQL92 pull is held")
         await broker.send.process(rmq_pb2.SendMessageRequest(topic="T", messages=[order("eu", 1)]), PEER)
         response = await asyncio.wait_for(held, 10)
         broker.hold.shutdown()

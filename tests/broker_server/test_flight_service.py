@@ -4,7 +4,10 @@ PullMessage's refusals; the ACL applies as on the gRPC port; a reader that stops
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +17,9 @@ import pytest
 
 from rmq import request_signing
 from rmq.broker_server.config import BrokerConfig
-from rmq.broker_server.errors import UserError
+from rmq.broker_server.errors import BrokerError, UserError
 from rmq.broker_server.name_server.namesrv_controller import RouteInfoManager
+from rmq.broker_server.rmq_v1.flight_service import FlightStreamSlots
 from rmq.broker_server.security.acl_file import AclFile
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.broker_server.security.tls import ServerTls
@@ -24,6 +28,8 @@ from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.connector.errors import RmqError, RmqUnavailable
 from rmq.connector.flight_reader import FlightReader
 from rmq.connector.pull_consumer import PullConsumer
+from rmq.connector.pull_result import PullResult
+from rmq.connector.remoting_client import RemotingCall
 from rmq.connector.spark.message_decoder import SCHEMA, decode
 from rmq.connector.transport import Transport
 from rmq.message_queue import MessageQueue
@@ -33,6 +39,7 @@ from rmq.v1 import rmq_pb2
 from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker
 from tests.tls_certs import make_tls_files
+from tests.waiting import WAIT_S, wait_until
 
 TOPIC = "flights"
 COUNT = 300
@@ -165,13 +172,6 @@ def test_flight_off(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- bounds
 
 
-def wait_until(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
-
-
 def test_a_reader_that_stops_holds_one_batch_and_streams_are_bounded(tmp_path: Path) -> None:
     """24 MB in one ticket of 16 reads of 1.5 MB: more than the transport buffers (about 8 MB on
     loopback), so a reader that stops leaves the stream open, the broker holding one batch."""
@@ -185,14 +185,16 @@ def test_a_reader_that_stops_holds_one_batch_and_streams_are_bounded(tmp_path: P
             budget, slots = broker.controller.pull_processor.budget, broker.controller.flight.slots
             with FlightReader(client) as reader:
                 stalled = reader.read(MQ, 0, 800, group="etl", batch_rows=50, batch_bytes=50 * record)
-                next(stalled)     # then stop reading
-                wait_until(lambda: budget.held == 50 * record and slots.open == 1)
-                with pytest.raises(RmqError, match="max_flight_streams_per_account") as refusal:
-                    read(client, 0, 10)
-                assert refusal.value.code == rmq_pb2.LIMIT_EXCEEDED
-                assert budget.held <= 50 * record and slots.open == 1   # one batch (or its grant), no more
-                stalled.close()
-            wait_until(lambda: budget.held == 0 and slots.open == 0)
+                with contextlib.closing(stalled):
+                    next(stalled)     # then stop reading
+                    wait_until(lambda: budget.held == 50 * record and slots.open == 1,
+                               lambda: f"the stalled stream holds one batch (held {budget.held})")
+                    with pytest.raises(RmqError, match="max_flight_streams_per_account") as refusal:
+                        read(client, 0, 10)
+                    assert refusal.value.code == rmq_pb2.LIMIT_EXCEEDED
+                    assert budget.held <= 50 * record and slots.open == 1   # one batch (or its grant)
+            wait_until(lambda: budget.held == 0 and slots.open == 0,
+                       lambda: f"the closed stream gives everything back (held {budget.held})")
     finally:
         broker.stop()
 
@@ -234,7 +236,8 @@ def pull_consumer_reads_all_through_flight(client: RmqClient, address: str) -> N
     with consumer:
         consumer.seek(MQ, 0)
         got: list[bytes] = []
-        wait_until(lambda: got.extend(m.body for m in consumer.poll(0.1)) or len(got) == COUNT)
+        wait_until(lambda: got.extend(m.body for m in consumer.poll(0.1)) or len(got) == COUNT,
+                   lambda: f"the backlog read through Flight ({len(got)} of {COUNT})")
         assert got == [b"m-%04d" % n for n in range(COUNT)]
         assert consumer.transport_reads.get(Transport.FLIGHT, 0) > 0
 
@@ -309,3 +312,218 @@ def test_the_name_server_passes_each_members_data_plane_on() -> None:
     routes.register_broker("broker-a", "10.0.0.2:10911", [], 1, rmq_pb2.SLAVE)   # Flight off
     [group] = routes.broker_groups()
     assert [m.flight_address for m in group.to_proto().members] == ["10.0.0.1:41000", ""]
+
+
+# ---------------------------------------------------------------- shares (issue 39)
+
+
+def test_a_ticket_signed_with_a_wrong_secret_is_refused_at_the_door(acl_broker: InProcessBroker) -> None:
+    ticket = a_ticket()
+    signed = request_signing.sign("etl001", "not-the-secret", "broker/broker-a", "/rmq.v1.Flight/DoGet",
+                                  ticket)
+    headers = [(key.encode(), value.encode()) for key, value in signed.as_metadata()]
+    with pytest.raises(flight.FlightUnauthenticatedError, match="signature not accepted for access key 'etl"):
+        raw_do_get(acl_broker, ticket.SerializeToString(), headers)
+
+
+def fill_large(client: RmqClient) -> int:
+    """800 messages of 30 KB in queue 0 (more than the transport buffers: a reader that stops
+    leaves its stream holding a batch); the size of one record."""
+    client.create_topic(TOPIC, queues=1)
+    for _ in range(16):
+        client.send(TOPIC, [OutgoingMessage(b"x" * 30_000) for _ in range(50)])
+    return len(client.pull(MQ, 0, 1, group="etl").messages.records)
+
+
+def stall(streams: list[Iterator[object]]) -> None:
+    """Take each stream's first batch, then read no more (a stream refused is left out)."""
+    for stream in streams:
+        with contextlib.suppress(RmqError):
+            next(stream)
+
+
+def remoting_pull(client: RmqClient, offset: int, count: int) -> PullResult:
+    """A pull over the broker's remoting port (RmqClient.pull_async's transport when served)."""
+    answer: concurrent.futures.Future[PullResult] = concurrent.futures.Future()
+    call = client.pull_async(MQ, offset, count, group="etl",
+                             callback=lambda result, error: answer.set_exception(error) if error
+                             else answer.set_result(result))
+    assert isinstance(call, RemotingCall)
+    return answer.result(WAIT_S)
+
+
+def test_one_accounts_unread_streams_leave_other_accounts_their_pulls(tmp_path: Path) -> None:
+    """Issue 39 High 3: one account's Flight streams that are never read hold at most its share of
+    the pull answers' budget (max_inflight_pull_bytes_per_account), so another account's pulls
+    are answered in full while they stay open."""
+    acl = write_acl(tmp_path / "acl.json", json.dumps(ACL))
+    broker = InProcessBroker(tmp_path / "store", ServerSecurity(AclFile(acl))).start()
+    try:
+        with signed_client(broker, "admin1", "admin-secret") as admin, \
+                signed_client(broker, "etl001", "etl-secret") as etl, FlightReader(etl) as reader:
+            record = fill_large(admin)
+            budget = broker.controller.pull_processor.budget
+            budget.max_bytes = budget.max_bytes_per_connection = 100 * record
+            budget.max_bytes_per_account = 50 * record
+            streams = [reader.read(MQ, 0, 800, group="etl", batch_rows=50, batch_bytes=50 * record)
+                       for _ in range(3)]
+            with contextlib.ExitStack() as open_streams:
+                for stream in streams:
+                    open_streams.enter_context(contextlib.closing(stream))
+                stall(streams)
+                wait_until(lambda: budget.held >= 50 * record, "the unread streams hold their batches")
+                for start in (0, 40, 80):    # every pull while the streams stay open: gRPC
+                    assert admin.pull(MQ, start, 40, group="etl", max_bytes=40 * record).messages.count == 40
+                assert remoting_pull(admin, 120, 40).messages.count == 40   # and the remoting port
+            wait_until(lambda: budget.held == 0, lambda: f"the closed streams give back (held {budget.held})")
+    finally:
+        broker.stop()
+
+
+SQL_TAG_A = MessageSelector("TAGS = 'TagA'", ExpressionType.SQL92)
+LOOPBACK = "127.0.0.1"   # the account of a caller without an ACL: its IP
+
+
+@contextlib.contextmanager
+def busy_filter_threads(broker: InProcessBroker) -> Iterator[threading.Event]:
+    """The broker's one filter thread runs another account's slice until the event is set."""
+    filters = broker.controller.filters
+    running, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        running.set()
+        release.wait(WAIT_S)
+
+    held = broker.submit(filters.run("another account", hold))
+    try:
+        wait_until(running.is_set, "the other account's slice runs on the filter thread")
+        yield release
+    finally:
+        release.set()
+        held.result(WAIT_S)
+
+
+def test_an_sql92_flight_read_waits_its_turn_on_the_filter_executor(broker: InProcessBroker) -> None:
+    """Issue 39 High 4: Flight's SQL92 reads are FilterExecutor slices, in the stream's account's
+    queue (its share of filter_threads), not work on the Flight threads beside them."""
+    filters = broker.controller.filters
+    with RmqClient(broker.address) as client, busy_filter_threads(broker) as release:
+        with concurrent.futures.ThreadPoolExecutor(1) as reader:
+            rows = reader.submit(lambda: [o for chunk in read(client, 0, 30, sub_expression=SQL_TAG_A)
+                                          for o in chunk.batch.column("queue_offset").to_pylist()])
+            wait_until(lambda: filters.pending(LOOPBACK) == 1,
+                       lambda: f"the Flight read waits in its account's queue (rows: {rows.done()})",
+                       timeout=10)
+            assert not rows.done()
+            release.set()
+            assert rows.result(WAIT_S) == list(range(0, 30, 3))
+
+
+def test_a_cancelled_sql92_stream_stops_its_filter_work(tmp_path: Path, monkeypatch) -> None:
+    """Issue 39 High 4: a stream cancelled while its slice waits for the filter thread ends at
+    once (its slot given back) and its slice never runs."""
+    broker = InProcessBroker(tmp_path).start()
+    try:
+        with RmqClient(broker.address) as client:
+            fill(client)
+        reads: list[int] = []
+        store = broker.controller.store
+        range_read = store.get_queue_range
+        monkeypatch.setattr(store, "get_queue_range", lambda *a, **k: reads.append(1) or range_read(*a, **k))
+        ticket = a_ticket()
+        ticket.pull.expression_type, ticket.pull.sub_expression = rmq_pb2.SQL92, SQL_TAG_A.expression
+        flight_client = flight.FlightClient(f"grpc://{client_flight_address(broker)}")
+        slots, filters = broker.controller.flight.slots, broker.controller.filters
+        with contextlib.closing(flight_client), busy_filter_threads(broker):
+            stream = flight_client.do_get(flight.Ticket(ticket.SerializeToString()))
+            wait_until(lambda: filters.pending(LOOPBACK) == 1 and slots.open == 1,
+                       "the stream's first slice waits for the filter thread", timeout=10)
+            stream.cancel()
+            wait_until(lambda: slots.open == 0, "the cancelled stream ends while its slice waits",
+                       timeout=10)
+        wait_until(lambda: filters.pending(LOOPBACK) == 0, "the cancelled slice leaves the queue")
+        assert reads == []
+    finally:
+        broker.stop()
+
+
+# ---------------------------------------------------------------- ticket and stream bounds (issue 40)
+
+
+@pytest.mark.parametrize("end", [0, 5])
+def test_a_ticket_whose_end_is_not_above_its_start_is_refused(broker: InProcessBroker, end: int) -> None:
+    ticket = a_ticket(start=5)
+    ticket.end_offset = end
+    with pytest.raises(flight.FlightServerError,
+                       match=f"ILLEGAL_ARGUMENT: end_offset {end} must be above the start offset 5"):
+        raw_do_get(broker, ticket.SerializeToString(), [])
+
+
+def test_the_broker_wide_stream_cap_counts_every_accounts_streams() -> None:
+    """max_flight_streams bounds the streams of all accounts together, each account within its
+    own max_flight_streams_per_account; a full broker gives an account holding fewer streams the
+    place of the largest holder's oldest (issue 39 Low 12)."""
+    slots = FlightStreamSlots(max_streams=3, max_per_account=2)
+    a1, a2 = slots.acquire("a", "ipv4:10.0.0.1:1"), slots.acquire("a", "ipv4:10.0.0.1:1")
+    with pytest.raises(BrokerError, match=r"reads 2 Flight streams \(max_flight_streams_per_account\)"):
+        slots.acquire("a", "ipv4:10.0.0.1:1")
+    b1 = slots.acquire("b", "ipv4:10.0.0.2:1")
+    c1 = slots.acquire("c", "ipv4:10.0.0.3:1")                      # full: a's oldest gives way
+    assert (a1.displaced, a2.displaced, b1.displaced, c1.displaced) == (True, False, False, False)
+    assert slots.open == 3
+    with pytest.raises(BrokerError, match=r"serves 3 Flight streams \(max_flight_streams\)") as refusal:
+        slots.acquire("c", "ipv4:10.0.0.3:1")                       # 1, 1, 1: nobody holds more
+    assert refusal.value.code == rmq_pb2.LIMIT_EXCEEDED
+    with pytest.raises(BrokerError, match="max_flight_streams_per_account"):
+        slots.acquire("a", "ipv4:10.0.0.1:1")                       # its displaced stream runs until it ends
+    slots.release(a1)
+    slots.release(b1)
+    assert slots.open == 2 and not slots.acquire("a", "ipv4:10.0.0.1:1").displaced
+
+
+def test_a_full_broker_gives_another_account_a_stream_in_place_of_the_largest_holders(tmp_path: Path) -> None:
+    """Issue 39 Low 12: one account holding every Flight stream does not lock the others out; its
+    displaced stream ends at its next batch, saying where to read on."""
+    acl = write_acl(tmp_path / "acl.json", json.dumps(ACL))
+    broker = InProcessBroker(tmp_path / "store", ServerSecurity(AclFile(acl)), max_flight_streams=2,
+                             max_flight_streams_per_account=2).start()
+    try:
+        with signed_client(broker, "admin1", "admin-secret") as admin, \
+                signed_client(broker, "etl001", "etl-secret") as etl, FlightReader(etl) as reader:
+            record = fill_large(admin)
+            streams = [reader.read(MQ, 0, 800, group="etl", batch_rows=50, batch_bytes=50 * record)
+                       for _ in range(2)]
+            with contextlib.ExitStack() as open_streams:
+                for stream in streams:
+                    open_streams.enter_context(contextlib.closing(stream))
+                first_batches = [next(stream) for stream in streams]
+                assert broker.controller.flight.slots.open == 2
+                assert sum(len(chunk.batch) for chunk in read(admin, 0, 100)) == 100
+                displaced = [first_batches[0], *streams[0]]     # read to its end
+                assert sum(len(chunk.batch) for chunk in displaced) < 800
+                assert displaced[-1].result.next_begin_offset == sum(len(chunk.batch) for chunk in displaced)
+    finally:
+        broker.stop()
+
+
+def test_a_stream_whose_client_stopped_reading_ends_after_the_idle_timeout(tmp_path: Path) -> None:
+    """Issue 39 High 3: a stream whose client takes no batch for --idle-timeout loses its connection
+    (FlightConnectionGuard), which gives back its batch's bytes and its slot."""
+    broker = InProcessBroker(tmp_path, ServerSecurity(idle_timeout_s=1.0)).start()
+    try:
+        with RmqClient(broker.address) as client, FlightReader(client) as reader:
+            record = fill_large(client)
+            budget, slots = broker.controller.pull_processor.budget, broker.controller.flight.slots
+            stalled = reader.read(MQ, 0, 800, group="etl", batch_rows=50, batch_bytes=50 * record)
+            with contextlib.closing(stalled):
+                next(stalled)     # then stop reading
+                wait_until(lambda: slots.open == 0 and budget.held == 0,
+                           lambda: f"the stalled stream ended (open {slots.open}, held {budget.held})",
+                           timeout=10)
+            rows = 0
+            for chunk in reader.read(MQ, 0, 800, group="etl", batch_rows=50, batch_bytes=50 * record):
+                rows += len(chunk.batch)
+                time.sleep(0.2)   # a slow reader (the behaviour under test): 3 s in all, past the timeout
+            assert rows == 800
+    finally:
+        broker.stop()

@@ -7,10 +7,9 @@ from __future__ import annotations
 import base64
 import socket
 import ssl
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,19 +25,13 @@ from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.broker_server.security.tls import ServerTls
 from tests.acl_files import write_acl
 from tests.tls_certs import TlsFiles, make_tls_files
+from tests.waiting import wait_until
 
 REQUEST_TIMEOUT_S = 3.0   # far above the moment the test needs to see a connection refused
 ACL = parse_acl({"accounts": [
     {"accessKey": "monitor01", "secretKey": "monitor-secret", "admin": True},
     {"accessKey": "consumer1", "secretKey": "consumer-secret", "topicPerms": ["orders=SUB"]},
 ]}, "test")
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.01)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,9 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from rmq.broker_server.processors.pull_response_budget import PullBytesLease, PullResponseBudget
+from rmq.broker_server.config import BrokerConfig
+from rmq.broker_server.errors import UserError
+from rmq.broker_server.processors.pull_response_budget import PullBytesLease, PullHolder, PullResponseBudget
 from rmq.broker_server.processors.topic_config_manager import TopicConfig
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.message_queue import MessageQueue
@@ -63,7 +65,7 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
 
 def record_size(broker: Broker) -> int:
     """One stored message's answer bytes: its record and its size."""
-    unbounded = PullBytesLease(PullResponseBudget(1 << 30, 1 << 30), "c")
+    unbounded = PullBytesLease(PullResponseBudget(1 << 30, 1 << 30), PullHolder("", "c"))
     return len(pull(broker, unbounded, max_messages=1).messages.records) + 4
 
 
@@ -89,6 +91,25 @@ def test_pulls_shrink_to_the_budget_and_are_refused_past_it(broker: Broker) -> N
     refused = pull(broker, budget.lease(Call("ipv4:c")))
     assert refused.status.code == rmq_pb2.LIMIT_EXCEEDED
     assert "(max_inflight_pull_bytes)" in refused.status.message
+
+
+def test_an_account_holds_at_most_its_share_on_all_its_connections(broker: Broker) -> None:
+    """Issue 39 High 3: the connections of one account together hold at most
+    max_inflight_pull_bytes_per_account; another account's pulls get the rest."""
+    size = record_size(broker)
+    budget = PullResponseBudget(max_bytes=8 * size, max_bytes_per_connection=8 * size, max_wait_s=0,
+                                max_bytes_per_account=3 * size)
+    # without an ACL the account is the client's IP: two connections of 10.0.0.1, one of 10.0.0.2
+    a1, a2, a3 = (budget.lease(Call(f"ipv4:10.0.0.1:{port}")) for port in (1, 2, 3))
+    assert pull(broker, a1, max_messages=2).messages.count == 2
+    assert pull(broker, a2).messages.count == 1           # what is left of the account's 3
+    refused = pull(broker, a3)
+    assert refused.status.code == rmq_pb2.LIMIT_EXCEEDED
+    assert "this account" in refused.status.message
+    assert "(max_inflight_pull_bytes_per_account)" in refused.status.message
+    assert budget.account_held("10.0.0.1") == 3 * size
+    assert pull(broker, budget.lease(Call("ipv4:10.0.0.2:1"))).messages.count == 3   # its own share
+    assert budget.held == 6 * size
 
 
 def test_an_ended_call_gives_its_bytes_back(broker: Broker) -> None:
@@ -142,14 +163,15 @@ def test_bytes_taken_and_given_back_on_another_thread_wake_a_waiting_pull() -> N
     async def scenario() -> None:
         budget = PullResponseBudget(max_bytes=100, max_bytes_per_connection=100, max_wait_s=3600)
         taken: list[int | None] = []
-        stream = threading.Thread(target=lambda: taken.extend([budget.try_reserve("flight a", 100),
-                                                               budget.try_reserve("flight a", 1)]))
+        flight_a = PullHolder("a", "flight a")
+        stream = threading.Thread(target=lambda: taken.extend([budget.try_reserve(flight_a, 100),
+                                                               budget.try_reserve(flight_a, 1)]))
         stream.start()
         await asyncio.to_thread(stream.join)
         assert taken == [100, None] and budget.held == 100    # nothing left: None, no wait
         waiting = asyncio.create_task(budget.lease(Call("ipv4:b")).grant(60))
         await wait_until_async(lambda: budget._waiting == 1, "the pull waits for bytes")
-        giver = threading.Thread(target=budget.give_back, args=("flight a", 100))
+        giver = threading.Thread(target=budget.give_back, args=(flight_a, 100))
         giver.start()
         await asyncio.to_thread(giver.join)
         await wait_until_async(waiting.done, "the pull is woken by the bytes the stream gave back")
@@ -186,3 +208,18 @@ def test_every_pull_rpc_is_cut_to_its_connection_budget_and_gives_it_back(tmp_pa
         wait_until(lambda: budget.held == 0, lambda: f"the bytes given back (still held: {budget.held})")
     finally:
         broker.stop()
+
+
+@pytest.mark.parametrize("share", ["max_inflight_pull_bytes_per_connection",
+                                   "max_inflight_pull_bytes_per_account"])
+def test_a_share_above_the_total_is_refused_naming_it(share: str) -> None:
+    config = BrokerConfig(**{share: BrokerConfig().max_inflight_pull_bytes + 1})
+    with pytest.raises(UserError, match=f"{share} must not be larger than max_inflight_pull_bytes"):
+        config.validate()
+
+
+def test_the_account_share_is_half_the_total_unless_set() -> None:
+    lowered = BrokerConfig(max_inflight_pull_bytes=32 << 20, max_inflight_pull_bytes_per_connection=8 << 20)
+    lowered.validate()
+    assert lowered.pull_bytes_per_account == 16 << 20
+    assert BrokerConfig(max_inflight_pull_bytes_per_account=1 << 20).pull_bytes_per_account == 1 << 20

@@ -24,7 +24,7 @@ from rmq.v1 import rmq_pb2
 from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker, start_remoting_broker
 from tests.broker_server.remoting_client import RemotingTestClient
-from tests.broker_server.remoting_interop import wait_until
+from tests.waiting import wait_until
 
 TOPIC = "remoting-t"
 GROUP = "remoting-g"
@@ -270,7 +270,7 @@ def test_hostile_frames_close_the_connection_and_the_broker_serves_on(
 
 def test_a_truncated_frame_holds_only_its_own_connection(broker: InProcessBroker) -> None:
     with RemotingTestClient(broker.config.remoting_listen) as truncated:
-        truncated.socket.sendall(struct.pack(">i", 1000) + b"\0" * 10)
+        truncated.socket.sendall(struct.pack(">ii", 1000, 100) + b"{" * 10)   # a header cut short
         with RemotingTestClient(broker.config.remoting_listen) as client:
             assert client.call(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=TOPIC)).code == 0
         assert not truncated.closed_by_peer(0.2)

@@ -184,24 +184,34 @@ def test_every_status_and_pull_status_has_a_response_code() -> None:
 
 
 def test_request_bytes_wait_for_room_on_the_connection_and_in_all() -> None:
-    budget = RequestBytes(total=100, per_connection=60)
+    budget = RequestBytes(total=100, per_connection=60, per_account=100)
     woken: list[str] = []
-    assert budget.try_acquire("a", 50) and budget.try_acquire("b", 40)
-    assert not budget.try_acquire("a", 20)   # a would pass 60 on its connection
-    assert not budget.try_acquire("c", 30)   # c 100 in all
+    assert budget.try_acquire("a", "A", 50) and budget.try_acquire("b", "B", 40)
+    assert not budget.try_acquire("a", "A", 20)   # a would pass 60 on its connection
+    assert not budget.try_acquire("c", "C", 30)   # c 100 in all
     budget.wait("a", lambda: woken.append("a"))
     budget.wait("c", lambda: woken.append("c"))
-    budget.release("b", 40)
+    budget.release("b", "B", 40)
     assert woken == ["a", "c"]   # each waiter is called once, and tries again
-    assert budget.try_acquire("c", 30) and not budget.try_acquire("a", 20)
+    assert budget.try_acquire("c", "C", 30) and not budget.try_acquire("a", "A", 20)
     budget.wait("a", lambda: woken.append("a again"))
-    budget.release("a", 50)
-    assert woken[-1] == "a again" and budget.try_acquire("a", 20)
+    budget.release("a", "A", 50)
+    assert woken[-1] == "a again" and budget.try_acquire("a", "A", 20)
     assert budget.held == 50
-    budget.release("a", 20)
-    budget.release("c", 30)
-    assert budget.try_acquire("d", 500)   # a frame over the bounds is read when nothing else is held
+    budget.release("a", "A", 20)
+    budget.release("c", "C", 30)
+    assert budget.try_acquire("d", "D", 500)   # a frame over the bounds is read when nothing else is held
     budget.wait("e", lambda: woken.append("e"))
     budget.forget("e")   # its connection closed
-    budget.release("d", 500)
+    budget.release("d", "D", 500)
     assert woken[-1] == "a again" and budget.held == 0
+
+
+def test_one_account_holds_at_most_its_share_of_request_bytes() -> None:
+    """Its connections together stop at the account's share; another account still gets room."""
+    budget = RequestBytes(total=100, per_connection=60, per_account=40)
+    assert budget.try_acquire("a1", "greedy", 30)
+    assert not budget.try_acquire("a2", "greedy", 20)   # 50 > the account's 40, on another connection
+    assert budget.try_acquire("b", "other", 40) and budget.held_by("greedy") == 30
+    budget.release("a1", "greedy", 30)
+    assert budget.try_acquire("a2", "greedy", 20) and budget.held_by("other") == 40

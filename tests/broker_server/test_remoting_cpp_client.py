@@ -23,8 +23,8 @@ from tests.broker_server.remoting_interop import (
     QUEUES,
     group_progress,
     sdk_messages,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(cpp_client_problem() is not None, reason=str(cpp_client_problem()))
 

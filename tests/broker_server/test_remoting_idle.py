@@ -4,16 +4,14 @@ place, and no read, for ever."""
 
 from __future__ import annotations
 
-import asyncio
 import struct
-import threading
 from collections.abc import Iterator
 
 import pytest
 
 from rmq.broker_server.remoting.remoting_server import CallContext, RemotingLimits, RemotingServer
 from rmq.remoting.remoting_command import RemotingCommand
-from tests.broker_server.remoting_client import RemotingTestClient
+from tests.broker_server.remoting_client import RemotingTestClient, serving
 
 IDLE_TIMEOUT_S = 0.3
 
@@ -27,18 +25,9 @@ class Silent:
 
 @pytest.fixture
 def address() -> Iterator[str]:
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    server = RemotingServer("127.0.0.1:0", Silent(), RemotingLimits(idle_timeout_s=IDLE_TIMEOUT_S))
-    asyncio.run_coroutine_threadsafe(server.start(), loop).result(10)
-    try:
-        yield f"127.0.0.1:{server.port}"
-    finally:
-        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
+    limits = RemotingLimits(idle_timeout_s=IDLE_TIMEOUT_S)
+    with serving(RemotingServer("127.0.0.1:0", Silent(), limits)) as address:
+        yield address
 
 
 @pytest.mark.parametrize("sent", [b"", struct.pack(">i", 100) + b"\0" * 10], ids=["silent", "mid-frame"])

@@ -5,7 +5,6 @@ what the master answers and pose as either member (docs/replication.md)."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
@@ -28,18 +27,12 @@ from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker
 from tests.store.conftest import message
+from tests.waiting import wait_until
 
 FILE_SIZE = 64 * 1024          # CommitLog file size of both members
 SLAVE_TIMEOUT_MS = 300         # how long a SYNC_MASTER waits for the slave where a test holds it
 PATIENT_MS = 20_000            # where a test needs the slave's confirmation (a loaded machine is slow)
 DEADLINE_S = 30
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def write_secret(path: Path, text: str = "the group's secret: 32 characters") -> str:

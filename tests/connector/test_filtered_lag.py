@@ -28,7 +28,10 @@ TAGS = ["a", "b", "b"]   # one message for the group's filter, then two it leave
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
-    broker = InProcessBroker(tmp_path_factory.mktemp("filtered-lag") / "store").start()
+    # held pulls are looked at again every 100 ms (not 5 s): a pull held for tag "a" wakes only
+    # for an "a", so the left-out tails are answered (NO_MATCHED_MSG) by that check
+    broker = InProcessBroker(tmp_path_factory.mktemp("filtered-lag") / "store",
+                             hold_check_interval_ms=100).start()
     yield broker
     broker.stop()
 
@@ -38,6 +41,12 @@ def filtered_topic(broker: InProcessBroker, topic: str) -> MessageQueue:
         client.create_topic(topic, queues=1)
         client.send(topic, [OutgoingMessage(tag.encode(), tags=tag) for tag in TAGS])
     return MessageQueue(topic, "broker-a", 0)
+
+
+def send_left_out(broker: InProcessBroker, mq: MessageQueue) -> None:
+    """Two more messages the group's filter ("a") leaves out."""
+    with RmqClient(broker.address) as client:
+        client.send(mq.topic, [OutgoingMessage(b"b", tags="b")] * 2)
 
 
 def committed(broker: InProcessBroker, group: str, mq: MessageQueue) -> int:
@@ -69,6 +78,12 @@ def test_push_consumer_commits_past_the_messages_its_filter_left_out(broker: InP
         # pull would only correct it 15 s later)
         assert consumer.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_MEMORY) == len(TAGS)
         wait_until(lambda: committed(broker, group, mq) == len(TAGS), "lag 0 on the broker")
+        # nothing held, then only messages the filter leaves out: committed past them at once
+        # (correctTagsOffset on the NO_MATCHED_MSG answer)
+        send_left_out(broker, mq)
+        wait_until(lambda: committed(broker, group, mq) == len(TAGS) + 2,
+                   lambda: f"the offset past the left-out tail (committed {committed(broker, group, mq)})",
+                   timeout=10)
 
 
 def test_pull_consumer_commits_past_the_messages_its_filter_left_out(broker: InProcessBroker) -> None:
@@ -81,6 +96,14 @@ def test_pull_consumer_commits_past_the_messages_its_filter_left_out(broker: InP
         assert [m.tags for m in batch] == ["a"]
         consumer.commit()
         assert committed(broker, "filtered-pull", mq) == len(TAGS)
+        send_left_out(broker, mq)
+
+        def commit_past_the_tail() -> bool:
+            assert consumer.poll(0.1) == []
+            consumer.commit()
+            return committed(broker, "filtered-pull", mq) == len(TAGS) + 2
+
+        wait_until(commit_past_the_tail, "poll and commit move past the left-out tail", timeout=10)
 
 
 def test_rocketmq5_pop_consumer_offset_moves_past_the_messages_its_filter_left_out(
@@ -107,7 +130,6 @@ def test_rocketmq5_pop_consumer_offset_moves_past_the_messages_its_filter_left_o
         assert ack.status.code == v2.OK
         assert committed(broker, group.name, mq) == len(TAGS)
 
-        with RmqClient(broker.address) as client:
-            client.send(mq.topic, [OutgoingMessage(b"b", tags="b")] * 2)
+        send_left_out(broker, mq)
         assert receive() == []
         assert committed(broker, group.name, mq) == len(TAGS) + 2

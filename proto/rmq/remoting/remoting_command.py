@@ -1,7 +1,10 @@
 """RemotingCommand (docs/remoting-protocol.md, "Frames" and "Headers"): one request or response,
 its header in JSON or in ROCKETMQ's binary encoding, and its body. `decode` takes a frame's
 payload (everything after the length prefix) and raises FrameError for anything malformed;
-`encode` writes a whole frame, header in the encoding the command names."""
+`encode` writes a whole frame, header in the encoding the command names. A server reads a frame's
+header before its body (`decode_header`, then the body set on the command): the header decides
+whether the body is worth reading. JSON from the wire nests at most MAX_JSON_DEPTH deep
+(`json_within_depth`), so no client can make a decoder recurse past Python's limit."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ RPC_TYPE_RESPONSE = 1  # flag bit 0: the command is a response
 RPC_ONEWAY = 2  # flag bit 1: the sender wants no response
 _BINARY_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
 _SHORT = struct.Struct(">h")
+MAX_JSON_DEPTH = 32   # a RemotingCommand header nests 2 deep (extFields); request bodies a few more
 
 
 class FrameError(ValueError):
@@ -112,16 +116,52 @@ def decode(payload: bytes) -> RemotingCommand:
         raise FrameError(f"a frame of {len(payload)} bytes has no header length")
     mark = LENGTH.unpack_from(payload)[0]
     header_length = mark & HEADER_LENGTH_MASK
-    kind = (mark >> 24) & 0xFF
     if header_length > len(payload) - 4:
         raise FrameError(f"header length {header_length} exceeds the frame ({len(payload) - 4} bytes)")
-    header = payload[4 : 4 + header_length]
-    body = payload[4 + header_length :]
+    command = decode_header(mark, payload[4 : 4 + header_length])
+    command.body = payload[4 + header_length :]
+    return command
+
+
+def decode_header(mark: int, header: bytes) -> RemotingCommand:
+    """The command a frame's header describes, without its body: `mark` is the header length
+    word (encoding in its top byte); FrameError for anything malformed."""
+    kind = (mark >> 24) & 0xFF
     if kind == SerializeType.JSON:
-        return decode_json_header(header, body)
+        return decode_json_header(header, b"")
     if kind == SerializeType.ROCKETMQ:
-        return decode_binary_header(header, body)
+        return decode_binary_header(header, b"")
     raise FrameError(f"unknown header encoding {kind} (0 = JSON, 1 = ROCKETMQ)")
+
+
+_OPENERS = frozenset(b"[{")
+_CLOSERS = frozenset(b"]}")
+
+
+def json_within_depth(data: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether the JSON text `data` nests arrays and objects at most `limit` deep (brackets inside
+    strings do not count). Counting the brackets first keeps the usual small document a C-speed
+    check; only one with more than `limit` of them is walked."""
+    if data.count(b"{") + data.count(b"[") <= limit:
+        return True
+    depth, in_string, escaped = 0, False, False
+    for byte in data:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:   # backslash
+                escaped = True
+            elif byte == 0x22:   # closing quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in _OPENERS:
+            depth += 1
+            if depth > limit:
+                return False
+        elif byte in _CLOSERS:
+            depth -= 1
+    return True
 
 
 def encode_json_header(command: RemotingCommand) -> bytes:
@@ -156,9 +196,11 @@ def _text(value: object) -> str:
 
 
 def decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
+    if not json_within_depth(header):
+        raise FrameError(f"the JSON header nests deeper than {MAX_JSON_DEPTH} levels")
     try:
         parsed = json.loads(header)
-    except (UnicodeDecodeError, ValueError) as error:
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
         raise FrameError(f"the JSON header is not valid JSON: {error}") from None
     if not isinstance(parsed, dict):
         raise FrameError("the JSON header is not an object")
