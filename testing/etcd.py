@@ -1,12 +1,14 @@
 """A real etcd (Debian's etcd-server, `make venv` installs it) on loopback for the controller's
 tests: one member or a cluster of several, each on free ports with its own data directory, ready
-once its /health answers; a member can be killed with SIGKILL and started again on its data."""
+once its /health answers; a member can be killed with SIGKILL and started again on its data.
+With `tls`, clients must connect over TLS with a certificate the given CA signed."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import signal
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -24,6 +26,17 @@ def etcd_missing() -> str | None:
     return None if shutil.which("etcd") else "etcd not installed (make venv installs Debian's etcd-server)"
 
 
+@dataclass(frozen=True)
+class EtcdTls:
+    """The CA clients trust, etcd's server certificate and key, and a client certificate and key."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+
+
 @dataclass
 class EtcdMember:
     name: str
@@ -31,6 +44,11 @@ class EtcdMember:
     peer_port: int
     data_dir: Path
     process: subprocess.Popen[bytes] | None = None
+    tls: EtcdTls | None = None
+
+    @property
+    def client_url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://{self.endpoint}"
 
     @property
     def endpoint(self) -> str:
@@ -41,17 +59,22 @@ class EtcdMember:
         return f"http://127.0.0.1:{self.peer_port}"
 
     def healthy(self) -> bool:
+        context = None
+        if self.tls is not None:
+            context = ssl.create_default_context(cafile=str(self.tls.ca))
+            context.load_cert_chain(str(self.tls.client_cert), str(self.tls.client_key))
         try:
-            with urllib.request.urlopen(f"http://{self.endpoint}/health", timeout=1) as answer:
+            with urllib.request.urlopen(f"{self.client_url}/health", timeout=1, context=context) as answer:
                 return bool(json.loads(answer.read()).get("health") == "true")
         except (OSError, ValueError, urllib.error.URLError):
             return False
 
 
 class EtcdCluster:
-    def __init__(self, directory: Path, size: int = 1) -> None:
+    def __init__(self, directory: Path, size: int = 1, tls: EtcdTls | None = None) -> None:
         self.directory = directory
-        self.members = [EtcdMember(f"etcd{i}", free_port(), free_port(), directory / f"etcd{i}")
+        self.tls = tls
+        self.members = [EtcdMember(f"etcd{i}", free_port(), free_port(), directory / f"etcd{i}", tls=tls)
                         for i in range(size)]
 
     @property
@@ -66,10 +89,13 @@ class EtcdCluster:
 
     def _spawn(self, member: EtcdMember, state: str) -> None:
         initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
+        tls = [] if self.tls is None else [
+            "--cert-file", str(self.tls.server_cert), "--key-file", str(self.tls.server_key),
+            "--client-cert-auth", "--trusted-ca-file", str(self.tls.ca)]
         log = open(self.directory / f"{member.name}.log", "ab")
         member.process = subprocess.Popen(
             ["etcd", "--name", member.name, "--data-dir", str(member.data_dir),
-             "--listen-client-urls", f"http://{member.endpoint}", "--advertise-client-urls", f"http://{member.endpoint}",
+             "--listen-client-urls", member.client_url, "--advertise-client-urls", member.client_url, *tls,
              "--listen-peer-urls", member.peer_url, "--initial-advertise-peer-urls", member.peer_url,
              "--initial-cluster", initial, "--initial-cluster-state", state,
              "--initial-cluster-token", f"rmq-test-{self.members[0].peer_port}",

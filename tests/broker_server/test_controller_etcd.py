@@ -24,9 +24,10 @@ from rmq.broker_server.replication.replicas_info_manager import Heartbeat, Repli
 from rmq.broker_server.replication.replicas_manager import ReplicasManager
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
-from testing.etcd import EtcdCluster, etcd_missing
+from testing.etcd import EtcdCluster, EtcdTls, etcd_missing
 from testing.processes import free_port
 from tests.broker_server.test_replication import write_secret
+from tests.tls_certs import make_tls_files
 
 pytestmark = pytest.mark.skipif(etcd_missing() is not None, reason=etcd_missing() or "")
 
@@ -261,3 +262,27 @@ def test_a_broker_finds_the_leader_among_its_controllers_and_proves_every_heartb
     followed, refused = asyncio.run(scenario())
     assert (followed.status.code, followed.epoch, followed.master_broker_id) == (rmq_pb2.OK, 1, 0)
     assert refused.status.code == rmq_pb2.NO_PERMISSION
+
+
+def test_an_etcd_with_client_certificates_takes_the_controller_with_its_tls_settings(tmp_path: Path) -> None:
+    """--etcd-ca/--etcd-cert/--etcd-key: the controller leads over TLS; without the client
+    certificate etcd refuses it and the start fails with one line naming the endpoint."""
+    files = make_tls_files(tmp_path / "tls")
+    etcd = EtcdCluster(tmp_path, tls=EtcdTls(files.ca, files.server_cert, files.server_key, files.client_cert,
+                                             files.client_key)).start()
+
+    async def scenario() -> None:
+        config = NameServerConfig(controller=True, etcd=etcd.endpoints, etcd_ca_file=str(files.ca),
+                                  etcd_cert_file=str(files.client_cert), etcd_key_file=str(files.client_key))
+        leadership = await controllers_on_etcd(config)
+        await leadership.tick()
+        assert leadership.leading
+        await leadership.client.close()
+        with pytest.raises(UserError, match=f"the controller cannot reach etcd at {etcd.endpoints}"):
+            await controllers_on_etcd(NameServerConfig(controller=True, etcd=etcd.endpoints,
+                                                       etcd_ca_file=str(files.ca)))
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        etcd.stop()
