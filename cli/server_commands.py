@@ -54,9 +54,9 @@ def add_parsers(subparsers: Subcommands) -> None:
                         help="ASYNC_MASTER (default) acknowledges once stored, SYNC_MASTER once a slave "
                              "holds it too, SLAVE copies --master read-only")
     broker.add_argument("--master", metavar="HOST:PORT", help="a SLAVE's master")
-    broker.add_argument("--controller", metavar="HOST:PORT",
-                        help="controller mode: the name server with --controller assigns this member's role "
-                             "(--role then names the master's mode)")
+    broker.add_argument("--controller", metavar="HOST:PORT[,HOST:PORT]",
+                        help="controller mode: the name server(s) with --controller assign this member's "
+                             "role (--role then names the master's mode); of several, the leader is followed")
     broker.add_argument("--cluster-secret", metavar="FILE",
                         help="the broker group's shared secret (chmod 600, the same file on every member): "
                              "master and slaves authenticate each other; required with --acl")
