@@ -24,7 +24,7 @@ from rmq.broker_server.replication.replicas_info_manager import Heartbeat, Repli
 from rmq.broker_server.replication.replicas_manager import ReplicasManager
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
-from testing.etcd import EtcdCluster, EtcdTls, etcd_missing
+from testing.etcd import EtcdCluster, EtcdTls, enable_auth, etcd_missing
 from testing.processes import free_port
 from tests.broker_server.test_replication import write_secret
 from tests.tls_certs import make_tls_files
@@ -281,6 +281,32 @@ def test_an_etcd_with_client_certificates_takes_the_controller_with_its_tls_sett
         with pytest.raises(UserError, match=f"the controller cannot reach etcd at {etcd.endpoints}"):
             await controllers_on_etcd(NameServerConfig(controller=True, etcd=etcd.endpoints,
                                                        etcd_ca_file=str(files.ca)))
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        etcd.stop()
+
+
+def test_an_etcd_with_authentication_takes_the_controller_with_its_user_and_password(tmp_path: Path) -> None:
+    """--etcd-user/--etcd-password-file: the controller signs in and leads; a wrong password is
+    refused at start in one line."""
+    etcd = EtcdCluster(tmp_path).start()
+    enable_auth(etcd.members[0], "root-password")
+
+    async def scenario() -> None:
+        good, bad = tmp_path / "password", tmp_path / "wrong"
+        good.write_text("root-password\n")
+        bad.write_text("not it\n")
+        config = NameServerConfig(controller=True, etcd=etcd.endpoints, etcd_user="root",
+                                  etcd_password_file=str(good))
+        leadership = await controllers_on_etcd(config)
+        await leadership.tick()
+        assert leadership.leading
+        await leadership.client.close()
+        with pytest.raises(UserError, match="authentication failed"):
+            await controllers_on_etcd(NameServerConfig(controller=True, etcd=etcd.endpoints, etcd_user="root",
+                                                       etcd_password_file=str(bad)))
 
     try:
         asyncio.run(scenario())
