@@ -137,7 +137,8 @@ def enable_auth(member: EtcdMember, root_password: str) -> None:
     authentication on (every client must sign in from then on)."""
     for path, body in (("user/add", {"name": "root", "password": root_password}),
                        ("user/grant", {"user": "root", "role": "root"}), ("enable", {})):
-        request = urllib.request.Request(f"{member.client_url}/v3/auth/{path}", data=json.dumps(body).encode(),
+        request = urllib.request.Request(f"{member.client_url}/v3/auth/{path}",
+                                         data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=5) as answer:
             answer.read()
