@@ -111,17 +111,22 @@ class Target:
     max_ratio: float | None = None
     max_value: float | None = None
     unit: str = ""
+    min_value: float | None = None
 
     def describe(self) -> str:
         if self.min_ratio is not None:
             return f"≥ {self.min_ratio:g}× reference"
         if self.max_ratio is not None:
             return f"≤ {self.max_ratio:g}× reference"
+        if self.min_value is not None:
+            return f"≥ {self.min_value:,g} {self.unit}"
         return f"< {self.max_value:g} {self.unit}"
 
     def met(self, row: Row) -> bool | None:
         if self.max_value is not None:
             return None if row.value is None else row.value.median < self.max_value
+        if self.min_value is not None:
+            return None if row.value is None else row.value.median >= self.min_value
         ratio = row.ratio
         if ratio is None:
             return None

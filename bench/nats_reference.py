@@ -75,7 +75,8 @@ async def _as_coroutine(awaitable: Awaitable[T]) -> T:
     return await awaitable
 
 
-async def _fresh_stream(url: str, subject: str) -> tuple[nats.NATS, nats.js.JetStreamContext]:
+async def fresh_stream(url: str, subject: str) -> tuple[nats.NATS, nats.js.JetStreamContext]:
+    """A connection and its JetStream context, with STREAM made anew (file storage) for `subject`."""
     connection = await nats.connect(url)
     jetstream = connection.jetstream()
     try:
@@ -96,7 +97,7 @@ async def _publish(jetstream: nats.js.JetStreamContext, subject: str, body: byte
 def publish_rate(server: NatsServer, body: bytes, count: int) -> float:
     """Messages/s of JetStream publish with acks into a fresh file-backed stream."""
     async def measure() -> float:
-        connection, jetstream = await _fresh_stream(server.url, "bench.publish")
+        connection, jetstream = await fresh_stream(server.url, "bench.publish")
         try:
             start = time.perf_counter()
             await _publish(jetstream, "bench.publish", body, count)
@@ -111,7 +112,7 @@ def durable_pull_rate(server: NatsServer, body: bytes, count: int) -> float:
     (AckPolicy.ALL: the last message acks the batch, as a committed offset does) over a stream
     pre-filled with `count` messages."""
     async def measure() -> float:
-        connection, jetstream = await _fresh_stream(server.url, "bench.pull")
+        connection, jetstream = await fresh_stream(server.url, "bench.pull")
         try:
             await _publish(jetstream, "bench.pull", body, count)
             subscription = await jetstream.pull_subscribe(
@@ -133,7 +134,7 @@ def wake_latencies(server: NatsServer, samples: int, body: bytes, settle_s: floa
     writer publishes one message (with its ack) after `settle_s`; measured from just before the
     publish to the fetch's return."""
     async def measure() -> list[float]:
-        reader, jetstream = await _fresh_stream(server.url, "bench.wake")
+        reader, jetstream = await fresh_stream(server.url, "bench.wake")
         writer = await nats.connect(server.url)
         try:
             subscription = await jetstream.pull_subscribe(

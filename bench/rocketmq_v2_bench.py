@@ -63,10 +63,12 @@ def rocketmq_v2_rows(env: Environment) -> list[Row]:
     ]
 
 
-def official_send(rocketmq: Any, producer: Any, body: bytes, count: int) -> None:
+def official_send(rocketmq: Any, producer: Any, body: bytes, count: int,
+                  topic: str = "bench-v2-produce") -> None:
+    """`count` sends of the official RocketMQ 5 client, one message each."""
     for _ in range(count):
         message = rocketmq.Message()
-        message.topic, message.body = "bench-v2-produce", body
+        message.topic, message.body = topic, body
         producer.send(message)
 
 

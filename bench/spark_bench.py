@@ -26,7 +26,7 @@ FILL_BATCH = 1024
 WARM_UP_ROWS = 200_000
 ROUTE_WAIT_S = 30.0
 E2E_TARGET = Target(min_ratio=0.9)   # BENCHMARKS.md "Targets", issue 28
-NARROW_COLUMNS = ("queue_id", "queue_offset", "body")   # the second reference: Spark's cost of fewer columns
+NARROW_COLUMNS = ("queue_id", "queue_offset", "body")   # the three-column schema of row 5
 
 
 @dataclass(frozen=True)
@@ -43,45 +43,61 @@ def e2e_rows(env: Environment) -> list[Row]:
     """A streaming query `spark.readStream.format("rmq")` with Trigger.AvailableNow into the
     `noop` sink reads a topic of 8 queues pre-filled with 100-byte messages (connector defaults:
     pullBatchSize 4096); rows/s from `start()` to termination, so query start-up counts. The
-    query runs with option transport=flight (the broker's Arrow Flight data plane,
-    docs/data-plane.md) and transport=grpc (PullMessage), alternating.
-    Reference: the same query over `bench/reference_source.py`, a Python streaming source whose
-    8 partitions yield one memory-mapped Arrow batch, decoded from this topic's first pull,
-    over and over (zero-copy, identical schema and rows). Spark `local[2]`, one warm-up
-    query of each source before measuring. A further row compares the Flight runs with the
-    reference source yielding only 3 of the 11 columns (queue_id, queue_offset, body): how
-    much of Spark's own cost is the width of the rows. CPU per row: the broker process's, and
-    the Spark JVM's with its Python workers (/proc, the whole process tree), per query."""
+    query runs with the default schema (11 columns) and with a schema naming 3 (queue_id,
+    queue_offset, body: the broker and the executor build only those, issue 43), each with option
+    transport=flight (the broker's Arrow Flight data plane, docs/data-plane.md) and transport=grpc
+    (PullMessage), alternating.
+    Reference, per schema: the same query over `bench/reference_source.py`, a Python streaming
+    source whose 8 partitions yield one memory-mapped Arrow batch of that schema's columns, decoded
+    from this topic's first pull, over and over (zero-copy, identical rows). Spark `local[2]`, one
+    warm-up query of each source before measuring. CPU per row: the broker process's, and the
+    Spark JVM's with its Python workers (/proc, the whole process tree), per query."""
     with env.broker() as broker:
         _warm_up(env, broker.address)
         ingest = _fill(broker.address, "bench-e2e", E2E_QUEUES, env.scale.e2e_messages)
         name = f"Spark ingest, {E2E_QUEUES} queues, {ingest.rows:,} msgs"
-        references = {"full": _reference_options(env, ingest),
-                      "narrow": _reference_options(env, ingest, NARROW_COLUMNS)}
-        runs = {key: _Runs() for key in (*TRANSPORTS, *references)}
+        references = {key: _reference_options(env, ingest, columns) for key, columns in SCHEMAS.items()}
+        runs = {(key, source): _Runs() for key in SCHEMAS for source in (*TRANSPORTS, REFERENCE)}
         jvm = _jvm_pid(env)
-        for _ in range(env.scale.repeats):   # both transports and both references alternate
-            for transport in TRANSPORTS:
-                runs[transport].measure(env, broker.process.pid, jvm, "rmq", _rmq_options(ingest, transport),
-                                        ingest.rows)
-            for key, options in references.items():
-                runs[key].measure(env, broker.process.pid, jvm, reference_source.NAME, options, ingest.rows)
-        full = f"zero-copy Arrow source, {ingest.partitions} partitions"
-        rows = [Row(f"{name}, {TRANSPORT_NAMES[t]}", "rows/s", Stats.of(runs[t].rates), full,
-                    Stats.of(runs["full"].rates), E2E_TARGET) for t in TRANSPORTS]
-        rows.append(Row(f"{name}, {TRANSPORT_NAMES['flight']} (same runs)", "rows/s",
-                        Stats.of(runs["flight"].rates), f"{full}, 3 columns ({', '.join(NARROW_COLUMNS)})",
-                        Stats.of(runs["narrow"].rates)))
-        for t in TRANSPORTS:
-            rows += [Row(f"broker CPU per row, {TRANSPORT_NAMES[t]}", "µs", Stats.of(runs[t].broker_us)),
-                     Row(f"Spark (JVM + Python workers) CPU per row, {TRANSPORT_NAMES[t]}", "µs",
-                         Stats.of(runs[t].executor_us), "zero-copy Arrow source",
-                         Stats.of(runs["full"].executor_us))]
-        return rows
+        for _ in range(env.scale.repeats):   # both schemas, both transports and the references alternate
+            for key, columns in SCHEMAS.items():
+                for transport in TRANSPORTS:
+                    options = _rmq_options(ingest, transport)
+                    runs[key, transport].measure(env, broker.process.pid, jvm, "rmq", options, ingest.rows,
+                                                 _schema(columns))
+                runs[key, REFERENCE].measure(env, broker.process.pid, jvm, reference_source.NAME,
+                                             references[key], ingest.rows)
+        return [row for key in SCHEMAS for row in _e2e_schema_rows(name, key, ingest, runs)]
+
+
+def _e2e_schema_rows(name: str, key: str, ingest: Ingest, runs: dict[tuple[str, str], _Runs]) -> list[Row]:
+    """Row 5 for one schema: ingest rates of both transports against the reference of the same
+    columns, then CPU per row of the broker and of Spark."""
+    reference = runs[key, REFERENCE]
+    label = f"zero-copy Arrow source, {ingest.partitions} partitions, {key}"
+    rows = [Row(f"{name}, {key}, {TRANSPORT_NAMES[t]}", "rows/s", Stats.of(runs[key, t].rates), label,
+                Stats.of(reference.rates), E2E_TARGET) for t in TRANSPORTS]
+    for t in TRANSPORTS:
+        broker_target = BROKER_CPU_TARGET if (key, t) == (NARROW_KEY, "flight") else None
+        rows += [Row(f"broker CPU per row, {key}, {TRANSPORT_NAMES[t]}", "µs",
+                     Stats.of(runs[key, t].broker_us), target=broker_target),
+                 Row(f"Spark (JVM + Python workers) CPU per row, {key}, {TRANSPORT_NAMES[t]}", "µs",
+                     Stats.of(runs[key, t].executor_us), f"zero-copy Arrow source, {key}",
+                     Stats.of(reference.executor_us))]
+    return rows
 
 
 TRANSPORTS = ("flight", "grpc")
 TRANSPORT_NAMES = {"flight": "transport=flight", "grpc": "transport=grpc (PullMessage)"}
+REFERENCE = "reference"
+NARROW_KEY = f"3 columns ({', '.join(NARROW_COLUMNS)})"
+SCHEMAS: dict[str, tuple[str, ...] | None] = {"default schema (11 columns)": None, NARROW_KEY: NARROW_COLUMNS}
+BROKER_CPU_TARGET = Target(max_value=0.2, unit="µs")   # issue 43: broker CPU per Flight row, 3 columns
+
+
+def _schema(columns: tuple[str, ...] | None) -> StructType | None:
+    """The query's schema naming `columns` (None: the source's default schema)."""
+    return None if columns is None else StructType([SOURCE_SCHEMA[name] for name in columns])
 
 
 @dataclass
@@ -93,9 +109,9 @@ class _Runs:
     executor_us: list[float] = field(default_factory=list)
 
     def measure(self, env: Environment, broker_pid: int, jvm_pid: int, source: str, options: dict[str, str],
-                rows: int) -> None:
+                rows: int, schema: StructType | None = None) -> None:
         broker_before, jvm_before = machine.process_cpu_seconds(broker_pid), machine.tree_cpu_seconds(jvm_pid)
-        self.rates.append(_ingest_rate(env, source, options, rows))
+        self.rates.append(_ingest_rate(env, source, options, rows, schema))
         self.broker_us.append((machine.process_cpu_seconds(broker_pid) - broker_before) / rows * 1e6)
         self.executor_us.append((machine.tree_cpu_seconds(jvm_pid) - jvm_before) / rows * 1e6)
 
@@ -194,13 +210,16 @@ def _warm_up(env: Environment, endpoints: str) -> None:
     env.spark_warm = True
 
 
-def _ingest_rate(env: Environment, source: str, options: dict[str, str], expected_rows: int | None) -> float:
-    """Rows/s of one AvailableNow query into the noop sink, from start() to termination."""
+def _ingest_rate(env: Environment, source: str, options: dict[str, str], expected_rows: int | None,
+                 schema: StructType | None = None) -> float:
+    """Rows/s of one AvailableNow query into the noop sink, from start() to termination; `schema`:
+    the query's own (`.schema(...)`), else the source's."""
     spark = env.spark()
     checkpoint = env.directory("checkpoints") / uuid.uuid4().hex
     start = time.perf_counter()
+    reader = spark.readStream.format(source).options(**options)
     query = (
-        spark.readStream.format(source).options(**options).load()
+        (reader if schema is None else reader.schema(schema)).load()
         .writeStream.format("noop").trigger(availableNow=True)
         .option("checkpointLocation", str(checkpoint)).start()
     )

@@ -31,7 +31,7 @@ from rmq.connector.message_listener_orderly import ConsumeOrderlyContext, Consum
 from rmq.connector.producer import Producer, SendResult, SendStatus, select_message_queue_by_hash
 from rmq.connector.pull_consumer import PullConsumer
 from rmq.connector.push_consumer import PushConsumer
-from rmq.subscription import MessageSelector
+from rmq.connector.subscription import MessageSelector
 
 __all__ = [
     "AllocateStrategy",

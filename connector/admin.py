@@ -13,7 +13,7 @@ from rmq import message_format as mf
 from rmq import retry
 from rmq.connector.allocation import AllocateStrategy, allocate
 from rmq.connector.client import OutgoingMessage, QueueOffsets, RmqClient
-from rmq.connector.errors import ConfigError, RmqError, RmqUnavailable
+from rmq.connector.errors import ConfigError, RmqError, RmqRefused, RmqUnavailable
 from rmq.connector.message import MessageExt, decode_messages
 from rmq.message_queue import MessageQueue
 from rmq.statuses import PullStatus
@@ -147,8 +147,8 @@ class MQAdmin:
                 if address in (member.address, member.remoting_address):
                     packed = self.client.view_message(member.address, offset)
                     return decode_messages(packed, MessageQueue("", broker_name, 0))[0]
-        raise RmqError(rmq_pb2.QUERY_NOT_FOUND, f"message id {msg_id} names broker {address}, which is not "
-                       "in this cluster")
+        raise RmqRefused(rmq_pb2.QUERY_NOT_FOUND, f"message id {msg_id} names broker {address}, which is not "
+                         "in this cluster")
 
     def query_by_time(self, topic: str, begin_ms: int, end_ms: int, limit: int = 100,
                       page: int = 0) -> list[MessageExt]:
@@ -260,9 +260,10 @@ class MQAdmin:
         keep their own positions and would commit over the reset."""
         live = [m.client_id for m in self.members(group)]
         if live and not force:
-            raise RmqError(rmq_pb2.ILLEGAL_ARGUMENT, f"consumer group {group} has {len(live)} live member(s) "
-                           f"({', '.join(live[:3])}{', ...' if len(live) > 3 else ''}): stop them first, or "
-                           "force the reset (their next commits may overwrite it)")
+            shown = ", ".join(live[:3]) + (", ..." if len(live) > 3 else "")
+            raise RmqRefused(rmq_pb2.ILLEGAL_ARGUMENT, f"consumer group {group} has {len(live)} live "
+                             f"member(s) ({shown}): stop them first, or force the reset (their next "
+                             "commits may overwrite it)")
         results = [self._reset_target(mq, bounds, target)
                    for mq, bounds in self.client.topic_offsets(topic).items()]
         self.client.update_consumer_offsets(group, {r.queue: r.offset for r in results})
@@ -287,8 +288,8 @@ class MQAdmin:
         unless `force`. Returns the topics whose offsets were removed."""
         live = [m.client_id for m in self.members(group)]
         if live and not force:
-            raise RmqError(rmq_pb2.ILLEGAL_ARGUMENT, f"consumer group {group} has {len(live)} live "
-                           "member(s): stop them first, or force the delete")
+            raise RmqRefused(rmq_pb2.ILLEGAL_ARGUMENT, f"consumer group {group} has {len(live)} live "
+                             "member(s): stop them first, or force the delete")
         committed = self.client.query_consumer_offsets(group)
         if committed:
             self.client.remove_consumer_offsets(group, committed)
@@ -323,14 +324,14 @@ def resend(client: RmqClient, message: MessageExt, group: str = "") -> str:
 
 
 def parse_msg_id(msg_id: str) -> tuple[str, int]:
-    """(store host `ip:port`, CommitLog offset) of an offset message id; RmqError otherwise."""
+    """(store host `ip:port`, CommitLog offset) of an offset message id; ConfigError otherwise."""
     try:
         raw = bytes.fromhex(msg_id)
     except ValueError:
         raw = b""
     if len(raw) != 16:
-        raise RmqError(rmq_pb2.ILLEGAL_ARGUMENT, f"{msg_id!r} is not a message id (32 hex digits: store host "
-                       "and CommitLog offset, as `rmq consume` and the SDK show them)")
+        raise ConfigError(f"{msg_id!r} is not a message id (32 hex digits: store host and CommitLog offset, "
+                          "as `rmq consume` and the SDK show them)")
     host = ".".join(str(b) for b in raw[:4])
     port = int.from_bytes(raw[4:8], "big")
     return f"{host}:{port}", int.from_bytes(raw[8:], "big")

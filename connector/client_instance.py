@@ -100,6 +100,7 @@ class ClientInstance:
         self._rebalance_service = RebalanceService(self.do_rebalance, WAIT_INTERVAL_S)
         self.pull_message_service = PullMessageService(f"rmq-pull-{client_id}")
         self._scheduler: ScheduledExecutor | None = None
+        self._heartbeats: ScheduledTask | None = None
         self._key: _InstanceKey | None = None
         self._users = 0
 
@@ -110,7 +111,8 @@ class ClientInstance:
                 endpoints: str | Sequence[str] = (),
                 heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S) -> ClientInstance:
         """The instance of `client_id` over `client` (or over a client of `endpoints` it creates
-        and owns), created on first use; each acquire is matched by one `release`."""
+        and owns), created on first use; each acquire is matched by one `release`. The instance
+        heartbeats at the shortest `heartbeat_interval_s` any of its users asked for."""
         key: _InstanceKey
         if client is not None:
             key = (client_id, client)
@@ -126,7 +128,19 @@ class ClientInstance:
                 instance._key = key
                 cls._instances[key] = instance
             instance._users += 1
+        instance._adopt_heartbeat_interval(heartbeat_interval_s)
         return instance
+
+    def _adopt_heartbeat_interval(self, interval_s: float) -> None:
+        """Heartbeat every `interval_s` from now on when that is more often than now."""
+        with self._lock:
+            if interval_s >= self._heartbeat_interval_s:
+                return
+            self._heartbeat_interval_s = interval_s
+            running = self._heartbeats
+        if running is not None:
+            running.cancel()
+            self._schedule_heartbeats()
 
     def release(self) -> None:
         """One user is done; the last one shuts the instance down (and closes its own client)."""
@@ -178,9 +192,13 @@ class ClientInstance:
             if self._scheduler is not None:
                 return
             self._scheduler = ScheduledExecutor(f"rmq-client-{self.client_id}")
-        self._scheduler.schedule_at_fixed_rate(self._heartbeat_interval_s, self._heartbeat_interval_s,
-                                               self.heartbeat_all)
+        self._schedule_heartbeats()
         self._rebalance_service.start()
+
+    def _schedule_heartbeats(self) -> None:
+        assert self._scheduler is not None
+        period = self._heartbeat_interval_s
+        self._heartbeats = self._scheduler.schedule_at_fixed_rate(period, period, self.heartbeat_all)
 
     def _shutdown(self) -> None:
         self._rebalance_service.shutdown()

@@ -36,6 +36,15 @@ class MessageModel(enum.StrEnum):
     BROADCASTING = "broadcasting"
 
 
+class ServiceState(enum.StrEnum):
+    """RocketMQ's ServiceState: where a consumer is in its life (start() once, shutdown() once)."""
+
+    CREATE_JUST = "CREATE_JUST"
+    RUNNING = "RUNNING"
+    START_FAILED = "START_FAILED"
+    SHUTDOWN_ALREADY = "SHUTDOWN_ALREADY"
+
+
 class ConsumeFromWhere(enum.StrEnum):
     """Where a queue the group never committed starts (spec pull §9)."""
 

@@ -10,7 +10,7 @@ FORMAT_HINT = "expected host:port[,host:port]"
 def parse_endpoints(text: str) -> list[str]:
     """The addresses in `text`, in order and without duplicates.
 
-    Raises ValueError naming the offending entry when one is not `host:port` with a port
+    Raises ConfigError (a ValueError) naming the offending entry when one is not `host:port` with a port
     in 1..65535 (IPv6 hosts in brackets: `[::1]:9876`).
     """
     if not text or not text.strip():

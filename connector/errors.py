@@ -20,6 +20,8 @@ Errors raised on the client side carry no `code` (None) and print as their messa
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from rmq.message_queue import MessageQueue
@@ -109,3 +111,15 @@ class CorruptMessagesError(_ClientSideError, ValueError):
 
 class OffsetResolutionError(_ClientSideError, RuntimeError):
     """A starting offset could not be resolved (e.g. the committed offset could not be read)."""
+
+
+@contextlib.contextmanager
+def config_errors() -> Iterator[None]:
+    """Arguments refused by the parsers the SDK shares with the broker (`rmq.auth`,
+    `rmq.subscription`, `rmq.sql92` raise ValueError) surface as ConfigError, same message."""
+    try:
+        yield
+    except RmqError:
+        raise
+    except ValueError as error:
+        raise ConfigError(str(error)) from None

@@ -28,9 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from rmq.connector.client import MessageQueue, PullResult, RmqClient
-from rmq.connector.errors import ConfigError, RmqError, RmqReadError, RmqUnavailable
+from rmq.connector.errors import ConfigError, RmqError, RmqUnavailable
 from rmq.connector.rebalance_impl import PullRequest
-from rmq.connector.transport import Transport
+from rmq.connector.transport import Transport, reads_through_flight
 from rmq.subscription import MessageSelector
 
 if TYPE_CHECKING:
@@ -71,7 +71,8 @@ class FlightPullService:
         """Whether the read of `mq` at `next_offset` goes through Flight. RmqReadError when
         transport is FLIGHT and the broker serves none; RmqUnavailable when the route cannot be
         had (the caller retries as for a pull)."""
-        if self._reader is None:
+        reader = self._reader
+        if reader is None:
             return False
         backlog = self._max_offsets.get(mq, -1) - next_offset
         if self.transport is Transport.AUTO:
@@ -79,11 +80,10 @@ class FlightPullService:
                 return False
             if self._pulls_until.get(mq.broker_name, 0.0) > self._clock():
                 return False
-            return self._reader.available(mq)
-        if not self._reader.available(mq):
-            raise RmqReadError(f"transport=flight, but broker {mq.broker_name} advertises no Arrow Flight "
-                               "data plane (started with --flight-listen off?): use transport auto or grpc")
-        return mq not in self._max_offsets or backlog > 0   # the first read, or a range that exists
+        if not reads_through_flight(self.transport, lambda: reader.available(mq), mq.broker_name):
+            return False
+        # FLIGHT: the first read, or a range that exists (the tail is long-polled either way)
+        return self.transport is Transport.AUTO or mq not in self._max_offsets or backlog > 0
 
     def read(self, request: PullRequest, selector: str | MessageSelector, room: int, take: Take,
              done: Done) -> None:

@@ -11,7 +11,7 @@ read gets the stored records in each chunk's PullResult instead of rows, as a pu
 from __future__ import annotations
 
 import threading
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -68,10 +68,11 @@ class FlightReader:
 
     def read(self, mq: MessageQueue, start: int, end: int, *, group: str, batch_rows: int,
              batch_bytes: int = 0, sub_expression: str | MessageSelector = "*",
-             timeout: float | None = None, reads: int = READS_PER_TICKET, packed: bool = False
-             ) -> Generator[FlightChunk, None, None]:
+             timeout: float | None = None, reads: int = READS_PER_TICKET, packed: bool = False,
+             columns: Sequence[str] = ()) -> Generator[FlightChunk, None, None]:
         """The store reads of one ticket from `start` towards `end` (at most `reads` of
-        `batch_rows`, READS_PER_TICKET at most); the last one's result says where to go on.
+        `batch_rows`, READS_PER_TICKET at most), as batches of the source schema's `columns` (all
+        when empty); the last one's result says where to go on.
         RmqUnavailable when the broker cannot be reached or serves no Flight, RmqError for a
         refused ticket."""
         reads = min(reads, READS_PER_TICKET)
@@ -85,7 +86,7 @@ class FlightReader:
         ticket = self._client.flight_ticket(mq, start, end, group=group,
                                             max_rows=reads * batch_rows, batch_rows=batch_rows,
                                             batch_bytes=batch_bytes, sub_expression=sub_expression,
-                                            packed=packed)
+                                            packed=packed, columns=columns)
         per_read = timeout or self._client.timeout
         options = flight.FlightCallOptions(timeout=reads * per_read,
                                            headers=self._signing_headers(mq, member.broker_id, ticket))
@@ -154,4 +155,4 @@ def _flight_error(error: flight.FlightError, label: str, mq: MessageQueue) -> Rm
     denied = isinstance(error, flight.FlightUnauthorizedError)
     code = rmq_pb2.NO_PERMISSION if denied else rmq_pb2.SYSTEM_ERROR
     kind = type(error).__name__.removeprefix("Flight").removesuffix("Error").upper()
-    return RmqError(code, f"Flight DoGet failed: {kind}: {text}", broker=label, queue=mq)
+    return RmqRefused(code, f"Flight DoGet failed: {kind}: {text}", broker=label, queue=mq)

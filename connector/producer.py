@@ -17,9 +17,11 @@ moved to another broker.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, overload
@@ -27,6 +29,7 @@ from typing import Any, overload
 from rmq.connector.client import (
     PERM_WRITE,
     MessageQueue,
+    OutgoingMessage,
     RmqClient,
     RmqError,
     RmqUnavailable,
@@ -34,10 +37,12 @@ from rmq.connector.client import (
     send_which_queue_start,
 )
 from rmq.connector.client import SendResult as ClientSendResult
-from rmq.connector.errors import ConfigError, StateError
+from rmq.connector.client_instance import ClientInstance, client_id_of
+from rmq.connector.errors import ConfigError, RmqRefused, StateError
 from rmq.connector.latency_fault_tolerance import LatencyFaultTolerance
 from rmq.connector.message import DEFAULT_MAX_MESSAGE_SIZE, Message
 from rmq.connector.message_batch import MessageBatch
+from rmq.connector.remoting_client import MAX_IN_FLIGHT
 from rmq.message_format import tags_hash_code
 from rmq.statuses import SendStatus as SendStatus  # part of the producer's API
 from rmq.v1 import rmq_pb2
@@ -45,6 +50,7 @@ from rmq.v1 import rmq_pb2
 logger = logging.getLogger(__name__)
 
 RETRY_TIMES_WHEN_SEND_FAILED = 2
+ASYNC_SENDS_IN_FLIGHT = MAX_IN_FLIGHT   # send_async's bound: one remoting connection's calls
 # Broker answers after which another broker may take the message (MQProducer's retryResponseCodes).
 _RETRIED_CODES = frozenset({rmq_pb2.SERVICE_NOT_AVAILABLE, rmq_pb2.SYSTEM_ERROR, rmq_pb2.NO_PERMISSION,
                             rmq_pb2.TOPIC_NOT_EXIST})
@@ -67,8 +73,9 @@ def send_results(topic: str, sent: ClientSendResult) -> list[SendResult]:
     """One SendResult per stored message of one broker's answer (one MessageQueue per queue)."""
     queues = {queue_id: MessageQueue(topic, sent.broker_name, queue_id) for queue_id in set(sent.queue_ids)}
     if not len(sent.msg_ids) == len(sent.queue_ids) == len(sent.queue_offsets):
-        raise ValueError(f"the broker answered {len(sent.msg_ids)} message ids, {len(sent.queue_ids)} queues "
-                         f"and {len(sent.queue_offsets)} offsets")
+        raise RmqRefused(rmq_pb2.SYSTEM_ERROR, f"the broker answered {len(sent.msg_ids)} message ids, "
+                         f"{len(sent.queue_ids)} queues and {len(sent.queue_offsets)} offsets",
+                         broker=sent.broker_name)
     return list(map(SendResult, sent.msg_ids, map(queues.__getitem__, sent.queue_ids), sent.queue_offsets,
                     repeat(sent.status)))
 
@@ -92,10 +99,19 @@ def writable_queues(route: TopicRoute) -> list[MessageQueue]:
             for q in route.queue_datas if q.perm & PERM_WRITE for queue_id in range(q.write_queue_nums)]
 
 
+class SendFuture(Future[SendResult]):
+    """What `Producer.send_async` answers: a concurrent.futures.Future of the SendResult that
+    asyncio code can also await (`await producer.send_async(message)`)."""
+
+    def __await__(self) -> Generator[Any, None, SendResult]:
+        return asyncio.wrap_future(self).__await__()
+
+
 class Producer:
     def __init__(self, endpoints: str | Sequence[str], group: str | None = None, *,
                  retry_times_when_send_failed: int = RETRY_TIMES_WHEN_SEND_FAILED,
-                 max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, client: RmqClient | None = None) -> None:
+                 max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, client: RmqClient | None = None,
+                 instance_name: str | None = None) -> None:
         if retry_times_when_send_failed < 0:
             raise ConfigError(
                 f"retry_times_when_send_failed must not be negative, not {retry_times_when_send_failed}")
@@ -106,19 +122,30 @@ class Producer:
         self.max_message_size = max_message_size
         self._endpoints = endpoints
         self._client = client
-        self._owns_client = client is None
+        self._instance: ClientInstance | None = None
+        self.client_id = client_id_of(instance_name)
         self._lock = threading.Lock()
         self._next_broker: dict[str, int] = {}
+        self._retries: ThreadPoolExecutor | None = None
+        self._async_slots = threading.BoundedSemaphore(ASYNC_SENDS_IN_FLIGHT)
         self.fault_tolerance = LatencyFaultTolerance()
 
     def start(self) -> None:
+        """Without a `client`: take the client of the process's ClientInstance for this client id
+        and endpoints (MQClientInstance), so producers and consumers of one client id share its
+        routes and connections."""
         if self._client is None:
-            self._client = RmqClient(self._endpoints)
+            self._instance = ClientInstance.acquire(self.client_id, endpoints=self._endpoints)
+            self._client = self._instance.client
 
     def shutdown(self) -> None:
-        if self._client is not None and self._owns_client:
-            self._client.close()
-            self._client = None
+        with self._lock:
+            retries, self._retries = self._retries, None
+        if retries is not None:
+            retries.shutdown(wait=True)
+        if self._instance is not None:
+            self._instance.release()   # the last user closes the client
+            self._instance, self._client = None, None
 
     def __enter__(self) -> Producer:
         self.start()
@@ -143,8 +170,9 @@ class Producer:
 
     def send(self, message: Message | Sequence[Message], selector: MessageQueueSelector | None = None,
              arg: Any = None) -> SendResult | list[SendResult]:
-        """Send one message (or a list as batches) synchronously; raises ValueError for bad
-        input and RmqError when the brokers refuse or cannot be reached after the retries."""
+        """Send one message (or a list as batches) synchronously; raises ConfigError (a
+        ValueError) for bad input, RmqRefused when the brokers refuse and RmqUnavailable when
+        they cannot be reached after the retries."""
         if isinstance(message, Message):
             message.check(self.max_message_size)
             if selector is not None:
@@ -190,24 +218,79 @@ class Producer:
             try:
                 sent = send(broker)
             except RmqError as error:
-                retried = isinstance(error, RmqUnavailable) or error.code in _RETRIED_CODES
-                if error.acknowledged or not retried:
+                if not self._may_retry(broker, attempt, error):
                     raise
-                logger.warning("send to %s failed (attempt %d): %s", broker, attempt + 1, error)
-                if isinstance(error, RmqUnavailable):
-                    self.fault_tolerance.isolate(broker)
                 last_error, failed_broker = error, broker
                 continue
             return send_results(topic, sent)
         assert last_error is not None
         raise last_error
 
+    def _may_retry(self, broker: str, attempt: int, error: RmqError) -> bool:
+        """MQProducer's retry rule, for sync and async sends alike: a failure nothing of which
+        was stored, with a code another broker may cure, is retried while attempts remain; a
+        broker that did not answer is isolated for a while (latency fault tolerance)."""
+        retried = isinstance(error, RmqUnavailable) or error.code in _RETRIED_CODES
+        if error.acknowledged or not retried or attempt >= self.retry_times_when_send_failed:
+            return False
+        logger.warning("send to %s failed (attempt %d): %s", broker, attempt + 1, error)
+        if isinstance(error, RmqUnavailable):
+            self.fault_tolerance.isolate(broker)
+        return True
+
+    def send_async(self, message: Message) -> SendFuture:
+        """Send one message without blocking (RocketMQ's sendAsync): the future's result is its
+        SendResult, or the RmqError the sync `send` would raise, after the same retries on
+        other brokers. `await producer.send_async(m)` in asyncio code; `.result()` elsewhere.
+        Up to ASYNC_SENDS_IN_FLIGHT sends are in flight at once (what one remoting connection
+        carries); past that the call waits for one to be answered. Bad input raises ConfigError
+        here, before anything is sent."""
+        message.check(self.max_message_size)
+        self._async_slots.acquire()   # back pressure (RocketMQ's semaphoreAsyncSendNum)
+        future = SendFuture()
+        future.add_done_callback(self._release_async_slot)
+        self._send_async_attempt(future, message.topic, message.to_outgoing(), 0, None)
+        return future
+
+    def _release_async_slot(self, _: object) -> None:
+        self._async_slots.release()
+
+    def _send_async_attempt(self, future: SendFuture, topic: str, outgoing: OutgoingMessage, attempt: int,
+                            avoid: str | None) -> None:
+        broker = ""
+
+        def answered(sent: ClientSendResult | None, error: RmqError | None) -> None:
+            if error is None:
+                assert sent is not None
+                future.set_result(SendResult(sent.msg_ids[0], MessageQueue(topic, broker, sent.queue_ids[0]),
+                                             sent.queue_offsets[0], sent.status))
+            elif self._may_retry(broker, attempt, error):   # off the reader thread: the route may be asked
+                self._retry_executor().submit(self._send_async_attempt, future, topic, outgoing, attempt + 1,
+                                              broker)
+            else:
+                future.set_exception(error)
+
+        try:
+            broker = self._choose_broker(topic, avoid=avoid)
+            self.client.send_async(topic, outgoing, broker, answered)
+        except RmqError as error:
+            answered(None, error)
+        except BaseException as error:   # a bug must reach the caller, not vanish in a thread
+            future.set_exception(error)
+
+    def _retry_executor(self) -> ThreadPoolExecutor:
+        """DefaultMQProducerImpl's async sender executor, for retries only (made on first need)."""
+        with self._lock:
+            if self._retries is None:
+                self._retries = ThreadPoolExecutor(1, thread_name_prefix="rmq-send-retry")
+            return self._retries
+
     def _choose_broker(self, topic: str, avoid: str | None) -> str:
         """Round-robin over the topic's writable brokers, skipping the one that just failed and
         those isolated after failing to answer (latency fault tolerance)."""
         brokers = self.client.route(topic).writable_brokers()
         if not brokers:
-            raise RmqError(rmq_pb2.NO_PERMISSION, f"topic {topic} has no writable queue")
+            raise RmqRefused(rmq_pb2.NO_PERMISSION, f"topic {topic} has no writable queue")
         candidates = self.fault_tolerance.choose_from([b for b in brokers if b != avoid] or brokers)
         with self._lock:
             position = self._next_broker.get(topic, send_which_queue_start())
@@ -217,7 +300,7 @@ class Producer:
     def _send_selected(self, message: Message, selector: MessageQueueSelector, arg: Any) -> SendResult:
         queues = writable_queues(self.client.route(message.topic))
         if not queues:
-            raise RmqError(rmq_pb2.NO_PERMISSION, f"topic {message.topic} has no writable queue")
+            raise RmqRefused(rmq_pb2.NO_PERMISSION, f"topic {message.topic} has no writable queue")
         mq = selector(queues, message, arg)
         if mq not in queues:
             raise ConfigError(f"the selector chose {mq}, which is not a writable queue of {message.topic}")

@@ -43,6 +43,7 @@ from rmq.connector.consumer_checks import check_client_in_broker, is_permanent_r
 from rmq.connector.consumer_config import (
     ConsumeFromWhere,
     ConsumerConfig,
+    ServiceState,
 )
 from rmq.connector.consumer_impl import ConsumerImpl
 from rmq.connector.errors import ConfigError, RmqReadError, StateError
@@ -113,7 +114,7 @@ class PullConsumer(ConsumerImpl):
         self.client = self._instance.client
         self._subscriptions: dict[str, SubscriptionData] = {}
         self._assigned: list[MessageQueue] | None = None
-        self._state = "CREATE_JUST"
+        self._state = ServiceState.CREATE_JUST
         self._state_lock = threading.Lock()
         self._requests: queue.SimpleQueue[ConsumeRequest] = queue.SimpleQueue()
         self._paused: set[MessageQueue] = set()
@@ -173,11 +174,11 @@ class PullConsumer(ConsumerImpl):
 
     @property
     def running(self) -> bool:
-        return self._state == "RUNNING"
+        return self._state == ServiceState.RUNNING
 
     def start(self) -> None:
         with self._state_lock:
-            if self._state != "CREATE_JUST":
+            if self._state != ServiceState.CREATE_JUST:
                 raise StateError(f"The PullConsumer service state not OK, maybe started once, {self._state}")
             if self._assigned is None and not self._subscriptions:
                 raise ConfigError("nothing to read: subscribe(topic, expression) or assign(queues) first")
@@ -190,7 +191,7 @@ class PullConsumer(ConsumerImpl):
                 self._instance.register_consumer(self)
                 self._check_client_in_broker()
             self._pull_service.register(self)   # before RUNNING: a rebalance may dispatch pulls from then on
-            self._state = "RUNNING"
+            self._state = ServiceState.RUNNING
         if self._assigned is not None:
             self.rebalance_impl.assign(self._assigned)
             return
@@ -201,12 +202,12 @@ class PullConsumer(ConsumerImpl):
     def shutdown(self) -> None:
         """Commit (with auto_commit), leave the group and stop pulling."""
         with self._state_lock:
-            if self._state != "RUNNING":
-                if self._state == "CREATE_JUST":
+            if self._state != ServiceState.RUNNING:
+                if self._state == ServiceState.CREATE_JUST:
                     self._release_instance()
-                self._state = "SHUTDOWN_ALREADY"
+                self._state = ServiceState.SHUTDOWN_ALREADY
                 return
-            self._state = "SHUTDOWN_ALREADY"
+            self._state = ServiceState.SHUTDOWN_ALREADY
         if self._joins:
             self._instance.wait_for_rebalance()   # no rebalance of this consumer runs from here on
         self._pull_service.unregister(self)
@@ -345,7 +346,7 @@ class PullConsumer(ConsumerImpl):
             check_client_in_broker(self.client, self.group, self._subscriptions.values(),
                                    lambda: self._instance.send_heartbeat(self))
         except RmqError:
-            self._state = "START_FAILED"
+            self._state = ServiceState.START_FAILED
             self._instance.unregister_consumer(self, leave_group=False)
             self._release_instance()
             raise

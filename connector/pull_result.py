@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rmq.mix_all import MASTER_ID
 from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.v1 import rmq_pb2
-
-MASTER_ID = 0
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from rmq.connector.consumer_config import (
     ConsumeFromWhere,
     ConsumerConfig,
     MessageModel,
+    ServiceState,
 )
 from rmq.connector.consumer_impl import ConsumerImpl
 from rmq.connector.errors import ConfigError, StateError
@@ -62,6 +63,7 @@ from rmq.connector.rebalance_impl import (
 )
 from rmq.connector.rebalance_service import WAIT_INTERVAL_S
 from rmq.connector.scheduled_executor import ScheduledExecutor, ScheduledTask
+from rmq.connector.subscription import MessageSelector as SdkSelector
 from rmq.subscription import MessageSelector
 
 logger = logging.getLogger(__name__)
@@ -146,7 +148,7 @@ class PushConsumer(ConsumerImpl):
         self._subscriptions: dict[str, str | MessageSelector] = {}
         self._listener: MessageListenerConcurrently | MessageListenerOrderly | None = None
         self.orderly = False
-        self._state = "CREATE_JUST"
+        self._state = ServiceState.CREATE_JUST
         self._state_lock = threading.Lock()
         self._flow_control_times = 0
         self.outages = BrokerOutages(f"consumer group {group}")
@@ -168,7 +170,7 @@ class PushConsumer(ConsumerImpl):
         if not topic:
             raise ConfigError("topic is empty")
         if isinstance(expression, str):
-            expression = MessageSelector.by_tag(expression)   # ValueError naming the bad expression
+            expression = SdkSelector.by_tag(expression)   # ConfigError naming the bad expression
         self._subscriptions[topic] = expression
 
     def register_message_listener(self, listener: MessageListenerConcurrently | MessageListenerOrderly,
@@ -189,7 +191,7 @@ class PushConsumer(ConsumerImpl):
 
     @property
     def running(self) -> bool:
-        return self._state == "RUNNING"
+        return self._state == ServiceState.RUNNING
 
     def start(self) -> None:
         """DefaultMQPushConsumerImpl#start: check, copy the subscriptions, build the services,
@@ -199,7 +201,7 @@ class PushConsumer(ConsumerImpl):
         unknown topic, no permission on the group, an SQL92 filter the broker does not support:
         consumer_checks)."""
         with self._state_lock:
-            if self._state != "CREATE_JUST":
+            if self._state != ServiceState.CREATE_JUST:
                 raise StateError(f"The PushConsumer service state not OK, maybe started once, {self._state}")
             if self._listener is None:
                 raise ConfigError("no message listener registered (register_message_listener)")
@@ -207,7 +209,7 @@ class PushConsumer(ConsumerImpl):
                 raise ConfigError("no subscription (subscribe(topic, expression))")
             for topic in self._subscriptions:
                 self.client.query_route(topic)   # an unknown topic fails here, naming it
-            self._state = "START_FAILED"
+            self._state = ServiceState.START_FAILED
             self._build()
             try:
                 self._instance.register_consumer(self)   # built: the heartbeat loop may beat it now
@@ -227,7 +229,7 @@ class PushConsumer(ConsumerImpl):
             # before RUNNING: the instance's rebalance may dispatch this consumer's pulls from then on
             self.consume_service.start(lambda: list(self.rebalance_impl.process_queue_table.values()))
             self._pull_service.register(self)
-            self._state = "RUNNING"
+            self._state = ServiceState.RUNNING
         self._instance.heartbeat(self)
         self._instance.start()
         self._persist_task = self._instance.schedule_at_fixed_rate(self.persist_interval_s,
@@ -239,12 +241,12 @@ class PushConsumer(ConsumerImpl):
         """Stop pulling, wait for running listeners (up to await_termination_s), persist the
         offsets, unregister from every broker and close the connections."""
         with self._state_lock:
-            if self._state != "RUNNING":
-                if self._state == "CREATE_JUST":
+            if self._state != ServiceState.RUNNING:
+                if self._state == ServiceState.CREATE_JUST:
                     self._release_instance()
-                self._state = "SHUTDOWN_ALREADY"
+                self._state = ServiceState.SHUTDOWN_ALREADY
                 return
-            self._state = "SHUTDOWN_ALREADY"
+            self._state = ServiceState.SHUTDOWN_ALREADY
         self._instance.wait_for_rebalance()   # no rebalance of this consumer runs from here on
         self._pull_service.unregister(self)
         self.consume_service.shutdown(self.await_termination_s)

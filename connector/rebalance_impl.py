@@ -24,6 +24,7 @@ from rmq.connector.consumer_config import ConsumeFromWhere
 from rmq.connector.offset_store import OffsetStore, ReadOffsetType
 from rmq.connector.offsets import NO_OFFSET
 from rmq.connector.process_queue import ProcessQueue
+from rmq.connector.subscription import MessageSelector as SdkSelector
 from rmq.subscription import MessageSelector, parse_sub_expression
 
 logger = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ class SubscriptionData:
     @classmethod
     def build(cls, topic: str, expression: str | MessageSelector) -> SubscriptionData:
         selector = (expression if isinstance(expression, MessageSelector)
-                    else MessageSelector.by_tag(expression))
+                    else SdkSelector.by_tag(expression))   # ConfigError naming a bad expression
         tags = None if selector.is_sql else parse_sub_expression(selector.expression)[1]
         return cls(topic, selector, tags)
 
@@ -126,6 +127,19 @@ def copy_subscription(group: str, subscriptions: dict[str, str | MessageSelector
     return inner
 
 
+def allocate_topic(strategy: AllocateStrategy | str, client_id: str, mq_all: Sequence[MessageQueue],
+                   cid_all: Sequence[str], broadcasting: bool) -> list[MessageQueue] | None:
+    """rebalanceByTopic's allocation of a topic's queues, the one rule for RebalanceImpl and the Spark
+    source's membership: every queue when broadcasting, else the strategy's share of the sorted
+    queues among the sorted consumer ids; None when clustering has nothing to allocate by (no
+    queues, or no consumers)."""
+    if broadcasting:
+        return sorted(mq_all)
+    if not mq_all or not cid_all:
+        return None
+    return allocate(strategy, client_id, mq_all, cid_all)
+
+
 class RebalanceImpl:
     def __init__(
         self,
@@ -177,15 +191,15 @@ class RebalanceImpl:
 
     def rebalance_by_topic(self, topic: str) -> bool:
         mq_set = list(self.admin.message_queues(topic))
-        if self.broadcasting:
-            return self.update_process_queue_table_in_rebalance(topic, set(mq_set))
-        cid_all = self.admin.consumer_ids(topic)
-        if not mq_set or not cid_all:
+        cid_all = [] if self.broadcasting else self.admin.consumer_ids(topic)
+        allocated = allocate_topic(self.strategy, self.client_id, mq_set, cid_all, self.broadcasting)
+        if allocated is None:
             logger.warning("doRebalance, %s, %s: no queues (%d) or no consumers (%d)", self.group, topic,
                            len(mq_set), len(cid_all))
             return False
-        allocated = allocate(self.strategy, self.client_id, mq_set, cid_all)
         changed = self.update_process_queue_table_in_rebalance(topic, set(allocated))
+        if self.broadcasting:
+            return changed
         if changed:
             logger.info("rebalanced, group=%s, topic=%s, clientId=%s, mqAllSize=%d, cidAllSize=%d, "
                         "rebalanceResultSize=%d", self.group, topic, self.client_id, len(mq_set),

@@ -40,6 +40,7 @@ from rmq.remoting.remoting_command import (
     FrameError,
     LanguageCode,
     RemotingCommand,
+    SerializeType,
     decode,
 )
 from rmq.remoting.request_code import CANCELLED_OPAQUE, RMQ_CODE_FIELD, RequestCode, ResponseCode
@@ -57,6 +58,9 @@ DEADLINE_CHECK_S = 0.5          # how often the reader looks for calls past thei
 MAX_IN_FLIGHT = 512
 CONNECT_TIMEOUT_S = 3.0         # a port that does not accept by then is passed over (gRPC is used)
 RECORD_SIZE = struct.Struct(">i")   # a CommitLog record starts with its total size
+# Requests (and so their answers) carry RocketMQ's binary header, not JSON: about half the
+# Python to write and to read on both sides (RocketMQSerializable; bench/NOTES.md, issue 41)
+HEADER_ENCODING = SerializeType.ROCKETMQ
 
 # RocketMQ response codes as rmq.v1 codes (the broker's RESPONSE_CODES read backwards).
 STATUS_CODES: dict[int, rmq_pb2.Code] = {
@@ -350,6 +354,8 @@ class _PlainWire:
     def __init__(self, sock: socket.socket) -> None:
         self.socket = sock
         self._write_lock = threading.Lock()
+        # read into one buffer: a fresh 256 KiB bytes per recv is an mmap and munmap each time
+        self._read_buffer = memoryview(bytearray(READ_BYTES))
 
     def send(self, data: bytes) -> None:
         with self._write_lock:
@@ -357,7 +363,8 @@ class _PlainWire:
 
     def recv(self) -> bytes:
         """What arrived (b"" at the end; TimeoutError when nothing came within the timeout)."""
-        return self.socket.recv(READ_BYTES)
+        count = self.socket.recv_into(self._read_buffer)
+        return bytes(self._read_buffer[:count])
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -445,28 +452,34 @@ class RemotingClient:
     def send(self, target: RemotingTarget, topic: str, message: SendableMessage,
              timeout: float) -> rmq_pb2.SendMessageResponse:
         """One message (SEND_MESSAGE), answered as SendMessage answers it."""
-        properties = dict(message.properties)
-        for name, value in ((mf.PROPERTY_TAGS, message.tags), (mf.PROPERTY_KEYS, message.keys),
-                            (mf.PROPERTY_DELAY_TIME_LEVEL, str(message.delay_level or ""))):
-            if value:
-                properties[name] = value
-        queue_id = -1 if message.queue_id is None else message.queue_id
-        fields = {"producerGroup": "", "topic": topic, "queueId": str(queue_id), "sysFlag": "0",
-                  "flag": str(message.flag), "bornTimestamp": str(int(time.time() * 1000)),
-                  "properties": mf.encode_properties(properties)}
-        command = RemotingCommand(RequestCode.SEND_MESSAGE, ext_fields=fields, body=message.body)
+        command = send_command(topic, message)
         connection = self._connection(target)
         answer = connection.call(self._signed(command, target), timeout)
         if self._learned(target, answer):
             answer = connection.call(self._signed(command, target), timeout)
-        status = answer_status(answer)
-        if answer.code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_SLAVE_TIMEOUT,
-                               ResponseCode.SLAVE_NOT_AVAILABLE):
-            return rmq_pb2.SendMessageResponse(status=status)
-        fields = answer.ext_fields
-        return rmq_pb2.SendMessageResponse(status=status, msg_ids=[fields["msgId"]],
-                                           queue_ids=[int(fields["queueId"])],
-                                           queue_offsets=[int(fields["queueOffset"])])
+        return send_answer(answer)
+
+    def send_async(self, target: RemotingTarget, topic: str, message: SendableMessage, timeout: float,
+                   done: Callable[[rmq_pb2.SendMessageResponse | None, RmqUnavailable | None], None]) -> bool:
+        """`send` without blocking (NettyRemotingClient.invokeAsync): `done(answer, None)` or
+        `done(None, failure)` runs once on the reader thread. True: the request is on its way."""
+        command = send_command(topic, message)
+        connection = self._connection(target)
+
+        def complete(answer: RemotingCommand | None, failure: RmqUnavailable | None) -> None:
+            if answer is not None and self._learned(target, answer):   # once: then finish
+                connection.start(self._signed(command, target), timeout, finish)
+                return
+            finish(answer, failure)
+
+        def finish(answer: RemotingCommand | None, failure: RmqUnavailable | None) -> None:
+            if answer is None:
+                done(None, failure)
+            else:
+                done(send_answer(answer), None)
+
+        connection.start(self._signed(command, target), timeout, complete)
+        return True
 
     def pull_async(self, target: RemotingTarget, pull: PullSpec, timeout: float,
                    done: Callable[[PullResult | rmq_pb2.Status | None, RmqError | None], None]
@@ -474,7 +487,7 @@ class RemotingClient:
         """One PULL_MESSAGE; `done(result, None)` with the answer as a PullResult (or the
         refusal's Status), or `done(None, failure)`, on the reader thread."""
         fields = pull.header()
-        command = RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields=fields)
+        command = RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields=fields, serialize_type=HEADER_ENCODING)
         connection = self._connection(target)
         call = RemotingCall(connection)
 
@@ -534,6 +547,33 @@ class RemotingClient:
                                      broker=target.label) from None
             self._connections[target.address] = connection
             return connection
+
+
+def send_command(topic: str, message: SendableMessage) -> RemotingCommand:
+    """The SEND_MESSAGE request of one message (SendMessageRequestHeader)."""
+    properties = dict(message.properties)
+    for name, value in ((mf.PROPERTY_TAGS, message.tags), (mf.PROPERTY_KEYS, message.keys),
+                        (mf.PROPERTY_DELAY_TIME_LEVEL, str(message.delay_level or ""))):
+        if value:
+            properties[name] = value
+    queue_id = -1 if message.queue_id is None else message.queue_id
+    fields = {"producerGroup": "", "topic": topic, "queueId": str(queue_id), "sysFlag": "0",
+              "flag": str(message.flag), "bornTimestamp": str(int(time.time() * 1000)),
+              "properties": mf.encode_properties(properties)}
+    return RemotingCommand(RequestCode.SEND_MESSAGE, ext_fields=fields, body=message.body,
+                           serialize_type=HEADER_ENCODING)
+
+
+def send_answer(answer: RemotingCommand) -> rmq_pb2.SendMessageResponse:
+    """A SEND_MESSAGE answer as SendMessage answers it."""
+    status = answer_status(answer)
+    if answer.code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_SLAVE_TIMEOUT,
+                           ResponseCode.SLAVE_NOT_AVAILABLE):
+        return rmq_pb2.SendMessageResponse(status=status)
+    fields = answer.ext_fields
+    return rmq_pb2.SendMessageResponse(status=status, msg_ids=[fields["msgId"]],
+                                       queue_ids=[int(fields["queueId"])],
+                                       queue_offsets=[int(fields["queueOffset"])])
 
 
 def answer_status(answer: RemotingCommand) -> rmq_pb2.Status:

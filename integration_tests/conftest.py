@@ -28,6 +28,16 @@ def namesrv(tmp_path: Path) -> Iterator[processes.ServerProcess]:
     server.stop()
 
 
+@pytest.fixture(params=["all-columns", "3-columns"])
+def columns(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    """The columns of the query a source test reads: the full schema, and a schema naming three
+    (the broker and the executor then build only those; offsets, filters, replay and data loss
+    must behave the same)."""
+    from integration_tests.spark_source_support import NARROW_COLUMNS
+    from rmq.connector.spark.source_schema import ALL_COLUMNS
+    return ALL_COLUMNS if request.param == "all-columns" else NARROW_COLUMNS
+
+
 @pytest.fixture(scope="session")
 def spark():
     """One local Spark session with the `rmq` data source registered."""

@@ -14,7 +14,12 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.connector.spark.options import parse_source_options
+from rmq.connector.spark.source_schema import ALL_COLUMNS
 from rmq.connector.spark.stream_reader import RmqStreamReader
+
+# The columns of a query naming three (its schema "queue_id int, queue_offset long, body binary"):
+# the source's tests run with these as well as with every column (fixture `columns`).
+NARROW_COLUMNS = ("queue_id", "queue_offset", "body")
 
 RETENTION_CONFIG = {   # tiny files, kept about a second, cleaned at once (store §11)
     "store": {
@@ -66,11 +71,13 @@ def wait_dispatched(client: RmqClient, topic: str, total: int,
         time.sleep(0.05)
 
 
-def stream_reader(endpoints: str, topic: str | None, **options: str) -> RmqStreamReader:
-    """A stream reader as `load()` creates it (topic None: give option topicPattern)."""
+def stream_reader(endpoints: str, topic: str | None, columns: tuple[str, ...] = ALL_COLUMNS,
+                  **options: str) -> RmqStreamReader:
+    """A stream reader as `load()` creates it (topic None: give option topicPattern), for a query of
+    `columns` (its schema)."""
     topics = {} if topic is None else {"topic": topic}
     options = {"endpoints": endpoints, **topics, **options}
-    return RmqStreamReader(parse_source_options(options, streaming=True))
+    return RmqStreamReader(parse_source_options(options, streaming=True, columns=columns))
 
 
 def first_offset(reader: RmqStreamReader) -> dict:

@@ -168,3 +168,51 @@ def test_fail_on_data_loss_in_a_spark_read(spark, tmp_path):
         assert offsets == list(range(low, 200))
     finally:
         server.stop()
+
+
+def test_a_query_names_its_columns_and_a_restart_with_another_schema_resumes_at_its_offsets(
+        spark, broker, client, tmp_path):
+    """`.schema(...)`: exactly those columns in that order, for streams and batch reads; the schema is
+    not part of the offsets, so a checkpoint restarted with another one goes on where it was."""
+    client.create_topic("named", queues=2)
+    bodies = produce(client, "named", 20)
+    wait_dispatched(client, "named", 20)
+    checkpoint, seen = tmp_path / "checkpoint", []
+
+    def run(schema: str) -> list[str]:
+        frame = (spark.readStream.format("rmq").schema(schema).option("endpoints", broker.address)
+                 .option("topic", "named").option("startingOffsets", "earliest").load())
+        query = (frame.writeStream.foreachBatch(lambda batch, _: seen.extend(batch.collect()))
+                 .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+        assert query.awaitTermination(180) and query.exception() is None
+        return frame.columns
+
+    assert run("body binary, queue_offset long, queue_id int") == ["body", "queue_offset", "queue_id"]
+    assert sorted(bytes(row.body) for row in seen) == sorted(bodies)
+    bodies = produce(client, "named", 10, start=20)
+    wait_dispatched(client, "named", 30)
+    seen.clear()
+    assert run("queue_id int, store_timestamp timestamp, body binary, properties map<string,string>") == [
+        "queue_id", "store_timestamp", "body", "properties"]
+    assert sorted(bytes(row.body) for row in seen) == sorted(bodies)             # only the new ones
+    rows = (spark.read.format("rmq").schema("queue_offset long, tags string")
+            .option("endpoints", broker.address).option("topic", "named").load().collect())
+    assert len(rows) == 30 and rows[0].__fields__ == ["queue_offset", "tags"]
+
+
+@pytest.mark.parametrize(("schema", "message"), [
+    ("queue_id int, nope string", "Column 'nope' of the schema is not a column of the rmq source: the rmq "
+                                  "source's columns are topic string, broker_name string"),
+    ("body string", "Column 'body' of the schema is binary in the rmq source, not string"),
+    ("body binary, body binary", "Column 'body' of the schema is named twice"),
+])
+def test_a_bad_schema_fails_at_the_start_naming_the_column(spark, broker, schema, message):
+    """With `.schema(...)`, Spark runs no Python at load(): the batch read's first action and the
+    stream's first micro-batch refuse it."""
+    with pytest.raises(Exception, match=message):
+        spark.read.format("rmq").schema(schema).option("endpoints", broker.address).option("topic", "t") \
+            .load().collect()
+    query = (spark.readStream.format("rmq").schema(schema).option("endpoints", broker.address)
+             .option("topic", "t").load().writeStream.format("noop").start())
+    with pytest.raises(Exception, match=message):
+        query.awaitTermination(60)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 
 from integration_tests.spark_source_support import (
     first_offset,
@@ -23,6 +23,7 @@ from rmq.connector.client import MessageQueue, RmqClient
 from rmq.connector.errors import OffsetResolutionError
 from rmq.connector.spark.batch_reader import RmqBatchReader, RmqFilteringBatchReader
 from rmq.connector.spark.options import parse_source_options
+from rmq.connector.spark.source_schema import ALL_COLUMNS
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -34,8 +35,9 @@ def client(broker):
         yield rmq
 
 
-def batch_reader(endpoints: str, **options: str) -> RmqBatchReader:
-    return RmqBatchReader(parse_source_options({"endpoints": endpoints, **options}, streaming=False))
+def batch_reader(endpoints: str, columns: tuple[str, ...] = ALL_COLUMNS, **options: str) -> RmqBatchReader:
+    return RmqBatchReader(parse_source_options({"endpoints": endpoints, **options}, streaming=False,
+                                               columns=columns))
 
 
 def read_all(reader, partitions) -> list[tuple[int, int]]:
@@ -43,12 +45,12 @@ def read_all(reader, partitions) -> list[tuple[int, int]]:
                   for row in batch.select(["queue_id", "queue_offset"]).to_pylist())
 
 
-def test_min_partitions_cuts_queue_ranges_into_contiguous_pieces(broker, client):
+def test_min_partitions_cuts_queue_ranges_into_contiguous_pieces(broker, client, columns):
     client.create_topic("wide", queues=8)
     produce(client, "wide", 110)               # uneven: some queues hold one message more
     wait_dispatched(client, "wide", 110)
-    plain = batch_reader(broker.address, topic="wide")
-    cut = batch_reader(broker.address, topic="wide", minPartitions="16")
+    plain = batch_reader(broker.address, columns, topic="wide")
+    cut = batch_reader(broker.address, columns, topic="wide", minPartitions="16")
     assert len(plain.partitions()) == 8
     pieces = cut.partitions()
     assert len(pieces) == 16 and pieces == cut.partitions()                  # replays cut the same way
@@ -136,6 +138,45 @@ def test_timestamp_starts_and_ends(broker, client):
         assert positions(first_offset(reader)) == {"stamps:broker-a:0": 3}
     finally:
         reader.stop()
+    future = int(time.time() * 1000) + 3_600_000     # no message at or after it
+    for strategy, start in (("latest", 6), ("error", None)):
+        reader = stream_reader(broker.address, "stamps", startingOffsets=f"timestamp:{future}",
+                               startingOffsetsByTimestampStrategy=strategy)
+        try:
+            if start is not None:
+                assert positions(first_offset(reader)) == {"stamps:broker-a:0": start}
+            else:
+                missing = "no message of topic stamps broker broker-a queue 0 was stored at or after"
+                with pytest.raises(OffsetResolutionError, match=f"{missing} timestamp {future}"):
+                    first_offset(reader)
+        finally:
+            reader.stop()
+
+
+def test_max_bytes_per_trigger_bounds_micro_batches_by_stored_bytes(broker, client):
+    client.create_topic("bytes", queues=2)
+    produce(client, "bytes", 60)          # m-0 .. m-59: records of about the same size
+    wait_dispatched(client, "bytes", 60)
+    record = client.pull(MessageQueue("bytes", "broker-a", 0), 10, 1, group="g").messages.sizes
+    size = int.from_bytes(record, "little")
+    limit = str(10 * size)
+    reader = stream_reader(broker.address, "bytes", startingOffsets="earliest", maxBytesPerTrigger=limit)
+    both = stream_reader(broker.address, "bytes", startingOffsets="earliest", maxBytesPerTrigger=limit,
+                         maxMessagesPerTrigger="4")
+    try:
+        assert reader.getDefaultReadLimit() == ReadMaxBytes(10 * size)
+        start, sizes = first_offset(reader), []
+        reader.prepareForTriggerAvailableNow()
+        while (end := reader.latestOffset(start, reader.getDefaultReadLimit())) != start:
+            sizes.append(read_batch(reader, start, end).num_rows)
+            start = end
+        assert sum(sizes) == 60 and max(sizes) <= 10 and len(sizes) >= 6
+        start = first_offset(both)
+        end = both.latestOffset(start, both.getDefaultReadLimit())
+        assert sum(positions(end).values()) == 4                     # the rows limit binds within it
+    finally:
+        reader.stop()
+        both.stop()
 
 
 def test_min_messages_per_trigger_waits_for_enough_messages_or_the_delay(broker, client):

@@ -25,3 +25,13 @@ def test_spark_refuses_a_malformed_sql_filter_at_load(spark, orders_broker: InPr
     with pytest.raises(Exception, match="invalid SQL92 filter at position 26"):
         (spark.read.format("rmq").option("endpoints", orders_broker.address).option("topic", "Orders")
          .option("sqlFilter", "region = 'eu' AND amount >").load())
+
+
+def test_spark_sql_filter_on_properties_the_query_does_not_select(spark, orders_broker: InProcessBroker
+                                                                  ) -> None:
+    """The broker evaluates the filter on the stored properties; the query's columns leave them out."""
+    frame = (spark.read.format("rmq").schema("queue_id int, queue_offset long, body binary")
+             .option("endpoints", orders_broker.address).option("topic", "Orders").option("sqlFilter", FILTER)
+             .load())
+    assert frame.columns == ["queue_id", "queue_offset", "body"]
+    assert sorted(bytes(row.body) for row in frame.collect()) == sorted(EXPECTED)

@@ -124,3 +124,17 @@ def test_a_failing_or_late_section_becomes_a_not_measured_row() -> None:
     assert row.note == "not measured: RuntimeError: server at 127.0.0.1:1 exited with code 1"
     assert failed.description == "A section whose broker cannot start."
     assert late.rows[0].note == "not measured: over the 15-minute budget"
+
+
+def test_a_minimum_value_target_is_met_at_or_above_it() -> None:
+    target = Target(min_value=8000, unit="msg/s")
+    assert target.describe() == "≥ 8,000 msg/s"
+    assert Row("C++ send_sync", "msg/s", Stats.of([8000.0]), target=target).verdict == "met"
+    assert Row("C++ send_sync", "msg/s", Stats.of([7999.0]), target=target).verdict == "**missed**"
+
+
+def test_one_message_senders_are_four_processes_of_threads_beyond_one() -> None:
+    from bench.one_message_bench import Senders
+    shapes = {n: (Senders(n).processes, Senders(n).threads) for n in (1, 8, 32, 128)}
+    assert shapes == {1: (1, 1), 8: (4, 2), 32: (4, 8), 128: (4, 32)}
+    assert Senders(32).label() == "32 senders (4 processes × 8 threads)"

@@ -40,7 +40,7 @@ from rmq.broker_server.processors.pull_response_budget import PullHolder, PullRe
 from rmq.broker_server.security.refusal_log import RefusalLog
 from rmq.broker_server.security.request_auth import Admission, CallRefused, RequestAuthenticator, peer_address
 from rmq.broker_server.security.tls import ServerTls
-from rmq.record_batch import SCHEMA, decode_records
+from rmq.record_batch import COLUMNS, column_problem, decode_records, schema_of
 from rmq.statuses import GetMessageStatus
 from rmq.store import MessageStore
 from rmq.store.results import GetMessageResult
@@ -53,9 +53,15 @@ _NOT_IN_A_TICKET = rmq_pb2.FLAG_SUSPEND | rmq_pb2.FLAG_COMMIT_OFFSET
 # a stream goes on after these reads; any other status ends it (the client decides what it means)
 _READ_ON = frozenset({GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE,
                       GetMessageStatus.MESSAGE_WAS_REMOVING})
-# built from typed empty columns: from_pylist / pa.array would import pandas into the broker (~200
-# more memory maps and ~40 MiB, tests/broker_server/test_broker_imports.py)
-_NO_ROWS = pa.RecordBatch.from_arrays([pa.nulls(0, column.type) for column in SCHEMA], schema=SCHEMA)
+
+
+@functools.cache
+def _no_rows(columns: tuple[str, ...]) -> pa.RecordBatch:
+    """A batch of `columns` without rows, built from typed empty columns: from_pylist / pa.array would
+    import pandas into the broker (~200 more memory maps and ~40 MiB,
+    tests/broker_server/test_broker_imports.py)."""
+    schema = schema_of(columns)
+    return pa.RecordBatch.from_arrays([pa.nulls(0, column.type) for column in schema], schema=schema)
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,11 @@ class FlightRead:
     max_rows: int | None
     max_bytes: int | None
     packed: bool   # the records in each batch's metadata, batches without rows (rmq.flight)
+    columns: tuple[str, ...] = COLUMNS   # of the batches, in this order
+
+    @property
+    def schema(self) -> pa.Schema:
+        return schema_of(self.columns)
 
 
 class _Admitted(flight.ServerMiddleware):
@@ -191,7 +202,7 @@ class FlightReadService(flight.FlightServerBase):
             read = self._validate(request)
         except BrokerError as error:
             raise _refused(error) from None
-        return flight.GeneratorStream(SCHEMA, self._stream(read, account, context))
+        return flight.GeneratorStream(read.schema, self._stream(read, account, context))
 
     def _admit(self, context: flight.ServerCallContext, request: rmq_pb2.FlightReadTicket) -> str:
         """The account the stream counts against: the access key, or the caller's IP without an ACL."""
@@ -218,8 +229,12 @@ class FlightReadService(flight.FlightServerBase):
                                    f"{query.offset}")
         if request.max_rows < 0 or request.max_bytes < 0:
             raise illegal_argument("max_rows and max_bytes must not be negative")
+        columns = tuple(request.columns) or COLUMNS
+        problem = column_problem(columns)
+        if problem is not None:
+            raise illegal_argument(f"columns: {problem}")
         return FlightRead(query, request.end_offset, request.max_rows or None, request.max_bytes or None,
-                          request.packed)
+                          request.packed, columns)
 
     def _stream(self, read: FlightRead, account: str, context: flight.ServerCallContext
                 ) -> Iterator[tuple[pa.RecordBatch, pa.Buffer]]:
@@ -283,9 +298,10 @@ class FlightReadService(flight.FlightServerBase):
             pack_messages(answer.messages, result)
         progress = pa.py_buffer(answer.SerializeToString())
         if not result.message_count or read.packed:
-            return _NO_ROWS, progress
+            return _no_rows(read.columns), progress
         records = np.frombuffer(result.buffer, dtype=np.uint8)
-        return decode_records(records, result.sizes.astype(np.int64), self.broker_name), progress
+        sizes = result.sizes.astype(np.int64)
+        return decode_records(records, sizes, self.broker_name, read.columns), progress
 
     def _reserve(self, holder: PullHolder, wanted: int, context: flight.ServerCallContext) -> int:
         """The bytes granted for the next read: at once when the budget has them, else waited for

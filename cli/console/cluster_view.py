@@ -10,7 +10,7 @@ from typing import Any
 from rmq import retry
 from rmq.connector.admin import MQAdmin, ResetTarget, resend
 from rmq.connector.client import RmqClient
-from rmq.connector.errors import RmqError, RmqUnavailable
+from rmq.connector.errors import ConfigError, RmqError, RmqUnavailable
 from rmq.connector.message import MessageExt
 from rmq.v1 import rmq_pb2
 
@@ -142,7 +142,7 @@ class ClusterView:
         try:
             message = self.admin.view(msg_id)
         except RmqError as error:
-            if error.code in (rmq_pb2.QUERY_NOT_FOUND, rmq_pb2.ILLEGAL_ARGUMENT):
+            if isinstance(error, ConfigError) or error.code == rmq_pb2.QUERY_NOT_FOUND:
                 raise NotFound(str(error)) from None
             raise
         groups = [g for g in self.admin.groups()[:MAX_GROUPS_FOR_STATE]

@@ -64,7 +64,7 @@ class RmqBatchReader(DataSourceReader):
                 start, end = self._narrow(mq, start, end, lookup)
                 if end > start:
                     partitions.append(QueueRangePartition(mq, start, end, pull))
-        return split_ranges(partitions, options.min_partitions)
+        return split_ranges(partitions, options.min_partitions, options.max_records_per_partition)
 
     def _narrow(self, mq: MessageQueue, start: int, end: int, lookup: BrokerOffsetLookup) -> tuple[int, int]:
         """The range cut to the pushed queue_offset and store_timestamp bounds."""

@@ -31,6 +31,10 @@ contract):
     maxMessagesPerTrigger  stream only: at most this many messages per micro-batch
     minMessagesPerTrigger, maxTriggerDelay   stream only: wait for N messages, at most the delay (15m)
     minPartitions          at least this many tasks (queue ranges cut into contiguous pieces)
+    maxRecordsPerPartition at most this many offsets per task (longer ranges cut into equal pieces)
+    maxBytesPerTrigger     stream only: about this many stored bytes per micro-batch (with the rows limit)
+    startingOffsetsByTimestampStrategy   latest (default) | error: a queue without a message at or
+                           after its starting timestamp starts at its end, or fails the query
     pullBatchSize          messages per PullMessage, 1..32768, default 4096
     pullTimeoutMs          timeout of one request, default 3000
     brokerOutageWindowMs   retrying an unreachable broker (driver and executors), default 120000
@@ -39,6 +43,10 @@ contract):
     failOnDataLoss         true (default) | false
     offsetStoreDir         broadcasting offsets: <dir>/<group>/offsets.json, default ~/.rmq/offsets
     accessKey, secretKey, tls, tlsCaFile, tlsCertFile, tlsKeyFile   signed / TLS / mutual TLS calls
+
+A query may name its columns: `.schema("queue_id int, queue_offset long, body binary")` reads only
+those (source_schema.source_columns checks them; Spark then runs no Python at `load()`, so the
+check and the options' come when the reader is created, at the query's start).
 
 Options are validated at `load()`. Spark does not say there whether `read` or `readStream`
 asked, so the checks that depend on it (endingOffsets on a stream, ...) run when the reader
@@ -62,7 +70,7 @@ from pyspark.sql.types import StructType
 
 from rmq.connector.errors import RmqOptionError
 from rmq.connector.spark.options import check_source_options, parse_source_options
-from rmq.connector.spark.source_schema import SOURCE_SCHEMA
+from rmq.connector.spark.source_schema import SOURCE_SCHEMA, source_columns
 from rmq.connector.spark.stream_reader import OffsetJson, RmqStreamReader
 
 if TYPE_CHECKING:
@@ -76,7 +84,9 @@ class RmqDataSource(DataSource):
         return "rmq"
 
     def schema(self) -> StructType:
-        # Called at `load()` of reads only (writes never ask for it): fail early on bad options.
+        # Called at `load()` of reads without a schema of their own (writes never ask for it): fail
+        # early on bad options. With `.schema(...)` Spark runs no Python at load(): the options and
+        # the columns are checked when the reader is created, at the query's start.
         check_source_options(self.options)
         return SOURCE_SCHEMA
 
@@ -86,12 +96,13 @@ class RmqDataSource(DataSource):
 
     def reader(self, schema: StructType) -> RmqBatchReader:
         from rmq.connector.spark.batch_reader import RmqBatchReader, RmqFilteringBatchReader
-        options = parse_source_options(self.options, streaming=False)
+        options = parse_source_options(self.options, streaming=False, columns=source_columns(schema))
         return RmqFilteringBatchReader(options) if _asked_by_pushdown() else RmqBatchReader(options)
 
     def streamReader(self, schema: StructType) -> RmqStreamReader | RefusedStreamReader:
         try:
-            return RmqStreamReader(parse_source_options(self.options, streaming=True))
+            return RmqStreamReader(parse_source_options(self.options, streaming=True,
+                                                        columns=source_columns(schema)))
         except RmqOptionError as error:
             return RefusedStreamReader(error)
 
@@ -113,7 +124,7 @@ class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     PySpark's own `UnboundLocalError`.)"""
 
     def __init__(self, error: RmqOptionError) -> None:
-        self.error = error
+        self.error = error.with_traceback(None)   # the user sees the message, not where it was found
 
     def initialOffset(self) -> OffsetJson:
         raise self.error

@@ -21,10 +21,11 @@ import weakref
 from collections.abc import Sequence
 from types import FrameType
 
-from rmq.connector.allocation import AllocateStrategy, allocate
+from rmq.connector.allocation import AllocateStrategy
 from rmq.connector.broker_outages import BrokerOutages
 from rmq.connector.client import MessageQueue, RmqClient
 from rmq.connector.client_instance import ClientInstance
+from rmq.connector.rebalance_impl import allocate_topic
 from rmq.connector.rebalance_service import WAIT_INTERVAL_S
 
 logger = logging.getLogger(__name__)
@@ -118,19 +119,18 @@ class ConsumerMembership:
         self._instance.send_heartbeat(self)
 
     def rebalance(self, topic: str, mq_all: Sequence[MessageQueue]) -> list[MessageQueue]:
-        """The queues of `topic` this consumer owns now (rebalanceByTopic)."""
-        if self._broadcasting or not mq_all:
-            owned = sorted(mq_all)
-        else:
+        """The queues of `topic` this consumer owns now (RebalanceImpl's allocate_topic)."""
+        cid_all: list[str] = []
+        if not self._broadcasting and mq_all:
             self.heartbeat()   # be in the consumer list before reading it
             cid_all = self._client.consumer_list(self._group, topic)
-            if self.client_id in cid_all:
-                owned = allocate(self._strategy, self.client_id, mq_all, cid_all)
-            else:
-                # Not (yet) registered on the broker: keep the previous ownership rather
-                # than drop every queue; the next micro-batch rebalances again.
-                logger.warning("consumer %s not in group %s: %s", self.client_id, self._group, cid_all)
-                owned = [mq for mq in self._owned.get(topic, []) if mq in mq_all]
+        if cid_all and self.client_id not in cid_all:
+            # Not (yet) registered on the broker: keep the previous ownership rather than drop
+            # every queue (a micro-batch is planned from it); the next micro-batch rebalances again.
+            logger.warning("consumer %s not in group %s: %s", self.client_id, self._group, cid_all)
+            owned = [mq for mq in self._owned.get(topic, []) if mq in mq_all]
+        else:
+            owned = allocate_topic(self._strategy, self.client_id, mq_all, cid_all, self._broadcasting) or []
         if owned != self._owned.get(topic):
             logger.info("rebalance group %s topic %s: %s owns %s", self._group, topic, self.client_id,
                         [str(mq) for mq in owned])

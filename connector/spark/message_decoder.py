@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmq.connector.errors import CorruptMessagesError
-from rmq.record_batch import SCHEMA, CorruptRecordsError, decode_records
+from rmq.record_batch import COLUMNS, SCHEMA, CorruptRecordsError, decode_records
 from rmq.v1 import rmq_pb2
 
 __all__ = ["SCHEMA", "CorruptMessagesError", "decode", "decode_pulls", "filter_tags"]
@@ -25,15 +25,16 @@ def decode(packed: rmq_pb2.PackedMessages, broker_name: str) -> pa.RecordBatch:
     return decode_pulls([packed], broker_name)
 
 
-def decode_pulls(pulls: Sequence[rmq_pb2.PackedMessages], broker_name: str) -> pa.RecordBatch:
-    """The records of several pulls, in order, as one RecordBatch with SCHEMA: the rows of
-    `decode` of each, concatenated (one pass over all of them, one batch for Spark)."""
+def decode_pulls(pulls: Sequence[rmq_pb2.PackedMessages], broker_name: str,
+                 columns: Sequence[str] = COLUMNS) -> pa.RecordBatch:
+    """The records of several pulls, in order, as one RecordBatch of SCHEMA's `columns`: the rows
+    of `decode` of each, concatenated (one pass over all of them, one batch for Spark)."""
     for packed in pulls:
         _check_count(packed)
     records = np.frombuffer(_joined([packed.records for packed in pulls]), dtype=np.uint8)
     sizes = np.frombuffer(_joined([packed.sizes for packed in pulls]), dtype="<i4").astype(np.int64)
     try:
-        return decode_records(records, sizes, broker_name)
+        return decode_records(records, sizes, broker_name, columns)
     except CorruptRecordsError as error:
         raise CorruptMessagesError(f"corrupt PackedMessages: {error}") from None
 

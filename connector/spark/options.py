@@ -31,6 +31,7 @@ from rmq.connector.spark.source_offsets import (
     Specific,
     Timestamps,
 )
+from rmq.connector.spark.source_schema import ALL_COLUMNS
 from rmq.connector.transport import TRANSPORTS, Transport
 from rmq.message_format import MAX_TOPIC_LENGTH
 from rmq.names import MAX_GROUP_LENGTH, VALID_CHARACTERS, group_name_problem, topic_name_problem
@@ -61,16 +62,18 @@ OPTION_NAMES = (
     "endpoints", "topic", "topicPattern", "consumerGroup", "subExpression", "sqlFilter", "startingOffsets",
     "startingOffsetsByTimestamp", "committedFallback", "endingOffsets", "endingOffsetsByTimestamp",
     "endingTimestamp", "maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay",
-    "minPartitions", "pullBatchSize", "pullTimeoutMs", OUTAGE_OPTION, "allocateStrategy",
+    "minPartitions", "maxRecordsPerPartition", "maxBytesPerTrigger", "startingOffsetsByTimestampStrategy",
+    "pullBatchSize", "pullTimeoutMs", OUTAGE_OPTION, "allocateStrategy",
     "messageModel", "failOnDataLoss", "offsetStoreDir", "transport",
 ) + SECURITY_OPTION_NAMES
 BATCH_ONLY = ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp")
-STREAM_ONLY = ("maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay")
+STREAM_ONLY = ("maxMessagesPerTrigger", "maxBytesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay")
 JSON_FORM = 'JSON {"topic":{"broker":{"queueId":offset}}}'
 TIMESTAMPS_FORM = 'JSON {"topic":{"broker":{"queueId":epochMs}}}'
 STARTING_FORMS = f"one of earliest, latest, committed, timestamp:<epoch-ms>, or {JSON_FORM}"
 ENDING_FORMS = f"latest, or {JSON_FORM}"
 FALLBACK_FORMS = "one of latest, earliest, timestamp:<epoch-ms>, error"
+TIMESTAMP_STRATEGY = "startingOffsetsByTimestampStrategy"
 DURATION_FORMS = "a duration: <n>ms, <n>s, <n>m or <n>h (no unit: ms)"
 
 
@@ -89,6 +92,14 @@ class PullSettings:
     security: ClientSecurity = field(default_factory=ClientSecurity)   # accessKey/secretKey/tls
     sql_filter: str | None = None    # sqlFilter: an SQL92 condition the broker evaluates instead of tags
     transport: Transport = Transport.AUTO
+    columns: tuple[str, ...] = ALL_COLUMNS   # the query's schema (source_schema.source_columns)
+
+    @property
+    def read_columns(self) -> tuple[str, ...]:
+        """What a read gathers: the query's columns, and those the reader needs itself (queue_offset
+        to trim the range's end, tags to re-check the tag filter), dropped before Spark sees them."""
+        needed = ("queue_offset",) + (("tags",) if self.tags is not None else ())
+        return self.columns + tuple(name for name in needed if name not in self.columns)
 
     @property
     def selector(self) -> str | MessageSelector:
@@ -120,6 +131,8 @@ class SourceOptions:
     offset_store_dir: str
     topic_pattern: re.Pattern[str] | None = None
     min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    max_bytes_per_trigger: int | None = None       # stream only
     min_messages_per_trigger: int | None = None   # stream only
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
 
@@ -143,13 +156,16 @@ def check_source_options(options: Mapping[str, str]) -> None:
     _parse(options, streaming=False)
 
 
-def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
-    """Validate every option; defaults differ between the stream and the batch reader."""
+def parse_source_options(options: Mapping[str, str], *, streaming: bool,
+                         columns: tuple[str, ...] = ALL_COLUMNS) -> SourceOptions:
+    """Validate every option; defaults differ between the stream and the batch reader. `columns`:
+    those of the query's schema (source_schema.source_columns)."""
     _check_mode(options, streaming)
-    return _parse(options, streaming)
+    return _parse(options, streaming, columns)
 
 
-def _parse(options: Mapping[str, str], streaming: bool) -> SourceOptions:
+def _parse(options: Mapping[str, str], streaming: bool, columns: tuple[str, ...] = ALL_COLUMNS
+           ) -> SourceOptions:
     values = {str(key).lower(): str(value) for key, value in options.items()}
     _reject_unknown(values)
     get = _Getter(values)
@@ -181,6 +197,7 @@ def _parse(options: Mapping[str, str], streaming: bool) -> SourceOptions:
             security=_parse_security(options),
             sql_filter=sql_filter,
             transport=Transport(get.choice("transport", TRANSPORTS, Transport.AUTO.value)),
+            columns=columns,
         ),
         starting_offsets=starting_offsets,
         ending_offsets=_parse_ending(get, subscribed),
@@ -190,6 +207,8 @@ def _parse(options: Mapping[str, str], streaming: bool) -> SourceOptions:
         offset_store_dir=_parse_offset_store_dir(get.text("offsetStoreDir")),
         topic_pattern=pattern,
         min_partitions=get.positive_int("minPartitions", None),
+        max_records_per_partition=get.positive_int("maxRecordsPerPartition", None),
+        max_bytes_per_trigger=get.positive_int("maxBytesPerTrigger", None),
         min_messages_per_trigger=get.positive_int("minMessagesPerTrigger", None),
         max_trigger_delay_ms=get.duration_ms("maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
     )
@@ -374,11 +393,25 @@ def _parse_starting(get: _Getter, streaming: bool, group: str | None,
             policy = Committed(_parse_fallback(fallback_text))
     elif fallback_text is not None:
         raise RmqOptionError("Option 'committedFallback' applies to startingOffsets=committed only")
+    strict = _parse_timestamp_strategy(get, policy)
+    if isinstance(policy, AtTimestamp):
+        policy = AtTimestamp(policy.timestamp_ms, strict)
     by_timestamp = get.text("startingOffsetsByTimestamp")
     if by_timestamp is None:
         return policy
     stamps = _parse_json("startingOffsetsByTimestamp", by_timestamp, subscribed, 0, TIMESTAMPS_FORM)
-    return Timestamps(stamps, policy)
+    return Timestamps(stamps, policy, strict)
+
+
+def _parse_timestamp_strategy(get: _Getter, policy: OffsetPolicy) -> bool:
+    """startingOffsetsByTimestampStrategy: whether a queue without a message at or after its starting
+    timestamp fails the query (error) rather than starting at its end (latest, the default)."""
+    strategy = get.choice(TIMESTAMP_STRATEGY, ("error", "latest"), "latest")
+    if get.text(TIMESTAMP_STRATEGY) is not None and get.text("startingOffsetsByTimestamp") is None \
+            and not isinstance(policy, AtTimestamp):
+        raise RmqOptionError(f"Option {TIMESTAMP_STRATEGY!r} applies to startingOffsetsByTimestamp and "
+                             "startingOffsets=timestamp:<epoch-ms> only")
+    return strategy == "error"
 
 
 def _parse_start_word(text: str, default: OffsetPolicy, subscribed: _Subscribed) -> OffsetPolicy:

@@ -40,7 +40,7 @@ from rmq.connector.spark.client_manager import EXECUTOR_CLIENTS, Connection, Con
 from rmq.connector.spark.message_decoder import decode_pulls, filter_tags
 from rmq.connector.spark.options import OUTAGE_OPTION
 from rmq.connector.spark.ranges import QueueRangePartition
-from rmq.connector.transport import Transport
+from rmq.connector.transport import reads_through_flight
 from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.v1 import rmq_pb2
 
@@ -117,28 +117,26 @@ class QueueRangeReader:
             yield from self._pulled_batches()
 
     def _reads_through_flight(self, flight: FlightReader) -> bool:
-        transport = self._settings.transport
-        if transport is Transport.GRPC:
-            return False
-        available = self._retrying(self._start, lambda: flight.available(self._mq), "finding its data plane")
-        if transport is Transport.FLIGHT and not available:
-            raise RmqReadError(f"transport=flight, but broker {self._mq.broker_name} advertises no Arrow "
-                               "Flight data plane (started with --flight-listen off?): use transport=auto or "
-                               "grpc")
-        return available
+        return self._retrying(self._start, lambda: reads_through_flight(
+            self._settings.transport, lambda: flight.available(self._mq), self._mq.broker_name),
+            "finding its data plane")
 
     def _flight_batches(self, flight: FlightReader) -> Iterator[pa.RecordBatch]:
         """One ticket after the other from where the last one ended; a stream cut by an outage is
-        asked for again from the last offset it delivered, within the outage window."""
+        asked for again from the last offset it delivered, within the outage window. The broker's
+        store reads are as large as a batch handed to Spark (BATCH_ROWS, BATCH_BYTES; at least
+        pullBatchSize rows): the stream's batches go on as they come, without being copied into
+        larger ones, and the broker builds a quarter as many (bench/NOTES.md, issue 43)."""
         settings = self._settings
         offset, backoff = self._start, Backoff(settings.outage_window_ms / 1000)
         held: _Held[pa.RecordBatch] = _Held()   # small batches go to Spark together, as pulls do
         while offset < self._end:
             try:
                 for chunk in flight.read(self._mq, offset, self._end, group=settings.consumer_group,
-                                         batch_rows=settings.pull_batch_size,
-                                         sub_expression=settings.selector,
-                                         timeout=settings.pull_timeout_ms / 1000):
+                                         batch_rows=max(settings.pull_batch_size, BATCH_ROWS),
+                                         batch_bytes=BATCH_BYTES, sub_expression=settings.selector,
+                                         timeout=settings.pull_timeout_ms / 1000,
+                                         columns=settings.read_columns):
                     problem = self._transient_problem(offset, chunk.result)
                     if problem is not None:
                         raise RmqUnavailable(problem, broker=self._mq.broker_name)
@@ -232,15 +230,17 @@ class QueueRangeReader:
     def _rows(self, pulls: list[rmq_pb2.PackedMessages]) -> Iterator[pa.RecordBatch]:
         """The rows of consecutive pulls as one batch, none when they hold no rows."""
         if pulls:
-            yield from self._trimmed(decode_pulls(pulls, self._mq.broker_name))
+            yield from self._trimmed(decode_pulls(pulls, self._mq.broker_name, self._settings.read_columns))
 
     def _trimmed(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
-        """The rows of `batch` below the range's end whose tag is subscribed, none when none is."""
+        """The rows of `batch` below the range's end whose tag is subscribed, in the query's columns;
+        none when no row is left."""
         if batch.num_rows and batch.column("queue_offset")[-1].as_py() >= self._end:
             batch = batch.filter(pc.less(batch.column("queue_offset"), self._end))
         batch = filter_tags(batch, self._settings.tags)
         if batch.num_rows:
-            yield batch
+            columns = self._settings.columns
+            yield batch if batch.num_columns == len(columns) else batch.select(list(columns))
 
     def _advance(self, offset: int, next_begin_offset: int) -> int:
         if next_begin_offset <= offset:

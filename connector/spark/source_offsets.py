@@ -92,9 +92,11 @@ class Committed:
 
 @dataclass(frozen=True)
 class AtTimestamp:
-    """The first message stored at or after `timestamp_ms` (max offset when all are older)."""
+    """The first message stored at or after `timestamp_ms` (max offset when all are older;
+    `strict`: an OffsetResolutionError then, startingOffsetsByTimestampStrategy=error)."""
 
     timestamp_ms: int
+    strict: bool = False
 
     def __str__(self) -> str:
         return f"timestamp:{self.timestamp_ms}"
@@ -118,6 +120,7 @@ class Timestamps:
 
     timestamps: Positions = field(hash=False)
     fallback: OffsetPolicy = field(default_factory=Latest)
+    strict: bool = False   # as AtTimestamp's
 
     def __str__(self) -> str:
         return "JSON timestamps"
@@ -157,8 +160,8 @@ def resolve_offset(policy: OffsetPolicy, mq: MessageQueue, lookup: QueueOffsetLo
                 raise OffsetResolutionError(
                     f"the group has no committed offset for {_describe(mq)} (committedFallback=error)")
             return resolve_offset(fallback, mq, lookup)
-        case AtTimestamp(timestamp_ms=timestamp_ms):
-            return lookup.search_offset(mq, timestamp_ms)
+        case AtTimestamp(timestamp_ms=timestamp_ms, strict=strict):
+            return _at_timestamp(mq, lookup, timestamp_ms, strict)
         case Specific(positions=positions, fallback=fallback):
             offset = positions.get(mq)
             if offset is None:
@@ -168,10 +171,22 @@ def resolve_offset(policy: OffsetPolicy, mq: MessageQueue, lookup: QueueOffsetLo
             if offset == OFFSET_LATEST:
                 return lookup.max_offset(mq)
             return offset
-        case Timestamps(timestamps=timestamps, fallback=fallback):
+        case Timestamps(timestamps=timestamps, fallback=fallback, strict=strict):
             stamp = timestamps.get(mq)
-            return resolve_offset(fallback, mq, lookup) if stamp is None else lookup.search_offset(mq, stamp)
+            return resolve_offset(fallback, mq, lookup) if stamp is None else _at_timestamp(mq, lookup, stamp,
+                                                                                            strict)
     assert_never(policy)
+
+
+def _at_timestamp(mq: MessageQueue, lookup: QueueOffsetLookup, timestamp_ms: int, strict: bool) -> int:
+    """The first offset stored at or after `timestamp_ms`: the queue's end when every message is older,
+    or (strict) an OffsetResolutionError, as Kafka's startingOffsetsByTimestampStrategy=error."""
+    offset = lookup.search_offset(mq, timestamp_ms)
+    if strict and offset >= lookup.max_offset(mq):
+        raise OffsetResolutionError(
+            f"no message of {_describe(mq)} was stored at or after timestamp {timestamp_ms} "
+            "(startingOffsetsByTimestampStrategy=error; latest starts such a queue at its end)")
+    return offset
 
 
 def resolve_acquired_offset(mq: MessageQueue, lookup: QueueOffsetLookup) -> int:

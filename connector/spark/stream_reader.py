@@ -46,11 +46,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any, TypeVar
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
+    ReadMaxBytes,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
@@ -70,6 +72,9 @@ from rmq.connector.spark.source_offsets import StreamOffset, resolve_acquired_of
 from rmq.connector.spark.start_offsets import check_named_queues, resolve_start
 from rmq.connector.spark.topics import matching_topics
 from rmq.message_queue import MessageQueue
+from rmq.statuses import PullStatus
+
+RECORD_SAMPLE = 16   # messages a queue's record size is estimated from (maxBytesPerTrigger)
 
 # a Spark offset of this source as Spark hands it over: the JSON of a StreamOffset
 OffsetJson = dict[str, Any]
@@ -149,15 +154,18 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # but calls commit(start) only once a further batch is planned: saving it here
         # makes the group's progress show lag 0 as soon as the query has caught up.
         self._save_progress(kept)
-        end = admit(positions, ceilings, limit)
+        end = admit(positions, ceilings, limit, self._options.max_bytes_per_trigger,
+                    self._record_bytes(positions, ceilings))
         if end is None or not self._enough_to_trigger(positions, ceilings):
             return start
         self._last_trigger = time.monotonic()
         return StreamOffset(current.client_id, self._group, end).to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        limit = self._options.max_messages_per_trigger
-        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+        rows, size = self._options.max_messages_per_trigger, self._options.max_bytes_per_trigger
+        if rows:
+            return ReadMaxRows(rows)   # and maxBytesPerTrigger within it (admission.admit)
+        return ReadMaxBytes(size) if size else ReadAllAvailable()
 
     def reportLatestOffset(self) -> OffsetJson | None:
         if self._membership is None:
@@ -181,7 +189,7 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for mq in sorted(last)
             if mq in first and last[mq] > first[mq]
         ]
-        return split_ranges(ranges, self._options.min_partitions)
+        return split_ranges(ranges, self._options.min_partitions, self._options.max_records_per_partition)
 
     def read(self, partition: QueueRangePartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         # Imported here, on the executors: the driver's per-query runner process never reads, and
@@ -332,6 +340,22 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for topic in self._topics:
             owned += membership.rebalance(topic, lookup.message_queues(topic))
         return owned
+
+    def _record_bytes(self, positions: Positions, ceilings: Positions) -> dict[MessageQueue, int]:
+        """maxBytesPerTrigger: the mean stored size of the next messages of each queue with a backlog,
+        from one pull of at most RECORD_SAMPLE of them; a queue whose pull found none gets the mean of
+        the others (none without the option)."""
+        if self._options.max_bytes_per_trigger is None:
+            return {}
+        client, sizes = self._rmq_client(), {}
+        backlogged = [mq for mq, position in positions.items() if ceilings[mq] > position]
+        for mq in backlogged:
+            sample = client.pull(mq, positions[mq], RECORD_SAMPLE, group=self._group or "")
+            records = np.frombuffer(sample.messages.sizes, dtype="<i4")
+            if sample.pull_status is PullStatus.FOUND and len(records):
+                sizes[mq] = int(records.mean())
+        typical = sum(sizes.values()) // len(sizes) if sizes else 1
+        return {mq: sizes.get(mq, typical) for mq in backlogged}
 
     def _check_not_reset(self, mq: MessageQueue, position: int, max_offset: int) -> int:
         """A queue that now ends before what the query already read lost messages (store

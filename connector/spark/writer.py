@@ -12,7 +12,10 @@ picks for its `keys` (Java String.hashCode modulo the topic's writable queues, i
 order), so rows with the same keys land on one queue in row order and an orderly consumer
 sees them in that order; rows without keys go round-robin. Such sends are retried on the same
 broker only. A `delay_level` column delays delivery (RocketMQ levels, 1 = 1 s ... 18 = 2 h;
-levels above the broker's highest are clamped by the broker).
+levels above the broker's highest are clamped by the broker). A `deliver_time` column (timestamp)
+makes a row a timer message delivered at that time: it is sent as the property TIMER_DELIVER_MS
+(epoch ms, RocketMQ 5's delivery timestamp; it replaces one the `properties` column carries);
+null: delivered at once.
 
 Streaming output modes: append and update send the micro-batch's rows; complete sends the
 whole result table at every micro-batch, as Kafka's sink does (a topic cannot be truncated:
@@ -45,6 +48,7 @@ from pyspark.sql.types import (
     ShortType,
     StringType,
     StructType,
+    TimestampType,
 )
 
 from rmq.auth import SECURITY_OPTION_NAMES, ClientSecurity
@@ -54,6 +58,7 @@ from rmq.connector.errors import RmqSinkError, RmqUnavailable
 from rmq.connector.producer import writable_queues
 from rmq.message_format import tags_hash_code
 from rmq.message_queue import MessageQueue
+from rmq.rocketmq_v2.properties import PROPERTY_TIMER_DELIVER_MS
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +101,9 @@ SINK_COLUMNS: dict[str, tuple[Callable[[DataType], bool], str]] = {
     "properties": (_is_string_map, "map<string,string>"),
     "queue_id": (_is_integer, INTEGER_TYPES),
     "delay_level": (_is_integer, INTEGER_TYPES),
+    "deliver_time": (lambda t: isinstance(t, TimestampType), "timestamp (when to deliver the message)"),
 }
+_US_PER_MS = 1000
 
 
 @dataclass(frozen=True)
@@ -231,7 +238,7 @@ class SinkPlan:
         bodies = self._bodies(batch)
         tags = self._strings(batch, "tags", rows)
         keys = self._strings(batch, "keys", rows)
-        properties = self._properties(batch, rows)
+        properties = self._with_deliver_times(self._properties(batch, rows), batch)
         queue_ids = self._integers(batch, "queue_id", rows, MAX_QUEUE_ID,
                                    "queue ids are 0 to {maximum} (null: the broker picks the queue)")
         delays = self._integers(batch, "delay_level", rows, MAX_DELAY_LEVEL,
@@ -291,6 +298,23 @@ class SinkPlan:
         if column.items.null_count:
             raise RmqSinkError(f"column '{name}' has a null value in a property: rmq properties are strings")
         return [dict(pairs) if pairs else {} for pairs in column.to_pylist()]
+
+    def _with_deliver_times(self, properties: list[dict[str, str]], batch: pa.RecordBatch
+                            ) -> list[dict[str, str]]:
+        """Each row's properties with TIMER_DELIVER_MS (epoch ms) from its `deliver_time`, if any."""
+        name = self.columns.get("deliver_time")
+        if name is None:
+            return properties
+        column = batch.column(name)
+        epoch_us = pc.cast(column, pa.int64())
+        before_epoch = pc.fill_null(pc.less(epoch_us, 0), False)
+        if pc.any(before_epoch).as_py():
+            row = _first_row(before_epoch)
+            raise RmqSinkError(f"column '{name}' is {column[row].as_py()} in row {row} of a batch: a "
+                               "delivery time is after 1970-01-01 (null: deliver at once)")
+        delivery_ms = _python_values(pc.divide(epoch_us, _US_PER_MS))
+        return [props if ms is None else {**props, PROPERTY_TIMER_DELIVER_MS: str(ms)}
+                for props, ms in zip(properties, delivery_ms, strict=True)]
 
     def _topics(self, batch: pa.RecordBatch) -> list[str]:
         name = self.columns["topic"]

@@ -10,6 +10,7 @@ pyarrow.compute for the properties map. There is no per-message Python code.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,50 +65,109 @@ _HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)[
     (np.arange(1 << 16)[:, None] >> np.array([12, 8, 4, 0])) & 0xF].view(np.uint32).reshape(-1)
 
 
-def decode_records(records: np.ndarray, sizes: np.ndarray, broker_name: str) -> pa.RecordBatch:
-    """The records (uint8, back to back) of the given sizes (int64) as one RecordBatch with SCHEMA."""
+COLUMNS = tuple(SCHEMA.names)
+
+
+def column_problem(names: Sequence[str]) -> str | None:
+    """Why `names` is not a column set of SCHEMA (unknown or repeated name), None when it is."""
+    for index, name in enumerate(names):
+        if name not in SCHEMA.names:
+            return f"unknown column {name!r}: the columns are {', '.join(COLUMNS)}"
+        if name in names[:index]:
+            return f"column {name!r} named twice"
+    return None
+
+
+def decode_records(records: np.ndarray, sizes: np.ndarray, broker_name: str,
+                   columns: Sequence[str] = COLUMNS) -> pa.RecordBatch:
+    """The records (uint8, back to back) of the given sizes (int64) as one RecordBatch of SCHEMA's
+    `columns` in that order (all by default). Only those are computed, and only the fields they
+    come from are read and checked: the fixed header always, the topic and properties lengths for
+    topic, properties, tags and keys (the properties parsed only for the last three)."""
     _check(sizes >= mf.FIXED_OVERHEAD, "record shorter than the fixed overhead")
     if int(sizes.sum()) != len(records):
         raise CorruptRecordsError(f"sizes add up to {int(sizes.sum())} but records hold {len(records)} bytes")
-    starts = np.zeros(len(sizes), dtype=np.int64)
-    np.cumsum(sizes[:-1], out=starts[1:])
-    layout = _Layout(records, starts, _step(sizes))
-    header = layout.rows(starts, mf.BODY_POS)   # every fixed field, read in one pass
-    fields = header.view(_HEADER).reshape(-1)
-    _check(fields["magic_code"] == mf.MESSAGE_MAGIC_CODE, "bad magic code")
-    _check(fields["total_size"] == sizes, "total size differs from sizes")
-
-    room = sizes - mf.FIXED_OVERHEAD  # bytes left for body + topic + properties
-    body_length = fields["body_length"].astype(np.int64)
-    _check((body_length >= 0) & (body_length <= room), "body length out of range")
-    topic_length_pos = starts + mf.BODY_POS + body_length
-    topic_length = layout.read_int(topic_length_pos, "u1").astype(np.int64)
-    _check(topic_length <= room - body_length, "topic length out of range")
-    properties_length_pos = topic_length_pos + 1 + topic_length
-    properties_length = layout.read_int(properties_length_pos, "i2").astype(np.int64)
-    _check(body_length + topic_length + properties_length == room, "field lengths do not add up")
-
-    if properties_length.any():
-        text = layout.variable(pa.string(), properties_length_pos + 2, properties_length)
-        properties = _Properties.parse(text)
-    else:
-        properties = _Properties.none(len(sizes))
-    columns = [
-        layout.variable(pa.string(), topic_length_pos + 1, topic_length),
-        pa.repeat(_string(broker_name), len(sizes)),
-        _primitive(fields["queue_id"].astype(np.int32), pa.int32()),
-        _primitive(fields["queue_offset"].astype(np.int64), pa.int64()),
-        _msg_ids(header),
-        properties.lookup(_string(mf.PROPERTY_TAGS)),
-        properties.lookup(_string(mf.PROPERTY_KEYS)),
-        layout.variable(pa.binary(), starts + mf.BODY_POS, body_length),
-        properties.entries,
-        _timestamps(fields["born_timestamp"]),
-        _timestamps(fields["store_timestamp"]),
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=SCHEMA)
+    read = _Records(records, sizes, broker_name)
+    arrays = [read.column(name) for name in columns]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema_of(tuple(columns)))
 
 
+class _Records:
+    """The columns of back-to-back records, each field read (and checked) when a column needs it."""
+
+    def __init__(self, records: np.ndarray, sizes: np.ndarray, broker_name: str) -> None:
+        self.sizes = sizes
+        self.broker_name = broker_name
+        starts = np.zeros(len(sizes), dtype=np.int64)
+        np.cumsum(sizes[:-1], out=starts[1:])
+        self.layout = _Layout(records, starts, _step(sizes))
+        self.header = self.layout.rows(starts, mf.BODY_POS)   # every fixed field, read in one pass
+        self.fields = self.header.view(_HEADER).reshape(-1)
+        _check(self.fields["magic_code"] == mf.MESSAGE_MAGIC_CODE, "bad magic code")
+        _check(self.fields["total_size"] == sizes, "total size differs from sizes")
+        self.room = sizes - mf.FIXED_OVERHEAD  # bytes left for body + topic + properties
+        self.body_length = self.fields["body_length"].astype(np.int64)
+        _check((self.body_length >= 0) & (self.body_length <= self.room), "body length out of range")
+
+    def column(self, name: str) -> pa.Array:
+        fields, count = self.fields, len(self.sizes)
+        match name:
+            case "topic":
+                tail = self._tail
+                return self.layout.variable(pa.string(), tail.topic_length_pos + 1, tail.topic_length)
+            case "broker_name":
+                return pa.repeat(_string(self.broker_name), count)
+            case "queue_id":
+                return _primitive(fields["queue_id"].astype(np.int32), pa.int32())
+            case "queue_offset":
+                return _primitive(fields["queue_offset"].astype(np.int64), pa.int64())
+            case "msg_id":
+                return _msg_ids(self.header)
+            case "tags":
+                return self._properties.lookup(_string(mf.PROPERTY_TAGS))
+            case "keys":
+                return self._properties.lookup(_string(mf.PROPERTY_KEYS))
+            case "body":
+                return self.layout.variable(pa.binary(), self.layout.starts + mf.BODY_POS, self.body_length)
+            case "properties":
+                return self._properties.entries
+            case "born_timestamp" | "store_timestamp":
+                return _timestamps(fields[name])
+        raise ValueError(f"no column {name!r} in the source schema")
+
+    @functools.cached_property
+    def _tail(self) -> _Tail:
+        """The topic and properties lengths behind the body, checked against the record's size."""
+        layout, body_length, room = self.layout, self.body_length, self.room
+        topic_length_pos = layout.starts + mf.BODY_POS + body_length
+        topic_length = layout.read_int(topic_length_pos, "u1").astype(np.int64)
+        _check(topic_length <= room - body_length, "topic length out of range")
+        properties_length_pos = topic_length_pos + 1 + topic_length
+        properties_length = layout.read_int(properties_length_pos, "i2").astype(np.int64)
+        _check(body_length + topic_length + properties_length == room, "field lengths do not add up")
+        return _Tail(topic_length_pos, topic_length, properties_length_pos, properties_length)
+
+    @functools.cached_property
+    def _properties(self) -> _Properties:
+        tail = self._tail
+        if tail.properties_length.any():
+            return _Properties.parse(self.layout.variable(pa.string(), tail.properties_length_pos + 2,
+                                                          tail.properties_length))
+        return _Properties.none(len(self.sizes))
+
+
+@dataclass(frozen=True)
+class _Tail:
+    topic_length_pos: np.ndarray
+    topic_length: np.ndarray
+    properties_length_pos: np.ndarray
+    properties_length: np.ndarray
+
+
+@functools.cache
+def schema_of(columns: tuple[str, ...]) -> pa.Schema:
+    """SCHEMA's fields `columns`, in that order."""
+    return SCHEMA if columns == COLUMNS else pa.schema([SCHEMA.field(name) for name in columns])
 
 
 # ---------------------------------------------------------------- helpers

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests.broker_server.client_install import install_once
+from testing.client_install import install_once
 
 SCRIPT = Path(__file__).with_name("remoting_ali_ons_client.js")
 PACKAGE = "ali-ons@3.12.0"

@@ -132,6 +132,31 @@ def test_bad_tickets_get_pullmessages_refusals(broker: InProcessBroker, mq, code
         assert refusal.value.code == pull_refusal.value.code == code
 
 
+def test_a_ticket_naming_columns_streams_only_those_in_its_order(broker: InProcessBroker) -> None:
+    """Spark's column projection (docs/data-plane.md "Columns"): the broker builds only the named
+    columns, each as the full read would have it."""
+    with RmqClient(broker.address) as client:
+        full = read(client, 10, 250)
+        narrow = read(client, 10, 250, columns=["body", "queue_offset", "tags"])
+        assert [chunk.batch.schema.names for chunk in narrow] == [["body", "queue_offset", "tags"]] * 4
+        for whole, part in zip(full, narrow, strict=True):
+            assert part.batch == whole.batch.select(["body", "queue_offset", "tags"])
+            assert part.result == whole.result
+        [empty] = read(client, COUNT + 5, COUNT + 10, columns=["queue_id"])
+        assert empty.batch.schema.names == ["queue_id"] and len(empty.batch) == 0
+
+
+@pytest.mark.parametrize(("columns", "message"), [
+    (["body", "nope"], "columns: unknown column 'nope': the columns are topic, broker_name"),
+    (["body", "body"], "columns: column 'body' named twice"),
+])
+def test_a_ticket_naming_bad_columns_is_refused(broker: InProcessBroker, columns, message) -> None:
+    with RmqClient(broker.address) as client:
+        with pytest.raises(RmqError, match=message) as refusal:
+            read(client, 0, 10, columns=columns)
+        assert refusal.value.code == rmq_pb2.ILLEGAL_ARGUMENT
+
+
 def client_flight_address(broker: InProcessBroker) -> str:
     return broker.controller.replication.member.flight_address
 

@@ -12,7 +12,7 @@ import pytest
 from rmq import retry
 from rmq.connector.admin import ClientProtocol, MQAdmin, ResetTarget, ResetTo, parse_msg_id
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
-from rmq.connector.errors import RmqError
+from rmq.connector.errors import ConfigError, RmqError, RmqRefused
 from rmq.v1 import rmq_pb2
 from tests.broker_server.in_process_broker import running_broker
 
@@ -43,11 +43,11 @@ def test_messages_by_key_and_by_id(client: RmqClient) -> None:
 
 def test_a_bad_or_unknown_message_id_is_a_clear_error(client: RmqClient) -> None:
     admin = MQAdmin(client)
-    with pytest.raises(RmqError, match="is not a message id") as bad:
+    with pytest.raises(ConfigError, match="is not a message id"):
         admin.view("not-an-id")
-    assert bad.value.code == rmq_pb2.ILLEGAL_ARGUMENT
-    with pytest.raises(RmqError, match="not in this cluster"):
+    with pytest.raises(RmqRefused, match="not in this cluster") as unknown:
         admin.view("0A0000010000270F0000000000000000")     # 10.0.0.1:9999
+    assert unknown.value.code == rmq_pb2.QUERY_NOT_FOUND
     client.send("Orders", [OutgoingMessage(b"x", queue_id=0)])
     address, _ = parse_msg_id(admin.query_by_time("Orders", 0, 2**62)[0].msg_id)
     host, port = address.split(":")

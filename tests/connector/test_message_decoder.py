@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from rmq import message_format as mf
+from rmq import record_batch
 from rmq.connector.spark.message_decoder import (
     SCHEMA,
     CorruptMessagesError,
@@ -228,3 +229,28 @@ def test_several_pulls_decode_as_their_rows_in_order() -> None:
     corrupt = rmq_pb2.PackedMessages(count=2, sizes=struct.pack("<i", 94), records=TV2)
     with pytest.raises(CorruptMessagesError, match="sizes"):
         decode_pulls([pulls[0], corrupt], "b")
+
+
+def test_named_columns_decode_as_those_of_the_full_batch_in_their_order() -> None:
+    pulls = [pack([record(body=b"x" * n, queue_offset=n, properties={"TAGS": f"t{n}", "k": "v"})
+                   for n in range(5)])]
+    full = decode_pulls(pulls, "broker-a")
+    for columns in (["body"], ["queue_offset", "queue_id", "body"], ["keys", "msg_id", "tags"], SCHEMA.names):
+        narrow = decode_pulls(pulls, "broker-a", columns)
+        assert narrow.schema.names == list(columns)
+        assert narrow == full.select(list(columns))
+
+
+def test_properties_are_parsed_only_for_the_columns_made_of_them(monkeypatch) -> None:
+    """properties, tags and keys come from the properties text; other columns never parse it."""
+    pulls = [pack([record(properties={"TAGS": "a", "KEYS": "k"}) for _ in range(3)])]
+
+    def refuse(text: pa.Array) -> None:
+        raise AssertionError("properties parsed")
+
+    monkeypatch.setattr(record_batch._Properties, "parse", refuse)
+    decode_pulls(pulls, "broker-a", ["topic", "broker_name", "queue_id", "queue_offset", "msg_id", "body",
+                                     "born_timestamp", "store_timestamp"])
+    for column in ("properties", "tags", "keys"):
+        with pytest.raises(AssertionError, match="properties parsed"):
+            decode_pulls(pulls, "broker-a", [column])

@@ -9,11 +9,17 @@ from dataclasses import dataclass, field
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows, ReadMinRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadMaxBytes,
+    ReadMaxFiles,
+    ReadMaxRows,
+    ReadMinRows,
+)
 
 from rmq.connector.client import MessageQueue
 from rmq.connector.offsets import NO_OFFSET, OFFSET_READ_FAILED, positions_from_json, positions_to_json
-from rmq.connector.spark.admission import admit, spread_rows
+from rmq.connector.spark.admission import admit, spread_bytes, spread_rows
 from rmq.connector.spark.source_offsets import (
     AtTimestamp,
     Committed,
@@ -22,6 +28,7 @@ from rmq.connector.spark.source_offsets import (
     OffsetResolutionError,
     Specific,
     StreamOffset,
+    Timestamps,
     resolve_acquired_offset,
     resolve_offset,
 )
@@ -110,6 +117,18 @@ def test_resolve_offset(policy, mq, expected):
     assert resolve_offset(policy, mq, TABLE) == expected
 
 
+def test_timestamp_strategy_error_refuses_a_queue_without_a_message_at_or_after_it():
+    """startingOffsetsByTimestampStrategy: latest (default) starts such a queue at its end, error fails."""
+    table = QueueTable(bounds={A0: (10, 500)}, by_time={(A0, 1000): 77, (A0, 9000): 500})
+    assert resolve_offset(AtTimestamp(9000), A0, table) == 500
+    assert resolve_offset(AtTimestamp(1000, strict=True), A0, table) == 77
+    for strict in (AtTimestamp(9000, strict=True), Timestamps({A0: 9000}, Latest(), strict=True)):
+        with pytest.raises(OffsetResolutionError, match="no message of topic t broker broker-a queue 0 was "
+                                                        "stored at or after timestamp 9000 "
+                                                        r"\(startingOffsetsByTimestampStrategy=error"):
+            resolve_offset(strict, A0, table)
+
+
 def test_newly_owned_queue_starts_at_the_committed_offset_else_its_earliest():
     assert resolve_acquired_offset(A0, TABLE) == 42
     assert resolve_acquired_offset(A1, TABLE) == 0
@@ -163,4 +182,37 @@ def test_admit_per_read_limit():
     assert admit(start, available, ReadMinRows(7)) is None
     assert admit({"a": 5}, {"a": 3}, ReadAllAvailable()) == {"a": 5}    # never moves back
     with pytest.raises(ValueError, match="does not support the read limit"):
-        admit(start, available, ReadMaxBytes(100))
+        admit(start, available, ReadMaxFiles(100))
+
+
+def test_max_bytes_spread_by_each_queues_record_size():
+    """maxBytesPerTrigger: the bytes are spread as rows are, each queue's messages weighing its
+    record size; with maxMessagesPerTrigger both hold."""
+    start, available = {"a": 0, "b": 0}, {"a": 100, "b": 100}
+    sizes = {"a": 100, "b": 300}
+    assert admit(start, available, ReadMaxBytes(3000), record_bytes=sizes) == {"a": 15, "b": 5}
+    assert admit(start, available, ReadMaxRows(8), 3000, sizes) == {"a": 4, "b": 4}     # rows bind
+    assert admit(start, available, ReadMaxRows(100), 3000, sizes) == {"a": 15, "b": 5}  # bytes bind
+    assert admit(start, available, ReadAllAvailable(), 3000, sizes) == available        # Trigger.Once
+    assert admit(start, {"a": 1, "b": 100}, ReadMaxBytes(3000), record_bytes=sizes) == {"a": 1, "b": 9}
+    # a message larger than the limit still moves (a soft limit): the queue furthest behind first
+    assert spread_bytes({"a": 3, "b": 0}, available, {"a": 5000, "b": 5000}, 1000) == {"a": 3, "b": 1}
+    assert spread_bytes(start, start, sizes, 1000) == start                              # no backlog
+
+
+@given(
+    backlog=st.dictionaries(st.sampled_from("abcdefgh"),
+                            st.tuples(st.integers(0, 1000), st.integers(0, 300), st.integers(1, 5000)),
+                            min_size=1),
+    max_bytes=st.integers(1, 200_000),
+)
+def test_max_bytes_is_exceeded_only_by_a_single_message_and_progress_is_guaranteed(backlog, max_bytes):
+    start = {key: first for key, (first, _, _) in backlog.items()}
+    available = {key: first + pending for key, (first, pending, _) in backlog.items()}
+    sizes = {key: size for key, (_, _, size) in backlog.items()}
+    end = spread_bytes(start, available, sizes, max_bytes)
+    granted = {key: end[key] - start[key] for key in start}
+    assert all(0 <= granted[key] <= available[key] - start[key] for key in start)
+    taken = sum(granted[key] * sizes[key] for key in start)
+    assert taken <= max_bytes or sum(granted.values()) == 1
+    assert (sum(granted.values()) > 0) == any(pending for _, pending, _ in backlog.values())

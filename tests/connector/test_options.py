@@ -6,6 +6,18 @@ import os
 import re
 
 import pytest
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from rmq.connector.client import MessageQueue
 from rmq.connector.spark.options import (
@@ -15,8 +27,14 @@ from rmq.connector.spark.options import (
     parse_source_options,
 )
 from rmq.connector.spark.source_offsets import AtTimestamp, Committed, Earliest, Latest, Specific, Timestamps
+from rmq.connector.spark.source_schema import ALL_COLUMNS, SOURCE_SCHEMA, source_columns
 
 BASE = {"endpoints": "127.0.0.1:9876", "topic": "orders"}
+
+
+def schema(*fields: tuple[str, DataType] | tuple[str, DataType, bool]) -> StructType:
+    """A query's schema: (name, type[, nullable])."""
+    return StructType([StructField(*field) for field in fields])
 
 
 def parse(streaming: bool = True, **options: str):
@@ -255,3 +273,64 @@ def test_sql_filter_is_checked_at_load_and_replaces_the_tag_expression():
                                              r"parentheses nested deeper than 64 levels"):
         check_source_options({**BASE, "sqlFilter": "(" * 200 + "a = 1" + ")" * 200})
     assert parse(sqlFilter="amount > -5").pull.sql_filter == "amount > -5"
+
+
+def test_a_schema_names_source_columns_in_its_order():
+    assert source_columns(schema(("queue_id", IntegerType()), ("queue_offset", LongType()),
+                                 ("body", BinaryType()))) == ("queue_id", "queue_offset", "body")
+    assert source_columns(schema(("properties", MapType(StringType(), StringType())),
+                                 ("store_timestamp", TimestampType()))) == ("properties", "store_timestamp")
+    assert source_columns(SOURCE_SCHEMA) == ALL_COLUMNS
+
+
+@pytest.mark.parametrize(("fields", "problem"), [
+    ([("queue_id", IntegerType()), ("nope", StringType())],
+     "Column 'nope' of the schema is not a column of the rmq source"),
+    ([("body", StringType())], "Column 'body' of the schema is binary in the rmq source, not string"),
+    ([("queue_id", LongType())], "Column 'queue_id' of the schema is int in the rmq source, not bigint"),
+    ([("body", BinaryType()), ("body", BinaryType())], "Column 'body' of the schema is named twice"),
+    ([("properties", StructType([StructField("a", StringType())]))],
+     "Column 'properties' of the schema is map<string,string> in the rmq source, not struct<a:string>"),
+    ([("tags", ArrayType(StringType()))],
+     "Column 'tags' of the schema is string in the rmq source, not array<string>"),
+    ([("body", BinaryType(), False)], "Column 'body' of the schema is declared NOT NULL"),
+    ([], "The schema names no column"),
+])
+def test_a_schema_with_a_bad_column_is_refused_naming_it_and_listing_the_valid_ones(fields, problem):
+    with pytest.raises(RmqOptionError, match=re.escape(problem)) as refusal:
+        source_columns(schema(*fields))
+    assert "the rmq source's columns are topic string, broker_name string, queue_id int, queue_offset " \
+           "bigint, msg_id string, tags string, keys string, body binary, properties map<string,string>, " \
+           "born_timestamp timestamp, store_timestamp timestamp" in str(refusal.value)
+
+
+def test_a_read_gathers_the_columns_it_needs_beside_the_querys():
+    narrow = parse_source_options(BASE, streaming=True, columns=("body",)).pull
+    assert narrow.read_columns == ("body", "queue_offset")
+    tagged = parse_source_options({**BASE, "subExpression": "A || B"}, streaming=True, columns=("body",)).pull
+    assert tagged.read_columns == ("body", "queue_offset", "tags")
+    assert parse(subExpression="A").pull.read_columns == parse().pull.columns   # every column already
+
+
+def test_kafka_style_limits_and_the_timestamp_strategy():
+    stream = parse(maxBytesPerTrigger="1048576", maxRecordsPerPartition="5000")
+    assert (stream.max_bytes_per_trigger, stream.max_records_per_partition) == (1048576, 5000)
+    assert parse(streaming=False, maxRecordsPerPartition="10").max_records_per_partition == 10
+    with pytest.raises(RmqOptionError, match="Option 'maxBytesPerTrigger' applies to streams only"):
+        parse(streaming=False, maxBytesPerTrigger="100")
+    with pytest.raises(RmqOptionError, match="Invalid value '0' for option 'maxRecordsPerPartition': "
+                                             "expected a positive integer"):
+        parse(maxRecordsPerPartition="0")
+    assert parse(startingOffsets="timestamp:5").starting_offsets == AtTimestamp(5)
+    assert parse(startingOffsets="timestamp:5", startingOffsetsByTimestampStrategy="ERROR"
+                 ).starting_offsets == AtTimestamp(5, strict=True)
+    by_time = parse(startingOffsetsByTimestamp='{"orders":{"broker-a":{"0":7}}}',
+                    startingOffsetsByTimestampStrategy="error").starting_offsets
+    assert isinstance(by_time, Timestamps) and by_time.strict and by_time.fallback == Latest()
+    with pytest.raises(RmqOptionError, match="Invalid value 'fail' for option "
+                                             "'startingOffsetsByTimestampStrategy': expected one of error, "
+                                             "latest"):
+        parse(startingOffsets="timestamp:5", startingOffsetsByTimestampStrategy="fail")
+    with pytest.raises(RmqOptionError, match="Option 'startingOffsetsByTimestampStrategy' applies to "
+                                             "startingOffsetsByTimestamp and startingOffsets=timestamp"):
+        parse(startingOffsetsByTimestampStrategy="error")

@@ -20,6 +20,7 @@ from rmq.connector.client import (
     RmqUnavailable,
 )
 from rmq.connector.client_instance import ClientInstance
+from rmq.connector.consumer_config import ServiceState
 from rmq.connector.errors import StateError
 from rmq.connector.message import decode_messages
 from rmq.connector.message_listener import ConsumeConcurrentlyStatus
@@ -63,7 +64,7 @@ def consumer(tmp_path: Path):
     submitted: list[list[int]] = []
     consumer.register_message_listener(lambda msgs, ctx: ConsumeConcurrentlyStatus.CONSUME_SUCCESS)
     consumer._build()
-    consumer._state = "RUNNING"
+    consumer._state = ServiceState.RUNNING
     consumer._pull_service = RecordingPullService()
     consumer._scheduler = RecordingScheduler()
     consumer.consume_service.submit_consume_request = lambda msgs, pq, mq, dispatch=True: submitted.append(
@@ -71,7 +72,7 @@ def consumer(tmp_path: Path):
     )
     consumer.submitted = submitted
     yield consumer
-    consumer._state = "SHUTDOWN_ALREADY"
+    consumer._state = ServiceState.SHUTDOWN_ALREADY
     consumer.client.close()
 
 

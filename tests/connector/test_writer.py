@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pytest
@@ -18,6 +19,7 @@ from pyspark.sql.types import (  # noqa: E402
     StringType,
     StructField,
     StructType,
+    TimestampType,
 )
 
 from rmq.connector.client import MessageQueue, OutgoingMessage  # noqa: E402
@@ -135,6 +137,32 @@ def test_delay_level_column():
 
 
 # ---------------------------------------------------------------- schema
+
+
+def test_deliver_time_column_makes_timer_messages():
+    """`deliver_time` (timestamp) is sent as the property TIMER_DELIVER_MS in epoch ms, replacing one
+    the properties carry; null: no timer."""
+    at = datetime(2030, 1, 2, 3, 4, 5, 678_000, tzinfo=UTC)
+    batch = pa.record_batch({
+        "body": pa.array([b"a", b"b", b"c"]),
+        "properties": pa.array([[("k", "v")], [("TIMER_DELIVER_MS", "1")], None],
+                               pa.map_(pa.string(), pa.string())),
+        "deliver_time": pa.array([at, at, None], pa.timestamp("us", tz="UTC")),
+    })
+    sink = plan(schema(body=BinaryType(), properties=MapType(StringType(), StringType()),
+                       deliver_time=TimestampType()), topic="T")
+    messages = sink.messages_by_topic(batch)["T"]
+    epoch_ms = str(int(at.timestamp() * 1000))
+    assert [m.properties for m in messages] == [{"k": "v", "TIMER_DELIVER_MS": epoch_ms},
+                                                {"TIMER_DELIVER_MS": epoch_ms}, {}]
+    before_1970 = pa.array([datetime(1969, 12, 31, tzinfo=UTC)], pa.timestamp("us", tz="UTC"))
+    early = pa.record_batch({"body": pa.array([b"a"]), "deliver_time": before_1970})
+    with pytest.raises(RmqSinkError, match="column 'deliver_time' is 1969-12-31 00:00:00\\+00:00 in row 0 "
+                                           "of a batch: a delivery time is after 1970-01-01"):
+        plan(schema(body=BinaryType(), deliver_time=TimestampType()), topic="T").messages_by_topic(early)
+    with pytest.raises(RmqSinkError, match="column 'deliver_time' has type bigint: the rmq sink accepts "
+                                           "timestamp"):
+        plan(schema(body=BinaryType(), deliver_time=LongType()), topic="T")
 
 
 def test_missing_body_names_the_column_and_the_accepted_types():

@@ -279,18 +279,20 @@ class PullMessageResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., pull_status: _Optional[_Union[PullStatus, str]] = ..., store_status: _Optional[_Union[GetMessageStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Union[PackedMessages, _Mapping]] = ..., suggest_which_broker_id: _Optional[int] = ...) -> None: ...
 
 class FlightReadTicket(_message.Message):
-    __slots__ = ("pull", "end_offset", "max_rows", "max_bytes", "packed")
+    __slots__ = ("pull", "end_offset", "max_rows", "max_bytes", "packed", "columns")
     PULL_FIELD_NUMBER: _ClassVar[int]
     END_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_ROWS_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     PACKED_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     pull: PullMessageRequest
     end_offset: int
     max_rows: int
     max_bytes: int
     packed: bool
-    def __init__(self, pull: _Optional[_Union[PullMessageRequest, _Mapping]] = ..., end_offset: _Optional[int] = ..., max_rows: _Optional[int] = ..., max_bytes: _Optional[int] = ..., packed: _Optional[bool] = ...) -> None: ...
+    columns: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, pull: _Optional[_Union[PullMessageRequest, _Mapping]] = ..., end_offset: _Optional[int] = ..., max_rows: _Optional[int] = ..., max_bytes: _Optional[int] = ..., packed: _Optional[bool] = ..., columns: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class QueueOffsets(_message.Message):
     __slots__ = ("queue_id", "min_offset", "max_offset", "last_store_timestamp")

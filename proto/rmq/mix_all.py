@@ -1,0 +1,3 @@
+"""RocketMQ's MixAll constants that the broker and its clients share, defined once."""
+
+MASTER_ID = 0   # a broker group's master member (MixAll.MASTER_ID); slaves are 1, 2, ...
