@@ -284,7 +284,7 @@ async def serve_name_server(config: NameServerConfig, security: ServerSecurity) 
         scan.cancel()
     if leadership is not None:
         await leadership.resign()
-        await leadership.client.close()
+        await leadership.close()
     if remoting is not None:
         await remoting.stop()
     await server.stop(SHUTDOWN_GRACE_SECONDS)
@@ -312,15 +312,15 @@ async def controllers_on_etcd(config: NameServerConfig) -> EtcdLeadership:
     settings = EtcdSettings(config.etcd_endpoints, config.etcd_prefix, config.etcd_ca_file,
                             config.etcd_cert_file, config.etcd_key_file, config.etcd_user,
                             config.etcd_password_file)
-    client = EtcdClient(settings)
-    store = EtcdGroupStore(client, config.etcd_prefix)
+    store = EtcdGroupStore(EtcdClient(settings), config.etcd_prefix)
     try:
         await store.claim_prefix(config.cluster_name)
     except EtcdUnavailable as error:
-        await client.close()
+        await store.client.close()
         raise UserError(f"the controller cannot reach etcd at {config.etcd}: {error}") from None
     replicas = ReplicasInfoManager(config.cluster_name, store, config.controller_failover_timeout_ms)
-    return EtcdLeadership(client, store, replicas, config.listen, config.controller_lease_ttl_s)
+    # the lease has its own connection: a slow decision never delays its renewal
+    return EtcdLeadership(EtcdClient(settings), store, replicas, config.listen, config.controller_lease_ttl_s)
 
 
 def controller_auth(config: NameServerConfig, security: ServerSecurity) -> ClusterAuth | None:

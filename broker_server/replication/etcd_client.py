@@ -86,12 +86,15 @@ class EtcdClient:
                              if self.settings.tls else grpc.aio.insecure_channel(address))
         return self._channel
 
-    async def _next_endpoint(self) -> None:
-        if self._channel is not None:
-            await self._channel.close()
+    async def _next_endpoint(self, failed: grpc.aio.Channel) -> None:
+        """Leave the endpoint whose channel failed, unless a concurrent call already did (the
+        leader's renewals and its decisions share this client)."""
+        if self._channel is not failed:
+            return
         self._channel = None
         self._token = ""
         self._index = (self._index + 1) % len(self.settings.endpoints)
+        await failed.close()
 
     async def _metadata(self, channel: grpc.aio.Channel) -> tuple[tuple[str, str], ...]:
         if not self.settings.user:
@@ -110,14 +113,17 @@ class EtcdClient:
             channel = self._open()
             try:
                 return await call(channel, await self._metadata(channel))
+            except grpc.aio.UsageError:   # a concurrent call closed this channel: open the next one
+                reasons.append(f"{self.endpoint}: channel closed")
+                continue
             except grpc.aio.AioRpcError as error:
                 if error.code() == grpc.StatusCode.UNAUTHENTICATED and self.settings.user:
                     self._token = ""   # expired token: the next attempt authenticates again
-                elif error.code() not in RETRYABLE:
+                elif error.code() not in (*RETRYABLE, grpc.StatusCode.CANCELLED):
                     raise EtcdUnavailable(f"etcd at {self.endpoint} refused {what}: {error.details()}"
                                           ) from None
                 reasons.append(f"{self.endpoint}: {error.details() or error.code().name}")
-                await self._next_endpoint()
+                await self._next_endpoint(channel)
         raise EtcdUnavailable(f"no etcd endpoint answered {what} ({'; '.join(reasons)})")
 
     async def get(self, key: bytes) -> rpc_pb2.KeyValue | None:

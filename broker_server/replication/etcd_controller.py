@@ -187,14 +187,19 @@ class EtcdLeadership:
 
     async def run_forever(self, scan_interval_s: float) -> None:
         while True:
-            await self.step(scan_interval_s)
+            try:
+                await self.step(scan_interval_s)
+            except Exception:   # never die silently: this loop is the controller's lead
+                log.exception("controller leadership step failed; stepping down and trying again")
+                self.step_down("an unexpected error")
             await asyncio.sleep(POLL_S)
 
     async def step(self, scan_interval_s: float) -> None:
         """Renew the lead or try to take it; while leading, the scan (at most every interval)."""
         try:
             await self.tick()
-            if self.leading and self._clock() >= self._next_scan:
+            # the scan waits for no decision under way (the next step scans): renewals stay on time
+            if self.leading and self._clock() >= self._next_scan and not self.lock.locked():
                 self._next_scan = self._clock() + scan_interval_s
                 async with self.lock:
                     self.replicas.scan()
@@ -248,6 +253,10 @@ class EtcdLeadership:
             self._unavailable_logged = now
             log.error("etcd does not answer (%s): no failover until it does; brokers keep their roles and "
                       "keep serving", error)
+
+    async def close(self) -> None:
+        for client in {id(c): c for c in (self.client, self.store.client)}.values():
+            await client.close()
 
     async def resign(self) -> None:
         """On a clean stop: give the lead up at once (another controller takes it without waiting

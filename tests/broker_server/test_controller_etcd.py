@@ -277,7 +277,7 @@ def test_an_etcd_with_client_certificates_takes_the_controller_with_its_tls_sett
         leadership = await controllers_on_etcd(config)
         await leadership.tick()
         assert leadership.leading
-        await leadership.client.close()
+        await leadership.close()
         with pytest.raises(UserError, match=f"the controller cannot reach etcd at {etcd.endpoints}"):
             await controllers_on_etcd(NameServerConfig(controller=True, etcd=etcd.endpoints,
                                                        etcd_ca_file=str(files.ca)))
@@ -303,7 +303,7 @@ def test_an_etcd_with_authentication_takes_the_controller_with_its_user_and_pass
         leadership = await controllers_on_etcd(config)
         await leadership.tick()
         assert leadership.leading
-        await leadership.client.close()
+        await leadership.close()
         with pytest.raises(UserError, match="authentication failed"):
             await controllers_on_etcd(NameServerConfig(controller=True, etcd=etcd.endpoints, etcd_user="root",
                                                        etcd_password_file=str(bad)))
