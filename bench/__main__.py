@@ -70,6 +70,8 @@ BENCHMARKS = [
     Benchmark("single", "16. One message per request: Producer.send / send_async, the official C++ and "
               "RocketMQ 5 clients vs redis-py XADD (no pipeline) and NATS JetStream publish, broker CPU per "
               "request", "bench.one_message_bench:one_message_rows", Target(min_ratio=1.0)),
+    Benchmark("timer", "17. Timer messages: parking rate, memory and delivery lateness with N pending",
+              "bench.timer_bench:timer_rows", Target(max_value=1200, unit="ms")),
     # last: the run is near its budget, and a section past it is not measured (issue 29 item 5)
     Benchmark("growth", "15. Scaling: topics, queues and consumers of one group",
               "bench.growth_bench:growth_rows", Target(max_ratio=2.0)),

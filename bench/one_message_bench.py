@@ -1,4 +1,4 @@
-"""Section 16: one message per request (issue 41; DESIGN.md "One message per request"). Every
+"""Section 16: one message per request (issue 41). Every
 official RocketMQ client sends one message per request, and so do most services: this section
 measures that path, from the same numbers of senders as its references, in one run.
 

@@ -18,12 +18,13 @@ from typing import Any, cast
 import grpc
 import pyarrow as pa
 
+from rmq import retry
 from rmq.broker_server.background_tasks import cancel_all
 from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
 from rmq.broker_server.memory_tuning import keep_freed_memory
-from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
+from rmq.broker_server.metrics.broker_stats import BrokerStatsManager, GroupLabels
 from rmq.broker_server.metrics.collectors import (
     BoundedTables,
     BrokerCollector,
@@ -37,14 +38,20 @@ from rmq.broker_server.offsets.consumer_ids_watch import ConsumerIdsWatchService
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager, ConsumerTableLimits
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.offsets.rebalance_lock_manager import LOCKS_FILE, RebalanceLockManager
+from rmq.broker_server.processors.admin_broker_processor import AdminBrokerProcessor
+from rmq.broker_server.processors.client_manage_processor import ClientManageProcessor
+from rmq.broker_server.processors.consumer_manage_processor import ConsumerManageProcessor
 from rmq.broker_server.processors.consumer_send_msg_back import ConsumerSendMsgBackProcessor
 from rmq.broker_server.processors.delay_levels import parse_delay_levels
 from rmq.broker_server.processors.filter_executor import FilterExecutor
+from rmq.broker_server.processors.pipeline import BrokerProcessors
 from rmq.broker_server.processors.pull_message_processor import PullLimits, PullMessageProcessor
 from rmq.broker_server.processors.pull_response_budget import PullResponseBudget
+from rmq.broker_server.processors.query_message_processor import QueryMessageProcessor
 from rmq.broker_server.processors.schedule_message_service import ScheduleMessageService
 from rmq.broker_server.processors.send_message_processor import SendMessageProcessor
 from rmq.broker_server.processors.store_executor import StoreExecutor
+from rmq.broker_server.processors.timer_message_store import RecallHandles, TimerMessageStore, TimerSettings
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.remoting.remoting_server import RemotingServer
 from rmq.broker_server.remoting.service import bind_remoting_port, build_broker_remoting
@@ -61,6 +68,7 @@ from rmq.broker_server.rmq_v1.grpc_server import (
 from rmq.broker_server.rmq_v1.messaging_service import MessagingService
 from rmq.broker_server.rmq_v1.route_service import BrokerRouteService
 from rmq.broker_server.rocketmq_v2.messaging_service import RocketMQv2MessagingService
+from rmq.broker_server.rocketmq_v2.receipt_handle import load_or_create_secret
 from rmq.broker_server.rocketmq_v2.service import build_service as build_rocketmq_v2_service
 from rmq.broker_server.rocketmq_v2.telemetry import consumer_connection as rocketmq_v2_connection
 from rmq.broker_server.security.server_security import ServerSecurity
@@ -154,7 +162,14 @@ class BrokerController:
             config.delay_offset_persist_interval_ms,
             clock,
         )
+        self.timer = TimerMessageStore(
+            self.store, self.topics, self.executor, path,
+            TimerSettings(config.timer_precision_ms, config.timer_max_delay_s * 1000,
+                          config.timer_max_pending, config.timer_max_pending_per_account),
+            RecallHandles(load_or_create_secret(path / "config" / "receiptHandle.key"), config.broker_name),
+            clock)
         self.replication = Replication(config, self.store, self.topics, self.offsets, self.schedule_service,
+                                       self.timer,
                                        security.open_client_channel, self._topics_changed,
                                        acl=security.acl_file is not None)
         self.outer_api = BrokerOuterAPI(
@@ -166,10 +181,12 @@ class BrokerController:
             open_channel=security.open_client_channel,
             member=self.replication.member,
         )
-        self.stats = BrokerStatsManager()
+        self.stats = BrokerStatsManager(
+            labels=GroupLabels(config.max_metric_groups, config.max_metric_groups_per_account))
         self.send_processor = SendMessageProcessor(
             self.store, self.topics, self.executor, delay_levels, config.max_message_size, self.stats
         )
+        self.send_processor.timer = self.timer
         self.filters = FilterExecutor(config.filter_threads, config.max_pending_filter_reads_per_account)
         self.pull_processor = PullMessageProcessor(
             self.store,
@@ -194,6 +211,15 @@ class BrokerController:
             self.outer_api.register_soon,
             self.stats,
         )
+        self.processors = BrokerProcessors(
+            self.send_processor,
+            self.pull_processor,
+            self.send_back_processor,
+            ConsumerManageProcessor(self.topics, self.offsets, self.consumers),
+            ClientManageProcessor(self.topics, self.consumers, self.outer_api.register_soon),
+            AdminBrokerProcessor(self.store, self.executor, self.topics, self.locks),
+            QueryMessageProcessor(self.store, self.executor, self.topics),
+        )
         self._tasks: list[asyncio.Task[None]] = []
         self.rocketmq_v2: RocketMQv2MessagingService | None = None
         self.flight: FlightReadService | None = None
@@ -212,6 +238,7 @@ class BrokerController:
             self.topics.load()
             self.offsets.load()
             self.schedule_service.load()
+            self.timer.load(is_master=not self.replication.is_slave)
             self.store.add_dispatch_listener(self._on_dispatch)
             self.store.start(self.truncate_to)
         except (StoreError, ValueError) as error:
@@ -222,22 +249,12 @@ class BrokerController:
             request.topic, request.queue_id, request.consume_queue_offset, request.tags_code
         )
         self.schedule_service.on_dispatch(request.topic, request.queue_id)
+        self.timer.on_dispatch(request.topic)
 
     def build_server(self) -> grpc.aio.Server:
         server = create_server(self.config.listen, self.config.grpc_max_message_bytes, self.security,
                                broker_server_id(self.config.broker_name, self.config.broker_id))
-        messaging = MessagingService(
-            self.store,
-            self.executor,
-            self.topics,
-            self.send_processor,
-            self.pull_processor,
-            self.offsets,
-            self.consumers,
-            self.locks,
-            self.send_back_processor,
-            self.watches,
-        )
+        messaging = MessagingService(self.processors, self.watches)
         rmq_pb2_grpc.add_MessagingServiceServicer_to_server(messaging, server)
         rmq_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminService(
@@ -251,6 +268,7 @@ class BrokerController:
                 self.replication.status,
                 self.replication.topics_replicated,
                 self.consumer_connections,
+                self.consumer_groups,
             ),
             server,
         )
@@ -263,10 +281,10 @@ class BrokerController:
         self.replication.add_to_server(server)
         self.rocketmq_v2 = build_rocketmq_v2_service(
             self.config, self.store, self.executor, self.topics, self.offsets, self.hold_service,
-            self.send_processor, self.pull_processor, self.send_back_processor,
-            self.security.open_client_channel, self.outer_api.register_soon, self.clock)
+            self.processors, self.timer, self.security.open_client_channel, self.outer_api.register_soon,
+            self.clock)
         add_rocketmq_v2_service(self.rocketmq_v2, server)
-        self.remoting = build_broker_remoting(self.config, self.security, messaging, self.topics,
+        self.remoting = build_broker_remoting(self.config, self.security, self.processors, self.topics,
                                               self.consumers, self.rocketmq_v2.transactions,
                                               self._remoting_socket, self._remoting_fixed)
         return server
@@ -354,6 +372,15 @@ class BrokerController:
                         for session in self.rocketmq_v2.sessions.consumers_of(group)]
         return sorted(members, key=lambda member: member.client_id)
 
+    def consumer_groups(self) -> set[str]:
+        """Every group this broker knows from any source: live members of every protocol (heartbeats,
+        RocketMQ 5 Telemetry settings), committed offsets, and the retry and dead-letter topics."""
+        groups = self.consumers.group_names() | self.offsets.groups()
+        groups |= {retry.group_of_copy_topic(config.topic_name) for config in self.topics.all()} - {""}
+        if self.rocketmq_v2 is not None:
+            groups |= self.rocketmq_v2.sessions.consumer_groups()
+        return groups
+
     async def start_remoting(self) -> None:
         if self.remoting is not None:
             await self.remoting.start()
@@ -364,7 +391,8 @@ class BrokerController:
         offsets = self.offsets
 
         def consumer_offsets() -> list[QueueOffset]:
-            return [QueueOffset(key.group, key.topic, key.queue_id, offset)
+            accounts = offsets.added_by()
+            return [QueueOffset(key.group, key.topic, key.queue_id, offset, accounts.get(key, ""))
                     for key, offset in offsets.all_offsets().items()]
 
         def client_tables() -> BoundedTables:
@@ -372,7 +400,7 @@ class BrokerController:
 
         return BrokerFigures(self.config.broker_name, self.store, self.stats, self.hold_service.held_count,
                              consumer_offsets, self.consumers.table_sizes, lambda: len(self.topics.all()),
-                             client_tables, lambda: self.pull_processor.budget.held,
+                             client_tables, lambda: self.pull_processor.budget.held, self.timer.figures,
                              node_id=broker_node_id(self.config.broker_name, self.config.broker_id))
 
     def start_services(self) -> None:
@@ -382,6 +410,7 @@ class BrokerController:
         self.hold_service.start()
         if not self.replication.is_slave:   # a slave copies the master's delay progress instead
             self.schedule_service.start()
+        self.timer.start()   # a slave builds its wheel and settles what the master delivered
         self.outer_api.start()
         self.replication.start()
         self._tasks = [
@@ -417,6 +446,7 @@ class BrokerController:
         await cancel_all(self._tasks)
         await self.replication.stop()
         await self.schedule_service.stop()
+        await self.timer.stop()
         await self.outer_api.stop()
         self.offsets.persist()
         self.filters.shutdown()

@@ -72,6 +72,8 @@ class BrokerConfig:
     max_telemetry_sessions_per_account: int = 1_000  # ... of which one ACL account may hold
     max_consumer_offsets: int = 262144  # committed (group, topic, queue) entries
     max_consumer_offsets_per_account: int = 65536  # of them, added by one --acl account
+    max_metric_groups: int = 1_000  # consumer group names /metrics writes as label values (others: _other)
+    max_metric_groups_per_account: int = 32  # ... of which first seen from one --acl account
     rebalance_lock_max_live_time_ms: int = 60000
     consumer_offset_persist_interval_ms: int = 5000
     message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
@@ -81,7 +83,12 @@ class BrokerConfig:
     default_topic_queue_nums: int = 8  # queues of an auto-created topic
     retry_max_times: int = 16  # RocketMQ 5 consumer groups: DLQ after retry_max_times + 1 deliveries
     fifo_consumer_groups: str = ""  # RocketMQ 5 groups consuming in order (comma-separated)
-    timer_max_delay_ms: int = 86_400_000  # RocketMQ 5 DELAY messages: at most a day ahead (proxy)
+    # Timer messages (docs/internals/timer.md): a wheel slot per timer_precision_ms, delivery at most
+    # timer_max_delay_s ahead (timerMaxDelaySec), WHEEL_TIMER_FLOW_CONTROL past the pending bounds.
+    timer_precision_ms: int = 1000
+    timer_max_delay_s: int = 3 * 86_400
+    timer_max_pending: int = 10_000_000
+    timer_max_pending_per_account: int = 2_000_000
     min_invisible_ms: int = 10_000  # RocketMQ 5 receives: the shortest invisibility (proxy)
     transaction_timeout_ms: int = 6000  # open transactions are checked back after this (transactionTimeOut)
     transaction_check_interval_ms: int = 30000  # then every interval (transactionCheckInterval)
@@ -181,6 +188,8 @@ class BrokerConfig:
         _check_positive_ints(self)
         if self.max_pull_bytes >= self.grpc_max_message_bytes:
             raise UserError("max_pull_bytes must be smaller than grpc_max_message_bytes")
+        if self.timer_max_pending_per_account > self.timer_max_pending:
+            raise UserError("timer_max_pending_per_account must not be larger than timer_max_pending")
         if self.max_inflight_pull_bytes_per_connection > self.max_inflight_pull_bytes:
             raise UserError("max_inflight_pull_bytes_per_connection must not be larger than "
                             "max_inflight_pull_bytes")

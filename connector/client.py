@@ -11,13 +11,18 @@ modules take from here (records, statuses, errors) are re-exported from where th
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
+import functools
 
 from rmq.connector.client_api import MAX_SEND_REQUEST_BYTES as MAX_SEND_REQUEST_BYTES
 from rmq.connector.client_api import ClientAPI, _Rpc
 from rmq.connector.client_api import OutgoingMessage as OutgoingMessage
 from rmq.connector.client_api import QueueOffsets as QueueOffsets
 from rmq.connector.client_api import SendResult as SendResult
+from rmq.connector.client_api import unless_unreachable as unless_unreachable
+from rmq.connector.errors import ConfigError
 from rmq.connector.errors import RmqError as RmqError
 from rmq.connector.errors import RmqUnavailable as RmqUnavailable
 from rmq.connector.pull_result import PullResult as PullResult
@@ -47,9 +52,12 @@ _LIST_TOPICS = _Rpc("ListTopics", lambda c: c.route.ListTopics, rmq_pb2.ListTopi
 _UPDATE_TOPIC = _Rpc("UpdateTopic", lambda c: c.admin.UpdateTopic, rmq_pb2.UpdateTopicResponse)
 _QUERY_MESSAGE_BY_KEY = _Rpc("QueryMessageByKey", lambda c: c.messaging.QueryMessageByKey,
                              rmq_pb2.QueryMessageByKeyResponse)
+_RECALL_MESSAGE = _Rpc("RecallMessage", lambda c: c.messaging.RecallMessage, rmq_pb2.RecallMessageResponse)
 _VIEW_MESSAGE = _Rpc("ViewMessage", lambda c: c.admin.ViewMessage, rmq_pb2.ViewMessageResponse)
 _GET_CONSUMER_CONNECTIONS = _Rpc("GetConsumerConnections", lambda c: c.admin.GetConsumerConnections,
                                  rmq_pb2.GetConsumerConnectionsResponse)
+_LIST_CONSUMER_GROUPS = _Rpc("ListConsumerGroups", lambda c: c.admin.ListConsumerGroups,
+                             rmq_pb2.ListConsumerGroupsResponse)
 
 
 class RmqClient(ClientAPI):
@@ -149,18 +157,55 @@ class RmqClient(ClientAPI):
                                                    begin_timestamp=begin_ms, end_timestamp=end_ms)
         return self._topic_call(topic, broker_name, _QUERY_MESSAGE_BY_KEY, request).messages
 
+    def recall_message(self, recall_handle: str) -> None:
+        """Cancel a timer message not yet delivered by the recall handle its send returned (RocketMQ
+        5 recallMessage): its producer's account or an admin. Raises RmqError when the broker
+        refuses (an altered handle, another account's, a message delivered or recalled already)."""
+        topic, broker_name = recall_handle_target(recall_handle)
+        request = rmq_pb2.RecallMessageRequest(topic=topic, recall_handle=recall_handle)
+        self._call(self._broker_address(broker_name), _RECALL_MESSAGE, request, broker_name)
+
     def view_message(self, address: str, commit_log_offset: int) -> rmq_pb2.PackedMessages:
         """The record at a CommitLog offset of the broker at `address` (RocketMQ viewMessage)."""
         request = rmq_pb2.ViewMessageRequest(commit_log_offset=commit_log_offset)
         return self._call(address, _VIEW_MESSAGE, request).messages
 
-    def consumer_connections(self, group: str) -> dict[str, list[rmq_pb2.ConsumerConnection]]:
+    def consumer_connections(self, group: str, unreachable: dict[str, RmqUnavailable] | None = None
+                             ) -> dict[str, list[rmq_pb2.ConsumerConnection]]:
         """broker name -> the group's live members it knows (every protocol), for every reachable
-        broker group (RocketMQ examineConsumerConnectionInfo)."""
+        broker group (RocketMQ examineConsumerConnectionInfo); the unreachable ones are recorded in
+        `unreachable` when given."""
         request = rmq_pb2.GetConsumerConnectionsRequest(consumer_group=group)
         members: dict[str, list[rmq_pb2.ConsumerConnection]] = {}
         for name in self.list_brokers():
+            read = functools.partial(self._read_call, name, _GET_CONSUMER_CONNECTIONS, request)
             with contextlib.suppress(RmqUnavailable):
-                members[name] = list(self._read_call(name, _GET_CONSUMER_CONNECTIONS, request).connections)
+                answer = unless_unreachable(read, name, unreachable)
+                if answer is not None:
+                    members[name] = list(answer.connections)
         return members
 
+    def list_consumer_groups(self, unreachable: dict[str, RmqUnavailable] | None = None) -> list[str]:
+        """Every consumer group some broker knows from any source (live members of every protocol,
+        committed offsets, retry and dead-letter topics), as far as this account may see them;
+        `unreachable` as for topic_offsets."""
+        groups: set[str] = set()
+        for name in self.list_brokers():
+            read = functools.partial(self._read_call, name, _LIST_CONSUMER_GROUPS,
+                                     rmq_pb2.ListConsumerGroupsRequest())
+            answer = unless_unreachable(read, name, unreachable)
+            if answer is not None:
+                groups.update(answer.groups)
+        return sorted(groups)
+
+
+def recall_handle_target(recall_handle: str) -> tuple[str, str]:
+    """(topic, broker name) a recall handle names (docs/internals/timer.md §Recall); ConfigError
+    when it is not a recall handle at all (the broker checks the rest)."""
+    try:
+        fields = base64.urlsafe_b64decode(recall_handle.encode()).decode().split("\n")
+    except (ValueError, binascii.Error, UnicodeError):
+        fields = []
+    if len(fields) != 6:
+        raise ConfigError(f"{recall_handle[:60]!r} is not a recall handle")
+    return fields[0], fields[1]

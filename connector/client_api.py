@@ -120,6 +120,7 @@ class SendResult:
     queue_offsets: list[int]
     broker_name: str
     status: SendStatus = SendStatus.SEND_OK   # FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE: on the master only
+    recall_handles: list[str] = field(default_factory=list)   # per message: a timer message's, else ""
 
 
 @dataclass(frozen=True)
@@ -298,6 +299,7 @@ class ClientAPI:
             result.msg_ids.extend(response.msg_ids)
             result.queue_ids.extend(response.queue_ids)
             result.queue_offsets.extend(response.queue_offsets)
+            result.recall_handles.extend(response.recall_handles or [""] * len(response.msg_ids))
             status = status or response.status.code
         if status in STORED_ON_MASTER_ONLY:   # perhaps a deposed master: the next send asks for the route
             self.routes.forget(topic)
@@ -502,7 +504,7 @@ class ClientAPI:
             if brokers is not None and name not in brokers:
                 continue
             read = functools.partial(self._broker_topic_offsets, topic, name)
-            offsets.update(_unless_unreachable(read, name, unreachable) or {})
+            offsets.update(unless_unreachable(read, name, unreachable) or {})
         return dict(sorted(offsets.items()))
 
     def queue_offsets(self, mq: MessageQueue) -> QueueOffsets:
@@ -540,7 +542,7 @@ class ClientAPI:
         for name in brokers:
             read = functools.partial(self._read_call, name, _QUERY_CONSUMER_OFFSETS, request,
                                      ok_codes=(rmq_pb2.QUERY_NOT_FOUND,))
-            response = _unless_unreachable(read, name, unreachable)
+            response = unless_unreachable(read, name, unreachable)
             if response is None:
                 continue
             offsets.update((MessageQueue(o.topic, name, o.queue_id), o.offset) for o in response.offsets)
@@ -561,7 +563,7 @@ class ClientAPI:
                          for mq in grouped[name]])
             # to the member the group reads from
             write = functools.partial(self._read_call, name, _UPDATE_CONSUMER_OFFSETS, request)
-            _unless_unreachable(write, name, unreachable)
+            unless_unreachable(write, name, unreachable)
 
         _call_each(grouped, update)
 
@@ -756,7 +758,7 @@ class ClientAPI:
             if failures and len(failures) == len(groups[name]):
                 raise failures[0]
 
-        _call_each(groups, lambda name: _unless_unreachable(functools.partial(on_group, name), name,
+        _call_each(groups, lambda name: unless_unreachable(functools.partial(on_group, name), name,
                                                             unreachable))
 
     def _route(self, topic: str) -> TopicRoute:
@@ -838,7 +840,7 @@ def _when_answered(call: grpc.Future[ResponseT], method: str, label: str, queue:
     call.add_done_callback(done)
 
 
-def _unless_unreachable(call: Callable[[], AnswerT], broker_name: str,
+def unless_unreachable(call: Callable[[], AnswerT], broker_name: str,
                         unreachable: dict[str, RmqUnavailable] | None) -> AnswerT | None:
     """call(); None when the broker is unreachable and the caller collects those in `unreachable`."""
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from rmq import message_format as mf
 from rmq import retry
@@ -24,7 +25,9 @@ DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024  # DefaultMQProducer.maxMessageSize (
 @dataclass
 class Message:
     """One message to send: topic, body, optional tags, keys (space-separated, or a list),
-    user properties and a delay level (1..18 with the broker's default levels; 0 none)."""
+    user properties and a delay level (1..18 with the broker's default levels; 0 none) or a
+    timer: `deliver_time_ms` (epoch ms, or an aware datetime) or `delay` (a timedelta), sent as
+    RocketMQ's TIMER_DELIVER_MS / TIMER_DELAY_MS property (docs/manual/sdk.md: timer messages)."""
 
     topic: str
     body: bytes
@@ -32,6 +35,21 @@ class Message:
     keys: str | list[str] = ""
     properties: dict[str, str] = field(default_factory=dict)
     delay_level: int = 0
+    deliver_time_ms: int | datetime | None = None
+    delay: timedelta | None = None
+
+    def is_timer(self) -> bool:
+        return self.deliver_time_ms is not None or self.delay is not None
+
+    def timer_properties(self) -> dict[str, str]:
+        """The timer property this message carries ({} without a timer)."""
+        if self.delay is not None:
+            return {mf.PROPERTY_TIMER_DELAY_MS: str(int(self.delay.total_seconds() * 1000))}
+        if isinstance(self.deliver_time_ms, datetime):
+            return {mf.PROPERTY_TIMER_DELIVER_MS: str(int(self.deliver_time_ms.timestamp() * 1000))}
+        if self.deliver_time_ms is not None:
+            return {mf.PROPERTY_TIMER_DELIVER_MS: str(self.deliver_time_ms)}
+        return {}
 
     @property
     def keys_text(self) -> str:
@@ -49,13 +67,31 @@ class Message:
             raise ConfigError(f"message body is {len(self.body)} bytes, the maximum is {max_message_size}")
         if self.delay_level < 0:
             raise ConfigError(f"delay_level must not be negative, not {self.delay_level}")
+        self._check_timer()
+
+    def _check_timer(self) -> None:
+        if self.deliver_time_ms is not None and self.delay is not None:
+            raise ConfigError("give deliver_time_ms or delay, not both")
+        if self.is_timer() and self.delay_level:
+            raise ConfigError("a message has a delay level or a timer (deliver_time_ms, delay), not both")
+        if isinstance(self.deliver_time_ms, datetime) and self.deliver_time_ms.tzinfo is None:
+            raise ConfigError("deliver_time_ms as a datetime must carry a time zone (e.g. datetime.now(UTC))")
+        if isinstance(self.deliver_time_ms, int) and (isinstance(self.deliver_time_ms, bool)
+                                                      or self.deliver_time_ms < 0):
+            raise ConfigError(
+                f"deliver_time_ms must be epoch milliseconds (>= 0), not {self.deliver_time_ms!r}")
+        if self.deliver_time_ms is not None and not isinstance(self.deliver_time_ms, (int, datetime)):
+            raise ConfigError(f"deliver_time_ms must be an int (epoch ms) or a datetime, "
+                              f"not {type(self.deliver_time_ms).__name__}")
+        if self.delay is not None and (not isinstance(self.delay, timedelta) or self.delay < timedelta(0)):
+            raise ConfigError(f"delay must be a timedelta of zero or more, not {self.delay!r}")
 
     def to_outgoing(self, queue_id: int | None = None) -> OutgoingMessage:
         return OutgoingMessage(
             bytes(self.body),
             self.tags,
             self.keys_text,
-            dict(self.properties) if self.properties else {},
+            {**self.properties, **self.timer_properties()} if self.properties or self.is_timer() else {},
             queue_id=queue_id,
             delay_level=self.delay_level,
         )

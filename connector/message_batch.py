@@ -38,7 +38,7 @@ class MessageBatch:
             return None
         topic = messages[0].topic
         if (not topic or set(map(_TOPIC, messages)) != {topic} or any(map(_PROPERTIES, messages))
-                or any(map(_DELAY_LEVEL, messages))):
+                or any(map(_DELAY_LEVEL, messages)) or any(map(Message.is_timer, messages))):
             return None
         bodies = list(map(_BODY, messages))
         if set(map(type, bodies)) != {bytes}:

@@ -56,6 +56,12 @@ _RETRIED_CODES = frozenset({rmq_pb2.SERVICE_NOT_AVAILABLE, rmq_pb2.SYSTEM_ERROR,
                             rmq_pb2.TOPIC_NOT_EXIST})
 
 
+def retriable(error: RmqError) -> bool:
+    """Whether a failed send may be tried again (on another broker, or later): the broker could not
+    be reached or answered a code RocketMQ retries (retryResponseCodes)."""
+    return isinstance(error, RmqUnavailable) or error.code in _RETRIED_CODES
+
+
 @dataclass(frozen=True, slots=True)
 class SendResult:
     """A stored message: its id, queue and queue offset (-1 for a delayed message, whose
@@ -67,6 +73,7 @@ class SendResult:
     message_queue: MessageQueue
     queue_offset: int
     status: SendStatus = SendStatus.SEND_OK
+    recall_handle: str = ""   # a timer message's: Producer.recall(handle) cancels it before its time
 
 
 def send_results(topic: str, sent: ClientSendResult) -> list[SendResult]:
@@ -76,8 +83,9 @@ def send_results(topic: str, sent: ClientSendResult) -> list[SendResult]:
         raise RmqRefused(rmq_pb2.SYSTEM_ERROR, f"the broker answered {len(sent.msg_ids)} message ids, "
                          f"{len(sent.queue_ids)} queues and {len(sent.queue_offsets)} offsets",
                          broker=sent.broker_name)
+    handles = sent.recall_handles or [""] * len(sent.msg_ids)
     return list(map(SendResult, sent.msg_ids, map(queues.__getitem__, sent.queue_ids), sent.queue_offsets,
-                    repeat(sent.status)))
+                    repeat(sent.status), handles))
 
 
 MessageQueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
@@ -204,6 +212,12 @@ class Producer:
                 results[index] = result
         return [r for r in results if r is not None]
 
+    def recall(self, recall_handle: str) -> None:
+        """Cancel a timer message before its time by the `recall_handle` its SendResult carries
+        (RocketMQ 5 Producer.recallMessage): the producer's account or an admin may; raises
+        RmqError when the broker refuses (altered handle, another account's, delivered already)."""
+        self.client.recall_message(recall_handle)
+
     def _send_batch(self, topic: str, messages: list[Message]) -> list[SendResult]:
         """One batch to one broker, moved to the next broker when that one fails."""
         outgoing = [m.to_outgoing() for m in messages]
@@ -230,8 +244,7 @@ class Producer:
         """MQProducer's retry rule, for sync and async sends alike: a failure nothing of which
         was stored, with a code another broker may cure, is retried while attempts remain; a
         broker that did not answer is isolated for a while (latency fault tolerance)."""
-        retried = isinstance(error, RmqUnavailable) or error.code in _RETRIED_CODES
-        if error.acknowledged or not retried or attempt >= self.retry_times_when_send_failed:
+        if error.acknowledged or not retriable(error) or attempt >= self.retry_times_when_send_failed:
             return False
         logger.warning("send to %s failed (attempt %d): %s", broker, attempt + 1, error)
         if isinstance(error, RmqUnavailable):

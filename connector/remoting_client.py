@@ -573,7 +573,8 @@ def send_answer(answer: RemotingCommand) -> rmq_pb2.SendMessageResponse:
     fields = answer.ext_fields
     return rmq_pb2.SendMessageResponse(status=status, msg_ids=[fields["msgId"]],
                                        queue_ids=[int(fields["queueId"])],
-                                       queue_offsets=[int(fields["queueOffset"])])
+                                       queue_offsets=[int(fields["queueOffset"])],
+                                       recall_handles=[fields.get("recallHandle", "")])
 
 
 def answer_status(answer: RemotingCommand) -> rmq_pb2.Status:

@@ -17,6 +17,8 @@ from rmq.store.private_files import make_dirs
 DELETE_FILES_BATCH_MAX = 10
 
 
+KEEP_NOTHING = 1 << 62   # delete_expired_file_by_time: no offset needs keeping
+
 class MappedFileQueue:
     def __init__(self, store_path: Path, mapped_file_size: int, *, preallocate: bool = False,
                  preallocate_step: int = 0, lru: MappedFileLru | None = None) -> None:
@@ -169,14 +171,18 @@ class MappedFileQueue:
         self.files = keep
 
     def delete_expired_file_by_time(self, expired_time_ms: float, delete_files_interval_ms: int,
-                                    interval_forcibly_ms: int, clean_immediately: bool) -> int:
+                                    interval_forcibly_ms: int, clean_immediately: bool,
+                                    keep_from: int = KEEP_NOTHING) -> int:
         """deleteExpiredFileByTime (spec store §11, TV15): oldest first, never the last file,
-        stop at the first file that is not expired or still held, at most 10 per run."""
+        stop at the first file that is not expired or still held, at most 10 per run, and at the
+        first reaching past `keep_from` (an offset still needed: a pending timer message)."""
         candidates = self.files[:-1]
         deleted: list[MappedFile] = []
         for index, mapped in enumerate(candidates):
             live_max = mapped.last_modified_timestamp() + expired_time_ms
             if not (now_ms() >= live_max or clean_immediately):
+                break
+            if mapped.file_from_offset + mapped.file_size > keep_from:
                 break
             if not mapped.destroy(interval_forcibly_ms):
                 break

@@ -35,9 +35,9 @@ from rmq.broker_server.replication.etcd_client import EtcdClient, EtcdSettings, 
 from rmq.broker_server.replication.etcd_controller import EtcdGroupStore, EtcdLeadership
 from rmq.broker_server.replication.replicas_info_manager import JsonGroupStore, ReplicasInfoManager
 from rmq.broker_server.rmq_v1.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
-from rmq.broker_server.rmq_v1.status import OK, answers_with_status
 from rmq.broker_server.security.cluster_auth import ClusterAuth, load_cluster_secret
 from rmq.broker_server.security.server_security import ServerSecurity
+from rmq.broker_server.status import OK, answers_with_status
 from rmq.request_signing import name_server_id
 from rmq.store.private_files import make_dirs
 from rmq.topic_config import PERM_WRITE, TopicConfig

@@ -48,6 +48,8 @@ RESPONSE_CODES: dict[int, ResponseCode] = {
     rmq_pb2.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
     rmq_pb2.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
     rmq_pb2.LIMIT_EXCEEDED: ResponseCode.SYSTEM_BUSY,
+    rmq_pb2.WHEEL_TIMER_MSG_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,   # RocketMQ's mapping of the put status
+    rmq_pb2.WHEEL_TIMER_FLOW_CONTROL: ResponseCode.SYSTEM_BUSY,
 }
 
 
@@ -114,13 +116,14 @@ class RequestDispatcher:
 
     async def process(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
         response = await self._process(context, request)
-        log.debug(
-            "remoting %s: request code %d -> %s %s",
-            context.channel.address,
-            request.code,
-            response and response.code,
-            response and response.remark,
-        )
+        if log.isEnabledFor(logging.DEBUG):   # not a log call per request unless asked for
+            log.debug(
+                "remoting %s: request code %d -> %s %s",
+                context.channel.address,
+                request.code,
+                response and response.code,
+                response and response.remark,
+            )
         return response
 
     def admit_header(self, channel: Channel, header: RemotingCommand) -> Admission | RemotingCommand:

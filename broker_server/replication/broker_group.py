@@ -15,11 +15,12 @@ from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.errors import BrokerError, UserError
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.processors.schedule_message_service import ScheduleMessageService
+from rmq.broker_server.processors.timer_message_store import TimerMessageStore
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.replication.ha_client import HAClient, SlaveSynchronize
 from rmq.broker_server.replication.ha_connection import HAServicer
-from rmq.broker_server.rmq_v1.status import OK
 from rmq.broker_server.security.cluster_auth import ClusterAuth, MasterAuth, SlaveAuth, load_cluster_secret
+from rmq.broker_server.status import OK
 from rmq.store import BrokerRole, MessageStore
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
@@ -32,7 +33,7 @@ WIRE_ROLES = {BrokerRole.ASYNC_MASTER: rmq_pb2.ASYNC_MASTER, BrokerRole.SYNC_MAS
 
 class Replication:
     def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager,
-                 offsets: ConsumerOffsetManager, schedule: ScheduleMessageService,
+                 offsets: ConsumerOffsetManager, schedule: ScheduleMessageService, timer: TimerMessageStore,
                  open_channel: Callable[[str], grpc.aio.Channel],
                  on_topics_changed: Callable[[], None], acl: bool = False) -> None:
         """`acl`: the broker runs with --acl, so its group needs a cluster secret (UserError for
@@ -47,7 +48,8 @@ class Replication:
         self.in_sync_ids: list[int] = []   # controller mode: the group's in-sync set, as last answered
         auth = self._cluster_auth(acl)
         self.servicer = HAServicer(store, topics, offsets, lambda: dict(schedule.offsets),
-                                   MasterAuth(auth, config.broker_address, acl, config.broker_id))
+                                   timer.master_progress, MasterAuth(auth, config.broker_address, acl,
+                                                                      config.broker_id))
         self.client: HAClient | None = None
         self.synchronize: SlaveSynchronize | None = None
         if self.is_slave:
@@ -55,8 +57,9 @@ class Replication:
             self.client = HAClient(store, topics, offsets, on_topics_changed, config.master,
                                    config.broker_address, open_channel, slave_auth)
             self.synchronize = SlaveSynchronize(config.master, topics, offsets, schedule.set_offsets,
-                                                on_topics_changed, config.slave_synchronize_interval_ms,
-                                                open_channel, slave_auth)
+                                                timer.set_master_progress, on_topics_changed,
+                                                config.slave_synchronize_interval_ms, open_channel,
+                                                slave_auth)
 
     def _cluster_auth(self, acl: bool) -> ClusterAuth | None:
         config = self.config

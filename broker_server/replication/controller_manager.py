@@ -24,9 +24,9 @@ from rmq.broker_server.replication.etcd_client import EtcdUnavailable
 from rmq.broker_server.replication.etcd_controller import EtcdLeadership
 from rmq.broker_server.replication.replicas_info_manager import Heartbeat as MemberBeat
 from rmq.broker_server.replication.replicas_info_manager import ReplicasInfoManager
-from rmq.broker_server.rmq_v1.status import answers_with_status
 from rmq.broker_server.security.cluster_auth import ClusterAuth, ProofRefused
 from rmq.broker_server.security.refusal_log import RefusalLog
+from rmq.broker_server.status import answers_with_status
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 log = logging.getLogger(__name__)

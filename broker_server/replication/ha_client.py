@@ -173,13 +173,15 @@ def _check(session: Session, answer: rmq_pb2.HATransfer | rmq_pb2.SlaveSynchroni
 
 class SlaveSynchronize(MasterLink):
     def __init__(self, master: str, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
-                 set_delay_offsets: Callable[[dict[int, int]], None], on_topics_changed: Callable[[], None],
+                 set_delay_offsets: Callable[[dict[int, int]], None],
+                 set_timer_progress: Callable[[int, int], None], on_topics_changed: Callable[[], None],
                  interval_ms: int, open_channel: Callable[[str], grpc.aio.Channel], auth: SlaveAuth) -> None:
         super().__init__(master, open_channel)
         self.auth = auth
         self.topics = topics
         self.offsets = offsets
         self.set_delay_offsets = set_delay_offsets
+        self.set_timer_progress = set_timer_progress
         self.on_topics_changed = on_topics_changed
         self.interval_ms = interval_ms
         self._synced: dict[OffsetKey, int] = {}    # the offsets as the master last gave them
@@ -218,6 +220,7 @@ class SlaveSynchronize(MasterLink):
             synced[OffsetKey(item.consumer_group, item.topic, item.queue_id)] = item.offset
         self._synced = synced
         self.set_delay_offsets(dict(response.delay_offsets))
+        self.set_timer_progress(response.timer_read_time_ms, response.timer_commit_log_end)
 
 
 def apply_master_topics(topics: TopicConfigManager, master_topics: list[TopicConfig],

@@ -33,7 +33,6 @@ from rmq.broker_server.grpc_aio import Context
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
 from rmq.broker_server.offsets.offset_changes import OffsetChanges, group_offset
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
-from rmq.broker_server.rmq_v1.status import OK, answers_with_status
 from rmq.broker_server.security.cluster_auth import (
     Direction,
     Exchange,
@@ -42,6 +41,7 @@ from rmq.broker_server.security.cluster_auth import (
     Session,
     signed,
 )
+from rmq.broker_server.status import OK, answers_with_status
 from rmq.store import MessageStore
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
@@ -53,13 +53,15 @@ OFFSETS_PER_TRANSFER = 10_000   # consumer offsets in one message of the stream
 
 class HAServicer(rmq_pb2_grpc.HAServiceServicer):
     def __init__(self, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
-                 delay_offsets: Callable[[], dict[int, int]], auth: MasterAuth) -> None:
+                 delay_offsets: Callable[[], dict[int, int]], timer_progress: Callable[[], tuple[int, int]],
+                 auth: MasterAuth) -> None:
         self.store = store
         self.auth = auth
         self.ha = store.ha_service
         self.topics = topics
         self.offsets = offsets
         self.delay_offsets = delay_offsets
+        self.timer_progress = timer_progress
         self._wakeups: set[asyncio.Event] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ending = False
@@ -220,8 +222,9 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
         for item in request.committed_on_slave:
             self.offsets.commit_offset(item.consumer_group, item.topic, item.queue_id, item.offset,
                                        increase_only=True)
+        timer_read_time_ms, timer_commit_log_end = self.timer_progress()
         return signed(session, Direction.FROM_MASTER, rmq_pb2.SlaveSynchronizeResponse(
-            status=OK,
+            status=OK, timer_read_time_ms=timer_read_time_ms, timer_commit_log_end=timer_commit_log_end,
             topics=[config.to_proto() for config in self.topics.all()],
             offsets=[group_offset(key, offset) for key, offset in self.offsets.all_offsets().items()],
             delay_offsets=self.delay_offsets(),

@@ -6,7 +6,6 @@ or the telemetry sessions; refusals travel as the response's v2 Status."""
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -15,12 +14,12 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from rmq import message_format as mf
-from rmq.broker_server.processors.names import check_group_name
+from rmq.broker_server.processors.names import TIMER_TOPIC, check_group_name
 from rmq.broker_server.processors.pull_message_processor import Sql92RecordFilter, sql92_record_filter
 from rmq.broker_server.processors.send_message_processor import SendMessageProcessor, born_host_from_peer
+from rmq.broker_server.processors.timer_message_store import TimerMessageStore
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.rocketmq_v2 import messages
-from rmq.broker_server.rocketmq_v2.authentication import CLIENT_ID
 from rmq.broker_server.rocketmq_v2.offset_rpcs import OffsetRpcs
 from rmq.broker_server.rocketmq_v2.pop_service import MAX_BATCH, PopRequest, PopService
 from rmq.broker_server.rocketmq_v2.receipt_handle import (
@@ -31,8 +30,8 @@ from rmq.broker_server.rocketmq_v2.receipt_handle import (
 from rmq.broker_server.rocketmq_v2.route import ALL_QUEUES, RouteResolver, assignments, message_queues
 from rmq.broker_server.rocketmq_v2.status import OK, V2Error, answers_with_status, as_v2_error
 from rmq.broker_server.rocketmq_v2.telemetry import TelemetrySessions
-from rmq.broker_server.rocketmq_v2.timer_message_service import TIMER_TOPIC, TimerMessageService
 from rmq.broker_server.rocketmq_v2.transactions import HALF_TOPIC, TransactionService
+from rmq.broker_server.security.rocketmq_v2_auth import CLIENT_ID
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
 from rmq.rocketmq_v2.properties import PROPERTY_TIMER_DELIVER_MS
@@ -72,8 +71,8 @@ def _duration_ms(duration: Duration) -> int:
 class RocketMQv2MessagingService:
     def __init__(self, sender: SendMessageProcessor, topics: TopicConfigManager,
                  routes: RouteResolver, pop: PopService, sessions: TelemetrySessions, policy: GroupPolicy,
-                 timer: TimerMessageService, transactions: TransactionService, offset_rpcs: OffsetRpcs,
-                 handles: ReceiptHandleCodec, max_body_size: int, max_delay_ms: int) -> None:
+                 timer: TimerMessageStore, transactions: TransactionService, offset_rpcs: OffsetRpcs,
+                 handles: ReceiptHandleCodec, max_body_size: int) -> None:
         self.sender = sender
         self.topics = topics
         self.routes = routes
@@ -85,7 +84,6 @@ class RocketMQv2MessagingService:
         self.offset_rpcs = offset_rpcs
         self.handles = handles
         self.max_body_size = max_body_size
-        self.max_delay_ms = max_delay_ms
         self._round_robin = itertools.count()
 
     # -- route and session ---------------------------------------------------------------
@@ -141,7 +139,7 @@ class RocketMQv2MessagingService:
             entry = pb.SendResultEntry(status=OK, message_id=message.system_properties.message_id,
                                        offset=result.queue_offset)
             if stored.topic == TIMER_TOPIC:
-                self.timer.wake()
+                entry.recall_handle = self.timer.recall_handle(stored.properties, result.queue_offset)
                 entry.offset = -1   # its real offset is assigned at delivery
             elif stored.topic == HALF_TOPIC:
                 entry.transaction_id = await self.transactions.opened(
@@ -157,9 +155,15 @@ class RocketMQv2MessagingService:
                                     request.topic.name)
         return pb.EndTransactionResponse(status=OK)
 
+    @answers_with_status(pb.RecallMessageResponse)
+    async def RecallMessage(self, request: pb.RecallMessageRequest, context: Any) -> pb.RecallMessageResponse:
+        await self.timer.recall(request.topic.name, request.recall_handle)
+        return pb.RecallMessageResponse(status=OK, message_id="")
+
     def _to_store(self, message: v2.Message, config: TopicConfig, born_host: bytes) -> Any:
-        """The record to store: in its queue, or parked in the timer (DELAY due later) or as a
-        transaction's half message, with the real topic and queue in properties."""
+        """The record to store: in its queue, or parked in the timer (a DELAY message, or any
+        carrying a timer property, due later: TimerMessageStore.park) or as a transaction's half
+        message, with the real topic and queue in properties."""
         if not message.body:
             raise V2Error(v2.MESSAGE_BODY_EMPTY, "message body is empty")
         if len(message.body) > self.max_body_size:
@@ -170,29 +174,21 @@ class RocketMQv2MessagingService:
             raise V2Error(v2.UNSUPPORTED, f"message type {v2.MessageType.Name(kind)} is not supported")
         properties = messages.record_properties(message)
         topic, queue_id = config.topic_name, self._queue_id(message, config)
-        parked_in = None
         if kind == v2.DELAY:
-            deliver_ms = self._delivery_time(message)
-            properties[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
-            if deliver_ms > time.time() * 1000:
-                parked_in = TIMER_TOPIC
-        elif kind == v2.TRANSACTION:
-            parked_in = HALF_TOPIC
-        if parked_in is not None:
+            properties[PROPERTY_TIMER_DELIVER_MS] = str(self._delivery_time(message))
+        if kind == v2.TRANSACTION:
             properties[mf.PROPERTY_REAL_TOPIC] = topic
             properties[mf.PROPERTY_REAL_QUEUE_ID] = str(queue_id)
-            topic, queue_id = parked_in, 0
+            topic, queue_id = HALF_TOPIC, 0
+        else:
+            topic, queue_id = self.timer.park(properties, topic, queue_id)
         return messages.to_store(message, topic, queue_id, properties, born_host)
 
     def _delivery_time(self, message: v2.Message) -> int:
         system = message.system_properties
         if not system.HasField("delivery_timestamp"):
             raise V2Error(v2.ILLEGAL_DELIVERY_TIME, "a DELAY message needs a delivery timestamp")
-        deliver_ms = messages.delivery_time_ms(system.delivery_timestamp)
-        if deliver_ms - time.time() * 1000 > self.max_delay_ms:
-            raise V2Error(v2.ILLEGAL_DELIVERY_TIME,
-                          f"delivery time {deliver_ms} is more than {self.max_delay_ms} ms ahead")
-        return deliver_ms
+        return max(messages.delivery_time_ms(system.delivery_timestamp), 0)
 
     def _queue_id(self, message: v2.Message, config: TopicConfig) -> int:
         """FIFO: the message group's queue (hash), so a group keeps its order; else round robin."""
@@ -372,13 +368,11 @@ class RocketMQv2MessagingService:
 
     def start(self) -> None:
         self.pop.start(self.sessions.connected, DEFAULT_INVISIBLE_MS)
-        self.timer.start()
         self.transactions.start()
 
     async def shutdown(self) -> None:
         """Close telemetry streams and answer held receives (so the server need not wait for
-        them), stop the timer and the transaction checks, persisting their progress."""
+        them), stop the transaction checks, persisting their progress."""
         self.sessions.end_all()
         self.pop.shutdown()
-        await self.timer.stop()
         await self.transactions.stop()

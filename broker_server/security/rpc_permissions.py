@@ -68,6 +68,7 @@ def _rule(service: str, method: str) -> str:
 
 RULES: dict[str, Rule] = {
     _rule("MessagingService", "SendMessage"): lambda r: _topics([r.topic], Need.PUB),
+    _rule("MessagingService", "RecallMessage"): lambda r: _topics([r.topic], Need.PUB),
     _rule("MessagingService", "PullMessage"): lambda r: _topics([r.topic]) + _group_sub(r),
     _rule("Flight", "DoGet"): lambda r: _topics([r.pull.topic]) + _group_sub(r.pull),   # rmq.flight: a pull
     _rule("MessagingService", "GetTopicOffsets"): lambda r: _topics([r.topic], Need.ANY),
@@ -88,6 +89,7 @@ RULES: dict[str, Rule] = {
     _rule("RouteService", "ListBrokers"): _nothing,
     _rule("AdminService", "GetBrokerStatus"): _nothing,   # role and offsets, like ListBrokers
     _rule("AdminService", "GetConsumerConnections"): _group_sub,   # the group's members, like GetConsumerList
+    _rule("AdminService", "ListConsumerGroups"): _nothing,   # answers only the groups the caller may SUB
     _rule("NameServerService", "RegisterBroker"): lambda r: _broker(r.broker.broker_name),
     _rule("NameServerService", "UnregisterBroker"): lambda r: _broker(r.broker_name),
     _rule("ControllerService", "Heartbeat"): lambda r: _broker(r.broker_name),

@@ -1,6 +1,6 @@
 """The event loop rmq code runs on: uvloop's when it is installed (the `fast` extra), else
 asyncio's own; `RMQ_UVLOOP=0` chooses asyncio's even then. uvloop is optional at run time:
-nothing else changes with the choice (DESIGN.md "One message per request")."""
+nothing else changes with the choice."""
 
 from __future__ import annotations
 

@@ -60,6 +60,10 @@ PROPERTY_UNIQ_KEY = "UNIQ_KEY"
 PROPERTY_DELAY_TIME_LEVEL = "DELAY"
 PROPERTY_REAL_TOPIC = "REAL_TOPIC"
 PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+# a timer message's delivery (RocketMQ MessageConst; docs/internals/timer.md): epoch ms, or a delay
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
 # what rmq itself puts in the properties: a client-given property of these names is refused
 SYSTEM_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, PROPERTY_DELAY_TIME_LEVEL,
                                PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID})

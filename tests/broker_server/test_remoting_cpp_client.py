@@ -6,6 +6,7 @@ round; the offsets it commits show in `rmq group progress`; the ACL applies to i
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -201,3 +202,26 @@ def test_a_cpp_producer_creates_a_topic_where_auto_creation_is_on(tmp_path: Path
         assert [row["body"] for row in sdk_messages(broker, "created-by-send")] == [b"first"]
     finally:
         broker.stop()
+
+
+def test_cpp_timer_properties_hold_messages_until_their_time_and_bad_ones_are_refused(
+        broker: InProcessBroker) -> None:
+    """What the 4.x clients' setDeliverTimeMs / setDelayTimeSec / setDelayTimeMs set: each held
+    until its time (not readable at once), then delivered with its properties; a malformed one
+    is refused with nothing stored (docs/internals/timer.md)."""
+    address = broker.config.remoting_listen
+    due_ms = int(time.time() * 1000) + 2_000
+    specs = [{"body": "deliver-ms", "properties": {"TIMER_DELIVER_MS": str(due_ms), "color": "red"}},
+             {"body": "delay-sec", "properties": {"TIMER_DELAY_SEC": "2"}},
+             {"body": "delay-ms", "properties": {"TIMER_DELAY_MS": "2000"}}]
+    produced = run_client(do="produce", address=address, topic="cpp", group="cpp-pg", messages=specs)
+    assert produced["ok"], produced
+    assert sdk_messages(broker, "cpp") == []   # held, not readable at once
+    wait_until(lambda: len(sdk_messages(broker, "cpp")) == 3, "the 3 timer messages delivered")
+    assert time.time() * 1000 >= due_ms
+    by_body = {row["body"].decode(): dict(row["properties"]) for row in sdk_messages(broker, "cpp")}
+    assert by_body["deliver-ms"]["color"] == "red"
+    refused = run_client(do="produce", address=address, topic="cpp", group="cpp-pg",
+                         messages=[{"body": "bad", "properties": {"TIMER_DELIVER_MS": "soon"}}])
+    assert not refused["ok"] and "error" in refused["sent"][0]   # the C++ client keeps the remark to itself
+    assert len(sdk_messages(broker, "cpp")) == 3 and broker.controller.timer.pending == 0   # nothing stored

@@ -375,3 +375,22 @@ def test_bad_requests_get_the_specific_v2_status(broker, topic):
         assert stub.ChangeInvisibleDuration(stale, timeout=5).status.code == v2.INVALID_RECEIPT_HANDLE
         [refused] = stub.Telemetry(iter([pb.TelemetryCommand()]), timeout=5)   # no x-mq-client-id
         assert refused.status.code == v2.CLIENT_ID_REQUIRED
+
+
+def test_the_official_client_recalls_a_delay_message_by_its_handle_and_far_delays_are_refused(broker, topic):
+    due_s = int(time.time()) + 3
+    with started(rocketmq.Producer(configuration(broker.address), (topic,))) as producer:
+        kept = bounded(lambda: producer.send(message(topic, b"kept", delivery_timestamp=due_s)), what="send")
+        recalled = bounded(lambda: producer.send(message(topic, b"recalled", delivery_timestamp=due_s)),
+                           what="send")
+        assert kept.recall_handle and recalled.recall_handle
+        with pytest.raises(Exception, match="recall handle is not valid"):
+            producer.recall_message(topic, recalled.recall_handle[:-4] + "AAAA")
+        producer.recall_message(topic, recalled.recall_handle)
+        ten_years = int(time.time()) + 10 * 365 * 86_400
+        with pytest.raises(Exception, match="timer_max_delay_s"):
+            producer.send(message(topic, b"too far", delivery_timestamp=ten_years))
+    with started(simple_consumer(broker.address, topic, "g-recall")) as consumer:
+        late = receive_until(consumer, 1, timeout=10)
+        assert [m.body for m in late] == [b"kept"]
+        assert receive_until(consumer, 1, timeout=2) == []   # the recalled one never comes

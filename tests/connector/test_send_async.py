@@ -1,4 +1,4 @@
-"""Producer.send_async (RocketMQ's sendAsync; DESIGN.md "One message per request"): many
+"""Producer.send_async (RocketMQ's sendAsync): many
 single-message sends in flight from one thread, each answered with the SendResult `send`
 gives, awaitable in asyncio code on uvloop's loop and on asyncio's own, over the remoting port
 and over gRPC, with send's errors and retries."""

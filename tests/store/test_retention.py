@@ -146,3 +146,13 @@ def test_append_failure_marks_not_writeable_and_damages_nothing(open_store) -> N
     store.clean_expired_files()                                # the disk is fine again
     assert store.is_writeable()
     assert store.put_message(message(body=b"late")).queue_offset == 5
+
+
+def test_deletion_stops_at_the_first_file_reaching_past_the_offset_to_keep(tmp_path: Path) -> None:
+    """A reader outside the store (pending timer messages) keeps the file holding its offset."""
+    queue = MappedFileQueue(tmp_path, 1024)
+    for index in range(5):
+        age(queue.create_file(index * 1024).path, 100 * HOUR)
+    assert queue.delete_expired_file_by_time(72 * HOUR * 1000, 0, 1000, False, keep_from=2100) == 2
+    assert [f.file_from_offset for f in queue.files] == [2048, 3072, 4096]
+    queue.close()

@@ -9,7 +9,7 @@ from rmq import message_format as mf
 from rmq import retry
 
 PROPERTY_MESSAGE_GROUP = "__SHARDINGKEY"      # MessageConst.PROPERTY_SHARDING_KEY (FIFO group)
-PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"  # delivery time of a DELAY message, epoch ms
+PROPERTY_TIMER_DELIVER_MS = mf.PROPERTY_TIMER_DELIVER_MS  # delivery time of a DELAY message, epoch ms
 PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"    # "true" on a transaction's half message
 PROPERTY_TRANSACTION_ID = "__transactionId__"
 PROPERTY_PRODUCER_GROUP = "PGROUP"

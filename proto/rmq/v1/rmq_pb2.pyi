@@ -30,6 +30,8 @@ class Code(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FLUSH_SLAVE_TIMEOUT: _ClassVar[Code]
     SLAVE_NOT_AVAILABLE: _ClassVar[Code]
     LIMIT_EXCEEDED: _ClassVar[Code]
+    WHEEL_TIMER_MSG_ILLEGAL: _ClassVar[Code]
+    WHEEL_TIMER_FLOW_CONTROL: _ClassVar[Code]
 
 class PullSysFlag(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -101,6 +103,8 @@ FILTER_NOT_SUPPORTED: Code
 FLUSH_SLAVE_TIMEOUT: Code
 SLAVE_NOT_AVAILABLE: Code
 LIMIT_EXCEEDED: Code
+WHEEL_TIMER_MSG_ILLEGAL: Code
+WHEEL_TIMER_FLOW_CONTROL: Code
 PULL_SYS_FLAG_NONE: PullSysFlag
 FLAG_COMMIT_OFFSET: PullSysFlag
 FLAG_SUSPEND: PullSysFlag
@@ -211,16 +215,32 @@ class MessageColumns(_message.Message):
     def __init__(self, bodies: _Optional[bytes] = ..., body_lengths: _Optional[_Iterable[int]] = ..., tags: _Optional[_Iterable[str]] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SendMessageResponse(_message.Message):
-    __slots__ = ("status", "msg_ids", "queue_ids", "queue_offsets")
+    __slots__ = ("status", "msg_ids", "queue_ids", "queue_offsets", "recall_handles")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MSG_IDS_FIELD_NUMBER: _ClassVar[int]
     QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
     QUEUE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    RECALL_HANDLES_FIELD_NUMBER: _ClassVar[int]
     status: Status
     msg_ids: _containers.RepeatedScalarFieldContainer[str]
     queue_ids: _containers.RepeatedScalarFieldContainer[int]
     queue_offsets: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., msg_ids: _Optional[_Iterable[str]] = ..., queue_ids: _Optional[_Iterable[int]] = ..., queue_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+    recall_handles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., msg_ids: _Optional[_Iterable[str]] = ..., queue_ids: _Optional[_Iterable[int]] = ..., queue_offsets: _Optional[_Iterable[int]] = ..., recall_handles: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RecallMessageRequest(_message.Message):
+    __slots__ = ("topic", "recall_handle")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECALL_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    recall_handle: str
+    def __init__(self, topic: _Optional[str] = ..., recall_handle: _Optional[str] = ...) -> None: ...
+
+class RecallMessageResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
 
 class PullMessageRequest(_message.Message):
     __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_messages", "max_bytes", "sys_flag", "suspend_timeout_ms", "commit_offset", "sub_expression", "expression_type")
@@ -785,7 +805,7 @@ class SlaveSynchronizeRequest(_message.Message):
     def __init__(self, committed_on_slave: _Optional[_Iterable[_Union[GroupConsumerOffset, _Mapping]]] = ..., proof: _Optional[_Union[MemberProof, _Mapping]] = ...) -> None: ...
 
 class SlaveSynchronizeResponse(_message.Message):
-    __slots__ = ("status", "topics", "offsets", "delay_offsets", "mac")
+    __slots__ = ("status", "topics", "offsets", "delay_offsets", "mac", "timer_read_time_ms", "timer_commit_log_end")
     class DelayOffsetsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -798,12 +818,16 @@ class SlaveSynchronizeResponse(_message.Message):
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     DELAY_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     MAC_FIELD_NUMBER: _ClassVar[int]
+    TIMER_READ_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    TIMER_COMMIT_LOG_END_FIELD_NUMBER: _ClassVar[int]
     status: Status
     topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
     offsets: _containers.RepeatedCompositeFieldContainer[GroupConsumerOffset]
     delay_offsets: _containers.ScalarMap[int, int]
     mac: bytes
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., offsets: _Optional[_Iterable[_Union[GroupConsumerOffset, _Mapping]]] = ..., delay_offsets: _Optional[_Mapping[int, int]] = ..., mac: _Optional[bytes] = ...) -> None: ...
+    timer_read_time_ms: int
+    timer_commit_log_end: int
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., offsets: _Optional[_Iterable[_Union[GroupConsumerOffset, _Mapping]]] = ..., delay_offsets: _Optional[_Mapping[int, int]] = ..., mac: _Optional[bytes] = ..., timer_read_time_ms: _Optional[int] = ..., timer_commit_log_end: _Optional[int] = ...) -> None: ...
 
 class SlaveState(_message.Message):
     __slots__ = ("address", "ack_offset", "lag_bytes")
@@ -844,6 +868,18 @@ class ConsumerConnection(_message.Message):
     subscriptions: _containers.RepeatedCompositeFieldContainer[Subscription]
     last_heartbeat_ms: int
     def __init__(self, client_id: _Optional[str] = ..., protocol: _Optional[_Union[ClientProtocol, str]] = ..., address: _Optional[str] = ..., message_model: _Optional[_Union[MessageModel, str]] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ..., last_heartbeat_ms: _Optional[int] = ...) -> None: ...
+
+class ListConsumerGroupsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListConsumerGroupsResponse(_message.Message):
+    __slots__ = ("status", "groups")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    groups: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., groups: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetConsumerConnectionsRequest(_message.Message):
     __slots__ = ("consumer_group",)

@@ -112,6 +112,11 @@ class MessagingServiceStub:
                 request_serializer=rmq_dot_v1_dot_rmq__pb2.WatchConsumerIdsRequest.SerializeToString,
                 response_deserializer=rmq_dot_v1_dot_rmq__pb2.ConsumerIdsChanged.FromString,
                 _registered_method=True)
+        self.RecallMessage = channel.unary_unary(
+                '/rmq.v1.MessagingService/RecallMessage',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.RecallMessageRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.RecallMessageResponse.FromString,
+                _registered_method=True)
 
 
 class MessagingServiceServicer:
@@ -210,6 +215,12 @@ class MessagingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecallMessage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessagingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -287,6 +298,11 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     servicer.WatchConsumerIds,
                     request_deserializer=rmq_dot_v1_dot_rmq__pb2.WatchConsumerIdsRequest.FromString,
                     response_serializer=rmq_dot_v1_dot_rmq__pb2.ConsumerIdsChanged.SerializeToString,
+            ),
+            'RecallMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecallMessage,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.RecallMessageRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.RecallMessageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -707,6 +723,33 @@ class MessagingService:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def RecallMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.MessagingService/RecallMessage',
+            rmq_dot_v1_dot_rmq__pb2.RecallMessageRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.RecallMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class AdminServiceStub:
     """Served by every broker (its own topics).
@@ -752,6 +795,11 @@ class AdminServiceStub:
                 '/rmq.v1.AdminService/GetConsumerConnections',
                 request_serializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerConnectionsRequest.SerializeToString,
                 response_deserializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerConnectionsResponse.FromString,
+                _registered_method=True)
+        self.ListConsumerGroups = channel.unary_unary(
+                '/rmq.v1.AdminService/ListConsumerGroups',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsResponse.FromString,
                 _registered_method=True)
 
 
@@ -801,6 +849,12 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListConsumerGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -838,6 +892,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetConsumerConnections,
                     request_deserializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerConnectionsRequest.FromString,
                     response_serializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerConnectionsResponse.SerializeToString,
+            ),
+            'ListConsumerGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListConsumerGroups,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1030,6 +1089,33 @@ class AdminService:
             '/rmq.v1.AdminService/GetConsumerConnections',
             rmq_dot_v1_dot_rmq__pb2.GetConsumerConnectionsRequest.SerializeToString,
             rmq_dot_v1_dot_rmq__pb2.GetConsumerConnectionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListConsumerGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.AdminService/ListConsumerGroups',
+            rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,

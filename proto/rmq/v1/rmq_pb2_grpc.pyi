@@ -61,6 +61,7 @@ class MessagingServiceStub:
     QueryMessageByKey: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.QueryMessageByKeyRequest, _rmq_pb2.QueryMessageByKeyResponse]
     ConsumerSendMsgBack: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.ConsumerSendMsgBackRequest, _rmq_pb2.ConsumerSendMsgBackResponse]
     WatchConsumerIds: _grpc.UnaryStreamMultiCallable[_rmq_pb2.WatchConsumerIdsRequest, _rmq_pb2.ConsumerIdsChanged]
+    RecallMessage: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.RecallMessageRequest, _rmq_pb2.RecallMessageResponse]
 
 @_typing.type_check_only
 class MessagingServiceAsyncStub(MessagingServiceStub):
@@ -85,6 +86,7 @@ class MessagingServiceAsyncStub(MessagingServiceStub):
     QueryMessageByKey: _aio.UnaryUnaryMultiCallable[_rmq_pb2.QueryMessageByKeyRequest, _rmq_pb2.QueryMessageByKeyResponse]  # type: ignore[assignment]
     ConsumerSendMsgBack: _aio.UnaryUnaryMultiCallable[_rmq_pb2.ConsumerSendMsgBackRequest, _rmq_pb2.ConsumerSendMsgBackResponse]  # type: ignore[assignment]
     WatchConsumerIds: _aio.UnaryStreamMultiCallable[_rmq_pb2.WatchConsumerIdsRequest, _rmq_pb2.ConsumerIdsChanged]  # type: ignore[assignment]
+    RecallMessage: _aio.UnaryUnaryMultiCallable[_rmq_pb2.RecallMessageRequest, _rmq_pb2.RecallMessageResponse]  # type: ignore[assignment]
 
 class MessagingServiceServicer:
     """---------------------------------------------------------------- services
@@ -182,6 +184,12 @@ class MessagingServiceServicer:
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_rmq_pb2.ConsumerIdsChanged], _abc.AsyncIterator[_rmq_pb2.ConsumerIdsChanged]]: ...
 
+    def RecallMessage(
+        self,
+        request: _rmq_pb2.RecallMessageRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rmq_pb2.RecallMessageResponse, _abc.Awaitable[_rmq_pb2.RecallMessageResponse]]: ...
+
 def add_MessagingServiceServicer_to_server(servicer: MessagingServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class AdminServiceStub:
@@ -198,6 +206,7 @@ class AdminServiceStub:
     GetBrokerStatus: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.BrokerStatusRequest, _rmq_pb2.BrokerStatusResponse]
     ViewMessage: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.ViewMessageRequest, _rmq_pb2.ViewMessageResponse]
     GetConsumerConnections: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetConsumerConnectionsRequest, _rmq_pb2.GetConsumerConnectionsResponse]
+    ListConsumerGroups: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.ListConsumerGroupsRequest, _rmq_pb2.ListConsumerGroupsResponse]
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -211,6 +220,7 @@ class AdminServiceAsyncStub(AdminServiceStub):
     GetBrokerStatus: _aio.UnaryUnaryMultiCallable[_rmq_pb2.BrokerStatusRequest, _rmq_pb2.BrokerStatusResponse]  # type: ignore[assignment]
     ViewMessage: _aio.UnaryUnaryMultiCallable[_rmq_pb2.ViewMessageRequest, _rmq_pb2.ViewMessageResponse]  # type: ignore[assignment]
     GetConsumerConnections: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetConsumerConnectionsRequest, _rmq_pb2.GetConsumerConnectionsResponse]  # type: ignore[assignment]
+    ListConsumerGroups: _aio.UnaryUnaryMultiCallable[_rmq_pb2.ListConsumerGroupsRequest, _rmq_pb2.ListConsumerGroupsResponse]  # type: ignore[assignment]
 
 class AdminServiceServicer:
     """Served by every broker (its own topics)."""
@@ -256,6 +266,12 @@ class AdminServiceServicer:
         request: _rmq_pb2.GetConsumerConnectionsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_rmq_pb2.GetConsumerConnectionsResponse, _abc.Awaitable[_rmq_pb2.GetConsumerConnectionsResponse]]: ...
+
+    def ListConsumerGroups(
+        self,
+        request: _rmq_pb2.ListConsumerGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rmq_pb2.ListConsumerGroupsResponse, _abc.Awaitable[_rmq_pb2.ListConsumerGroupsResponse]]: ...
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

@@ -83,6 +83,7 @@ RULES: dict[str, Callable[[Any], Iterable[Requirement]]] = {
     "Telemetry": lambda r: [],
     "SendMessage": lambda r: [q for m in r.messages for q in _topic(m.topic.name, Need.PUB)],
     "EndTransaction": lambda r: _topic(r.topic.name, Need.PUB),
+    "RecallMessage": lambda r: _topic(r.topic.name, Need.PUB),
     "QueryAssignment": _consume,
     "ReceiveMessage": _consume,
     "AckMessage": _consume,

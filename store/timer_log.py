@@ -1,0 +1,143 @@
+"""TimerLog (RocketMQ 5 store/timer/TimerLog, our own layout: docs/internals/timer.md §TimerLog):
+one fixed-size entry per timer-queue offset, in memory-mapped segment files under
+`<store>/timerlog/`, each named by the first offset it holds. An entry points at its timer
+message in the CommitLog and at the previous entry of the same wheel slot, so a slot's entries
+form a chain read back from the slot's last. Only the entries' state byte is rewritten in place
+(pending -> delivering -> delivered, or recalled); everything else is appended once.
+
+Entry index == offset in the timer topic's queue, so an entry is found without a table, and
+re-enqueueing after a crash finds what is already there (docs/internals/timer.md §Recovery).
+Segments wholly below the oldest entry still pending are deleted (retention)."""
+
+from __future__ import annotations
+
+import enum
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rmq.store.private_files import make_dirs, open_private
+
+ENTRY_DTYPE = np.dtype([("prev", "<i8"), ("deliver_ms", "<i8"), ("phys", "<i8"), ("size", "<i4"),
+                        ("account", "<u4"), ("state", "u1"), ("pad", "V7")])
+ENTRY_SIZE = ENTRY_DTYPE.itemsize   # 40 bytes
+STATE_POSITION = 32   # offset of "state" in ENTRY_DTYPE
+ENTRIES_PER_SEGMENT = 1 << 20       # 40 MiB per segment file
+NO_ENTRY = -1
+
+
+class EntryState(enum.IntEnum):
+    EMPTY = 0        # never written (a sparse file reads as zeros)
+    PENDING = 1      # on the wheel, waiting for its time
+    DELIVERING = 2   # its delivery is being stored: after a crash, ask the index whether it was
+    DELIVERED = 3
+    RECALLED = 4
+    MARKER = 5       # the timer queue's record at this offset is not a timer (a recall request)
+
+
+@dataclass(frozen=True, slots=True)
+class TimerEntry:
+    index: int
+    prev: int
+    deliver_ms: int
+    phys: int
+    size: int
+    account: int
+    state: EntryState
+
+
+@dataclass(frozen=True)
+class PendingEntries:
+    indexes: np.ndarray    # int64: their timer-queue offsets, ascending
+    accounts: np.ndarray   # uint32: their producers' account codes
+    phys: np.ndarray       # int64: their CommitLog offsets
+
+    def commit_log_floor(self, otherwise: int) -> int:
+        """The lowest CommitLog offset a pending entry needs (`otherwise` when none is pending)."""
+        return int(self.phys.min()) if len(self.phys) else otherwise
+
+
+class TimerLog:
+    def __init__(self, directory: Path, entries_per_segment: int = ENTRIES_PER_SEGMENT) -> None:
+        self.directory = directory
+        self.per_segment = entries_per_segment
+        self._segments: dict[int, mmap.mmap] = {}   # first index -> mapping
+        make_dirs(directory)
+        for path in sorted(directory.iterdir()):
+            if path.name.isdigit():
+                self._segments[int(path.name)] = self._map(path)
+
+    def _map(self, path: Path) -> mmap.mmap:
+        fd = open_private(path, os.O_RDWR | os.O_CREAT)
+        try:
+            if os.fstat(fd).st_size != self.per_segment * ENTRY_SIZE:
+                os.ftruncate(fd, self.per_segment * ENTRY_SIZE)   # sparse: pages appear when written
+            return mmap.mmap(fd, self.per_segment * ENTRY_SIZE)
+        finally:
+            os.close(fd)
+
+    def _segment(self, index: int, create: bool) -> tuple[mmap.mmap | None, int]:
+        first = index - index % self.per_segment
+        mapping = self._segments.get(first)
+        if mapping is None and create:
+            mapping = self._segments[first] = self._map(self.directory / f"{first:020d}")
+        return mapping, (index - first) * ENTRY_SIZE
+
+    def write(self, entry: TimerEntry) -> None:
+        mapping, position = self._segment(entry.index, True)
+        assert mapping is not None
+        record = np.zeros(1, ENTRY_DTYPE)
+        record[0] = (entry.prev, entry.deliver_ms, entry.phys, entry.size, entry.account, entry.state, b"")
+        mapping[position:position + ENTRY_SIZE] = record.tobytes()
+
+    def read(self, index: int) -> TimerEntry | None:
+        mapping, position = self._segment(index, False)
+        if mapping is None:
+            return None
+        fields = np.frombuffer(mapping, ENTRY_DTYPE, 1, position)[0]
+        state = EntryState(int(fields["state"]))
+        if state is EntryState.EMPTY:
+            return None
+        return TimerEntry(index, int(fields["prev"]), int(fields["deliver_ms"]), int(fields["phys"]),
+                          int(fields["size"]), int(fields["account"]), state)
+
+    def set_state(self, index: int, state: EntryState) -> None:
+        mapping, position = self._segment(index, False)
+        if mapping is not None:
+            mapping[position + STATE_POSITION] = int(state)
+
+    def pending(self) -> PendingEntries:
+        """Every entry pending or being delivered: one vector scan of each segment (the figures
+        the broker counts from on start, the retention floors)."""
+        indexes, accounts, phys = [], [], []
+        for first, mapping in sorted(self._segments.items()):
+            entries = np.frombuffer(mapping, ENTRY_DTYPE)
+            live = np.flatnonzero((entries["state"] == EntryState.PENDING)
+                                  | (entries["state"] == EntryState.DELIVERING))
+            indexes.append(live + first)
+            accounts.append(entries["account"][live])
+            phys.append(entries["phys"][live])
+        if not indexes:
+            return PendingEntries(np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros(0, np.int64))
+        return PendingEntries(np.concatenate(indexes), np.concatenate(accounts), np.concatenate(phys))
+
+    def delete_below(self, index: int) -> int:
+        """Delete the segments holding only entries below `index` (none of them pending).
+        Returns how many were deleted."""
+        gone = [first for first in self._segments if first + self.per_segment <= index]
+        for first in gone:
+            self._segments.pop(first).close()
+            (self.directory / f"{first:020d}").unlink(missing_ok=True)
+        return len(gone)
+
+    def flush(self) -> None:
+        for mapping in self._segments.values():
+            mapping.flush()
+
+    def close(self) -> None:
+        for mapping in self._segments.values():
+            mapping.close()
+        self._segments.clear()
