@@ -16,7 +16,8 @@ single-message requests, one at a time from one thread, over each protocol:
 `--kind` picks some (repeatable). For each it prints the broker's CPU per request (its
 /proc/<pid>/stat utime and stime over the run, divided by the count) and, with `--profile`, the
 Python function calls per request on the broker's event-loop thread (cProfile enabled after
-start-up and warm-up by SIGUSR1, dumped by SIGUSR2), with the functions that cost the most. `python -m bench.per_request_cost --count 5000`."""
+start-up and warm-up by SIGUSR1, dumped by SIGUSR2), with the functions that cost the most.
+`python -m bench.per_request_cost --count 5000 [--kind remoting ...] [--profile]`."""
 
 from __future__ import annotations
 
