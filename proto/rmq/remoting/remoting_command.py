@@ -49,12 +49,9 @@ class LanguageCode(enum.IntEnum):
     OMS = 11
     RUST = 12
 
-    @classmethod
-    def named(cls, name: object) -> LanguageCode:
-        return cls.__members__.get(str(name), cls.OTHER)
-
 
 _LANGUAGES = {language.value: language for language in LanguageCode}
+_LANGUAGE_NAMES = {language.name: language for language in LanguageCode}
 
 
 @dataclass
@@ -173,14 +170,21 @@ def encode_json_header(command: RemotingCommand) -> bytes:
     }
     if command.remark is not None:
         header["remark"] = command.remark
-    return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode()
+    return _JSON_ENCODER.encode(header).encode()
 
 
-def _int_field(header: dict[str, Any], name: str) -> int:
-    value = header.get(name, 0)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise FrameError(f"header field {name!r} must be an integer, not {value!r}")
-    return value
+_JSON_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))   # made once, not per dumps
+_JSON_DECODER = json.JSONDecoder()
+_INT_FIELDS = ("code", "opaque", "flag", "version")
+
+
+def _int_fields(header: dict[str, Any]) -> list[int]:
+    """The header's code, opaque, flag and version (0 when absent)."""
+    values = [header.get(name, 0) for name in _INT_FIELDS]
+    for name, value in zip(_INT_FIELDS, values, strict=True):
+        if type(value) is not int:   # bool is not int here, as in Java
+            raise FrameError(f"header field {name!r} must be an integer, not {value!r}")
+    return values
 
 
 def _text(value: object) -> str:
@@ -195,8 +199,8 @@ def _text(value: object) -> str:
 def decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
     if not json_within_depth(header):
         raise FrameError(f"the JSON header nests deeper than {MAX_JSON_DEPTH} levels")
-    try:
-        parsed = json.loads(header)
+    try:   # RocketMQ writes its JSON headers in UTF-8
+        parsed = _JSON_DECODER.decode(header.decode())
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
         raise FrameError(f"the JSON header is not valid JSON: {error}") from None
     if not isinstance(parsed, dict):
@@ -205,17 +209,18 @@ def decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
     if not isinstance(ext, dict):
         raise FrameError("extFields is not an object")
     remark = parsed.get("remark")
+    code, opaque, flag, version = _int_fields(parsed)
     return RemotingCommand(
-        code=_int_field(parsed, "code"),
-        opaque=_int_field(parsed, "opaque"),
-        flag=_int_field(parsed, "flag"),
+        code=code,
+        opaque=opaque,
+        flag=flag,
         remark=None if remark is None else _text(remark),
         # JSON object keys are strings; most values are too (the rest go through _text)
         ext_fields={key: value if type(value) is str else _text(value)
                     for key, value in ext.items() if value is not None},
         body=body,
-        language=LanguageCode.named(parsed.get("language")),
-        version=_int_field(parsed, "version"),
+        language=_LANGUAGE_NAMES.get(str(parsed.get("language")), LanguageCode.OTHER),
+        version=version,
         serialize_type=SerializeType.JSON,
     )
 
