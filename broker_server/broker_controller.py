@@ -43,6 +43,10 @@ from rmq.broker_server.processors.client_manage_processor import ClientManagePro
 from rmq.broker_server.processors.consumer_manage_processor import ConsumerManageProcessor
 from rmq.broker_server.processors.consumer_send_msg_back import ConsumerSendMsgBackProcessor
 from rmq.broker_server.processors.delay_levels import parse_delay_levels
+from rmq.broker_server.processors.end_transaction_processor import (
+    EndTransactionProcessor,
+    TransactionSettings,
+)
 from rmq.broker_server.processors.filter_executor import FilterExecutor
 from rmq.broker_server.processors.pipeline import BrokerProcessors
 from rmq.broker_server.processors.pull_message_processor import PullLimits, PullMessageProcessor
@@ -219,6 +223,10 @@ class BrokerController:
             ClientManageProcessor(self.topics, self.consumers, self.outer_api.register_soon),
             AdminBrokerProcessor(self.store, self.executor, self.topics, self.locks),
             QueryMessageProcessor(self.store, self.executor, self.topics),
+            EndTransactionProcessor(self.store, self.executor, self.send_processor, path, TransactionSettings(
+                config.transaction_timeout_ms, config.transaction_check_interval_ms,
+                config.transaction_check_max, config.max_open_transactions,
+                config.max_open_transactions_per_account)),
         )
         self._tasks: list[asyncio.Task[None]] = []
         self.rocketmq_v2: RocketMQv2MessagingService | None = None
@@ -239,6 +247,7 @@ class BrokerController:
             self.offsets.load()
             self.schedule_service.load()
             self.timer.load(is_master=not self.replication.is_slave)
+            self.processors.end_transaction.load()
             self.store.add_dispatch_listener(self._on_dispatch)
             self.store.start(self.truncate_to)
         except (StoreError, ValueError) as error:
@@ -285,7 +294,7 @@ class BrokerController:
             self.clock)
         add_rocketmq_v2_service(self.rocketmq_v2, server)
         self.remoting = build_broker_remoting(self.config, self.security, self.processors, self.topics,
-                                              self.consumers, self.rocketmq_v2.transactions,
+                                              self.consumers,
                                               self._remoting_socket, self._remoting_fixed)
         return server
 
@@ -407,6 +416,7 @@ class BrokerController:
         keep_freed_memory()
         if self.rocketmq_v2 is not None:
             self.rocketmq_v2.start()
+        self.processors.end_transaction.start()
         self.hold_service.start()
         if not self.replication.is_slave:   # a slave copies the master's delay progress instead
             self.schedule_service.start()
@@ -447,6 +457,7 @@ class BrokerController:
         await self.replication.stop()
         await self.schedule_service.stop()
         await self.timer.stop()
+        await self.processors.end_transaction.stop()
         await self.outer_api.stop()
         self.offsets.persist()
         self.filters.shutdown()

@@ -14,6 +14,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from rmq import message_format as mf
+from rmq.broker_server.processors.end_transaction_processor import HALF_TOPIC, EndTransactionProcessor
 from rmq.broker_server.processors.names import TIMER_TOPIC, check_group_name
 from rmq.broker_server.processors.pull_message_processor import Sql92RecordFilter, sql92_record_filter
 from rmq.broker_server.processors.send_message_processor import SendMessageProcessor, born_host_from_peer
@@ -30,7 +31,7 @@ from rmq.broker_server.rocketmq_v2.receipt_handle import (
 from rmq.broker_server.rocketmq_v2.route import ALL_QUEUES, RouteResolver, assignments, message_queues
 from rmq.broker_server.rocketmq_v2.status import OK, V2Error, answers_with_status, as_v2_error
 from rmq.broker_server.rocketmq_v2.telemetry import TelemetrySessions
-from rmq.broker_server.rocketmq_v2.transactions import HALF_TOPIC, TransactionService
+from rmq.broker_server.rocketmq_v2.transactions import resolution_of
 from rmq.broker_server.security.rocketmq_v2_auth import CLIENT_ID
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
@@ -71,7 +72,7 @@ def _duration_ms(duration: Duration) -> int:
 class RocketMQv2MessagingService:
     def __init__(self, sender: SendMessageProcessor, topics: TopicConfigManager,
                  routes: RouteResolver, pop: PopService, sessions: TelemetrySessions, policy: GroupPolicy,
-                 timer: TimerMessageStore, transactions: TransactionService, offset_rpcs: OffsetRpcs,
+                 timer: TimerMessageStore, transactions: EndTransactionProcessor, offset_rpcs: OffsetRpcs,
                  handles: ReceiptHandleCodec, max_body_size: int) -> None:
         self.sender = sender
         self.topics = topics
@@ -151,8 +152,8 @@ class RocketMQv2MessagingService:
     @answers_with_status(pb.EndTransactionResponse)
     async def EndTransaction(self, request: pb.EndTransactionRequest, context: Any
                              ) -> pb.EndTransactionResponse:
-        await self.transactions.end(request.transaction_id, request.message_id, request.resolution,
-                                    request.topic.name)
+        await self.transactions.end(request.transaction_id, request.message_id,
+                                    resolution_of(request.resolution), request.topic.name)
         return pb.EndTransactionResponse(status=OK)
 
     @answers_with_status(pb.RecallMessageResponse)
@@ -368,11 +369,9 @@ class RocketMQv2MessagingService:
 
     def start(self) -> None:
         self.pop.start(self.sessions.connected, DEFAULT_INVISIBLE_MS)
-        self.transactions.start()
 
     async def shutdown(self) -> None:
         """Close telemetry streams and answer held receives (so the server need not wait for
-        them), stop the transaction checks, persisting their progress."""
+        them)."""
         self.sessions.end_all()
         self.pop.shutdown()
-        await self.transactions.stop()
