@@ -74,7 +74,6 @@ from rmq.broker_server.rmq_v1.route_service import BrokerRouteService
 from rmq.broker_server.rocketmq_v2.messaging_service import RocketMQv2MessagingService
 from rmq.broker_server.rocketmq_v2.receipt_handle import load_or_create_secret
 from rmq.broker_server.rocketmq_v2.service import build_service as build_rocketmq_v2_service
-from rmq.broker_server.rocketmq_v2.telemetry import consumer_connection as rocketmq_v2_connection
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.request_signing import broker_server_id
 from rmq.rocketmq_v2 import add_messaging_service as add_rocketmq_v2_service
@@ -368,26 +367,21 @@ class BrokerController:
         return server
 
     def consumer_connections(self, group: str) -> list[rmq_pb2.ConsumerConnection]:
-        """The group's live members here: rmq.v1 (and 4.x) clients from their heartbeats, RocketMQ 5
-        clients from their Telemetry settings."""
+        """The group's live members here, of every protocol (the one ConsumerManager): rmq.v1 and
+        4.x clients from their heartbeats, RocketMQ 5 clients from their Telemetry settings."""
         members = [rmq_pb2.ConsumerConnection(
             client_id=info.client_id, protocol=cast(rmq_pb2.ClientProtocol, info.protocol),
             address=info.address, message_model=cast(rmq_pb2.MessageModel, info.message_model),
             subscriptions=[rmq_pb2.Subscription(topic=topic, sub_expression=expression)
                            for topic, expression in info.subscriptions.items()],
             last_heartbeat_ms=info.last_update_ms) for info in self.consumers.connections(group)]
-        if self.rocketmq_v2 is not None:
-            members += [rocketmq_v2_connection(session)
-                        for session in self.rocketmq_v2.sessions.consumers_of(group)]
-        return sorted(members, key=lambda member: member.client_id)
+        return members
 
     def consumer_groups(self) -> set[str]:
-        """Every group this broker knows from any source: live members of every protocol (heartbeats,
-        RocketMQ 5 Telemetry settings), committed offsets, and the retry and dead-letter topics."""
+        """Every group this broker knows from any source: live members of every protocol (the one
+        ConsumerManager), committed offsets, and the retry and dead-letter topics."""
         groups = self.consumers.group_names() | self.offsets.groups()
         groups |= {retry.group_of_copy_topic(config.topic_name) for config in self.topics.all()} - {""}
-        if self.rocketmq_v2 is not None:
-            groups |= self.rocketmq_v2.sessions.consumer_groups()
         return groups
 
     async def start_remoting(self) -> None:

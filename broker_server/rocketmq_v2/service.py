@@ -53,7 +53,7 @@ def build_service(config: BrokerConfig, store: MessageStore, executor: StoreExec
     settings = ServerSettings(max_body_size, PUSH_LONG_POLLING_S, MAX_BATCH, max_attempts, retry_delays,
                               fifo_groups)
     sessions = TelemetrySessions(settings, config.max_telemetry_sessions,
-                                 config.max_telemetry_sessions_per_account)
+                                 config.max_telemetry_sessions_per_account, processors.client_manage)
     send_processor, pull_processor = processors.send, processors.pull
     processors.end_transaction.add_check(TelemetryTransactionCheck(sessions))
     return RocketMQv2MessagingService(
