@@ -287,14 +287,15 @@ class BrokerController:
             server,
         )
         self.replication.add_to_server(server)
+        # remoting first: an open transaction is checked with a 4.x producer of its group before a
+        # RocketMQ 5 producer of its topic (each adapter adds its check to EndTransactionProcessor)
+        self.remoting = build_broker_remoting(self.config, self.security, self.processors, self.topics,
+                                              self.consumers, self._remoting_socket, self._remoting_fixed)
         self.rocketmq_v2 = build_rocketmq_v2_service(
             self.config, self.store, self.executor, self.topics, self.offsets, self.hold_service,
             self.processors, self.timer, self.security.open_client_channel, self.outer_api.register_soon,
             self.clock)
         add_rocketmq_v2_service(self.rocketmq_v2, server)
-        self.remoting = build_broker_remoting(self.config, self.security, self.processors, self.topics,
-                                              self.consumers,
-                                              self._remoting_socket, self._remoting_fixed)
         return server
 
     def _start_flight(self) -> FlightReadService | None:
