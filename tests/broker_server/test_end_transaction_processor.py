@@ -78,7 +78,8 @@ def test_a_4x_producer_of_the_group_is_asked_before_a_rocketmq5_producer_of_the_
                 RemotingTestClient(broker.config.remoting_listen) as producer:
             heartbeat = {"clientID": "tx-client", "producerDataSet": [{"groupName": "tx-pg"}],
                          "consumerDataSet": []}
-            assert producer.call(request(RequestCode.HEART_BEAT, body=json.dumps(heartbeat).encode())).code == 0
+            joined = producer.call(request(RequestCode.HEART_BEAT, body=json.dumps(heartbeat).encode()))
+            assert joined.code == ResponseCode.SUCCESS
             stream = TelemetryStream(V2Client(channel, "v5-producer"), publishing(TOPIC))
             try:
                 assert stream.next().status.code == v2.OK
