@@ -324,6 +324,7 @@ class BrokerRemotingProcessor:
             header.get("producerGroup", ""),
             born_host_from_peer(call.context.peer()),
         )
+        self.transactions.check_room()   # before the half message is stored, as a RocketMQ 5 send
         result, = await self.processors.send.put_records(half.topic, [half])   # counted where stored
         transaction_id = await self.transactions.opened(
             topic,

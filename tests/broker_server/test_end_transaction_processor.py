@@ -12,6 +12,7 @@ import pytest
 
 from rmq.broker_server.errors import BrokerError, UnknownTransaction
 from rmq.broker_server.processors.end_transaction_processor import (
+    HALF_TOPIC,
     EndTransactionProcessor,
     Resolution,
     TransactionSettings,
@@ -26,6 +27,7 @@ from tests.broker_server.test_remoting_broker import (
     end_transaction,
     prepared,
     request,
+    send_v2,
     start_broker,
 )
 from tests.broker_server.v2_calls import TelemetryStream, V2Client, publishing
@@ -91,5 +93,20 @@ def test_a_4x_producer_of_the_group_is_asked_before_a_rocketmq5_producer_of_the_
                 assert stream.commands.empty()   # the RocketMQ 5 producer was not asked
             finally:
                 stream.close()
+    finally:
+        broker.stop()
+
+
+def test_a_4x_prepared_send_past_the_open_transactions_bound_stores_no_half_message(tmp_path: Path) -> None:
+    broker = start_broker(tmp_path / "store", max_open_transactions=1)
+    try:
+        with RemotingTestClient(broker.config.remoting_listen) as producer:
+            prepared(producer, b"first", "TX-7")
+            store = broker.controller.store
+            halves = store.get_max_offset_in_queue(HALF_TOPIC, 0)
+            properties = {"UNIQ_KEY": "TX-8", "PGROUP": "tx-pg", "TRAN_MSG": "true"}
+            refused = producer.call(send_v2(b"second", properties, 1, sys_flag=4))
+            assert refused.code == ResponseCode.SYSTEM_BUSY and "max_open_transactions" in refused.remark
+            assert store.get_max_offset_in_queue(HALF_TOPIC, 0) == halves   # nothing left behind
     finally:
         broker.stop()
