@@ -56,6 +56,16 @@ _RETRIED_CODES = frozenset({rmq_pb2.SERVICE_NOT_AVAILABLE, rmq_pb2.SYSTEM_ERROR,
                             rmq_pb2.TOPIC_NOT_EXIST})
 
 
+def send_may_be_retried(error: RmqError, attempt: int,
+                        retry_times: int = RETRY_TIMES_WHEN_SEND_FAILED) -> bool:
+    """MQProducer's one retry rule (the Producer's sync and async sends, the Spark sink's
+    batches): after attempt `attempt` (0: the first) failed with `error`, another is made while
+    attempts remain (retryTimesWhenSendFailed) and the failure is one another broker, or the same
+    one a moment later, may cure: no answer in time (RmqUnavailable) or a retryResponseCode. The
+    caller sends again only what the broker did not acknowledge (`error.acknowledged`)."""
+    return attempt < retry_times and (isinstance(error, RmqUnavailable) or error.code in _RETRIED_CODES)
+
+
 @dataclass(frozen=True, slots=True)
 class SendResult:
     """A stored message: its id, queue and queue offset (-1 for a delayed message, whose
@@ -235,11 +245,10 @@ class Producer:
         raise last_error
 
     def _may_retry(self, broker: str, attempt: int, error: RmqError) -> bool:
-        """MQProducer's retry rule, for sync and async sends alike: a failure nothing of which
-        was stored, with a code another broker may cure, is retried while attempts remain; a
-        broker that did not answer is isolated for a while (latency fault tolerance)."""
-        retried = isinstance(error, RmqUnavailable) or error.code in _RETRIED_CODES
-        if error.acknowledged or not retried or attempt >= self.retry_times_when_send_failed:
+        """`send_may_be_retried`, for sync and async sends alike, when nothing of the send was
+        stored (a batch's results are all or none); a broker that did not answer is isolated
+        for a while (latency fault tolerance)."""
+        if error.acknowledged or not send_may_be_retried(error, attempt, self.retry_times_when_send_failed):
             return False
         logger.warning("send to %s failed (attempt %d): %s", broker, attempt + 1, error)
         if isinstance(error, RmqUnavailable):
