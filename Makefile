@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv check test test-unit test-integration test-slow compose-test reliability power-loss demo bench proto lint clean
+.PHONY: venv check test test-unit test-integration test-slow compose-test reliability power-loss demo console-screenshots bench proto lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,10 @@ power-loss: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m examples.demo
+
+## docs/console/*.png, the screenshots docs/console.md shows, taken by the console's browser test
+console-screenshots: $(STAMP)
+	RMQ_CONSOLE_SCREENSHOTS=docs/console $(PY) -m pytest -q integration_tests/test_console_browser.py
 
 bench: $(STAMP)
 	$(PY) -m bench

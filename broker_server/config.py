@@ -70,6 +70,8 @@ class BrokerConfig:
     max_telemetry_sessions_per_account: int = 1_000  # ... of which one ACL account may hold
     max_consumer_offsets: int = 262144  # committed (group, topic, queue) entries
     max_consumer_offsets_per_account: int = 65536  # of them, added by one --acl account
+    max_metric_groups: int = 1_000  # consumer group names /metrics writes as label values (others: _other)
+    max_metric_groups_per_account: int = 32  # ... of which first seen from one --acl account
     rebalance_lock_max_live_time_ms: int = 60000
     consumer_offset_persist_interval_ms: int = 5000
     message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL

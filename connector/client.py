@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import functools
 
 from rmq.connector.client_api import MAX_SEND_REQUEST_BYTES as MAX_SEND_REQUEST_BYTES
 from rmq.connector.client_api import ClientAPI
@@ -21,6 +22,7 @@ from rmq.connector.client_api import OutgoingMessage as OutgoingMessage
 from rmq.connector.client_api import QueueOffsets as QueueOffsets
 from rmq.connector.client_api import SendResult as SendResult
 from rmq.connector.client_core import Rpc
+from rmq.connector.client_core import unless_unreachable as unless_unreachable
 from rmq.connector.errors import ConfigError
 from rmq.connector.errors import RmqError as RmqError
 from rmq.connector.errors import RmqUnavailable as RmqUnavailable
@@ -52,6 +54,8 @@ _RECALL_MESSAGE = Rpc("RecallMessage", lambda c: c.messaging.RecallMessage, rmq_
 _VIEW_MESSAGE = Rpc("ViewMessage", lambda c: c.admin.ViewMessage, rmq_pb2.ViewMessageResponse)
 _GET_CONSUMER_CONNECTIONS = Rpc("GetConsumerConnections", lambda c: c.admin.GetConsumerConnections,
                                 rmq_pb2.GetConsumerConnectionsResponse)
+_LIST_CONSUMER_GROUPS = Rpc("ListConsumerGroups", lambda c: c.admin.ListConsumerGroups,
+                            rmq_pb2.ListConsumerGroupsResponse)
 
 
 class RmqClient(ClientAPI):
@@ -143,16 +147,33 @@ class RmqClient(ClientAPI):
         request = rmq_pb2.ViewMessageRequest(commit_log_offset=commit_log_offset)
         return self._call(address, _VIEW_MESSAGE, request).messages
 
-    def consumer_connections(self, group: str) -> dict[str, list[rmq_pb2.ConsumerConnection]]:
+    def consumer_connections(self, group: str, unreachable: dict[str, RmqUnavailable] | None = None
+                             ) -> dict[str, list[rmq_pb2.ConsumerConnection]]:
         """broker name -> the group's live members it knows (every protocol), for every reachable
-        broker group (RocketMQ examineConsumerConnectionInfo)."""
+        broker group (RocketMQ examineConsumerConnectionInfo); the unreachable ones are recorded in
+        `unreachable` when given."""
         request = rmq_pb2.GetConsumerConnectionsRequest(consumer_group=group)
         members: dict[str, list[rmq_pb2.ConsumerConnection]] = {}
         for name in self.list_brokers():
+            read = functools.partial(self._read_call, name, _GET_CONSUMER_CONNECTIONS, request)
             with contextlib.suppress(RmqUnavailable):
-                members[name] = list(self._read_call(name, _GET_CONSUMER_CONNECTIONS, request).connections)
+                answer = unless_unreachable(read, name, unreachable)
+                if answer is not None:
+                    members[name] = list(answer.connections)
         return members
 
+    def list_consumer_groups(self, unreachable: dict[str, RmqUnavailable] | None = None) -> list[str]:
+        """Every consumer group some broker knows from any source (live members of every protocol,
+        committed offsets, retry and dead-letter topics), as far as this account may see them;
+        `unreachable` as for topic_offsets."""
+        groups: set[str] = set()
+        for name in self.list_brokers():
+            read = functools.partial(self._read_call, name, _LIST_CONSUMER_GROUPS,
+                                     rmq_pb2.ListConsumerGroupsRequest())
+            answer = unless_unreachable(read, name, unreachable)
+            if answer is not None:
+                groups.update(answer.groups)
+        return sorted(groups)
 
 
 def recall_handle_target(recall_handle: str) -> tuple[str, str]:

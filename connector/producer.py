@@ -56,14 +56,19 @@ _RETRIED_CODES = frozenset({rmq_pb2.SERVICE_NOT_AVAILABLE, rmq_pb2.SYSTEM_ERROR,
                             rmq_pb2.TOPIC_NOT_EXIST})
 
 
+def retriable(error: RmqError) -> bool:
+    """Whether a failed send may be tried again (on another broker, or later): the broker could not
+    be reached or answered a code RocketMQ retries (retryResponseCodes)."""
+    return isinstance(error, RmqUnavailable) or error.code in _RETRIED_CODES
+
+
 def send_may_be_retried(error: RmqError, attempt: int,
                         retry_times: int = RETRY_TIMES_WHEN_SEND_FAILED) -> bool:
     """MQProducer's one retry rule (the Producer's sync and async sends, the Spark sink's
     batches): after attempt `attempt` (0: the first) failed with `error`, another is made while
-    attempts remain (retryTimesWhenSendFailed) and the failure is one another broker, or the same
-    one a moment later, may cure: no answer in time (RmqUnavailable) or a retryResponseCode. The
-    caller sends again only what the broker did not acknowledge (`error.acknowledged`)."""
-    return attempt < retry_times and (isinstance(error, RmqUnavailable) or error.code in _RETRIED_CODES)
+    attempts remain (retryTimesWhenSendFailed) and the failure is `retriable`. The caller sends
+    again only what the broker did not acknowledge (`error.acknowledged`)."""
+    return attempt < retry_times and retriable(error)
 
 
 @dataclass(frozen=True, slots=True)

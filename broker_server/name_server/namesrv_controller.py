@@ -31,8 +31,8 @@ from rmq.broker_server.replication.controller_manager import (
 )
 from rmq.broker_server.replication.replicas_info_manager import ReplicasInfoManager
 from rmq.broker_server.rmq_v1.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
-from rmq.broker_server.rmq_v1.status import OK, answers_with_status
 from rmq.broker_server.security.server_security import ServerSecurity
+from rmq.broker_server.status import OK, answers_with_status
 from rmq.request_signing import name_server_id
 from rmq.store.private_files import make_dirs
 from rmq.topic_config import PERM_WRITE, TopicConfig

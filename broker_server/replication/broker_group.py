@@ -19,8 +19,8 @@ from rmq.broker_server.processors.timer_message_store import TimerMessageStore
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.replication.ha_client import HAClient, SlaveSynchronize
 from rmq.broker_server.replication.ha_connection import HAServicer
-from rmq.broker_server.rmq_v1.status import OK
 from rmq.broker_server.security.cluster_auth import ClusterAuth, MasterAuth, SlaveAuth, load_cluster_secret
+from rmq.broker_server.status import OK
 from rmq.store import BrokerRole, MessageStore
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 

@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 
 from rmq.broker_server.grpc_aio import Context
 from rmq.broker_server.replication.replicas_info_manager import Heartbeat, ReplicasInfoManager
-from rmq.broker_server.rmq_v1.status import answers_with_status
+from rmq.broker_server.status import answers_with_status
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 log = logging.getLogger(__name__)

@@ -869,6 +869,18 @@ class ConsumerConnection(_message.Message):
     last_heartbeat_ms: int
     def __init__(self, client_id: _Optional[str] = ..., protocol: _Optional[_Union[ClientProtocol, str]] = ..., address: _Optional[str] = ..., message_model: _Optional[_Union[MessageModel, str]] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ..., last_heartbeat_ms: _Optional[int] = ...) -> None: ...
 
+class ListConsumerGroupsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListConsumerGroupsResponse(_message.Message):
+    __slots__ = ("status", "groups")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    groups: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., groups: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class GetConsumerConnectionsRequest(_message.Message):
     __slots__ = ("consumer_group",)
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]

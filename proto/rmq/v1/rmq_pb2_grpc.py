@@ -796,6 +796,11 @@ class AdminServiceStub:
                 request_serializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerConnectionsRequest.SerializeToString,
                 response_deserializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerConnectionsResponse.FromString,
                 _registered_method=True)
+        self.ListConsumerGroups = channel.unary_unary(
+                '/rmq.v1.AdminService/ListConsumerGroups',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -844,6 +849,12 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListConsumerGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -881,6 +892,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetConsumerConnections,
                     request_deserializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerConnectionsRequest.FromString,
                     response_serializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerConnectionsResponse.SerializeToString,
+            ),
+            'ListConsumerGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListConsumerGroups,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1073,6 +1089,33 @@ class AdminService:
             '/rmq.v1.AdminService/GetConsumerConnections',
             rmq_dot_v1_dot_rmq__pb2.GetConsumerConnectionsRequest.SerializeToString,
             rmq_dot_v1_dot_rmq__pb2.GetConsumerConnectionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListConsumerGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.AdminService/ListConsumerGroups',
+            rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,
