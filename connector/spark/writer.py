@@ -353,7 +353,9 @@ def send_with_retry(client: RmqClient, topic: str, messages: list[OutgoingMessag
     the next of the topic's brokers each time, or retries `broker_name` when the queue is chosen
     (orderly sends). The acknowledged head of a batch is never sent again; a retry may duplicate
     a message whose acknowledgement was lost: at-least-once. Other refusals (oversized message,
-    bad property) are not retried."""
+    bad property) are not retried, nor is a topic the route does not know (as RocketMQ's
+    "No route info of this topic"), which `client.route` raises first."""
+    client.route(topic)
     for attempt in itertools.count():
         try:
             client.send(topic, messages, broker_name=broker_name)

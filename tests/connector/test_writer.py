@@ -328,6 +328,9 @@ class RefusedOnce:
         self.code, self.acknowledged = code, acknowledged
         self.carried: list[list[bytes]] = []
 
+    def route(self, topic: str) -> None:
+        """The route is known."""
+
     def send(self, topic: str, messages: list[OutgoingMessage], broker_name: str | None = None) -> None:
         self.carried.append([m.body for m in messages])
         if len(self.carried) == 1:
@@ -348,3 +351,24 @@ def test_a_refusal_no_broker_cures_is_not_retried():
     with pytest.raises(RmqRefused):
         send_with_retry(cast(RmqClient, client), "T", [OutgoingMessage(b"x")])
     assert len(client.carried) == 1
+
+
+class UnknownTopic:
+    """A client stub for a topic no name server knows: the route lookup (also inside send) is refused."""
+
+    def __init__(self) -> None:
+        self.sends = 0
+
+    def route(self, topic: str) -> None:
+        raise RmqRefused(rmq_pb2.TOPIC_NOT_EXIST, f"topic {topic} not exist")
+
+    def send(self, topic: str, messages: list[OutgoingMessage], broker_name: str | None = None) -> None:
+        self.sends += 1
+        self.route(topic)
+
+
+def test_a_topic_without_a_route_fails_at_once_without_retries():
+    client = UnknownTopic()
+    with pytest.raises(RmqRefused, match="topic NoSuchT not exist"):
+        send_with_retry(cast(RmqClient, client), "NoSuchT", [OutgoingMessage(b"x")])
+    assert client.sends == 0
