@@ -185,7 +185,6 @@ class ConsumerConfig:
         """From a consumer's keyword arguments (`accepted` names them): enums or their values,
         `consume_timestamp` (None: half an hour ago), `offset_store_dir` with `~` expanded. A
         keyword `accepted` does not name is a ConfigError naming it."""
-        check_group(group)
         names = _KEYWORDS[accepted]
         unknown = sorted(set(settings) - names)
         if unknown:
@@ -200,7 +199,7 @@ class ConsumerConfig:
         if "offset_store_dir" in values:
             directory = cast("str | os.PathLike[str]", values["offset_store_dir"])
             values["offset_store_dir"] = Path(directory).expanduser()
-        if accepted is PullConsumerSettings:   # lite pull: no span bound, no pull interval
+        if accepted is PullConsumerSettings:   # lite pull: no span bound
             values["consume_concurrently_max_span"] = None
         return cls(group, **cast(dict[str, Any], values))
 
