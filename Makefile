@@ -18,6 +18,10 @@ $(STAMP): pyproject.toml
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  { apt-get install -y -qq chromium || { apt-get update -qq && apt-get install -y -qq chromium; }; } >/dev/null 2>&1; } || \
 	  echo "chromium not installed (needs root + apt-get): the console's browser test will skip"
+	@# the controller on etcd (docs/controller.md) is tested against Debian's etcd-server (etcd 3.4)
+	@command -v etcd >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { apt-get install -y -qq etcd-server || { apt-get update -qq && apt-get install -y -qq etcd-server; }; } >/dev/null 2>&1; } || \
+	  echo "etcd-server not installed (needs root + apt-get): the controller-on-etcd tests will skip"
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -66,7 +70,8 @@ console-screenshots: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench
 
-## regenerate the gRPC/protobuf stubs from proto/rmq/v1/rmq.proto and proto/rmq/rocketmq_v2/*.proto: messages and
+## regenerate the gRPC/protobuf stubs from proto/rmq/v1/rmq.proto, proto/rmq/rocketmq_v2/*.proto and the part of
+## etcd's v3 API the controller uses (proto/rmq/etcd/rpc.proto, client stubs only): messages and
 ## their .pyi (protoc), rmq.v1's services and their typed .pyi (mypy-protobuf, servicers concrete as at run time);
 ## the RocketMQ 5 service has no generated servicer (broker_server/rocketmq_v2 builds its handlers)
 proto: $(STAMP)
@@ -74,6 +79,8 @@ proto: $(STAMP)
 	  --plugin=protoc-gen-mypy_grpc=$(VENV)/bin/protoc-gen-mypy_grpc --mypy_grpc_out=generate_concrete_servicer_stubs:proto \
 	  proto/rmq/v1/rmq.proto
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto proto/rmq/rocketmq_v2/definition.proto proto/rmq/rocketmq_v2/service.proto
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto --grpc_python_out=proto \
+	  --plugin=protoc-gen-mypy_grpc=$(VENV)/bin/protoc-gen-mypy_grpc --mypy_grpc_out=proto proto/rmq/etcd/rpc.proto
 
 TYPECHECK := build/typecheck
 

@@ -553,17 +553,34 @@ def _cluster_status(client: RmqClient, args: argparse.Namespace) -> int:
               for name, members in client.list_broker_groups().items()}
     failing = [f"{name} id {m['broker_id']} ({m['address']})"
                for name, states in groups.items() for m in states if "registered_role" in m]
+    controller = _controller_view(client)
     if args.json:
-        print_json({"brokers": groups, "complete": not failing})
+        print_json({"brokers": groups, "complete": not failing,
+                    **({"controller": controller} if controller else {})})
         return 1 if failing else 0
     print_table(["BROKER", "ID", "ROLE", "EPOCH", "ADDRESS", "MIN_OFFSET", "MAX_OFFSET", "SLAVE_LAG_BYTES",
                  "STATE"],
                 [[name, m["broker_id"], m["role"], _dash(m.get("epoch")), m["address"],
                   _dash(m["min_offset"]), _dash(m["max_offset"]), _dash(m["lag_bytes"]), m["state"]]
                   for name, states in groups.items() for m in states])
+    if controller:
+        print(f"\nleading controller: {controller['leader']}")
+        print_table(["BROKER", "EPOCH", "MASTER_ID", "SYNC_STATE_SET"],
+                    [[g["broker_name"], g["epoch"], g["master_id"], ",".join(map(str, g["in_sync_ids"]))]
+                     for g in controller["groups"]])
     if failing:
         print(f"rmq: no status from {', '.join(failing)}", file=sys.stderr)
     return 1 if failing else 0
+
+
+def _controller_view(client: RmqClient) -> dict[str, Any] | None:
+    """The leading controller and its epoch and SyncStateSet per group (controller mode)."""
+    answer = client.describe_controller()
+    if answer is None:
+        return None
+    return {"leader": answer.leader_address,
+            "groups": [{"broker_name": g.broker_name, "epoch": g.epoch, "master_id": g.master_broker_id,
+                        "in_sync_ids": list(g.in_sync_ids)} for g in answer.groups]}
 
 
 def _member_states(client: RmqClient, name: str, members: Iterable[BrokerMember]) -> list[dict[str, Any]]:

@@ -40,8 +40,11 @@ from rmq.topic_config import PERM_READ as PERM_READ
 from rmq.topic_config import PERM_WRITE as PERM_WRITE
 from rmq.topic_config import QueueData as QueueData
 from rmq.topic_config import TopicConfig
-from rmq.v1 import rmq_pb2
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
+_DESCRIBE_CONTROLLER = Rpc("DescribeController",
+                           lambda c: rmq_pb2_grpc.ControllerServiceStub(c.channel).DescribeController,
+                           rmq_pb2.DescribeControllerResponse)
 _GET_BROKER_STATUS = Rpc("GetBrokerStatus", lambda c: c.admin.GetBrokerStatus, rmq_pb2.BrokerStatusResponse)
 _BROWSE_MESSAGES = Rpc("BrowseMessages", lambda c: c.admin.BrowseMessages, rmq_pb2.PullMessageResponse)
 _CREATE_TOPIC = Rpc("CreateTopic", lambda c: c.admin.CreateTopic, rmq_pb2.CreateTopicResponse)
@@ -76,6 +79,27 @@ class RmqClient(ClientAPI):
             for t in response.topics:
                 topics.setdefault(t.topic_name, TopicConfig.from_proto(t))
         return [topics[name] for name in sorted(topics)]
+
+    def describe_controller(self) -> rmq_pb2.DescribeControllerResponse | None:
+        """The leading controller's view of every broker group, asked of the endpoints (name servers
+        with --controller) and then of the leader a follower names; None when no endpoint runs a
+        controller or none answers."""
+        addresses = list(self.endpoints)
+        asked: set[str] = set()
+        while addresses:
+            address = addresses.pop(0)
+            if address in asked:
+                continue
+            asked.add(address)
+            try:
+                answer = self._call(address, _DESCRIBE_CONTROLLER, rmq_pb2.DescribeControllerRequest())
+            except RmqError:   # not a controller (UNIMPLEMENTED), or unreachable
+                continue
+            if not answer.not_leader:
+                return answer
+            if answer.leader_address:
+                addresses.insert(0, answer.leader_address)
+        return None
 
     def broker_status(self, address: str) -> rmq_pb2.BrokerStatusResponse:
         """Role, CommitLog offsets and replication state of the broker at `address`."""

@@ -99,7 +99,8 @@ class SendAPI(ClientCore):
         in as many requests as the size limit needs. A failing request raises RmqError whose
         `acknowledged` counts the messages of earlier requests that were stored. A SYNC_MASTER
         that stored a request without a slave confirming it answers FLUSH_SLAVE_TIMEOUT or
-        SLAVE_NOT_AVAILABLE: the send succeeds and `status` says "stored on the master only"."""
+        SLAVE_NOT_AVAILABLE: the send succeeds and `status` says "stored on the master only", and the
+        next send asks the name servers for the route again (the group may have a new master)."""
         requests: Iterable[rmq_pb2.SendMessageRequest | OneMessage]
         if len(messages) == 1:    # the latency path: over the remoting port where the broker serves it
             requests = [OneMessage(topic, messages[0])]
@@ -137,6 +138,8 @@ class SendAPI(ClientCore):
             result.queue_offsets.extend(response.queue_offsets)
             result.recall_handles.extend(response.recall_handles or [""] * len(response.msg_ids))
             status = status or response.status.code
+        if status in STORED_ON_MASTER_ONLY:   # perhaps a deposed master: the next send asks for the route
+            self.routes.forget(topic)
         return replace(result, status=SendStatus(status)) if status else result
 
     def _send_request(self, name: str, address: str, request: rmq_pb2.SendMessageRequest | OneMessage
@@ -174,6 +177,8 @@ class SendAPI(ClientCore):
                 done(None, failure)
                 return
             assert response is not None
+            if response.status.code in STORED_ON_MASTER_ONLY:   # as for send_requests
+                self.routes.forget(topic)
             done(SendResult(list(response.msg_ids), list(response.queue_ids), list(response.queue_offsets),
                             broker_name, SendStatus(response.status.code)), None)
 

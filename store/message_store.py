@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
@@ -78,6 +79,7 @@ class MessageStore:
         self.ha_service = HAService(self.commit_log)
         self._running = False
         self._fenced = False
+        self._lease_until: float | None = None   # controller mode: SYNC_MASTER answers OK only before this
         self._disk_full = False
         self._write_error: str | None = None
         self._last_physical_min_offset = 0
@@ -303,16 +305,19 @@ class MessageStore:
 
     def _acknowledged(self, end_offset: int, role: BrokerRole) -> PutMessageStatus:
         """The status of a put appended up to end_offset: PUT_OK once SYNC flush has it on disk
-        and a SYNC_MASTER's slave holds it; never OK on a fenced member."""
+        and a SYNC_MASTER's slave holds it; never OK on a fenced member, nor on a SYNC_MASTER whose
+        controller lease lapsed."""
         status = PutMessageStatus.PUT_OK
         if self._group_commit is not None:
             if not self._group_commit.wait_for_flush(end_offset, self.config.sync_flush_timeout_ms):
                 status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         if status is PutMessageStatus.PUT_OK and role is BrokerRole.SYNC_MASTER:
             status = self.ha_service.wait_for_slave(end_offset, self.config.sync_flush_timeout_ms)
-        if status is PutMessageStatus.PUT_OK and self._fenced:
-            # a newer master started without these bytes: this member drops them when it rejoins
-            # (docs/controller.md), so they are stored here only and never acknowledged OK
+        if status is PutMessageStatus.PUT_OK and (self._fenced or (
+                role is BrokerRole.SYNC_MASTER and not self._leased())):
+            # a newer master started (fenced), or may have (the controller's lease lapsed), without
+            # these bytes: this member drops them when it rejoins (docs/controller.md), so they are
+            # stored here only and never acknowledged OK
             status = PutMessageStatus.SLAVE_NOT_AVAILABLE
         return status
 
@@ -360,6 +365,15 @@ class MessageStore:
         and answer none still in flight PUT_OK (the new master never held them)."""
         self._fenced = True
         self.config.broker_role = BrokerRole.SLAVE
+
+    def renew_lease(self, until: float) -> None:
+        """Controller mode: a SYNC_MASTER acknowledges OK only until `until` (time.monotonic()) unless
+        renewed; past it a put is stored but answered SLAVE_NOT_AVAILABLE, since a newer master may
+        have been elected meanwhile (docs/controller.md, the master lease)."""
+        self._lease_until = until
+
+    def _leased(self) -> bool:
+        return self._lease_until is None or time.monotonic() < self._lease_until
 
     def is_writeable(self) -> bool:
         return not self._disk_full and self._write_error is None

@@ -48,7 +48,8 @@ class Replication:
         self.in_sync_ids: list[int] = []   # controller mode: the group's in-sync set, as last answered
         auth = self._cluster_auth(acl)
         self.servicer = HAServicer(store, topics, offsets, lambda: dict(schedule.offsets),
-                                   timer.master_progress, MasterAuth(auth, config.broker_address, acl))
+                                   timer.master_progress, MasterAuth(auth, config.broker_address, acl,
+                                                                      config.broker_id))
         self.client: HAClient | None = None
         self.synchronize: SlaveSynchronize | None = None
         if self.is_slave:

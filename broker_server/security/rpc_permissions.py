@@ -93,6 +93,7 @@ RULES: dict[str, Rule] = {
     _rule("NameServerService", "RegisterBroker"): lambda r: _broker(r.broker.broker_name),
     _rule("NameServerService", "UnregisterBroker"): lambda r: _broker(r.broker_name),
     _rule("ControllerService", "Heartbeat"): lambda r: _broker(r.broker_name),
+    _rule("ControllerService", "DescribeController"): _nothing,   # roles and epochs, like ListBrokers
 }
 
 ADMIN_METHODS = frozenset({

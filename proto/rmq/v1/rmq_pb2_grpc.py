@@ -1542,6 +1542,11 @@ class ControllerServiceStub:
                 request_serializer=rmq_dot_v1_dot_rmq__pb2.ControllerHeartbeatRequest.SerializeToString,
                 response_deserializer=rmq_dot_v1_dot_rmq__pb2.ControllerHeartbeatResponse.FromString,
                 _registered_method=True)
+        self.DescribeController = channel.unary_unary(
+                '/rmq.v1.ControllerService/DescribeController',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.DescribeControllerRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.DescribeControllerResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServiceServicer:
@@ -1554,6 +1559,12 @@ class ControllerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeController(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1561,6 +1572,11 @@ def add_ControllerServiceServicer_to_server(servicer, server):
                     servicer.Heartbeat,
                     request_deserializer=rmq_dot_v1_dot_rmq__pb2.ControllerHeartbeatRequest.FromString,
                     response_serializer=rmq_dot_v1_dot_rmq__pb2.ControllerHeartbeatResponse.SerializeToString,
+            ),
+            'DescribeController': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeController,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.DescribeControllerRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.DescribeControllerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1591,6 +1607,33 @@ class ControllerService:
             '/rmq.v1.ControllerService/Heartbeat',
             rmq_dot_v1_dot_rmq__pb2.ControllerHeartbeatRequest.SerializeToString,
             rmq_dot_v1_dot_rmq__pb2.ControllerHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeController(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.ControllerService/DescribeController',
+            rmq_dot_v1_dot_rmq__pb2.DescribeControllerRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.DescribeControllerResponse.FromString,
             options,
             channel_credentials,
             insecure,

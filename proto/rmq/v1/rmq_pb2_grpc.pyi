@@ -402,6 +402,7 @@ class ControllerServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> ControllerServiceAsyncStub: ...
     Heartbeat: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.ControllerHeartbeatRequest, _rmq_pb2.ControllerHeartbeatResponse]
+    DescribeController: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.DescribeControllerRequest, _rmq_pb2.DescribeControllerResponse]
 
 @_typing.type_check_only
 class ControllerServiceAsyncStub(ControllerServiceStub):
@@ -409,6 +410,7 @@ class ControllerServiceAsyncStub(ControllerServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Heartbeat: _aio.UnaryUnaryMultiCallable[_rmq_pb2.ControllerHeartbeatRequest, _rmq_pb2.ControllerHeartbeatResponse]  # type: ignore[assignment]
+    DescribeController: _aio.UnaryUnaryMultiCallable[_rmq_pb2.DescribeControllerRequest, _rmq_pb2.DescribeControllerResponse]  # type: ignore[assignment]
 
 class ControllerServiceServicer:
     """Served by `rmq namesrv --controller`."""
@@ -418,5 +420,11 @@ class ControllerServiceServicer:
         request: _rmq_pb2.ControllerHeartbeatRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_rmq_pb2.ControllerHeartbeatResponse, _abc.Awaitable[_rmq_pb2.ControllerHeartbeatResponse]]: ...
+
+    def DescribeController(
+        self,
+        request: _rmq_pb2.DescribeControllerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rmq_pb2.DescribeControllerResponse, _abc.Awaitable[_rmq_pb2.DescribeControllerResponse]]: ...
 
 def add_ControllerServiceServicer_to_server(servicer: ControllerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
