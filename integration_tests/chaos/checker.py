@@ -14,7 +14,9 @@ Per fault (the window from its injection to the next fault's, or to the end of t
 - `out_of_order`: first takes of a message after a later message of the same key (the
   producers send each key to one queue, one at a time, so the queue holds them in order);
 - `max_unavailable_s`: the longest time in the window without any send answered SEND_OK;
-- `max_without_master_s`: the longest time in the window no member answered as master.
+- `max_without_master_s`: the longest time in the window no member answered as master of the
+  newest epoch (a deposed master that still says master does not count; one nobody has
+  replaced yet does, whether or not it can replicate).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class RoleSample:
     t: float
     member: str
     role: str | None      # None: the member did not answer
+    epoch: int = 0
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,7 @@ class History:
         for line in _lines(directory.glob("*.takes")):
             history.takes.append(Take(line["t"], line["body"]))
         for line in _lines(directory.glob("*.roles")):
-            history.roles.append(RoleSample(line["t"], line["member"], line["role"]))
+            history.roles.append(RoleSample(line["t"], line["member"], line["role"], line["epoch"]))
         return history
 
 
@@ -155,6 +158,18 @@ def out_of_order_takes(takes: Sequence[Take], keys: int) -> list[Take]:
     return late
 
 
+def masters_answering(roles: Sequence[RoleSample]) -> list[float]:
+    """When a member answered as master of the newest epoch seen so far (an old master still
+    answering as master after a newer one was elected does not count: it is deposed)."""
+    newest = 0
+    found = []
+    for sample in sorted(roles, key=lambda sample: sample.t):
+        if sample.role in MASTER_ROLES and sample.epoch >= newest:
+            newest = sample.epoch
+            found.append(sample.t)
+    return found
+
+
 def check(history: History, keys: int) -> dict[str, FaultFigures]:
     """Figures per fault kind (several faults of one kind add up; times are their maximum)."""
     acked_at = {}
@@ -168,7 +183,7 @@ def check(history: History, keys: int) -> dict[str, FaultFigures]:
         first_take[take.body] = take.t
     late = out_of_order_takes(history.takes, keys)
     ok_times = [send.t for send in history.sends if send.status == SEND_OK]
-    master_times = [sample.t for sample in history.roles if sample.role in MASTER_ROLES]
+    master_times = masters_answering(history.roles)
     figures: dict[str, FaultFigures] = defaultdict(FaultFigures)
     for window in windows(history):
         acked = [body for body, t in acked_at.items() if window.holds(t)]

@@ -11,7 +11,7 @@ key (select_message_queue_by_hash over KEYS keys: per-key order); a send not ans
 is sent again with the same body (a new attempt) until it is. Lines: {"t", "body", "attempt",
 "status" (SendStatus name or the error's class), "msg_id", "queue", "offset"}.
 consumer: an orderly PushConsumer; a line per message before the listener returns SUCCESS:
-{"t", "body", "queue", "offset"}.
+{"t", "body", "queue", "offset"}; OUT with suffix .owned holds the queue ids it owns now.
 monitor: every member's GetBrokerStatus every POLL_S: {"t", "member", "role" (null: no
 answer), "epoch"}.
 SIGTERM ends each cleanly.
@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import IO, Any
 
 import grpc
@@ -90,7 +91,13 @@ def consume(endpoints: str, group: str, topic: str, out_path: str, name: str) ->
     consumer.subscribe(topic)
     consumer.register_message_listener(listener, orderly=True)
     consumer.start()
-    stop.wait()
+    owned_path = Path(out_path).with_suffix(".owned")
+    owned: list[int] = []
+    while not stop.wait(0.1):
+        now = sorted(mq.queue_id for mq in consumer.process_queues() if mq.topic == topic)
+        if now != owned:
+            owned = now
+            owned_path.write_text(json.dumps(owned))
     consumer.shutdown()
 
 

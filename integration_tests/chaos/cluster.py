@@ -188,7 +188,8 @@ class Cluster:
 
     def start(self) -> None:
         """etcd, controllers, the master (id 0) first, then the slaves, the monitor; waits until
-        id 0 is master with both slaves in sync, creates the topic, then starts the clients."""
+        id 0 is master with both slaves, creates the topic, starts the consumers, and the producers
+        once the consumers share the queues."""
         assert self.monitor is not None
         for member in [*self.etcd, *self.controllers]:
             member.start()
@@ -199,8 +200,19 @@ class Cluster:
             member.start()
         self.wait(lambda: all(self.roles().get(m.name) == "SLAVE" for m in self.brokers[1:]), "both slaves")
         self.create_topic()
-        for client in self.clients:
+        consumers = [c for c in self.clients if c.name.startswith("cons")]
+        for client in consumers:
             client.start()
+        self.wait(self._queues_shared, "the consumers to share the queues")
+        for client in self.clients:
+            if client not in consumers:
+                client.start()
+
+    def _queues_shared(self) -> bool:
+        """Every consumer owns queues, each queue one owner (no rebalance under the first sends)."""
+        owned = [json.loads(p.read_text() or "[]") for p in self.history.glob("*.owned")]
+        queues = [q for mine in owned for q in mine]
+        return len(owned) == 2 and all(owned) and sorted(queues) == list(range(QUEUES))
 
     def create_topic(self) -> None:
         subprocess.run(self.network.exec_prefix("mon") + [*RMQ, "topic", "create", TOPIC, "--queues", str(QUEUES),
