@@ -62,8 +62,8 @@ def produce(endpoints: str, topic: str, out_path: str, name: str) -> None:
             for attempt in range(1, 1 << 30):
                 line: dict[str, Any] = {"body": body, "attempt": attempt}
                 try:
-                    result = producer.send(Message(topic, body.encode(), keys=body), select_message_queue_by_hash,
-                                           f"{name}-k{number % KEYS}")
+                    result = producer.send(Message(topic, body.encode(), keys=body),
+                                           select_message_queue_by_hash, f"{name}-k{number % KEYS}")
                     line.update(status=result.status.name, msg_id=result.msg_id,
                                 queue=result.message_queue.queue_id, offset=result.queue_offset)
                 except RmqError as error:
@@ -87,7 +87,8 @@ def consume(endpoints: str, group: str, topic: str, out_path: str, name: str) ->
                                       "offset": m.queue_offset}) + "\n")
         return ConsumeOrderlyStatus.SUCCESS
 
-    consumer = PushConsumer(group, endpoints, consume_from="first", instance_name=name, rebalance_interval_s=2.0)
+    consumer = PushConsumer(group, endpoints, consume_from="first", instance_name=name,
+                            rebalance_interval_s=2.0)
     consumer.subscribe(topic)
     consumer.register_message_listener(listener, orderly=True)
     consumer.start()

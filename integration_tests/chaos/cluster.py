@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from integration_tests.chaos.checker import MASTER_ROLES
 from integration_tests.chaos.netns import Network
 
 REPO = Path(__file__).resolve().parents[2]   # the clients run as -m integration_tests.chaos...
@@ -47,7 +48,8 @@ class ControlPlane:
 
     @classmethod
     def from_env(cls) -> ControlPlane:
-        plane = cls(int(os.environ.get("RMQ_CHAOS_CONTROLLERS", "1")), int(os.environ.get("RMQ_CHAOS_ETCD", "0")))
+        plane = cls(int(os.environ.get("RMQ_CHAOS_CONTROLLERS", "1")),
+                    int(os.environ.get("RMQ_CHAOS_ETCD", "0")))
         if plane.controllers < 1 or plane.etcd_members < 0:
             raise ValueError(f"RMQ_CHAOS_CONTROLLERS must be 1 or more and RMQ_CHAOS_ETCD 0 or more: {plane}")
         if plane.controllers > 1 and plane.etcd_members == 0:
@@ -155,7 +157,8 @@ class Cluster:
                     "--config", str(self.directory / "broker.json")]
             self.brokers.append(Member(name, address, args, self.directory / f"{name}.log", self.network))
         for index in range(2):
-            self._client(f"prod{index}", ["producer", namesrvs, TOPIC, str(self.history / f"prod{index}.sends")])
+            self._client(f"prod{index}",
+                         ["producer", namesrvs, TOPIC, str(self.history / f"prod{index}.sends")])
             self._client(f"cons{index}", ["consumer", namesrvs, CONSUMER_GROUP, TOPIC,
                                           str(self.history / f"cons{index}.takes")])
         self.network.add_member("mon")
@@ -165,7 +168,8 @@ class Cluster:
 
     def _client(self, name: str, args: list[str]) -> None:
         self.network.add_member(name)
-        self.clients.append(Member(name, "", [*CLIENT, *args, name], self.directory / f"{name}.log", self.network))
+        self.clients.append(Member(name, "", [*CLIENT, *args, name], self.directory / f"{name}.log",
+                                   self.network))
 
     def _build_etcd(self) -> None:
         names = [f"etcd{index}" for index in range(self.plane.etcd_members)]
@@ -215,8 +219,8 @@ class Cluster:
         return len(owned) == 2 and all(owned) and sorted(queues) == list(range(QUEUES))
 
     def create_topic(self) -> None:
-        subprocess.run(self.network.exec_prefix("mon") + [*RMQ, "topic", "create", TOPIC, "--queues", str(QUEUES),
-                                                          "--endpoints", self.controllers[0].address],
+        subprocess.run([*self.network.exec_prefix("mon"), *RMQ, "topic", "create", TOPIC, "--queues",
+                        str(QUEUES), "--endpoints", self.controllers[0].address],
                        check=True, capture_output=True)
 
     def roles(self) -> dict[str, str | None]:
@@ -237,7 +241,7 @@ class Cluster:
         for text in path.read_text().splitlines()[-200:]:
             if text.endswith("}"):
                 line = json.loads(text)
-                if line["role"] in ("SYNC_MASTER", "ASYNC_MASTER") and (newest is None or line["epoch"] >= newest[0]):
+                if line["role"] in MASTER_ROLES and (newest is None or line["epoch"] >= newest[0]):
                     newest = (line["epoch"], line["member"])
         if newest is None:
             raise RuntimeError("no broker answers as master")
@@ -249,7 +253,8 @@ class Cluster:
             for member in self.servers:
                 if member.process is not None and member.process.poll() not in (None, -9):
                     tail = "\n".join(member.log.read_text(errors="replace").splitlines()[-5:])
-                    raise RuntimeError(f"{member.name} exited ({member.process.returncode}); its log ends:\n{tail}")
+                    raise RuntimeError(f"{member.name} exited ({member.process.returncode}); "
+                                       f"its log ends:\n{tail}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
             time.sleep(0.1)

@@ -43,7 +43,8 @@ class Fault(enum.Enum):
         found = []
         for word in filter(None, (w.strip() for w in text.split(","))):
             if word not in names:
-                raise ValueError(f"unknown chaos fault {word!r} in RMQ_CHAOS_FAULTS: one of {', '.join(names)}")
+                raise ValueError(f"unknown chaos fault {word!r} in RMQ_CHAOS_FAULTS: "
+                                 f"one of {', '.join(names)}")
             found.append(names[word])
         if not found:
             raise ValueError("RMQ_CHAOS_FAULTS names no fault")

@@ -148,7 +148,8 @@ class Network:
     def teardown(self) -> None:
         """Kill what runs in the namespaces, then delete them (idempotent; never raises)."""
         for name in reversed(self.namespaces):
-            pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout.split()
+            listed = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True)
+            pids = listed.stdout.split()
             for pid in pids:
                 try:
                     os.kill(int(pid), 9)

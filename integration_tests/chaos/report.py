@@ -43,7 +43,8 @@ def section(written: dict[str, object]) -> str:
     faults = written["faults"]
     assert isinstance(faults, dict)
     out = [BEGIN, "", "## Chaos runs (network namespaces, OpenChaos's faults)", "",
-           f"Measured at {written['measured']} by `make chaos` ({written['at']}; schedule {written['schedule']}).",
+           f"Measured at {written['measured']} by `make chaos` ({written['at']}; "
+           f"schedule {written['schedule']}).",
            "Every member in its own network namespace on a private bridge: "
            f"{written['cluster']}. *lost*: bodies answered SEND_OK that no consumer took; "
            "*duplicated*: takes beyond the times a body was sent; *out of order*: first takes after a later "

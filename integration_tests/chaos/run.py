@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from integration_tests.chaos import faults
-from integration_tests.chaos.checker import FaultFigures, FaultWindow, History, as_json, check
+from integration_tests.chaos.checker import FaultFigures, FaultWindow, History, check
 from integration_tests.chaos.client_process import KEYS
 from integration_tests.chaos.cluster import Cluster, ControlPlane
 from integration_tests.chaos.netns import Network

@@ -41,8 +41,8 @@ def test_schedule(tmp_path: Path) -> None:
         "schedule": f"{','.join(f.value for f in schedule.faults)} for {schedule.seconds:.0f} s, each held "
                     f"{schedule.interval:.0f} s then healed, seed {schedule.seed}",
         "cluster": f"{plane.controllers} controller(s) (name server --controller), {plane.etcd_members} etcd "
-                   "member(s), one SYNC_MASTER group of a master and two slaves, two producers (SDK Producer, "
-                   "per-key queues), two orderly PushConsumers, a monitor",
+                   "member(s), one SYNC_MASTER group of a master and two slaves, two producers "
+                   "(SDK Producer, per-key queues), two orderly PushConsumers, a monitor",
         "skipped": outcome.skipped})
     for kind, figures in outcome.figures.items():
         print(f"[chaos] {kind}: {asdict(figures)}")
@@ -51,13 +51,14 @@ def test_schedule(tmp_path: Path) -> None:
     assert {kind: f.out_of_order for kind, f in outcome.figures.items() if f.out_of_order} == {}
 
 
-@pytest.mark.skipif(bool(os.environ.get("RMQ_CHAOS_ETCD")), reason="the weakened run is the single-controller one")
+@pytest.mark.skipif(bool(os.environ.get("RMQ_CHAOS_ETCD")),
+                    reason="the weakened run is the single-controller one")
 def test_checker_reports_the_loss_of_a_weakened_group(tmp_path: Path) -> None:
     """The checker's own test: the same group as ASYNC_MASTER (acknowledging before a slave
     holds the bytes) under a master partition. The old master keeps answering SEND_OK to the
     producers that still reach it, a slave is elected, the old master drops what it took when it
     rejoins: the checker must count those acknowledged bodies lost."""
-    outcome = run(tmp_path, Schedule([Fault.MASTER_PARTITION], 1.0, 10.0, 47), role="ASYNC_MASTER",
+    outcome = run(tmp_path, Schedule([Fault.MASTER_PARTITION], 1.0, 8.0, 47), role="ASYNC_MASTER",
                   plane=ControlPlane())
     figures = outcome.figures[Fault.MASTER_PARTITION.value]
     print(f"[chaos] weakened (ASYNC_MASTER) master-partition: {asdict(figures)}")
