@@ -21,8 +21,8 @@ from integration_tests.chaos.cluster import ControlPlane
 from integration_tests.chaos.faults import Fault
 from integration_tests.chaos.run import Schedule, run
 
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(bool(netns.unavailable()), reason=str(netns.unavailable()))]
+UNAVAILABLE = netns.unavailable()
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(UNAVAILABLE is not None, reason=str(UNAVAILABLE))]
 
 SHORT_FAULTS = "leader-kill,master-partition,leader-suspend,random-loss"
 SHORT_SECONDS = 40.0
