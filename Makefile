@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv check test test-unit test-integration test-slow compose-test reliability chaos power-loss demo bench proto lint clean
+.PHONY: venv check test test-unit test-integration test-slow compose-test reliability chaos power-loss demo console-screenshots bench proto lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,10 @@ $(STAMP): pyproject.toml
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  { apt-get install -y -qq chromium || { apt-get update -qq && apt-get install -y -qq chromium; }; } >/dev/null 2>&1; } || \
 	  echo "chromium not installed (needs root + apt-get): the console's browser test will skip"
+	@# the controller on etcd (docs/controller.md) is tested against Debian's etcd-server (etcd 3.4)
+	@command -v etcd >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { apt-get install -y -qq etcd-server || { apt-get update -qq && apt-get install -y -qq etcd-server; }; } >/dev/null 2>&1; } || \
+	  echo "etcd-server not installed (needs root + apt-get): the controller-on-etcd tests will skip"
 	@# chaos runs (integration_tests/chaos/) need iproute2's ip netns and tc; without them (or root) they skip
 	@command -v ip >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  { apt-get install -y -qq iproute2 || { apt-get update -qq && apt-get install -y -qq iproute2; }; } >/dev/null 2>&1; } || \
@@ -70,10 +74,15 @@ power-loss: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m examples.demo
 
+## docs/console/*.png, the screenshots docs/console.md shows, taken by the console's browser test
+console-screenshots: $(STAMP)
+	RMQ_CONSOLE_SCREENSHOTS=docs/console $(PY) -m pytest -q integration_tests/test_console_browser.py
+
 bench: $(STAMP)
 	$(PY) -m bench
 
-## regenerate the gRPC/protobuf stubs from proto/rmq/v1/rmq.proto and proto/rmq/rocketmq_v2/*.proto: messages and
+## regenerate the gRPC/protobuf stubs from proto/rmq/v1/rmq.proto, proto/rmq/rocketmq_v2/*.proto and the part of
+## etcd's v3 API the controller uses (proto/rmq/etcd/rpc.proto, client stubs only): messages and
 ## their .pyi (protoc), rmq.v1's services and their typed .pyi (mypy-protobuf, servicers concrete as at run time);
 ## the RocketMQ 5 service has no generated servicer (broker_server/rocketmq_v2 builds its handlers)
 proto: $(STAMP)
@@ -81,6 +90,8 @@ proto: $(STAMP)
 	  --plugin=protoc-gen-mypy_grpc=$(VENV)/bin/protoc-gen-mypy_grpc --mypy_grpc_out=generate_concrete_servicer_stubs:proto \
 	  proto/rmq/v1/rmq.proto
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto proto/rmq/rocketmq_v2/definition.proto proto/rmq/rocketmq_v2/service.proto
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto --grpc_python_out=proto \
+	  --plugin=protoc-gen-mypy_grpc=$(VENV)/bin/protoc-gen-mypy_grpc --mypy_grpc_out=proto proto/rmq/etcd/rpc.proto
 
 TYPECHECK := build/typecheck
 

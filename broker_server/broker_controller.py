@@ -18,12 +18,13 @@ from typing import Any, cast
 import grpc
 import pyarrow as pa
 
+from rmq import retry
 from rmq.broker_server.background_tasks import cancel_all
 from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
 from rmq.broker_server.memory_tuning import keep_freed_memory
-from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
+from rmq.broker_server.metrics.broker_stats import BrokerStatsManager, GroupLabels
 from rmq.broker_server.metrics.collectors import (
     BoundedTables,
     BrokerCollector,
@@ -37,11 +38,16 @@ from rmq.broker_server.offsets.consumer_ids_watch import ConsumerIdsWatchService
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager, ConsumerTableLimits
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.offsets.rebalance_lock_manager import LOCKS_FILE, RebalanceLockManager
+from rmq.broker_server.processors.admin_broker_processor import AdminBrokerProcessor
+from rmq.broker_server.processors.client_manage_processor import ClientManageProcessor
+from rmq.broker_server.processors.consumer_manage_processor import ConsumerManageProcessor
 from rmq.broker_server.processors.consumer_send_msg_back import ConsumerSendMsgBackProcessor
 from rmq.broker_server.processors.delay_levels import parse_delay_levels
 from rmq.broker_server.processors.filter_executor import FilterExecutor
+from rmq.broker_server.processors.pipeline import BrokerProcessors
 from rmq.broker_server.processors.pull_message_processor import PullLimits, PullMessageProcessor
 from rmq.broker_server.processors.pull_response_budget import PullResponseBudget
+from rmq.broker_server.processors.query_message_processor import QueryMessageProcessor
 from rmq.broker_server.processors.schedule_message_service import ScheduleMessageService
 from rmq.broker_server.processors.send_message_processor import SendMessageProcessor
 from rmq.broker_server.processors.store_executor import StoreExecutor
@@ -175,7 +181,8 @@ class BrokerController:
             open_channel=security.open_client_channel,
             member=self.replication.member,
         )
-        self.stats = BrokerStatsManager()
+        self.stats = BrokerStatsManager(
+            labels=GroupLabels(config.max_metric_groups, config.max_metric_groups_per_account))
         self.send_processor = SendMessageProcessor(
             self.store, self.topics, self.executor, delay_levels, config.max_message_size, self.stats
         )
@@ -203,6 +210,15 @@ class BrokerController:
             self._group_exists,
             self.outer_api.register_soon,
             self.stats,
+        )
+        self.processors = BrokerProcessors(
+            self.send_processor,
+            self.pull_processor,
+            self.send_back_processor,
+            ConsumerManageProcessor(self.topics, self.offsets, self.consumers),
+            ClientManageProcessor(self.topics, self.consumers, self.outer_api.register_soon),
+            AdminBrokerProcessor(self.store, self.executor, self.topics, self.locks),
+            QueryMessageProcessor(self.store, self.executor, self.topics),
         )
         self._tasks: list[asyncio.Task[None]] = []
         self.rocketmq_v2: RocketMQv2MessagingService | None = None
@@ -238,18 +254,7 @@ class BrokerController:
     def build_server(self) -> grpc.aio.Server:
         server = create_server(self.config.listen, self.config.grpc_max_message_bytes, self.security,
                                broker_server_id(self.config.broker_name, self.config.broker_id))
-        messaging = MessagingService(
-            self.store,
-            self.executor,
-            self.topics,
-            self.send_processor,
-            self.pull_processor,
-            self.offsets,
-            self.consumers,
-            self.locks,
-            self.send_back_processor,
-            self.watches,
-        )
+        messaging = MessagingService(self.processors, self.watches)
         rmq_pb2_grpc.add_MessagingServiceServicer_to_server(messaging, server)
         rmq_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminService(
@@ -263,6 +268,7 @@ class BrokerController:
                 self.replication.status,
                 self.replication.topics_replicated,
                 self.consumer_connections,
+                self.consumer_groups,
             ),
             server,
         )
@@ -275,10 +281,10 @@ class BrokerController:
         self.replication.add_to_server(server)
         self.rocketmq_v2 = build_rocketmq_v2_service(
             self.config, self.store, self.executor, self.topics, self.offsets, self.hold_service,
-            self.send_processor, self.pull_processor, self.send_back_processor, self.timer,
-            self.security.open_client_channel, self.outer_api.register_soon, self.clock)
+            self.processors, self.timer, self.security.open_client_channel, self.outer_api.register_soon,
+            self.clock)
         add_rocketmq_v2_service(self.rocketmq_v2, server)
-        self.remoting = build_broker_remoting(self.config, self.security, messaging, self.topics,
+        self.remoting = build_broker_remoting(self.config, self.security, self.processors, self.topics,
                                               self.consumers, self.rocketmq_v2.transactions,
                                               self._remoting_socket, self._remoting_fixed)
         return server
@@ -366,6 +372,15 @@ class BrokerController:
                         for session in self.rocketmq_v2.sessions.consumers_of(group)]
         return sorted(members, key=lambda member: member.client_id)
 
+    def consumer_groups(self) -> set[str]:
+        """Every group this broker knows from any source: live members of every protocol (heartbeats,
+        RocketMQ 5 Telemetry settings), committed offsets, and the retry and dead-letter topics."""
+        groups = self.consumers.group_names() | self.offsets.groups()
+        groups |= {retry.group_of_copy_topic(config.topic_name) for config in self.topics.all()} - {""}
+        if self.rocketmq_v2 is not None:
+            groups |= self.rocketmq_v2.sessions.consumer_groups()
+        return groups
+
     async def start_remoting(self) -> None:
         if self.remoting is not None:
             await self.remoting.start()
@@ -376,7 +391,8 @@ class BrokerController:
         offsets = self.offsets
 
         def consumer_offsets() -> list[QueueOffset]:
-            return [QueueOffset(key.group, key.topic, key.queue_id, offset)
+            accounts = offsets.added_by()
+            return [QueueOffset(key.group, key.topic, key.queue_id, offset, accounts.get(key, ""))
                     for key, offset in offsets.all_offsets().items()]
 
         def client_tables() -> BoundedTables:

@@ -33,9 +33,11 @@ class BrokerConfig:
     master: str = ""  # slaves: HOST:PORT of the group's master
     slave_synchronize_interval_ms: int = 10000  # slaves copy topics and offsets from the master
     cluster_secret_file: str = ""  # the broker group's shared secret (docs/replication.md); every member
-    controller: str = ""  # controller mode: HOST:PORT of `rmq namesrv --controller`, which assigns the role
+    controller: str = ""  # controller mode: HOST:PORT[,HOST:PORT...] of the controllers (the leader decides)
     cluster_name: str = "DefaultCluster"  # brokerClusterName: a controller refuses other clusters' members
     controller_heartbeat_interval_ms: int = 1000  # controller mode: heartbeat period
+    # a SYNC_MASTER not confirmed by the leading controller for this long answers no send OK (0: off)
+    controller_master_lease_ms: int = 2500
     namesrv: str = ""  # name server addresses, comma-separated
     flush: FlushDiskType = FlushDiskType.ASYNC  # "sync" | "async" (RocketMQ's default is ASYNC_FLUSH)
     advertise_address: str = ""  # address registered with the name server (default: listen)
@@ -70,6 +72,8 @@ class BrokerConfig:
     max_telemetry_sessions_per_account: int = 1_000  # ... of which one ACL account may hold
     max_consumer_offsets: int = 262144  # committed (group, topic, queue) entries
     max_consumer_offsets_per_account: int = 65536  # of them, added by one --acl account
+    max_metric_groups: int = 1_000  # consumer group names /metrics writes as label values (others: _other)
+    max_metric_groups_per_account: int = 32  # ... of which first seen from one --acl account
     rebalance_lock_max_live_time_ms: int = 60000
     consumer_offset_persist_interval_ms: int = 5000
     message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
@@ -197,9 +201,14 @@ class BrokerConfig:
         except ValueError as error:
             raise UserError(f"message_delay_level: {error}") from None
 
+    @property
+    def controller_addresses(self) -> tuple[str, ...]:
+        return tuple(address.strip() for address in self.controller.split(",") if address.strip())
+
     def _validate_role(self) -> None:
         if self.controller:
-            check_address("controller", self.controller)
+            for address in self.controller_addresses:
+                check_address("controller", address)
             if self.broker_role is BrokerRole.SLAVE or self.master:
                 raise UserError("with --controller the controller assigns master and slaves: --role names "
                                 "the master's mode (SYNC_MASTER or ASYNC_MASTER), and --master is not given")
@@ -230,13 +239,32 @@ class NameServerConfig:
     cluster_name: str = "DefaultCluster"  # the cluster whose broker groups the controller manages
     controller_failover_timeout_ms: int = 3000  # a master silent this long is replaced
     controller_scan_interval_ms: int = 500  # how often the controller checks for silent masters
+    cluster_secret_file: str = ""  # controller: the secret every broker proves its heartbeats with
+    etcd: str = ""  # controllers on etcd: HOST:PORT[,HOST:PORT...] of etcd ("" : a JSON file instead)
+    etcd_prefix: str = "/rmq"  # the keys of this cluster's controllers (another cluster: another prefix)
+    etcd_ca_file: str = ""  # TLS to etcd: its CA (TLS on when this or etcd_cert_file is set)
+    etcd_cert_file: str = ""  # TLS client certificate and key for etcd
+    etcd_key_file: str = ""
+    etcd_user: str = ""  # etcd authentication: user, and a file holding its password
+    etcd_password_file: str = ""
+    controller_lease_ttl_s: int = 2  # etcd: a dead leading controller is replaced after this
 
     @property
     def controller_path(self) -> Path:
         return Path(self.controller_dir).expanduser()
 
+    @property
+    def etcd_endpoints(self) -> tuple[str, ...]:
+        return tuple(endpoint.strip() for endpoint in self.etcd.split(",") if endpoint.strip())
+
     def validate(self) -> None:
         check_address("listen", self.listen)
+        for endpoint in self.etcd_endpoints:
+            check_address("etcd", endpoint)
+        if self.etcd and not self.controller:
+            raise UserError("--etcd keeps the controller's state: it needs --controller")
+        if self.etcd and not self.etcd_prefix.startswith("/"):
+            raise UserError(f"etcd_prefix must start with '/', not {self.etcd_prefix!r}")
         if self.metrics_listen:
             check_address("metrics_listen", self.metrics_listen)
         if self.remoting_listen:
@@ -362,7 +390,7 @@ def _check_store_range(name: str, key: str, value: Any) -> None:
         raise UserError(f"{name} must be {bound}, not {value!r}")
 
 
-_MAY_BE_ZERO = frozenset({"broker_id", "max_inflight_pull_bytes_per_account"})
+_MAY_BE_ZERO = frozenset({"broker_id", "controller_master_lease_ms", "max_inflight_pull_bytes_per_account"})
 
 
 def _check_positive_ints(config: Any) -> None:

@@ -1,6 +1,6 @@
 """The broker's one error tree. Every refusal and failure the broker and the name server raise is
 a `BrokerError`: a code and a one-line reason. The code is rmq.v1's `Code` enum, the broker's own
-vocabulary, turned into each protocol's status at its edge: the rmq.v1 Status (rmq_v1/status.py),
+vocabulary, turned into each protocol's status at its edge: the rmq.v1 Status (broker_server/status.py),
 the RocketMQ 5 Code (rocketmq_v2/status.py), the remoting response code (remoting/dispatch.py).
 A refusal that only one edge raises and has no rmq.v1 Code for (a RocketMQ 5 receipt handle's
 status, a gRPC interceptor's transport status, an HTTP scrape's) is an `EdgeError` carrying that

@@ -8,11 +8,19 @@ import argparse
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from rmq.cli.output import print_json, print_table, timestamp
+from rmq.cli.output import (
+    incomplete_exit,
+    print_json,
+    print_table,
+    timestamp,
+    unreachable_json,
+    warn_unreachable,
+)
 from rmq.cli.parser import Subcommands
-from rmq.command_line import UserError, positive_int
+from rmq.command_line import UserError, non_negative_int, positive_int
 from rmq.connector.admin import PAGE_MAX, MQAdmin, ResetTarget
 from rmq.connector.client import RmqClient
+from rmq.connector.errors import RmqUnavailable
 from rmq.connector.message import MessageExt
 
 Command = Callable[[RmqClient, argparse.Namespace], int]
@@ -31,9 +39,9 @@ def message_parsers(commands: Subcommands
     how.add_argument("--msg-id", help="a message id as `rmq consume` and the SDK show it")
     how.add_argument("--begin", type=int, metavar="MS", help="store time from (epoch ms; with --end)")
     query.add_argument("--end", type=int, metavar="MS", help="store time until, exclusive (epoch ms)")
-    query.add_argument("--limit", type=positive_int, default=100,
+    query.add_argument("--limit", type=_page_size, default=100,
                        help=f"messages per page (at most {PAGE_MAX})")
-    query.add_argument("--page", type=int, default=0, help="page of a time-range query, from 0")
+    query.add_argument("--page", type=non_negative_int, default=0, help="page of a time-range query, from 0")
     query.add_argument("--group", action="append", default=[],
                        help="also show whether this consumer group consumed each message (repeatable)")
     query.add_argument("--json", action="store_true")
@@ -79,12 +87,24 @@ def _reset_target(text: str) -> ResetTarget:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _page_size(text: str) -> int:
+    size = positive_int(text)
+    if size > PAGE_MAX:
+        raise argparse.ArgumentTypeError(f"at most {PAGE_MAX} messages per page (use --page for more), "
+                                         f"not {size}")
+    return size
+
+
 def _message_query(client: RmqClient, args: argparse.Namespace) -> int:
     admin = MQAdmin(client)
+    for group in args.group:
+        _require_group(admin, group)
     if args.key:
         messages = admin.query_by_key(args.topic, args.key, limit=args.limit)
     elif args.msg_id:
         messages = [admin.view(args.msg_id)]
+        if messages[0].topic != args.topic:
+            raise UserError(f"message {args.msg_id} is in topic {messages[0].topic}, not {args.topic}")
     else:
         if args.end is None or args.end <= args.begin:
             raise UserError("--begin needs --end, later than --begin (epoch ms)")
@@ -93,12 +113,12 @@ def _message_query(client: RmqClient, args: argparse.Namespace) -> int:
     if args.json:
         print_json({"topic": args.topic, "page": args.page, "messages": rows})
         return 0
-    headers = ["MSG_ID", "QUEUE", "OFFSET", "STORED", "TAGS", "KEYS", "BODY"]
-    headers += [group.upper() for group in args.group]
+    headers = ["MSG_ID", "TOPIC", "QUEUE", "OFFSET", "STORED", "TAGS", "KEYS", "BODY"]
+    headers += [f"CONSUMED BY {group}" for group in args.group]
     print_table(headers,
-                [[r["msg_id"], f"{r['broker_name']}/{r['queue_id']}", r["queue_offset"],
-                  timestamp(r["store_timestamp"]), r["tags"] or "-", r["keys"] or "-",
-                  _preview(r["body"])] + [r["consumed"][g] for g in args.group] for r in rows])
+                [[r["msg_id"], r["topic"], f"{r['broker_name']}/{r['queue_id']}", r["queue_offset"],
+                  timestamp(r["store_timestamp"]), r["tags"] or "-", r["keys"] or "-", _preview(r["body"])]
+                 + ["yes" if r["consumed"][g] else "no" for g in args.group] for r in rows])
     if not rows:
         print("no message found")
     return 0
@@ -119,27 +139,48 @@ def _preview(body: str) -> str:
     return line if len(line) <= BODY_PREVIEW else line[:BODY_PREVIEW - 1] + "…"
 
 
+def _require_group(admin: MQAdmin, group: str) -> None:
+    """UserError unless some broker knows the group (members, offsets, retry or DLQ topic)."""
+    unreachable: dict[str, RmqUnavailable] = {}
+    if group not in admin.groups(unreachable):
+        if unreachable:
+            warn_unreachable(unreachable)
+            raise UserError(f"consumer group {group} is not known to the brokers that answered; "
+                            f"{', '.join(sorted(unreachable))} could not be asked")
+        raise UserError(f"consumer group {group} does not exist")
+
+
 def _group_members(client: RmqClient, args: argparse.Namespace) -> int:
-    members = MQAdmin(client).members(args.group)
+    """Exit 1 when a broker could not be asked: its members are not listed."""
+    unreachable: dict[str, RmqUnavailable] = {}
+    members = MQAdmin(client).members(args.group, unreachable)
+    if unreachable and len(unreachable) == len(client.list_brokers()):
+        raise UserError(f"no broker could be asked for the members of {args.group}: "
+                        f"{', '.join(f'{name} ({error})' for name, error in sorted(unreachable.items()))}")
     if args.json:
-        print_json({"group": args.group, "members": [
+        print_json({"group": args.group, "complete": not unreachable,
+                    "unreachable": unreachable_json(unreachable), "members": [
             {"client_id": m.client_id, "protocol": m.protocol.label, "address": m.address,
              "broadcasting": m.broadcasting, "subscriptions": m.subscriptions,
              "queues": [{"topic": q.topic, "broker_name": q.broker_name, "queue_id": q.queue_id}
                         for q in m.queues]} for m in members]})
-        return 0
+        return incomplete_exit(unreachable)
+    warn_unreachable(unreachable)
     print_table(["CLIENT_ID", "PROTOCOL", "ADDRESS", "SUBSCRIPTIONS", "QUEUES"],
                 [[m.client_id, m.protocol.label, m.address or "-",
                   ",".join(f"{t}:{e}" for t, e in m.subscriptions.items()) or "-",
                   " ".join(f"{q.topic}/{q.broker_name}/{q.queue_id}" for q in m.queues) or "-"]
                  for m in members])
     if not members:
-        print(f"consumer group {args.group} has no live member")
-    return 0
+        print(f"consumer group {args.group} has no live member"
+              + (" on the brokers that answered" if unreachable else ""))
+    return incomplete_exit(unreachable)
 
 
 def _group_reset_offset(client: RmqClient, args: argparse.Namespace) -> int:
-    results = MQAdmin(client).reset_offsets(args.group, args.topic, args.to, args.force)
+    admin = MQAdmin(client)
+    _require_group(admin, args.group)      # a reset must not create a group that never existed
+    results = admin.reset_offsets(args.group, args.topic, args.to, args.force)
     if args.json:
         print_json({"group": args.group, "topic": args.topic, "queues": [
             {"broker_name": r.queue.broker_name, "queue_id": r.queue.queue_id, "offset": r.offset,
@@ -151,6 +192,8 @@ def _group_reset_offset(client: RmqClient, args: argparse.Namespace) -> int:
 
 
 def _group_delete(client: RmqClient, args: argparse.Namespace) -> int:
-    topics = MQAdmin(client).delete_group(args.group, args.force)
+    admin = MQAdmin(client)
+    _require_group(admin, args.group)
+    topics = admin.delete_group(args.group, args.force)
     print(f"deleted consumer group {args.group}" + (f" (offsets on {', '.join(topics)})" if topics else ""))
     return 0

@@ -8,9 +8,12 @@ translated in one place (`_run`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
+import queue
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
@@ -19,13 +22,21 @@ from typing import Any
 from rmq import message_format as mf
 from rmq import retry
 from rmq.cli import admin_commands, client_security, consume_command
-from rmq.cli.output import print_json, print_table, timestamp
+from rmq.cli.output import (
+    incomplete_exit,
+    incomplete_note,
+    print_json,
+    print_table,
+    timestamp,
+    unreachable_json,
+    warn_unreachable,
+)
 from rmq.cli.parser import Subcommands
-from rmq.command_line import UserError, positive_int
+from rmq.command_line import UserError, non_negative_int, positive_float, positive_int
 from rmq.connector.client import BrokerMember, OutgoingMessage, QueueOffsets, RmqClient
 from rmq.connector.errors import RmqError, RmqUnavailable
 from rmq.connector.message import Message, MessageExt, decode_messages
-from rmq.connector.producer import select_message_queue_by_hash, writable_queues
+from rmq.connector.producer import Producer, retriable, select_message_queue_by_hash, writable_queues
 from rmq.message_queue import MessageQueue
 from rmq.statuses import PullStatus, SendStatus
 from rmq.topic_config import PERM_READ, PERM_WRITE
@@ -38,6 +49,9 @@ PULL_BATCH_SIZE = 32                           # RocketMQ pullBatchSize
 SUSPEND_TIMEOUT_MS = 15_000                    # RocketMQ brokerSuspendMaxTimeMillis
 COMMIT_INTERVAL_SECONDS = 5.0                  # RocketMQ persistConsumerOffsetInterval
 PROGRESS_INTERVAL_SECONDS = 1.0
+LINGER_MS = 50                                 # rmq produce: a batch waits this long for more lines
+RETRY_TIMEOUT_S = 30.0                         # ... and retries a failed send this long
+RETRY_BACKOFF_S = (0.2, 2.0)                   # first and longest pause between retries
 PERMS = (PERM_READ | PERM_WRITE, PERM_READ, PERM_WRITE)   # --perm of topic create / update
 PERMS_HELP = "6 read-write, 4 read, 2 write"
 
@@ -68,6 +82,13 @@ def add_parsers(commands: Subcommands) -> None:
                       help="timer message: deliver this long after the broker receives it (500ms, 30s, 5m, "
                            "2h, 1d); prints each message's recall handle")
     produce.add_argument("--batch-size", type=positive_int, default=256, help="messages per send (256)")
+    produce.add_argument("--linger-ms", type=non_negative_int, default=LINGER_MS, metavar="MS",
+                         help=f"send what stdin gave once it has waited this long for more ({LINGER_MS}): "
+                              "`tail -f app.log | rmq produce logs` sends each line within it")
+    produce.add_argument("--retry-timeout", type=positive_float, default=RETRY_TIMEOUT_S, metavar="SECONDS",
+                         help="keep retrying a failed send this long, on another broker or the group's new "
+                              f"master after a failover ({RETRY_TIMEOUT_S:g}); then exit 1 saying what was "
+                              "acknowledged")
     produce.add_argument("--key-hash", action="store_true",
                          help="stdin lines are KEY<TAB>BODY: the key is the message's key and picks its "
                               "queue (same key, same queue: SelectMessageQueueByHash)")
@@ -219,9 +240,9 @@ def _topic_describe(client: RmqClient, args: argparse.Namespace) -> int:
         b["members"] = _member_states(client, b["broker_name"], route.members.get(b["broker_name"], ()))
     if args.json:
         print_json({"topic": args.name, "brokers": brokers, "queues": queues,
-                     "unreachable": _unreachable_json(unreachable)})
+                     "unreachable": unreachable_json(unreachable)})
         return 0
-    _warn_unreachable(unreachable)
+    warn_unreachable(unreachable)
     for b in brokers:
         print(f"topic {args.name} on {b['broker_name']} ({b['address']}): {b['read_queue_nums']} read / "
               f"{b['write_queue_nums']} write queues, perm {_perm(b['perm'])}")
@@ -242,26 +263,31 @@ def _topic_delete(client: RmqClient, args: argparse.Namespace) -> int:
 
 
 def _produce(client: RmqClient, args: argparse.Namespace) -> int:
-    """Exit 0 only when every message was acknowledged; else one error line and exit 1."""
+    """Exit 0 only when every message was acknowledged; else one error line and exit 1. A failed
+    send is retried (RocketMQ's retryTimesWhenSendFailed on another broker, then again after a
+    pause, the route refreshed: a failover's new master) for --retry-timeout seconds."""
     if args.size is not None and args.count is None:
         raise UserError("--size needs --count (generated messages)")
     # an unknown topic or unreachable broker fails before reading input
     queues = writable_queues(client.query_route(args.topic))
     if args.key_hash and args.count is not None:
         raise UserError("--key-hash reads KEY<TAB>BODY lines from stdin: it does not go with --count")
-    bodies = _generated(args.count, args.size or 100) if args.count is not None else _stdin_lines()
+    if args.count is not None:
+        batches = _batched(_generated(args.count, args.size or 100), args.batch_size)
+    else:
+        batches = _lingering_batches(_stdin_lines(), args.batch_size, args.linger_ms / 1000)
     sent = acknowledged = master_only = 0
     progress = _Progress(args.count)
+    producer = Producer(args.endpoints, client=client)
     try:
-        for batch in _batched(bodies, args.batch_size):
+        for batch in batches:
             sent += len(batch)
             for broker_name, messages in _outgoing(batch, args, queues):
-                result = client.send(args.topic, messages, broker_name)
-                for handle in filter(None, result.recall_handles):
+                stored = _send_retrying(producer, args, broker_name, messages)
+                for handle in filter(None, (recall_handle for _, recall_handle in stored)):
                     print(f"recall-handle {handle}")
                 acknowledged += len(messages)
-                if result.status is not SendStatus.SEND_OK:   # stored on the master only (SYNC_MASTER)
-                    master_only += len(messages)
+                master_only += sum(status is not SendStatus.SEND_OK for status, _ in stored)
             progress.update(acknowledged)
     except RmqError as error:
         acknowledged += error.acknowledged
@@ -271,6 +297,34 @@ def _produce(client: RmqClient, args: argparse.Namespace) -> int:
     note = f", {master_only} stored on the master only: no slave confirmed them" if master_only else ""
     print(f"sent {sent} messages (acknowledged {acknowledged}{note})")
     return 0
+
+
+def _send_retrying(producer: Producer, args: argparse.Namespace, broker_name: str | None,
+                   messages: list[OutgoingMessage]) -> list[tuple[SendStatus, str]]:
+    """Send one batch: through the Producer's retries on the topic's other brokers (any broker), or
+    to the broker the keys chose; after a failure nothing of which was stored, again after a pause
+    with the route refreshed, until --retry-timeout. The stored messages' statuses and recall
+    handles (a timer message's, else "")."""
+    deadline = time.monotonic() + args.retry_timeout
+    pause = RETRY_BACKOFF_S[0]
+    while True:
+        try:
+            if broker_name is None:
+                return [(result.status, result.recall_handle) for result in producer.send(
+                    [Message(args.topic, m.body, tags=m.tags, keys=m.keys, properties=dict(m.properties))
+                     for m in messages])]
+            sent = producer.client.send(args.topic, messages, broker_name)
+            return [(sent.status, handle) for handle in sent.recall_handles or [""] * len(messages)]
+        except RmqError as error:
+            if error.acknowledged or not retriable(error) or time.monotonic() + pause > deadline:
+                raise
+            left = deadline - time.monotonic()
+            print(f"rmq: send failed, retrying for up to {left:.0f} s: {_describe(error)}", file=sys.stderr,
+                  flush=True)
+        time.sleep(pause)           # a failover takes seconds: the pause is the retry's backoff
+        pause = min(pause * 2, RETRY_BACKOFF_S[1])
+        with contextlib.suppress(RmqError):
+            producer.client.query_route(args.topic)      # the new master's address, once registered
 
 
 def _outgoing(batch: list[bytes], args: argparse.Namespace, queues: list[MessageQueue]
@@ -359,6 +413,36 @@ def _batched(items: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
         yield batch
 
 
+def _lingering_batches(items: Iterator[bytes], size: int, linger_s: float) -> Iterator[list[bytes]]:
+    """Batches of at most `size` items, each sent once full or once `linger_s` passed since its
+    first item arrived (a slow source such as `tail -f` is not held until `size` lines came).
+    The items are read on a daemon thread; a bounded queue keeps it at most a few batches ahead."""
+    arrived: queue.Queue[bytes | None] = queue.Queue(maxsize=4 * size)
+
+    def read() -> None:
+        for item in items:
+            arrived.put(item)
+        arrived.put(None)
+
+    threading.Thread(target=read, name="rmq-produce-stdin", daemon=True).start()
+    ended = False
+    while not ended:
+        first = arrived.get()
+        if first is None:
+            return
+        batch, until = [first], time.monotonic() + linger_s
+        while len(batch) < size:
+            try:
+                item = arrived.get(timeout=max(until - time.monotonic(), 0))
+            except queue.Empty:
+                break
+            if item is None:
+                ended = True
+                break
+            batch.append(item)
+        yield batch
+
+
 class _Progress:
     """A progress line on stderr about once a second (only long runs ever print one)."""
 
@@ -418,75 +502,85 @@ def _group_progress(client: RmqClient, args: argparse.Namespace) -> int:
                for name in sorted({row["broker_name"] for row in rows})}
     if args.json:
         print_json({"group": args.group, "queues": rows, "total_lag": total, "brokers": members,
-                     "unreachable": _unreachable_json(unreachable), "complete": not unreachable})
-        return _incomplete_exit(unreachable)
-    _warn_unreachable(unreachable)
+                     "unreachable": unreachable_json(unreachable), "complete": not unreachable})
+        return incomplete_exit(unreachable)
+    warn_unreachable(unreachable)
     for name, states in members.items():
         print(f"broker {name}:")
         _print_members(states)
     print_table(["TOPIC", "BROKER", "QUEUE", "BROKER_OFFSET", "CONSUMER_OFFSET", "LAG"],
                  [[r["topic"], r["broker_name"], r["queue_id"], r["max_offset"],
                    "-" if r["consumer_offset"] is None else r["consumer_offset"], r["lag"]] for r in rows])
-    print(f"total lag: {total}{_incomplete_note(unreachable)}")
-    return _incomplete_exit(unreachable)
+    print(f"total lag: {total}{incomplete_note(unreachable)}")
+    return incomplete_exit(unreachable)
 
 
 def _group_list(client: RmqClient, args: argparse.Namespace) -> int:
-    """Every consumer group that ever joined as a member (its %RETRY% topic exists: push and
-    pull consumers, Spark queries, `rmq consume`), with its live members and total lag. Exit 1
-    when a broker could not be reached (the lags leave its queues out)."""
-    prefix = retry.retry_topic("")
-    groups = sorted(t.topic_name[len(prefix):] for t in client.list_topics()
-                    if t.topic_name.startswith(prefix))
+    """Every consumer group a broker knows from any source (live members of every protocol, RocketMQ
+    5 clients included; committed offsets; retry and dead-letter topics), with its live members and
+    total lag. Exit 1 when a broker could not be reached (the lags leave its queues out)."""
     unreachable: dict[str, RmqUnavailable] = {}
     listed = []
-    for group in groups:
+    for group in client.list_consumer_groups(unreachable):
         rows = _group_rows(client, group, "", unreachable)
-        try:
-            members: list[str] | None = client.consumer_list(group, retry.retry_topic(group))
-        except RmqUnavailable:   # no broker holding its retry topic answered: those are in `unreachable`
-            members = None
+        answered = client.consumer_connections(group, unreachable)
+        members = sorted({c.client_id for found in answered.values() for c in found}) if answered else None
         topics = sorted({r["topic"] for r in rows if not retry.is_retry_topic(r["topic"])})
         listed.append({"group": group, "members": members, "topics": topics,
                        "total_lag": sum(r["lag"] for r in rows)})
     if args.json:
-        print_json({"groups": listed, "unreachable": _unreachable_json(unreachable),
+        print_json({"groups": listed, "unreachable": unreachable_json(unreachable),
                      "complete": not unreachable})
-        return _incomplete_exit(unreachable)
-    _warn_unreachable(unreachable)
+        return incomplete_exit(unreachable)
+    warn_unreachable(unreachable)
     print_table(["GROUP", "MEMBERS", "TOPICS", "TOTAL_LAG"],
                  [[g["group"], "?" if g["members"] is None else len(g["members"]),
                    ",".join(g["topics"]) or "-", g["total_lag"]] for g in listed])
-    return _incomplete_exit(unreachable)
+    return incomplete_exit(unreachable)
 
 
-def _incomplete_note(unreachable: dict[str, RmqUnavailable]) -> str:
-    if not unreachable:
-        return ""
-    return f" (incomplete: without the queues of unreachable {', '.join(sorted(unreachable))})"
 
 
-def _incomplete_exit(unreachable: dict[str, RmqUnavailable]) -> int:
-    """1 when brokers could not be reached: a script must not read a partial answer as healthy."""
-    return 1 if unreachable else 0
 
 
 # ---------------------------------------------------------------- broker groups
 
 
 def _cluster_status(client: RmqClient, args: argparse.Namespace) -> int:
-    """Every broker group's members (mqadmin clusterList with the HA columns)."""
+    """Every broker group's members (mqadmin clusterList with the HA columns). Exit 1 when a
+    member's status could not be read: a script must not read the cluster as healthy."""
     groups = {name: _member_states(client, name, members)
               for name, members in client.list_broker_groups().items()}
+    failing = [f"{name} id {m['broker_id']} ({m['address']})"
+               for name, states in groups.items() for m in states if "registered_role" in m]
+    controller = _controller_view(client)
     if args.json:
-        print_json({"brokers": groups})
-        return 0
+        print_json({"brokers": groups, "complete": not failing,
+                    **({"controller": controller} if controller else {})})
+        return 1 if failing else 0
     print_table(["BROKER", "ID", "ROLE", "EPOCH", "ADDRESS", "MIN_OFFSET", "MAX_OFFSET", "SLAVE_LAG_BYTES",
                  "STATE"],
                 [[name, m["broker_id"], m["role"], _dash(m.get("epoch")), m["address"],
                   _dash(m["min_offset"]), _dash(m["max_offset"]), _dash(m["lag_bytes"]), m["state"]]
                   for name, states in groups.items() for m in states])
-    return 0
+    if controller:
+        print(f"\nleading controller: {controller['leader']}")
+        print_table(["BROKER", "EPOCH", "MASTER_ID", "SYNC_STATE_SET"],
+                    [[g["broker_name"], g["epoch"], g["master_id"], ",".join(map(str, g["in_sync_ids"]))]
+                     for g in controller["groups"]])
+    if failing:
+        print(f"rmq: no status from {', '.join(failing)}", file=sys.stderr)
+    return 1 if failing else 0
+
+
+def _controller_view(client: RmqClient) -> dict[str, Any] | None:
+    """The leading controller and its epoch and SyncStateSet per group (controller mode)."""
+    answer = client.describe_controller()
+    if answer is None:
+        return None
+    return {"leader": answer.leader_address,
+            "groups": [{"broker_name": g.broker_name, "epoch": g.epoch, "master_id": g.master_broker_id,
+                        "in_sync_ids": list(g.in_sync_ids)} for g in answer.groups]}
 
 
 def _member_states(client: RmqClient, name: str, members: Iterable[BrokerMember]) -> list[dict[str, Any]]:
@@ -504,7 +598,11 @@ def _member_states(client: RmqClient, name: str, members: Iterable[BrokerMember]
         try:
             status = client.broker_status(member.address)
         except RmqError as error:
-            state["state"] = "unreachable" if isinstance(error, RmqUnavailable) else _describe(error)
+            # the name server's role is what it last registered: after a failover a dead old master
+            # is still "SYNC_MASTER" there, so an unanswering member's role is not shown as its own
+            state.update(role="?", registered_role=state["role"],
+                         state=f"unreachable (registered as {state['role']})"
+                         if isinstance(error, RmqUnavailable) else _describe(error))
             continue
         state.update(min_offset=status.commit_log_min_offset, max_offset=status.commit_log_max_offset,
                      role=rmq_pb2.BrokerRole.Name(status.role))
@@ -623,14 +721,8 @@ def _check_some_reachable(unreachable: dict[str, RmqUnavailable], brokers: Itera
         raise next(iter(unreachable.values()))
 
 
-def _warn_unreachable(unreachable: dict[str, RmqUnavailable]) -> None:
-    """One stderr line per broker that could not be reached (its queues are left out)."""
-    for name, error in sorted(unreachable.items()):
-        print(f"rmq: broker {name} is unreachable, its queues are left out: {error}", file=sys.stderr)
 
 
-def _unreachable_json(unreachable: dict[str, RmqUnavailable]) -> dict[str, str]:
-    return {name: str(error) for name, error in sorted(unreachable.items())}
 
 
 # ---------------------------------------------------------------- output and argument types

@@ -99,8 +99,11 @@ def one_line(body: bytes) -> str:
     return body.decode("utf-8", errors="replace").replace("\r", "\\r").replace("\n", "\\n")
 
 
+HEADER = "QUEUE OFFSET TAGS KEYS BODY"     # message_line's columns
+
+
 def message_line(message: MessageExt) -> str:
-    """`queue_id offset tags keys body` (dashes for empty tags / keys)."""
+    """`queue_id offset tags keys body` (dashes for empty tags / keys): HEADER's columns."""
     return (f"{message.queue_id} {message.queue_offset} {message.tags or '-'} {message.keys or '-'} "
             f"{one_line(message.body)}")
 
@@ -125,6 +128,9 @@ class Printer:
         if self.done.is_set():
             return False
         text = json.dumps(message_record(message)) if self.json_lines else message_line(message)
+        if not self.json_lines and not self.count:
+            # the columns, before the first line, on stderr: `| head -3` and `| wc -l` see messages only
+            print(HEADER, file=sys.stderr, flush=True)
         try:
             self.out.write(text + "\n")
             self.out.flush()

@@ -8,12 +8,12 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
-from importlib.metadata import version
 
 # gRPC core logs bind failures and the like to stderr itself; the CLI reports them as one
 # clear line instead. Set GRPC_VERBOSITY=debug to see gRPC's own logs.
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
+from rmq import __version__
 from rmq.cli import client_commands, console_command
 from rmq.cli.parser import CommandParser, Subcommands
 from rmq.command_line import UserError
@@ -21,7 +21,7 @@ from rmq.command_line import UserError
 
 def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog="rmq", description="rmq message broker and clients")
-    parser.add_argument("--version", action="version", version=f"rmq {version('rmq')}")
+    parser.add_argument("--version", action="version", version=f"rmq {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=CommandParser)
     _add_server_parsers(commands)
     client_commands.add_parsers(commands)

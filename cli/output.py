@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import sys
 from datetime import UTC, datetime
 from typing import Any
+
+from rmq.connector.errors import RmqUnavailable
 
 
 def print_json(value: Any) -> None:
@@ -22,3 +25,24 @@ def timestamp(epoch_ms: int) -> str:
     if epoch_ms <= 0:
         return "-"
     return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def incomplete_note(unreachable: dict[str, RmqUnavailable]) -> str:
+    if not unreachable:
+        return ""
+    return f" (incomplete: without the queues of unreachable {', '.join(sorted(unreachable))})"
+
+
+def incomplete_exit(unreachable: dict[str, RmqUnavailable]) -> int:
+    """1 when brokers could not be reached: a script must not read a partial answer as healthy."""
+    return 1 if unreachable else 0
+
+
+def warn_unreachable(unreachable: dict[str, RmqUnavailable]) -> None:
+    """One stderr line per broker that could not be reached (its queues are left out)."""
+    for name, error in sorted(unreachable.items()):
+        print(f"rmq: broker {name} is unreachable, its queues are left out: {error}", file=sys.stderr)
+
+
+def unreachable_json(unreachable: dict[str, RmqUnavailable]) -> dict[str, str]:
+    return {name: str(error) for name, error in sorted(unreachable.items())}

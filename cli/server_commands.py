@@ -23,6 +23,19 @@ def add_parsers(subparsers: Subcommands) -> None:
                               "--controller and elects a new master when one is lost")
     namesrv.add_argument("--controller-dir", metavar="DIR",
                          help="where the controller keeps its state (default ~/.rmq/controller)")
+    namesrv.add_argument("--etcd", metavar="HOST:PORT[,HOST:PORT]",
+                         help="controller: keep its state and elect the leading controller in etcd (several "
+                              "controllers may then run; instead of --controller-dir)")
+    namesrv.add_argument("--etcd-prefix", metavar="P", help="the etcd keys of this cluster (default /rmq)")
+    namesrv.add_argument("--etcd-ca", metavar="FILE", help="TLS to etcd: the CA of its certificates")
+    namesrv.add_argument("--etcd-cert", metavar="FILE", help="TLS to etcd: client certificate")
+    namesrv.add_argument("--etcd-key", metavar="FILE", help="TLS to etcd: client key")
+    namesrv.add_argument("--etcd-user", metavar="NAME", help="etcd authentication: user")
+    namesrv.add_argument("--etcd-password-file", metavar="FILE", help="etcd authentication: its password")
+    namesrv.add_argument("--cluster-secret", metavar="FILE",
+                         help="controller: the cluster's shared secret (chmod 600, the brokers' "
+                              "--cluster-secret file); every heartbeat must be proven with it; required "
+                              "with --acl")
     _add_metrics_argument(namesrv)
     namesrv.add_argument("--remoting-listen", metavar="HOST:PORT",
                          help="also serve RocketMQ 4.x clients (remoting protocol) on this address "
@@ -41,9 +54,9 @@ def add_parsers(subparsers: Subcommands) -> None:
                         help="ASYNC_MASTER (default) acknowledges once stored, SYNC_MASTER once a slave "
                              "holds it too, SLAVE copies --master read-only")
     broker.add_argument("--master", metavar="HOST:PORT", help="a SLAVE's master")
-    broker.add_argument("--controller", metavar="HOST:PORT",
-                        help="controller mode: the name server with --controller assigns this member's role "
-                             "(--role then names the master's mode)")
+    broker.add_argument("--controller", metavar="HOST:PORT[,HOST:PORT]",
+                        help="controller mode: the name server(s) with --controller assign this member's "
+                             "role (--role then names the master's mode); of several, the leader is followed")
     broker.add_argument("--cluster-secret", metavar="FILE",
                         help="the broker group's shared secret (chmod 600, the same file on every member): "
                              "master and slaves authenticate each other; required with --acl")
@@ -77,7 +90,11 @@ def run_namesrv(args: argparse.Namespace) -> int:
     config = load_config(NameServerConfig, args.config,
                          {"listen": args.listen, "metrics_listen": args.metrics_listen,
                           "remoting_listen": args.remoting_listen,
-                          "controller": args.controller, "controller_dir": args.controller_dir})
+                          "controller": args.controller, "controller_dir": args.controller_dir,
+                          "cluster_secret_file": args.cluster_secret, "etcd": args.etcd,
+                          "etcd_prefix": args.etcd_prefix, "etcd_ca_file": args.etcd_ca,
+                          "etcd_cert_file": args.etcd_cert, "etcd_key_file": args.etcd_key,
+                          "etcd_user": args.etcd_user, "etcd_password_file": args.etcd_password_file})
     security = ServerSecurity.from_args(args)
     return run_until_terminated(lambda: serve_name_server(config, security))
 

@@ -6,13 +6,14 @@ and `rmq group` commands and `rmq console` are built on it; every answer is boun
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from rmq import message_format as mf
 from rmq import retry
 from rmq.connector.allocation import AllocateStrategy, allocate
-from rmq.connector.client import OutgoingMessage, QueueOffsets, RmqClient
+from rmq.connector.client import OutgoingMessage, QueueOffsets, RmqClient, unless_unreachable
 from rmq.connector.errors import ConfigError, RmqError, RmqRefused, RmqUnavailable
 from rmq.connector.message import MessageExt, decode_messages
 from rmq.message_queue import MessageQueue
@@ -128,13 +129,18 @@ class MQAdmin:
     # ------------------------------------------------------------ messages
 
     def query_by_key(self, topic: str, key: str, begin_ms: int = 0, end_ms: int = 0,
-                     limit: int = KEY_QUERY_MAX) -> list[MessageExt]:
-        """Messages of `topic` carrying `key` (KEYS or the producer's unique id), oldest first."""
+                     limit: int = KEY_QUERY_MAX, unreachable: dict[str, RmqUnavailable] | None = None
+                     ) -> list[MessageExt]:
+        """Messages of `topic` carrying `key` (KEYS or the producer's unique id), oldest first;
+        with `unreachable`, brokers that cannot be reached are recorded there and skipped."""
         found: list[MessageExt] = []
         for broker_name in self.client.route(topic).brokers:
-            packed = self.client.query_message_by_key(topic, broker_name, key, begin_ms=begin_ms,
-                                                      end_ms=end_ms, max_messages=min(limit, KEY_QUERY_MAX))
-            found += decode_messages(packed, MessageQueue(topic, broker_name, 0))
+            query = functools.partial(self.client.query_message_by_key, topic, broker_name, key,
+                                      begin_ms=begin_ms, end_ms=end_ms,
+                                      max_messages=min(limit, KEY_QUERY_MAX))
+            packed = unless_unreachable(query, broker_name, unreachable)
+            if packed is not None:
+                found += decode_messages(packed, MessageQueue(topic, broker_name, 0))
         return sorted(found, key=lambda m: (m.store_timestamp, m.broker_name, m.commit_log_offset))[:limit]
 
     def view(self, msg_id: str) -> MessageExt:
@@ -150,15 +156,20 @@ class MQAdmin:
         raise RmqRefused(rmq_pb2.QUERY_NOT_FOUND, f"message id {msg_id} names broker {address}, which is not "
                          "in this cluster")
 
-    def query_by_time(self, topic: str, begin_ms: int, end_ms: int, limit: int = 100,
-                      page: int = 0) -> list[MessageExt]:
+    def query_by_time(self, topic: str, begin_ms: int, end_ms: int, limit: int = 100, page: int = 0,
+                      unreachable: dict[str, RmqUnavailable] | None = None) -> list[MessageExt]:
         """The page (`limit` messages, at most PAGE_MAX) of the topic's messages stored in
-        [begin_ms, end_ms), queue by queue in offset order."""
+        [begin_ms, end_ms), queue by queue in offset order (of reachable brokers, with `unreachable`)."""
         limit = max(1, min(limit, PAGE_MAX))
-        skip, messages = page * limit, list[MessageExt]()
-        for mq in sorted(self.client.topic_offsets(topic)):
-            start = self.client.search_offset(mq, begin_ms)
-            end = self.client.search_offset(mq, end_ms)
+        ranges = ((mq, self.client.search_offset(mq, begin_ms), self.client.search_offset(mq, end_ms))
+                  for mq in sorted(self.client.topic_offsets(topic, unreachable)))
+        return self._page(ranges, page * limit, limit)
+
+    def _page(self, ranges: Iterable[tuple[MessageQueue, int, int]], skip: int, limit: int
+              ) -> list[MessageExt]:
+        """`limit` messages after the first `skip` of the queues' [start, end) ranges, in order."""
+        messages: list[MessageExt] = []
+        for mq, start, end in ranges:
             if skip >= end - start:
                 skip -= max(end - start, 0)
                 continue
@@ -191,18 +202,18 @@ class MQAdmin:
 
     # ------------------------------------------------------------ groups
 
-    def groups(self) -> list[str]:
-        """Every consumer group that ever joined as a member (its %RETRY% topic exists)."""
-        prefix = retry.retry_topic("")
-        return sorted(t.topic_name[len(prefix):] for t in self.client.list_topics()
-                      if t.topic_name.startswith(prefix))
+    def groups(self, unreachable: dict[str, RmqUnavailable] | None = None) -> list[str]:
+        """Every consumer group a broker knows: live members of every protocol (RocketMQ 5 clients
+        included), committed offsets, retry and dead-letter topics; `unreachable` as for
+        RmqClient.topic_offsets."""
+        return self.client.list_consumer_groups(unreachable)
 
-    def members(self, group: str) -> list[GroupMember]:
+    def members(self, group: str, unreachable: dict[str, RmqUnavailable] | None = None) -> list[GroupMember]:
         """The group's live members of every protocol, with the queues each owns: for clustering
         consumers the averagely allocation of each subscribed topic's queues among the members that
         subscribe to it (the default strategy); broadcasting members own every queue."""
         by_id: dict[str, rmq_pb2.ConsumerConnection] = {}
-        for connections in self.client.consumer_connections(group).values():
+        for connections in self.client.consumer_connections(group, unreachable).values():
             for connection in connections:
                 by_id.setdefault(connection.client_id, connection)
         owned = self._owned_queues(list(by_id.values()))
@@ -244,7 +255,7 @@ class MQAdmin:
                                             owners.get(mq, "")))
         return GroupProgress(group, queues, {name: str(error) for name, error in unreachable.items()})
 
-    def _offsets_if_exists(self, topic: str, unreachable: dict[str, RmqUnavailable]
+    def _offsets_if_exists(self, topic: str, unreachable: dict[str, RmqUnavailable] | None
                            ) -> dict[MessageQueue, QueueOffsets]:
         try:
             return self.client.topic_offsets(topic, unreachable)
@@ -303,14 +314,14 @@ class MQAdmin:
 
     # ------------------------------------------------------------ dead letters
 
-    def dead_letters(self, group: str, limit: int = PAGE_MAX) -> list[MessageExt]:
-        """The group's dead letters, oldest first (at most `limit`)."""
-        topic = retry.dlq_topic(group)
-        messages: list[MessageExt] = []
-        for mq, bounds in self._offsets_if_exists(topic, {}).items():
-            messages += self.browse(mq, bounds.min_offset, min(bounds.max_offset,
-                                                                bounds.min_offset + limit - len(messages)))
-        return messages[:limit]
+    def dead_letters(self, group: str, limit: int = PAGE_MAX, skip: int = 0,
+                     unreachable: dict[str, RmqUnavailable] | None = None) -> list[MessageExt]:
+        """The group's dead letters, oldest first: at most `limit` (PAGE_MAX) after the first `skip`
+        (pages past the first); with `unreachable`, those of reachable brokers (the others recorded
+        there), else RmqUnavailable when one is down."""
+        ranges = ((mq, bounds.min_offset, bounds.max_offset)
+                  for mq, bounds in self._offsets_if_exists(retry.dlq_topic(group), unreachable).items())
+        return self._page(ranges, skip, max(1, min(limit, PAGE_MAX)))
 
 
 def resend(client: RmqClient, message: MessageExt, group: str = "") -> str:
@@ -319,6 +330,9 @@ def resend(client: RmqClient, message: MessageExt, group: str = "") -> str:
     topic only (what RocketMQ's consumeMessageDirectly is for). Returns the topic written."""
     topic = retry.retry_topic(group) if group else message.topic
     properties = {k: v for k, v in message.properties.items() if k not in NOT_REPUBLISHED}
+    if group:    # a retry copy names its original topic and first copy, as the broker's own do
+        properties.setdefault(retry.PROPERTY_RETRY_TOPIC, message.topic)
+        properties.setdefault(retry.PROPERTY_ORIGIN_MESSAGE_ID, message.origin_msg_id)
     client.send(topic, [OutgoingMessage(message.body, message.tags, message.keys, properties)])
     return topic
 

@@ -14,12 +14,14 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import functools
 
 from rmq.connector.client_api import MAX_SEND_REQUEST_BYTES as MAX_SEND_REQUEST_BYTES
 from rmq.connector.client_api import ClientAPI, _Rpc
 from rmq.connector.client_api import OutgoingMessage as OutgoingMessage
 from rmq.connector.client_api import QueueOffsets as QueueOffsets
 from rmq.connector.client_api import SendResult as SendResult
+from rmq.connector.client_api import unless_unreachable as unless_unreachable
 from rmq.connector.errors import ConfigError
 from rmq.connector.errors import RmqError as RmqError
 from rmq.connector.errors import RmqUnavailable as RmqUnavailable
@@ -37,8 +39,11 @@ from rmq.topic_config import PERM_READ as PERM_READ
 from rmq.topic_config import PERM_WRITE as PERM_WRITE
 from rmq.topic_config import QueueData as QueueData
 from rmq.topic_config import TopicConfig
-from rmq.v1 import rmq_pb2
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
+_DESCRIBE_CONTROLLER = _Rpc("DescribeController",
+                            lambda c: rmq_pb2_grpc.ControllerServiceStub(c.channel).DescribeController,
+                            rmq_pb2.DescribeControllerResponse)
 _GET_BROKER_STATUS = _Rpc("GetBrokerStatus", lambda c: c.admin.GetBrokerStatus, rmq_pb2.BrokerStatusResponse)
 _BROWSE_MESSAGES = _Rpc("BrowseMessages", lambda c: c.admin.BrowseMessages, rmq_pb2.PullMessageResponse)
 _CREATE_TOPIC = _Rpc("CreateTopic", lambda c: c.admin.CreateTopic, rmq_pb2.CreateTopicResponse)
@@ -51,6 +56,8 @@ _RECALL_MESSAGE = _Rpc("RecallMessage", lambda c: c.messaging.RecallMessage, rmq
 _VIEW_MESSAGE = _Rpc("ViewMessage", lambda c: c.admin.ViewMessage, rmq_pb2.ViewMessageResponse)
 _GET_CONSUMER_CONNECTIONS = _Rpc("GetConsumerConnections", lambda c: c.admin.GetConsumerConnections,
                                  rmq_pb2.GetConsumerConnectionsResponse)
+_LIST_CONSUMER_GROUPS = _Rpc("ListConsumerGroups", lambda c: c.admin.ListConsumerGroups,
+                             rmq_pb2.ListConsumerGroupsResponse)
 
 
 class RmqClient(ClientAPI):
@@ -71,6 +78,27 @@ class RmqClient(ClientAPI):
             for t in response.topics:
                 topics.setdefault(t.topic_name, TopicConfig.from_proto(t))
         return [topics[name] for name in sorted(topics)]
+
+    def describe_controller(self) -> rmq_pb2.DescribeControllerResponse | None:
+        """The leading controller's view of every broker group, asked of the endpoints (name servers
+        with --controller) and then of the leader a follower names; None when no endpoint runs a
+        controller or none answers."""
+        addresses = list(self.endpoints)
+        asked: set[str] = set()
+        while addresses:
+            address = addresses.pop(0)
+            if address in asked:
+                continue
+            asked.add(address)
+            try:
+                answer = self._call(address, _DESCRIBE_CONTROLLER, rmq_pb2.DescribeControllerRequest())
+            except RmqError:   # not a controller (UNIMPLEMENTED), or unreachable
+                continue
+            if not answer.not_leader:
+                return answer
+            if answer.leader_address:
+                addresses.insert(0, answer.leader_address)
+        return None
 
     def broker_status(self, address: str) -> rmq_pb2.BrokerStatusResponse:
         """Role, CommitLog offsets and replication state of the broker at `address`."""
@@ -142,16 +170,33 @@ class RmqClient(ClientAPI):
         request = rmq_pb2.ViewMessageRequest(commit_log_offset=commit_log_offset)
         return self._call(address, _VIEW_MESSAGE, request).messages
 
-    def consumer_connections(self, group: str) -> dict[str, list[rmq_pb2.ConsumerConnection]]:
+    def consumer_connections(self, group: str, unreachable: dict[str, RmqUnavailable] | None = None
+                             ) -> dict[str, list[rmq_pb2.ConsumerConnection]]:
         """broker name -> the group's live members it knows (every protocol), for every reachable
-        broker group (RocketMQ examineConsumerConnectionInfo)."""
+        broker group (RocketMQ examineConsumerConnectionInfo); the unreachable ones are recorded in
+        `unreachable` when given."""
         request = rmq_pb2.GetConsumerConnectionsRequest(consumer_group=group)
         members: dict[str, list[rmq_pb2.ConsumerConnection]] = {}
         for name in self.list_brokers():
+            read = functools.partial(self._read_call, name, _GET_CONSUMER_CONNECTIONS, request)
             with contextlib.suppress(RmqUnavailable):
-                members[name] = list(self._read_call(name, _GET_CONSUMER_CONNECTIONS, request).connections)
+                answer = unless_unreachable(read, name, unreachable)
+                if answer is not None:
+                    members[name] = list(answer.connections)
         return members
 
+    def list_consumer_groups(self, unreachable: dict[str, RmqUnavailable] | None = None) -> list[str]:
+        """Every consumer group some broker knows from any source (live members of every protocol,
+        committed offsets, retry and dead-letter topics), as far as this account may see them;
+        `unreachable` as for topic_offsets."""
+        groups: set[str] = set()
+        for name in self.list_brokers():
+            read = functools.partial(self._read_call, name, _LIST_CONSUMER_GROUPS,
+                                     rmq_pb2.ListConsumerGroupsRequest())
+            answer = unless_unreachable(read, name, unreachable)
+            if answer is not None:
+                groups.update(answer.groups)
+        return sorted(groups)
 
 
 def recall_handle_target(recall_handle: str) -> tuple[str, str]:

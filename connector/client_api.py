@@ -262,7 +262,8 @@ class ClientAPI:
         in as many requests as the size limit needs. A failing request raises RmqError whose
         `acknowledged` counts the messages of earlier requests that were stored. A SYNC_MASTER
         that stored a request without a slave confirming it answers FLUSH_SLAVE_TIMEOUT or
-        SLAVE_NOT_AVAILABLE: the send succeeds and `status` says "stored on the master only"."""
+        SLAVE_NOT_AVAILABLE: the send succeeds and `status` says "stored on the master only", and the
+        next send asks the name servers for the route again (the group may have a new master)."""
         requests: Iterable[rmq_pb2.SendMessageRequest | OneMessage]
         if len(messages) == 1:    # the latency path: over the remoting port where the broker serves it
             requests = [OneMessage(topic, messages[0])]
@@ -300,6 +301,8 @@ class ClientAPI:
             result.queue_offsets.extend(response.queue_offsets)
             result.recall_handles.extend(response.recall_handles or [""] * len(response.msg_ids))
             status = status or response.status.code
+        if status in STORED_ON_MASTER_ONLY:   # perhaps a deposed master: the next send asks for the route
+            self.routes.forget(topic)
         return replace(result, status=SendStatus(status)) if status else result
 
     def _send_request(self, name: str, address: str, request: rmq_pb2.SendMessageRequest | OneMessage
@@ -337,6 +340,8 @@ class ClientAPI:
                 done(None, failure)
                 return
             assert response is not None
+            if response.status.code in STORED_ON_MASTER_ONLY:   # as for send_requests
+                self.routes.forget(topic)
             done(SendResult(list(response.msg_ids), list(response.queue_ids), list(response.queue_offsets),
                             broker_name, SendStatus(response.status.code)), None)
 
@@ -499,7 +504,7 @@ class ClientAPI:
             if brokers is not None and name not in brokers:
                 continue
             read = functools.partial(self._broker_topic_offsets, topic, name)
-            offsets.update(_unless_unreachable(read, name, unreachable) or {})
+            offsets.update(unless_unreachable(read, name, unreachable) or {})
         return dict(sorted(offsets.items()))
 
     def queue_offsets(self, mq: MessageQueue) -> QueueOffsets:
@@ -537,7 +542,7 @@ class ClientAPI:
         for name in brokers:
             read = functools.partial(self._read_call, name, _QUERY_CONSUMER_OFFSETS, request,
                                      ok_codes=(rmq_pb2.QUERY_NOT_FOUND,))
-            response = _unless_unreachable(read, name, unreachable)
+            response = unless_unreachable(read, name, unreachable)
             if response is None:
                 continue
             offsets.update((MessageQueue(o.topic, name, o.queue_id), o.offset) for o in response.offsets)
@@ -558,7 +563,7 @@ class ClientAPI:
                          for mq in grouped[name]])
             # to the member the group reads from
             write = functools.partial(self._read_call, name, _UPDATE_CONSUMER_OFFSETS, request)
-            _unless_unreachable(write, name, unreachable)
+            unless_unreachable(write, name, unreachable)
 
         _call_each(grouped, update)
 
@@ -753,7 +758,7 @@ class ClientAPI:
             if failures and len(failures) == len(groups[name]):
                 raise failures[0]
 
-        _call_each(groups, lambda name: _unless_unreachable(functools.partial(on_group, name), name,
+        _call_each(groups, lambda name: unless_unreachable(functools.partial(on_group, name), name,
                                                             unreachable))
 
     def _route(self, topic: str) -> TopicRoute:
@@ -835,7 +840,7 @@ def _when_answered(call: grpc.Future[ResponseT], method: str, label: str, queue:
     call.add_done_callback(done)
 
 
-def _unless_unreachable(call: Callable[[], AnswerT], broker_name: str,
+def unless_unreachable(call: Callable[[], AnswerT], broker_name: str,
                         unreachable: dict[str, RmqUnavailable] | None) -> AnswerT | None:
     """call(); None when the broker is unreachable and the caller collects those in `unreachable`."""
     try:

@@ -56,6 +56,12 @@ _RETRIED_CODES = frozenset({rmq_pb2.SERVICE_NOT_AVAILABLE, rmq_pb2.SYSTEM_ERROR,
                             rmq_pb2.TOPIC_NOT_EXIST})
 
 
+def retriable(error: RmqError) -> bool:
+    """Whether a failed send may be tried again (on another broker, or later): the broker could not
+    be reached or answered a code RocketMQ retries (retryResponseCodes)."""
+    return isinstance(error, RmqUnavailable) or error.code in _RETRIED_CODES
+
+
 @dataclass(frozen=True, slots=True)
 class SendResult:
     """A stored message: its id, queue and queue offset (-1 for a delayed message, whose
@@ -238,8 +244,7 @@ class Producer:
         """MQProducer's retry rule, for sync and async sends alike: a failure nothing of which
         was stored, with a code another broker may cure, is retried while attempts remain; a
         broker that did not answer is isolated for a while (latency fault tolerance)."""
-        retried = isinstance(error, RmqUnavailable) or error.code in _RETRIED_CODES
-        if error.acknowledged or not retried or attempt >= self.retry_times_when_send_failed:
+        if error.acknowledged or not retriable(error) or attempt >= self.retry_times_when_send_failed:
             return False
         logger.warning("send to %s failed (attempt %d): %s", broker, attempt + 1, error)
         if isinstance(error, RmqUnavailable):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -46,6 +47,14 @@ def docker_unavailable() -> str | None:
     return None
 
 
+def ephemeral_ports() -> dict[str, str]:
+    """Every host-port variable of docker-compose.yml set to "": Docker picks free ports, so the
+    test does not depend on 9876, 10911, ... being free on the host (the test's clients run inside
+    the compose network and use none of them)."""
+    with open(os.path.join(ROOT, "docker-compose.yml")) as compose_file:
+        return {variable: "" for variable in re.findall(r"\$\{(RMQ_\w+_PORT)-\d+\}", compose_file.read())}
+
+
 class ComposeError(Exception):
     """A `docker compose` command exited non-zero."""
 
@@ -55,8 +64,9 @@ class Compose:
     """`docker compose` on our docker-compose.yml, run from the repository root."""
 
     def __call__(self, *words: str, timeout: float = 900) -> str:
+        env = os.environ | ephemeral_ports()
         done = subprocess.run(["docker", "compose", *words], cwd=ROOT, capture_output=True, text=True,
-                              timeout=timeout)
+                              timeout=timeout, env=env)
         if done.returncode != 0:
             raise ComposeError(f"docker compose {' '.join(words)}:\n{done.stdout}{done.stderr}")
         return done.stdout

@@ -1,11 +1,16 @@
-"""`rmq console` as a person uses it: a real broker process, the real `rmq console` process, and
-headless Chromium (Debian's, driven by Playwright) clicking through it. The group page's numbers
-match `rmq group progress --json`; a dead letter resent from the DLQ page arrives; an unknown
-topic is a 404 page saying so."""
+"""`rmq console` as a person uses it: real broker and name server processes, the real `rmq console`
+process, and headless Chromium (Debian's, driven by Playwright) clicking through it. The group
+page's numbers match `rmq group progress --json`; a dead letter resent from the DLQ page arrives;
+an unknown topic is a 404 page saying so; every page is read with the cluster up, with one broker
+down (named, figures marked incomplete) and with the only live broker down (503 naming it).
+With RMQ_CONSOLE_SCREENSHOTS=DIR (`make console-screenshots`: docs/console/) the pages are saved
+there as the PNGs docs/console.md shows."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -16,12 +21,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from rmq import retry
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
+from rmq.connector.errors import RmqError
+from rmq.connector.message import decode_messages
+from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.statuses import PullStatus
 from testing import processes
+from tests.broker_server.v2_calls import TelemetryStream, V2Client
+from tests.waiting import wait_until
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -32,14 +43,20 @@ sync_api = pytest.importorskip("playwright.sync_api",
 
 @pytest.fixture
 def console(broker: processes.ServerProcess, tmp_path: Path) -> Iterator[str]:
+    with _console(broker.address, tmp_path) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _console(endpoints: str, tmp_path: Path) -> Iterator[str]:
     listen = f"127.0.0.1:{processes.free_port()}"
     log = open(tmp_path / "console.log", "ab")
-    command = [sys.executable, "-m", "rmq.cli", "console", "--endpoints", broker.address, "--listen", listen,
+    command = [sys.executable, "-m", "rmq.cli", "console", "--endpoints", endpoints, "--listen", listen,
                "--chart-interval", "1"]
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     log.close()
     try:
-        _wait_http(f"http://{listen}/api/cluster", process)
+        _wait_http(f"http://{listen}/sign-in", process)
         yield f"http://{listen}"
     finally:
         process.terminate()
@@ -66,7 +83,9 @@ def browser() -> Iterator[Any]:
     with sync_api.sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
         try:
-            yield chromium.new_page()
+            page = chromium.new_page()
+            page.set_default_timeout(15_000)
+            yield page
         finally:
             chromium.close()
 
@@ -95,8 +114,10 @@ def test_a_person_checks_lag_and_resends_a_dead_letter(broker: processes.ServerP
 
     browser.click("text=dead letters: 1")
     assert "order 0" in browser.inner_text("#dead-letters")
-    browser.select_option("#dead-letters select", "group")
-    browser.click("#dead-letters button")
+    browser.check("#dead-letters input[name=msg_id]")
+    browser.select_option("#resend select", "group")
+    browser.once("dialog", lambda dialog: dialog.accept())
+    browser.click("#resend button")
     with RmqClient(broker.address) as client:
         retry_queue = client.route(retry.retry_topic("g1")).message_queues[0]
         resent = client.browse_messages(retry_queue, 0, 10)
@@ -105,3 +126,139 @@ def test_a_person_checks_lag_and_resends_a_dead_letter(broker: processes.ServerP
     response = browser.goto(console + "/topics/Nope")
     assert response is not None and response.status == 404
     assert "topic Nope does not exist" in browser.inner_text("#error")
+
+
+def _shot(browser: Any, name: str) -> None:
+    """Save the page as docs/console/<name>.png when RMQ_CONSOLE_SCREENSHOTS names a directory."""
+    folder = os.environ.get("RMQ_CONSOLE_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        browser.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
+
+
+def _v5_consumer(address: str) -> TelemetryStream:
+    """A RocketMQ 5 SimpleConsumer of Orders in group v5-group (its Telemetry session only)."""
+    settings = v2.Settings(client_type=v2.SIMPLE_CONSUMER, subscription=v2.Subscription(
+        group=v2.Resource(name="v5-group"),
+        subscriptions=[v2.SubscriptionEntry(topic=v2.Resource(name="Orders"),
+                                            expression=v2.FilterExpression(expression="*"))]))
+    stream = TelemetryStream(V2Client(grpc.insecure_channel(address), "v5-client"), settings)
+    assert stream.next().status.code == v2.OK
+    return stream
+
+
+def test_every_page_with_the_cluster_up_one_broker_down_and_the_only_one_down(
+        namesrv: processes.ServerProcess, tmp_path: Path, browser: Any) -> None:
+    """#46 defects 1-3 as a person sees them: keys in the Keys column; RocketMQ 5 groups listed;
+    with broker-b down every page that asks it names it and marks its figures incomplete; with
+    broker-a down too, pages are 503 naming what could not be reached, never "no dead letter" or
+    lag 0."""
+    broker_a = processes.broker(tmp_path, namesrv_address=namesrv.address).start()
+    broker_b = processes.broker(tmp_path, "broker-b", namesrv_address=namesrv.address).start()
+    try:
+        with RmqClient(broker_a.address) as on_a, RmqClient(broker_b.address) as on_b:
+            on_a.create_topic("Orders", queues=2)
+            on_b.create_topic("Payments", queues=1)
+            on_a.send("Orders", [OutgoingMessage(f"order {i}".encode(), keys=f"k{i} shared", queue_id=i % 2)
+                                 for i in range(6)])
+            on_a.heartbeat("client-a", "g1", {"Orders": "*"})
+            on_a.update_consumer_offsets("g1", {MessageQueue("Orders", "broker-a", 0): 1})
+            stored = on_a.browse_messages(MessageQueue("Orders", "broker-a", 1), 0, 3)
+            for record in decode_messages(stored.messages, MessageQueue("Orders", "broker-a", 1)):
+                on_a.send_message_back("g1", "broker-a", record.commit_log_offset, delay_level=-1)
+        with RmqClient(namesrv.address) as client:
+            wait_until(lambda: set(client.list_brokers()) == {"broker-a", "broker-b"}, "both registered")
+            for topic in ("Orders", "Payments"):
+                wait_until(lambda name=topic: _routed(client, name), f"{topic} routed")
+        v5 = _v5_consumer(broker_a.address)
+        with _console(namesrv.address, tmp_path) as console:
+            _pages_with_the_cluster_up(browser, console)
+            broker_b.kill()
+            _pages_with_broker_b_down(browser, console)
+            v5.close()
+            broker_a.kill()
+            _pages_with_every_broker_down(browser, console)
+    finally:
+        broker_b.stop()
+        broker_a.stop()
+
+
+def _routed(client: RmqClient, topic: str) -> bool:
+    try:
+        return bool(client.query_route(topic).message_queues)
+    except RmqError:
+        return False
+
+
+def _pages_with_the_cluster_up(browser: Any, console: str) -> None:
+    browser.goto(console + "/")
+    assert "broker-a" in browser.inner_text("#brokers")
+    # the charts (uPlot, served from /static): a legend entry per topic / group, refreshed each second
+    browser.wait_for_selector("#tps-chart .u-legend >> text=Orders")
+    browser.wait_for_selector("#lag-chart .u-legend >> text=g1")
+    assert browser.locator("#tps-chart .u-axis").count() >= 2                  # a time axis and a value axis
+    _shot(browser, "cluster")
+    browser.click("#pause-charts")
+    assert browser.get_attribute("#charts", "data-paused") == "yes"
+    assert browser.inner_text("#chart-status") == "paused" and browser.inner_text("#pause-charts") == "Resume"
+    browser.goto(console + "/topics")
+    assert "Orders" in browser.inner_text("#topics")
+    _shot(browser, "topics")
+    browser.click("#topics >> text=Orders")
+    assert "g1" in browser.inner_text("#consumers") and "read-write" in browser.inner_text("#route")
+    _shot(browser, "topic")
+    browser.goto(console + "/messages?topic=Orders&key=k4")
+    keys = [row.split("\t")[5] for row in browser.locator("#messages tr").all_inner_texts()[1:]]
+    assert keys == ["k4 shared"], keys                            # not "<built-in method keys ...>"
+    browser.goto(console + "/messages?topic=Orders")
+    assert "k0 shared" in browser.inner_text("#messages") and "built-in" not in browser.content()
+    _shot(browser, "messages")
+    browser.goto(console + "/groups")
+    groups = browser.inner_text("#groups")
+    assert "g1" in groups and "v5-group" in groups
+    _shot(browser, "groups")
+    browser.click("#groups >> text=v5-group")
+    assert "v5-client" in browser.inner_text("#members")
+    browser.goto(console + "/groups/g1")
+    _shot(browser, "group")
+    browser.click("text=dead letters: 3")
+    assert len(browser.locator("#dead-letters input[name=msg_id]").all()) == 3
+    browser.check("#select-all")
+    browser.select_option("#resend select", "group")
+    browser.once("dialog", lambda dialog: dialog.accept())
+    browser.click("#resend button")
+    marks = browser.locator("#dead-letters td.resent").all_inner_texts()
+    assert [mark.startswith("resent at") for mark in marks] == [True] * 3, marks
+    _shot(browser, "dlq")
+    browser.goto(console + "/messages?topic=Orders&key=k1")          # "order 1": dead-lettered, then resent
+    browser.click("#messages a")
+    track = browser.locator("#track tr").all_inner_texts()[1:]
+    [g1] = [row.split("\t") for row in track if row.startswith("g1")]
+    assert g1[1] == "in the DLQ" and g1[2] != "-" and g1[3] != "-", g1       # a retry copy and a dead letter
+    _shot(browser, "message")
+
+
+def _pages_with_broker_b_down(browser: Any, console: str) -> None:
+    for path, table in [("/", "#brokers"), ("/topics", "#topics"), ("/groups", "#groups"),
+                        ("/groups/g1", "#progress"), ("/dlq/g1", "#dead-letters")]:
+        response = browser.goto(console + path)
+        assert response is not None and response.status == 200, path
+        assert "could not reach broker-b" in browser.inner_text("#incomplete"), path
+        assert browser.locator(table).count() == 1, path
+    response = browser.goto(console + "/topics/Payments")          # only on broker-b: nothing to read
+    assert response is not None and response.status == 503 and "broker-b" in browser.inner_text("#error")
+    browser.goto(console + "/dlq/g1")
+    assert len(browser.locator("#dead-letters input[name=msg_id]").all()) == 3     # broker-a's, listed
+    browser.goto(console + "/topics")
+    assert "incomplete" in browser.inner_text("#topics")            # Payments' figures
+    _shot(browser, "topics-incomplete")
+
+
+def _pages_with_every_broker_down(browser: Any, console: str) -> None:
+    for path in ["/", "/topics", "/topics/Orders", "/groups", "/groups/g1", "/dlq/g1",
+                 "/messages?topic=Orders"]:
+        response = browser.goto(console + path)
+        assert response is not None and response.status == 503, path
+        said = browser.inner_text("#error")
+        assert "broker-a" in said and "no dead letter" not in browser.content(), (path, said)
+    _shot(browser, "unreachable")

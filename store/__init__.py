@@ -2,6 +2,7 @@
 Knows nothing of gRPC or Spark (RocketMQ DefaultMessageStore and its parts)."""
 
 from rmq.statuses import GetMessageStatus, PutMessageStatus
+from rmq.store.commit_log import OneRecord
 from rmq.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from rmq.store.errors import StoreError
 from rmq.store.message_batch import MessageBatch
@@ -24,6 +25,7 @@ __all__ = [
     "MessageStore",
     "MessageStoreConfig",
     "MessageToStore",
+    "OneRecord",
     "PutBatchResult",
     "PutMessageResult",
     "PutMessageStatus",

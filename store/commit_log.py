@@ -23,12 +23,12 @@ from rmq import message_format as mf
 from rmq.statuses import PutMessageStatus
 from rmq.store.checkpoint import StoreCheckpoint
 from rmq.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
-from rmq.store.dispatch_batch import DispatchBatch, tags_code
+from rmq.store.dispatch_batch import DispatchBatch, dispatch_properties, tags_code
 from rmq.store.errors import StoreError
 from rmq.store.mapped_file import MappedFile, now_ms
 from rmq.store.mapped_file_queue import MappedFileQueue
 from rmq.store.message_batch import MessageBatch, QueueGroups, distinct
-from rmq.store.results import DispatchRequest
+from rmq.store.results import EMPTY_HOST, DispatchRequest, MessageToStore
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +185,80 @@ def _outside_int32(column: np.ndarray) -> np.ndarray:
     return (column < -_INT32_MAX) | (column >= _INT32_MAX)
 
 
+@dataclass(slots=True)
+class OneRecord:
+    """One message to append on the single-message path (RocketMQ MessageExtBrokerInner): the
+    columns of a MessageBatch of one, as plain values (no numpy array is built for it)."""
+
+    topic: str
+    queue_id: int
+    body: bytes
+    properties: bytes = b""        # the record's properties field (UTF-8 "name\x01value\x02...")
+    flag: int = 0
+    born_timestamp: int = 0
+    born_host: bytes = EMPTY_HOST
+    sys_flag: int = 0
+    reconsume_times: int = 0
+
+    def to_store(self) -> MessageToStore:
+        """The same message for the batch path (its properties field decoded)."""
+        properties = mf.decode_properties(self.properties.decode()) if self.properties else {}
+        return MessageToStore(self.topic, self.queue_id, self.body, properties, self.flag,
+                              self.born_timestamp, self.born_host, self.sys_flag, self.reconsume_times)
+
+
+@dataclass(slots=True)
+class EncodedRecord:
+    """A validated OneRecord with what does not depend on its position."""
+
+    record: OneRecord
+    length: int
+    crc: int
+    topic_prefix: bytes
+    properties_length_field: bytes
+
+
+@dataclass(slots=True)
+class AppendedRecord:
+    physical_offset: int
+    queue_offset: int      # the next one of its queue for a PREPARED record (it takes none)
+    store_timestamp: int
+
+
+_WELL_FORMED: dict[bytes, bool] = {}
+
+
+def _well_formed(data: bytes) -> bool:
+    """well_formed_properties, remembered for short fields seen before (a producer repeats its tags)."""
+    known = _WELL_FORMED.get(data)
+    if known is None:
+        known = well_formed_properties(data)
+        if len(_WELL_FORMED) < 4096 and len(data) <= 256:
+            _WELL_FORMED[data] = known
+    return known
+
+
+def encode_record(record: OneRecord, max_message_size: int, max_record_in_file: int
+                  ) -> EncodedRecord | PutMessageStatus:
+    """encode_batch for one message: the same checks in the same order (topic, properties,
+    host and queue id, size), answered with the same status."""
+    prefix = topic_prefix(record.topic)
+    properties = record.properties
+    if prefix is None or not _well_formed(properties):
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    if len(properties) > mf.MAX_PROPERTIES_LENGTH:
+        return PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+    if (len(record.born_host) != mf.HOST_SIZE or not 0 <= record.queue_id < _INT32_MAX
+            or not -_INT32_MAX <= record.flag < _INT32_MAX or not -_INT32_MAX <= record.sys_flag < _INT32_MAX
+            or not -_INT32_MAX <= record.reconsume_times < _INT32_MAX):
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    length = len(record.body) + mf.FIXED_OVERHEAD - 1 + len(prefix) + len(properties)
+    if length > max_message_size or length > max_record_in_file:
+        return PutMessageStatus.MESSAGE_SIZE_EXCEEDED
+    return EncodedRecord(record, length, crc32(record.body) & 0x7FFFFFFF, prefix,
+                         len(properties).to_bytes(2, "big"))
+
+
 # The fixed 88 bytes before the body as one numpy record: mf.HEADER_FIELDS, big-endian.
 _NUMPY_CODES = {"i": ">i4", "q": ">i8", f"{mf.HOST_SIZE}s": f"S{mf.HOST_SIZE}"}
 HEADER_DTYPE = np.dtype([(name, _NUMPY_CODES[code]) for name, code in mf.HEADER_FIELDS])
@@ -291,6 +365,45 @@ class CommitLog:
             return self._append(encoded, now_ms())
         finally:
             self._put_lock.release()
+
+    def encode_record(self, record: OneRecord) -> EncodedRecord | PutMessageStatus:
+        return encode_record(record, self.config.max_message_size, self.max_record_in_file)
+
+    def append_record(self, encoded: EncodedRecord, wait: bool) -> AppendedRecord | None:
+        """Append one record where the last file has room for it, under the put lock (not
+        waiting for it unless `wait`): None, nothing written, when the lock is taken and `wait`
+        is False, or when the record needs a new file (the batch path rolls files)."""
+        if not self._put_lock.acquire(blocking=wait):
+            return None
+        try:
+            last = self.mapped_file_queue.last_file()
+            if last is None or last.is_full():
+                return None
+            position = last.wrote_position
+            if position + encoded.length + mf.END_FILE_MIN_BLANK_LENGTH > last.file_size:
+                return None
+            return self._append_record(encoded, last, position)
+        finally:
+            self._put_lock.release()
+
+    def _append_record(self, encoded: EncodedRecord, last: MappedFile, position: int) -> AppendedRecord:
+        record = encoded.record
+        physical_offset = last.file_from_offset + position
+        key = f"{record.topic}-{record.queue_id}"
+        table = self._topic_queue_table
+        queue_offset = table.get(key, 0)
+        store_timestamp = now_ms()
+        header = HEADER.pack(encoded.length, mf.MESSAGE_MAGIC_CODE, encoded.crc, record.queue_id, record.flag,
+                             queue_offset, physical_offset, record.sys_flag, record.born_timestamp,
+                             record.born_host, store_timestamp, self.store_host, record.reconsume_times, 0,
+                             len(record.body))
+        self._write(last, position, b"".join((header, record.body, encoded.topic_prefix,
+                                              encoded.properties_length_field, record.properties)))
+        last.wrote_position = position + encoded.length
+        last.store_timestamp = store_timestamp
+        if not record.sys_flag & TRANSACTION_PREPARED_TYPE:   # only NOT / COMMIT take a queue offset
+            table[key] = queue_offset + 1
+        return AppendedRecord(physical_offset, queue_offset, store_timestamp)
 
     def _append(self, encoded: EncodedBatch, store_timestamp: int) -> AppendedBatch:
         queue = self.mapped_file_queue
@@ -640,6 +753,14 @@ def appended_dispatch(encoded: EncodedBatch, appended: AppendedBatch, store_time
     return DispatchBatch.of_properties(batch.topics, batch.queue_ids, appended.physical_offsets,
                                        encoded.lengths, store_timestamp, appended.queue_offsets,
                                        batch.sys_flags, batch.properties, encoded.queues)
+
+
+def record_dispatch(encoded: EncodedRecord, appended: AppendedRecord) -> DispatchRequest:
+    """The DispatchRequest parse_record would read back from the record just appended."""
+    record = encoded.record
+    tags, keys, uniq_key = dispatch_properties(record.properties)
+    return DispatchRequest(record.topic, record.queue_id, appended.physical_offset, encoded.length, tags,
+                           appended.store_timestamp, appended.queue_offset, keys, uniq_key, record.sys_flag)
 
 
 _MAGIC_BYTES = struct.pack(">i", mf.MESSAGE_MAGIC_CODE)

@@ -11,25 +11,22 @@ import logging
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
-import numpy as np
-
 from rmq import message_format as mf
-from rmq.statuses import GetMessageStatus, PutMessageStatus
+from rmq.statuses import PutMessageStatus
 from rmq.store.checkpoint import StoreCheckpoint
 from rmq.store.commit_log import (
-    TRANSACTION_PREPARED_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
     CommitLog,
+    OneRecord,
     appended_dispatch,
-    parse_record,
-    transaction_type,
+    record_dispatch,
 )
-from rmq.store.config import CQ_STORE_UNIT_SIZE, BrokerRole, FlushDiskType, MessageStoreConfig
-from rmq.store.consume_queue import CQ_DTYPE, PRE_BLANK_SIZE, ConsumeQueue
-from rmq.store.dispatch_batch import DispatchBatch
+from rmq.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
+from rmq.store.consume_queue import ConsumeQueue
+from rmq.store.dispatcher import CommitLogDispatcher, DispatchListener
 from rmq.store.errors import StoreError
 from rmq.store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
 from rmq.store.ha_service import HAService
@@ -37,11 +34,11 @@ from rmq.store.index_file import IndexService
 from rmq.store.mapped_file_lru import MappedFileLru
 from rmq.store.mapped_file_queue import KEEP_NOTHING
 from rmq.store.message_batch import MessageBatch
-from rmq.store.message_filter import RecordFilter, match_tags
+from rmq.store.message_filter import RecordFilter
+from rmq.store.message_reader import MessageReader
 from rmq.store.private_files import FILE_MODE
 from rmq.store.reput import ReputMessageService
 from rmq.store.results import (
-    DispatchRequest,
     GetMessageResult,
     MessageToStore,
     PutBatchResult,
@@ -59,25 +56,6 @@ from rmq.store.store_directory import StoreDirectory
 
 log = logging.getLogger(__name__)
 
-MIN_FILTER_SCAN_BYTES = 16000   # maxFilterMessageCount = max(16000, maxMsgNums * 20)
-DispatchListener = Callable[[DispatchRequest], None]
-
-
-def _total_physical_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return 8 * 1024**3
-
-
-def memory_threshold(total_physical_memory: int, access_message_in_memory_max_ratio: int) -> int:
-    """The CommitLog bytes behind its end still read from memory (spec consumer-pull-rebalance TV-6)."""
-    return total_physical_memory * access_message_in_memory_max_ratio // 100
-
-
-def suggest_pulling_from_slave(max_offset_py: int, max_phy_offset_pulling: int, memory: int) -> bool:
-    """TV-6: the data left to read exceeds what stays in memory (strict >): read from a slave."""
-    return max_offset_py - max_phy_offset_pulling > memory
 
 
 class MessageStore:
@@ -92,17 +70,18 @@ class MessageStore:
         self._cq_lock = threading.Lock()
         self.index_service = IndexService(root / "index", config.max_hash_slot_num, config.max_index_num)
         self.checkpoint = StoreCheckpoint(self.directory.checkpoint_file)
-        self.reput = ReputMessageService(self.commit_log, self._dispatch,
+        self.dispatcher = CommitLogDispatcher(config, self._consume_queue, self.index_service,
+                                              self._mark_write_error)
+        self.reader = MessageReader(config, self.commit_log, self.index_service, self.find_consume_queue)
+        self.reput = ReputMessageService(self.commit_log, self.dispatcher.dispatch,
+                                         self.dispatcher.dispatch_one,
                                          wait_for_record_tails=config.broker_role is BrokerRole.SLAVE)
         self.ha_service = HAService(self.commit_log)
-        self._listeners: list[DispatchListener] = []
-        self._memory_threshold = memory_threshold(_total_physical_memory(),
-                                                  config.access_message_in_memory_max_ratio)
         self._running = False
         self._fenced = False
+        self._lease_until: float | None = None   # controller mode: SYNC_MASTER answers OK only before this
         self._disk_full = False
         self._write_error: str | None = None
-        self._last_dispatched_timestamp = 0
         self._last_physical_min_offset = 0
         self._clean_lock = threading.Lock()
         # the lowest CommitLog offset still needed by a reader outside the store (the broker's
@@ -274,6 +253,74 @@ class MessageStore:
             return None
         return self._put_batch(batch, wait=False)
 
+    def put_one(self, record: OneRecord) -> PutMessageResult:
+        """put_batch for one message on the single-message path (no numpy column is built); a
+        record that needs a new CommitLog file takes the batch path, which rolls files."""
+        result = self._put_one(record, wait=True)
+        if result is None:
+            return self.put_messages([record.to_store()])[0]
+        return result
+
+    def try_put_one(self, record: OneRecord) -> PutMessageResult | None:
+        """put_one for a caller that must not wait (the broker's event loop): None, nothing
+        written, when the put would wait (as try_put_batch) or needs a new CommitLog file."""
+        if self._group_commit is not None or self.config.broker_role is BrokerRole.SYNC_MASTER:
+            return None
+        return self._put_one(record, wait=False)
+
+    def _put_one(self, record: OneRecord, wait: bool) -> PutMessageResult | None:
+        role = self.config.broker_role
+        if not self._running or role is BrokerRole.SLAVE or not self.is_writeable():
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, queue_id=record.queue_id)
+        encoded = self.commit_log.encode_record(record)
+        if isinstance(encoded, PutMessageStatus):
+            return PutMessageResult(encoded, queue_id=record.queue_id)
+        try:
+            appended = self.commit_log.append_record(encoded, wait)
+        except OSError as error:
+            self._mark_write_error(error)
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, queue_id=record.queue_id)
+        if appended is None:
+            return None
+        start, end = appended.physical_offset, appended.physical_offset + encoded.length
+        self._after_append(
+            lambda: self.reput.try_dispatch_record(start, end, record_dispatch(encoded, appended)))
+        status = self._acknowledged(end, role)
+        return PutMessageResult(status, mf.message_id(self.commit_log.store_host, start), record.queue_id,
+                                appended.queue_offset, start, appended.store_timestamp)
+
+    def _after_append(self, dispatch: Callable[[], bool]) -> None:
+        """What follows every append: the flush and the slaves woken, the records dispatched on
+        this thread (`dispatch`) unless a dispatch is running (the reput thread then takes them)."""
+        if self._group_commit is not None:
+            self._group_commit.wakeup()       # the flush runs while this thread dispatches
+        self.ha_service.notify_new_data()
+        try:
+            dispatched = dispatch()
+        except Exception:   # the records are stored: the reput thread retries the dispatch
+            log.exception("dispatch after append failed")
+            dispatched = False
+        if not dispatched:
+            self.reput.wakeup()
+
+    def _acknowledged(self, end_offset: int, role: BrokerRole) -> PutMessageStatus:
+        """The status of a put appended up to end_offset: PUT_OK once SYNC flush has it on disk
+        and a SYNC_MASTER's slave holds it; never OK on a fenced member, nor on a SYNC_MASTER whose
+        controller lease lapsed."""
+        status = PutMessageStatus.PUT_OK
+        if self._group_commit is not None:
+            if not self._group_commit.wait_for_flush(end_offset, self.config.sync_flush_timeout_ms):
+                status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        if status is PutMessageStatus.PUT_OK and role is BrokerRole.SYNC_MASTER:
+            status = self.ha_service.wait_for_slave(end_offset, self.config.sync_flush_timeout_ms)
+        if status is PutMessageStatus.PUT_OK and (self._fenced or (
+                role is BrokerRole.SYNC_MASTER and not self._leased())):
+            # a newer master started (fenced), or may have (the controller's lease lapsed), without
+            # these bytes: this member drops them when it rejoins (docs/controller.md), so they are
+            # stored here only and never acknowledged OK
+            status = PutMessageStatus.SLAVE_NOT_AVAILABLE
+        return status
+
     def _put_batch(self, batch: MessageBatch, wait: bool) -> PutBatchResult | None:
         role = self.config.broker_role   # the role it is appended under (fence() may change it meanwhile)
         if not self._running or role is BrokerRole.SLAVE or not self.is_writeable():
@@ -291,28 +338,10 @@ class MessageStore:
         if appended is None:
             return None
         store_timestamp = appended.store_timestamp
-        if self._group_commit is not None:
-            self._group_commit.wakeup()       # the flush runs while this thread dispatches
-        self.ha_service.notify_new_data()
-        try:
-            dispatched = self.reput.try_dispatch_appended(
-                appended.start_offset, appended.end_offset,
-                lambda: appended_dispatch(encoded, appended, store_timestamp))
-        except Exception:   # the records are stored: the reput thread retries the dispatch
-            log.exception("dispatch after append failed")
-            dispatched = False
-        if not dispatched:
-            self.reput.wakeup()
-        status = PutMessageStatus.PUT_OK
-        if self._group_commit is not None:
-            if not self._group_commit.wait_for_flush(appended.end_offset, self.config.sync_flush_timeout_ms):
-                status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        if status is PutMessageStatus.PUT_OK and role is BrokerRole.SYNC_MASTER:
-            status = self.ha_service.wait_for_slave(appended.end_offset, self.config.sync_flush_timeout_ms)
-        if status is PutMessageStatus.PUT_OK and self._fenced:
-            # a newer master started without these bytes: this member drops them when it rejoins
-            # (docs/controller.md), so they are stored here only and never acknowledged OK
-            status = PutMessageStatus.SLAVE_NOT_AVAILABLE
+        self._after_append(lambda: self.reput.try_dispatch_appended(
+            appended.start_offset, appended.end_offset,
+            lambda: appended_dispatch(encoded, appended, store_timestamp)))
+        status = self._acknowledged(appended.end_offset, role)
         return PutBatchResult(status, appended.queue_offsets, appended.physical_offsets, store_timestamp,
                               self.commit_log.store_host)
 
@@ -337,6 +366,15 @@ class MessageStore:
         self._fenced = True
         self.config.broker_role = BrokerRole.SLAVE
 
+    def renew_lease(self, until: float) -> None:
+        """Controller mode: a SYNC_MASTER acknowledges OK only until `until` (time.monotonic()) unless
+        renewed; past it a put is stored but answered SLAVE_NOT_AVAILABLE, since a newer master may
+        have been elected meanwhile (docs/controller.md, the master lease)."""
+        self._lease_until = until
+
+    def _leased(self) -> bool:
+        return self._lease_until is None or time.monotonic() < self._lease_until
+
     def is_writeable(self) -> bool:
         return not self._disk_full and self._write_error is None
 
@@ -347,96 +385,11 @@ class MessageStore:
         order, never concurrently: on the reput thread or on a putting thread that dispatched
         its own records. Per dispatched chunk it sees, for each queue and tags code, only the
         newest entry (what long polling and delivery wake-ups need)."""
-        self._listeners.append(listener)
-
-    def _dispatch(self, batch: DispatchBatch) -> None:
-        try:
-            self._dispatch_chunk(batch)
-        except OSError as error:   # no room for a ConsumeQueue / index file: refuse puts until there is
-            self._mark_write_error(error)
-            raise
+        self.dispatcher.listeners.append(listener)
 
     def _mark_write_error(self, error: OSError) -> None:
         self._write_error = f"{error.strerror or error} ({error.filename or self.config.store_dir})"
         log.error("store write failed, store marked not writeable: %s", self._write_error)
-
-    def _dispatch_chunk(self, batch: DispatchBatch) -> None:
-        """doDispatch for a chunk of records: ConsumeQueue entries (NOT/COMMIT messages, one
-        array per queue), the index (all but ROLLBACK), then the listeners."""
-        if len(batch) == 1:   # the latency path: one entry, no column work
-            all_visible = int(batch.sys_flags[0]) & TRANSACTION_PREPARED_TYPE == 0   # NOT / COMMIT
-            if all_visible:
-                topic, queue_id = batch.queues.queues[0]
-                self._consume_queue(topic, queue_id).put_message_position_info(
-                    int(batch.commit_log_offsets[0]), int(batch.msg_sizes[0]), int(batch.tags_codes[0]),
-                    int(batch.consume_queue_offsets[0]))
-            visible = np.array([all_visible])
-        else:
-            visible, all_visible = self._put_entries(batch)
-        if self.config.message_index_enable:
-            self._build_index(batch)
-        self._last_dispatched_timestamp = int(batch.store_timestamps[-1])
-        if self._listeners:
-            self._notify_listeners(batch, visible, all_visible)
-
-    def _put_entries(self, batch: DispatchBatch) -> tuple[np.ndarray, bool]:
-        """The chunk's ConsumeQueue entries, one array per queue; which records are visible
-        (NOT / COMMIT, spec store §8) and whether all are."""
-        visible = (batch.sys_flags & TRANSACTION_PREPARED_TYPE) == 0
-        all_visible = bool(visible.all())
-        groups = batch.queues
-        order = groups.order     # the entries queue by queue: each queue's run is one slice
-
-        def queue_by_queue(column: np.ndarray) -> np.ndarray:
-            return column if order is None else column[order]
-
-        entries = np.empty(len(batch), dtype=CQ_DTYPE)
-        entries["offset"] = queue_by_queue(batch.commit_log_offsets)
-        entries["size"] = queue_by_queue(batch.msg_sizes)
-        entries["tags_code"] = queue_by_queue(batch.tags_codes)
-        cq_offsets = queue_by_queue(batch.consume_queue_offsets)
-        shown = queue_by_queue(visible)
-        bounds = groups.bounds.tolist()
-        for number, (topic, queue_id) in enumerate(groups.queues):
-            start, end = bounds[number], bounds[number + 1]
-            run, first_offsets = entries[start:end], cq_offsets[start:end]
-            if not all_visible:
-                run, first_offsets = run[shown[start:end]], first_offsets[shown[start:end]]
-            if len(run):
-                self._consume_queue(topic, queue_id).put_entries(run, int(first_offsets[0]))
-        return visible, all_visible
-
-    def _build_index(self, batch: DispatchBatch) -> None:
-        if not (any(batch.keys) or any(batch.uniq_keys)):
-            return
-        sys_flags = batch.sys_flags.tolist()
-        for index, (keys, uniq_key) in enumerate(zip(batch.keys, batch.uniq_keys, strict=True)):
-            if (keys or uniq_key) and transaction_type(sys_flags[index]) != TRANSACTION_ROLLBACK_TYPE:
-                self.index_service.build_index(batch.request(index))
-
-    def _notify_listeners(self, batch: DispatchBatch, visible: np.ndarray, all_visible: bool) -> None:
-        """One call per queue and tags code: the newest entry of the chunk with that tags code
-        (a held pull waits for any entry at or past its offset that its filter matches)."""
-        groups = batch.queues
-        if len(batch) == 1:   # the latency path: no numpy for one record
-            newest = np.array([0] if all_visible else [], dtype=np.int64)
-        elif all_visible and (batch.tags_codes == batch.tags_codes[0]).all():   # each queue's last entry
-            newest = np.array([len(batch) - 1]) if groups.order is None else np.sort(
-                groups.order[groups.bounds[1:] - 1])
-        else:
-            positions = np.flatnonzero(visible)
-            keys = groups.index[positions] << 32 | (batch.tags_codes[positions] & 0xFFFFFFFF)
-            if len(keys) and (keys == keys[0]).all():
-                newest = positions[-1:]
-            else:
-                newest = np.sort(positions[len(keys) - 1 - np.unique(keys[::-1], return_index=True)[1]])
-        for position in newest.tolist():
-            request = batch.request(position)
-            for listener in self._listeners:
-                try:
-                    listener(request)
-                except Exception:
-                    log.exception("dispatch listener failed")
 
     def disk_used_ratio(self) -> float:
         """Used fraction of the disk holding the store directory."""
@@ -470,7 +423,7 @@ class MessageStore:
         return [cq for queues in list(self.consume_queue_table.values()) for cq in list(queues.values())]
 
     def _flush_logics(self, least_pages: int) -> None:
-        timestamp = self._last_dispatched_timestamp
+        timestamp = self.dispatcher.last_dispatched_timestamp
         for cq in self._all_consume_queues():
             cq.flush(least_pages)
         self.consume_queue_mappings.unmap_idle()
@@ -495,47 +448,22 @@ class MessageStore:
         shutil.rmtree(Path(self.config.store_dir) / "consumequeue" / topic, ignore_errors=True)
         self.commit_log.forget_queues(topic, queues)
 
-    # -- offsets ---------------------------------------------------------------------------------
+    # -- read path (MessageReader) -----------------------------------------------------------------
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        cq = self.find_consume_queue(topic, queue_id)
-        return cq.get_min_offset_in_queue() if cq is not None else 0
+        return self.reader.get_min_offset_in_queue(topic, queue_id)
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        cq = self.find_consume_queue(topic, queue_id)
-        return cq.get_max_offset_in_queue() if cq is not None else 0
+        return self.reader.get_max_offset_in_queue(topic, queue_id)
 
     def get_last_store_timestamp(self, topic: str, queue_id: int) -> int:
-        cq = self.find_consume_queue(topic, queue_id)
-        if cq is None or cq.get_max_offset_in_queue() <= cq.get_min_offset_in_queue():
-            return 0
-        entry = cq.get_entry(cq.get_max_offset_in_queue() - 1)
-        timestamp = self.commit_log.read_store_timestamp(entry[0]) if entry is not None else None
-        return timestamp or 0
+        return self.reader.get_last_store_timestamp(topic, queue_id)
 
     def get_store_timestamp_at(self, topic: str, queue_id: int, offset: int) -> int:
-        """The store time of the message at a queue offset; 0 when the queue has none there."""
-        cq = self.find_consume_queue(topic, queue_id)
-        entry = cq.get_entry(offset) if cq is not None else None
-        timestamp = self.commit_log.read_store_timestamp(entry[0]) if entry is not None else None
-        return timestamp or 0
+        return self.reader.get_store_timestamp_at(topic, queue_id, offset)
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """The first queue offset whose store timestamp is >= timestamp_ms (binary search over
-        the ConsumeQueue); the max offset when every message is older."""
-        cq = self.find_consume_queue(topic, queue_id)
-        if cq is None:
-            return 0
-        low, high = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
-        while low < high:
-            middle = (low + high) // 2
-            entry = cq.get_entry(middle)
-            stored = self.commit_log.read_store_timestamp(entry[0]) if entry is not None else None
-            if stored is not None and stored >= timestamp_ms:
-                high = middle
-            else:
-                low = middle + 1
-        return low
+        return self.reader.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms)
 
     def get_commit_log_min_offset(self) -> int:
         return self.commit_log.get_min_offset()
@@ -543,229 +471,30 @@ class MessageStore:
     def get_commit_log_max_offset(self) -> int:
         return self.commit_log.get_max_offset()
 
-    # -- get -------------------------------------------------------------------------------------
-
-    def _next_offset_correction(self, old_offset: int, new_offset: int) -> int:
-        """nextOffsetCorrection (spec consumer-pull-rebalance §12.1)."""
-        if self.config.broker_role is not BrokerRole.SLAVE or self.config.offset_check_in_slave:
-            return new_offset
-        return old_offset
-
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                     max_total_bytes: int | None = None, tag_codes: Collection[int] | None = None,
                     record_filter: RecordFilter | None = None,
                     max_filter_evaluations: int | None = None) -> GetMessageResult:
-        """DefaultMessageStore#getMessage (spec consumer-pull-rebalance §12.2, TV17). `record_filter`
-        is MessageFilter#isMatchedByCommitLog (spec consumption-longpolling-offsets §9): called with
-        each candidate record that passed the tag filter; rejected ones are skipped like tag misses.
-        `max_filter_evaluations` (None: no bound) ends the scan before the candidate that would be
-        evaluated one past it, so a caller bounds the CPU one read spends in its filter; the answer's
-        next_begin_offset is that candidate's (docs/filtering-and-bounds.md)."""
-        return self._get_message(topic, queue_id, offset, None, max_msg_nums, max_total_bytes, tag_codes,
-                                 record_filter, max_filter_evaluations)
+        return self.reader.get_message(group, topic, queue_id, offset, max_msg_nums, max_total_bytes,
+                                       tag_codes, record_filter, max_filter_evaluations)
 
     def is_small_read_in_memory(self, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                                 max_bytes: int) -> bool:
-        """Whether an unfiltered read of at most `max_msg_nums` messages of the queue from `offset`
-        copies at most `max_bytes` of records that lie within the memory threshold behind the
-        CommitLog's end (what getMessage counts as in memory, TV-6): a read cheap enough for the
-        caller's own thread. A read that finds no entry there (the queue's end, a removed
-        file) copies nothing."""
-        cq = self.find_consume_queue(topic, queue_id)
-        if cq is None:
-            return True
-        entries = cq.get_entries(offset, max_msg_nums)
-        if entries is None:
-            return True
-        sizes = entries["size"]
-        if int(sizes[sizes != PRE_BLANK_SIZE].sum()) > max_bytes:
-            return False
-        return not suggest_pulling_from_slave(self.commit_log.get_max_offset(), int(entries["offset"][0]),
-                                              self._memory_threshold)
+        return self.reader.is_small_read_in_memory(topic, queue_id, offset, max_msg_nums, max_bytes)
 
     def get_queue_range(self, topic: str, queue_id: int, offset: int, end_offset: int, max_msg_nums: int,
                         max_total_bytes: int | None = None, tag_codes: Collection[int] | None = None,
                         record_filter: RecordFilter | None = None,
                         max_filter_evaluations: int | None = None) -> GetMessageResult:
-        """get_message that never scans a ConsumeQueue entry at or past `end_offset` (one read
-        of the Flight data plane, docs/data-plane.md): the same statuses, next_begin_offset
-        corrections and filter bound, the records gathered across CommitLog file ends; a scan that
-        stops at `end_offset` answers next_begin_offset == end_offset. ValueError unless
-        offset < end_offset."""
-        if offset >= end_offset:
-            raise ValueError(f"empty queue range [{offset}, {end_offset})")
-        return self._get_message(topic, queue_id, offset, end_offset, max_msg_nums, max_total_bytes,
-                                 tag_codes, record_filter, max_filter_evaluations)
-
-    def _get_message(self, topic: str, queue_id: int, offset: int, end_offset: int | None, max_msg_nums: int,
-                     max_total_bytes: int | None, tag_codes: Collection[int] | None,
-                     record_filter: RecordFilter | None, max_filter_evaluations: int | None = None
-                     ) -> GetMessageResult:
-        correct = self._next_offset_correction
-        cq = self.find_consume_queue(topic, queue_id)
-        if cq is None:
-            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, correct(offset, 0), 0, 0)
-        min_offset, max_offset = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
-
-        def result(status: GetMessageStatus, next_begin_offset: int) -> GetMessageResult:
-            return GetMessageResult(status, next_begin_offset, min_offset, max_offset)
-
-        if max_offset == 0:
-            return result(GetMessageStatus.NO_MESSAGE_IN_QUEUE, correct(offset, 0))
-        if offset < min_offset:
-            return result(GetMessageStatus.OFFSET_TOO_SMALL, correct(offset, min_offset))
-        if offset == max_offset:
-            return result(GetMessageStatus.OFFSET_OVERFLOW_ONE, correct(offset, offset))
-        if offset > max_offset:
-            return result(GetMessageStatus.OFFSET_OVERFLOW_BADLY,
-                          correct(offset, min_offset if min_offset == 0 else max_offset))
-        max_scan = max(MIN_FILTER_SCAN_BYTES, max_msg_nums * CQ_STORE_UNIT_SIZE) // CQ_STORE_UNIT_SIZE
-        if end_offset is not None:
-            max_scan = min(max_scan, end_offset - offset)
-        entries = cq.get_entries(offset, max_scan)
-        if entries is None:
-            return result(GetMessageStatus.OFFSET_FOUND_NULL, correct(offset, cq.roll_next_file(offset)))
-        read = self._read_entries(entries, max_msg_nums, max_total_bytes or self.config.max_transfer_bytes,
-                                  tag_codes, record_filter, max_filter_evaluations)
-        read.next_begin_offset = offset + read.next_begin_offset
-        read.min_offset, read.max_offset = min_offset, max_offset
-        return read
-
-    def _read_entries(self, entries: np.ndarray, max_msg_nums: int, max_bytes: int,
-                      tag_codes: Collection[int] | None, record_filter: RecordFilter | None = None,
-                      max_filter_evaluations: int | None = None) -> GetMessageResult:
-        """The read loop of getMessage, vectorised. Returns next_begin_offset relative to the
-        first entry (= entries scanned). Entries whose record is gone end the scan (a run of
-        them alone is answered MESSAGE_WAS_REMOVING). Per entry, in order: pre-blank entries are
-        skipped; the batch is full (break before the entry) once it holds max_msg_nums messages
-        or the entry would pass max_bytes; filtered-out entries are skipped; the rest are taken."""
-        if len(entries) == 1 and record_filter is None:   # a woken held pull's read (the latency path)
-            offset, size, code = entries[0].tolist()
-            return self._read_one(offset, size, code, tag_codes)
-        physical = entries["offset"].astype(np.int64)
-        deleted = physical < self.commit_log.get_min_offset()
-        if deleted.any():
-            # Their CommitLog file was deleted (retention) before the ConsumeQueue was cleaned.
-            # Unlike RocketMQ, never skip them inside a FOUND answer: a run of them is answered
-            # MESSAGE_WAS_REMOVING on its own, so a reader sees every offset it lost.
-            first = int(np.argmax(deleted))
-            if first == 0:
-                gone = len(entries) if deleted.all() else int(np.argmin(deleted))
-                return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, gone, 0, 0)
-            entries, physical = entries[:first], physical[:first]
-        sizes = entries["size"].astype(np.int64)
-        available = sizes != PRE_BLANK_SIZE
-        matched = match_tags(entries["tags_code"], tag_codes)
-        taken = available if matched is None else available & matched
-        evaluated_up_to = len(entries)
-        if record_filter is not None:
-            taken, evaluated_up_to = self._filter_records(physical, sizes, taken, max_msg_nums, max_bytes,
-                                                          record_filter, max_filter_evaluations)
-        taken_count = taken.astype(np.int64)
-        taken_sizes = sizes * taken_count
-        count_before = np.cumsum(taken_count) - taken_count
-        bytes_before = np.cumsum(taken_sizes) - taken_sizes
-        full = available & (count_before > 0) & (
-            (count_before >= max_msg_nums) | (bytes_before + sizes > max_bytes))
-        scanned = min(int(np.argmax(full)) if full.any() else len(entries), evaluated_up_to)
-        selected = np.flatnonzero(taken[:scanned])
-        max_phy_pulling = int(physical[min(scanned, len(entries) - 1)])
-        suggest = suggest_pulling_from_slave(self.commit_log.get_max_offset(), max_phy_pulling,
-                                             self._memory_threshold)
-        if len(selected) == 0:
-            removed = scanned > 0 and not available[scanned - 1]
-            status = GetMessageStatus.MESSAGE_WAS_REMOVING if removed else GetMessageStatus.NO_MATCHED_MESSAGE
-            return GetMessageResult(status, scanned, 0, 0, suggest_pulling_from_slave=suggest)
-        buffer = self.commit_log.gather(physical[selected], sizes[selected])
-        if buffer is None:   # deleted while we read: let the client retry
-            return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, 0, 0, 0)
-        return GetMessageResult(GetMessageStatus.FOUND, scanned, 0, 0, len(selected),
-                                sizes[selected].astype(np.int32), buffer, suggest)
-
-    def _read_one(self, physical: int, size: int, code: int, tag_codes: Collection[int] | None
-                  ) -> GetMessageResult:
-        """_read_entries of one entry without a record filter, answered alike without arrays:
-        one entry never makes the batch full."""
-        if physical < self.commit_log.get_min_offset():
-            return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, 1, 0, 0)
-        suggest = suggest_pulling_from_slave(self.commit_log.get_max_offset(), physical,
-                                             self._memory_threshold)
-        if size == PRE_BLANK_SIZE or (tag_codes is not None and code not in tag_codes):
-            status = GetMessageStatus.MESSAGE_WAS_REMOVING if size == PRE_BLANK_SIZE \
-                else GetMessageStatus.NO_MATCHED_MESSAGE
-            return GetMessageResult(status, 1, 0, 0, suggest_pulling_from_slave=suggest)
-        record = self.commit_log.get_message(physical, size)
-        if record is None:   # deleted while we read: let the client retry
-            return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, 0, 0, 0)
-        return GetMessageResult(GetMessageStatus.FOUND, 1, 0, 0, 1, np.array([size], dtype=np.int32),
-                                record, suggest)
-
-    def _filter_records(self, physical: np.ndarray, sizes: np.ndarray, taken: np.ndarray, max_msg_nums: int,
-                        max_bytes: int, record_filter: RecordFilter, max_evaluations: int | None
-                        ) -> tuple[np.ndarray, int]:
-        """`taken` less the candidates `record_filter` rejects, evaluated in queue order only until the
-        batch is full (the entries after that are past the scan and never read), and the index the
-        scan must end at: the candidate that would be evaluated past `max_evaluations` (else the end)."""
-        taken = taken.copy()
-        count = total = 0
-        candidates = np.flatnonzero(taken).tolist()
-        for evaluations, index in enumerate(candidates):
-            size = int(sizes[index])
-            if count and (count >= max_msg_nums or total + size > max_bytes):
-                break
-            if evaluations == max_evaluations:
-                taken[index:] = False
-                return taken, index
-            record = self.commit_log.get_message(int(physical[index]), size)
-            if record is None or not record_filter(record):
-                taken[index] = False
-                continue
-            count, total = count + 1, total + size
-        return taken, len(taken)
-
-    # -- query by key ----------------------------------------------------------------------------
+        return self.reader.get_queue_range(topic, queue_id, offset, end_offset, max_msg_nums, max_total_bytes,
+                                           tag_codes, record_filter, max_filter_evaluations)
 
     def query_message_by_key(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int
                              ) -> GetMessageResult:
-        """Messages of `topic` whose KEYS or UNIQ_KEY equal `key`, stored in [begin_ts, end_ts],
-        oldest first, at most max_num (IndexService#queryOffset; hash collisions are re-checked)."""
-        try:
-            offsets = self.index_service.query_offsets(topic, key, max_num, begin_ts, end_ts)
-        except ValueError:   # an index file was deleted while we read it
-            offsets = []
-        records: list[bytes] = []
-        for offset in sorted(set(offsets)):
-            record = self._read_record(offset)
-            if record is None:
-                continue
-            size, request = parse_record(record, 0, len(record), offset, False)
-            if (size > 0 and request is not None and request.topic == topic
-                    and begin_ts <= request.store_timestamp <= end_ts
-                    and (request.uniq_key == key or key in request.keys.split(mf.KEY_SEPARATOR))):
-                records.append(record)
-        status = GetMessageStatus.FOUND if records else GetMessageStatus.NO_MATCHED_MESSAGE
-        return GetMessageResult(status, 0, 0, 0, len(records),
-                                np.array([len(r) for r in records], dtype=np.int32), b"".join(records))
+        return self.reader.query_message_by_key(topic, key, max_num, begin_ts, end_ts)
 
     def look_message_by_offset(self, commit_log_offset: int) -> bytes | None:
-        """The whole record stored at `commit_log_offset` (lookMessageByOffset), or None when
-        no record starts there (outside the CommitLog, deleted, or not a record's start)."""
-        if not self.get_commit_log_min_offset() <= commit_log_offset < self.get_commit_log_max_offset():
-            return None
-        record = self._read_record(commit_log_offset)
-        if record is None or len(record) < mf.BODY_POS:
-            return None
-        magic = int.from_bytes(record[mf.MAGIC_CODE_POS:mf.MAGIC_CODE_POS + 4], "big", signed=True)
-        stored_at = int.from_bytes(record[mf.PHYSICAL_OFFSET_POS:mf.PHYSICAL_OFFSET_POS + 8], "big")
-        if magic != mf.MESSAGE_MAGIC_CODE or stored_at != commit_log_offset:
-            return None
-        return record
-
-    def _read_record(self, offset: int) -> bytes | None:
-        head = self.commit_log.get_message(offset, 4)
-        if head is None:
-            return None
-        return self.commit_log.get_message(offset, int.from_bytes(head, "big"))
+        return self.reader.look_message_by_offset(commit_log_offset)
 
     # -- retention -------------------------------------------------------------------------------
 

@@ -30,10 +30,12 @@ class ReputMessageService(ServiceThread):
     name = "reput"
 
     def __init__(self, commit_log: CommitLog, dispatch: Callable[[DispatchBatch], None],
+                 dispatch_one: Callable[[DispatchRequest], None],
                  wait_for_record_tails: bool = False) -> None:
         super().__init__()
         self.commit_log = commit_log
         self.dispatch = dispatch
+        self.dispatch_one = dispatch_one
         # A slave's CommitLog may end inside a record whose rest the master has not sent yet
         # (its chunks are not record-aligned): dispatch waits for the rest instead of failing.
         self.wait_for_record_tails = wait_for_record_tails
@@ -60,6 +62,21 @@ class ReputMessageService(ServiceThread):
                 self.dispatch(appended())
                 self.reput_from_offset = end_offset
             self._do_reput()
+        finally:
+            self._dispatching.release()
+        return True
+
+    def try_dispatch_record(self, start_offset: int, end_offset: int, request: DispatchRequest) -> bool:
+        """try_dispatch_appended for one record a putter just appended at start_offset, known
+        as its DispatchRequest (the single-message path: no DispatchBatch is built)."""
+        if not self._dispatching.acquire(blocking=False):
+            return False
+        try:
+            if self.reput_from_offset == start_offset:
+                self.dispatch_one(request)
+                self.reput_from_offset = end_offset
+            if self.reput_from_offset < self.commit_log.get_max_offset():
+                self._do_reput()
         finally:
             self._dispatching.release()
         return True

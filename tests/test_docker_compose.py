@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rmq.cli.console_command import DEFAULT_LISTEN
 from rmq.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -161,17 +162,44 @@ def test_servers_health_checks_ask_the_server_itself():
         assert option(check, "--endpoints") == option(command_of(name), "--listen")
 
 
-def test_published_ports_reach_the_servers_and_do_not_clash():
-    published = {}
+PUBLISHED = re.compile(r"^\$\{RMQ_PUBLISH_ADDRESS:-127\.0\.0\.1\}:\$\{(RMQ_\w+_PORT)-(\d+)\}:(\d+)$")
+
+
+def published_ports() -> list[tuple[str, str, int, int]]:
+    """(service, host port variable, its default, container port) of every published port."""
+    found = []
     for name, service in SERVICES.items():
         for mapping in service.get("ports", []):
-            host, container = mapping.split(":")
-            assert host not in published, f"host port {host} used by {published.get(host)} and {name}"
-            published[host] = name
-            if name in ("namesrv", "broker-a", "broker-b"):
-                assert option(command_of(name), "--listen").endswith(f":{container}")
-    assert published["9876"] == "namesrv"
-    assert {published["10911"], published["10912"]} == {"broker-a", "broker-b"}
+            match = PUBLISHED.match(mapping)
+            assert match, f"{name} publishes {mapping!r}: expected ${{RMQ_PUBLISH_ADDRESS:-127.0.0.1}}:" \
+                          "${RMQ_<SERVICE>_PORT-<port>}:<port>"
+            found.append((name, match[1], int(match[2]), int(match[3])))
+    return found
+
+
+def test_published_ports_reach_the_servers_and_do_not_clash():
+    published: dict[int, str] = {}
+    for name, _, host, container in published_ports():
+        assert host not in published, f"host port {host} used by {published.get(host)} and {name}"
+        published[host] = name
+        if name in ("namesrv", "broker-a", "broker-b"):
+            assert option(command_of(name), "--listen").endswith(f":{container}")
+    assert published[9876] == "namesrv"
+    assert {published[10911], published[10912]} == {"broker-a", "broker-b"}
+
+
+def test_ports_are_published_on_loopback_with_a_variable_each_and_not_on_the_consoles():
+    """#46 defect 9: the unauthenticated cluster was published on 0.0.0.0 and `make compose-test`
+    failed when anything on the host held 10911. Every published port binds 127.0.0.1 unless
+    RMQ_PUBLISH_ADDRESS says otherwise, has its own host-port variable (the compose test sets each
+    to "", any free port: test_cluster_docker.ephemeral_ports), and none is the console's default
+    port (8080 was the Spark master's web UI, published here)."""
+    variables = [variable for _, variable, _, _ in published_ports()]
+    assert len(variables) == len(set(variables)) == sum(len(s.get("ports", [])) for s in SERVICES.values())
+    console_port = int(DEFAULT_LISTEN.rpartition(":")[2])
+    assert all(console_port not in (host, container) for _, _, host, container in published_ports())
+    docker_test = (ROOT / "integration_tests" / "test_cluster_docker.py").read_text()
+    assert re.search(r"^\s+env = os\.environ \| ephemeral_ports\(\)$", docker_test, re.MULTILINE)
 
 
 def test_dependencies_exist_use_health_conditions_and_have_no_cycle():

@@ -74,3 +74,67 @@ def test_bench_and_examples_do_not_import_the_tests(folder: str) -> None:
     imports = [f"{path.relative_to(REPO_ROOT)}: {name}" for path in sorted((REPO_ROOT / folder).rglob("*.py"))
                for name in imported_modules(path) if name.split(".")[0] in ("tests", "integration_tests")]
     assert imports == []
+
+
+# The broker's own layers (issue 42): protocol adapters -> processors -> managers / store, nothing
+# back up. An adapter only translates its protocol into the processors (processors/pipeline.py);
+# the processors and everything below them never import an adapter, and the managers never import a
+# processor. The wiring (BrokerController, the name server, controller mode) may import anything.
+BROKER = REPO_ROOT / "broker_server"
+ADAPTERS = ("remoting", "rmq_v1", "rocketmq_v2")
+PROCESSOR_MODULES = ("pipeline", "consumer_send_msg_back")   # + *_processor
+WIRING = ("broker_controller", "exports", "name_server", "replication.replicas_manager")
+# Still against the grain, to be moved (issue 42): the transaction service (RocketMQ's
+# EndTransactionProcessor and TransactionalMessageService) lives in the RocketMQ 5 adapter, with
+# its checks asked over RocketMQ 5 telemetry, and the 4.x adapter uses it there.
+KNOWN_AGAINST_THE_GRAIN = {
+    "broker_server/remoting/broker_processor.py: rmq.broker_server.rocketmq_v2.status",
+    "broker_server/remoting/broker_processor.py: rmq.broker_server.rocketmq_v2.transactions",
+    "broker_server/remoting/service.py: rmq.broker_server.rocketmq_v2.transactions",
+    "broker_server/remoting/transactions.py: rmq.broker_server.rocketmq_v2.transactions",
+}
+
+
+def broker_layer(parts: list[str]) -> str:
+    """adapter:<name>, processor, wiring or manager, for a module's path parts under broker_server."""
+    if parts[0] in ADAPTERS:
+        return f"adapter:{parts[0]}"
+    dotted = ".".join(parts)
+    if parts[-1] == "__init__" or any(dotted == w or dotted.startswith(w + ".") for w in WIRING):
+        return "wiring"
+    if parts[0] == "processors" and len(parts) > 1 and (
+            parts[1].endswith("_processor") or parts[1] in PROCESSOR_MODULES):
+        return "processor"
+    return "manager"
+
+
+def broker_violations() -> list[str]:
+    found = []
+    for path in sorted(BROKER.rglob("*.py")):
+        own = broker_layer(list(path.relative_to(BROKER).with_suffix("").parts))
+        if own == "wiring":
+            continue
+        for name in imported_modules(path):
+            parts = name.split(".")
+            if parts[:2] != ["rmq", "broker_server"] or len(parts) < 3:
+                continue
+            other = broker_layer(parts[2:])
+            if (other.startswith("adapter:") and other != own) or (other == "processor" and own == "manager"):
+                found.append(f"{path.relative_to(REPO_ROOT)}: {name}")
+    return found
+
+
+def test_broker_layers_point_one_way() -> None:
+    assert sorted(set(broker_violations()) - KNOWN_AGAINST_THE_GRAIN) == []
+
+
+def test_the_known_exceptions_are_still_there() -> None:
+    """An exception that was fixed leaves the list, so it cannot come back unnoticed."""
+    assert KNOWN_AGAINST_THE_GRAIN <= set(broker_violations())
+
+
+def test_the_broker_check_sees_an_import_up() -> None:
+    assert broker_layer(["processors", "pull_message_processor"]) == "processor"
+    assert broker_layer(["processors", "topic_config_manager"]) == "manager"
+    assert broker_layer(["offsets", "consumer_manager"]) == "manager"
+    assert broker_layer(["rmq_v1", "messaging_service"]) == "adapter:rmq_v1"

@@ -2,15 +2,50 @@
 GROUP_GET_NUMS / GROUP_GET_SIZE and SNDBCK2DLQ_TIMES per topic and group). Bounded: per topic by the
 topics the broker holds (a deleted topic's counters go with it); per (topic, group) by
 MAX_GROUP_SERIES pairs, past which new pairs count under the group OTHER_GROUPS, so a client
-inventing group names cannot grow the table or the /metrics page."""
+inventing group names cannot grow the table or the /metrics page.
+
+Group names are label values clients choose, so which of them /metrics names is bounded too
+(GroupLabels): at most `max_metric_groups` names in all and `max_metric_groups_per_account` first
+seen from one account (BrokerConfig), each at most MAX_LABEL_CHARS long; every other group is
+counted under OTHER_GROUPS, in these counters and in the collectors' per-group lag."""
 
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from dataclasses import dataclass
 
 MAX_GROUP_SERIES = 10_000
 OTHER_GROUPS = "_other"
+MAX_METRIC_GROUPS = 1_000
+MAX_METRIC_GROUPS_PER_ACCOUNT = 32
+MAX_LABEL_CHARS = 255          # RocketMQ's longest group name
+
+
+class GroupLabels:
+    """The consumer group names /metrics may write as label values: the first `max_groups` seen,
+    at most `max_per_account` of them first seen from one account (without --acl every caller is
+    the one anonymous account "" and only the total applies). A name once admitted stays."""
+
+    def __init__(self, max_groups: int = MAX_METRIC_GROUPS,
+                 max_per_account: int = MAX_METRIC_GROUPS_PER_ACCOUNT) -> None:
+        self.max_groups = max_groups
+        self.max_per_account = max_per_account
+        self._admitted: set[str] = set()
+        self._per_account: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def label(self, group: str, account: str) -> str:
+        """`group`, or OTHER_GROUPS when naming it would pass a bound."""
+        with self._lock:
+            if group in self._admitted:
+                return group
+            if (len(group) > MAX_LABEL_CHARS or len(self._admitted) >= self.max_groups
+                    or (account and self._per_account[account] >= self.max_per_account)):
+                return OTHER_GROUPS
+            self._admitted.add(group)
+            self._per_account[account] += 1
+            return group
 
 
 @dataclass
@@ -29,7 +64,8 @@ class GroupCounters:
 
 
 class BrokerStatsManager:
-    def __init__(self, max_group_series: int = MAX_GROUP_SERIES) -> None:
+    def __init__(self, max_group_series: int = MAX_GROUP_SERIES, labels: GroupLabels | None = None) -> None:
+        self.labels = labels or GroupLabels()
         self._topics: dict[str, TopicCounters] = {}
         self._groups: dict[tuple[str, str], GroupCounters] = {}
         self._max_group_series = max_group_series
@@ -41,22 +77,23 @@ class BrokerStatsManager:
             counters.put_messages += messages
             counters.put_bytes += size
 
-    def record_get(self, topic: str, messages: int, size: int, group: str = "") -> None:
+    def record_get(self, topic: str, messages: int, size: int, group: str = "", account: str = "") -> None:
+        """`account`: the puller's (whose share a new group name counts in)."""
         with self._lock:
             counters = self._topics.setdefault(topic, TopicCounters())
             counters.get_messages += messages
             counters.get_bytes += size
-            by_group = self._group_counters(topic, group)
+            by_group = self._group_counters(topic, group, account)
             by_group.get_messages += messages
             by_group.get_bytes += size
 
-    def record_send_to_dlq(self, topic: str, group: str) -> None:
-        """A message of `topic` moved to `group`'s dead-letter queue."""
+    def record_send_to_dlq(self, topic: str, group: str, account: str = "") -> None:
+        """A message of `topic` moved to `group`'s dead-letter queue (sent back by `account`)."""
         with self._lock:
-            self._group_counters(topic, group).send_to_dlq += 1
+            self._group_counters(topic, group, account).send_to_dlq += 1
 
-    def _group_counters(self, topic: str, group: str) -> GroupCounters:
-        key = (topic, group)
+    def _group_counters(self, topic: str, group: str, account: str) -> GroupCounters:
+        key = (topic, self.labels.label(group, account) if group else group)
         if key not in self._groups and len(self._groups) >= self._max_group_series:
             key = (topic, OTHER_GROUPS)
         return self._groups.setdefault(key, GroupCounters())

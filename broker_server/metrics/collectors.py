@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -23,7 +23,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from rmq.broker_server.errors import UserError
-from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
+from rmq.broker_server.metrics.broker_stats import OTHER_GROUPS, BrokerStatsManager, GroupLabels
 from rmq.broker_server.metrics.metrics_http import MetricsHttpServer
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.command_line import is_loopback
@@ -51,6 +51,7 @@ class QueueOffset:
     topic: str
     queue_id: int
     offset: int
+    account: str = ""        # the account that added the entry ("" when loaded at start or no --acl)
 
 
 @dataclass(frozen=True)
@@ -97,9 +98,11 @@ class BrokerCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         figures, broker = self.figures, self.figures.broker_name
         offsets = list(figures.consumer_offsets())
+        names = _group_names(figures.stats.labels, offsets)
+        named = [entry for entry in offsets if names[entry.group] != OTHER_GROUPS]
         yield from _topic_counters(broker, figures.stats)
-        yield from _consumer_offsets(broker, figures.store, offsets)
-        yield from rocketmq5_metrics(figures, offsets)
+        yield from _consumer_offsets(broker, figures.store, named)
+        yield from rocketmq5_metrics(figures, offsets, names)
         groups, clients = figures.consumer_table()
         tables = figures.client_tables()
         store = figures.store
@@ -131,6 +134,15 @@ class BrokerCollector(Collector):
              tables.consumer_offsets),
         ]:
             yield _gauge(name, documentation, ["broker"], [([broker], value)])
+
+
+def _group_names(labels: GroupLabels, offsets: Iterable[QueueOffset]) -> dict[str, str]:
+    """Each group of the entries -> the name /metrics gives it (GroupLabels), asked once per group."""
+    names: dict[str, str] = {}
+    for entry in offsets:
+        if entry.group not in names:
+            names[entry.group] = labels.label(entry.group, entry.account)
+    return names
 
 
 def _topic_counters(broker: str, stats: BrokerStatsManager) -> Iterator[Metric]:
@@ -176,7 +188,8 @@ def broker_node_id(broker_name: str, broker_id: int) -> str:
     return broker_name if broker_id == 0 else f"{broker_name}-{broker_id}"
 
 
-def rocketmq5_metrics(figures: BrokerFigures, offsets: Sequence[QueueOffset]) -> Iterator[Metric]:
+def rocketmq5_metrics(figures: BrokerFigures, offsets: Sequence[QueueOffset],
+                      names: Mapping[str, str]) -> Iterator[Metric]:
     """RocketMQ 5's broker metrics (5.1+, BrokerMetricsManager) from the same live figures. Every
     family is at most one series per topic or per (topic, group): no queue label, so a large
     cluster's scrape stays bounded by its topics and groups (and those by the broker's tables)."""
@@ -202,7 +215,7 @@ def rocketmq5_metrics(figures: BrokerFigures, offsets: Sequence[QueueOffset]) ->
             if group:
                 family.add_metric(node + [topic, group], getattr(group_counters, field))
         yield family
-    yield from _group_lag(figures, node, offsets)
+    yield from _group_lag(figures, node, offsets, names)
     store = figures.store
     for name, documentation, value in [
         ("rocketmq_storage_size", "bytes of CommitLog the broker holds (max offset - min offset)",
@@ -215,19 +228,26 @@ def rocketmq5_metrics(figures: BrokerFigures, offsets: Sequence[QueueOffset]) ->
         yield _gauge(name, documentation, NODE_LABELS, [(node, value)])
 
 
-def _group_lag(figures: BrokerFigures, node: list[str], offsets: Sequence[QueueOffset]) -> Iterator[Metric]:
+def _group_lag(figures: BrokerFigures, node: list[str], offsets: Sequence[QueueOffset],
+               names: Mapping[str, str]) -> Iterator[Metric]:
     """Per (topic, group): messages not yet consumed (max offset - committed offset, summed over
     the queues) and how old the oldest of them is (now - its store time, the largest over the
-    queues; 0 when caught up)."""
+    queues; 0 when caught up). Groups past GroupLabels' bounds are summed under OTHER_GROUPS, whose
+    latency is not read (a store read per entry of groups nobody may name)."""
     lag: dict[tuple[str, str], int] = {}
     latency: dict[tuple[str, str], int] = {}
+    produced: dict[tuple[str, int], int] = {}
     now = figures.now_ms()
+    store = figures.store
     for entry in offsets:
-        key = (entry.topic, entry.group)
-        store, queue_id = figures.store, entry.queue_id
-        behind = max(store.get_max_offset_in_queue(entry.topic, queue_id) - entry.offset, 0)
+        key = (entry.topic, names[entry.group])
+        queue_id = entry.queue_id
+        if (entry.topic, queue_id) not in produced:
+            produced[(entry.topic, queue_id)] = store.get_max_offset_in_queue(entry.topic, queue_id)
+        behind = max(produced[(entry.topic, queue_id)] - entry.offset, 0)
         lag[key] = lag.get(key, 0) + behind
-        oldest = store.get_store_timestamp_at(entry.topic, queue_id, entry.offset) if behind else 0
+        read = behind > 0 and key[1] != OTHER_GROUPS
+        oldest = store.get_store_timestamp_at(entry.topic, queue_id, entry.offset) if read else 0
         latency[key] = max(latency.get(key, 0), now - oldest if oldest else 0)
     labels = NODE_LABELS + ["topic", "consumer_group"]
     yield _gauge("rocketmq_consumer_lag_messages", "messages not yet consumed by the group", labels,

@@ -13,8 +13,10 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from prometheus_client.registry import Collector
 
@@ -29,10 +31,13 @@ from rmq.broker_server.replication.controller_manager import (
     ControllerService,
     scan_forever,
 )
-from rmq.broker_server.replication.replicas_info_manager import ReplicasInfoManager
+from rmq.broker_server.replication.etcd_client import EtcdClient, EtcdSettings, EtcdUnavailable
+from rmq.broker_server.replication.etcd_controller import EtcdGroupStore, EtcdLeadership
+from rmq.broker_server.replication.replicas_info_manager import JsonGroupStore, ReplicasInfoManager
 from rmq.broker_server.rmq_v1.grpc_server import SHUTDOWN_GRACE_SECONDS, create_server, wait_for_termination
-from rmq.broker_server.rmq_v1.status import OK, answers_with_status
+from rmq.broker_server.security.cluster_auth import ClusterAuth, load_cluster_secret
 from rmq.broker_server.security.server_security import ServerSecurity
+from rmq.broker_server.status import OK, answers_with_status
 from rmq.request_signing import name_server_id
 from rmq.store.private_files import make_dirs
 from rmq.topic_config import PERM_WRITE, TopicConfig
@@ -247,13 +252,22 @@ async def serve_name_server(config: NameServerConfig, security: ServerSecurity) 
                            name_server_id(config.listen))
     rmq_pb2_grpc.add_RouteServiceServicer_to_server(NameServerRouteService(routes), server)
     rmq_pb2_grpc.add_NameServerServiceServicer_to_server(NameServerService(routes), server)
-    tasks = [_scan_forever(routes, config.broker_scan_interval_ms)]
+    tasks: list[Coroutine[Any, Any, None]] = []
     collectors: list[Collector] = [NameServerCollector(routes)]
+    leadership: EtcdLeadership | None = None
     if config.controller:
-        replicas = embed_controller(config)
-        rmq_pb2_grpc.add_ControllerServiceServicer_to_server(ControllerService(replicas), server)
-        tasks.append(scan_forever(replicas, config.controller_scan_interval_ms))
+        auth = controller_auth(config, security)
+        if config.etcd:
+            leadership = await controllers_on_etcd(config)
+            replicas = leadership.replicas
+            tasks.append(leadership.run_forever(config.controller_scan_interval_ms / 1000))
+        else:
+            replicas = embed_controller(config)
+            tasks.append(scan_forever(replicas, config.controller_scan_interval_ms))
+        rmq_pb2_grpc.add_ControllerServiceServicer_to_server(
+            ControllerService(replicas, auth, leadership, config.listen), server)
         collectors.append(ControllerCollector(replicas))
+    tasks.append(_scan_forever(routes, config.broker_scan_interval_ms))   # once nothing above refused
     if config.metrics_listen:
         serve_metrics(config.metrics_listen, security, *collectors)
     remoting = build_name_server_remoting(config, security, routes)
@@ -268,6 +282,9 @@ async def serve_name_server(config: NameServerConfig, security: ServerSecurity) 
     await wait_for_termination()
     for scan in scans:
         scan.cancel()
+    if leadership is not None:
+        await leadership.resign()
+        await leadership.close()
     if remoting is not None:
         await remoting.stop()
     await server.stop(SHUTDOWN_GRACE_SECONDS)
@@ -277,7 +294,7 @@ async def serve_name_server(config: NameServerConfig, security: ServerSecurity) 
 
 def embed_controller(config: NameServerConfig) -> ReplicasInfoManager:
     """The controller's state, loaded from its directory (UserError when it cannot be)."""
-    replicas = ReplicasInfoManager(config.cluster_name, config.controller_path,
+    replicas = ReplicasInfoManager(config.cluster_name, JsonGroupStore(config.controller_path),
                                    config.controller_failover_timeout_ms)
     try:
         make_dirs(config.controller_path)
@@ -286,6 +303,37 @@ def embed_controller(config: NameServerConfig) -> ReplicasInfoManager:
         raise UserError(f"cannot load the controller's state from {config.controller_path}: {error}"
                         ) from None
     return replicas
+
+
+async def controllers_on_etcd(config: NameServerConfig) -> EtcdLeadership:
+    """This controller's place among the cluster's controllers on etcd; UserError naming the
+    endpoints when etcd does not answer at start, or naming both clusters when the prefix is
+    another cluster's."""
+    settings = EtcdSettings(config.etcd_endpoints, config.etcd_prefix, config.etcd_ca_file,
+                            config.etcd_cert_file, config.etcd_key_file, config.etcd_user,
+                            config.etcd_password_file)
+    store = EtcdGroupStore(EtcdClient(settings), config.etcd_prefix)
+    try:
+        await store.claim_prefix(config.cluster_name)
+    except EtcdUnavailable as error:
+        await store.client.close()
+        raise UserError(f"the controller cannot reach etcd at {config.etcd}: {error}") from None
+    replicas = ReplicasInfoManager(config.cluster_name, store, config.controller_failover_timeout_ms)
+    # the lease has its own connection: a slow decision never delays its renewal
+    return EtcdLeadership(EtcdClient(settings), store, replicas, config.listen, config.controller_lease_ttl_s)
+
+
+def controller_auth(config: NameServerConfig, security: ServerSecurity) -> ClusterAuth | None:
+    """The cluster secret the controller checks every heartbeat with; UserError when the name
+    server runs with --acl without one (an account allowed to register brokers would then decide
+    who is master and where CommitLogs are cut)."""
+    if config.cluster_secret_file:
+        return ClusterAuth(load_cluster_secret(Path(config.cluster_secret_file).expanduser()), "")
+    if security.acl_file is not None:
+        raise UserError("a name server with --acl and --controller needs --cluster-secret FILE (the file "
+                        "every broker of the cluster is given): heartbeats are proven with it")
+    log.warning("controller without --cluster-secret: it takes every heartbeat on the caller's word")
+    return None
 
 
 async def _scan_forever(routes: RouteInfoManager, interval_ms: int) -> None:

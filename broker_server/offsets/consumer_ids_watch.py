@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager
-from rmq.broker_server.rmq_v1.status import OK
+from rmq.broker_server.status import OK
 from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)

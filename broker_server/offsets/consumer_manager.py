@@ -169,6 +169,11 @@ class ConsumerManager:
         with self._lock:
             return group in self._groups or len(self._groups) < self.limits.max_groups
 
+    def group_names(self) -> set[str]:
+        """The groups with clients in the table."""
+        with self._lock:
+            return set(self._groups)
+
     def has_group(self, group: str) -> bool:
         with self._lock:
             return group in self._groups

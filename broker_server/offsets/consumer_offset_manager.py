@@ -159,6 +159,16 @@ class ConsumerOffsetManager:
         with self._lock:
             return dict(self._offsets)
 
+    def groups(self) -> set[str]:
+        """The groups with a committed offset here."""
+        with self._lock:
+            return {key.group for key in self._offsets}
+
+    def added_by(self) -> dict[OffsetKey, str]:
+        """The account that added each entry since start (a copy; loaded entries are absent)."""
+        with self._lock:
+            return dict(self._added_by)
+
     def remove_offset(self, group: str, topic: str, queue_id: int) -> None:
         with self._lock:
             self._forget([OffsetKey(group, topic, queue_id)])

@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from rmq.broker_server.processors.pull_response_budget import (
         PullResponseBudget as PullResponseBudget,
     )
+    from rmq.broker_server.processors.put_status import check_put_status as check_put_status
     from rmq.broker_server.processors.schedule_message_service import (
         ScheduleMessageService as ScheduleMessageService,
     )
@@ -83,9 +84,6 @@ if TYPE_CHECKING:
     )
     from rmq.broker_server.processors.send_message_processor import (
         born_host_from_peer as born_host_from_peer,
-    )
-    from rmq.broker_server.processors.send_message_processor import (
-        check_put_status as check_put_status,
     )
     from rmq.broker_server.processors.store_executor import StoreExecutor as StoreExecutor
     from rmq.broker_server.processors.topic_config_manager import TopicConfigManager as TopicConfigManager
@@ -129,10 +127,10 @@ __all__, __getattr__ = lazy_exports(
             "ScheduleMessageService",
             "message_timeup",
         ),
+        "put_status": ("check_put_status",),
         "send_message_processor": (
             "SendMessageProcessor",
             "born_host_from_peer",
-            "check_put_status",
         ),
         "store_executor": ("StoreExecutor",),
         "topic_config_manager": ("TopicConfigManager",),

@@ -24,7 +24,7 @@ from rmq.broker_server.errors import BrokerError, illegal_argument
 from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
 from rmq.broker_server.processors.delay_levels import delay_level_to_queue_id
 from rmq.broker_server.processors.names import SCHEDULE_TOPIC, check_group_name, is_reserved_topic
-from rmq.broker_server.processors.send_message_processor import check_put_status
+from rmq.broker_server.processors.put_status import check_put_status
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.security import caller
@@ -166,7 +166,8 @@ class ConsumerSendMsgBackProcessor:
         result = await self.executor.run(self.store.put_message, copy)
         check_put_status(result.status)
         if target.dead and self.stats is not None:
-            self.stats.record_send_to_dlq(copy.properties[retry.PROPERTY_RETRY_TOPIC], group)
+            self.stats.record_send_to_dlq(copy.properties[retry.PROPERTY_RETRY_TOPIC], group,
+                                          caller.account_key())
 
     async def process(
         self, request: rmq_pb2.ConsumerSendMsgBackRequest

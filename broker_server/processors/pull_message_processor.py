@@ -37,10 +37,10 @@ from rmq.broker_server.processors.names import check_group_name
 from rmq.broker_server.processors.pull_response_budget import PullBytesLease, PullResponseBudget
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
-from rmq.broker_server.rmq_v1.status import OK
 from rmq.broker_server.security.caller import account_key
 from rmq.broker_server.security.refusal_log import RefusalLog
 from rmq.broker_server.security.request_auth import key_label
+from rmq.broker_server.status import OK
 from rmq.sql92 import Sql92Error, Sql92Filter, compile_sql92
 from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.store import BrokerRole, MessageStore
@@ -344,7 +344,8 @@ class PullMessageProcessor:
 
     def _answer(self, query: PullQuery, result: GetMessageResult) -> rmq_pb2.PullMessageResponse:
         if result.message_count:
-            self.stats.record_get(query.topic, result.message_count, len(result.buffer), query.group)
+            self.stats.record_get(query.topic, result.message_count, len(result.buffer), query.group,
+                                  account_key())
         response = self.progress(query, result)
         pack_messages(response.messages, result)
         return response

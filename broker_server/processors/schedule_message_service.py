@@ -22,7 +22,7 @@ from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.json_file import read_json, write_json_atomically
 from rmq.broker_server.processors.delay_levels import delay_level_to_queue_id, queue_id_to_delay_level
 from rmq.broker_server.processors.names import SCHEDULE_TOPIC
-from rmq.broker_server.processors.send_message_processor import check_put_results
+from rmq.broker_server.processors.put_status import check_put_results
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.statuses import GetMessageStatus

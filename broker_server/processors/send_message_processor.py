@@ -16,11 +16,13 @@ long-poll wake, and 20-35 % of the broker's CPU per message of a 256 x 100 B sen
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import itertools
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,6 +31,7 @@ from rmq.broker_server.errors import BrokerError, NotMaster, illegal_argument
 from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
 from rmq.broker_server.processors.delay_levels import delay_level_to_queue_id
 from rmq.broker_server.processors.names import SCHEDULE_TOPIC, TIMER_TOPIC
+from rmq.broker_server.processors.put_status import STORED_ON_MASTER_ONLY, check_put_results, check_put_status
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.store import (
@@ -36,10 +39,12 @@ from rmq.store import (
     MessageBatch,
     MessageStore,
     MessageToStore,
+    OneRecord,
     PutBatchResult,
     PutMessageResult,
     PutMessageStatus,
 )
+from rmq.store.message_batch import encode_properties
 from rmq.topic_config import TopicConfig
 from rmq.v1 import rmq_pb2
 
@@ -50,36 +55,7 @@ NO_HOST = bytes(8)
 INLINE_PUT_MAX_MESSAGES = 256          # a batch at most this large ...
 INLINE_PUT_MAX_BODY_BYTES = 256 << 10  # ... and this heavy may be stored on the event loop
 
-# Every PutMessageStatus but PUT_OK -> the Code and reason the producer gets.
-_PUT_STATUS = {
-    PutMessageStatus.FLUSH_DISK_TIMEOUT: (
-        rmq_pb2.FLUSH_DISK_TIMEOUT,
-        "the batch was written but not flushed to disk in time; it is not acknowledged",
-    ),
-    PutMessageStatus.MESSAGE_ILLEGAL: (rmq_pb2.MESSAGE_ILLEGAL, "the store refused a message as illegal"),
-    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: (
-        rmq_pb2.PROPERTIES_SIZE_EXCEEDED,
-        "the store refused a message's properties as too large",
-    ),
-    PutMessageStatus.MESSAGE_SIZE_EXCEEDED: (rmq_pb2.MESSAGE_SIZE_EXCEEDED,
-                                             "the store refused a message as too large"),
-    PutMessageStatus.SERVICE_NOT_AVAILABLE: (
-        rmq_pb2.SERVICE_NOT_AVAILABLE,
-        "the store is not writeable (shutting down, disk full or read-only)",
-    ),
-    PutMessageStatus.UNKNOWN_ERROR: (rmq_pb2.SYSTEM_ERROR, "the store failed"),
-}
-
-# SYNC_MASTER outcomes of a batch that IS stored (and flushed) on the master, answered with the
-# message ids like OK, under their own Code: "stored on the master only" (docs/replication.md).
-STORED_ON_MASTER_ONLY = {
-    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: (
-        rmq_pb2.FLUSH_SLAVE_TIMEOUT, "stored on the master; no slave confirmed holding it in time"),
-    PutMessageStatus.SLAVE_NOT_AVAILABLE: (
-        rmq_pb2.SLAVE_NOT_AVAILABLE, "stored on the master; no slave is connected and in sync"),
-}
-
-
+@functools.lru_cache(maxsize=4096)   # one parse per connection, not per message
 def born_host_from_peer(peer: str) -> bytes:
     """gRPC peer "ipv4:127.0.0.1:54321" -> 4-byte address + 4-byte port (the record's IPv4
     host layout); other peers (IPv6, unix sockets) -> zeros."""
@@ -91,6 +67,34 @@ def born_host_from_peer(peer: str) -> bytes:
         return ipaddress.IPv4Address(host).packed + int(port).to_bytes(4, "big")
     except ValueError:
         return NO_HOST
+
+
+@dataclass(slots=True)
+class OneMessage:
+    """One message of a single-message send as every protocol adapter reads it (RocketMQ's
+    SendMessageRequestHeader and body): user properties without TAGS, KEYS and DELAY."""
+
+    topic: str
+    body: bytes
+    tags: str = ""
+    keys: str = ""
+    properties: Mapping[str, str] = field(default_factory=dict)
+    queue_id: int = -1         # -1: the next write queue round-robin
+    delay_level: int = 0
+    flag: int = 0
+    born_timestamp: int = 0    # 0: now
+
+
+@dataclass(slots=True)
+class SendResult:
+    """The answer to a single-message send (RocketMQ SendMessageResponseHeader)."""
+
+    code: rmq_pb2.Code   # OK or one of STORED_ON_MASTER_ONLY
+    reason: str
+    msg_id: str
+    queue_id: int
+    queue_offset: int   # -1 for a delayed or timer message: its real offset is assigned on delivery
+    recall_handle: str = ""   # a timer message's (docs/internals/timer.md §Recall), else ""
 
 
 class SendMessageProcessor:
@@ -147,6 +151,51 @@ class SendMessageProcessor:
                 for topic, properties, offset in zip(batch.topics, batch.properties, offsets.tolist(),
                                                      strict=True)]
 
+    async def send_one(self, message: OneMessage, born_host: bytes) -> SendResult:
+        """One message on the single-message path: no protobuf, no numpy column, stored on the
+        event loop when the put need not wait. Raises BrokerError for a refused message."""
+        config = self.writeable_topic(message.topic)
+        topic, body = config.topic_name, message.body
+        if not body:
+            raise BrokerError(rmq_pb2.MESSAGE_ILLEGAL, "message body is empty")
+        queue_id = message.queue_id
+        if queue_id < 0:
+            position = self._round_robin.get(topic, 0)
+            self._round_robin[topic] = position + 1
+            queue_id = position % config.write_queue_nums
+        elif queue_id >= config.write_queue_nums:
+            raise illegal_argument(self._queue_out_of_range(queue_id, config))
+        if message.properties or message.delay_level:
+            stored_topic, stored_queue_id, properties = self._full_properties(
+                message.tags, message.keys, message.properties, message.delay_level, topic, queue_id)
+        else:
+            stored_topic, stored_queue_id = topic, queue_id
+            properties = simple_properties(message.tags, message.keys)
+        record = OneRecord(stored_topic, stored_queue_id, body, properties, message.flag,
+                           message.born_timestamp or int(time.time() * 1000), born_host)
+        result = await self._store_one(record)
+        if result.status is not PutMessageStatus.PUT_OK:
+            self._check_size(stored_topic, body, properties)
+            check_put_status(result.status)
+        self.stats.record_put(topic, 1, len(body))
+        code, reason = STORED_ON_MASTER_ONLY.get(result.status, (rmq_pb2.OK, ""))
+        if stored_topic == topic:
+            return SendResult(code, reason, result.msg_id, queue_id, result.queue_offset)
+        recall_handle = ""
+        if stored_topic == TIMER_TOPIC and self.timer is not None:
+            recall_handle = self.timer.recall_handle(
+                mf.decode_properties(properties.decode()), result.queue_offset)
+        return SendResult(code, reason, result.msg_id, queue_id, -1, recall_handle)
+
+    async def _store_one(self, record: OneRecord | PutMessageStatus) -> PutMessageResult:
+        """The record stored on the event loop, or on a store thread when the put would wait."""
+        if isinstance(record, PutMessageStatus):
+            return PutMessageResult(record)
+        result = self.store.try_put_one(record)
+        if result is None:
+            result = await self.executor.run(self.store.put_one, record)
+        return result
+
     def _put_inline(self, batch: MessageBatch) -> PutBatchResult | None:
         """The batch stored on the calling (event loop) thread, or None when it is too large or
         the put would wait."""
@@ -170,7 +219,10 @@ class SendMessageProcessor:
         """Store records a protocol adapter built itself (RocketMQ 5 sends: timer and half messages
         among them) for `topic`, whole or not at all, counted in the topic's put statistics like
         every other send. Raises BrokerError for a refused batch."""
-        results = await self.executor.run(self.store.put_messages, records)
+        if len(records) == 1:
+            results = [await self._store_one(one_record(records[0]))]
+        else:
+            results = await self.executor.run(self.store.put_messages, records)
         check_put_results(results)
         self.stats.record_put(topic, len(records), sum(len(record.body) for record in records))
         return results
@@ -206,21 +258,21 @@ class SendMessageProcessor:
                 queue_id = self._queue_id(message, config, counter)
                 user_properties, delay_level = message.properties, message.delay_level
                 if user_properties or delay_level:
-                    stored_topic, stored_queue_id, field = self._full_properties(
-                        message, user_properties, delay_level, topic, queue_id
+                    stored_topic, stored_queue_id, properties_field = self._full_properties(
+                        message.tags, message.keys, user_properties, delay_level, topic, queue_id
                     )
                     if stored_topic != topic:   # a delay level's or the timer's queue
                         delayed.append(index)
                 else:
                     stored_topic, stored_queue_id = topic, queue_id
-                    field = simple_properties(message.tags, message.keys)
+                    properties_field = simple_properties(message.tags, message.keys)
             except BrokerError as error:
                 raise _naming_message(error, index, len(messages)) from None
             topics.append(stored_topic)
             store_queue_ids.append(stored_queue_id)
             queue_ids.append(queue_id)
             bodies.append(body)
-            properties.append(field)
+            properties.append(properties_field)
             flags.append(message.flag)
             born_timestamps.append(message.born_timestamp)
         self._round_robin[topic] = next(counter)
@@ -284,24 +336,26 @@ class SendMessageProcessor:
         if not message.HasField("queue_id"):
             return next(counter) % config.write_queue_nums
         if not 0 <= message.queue_id < config.write_queue_nums:
-            raise illegal_argument(
-                f"queue_id {message.queue_id} is out of range: topic {config.topic_name!r} has "
-                f"{config.write_queue_nums} write queues"
-            )
+            raise illegal_argument(self._queue_out_of_range(message.queue_id, config))
         return message.queue_id
 
+    @staticmethod
+    def _queue_out_of_range(queue_id: int, config: TopicConfig) -> str:
+        return (f"queue_id {queue_id} is out of range: topic {config.topic_name!r} has "
+                f"{config.write_queue_nums} write queues")
+
     def _full_properties(
-        self, message: rmq_pb2.Message, user_properties: Mapping[str, str], delay_level: int, topic: str,
+        self, tags: str, keys: str, user_properties: Mapping[str, str], delay_level: int, topic: str,
         queue_id: int,
     ) -> tuple[str, int, bytes]:
         """(topic, queue id, properties field) of a message with user properties or a delay level."""
         if delay_level < 0:
             raise illegal_argument(f"delay_level must not be negative, not {delay_level}")
         properties = dict(user_properties)
-        if message.tags:
-            properties[mf.PROPERTY_TAGS] = message.tags
-        if message.keys:
-            properties[mf.PROPERTY_KEYS] = message.keys
+        if tags:
+            properties[mf.PROPERTY_TAGS] = tags
+        if keys:
+            properties[mf.PROPERTY_KEYS] = keys
         check_no_separators(properties)
         if delay_level:
             # CommitLog#putMessage: park the message in the schedule topic (level capped at the maximum).
@@ -338,6 +392,16 @@ class SendMessageProcessor:
             )
 
 
+def one_record(message: MessageToStore) -> OneRecord | PutMessageStatus:
+    """A MessageToStore as the single-message path's record; MESSAGE_ILLEGAL when a property
+    name or value holds a separator."""
+    properties = encode_properties(message.properties)
+    if properties is None:
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    return OneRecord(message.topic, message.queue_id, message.body, properties, message.flag,
+                     message.born_timestamp, message.born_host, message.sys_flag, message.reconsume_times)
+
+
 def _per_message(values: Sequence[str], count: int, name: str) -> list[str]:
     """A MessageColumns string column as one value for every message or one per message."""
     if len(values) in (0, 1, count):
@@ -352,19 +416,19 @@ def simple_properties(tags: str, keys: str) -> bytes:
     """The properties field of a message with only tags and keys (TAGS before KEYS); the
     tags-only fields, a producer's common case, are cached."""
     if not keys:
-        field = _TAGS_PROPERTIES.get(tags)
-        if field is not None:
-            return field
+        cached = _TAGS_PROPERTIES.get(tags)
+        if cached is not None:
+            return cached
     properties = {}
     if tags:
         properties[mf.PROPERTY_TAGS] = tags
     if keys:
         properties[mf.PROPERTY_KEYS] = keys
     check_no_separators(properties)
-    field = mf.encode_properties(properties).encode()
+    encoded = mf.encode_properties(properties).encode()
     if not keys and len(_TAGS_PROPERTIES) < 4096:
-        _TAGS_PROPERTIES[tags] = field
-    return field
+        _TAGS_PROPERTIES[tags] = encoded
+    return encoded
 
 
 def check_no_separators(properties: dict[str, str]) -> None:
@@ -379,18 +443,3 @@ def check_no_separators(properties: dict[str, str]) -> None:
 
 def _naming_message(error: BrokerError, index: int, count: int) -> BrokerError:
     return BrokerError(error.code, f"message {index}: {error.message}" if count > 1 else error.message)
-
-
-def check_put_status(status: PutMessageStatus, detail: str = "") -> None:
-    """Raise for a store status other than PUT_OK (a batch is accepted or refused whole); the
-    STORED_ON_MASTER_ONLY statuses pass: the batch is stored."""
-    if status is PutMessageStatus.PUT_OK or status in STORED_ON_MASTER_ONLY:
-        return
-    code, reason = _PUT_STATUS[status]
-    raise BrokerError(code, f"{reason} ({detail}{status.name})")
-
-
-def check_put_results(results: list[Any]) -> None:
-    """Raise for the first result that is not PUT_OK."""
-    for index, result in enumerate(results):
-        check_put_status(result.status, f"message {index}: ")

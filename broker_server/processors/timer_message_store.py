@@ -39,7 +39,7 @@ from rmq.broker_server.errors import BrokerError, NotMaster
 from rmq.broker_server.json_file import read_json
 from rmq.broker_server.metrics.collectors import TimerFigures
 from rmq.broker_server.processors.names import SYSTEM_TOPIC_PREFIX, TIMER_TOPIC
-from rmq.broker_server.processors.send_message_processor import check_put_results
+from rmq.broker_server.processors.put_status import check_put_results
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.security import caller

@@ -1,29 +1,34 @@
-"""The broker's remoting requests (docs/remoting-protocol.md, "Request codes"): each request code
-is read into the rmq.v1 request it stands for and handed to the broker's MessagingService, so
-4.x clients go through the same processors, checks and bounds as rmq clients (send, pull with
+"""The broker's remoting requests (docs/remoting-protocol.md, "Request codes"): each request code is
+translated into a call of the processor that serves its kind (processors/pipeline.py), so 4.x
+clients go through the same processors, checks and bounds as every other protocol's (send, pull with
 long polling, offsets, membership, send-back, locks); prepared sends and END_TRANSACTION go to the
-broker's TransactionService (transactions.py). The answer is written back in RocketMQ's header
-fields and response codes. Unknown codes are answered REQUEST_CODE_NOT_SUPPORTED. A consumer whose
-connection closes leaves its groups at once (doChannelCloseEvent), and every change of a group's
-members is pushed to its remoting consumers (NOTIFY_CONSUMER_IDS_CHANGED).
+broker's TransactionService (transactions.py). A request is authorized against the rmq.v1 request it
+stands for (remoting_acl.py; single sends, offset updates and heartbeats build it only when an ACL
+is on). The answer is written back in RocketMQ's header fields and response codes. Unknown codes are
+answered REQUEST_CODE_NOT_SUPPORTED. A consumer whose connection closes leaves its groups at once
+(doChannelCloseEvent), and every change of a group's members is pushed to its remoting consumers
+(NOTIFY_CONSUMER_IDS_CHANGED).
 
 Bounds: a connection registers at most MAX_CLIENT_IDS_PER_CONNECTION client ids. Held pulls share
 the broker's one hold table with the gRPC ports (max_held_pulls, shared fairly between accounts:
-long_polling/fair_shares.py), counted against the account the dispatcher admitted the request for;
-a pull past an account's share is answered SYSTEM_BUSY at once."""
+long_polling/fair_shares.py), counted against the account the dispatcher admitted the request for; a
+pull past an account's share is answered SYSTEM_BUSY at once."""
 
 from __future__ import annotations
 
 import json
 import logging
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from google.protobuf.message import Message
 
 from rmq import message_format as mf
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager
-from rmq.broker_server.processors.send_message_processor import born_host_from_peer, check_put_status
+from rmq.broker_server.processors.admin_broker_processor import to_message_queues
+from rmq.broker_server.processors.pipeline import BrokerProcessors
+from rmq.broker_server.processors.send_message_processor import OneMessage, born_host_from_peer
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.remoting import headers
 from rmq.broker_server.remoting.dispatch import (
@@ -44,12 +49,10 @@ from rmq.broker_server.remoting.transactions import (
     ProducerChannels,
     half_message,
 )
-from rmq.broker_server.rmq_v1.messaging_service import MessagingService
 from rmq.broker_server.rocketmq_v2.status import V2Error
 from rmq.broker_server.rocketmq_v2.transactions import TransactionService
 from rmq.remoting.remoting_command import RemotingCommand
 from rmq.remoting.request_code import RequestCode, ResponseCode
-from rmq.sql92 import Sql92Error, compile_sql92
 from rmq.topic_config import QueueData, TopicConfig
 from rmq.v1 import rmq_pb2
 
@@ -80,7 +83,7 @@ class BrokerRemotingProcessor:
     def __init__(
         self,
         identity: BrokerIdentity,
-        messaging: MessagingService,
+        processors: BrokerProcessors,
         topics: TopicConfigManager,
         consumers: ConsumerManager,
         transactions: TransactionService,
@@ -88,7 +91,7 @@ class BrokerRemotingProcessor:
         max_message_size: int,
     ) -> None:
         self.identity = identity
-        self.messaging = messaging
+        self.processors = processors
         self.topics = topics
         self.consumers = consumers
         self.max_message_size = max_message_size
@@ -156,21 +159,22 @@ class BrokerRemotingProcessor:
         for producer in headers.json_list(data, "producerDataSet"):
             self.producers.register(headers.json_text(producer, "groupName"), call.channel, call.access_key)
         for consumer in headers.json_list(data, "consumerDataSet"):
-            request = rmq_pb2.HeartbeatRequest(
-                client_id=client_id,
-                consumer_group=headers.json_text(consumer, "groupName"),
-                message_model=headers.message_model(consumer),
-                subscriptions=[
-                    rmq_pb2.Subscription(
-                        topic=headers.json_text(s, "topic"),
-                        sub_expression=headers.json_text(s, "subString") or "*",
-                    )
-                    for s in headers.json_list(consumer, "subscriptionDataSet")
-                ],
+            group, model = headers.json_text(consumer, "groupName"), headers.message_model(consumer)
+            subscriptions = {
+                headers.json_text(s, "topic"): headers.json_text(s, "subString") or "*"
+                for s in headers.json_list(consumer, "subscriptionDataSet")
+            }
+            if self.dispatcher.authenticator is not None:
+                self._authorize(call, "Heartbeat", rmq_pb2.HeartbeatRequest(
+                    client_id=client_id, consumer_group=group, message_model=model, subscriptions=[
+                        rmq_pb2.Subscription(topic=topic, sub_expression=expression)
+                        for topic, expression in subscriptions.items()
+                    ],
+                ))
+            self._register(call.channel, client_id, group)
+            self.processors.client_manage.heartbeat(
+                client_id, group, model, subscriptions, rmq_pb2.CLIENT_PROTOCOL_REMOTING, call.context.peer()
             )
-            self._authorize(call, "Heartbeat", request)
-            self._register(call.channel, client_id, request.consumer_group)
-            check_ok(await self.messaging.Heartbeat(request, call.context))
         return call.request.response(ResponseCode.SUCCESS)
 
     def _register(self, channel: Channel, client_id: str, group: str) -> None:
@@ -198,7 +202,7 @@ class BrokerRemotingProcessor:
                 client_id=headers.text(call.request, "clientID"), consumer_group=group
             )
             self._authorize(call, "UnregisterClient", request)
-            check_ok(await self.messaging.UnregisterClient(request, call.context))
+            self.processors.client_manage.unregister(request.client_id, group)
         return call.request.response(ResponseCode.SUCCESS)
 
     def _consumer_ids_changed(self, group: str, removed: list[str]) -> None:
@@ -213,11 +217,10 @@ class BrokerRemotingProcessor:
                 )
 
     async def _consumer_list(self, call: Call) -> RemotingCommand:
-        request = rmq_pb2.GetConsumerListRequest(consumer_group=headers.text(call.request, "consumerGroup"))
-        self._authorize(call, "GetConsumerList", request)
-        response = await self.messaging.GetConsumerList(request, call.context)
-        check_ok(response)
-        body = json.dumps({"consumerIdList": list(response.client_ids)}).encode()
+        group = headers.text(call.request, "consumerGroup")
+        self._authorize(call, "GetConsumerList", rmq_pb2.GetConsumerListRequest(consumer_group=group))
+        client_ids = self.processors.consumer_manage.consumer_list(group)
+        body = json.dumps({"consumerIdList": client_ids}).encode()
         return call.request.response(ResponseCode.SUCCESS, body=body)
 
     async def _consumer_running_info(self, call: Call) -> RemotingCommand:
@@ -242,10 +245,7 @@ class BrokerRemotingProcessor:
         data = headers.json_body(call.request)
         subscription = data.get("subscriptionData") or {}
         if isinstance(subscription, dict) and subscription.get("expressionType") == "SQL92":
-            try:
-                compile_sql92(headers.json_text(subscription, "subString"))
-            except Sql92Error as error:
-                raise Refusal(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(error)) from None
+            self.processors.client_manage.check_sql92(headers.json_text(subscription, "subString"))
         return call.request.response(ResponseCode.SUCCESS)
 
     # -- sending -------------------------------------------------------------------------
@@ -256,26 +256,17 @@ class BrokerRemotingProcessor:
         queue_id = headers.int_field(header, "queueId", -1)
         if sys_flag & TRANSACTION_TYPES:
             return await self._send_half(call, header, sys_flag, topic, queue_id)
-        if call.request.code == RequestCode.SEND_BATCH_MESSAGE or header.get("batch") in ("true", "1"):
-            messages = [
-                self._message(body, properties, flag, sys_flag, queue_id)
-                for body, properties, flag in headers.batch_messages(call.request.body)
-            ]
-        else:
-            messages = [
-                self._message(
-                    call.request.body,
-                    header.get("properties", ""),
-                    headers.int_field(header, "flag", 0),
-                    sys_flag,
-                    queue_id,
-                )
-            ]
+        if call.request.code != RequestCode.SEND_BATCH_MESSAGE and header.get("batch") not in ("true", "1"):
+            return await self._send_one(call, header, sys_flag, topic, queue_id)
+        messages = [
+            self._message(body, properties, flag, sys_flag, queue_id)
+            for body, properties, flag in headers.batch_messages(call.request.body)
+        ]
         for message in messages:
             message.born_timestamp = headers.int_field(header, "bornTimestamp", 0)
         request = rmq_pb2.SendMessageRequest(topic=topic, messages=messages)
         self._authorize(call, "SendMessage", request)
-        response = await self.messaging.SendMessage(request, call.context)
+        response = await self.processors.send.process(request, call.context.peer())
         if response.status.code not in (rmq_pb2.OK, rmq_pb2.FLUSH_SLAVE_TIMEOUT, rmq_pb2.SLAVE_NOT_AVAILABLE):
             raise refusal_of(response.status)
         ext = {
@@ -288,6 +279,25 @@ class BrokerRemotingProcessor:
         return call.request.response(
             RESPONSE_CODES[response.status.code], response.status.message or None, ext
         )
+
+    async def _send_one(
+        self, call: Call, header: dict[str, str], sys_flag: int, topic: str, queue_id: int
+    ) -> RemotingCommand:
+        """One message: straight to SendMessageProcessor's single-message path."""
+        if self.dispatcher.authenticator is not None:
+            self._authorize(call, "SendMessage", rmq_pb2.SendMessageRequest(topic=topic))
+        message = self._one_message(
+            topic, call.request.body, header.get("properties", ""), headers.int_field(header, "flag", 0),
+            sys_flag, queue_id,
+        )
+        message.born_timestamp = headers.int_field(header, "bornTimestamp", 0)
+        result = await self.processors.send.send_one(message, born_host_from_peer(call.context.peer()))
+        ext = {
+            "msgId": result.msg_id, "queueId": str(result.queue_id), "queueOffset": str(result.queue_offset)
+        }
+        if result.recall_handle:   # a timer message (RocketMQ 5.3 SendMessageResponseHeader)
+            ext["recallHandle"] = result.recall_handle
+        return call.request.response(RESPONSE_CODES[result.code], result.reason or None, ext)
 
     async def _send_half(
         self, call: Call, header: dict[str, str], sys_flag: int, topic: str, queue_id: int
@@ -317,9 +327,7 @@ class BrokerRemotingProcessor:
             header.get("producerGroup", ""),
             born_host_from_peer(call.context.peer()),
         )
-        store = self.messaging.store
-        result = await self.messaging.executor.run(store.put_message, half)
-        check_put_status(result.status)
+        result, = await self.processors.send.put_records(half.topic, [half])   # counted where stored
         transaction_id = await self.transactions.opened(
             topic,
             half.properties.get(mf.PROPERTY_UNIQ_KEY) or result.msg_id,
@@ -353,9 +361,9 @@ class BrokerRemotingProcessor:
             raise Refusal(ResponseCode.SYSTEM_ERROR, error.message) from None
         return call.request.response(ResponseCode.SUCCESS)
 
-    def _message(
-        self, body: bytes, properties_text: str, flag: int, sys_flag: int, queue_id: int
-    ) -> rmq_pb2.Message:
+    def _one_message(
+        self, topic: str, body: bytes, properties_text: str, flag: int, sys_flag: int, queue_id: int
+    ) -> OneMessage:
         properties = mf.decode_properties(properties_text)
         tags = properties.pop(mf.PROPERTY_TAGS, "")
         keys = properties.pop(mf.PROPERTY_KEYS, "")
@@ -364,13 +372,17 @@ class BrokerRemotingProcessor:
             raise Refusal(
                 ResponseCode.MESSAGE_ILLEGAL, f"property DELAY must be a delay level, not {delay!r}"
             )
+        return OneMessage(
+            topic, self._uncompressed(body, sys_flag), tags, keys, properties, queue_id, int(delay), flag
+        )
+
+    def _message(
+        self, body: bytes, properties_text: str, flag: int, sys_flag: int, queue_id: int
+    ) -> rmq_pb2.Message:
+        one = self._one_message("", body, properties_text, flag, sys_flag, queue_id)
         message = rmq_pb2.Message(
-            body=self._uncompressed(body, sys_flag),
-            tags=tags,
-            keys=keys,
-            properties=properties,
-            flag=flag,
-            delay_level=int(delay),
+            body=one.body, tags=one.tags, keys=one.keys, properties=one.properties, flag=flag,
+            delay_level=one.delay_level,
         )
         if queue_id >= 0:
             message.queue_id = queue_id
@@ -399,7 +411,9 @@ class BrokerRemotingProcessor:
     async def _pull(self, call: Call) -> RemotingCommand:
         request = self._pull_request(call.request)
         self._authorize(call, "PullMessage", request)
-        response = await self.messaging.PullMessage(request, call.context)   # held in the shared table
+        pull = self.processors.pull
+        # held in the shared table
+        response = await pull.process(request, lease=pull.budget.lease(call.context))
         check_ok(response)
         ext = {
             "nextBeginOffset": str(response.next_begin_offset),
@@ -435,17 +449,14 @@ class BrokerRemotingProcessor:
         """The group's committed offset; for a group that has none, 0 when the queue still holds
         its first message (ConsumerManageProcessor#queryConsumerOffset), else QUERY_NOT_FOUND."""
         fields = call.request.ext_fields
-        topic, queue_id = headers.text(call.request, "topic"), headers.int_field(fields, "queueId")
-        request = rmq_pb2.QueryConsumerOffsetsRequest(
-            consumer_group=headers.text(call.request, "consumerGroup"), topic=topic
-        )
-        self._authorize(call, "QueryConsumerOffsets", request)
-        response = await self.messaging.QueryConsumerOffsets(request, call.context)
-        check_ok(response)
-        found = [entry.offset for entry in response.offsets if entry.queue_id == queue_id]
-        if found:
-            return call.request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(found[0])})
-        if await self._queue_offsets(call, topic, queue_id, "min_offset") == 0:
+        group, topic = headers.text(call.request, "consumerGroup"), headers.text(call.request, "topic")
+        queue_id = headers.int_field(fields, "queueId")
+        self._authorize(call, "QueryConsumerOffsets",
+                        rmq_pb2.QueryConsumerOffsetsRequest(consumer_group=group, topic=topic))
+        offset = self.processors.consumer_manage.query_offset(group, topic, queue_id)
+        if offset is not None:
+            return call.request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+        if self._queue_offset(call, topic, queue_id, self.processors.admin.min_offset) == 0:
             return call.request.response(ResponseCode.SUCCESS, ext_fields={"offset": "0"})
         return call.request.response(
             ResponseCode.QUERY_NOT_FOUND, "Not found, maybe this group consumer boot first"
@@ -453,44 +464,31 @@ class BrokerRemotingProcessor:
 
     async def _update_offset(self, call: Call) -> RemotingCommand:
         fields = call.request.ext_fields
-        request = rmq_pb2.UpdateConsumerOffsetsRequest(
-            consumer_group=headers.text(call.request, "consumerGroup"),
-            offsets=[
-                rmq_pb2.ConsumerOffset(
-                    topic=headers.text(call.request, "topic"),
-                    queue_id=headers.int_field(fields, "queueId"),
-                    offset=headers.int_field(fields, "commitOffset"),
-                )
-            ],
-        )
-        self._authorize(call, "UpdateConsumerOffsets", request)
-        check_ok(await self.messaging.UpdateConsumerOffsets(request, call.context))
+        group, topic = headers.text(call.request, "consumerGroup"), headers.text(call.request, "topic")
+        queue_id, offset = headers.int_field(fields, "queueId"), headers.int_field(fields, "commitOffset")
+        if self.dispatcher.authenticator is not None:
+            self._authorize(call, "UpdateConsumerOffsets", rmq_pb2.UpdateConsumerOffsetsRequest(
+                consumer_group=group,
+                offsets=[rmq_pb2.ConsumerOffset(topic=topic, queue_id=queue_id, offset=offset)],
+            ))
+        self.processors.consumer_manage.update_offsets(group, {(topic, queue_id): offset})
         return call.request.response(ResponseCode.SUCCESS)
 
-    async def _queue_offsets(self, call: Call, topic: str, queue_id: int, which: str) -> int:
-        request = rmq_pb2.GetTopicOffsetsRequest(topic=topic)
-        self._authorize(call, "GetTopicOffsets", request)
-        response = await self.messaging.GetTopicOffsets(request, call.context)
-        check_ok(response)
-        for queue in response.queues:
-            if queue.queue_id == queue_id:
-                return int(getattr(queue, which))
-        raise Refusal(ResponseCode.SYSTEM_ERROR, f"queue {queue_id} is out of range for topic {topic}")
+    def _queue_offset(self, call: Call, topic: str, queue_id: int, which: Callable[[str, int], int]) -> int:
+        self._authorize(call, "GetTopicOffsets", rmq_pb2.GetTopicOffsetsRequest(topic=topic))
+        return which(topic, queue_id)
 
-    async def _offset_answer(self, call: Call, which: str) -> RemotingCommand:
-        offset = await self._queue_offsets(
-            call,
-            headers.text(call.request, "topic"),
-            headers.int_field(call.request.ext_fields, "queueId"),
-            which,
-        )
+    async def _offset_answer(self, call: Call, which: Callable[[str, int], int]) -> RemotingCommand:
+        topic = headers.text(call.request, "topic")
+        queue_id = headers.int_field(call.request.ext_fields, "queueId")
+        offset = self._queue_offset(call, topic, queue_id, which)
         return call.request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
 
     async def _max_offset(self, call: Call) -> RemotingCommand:
-        return await self._offset_answer(call, "max_offset")
+        return await self._offset_answer(call, self.processors.admin.max_offset)
 
     async def _min_offset(self, call: Call) -> RemotingCommand:
-        return await self._offset_answer(call, "min_offset")
+        return await self._offset_answer(call, self.processors.admin.min_offset)
 
     async def _search_offset(self, call: Call) -> RemotingCommand:
         fields = call.request.ext_fields
@@ -500,9 +498,8 @@ class BrokerRemotingProcessor:
             timestamp=headers.int_field(fields, "timestamp"),
         )
         self._authorize(call, "SearchOffset", request)
-        response = await self.messaging.SearchOffset(request, call.context)
-        check_ok(response)
-        return call.request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(response.offset)})
+        offset = await self.processors.admin.search_offset(request.topic, request.queue_id, request.timestamp)
+        return call.request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
 
     async def _send_back(self, call: Call) -> RemotingCommand:
         fields = call.request.ext_fields
@@ -516,18 +513,16 @@ class BrokerRemotingProcessor:
         if "maxReconsumeTimes" in fields:
             request.max_reconsume_times = headers.int_field(fields, "maxReconsumeTimes")
         self._authorize(call, "ConsumerSendMsgBack", request)
-        check_ok(await self.messaging.ConsumerSendMsgBack(request, call.context))
+        check_ok(await self.processors.send_back.process(request))
         return call.request.response(ResponseCode.SUCCESS)
 
     async def _lock(self, call: Call) -> RemotingCommand:
         group, client_id, queues = headers.lock_body(call.request)
         request = rmq_pb2.LockBatchRequest(consumer_group=group, client_id=client_id, queues=queues)
         self._authorize(call, "LockBatchMQ", request)
-        response = await self.messaging.LockBatchMQ(request, call.context)
-        check_ok(response)
         locked = [
             {"brokerName": mq.broker_name, "queueId": mq.queue_id, "topic": mq.topic}
-            for mq in response.locked_queues
+            for mq in self.processors.admin.lock_batch(group, client_id, to_message_queues(queues))
         ]
         return call.request.response(ResponseCode.SUCCESS, body=json.dumps({"lockOKMQSet": locked}).encode())
 
@@ -535,5 +530,5 @@ class BrokerRemotingProcessor:
         group, client_id, queues = headers.lock_body(call.request)
         request = rmq_pb2.UnlockBatchRequest(consumer_group=group, client_id=client_id, queues=queues)
         self._authorize(call, "UnlockBatchMQ", request)
-        check_ok(await self.messaging.UnlockBatchMQ(request, call.context))
+        self.processors.admin.unlock_batch(group, client_id, to_message_queues(queues))
         return call.request.response(ResponseCode.SUCCESS)

@@ -116,13 +116,14 @@ class RequestDispatcher:
 
     async def process(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
         response = await self._process(context, request)
-        log.debug(
-            "remoting %s: request code %d -> %s %s",
-            context.channel.address,
-            request.code,
-            response and response.code,
-            response and response.remark,
-        )
+        if log.isEnabledFor(logging.DEBUG):   # not a log call per request unless asked for
+            log.debug(
+                "remoting %s: request code %d -> %s %s",
+                context.channel.address,
+                request.code,
+                response and response.code,
+                response and response.remark,
+            )
         return response
 
     def admit_header(self, channel: Channel, header: RemotingCommand) -> Admission | RemotingCommand:

@@ -45,7 +45,7 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from rmq.broker_server.remoting.request_bytes import RequestBytes
 from rmq.broker_server.security.refusal_log import RefusalLog
@@ -370,7 +370,7 @@ class _Connection(asyncio.Protocol):
 
     # -- transport callbacks ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)   # uvloop's TCPTransport is not a subclass
         peer = transport.get_extra_info("peername") or ("?", 0)
         channel = Channel(transport, f"{peer[0]}:{peer[1]}")
         refusal = self._refusal(channel)

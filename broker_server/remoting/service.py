@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from rmq.broker_server.config import BrokerConfig, NameServerConfig
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager
+from rmq.broker_server.processors.pipeline import BrokerProcessors
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.remoting.broker_processor import BrokerIdentity, BrokerRemotingProcessor
 from rmq.broker_server.remoting.name_server_processor import NameServerRemotingProcessor
@@ -20,7 +21,6 @@ from rmq.broker_server.remoting.remoting_server import (
     RemotingProcessor,
     RemotingServer,
 )
-from rmq.broker_server.rmq_v1.messaging_service import MessagingService
 from rmq.broker_server.rocketmq_v2.transactions import TransactionService
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.request_signing import broker_server_id
@@ -77,7 +77,7 @@ def bind_remoting_port(config: BrokerConfig,
 def build_broker_remoting(
     config: BrokerConfig,
     security: ServerSecurity,
-    messaging: MessagingService,
+    processors: BrokerProcessors,
     topics: TopicConfigManager,
     consumers: ConsumerManager,
     transactions: TransactionService,
@@ -92,7 +92,7 @@ def build_broker_remoting(
         return None
     processor = BrokerRemotingProcessor(
         BrokerIdentity(config.broker_name, config.broker_id, config.remoting_address),
-        messaging,
+        processors,
         topics,
         consumers,
         transactions,

@@ -19,8 +19,8 @@ from rmq.broker_server.processors.timer_message_store import TimerMessageStore
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.replication.ha_client import HAClient, SlaveSynchronize
 from rmq.broker_server.replication.ha_connection import HAServicer
-from rmq.broker_server.rmq_v1.status import OK
 from rmq.broker_server.security.cluster_auth import ClusterAuth, MasterAuth, SlaveAuth, load_cluster_secret
+from rmq.broker_server.status import OK
 from rmq.store import BrokerRole, MessageStore
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
@@ -48,7 +48,8 @@ class Replication:
         self.in_sync_ids: list[int] = []   # controller mode: the group's in-sync set, as last answered
         auth = self._cluster_auth(acl)
         self.servicer = HAServicer(store, topics, offsets, lambda: dict(schedule.offsets),
-                                   timer.master_progress, MasterAuth(auth, config.broker_address, acl))
+                                   timer.master_progress, MasterAuth(auth, config.broker_address, acl,
+                                                                      config.broker_id))
         self.client: HAClient | None = None
         self.synchronize: SlaveSynchronize | None = None
         if self.is_slave:

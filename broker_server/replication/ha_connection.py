@@ -33,7 +33,6 @@ from rmq.broker_server.grpc_aio import Context
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
 from rmq.broker_server.offsets.offset_changes import OffsetChanges, group_offset
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
-from rmq.broker_server.rmq_v1.status import OK, answers_with_status
 from rmq.broker_server.security.cluster_auth import (
     Direction,
     Exchange,
@@ -42,6 +41,7 @@ from rmq.broker_server.security.cluster_auth import (
     Session,
     signed,
 )
+from rmq.broker_server.status import OK, answers_with_status
 from rmq.store import MessageStore
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 

@@ -18,8 +18,10 @@ import asyncio
 import dataclasses
 import logging
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -31,6 +33,7 @@ from rmq.broker_server.errors import UserError
 from rmq.broker_server.json_file import read_json, write_json_atomically
 from rmq.broker_server.metrics.collectors import BrokerCollector, serve_metrics
 from rmq.broker_server.rmq_v1.grpc_server import wait_for_termination
+from rmq.broker_server.security.cluster_auth import ClusterAuth, Exchange, load_cluster_secret
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.store import BrokerRole
 from rmq.store.private_files import SERVER_UMASK, make_dirs
@@ -46,6 +49,10 @@ UNKNOWN_OFFSET = -1
 # (SERVICE_NOT_AVAILABLE: the new master has not confirmed yet; SYSTEM_ERROR) is asked again
 REFUSALS = (rmq_pb2.ILLEGAL_ARGUMENT, rmq_pb2.LIMIT_EXCEEDED)
 DENIED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+# the controller refusing this member's cluster proof so many times in a row (another secret, none,
+# a clock off by more than a minute) ends the broker; once may be a proof dated just before a
+# controller restart
+PROOF_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -100,14 +107,23 @@ class TermCollector(Collector):
             yield gauge
 
 
+class NoLeadingController(grpc.RpcError):
+    """No controller could decide (none reachable leads at the moment): taken as "the controller
+    is unreachable" (a member keeps its role and asks again)."""
+
+
 class ReplicasManager:
     def __init__(self, config: BrokerConfig, security: ServerSecurity) -> None:
         self.config = config
         self.security = security
         self.epoch_path = config.store_path / "config" / EPOCH_FILE
-        self._channel = security.open_client_channel(config.controller)
-        self._stub = rmq_pb2_grpc.ControllerServiceStub(self._channel)
+        self.controllers = config.controller_addresses
+        self._channels = {address: security.open_client_channel(address) for address in self.controllers}
+        self._current = 0   # the controller asked first: the leader, once one named it
         self.collector = TermCollector()
+        # every heartbeat is proven with the cluster secret (the controller refuses it otherwise)
+        self._auth = (ClusterAuth(load_cluster_secret(Path(config.cluster_secret_file).expanduser()),
+                                  config.broker_name) if config.cluster_secret_file else None)
 
     def identity(self) -> dict[str, str | int]:
         """Whose epoch the epoch file holds: this member of this group of this cluster."""
@@ -139,25 +155,48 @@ class ReplicasManager:
     async def heartbeat(self, epoch: int, max_offset: int, in_sync_addresses: list[str]
                         ) -> rmq_pb2.ControllerHeartbeatResponse:
         config = self.config
-        response: rmq_pb2.ControllerHeartbeatResponse = await self._stub.Heartbeat(
-            rmq_pb2.ControllerHeartbeatRequest(
+        request = rmq_pb2.ControllerHeartbeatRequest(
             cluster_name=config.cluster_name, broker_name=config.broker_name, broker_id=config.broker_id,
             address=config.broker_address, epoch=epoch, max_offset=max_offset,
-            in_sync_addresses=in_sync_addresses), timeout=HEARTBEAT_TIMEOUT_S)
-        return response
+            in_sync_addresses=in_sync_addresses)
+        reasons: list[str] = []
+        for _ in range(len(self.controllers) + 1):
+            address = self.controllers[self._current]
+            if self._auth is not None:   # a fresh proof per call: a controller refuses a nonce it saw
+                self._auth.prove(request, Exchange.CONTROLLER, config.broker_id, config.broker_address)
+            try:
+                response: rmq_pb2.ControllerHeartbeatResponse = await rmq_pb2_grpc.ControllerServiceStub(
+                    self._channels[address]).Heartbeat(request, timeout=HEARTBEAT_TIMEOUT_S)
+            except grpc.RpcError as error:
+                if len(self.controllers) == 1 or _status(error) in DENIED:
+                    raise
+                reasons.append(f"{address}: {_code(error)}")
+                self._current = (self._current + 1) % len(self.controllers)
+                continue
+            if not response.not_leader:
+                return response
+            reasons.append(f"{address}: {response.status.message}")
+            self._follow(response.leader_address)
+        raise NoLeadingController(f"no controller decides now ({'; '.join(reasons)})")
+
+    def _follow(self, leader: str) -> None:
+        """Ask `leader` next when it is one of this broker's controllers, else the next one."""
+        self._current = (self.controllers.index(leader) if leader in self.controllers
+                         else (self._current + 1) % len(self.controllers))
 
     async def register(self, terminated: asyncio.Future[None]) -> RoleAssignment | None:
         """This member's assignment, asked every second until the controller gives one
         (None when the process is terminated first; UserError when the controller refuses
         this member)."""
         warned = False
+        proofs_refused = 0
         while not terminated.done():
             try:
                 answer = await self.heartbeat(self.local_epoch(), UNKNOWN_OFFSET, [])
             except grpc.RpcError as error:
-                if isinstance(error, grpc.Call) and error.code() in DENIED:
+                if _status(error) in DENIED:
                     raise UserError(f"the controller at {self.config.controller} refuses this broker's "
-                                    f"credentials: {error.details()}") from None
+                                    f"credentials: {_code(error)}") from None
                 if not warned:
                     log.warning("controller %s unreachable (%s); retrying every %gs", self.config.controller,
                                 _code(error), RETRY_S)
@@ -165,7 +204,8 @@ class ReplicasManager:
             else:
                 if answer.status.code == rmq_pb2.OK:
                     return RoleAssignment.from_proto(answer)
-                if answer.status.code in REFUSALS:
+                proofs_refused = proofs_refused + 1 if answer.status.code == rmq_pb2.NO_PERMISSION else 0
+                if answer.status.code in REFUSALS or proofs_refused >= PROOF_ATTEMPTS:
                     raise UserError(f"the controller at {self.config.controller} refuses this broker: "
                                     f"{answer.status.message}")
                 log.info("waiting for the controller (%s): %s", rmq_pb2.Code.Name(answer.status.code),
@@ -185,7 +225,7 @@ class ReplicasManager:
         self.save_epoch(assignment.epoch)
         broker.replication.member.epoch = assignment.epoch
         try:
-            confirmed = await self._beat(broker, assignment)
+            confirmed = await self._beat(broker, assignment, confirming=True)
         except grpc.RpcError as error:
             log.warning("controller %s unreachable (%s) while confirming epoch %d", self.config.controller,
                         _code(error), assignment.epoch)
@@ -205,16 +245,23 @@ class ReplicasManager:
         self.collector.broker = None
         await broker.shutdown(server)
 
-    async def _beat(self, broker: BrokerController, assignment: RoleAssignment) -> bool:
-        """One heartbeat in `assignment`'s term: False when the controller ended the term."""
+    async def _beat(self, broker: BrokerController, assignment: RoleAssignment, confirming: bool = False
+                    ) -> bool:
+        """One heartbeat in `assignment`'s term: False when the controller ended the term.
+        `confirming`: the term's first, which only an OK answer in the same term confirms (a
+        refused confirmation is never served on)."""
         store = broker.store
         end = store.get_commit_log_max_offset()
         in_sync = store.ha_service.in_sync_addresses(end) if not broker.replication.is_slave else []
+        sent = time.monotonic()
         answer = await self.heartbeat(assignment.epoch, end, in_sync)
         if answer.status.code == rmq_pb2.OK and RoleAssignment.from_proto(answer).same_term(assignment):
             broker.replication.in_sync_ids = list(answer.in_sync_ids)
+            if self.config.controller_master_lease_ms and not broker.replication.is_slave:
+                # counted from the heartbeat's sending: the controller heard of this master no earlier
+                store.renew_lease(sent + self.config.controller_master_lease_ms / 1000)
             return True
-        if answer.status.code not in (rmq_pb2.OK, rmq_pb2.SERVICE_NOT_AVAILABLE):
+        if answer.status.code not in (rmq_pb2.OK, rmq_pb2.SERVICE_NOT_AVAILABLE) and not confirming:
             log.error("the controller refuses this broker's heartbeat: %s", answer.status.message)
             return True
         return False
@@ -241,11 +288,23 @@ class ReplicasManager:
             return
 
     async def close(self) -> None:
-        await self._channel.close()
+        for channel in self._channels.values():
+            await channel.close()
+
+
+def _status(error: grpc.RpcError) -> grpc.StatusCode | None:
+    """The call's status code (grpc.aio's errors are no grpc.Call); None for an error of no call."""
+    code = getattr(error, "code", None)
+    return code() if callable(code) else None
 
 
 def _code(error: grpc.RpcError) -> str:
-    return error.code().name if isinstance(error, grpc.Call) else str(error)
+    """One line: the status code and details of a failed call, else what the error says."""
+    status = _status(error)
+    if status is None:
+        return str(error)
+    details = getattr(error, "details", None)
+    return f"{status.name}: {details()}" if callable(details) and details() else status.name
 
 
 async def serve_in_controller_mode(config: BrokerConfig, security: ServerSecurity) -> None:

@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     )
     from rmq.broker_server.rmq_v1.messaging_service import MessagingService as MessagingService
     from rmq.broker_server.rmq_v1.route_service import BrokerRouteService as BrokerRouteService
-    from rmq.broker_server.rmq_v1.status import OK as OK
-    from rmq.broker_server.rmq_v1.status import answers_with_status as answers_with_status
+    from rmq.broker_server.status import OK as OK
+    from rmq.broker_server.status import answers_with_status as answers_with_status
 
 __all__, __getattr__ = lazy_exports(
     __name__,

@@ -15,7 +15,9 @@ from rmq.broker_server.processors.names import check_group_name
 from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
-from rmq.broker_server.rmq_v1.status import OK, answers_with_status
+from rmq.broker_server.security import caller
+from rmq.broker_server.security.acl import Need, ResourceKind
+from rmq.broker_server.status import OK, answers_with_status
 from rmq.store import MessageStore
 from rmq.topic_config import TopicConfig
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
@@ -34,6 +36,7 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         broker_status: Callable[[], rmq_pb2.BrokerStatusResponse] | None = None,
         topics_replicated: Callable[[], Awaitable[None]] | None = None,
         consumer_connections: Callable[[str], list[rmq_pb2.ConsumerConnection]] = lambda group: [],
+        consumer_groups: Callable[[], set[str]] = set,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -44,6 +47,7 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         self.pull_processor = pull_processor
         self.broker_status = broker_status
         self.consumer_connections = consumer_connections
+        self.consumer_groups = consumer_groups
         self.topics_replicated = topics_replicated
 
     async def _topics_changed(self) -> None:
@@ -113,3 +117,11 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         check_group_name(request.consumer_group)
         return rmq_pb2.GetConsumerConnectionsResponse(
             status=OK, connections=self.consumer_connections(request.consumer_group))
+
+    @answers_with_status(rmq_pb2.ListConsumerGroupsResponse)
+    async def ListConsumerGroups(self, request: rmq_pb2.ListConsumerGroupsRequest,
+                                 context: Context) -> rmq_pb2.ListConsumerGroupsResponse:
+        """Every group known here from any source, as far as the caller may see it (SUB on it)."""
+        visible = [group for group in self.consumer_groups()
+                   if caller.may(ResourceKind.GROUP, group, Need.SUB)]
+        return rmq_pb2.ListConsumerGroupsResponse(status=OK, groups=sorted(visible))

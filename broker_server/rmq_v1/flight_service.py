@@ -33,7 +33,7 @@ import pyarrow.flight as flight
 from google.protobuf.message import DecodeError
 
 from rmq import flight as flight_contract
-from rmq.broker_server.errors import BrokerError, illegal_argument
+from rmq.broker_server.errors import BrokerError, EdgeError, illegal_argument
 from rmq.broker_server.long_polling.fair_shares import FairShares, ShareExceeded, adjust_count
 from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor, PullQuery, pack_messages
 from rmq.broker_server.processors.pull_response_budget import PullHolder, PullResponseBudget
@@ -321,10 +321,10 @@ class FlightReadService(flight.FlightServerBase):
             except concurrent.futures.TimeoutError:
                 if context.is_cancelled():
                     future.cancel()
-                    raise _Cancelled() from None
+                    raise _Cancelled(grpc.StatusCode.CANCELLED, "the stream's client cancelled it") from None
 
 
-class _Cancelled(BrokerError):
+class _Cancelled(EdgeError):
     """The stream's client cancelled it while it waited for the event loop."""
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 
+from rmq import event_loop
 from rmq.broker_server.security.server_security import ServerSecurity
 
 SHUTDOWN_GRACE_SECONDS = 5.0
@@ -31,6 +32,8 @@ KEEPALIVE_TIME_MS = 60_000       # the server pings a silent connection with cal
 KEEPALIVE_TIMEOUT_MS = 20_000    # ...and closes it when the ping is not answered in time
 MIN_CLIENT_PING_INTERVAL_MS = 10_000
 MAX_PING_STRIKES = 2
+
+log = logging.getLogger(__name__)
 
 
 def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
@@ -100,5 +103,10 @@ async def wait_for_termination() -> None:
 
 def run_until_terminated(serve: Callable[[], Coroutine[Any, Any, None]]) -> int:
     configure_logging()
-    asyncio.run(serve())
+    event_loop.run(_logging_the_loop(serve))
     return 0
+
+
+async def _logging_the_loop(serve: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    log.info("event loop: %s", event_loop.loop_name(asyncio.get_running_loop()))
+    await serve()

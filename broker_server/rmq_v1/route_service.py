@@ -6,7 +6,7 @@ from __future__ import annotations
 from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.grpc_aio import Context
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
-from rmq.broker_server.rmq_v1.status import OK, answers_with_status
+from rmq.broker_server.status import OK, answers_with_status
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 

@@ -1,5 +1,5 @@
 """The RocketMQ 5 adapter: apache.rocketmq.v2.MessagingService on every broker's port, over the
-same processors as rmq.v1 (its names load on first use, so the CLI loads `authentication` alone)."""
+same processors as rmq.v1 (its names load on first use)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,6 @@ from typing import TYPE_CHECKING
 from rmq.broker_server.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from rmq.broker_server.rocketmq_v2.authentication import (
-        RocketMQv2AuthInterceptor as RocketMQv2AuthInterceptor,
-    )
-    from rmq.broker_server.rocketmq_v2.authentication import (
-        V2Authenticator as V2Authenticator,
-    )
     from rmq.broker_server.rocketmq_v2.messaging_service import (
         RocketMQv2MessagingService as RocketMQv2MessagingService,
     )
@@ -33,10 +27,6 @@ if TYPE_CHECKING:
 __all__, __getattr__ = lazy_exports(
     __name__,
     {
-        "authentication": (
-            "RocketMQv2AuthInterceptor",
-            "V2Authenticator",
-        ),
         "messaging_service": ("RocketMQv2MessagingService",),
         "service": ("build_service",),
         "status": ("V2Error",),

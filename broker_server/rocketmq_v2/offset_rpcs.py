@@ -9,20 +9,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from rmq.broker_server.errors import BrokerError
-from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
 from rmq.broker_server.processors.names import check_group_name
-from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor
+from rmq.broker_server.processors.pipeline import BrokerProcessors
 from rmq.broker_server.processors.pull_response_budget import CallContext, PullBytesLease
-from rmq.broker_server.processors.store_executor import StoreExecutor
-from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.status import V2Error, as_v2_error
-from rmq.broker_server.security.caller import account_key
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
-from rmq.store import MessageStore
 from rmq.stored_message import decode_records
-from rmq.topic_config import TopicConfig
 from rmq.v1 import rmq_pb2
 
 MAX_PULL_BATCH = 1024
@@ -35,20 +29,13 @@ _PULL_STATUS = {
 
 
 class OffsetRpcs:
-    def __init__(self, store: MessageStore, executor: StoreExecutor, topics: TopicConfigManager,
-                 offsets: ConsumerOffsetManager, pull_processor: PullMessageProcessor) -> None:
-        self.store = store
-        self.executor = executor
-        self.topics = topics
-        self.offsets = offsets
-        self.pull_processor = pull_processor
+    """Translates the v2 offset RPCs into PullMessageProcessor, ConsumerManageProcessor and
+    AdminBrokerProcessor calls."""
 
-    def _queue(self, queue: v2.MessageQueue) -> TopicConfig:
-        config = self.topics.require(queue.topic.name)
-        if not 0 <= queue.id < config.read_queue_nums:
-            raise V2Error(v2.BAD_REQUEST, f"queue {queue.id} is out of range: topic {config.topic_name!r} "
-                                          f"has {config.read_queue_nums} read queues")
-        return config
+    def __init__(self, processors: BrokerProcessors) -> None:
+        self.pull_processor = processors.pull
+        self.consumer_manage = processors.consumer_manage
+        self.admin = processors.admin
 
     async def pull(self, request: pb.PullMessageRequest, wait_ms: int, context: CallContext
                    ) -> AsyncIterator[pb.PullMessageResponse]:
@@ -68,7 +55,7 @@ class OffsetRpcs:
     async def _pull(self, request: pb.PullMessageRequest, wait_ms: int, lease: PullBytesLease
                     ) -> tuple[Any, list[Any]]:
         check_group_name(request.group.name)
-        self._queue(request.message_queue)
+        self.admin.min_offset(request.message_queue.topic.name, request.message_queue.id)   # the queue exists
         expression = request.filter_expression
         pull = rmq_pb2.PullMessageRequest(
             consumer_group=request.group.name,
@@ -89,33 +76,30 @@ class OffsetRpcs:
         return response, records
 
     async def update_offset(self, request: pb.UpdateOffsetRequest) -> None:
-        check_group_name(request.group.name)
-        config = self._queue(request.message_queue)
         if request.offset < 0:
             raise V2Error(v2.ILLEGAL_OFFSET, f"offset must not be negative, not {request.offset}")
-        key = OffsetKey(request.group.name, config.topic_name, request.message_queue.id)
-        self.offsets.commit_client_offsets(account_key(), {key: request.offset})
+        queue = request.message_queue
+        offsets = {(queue.topic.name, queue.id): request.offset}
+        self.consumer_manage.update_offsets(request.group.name, offsets)
 
     async def get_offset(self, request: pb.GetOffsetRequest) -> int:
-        check_group_name(request.group.name)
-        config = self._queue(request.message_queue)
-        offset = self.offsets.query_offset(request.group.name, config.topic_name, request.message_queue.id)
+        queue = request.message_queue
+        self.admin.min_offset(queue.topic.name, queue.id)   # the queue exists
+        offset = self.consumer_manage.query_offset(request.group.name, queue.topic.name, queue.id)
         if offset is None:
             raise V2Error(v2.OFFSET_NOT_FOUND, f"group {request.group.name!r} has no offset for this queue")
         return offset
 
     async def query_offset(self, request: pb.QueryOffsetRequest) -> int:
-        config = self._queue(request.message_queue)
-        topic, queue_id = config.topic_name, request.message_queue.id
+        topic, queue_id = request.message_queue.topic.name, request.message_queue.id
         policy = request.query_offset_policy
         if policy == v2.BEGINNING:
-            return await self.executor.run(self.store.get_min_offset_in_queue, topic, queue_id)
+            return self.admin.min_offset(topic, queue_id)
         if policy == v2.END:
-            return await self.executor.run(self.store.get_max_offset_in_queue, topic, queue_id)
+            return self.admin.max_offset(topic, queue_id)
         if not request.HasField("timestamp"):
             raise V2Error(v2.BAD_REQUEST, "query_offset_policy TIMESTAMP needs a timestamp")
-        return await self.executor.run(self.store.get_offset_in_queue_by_time, topic, queue_id,
-                                       messages.timestamp_ms(request.timestamp))
+        return await self.admin.search_offset(topic, queue_id, messages.timestamp_ms(request.timestamp))
 
 
 def _sizes(packed: rmq_pb2.PackedMessages) -> list[int]:

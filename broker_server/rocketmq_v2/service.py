@@ -11,10 +11,8 @@ from rmq import retry
 from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
-from rmq.broker_server.processors.consumer_send_msg_back import ConsumerSendMsgBackProcessor
 from rmq.broker_server.processors.delay_levels import parse_delay_levels
-from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor
-from rmq.broker_server.processors.send_message_processor import SendMessageProcessor
+from rmq.broker_server.processors.pipeline import BrokerProcessors
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.timer_message_store import TimerMessageStore
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
@@ -36,8 +34,7 @@ PUSH_LONG_POLLING_S = 20   # the long polling a PushConsumer is told to use (pro
 def build_service(config: BrokerConfig, store: MessageStore, executor: StoreExecutor,
                   topics: TopicConfigManager,
                   offsets: ConsumerOffsetManager, hold_service: PullRequestHoldService,
-                  send_processor: SendMessageProcessor, pull_processor: PullMessageProcessor,
-                  send_back_processor: ConsumerSendMsgBackProcessor, timer: TimerMessageStore,
+                  processors: BrokerProcessors, timer: TimerMessageStore,
                   open_channel: Callable[[str], grpc.aio.Channel],
                   on_topics_changed: Callable[[], None],
                   clock: Callable[[], float]) -> RocketMQv2MessagingService:
@@ -57,7 +54,9 @@ def build_service(config: BrokerConfig, store: MessageStore, executor: StoreExec
                               fifo_groups)
     sessions = TelemetrySessions(settings, config.max_telemetry_sessions,
                                  config.max_telemetry_sessions_per_account)
-    transactions = TransactionService(store, executor, sessions, config.store_path, TransactionSettings(
+    send_processor, pull_processor = processors.send, processors.pull
+    transactions = TransactionService(store, executor, send_processor, sessions, config.store_path,
+                                      TransactionSettings(
         config.transaction_timeout_ms, config.transaction_check_interval_ms, config.transaction_check_max,
         config.max_open_transactions, config.max_open_transactions_per_account))
     transactions.load()
@@ -67,8 +66,8 @@ def build_service(config: BrokerConfig, store: MessageStore, executor: StoreExec
                       open_channel),
         PopService(offsets, hold_service, table,
                    RememberedReceives(config.max_remembered_receives, config.max_remembered_receive_bytes),
-                   pull_processor, send_back_processor, clock),
+                   pull_processor, processors.send_back, clock),
         sessions, GroupPolicy(max_attempts, fifo_groups, config.min_invisible_ms,
                               config.enable_property_filter), timer, transactions,
-        OffsetRpcs(store, executor, topics, offsets, pull_processor),
+        OffsetRpcs(processors),
         ReceiptHandleCodec.of_store(config.store_path), max_body_size)

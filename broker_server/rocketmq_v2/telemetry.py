@@ -195,11 +195,21 @@ class TelemetrySessions:
 
     def consumers_of(self, group: str) -> list[TelemetrySession]:
         """Sessions whose settings say they consume for `group` (Simple and Push consumers)."""
-        return [session for session in self.sessions
-                if session.settings is not None and session.settings.HasField("subscription")
-                and session.settings.subscription.group.name == group]
+        return [session for session in self.sessions if _consumer_group(session) == group]
+
+    def consumer_groups(self) -> set[str]:
+        """The groups some session consumes for."""
+        return {_consumer_group(session) for session in self.sessions} - {""}
 
     def end_all(self) -> None:
         """Shutdown: close every stream so the server need not wait for them."""
         for session in list(self.sessions):
             session.send(None)
+
+
+def _consumer_group(session: TelemetrySession) -> str:
+    """The group a consumer session's settings name; "" for a producer (or no settings yet)."""
+    settings = session.settings
+    if settings is None or not settings.HasField("subscription"):
+        return ""
+    return settings.subscription.group.name

@@ -35,7 +35,7 @@ from rmq.broker_server.json_file import read_json
 from rmq.broker_server.long_polling.fair_shares import adjust_count
 from rmq.broker_server.processors.names import SYSTEM_TOPIC_PREFIX
 from rmq.broker_server.processors.schedule_message_service import message_timeup
-from rmq.broker_server.processors.send_message_processor import check_put_status
+from rmq.broker_server.processors.send_message_processor import SendMessageProcessor
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.status import V2Error
@@ -74,10 +74,12 @@ class TransactionSettings:
 
 
 class TransactionService:
-    def __init__(self, store: MessageStore, executor: StoreExecutor, sessions: TelemetrySessions,
+    def __init__(self, store: MessageStore, executor: StoreExecutor, sender: SendMessageProcessor,
+                 sessions: TelemetrySessions,
                  store_path: Path, settings: TransactionSettings) -> None:
         self.store = store
         self.executor = executor
+        self.sender = sender
         self.sessions = sessions
         self.settings = settings
         self.open: dict[str, OpenTransaction] = {}
@@ -179,7 +181,7 @@ class TransactionService:
                 if half is not None:
                     committed = message_timeup(half)
                     committed.properties.pop(PROPERTY_TRANSACTION_PREPARED, None)
-                    check_put_status((await self.executor.run(self.store.put_message, committed)).status)
+                    await self.sender.put_records(transaction.topic, [committed])
             self._ended(transaction_id)
             await self._journal.sync()
 

@@ -102,7 +102,7 @@ class ResourceKind(enum.Enum):
 @dataclass(frozen=True)
 class Requirement:
     """A permission a call needs: `need` on the resource `name` of `kind` (the rule tables of
-    rpc_permissions for rmq.v1, rocketmq_v2.authentication for RocketMQ 5)."""
+    rpc_permissions for rmq.v1, security/rocketmq_v2_auth.py for RocketMQ 5)."""
 
     kind: ResourceKind
     name: str

@@ -1,6 +1,6 @@
 """The account a call was admitted for, as the behaviour behind the ACL interceptors sees it.
 
-The interceptors check the names a request carries (rpc_permissions, rocketmq_v2.authentication);
+The interceptors check the names a request carries (rpc_permissions, rocketmq_v2_auth);
 some requests reach data those names do not name (a CommitLog offset, a transaction id, a
 receipt handle). The behaviour then asks the current Caller whether the account may touch the
 data it found (docs/security-model.md). Each gRPC call runs in its own task, so a ContextVar

@@ -12,6 +12,12 @@ proof's MAC keys a session: every later message of the exchange, both ways, carr
 under the session key over its position in the exchange and its content, which the slave
 checks before it writes a byte (so a master without the secret cannot feed it) and the master
 checks before it counts an acknowledgement.
+
+A broker in controller mode proves every controller heartbeat the same way (exchange
+CONTROLLER, the proof naming the member's own name, id and advertised address): the controller
+decides who replicates from whom and where a CommitLog is cut, so it listens to no member that
+cannot show the secret (`admit_member`). One secret then serves every broker group the
+controller manages (the cluster's).
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ class Exchange(enum.Enum):
 
     TRANSFER = "transfer"
     SYNCHRONIZE = "synchronize"
+    CONTROLLER = "controller"
 
 
 class Direction(enum.Enum):
@@ -155,29 +162,50 @@ class ClusterAuth:
         proof.mac = self._proof_mac(exchange, message)
         return self.session(proof)
 
-    def admit(self, message: Any, exchange: Exchange, own_address: str) -> Session:
-        """Master: the session of the exchange `message` opens; ProofRefused saying why not."""
-        if not message.HasField("proof"):
-            raise ProofRefused("the slave sent no cluster proof: this broker group has a cluster secret, "
-                               "give the slave the same --cluster-secret file")
-        proof = message.proof
-        if not hmac.compare_digest(self._proof_mac(exchange, message), proof.mac):
-            raise ProofRefused("the slave's cluster proof does not verify: its --cluster-secret differs from "
-                               "this master's")
-        if proof.broker_name != self.broker_name or proof.broker_id < 1:
+    def admit(self, message: Any, exchange: Exchange, own_address: str, own_id: int = 0) -> Session:
+        """Master (broker id `own_id`): the session of the exchange `message` opens; ProofRefused
+        saying why not. Any other id of the group may be a slave (in controller mode id 0 too)."""
+        proof = self._verified(message, exchange, "slave")
+        if proof.broker_name != self.broker_name or proof.broker_id < 0 or proof.broker_id == own_id:
             raise ProofRefused(f"the proof is for broker {proof.broker_name[:64]!r} id {proof.broker_id}, "
                                f"not a slave of {self.broker_name!r}")
         if proof.master_address != own_address:
             raise ProofRefused(f"the slave dialed {proof.master_address[:64]!r}, this master is "
                                f"{own_address!r}: refused as relayed (give the slave --master {own_address})")
+        self._check_fresh(proof)
+        return self.session(proof)
+
+    def admit_member(self, request: Any) -> None:
+        """Controller: ProofRefused unless `request` (a ControllerHeartbeatRequest) carries a proof
+        made with the secret for the very member it names (broker name, id and address), fresh and
+        never used before."""
+        proof = self._verified(request, Exchange.CONTROLLER, "broker")
+        claimed = (request.broker_name, request.broker_id, request.address)
+        if (proof.broker_name, proof.broker_id, proof.master_address) != claimed:
+            raise ProofRefused(f"the proof is for broker {proof.broker_name[:64]!r} id {proof.broker_id} at "
+                               f"{proof.master_address[:64]!r}, the heartbeat names {claimed[0][:64]!r} id "
+                               f"{claimed[1]} at {claimed[2][:64]!r}")
+        self._check_fresh(proof)
+
+    def _verified(self, message: Any, exchange: Exchange, who: str) -> Any:
+        """The message's proof once its MAC verifies under the secret."""
+        if not message.HasField("proof"):
+            raise ProofRefused(f"the {who} sent no cluster proof: this side has a cluster secret, give the "
+                               f"{who} the same --cluster-secret file")
+        proof = message.proof
+        if not hmac.compare_digest(self._proof_mac(exchange, message), proof.mac):
+            raise ProofRefused(f"the {who}'s cluster proof does not verify: its --cluster-secret differs "
+                               f"from this one's")
+        return proof
+
+    def _check_fresh(self, proof: Any) -> None:
         now_ms = self._now_ms()
         if abs(now_ms - proof.timestamp_ms) > WINDOW_MS:
             raise ProofRefused(f"the proof is dated {(proof.timestamp_ms - now_ms) / 1000:+.1f} s from this "
-                               f"master's clock, outside +-{WINDOW_MS / 1000:g} s")
+                               f"server's clock, outside +-{WINDOW_MS / 1000:g} s")
         if not self._fresh(proof, now_ms):
-            raise ProofRefused("the proof was used before (or made before this master started): refused as "
+            raise ProofRefused("the proof was used before (or made before this server started): refused as "
                                "replayed")
-        return self.session(proof)
 
     def _fresh(self, proof: Any, now_ms: int) -> bool:
         """The proof's nonce is new and it was made after this process started."""
@@ -209,10 +237,11 @@ class MasterAuth:
     auth: ClusterAuth | None
     own_address: str
     required: bool
+    own_id: int = 0
 
     def admit(self, message: Any, exchange: Exchange) -> Session | None:
         if self.auth is not None:
-            return self.auth.admit(message, exchange, self.own_address)
+            return self.auth.admit(message, exchange, self.own_address, self.own_id)
         if self.required:
             raise ProofRefused("this master runs with --acl but without --cluster-secret: give every "
                                "member of the group the same --cluster-secret file")

@@ -89,9 +89,11 @@ RULES: dict[str, Rule] = {
     _rule("RouteService", "ListBrokers"): _nothing,
     _rule("AdminService", "GetBrokerStatus"): _nothing,   # role and offsets, like ListBrokers
     _rule("AdminService", "GetConsumerConnections"): _group_sub,   # the group's members, like GetConsumerList
+    _rule("AdminService", "ListConsumerGroups"): _nothing,   # answers only the groups the caller may SUB
     _rule("NameServerService", "RegisterBroker"): lambda r: _broker(r.broker.broker_name),
     _rule("NameServerService", "UnregisterBroker"): lambda r: _broker(r.broker_name),
     _rule("ControllerService", "Heartbeat"): lambda r: _broker(r.broker_name),
+    _rule("ControllerService", "DescribeController"): _nothing,   # roles and epochs, like ListBrokers
 }
 
 ADMIN_METHODS = frozenset({

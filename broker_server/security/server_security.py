@@ -24,13 +24,13 @@ from rmq.auth import ClientSecurity, open_aio_channel, security_from_environment
 from rmq.broker_server.background_tasks import cancel_all
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.offsets.client_id_owners import ClientIdOwners
-from rmq.broker_server.rocketmq_v2.authentication import RocketMQv2AuthInterceptor, V2Authenticator
 from rmq.broker_server.security.acl import AclError
 from rmq.broker_server.security.acl_file import DEFAULT_POLL_INTERVAL_S, AclFile
 from rmq.broker_server.security.auth_interceptor import AuthInterceptor
 from rmq.broker_server.security.nonce_cache import DEFAULT_ACCOUNT_CAPACITY
 from rmq.broker_server.security.refusal_log import RefusalLog
 from rmq.broker_server.security.request_auth import DEFAULT_WINDOW_S, FUTURE_SKEW_MS, RequestAuthenticator
+from rmq.broker_server.security.rocketmq_v2_auth import RocketMQv2AuthInterceptor, V2Authenticator
 from rmq.broker_server.security.tls import ServerTls, add_port
 from rmq.command_line import is_loopback, positive_float, positive_int
 

@@ -9,6 +9,8 @@ cluster with an ACL shows each person only what their account may see. Sessions 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import secrets
 import threading
 import time
@@ -19,15 +21,18 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from rmq.auth import ClientSecurity
 from rmq.cli.console.cluster_view import ClusterView, NotFound
-from rmq.cli.console.history import History, svg_chart
+from rmq.cli.console.history import History
 from rmq.cli.output import timestamp
 from rmq.connector.client import RmqClient
 from rmq.connector.errors import RmqError, RmqUnavailable
@@ -35,15 +40,20 @@ from rmq.v1 import rmq_pb2
 
 HERE = Path(__file__).parent
 COOKIE = "rmq_console"
-MAX_SESSIONS = 256
+MAX_ANONYMOUS_SESSIONS = 256       # visitors who did not sign in (each only a CSRF token)
+MAX_SIGNED_IN_SESSIONS = 256       # sessions signed in as an account (each its own client)
+MAX_SESSIONS_PER_ACCOUNT = 8       # ... of which one account may hold
 SESSION_IDLE_S = 30 * 60
+MAX_RESENT_MARKS = 1_000
 FORBIDDEN = (rmq_pb2.NO_PERMISSION,)
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
 @dataclass(frozen=True)
 class ConsoleSettings:
     endpoints: str
-    security: ClientSecurity = field(default_factory=ClientSecurity)   # the console's own identity
+    security: ClientSecurity = field(default_factory=ClientSecurity)   # the charts' identity
+    hosts: tuple[str, ...] = LOOPBACK_HOSTS    # Host header names answered (DNS rebinding)
 
 
 @dataclass
@@ -52,48 +62,91 @@ class Session:
     account: str                      # "" until signed in
     csrf: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     used: float = field(default_factory=time.monotonic)
+    resent: OrderedDict[str, int] = field(default_factory=OrderedDict)   # dead letter id -> resent at (ms)
+
+    def mark_resent(self, msg_ids: list[str]) -> None:
+        """Remember (the last MAX_RESENT_MARKS) dead letters this session resent, for the DLQ page."""
+        now_ms = int(time.time() * 1000)
+        for msg_id in msg_ids:
+            self.resent.pop(msg_id, None)
+            self.resent[msg_id] = now_ms
+        while len(self.resent) > MAX_RESENT_MARKS:
+            self.resent.popitem(last=False)
 
 
 class Sessions:
+    """Two bounded pools: visitors who did not sign in share one unsigned client (the console's own
+    identity only samples the charts) and are evicted among themselves, so cookieless requests
+    never push a signed-in person out; signed-in sessions are bounded in total and per account."""
+
     def __init__(self, settings: ConsoleSettings) -> None:
         self.settings = settings
-        self._sessions: OrderedDict[str, Session] = OrderedDict()
+        unsigned = _unsigned(settings).client_kwargs()
+        self._anonymous_view = ClusterView(RmqClient(settings.endpoints, **unsigned))
+        self._anonymous: OrderedDict[str, Session] = OrderedDict()
+        self._signed_in: OrderedDict[str, Session] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, token: str | None) -> tuple[str, Session]:
         with self._lock:
             now = time.monotonic()
-            for stale in [t for t, s in self._sessions.items() if now - s.used > SESSION_IDLE_S]:
-                self._close(stale)
-            if token is not None and token in self._sessions:
-                session = self._sessions[token]
-                session.used = now
-                self._sessions.move_to_end(token)
-                return token, session
-        return self.open(ClientSecurity(**{**vars(self.settings.security)}), "")
+            for pool in (self._anonymous, self._signed_in):
+                for stale in [t for t, s in pool.items() if now - s.used > SESSION_IDLE_S]:
+                    self._close(stale)
+                if token is not None and token in pool:
+                    session = pool[token]
+                    session.used = now
+                    pool.move_to_end(token)
+                    return token, session
+            token = secrets.token_urlsafe(24)
+            while len(self._anonymous) >= MAX_ANONYMOUS_SESSIONS:
+                self._close(next(iter(self._anonymous)))
+            session = self._anonymous[token] = Session(self._anonymous_view, "")
+            return token, session
 
-    def open(self, security: ClientSecurity, account: str) -> tuple[str, Session]:
+    def sign_in(self, access_key: str, secret_key: str) -> tuple[str, Session]:
+        """A session signed as the account, once the cluster accepted a call signed with its
+        secret key (RmqError UNAUTHENTICATED otherwise; ValueError for a malformed pair)."""
+        security = dataclasses.replace(self.settings.security, access_key=access_key or None,
+                                       secret_key=secret_key or None)
         client = RmqClient(self.settings.endpoints, **security.client_kwargs())
+        try:
+            client.list_topics()
+        except RmqError as error:
+            if isinstance(error, RmqUnavailable) or _unauthenticated(error):
+                client.close()
+                raise
         token = secrets.token_urlsafe(24)
         with self._lock:
-            while len(self._sessions) >= MAX_SESSIONS:
-                self._close(next(iter(self._sessions)))
-            self._sessions[token] = Session(ClusterView(client), account)
-        return token, self._sessions[token]
+            mine = [t for t, s in self._signed_in.items() if s.account == access_key]
+            if len(mine) >= MAX_SESSIONS_PER_ACCOUNT:
+                self._close(mine[0])
+            while len(self._signed_in) >= MAX_SIGNED_IN_SESSIONS:
+                self._close(next(iter(self._signed_in)))
+            session = self._signed_in[token] = Session(ClusterView(client), access_key)
+        return token, session
 
     def close(self, token: str) -> None:
         with self._lock:
             self._close(token)
 
     def _close(self, token: str) -> None:
-        session = self._sessions.pop(token, None)
+        self._anonymous.pop(token, None)
+        session = self._signed_in.pop(token, None)
         if session is not None:
             session.view.client.close()
 
     def close_all(self) -> None:
         with self._lock:
-            for token in list(self._sessions):
+            for token in list(self._signed_in):
                 self._close(token)
+            self._anonymous.clear()
+            self._anonymous_view.client.close()
+
+
+def _unsigned(settings: ConsoleSettings) -> ClientSecurity:
+    """The console's TLS settings without its account."""
+    return dataclasses.replace(settings.security, access_key=None, secret_key=None)
 
 
 def create_app(settings: ConsoleSettings, history: History | None = None) -> Starlette:
@@ -111,28 +164,31 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
             api = request.url.path.startswith("/api/")
             try:
                 name, data = handler(request, session)
-            except NotFound as missing:
-                return _answer(request, templates, token, session, api, "error.html",
-                               {"title": "Not found", "message": str(missing)}, 404)
-            except ValueError as error:
-                return _answer(request, templates, token, session, api, "error.html",
-                               {"title": "Bad request", "message": str(error)}, 400)
-            except RmqUnavailable as error:
-                return _answer(request, templates, token, session, api, "error.html",
-                               {"title": "Cluster unreachable", "message": str(error)}, 503)
-            except RmqError as error:
-                status = 403 if _refused_identity(error) else 400
-                return _answer(request, templates, token, session, api, "error.html",
-                               {"title": "Refused", "message": str(error), "sign_in": status == 403}, status)
+            except (NotFound, ValueError, RmqError) as error:
+                return failure(request, token, session, api, error)
             return _answer(request, templates, token, session, api, name, data, 200)
         return endpoint
+
+    def failure(request: Request, token: str, session: Session, api: bool,
+                error: NotFound | ValueError | RmqError) -> Response:
+        """The error page (or JSON) of a page that could not be answered."""
+        if isinstance(error, NotFound):
+            return _answer(request, templates, token, session, api, "error.html",
+                           {"title": "Not found", "message": str(error)}, 404)
+        if isinstance(error, RmqUnavailable):
+            return _answer(request, templates, token, session, api, "error.html",
+                           {"title": "Cluster unreachable", "message": str(error)}, 503)
+        if isinstance(error, RmqError):
+            status = 403 if _refused_identity(error) else 400
+            return _answer(request, templates, token, session, api, "error.html",
+                           {"title": "Refused", "message": str(error), "sign_in": status == 403}, status)
+        return _answer(request, templates, token, session, api, "error.html",
+                       {"title": "Bad request", "message": str(error)}, 400)
 
     def cluster(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
         data = session.view.cluster()
         if charts is not None and not request.url.path.startswith("/api/"):
-            snapshot = charts.snapshot()
-            data |= {"tps_chart": svg_chart(snapshot["tps"]), "lag_chart": svg_chart(snapshot["lag"]),
-                     "chart_error": charts.error}
+            data |= {"charts": True, "chart_interval": charts.interval_s}
         return "cluster.html", data
 
     def topics(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
@@ -146,6 +202,24 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
         name, queues = str(form.get("topic", "")).strip(), _int(str(form.get("queues", "8")), "queues")
         return _after(lambda: session.view.create_topic(name, queues), f"/topics/{name}", token, request,
                       templates, session)
+
+    async def topic_action(request: Request) -> Response:
+        """The topic page's forms: permission, delete, send a test message."""
+        form, token, session = await _form(request, sessions)
+        name, action = request.path_params["topic"], request.path_params["action"]
+        view = session.view
+        actions: dict[str, tuple[Callable[[], object], str]] = {
+            "permission": (lambda: view.set_permission(name, str(form.get("perm", ""))),
+                           f"/topics/{name}"),
+            "delete": (lambda: view.delete_topic(name), "/topics"),
+            "send": (lambda: view.send_test_message(name, *(str(form.get(field, ""))
+                                                           for field in ("body", "tags", "keys"))),
+                     f"/messages?topic={name}"),
+        }
+        if action not in actions:
+            return failure(request, token, session, False, NotFound(f"no topic action {action}"))
+        run, location = actions[action]
+        return _after(run, location, token, request, templates, session)
 
     def groups(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
         return "groups.html", session.view.groups()
@@ -175,31 +249,71 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
     def message(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
         return "message.html", session.view.message(request.path_params["msg_id"])
 
+    async def resend_message(request: Request) -> Response:
+        form, token, session = await _form(request, sessions)
+        msg_id, group_name = request.path_params["msg_id"], str(form.get("group", ""))
+        return _after(lambda: session.view.resend_message(msg_id, group_name), f"/messages/{msg_id}", token,
+                      request, templates, session)
+
     def dlq(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
-        return "dlq.html", session.view.dlq(request.path_params["group"])
+        page_number = _int(request.query_params.get("page", "0"), "page")
+        data = session.view.dlq(request.path_params["group"], page_number)
+        ids = {m["msg_id"] for m in data["messages"]} | {m["origin_msg_id"] for m in data["messages"]}
+        return "dlq.html", data | {"resent": {i: at for i, at in session.resent.items() if i in ids}}
 
     async def resend(request: Request) -> Response:
-        form, token, session = await _form(request, sessions)
+        """Resend the selected dead letters (`msg_id`, repeated); the page then marks them."""
+        token, session = sessions.get(request.cookies.get(COOKIE))
+        form = await request.form()
+        _check_csrf(str(form.get("csrf", "")), session)
         group_name = request.path_params["group"]
-        return _after(lambda: session.view.resend(group_name, str(form.get("msg_id", "")),
-                                                  form.get("to") == "group"),
-                      f"/dlq/{group_name}", token, request, templates, session)
+        msg_ids = [str(value) for value in form.getlist("msg_id") if str(value)]
+        if not msg_ids:
+            return _answer(request, templates, token, session, False, "error.html",
+                           {"title": "Bad request", "message": "select at least one dead letter to resend"},
+                           400)
+        page = _int(str(form.get("page", "0")), "page")
+
+        def resend_and_mark() -> None:
+            session.view.resend(group_name, msg_ids, form.get("to") == "group")
+            session.mark_resent(msg_ids)
+        return _after(resend_and_mark, f"/dlq/{group_name}?page={page}", token, request, templates, session)
+
+    def export_dlq(request: Request) -> Response:
+        """Every dead letter of the group as JSON lines (one message_dict per line), read page by page."""
+        token, session = sessions.get(request.cookies.get(COOKIE))
+        group_name = request.path_params["group"]
+        try:
+            session.view.dlq(group_name)          # 404 / 403 / 503 before the stream starts
+        except (NotFound, RmqError) as error:
+            return failure(request, token, session, True, error)
+        lines = (json.dumps(letter) + "\n" for letter in session.view.all_dead_letters(group_name))
+        attachment = {"Content-Disposition": f'attachment; filename="dlq-{group_name}.jsonl"'}
+        stream = StreamingResponse(iterate_in_threadpool(lines), media_type="application/x-ndjson",
+                                   headers=attachment)
+        return _with_cookie(stream, token)
 
     def sign_in_page(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
         return "signin.html", {"message": ""}
 
     async def sign_in(request: Request) -> Response:
         form, token, session = await _form(request, sessions)
-        access_key, secret_key = str(form.get("access_key", "")), str(form.get("secret_key", ""))
+        access_key, secret_key = str(form.get("access_key", "")).strip(), str(form.get("secret_key", ""))
         try:
-            security = ClientSecurity(access_key or None, secret_key or None, settings.security.tls,
-                                      settings.security.tls_ca_file, settings.security.tls_cert_file,
-                                      settings.security.tls_key_file)
+            if not access_key:
+                raise ValueError("give an account's access key and its secret key")
+            new_token, _ = await run_in_threadpool(sessions.sign_in, access_key, secret_key)
         except ValueError as error:
             return _answer(request, templates, token, session, False, "signin.html",
                            {"message": str(error)}, 400)
+        except RmqUnavailable as error:
+            return _answer(request, templates, token, session, False, "signin.html",
+                           {"message": f"cannot check the account, the cluster is unreachable: {error}"}, 503)
+        except RmqError as error:
+            return _answer(request, templates, token, session, False, "signin.html",
+                           {"message": f"the cluster refused {access_key}: wrong access key or secret key "
+                                       f"({error.message})"}, 403)
         sessions.close(token)
-        new_token, _ = sessions.open(security, access_key)
         return _with_cookie(RedirectResponse("/", status_code=303), new_token)
 
     async def sign_out(request: Request) -> Response:
@@ -210,7 +324,7 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
     def charts_api(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
         if charts is None:
             return "", {"tps": {}, "lag": {}}
-        return "", charts.snapshot() | {"error": charts.error}
+        return "", dict(session.view.visible_series(charts.snapshot())) | {"error": charts.error}
 
     routes: list[Route | Mount] = []
     pages: list[tuple[str, Handler]] = [
@@ -222,12 +336,15 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
         routes.append(Route("/api" + ("/cluster" if path == "/" else path), page(handler)))
     routes += [
         Route("/api/charts", page(charts_api)),
+        Route("/api/dlq/{group}/export", export_dlq),
         Route("/sign-in", page(sign_in_page)),
         Route("/sign-in", sign_in, methods=["POST"]),
         Route("/sign-out", sign_out, methods=["POST"]),
         Route("/topics", create_topic, methods=["POST"]),
+        Route("/topics/{topic}/{action}", topic_action, methods=["POST"]),
         Route("/groups/{group}/reset", reset, methods=["POST"]),
         Route("/dlq/{group}/resend", resend, methods=["POST"]),
+        Route("/messages/{msg_id}/resend", resend_message, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     @contextlib.asynccontextmanager
@@ -235,7 +352,8 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
         yield
         sessions.close_all()
 
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={StaleForm: _stale_form})
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={StaleForm: _stale_form},
+                    middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(settings.hosts))])
     return app
 
 
@@ -247,9 +365,13 @@ async def _form(request: Request, sessions: Sessions) -> tuple[dict[str, Any], s
     """The posted form of a session whose CSRF token it carries; StaleForm otherwise."""
     token, session = sessions.get(request.cookies.get(COOKIE))
     form = dict(await request.form())
-    if not secrets.compare_digest(str(form.get("csrf", "")), session.csrf):
-        raise StaleForm("the form is stale or from another site: reload the page and try again")
+    _check_csrf(str(form.get("csrf", "")), session)
     return form, token, session
+
+
+def _check_csrf(posted: str, session: Session) -> None:
+    if not secrets.compare_digest(posted, session.csrf):
+        raise StaleForm("the form is stale or from another site: reload the page and try again")
 
 
 def _stale_form(request: Request, error: Exception) -> Response:
@@ -288,7 +410,12 @@ def _with_cookie(response: Response, token: str) -> Response:
 
 def _refused_identity(error: RmqError) -> bool:
     """The account may not do this, or the call carried no (valid) signature: signing in helps."""
-    return error.code in FORBIDDEN or "UNAUTHENTICATED" in error.message
+    return error.code in FORBIDDEN or _unauthenticated(error)
+
+
+def _unauthenticated(error: RmqError) -> bool:
+    """The cluster did not accept the call's signature (unknown access key, wrong secret key)."""
+    return "UNAUTHENTICATED" in error.message
 
 
 def _int(text: str, name: str) -> int:

@@ -81,25 +81,3 @@ def _series(table: dict[str, Series], name: str) -> Series:
     if name not in table and len(table) >= MAX_SERIES:
         return Series()      # not charted: the table stays bounded
     return table.setdefault(name, Series())
-
-
-def svg_chart(series: dict[str, list[tuple[float, float]]], width: int = 640, height: int = 160) -> str:
-    """An inline SVG line chart (no script, no external asset) of every series over the window."""
-    points = [p for values in series.values() for p in values]
-    if not points:
-        return (f'<svg class="chart" width="{width}" height="{height}">'
-                '<text x="10" y="20">no data yet</text></svg>')
-    t0, t1 = min(t for t, _ in points), max(t for t, _ in points)
-    top = max(v for _, v in points) or 1.0
-    lines = []
-    for index, (name, values) in enumerate(sorted(series.items())):
-        coords = " ".join(f"{(t - t0) / max(t1 - t0, 1) * (width - 20) + 10:.1f},"
-                          f"{height - 20 - v / top * (height - 40):.1f}" for t, v in values)
-        lines.append(f'<polyline class="s{index % 8}" fill="none" points="{coords}"><title>{_escape(name)}'
-                     f'</title></polyline>')
-    return (f'<svg class="chart" width="{width}" height="{height}" role="img">'
-            f'<text x="10" y="14">max {top:,.1f}</text>{"".join(lines)}</svg>')
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

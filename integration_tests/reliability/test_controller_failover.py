@@ -82,21 +82,30 @@ class ControlledGroup:
         return self.store_root / f"{GROUP}-{broker_id}"
 
     def wait_in_sync(self, master: int, slave: int) -> None:
-        """`slave` replicates from `master`, is in its in-sync set and has copied every byte."""
-        wait(lambda: status(self.members[slave]).role == rmq_pb2.SLAVE
-             and slave in status(self.members[master]).in_sync_ids, f"id {slave} in sync with id {master}")
-        wait(lambda: status(self.members[slave]).commit_log_max_offset
-             == status(self.members[master]).commit_log_max_offset, f"id {slave} to catch up")
+        wait_in_sync(self.members, master, slave)
+
+
+def wait_in_sync(members: list[processes.ServerProcess], master: int, slave: int) -> None:
+    """`slave` replicates from `master`, is in its in-sync set and has copied every byte."""
+    wait(lambda: status(members[slave]).role == rmq_pb2.SLAVE
+         and slave in status(members[master]).in_sync_ids, f"id {slave} in sync with id {master}")
+    wait(lambda: status(members[slave]).commit_log_max_offset
+         == status(members[master]).commit_log_max_offset, f"id {slave} to catch up")
 
 
 @contextmanager
 def controlled_group(tmp_path: Path) -> Iterator[ControlledGroup]:
     (tmp_path / "namesrv.json").write_text(json.dumps(NAMESRV_SETTINGS))
     (tmp_path / "broker.json").write_text(json.dumps(BROKER_SETTINGS))
+    secret = tmp_path / "cluster-secret"   # every heartbeat to the controller is proven with it
+    secret.touch(mode=0o600)
+    secret.write_text("the cluster's secret: 32 characters")
     namesrv = processes.namesrv(tmp_path, ["--controller", "--controller-dir", str(tmp_path / "controller"),
+                                           "--cluster-secret", str(secret),
                                            "--config", str(tmp_path / "namesrv.json")]).start()
     metrics = [f"127.0.0.1:{processes.free_port()}" for _ in range(2)]
-    flags = ["--controller", namesrv.address, "--config", str(tmp_path / "broker.json")]
+    flags = ["--controller", namesrv.address, "--config", str(tmp_path / "broker.json"),
+             "--cluster-secret", str(secret)]
     members = [processes.group_member(tmp_path, GROUP, broker_id, "SYNC_MASTER", namesrv.address,
                                       extra=[*flags, "--metrics-listen", metrics[broker_id]])
                for broker_id in (0, 1)]
@@ -353,10 +362,13 @@ def test_topic_describe_and_the_metrics_show_roles_epoch_and_the_in_sync_set(tmp
                                  capture_output=True, text=True, timeout=60)
         samples = [scrape(address) for address in group.metrics]
     assert described.returncode == 0, described.stderr
-    rows = [line.split() for line in cluster.stdout.splitlines()]
+    members_table, _, controller = cluster.stdout.partition("\n\n")
+    rows = [line.split() for line in members_table.splitlines()]
     assert rows[0][:4] == ["BROKER", "ID", "ROLE", "EPOCH"]
     assert [row[:5] for row in rows[1:]] == [[GROUP, "0", "SLAVE", "2", group.members[0].address],
                                              [GROUP, "1", "SYNC_MASTER", "2", group.members[1].address]]
+    assert controller.splitlines()[0] == f"leading controller: {group.namesrv.address}"
+    assert [GROUP, "2", "1", "0,1"] in [line.split() for line in controller.splitlines()]   # the SyncStateSet
     lines = [line.strip() for line in described.stdout.splitlines() if line.strip().startswith("id ")]
     assert lines[0].startswith(f"id 0 SLAVE {group.members[0].address}, epoch 2,"), lines
     assert lines[1].startswith(f"id 1 SYNC_MASTER {group.members[1].address}, epoch 2,"), lines
@@ -369,9 +381,10 @@ def test_topic_describe_and_the_metrics_show_roles_epoch_and_the_in_sync_set(tmp
 
 
 @pytest.mark.parametrize("flags, reason", [
-    (["--broker-id", "1"], "id 1 is already a live member at"),
-    (["--broker-id", "2", "--config", "{other_cluster}"],
+    (["--broker-id", "1", "--cluster-secret", "{secret}"], "id 1 is already a live member at"),
+    (["--broker-id", "2", "--config", "{other_cluster}", "--cluster-secret", "{secret}"],
      "belongs to cluster 'other' but this controller manages cluster 'DefaultCluster'"),
+    (["--broker-id", "2"], "the broker sent no cluster proof"),   # a registration account is not enough
 ])
 def test_a_member_the_controller_refuses_exits_with_the_reason(tmp_path: Path, flags: list[str], reason: str
                                                                ) -> None:
@@ -381,7 +394,8 @@ def test_a_member_the_controller_refuses_exits_with_the_reason(tmp_path: Path, f
         refused = subprocess.run(
             [*processes.RMQ, "broker", "--listen", address, "--store-dir", str(tmp_path / "intruder"),
              "--broker-name", GROUP, "--role", "SYNC_MASTER", "--controller", group.namesrv.address,
-             *[flag.format(other_cluster=tmp_path / "other.json") for flag in flags]],
+             *[flag.format(other_cluster=tmp_path / "other.json", secret=tmp_path / "cluster-secret")
+               for flag in flags]],
             capture_output=True, text=True, timeout=60)
         assert status(group.members[1]).role == rmq_pb2.SLAVE
     assert refused.returncode != 0

@@ -7,27 +7,35 @@ from __future__ import annotations
 import argparse
 import ipaddress
 from collections.abc import Callable
+from typing import TypeVar
 
 
 class UserError(Exception):
     """Bad arguments or input from the user; the message is shown as is."""
 
 
-def _positive(parse: Callable[[str], float], kind: str) -> Callable[[str], float]:
-    def parse_positive(text: str) -> float:
+Number = TypeVar("Number", int, float)
+
+
+def _at_least(parse: Callable[[str], Number], kind: str, zero: bool = False) -> Callable[[str], Number]:
+    """An argparse type: `parse(text)`, positive (or, with `zero`, also 0)."""
+    wanted = f"a {'non-negative' if zero else 'positive'} {kind}"
+
+    def parse_bounded(text: str) -> Number:
         try:
             value = parse(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a positive {kind}, got {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"expected a positive {kind}, got {text}")
+            raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}") from None
+        if value < 0 or (value == 0 and not zero):
+            raise argparse.ArgumentTypeError(f"expected {wanted}, got {text}")
         return value
 
-    return parse_positive
+    return parse_bounded
 
 
-positive_int = _positive(int, "integer")
-positive_float = _positive(float, "number")
+positive_int = _at_least(int, "integer")
+positive_float = _at_least(float, "number")
+non_negative_int = _at_least(int, "integer", zero=True)
 
 
 def is_loopback(listen: str) -> bool:

@@ -41,6 +41,14 @@ def is_group_copy_topic(topic: str) -> bool:
     return topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
 
 
+def group_of_copy_topic(topic: str) -> str:
+    """The group whose retry or dead-letter topic this is; "" for any other topic."""
+    for prefix in (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX):
+        if topic.startswith(prefix):
+            return topic[len(prefix):]
+    return ""
+
+
 def retry_delay_level(client_level: int, reconsume_times: int) -> int:
     """The level a retried copy waits at: the client's (> 0) or 3 + reconsumeTimes (0)."""
     return client_level if client_level > 0 else FIRST_RETRY_DELAY_LEVEL + reconsume_times

@@ -27,14 +27,17 @@ T = TypeVar("T")
 
 class InProcessBroker:
     def __init__(self, store_dir: Path, security: ServerSecurity | None = None,
-                 clock: Callable[[], float] = time.time, **settings: Any) -> None:
+                 clock: Callable[[], float] = time.time,
+                 loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
+                 **settings: Any) -> None:
         """`clock`: the broker's wall clock for delay levels and RocketMQ 5 invisibility
-        (tests.clocks.ManualClock: a test moves time instead of waiting it out)."""
+        (tests.clocks.ManualClock: a test moves time instead of waiting it out); `loop_factory`:
+        the event loop it runs on (rmq.event_loop makes the servers')."""
         self.address = f"127.0.0.1:{free_port()}"
         config = BrokerConfig(listen=self.address, store_dir=str(store_dir), **settings)
         self.controller = BrokerController(config, security or ServerSecurity(), clock)
         self.config = self.controller.config   # the remoting port bound (an ephemeral one resolved)
-        self._loop = asyncio.new_event_loop()
+        self._loop = loop_factory()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: grpc.aio.Server | None = None
 

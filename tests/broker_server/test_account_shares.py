@@ -21,10 +21,10 @@ from rmq.broker_server.long_polling.fair_shares import FairShares, ShareExceeded
 from rmq.broker_server.long_polling.pull_request_hold_service import HoldTableFull, PullRequestHoldService
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
 from rmq.broker_server.processors.topic_config_manager import TopicConfig
-from rmq.broker_server.rocketmq_v2.authentication import ALGORITHM, AUTHORIZATION, DATE_TIME, signature
 from rmq.broker_server.security.acl_file import AclFile
 from rmq.broker_server.security.caller import ANONYMOUS, Caller, run_as
 from rmq.broker_server.security.refusal_log import DEFAULT_LINES_PER_INTERVAL
+from rmq.broker_server.security.rocketmq_v2_auth import ALGORITHM, AUTHORIZATION, DATE_TIME, signature
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.rocketmq_v2 import MessagingServiceStub
 from rmq.rocketmq_v2 import definition_pb2 as v2

@@ -13,7 +13,7 @@ from rmq.broker_server.config import BrokerConfig, load_config
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.processors.topic_config_manager import TopicConfig
 from rmq.store import BrokerRole, FlushDiskType, MessageStore, MessageStoreConfig
-from rmq.store.message_store import memory_threshold, suggest_pulling_from_slave
+from rmq.store.message_reader import memory_threshold, suggest_pulling_from_slave
 from rmq.v1 import rmq_pb2
 from tests.broker_server.store_fixture import wait_dispatched
 from tests.broker_server.test_processors import PEER, Broker

@@ -77,7 +77,7 @@ def test_what_a_master_refuses() -> None:
         master.admit(proven(), Exchange.TRANSFER, "10.0.0.9:10911")
     old = Clock()
     old.now -= WINDOW_MS / 1000 + 1
-    with pytest.raises(ProofRefused, match=r"dated -61.0 s from this master's clock"):
+    with pytest.raises(ProofRefused, match=r"dated -61.0 s from this server's clock"):
         master.admit(proven(clock=old), Exchange.TRANSFER, MASTER)
     with pytest.raises(ProofRefused, match="sent no cluster proof"):
         master.admit(rmq_pb2.HAReport(), Exchange.TRANSFER, MASTER)
@@ -108,3 +108,52 @@ def test_every_message_of_a_session_is_checked_in_order_and_direction() -> None:
         slave.check(Direction.FROM_MASTER, chunks[1])
     slave.check(Direction.FROM_MASTER, chunks[0])
     slave.check(Direction.FROM_MASTER, chunks[1])
+
+
+def heartbeat(broker_id: int = 1, address: str = "10.0.0.2:10911") -> rmq_pb2.ControllerHeartbeatRequest:
+    return rmq_pb2.ControllerHeartbeatRequest(cluster_name="c", broker_name="group", broker_id=broker_id,
+                                              address=address, epoch=1, max_offset=4096)
+
+
+def proven_heartbeat(secret: bytes = SECRET, clock: Clock | None = None, proof_id: int = 1,
+                     proof_address: str = "10.0.0.2:10911",
+                     exchange: Exchange = Exchange.CONTROLLER) -> rmq_pb2.ControllerHeartbeatRequest:
+    request = heartbeat()
+    ClusterAuth(secret, "group", clock or Clock()).prove(request, exchange, proof_id, proof_address)
+    return request
+
+
+def test_what_the_controller_refuses() -> None:
+    """Every controller heartbeat carries the secret's proof for the member it names (issue 39:
+    a registration account alone made the controller elect a fake member)."""
+    clock = Clock()
+    controller = ClusterAuth(SECRET, "", clock)
+    refusals = [
+        (heartbeat(), "the broker sent no cluster proof"),
+        (proven_heartbeat(secret=b"another secret of 32 characters!"), "does not verify"),
+        (proven_heartbeat(exchange=Exchange.TRANSFER), "does not verify"),   # a slave's proof
+        (proven_heartbeat(proof_id=2), "the proof is for broker 'group' id 2 at '10.0.0.2:10911', the "
+                                       "heartbeat names 'group' id 1"),
+        (proven_heartbeat(proof_address="10.0.0.9:10911"), "at '10.0.0.9:10911'"),
+    ]
+    for request, refusal in refusals:
+        with pytest.raises(ProofRefused, match=refusal):
+            controller.admit_member(request)
+    changed = proven_heartbeat(clock=clock)
+    changed.max_offset = 10**12   # what it covers: the whole heartbeat
+    with pytest.raises(ProofRefused, match="does not verify"):
+        controller.admit_member(changed)
+    request = proven_heartbeat(clock=clock)
+    controller.admit_member(request)
+    with pytest.raises(ProofRefused, match="refused as replayed"):
+        controller.admit_member(request)
+
+
+def test_in_controller_mode_member_0_may_be_the_slave_of_another_master() -> None:
+    """After a failover id 0 (the first master) replicates from id 1: the master admits any id of
+    its group but its own."""
+    report = rmq_pb2.HAReport(max_offset=4096, address="10.0.0.2:10911")
+    ClusterAuth(SECRET, "group", Clock()).prove(report, Exchange.TRANSFER, 0, MASTER)
+    ClusterAuth(SECRET, "group", Clock()).admit(report, Exchange.TRANSFER, MASTER, own_id=1)
+    with pytest.raises(ProofRefused, match="id 1, not a slave of 'group'"):
+        ClusterAuth(SECRET, "group", Clock()).admit(proven(), Exchange.TRANSFER, MASTER, own_id=1)

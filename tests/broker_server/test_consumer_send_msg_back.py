@@ -263,28 +263,12 @@ def test_watches_are_bounded_and_one_per_client() -> None:
 
 
 def test_a_group_too_long_for_a_retry_topic_still_heartbeats(tmp_path: Path) -> None:
-    from rmq.broker_server.rmq_v1.messaging_service import MessagingService
+    from rmq.broker_server.processors.client_manage_processor import ClientManageProcessor
 
     with running_store(tmp_path / "store") as store:
         broker = SendBackBroker(store, tmp_path)
-        service = MessagingService(
-            store,
-            broker.executor,
-            broker.topics,
-            broker.send,
-            broker.pull,
-            broker.offsets,
-            ConsumerManager(),
-            None,
-            broker.send_back,
-            ConsumerIdsWatchService(ConsumerManager(), 1),
-        )
-        group = "g" * 200
-        request = rmq_pb2.HeartbeatRequest(
-            client_id="c", consumer_group=group, message_model=rmq_pb2.CLUSTERING
-        )
-        assert asyncio.run(service.Heartbeat(request, None)).status.code == rmq_pb2.OK
-        ok = rmq_pb2.HeartbeatRequest(client_id="c", consumer_group="G", message_model=rmq_pb2.CLUSTERING)
-        assert asyncio.run(service.Heartbeat(ok, None)).status.code == rmq_pb2.OK
+        clients = ClientManageProcessor(broker.topics, ConsumerManager(), broker.send_back.on_topics_changed)
+        clients.heartbeat("c", "g" * 200, rmq_pb2.CLUSTERING, {}, rmq_pb2.CLIENT_PROTOCOL_RMQ, "")
+        clients.heartbeat("c", "G", rmq_pb2.CLUSTERING, {}, rmq_pb2.CLIENT_PROTOCOL_RMQ, "")
         assert broker.topics.get("%RETRY%G") is not None and broker.announced == 1
         broker.executor.shutdown()

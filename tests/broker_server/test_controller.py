@@ -6,17 +6,22 @@ across a controller restart, and the members it refuses."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
+import grpc
 import pytest
 
-from rmq.broker_server.config import BrokerConfig, load_config
+from rmq.broker_server.broker_controller import BrokerController
+from rmq.broker_server.config import BrokerConfig, NameServerConfig, load_config
 from rmq.broker_server.errors import BrokerError, UserError
-from rmq.broker_server.replication.controller_manager import ControllerCollector
+from rmq.broker_server.name_server.namesrv_controller import controller_auth
+from rmq.broker_server.replication.controller_manager import ControllerCollector, ControllerService
 from rmq.broker_server.replication.replicas_info_manager import (
     KEEP_EVERYTHING,
     ControllerLimits,
     Heartbeat,
+    JsonGroupStore,
     ReplicasInfoManager,
 )
 from rmq.broker_server.replication.replicas_manager import (
@@ -28,10 +33,13 @@ from rmq.broker_server.security.acl_file import AclFile
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.connector.client import OutgoingMessage, RmqClient, TopicRoute
 from rmq.connector.errors import RmqError
-from rmq.v1 import rmq_pb2
+from rmq.store import PutMessageStatus
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker
 from tests.broker_server.test_acl import ACL_YAML
+from tests.broker_server.test_replication import write_secret
+from tests.store.conftest import message
 
 CLUSTER = "DefaultCluster"
 TIMEOUT_MS = 3000
@@ -52,7 +60,8 @@ def clock() -> Clock:
 
 
 def manager(tmp_path: Path, clock: Clock, **limits: int) -> ReplicasInfoManager:
-    replicas = ReplicasInfoManager(CLUSTER, tmp_path, TIMEOUT_MS, ControllerLimits(**limits), clock)
+    replicas = ReplicasInfoManager(CLUSTER, JsonGroupStore(tmp_path), TIMEOUT_MS, ControllerLimits(**limits),
+                                   clock)
     replicas.load()
     return replicas
 
@@ -201,6 +210,19 @@ def test_a_controller_mode_broker_with_acl_needs_the_cluster_secret(tmp_path: Pa
         asyncio.run(serve_in_controller_mode(config, security))
 
 
+def route_queries(client: RmqClient) -> list[str]:
+    """The topics `client` asks the name servers for a route from now on."""
+    asked: list[str] = []
+    query_route = client.query_route
+
+    def spied_query_route(topic: str) -> TopicRoute:
+        asked.append(topic)
+        return query_route(topic)
+
+    client.query_route = spied_query_route  # type: ignore[method-assign]
+    return asked
+
+
 def test_a_master_told_of_a_newer_epoch_refuses_sends_before_its_term_ends(tmp_path: Path) -> None:
     """Fencing: the heartbeat answer names id 1 master of epoch 2; the master of epoch 1 refuses
     every send from then on (its term then ends and it restarts as a slave), and a client whose
@@ -225,14 +247,7 @@ def test_a_master_told_of_a_newer_epoch_refuses_sends_before_its_term_ends(tmp_p
             term = RoleAssignment(epoch=1, master_id=0, master_address=broker.address, truncate_to=-1,
                                   in_sync_ids=(0,))
             broker.run(manager.heartbeat_until_moved(broker.controller, term))
-            asked: list[str] = []
-            query_route = client.query_route
-
-            def spied_query_route(topic: str) -> TopicRoute:
-                asked.append(topic)
-                return query_route(topic)
-
-            client.query_route = spied_query_route  # type: ignore[method-assign]
+            asked = route_queries(client)
             for _ in range(2):
                 with pytest.raises(RmqError) as refused:
                     client.send("T", [OutgoingMessage(b"after")])
@@ -321,3 +336,254 @@ def test_a_member_asks_again_until_the_controller_assigns_it_a_role(tmp_path: Pa
             await manager.close()
 
     assert asyncio.run(register_twice()) == RoleAssignment(2, 1, B, KEEP_EVERYTHING, ())
+
+
+def test_an_older_epoch_claim_from_the_master_is_refused_and_elects_no_one(tmp_path: Path,
+                                                                         clock: Clock) -> None:
+    """Issue 39's attack began so: a heartbeat as the master claiming an older epoch made the
+    controller replace the master. A confirmed master never goes back: refused, nothing changes."""
+    replicas = manager(tmp_path, clock)
+    group_of_three(replicas)
+    clock.now += 4
+    beat(replicas, 1, B, epoch=1, max_offset=900)
+    beat(replicas, 2, C, epoch=1, max_offset=900)
+    replicas.scan()
+    beat(replicas, 1, B, epoch=2, max_offset=900)   # id 1 master of epoch 2, confirmed
+    with pytest.raises(BrokerError) as refused:
+        beat(replicas, 1, B, epoch=1, max_offset=900)
+    assert refused.value.code == rmq_pb2.ILLEGAL_ARGUMENT
+    assert "cannot go back to epoch 1" in refused.value.message
+    group = replicas.groups["g"]
+    assert (group.epoch, group.master_id) == (2, 1)
+
+
+def fake_member_elected(replicas: ReplicasInfoManager, clock: Clock) -> None:
+    """Issue 39's attack without a cluster secret: a fake member id 2 at C (nothing listens) named in
+    sync with a huge CommitLog end, the real slave id 1 having replicated 900; the master goes
+    silent and the fake is elected master of epoch 2."""
+    group_of_three(replicas)
+    beat(replicas, 1, B, epoch=1, max_offset=900)
+    beat(replicas, 2, C, epoch=1, max_offset=10**12)
+    clock.now += 4
+    beat(replicas, 1, B, epoch=1, max_offset=900)
+    beat(replicas, 2, C, epoch=1, max_offset=10**12)
+    replicas.scan()
+    assert (replicas.groups["g"].epoch, replicas.groups["g"].master_id) == (2, 2)
+
+
+def test_a_confirmation_below_what_the_member_was_elected_with_is_refused(tmp_path: Path,
+                                                                        clock: Clock) -> None:
+    """The fake confirms epoch 2 at CommitLog end 0: refused (it never held what it was elected
+    for), the controller elects the real slave, and the old master is cut where that one starts,
+    not at 0."""
+    replicas = manager(tmp_path, clock)
+    fake_member_elected(replicas, clock)
+    with pytest.raises(BrokerError) as refused:
+        beat(replicas, 2, C, epoch=2, max_offset=0)
+    assert refused.value.code == rmq_pb2.ILLEGAL_ARGUMENT
+    assert "does not hold what it was elected for" in refused.value.message
+    group = replicas.groups["g"]
+    assert (group.epoch, group.master_id, 2 in group.epoch_starts) == (3, 1, False)
+    beat(replicas, 1, B, epoch=1, max_offset=900)
+    beat(replicas, 1, B, epoch=3, max_offset=900)   # confirms epoch 3 at 900
+    assert beat(replicas, 0, A, epoch=1).truncate_to == 900   # epoch 2, never confirmed, was abandoned
+    assert manager(tmp_path, clock).groups["g"].epoch_starts == {1: 0, 3: 900}
+
+
+def test_no_member_is_cut_below_what_an_in_sync_slave_held(tmp_path: Path, clock: Clock) -> None:
+    """Id 1 (in sync) reported holding 900 in epoch 1; it and the master die, id 2 (in sync at
+    500) is elected and starts epoch 2 at 500. Cutting the old master at 500 would erase what id 1
+    held (acknowledged under SYNC_MASTER): it is kept, and told why."""
+    replicas = manager(tmp_path, clock)
+    group_of_three(replicas)
+    beat(replicas, 1, B, epoch=1, max_offset=900)
+    beat(replicas, 2, C, epoch=1, max_offset=500)
+    clock.now += 4
+    beat(replicas, 2, C, epoch=1, max_offset=500)
+    replicas.scan()
+    beat(replicas, 2, C, epoch=2, max_offset=500)
+    with pytest.raises(BrokerError) as kept:
+        beat(replicas, 0, A, epoch=1)
+    assert kept.value.code == rmq_pb2.SERVICE_NOT_AVAILABLE
+    assert "would drop what an in-sync slave held up to 900 in epoch 1" in kept.value.message
+    assert manager(tmp_path, clock).groups["g"].replicated == {1: {1: 900, 2: 500}}   # persisted
+
+
+def test_with_three_epochs_a_returning_first_master_is_cut_where_the_second_epoch_starts(
+        tmp_path: Path, clock: Clock) -> None:
+    """Two failovers (epoch 2 starts at 900, epoch 3 at 1500), then the master of epoch 1 returns:
+    it holds nothing of epochs 2 and 3, and its bytes past 900 were never acknowledged. Cut at 900,
+    not at the current epoch's 1500 (with two epochs the two are the same)."""
+    replicas = manager(tmp_path, clock)
+    group_of_three(replicas)
+    beat(replicas, 1, B, epoch=1, max_offset=900)
+    beat(replicas, 2, C, epoch=1, max_offset=900)
+    clock.now += 4
+    beat(replicas, 1, B, epoch=1, max_offset=900)
+    beat(replicas, 2, C, epoch=1, max_offset=800)
+    replicas.scan()
+    beat(replicas, 1, B, epoch=2, max_offset=900, in_sync=(C,))
+    beat(replicas, 2, C, epoch=1, max_offset=800)
+    beat(replicas, 2, C, epoch=2, max_offset=1500)
+    clock.now += 4
+    beat(replicas, 2, C, epoch=2, max_offset=1500)
+    replicas.scan()
+    beat(replicas, 2, C, epoch=3, max_offset=1500)
+    assert replicas.groups["g"].epoch_starts == {1: 0, 2: 900, 3: 1500}
+    answer = beat(replicas, 0, A, epoch=1)
+    assert (answer.epoch, answer.master_broker_id, answer.truncate_to) == (3, 2, 900)
+    assert beat(replicas, 1, B, epoch=2).truncate_to == 1500
+
+
+def test_a_controller_with_acl_needs_the_cluster_secret(tmp_path: Path) -> None:
+    security = ServerSecurity(AclFile(write_acl(tmp_path / "acl.yml", ACL_YAML)))
+    with pytest.raises(UserError, match="--acl and --controller needs --cluster-secret FILE"):
+        controller_auth(NameServerConfig(controller=True), security)
+
+
+def test_the_controller_listens_only_to_heartbeats_proven_with_the_cluster_secret(
+        tmp_path: Path, clock: Clock) -> None:
+    """Over gRPC, broker side and controller side as they run: a broker holding the cluster secret
+    becomes master; one without it (the registration account alone, issue 39) or with another
+    secret is refused NO_PERMISSION and the controller keeps nothing of what it said."""
+    secret = write_secret(tmp_path / "secret")
+    replicas = manager(tmp_path, clock)
+
+    async def scenario() -> list[tuple[int, int]]:
+        server = grpc.aio.server()
+        service = ControllerService(replicas, controller_auth(
+            NameServerConfig(controller=True, cluster_secret_file=secret), ServerSecurity()))
+        rmq_pb2_grpc.add_ControllerServiceServicer_to_server(service, server)
+        address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+        await server.start()
+        answers = []
+        try:
+            other = write_secret(tmp_path / "other", "another secret, 32 chars!!!")
+            for broker_id, member_secret in ((0, secret), (2, None), (2, other)):
+                config = BrokerConfig(controller=address, store_dir=str(tmp_path / "s"), broker_name="g",
+                                      broker_id=broker_id, cluster_secret_file=member_secret or "")
+                member = ReplicasManager(config, ServerSecurity())
+                try:
+                    answer = await member.heartbeat(0, 10**12, [])
+                finally:
+                    await member.close()
+                answers.append((answer.status.code, answer.master_broker_id))
+        finally:
+            await server.stop(None)
+        return answers
+
+    refused = (rmq_pb2.NO_PERMISSION, 0)
+    assert asyncio.run(scenario()) == [(rmq_pb2.OK, 0), refused, refused]
+    assert set(replicas.groups["g"].members) == {0}
+
+
+def test_a_member_told_to_truncate_drops_its_commit_log_from_there_before_it_confirms(tmp_path: Path) -> None:
+    """The term's store opens cut at `truncate_to`: the confirmation reports exactly that end (a
+    broker ignoring the controller's cut would keep the old master's unacknowledged bytes and be
+    refused as diverged by the new master)."""
+    store = tmp_path / "store"
+    old_master = InProcessBroker(store).start()
+    try:
+        with RmqClient(old_master.address) as client:
+            client.create_topic("T", queues=1)
+            client.send("T", [OutgoingMessage(b"acknowledged")] * 5)
+            cut = old_master.controller.store.get_commit_log_max_offset()
+            client.send("T", [OutgoingMessage(b"never acknowledged")] * 5)
+        assert old_master.controller.store.get_commit_log_max_offset() > cut
+    finally:
+        old_master.stop()
+    confirmed: list[int] = []
+
+    async def one_term() -> None:
+        member = ReplicasManager(BrokerConfig(controller=A, store_dir=str(store), listen=C), ServerSecurity())
+
+        async def answer(epoch: int, max_offset: int, in_sync: list[str]
+                         ) -> rmq_pb2.ControllerHeartbeatResponse:
+            if max_offset >= 0:
+                confirmed.append(max_offset)   # the term's first heartbeat, once its store is open
+            return rmq_pb2.ControllerHeartbeatResponse(   # master id 1 of epoch 2; 3 once confirmed
+                status=rmq_pb2.Status(code=rmq_pb2.OK), epoch=3 if confirmed else 2, master_broker_id=1,
+                master_address=B, truncate_to=cut)
+
+        member.heartbeat = answer  # type: ignore[method-assign]
+        try:
+            await member.serve_term(asyncio.get_running_loop().create_future())
+        finally:
+            await member.close()
+
+    asyncio.run(one_term())
+    assert confirmed == [cut]
+
+
+def test_a_term_whose_confirmation_is_refused_is_never_served(tmp_path: Path) -> None:
+    """The controller refuses a new master's confirmation (below what it was elected with): the
+    term ends unserved and the member asks again, it does not take sends as master meanwhile."""
+    async def one_term() -> BrokerController | None:
+        member = ReplicasManager(BrokerConfig(controller=A, store_dir=str(tmp_path)), ServerSecurity())
+
+        async def answer(epoch: int, max_offset: int, in_sync: list[str]
+                         ) -> rmq_pb2.ControllerHeartbeatResponse:
+            if max_offset >= 0:
+                return rmq_pb2.ControllerHeartbeatResponse(status=rmq_pb2.Status(
+                    code=rmq_pb2.ILLEGAL_ARGUMENT, message="does not hold what it was elected for"))
+            return rmq_pb2.ControllerHeartbeatResponse(status=rmq_pb2.Status(code=rmq_pb2.OK), epoch=2,
+                                                       master_broker_id=0, master_address=A, truncate_to=-1)
+
+        member.heartbeat = answer  # type: ignore[method-assign]
+        terminated = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait_for(member.serve_term(terminated), 20)
+            return member.collector.broker
+        finally:
+            terminated.cancel()
+            await member.close()
+
+    assert asyncio.run(one_term()) is None
+
+
+def test_a_send_answered_stored_on_the_master_only_makes_the_next_send_ask_for_the_route(
+        tmp_path: Path) -> None:
+    """A master answering SLAVE_NOT_AVAILABLE (no slave, or its controller lease lapsed) may have
+    been replaced: the client asks the name servers again before its next send."""
+    broker = InProcessBroker(tmp_path / "broker", broker_role="SYNC_MASTER").start()
+    try:
+        with RmqClient(broker.address) as client:
+            client.create_topic("T", queues=1)
+            asked = route_queries(client)
+            for _ in range(2):
+                assert client.send("T", [OutgoingMessage(b"a"), OutgoingMessage(b"b")]).status.name == \
+                    "SLAVE_NOT_AVAILABLE"
+        assert asked == ["T", "T"]
+    finally:
+        broker.stop()
+
+
+def test_a_master_renews_its_lease_with_each_heartbeat_the_controller_confirms(tmp_path: Path) -> None:
+    """A SYNC_MASTER whose lease lapsed answers a put its slave holds SLAVE_NOT_AVAILABLE; the next
+    heartbeat answered in the same term renews it, and puts are OK again."""
+    broker = InProcessBroker(tmp_path / "broker", controller="127.0.0.1:1", broker_role="SYNC_MASTER",
+                             controller_master_lease_ms=60_000).start()
+
+    async def open_manager() -> ReplicasManager:
+        return ReplicasManager(broker.config, ServerSecurity())
+
+    manager = broker.run(open_manager())
+
+    async def same_term(*_: object) -> rmq_pb2.ControllerHeartbeatResponse:
+        return rmq_pb2.ControllerHeartbeatResponse(status=rmq_pb2.Status(code=rmq_pb2.OK), epoch=1,
+                                                   master_broker_id=0, master_address=broker.address)
+
+    manager.heartbeat = same_term  # type: ignore[method-assign]
+    store = broker.controller.store
+    try:
+        slave = store.ha_service.connect_slave("127.0.0.1:2", store.get_commit_log_max_offset())
+        store.ha_service.slave_acked(slave, 1 << 40)   # the slave holds whatever comes
+        store.renew_lease(time.monotonic() - 1)
+        assert store.put_message(message()).status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+        term = RoleAssignment(epoch=1, master_id=0, master_address=broker.address, truncate_to=-1,
+                              in_sync_ids=(0,))
+        assert broker.run(manager._beat(broker.controller, term))
+        assert store.put_message(message()).status is PutMessageStatus.PUT_OK
+    finally:
+        broker.run(manager.close())
+        broker.stop()

@@ -12,9 +12,9 @@ import grpc
 import rmq.broker_server
 from rmq.broker_server.errors import BrokerError, NotMaster, illegal_argument
 from rmq.broker_server.remoting.dispatch import Refusal, remoting_answer
-from rmq.broker_server.rmq_v1.status import v1_status
 from rmq.broker_server.rocketmq_v2.status import V2Error, v2_status
 from rmq.broker_server.security.request_auth import CallRefused
+from rmq.broker_server.status import v1_status
 from rmq.remoting.request_code import RMQ_CODE_FIELD, ResponseCode
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.v1 import rmq_pb2

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from rmq import message_format as mf
+from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
 from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
@@ -27,7 +28,11 @@ from rmq.broker_server.processors.schedule_message_service import (
     ScheduleMessageService,
     correct_deliver_timestamp,
 )
-from rmq.broker_server.processors.send_message_processor import SendMessageProcessor, born_host_from_peer
+from rmq.broker_server.processors.send_message_processor import (
+    OneMessage,
+    SendMessageProcessor,
+    born_host_from_peer,
+)
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import TopicConfig, TopicConfigManager
 from rmq.statuses import GetMessageStatus, PullStatus
@@ -296,3 +301,28 @@ def test_delay_rewrite_tv15_and_delivery_tv16(broker: Broker, tmp_path: Path) ->
 def test_correct_deliver_timestamp_tv23() -> None:
     assert correct_deliver_timestamp(2_000_000, 2_020_000, 10_000) == 2_000_000
     assert correct_deliver_timestamp(2_000_000, 2_005_000, 10_000) == 2_005_000
+
+
+def test_send_one_stores_what_a_batch_of_one_stores(broker: Broker) -> None:
+    """The single-message path (issue 41): queue round-robin, queue offsets, properties with tags and
+    keys, a delayed message parked in the schedule topic and answered with queue offset -1, the
+    topic's put counters, and the refusals a batch of one gets."""
+    host = born_host_from_peer(PEER)
+    plain = [asyncio.run(broker.send.send_one(OneMessage("T", b"b", tags="A", keys="k"), host))
+             for _ in range(5)]
+    assert [(r.queue_id, r.queue_offset) for r in plain] == [(0, 0), (1, 0), (2, 0), (3, 0), (0, 1)]
+    delayed = asyncio.run(broker.send.send_one(OneMessage("T", b"d", queue_id=2, delay_level=1), host))
+    assert (delayed.queue_id, delayed.queue_offset) == (2, -1)
+    wait_dispatched(broker.store, SCHEDULE_TOPIC, 0, 1)
+    found = pull(broker, 0, 0, max_messages=1).messages
+    [record] = decode_records(found.records, np.frombuffer(found.sizes, "<i4"))
+    assert (record.properties, record.born_host) == ({mf.PROPERTY_TAGS: "A", mf.PROPERTY_KEYS: "k"}, host)
+    assert broker.store.get_max_offset_in_queue(SCHEDULE_TOPIC, 0) == 1
+    assert broker.stats.snapshot()["T"].put_messages == 6
+    for bad, code in [(OneMessage("T", b""), rmq_pb2.MESSAGE_ILLEGAL),
+                      (OneMessage("T", b"b", queue_id=4), rmq_pb2.ILLEGAL_ARGUMENT),
+                      (OneMessage("nope", b"b"), rmq_pb2.TOPIC_NOT_EXIST),
+                      (OneMessage("T", b"x" * 5000), rmq_pb2.MESSAGE_SIZE_EXCEEDED)]:
+        with pytest.raises(BrokerError) as refused:
+            asyncio.run(broker.send.send_one(bad, host))
+        assert refused.value.code == code

@@ -61,7 +61,8 @@ def test_records_past_the_memory_threshold_read_on_the_store_executor(broker: Br
     """Records farther behind the CommitLog's end than the memory threshold (where getMessage
     suggests a slave, TV-6) may have left the page cache: a read of them must not stall the loop."""
     fill(broker, INLINE_MESSAGES + 8, b"x" * 100)
-    monkeypatch.setattr(broker.store, "_memory_threshold", 0)   # every record but the last is "on disk"
+    # every record but the last is "on disk"
+    monkeypatch.setattr(broker.store.reader, "_memory_threshold", 0)
     threads = reading_threads(broker, monkeypatch)
     answer = pull(broker, 0, 0, max_messages=INLINE_MESSAGES)
     assert (answer.pull_status, answer.messages.count) == (rmq_pb2.FOUND, INLINE_MESSAGES)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rmq.broker_server.errors import BrokerError
-from rmq.broker_server.processors.send_message_processor import check_put_status
+from rmq.broker_server.processors.put_status import check_put_status
 from rmq.statuses import PutMessageStatus
 from rmq.v1 import rmq_pb2
 

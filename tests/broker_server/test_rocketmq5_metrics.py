@@ -14,9 +14,12 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from rmq.broker_server.metrics.broker_stats import OTHER_GROUPS, BrokerStatsManager
+from rmq.broker_server.metrics.broker_stats import OTHER_GROUPS, BrokerStatsManager, GroupLabels
 from rmq.broker_server.metrics.collectors import BrokerCollector, BrokerFigures
+from rmq.broker_server.security.acl_file import AclFile
+from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
+from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker
 
 DASHBOARD = Path(__file__).parents[2] / "docs" / "grafana" / "rmq-rocketmq5.json"
@@ -104,3 +107,45 @@ def test_the_grafana_dashboard_asks_only_for_exposed_metrics(broker: InProcessBr
     wanted = {name for expr in expressions for name in re.findall(r"\brocketmq_[a-z_]+", expr)}
     assert len(wanted) >= 8
     assert wanted <= exposed, sorted(wanted - exposed)
+
+
+def test_one_account_cannot_grow_the_scrape_with_group_names(tmp_path: Path) -> None:
+    """SECURITY #39 finding 11: an account with SUB on one topic commits and pulls under 60
+    invented group names (past its share of 20 label values); the scrape names 20 of them, counts
+    the rest under _other (their lag summed, not lost), and still names another account's group."""
+    acl = write_acl(tmp_path / "acl.yml", "accounts:\n"
+                    "  - {accessKey: adminaccount, secretKey: admin-secret-key, admin: true}\n"
+                    "  - {accessKey: flooder, secretKey: flooder-secret, topicPerms: ['T=SUB'],"
+                    " defaultGroupPerm: SUB}\n"
+                    "  - {accessKey: honest, secretKey: honest-secret, topicPerms: ['T=SUB'],"
+                    " groupPerms: ['billing=SUB']}\n")
+    broker = InProcessBroker(tmp_path / "store", ServerSecurity(acl_file=AclFile(acl)),
+                             max_metric_groups=50, max_metric_groups_per_account=20).start()
+    q0 = MessageQueue("T", "broker-a", 0)
+    try:
+        with RmqClient(broker.address, access_key="adminaccount", secret_key="admin-secret-key") as admin:
+            admin.create_topic("T", queues=1)
+            admin.send("T", [OutgoingMessage(b"x") for _ in range(3)])
+        with RmqClient(broker.address, access_key="flooder", secret_key="flooder-secret") as flooder:
+            for i in range(60):
+                flooder.update_consumer_offsets(f"invented-{i:03}-" + "x" * 200, {q0: 1})
+                flooder.pull(q0, 0, 1, group=f"pulled-{i:03}")
+        with RmqClient(broker.address, access_key="honest", secret_key="honest-secret") as honest:
+            honest.update_consumer_offsets("billing", {q0: 0})
+        samples = scrape(broker.controller.metrics_figures())
+    finally:
+        broker.stop()
+    named = {dict(labels).get("consumer_group", dict(labels).get("group")) for _, labels in samples} - {None}
+    assert "billing" in named and OTHER_GROUPS in named
+    assert len(named - {"billing", OTHER_GROUPS}) == 20                  # its share, pulls and commits
+    assert value(samples, "rocketmq_consumer_lag_messages", topic="T", consumer_group="billing") == 3
+    invented = len([group for group in named if group.startswith("invented-")])
+    assert value(samples, "rocketmq_consumer_lag_messages", topic="T", consumer_group=OTHER_GROUPS) == (
+        (60 - invented) * 2)
+
+
+def test_group_label_values_have_a_total_and_a_share() -> None:
+    labels = GroupLabels(max_groups=3, max_per_account=2)
+    assert [labels.label(g, "a") for g in ("a1", "a2", "a3")] == ["a1", "a2", OTHER_GROUPS]
+    assert [labels.label(g, "b") for g in ("b1", "b2")] == ["b1", OTHER_GROUPS]     # the total
+    assert labels.label("a1", "b") == "a1" and labels.label("y" * 256, "") == OTHER_GROUPS

@@ -81,3 +81,33 @@ def test_members_reset_and_delete(broker: InProcessBroker, capsys: pytest.Captur
     assert code == 0 and "deleted consumer group g1" in out
     code, out, _ = rmq(broker, capsys, "group", "members", "g1")
     assert "no live member" in out
+
+
+def test_message_query_names_the_topic_bounds_its_pages_and_knows_its_groups(
+        broker: InProcessBroker, capsys: pytest.CaptureFixture[str]) -> None:
+    """#46 defect 7: --msg-id of another topic is refused and the table has a TOPIC column;
+    --limit past a page and a negative --page are refused up front; --group prints yes/no and an
+    unknown group is an error, as are reset-offset and delete of a group that never existed."""
+    with RmqClient(broker.address) as client:
+        client.create_topic("Other", queues=1)
+        client.update_consumer_offsets("g1", {MessageQueue("Orders", "broker-a", 0): 1})
+    code, out, _ = rmq(broker, capsys, "message", "query", "Orders", "--key", "k0", "--json")
+    msg_id = json.loads(out)["messages"][0]["msg_id"]
+    code, _, err = rmq(broker, capsys, "message", "query", "Other", "--msg-id", msg_id)
+    assert code == 2 and f"message {msg_id} is in topic Orders, not Other" in err
+    code, out, _ = rmq(broker, capsys, "message", "query", "Orders", "--msg-id", msg_id)
+    assert code == 0 and out.splitlines()[0].split()[:2] == ["MSG_ID", "TOPIC"] and " Orders " in out
+    for argv, says in [(["--limit", "501"], "at most 500 messages per page"),
+                       (["--page", "-1"], "expected a non-negative integer")]:
+        code, _, err = rmq(broker, capsys, "message", "query", "Orders", "--begin", "0", "--end", "9", *argv)
+        assert code == 2 and says in err, argv
+    code, out, _ = rmq(broker, capsys, "message", "query", "Orders", "--begin", "0", "--end", str(2**62),
+                       "--group", "g1")
+    assert code == 0 and "yes" in out and "no" in out and "True" not in out and "False" not in out
+    for argv in (["message", "query", "Orders", "--key", "k0", "--group", "nobody"],
+                 ["group", "reset-offset", "nobody", "--topic", "Orders", "--to", "latest"],
+                 ["group", "delete", "nobody"]):
+        code, out, err = rmq(broker, capsys, *argv)
+        assert code == 2 and "consumer group nobody does not exist" in err and "deleted" not in out, argv
+    with RmqClient(broker.address) as client:
+        assert client.query_consumer_offsets("nobody", "Orders") == {}      # not created

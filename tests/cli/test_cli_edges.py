@@ -124,6 +124,7 @@ def test_consume_from_last_on_a_young_topic_reads_what_it_holds(broker: InProces
                      "--endpoints", broker.address]) == 0
     out, err = capsys.readouterr()
     assert [line.split()[-1] for line in out.splitlines()] == ["a", "b", "c"]
+    assert err.splitlines()[0] == "QUEUE OFFSET TAGS KEYS BODY"     # the columns, not among the messages
     assert "consumed 3 messages" in err
 
 
@@ -184,3 +185,61 @@ def test_bad_properties_are_one_line(value: str, says: str, capsys: pytest.Captu
     assert cli.main(["produce", "T", "--property", value]) == 2
     err = capsys.readouterr().err
     assert says in err and len(err.strip().splitlines()) == 1
+
+
+def test_members_and_cluster_with_a_broker_down_say_so_and_exit_non_zero(
+        cluster_with_a_dead_broker: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """#46 defect 6: `group members` does not answer "no live member" (exit 0) when a broker could
+    not be asked, and `cluster` exits 1 without showing the dead member's registered role as its own."""
+    endpoints = ["--endpoints", cluster_with_a_dead_broker]
+    assert cli.main(["group", "members", "g", *endpoints]) == 1
+    out, err = capsys.readouterr()
+    assert "cli-edges@1" in out and "broker broker-b is unreachable" in err
+    assert cli.main(["group", "members", "g", "--json", *endpoints]) == 1
+    assert json.loads(capsys.readouterr().out)["complete"] is False
+
+    assert cli.main(["cluster", *endpoints]) == 1
+    out, err = capsys.readouterr()
+    [dead] = [line.split(maxsplit=4) for line in out.splitlines() if line.startswith("broker-b")]
+    assert dead[2] == "?" and "unreachable (registered as" in dead[4]
+    assert "no status from broker-b id 0" in err
+
+
+class _Stdin:
+    """sys.stdin reading from a pipe the test writes to, as `tail -f app.log |` feeds rmq produce."""
+
+    def __init__(self, read_end: int) -> None:
+        self.buffer = os.fdopen(read_end, "rb")
+
+
+def test_produce_sends_what_stdin_gave_after_the_linger(broker: InProcessBroker,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """#46 defect 4: one line of a slow source is sent within --linger-ms (50), not held until 256
+    lines (or the end of stdin) came."""
+    assert cli.main(["topic", "create", "tailed", "--queues", "1", "--endpoints", broker.address]) == 0
+    read_end, write_end = os.pipe()
+    monkeypatch.setattr("sys.stdin", _Stdin(read_end))
+    exit_code: list[int] = []
+    producing = threading.Thread(target=lambda: exit_code.append(
+        cli.main(["produce", "tailed", "--endpoints", broker.address])))
+    producing.start()
+    with RmqClient(broker.address) as client, os.fdopen(write_end, "wb", buffering=0) as tail:
+        tail.write(b"first line\n")
+        wait_until(lambda: client.queue_offsets(MessageQueue("tailed", "broker-a", 0)).max_offset == 1,
+                   "the first line sent while stdin stays open", timeout=10)
+        tail.write(b"second line\n")
+    producing.join(30)
+    assert exit_code == [0] and "sent 2 messages (acknowledged 2)" in capsys.readouterr().out
+
+
+def test_produce_retries_a_failed_send_on_another_broker(cluster_with_a_dead_broker: str,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """#46 defect 5: with broker-b (registered for `watched`) down, sends that go to it are retried
+    on broker-a (RocketMQ's retryTimesWhenSendFailed); every line is acknowledged, exit 0."""
+    lines = b"".join(b"line %d\n" % i for i in range(8))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(lines)))
+    argv = ["produce", "watched", "--batch-size", "1", "--endpoints", cluster_with_a_dead_broker]
+    assert cli.main(argv) == 0
+    assert "sent 8 messages (acknowledged 8)" in capsys.readouterr().out

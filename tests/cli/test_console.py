@@ -5,23 +5,33 @@ are bounded."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
+from httpx2 import Response
 from starlette.testclient import TestClient
 
 from rmq import retry
+from rmq.auth import ClientSecurity
 from rmq.broker_server.security.acl_file import AclFile
 from rmq.broker_server.security.server_security import ServerSecurity
+from rmq.cli import main as cli
 from rmq.cli.console import ConsoleSettings, History, create_app
+from rmq.cli.console.app import COOKIE, MAX_ANONYMOUS_SESSIONS
 from rmq.cli.console.history import MAX_SERIES
 from rmq.connector.admin import MQAdmin
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
+from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.statuses import PullStatus
 from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker, running_broker
+from tests.broker_server.v2_calls import TelemetryStream, V2Client
+
+BASE = "http://127.0.0.1"      # a Host the console answers (it refuses others: DNS rebinding)
 
 
 @pytest.fixture
@@ -38,7 +48,7 @@ def broker(tmp_path: Path) -> Iterator[InProcessBroker]:
 
 @pytest.fixture
 def web(broker: InProcessBroker) -> Iterator[TestClient]:
-    with TestClient(create_app(ConsoleSettings(broker.address))) as client:
+    with TestClient(create_app(ConsoleSettings(broker.address)), base_url=BASE) as client:
         yield client
 
 
@@ -92,7 +102,25 @@ def test_a_message_page_shows_body_properties_and_consume_state(web: TestClient)
     listed = web.get("/api/messages?topic=Orders&key=k0").json()["messages"]
     page = web.get(f"/api/messages/{listed[0]['msg_id']}").json()
     assert page["body"] == "order 0" and page["keys"] == "k0"
-    assert page["consume_state"] == [{"group": "g1", "consumed": True}]   # queue 0, offset 0 < committed 1
+    assert page["track"] == [{"group": "g1", "consumed": True, "state": "consumed", "retries": [],
+                              "dead_letters": []}]                        # queue 0, offset 0 < committed 1
+
+
+def test_a_message_track_follows_it_into_the_dlq_and_resends_it_to_one_group(web: TestClient,
+                                                                            broker: InProcessBroker) -> None:
+    """The message page's track: per group consumed or not, its copies in the group's DLQ and retry
+    topic; "Resend to g1" delivers it again to g1's retry topic only."""
+    with RmqClient(broker.address) as client:
+        client.send_message_back("g1", "broker-a", 0, delay_level=-1)      # "order 0" to %DLQ%g1
+    original = web.get("/api/messages?topic=Orders&key=k0").json()["messages"][0]["msg_id"]
+    page = web.get(f"/messages/{original}").text
+    [track] = web.get(f"/api/messages/{original}").json()["track"]
+    assert track["state"] == "in the DLQ" and len(track["dead_letters"]) == 1 and track["retries"] == []
+    assert track["dead_letters"][0] in page
+    resent = web.post(f"/messages/{original}/resend", data={"group": "g1", "csrf": csrf(page)})
+    assert resent.status_code == 200
+    [track] = web.get(f"/api/messages/{original}").json()["track"]
+    assert len(track["retries"]) == 1
 
 
 def test_forms_need_the_sessions_csrf_token(web: TestClient, broker: InProcessBroker) -> None:
@@ -152,26 +180,156 @@ def test_charts_are_bounded_and_compute_rates() -> None:
     assert len(many.snapshot()["tps"]) == MAX_SERIES
 
 
-def test_a_signed_in_account_sees_only_what_it_may(tmp_path: Path) -> None:
-    """On an --acl cluster an anonymous visitor is asked to sign in; a signed-in account sees only
-    the topics it may read, and a page of another topic is refused (403) saying so."""
+ADMIN = {"access_key": "adminaccount", "secret_key": "admin-secret-key"}
+READER = {"access_key": "ordersreader", "secret_key": "orders-secret-key"}
+
+
+@pytest.fixture
+def acl_broker(tmp_path: Path) -> Iterator[InProcessBroker]:
+    """An --acl broker holding Orders and Payroll; ordersreader may only read Orders."""
     acl = write_acl(tmp_path / "acl.yml", "accounts:\n"
                     "  - {accessKey: adminaccount, secretKey: admin-secret-key, admin: true}\n"
                     "  - {accessKey: ordersreader, secretKey: orders-secret-key,"
-                    " topicPerms: ['Orders=SUB']}\n")
+                    " topicPerms: ['Orders=SUB'], groupPerms: ['readers=SUB']}\n")
     broker = InProcessBroker(tmp_path / "store", ServerSecurity(acl_file=AclFile(acl))).start()
     try:
-        with RmqClient(broker.address, access_key="adminaccount", secret_key="admin-secret-key") as admin:
+        with RmqClient(broker.address, **ADMIN) as admin:
             admin.create_topic("Orders", queues=1)
             admin.create_topic("Payroll", queues=1)
-        with TestClient(create_app(ConsoleSettings(broker.address))) as web:
-            anonymous = web.get("/topics")
-            assert anonymous.status_code == 403 and "Sign in" in anonymous.text
-            form = {"access_key": "ordersreader", "secret_key": "orders-secret-key",
-                    "csrf": csrf(web.get("/sign-in").text)}
-            assert "signed in as" in web.post("/sign-in", data=form).text
-            assert [t["topic"] for t in web.get("/api/topics").json()["topics"]] == ["Orders"]
-            refused = web.get("/topics/Payroll")
-            assert refused.status_code == 403 and "NO_PERMISSION" in refused.text
+        yield broker
     finally:
         broker.stop()
+
+
+def sign_in(web: TestClient, account: dict[str, str]) -> Response:
+    return web.post("/sign-in", data=account | {"csrf": csrf(web.get("/sign-in").text)})
+
+
+def test_a_signed_in_account_sees_only_what_it_may(acl_broker: InProcessBroker) -> None:
+    """On an --acl cluster an anonymous visitor is asked to sign in; a signed-in account sees only
+    the topics it may read, and a page of another topic is refused (403) saying so."""
+    with TestClient(create_app(ConsoleSettings(acl_broker.address)), base_url=BASE) as web:
+        anonymous = web.get("/topics")
+        assert anonymous.status_code == 403 and "Sign in" in anonymous.text
+        assert "signed in as" in sign_in(web, READER).text
+        assert [t["topic"] for t in web.get("/api/topics").json()["topics"]] == ["Orders"]
+        refused = web.get("/topics/Payroll")
+        assert refused.status_code == 403 and "NO_PERMISSION" in refused.text
+
+
+def test_other_host_names_are_refused_and_visitors_do_not_act_as_the_console(
+        acl_broker: InProcessBroker) -> None:
+    """SECURITY #39 finding 10: a DNS-rebound page (Host evil.example) gets nothing, and a visitor
+    who did not sign in is not the console's own (admin) identity: creating a topic is refused."""
+    settings = ConsoleSettings(acl_broker.address, ClientSecurity(**ADMIN))
+    with TestClient(create_app(settings), base_url="http://evil.example:8780") as rebound:
+        assert rebound.get("/topics").status_code == 400
+    with TestClient(create_app(settings), base_url=BASE) as web:
+        form = {"topic": "Evil", "queues": "1", "csrf": csrf(web.get("/sign-in").text)}
+        refused = web.post("/topics", data=form)
+        assert refused.status_code == 400 and "UNAUTHENTICATED" in refused.text
+    with RmqClient(acl_broker.address, **ADMIN) as admin:
+        assert "Evil" not in {t.topic_name for t in admin.list_topics()}
+
+
+def test_charts_show_only_what_the_account_may_see(acl_broker: InProcessBroker) -> None:
+    """SECURITY #39 finding 15: the charts are sampled as the console's admin identity; a signed-in
+    reader sees Orders' series and its own group's, not Payroll's nor another group's."""
+    now = [1000.0]
+    samples = iter([({"Orders": 1, "Payroll": 1}, {"readers": 1, "payroll-team": 1}),
+                    ({"Orders": 5, "Payroll": 9}, {"readers": 0, "payroll-team": 3})])
+    history = History(lambda: next(samples), clock=lambda: now[0])
+    history.tick()
+    now[0] += 10
+    history.tick()
+    with RmqClient(acl_broker.address, **ADMIN) as admin:
+        for group in ("readers", "payroll-team"):
+            admin.update_consumer_offsets(group, {MessageQueue("Orders", "broker-a", 0): 0})
+    settings = ConsoleSettings(acl_broker.address, ClientSecurity(**ADMIN))
+    with TestClient(create_app(settings, history), base_url=BASE) as web:
+        assert web.get("/api/charts").json()["tps"] == {}          # not signed in: nothing
+        sign_in(web, READER)
+        charts = web.get("/api/charts").json()      # what the cluster page's charts draw
+        assert set(charts["tps"]) == {"Orders"} and set(charts["lag"]) == {"readers"}
+
+
+def test_cookieless_requests_do_not_sign_anyone_out(acl_broker: InProcessBroker) -> None:
+    """SECURITY #39 finding 16: more cookieless visits than the anonymous sessions' bound evict
+    only anonymous sessions; the signed-in session stays signed in."""
+    with TestClient(create_app(ConsoleSettings(acl_broker.address)), base_url=BASE) as web:
+        sign_in(web, READER)
+        signed_in = web.cookies[COOKIE]
+        for _ in range(MAX_ANONYMOUS_SESSIONS + 44):
+            web.cookies.clear()
+            web.get("/sign-in")
+        web.cookies.clear()
+        web.cookies[COOKIE] = signed_in
+        assert "signed in as" in web.get("/sign-in").text
+
+
+def test_a_wrong_secret_key_does_not_sign_in(acl_broker: InProcessBroker) -> None:
+    """SECURITY #39 finding 17: the cluster checks the pair before the console says "signed in"."""
+    with TestClient(create_app(ConsoleSettings(acl_broker.address)), base_url=BASE) as web:
+        refused = sign_in(web, READER | {"secret_key": "not-the-secret"})
+        assert refused.status_code == 403 and "wrong access key or secret key" in refused.text
+        assert "signed in as" not in refused.text and "signed in as" not in web.get("/sign-in").text
+
+
+def test_rocketmq5_consumer_groups_are_listed_everywhere(broker: InProcessBroker, web: TestClient,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """#46 defect 3: a RocketMQ 5 SimpleConsumer's group (a Telemetry session, no %RETRY% topic,
+    no heartbeat) is in MQAdmin.groups, `rmq group list` and the console's group list and page."""
+    settings = v2.Settings(client_type=v2.SIMPLE_CONSUMER, subscription=v2.Subscription(
+        group=v2.Resource(name="v5-group"),
+        subscriptions=[v2.SubscriptionEntry(topic=v2.Resource(name="Orders"),
+                                            expression=v2.FilterExpression(expression="*"))]))
+    with grpc.insecure_channel(broker.address) as channel:
+        stream = TelemetryStream(V2Client(channel, "v5-client"), settings)
+        try:
+            assert stream.next().status.code == v2.OK
+            with RmqClient(broker.address) as client:
+                assert MQAdmin(client).groups() == ["g1", "v5-group"]
+            assert cli.main(["group", "list", "--endpoints", broker.address]) == 0
+            assert "v5-group" in capsys.readouterr().out
+            assert "v5-group" in web.get("/groups").text
+            page = web.get("/groups/v5-group")
+            assert page.status_code == 200 and "v5-client" in page.text
+        finally:
+            stream.close()
+
+
+def test_the_charting_library_is_vendored_with_its_licence(web: TestClient) -> None:
+    """The charts' uPlot is served from /static (files as npm ships them, with the MIT licence);
+    no template loads a script or stylesheet from elsewhere (no CDN)."""
+    vendored = Path(__file__).parents[2] / "cli" / "console" / "static" / "vendor" / "uplot"
+    table = (vendored / "VENDORED.md").read_text()
+    recorded = dict(re.findall(r"^\| (\S+) \| ([0-9a-f]{64}) \|$", table, re.M))
+    assert set(recorded) == {"uPlot.iife.min.js", "uPlot.min.css"}
+    for name, digest in recorded.items():
+        assert hashlib.sha256((vendored / name).read_bytes()).hexdigest() == digest, name
+        assert web.get(f"/static/vendor/uplot/{name}").status_code == 200
+    assert "MIT License" in (vendored / "LICENSE").read_text()
+    templates = Path(__file__).parents[2] / "cli" / "console" / "templates"
+    for template in templates.glob("*.html"):
+        assert not re.search(r"""(src|href)=["']?(https?:)?//""", template.read_text()), template.name
+
+
+def test_the_topic_page_names_its_groups_and_changes_permission_sends_and_deletes(
+        web: TestClient, broker: InProcessBroker) -> None:
+    """The topic page: the groups consuming it, its route, and the maintenance forms (read-only
+    refuses sends until read-write again; a test message arrives; delete removes the topic)."""
+    page = web.get("/topics/Orders").text
+    assert "g1" in web.get("/api/topics/Orders").json()["groups"]
+    assert [r["perm"] for r in web.get("/api/topics/Orders").json()["route"]] == ["read-write"]
+    token = csrf(page)
+    assert web.post("/topics/Orders/permission", data={"perm": "read-only", "csrf": token}).status_code == 200
+    assert [r["perm"] for r in web.get("/api/topics/Orders").json()["route"]] == ["read-only"]
+    refused = web.post("/topics/Orders/send", data={"body": "probe", "csrf": token})
+    assert refused.status_code == 400 and "NO_PERMISSION" in refused.text
+    web.post("/topics/Orders/permission", data={"perm": "read-write", "csrf": token})
+    sent = web.post("/topics/Orders/send", data={"body": "probe", "keys": "probe-key", "csrf": token})
+    assert sent.status_code == 200 and "probe" in web.get("/messages?topic=Orders&key=probe-key").text
+    bad = web.post("/topics/Orders/permission", data={"perm": "everything", "csrf": token})
+    assert bad.status_code == 400 and "permission must be one of" in bad.text
+    assert web.post("/topics/Orders/delete", data={"csrf": token}).status_code == 200
+    assert web.get("/topics/Orders").status_code == 404

@@ -1,20 +1,32 @@
-"""`rmq --version` names the installed distribution's version, as `pip show rmq` does; `rmq` without
-the `broker` extra."""
+"""`rmq --version` names the one version (rmq.__version__, which pyproject.toml reads), newer than
+every release CHANGELOG.md lists; `rmq` without the `broker` extra."""
 
+import re
 import subprocess
 import sys
-from importlib.metadata import version
+import tomllib
+from pathlib import Path
 
 import pytest
 
+from rmq import __version__
 from rmq.cli.main import main
 
+ROOT = Path(__file__).parents[2]
 
-def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+
+def test_version_prints_the_one_version_newer_than_every_release(capsys: pytest.CaptureFixture[str]) -> None:
+    """#46 defect 8: `rmq --version` said 0.1.0 while CHANGELOG.md listed 0.2.0 as released."""
     with pytest.raises(SystemExit) as exit_info:
         main(["--version"])
     assert exit_info.value.code == 0
-    assert capsys.readouterr().out.strip() == f"rmq {version('rmq')}"
+    assert capsys.readouterr().out.strip() == f"rmq {__version__}"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    released = re.findall(r"^## \[(\d+)\.(\d+)\.(\d+)\]", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    assert released, "CHANGELOG.md lists no release"
+    current = tuple(int(part) for part in re.findall(r"\d+", __version__)[:3])
+    assert all(current > tuple(map(int, release)) for release in released), (current, released)
 
 
 # `rmq` as installed without the `broker` extra: importing yaml, numpy, pyarrow or

@@ -5,6 +5,7 @@ builds its own ConsumeQueues; diverged slaves are refused; SYNC_MASTER puts wait
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -173,3 +174,18 @@ def test_a_put_in_flight_when_the_master_is_fenced_is_never_acknowledged_ok(stor
     fencer.join()
     assert in_flight.status is not PutMessageStatus.PUT_OK
     assert master.put_message(message()).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+
+
+def test_a_sync_master_whose_controller_lease_lapsed_acknowledges_nothing_ok(stores) -> None:
+    """The master lease (controller mode): past it a newer master may have been elected, so a put
+    its slave holds is still stored but answered SLAVE_NOT_AVAILABLE until the lease is renewed."""
+    master = stores("master", BrokerRole.SYNC_MASTER, sync_flush_timeout_ms=5000)
+    connection = master.ha_service.connect_slave("127.0.0.1:1", master.get_commit_log_max_offset())
+    master.ha_service.slave_acked(connection, 1 << 40)   # the slave holds whatever comes
+    master.renew_lease(time.monotonic() + 60)
+    assert master.put_message(message()).status is PutMessageStatus.PUT_OK
+    master.renew_lease(time.monotonic() - 0.001)
+    lapsed = master.put_message(message())
+    assert lapsed.status is PutMessageStatus.SLAVE_NOT_AVAILABLE and lapsed.queue_offset == 1   # stored
+    master.renew_lease(time.monotonic() + 60)
+    assert master.put_message(message()).status is PutMessageStatus.PUT_OK

@@ -869,6 +869,18 @@ class ConsumerConnection(_message.Message):
     last_heartbeat_ms: int
     def __init__(self, client_id: _Optional[str] = ..., protocol: _Optional[_Union[ClientProtocol, str]] = ..., address: _Optional[str] = ..., message_model: _Optional[_Union[MessageModel, str]] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ..., last_heartbeat_ms: _Optional[int] = ...) -> None: ...
 
+class ListConsumerGroupsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListConsumerGroupsResponse(_message.Message):
+    __slots__ = ("status", "groups")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    groups: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., groups: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class GetConsumerConnectionsRequest(_message.Message):
     __slots__ = ("consumer_group",)
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
@@ -916,7 +928,7 @@ class BrokerStatusResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., role: _Optional[_Union[BrokerRole, str]] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., slaves: _Optional[_Iterable[_Union[SlaveState, _Mapping]]] = ..., master_address: _Optional[str] = ..., master_max_offset: _Optional[int] = ..., replication_error: _Optional[str] = ..., epoch: _Optional[int] = ..., in_sync_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ControllerHeartbeatRequest(_message.Message):
-    __slots__ = ("cluster_name", "broker_name", "broker_id", "address", "epoch", "max_offset", "in_sync_addresses")
+    __slots__ = ("cluster_name", "broker_name", "broker_id", "address", "epoch", "max_offset", "in_sync_addresses", "proof")
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -924,6 +936,7 @@ class ControllerHeartbeatRequest(_message.Message):
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     IN_SYNC_ADDRESSES_FIELD_NUMBER: _ClassVar[int]
+    PROOF_FIELD_NUMBER: _ClassVar[int]
     cluster_name: str
     broker_name: str
     broker_id: int
@@ -931,20 +944,53 @@ class ControllerHeartbeatRequest(_message.Message):
     epoch: int
     max_offset: int
     in_sync_addresses: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., epoch: _Optional[int] = ..., max_offset: _Optional[int] = ..., in_sync_addresses: _Optional[_Iterable[str]] = ...) -> None: ...
+    proof: MemberProof
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., epoch: _Optional[int] = ..., max_offset: _Optional[int] = ..., in_sync_addresses: _Optional[_Iterable[str]] = ..., proof: _Optional[_Union[MemberProof, _Mapping]] = ...) -> None: ...
 
 class ControllerHeartbeatResponse(_message.Message):
-    __slots__ = ("status", "epoch", "master_broker_id", "master_address", "truncate_to", "in_sync_ids")
+    __slots__ = ("status", "epoch", "master_broker_id", "master_address", "truncate_to", "in_sync_ids", "not_leader", "leader_address")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     MASTER_BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TRUNCATE_TO_FIELD_NUMBER: _ClassVar[int]
     IN_SYNC_IDS_FIELD_NUMBER: _ClassVar[int]
+    NOT_LEADER_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     status: Status
     epoch: int
     master_broker_id: int
     master_address: str
     truncate_to: int
     in_sync_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., epoch: _Optional[int] = ..., master_broker_id: _Optional[int] = ..., master_address: _Optional[str] = ..., truncate_to: _Optional[int] = ..., in_sync_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    not_leader: bool
+    leader_address: str
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., epoch: _Optional[int] = ..., master_broker_id: _Optional[int] = ..., master_address: _Optional[str] = ..., truncate_to: _Optional[int] = ..., in_sync_ids: _Optional[_Iterable[int]] = ..., not_leader: _Optional[bool] = ..., leader_address: _Optional[str] = ...) -> None: ...
+
+class DescribeControllerRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ControllerGroup(_message.Message):
+    __slots__ = ("broker_name", "epoch", "master_broker_id", "in_sync_ids")
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MASTER_BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_IDS_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    epoch: int
+    master_broker_id: int
+    in_sync_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, broker_name: _Optional[str] = ..., epoch: _Optional[int] = ..., master_broker_id: _Optional[int] = ..., in_sync_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class DescribeControllerResponse(_message.Message):
+    __slots__ = ("status", "leader_address", "not_leader", "groups")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    NOT_LEADER_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    leader_address: str
+    not_leader: bool
+    groups: _containers.RepeatedCompositeFieldContainer[ControllerGroup]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., leader_address: _Optional[str] = ..., not_leader: _Optional[bool] = ..., groups: _Optional[_Iterable[_Union[ControllerGroup, _Mapping]]] = ...) -> None: ...

@@ -796,6 +796,11 @@ class AdminServiceStub:
                 request_serializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerConnectionsRequest.SerializeToString,
                 response_deserializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerConnectionsResponse.FromString,
                 _registered_method=True)
+        self.ListConsumerGroups = channel.unary_unary(
+                '/rmq.v1.AdminService/ListConsumerGroups',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -844,6 +849,12 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListConsumerGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -881,6 +892,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetConsumerConnections,
                     request_deserializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerConnectionsRequest.FromString,
                     response_serializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerConnectionsResponse.SerializeToString,
+            ),
+            'ListConsumerGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListConsumerGroups,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1073,6 +1089,33 @@ class AdminService:
             '/rmq.v1.AdminService/GetConsumerConnections',
             rmq_dot_v1_dot_rmq__pb2.GetConsumerConnectionsRequest.SerializeToString,
             rmq_dot_v1_dot_rmq__pb2.GetConsumerConnectionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListConsumerGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.AdminService/ListConsumerGroups',
+            rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1499,6 +1542,11 @@ class ControllerServiceStub:
                 request_serializer=rmq_dot_v1_dot_rmq__pb2.ControllerHeartbeatRequest.SerializeToString,
                 response_deserializer=rmq_dot_v1_dot_rmq__pb2.ControllerHeartbeatResponse.FromString,
                 _registered_method=True)
+        self.DescribeController = channel.unary_unary(
+                '/rmq.v1.ControllerService/DescribeController',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.DescribeControllerRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.DescribeControllerResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServiceServicer:
@@ -1511,6 +1559,12 @@ class ControllerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeController(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1518,6 +1572,11 @@ def add_ControllerServiceServicer_to_server(servicer, server):
                     servicer.Heartbeat,
                     request_deserializer=rmq_dot_v1_dot_rmq__pb2.ControllerHeartbeatRequest.FromString,
                     response_serializer=rmq_dot_v1_dot_rmq__pb2.ControllerHeartbeatResponse.SerializeToString,
+            ),
+            'DescribeController': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeController,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.DescribeControllerRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.DescribeControllerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1548,6 +1607,33 @@ class ControllerService:
             '/rmq.v1.ControllerService/Heartbeat',
             rmq_dot_v1_dot_rmq__pb2.ControllerHeartbeatRequest.SerializeToString,
             rmq_dot_v1_dot_rmq__pb2.ControllerHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeController(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.ControllerService/DescribeController',
+            rmq_dot_v1_dot_rmq__pb2.DescribeControllerRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.DescribeControllerResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -206,6 +206,7 @@ class AdminServiceStub:
     GetBrokerStatus: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.BrokerStatusRequest, _rmq_pb2.BrokerStatusResponse]
     ViewMessage: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.ViewMessageRequest, _rmq_pb2.ViewMessageResponse]
     GetConsumerConnections: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetConsumerConnectionsRequest, _rmq_pb2.GetConsumerConnectionsResponse]
+    ListConsumerGroups: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.ListConsumerGroupsRequest, _rmq_pb2.ListConsumerGroupsResponse]
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -219,6 +220,7 @@ class AdminServiceAsyncStub(AdminServiceStub):
     GetBrokerStatus: _aio.UnaryUnaryMultiCallable[_rmq_pb2.BrokerStatusRequest, _rmq_pb2.BrokerStatusResponse]  # type: ignore[assignment]
     ViewMessage: _aio.UnaryUnaryMultiCallable[_rmq_pb2.ViewMessageRequest, _rmq_pb2.ViewMessageResponse]  # type: ignore[assignment]
     GetConsumerConnections: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetConsumerConnectionsRequest, _rmq_pb2.GetConsumerConnectionsResponse]  # type: ignore[assignment]
+    ListConsumerGroups: _aio.UnaryUnaryMultiCallable[_rmq_pb2.ListConsumerGroupsRequest, _rmq_pb2.ListConsumerGroupsResponse]  # type: ignore[assignment]
 
 class AdminServiceServicer:
     """Served by every broker (its own topics)."""
@@ -264,6 +266,12 @@ class AdminServiceServicer:
         request: _rmq_pb2.GetConsumerConnectionsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_rmq_pb2.GetConsumerConnectionsResponse, _abc.Awaitable[_rmq_pb2.GetConsumerConnectionsResponse]]: ...
+
+    def ListConsumerGroups(
+        self,
+        request: _rmq_pb2.ListConsumerGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rmq_pb2.ListConsumerGroupsResponse, _abc.Awaitable[_rmq_pb2.ListConsumerGroupsResponse]]: ...
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
@@ -394,6 +402,7 @@ class ControllerServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> ControllerServiceAsyncStub: ...
     Heartbeat: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.ControllerHeartbeatRequest, _rmq_pb2.ControllerHeartbeatResponse]
+    DescribeController: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.DescribeControllerRequest, _rmq_pb2.DescribeControllerResponse]
 
 @_typing.type_check_only
 class ControllerServiceAsyncStub(ControllerServiceStub):
@@ -401,6 +410,7 @@ class ControllerServiceAsyncStub(ControllerServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Heartbeat: _aio.UnaryUnaryMultiCallable[_rmq_pb2.ControllerHeartbeatRequest, _rmq_pb2.ControllerHeartbeatResponse]  # type: ignore[assignment]
+    DescribeController: _aio.UnaryUnaryMultiCallable[_rmq_pb2.DescribeControllerRequest, _rmq_pb2.DescribeControllerResponse]  # type: ignore[assignment]
 
 class ControllerServiceServicer:
     """Served by `rmq namesrv --controller`."""
@@ -410,5 +420,11 @@ class ControllerServiceServicer:
         request: _rmq_pb2.ControllerHeartbeatRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_rmq_pb2.ControllerHeartbeatResponse, _abc.Awaitable[_rmq_pb2.ControllerHeartbeatResponse]]: ...
+
+    def DescribeController(
+        self,
+        request: _rmq_pb2.DescribeControllerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rmq_pb2.DescribeControllerResponse, _abc.Awaitable[_rmq_pb2.DescribeControllerResponse]]: ...
 
 def add_ControllerServiceServicer_to_server(servicer: ControllerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

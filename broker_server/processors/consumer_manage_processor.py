@@ -1,0 +1,68 @@
+"""ConsumerManageProcessor (RocketMQ's): a group's consumer list and its committed offsets, for
+every protocol's adapter (rmq.v1 QueryConsumerOffsets / UpdateConsumerOffsets / RemoveConsumerOffsets
+/ GetConsumerList; 4.x QUERY_CONSUMER_OFFSET / UPDATE_CONSUMER_OFFSET / GET_CONSUMER_LIST_BY_GROUP;
+RocketMQ 5 QueryOffset / UpdateOffset). Every offset of an update is checked before any is stored."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rmq.broker_server.errors import illegal_argument
+from rmq.broker_server.offsets.consumer_manager import ConsumerManager
+from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
+from rmq.broker_server.processors.names import check_group_name
+from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
+from rmq.broker_server.security.caller import account_key
+from rmq.topic_config import TopicConfig
+
+
+def check_queue(config: TopicConfig, queue_id: int) -> None:
+    """ILLEGAL_ARGUMENT unless the topic has a read queue `queue_id`."""
+    if not 0 <= queue_id < config.read_queue_nums:
+        raise illegal_argument(
+            f"queue_id {queue_id} is out of range: topic {config.topic_name!r} has "
+            f"{config.read_queue_nums} read queues"
+        )
+
+
+class ConsumerManageProcessor:
+    def __init__(self, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
+                 consumers: ConsumerManager) -> None:
+        self.topics = topics
+        self.offsets = offsets
+        self.consumers = consumers
+
+    def consumer_list(self, group: str) -> list[str]:
+        check_group_name(group)
+        return self.consumers.consumer_list(group)
+
+    def query_offsets(self, group: str, topic: str = "") -> dict[OffsetKey, int]:
+        """The group's committed offsets (of `topic`, or of every topic when it is "")."""
+        check_group_name(group)
+        if topic:
+            self.topics.require(topic)
+        return self.offsets.query_offsets(group, topic)
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """One queue's committed offset, None when the group has none there."""
+        return self.query_offsets(group, topic).get(OffsetKey(group, topic, queue_id))
+
+    def update_offsets(self, group: str, offsets: Mapping[tuple[str, int], int], increase_only: bool = False
+                       ) -> None:
+        """Commit {(topic, queue id): offset} for the group, all or none, under the caller's
+        account's share of the offset table."""
+        check_group_name(group)
+        for (topic, queue_id), offset in offsets.items():   # all checked before any is stored
+            check_queue(self.topics.require(topic), queue_id)
+            if offset < 0:
+                raise illegal_argument(
+                    f"offset for {topic} queue {queue_id} must not be negative, not {offset}")
+        self.offsets.commit_client_offsets(
+            account_key(), {OffsetKey(group, topic, queue_id): offset
+                            for (topic, queue_id), offset in offsets.items()},
+            increase_only=increase_only)
+
+    def remove_offsets(self, group: str, queues: list[tuple[str, int]]) -> None:
+        check_group_name(group)
+        for topic, queue_id in queues:
+            self.offsets.remove_offset(group, topic, queue_id)
