@@ -1,12 +1,12 @@
 """The chaos run's cluster: controller(s), one SYNC_MASTER broker group of three members, and
 the clients, each process in its own namespace of a `Network`.
 
-The control plane is the one seam that changes when the controller on etcd lands: today
-(main) one name server embeds the controller on a JSON file (`rmq namesrv --controller
---controller-dir`, docs/controller.md). `ControlPlane.from_env()` reads RMQ_CHAOS_CONTROLLERS
-(default 1) and RMQ_CHAOS_ETCD (etcd members, default 0); with etcd members, each controller is
-started with `--etcd URL,...` and brokers with `--controller A,B,...` (the flags of the
-controller issue). etcd members run in namespaces of their own when `etcd` is installed.
+The control plane is the one seam (`ControlPlane`, from RMQ_CHAOS_CONTROLLERS, default 1, and
+RMQ_CHAOS_ETCD, etcd members, default 0): without etcd, one name server embeds the controller
+on a JSON file (`rmq namesrv --controller --controller-dir`); with etcd members (each in a
+namespace of its own; etcd-server installed), every controller is started with `--etcd
+HOST:PORT,...` and the brokers with `--controller A,B,...` (docs/controller.md, "Controller on
+etcd").
 """
 
 from __future__ import annotations
@@ -59,9 +59,9 @@ class ControlPlane:
             raise ValueError("RMQ_CHAOS_ETCD needs etcd-server (`etcd` on PATH)")
         return plane
 
-    def controller_args(self, index: int, directory: Path, etcd_urls: list[str]) -> list[str]:
+    def controller_args(self, index: int, directory: Path, etcd: list[str]) -> list[str]:
         if self.etcd_members:
-            return ["--controller", "--etcd", ",".join(etcd_urls)]
+            return ["--controller", "--etcd", ",".join(etcd)]
         return ["--controller", "--controller-dir", str(directory / f"controller-{index}")]
 
 
@@ -139,12 +139,12 @@ class Cluster:
         (self.directory / "namesrv.json").write_text(json.dumps(NAMESRV_SETTINGS))
         (self.directory / "broker.json").write_text(json.dumps(BROKER_SETTINGS))
         self._build_etcd()
-        urls = [f"http://{m.address.rpartition(':')[0]}:{ETCD_CLIENT_PORT}" for m in self.etcd]
+        etcd = [m.address for m in self.etcd]
         for index in range(self.plane.controllers):
             name = f"ctl{index}"
             address = f"{self.network.add_member(name)}:{PORT}"
             args = [*RMQ, "namesrv", "--listen", address, "--insecure-listen",
-                    *self.plane.controller_args(index, self.directory, urls),
+                    *self.plane.controller_args(index, self.directory, etcd),
                     "--config", str(self.directory / "namesrv.json")]
             self.controllers.append(Member(name, address, args, self.directory / f"{name}.log", self.network))
         namesrvs = ",".join(c.address for c in self.controllers)
