@@ -14,6 +14,7 @@ from integration_tests.chaos.checker import (
     Send,
     Take,
     check,
+    explain_lost,
     longest_gap,
 )
 from integration_tests.chaos.faults import Fault
@@ -116,3 +117,10 @@ def test_the_generated_section_is_replaced_and_the_rest_kept() -> None:
     second = with_section(first, f"{BEGIN}\nrun 2\n{END}")
     assert second == f"{text}\n{BEGIN}\nrun 2\n{END}\n"
     assert kept_section(second) == f"{BEGIN}\nrun 2\n{END}" and kept_section(text) == ""
+
+
+def test_a_lost_body_is_explained_by_what_was_taken_at_its_offset() -> None:
+    sends = [Send(55.0, "p-0", 1, "SEND_OK", (2, 7)), Send(56.0, "q-0", 1, "SLAVE_NOT_AVAILABLE", (2, 7))]
+    takes = [Take(57.0, "q-0", (2, 7))]
+    assert explain_lost(history(sends, takes)) == [
+        "p-0 (SEND_OK at t=55.00, queue 2 offset 7): consumers took ['q-0'] there"]

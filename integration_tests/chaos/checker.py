@@ -38,12 +38,14 @@ class Send:
     body: str
     attempt: int
     status: str
+    position: tuple[int, int] = (-1, -1)     # (queue, offset) the answer named
 
 
 @dataclass(frozen=True)
 class Take:
     t: float
     body: str
+    position: tuple[int, int] = (-1, -1)     # (queue, offset) it was read at
 
 
 @dataclass(frozen=True)
@@ -74,9 +76,10 @@ class History:
         """The history the client processes wrote under `directory` (*.sends, *.takes, roles)."""
         history = cls(faults=faults, end=end)
         for line in _lines(directory.glob("*.sends")):
-            history.sends.append(Send(line["t"], line["body"], line["attempt"], line["status"]))
+            history.sends.append(Send(line["t"], line["body"], line["attempt"], line["status"],
+                                      (line.get("queue", -1), line.get("offset", -1))))
         for line in _lines(directory.glob("*.takes")):
-            history.takes.append(Take(line["t"], line["body"]))
+            history.takes.append(Take(line["t"], line["body"], (line["queue"], line["offset"])))
         for line in _lines(directory.glob("*.roles")):
             history.roles.append(RoleSample(line["t"], line["member"], line["role"], line["epoch"]))
         return history
@@ -205,6 +208,20 @@ def check(history: History, keys: int) -> dict[str, FaultFigures]:
 def _first(history: History) -> float:
     """When the history starts: the first send."""
     return min((send.t for send in history.sends), default=history.end)
+
+
+def explain_lost(history: History) -> list[str]:
+    """For each body answered SEND_OK and never taken: where it was stored, and what the
+    consumers took at that queue offset instead (a consumer that read another member's bytes
+    there, e.g. a deposed master's, moved past it)."""
+    taken = {take.body for take in history.takes}
+    found = []
+    for send in history.sends:
+        if send.status == SEND_OK and send.body not in taken:
+            instead = sorted({take.body for take in history.takes if take.position == send.position})
+            found.append(f"{send.body} (SEND_OK at t={send.t:.2f}, queue {send.position[0]} offset "
+                         f"{send.position[1]}): consumers took {instead or 'nothing'} there")
+    return found
 
 
 def as_json(figures: dict[str, FaultFigures]) -> str:

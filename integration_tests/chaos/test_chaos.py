@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from integration_tests.chaos import netns, report
-from integration_tests.chaos.checker import BEFORE_FAULTS
+from integration_tests.chaos.checker import BEFORE_FAULTS, explain_lost
 from integration_tests.chaos.cluster import ControlPlane
 from integration_tests.chaos.faults import Fault
 from integration_tests.chaos.run import Schedule, run
@@ -47,7 +47,9 @@ def test_schedule(tmp_path: Path) -> None:
     for kind, figures in outcome.figures.items():
         print(f"[chaos] {kind}: {asdict(figures)}")
     assert set(outcome.figures) - {BEFORE_FAULTS}, f"no fault ran: {written}"
-    assert {kind: f.lost for kind, f in outcome.figures.items() if f.lost} == {}
+    lost = {kind: f.lost for kind, f in outcome.figures.items() if f.lost}
+    assert outcome.history is not None
+    assert lost == {}, f"{lost}: {'; '.join(explain_lost(outcome.history)[:10])}"
     assert {kind: f.out_of_order for kind, f in outcome.figures.items() if f.out_of_order} == {}
 
 
