@@ -43,6 +43,10 @@ from rmq.broker_server.processors.client_manage_processor import ClientManagePro
 from rmq.broker_server.processors.consumer_manage_processor import ConsumerManageProcessor
 from rmq.broker_server.processors.consumer_send_msg_back import ConsumerSendMsgBackProcessor
 from rmq.broker_server.processors.delay_levels import parse_delay_levels
+from rmq.broker_server.processors.end_transaction_processor import (
+    EndTransactionProcessor,
+    TransactionSettings,
+)
 from rmq.broker_server.processors.filter_executor import FilterExecutor
 from rmq.broker_server.processors.pipeline import BrokerProcessors
 from rmq.broker_server.processors.pull_message_processor import PullLimits, PullMessageProcessor
@@ -70,7 +74,6 @@ from rmq.broker_server.rmq_v1.route_service import BrokerRouteService
 from rmq.broker_server.rocketmq_v2.messaging_service import RocketMQv2MessagingService
 from rmq.broker_server.rocketmq_v2.receipt_handle import load_or_create_secret
 from rmq.broker_server.rocketmq_v2.service import build_service as build_rocketmq_v2_service
-from rmq.broker_server.rocketmq_v2.telemetry import consumer_connection as rocketmq_v2_connection
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.request_signing import broker_server_id
 from rmq.rocketmq_v2 import add_messaging_service as add_rocketmq_v2_service
@@ -219,6 +222,10 @@ class BrokerController:
             ClientManageProcessor(self.topics, self.consumers, self.outer_api.register_soon),
             AdminBrokerProcessor(self.store, self.executor, self.topics, self.locks),
             QueryMessageProcessor(self.store, self.executor, self.topics),
+            EndTransactionProcessor(self.store, self.executor, self.send_processor, path, TransactionSettings(
+                config.transaction_timeout_ms, config.transaction_check_interval_ms,
+                config.transaction_check_max, config.max_open_transactions,
+                config.max_open_transactions_per_account)),
         )
         self._tasks: list[asyncio.Task[None]] = []
         self.rocketmq_v2: RocketMQv2MessagingService | None = None
@@ -239,6 +246,7 @@ class BrokerController:
             self.offsets.load()
             self.schedule_service.load()
             self.timer.load(is_master=not self.replication.is_slave)
+            self.processors.end_transaction.load()
             self.store.add_dispatch_listener(self._on_dispatch)
             self.store.start(self.truncate_to)
         except (StoreError, ValueError) as error:
@@ -279,14 +287,15 @@ class BrokerController:
             server,
         )
         self.replication.add_to_server(server)
+        # remoting first: an open transaction is checked with a 4.x producer of its group before a
+        # RocketMQ 5 producer of its topic (each adapter adds its check to EndTransactionProcessor)
+        self.remoting = build_broker_remoting(self.config, self.security, self.processors, self.topics,
+                                              self.consumers, self._remoting_socket, self._remoting_fixed)
         self.rocketmq_v2 = build_rocketmq_v2_service(
             self.config, self.store, self.executor, self.topics, self.offsets, self.hold_service,
             self.processors, self.timer, self.security.open_client_channel, self.outer_api.register_soon,
             self.clock)
         add_rocketmq_v2_service(self.rocketmq_v2, server)
-        self.remoting = build_broker_remoting(self.config, self.security, self.processors, self.topics,
-                                              self.consumers, self.rocketmq_v2.transactions,
-                                              self._remoting_socket, self._remoting_fixed)
         return server
 
     def _start_flight(self) -> FlightReadService | None:
@@ -359,26 +368,21 @@ class BrokerController:
         return server
 
     def consumer_connections(self, group: str) -> list[rmq_pb2.ConsumerConnection]:
-        """The group's live members here: rmq.v1 (and 4.x) clients from their heartbeats, RocketMQ 5
-        clients from their Telemetry settings."""
+        """The group's live members here, of every protocol (the one ConsumerManager): rmq.v1 and
+        4.x clients from their heartbeats, RocketMQ 5 clients from their Telemetry settings."""
         members = [rmq_pb2.ConsumerConnection(
             client_id=info.client_id, protocol=cast(rmq_pb2.ClientProtocol, info.protocol),
             address=info.address, message_model=cast(rmq_pb2.MessageModel, info.message_model),
             subscriptions=[rmq_pb2.Subscription(topic=topic, sub_expression=expression)
                            for topic, expression in info.subscriptions.items()],
             last_heartbeat_ms=info.last_update_ms) for info in self.consumers.connections(group)]
-        if self.rocketmq_v2 is not None:
-            members += [rocketmq_v2_connection(session)
-                        for session in self.rocketmq_v2.sessions.consumers_of(group)]
-        return sorted(members, key=lambda member: member.client_id)
+        return members
 
     def consumer_groups(self) -> set[str]:
-        """Every group this broker knows from any source: live members of every protocol (heartbeats,
-        RocketMQ 5 Telemetry settings), committed offsets, and the retry and dead-letter topics."""
+        """Every group this broker knows from any source: live members of every protocol (the one
+        ConsumerManager), committed offsets, and the retry and dead-letter topics."""
         groups = self.consumers.group_names() | self.offsets.groups()
         groups |= {retry.group_of_copy_topic(config.topic_name) for config in self.topics.all()} - {""}
-        if self.rocketmq_v2 is not None:
-            groups |= self.rocketmq_v2.sessions.consumer_groups()
         return groups
 
     async def start_remoting(self) -> None:
@@ -407,6 +411,7 @@ class BrokerController:
         keep_freed_memory()
         if self.rocketmq_v2 is not None:
             self.rocketmq_v2.start()
+        self.processors.end_transaction.start()
         self.hold_service.start()
         if not self.replication.is_slave:   # a slave copies the master's delay progress instead
             self.schedule_service.start()
@@ -447,6 +452,7 @@ class BrokerController:
         await self.replication.stop()
         await self.schedule_service.stop()
         await self.timer.stop()
+        await self.processors.end_transaction.stop()
         await self.outer_api.stop()
         self.offsets.persist()
         self.filters.shutdown()

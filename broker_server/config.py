@@ -16,6 +16,8 @@ from rmq.broker_server.errors import UserError
 from rmq.broker_server.processors.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
 from rmq.store import BrokerRole, FlushDiskType, MessageStoreConfig
 
+DEFAULT_CLUSTER_NAME = "DefaultCluster"   # RocketMQ's default brokerClusterName
+
 MiB = 1024 * 1024
 FLIGHT_OFF = "off"
 REMOTING_OFF = "off"
@@ -34,7 +36,7 @@ class BrokerConfig:
     slave_synchronize_interval_ms: int = 10000  # slaves copy topics and offsets from the master
     cluster_secret_file: str = ""  # the broker group's shared secret (docs/replication.md); every member
     controller: str = ""  # controller mode: HOST:PORT[,HOST:PORT...] of the controllers (the leader decides)
-    cluster_name: str = "DefaultCluster"  # brokerClusterName: a controller refuses other clusters' members
+    cluster_name: str = DEFAULT_CLUSTER_NAME  # brokerClusterName: a controller refuses other clusters
     controller_heartbeat_interval_ms: int = 1000  # controller mode: heartbeat period
     # a SYNC_MASTER not confirmed by the leading controller for this long answers no send OK (0: off)
     controller_master_lease_ms: int = 2500
@@ -236,7 +238,7 @@ class NameServerConfig:
     remoting_max_connections: int = 4096
     controller: bool = False  # embed the controller (docs/controller.md)
     controller_dir: str = "~/.rmq/controller"  # where the controller keeps its state
-    cluster_name: str = "DefaultCluster"  # the cluster whose broker groups the controller manages
+    cluster_name: str = DEFAULT_CLUSTER_NAME  # the cluster whose broker groups the controller manages
     controller_failover_timeout_ms: int = 3000  # a master silent this long is replaced
     controller_scan_interval_ms: int = 500  # how often the controller checks for silent masters
     cluster_secret_file: str = ""  # controller: the secret every broker proves its heartbeats with

@@ -53,6 +53,15 @@ class NotMaster(BrokerError):
         super().__init__(rmq_pb2.SERVICE_NOT_AVAILABLE, message)
 
 
+class UnknownTransaction(BrokerError):
+    """EndTransaction names a transaction that is not open here (never opened, already ended, or
+    opened for another message or topic): RocketMQ 5 answers INVALID_TRANSACTION_ID, remoting
+    SYSTEM_ERROR (RocketMQ's EndTransactionProcessor, when it finds no prepared message)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(rmq_pb2.ILLEGAL_ARGUMENT, message)
+
+
 def illegal_argument(message: str) -> BrokerError:
     return BrokerError(rmq_pb2.ILLEGAL_ARGUMENT, message)
 

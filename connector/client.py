@@ -17,11 +17,12 @@ import contextlib
 import functools
 
 from rmq.connector.client_api import MAX_SEND_REQUEST_BYTES as MAX_SEND_REQUEST_BYTES
-from rmq.connector.client_api import ClientAPI, _Rpc
+from rmq.connector.client_api import ClientAPI
 from rmq.connector.client_api import OutgoingMessage as OutgoingMessage
 from rmq.connector.client_api import QueueOffsets as QueueOffsets
 from rmq.connector.client_api import SendResult as SendResult
-from rmq.connector.client_api import unless_unreachable as unless_unreachable
+from rmq.connector.client_core import Rpc
+from rmq.connector.client_core import unless_unreachable as unless_unreachable
 from rmq.connector.errors import ConfigError
 from rmq.connector.errors import RmqError as RmqError
 from rmq.connector.errors import RmqUnavailable as RmqUnavailable
@@ -41,23 +42,23 @@ from rmq.topic_config import QueueData as QueueData
 from rmq.topic_config import TopicConfig
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
-_DESCRIBE_CONTROLLER = _Rpc("DescribeController",
-                            lambda c: rmq_pb2_grpc.ControllerServiceStub(c.channel).DescribeController,
-                            rmq_pb2.DescribeControllerResponse)
-_GET_BROKER_STATUS = _Rpc("GetBrokerStatus", lambda c: c.admin.GetBrokerStatus, rmq_pb2.BrokerStatusResponse)
-_BROWSE_MESSAGES = _Rpc("BrowseMessages", lambda c: c.admin.BrowseMessages, rmq_pb2.PullMessageResponse)
-_CREATE_TOPIC = _Rpc("CreateTopic", lambda c: c.admin.CreateTopic, rmq_pb2.CreateTopicResponse)
-_DELETE_TOPIC = _Rpc("DeleteTopic", lambda c: c.admin.DeleteTopic, rmq_pb2.DeleteTopicResponse)
-_LIST_TOPICS = _Rpc("ListTopics", lambda c: c.route.ListTopics, rmq_pb2.ListTopicsResponse)
-_UPDATE_TOPIC = _Rpc("UpdateTopic", lambda c: c.admin.UpdateTopic, rmq_pb2.UpdateTopicResponse)
-_QUERY_MESSAGE_BY_KEY = _Rpc("QueryMessageByKey", lambda c: c.messaging.QueryMessageByKey,
-                             rmq_pb2.QueryMessageByKeyResponse)
-_RECALL_MESSAGE = _Rpc("RecallMessage", lambda c: c.messaging.RecallMessage, rmq_pb2.RecallMessageResponse)
-_VIEW_MESSAGE = _Rpc("ViewMessage", lambda c: c.admin.ViewMessage, rmq_pb2.ViewMessageResponse)
-_GET_CONSUMER_CONNECTIONS = _Rpc("GetConsumerConnections", lambda c: c.admin.GetConsumerConnections,
-                                 rmq_pb2.GetConsumerConnectionsResponse)
-_LIST_CONSUMER_GROUPS = _Rpc("ListConsumerGroups", lambda c: c.admin.ListConsumerGroups,
-                             rmq_pb2.ListConsumerGroupsResponse)
+_DESCRIBE_CONTROLLER = Rpc("DescribeController",
+                           lambda c: rmq_pb2_grpc.ControllerServiceStub(c.channel).DescribeController,
+                           rmq_pb2.DescribeControllerResponse)
+_GET_BROKER_STATUS = Rpc("GetBrokerStatus", lambda c: c.admin.GetBrokerStatus, rmq_pb2.BrokerStatusResponse)
+_BROWSE_MESSAGES = Rpc("BrowseMessages", lambda c: c.admin.BrowseMessages, rmq_pb2.PullMessageResponse)
+_CREATE_TOPIC = Rpc("CreateTopic", lambda c: c.admin.CreateTopic, rmq_pb2.CreateTopicResponse)
+_DELETE_TOPIC = Rpc("DeleteTopic", lambda c: c.admin.DeleteTopic, rmq_pb2.DeleteTopicResponse)
+_LIST_TOPICS = Rpc("ListTopics", lambda c: c.route.ListTopics, rmq_pb2.ListTopicsResponse)
+_UPDATE_TOPIC = Rpc("UpdateTopic", lambda c: c.admin.UpdateTopic, rmq_pb2.UpdateTopicResponse)
+_QUERY_MESSAGE_BY_KEY = Rpc("QueryMessageByKey", lambda c: c.messaging.QueryMessageByKey,
+                            rmq_pb2.QueryMessageByKeyResponse)
+_RECALL_MESSAGE = Rpc("RecallMessage", lambda c: c.messaging.RecallMessage, rmq_pb2.RecallMessageResponse)
+_VIEW_MESSAGE = Rpc("ViewMessage", lambda c: c.admin.ViewMessage, rmq_pb2.ViewMessageResponse)
+_GET_CONSUMER_CONNECTIONS = Rpc("GetConsumerConnections", lambda c: c.admin.GetConsumerConnections,
+                                rmq_pb2.GetConsumerConnectionsResponse)
+_LIST_CONSUMER_GROUPS = Rpc("ListConsumerGroups", lambda c: c.admin.ListConsumerGroups,
+                            rmq_pb2.ListConsumerGroupsResponse)
 
 
 class RmqClient(ClientAPI):

@@ -32,6 +32,7 @@ from rmq.connector.consumer_config import (
     BROKER_SUSPEND_MAX_TIME_MILLIS,
     PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION,
     PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL,
+    ConsumerConfig,
 )
 from rmq.connector.message import MessageExt, decode_messages
 from rmq.connector.offset_store import OffsetStore, ReadOffsetType
@@ -49,19 +50,14 @@ OFFSET_ILLEGAL_FIX_DELAY_S = 10.0
 class ConsumerImpl:
     """The shared pull loop of a consumer; subclasses set the attributes below and `_deliver`."""
 
+    config: ConsumerConfig                      # the consumer's settings, read from here only
     group: str
     client: RmqClient
     outages: BrokerOutages
     failure: RmqError | None
     offset_store: OffsetStore
     rebalance_impl: RebalanceImpl
-    broadcasting: bool
     orderly: bool
-    pull_batch_size: int
-    pull_threshold_for_queue: int
-    pull_threshold_size_for_queue: int          # MiB
-    consume_concurrently_max_span: int | None   # None: the span is not bounded
-    pull_interval_ms: int
     piggyback_commit: bool                      # the commit offset rides on the pulls
     _instance: ClientInstance
     _pull_service: PullMessageService
@@ -71,6 +67,14 @@ class ConsumerImpl:
     @property
     def running(self) -> bool:
         raise NotImplementedError
+
+    @property
+    def broadcasting(self) -> bool:
+        return self.config.broadcasting
+
+    @property
+    def rebalance_interval_s(self) -> float:
+        return self.config.rebalance_interval_s
 
     # ------------------------------------------------------------ where each consumer differs
 
@@ -154,7 +158,7 @@ class ConsumerImpl:
             if self._read_elsewhere(request, subscription):
                 return
             pull = self.client.pull_async(
-                mq, request.next_offset, self.pull_batch_size, group=self.group,
+                mq, request.next_offset, self.config.pull_batch_size, group=self.group,
                 sub_expression=subscription.selector, suspend_timeout_ms=BROKER_SUSPEND_MAX_TIME_MILLIS,
                 commit_offset=self._commit_offset(mq),
                 callback=lambda result, error: self._on_pull(request, subscription, result, error))
@@ -172,11 +176,11 @@ class ConsumerImpl:
     def flow_control_delay_ms(self, pq: ProcessQueue) -> int:
         """TV-7: 50 ms when the ProcessQueue holds too many messages, too many MiB, or (in
         concurrent push mode) too wide an offset span; else 0."""
-        if pq.msg_count > self.pull_threshold_for_queue:
+        if pq.msg_count > self.config.pull_threshold_for_queue:
             return PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL
-        if pq.msg_size // (1024 * 1024) > self.pull_threshold_size_for_queue:
+        if pq.msg_size // (1024 * 1024) > self.config.pull_threshold_size_for_queue:
             return PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL
-        span = None if self.orderly else self.consume_concurrently_max_span
+        span = None if self.orderly else self.config.consume_concurrently_max_span
         if span is not None and pq.max_span() > span:
             return PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL
         return 0
@@ -269,7 +273,7 @@ class ConsumerImpl:
             return 0
         dispatch_to_consume = pq.put_message(messages, pulled_until=request.next_offset)
         self._deliver(request, messages, dispatch_to_consume)
-        return self.pull_interval_ms
+        return self.config.pull_interval_ms
 
     def correct_tags_offset(self, request: PullRequest) -> None:
         """correctTagsOffset: past the messages the pull filtered out, at once when nothing is

@@ -62,6 +62,15 @@ def retriable(error: RmqError) -> bool:
     return isinstance(error, RmqUnavailable) or error.code in _RETRIED_CODES
 
 
+def send_may_be_retried(error: RmqError, attempt: int,
+                        retry_times: int = RETRY_TIMES_WHEN_SEND_FAILED) -> bool:
+    """MQProducer's one retry rule (the Producer's sync and async sends, the Spark sink's
+    batches): after attempt `attempt` (0: the first) failed with `error`, another is made while
+    attempts remain (retryTimesWhenSendFailed) and the failure is `retriable`. The caller sends
+    again only what the broker did not acknowledge (`error.acknowledged`)."""
+    return attempt < retry_times and retriable(error)
+
+
 @dataclass(frozen=True, slots=True)
 class SendResult:
     """A stored message: its id, queue and queue offset (-1 for a delayed message, whose
@@ -241,10 +250,10 @@ class Producer:
         raise last_error
 
     def _may_retry(self, broker: str, attempt: int, error: RmqError) -> bool:
-        """MQProducer's retry rule, for sync and async sends alike: a failure nothing of which
-        was stored, with a code another broker may cure, is retried while attempts remain; a
-        broker that did not answer is isolated for a while (latency fault tolerance)."""
-        if error.acknowledged or not retriable(error) or attempt >= self.retry_times_when_send_failed:
+        """`send_may_be_retried`, for sync and async sends alike, when nothing of the send was
+        stored (a batch's results are all or none); a broker that did not answer is isolated
+        for a while (latency fault tolerance)."""
+        if error.acknowledged or not send_may_be_retried(error, attempt, self.retry_times_when_send_failed):
             return False
         logger.warning("send to %s failed (attempt %d): %s", broker, attempt + 1, error)
         if isinstance(error, RmqUnavailable):

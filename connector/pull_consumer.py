@@ -34,17 +34,13 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Unpack
 
-from rmq.connector.allocation import AllocateStrategy
 from rmq.connector.broker_outages import BrokerOutages
 from rmq.connector.client import MessageQueue, PullResult, RmqClient, RmqError, RmqUnavailable
 from rmq.connector.client_instance import ClientInstance, client_id_of
 from rmq.connector.consumer_checks import check_client_in_broker, is_permanent_refusal
-from rmq.connector.consumer_config import (
-    ConsumeFromWhere,
-    ConsumerConfig,
-    ServiceState,
-)
+from rmq.connector.consumer_config import ConsumerConfig, PullConsumerSettings, ServiceState
 from rmq.connector.consumer_impl import ConsumerImpl
 from rmq.connector.errors import ConfigError, RmqReadError, StateError
 from rmq.connector.flight_pull import FlightPullService
@@ -52,15 +48,10 @@ from rmq.connector.message import MessageExt
 from rmq.connector.offset_store import ReadOffsetType, RemoteBrokerOffsetStore
 from rmq.connector.process_queue import ProcessQueue
 from rmq.connector.rebalance_impl import BrokerQueueAdmin, PullRequest, RebalanceImpl, SubscriptionData
-from rmq.connector.rebalance_service import WAIT_INTERVAL_S
-from rmq.connector.transport import TRANSPORTS, Transport
+from rmq.connector.transport import Transport
 from rmq.subscription import MessageSelector
 
 logger = logging.getLogger(__name__)
-
-PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB = 100   # pullThresholdSizeForQueue
-AUTO_COMMIT_INTERVAL_S = 5.0
-
 
 @dataclass
 class ConsumeRequest:
@@ -72,43 +63,16 @@ class ConsumeRequest:
 
 
 class PullConsumer(ConsumerImpl):
-    """A lite pull consumer (clustering, `avg` allocation, from the last offset by default)."""
+    """A lite pull consumer (clustering, `avg` allocation, from the last offset by default). The
+    keywords are consumer_config.PullConsumerSettings; `config` holds them, checked."""
 
-    def __init__(
-        self,
-        group: str,
-        endpoints: str | Sequence[str],
-        *,
-        consume_from: ConsumeFromWhere | str = ConsumeFromWhere.LAST,
-        consume_timestamp: int | None = None,
-        auto_commit: bool = True,
-        auto_commit_interval_s: float = AUTO_COMMIT_INTERVAL_S,
-        allocate_strategy: AllocateStrategy | str = AllocateStrategy.AVG,
-        pull_batch_size: int = 32,
-        pull_threshold_for_queue: int = 1000,
-        rebalance_interval_s: float = WAIT_INTERVAL_S,
-        instance_name: str | None = None,
-        client: RmqClient | None = None,
-        transport: Transport | str = Transport.AUTO,
-    ) -> None:
-        if not isinstance(transport, Transport) and transport not in TRANSPORTS:
-            raise ConfigError(f"transport must be one of {', '.join(TRANSPORTS)}, not {transport!r}")
-        self.config = ConsumerConfig.create(
-            group, allocate_strategy=allocate_strategy, consume_from=consume_from,
-            consume_timestamp=consume_timestamp, pull_batch_size=pull_batch_size,
-            pull_threshold_for_queue=pull_threshold_for_queue, rebalance_interval_s=rebalance_interval_s,
-            instance_name=instance_name)
-        if auto_commit_interval_s <= 0:
-            raise ConfigError(f"auto_commit_interval_s must be positive, not {auto_commit_interval_s}")
+    def __init__(self, group: str, endpoints: str | Sequence[str], *, client: RmqClient | None = None,
+                 **settings: Unpack[PullConsumerSettings]) -> None:
+        """`settings`: PullConsumerSettings (consumer_config), validated once into `config`; a bad
+        or unknown keyword is a ConfigError naming it."""
+        self.config = ConsumerConfig.create(group, settings, PullConsumerSettings)
         self.group = group
-        self.consume_from = self.config.consume_from
-        self.consume_timestamp = self.config.consume_timestamp_ms
-        self.auto_commit = auto_commit
-        self.auto_commit_interval_s = auto_commit_interval_s
-        self.allocate_strategy = self.config.allocate_strategy
-        self.pull_batch_size = pull_batch_size
-        self.pull_threshold_for_queue = pull_threshold_for_queue
-        self.client_id = client_id_of(instance_name)
+        self.client_id = client_id_of(self.config.instance_name)
         self._instance = ClientInstance.acquire(self.client_id, client=client, endpoints=endpoints)
         self._instance_released = False
         self.client = self._instance.client
@@ -121,25 +85,21 @@ class PullConsumer(ConsumerImpl):
         self._held: list[ConsumeRequest] = []          # polled while their queue was paused
         self._consumed: dict[MessageQueue, int] = {}   # next offset after what poll() returned
         self._consumed_lock = threading.Lock()
-        self._next_auto_commit = time.monotonic() + auto_commit_interval_s
+        self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_s
         self.outages = BrokerOutages(f"consumer group {group}")
         self.failure: RmqError | None = None   # a pull refused for good: poll() raises it
         self.offset_store = RemoteBrokerOffsetStore(self.client, group, self.outages)
         self._pull_service = self._instance.pull_message_service
-        # the shared pull loop's settings (consumer_impl): RocketMQ's lite pull defaults
-        self.broadcasting = False
         self.orderly = False
-        self.pull_threshold_size_for_queue = PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB
-        self.consume_concurrently_max_span = None
-        self.pull_interval_ms = 0
         self.piggyback_commit = False   # offsets are committed by commit() and auto_commit only
         self._flow_control_times = 0
         self._reads: Counter[Transport] = Counter()   # store reads answered, by transport
-        self._flight = FlightPullService(self.client, group, Transport(transport), pull_batch_size)
+        config = self.config
+        self._flight = FlightPullService(self.client, group, config.transport, config.pull_batch_size)
         self.rebalance_impl = RebalanceImpl(
-            group, self.client_id, self._subscriptions, broadcasting=False, strategy=self.allocate_strategy,
+            group, self.client_id, self._subscriptions, broadcasting=False, strategy=config.allocate_strategy,
             offset_store=self.offset_store, admin=BrokerQueueAdmin(self.client, group, self.client_id),
-            consume_from=self.consume_from, consume_timestamp_ms=self.consume_timestamp,
+            consume_from=config.consume_from, consume_timestamp_ms=config.consume_timestamp_ms,
             dispatch_pull_requests=self._dispatch_pull_requests)
 
     # ------------------------------------------------------------ set-up
@@ -212,7 +172,7 @@ class PullConsumer(ConsumerImpl):
             self._instance.wait_for_rebalance()   # no rebalance of this consumer runs from here on
         self._pull_service.unregister(self)
         self._flight.shutdown()
-        if self.auto_commit:
+        if self.config.auto_commit:
             self._commit_consumed()
         self.rebalance_impl.drop_all()
         if self._joins:
@@ -337,8 +297,8 @@ class PullConsumer(ConsumerImpl):
             logger.warning("commit of group %s failed: %s", self.group, error)
 
     def _maybe_auto_commit(self) -> None:
-        if self.auto_commit and time.monotonic() >= self._next_auto_commit:
-            self._next_auto_commit = time.monotonic() + self.auto_commit_interval_s
+        if self.config.auto_commit and time.monotonic() >= self._next_auto_commit:
+            self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_s
             self._commit_consumed()
 
     def _check_client_in_broker(self) -> None:
@@ -383,7 +343,7 @@ class PullConsumer(ConsumerImpl):
         try:
             if not self._flight.wants(request.message_queue, request.next_offset):
                 return False
-            room = self.pull_threshold_for_queue - request.process_queue.msg_count
+            room = self.config.pull_threshold_for_queue - request.process_queue.msg_count
             self._flight.read(request, subscription.selector, room,
                               lambda request, result: self._take(request, subscription, result),
                               self._on_flight_read)
@@ -407,8 +367,8 @@ class PullConsumer(ConsumerImpl):
 
     def _deliver(self, request: PullRequest, messages: list[MessageExt], dispatch_to_consume: bool) -> None:
         """To poll(), in batches of pull_batch_size (a Flight read holds more)."""
-        for start in range(0, len(messages), self.pull_batch_size):
-            self._requests.put(ConsumeRequest(messages[start:start + self.pull_batch_size],
+        for start in range(0, len(messages), self.config.pull_batch_size):
+            self._requests.put(ConsumeRequest(messages[start:start + self.config.pull_batch_size],
                                               request.message_queue, request.process_queue))
 
     def _on_flight_read(self, request: PullRequest, error: RmqError | None) -> None:

@@ -21,14 +21,12 @@ once when a broker pushes a membership change). `shutdown()` waits for running l
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import cast
+from typing import Unpack, cast
 
 from rmq import retry
-from rmq.connector.allocation import AllocateStrategy
 from rmq.connector.broker_outages import BrokerOutages
 from rmq.connector.client import MessageQueue, RmqClient, RmqError, RmqUnavailable
 from rmq.connector.client_instance import ClientInstance, client_id_of
@@ -38,9 +36,8 @@ from rmq.connector.consumer_checks import check_client_in_broker
 from rmq.connector.consumer_config import (
     DEFAULT_OFFSET_STORE_DIR,
     LEGACY_OFFSET_STORE_DIR,
-    ConsumeFromWhere,
     ConsumerConfig,
-    MessageModel,
+    PushConsumerSettings,
     ServiceState,
 )
 from rmq.connector.consumer_impl import ConsumerImpl
@@ -54,94 +51,31 @@ from rmq.connector.offset_store import (
     ReadOffsetType,
     RemoteBrokerOffsetStore,
 )
-from rmq.connector.process_queue import REBALANCE_LOCK_INTERVAL_S
 from rmq.connector.rebalance_impl import (
     BrokerQueueAdmin,
     PullRequest,
     RebalanceImpl,
     copy_subscription,
 )
-from rmq.connector.rebalance_service import WAIT_INTERVAL_S
 from rmq.connector.scheduled_executor import ScheduledExecutor, ScheduledTask
 from rmq.connector.subscription import MessageSelector as SdkSelector
 from rmq.subscription import MessageSelector
 
 logger = logging.getLogger(__name__)
 
-PERSIST_CONSUMER_OFFSET_INTERVAL_S = 5.0
-
-
 class PushConsumer(ConsumerImpl):
     """A consumer group member that pulls on its own and calls the listener (RocketMQ
     defaults: clustering, avg allocation, from the last offset, 16 reconsume attempts, 20
-    consume threads, 32 messages per pull, batches of 1, consume timeout 15 minutes)."""
+    consume threads, 32 messages per pull, batches of 1, consume timeout 15 minutes). The
+    keywords are consumer_config.PushConsumerSettings; `config` holds them, checked."""
 
-    def __init__(
-        self,
-        group: str,
-        endpoints: str | Sequence[str],
-        *,
-        message_model: MessageModel | str = MessageModel.CLUSTERING,
-        allocate_strategy: AllocateStrategy | str = AllocateStrategy.AVG,
-        consume_from: ConsumeFromWhere | str = ConsumeFromWhere.LAST,
-        consume_timestamp: int | None = None,
-        max_reconsume_times: int | None = None,
-        consume_thread_max: int = 20,
-        pull_batch_size: int = 32,
-        consume_message_batch_max_size: int = 1,
-        pull_threshold_for_queue: int = 1000,
-        pull_threshold_size_for_queue: int = 100,
-        consume_concurrently_max_span: int = 2000,
-        pull_interval_ms: int = 0,
-        suspend_current_queue_time_millis: int = 1000,
-        consume_timeout_minutes: float = 15,
-        await_termination_s: float = 30.0,
-        rebalance_interval_s: float = WAIT_INTERVAL_S,
-        lock_interval_s: float = REBALANCE_LOCK_INTERVAL_S,
-        persist_consumer_offset_interval_s: float = PERSIST_CONSUMER_OFFSET_INTERVAL_S,
-        offset_store_dir: str | os.PathLike[str] = DEFAULT_OFFSET_STORE_DIR,
-        instance_name: str | None = None,
-        client: RmqClient | None = None,
-    ) -> None:
-        self.config = ConsumerConfig.create(
-            group, message_model=message_model, allocate_strategy=allocate_strategy,
-            consume_from=consume_from, consume_timestamp=consume_timestamp, pull_batch_size=pull_batch_size,
-            pull_threshold_for_queue=pull_threshold_for_queue, rebalance_interval_s=rebalance_interval_s,
-            instance_name=instance_name)
-        positive = {"consume_thread_max": consume_thread_max,
-                    "consume_message_batch_max_size": consume_message_batch_max_size,
-                    "pull_threshold_size_for_queue": pull_threshold_size_for_queue,
-                    "consume_concurrently_max_span": consume_concurrently_max_span,
-                    "consume_timeout_minutes": consume_timeout_minutes, "lock_interval_s": lock_interval_s,
-                    "persist_consumer_offset_interval_s": persist_consumer_offset_interval_s}
-        for name, value in positive.items():
-            if value <= 0:
-                raise ConfigError(f"{name} must be positive, not {value}")
-        if (max_reconsume_times or 0) < 0 or pull_interval_ms < 0 or await_termination_s < 0 \
-                or suspend_current_queue_time_millis < 0:
-            raise ConfigError("max_reconsume_times, pull_interval_ms, suspend_current_queue_time_millis and "
-                              "await_termination_s must not be negative")
+    def __init__(self, group: str, endpoints: str | Sequence[str], *, client: RmqClient | None = None,
+                 **settings: Unpack[PushConsumerSettings]) -> None:
+        """`settings`: PushConsumerSettings (consumer_config), validated once into `config`; a bad
+        or unknown keyword is a ConfigError naming it."""
+        self.config = ConsumerConfig.create(group, settings, PushConsumerSettings)
         self.group = group
-        self.broadcasting = self.config.broadcasting
-        self.allocate_strategy = self.config.allocate_strategy
-        self.consume_from = self.config.consume_from
-        self.consume_timestamp = self.config.consume_timestamp_ms
-        # None: 16 for concurrent listeners (the broker's DLQ threshold), unlimited for orderly ones
-        self.max_reconsume_times = max_reconsume_times
-        self.suspend_current_queue_time_millis = suspend_current_queue_time_millis
-        self.consume_thread_max = consume_thread_max
-        self.pull_batch_size = pull_batch_size
-        self.consume_message_batch_max_size = consume_message_batch_max_size
-        self.pull_threshold_for_queue = pull_threshold_for_queue
-        self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
-        self.consume_concurrently_max_span = consume_concurrently_max_span
-        self.pull_interval_ms = pull_interval_ms
-        self.consume_timeout_minutes = consume_timeout_minutes
-        self.await_termination_s = await_termination_s
-        self.lock_interval_s = lock_interval_s
-        self.persist_interval_s = persist_consumer_offset_interval_s
-        self.offset_store_dir = Path(offset_store_dir).expanduser()
-        self.client_id = client_id_of(instance_name)
+        self.client_id = client_id_of(self.config.instance_name)
         self._instance = ClientInstance.acquire(self.client_id, client=client, endpoints=endpoints)
         self._instance_released = False
         self.client = self._instance.client
@@ -232,8 +166,8 @@ class PushConsumer(ConsumerImpl):
             self._state = ServiceState.RUNNING
         self._instance.heartbeat(self)
         self._instance.start()
-        self._persist_task = self._instance.schedule_at_fixed_rate(self.persist_interval_s,
-                                                                   self.persist_consumer_offset)
+        self._persist_task = self._instance.schedule_at_fixed_rate(
+            self.config.persist_consumer_offset_interval_s, self.persist_consumer_offset)
         self._instance.rebalance_immediately()
         logger.info("the consumer [%s] start OK as %s", self.group, self.client_id)
 
@@ -249,7 +183,7 @@ class PushConsumer(ConsumerImpl):
             self._state = ServiceState.SHUTDOWN_ALREADY
         self._instance.wait_for_rebalance()   # no rebalance of this consumer runs from here on
         self._pull_service.unregister(self)
-        self.consume_service.shutdown(self.await_termination_s)
+        self.consume_service.shutdown(self.config.await_termination_s)
         if self._persist_task is not None:
             self._persist_task.cancel()
         self.persist_consumer_offset()
@@ -286,45 +220,43 @@ class PushConsumer(ConsumerImpl):
         if self.broadcasting:
             instance_dir = self.client_id.replace("@", "_")
             # offsets a PushConsumer saved before the default moved there are still read
+            directory = self.config.offset_store_dir
             legacy = (Path(LEGACY_OFFSET_STORE_DIR).expanduser() / instance_dir
-                      if self.offset_store_dir == Path(DEFAULT_OFFSET_STORE_DIR).expanduser() else None)
-            self.offset_store = LocalFileOffsetStore(self.offset_store_dir / instance_dir, self.group,
+                      if directory == Path(DEFAULT_OFFSET_STORE_DIR).expanduser() else None)
+            self.offset_store = LocalFileOffsetStore(directory / instance_dir, self.group,
                                                      legacy_directory=legacy)
         else:
             self.offset_store = RemoteBrokerOffsetStore(self.client, self.group, self.outages)
         self.offset_store.load()
+        config = self.config
         self.rebalance_impl = RebalanceImpl(
             self.group, self.client_id, copy_subscription(self.group, self._subscriptions, self.broadcasting),
-            broadcasting=self.broadcasting, strategy=self.allocate_strategy, offset_store=self.offset_store,
-            admin=BrokerQueueAdmin(self.client, self.group, self.client_id), consume_from=self.consume_from,
-            consume_timestamp_ms=self.consume_timestamp, dispatch_pull_requests=self._dispatch_pull_requests,
-            orderly=self.orderly)
+            broadcasting=self.broadcasting, strategy=config.allocate_strategy, offset_store=self.offset_store,
+            admin=BrokerQueueAdmin(self.client, self.group, self.client_id), consume_from=config.consume_from,
+            consume_timestamp_ms=config.consume_timestamp_ms,
+            dispatch_pull_requests=self._dispatch_pull_requests, orderly=self.orderly)
         assert self._listener is not None
         if self.orderly:
             self.consume_service = ConsumeMessageOrderlyService(
                 cast(MessageListenerOrderly, self._listener), group=self.group,
                 broadcasting=self.broadcasting,
-                consume_thread_max=self.consume_thread_max,
-                consume_message_batch_max_size=self.consume_message_batch_max_size,
-                consume_timeout_minutes=self.consume_timeout_minutes,
-                max_reconsume_times=self.max_reconsume_times,
-                suspend_current_queue_time_millis=self.suspend_current_queue_time_millis,
-                lock_interval_s=self.lock_interval_s,
+                consume_thread_max=config.consume_thread_max,
+                consume_message_batch_max_size=config.consume_message_batch_max_size,
+                consume_timeout_minutes=config.consume_timeout_minutes,
+                max_reconsume_times=config.max_reconsume_times,
+                suspend_current_queue_time_millis=config.suspend_current_queue_time_millis,
+                lock_interval_s=config.lock_interval_s,
                 offset_store=self.offset_store, rebalance_impl=self.rebalance_impl,
                 send_message_back=self.send_message_back, scheduler=self._scheduler)
         else:
             self.consume_service = ConsumeMessageConcurrentlyService(
                 cast(MessageListenerConcurrently, self._listener), group=self.group,
-                broadcasting=self.broadcasting, consume_thread_max=self.consume_thread_max,
-                consume_message_batch_max_size=self.consume_message_batch_max_size,
-                consume_timeout_minutes=self.consume_timeout_minutes, offset_store=self.offset_store,
+                broadcasting=self.broadcasting, consume_thread_max=config.consume_thread_max,
+                consume_message_batch_max_size=config.consume_message_batch_max_size,
+                consume_timeout_minutes=config.consume_timeout_minutes, offset_store=self.offset_store,
                 send_message_back=self.send_message_back, scheduler=self._scheduler)
 
     # ------------------------------------------------------------ MQConsumerInner (client_instance)
-
-    @property
-    def rebalance_interval_s(self) -> float:
-        return self.config.rebalance_interval_s
 
     def heartbeat_subscriptions(self) -> dict[str, str]:
         return {t: s.sub_string for t, s in self.rebalance_impl.subscription_inner.items()}
@@ -363,12 +295,13 @@ class PushConsumer(ConsumerImpl):
     def send_message_back(self, message: MessageExt, delay_level: int) -> bool:
         """CONSUMER_SEND_MSG_BACK to the message's broker; False when it failed (the caller
         consumes the message again locally)."""
+        max_reconsume_times = self.config.max_reconsume_times
         try:
             self.client.send_message_back(
                 self.group, message.broker_name, message.commit_log_offset, delay_level=delay_level,
                 origin_msg_id=message.origin_msg_id, origin_topic=message.topic,
-                max_reconsume_times=(retry.DEFAULT_MAX_RECONSUME_TIMES if self.max_reconsume_times is None
-                                     else self.max_reconsume_times))
+                max_reconsume_times=(retry.DEFAULT_MAX_RECONSUME_TIMES if max_reconsume_times is None
+                                     else max_reconsume_times))
             return True
         except RmqError as error:
             logger.warning("sendMessageBack of %s failed: %s", message.msg_id, error)

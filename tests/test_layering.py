@@ -83,16 +83,7 @@ def test_bench_and_examples_do_not_import_the_tests(folder: str) -> None:
 BROKER = REPO_ROOT / "broker_server"
 ADAPTERS = ("remoting", "rmq_v1", "rocketmq_v2")
 PROCESSOR_MODULES = ("pipeline", "consumer_send_msg_back")   # + *_processor
-WIRING = ("broker_controller", "exports", "name_server", "replication.replicas_manager")
-# Still against the grain, to be moved (issue 42): the transaction service (RocketMQ's
-# EndTransactionProcessor and TransactionalMessageService) lives in the RocketMQ 5 adapter, with
-# its checks asked over RocketMQ 5 telemetry, and the 4.x adapter uses it there.
-KNOWN_AGAINST_THE_GRAIN = {
-    "broker_server/remoting/broker_processor.py: rmq.broker_server.rocketmq_v2.status",
-    "broker_server/remoting/broker_processor.py: rmq.broker_server.rocketmq_v2.transactions",
-    "broker_server/remoting/service.py: rmq.broker_server.rocketmq_v2.transactions",
-    "broker_server/remoting/transactions.py: rmq.broker_server.rocketmq_v2.transactions",
-}
+WIRING = ("broker_controller", "name_server", "replication.replicas_manager")
 
 
 def broker_layer(parts: list[str]) -> str:
@@ -125,12 +116,7 @@ def broker_violations() -> list[str]:
 
 
 def test_broker_layers_point_one_way() -> None:
-    assert sorted(set(broker_violations()) - KNOWN_AGAINST_THE_GRAIN) == []
-
-
-def test_the_known_exceptions_are_still_there() -> None:
-    """An exception that was fixed leaves the list, so it cannot come back unnoticed."""
-    assert KNOWN_AGAINST_THE_GRAIN <= set(broker_violations())
+    assert broker_violations() == []
 
 
 def test_the_broker_check_sees_an_import_up() -> None:

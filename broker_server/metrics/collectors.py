@@ -22,6 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from rmq.broker_server.config import DEFAULT_CLUSTER_NAME
 from rmq.broker_server.errors import UserError
 from rmq.broker_server.metrics.broker_stats import OTHER_GROUPS, BrokerStatsManager, GroupLabels
 from rmq.broker_server.metrics.metrics_http import MetricsHttpServer
@@ -87,7 +88,7 @@ class BrokerFigures:
     inflight_pull_bytes: Callable[[], int] = lambda: 0
     timers: Callable[[], TimerFigures] = TimerFigures
     node_id: str = ""                       # RocketMQ 5's node_id label; the broker name when empty
-    cluster: str = "DefaultCluster"         # RocketMQ's default brokerClusterName
+    cluster: str = DEFAULT_CLUSTER_NAME
     now_ms: Callable[[], int] = lambda: int(time.time() * 1000)
 
 

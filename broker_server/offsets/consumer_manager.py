@@ -4,6 +4,13 @@ message model and subscriptions; a client silent for longer than the expiry
 change of a group's client list (join, unregister, expiry) is reported to the listeners
 (RocketMQ's ConsumerIdsChangeListener), which push it to the group's consumers.
 
+Every protocol's consumers are in this one table. RocketMQ 5 clients join with their Telemetry
+settings and leave when their stream ends (the stream is their heartbeat: they never expire here),
+and the broker assigns their queues (pop): they are members of their group (connections, group
+lists) but not in `consumer_list`, the list rmq.v1 and 4.x consumers rebalance by, and their
+comings and goings are not pushed to those consumers. In RocketMQ a group is one protocol's
+clients in practice; a group mixing them keeps its rmq.v1 / 4.x consumers' queues to themselves.
+
 The table is bounded (`ConsumerTableLimits`, BrokerConfig max_consumer_groups,
 max_clients_per_group, max_consumer_clients, max_subscriptions_per_client,
 max_subscription_bytes): a heartbeat that would pass a bound is refused with LIMIT_EXCEEDED
@@ -32,6 +39,11 @@ class ClientChannelInfo:
     last_update_ms: int
     protocol: int = rmq_pb2.CLIENT_PROTOCOL_RMQ   # rmq.v1 ClientProtocol: how it reached the broker
     address: str = ""                              # the client's address as the broker sees it
+
+    @property
+    def broker_assigned(self) -> bool:
+        """A RocketMQ 5 client: held by its Telemetry stream, its queues assigned by the broker."""
+        return self.protocol == rmq_pb2.CLIENT_PROTOCOL_ROCKETMQ_V2
 
     @property
     def subscription_bytes(self) -> int:
@@ -100,29 +112,33 @@ class ConsumerManager:
                 self._subscription_bytes -= previous.subscription_bytes
         if is_new:
             log.info("new consumer connected, group: %s, client: %s", group, client_id)
-            self._changed(group, [])
+            if not info.broker_assigned:
+                self._changed(group, [])
         return is_new
 
     def unregister(self, client_id: str, group: str) -> bool:
         with self._lock:
             clients = self._groups.get(group, {})
             info = clients.pop(client_id, None)
-            removed = info is not None
             if info is not None:
                 self._forget(info)
             if not clients:
                 self._groups.pop(group, None)
-        if removed:
-            log.info("unregister consumer ok, group: %s, client: %s", group, client_id)
+        if info is None:
+            return False
+        log.info("unregister consumer ok, group: %s, client: %s", group, client_id)
+        if not info.broker_assigned:
             self._changed(group, [client_id])
-        return removed
+        return True
 
     def consumer_list(self, group: str) -> list[str]:
-        """Sorted ids of the group's live clients (expired ones are excluded even before the
-        scan removes them, so a departure is visible to the next caller)."""
+        """Sorted ids of the group's live clients that rebalance themselves (expired ones are
+        excluded even before the scan removes them, so a departure is visible to the next caller;
+        broker-assigned RocketMQ 5 clients are not theirs to share queues with)."""
         with self._lock:
             clients = self._groups.get(group, {})
-            return sorted(client_id for client_id, info in clients.items() if not self._expired(info))
+            return sorted(client_id for client_id, info in clients.items()
+                          if not self._expired(info) and not info.broker_assigned)
 
     def connections(self, group: str) -> list[ClientChannelInfo]:
         """The group's live clients, sorted by id (getConsumerConnectionList)."""
@@ -201,4 +217,4 @@ class ConsumerManager:
         self._subscription_bytes -= info.subscription_bytes
 
     def _expired(self, info: ClientChannelInfo) -> bool:
-        return self._now_ms() - info.last_update_ms > self.client_expiry_ms
+        return not info.broker_assigned and self._now_ms() - info.last_update_ms > self.client_expiry_ms

@@ -11,6 +11,7 @@ from rmq.broker_server.processors.admin_broker_processor import AdminBrokerProce
 from rmq.broker_server.processors.client_manage_processor import ClientManageProcessor
 from rmq.broker_server.processors.consumer_manage_processor import ConsumerManageProcessor
 from rmq.broker_server.processors.consumer_send_msg_back import ConsumerSendMsgBackProcessor
+from rmq.broker_server.processors.end_transaction_processor import EndTransactionProcessor
 from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor
 from rmq.broker_server.processors.query_message_processor import QueryMessageProcessor
 from rmq.broker_server.processors.send_message_processor import SendMessageProcessor
@@ -25,3 +26,4 @@ class BrokerProcessors:
     client_manage: ClientManageProcessor
     admin: AdminBrokerProcessor
     query: QueryMessageProcessor
+    end_transaction: EndTransactionProcessor

@@ -41,6 +41,7 @@ from rmq.broker_server.security.caller import account_key
 from rmq.broker_server.security.refusal_log import RefusalLog
 from rmq.broker_server.security.request_auth import key_label
 from rmq.broker_server.status import OK
+from rmq.mix_all import MASTER_ID
 from rmq.sql92 import Sql92Error, Sql92Filter, compile_sql92
 from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.store import BrokerRole, MessageStore
@@ -50,7 +51,6 @@ from rmq.v1 import rmq_pb2
 MAX_SUB_EXPRESSION_LENGTH = 65536
 INLINE_MESSAGES = 32        # a pull reading at most this many messages may read on the event loop
 INLINE_BYTES = 256 * 1024   # ... when it is woken, or its records hold at most this many bytes
-MASTER_ID = 0
 WHICH_BROKER_WHEN_CONSUME_SLOWLY = 1   # subscriptionGroupConfig.whichBrokerWhenConsumeSlowly default
 KNOWN_SYS_FLAGS = rmq_pb2.FLAG_COMMIT_OFFSET | rmq_pb2.FLAG_SUSPEND | rmq_pb2.FLAG_SUBSCRIPTION
 

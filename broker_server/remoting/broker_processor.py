@@ -2,12 +2,12 @@
 translated into a call of the processor that serves its kind (processors/pipeline.py), so 4.x
 clients go through the same processors, checks and bounds as every other protocol's (send, pull with
 long polling, offsets, membership, send-back, locks); prepared sends and END_TRANSACTION go to the
-broker's TransactionService (transactions.py). A request is authorized against the rmq.v1 request it
-stands for (remoting_acl.py; single sends, offset updates and heartbeats build it only when an ACL
-is on). The answer is written back in RocketMQ's header fields and response codes. Unknown codes are
-answered REQUEST_CODE_NOT_SUPPORTED. A consumer whose connection closes leaves its groups at once
-(doChannelCloseEvent), and every change of a group's members is pushed to its remoting consumers
-(NOTIFY_CONSUMER_IDS_CHANGED).
+broker's EndTransactionProcessor (transactions.py translates). A request is authorized against the
+rmq.v1 request it stands for (remoting_acl.py; single sends, offset updates and heartbeats build it
+only when an ACL is on). The answer is written back in RocketMQ's header fields and response codes.
+Unknown codes are answered REQUEST_CODE_NOT_SUPPORTED. A consumer whose connection closes leaves
+its groups at once (doChannelCloseEvent), and every change of a group's members is pushed to its
+remoting consumers (NOTIFY_CONSUMER_IDS_CHANGED).
 
 Bounds: a connection registers at most MAX_CLIENT_IDS_PER_CONNECTION client ids. Held pulls share
 the broker's one hold table with the gRPC ports (max_held_pulls, shared fairly between accounts:
@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from google.protobuf.message import Message
 
 from rmq import message_format as mf
+from rmq.broker_server.errors import UnknownTransaction
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager
 from rmq.broker_server.processors.admin_broker_processor import to_message_queues
+from rmq.broker_server.processors.names import AUTO_CREATE_TOPIC_KEY
 from rmq.broker_server.processors.pipeline import BrokerProcessors
 from rmq.broker_server.processors.send_message_processor import OneMessage, born_host_from_peer
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
@@ -44,15 +46,12 @@ from rmq.broker_server.remoting.remoting_server import CallContext, Channel, Con
 from rmq.broker_server.remoting.topic_route_data import BrokerData, encode_topic_route
 from rmq.broker_server.remoting.transactions import (
     RESOLUTIONS,
-    TRANSACTION_PREPARED_TYPE,
-    TRANSACTION_TYPES,
     ProducerChannels,
     half_message,
 )
-from rmq.broker_server.rocketmq_v2.status import V2Error
-from rmq.broker_server.rocketmq_v2.transactions import TransactionService
 from rmq.remoting.remoting_command import RemotingCommand
 from rmq.remoting.request_code import RequestCode, ResponseCode
+from rmq.store.commit_log import TRANSACTION_PREPARED_TYPE, TRANSACTION_TYPE_MASK
 from rmq.topic_config import QueueData, TopicConfig
 from rmq.v1 import rmq_pb2
 
@@ -61,7 +60,6 @@ MAX_CLIENT_IDS_PER_CONNECTION = 64
 CONSUMER_RUNNING_INFO_TIMEOUT_S = 5.0
 SYS_FLAG_COMPRESSED = 0x1  # MessageSysFlag.COMPRESSED_FLAG
 METHOD = "/rmq.v1.MessagingService/"
-AUTO_CREATE_TOPIC_KEY = "TBW102"  # TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC
 
 # rmq.v1 PullStatus as the PULL_MESSAGE response code the client reads it from.
 PULL_RESPONSE_CODES: dict[int, ResponseCode] = {
@@ -86,7 +84,6 @@ class BrokerRemotingProcessor:
         processors: BrokerProcessors,
         topics: TopicConfigManager,
         consumers: ConsumerManager,
-        transactions: TransactionService,
         authenticator: RemotingAuthenticator | None,
         max_message_size: int,
     ) -> None:
@@ -96,9 +93,9 @@ class BrokerRemotingProcessor:
         self.consumers = consumers
         self.max_message_size = max_message_size
         self.connections = ConnectionTable()
-        self.transactions = transactions
+        self.transactions = processors.end_transaction
         self.producers = ProducerChannels()
-        transactions.checkers.append(self.producers.check)
+        self.transactions.add_check(self.producers)
         self.dispatcher = RequestDispatcher(
             {
                 RequestCode.GET_ROUTEINFO_BY_TOPIC: self._route,
@@ -254,7 +251,7 @@ class BrokerRemotingProcessor:
         sys_flag = headers.int_field(header, "sysFlag", 0)
         topic = headers.required(header, "topic")
         queue_id = headers.int_field(header, "queueId", -1)
-        if sys_flag & TRANSACTION_TYPES:
+        if sys_flag & TRANSACTION_TYPE_MASK:
             return await self._send_half(call, header, sys_flag, topic, queue_id)
         if call.request.code != RequestCode.SEND_BATCH_MESSAGE and header.get("batch") not in ("true", "1"):
             return await self._send_one(call, header, sys_flag, topic, queue_id)
@@ -303,7 +300,7 @@ class BrokerRemotingProcessor:
         self, call: Call, header: dict[str, str], sys_flag: int, topic: str, queue_id: int
     ) -> RemotingCommand:
         """A prepared send: stored as a half message, answered with the transaction's id."""
-        if sys_flag & TRANSACTION_TYPES != TRANSACTION_PREPARED_TYPE:
+        if sys_flag & TRANSACTION_TYPE_MASK != TRANSACTION_PREPARED_TYPE:
             raise Refusal(ResponseCode.MESSAGE_ILLEGAL, f"sysFlag {sys_flag}: a send can only be prepared")
         if call.request.code == RequestCode.SEND_BATCH_MESSAGE or header.get("batch") in ("true", "1"):
             raise Refusal(ResponseCode.MESSAGE_ILLEGAL, "a transactional message cannot be sent in a batch")
@@ -327,6 +324,7 @@ class BrokerRemotingProcessor:
             header.get("producerGroup", ""),
             born_host_from_peer(call.context.peer()),
         )
+        self.transactions.check_room()   # before the half message is stored, as a RocketMQ 5 send
         result, = await self.processors.send.put_records(half.topic, [half])   # counted where stored
         transaction_id = await self.transactions.opened(
             topic,
@@ -349,15 +347,11 @@ class BrokerRemotingProcessor:
         if resolution is None:
             return call.request.response(ResponseCode.SUCCESS)
         transaction_id = headers.text(call.request, "transactionId")
-        transaction = self.transactions.open.get(transaction_id)
-        if transaction is None:
-            raise Refusal(
-                ResponseCode.SYSTEM_ERROR, f"transaction {transaction_id!r} is unknown or already ended"
-            )
-        self._authorize(call, "SendMessage", rmq_pb2.SendMessageRequest(topic=transaction.topic))
         try:
+            transaction = self.transactions.require(transaction_id)
+            self._authorize(call, "SendMessage", rmq_pb2.SendMessageRequest(topic=transaction.topic))
             await self.transactions.end(transaction_id, transaction.message_id, resolution)
-        except V2Error as error:
+        except UnknownTransaction as error:   # RocketMQ: no prepared message found
             raise Refusal(ResponseCode.SYSTEM_ERROR, error.message) from None
         return call.request.response(ResponseCode.SUCCESS)
 

@@ -21,7 +21,6 @@ from rmq.broker_server.remoting.remoting_server import (
     RemotingProcessor,
     RemotingServer,
 )
-from rmq.broker_server.rocketmq_v2.transactions import TransactionService
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.request_signing import broker_server_id
 
@@ -80,7 +79,6 @@ def build_broker_remoting(
     processors: BrokerProcessors,
     topics: TopicConfigManager,
     consumers: ConsumerManager,
-    transactions: TransactionService,
     sock: socket.socket | None,
     fixed_port: bool,
 ) -> RemotingServer | None:
@@ -95,7 +93,6 @@ def build_broker_remoting(
         processors,
         topics,
         consumers,
-        transactions,
         authenticator(security, broker_server_id(config.broker_name, config.broker_id), fixed_port),
         config.max_message_size,
     )

@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from rmq.broker_server.config import DEFAULT_CLUSTER_NAME
 from rmq.topic_config import QueueData
-
-CLUSTER = "DefaultCluster"
 
 
 @dataclass(frozen=True)
@@ -24,7 +23,7 @@ def _broker_json(broker: BrokerData) -> str:
     )
     return (
         f'{{"brokerAddrs":{{{addresses}}},"brokerName":{json.dumps(broker.broker_name)},'
-        f'"cluster":{json.dumps(CLUSTER)}}}'
+        f'"cluster":{json.dumps(DEFAULT_CLUSTER_NAME)}}}'
     )
 
 

@@ -1,5 +1,5 @@
 """Transactional messages from 4.x producers (docs/remoting-protocol.md, "Transactions"), kept by
-the broker's one TransactionService (the RocketMQ 5 clients' too): a send whose sysFlag says
+the broker's one EndTransactionProcessor (the RocketMQ 5 clients' too): a send whose sysFlag says
 prepared is stored as a half message, END_TRANSACTION commits or rolls it back, and a transaction
 left open is checked back by a CHECK_TRANSACTION_STATE request to a connected producer of its
 group (PGROUP), whose answer is an END_TRANSACTION marked fromTransactionCheck."""
@@ -11,22 +11,18 @@ import itertools
 import struct
 
 from rmq import message_format as mf
+from rmq.broker_server.processors.end_transaction_processor import HALF_TOPIC, OpenTransaction, Resolution
 from rmq.broker_server.remoting.remoting_server import Channel
-from rmq.broker_server.rocketmq_v2.transactions import HALF_TOPIC, OpenTransaction
 from rmq.remoting.remoting_command import RemotingCommand
 from rmq.remoting.request_code import RequestCode
-from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2.properties import PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_PREPARED
 from rmq.store import MessageToStore
+from rmq.store.commit_log import TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE
 from rmq.stored_message import StoredMessage, offset_msg_id
 from rmq.v1 import rmq_pb2
 
-TRANSACTION_PREPARED_TYPE = 0x4  # MessageSysFlag
-TRANSACTION_COMMIT_TYPE = 0x8
-TRANSACTION_ROLLBACK_TYPE = 0xC
-TRANSACTION_TYPES = 0xC
 MAX_PRODUCER_GROUPS_PER_CONNECTION = 64
-RESOLUTIONS = {TRANSACTION_COMMIT_TYPE: v2.COMMIT, TRANSACTION_ROLLBACK_TYPE: v2.ROLLBACK}
+RESOLUTIONS = {TRANSACTION_COMMIT_TYPE: Resolution.COMMIT, TRANSACTION_ROLLBACK_TYPE: Resolution.ROLLBACK}
 
 
 def half_message(
@@ -109,7 +105,7 @@ class ProducerChannels:
             if not channels:
                 self._groups.pop(group, None)
 
-    def check(self, transaction_id: str, transaction: OpenTransaction, half: StoredMessage) -> bool:
+    def ask(self, transaction_id: str, transaction: OpenTransaction, half: StoredMessage) -> bool:
         """Send CHECK_TRANSACTION_STATE to a producer of the half message's group; False when
         none is connected here."""
         group = self._groups.get(half.properties.get(PROPERTY_PRODUCER_GROUP, ""), {})

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -23,7 +23,7 @@ from rmq.broker_server.grpc_aio import Context
 from rmq.broker_server.replication.etcd_client import EtcdUnavailable
 from rmq.broker_server.replication.etcd_controller import EtcdLeadership
 from rmq.broker_server.replication.replicas_info_manager import Heartbeat as MemberBeat
-from rmq.broker_server.replication.replicas_info_manager import ReplicasInfoManager
+from rmq.broker_server.replication.replicas_info_manager import ReplicasInfoManager, SyncStateInfo
 from rmq.broker_server.security.cluster_auth import ClusterAuth, ProofRefused
 from rmq.broker_server.security.refusal_log import RefusalLog
 from rmq.broker_server.status import answers_with_status
@@ -124,11 +124,12 @@ class ControllerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         groups = sorted(self.replicas.groups.items())
-        for name, documentation, value in [
+        gauges: list[tuple[str, str, Callable[[SyncStateInfo], int]]] = [
             ("rmq_controller_master_id", "the broker id of the group's master", lambda g: g.master_id),
             ("rmq_controller_master_epoch", "the group's master epoch", lambda g: g.epoch),
             ("rmq_controller_in_sync_members", "members of the in-sync set", lambda g: len(g.in_sync)),
-        ]:
+        ]
+        for name, documentation, value in gauges:
             gauge = GaugeMetricFamily(name, documentation, labels=["broker"])
             for broker, group in groups:
                 gauge.add_metric([broker], value(group))

@@ -16,8 +16,9 @@ from typing import TypeVar
 
 import grpc
 
-from rmq.broker_server.errors import UserError
+from rmq.broker_server.errors import BrokerError, UserError
 from rmq.etcd import rpc_pb2, rpc_pb2_grpc
+from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +28,11 @@ T = TypeVar("T")
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNKNOWN)
 
 
-class EtcdUnavailable(Exception):
+class EtcdUnavailable(BrokerError):
     """No endpoint answered (unreachable, or without its cluster's majority); says which and why."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(rmq_pb2.SERVICE_NOT_AVAILABLE, message)
 
 
 @dataclass(frozen=True)

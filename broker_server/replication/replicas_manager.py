@@ -29,7 +29,7 @@ from prometheus_client.registry import Collector
 
 from rmq.broker_server.broker_controller import BrokerController
 from rmq.broker_server.config import BrokerConfig
-from rmq.broker_server.errors import UserError
+from rmq.broker_server.errors import BrokerError, UserError
 from rmq.broker_server.json_file import read_json, write_json_atomically
 from rmq.broker_server.metrics.collectors import BrokerCollector, serve_metrics
 from rmq.broker_server.rmq_v1.grpc_server import wait_for_termination
@@ -107,9 +107,12 @@ class TermCollector(Collector):
             yield gauge
 
 
-class NoLeadingController(grpc.RpcError):
+class NoLeadingController(BrokerError, grpc.RpcError):
     """No controller could decide (none reachable leads at the moment): taken as "the controller
-    is unreachable" (a member keeps its role and asks again)."""
+    is unreachable" (a member keeps its role and asks again), as any grpc.RpcError of the call."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(rmq_pb2.SERVICE_NOT_AVAILABLE, message)
 
 
 class ReplicasManager:

@@ -8,12 +8,14 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
+from grpc.aio import ServicerContext
 
 from rmq import message_format as mf
+from rmq.broker_server.grpc_aio import Context
+from rmq.broker_server.processors.end_transaction_processor import HALF_TOPIC, EndTransactionProcessor
 from rmq.broker_server.processors.names import TIMER_TOPIC, check_group_name
 from rmq.broker_server.processors.pull_message_processor import Sql92RecordFilter, sql92_record_filter
 from rmq.broker_server.processors.send_message_processor import SendMessageProcessor, born_host_from_peer
@@ -30,12 +32,13 @@ from rmq.broker_server.rocketmq_v2.receipt_handle import (
 from rmq.broker_server.rocketmq_v2.route import ALL_QUEUES, RouteResolver, assignments, message_queues
 from rmq.broker_server.rocketmq_v2.status import OK, V2Error, answers_with_status, as_v2_error
 from rmq.broker_server.rocketmq_v2.telemetry import TelemetrySessions
-from rmq.broker_server.rocketmq_v2.transactions import HALF_TOPIC, TransactionService
+from rmq.broker_server.rocketmq_v2.transactions import resolution_of
 from rmq.broker_server.security.rocketmq_v2_auth import CLIENT_ID
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
 from rmq.rocketmq_v2.properties import PROPERTY_TIMER_DELIVER_MS
 from rmq.sql92 import Sql92Error
+from rmq.store import MessageToStore
 from rmq.subscription import SEPARATOR, tag_codes
 from rmq.topic_config import TopicConfig
 
@@ -60,7 +63,7 @@ class GroupPolicy:
         return group in self.fifo_groups
 
 
-def _client_id(context: Any) -> str:
+def _client_id(context: Context) -> str:
     return str(dict(context.invocation_metadata() or ()).get(CLIENT_ID, ""))
 
 
@@ -71,7 +74,7 @@ def _duration_ms(duration: Duration) -> int:
 class RocketMQv2MessagingService:
     def __init__(self, sender: SendMessageProcessor, topics: TopicConfigManager,
                  routes: RouteResolver, pop: PopService, sessions: TelemetrySessions, policy: GroupPolicy,
-                 timer: TimerMessageStore, transactions: TransactionService, offset_rpcs: OffsetRpcs,
+                 timer: TimerMessageStore, transactions: EndTransactionProcessor, offset_rpcs: OffsetRpcs,
                  handles: ReceiptHandleCodec, max_body_size: int) -> None:
         self.sender = sender
         self.topics = topics
@@ -88,41 +91,62 @@ class RocketMQv2MessagingService:
 
     # -- route and session ---------------------------------------------------------------
     @answers_with_status(pb.QueryRouteResponse)
-    async def QueryRoute(self, request: pb.QueryRouteRequest, context: Any) -> pb.QueryRouteResponse:
+    async def QueryRoute(
+            self, request: pb.QueryRouteRequest,
+            context: ServicerContext[pb.QueryRouteRequest,
+                                     pb.QueryRouteResponse],
+    ) -> pb.QueryRouteResponse:
         brokers = await self.routes.brokers(request.topic.name, request.endpoints)
         return pb.QueryRouteResponse(status=OK, message_queues=message_queues(request.topic, brokers))
 
     @answers_with_status(pb.QueryAssignmentResponse)
-    async def QueryAssignment(self, request: pb.QueryAssignmentRequest, context: Any
-                              ) -> pb.QueryAssignmentResponse:
+    async def QueryAssignment(
+            self, request: pb.QueryAssignmentRequest,
+            context: ServicerContext[pb.QueryAssignmentRequest,
+                                     pb.QueryAssignmentResponse],
+    ) -> pb.QueryAssignmentResponse:
         check_group_name(request.group.name)
         brokers = await self.routes.brokers(request.topic.name, request.endpoints)
         return pb.QueryAssignmentResponse(
             status=OK, assignments=assignments(request.topic, brokers, self.policy.fifo(request.group.name)))
 
     @answers_with_status(pb.HeartbeatResponse)
-    async def Heartbeat(self, request: pb.HeartbeatRequest, context: Any) -> pb.HeartbeatResponse:
+    async def Heartbeat(
+            self, request: pb.HeartbeatRequest,
+            context: ServicerContext[pb.HeartbeatRequest,
+                                     pb.HeartbeatResponse],
+    ) -> pb.HeartbeatResponse:
         return pb.HeartbeatResponse(status=OK)
 
     @answers_with_status(pb.NotifyClientTerminationResponse)
-    async def NotifyClientTermination(self, request: pb.NotifyClientTerminationRequest, context: Any
-                                      ) -> pb.NotifyClientTerminationResponse:
+    async def NotifyClientTermination(
+            self, request: pb.NotifyClientTerminationRequest,
+            context: ServicerContext[pb.NotifyClientTerminationRequest,
+                                     pb.NotifyClientTerminationResponse],
+    ) -> pb.NotifyClientTerminationResponse:
         await self.pop.release(_client_id(context))
         return pb.NotifyClientTerminationResponse(status=OK)
 
-    async def Telemetry(self, commands: AsyncIterator[pb.TelemetryCommand], context: Any
-                        ) -> AsyncIterator[pb.TelemetryCommand]:
+    async def Telemetry(
+            self, commands: AsyncIterator[pb.TelemetryCommand],
+            context: ServicerContext[pb.TelemetryCommand,
+                                     pb.TelemetryCommand],
+    ) -> AsyncIterator[pb.TelemetryCommand]:
         client_id = _client_id(context)
         if not client_id:
             yield pb.TelemetryCommand(status=v2.Status(code=v2.CLIENT_ID_REQUIRED,
                                                        message=f"header {CLIENT_ID} is missing"))
             return
-        async for command in self.sessions.serve(client_id, commands):
+        async for command in self.sessions.serve(client_id, context.peer(), commands):
             yield command
 
     # -- sending -------------------------------------------------------------------------
     @answers_with_status(pb.SendMessageResponse)
-    async def SendMessage(self, request: pb.SendMessageRequest, context: Any) -> pb.SendMessageResponse:
+    async def SendMessage(
+            self, request: pb.SendMessageRequest,
+            context: ServicerContext[pb.SendMessageRequest,
+                                     pb.SendMessageResponse],
+    ) -> pb.SendMessageResponse:
         if not request.messages:
             raise V2Error(v2.BAD_REQUEST, "the request holds no messages")
         topics = {message.topic.name for message in request.messages}
@@ -149,18 +173,25 @@ class RocketMQv2MessagingService:
         return pb.SendMessageResponse(status=OK, entries=entries)
 
     @answers_with_status(pb.EndTransactionResponse)
-    async def EndTransaction(self, request: pb.EndTransactionRequest, context: Any
-                             ) -> pb.EndTransactionResponse:
-        await self.transactions.end(request.transaction_id, request.message_id, request.resolution,
-                                    request.topic.name)
+    async def EndTransaction(
+            self, request: pb.EndTransactionRequest,
+            context: ServicerContext[pb.EndTransactionRequest,
+                                     pb.EndTransactionResponse],
+    ) -> pb.EndTransactionResponse:
+        await self.transactions.end(request.transaction_id, request.message_id,
+                                    resolution_of(request.resolution), request.topic.name)
         return pb.EndTransactionResponse(status=OK)
 
     @answers_with_status(pb.RecallMessageResponse)
-    async def RecallMessage(self, request: pb.RecallMessageRequest, context: Any) -> pb.RecallMessageResponse:
+    async def RecallMessage(
+            self, request: pb.RecallMessageRequest,
+            context: ServicerContext[pb.RecallMessageRequest,
+                                     pb.RecallMessageResponse],
+    ) -> pb.RecallMessageResponse:
         await self.timer.recall(request.topic.name, request.recall_handle)
         return pb.RecallMessageResponse(status=OK, message_id="")
 
-    def _to_store(self, message: v2.Message, config: TopicConfig, born_host: bytes) -> Any:
+    def _to_store(self, message: v2.Message, config: TopicConfig, born_host: bytes) -> MessageToStore:
         """The record to store: in its queue, or parked in the timer (a DELAY message, or any
         carrying a timer property, due later: TimerMessageStore.park) or as a transaction's half
         message, with the real topic and queue in properties."""
@@ -198,8 +229,11 @@ class RocketMQv2MessagingService:
         return next(self._round_robin) % config.write_queue_nums
 
     # -- pop consumption -----------------------------------------------------------------
-    async def ReceiveMessage(self, request: pb.ReceiveMessageRequest, context: Any
-                             ) -> AsyncIterator[pb.ReceiveMessageResponse]:
+    async def ReceiveMessage(
+            self, request: pb.ReceiveMessageRequest,
+            context: ServicerContext[pb.ReceiveMessageRequest,
+                                     pb.ReceiveMessageResponse],
+    ) -> AsyncIterator[pb.ReceiveMessageResponse]:
         """One status, one response per message, a final delivery timestamp, then the stream
         ends (§4: the client reads the whole stream). The messages count against the pull budget
         (max_inflight_pull_bytes) until the stream ends."""
@@ -226,7 +260,11 @@ class RocketMQv2MessagingService:
         stamp.GetCurrentTime()
         yield pb.ReceiveMessageResponse(delivery_timestamp=stamp)
 
-    def _pop_request(self, request: pb.ReceiveMessageRequest, context: Any) -> tuple[PopRequest, float]:
+    def _pop_request(
+            self, request: pb.ReceiveMessageRequest,
+            context: ServicerContext[pb.ReceiveMessageRequest,
+                                     pb.ReceiveMessageResponse],
+    ) -> tuple[PopRequest, float]:
         group = request.group.name
         check_group_name(group)
         config = self.topics.require(request.message_queue.topic.name)
@@ -261,7 +299,8 @@ class RocketMQv2MessagingService:
         return PopRequest(group, config.topic_name, queue_ids, tags, tag_codes, batch, invisible_ms, fifo,
                           self.policy.max_attempts, record_filter, max_bytes), min(wait_s, MAX_LONG_POLLING_S)
 
-    def _filter(self, request: pb.ReceiveMessageRequest
+    def _filter(
+            self, request: pb.ReceiveMessageRequest
                 ) -> tuple[frozenset[str] | None, frozenset[int] | None, Sql92RecordFilter | None]:
         """(tags, their hash codes, SQL92 record filter) of the request's filter expression."""
         expression = request.filter_expression
@@ -294,7 +333,10 @@ class RocketMQv2MessagingService:
         return handle
 
     @answers_with_status(pb.AckMessageResponse)
-    async def AckMessage(self, request: pb.AckMessageRequest, context: Any) -> pb.AckMessageResponse:
+    async def AckMessage(self, request: pb.AckMessageRequest,
+            context: ServicerContext[pb.AckMessageRequest,
+                                     pb.AckMessageResponse],
+    ) -> pb.AckMessageResponse:
         group = request.group.name
         check_group_name(group)
         results, handles = [], []
@@ -313,8 +355,11 @@ class RocketMQv2MessagingService:
         return pb.AckMessageResponse(status=top, entries=results)
 
     @answers_with_status(pb.ChangeInvisibleDurationResponse)
-    async def ChangeInvisibleDuration(self, request: pb.ChangeInvisibleDurationRequest, context: Any
-                                      ) -> pb.ChangeInvisibleDurationResponse:
+    async def ChangeInvisibleDuration(
+            self, request: pb.ChangeInvisibleDurationRequest,
+            context: ServicerContext[pb.ChangeInvisibleDurationRequest,
+                                     pb.ChangeInvisibleDurationResponse],
+    ) -> pb.ChangeInvisibleDurationResponse:
         group = request.group.name
         check_group_name(group)
         handle = self._handle(request.receipt_handle, group, request.topic.name)
@@ -330,8 +375,11 @@ class RocketMQv2MessagingService:
                                                   receipt_handle=self.handles.encode(group, new_handle))
 
     @answers_with_status(pb.ForwardMessageToDeadLetterQueueResponse)
-    async def ForwardMessageToDeadLetterQueue(self, request: pb.ForwardMessageToDeadLetterQueueRequest,
-                                              context: Any) -> pb.ForwardMessageToDeadLetterQueueResponse:
+    async def ForwardMessageToDeadLetterQueue(
+            self, request: pb.ForwardMessageToDeadLetterQueueRequest,
+            context: ServicerContext[pb.ForwardMessageToDeadLetterQueueRequest,
+                                     pb.ForwardMessageToDeadLetterQueueResponse],
+    ) -> pb.ForwardMessageToDeadLetterQueueResponse:
         group = request.group.name
         check_group_name(group)
         handle = self._handle(request.receipt_handle, group, request.topic.name)
@@ -343,8 +391,11 @@ class RocketMQv2MessagingService:
         return pb.ForwardMessageToDeadLetterQueueResponse(status=OK)
 
     # -- offset-based consumption (§5) -----------------------------------------------------
-    async def PullMessage(self, request: pb.PullMessageRequest, context: Any
-                          ) -> AsyncIterator[pb.PullMessageResponse]:
+    async def PullMessage(
+            self, request: pb.PullMessageRequest,
+            context: ServicerContext[pb.PullMessageRequest,
+                                     pb.PullMessageResponse],
+    ) -> AsyncIterator[pb.PullMessageResponse]:
         wait_s = _duration_ms(request.long_polling_timeout) / 1000
         remaining = context.time_remaining()
         if remaining is not None:
@@ -354,25 +405,35 @@ class RocketMQv2MessagingService:
             yield response
 
     @answers_with_status(pb.UpdateOffsetResponse)
-    async def UpdateOffset(self, request: pb.UpdateOffsetRequest, context: Any) -> pb.UpdateOffsetResponse:
+    async def UpdateOffset(
+            self, request: pb.UpdateOffsetRequest,
+            context: ServicerContext[pb.UpdateOffsetRequest,
+                                     pb.UpdateOffsetResponse],
+    ) -> pb.UpdateOffsetResponse:
         await self.offset_rpcs.update_offset(request)
         return pb.UpdateOffsetResponse(status=OK)
 
     @answers_with_status(pb.GetOffsetResponse)
-    async def GetOffset(self, request: pb.GetOffsetRequest, context: Any) -> pb.GetOffsetResponse:
+    async def GetOffset(
+            self, request: pb.GetOffsetRequest,
+            context: ServicerContext[pb.GetOffsetRequest,
+                                     pb.GetOffsetResponse],
+    ) -> pb.GetOffsetResponse:
         return pb.GetOffsetResponse(status=OK, offset=await self.offset_rpcs.get_offset(request))
 
     @answers_with_status(pb.QueryOffsetResponse)
-    async def QueryOffset(self, request: pb.QueryOffsetRequest, context: Any) -> pb.QueryOffsetResponse:
+    async def QueryOffset(
+            self, request: pb.QueryOffsetRequest,
+            context: ServicerContext[pb.QueryOffsetRequest,
+                                     pb.QueryOffsetResponse],
+    ) -> pb.QueryOffsetResponse:
         return pb.QueryOffsetResponse(status=OK, offset=await self.offset_rpcs.query_offset(request))
 
     def start(self) -> None:
         self.pop.start(self.sessions.connected, DEFAULT_INVISIBLE_MS)
-        self.transactions.start()
 
     async def shutdown(self) -> None:
         """Close telemetry streams and answer held receives (so the server need not wait for
-        them), stop the transaction checks, persisting their progress."""
+        them)."""
         self.sessions.end_all()
         self.pop.shutdown()
-        await self.transactions.stop()

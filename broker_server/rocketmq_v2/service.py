@@ -24,7 +24,7 @@ from rmq.broker_server.rocketmq_v2.receipt_handle import ReceiptHandleCodec
 from rmq.broker_server.rocketmq_v2.remembered_receives import RememberedReceives
 from rmq.broker_server.rocketmq_v2.route import RouteResolver
 from rmq.broker_server.rocketmq_v2.telemetry import ServerSettings, TelemetrySessions
-from rmq.broker_server.rocketmq_v2.transactions import TransactionService, TransactionSettings
+from rmq.broker_server.rocketmq_v2.transactions import TelemetryTransactionCheck
 from rmq.message_format import FIXED_OVERHEAD
 from rmq.store import MessageStore
 
@@ -53,13 +53,9 @@ def build_service(config: BrokerConfig, store: MessageStore, executor: StoreExec
     settings = ServerSettings(max_body_size, PUSH_LONG_POLLING_S, MAX_BATCH, max_attempts, retry_delays,
                               fifo_groups)
     sessions = TelemetrySessions(settings, config.max_telemetry_sessions,
-                                 config.max_telemetry_sessions_per_account)
+                                 config.max_telemetry_sessions_per_account, processors.client_manage)
     send_processor, pull_processor = processors.send, processors.pull
-    transactions = TransactionService(store, executor, send_processor, sessions, config.store_path,
-                                      TransactionSettings(
-        config.transaction_timeout_ms, config.transaction_check_interval_ms, config.transaction_check_max,
-        config.max_open_transactions, config.max_open_transactions_per_account))
-    transactions.load()
+    processors.end_transaction.add_check(TelemetryTransactionCheck(sessions))
     return RocketMQv2MessagingService(
         send_processor, topics,
         RouteResolver(config.broker_name, config.broker_address, topics, config.namesrv_addresses,
@@ -68,6 +64,6 @@ def build_service(config: BrokerConfig, store: MessageStore, executor: StoreExec
                    RememberedReceives(config.max_remembered_receives, config.max_remembered_receive_bytes),
                    pull_processor, processors.send_back, clock),
         sessions, GroupPolicy(max_attempts, fifo_groups, config.min_invisible_ms,
-                              config.enable_property_filter), timer, transactions,
+                              config.enable_property_filter), timer, processors.end_transaction,
         OffsetRpcs(processors),
         ReceiptHandleCodec.of_store(config.store_path), max_body_size)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rmq.broker_server import errors
-from rmq.broker_server.errors import BrokerError, EdgeError, Handler, NotMaster
+from rmq.broker_server.errors import BrokerError, EdgeError, Handler, NotMaster, UnknownTransaction
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.v1 import rmq_pb2
 
@@ -53,6 +53,8 @@ def as_v2_error(error: Exception) -> V2Error:
         return error
     if isinstance(error, NotMaster):
         return V2Error(v2.FORBIDDEN, error.message)
+    if isinstance(error, UnknownTransaction):
+        return V2Error(v2.INVALID_TRANSACTION_ID, error.message)
     if isinstance(error, BrokerError) and not isinstance(error, EdgeError):
         return V2Error(_FROM_RMQ.get(error.code, v2.INTERNAL_SERVER_ERROR), error.message)
     log.exception("v2 call failed", exc_info=error)

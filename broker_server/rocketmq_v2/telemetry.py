@@ -9,7 +9,13 @@ A session belongs to the account that opened it, and settings claim only what th
 holds: PUB on each topic a producer says it publishes, SUB on a consumer's group and topics
 (else the command is answered FORBIDDEN and the session stays what it was), so an account cannot
 declare itself a producer of another's topic to be sent its transactions. One account holds a
-share of the broker's sessions (docs/security-model.md: Telemetry)."""
+share of the broker's sessions (docs/security-model.md: Telemetry).
+
+A consumer's session is its membership: its settings register it in the broker's one
+ConsumerManager (through ClientManageProcessor, like an rmq.v1 or 4.x heartbeat, within the same
+bounds), and it leaves when its last stream for the group ends. Its queues are the broker's to
+assign (pop), so it is listed with its group but not in the consumer list other protocols'
+clients rebalance by (offsets/consumer_manager.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +27,10 @@ from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
 
+from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.long_polling.fair_shares import adjust_count
+from rmq.broker_server.processors.client_manage_processor import ClientManageProcessor
+from rmq.broker_server.rocketmq_v2.status import v2_status
 from rmq.broker_server.security import caller
 from rmq.broker_server.security.acl import Need, ResourceKind
 from rmq.rocketmq_v2 import definition_pb2 as v2
@@ -95,6 +104,7 @@ class TelemetrySession:
 
     client_id: str
     account: str = ""   # the access key that opened it ("" on a broker without --acl)
+    address: str = ""   # the client's address as the broker sees it
     settings: v2.Settings | None = None
     outbox: asyncio.Queue[Any] = field(default_factory=lambda: asyncio.Queue[Any](OUTBOX_SIZE))
 
@@ -111,23 +121,14 @@ class TelemetrySession:
                 and any(t.name == topic for t in self.settings.publishing.topics))
 
 
-def consumer_connection(session: TelemetrySession) -> rmq_pb2.ConsumerConnection:
-    """A consuming session as a member of its group (`rmq group members`, the console): RocketMQ 5
-    consumers are clustering consumers; the stream itself is their heartbeat."""
-    assert session.settings is not None
-    return rmq_pb2.ConsumerConnection(
-        client_id=session.client_id, protocol=rmq_pb2.CLIENT_PROTOCOL_ROCKETMQ_V2,
-        message_model=rmq_pb2.CLUSTERING,
-        subscriptions=[rmq_pb2.Subscription(topic=entry.topic.name,
-                                            sub_expression=entry.expression.expression)
-                       for entry in session.settings.subscription.subscriptions])
-
-
 class TelemetrySessions:
-    def __init__(self, server: ServerSettings, max_sessions: int, max_per_account: int) -> None:
+    def __init__(self, server: ServerSettings, max_sessions: int, max_per_account: int,
+                 members: ClientManageProcessor) -> None:
         """At most `max_sessions` streams, `max_per_account` of them one account's
-        (BrokerConfig max_telemetry_sessions, max_telemetry_sessions_per_account)."""
+        (BrokerConfig max_telemetry_sessions, max_telemetry_sessions_per_account); consumers
+        join their groups through `members`."""
         self.server = server
+        self.members = members
         self.max_sessions = max_sessions
         self.max_per_account = max_per_account
         self.sessions: set[TelemetrySession] = set()
@@ -143,14 +144,14 @@ class TelemetrySessions:
                     f"(max_telemetry_sessions_per_account)")
         return None
 
-    async def serve(self, client_id: str, commands: AsyncIterator[service_pb2.TelemetryCommand]
+    async def serve(self, client_id: str, address: str, commands: AsyncIterator[service_pb2.TelemetryCommand]
                     ) -> AsyncIterator[service_pb2.TelemetryCommand]:
         account = caller.account_key()
         refusal = self._refusal(account)
         if refusal is not None:
             yield service_pb2.TelemetryCommand(status=v2.Status(code=v2.TOO_MANY_REQUESTS, message=refusal))
             return
-        session = TelemetrySession(client_id, account)
+        session = TelemetrySession(client_id, account, address)
         self.sessions.add(session)
         adjust_count(self._streams_per_client, client_id, 1)
         adjust_count(self._per_account, account, 1)
@@ -164,6 +165,7 @@ class TelemetrySessions:
         finally:
             reader.cancel()
             self.sessions.discard(session)
+            self._leave(session, _consumer_group(session))
             adjust_count(self._streams_per_client, client_id, -1)
             adjust_count(self._per_account, account, -1)
 
@@ -177,6 +179,11 @@ class TelemetrySessions:
                         session.send(service_pb2.TelemetryCommand(
                             status=v2.Status(code=v2.FORBIDDEN, message=unheld)))
                         continue
+                    try:
+                        self._join(session, command.settings)
+                    except BrokerError as error:   # a bad group name, the consumer table's bounds
+                        session.send(service_pb2.TelemetryCommand(status=v2_status(error)))
+                        continue
                     session.settings = command.settings
                     session.send(service_pb2.TelemetryCommand(
                         status=v2.Status(code=v2.OK, message="OK"),
@@ -185,6 +192,25 @@ class TelemetrySessions:
             log.debug("telemetry stream of %s ended: %s", session.client_id, error)
         session.send(None)
 
+    def _join(self, session: TelemetrySession, settings: v2.Settings) -> None:
+        """Register a consumer's settings in its group (leaving the group its earlier settings named)."""
+        group = settings.subscription.group.name if settings.HasField("subscription") else ""
+        if group:
+            subscriptions = {entry.topic.name: entry.expression.expression
+                             for entry in settings.subscription.subscriptions}
+            self.members.heartbeat(session.client_id, group, rmq_pb2.CLUSTERING, subscriptions,
+                                   rmq_pb2.CLIENT_PROTOCOL_ROCKETMQ_V2, session.address)
+        before = _consumer_group(session)
+        if before != group:
+            self._leave(session, before)
+
+    def _leave(self, session: TelemetrySession, group: str) -> None:
+        """`session` no longer consumes for `group`: its client leaves the group unless another of
+        its streams still consumes for it."""
+        if group and not any(other is not session and other.client_id == session.client_id
+                             and _consumer_group(other) == group for other in self.sessions):
+            self.members.unregister(session.client_id, group)
+
     def connected(self, client_id: str) -> bool:
         """Whether the client has a Telemetry stream open here."""
         return client_id in self._streams_per_client
@@ -192,14 +218,6 @@ class TelemetrySessions:
     def producers_of(self, topic: str, account: str) -> list[TelemetrySession]:
         """The sessions of `account` that publish `topic`."""
         return [s for s in self.sessions if s.account == account and s.publishes(topic)]
-
-    def consumers_of(self, group: str) -> list[TelemetrySession]:
-        """Sessions whose settings say they consume for `group` (Simple and Push consumers)."""
-        return [session for session in self.sessions if _consumer_group(session) == group]
-
-    def consumer_groups(self) -> set[str]:
-        """The groups some session consumes for."""
-        return {_consumer_group(session) for session in self.sessions} - {""}
 
     def end_all(self) -> None:
         """Shutdown: close every stream so the server need not wait for them."""

@@ -42,9 +42,9 @@ from typing import Any
 import yaml
 
 from rmq.broker_server.errors import BrokerError, UserError
+from rmq.retry import RETRY_GROUP_TOPIC_PREFIX
 from rmq.v1 import rmq_pb2
 
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"   # MixAll.RETRY_GROUP_TOPIC_PREFIX: "%RETRY%" + group
 MIN_KEY_LENGTH = 6                     # RocketMQ refuses shorter access and secret keys
 
 _TOP_LEVEL_KEYS = {"globalWhiteRemoteAddresses", "accounts", "dataVersion"}

@@ -2,7 +2,8 @@
 
 Each Spark task turns its Arrow record batches into `OutgoingMessage`s column by column,
 groups them by topic and sends them with `RmqClient.send`, `batchSize` messages per
-SendMessage request, retrying on another broker when one cannot be reached. Delivery is
+SendMessage request, retrying on another broker when one cannot be reached or answers a
+refusal another broker may cure (the Producer's rule, `send_may_be_retried`). Delivery is
 at-least-once: a message acknowledged by the broker stays in the topic even when its Spark
 task (or another task of the same job) later fails, and a retried send or task, or a
 streaming micro-batch replayed after a restart, sends its rows again.
@@ -24,6 +25,7 @@ consumers see every version). Batch writes append only (`mode("overwrite")` is r
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections import Counter, defaultdict
@@ -54,8 +56,8 @@ from pyspark.sql.types import (
 from rmq.auth import SECURITY_OPTION_NAMES, ClientSecurity
 from rmq.connector.client import OutgoingMessage, RmqClient
 from rmq.connector.endpoints import FORMAT_HINT, parse_endpoints
-from rmq.connector.errors import RmqSinkError, RmqUnavailable
-from rmq.connector.producer import writable_queues
+from rmq.connector.errors import RmqError, RmqSinkError
+from rmq.connector.producer import send_may_be_retried, writable_queues
 from rmq.message_format import tags_hash_code
 from rmq.message_queue import MessageQueue
 from rmq.rocketmq_v2.properties import PROPERTY_TIMER_DELIVER_MS
@@ -72,8 +74,7 @@ DEFAULT_BATCH_SIZE = 512
 MAX_BATCH_SIZE = 10_000
 MAX_QUEUE_ID = 2**31 - 1   # int32 on the wire
 MAX_DELAY_LEVEL = 2**31 - 1   # int32 on the wire; the broker clamps levels above its highest
-SEND_ATTEMPTS = 3          # RocketMQ retryTimesWhenSendFailed = 2, plus the first attempt
-SEND_RETRY_BACKOFF_S = 0.2
+SEND_RETRY_BACKOFF_S = 0.2   # before the second and later retries (the first goes to the next broker)
 
 
 def _is_string(data_type: DataType) -> bool:
@@ -347,17 +348,20 @@ def request_chunks(messages: list[OutgoingMessage], batch_size: int) -> Iterator
 
 def send_with_retry(client: RmqClient, topic: str, messages: list[OutgoingMessage],
                     broker_name: str | None = None) -> None:
-    """Send, retrying what was not acknowledged when a broker cannot be reached: the client
-    picks the next of the topic's brokers each time (RocketMQ DefaultMQProducer:
-    retryTimesWhenSendFailed = 2), or retries `broker_name` when the queue is chosen (orderly
-    sends). A retry may duplicate a message whose acknowledgement was lost: at-least-once.
-    Business errors (unknown topic, oversized message) are not retried."""
-    for attempt in range(SEND_ATTEMPTS):
+    """Send, retrying what was not acknowledged by the Producer's rule (`send_may_be_retried`:
+    an unreachable broker or a retryResponseCode, retryTimesWhenSendFailed = 2): the client picks
+    the next of the topic's brokers each time, or retries `broker_name` when the queue is chosen
+    (orderly sends). The acknowledged head of a batch is never sent again; a retry may duplicate
+    a message whose acknowledgement was lost: at-least-once. Other refusals (oversized message,
+    bad property) are not retried, nor is a topic the route does not know (as RocketMQ's
+    "No route info of this topic"), which `client.route` raises first."""
+    client.route(topic)
+    for attempt in itertools.count():
         try:
             client.send(topic, messages, broker_name=broker_name)
             return
-        except RmqUnavailable as error:
-            if attempt == SEND_ATTEMPTS - 1:
+        except RmqError as error:
+            if not send_may_be_retried(error, attempt):
                 raise
             messages = messages[error.acknowledged:]
             logger.warning("send to %s failed (%s), retrying the %d unacknowledged messages",

@@ -9,8 +9,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from rmq.broker_server.processors.end_transaction_processor import HALF_TOPIC
 from rmq.broker_server.processors.names import SCHEDULE_TOPIC
-from rmq.broker_server.rocketmq_v2.transactions import HALF_TOPIC
 from rmq.connector.client import OutgoingMessage
 from rmq.connector.errors import RmqError
 from rmq.rocketmq_v2 import definition_pb2 as v2

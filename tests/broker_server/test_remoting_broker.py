@@ -448,7 +448,7 @@ def test_a_prepared_message_shows_only_once_committed(
     assert "TRAN_MSG" not in message.properties
     again = client.call(end_transaction(committed, 8))
     assert again.code == ResponseCode.SYSTEM_ERROR and "unknown or already ended" in again.remark
-    assert broker.controller.rocketmq_v2.transactions.open == {}
+    assert broker.controller.processors.end_transaction.open == {}
 
 
 def test_an_open_transaction_is_checked_back_with_its_producer(tmp_path: Path) -> None:

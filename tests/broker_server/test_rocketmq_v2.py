@@ -17,6 +17,11 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from rmq import message_format as mf
+from rmq.broker_server.processors.end_transaction_processor import (
+    EndTransactionProcessor,
+    Resolution,
+    TransactionSettings,
+)
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.pop_state import PopQueue, PopStateTable
@@ -27,7 +32,6 @@ from rmq.broker_server.rocketmq_v2.receipt_handle import (
 )
 from rmq.broker_server.rocketmq_v2.route import endpoints, reachable
 from rmq.broker_server.rocketmq_v2.telemetry import ServerSettings, answer_settings
-from rmq.broker_server.rocketmq_v2.transactions import TransactionService, TransactionSettings
 from rmq.broker_server.security.acl import parse_acl
 from rmq.broker_server.security.request_auth import CallRefused
 from rmq.broker_server.security.rocketmq_v2_auth import V2Authenticator, parse_authorization
@@ -284,15 +288,15 @@ def test_open_transactions_are_journaled_concurrent_opens_share_a_sync_and_a_res
     executor = StoreExecutor(1)
 
     async def open_fifty() -> list[str]:
-        service = TransactionService(None, executor, None, None, tmp_path, TransactionSettings())
+        service = EndTransactionProcessor(None, executor, None, tmp_path, TransactionSettings())
         ids = await asyncio.gather(*(service.opened("orders", f"M{n}", n, {}) for n in range(50)))
-        await service.end(ids[0], "M0", v2.ROLLBACK)
+        await service.end(ids[0], "M0", Resolution.ROLLBACK)
         return ids
 
     try:
         ids = asyncio.run(open_fifty())
         assert len(syncs) <= 5, f"{len(syncs)} fsyncs for 50 concurrent opens and one end"
-        restarted = TransactionService(None, executor, None, None, tmp_path, TransactionSettings())
+        restarted = EndTransactionProcessor(None, executor, None, tmp_path, TransactionSettings())
         restarted.load()
         assert sorted(restarted.open) == sorted(ids[1:])
         assert (restarted.open[ids[7]].message_id, restarted.open[ids[7]].half_offset) == ("M7", 7)
@@ -305,7 +309,7 @@ def test_open_transactions_of_an_earlier_release_are_moved_into_the_journal(tmp_
     earlier = {"open": {"T1": {"topic": "orders", "message_id": "M1", "half_offset": 4, "check_after_ms": 5}}}
     (tmp_path / "config" / "transactions.json").write_text(json.dumps(earlier))
     for _ in range(2):   # the move, then a restart from the journal alone
-        service = TransactionService(None, None, None, None, tmp_path, TransactionSettings())
+        service = EndTransactionProcessor(None, None, None, tmp_path, TransactionSettings())
         service.load()
         assert list(service.open) == ["T1"] and service.open["T1"].half_offset == 4
         assert not (tmp_path / "config" / "transactions.json").exists()
@@ -321,6 +325,6 @@ def test_a_check_journaled_after_its_transaction_ended_does_not_stop_the_replay(
     (tmp_path / "config").mkdir()
     journal = tmp_path / "config" / "transactions.journal"
     journal.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    service = TransactionService(None, None, None, None, tmp_path, TransactionSettings())
+    service = EndTransactionProcessor(None, None, None, tmp_path, TransactionSettings())
     service.load()
     assert list(service.open) == ["B"]

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from rmq.connector import client_api as client_module
+from rmq.connector import client_sends as client_module
 from rmq.connector.client import (
     MessageQueue,
     OutgoingMessage,

@@ -6,6 +6,7 @@ seconds (not at the next 20 s rebalance), from the offset A committed."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -70,6 +71,14 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[InProcess
     broker.stop()
 
 
+@contextlib.contextmanager
+def _releasing(listener: Recorder) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        listener.release.set()
+
+
 def consumer(address: str, instance: str, listener: Recorder) -> PushConsumer:
     # client ids sort by instance: B ("1") is allocated q0, A ("2") q1 once both are members;
     # the periodic rebalance is far away, so only the hand-off's own retries can be at work
@@ -84,7 +93,9 @@ def test_a_queue_changes_hands_after_the_running_batch_and_never_overlaps(
         broker: tuple[InProcessBroker, FakeClock]) -> None:
     server, clock = broker
     seen_by_a, seen_by_b = Recorder(blocking=True), Recorder(blocking=False)
-    with consumer(server.address, "2", seen_by_a) as a:
+    # a failing wait releases A's listener at once, so the consumers stop (a broken hand-off fails
+    # in seconds, not after the listener's 60 s)
+    with consumer(server.address, "2", seen_by_a) as a, _releasing(seen_by_a):
         assert seen_by_a.started.wait(30)                       # A works on q0's first message
         wait_until(lambda: server.controller.watches.watcher_count() == 1, "A's membership watch is open")
         with RmqClient(server.address) as client:
@@ -103,7 +114,7 @@ def test_a_queue_changes_hands_after_the_running_batch_and_never_overlaps(
                 assert Q0 not in b.rebalance_impl.process_queue_table and seen_by_b.seen == []
             released = time.monotonic()
             seen_by_a.release.set()
-            wait_until(lambda: bool(seen_by_b.seen), "B consumes q0 after A's batch", timeout=60)
+            wait_until(lambda: bool(seen_by_b.seen), "B consumes q0 within 15 s of A's batch", timeout=15)
             handed_over_s = time.monotonic() - released
     assert [offset for offset, _, _ in seen_by_a.seen] == [0]
     assert [offset for offset, _, _ in seen_by_b.seen] == [1]    # from A's commit: nothing twice

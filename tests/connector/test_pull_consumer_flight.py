@@ -54,7 +54,7 @@ def read_all(consumer: PullConsumer, count: int) -> list[MessageExt]:
 
     wait_until(poll, lambda: f"read {len(got)} of {count} messages", timeout=60)
     assert consumer.poll(0.2) == []
-    assert max(sizes) <= consumer.pull_batch_size
+    assert max(sizes) <= consumer.config.pull_batch_size
     return got
 
 

@@ -4,6 +4,7 @@ registerConsumer (TV-23) and bad configuration."""
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from pathlib import Path
 
@@ -205,7 +206,7 @@ def test_tv11_found_puts_submits_and_pulls_again(consumer: PushConsumer) -> None
 
 
 def test_tv11_found_with_pull_interval_waits(consumer: PushConsumer) -> None:
-    consumer.pull_interval_ms = 60000
+    consumer.config = dataclasses.replace(consumer.config, pull_interval_ms=60000)
     request = PullRequest("G", MQ, ProcessQueue(), 39)
     consumer.process_pull_result(
         request, SubscriptionData.build(MQ.topic, "TagA"), result(PullStatus.FOUND, 42, [39, 40, 41])
@@ -302,10 +303,10 @@ def test_start_needs_a_listener_and_a_subscription() -> None:
 
 def test_longpolling_tv15_timers() -> None:
     from rmq.connector import consume_message_concurrently_service as consume
-    from rmq.connector import consumer_config, consumer_impl, push_consumer, rebalance_service
+    from rmq.connector import consumer_config, consumer_impl, rebalance_service
 
     assert rebalance_service.WAIT_INTERVAL_S == 20.0
-    assert push_consumer.PERSIST_CONSUMER_OFFSET_INTERVAL_S == 5.0
+    assert consumer_config.PERSIST_CONSUMER_OFFSET_INTERVAL_S == 5.0
     assert consumer_config.BROKER_SUSPEND_MAX_TIME_MILLIS == 15000
     assert consumer_config.PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL == 50
     assert consumer_config.PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION == 3000

@@ -5,6 +5,7 @@ root itself), and no SDK module raises the root or a bare builtin where a leaf i
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -76,6 +77,12 @@ WITHOUT_A_BROKER: dict[str, tuple[Callable[[], object], type[RmqError]]] = {
     "unknown consume_from": (lambda: _push(consume_from="middle"), ConfigError),
     "non-positive pull batch": (lambda: _push(pull_batch_size=0), ConfigError),
     "negative reconsume times": (lambda: _push(max_reconsume_times=-1), ConfigError),
+    "negative pull interval": (lambda: _push(pull_interval_ms=-1), ConfigError),
+    "a pull batch that is not a number": (lambda: _push(pull_batch_size="32"), ConfigError),
+    "unknown consumer keyword": (lambda: _push(pull_batch=32), ConfigError),
+    "pull consumer: a PushConsumer-only keyword": (lambda: _pull(consume_thread_max=4), ConfigError),
+    "pull consumer: non-positive auto-commit interval": (lambda: _pull(auto_commit_interval_s=0),
+                                                         ConfigError),
     "subscribe to no topic": (lambda: _push().subscribe("", "*"), ConfigError),
     "malformed tag expression": (lambda: _push().subscribe("T", "a || "), ConfigError),
     "star among tags": (lambda: _push().subscribe("T", "* || TagA"), ConfigError),
@@ -97,6 +104,19 @@ def test_each_documented_bad_argument_raises_its_documented_leaf(case: str) -> N
         call()
     assert type(raised.value) is expected, f"{case}: {type(raised.value).__name__}: {raised.value}"
     assert str(raised.value)   # a message that says what is wrong
+
+
+@pytest.mark.parametrize(("make", "named"), [
+    (lambda: _push(pull_interval_ms=-1), "pull_interval_ms must be at least 0, not -1"),
+    (lambda: _push(await_termination_s=-1), "await_termination_s must be at least 0"),
+    (lambda: _push(pull_batch_size="32"), "pull_batch_size must be a number, not '32'"),
+    (lambda: _push(pull_batch=32), "unknown setting 'pull_batch'; accepted: allocate_strategy, "),
+    (lambda: _pull(consume_thread_max=4), "unknown setting 'consume_thread_max'"),
+    (lambda: _pull(transport="udp"), "transport must be one of auto, flight, grpc, not 'udp'"),
+])
+def test_a_bad_consumer_keyword_is_named_once_at_construction(make: Callable[[], object], named: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        make()
 
 
 def test_a_malformed_tag_expression_names_itself_and_the_accepted_form() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 from datetime import UTC, datetime
+from typing import cast
 
 import pyarrow as pa
 import pytest
@@ -22,7 +23,8 @@ from pyspark.sql.types import (  # noqa: E402
     TimestampType,
 )
 
-from rmq.connector.client import MessageQueue, OutgoingMessage  # noqa: E402
+from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient  # noqa: E402
+from rmq.connector.errors import RmqRefused  # noqa: E402
 from rmq.connector.spark.writer import (  # noqa: E402
     DEFAULT_BATCH_SIZE,
     RmqCommitMessage,
@@ -33,9 +35,11 @@ from rmq.connector.spark.writer import (  # noqa: E402
     SinkPlan,
     by_keys,
     request_chunks,
+    send_with_retry,
     sink_columns,
     total_sent,
 )
+from rmq.v1 import rmq_pb2  # noqa: E402
 
 ENDPOINTS = {"endpoints": "127.0.0.1:9876"}
 
@@ -312,3 +316,59 @@ def test_commit_messages_add_up_per_topic_and_skip_failed_tasks():
     messages_ = [RmqCommitMessage({"A": 3, "B": 1}), None, RmqCommitMessage({"A": 2})]
     assert total_sent(messages_) == {"A": 5, "B": 1}
     assert pickle.loads(pickle.dumps(messages_[0])) == messages_[0]
+
+
+# ---------------------------------------------------------------- retries (the Producer's rule)
+
+
+class RefusedOnce:
+    """A client stub: the first send stores `acknowledged` messages, then is refused with `code`."""
+
+    def __init__(self, code: int, acknowledged: int) -> None:
+        self.code, self.acknowledged = code, acknowledged
+        self.carried: list[list[bytes]] = []
+
+    def route(self, topic: str) -> None:
+        """The route is known."""
+
+    def send(self, topic: str, messages: list[OutgoingMessage], broker_name: str | None = None) -> None:
+        self.carried.append([m.body for m in messages])
+        if len(self.carried) == 1:
+            error = RmqRefused(self.code, "refused", broker="broker-a")
+            error.acknowledged = self.acknowledged
+            raise error
+
+
+def test_a_send_refused_with_a_retry_code_resends_only_the_unacknowledged_tail():
+    client = RefusedOnce(rmq_pb2.SYSTEM_ERROR, acknowledged=2)
+    messages = [OutgoingMessage(str(i).encode()) for i in range(5)]
+    send_with_retry(cast(RmqClient, client), "T", messages)
+    assert client.carried == [[b"0", b"1", b"2", b"3", b"4"], [b"2", b"3", b"4"]]
+
+
+def test_a_refusal_no_broker_cures_is_not_retried():
+    client = RefusedOnce(rmq_pb2.MESSAGE_ILLEGAL, acknowledged=0)
+    with pytest.raises(RmqRefused):
+        send_with_retry(cast(RmqClient, client), "T", [OutgoingMessage(b"x")])
+    assert len(client.carried) == 1
+
+
+class UnknownTopic:
+    """A client stub for a topic no name server knows: the route lookup (also inside send) is refused."""
+
+    def __init__(self) -> None:
+        self.sends = 0
+
+    def route(self, topic: str) -> None:
+        raise RmqRefused(rmq_pb2.TOPIC_NOT_EXIST, f"topic {topic} not exist")
+
+    def send(self, topic: str, messages: list[OutgoingMessage], broker_name: str | None = None) -> None:
+        self.sends += 1
+        self.route(topic)
+
+
+def test_a_topic_without_a_route_fails_at_once_without_retries():
+    client = UnknownTopic()
+    with pytest.raises(RmqRefused, match="topic NoSuchT not exist"):
+        send_with_retry(cast(RmqClient, client), "NoSuchT", [OutgoingMessage(b"x")])
+    assert client.sends == 0
