@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv check test test-unit test-integration test-slow compose-test reliability power-loss demo console-screenshots bench proto lint clean
+.PHONY: venv check test test-unit test-integration test-slow compose-test reliability chaos power-loss demo console-screenshots bench proto lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ $(STAMP): pyproject.toml
 	@command -v etcd >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  { apt-get install -y -qq etcd-server || { apt-get update -qq && apt-get install -y -qq etcd-server; }; } >/dev/null 2>&1; } || \
 	  echo "etcd-server not installed (needs root + apt-get): the controller-on-etcd tests will skip"
+	@# chaos runs (integration_tests/chaos/) need iproute2's ip netns and tc; without them (or root) they skip
+	@command -v ip >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { apt-get install -y -qq iproute2 || { apt-get update -qq && apt-get install -y -qq iproute2; }; } >/dev/null 2>&1; } || \
+	  echo "iproute2 not installed (needs root + apt-get): the chaos runs will skip"
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -55,6 +59,13 @@ compose-test: $(STAMP)
 ## RMQ_SOAK_SECONDS (600 here, 60 in `make test`)
 reliability: $(STAMP)
 	RMQ_RELIABILITY_REPORT=1 RMQ_SOAK_SECONDS=$${RMQ_SOAK_SECONDS:-600} $(PY) -m pytest integration_tests/reliability
+
+## chaos runs (integration_tests/chaos/; root + ip netns, else they skip): every fault (RMQ_CHAOS_FAULTS) on an
+## interval for RMQ_CHAOS_SECONDS (600 here; a short schedule runs in `make test`), then the weakened-group check;
+## writes build/chaos/result.json and RELIABILITY.md's chaos section (the rest of that file is `make reliability`'s)
+chaos: $(STAMP)
+	RMQ_CHAOS_REPORT=1 RMQ_CHAOS_FAULTS=$${RMQ_CHAOS_FAULTS:-all} RMQ_CHAOS_SECONDS=$${RMQ_CHAOS_SECONDS:-600} \
+	  RMQ_CHAOS_INTERVAL=$${RMQ_CHAOS_INTERVAL:-10} $(PY) -m pytest -ra -s -o timeout=7200 integration_tests/chaos
 
 ## the LazyFS tests alone (power cut, slow disk); they skip with the reason where FUSE cannot mount
 power-loss: $(STAMP)

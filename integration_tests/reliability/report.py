@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.machine import source
+from integration_tests.chaos.report import kept_section
 
 REPORT_ENV = "RMQ_RELIABILITY_REPORT"
 REPORT_PATH = Path(__file__).resolve().parents[2] / "RELIABILITY.md"
@@ -122,7 +123,8 @@ class ReliabilityReport:
             "from the scenarios in `integration_tests/reliability/`: real broker and Spark processes, real",
             "`kill -9`, power cuts (LazyFS), corrupt files, load and hostile input. *lost* counts",
             "acknowledged messages never read back, *duplicated* counts extra reads of a message already",
-            "read. The whole file is written by the run; nothing in it is edited by hand.",
+            "read. The whole file is written by the run (the chaos section by `make chaos`); nothing in it",
+            "is edited by hand.",
             "",
             *[f"- skipped: {reason}" for reason in outcome.skipped],
             *([""] if outcome.skipped else []),
@@ -146,7 +148,8 @@ class ReliabilityReport:
 
     def write_if_requested(self, outcome: RunOutcome) -> None:
         if os.environ.get(REPORT_ENV) == "1" and (self.scenarios or self.bad_inputs or self.resources):
-            REPORT_PATH.write_text(self.markdown(outcome))
+            kept = kept_section(REPORT_PATH.read_text()) if REPORT_PATH.exists() else ""   # `make chaos`'s
+            REPORT_PATH.write_text(self.markdown(outcome) + (f"\n{kept}\n" if kept else ""))
 
 
 def _cell(text: str) -> str:

@@ -1,0 +1,228 @@
+"""The chaos run's checker (OpenChaos's queue model) over the recorded history:
+
+- every send attempt (client_process producer lines): body, attempt, status, queue, offset;
+- every message the orderly consumers took (consumer lines): body, queue, offset;
+- the members' roles as the monitor saw them;
+- the faults: kind, when injected, when healed.
+
+Per fault (the window from its injection to the next fault's, or to the end of the run):
+
+- `acknowledged`: bodies answered SEND_OK in the window;
+- `lost`: of those, bodies no consumer ever took;
+- `duplicated`: takes of a body beyond the times it was sent (a retried send may be stored
+  twice; anything beyond that is a duplicate), counted in the window of its SEND_OK;
+- `out_of_order`: first takes of a message after a later message of the same key (the
+  producers send each key to one queue, one at a time, so the queue holds them in order);
+- `max_unavailable_s`: the longest time in the window without any send answered SEND_OK;
+- `max_without_master_s`: the longest time in the window no member answered as master of the
+  newest epoch (a deposed master that still says master does not count; one nobody has
+  replaced yet does, whether or not it can replicate).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+SEND_OK = "SEND_OK"
+MASTER_ROLES = frozenset({"SYNC_MASTER", "ASYNC_MASTER"})
+BEFORE_FAULTS = "none (before the first fault)"
+
+
+@dataclass(frozen=True)
+class Send:
+    t: float
+    body: str
+    attempt: int
+    status: str
+    position: tuple[int, int] = (-1, -1)     # (queue, offset) the answer named
+
+
+@dataclass(frozen=True)
+class Take:
+    t: float
+    body: str
+    position: tuple[int, int] = (-1, -1)     # (queue, offset) it was read at
+
+
+@dataclass(frozen=True)
+class RoleSample:
+    t: float
+    member: str
+    role: str | None      # None: the member did not answer
+    epoch: int = 0
+
+
+@dataclass(frozen=True)
+class FaultWindow:
+    kind: str
+    start: float
+    healed: float
+
+
+@dataclass
+class History:
+    sends: list[Send] = field(default_factory=list)
+    takes: list[Take] = field(default_factory=list)
+    roles: list[RoleSample] = field(default_factory=list)
+    faults: list[FaultWindow] = field(default_factory=list)
+    end: float = 0.0      # when producing stopped
+
+    @classmethod
+    def read(cls, directory: Path, faults: list[FaultWindow], end: float) -> History:
+        """The history the client processes wrote under `directory` (*.sends, *.takes, roles)."""
+        history = cls(faults=faults, end=end)
+        for line in _lines(directory.glob("*.sends")):
+            history.sends.append(Send(line["t"], line["body"], line["attempt"], line["status"],
+                                      (line.get("queue", -1), line.get("offset", -1))))
+        for line in _lines(directory.glob("*.takes")):
+            history.takes.append(Take(line["t"], line["body"], (line["queue"], line["offset"])))
+        for line in _lines(directory.glob("*.roles")):
+            history.roles.append(RoleSample(line["t"], line["member"], line["role"], line["epoch"]))
+        return history
+
+
+def _lines(paths: Iterable[Path]) -> Iterable[dict]:
+    for path in sorted(paths):
+        for text in path.read_text().splitlines():
+            if text.strip():
+                yield json.loads(text)
+
+
+@dataclass
+class FaultFigures:
+    faults: int = 0
+    acknowledged: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    out_of_order: int = 0
+    max_unavailable_s: float = 0.0
+    max_without_master_s: float = 0.0
+
+    def add(self, other: FaultFigures) -> None:
+        self.faults += other.faults
+        self.acknowledged += other.acknowledged
+        self.lost += other.lost
+        self.duplicated += other.duplicated
+        self.out_of_order += other.out_of_order
+        self.max_unavailable_s = max(self.max_unavailable_s, other.max_unavailable_s)
+        self.max_without_master_s = max(self.max_without_master_s, other.max_without_master_s)
+
+
+@dataclass(frozen=True)
+class Window:
+    kind: str
+    start: float
+    end: float
+
+    def holds(self, t: float) -> bool:
+        return self.start <= t < self.end
+
+
+def windows(history: History) -> list[Window]:
+    """The run cut at each fault's injection; the part before the first fault is its own."""
+    starts = sorted(history.faults, key=lambda f: f.start)
+    first = starts[0].start if starts else history.end
+    found = [Window(BEFORE_FAULTS, float("-inf"), first)]
+    for fault, following in zip(starts, [*starts[1:], None], strict=True):
+        found.append(Window(fault.kind, fault.start, following.start if following else history.end))
+    return found
+
+
+def longest_gap(times: Sequence[float], start: float, end: float) -> float:
+    """The longest stretch of [start, end] holding none of `times`."""
+    inside = sorted(t for t in times if start <= t <= end)
+    edges = [start, *inside, end]
+    return max(b - a for a, b in zip(edges, edges[1:], strict=False))
+
+
+def order_key(body: str, keys: int) -> tuple[str, int, int]:
+    """(producer, key, number) of a producer's body "NAME-NUMBER" (key = number % keys)."""
+    producer, _, number = body.rpartition("-")
+    return producer, int(number) % keys, int(number)
+
+
+def out_of_order_takes(takes: Sequence[Take], keys: int) -> list[Take]:
+    """First takes of a message that come after the first take of a later message of its key."""
+    seen: set[str] = set()
+    highest: dict[tuple[str, int], int] = {}
+    late = []
+    for take in sorted(takes, key=lambda take: take.t):
+        if take.body in seen:
+            continue
+        seen.add(take.body)
+        producer, key, number = order_key(take.body, keys)
+        if number < highest.get((producer, key), -1):
+            late.append(take)
+        highest[(producer, key)] = max(number, highest.get((producer, key), -1))
+    return late
+
+
+def masters_answering(roles: Sequence[RoleSample]) -> list[float]:
+    """When a member answered as master of the newest epoch seen so far (an old master still
+    answering as master after a newer one was elected does not count: it is deposed)."""
+    newest = 0
+    found = []
+    for sample in sorted(roles, key=lambda sample: sample.t):
+        if sample.role in MASTER_ROLES and sample.epoch >= newest:
+            newest = sample.epoch
+            found.append(sample.t)
+    return found
+
+
+def check(history: History, keys: int) -> dict[str, FaultFigures]:
+    """Figures per fault kind (several faults of one kind add up; times are their maximum)."""
+    acked_at = {}
+    for send in sorted(history.sends, key=lambda send: send.t):
+        if send.status == SEND_OK:
+            acked_at.setdefault(send.body, send.t)
+    attempts = Counter(send.body for send in history.sends)
+    taken = Counter(take.body for take in history.takes)
+    first_take = {}
+    for take in sorted(history.takes, key=lambda take: take.t, reverse=True):
+        first_take[take.body] = take.t
+    late = out_of_order_takes(history.takes, keys)
+    ok_times = [send.t for send in history.sends if send.status == SEND_OK]
+    master_times = masters_answering(history.roles)
+    figures: dict[str, FaultFigures] = defaultdict(FaultFigures)
+    for window in windows(history):
+        acked = [body for body, t in acked_at.items() if window.holds(t)]
+        lo, hi = max(window.start, _first(history)), window.end
+        one = FaultFigures(
+            faults=0 if window.kind == BEFORE_FAULTS else 1,
+            acknowledged=len(acked),
+            lost=sum(1 for body in acked if body not in taken),
+            duplicated=sum(max(0, taken[body] - attempts[body]) for body in acked),
+            out_of_order=sum(1 for take in late if window.holds(first_take[take.body])),
+            max_unavailable_s=round(longest_gap(ok_times, lo, hi), 2) if hi > lo else 0.0,
+            max_without_master_s=round(longest_gap(master_times, lo, hi), 2)
+            if hi > lo and history.roles else 0.0,
+        )
+        figures[window.kind].add(one)
+    return dict(figures)
+
+
+def _first(history: History) -> float:
+    """When the history starts: the first send."""
+    return min((send.t for send in history.sends), default=history.end)
+
+
+def explain_lost(history: History) -> list[str]:
+    """For each body answered SEND_OK and never taken: where it was stored, and what the
+    consumers took at that queue offset instead (a consumer that read another member's bytes
+    there, e.g. a deposed master's, moved past it)."""
+    taken = {take.body for take in history.takes}
+    found = []
+    for send in history.sends:
+        if send.status == SEND_OK and send.body not in taken:
+            instead = sorted({take.body for take in history.takes if take.position == send.position})
+            found.append(f"{send.body} (SEND_OK at t={send.t:.2f}, queue {send.position[0]} offset "
+                         f"{send.position[1]}): consumers took {instead or 'nothing'} there")
+    return found
+
+
+def as_json(figures: dict[str, FaultFigures]) -> str:
+    return json.dumps({kind: asdict(f) for kind, f in figures.items()}, indent=2) + "\n"

@@ -1,0 +1,143 @@
+"""The chaos run's clients, each started in a network namespace of its own; every event is one
+JSON line in OUT (line-buffered, written before the next step), times from CLOCK_MONOTONIC
+(one clock for every process of the machine):
+
+    python -m integration_tests.chaos.client_process producer ENDPOINTS TOPIC OUT NAME
+    python -m integration_tests.chaos.client_process consumer ENDPOINTS GROUP TOPIC OUT NAME
+    python -m integration_tests.chaos.client_process monitor OUT MEMBER=HOST:PORT ...
+
+producer: the SDK Producer sends NAME-0, NAME-1, ... one at a time, each to the queue of its
+key (select_message_queue_by_hash over KEYS keys: per-key order); a send not answered SEND_OK
+is sent again with the same body (a new attempt) until it is. Lines: {"t", "body", "attempt",
+"status" (SendStatus name or the error's class), "msg_id", "queue", "offset"}.
+consumer: an orderly PushConsumer; a line per message before the listener returns SUCCESS:
+{"t", "body", "queue", "offset"}; OUT with suffix .owned holds the queue ids it owns now.
+monitor: every member's GetBrokerStatus every POLL_S: {"t", "member", "role" (null: no
+answer), "epoch"}.
+SIGTERM ends each cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import grpc
+
+from rmq.connector import ConsumeOrderlyContext, ConsumeOrderlyStatus, MessageExt, PushConsumer
+from rmq.connector.errors import RmqError
+from rmq.connector.message import Message
+from rmq.connector.producer import Producer, SendStatus, select_message_queue_by_hash
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+
+KEYS = 8
+POLL_S = 0.25
+SEND_TIMEOUT_S = 3.0
+
+
+def _writer(path: str) -> tuple[IO[str], threading.Lock]:
+    return open(path, "a", buffering=1), threading.Lock()
+
+
+def _stopper() -> threading.Event:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    return stop
+
+
+def produce(endpoints: str, topic: str, out_path: str, name: str) -> None:
+    out, _ = _writer(out_path)
+    stop = _stopper()
+    with Producer(endpoints, instance_name=name) as producer:
+        producer.client.timeout = SEND_TIMEOUT_S
+        number = 0
+        while not stop.is_set():
+            body = f"{name}-{number}"
+            for attempt in range(1, 1 << 30):
+                line: dict[str, Any] = {"body": body, "attempt": attempt}
+                try:
+                    result = producer.send(Message(topic, body.encode(), keys=body),
+                                           select_message_queue_by_hash, f"{name}-k{number % KEYS}")
+                    line.update(status=result.status.name, msg_id=result.msg_id,
+                                queue=result.message_queue.queue_id, offset=result.queue_offset)
+                except RmqError as error:
+                    line.update(status=type(error).__name__, error=str(error)[:200])
+                out.write(json.dumps({"t": time.monotonic(), **line}) + "\n")
+                if line["status"] == SendStatus.SEND_OK.name:
+                    break
+                if stop.wait(0.05):
+                    return
+            number += 1
+
+
+def consume(endpoints: str, group: str, topic: str, out_path: str, name: str) -> None:
+    out, lock = _writer(out_path)
+    stop = _stopper()
+
+    def listener(messages: Sequence[MessageExt], context: ConsumeOrderlyContext) -> ConsumeOrderlyStatus:
+        with lock:
+            for m in messages:
+                out.write(json.dumps({"t": time.monotonic(), "body": m.body.decode(), "queue": m.queue_id,
+                                      "offset": m.queue_offset}) + "\n")
+        return ConsumeOrderlyStatus.SUCCESS
+
+    consumer = PushConsumer(group, endpoints, consume_from="first", instance_name=name,
+                            rebalance_interval_s=2.0)
+    consumer.subscribe(topic)
+    consumer.register_message_listener(listener, orderly=True)
+    consumer.start()
+    owned_path = Path(out_path).with_suffix(".owned")
+    owned: list[int] = []
+    while not stop.wait(0.1):
+        now = sorted(mq.queue_id for mq in consumer.process_queues() if mq.topic == topic)
+        if now != owned:
+            owned = now
+            owned_path.write_text(json.dumps(owned))
+    consumer.shutdown()
+
+
+def monitor(out_path: str, members: Sequence[str]) -> None:
+    out, lock = _writer(out_path)
+    stop = _stopper()
+
+    def poll(member: str, address: str) -> None:
+        with grpc.insecure_channel(address) as channel:
+            stub = rmq_pb2_grpc.AdminServiceStub(channel)
+            while not stop.is_set():
+                began = time.monotonic()
+                try:
+                    status = stub.GetBrokerStatus(rmq_pb2.BrokerStatusRequest(), timeout=POLL_S * 2)
+                    role: str | None = rmq_pb2.BrokerRole.Name(status.role)
+                    epoch = status.epoch
+                except grpc.RpcError:
+                    role, epoch = None, 0
+                with lock:
+                    out.write(json.dumps({"t": began, "member": member, "role": role, "epoch": epoch}) + "\n")
+                stop.wait(max(0.0, POLL_S - (time.monotonic() - began)))
+
+    for member, address in (word.split("=", 1) for word in members):
+        threading.Thread(target=poll, args=(member, address), daemon=True).start()
+    stop.wait()
+
+
+def main(argv: Sequence[str]) -> int:
+    role, *args = argv
+    if role == "producer":
+        produce(*args)
+    elif role == "consumer":
+        consume(*args)
+    elif role == "monitor":
+        monitor(args[0], args[1:])
+    else:
+        raise SystemExit(f"unknown client role {role!r}: producer, consumer or monitor")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,133 @@
+"""OpenChaos's faults on the chaos cluster. `inject(kind, cluster, pick)` makes one and answers
+what heals it; the run heals each fault before it injects the next.
+
+Partitions cut members apart on the private bridge (netns.Network.cut); clients are cut only
+from the members a fault isolates completely (random-partition). Suspends are SIGSTOP then
+SIGCONT; kills are kill -9 then a start on the same store (or controller directory).
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import signal
+from collections.abc import Callable
+
+from integration_tests.chaos.cluster import Cluster, Member
+
+Heal = Callable[[], None]
+LOSS_PERCENT = 30
+
+
+class Fault(enum.Enum):
+    RANDOM_PARTITION = "random-partition"                   # one random server from everyone
+    MASTER_CONTROLLER_PARTITION = "fixed-partition"         # the master from the controllers (and etcd)
+    MASTER_SLAVES_PARTITION = "master-slaves-partition"     # the master from its slaves
+    MASTER_PARTITION = "master-partition"                   # the master from controllers and slaves
+    BRIDGE = "bridge"                                       # two halves, one server hearing both
+    MAJORITIES_RING = "partition-majorities-ring"           # each server hears a majority, none the same
+    RANDOM_SUSPEND = "random-suspend"
+    LEADER_SUSPEND = "leader-suspend"
+    RANDOM_KILL = "random-kill"
+    LEADER_KILL = "leader-kill"
+    MINOR_KILL = "minor-kill"                               # a minority of the broker group
+    MAJOR_KILL = "major-kill"                               # a majority of the broker group
+    RANDOM_LOSS = "random-loss"                             # tc netem loss on one random server
+
+    @classmethod
+    def parse(cls, text: str) -> list[Fault]:
+        """RMQ_CHAOS_FAULTS: comma-separated names; "all" for every fault."""
+        if text.strip() == "all":
+            return list(cls)
+        names = {fault.value: fault for fault in cls}
+        found = []
+        for word in filter(None, (w.strip() for w in text.split(","))):
+            if word not in names:
+                raise ValueError(f"unknown chaos fault {word!r} in RMQ_CHAOS_FAULTS: "
+                                 f"one of {', '.join(names)}")
+            found.append(names[word])
+        if not found:
+            raise ValueError("RMQ_CHAOS_FAULTS names no fault")
+        return found
+
+
+def unavailable(fault: Fault, cluster: Cluster) -> str | None:
+    """Why `fault` cannot run on this cluster or machine, or None."""
+    if fault is Fault.MAJORITIES_RING and len(cluster.servers) < 4:
+        return f"{fault.value} needs 4 servers or more (this cluster has {len(cluster.servers)})"
+    if fault is Fault.RANDOM_LOSS:
+        return cluster.network.loss_unavailable()
+    return None
+
+
+def inject(fault: Fault, cluster: Cluster, pick: random.Random) -> Heal:
+    network = cluster.network
+    servers = [m.name for m in cluster.servers]
+    if fault in _PROCESS_FAULTS:
+        return _PROCESS_FAULTS[fault](cluster, pick)
+    if fault is Fault.RANDOM_LOSS:
+        victim = pick.choice(servers)
+        network.set_loss(victim, LOSS_PERCENT)
+        return lambda: network.set_loss(victim, None)
+    for side_a, side_b in _cuts(fault, cluster, pick):
+        network.cut(side_a, side_b)
+    return network.heal
+
+
+def _cuts(fault: Fault, cluster: Cluster, pick: random.Random) -> list[tuple[list[str], list[str]]]:
+    servers = [m.name for m in cluster.servers]
+    control = [m.name for m in [*cluster.etcd, *cluster.controllers]]
+    master = cluster.master().name
+    slaves = [m.name for m in cluster.brokers if m.name != master]
+    if fault is Fault.RANDOM_PARTITION:
+        victim = pick.choice(servers)
+        return [([victim], [n for n in [*servers, *(c.name for c in cluster.clients)] if n != victim])]
+    if fault is Fault.MASTER_CONTROLLER_PARTITION:
+        return [([master], control)]
+    if fault is Fault.MASTER_SLAVES_PARTITION:
+        return [([master], slaves)]
+    if fault is Fault.MASTER_PARTITION:
+        return [([master], [*control, *slaves])]
+    shuffled = pick.sample(servers, len(servers))
+    if fault is Fault.BRIDGE:
+        half = len(shuffled) // 2
+        return [(shuffled[:half], shuffled[half + 1:])]    # shuffled[half] hears both halves
+    assert fault is Fault.MAJORITIES_RING
+    n = len(shuffled)
+    hears = -(-(n // 2) // 2)                               # neighbours heard on each side: a majority
+    return [([shuffled[i]], [shuffled[(i + d) % n] for d in range(1, n) if min(d, n - d) > hears])
+            for i in range(n)]
+
+
+def _suspend(members: list[Member]) -> Heal:
+    for member in members:
+        member.signal(signal.SIGSTOP)
+
+    def heal() -> None:
+        for member in members:
+            member.signal(signal.SIGCONT)
+    return heal
+
+
+def _kill(members: list[Member]) -> Heal:
+    for member in members:
+        member.kill()
+
+    def heal() -> None:
+        for member in members:
+            member.start()
+    return heal
+
+
+def _brokers(cluster: Cluster, pick: random.Random, count: int) -> list[Member]:
+    return pick.sample(cluster.brokers, count)
+
+
+_PROCESS_FAULTS: dict[Fault, Callable[[Cluster, random.Random], Heal]] = {
+    Fault.RANDOM_SUSPEND: lambda c, p: _suspend([p.choice(c.servers)]),
+    Fault.LEADER_SUSPEND: lambda c, p: _suspend([c.master()]),
+    Fault.RANDOM_KILL: lambda c, p: _kill([p.choice(c.servers)]),
+    Fault.LEADER_KILL: lambda c, p: _kill([c.master()]),
+    Fault.MINOR_KILL: lambda c, p: _kill(_brokers(c, p, len(c.brokers) // 2)),
+    Fault.MAJOR_KILL: lambda c, p: _kill(_brokers(c, p, len(c.brokers) // 2 + 1)),
+}

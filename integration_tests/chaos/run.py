@@ -1,0 +1,118 @@
+"""One chaos run: the private network, the cluster, the fault schedule, the drain, the check.
+
+Settings (environment, as OpenChaos's driver options):
+RMQ_CHAOS_FAULTS     comma-separated fault names (faults.Fault), or "all"
+RMQ_CHAOS_SECONDS    how long the schedule runs
+RMQ_CHAOS_INTERVAL   seconds each fault holds, and again after its heal before the next
+RMQ_CHAOS_SEED       the random picks (victims, halves), for a run to be repeated
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from integration_tests.chaos import faults
+from integration_tests.chaos.checker import FaultFigures, FaultWindow, History, check
+from integration_tests.chaos.client_process import KEYS
+from integration_tests.chaos.cluster import Cluster, ControlPlane
+from integration_tests.chaos.netns import Network
+
+WARM_UP_S = 5.0        # producing before the first fault (the baseline window)
+DRAIN_S = 90.0         # after producing stops: until the consumers took every acknowledged body
+SETTLE_S = 90.0        # after a heal: until every broker answers and one is master
+
+
+@dataclass(frozen=True)
+class Schedule:
+    faults: list[faults.Fault]
+    seconds: float
+    interval: float
+    seed: int
+
+    @classmethod
+    def from_env(cls, faults_default: str, seconds_default: float, interval_default: float) -> Schedule:
+        return cls(faults.Fault.parse(os.environ.get("RMQ_CHAOS_FAULTS", faults_default)),
+                   float(os.environ.get("RMQ_CHAOS_SECONDS", seconds_default)),
+                   float(os.environ.get("RMQ_CHAOS_INTERVAL", interval_default)),
+                   int(os.environ.get("RMQ_CHAOS_SEED", random.randrange(1 << 30))))
+
+
+@dataclass
+class Outcome:
+    figures: dict[str, FaultFigures]
+    skipped: dict[str, str] = field(default_factory=dict)    # fault -> why it did not run
+    history: History | None = None
+    directory: Path | None = None
+
+
+def run(directory: Path, schedule: Schedule, role: str = "SYNC_MASTER",
+        plane: ControlPlane | None = None) -> Outcome:
+    """The cluster under `schedule`; tears every namespace and process down whatever happens."""
+    pick = random.Random(schedule.seed)
+    network = Network(run=f"{os.getpid() % 0x10000:04x}", subnet=f"10.213.{pick.randrange(1, 255)}")
+    with network:
+        cluster = Cluster(network, directory, plane or ControlPlane.from_env(), role)
+        try:
+            cluster.build()
+            network.heal()      # permanent neighbour entries: a heal never waits for ARP
+            cluster.start()
+            windows, skipped = _faults(cluster, schedule, pick)
+            cluster.stop_producers()
+            end = time.monotonic()
+            _drain(cluster, directory)
+        finally:
+            cluster.stop()
+    history = History.read(cluster.history, windows, end)
+    (directory / "schedule.json").write_text(json.dumps({"seed": schedule.seed, "skipped": skipped,
+                                                          "faults": [w.__dict__ for w in windows]}))
+    return Outcome(check(history, KEYS), skipped, history, directory)
+
+
+def _faults(cluster: Cluster, schedule: Schedule, pick: random.Random
+            ) -> tuple[list[FaultWindow], dict[str, str]]:
+    skipped = {f.value: why for f in schedule.faults if (why := faults.unavailable(f, cluster))}
+    runnable = [f for f in schedule.faults if f.value not in skipped]
+    cluster.wait(lambda: _acknowledged(cluster) > 0, "the first acknowledged send")
+    time.sleep(WARM_UP_S)
+    windows: list[FaultWindow] = []
+    deadline = time.monotonic() + schedule.seconds
+    for number in range(len(runnable) * 1000):
+        if not runnable or time.monotonic() >= deadline:
+            break
+        fault = runnable[number % len(runnable)]
+        start = time.monotonic()
+        heal = faults.inject(fault, cluster, pick)
+        time.sleep(schedule.interval)
+        heal()
+        windows.append(FaultWindow(fault.value, start, time.monotonic()))
+        print(f"[chaos] {fault.value}: injected, healed after {time.monotonic() - start:.1f} s", flush=True)
+        cluster.wait(lambda: _healthy(cluster), f"the group to recover after {fault.value}", SETTLE_S)
+        time.sleep(schedule.interval)
+    return windows, skipped
+
+
+def _acknowledged(cluster: Cluster) -> int:
+    return sum(path.read_text().count('"SEND_OK"') for path in cluster.history.glob("*.sends"))
+
+
+def _healthy(cluster: Cluster) -> bool:
+    roles = cluster.roles()
+    return all(roles.get(b.name) for b in cluster.brokers) and any(
+        role in ("SYNC_MASTER", "ASYNC_MASTER") for role in roles.values())
+
+
+def _drain(cluster: Cluster, directory: Path) -> None:
+    """Until every body acknowledged SEND_OK was taken by a consumer, or DRAIN_S passed (what is
+    missing then is lost)."""
+    deadline = time.monotonic() + DRAIN_S
+    while time.monotonic() < deadline:
+        history = History.read(cluster.history, [], 0.0)
+        acked = {s.body for s in history.sends if s.status == "SEND_OK"}
+        if acked <= {t.body for t in history.takes}:
+            return
+        time.sleep(1.0)

@@ -1,0 +1,72 @@
+"""Chaos runs (issue 47): the cluster in network namespaces under OpenChaos's faults, checked
+by integration_tests/chaos/checker.py. They need root and `ip netns`; they skip with the reason
+otherwise.
+
+`make test` runs the short schedule (SHORT_FAULTS, about three minutes) and the checker's own
+test; `make chaos` runs the long one (every fault, RMQ_CHAOS_SECONDS=600) and writes
+RELIABILITY.md's chaos section. Settings: integration_tests/chaos/run.py.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from integration_tests.chaos import netns, report
+from integration_tests.chaos.checker import BEFORE_FAULTS, explain_lost
+from integration_tests.chaos.cluster import ControlPlane
+from integration_tests.chaos.faults import Fault
+from integration_tests.chaos.run import Schedule, run
+
+UNAVAILABLE = netns.unavailable()
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(UNAVAILABLE is not None, reason=str(UNAVAILABLE))]
+
+# leader-suspend runs in `make chaos` only: a resumed, deposed master still serves pulls of what it
+# stored alone, and an orderly consumer can take those at offsets where the new master holds
+# acknowledged messages (1-2 lost in some runs; docs/controller.md "Known gaps"): a known broker
+# bug, not yet fixed, that would make `make test` fail at random
+SHORT_FAULTS = "leader-kill,master-partition,random-loss"
+SHORT_SECONDS = 40.0
+INTERVAL_S = 6.0
+
+
+def test_schedule(tmp_path: Path) -> None:
+    """Every body answered SEND_OK is taken by the orderly consumers, none out of its key's
+    order, whatever the faults; the figures per fault go to build/chaos/result.json (the
+    time without service is measured and reported, not asserted: issue 47's 10 s goal is not
+    met by a master partition while producers stay with the deposed master)."""
+    schedule = Schedule.from_env(SHORT_FAULTS, SHORT_SECONDS, INTERVAL_S)
+    plane = ControlPlane.from_env()
+    outcome = run(tmp_path, schedule, plane=plane)
+    written = report.write(outcome.figures, {
+        "schedule": f"{','.join(f.value for f in schedule.faults)} for {schedule.seconds:.0f} s, each held "
+                    f"{schedule.interval:.0f} s then healed, seed {schedule.seed}",
+        "cluster": f"{plane.controllers} controller(s) (name server --controller), {plane.etcd_members} etcd "
+                   "member(s), one SYNC_MASTER group of a master and two slaves, two producers "
+                   "(SDK Producer, per-key queues), two orderly PushConsumers, a monitor",
+        "skipped": outcome.skipped})
+    for kind, figures in outcome.figures.items():
+        print(f"[chaos] {kind}: {asdict(figures)}")
+    assert set(outcome.figures) - {BEFORE_FAULTS}, f"no fault ran: {written}"
+    lost = {kind: f.lost for kind, f in outcome.figures.items() if f.lost}
+    assert outcome.history is not None
+    assert lost == {}, f"{lost}: {'; '.join(explain_lost(outcome.history)[:10])}"
+    assert {kind: f.out_of_order for kind, f in outcome.figures.items() if f.out_of_order} == {}
+
+
+@pytest.mark.skipif(bool(os.environ.get("RMQ_CHAOS_ETCD")),
+                    reason="the weakened run is the single-controller one")
+def test_checker_reports_the_loss_of_a_weakened_group(tmp_path: Path) -> None:
+    """The checker's own test: the same group as ASYNC_MASTER (acknowledging before a slave
+    holds the bytes) under a master partition. The old master keeps answering SEND_OK to the
+    producers that still reach it, a slave is elected, the old master drops what it took when it
+    rejoins: the checker must count those acknowledged bodies lost."""
+    outcome = run(tmp_path, Schedule([Fault.MASTER_PARTITION], 1.0, 8.0, 47), role="ASYNC_MASTER",
+                  plane=ControlPlane())
+    figures = outcome.figures[Fault.MASTER_PARTITION.value]
+    print(f"[chaos] weakened (ASYNC_MASTER) master-partition: {asdict(figures)}")
+    assert figures.lost > 0
+    assert outcome.figures[BEFORE_FAULTS].lost == 0

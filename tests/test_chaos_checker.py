@@ -1,0 +1,126 @@
+"""The chaos checker (integration_tests/chaos/checker.py) on synthetic histories: what it
+counts lost, duplicated, out of order, and the times without service and without a master,
+per fault; and the RELIABILITY.md section it feeds (report.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from integration_tests.chaos.checker import (
+    BEFORE_FAULTS,
+    FaultWindow,
+    History,
+    RoleSample,
+    Send,
+    Take,
+    check,
+    explain_lost,
+    longest_gap,
+)
+from integration_tests.chaos.faults import Fault
+from integration_tests.chaos.report import BEGIN, END, kept_section, with_section
+
+KEYS = 8
+
+
+def ok(t: float, body: str, attempt: int = 1) -> Send:
+    return Send(t, body, attempt, "SEND_OK")
+
+
+def history(sends: list[Send], takes: list[Take], faults: list[FaultWindow] | None = None,
+            roles: list[RoleSample] | None = None, end: float = 100.0) -> History:
+    return History(sends, takes, roles or [], faults or [FaultWindow("leader-kill", 50.0, 60.0)], end)
+
+
+def test_every_acknowledged_body_taken_once_is_clean() -> None:
+    sends = [ok(float(t), f"p-{t}") for t in range(100)]
+    figures = check(history(sends, [Take(t.t + 0.5, t.body) for t in sends]), KEYS)
+    assert {k: (f.acknowledged, f.lost, f.duplicated, f.out_of_order) for k, f in figures.items()} == {
+        BEFORE_FAULTS: (50, 0, 0, 0), "leader-kill": (50, 0, 0, 0)}
+    assert figures["leader-kill"].faults == 1 and figures[BEFORE_FAULTS].faults == 0
+
+
+def test_an_acknowledged_body_never_taken_is_lost_in_the_window_of_its_ack() -> None:
+    sends = [ok(10.0, "p-0"), ok(55.0, "p-1"), Send(56.0, "p-2", 1, "SLAVE_NOT_AVAILABLE")]
+    figures = check(history(sends, [Take(11.0, "p-0")]), KEYS)
+    assert figures[BEFORE_FAULTS].lost == 0
+    assert (figures["leader-kill"].acknowledged, figures["leader-kill"].lost) == (1, 1)   # p-2: never SEND_OK
+
+
+def test_duplicates_beyond_the_attempts_count_retried_copies_do_not() -> None:
+    sends = [Send(55.0, "p-0", 1, "FLUSH_SLAVE_TIMEOUT"), ok(56.0, "p-0", 2), ok(57.0, "p-1")]
+    takes = [Take(58.0, "p-0"), Take(58.1, "p-0"), Take(58.2, "p-1"), Take(58.3, "p-1")]
+    assert check(history(sends, takes), KEYS)["leader-kill"].duplicated == 1   # p-1 sent once, taken twice
+
+
+def test_a_message_taken_after_a_later_one_of_its_key_is_out_of_order() -> None:
+    sends = [ok(55.0 + n / 10, f"p-{n}") for n in (0, 1, 8, 9)]
+    takes = [Take(58.0, "p-8"), Take(58.1, "p-0"),        # key 0: 8 before 0
+             Take(58.2, "p-1"), Take(58.3, "p-9"),        # key 1 in order
+             Take(58.4, "p-8"), Take(58.5, "p-1")]        # repeats are duplicates, not disorder
+    figures = check(history(sends, takes), KEYS)["leader-kill"]
+    assert (figures.out_of_order, figures.lost, figures.duplicated) == (1, 0, 2)
+
+
+def test_keys_are_per_producer() -> None:
+    sends = [ok(55.0, "a-8"), ok(55.1, "b-0")]
+    figures = check(history(sends, [Take(58.0, "a-8"), Take(58.1, "b-0")]), KEYS)
+    assert figures["leader-kill"].out_of_order == 0
+
+
+def test_max_unavailable_is_the_longest_time_without_send_ok_in_the_fault_window() -> None:
+    times = [t / 10 for t in range(0, 1000) if not 520 < t < 600]     # OK at 52.0, then at 60.0
+    sends = [ok(t, f"p-{n}") for n, t in enumerate(times)]
+    sends.append(Send(55.0, "x-0", 1, "SLAVE_NOT_AVAILABLE"))           # answered, but not OK
+    figures = check(history(sends, [Take(s.t, s.body) for s in sends]), KEYS)
+    assert figures["leader-kill"].max_unavailable_s == pytest.approx(8.0)
+    assert figures[BEFORE_FAULTS].max_unavailable_s == pytest.approx(0.1)
+
+
+def test_time_without_master_ignores_a_deposed_master_still_answering() -> None:
+    roles = [RoleSample(t / 4, "b0", "SYNC_MASTER", 1) for t in range(0, 400)]     # never stops saying so
+    roles += [RoleSample(t / 4, "b1", "SYNC_MASTER", 2) for t in range(216, 400)]  # elected at 54 s
+    roles += [RoleSample(t / 4, "b1", "SLAVE", 1) for t in range(0, 216)]
+    sends = [ok(float(t), f"p-{t}") for t in range(100)]
+    faults = [FaultWindow("master-partition", 50.0, 60.0), FaultWindow("leader-kill", 70.0, 75.0)]
+    roles = [r for r in roles if not (r.member == "b1" and 75 <= r.t < 80)]   # the new master dies at 75
+    figures = check(history(sends, [Take(s.t, s.body) for s in sends], faults, roles), KEYS)
+    assert figures["master-partition"].max_without_master_s == pytest.approx(0.25)   # b0 until b1 took over
+    assert figures["leader-kill"].max_without_master_s == pytest.approx(5.25)   # b0's epoch 1 is deposed
+
+
+def test_faults_of_one_kind_add_up_and_keep_their_longest_times() -> None:
+    sends = [ok(t / 10, f"p-{t}") for t in range(1000) if not 210 < t < 240 and not 610 < t < 700]
+    faults = [FaultWindow("random-kill", 20.0, 25.0), FaultWindow("random-kill", 60.0, 65.0)]
+    figures = check(history(sends, [Take(s.t, s.body) for s in sends[:-3]], faults), KEYS)["random-kill"]
+    assert (figures.faults, figures.lost) == (2, 3)
+    assert figures.max_unavailable_s == pytest.approx(9.0)
+
+
+def test_longest_gap_counts_the_edges() -> None:
+    assert longest_gap([], 1.0, 4.0) == 3.0
+    assert longest_gap([2.0, 3.0, 9.0], 1.0, 4.0) == 1.0
+
+
+def test_fault_names_are_checked() -> None:
+    assert Fault.parse("leader-kill, bridge") == [Fault.LEADER_KILL, Fault.BRIDGE]
+    assert Fault.parse("all") == list(Fault)
+    with pytest.raises(ValueError, match="unknown chaos fault 'leader-kil' in RMQ_CHAOS_FAULTS"):
+        Fault.parse("leader-kil")
+    with pytest.raises(ValueError, match="names no fault"):
+        Fault.parse(" , ")
+
+
+def test_the_generated_section_is_replaced_and_the_rest_kept() -> None:
+    text = "# rmq reliability figures\n\n| table |\n"
+    first = with_section(text, f"{BEGIN}\nrun 1\n{END}")
+    second = with_section(first, f"{BEGIN}\nrun 2\n{END}")
+    assert second == f"{text}\n{BEGIN}\nrun 2\n{END}\n"
+    assert kept_section(second) == f"{BEGIN}\nrun 2\n{END}" and kept_section(text) == ""
+
+
+def test_a_lost_body_is_explained_by_what_was_taken_at_its_offset() -> None:
+    sends = [Send(55.0, "p-0", 1, "SEND_OK", (2, 7)), Send(56.0, "q-0", 1, "SLAVE_NOT_AVAILABLE", (2, 7))]
+    takes = [Take(57.0, "q-0", (2, 7))]
+    assert explain_lost(history(sends, takes)) == [
+        "p-0 (SEND_OK at t=55.00, queue 2 offset 7): consumers took ['q-0'] there"]
