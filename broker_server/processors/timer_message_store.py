@@ -419,6 +419,12 @@ class TimerMessageStore:
         precision = self.settings.precision_ms
         slots_walked = 0
         while self._read_slot() < self._now_ms() // precision:
+            if not self.pending:
+                # nothing pending, so no slot holds a live entry: skip to now without reading the
+                # wheel (a broker that holds no timers never faults the wheel's pages in: on a full
+                # tmpfs even reading a page of a sparse file is SIGBUS)
+                self.checkpoint.read_time_ms = self._now_ms() // precision * precision
+                break
             slot_time = self._read_slot()
             slot = self.wheel.get(slot_time)
             if slot.count:
