@@ -133,5 +133,6 @@ def run_until_terminated(serve: Callable[[], Coroutine[Any, Any, None]]) -> int:
 
 
 async def _logging_the_loop(serve: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    log.info("event loop: %s", event_loop.loop_name(asyncio.get_running_loop()))
+    # DEBUG: a refused start (bad config, an unsafe --listen) stays the one line it names
+    log.debug("event loop: %s", event_loop.loop_name(asyncio.get_running_loop()))
     await serve()
