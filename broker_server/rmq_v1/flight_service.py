@@ -40,7 +40,7 @@ from rmq.broker_server.processors.pull_response_budget import PullHolder, PullRe
 from rmq.broker_server.security.refusal_log import RefusalLog
 from rmq.broker_server.security.request_auth import Admission, CallRefused, RequestAuthenticator, peer_address
 from rmq.broker_server.security.tls import ServerTls
-from rmq.record_batch import COLUMNS, column_problem, decode_records, schema_of
+from rmq.record_batch import COLUMNS, HEAD_COLUMNS, column_problem, decode_heads, decode_records, schema_of
 from rmq.statuses import GetMessageStatus
 from rmq.store import MessageStore
 from rmq.store.results import GetMessageResult
@@ -78,6 +78,11 @@ class FlightRead:
     @property
     def schema(self) -> pa.Schema:
         return schema_of(self.columns)
+
+    @property
+    def heads_only(self) -> bool:
+        """Whether the batches need only the records' heads (the store gathers them column-wise)."""
+        return not self.packed and HEAD_COLUMNS.issuperset(self.columns)
 
 
 class _Admitted(flight.ServerMiddleware):
@@ -257,8 +262,8 @@ class FlightReadService(flight.FlightServerBase):
                 self.budget.give_back(holder, held)
                 held = 0
                 held = granted = self._reserve(holder, wanted, context)
-                result = self._read(query, offset, read.end_offset, max_rows, granted, holder, context)
-                held = len(result.buffer)
+                result = self._read(read, offset, max_rows, granted, holder, context)
+                held = result.byte_count
                 self.budget.give_back(holder, granted - held)
                 if result.message_count:
                     self.pull.stats.record_get(query.topic, result.message_count, held)
@@ -279,18 +284,20 @@ class FlightReadService(flight.FlightServerBase):
             self.budget.give_back(holder, held)
             self.slots.release(slot)
 
-    def _read(self, query: PullQuery, offset: int, end_offset: int, max_rows: int, max_bytes: int,
-              holder: PullHolder, context: flight.ServerCallContext) -> GetMessageResult:
+    def _read(self, read: FlightRead, offset: int, max_rows: int, max_bytes: int, holder: PullHolder,
+              context: flight.ServerCallContext) -> GetMessageResult:
         """One store read of the range; an SQL92 one is one slice of filter work, run on the
         broker's FilterExecutor in the stream's account's turn (docs/filtering-and-bounds.md)."""
+        query, end_offset, heads_only = read.query, read.end_offset, read.heads_only
         record_filter = query.record_filter
-        read = functools.partial(
+        store_read = functools.partial(
             self.store.get_queue_range, query.topic, query.queue_id, offset, end_offset, max_rows, max_bytes,
             query.tag_codes, record_filter,
-            max_filter_evaluations=None if record_filter is None else record_filter.slice_evaluations)
+            max_filter_evaluations=None if record_filter is None else record_filter.slice_evaluations,
+            heads_only=heads_only)
         if record_filter is None:
-            return read()
-        return self._on_loop(self.pull.filters.run(holder.account, read), context)
+            return store_read()
+        return self._on_loop(self.pull.filters.run(holder.account, store_read), context)
 
     def _batch(self, read: FlightRead, result: GetMessageResult) -> tuple[pa.RecordBatch, pa.Buffer]:
         answer = self.pull.progress(read.query, result)
@@ -299,6 +306,10 @@ class FlightReadService(flight.FlightServerBase):
         progress = pa.py_buffer(answer.SerializeToString())
         if not result.message_count or read.packed:
             return _no_rows(read.columns), progress
+        heads = result.heads
+        if heads is not None:
+            return decode_heads(heads.sizes, heads.headers, heads.body_offsets, heads.bodies,
+                                self.broker_name, read.columns), progress
         records = np.frombuffer(result.buffer, dtype=np.uint8)
         sizes = result.sizes.astype(np.int64)
         return decode_records(records, sizes, self.broker_name, read.columns), progress
