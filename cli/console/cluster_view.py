@@ -11,6 +11,7 @@ from typing import Any
 
 from rmq import message_format as mf
 from rmq import retry
+from rmq.cli.console.history import Sample
 from rmq.cli.output import timestamp
 from rmq.connector.admin import PAGE_MAX, MQAdmin, ResetTarget, resend
 from rmq.connector.client import OutgoingMessage, RmqClient, TopicRoute
@@ -83,7 +84,10 @@ class ClusterView:
                     status = self.client.broker_status(member.address)
                     row |= {"min_offset": status.commit_log_min_offset,
                             "max_offset": status.commit_log_max_offset,
-                            "replication_lag": _replication_lag(status), "error": status.replication_error}
+                            "replication_lag": _replication_lag(status), "error": status.replication_error,
+                            "version": status.version, "boot_timestamp": status.boot_timestamp,
+                            "uptime": _uptime(status.boot_timestamp), "put_today": status.put_today,
+                            "get_today": status.get_today}
                     answered = True
                 except RmqUnavailable as error:
                     reads.unreachable[f"{name} {member.address}"] = str(error)
@@ -192,8 +196,11 @@ class ClusterView:
         reads.unreachable.update(progress.unreachable)
         members = self.admin.members(group, reads.missing)
         dlq = self._dlq_size(group, reads)
+        pulled = [t for topics in self.client.group_stats(group, reads.missing).values() for t in topics]
         return reads.done({
             "group": group,
+            "consumed": sum(t.get_messages for t in pulled),
+            "last_consume_ms": max((t.last_get_ms for t in pulled), default=0),
             "members": [{"client_id": m.client_id, "protocol": m.protocol.label, "address": m.address,
                          "broadcasting": m.broadcasting, "subscriptions": m.subscriptions,
                          "queues": [f"{q.topic}/{q.broker_name}/{q.queue_id}" for q in m.queues]}
@@ -337,7 +344,8 @@ class ClusterView:
         groups it may list the members of (the charts are sampled with the console's
         own identity, which may see more). A group is visible with SUB on it (its members' list)."""
         return {"tps": {t: v for t, v in snapshot["tps"].items() if self._may_see("topic", t)},
-                "lag": {g: v for g, v in snapshot["lag"].items() if self._may_see("group", g)}}
+                **{kind: {g: v for g, v in snapshot[kind].items() if self._may_see("group", g)}
+                   for kind in ("lag", "consume")}}
 
     def _may_see(self, kind: str, name: str) -> bool:
         now = time.monotonic()
@@ -359,15 +367,34 @@ class ClusterView:
             self._visible[(kind, name)] = (seen, now + VISIBILITY_TTL_S)
         return seen
 
-    def sample(self) -> tuple[dict[str, int], dict[str, int]]:
-        """(messages ever stored per topic, total lag per group), for the charts."""
+    def sample(self) -> Sample:
+        """Messages ever stored per topic, total lag and messages pulled per group, for the charts."""
         stored = {}
         for config in self.client.list_topics():
             if not retry.is_group_copy_topic(config.topic_name):
                 offsets = self.client.topic_offsets(config.topic_name)
                 stored[config.topic_name] = sum(o.max_offset for o in offsets.values())
-        lag = {group: self.admin.progress(group).total_lag for group in self.admin.groups()}
-        return stored, lag
+        groups = self.admin.groups()
+        lag = {group: self.admin.progress(group).total_lag for group in groups}
+        consumed = {group: sum(t.get_messages for topics in self.client.group_stats(group).values()
+                               for t in topics) for group in groups}
+        return Sample(stored, lag, consumed)
+
+    # ------------------------------------------------------------ ACL
+    def acl(self) -> dict[str, Any]:
+        """Each broker's ACL: accounts and their permissions, never a secret key. Only an admin
+        account may read it (NO_PERMISSION otherwise: a 403 page)."""
+        reads, brokers = Reads(self.client), []
+        for name, address in self.client.list_brokers().items():
+            try:
+                described = self.client.describe_acl(address)
+            except RmqUnavailable as error:
+                reads.missing[name] = error
+                continue
+            brokers.append({"name": name, "enabled": described.enabled,
+                            "global_white_remote_addresses": list(described.global_white_remote_addresses),
+                            "accounts": [_account_dict(a) for a in described.accounts]})
+        return reads.done({"brokers": brokers}, bool(brokers) or not reads.missing)
 
 
 def _any_answered(route: TopicRoute, reads: Reads) -> bool:
@@ -382,6 +409,27 @@ def message_dict(message: MessageExt) -> dict[str, Any]:
             "properties": dict(message.properties), "reconsume_times": message.reconsume_times,
             "born_timestamp": message.born_timestamp, "store_timestamp": message.store_timestamp,
             "body": message.body.decode("utf-8", errors="replace")}
+
+
+def _account_dict(account: rmq_pb2.AclAccount) -> dict[str, Any]:
+    return {"access_key": account.access_key, "admin": account.admin,
+            "default_topic_perm": account.default_topic_perm, "default_group_perm": account.default_group_perm,
+            "topic_perms": {p.name: p.perm for p in account.topic_perms},
+            "group_perms": {p.name: p.perm for p in account.group_perms},
+            "white_remote_address": account.white_remote_address, "broker_name": account.broker_name}
+
+
+def _uptime(boot_timestamp_ms: int) -> str:
+    """How long ago the broker started, as 3d 4h, 5h 6m or 7m 8s ("-" when it did not say)."""
+    if not boot_timestamp_ms:
+        return "-"
+    seconds = max(int(time.time() - boot_timestamp_ms / 1000), 0)
+    days, hours, minutes = seconds // 86400, seconds // 3600 % 24, seconds // 60 % 60
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {seconds % 60}s"
 
 
 def _replication_lag(status: rmq_pb2.BrokerStatusResponse) -> int | None:

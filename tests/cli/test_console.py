@@ -20,7 +20,7 @@ from rmq.auth import ClientSecurity
 from rmq.broker_server.security.acl_file import AclFile
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.cli import main as cli
-from rmq.cli.console import ConsoleSettings, History, create_app
+from rmq.cli.console import ConsoleSettings, History, Sample, create_app
 from rmq.cli.console.app import COOKIE, MAX_ANONYMOUS_SESSIONS
 from rmq.cli.console.history import MAX_SERIES
 from rmq.connector.admin import MQAdmin
@@ -166,14 +166,14 @@ def test_signing_in_with_a_bad_pair_is_one_clear_line(web: TestClient) -> None:
 
 def test_charts_are_bounded_and_compute_rates() -> None:
     now = [1000.0]
-    samples = iter([({"t": 100}, {"g": 5}), ({"t": 160}, {"g": 2})])
+    samples = iter([Sample({"t": 100}, {"g": 5}), Sample({"t": 160}, {"g": 2})])
     history = History(lambda: next(samples), clock=lambda: now[0])
     history.tick()
     now[0] += 10
     history.tick()
     snapshot = history.snapshot()
     assert snapshot["tps"] == {"t": [(1010.0, 6.0)]} and snapshot["lag"]["g"] == [(1000.0, 5), (1010.0, 2)]
-    many = History(lambda: ({f"t{i}": i for i in range(MAX_SERIES + 5)}, {}), clock=lambda: now[0])
+    many = History(lambda: Sample({f"t{i}": i for i in range(MAX_SERIES + 5)}, {}), clock=lambda: now[0])
     many.tick()
     now[0] += 10
     many.tick()
@@ -236,8 +236,10 @@ def test_charts_show_only_what_the_account_may_see(acl_broker: InProcessBroker) 
     """SECURITY #39 finding 15: the charts are sampled as the console's admin identity; a signed-in
     reader sees Orders' series and its own group's, not Payroll's nor another group's."""
     now = [1000.0]
-    samples = iter([({"Orders": 1, "Payroll": 1}, {"readers": 1, "payroll-team": 1}),
-                    ({"Orders": 5, "Payroll": 9}, {"readers": 0, "payroll-team": 3})])
+    samples = iter([Sample({"Orders": 1, "Payroll": 1}, {"readers": 1, "payroll-team": 1},
+                           {"readers": 0, "payroll-team": 0}),
+                    Sample({"Orders": 5, "Payroll": 9}, {"readers": 0, "payroll-team": 3},
+                           {"readers": 20, "payroll-team": 30})])
     history = History(lambda: next(samples), clock=lambda: now[0])
     history.tick()
     now[0] += 10
@@ -251,6 +253,7 @@ def test_charts_show_only_what_the_account_may_see(acl_broker: InProcessBroker) 
         sign_in(web, READER)
         charts = web.get("/api/charts").json()      # what the cluster page's charts draw
         assert set(charts["tps"]) == {"Orders"} and set(charts["lag"]) == {"readers"}
+        assert charts["consume"] == {"readers": [[1010.0, 2.0]]}
 
 
 def test_cookieless_requests_do_not_sign_anyone_out(acl_broker: InProcessBroker) -> None:
