@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.grpc_aio import Context
-from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
 from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
+from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.processors.names import check_group_name
 from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor
@@ -159,7 +159,8 @@ def _account(account: Account) -> rmq_pb2.AclAccount:
     """An account as DescribeAcl shows it: everything but its secret key."""
     return rmq_pb2.AclAccount(
         access_key=account.access_key, admin=account.admin,
-        default_topic_perm=account.default_topic_perm.text, default_group_perm=account.default_group_perm.text,
+        default_topic_perm=account.default_topic_perm.text,
+        default_group_perm=account.default_group_perm.text,
         topic_perms=_perms(account.topic_perms), group_perms=_perms(account.group_perms),
         white_remote_address=account.white_remote_address.text if account.white_remote_address else "",
         broker_name=account.broker_name or "")

@@ -413,7 +413,8 @@ def message_dict(message: MessageExt) -> dict[str, Any]:
 
 def _account_dict(account: rmq_pb2.AclAccount) -> dict[str, Any]:
     return {"access_key": account.access_key, "admin": account.admin,
-            "default_topic_perm": account.default_topic_perm, "default_group_perm": account.default_group_perm,
+            "default_topic_perm": account.default_topic_perm,
+            "default_group_perm": account.default_group_perm,
             "topic_perms": {p.name: p.perm for p in account.topic_perms},
             "group_perms": {p.name: p.perm for p in account.group_perms},
             "white_remote_address": account.white_remote_address, "broker_name": account.broker_name}
