@@ -4,6 +4,7 @@ listed) or answered 403/404."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -127,7 +128,8 @@ class ClusterView:
             "route": [{"broker_name": q.broker_name, "read_queues": q.read_queue_nums,
                        "write_queues": q.write_queue_nums, "perm": PERM_NAMES.get(q.perm, str(q.perm))}
                       for q in route.queue_datas],
-            "groups": self._consumers_of(topic) if offsets else []}, answered=_any_answered(route, reads))
+            "groups": self._consumers_of(topic, reads) if offsets else []},
+            answered=_any_answered(route, reads))
 
     def _route(self, topic: str) -> TopicRoute:
         """The topic's route; NotFound (a 404 page) for a topic no broker holds."""
@@ -138,13 +140,13 @@ class ClusterView:
                 raise NotFound(f"topic {topic} does not exist") from None
             raise
 
-    def _consumers_of(self, topic: str) -> list[str]:
+    def _consumers_of(self, topic: str, reads: Reads) -> list[str]:
         """The groups (of the first MAX_GROUPS_CHECKED) with committed offsets on the topic or a live
-        member subscribing to it."""
+        member subscribing to it, as far as the brokers that answer know them."""
         found = []
-        for group in self.admin.groups()[:MAX_GROUPS_CHECKED]:
+        for group in self.admin.groups(reads.missing)[:MAX_GROUPS_CHECKED]:
             try:
-                subscribed = any(topic in m.subscriptions for m in self.admin.members(group))
+                subscribed = any(topic in m.subscriptions for m in self.admin.members(group, reads.missing))
             except RmqError:
                 continue
             if subscribed or self._has_offsets(group, topic):
@@ -256,25 +258,30 @@ class ClusterView:
 
     def message(self, msg_id: str) -> dict[str, Any]:
         message = self._message(msg_id)
-        groups = [g for g in self.admin.groups()[:MAX_GROUPS_FOR_STATE]
+        reads = Reads(self.client)
+        groups = [g for g in self.admin.groups(reads.missing)[:MAX_GROUPS_FOR_STATE]
                   if self._has_offsets(g, message.topic)]
         states = self.admin.consume_states(message, groups)
-        return message_dict(message) | {"track": [self._track(message, s.group, s.consumed) for s in states],
-                                        "timer": _timer_state(message)}
+        return reads.done(message_dict(message) | {
+            "track": [self._track(message, s.group, s.consumed, reads) for s in states],
+            "timer": _timer_state(message)}, answered=True)
 
     def _message(self, msg_id: str) -> MessageExt:
         try:
             return self.admin.view(msg_id)
+        except RmqUnavailable as error:      # the id names an address: say which broker that is
+            raise RmqUnavailable(f"could not read message {msg_id}: {self._broker_at(error.broker)} "
+                                 f"is unreachable ({error})") from None
         except RmqError as error:
             if isinstance(error, ConfigError) or error.code == rmq_pb2.QUERY_NOT_FOUND:
                 raise NotFound(str(error)) from None
             raise
 
-    def _track(self, message: MessageExt, group: str, consumed: bool) -> dict[str, Any]:
+    def _track(self, message: MessageExt, group: str, consumed: bool, reads: Reads) -> dict[str, Any]:
         """What became of the message for one group: consumed or not, the copies in its retry topic
         and dead-letter queue (found by the message's unique id or first key; none without one)."""
-        retries = self._copies(message, retry.retry_topic(group))
-        dead = self._copies(message, retry.dlq_topic(group))
+        retries = self._copies(message, retry.retry_topic(group), reads)
+        dead = self._copies(message, retry.dlq_topic(group), reads)
         if dead:
             state = "in the DLQ"
         elif retries:
@@ -284,17 +291,25 @@ class ClusterView:
         return {"group": group, "consumed": consumed, "state": state, "retries": [m.msg_id for m in retries],
                 "dead_letters": [m.msg_id for m in dead]}
 
-    def _copies(self, message: MessageExt, topic: str) -> list[MessageExt]:
+    def _copies(self, message: MessageExt, topic: str, reads: Reads) -> list[MessageExt]:
         key = message.properties.get(mf.PROPERTY_UNIQ_KEY) or (message.keys.split() or [""])[0]
         if not key:
             return []
         try:
-            found = self.admin.query_by_key(topic, key)
+            found = self.admin.query_by_key(topic, key, unreachable=reads.missing)
         except RmqError as error:
             if error.code == rmq_pb2.TOPIC_NOT_EXIST:
                 return []
             raise
         return [copy for copy in found if copy.origin_msg_id == message.msg_id]
+
+    def _broker_at(self, address: str | None) -> str:
+        """`<broker name> <address>` for a member's address the name servers know, else the address."""
+        with contextlib.suppress(RmqError):
+            for name, members in self.client.list_broker_groups().items():
+                if any(member.address == address for member in members):
+                    return f"{name} {address}"
+        return str(address)
 
     def resend_message(self, msg_id: str, group: str) -> str:
         """Deliver the message again to `group` only (its retry topic: RocketMQ's
