@@ -300,6 +300,8 @@ def test_rocketmq5_consumer_groups_are_listed_everywhere(broker: InProcessBroker
             assert "v5-group" in web.get("/groups").text
             page = web.get("/groups/v5-group")
             assert page.status_code == 200 and "v5-client" in page.text
+            received = V2Client(channel, "v5-client").receive("v5-group", "Orders")
+            assert web.get("/api/groups/v5-group").json()["consumed"] == len(received) > 0   # its pops count
         finally:
             stream.close()
 
