@@ -13,7 +13,7 @@ from typing import Any
 from rmq import message_format as mf
 from rmq import retry
 from rmq.cli.console.history import Sample
-from rmq.cli.output import timestamp
+from rmq.cli.output import timestamp, uptime
 from rmq.connector.admin import PAGE_MAX, MQAdmin, ResetTarget, resend
 from rmq.connector.client import OutgoingMessage, RmqClient, TopicRoute
 from rmq.connector.errors import ConfigError, RmqError, RmqUnavailable
@@ -87,7 +87,7 @@ class ClusterView:
                             "max_offset": status.commit_log_max_offset,
                             "replication_lag": _replication_lag(status), "error": status.replication_error,
                             "version": status.version, "boot_timestamp": status.boot_timestamp,
-                            "uptime": _uptime(status.boot_timestamp), "put_today": status.put_today,
+                            "uptime": uptime(status.boot_timestamp), "put_today": status.put_today,
                             "get_today": status.get_today}
                     answered = True
                 except RmqUnavailable as error:
@@ -433,19 +433,6 @@ def _account_dict(account: rmq_pb2.AclAccount) -> dict[str, Any]:
             "topic_perms": {p.name: p.perm for p in account.topic_perms},
             "group_perms": {p.name: p.perm for p in account.group_perms},
             "white_remote_address": account.white_remote_address, "broker_name": account.broker_name}
-
-
-def _uptime(boot_timestamp_ms: int) -> str:
-    """How long ago the broker started, as 3d 4h, 5h 6m or 7m 8s ("-" when it did not say)."""
-    if not boot_timestamp_ms:
-        return "-"
-    seconds = max(int(time.time() - boot_timestamp_ms / 1000), 0)
-    days, hours, minutes = seconds // 86400, seconds // 3600 % 24, seconds // 60 % 60
-    if days:
-        return f"{days}d {hours}h"
-    if hours:
-        return f"{hours}h {minutes}m"
-    return f"{minutes}m {seconds % 60}s"
 
 
 def _replication_lag(status: rmq_pb2.BrokerStatusResponse) -> int | None:
