@@ -118,7 +118,10 @@ class RecordHeads:
 
     @property
     def byte_count(self) -> int:
-        return int(self.headers.nbytes + self.body_offsets.nbytes + self.bodies.nbytes)
+        """The bytes held, counted as 88 + 4 + body per record: never more than the records'
+        (a record is at least 92 + body bytes), so a read granted the records' bytes holds no
+        more than it was granted (the leading zero offset is not counted)."""
+        return int(self.headers.nbytes + self.bodies.nbytes) + 4 * len(self.sizes)
 
 
 class DispatchRequest(NamedTuple):

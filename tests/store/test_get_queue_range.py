@@ -116,6 +116,18 @@ def test_heads_are_each_records_header_and_body_across_file_ends(open_store, len
     assert heads.byte_count == heads.heads.byte_count < len(whole.buffer)
 
 
+def test_heads_never_hold_more_bytes_than_the_records_they_come_from(open_store) -> None:
+    """A read granted its records' bytes (the Flight budget) holds no more as heads, even for
+    records with a one-character topic, no properties and empty bodies (92 bytes each)."""
+    store = open_store()
+    store.put_messages([message(topic="t", body=b"") for _ in range(5)])
+    wait_dispatched(store)
+    whole = store.get_queue_range("t", 0, 0, 5, 32)
+    heads = store.get_queue_range("t", 0, 0, 5, 32, heads_only=True)
+    assert int(whole.sizes.sum()) == len(whole.buffer) == 5 * (mf.FIXED_OVERHEAD + 1)
+    assert heads.byte_count <= len(whole.buffer)
+
+
 def test_decoded_heads_are_the_decoded_records_and_a_bad_body_length_is_refused(open_store) -> None:
     """decode_heads gives the header columns and the body decode_records gives; a record whose body
     length passes its size (gathered clipped to the record) is refused, not answered short."""
