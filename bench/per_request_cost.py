@@ -26,6 +26,7 @@ import functools
 import json
 import os
 import pstats
+import shutil
 import signal
 import subprocess
 import sys
@@ -100,8 +101,18 @@ ECHO_KIND = "grpc-echo"
 
 def broker_cpu(pid: int) -> tuple[float, float]:
     """utime and stime of the whole broker process, in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return stat_cpu(Path(f"/proc/{pid}/stat"))
+
+
+def stat_cpu(stat: Path) -> tuple[float, float]:
+    """utime and stime, in seconds, from a /proc stat file (a process's or a thread's)."""
+    fields = stat.read_text().rpartition(")")[2].split()
     return int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS
+
+
+def loop_thread_cpu(pid: int) -> float:
+    """utime + stime of the process's main thread (the broker's event loop), in seconds."""
+    return sum(stat_cpu(Path(f"/proc/{pid}/task/{pid}/stat")))
 
 
 @contextmanager
@@ -277,39 +288,43 @@ def measure(name: str, count: int, profile: bool, top: int, sort: str = "tottime
             driver = make_sender(server.address)
             try:
                 driver.warm_up()
-                user, system = timed(pid, functools.partial(driver.run, count), profile_path)
+                user, system, loop = timed(pid, functools.partial(driver.run, count), profile_path)
             finally:
                 driver.close()
             if profile_path is None:
                 rate = f", {driver.rate:.0f} msg/s" if isinstance(driver, CppSender) else ""
-                return cpu_line(name, count, user, system) + rate
+                return cpu_line(name, count, user, system, loop) + rate
             return profile_report(name, profile_path, count, top, sort)
 
 
-def timed(pid: int, run: Callable[[], None], profile_path: Path | None) -> tuple[float, float]:
-    """The user and system CPU seconds process `pid` spends while `run` runs; with `profile_path`,
-    profiled (SIGUSR1 before, SIGUSR2 after: the profile is dumped there)."""
+def timed(pid: int, run: Callable[[], None], profile_path: Path | None) -> tuple[float, float, float]:
+    """The user and system CPU seconds process `pid` spends while `run` runs, and the part of
+    them its main thread (the event loop) spent; with `profile_path`, profiled (SIGUSR1 before, SIGUSR2 after: the profile is dumped there)."""
     if profile_path is not None:
         os.kill(pid, signal.SIGUSR1)
         time.sleep(0.2)
-    before = broker_cpu(pid)
+    before, loop_before = broker_cpu(pid), loop_thread_cpu(pid)
     run()
     user, system = (after - first for after, first in zip(broker_cpu(pid), before, strict=True))
+    loop = loop_thread_cpu(pid) - loop_before
     if profile_path is not None:
         os.kill(pid, signal.SIGUSR2)
         while not profile_path.exists() or profile_path.stat().st_size == 0:
             time.sleep(0.05)
         time.sleep(0.2)
-    return user, system
+    return user, system, loop
 
 
-def cpu_line(name: str, count: int, user: float, system: float) -> str:
-    each = [spent / count * 1e6 for spent in (user + system, user, system)]
+def cpu_line(name: str, count: int, user: float, system: float, loop: float) -> str:
+    each = [spent / count * 1e6 for spent in (user + system, user, system, loop)]
     return (f"{name}: server CPU {each[0]:.0f} us per request ({each[1]:.0f} user + {each[2]:.0f} system; "
-            f"{count} requests)")
+            f"{each[3]:.0f} on the event-loop thread; {count} requests)")
 
 
 def profile_report(name: str, path: Path, count: int, top: int, sort: str) -> str:
+    saved = os.environ.get("RMQ_SAVE_PROFILE")   # a file to keep the raw profile in (pstats)
+    if saved:
+        shutil.copyfile(path, saved)
     stats = pstats.Stats(str(path))
     calls = stats.total_calls / count  # type: ignore[attr-defined]
     lines = [f"{name}: {calls:.0f} Python function calls per request on the server's loop thread "
@@ -339,13 +354,13 @@ def measure_echo(count: int, profile: bool, top: int, sort: str) -> str:
                 echo = channel.unary_unary("/echo.Echo/Echo")
                 driver = EachRequest(functools.partial(echo, BODY), channel.close)
                 driver.warm_up()
-                user, system = timed(server.pid, functools.partial(driver.run, count),
+                user, system, loop = timed(server.pid, functools.partial(driver.run, count),
                                      profile_path if profile else None)
         finally:
             server.terminate()
             server.wait(20)
         if not profile:
-            return cpu_line(name, count, user, system)
+            return cpu_line(name, count, user, system, loop)
         return profile_report(name, profile_path, count, top, sort)
 
 
