@@ -11,7 +11,11 @@ single-message requests, one at a time from one thread, over each protocol:
   by testing.cpp_client; bench/cpp_send_sync.py), with the rate it reached;
 - pull, offset, heartbeat: remoting PULL_MESSAGE of one stored message, UPDATE_CONSUMER_OFFSET
   and a consumer's HEART_BEAT, from one connection (RocketMQ's binary header);
-- grpc-echo: a bare grpc.aio unary echo on the same event loop, what grpc.aio itself costs.
+- the floors, servers with no rmq code answering each request at once: grpc-echo (a bare grpc.aio
+  unary echo on the broker's event loop), grpc-echo-asyncio (the same on asyncio's loop),
+  grpc-sync-echo (grpc's synchronous server, a thread pool), protocol-echo and
+  protocol-echo-asyncio (a bare asyncio.Protocol answering each length-prefixed frame): what the
+  server framework itself costs per request.
 
 `--kind` picks some (repeatable). For each it prints the broker's CPU per request (its
 /proc/<pid>/stat utime and stime over the run, divided by the count) and, with `--profile`, the
@@ -28,6 +32,7 @@ import os
 import pstats
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -77,10 +82,12 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-# A bare grpc.aio server on the broker's event loop (rmq.event_loop) with one unary method that
-# answers its request bytes as they are (no protobuf, no interceptor): what grpc.aio itself costs
-# per unary call. Arguments: the profile file (PROFILER), the port.
-ECHO_SERVER = PROFILER + r"""
+# The floors: servers with no rmq code that answer each request at once, run like the broker
+# (PROFILER first; arguments: the profile file, the port), to tell what the server framework itself
+# costs per request. Each prints "ready" once it listens.
+# A bare grpc.aio server on the broker's event loop (rmq.event_loop: uvloop unless RMQ_UVLOOP=0) with
+# one generic unary method answering its request bytes as they are (no protobuf, no interceptor).
+GRPC_AIO_ECHO = PROFILER + r"""
 import grpc
 from rmq import event_loop
 port = sys.argv[1]
@@ -96,7 +103,93 @@ async def serve():
     await server.wait_for_termination()
 event_loop.run(serve())
 """
-ECHO_KIND = "grpc-echo"
+# The same on grpc's synchronous server (a thread pool of 8 runs the method; no event loop). The
+# profiler sees only the thread that enabled it, so this floor's call counts are not comparable.
+GRPC_SYNC_ECHO = PROFILER + r"""
+from concurrent import futures
+import grpc
+port = sys.argv[1]
+server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+    "echo.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(lambda request, context: request)})])
+server.add_insecure_port("127.0.0.1:" + port)
+server.start()
+print("ready", flush=True)
+server.wait_for_termination()
+"""
+# A bare asyncio.Protocol on rmq.event_loop answering each length-prefixed frame with the same
+# bytes (what the remoting port's loop, transport and system calls cost with no request handled).
+PROTOCOL_ECHO = PROFILER + r"""
+import asyncio
+from rmq import event_loop
+port = int(sys.argv[1])
+class Echo(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport, self.buffer = transport, b""
+    def data_received(self, data):
+        buffer = self.buffer + data
+        while len(buffer) >= 4:
+            end = 4 + int.from_bytes(buffer[:4], "big")
+            if len(buffer) < end:
+                break
+            self.transport.write(buffer[:end])
+            buffer = buffer[end:]
+        self.buffer = buffer
+async def serve():
+    server = await asyncio.get_running_loop().create_server(Echo, "127.0.0.1", port)
+    print("ready", flush=True)
+    await server.serve_forever()
+event_loop.run(serve())
+"""
+ECHO_FRAME = len(BODY).to_bytes(4, "big") + BODY
+
+
+class FrameEcho:
+    """A client of PROTOCOL_ECHO: one frame of BODY sent and its echo read back, per request."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def request(self) -> None:
+        self.sock.sendall(ECHO_FRAME)
+        wanted = len(ECHO_FRAME)
+        while wanted:
+            wanted -= len(self.sock.recv(wanted))
+
+
+def grpc_echo_driver(port: int) -> Driver:
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    return EachRequest(functools.partial(channel.unary_unary("/echo.Echo/Echo"), BODY), channel.close)
+
+
+def frame_echo_driver(port: int) -> Driver:
+    client = FrameEcho(port)
+    return EachRequest(client.request, client.sock.close)
+
+
+@dataclass(frozen=True)
+class Floor:
+    """A server with no rmq code (its script), the client driving it, the environment it runs in."""
+
+    name: str
+    script: str
+    driver: Callable[[int], Driver]
+    env: tuple[tuple[str, str], ...] = ()
+
+
+FLOORS = {
+    "grpc-echo": Floor("bare grpc.aio unary echo, uvloop (the gRPC ports' floor)", GRPC_AIO_ECHO,
+                       grpc_echo_driver),
+    "grpc-echo-asyncio": Floor("bare grpc.aio unary echo, asyncio's loop", GRPC_AIO_ECHO,
+                               grpc_echo_driver, (("RMQ_UVLOOP", "0"),)),
+    "grpc-sync-echo": Floor("bare grpc.server unary echo (sync, thread pool of 8)", GRPC_SYNC_ECHO,
+                            grpc_echo_driver),
+    "protocol-echo": Floor("bare asyncio.Protocol frame echo, uvloop (the remoting port's floor)",
+                           PROTOCOL_ECHO, frame_echo_driver),
+    "protocol-echo-asyncio": Floor("bare asyncio.Protocol frame echo, asyncio's loop", PROTOCOL_ECHO,
+                                   frame_echo_driver, (("RMQ_UVLOOP", "0"),)),
+}
 
 
 def broker_cpu(pid: int) -> tuple[float, float]:
@@ -299,7 +392,8 @@ def measure(name: str, count: int, profile: bool, top: int, sort: str = "tottime
 
 def timed(pid: int, run: Callable[[], None], profile_path: Path | None) -> tuple[float, float, float]:
     """The user and system CPU seconds process `pid` spends while `run` runs, and the part of
-    them its main thread (the event loop) spent; with `profile_path`, profiled (SIGUSR1 before, SIGUSR2 after: the profile is dumped there)."""
+    them its main thread (the event loop) spent; with `profile_path`, profiled (SIGUSR1 before,
+    SIGUSR2 after: the profile is dumped there)."""
     if profile_path is not None:
         os.kill(pid, signal.SIGUSR1)
         time.sleep(0.2)
@@ -318,7 +412,7 @@ def timed(pid: int, run: Callable[[], None], profile_path: Path | None) -> tuple
 def cpu_line(name: str, count: int, user: float, system: float, loop: float) -> str:
     each = [spent / count * 1e6 for spent in (user + system, user, system, loop)]
     return (f"{name}: server CPU {each[0]:.0f} us per request ({each[1]:.0f} user + {each[2]:.0f} system; "
-            f"{each[3]:.0f} on the event-loop thread; {count} requests)")
+            f"{each[3]:.0f} on its main (event-loop) thread; {count} requests)")
 
 
 def profile_report(name: str, path: Path, count: int, top: int, sort: str) -> str:
@@ -337,31 +431,31 @@ def profile_report(name: str, path: Path, count: int, top: int, sort: str) -> st
     return "\n".join(lines)
 
 
-def measure_echo(count: int, profile: bool, top: int, sort: str) -> str:
-    """A bare grpc.aio unary echo (ECHO_SERVER) called `count` times from one thread over a
-    grpc channel, 100 bytes each way: its server's CPU (or Python calls) per call."""
-    name = "bare grpc.aio unary echo (the gRPC ports' floor)"
+def measure_floor(floor: Floor, count: int, profile: bool, top: int, sort: str) -> str:
+    """A floor's server (FLOORS) called `count` times from one thread, 100 bytes each way: its
+    CPU (or Python calls) per request."""
     with tempfile.TemporaryDirectory() as scratch:
         profile_path = Path(scratch) / "echo.prof"
         port = processes.free_port()
-        server = subprocess.Popen([sys.executable, "-c", ECHO_SERVER, str(profile_path), str(port)],
-                                  stdout=subprocess.PIPE, text=True)
+        server = subprocess.Popen([sys.executable, "-c", floor.script, str(profile_path), str(port)],
+                                  stdout=subprocess.PIPE, text=True, env={**os.environ, **dict(floor.env)})
         try:
             assert server.stdout is not None
             if server.stdout.readline().strip() != "ready":
-                raise RuntimeError("the echo server did not start")
-            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-                echo = channel.unary_unary("/echo.Echo/Echo")
-                driver = EachRequest(functools.partial(echo, BODY), channel.close)
+                raise RuntimeError(f"the {floor.name} server did not start")
+            driver = floor.driver(port)
+            try:
                 driver.warm_up()
                 user, system, loop = timed(server.pid, functools.partial(driver.run, count),
-                                     profile_path if profile else None)
+                                           profile_path if profile else None)
+            finally:
+                driver.close()
         finally:
             server.terminate()
             server.wait(20)
         if not profile:
-            return cpu_line(name, count, user, system, loop)
-        return profile_report(name, profile_path, count, top, sort)
+            return cpu_line(floor.name, count, user, system, loop)
+        return profile_report(floor.name, profile_path, count, top, sort)
 
 
 def main() -> int:
@@ -371,12 +465,12 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="count Python calls instead of CPU")
     parser.add_argument("--top", type=int, default=25, help="functions listed per profile")
     parser.add_argument("--sort", default="tottime", help="the profile's order (a pstats sort key)")
-    parser.add_argument("--kind", "--only", choices=(*KINDS, ECHO_KIND), action="append",
+    parser.add_argument("--kind", "--only", choices=(*KINDS, *FLOORS), action="append",
                         help="the request kinds measured (repeatable; default: every kind)")
     args = parser.parse_args()
-    for kind in args.kind or [*KINDS, ECHO_KIND]:
-        if kind == ECHO_KIND:
-            print(measure_echo(args.count, args.profile, args.top, args.sort), flush=True)
+    for kind in args.kind or [*KINDS, *FLOORS]:
+        if kind in FLOORS:
+            print(measure_floor(FLOORS[kind], args.count, args.profile, args.top, args.sort), flush=True)
             continue
         name = KINDS[kind]
         try:
