@@ -279,7 +279,7 @@ class CppSender:
         problem = cpp_client_problem()
         if problem is not None:
             raise ImportError(problem)
-        self.address, self.rate = remoting_address(address), 0.0
+        self.address, self.rate, self.client_cpu_us = remoting_address(address), 0.0, 0.0
         self.process: subprocess.Popen[str] | None = None
 
     def warm_up(self) -> None:
@@ -295,7 +295,8 @@ class CppSender:
             raise RuntimeError("the C++ client did not start")
         self.process.stdin.write("go\n")
         self.process.stdin.flush()
-        self.rate = json.loads(self.process.stdout.readline())["rate"]
+        result = json.loads(self.process.stdout.readline())
+        self.rate, self.client_cpu_us = result["rate"], result["client_cpu_us"]
 
     def close(self) -> None:
         if self.process is not None:
@@ -385,7 +386,8 @@ def measure(name: str, count: int, profile: bool, top: int, sort: str = "tottime
             finally:
                 driver.close()
             if profile_path is None:
-                rate = f", {driver.rate:.0f} msg/s" if isinstance(driver, CppSender) else ""
+                rate = (f", {driver.rate:.0f} msg/s, client CPU {driver.client_cpu_us:.0f} us per send"
+                        if isinstance(driver, CppSender) else "")
                 return cpu_line(name, count, user, system, loop) + rate
             return profile_report(name, profile_path, count, top, sort)
 
