@@ -449,8 +449,12 @@ class _Connection(asyncio.Protocol):
                     if self._discard:
                         break
                     continue
-                taken = self._read_header(channel, buffer, at) if self._body is None \
-                    else self._read_body(channel, buffer, at)
+                if self._body is None:
+                    if at == len(buffer):   # every frame read: no call to find that out
+                        break
+                    taken = self._read_header(channel, buffer, at)
+                else:
+                    taken = self._read_body(channel, buffer, at)
                 if taken is None:
                     break
                 at += taken
