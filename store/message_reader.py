@@ -196,9 +196,9 @@ class MessageReader:
                 offset, size, code = entries[0].tolist()
                 return self._read_one(offset, size, code, tag_codes)
             if max_msg_nums == 1:   # a pull of one message: no column is built
-                first = self._read_first(entries, tag_codes)
-                if first is not None:
-                    return first
+                taken_first = self._read_first(entries, tag_codes)
+                if taken_first is not None:
+                    return taken_first
         physical = entries["offset"].astype(np.int64)
         deleted = physical < self.commit_log.get_min_offset()
         if deleted.any():
