@@ -194,7 +194,7 @@ class CallContext:
         self._callbacks: list[Callable[[object], None]] = []
 
     def peer(self) -> str:
-        return self.channel.peer   # a call, as grpc's ServicerContext.peer()
+        return self.channel.peer
 
     def add_done_callback(self, callback: Callable[[object], None]) -> None:
         self._callbacks.append(callback)
@@ -296,9 +296,10 @@ class RemotingServer:
             except Exception as error:
                 log.exception("remoting: request code %d failed", request.code)
                 response = request.response(ResponseCode.SYSTEM_ERROR, f"internal error: {error}")
-            if response is not None and not request.flag & RPC_ONEWAY and not channel.write_frame(response):
+            if response is not None and not request.flag & RPC_ONEWAY:
                 try:
-                    await channel.drained()
+                    if not channel.write_frame(response):   # a plain call unless the client does not read
+                        await channel.drained()
                 except ConnectionError:
                     pass
         finally:
