@@ -228,6 +228,7 @@ class BrokerController:
                 config.transaction_check_max, config.max_open_transactions,
                 config.max_open_transactions_per_account)),
         )
+        self.processors.consumer_manage.add_reset_notifier(self.watches)
         self._tasks: list[asyncio.Task[None]] = []
         self.rocketmq_v2: RocketMQv2MessagingService | None = None
         self.flight: FlightReadService | None = None
@@ -275,6 +276,7 @@ class BrokerController:
                 self.hold_service,
                 self.outer_api.register_soon,
                 self.pull_processor,
+                self.processors.consumer_manage,
                 self.replication.status,
                 self.replication.topics_replicated,
                 self.consumer_connections,

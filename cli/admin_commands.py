@@ -66,12 +66,15 @@ def group_parsers(group_commands: Subcommands
     members.add_argument("group")
     members.add_argument("--json", action="store_true")
     yield members, _group_members
-    reset = group_commands.add_parser("reset-offset", help="move a group's offsets on a topic")
+    reset = group_commands.add_parser(
+        "reset-offset", help="move a group's offsets on a topic (its live rmq consumers adopt them); "
+                             "--to latest skips what has accumulated")
     reset.add_argument("group")
-    reset.add_argument("--topic", required=True)
+    reset.add_argument("--topic", default="", help="default: every topic the group has offsets on")
     reset.add_argument("--to", required=True, type=_reset_target, metavar="earliest|latest|timestamp:MS")
-    reset.add_argument("--force", action="store_true", help="even while the group has live members "
-                                                             "(their next commits may overwrite the reset)")
+    reset.add_argument("--force", action="store_true",
+                       help="even while the group has live RocketMQ 4.x/5 members, which cannot be told "
+                            "(their next commits may overwrite the reset)")
     reset.add_argument("--json", action="store_true")
     yield reset, _group_reset_offset
     delete = group_commands.add_parser("delete", help="forget a group: its offsets, retry and DLQ topics")
@@ -180,14 +183,18 @@ def _group_members(client: RmqClient, args: argparse.Namespace) -> int:
 def _group_reset_offset(client: RmqClient, args: argparse.Namespace) -> int:
     admin = MQAdmin(client)
     _require_group(admin, args.group)      # a reset must not create a group that never existed
-    results = admin.reset_offsets(args.group, args.topic, args.to, args.force)
+    report = admin.reset_offsets(args.group, args.topic, args.to, args.force)
     if args.json:
         print_json({"group": args.group, "topic": args.topic, "queues": [
-            {"broker_name": r.queue.broker_name, "queue_id": r.queue.queue_id, "offset": r.offset,
-             "note": r.note} for r in results]})
+            {"topic": r.queue.topic, "broker_name": r.queue.broker_name, "queue_id": r.queue.queue_id,
+             "offset": r.offset, "note": r.note} for r in report.results],
+            "notified_clients": report.notified, "untold_clients": report.untold})
         return 0
-    print_table(["BROKER", "QUEUE", "OFFSET", "NOTE"],
-                [[r.queue.broker_name, r.queue.queue_id, r.offset, r.note or "-"] for r in results])
+    print_table(["TOPIC", "BROKER", "QUEUE", "OFFSET", "NOTE"],
+                [[r.queue.topic, r.queue.broker_name, r.queue.queue_id, r.offset, r.note or "-"]
+                 for r in report.results])
+    print(f"live consumers told: {', '.join(report.notified) or 'none'}"
+          + (f"; not told (may commit over the reset): {', '.join(report.untold)}" if report.untold else ""))
     return 0
 
 

@@ -122,6 +122,13 @@ class ResetResult:
     note: str = ""                      # e.g. earlier than the earliest message: reset to the earliest
 
 
+@dataclass(frozen=True)
+class ResetReport:
+    results: list[ResetResult]
+    notified: list[str]                 # live consumers that adopted the reset
+    untold: list[str]                   # live members no broker could tell (a forced reset)
+
+
 class MQAdmin:
     def __init__(self, client: RmqClient) -> None:
         self.client = client
@@ -264,21 +271,25 @@ class MQAdmin:
                 return {}
             raise
 
-    def reset_offsets(self, group: str, topic: str, target: ResetTarget, force: bool = False
-                      ) -> list[ResetResult]:
-        """Set the group's committed offset on every queue of `topic` (RocketMQ
-        resetOffsetByTimestamp). Refused while the group has live members unless `force`: they
-        keep their own positions and would commit over the reset."""
-        live = [m.client_id for m in self.members(group)]
-        if live and not force:
-            shown = ", ".join(live[:3]) + (", ..." if len(live) > 3 else "")
-            raise RmqRefused(rmq_pb2.ILLEGAL_ARGUMENT, f"consumer group {group} has {len(live)} live "
-                             f"member(s) ({shown}): stop them first, or force the reset (their next "
-                             "commits may overwrite it)")
-        results = [self._reset_target(mq, bounds, target)
-                   for mq, bounds in self.client.topic_offsets(topic).items()]
-        self.client.update_consumer_offsets(group, {r.queue: r.offset for r in results})
-        return results
+    def reset_offsets(self, group: str, topic: str, target: ResetTarget, force: bool = False) -> ResetReport:
+        """Set the group's committed offset on every queue of `topic`, or of every topic it has
+        offsets on or its members subscribe to when `topic` is "" (RocketMQ resetOffsetByTimestamp; to LATEST it is the
+        Dashboard's skipAccumulate). The brokers tell the group's live rmq consumers, which drop
+        what they cached and read on from the reset offsets (RESET_CONSUMER_CLIENT_OFFSET).
+        Refused, unless `force`, while the group has live members no broker can tell (RocketMQ
+        4.x/5 clients): they keep their positions and would commit over the reset."""
+        topics = [topic] if topic else sorted(
+            {mq.topic for mq in self.client.query_consumer_offsets(group)}
+            | {name for member in self.members(group) for name in member.subscriptions})
+        if not topics:
+            raise RmqRefused(rmq_pb2.ILLEGAL_ARGUMENT, f"consumer group {group} has neither committed "
+                             "offsets nor live members: name the topic to reset")
+        results = [self._reset_target(mq, bounds, target) for name in topics
+                   for mq, bounds in (self._offsets_if_exists(name, None) if not topic
+                                      else self.client.topic_offsets(name)).items()]
+        offsets = {r.queue: r.offset for r in results}
+        notified, untold = self.client.reset_consumer_offsets(group, offsets, force)
+        return ResetReport(results, notified, untold)
 
     def _reset_target(self, mq: MessageQueue, bounds: QueueOffsets, target: ResetTarget) -> ResetResult:
         if target.to is ResetTo.EARLIEST:

@@ -21,7 +21,7 @@ from rmq.connector.client_api import ClientAPI
 from rmq.connector.client_api import OutgoingMessage as OutgoingMessage
 from rmq.connector.client_api import QueueOffsets as QueueOffsets
 from rmq.connector.client_api import SendResult as SendResult
-from rmq.connector.client_core import Rpc
+from rmq.connector.client_core import Rpc, by_broker, call_each
 from rmq.connector.client_core import unless_unreachable as unless_unreachable
 from rmq.connector.errors import ConfigError
 from rmq.connector.errors import RmqError as RmqError
@@ -57,6 +57,8 @@ _RECALL_MESSAGE = Rpc("RecallMessage", lambda c: c.messaging.RecallMessage, rmq_
 _VIEW_MESSAGE = Rpc("ViewMessage", lambda c: c.admin.ViewMessage, rmq_pb2.ViewMessageResponse)
 _GET_CONSUMER_CONNECTIONS = Rpc("GetConsumerConnections", lambda c: c.admin.GetConsumerConnections,
                                 rmq_pb2.GetConsumerConnectionsResponse)
+_RESET_CONSUMER_OFFSETS = Rpc("ResetConsumerOffsets", lambda c: c.admin.ResetConsumerOffsets,
+                              rmq_pb2.ResetConsumerOffsetsResponse)
 _LIST_CONSUMER_GROUPS = Rpc("ListConsumerGroups", lambda c: c.admin.ListConsumerGroups,
                             rmq_pb2.ListConsumerGroupsResponse)
 
@@ -185,6 +187,28 @@ class RmqClient(ClientAPI):
                 if answer is not None:
                     members[name] = list(answer.connections)
         return members
+
+    def reset_consumer_offsets(self, group: str, offsets: dict[MessageQueue, int], force: bool = False
+                               ) -> tuple[list[str], list[str]]:
+        """RocketMQ's resetOffset (admin): commit `offsets` for the group on their brokers, each
+        broker even when another fails (then the first failure is raised), and have the group's
+        live consumers adopt them; refused while a live member cannot be told, unless `force`.
+        Returns (the client ids told of the reset, the live members that could not be)."""
+        notified: set[str] = set()
+        untold: set[str] = set()
+        grouped = by_broker(offsets)
+
+        def reset(name: str) -> None:
+            request = rmq_pb2.ResetConsumerOffsetsRequest(consumer_group=group, force=force, offsets=[
+                rmq_pb2.ConsumerOffset(topic=mq.topic, queue_id=mq.queue_id, offset=offsets[mq])
+                for mq in grouped[name]])
+            # to the member the group reads from, which its consumers watch
+            answer = self._read_call(name, _RESET_CONSUMER_OFFSETS, request)
+            notified.update(answer.notified_client_ids)
+            untold.update(answer.untold_client_ids)
+
+        call_each(grouped, reset)
+        return sorted(notified), sorted(untold)
 
     def list_consumer_groups(self, unreachable: dict[str, RmqUnavailable] | None = None) -> list[str]:
         """Every consumer group some broker knows from any source (live members of every protocol,

@@ -113,12 +113,14 @@ class ClientAPI(SendAPI, PullAPI):
         return self._call(self._broker_address(broker_name), _CONSUMER_SEND_MSG_BACK, request,
                           broker_name)
 
-    def watch_consumer_ids(self, broker_name: str, group: str, client_id: str
-                           ) -> Iterator[rmq_pb2.ConsumerIdsChanged]:
-        """The broker's membership push: the group's client ids now and after each change.
-        The returned stream is also a grpc.Call: `cancel()` ends it (and, on the broker,
-        unregisters the client). Iteration raises grpc.RpcError when the stream breaks."""
-        request = rmq_pb2.WatchConsumerIdsRequest(consumer_group=group, client_id=client_id)
+    def watch_consumer_ids(self, broker_name: str, group: str, client_id: str,
+                           adopts_offset_resets: bool = False) -> Iterator[rmq_pb2.ConsumerIdsChanged]:
+        """The broker's membership push: the group's client ids now and after each change (and,
+        with `adopts_offset_resets`, an admin's offset resets). The returned stream is also a
+        grpc.Call: `cancel()` ends it (and, on the broker, unregisters the client). Iteration
+        raises grpc.RpcError when the stream breaks."""
+        request = rmq_pb2.WatchConsumerIdsRequest(consumer_group=group, client_id=client_id,
+                                                  adopts_offset_resets=adopts_offset_resets)
         stream: Iterator[rmq_pb2.ConsumerIdsChanged] = self._connection(
             self._read_address(broker_name)).messaging.WatchConsumerIds(request)
         return stream

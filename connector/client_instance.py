@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar, Protocol
 
 from rmq.connector.broker_outages import BrokerOutages
-from rmq.connector.client import RmqClient, RmqError, RmqUnavailable
+from rmq.connector.client import MessageQueue, RmqClient, RmqError, RmqUnavailable
 from rmq.connector.consumer_ids_watcher import ConsumerIdsWatcher
 from rmq.connector.errors import StateError
 from rmq.connector.pull_message_service import PullMessageService
@@ -76,6 +76,15 @@ class MQConsumerInner(Protocol):
     def connection_lost(self, broker_name: str) -> None: ...
 
     def connection_restored(self, broker_name: str) -> None: ...
+
+    @property
+    def adopts_offset_resets(self) -> bool:
+        """Whether `offsets_reset` moves it (else the brokers count it as a member they cannot tell)."""
+        ...
+
+    def offsets_reset(self, offsets: dict[MessageQueue, int]) -> None:
+        """An admin reset the group's offsets (RESET_CONSUMER_CLIENT_OFFSET): read on from there."""
+        ...
 
 
 _InstanceKey = tuple[str, object]
@@ -244,7 +253,8 @@ class ClientInstance:
                 watcher = self._watchers[consumer.group] = ConsumerIdsWatcher(
                     self.client, consumer.group, self.client_id, self.rebalance_immediately,
                     lambda: self.send_heartbeat(consumer), on_lost=consumer.connection_lost,
-                    on_restored=consumer.connection_restored)
+                    on_restored=consumer.connection_restored,
+                    on_reset=consumer.offsets_reset if consumer.adopts_offset_resets else None)
         try:
             watcher.watch(self.client.list_brokers())
         except RmqError as error:   # the brokers then expire this client after their timeout

@@ -8,7 +8,8 @@ unregisters the client at once, so the group's other members rebalance without w
 the heartbeat expiry. A broken stream is reopened after a heartbeat (the broker unregistered
 the client when it broke, releasing its queue locks: `on_lost` tells the consumer, and
 `on_restored` when the broker answers again); a broker without the RPC, or refusing it, is just
-not watched.
+not watched. The same stream brings an admin's offset reset (RESET_CONSUMER_CLIENT_OFFSET), which
+`on_reset` hands to the consumer with the broker's queues.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import cast
 
 import grpc
 
-from rmq.connector.client import RmqClient, RmqError
+from rmq.connector.client import MessageQueue, RmqClient, RmqError
 from rmq.v1 import rmq_pb2
 
 logger = logging.getLogger(__name__)
@@ -32,10 +33,13 @@ _NOT_WATCHABLE = (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENI
 class ConsumerIdsWatcher:
     def __init__(self, client: RmqClient, group: str, client_id: str, on_change: Callable[[], None],
                  heartbeat: Callable[[], None], on_lost: Callable[[str], None] = lambda broker: None,
-                 on_restored: Callable[[str], None] = lambda broker: None) -> None:
+                 on_restored: Callable[[str], None] = lambda broker: None,
+                 on_reset: Callable[[dict[MessageQueue, int]], None] | None = None) -> None:
         """`on_lost(broker)` runs when an answering stream ends other than by `stop` (the
         broker has unregistered this client and released its queue locks), `on_restored(broker)`
-        when a stream answers again after that."""
+        when a stream answers again after that, `on_reset(offsets)` when an admin reset the
+        group's offsets on a broker (without it the brokers count this client as one that cannot
+        be told of a reset)."""
         self._client = client
         self._group = group
         self._client_id = client_id
@@ -43,6 +47,7 @@ class ConsumerIdsWatcher:
         self._heartbeat = heartbeat
         self._on_lost = on_lost
         self._on_restored = on_restored
+        self._on_reset = on_reset
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._watched: set[str] = set()                # brokers with a watch thread
@@ -70,7 +75,8 @@ class ConsumerIdsWatcher:
         connected = lost = False
         while not self._stopped.is_set():
             try:
-                stream = self._client.watch_consumer_ids(broker_name, self._group, self._client_id)
+                stream = self._client.watch_consumer_ids(broker_name, self._group, self._client_id,
+                                                         adopts_offset_resets=self._on_reset is not None)
                 call = cast(grpc.Call, stream)
                 with self._lock:
                     if self._stopped.is_set():
@@ -85,7 +91,11 @@ class ConsumerIdsWatcher:
                     if lost:
                         self._on_restored(broker_name)
                     connected, lost = True, False
-                    self._on_change()
+                    if event.reset_offsets and self._on_reset is not None:
+                        self._on_reset({MessageQueue(o.topic, broker_name, o.queue_id): o.offset
+                                        for o in event.reset_offsets})
+                    else:
+                        self._on_change()
             except grpc.RpcError as error:
                 code = error.code() if isinstance(error, grpc.Call) else None
                 if code == grpc.StatusCode.CANCELLED or self._stopped.is_set():

@@ -273,6 +273,16 @@ class PushConsumer(ConsumerImpl):
         if self.orderly:
             self.rebalance_impl.lock_all()
 
+    @property
+    def adopts_offset_resets(self) -> bool:
+        return True
+
+    def offsets_reset(self, offsets: dict[MessageQueue, int]) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET: what is cached of these queues is dropped, their pulls
+        start again from the reset offsets (broadcasting keeps its own offsets: not watched)."""
+        if self.running:
+            self.rebalance_impl.reset_offsets(offsets)
+
     # ------------------------------------------------------------ where pulled messages go (consumer_impl)
 
     def _start_queue(self, request: PullRequest) -> None:

@@ -9,7 +9,13 @@ process died and the connection dropped) the broker unregisters the client, whic
 a change the others hear about. Each watch holds one flag, never a queue, and the broker
 holds at most `max_watchers` watches, only for clients that heartbeated into the group, one
 per group and client id (a new one replaces the old), so no client can make it hold
-unbounded state."""
+unbounded state.
+
+The same stream carries RocketMQ's RESET_CONSUMER_CLIENT_OFFSET to rmq.v1 consumers
+(`notify_reset`): an admin's offset reset is sent to every watching client of the group as one
+event, so a running consumer drops what it cached and reads on from the reset offsets instead of
+committing its own over them. A watch holds at most one pending reset (a later one of the same
+queue replaces the earlier), bounded by the topics' queues."""
 
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager
+from rmq.broker_server.offsets.consumer_offset_manager import OffsetKey
 from rmq.broker_server.status import OK
 from rmq.v1 import rmq_pb2
 
@@ -29,6 +36,9 @@ log = logging.getLogger(__name__)
 class _Watch:
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     ended: bool = False   # replaced by a newer watch, or the client expired
+    adopts_resets: bool = False
+    members_changed: bool = True
+    resets: dict[tuple[str, int], int] = field(default_factory=dict)   # (topic, queue id) -> offset
 
 
 class ConsumerIdsWatchService:
@@ -42,8 +52,10 @@ class ConsumerIdsWatchService:
     def watcher_count(self) -> int:
         return len(self._watches)
 
-    async def watch(self, group: str, client_id: str) -> AsyncIterator[rmq_pb2.ConsumerIdsChanged]:
-        """The group's client ids now and after every change, until the client goes."""
+    async def watch(self, group: str, client_id: str, adopts_resets: bool = False
+                    ) -> AsyncIterator[rmq_pb2.ConsumerIdsChanged]:
+        """The group's client ids now and after every change, until the client goes; and the
+        group's offset resets when the client `adopts_resets`."""
         self._loop = asyncio.get_running_loop()
         key = (group, client_id)
         if client_id not in self.consumers.consumer_list(group):
@@ -59,17 +71,46 @@ class ConsumerIdsWatchService:
             return
         if previous is not None:
             self._end(previous)
-        watch = self._watches[key] = _Watch()
+        watch = self._watches[key] = _Watch(adopts_resets=adopts_resets)
         try:
             while not watch.ended:
                 watch.changed.clear()
-                yield rmq_pb2.ConsumerIdsChanged(status=OK, client_ids=self.consumers.consumer_list(group))
+                for event in self._pending_events(watch, group):
+                    yield event
                 await watch.changed.wait()
         finally:
             if self._watches.get(key) is watch:
                 del self._watches[key]
                 # The connection is gone: the client left (cleanly or not).
                 self.consumers.unregister(client_id, group)
+
+    def _pending_events(self, watch: _Watch, group: str) -> list[rmq_pb2.ConsumerIdsChanged]:
+        events = []
+        if watch.resets:
+            resets, watch.resets = watch.resets, {}
+            events.append(rmq_pb2.ConsumerIdsChanged(status=OK, reset_offsets=[
+                rmq_pb2.ConsumerOffset(topic=topic, queue_id=queue_id, offset=offset)
+                for (topic, queue_id), offset in sorted(resets.items())]))
+        if watch.members_changed:
+            watch.members_changed = False
+            members = self.consumers.consumer_list(group)
+            events.append(rmq_pb2.ConsumerIdsChanged(status=OK, client_ids=members))
+        return events
+
+    def watching(self, group: str) -> set[str]:
+        return {client_id for (watched, client_id), watch in self._watches.items()
+                if watched == group and watch.adopts_resets and not watch.ended}
+
+    def notify_reset(self, group: str, offsets: dict[OffsetKey, int]) -> list[str]:
+        """Tell every watching client of `group` (on the event loop) that its offsets were reset
+        to `offsets`; returns their client ids."""
+        notified = []
+        for (watched_group, client_id), watch in self._watches.items():
+            if watched_group == group and watch.adopts_resets and not watch.ended:
+                watch.resets.update(((key.topic, key.queue_id), offset) for key, offset in offsets.items())
+                watch.changed.set()
+                notified.append(client_id)
+        return sorted(notified)
 
     def _on_change(self, group: str, removed: list[str]) -> None:
         """ConsumerManager listener (called on the event loop or a store thread)."""
@@ -88,6 +129,7 @@ class ConsumerIdsWatchService:
             if client_id in removed:
                 self._end(watch)   # expired or unregistered: its stream ends
             else:
+                watch.members_changed = True
                 watch.changed.set()
 
     @staticmethod

@@ -1,11 +1,16 @@
 """ConsumerManageProcessor (RocketMQ's): a group's consumer list and its committed offsets, for
 every protocol's adapter (rmq.v1 QueryConsumerOffsets / UpdateConsumerOffsets / RemoveConsumerOffsets
 / GetConsumerList; 4.x QUERY_CONSUMER_OFFSET / UPDATE_CONSUMER_OFFSET / GET_CONSUMER_LIST_BY_GROUP;
-RocketMQ 5 QueryOffset / UpdateOffset). Every offset of an update is checked before any is stored."""
+RocketMQ 5 QueryOffset / UpdateOffset), and an admin's offset reset (rmq.v1 ResetConsumerOffsets,
+RocketMQ's resetOffset), which is committed and then told to the group's live consumers by every
+protocol that can reach them (`add_reset_listener`). Every offset of an update is checked before any
+is stored."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
 
 from rmq.broker_server.errors import illegal_argument
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager
@@ -14,6 +19,25 @@ from rmq.broker_server.processors.names import check_group_name
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.security.caller import account_key
 from rmq.topic_config import TopicConfig
+from rmq.v1 import rmq_pb2
+
+
+class ResetNotifier(Protocol):
+    """A protocol's way of telling live consumers of an offset reset (RESET_CONSUMER_CLIENT_OFFSET)."""
+
+    def watching(self, group: str) -> set[str]:
+        """The client ids of `group` it can tell now."""
+        ...
+
+    def notify_reset(self, group: str, offsets: dict[OffsetKey, int]) -> list[str]:
+        """Tell them; the client ids told."""
+        ...
+
+
+@dataclass(frozen=True)
+class ResetOutcome:
+    notified: list[str]
+    untold: list[str]      # live clustering members no notifier could tell (a forced reset)
 
 
 def check_queue(config: TopicConfig, queue_id: int) -> None:
@@ -31,6 +55,10 @@ class ConsumerManageProcessor:
         self.topics = topics
         self.offsets = offsets
         self.consumers = consumers
+        self._reset_notifiers: list[ResetNotifier] = []
+
+    def add_reset_notifier(self, notifier: ResetNotifier) -> None:
+        self._reset_notifiers.append(notifier)
 
     def consumer_list(self, group: str) -> list[str]:
         check_group_name(group)
@@ -61,6 +89,28 @@ class ConsumerManageProcessor:
             account_key(), {OffsetKey(group, topic, queue_id): offset
                             for (topic, queue_id), offset in offsets.items()},
             increase_only=increase_only)
+
+    def reset_offsets(self, group: str, offsets: Mapping[tuple[str, int], int], force: bool = False
+                      ) -> ResetOutcome:
+        """RocketMQ's resetOffset: commit {(topic, queue id): offset} over whatever the group
+        committed (smaller offsets included), then tell its live consumers, which adopt them
+        instead of committing their own positions over them. Refused, nothing committed, while a
+        live clustering member cannot be told (it would commit over the reset), unless `force`."""
+        check_group_name(group)
+        watching = {client_id for notifier in self._reset_notifiers for client_id in notifier.watching(group)}
+        untold = sorted(info.client_id for info in self.consumers.connections(group)
+                        if info.message_model != rmq_pb2.BROADCASTING and info.client_id not in watching)
+        if untold and not force:
+            shown = ", ".join(untold[:3]) + (", ..." if len(untold) > 3 else "")
+            raise illegal_argument(
+                f"consumer group {group} has {len(untold)} live member(s) that cannot be told of a reset "
+                f"({shown}: RocketMQ 4.x/5 clients, or rmq clients without a membership watch): stop them "
+                "first, or force the reset (their next commits may overwrite it)")
+        self.update_offsets(group, offsets)
+        keys = {OffsetKey(group, topic, queue_id): offset for (topic, queue_id), offset in offsets.items()}
+        notified = {client_id for notifier in self._reset_notifiers
+                    for client_id in notifier.notify_reset(group, keys)}
+        return ResetOutcome(sorted(notified), untold)
 
     def remove_offsets(self, group: str, queues: list[tuple[str, int]]) -> None:
         check_group_name(group)

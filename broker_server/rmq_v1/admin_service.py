@@ -11,6 +11,7 @@ from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.grpc_aio import Context
 from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.processors.consumer_manage_processor import ConsumerManageProcessor
 from rmq.broker_server.processors.names import check_group_name
 from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor
 from rmq.broker_server.processors.store_executor import StoreExecutor
@@ -33,6 +34,7 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         hold_service: PullRequestHoldService,
         on_topics_changed: Callable[[], None],
         pull_processor: PullMessageProcessor,
+        consumer_manage: ConsumerManageProcessor,
         broker_status: Callable[[], rmq_pb2.BrokerStatusResponse] | None = None,
         topics_replicated: Callable[[], Awaitable[None]] | None = None,
         consumer_connections: Callable[[str], list[rmq_pb2.ConsumerConnection]] = lambda group: [],
@@ -45,6 +47,7 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         self.hold_service = hold_service
         self.on_topics_changed = on_topics_changed
         self.pull_processor = pull_processor
+        self.consumer_manage = consumer_manage
         self.broker_status = broker_status
         self.consumer_connections = consumer_connections
         self.consumer_groups = consumer_groups
@@ -117,6 +120,16 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         check_group_name(request.consumer_group)
         return rmq_pb2.GetConsumerConnectionsResponse(
             status=OK, connections=self.consumer_connections(request.consumer_group))
+
+    @answers_with_status(rmq_pb2.ResetConsumerOffsetsResponse)
+    async def ResetConsumerOffsets(self, request: rmq_pb2.ResetConsumerOffsetsRequest,
+                                   context: Context) -> rmq_pb2.ResetConsumerOffsetsResponse:
+        """An admin's offset reset, adopted by the group's live consumers (`rmq group reset-offset`)."""
+        outcome = self.consumer_manage.reset_offsets(
+            request.consumer_group,
+            {(entry.topic, entry.queue_id): entry.offset for entry in request.offsets}, request.force)
+        return rmq_pb2.ResetConsumerOffsetsResponse(status=OK, notified_client_ids=outcome.notified,
+                                                    untold_client_ids=outcome.untold)
 
     @answers_with_status(rmq_pb2.ListConsumerGroupsResponse)
     async def ListConsumerGroups(self, request: rmq_pb2.ListConsumerGroupsRequest,

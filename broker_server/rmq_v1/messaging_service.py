@@ -158,5 +158,6 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
         except BrokerError as error:
             yield rmq_pb2.ConsumerIdsChanged(status=error.status())
             return
-        async for event in self.watches.watch(request.consumer_group, request.client_id):
+        async for event in self.watches.watch(request.consumer_group, request.client_id,
+                                              request.adopts_offset_resets):
             yield event

@@ -102,6 +102,7 @@ ADMIN_METHODS = frozenset({
     _rule("AdminService", "UpdateTopic"),
     _rule("AdminService", "BrowseMessages"),
     _rule("AdminService", "ViewMessage"),   # names no topic the ACL could check before the read
+    _rule("AdminService", "ResetConsumerOffsets"),   # moves every member of the group (resetOffset)
     # replication: a slave copies everything, so its account (RMQ_ACCESS_KEY) must be an admin
     _rule("HAService", "Transfer"),
     _rule("HAService", "SlaveSynchronize"),

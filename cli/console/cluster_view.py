@@ -12,7 +12,7 @@ from typing import Any
 from rmq import message_format as mf
 from rmq import retry
 from rmq.cli.output import timestamp
-from rmq.connector.admin import PAGE_MAX, MQAdmin, ResetTarget, resend
+from rmq.connector.admin import PAGE_MAX, MQAdmin, ResetReport, ResetTarget, resend
 from rmq.connector.client import OutgoingMessage, RmqClient, TopicRoute
 from rmq.connector.errors import ConfigError, RmqError, RmqUnavailable
 from rmq.connector.message import MessageExt
@@ -229,10 +229,10 @@ class ClusterView:
         except RmqError:
             return 0
 
-    def reset(self, group: str, topic: str, to: str, force: bool) -> list[dict[str, Any]]:
-        results = self.admin.reset_offsets(group, topic, ResetTarget.parse(to), force)
-        return [{"broker_name": r.queue.broker_name, "queue_id": r.queue.queue_id, "offset": r.offset,
-                 "note": r.note} for r in results]
+    def reset(self, group: str, topic: str, to: str, force: bool) -> ResetReport:
+        """Reset the group's offsets on `topic` ("": every topic it has offsets on; to latest:
+        skip what has accumulated); its live rmq consumers adopt them."""
+        return self.admin.reset_offsets(group, topic, ResetTarget.parse(to), force)
 
     # ------------------------------------------------------------ messages
     def messages(self, topic: str, key: str = "", begin_ms: int | None = None, end_ms: int | None = None,

@@ -95,6 +95,16 @@ class ConsumerMembership:
     def connection_restored(self, broker_name: str) -> None:
         """Nothing to do: a query holds no queue locks."""
 
+    @property
+    def adopts_offset_resets(self) -> bool:
+        """No: a query's positions are its checkpoint's (it commits the group's offsets only as
+        progress), so a reset counts it as a member that cannot be told; restart the query with
+        `startingOffsets` instead."""
+        return False
+
+    def offsets_reset(self, offsets: dict[MessageQueue, int]) -> None:
+        """Never told (adopts_offset_resets is False)."""
+
     # ------------------------------------------------------------ lifecycle
 
     def start(self) -> None:

@@ -505,20 +505,24 @@ class UnlockBatchResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
 
 class WatchConsumerIdsRequest(_message.Message):
-    __slots__ = ("client_id", "consumer_group")
+    __slots__ = ("client_id", "consumer_group", "adopts_offset_resets")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    ADOPTS_OFFSET_RESETS_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     consumer_group: str
-    def __init__(self, client_id: _Optional[str] = ..., consumer_group: _Optional[str] = ...) -> None: ...
+    adopts_offset_resets: bool
+    def __init__(self, client_id: _Optional[str] = ..., consumer_group: _Optional[str] = ..., adopts_offset_resets: _Optional[bool] = ...) -> None: ...
 
 class ConsumerIdsChanged(_message.Message):
-    __slots__ = ("status", "client_ids")
+    __slots__ = ("status", "client_ids", "reset_offsets")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    RESET_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     status: Status
     client_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., client_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    reset_offsets: _containers.RepeatedCompositeFieldContainer[ConsumerOffset]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., client_ids: _Optional[_Iterable[str]] = ..., reset_offsets: _Optional[_Iterable[_Union[ConsumerOffset, _Mapping]]] = ...) -> None: ...
 
 class ConsumerSendMsgBackRequest(_message.Message):
     __slots__ = ("consumer_group", "commit_log_offset", "delay_level", "origin_msg_id", "origin_topic", "max_reconsume_times")
@@ -880,6 +884,26 @@ class ListConsumerGroupsResponse(_message.Message):
     status: Status
     groups: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., groups: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ResetConsumerOffsetsRequest(_message.Message):
+    __slots__ = ("consumer_group", "offsets", "force")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    offsets: _containers.RepeatedCompositeFieldContainer[ConsumerOffset]
+    force: bool
+    def __init__(self, consumer_group: _Optional[str] = ..., offsets: _Optional[_Iterable[_Union[ConsumerOffset, _Mapping]]] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class ResetConsumerOffsetsResponse(_message.Message):
+    __slots__ = ("status", "notified_client_ids", "untold_client_ids")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    NOTIFIED_CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    UNTOLD_CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    notified_client_ids: _containers.RepeatedScalarFieldContainer[str]
+    untold_client_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., notified_client_ids: _Optional[_Iterable[str]] = ..., untold_client_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetConsumerConnectionsRequest(_message.Message):
     __slots__ = ("consumer_group",)

@@ -801,6 +801,11 @@ class AdminServiceStub:
                 request_serializer=rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsRequest.SerializeToString,
                 response_deserializer=rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsResponse.FromString,
                 _registered_method=True)
+        self.ResetConsumerOffsets = channel.unary_unary(
+                '/rmq.v1.AdminService/ResetConsumerOffsets',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.ResetConsumerOffsetsRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.ResetConsumerOffsetsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -855,6 +860,12 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResetConsumerOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -897,6 +908,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListConsumerGroups,
                     request_deserializer=rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsRequest.FromString,
                     response_serializer=rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsResponse.SerializeToString,
+            ),
+            'ResetConsumerOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetConsumerOffsets,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.ResetConsumerOffsetsRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.ResetConsumerOffsetsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1116,6 +1132,33 @@ class AdminService:
             '/rmq.v1.AdminService/ListConsumerGroups',
             rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsRequest.SerializeToString,
             rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetConsumerOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.AdminService/ResetConsumerOffsets',
+            rmq_dot_v1_dot_rmq__pb2.ResetConsumerOffsetsRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.ResetConsumerOffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,

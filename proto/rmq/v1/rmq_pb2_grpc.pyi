@@ -207,6 +207,7 @@ class AdminServiceStub:
     ViewMessage: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.ViewMessageRequest, _rmq_pb2.ViewMessageResponse]
     GetConsumerConnections: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetConsumerConnectionsRequest, _rmq_pb2.GetConsumerConnectionsResponse]
     ListConsumerGroups: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.ListConsumerGroupsRequest, _rmq_pb2.ListConsumerGroupsResponse]
+    ResetConsumerOffsets: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.ResetConsumerOffsetsRequest, _rmq_pb2.ResetConsumerOffsetsResponse]
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -221,6 +222,7 @@ class AdminServiceAsyncStub(AdminServiceStub):
     ViewMessage: _aio.UnaryUnaryMultiCallable[_rmq_pb2.ViewMessageRequest, _rmq_pb2.ViewMessageResponse]  # type: ignore[assignment]
     GetConsumerConnections: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetConsumerConnectionsRequest, _rmq_pb2.GetConsumerConnectionsResponse]  # type: ignore[assignment]
     ListConsumerGroups: _aio.UnaryUnaryMultiCallable[_rmq_pb2.ListConsumerGroupsRequest, _rmq_pb2.ListConsumerGroupsResponse]  # type: ignore[assignment]
+    ResetConsumerOffsets: _aio.UnaryUnaryMultiCallable[_rmq_pb2.ResetConsumerOffsetsRequest, _rmq_pb2.ResetConsumerOffsetsResponse]  # type: ignore[assignment]
 
 class AdminServiceServicer:
     """Served by every broker (its own topics)."""
@@ -272,6 +274,12 @@ class AdminServiceServicer:
         request: _rmq_pb2.ListConsumerGroupsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_rmq_pb2.ListConsumerGroupsResponse, _abc.Awaitable[_rmq_pb2.ListConsumerGroupsResponse]]: ...
+
+    def ResetConsumerOffsets(
+        self,
+        request: _rmq_pb2.ResetConsumerOffsetsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rmq_pb2.ResetConsumerOffsetsResponse, _abc.Awaitable[_rmq_pb2.ResetConsumerOffsetsResponse]]: ...
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
