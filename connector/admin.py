@@ -274,10 +274,11 @@ class MQAdmin:
     def reset_offsets(self, group: str, topic: str, target: ResetTarget, force: bool = False) -> ResetReport:
         """Set the group's committed offset on every queue of `topic`, or of every topic it has
         offsets on or its members subscribe to when `topic` is "" (RocketMQ resetOffsetByTimestamp;
-        to LATEST it is the Dashboard's skipAccumulate). The brokers tell the group's live rmq consumers, which drop
-        what they cached and read on from the reset offsets (RESET_CONSUMER_CLIENT_OFFSET).
-        Refused, unless `force`, while the group has live members no broker can tell (RocketMQ
-        4.x/5 clients): they keep their positions and would commit over the reset."""
+        to LATEST it is the Dashboard's skipAccumulate). The brokers tell the group's live rmq
+        consumers, which drop what they cached and read on from the reset offsets
+        (RESET_CONSUMER_CLIENT_OFFSET). Refused, unless `force`, while the group has live members
+        no broker can tell (RocketMQ 4.x/5 clients, rmq clients without a membership watch): they
+        keep their positions and would commit over the reset."""
         topics = [topic] if topic else sorted(
             {mq.topic for mq in self.client.query_consumer_offsets(group)}
             | {name for member in self.members(group) for name in member.subscriptions})
