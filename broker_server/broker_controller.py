@@ -38,6 +38,7 @@ from rmq.broker_server.offsets.consumer_ids_watch import ConsumerIdsWatchService
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager, ConsumerTableLimits
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.offsets.rebalance_lock_manager import LOCKS_FILE, RebalanceLockManager
+from rmq.broker_server.offsets.subscription_group_manager import SubscriptionGroupManager
 from rmq.broker_server.processors.admin_broker_processor import AdminBrokerProcessor
 from rmq.broker_server.processors.client_manage_processor import ClientManageProcessor
 from rmq.broker_server.processors.consumer_manage_processor import ConsumerManageProcessor
@@ -55,6 +56,7 @@ from rmq.broker_server.processors.query_message_processor import QueryMessagePro
 from rmq.broker_server.processors.schedule_message_service import ScheduleMessageService
 from rmq.broker_server.processors.send_message_processor import SendMessageProcessor
 from rmq.broker_server.processors.store_executor import StoreExecutor
+from rmq.broker_server.processors.subscription_group_processor import SubscriptionGroupProcessor
 from rmq.broker_server.processors.timer_message_store import RecallHandles, TimerMessageStore, TimerSettings
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.remoting.remoting_server import RemotingServer
@@ -145,6 +147,7 @@ class BrokerController:
             config.max_consumer_groups, config.max_clients_per_group, config.max_consumer_clients,
             config.max_subscriptions_per_client, config.max_subscription_bytes))
         self.watches = ConsumerIdsWatchService(self.consumers, config.max_consumer_id_watchers)
+        self.subscription_groups = SubscriptionGroupManager(path, config.max_consumer_groups)
         self.locks = RebalanceLockManager(config.rebalance_lock_max_live_time_ms,
                                           max_locks=config.max_queue_locks,
                                           path=path / "config" / LOCKS_FILE)
@@ -205,6 +208,7 @@ class BrokerController:
             PullResponseBudget(config.max_inflight_pull_bytes, config.max_inflight_pull_bytes_per_connection,
                                max_bytes_per_account=config.pull_bytes_per_account),
             security.refusals,
+            self.subscription_groups,
         )
         self.send_back_processor = ConsumerSendMsgBackProcessor(
             self.store,
@@ -214,6 +218,7 @@ class BrokerController:
             self._group_exists,
             self.outer_api.register_soon,
             self.stats,
+            self.subscription_groups,
         )
         self.processors = BrokerProcessors(
             self.send_processor,
@@ -246,6 +251,7 @@ class BrokerController:
         try:
             self.topics.load()
             self.offsets.load()
+            self.subscription_groups.load()
             self.schedule_service.load()
             self.timer.load(is_master=not self.replication.is_slave)
             self.processors.end_transaction.load()
@@ -277,6 +283,7 @@ class BrokerController:
                 self.outer_api.register_soon,
                 self.pull_processor,
                 self.processors.consumer_manage,
+                SubscriptionGroupProcessor(self.subscription_groups),
                 self.replication.status,
                 self.replication.topics_replicated,
                 self.consumer_connections,

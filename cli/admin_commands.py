@@ -1,5 +1,5 @@
-"""`rmq message query` and `rmq group members|reset-offset|delete`: RocketMQ's mqadmin
-queryMsgByKey / queryMsgById / consumerConnection / resetOffsetByTime / deleteSubGroup, on
+"""`rmq message query` and `rmq group members|reset-offset|settings|delete`: RocketMQ's mqadmin
+queryMsgByKey / queryMsgById / consumerConnection / resetOffsetByTime / updateSubGroup / deleteSubGroup, on
 rmq.connector.admin.MQAdmin. Results are bounded and paged."""
 
 from __future__ import annotations
@@ -77,6 +77,16 @@ def group_parsers(group_commands: Subcommands
                             "(their next commits may overwrite the reset)")
     reset.add_argument("--json", action="store_true")
     yield reset, _group_reset_offset
+    settings = group_commands.add_parser(
+        "settings", help="show a group's settings on each broker, or change them (admin; RocketMQ "
+                         "updateSubGroup)")
+    settings.add_argument("group")
+    settings.add_argument("--consume-enable", type=_yes_no, metavar="yes|no",
+                          help="no: the group's pulls are refused (NO_PERMISSION) until set back to yes")
+    settings.add_argument("--retry-max-times", type=non_negative_int, metavar="N",
+                          help="deliveries retried before a message goes to the group's DLQ (default 16)")
+    settings.add_argument("--json", action="store_true")
+    yield settings, _group_settings
     delete = group_commands.add_parser("delete", help="forget a group: its offsets, retry and DLQ topics")
     delete.add_argument("group")
     delete.add_argument("--force", action="store_true", help="even while the group has live members")
@@ -196,6 +206,35 @@ def _group_reset_offset(client: RmqClient, args: argparse.Namespace) -> int:
     print(f"live consumers told: {', '.join(report.notified) or 'none'}"
           + (f"; not told (may commit over the reset): {', '.join(report.untold)}" if report.untold else ""))
     return 0
+
+
+def _yes_no(text: str) -> bool:
+    if text not in ("yes", "no"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not yes or no")
+    return text == "yes"
+
+
+def _group_settings(client: RmqClient, args: argparse.Namespace) -> int:
+    """Exit 1 when a broker could not be asked (its settings are not shown)."""
+    admin = MQAdmin(client)
+    _require_group(admin, args.group)
+    unreachable: dict[str, RmqUnavailable] = {}
+    if args.consume_enable is None and args.retry_max_times is None:
+        settings = admin.group_settings(args.group, unreachable)
+    else:
+        settings = admin.update_group_settings(args.group, args.consume_enable, args.retry_max_times)
+    if args.json:
+        print_json({"group": args.group, "complete": not unreachable,
+                    "unreachable": unreachable_json(unreachable),
+                    "brokers": {name: {"consume_enable": s.consume_enable,
+                                       "retry_max_times": s.retry_max_times, "stored": s.stored}
+                                for name, s in settings.items()}})
+        return incomplete_exit(unreachable)
+    warn_unreachable(unreachable)
+    print_table(["BROKER", "CONSUME_ENABLE", "RETRY_MAX_TIMES", "STORED"],
+                [[name, "yes" if s.consume_enable else "no", s.retry_max_times,
+                  "yes" if s.stored else "no (defaults)"] for name, s in settings.items()])
+    return incomplete_exit(unreachable)
 
 
 def _group_delete(client: RmqClient, args: argparse.Namespace) -> int:

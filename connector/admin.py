@@ -129,6 +129,15 @@ class ResetReport:
     untold: list[str]                   # live members no broker could tell (a forced reset)
 
 
+@dataclass(frozen=True)
+class GroupSettings:
+    """A group's settings on one broker (RocketMQ's SubscriptionGroupConfig)."""
+
+    consume_enable: bool
+    retry_max_times: int
+    stored: bool                        # False: none stored there, the defaults apply
+
+
 class MQAdmin:
     def __init__(self, client: RmqClient) -> None:
         self.client = client
@@ -304,6 +313,28 @@ class MQAdmin:
                 return ResetResult(mq, bounds.min_offset, "the time is before the earliest message: "
                                                           "reset to the earliest")
         return ResetResult(mq, offset)
+
+    def group_settings(self, group: str, unreachable: dict[str, RmqUnavailable] | None = None
+                       ) -> dict[str, GroupSettings]:
+        """broker name -> the group's settings there (consume enabled, retries before the DLQ)."""
+        return {name: GroupSettings(answer.config.consume_enable, answer.config.retry_max_times,
+                                    answer.stored)
+                for name, answer in self.client.subscription_groups(group, unreachable).items()}
+
+    def update_group_settings(self, group: str, consume_enable: bool | None = None,
+                              retry_max_times: int | None = None) -> dict[str, GroupSettings]:
+        """Change the given settings on every broker (RocketMQ updateSubGroup, admin), keeping the
+        others as each broker has them; returns the settings now stored."""
+        updated = {}
+        for name, now in self.group_settings(group).items():
+            settings = GroupSettings(
+                now.consume_enable if consume_enable is None else consume_enable,
+                now.retry_max_times if retry_max_times is None else retry_max_times, stored=True)
+            self.client.update_subscription_group(name, rmq_pb2.SubscriptionGroupConfig(
+                consumer_group=group, consume_enable=settings.consume_enable,
+                retry_max_times=settings.retry_max_times))
+            updated[name] = settings
+        return updated
 
     def delete_group(self, group: str, force: bool = False) -> list[str]:
         """Forget the group: its committed offsets on every topic and its retry and dead-letter

@@ -59,6 +59,10 @@ _GET_CONSUMER_CONNECTIONS = Rpc("GetConsumerConnections", lambda c: c.admin.GetC
                                 rmq_pb2.GetConsumerConnectionsResponse)
 _RESET_CONSUMER_OFFSETS = Rpc("ResetConsumerOffsets", lambda c: c.admin.ResetConsumerOffsets,
                               rmq_pb2.ResetConsumerOffsetsResponse)
+_GET_SUBSCRIPTION_GROUP = Rpc("GetSubscriptionGroup", lambda c: c.admin.GetSubscriptionGroup,
+                              rmq_pb2.GetSubscriptionGroupResponse)
+_UPDATE_SUBSCRIPTION_GROUP = Rpc("UpdateSubscriptionGroup", lambda c: c.admin.UpdateSubscriptionGroup,
+                                 rmq_pb2.UpdateSubscriptionGroupResponse)
 _LIST_CONSUMER_GROUPS = Rpc("ListConsumerGroups", lambda c: c.admin.ListConsumerGroups,
                             rmq_pb2.ListConsumerGroupsResponse)
 
@@ -209,6 +213,24 @@ class RmqClient(ClientAPI):
 
         call_each(grouped, reset)
         return sorted(notified), sorted(untold)
+
+    def subscription_groups(self, group: str, unreachable: dict[str, RmqUnavailable] | None = None
+                            ) -> dict[str, rmq_pb2.GetSubscriptionGroupResponse]:
+        """broker name -> the group's settings on that broker's master (RocketMQ
+        examineSubscriptionGroupConfig); `unreachable` as for topic_offsets."""
+        request = rmq_pb2.GetSubscriptionGroupRequest(consumer_group=group)
+        settings: dict[str, rmq_pb2.GetSubscriptionGroupResponse] = {}
+        for name, address in self.list_brokers().items():
+            ask = functools.partial(self._call, address, _GET_SUBSCRIPTION_GROUP, request, name)
+            answer = unless_unreachable(ask, name, unreachable)
+            if answer is not None:
+                settings[name] = answer
+        return settings
+
+    def update_subscription_group(self, broker_name: str, config: rmq_pb2.SubscriptionGroupConfig) -> None:
+        """Store the group's settings on the broker's master (admin; RocketMQ updateSubGroup)."""
+        self._call(self._broker_address(broker_name), _UPDATE_SUBSCRIPTION_GROUP,
+                   rmq_pb2.UpdateSubscriptionGroupRequest(config=config), broker_name)
 
     def list_consumer_groups(self, unreachable: dict[str, RmqUnavailable] | None = None) -> list[str]:
         """Every consumer group some broker knows from any source (live members of every protocol,

@@ -11,10 +11,12 @@ from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.grpc_aio import Context
 from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.offsets.subscription_group_manager import SubscriptionGroupConfig
 from rmq.broker_server.processors.consumer_manage_processor import ConsumerManageProcessor
 from rmq.broker_server.processors.names import check_group_name
 from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor
 from rmq.broker_server.processors.store_executor import StoreExecutor
+from rmq.broker_server.processors.subscription_group_processor import SubscriptionGroupProcessor
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.security import caller
 from rmq.broker_server.security.acl import Need, ResourceKind
@@ -35,6 +37,7 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         on_topics_changed: Callable[[], None],
         pull_processor: PullMessageProcessor,
         consumer_manage: ConsumerManageProcessor,
+        subscription_groups: SubscriptionGroupProcessor,
         broker_status: Callable[[], rmq_pb2.BrokerStatusResponse] | None = None,
         topics_replicated: Callable[[], Awaitable[None]] | None = None,
         consumer_connections: Callable[[str], list[rmq_pb2.ConsumerConnection]] = lambda group: [],
@@ -48,6 +51,7 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         self.on_topics_changed = on_topics_changed
         self.pull_processor = pull_processor
         self.consumer_manage = consumer_manage
+        self.subscription_groups = subscription_groups
         self.broker_status = broker_status
         self.consumer_connections = consumer_connections
         self.consumer_groups = consumer_groups
@@ -130,6 +134,24 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
             {(entry.topic, entry.queue_id): entry.offset for entry in request.offsets}, request.force)
         return rmq_pb2.ResetConsumerOffsetsResponse(status=OK, notified_client_ids=outcome.notified,
                                                     untold_client_ids=outcome.untold)
+
+    @answers_with_status(rmq_pb2.UpdateSubscriptionGroupResponse)
+    async def UpdateSubscriptionGroup(self, request: rmq_pb2.UpdateSubscriptionGroupRequest,
+                                      context: Context) -> rmq_pb2.UpdateSubscriptionGroupResponse:
+        """An admin's per-group settings (`rmq group set`), stored before the answer."""
+        config = request.config
+        await self.executor.run(self.subscription_groups.update, SubscriptionGroupConfig(
+            config.consumer_group, config.consume_enable, config.retry_max_times))
+        return rmq_pb2.UpdateSubscriptionGroupResponse(status=OK)
+
+    @answers_with_status(rmq_pb2.GetSubscriptionGroupResponse)
+    async def GetSubscriptionGroup(self, request: rmq_pb2.GetSubscriptionGroupRequest,
+                                   context: Context) -> rmq_pb2.GetSubscriptionGroupResponse:
+        config, stored = self.subscription_groups.get(request.consumer_group)
+        answer = rmq_pb2.SubscriptionGroupConfig(
+            consumer_group=config.group, consume_enable=config.consume_enable,
+            retry_max_times=config.retry_max_times)
+        return rmq_pb2.GetSubscriptionGroupResponse(status=OK, stored=stored, config=answer)
 
     @answers_with_status(rmq_pb2.ListConsumerGroupsResponse)
     async def ListConsumerGroups(self, request: rmq_pb2.ListConsumerGroupsRequest,

@@ -90,6 +90,7 @@ RULES: dict[str, Rule] = {
     _rule("AdminService", "GetBrokerStatus"): _nothing,   # role and offsets, like ListBrokers
     _rule("AdminService", "GetConsumerConnections"): _group_sub,   # the group's members, like GetConsumerList
     _rule("AdminService", "ListConsumerGroups"): _nothing,   # answers only the groups the caller may SUB
+    _rule("AdminService", "GetSubscriptionGroup"): _group_sub,   # the group's settings, to its consumers
     _rule("NameServerService", "RegisterBroker"): lambda r: _broker(r.broker.broker_name),
     _rule("NameServerService", "UnregisterBroker"): lambda r: _broker(r.broker_name),
     _rule("ControllerService", "Heartbeat"): lambda r: _broker(r.broker_name),
@@ -103,6 +104,7 @@ ADMIN_METHODS = frozenset({
     _rule("AdminService", "BrowseMessages"),
     _rule("AdminService", "ViewMessage"),   # names no topic the ACL could check before the read
     _rule("AdminService", "ResetConsumerOffsets"),   # moves every member of the group (resetOffset)
+    _rule("AdminService", "UpdateSubscriptionGroup"),   # updateSubGroup
     # replication: a slave copies everything, so its account (RMQ_ACCESS_KEY) must be an admin
     _rule("HAService", "Transfer"),
     _rule("HAService", "SlaveSynchronize"),

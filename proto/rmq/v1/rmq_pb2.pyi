@@ -905,6 +905,44 @@ class ResetConsumerOffsetsResponse(_message.Message):
     untold_client_ids: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., notified_client_ids: _Optional[_Iterable[str]] = ..., untold_client_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class SubscriptionGroupConfig(_message.Message):
+    __slots__ = ("consumer_group", "consume_enable", "retry_max_times")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_ENABLE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_MAX_TIMES_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    consume_enable: bool
+    retry_max_times: int
+    def __init__(self, consumer_group: _Optional[str] = ..., consume_enable: _Optional[bool] = ..., retry_max_times: _Optional[int] = ...) -> None: ...
+
+class UpdateSubscriptionGroupRequest(_message.Message):
+    __slots__ = ("config",)
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    config: SubscriptionGroupConfig
+    def __init__(self, config: _Optional[_Union[SubscriptionGroupConfig, _Mapping]] = ...) -> None: ...
+
+class UpdateSubscriptionGroupResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
+
+class GetSubscriptionGroupRequest(_message.Message):
+    __slots__ = ("consumer_group",)
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    def __init__(self, consumer_group: _Optional[str] = ...) -> None: ...
+
+class GetSubscriptionGroupResponse(_message.Message):
+    __slots__ = ("status", "config", "stored")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    config: SubscriptionGroupConfig
+    stored: bool
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., config: _Optional[_Union[SubscriptionGroupConfig, _Mapping]] = ..., stored: _Optional[bool] = ...) -> None: ...
+
 class GetConsumerConnectionsRequest(_message.Message):
     __slots__ = ("consumer_group",)
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]

@@ -806,6 +806,16 @@ class AdminServiceStub:
                 request_serializer=rmq_dot_v1_dot_rmq__pb2.ResetConsumerOffsetsRequest.SerializeToString,
                 response_deserializer=rmq_dot_v1_dot_rmq__pb2.ResetConsumerOffsetsResponse.FromString,
                 _registered_method=True)
+        self.UpdateSubscriptionGroup = channel.unary_unary(
+                '/rmq.v1.AdminService/UpdateSubscriptionGroup',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.UpdateSubscriptionGroupRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.UpdateSubscriptionGroupResponse.FromString,
+                _registered_method=True)
+        self.GetSubscriptionGroup = channel.unary_unary(
+                '/rmq.v1.AdminService/GetSubscriptionGroup',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.GetSubscriptionGroupRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.GetSubscriptionGroupResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -866,6 +876,18 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateSubscriptionGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSubscriptionGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -913,6 +935,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ResetConsumerOffsets,
                     request_deserializer=rmq_dot_v1_dot_rmq__pb2.ResetConsumerOffsetsRequest.FromString,
                     response_serializer=rmq_dot_v1_dot_rmq__pb2.ResetConsumerOffsetsResponse.SerializeToString,
+            ),
+            'UpdateSubscriptionGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateSubscriptionGroup,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.UpdateSubscriptionGroupRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.UpdateSubscriptionGroupResponse.SerializeToString,
+            ),
+            'GetSubscriptionGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSubscriptionGroup,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.GetSubscriptionGroupRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.GetSubscriptionGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1159,6 +1191,60 @@ class AdminService:
             '/rmq.v1.AdminService/ResetConsumerOffsets',
             rmq_dot_v1_dot_rmq__pb2.ResetConsumerOffsetsRequest.SerializeToString,
             rmq_dot_v1_dot_rmq__pb2.ResetConsumerOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateSubscriptionGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.AdminService/UpdateSubscriptionGroup',
+            rmq_dot_v1_dot_rmq__pb2.UpdateSubscriptionGroupRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.UpdateSubscriptionGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSubscriptionGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.AdminService/GetSubscriptionGroup',
+            rmq_dot_v1_dot_rmq__pb2.GetSubscriptionGroupRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.GetSubscriptionGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -208,6 +208,8 @@ class AdminServiceStub:
     GetConsumerConnections: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetConsumerConnectionsRequest, _rmq_pb2.GetConsumerConnectionsResponse]
     ListConsumerGroups: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.ListConsumerGroupsRequest, _rmq_pb2.ListConsumerGroupsResponse]
     ResetConsumerOffsets: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.ResetConsumerOffsetsRequest, _rmq_pb2.ResetConsumerOffsetsResponse]
+    UpdateSubscriptionGroup: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.UpdateSubscriptionGroupRequest, _rmq_pb2.UpdateSubscriptionGroupResponse]
+    GetSubscriptionGroup: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetSubscriptionGroupRequest, _rmq_pb2.GetSubscriptionGroupResponse]
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -223,6 +225,8 @@ class AdminServiceAsyncStub(AdminServiceStub):
     GetConsumerConnections: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetConsumerConnectionsRequest, _rmq_pb2.GetConsumerConnectionsResponse]  # type: ignore[assignment]
     ListConsumerGroups: _aio.UnaryUnaryMultiCallable[_rmq_pb2.ListConsumerGroupsRequest, _rmq_pb2.ListConsumerGroupsResponse]  # type: ignore[assignment]
     ResetConsumerOffsets: _aio.UnaryUnaryMultiCallable[_rmq_pb2.ResetConsumerOffsetsRequest, _rmq_pb2.ResetConsumerOffsetsResponse]  # type: ignore[assignment]
+    UpdateSubscriptionGroup: _aio.UnaryUnaryMultiCallable[_rmq_pb2.UpdateSubscriptionGroupRequest, _rmq_pb2.UpdateSubscriptionGroupResponse]  # type: ignore[assignment]
+    GetSubscriptionGroup: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetSubscriptionGroupRequest, _rmq_pb2.GetSubscriptionGroupResponse]  # type: ignore[assignment]
 
 class AdminServiceServicer:
     """Served by every broker (its own topics)."""
@@ -280,6 +284,18 @@ class AdminServiceServicer:
         request: _rmq_pb2.ResetConsumerOffsetsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_rmq_pb2.ResetConsumerOffsetsResponse, _abc.Awaitable[_rmq_pb2.ResetConsumerOffsetsResponse]]: ...
+
+    def UpdateSubscriptionGroup(
+        self,
+        request: _rmq_pb2.UpdateSubscriptionGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rmq_pb2.UpdateSubscriptionGroupResponse, _abc.Awaitable[_rmq_pb2.UpdateSubscriptionGroupResponse]]: ...
+
+    def GetSubscriptionGroup(
+        self,
+        request: _rmq_pb2.GetSubscriptionGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rmq_pb2.GetSubscriptionGroupResponse, _abc.Awaitable[_rmq_pb2.GetSubscriptionGroupResponse]]: ...
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
