@@ -60,14 +60,15 @@ def test_the_group_s_retry_max_times_decides_when_a_sent_back_message_goes_to_th
 def test_only_admins_change_settings_and_the_group_s_accounts_read_them(tmp_path: Path) -> None:
     broker = acl_broker.acl_broker(tmp_path)
     try:
-        with acl_broker.client(broker, "consumer") as consumer, acl_broker.client(broker, "admin1") as admin, \
-                acl_broker.client(broker, "stranger") as stranger:
+        with acl_broker.client(broker, "consumer") as consumer, \
+                acl_broker.client(broker, "admin1") as admin, acl_broker.client(broker, "stranger") as stranger:
             with pytest.raises(RmqError, match="PERMISSION_DENIED.*UpdateSubscriptionGroup"):
                 MQAdmin(consumer).update_group_settings("g", consume_enable=False)
             assert MQAdmin(consumer).group_settings("g")["broker-a"].consume_enable
             with pytest.raises(RmqError, match="PERMISSION_DENIED.*lacks SUB on group 'g'"):
                 MQAdmin(stranger).group_settings("g")
             MQAdmin(admin).update_group_settings("g", consume_enable=False)
-            assert MQAdmin(consumer).group_settings("g") == {"broker-a": GroupSettings(False, 16, stored=True)}
+            disabled = {"broker-a": GroupSettings(False, 16, stored=True)}
+            assert MQAdmin(consumer).group_settings("g") == disabled
     finally:
         broker.stop()
