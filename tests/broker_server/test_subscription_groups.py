@@ -60,8 +60,8 @@ def test_the_group_s_retry_max_times_decides_when_a_sent_back_message_goes_to_th
 def test_only_admins_change_settings_and_the_group_s_accounts_read_them(tmp_path: Path) -> None:
     broker = acl_broker.acl_broker(tmp_path)
     try:
-        with acl_broker.client(broker, "consumer") as consumer, \
-                acl_broker.client(broker, "admin1") as admin, acl_broker.client(broker, "stranger") as stranger:
+        with (acl_broker.client(broker, "consumer") as consumer, acl_broker.client(broker, "admin1") as admin,
+              acl_broker.client(broker, "stranger") as stranger):
             with pytest.raises(RmqError, match="PERMISSION_DENIED.*UpdateSubscriptionGroup"):
                 MQAdmin(consumer).update_group_settings("g", consume_enable=False)
             assert MQAdmin(consumer).group_settings("g")["broker-a"].consume_enable
