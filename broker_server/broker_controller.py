@@ -224,7 +224,7 @@ class BrokerController:
             self.send_processor,
             self.pull_processor,
             self.send_back_processor,
-            ConsumerManageProcessor(self.topics, self.offsets, self.consumers),
+            ConsumerManageProcessor(self.topics, self.offsets, self.consumers, self.watches),
             ClientManageProcessor(self.topics, self.consumers, self.outer_api.register_soon),
             AdminBrokerProcessor(self.store, self.executor, self.topics, self.locks),
             QueryMessageProcessor(self.store, self.executor, self.topics),
@@ -233,7 +233,6 @@ class BrokerController:
                 config.transaction_check_max, config.max_open_transactions,
                 config.max_open_transactions_per_account)),
         )
-        self.processors.consumer_manage.add_reset_notifier(self.watches)
         self._tasks: list[asyncio.Task[None]] = []
         self.rocketmq_v2: RocketMQv2MessagingService | None = None
         self.flight: FlightReadService | None = None

@@ -1,10 +1,12 @@
-"""`rmq message query` and `rmq group members|reset-offset|settings|delete`: RocketMQ's mqadmin
-queryMsgByKey / queryMsgById / consumerConnection / resetOffsetByTime / updateSubGroup / deleteSubGroup, on
+"""`rmq message query` and `rmq group members|reset-offset|status|settings|delete`: RocketMQ's mqadmin
+queryMsgByKey / queryMsgById / consumerConnection / resetOffsetByTime / consumerStatus / updateSubGroup /
+deleteSubGroup, on
 rmq.connector.admin.MQAdmin. Results are bounded and paged."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,6 +24,7 @@ from rmq.connector.admin import PAGE_MAX, MQAdmin, ResetTarget
 from rmq.connector.client import RmqClient
 from rmq.connector.errors import RmqUnavailable
 from rmq.connector.message import MessageExt
+from rmq.v1 import rmq_pb2
 
 Command = Callable[[RmqClient, argparse.Namespace], int]
 BODY_PREVIEW = 60
@@ -77,6 +80,12 @@ def group_parsers(group_commands: Subcommands
                             "(their next commits may overwrite the reset)")
     reset.add_argument("--json", action="store_true")
     yield reset, _group_reset_offset
+    status = group_commands.add_parser(
+        "status", help="each live member's running info: process queues (cached messages, last pull and "
+                       "consume, committed offset), subscriptions, consume type (RocketMQ consumerStatus)")
+    status.add_argument("group")
+    status.add_argument("--json", action="store_true")
+    yield status, _group_status
     settings = group_commands.add_parser(
         "settings", help="show a group's settings on each broker, or change them (admin; RocketMQ "
                          "updateSubGroup)")
@@ -206,6 +215,48 @@ def _group_reset_offset(client: RmqClient, args: argparse.Namespace) -> int:
     print(f"live consumers told: {', '.join(report.notified) or 'none'}"
           + (f"; not told (may commit over the reset): {', '.join(report.untold)}" if report.untold else ""))
     return 0
+
+
+def running_info_json(info: rmq_pb2.ConsumerRunningInfo) -> dict[str, Any]:
+    return {"client_id": info.client_id, "consume_type": rmq_pb2.ConsumeType.Name(info.consume_type),
+            "message_model": rmq_pb2.MessageModel.Name(info.message_model), "orderly": info.orderly,
+            "sdk_version": info.sdk_version,
+            "subscriptions": {s.topic: s.sub_expression for s in info.subscriptions},
+            "queues": [{"topic": q.queue.topic, "broker_name": q.queue.broker_name,
+                        "queue_id": q.queue.queue_id, "committed_offset": q.committed_offset,
+                        "cached_messages": q.cached_messages, "cached_bytes": q.cached_bytes,
+                        "cached_min_offset": q.cached_min_offset,
+                        "cached_max_offset": q.cached_max_offset, "last_pull": timestamp(q.last_pull_ms),
+                        "last_consume": timestamp(q.last_consume_ms), "locked": q.locked}
+                       for q in info.queues]}
+
+
+def _group_status(client: RmqClient, args: argparse.Namespace) -> int:
+    """Exit 1 when a member's running info could not be had."""
+    admin = MQAdmin(client)
+    _require_group(admin, args.group)
+    infos = admin.running_infos(args.group)
+    failed = {cid: why for cid, why in infos.items() if isinstance(why, str)}
+    answered = [running_info_json(info) for info in infos.values() if not isinstance(info, str)]
+    if args.json:
+        print_json({"group": args.group, "complete": not failed, "clients": answered,
+                    "not_answered": failed})
+        return 1 if failed else 0
+    if not infos:
+        print(f"consumer group {args.group} has no live member")
+    for info in answered:
+        print(f"{info['client_id']}: {info['consume_type']} {info['message_model']}"
+              f"{' orderly' if info['orderly'] else ''}, sdk {info['sdk_version']}, subscriptions "
+              + (", ".join(f"{t}:{e}" for t, e in info["subscriptions"].items()) or "-"))
+        print_table(["TOPIC", "BROKER", "QUEUE", "COMMITTED", "CACHED", "CACHED_RANGE", "LAST_PULL",
+                     "LAST_CONSUME"],
+                    [[q["topic"], q["broker_name"], q["queue_id"], q["committed_offset"],
+                      q["cached_messages"],
+                      f"{q['cached_min_offset']}-{q['cached_max_offset']}" if q["cached_messages"] else "-",
+                      q["last_pull"], q["last_consume"]] for q in info["queues"]])
+    for client_id, why in failed.items():
+        print(f"{client_id}: {why}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _yes_no(text: str) -> bool:

@@ -314,6 +314,20 @@ class MQAdmin:
                                                           "reset to the earliest")
         return ResetResult(mq, offset)
 
+    def running_infos(self, group: str) -> dict[str, rmq_pb2.ConsumerRunningInfo | str]:
+        """client id -> each live member's running info (RocketMQ consumerStatus), or why it could
+        not be had (RocketMQ 4.x/5 clients are not asked; a client that does not answer)."""
+        infos: dict[str, rmq_pb2.ConsumerRunningInfo | str] = {}
+        for member in self.members(group):
+            if member.protocol is not ClientProtocol.RMQ:
+                infos[member.client_id] = f"not asked: a {member.protocol.label} client"
+                continue
+            try:
+                infos[member.client_id] = self.client.consumer_running_info(group, member.client_id)
+            except RmqError as error:
+                infos[member.client_id] = str(error)
+        return infos
+
     def group_settings(self, group: str, unreachable: dict[str, RmqUnavailable] | None = None
                        ) -> dict[str, GroupSettings]:
         """broker name -> the group's settings there (consume enabled, retries before the DLQ)."""

@@ -63,6 +63,8 @@ _GET_SUBSCRIPTION_GROUP = Rpc("GetSubscriptionGroup", lambda c: c.admin.GetSubsc
                               rmq_pb2.GetSubscriptionGroupResponse)
 _UPDATE_SUBSCRIPTION_GROUP = Rpc("UpdateSubscriptionGroup", lambda c: c.admin.UpdateSubscriptionGroup,
                                  rmq_pb2.UpdateSubscriptionGroupResponse)
+_GET_CONSUMER_RUNNING_INFO = Rpc("GetConsumerRunningInfo", lambda c: c.admin.GetConsumerRunningInfo,
+                                 rmq_pb2.GetConsumerRunningInfoResponse)
 _LIST_CONSUMER_GROUPS = Rpc("ListConsumerGroups", lambda c: c.admin.ListConsumerGroups,
                             rmq_pb2.ListConsumerGroupsResponse)
 
@@ -213,6 +215,18 @@ class RmqClient(ClientAPI):
 
         call_each(grouped, reset)
         return sorted(notified), sorted(untold)
+
+    def consumer_running_info(self, group: str, client_id: str) -> rmq_pb2.ConsumerRunningInfo:
+        """A live rmq consumer's running info (RocketMQ getConsumerRunningInfo), asked through the
+        first broker it watches; the last refusal when none could ask it."""
+        request = rmq_pb2.GetConsumerRunningInfoRequest(consumer_group=group, client_id=client_id)
+        failure: RmqError | None = None
+        for name in self.list_brokers():
+            try:
+                return self._read_call(name, _GET_CONSUMER_RUNNING_INFO, request).info
+            except RmqError as error:
+                failure = error
+        raise failure or RmqUnavailable(f"no broker to ask for the running info of {client_id}")
 
     def subscription_groups(self, group: str, unreachable: dict[str, RmqUnavailable] | None = None
                             ) -> dict[str, rmq_pb2.GetSubscriptionGroupResponse]:

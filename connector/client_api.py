@@ -31,6 +31,8 @@ _CONSUMER_SEND_MSG_BACK = Rpc("ConsumerSendMsgBack", lambda c: c.messaging.Consu
                               rmq_pb2.ConsumerSendMsgBackResponse)
 _GET_CONSUMER_LIST = Rpc("GetConsumerList", lambda c: c.messaging.GetConsumerList,
                          rmq_pb2.GetConsumerListResponse)
+_REPORT_RUNNING_INFO = Rpc("ReportRunningInfo", lambda c: c.messaging.ReportRunningInfo,
+                           rmq_pb2.ReportRunningInfoResponse)
 _HEARTBEAT = Rpc("Heartbeat", lambda c: c.messaging.Heartbeat, rmq_pb2.HeartbeatResponse)
 _LOCK_BATCH_MQ = Rpc("LockBatchMQ", lambda c: c.messaging.LockBatchMQ, rmq_pb2.LockBatchResponse)
 _UNLOCK_BATCH_MQ = Rpc("UnlockBatchMQ", lambda c: c.messaging.UnlockBatchMQ, rmq_pb2.UnlockBatchResponse)
@@ -112,6 +114,13 @@ class ClientAPI(SendAPI, PullAPI):
             origin_msg_id=origin_msg_id, origin_topic=origin_topic, max_reconsume_times=max_reconsume_times)
         return self._call(self._broker_address(broker_name), _CONSUMER_SEND_MSG_BACK, request,
                           broker_name)
+
+    def report_running_info(self, broker_name: str, group: str, client_id: str, request_id: str,
+                            info: rmq_pb2.ConsumerRunningInfo) -> None:
+        """Answer a broker's running-info question (asked on the membership watch to that member)."""
+        request = rmq_pb2.ReportRunningInfoRequest(client_id=client_id, consumer_group=group,
+                                                   request_id=request_id, info=info)
+        self._call(self._read_address(broker_name), _REPORT_RUNNING_INFO, request, broker_name)
 
     def watch_consumer_ids(self, broker_name: str, group: str, client_id: str,
                            adopts_offset_resets: bool = False) -> Iterator[rmq_pb2.ConsumerIdsChanged]:

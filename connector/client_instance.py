@@ -38,6 +38,7 @@ from rmq.connector.errors import StateError
 from rmq.connector.pull_message_service import PullMessageService
 from rmq.connector.rebalance_service import WAIT_INTERVAL_S, RebalanceService
 from rmq.connector.scheduled_executor import ScheduledExecutor, ScheduledTask
+from rmq.v1 import rmq_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +85,10 @@ class MQConsumerInner(Protocol):
 
     def offsets_reset(self, offsets: dict[MessageQueue, int]) -> None:
         """An admin reset the group's offsets (RESET_CONSUMER_CLIENT_OFFSET): read on from there."""
+        ...
+
+    def running_info(self) -> rmq_pb2.ConsumerRunningInfo:
+        """GET_CONSUMER_RUNNING_INFO's answer (RocketMQ's consumerRunningInfo)."""
         ...
 
 
@@ -254,7 +259,8 @@ class ClientInstance:
                     self.client, consumer.group, self.client_id, self.rebalance_immediately,
                     lambda: self.send_heartbeat(consumer), on_lost=consumer.connection_lost,
                     on_restored=consumer.connection_restored,
-                    on_reset=consumer.offsets_reset if consumer.adopts_offset_resets else None)
+                    on_reset=consumer.offsets_reset if consumer.adopts_offset_resets else None,
+                    running_info=consumer.running_info)
         try:
             watcher.watch(self.client.list_brokers())
         except RmqError as error:   # the brokers then expire this client after their timeout

@@ -9,7 +9,8 @@ the heartbeat expiry. A broken stream is reopened after a heartbeat (the broker 
 the client when it broke, releasing its queue locks: `on_lost` tells the consumer, and
 `on_restored` when the broker answers again); a broker without the RPC, or refusing it, is just
 not watched. The same stream brings an admin's offset reset (RESET_CONSUMER_CLIENT_OFFSET), which
-`on_reset` hands to the consumer with the broker's queues.
+`on_reset` hands to the consumer with the broker's queues, and its running-info questions
+(GET_CONSUMER_RUNNING_INFO), answered with ReportRunningInfo.
 """
 
 from __future__ import annotations
@@ -34,12 +35,13 @@ class ConsumerIdsWatcher:
     def __init__(self, client: RmqClient, group: str, client_id: str, on_change: Callable[[], None],
                  heartbeat: Callable[[], None], on_lost: Callable[[str], None] = lambda broker: None,
                  on_restored: Callable[[str], None] = lambda broker: None,
-                 on_reset: Callable[[dict[MessageQueue, int]], None] | None = None) -> None:
+                 on_reset: Callable[[dict[MessageQueue, int]], None] | None = None,
+                 running_info: Callable[[], rmq_pb2.ConsumerRunningInfo] | None = None) -> None:
         """`on_lost(broker)` runs when an answering stream ends other than by `stop` (the
         broker has unregistered this client and released its queue locks), `on_restored(broker)`
         when a stream answers again after that, `on_reset(offsets)` when an admin reset the
         group's offsets on a broker (without it the brokers count this client as one that cannot
-        be told of a reset)."""
+        be told of a reset); `running_info()` answers a broker's GET_CONSUMER_RUNNING_INFO."""
         self._client = client
         self._group = group
         self._client_id = client_id
@@ -48,6 +50,7 @@ class ConsumerIdsWatcher:
         self._on_lost = on_lost
         self._on_restored = on_restored
         self._on_reset = on_reset
+        self._running_info = running_info
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._watched: set[str] = set()                # brokers with a watch thread
@@ -71,6 +74,15 @@ class ConsumerIdsWatcher:
         for stream in streams:
             stream.cancel()
 
+    def _answer_running_info(self, broker_name: str, request_id: str) -> None:
+        if self._running_info is None:
+            return   # the broker's question times out
+        try:
+            self._client.report_running_info(broker_name, self._group, self._client_id, request_id,
+                                             self._running_info())
+        except RmqError as error:
+            logger.info("running info for %s not reported: %s", broker_name, error)
+
     def _run(self, broker_name: str) -> None:
         connected = lost = False
         while not self._stopped.is_set():
@@ -91,7 +103,9 @@ class ConsumerIdsWatcher:
                     if lost:
                         self._on_restored(broker_name)
                     connected, lost = True, False
-                    if event.reset_offsets and self._on_reset is not None:
+                    if event.running_info_request:
+                        self._answer_running_info(broker_name, event.running_info_request)
+                    elif event.reset_offsets and self._on_reset is not None:
                         self._on_reset({MessageQueue(o.topic, broker_name, o.queue_id): o.offset
                                         for o in event.reset_offsets})
                     else:

@@ -50,6 +50,7 @@ from rmq.connector.process_queue import ProcessQueue
 from rmq.connector.rebalance_impl import BrokerQueueAdmin, PullRequest, RebalanceImpl, SubscriptionData
 from rmq.connector.transport import Transport
 from rmq.subscription import MessageSelector
+from rmq.v1 import rmq_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,8 @@ class ConsumeRequest:
 class PullConsumer(ConsumerImpl):
     """A lite pull consumer (clustering, `avg` allocation, from the last offset by default). The
     keywords are consumer_config.PullConsumerSettings; `config` holds them, checked."""
+
+    consume_type = rmq_pb2.CONSUME_ACTIVELY
 
     def __init__(self, group: str, endpoints: str | Sequence[str], *, client: RmqClient | None = None,
                  **settings: Unpack[PullConsumerSettings]) -> None:

@@ -15,21 +15,27 @@ The same stream carries RocketMQ's RESET_CONSUMER_CLIENT_OFFSET to rmq.v1 consum
 (`notify_reset`): an admin's offset reset is sent to every watching client of the group as one
 event, so a running consumer drops what it cached and reads on from the reset offsets instead of
 committing its own over them. A watch holds at most one pending reset (a later one of the same
-queue replaces the earlier), bounded by the topics' queues."""
+queue replaces the earlier), bounded by the topics' queues. And RocketMQ's GET_CONSUMER_RUNNING_INFO:
+`ask_running_info` puts a question id on the client's stream and waits (RUNNING_INFO_TIMEOUT_S) for
+its ReportRunningInfo (`answer_running_info`); a client has at most one question open, which every
+concurrent asker shares."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from rmq.broker_server.errors import BrokerError, illegal_argument
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager
 from rmq.broker_server.offsets.consumer_offset_manager import OffsetKey
 from rmq.broker_server.status import OK
 from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
+RUNNING_INFO_TIMEOUT_S = 5.0
 
 
 @dataclass(eq=False)
@@ -39,6 +45,9 @@ class _Watch:
     adopts_resets: bool = False
     members_changed: bool = True
     resets: dict[tuple[str, int], int] = field(default_factory=dict)   # (topic, queue id) -> offset
+    info_request: str = ""                                   # the open running-info question's id
+    info_asked: bool = False                                 # ... sent on the stream
+    info: asyncio.Future[rmq_pb2.ConsumerRunningInfo] | None = None
 
 
 class ConsumerIdsWatchService:
@@ -91,6 +100,9 @@ class ConsumerIdsWatchService:
             events.append(rmq_pb2.ConsumerIdsChanged(status=OK, reset_offsets=[
                 rmq_pb2.ConsumerOffset(topic=topic, queue_id=queue_id, offset=offset)
                 for (topic, queue_id), offset in sorted(resets.items())]))
+        if watch.info_request and not watch.info_asked:
+            watch.info_asked = True
+            events.append(rmq_pb2.ConsumerIdsChanged(status=OK, running_info_request=watch.info_request))
         if watch.members_changed:
             watch.members_changed = False
             members = self.consumers.consumer_list(group)
@@ -111,6 +123,34 @@ class ConsumerIdsWatchService:
                 watch.changed.set()
                 notified.append(client_id)
         return sorted(notified)
+
+    async def ask_running_info(self, group: str, client_id: str) -> rmq_pb2.ConsumerRunningInfo:
+        """The client's answer to a running-info question put on its stream (the open one, if any)."""
+        watch = self._watches.get((group, client_id))
+        if watch is None or watch.ended:
+            raise BrokerError(rmq_pb2.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online (no "
+                                                    "membership watch on this broker)")
+        if watch.info is None:
+            watch.info = asyncio.get_running_loop().create_future()
+            watch.info_request, watch.info_asked = uuid.uuid4().hex, False
+            watch.changed.set()
+        question = watch.info
+        try:
+            return await asyncio.wait_for(asyncio.shield(question), RUNNING_INFO_TIMEOUT_S)
+        except TimeoutError:
+            raise BrokerError(rmq_pb2.SYSTEM_ERROR, f"consumer {client_id} did not answer in "
+                                                    f"{RUNNING_INFO_TIMEOUT_S:.0f} s") from None
+        finally:
+            if watch.info is question:
+                watch.info, watch.info_request = None, ""
+
+    def answer_running_info(self, group: str, client_id: str, request_id: str,
+                            info: rmq_pb2.ConsumerRunningInfo) -> None:
+        watch = self._watches.get((group, client_id))
+        if watch is None or watch.info is None or not request_id or watch.info_request != request_id:
+            raise illegal_argument(f"no running info question {request_id!r} is open for client {client_id}")
+        if not watch.info.done():
+            watch.info.set_result(info)
 
     def _on_change(self, group: str, removed: list[str]) -> None:
         """ConsumerManager listener (called on the event loop or a store thread)."""

@@ -135,6 +135,13 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         return rmq_pb2.ResetConsumerOffsetsResponse(status=OK, notified_client_ids=outcome.notified,
                                                     untold_client_ids=outcome.untold)
 
+    @answers_with_status(rmq_pb2.GetConsumerRunningInfoResponse)
+    async def GetConsumerRunningInfo(self, request: rmq_pb2.GetConsumerRunningInfoRequest,
+                                     context: Context) -> rmq_pb2.GetConsumerRunningInfoResponse:
+        """A live consumer's process queues and subscriptions (`rmq group status`, consumerStatus)."""
+        info = await self.consumer_manage.running_info(request.consumer_group, request.client_id)
+        return rmq_pb2.GetConsumerRunningInfoResponse(status=OK, info=info)
+
     @answers_with_status(rmq_pb2.UpdateSubscriptionGroupResponse)
     async def UpdateSubscriptionGroup(self, request: rmq_pb2.UpdateSubscriptionGroupRequest,
                                       context: Context) -> rmq_pb2.UpdateSubscriptionGroupResponse:

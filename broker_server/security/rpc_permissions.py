@@ -84,6 +84,7 @@ RULES: dict[str, Rule] = {
     _rule("MessagingService", "QueryMessageByKey"): lambda r: _topics([r.topic]),
     _rule("MessagingService", "ConsumerSendMsgBack"): _group_sub,
     _rule("MessagingService", "WatchConsumerIds"): _group_sub,
+    _rule("MessagingService", "ReportRunningInfo"): _group_sub,
     _rule("RouteService", "QueryRoute"): _nothing,
     _rule("RouteService", "ListTopics"): _nothing,
     _rule("RouteService", "ListBrokers"): _nothing,
@@ -91,6 +92,7 @@ RULES: dict[str, Rule] = {
     _rule("AdminService", "GetConsumerConnections"): _group_sub,   # the group's members, like GetConsumerList
     _rule("AdminService", "ListConsumerGroups"): _nothing,   # answers only the groups the caller may SUB
     _rule("AdminService", "GetSubscriptionGroup"): _group_sub,   # the group's settings, to its consumers
+    _rule("AdminService", "GetConsumerRunningInfo"): _group_sub,   # a member's queues, like its connections
     _rule("NameServerService", "RegisterBroker"): lambda r: _broker(r.broker.broker_name),
     _rule("NameServerService", "UnregisterBroker"): lambda r: _broker(r.broker_name),
     _rule("ControllerService", "Heartbeat"): lambda r: _broker(r.broker_name),
@@ -116,6 +118,7 @@ CLIENT_ID_METHODS = frozenset({
     _rule("MessagingService", "LockBatchMQ"),
     _rule("MessagingService", "UnlockBatchMQ"),
     _rule("MessagingService", "WatchConsumerIds"),
+    _rule("MessagingService", "ReportRunningInfo"),
 })
 
 

@@ -1,11 +1,13 @@
 """An admin's offset reset adopted by live consumers (RocketMQ's resetOffset and its
 RESET_CONSUMER_CLIENT_OFFSET to the clients), on a real in-process broker: a running PushConsumer
 or PullConsumer told over its membership watch drops what it cached, reads on from the reset offset,
-and never commits its old position over the reset; "skip accumulated" (reset to the latest)."""
+and never commits its old position over the reset; "skip accumulated" (reset to the latest). And
+the running info such a consumer answers when asked over the same watch (consumerStatus)."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from rmq.connector.message import MessageExt
 from rmq.connector.message_listener import ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus
 from rmq.connector.pull_consumer import PullConsumer
 from rmq.connector.push_consumer import PushConsumer
+from rmq.v1 import rmq_pb2
 from tests.broker_server.in_process_broker import InProcessBroker, running_broker
 from tests.waiting import wait_until
 
@@ -170,3 +173,36 @@ def test_a_member_that_cannot_be_told_refuses_the_reset_unless_forced(broker: In
         assert committed(client) == -1           # nothing committed
         report = admin.reset_offsets(GROUP, "Orders", ResetTarget(ResetTo.LATEST), force=True)
         assert (report.notified, report.untold, committed(client)) == ([], ["no-watch"], 4)
+
+
+def test_a_live_push_consumer_answers_its_running_info(broker: InProcessBroker) -> None:
+    gate = threading.Event()
+    listener = GatedListener({(2, 1): gate})
+    with RmqClient(broker.address) as client:
+        send(client, 10)
+        consumer = push_consumer(broker, listener)
+        try:
+            wait_until(lambda: listener.waiting == (2, 1), "the consumer blocked on offset 2")
+            before_ms = int(time.time() * 1000)
+            [(client_id, info)] = MQAdmin(client).running_infos(GROUP).items()
+            assert isinstance(info, rmq_pb2.ConsumerRunningInfo) and client_id == consumer.client_id
+            assert (info.consume_type, info.message_model, info.orderly) == (
+                rmq_pb2.CONSUME_PASSIVELY, rmq_pb2.CLUSTERING, False)
+            assert {s.topic: s.sub_expression for s in info.subscriptions} == {
+                "Orders": "*", retry.retry_topic(GROUP): "*"}
+            [queue] = [q for q in info.queues if q.queue.topic == "Orders"]
+            # 0 and 1 consumed, 2 being consumed, 3-9 waiting: all of 2-9 still cached
+            assert (queue.committed_offset, queue.cached_messages) == (2, 8)
+            assert (queue.cached_min_offset, queue.cached_max_offset) == (2, 9)
+            assert before_ms - 30_000 < queue.last_pull_ms <= before_ms + 1000
+            assert before_ms - 30_000 < queue.last_consume_ms <= before_ms + 1000
+        finally:
+            gate.set()
+            consumer.shutdown()
+
+
+def test_a_member_that_cannot_answer_is_named(broker: InProcessBroker) -> None:
+    with RmqClient(broker.address) as client:
+        client.heartbeat("no-watch", GROUP, {"Orders": "*"})
+        infos = MQAdmin(client).running_infos(GROUP)
+        assert infos.keys() == {"no-watch"} and "not online" in str(infos["no-watch"])

@@ -70,6 +70,12 @@ class MessageModel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CLUSTERING: _ClassVar[MessageModel]
     BROADCASTING: _ClassVar[MessageModel]
 
+class ConsumeType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONSUME_TYPE_UNSPECIFIED: _ClassVar[ConsumeType]
+    CONSUME_PASSIVELY: _ClassVar[ConsumeType]
+    CONSUME_ACTIVELY: _ClassVar[ConsumeType]
+
 class BrokerRole(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ASYNC_MASTER: _ClassVar[BrokerRole]
@@ -127,6 +133,9 @@ GMS_NO_MATCHED_LOGIC_QUEUE: GetMessageStatus
 GMS_NO_MESSAGE_IN_QUEUE: GetMessageStatus
 CLUSTERING: MessageModel
 BROADCASTING: MessageModel
+CONSUME_TYPE_UNSPECIFIED: ConsumeType
+CONSUME_PASSIVELY: ConsumeType
+CONSUME_ACTIVELY: ConsumeType
 ASYNC_MASTER: BrokerRole
 SYNC_MASTER: BrokerRole
 SLAVE: BrokerRole
@@ -515,14 +524,74 @@ class WatchConsumerIdsRequest(_message.Message):
     def __init__(self, client_id: _Optional[str] = ..., consumer_group: _Optional[str] = ..., adopts_offset_resets: _Optional[bool] = ...) -> None: ...
 
 class ConsumerIdsChanged(_message.Message):
-    __slots__ = ("status", "client_ids", "reset_offsets")
+    __slots__ = ("status", "client_ids", "reset_offsets", "running_info_request")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
     RESET_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_INFO_REQUEST_FIELD_NUMBER: _ClassVar[int]
     status: Status
     client_ids: _containers.RepeatedScalarFieldContainer[str]
     reset_offsets: _containers.RepeatedCompositeFieldContainer[ConsumerOffset]
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., client_ids: _Optional[_Iterable[str]] = ..., reset_offsets: _Optional[_Iterable[_Union[ConsumerOffset, _Mapping]]] = ...) -> None: ...
+    running_info_request: str
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., client_ids: _Optional[_Iterable[str]] = ..., reset_offsets: _Optional[_Iterable[_Union[ConsumerOffset, _Mapping]]] = ..., running_info_request: _Optional[str] = ...) -> None: ...
+
+class ProcessQueueInfo(_message.Message):
+    __slots__ = ("queue", "committed_offset", "cached_messages", "cached_bytes", "cached_min_offset", "cached_max_offset", "last_pull_ms", "last_consume_ms", "locked")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CACHED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    CACHED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CACHED_MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CACHED_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_PULL_MS_FIELD_NUMBER: _ClassVar[int]
+    LAST_CONSUME_MS_FIELD_NUMBER: _ClassVar[int]
+    LOCKED_FIELD_NUMBER: _ClassVar[int]
+    queue: MessageQueue
+    committed_offset: int
+    cached_messages: int
+    cached_bytes: int
+    cached_min_offset: int
+    cached_max_offset: int
+    last_pull_ms: int
+    last_consume_ms: int
+    locked: bool
+    def __init__(self, queue: _Optional[_Union[MessageQueue, _Mapping]] = ..., committed_offset: _Optional[int] = ..., cached_messages: _Optional[int] = ..., cached_bytes: _Optional[int] = ..., cached_min_offset: _Optional[int] = ..., cached_max_offset: _Optional[int] = ..., last_pull_ms: _Optional[int] = ..., last_consume_ms: _Optional[int] = ..., locked: _Optional[bool] = ...) -> None: ...
+
+class ConsumerRunningInfo(_message.Message):
+    __slots__ = ("client_id", "consume_type", "message_model", "orderly", "subscriptions", "queues", "sdk_version")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_TYPE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_MODEL_FIELD_NUMBER: _ClassVar[int]
+    ORDERLY_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    SDK_VERSION_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    consume_type: ConsumeType
+    message_model: MessageModel
+    orderly: bool
+    subscriptions: _containers.RepeatedCompositeFieldContainer[Subscription]
+    queues: _containers.RepeatedCompositeFieldContainer[ProcessQueueInfo]
+    sdk_version: str
+    def __init__(self, client_id: _Optional[str] = ..., consume_type: _Optional[_Union[ConsumeType, str]] = ..., message_model: _Optional[_Union[MessageModel, str]] = ..., orderly: _Optional[bool] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ..., queues: _Optional[_Iterable[_Union[ProcessQueueInfo, _Mapping]]] = ..., sdk_version: _Optional[str] = ...) -> None: ...
+
+class ReportRunningInfoRequest(_message.Message):
+    __slots__ = ("client_id", "consumer_group", "request_id", "info")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    consumer_group: str
+    request_id: str
+    info: ConsumerRunningInfo
+    def __init__(self, client_id: _Optional[str] = ..., consumer_group: _Optional[str] = ..., request_id: _Optional[str] = ..., info: _Optional[_Union[ConsumerRunningInfo, _Mapping]] = ...) -> None: ...
+
+class ReportRunningInfoResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
 
 class ConsumerSendMsgBackRequest(_message.Message):
     __slots__ = ("consumer_group", "commit_log_offset", "delay_level", "origin_msg_id", "origin_topic", "max_reconsume_times")
@@ -942,6 +1011,22 @@ class GetSubscriptionGroupResponse(_message.Message):
     config: SubscriptionGroupConfig
     stored: bool
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., config: _Optional[_Union[SubscriptionGroupConfig, _Mapping]] = ..., stored: _Optional[bool] = ...) -> None: ...
+
+class GetConsumerRunningInfoRequest(_message.Message):
+    __slots__ = ("consumer_group", "client_id")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    client_id: str
+    def __init__(self, consumer_group: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class GetConsumerRunningInfoResponse(_message.Message):
+    __slots__ = ("status", "info")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    info: ConsumerRunningInfo
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., info: _Optional[_Union[ConsumerRunningInfo, _Mapping]] = ...) -> None: ...
 
 class GetConsumerConnectionsRequest(_message.Message):
     __slots__ = ("consumer_group",)

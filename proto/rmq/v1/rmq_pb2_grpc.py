@@ -117,6 +117,11 @@ class MessagingServiceStub:
                 request_serializer=rmq_dot_v1_dot_rmq__pb2.RecallMessageRequest.SerializeToString,
                 response_deserializer=rmq_dot_v1_dot_rmq__pb2.RecallMessageResponse.FromString,
                 _registered_method=True)
+        self.ReportRunningInfo = channel.unary_unary(
+                '/rmq.v1.MessagingService/ReportRunningInfo',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.ReportRunningInfoRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.ReportRunningInfoResponse.FromString,
+                _registered_method=True)
 
 
 class MessagingServiceServicer:
@@ -221,6 +226,12 @@ class MessagingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportRunningInfo(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessagingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -303,6 +314,11 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     servicer.RecallMessage,
                     request_deserializer=rmq_dot_v1_dot_rmq__pb2.RecallMessageRequest.FromString,
                     response_serializer=rmq_dot_v1_dot_rmq__pb2.RecallMessageResponse.SerializeToString,
+            ),
+            'ReportRunningInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportRunningInfo,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.ReportRunningInfoRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.ReportRunningInfoResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -750,6 +766,33 @@ class MessagingService:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def ReportRunningInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.MessagingService/ReportRunningInfo',
+            rmq_dot_v1_dot_rmq__pb2.ReportRunningInfoRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.ReportRunningInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class AdminServiceStub:
     """Served by every broker (its own topics).
@@ -815,6 +858,11 @@ class AdminServiceStub:
                 '/rmq.v1.AdminService/GetSubscriptionGroup',
                 request_serializer=rmq_dot_v1_dot_rmq__pb2.GetSubscriptionGroupRequest.SerializeToString,
                 response_deserializer=rmq_dot_v1_dot_rmq__pb2.GetSubscriptionGroupResponse.FromString,
+                _registered_method=True)
+        self.GetConsumerRunningInfo = channel.unary_unary(
+                '/rmq.v1.AdminService/GetConsumerRunningInfo',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerRunningInfoRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerRunningInfoResponse.FromString,
                 _registered_method=True)
 
 
@@ -888,6 +936,12 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetConsumerRunningInfo(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -945,6 +999,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetSubscriptionGroup,
                     request_deserializer=rmq_dot_v1_dot_rmq__pb2.GetSubscriptionGroupRequest.FromString,
                     response_serializer=rmq_dot_v1_dot_rmq__pb2.GetSubscriptionGroupResponse.SerializeToString,
+            ),
+            'GetConsumerRunningInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetConsumerRunningInfo,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerRunningInfoRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerRunningInfoResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1245,6 +1304,33 @@ class AdminService:
             '/rmq.v1.AdminService/GetSubscriptionGroup',
             rmq_dot_v1_dot_rmq__pb2.GetSubscriptionGroupRequest.SerializeToString,
             rmq_dot_v1_dot_rmq__pb2.GetSubscriptionGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetConsumerRunningInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.AdminService/GetConsumerRunningInfo',
+            rmq_dot_v1_dot_rmq__pb2.GetConsumerRunningInfoRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.GetConsumerRunningInfoResponse.FromString,
             options,
             channel_credentials,
             insecure,

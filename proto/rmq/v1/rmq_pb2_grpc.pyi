@@ -62,6 +62,7 @@ class MessagingServiceStub:
     ConsumerSendMsgBack: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.ConsumerSendMsgBackRequest, _rmq_pb2.ConsumerSendMsgBackResponse]
     WatchConsumerIds: _grpc.UnaryStreamMultiCallable[_rmq_pb2.WatchConsumerIdsRequest, _rmq_pb2.ConsumerIdsChanged]
     RecallMessage: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.RecallMessageRequest, _rmq_pb2.RecallMessageResponse]
+    ReportRunningInfo: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.ReportRunningInfoRequest, _rmq_pb2.ReportRunningInfoResponse]
 
 @_typing.type_check_only
 class MessagingServiceAsyncStub(MessagingServiceStub):
@@ -87,6 +88,7 @@ class MessagingServiceAsyncStub(MessagingServiceStub):
     ConsumerSendMsgBack: _aio.UnaryUnaryMultiCallable[_rmq_pb2.ConsumerSendMsgBackRequest, _rmq_pb2.ConsumerSendMsgBackResponse]  # type: ignore[assignment]
     WatchConsumerIds: _aio.UnaryStreamMultiCallable[_rmq_pb2.WatchConsumerIdsRequest, _rmq_pb2.ConsumerIdsChanged]  # type: ignore[assignment]
     RecallMessage: _aio.UnaryUnaryMultiCallable[_rmq_pb2.RecallMessageRequest, _rmq_pb2.RecallMessageResponse]  # type: ignore[assignment]
+    ReportRunningInfo: _aio.UnaryUnaryMultiCallable[_rmq_pb2.ReportRunningInfoRequest, _rmq_pb2.ReportRunningInfoResponse]  # type: ignore[assignment]
 
 class MessagingServiceServicer:
     """---------------------------------------------------------------- services
@@ -190,6 +192,12 @@ class MessagingServiceServicer:
         context: _ServicerContext,
     ) -> _typing.Union[_rmq_pb2.RecallMessageResponse, _abc.Awaitable[_rmq_pb2.RecallMessageResponse]]: ...
 
+    def ReportRunningInfo(
+        self,
+        request: _rmq_pb2.ReportRunningInfoRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rmq_pb2.ReportRunningInfoResponse, _abc.Awaitable[_rmq_pb2.ReportRunningInfoResponse]]: ...
+
 def add_MessagingServiceServicer_to_server(servicer: MessagingServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class AdminServiceStub:
@@ -210,6 +218,7 @@ class AdminServiceStub:
     ResetConsumerOffsets: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.ResetConsumerOffsetsRequest, _rmq_pb2.ResetConsumerOffsetsResponse]
     UpdateSubscriptionGroup: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.UpdateSubscriptionGroupRequest, _rmq_pb2.UpdateSubscriptionGroupResponse]
     GetSubscriptionGroup: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetSubscriptionGroupRequest, _rmq_pb2.GetSubscriptionGroupResponse]
+    GetConsumerRunningInfo: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetConsumerRunningInfoRequest, _rmq_pb2.GetConsumerRunningInfoResponse]
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -227,6 +236,7 @@ class AdminServiceAsyncStub(AdminServiceStub):
     ResetConsumerOffsets: _aio.UnaryUnaryMultiCallable[_rmq_pb2.ResetConsumerOffsetsRequest, _rmq_pb2.ResetConsumerOffsetsResponse]  # type: ignore[assignment]
     UpdateSubscriptionGroup: _aio.UnaryUnaryMultiCallable[_rmq_pb2.UpdateSubscriptionGroupRequest, _rmq_pb2.UpdateSubscriptionGroupResponse]  # type: ignore[assignment]
     GetSubscriptionGroup: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetSubscriptionGroupRequest, _rmq_pb2.GetSubscriptionGroupResponse]  # type: ignore[assignment]
+    GetConsumerRunningInfo: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetConsumerRunningInfoRequest, _rmq_pb2.GetConsumerRunningInfoResponse]  # type: ignore[assignment]
 
 class AdminServiceServicer:
     """Served by every broker (its own topics)."""
@@ -296,6 +306,12 @@ class AdminServiceServicer:
         request: _rmq_pb2.GetSubscriptionGroupRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_rmq_pb2.GetSubscriptionGroupResponse, _abc.Awaitable[_rmq_pb2.GetSubscriptionGroupResponse]]: ...
+
+    def GetConsumerRunningInfo(
+        self,
+        request: _rmq_pb2.GetConsumerRunningInfoRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rmq_pb2.GetConsumerRunningInfoResponse, _abc.Awaitable[_rmq_pb2.GetConsumerRunningInfoResponse]]: ...
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
