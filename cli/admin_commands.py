@@ -73,11 +73,12 @@ def group_parsers(group_commands: Subcommands
         "reset-offset", help="move a group's offsets on a topic (its live rmq consumers adopt them); "
                              "--to latest skips what has accumulated")
     reset.add_argument("group")
-    reset.add_argument("--topic", default="", help="default: every topic the group has offsets on")
+    reset.add_argument("--topic", default="",
+                       help="default: every topic the group has offsets on or its members subscribe to")
     reset.add_argument("--to", required=True, type=_reset_target, metavar="earliest|latest|timestamp:MS")
     reset.add_argument("--force", action="store_true",
-                       help="even while the group has live RocketMQ 4.x/5 members, which cannot be told "
-                            "(their next commits may overwrite the reset)")
+                       help="even while the group has live members that cannot be told (RocketMQ 4.x/5 "
+                            "clients, Spark queries): their next commits may overwrite the reset")
     reset.add_argument("--json", action="store_true")
     yield reset, _group_reset_offset
     status = group_commands.add_parser(

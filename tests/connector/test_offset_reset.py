@@ -6,6 +6,7 @@ the running info such a consumer answers when asked over the same watch (consume
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -69,6 +70,24 @@ def push_consumer(broker: InProcessBroker, listener: GatedListener) -> PushConsu
     return consumer
 
 
+@contextlib.contextmanager
+def blocked_consumer(broker: InProcessBroker, gates: dict[tuple[int, int], threading.Event],
+                     blocked_on: tuple[int, int]) -> Iterator[tuple[RmqClient, PushConsumer, GatedListener]]:
+    """10 messages sent and a live PushConsumer whose listener is blocked on `blocked_on`; every gate
+    is opened and the consumer shut down after the block."""
+    listener = GatedListener(gates)
+    with RmqClient(broker.address) as client:
+        send(client, 10)
+        consumer = push_consumer(broker, listener)
+        try:
+            wait_until(lambda: listener.waiting == blocked_on, f"the consumer blocked on {blocked_on}")
+            yield client, consumer, listener
+        finally:
+            for gate in gates.values():
+                gate.set()
+            consumer.shutdown()
+
+
 def adopted(consumer: PushConsumer | PullConsumer) -> threading.Event:
     """Set once the consumer dropped the process queue it has now (what it cached of MQ): the
     reset reached it (the broker tells its consumers without waiting for them)."""
@@ -86,55 +105,38 @@ def committed(client: RmqClient) -> int:
 def test_a_live_push_consumer_re_consumes_from_an_earlier_reset_and_never_commits_its_old_position(
         broker: InProcessBroker) -> None:
     first_pass, second_pass = threading.Event(), threading.Event()
-    listener = GatedListener({(6, 1): first_pass, (3, 2): second_pass})
-    with RmqClient(broker.address) as client:
-        send(client, 10)
-        consumer = push_consumer(broker, listener)
-        try:
-            wait_until(lambda: listener.waiting == (6, 1) and committed(client) == 6,
-                       lambda: f"consumer blocked on offset 6 with 0-5 committed: {listener.waiting}, "
-                               f"{committed(client)}")
-            reached = adopted(consumer)
-            report = MQAdmin(client).reset_offsets(GROUP, "Orders", ResetTarget(ResetTo.EARLIEST))
-            assert report.notified == [consumer.client_id] and report.untold == []
-            assert reached.wait(30), "the reset never reached the consumer"
-            first_pass.set()     # the batch consumed during the reset ends: its commit must not land
-            wait_until(lambda: listener.waiting == (3, 2), lambda: f"re-consumed from 0: {listener.seen}")
-            # 0-2 consumed again, 3 being consumed: what the consumer commits now is 3, never the
-            # 7 (or 10) of its position before the reset
-            value = wait_until(lambda: (c := committed(client)) >= 3 and c, "a commit after the reset")
-            assert value == 3
-            second_pass.set()
-            wait_until(lambda: committed(client) == 10, lambda: f"all consumed again: {committed(client)}")
-            # what was cached past the reset (7-9 of the first pass) was never handed out
-            assert listener.seen == list(range(7)) + list(range(10))
-        finally:
-            first_pass.set()
-            second_pass.set()
-            consumer.shutdown()
+    gates = {(6, 1): first_pass, (3, 2): second_pass}
+    with blocked_consumer(broker, gates, (6, 1)) as (client, consumer, listener):
+        wait_until(lambda: committed(client) == 6, lambda: f"0-5 committed: {committed(client)}")
+        reached = adopted(consumer)
+        report = MQAdmin(client).reset_offsets(GROUP, "Orders", ResetTarget(ResetTo.EARLIEST))
+        assert report.notified == [consumer.client_id] and report.untold == []
+        assert reached.wait(30), "the reset never reached the consumer"
+        first_pass.set()     # the batch consumed during the reset ends: its commit must not land
+        wait_until(lambda: listener.waiting == (3, 2), lambda: f"re-consumed from 0: {listener.seen}")
+        # 0-2 consumed again, 3 being consumed: what the consumer commits now is 3, never the
+        # 7 (or 10) of its position before the reset
+        value = wait_until(lambda: (c := committed(client)) >= 3 and c, "a commit after the reset")
+        assert value == 3
+        second_pass.set()
+        wait_until(lambda: committed(client) == 10, lambda: f"all consumed again: {committed(client)}")
+        # what was cached past the reset (7-9 of the first pass) was never handed out
+        assert listener.seen == list(range(7)) + list(range(10))
 
 
 def test_skip_accumulated_moves_a_live_push_consumer_past_its_backlog(broker: InProcessBroker) -> None:
     gate = threading.Event()
-    listener = GatedListener({(2, 1): gate})
-    with RmqClient(broker.address) as client:
-        send(client, 10)
-        consumer = push_consumer(broker, listener)
-        try:
-            wait_until(lambda: listener.waiting == (2, 1), "the consumer blocked on offset 2")
-            reached = adopted(consumer)
-            report = MQAdmin(client).reset_offsets(GROUP, "", ResetTarget(ResetTo.LATEST))   # every topic
-            reset = {r.queue.topic: r.offset for r in report.results}
-            assert reset == {"Orders": 10, retry.retry_topic(GROUP): 0}   # what the members subscribe to
-            assert report.notified == [consumer.client_id]
-            assert reached.wait(30), "the reset never reached the consumer"
-            gate.set()
-            send(client, 3)
-            wait_until(lambda: committed(client) == 13, lambda: f"consumed past the backlog: {listener.seen}")
-            assert listener.seen == [0, 1, 2, 10, 11, 12]
-        finally:
-            gate.set()
-            consumer.shutdown()
+    with blocked_consumer(broker, {(2, 1): gate}, (2, 1)) as (client, consumer, listener):
+        reached = adopted(consumer)
+        report = MQAdmin(client).reset_offsets(GROUP, "", ResetTarget(ResetTo.LATEST))   # every topic
+        reset = {r.queue.topic: r.offset for r in report.results}
+        assert reset == {"Orders": 10, retry.retry_topic(GROUP): 0}   # what the members subscribe to
+        assert report.notified == [consumer.client_id]
+        assert reached.wait(30), "the reset never reached the consumer"
+        gate.set()
+        send(client, 3)
+        wait_until(lambda: committed(client) == 13, lambda: f"consumed past the backlog: {listener.seen}")
+        assert listener.seen == [0, 1, 2, 10, 11, 12]
 
 
 def test_a_live_pull_consumer_polls_from_the_reset_offset(broker: InProcessBroker) -> None:
@@ -176,29 +178,20 @@ def test_a_member_that_cannot_be_told_refuses_the_reset_unless_forced(broker: In
 
 
 def test_a_live_push_consumer_answers_its_running_info(broker: InProcessBroker) -> None:
-    gate = threading.Event()
-    listener = GatedListener({(2, 1): gate})
-    with RmqClient(broker.address) as client:
-        send(client, 10)
-        consumer = push_consumer(broker, listener)
-        try:
-            wait_until(lambda: listener.waiting == (2, 1), "the consumer blocked on offset 2")
-            before_ms = int(time.time() * 1000)
-            [(client_id, info)] = MQAdmin(client).running_infos(GROUP).items()
-            assert isinstance(info, rmq_pb2.ConsumerRunningInfo) and client_id == consumer.client_id
-            assert (info.consume_type, info.message_model, info.orderly) == (
-                rmq_pb2.CONSUME_PASSIVELY, rmq_pb2.CLUSTERING, False)
-            assert {s.topic: s.sub_expression for s in info.subscriptions} == {
-                "Orders": "*", retry.retry_topic(GROUP): "*"}
-            [queue] = [q for q in info.queues if q.queue.topic == "Orders"]
-            # 0 and 1 consumed, 2 being consumed, 3-9 waiting: all of 2-9 still cached
-            assert (queue.committed_offset, queue.cached_messages) == (2, 8)
-            assert (queue.cached_min_offset, queue.cached_max_offset) == (2, 9)
-            assert before_ms - 30_000 < queue.last_pull_ms <= before_ms + 1000
-            assert before_ms - 30_000 < queue.last_consume_ms <= before_ms + 1000
-        finally:
-            gate.set()
-            consumer.shutdown()
+    with blocked_consumer(broker, {(2, 1): threading.Event()}, (2, 1)) as (client, consumer, _):
+        before_ms = int(time.time() * 1000)
+        [(client_id, info)] = MQAdmin(client).running_infos(GROUP).items()
+        assert isinstance(info, rmq_pb2.ConsumerRunningInfo) and client_id == consumer.client_id
+        assert (info.consume_type, info.message_model, info.orderly) == (
+            rmq_pb2.CONSUME_PASSIVELY, rmq_pb2.CLUSTERING, False)
+        assert {s.topic: s.sub_expression for s in info.subscriptions} == {
+            "Orders": "*", retry.retry_topic(GROUP): "*"}
+        [queue] = [q for q in info.queues if q.queue.topic == "Orders"]
+        # 0 and 1 consumed, 2 being consumed, 3-9 waiting: all of 2-9 still cached
+        assert (queue.committed_offset, queue.cached_messages) == (2, 8)
+        assert (queue.cached_min_offset, queue.cached_max_offset) == (2, 9)
+        assert before_ms - 30_000 < queue.last_pull_ms <= before_ms + 1000
+        assert before_ms - 30_000 < queue.last_consume_ms <= before_ms + 1000
 
 
 def test_a_member_that_cannot_answer_is_named(broker: InProcessBroker) -> None:
