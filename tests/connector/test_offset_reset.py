@@ -20,6 +20,7 @@ from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.connector.errors import RmqError
 from rmq.connector.message import MessageExt
 from rmq.connector.message_listener import ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus
+from rmq.connector.message_listener_orderly import ConsumeOrderlyContext, ConsumeOrderlyStatus
 from rmq.connector.pull_consumer import PullConsumer
 from rmq.connector.push_consumer import PushConsumer
 from rmq.v1 import rmq_pb2
@@ -137,6 +138,38 @@ def test_skip_accumulated_moves_a_live_push_consumer_past_its_backlog(broker: In
         send(client, 3)
         wait_until(lambda: committed(client) == 13, lambda: f"consumed past the backlog: {listener.seen}")
         assert listener.seen == [0, 1, 2, 10, 11, 12]
+
+
+def test_an_orderly_push_consumer_adopts_a_reset_after_the_batch_it_is_consuming(
+        broker: InProcessBroker) -> None:
+    gate = threading.Event()
+    listener = GatedListener({(2, 1): gate})
+
+    def orderly(messages: tuple[MessageExt, ...], context: ConsumeOrderlyContext) -> ConsumeOrderlyStatus:
+        listener(messages, ConsumeConcurrentlyContext(context.message_queue))
+        return ConsumeOrderlyStatus.SUCCESS
+
+    with RmqClient(broker.address) as client:
+        send(client, 10)
+        consumer = PushConsumer(GROUP, broker.address, consume_from="first", instance_name="reset-orderly",
+                                persist_consumer_offset_interval_s=0.05)
+        consumer.subscribe("Orders")
+        consumer.register_message_listener(orderly, orderly=True)
+        consumer.start()
+        try:
+            wait_until(lambda: listener.waiting == (2, 1), "the orderly consumer blocked on offset 2")
+            reached = adopted(consumer)
+            report = MQAdmin(client).reset_offsets(GROUP, "Orders", ResetTarget(ResetTo.EARLIEST))
+            assert report.notified == [consumer.client_id]
+            gate.set()    # the reset waits for this batch (its commit is under the consume lock)
+            assert reached.wait(30), "the reset never reached the consumer"
+            wait_until(lambda: committed(client) == 10 and listener.seen.count(9) == 2,
+                       lambda: f"consumed again from 0: {listener.seen}, committed {committed(client)}")
+            again = listener.seen[listener.seen.index(0, 1):]
+            assert again == list(range(10))     # from the reset offset, in order
+        finally:
+            gate.set()
+            consumer.shutdown()
 
 
 def test_a_live_pull_consumer_polls_from_the_reset_offset(broker: InProcessBroker) -> None:
