@@ -37,6 +37,7 @@ from rmq.broker_server.name_server.broker_outer_api import BrokerOuterAPI
 from rmq.broker_server.offsets.consumer_ids_watch import ConsumerIdsWatchService
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager, ConsumerTableLimits
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.offsets.producer_manager import ProducerManager
 from rmq.broker_server.offsets.rebalance_lock_manager import LOCKS_FILE, RebalanceLockManager
 from rmq.broker_server.offsets.subscription_group_manager import SubscriptionGroupManager
 from rmq.broker_server.processors.admin_broker_processor import AdminBrokerProcessor
@@ -225,7 +226,8 @@ class BrokerController:
             self.pull_processor,
             self.send_back_processor,
             ConsumerManageProcessor(self.topics, self.offsets, self.consumers, self.watches),
-            ClientManageProcessor(self.topics, self.consumers, self.outer_api.register_soon),
+            ClientManageProcessor(self.topics, self.consumers, self.outer_api.register_soon, ProducerManager(
+                config.client_expiry_ms, config.max_consumer_groups, config.max_clients_per_group)),
             AdminBrokerProcessor(self.store, self.executor, self.topics, self.locks),
             QueryMessageProcessor(self.store, self.executor, self.topics),
             EndTransactionProcessor(self.store, self.executor, self.send_processor, path, TransactionSettings(
@@ -283,6 +285,7 @@ class BrokerController:
                 self.pull_processor,
                 self.processors.consumer_manage,
                 SubscriptionGroupProcessor(self.subscription_groups),
+                self.processors.client_manage,
                 self.replication.status,
                 self.replication.topics_replicated,
                 self.consumer_connections,

@@ -81,6 +81,12 @@ def group_parsers(group_commands: Subcommands
                             "clients, Spark queries): their next commits may overwrite the reset")
     reset.add_argument("--json", action="store_true")
     yield reset, _group_reset_offset
+    producers = group_commands.add_parser(
+        "producers", help="a producer group's live producers: client id, address, language, version "
+                          "(RocketMQ producerConnection; RocketMQ 4.x producers)")
+    producers.add_argument("group", help="the producer group")
+    producers.add_argument("--json", action="store_true")
+    yield producers, _group_producers
     status = group_commands.add_parser(
         "status", help="each live member's running info: process queues (cached messages, last pull and "
                        "consume, committed offset), subscriptions, consume type (RocketMQ consumerStatus)")
@@ -216,6 +222,25 @@ def _group_reset_offset(client: RmqClient, args: argparse.Namespace) -> int:
     print(f"live consumers told: {', '.join(report.notified) or 'none'}"
           + (f"; not told (may commit over the reset): {', '.join(report.untold)}" if report.untold else ""))
     return 0
+
+
+def _group_producers(client: RmqClient, args: argparse.Namespace) -> int:
+    """Exit 1 when a broker could not be asked: its producers are not listed."""
+    unreachable: dict[str, RmqUnavailable] = {}
+    producers = MQAdmin(client).producers(args.group, unreachable)
+    rows = [{"client_id": p.client_id, "protocol": p.protocol.label, "address": p.address,
+             "language": p.language, "version": p.version} for p in producers]
+    if args.json:
+        print_json({"group": args.group, "complete": not unreachable,
+                    "unreachable": unreachable_json(unreachable), "producers": rows})
+        return incomplete_exit(unreachable)
+    warn_unreachable(unreachable)
+    if not rows:
+        print(f"producer group {args.group} has no live producer")
+    else:
+        print_table(["CLIENT_ID", "PROTOCOL", "ADDRESS", "LANGUAGE", "VERSION"],
+                    [list(row.values()) for row in rows])
+    return incomplete_exit(unreachable)
 
 
 def running_info_json(info: rmq_pb2.ConsumerRunningInfo) -> dict[str, Any]:

@@ -76,6 +76,17 @@ class GroupMember:
 
 
 @dataclass(frozen=True)
+class ProducerMember:
+    """One live producer of a producer group (RocketMQ producerConnection)."""
+
+    client_id: str
+    protocol: ClientProtocol
+    address: str
+    language: str
+    version: int
+
+
+@dataclass(frozen=True)
 class QueueProgress:
     """One queue of a group's progress (mqadmin consumerProgress)."""
 
@@ -237,6 +248,16 @@ class MQAdmin:
                             c.message_model == rmq_pb2.BROADCASTING,
                             {s.topic: s.sub_expression for s in c.subscriptions},
                             tuple(sorted(owned.get(c.client_id, ()))))
+                for c in sorted(by_id.values(), key=lambda c: c.client_id)]
+
+    def producers(self, group: str, unreachable: dict[str, RmqUnavailable] | None = None
+                  ) -> list[ProducerMember]:
+        """The producer group's live producers on every broker that knows them."""
+        by_id: dict[str, rmq_pb2.ProducerConnection] = {}
+        for connections in self.client.producer_connections(group, unreachable).values():
+            for connection in connections:
+                by_id.setdefault(connection.client_id, connection)
+        return [ProducerMember(c.client_id, ClientProtocol(c.protocol), c.address, c.language, c.version)
                 for c in sorted(by_id.values(), key=lambda c: c.client_id)]
 
     def _owned_queues(self, connections: Sequence[rmq_pb2.ConsumerConnection]

@@ -16,12 +16,14 @@ import binascii
 import contextlib
 import functools
 
+from google.protobuf.message import Message
+
 from rmq.connector.client_api import MAX_SEND_REQUEST_BYTES as MAX_SEND_REQUEST_BYTES
 from rmq.connector.client_api import ClientAPI
 from rmq.connector.client_api import OutgoingMessage as OutgoingMessage
 from rmq.connector.client_api import QueueOffsets as QueueOffsets
 from rmq.connector.client_api import SendResult as SendResult
-from rmq.connector.client_core import Rpc, by_broker, call_each
+from rmq.connector.client_core import ResponseT, Rpc, by_broker, call_each
 from rmq.connector.client_core import unless_unreachable as unless_unreachable
 from rmq.connector.errors import ConfigError
 from rmq.connector.errors import RmqError as RmqError
@@ -65,6 +67,8 @@ _UPDATE_SUBSCRIPTION_GROUP = Rpc("UpdateSubscriptionGroup", lambda c: c.admin.Up
                                  rmq_pb2.UpdateSubscriptionGroupResponse)
 _GET_CONSUMER_RUNNING_INFO = Rpc("GetConsumerRunningInfo", lambda c: c.admin.GetConsumerRunningInfo,
                                  rmq_pb2.GetConsumerRunningInfoResponse)
+_GET_PRODUCER_CONNECTIONS = Rpc("GetProducerConnections", lambda c: c.admin.GetProducerConnections,
+                                rmq_pb2.GetProducerConnectionsResponse)
 _LIST_CONSUMER_GROUPS = Rpc("ListConsumerGroups", lambda c: c.admin.ListConsumerGroups,
                             rmq_pb2.ListConsumerGroupsResponse)
 
@@ -185,14 +189,27 @@ class RmqClient(ClientAPI):
         broker group (RocketMQ examineConsumerConnectionInfo); the unreachable ones are recorded in
         `unreachable` when given."""
         request = rmq_pb2.GetConsumerConnectionsRequest(consumer_group=group)
-        members: dict[str, list[rmq_pb2.ConsumerConnection]] = {}
+        return {name: list(answer.connections) for name, answer in
+                self._ask_every_broker(_GET_CONSUMER_CONNECTIONS, request, unreachable).items()}
+
+    def producer_connections(self, group: str, unreachable: dict[str, RmqUnavailable] | None = None
+                             ) -> dict[str, list[rmq_pb2.ProducerConnection]]:
+        """broker name -> the producer group's live producers it knows (RocketMQ
+        examineProducerConnectionInfo); `unreachable` as for consumer_connections."""
+        request = rmq_pb2.GetProducerConnectionsRequest(producer_group=group)
+        return {name: list(answer.connections) for name, answer in
+                self._ask_every_broker(_GET_PRODUCER_CONNECTIONS, request, unreachable).items()}
+
+    def _ask_every_broker(self, rpc: Rpc[ResponseT], request: Message,
+                          unreachable: dict[str, RmqUnavailable] | None) -> dict[str, ResponseT]:
+        answers: dict[str, ResponseT] = {}
         for name in self.list_brokers():
-            read = functools.partial(self._read_call, name, _GET_CONSUMER_CONNECTIONS, request)
+            read = functools.partial(self._read_call, name, rpc, request)
             with contextlib.suppress(RmqUnavailable):
                 answer = unless_unreachable(read, name, unreachable)
                 if answer is not None:
-                    members[name] = list(answer.connections)
-        return members
+                    answers[name] = answer
+        return answers
 
     def reset_consumer_offsets(self, group: str, offsets: dict[MessageQueue, int], force: bool = False
                                ) -> tuple[list[str], list[str]]:

@@ -12,6 +12,7 @@ from rmq.broker_server.grpc_aio import Context
 from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.offsets.subscription_group_manager import SubscriptionGroupConfig
+from rmq.broker_server.processors.client_manage_processor import ClientManageProcessor
 from rmq.broker_server.processors.consumer_manage_processor import ConsumerManageProcessor
 from rmq.broker_server.processors.names import check_group_name
 from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor
@@ -38,6 +39,7 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         pull_processor: PullMessageProcessor,
         consumer_manage: ConsumerManageProcessor,
         subscription_groups: SubscriptionGroupProcessor,
+        client_manage: ClientManageProcessor,
         broker_status: Callable[[], rmq_pb2.BrokerStatusResponse] | None = None,
         topics_replicated: Callable[[], Awaitable[None]] | None = None,
         consumer_connections: Callable[[str], list[rmq_pb2.ConsumerConnection]] = lambda group: [],
@@ -52,6 +54,7 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         self.pull_processor = pull_processor
         self.consumer_manage = consumer_manage
         self.subscription_groups = subscription_groups
+        self.client_manage = client_manage
         self.broker_status = broker_status
         self.consumer_connections = consumer_connections
         self.consumer_groups = consumer_groups
@@ -159,6 +162,13 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
             consumer_group=config.group, consume_enable=config.consume_enable,
             retry_max_times=config.retry_max_times)
         return rmq_pb2.GetSubscriptionGroupResponse(status=OK, stored=stored, config=answer)
+
+    @answers_with_status(rmq_pb2.GetProducerConnectionsResponse)
+    async def GetProducerConnections(self, request: rmq_pb2.GetProducerConnectionsRequest,
+                                     context: Context) -> rmq_pb2.GetProducerConnectionsResponse:
+        """The producer group's live producers (`rmq group producers`, producerConnection)."""
+        return rmq_pb2.GetProducerConnectionsResponse(
+            status=OK, connections=self.client_manage.producer_connections(request.producer_group))
 
     @answers_with_status(rmq_pb2.ListConsumerGroupsResponse)
     async def ListConsumerGroups(self, request: rmq_pb2.ListConsumerGroupsRequest,

@@ -40,6 +40,10 @@ def _group_sub(request: Any) -> list[Requirement]:
     return [Requirement(GROUP, request.consumer_group, Need.SUB)]
 
 
+def _producer_group(request: Any) -> list[Requirement]:
+    return [Requirement(GROUP, request.producer_group, Need.ANY)]
+
+
 def _group_and_offset_topics(request: Any) -> list[Requirement]:
     return _group_sub(request) + _topics(o.topic for o in request.offsets)
 
@@ -93,6 +97,7 @@ RULES: dict[str, Rule] = {
     _rule("AdminService", "ListConsumerGroups"): _nothing,   # answers only the groups the caller may SUB
     _rule("AdminService", "GetSubscriptionGroup"): _group_sub,   # the group's settings, to its consumers
     _rule("AdminService", "GetConsumerRunningInfo"): _group_sub,   # a member's queues, like its connections
+    _rule("AdminService", "GetProducerConnections"): _producer_group,
     _rule("NameServerService", "RegisterBroker"): lambda r: _broker(r.broker.broker_name),
     _rule("NameServerService", "UnregisterBroker"): lambda r: _broker(r.broker_name),
     _rule("ControllerService", "Heartbeat"): lambda r: _broker(r.broker_name),

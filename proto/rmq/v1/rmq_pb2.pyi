@@ -1028,6 +1028,36 @@ class GetConsumerRunningInfoResponse(_message.Message):
     info: ConsumerRunningInfo
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., info: _Optional[_Union[ConsumerRunningInfo, _Mapping]] = ...) -> None: ...
 
+class ProducerConnection(_message.Message):
+    __slots__ = ("client_id", "protocol", "address", "language", "version", "last_heartbeat_ms")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    protocol: ClientProtocol
+    address: str
+    language: str
+    version: int
+    last_heartbeat_ms: int
+    def __init__(self, client_id: _Optional[str] = ..., protocol: _Optional[_Union[ClientProtocol, str]] = ..., address: _Optional[str] = ..., language: _Optional[str] = ..., version: _Optional[int] = ..., last_heartbeat_ms: _Optional[int] = ...) -> None: ...
+
+class GetProducerConnectionsRequest(_message.Message):
+    __slots__ = ("producer_group",)
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    producer_group: str
+    def __init__(self, producer_group: _Optional[str] = ...) -> None: ...
+
+class GetProducerConnectionsResponse(_message.Message):
+    __slots__ = ("status", "connections")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    connections: _containers.RepeatedCompositeFieldContainer[ProducerConnection]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., connections: _Optional[_Iterable[_Union[ProducerConnection, _Mapping]]] = ...) -> None: ...
+
 class GetConsumerConnectionsRequest(_message.Message):
     __slots__ = ("consumer_group",)
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]

@@ -864,6 +864,11 @@ class AdminServiceStub:
                 request_serializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerRunningInfoRequest.SerializeToString,
                 response_deserializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerRunningInfoResponse.FromString,
                 _registered_method=True)
+        self.GetProducerConnections = channel.unary_unary(
+                '/rmq.v1.AdminService/GetProducerConnections',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.GetProducerConnectionsRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.GetProducerConnectionsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -942,6 +947,12 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetProducerConnections(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1004,6 +1015,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetConsumerRunningInfo,
                     request_deserializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerRunningInfoRequest.FromString,
                     response_serializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerRunningInfoResponse.SerializeToString,
+            ),
+            'GetProducerConnections': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetProducerConnections,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.GetProducerConnectionsRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.GetProducerConnectionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1331,6 +1347,33 @@ class AdminService:
             '/rmq.v1.AdminService/GetConsumerRunningInfo',
             rmq_dot_v1_dot_rmq__pb2.GetConsumerRunningInfoRequest.SerializeToString,
             rmq_dot_v1_dot_rmq__pb2.GetConsumerRunningInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetProducerConnections(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.AdminService/GetProducerConnections',
+            rmq_dot_v1_dot_rmq__pb2.GetProducerConnectionsRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.GetProducerConnectionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -219,6 +219,7 @@ class AdminServiceStub:
     UpdateSubscriptionGroup: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.UpdateSubscriptionGroupRequest, _rmq_pb2.UpdateSubscriptionGroupResponse]
     GetSubscriptionGroup: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetSubscriptionGroupRequest, _rmq_pb2.GetSubscriptionGroupResponse]
     GetConsumerRunningInfo: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetConsumerRunningInfoRequest, _rmq_pb2.GetConsumerRunningInfoResponse]
+    GetProducerConnections: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetProducerConnectionsRequest, _rmq_pb2.GetProducerConnectionsResponse]
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -237,6 +238,7 @@ class AdminServiceAsyncStub(AdminServiceStub):
     UpdateSubscriptionGroup: _aio.UnaryUnaryMultiCallable[_rmq_pb2.UpdateSubscriptionGroupRequest, _rmq_pb2.UpdateSubscriptionGroupResponse]  # type: ignore[assignment]
     GetSubscriptionGroup: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetSubscriptionGroupRequest, _rmq_pb2.GetSubscriptionGroupResponse]  # type: ignore[assignment]
     GetConsumerRunningInfo: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetConsumerRunningInfoRequest, _rmq_pb2.GetConsumerRunningInfoResponse]  # type: ignore[assignment]
+    GetProducerConnections: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetProducerConnectionsRequest, _rmq_pb2.GetProducerConnectionsResponse]  # type: ignore[assignment]
 
 class AdminServiceServicer:
     """Served by every broker (its own topics)."""
@@ -312,6 +314,12 @@ class AdminServiceServicer:
         request: _rmq_pb2.GetConsumerRunningInfoRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_rmq_pb2.GetConsumerRunningInfoResponse, _abc.Awaitable[_rmq_pb2.GetConsumerRunningInfoResponse]]: ...
+
+    def GetProducerConnections(
+        self,
+        request: _rmq_pb2.GetProducerConnectionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rmq_pb2.GetProducerConnectionsResponse, _abc.Awaitable[_rmq_pb2.GetProducerConnectionsResponse]]: ...
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
