@@ -60,6 +60,7 @@ def test_running_info_settings_and_skip_accumulated_from_the_group_page(
             assert seen == [0, 1, 2, 10]
 
             browser.goto(console + "/groups/shop")
+            assert "no live producer in producer group shop" in browser.inner_text("#producers")
             browser.uncheck("#change-settings input[name=consume_enable]")
             browser.fill("#change-settings input[name=retry_max_times]", "3")
             browser.click("#change-settings button")

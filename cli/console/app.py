@@ -225,7 +225,8 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
         return "groups.html", session.view.groups()
 
     def group(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
-        return "group.html", session.view.group(request.path_params["group"])
+        group_name = request.path_params["group"]
+        return "group.html", session.view.group(group_name, request.query_params.get("producers", group_name))
 
     async def reset(request: Request) -> Response:
         form, token, session = await _form(request, sessions)

@@ -186,8 +186,10 @@ class ClusterView:
                            "incomplete": not progress.complete})
         return reads.done({"groups": listed})
 
-    def group(self, group: str) -> dict[str, Any]:
+    def group(self, group: str, producer_group: str = "") -> dict[str, Any]:
+        """The group's page; with `producer_group`, that producer group's live producers too."""
         reads = self._known_group(group)
+        producers = self.admin.producers(producer_group, reads.missing) if producer_group else []
         progress = self.admin.progress(group)
         reads.unreachable.update(progress.unreachable)
         members = self.admin.members(group, reads.missing)
@@ -211,6 +213,10 @@ class ClusterView:
             "settings": [{"broker_name": name, "consume_enable": s.consume_enable,
                           "retry_max_times": s.retry_max_times, "stored": s.stored}
                          for name, s in self.admin.group_settings(group, reads.missing).items()],
+            "producer_group": producer_group,
+            "producers": [{"client_id": p.client_id, "protocol": p.protocol.label, "address": p.address,
+                           "language": p.language, "version": p.version}
+                          for p in producers],
         })
 
     def _known_group(self, group: str) -> Reads:
