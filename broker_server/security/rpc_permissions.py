@@ -98,6 +98,7 @@ RULES: dict[str, Rule] = {
     _rule("AdminService", "GetSubscriptionGroup"): _group_sub,   # the group's settings, to its consumers
     _rule("AdminService", "GetConsumerRunningInfo"): _group_sub,   # a member's queues, like its connections
     _rule("AdminService", "GetProducerConnections"): _producer_group,
+    _rule("AdminService", "GetGroupStats"): _group_sub,   # what the group pulled, like its members
     _rule("NameServerService", "RegisterBroker"): lambda r: _broker(r.broker.broker_name),
     _rule("NameServerService", "UnregisterBroker"): lambda r: _broker(r.broker_name),
     _rule("ControllerService", "Heartbeat"): lambda r: _broker(r.broker_name),
@@ -112,6 +113,7 @@ ADMIN_METHODS = frozenset({
     _rule("AdminService", "ViewMessage"),   # names no topic the ACL could check before the read
     _rule("AdminService", "ResetConsumerOffsets"),   # moves every member of the group (resetOffset)
     _rule("AdminService", "UpdateSubscriptionGroup"),   # updateSubGroup
+    _rule("AdminService", "DescribeAcl"),   # every account and its permissions
     # replication: a slave copies everything, so its account (RMQ_ACCESS_KEY) must be an admin
     _rule("HAService", "Transfer"),
     _rule("HAService", "SlaveSynchronize"),

@@ -220,6 +220,8 @@ class AdminServiceStub:
     GetSubscriptionGroup: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetSubscriptionGroupRequest, _rmq_pb2.GetSubscriptionGroupResponse]
     GetConsumerRunningInfo: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetConsumerRunningInfoRequest, _rmq_pb2.GetConsumerRunningInfoResponse]
     GetProducerConnections: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetProducerConnectionsRequest, _rmq_pb2.GetProducerConnectionsResponse]
+    GetGroupStats: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetGroupStatsRequest, _rmq_pb2.GetGroupStatsResponse]
+    DescribeAcl: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.DescribeAclRequest, _rmq_pb2.DescribeAclResponse]
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -239,6 +241,8 @@ class AdminServiceAsyncStub(AdminServiceStub):
     GetSubscriptionGroup: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetSubscriptionGroupRequest, _rmq_pb2.GetSubscriptionGroupResponse]  # type: ignore[assignment]
     GetConsumerRunningInfo: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetConsumerRunningInfoRequest, _rmq_pb2.GetConsumerRunningInfoResponse]  # type: ignore[assignment]
     GetProducerConnections: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetProducerConnectionsRequest, _rmq_pb2.GetProducerConnectionsResponse]  # type: ignore[assignment]
+    GetGroupStats: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetGroupStatsRequest, _rmq_pb2.GetGroupStatsResponse]  # type: ignore[assignment]
+    DescribeAcl: _aio.UnaryUnaryMultiCallable[_rmq_pb2.DescribeAclRequest, _rmq_pb2.DescribeAclResponse]  # type: ignore[assignment]
 
 class AdminServiceServicer:
     """Served by every broker (its own topics)."""
@@ -320,6 +324,18 @@ class AdminServiceServicer:
         request: _rmq_pb2.GetProducerConnectionsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_rmq_pb2.GetProducerConnectionsResponse, _abc.Awaitable[_rmq_pb2.GetProducerConnectionsResponse]]: ...
+
+    def GetGroupStats(
+        self,
+        request: _rmq_pb2.GetGroupStatsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rmq_pb2.GetGroupStatsResponse, _abc.Awaitable[_rmq_pb2.GetGroupStatsResponse]]: ...
+
+    def DescribeAcl(
+        self,
+        request: _rmq_pb2.DescribeAclRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rmq_pb2.DescribeAclResponse, _abc.Awaitable[_rmq_pb2.DescribeAclResponse]]: ...
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
