@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from integration_tests.test_console_browser import browser, console  # noqa: F401 (fixtures)
+from integration_tests.test_console_browser import browser, chromium, console  # noqa: F401 (fixtures)
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.connector.errors import RmqError
 from rmq.connector.message import MessageExt
