@@ -7,25 +7,28 @@ form a chain read back from the slot's last. Only the entries' state byte is rew
 
 Entry index == offset in the timer topic's queue, so an entry is found without a table, and
 re-enqueueing after a crash finds what is already there (docs/internals/timer.md §Recovery).
-Segments wholly below the oldest entry still pending are deleted (retention)."""
+Segments wholly below the oldest entry still pending are deleted (retention). A segment's blocks
+are reserved when it is created (posix_fallocate), so no page of it faults on a full filesystem (a
+SIGBUS on tmpfs); the send path creates the segments the next timers need before accepting them
+(`reserve`), so a full disk is a refusal there, not a failed chaining later."""
 
 from __future__ import annotations
 
 import enum
 import mmap
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from rmq.store.private_files import make_dirs, open_private
+from rmq.store.mapped_file import map_reserved
+from rmq.store.private_files import make_dirs
 
 ENTRY_DTYPE = np.dtype([("prev", "<i8"), ("deliver_ms", "<i8"), ("phys", "<i8"), ("size", "<i4"),
                         ("account", "<u4"), ("state", "u1"), ("pad", "V7")])
 ENTRY_SIZE = ENTRY_DTYPE.itemsize   # 40 bytes
 STATE_POSITION = 32   # offset of "state" in ENTRY_DTYPE
-ENTRIES_PER_SEGMENT = 1 << 20       # 40 MiB per segment file
+ENTRIES_PER_SEGMENT = 1 << 16       # 2.5 MiB per segment file, all reserved at creation
 NO_ENTRY = -1
 
 
@@ -71,13 +74,8 @@ class TimerLog:
                 self._segments[int(path.name)] = self._map(path)
 
     def _map(self, path: Path) -> mmap.mmap:
-        fd = open_private(path, os.O_RDWR | os.O_CREAT)
-        try:
-            if os.fstat(fd).st_size != self.per_segment * ENTRY_SIZE:
-                os.ftruncate(fd, self.per_segment * ENTRY_SIZE)   # sparse: pages appear when written
-            return mmap.mmap(fd, self.per_segment * ENTRY_SIZE)
-        finally:
-            os.close(fd)
+        """Map a segment, created with its blocks reserved (OSError when there is no room)."""
+        return map_reserved(path, self.per_segment * ENTRY_SIZE)
 
     def _segment(self, index: int, create: bool) -> tuple[mmap.mmap | None, int]:
         first = index - index % self.per_segment
@@ -85,6 +83,11 @@ class TimerLog:
         if mapping is None and create:
             mapping = self._segments[first] = self._map(self.directory / f"{first:020d}")
         return mapping, (index - first) * ENTRY_SIZE
+
+    def reserve(self, first: int, last: int) -> None:
+        """Create the segments holding entries `first`..`last` (OSError when there is no room)."""
+        for index in range(first - first % self.per_segment, last + 1, self.per_segment):
+            self._segment(index, True)
 
     def write(self, entry: TimerEntry) -> None:
         mapping, position = self._segment(entry.index, True)

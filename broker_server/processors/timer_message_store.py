@@ -62,6 +62,7 @@ PROPERTY_TIMER_QUEUE_OFFSET = "TIMER_QUEUE_OFFSET"   # rmq's: the delivered copy
 PROPERTY_TIMER_PRODUCER = "TIMER_PRODUCER"           # rmq's: the sending account (recall, shares)
 PROPERTY_TIMER_RECALL = "TIMER_RECALL_OFFSET"        # rmq's: a recall record's target offset
 ENQUEUE_BATCH = 1024
+RESERVE_AHEAD = 4096   # TimerLog entries reserved past the timer queue's end at each park
 DELIVER_BATCH = 256
 RETRY_AFTER_FAILURE_S = 1.0
 CHECKPOINT_INTERVAL_S = 1.0
@@ -231,6 +232,7 @@ class TimerMessageStore:
         producer = caller.account_key()
         if deliver_ms > now_ms:
             self._check_room(producer)
+            self._reserve_files()
         for name in TIMER_PROPERTIES:
             properties.pop(name, None)
         properties[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
@@ -255,6 +257,19 @@ class TimerMessageStore:
                               f"account {producer!r} has {mine} timer messages pending, the most "
                               f"timer_max_pending_per_account={self.settings.max_pending_per_account} "
                               "allows: retry later")
+
+    def _reserve_files(self) -> None:
+        """The wheel (at the first timer) and the TimerLog segments the next timers go into,
+        created with their blocks reserved: a full disk refuses the send here, before anything is
+        stored, instead of faulting a sparse page later (SIGBUS on tmpfs)."""
+        first = self.store.get_max_offset_in_queue(TIMER_TOPIC, 0)
+        try:
+            self.wheel.allocate()
+            self.timer_log.reserve(first, first + RESERVE_AHEAD)
+        except OSError as error:
+            raise BrokerError(rmq_pb2.SERVICE_NOT_AVAILABLE,
+                              f"no room on the store's disk for timer messages: {error.strerror} "
+                              f"({error.filename or 'timer files'})") from None
 
     def recall_handle(self, properties: dict[str, str], timer_offset: int) -> str:
         """The handle a producer gets for a message `park` sent to the timer queue."""
@@ -420,9 +435,8 @@ class TimerMessageStore:
         slots_walked = 0
         while self._read_slot() < self._now_ms() // precision:
             if not self.pending:
-                # nothing pending, so no slot holds a live entry: skip to now without reading the
-                # wheel (a broker that holds no timers never faults the wheel's pages in: on a full
-                # tmpfs even reading a page of a sparse file is SIGBUS)
+                # nothing pending, so no slot holds a live entry: skip to now instead of reading
+                # each passed second's slot (after a long stop, up to the 3 days' worth)
                 self.checkpoint.read_time_ms = self._now_ms() // precision * precision
                 break
             slot_time = self._read_slot()
