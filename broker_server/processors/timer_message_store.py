@@ -277,8 +277,9 @@ class TimerMessageStore:
                                    int(properties[PROPERTY_TIMER_DELIVER_MS]),
                                    properties[PROPERTY_TIMER_PRODUCER])
 
-    async def recall(self, topic: str, handle: str) -> None:
-        """Cancel a pending timer message by its recall handle (its producer or an admin)."""
+    async def recall(self, topic: str, handle: str) -> str:
+        """Cancel a pending timer message by its recall handle (its producer or an admin).
+        Returns its message id (UNIQ_KEY), as RocketMQ's RecallMessageResponseHeader names it."""
         if not self.is_master:
             raise NotMaster("this broker is a SLAVE: recall on the master of its broker group")
         handle_topic, offset, deliver_ms, producer = self.handles.decode(handle)
@@ -300,10 +301,12 @@ class TimerMessageStore:
                               f"the timer message is already {entry.state.name.lower()}")
         if self._slot_of(deliver_ms) <= self._now_ms() // self.settings.precision_ms + 1:
             raise BrokerError(rmq_pb2.QUERY_NOT_FOUND, "the timer message is due now: too late to recall")
+        [message] = await self.executor.run(self._read_records, [entry])
         record = MessageToStore(topic=TIMER_TOPIC, queue_id=0, body=b"recall", properties={
             PROPERTY_TIMER_RECALL: str(offset), mf.PROPERTY_REAL_TOPIC: handle_topic})
         check_put_results(await self.executor.run(self.store.put_messages, [record]))
         self._recalled(offset)
+        return "" if message is None else message.properties.get(mf.PROPERTY_UNIQ_KEY, "")
 
     def _recalled(self, offset: int) -> None:
         entry = self.timer_log.read(offset)

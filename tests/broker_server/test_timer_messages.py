@@ -27,11 +27,14 @@ from rmq.cli import main as cli
 from rmq.connector import Message, Producer
 from rmq.connector.client import OutgoingMessage
 from rmq.connector.errors import RmqError
+from rmq.remoting.request_code import RequestCode, ResponseCode
 from rmq.store.timer_log import EntryState
 from rmq.stored_message import StoredMessage, decode_records
 from rmq.v1 import rmq_pb2
 from tests.broker_server.acl_broker import acl_broker, client
 from tests.broker_server.in_process_broker import InProcessBroker, start_remoting_broker
+from tests.broker_server.remoting_client import RemotingTestClient
+from tests.broker_server.test_remoting_broker import request
 from tests.clocks import ManualClock
 from tests.waiting import wait_until
 
@@ -374,3 +377,20 @@ def test_a_store_of_the_former_timer_heap_resumes_where_it_had_delivered(tmp_pat
         assert [m.body for m in delivered(broker)] == [b"pending"]
     finally:
         broker.stop()
+
+
+def test_recall_over_the_4x_remoting_port_cancels_the_timer_and_names_its_message_id(broker, producer):
+    """RocketMQ 5.3's RECALL_MESSAGE (370): topic and recallHandle; the answer's msgId is the
+    message's UNIQ_KEY; a second recall is QUERY_NOT_FOUND."""
+    sent = producer.send(Message("timed", b"recalled", delay=timedelta(seconds=30)))
+    wait_until(lambda: broker.controller.timer.pending == 1, "the timer on the wheel")
+    with RemotingTestClient(broker.config.remoting_listen) as remoting:
+        answer = remoting.call(request(RequestCode.RECALL_MESSAGE, producerGroup="pg", topic="timed",
+                                       recallHandle=sent.recall_handle))
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        parked = stored(broker, TIMER_TOPIC)[0]   # then the recall record
+        assert answer.ext_fields["msgId"] == parked.properties[mf.PROPERTY_UNIQ_KEY]
+        assert broker.controller.timer.pending == 0
+        again = remoting.call(request(RequestCode.RECALL_MESSAGE, topic="timed",
+                                      recallHandle=sent.recall_handle))
+        assert again.code == ResponseCode.QUERY_NOT_FOUND and "recalled" in again.remark
