@@ -62,7 +62,7 @@ PROPERTY_TIMER_QUEUE_OFFSET = "TIMER_QUEUE_OFFSET"   # rmq's: the delivered copy
 PROPERTY_TIMER_PRODUCER = "TIMER_PRODUCER"           # rmq's: the sending account (recall, shares)
 PROPERTY_TIMER_RECALL = "TIMER_RECALL_OFFSET"        # rmq's: a recall record's target offset
 ENQUEUE_BATCH = 1024
-RESERVE_AHEAD = 4096   # TimerLog entries reserved past the timer queue's end at each park
+RESERVE_AHEAD = 1024   # TimerLog entries reserved past those admitted (recall records among them)
 DELIVER_BATCH = 256
 RETRY_AFTER_FAILURE_S = 1.0
 CHECKPOINT_INTERVAL_S = 1.0
@@ -159,6 +159,7 @@ class TimerMessageStore:
         self.checkpoint = TimerCheckpoint()
         self.pending = 0
         self.pending_by_account: Counter[int] = Counter()
+        self._admitted: Counter[int] = Counter()   # per account: admitted by a send, not chained yet
         self._floor = KEEP_NOTHING
         self._chained_until = 0   # CommitLog end of the last timer-queue record chained
         self.last_lateness_ms = 0
@@ -223,16 +224,12 @@ class TimerMessageStore:
     def park(self, properties: dict[str, str], topic: str, queue_id: int) -> tuple[str, int]:
         """The (topic, queue) a message is stored in: its own, or the timer queue when its timer
         property asks for a later time (properties rewritten: TIMER_DELIVER_MS, REAL_TOPIC,
-        REAL_QID, UNIQ_KEY, TIMER_PRODUCER). Raises WHEEL_TIMER_MSG_ILLEGAL or
-        WHEEL_TIMER_FLOW_CONTROL; nothing is changed then."""
+        REAL_QID, UNIQ_KEY, TIMER_PRODUCER). Raises WHEEL_TIMER_MSG_ILLEGAL; nothing is changed
+        then. The send then `admit`s the request's parked timers against the budgets."""
         now_ms = self._now_ms()
         deliver_ms = deliver_time_ms(properties, now_ms, self.settings)
         if deliver_ms is None:
             return topic, queue_id
-        producer = caller.account_key()
-        if deliver_ms > now_ms:
-            self._check_room(producer)
-            self._reserve_files()
         for name in TIMER_PROPERTIES:
             properties.pop(name, None)
         properties[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
@@ -241,31 +238,52 @@ class TimerMessageStore:
         properties[mf.PROPERTY_REAL_TOPIC] = topic
         properties[mf.PROPERTY_REAL_QUEUE_ID] = str(queue_id)
         properties.setdefault(mf.PROPERTY_UNIQ_KEY, uuid.uuid4().hex.upper())
-        properties[PROPERTY_TIMER_PRODUCER] = producer
+        properties[PROPERTY_TIMER_PRODUCER] = caller.account_key()
         return TIMER_TOPIC, 0
 
-    def _check_room(self, producer: str) -> None:
-        backlog = self.pending + max(
-            self.store.get_max_offset_in_queue(TIMER_TOPIC, 0) - self.checkpoint.enqueue_offset, 0)
-        if backlog >= self.settings.max_pending:
+    def admit(self, count: int) -> None:
+        """Before a send stores the `count` timers `park` sent to the timer queue (all the caller's):
+        refuse WHEEL_TIMER_FLOW_CONTROL past the pending budgets, counting besides what is chained
+        the timers admitted and not chained yet (this request's, those of sends under way and those
+        stored but not read yet), so neither a batch nor concurrent sends pass a budget; then
+        reserve their files. The send calls `release` when they are not stored."""
+        producer = caller.account_key()
+        account = account_code(producer)
+        queue_end = self.store.get_max_offset_in_queue(TIMER_TOPIC, 0)
+        unchained = max(queue_end - self.checkpoint.enqueue_offset, 0)
+        backlog = self.pending + max(unchained, sum(self._admitted.values()))
+        if backlog + count > self.settings.max_pending:
             raise BrokerError(rmq_pb2.WHEEL_TIMER_FLOW_CONTROL,
-                              f"{backlog} timer messages are pending, the most timer_max_pending="
-                              f"{self.settings.max_pending} allows: retry later")
-        mine = self.pending_by_account[account_code(producer)]
-        if mine >= self.settings.max_pending_per_account:
+                              f"{backlog} timer messages are pending and {count} more would exceed "
+                              f"timer_max_pending={self.settings.max_pending}: retry later")
+        mine = self.pending_by_account[account] + self._admitted[account]
+        if mine + count > self.settings.max_pending_per_account:
             raise BrokerError(rmq_pb2.WHEEL_TIMER_FLOW_CONTROL,
-                              f"account {producer!r} has {mine} timer messages pending, the most "
-                              f"timer_max_pending_per_account={self.settings.max_pending_per_account} "
-                              "allows: retry later")
+                              f"account {producer!r} has {mine} timer messages pending and {count} more "
+                              f"would exceed timer_max_pending_per_account="
+                              f"{self.settings.max_pending_per_account}: retry later")
+        self._reserve_files(count)
+        self._admitted[account] += count
 
-    def _reserve_files(self) -> None:
-        """The wheel (at the first timer) and the TimerLog segments the next timers go into,
-        created with their blocks reserved: a full disk refuses the send here, before anything is
-        stored, instead of faulting a sparse page later (SIGBUS on tmpfs)."""
+    def release(self, count: int) -> None:
+        """The `count` timers `admit` counted for the caller were not stored."""
+        self._unadmit(account_code(caller.account_key()), count)
+
+    def _unadmit(self, account: int, count: int) -> None:
+        left = self._admitted.get(account, 0) - count
+        if left > 0:
+            self._admitted[account] = left
+        else:
+            self._admitted.pop(account, None)
+
+    def _reserve_files(self, count: int) -> None:
+        """The wheel (at the first timer) and the TimerLog segments the next `count` timers go
+        into, created with their blocks reserved: a full disk refuses the send here, before
+        anything is stored, instead of faulting a sparse page later (SIGBUS on tmpfs)."""
         first = self.store.get_max_offset_in_queue(TIMER_TOPIC, 0)
         try:
             self.wheel.allocate()
-            self.timer_log.reserve(first, first + RESERVE_AHEAD)
+            self.timer_log.reserve(first, first + sum(self._admitted.values()) + count + RESERVE_AHEAD)
         except OSError as error:
             raise BrokerError(rmq_pb2.SERVICE_NOT_AVAILABLE,
                               f"no room on the store's disk for timer messages: {error.strerror} "
@@ -405,6 +423,7 @@ class TimerMessageStore:
         if self._link(entry, self._slot_of(deliver_ms), force=False) and existing is None:
             self.pending += 1
             self.pending_by_account[entry.account] += 1
+            self._unadmit(entry.account, 1)
             self._floor = min(self._floor, entry.phys)
 
     def _link(self, entry: TimerEntry, slot_time: int, force: bool) -> bool:
