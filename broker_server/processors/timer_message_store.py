@@ -121,6 +121,14 @@ class RecallHandles:
         self._secret = secret
         self.broker_name = broker_name
 
+    @classmethod
+    def of_group(cls, cluster_secret: bytes, broker_name: str) -> RecallHandles:
+        """Handles every member of a broker group signs and honours alike: the key derived from
+        the group's cluster secret, so a slave promoted by a failover recalls by the handles its
+        former master gave out."""
+        purpose = b"rmq recall handles\n" + broker_name.encode()
+        return cls(hmac.new(cluster_secret, purpose, hashlib.sha256).digest(), broker_name)
+
     def _mac(self, fields: list[str]) -> str:
         return hmac.new(self._secret, "\n".join(fields).encode(), hashlib.sha256).hexdigest()[:32]
 
