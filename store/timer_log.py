@@ -25,7 +25,7 @@ from rmq.store.mapped_file import map_reserved
 from rmq.store.private_files import make_dirs
 
 ENTRY_DTYPE = np.dtype([("prev", "<i8"), ("deliver_ms", "<i8"), ("phys", "<i8"), ("size", "<i4"),
-                        ("account", "<u4"), ("state", "u1"), ("pad", "V7")])
+                        ("account", "<u4"), ("state", "u1"), ("pad", "V3"), ("topic", "<u4")])
 ENTRY_SIZE = ENTRY_DTYPE.itemsize   # 40 bytes
 STATE_POSITION = 32   # offset of "state" in ENTRY_DTYPE
 ENTRIES_PER_SEGMENT = 1 << 16       # 2.5 MiB per segment file, all reserved at creation
@@ -50,12 +50,14 @@ class TimerEntry:
     size: int
     account: int
     state: EntryState
+    topic: int = 0   # CRC32 of the real topic's name (pending timers per topic)
 
 
 @dataclass(frozen=True)
 class PendingEntries:
     indexes: np.ndarray    # int64: their timer-queue offsets, ascending
     accounts: np.ndarray   # uint32: their producers' account codes
+    topics: np.ndarray     # uint32: their real topics' codes
     phys: np.ndarray       # int64: their CommitLog offsets
 
     def commit_log_floor(self, otherwise: int) -> int:
@@ -93,7 +95,8 @@ class TimerLog:
         mapping, position = self._segment(entry.index, True)
         assert mapping is not None
         record = np.zeros(1, ENTRY_DTYPE)
-        record[0] = (entry.prev, entry.deliver_ms, entry.phys, entry.size, entry.account, entry.state, b"")
+        record[0] = (entry.prev, entry.deliver_ms, entry.phys, entry.size, entry.account, entry.state, b"",
+                     entry.topic)
         mapping[position:position + ENTRY_SIZE] = record.tobytes()
 
     def read(self, index: int) -> TimerEntry | None:
@@ -105,7 +108,7 @@ class TimerLog:
         if state is EntryState.EMPTY:
             return None
         return TimerEntry(index, int(fields["prev"]), int(fields["deliver_ms"]), int(fields["phys"]),
-                          int(fields["size"]), int(fields["account"]), state)
+                          int(fields["size"]), int(fields["account"]), state, int(fields["topic"]))
 
     def set_state(self, index: int, state: EntryState) -> None:
         mapping, position = self._segment(index, False)
@@ -115,17 +118,20 @@ class TimerLog:
     def pending(self) -> PendingEntries:
         """Every entry pending or being delivered: one vector scan of each segment (the figures
         the broker counts from on start, the retention floors)."""
-        indexes, accounts, phys = [], [], []
+        indexes, accounts, topics, phys = [], [], [], []
         for first, mapping in sorted(self._segments.items()):
             entries = np.frombuffer(mapping, ENTRY_DTYPE)
             live = np.flatnonzero((entries["state"] == EntryState.PENDING)
                                   | (entries["state"] == EntryState.DELIVERING))
             indexes.append(live + first)
             accounts.append(entries["account"][live])
+            topics.append(entries["topic"][live])
             phys.append(entries["phys"][live])
         if not indexes:
-            return PendingEntries(np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros(0, np.int64))
-        return PendingEntries(np.concatenate(indexes), np.concatenate(accounts), np.concatenate(phys))
+            return PendingEntries(np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros(0, np.uint32),
+                                  np.zeros(0, np.int64))
+        return PendingEntries(np.concatenate(indexes), np.concatenate(accounts), np.concatenate(topics),
+                              np.concatenate(phys))
 
     def delete_below(self, index: int) -> int:
         """Delete the segments holding only entries below `index` (none of them pending).

@@ -108,8 +108,9 @@ def deliver_time_ms(properties: dict[str, str], now_ms: int, settings: TimerSett
     return deliver_ms
 
 
-def account_code(access_key: str) -> int:
-    return zlib.crc32(access_key.encode())
+def name_code(name: str) -> int:
+    """A TimerLog entry's code of its producer account and of its real topic: CRC32 of the name."""
+    return zlib.crc32(name.encode())
 
 
 class RecallHandles:
@@ -167,6 +168,7 @@ class TimerMessageStore:
         self.checkpoint = TimerCheckpoint()
         self.pending = 0
         self.pending_by_account: Counter[int] = Counter()
+        self.pending_by_topic: Counter[int] = Counter()   # by topic_code of the real topic
         self._admitted: Counter[int] = Counter()   # per account: admitted by a send, not chained yet
         self._floor = KEEP_NOTHING
         self._chained_until = 0   # CommitLog end of the last timer-queue record chained
@@ -193,6 +195,7 @@ class TimerMessageStore:
         pending = self.timer_log.pending()
         self.pending = len(pending.indexes)
         self.pending_by_account = Counter(pending.accounts.tolist())
+        self.pending_by_topic = Counter(pending.topics.tolist())
         self._floor = pending.commit_log_floor(KEEP_NOTHING)
         self.store.retention_floor = self.retention_floor
         if self.wheel.fresh and self.pending:
@@ -256,7 +259,7 @@ class TimerMessageStore:
         stored but not read yet), so neither a batch nor concurrent sends pass a budget; then
         reserve their files. The send calls `release` when they are not stored."""
         producer = caller.account_key()
-        account = account_code(producer)
+        account = name_code(producer)
         queue_end = self.store.get_max_offset_in_queue(TIMER_TOPIC, 0)
         unchained = max(queue_end - self.checkpoint.enqueue_offset, 0)
         backlog = self.pending + max(unchained, sum(self._admitted.values()))
@@ -275,7 +278,7 @@ class TimerMessageStore:
 
     def release(self, count: int) -> None:
         """The `count` timers `admit` counted for the caller were not stored."""
-        self._unadmit(account_code(caller.account_key()), count)
+        self._unadmit(name_code(caller.account_key()), count)
 
     def _unadmit(self, account: int, count: int) -> None:
         left = self._admitted.get(account, 0) - count
@@ -320,7 +323,7 @@ class TimerMessageStore:
             async with self._round:
                 await self._enqueue()
             entry = self.timer_log.read(offset)
-        if entry is None or entry.deliver_ms != deliver_ms or entry.account != account_code(producer):
+        if entry is None or entry.deliver_ms != deliver_ms or entry.account != name_code(producer):
             raise BrokerError(rmq_pb2.QUERY_NOT_FOUND, "no timer message waits under this recall handle")
         if entry.state is not EntryState.PENDING:
             raise BrokerError(rmq_pb2.QUERY_NOT_FOUND,
@@ -342,9 +345,15 @@ class TimerMessageStore:
 
     def _settled(self, entry: TimerEntry) -> None:
         self.pending -= 1
-        self.pending_by_account[entry.account] -= 1
-        if self.pending_by_account[entry.account] <= 0:
-            del self.pending_by_account[entry.account]
+        for counts, key in ((self.pending_by_account, entry.account), (self.pending_by_topic, entry.topic)):
+            counts[key] -= 1
+            if counts[key] <= 0:
+                del counts[key]
+
+    def pending_of_topic(self, topic: str) -> int:
+        """Timer messages waiting here for `topic` (a topic whose name shares its CRC32 with
+        another's counts theirs too)."""
+        return self.pending_by_topic.get(name_code(topic), 0)
 
     def figures(self) -> TimerFigures:
         return TimerFigures(self.pending, self.delivered, self.last_lateness_ms)
@@ -425,12 +434,14 @@ class TimerMessageStore:
         if existing is not None and existing.state is not EntryState.PENDING:
             return   # enqueued and settled before a restart
         deliver_ms = int(properties.get(PROPERTY_TIMER_DELIVER_MS, "0"))
-        entry = existing or TimerEntry(index, NO_ENTRY, deliver_ms, message.physical_offset, size,
-                                       account_code(properties.get(PROPERTY_TIMER_PRODUCER, "")),
-                                       EntryState.PENDING)
+        producer = name_code(properties.get(PROPERTY_TIMER_PRODUCER, ""))
+        topic = name_code(properties.get(mf.PROPERTY_REAL_TOPIC, ""))
+        entry = existing or TimerEntry(index, NO_ENTRY, deliver_ms, message.physical_offset, size, producer,
+                                       EntryState.PENDING, topic)
         if self._link(entry, self._slot_of(deliver_ms), force=False) and existing is None:
             self.pending += 1
             self.pending_by_account[entry.account] += 1
+            self.pending_by_topic[entry.topic] += 1
             self._unadmit(entry.account, 1)
             self._floor = min(self._floor, entry.phys)
 
@@ -442,7 +453,7 @@ class TimerMessageStore:
         if not force and slot.last >= entry.index:
             return False
         self.timer_log.write(TimerEntry(entry.index, slot.last, entry.deliver_ms, entry.phys, entry.size,
-                                        entry.account, entry.state))
+                                        entry.account, entry.state, entry.topic))
         self.wheel.put(Slot(slot_time, entry.index if slot.first == NO_ENTRY else slot.first, entry.index,
                             slot.count + 1))
         return True

@@ -30,6 +30,7 @@ from rmq.statuses import PullStatus
 from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker, running_broker
 from tests.broker_server.v2_calls import TelemetryStream, V2Client
+from tests.waiting import wait_until
 
 BASE = "http://127.0.0.1"      # a Host the console answers (it refuses others: DNS rebinding)
 
@@ -333,3 +334,19 @@ def test_the_topic_page_names_its_groups_and_changes_permission_sends_and_delete
     assert bad.status_code == 400 and "permission must be one of" in bad.text
     assert web.post("/topics/Orders/delete", data={"csrf": token}).status_code == 200
     assert web.get("/topics/Orders").status_code == 404
+
+
+def test_the_topics_list_and_the_topic_page_show_its_pending_timers(
+        web: TestClient, broker: InProcessBroker) -> None:
+    """Timer messages waiting for a topic (counted per real topic in the TimerLog) on the topics
+    list and the topic page; a recalled one no longer counts."""
+    with RmqClient(broker.address) as client:
+        sent = client.send("Orders", [OutgoingMessage(b"later", properties={"TIMER_DELAY_SEC": "600"})
+                                      for _ in range(3)])
+        wait_until(lambda: web.get("/api/topics/Orders").json()["timers"] == 3, "3 timers pending on Orders")
+        client.recall_message(sent.recall_handles[0])
+    assert web.get("/api/topics/Orders").json()["timers"] == 2
+    assert 'id="timers">2<' in web.get("/topics/Orders").text
+    listed = {t["topic"]: t["timers"] for t in web.get("/api/topics").json()["topics"]}
+    assert listed["Orders"] == 2
+    assert '<td class="num">2</td></tr>' in web.get("/topics").text
