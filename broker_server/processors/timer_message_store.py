@@ -373,18 +373,18 @@ class TimerMessageStore:
         while True:
             self._wake.clear()
             wait = RETRY_AFTER_FAILURE_S
-            try:
+            try:   # a failure (a full disk failing the checkpoint's write among them) is retried
                 async with self._round:
                     await self._enqueue()
                     wait = await (self._dequeue() if self.is_master else self._settle())
+                if time.monotonic() - saved >= CHECKPOINT_INTERVAL_S:
+                    await self.executor.run(self._save_checkpoint)
+                    saved = time.monotonic()
+                if saved - cleaned >= CLEAN_INTERVAL_S:
+                    self.clean()   # on the loop: no read of a segment races its deletion
+                    cleaned = saved
             except Exception:
                 log.exception("timer messages: a round failed; retrying")
-            if time.monotonic() - saved >= CHECKPOINT_INTERVAL_S:
-                await self.executor.run(self._save_checkpoint)
-                saved = time.monotonic()
-            if saved - cleaned >= CLEAN_INTERVAL_S:
-                self.clean()   # on the loop: no read of a segment races its deletion
-                cleaned = saved
             try:
                 await asyncio.wait_for(self._wake.wait(), min(wait, CHECKPOINT_INTERVAL_S))
             except TimeoutError:
