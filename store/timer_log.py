@@ -143,7 +143,8 @@ class TimerLog:
         return len(gone)
 
     def flush(self) -> None:
-        for mapping in self._segments.values():
+        """On a store thread: the send path may add a segment meanwhile (`reserve`, on the loop)."""
+        for mapping in list(self._segments.values()):
             mapping.flush()
 
     def close(self) -> None:
