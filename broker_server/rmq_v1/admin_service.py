@@ -12,9 +12,13 @@ from rmq.broker_server.grpc_aio import Context
 from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
 from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.offsets.subscription_group_manager import SubscriptionGroupConfig
+from rmq.broker_server.processors.client_manage_processor import ClientManageProcessor
+from rmq.broker_server.processors.consumer_manage_processor import ConsumerManageProcessor
 from rmq.broker_server.processors.names import check_group_name
 from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor
 from rmq.broker_server.processors.store_executor import StoreExecutor
+from rmq.broker_server.processors.subscription_group_processor import SubscriptionGroupProcessor
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.security import caller
 from rmq.broker_server.security.acl import Account, Acl, Need, Perm, ResourceKind
@@ -34,6 +38,9 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         hold_service: PullRequestHoldService,
         on_topics_changed: Callable[[], None],
         pull_processor: PullMessageProcessor,
+        consumer_manage: ConsumerManageProcessor,
+        subscription_groups: SubscriptionGroupProcessor,
+        client_manage: ClientManageProcessor,
         broker_status: Callable[[], rmq_pb2.BrokerStatusResponse] | None = None,
         topics_replicated: Callable[[], Awaitable[None]] | None = None,
         consumer_connections: Callable[[str], list[rmq_pb2.ConsumerConnection]] = lambda group: [],
@@ -48,6 +55,9 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         self.hold_service = hold_service
         self.on_topics_changed = on_topics_changed
         self.pull_processor = pull_processor
+        self.consumer_manage = consumer_manage
+        self.subscription_groups = subscription_groups
+        self.client_manage = client_manage
         self.broker_status = broker_status
         self.consumer_connections = consumer_connections
         self.consumer_groups = consumer_groups
@@ -122,6 +132,48 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         check_group_name(request.consumer_group)
         return rmq_pb2.GetConsumerConnectionsResponse(
             status=OK, connections=self.consumer_connections(request.consumer_group))
+
+    @answers_with_status(rmq_pb2.ResetConsumerOffsetsResponse)
+    async def ResetConsumerOffsets(self, request: rmq_pb2.ResetConsumerOffsetsRequest,
+                                   context: Context) -> rmq_pb2.ResetConsumerOffsetsResponse:
+        """An admin's offset reset, adopted by the group's live consumers (`rmq group reset-offset`)."""
+        outcome = self.consumer_manage.reset_offsets(
+            request.consumer_group,
+            {(entry.topic, entry.queue_id): entry.offset for entry in request.offsets}, request.force)
+        return rmq_pb2.ResetConsumerOffsetsResponse(status=OK, notified_client_ids=outcome.notified,
+                                                    untold_client_ids=outcome.untold)
+
+    @answers_with_status(rmq_pb2.GetConsumerRunningInfoResponse)
+    async def GetConsumerRunningInfo(self, request: rmq_pb2.GetConsumerRunningInfoRequest,
+                                     context: Context) -> rmq_pb2.GetConsumerRunningInfoResponse:
+        """A live consumer's process queues and subscriptions (`rmq group status`, consumerStatus)."""
+        info = await self.consumer_manage.running_info(request.consumer_group, request.client_id)
+        return rmq_pb2.GetConsumerRunningInfoResponse(status=OK, info=info)
+
+    @answers_with_status(rmq_pb2.UpdateSubscriptionGroupResponse)
+    async def UpdateSubscriptionGroup(self, request: rmq_pb2.UpdateSubscriptionGroupRequest,
+                                      context: Context) -> rmq_pb2.UpdateSubscriptionGroupResponse:
+        """An admin's per-group settings (`rmq group set`), stored before the answer."""
+        config = request.config
+        await self.executor.run(self.subscription_groups.update, SubscriptionGroupConfig(
+            config.consumer_group, config.consume_enable, config.retry_max_times))
+        return rmq_pb2.UpdateSubscriptionGroupResponse(status=OK)
+
+    @answers_with_status(rmq_pb2.GetSubscriptionGroupResponse)
+    async def GetSubscriptionGroup(self, request: rmq_pb2.GetSubscriptionGroupRequest,
+                                   context: Context) -> rmq_pb2.GetSubscriptionGroupResponse:
+        config, stored = self.subscription_groups.get(request.consumer_group)
+        answer = rmq_pb2.SubscriptionGroupConfig(
+            consumer_group=config.group, consume_enable=config.consume_enable,
+            retry_max_times=config.retry_max_times)
+        return rmq_pb2.GetSubscriptionGroupResponse(status=OK, stored=stored, config=answer)
+
+    @answers_with_status(rmq_pb2.GetProducerConnectionsResponse)
+    async def GetProducerConnections(self, request: rmq_pb2.GetProducerConnectionsRequest,
+                                     context: Context) -> rmq_pb2.GetProducerConnectionsResponse:
+        """The producer group's live producers (`rmq group producers`, producerConnection)."""
+        return rmq_pb2.GetProducerConnectionsResponse(
+            status=OK, connections=self.client_manage.producer_connections(request.producer_group))
 
     @answers_with_status(rmq_pb2.ListConsumerGroupsResponse)
     async def ListConsumerGroups(self, request: rmq_pb2.ListConsumerGroupsRequest,
