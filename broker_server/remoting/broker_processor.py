@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from google.protobuf.message import Message
@@ -125,8 +125,8 @@ class BrokerRemotingProcessor:
         )
         consumers.add_listener(self._consumer_ids_changed)
 
-    async def process(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
-        return await self.dispatcher.process(context, request)
+    def process(self, context: CallContext, request: RemotingCommand) -> Awaitable[RemotingCommand | None]:
+        return self.dispatcher.process(context, request)   # no coroutine of its own per request
 
     def _authorize(self, call: Call, method: str, request: Message) -> None:
         self.dispatcher.authorize(call, METHOD + method, request)
