@@ -38,7 +38,9 @@ from rmq.broker_server.offsets.consumer_ids_watch import ConsumerIdsWatchService
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager, ConsumerTableLimits
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.offsets.rebalance_lock_manager import LOCKS_FILE, RebalanceLockManager
+from rmq.broker_server.processors.ack_message_processor import AckMessageProcessor
 from rmq.broker_server.processors.admin_broker_processor import AdminBrokerProcessor
+from rmq.broker_server.processors.change_invisible_time_processor import ChangeInvisibleTimeProcessor
 from rmq.broker_server.processors.client_manage_processor import ClientManageProcessor
 from rmq.broker_server.processors.consumer_manage_processor import ConsumerManageProcessor
 from rmq.broker_server.processors.consumer_send_msg_back import ConsumerSendMsgBackProcessor
@@ -49,9 +51,13 @@ from rmq.broker_server.processors.end_transaction_processor import (
 )
 from rmq.broker_server.processors.filter_executor import FilterExecutor
 from rmq.broker_server.processors.pipeline import BrokerProcessors
+from rmq.broker_server.processors.pop_message_processor import GroupPolicy, PopMessageProcessor
+from rmq.broker_server.processors.pop_state import PopStateTable
 from rmq.broker_server.processors.pull_message_processor import PullLimits, PullMessageProcessor
 from rmq.broker_server.processors.pull_response_budget import PullResponseBudget
 from rmq.broker_server.processors.query_message_processor import QueryMessageProcessor
+from rmq.broker_server.processors.receipt_handle import ReceiptHandleCodec, load_or_create_secret
+from rmq.broker_server.processors.remembered_receives import RememberedReceives
 from rmq.broker_server.processors.schedule_message_service import ScheduleMessageService
 from rmq.broker_server.processors.send_message_processor import SendMessageProcessor
 from rmq.broker_server.processors.store_executor import StoreExecutor
@@ -73,7 +79,6 @@ from rmq.broker_server.rmq_v1.grpc_server import (
 from rmq.broker_server.rmq_v1.messaging_service import MessagingService
 from rmq.broker_server.rmq_v1.route_service import BrokerRouteService
 from rmq.broker_server.rocketmq_v2.messaging_service import RocketMQv2MessagingService
-from rmq.broker_server.rocketmq_v2.receipt_handle import load_or_create_secret
 from rmq.broker_server.rocketmq_v2.service import build_service as build_rocketmq_v2_service
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.request_signing import broker_server_id
@@ -119,6 +124,14 @@ def open_store(config: BrokerConfig) -> MessageStore:
         raise UserError(f"cannot open store {config.store_path}: {error}") from None
 
 
+def pop_policy(config: BrokerConfig) -> GroupPolicy:
+    """How the broker treats pop consumer groups: retry_max_times + 1 deliveries, the FIFO groups
+    (fifo_consumer_groups), the shortest invisibility, SQL92 filters (enable_property_filter)."""
+    fifo_groups = frozenset(g.strip() for g in config.fifo_consumer_groups.split(",") if g.strip())
+    return GroupPolicy(config.retry_max_times + 1, fifo_groups, config.min_invisible_ms,
+                       config.enable_property_filter)
+
+
 class BrokerController:
     def __init__(self, config: BrokerConfig, security: ServerSecurity,
                  clock: Callable[[], float] = time.time, truncate_to: int | None = None) -> None:
@@ -157,6 +170,7 @@ class BrokerController:
             config.max_held_pulls,
         )
         delay_levels = parse_delay_levels(config.message_delay_level)
+        handle_secret = load_or_create_secret(path / "config" / "receiptHandle.key")
         self.schedule_service = ScheduleMessageService(
             self.store,
             self.topics,
@@ -170,7 +184,7 @@ class BrokerController:
             self.store, self.topics, self.executor, path,
             TimerSettings(config.timer_precision_ms, config.timer_max_delay_s * 1000,
                           config.timer_max_pending, config.timer_max_pending_per_account),
-            RecallHandles(load_or_create_secret(path / "config" / "receiptHandle.key"), config.broker_name),
+            RecallHandles(handle_secret, config.broker_name),
             clock)
         self.replication = Replication(config, self.store, self.topics, self.offsets, self.schedule_service,
                                        self.timer,
@@ -215,6 +229,11 @@ class BrokerController:
             self.outer_api.register_soon,
             self.stats,
         )
+        pop = PopMessageProcessor(
+            self.topics, self.offsets, self.hold_service, PopStateTable(path, self.executor),
+            RememberedReceives(config.max_remembered_receives, config.max_remembered_receive_bytes),
+            self.pull_processor, self.send_back_processor, ReceiptHandleCodec(handle_secret),
+            pop_policy(config), clock)
         self.processors = BrokerProcessors(
             self.send_processor,
             self.pull_processor,
@@ -227,6 +246,9 @@ class BrokerController:
                 config.transaction_timeout_ms, config.transaction_check_interval_ms,
                 config.transaction_check_max, config.max_open_transactions,
                 config.max_open_transactions_per_account)),
+            pop,
+            AckMessageProcessor(pop),
+            ChangeInvisibleTimeProcessor(pop),
         )
         self._tasks: list[asyncio.Task[None]] = []
         self.rocketmq_v2: RocketMQv2MessagingService | None = None
@@ -248,6 +270,7 @@ class BrokerController:
             self.schedule_service.load()
             self.timer.load(is_master=not self.replication.is_slave)
             self.processors.end_transaction.load()
+            self.processors.pop.load()
             self.store.add_dispatch_listener(self._on_dispatch)
             self.store.start(self.truncate_to)
         except (StoreError, ValueError) as error:
@@ -293,10 +316,8 @@ class BrokerController:
         # RocketMQ 5 producer of its topic (each adapter adds its check to EndTransactionProcessor)
         self.remoting = build_broker_remoting(self.config, self.security, self.processors, self.topics,
                                               self.consumers, self._remoting_socket, self._remoting_fixed)
-        self.rocketmq_v2 = build_rocketmq_v2_service(
-            self.config, self.store, self.executor, self.topics, self.offsets, self.hold_service,
-            self.processors, self.timer, self.security.open_client_channel, self.outer_api.register_soon,
-            self.clock)
+        self.rocketmq_v2 = build_rocketmq_v2_service(self.config, self.topics, self.processors, self.timer,
+                                                     self.security.open_client_channel)
         add_rocketmq_v2_service(self.rocketmq_v2, server)
         return server
 
