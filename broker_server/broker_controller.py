@@ -198,6 +198,7 @@ class BrokerController:
             config.register_broker_interval_ms,
             open_channel=security.open_client_channel,
             member=self.replication.member,
+            cluster_name=config.cluster_name,
         )
         self.stats = BrokerStatsManager(
             labels=GroupLabels(config.max_metric_groups, config.max_metric_groups_per_account))
