@@ -18,7 +18,6 @@ from typing import Any, cast
 import grpc
 import pyarrow as pa
 
-from rmq import retry
 from rmq.broker_server.background_tasks import cancel_all
 from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.errors import UserError
@@ -39,7 +38,7 @@ from rmq.broker_server.offsets.consumer_manager import ConsumerManager, Consumer
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.offsets.rebalance_lock_manager import LOCKS_FILE, RebalanceLockManager
 from rmq.broker_server.processors.ack_message_processor import AckMessageProcessor
-from rmq.broker_server.processors.admin_broker_processor import AdminBrokerProcessor
+from rmq.broker_server.processors.admin_broker_processor import AdminBrokerProcessor, BrokerAdmin
 from rmq.broker_server.processors.change_invisible_time_processor import ChangeInvisibleTimeProcessor
 from rmq.broker_server.processors.client_manage_processor import ClientManageProcessor
 from rmq.broker_server.processors.consumer_manage_processor import ConsumerManageProcessor
@@ -85,7 +84,7 @@ from rmq.request_signing import broker_server_id
 from rmq.rocketmq_v2 import add_messaging_service as add_rocketmq_v2_service
 from rmq.store import DispatchRequest, MessageStore, MessageStoreConfig, StoreError
 from rmq.store.private_files import SERVER_UMASK
-from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+from rmq.v1 import rmq_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +240,9 @@ class BrokerController:
             self.send_back_processor,
             ConsumerManageProcessor(self.topics, self.offsets, self.consumers),
             ClientManageProcessor(self.topics, self.consumers, self.outer_api.register_soon),
-            AdminBrokerProcessor(self.store, self.executor, self.topics, self.locks),
+            AdminBrokerProcessor(self.store, self.executor, self.topics, self.locks, self.offsets,
+                                 self.consumers, self.hold_service,
+                                 BrokerAdmin(self.replication.status, self._topics_changed_now)),
             QueryMessageProcessor(self.store, self.executor, self.topics),
             EndTransactionProcessor(self.store, self.executor, self.send_processor, path, TransactionSettings(
                 config.transaction_timeout_ms, config.transaction_check_interval_ms,
@@ -259,6 +260,11 @@ class BrokerController:
 
     def _topics_changed(self) -> None:
         self.outer_api.register_soon()
+
+    async def _topics_changed_now(self) -> None:
+        """A topic change by an admin: announced at once; on a SYNC_MASTER, returns once a slave has it."""
+        self.outer_api.register_soon()
+        await self.replication.topics_replicated()
 
     def _group_exists(self, group: str) -> bool:
         return self.consumers.has_group(group) or bool(self.offsets.query_offsets(group))
@@ -291,20 +297,7 @@ class BrokerController:
         messaging = MessagingService(self.processors, self.watches)
         rmq_pb2_grpc.add_MessagingServiceServicer_to_server(messaging, services)
         rmq_pb2_grpc.add_AdminServiceServicer_to_server(
-            AdminService(
-                self.store,
-                self.executor,
-                self.topics,
-                self.offsets,
-                self.hold_service,
-                self.outer_api.register_soon,
-                self.pull_processor,
-                self.replication.status,
-                self.replication.topics_replicated,
-                self.consumer_connections,
-                self.consumer_groups,
-            ),
-            services,
+            AdminService(self.processors), services,
         )
         self.flight = self._start_flight()   # before the route service: its member carries the address
         rmq_pb2_grpc.add_RouteServiceServicer_to_server(
@@ -331,7 +324,7 @@ class BrokerController:
         self.security.check_listen(listen)
         try:
             flight = FlightReadService(
-                listen, config.broker_name, self.store, self.pull_processor, self.pull_processor.budget,
+                listen, config.broker_name, self.pull_processor, self.pull_processor.budget,
                 FlightStreamSlots(config.max_flight_streams, config.max_flight_streams_per_account),
                 asyncio.get_running_loop(), self.security.tls,
                 self.security.request_authenticator(broker_server_id(config.broker_name, config.broker_id)),
@@ -390,24 +383,6 @@ class BrokerController:
             flush=True,
         )
         return server
-
-    def consumer_connections(self, group: str) -> list[rmq_pb2.ConsumerConnection]:
-        """The group's live members here, of every protocol (the one ConsumerManager): rmq.v1 and
-        4.x clients from their heartbeats, RocketMQ 5 clients from their Telemetry settings."""
-        members = [rmq_pb2.ConsumerConnection(
-            client_id=info.client_id, protocol=cast(rmq_pb2.ClientProtocol, info.protocol),
-            address=info.address, message_model=cast(rmq_pb2.MessageModel, info.message_model),
-            subscriptions=[rmq_pb2.Subscription(topic=topic, sub_expression=expression)
-                           for topic, expression in info.subscriptions.items()],
-            last_heartbeat_ms=info.last_update_ms) for info in self.consumers.connections(group)]
-        return members
-
-    def consumer_groups(self) -> set[str]:
-        """Every group this broker knows from any source: live members of every protocol (the one
-        ConsumerManager), committed offsets, and the retry and dead-letter topics."""
-        groups = self.consumers.group_names() | self.offsets.groups()
-        groups |= {retry.group_of_copy_topic(config.topic_name) for config in self.topics.all()} - {""}
-        return groups
 
     async def start_remoting(self) -> None:
         if self.remoting is not None:
