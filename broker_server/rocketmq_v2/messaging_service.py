@@ -1,7 +1,8 @@
 """`apache.rocketmq.v2.MessagingService` on the broker's port (spec rocketmq-v2-protocol.md; Apache
 proxy grpc/v2 activities): the official RocketMQ 5 clients produce to and consume from rmq.
-Each RPC validates its request and hands it to the route resolver, the store, the pop service
-or the telemetry sessions; refusals travel as the response's v2 Status."""
+Each RPC translates its request into the broker's processors (processors/pipeline.py: send,
+pop, ack, change of invisibility, end of transaction, offsets), the route resolver or the
+telemetry sessions, and their answer back; refusals travel as the response's v2 Status."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from rmq.broker_server.processors.pipeline import BrokerProcessors
 from rmq.broker_server.processors.pop_message_processor import PopMessageHeader
 from rmq.broker_server.processors.send_message_processor import born_host_from_peer
 from rmq.broker_server.processors.timer_message_store import TimerMessageStore
-from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.offset_rpcs import OffsetRpcs
 from rmq.broker_server.rocketmq_v2.route import RouteResolver, assignments, message_queues
@@ -72,14 +72,13 @@ def _pop_header(request: pb.ReceiveMessageRequest, context: Context) -> PopMessa
 
 
 class RocketMQv2MessagingService:
-    def __init__(self, processors: BrokerProcessors, topics: TopicConfigManager, routes: RouteResolver,
+    def __init__(self, processors: BrokerProcessors, routes: RouteResolver,
                  sessions: TelemetrySessions, timer: TimerMessageStore, offset_rpcs: OffsetRpcs,
                  max_body_size: int) -> None:
         self.processors = processors
         self.sender = processors.send
         self.transactions = processors.end_transaction
         self.pop = processors.pop
-        self.topics = topics
         self.routes = routes
         self.sessions = sessions
         self.timer = timer

@@ -40,7 +40,7 @@ def build_service(config: BrokerConfig, topics: TopicConfigManager, processors: 
                                  config.max_telemetry_sessions_per_account, processors.client_manage)
     processors.end_transaction.add_check(TelemetryTransactionCheck(sessions))
     return RocketMQv2MessagingService(
-        processors, topics,
+        processors,
         RouteResolver(config.broker_name, config.broker_address, topics, config.namesrv_addresses,
                       open_channel),
         sessions, timer, OffsetRpcs(processors), max_body_size)
