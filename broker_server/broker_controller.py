@@ -18,6 +18,7 @@ from typing import Any, cast
 import grpc
 import pyarrow as pa
 
+from rmq import __version__
 from rmq.broker_server.background_tasks import cancel_all
 from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.errors import UserError
@@ -79,14 +80,16 @@ from rmq.broker_server.rmq_v1.messaging_service import MessagingService
 from rmq.broker_server.rmq_v1.route_service import BrokerRouteService
 from rmq.broker_server.rocketmq_v2.messaging_service import RocketMQv2MessagingService
 from rmq.broker_server.rocketmq_v2.service import build_service as build_rocketmq_v2_service
+from rmq.broker_server.security.acl import Acl
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.request_signing import broker_server_id
 from rmq.rocketmq_v2 import add_messaging_service as add_rocketmq_v2_service
 from rmq.store import DispatchRequest, MessageStore, MessageStoreConfig, StoreError
 from rmq.store.private_files import SERVER_UMASK
-from rmq.v1 import rmq_pb2_grpc
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 log = logging.getLogger(__name__)
+DAY_MARK_INTERVAL_MS = 60_000   # how often the put/get totals are checked for a new day (today's counts)
 
 
 def store_host(address: str) -> str:
@@ -145,6 +148,7 @@ class BrokerController:
         config = self.config = bound
         self.security = security
         self.clock = clock
+        self.boot_timestamp_ms = int(time.time() * 1000)
         self.truncate_to = truncate_to
         path = config.store_path
         self.executor = StoreExecutor(config.store_threads)
@@ -241,8 +245,8 @@ class BrokerController:
             ConsumerManageProcessor(self.topics, self.offsets, self.consumers),
             ClientManageProcessor(self.topics, self.consumers, self.outer_api.register_soon),
             AdminBrokerProcessor(self.store, self.executor, self.topics, self.locks, self.offsets,
-                                 self.consumers, self.hold_service,
-                                 BrokerAdmin(self.replication.status, self._topics_changed_now)),
+                                 self.consumers, self.hold_service, self.stats,
+                                 BrokerAdmin(self.status, self._topics_changed_now, self._acl)),
             QueryMessageProcessor(self.store, self.executor, self.topics),
             EndTransactionProcessor(self.store, self.executor, self.send_processor, path, TransactionSettings(
                 config.transaction_timeout_ms, config.transaction_check_interval_ms,
@@ -265,6 +269,19 @@ class BrokerController:
         """A topic change by an admin: announced at once; on a SYNC_MASTER, returns once a slave has it."""
         self.outer_api.register_soon()
         await self.replication.topics_replicated()
+
+    def status(self) -> rmq_pb2.BrokerStatusResponse:
+        """`rmq broker status` and the console's broker table: role and replication, version,
+        uptime and today's puts and gets."""
+        response = self.replication.status()
+        today = self.stats.today()
+        response.MergeFrom(rmq_pb2.BrokerStatusResponse(
+            version=__version__, boot_timestamp=self.boot_timestamp_ms, put_today=today.put_messages,
+            get_today=today.get_messages, put_total=today.put_total, get_total=today.get_total))
+        return response
+
+    def _acl(self) -> Acl | None:
+        return None if self.security.acl_file is None else self.security.acl_file.acl
 
     def _group_exists(self, group: str) -> bool:
         return self.consumers.has_group(group) or bool(self.offsets.query_offsets(group))
@@ -421,6 +438,7 @@ class BrokerController:
             _every(self.config.consumer_offset_persist_interval_ms, self._persist_offsets),
             _every(self.config.client_scan_interval_ms, self.consumers.scan_not_active_channel),
             _every(self.config.client_scan_interval_ms, self.locks.purge_expired),
+            _every(DAY_MARK_INTERVAL_MS, self.stats.mark_day),
         ]
 
     async def _persist_offsets(self) -> None:

@@ -3,7 +3,8 @@ GetTopicOffsets, RocketMQ 5 QueryOffset by policy), SEARCH_OFFSET_BY_TIMESTAMP, 
 locks of ordered consumers (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ), and the administration of the
 broker (rmq.v1 AdminService): topics created, grown and deleted (UPDATE_AND_CREATE_TOPIC,
 DELETE_TOPIC_IN_BROKER), a message by CommitLog offset (VIEW_MESSAGE_BY_ID), a group's
-connections (GET_CONSUMER_CONNECTION_LIST), the consumer groups, the broker's status.
+connections (GET_CONSUMER_CONNECTION_LIST), the consumer groups, a group's consume counters, the
+broker's status and its ACL (GET_BROKER_CLUSTER_ACL_INFO).
 
 A topic change is persisted, announced to the name servers at once, and a deleted topic's data,
 consumer offsets and held pulls go with it. On a SYNC_MASTER a change is answered once a slave
@@ -18,6 +19,7 @@ from typing import cast
 from rmq import retry
 from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
+from rmq.broker_server.metrics.broker_stats import BrokerStatsManager, GroupCounters
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.offsets.rebalance_lock_manager import RebalanceLockManager
@@ -27,7 +29,7 @@ from rmq.broker_server.processors.names import check_group_name
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.security import caller
-from rmq.broker_server.security.acl import Need, ResourceKind
+from rmq.broker_server.security.acl import Acl, Need, ResourceKind
 from rmq.message_queue import MessageQueue
 from rmq.store import BrokerRole, MessageStore
 from rmq.topic_config import TopicConfig
@@ -45,11 +47,13 @@ class QueueOffsets:
 @dataclass(frozen=True)
 class BrokerAdmin:
     """What the administration reaches beyond the store and the managers (BrokerController's):
-    the broker's status (role, offsets, replication), and announcing a topic change (to the name
-    servers at once; on a SYNC_MASTER, returning once a slave has it)."""
+    the broker's status (role, offsets, replication, version, uptime, today's counts), announcing a
+    topic change (to the name servers at once; on a SYNC_MASTER, returning once a slave has it),
+    and the ACL in force (None: no ACL)."""
 
     status: Callable[[], rmq_pb2.BrokerStatusResponse]
     topics_changed: Callable[[], Awaitable[None]]
+    acl: Callable[[], Acl | None]
 
 
 def to_message_queues(queues: Iterable[rmq_pb2.MessageQueue]) -> list[MessageQueue]:
@@ -59,7 +63,8 @@ def to_message_queues(queues: Iterable[rmq_pb2.MessageQueue]) -> list[MessageQue
 class AdminBrokerProcessor:
     def __init__(self, store: MessageStore, executor: StoreExecutor, topics: TopicConfigManager,
                  locks: RebalanceLockManager, offsets: ConsumerOffsetManager, consumers: ConsumerManager,
-                 hold_service: PullRequestHoldService, broker: BrokerAdmin) -> None:
+                 hold_service: PullRequestHoldService, stats: BrokerStatsManager,
+                 broker: BrokerAdmin) -> None:
         self.store = store
         self.executor = executor
         self.topics = topics
@@ -67,6 +72,7 @@ class AdminBrokerProcessor:
         self.offsets = offsets
         self.consumers = consumers
         self.hold_service = hold_service
+        self.stats = stats
         self.broker = broker
 
     async def topic_offsets(self, topic: str) -> list[QueueOffsets]:
@@ -165,3 +171,13 @@ class AdminBrokerProcessor:
     def broker_status(self) -> rmq_pb2.BrokerStatusResponse:
         """Role, CommitLog offsets and replication state of this broker (`rmq broker status`)."""
         return self.broker.status()
+
+    def group_stats(self, group: str) -> dict[str, GroupCounters]:
+        """topic → what the group's pulls and receives took from here, and when last (the console's
+        consume TPS and last consume time)."""
+        check_group_name(group)
+        return self.stats.of_group(group)
+
+    def acl(self) -> Acl | None:
+        """The ACL in force (None: none), for admins: the adapter shows it without secret keys."""
+        return self.broker.acl()

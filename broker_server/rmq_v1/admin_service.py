@@ -4,8 +4,11 @@ of AdminBrokerProcessor (or, to browse a queue, PullMessageProcessor) and the an
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from rmq.broker_server.grpc_aio import Context
 from rmq.broker_server.processors.pipeline import BrokerProcessors
+from rmq.broker_server.security.acl import Account, Perm
 from rmq.broker_server.status import OK, answers_with_status
 from rmq.topic_config import TopicConfig
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
@@ -70,3 +73,40 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
                                  context: Context) -> rmq_pb2.ListConsumerGroupsResponse:
         """Every group known here from any source, as far as the caller may see it (SUB on it)."""
         return rmq_pb2.ListConsumerGroupsResponse(status=OK, groups=self.admin.visible_consumer_groups())
+
+    @answers_with_status(rmq_pb2.GetGroupStatsResponse)
+    async def GetGroupStats(self, request: rmq_pb2.GetGroupStatsRequest,
+                            context: Context) -> rmq_pb2.GetGroupStatsResponse:
+        """What the group's pulls took from here per topic and when last (the console's consume TPS
+        and last consume time)."""
+        return rmq_pb2.GetGroupStatsResponse(status=OK, topics=[
+            rmq_pb2.GroupTopicStats(topic=topic, get_messages=counters.get_messages,
+                                    last_get_ms=counters.last_get_ms)
+            for topic, counters in sorted(self.admin.group_stats(request.consumer_group).items())])
+
+    @answers_with_status(rmq_pb2.DescribeAclResponse)
+    async def DescribeAcl(self, request: rmq_pb2.DescribeAclRequest,
+                          context: Context) -> rmq_pb2.DescribeAclResponse:
+        """The ACL in force, for admins (the rule table lets no one else call): accounts and their
+        permissions, never a secret key."""
+        acl = self.admin.acl()
+        if acl is None:
+            return rmq_pb2.DescribeAclResponse(status=OK, enabled=False)
+        return rmq_pb2.DescribeAclResponse(
+            status=OK, enabled=True, accounts=[_account(acl.accounts[key]) for key in sorted(acl.accounts)],
+            global_white_remote_addresses=[p.text for p in acl.global_white_remote_addresses])
+
+
+def _account(account: Account) -> rmq_pb2.AclAccount:
+    """An account as DescribeAcl shows it: everything but its secret key."""
+    return rmq_pb2.AclAccount(
+        access_key=account.access_key, admin=account.admin,
+        default_topic_perm=account.default_topic_perm.text,
+        default_group_perm=account.default_group_perm.text,
+        topic_perms=_perms(account.topic_perms), group_perms=_perms(account.group_perms),
+        white_remote_address=account.white_remote_address.text if account.white_remote_address else "",
+        broker_name=account.broker_name or "")
+
+
+def _perms(perms: Mapping[str, Perm]) -> list[rmq_pb2.AclResourcePerm]:
+    return [rmq_pb2.AclResourcePerm(name=name, perm=perms[name].text) for name in sorted(perms)]
