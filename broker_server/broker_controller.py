@@ -421,7 +421,8 @@ class BrokerController:
         return BrokerFigures(self.config.broker_name, self.store, self.stats, self.hold_service.held_count,
                              consumer_offsets, self.consumers.table_sizes, lambda: len(self.topics.all()),
                              client_tables, lambda: self.pull_processor.budget.held, self.timer.figures,
-                             node_id=broker_node_id(self.config.broker_name, self.config.broker_id))
+                             node_id=broker_node_id(self.config.broker_name, self.config.broker_id),
+                             cluster=self.config.cluster_name)
 
     def start_services(self) -> None:
         keep_freed_memory()
