@@ -37,7 +37,9 @@ from rmq.broker_server.name_server.broker_outer_api import BrokerOuterAPI
 from rmq.broker_server.offsets.consumer_ids_watch import ConsumerIdsWatchService
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager, ConsumerTableLimits
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.offsets.producer_manager import ProducerManager
 from rmq.broker_server.offsets.rebalance_lock_manager import LOCKS_FILE, RebalanceLockManager
+from rmq.broker_server.offsets.subscription_group_manager import SubscriptionGroupManager
 from rmq.broker_server.processors.ack_message_processor import AckMessageProcessor
 from rmq.broker_server.processors.admin_broker_processor import AdminBrokerProcessor, BrokerAdmin
 from rmq.broker_server.processors.change_invisible_time_processor import ChangeInvisibleTimeProcessor
@@ -61,6 +63,7 @@ from rmq.broker_server.processors.remembered_receives import RememberedReceives
 from rmq.broker_server.processors.schedule_message_service import ScheduleMessageService
 from rmq.broker_server.processors.send_message_processor import SendMessageProcessor
 from rmq.broker_server.processors.store_executor import StoreExecutor
+from rmq.broker_server.processors.subscription_group_processor import SubscriptionGroupProcessor
 from rmq.broker_server.processors.timer_message_store import RecallHandles, TimerMessageStore, TimerSettings
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.remoting.remoting_server import RemotingServer
@@ -161,6 +164,7 @@ class BrokerController:
             config.max_consumer_groups, config.max_clients_per_group, config.max_consumer_clients,
             config.max_subscriptions_per_client, config.max_subscription_bytes))
         self.watches = ConsumerIdsWatchService(self.consumers, config.max_consumer_id_watchers)
+        self.subscription_groups = SubscriptionGroupManager(path, config.max_consumer_groups)
         self.locks = RebalanceLockManager(config.rebalance_lock_max_live_time_ms,
                                           max_locks=config.max_queue_locks,
                                           path=path / "config" / LOCKS_FILE)
@@ -223,6 +227,7 @@ class BrokerController:
             PullResponseBudget(config.max_inflight_pull_bytes, config.max_inflight_pull_bytes_per_connection,
                                max_bytes_per_account=config.pull_bytes_per_account),
             security.refusals,
+            self.subscription_groups,
         )
         self.send_back_processor = ConsumerSendMsgBackProcessor(
             self.store,
@@ -232,6 +237,7 @@ class BrokerController:
             self._group_exists,
             self.outer_api.register_soon,
             self.stats,
+            self.subscription_groups,
         )
         pop = PopMessageProcessor(
             self.topics, self.offsets, self.hold_service, PopStateTable(path, self.executor),
@@ -242,8 +248,9 @@ class BrokerController:
             self.send_processor,
             self.pull_processor,
             self.send_back_processor,
-            ConsumerManageProcessor(self.topics, self.offsets, self.consumers),
-            ClientManageProcessor(self.topics, self.consumers, self.outer_api.register_soon),
+            ConsumerManageProcessor(self.topics, self.offsets, self.consumers, self.watches),
+            ClientManageProcessor(self.topics, self.consumers, self.outer_api.register_soon, ProducerManager(
+                config.client_expiry_ms, config.max_consumer_groups, config.max_clients_per_group)),
             AdminBrokerProcessor(self.store, self.executor, self.topics, self.locks, self.offsets,
                                  self.consumers, self.hold_service, self.stats,
                                  BrokerAdmin(self.status, self._topics_changed_now, self._acl)),
@@ -255,6 +262,7 @@ class BrokerController:
             pop,
             AckMessageProcessor(pop),
             ChangeInvisibleTimeProcessor(pop),
+            SubscriptionGroupProcessor(self.subscription_groups, self.executor),
         )
         self._tasks: list[asyncio.Task[None]] = []
         self.rocketmq_v2: RocketMQv2MessagingService | None = None
@@ -291,6 +299,7 @@ class BrokerController:
         try:
             self.topics.load()
             self.offsets.load()
+            self.subscription_groups.load()
             self.schedule_service.load()
             self.timer.load(is_master=not self.replication.is_slave)
             self.processors.end_transaction.load()

@@ -18,6 +18,7 @@ from rmq.broker_server.processors.pop_message_processor import PopMessageProcess
 from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor
 from rmq.broker_server.processors.query_message_processor import QueryMessageProcessor
 from rmq.broker_server.processors.send_message_processor import SendMessageProcessor
+from rmq.broker_server.processors.subscription_group_processor import SubscriptionGroupProcessor
 
 
 @dataclass(frozen=True)
@@ -33,3 +34,4 @@ class BrokerProcessors:
     pop: PopMessageProcessor
     ack: AckMessageProcessor
     change_invisible: ChangeInvisibleTimeProcessor
+    subscription_group: SubscriptionGroupProcessor

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from rmq.broker_server.grpc_aio import Context
+from rmq.broker_server.offsets.subscription_group_manager import SubscriptionGroupConfig
 from rmq.broker_server.processors.pipeline import BrokerProcessors
 from rmq.broker_server.security.acl import Account, Perm
 from rmq.broker_server.status import OK, answers_with_status
@@ -67,6 +68,48 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         """The group's live members of every protocol (`rmq group members`, the console)."""
         return rmq_pb2.GetConsumerConnectionsResponse(
             status=OK, connections=self.admin.consumer_connections(request.consumer_group))
+
+    @answers_with_status(rmq_pb2.ResetConsumerOffsetsResponse)
+    async def ResetConsumerOffsets(self, request: rmq_pb2.ResetConsumerOffsetsRequest,
+                                   context: Context) -> rmq_pb2.ResetConsumerOffsetsResponse:
+        """An admin's offset reset, adopted by the group's live consumers (`rmq group reset-offset`)."""
+        outcome = self.processors.consumer_manage.reset_offsets(
+            request.consumer_group,
+            {(entry.topic, entry.queue_id): entry.offset for entry in request.offsets}, request.force)
+        return rmq_pb2.ResetConsumerOffsetsResponse(status=OK, notified_client_ids=outcome.notified,
+                                                    untold_client_ids=outcome.untold)
+
+    @answers_with_status(rmq_pb2.GetConsumerRunningInfoResponse)
+    async def GetConsumerRunningInfo(self, request: rmq_pb2.GetConsumerRunningInfoRequest,
+                                     context: Context) -> rmq_pb2.GetConsumerRunningInfoResponse:
+        """A live consumer's process queues and subscriptions (`rmq group status`, consumerStatus)."""
+        info = await self.processors.consumer_manage.running_info(request.consumer_group, request.client_id)
+        return rmq_pb2.GetConsumerRunningInfoResponse(status=OK, info=info)
+
+    @answers_with_status(rmq_pb2.UpdateSubscriptionGroupResponse)
+    async def UpdateSubscriptionGroup(self, request: rmq_pb2.UpdateSubscriptionGroupRequest,
+                                      context: Context) -> rmq_pb2.UpdateSubscriptionGroupResponse:
+        """An admin's per-group settings (`rmq group set`), stored before the answer."""
+        config = request.config
+        await self.processors.subscription_group.update(SubscriptionGroupConfig(
+            config.consumer_group, config.consume_enable, config.retry_max_times))
+        return rmq_pb2.UpdateSubscriptionGroupResponse(status=OK)
+
+    @answers_with_status(rmq_pb2.GetSubscriptionGroupResponse)
+    async def GetSubscriptionGroup(self, request: rmq_pb2.GetSubscriptionGroupRequest,
+                                   context: Context) -> rmq_pb2.GetSubscriptionGroupResponse:
+        config, stored = self.processors.subscription_group.get(request.consumer_group)
+        answer = rmq_pb2.SubscriptionGroupConfig(
+            consumer_group=config.group, consume_enable=config.consume_enable,
+            retry_max_times=config.retry_max_times)
+        return rmq_pb2.GetSubscriptionGroupResponse(status=OK, stored=stored, config=answer)
+
+    @answers_with_status(rmq_pb2.GetProducerConnectionsResponse)
+    async def GetProducerConnections(self, request: rmq_pb2.GetProducerConnectionsRequest,
+                                     context: Context) -> rmq_pb2.GetProducerConnectionsResponse:
+        """The producer group's live producers (`rmq group producers`, producerConnection)."""
+        return rmq_pb2.GetProducerConnectionsResponse(
+            status=OK, connections=self.processors.client_manage.producer_connections(request.producer_group))
 
     @answers_with_status(rmq_pb2.ListConsumerGroupsResponse)
     async def ListConsumerGroups(self, request: rmq_pb2.ListConsumerGroupsRequest,
