@@ -7,6 +7,13 @@ whose CommitLog is longer than ours or holds different bytes, `slave_acked` reco
 slave holds and `wait_for_slave` is the SYNC_MASTER wait (GroupTransferService). Slave:
 `MessageStore.append_replicated` writes the bytes at the same offsets and `tail_check` says
 what the first report covers.
+
+Controller mode, SYNC_MASTER: reads are bounded by the *confirm offset* (RocketMQ
+CommitLog#getConfirmOffset with allAckInSyncStateSet): the CommitLog offset every slave of the
+group's SyncStateSet acknowledged, as the controller last accepted that set; with no slave in it,
+the master's own end. Dispatch to the ConsumeQueues stops there (`MessageStore`), so no read
+door (pull, pop, Flight, query by key) serves what a master stored alone: a deposed master
+cannot hand a consumer queue offsets the new master fills with other messages.
 """
 
 from __future__ import annotations
@@ -41,6 +48,10 @@ class HAService:
         self._ids = itertools.count(1)
         self._acked = threading.Condition()
         self._new_data_listeners: list[Callable[[], None]] = []
+        # controller-mode SYNC_MASTER: the slaves (addresses) of the SyncStateSet; None: reads unbounded
+        self._sync_state_set: frozenset[str] | None = None
+        self._confirm_offset = 0
+        self._confirm_listeners: list[Callable[[], None]] = []
 
     # -- master: connections and acknowledgements -------------------------------------------------
 
@@ -61,9 +72,62 @@ class HAService:
         """The slave holds every byte below `offset` (push2SlaveMaxOffset)."""
         with self._acked:
             progress = self._slaves.get(connection)
-            if progress is not None and offset > progress.ack_offset:
-                progress.ack_offset = offset
-                self._acked.notify_all()
+            if progress is None or offset <= progress.ack_offset:
+                return
+            progress.ack_offset = offset
+            self._acked.notify_all()
+            confirmed = self._advance_confirm()
+        if confirmed:
+            self._confirmed()
+
+    # -- master: the confirm offset (controller mode) -----------------------------------------------
+
+    def bound_reads(self, sync_state_set: frozenset[str]) -> None:
+        """Controller mode, SYNC_MASTER: from now on reads end at the confirm offset, what every
+        slave in `sync_state_set` (their addresses: the in-sync slaves this master reported in a
+        heartbeat the controller answered OK) acknowledged. What was readable stays readable: the
+        confirm offset never goes back (a slave joining behind it holds reads until it caught up)."""
+        with self._acked:
+            if not self._sync_state_set:   # until now every byte stored was confirmed on append
+                self._confirm_offset = max(self._confirm_offset, self.commit_log.get_max_offset())
+            self._sync_state_set = sync_state_set
+            confirmed = self._advance_confirm()
+        if confirmed:
+            self._confirmed()
+
+    def confirm_offset(self) -> int:
+        """Where reads end (on every dispatch: no lock): the CommitLog's end unless bounded by a
+        SyncStateSet with a slave in it."""
+        if not self._sync_state_set:
+            return self.commit_log.get_max_offset()
+        return self._confirm_offset
+
+    def add_confirm_listener(self, listener: Callable[[], None]) -> None:
+        """listener() whenever the confirm offset moved up (the store dispatches up to it); any thread."""
+        self._confirm_listeners.append(listener)
+
+    def _advance_confirm(self) -> bool:
+        """Under the lock: raise the confirm offset to the lowest acknowledgement of the
+        SyncStateSet's slaves, each connected (a member not connected confirms nothing). True
+        when it moved."""
+        members = self._sync_state_set
+        if not members:
+            return False
+        acked: dict[str, int] = {}
+        for progress in self._slaves.values():
+            if progress.address in members:
+                acked[progress.address] = max(acked.get(progress.address, 0), progress.ack_offset)
+        if len(acked) < len(members):
+            return False
+        confirmed = min(min(acked.values()), self.commit_log.get_max_offset())
+        if confirmed <= self._confirm_offset:
+            return False
+        self._confirm_offset = confirmed
+        return True
+
+    def _confirmed(self) -> None:
+        for listener in self._confirm_listeners:
+            listener()
 
     def slaves(self) -> list[SlaveProgress]:
         with self._acked:
