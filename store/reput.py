@@ -6,7 +6,8 @@ appending when no dispatch is running (`try_dispatch_appended`, no thread hand-o
 it wakes the service thread, which sleeps on the wake-up event when idle.
 
 Dispatch ends at `end()`: the CommitLog's end, or a controller-mode SYNC_MASTER's confirm
-offset (HAService), which may fall inside a record: a record past it waits for the next wake-up."""
+offset (HAService, from `MessageStore.bound_reads` on), which may fall inside a record: a record
+past it waits for the next wake-up."""
 
 from __future__ import annotations
 
@@ -34,10 +35,11 @@ class ReputMessageService(ServiceThread):
 
     def __init__(self, commit_log: CommitLog, dispatch: Callable[[DispatchBatch], None],
                  dispatch_one: Callable[[DispatchRequest], None],
-                 wait_for_record_tails: bool = False, end: Callable[[], int] | None = None) -> None:
+                 wait_for_record_tails: bool = False) -> None:
         super().__init__()
         self.commit_log = commit_log
-        self.end = end or commit_log.get_max_offset
+        # where dispatch ends: the CommitLog's end, or the confirm offset (MessageStore.bound_reads)
+        self.end: Callable[[], int] = commit_log.get_max_offset
         self.dispatch = dispatch
         self.dispatch_one = dispatch_one
         # A slave's CommitLog may end inside a record whose rest the master has not sent yet

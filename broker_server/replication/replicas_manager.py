@@ -263,7 +263,7 @@ class ReplicasManager:
             if broker.replication.role is BrokerRole.SYNC_MASTER:
                 # the controller took the reported slaves as the SyncStateSet: reads end at what
                 # all of them hold (a deposed master never serves what it stored alone)
-                store.ha_service.bound_reads(frozenset(in_sync))
+                store.bound_reads(frozenset(in_sync))
             if self.config.controller_master_lease_ms and not broker.replication.is_slave:
                 # counted from the heartbeat's sending: the controller heard of this master no earlier
                 store.renew_lease(sent + self.config.controller_master_lease_ms / 1000)

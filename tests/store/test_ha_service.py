@@ -210,7 +210,7 @@ def test_a_controller_mode_sync_master_serves_only_what_its_sync_state_set_ackno
     assert master.put_message(message(body=b"before")).status is PutMessageStatus.SLAVE_NOT_AVAILABLE
     wait_dispatched(master)
     first = master.ha_service.connect_slave("127.0.0.1:1", master.get_commit_log_max_offset())
-    master.ha_service.bound_reads(frozenset({"127.0.0.1:1", "127.0.0.1:2"}))
+    master.bound_reads(frozenset({"127.0.0.1:1", "127.0.0.1:2"}))
     alone = master.put_message(message(body=b"alone"))
     assert alone.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT and alone.queue_offset == 1
     end = master.get_commit_log_max_offset()
@@ -222,6 +222,6 @@ def test_a_controller_mode_sync_master_serves_only_what_its_sync_state_set_ackno
     assert readable(master) == 1   # the second member is one byte short of the record
     master.ha_service.slave_acked(second, end)
     wait_until(lambda: readable(master) == 2, "the acknowledged record is readable")   # the reput thread woke
-    master.ha_service.bound_reads(frozenset())   # the set is the master alone: its own end
+    master.bound_reads(frozenset())   # the set is the master alone: its own end
     assert master.put_message(message(body=b"own")).queue_offset == 2   # no slave holds it
     wait_until(lambda: readable(master) == 3, "the master-only set confirms on append")
