@@ -76,8 +76,7 @@ class MessageStore:
         self.ha_service = HAService(self.commit_log)
         self.reput = ReputMessageService(self.commit_log, self.dispatcher.dispatch,
                                          self.dispatcher.dispatch_one,
-                                         wait_for_record_tails=config.broker_role is BrokerRole.SLAVE,
-                                         end=self.ha_service.confirm_offset)
+                                         wait_for_record_tails=config.broker_role is BrokerRole.SLAVE)
         self.ha_service.add_confirm_listener(self.reput.wakeup)
         self._running = False
         self._fenced = False
@@ -379,6 +378,13 @@ class MessageStore:
         and answer none still in flight PUT_OK (the new master never held them)."""
         self._fenced = True
         self.config.broker_role = BrokerRole.SLAVE
+
+    def bound_reads(self, sync_state_set: frozenset[str]) -> None:
+        """Controller mode, SYNC_MASTER: reads end at the confirm offset of `sync_state_set` (the
+        in-sync slaves' addresses the controller accepted, HAService.bound_reads) from now on;
+        until this call dispatch follows the CommitLog's end at no cost."""
+        self.reput.end = self.ha_service.confirm_offset
+        self.ha_service.bound_reads(sync_state_set)
 
     def renew_lease(self, until: float) -> None:
         """Controller mode: a SYNC_MASTER acknowledges OK only until `until` (time.monotonic()) unless

@@ -65,10 +65,12 @@ class ReputMessageService(ServiceThread):
         if not self._dispatching.acquire(blocking=False):
             return False
         try:
-            if self.reput_from_offset == start_offset and end_offset <= self.end():
+            end = self.end()
+            if self.reput_from_offset == start_offset and end_offset <= end:
                 self.dispatch(appended())
                 self.reput_from_offset = end_offset
-            self._do_reput()
+            if self.reput_from_offset < end:
+                self._do_reput()
         finally:
             self._dispatching.release()
         return True
