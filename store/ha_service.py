@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rmq.statuses import PutMessageStatus
 from rmq.store.commit_log import CommitLog
@@ -30,20 +31,27 @@ from rmq.store.commit_log import CommitLog
 TAIL_CHECK_BYTES = 4096                       # bytes before a slave's end compared with the master's
 HA_MAX_GAP_NOT_IN_SYNC = 256 * 1024 * 1024    # haMaxGapNotInSync: a slave further behind is not "OK"
 HA_TRANSFER_BATCH_SIZE = 1024 * 1024          # haTransferBatchSize (RocketMQ: 32 KiB), bytes per chunk
+# haMaxTimeSlaveNotCatchup (RocketMQ 5: 15 s): a slave behind the master's end for longer is not in
+# sync (a slave cut off silently keeps its stream open until the gRPC keepalive ends it, ~80 s)
+HA_MAX_TIME_NOT_CAUGHT_UP_S = 15.0
 
 
 @dataclass
 class SlaveProgress:
-    """One connected slave (RocketMQ HAConnection): its address and acknowledged offset."""
+    """One connected slave (RocketMQ HAConnection): its address and acknowledged offset, when it
+    last held everything the master had at its previous acknowledgement, and what that was."""
 
     address: str
     ack_offset: int
+    caught_up_at: float = field(default_factory=time.monotonic)
+    master_end: int = 0
 
 
 class HAService:
     def __init__(self, commit_log: CommitLog, max_gap_not_in_sync: int = HA_MAX_GAP_NOT_IN_SYNC) -> None:
         self.commit_log = commit_log
         self.max_gap_not_in_sync = max_gap_not_in_sync
+        self.max_time_not_caught_up_s = HA_MAX_TIME_NOT_CAUGHT_UP_S
         self._slaves: dict[int, SlaveProgress] = {}
         self._ids = itertools.count(1)
         self._acked = threading.Condition()
@@ -72,7 +80,12 @@ class HAService:
         """The slave holds every byte below `offset` (push2SlaveMaxOffset)."""
         with self._acked:
             progress = self._slaves.get(connection)
-            if progress is None or offset <= progress.ack_offset:
+            if progress is None:
+                return
+            if offset >= progress.master_end:   # it holds what the master had at its previous ack
+                progress.caught_up_at = time.monotonic()
+            progress.master_end = self.commit_log.get_max_offset()
+            if offset <= progress.ack_offset:
                 return
             progress.ack_offset = offset
             self._acked.notify_all()
@@ -142,10 +155,13 @@ class HAService:
         return bool(self.in_sync_addresses(master_put_where))
 
     def in_sync_addresses(self, master_put_where: int) -> list[str]:
-        """The connected slaves less than max_gap_not_in_sync behind (the in-sync set)."""
+        """The connected slaves less than max_gap_not_in_sync behind and, unless they hold
+        everything, caught up within max_time_not_caught_up_s (the in-sync set)."""
+        since = time.monotonic() - self.max_time_not_caught_up_s
         with self._acked:
             return [p.address for p in self._slaves.values()
-                    if master_put_where - p.ack_offset < self.max_gap_not_in_sync]
+                    if master_put_where - p.ack_offset < self.max_gap_not_in_sync
+                    and (p.ack_offset >= master_put_where or p.caught_up_at >= since)]
 
     def wait_for_slave(self, next_offset: int, timeout_ms: int) -> PutMessageStatus:
         """handleHA for SYNC_MASTER: PUT_OK once a slave holds every byte below `next_offset`;

@@ -225,3 +225,23 @@ def test_a_controller_mode_sync_master_serves_only_what_its_sync_state_set_ackno
     master.bound_reads(frozenset())   # the set is the master alone: its own end
     assert master.put_message(message(body=b"own")).queue_offset == 2   # no slave holds it
     wait_until(lambda: readable(master) == 3, "the master-only set confirms on append")
+
+
+def test_a_slave_behind_for_longer_than_the_catch_up_time_leaves_the_in_sync_set(stores) -> None:
+    """haMaxTimeSlaveNotCatchup: a slave whose acknowledgements stay behind what the master held
+    (cut off silently: its stream stays open) leaves the in-sync set the master reports, so the
+    SyncStateSet shrinks and reads go on; a slave holding everything stays in it however long
+    the master is idle."""
+    master = stores("master", BrokerRole.ASYNC_MASTER, flush_disk_type=FlushDiskType.ASYNC)
+    master.ha_service.max_time_not_caught_up_s = 0.3
+    assert master.put_message(message()).ok
+    end = master.get_commit_log_max_offset()
+    behind = master.ha_service.connect_slave("127.0.0.1:1", 0)
+    master.ha_service.connect_slave("127.0.0.1:2", end)
+    master.ha_service.slave_acked(behind, 1)
+    master.ha_service.slave_acked(behind, 2)   # behind what the master held at its previous ack
+    assert master.ha_service.in_sync_addresses(end) == ["127.0.0.1:1", "127.0.0.1:2"]
+    wait_until(lambda: master.ha_service.in_sync_addresses(end) == ["127.0.0.1:2"],
+               "the slave behind left the in-sync set")
+    master.ha_service.slave_acked(behind, end)   # caught up: back in it
+    assert master.ha_service.in_sync_addresses(end) == ["127.0.0.1:1", "127.0.0.1:2"]
