@@ -18,7 +18,7 @@ from typing import Any, cast
 import grpc
 import pyarrow as pa
 
-from rmq import retry
+from rmq import __version__, retry
 from rmq.broker_server.background_tasks import cancel_all
 from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.errors import UserError
@@ -37,7 +37,9 @@ from rmq.broker_server.name_server.broker_outer_api import BrokerOuterAPI
 from rmq.broker_server.offsets.consumer_ids_watch import ConsumerIdsWatchService
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager, ConsumerTableLimits
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.offsets.producer_manager import ProducerManager
 from rmq.broker_server.offsets.rebalance_lock_manager import LOCKS_FILE, RebalanceLockManager
+from rmq.broker_server.offsets.subscription_group_manager import SubscriptionGroupManager
 from rmq.broker_server.processors.admin_broker_processor import AdminBrokerProcessor
 from rmq.broker_server.processors.client_manage_processor import ClientManageProcessor
 from rmq.broker_server.processors.consumer_manage_processor import ConsumerManageProcessor
@@ -55,6 +57,7 @@ from rmq.broker_server.processors.query_message_processor import QueryMessagePro
 from rmq.broker_server.processors.schedule_message_service import ScheduleMessageService
 from rmq.broker_server.processors.send_message_processor import SendMessageProcessor
 from rmq.broker_server.processors.store_executor import StoreExecutor
+from rmq.broker_server.processors.subscription_group_processor import SubscriptionGroupProcessor
 from rmq.broker_server.processors.timer_message_store import RecallHandles, TimerMessageStore, TimerSettings
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.remoting.remoting_server import RemotingServer
@@ -75,6 +78,7 @@ from rmq.broker_server.rmq_v1.route_service import BrokerRouteService
 from rmq.broker_server.rocketmq_v2.messaging_service import RocketMQv2MessagingService
 from rmq.broker_server.rocketmq_v2.receipt_handle import load_or_create_secret
 from rmq.broker_server.rocketmq_v2.service import build_service as build_rocketmq_v2_service
+from rmq.broker_server.security.acl import Acl
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.request_signing import broker_server_id
 from rmq.rocketmq_v2 import add_messaging_service as add_rocketmq_v2_service
@@ -83,6 +87,7 @@ from rmq.store.private_files import SERVER_UMASK
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 log = logging.getLogger(__name__)
+DAY_MARK_INTERVAL_MS = 60_000   # how often the put/get totals are checked for a new day (today's counts)
 
 
 def store_host(address: str) -> str:
@@ -133,6 +138,7 @@ class BrokerController:
         config = self.config = bound
         self.security = security
         self.clock = clock
+        self.boot_timestamp_ms = int(time.time() * 1000)
         self.truncate_to = truncate_to
         path = config.store_path
         self.executor = StoreExecutor(config.store_threads)
@@ -145,6 +151,7 @@ class BrokerController:
             config.max_consumer_groups, config.max_clients_per_group, config.max_consumer_clients,
             config.max_subscriptions_per_client, config.max_subscription_bytes))
         self.watches = ConsumerIdsWatchService(self.consumers, config.max_consumer_id_watchers)
+        self.subscription_groups = SubscriptionGroupManager(path, config.max_consumer_groups)
         self.locks = RebalanceLockManager(config.rebalance_lock_max_live_time_ms,
                                           max_locks=config.max_queue_locks,
                                           path=path / "config" / LOCKS_FILE)
@@ -205,6 +212,7 @@ class BrokerController:
             PullResponseBudget(config.max_inflight_pull_bytes, config.max_inflight_pull_bytes_per_connection,
                                max_bytes_per_account=config.pull_bytes_per_account),
             security.refusals,
+            self.subscription_groups,
         )
         self.send_back_processor = ConsumerSendMsgBackProcessor(
             self.store,
@@ -214,13 +222,15 @@ class BrokerController:
             self._group_exists,
             self.outer_api.register_soon,
             self.stats,
+            self.subscription_groups,
         )
         self.processors = BrokerProcessors(
             self.send_processor,
             self.pull_processor,
             self.send_back_processor,
-            ConsumerManageProcessor(self.topics, self.offsets, self.consumers),
-            ClientManageProcessor(self.topics, self.consumers, self.outer_api.register_soon),
+            ConsumerManageProcessor(self.topics, self.offsets, self.consumers, self.watches),
+            ClientManageProcessor(self.topics, self.consumers, self.outer_api.register_soon, ProducerManager(
+                config.client_expiry_ms, config.max_consumer_groups, config.max_clients_per_group)),
             AdminBrokerProcessor(self.store, self.executor, self.topics, self.locks),
             QueryMessageProcessor(self.store, self.executor, self.topics),
             EndTransactionProcessor(self.store, self.executor, self.send_processor, path, TransactionSettings(
@@ -237,6 +247,19 @@ class BrokerController:
     def _topics_changed(self) -> None:
         self.outer_api.register_soon()
 
+    def status(self) -> rmq_pb2.BrokerStatusResponse:
+        """`rmq broker status` and the console's broker table: role and replication, version,
+        uptime and today's puts and gets."""
+        response = self.replication.status()
+        today = self.stats.today()
+        response.MergeFrom(rmq_pb2.BrokerStatusResponse(
+            version=__version__, boot_timestamp=self.boot_timestamp_ms, put_today=today.put_messages,
+            get_today=today.get_messages, put_total=today.put_total, get_total=today.get_total))
+        return response
+
+    def _acl(self) -> Acl | None:
+        return None if self.security.acl_file is None else self.security.acl_file.acl
+
     def _group_exists(self, group: str) -> bool:
         return self.consumers.has_group(group) or bool(self.offsets.query_offsets(group))
 
@@ -245,6 +268,7 @@ class BrokerController:
         try:
             self.topics.load()
             self.offsets.load()
+            self.subscription_groups.load()
             self.schedule_service.load()
             self.timer.load(is_master=not self.replication.is_slave)
             self.processors.end_transaction.load()
@@ -275,10 +299,15 @@ class BrokerController:
                 self.hold_service,
                 self.outer_api.register_soon,
                 self.pull_processor,
-                self.replication.status,
+                self.processors.consumer_manage,
+                SubscriptionGroupProcessor(self.subscription_groups),
+                self.processors.client_manage,
+                self.status,
                 self.replication.topics_replicated,
                 self.consumer_connections,
                 self.consumer_groups,
+                stats=self.stats,
+                acl=self._acl,
             ),
             services,
         )
@@ -424,6 +453,7 @@ class BrokerController:
             _every(self.config.consumer_offset_persist_interval_ms, self._persist_offsets),
             _every(self.config.client_scan_interval_ms, self.consumers.scan_not_active_channel),
             _every(self.config.client_scan_interval_ms, self.locks.purge_expired),
+            _every(DAY_MARK_INTERVAL_MS, self.stats.mark_day),
         ]
 
     async def _persist_offsets(self) -> None:

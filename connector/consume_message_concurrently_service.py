@@ -182,8 +182,9 @@ class ConsumeMessageConcurrentlyService:
         still held (increase-only), unless the queue was dropped meanwhile."""
         pq = request.process_queue
         offset = pq.remove_message(request.messages)
-        if offset >= 0 and not pq.dropped:
-            self.offset_store.update_offset(request.message_queue, offset, increase_only=True)
+        if offset >= 0:
+            self.offset_store.update_offset(request.message_queue, offset, increase_only=True,
+                                            unless_dropped=pq)
 
     def _handle_failed(self, failed: Sequence[MessageExt], context: ConsumeConcurrentlyContext,
                        request: ConsumeRequest) -> None:

@@ -60,6 +60,7 @@ from rmq.connector.rebalance_impl import (
 from rmq.connector.scheduled_executor import ScheduledExecutor, ScheduledTask
 from rmq.connector.subscription import MessageSelector as SdkSelector
 from rmq.subscription import MessageSelector
+from rmq.v1 import rmq_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,8 @@ class PushConsumer(ConsumerImpl):
     defaults: clustering, avg allocation, from the last offset, 16 reconsume attempts, 20
     consume threads, 32 messages per pull, batches of 1, consume timeout 15 minutes). The
     keywords are consumer_config.PushConsumerSettings; `config` holds them, checked."""
+
+    consume_type = rmq_pb2.CONSUME_PASSIVELY
 
     def __init__(self, group: str, endpoints: str | Sequence[str], *, client: RmqClient | None = None,
                  **settings: Unpack[PushConsumerSettings]) -> None:
@@ -272,6 +275,16 @@ class PushConsumer(ConsumerImpl):
         """Orderly: take the locks back at once, not at the next lockAll (up to 20 s later)."""
         if self.orderly:
             self.rebalance_impl.lock_all()
+
+    @property
+    def adopts_offset_resets(self) -> bool:
+        return True
+
+    def offsets_reset(self, offsets: dict[MessageQueue, int]) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET: what is cached of these queues is dropped, their pulls
+        start again from the reset offsets (broadcasting keeps its own offsets: not watched)."""
+        if self.running:
+            self.rebalance_impl.reset_offsets(offsets)
 
     # ------------------------------------------------------------ where pulled messages go (consumer_impl)
 

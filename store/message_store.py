@@ -7,6 +7,7 @@ gathers the records from the CommitLog (spec consumer-pull-rebalance §12).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -284,10 +285,8 @@ class MessageStore:
         if appended is None:
             return None
         start, end = appended.physical_offset, appended.physical_offset + encoded.length
-
-        def dispatch() -> bool:
-            return self.reput.try_dispatch_record(start, end, record_dispatch(encoded, appended))
-
+        dispatch = functools.partial(   # no lambda frame per put
+            self.reput.try_dispatch_record, start, end, record_dispatch(encoded, appended))
         self._after_append(dispatch)
         status = self._acknowledged(end, role, dispatch)
         return PutMessageResult(status, mf.message_id(self.commit_log.store_host, start), record.queue_id,

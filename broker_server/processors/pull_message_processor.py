@@ -32,6 +32,7 @@ from rmq.broker_server.errors import BrokerError, illegal_argument
 from rmq.broker_server.long_polling.pull_request_hold_service import HoldTableFull, PullRequestHoldService
 from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
+from rmq.broker_server.offsets.subscription_group_manager import SubscriptionGroupManager
 from rmq.broker_server.processors.filter_executor import FilterExecutor, slice_evaluations
 from rmq.broker_server.processors.names import check_group_name
 from rmq.broker_server.processors.pull_response_budget import PullBytesLease, PullResponseBudget
@@ -145,8 +146,11 @@ class PullMessageProcessor:
         enable_property_filter: bool = True,
         budget: PullResponseBudget | None = None,
         refusals: RefusalLog | None = None,
+        groups: SubscriptionGroupManager | None = None,
     ) -> None:
+        """`groups`: the admins' per-group settings (a group whose consume is disabled is refused)."""
         self.store = store
+        self.groups = groups
         self.filters = filters
         self.refusals = refusals or RefusalLog()
         self.stats = stats
@@ -217,6 +221,10 @@ class PullMessageProcessor:
     def parse(self, request: rmq_pb2.PullMessageRequest) -> PullQuery:
         """Validate every field, naming the bad one; clamp batch limits to the broker's."""
         check_group_name(request.consumer_group)
+        settings = self.groups.find(request.consumer_group) if self.groups is not None else None
+        if settings is not None and not settings.consume_enable:
+            raise BrokerError(rmq_pb2.NO_PERMISSION, "subscription group no permission, "
+                              f"{request.consumer_group} (an admin disabled its consumption)")
         config = self.topics.require(request.topic)
         if not config.readable:
             raise BrokerError(
@@ -343,7 +351,7 @@ class PullMessageProcessor:
         return read() if inline else await self.executor.run(read)
 
     def _answer(self, query: PullQuery, result: GetMessageResult) -> rmq_pb2.PullMessageResponse:
-        if result.message_count:
+        if result.message_count and query.group:      # a consumer's pull, not an admin's browse
             self.stats.record_get(query.topic, result.message_count, len(result.buffer), query.group,
                                   account_key())
         response = self.progress(query, result)

@@ -224,6 +224,8 @@ class TimerMessageStore:
         property asks for a later time (properties rewritten: TIMER_DELIVER_MS, REAL_TOPIC,
         REAL_QID, UNIQ_KEY, TIMER_PRODUCER). Raises WHEEL_TIMER_MSG_ILLEGAL or
         WHEEL_TIMER_FLOW_CONTROL; nothing is changed then."""
+        if properties.keys().isdisjoint(TIMER_PROPERTIES):   # not a timer message: no clock read
+            return topic, queue_id
         now_ms = self._now_ms()
         deliver_ms = deliver_time_ms(properties, now_ms, self.settings)
         if deliver_ms is None:

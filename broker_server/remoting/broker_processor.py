@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from google.protobuf.message import Message
@@ -45,6 +45,7 @@ from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
 from rmq.broker_server.remoting.remoting_server import CallContext, Channel, ConnectionTable
 from rmq.broker_server.remoting.topic_route_data import BrokerData, encode_topic_route
 from rmq.broker_server.remoting.transactions import (
+    MAX_PRODUCER_GROUPS_PER_CONNECTION,
     RESOLUTIONS,
     ProducerChannels,
     half_message,
@@ -95,6 +96,7 @@ class BrokerRemotingProcessor:
         self.connections = ConnectionTable()
         self.transactions = processors.end_transaction
         self.producers = ProducerChannels()
+        self._producer_ids: dict[Channel, set[tuple[str, str]]] = {}   # a connection's (group, client id)s
         self.transactions.add_check(self.producers)
         self.dispatcher = RequestDispatcher(
             {
@@ -122,8 +124,8 @@ class BrokerRemotingProcessor:
         )
         consumers.add_listener(self._consumer_ids_changed)
 
-    async def process(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
-        return await self.dispatcher.process(context, request)
+    def process(self, context: CallContext, request: RemotingCommand) -> Awaitable[RemotingCommand | None]:
+        return self.dispatcher.process(context, request)   # no coroutine of its own per request
 
     def _authorize(self, call: Call, method: str, request: Message) -> None:
         self.dispatcher.authorize(call, METHOD + method, request)
@@ -154,7 +156,9 @@ class BrokerRemotingProcessor:
         data = headers.json_body(call.request)
         client_id = headers.json_text(data, "clientID")
         for producer in headers.json_list(data, "producerDataSet"):
-            self.producers.register(headers.json_text(producer, "groupName"), call.channel, call.access_key)
+            group = headers.json_text(producer, "groupName")
+            self.producers.register(group, call.channel, call.access_key)
+            self._producer_heartbeat(call, group, client_id)
         for consumer in headers.json_list(data, "consumerDataSet"):
             group, model = headers.json_text(consumer, "groupName"), headers.message_model(consumer)
             subscriptions = {
@@ -173,6 +177,24 @@ class BrokerRemotingProcessor:
                 client_id, group, model, subscriptions, rmq_pb2.CLIENT_PROTOCOL_REMOTING, call.context.peer()
             )
         return call.request.response(ResponseCode.SUCCESS)
+
+    def _producer_heartbeat(self, call: Call, group: str, client_id: str) -> None:
+        """Into the producer table (producerConnection); the producer leaves it with its connection."""
+        known = self._producer_ids.setdefault(call.channel, set())
+        if (group, client_id) not in known and len(known) >= MAX_PRODUCER_GROUPS_PER_CONNECTION:
+            raise Refusal(ResponseCode.SYSTEM_BUSY, f"one connection may register at most "
+                                                    f"{MAX_PRODUCER_GROUPS_PER_CONNECTION} producers")
+        request = call.request
+        self.processors.client_manage.producer_heartbeat(group, client_id, rmq_pb2.CLIENT_PROTOCOL_REMOTING,
+                                                         call.context.peer(), request.language.name,
+                                                         request.version)
+        if not known:
+            call.channel.close_callbacks.append(self._producers_gone)
+        known.add((group, client_id))
+
+    def _producers_gone(self, channel: Channel) -> None:
+        for group, client_id in self._producer_ids.pop(channel, set()):
+            self.processors.client_manage.producer_left(group, client_id)
 
     def _register(self, channel: Channel, client_id: str, group: str) -> None:
         if client_id not in channel.client_ids and len(channel.client_ids) >= MAX_CLIENT_IDS_PER_CONNECTION:

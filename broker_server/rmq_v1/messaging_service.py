@@ -149,6 +149,12 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
                                   context: Context) -> rmq_pb2.ConsumerSendMsgBackResponse:
         return await self.processors.send_back.process(request)
 
+    @answers_with_status(rmq_pb2.ReportRunningInfoResponse)
+    async def ReportRunningInfo(self, request: rmq_pb2.ReportRunningInfoRequest,
+                                context: Context) -> rmq_pb2.ReportRunningInfoResponse:
+        self.processors.consumer_manage.report_running_info(request)
+        return rmq_pb2.ReportRunningInfoResponse(status=OK)
+
     async def WatchConsumerIds(
             self, request: rmq_pb2.WatchConsumerIdsRequest,
             context: Context) -> AsyncIterator[rmq_pb2.ConsumerIdsChanged]:
@@ -158,5 +164,6 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
         except BrokerError as error:
             yield rmq_pb2.ConsumerIdsChanged(status=error.status())
             return
-        async for event in self.watches.watch(request.consumer_group, request.client_id):
+        async for event in self.watches.watch(request.consumer_group, request.client_id,
+                                              request.adopts_offset_resets):
             yield event

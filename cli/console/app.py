@@ -185,17 +185,20 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
         return _answer(request, templates, token, session, api, "error.html",
                        {"title": "Bad request", "message": str(error)}, 400)
 
-    def cluster(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
-        data = session.view.cluster()
+    def with_charts(request: Request, data: dict[str, Any]) -> dict[str, Any]:
+        """A page's data with what its charts need (HTML pages, while the console samples)."""
         if charts is not None and not request.url.path.startswith("/api/"):
-            data |= {"charts": True, "chart_interval": charts.interval_s}
-        return "cluster.html", data
+            return data | {"charts": True, "chart_interval": charts.interval_s}
+        return data
+
+    def cluster(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
+        return "cluster.html", with_charts(request, session.view.cluster())
 
     def topics(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
         return "topics.html", session.view.topics(_int(request.query_params.get("page", "0"), "page"))
 
     def topic(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
-        return "topic.html", session.view.topic(request.path_params["topic"])
+        return "topic.html", with_charts(request, session.view.topic(request.path_params["topic"]))
 
     async def create_topic(request: Request) -> Response:
         form, token, session = await _form(request, sessions)
@@ -225,13 +228,24 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
         return "groups.html", session.view.groups()
 
     def group(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
-        return "group.html", session.view.group(request.path_params["group"])
+        group_name = request.path_params["group"]
+        producers = request.query_params.get("producers", group_name)
+        return "group.html", with_charts(request, session.view.group(group_name, producers))
 
     async def reset(request: Request) -> Response:
         form, token, session = await _form(request, sessions)
         group_name = request.path_params["group"]
         topic_name, to, force = str(form.get("topic", "")), str(form.get("to", "")), form.get("force") == "on"
         return _after(lambda: session.view.reset(group_name, topic_name, to, force),
+                      f"/groups/{group_name}", token, request, templates, session)
+
+    async def group_settings(request: Request) -> Response:
+        form, token, session = await _form(request, sessions)
+        group_name = request.path_params["group"]
+        enable = form.get("consume_enable") == "on"
+        retries = str(form.get("retry_max_times", ""))
+        return _after(lambda: session.view.update_settings(group_name, enable,
+                                                           _int(retries, "retry_max_times")),
                       f"/groups/{group_name}", token, request, templates, session)
 
     def messages(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
@@ -293,6 +307,9 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
                                    headers=attachment)
         return _with_cookie(stream, token)
 
+    def acl(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
+        return "acl.html", session.view.acl()
+
     def sign_in_page(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
         return "signin.html", {"message": ""}
 
@@ -323,14 +340,14 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
 
     def charts_api(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
         if charts is None:
-            return "", {"tps": {}, "lag": {}}
+            return "", {"tps": {}, "lag": {}, "consume": {}}
         return "", dict(session.view.visible_series(charts.snapshot())) | {"error": charts.error}
 
     routes: list[Route | Mount] = []
     pages: list[tuple[str, Handler]] = [
         ("/", cluster), ("/topics", topics), ("/topics/{topic}", topic), ("/groups", groups),
         ("/groups/{group}", group), ("/messages", messages), ("/messages/{msg_id}", message),
-        ("/dlq/{group}", dlq)]
+        ("/dlq/{group}", dlq), ("/acl", acl)]
     for path, handler in pages:
         routes.append(Route(path, page(handler)))
         routes.append(Route("/api" + ("/cluster" if path == "/" else path), page(handler)))
@@ -343,6 +360,7 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
         Route("/topics", create_topic, methods=["POST"]),
         Route("/topics/{topic}/{action}", topic_action, methods=["POST"]),
         Route("/groups/{group}/reset", reset, methods=["POST"]),
+        Route("/groups/{group}/settings", group_settings, methods=["POST"]),
         Route("/dlq/{group}/resend", resend, methods=["POST"]),
         Route("/messages/{msg_id}/resend", resend_message, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),

@@ -1,0 +1,26 @@
+"""The per-group settings an admin sets (RocketMQ's updateSubGroup / getSubscriptionGroupConfig,
+rmq.v1 UpdateSubscriptionGroup / GetSubscriptionGroup); the pull and send-back processors enforce
+them through SubscriptionGroupManager (consume_enable, retry_max_times)."""
+
+from __future__ import annotations
+
+from rmq.broker_server.offsets.subscription_group_manager import (
+    SubscriptionGroupConfig,
+    SubscriptionGroupManager,
+)
+from rmq.broker_server.processors.names import check_group_name
+
+
+class SubscriptionGroupProcessor:
+    def __init__(self, groups: SubscriptionGroupManager) -> None:
+        self.groups = groups
+
+    def get(self, group: str) -> tuple[SubscriptionGroupConfig, bool]:
+        """The group's settings and whether they were stored (else RocketMQ's defaults)."""
+        check_group_name(group)
+        stored = self.groups.find(group)
+        return (stored, True) if stored is not None else (SubscriptionGroupConfig(group), False)
+
+    def update(self, config: SubscriptionGroupConfig) -> None:
+        check_group_name(config.group)
+        self.groups.update(config)
