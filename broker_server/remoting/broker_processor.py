@@ -76,6 +76,7 @@ class BrokerIdentity:
     broker_name: str
     broker_id: int  # 0: master; a slave's route names it as a slave, so 4.x producers do not send to it
     remoting_address: str  # what route lookups on this port name as the broker's address
+    cluster_name: str  # brokerClusterName, in the route
 
 
 class BrokerRemotingProcessor:
@@ -147,7 +148,8 @@ class BrokerRemotingProcessor:
             )
         name = self.identity.broker_name
         body = encode_topic_route(
-            [BrokerData(name, {self.identity.broker_id: self.identity.remoting_address})],
+            [BrokerData(name, {self.identity.broker_id: self.identity.remoting_address},
+                        self.identity.cluster_name)],
             [QueueData(name, config.read_queue_nums, config.write_queue_nums, config.perm)],
         )
         return call.request.response(ResponseCode.SUCCESS, body=body)

@@ -690,14 +690,16 @@ class UpdateTopicResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
 
 class BrokerData(_message.Message):
-    __slots__ = ("broker_name", "address", "members")
+    __slots__ = ("broker_name", "address", "members", "cluster_name")
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     broker_name: str
     address: str
     members: _containers.RepeatedCompositeFieldContainer[BrokerMember]
-    def __init__(self, broker_name: _Optional[str] = ..., address: _Optional[str] = ..., members: _Optional[_Iterable[_Union[BrokerMember, _Mapping]]] = ...) -> None: ...
+    cluster_name: str
+    def __init__(self, broker_name: _Optional[str] = ..., address: _Optional[str] = ..., members: _Optional[_Iterable[_Union[BrokerMember, _Mapping]]] = ..., cluster_name: _Optional[str] = ...) -> None: ...
 
 class BrokerMember(_message.Message):
     __slots__ = ("broker_id", "address", "role", "flight_address", "remoting_address", "epoch")
