@@ -120,6 +120,7 @@ class BrokerRemotingProcessor:
                 RequestCode.CHECK_CLIENT_CONFIG: self._check_client_config,
                 RequestCode.GET_CONSUMER_RUNNING_INFO: self._consumer_running_info,
                 RequestCode.END_TRANSACTION: self._end_transaction,
+                RequestCode.RECALL_MESSAGE: self._recall,
             },
             authenticator,
         )
@@ -378,6 +379,17 @@ class BrokerRemotingProcessor:
         except UnknownTransaction as error:   # RocketMQ: no prepared message found
             raise Refusal(ResponseCode.SYSTEM_ERROR, error.message) from None
         return call.request.response(ResponseCode.SUCCESS)
+
+    async def _recall(self, call: Call) -> RemotingCommand:
+        """RocketMQ 5.3 RECALL_MESSAGE (RecallMessageRequestHeader: topic, recallHandle; PUB on
+        the topic): cancel a pending timer message; the answer's msgId is its UNIQ_KEY."""
+        request = rmq_pb2.RecallMessageRequest(topic=headers.text(call.request, "topic"),
+                                               recall_handle=headers.text(call.request, "recallHandle"))
+        self._authorize(call, "RecallMessage", request)
+        timer = self.processors.send.timer
+        assert timer is not None   # the broker always has one
+        message_id = await timer.recall(request.topic, request.recall_handle)
+        return call.request.response(ResponseCode.SUCCESS, ext_fields={"msgId": message_id})
 
     def _one_message(
         self, topic: str, body: bytes, properties_text: str, flag: int, sys_flag: int, queue_id: int
