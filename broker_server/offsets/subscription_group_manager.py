@@ -52,6 +52,20 @@ class SubscriptionGroupManager:
         """The group's stored settings, None when an admin never set them (RocketMQ's defaults apply)."""
         return self._configs.get(group)
 
+    def check_consume_enabled(self, group: str) -> None:
+        """NO_PERMISSION when an admin disabled the group's consumption (RocketMQ's pull and pop
+        processors answer a disabled group so, before reading anything)."""
+        config = self._configs.get(group)
+        if config is not None and not config.consume_enable:
+            raise BrokerError(rmq_pb2.NO_PERMISSION, f"subscription group no permission, {group} "
+                                                     "(an admin disabled its consumption)")
+
+    def max_attempts(self, group: str, default: int) -> int:
+        """How many times a pop delivers a message of the group before its DLQ: the stored
+        retry_max_times + 1 (RocketMQ 5's proxy: the group's BackoffPolicy maxAttempts), else `default`."""
+        config = self._configs.get(group)
+        return default if config is None else config.retry_max_times + 1
+
     def update(self, config: SubscriptionGroupConfig) -> None:
         """Store (replace) the group's settings durably before answering."""
         config.check()

@@ -145,6 +145,7 @@ class PopService:
         `attempt_id` (the push consumer's, after a failed call) gets the deliveries of the first
         one again while they are still in flight, instead of leaving them invisible. `lease`:
         the call's; each pop reads at most the bytes it grants."""
+        request = self._group_settings(request)
         remembered = (request.group, request.topic, attempt_id)
         if attempt_id:
             again = [p for p in self._attempts.get(remembered) if self.in_flight(request.group, p.handle)]
@@ -161,6 +162,15 @@ class PopService:
         if attempt_id and popped:
             self._attempts.put(remembered, popped)
         return popped
+
+    def _group_settings(self, request: PopRequest) -> PopRequest:
+        """The admin's settings of the group (SubscriptionGroupConfig) apply: a disabled group is
+        refused NO_PERMISSION, a stored retry_max_times sets the deliveries before the DLQ."""
+        groups = self.reader.groups
+        if groups is None:
+            return request
+        groups.check_consume_enabled(request.group)
+        return replace(request, max_attempts=groups.max_attempts(request.group, request.max_attempts))
 
     async def _pop_leased(self, request: PopRequest, lease: PullBytesLease | None) -> list[Popped]:
         if lease is None or request.max_bytes is None:
