@@ -372,9 +372,9 @@ class MQAdmin:
         return updated
 
     def delete_group(self, group: str, force: bool = False) -> list[str]:
-        """Forget the group: its committed offsets on every topic and its retry and dead-letter
-        topics (RocketMQ deleteSubGroup with removeOffset). Refused while it has live members
-        unless `force`. Returns the topics whose offsets were removed."""
+        """Forget the group: its committed offsets on every topic, its retry and dead-letter
+        topics and its stored settings (RocketMQ deleteSubGroup with removeOffset). Refused while
+        it has live members unless `force`. Returns the topics whose offsets were removed."""
         live = [m.client_id for m in self.members(group)]
         if live and not force:
             raise RmqRefused(rmq_pb2.ILLEGAL_ARGUMENT, f"consumer group {group} has {len(live)} live "
@@ -388,6 +388,9 @@ class MQAdmin:
             except RmqError as error:
                 if error.code != rmq_pb2.TOPIC_NOT_EXIST:
                     raise
+        for name, settings in self.group_settings(group).items():
+            if settings.stored:
+                self.client.delete_subscription_group(name, group)
         return sorted({mq.topic for mq in committed})
 
     # ------------------------------------------------------------ dead letters

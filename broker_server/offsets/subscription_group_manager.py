@@ -73,7 +73,19 @@ class SubscriptionGroupManager:
             if config.group not in self._configs and len(self._configs) >= self.max_groups:
                 raise BrokerError(rmq_pb2.LIMIT_EXCEEDED, f"this broker already holds settings of "
                                                           f"{self.max_groups} groups")
-            configs = {**self._configs, config.group: config}
-            write_json_atomically(self.path, {"subscriptionGroupTable": [
-                asdict(stored) for _, stored in sorted(configs.items())]})
-            self._configs = configs
+            self._store({**self._configs, config.group: config})
+
+    def delete(self, group: str) -> bool:
+        """Forget the group's settings durably (RocketMQ deleteSubscriptionGroup); False when none
+        were stored."""
+        with self._lock:
+            if group not in self._configs:
+                return False
+            self._store({name: config for name, config in self._configs.items() if name != group})
+            return True
+
+    def _store(self, configs: dict[str, SubscriptionGroupConfig]) -> None:
+        """Write `configs` (under the lock), then serve them."""
+        write_json_atomically(self.path, {"subscriptionGroupTable": [
+            asdict(stored) for _, stored in sorted(configs.items())]})
+        self._configs = configs

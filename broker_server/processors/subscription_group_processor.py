@@ -1,6 +1,6 @@
 """The per-group settings an admin sets (RocketMQ's updateSubGroup / getSubscriptionGroupConfig,
-rmq.v1 UpdateSubscriptionGroup / GetSubscriptionGroup); the pull and send-back processors enforce
-them through SubscriptionGroupManager (consume_enable, retry_max_times)."""
+rmq.v1 UpdateSubscriptionGroup / GetSubscriptionGroup / DeleteSubscriptionGroup); the pull, pop and
+send-back processors enforce them through SubscriptionGroupManager (consume_enable, retry_max_times)."""
 
 from __future__ import annotations
 
@@ -24,3 +24,8 @@ class SubscriptionGroupProcessor:
     def update(self, config: SubscriptionGroupConfig) -> None:
         check_group_name(config.group)
         self.groups.update(config)
+
+    def delete(self, group: str) -> bool:
+        """Forget the group's stored settings (`rmq group delete`); False when none were stored."""
+        check_group_name(group)
+        return self.groups.delete(group)

@@ -96,6 +96,25 @@ def test_rocketmq5_receives_refuse_a_disabled_group_and_follow_the_group_s_retry
         broker.stop()
 
 
+def test_deleting_a_group_forgets_its_stored_settings_for_good(tmp_path: Path) -> None:
+    """`rmq group delete` (RocketMQ deleteSubGroup) removes the group's subscriptionGroup.json
+    entry: its consumption is allowed again, after a restart too; other groups keep theirs."""
+    with running_broker(tmp_path) as broker, RmqClient(broker.address) as client:
+        client.create_topic("Orders", queues=1)
+        client.send("Orders", [OutgoingMessage(b"x", queue_id=0)])
+        admin = MQAdmin(client)
+        admin.update_group_settings("g1", consume_enable=False)
+        admin.update_group_settings("g2", retry_max_times=3)
+        admin.delete_group("g1")
+        assert admin.group_settings("g1") == {"broker-a": GroupSettings(True, 16, stored=False)}
+        assert client.pull(MQ, 0, 1, group="g1").messages
+        assert not client.delete_subscription_group("broker-a", "g1")    # nothing stored any more
+    with running_broker(tmp_path) as broker, RmqClient(broker.address) as client:
+        admin = MQAdmin(client)
+        assert admin.group_settings("g1") == {"broker-a": GroupSettings(True, 16, stored=False)}
+        assert admin.group_settings("g2") == {"broker-a": GroupSettings(True, 3, stored=True)}
+
+
 def test_only_admins_change_settings_and_the_group_s_accounts_read_them(tmp_path: Path) -> None:
     broker = acl_broker.acl_broker(tmp_path)
     try:
@@ -108,6 +127,9 @@ def test_only_admins_change_settings_and_the_group_s_accounts_read_them(tmp_path
                 MQAdmin(stranger).group_settings("g")
             MQAdmin(admin).update_group_settings("g", consume_enable=False)
             disabled = {"broker-a": GroupSettings(False, 16, stored=True)}
+            assert MQAdmin(consumer).group_settings("g") == disabled
+            with pytest.raises(RmqError, match="PERMISSION_DENIED.*DeleteSubscriptionGroup"):
+                consumer.delete_subscription_group("broker-a", "g")
             assert MQAdmin(consumer).group_settings("g") == disabled
     finally:
         broker.stop()
