@@ -306,8 +306,9 @@ class MQAdmin:
         offsets on or its members subscribe to when `topic` is "" (RocketMQ resetOffsetByTimestamp;
         to LATEST it is the Dashboard's skipAccumulate). The brokers tell the group's live rmq
         consumers, which drop what they cached and read on from the reset offsets
-        (RESET_CONSUMER_CLIENT_OFFSET). Refused, unless `force`, while the group has live members
-        no broker can tell (RocketMQ 4.x/5 clients, rmq clients without a membership watch): they
+        (RESET_CONSUMER_CLIENT_OFFSET), and its 4.x remoting consumers. Refused, unless `force`, while
+        the group has live members no broker can tell (RocketMQ 5 clients, rmq clients without a
+        membership watch): they
         keep their positions and would commit over the reset."""
         topics = [topic] if topic else sorted(
             {mq.topic for mq in self.client.query_consumer_offsets(group)}

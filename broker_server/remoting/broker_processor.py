@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from google.protobuf.message import Message
@@ -123,6 +123,7 @@ class BrokerRemotingProcessor:
             authenticator,
         )
         consumers.add_listener(self._consumer_ids_changed)
+        processors.consumer_manage.add_reset_teller(self)
 
     async def process(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
         return await self.dispatcher.process(context, request)
@@ -234,6 +235,29 @@ class BrokerRemotingProcessor:
                         RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, ext_fields={"consumerGroup": group}
                     )
                 )
+
+    def tellable(self, group: str) -> set[str]:
+        """The group's consumers connected here, which RESET_CONSUMER_CLIENT_OFFSET reaches."""
+        return {client_id for client_id in self.consumers.consumer_list(group)
+                if (channel := self.connections.by_client.get(client_id)) is not None and not channel.closed}
+
+    def tell_reset(self, group: str, offsets: Mapping[tuple[str, int], int]) -> list[str]:
+        """RocketMQ's Broker2Client.resetOffset: RESET_CONSUMER_CLIENT_OFFSET (oneway, as the C++
+        client expects) per topic to each connected consumer of the group; the body is the table
+        the official C++ client decodes (ResetOffsetBody: offsetTable, a list of queues with offsets)."""
+        by_topic: dict[str, list[dict[str, object]]] = {}
+        for (topic, queue_id), offset in sorted(offsets.items()):
+            queue = {"brokerName": self.identity.broker_name, "queueId": queue_id, "topic": topic}
+            by_topic.setdefault(topic, []).append({**queue, "offset": offset})
+        told = sorted(self.tellable(group))
+        for client_id in told:
+            channel = self.connections.by_client[client_id]
+            for topic, table in by_topic.items():
+                channel.send_oneway(RemotingCommand(
+                    RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+                    ext_fields={"topic": topic, "group": group, "timestamp": "0", "isForce": "true"},
+                    body=json.dumps({"offsetTable": table}).encode()))
+        return told
 
     async def _consumer_list(self, call: Call) -> RemotingCommand:
         group = headers.text(call.request, "consumerGroup")

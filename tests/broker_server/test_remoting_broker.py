@@ -17,6 +17,8 @@ from rmq.broker_server.processors.topic_config_manager import TopicConfig
 from rmq.broker_server.remoting.remoting_acl import signed
 from rmq.broker_server.security.acl_file import AclFile
 from rmq.broker_server.security.server_security import ServerSecurity
+from rmq.connector.admin import MQAdmin, ResetTarget, ResetTo
+from rmq.connector.client import RmqClient
 from rmq.remoting.remoting_command import RPC_ONEWAY, RemotingCommand, SerializeType
 from rmq.remoting.request_code import CANCELLED_OPAQUE, RequestCode, ResponseCode
 from rmq.stored_message import decode_record
@@ -642,3 +644,26 @@ def test_a_pull_cancelled_in_the_same_write_leaves_the_hold_table(broker: InProc
         route = client.call(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=TOPIC))
         assert route.code == ResponseCode.SUCCESS and held.opaque not in client._answers
         wait_until(lambda: broker.controller.hold_service.held_count() == 0, "the cancelled pull let go")
+
+
+def test_a_reset_is_told_to_the_group_s_4x_consumers_as_reset_consumer_client_offset(
+        broker: InProcessBroker) -> None:
+    """RocketMQ's Broker2Client.resetOffset: a connected 4.x consumer counts as told (the reset is
+    not refused for it) and gets RESET_CONSUMER_CLIENT_OFFSET with the table the C++ client decodes."""
+    group = "reset-4x-g"
+    heartbeat = {"clientID": "cpp-consumer", "consumerDataSet": [{
+        "groupName": group, "messageModel": "CLUSTERING",
+        "subscriptionDataSet": [{"topic": TOPIC, "subString": "*"}]}]}
+    with RemotingTestClient(broker.config.remoting_listen) as consumer, RmqClient(broker.address) as admin:
+        assert consumer.call(request(RequestCode.HEART_BEAT, body=json.dumps(heartbeat).encode())).code == 0
+        report = MQAdmin(admin).reset_offsets(group, TOPIC, ResetTarget(ResetTo.EARLIEST))
+        assert (report.notified, report.untold) == (["cpp-consumer"], [])
+        told = consumer.read()
+        while told.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:    # its own join's, if any
+            told = consumer.read()
+        assert (told.code, told.is_oneway, told.ext_fields) == (
+            RequestCode.RESET_CONSUMER_CLIENT_OFFSET, True,
+            {"topic": TOPIC, "group": group, "timestamp": "0", "isForce": "true"})
+        assert json.loads(told.body) == {"offsetTable": [
+            {"brokerName": broker.config.broker_name, "queueId": queue_id, "topic": TOPIC, "offset": 0}
+            for queue_id in (0, 1)]}
