@@ -109,8 +109,8 @@ class ConsumerManageProcessor:
             shown = ", ".join(untold[:3]) + (", ..." if len(untold) > 3 else "")
             raise illegal_argument(
                 f"consumer group {group} has {len(untold)} live member(s) that cannot be told of a reset "
-                f"({shown}: RocketMQ 5 clients, Spark queries, or rmq clients without a membership watch): stop them "
-                "first, or force the reset (their next commits may overwrite it)")
+                f"({shown}: RocketMQ 5 clients, Spark queries, or rmq clients without a membership watch): "
+                "stop them first, or force the reset (their next commits may overwrite it)")
         self.update_offsets(group, offsets)
         keys = {OffsetKey(group, topic, queue_id): offset for (topic, queue_id), offset in offsets.items()}
         notified = self.watches.notify_reset(group, keys)
