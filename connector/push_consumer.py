@@ -241,22 +241,12 @@ class PushConsumer(ConsumerImpl):
         assert self._listener is not None
         if self.orderly:
             self.consume_service = ConsumeMessageOrderlyService(
-                cast(MessageListenerOrderly, self._listener), group=self.group,
-                broadcasting=self.broadcasting,
-                consume_thread_max=config.consume_thread_max,
-                consume_message_batch_max_size=config.consume_message_batch_max_size,
-                consume_timeout_minutes=config.consume_timeout_minutes,
-                max_reconsume_times=config.max_reconsume_times,
-                suspend_current_queue_time_millis=config.suspend_current_queue_time_millis,
-                lock_interval_s=config.lock_interval_s,
-                offset_store=self.offset_store, rebalance_impl=self.rebalance_impl,
-                send_message_back=self.send_message_back, scheduler=self._scheduler)
+                cast(MessageListenerOrderly, self._listener), config, offset_store=self.offset_store,
+                rebalance_impl=self.rebalance_impl, send_message_back=self.send_message_back,
+                scheduler=self._scheduler)
         else:
             self.consume_service = ConsumeMessageConcurrentlyService(
-                cast(MessageListenerConcurrently, self._listener), group=self.group,
-                broadcasting=self.broadcasting, consume_thread_max=config.consume_thread_max,
-                consume_message_batch_max_size=config.consume_message_batch_max_size,
-                consume_timeout_minutes=config.consume_timeout_minutes, offset_store=self.offset_store,
+                cast(MessageListenerConcurrently, self._listener), config, offset_store=self.offset_store,
                 send_message_back=self.send_message_back, scheduler=self._scheduler)
 
     # ------------------------------------------------------------ MQConsumerInner (client_instance)

@@ -7,6 +7,7 @@ gathers the records from the CommitLog (spec consumer-pull-rebalance §12).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -283,8 +284,8 @@ class MessageStore:
         if appended is None:
             return None
         start, end = appended.physical_offset, appended.physical_offset + encoded.length
-        self._after_append(
-            lambda: self.reput.try_dispatch_record(start, end, record_dispatch(encoded, appended)))
+        self._after_append(functools.partial(   # no lambda frame per put
+            self.reput.try_dispatch_record, start, end, record_dispatch(encoded, appended)))
         status = self._acknowledged(end, role)
         return PutMessageResult(status, mf.message_id(self.commit_log.store_host, start), record.queue_id,
                                 appended.queue_offset, start, appended.store_timestamp)

@@ -9,11 +9,13 @@ from rmq.broker_server.offsets.subscription_group_manager import (
     SubscriptionGroupManager,
 )
 from rmq.broker_server.processors.names import check_group_name
+from rmq.broker_server.processors.store_executor import StoreExecutor
 
 
 class SubscriptionGroupProcessor:
-    def __init__(self, groups: SubscriptionGroupManager) -> None:
+    def __init__(self, groups: SubscriptionGroupManager, executor: StoreExecutor) -> None:
         self.groups = groups
+        self.executor = executor
 
     def get(self, group: str) -> tuple[SubscriptionGroupConfig, bool]:
         """The group's settings and whether they were stored (else RocketMQ's defaults)."""
@@ -21,11 +23,13 @@ class SubscriptionGroupProcessor:
         stored = self.groups.find(group)
         return (stored, True) if stored is not None else (SubscriptionGroupConfig(group), False)
 
-    def update(self, config: SubscriptionGroupConfig) -> None:
+    async def update(self, config: SubscriptionGroupConfig) -> None:
+        """Store the group's settings (durably, on a store thread) before returning."""
         check_group_name(config.group)
-        self.groups.update(config)
+        await self.executor.run(self.groups.update, config)
 
-    def delete(self, group: str) -> bool:
-        """Forget the group's stored settings (`rmq group delete`); False when none were stored."""
+    async def delete(self, group: str) -> bool:
+        """Forget the group's stored settings (`rmq group delete`, durably, on a store thread);
+        False when none were stored."""
         check_group_name(group)
-        return self.groups.delete(group)
+        return await self.executor.run(self.groups.delete, group)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from google.protobuf.message import Message
@@ -76,6 +76,7 @@ class BrokerIdentity:
     broker_name: str
     broker_id: int  # 0: master; a slave's route names it as a slave, so 4.x producers do not send to it
     remoting_address: str  # what route lookups on this port name as the broker's address
+    cluster_name: str  # brokerClusterName, in the route
 
 
 def reset_offset_body(language: LanguageCode, broker_name: str, topic: str, offsets: dict[int, int]) -> bytes:
@@ -88,6 +89,7 @@ def reset_offset_body(language: LanguageCode, broker_name: str, topic: str, offs
         return json.dumps({"offsetTable": [{**queue, "offset": offset} for queue, offset in queues]}).encode()
     entries = ",".join(f"{json.dumps(queue, separators=(',', ':'))}:{offset}" for queue, offset in queues)
     return f'{{"offsetTable":{{{entries}}}}}'.encode()
+
 
 class BrokerRemotingProcessor:
     def __init__(
@@ -130,14 +132,15 @@ class BrokerRemotingProcessor:
                 RequestCode.CHECK_CLIENT_CONFIG: self._check_client_config,
                 RequestCode.GET_CONSUMER_RUNNING_INFO: self._consumer_running_info,
                 RequestCode.END_TRANSACTION: self._end_transaction,
+                RequestCode.RECALL_MESSAGE: self._recall,
             },
             authenticator,
         )
         consumers.add_listener(self._consumer_ids_changed)
         processors.consumer_manage.add_reset_teller(self)
 
-    async def process(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
-        return await self.dispatcher.process(context, request)
+    def process(self, context: CallContext, request: RemotingCommand) -> Awaitable[RemotingCommand | None]:
+        return self.dispatcher.process(context, request)   # no coroutine of its own per request
 
     def _authorize(self, call: Call, method: str, request: Message) -> None:
         self.dispatcher.authorize(call, METHOD + method, request)
@@ -159,7 +162,8 @@ class BrokerRemotingProcessor:
             )
         name = self.identity.broker_name
         body = encode_topic_route(
-            [BrokerData(name, {self.identity.broker_id: self.identity.remoting_address})],
+            [BrokerData(name, {self.identity.broker_id: self.identity.remoting_address},
+                        self.identity.cluster_name)],
             [QueueData(name, config.read_queue_nums, config.write_queue_nums, config.perm)],
         )
         return call.request.response(ResponseCode.SUCCESS, body=body)
@@ -411,6 +415,17 @@ class BrokerRemotingProcessor:
         except UnknownTransaction as error:   # RocketMQ: no prepared message found
             raise Refusal(ResponseCode.SYSTEM_ERROR, error.message) from None
         return call.request.response(ResponseCode.SUCCESS)
+
+    async def _recall(self, call: Call) -> RemotingCommand:
+        """RocketMQ 5.3 RECALL_MESSAGE (RecallMessageRequestHeader: topic, recallHandle; PUB on
+        the topic): cancel a pending timer message; the answer's msgId is its UNIQ_KEY."""
+        request = rmq_pb2.RecallMessageRequest(topic=headers.text(call.request, "topic"),
+                                               recall_handle=headers.text(call.request, "recallHandle"))
+        self._authorize(call, "RecallMessage", request)
+        timer = self.processors.send.timer
+        assert timer is not None   # the broker always has one
+        message_id = await timer.recall(request.topic, request.recall_handle)
+        return call.request.response(ResponseCode.SUCCESS, ext_fields={"msgId": message_id})
 
     def _one_message(
         self, topic: str, body: bytes, properties_text: str, flag: int, sys_flag: int, queue_id: int

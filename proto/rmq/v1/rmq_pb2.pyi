@@ -342,12 +342,14 @@ class GetTopicOffsetsRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ...) -> None: ...
 
 class GetTopicOffsetsResponse(_message.Message):
-    __slots__ = ("status", "queues")
+    __slots__ = ("status", "queues", "pending_timers")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
+    PENDING_TIMERS_FIELD_NUMBER: _ClassVar[int]
     status: Status
     queues: _containers.RepeatedCompositeFieldContainer[QueueOffsets]
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueOffsets, _Mapping]]] = ...) -> None: ...
+    pending_timers: int
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueOffsets, _Mapping]]] = ..., pending_timers: _Optional[int] = ...) -> None: ...
 
 class SearchOffsetRequest(_message.Message):
     __slots__ = ("topic", "queue_id", "timestamp")
@@ -690,14 +692,16 @@ class UpdateTopicResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
 
 class BrokerData(_message.Message):
-    __slots__ = ("broker_name", "address", "members")
+    __slots__ = ("broker_name", "address", "members", "cluster_name")
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     broker_name: str
     address: str
     members: _containers.RepeatedCompositeFieldContainer[BrokerMember]
-    def __init__(self, broker_name: _Optional[str] = ..., address: _Optional[str] = ..., members: _Optional[_Iterable[_Union[BrokerMember, _Mapping]]] = ...) -> None: ...
+    cluster_name: str
+    def __init__(self, broker_name: _Optional[str] = ..., address: _Optional[str] = ..., members: _Optional[_Iterable[_Union[BrokerMember, _Mapping]]] = ..., cluster_name: _Optional[str] = ...) -> None: ...
 
 class BrokerMember(_message.Message):
     __slots__ = ("broker_id", "address", "role", "flight_address", "remoting_address", "epoch")
