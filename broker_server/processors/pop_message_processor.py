@@ -275,8 +275,8 @@ class PopMessageProcessor:
         if groups is None:
             return request
         groups.check_consume_enabled(request.group)
-        max_attempts = groups.max_attempts(request.group, request.max_attempts)
-        return request if max_attempts == request.max_attempts else replace(request, max_attempts=max_attempts)
+        most = groups.max_attempts(request.group, request.max_attempts)
+        return request if most == request.max_attempts else replace(request, max_attempts=most)
 
     async def _pop_leased(self, request: PopRequest, lease: PullBytesLease | None) -> list[Popped]:
         if lease is None or request.max_bytes is None:
