@@ -222,10 +222,8 @@ class PullMessageProcessor:
     def parse(self, request: rmq_pb2.PullMessageRequest) -> PullQuery:
         """Validate every field, naming the bad one; clamp batch limits to the broker's."""
         check_group_name(request.consumer_group)
-        settings = self.groups.find(request.consumer_group) if self.groups is not None else None
-        if settings is not None and not settings.consume_enable:
-            raise BrokerError(rmq_pb2.NO_PERMISSION, "subscription group no permission, "
-                              f"{request.consumer_group} (an admin disabled its consumption)")
+        if self.groups is not None:
+            self.groups.check_consume_enabled(request.consumer_group)
         config = self.topics.require(request.topic)
         if not config.readable:
             raise BrokerError(
