@@ -6,11 +6,12 @@ they are pending.
 
 Memory is measured against a reference in the same run: a broker with the same settings that
 receives the same number of ordinary messages of the same size through the same sender (a
-property of the same length in place of TIMER_DELIVER_MS). Any broker storing those bytes maps
-their CommitLog pages, so the timers' own cost is the timer broker's growth minus the
-reference's, in anonymous memory, file-backed pages and VmRSS each. The timer-specific files
-(TimerLog segments and the wheel) are reported apart, mapped size and resident pages, from
-/proc/<pid>/smaps.
+property of the same length in place of TIMER_DELIVER_MS), then reads them once (a pull of
+each): the timer broker reads each parked timer once from the CommitLog to chain it, and any
+broker delivering the same bytes maps the same CommitLog pages; so the timers' own cost is the
+timer broker's growth minus the reference's, in anonymous memory, file-backed pages and VmRSS
+each. The timer-specific files (TimerLog segments and the wheel) are reported apart, mapped size
+and resident pages, from /proc/<pid>/smaps.
 
     .venv/bin/python -m bench.timer_bench --pending 100000   # one run, figures printed
 """
@@ -118,15 +119,30 @@ def growth_mib(before: dict[str, int], after: dict[str, int], prefix: str) -> di
 
 def measure_reference(server: processes.ServerProcess, count: int) -> dict[str, float]:
     """The same sender, the same count and size of ordinary messages (those the timer run parks
-    and those it has delivered): the broker's memory growth and CPU per message."""
+    and those it has delivered), each read once: the broker's memory growth and CPU per message
+    of the sends."""
     with RmqClient(server.address) as client:
         client.create_topic("plain", queues=1)
         before, cpu_before = memory_kib(server), cpu_s(server)
         rate = send(client, "plain", PLAIN_PROPERTY, count, int(time.time() * 1000), 86_400_000)
         cpu = cpu_s(server) - cpu_before
-        after = memory_kib(server)
+        received = memory_kib(server)
+        read_once(client, count)
+        after, cpu_read = memory_kib(server), cpu_s(server) - cpu_before - cpu
     return {"ref_send_per_s": rate, "ref_cpu_us_per_msg": cpu / count * 1e6,
+            "ref_read_cpu_us_per_msg": cpu_read / count * 1e6,
+            "ref_file_mib_before_read": (received["RssFile"] - before["RssFile"]) / 1024,
             **growth_mib(before, after, "ref_")}
+
+
+def read_once(client: RmqClient, count: int) -> None:
+    """Pull the reference's messages once, as the timer broker reads each parked timer once from
+    the CommitLog to chain it (the pages of those reads are what its file-backed RSS holds)."""
+    mq = MessageQueue("plain", "reference", 0)
+    offset = 0
+    while offset < count:
+        result = client.pull(mq, offset, 1024, group="timer-bench", suspend_timeout_ms=1000)
+        offset += len(decode_messages(result.messages, mq))
 
 
 def measure(server: processes.ServerProcess, pending: int) -> dict[str, float]:
