@@ -41,7 +41,7 @@ DUE_PER_SECOND = 1000     # timers due in each of them
 PENDING_FROM_S = 3600     # the pending ones come due an hour later and after, spread over a day
 PLAIN_PROPERTY = "BENCH_DELIVER_MS"   # the reference's property: as long as TIMER_DELIVER_MS
 assert len(PLAIN_PROPERTY) == len(mf.PROPERTY_TIMER_DELIVER_MS)
-TIMER_FILES = ("/timerlog/", "/timerwheel")   # the timer-specific mappings in /proc/<pid>/smaps
+TIMER_FILES = ("timerlog", "timerwheel")   # the timer-specific files under the store
 LATENESS_TARGET = Target(max_value=1200, unit="ms")
 MEMORY_TARGET = Target(max_value=100, unit="MiB")
 KINDS = {"anon": "RssAnon", "file": "RssFile", "rss": "VmRSS"}
@@ -69,18 +69,32 @@ def cpu_s(server: processes.ServerProcess) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def timer_files_kib(server: processes.ServerProcess) -> dict[str, int]:
-    """Mapped size and resident pages of the TimerLog segments and the wheel, KiB."""
-    totals = {"Size": 0, "Rss": 0}
-    counting = False
+def mapped_files_kib(server: processes.ServerProcess) -> dict[str, dict[str, int]]:
+    """Mapped size and resident pages of the store's files by kind (its first directory under
+    the store: commitlog, consumequeue, index, timerlog; or the file: timerwheel…), KiB, from
+    /proc/<pid>/smaps."""
+    store = f"/{server.args[server.args.index('--store-dir') + 1].strip('/')}/"
+    kinds: dict[str, dict[str, int]] = {}
+    current: dict[str, int] | None = None
     with open(f"/proc/{pid_of(server)}/smaps") as smaps:
         for line in smaps:
             head = line.split(maxsplit=1)[0]
             if "-" in head and not head.endswith(":"):   # a mapping's header line
-                counting = any(part in line for part in TIMER_FILES)
-            elif counting and head[:-1] in totals:
-                totals[head[:-1]] += int(line.split()[1])
-    return totals
+                path = line.split()[-1]
+                kind = path[len(store):].split("/")[0] if path.startswith(store) else None
+                current = None if kind is None else kinds.setdefault(kind, {"Size": 0, "Rss": 0})
+            elif current is not None and head[:-1] in current:
+                current[head[:-1]] += int(line.split()[1])
+    return kinds
+
+
+def file_figures(server: processes.ServerProcess, prefix: str) -> dict[str, float]:
+    """Resident MiB of each kind of store file, and the timer files' mapped and resident MiB."""
+    kinds = mapped_files_kib(server)
+    timer = [kinds.get(kind, {"Size": 0, "Rss": 0}) for kind in TIMER_FILES]
+    return {**{f"{prefix}resident_{kind}_mib": value["Rss"] / 1024 for kind, value in sorted(kinds.items())},
+            f"{prefix}timer_files_mapped_mib": sum(value["Size"] for value in timer) / 1024,
+            f"{prefix}timer_files_resident_mib": sum(value["Rss"] for value in timer) / 1024}
 
 
 def send(client: RmqClient, topic: str, prop: str, count: int, first_due_ms: int, spread_ms: int) -> float:
@@ -129,10 +143,11 @@ def measure_reference(server: processes.ServerProcess, count: int) -> dict[str, 
         received = memory_kib(server)
         read_once(client, count)
         after, cpu_read = memory_kib(server), cpu_s(server) - cpu_before - cpu
+        files = file_figures(server, "ref_")
     return {"ref_send_per_s": rate, "ref_cpu_us_per_msg": cpu / count * 1e6,
             "ref_read_cpu_us_per_msg": cpu_read / count * 1e6,
             "ref_file_mib_before_read": (received["RssFile"] - before["RssFile"]) / 1024,
-            **growth_mib(before, after, "ref_")}
+            **growth_mib(before, after, "ref_"), **files}
 
 
 def read_once(client: RmqClient, count: int) -> None:
@@ -157,9 +172,8 @@ def measure(server: processes.ServerProcess, pending: int) -> dict[str, float]:
             park(client, DUE_PER_SECOND, due_from + second * 1000, 1000)
         lateness = delivered_lateness_ms(client, DUE_SECONDS * DUE_PER_SECOND, 60 + pending / 5000)
         after = memory_kib(server)
-        files = timer_files_kib(server)
     return {"enqueue_per_s": rate, "cpu_us_per_timer": cpu / pending * 1e6, **growth_mib(before, after, ""),
-            "timer_files_mapped_mib": files["Size"] / 1024, "timer_files_resident_mib": files["Rss"] / 1024,
+            **file_figures(server, ""),
             "p50_ms": percentile(lateness, 0.5), "p99_ms": percentile(lateness, 0.99),
             "delivered": len(lateness)}
 
@@ -185,7 +199,9 @@ def memory_rows(figures: dict[str, float], pending: int) -> list[Row]:
              for kind, label in labels.items()]
     rows.append(Row(f"TimerLog + wheel mapped ({pending:,} pending)", "MiB",
                     Stats.of([figures["timer_files_mapped_mib"]]),
-                    note=f"resident {figures['timer_files_resident_mib']:.0f} MiB"))
+                    note=(f"resident {figures['timer_files_resident_mib']:.0f} MiB; CommitLog resident "
+                          f"{figures.get('resident_commitlog_mib', 0):.0f} MiB, reference's "
+                          f"{figures.get('ref_resident_commitlog_mib', 0):.0f} MiB")))
     return rows
 
 
@@ -220,7 +236,7 @@ def main() -> None:
         figures = measure_both(contextmanager(broker), args.pending)
     figures |= {"load_start": load, "load_end": os.getloadavg()[0]}
     for name, value in figures.items():
-        print(f"{name:>24}: {value:,.1f}")
+        print(f"{name:>30}: {value:,.1f}")
 
 
 if __name__ == "__main__":
