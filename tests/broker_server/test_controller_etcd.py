@@ -118,10 +118,32 @@ def test_a_deposed_leader_writes_nothing_and_the_epoch_only_moves_forward(etcd: 
         await second.tick()   # leads, having read the group at the revision the first wrote it at
         answer = await decide(first, beat(2, "127.0.0.1:12"))
         assert answer.not_leader and not first.leading
+        assert answer.leader_address != "127.0.0.1:1"   # a deposed leader never names itself the leader
         await decide(second, beat(1, "127.0.0.1:11"))   # id 1 joins in epoch 1
         kv = await second.client.get(second.store.key("g"))
         assert kv is not None and set(second.replicas.groups["g"].members) == {0, 1}
         assert b'"127.0.0.1:12"' not in kv.value
+        for leadership in (first, second):
+            await leadership.client.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_controller_whose_creation_of_the_leader_key_went_unanswered_leads(etcd: EtcdCluster,
+                                                                             prefix: str) -> None:
+    """The transaction creating the leader key was applied but its answer lost (a deadline, an
+    etcd member stopped after the write), so the call was made again: the key names this
+    controller, bound to its own lease. It leads (it used to follow, naming itself the leader
+    and keeping the key alive with its renewals: no controller led while it lived)."""
+    async def scenario() -> None:
+        first, second = controller(etcd, prefix, "127.0.0.1:1"), controller(etcd, prefix, "127.0.0.1:2")
+        await first.store.claim_prefix(CLUSTER)
+        first.lease = await first.client.grant_lease(TTL_S)
+        await first.client.txn([], [put(first.store.leader_key, b"127.0.0.1:1", first.lease)])
+        await first.tick()
+        await second.tick()
+        assert (first.leading, second.leading, second.leader_address) == (True, False, "127.0.0.1:1")
+        assert (await decide(first, beat(0, "127.0.0.1:10"))).master_broker_id == 0
         for leadership in (first, second):
             await leadership.client.close()
 
@@ -201,7 +223,8 @@ def test_without_etcd_nothing_fails_over_and_a_line_every_10_s_says_why(
         etcd.kill(etcd.members[0])
         for _ in range(5):   # 0, 4, 8, 12, 16 s: the master is silent well past the failover timeout
             await decide(leader, beat(1, "127.0.0.1:11", epoch=1, max_offset=0))
-            await leader.step(0.5)
+            await leader.attempt(leader.tick)
+            await leader.attempt(leader.scan)
             clock.now += 4
         group = leader.replicas.groups["g"]
         assert (group.epoch, group.master_id, leader.leading) == (1, 0, False)
