@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from rmq.broker_server.replication.replicas_manager import ReplicasManager
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from testing.etcd import EtcdCluster, EtcdTls, enable_auth, etcd_missing
-from testing.processes import free_port
+from testing.processes import RMQ, free_port
 from tests.broker_server.test_replication import write_secret
 from tests.tls_certs import make_tls_files
 
@@ -203,6 +204,12 @@ def test_an_unreachable_etcd_at_start_is_one_line_naming_the_endpoints() -> None
     message = str(refused.value)
     assert message.startswith(f"the controller cannot reach etcd at {endpoints}: no etcd endpoint answered")
     assert "\n" not in message
+    started = subprocess.run([*RMQ, "namesrv", "--listen", f"127.0.0.1:{free_port()}", "--controller",
+                              "--etcd", endpoints], capture_output=True, text=True, timeout=60)
+    errors = [line for line in started.stderr.splitlines() if line.startswith("rmq: error:")]
+    assert started.returncode == 2 and "Traceback" not in started.stderr
+    assert len(errors) == 1
+    assert errors[0].startswith(f"rmq: error: the controller cannot reach etcd at {endpoints}")
 
 
 def test_without_etcd_nothing_fails_over_and_a_line_every_10_s_says_why(
