@@ -18,7 +18,7 @@ from typing import Any, cast
 import grpc
 import pyarrow as pa
 
-from rmq import retry
+from rmq import __version__, retry
 from rmq.broker_server.background_tasks import cancel_all
 from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.errors import UserError
@@ -75,6 +75,7 @@ from rmq.broker_server.rmq_v1.route_service import BrokerRouteService
 from rmq.broker_server.rocketmq_v2.messaging_service import RocketMQv2MessagingService
 from rmq.broker_server.rocketmq_v2.receipt_handle import load_or_create_secret
 from rmq.broker_server.rocketmq_v2.service import build_service as build_rocketmq_v2_service
+from rmq.broker_server.security.acl import Acl
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.request_signing import broker_server_id
 from rmq.rocketmq_v2 import add_messaging_service as add_rocketmq_v2_service
@@ -83,6 +84,7 @@ from rmq.store.private_files import SERVER_UMASK
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 log = logging.getLogger(__name__)
+DAY_MARK_INTERVAL_MS = 60_000   # how often the put/get totals are checked for a new day (today's counts)
 
 
 def store_host(address: str) -> str:
@@ -133,6 +135,7 @@ class BrokerController:
         config = self.config = bound
         self.security = security
         self.clock = clock
+        self.boot_timestamp_ms = int(time.time() * 1000)
         self.truncate_to = truncate_to
         path = config.store_path
         self.executor = StoreExecutor(config.store_threads)
@@ -237,6 +240,19 @@ class BrokerController:
     def _topics_changed(self) -> None:
         self.outer_api.register_soon()
 
+    def status(self) -> rmq_pb2.BrokerStatusResponse:
+        """`rmq broker status` and the console's broker table: role and replication, version,
+        uptime and today's puts and gets."""
+        response = self.replication.status()
+        today = self.stats.today()
+        response.MergeFrom(rmq_pb2.BrokerStatusResponse(
+            version=__version__, boot_timestamp=self.boot_timestamp_ms, put_today=today.put_messages,
+            get_today=today.get_messages, put_total=today.put_total, get_total=today.get_total))
+        return response
+
+    def _acl(self) -> Acl | None:
+        return None if self.security.acl_file is None else self.security.acl_file.acl
+
     def _group_exists(self, group: str) -> bool:
         return self.consumers.has_group(group) or bool(self.offsets.query_offsets(group))
 
@@ -275,10 +291,12 @@ class BrokerController:
                 self.hold_service,
                 self.outer_api.register_soon,
                 self.pull_processor,
-                self.replication.status,
+                self.status,
                 self.replication.topics_replicated,
                 self.consumer_connections,
                 self.consumer_groups,
+                stats=self.stats,
+                acl=self._acl,
             ),
             services,
         )
@@ -424,6 +442,7 @@ class BrokerController:
             _every(self.config.consumer_offset_persist_interval_ms, self._persist_offsets),
             _every(self.config.client_scan_interval_ms, self.consumers.scan_not_active_channel),
             _every(self.config.client_scan_interval_ms, self.locks.purge_expired),
+            _every(DAY_MARK_INTERVAL_MS, self.stats.mark_day),
         ]
 
     async def _persist_offsets(self) -> None:

@@ -30,6 +30,7 @@ from rmq.cli.output import (
     print_table,
     timestamp,
     unreachable_json,
+    uptime,
     warn_unreachable,
 )
 from rmq.cli.parser import Subcommands
@@ -561,9 +562,11 @@ def _cluster_status(client: RmqClient, args: argparse.Namespace) -> int:
                     **({"controller": controller} if controller else {})})
         return 1 if failing else 0
     print_table(["BROKER", "ID", "ROLE", "EPOCH", "ADDRESS", "MIN_OFFSET", "MAX_OFFSET", "SLAVE_LAG_BYTES",
-                 "STATE"],
+                 "VERSION", "UP", "PUT_TODAY", "GET_TODAY", "STATE"],
                 [[name, m["broker_id"], m["role"], _dash(m.get("epoch")), m["address"],
-                  _dash(m["min_offset"]), _dash(m["max_offset"]), _dash(m["lag_bytes"]), m["state"]]
+                  _dash(m["min_offset"]), _dash(m["max_offset"]), _dash(m["lag_bytes"]),
+                  m.get("version") or "-", uptime(m.get("boot_timestamp") or 0),
+                  _dash(m.get("put_today")), _dash(m.get("get_today")), m["state"]]
                   for name, states in groups.items() for m in states])
     if controller:
         print(f"\nleading controller: {controller['leader']}")
@@ -603,7 +606,9 @@ def _member_states(client: RmqClient, name: str, members: Iterable[BrokerMember]
                          if isinstance(error, RmqUnavailable) else _describe(error))
             continue
         state.update(min_offset=status.commit_log_min_offset, max_offset=status.commit_log_max_offset,
-                     role=rmq_pb2.BrokerRole.Name(status.role))
+                     role=rmq_pb2.BrokerRole.Name(status.role), version=status.version or None,
+                     boot_timestamp=status.boot_timestamp or None, put_today=status.put_today,
+                     get_today=status.get_today)
         if status.epoch:
             state.update(epoch=status.epoch, in_sync_ids=list(status.in_sync_ids))
         if status.role != rmq_pb2.SLAVE:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +26,19 @@ def timestamp(epoch_ms: int) -> str:
     if epoch_ms <= 0:
         return "-"
     return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def uptime(boot_timestamp_ms: int) -> str:
+    """How long ago a server started, as 3d 4h, 5h 6m or 7m 8s ("-" when it did not say)."""
+    if boot_timestamp_ms <= 0:
+        return "-"
+    seconds = max(int(time.time() - boot_timestamp_ms / 1000), 0)
+    days, hours, minutes = seconds // 86400, seconds // 3600 % 24, seconds // 60 % 60
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {seconds % 60}s"
 
 
 def incomplete_note(unreachable: dict[str, RmqUnavailable]) -> str:

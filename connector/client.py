@@ -59,6 +59,8 @@ _GET_CONSUMER_CONNECTIONS = Rpc("GetConsumerConnections", lambda c: c.admin.GetC
                                 rmq_pb2.GetConsumerConnectionsResponse)
 _LIST_CONSUMER_GROUPS = Rpc("ListConsumerGroups", lambda c: c.admin.ListConsumerGroups,
                             rmq_pb2.ListConsumerGroupsResponse)
+_GET_GROUP_STATS = Rpc("GetGroupStats", lambda c: c.admin.GetGroupStats, rmq_pb2.GetGroupStatsResponse)
+_DESCRIBE_ACL = Rpc("DescribeAcl", lambda c: c.admin.DescribeAcl, rmq_pb2.DescribeAclResponse)
 
 
 class RmqClient(ClientAPI):
@@ -198,6 +200,23 @@ class RmqClient(ClientAPI):
             if answer is not None:
                 groups.update(answer.groups)
         return sorted(groups)
+
+    def group_stats(self, group: str, unreachable: dict[str, RmqUnavailable] | None = None
+                    ) -> dict[str, list[rmq_pb2.GroupTopicStats]]:
+        """broker name -> what the group's pulls took from it per topic (messages since the broker
+        started, the last pull that returned any); `unreachable` as for topic_offsets."""
+        request = rmq_pb2.GetGroupStatsRequest(consumer_group=group)
+        stats: dict[str, list[rmq_pb2.GroupTopicStats]] = {}
+        for name in self.list_brokers():
+            read = functools.partial(self._read_call, name, _GET_GROUP_STATS, request)
+            answer = unless_unreachable(read, name, unreachable)
+            if answer is not None:
+                stats[name] = list(answer.topics)
+        return stats
+
+    def describe_acl(self, address: str) -> rmq_pb2.DescribeAclResponse:
+        """The ACL of the broker at `address`: accounts and permissions, no secret (admins only)."""
+        return self._call(address, _DESCRIBE_ACL, rmq_pb2.DescribeAclRequest())
 
 
 def recall_handle_target(recall_handle: str) -> tuple[str, str]:

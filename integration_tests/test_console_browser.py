@@ -28,7 +28,7 @@ import pytest
 from integration_tests.reliability.test_controller_etcd import GROUP, etcd_controlled_group
 from integration_tests.reliability.test_controller_failover import status as controller_status
 from integration_tests.reliability.test_controller_failover import wait
-from rmq import retry
+from rmq import __version__, retry
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.connector.errors import RmqError
 from rmq.connector.message import decode_messages
@@ -37,6 +37,7 @@ from rmq.statuses import PullStatus
 from rmq.v1 import rmq_pb2
 from testing import processes
 from testing.etcd import etcd_missing
+from tests.acl_files import write_acl
 from tests.broker_server.v2_calls import TelemetryStream, V2Client
 from tests.waiting import wait_until
 
@@ -82,18 +83,28 @@ def _wait_http(url: str, process: subprocess.Popen, timeout: float = 60.0) -> No
     raise AssertionError(f"rmq console did not answer {url} within {timeout} s")
 
 
-@pytest.fixture
-def browser() -> Iterator[Any]:
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """One Chromium for the module's tests (each gets its own page and cookies)."""
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian's chromium is not installed (make venv installs it as root)")
     with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
         try:
-            page = chromium.new_page()
-            page.set_default_timeout(15_000)
-            yield page
+            yield launched
         finally:
-            chromium.close()
+            launched.close()
+
+
+@pytest.fixture
+def browser(chromium: Any) -> Iterator[Any]:
+    context = chromium.new_context()
+    try:
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        yield page
+    finally:
+        context.close()
 
 
 def test_a_person_checks_lag_and_resends_a_dead_letter(broker: processes.ServerProcess, console: str,
@@ -172,18 +183,19 @@ def test_every_page_with_the_cluster_up_one_broker_down_and_the_only_one_down(
             stored = on_a.browse_messages(MessageQueue("Orders", "broker-a", 1), 0, 3)
             for record in decode_messages(stored.messages, MessageQueue("Orders", "broker-a", 1)):
                 on_a.send_message_back("g1", "broker-a", record.commit_log_offset, delay_level=-1)
+            on_a.pull(MessageQueue("Orders", "broker-a", 0), 0, 32, group="g1")     # g1 consumes: 3
         with RmqClient(namesrv.address) as client:
             wait_until(lambda: set(client.list_brokers()) == {"broker-a", "broker-b"}, "both registered")
             for topic in ("Orders", "Payments"):
                 wait_until(lambda name=topic: _routed(client, name), f"{topic} routed")
         v5 = _v5_consumer(broker_a.address)
         with _console(namesrv.address, tmp_path) as console:
-            _pages_with_the_cluster_up(browser, console)
+            message_page = _pages_with_the_cluster_up(browser, console)
             broker_b.kill()
-            _pages_with_broker_b_down(browser, console)
+            _pages_with_broker_b_down(browser, console, message_page)
             v5.close()
             broker_a.kill()
-            _pages_with_every_broker_down(browser, console)
+            _pages_with_every_broker_down(browser, console, message_page)
     finally:
         broker_b.stop()
         broker_a.stop()
@@ -196,12 +208,17 @@ def _routed(client: RmqClient, topic: str) -> bool:
         return False
 
 
-def _pages_with_the_cluster_up(browser: Any, console: str) -> None:
+def _pages_with_the_cluster_up(browser: Any, console: str) -> str:
+    """Every page with both brokers up; the address of the message page it visited."""
     browser.goto(console + "/")
-    assert "broker-a" in browser.inner_text("#brokers")
+    brokers = browser.locator("#brokers tr").all_inner_texts()
+    [row_a] = [row.split("\t") for row in brokers if row.startswith("broker-a")]
+    # after the Epoch column ("-" outside controller mode): version, uptime, put / get today
+    assert row_a[4] == "-" and row_a[8] == __version__ and row_a[10] == "6" and row_a[11] == "3", row_a
     # the charts (uPlot, served from /static): a legend entry per topic / group, refreshed each second
     browser.wait_for_selector("#tps-chart .u-legend >> text=Orders")
     browser.wait_for_selector("#lag-chart .u-legend >> text=g1")
+    browser.wait_for_selector("#consume-chart .u-legend >> text=g1")
     assert browser.locator("#tps-chart .u-axis").count() >= 2                  # a time axis and a value axis
     _shot(browser, "cluster")
     browser.click("#pause-charts")
@@ -212,6 +229,8 @@ def _pages_with_the_cluster_up(browser: Any, console: str) -> None:
     _shot(browser, "topics")
     browser.click("#topics >> text=Orders")
     assert "g1" in browser.inner_text("#consumers") and "read-write" in browser.inner_text("#route")
+    browser.wait_for_selector("#tps-chart .u-legend >> text=Orders")        # this topic's TPS only
+    assert browser.locator("#tps-chart .u-legend >> text=Payments").count() == 0
     _shot(browser, "topic")
     browser.goto(console + "/messages?topic=Orders&key=k4")
     keys = [row.split("\t")[5] for row in browser.locator("#messages tr").all_inner_texts()[1:]]
@@ -226,6 +245,8 @@ def _pages_with_the_cluster_up(browser: Any, console: str) -> None:
     browser.click("#groups >> text=v5-group")
     assert "v5-client" in browser.inner_text("#members")
     browser.goto(console + "/groups/g1")
+    assert browser.inner_text("#consumed") == "3" and browser.inner_text("#last-consume") != "never"
+    browser.wait_for_selector("#consume-chart .u-legend >> text=g1")
     _shot(browser, "group")
     browser.click("text=dead letters: 3")
     assert len(browser.locator("#dead-letters input[name=msg_id]").all()) == 3
@@ -242,15 +263,27 @@ def _pages_with_the_cluster_up(browser: Any, console: str) -> None:
     [g1] = [row.split("\t") for row in track if row.startswith("g1")]
     assert g1[1] == "in the DLQ" and g1[2] != "-" and g1[3] != "-", g1       # a retry copy and a dead letter
     _shot(browser, "message")
+    message_page = str(browser.url)
+    browser.goto(console + "/acl")                 # brokers without --acl say so
+    assert "runs without --acl" in browser.inner_text("#acl-broker-a")
+    browser.goto(console + "/sign-in")
+    _shot(browser, "sign-in")
+    return message_page
 
 
-def _pages_with_broker_b_down(browser: Any, console: str) -> None:
+def _pages_with_broker_b_down(browser: Any, console: str, message_page: str) -> None:
     for path, table in [("/", "#brokers"), ("/topics", "#topics"), ("/groups", "#groups"),
-                        ("/groups/g1", "#progress"), ("/dlq/g1", "#dead-letters")]:
+                        ("/groups/g1", "#progress"), ("/dlq/g1", "#dead-letters"), ("/acl", "#acl-broker-a")]:
         response = browser.goto(console + path)
         assert response is not None and response.status == 200, path
         assert "could not reach broker-b" in browser.inner_text("#incomplete"), path
         assert browser.locator(table).count() == 1, path
+    for page, table in [(console + "/topics/Orders", "#queues"),           # nothing of these on broker-b
+                        (console + "/messages?topic=Orders", "#messages"), (message_page, "#track"),
+                        (console + "/sign-in", "form")]:
+        response = browser.goto(page)
+        assert response is not None and response.status == 200, page
+        assert browser.locator(table).count() >= 1, page
     response = browser.goto(console + "/topics/Payments")          # only on broker-b: nothing to read
     assert response is not None and response.status == 503 and "broker-b" in browser.inner_text("#error")
     browser.goto(console + "/dlq/g1")
@@ -260,14 +293,56 @@ def _pages_with_broker_b_down(browser: Any, console: str) -> None:
     _shot(browser, "topics-incomplete")
 
 
-def _pages_with_every_broker_down(browser: Any, console: str) -> None:
-    for path in ["/", "/topics", "/topics/Orders", "/groups", "/groups/g1", "/dlq/g1",
-                 "/messages?topic=Orders"]:
-        response = browser.goto(console + path)
-        assert response is not None and response.status == 503, path
+def _pages_with_every_broker_down(browser: Any, console: str, message_page: str) -> None:
+    for page in [console + path for path in ["/", "/topics", "/topics/Orders", "/groups", "/groups/g1",
+                                             "/dlq/g1", "/messages?topic=Orders", "/acl"]] + [message_page]:
+        response = browser.goto(page)
+        assert response is not None and response.status == 503, page
         said = browser.inner_text("#error")
-        assert "broker-a" in said and "no dead letter" not in browser.content(), (path, said)
+        assert "broker-a" in said and "no dead letter" not in browser.content(), (page, said)
     _shot(browser, "unreachable")
+
+
+ACL = """accounts:
+  - {accessKey: adminaccount, secretKey: admin-secret-key, admin: true}
+  - {accessKey: ordersreader, secretKey: orders-secret-key, topicPerms: ['Orders=SUB'],
+     groupPerms: ['readers=SUB'], whiteRemoteAddress: 127.0.0.1}
+"""
+
+
+def test_an_admin_reads_the_acl_and_a_reader_is_refused(tmp_path: Path, browser: Any) -> None:
+    """#46: the ACL page shows an admin every account's permissions and no secret key; a reader
+    signed in gets a 403 page saying why; with the broker (the console's only endpoint) down the
+    page is a 503 naming its address."""
+    server = processes.broker(tmp_path, extra=["--acl", str(write_acl(tmp_path / "acl.yml", ACL))]).start()
+    try:
+        with _console(server.address, tmp_path) as console:
+            _sign_in(browser, console, "ordersreader", "orders-secret-key")
+            response = browser.goto(console + "/acl")
+            assert response is not None and response.status == 403
+            assert "NO_PERMISSION" in browser.inner_text("#error")
+            _sign_in(browser, console, "adminaccount", "admin-secret-key")
+            response = browser.goto(console + "/acl")
+            assert response is not None and response.status == 200
+            rows = [row.split("\t") for row in browser.locator("#acl-broker-a tr").all_inner_texts()[1:]]
+            assert ["ordersreader", "no", "DENY", "DENY", "Orders=SUB", "readers=SUB", "127.0.0.1", "-"] in [
+                [cell.strip() for cell in row] for row in rows], rows
+            assert "secret-key" not in browser.content()
+            _shot(browser, "acl")
+            server.kill()
+            response = browser.goto(console + "/acl")
+            assert response is not None and response.status == 503   # the endpoint is the broker: named
+            assert server.address in browser.inner_text("#error")
+    finally:
+        server.stop()
+
+
+def _sign_in(browser: Any, console: str, access_key: str, secret_key: str) -> None:
+    browser.goto(console + "/sign-in")
+    browser.fill("input[name=access_key]", access_key)
+    browser.fill("input[name=secret_key]", secret_key)
+    browser.click("form[action='/sign-in'] button")
+    assert f"signed in as {access_key}" in browser.inner_text("header")
 
 
 @pytest.mark.skipif(etcd_missing() is not None, reason=etcd_missing() or "")

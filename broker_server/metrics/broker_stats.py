@@ -12,8 +12,11 @@ counted under OTHER_GROUPS, in these counters and in the collectors' per-group l
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import date, datetime
 
 MAX_GROUP_SERIES = 10_000
 OTHER_GROUPS = "_other"
@@ -61,31 +64,52 @@ class GroupCounters:
     get_messages: int = 0
     get_bytes: int = 0
     send_to_dlq: int = 0
+    last_get_ms: int = 0          # when a pull last returned messages of the topic to the group
+
+
+@dataclass(frozen=True)
+class Today:
+    """The broker's puts and gets since local midnight (RocketMQ's msgPutTotalTodayNow minus
+    msgPutTotalTodayMorning, and the same for gets), and since it started."""
+
+    put_messages: int
+    get_messages: int
+    put_total: int
+    get_total: int
 
 
 class BrokerStatsManager:
-    def __init__(self, max_group_series: int = MAX_GROUP_SERIES, labels: GroupLabels | None = None) -> None:
+    def __init__(self, max_group_series: int = MAX_GROUP_SERIES, labels: GroupLabels | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.labels = labels or GroupLabels()
         self._topics: dict[str, TopicCounters] = {}
         self._groups: dict[tuple[str, str], GroupCounters] = {}
         self._max_group_series = max_group_series
         self._lock = threading.Lock()
+        self._clock = clock
+        self._put_total = 0            # every put and get since the broker started (deleted topics too)
+        self._get_total = 0
+        self._morning = (self._day(), 0, 0)    # (day, put total, get total) when the day began
 
     def record_put(self, topic: str, messages: int, size: int) -> None:
         with self._lock:
+            self._put_total += messages
             counters = self._topics.setdefault(topic, TopicCounters())
             counters.put_messages += messages
             counters.put_bytes += size
 
     def record_get(self, topic: str, messages: int, size: int, group: str = "", account: str = "") -> None:
         """`account`: the puller's (whose share a new group name counts in)."""
+        now_ms = int(self._clock() * 1000)
         with self._lock:
+            self._get_total += messages
             counters = self._topics.setdefault(topic, TopicCounters())
             counters.get_messages += messages
             counters.get_bytes += size
             by_group = self._group_counters(topic, group, account)
             by_group.get_messages += messages
             by_group.get_bytes += size
+            by_group.last_get_ms = now_ms
 
     def record_send_to_dlq(self, topic: str, group: str, account: str = "") -> None:
         """A message of `topic` moved to `group`'s dead-letter queue (sent back by `account`)."""
@@ -112,3 +136,27 @@ class BrokerStatsManager:
         """(topic, group) → its counters."""
         with self._lock:
             return {key: GroupCounters(**vars(counters)) for key, counters in self._groups.items()}
+
+    def of_group(self, group: str) -> dict[str, GroupCounters]:
+        """topic → the counters of `group` on it (what its consumers pulled, and when last)."""
+        with self._lock:
+            return {topic: GroupCounters(**vars(counters)) for (topic, name), counters in self._groups.items()
+                    if name == group}
+
+    def mark_day(self) -> None:
+        """At a new local day, remember the totals the day starts from (the broker calls this every
+        minute, RocketMQ's BrokerStats.record at midnight)."""
+        today = self._day()
+        with self._lock:
+            if self._morning[0] != today:
+                self._morning = (today, self._put_total, self._get_total)
+
+    def today(self) -> Today:
+        self.mark_day()
+        with self._lock:
+            _, put_morning, get_morning = self._morning
+            return Today(self._put_total - put_morning, self._get_total - get_morning,
+                         self._put_total, self._get_total)
+
+    def _day(self) -> date:
+        return datetime.fromtimestamp(self._clock()).date()

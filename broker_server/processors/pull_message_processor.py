@@ -343,7 +343,7 @@ class PullMessageProcessor:
         return read() if inline else await self.executor.run(read)
 
     def _answer(self, query: PullQuery, result: GetMessageResult) -> rmq_pb2.PullMessageResponse:
-        if result.message_count:
+        if result.message_count and query.group:      # a consumer's pull, not an admin's browse
             self.stats.record_get(query.topic, result.message_count, len(result.buffer), query.group,
                                   account_key())
         response = self.progress(query, result)

@@ -5,18 +5,19 @@ offsets and held pulls go with it. On a SYNC_MASTER a change is answered once a 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.grpc_aio import Context
 from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
+from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
 from rmq.broker_server.processors.names import check_group_name
 from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.security import caller
-from rmq.broker_server.security.acl import Need, ResourceKind
+from rmq.broker_server.security.acl import Account, Acl, Need, Perm, ResourceKind
 from rmq.broker_server.status import OK, answers_with_status
 from rmq.store import MessageStore
 from rmq.topic_config import TopicConfig
@@ -37,6 +38,8 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         topics_replicated: Callable[[], Awaitable[None]] | None = None,
         consumer_connections: Callable[[str], list[rmq_pb2.ConsumerConnection]] = lambda group: [],
         consumer_groups: Callable[[], set[str]] = set,
+        stats: BrokerStatsManager | None = None,
+        acl: Callable[[], Acl | None] = lambda: None,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -49,6 +52,8 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         self.consumer_connections = consumer_connections
         self.consumer_groups = consumer_groups
         self.topics_replicated = topics_replicated
+        self.stats = stats or BrokerStatsManager()
+        self.acl = acl
 
     async def _topics_changed(self) -> None:
         self.on_topics_changed()
@@ -125,3 +130,41 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
         visible = [group for group in self.consumer_groups()
                    if caller.may(ResourceKind.GROUP, group, Need.SUB)]
         return rmq_pb2.ListConsumerGroupsResponse(status=OK, groups=sorted(visible))
+
+    @answers_with_status(rmq_pb2.GetGroupStatsResponse)
+    async def GetGroupStats(self, request: rmq_pb2.GetGroupStatsRequest,
+                            context: Context) -> rmq_pb2.GetGroupStatsResponse:
+        """What the group's pulls took from here per topic and when last (the console's consume TPS
+        and last consume time)."""
+        check_group_name(request.consumer_group)
+        return rmq_pb2.GetGroupStatsResponse(status=OK, topics=[
+            rmq_pb2.GroupTopicStats(topic=topic, get_messages=counters.get_messages,
+                                    last_get_ms=counters.last_get_ms)
+            for topic, counters in sorted(self.stats.of_group(request.consumer_group).items())])
+
+    @answers_with_status(rmq_pb2.DescribeAclResponse)
+    async def DescribeAcl(self, request: rmq_pb2.DescribeAclRequest,
+                          context: Context) -> rmq_pb2.DescribeAclResponse:
+        """The ACL in force, for admins (the rule table lets no one else call): accounts and their
+        permissions, never a secret key."""
+        acl = self.acl()
+        if acl is None:
+            return rmq_pb2.DescribeAclResponse(status=OK, enabled=False)
+        return rmq_pb2.DescribeAclResponse(
+            status=OK, enabled=True, accounts=[_account(acl.accounts[key]) for key in sorted(acl.accounts)],
+            global_white_remote_addresses=[p.text for p in acl.global_white_remote_addresses])
+
+
+def _account(account: Account) -> rmq_pb2.AclAccount:
+    """An account as DescribeAcl shows it: everything but its secret key."""
+    return rmq_pb2.AclAccount(
+        access_key=account.access_key, admin=account.admin,
+        default_topic_perm=account.default_topic_perm.text,
+        default_group_perm=account.default_group_perm.text,
+        topic_perms=_perms(account.topic_perms), group_perms=_perms(account.group_perms),
+        white_remote_address=account.white_remote_address.text if account.white_remote_address else "",
+        broker_name=account.broker_name or "")
+
+
+def _perms(perms: Mapping[str, Perm]) -> list[rmq_pb2.AclResourcePerm]:
+    return [rmq_pb2.AclResourcePerm(name=name, perm=perms[name].text) for name in sorted(perms)]

@@ -261,7 +261,7 @@ class FlightReadService(flight.FlightServerBase):
                 held = len(result.buffer)
                 self.budget.give_back(holder, granted - held)
                 if result.message_count:
-                    self.pull.stats.record_get(query.topic, result.message_count, held)
+                    self.pull.stats.record_get(query.topic, result.message_count, held, query.group, account)
                 yield self._batch(read, result)
                 slot.progress = time.monotonic()
                 rows, size = rows + result.message_count, size + held

@@ -189,6 +189,9 @@ class PopService:
             if bytes_left is not None:
                 bytes_left -= sum(p.size for p in from_queue)
         await self.table.sync()   # deliveries, skipped offsets and DLQ moves are durable first
+        if popped:    # the group's gets, as a pull's (the console's consume TPS, /metrics)
+            self.reader.stats.record_get(request.topic, len(popped), sum(p.size for p in popped),
+                                         request.group, account_key())
         return popped
 
     async def _pop_queue(self, queue: PopQueue, request: PopRequest, room: int,

@@ -90,6 +90,7 @@ RULES: dict[str, Rule] = {
     _rule("AdminService", "GetBrokerStatus"): _nothing,   # role and offsets, like ListBrokers
     _rule("AdminService", "GetConsumerConnections"): _group_sub,   # the group's members, like GetConsumerList
     _rule("AdminService", "ListConsumerGroups"): _nothing,   # answers only the groups the caller may SUB
+    _rule("AdminService", "GetGroupStats"): _group_sub,   # what the group pulled, like its members
     _rule("NameServerService", "RegisterBroker"): lambda r: _broker(r.broker.broker_name),
     _rule("NameServerService", "UnregisterBroker"): lambda r: _broker(r.broker_name),
     _rule("ControllerService", "Heartbeat"): lambda r: _broker(r.broker_name),
@@ -102,6 +103,7 @@ ADMIN_METHODS = frozenset({
     _rule("AdminService", "UpdateTopic"),
     _rule("AdminService", "BrowseMessages"),
     _rule("AdminService", "ViewMessage"),   # names no topic the ACL could check before the read
+    _rule("AdminService", "DescribeAcl"),   # every account and its permissions
     # replication: a slave copies everything, so its account (RMQ_ACCESS_KEY) must be an admin
     _rule("HAService", "Transfer"),
     _rule("HAService", "SlaveSynchronize"),

@@ -2,6 +2,6 @@
 same data as JSON under /api/; server-rendered (Starlette, Jinja2), no build step, no CDN."""
 
 from rmq.cli.console.app import ConsoleSettings, create_app
-from rmq.cli.console.history import History
+from rmq.cli.console.history import History, Sample
 
-__all__ = ["ConsoleSettings", "History", "create_app"]
+__all__ = ["ConsoleSettings", "History", "Sample", "create_app"]

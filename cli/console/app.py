@@ -185,17 +185,20 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
         return _answer(request, templates, token, session, api, "error.html",
                        {"title": "Bad request", "message": str(error)}, 400)
 
-    def cluster(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
-        data = session.view.cluster()
+    def with_charts(request: Request, data: dict[str, Any]) -> dict[str, Any]:
+        """A page's data with what its charts need (HTML pages, while the console samples)."""
         if charts is not None and not request.url.path.startswith("/api/"):
-            data |= {"charts": True, "chart_interval": charts.interval_s}
-        return "cluster.html", data
+            return data | {"charts": True, "chart_interval": charts.interval_s}
+        return data
+
+    def cluster(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
+        return "cluster.html", with_charts(request, session.view.cluster())
 
     def topics(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
         return "topics.html", session.view.topics(_int(request.query_params.get("page", "0"), "page"))
 
     def topic(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
-        return "topic.html", session.view.topic(request.path_params["topic"])
+        return "topic.html", with_charts(request, session.view.topic(request.path_params["topic"]))
 
     async def create_topic(request: Request) -> Response:
         form, token, session = await _form(request, sessions)
@@ -225,7 +228,7 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
         return "groups.html", session.view.groups()
 
     def group(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
-        return "group.html", session.view.group(request.path_params["group"])
+        return "group.html", with_charts(request, session.view.group(request.path_params["group"]))
 
     async def reset(request: Request) -> Response:
         form, token, session = await _form(request, sessions)
@@ -293,6 +296,9 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
                                    headers=attachment)
         return _with_cookie(stream, token)
 
+    def acl(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
+        return "acl.html", session.view.acl()
+
     def sign_in_page(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
         return "signin.html", {"message": ""}
 
@@ -323,14 +329,14 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
 
     def charts_api(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
         if charts is None:
-            return "", {"tps": {}, "lag": {}}
+            return "", {"tps": {}, "lag": {}, "consume": {}}
         return "", dict(session.view.visible_series(charts.snapshot())) | {"error": charts.error}
 
     routes: list[Route | Mount] = []
     pages: list[tuple[str, Handler]] = [
         ("/", cluster), ("/topics", topics), ("/topics/{topic}", topic), ("/groups", groups),
         ("/groups/{group}", group), ("/messages", messages), ("/messages/{msg_id}", message),
-        ("/dlq/{group}", dlq)]
+        ("/dlq/{group}", dlq), ("/acl", acl)]
     for path, handler in pages:
         routes.append(Route(path, page(handler)))
         routes.append(Route("/api" + ("/cluster" if path == "/" else path), page(handler)))

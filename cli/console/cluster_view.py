@@ -4,6 +4,7 @@ listed) or answered 403/404."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -12,7 +13,8 @@ from typing import Any
 
 from rmq import message_format as mf
 from rmq import retry
-from rmq.cli.output import timestamp
+from rmq.cli.console.history import Sample
+from rmq.cli.output import timestamp, uptime
 from rmq.connector.admin import PAGE_MAX, MQAdmin, ResetTarget, resend
 from rmq.connector.client import OutgoingMessage, RmqClient, TopicRoute
 from rmq.connector.errors import ConfigError, RmqError, RmqUnavailable
@@ -86,7 +88,10 @@ class ClusterView:
                     row |= {"role": rmq_pb2.BrokerRole.Name(status.role), "epoch": status.epoch or None,
                             "min_offset": status.commit_log_min_offset,
                             "max_offset": status.commit_log_max_offset,
-                            "replication_lag": _replication_lag(status), "error": status.replication_error}
+                            "replication_lag": _replication_lag(status), "error": status.replication_error,
+                            "version": status.version, "boot_timestamp": status.boot_timestamp,
+                            "uptime": uptime(status.boot_timestamp), "put_today": status.put_today,
+                            "get_today": status.get_today}
                     answered = True
                 except RmqUnavailable as error:
                     # e.g. a dead old master, still registered as master until the name servers expire it
@@ -129,7 +134,8 @@ class ClusterView:
             "route": [{"broker_name": q.broker_name, "read_queues": q.read_queue_nums,
                        "write_queues": q.write_queue_nums, "perm": PERM_NAMES.get(q.perm, str(q.perm))}
                       for q in route.queue_datas],
-            "groups": self._consumers_of(topic) if offsets else []}, answered=_any_answered(route, reads))
+            "groups": self._consumers_of(topic, reads) if offsets else []},
+            answered=_any_answered(route, reads))
 
     def _route(self, topic: str) -> TopicRoute:
         """The topic's route; NotFound (a 404 page) for a topic no broker holds."""
@@ -140,13 +146,13 @@ class ClusterView:
                 raise NotFound(f"topic {topic} does not exist") from None
             raise
 
-    def _consumers_of(self, topic: str) -> list[str]:
+    def _consumers_of(self, topic: str, reads: Reads) -> list[str]:
         """The groups (of the first MAX_GROUPS_CHECKED) with committed offsets on the topic or a live
-        member subscribing to it."""
+        member subscribing to it, as far as the brokers that answer know them."""
         found = []
-        for group in self.admin.groups()[:MAX_GROUPS_CHECKED]:
+        for group in self.admin.groups(reads.missing)[:MAX_GROUPS_CHECKED]:
             try:
-                subscribed = any(topic in m.subscriptions for m in self.admin.members(group))
+                subscribed = any(topic in m.subscriptions for m in self.admin.members(group, reads.missing))
             except RmqError:
                 continue
             if subscribed or self._has_offsets(group, topic):
@@ -198,8 +204,11 @@ class ClusterView:
         reads.unreachable.update(progress.unreachable)
         members = self.admin.members(group, reads.missing)
         dlq = self._dlq_size(group, reads)
+        pulled = [t for topics in self.client.group_stats(group, reads.missing).values() for t in topics]
         return reads.done({
             "group": group,
+            "consumed": sum(t.get_messages for t in pulled),
+            "last_consume_ms": max((t.last_get_ms for t in pulled), default=0),
             "members": [{"client_id": m.client_id, "protocol": m.protocol.label, "address": m.address,
                          "broadcasting": m.broadcasting, "subscriptions": m.subscriptions,
                          "queues": [f"{q.topic}/{q.broker_name}/{q.queue_id}" for q in m.queues]}
@@ -255,25 +264,30 @@ class ClusterView:
 
     def message(self, msg_id: str) -> dict[str, Any]:
         message = self._message(msg_id)
-        groups = [g for g in self.admin.groups()[:MAX_GROUPS_FOR_STATE]
+        reads = Reads(self.client)
+        groups = [g for g in self.admin.groups(reads.missing)[:MAX_GROUPS_FOR_STATE]
                   if self._has_offsets(g, message.topic)]
         states = self.admin.consume_states(message, groups)
-        return message_dict(message) | {"track": [self._track(message, s.group, s.consumed) for s in states],
-                                        "timer": _timer_state(message)}
+        return reads.done(message_dict(message) | {
+            "track": [self._track(message, s.group, s.consumed, reads) for s in states],
+            "timer": _timer_state(message)}, answered=True)
 
     def _message(self, msg_id: str) -> MessageExt:
         try:
             return self.admin.view(msg_id)
+        except RmqUnavailable as error:      # the id names an address: say which broker that is
+            raise RmqUnavailable(f"could not read message {msg_id}: {self._broker_at(error.broker)} "
+                                 f"is unreachable ({error})") from None
         except RmqError as error:
             if isinstance(error, ConfigError) or error.code == rmq_pb2.QUERY_NOT_FOUND:
                 raise NotFound(str(error)) from None
             raise
 
-    def _track(self, message: MessageExt, group: str, consumed: bool) -> dict[str, Any]:
+    def _track(self, message: MessageExt, group: str, consumed: bool, reads: Reads) -> dict[str, Any]:
         """What became of the message for one group: consumed or not, the copies in its retry topic
         and dead-letter queue (found by the message's unique id or first key; none without one)."""
-        retries = self._copies(message, retry.retry_topic(group))
-        dead = self._copies(message, retry.dlq_topic(group))
+        retries = self._copies(message, retry.retry_topic(group), reads)
+        dead = self._copies(message, retry.dlq_topic(group), reads)
         if dead:
             state = "in the DLQ"
         elif retries:
@@ -283,17 +297,25 @@ class ClusterView:
         return {"group": group, "consumed": consumed, "state": state, "retries": [m.msg_id for m in retries],
                 "dead_letters": [m.msg_id for m in dead]}
 
-    def _copies(self, message: MessageExt, topic: str) -> list[MessageExt]:
+    def _copies(self, message: MessageExt, topic: str, reads: Reads) -> list[MessageExt]:
         key = message.properties.get(mf.PROPERTY_UNIQ_KEY) or (message.keys.split() or [""])[0]
         if not key:
             return []
         try:
-            found = self.admin.query_by_key(topic, key)
+            found = self.admin.query_by_key(topic, key, unreachable=reads.missing)
         except RmqError as error:
             if error.code == rmq_pb2.TOPIC_NOT_EXIST:
                 return []
             raise
         return [copy for copy in found if copy.origin_msg_id == message.msg_id]
+
+    def _broker_at(self, address: str | None) -> str:
+        """`<broker name> <address>` for a member's address the name servers know, else the address."""
+        with contextlib.suppress(RmqError):
+            for name, members in self.client.list_broker_groups().items():
+                if any(member.address == address for member in members):
+                    return f"{name} {address}"
+        return str(address)
 
     def resend_message(self, msg_id: str, group: str) -> str:
         """Deliver the message again to `group` only (its retry topic: RocketMQ's
@@ -343,7 +365,8 @@ class ClusterView:
         groups it may list the members of (the charts are sampled with the console's
         own identity, which may see more). A group is visible with SUB on it (its members' list)."""
         return {"tps": {t: v for t, v in snapshot["tps"].items() if self._may_see("topic", t)},
-                "lag": {g: v for g, v in snapshot["lag"].items() if self._may_see("group", g)}}
+                **{kind: {g: v for g, v in snapshot[kind].items() if self._may_see("group", g)}
+                   for kind in ("lag", "consume")}}
 
     def _may_see(self, kind: str, name: str) -> bool:
         now = time.monotonic()
@@ -365,15 +388,34 @@ class ClusterView:
             self._visible[(kind, name)] = (seen, now + VISIBILITY_TTL_S)
         return seen
 
-    def sample(self) -> tuple[dict[str, int], dict[str, int]]:
-        """(messages ever stored per topic, total lag per group), for the charts."""
+    def sample(self) -> Sample:
+        """Messages ever stored per topic, total lag and messages pulled per group, for the charts."""
         stored = {}
         for config in self.client.list_topics():
             if not retry.is_group_copy_topic(config.topic_name):
                 offsets = self.client.topic_offsets(config.topic_name)
                 stored[config.topic_name] = sum(o.max_offset for o in offsets.values())
-        lag = {group: self.admin.progress(group).total_lag for group in self.admin.groups()}
-        return stored, lag
+        groups = self.admin.groups()
+        lag = {group: self.admin.progress(group).total_lag for group in groups}
+        consumed = {group: sum(t.get_messages for topics in self.client.group_stats(group).values()
+                               for t in topics) for group in groups}
+        return Sample(stored, lag, consumed)
+
+    # ------------------------------------------------------------ ACL
+    def acl(self) -> dict[str, Any]:
+        """Each broker's ACL: accounts and their permissions, never a secret key. Only an admin
+        account may read it (NO_PERMISSION otherwise: a 403 page)."""
+        reads, brokers = Reads(self.client), []
+        for name, address in self.client.list_brokers().items():
+            try:
+                described = self.client.describe_acl(address)
+            except RmqUnavailable as error:
+                reads.missing[name] = error
+                continue
+            brokers.append({"name": name, "enabled": described.enabled,
+                            "global_white_remote_addresses": list(described.global_white_remote_addresses),
+                            "accounts": [_account_dict(a) for a in described.accounts]})
+        return reads.done({"brokers": brokers}, bool(brokers) or not reads.missing)
 
 
 def _any_answered(route: TopicRoute, reads: Reads) -> bool:
@@ -388,6 +430,15 @@ def message_dict(message: MessageExt) -> dict[str, Any]:
             "properties": dict(message.properties), "reconsume_times": message.reconsume_times,
             "born_timestamp": message.born_timestamp, "store_timestamp": message.store_timestamp,
             "body": message.body.decode("utf-8", errors="replace")}
+
+
+def _account_dict(account: rmq_pb2.AclAccount) -> dict[str, Any]:
+    return {"access_key": account.access_key, "admin": account.admin,
+            "default_topic_perm": account.default_topic_perm,
+            "default_group_perm": account.default_group_perm,
+            "topic_perms": {p.name: p.perm for p in account.topic_perms},
+            "group_perms": {p.name: p.perm for p in account.group_perms},
+            "white_remote_address": account.white_remote_address, "broker_name": account.broker_name}
 
 
 def _replication_lag(status: rmq_pb2.BrokerStatusResponse) -> int | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rmq import retry
+from rmq import __version__, retry
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.broker_server.security.tls import ServerTls
 from rmq.cli import main as cli
@@ -243,3 +243,27 @@ def test_produce_retries_a_failed_send_on_another_broker(cluster_with_a_dead_bro
     argv = ["produce", "watched", "--batch-size", "1", "--endpoints", cluster_with_a_dead_broker]
     assert cli.main(argv) == 0
     assert "sent 8 messages (acknowledged 8)" in capsys.readouterr().out
+
+
+def test_cluster_shows_each_brokers_version_uptime_and_todays_counts(
+        broker: InProcessBroker, capsys: pytest.CaptureFixture[str]) -> None:
+    """#46: `rmq cluster` shows what mqadmin brokerStatus does (version, start, today's puts and
+    gets): 3 sends and a pull of 2 count; the table has the columns."""
+    def member() -> dict:
+        assert cli.main(["cluster", "--json", "--endpoints", broker.address]) == 0
+        [state] = json.loads(capsys.readouterr().out)["brokers"]["broker-a"]
+        return state
+
+    before = member()
+    with RmqClient(broker.address) as client:
+        client.create_topic("today", queues=1)
+        client.send("today", [OutgoingMessage(b"x") for _ in range(3)])
+        client.pull(MessageQueue("today", "broker-a", 0), 0, 2, group="today-group")
+    after = member()
+    assert after["version"] == __version__ and after["boot_timestamp"] == before["boot_timestamp"] > 0
+    assert (after["put_today"] - before["put_today"], after["get_today"] - before["get_today"]) == (3, 2)
+    assert cli.main(["cluster", "--endpoints", broker.address]) == 0
+    header, row = capsys.readouterr().out.splitlines()[:2]
+    assert header.split()[8:12] == ["VERSION", "UP", "PUT_TODAY", "GET_TODAY"]
+    cells = row.split()
+    assert cells[8] == __version__ and cells[-3:] == [str(after["put_today"]), str(after["get_today"]), "ok"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,14 +16,16 @@ import pytest
 from httpx2 import Response
 from starlette.testclient import TestClient
 
-from rmq import retry
+from rmq import __version__, retry
 from rmq.auth import ClientSecurity
 from rmq.broker_server.security.acl_file import AclFile
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.cli import main as cli
-from rmq.cli.console import ConsoleSettings, History, create_app
+from rmq.cli.console import ConsoleSettings, History, Sample, create_app
 from rmq.cli.console.app import COOKIE, MAX_ANONYMOUS_SESSIONS
+from rmq.cli.console.cluster_view import ClusterView
 from rmq.cli.console.history import MAX_SERIES
+from rmq.cli.output import timestamp
 from rmq.connector.admin import MQAdmin
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.rocketmq_v2 import definition_pb2 as v2
@@ -166,14 +169,14 @@ def test_signing_in_with_a_bad_pair_is_one_clear_line(web: TestClient) -> None:
 
 def test_charts_are_bounded_and_compute_rates() -> None:
     now = [1000.0]
-    samples = iter([({"t": 100}, {"g": 5}), ({"t": 160}, {"g": 2})])
+    samples = iter([Sample({"t": 100}, {"g": 5}), Sample({"t": 160}, {"g": 2})])
     history = History(lambda: next(samples), clock=lambda: now[0])
     history.tick()
     now[0] += 10
     history.tick()
     snapshot = history.snapshot()
     assert snapshot["tps"] == {"t": [(1010.0, 6.0)]} and snapshot["lag"]["g"] == [(1000.0, 5), (1010.0, 2)]
-    many = History(lambda: ({f"t{i}": i for i in range(MAX_SERIES + 5)}, {}), clock=lambda: now[0])
+    many = History(lambda: Sample({f"t{i}": i for i in range(MAX_SERIES + 5)}, {}), clock=lambda: now[0])
     many.tick()
     now[0] += 10
     many.tick()
@@ -236,8 +239,10 @@ def test_charts_show_only_what_the_account_may_see(acl_broker: InProcessBroker) 
     """SECURITY #39 finding 15: the charts are sampled as the console's admin identity; a signed-in
     reader sees Orders' series and its own group's, not Payroll's nor another group's."""
     now = [1000.0]
-    samples = iter([({"Orders": 1, "Payroll": 1}, {"readers": 1, "payroll-team": 1}),
-                    ({"Orders": 5, "Payroll": 9}, {"readers": 0, "payroll-team": 3})])
+    samples = iter([Sample({"Orders": 1, "Payroll": 1}, {"readers": 1, "payroll-team": 1},
+                           {"readers": 0, "payroll-team": 0}),
+                    Sample({"Orders": 5, "Payroll": 9}, {"readers": 0, "payroll-team": 3},
+                           {"readers": 20, "payroll-team": 30})])
     history = History(lambda: next(samples), clock=lambda: now[0])
     history.tick()
     now[0] += 10
@@ -251,6 +256,7 @@ def test_charts_show_only_what_the_account_may_see(acl_broker: InProcessBroker) 
         sign_in(web, READER)
         charts = web.get("/api/charts").json()      # what the cluster page's charts draw
         assert set(charts["tps"]) == {"Orders"} and set(charts["lag"]) == {"readers"}
+        assert charts["consume"] == {"readers": [[1010.0, 2.0]]}
 
 
 def test_cookieless_requests_do_not_sign_anyone_out(acl_broker: InProcessBroker) -> None:
@@ -294,6 +300,8 @@ def test_rocketmq5_consumer_groups_are_listed_everywhere(broker: InProcessBroker
             assert "v5-group" in web.get("/groups").text
             page = web.get("/groups/v5-group")
             assert page.status_code == 200 and "v5-client" in page.text
+            received = V2Client(channel, "v5-client").receive("v5-group", "Orders")
+            assert web.get("/api/groups/v5-group").json()["consumed"] == len(received) > 0   # its pops count
         finally:
             stream.close()
 
@@ -333,3 +341,68 @@ def test_the_topic_page_names_its_groups_and_changes_permission_sends_and_delete
     assert bad.status_code == 400 and "permission must be one of" in bad.text
     assert web.post("/topics/Orders/delete", data={"csrf": token}).status_code == 200
     assert web.get("/topics/Orders").status_code == 404
+
+
+def test_the_cluster_page_shows_each_brokers_version_uptime_and_todays_counts(
+        web: TestClient, broker: InProcessBroker) -> None:
+    """#46: RocketMQ Dashboard's broker table: version, uptime, today's put and get counts (the
+    fixture stored 6 messages; a pull of g1 took 3; an admin's browse is no consumer's get)."""
+    with RmqClient(broker.address) as client:
+        client.pull(MessageQueue("Orders", "broker-a", 0), 0, 32, group="g1")
+        client.browse_messages(MessageQueue("Orders", "broker-a", 1), 0, 32)
+    [member] = web.get("/api/cluster").json()["brokers"][0]["members"]
+    assert (member["version"], member["put_today"], member["get_today"]) == (__version__, 6, 3)
+    assert member["uptime"].endswith("s") and member["boot_timestamp"] <= time.time() * 1000
+    row = web.get("/").text
+    assert f"<td>{__version__}</td>" in row and '<td class="num">6</td><td class="num">3</td>' in row
+
+
+def test_the_group_page_shows_what_its_consumers_took_and_when_last(web: TestClient,
+                                                                   broker: InProcessBroker) -> None:
+    """#46: a group's consumed count and last consume time come from the brokers' per-group pull
+    counters; a group that never pulled says "never"."""
+    assert web.get("/api/groups/g1").json()["last_consume_ms"] == 0
+    assert 'id="last-consume">never<' in web.get("/groups/g1").text
+    before = int(time.time() * 1000)
+    with RmqClient(broker.address) as client:
+        client.pull(MessageQueue("Orders", "broker-a", 1), 0, 2, group="g1")
+    api = web.get("/api/groups/g1").json()
+    assert api["consumed"] == 2 and before <= api["last_consume_ms"] <= time.time() * 1000
+    assert f'id="last-consume">{timestamp(api["last_consume_ms"])}<' in web.get("/groups/g1").text
+
+
+def test_the_consume_chart_is_each_groups_pulled_messages_per_second(broker: InProcessBroker) -> None:
+    """The charts' sampler reads the brokers' per-group counters: consume TPS is their change."""
+    now = [1000.0]
+    with RmqClient(broker.address) as client:
+        history = History(ClusterView(client).sample, clock=lambda: now[0])
+        history.tick()
+        client.pull(MessageQueue("Orders", "broker-a", 0), 0, 32, group="g1")
+        now[0] += 2
+        history.tick()
+    assert history.snapshot()["consume"]["g1"] == [(1002.0, 1.5)]
+
+
+def test_the_acl_page_shows_accounts_and_permissions_to_admins_only(acl_broker: InProcessBroker) -> None:
+    """#46: admins read every account's permissions (never a secret key); a reader and a visitor
+    who did not sign in are refused (403)."""
+    with TestClient(create_app(ConsoleSettings(acl_broker.address)), base_url=BASE) as web:
+        assert web.get("/acl").status_code == 403
+        sign_in(web, READER)
+        refused = web.get("/acl")
+        assert refused.status_code == 403 and "NO_PERMISSION" in refused.text
+        sign_in(web, ADMIN)
+        page = web.get("/acl")
+        assert page.status_code == 200
+        [broker] = web.get("/api/acl").json()["brokers"]
+        reader = {a["access_key"]: a for a in broker["accounts"]}["ordersreader"]
+        assert (reader["admin"], reader["topic_perms"], reader["group_perms"]) == (False, {"Orders": "SUB"},
+                                                                                   {"readers": "SUB"})
+        assert "Orders=SUB" in page.text and "ordersreader" in page.text
+        for secret in ("orders-secret-key", "admin-secret-key"):
+            assert secret not in page.text and secret not in str(broker)
+
+
+def test_without_an_acl_the_acl_page_says_every_caller_is_trusted(web: TestClient) -> None:
+    page = web.get("/acl")
+    assert page.status_code == 200 and "runs without <code>--acl</code>" in page.text

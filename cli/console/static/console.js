@@ -1,5 +1,5 @@
-// The console's script: the cluster page's charts (uPlot, vendored under /static/vendor/uplot)
-// refreshed from /api/charts with a pause button and a time window, and the header's
+// The console's script: the charts of the cluster, topic and group pages (uPlot, vendored under
+// /static/vendor/uplot) refreshed from /api/charts with a pause button and a time window, and the header's
 // auto-refresh toggle (kept in localStorage) that reloads any page every 10 s while no form is
 // being filled in. No page needs it to show its figures: they are rendered on the server.
 "use strict";
@@ -32,17 +32,22 @@
     schedule();
   }
 
-  // One chart: its series are the names of one kind of the snapshot (tps or lag).
+  // One chart: its series are the names of one kind of the snapshot (tps, lag or consume),
+  // or only the one its element's data-only names.
   class Chart {
-    constructor(element, unit) {
+    constructor(element) {
       this.element = element;
-      this.unit = unit;
+      this.kind = element.dataset.kind;
+      this.only = element.dataset.only;
+      this.unit = element.dataset.unit;
       this.plot = null;
       this.names = "";
       this.windowS = 900;
     }
 
-    show(series, windowS) {
+    show(snapshot, windowS) {
+      const all = snapshot[this.kind] || {};
+      const series = this.only ? (this.only in all ? { [this.only]: all[this.only] } : {}) : all;
       this.windowS = windowS;
       const since = Date.now() / 1000 - windowS;
       const names = Object.keys(series).sort();
@@ -85,8 +90,7 @@
   function charts() {
     const box = document.getElementById("charts");
     if (!box || typeof uPlot === "undefined") return;
-    const tps = new Chart(document.getElementById("tps-chart"), "messages/s");
-    const lag = new Chart(document.getElementById("lag-chart"), "messages behind");
+    const shown = [...box.querySelectorAll(".chart[data-kind]")].map((element) => new Chart(element));
     const pause = document.getElementById("pause-charts");
     const windowPicker = document.getElementById("chart-window");
     const status = document.getElementById("chart-status");
@@ -100,8 +104,7 @@
         const snapshot = await response.json();
         if (!response.ok) throw new Error(snapshot.error || response.statusText);
         const windowS = Number(windowPicker.value);
-        tps.show(snapshot.tps, windowS);
-        lag.show(snapshot.lag, windowS);
+        for (const chart of shown) chart.show(snapshot, windowS);
         status.textContent = snapshot.error || `updated ${new Date().toLocaleTimeString()}`;
       } catch (error) {
         status.textContent = `charts not updated: ${error.message}`;

@@ -900,7 +900,7 @@ class BrokerStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BrokerStatusResponse(_message.Message):
-    __slots__ = ("status", "broker_name", "broker_id", "role", "commit_log_min_offset", "commit_log_max_offset", "slaves", "master_address", "master_max_offset", "replication_error", "epoch", "in_sync_ids")
+    __slots__ = ("status", "broker_name", "broker_id", "role", "commit_log_min_offset", "commit_log_max_offset", "slaves", "master_address", "master_max_offset", "replication_error", "epoch", "in_sync_ids", "version", "boot_timestamp", "put_today", "get_today", "put_total", "get_total")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -913,6 +913,12 @@ class BrokerStatusResponse(_message.Message):
     REPLICATION_ERROR_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     IN_SYNC_IDS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    BOOT_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    PUT_TODAY_FIELD_NUMBER: _ClassVar[int]
+    GET_TODAY_FIELD_NUMBER: _ClassVar[int]
+    PUT_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    GET_TOTAL_FIELD_NUMBER: _ClassVar[int]
     status: Status
     broker_name: str
     broker_id: int
@@ -925,7 +931,81 @@ class BrokerStatusResponse(_message.Message):
     replication_error: str
     epoch: int
     in_sync_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., role: _Optional[_Union[BrokerRole, str]] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., slaves: _Optional[_Iterable[_Union[SlaveState, _Mapping]]] = ..., master_address: _Optional[str] = ..., master_max_offset: _Optional[int] = ..., replication_error: _Optional[str] = ..., epoch: _Optional[int] = ..., in_sync_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    version: str
+    boot_timestamp: int
+    put_today: int
+    get_today: int
+    put_total: int
+    get_total: int
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., role: _Optional[_Union[BrokerRole, str]] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., slaves: _Optional[_Iterable[_Union[SlaveState, _Mapping]]] = ..., master_address: _Optional[str] = ..., master_max_offset: _Optional[int] = ..., replication_error: _Optional[str] = ..., epoch: _Optional[int] = ..., in_sync_ids: _Optional[_Iterable[int]] = ..., version: _Optional[str] = ..., boot_timestamp: _Optional[int] = ..., put_today: _Optional[int] = ..., get_today: _Optional[int] = ..., put_total: _Optional[int] = ..., get_total: _Optional[int] = ...) -> None: ...
+
+class GetGroupStatsRequest(_message.Message):
+    __slots__ = ("consumer_group",)
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    def __init__(self, consumer_group: _Optional[str] = ...) -> None: ...
+
+class GroupTopicStats(_message.Message):
+    __slots__ = ("topic", "get_messages", "last_get_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    GET_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    LAST_GET_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    get_messages: int
+    last_get_ms: int
+    def __init__(self, topic: _Optional[str] = ..., get_messages: _Optional[int] = ..., last_get_ms: _Optional[int] = ...) -> None: ...
+
+class GetGroupStatsResponse(_message.Message):
+    __slots__ = ("status", "topics")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    topics: _containers.RepeatedCompositeFieldContainer[GroupTopicStats]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[GroupTopicStats, _Mapping]]] = ...) -> None: ...
+
+class DescribeAclRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AclResourcePerm(_message.Message):
+    __slots__ = ("name", "perm")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    perm: str
+    def __init__(self, name: _Optional[str] = ..., perm: _Optional[str] = ...) -> None: ...
+
+class AclAccount(_message.Message):
+    __slots__ = ("access_key", "admin", "default_topic_perm", "default_group_perm", "topic_perms", "group_perms", "white_remote_address", "broker_name")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_TOPIC_PERM_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_GROUP_PERM_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_PERMS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_PERMS_FIELD_NUMBER: _ClassVar[int]
+    WHITE_REMOTE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    admin: bool
+    default_topic_perm: str
+    default_group_perm: str
+    topic_perms: _containers.RepeatedCompositeFieldContainer[AclResourcePerm]
+    group_perms: _containers.RepeatedCompositeFieldContainer[AclResourcePerm]
+    white_remote_address: str
+    broker_name: str
+    def __init__(self, access_key: _Optional[str] = ..., admin: _Optional[bool] = ..., default_topic_perm: _Optional[str] = ..., default_group_perm: _Optional[str] = ..., topic_perms: _Optional[_Iterable[_Union[AclResourcePerm, _Mapping]]] = ..., group_perms: _Optional[_Iterable[_Union[AclResourcePerm, _Mapping]]] = ..., white_remote_address: _Optional[str] = ..., broker_name: _Optional[str] = ...) -> None: ...
+
+class DescribeAclResponse(_message.Message):
+    __slots__ = ("status", "enabled", "accounts", "global_white_remote_addresses")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNTS_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_WHITE_REMOTE_ADDRESSES_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    enabled: bool
+    accounts: _containers.RepeatedCompositeFieldContainer[AclAccount]
+    global_white_remote_addresses: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., enabled: _Optional[bool] = ..., accounts: _Optional[_Iterable[_Union[AclAccount, _Mapping]]] = ..., global_white_remote_addresses: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ControllerHeartbeatRequest(_message.Message):
     __slots__ = ("cluster_name", "broker_name", "broker_id", "address", "epoch", "max_offset", "in_sync_addresses", "proof")

@@ -801,6 +801,16 @@ class AdminServiceStub:
                 request_serializer=rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsRequest.SerializeToString,
                 response_deserializer=rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsResponse.FromString,
                 _registered_method=True)
+        self.GetGroupStats = channel.unary_unary(
+                '/rmq.v1.AdminService/GetGroupStats',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.GetGroupStatsRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.GetGroupStatsResponse.FromString,
+                _registered_method=True)
+        self.DescribeAcl = channel.unary_unary(
+                '/rmq.v1.AdminService/DescribeAcl',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.DescribeAclRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.DescribeAclResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -855,6 +865,18 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetGroupStats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeAcl(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -897,6 +919,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListConsumerGroups,
                     request_deserializer=rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsRequest.FromString,
                     response_serializer=rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsResponse.SerializeToString,
+            ),
+            'GetGroupStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetGroupStats,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.GetGroupStatsRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.GetGroupStatsResponse.SerializeToString,
+            ),
+            'DescribeAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeAcl,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.DescribeAclRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.DescribeAclResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1116,6 +1148,60 @@ class AdminService:
             '/rmq.v1.AdminService/ListConsumerGroups',
             rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsRequest.SerializeToString,
             rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetGroupStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.AdminService/GetGroupStats',
+            rmq_dot_v1_dot_rmq__pb2.GetGroupStatsRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.GetGroupStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.AdminService/DescribeAcl',
+            rmq_dot_v1_dot_rmq__pb2.DescribeAclRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.DescribeAclResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -207,6 +207,8 @@ class AdminServiceStub:
     ViewMessage: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.ViewMessageRequest, _rmq_pb2.ViewMessageResponse]
     GetConsumerConnections: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetConsumerConnectionsRequest, _rmq_pb2.GetConsumerConnectionsResponse]
     ListConsumerGroups: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.ListConsumerGroupsRequest, _rmq_pb2.ListConsumerGroupsResponse]
+    GetGroupStats: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetGroupStatsRequest, _rmq_pb2.GetGroupStatsResponse]
+    DescribeAcl: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.DescribeAclRequest, _rmq_pb2.DescribeAclResponse]
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -221,6 +223,8 @@ class AdminServiceAsyncStub(AdminServiceStub):
     ViewMessage: _aio.UnaryUnaryMultiCallable[_rmq_pb2.ViewMessageRequest, _rmq_pb2.ViewMessageResponse]  # type: ignore[assignment]
     GetConsumerConnections: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetConsumerConnectionsRequest, _rmq_pb2.GetConsumerConnectionsResponse]  # type: ignore[assignment]
     ListConsumerGroups: _aio.UnaryUnaryMultiCallable[_rmq_pb2.ListConsumerGroupsRequest, _rmq_pb2.ListConsumerGroupsResponse]  # type: ignore[assignment]
+    GetGroupStats: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetGroupStatsRequest, _rmq_pb2.GetGroupStatsResponse]  # type: ignore[assignment]
+    DescribeAcl: _aio.UnaryUnaryMultiCallable[_rmq_pb2.DescribeAclRequest, _rmq_pb2.DescribeAclResponse]  # type: ignore[assignment]
 
 class AdminServiceServicer:
     """Served by every broker (its own topics)."""
@@ -272,6 +276,18 @@ class AdminServiceServicer:
         request: _rmq_pb2.ListConsumerGroupsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_rmq_pb2.ListConsumerGroupsResponse, _abc.Awaitable[_rmq_pb2.ListConsumerGroupsResponse]]: ...
+
+    def GetGroupStats(
+        self,
+        request: _rmq_pb2.GetGroupStatsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rmq_pb2.GetGroupStatsResponse, _abc.Awaitable[_rmq_pb2.GetGroupStatsResponse]]: ...
+
+    def DescribeAcl(
+        self,
+        request: _rmq_pb2.DescribeAclRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rmq_pb2.DescribeAclResponse, _abc.Awaitable[_rmq_pb2.DescribeAclResponse]]: ...
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
