@@ -232,8 +232,9 @@ def broker_a_by_address(compose: Compose) -> dict[str, dict]:
 
 
 def the_slave_acknowledges_as_master(compose: Compose, epoch: int) -> bool:
-    """broker-a-slave answers as SYNC_MASTER of a newer epoch and acknowledges a send of its own
-    (sent to it directly, so broker-b cannot take it)."""
+    """broker-a-slave answers as SYNC_MASTER of a newer epoch and stores sends (sent to it directly,
+    so broker-b cannot take them; alone in the SyncStateSet it answers them SLAVE_NOT_AVAILABLE,
+    "stored on the master only", which `rmq produce` counts as acknowledged)."""
     member = broker_a_by_address(compose).get("broker-a-slave:10911")
     if member is None or member["role"] != "SYNC_MASTER" or member.get("epoch", 0) <= epoch:
         return False
@@ -248,9 +249,10 @@ def the_slave_acknowledges_as_master(compose: Compose, epoch: int) -> bool:
 @pytest.mark.timeout(1200)
 def test_killing_the_leading_controller_and_the_master_elects_the_slave(compose):
     """kill -9 of the leading controller and broker-a's master together: the other controller
-    takes the lead and elects broker-a-slave, which acknowledges sends; `rmq cluster` names the
-    new leader, the new epoch and SyncStateSet, and never shows the dead master as a live master;
-    broker-a, started again, rejoins as the slave of the new master and catches up."""
+    takes the lead and elects broker-a-slave, which stores sends; `rmq cluster` names the new
+    leader, the new epoch and SyncStateSet, and never shows the dead master as a live master;
+    broker-a, started again, rejoins as the slave of the new master and catches up, and sends are
+    then answered SEND_OK (replicated) again."""
     wait_until(lambda: brokers_registered(compose), "the brokers to be registered")
     wait_until(lambda: slave_caught_up(compose), "broker-a-slave to catch up before the failover")
     before = compose.cluster()["controller"]
@@ -277,3 +279,5 @@ def test_killing_the_leading_controller_and_the_master_elects_the_slave(compose)
     wait_until(lambda: sorted(next(g for g in compose.cluster()["controller"]["groups"]
                                    if g["broker_name"] == "broker-a")["in_sync_ids"]) == [0, 1],
                "broker-a back in the SyncStateSet")
+    answer = compose.client("rmq", "produce", TOPIC, "--count", "10", "--endpoints", "broker-a-slave:10911")
+    assert "acknowledged 10)" in answer and "master only" not in answer, answer
