@@ -3,7 +3,8 @@ per `send_sync`, run in its own process by bench.one_message_bench with the clie
 path (testing.cpp_client.client_env): `python cpp_send_sync.py SCENARIO_JSON` with
 {"address": remoting host:port, "topic", "count", "body": hex}. It warms up (route, connection),
 prints "ready", waits for a line on stdin, sends `count` messages and prints one JSON line:
-{"rate": msg/s, "failed": the first failure or ""}."""
+{"rate": msg/s, "failed": the first failure or "", "client_cpu_us": the client process's CPU
+(all its threads) per send}."""
 
 from __future__ import annotations
 
@@ -30,13 +31,14 @@ def main() -> None:
         print("ready", flush=True)
         sys.stdin.readline()
         failed = ""
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         for _ in range(scenario["count"]):
             sent = producer.send_sync(message)
             if sent.status != SendStatus.OK and not failed:
                 failed = f"status {int(sent.status)}"
         rate = scenario["count"] / (time.perf_counter() - start)
-        print(json.dumps({"rate": rate, "failed": failed}), flush=True)
+        cpu_us = (time.process_time() - cpu_start) / scenario["count"] * 1e6
+        print(json.dumps({"rate": rate, "failed": failed, "client_cpu_us": cpu_us}), flush=True)
     finally:
         producer.shutdown()
 

@@ -11,7 +11,11 @@ single-message requests, one at a time from one thread, over each protocol:
   by testing.cpp_client; bench/cpp_send_sync.py), with the rate it reached;
 - pull, offset, heartbeat: remoting PULL_MESSAGE of one stored message, UPDATE_CONSUMER_OFFSET
   and a consumer's HEART_BEAT, from one connection (RocketMQ's binary header);
-- grpc-echo: a bare grpc.aio unary echo on the same event loop, what grpc.aio itself costs.
+- the floors, servers with no rmq code answering each request at once: grpc-echo (a bare grpc.aio
+  unary echo on the broker's event loop), grpc-echo-asyncio (the same on asyncio's loop),
+  grpc-sync-echo (grpc's synchronous server, a thread pool), protocol-echo and
+  protocol-echo-asyncio (a bare asyncio.Protocol answering each length-prefixed frame): what the
+  server framework itself costs per request.
 
 `--kind` picks some (repeatable). For each it prints the broker's CPU per request (its
 /proc/<pid>/stat utime and stime over the run, divided by the count) and, with `--profile`, the
@@ -26,7 +30,9 @@ import functools
 import json
 import os
 import pstats
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -76,10 +82,12 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-# A bare grpc.aio server on the broker's event loop (rmq.event_loop) with one unary method that
-# answers its request bytes as they are (no protobuf, no interceptor): what grpc.aio itself costs
-# per unary call. Arguments: the profile file (PROFILER), the port.
-ECHO_SERVER = PROFILER + r"""
+# The floors: servers with no rmq code that answer each request at once, run like the broker
+# (PROFILER first; arguments: the profile file, the port), to tell what the server framework itself
+# costs per request. Each prints "ready" once it listens.
+# A bare grpc.aio server on the broker's event loop (rmq.event_loop: uvloop unless RMQ_UVLOOP=0) with
+# one generic unary method answering its request bytes as they are (no protobuf, no interceptor).
+GRPC_AIO_ECHO = PROFILER + r"""
 import grpc
 from rmq import event_loop
 port = sys.argv[1]
@@ -95,13 +103,109 @@ async def serve():
     await server.wait_for_termination()
 event_loop.run(serve())
 """
-ECHO_KIND = "grpc-echo"
+# The same on grpc's synchronous server (a thread pool of 8 runs the method; no event loop). The
+# profiler sees only the thread that enabled it, so this floor's call counts are not comparable.
+GRPC_SYNC_ECHO = PROFILER + r"""
+from concurrent import futures
+import grpc
+port = sys.argv[1]
+server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+    "echo.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(lambda request, context: request)})])
+server.add_insecure_port("127.0.0.1:" + port)
+server.start()
+print("ready", flush=True)
+server.wait_for_termination()
+"""
+# A bare asyncio.Protocol on rmq.event_loop answering each length-prefixed frame with the same
+# bytes (what the remoting port's loop, transport and system calls cost with no request handled).
+PROTOCOL_ECHO = PROFILER + r"""
+import asyncio
+from rmq import event_loop
+port = int(sys.argv[1])
+class Echo(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport, self.buffer = transport, b""
+    def data_received(self, data):
+        buffer = self.buffer + data
+        while len(buffer) >= 4:
+            end = 4 + int.from_bytes(buffer[:4], "big")
+            if len(buffer) < end:
+                break
+            self.transport.write(buffer[:end])
+            buffer = buffer[end:]
+        self.buffer = buffer
+async def serve():
+    server = await asyncio.get_running_loop().create_server(Echo, "127.0.0.1", port)
+    print("ready", flush=True)
+    await server.serve_forever()
+event_loop.run(serve())
+"""
+ECHO_FRAME = len(BODY).to_bytes(4, "big") + BODY
+
+
+class FrameEcho:
+    """A client of PROTOCOL_ECHO: one frame of BODY sent and its echo read back, per request."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def request(self) -> None:
+        self.sock.sendall(ECHO_FRAME)
+        wanted = len(ECHO_FRAME)
+        while wanted:
+            wanted -= len(self.sock.recv(wanted))
+
+
+def grpc_echo_driver(port: int) -> Driver:
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    return EachRequest(functools.partial(channel.unary_unary("/echo.Echo/Echo"), BODY), channel.close)
+
+
+def frame_echo_driver(port: int) -> Driver:
+    client = FrameEcho(port)
+    return EachRequest(client.request, client.sock.close)
+
+
+@dataclass(frozen=True)
+class Floor:
+    """A server with no rmq code (its script), the client driving it, the environment it runs in."""
+
+    name: str
+    script: str
+    driver: Callable[[int], Driver]
+    env: tuple[tuple[str, str], ...] = ()
+
+
+FLOORS = {
+    "grpc-echo": Floor("bare grpc.aio unary echo, uvloop (the gRPC ports' floor)", GRPC_AIO_ECHO,
+                       grpc_echo_driver),
+    "grpc-echo-asyncio": Floor("bare grpc.aio unary echo, asyncio's loop", GRPC_AIO_ECHO,
+                               grpc_echo_driver, (("RMQ_UVLOOP", "0"),)),
+    "grpc-sync-echo": Floor("bare grpc.server unary echo (sync, thread pool of 8)", GRPC_SYNC_ECHO,
+                            grpc_echo_driver),
+    "protocol-echo": Floor("bare asyncio.Protocol frame echo, uvloop (the remoting port's floor)",
+                           PROTOCOL_ECHO, frame_echo_driver),
+    "protocol-echo-asyncio": Floor("bare asyncio.Protocol frame echo, asyncio's loop", PROTOCOL_ECHO,
+                                   frame_echo_driver, (("RMQ_UVLOOP", "0"),)),
+}
 
 
 def broker_cpu(pid: int) -> tuple[float, float]:
     """utime and stime of the whole broker process, in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return stat_cpu(Path(f"/proc/{pid}/stat"))
+
+
+def stat_cpu(stat: Path) -> tuple[float, float]:
+    """utime and stime, in seconds, from a /proc stat file (a process's or a thread's)."""
+    fields = stat.read_text().rpartition(")")[2].split()
     return int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS
+
+
+def loop_thread_cpu(pid: int) -> float:
+    """utime + stime of the process's main thread (the broker's event loop), in seconds."""
+    return sum(stat_cpu(Path(f"/proc/{pid}/task/{pid}/stat")))
 
 
 @contextmanager
@@ -175,7 +279,7 @@ class CppSender:
         problem = cpp_client_problem()
         if problem is not None:
             raise ImportError(problem)
-        self.address, self.rate = remoting_address(address), 0.0
+        self.address, self.rate, self.client_cpu_us = remoting_address(address), 0.0, 0.0
         self.process: subprocess.Popen[str] | None = None
 
     def warm_up(self) -> None:
@@ -191,7 +295,8 @@ class CppSender:
             raise RuntimeError("the C++ client did not start")
         self.process.stdin.write("go\n")
         self.process.stdin.flush()
-        self.rate = json.loads(self.process.stdout.readline())["rate"]
+        result = json.loads(self.process.stdout.readline())
+        self.rate, self.client_cpu_us = result["rate"], result["client_cpu_us"]
 
     def close(self) -> None:
         if self.process is not None:
@@ -277,39 +382,45 @@ def measure(name: str, count: int, profile: bool, top: int, sort: str = "tottime
             driver = make_sender(server.address)
             try:
                 driver.warm_up()
-                user, system = timed(pid, functools.partial(driver.run, count), profile_path)
+                user, system, loop = timed(pid, functools.partial(driver.run, count), profile_path)
             finally:
                 driver.close()
             if profile_path is None:
-                rate = f", {driver.rate:.0f} msg/s" if isinstance(driver, CppSender) else ""
-                return cpu_line(name, count, user, system) + rate
+                rate = (f", {driver.rate:.0f} msg/s, client CPU {driver.client_cpu_us:.0f} us per send"
+                        if isinstance(driver, CppSender) else "")
+                return cpu_line(name, count, user, system, loop) + rate
             return profile_report(name, profile_path, count, top, sort)
 
 
-def timed(pid: int, run: Callable[[], None], profile_path: Path | None) -> tuple[float, float]:
-    """The user and system CPU seconds process `pid` spends while `run` runs; with `profile_path`,
-    profiled (SIGUSR1 before, SIGUSR2 after: the profile is dumped there)."""
+def timed(pid: int, run: Callable[[], None], profile_path: Path | None) -> tuple[float, float, float]:
+    """The user and system CPU seconds process `pid` spends while `run` runs, and the part of
+    them its main thread (the event loop) spent; with `profile_path`, profiled (SIGUSR1 before,
+    SIGUSR2 after: the profile is dumped there)."""
     if profile_path is not None:
         os.kill(pid, signal.SIGUSR1)
         time.sleep(0.2)
-    before = broker_cpu(pid)
+    before, loop_before = broker_cpu(pid), loop_thread_cpu(pid)
     run()
     user, system = (after - first for after, first in zip(broker_cpu(pid), before, strict=True))
+    loop = loop_thread_cpu(pid) - loop_before
     if profile_path is not None:
         os.kill(pid, signal.SIGUSR2)
         while not profile_path.exists() or profile_path.stat().st_size == 0:
             time.sleep(0.05)
         time.sleep(0.2)
-    return user, system
+    return user, system, loop
 
 
-def cpu_line(name: str, count: int, user: float, system: float) -> str:
-    each = [spent / count * 1e6 for spent in (user + system, user, system)]
+def cpu_line(name: str, count: int, user: float, system: float, loop: float) -> str:
+    each = [spent / count * 1e6 for spent in (user + system, user, system, loop)]
     return (f"{name}: server CPU {each[0]:.0f} us per request ({each[1]:.0f} user + {each[2]:.0f} system; "
-            f"{count} requests)")
+            f"{each[3]:.0f} on its main (event-loop) thread; {count} requests)")
 
 
 def profile_report(name: str, path: Path, count: int, top: int, sort: str) -> str:
+    saved = os.environ.get("RMQ_SAVE_PROFILE")   # a file to keep the raw profile in (pstats)
+    if saved:
+        shutil.copyfile(path, saved)
     stats = pstats.Stats(str(path))
     calls = stats.total_calls / count  # type: ignore[attr-defined]
     lines = [f"{name}: {calls:.0f} Python function calls per request on the server's loop thread "
@@ -322,31 +433,31 @@ def profile_report(name: str, path: Path, count: int, top: int, sort: str) -> st
     return "\n".join(lines)
 
 
-def measure_echo(count: int, profile: bool, top: int, sort: str) -> str:
-    """A bare grpc.aio unary echo (ECHO_SERVER) called `count` times from one thread over a
-    grpc channel, 100 bytes each way: its server's CPU (or Python calls) per call."""
-    name = "bare grpc.aio unary echo (the gRPC ports' floor)"
+def measure_floor(floor: Floor, count: int, profile: bool, top: int, sort: str) -> str:
+    """A floor's server (FLOORS) called `count` times from one thread, 100 bytes each way: its
+    CPU (or Python calls) per request."""
     with tempfile.TemporaryDirectory() as scratch:
         profile_path = Path(scratch) / "echo.prof"
         port = processes.free_port()
-        server = subprocess.Popen([sys.executable, "-c", ECHO_SERVER, str(profile_path), str(port)],
-                                  stdout=subprocess.PIPE, text=True)
+        server = subprocess.Popen([sys.executable, "-c", floor.script, str(profile_path), str(port)],
+                                  stdout=subprocess.PIPE, text=True, env={**os.environ, **dict(floor.env)})
         try:
             assert server.stdout is not None
             if server.stdout.readline().strip() != "ready":
-                raise RuntimeError("the echo server did not start")
-            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-                echo = channel.unary_unary("/echo.Echo/Echo")
-                driver = EachRequest(functools.partial(echo, BODY), channel.close)
+                raise RuntimeError(f"the {floor.name} server did not start")
+            driver = floor.driver(port)
+            try:
                 driver.warm_up()
-                user, system = timed(server.pid, functools.partial(driver.run, count),
-                                     profile_path if profile else None)
+                user, system, loop = timed(server.pid, functools.partial(driver.run, count),
+                                           profile_path if profile else None)
+            finally:
+                driver.close()
         finally:
             server.terminate()
             server.wait(20)
         if not profile:
-            return cpu_line(name, count, user, system)
-        return profile_report(name, profile_path, count, top, sort)
+            return cpu_line(floor.name, count, user, system, loop)
+        return profile_report(floor.name, profile_path, count, top, sort)
 
 
 def main() -> int:
@@ -356,12 +467,12 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="count Python calls instead of CPU")
     parser.add_argument("--top", type=int, default=25, help="functions listed per profile")
     parser.add_argument("--sort", default="tottime", help="the profile's order (a pstats sort key)")
-    parser.add_argument("--kind", "--only", choices=(*KINDS, ECHO_KIND), action="append",
+    parser.add_argument("--kind", "--only", choices=(*KINDS, *FLOORS), action="append",
                         help="the request kinds measured (repeatable; default: every kind)")
     args = parser.parse_args()
-    for kind in args.kind or [*KINDS, ECHO_KIND]:
-        if kind == ECHO_KIND:
-            print(measure_echo(args.count, args.profile, args.top, args.sort), flush=True)
+    for kind in args.kind or [*KINDS, *FLOORS]:
+        if kind in FLOORS:
+            print(measure_floor(FLOORS[kind], args.count, args.profile, args.top, args.sort), flush=True)
             continue
         name = KINDS[kind]
         try:

@@ -9,6 +9,7 @@ import asyncio
 import ipaddress
 import logging
 import os
+import pathlib
 import socket
 import threading
 import time
@@ -18,7 +19,7 @@ from typing import Any, cast
 import grpc
 import pyarrow as pa
 
-from rmq import __version__, retry
+from rmq import __version__
 from rmq.broker_server.background_tasks import cancel_all
 from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.errors import UserError
@@ -37,8 +38,12 @@ from rmq.broker_server.name_server.broker_outer_api import BrokerOuterAPI
 from rmq.broker_server.offsets.consumer_ids_watch import ConsumerIdsWatchService
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager, ConsumerTableLimits
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.offsets.producer_manager import ProducerManager
 from rmq.broker_server.offsets.rebalance_lock_manager import LOCKS_FILE, RebalanceLockManager
-from rmq.broker_server.processors.admin_broker_processor import AdminBrokerProcessor
+from rmq.broker_server.offsets.subscription_group_manager import SubscriptionGroupManager
+from rmq.broker_server.processors.ack_message_processor import AckMessageProcessor
+from rmq.broker_server.processors.admin_broker_processor import AdminBrokerProcessor, BrokerAdmin
+from rmq.broker_server.processors.change_invisible_time_processor import ChangeInvisibleTimeProcessor
 from rmq.broker_server.processors.client_manage_processor import ClientManageProcessor
 from rmq.broker_server.processors.consumer_manage_processor import ConsumerManageProcessor
 from rmq.broker_server.processors.consumer_send_msg_back import ConsumerSendMsgBackProcessor
@@ -49,12 +54,17 @@ from rmq.broker_server.processors.end_transaction_processor import (
 )
 from rmq.broker_server.processors.filter_executor import FilterExecutor
 from rmq.broker_server.processors.pipeline import BrokerProcessors
+from rmq.broker_server.processors.pop_message_processor import GroupPolicy, PopMessageProcessor
+from rmq.broker_server.processors.pop_state import PopStateTable
 from rmq.broker_server.processors.pull_message_processor import PullLimits, PullMessageProcessor
 from rmq.broker_server.processors.pull_response_budget import PullResponseBudget
 from rmq.broker_server.processors.query_message_processor import QueryMessageProcessor
+from rmq.broker_server.processors.receipt_handle import ReceiptHandleCodec, load_or_create_secret
+from rmq.broker_server.processors.remembered_receives import RememberedReceives
 from rmq.broker_server.processors.schedule_message_service import ScheduleMessageService
 from rmq.broker_server.processors.send_message_processor import SendMessageProcessor
 from rmq.broker_server.processors.store_executor import StoreExecutor
+from rmq.broker_server.processors.subscription_group_processor import SubscriptionGroupProcessor
 from rmq.broker_server.processors.timer_message_store import RecallHandles, TimerMessageStore, TimerSettings
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.remoting.remoting_server import RemotingServer
@@ -73,9 +83,9 @@ from rmq.broker_server.rmq_v1.grpc_server import (
 from rmq.broker_server.rmq_v1.messaging_service import MessagingService
 from rmq.broker_server.rmq_v1.route_service import BrokerRouteService
 from rmq.broker_server.rocketmq_v2.messaging_service import RocketMQv2MessagingService
-from rmq.broker_server.rocketmq_v2.receipt_handle import load_or_create_secret
 from rmq.broker_server.rocketmq_v2.service import build_service as build_rocketmq_v2_service
 from rmq.broker_server.security.acl import Acl
+from rmq.broker_server.security.cluster_auth import load_cluster_secret
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.request_signing import broker_server_id
 from rmq.rocketmq_v2 import add_messaging_service as add_rocketmq_v2_service
@@ -121,6 +131,14 @@ def open_store(config: BrokerConfig) -> MessageStore:
         raise UserError(f"cannot open store {config.store_path}: {error}") from None
 
 
+def pop_policy(config: BrokerConfig) -> GroupPolicy:
+    """How the broker treats pop consumer groups: retry_max_times + 1 deliveries, the FIFO groups
+    (fifo_consumer_groups), the shortest invisibility, SQL92 filters (enable_property_filter)."""
+    fifo_groups = frozenset(g.strip() for g in config.fifo_consumer_groups.split(",") if g.strip())
+    return GroupPolicy(config.retry_max_times + 1, fifo_groups, config.min_invisible_ms,
+                       config.enable_property_filter)
+
+
 class BrokerController:
     def __init__(self, config: BrokerConfig, security: ServerSecurity,
                  clock: Callable[[], float] = time.time, truncate_to: int | None = None) -> None:
@@ -148,6 +166,7 @@ class BrokerController:
             config.max_consumer_groups, config.max_clients_per_group, config.max_consumer_clients,
             config.max_subscriptions_per_client, config.max_subscription_bytes))
         self.watches = ConsumerIdsWatchService(self.consumers, config.max_consumer_id_watchers)
+        self.subscription_groups = SubscriptionGroupManager(path, config.max_consumer_groups)
         self.locks = RebalanceLockManager(config.rebalance_lock_max_live_time_ms,
                                           max_locks=config.max_queue_locks,
                                           path=path / "config" / LOCKS_FILE)
@@ -160,6 +179,7 @@ class BrokerController:
             config.max_held_pulls,
         )
         delay_levels = parse_delay_levels(config.message_delay_level)
+        handle_secret = load_or_create_secret(path / "config" / "receiptHandle.key")
         self.schedule_service = ScheduleMessageService(
             self.store,
             self.topics,
@@ -173,7 +193,7 @@ class BrokerController:
             self.store, self.topics, self.executor, path,
             TimerSettings(config.timer_precision_ms, config.timer_max_delay_s * 1000,
                           config.timer_max_pending, config.timer_max_pending_per_account),
-            RecallHandles(load_or_create_secret(path / "config" / "receiptHandle.key"), config.broker_name),
+            recall_handles(config, handle_secret),
             clock)
         self.replication = Replication(config, self.store, self.topics, self.offsets, self.schedule_service,
                                        self.timer,
@@ -187,6 +207,7 @@ class BrokerController:
             config.register_broker_interval_ms,
             open_channel=security.open_client_channel,
             member=self.replication.member,
+            cluster_name=config.cluster_name,
         )
         self.stats = BrokerStatsManager(
             labels=GroupLabels(config.max_metric_groups, config.max_metric_groups_per_account))
@@ -208,6 +229,7 @@ class BrokerController:
             PullResponseBudget(config.max_inflight_pull_bytes, config.max_inflight_pull_bytes_per_connection,
                                max_bytes_per_account=config.pull_bytes_per_account),
             security.refusals,
+            self.subscription_groups,
         )
         self.send_back_processor = ConsumerSendMsgBackProcessor(
             self.store,
@@ -217,19 +239,32 @@ class BrokerController:
             self._group_exists,
             self.outer_api.register_soon,
             self.stats,
+            self.subscription_groups,
         )
+        pop = PopMessageProcessor(
+            self.topics, self.offsets, self.hold_service, PopStateTable(path, self.executor),
+            RememberedReceives(config.max_remembered_receives, config.max_remembered_receive_bytes),
+            self.pull_processor, self.send_back_processor, ReceiptHandleCodec(handle_secret),
+            pop_policy(config), clock)
         self.processors = BrokerProcessors(
             self.send_processor,
             self.pull_processor,
             self.send_back_processor,
-            ConsumerManageProcessor(self.topics, self.offsets, self.consumers),
-            ClientManageProcessor(self.topics, self.consumers, self.outer_api.register_soon),
-            AdminBrokerProcessor(self.store, self.executor, self.topics, self.locks),
+            ConsumerManageProcessor(self.topics, self.offsets, self.consumers, self.watches),
+            ClientManageProcessor(self.topics, self.consumers, self.outer_api.register_soon, ProducerManager(
+                config.client_expiry_ms, config.max_consumer_groups, config.max_clients_per_group)),
+            AdminBrokerProcessor(self.store, self.executor, self.topics, self.locks, self.offsets,
+                                 self.consumers, self.hold_service, self.stats,
+                                 BrokerAdmin(self.status, self._topics_changed_now, self._acl)),
             QueryMessageProcessor(self.store, self.executor, self.topics),
             EndTransactionProcessor(self.store, self.executor, self.send_processor, path, TransactionSettings(
                 config.transaction_timeout_ms, config.transaction_check_interval_ms,
                 config.transaction_check_max, config.max_open_transactions,
                 config.max_open_transactions_per_account)),
+            pop,
+            AckMessageProcessor(pop),
+            ChangeInvisibleTimeProcessor(pop),
+            SubscriptionGroupProcessor(self.subscription_groups, self.executor),
         )
         self._tasks: list[asyncio.Task[None]] = []
         self.rocketmq_v2: RocketMQv2MessagingService | None = None
@@ -239,6 +274,11 @@ class BrokerController:
 
     def _topics_changed(self) -> None:
         self.outer_api.register_soon()
+
+    async def _topics_changed_now(self) -> None:
+        """A topic change by an admin: announced at once; on a SYNC_MASTER, returns once a slave has it."""
+        self.outer_api.register_soon()
+        await self.replication.topics_replicated()
 
     def status(self) -> rmq_pb2.BrokerStatusResponse:
         """`rmq broker status` and the console's broker table: role and replication, version,
@@ -261,9 +301,11 @@ class BrokerController:
         try:
             self.topics.load()
             self.offsets.load()
+            self.subscription_groups.load()
             self.schedule_service.load()
             self.timer.load(is_master=not self.replication.is_slave)
             self.processors.end_transaction.load()
+            self.processors.pop.load()
             self.store.add_dispatch_listener(self._on_dispatch)
             self.store.start(self.truncate_to)
         except (StoreError, ValueError) as error:
@@ -283,22 +325,7 @@ class BrokerController:
         messaging = MessagingService(self.processors, self.watches)
         rmq_pb2_grpc.add_MessagingServiceServicer_to_server(messaging, services)
         rmq_pb2_grpc.add_AdminServiceServicer_to_server(
-            AdminService(
-                self.store,
-                self.executor,
-                self.topics,
-                self.offsets,
-                self.hold_service,
-                self.outer_api.register_soon,
-                self.pull_processor,
-                self.status,
-                self.replication.topics_replicated,
-                self.consumer_connections,
-                self.consumer_groups,
-                stats=self.stats,
-                acl=self._acl,
-            ),
-            services,
+            AdminService(self.processors), services,
         )
         self.flight = self._start_flight()   # before the route service: its member carries the address
         rmq_pb2_grpc.add_RouteServiceServicer_to_server(
@@ -311,10 +338,8 @@ class BrokerController:
         # RocketMQ 5 producer of its topic (each adapter adds its check to EndTransactionProcessor)
         self.remoting = build_broker_remoting(self.config, self.security, self.processors, self.topics,
                                               self.consumers, self._remoting_socket, self._remoting_fixed)
-        self.rocketmq_v2 = build_rocketmq_v2_service(
-            self.config, self.store, self.executor, self.topics, self.offsets, self.hold_service,
-            self.processors, self.timer, self.security.open_client_channel, self.outer_api.register_soon,
-            self.clock)
+        self.rocketmq_v2 = build_rocketmq_v2_service(self.config, self.topics, self.processors, self.timer,
+                                                     self.security.open_client_channel)
         add_rocketmq_v2_service(self.rocketmq_v2, server)
         return server
 
@@ -327,7 +352,7 @@ class BrokerController:
         self.security.check_listen(listen)
         try:
             flight = FlightReadService(
-                listen, config.broker_name, self.store, self.pull_processor, self.pull_processor.budget,
+                listen, config.broker_name, self.pull_processor, self.pull_processor.budget,
                 FlightStreamSlots(config.max_flight_streams, config.max_flight_streams_per_account),
                 asyncio.get_running_loop(), self.security.tls,
                 self.security.request_authenticator(broker_server_id(config.broker_name, config.broker_id)),
@@ -387,24 +412,6 @@ class BrokerController:
         )
         return server
 
-    def consumer_connections(self, group: str) -> list[rmq_pb2.ConsumerConnection]:
-        """The group's live members here, of every protocol (the one ConsumerManager): rmq.v1 and
-        4.x clients from their heartbeats, RocketMQ 5 clients from their Telemetry settings."""
-        members = [rmq_pb2.ConsumerConnection(
-            client_id=info.client_id, protocol=cast(rmq_pb2.ClientProtocol, info.protocol),
-            address=info.address, message_model=cast(rmq_pb2.MessageModel, info.message_model),
-            subscriptions=[rmq_pb2.Subscription(topic=topic, sub_expression=expression)
-                           for topic, expression in info.subscriptions.items()],
-            last_heartbeat_ms=info.last_update_ms) for info in self.consumers.connections(group)]
-        return members
-
-    def consumer_groups(self) -> set[str]:
-        """Every group this broker knows from any source: live members of every protocol (the one
-        ConsumerManager), committed offsets, and the retry and dead-letter topics."""
-        groups = self.consumers.group_names() | self.offsets.groups()
-        groups |= {retry.group_of_copy_topic(config.topic_name) for config in self.topics.all()} - {""}
-        return groups
-
     async def start_remoting(self) -> None:
         if self.remoting is not None:
             await self.remoting.start()
@@ -425,7 +432,8 @@ class BrokerController:
         return BrokerFigures(self.config.broker_name, self.store, self.stats, self.hold_service.held_count,
                              consumer_offsets, self.consumers.table_sizes, lambda: len(self.topics.all()),
                              client_tables, lambda: self.pull_processor.budget.held, self.timer.figures,
-                             node_id=broker_node_id(self.config.broker_name, self.config.broker_id))
+                             node_id=broker_node_id(self.config.broker_name, self.config.broker_id),
+                             cluster=self.config.cluster_name)
 
     def start_services(self) -> None:
         keep_freed_memory()
@@ -494,3 +502,12 @@ def _every(interval_ms: int, action: Callable[[], object]) -> asyncio.Task[None]
                 log.exception("periodic task %s failed", getattr(action, "__qualname__", action))
 
     return asyncio.get_running_loop().create_task(repeat())
+
+
+def recall_handles(config: BrokerConfig, store_secret: bytes) -> RecallHandles:
+    """Signed under the group's cluster secret when there is one (a handle outlives a failover),
+    else under the store's own key (config/receiptHandle.key: a promoted slave refuses them)."""
+    if config.cluster_secret_file:
+        secret = load_cluster_secret(pathlib.Path(config.cluster_secret_file).expanduser())
+        return RecallHandles.of_group(secret, config.broker_name)
+    return RecallHandles(store_secret, config.broker_name)

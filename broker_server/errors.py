@@ -62,6 +62,23 @@ class UnknownTransaction(BrokerError):
         super().__init__(rmq_pb2.ILLEGAL_ARGUMENT, message)
 
 
+class InvalidReceiptHandle(BrokerError, ValueError):
+    """A pop receipt handle this broker did not issue (malformed, forged, or for another topic or
+    group), or one that no longer names the current delivery (acknowledged, or delivered again
+    since): RocketMQ 5 answers INVALID_RECEIPT_HANDLE."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(rmq_pb2.ILLEGAL_ARGUMENT, message)
+
+
+class IllegalInvisibleTime(BrokerError):
+    """A pop's or a change's invisibility outside the broker's bounds: RocketMQ 5 answers
+    ILLEGAL_INVISIBLE_TIME."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(rmq_pb2.ILLEGAL_ARGUMENT, message)
+
+
 def illegal_argument(message: str) -> BrokerError:
     return BrokerError(rmq_pb2.ILLEGAL_ARGUMENT, message)
 

@@ -76,6 +76,17 @@ class GroupMember:
 
 
 @dataclass(frozen=True)
+class ProducerMember:
+    """One live producer of a producer group (RocketMQ producerConnection)."""
+
+    client_id: str
+    protocol: ClientProtocol
+    address: str
+    language: str
+    version: int
+
+
+@dataclass(frozen=True)
 class QueueProgress:
     """One queue of a group's progress (mqadmin consumerProgress)."""
 
@@ -136,6 +147,22 @@ class ControlledGroup:
 class ControllerState:
     leader: str                         # the leading controller's address
     groups: list[ControlledGroup]
+
+
+@dataclass(frozen=True)
+class ResetReport:
+    results: list[ResetResult]
+    notified: list[str]                 # live consumers that adopted the reset
+    untold: list[str]                   # live members no broker could tell (a forced reset)
+
+
+@dataclass(frozen=True)
+class GroupSettings:
+    """A group's settings on one broker (RocketMQ's SubscriptionGroupConfig)."""
+
+    consume_enable: bool
+    retry_max_times: int
+    stored: bool                        # False: none stored there, the defaults apply
 
 
 class MQAdmin:
@@ -250,6 +277,16 @@ class MQAdmin:
                             tuple(sorted(owned.get(c.client_id, ()))))
                 for c in sorted(by_id.values(), key=lambda c: c.client_id)]
 
+    def producers(self, group: str, unreachable: dict[str, RmqUnavailable] | None = None
+                  ) -> list[ProducerMember]:
+        """The producer group's live producers on every broker that knows them."""
+        by_id: dict[str, rmq_pb2.ProducerConnection] = {}
+        for connections in self.client.producer_connections(group, unreachable).values():
+            for connection in connections:
+                by_id.setdefault(connection.client_id, connection)
+        return [ProducerMember(c.client_id, ClientProtocol(c.protocol), c.address, c.language, c.version)
+                for c in sorted(by_id.values(), key=lambda c: c.client_id)]
+
     def _owned_queues(self, connections: Sequence[rmq_pb2.ConsumerConnection]
                       ) -> dict[str, list[MessageQueue]]:
         owned: dict[str, list[MessageQueue]] = {}
@@ -291,21 +328,26 @@ class MQAdmin:
                 return {}
             raise
 
-    def reset_offsets(self, group: str, topic: str, target: ResetTarget, force: bool = False
-                      ) -> list[ResetResult]:
-        """Set the group's committed offset on every queue of `topic` (RocketMQ
-        resetOffsetByTimestamp). Refused while the group has live members unless `force`: they
-        keep their own positions and would commit over the reset."""
-        live = [m.client_id for m in self.members(group)]
-        if live and not force:
-            shown = ", ".join(live[:3]) + (", ..." if len(live) > 3 else "")
-            raise RmqRefused(rmq_pb2.ILLEGAL_ARGUMENT, f"consumer group {group} has {len(live)} live "
-                             f"member(s) ({shown}): stop them first, or force the reset (their next "
-                             "commits may overwrite it)")
-        results = [self._reset_target(mq, bounds, target)
-                   for mq, bounds in self.client.topic_offsets(topic).items()]
-        self.client.update_consumer_offsets(group, {r.queue: r.offset for r in results})
-        return results
+    def reset_offsets(self, group: str, topic: str, target: ResetTarget, force: bool = False) -> ResetReport:
+        """Set the group's committed offset on every queue of `topic`, or of every topic it has
+        offsets on or its members subscribe to when `topic` is "" (RocketMQ resetOffsetByTimestamp;
+        to LATEST it is the Dashboard's skipAccumulate). The brokers tell the group's live rmq
+        consumers, which drop what they cached and read on from the reset offsets
+        (RESET_CONSUMER_CLIENT_OFFSET). Refused, unless `force`, while the group has live members
+        no broker can tell (RocketMQ 4.x/5 clients, rmq clients without a membership watch): they
+        keep their positions and would commit over the reset."""
+        topics = [topic] if topic else sorted(
+            {mq.topic for mq in self.client.query_consumer_offsets(group)}
+            | {name for member in self.members(group) for name in member.subscriptions})
+        if not topics:
+            raise RmqRefused(rmq_pb2.ILLEGAL_ARGUMENT, f"consumer group {group} has neither committed "
+                             "offsets nor live members: name the topic to reset")
+        results = [self._reset_target(mq, bounds, target) for name in topics
+                   for mq, bounds in (self._offsets_if_exists(name, None) if not topic
+                                      else self.client.topic_offsets(name)).items()]
+        offsets = {r.queue: r.offset for r in results}
+        notified, untold = self.client.reset_consumer_offsets(group, offsets, force)
+        return ResetReport(results, notified, untold)
 
     def _reset_target(self, mq: MessageQueue, bounds: QueueOffsets, target: ResetTarget) -> ResetResult:
         if target.to is ResetTo.EARLIEST:
@@ -319,6 +361,42 @@ class MQAdmin:
                 return ResetResult(mq, bounds.min_offset, "the time is before the earliest message: "
                                                           "reset to the earliest")
         return ResetResult(mq, offset)
+
+    def running_infos(self, group: str) -> dict[str, rmq_pb2.ConsumerRunningInfo | str]:
+        """client id -> each live member's running info (RocketMQ consumerStatus), or why it could
+        not be had (RocketMQ 4.x/5 clients are not asked; a client that does not answer)."""
+        infos: dict[str, rmq_pb2.ConsumerRunningInfo | str] = {}
+        for member in self.members(group):
+            if member.protocol is not ClientProtocol.RMQ:
+                infos[member.client_id] = f"not asked: a {member.protocol.label} client"
+                continue
+            try:
+                infos[member.client_id] = self.client.consumer_running_info(group, member.client_id)
+            except RmqError as error:
+                infos[member.client_id] = str(error)
+        return infos
+
+    def group_settings(self, group: str, unreachable: dict[str, RmqUnavailable] | None = None
+                       ) -> dict[str, GroupSettings]:
+        """broker name -> the group's settings there (consume enabled, retries before the DLQ)."""
+        return {name: GroupSettings(answer.config.consume_enable, answer.config.retry_max_times,
+                                    answer.stored)
+                for name, answer in self.client.subscription_groups(group, unreachable).items()}
+
+    def update_group_settings(self, group: str, consume_enable: bool | None = None,
+                              retry_max_times: int | None = None) -> dict[str, GroupSettings]:
+        """Change the given settings on every broker (RocketMQ updateSubGroup, admin), keeping the
+        others as each broker has them; returns the settings now stored."""
+        updated = {}
+        for name, now in self.group_settings(group).items():
+            settings = GroupSettings(
+                now.consume_enable if consume_enable is None else consume_enable,
+                now.retry_max_times if retry_max_times is None else retry_max_times, stored=True)
+            self.client.update_subscription_group(name, rmq_pb2.SubscriptionGroupConfig(
+                consumer_group=group, consume_enable=settings.consume_enable,
+                retry_max_times=settings.retry_max_times))
+            updated[name] = settings
+        return updated
 
     def delete_group(self, group: str, force: bool = False) -> list[str]:
         """Forget the group: its committed offsets on every topic and its retry and dead-letter

@@ -16,12 +16,14 @@ import binascii
 import contextlib
 import functools
 
+from google.protobuf.message import Message
+
 from rmq.connector.client_api import MAX_SEND_REQUEST_BYTES as MAX_SEND_REQUEST_BYTES
 from rmq.connector.client_api import ClientAPI
 from rmq.connector.client_api import OutgoingMessage as OutgoingMessage
 from rmq.connector.client_api import QueueOffsets as QueueOffsets
 from rmq.connector.client_api import SendResult as SendResult
-from rmq.connector.client_core import Rpc
+from rmq.connector.client_core import ResponseT, Rpc, by_broker, call_each
 from rmq.connector.client_core import unless_unreachable as unless_unreachable
 from rmq.connector.errors import ConfigError
 from rmq.connector.errors import RmqError as RmqError
@@ -57,6 +59,16 @@ _RECALL_MESSAGE = Rpc("RecallMessage", lambda c: c.messaging.RecallMessage, rmq_
 _VIEW_MESSAGE = Rpc("ViewMessage", lambda c: c.admin.ViewMessage, rmq_pb2.ViewMessageResponse)
 _GET_CONSUMER_CONNECTIONS = Rpc("GetConsumerConnections", lambda c: c.admin.GetConsumerConnections,
                                 rmq_pb2.GetConsumerConnectionsResponse)
+_RESET_CONSUMER_OFFSETS = Rpc("ResetConsumerOffsets", lambda c: c.admin.ResetConsumerOffsets,
+                              rmq_pb2.ResetConsumerOffsetsResponse)
+_GET_SUBSCRIPTION_GROUP = Rpc("GetSubscriptionGroup", lambda c: c.admin.GetSubscriptionGroup,
+                              rmq_pb2.GetSubscriptionGroupResponse)
+_UPDATE_SUBSCRIPTION_GROUP = Rpc("UpdateSubscriptionGroup", lambda c: c.admin.UpdateSubscriptionGroup,
+                                 rmq_pb2.UpdateSubscriptionGroupResponse)
+_GET_CONSUMER_RUNNING_INFO = Rpc("GetConsumerRunningInfo", lambda c: c.admin.GetConsumerRunningInfo,
+                                 rmq_pb2.GetConsumerRunningInfoResponse)
+_GET_PRODUCER_CONNECTIONS = Rpc("GetProducerConnections", lambda c: c.admin.GetProducerConnections,
+                                rmq_pb2.GetProducerConnectionsResponse)
 _LIST_CONSUMER_GROUPS = Rpc("ListConsumerGroups", lambda c: c.admin.ListConsumerGroups,
                             rmq_pb2.ListConsumerGroupsResponse)
 _GET_GROUP_STATS = Rpc("GetGroupStats", lambda c: c.admin.GetGroupStats, rmq_pb2.GetGroupStatsResponse)
@@ -179,14 +191,79 @@ class RmqClient(ClientAPI):
         broker group (RocketMQ examineConsumerConnectionInfo); the unreachable ones are recorded in
         `unreachable` when given."""
         request = rmq_pb2.GetConsumerConnectionsRequest(consumer_group=group)
-        members: dict[str, list[rmq_pb2.ConsumerConnection]] = {}
+        return {name: list(answer.connections) for name, answer in
+                self._ask_every_broker(_GET_CONSUMER_CONNECTIONS, request, unreachable).items()}
+
+    def producer_connections(self, group: str, unreachable: dict[str, RmqUnavailable] | None = None
+                             ) -> dict[str, list[rmq_pb2.ProducerConnection]]:
+        """broker name -> the producer group's live producers it knows (RocketMQ
+        examineProducerConnectionInfo); `unreachable` as for consumer_connections."""
+        request = rmq_pb2.GetProducerConnectionsRequest(producer_group=group)
+        return {name: list(answer.connections) for name, answer in
+                self._ask_every_broker(_GET_PRODUCER_CONNECTIONS, request, unreachable).items()}
+
+    def _ask_every_broker(self, rpc: Rpc[ResponseT], request: Message,
+                          unreachable: dict[str, RmqUnavailable] | None) -> dict[str, ResponseT]:
+        answers: dict[str, ResponseT] = {}
         for name in self.list_brokers():
-            read = functools.partial(self._read_call, name, _GET_CONSUMER_CONNECTIONS, request)
+            read = functools.partial(self._read_call, name, rpc, request)
             with contextlib.suppress(RmqUnavailable):
                 answer = unless_unreachable(read, name, unreachable)
                 if answer is not None:
-                    members[name] = list(answer.connections)
-        return members
+                    answers[name] = answer
+        return answers
+
+    def reset_consumer_offsets(self, group: str, offsets: dict[MessageQueue, int], force: bool = False
+                               ) -> tuple[list[str], list[str]]:
+        """RocketMQ's resetOffset (admin): commit `offsets` for the group on their brokers, each
+        broker even when another fails (then the first failure is raised), and have the group's
+        live consumers adopt them; refused while a live member cannot be told, unless `force`.
+        Returns (the client ids told of the reset, the live members that could not be)."""
+        notified: set[str] = set()
+        untold: set[str] = set()
+        grouped = by_broker(offsets)
+
+        def reset(name: str) -> None:
+            request = rmq_pb2.ResetConsumerOffsetsRequest(consumer_group=group, force=force, offsets=[
+                rmq_pb2.ConsumerOffset(topic=mq.topic, queue_id=mq.queue_id, offset=offsets[mq])
+                for mq in grouped[name]])
+            # to the member the group reads from, which its consumers watch
+            answer = self._read_call(name, _RESET_CONSUMER_OFFSETS, request)
+            notified.update(answer.notified_client_ids)
+            untold.update(answer.untold_client_ids)
+
+        call_each(grouped, reset)
+        return sorted(notified), sorted(untold)
+
+    def consumer_running_info(self, group: str, client_id: str) -> rmq_pb2.ConsumerRunningInfo:
+        """A live rmq consumer's running info (RocketMQ getConsumerRunningInfo), asked through the
+        first broker it watches; the last refusal when none could ask it."""
+        request = rmq_pb2.GetConsumerRunningInfoRequest(consumer_group=group, client_id=client_id)
+        failure: RmqError | None = None
+        for name in self.list_brokers():
+            try:
+                return self._read_call(name, _GET_CONSUMER_RUNNING_INFO, request).info
+            except RmqError as error:
+                failure = error
+        raise failure or RmqUnavailable(f"no broker to ask for the running info of {client_id}")
+
+    def subscription_groups(self, group: str, unreachable: dict[str, RmqUnavailable] | None = None
+                            ) -> dict[str, rmq_pb2.GetSubscriptionGroupResponse]:
+        """broker name -> the group's settings on that broker's master (RocketMQ
+        examineSubscriptionGroupConfig); `unreachable` as for topic_offsets."""
+        request = rmq_pb2.GetSubscriptionGroupRequest(consumer_group=group)
+        settings: dict[str, rmq_pb2.GetSubscriptionGroupResponse] = {}
+        for name, address in self.list_brokers().items():
+            ask = functools.partial(self._call, address, _GET_SUBSCRIPTION_GROUP, request, name)
+            answer = unless_unreachable(ask, name, unreachable)
+            if answer is not None:
+                settings[name] = answer
+        return settings
+
+    def update_subscription_group(self, broker_name: str, config: rmq_pb2.SubscriptionGroupConfig) -> None:
+        """Store the group's settings on the broker's master (admin; RocketMQ updateSubGroup)."""
+        self._call(self._broker_address(broker_name), _UPDATE_SUBSCRIPTION_GROUP,
+                   rmq_pb2.UpdateSubscriptionGroupRequest(config=config), broker_name)
 
     def list_consumer_groups(self, unreachable: dict[str, RmqUnavailable] | None = None) -> list[str]:
         """Every consumer group some broker knows from any source (live members of every protocol,

@@ -31,6 +31,8 @@ _CONSUMER_SEND_MSG_BACK = Rpc("ConsumerSendMsgBack", lambda c: c.messaging.Consu
                               rmq_pb2.ConsumerSendMsgBackResponse)
 _GET_CONSUMER_LIST = Rpc("GetConsumerList", lambda c: c.messaging.GetConsumerList,
                          rmq_pb2.GetConsumerListResponse)
+_REPORT_RUNNING_INFO = Rpc("ReportRunningInfo", lambda c: c.messaging.ReportRunningInfo,
+                           rmq_pb2.ReportRunningInfoResponse)
 _HEARTBEAT = Rpc("Heartbeat", lambda c: c.messaging.Heartbeat, rmq_pb2.HeartbeatResponse)
 _LOCK_BATCH_MQ = Rpc("LockBatchMQ", lambda c: c.messaging.LockBatchMQ, rmq_pb2.LockBatchResponse)
 _UNLOCK_BATCH_MQ = Rpc("UnlockBatchMQ", lambda c: c.messaging.UnlockBatchMQ, rmq_pb2.UnlockBatchResponse)
@@ -113,12 +115,21 @@ class ClientAPI(SendAPI, PullAPI):
         return self._call(self._broker_address(broker_name), _CONSUMER_SEND_MSG_BACK, request,
                           broker_name)
 
-    def watch_consumer_ids(self, broker_name: str, group: str, client_id: str
-                           ) -> Iterator[rmq_pb2.ConsumerIdsChanged]:
-        """The broker's membership push: the group's client ids now and after each change.
-        The returned stream is also a grpc.Call: `cancel()` ends it (and, on the broker,
-        unregisters the client). Iteration raises grpc.RpcError when the stream breaks."""
-        request = rmq_pb2.WatchConsumerIdsRequest(consumer_group=group, client_id=client_id)
+    def report_running_info(self, broker_name: str, group: str, client_id: str, request_id: str,
+                            info: rmq_pb2.ConsumerRunningInfo) -> None:
+        """Answer a broker's running-info question (asked on the membership watch to that member)."""
+        request = rmq_pb2.ReportRunningInfoRequest(client_id=client_id, consumer_group=group,
+                                                   request_id=request_id, info=info)
+        self._call(self._read_address(broker_name), _REPORT_RUNNING_INFO, request, broker_name)
+
+    def watch_consumer_ids(self, broker_name: str, group: str, client_id: str,
+                           adopts_offset_resets: bool = False) -> Iterator[rmq_pb2.ConsumerIdsChanged]:
+        """The broker's membership push: the group's client ids now and after each change (and,
+        with `adopts_offset_resets`, an admin's offset resets). The returned stream is also a
+        grpc.Call: `cancel()` ends it (and, on the broker, unregisters the client). Iteration
+        raises grpc.RpcError when the stream breaks."""
+        request = rmq_pb2.WatchConsumerIdsRequest(consumer_group=group, client_id=client_id,
+                                                  adopts_offset_resets=adopts_offset_resets)
         stream: Iterator[rmq_pb2.ConsumerIdsChanged] = self._connection(
             self._read_address(broker_name)).messaging.WatchConsumerIds(request)
         return stream

@@ -32,12 +32,13 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar, Protocol
 
 from rmq.connector.broker_outages import BrokerOutages
-from rmq.connector.client import RmqClient, RmqError, RmqUnavailable
+from rmq.connector.client import MessageQueue, RmqClient, RmqError, RmqUnavailable
 from rmq.connector.consumer_ids_watcher import ConsumerIdsWatcher
 from rmq.connector.errors import StateError
 from rmq.connector.pull_message_service import PullMessageService
 from rmq.connector.rebalance_service import WAIT_INTERVAL_S, RebalanceService
 from rmq.connector.scheduled_executor import ScheduledExecutor, ScheduledTask
+from rmq.v1 import rmq_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +77,19 @@ class MQConsumerInner(Protocol):
     def connection_lost(self, broker_name: str) -> None: ...
 
     def connection_restored(self, broker_name: str) -> None: ...
+
+    @property
+    def adopts_offset_resets(self) -> bool:
+        """Whether `offsets_reset` moves it (else the brokers count it as a member they cannot tell)."""
+        ...
+
+    def offsets_reset(self, offsets: dict[MessageQueue, int]) -> None:
+        """An admin reset the group's offsets (RESET_CONSUMER_CLIENT_OFFSET): read on from there."""
+        ...
+
+    def running_info(self) -> rmq_pb2.ConsumerRunningInfo:
+        """GET_CONSUMER_RUNNING_INFO's answer (RocketMQ's consumerRunningInfo)."""
+        ...
 
 
 _InstanceKey = tuple[str, object]
@@ -244,7 +258,9 @@ class ClientInstance:
                 watcher = self._watchers[consumer.group] = ConsumerIdsWatcher(
                     self.client, consumer.group, self.client_id, self.rebalance_immediately,
                     lambda: self.send_heartbeat(consumer), on_lost=consumer.connection_lost,
-                    on_restored=consumer.connection_restored)
+                    on_restored=consumer.connection_restored,
+                    on_reset=consumer.offsets_reset if consumer.adopts_offset_resets else None,
+                    running_info=consumer.running_info)
         try:
             watcher.watch(self.client.list_brokers())
         except RmqError as error:   # the brokers then expire this client after their timeout

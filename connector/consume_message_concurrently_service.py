@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from rmq.connector.client import MessageQueue
 from rmq.connector.consume_thread_pool import ConsumeThreadPool
+from rmq.connector.consumer_config import ConsumerConfig
 from rmq.connector.message import MessageExt
 from rmq.connector.message_listener import (
     ConsumeConcurrentlyContext,
@@ -85,31 +86,27 @@ class ConsumeMessageConcurrentlyService:
     def __init__(
         self,
         listener: MessageListenerConcurrently,
+        config: ConsumerConfig,
         *,
-        group: str,
-        broadcasting: bool,
-        consume_thread_max: int,
-        consume_message_batch_max_size: int,
-        consume_timeout_minutes: float,
         offset_store: OffsetStore,
         send_message_back: SendBack,
         scheduler: ScheduledExecutor,
     ) -> None:
+        """`config`: the consumer's (group, message model, consume threads, batch size, consume
+        timeout)."""
         self.listener = listener
-        self.group = group
-        self.broadcasting = broadcasting
-        self.batch_size = consume_message_batch_max_size
-        self.consume_timeout_minutes = consume_timeout_minutes
+        self.config = config
         self.offset_store = offset_store
         self.send_message_back = send_message_back
         self.scheduler = scheduler
-        self._pool = ConsumeThreadPool[ConsumeRequest](f"rmq-consume-{group}", consume_thread_max, self.run)
+        self._pool = ConsumeThreadPool[ConsumeRequest](f"rmq-consume-{config.group}",
+                                                       config.consume_thread_max, self.run)
 
     def start(self, process_queues: Callable[[], Iterable[ProcessQueue]]) -> None:
         """Start the consume threads; schedule the consume-timeout clean-up (every consume
         timeout, like RocketMQ)."""
         self._pool.start()
-        period_s = self.consume_timeout_minutes * 60
+        period_s = self.config.consume_timeout_minutes * 60
         self.scheduler.schedule_at_fixed_rate(period_s, period_s,
                                               lambda: self.clean_expire_msg(process_queues()))
 
@@ -122,7 +119,7 @@ class ConsumeMessageConcurrentlyService:
     def submit_consume_request(self, messages: Sequence[MessageExt], pq: ProcessQueue,
                                mq: MessageQueue, dispatch_to_consume: bool = True) -> None:
         """Every batch goes to the pool (`dispatch_to_consume` is for orderly consumers only)."""
-        submit, size = self._pool.submit, self.batch_size
+        submit, size = self._pool.submit, self.config.consume_message_batch_max_size
         if size == 1:   # RocketMQ's default: one request per message
             for message in messages:
                 submit(ConsumeRequest((message,), pq, mq))
@@ -141,7 +138,7 @@ class ConsumeMessageConcurrentlyService:
         pq, messages = request.process_queue, request.messages
         if pq.dropped:
             logger.info("the message queue not be able to consume, because it's dropped. group=%s %s",
-                        self.group, request.message_queue)
+                        self.config.group, request.message_queue)
             return
         context = ConsumeConcurrentlyContext(request.message_queue)
         pq.mark_consume_started(messages)
@@ -152,11 +149,11 @@ class ConsumeMessageConcurrentlyService:
             returned = self.listener(tuple(messages), context)   # a tuple is passed as it is
             status = returned if isinstance(returned, ConsumeConcurrentlyStatus) else None
         except Exception:
-            logger.warning("consumeMessage exception: Group: %s MQ: %s", self.group, request.message_queue,
-                           exc_info=True)
+            logger.warning("consumeMessage exception: Group: %s MQ: %s", self.config.group,
+                           request.message_queue, exc_info=True)
             has_exception = True
         consume_rt_ms = (time.monotonic() - begin) * 1000
-        return_type = classify(status, has_exception, consume_rt_ms, self.consume_timeout_minutes)
+        return_type = classify(status, has_exception, consume_rt_ms, self.config.consume_timeout_minutes)
         if status is None:   # an exception, None or anything but a status: consume it again later
             status = ConsumeConcurrentlyStatus.RECONSUME_LATER
         if return_type is not ConsumeReturnType.SUCCESS:
@@ -182,14 +179,15 @@ class ConsumeMessageConcurrentlyService:
         still held (increase-only), unless the queue was dropped meanwhile."""
         pq = request.process_queue
         offset = pq.remove_message(request.messages)
-        if offset >= 0 and not pq.dropped:
-            self.offset_store.update_offset(request.message_queue, offset, increase_only=True)
+        if offset >= 0:
+            self.offset_store.update_offset(request.message_queue, offset, increase_only=True,
+                                            unless_dropped=pq)
 
     def _handle_failed(self, failed: Sequence[MessageExt], context: ConsumeConcurrentlyContext,
                        request: ConsumeRequest) -> None:
         """Broadcasting drops the failed messages; clustering sends them back, and those whose
         send-back failed leave the request (they stay held) to be consumed again in 5 s."""
-        if self.broadcasting:
+        if self.config.broadcasting:
             for message in failed:
                 logger.warning("BROADCASTING, the message consume failed, drop it, %s", message.msg_id)
         else:
@@ -206,11 +204,11 @@ class ConsumeMessageConcurrentlyService:
     def clean_expire_msg(self, process_queues: Iterable[ProcessQueue]) -> None:
         """cleanExpireMsg: send back (level 3) and remove the messages whose listener started
         longer than the consume timeout ago, looking at each queue's smallest offsets."""
-        timeout_s = self.consume_timeout_minutes * 60
+        timeout_s = self.config.consume_timeout_minutes * 60
         for pq in process_queues:
             for _ in range(CLEAN_EXPIRED_MAX_LOOPS):
                 message = pq.expired_message(timeout_s)
-                if message is None or self.broadcasting:
+                if message is None or self.config.broadcasting:
                     break
                 if not self.send_message_back(message, EXPIRED_SEND_BACK_LEVEL):
                     logger.error("send expired msg failed: %s", message.msg_id)

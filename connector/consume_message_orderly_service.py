@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from rmq.connector.client import MessageQueue
 from rmq.connector.consume_message_concurrently_service import MS_PER_MINUTE, ConsumeReturnType
 from rmq.connector.consume_thread_pool import ConsumeThreadPool
+from rmq.connector.consumer_config import ConsumerConfig
 from rmq.connector.message import MessageExt
 from rmq.connector.message_listener_orderly import (
     ConsumeOrderlyContext,
@@ -33,7 +34,7 @@ from rmq.connector.message_listener_orderly import (
 )
 from rmq.connector.message_queue_lock import MessageQueueLock
 from rmq.connector.offset_store import OffsetStore
-from rmq.connector.process_queue import REBALANCE_LOCK_INTERVAL_S, ProcessQueue
+from rmq.connector.process_queue import ProcessQueue
 from rmq.connector.rebalance_impl import RebalanceImpl
 from rmq.connector.scheduled_executor import ScheduledExecutor
 
@@ -69,41 +70,30 @@ class ConsumeMessageOrderlyService:
     def __init__(
         self,
         listener: MessageListenerOrderly,
+        config: ConsumerConfig,
         *,
-        group: str,
-        broadcasting: bool,
-        consume_thread_max: int,
-        consume_message_batch_max_size: int,
-        consume_timeout_minutes: float,
-        max_reconsume_times: int | None,
-        suspend_current_queue_time_millis: int,
         offset_store: OffsetStore,
-        lock_interval_s: float = REBALANCE_LOCK_INTERVAL_S,
         rebalance_impl: RebalanceImpl,
         send_message_back: Callable[[MessageExt, int], bool],
         scheduler: ScheduledExecutor,
     ) -> None:
+        """`config`: the consumer's (group, message model, consume threads, batch size, consume
+        timeout, max_reconsume_times, suspend_current_queue_time_millis, lock_interval_s)."""
         self.listener = listener
-        self.group = group
-        self.broadcasting = broadcasting
-        self.batch_size = consume_message_batch_max_size
-        self.consume_timeout_minutes = consume_timeout_minutes
-        self.max_reconsume_times = max_reconsume_times
-        self.suspend_current_queue_time_millis = suspend_current_queue_time_millis
-        self.lock_interval_s = lock_interval_s
+        self.config = config
         self.offset_store = offset_store
         self.rebalance_impl = rebalance_impl
         self.send_message_back = send_message_back
         self.scheduler = scheduler
         self.message_queue_lock = MessageQueueLock()
-        self._pool = ConsumeThreadPool[OrderlyConsumeRequest](f"rmq-consume-orderly-{group}",
-                                                              consume_thread_max, self.run)
+        self._pool = ConsumeThreadPool[OrderlyConsumeRequest](f"rmq-consume-orderly-{config.group}",
+                                                              config.consume_thread_max, self.run)
 
     def start(self, process_queues: object = None) -> None:
         """Start the consume threads and, in clustering, the periodic lockAll (§5.1)."""
         self._pool.start()
-        if not self.broadcasting:
-            self.scheduler.schedule_at_fixed_rate(LOCK_FIRST_DELAY_S, self.lock_interval_s,
+        if not self.config.broadcasting:
+            self.scheduler.schedule_at_fixed_rate(LOCK_FIRST_DELAY_S, self.config.lock_interval_s,
                                                   self.lock_mq_periodically)
 
     def lock_mq_periodically(self) -> None:
@@ -142,7 +132,7 @@ class ConsumeMessageOrderlyService:
     # ------------------------------------------------------------ consuming
 
     def _lock_valid(self, pq: ProcessQueue) -> bool:
-        return self.broadcasting or (pq.locked and not pq.is_lock_expired())
+        return self.config.broadcasting or (pq.locked and not pq.is_lock_expired())
 
     def run(self, request: OrderlyConsumeRequest) -> None:
         """ConsumeRequest#run (spec pull §17.3)."""
@@ -168,7 +158,7 @@ class ConsumeMessageOrderlyService:
                 if time.monotonic() - begin > MAX_TIME_CONSUME_CONTINUOUSLY_S:
                     self.submit_consume_request_later(pq, mq, 10)   # let other queues have the thread
                     return
-                messages = pq.take_messages(self.batch_size)
+                messages = pq.take_messages(self.config.consume_message_batch_max_size)
                 if not messages:
                     return
                 if not self._consume(messages, pq, mq):
@@ -192,10 +182,11 @@ class ConsumeMessageOrderlyService:
                 returned = self.listener(tuple(messages), context)
                 status = returned if isinstance(returned, ConsumeOrderlyStatus) else None
             except Exception:
-                logger.warning("consumeMessage exception: Group: %s MQ: %s", self.group, mq, exc_info=True)
+                logger.warning("consumeMessage exception: Group: %s MQ: %s", self.config.group, mq,
+                               exc_info=True)
                 has_exception = True
             return_type = classify_orderly(status, has_exception, (time.monotonic() - begin) * 1000,
-                                           self.consume_timeout_minutes)
+                                           self.config.consume_timeout_minutes)
             if status is None:
                 status = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
             if return_type is not ConsumeReturnType.SUCCESS:
@@ -214,7 +205,7 @@ class ConsumeMessageOrderlyService:
                 pq.make_message_to_consume_again(messages)
                 suspend_ms = context.suspend_current_queue_time_millis
                 self.submit_consume_request_later(
-                    pq, mq, suspend_ms if suspend_ms >= 0 else self.suspend_current_queue_time_millis)
+                    pq, mq, suspend_ms if suspend_ms >= 0 else self.config.suspend_current_queue_time_millis)
                 continue_consume = False
             else:
                 commit_offset = pq.commit()
@@ -231,12 +222,13 @@ class ConsumeMessageOrderlyService:
         """True to suspend (consume the batch again): below max_reconsume_times, or a message
         at the limit could not be moved to the DLQ."""
         suspend = False
+        limit = self.config.max_reconsume_times
         for message in messages:
-            if self.max_reconsume_times is not None and message.reconsume_times >= self.max_reconsume_times:
+            if limit is not None and message.reconsume_times >= limit:
                 if self.send_message_back(message, DLQ_DELAY_LEVEL):
                     logger.warning("orderly: message %s of %s offset %d reached %d reconsume times, moved to "
                                    "the DLQ", message.msg_id, message.message_queue, message.queue_offset,
-                                   self.max_reconsume_times)
+                                   limit)
                     continue
             suspend = True
             message.reconsume_times += 1

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 
-from rmq import retry
+from rmq import __version__, retry
 from rmq.connector.broker_outages import BrokerOutages
 from rmq.connector.client import MessageQueue, PullResult, PullStatus, RmqClient, RmqError
 from rmq.connector.client_instance import ClientInstance
@@ -40,6 +40,7 @@ from rmq.connector.process_queue import ProcessQueue
 from rmq.connector.pull_message_service import PullMessageService
 from rmq.connector.rebalance_impl import PullRequest, RebalanceImpl, SubscriptionData
 from rmq.connector.scheduled_executor import ScheduledExecutor
+from rmq.v1 import rmq_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ class ConsumerImpl:
 
     config: ConsumerConfig                      # the consumer's settings, read from here only
     group: str
+    client_id: str
+    consume_type: rmq_pb2.ConsumeType            # push: CONSUME_PASSIVELY, pull: CONSUME_ACTIVELY
     client: RmqClient
     outages: BrokerOutages
     failure: RmqError | None
@@ -75,6 +78,31 @@ class ConsumerImpl:
     @property
     def rebalance_interval_s(self) -> float:
         return self.config.rebalance_interval_s
+
+    def running_info(self) -> rmq_pb2.ConsumerRunningInfo:
+        """RocketMQ's ConsumerRunningInfo (`consumerStatus`): how it consumes, its subscriptions and,
+        per owned queue, its process queue (cached messages, last pull and consume, in-memory offset)."""
+        now_ms = time.time() * 1000
+        queues = []
+        for mq, pq in sorted(self.rebalance_impl.process_queue_table.items()):
+            held = pq.held_offsets()
+
+            def epoch_ms(at: float, pq: ProcessQueue = pq) -> int:
+                return int(now_ms - (pq.clock() - at) * 1000)
+
+            queues.append(rmq_pb2.ProcessQueueInfo(
+                queue=rmq_pb2.MessageQueue(topic=mq.topic, broker_name=mq.broker_name, queue_id=mq.queue_id),
+                committed_offset=self.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_MEMORY),
+                cached_messages=pq.msg_count, cached_bytes=pq.msg_size,
+                cached_min_offset=held[0] if held else -1, cached_max_offset=held[-1] if held else -1,
+                last_pull_ms=epoch_ms(pq.last_pull_timestamp),
+                last_consume_ms=epoch_ms(pq.last_consume_timestamp), locked=pq.locked))
+        return rmq_pb2.ConsumerRunningInfo(
+            client_id=self.client_id, consume_type=self.consume_type, orderly=self.orderly,
+            message_model=rmq_pb2.BROADCASTING if self.broadcasting else rmq_pb2.CLUSTERING,
+            subscriptions=[rmq_pb2.Subscription(topic=topic, sub_expression=data.sub_string)
+                           for topic, data in sorted(self.rebalance_impl.subscription_inner.items())],
+            queues=queues, sdk_version=__version__)
 
     # ------------------------------------------------------------ where each consumer differs
 

@@ -28,6 +28,7 @@ from rmq.connector.offsets import (
     positions_from_json,
     positions_to_json,
 )
+from rmq.connector.process_queue import ProcessQueue
 
 logger = logging.getLogger(__name__)
 
@@ -52,13 +53,26 @@ class OffsetStore(ABC):
     def load(self) -> None:
         """Load saved progress into memory."""
 
-    def update_offset(self, mq: MessageQueue, offset: int, increase_only: bool) -> None:
-        """In memory only; with `increase_only` a smaller offset never moves it back."""
+    def update_offset(self, mq: MessageQueue, offset: int, increase_only: bool,
+                      unless_dropped: ProcessQueue | None = None) -> None:
+        """In memory only; with `increase_only` a smaller offset never moves it back; with
+        `unless_dropped`, not at all once that ProcessQueue is dropped (checked under the table's
+        lock, under which `reset_offset` drops it)."""
         with self._lock:
+            if unless_dropped is not None and unless_dropped.dropped:
+                return
             current = self._table.get(mq)
             if current is None or not increase_only or offset > current:
                 self._table[mq] = offset
                 self._as_read.discard(mq)
+
+    def reset_offset(self, mq: MessageQueue, offset: int, dropped: ProcessQueue) -> None:
+        """An admin's reset (RESET_CONSUMER_CLIENT_OFFSET): `dropped` is dropped and the offset set
+        in one step, so no commit of what it held lands after the reset."""
+        with self._lock:
+            dropped.dropped = True
+            self._table[mq] = offset
+            self._as_read.discard(mq)
 
     def read_offset(self, mq: MessageQueue, read_type: ReadOffsetType) -> int:
         if read_type is not ReadOffsetType.READ_FROM_STORE:

@@ -42,6 +42,7 @@ class ProcessQueue:
         self._dropped = False
         self._cancel_pull: Callable[[], object] | None = None   # the pull in flight for this queue
         self.last_pull_timestamp = clock()
+        self.last_consume_timestamp = clock()   # the last batch consumed (removed or committed)
         # orderly consumption (spec consumer-pull-rebalance §2.2, §17)
         self._consuming_orderly: dict[int, MessageExt] = {}   # consumingMsgOrderlyTreeMap
         self.consuming = False            # an orderly consume request is running or queued
@@ -118,6 +119,7 @@ class ProcessQueue:
             held, started = self._messages, self._consume_started
             if not held:
                 return -1
+            self.last_consume_timestamp = self.clock()
             for message in messages:
                 offset = message.queue_offset
                 started.pop(offset, None)
@@ -200,6 +202,7 @@ class ProcessQueue:
         with self._lock:
             if not self._consuming_orderly:
                 return -1
+            self.last_consume_timestamp = self.clock()
             offset = max(self._consuming_orderly) + 1
             if not self._messages:
                 offset = max(offset, self.pulled_until)

@@ -50,6 +50,7 @@ from rmq.connector.process_queue import ProcessQueue
 from rmq.connector.rebalance_impl import BrokerQueueAdmin, PullRequest, RebalanceImpl, SubscriptionData
 from rmq.connector.transport import Transport
 from rmq.subscription import MessageSelector
+from rmq.v1 import rmq_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,8 @@ class ConsumeRequest:
 class PullConsumer(ConsumerImpl):
     """A lite pull consumer (clustering, `avg` allocation, from the last offset by default). The
     keywords are consumer_config.PullConsumerSettings; `config` holds them, checked."""
+
+    consume_type = rmq_pb2.CONSUME_ACTIVELY
 
     def __init__(self, group: str, endpoints: str | Sequence[str], *, client: RmqClient | None = None,
                  **settings: Unpack[PullConsumerSettings]) -> None:
@@ -213,7 +216,9 @@ class PullConsumer(ConsumerImpl):
                 self._held.append(request)
                 continue
             offset = request.process_queue.remove_message(request.messages)
-            with self._consumed_lock:
+            with self._consumed_lock:   # a reset drops the queue under this lock
+                if request.process_queue.dropped:
+                    continue
                 self._consumed[request.message_queue] = offset
             return request.messages
 
@@ -328,6 +333,23 @@ class PullConsumer(ConsumerImpl):
 
     def connection_restored(self, broker_name: str) -> None:
         """Nothing to do: a lite pull consumer holds no queue locks."""
+
+    @property
+    def adopts_offset_resets(self) -> bool:
+        return True
+
+    def offsets_reset(self, offsets: dict[MessageQueue, int]) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET: poll() hands out nothing more of what was cached of these
+        queues, and their next messages and commits start from the reset offsets."""
+        if not self.running:
+            return
+        table = self.rebalance_impl.process_queue_table
+        owned = {mq: offset for mq, offset in offsets.items() if mq in table}
+        with self._consumed_lock:
+            for mq, offset in owned.items():
+                table[mq].dropped = True
+                self._consumed[mq] = offset
+        self.rebalance_impl.reset_offsets(owned)
 
     # ------------------------------------------------------------ where pulled messages go (consumer_impl)
 

@@ -60,6 +60,7 @@ from rmq.connector.rebalance_impl import (
 from rmq.connector.scheduled_executor import ScheduledExecutor, ScheduledTask
 from rmq.connector.subscription import MessageSelector as SdkSelector
 from rmq.subscription import MessageSelector
+from rmq.v1 import rmq_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,8 @@ class PushConsumer(ConsumerImpl):
     defaults: clustering, avg allocation, from the last offset, 16 reconsume attempts, 20
     consume threads, 32 messages per pull, batches of 1, consume timeout 15 minutes). The
     keywords are consumer_config.PushConsumerSettings; `config` holds them, checked."""
+
+    consume_type = rmq_pb2.CONSUME_PASSIVELY
 
     def __init__(self, group: str, endpoints: str | Sequence[str], *, client: RmqClient | None = None,
                  **settings: Unpack[PushConsumerSettings]) -> None:
@@ -238,22 +241,12 @@ class PushConsumer(ConsumerImpl):
         assert self._listener is not None
         if self.orderly:
             self.consume_service = ConsumeMessageOrderlyService(
-                cast(MessageListenerOrderly, self._listener), group=self.group,
-                broadcasting=self.broadcasting,
-                consume_thread_max=config.consume_thread_max,
-                consume_message_batch_max_size=config.consume_message_batch_max_size,
-                consume_timeout_minutes=config.consume_timeout_minutes,
-                max_reconsume_times=config.max_reconsume_times,
-                suspend_current_queue_time_millis=config.suspend_current_queue_time_millis,
-                lock_interval_s=config.lock_interval_s,
-                offset_store=self.offset_store, rebalance_impl=self.rebalance_impl,
-                send_message_back=self.send_message_back, scheduler=self._scheduler)
+                cast(MessageListenerOrderly, self._listener), config, offset_store=self.offset_store,
+                rebalance_impl=self.rebalance_impl, send_message_back=self.send_message_back,
+                scheduler=self._scheduler)
         else:
             self.consume_service = ConsumeMessageConcurrentlyService(
-                cast(MessageListenerConcurrently, self._listener), group=self.group,
-                broadcasting=self.broadcasting, consume_thread_max=config.consume_thread_max,
-                consume_message_batch_max_size=config.consume_message_batch_max_size,
-                consume_timeout_minutes=config.consume_timeout_minutes, offset_store=self.offset_store,
+                cast(MessageListenerConcurrently, self._listener), config, offset_store=self.offset_store,
                 send_message_back=self.send_message_back, scheduler=self._scheduler)
 
     # ------------------------------------------------------------ MQConsumerInner (client_instance)
@@ -272,6 +265,16 @@ class PushConsumer(ConsumerImpl):
         """Orderly: take the locks back at once, not at the next lockAll (up to 20 s later)."""
         if self.orderly:
             self.rebalance_impl.lock_all()
+
+    @property
+    def adopts_offset_resets(self) -> bool:
+        return True
+
+    def offsets_reset(self, offsets: dict[MessageQueue, int]) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET: what is cached of these queues is dropped, their pulls
+        start again from the reset offsets (broadcasting keeps its own offsets: not watched)."""
+        if self.running:
+            self.rebalance_impl.reset_offsets(offsets)
 
     # ------------------------------------------------------------ where pulled messages go (consumer_impl)
 

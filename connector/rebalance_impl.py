@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -30,6 +30,7 @@ from rmq.subscription import MessageSelector, parse_sub_expression
 logger = logging.getLogger(__name__)
 
 UNLOCK_TRY_TIMEOUT_S = 1.0   # removeUnnecessaryMessageQueue's tryLock of the consume lock
+RESET_WAIT_S = 10.0          # resetOffset's wait for an orderly batch being consumed (RocketMQ sleeps 10 s)
 
 
 @dataclass(frozen=True)
@@ -394,6 +395,42 @@ class RebalanceImpl:
             old.dropped = True
             pq = self.process_queue_table[mq] = ProcessQueue()
         return pq
+
+    def reset_offsets(self, offsets: Mapping[MessageQueue, int]) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET (RocketMQ's resetOffset): each owned queue of `offsets` gets
+        a fresh ProcessQueue, the old one dropped in the same step as its in-memory offset is set to
+        the reset one, so neither its cached messages nor a batch being consumed from it commit over
+        the reset; its pulls start again from there. Orderly: after the batch being consumed, if
+        any (it commits under the consume lock). A queue not owned here is read from the committed
+        (reset) offset whenever it is added. The reset offsets are persisted at once."""
+        requests = []
+        with self._lock:
+            for mq, offset in sorted(offsets.items()):
+                old = self.process_queue_table.get(mq)
+                if old is None:
+                    continue
+                pq = ProcessQueue()
+                pq.locked, pq.last_lock_timestamp = old.locked, old.last_lock_timestamp
+                self._drop_for_reset(mq, old, offset)
+                self.process_queue_table[mq] = pq
+                requests.append(PullRequest(self.group, mq, pq, offset))
+                logger.info("resetOffset, %s, %s to %d", self.group, mq, offset)
+        self.dispatch_pull_requests(requests)
+        try:   # at once: a periodic persist may have written the old position after the reset
+            self.offset_store.persist_all([request.message_queue for request in requests])
+        except RmqError as error:
+            logger.warning("persisting the reset offsets of group %s failed: %s", self.group, error)
+
+    def _drop_for_reset(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
+        held = self.orderly and pq.lock_consume.acquire(timeout=RESET_WAIT_S)
+        if self.orderly and not held:
+            logger.warning("resetOffset, %s: the batch being consumed from %s did not finish in %.0f s; "
+                           "its commit may land after the reset", self.group, mq, RESET_WAIT_S)
+        try:
+            self.offset_store.reset_offset(mq, offset, pq)
+        finally:
+            if held:
+                pq.lock_consume.release()
 
     def remove_process_queue(self, mq: MessageQueue) -> None:
         """Drop one queue now (after OFFSET_ILLEGAL); the next rebalance adds it back."""

@@ -97,7 +97,12 @@ def well_formed_properties(data: bytes) -> bool:
         items = data.decode().split(mf.PROPERTY_SEPARATOR)
     except UnicodeDecodeError:
         return False
-    return items[-1] == "" and all(item.count(mf.NAME_VALUE_SEPARATOR) == 1 for item in items[:-1])
+    if items[-1] != "":
+        return False
+    for item in items[:-1]:   # a loop, not a generator: one frame per put, not one per property
+        if item.count(mf.NAME_VALUE_SEPARATOR) != 1:
+            return False
+    return True
 
 
 _INT32_MAX = 2**31

@@ -80,7 +80,15 @@ class ConsumeQueue:
         after recovery) are skipped, gaps are filled with pre-blank entries."""
         expect = cq_offset * CQ_STORE_UNIT_SIZE
         queue = self.mapped_file_queue
-        if not queue.files:
+        files = queue.files
+        if files:   # the common case first: the entry continues the last file, which has room for it
+            last = files[-1]
+            position = last.wrote_position
+            if last.file_from_offset + position == expect and position + CQ_STORE_UNIT_SIZE <= last.file_size:
+                last.append(ENTRY.pack(commit_log_offset, size, tags_code))
+                self.max_physic_offset = commit_log_offset + size
+                return
+        if not files:
             self.min_logic_offset = expect
         elif expect < queue.get_max_offset():
             return

@@ -421,3 +421,20 @@ def allocate_file(fd: int, size: int, preallocate: bool) -> None:
             if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
                 raise
     os.ftruncate(fd, size)
+
+
+def map_reserved(path: Path, size: int) -> mmap.mmap:
+    """Map a file of `size` bytes (0600), created with its blocks reserved when it is new or of
+    another size, so no page of it faults on a full filesystem. Raises OSError (ENOSPC), leaving
+    no file, when there is no room for it."""
+    fd = open_private(path, os.O_RDWR | os.O_CREAT)
+    try:
+        if os.fstat(fd).st_size != size:
+            try:
+                allocate_file(fd, size, preallocate=True)
+            except OSError:
+                path.unlink(missing_ok=True)
+                raise
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)

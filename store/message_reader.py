@@ -125,11 +125,15 @@ class MessageReader:
         entries = cq.get_entries(offset, max_msg_nums)
         if entries is None:
             return True
-        sizes = entries["size"]
-        if int(sizes[sizes != PRE_BLANK_SIZE].sum()) > max_bytes:
+        if len(entries) == 1:   # a pull of one message: no column is built
+            first, size, _code = entries[0].tolist()
+            read = 0 if size == PRE_BLANK_SIZE else size
+        else:
+            sizes = entries["size"]
+            first, read = int(entries["offset"][0]), int(sizes[sizes != PRE_BLANK_SIZE].sum())
+        if read > max_bytes:
             return False
-        return not suggest_pulling_from_slave(self.commit_log.get_max_offset(), int(entries["offset"][0]),
-                                              self._memory_threshold)
+        return not suggest_pulling_from_slave(self.commit_log.get_max_offset(), first, self._memory_threshold)
 
     def get_queue_range(self, topic: str, queue_id: int, offset: int, end_offset: int, max_msg_nums: int,
                         max_total_bytes: int | None = None, tag_codes: Collection[int] | None = None,
@@ -187,9 +191,14 @@ class MessageReader:
         them alone is answered MESSAGE_WAS_REMOVING). Per entry, in order: pre-blank entries are
         skipped; the batch is full (break before the entry) once it holds max_msg_nums messages
         or the entry would pass max_bytes; filtered-out entries are skipped; the rest are taken."""
-        if len(entries) == 1 and record_filter is None:   # a woken held pull's read (the latency path)
-            offset, size, code = entries[0].tolist()
-            return self._read_one(offset, size, code, tag_codes)
+        if record_filter is None:
+            if len(entries) == 1:   # a woken held pull's read (the latency path)
+                offset, size, code = entries[0].tolist()
+                return self._read_one(offset, size, code, tag_codes)
+            if max_msg_nums == 1:   # a pull of one message: no column is built
+                taken_first = self._read_first(entries, tag_codes)
+                if taken_first is not None:
+                    return taken_first
         physical = entries["offset"].astype(np.int64)
         deleted = physical < self.commit_log.get_min_offset()
         if deleted.any():
@@ -229,6 +238,25 @@ class MessageReader:
             return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, 0, 0, 0)
         return GetMessageResult(GetMessageStatus.FOUND, scanned, 0, 0, len(selected),
                                 sizes[selected].astype(np.int32), buffer, suggest)
+
+    def _read_first(self, entries: np.ndarray, tag_codes: Collection[int] | None) -> GetMessageResult | None:
+        """_read_entries of a pull of one message whose first entry is taken (a stored record, not
+        removed, matching the tags) and whose second, if any, is no pre-blank entry: that record,
+        next_begin_offset 1, as the vectorised loop answers; None, nothing read, for any other case
+        (the loop decides)."""
+        (offset, size, code), *following = entries[:2].tolist()
+        if (size == PRE_BLANK_SIZE or (tag_codes is not None and code not in tag_codes)
+                or (following and following[0][1] == PRE_BLANK_SIZE)
+                or offset < self.commit_log.get_min_offset()):
+            return None
+        record = self.commit_log.get_message(offset, size)
+        if record is None:   # deleted while we read: let the client retry
+            return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, 0, 0, 0)
+        max_phy_pulling = following[0][0] if following else offset   # where the loop stopped
+        suggest = suggest_pulling_from_slave(self.commit_log.get_max_offset(), max_phy_pulling,
+                                             self._memory_threshold)
+        return GetMessageResult(GetMessageStatus.FOUND, 1, 0, 0, 1, np.array([size], dtype=np.int32),
+                                record, suggest)
 
     def _read_one(self, physical: int, size: int, code: int, tag_codes: Collection[int] | None
                   ) -> GetMessageResult:

@@ -124,3 +124,41 @@ def test_the_broker_check_sees_an_import_up() -> None:
     assert broker_layer(["processors", "topic_config_manager"]) == "manager"
     assert broker_layer(["offsets", "consumer_manager"]) == "manager"
     assert broker_layer(["rmq_v1", "messaging_service"]) == "adapter:rmq_v1"
+
+
+# Every request kind enters a processor (issue 42, ARCHITECTURE.md "Requests"): a protocol adapter
+# reaches the store and the consumers' state (offsets, held pulls, pop state, locks, the store's
+# executor) only through processors/pipeline.py's processors. Route lookups (TopicConfigManager),
+# the remoting port's connection events (ConsumerManager), the RocketMQ 5 timer park/recall
+# (TimerMessageStore) and rmq.v1 WatchConsumerIds are the adapters' own still (ARCHITECTURE.md).
+STATE_ONLY_PROCESSORS_REACH = {
+    "rmq.store": {"MessageStore"},
+    "rmq.broker_server.offsets.consumer_offset_manager": None,
+    "rmq.broker_server.offsets.rebalance_lock_manager": None,
+    "rmq.broker_server.long_polling.pull_request_hold_service": None,
+    "rmq.broker_server.processors.store_executor": None,
+    "rmq.broker_server.processors.pop_state": None,
+}
+
+
+def adapter_state_imports(root: Path = BROKER) -> list[str]:
+    found = []
+    for adapter in ADAPTERS:
+        for path in sorted((root / adapter).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.ImportFrom) or node.module not in STATE_ONLY_PROCESSORS_REACH:
+                    continue
+                names = STATE_ONLY_PROCESSORS_REACH[node.module]
+                found += [f"{path.relative_to(root)}: {node.module}.{alias.name}" for alias in node.names
+                          if names is None or alias.name in names]
+    return found
+
+
+def test_adapters_reach_the_store_and_consumer_state_only_through_processors() -> None:
+    assert adapter_state_imports() == []
+
+
+def test_the_adapter_check_sees_a_store_import(tmp_path: Path) -> None:
+    (tmp_path / "remoting").mkdir()
+    (tmp_path / "remoting" / "m.py").write_text("from rmq.store import MessageStore, MessageToStore\n")
+    assert adapter_state_imports(tmp_path) == ["remoting/m.py: rmq.store.MessageStore"]

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import grpc
 from google.protobuf.message import Message
 
+from rmq.broker_server.config import DEFAULT_CLUSTER_NAME
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
@@ -29,9 +30,11 @@ class BrokerOuterAPI:
         register_interval_ms: int,
         open_channel: Callable[[str], grpc.aio.Channel] = grpc.aio.insecure_channel,
         member: rmq_pb2.BrokerMember | None = None,
+        cluster_name: str = DEFAULT_CLUSTER_NAME,
     ) -> None:
         self.namesrv_addresses = namesrv_addresses
-        self.broker = rmq_pb2.BrokerData(broker_name=broker_name, address=broker_address)
+        self.broker = rmq_pb2.BrokerData(broker_name=broker_name, address=broker_address,
+                                         cluster_name=cluster_name)
         # this broker's id and role in its group (docs/replication.md)
         self.member = member or rmq_pb2.BrokerMember(address=broker_address)
         self.topics = topics
@@ -51,10 +54,14 @@ class BrokerOuterAPI:
         """Announce a topic change now instead of at the next period."""
         self._changed.set()
 
-    async def register_broker_all(self) -> None:
-        request = rmq_pb2.RegisterBrokerRequest(
+    def registration(self) -> rmq_pb2.RegisterBrokerRequest:
+        """What this broker tells the name servers: its group, cluster, topics and member."""
+        return rmq_pb2.RegisterBrokerRequest(
             broker=self.broker, topics=[config.to_proto() for config in self.topics.all()], member=self.member
         )
+
+    async def register_broker_all(self) -> None:
+        request = self.registration()
         await asyncio.gather(*(self._call(address, "RegisterBroker", request) for address in self._channels))
 
     async def stop(self) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from prometheus_client.registry import Collector
 
-from rmq.broker_server.config import NameServerConfig
+from rmq.broker_server.config import DEFAULT_CLUSTER_NAME, NameServerConfig
 from rmq.broker_server.errors import BrokerError, UserError, illegal_argument
 from rmq.broker_server.grpc_aio import Context
 from rmq.broker_server.metrics.collectors import NameServerCollector, serve_metrics
@@ -62,6 +62,7 @@ class BrokerLiveInfo:
     flight_address: str = ""   # its Arrow Flight data plane (docs/data-plane.md), "" when off
     remoting_address: str = ""   # its RocketMQ 4.x remoting port, if it serves one
     epoch: int = 0   # controller mode: the master epoch it serves in
+    cluster_name: str = DEFAULT_CLUSTER_NAME   # brokerClusterName
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,10 @@ class BrokerGroup:
         return max(masters, key=lambda m: (m.epoch, -m.broker_id)) if masters else self.members[0]
 
     @property
+    def cluster_name(self) -> str:
+        return self.representative.cluster_name
+
+    @property
     def has_master(self) -> bool:
         """Only a master takes sends: without one the group's queues are read-only."""
         return self.representative.role != rmq_pb2.SLAVE
@@ -89,7 +94,7 @@ class BrokerGroup:
 
     def to_proto(self) -> rmq_pb2.BrokerData:
         return rmq_pb2.BrokerData(
-            broker_name=self.broker_name, address=self.representative.address,
+            broker_name=self.broker_name, address=self.representative.address, cluster_name=self.cluster_name,
             members=[rmq_pb2.BrokerMember(broker_id=m.broker_id, address=m.address, role=m.role,
                                           flight_address=m.flight_address,
                                           remoting_address=m.remoting_address, epoch=m.epoch)
@@ -108,10 +113,11 @@ class RouteInfoManager:
 
     def register_broker(self, broker_name: str, address: str, topics: list[TopicConfig], broker_id: int = 0,
                         role: rmq_pb2.BrokerRole = rmq_pb2.ASYNC_MASTER, flight_address: str = "",
-                        remoting_address: str = "", epoch: int = 0) -> bool:
+                        remoting_address: str = "", epoch: int = 0,
+                        cluster_name: str = DEFAULT_CLUSTER_NAME) -> bool:
         """Record the member's current topics (replacing the previous set); True when it is new."""
         info = BrokerLiveInfo(broker_name, address, {t.topic_name: t for t in topics}, self._now_ms(),
-                              broker_id, role, flight_address, remoting_address, epoch)
+                              broker_id, role, flight_address, remoting_address, epoch, cluster_name)
         with self._lock:
             previous = self._brokers.get((broker_name, broker_id))
             self._brokers[(broker_name, broker_id)] = info
@@ -241,6 +247,7 @@ class NameServerService(rmq_pb2_grpc.NameServerServiceServicer):
             request.member.flight_address,
             request.member.remoting_address,
             request.member.epoch,
+            request.broker.cluster_name or DEFAULT_CLUSTER_NAME,
         )
         return rmq_pb2.RegisterBrokerResponse(status=OK)
 

@@ -1,13 +1,17 @@
 """ClientManageProcessor (RocketMQ's): heartbeats and unregistrations of every protocol's
-consumers into the one ConsumerManager, and CHECK_CLIENT_CONFIG's subscription check."""
+consumers into the one ConsumerManager, producers' heartbeats into the ProducerManager (and the
+producer connections of a group, `GetProducerConnections`), and CHECK_CLIENT_CONFIG's subscription
+check."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping
+from typing import cast
 
 from rmq.broker_server.errors import BrokerError, illegal_argument
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager
+from rmq.broker_server.offsets.producer_manager import ProducerInfo, ProducerManager
 from rmq.broker_server.processors.consumer_send_msg_back import ensure_retry_topic
 from rmq.broker_server.processors.names import check_group_name
 from rmq.broker_server.processors.pull_message_processor import MAX_SUB_EXPRESSION_LENGTH
@@ -23,10 +27,30 @@ def check_client_id(client_id: str) -> None:
 
 class ClientManageProcessor:
     def __init__(self, topics: TopicConfigManager, consumers: ConsumerManager,
-                 on_topics_changed: Callable[[], None]) -> None:
+                 on_topics_changed: Callable[[], None], producers: ProducerManager) -> None:
         self.topics = topics
         self.consumers = consumers
         self.on_topics_changed = on_topics_changed
+        self.producers = producers
+
+    def producer_heartbeat(self, group: str, client_id: str, protocol: int, address: str, language: str,
+                           version: int) -> None:
+        """A producer's heartbeat in its producer group (BrokerError past the table's bounds)."""
+        check_client_id(client_id)
+        check_group_name(group)
+        self.producers.register(group, ProducerInfo(client_id, protocol, address, language, version,
+                                                    self.producers.now_ms()))
+
+    def producer_left(self, group: str, client_id: str) -> None:
+        self.producers.unregister(group, client_id)
+
+    def producer_connections(self, group: str) -> list[rmq_pb2.ProducerConnection]:
+        check_group_name(group)
+        return [rmq_pb2.ProducerConnection(
+            client_id=info.client_id, protocol=cast(rmq_pb2.ClientProtocol, info.protocol),
+            address=info.address,
+            language=info.language, version=info.version, last_heartbeat_ms=info.last_update_ms)
+            for info in self.producers.connections(group)]
 
     def heartbeat(self, client_id: str, group: str, message_model: int, subscriptions: Mapping[str, str],
                   protocol: int, address: str) -> None:

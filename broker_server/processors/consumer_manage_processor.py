@@ -1,19 +1,33 @@
 """ConsumerManageProcessor (RocketMQ's): a group's consumer list and its committed offsets, for
 every protocol's adapter (rmq.v1 QueryConsumerOffsets / UpdateConsumerOffsets / RemoveConsumerOffsets
 / GetConsumerList; 4.x QUERY_CONSUMER_OFFSET / UPDATE_CONSUMER_OFFSET / GET_CONSUMER_LIST_BY_GROUP;
-RocketMQ 5 QueryOffset / UpdateOffset). Every offset of an update is checked before any is stored."""
+RocketMQ 5 QueryOffset / UpdateOffset), an admin's offset reset (rmq.v1 ResetConsumerOffsets,
+RocketMQ's resetOffset), which is committed and then told to the group's live rmq consumers over
+their membership watches, and a consumer's running info (GetConsumerRunningInfo, asked of it over
+the same watch; ReportRunningInfo is its answer). Every offset of an update is checked before any
+is stored."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from rmq.broker_server.errors import illegal_argument
+from rmq.broker_server.offsets.consumer_ids_watch import ConsumerIdsWatchService
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
+from rmq.broker_server.processors.client_manage_processor import check_client_id
 from rmq.broker_server.processors.names import check_group_name
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.security.caller import account_key
 from rmq.topic_config import TopicConfig
+from rmq.v1 import rmq_pb2
+
+
+@dataclass(frozen=True)
+class ResetOutcome:
+    notified: list[str]
+    untold: list[str]      # live clustering members no notifier could tell (a forced reset)
 
 
 def check_queue(config: TopicConfig, queue_id: int) -> None:
@@ -27,10 +41,13 @@ def check_queue(config: TopicConfig, queue_id: int) -> None:
 
 class ConsumerManageProcessor:
     def __init__(self, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
-                 consumers: ConsumerManager) -> None:
+                 consumers: ConsumerManager, watches: ConsumerIdsWatchService) -> None:
+        """`watches`: the rmq.v1 consumers' membership watches, which carry resets and running-info
+        questions to them."""
         self.topics = topics
         self.offsets = offsets
         self.consumers = consumers
+        self.watches = watches
 
     def consumer_list(self, group: str) -> list[str]:
         check_group_name(group)
@@ -61,6 +78,39 @@ class ConsumerManageProcessor:
             account_key(), {OffsetKey(group, topic, queue_id): offset
                             for (topic, queue_id), offset in offsets.items()},
             increase_only=increase_only)
+
+    def reset_offsets(self, group: str, offsets: Mapping[tuple[str, int], int], force: bool = False
+                      ) -> ResetOutcome:
+        """RocketMQ's resetOffset: commit {(topic, queue id): offset} over whatever the group
+        committed (smaller offsets included), then tell its live consumers, which adopt them
+        instead of committing their own positions over them. Refused, nothing committed, while a
+        live clustering member cannot be told (it would commit over the reset), unless `force`."""
+        check_group_name(group)
+        watching = self.watches.watching(group)
+        untold = sorted(info.client_id for info in self.consumers.connections(group)
+                        if info.message_model != rmq_pb2.BROADCASTING and info.client_id not in watching)
+        if untold and not force:
+            shown = ", ".join(untold[:3]) + (", ..." if len(untold) > 3 else "")
+            raise illegal_argument(
+                f"consumer group {group} has {len(untold)} live member(s) that cannot be told of a reset "
+                f"({shown}: RocketMQ 4.x/5 clients, or rmq clients without a membership watch): stop them "
+                "first, or force the reset (their next commits may overwrite it)")
+        self.update_offsets(group, offsets)
+        keys = {OffsetKey(group, topic, queue_id): offset for (topic, queue_id), offset in offsets.items()}
+        return ResetOutcome(self.watches.notify_reset(group, keys), untold)
+
+    async def running_info(self, group: str, client_id: str) -> rmq_pb2.ConsumerRunningInfo:
+        """GET_CONSUMER_RUNNING_INFO of a live rmq consumer, asked over its membership watch."""
+        check_group_name(group)
+        check_client_id(client_id)
+        return await self.watches.ask_running_info(group, client_id)
+
+    def report_running_info(self, request: rmq_pb2.ReportRunningInfoRequest) -> None:
+        """The client's answer to a running-info question."""
+        check_group_name(request.consumer_group)
+        check_client_id(request.client_id)
+        self.watches.answer_running_info(request.consumer_group, request.client_id, request.request_id,
+                                         request.info)
 
     def remove_offsets(self, group: str, queues: list[tuple[str, int]]) -> None:
         check_group_name(group)

@@ -22,6 +22,7 @@ from rmq import message_format as mf
 from rmq import retry
 from rmq.broker_server.errors import BrokerError, illegal_argument
 from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
+from rmq.broker_server.offsets.subscription_group_manager import SubscriptionGroupManager
 from rmq.broker_server.processors.delay_levels import delay_level_to_queue_id
 from rmq.broker_server.processors.names import SCHEDULE_TOPIC, check_group_name, is_reserved_topic
 from rmq.broker_server.processors.put_status import check_put_status
@@ -139,11 +140,13 @@ def ensure_retry_topic(topics: TopicConfigManager, group: str, on_topics_changed
 class ConsumerSendMsgBackProcessor:
     def __init__(self, store: MessageStore, topics: TopicConfigManager, executor: StoreExecutor,
                  max_delay_level: int, group_exists: Callable[[str], bool],
-                 on_topics_changed: Callable[[], None], stats: BrokerStatsManager | None = None) -> None:
+                 on_topics_changed: Callable[[], None], stats: BrokerStatsManager | None = None,
+                 groups: SubscriptionGroupManager | None = None) -> None:
         """`group_exists(group)` says whether the broker knows the group (live consumers or
         committed offsets): RocketMQ's subscription group lookup. `on_topics_changed` announces
         a retry or dead-letter topic created here to the name servers; `stats` counts the
-        messages moved to a dead-letter queue."""
+        messages moved to a dead-letter queue; `groups` holds the admins' per-group settings,
+        whose retry_max_times, when an admin stored one, decides over the client's."""
         self.store = store
         self.topics = topics
         self.executor = executor
@@ -151,6 +154,7 @@ class ConsumerSendMsgBackProcessor:
         self.group_exists = group_exists
         self.on_topics_changed = on_topics_changed
         self.stats = stats
+        self.groups = groups
 
     async def store_copy(self, group: str, message: StoredMessage, target: SendBackTarget,
                          max_times: int) -> None:
@@ -169,6 +173,16 @@ class ConsumerSendMsgBackProcessor:
             self.stats.record_send_to_dlq(copy.properties[retry.PROPERTY_RETRY_TOPIC], group,
                                           caller.account_key())
 
+    def _max_times(self, request: rmq_pb2.ConsumerSendMsgBackRequest) -> int:
+        """The group's stored retry_max_times (RocketMQ 5: the group's retry policy decides), else
+        the client's max_reconsume_times, else RocketMQ's default 16."""
+        settings = self.groups.find(request.consumer_group) if self.groups is not None else None
+        if settings is not None:
+            return settings.retry_max_times
+        if request.HasField("max_reconsume_times"):
+            return request.max_reconsume_times
+        return retry.DEFAULT_MAX_RECONSUME_TIMES
+
     async def process(
         self, request: rmq_pb2.ConsumerSendMsgBackRequest
     ) -> rmq_pb2.ConsumerSendMsgBackResponse:
@@ -176,8 +190,7 @@ class ConsumerSendMsgBackProcessor:
         check_group_name(group)
         if not self.group_exists(group):
             raise BrokerError(rmq_pb2.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
-        max_times = (request.max_reconsume_times if request.HasField("max_reconsume_times")
-                     else retry.DEFAULT_MAX_RECONSUME_TIMES)
+        max_times = self._max_times(request)
         if max_times < 0:
             raise illegal_argument(f"max_reconsume_times must not be negative, not {max_times}")
         record = await self.executor.run(self.store.look_message_by_offset, request.commit_log_offset)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
@@ -32,6 +33,7 @@ from rmq.broker_server.errors import BrokerError, illegal_argument
 from rmq.broker_server.long_polling.pull_request_hold_service import HoldTableFull, PullRequestHoldService
 from rmq.broker_server.metrics.broker_stats import BrokerStatsManager
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
+from rmq.broker_server.offsets.subscription_group_manager import SubscriptionGroupManager
 from rmq.broker_server.processors.filter_executor import FilterExecutor, slice_evaluations
 from rmq.broker_server.processors.names import check_group_name
 from rmq.broker_server.processors.pull_response_budget import PullBytesLease, PullResponseBudget
@@ -145,8 +147,11 @@ class PullMessageProcessor:
         enable_property_filter: bool = True,
         budget: PullResponseBudget | None = None,
         refusals: RefusalLog | None = None,
+        groups: SubscriptionGroupManager | None = None,
     ) -> None:
+        """`groups`: the admins' per-group settings (a group whose consume is disabled is refused)."""
         self.store = store
+        self.groups = groups
         self.filters = filters
         self.refusals = refusals or RefusalLog()
         self.stats = stats
@@ -217,6 +222,10 @@ class PullMessageProcessor:
     def parse(self, request: rmq_pb2.PullMessageRequest) -> PullQuery:
         """Validate every field, naming the bad one; clamp batch limits to the broker's."""
         check_group_name(request.consumer_group)
+        settings = self.groups.find(request.consumer_group) if self.groups is not None else None
+        if settings is not None and not settings.consume_enable:
+            raise BrokerError(rmq_pb2.NO_PERMISSION, "subscription group no permission, "
+                              f"{request.consumer_group} (an admin disabled its consumption)")
         config = self.topics.require(request.topic)
         if not config.readable:
             raise BrokerError(
@@ -324,6 +333,17 @@ class PullMessageProcessor:
     async def first_offset(self, topic: str, queue_id: int) -> int:
         """The queue's first offset (its min offset), read on an executor thread."""
         return await self.executor.run(self.store.get_min_offset_in_queue, topic, queue_id)
+
+    def range_reader(self, query: PullQuery, offset: int, end_offset: int, max_rows: int,
+                     max_bytes: int) -> Callable[[], GetMessageResult]:
+        """One read of [offset, end_offset) of the query's queue, up to `max_rows` and `max_bytes`
+        (the Flight data plane's RecordBatch), for the caller to run on its stream's thread or,
+        with an SQL92 filter, on the FilterExecutor."""
+        record_filter = query.record_filter
+        return functools.partial(
+            self.store.get_queue_range, query.topic, query.queue_id, offset, end_offset, max_rows, max_bytes,
+            query.tag_codes, record_filter,
+            max_filter_evaluations=None if record_filter is None else record_filter.slice_evaluations)
 
     async def _read(self, query: PullQuery, max_bytes: int, inline: bool) -> GetMessageResult:
         read = functools.partial(

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from google.protobuf.message import Message
@@ -45,6 +45,7 @@ from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
 from rmq.broker_server.remoting.remoting_server import CallContext, Channel, ConnectionTable
 from rmq.broker_server.remoting.topic_route_data import BrokerData, encode_topic_route
 from rmq.broker_server.remoting.transactions import (
+    MAX_PRODUCER_GROUPS_PER_CONNECTION,
     RESOLUTIONS,
     ProducerChannels,
     half_message,
@@ -75,6 +76,7 @@ class BrokerIdentity:
     broker_name: str
     broker_id: int  # 0: master; a slave's route names it as a slave, so 4.x producers do not send to it
     remoting_address: str  # what route lookups on this port name as the broker's address
+    cluster_name: str  # brokerClusterName, in the route
 
 
 class BrokerRemotingProcessor:
@@ -95,6 +97,7 @@ class BrokerRemotingProcessor:
         self.connections = ConnectionTable()
         self.transactions = processors.end_transaction
         self.producers = ProducerChannels()
+        self._producer_ids: dict[Channel, set[tuple[str, str]]] = {}   # a connection's (group, client id)s
         self.transactions.add_check(self.producers)
         self.dispatcher = RequestDispatcher(
             {
@@ -117,13 +120,14 @@ class BrokerRemotingProcessor:
                 RequestCode.CHECK_CLIENT_CONFIG: self._check_client_config,
                 RequestCode.GET_CONSUMER_RUNNING_INFO: self._consumer_running_info,
                 RequestCode.END_TRANSACTION: self._end_transaction,
+                RequestCode.RECALL_MESSAGE: self._recall,
             },
             authenticator,
         )
         consumers.add_listener(self._consumer_ids_changed)
 
-    async def process(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
-        return await self.dispatcher.process(context, request)
+    def process(self, context: CallContext, request: RemotingCommand) -> Awaitable[RemotingCommand | None]:
+        return self.dispatcher.process(context, request)   # no coroutine of its own per request
 
     def _authorize(self, call: Call, method: str, request: Message) -> None:
         self.dispatcher.authorize(call, METHOD + method, request)
@@ -145,7 +149,8 @@ class BrokerRemotingProcessor:
             )
         name = self.identity.broker_name
         body = encode_topic_route(
-            [BrokerData(name, {self.identity.broker_id: self.identity.remoting_address})],
+            [BrokerData(name, {self.identity.broker_id: self.identity.remoting_address},
+                        self.identity.cluster_name)],
             [QueueData(name, config.read_queue_nums, config.write_queue_nums, config.perm)],
         )
         return call.request.response(ResponseCode.SUCCESS, body=body)
@@ -154,7 +159,9 @@ class BrokerRemotingProcessor:
         data = headers.json_body(call.request)
         client_id = headers.json_text(data, "clientID")
         for producer in headers.json_list(data, "producerDataSet"):
-            self.producers.register(headers.json_text(producer, "groupName"), call.channel, call.access_key)
+            group = headers.json_text(producer, "groupName")
+            self.producers.register(group, call.channel, call.access_key)
+            self._producer_heartbeat(call, group, client_id)
         for consumer in headers.json_list(data, "consumerDataSet"):
             group, model = headers.json_text(consumer, "groupName"), headers.message_model(consumer)
             subscriptions = {
@@ -173,6 +180,24 @@ class BrokerRemotingProcessor:
                 client_id, group, model, subscriptions, rmq_pb2.CLIENT_PROTOCOL_REMOTING, call.context.peer()
             )
         return call.request.response(ResponseCode.SUCCESS)
+
+    def _producer_heartbeat(self, call: Call, group: str, client_id: str) -> None:
+        """Into the producer table (producerConnection); the producer leaves it with its connection."""
+        known = self._producer_ids.setdefault(call.channel, set())
+        if (group, client_id) not in known and len(known) >= MAX_PRODUCER_GROUPS_PER_CONNECTION:
+            raise Refusal(ResponseCode.SYSTEM_BUSY, f"one connection may register at most "
+                                                    f"{MAX_PRODUCER_GROUPS_PER_CONNECTION} producers")
+        request = call.request
+        self.processors.client_manage.producer_heartbeat(group, client_id, rmq_pb2.CLIENT_PROTOCOL_REMOTING,
+                                                         call.context.peer(), request.language.name,
+                                                         request.version)
+        if not known:
+            call.channel.close_callbacks.append(self._producers_gone)
+        known.add((group, client_id))
+
+    def _producers_gone(self, channel: Channel) -> None:
+        for group, client_id in self._producer_ids.pop(channel, set()):
+            self.processors.client_manage.producer_left(group, client_id)
 
     def _register(self, channel: Channel, client_id: str, group: str) -> None:
         if client_id not in channel.client_ids and len(channel.client_ids) >= MAX_CLIENT_IDS_PER_CONNECTION:
@@ -354,6 +379,17 @@ class BrokerRemotingProcessor:
         except UnknownTransaction as error:   # RocketMQ: no prepared message found
             raise Refusal(ResponseCode.SYSTEM_ERROR, error.message) from None
         return call.request.response(ResponseCode.SUCCESS)
+
+    async def _recall(self, call: Call) -> RemotingCommand:
+        """RocketMQ 5.3 RECALL_MESSAGE (RecallMessageRequestHeader: topic, recallHandle; PUB on
+        the topic): cancel a pending timer message; the answer's msgId is its UNIQ_KEY."""
+        request = rmq_pb2.RecallMessageRequest(topic=headers.text(call.request, "topic"),
+                                               recall_handle=headers.text(call.request, "recallHandle"))
+        self._authorize(call, "RecallMessage", request)
+        timer = self.processors.send.timer
+        assert timer is not None   # the broker always has one
+        message_id = await timer.recall(request.topic, request.recall_handle)
+        return call.request.response(ResponseCode.SUCCESS, ext_fields={"msgId": message_id})
 
     def _one_message(
         self, topic: str, body: bytes, properties_text: str, flag: int, sys_flag: int, queue_id: int

@@ -115,7 +115,18 @@ class RequestDispatcher:
         self.authenticator = authenticator
 
     async def process(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
-        response = await self._process(context, request)
+        handler = self.handlers.get(request.code)
+        if handler is None:
+            return _unsupported(request)
+        try:
+            access_key = self._authenticate(context, request)
+            if self.authenticator is not None:   # what the request reaches is checked for this account
+                run_as(self.authenticator.caller(access_key))
+            response = await handler(Call(context, request, access_key))
+        except BrokerError as error:
+            response = self._refused(request, error)
+        except ValueError as error:  # a header number out of its field's range
+            response = request.response(ResponseCode.SYSTEM_ERROR, f"bad request field: {error}")
         if log.isEnabledFor(logging.DEBUG):   # not a log call per request unless asked for
             log.debug(
                 "remoting %s: request code %d -> %s %s",
@@ -139,20 +150,6 @@ class RequestDispatcher:
         except BrokerError as error:
             return self._refused(header, error)
         return Admission(proof.access_key, proof)
-
-    async def _process(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
-        handler = self.handlers.get(request.code)
-        if handler is None:
-            return _unsupported(request)
-        try:
-            access_key = self._authenticate(context, request)
-            if self.authenticator is not None:   # what the request reaches is checked for this account
-                run_as(self.authenticator.caller(access_key))
-            return await handler(Call(context, request, access_key))
-        except BrokerError as error:
-            return self._refused(request, error)
-        except ValueError as error:  # a header number out of its field's range
-            return request.response(ResponseCode.SYSTEM_ERROR, f"bad request field: {error}")
 
     @staticmethod
     def _refused(request: RemotingCommand, error: BrokerError) -> RemotingCommand:

@@ -41,7 +41,7 @@ class NameServerRemotingProcessor:
             addresses = {m.broker_id: m.remoting_address for m in group.members if m.remoting_address}
             if not addresses:
                 continue
-            brokers.append(BrokerData(group.broker_name, addresses))
+            brokers.append(BrokerData(group.broker_name, addresses, group.cluster_name))
             perm = config.perm if group.has_master else config.perm & ~PERM_WRITE
             queues.append(QueueData(group.broker_name, config.read_queue_nums, config.write_queue_nums, perm))
         if not brokers:

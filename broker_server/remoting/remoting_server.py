@@ -91,22 +91,15 @@ class Channel:
     def __init__(self, transport: asyncio.Transport, address: str) -> None:
         self.transport = transport
         self.address = address  # "host:port" of the client
+        self.peer = f"ipv4:{address}"   # the gRPC-style peer name the processors key connections by
+        self.host = address.rpartition(":")[0]   # without the port: what ACL address checks and
+        # per-address bounds see
         self._opaques = itertools.count(1)
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self.requests: dict[int, asyncio.Task[None]] = {}  # opaque -> the task serving that request
         self.client_ids: dict[str, set[str]] = {}  # client id -> consumer groups it joined here
         self.close_callbacks: list[Callable[[Channel], None]] = []
         self._drain_waiters: list[asyncio.Future[None]] | None = None  # a list while writing is paused
-
-    @property
-    def peer(self) -> str:
-        """The gRPC-style peer name the processors key connections by."""
-        return f"ipv4:{self.address}"
-
-    @property
-    def host(self) -> str:
-        """The client's address without its port (what ACL address checks and per-address bounds see)."""
-        return self.address.rpartition(":")[0]
 
     @property
     def closed(self) -> bool:
@@ -123,13 +116,25 @@ class Channel:
     async def write(self, command: RemotingCommand) -> None:
         """Write a frame; while the client leaves more than the transport's high-water mark unread,
         wait until it reads (ConnectionResetError if the connection goes meanwhile)."""
+        if not self.write_frame(command):
+            await self.drained()
+
+    def write_frame(self, command: RemotingCommand) -> bool:
+        """`write` as a plain call (an answer on the per-request path): False when the client
+        leaves more than the high-water mark unread, and the writer is to await `drained`."""
         if self.transport.is_closing():
-            return
+            return True
         self.transport.write(command.encode())
-        if self._drain_waiters is not None:
-            waiter = asyncio.get_running_loop().create_future()
+        return self._drain_waiters is None
+
+    def drained(self) -> asyncio.Future[None]:
+        """A future done once the client reads again (ConnectionResetError if it goes)."""
+        waiter = asyncio.get_running_loop().create_future()
+        if self._drain_waiters is None:
+            waiter.set_result(None)
+        else:
             self._drain_waiters.append(waiter)
-            await waiter
+        return waiter
 
     def send_oneway(self, command: RemotingCommand) -> None:
         """Send a request to the client without waiting for an answer (from the event loop); dropped
@@ -293,7 +298,8 @@ class RemotingServer:
                 response = request.response(ResponseCode.SYSTEM_ERROR, f"internal error: {error}")
             if response is not None and not request.flag & RPC_ONEWAY:
                 try:
-                    await channel.write(response)
+                    if not channel.write_frame(response):   # a plain call unless the client does not read
+                        await channel.drained()
                 except ConnectionError:
                     pass
         finally:
@@ -444,8 +450,12 @@ class _Connection(asyncio.Protocol):
                     if self._discard:
                         break
                     continue
-                taken = self._read_header(channel, buffer, at) if self._body is None \
-                    else self._read_body(channel, buffer, at)
+                if self._body is None:
+                    if at == len(buffer):   # every frame read: no call to find that out
+                        break
+                    taken = self._read_header(channel, buffer, at)
+                else:
+                    taken = self._read_body(channel, buffer, at)
                 if taken is None:
                     break
                 at += taken

@@ -27,22 +27,20 @@ class RequestBytes:
     def held_by(self, account: str) -> int:
         return self._by_account.get(account, 0)
 
-    def _fits(self, connection: Hashable, account: str, size: int) -> bool:
-        # a lone frame always fits each bound it is alone in (frames are at most max_frame_bytes)
-        return (
-            _room(self._by_connection.get(connection, 0), size, self.per_connection)
-            and _room(self._by_account.get(account, 0), size, self.per_account)
-            and _room(self.held, size, self.total)
-        )
-
     def try_acquire(self, connection: Hashable, account: str, size: int) -> bool:
         """Count `size` more bytes for `connection` and `account` if they fit; False (nothing
-        counted) if not."""
-        if not self._fits(connection, account, size):
+        counted) if not. A lone frame always fits each bound it is alone in (frames are at most
+        max_frame_bytes). One function, no call per bound: it runs once per request."""
+        by_connection = self._by_connection.get(connection, 0)
+        by_account = self._by_account.get(account, 0)
+        held = self.held
+        if ((by_connection and by_connection + size > self.per_connection)
+                or (by_account and by_account + size > self.per_account)
+                or (held and held + size > self.total)):
             return False
-        self.held += size
-        self._by_connection[connection] = self._by_connection.get(connection, 0) + size
-        self._by_account[account] = self._by_account.get(account, 0) + size
+        self.held = held + size
+        self._by_connection[connection] = by_connection + size
+        self._by_account[account] = by_account + size
         return True
 
     def wait(self, connection: Hashable, wake: Callable[[], None]) -> None:
@@ -61,10 +59,6 @@ class RequestBytes:
             waiting, self._waiting = self._waiting, {}
             for wake in waiting.values():
                 wake()
-
-
-def _room(held: int, size: int, bound: int) -> bool:
-    return held == 0 or held + size <= bound
 
 
 def _take(counts: dict[K, int], key: K, size: int) -> None:

@@ -89,7 +89,7 @@ def build_broker_remoting(
     if sock is None:
         return None
     processor = BrokerRemotingProcessor(
-        BrokerIdentity(config.broker_name, config.broker_id, config.remoting_address),
+        BrokerIdentity(config.broker_name, config.broker_id, config.remoting_address, config.cluster_name),
         processors,
         topics,
         consumers,

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from rmq.broker_server.config import DEFAULT_CLUSTER_NAME
 from rmq.topic_config import QueueData
 
 
@@ -15,6 +14,7 @@ from rmq.topic_config import QueueData
 class BrokerData:
     broker_name: str
     addresses: dict[int, str]  # broker id (0: master) -> remoting HOST:PORT
+    cluster_name: str          # brokerClusterName
 
 
 def _broker_json(broker: BrokerData) -> str:
@@ -23,7 +23,7 @@ def _broker_json(broker: BrokerData) -> str:
     )
     return (
         f'{{"brokerAddrs":{{{addresses}}},"brokerName":{json.dumps(broker.broker_name)},'
-        f'"cluster":{json.dumps(DEFAULT_CLUSTER_NAME)}}}'
+        f'"cluster":{json.dumps(broker.cluster_name)}}}'
     )
 
 

@@ -1,5 +1,6 @@
 """The Arrow Flight data plane (docs/data-plane.md): DoGet streams one queue range as source-schema
-RecordBatches, read by MessageStore.get_queue_range and decoded by rmq.record_batch.
+RecordBatches, read through PullMessageProcessor.range_reader (MessageStore.get_queue_range) and
+decoded by rmq.record_batch.
 
 A ticket (rmq.v1.FlightReadTicket) is admitted like a PullMessage call: with an ACL, the Flight
 call headers carry the request signature, checked in a ServerMiddleware before the ticket is read
@@ -42,7 +43,6 @@ from rmq.broker_server.security.request_auth import Admission, CallRefused, Requ
 from rmq.broker_server.security.tls import ServerTls
 from rmq.record_batch import COLUMNS, column_problem, decode_records, schema_of
 from rmq.statuses import GetMessageStatus
-from rmq.store import MessageStore
 from rmq.store.results import GetMessageResult
 from rmq.v1 import rmq_pb2
 
@@ -172,7 +172,7 @@ class FlightStreamSlots:
 
 
 class FlightReadService(flight.FlightServerBase):
-    def __init__(self, listen: str, broker_name: str, store: MessageStore, pull: PullMessageProcessor,
+    def __init__(self, listen: str, broker_name: str, pull: PullMessageProcessor,
                  budget: PullResponseBudget, slots: FlightStreamSlots, loop: asyncio.AbstractEventLoop,
                  tls: ServerTls | None = None, authenticator: RequestAuthenticator | None = None,
                  refusals: RefusalLog | None = None) -> None:
@@ -187,7 +187,6 @@ class FlightReadService(flight.FlightServerBase):
                        "verify_client": client_ca is not None, "root_certificates": client_ca}
         super().__init__(flight_contract.location(listen, tls is not None), middleware=middleware, **options)
         self.broker_name = broker_name
-        self.store = store
         self.pull = pull
         self.budget = budget
         self.slots = slots
@@ -283,12 +282,8 @@ class FlightReadService(flight.FlightServerBase):
               holder: PullHolder, context: flight.ServerCallContext) -> GetMessageResult:
         """One store read of the range; an SQL92 one is one slice of filter work, run on the
         broker's FilterExecutor in the stream's account's turn (docs/filtering-and-bounds.md)."""
-        record_filter = query.record_filter
-        read = functools.partial(
-            self.store.get_queue_range, query.topic, query.queue_id, offset, end_offset, max_rows, max_bytes,
-            query.tag_codes, record_filter,
-            max_filter_evaluations=None if record_filter is None else record_filter.slice_evaluations)
-        if record_filter is None:
+        read = self.pull.range_reader(query, offset, end_offset, max_rows, max_bytes)
+        if query.record_filter is None:
             return read()
         return self._on_loop(self.pull.filters.run(holder.account, read), context)
 

@@ -62,7 +62,9 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
     async def GetTopicOffsets(self, request: rmq_pb2.GetTopicOffsetsRequest,
                               context: Context) -> rmq_pb2.GetTopicOffsetsResponse:
         queues = await self.processors.admin.topic_offsets(request.topic)
-        return rmq_pb2.GetTopicOffsetsResponse(status=OK, queues=[
+        timer = self.processors.send.timer
+        pending = 0 if timer is None else timer.pending_of_topic(request.topic)
+        return rmq_pb2.GetTopicOffsetsResponse(status=OK, pending_timers=pending, queues=[
             rmq_pb2.QueueOffsets(queue_id=queue.queue_id, min_offset=queue.min_offset,
                                  max_offset=queue.max_offset, last_store_timestamp=queue.last_store_timestamp)
             for queue in queues])
@@ -149,6 +151,12 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
                                   context: Context) -> rmq_pb2.ConsumerSendMsgBackResponse:
         return await self.processors.send_back.process(request)
 
+    @answers_with_status(rmq_pb2.ReportRunningInfoResponse)
+    async def ReportRunningInfo(self, request: rmq_pb2.ReportRunningInfoRequest,
+                                context: Context) -> rmq_pb2.ReportRunningInfoResponse:
+        self.processors.consumer_manage.report_running_info(request)
+        return rmq_pb2.ReportRunningInfoResponse(status=OK)
+
     async def WatchConsumerIds(
             self, request: rmq_pb2.WatchConsumerIdsRequest,
             context: Context) -> AsyncIterator[rmq_pb2.ConsumerIdsChanged]:
@@ -158,5 +166,6 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
         except BrokerError as error:
             yield rmq_pb2.ConsumerIdsChanged(status=error.status())
             return
-        async for event in self.watches.watch(request.consumer_group, request.client_id):
+        async for event in self.watches.watch(request.consumer_group, request.client_id,
+                                              request.adopts_offset_resets):
             yield event

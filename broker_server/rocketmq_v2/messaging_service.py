@@ -1,13 +1,13 @@
 """`apache.rocketmq.v2.MessagingService` on the broker's port (spec rocketmq-v2-protocol.md; Apache
 proxy grpc/v2 activities): the official RocketMQ 5 clients produce to and consume from rmq.
-Each RPC validates its request and hands it to the route resolver, the store, the pop service
-or the telemetry sessions; refusals travel as the response's v2 Status."""
+Each RPC translates its request into the broker's processors (processors/pipeline.py: send,
+pop, ack, change of invisibility, end of transaction, offsets), the route resolver or the
+telemetry sessions, and their answer back; refusals travel as the response's v2 Status."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -15,21 +15,15 @@ from grpc.aio import ServicerContext
 
 from rmq import message_format as mf
 from rmq.broker_server.grpc_aio import Context
-from rmq.broker_server.processors.end_transaction_processor import HALF_TOPIC, EndTransactionProcessor
+from rmq.broker_server.processors.end_transaction_processor import HALF_TOPIC
 from rmq.broker_server.processors.names import TIMER_TOPIC, check_group_name
-from rmq.broker_server.processors.pull_message_processor import Sql92RecordFilter, sql92_record_filter
-from rmq.broker_server.processors.send_message_processor import SendMessageProcessor, born_host_from_peer
+from rmq.broker_server.processors.pipeline import BrokerProcessors
+from rmq.broker_server.processors.pop_message_processor import PopMessageHeader
+from rmq.broker_server.processors.send_message_processor import born_host_from_peer
 from rmq.broker_server.processors.timer_message_store import TimerMessageStore
-from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.offset_rpcs import OffsetRpcs
-from rmq.broker_server.rocketmq_v2.pop_service import MAX_BATCH, PopRequest, PopService
-from rmq.broker_server.rocketmq_v2.receipt_handle import (
-    InvalidReceiptHandle,
-    ReceiptHandle,
-    ReceiptHandleCodec,
-)
-from rmq.broker_server.rocketmq_v2.route import ALL_QUEUES, RouteResolver, assignments, message_queues
+from rmq.broker_server.rocketmq_v2.route import RouteResolver, assignments, message_queues
 from rmq.broker_server.rocketmq_v2.status import OK, V2Error, answers_with_status, as_v2_error
 from rmq.broker_server.rocketmq_v2.telemetry import TelemetrySessions
 from rmq.broker_server.rocketmq_v2.transactions import resolution_of
@@ -37,30 +31,12 @@ from rmq.broker_server.security.rocketmq_v2_auth import CLIENT_ID
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.rocketmq_v2 import service_pb2 as pb
 from rmq.rocketmq_v2.properties import PROPERTY_TIMER_DELIVER_MS
-from rmq.sql92 import Sql92Error
 from rmq.store import MessageToStore
-from rmq.subscription import SEPARATOR, tag_codes
 from rmq.topic_config import TopicConfig
 
-MAX_INVISIBLE_MS = 12 * 3600 * 1000    # proxy maxInvisibleTimeMills
-DEFAULT_INVISIBLE_MS = 60_000          # auto-renewed (push) receives: proxy defaultInvisibleTimeMills
 MAX_LONG_POLLING_S = 20.0              # proxy grpcClientConsumerMaxLongPollingTimeoutMillis
 DEADLINE_MARGIN_S = 0.5                # answer before the client's own deadline passes
 SUPPORTED_TYPES = (v2.NORMAL, v2.FIFO, v2.DELAY, v2.TRANSACTION)   # not LITE, PRIORITY
-
-
-@dataclass(frozen=True)
-class GroupPolicy:
-    """How the broker treats v2 consumer groups (RocketMQ SubscriptionGroupConfig), their
-    receives and their filters (enable_property_filter: SQL92 allowed)."""
-
-    max_attempts: int
-    fifo_groups: frozenset[str]
-    min_invisible_ms: int            # a receive's shortest invisibility (setting min_invisible_ms)
-    sql92_enabled: bool = True
-
-    def fifo(self, group: str) -> bool:
-        return group in self.fifo_groups
 
 
 def _client_id(context: Context) -> str:
@@ -71,21 +47,42 @@ def _duration_ms(duration: Duration) -> int:
     return duration.seconds * 1000 + duration.nanos // 1_000_000
 
 
+def _wait_s(long_polling_s: float, context: Context) -> float:
+    """The long polling asked for, within MAX_LONG_POLLING_S and the call's deadline."""
+    remaining = context.time_remaining()
+    if remaining is not None:
+        long_polling_s = min(long_polling_s, remaining - DEADLINE_MARGIN_S)
+    return min(long_polling_s, MAX_LONG_POLLING_S)
+
+
+def _pop_header(request: pb.ReceiveMessageRequest, context: Context) -> PopMessageHeader:
+    """The pop a ReceiveMessage asks for (an auto-renewed one is kept invisible while the calling
+    client stays connected)."""
+    invisible_ms = None
+    if request.HasField("invisible_duration"):
+        invisible_ms = _duration_ms(request.invisible_duration)
+    long_polling_s = 0.0
+    if request.HasField("long_polling_timeout"):
+        long_polling_s = _duration_ms(request.long_polling_timeout) / 1000
+    expression = request.filter_expression
+    return PopMessageHeader(
+        request.group.name, request.message_queue.topic.name, request.message_queue.id, expression.expression,
+        expression.type == v2.SQL, request.batch_size, invisible_ms, _wait_s(long_polling_s, context),
+        request.attempt_id, _client_id(context) if request.auto_renew else "")
+
+
 class RocketMQv2MessagingService:
-    def __init__(self, sender: SendMessageProcessor, topics: TopicConfigManager,
-                 routes: RouteResolver, pop: PopService, sessions: TelemetrySessions, policy: GroupPolicy,
-                 timer: TimerMessageStore, transactions: EndTransactionProcessor, offset_rpcs: OffsetRpcs,
-                 handles: ReceiptHandleCodec, max_body_size: int) -> None:
-        self.sender = sender
-        self.topics = topics
+    def __init__(self, processors: BrokerProcessors, routes: RouteResolver,
+                 sessions: TelemetrySessions, timer: TimerMessageStore, offset_rpcs: OffsetRpcs,
+                 max_body_size: int) -> None:
+        self.processors = processors
+        self.sender = processors.send
+        self.transactions = processors.end_transaction
+        self.pop = processors.pop
         self.routes = routes
-        self.pop = pop
         self.sessions = sessions
-        self.policy = policy
         self.timer = timer
-        self.transactions = transactions
         self.offset_rpcs = offset_rpcs
-        self.handles = handles
         self.max_body_size = max_body_size
         self._round_robin = itertools.count()
 
@@ -108,7 +105,8 @@ class RocketMQv2MessagingService:
         check_group_name(request.group.name)
         brokers = await self.routes.brokers(request.topic.name, request.endpoints)
         return pb.QueryAssignmentResponse(
-            status=OK, assignments=assignments(request.topic, brokers, self.policy.fifo(request.group.name)))
+            status=OK,
+            assignments=assignments(request.topic, brokers, self.pop.policy.fifo(request.group.name)))
 
     @answers_with_status(pb.HeartbeatResponse)
     async def Heartbeat(
@@ -188,8 +186,8 @@ class RocketMQv2MessagingService:
             context: ServicerContext[pb.RecallMessageRequest,
                                      pb.RecallMessageResponse],
     ) -> pb.RecallMessageResponse:
-        await self.timer.recall(request.topic.name, request.recall_handle)
-        return pb.RecallMessageResponse(status=OK, message_id="")
+        message_id = await self.timer.recall(request.topic.name, request.recall_handle)
+        return pb.RecallMessageResponse(status=OK, message_id=message_id)
 
     def _to_store(self, message: v2.Message, config: TopicConfig, born_host: bytes) -> MessageToStore:
         """The record to store: in its queue, or parked in the timer (a DELAY message, or any
@@ -228,7 +226,7 @@ class RocketMQv2MessagingService:
                 % config.write_queue_nums
         return next(self._round_robin) % config.write_queue_nums
 
-    # -- pop consumption -----------------------------------------------------------------
+    # -- pop consumption: PopMessageProcessor, AckMessageProcessor, ChangeInvisibleTimeProcessor --
     async def ReceiveMessage(
             self, request: pb.ReceiveMessageRequest,
             context: ServicerContext[pb.ReceiveMessageRequest,
@@ -238,11 +236,8 @@ class RocketMQv2MessagingService:
         ends (§4: the client reads the whole stream). The messages count against the pull budget
         (max_inflight_pull_bytes) until the stream ends."""
         try:
-            pop_request, wait_s = self._pop_request(request, context)
-            lease = self.offset_rpcs.pull_processor.budget.lease(context)
-            popped = await self.pop.receive(pop_request, wait_s, request.attempt_id, lease)
-            if request.auto_renew and popped:
-                self.pop.lease(pop_request.group, _client_id(context), popped)
+            lease = self.processors.pull.budget.lease(context)
+            popped = await self.pop.pop(_pop_header(request, context), lease)
         except Exception as error:
             yield pb.ReceiveMessageResponse(status=as_v2_error(error).status())
             return
@@ -253,102 +248,22 @@ class RocketMQv2MessagingService:
         yield pb.ReceiveMessageResponse(status=OK)
         for item in popped:
             yield pb.ReceiveMessageResponse(message=messages.to_v2(
-                item.message, request.message_queue.topic.name,
-                self.handles.encode(request.group.name, item.handle), item.attempts,
+                item.message, request.message_queue.topic.name, item.receipt_handle, item.attempts,
                 item.invisible_ms))
         stamp = Timestamp()
         stamp.GetCurrentTime()
         yield pb.ReceiveMessageResponse(delivery_timestamp=stamp)
-
-    def _pop_request(
-            self, request: pb.ReceiveMessageRequest,
-            context: ServicerContext[pb.ReceiveMessageRequest,
-                                     pb.ReceiveMessageResponse],
-    ) -> tuple[PopRequest, float]:
-        group = request.group.name
-        check_group_name(group)
-        config = self.topics.require(request.message_queue.topic.name)
-        if not config.readable:
-            raise V2Error(v2.FORBIDDEN, f"the topic[{config.topic_name}] pulling message is forbidden")
-        if request.HasField("invisible_duration"):
-            invisible_ms = _duration_ms(request.invisible_duration)
-            shortest = self.policy.min_invisible_ms
-            if not shortest <= invisible_ms <= MAX_INVISIBLE_MS:
-                raise V2Error(v2.ILLEGAL_INVISIBLE_TIME,
-                              f"invisible duration {invisible_ms} ms is outside {shortest}.."
-                              f"{MAX_INVISIBLE_MS} ms")
-        else:
-            invisible_ms = DEFAULT_INVISIBLE_MS
-        tags, tag_codes, record_filter = self._filter(request)
-        fifo = self.policy.fifo(group)
-        queue_id = request.message_queue.id
-        if fifo and queue_id != ALL_QUEUES:
-            if not 0 <= queue_id < config.read_queue_nums:
-                raise V2Error(v2.BAD_REQUEST, f"queue {queue_id} is out of range for {config.topic_name}")
-            queue_ids = [queue_id]
-        else:
-            queue_ids = list(range(config.read_queue_nums))
-        wait_s = 0.0
-        if request.HasField("long_polling_timeout"):
-            wait_s = _duration_ms(request.long_polling_timeout) / 1000
-        remaining = context.time_remaining()
-        if remaining is not None:
-            wait_s = min(wait_s, remaining - DEADLINE_MARGIN_S)
-        batch = min(max(request.batch_size, 1), MAX_BATCH)
-        max_bytes = self.offset_rpcs.pull_processor.limits.max_bytes    # max_pull_bytes, as a pull
-        return PopRequest(group, config.topic_name, queue_ids, tags, tag_codes, batch, invisible_ms, fifo,
-                          self.policy.max_attempts, record_filter, max_bytes), min(wait_s, MAX_LONG_POLLING_S)
-
-    def _filter(
-            self, request: pb.ReceiveMessageRequest
-                ) -> tuple[frozenset[str] | None, frozenset[int] | None, Sql92RecordFilter | None]:
-        """(tags, their hash codes, SQL92 record filter) of the request's filter expression."""
-        expression = request.filter_expression
-        if expression.type == v2.SQL:
-            if not self.policy.sql92_enabled:
-                raise V2Error(v2.ILLEGAL_FILTER_EXPRESSION,
-                              "this broker does not filter by SQL92 (enable_property_filter is off)")
-            try:
-                return None, None, sql92_record_filter(expression.expression)
-            except Sql92Error as error:
-                raise V2Error(v2.ILLEGAL_FILTER_EXPRESSION, str(error)) from None
-        codes = tag_codes(expression.expression)
-        if codes is None:
-            return None, None, None
-        return frozenset(t.strip() for t in expression.expression.split(SEPARATOR) if t.strip()), codes, None
-
-    def _handle(self, text: str, group: str, topic: str) -> ReceiptHandle:
-        try:
-            return self.handles.decode(text, group, topic)
-        except InvalidReceiptHandle as error:
-            raise V2Error(v2.INVALID_RECEIPT_HANDLE, str(error)) from None
-
-    def _current_handle(self, text: str, group: str, topic: str) -> ReceiptHandle:
-        """The handle, unless the message was delivered again since (a stale handle must not
-        end the delivery another consumer now holds)."""
-        handle = self._handle(text, group, topic)
-        if self.pop.superseded(group, handle):
-            raise V2Error(v2.INVALID_RECEIPT_HANDLE,
-                          "the receipt handle is superseded: the message was delivered again")
-        return handle
 
     @answers_with_status(pb.AckMessageResponse)
     async def AckMessage(self, request: pb.AckMessageRequest,
             context: ServicerContext[pb.AckMessageRequest,
                                      pb.AckMessageResponse],
     ) -> pb.AckMessageResponse:
-        group = request.group.name
-        check_group_name(group)
-        results, handles = [], []
-        for entry in request.entries:
-            try:
-                handles.append(self._current_handle(entry.receipt_handle, group, request.topic.name))
-                status = OK
-            except V2Error as error:
-                status = error.status()
-            results.append(pb.AckMessageResultEntry(message_id=entry.message_id,
-                                                    receipt_handle=entry.receipt_handle, status=status))
-        await self.pop.ack(group, handles)   # no await since the checks: they still hold
+        refusals = await self.processors.ack.ack(request.group.name, request.topic.name,
+                                                 [entry.receipt_handle for entry in request.entries])
+        results = [pb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
+                                            status=OK if refused is None else as_v2_error(refused).status())
+                   for entry, refused in zip(request.entries, refusals, strict=True)]
         codes = {result.status.code for result in results}
         top = OK if codes == {v2.OK} else v2.Status(
             code=codes.pop() if len(codes) == 1 else v2.MULTIPLE_RESULTS, message="see the entries")
@@ -360,19 +275,10 @@ class RocketMQv2MessagingService:
             context: ServicerContext[pb.ChangeInvisibleDurationRequest,
                                      pb.ChangeInvisibleDurationResponse],
     ) -> pb.ChangeInvisibleDurationResponse:
-        group = request.group.name
-        check_group_name(group)
-        handle = self._handle(request.receipt_handle, group, request.topic.name)
-        invisible_ms = _duration_ms(request.invisible_duration)
-        if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
-            raise V2Error(v2.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is outside "
-                                                     f"0..{MAX_INVISIBLE_MS} ms")
-        if self.pop.in_flight(group, handle) is None:
-            raise V2Error(v2.INVALID_RECEIPT_HANDLE,
-                          "the receipt handle is stale: the message was acknowledged or delivered again")
-        new_handle = await self.pop.change_invisible(group, handle, invisible_ms)
-        return pb.ChangeInvisibleDurationResponse(status=OK,
-                                                  receipt_handle=self.handles.encode(group, new_handle))
+        receipt_handle = await self.processors.change_invisible.change(
+            request.group.name, request.topic.name, request.receipt_handle,
+            _duration_ms(request.invisible_duration))
+        return pb.ChangeInvisibleDurationResponse(status=OK, receipt_handle=receipt_handle)
 
     @answers_with_status(pb.ForwardMessageToDeadLetterQueueResponse)
     async def ForwardMessageToDeadLetterQueue(
@@ -380,14 +286,8 @@ class RocketMQv2MessagingService:
             context: ServicerContext[pb.ForwardMessageToDeadLetterQueueRequest,
                                      pb.ForwardMessageToDeadLetterQueueResponse],
     ) -> pb.ForwardMessageToDeadLetterQueueResponse:
-        group = request.group.name
-        check_group_name(group)
-        handle = self._handle(request.receipt_handle, group, request.topic.name)
-        if self.pop.in_flight(group, handle) is None:
-            raise V2Error(v2.INVALID_RECEIPT_HANDLE,
-                          "the receipt handle is stale: the message was acknowledged or delivered again")
-        max_attempts = request.max_delivery_attempts or self.policy.max_attempts
-        await self.pop.forward_to_dlq(group, handle, max_attempts)
+        await self.processors.ack.forward_to_dlq(request.group.name, request.topic.name,
+                                                 request.receipt_handle, request.max_delivery_attempts)
         return pb.ForwardMessageToDeadLetterQueueResponse(status=OK)
 
     # -- offset-based consumption (§5) -----------------------------------------------------
@@ -396,11 +296,7 @@ class RocketMQv2MessagingService:
             context: ServicerContext[pb.PullMessageRequest,
                                      pb.PullMessageResponse],
     ) -> AsyncIterator[pb.PullMessageResponse]:
-        wait_s = _duration_ms(request.long_polling_timeout) / 1000
-        remaining = context.time_remaining()
-        if remaining is not None:
-            wait_s = min(wait_s, remaining - DEADLINE_MARGIN_S)
-        wait_ms = int(max(min(wait_s, MAX_LONG_POLLING_S), 0) * 1000)
+        wait_ms = int(max(_wait_s(_duration_ms(request.long_polling_timeout) / 1000, context), 0) * 1000)
         async for response in self.offset_rpcs.pull(request, wait_ms, context):
             yield response
 
@@ -430,7 +326,7 @@ class RocketMQv2MessagingService:
         return pb.QueryOffsetResponse(status=OK, offset=await self.offset_rpcs.query_offset(request))
 
     def start(self) -> None:
-        self.pop.start(self.sessions.connected, DEFAULT_INVISIBLE_MS)
+        self.pop.start(self.sessions.connected)
 
     async def shutdown(self) -> None:
         """Close telemetry streams and answer held receives (so the server need not wait for

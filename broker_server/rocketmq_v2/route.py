@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from rmq.broker_server.processors.pop_message_processor import ALL_QUEUES  # an assignment naming a broker
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.rocketmq_v2.status import V2Error
 from rmq.rocketmq_v2 import definition_pb2 as v2
@@ -20,7 +21,6 @@ from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 log = logging.getLogger(__name__)
 ACCEPTED_TYPES = (v2.NORMAL, v2.FIFO, v2.DELAY, v2.TRANSACTION)
-ALL_QUEUES = -1   # an assignment naming a broker, not a queue: the receive pops every queue
 NAMESRV_TIMEOUT_S = 3.0
 
 

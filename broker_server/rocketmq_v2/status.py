@@ -10,7 +10,15 @@ from collections.abc import Callable
 from typing import Any
 
 from rmq.broker_server import errors
-from rmq.broker_server.errors import BrokerError, EdgeError, Handler, NotMaster, UnknownTransaction
+from rmq.broker_server.errors import (
+    BrokerError,
+    EdgeError,
+    Handler,
+    IllegalInvisibleTime,
+    InvalidReceiptHandle,
+    NotMaster,
+    UnknownTransaction,
+)
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.v1 import rmq_pb2
 
@@ -34,7 +42,16 @@ _FROM_RMQ: dict[int, v2.Code] = {
     rmq_pb2.WHEEL_TIMER_MSG_ILLEGAL: v2.ILLEGAL_DELIVERY_TIME,
     rmq_pb2.WHEEL_TIMER_FLOW_CONTROL: v2.TOO_MANY_REQUESTS,
     rmq_pb2.QUERY_NOT_FOUND: v2.NOT_FOUND,
+    rmq_pb2.SUBSCRIPTION_PARSE_FAILED: v2.ILLEGAL_FILTER_EXPRESSION,
+    rmq_pb2.FILTER_NOT_SUPPORTED: v2.ILLEGAL_FILTER_EXPRESSION,
 }
+# BrokerError leaves whose rmq.v1 Code is shared with other refusals -> their own v2 Code
+_LEAVES: tuple[tuple[type[BrokerError], v2.Code], ...] = (
+    (NotMaster, v2.FORBIDDEN),
+    (UnknownTransaction, v2.INVALID_TRANSACTION_ID),
+    (InvalidReceiptHandle, v2.INVALID_RECEIPT_HANDLE),
+    (IllegalInvisibleTime, v2.ILLEGAL_INVISIBLE_TIME),
+)
 
 
 class V2Error(EdgeError):
@@ -51,10 +68,9 @@ def as_v2_error(error: Exception) -> V2Error:
     """A refusal from rmq's processors (or a bad message) as the v2 status the client gets."""
     if isinstance(error, V2Error):
         return error
-    if isinstance(error, NotMaster):
-        return V2Error(v2.FORBIDDEN, error.message)
-    if isinstance(error, UnknownTransaction):
-        return V2Error(v2.INVALID_TRANSACTION_ID, error.message)
+    for leaf, code in _LEAVES:
+        if isinstance(error, leaf):
+            return V2Error(code, error.message)
     if isinstance(error, BrokerError) and not isinstance(error, EdgeError):
         return V2Error(_FROM_RMQ.get(error.code, v2.INTERNAL_SERVER_ERROR), error.message)
     log.exception("v2 call failed", exc_info=error)

@@ -40,6 +40,10 @@ def _group_sub(request: Any) -> list[Requirement]:
     return [Requirement(GROUP, request.consumer_group, Need.SUB)]
 
 
+def _producer_group(request: Any) -> list[Requirement]:
+    return [Requirement(GROUP, request.producer_group, Need.ANY)]
+
+
 def _group_and_offset_topics(request: Any) -> list[Requirement]:
     return _group_sub(request) + _topics(o.topic for o in request.offsets)
 
@@ -84,12 +88,16 @@ RULES: dict[str, Rule] = {
     _rule("MessagingService", "QueryMessageByKey"): lambda r: _topics([r.topic]),
     _rule("MessagingService", "ConsumerSendMsgBack"): _group_sub,
     _rule("MessagingService", "WatchConsumerIds"): _group_sub,
+    _rule("MessagingService", "ReportRunningInfo"): _group_sub,
     _rule("RouteService", "QueryRoute"): _nothing,
     _rule("RouteService", "ListTopics"): _nothing,
     _rule("RouteService", "ListBrokers"): _nothing,
     _rule("AdminService", "GetBrokerStatus"): _nothing,   # role and offsets, like ListBrokers
     _rule("AdminService", "GetConsumerConnections"): _group_sub,   # the group's members, like GetConsumerList
     _rule("AdminService", "ListConsumerGroups"): _nothing,   # answers only the groups the caller may SUB
+    _rule("AdminService", "GetSubscriptionGroup"): _group_sub,   # the group's settings, to its consumers
+    _rule("AdminService", "GetConsumerRunningInfo"): _group_sub,   # a member's queues, like its connections
+    _rule("AdminService", "GetProducerConnections"): _producer_group,
     _rule("AdminService", "GetGroupStats"): _group_sub,   # what the group pulled, like its members
     _rule("NameServerService", "RegisterBroker"): lambda r: _broker(r.broker.broker_name),
     _rule("NameServerService", "UnregisterBroker"): lambda r: _broker(r.broker_name),
@@ -103,6 +111,8 @@ ADMIN_METHODS = frozenset({
     _rule("AdminService", "UpdateTopic"),
     _rule("AdminService", "BrowseMessages"),
     _rule("AdminService", "ViewMessage"),   # names no topic the ACL could check before the read
+    _rule("AdminService", "ResetConsumerOffsets"),   # moves every member of the group (resetOffset)
+    _rule("AdminService", "UpdateSubscriptionGroup"),   # updateSubGroup
     _rule("AdminService", "DescribeAcl"),   # every account and its permissions
     # replication: a slave copies everything, so its account (RMQ_ACCESS_KEY) must be an admin
     _rule("HAService", "Transfer"),
@@ -115,6 +125,7 @@ CLIENT_ID_METHODS = frozenset({
     _rule("MessagingService", "LockBatchMQ"),
     _rule("MessagingService", "UnlockBatchMQ"),
     _rule("MessagingService", "WatchConsumerIds"),
+    _rule("MessagingService", "ReportRunningInfo"),
 })
 
 

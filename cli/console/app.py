@@ -228,13 +228,24 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
         return "groups.html", session.view.groups()
 
     def group(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
-        return "group.html", with_charts(request, session.view.group(request.path_params["group"]))
+        group_name = request.path_params["group"]
+        producers = request.query_params.get("producers", group_name)
+        return "group.html", with_charts(request, session.view.group(group_name, producers))
 
     async def reset(request: Request) -> Response:
         form, token, session = await _form(request, sessions)
         group_name = request.path_params["group"]
         topic_name, to, force = str(form.get("topic", "")), str(form.get("to", "")), form.get("force") == "on"
         return _after(lambda: session.view.reset(group_name, topic_name, to, force),
+                      f"/groups/{group_name}", token, request, templates, session)
+
+    async def group_settings(request: Request) -> Response:
+        form, token, session = await _form(request, sessions)
+        group_name = request.path_params["group"]
+        enable = form.get("consume_enable") == "on"
+        retries = str(form.get("retry_max_times", ""))
+        return _after(lambda: session.view.update_settings(group_name, enable,
+                                                           _int(retries, "retry_max_times")),
                       f"/groups/{group_name}", token, request, templates, session)
 
     def messages(request: Request, session: Session) -> tuple[str, dict[str, Any]]:
@@ -349,6 +360,7 @@ def create_app(settings: ConsoleSettings, history: History | None = None) -> Sta
         Route("/topics", create_topic, methods=["POST"]),
         Route("/topics/{topic}/{action}", topic_action, methods=["POST"]),
         Route("/groups/{group}/reset", reset, methods=["POST"]),
+        Route("/groups/{group}/settings", group_settings, methods=["POST"]),
         Route("/dlq/{group}/resend", resend, methods=["POST"]),
         Route("/messages/{msg_id}/resend", resend_message, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),

@@ -15,7 +15,7 @@ from rmq import message_format as mf
 from rmq import retry
 from rmq.cli.console.history import Sample
 from rmq.cli.output import timestamp, uptime
-from rmq.connector.admin import PAGE_MAX, MQAdmin, ResetTarget, resend
+from rmq.connector.admin import PAGE_MAX, MQAdmin, ResetReport, ResetTarget, resend
 from rmq.connector.client import OutgoingMessage, RmqClient, TopicRoute
 from rmq.connector.errors import ConfigError, RmqError, RmqUnavailable
 from rmq.connector.message import MessageExt
@@ -119,6 +119,7 @@ class ClusterView:
             reads.add(missing)
             visible.append({"topic": config.topic_name, "queues": len(offsets),
                             "messages": sum(o.max_offset - o.min_offset for o in offsets.values()),
+                            "timers": self.client.pending_timers(config.topic_name, missing),
                             "system": retry.is_group_copy_topic(config.topic_name),
                             "incomplete": bool(missing)})
         return reads.done({"topics": visible, "page": page, "more": len(configs) > (page + 1) * TOPICS_PAGE})
@@ -134,6 +135,7 @@ class ClusterView:
             "route": [{"broker_name": q.broker_name, "read_queues": q.read_queue_nums,
                        "write_queues": q.write_queue_nums, "perm": PERM_NAMES.get(q.perm, str(q.perm))}
                       for q in route.queue_datas],
+            "timers": self.client.pending_timers(topic, reads.missing),
             "groups": self._consumers_of(topic, reads) if offsets else []},
             answered=_any_answered(route, reads))
 
@@ -198,8 +200,10 @@ class ClusterView:
                            "incomplete": not progress.complete})
         return reads.done({"groups": listed})
 
-    def group(self, group: str) -> dict[str, Any]:
+    def group(self, group: str, producer_group: str = "") -> dict[str, Any]:
+        """The group's page; with `producer_group`, that producer group's live producers too."""
         reads = self._known_group(group)
+        producers = self.admin.producers(producer_group, reads.missing) if producer_group else []
         progress = self.admin.progress(group)
         reads.unreachable.update(progress.unreachable)
         members = self.admin.members(group, reads.missing)
@@ -221,6 +225,15 @@ class ClusterView:
             "total_lag": progress.total_lag,
             "retry_lag": sum(q.lag for q in progress.queues if retry.is_retry_topic(q.queue.topic)),
             "dlq_messages": dlq,
+            "running": [running_info_view(client_id, info)
+                        for client_id, info in self.admin.running_infos(group).items()],
+            "settings": [{"broker_name": name, "consume_enable": s.consume_enable,
+                          "retry_max_times": s.retry_max_times, "stored": s.stored}
+                         for name, s in self.admin.group_settings(group, reads.missing).items()],
+            "producer_group": producer_group,
+            "producers": [{"client_id": p.client_id, "protocol": p.protocol.label, "address": p.address,
+                           "language": p.language, "version": p.version}
+                          for p in producers],
         })
 
     def _known_group(self, group: str) -> Reads:
@@ -244,10 +257,15 @@ class ClusterView:
         except RmqError:
             return 0
 
-    def reset(self, group: str, topic: str, to: str, force: bool) -> list[dict[str, Any]]:
-        results = self.admin.reset_offsets(group, topic, ResetTarget.parse(to), force)
-        return [{"broker_name": r.queue.broker_name, "queue_id": r.queue.queue_id, "offset": r.offset,
-                 "note": r.note} for r in results]
+    def update_settings(self, group: str, consume_enable: bool, retry_max_times: int) -> None:
+        """The group's settings on every broker (admin; RocketMQ updateSubGroup)."""
+        self._known_group(group)
+        self.admin.update_group_settings(group, consume_enable, retry_max_times)
+
+    def reset(self, group: str, topic: str, to: str, force: bool) -> ResetReport:
+        """Reset the group's offsets on `topic` ("": every topic it has offsets on; to latest:
+        skip what has accumulated); its live rmq consumers adopt them."""
+        return self.admin.reset_offsets(group, topic, ResetTarget.parse(to), force)
 
     # ------------------------------------------------------------ messages
     def messages(self, topic: str, key: str = "", begin_ms: int | None = None, end_ms: int | None = None,
@@ -463,3 +481,18 @@ def _timer_state(message: MessageExt) -> str:
             return f"due {timestamp(due)}" + (" (due time passed)" if passed else " (waiting)")
     level = message.properties.get(mf.PROPERTY_DELAY_TIME_LEVEL, "")
     return f"delay level {level}" if level else ""
+
+
+def running_info_view(client_id: str, info: rmq_pb2.ConsumerRunningInfo | str) -> dict[str, Any]:
+    """One member's running info as the group page shows it (`error` when it was not had)."""
+    if isinstance(info, str):
+        return {"client_id": client_id, "error": info, "queues": []}
+    return {"client_id": client_id, "error": "",
+            "consume_type": "push" if info.consume_type == rmq_pb2.CONSUME_PASSIVELY else "pull",
+            "orderly": info.orderly, "sdk_version": info.sdk_version,
+            "queues": [{"queue": f"{q.queue.topic}/{q.queue.broker_name}/{q.queue.queue_id}",
+                        "committed_offset": q.committed_offset, "cached_messages": q.cached_messages,
+                        "cached_range": (f"{q.cached_min_offset}-{q.cached_max_offset}"
+                                         if q.cached_messages else "-"),
+                        "last_pull": timestamp(q.last_pull_ms), "last_consume": timestamp(q.last_consume_ms)}
+                       for q in info.queues]}

@@ -21,12 +21,14 @@ import weakref
 from collections.abc import Sequence
 from types import FrameType
 
+from rmq import __version__
 from rmq.connector.allocation import AllocateStrategy
 from rmq.connector.broker_outages import BrokerOutages
 from rmq.connector.client import MessageQueue, RmqClient
 from rmq.connector.client_instance import ClientInstance
 from rmq.connector.rebalance_impl import allocate_topic
 from rmq.connector.rebalance_service import WAIT_INTERVAL_S
+from rmq.v1 import rmq_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +96,23 @@ class ConsumerMembership:
 
     def connection_restored(self, broker_name: str) -> None:
         """Nothing to do: a query holds no queue locks."""
+
+    @property
+    def adopts_offset_resets(self) -> bool:
+        """No: a query's positions are its checkpoint's (it commits the group's offsets only as
+        progress), so a reset counts it as a member that cannot be told; restart the query with
+        `startingOffsets` instead."""
+        return False
+
+    def offsets_reset(self, offsets: dict[MessageQueue, int]) -> None:
+        """Never told (adopts_offset_resets is False)."""
+
+    def running_info(self) -> rmq_pb2.ConsumerRunningInfo:
+        """A query reads its queues on the executors: its subscriptions only."""
+        return rmq_pb2.ConsumerRunningInfo(
+            client_id=self.client_id, consume_type=rmq_pb2.CONSUME_ACTIVELY, sdk_version=__version__,
+            subscriptions=[rmq_pb2.Subscription(topic=topic, sub_expression=expression)
+                           for topic, expression in sorted(self._subscriptions.items())])
 
     # ------------------------------------------------------------ lifecycle
 

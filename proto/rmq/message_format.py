@@ -77,7 +77,7 @@ def calc_msg_length(body_length: int, topic_length: int, properties_length: int)
 
 
 def encode_properties(properties: dict[str, str]) -> str:
-    return "".join(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in properties.items())
+    return "".join([f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in properties.items()])
 
 
 def decode_properties(text: str) -> dict[str, str]:

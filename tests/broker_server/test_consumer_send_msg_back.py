@@ -14,6 +14,7 @@ from rmq import retry
 from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.offsets.consumer_ids_watch import ConsumerIdsWatchService
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager
+from rmq.broker_server.offsets.producer_manager import ProducerManager
 from rmq.broker_server.processors.consumer_send_msg_back import ConsumerSendMsgBackProcessor, choose_target
 from rmq.broker_server.processors.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
 from rmq.broker_server.processors.names import SCHEDULE_TOPIC
@@ -267,7 +268,8 @@ def test_a_group_too_long_for_a_retry_topic_still_heartbeats(tmp_path: Path) -> 
 
     with running_store(tmp_path / "store") as store:
         broker = SendBackBroker(store, tmp_path)
-        clients = ClientManageProcessor(broker.topics, ConsumerManager(), broker.send_back.on_topics_changed)
+        clients = ClientManageProcessor(broker.topics, ConsumerManager(), broker.send_back.on_topics_changed,
+                                        ProducerManager(120_000, 8, 8))
         clients.heartbeat("c", "g" * 200, rmq_pb2.CLUSTERING, {}, rmq_pb2.CLIENT_PROTOCOL_RMQ, "")
         clients.heartbeat("c", "G", rmq_pb2.CLUSTERING, {}, rmq_pb2.CLIENT_PROTOCOL_RMQ, "")
         assert broker.topics.get("%RETRY%G") is not None and broker.announced == 1

@@ -56,7 +56,7 @@ def test_a_telemetry_consumer_joins_the_one_table_and_leaves_with_its_stream(tmp
         stream = TelemetryStream(V2Client(channel, "v5-client"), consuming("mixed"))
         try:
             assert stream.next().status.code == v2.OK
-            [v1_member, v5_member] = controller.consumer_connections("mixed")
+            [v1_member, v5_member] = controller.processors.admin.consumer_connections("mixed")
             assert (v5_member.client_id, v5_member.protocol) == ("v5-client", V5)
             assert v5_member.address and [s.topic for s in v5_member.subscriptions] == ["Orders"]
             listed = v1.GetConsumerList(rmq_pb2.GetConsumerListRequest(consumer_group="mixed"), timeout=10)
@@ -69,13 +69,14 @@ def test_a_telemetry_consumer_joins_the_one_table_and_leaves_with_its_stream(tmp
                 assert other.next().status.code == v2.OK
                 refused = third.next().status
                 assert refused.code == v2.TOO_MANY_REQUESTS and "max_consumer_groups" in refused.message
-                assert controller.consumer_groups() >= {"mixed", "second"}
+                assert controller.processors.admin.consumer_groups() >= {"mixed", "second"}
                 assert "third" not in controller.consumers.group_names()
             finally:
                 other.close()
                 third.close()
         finally:
             stream.close()
-        wait_until(lambda: [m.client_id for m in controller.consumer_connections("mixed")] == ["v1-client"],
+        admin = controller.processors.admin
+        wait_until(lambda: [m.client_id for m in admin.consumer_connections("mixed")] == ["v1-client"],
                    "the RocketMQ 5 client left its group with its stream")
         wait_until(lambda: "second" not in controller.consumers.group_names(), "the other group left")

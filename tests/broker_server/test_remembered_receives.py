@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rmq.broker_server.rocketmq_v2.remembered_receives import RememberedReceives
+from rmq.broker_server.processors.remembered_receives import RememberedReceives
 
 
 @dataclass(frozen=True)

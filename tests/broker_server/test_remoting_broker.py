@@ -192,7 +192,7 @@ def test_route_offsets_and_the_retry_topic_a_heartbeat_creates(
     assert client.call(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=f"%RETRY%{GROUP}")).code == 0
     members = client.call(request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, consumerGroup=GROUP))
     assert json.loads(members.body) == {"consumerIdList": ["c1"]}
-    [member] = broker.controller.consumer_connections(GROUP)     # as `rmq group members` shows it
+    [member] = broker.controller.processors.admin.consumer_connections(GROUP)  # `rmq group members`
     assert (member.client_id, member.protocol) == ("c1", rmq_pb2.CLIENT_PROTOCOL_REMOTING)
     client.send(
         request(

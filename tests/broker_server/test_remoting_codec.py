@@ -200,7 +200,7 @@ def test_a_malformed_batch_is_refused_naming_it(body: bytes) -> None:
 
 def test_route_json_writes_broker_ids_as_bare_integers() -> None:
     body = encode_topic_route(
-        [BrokerData("broker-a", {0: "127.0.0.1:10911", 1: "127.0.0.1:10921"})],
+        [BrokerData("broker-a", {0: "127.0.0.1:10911", 1: "127.0.0.1:10921"}, "DefaultCluster")],
         [QueueData("broker-a", 4, 2, 6)],
     ).decode()
     assert '"brokerAddrs":{0:"127.0.0.1:10911",1:"127.0.0.1:10921"}' in body

@@ -149,3 +149,15 @@ def test_group_label_values_have_a_total_and_a_share() -> None:
     assert [labels.label(g, "a") for g in ("a1", "a2", "a3")] == ["a1", "a2", OTHER_GROUPS]
     assert [labels.label(g, "b") for g in ("b1", "b2")] == ["b1", OTHER_GROUPS]     # the total
     assert labels.label("a1", "b") == "a1" and labels.label("y" * 256, "") == OTHER_GROUPS
+
+
+def test_rocketmq5_series_name_the_brokers_cluster(tmp_path: Path) -> None:
+    """The `cluster` label is the broker's cluster_name (issue 42: it was DefaultCluster whatever
+    the broker was told, as in the 4.x routes)."""
+    broker = InProcessBroker(tmp_path, cluster_name="ClusterB").start()
+    try:
+        samples = scrape(broker.controller.metrics_figures())
+    finally:
+        broker.stop()
+    assert samples[("rocketmq_topic_number", tuple(sorted({**NODE, "cluster": "ClusterB"}.items())))] >= 0
+    assert {dict(labels).get("cluster") for _, labels in samples} - {None} == {"ClusterB"}

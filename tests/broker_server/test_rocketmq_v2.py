@@ -17,19 +17,16 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from rmq import message_format as mf
+from rmq.broker_server.errors import InvalidReceiptHandle
 from rmq.broker_server.processors.end_transaction_processor import (
     EndTransactionProcessor,
     Resolution,
     TransactionSettings,
 )
+from rmq.broker_server.processors.pop_state import PopQueue, PopStateTable
+from rmq.broker_server.processors.receipt_handle import ReceiptHandle, ReceiptHandleCodec
 from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.rocketmq_v2 import messages
-from rmq.broker_server.rocketmq_v2.pop_state import PopQueue, PopStateTable
-from rmq.broker_server.rocketmq_v2.receipt_handle import (
-    InvalidReceiptHandle,
-    ReceiptHandle,
-    ReceiptHandleCodec,
-)
 from rmq.broker_server.rocketmq_v2.route import endpoints, reachable
 from rmq.broker_server.rocketmq_v2.telemetry import ServerSettings, answer_settings
 from rmq.broker_server.security.acl import parse_acl
@@ -144,7 +141,7 @@ def test_pop_state_journal_replays_pops_acks_and_changes_and_ignores_a_torn_tail
 
 
 def test_pop_state_compaction_keeps_the_live_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from rmq.broker_server.rocketmq_v2 import pop_state
+    from rmq.broker_server.processors import pop_state
     monkeypatch.setattr(pop_state, "COMPACT_AFTER_LINES", 2)
     queue = PopQueue("g", "orders", 1)
 
@@ -228,10 +225,10 @@ def test_auto_renewed_deliveries_stay_invisible_while_their_client_is_connected(
     """Proxy ReceiptHandleProcessor: a push consumer's deliveries (auto_renew) are renewed while its
     Telemetry stream is open; a client that went away without a word gets nothing renewed; one
     that says NotifyClientTermination hands its deliveries back at once."""
-    from rmq.broker_server.rocketmq_v2 import messaging_service, pop_service
-    monkeypatch.setattr(messaging_service, "DEFAULT_INVISIBLE_MS", 1500)
-    monkeypatch.setattr(pop_service, "RENEW_INTERVAL_S", 0.05)
-    monkeypatch.setattr(pop_service, "RENEW_AHEAD_MS", 1000)
+    from rmq.broker_server.processors import pop_message_processor
+    monkeypatch.setattr(pop_message_processor, "DEFAULT_INVISIBLE_MS", 1500)
+    monkeypatch.setattr(pop_message_processor, "RENEW_INTERVAL_S", 0.05)
+    monkeypatch.setattr(pop_message_processor, "RENEW_AHEAD_MS", 1000)
     clock = ManualClock()     # the test moves the broker's time: no invisibility is waited out
     broker = InProcessBroker(tmp_path, clock=clock).start()
     try:
@@ -260,7 +257,7 @@ def test_auto_renewed_deliveries_stay_invisible_while_their_client_is_connected(
 
             assert receive("connected") == [(b"kept", 1)]
             assert receive("gone") == [(b"dropped", 1)]   # no Telemetry stream: not renewed
-            in_flight = broker.controller.rocketmq_v2.pop.table.queues[PopQueue("g", "renewed", 0)].inflight
+            in_flight = broker.controller.processors.pop.table.queues[PopQueue("g", "renewed", 0)].inflight
             first_visible_at = in_flight[0].visible_at_ms
             clock.advance(1.0)   # 0.5 s of invisibility left, less than RENEW_AHEAD_MS
             wait_until(lambda: in_flight[0].visible_at_ms > first_visible_at, "the connected client's "

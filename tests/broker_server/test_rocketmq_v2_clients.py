@@ -366,6 +366,14 @@ def test_bad_requests_get_the_specific_v2_status(broker, topic):
                                            invisible_duration=Duration(seconds=MIN_INVISIBLE_S - 1))
         [answer] = stub.ReceiveMessage(receive, timeout=5)
         assert answer.status.code == v2.ILLEGAL_INVISIBLE_TIME
+        bad_sql = v2.FilterExpression(type=v2.SQL, expression="a =")   # does not parse
+        receive = pb.ReceiveMessageRequest(group=group, message_queue=v2.MessageQueue(topic=resource, id=-1),
+                                           batch_size=1, filter_expression=bad_sql)
+        [answer] = stub.ReceiveMessage(receive, timeout=5)
+        assert answer.status.code == v2.ILLEGAL_FILTER_EXPRESSION
+        pull = pb.PullMessageRequest(group=group, message_queue=v2.MessageQueue(topic=resource, id=0),
+                                     batch_size=1, filter_expression=bad_sql)
+        assert next(iter(stub.PullMessage(pull, timeout=5))).status.code == v2.ILLEGAL_FILTER_EXPRESSION
         ack = pb.AckMessageRequest(group=group, topic=resource,
                                    entries=[pb.AckMessageEntry(message_id="01BAD", receipt_handle="garbage")])
         assert stub.AckMessage(ack, timeout=5).status.code == v2.INVALID_RECEIPT_HANDLE

@@ -74,7 +74,9 @@ def test_members_reset_and_delete(broker: InProcessBroker, capsys: pytest.Captur
     assert code == 2 and "live member" in err
     code, out, _ = rmq(broker, capsys, "group", "reset-offset", "g1", "--topic", "Orders", "--to", "latest",
                        "--force", "--json")
-    assert code == 0 and [q["offset"] for q in json.loads(out)["queues"]] == [2, 2]
+    answer = json.loads(out)
+    assert code == 0 and [q["offset"] for q in answer["queues"]] == [2, 2]
+    assert (answer["notified_clients"], answer["untold_clients"]) == ([], ["client-a"])
     with RmqClient(broker.address) as client:
         client.unregister("client-a", "g1")
     code, out, _ = rmq(broker, capsys, "group", "delete", "g1")

@@ -6,6 +6,7 @@ are bounded."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -28,11 +29,15 @@ from rmq.cli.console.history import MAX_SERIES
 from rmq.cli.output import timestamp
 from rmq.connector.admin import MQAdmin
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
+from rmq.remoting.remoting_command import LanguageCode, RemotingCommand
+from rmq.remoting.request_code import RequestCode
 from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.statuses import PullStatus
 from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker, running_broker
+from tests.broker_server.remoting_client import RemotingTestClient
 from tests.broker_server.v2_calls import TelemetryStream, V2Client
+from tests.waiting import wait_until
 
 BASE = "http://127.0.0.1"      # a Host the console answers (it refuses others: DNS rebinding)
 
@@ -406,3 +411,40 @@ def test_the_acl_page_shows_accounts_and_permissions_to_admins_only(acl_broker: 
 def test_without_an_acl_the_acl_page_says_every_caller_is_trusted(web: TestClient) -> None:
     page = web.get("/acl")
     assert page.status_code == 200 and "runs without <code>--acl</code>" in page.text
+
+
+def test_the_group_page_shows_producers_running_info_and_changes_settings(web: TestClient,
+                                                                         broker: InProcessBroker) -> None:
+    heartbeat = {"clientID": "cpp-producer@1", "producerDataSet": [{"groupName": "pg"}],
+                 "consumerDataSet": []}
+    with RemotingTestClient(broker.config.remoting_listen) as producer:
+        producer.call(RemotingCommand(RequestCode.HEART_BEAT, language=LanguageCode.CPP, version=413,
+                                      body=json.dumps(heartbeat).encode()))
+        api = web.get("/api/groups/g1?producers=pg").json()
+        assert [(p["client_id"], p["language"], p["version"]) for p in api["producers"]] == [
+            ("cpp-producer@1", "CPP", 413)]
+        assert "cpp-producer@1" in web.get("/groups/g1?producers=pg").text
+    # client-a only heartbeats (no membership watch): named, not asked
+    assert [(r["client_id"], "not online" in r["error"]) for r in api["running"]] == [("client-a", True)]
+    form = {"retry_max_times": "3", "csrf": csrf(web.get("/groups/g1").text)}     # consume_enable unchecked
+    assert web.post("/groups/g1/settings", data=form).status_code == 200
+    assert web.get("/api/groups/g1").json()["settings"] == [
+        {"broker_name": "broker-a", "consume_enable": False, "retry_max_times": 3, "stored": True}]
+    refused = web.post("/groups/g1/settings", data=form | {"retry_max_times": "1001"})
+    assert refused.status_code == 400 and "retry_max_times must be 0-1000" in refused.text
+
+
+def test_the_topics_list_and_the_topic_page_show_its_pending_timers(
+        web: TestClient, broker: InProcessBroker) -> None:
+    """Timer messages waiting for a topic (counted per real topic in the TimerLog) on the topics
+    list and the topic page; a recalled one no longer counts."""
+    with RmqClient(broker.address) as client:
+        sent = client.send("Orders", [OutgoingMessage(b"later", properties={"TIMER_DELAY_SEC": "600"})
+                                      for _ in range(3)])
+        wait_until(lambda: web.get("/api/topics/Orders").json()["timers"] == 3, "3 timers pending on Orders")
+        client.recall_message(sent.recall_handles[0])
+    assert web.get("/api/topics/Orders").json()["timers"] == 2
+    assert 'id="timers">2<' in web.get("/topics/Orders").text
+    listed = {t["topic"]: t["timers"] for t in web.get("/api/topics").json()["topics"]}
+    assert listed["Orders"] == 2
+    assert '<td class="num">2</td></tr>' in web.get("/topics").text

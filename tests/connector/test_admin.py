@@ -106,9 +106,10 @@ def test_reset_to_a_time(client: RmqClient) -> None:
     split_ms = MQAdmin(client).browse(q(0), 3, 4)[0].store_timestamp
     admin = MQAdmin(client)
     at_split = admin.reset_offsets("g1", "Orders", ResetTarget(ResetTo.TIMESTAMP, split_ms))
-    results = {r.queue: r for r in at_split}
+    results = {r.queue: r for r in at_split.results}
     assert results[q(0)].offset == 3 and not results[q(0)].note
-    before = {r.queue: r for r in admin.reset_offsets("g1", "Orders", ResetTarget(ResetTo.TIMESTAMP, 1))}
+    earliest = admin.reset_offsets("g1", "Orders", ResetTarget(ResetTo.TIMESTAMP, 1))
+    before = {r.queue: r for r in earliest.results}
     assert before[q(0)].offset == 0 and "before the earliest" in before[q(0)].note
     assert client.query_consumer_offsets("g1", "Orders")[q(0)] == 0
 

@@ -19,12 +19,15 @@ from rmq.connector.consume_message_concurrently_service import (
     classify,
     split_batches,
 )
+from rmq.connector.consumer_config import ConsumerConfig, MessageModel
 from rmq.connector.message import MessageExt
 from rmq.connector.message_listener import ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus
 from rmq.connector.offset_store import LocalFileOffsetStore, ReadOffsetType
 from rmq.connector.process_queue import ProcessQueue
 from tests.connector.sdk_support import MQ, RecordingScheduler, message
 from tests.waiting import wait_until
+
+TINY_TIMEOUT_MINUTES = 1e-9   # 60 ns: every listener call lasts longer (a consume timeout must be positive)
 
 OK = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 LATER = ConsumeConcurrentlyStatus.RECONSUME_LATER
@@ -57,19 +60,18 @@ def test_longpolling_tv9_batching(count: int, batch: int, sizes: list[int]) -> N
 
 class Harness:
     def __init__(
-        self, tmp_path: Path, listener, broadcasting: bool = False, failing_back: Sequence[int] = ()
+        self, tmp_path: Path, listener, broadcasting: bool = False, failing_back: Sequence[int] = (),
+        **settings: float,
     ):
         self.sent_back: list[tuple[int, int]] = []
         self.failing_back = set(failing_back)
         self.store = LocalFileOffsetStore(tmp_path, "G")
         self.scheduler = RecordingScheduler()
+        model = MessageModel.BROADCASTING if broadcasting else MessageModel.CLUSTERING
         self.service = ConsumeMessageConcurrentlyService(
             listener,
-            group="G",
-            broadcasting=broadcasting,
-            consume_thread_max=2,
-            consume_message_batch_max_size=4,
-            consume_timeout_minutes=15,
+            ConsumerConfig("G", message_model=model, **{"consume_thread_max": 2,
+                                                        "consume_message_batch_max_size": 4, **settings}),
             offset_store=self.store,
             send_message_back=self.send_back,
             scheduler=self.scheduler,
@@ -173,8 +175,7 @@ def test_tv13_a_success_past_the_consume_timeout_is_reported_and_still_commits(
     """CONSUME_SUCCESS after the consume timeout classifies as TIME_OUT (logged), and the batch
     is still acknowledged: only a success within the timeout skips classify."""
     caplog.set_level(logging.INFO, logger="rmq.connector.consume_message_concurrently_service")
-    h = Harness(tmp_path, lambda msgs, ctx: OK)
-    h.service.consume_timeout_minutes = 0.0   # every listener call lasts at least 0 ms
+    h = Harness(tmp_path, lambda msgs, ctx: OK, consume_timeout_minutes=TINY_TIMEOUT_MINUTES)
     h.run(7)
     assert "consume TIME_OUT: CONSUME_SUCCESS, 1 messages" in caplog.text
     assert h.sent_back == [] and h.offset() == 8
@@ -197,11 +198,10 @@ def test_tv12_dropped_queue_keeps_the_offset(tmp_path: Path) -> None:
 
 
 def test_clean_expire_msg_sends_the_stuck_head_back_at_level_3(tmp_path: Path) -> None:
-    h = Harness(tmp_path, lambda msgs, ctx: OK)
+    h = Harness(tmp_path, lambda msgs, ctx: OK, consume_timeout_minutes=TINY_TIMEOUT_MINUTES)
     h.pq.put_message([message(1), message(2)])
     h.pq.mark_consume_started([message(1), message(2)])
-    h.service.consume_timeout_minutes = 0.0
-    time.sleep(0.01)   # not an event: the consume start (real clock) lies in the past, past the 0 min timeout
+    time.sleep(0.01)   # not an event: the consume start (real clock) lies in the past, past the 60 ns timeout
     h.service.clean_expire_msg([h.pq])
     assert h.sent_back == [(1, 3), (2, 3)] and h.pq.msg_count == 0
 
@@ -227,8 +227,8 @@ def test_tv12_a_pipelined_pull_landing_never_moves_the_offset_past_a_held_messag
 
 def test_batches_of_one_hand_every_message_to_the_listener_once(tmp_path: Path) -> None:
     seen: list[list[int]] = []
-    h = Harness(tmp_path, lambda msgs, ctx: seen.append([m.queue_offset for m in msgs]) or OK)
-    h.service.batch_size = 1
+    h = Harness(tmp_path, lambda msgs, ctx: seen.append([m.queue_offset for m in msgs]) or OK,
+                consume_message_batch_max_size=1)
     messages = [message(o) for o in range(32)]
     h.pq.put_message(messages)
     h.service.submit_consume_request(messages, h.pq, MQ)
@@ -248,9 +248,8 @@ def test_slow_listeners_run_on_every_consume_thread_at_once(tmp_path: Path) -> N
     h = Harness(tmp_path, listener)
     h.service.shutdown(0)
     service = ConsumeMessageConcurrentlyService(
-        listener, group="G", broadcasting=False, consume_thread_max=4, consume_message_batch_max_size=1,
-        consume_timeout_minutes=15, offset_store=h.store, send_message_back=h.send_back,
-        scheduler=h.scheduler)
+        listener, ConsumerConfig("G", consume_thread_max=4), offset_store=h.store,
+        send_message_back=h.send_back, scheduler=h.scheduler)
     service.start(lambda: [h.pq])
     messages = [message(o) for o in range(8)]
     h.pq.put_message(messages)

@@ -13,7 +13,7 @@ import pytest
 from rmq.broker_server.offsets.rebalance_lock_manager import RebalanceLockManager
 from rmq.connector.client import MessageQueue
 from rmq.connector.consume_message_orderly_service import ConsumeMessageOrderlyService, OrderlyConsumeRequest
-from rmq.connector.consumer_config import ConsumeFromWhere
+from rmq.connector.consumer_config import ConsumeFromWhere, ConsumerConfig
 from rmq.connector.message import MessageExt
 from rmq.connector.message_listener_orderly import ConsumeOrderlyContext, ConsumeOrderlyStatus
 from rmq.connector.offset_store import LocalFileOffsetStore, ReadOffsetType
@@ -82,9 +82,8 @@ def service(tmp_path: Path, listener: Recorder, *, batch: int = 3, max_reconsume
         return True
 
     return ConsumeMessageOrderlyService(
-        listener, group="G", broadcasting=False, consume_thread_max=1, consume_message_batch_max_size=batch,
-        consume_timeout_minutes=15, max_reconsume_times=max_reconsume_times,
-        suspend_current_queue_time_millis=1000,
+        listener, ConsumerConfig("G", consume_thread_max=1, consume_message_batch_max_size=batch,
+                                 max_reconsume_times=max_reconsume_times),
         offset_store=store, rebalance_impl=impl, send_message_back=send_back, scheduler=scheduler)
 
 

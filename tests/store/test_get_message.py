@@ -298,3 +298,27 @@ def test_a_read_of_one_entry_answers_as_a_longer_scan_does(open_store, case) -> 
         assert queue_offsets(one) == [4]
         assert one.buffer == several.buffer[-len(one.buffer):]
         assert one.sizes.tolist() == several.sizes.tolist()[-1:]
+
+
+@pytest.mark.parametrize("tag", [None, "a"])
+@pytest.mark.parametrize("memory_ratio", [40, 0])
+def test_a_pull_of_one_message_answers_as_the_scan_of_several_does(open_store, tag, memory_ratio) -> None:
+    """A pull of one message (maxMsgNums 1) reads its first entry without building columns: at
+    every offset of a queue with tag misses and a pre-blank gap, the same status, next offset,
+    record and slave suggestion as the vectorised scan (forced here by a filter taking all)."""
+    store = open_store(access_message_in_memory_max_ratio=memory_ratio)
+    store.put_messages([message(body=bytes([i]), TAGS="a" if i % 3 else "b") for i in range(6)])
+    wait_dispatched(store)
+    cq = store.find_consume_queue("TopicTest", 0)
+    offset, size, code = cq.get_entries(0, 1)[0].tolist()
+    cq.put_message_position_info(offset, size, code, 8)   # entries 6 and 7 are pre-blank
+    tag_codes = None if tag is None else {mf.tags_hash_code(tag)}
+    for queue_offset in range(9):
+        one, scanned = (store.get_message("g", "TopicTest", 0, queue_offset, 1, tag_codes=tag_codes,
+                                          record_filter=record_filter)
+                        for record_filter in (None, lambda record: True))
+        assert (one.status, one.next_begin_offset, one.message_count, one.suggest_pulling_from_slave) == (
+            scanned.status, scanned.next_begin_offset, scanned.message_count,
+            scanned.suggest_pulling_from_slave), queue_offset
+        if one.status is S.FOUND:
+            assert bytes(one.buffer) == bytes(scanned.buffer) and one.sizes.tolist() == scanned.sizes.tolist()

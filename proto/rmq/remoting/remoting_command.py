@@ -52,6 +52,8 @@ class LanguageCode(enum.IntEnum):
 
 _LANGUAGES = {language.value: language for language in LanguageCode}
 _LANGUAGE_NAMES = {language.name: language for language in LanguageCode}
+_LANGUAGE_NAME_OF = {language: language.name for language in LanguageCode}
+_JSON_NAME = SerializeType.JSON.name
 
 
 @dataclass
@@ -161,12 +163,12 @@ def json_within_depth(data: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
 def encode_json_header(command: RemotingCommand) -> bytes:
     header: dict[str, object] = {
         "code": command.code,
-        "language": command.language.name,
+        "language": _LANGUAGE_NAME_OF[command.language],   # no enum property per answer
         "version": command.version,
         "opaque": command.opaque,
         "flag": command.flag,
         "extFields": command.ext_fields,
-        "serializeTypeCurrentRPC": SerializeType.JSON.name,
+        "serializeTypeCurrentRPC": _JSON_NAME,
     }
     if command.remark is not None:
         header["remark"] = command.remark
@@ -216,7 +218,7 @@ def decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
         flag=flag,
         remark=None if remark is None else _text(remark),
         # JSON object keys are strings; most values are too (the rest go through _text)
-        ext_fields={key: value if type(value) is str else _text(value)
+        ext_fields={key: value if type(value) is str else str(value) if type(value) is int else _text(value)
                     for key, value in ext.items() if value is not None},
         body=body,
         language=_LANGUAGE_NAMES.get(str(parsed.get("language")), LanguageCode.OTHER),

@@ -28,6 +28,7 @@ class RequestCode(enum.IntEnum):
     GET_CONSUMER_RUNNING_INFO = 307
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
+    RECALL_MESSAGE = 370   # RocketMQ 5.3: cancel a timer message by its recall handle
     CANCEL_REQUEST = 32001  # rmq's own (oneway): end the request whose opaque it names, unanswered
 
 

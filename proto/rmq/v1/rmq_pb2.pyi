@@ -70,6 +70,12 @@ class MessageModel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CLUSTERING: _ClassVar[MessageModel]
     BROADCASTING: _ClassVar[MessageModel]
 
+class ConsumeType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONSUME_TYPE_UNSPECIFIED: _ClassVar[ConsumeType]
+    CONSUME_PASSIVELY: _ClassVar[ConsumeType]
+    CONSUME_ACTIVELY: _ClassVar[ConsumeType]
+
 class BrokerRole(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ASYNC_MASTER: _ClassVar[BrokerRole]
@@ -127,6 +133,9 @@ GMS_NO_MATCHED_LOGIC_QUEUE: GetMessageStatus
 GMS_NO_MESSAGE_IN_QUEUE: GetMessageStatus
 CLUSTERING: MessageModel
 BROADCASTING: MessageModel
+CONSUME_TYPE_UNSPECIFIED: ConsumeType
+CONSUME_PASSIVELY: ConsumeType
+CONSUME_ACTIVELY: ConsumeType
 ASYNC_MASTER: BrokerRole
 SYNC_MASTER: BrokerRole
 SLAVE: BrokerRole
@@ -333,12 +342,14 @@ class GetTopicOffsetsRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ...) -> None: ...
 
 class GetTopicOffsetsResponse(_message.Message):
-    __slots__ = ("status", "queues")
+    __slots__ = ("status", "queues", "pending_timers")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
+    PENDING_TIMERS_FIELD_NUMBER: _ClassVar[int]
     status: Status
     queues: _containers.RepeatedCompositeFieldContainer[QueueOffsets]
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueOffsets, _Mapping]]] = ...) -> None: ...
+    pending_timers: int
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueOffsets, _Mapping]]] = ..., pending_timers: _Optional[int] = ...) -> None: ...
 
 class SearchOffsetRequest(_message.Message):
     __slots__ = ("topic", "queue_id", "timestamp")
@@ -505,20 +516,84 @@ class UnlockBatchResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
 
 class WatchConsumerIdsRequest(_message.Message):
-    __slots__ = ("client_id", "consumer_group")
+    __slots__ = ("client_id", "consumer_group", "adopts_offset_resets")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    ADOPTS_OFFSET_RESETS_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     consumer_group: str
-    def __init__(self, client_id: _Optional[str] = ..., consumer_group: _Optional[str] = ...) -> None: ...
+    adopts_offset_resets: bool
+    def __init__(self, client_id: _Optional[str] = ..., consumer_group: _Optional[str] = ..., adopts_offset_resets: _Optional[bool] = ...) -> None: ...
 
 class ConsumerIdsChanged(_message.Message):
-    __slots__ = ("status", "client_ids")
+    __slots__ = ("status", "client_ids", "reset_offsets", "running_info_request")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    RESET_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_INFO_REQUEST_FIELD_NUMBER: _ClassVar[int]
     status: Status
     client_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., client_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    reset_offsets: _containers.RepeatedCompositeFieldContainer[ConsumerOffset]
+    running_info_request: str
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., client_ids: _Optional[_Iterable[str]] = ..., reset_offsets: _Optional[_Iterable[_Union[ConsumerOffset, _Mapping]]] = ..., running_info_request: _Optional[str] = ...) -> None: ...
+
+class ProcessQueueInfo(_message.Message):
+    __slots__ = ("queue", "committed_offset", "cached_messages", "cached_bytes", "cached_min_offset", "cached_max_offset", "last_pull_ms", "last_consume_ms", "locked")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CACHED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    CACHED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CACHED_MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CACHED_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_PULL_MS_FIELD_NUMBER: _ClassVar[int]
+    LAST_CONSUME_MS_FIELD_NUMBER: _ClassVar[int]
+    LOCKED_FIELD_NUMBER: _ClassVar[int]
+    queue: MessageQueue
+    committed_offset: int
+    cached_messages: int
+    cached_bytes: int
+    cached_min_offset: int
+    cached_max_offset: int
+    last_pull_ms: int
+    last_consume_ms: int
+    locked: bool
+    def __init__(self, queue: _Optional[_Union[MessageQueue, _Mapping]] = ..., committed_offset: _Optional[int] = ..., cached_messages: _Optional[int] = ..., cached_bytes: _Optional[int] = ..., cached_min_offset: _Optional[int] = ..., cached_max_offset: _Optional[int] = ..., last_pull_ms: _Optional[int] = ..., last_consume_ms: _Optional[int] = ..., locked: _Optional[bool] = ...) -> None: ...
+
+class ConsumerRunningInfo(_message.Message):
+    __slots__ = ("client_id", "consume_type", "message_model", "orderly", "subscriptions", "queues", "sdk_version")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_TYPE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_MODEL_FIELD_NUMBER: _ClassVar[int]
+    ORDERLY_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    SDK_VERSION_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    consume_type: ConsumeType
+    message_model: MessageModel
+    orderly: bool
+    subscriptions: _containers.RepeatedCompositeFieldContainer[Subscription]
+    queues: _containers.RepeatedCompositeFieldContainer[ProcessQueueInfo]
+    sdk_version: str
+    def __init__(self, client_id: _Optional[str] = ..., consume_type: _Optional[_Union[ConsumeType, str]] = ..., message_model: _Optional[_Union[MessageModel, str]] = ..., orderly: _Optional[bool] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ..., queues: _Optional[_Iterable[_Union[ProcessQueueInfo, _Mapping]]] = ..., sdk_version: _Optional[str] = ...) -> None: ...
+
+class ReportRunningInfoRequest(_message.Message):
+    __slots__ = ("client_id", "consumer_group", "request_id", "info")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    consumer_group: str
+    request_id: str
+    info: ConsumerRunningInfo
+    def __init__(self, client_id: _Optional[str] = ..., consumer_group: _Optional[str] = ..., request_id: _Optional[str] = ..., info: _Optional[_Union[ConsumerRunningInfo, _Mapping]] = ...) -> None: ...
+
+class ReportRunningInfoResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
 
 class ConsumerSendMsgBackRequest(_message.Message):
     __slots__ = ("consumer_group", "commit_log_offset", "delay_level", "origin_msg_id", "origin_topic", "max_reconsume_times")
@@ -617,14 +692,16 @@ class UpdateTopicResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
 
 class BrokerData(_message.Message):
-    __slots__ = ("broker_name", "address", "members")
+    __slots__ = ("broker_name", "address", "members", "cluster_name")
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     broker_name: str
     address: str
     members: _containers.RepeatedCompositeFieldContainer[BrokerMember]
-    def __init__(self, broker_name: _Optional[str] = ..., address: _Optional[str] = ..., members: _Optional[_Iterable[_Union[BrokerMember, _Mapping]]] = ...) -> None: ...
+    cluster_name: str
+    def __init__(self, broker_name: _Optional[str] = ..., address: _Optional[str] = ..., members: _Optional[_Iterable[_Union[BrokerMember, _Mapping]]] = ..., cluster_name: _Optional[str] = ...) -> None: ...
 
 class BrokerMember(_message.Message):
     __slots__ = ("broker_id", "address", "role", "flight_address", "remoting_address", "epoch")
@@ -880,6 +957,110 @@ class ListConsumerGroupsResponse(_message.Message):
     status: Status
     groups: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., groups: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ResetConsumerOffsetsRequest(_message.Message):
+    __slots__ = ("consumer_group", "offsets", "force")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    offsets: _containers.RepeatedCompositeFieldContainer[ConsumerOffset]
+    force: bool
+    def __init__(self, consumer_group: _Optional[str] = ..., offsets: _Optional[_Iterable[_Union[ConsumerOffset, _Mapping]]] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class ResetConsumerOffsetsResponse(_message.Message):
+    __slots__ = ("status", "notified_client_ids", "untold_client_ids")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    NOTIFIED_CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    UNTOLD_CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    notified_client_ids: _containers.RepeatedScalarFieldContainer[str]
+    untold_client_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., notified_client_ids: _Optional[_Iterable[str]] = ..., untold_client_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SubscriptionGroupConfig(_message.Message):
+    __slots__ = ("consumer_group", "consume_enable", "retry_max_times")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_ENABLE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_MAX_TIMES_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    consume_enable: bool
+    retry_max_times: int
+    def __init__(self, consumer_group: _Optional[str] = ..., consume_enable: _Optional[bool] = ..., retry_max_times: _Optional[int] = ...) -> None: ...
+
+class UpdateSubscriptionGroupRequest(_message.Message):
+    __slots__ = ("config",)
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    config: SubscriptionGroupConfig
+    def __init__(self, config: _Optional[_Union[SubscriptionGroupConfig, _Mapping]] = ...) -> None: ...
+
+class UpdateSubscriptionGroupResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
+
+class GetSubscriptionGroupRequest(_message.Message):
+    __slots__ = ("consumer_group",)
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    def __init__(self, consumer_group: _Optional[str] = ...) -> None: ...
+
+class GetSubscriptionGroupResponse(_message.Message):
+    __slots__ = ("status", "config", "stored")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    config: SubscriptionGroupConfig
+    stored: bool
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., config: _Optional[_Union[SubscriptionGroupConfig, _Mapping]] = ..., stored: _Optional[bool] = ...) -> None: ...
+
+class GetConsumerRunningInfoRequest(_message.Message):
+    __slots__ = ("consumer_group", "client_id")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    client_id: str
+    def __init__(self, consumer_group: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class GetConsumerRunningInfoResponse(_message.Message):
+    __slots__ = ("status", "info")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    info: ConsumerRunningInfo
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., info: _Optional[_Union[ConsumerRunningInfo, _Mapping]] = ...) -> None: ...
+
+class ProducerConnection(_message.Message):
+    __slots__ = ("client_id", "protocol", "address", "language", "version", "last_heartbeat_ms")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    protocol: ClientProtocol
+    address: str
+    language: str
+    version: int
+    last_heartbeat_ms: int
+    def __init__(self, client_id: _Optional[str] = ..., protocol: _Optional[_Union[ClientProtocol, str]] = ..., address: _Optional[str] = ..., language: _Optional[str] = ..., version: _Optional[int] = ..., last_heartbeat_ms: _Optional[int] = ...) -> None: ...
+
+class GetProducerConnectionsRequest(_message.Message):
+    __slots__ = ("producer_group",)
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    producer_group: str
+    def __init__(self, producer_group: _Optional[str] = ...) -> None: ...
+
+class GetProducerConnectionsResponse(_message.Message):
+    __slots__ = ("status", "connections")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    connections: _containers.RepeatedCompositeFieldContainer[ProducerConnection]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., connections: _Optional[_Iterable[_Union[ProducerConnection, _Mapping]]] = ...) -> None: ...
 
 class GetConsumerConnectionsRequest(_message.Message):
     __slots__ = ("consumer_group",)

@@ -117,6 +117,11 @@ class MessagingServiceStub:
                 request_serializer=rmq_dot_v1_dot_rmq__pb2.RecallMessageRequest.SerializeToString,
                 response_deserializer=rmq_dot_v1_dot_rmq__pb2.RecallMessageResponse.FromString,
                 _registered_method=True)
+        self.ReportRunningInfo = channel.unary_unary(
+                '/rmq.v1.MessagingService/ReportRunningInfo',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.ReportRunningInfoRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.ReportRunningInfoResponse.FromString,
+                _registered_method=True)
 
 
 class MessagingServiceServicer:
@@ -221,6 +226,12 @@ class MessagingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportRunningInfo(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessagingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -303,6 +314,11 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     servicer.RecallMessage,
                     request_deserializer=rmq_dot_v1_dot_rmq__pb2.RecallMessageRequest.FromString,
                     response_serializer=rmq_dot_v1_dot_rmq__pb2.RecallMessageResponse.SerializeToString,
+            ),
+            'ReportRunningInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportRunningInfo,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.ReportRunningInfoRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.ReportRunningInfoResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -750,6 +766,33 @@ class MessagingService:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def ReportRunningInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.MessagingService/ReportRunningInfo',
+            rmq_dot_v1_dot_rmq__pb2.ReportRunningInfoRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.ReportRunningInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class AdminServiceStub:
     """Served by every broker (its own topics).
@@ -800,6 +843,31 @@ class AdminServiceStub:
                 '/rmq.v1.AdminService/ListConsumerGroups',
                 request_serializer=rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsRequest.SerializeToString,
                 response_deserializer=rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsResponse.FromString,
+                _registered_method=True)
+        self.ResetConsumerOffsets = channel.unary_unary(
+                '/rmq.v1.AdminService/ResetConsumerOffsets',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.ResetConsumerOffsetsRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.ResetConsumerOffsetsResponse.FromString,
+                _registered_method=True)
+        self.UpdateSubscriptionGroup = channel.unary_unary(
+                '/rmq.v1.AdminService/UpdateSubscriptionGroup',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.UpdateSubscriptionGroupRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.UpdateSubscriptionGroupResponse.FromString,
+                _registered_method=True)
+        self.GetSubscriptionGroup = channel.unary_unary(
+                '/rmq.v1.AdminService/GetSubscriptionGroup',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.GetSubscriptionGroupRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.GetSubscriptionGroupResponse.FromString,
+                _registered_method=True)
+        self.GetConsumerRunningInfo = channel.unary_unary(
+                '/rmq.v1.AdminService/GetConsumerRunningInfo',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerRunningInfoRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerRunningInfoResponse.FromString,
+                _registered_method=True)
+        self.GetProducerConnections = channel.unary_unary(
+                '/rmq.v1.AdminService/GetProducerConnections',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.GetProducerConnectionsRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.GetProducerConnectionsResponse.FromString,
                 _registered_method=True)
         self.GetGroupStats = channel.unary_unary(
                 '/rmq.v1.AdminService/GetGroupStats',
@@ -865,6 +933,36 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResetConsumerOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateSubscriptionGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSubscriptionGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetConsumerRunningInfo(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetProducerConnections(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetGroupStats(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -919,6 +1017,31 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListConsumerGroups,
                     request_deserializer=rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsRequest.FromString,
                     response_serializer=rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsResponse.SerializeToString,
+            ),
+            'ResetConsumerOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetConsumerOffsets,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.ResetConsumerOffsetsRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.ResetConsumerOffsetsResponse.SerializeToString,
+            ),
+            'UpdateSubscriptionGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateSubscriptionGroup,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.UpdateSubscriptionGroupRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.UpdateSubscriptionGroupResponse.SerializeToString,
+            ),
+            'GetSubscriptionGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSubscriptionGroup,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.GetSubscriptionGroupRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.GetSubscriptionGroupResponse.SerializeToString,
+            ),
+            'GetConsumerRunningInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetConsumerRunningInfo,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerRunningInfoRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerRunningInfoResponse.SerializeToString,
+            ),
+            'GetProducerConnections': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetProducerConnections,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.GetProducerConnectionsRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.GetProducerConnectionsResponse.SerializeToString,
             ),
             'GetGroupStats': grpc.unary_unary_rpc_method_handler(
                     servicer.GetGroupStats,
@@ -1148,6 +1271,141 @@ class AdminService:
             '/rmq.v1.AdminService/ListConsumerGroups',
             rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsRequest.SerializeToString,
             rmq_dot_v1_dot_rmq__pb2.ListConsumerGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetConsumerOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.AdminService/ResetConsumerOffsets',
+            rmq_dot_v1_dot_rmq__pb2.ResetConsumerOffsetsRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.ResetConsumerOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateSubscriptionGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.AdminService/UpdateSubscriptionGroup',
+            rmq_dot_v1_dot_rmq__pb2.UpdateSubscriptionGroupRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.UpdateSubscriptionGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSubscriptionGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.AdminService/GetSubscriptionGroup',
+            rmq_dot_v1_dot_rmq__pb2.GetSubscriptionGroupRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.GetSubscriptionGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetConsumerRunningInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.AdminService/GetConsumerRunningInfo',
+            rmq_dot_v1_dot_rmq__pb2.GetConsumerRunningInfoRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.GetConsumerRunningInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetProducerConnections(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.AdminService/GetProducerConnections',
+            rmq_dot_v1_dot_rmq__pb2.GetProducerConnectionsRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.GetProducerConnectionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

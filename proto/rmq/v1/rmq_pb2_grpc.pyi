@@ -62,6 +62,7 @@ class MessagingServiceStub:
     ConsumerSendMsgBack: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.ConsumerSendMsgBackRequest, _rmq_pb2.ConsumerSendMsgBackResponse]
     WatchConsumerIds: _grpc.UnaryStreamMultiCallable[_rmq_pb2.WatchConsumerIdsRequest, _rmq_pb2.ConsumerIdsChanged]
     RecallMessage: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.RecallMessageRequest, _rmq_pb2.RecallMessageResponse]
+    ReportRunningInfo: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.ReportRunningInfoRequest, _rmq_pb2.ReportRunningInfoResponse]
 
 @_typing.type_check_only
 class MessagingServiceAsyncStub(MessagingServiceStub):
@@ -87,6 +88,7 @@ class MessagingServiceAsyncStub(MessagingServiceStub):
     ConsumerSendMsgBack: _aio.UnaryUnaryMultiCallable[_rmq_pb2.ConsumerSendMsgBackRequest, _rmq_pb2.ConsumerSendMsgBackResponse]  # type: ignore[assignment]
     WatchConsumerIds: _aio.UnaryStreamMultiCallable[_rmq_pb2.WatchConsumerIdsRequest, _rmq_pb2.ConsumerIdsChanged]  # type: ignore[assignment]
     RecallMessage: _aio.UnaryUnaryMultiCallable[_rmq_pb2.RecallMessageRequest, _rmq_pb2.RecallMessageResponse]  # type: ignore[assignment]
+    ReportRunningInfo: _aio.UnaryUnaryMultiCallable[_rmq_pb2.ReportRunningInfoRequest, _rmq_pb2.ReportRunningInfoResponse]  # type: ignore[assignment]
 
 class MessagingServiceServicer:
     """---------------------------------------------------------------- services
@@ -190,6 +192,12 @@ class MessagingServiceServicer:
         context: _ServicerContext,
     ) -> _typing.Union[_rmq_pb2.RecallMessageResponse, _abc.Awaitable[_rmq_pb2.RecallMessageResponse]]: ...
 
+    def ReportRunningInfo(
+        self,
+        request: _rmq_pb2.ReportRunningInfoRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rmq_pb2.ReportRunningInfoResponse, _abc.Awaitable[_rmq_pb2.ReportRunningInfoResponse]]: ...
+
 def add_MessagingServiceServicer_to_server(servicer: MessagingServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class AdminServiceStub:
@@ -207,6 +215,11 @@ class AdminServiceStub:
     ViewMessage: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.ViewMessageRequest, _rmq_pb2.ViewMessageResponse]
     GetConsumerConnections: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetConsumerConnectionsRequest, _rmq_pb2.GetConsumerConnectionsResponse]
     ListConsumerGroups: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.ListConsumerGroupsRequest, _rmq_pb2.ListConsumerGroupsResponse]
+    ResetConsumerOffsets: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.ResetConsumerOffsetsRequest, _rmq_pb2.ResetConsumerOffsetsResponse]
+    UpdateSubscriptionGroup: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.UpdateSubscriptionGroupRequest, _rmq_pb2.UpdateSubscriptionGroupResponse]
+    GetSubscriptionGroup: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetSubscriptionGroupRequest, _rmq_pb2.GetSubscriptionGroupResponse]
+    GetConsumerRunningInfo: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetConsumerRunningInfoRequest, _rmq_pb2.GetConsumerRunningInfoResponse]
+    GetProducerConnections: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetProducerConnectionsRequest, _rmq_pb2.GetProducerConnectionsResponse]
     GetGroupStats: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetGroupStatsRequest, _rmq_pb2.GetGroupStatsResponse]
     DescribeAcl: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.DescribeAclRequest, _rmq_pb2.DescribeAclResponse]
 
@@ -223,6 +236,11 @@ class AdminServiceAsyncStub(AdminServiceStub):
     ViewMessage: _aio.UnaryUnaryMultiCallable[_rmq_pb2.ViewMessageRequest, _rmq_pb2.ViewMessageResponse]  # type: ignore[assignment]
     GetConsumerConnections: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetConsumerConnectionsRequest, _rmq_pb2.GetConsumerConnectionsResponse]  # type: ignore[assignment]
     ListConsumerGroups: _aio.UnaryUnaryMultiCallable[_rmq_pb2.ListConsumerGroupsRequest, _rmq_pb2.ListConsumerGroupsResponse]  # type: ignore[assignment]
+    ResetConsumerOffsets: _aio.UnaryUnaryMultiCallable[_rmq_pb2.ResetConsumerOffsetsRequest, _rmq_pb2.ResetConsumerOffsetsResponse]  # type: ignore[assignment]
+    UpdateSubscriptionGroup: _aio.UnaryUnaryMultiCallable[_rmq_pb2.UpdateSubscriptionGroupRequest, _rmq_pb2.UpdateSubscriptionGroupResponse]  # type: ignore[assignment]
+    GetSubscriptionGroup: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetSubscriptionGroupRequest, _rmq_pb2.GetSubscriptionGroupResponse]  # type: ignore[assignment]
+    GetConsumerRunningInfo: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetConsumerRunningInfoRequest, _rmq_pb2.GetConsumerRunningInfoResponse]  # type: ignore[assignment]
+    GetProducerConnections: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetProducerConnectionsRequest, _rmq_pb2.GetProducerConnectionsResponse]  # type: ignore[assignment]
     GetGroupStats: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetGroupStatsRequest, _rmq_pb2.GetGroupStatsResponse]  # type: ignore[assignment]
     DescribeAcl: _aio.UnaryUnaryMultiCallable[_rmq_pb2.DescribeAclRequest, _rmq_pb2.DescribeAclResponse]  # type: ignore[assignment]
 
@@ -276,6 +294,36 @@ class AdminServiceServicer:
         request: _rmq_pb2.ListConsumerGroupsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_rmq_pb2.ListConsumerGroupsResponse, _abc.Awaitable[_rmq_pb2.ListConsumerGroupsResponse]]: ...
+
+    def ResetConsumerOffsets(
+        self,
+        request: _rmq_pb2.ResetConsumerOffsetsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rmq_pb2.ResetConsumerOffsetsResponse, _abc.Awaitable[_rmq_pb2.ResetConsumerOffsetsResponse]]: ...
+
+    def UpdateSubscriptionGroup(
+        self,
+        request: _rmq_pb2.UpdateSubscriptionGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rmq_pb2.UpdateSubscriptionGroupResponse, _abc.Awaitable[_rmq_pb2.UpdateSubscriptionGroupResponse]]: ...
+
+    def GetSubscriptionGroup(
+        self,
+        request: _rmq_pb2.GetSubscriptionGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rmq_pb2.GetSubscriptionGroupResponse, _abc.Awaitable[_rmq_pb2.GetSubscriptionGroupResponse]]: ...
+
+    def GetConsumerRunningInfo(
+        self,
+        request: _rmq_pb2.GetConsumerRunningInfoRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rmq_pb2.GetConsumerRunningInfoResponse, _abc.Awaitable[_rmq_pb2.GetConsumerRunningInfoResponse]]: ...
+
+    def GetProducerConnections(
+        self,
+        request: _rmq_pb2.GetProducerConnectionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rmq_pb2.GetProducerConnectionsResponse, _abc.Awaitable[_rmq_pb2.GetProducerConnectionsResponse]]: ...
 
     def GetGroupStats(
         self,

@@ -1,6 +1,9 @@
-"""Pop consumption for ReceiveMessage, AckMessage, ChangeInvisibleDuration and
-ForwardMessageToDeadLetterQueue (spec rocketmq-v2-protocol.md §1, §4; RocketMQ 5
-PopMessageProcessor, AckMessageProcessor, ChangeInvisibleTimeProcessor).
+"""PopMessageProcessor (RocketMQ 5 PopMessageProcessor; spec rocketmq-v2-protocol.md §1, §4): pop
+consumption, protocol-neutral. A protocol adapter asks for a pop with a `PopMessageHeader`
+(RocketMQ PopMessageRequestHeader) and gets `Popped` deliveries, each with its receipt handle's
+text; refusals are BrokerError leaves. AckMessageProcessor and ChangeInvisibleTimeProcessor end,
+move to the DLQ or extend the deliveries through this processor's pop state, as RocketMQ's do
+through the PopMessageProcessor's queue locks and long polling.
 
 A receive looks at the topic's queues in turn: messages whose invisibility has ended come back
 first with their delivery attempt + 1 (a concurrent group's message that already had
@@ -24,30 +27,38 @@ from dataclasses import dataclass, replace
 
 from rmq import message_format as mf
 from rmq import retry
+from rmq.broker_server.errors import BrokerError, IllegalInvisibleTime, InvalidReceiptHandle, illegal_argument
 from rmq.broker_server.long_polling.fair_shares import FairShares, ShareExceeded
 from rmq.broker_server.long_polling.pull_request_hold_service import PullRequestHoldService
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
 from rmq.broker_server.processors.consumer_send_msg_back import ConsumerSendMsgBackProcessor, SendBackTarget
+from rmq.broker_server.processors.names import check_group_name
+from rmq.broker_server.processors.pop_state import InFlight, PopQueue, PopStateTable
 from rmq.broker_server.processors.pull_message_processor import (
     PullMessageProcessor,
     PullQuery,
     Sql92RecordFilter,
+    sql92_record_filter,
 )
 from rmq.broker_server.processors.pull_response_budget import PullBytesLease
-from rmq.broker_server.rocketmq_v2.pop_state import InFlight, PopQueue, PopStateTable
-from rmq.broker_server.rocketmq_v2.receipt_handle import ReceiptHandle
-from rmq.broker_server.rocketmq_v2.remembered_receives import RememberedReceives
-from rmq.broker_server.rocketmq_v2.status import V2Error
+from rmq.broker_server.processors.receipt_handle import ReceiptHandle, ReceiptHandleCodec
+from rmq.broker_server.processors.remembered_receives import RememberedReceives
+from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.security.caller import account_key
-from rmq.rocketmq_v2 import definition_pb2 as v2
+from rmq.sql92 import Sql92Error
 from rmq.statuses import GetMessageStatus
 from rmq.stored_message import StoredMessage, decode_record
+from rmq.subscription import SEPARATOR, tag_codes
+from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
 MAX_BATCH = 32            # messages one receive hands out (proxy maxBatchSize-like cap)
 MAX_HELD_RECEIVES = 10_000     # receives one broker holds at once (long polling), shared fairly by accounts
 RENEW_INTERVAL_S = 5.0          # how often auto-renewed deliveries are looked at
 RENEW_AHEAD_MS = 20_000         # renewed when less invisibility than this is left
+MAX_INVISIBLE_MS = 12 * 3600 * 1000    # proxy maxInvisibleTimeMills
+DEFAULT_INVISIBLE_MS = 60_000          # auto-renewed (push) receives: proxy defaultInvisibleTimeMills
+ALL_QUEUES = -1                 # a pop naming a topic, not a queue: every queue of it
 _MOVED = frozenset({GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY,
                     GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING})
 
@@ -57,6 +68,36 @@ def _bytes_left(max_bytes: int | None, records: list[_Record]) -> int | None:
     if max_bytes is None:
         return None
     return max(max_bytes - sum(len(r.raw) for r in records), 0)
+
+
+@dataclass(frozen=True)
+class GroupPolicy:
+    """How the broker treats pop consumer groups (RocketMQ SubscriptionGroupConfig), their
+    receives and their filters (enable_property_filter: SQL92 allowed)."""
+
+    max_attempts: int
+    fifo_groups: frozenset[str]
+    min_invisible_ms: int            # a receive's shortest invisibility (setting min_invisible_ms)
+    sql92_enabled: bool = True
+
+    def fifo(self, group: str) -> bool:
+        return group in self.fifo_groups
+
+
+@dataclass(frozen=True)
+class PopMessageHeader:
+    """One pop as a protocol asks for it (RocketMQ PopMessageRequestHeader)."""
+
+    group: str
+    topic: str
+    queue_id: int                # ALL_QUEUES: every queue of the topic (a FIFO group may name one)
+    expression: str              # the filter: tags ("a || b"; "" or "*": every message), or SQL92
+    sql92: bool
+    batch_size: int              # clamped to 1..MAX_BATCH
+    invisible_ms: int | None     # None: DEFAULT_INVISIBLE_MS
+    wait_s: float                # long polling: how long to hold the pop for a message
+    attempt_id: str = ""         # a retried pop with the same id gets the first one's deliveries again
+    renew_for: str = ""          # a client id: its deliveries stay invisible while it is connected
 
 
 @dataclass(frozen=True)
@@ -81,6 +122,7 @@ class Popped:
     attempts: int
     invisible_ms: int
     size: int          # of the stored record
+    receipt_handle: str   # the handle's text, for the group's consumer
 
 
 @dataclass(frozen=True)
@@ -98,13 +140,19 @@ def _query(queue: PopQueue, offset: int, count: int, max_bytes: int = 0,
                      suspend=False, suspend_timeout_ms=0, record_filter=record_filter)
 
 
-class PopService:
-    def __init__(self, offsets: ConsumerOffsetManager, hold_service: PullRequestHoldService,
-                 table: PopStateTable, remembered: RememberedReceives[Popped], reader: PullMessageProcessor,
-                 send_back: ConsumerSendMsgBackProcessor, clock: Callable[[], float]) -> None:
+class PopMessageProcessor:
+    def __init__(self, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
+                 hold_service: PullRequestHoldService, table: PopStateTable,
+                 remembered: RememberedReceives[Popped], reader: PullMessageProcessor,
+                 send_back: ConsumerSendMsgBackProcessor, handles: ReceiptHandleCodec, policy: GroupPolicy,
+                 clock: Callable[[], float]) -> None:
         """`reader`: the broker's pull processor, which every read of a queue goes through;
-        `send_back`: the send-back processor, which moves a message to its group's DLQ; `clock`:
-        the wall clock (seconds) invisibilities are measured against."""
+        `send_back`: the send-back processor, which moves a message to its group's DLQ; `handles`:
+        the receipt handles' codec; `clock`: the wall clock (seconds) invisibilities are measured
+        against."""
+        self.topics = topics
+        self.handles = handles
+        self.policy = policy
         self.reader = reader
         self.send_back = send_back
         self.offsets = offsets
@@ -125,10 +173,17 @@ class PopService:
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
 
-    def start(self, client_alive: Callable[[str], bool], invisible_ms: int) -> None:
-        """Renew auto-renewed deliveries by `invisible_ms` while their client is connected."""
+    def load(self) -> None:
+        """Replay the pop state's journal; the groups' consumer offsets follow it (the journal is
+        fsynced, the offsets file written periodically)."""
+        self.table.load()
+        for queue, state in self.table.queues.items():
+            self.offsets.commit_offset(queue.group, queue.topic, queue.queue_id, state.consumer_offset())
+
+    def start(self, client_alive: Callable[[str], bool]) -> None:
+        """Renew auto-renewed deliveries by DEFAULT_INVISIBLE_MS while their client is connected."""
         loop = asyncio.get_running_loop()
-        self._renewer = loop.create_task(self._renew_forever(client_alive, invisible_ms))
+        self._renewer = loop.create_task(self._renew_forever(client_alive, DEFAULT_INVISIBLE_MS))
 
     def shutdown(self) -> None:
         """Answer every held receive now and hold no new one."""
@@ -138,7 +193,57 @@ class PopService:
         for key in list(self._waiters):
             self._notify(*key)
 
-    # -- receive -------------------------------------------------------------------------
+    # -- pop -----------------------------------------------------------------------------
+    async def pop(self, header: PopMessageHeader, lease: PullBytesLease | None = None) -> list[Popped]:
+        """The deliveries of one pop (none when nothing came within `header.wait_s`); `lease`:
+        the call's share of the pull budget (max_inflight_pull_bytes)."""
+        request = self._request(header)
+        popped = await self.receive(request, header.wait_s, header.attempt_id, lease)
+        if header.renew_for and popped:
+            self.lease(request.group, header.renew_for, popped)
+        return popped
+
+    def _request(self, header: PopMessageHeader) -> PopRequest:
+        check_group_name(header.group)
+        config = self.topics.require(header.topic)
+        if not config.readable:
+            raise BrokerError(rmq_pb2.NO_PERMISSION,
+                              f"the topic[{config.topic_name}] pulling message is forbidden")
+        invisible_ms = DEFAULT_INVISIBLE_MS if header.invisible_ms is None else header.invisible_ms
+        shortest = self.policy.min_invisible_ms
+        if header.invisible_ms is not None and not shortest <= invisible_ms <= MAX_INVISIBLE_MS:
+            raise IllegalInvisibleTime(f"invisible duration {invisible_ms} ms is outside {shortest}.."
+                                       f"{MAX_INVISIBLE_MS} ms")
+        tags, codes, record_filter = self._filter(header)
+        fifo = self.policy.fifo(header.group)
+        if fifo and header.queue_id != ALL_QUEUES:
+            if not 0 <= header.queue_id < config.read_queue_nums:
+                raise illegal_argument(f"queue {header.queue_id} is out of range for {config.topic_name}")
+            queue_ids = [header.queue_id]
+        else:
+            queue_ids = list(range(config.read_queue_nums))
+        batch = min(max(header.batch_size, 1), MAX_BATCH)
+        max_bytes = self.reader.limits.max_bytes    # max_pull_bytes, as a pull
+        return PopRequest(header.group, config.topic_name, queue_ids, tags, codes, batch, invisible_ms, fifo,
+                          self.policy.max_attempts, record_filter, max_bytes)
+
+    def _filter(self, header: PopMessageHeader
+                ) -> tuple[frozenset[str] | None, frozenset[int] | None, Sql92RecordFilter | None]:
+        """(tags, their hash codes, SQL92 record filter) of the pop's filter expression."""
+        expression = header.expression
+        if header.sql92:
+            if not self.policy.sql92_enabled:
+                raise BrokerError(rmq_pb2.FILTER_NOT_SUPPORTED,
+                                  "this broker does not filter by SQL92 (enable_property_filter is off)")
+            try:
+                return None, None, sql92_record_filter(expression)
+            except Sql92Error as error:
+                raise BrokerError(rmq_pb2.SUBSCRIPTION_PARSE_FAILED, str(error)) from None
+        codes = tag_codes(expression)
+        if codes is None:
+            return None, None, None
+        return frozenset(t.strip() for t in expression.split(SEPARATOR) if t.strip()), codes, None
+
     async def receive(self, request: PopRequest, wait_s: float, attempt_id: str = "",
                       lease: PullBytesLease | None = None) -> list[Popped]:
         """Pop up to a batch, holding up to `wait_s` for one. A receive retried with the same
@@ -239,10 +344,12 @@ class PopService:
             entries = self.table.popped(queue, next_offset, [r.offset for r in records], attempts,
                                         now + request.invisible_ms)
             self._commit(queue)
+        handles = [ReceiptHandle(queue.topic, queue.queue_id, r.offset, e.version) for r, e in zip(
+            records, entries, strict=True)]
         return [
-            Popped(r.message, ReceiptHandle(queue.topic, queue.queue_id, r.offset, e.version), e.attempts,
-                   request.invisible_ms, len(r.raw))
-            for r, e in zip(records, entries, strict=True)
+            Popped(r.message, handle, e.attempts, request.invisible_ms, len(r.raw),
+                   self.handles.encode(queue.group, handle))
+            for r, e, handle in zip(records, entries, handles, strict=True)
         ]
 
     async def _initial_offset(self, queue: PopQueue) -> int:
@@ -303,8 +410,8 @@ class PopService:
         try:
             displaced = self._held.admit(account, changed)
         except ShareExceeded:
-            raise V2Error(v2.TOO_MANY_REQUESTS,
-                          f"this broker already holds {MAX_HELD_RECEIVES} receives") from None
+            raise BrokerError(rmq_pb2.LIMIT_EXCEEDED,
+                              f"this broker already holds {MAX_HELD_RECEIVES} receives") from None
         if displaced is not None and not displaced.done():
             displaced.set_result(True)
         key = (request.group, request.topic)
@@ -390,7 +497,22 @@ class PopService:
             except Exception:
                 log.exception("renewing auto-renewed deliveries failed")
 
-    # -- ack / change / forward -----------------------------------------------------------
+    # -- ack / change / forward (AckMessageProcessor, ChangeInvisibleTimeProcessor) ----------
+    def current_handle(self, text: str, group: str, topic: str) -> ReceiptHandle:
+        """The handle in `text`, unless the message was delivered again since (a stale handle
+        must not end the delivery another consumer now holds)."""
+        handle = self.handles.decode(text, group, topic)
+        if self.superseded(group, handle):
+            raise InvalidReceiptHandle("the receipt handle is superseded: the message was delivered again")
+        return handle
+
+    def check_in_flight(self, group: str, handle: ReceiptHandle) -> None:
+        """Refuse a handle that no longer names the delivery in flight (acknowledged, or
+        delivered again since)."""
+        if self.in_flight(group, handle) is None:
+            raise InvalidReceiptHandle("the receipt handle is stale: the message was acknowledged or "
+                                       "delivered again")
+
     def in_flight(self, group: str, handle: ReceiptHandle) -> InFlight | None:
         """The delivery `handle` names, if it is still the current one."""
         state = self.table.queues.get(PopQueue(group, handle.topic, handle.queue_id))

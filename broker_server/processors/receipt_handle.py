@@ -16,19 +16,11 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from rmq.broker_server.errors import BrokerError
+from rmq.broker_server.errors import InvalidReceiptHandle
 from rmq.store.private_files import write_durably
-from rmq.v1 import rmq_pb2
 
 SECRET_BYTES = 32
 MAC_HEX_CHARS = 32
-
-
-class InvalidReceiptHandle(BrokerError, ValueError):
-    """A handle this broker did not issue (malformed, forged, or for another topic or group)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(rmq_pb2.ILLEGAL_ARGUMENT, message)
 
 
 @dataclass(frozen=True)
