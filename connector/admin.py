@@ -134,6 +134,22 @@ class ResetResult:
 
 
 @dataclass(frozen=True)
+class ControlledGroup:
+    """One broker group as the leading controller holds it (docs/controller.md)."""
+
+    broker_name: str
+    epoch: int
+    master_id: int
+    in_sync_ids: list[int]              # the SyncStateSet
+
+
+@dataclass(frozen=True)
+class ControllerState:
+    leader: str                         # the leading controller's address
+    groups: list[ControlledGroup]
+
+
+@dataclass(frozen=True)
 class ResetReport:
     results: list[ResetResult]
     notified: list[str]                 # live consumers that adopted the reset
@@ -152,6 +168,17 @@ class GroupSettings:
 class MQAdmin:
     def __init__(self, client: RmqClient) -> None:
         self.client = client
+
+    # ------------------------------------------------------------ controller mode
+    def controller(self) -> ControllerState | None:
+        """The leading controller and each group's epoch, master and SyncStateSet; None when no
+        endpoint runs a controller (or none answers)."""
+        answer = self.client.describe_controller()
+        if answer is None:
+            return None
+        return ControllerState(answer.leader_address, [
+            ControlledGroup(g.broker_name, g.epoch, g.master_broker_id, sorted(g.in_sync_ids))
+            for g in answer.groups])
 
     # ------------------------------------------------------------ messages
 
@@ -306,8 +333,9 @@ class MQAdmin:
         offsets on or its members subscribe to when `topic` is "" (RocketMQ resetOffsetByTimestamp;
         to LATEST it is the Dashboard's skipAccumulate). The brokers tell the group's live rmq
         consumers, which drop what they cached and read on from the reset offsets
-        (RESET_CONSUMER_CLIENT_OFFSET). Refused, unless `force`, while the group has live members
-        no broker can tell (RocketMQ 4.x/5 clients, rmq clients without a membership watch): they
+        (RESET_CONSUMER_CLIENT_OFFSET), and its 4.x remoting consumers. Refused, unless `force`, while
+        the group has live members no broker can tell (RocketMQ 5 clients, rmq clients without a
+        membership watch): they
         keep their positions and would commit over the reset."""
         topics = [topic] if topic else sorted(
             {mq.topic for mq in self.client.query_consumer_offsets(group)}
@@ -372,9 +400,9 @@ class MQAdmin:
         return updated
 
     def delete_group(self, group: str, force: bool = False) -> list[str]:
-        """Forget the group: its committed offsets on every topic and its retry and dead-letter
-        topics (RocketMQ deleteSubGroup with removeOffset). Refused while it has live members
-        unless `force`. Returns the topics whose offsets were removed."""
+        """Forget the group: its committed offsets on every topic, its retry and dead-letter
+        topics and its stored settings (RocketMQ deleteSubGroup with removeOffset). Refused while
+        it has live members unless `force`. Returns the topics whose offsets were removed."""
         live = [m.client_id for m in self.members(group)]
         if live and not force:
             raise RmqRefused(rmq_pb2.ILLEGAL_ARGUMENT, f"consumer group {group} has {len(live)} live "
@@ -388,6 +416,9 @@ class MQAdmin:
             except RmqError as error:
                 if error.code != rmq_pb2.TOPIC_NOT_EXIST:
                     raise
+        for name, settings in self.group_settings(group).items():
+            if settings.stored:
+                self.client.delete_subscription_group(name, group)
         return sorted({mq.topic for mq in committed})
 
     # ------------------------------------------------------------ dead letters

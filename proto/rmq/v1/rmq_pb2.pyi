@@ -1016,6 +1016,20 @@ class GetSubscriptionGroupResponse(_message.Message):
     stored: bool
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., config: _Optional[_Union[SubscriptionGroupConfig, _Mapping]] = ..., stored: _Optional[bool] = ...) -> None: ...
 
+class DeleteSubscriptionGroupRequest(_message.Message):
+    __slots__ = ("consumer_group",)
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    def __init__(self, consumer_group: _Optional[str] = ...) -> None: ...
+
+class DeleteSubscriptionGroupResponse(_message.Message):
+    __slots__ = ("status", "deleted")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    deleted: bool
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., deleted: _Optional[bool] = ...) -> None: ...
+
 class GetConsumerRunningInfoRequest(_message.Message):
     __slots__ = ("consumer_group", "client_id")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
