@@ -66,6 +66,7 @@ from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.subscription_group_processor import SubscriptionGroupProcessor
 from rmq.broker_server.processors.timer_message_store import RecallHandles, TimerMessageStore, TimerSettings
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
+from rmq.broker_server.processors.topic_route_processor import TopicRouteProcessor
 from rmq.broker_server.remoting.remoting_server import RemotingServer
 from rmq.broker_server.remoting.service import bind_remoting_port, build_broker_remoting
 from rmq.broker_server.replication.broker_group import Replication
@@ -263,6 +264,8 @@ class BrokerController:
             AckMessageProcessor(pop),
             ChangeInvisibleTimeProcessor(pop),
             SubscriptionGroupProcessor(self.subscription_groups, self.executor),
+            TopicRouteProcessor(config.broker_name, config.broker_address, self.topics,
+                                config.namesrv_addresses, security.open_client_channel),
         )
         self._tasks: list[asyncio.Task[None]] = []
         self.rocketmq_v2: RocketMQv2MessagingService | None = None
@@ -327,8 +330,7 @@ class BrokerController:
         )
         self.flight = self._start_flight()   # before the route service: its member carries the address
         rmq_pb2_grpc.add_RouteServiceServicer_to_server(
-            BrokerRouteService(self.config.broker_name, self.config.broker_address, self.topics,
-                               self.replication.member),
+            BrokerRouteService(self.processors.route, self.replication.member),
             services,
         )
         self.replication.add_to_server(services)
@@ -336,8 +338,7 @@ class BrokerController:
         # RocketMQ 5 producer of its topic (each adapter adds its check to EndTransactionProcessor)
         self.remoting = build_broker_remoting(self.config, self.security, self.processors, self.topics,
                                               self.consumers, self._remoting_socket, self._remoting_fixed)
-        self.rocketmq_v2 = build_rocketmq_v2_service(self.config, self.topics, self.processors, self.timer,
-                                                     self.security.open_client_channel)
+        self.rocketmq_v2 = build_rocketmq_v2_service(self.config, self.processors, self.timer)
         add_rocketmq_v2_service(self.rocketmq_v2, server)
         return server
 

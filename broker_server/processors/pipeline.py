@@ -19,6 +19,7 @@ from rmq.broker_server.processors.pull_message_processor import PullMessageProce
 from rmq.broker_server.processors.query_message_processor import QueryMessageProcessor
 from rmq.broker_server.processors.send_message_processor import SendMessageProcessor
 from rmq.broker_server.processors.subscription_group_processor import SubscriptionGroupProcessor
+from rmq.broker_server.processors.topic_route_processor import TopicRouteProcessor
 
 
 @dataclass(frozen=True)
@@ -35,3 +36,4 @@ class BrokerProcessors:
     ack: AckMessageProcessor
     change_invisible: ChangeInvisibleTimeProcessor
     subscription_group: SubscriptionGroupProcessor
+    route: TopicRouteProcessor

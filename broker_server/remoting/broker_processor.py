@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from google.protobuf.message import Message
 
 from rmq import message_format as mf
-from rmq.broker_server.errors import UnknownTransaction
+from rmq.broker_server.errors import TopicRouteNotFound, UnknownTransaction
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager
 from rmq.broker_server.processors.admin_broker_processor import to_message_queues
-from rmq.broker_server.processors.names import AUTO_CREATE_TOPIC_KEY
 from rmq.broker_server.processors.pipeline import BrokerProcessors
 from rmq.broker_server.processors.send_message_processor import OneMessage, born_host_from_peer
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
@@ -53,7 +52,7 @@ from rmq.broker_server.remoting.transactions import (
 from rmq.remoting.remoting_command import RemotingCommand
 from rmq.remoting.request_code import RequestCode, ResponseCode
 from rmq.store.commit_log import TRANSACTION_PREPARED_TYPE, TRANSACTION_TYPE_MASK
-from rmq.topic_config import QueueData, TopicConfig
+from rmq.topic_config import QueueData
 from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
@@ -134,18 +133,16 @@ class BrokerRemotingProcessor:
     # -- route and membership -----------------------------------------------------------
     async def _route(self, call: Call) -> RemotingCommand:
         topic = headers.text(call.request, "topic")
-        config = self.topics.get(topic)
-        if config is None and topic == AUTO_CREATE_TOPIC_KEY and self.topics.auto_create:
+        try:
             # a 4.x producer sends to a topic without a route through the default topic's route;
             # its send then creates the topic (auto_create_topic_enable)
-            queues = self.topics.default_queue_nums
-            config = TopicConfig(topic, queues, queues)
-        if config is None:
+            config = self.processors.route.own_route(topic, through_default_topic=True)
+        except TopicRouteNotFound as missing:
             raise Refusal(
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"No topic route info in name server for the topic: {topic} "
-                f"(broker {self.identity.broker_name} does not hold it)",
-            )
+                f"(broker {missing.broker_name} does not hold it)",
+            ) from None
         name = self.identity.broker_name
         body = encode_topic_route(
             [BrokerData(name, {self.identity.broker_id: self.identity.remoting_address},
