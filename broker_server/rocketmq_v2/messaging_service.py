@@ -113,6 +113,7 @@ class RocketMQv2MessagingService:
             context: ServicerContext[pb.HeartbeatRequest,
                                      pb.HeartbeatResponse],
     ) -> pb.HeartbeatResponse:
+        self.sessions.heartbeat(_client_id(context))   # -> ClientManageProcessor
         return pb.HeartbeatResponse(status=OK)
 
     @answers_with_status(pb.NotifyClientTerminationResponse)
