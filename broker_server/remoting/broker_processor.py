@@ -247,6 +247,7 @@ class BrokerRemotingProcessor:
         group, client_id = headers.text(call.request, "consumerGroup"), headers.text(call.request, "clientId")
         self._authorize(call, "GetConsumerList", rmq_pb2.GetConsumerListRequest(consumer_group=group))
         self.dispatcher.authorize_client(call, client_id)
+        self.processors.consumer_manage.check_online(group, client_id)
         channel = self.connections.by_client.get(client_id)
         if channel is None or channel.closed:
             raise Refusal(ResponseCode.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online")
