@@ -9,6 +9,7 @@ import asyncio
 import ipaddress
 import logging
 import os
+import pathlib
 import socket
 import threading
 import time
@@ -85,6 +86,7 @@ from rmq.broker_server.rmq_v1.route_service import BrokerRouteService
 from rmq.broker_server.rocketmq_v2.messaging_service import RocketMQv2MessagingService
 from rmq.broker_server.rocketmq_v2.service import build_service as build_rocketmq_v2_service
 from rmq.broker_server.security.acl import Acl
+from rmq.broker_server.security.cluster_auth import load_cluster_secret
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.request_signing import broker_server_id
 from rmq.rocketmq_v2 import add_messaging_service as add_rocketmq_v2_service
@@ -192,7 +194,7 @@ class BrokerController:
             self.store, self.topics, self.executor, path,
             TimerSettings(config.timer_precision_ms, config.timer_max_delay_s * 1000,
                           config.timer_max_pending, config.timer_max_pending_per_account),
-            RecallHandles(handle_secret, config.broker_name),
+            recall_handles(config, handle_secret),
             clock)
         self.replication = Replication(config, self.store, self.topics, self.offsets, self.schedule_service,
                                        self.timer,
@@ -501,3 +503,12 @@ def _every(interval_ms: int, action: Callable[[], object]) -> asyncio.Task[None]
                 log.exception("periodic task %s failed", getattr(action, "__qualname__", action))
 
     return asyncio.get_running_loop().create_task(repeat())
+
+
+def recall_handles(config: BrokerConfig, store_secret: bytes) -> RecallHandles:
+    """Signed under the group's cluster secret when there is one (a handle outlives a failover),
+    else under the store's own key (config/receiptHandle.key: a promoted slave refuses them)."""
+    if config.cluster_secret_file:
+        secret = load_cluster_secret(pathlib.Path(config.cluster_secret_file).expanduser())
+        return RecallHandles.of_group(secret, config.broker_name)
+    return RecallHandles(store_secret, config.broker_name)

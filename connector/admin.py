@@ -306,8 +306,9 @@ class MQAdmin:
         offsets on or its members subscribe to when `topic` is "" (RocketMQ resetOffsetByTimestamp;
         to LATEST it is the Dashboard's skipAccumulate). The brokers tell the group's live rmq
         consumers, which drop what they cached and read on from the reset offsets
-        (RESET_CONSUMER_CLIENT_OFFSET). Refused, unless `force`, while the group has live members
-        no broker can tell (RocketMQ 4.x/5 clients, rmq clients without a membership watch): they
+        (RESET_CONSUMER_CLIENT_OFFSET), and its 4.x remoting consumers. Refused, unless `force`, while
+        the group has live members no broker can tell (RocketMQ 5 clients, rmq clients without a
+        membership watch): they
         keep their positions and would commit over the reset."""
         topics = [topic] if topic else sorted(
             {mq.topic for mq in self.client.query_consumer_offsets(group)}
@@ -372,9 +373,9 @@ class MQAdmin:
         return updated
 
     def delete_group(self, group: str, force: bool = False) -> list[str]:
-        """Forget the group: its committed offsets on every topic and its retry and dead-letter
-        topics (RocketMQ deleteSubGroup with removeOffset). Refused while it has live members
-        unless `force`. Returns the topics whose offsets were removed."""
+        """Forget the group: its committed offsets on every topic, its retry and dead-letter
+        topics and its stored settings (RocketMQ deleteSubGroup with removeOffset). Refused while
+        it has live members unless `force`. Returns the topics whose offsets were removed."""
         live = [m.client_id for m in self.members(group)]
         if live and not force:
             raise RmqRefused(rmq_pb2.ILLEGAL_ARGUMENT, f"consumer group {group} has {len(live)} live "
@@ -388,6 +389,9 @@ class MQAdmin:
             except RmqError as error:
                 if error.code != rmq_pb2.TOPIC_NOT_EXIST:
                     raise
+        for name, settings in self.group_settings(group).items():
+            if settings.stored:
+                self.client.delete_subscription_group(name, group)
         return sorted({mq.topic for mq in committed})
 
     # ------------------------------------------------------------ dead letters

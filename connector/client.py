@@ -63,6 +63,8 @@ _RESET_CONSUMER_OFFSETS = Rpc("ResetConsumerOffsets", lambda c: c.admin.ResetCon
                               rmq_pb2.ResetConsumerOffsetsResponse)
 _GET_SUBSCRIPTION_GROUP = Rpc("GetSubscriptionGroup", lambda c: c.admin.GetSubscriptionGroup,
                               rmq_pb2.GetSubscriptionGroupResponse)
+_DELETE_SUBSCRIPTION_GROUP = Rpc("DeleteSubscriptionGroup", lambda c: c.admin.DeleteSubscriptionGroup,
+                                 rmq_pb2.DeleteSubscriptionGroupResponse)
 _UPDATE_SUBSCRIPTION_GROUP = Rpc("UpdateSubscriptionGroup", lambda c: c.admin.UpdateSubscriptionGroup,
                                  rmq_pb2.UpdateSubscriptionGroupResponse)
 _GET_CONSUMER_RUNNING_INFO = Rpc("GetConsumerRunningInfo", lambda c: c.admin.GetConsumerRunningInfo,
@@ -264,6 +266,13 @@ class RmqClient(ClientAPI):
         """Store the group's settings on the broker's master (admin; RocketMQ updateSubGroup)."""
         self._call(self._broker_address(broker_name), _UPDATE_SUBSCRIPTION_GROUP,
                    rmq_pb2.UpdateSubscriptionGroupRequest(config=config), broker_name)
+
+    def delete_subscription_group(self, broker_name: str, group: str) -> bool:
+        """Forget the group's stored settings on the broker's master (admin; RocketMQ
+        deleteSubGroup); False when it had none."""
+        answer = self._call(self._broker_address(broker_name), _DELETE_SUBSCRIPTION_GROUP,
+                            rmq_pb2.DeleteSubscriptionGroupRequest(consumer_group=group), broker_name)
+        return answer.deleted
 
     def list_consumer_groups(self, unreachable: dict[str, RmqUnavailable] | None = None) -> list[str]:
         """Every consumer group some broker knows from any source (live members of every protocol,

@@ -173,6 +173,15 @@ class PullAPI(ClientCore):
             offsets.update(unless_unreachable(read, name, unreachable) or {})
         return dict(sorted(offsets.items()))
 
+    def pending_timers(self, topic: str, unreachable: dict[str, RmqUnavailable] | None = None) -> int:
+        """Timer messages for the topic waiting on its brokers (docs/internals/timer.md); with
+        `unreachable`, a broker that cannot be reached is recorded there and skipped."""
+        def read(name: str) -> int:
+            request = rmq_pb2.GetTopicOffsetsRequest(topic=topic)
+            return int(self._topic_call(topic, name, _GET_TOPIC_OFFSETS, request).pending_timers)
+        return sum(unless_unreachable(functools.partial(read, name), name, unreachable) or 0
+                   for name in self._route(topic).brokers)
+
     def queue_offsets(self, mq: MessageQueue) -> QueueOffsets:
         """Min/max offset and last store time of one queue, from its broker only (the topic's
         other brokers may be down)."""

@@ -172,6 +172,7 @@ def test_every_page_with_the_cluster_up_one_broker_down_and_the_only_one_down(
             on_b.create_topic("Payments", queues=1)
             on_a.send("Orders", [OutgoingMessage(f"order {i}".encode(), keys=f"k{i} shared", queue_id=i % 2)
                                  for i in range(6)])
+            on_a.send("Orders", [OutgoingMessage(b"later", properties={"TIMER_DELAY_SEC": "600"})])
             on_a.heartbeat("client-a", "g1", {"Orders": "*"})
             on_a.update_consumer_offsets("g1", {MessageQueue("Orders", "broker-a", 0): 1})
             stored = on_a.browse_messages(MessageQueue("Orders", "broker-a", 1), 0, 3)
@@ -220,8 +221,10 @@ def _pages_with_the_cluster_up(browser: Any, console: str) -> str:
     browser.goto(console + "/topics")
     assert "Orders" in browser.inner_text("#topics")
     _shot(browser, "topics")
+    assert "Timers pending" in browser.inner_text("#topics")
     browser.click("#topics >> text=Orders")
     assert "g1" in browser.inner_text("#consumers") and "read-write" in browser.inner_text("#route")
+    assert browser.inner_text("#timers") == "1"                    # the timer waiting for Orders
     browser.wait_for_selector("#tps-chart .u-legend >> text=Orders")        # this topic's TPS only
     assert browser.locator("#tps-chart .u-legend >> text=Payments").count() == 0
     _shot(browser, "topic")

@@ -7,15 +7,23 @@ whose CommitLog is longer than ours or holds different bytes, `slave_acked` reco
 slave holds and `wait_for_slave` is the SYNC_MASTER wait (GroupTransferService). Slave:
 `MessageStore.append_replicated` writes the bytes at the same offsets and `tail_check` says
 what the first report covers.
+
+Controller mode, SYNC_MASTER: reads are bounded by the *confirm offset* (RocketMQ
+CommitLog#getConfirmOffset with allAckInSyncStateSet): the CommitLog offset every slave of the
+group's SyncStateSet acknowledged, as the controller last accepted that set; with no slave in it,
+the master's own end. Dispatch to the ConsumeQueues stops there (`MessageStore`), so no read
+door (pull, pop, Flight, query by key) serves what a master stored alone: a deposed master
+cannot hand a consumer queue offsets the new master fills with other messages.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
+import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rmq.statuses import PutMessageStatus
 from rmq.store.commit_log import CommitLog
@@ -23,24 +31,35 @@ from rmq.store.commit_log import CommitLog
 TAIL_CHECK_BYTES = 4096                       # bytes before a slave's end compared with the master's
 HA_MAX_GAP_NOT_IN_SYNC = 256 * 1024 * 1024    # haMaxGapNotInSync: a slave further behind is not "OK"
 HA_TRANSFER_BATCH_SIZE = 1024 * 1024          # haTransferBatchSize (RocketMQ: 32 KiB), bytes per chunk
+# haMaxTimeSlaveNotCatchup (RocketMQ 5: 15 s): a slave behind the master's end for longer is not in
+# sync (a slave cut off silently keeps its stream open until the gRPC keepalive ends it, ~80 s)
+HA_MAX_TIME_NOT_CAUGHT_UP_S = 15.0
 
 
 @dataclass
 class SlaveProgress:
-    """One connected slave (RocketMQ HAConnection): its address and acknowledged offset."""
+    """One connected slave (RocketMQ HAConnection): its address and acknowledged offset, when it
+    last held everything the master had at its previous acknowledgement, and what that was."""
 
     address: str
     ack_offset: int
+    caught_up_at: float = field(default_factory=time.monotonic)
+    master_end: int = 0
 
 
 class HAService:
     def __init__(self, commit_log: CommitLog, max_gap_not_in_sync: int = HA_MAX_GAP_NOT_IN_SYNC) -> None:
         self.commit_log = commit_log
         self.max_gap_not_in_sync = max_gap_not_in_sync
+        self.max_time_not_caught_up_s = HA_MAX_TIME_NOT_CAUGHT_UP_S
         self._slaves: dict[int, SlaveProgress] = {}
         self._ids = itertools.count(1)
         self._acked = threading.Condition()
         self._new_data_listeners: list[Callable[[], None]] = []
+        # controller-mode SYNC_MASTER: the slaves (addresses) of the SyncStateSet; None: reads unbounded
+        self._sync_state_set: frozenset[str] | None = None
+        self._confirm_offset = 0
+        self._confirm_listeners: list[Callable[[], None]] = []
 
     # -- master: connections and acknowledgements -------------------------------------------------
 
@@ -61,9 +80,67 @@ class HAService:
         """The slave holds every byte below `offset` (push2SlaveMaxOffset)."""
         with self._acked:
             progress = self._slaves.get(connection)
-            if progress is not None and offset > progress.ack_offset:
-                progress.ack_offset = offset
-                self._acked.notify_all()
+            if progress is None:
+                return
+            if offset >= progress.master_end:   # it holds what the master had at its previous ack
+                progress.caught_up_at = time.monotonic()
+            progress.master_end = self.commit_log.get_max_offset()
+            if offset <= progress.ack_offset:
+                return
+            progress.ack_offset = offset
+            self._acked.notify_all()
+            confirmed = self._advance_confirm()
+        if confirmed:
+            self._confirmed()
+
+    # -- master: the confirm offset (controller mode) -----------------------------------------------
+
+    def bound_reads(self, sync_state_set: frozenset[str]) -> None:
+        """Controller mode, SYNC_MASTER: from now on reads end at the confirm offset, what every
+        slave in `sync_state_set` (their addresses: the in-sync slaves this master reported in a
+        heartbeat the controller answered OK) acknowledged. What was readable stays readable: the
+        confirm offset never goes back (a slave joining behind it holds reads until it caught up)."""
+        with self._acked:
+            if not self._sync_state_set:   # until now every byte stored was confirmed on append
+                self._confirm_offset = max(self._confirm_offset, self.commit_log.get_max_offset())
+            self._sync_state_set = sync_state_set
+            confirmed = self._advance_confirm()
+        if confirmed:
+            self._confirmed()
+
+    def confirm_offset(self) -> int:
+        """Where reads end (on every dispatch: no lock): the CommitLog's end unless bounded by a
+        SyncStateSet with a slave in it."""
+        if not self._sync_state_set:
+            return self.commit_log.get_max_offset()
+        return self._confirm_offset
+
+    def add_confirm_listener(self, listener: Callable[[], None]) -> None:
+        """listener() whenever the confirm offset moved up (the store dispatches up to it); any thread."""
+        self._confirm_listeners.append(listener)
+
+    def _advance_confirm(self) -> bool:
+        """Under the lock: raise the confirm offset to the lowest acknowledgement of the
+        SyncStateSet's slaves, each connected (a member not connected confirms nothing). True
+        when it moved."""
+        members = self._sync_state_set
+        if not members:
+            return False
+        acked: dict[str, int] = {}
+        for progress in self._slaves.values():
+            if progress.address in members:
+                acked[progress.address] = max(acked.get(progress.address, 0), progress.ack_offset)
+        if len(acked) < len(members):
+            return False
+        confirmed = min(min(acked.values()), self.commit_log.get_max_offset())
+        if confirmed <= self._confirm_offset:
+            return False
+        self._confirm_offset = confirmed
+        return True
+
+    def _confirmed(self) -> None:
+        for listener in self._confirm_listeners:
+            listener()
 
     def slaves(self) -> list[SlaveProgress]:
         with self._acked:
@@ -78,10 +155,13 @@ class HAService:
         return bool(self.in_sync_addresses(master_put_where))
 
     def in_sync_addresses(self, master_put_where: int) -> list[str]:
-        """The connected slaves less than max_gap_not_in_sync behind (the in-sync set)."""
+        """The connected slaves less than max_gap_not_in_sync behind and, unless they hold
+        everything, caught up within max_time_not_caught_up_s (the in-sync set)."""
+        since = time.monotonic() - self.max_time_not_caught_up_s
         with self._acked:
             return [p.address for p in self._slaves.values()
-                    if master_put_where - p.ack_offset < self.max_gap_not_in_sync]
+                    if master_put_where - p.ack_offset < self.max_gap_not_in_sync
+                    and (p.ack_offset >= master_put_where or p.caught_up_at >= since)]
 
     def wait_for_slave(self, next_offset: int, timeout_ms: int) -> PutMessageStatus:
         """handleHA for SYNC_MASTER: PUT_OK once a slave holds every byte below `next_offset`;

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rmq.store.private_files import open_private
+from rmq.store.record_heads import gather_heads
+from rmq.store.results import RecordHeads
 
 if TYPE_CHECKING:
     from rmq.store.mapped_file_lru import MappedFileLru
@@ -306,6 +308,15 @@ class MappedFile:
         finally:
             self._end_access()
 
+    def read_heads(self, starts: np.ndarray, sizes: np.ndarray) -> RecordHeads:
+        """The heads (header and body) of the records at `starts` of `sizes`, under one access
+        (record_heads.gather_heads; no view of the mapping outlives it)."""
+        mm = self._begin_access()
+        try:
+            return gather_heads(np.frombuffer(mm, dtype=np.uint8), starts, sizes)
+        finally:
+            self._end_access()
+
     def select_mapped_buffer(self, position: int, size: int | None = None) -> tuple[int, bytes] | None:
         """selectMappedBuffer (spec store §5.2, TV8): (global offset, bytes from `position` up to
         the read position, or `size` bytes), None outside [0, readPosition) or when destroyed."""
@@ -421,3 +432,20 @@ def allocate_file(fd: int, size: int, preallocate: bool) -> None:
             if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
                 raise
     os.ftruncate(fd, size)
+
+
+def map_reserved(path: Path, size: int) -> mmap.mmap:
+    """Map a file of `size` bytes (0600), created with its blocks reserved when it is new or of
+    another size, so no page of it faults on a full filesystem. Raises OSError (ENOSPC), leaving
+    no file, when there is no room for it."""
+    fd = open_private(path, os.O_RDWR | os.O_CREAT)
+    try:
+        if os.fstat(fd).st_size != size:
+            try:
+                allocate_file(fd, size, preallocate=True)
+            except OSError:
+                path.unlink(missing_ok=True)
+                raise
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)

@@ -74,10 +74,11 @@ class MessageStore:
         self.dispatcher = CommitLogDispatcher(config, self._consume_queue, self.index_service,
                                               self._mark_write_error)
         self.reader = MessageReader(config, self.commit_log, self.index_service, self.find_consume_queue)
+        self.ha_service = HAService(self.commit_log)
         self.reput = ReputMessageService(self.commit_log, self.dispatcher.dispatch,
                                          self.dispatcher.dispatch_one,
                                          wait_for_record_tails=config.broker_role is BrokerRole.SLAVE)
-        self.ha_service = HAService(self.commit_log)
+        self.ha_service.add_confirm_listener(self.reput.wakeup)
         self._running = False
         self._fenced = False
         self._lease_until: float | None = None   # controller mode: SYNC_MASTER answers OK only before this
@@ -284,9 +285,10 @@ class MessageStore:
         if appended is None:
             return None
         start, end = appended.physical_offset, appended.physical_offset + encoded.length
-        self._after_append(functools.partial(   # no lambda frame per put
-            self.reput.try_dispatch_record, start, end, record_dispatch(encoded, appended)))
-        status = self._acknowledged(end, role)
+        dispatch = functools.partial(   # no lambda frame per put
+            self.reput.try_dispatch_record, start, end, record_dispatch(encoded, appended))
+        self._after_append(dispatch)
+        status = self._acknowledged(end, role, dispatch)
         return PutMessageResult(status, mf.message_id(self.commit_log.store_host, start), record.queue_id,
                                 appended.queue_offset, start, appended.store_timestamp)
 
@@ -304,16 +306,21 @@ class MessageStore:
         if not dispatched:
             self.reput.wakeup()
 
-    def _acknowledged(self, end_offset: int, role: BrokerRole) -> PutMessageStatus:
+    def _acknowledged(self, end_offset: int, role: BrokerRole, dispatch: Callable[[], bool]
+                      ) -> PutMessageStatus:
         """The status of a put appended up to end_offset: PUT_OK once SYNC flush has it on disk
         and a SYNC_MASTER's slave holds it; never OK on a fenced member, nor on a SYNC_MASTER whose
-        controller lease lapsed."""
+        controller lease lapsed. A SYNC_MASTER dispatches its records again once its slave
+        answered (`dispatch`): bounded by the confirm offset, the dispatch after the append left
+        them (the reput thread takes them otherwise, woken when the confirm offset moves)."""
         status = PutMessageStatus.PUT_OK
         if self._group_commit is not None:
             if not self._group_commit.wait_for_flush(end_offset, self.config.sync_flush_timeout_ms):
                 status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         if status is PutMessageStatus.PUT_OK and role is BrokerRole.SYNC_MASTER:
             status = self.ha_service.wait_for_slave(end_offset, self.config.sync_flush_timeout_ms)
+            if status is PutMessageStatus.PUT_OK and self.reput.reput_from_offset < end_offset:
+                dispatch()
         if status is PutMessageStatus.PUT_OK and (self._fenced or (
                 role is BrokerRole.SYNC_MASTER and not self._leased())):
             # a newer master started (fenced), or may have (the controller's lease lapsed), without
@@ -339,10 +346,14 @@ class MessageStore:
         if appended is None:
             return None
         store_timestamp = appended.store_timestamp
-        self._after_append(lambda: self.reput.try_dispatch_appended(
-            appended.start_offset, appended.end_offset,
-            lambda: appended_dispatch(encoded, appended, store_timestamp)))
-        status = self._acknowledged(appended.end_offset, role)
+
+        def dispatch() -> bool:
+            return self.reput.try_dispatch_appended(
+                appended.start_offset, appended.end_offset,
+                lambda: appended_dispatch(encoded, appended, store_timestamp))
+
+        self._after_append(dispatch)
+        status = self._acknowledged(appended.end_offset, role, dispatch)
         return PutBatchResult(status, appended.queue_offsets, appended.physical_offsets, store_timestamp,
                               self.commit_log.store_host)
 
@@ -366,6 +377,13 @@ class MessageStore:
         and answer none still in flight PUT_OK (the new master never held them)."""
         self._fenced = True
         self.config.broker_role = BrokerRole.SLAVE
+
+    def bound_reads(self, sync_state_set: frozenset[str]) -> None:
+        """Controller mode, SYNC_MASTER: reads end at the confirm offset of `sync_state_set` (the
+        in-sync slaves' addresses the controller accepted, HAService.bound_reads) from now on;
+        until this call dispatch follows the CommitLog's end at no cost."""
+        self.reput.end = self.ha_service.confirm_offset
+        self.ha_service.bound_reads(sync_state_set)
 
     def renew_lease(self, until: float) -> None:
         """Controller mode: a SYNC_MASTER acknowledges OK only until `until` (time.monotonic()) unless
@@ -486,9 +504,10 @@ class MessageStore:
     def get_queue_range(self, topic: str, queue_id: int, offset: int, end_offset: int, max_msg_nums: int,
                         max_total_bytes: int | None = None, tag_codes: Collection[int] | None = None,
                         record_filter: RecordFilter | None = None,
-                        max_filter_evaluations: int | None = None) -> GetMessageResult:
+                        max_filter_evaluations: int | None = None, heads_only: bool = False
+                        ) -> GetMessageResult:
         return self.reader.get_queue_range(topic, queue_id, offset, end_offset, max_msg_nums, max_total_bytes,
-                                           tag_codes, record_filter, max_filter_evaluations)
+                                           tag_codes, record_filter, max_filter_evaluations, heads_only)
 
     def query_message_by_key(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int
                              ) -> GetMessageResult:

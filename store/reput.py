@@ -3,7 +3,11 @@ dispatch listeners (spec store §8), in CommitLog order, one dispatcher at a tim
 
 Instead of RocketMQ's 1 ms sleep loop: a putting thread dispatches its own records right after
 appending when no dispatch is running (`try_dispatch_appended`, no thread hand-off), otherwise
-it wakes the service thread, which sleeps on the wake-up event when idle."""
+it wakes the service thread, which sleeps on the wake-up event when idle.
+
+Dispatch ends at `end()`: the CommitLog's end, or a controller-mode SYNC_MASTER's confirm
+offset (HAService, from `MessageStore.bound_reads` on), which may fall inside a record: a record
+past it waits for the next wake-up."""
 
 from __future__ import annotations
 
@@ -34,6 +38,8 @@ class ReputMessageService(ServiceThread):
                  wait_for_record_tails: bool = False) -> None:
         super().__init__()
         self.commit_log = commit_log
+        # where dispatch ends: the CommitLog's end, or the confirm offset (MessageStore.bound_reads)
+        self.end: Callable[[], int] = commit_log.get_max_offset
         self.dispatch = dispatch
         self.dispatch_one = dispatch_one
         # A slave's CommitLog may end inside a record whose rest the master has not sent yet
@@ -47,6 +53,7 @@ class ReputMessageService(ServiceThread):
         self.do_reput()
 
     def behind(self) -> int:
+        """CommitLog bytes not dispatched yet (unconfirmed ones included)."""
         return self.commit_log.get_max_offset() - self.reput_from_offset
 
     def try_dispatch_appended(self, start_offset: int, end_offset: int,
@@ -58,10 +65,12 @@ class ReputMessageService(ServiceThread):
         if not self._dispatching.acquire(blocking=False):
             return False
         try:
-            if self.reput_from_offset == start_offset:
+            end = self.end()
+            if self.reput_from_offset == start_offset and end_offset <= end:
                 self.dispatch(appended())
                 self.reput_from_offset = end_offset
-            self._do_reput()
+            if self.reput_from_offset < end:
+                self._do_reput()
         finally:
             self._dispatching.release()
         return True
@@ -72,23 +81,24 @@ class ReputMessageService(ServiceThread):
         if not self._dispatching.acquire(blocking=False):
             return False
         try:
-            if self.reput_from_offset == start_offset:
+            end = self.end()
+            if self.reput_from_offset == start_offset and end_offset <= end:
                 self.dispatch_one(request)
                 self.reput_from_offset = end_offset
-            if self.reput_from_offset < self.commit_log.get_max_offset():
+            if self.reput_from_offset < end:
                 self._do_reput()
         finally:
             self._dispatching.release()
         return True
 
     def do_reput(self) -> None:
-        """Dispatch every complete record from reput_from_offset to the CommitLog's max offset."""
+        """Dispatch every complete record from reput_from_offset up to end()."""
         with self._dispatching:
             self._do_reput()
 
     def _do_reput(self) -> None:
         queue = self.commit_log.mapped_file_queue
-        while self.reput_from_offset < self.commit_log.get_max_offset():
+        while self.reput_from_offset < self.end():
             if self.reput_from_offset < self.commit_log.get_min_offset():
                 self.reput_from_offset = self.commit_log.get_min_offset()   # files deleted meanwhile
             mapped = queue.find_mapped_file_by_offset(self.reput_from_offset)
@@ -105,12 +115,16 @@ class ReputMessageService(ServiceThread):
         base = mapped.file_from_offset
         position = self.reput_from_offset - base
         limit = mapped.read_position()
+        wait_for_tails = self.wait_for_record_tails
+        confirmed = self.end() - base
+        if confirmed < limit:   # bounded by the confirm offset, maybe inside a record
+            limit, wait_for_tails = confirmed, True
         buffer, file_size = mapped.mm, mapped.file_size
         while position < limit:
             chunk: list[DispatchRequest] = []
             size = 1
             while position < limit and len(chunk) < DISPATCH_CHUNK:
-                if self.wait_for_record_tails and _incomplete(buffer, position, limit):
+                if wait_for_tails and _incomplete(buffer, position, limit):
                     size = -2
                     break
                 size, request = parse_record(buffer, position, file_size, base, False)
@@ -124,7 +138,7 @@ class ReputMessageService(ServiceThread):
             if size == 0:
                 self.reput_from_offset = self.commit_log.roll_next_file(self.reput_from_offset)
                 return True
-            if size == -2:   # the rest of the record is still on its way
+            if size == -2:   # the rest of the record is still on its way (or not confirmed yet)
                 return False
             if size < 0:
                 log.error("reput: invalid record at CommitLog offset %d, dispatch paused", base + position)

@@ -7,25 +7,28 @@ form a chain read back from the slot's last. Only the entries' state byte is rew
 
 Entry index == offset in the timer topic's queue, so an entry is found without a table, and
 re-enqueueing after a crash finds what is already there (docs/internals/timer.md §Recovery).
-Segments wholly below the oldest entry still pending are deleted (retention)."""
+Segments wholly below the oldest entry still pending are deleted (retention). A segment's blocks
+are reserved when it is created (posix_fallocate), so no page of it faults on a full filesystem (a
+SIGBUS on tmpfs); the send path creates the segments the next timers need before accepting them
+(`reserve`), so a full disk is a refusal there, not a failed chaining later."""
 
 from __future__ import annotations
 
 import enum
 import mmap
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from rmq.store.private_files import make_dirs, open_private
+from rmq.store.mapped_file import map_reserved
+from rmq.store.private_files import make_dirs
 
 ENTRY_DTYPE = np.dtype([("prev", "<i8"), ("deliver_ms", "<i8"), ("phys", "<i8"), ("size", "<i4"),
-                        ("account", "<u4"), ("state", "u1"), ("pad", "V7")])
+                        ("account", "<u4"), ("state", "u1"), ("pad", "V3"), ("topic", "<u4")])
 ENTRY_SIZE = ENTRY_DTYPE.itemsize   # 40 bytes
 STATE_POSITION = 32   # offset of "state" in ENTRY_DTYPE
-ENTRIES_PER_SEGMENT = 1 << 20       # 40 MiB per segment file
+ENTRIES_PER_SEGMENT = 1 << 16       # 2.5 MiB per segment file, all reserved at creation
 NO_ENTRY = -1
 
 
@@ -47,12 +50,14 @@ class TimerEntry:
     size: int
     account: int
     state: EntryState
+    topic: int = 0   # CRC32 of the real topic's name (pending timers per topic)
 
 
 @dataclass(frozen=True)
 class PendingEntries:
     indexes: np.ndarray    # int64: their timer-queue offsets, ascending
     accounts: np.ndarray   # uint32: their producers' account codes
+    topics: np.ndarray     # uint32: their real topics' codes
     phys: np.ndarray       # int64: their CommitLog offsets
 
     def commit_log_floor(self, otherwise: int) -> int:
@@ -71,13 +76,8 @@ class TimerLog:
                 self._segments[int(path.name)] = self._map(path)
 
     def _map(self, path: Path) -> mmap.mmap:
-        fd = open_private(path, os.O_RDWR | os.O_CREAT)
-        try:
-            if os.fstat(fd).st_size != self.per_segment * ENTRY_SIZE:
-                os.ftruncate(fd, self.per_segment * ENTRY_SIZE)   # sparse: pages appear when written
-            return mmap.mmap(fd, self.per_segment * ENTRY_SIZE)
-        finally:
-            os.close(fd)
+        """Map a segment, created with its blocks reserved (OSError when there is no room)."""
+        return map_reserved(path, self.per_segment * ENTRY_SIZE)
 
     def _segment(self, index: int, create: bool) -> tuple[mmap.mmap | None, int]:
         first = index - index % self.per_segment
@@ -86,11 +86,17 @@ class TimerLog:
             mapping = self._segments[first] = self._map(self.directory / f"{first:020d}")
         return mapping, (index - first) * ENTRY_SIZE
 
+    def reserve(self, first: int, last: int) -> None:
+        """Create the segments holding entries `first`..`last` (OSError when there is no room)."""
+        for index in range(first - first % self.per_segment, last + 1, self.per_segment):
+            self._segment(index, True)
+
     def write(self, entry: TimerEntry) -> None:
         mapping, position = self._segment(entry.index, True)
         assert mapping is not None
         record = np.zeros(1, ENTRY_DTYPE)
-        record[0] = (entry.prev, entry.deliver_ms, entry.phys, entry.size, entry.account, entry.state, b"")
+        record[0] = (entry.prev, entry.deliver_ms, entry.phys, entry.size, entry.account, entry.state, b"",
+                     entry.topic)
         mapping[position:position + ENTRY_SIZE] = record.tobytes()
 
     def read(self, index: int) -> TimerEntry | None:
@@ -102,7 +108,7 @@ class TimerLog:
         if state is EntryState.EMPTY:
             return None
         return TimerEntry(index, int(fields["prev"]), int(fields["deliver_ms"]), int(fields["phys"]),
-                          int(fields["size"]), int(fields["account"]), state)
+                          int(fields["size"]), int(fields["account"]), state, int(fields["topic"]))
 
     def set_state(self, index: int, state: EntryState) -> None:
         mapping, position = self._segment(index, False)
@@ -112,17 +118,20 @@ class TimerLog:
     def pending(self) -> PendingEntries:
         """Every entry pending or being delivered: one vector scan of each segment (the figures
         the broker counts from on start, the retention floors)."""
-        indexes, accounts, phys = [], [], []
+        indexes, accounts, topics, phys = [], [], [], []
         for first, mapping in sorted(self._segments.items()):
             entries = np.frombuffer(mapping, ENTRY_DTYPE)
             live = np.flatnonzero((entries["state"] == EntryState.PENDING)
                                   | (entries["state"] == EntryState.DELIVERING))
             indexes.append(live + first)
             accounts.append(entries["account"][live])
+            topics.append(entries["topic"][live])
             phys.append(entries["phys"][live])
         if not indexes:
-            return PendingEntries(np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros(0, np.int64))
-        return PendingEntries(np.concatenate(indexes), np.concatenate(accounts), np.concatenate(phys))
+            return PendingEntries(np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros(0, np.uint32),
+                                  np.zeros(0, np.int64))
+        return PendingEntries(np.concatenate(indexes), np.concatenate(accounts), np.concatenate(topics),
+                              np.concatenate(phys))
 
     def delete_below(self, index: int) -> int:
         """Delete the segments holding only entries below `index` (none of them pending).
@@ -134,7 +143,8 @@ class TimerLog:
         return len(gone)
 
     def flush(self) -> None:
-        for mapping in self._segments.values():
+        """On a store thread: the send path may add a segment meanwhile (`reserve`, on the loop)."""
+        for mapping in list(self._segments.values()):
             mapping.flush()
 
     def close(self) -> None:

@@ -52,6 +52,20 @@ class SubscriptionGroupManager:
         """The group's stored settings, None when an admin never set them (RocketMQ's defaults apply)."""
         return self._configs.get(group)
 
+    def check_consume_enabled(self, group: str) -> None:
+        """NO_PERMISSION when an admin disabled the group's consumption (RocketMQ's pull and pop
+        processors answer a disabled group so, before reading anything)."""
+        config = self._configs.get(group)
+        if config is not None and not config.consume_enable:
+            raise BrokerError(rmq_pb2.NO_PERMISSION, f"subscription group no permission, {group} "
+                                                     "(an admin disabled its consumption)")
+
+    def max_attempts(self, group: str, default: int) -> int:
+        """How many times a pop delivers a message of the group before its DLQ: the stored
+        retry_max_times + 1 (RocketMQ 5's proxy: the group's BackoffPolicy maxAttempts), else `default`."""
+        config = self._configs.get(group)
+        return default if config is None else config.retry_max_times + 1
+
     def update(self, config: SubscriptionGroupConfig) -> None:
         """Store (replace) the group's settings durably before answering."""
         config.check()
@@ -59,7 +73,19 @@ class SubscriptionGroupManager:
             if config.group not in self._configs and len(self._configs) >= self.max_groups:
                 raise BrokerError(rmq_pb2.LIMIT_EXCEEDED, f"this broker already holds settings of "
                                                           f"{self.max_groups} groups")
-            configs = {**self._configs, config.group: config}
-            write_json_atomically(self.path, {"subscriptionGroupTable": [
-                asdict(stored) for _, stored in sorted(configs.items())]})
-            self._configs = configs
+            self._store({**self._configs, config.group: config})
+
+    def delete(self, group: str) -> bool:
+        """Forget the group's settings durably (RocketMQ deleteSubscriptionGroup); False when none
+        were stored."""
+        with self._lock:
+            if group not in self._configs:
+                return False
+            self._store({name: config for name, config in self._configs.items() if name != group})
+            return True
+
+    def _store(self, configs: dict[str, SubscriptionGroupConfig]) -> None:
+        """Write `configs` (under the lock), then serve them."""
+        write_json_atomically(self.path, {"subscriptionGroupTable": [
+            asdict(stored) for _, stored in sorted(configs.items())]})
+        self._configs = configs

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from rmq.broker_server.errors import BrokerError, illegal_argument
 from rmq.broker_server.offsets.consumer_ids_watch import ConsumerIdsWatchService
@@ -22,6 +23,17 @@ from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.security.caller import account_key
 from rmq.topic_config import TopicConfig
 from rmq.v1 import rmq_pb2
+
+
+class ResetTeller(Protocol):
+    """A protocol adapter that tells its live consumers of a reset (4.x remoting:
+    RESET_CONSUMER_CLIENT_OFFSET)."""
+
+    def tellable(self, group: str) -> set[str]:
+        """The group's client ids it can tell."""
+
+    def tell_reset(self, group: str, offsets: Mapping[tuple[str, int], int]) -> list[str]:
+        """Tell them that the group's offsets are now `offsets`; returns their client ids."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +60,10 @@ class ConsumerManageProcessor:
         self.offsets = offsets
         self.consumers = consumers
         self.watches = watches
+        self._tellers: list[ResetTeller] = []
+
+    def add_reset_teller(self, teller: ResetTeller) -> None:
+        self._tellers.append(teller)
 
     def consumer_list(self, group: str) -> list[str]:
         check_group_name(group)
@@ -86,18 +102,21 @@ class ConsumerManageProcessor:
         instead of committing their own positions over them. Refused, nothing committed, while a
         live clustering member cannot be told (it would commit over the reset), unless `force`."""
         check_group_name(group)
-        watching = self.watches.watching(group)
+        watching = self.watches.watching(group).union(*(teller.tellable(group) for teller in self._tellers))
         untold = sorted(info.client_id for info in self.consumers.connections(group)
                         if info.message_model != rmq_pb2.BROADCASTING and info.client_id not in watching)
         if untold and not force:
             shown = ", ".join(untold[:3]) + (", ..." if len(untold) > 3 else "")
             raise illegal_argument(
                 f"consumer group {group} has {len(untold)} live member(s) that cannot be told of a reset "
-                f"({shown}: RocketMQ 4.x/5 clients, or rmq clients without a membership watch): stop them "
-                "first, or force the reset (their next commits may overwrite it)")
+                f"({shown}: RocketMQ 5 clients, Spark queries, or rmq clients without a membership watch): "
+                "stop them first, or force the reset (their next commits may overwrite it)")
         self.update_offsets(group, offsets)
         keys = {OffsetKey(group, topic, queue_id): offset for (topic, queue_id), offset in offsets.items()}
-        return ResetOutcome(self.watches.notify_reset(group, keys), untold)
+        notified = self.watches.notify_reset(group, keys)
+        for teller in self._tellers:
+            notified += teller.tell_reset(group, offsets)
+        return ResetOutcome(sorted(notified), untold)
 
     async def running_info(self, group: str, client_id: str) -> rmq_pb2.ConsumerRunningInfo:
         """GET_CONSUMER_RUNNING_INFO of a live rmq consumer, asked over its membership watch."""

@@ -250,6 +250,7 @@ class PopMessageProcessor:
         `attempt_id` (the push consumer's, after a failed call) gets the deliveries of the first
         one again while they are still in flight, instead of leaving them invisible. `lease`:
         the call's; each pop reads at most the bytes it grants."""
+        request = self._group_settings(request)
         remembered = (request.group, request.topic, attempt_id)
         if attempt_id:
             again = [p for p in self._attempts.get(remembered) if self.in_flight(request.group, p.handle)]
@@ -266,6 +267,16 @@ class PopMessageProcessor:
         if attempt_id and popped:
             self._attempts.put(remembered, popped)
         return popped
+
+    def _group_settings(self, request: PopRequest) -> PopRequest:
+        """The admin's settings of the group (SubscriptionGroupConfig) apply: a disabled group is
+        refused NO_PERMISSION, a stored retry_max_times sets the deliveries before the DLQ."""
+        groups = self.reader.groups
+        if groups is None:
+            return request
+        groups.check_consume_enabled(request.group)
+        most = groups.max_attempts(request.group, request.max_attempts)
+        return request if most == request.max_attempts else replace(request, max_attempts=most)
 
     async def _pop_leased(self, request: PopRequest, lease: PullBytesLease | None) -> list[Popped]:
         if lease is None or request.max_bytes is None:

@@ -20,7 +20,8 @@ import functools
 import ipaddress
 import itertools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -118,15 +119,16 @@ class SendMessageProcessor:
 
     async def process(self, request: rmq_pb2.SendMessageRequest, peer: str) -> rmq_pb2.SendMessageResponse:
         try:
-            batch, queue_ids, delayed = self.build_batch(request, born_host_from_peer(peer))
-            result = self._put_inline(batch)
-            if result is None:
-                result = await self.executor.run(self.store.put_batch, batch)
-            else:
-                await asyncio.sleep(0)   # the pulls this put woke answer before this call does
-            if result.status is not PutMessageStatus.PUT_OK:
-                self.explain_size_refusal(batch)
-                check_put_status(result.status)
+            batch, queue_ids, delayed, timers = self.build_batch(request, born_host_from_peer(peer))
+            with self._timer_admission(len(timers)):
+                result = self._put_inline(batch)
+                if result is None:
+                    result = await self.executor.run(self.store.put_batch, batch)
+                else:
+                    await asyncio.sleep(0)   # the pulls this put woke answer before this call does
+                if result.status is not PutMessageStatus.PUT_OK:
+                    self.explain_size_refusal(batch)
+                    check_put_status(result.status)
         except BrokerError as error:
             return rmq_pb2.SendMessageResponse(status=error.status())
         self.stats.record_put(request.topic, len(queue_ids), sum(map(len, batch.bodies)))
@@ -139,17 +141,29 @@ class SendMessageProcessor:
             queue_offsets = queue_offsets.copy()
             queue_offsets[delayed] = -1  # a delayed message's real offset is assigned on delivery
         response.queue_offsets.extend(queue_offsets.tolist())
-        if delayed and self.timer is not None:
-            response.recall_handles.extend(self._recall_handles(batch, result.queue_offsets))
+        if timers:
+            response.recall_handles.extend(self._recall_handles(timers, result.queue_offsets))
         return response
 
-    def _recall_handles(self, batch: MessageBatch, offsets: np.ndarray) -> list[str]:
+    def _recall_handles(self, timers: dict[int, dict[str, str]], offsets: np.ndarray) -> list[str]:
         """Per message: the recall handle of one parked in the timer queue, else ""."""
         assert self.timer is not None
-        return [self.timer.recall_handle(mf.decode_properties(properties.decode()), int(offset))
-                if topic == TIMER_TOPIC else ""
-                for topic, properties, offset in zip(batch.topics, batch.properties, offsets.tolist(),
-                                                     strict=True)]
+        return [self.timer.recall_handle(timers[index], offset) if index in timers else ""
+                for index, offset in enumerate(offsets.tolist())]
+
+    @contextmanager
+    def _timer_admission(self, count: int) -> Iterator[None]:
+        """Around a put holding `count` timers (TimerMessageStore.admit): they count against the
+        pending budgets from now, and no longer when the put fails."""
+        if not count or self.timer is None:
+            yield
+            return
+        self.timer.admit(count)
+        try:
+            yield
+        except BaseException:
+            self.timer.release(count)
+            raise
 
     async def send_one(self, message: OneMessage, born_host: bytes) -> SendResult:
         """One message on the single-message path: no protobuf, no numpy column, stored on the
@@ -165,18 +179,20 @@ class SendMessageProcessor:
             queue_id = position % config.write_queue_nums
         elif queue_id >= config.write_queue_nums:
             raise illegal_argument(self._queue_out_of_range(queue_id, config))
+        full: dict[str, str] = {}
         if message.properties or message.delay_level:
-            stored_topic, stored_queue_id, properties = self._full_properties(
+            stored_topic, stored_queue_id, properties, full = self._full_properties(
                 message.tags, message.keys, message.properties, message.delay_level, topic, queue_id)
         else:
             stored_topic, stored_queue_id = topic, queue_id
             properties = simple_properties(message.tags, message.keys)
         record = OneRecord(stored_topic, stored_queue_id, body, properties, message.flag,
                            message.born_timestamp or int(time.time() * 1000), born_host)
-        result = await self._store_one(record)
-        if result.status is not PutMessageStatus.PUT_OK:
-            self._check_size(stored_topic, body, properties)
-            check_put_status(result.status)
+        with self._timer_admission(int(stored_topic == TIMER_TOPIC)):
+            result = await self._store_one(record)
+            if result.status is not PutMessageStatus.PUT_OK:
+                self._check_size(stored_topic, body, properties)
+                check_put_status(result.status)
         self.stats.record_put(topic, 1, len(body))
         code, reason = (rmq_pb2.OK, "") if result.status is PutMessageStatus.PUT_OK \
             else STORED_ON_MASTER_ONLY[result.status]
@@ -184,8 +200,7 @@ class SendMessageProcessor:
             return SendResult(code, reason, result.msg_id, queue_id, result.queue_offset)
         recall_handle = ""
         if stored_topic == TIMER_TOPIC and self.timer is not None:
-            recall_handle = self.timer.recall_handle(
-                mf.decode_properties(properties.decode()), result.queue_offset)
+            recall_handle = self.timer.recall_handle(full, result.queue_offset)
         return SendResult(code, reason, result.msg_id, queue_id, -1, recall_handle)
 
     async def _store_one(self, record: OneRecord | PutMessageStatus) -> PutMessageResult:
@@ -220,19 +235,21 @@ class SendMessageProcessor:
         """Store records a protocol adapter built itself (RocketMQ 5 sends: timer and half messages
         among them) for `topic`, whole or not at all, counted in the topic's put statistics like
         every other send. Raises BrokerError for a refused batch."""
-        if len(records) == 1:
-            results = [await self._store_one(one_record(records[0]))]
-        else:
-            results = await self.executor.run(self.store.put_messages, records)
-        check_put_results(results)
+        with self._timer_admission(sum(record.topic == TIMER_TOPIC for record in records)):
+            if len(records) == 1:
+                results = [await self._store_one(one_record(records[0]))]
+            else:
+                results = await self.executor.run(self.store.put_messages, records)
+            check_put_results(results)
         self.stats.record_put(topic, len(records), sum(len(record.body) for record in records))
         return results
 
     def build_batch(
         self, request: rmq_pb2.SendMessageRequest, born_host: bytes
-    ) -> tuple[MessageBatch, list[int], list[int]]:
-        """The batch to store (columns), each message's real queue id, and the positions of the
-        delayed ones. Raises BrokerError naming the first bad message."""
+    ) -> tuple[MessageBatch, list[int], list[int], dict[int, dict[str, str]]]:
+        """The batch to store (columns), each message's real queue id, the positions of the
+        delayed ones, and the properties of the timer ones by position (their recall handles).
+        Raises BrokerError naming the first bad message."""
         config = self.writeable_topic(request.topic)
         if request.HasField("columns"):
             if request.messages:
@@ -244,11 +261,12 @@ class SendMessageProcessor:
 
     def _message_batch(
         self, messages: Sequence[rmq_pb2.Message], config: TopicConfig, born_host: bytes
-    ) -> tuple[MessageBatch, list[int], list[int]]:
+    ) -> tuple[MessageBatch, list[int], list[int], dict[int, dict[str, str]]]:
         topic = config.topic_name
         counter = itertools.count(self._round_robin.get(topic, 0))
         topics, store_queue_ids, bodies, properties, flags, born_timestamps = [], [], [], [], [], []
         queue_ids, delayed = [], []
+        timers: dict[int, dict[str, str]] = {}
         for index, message in enumerate(messages):
             # Hot path: each protobuf field is read once (every read builds a Python object); sizes
             # are left to the store, which checks the whole batch before writing (explain_size_refusal).
@@ -259,11 +277,13 @@ class SendMessageProcessor:
                 queue_id = self._queue_id(message, config, counter)
                 user_properties, delay_level = message.properties, message.delay_level
                 if user_properties or delay_level:
-                    stored_topic, stored_queue_id, properties_field = self._full_properties(
+                    stored_topic, stored_queue_id, properties_field, full = self._full_properties(
                         message.tags, message.keys, user_properties, delay_level, topic, queue_id
                     )
                     if stored_topic != topic:   # a delay level's or the timer's queue
                         delayed.append(index)
+                    if stored_topic == TIMER_TOPIC:
+                        timers[index] = full
                 else:
                     stored_topic, stored_queue_id = topic, queue_id
                     properties_field = simple_properties(message.tags, message.keys)
@@ -288,11 +308,11 @@ class SendMessageProcessor:
             born_timestamps=born,
             born_hosts=born_host,
         )
-        return batch, queue_ids, delayed
+        return batch, queue_ids, delayed, timers
 
     def _column_batch(
         self, columns: rmq_pb2.MessageColumns, config: TopicConfig, born_host: bytes
-    ) -> tuple[MessageBatch, list[int], list[int]]:
+    ) -> tuple[MessageBatch, list[int], list[int], dict[int, dict[str, str]]]:
         """A MessageColumns request: bodies cut from one buffer, queues round-robin."""
         lengths = np.array(columns.body_lengths, dtype=np.int64)
         count = len(lengths)
@@ -331,7 +351,7 @@ class SendMessageProcessor:
             born_timestamps=int(time.time() * 1000),
             born_hosts=born_host,
         )
-        return batch, queue_ids.tolist(), []
+        return batch, queue_ids.tolist(), [], {}
 
     def _queue_id(self, message: rmq_pb2.Message, config: TopicConfig, counter: itertools.count[int]) -> int:
         if not message.HasField("queue_id"):
@@ -348,8 +368,9 @@ class SendMessageProcessor:
     def _full_properties(
         self, tags: str, keys: str, user_properties: Mapping[str, str], delay_level: int, topic: str,
         queue_id: int,
-    ) -> tuple[str, int, bytes]:
-        """(topic, queue id, properties field) of a message with user properties or a delay level."""
+    ) -> tuple[str, int, bytes, dict[str, str]]:
+        """(topic, queue id, properties field, the properties it encodes) of a message with user
+        properties or a delay level."""
         if delay_level < 0:
             raise illegal_argument(f"delay_level must not be negative, not {delay_level}")
         properties = dict(user_properties)
@@ -367,7 +388,7 @@ class SendMessageProcessor:
             topic, queue_id = SCHEDULE_TOPIC, delay_level_to_queue_id(level)
         elif self.timer is not None:
             topic, queue_id = self.timer.park(properties, topic, queue_id)
-        return topic, queue_id, mf.encode_properties(properties).encode()
+        return topic, queue_id, mf.encode_properties(properties).encode(), properties
 
     def explain_size_refusal(self, batch: MessageBatch) -> None:
         """The store refused the batch: raise naming the first message that is too large."""

@@ -1,6 +1,6 @@
 """The per-group settings an admin sets (RocketMQ's updateSubGroup / getSubscriptionGroupConfig,
-rmq.v1 UpdateSubscriptionGroup / GetSubscriptionGroup); the pull and send-back processors enforce
-them through SubscriptionGroupManager (consume_enable, retry_max_times)."""
+rmq.v1 UpdateSubscriptionGroup / GetSubscriptionGroup / DeleteSubscriptionGroup); the pull, pop and
+send-back processors enforce them through SubscriptionGroupManager (consume_enable, retry_max_times)."""
 
 from __future__ import annotations
 
@@ -27,3 +27,9 @@ class SubscriptionGroupProcessor:
         """Store the group's settings (durably, on a store thread) before returning."""
         check_group_name(config.group)
         await self.executor.run(self.groups.update, config)
+
+    async def delete(self, group: str) -> bool:
+        """Forget the group's stored settings (`rmq group delete`, durably, on a store thread);
+        False when none were stored."""
+        check_group_name(group)
+        return await self.executor.run(self.groups.delete, group)

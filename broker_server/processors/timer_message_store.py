@@ -62,6 +62,7 @@ PROPERTY_TIMER_QUEUE_OFFSET = "TIMER_QUEUE_OFFSET"   # rmq's: the delivered copy
 PROPERTY_TIMER_PRODUCER = "TIMER_PRODUCER"           # rmq's: the sending account (recall, shares)
 PROPERTY_TIMER_RECALL = "TIMER_RECALL_OFFSET"        # rmq's: a recall record's target offset
 ENQUEUE_BATCH = 1024
+RESERVE_AHEAD = 1024   # TimerLog entries reserved past those admitted (recall records among them)
 DELIVER_BATCH = 256
 RETRY_AFTER_FAILURE_S = 1.0
 CHECKPOINT_INTERVAL_S = 1.0
@@ -107,8 +108,9 @@ def deliver_time_ms(properties: dict[str, str], now_ms: int, settings: TimerSett
     return deliver_ms
 
 
-def account_code(access_key: str) -> int:
-    return zlib.crc32(access_key.encode())
+def name_code(name: str) -> int:
+    """A TimerLog entry's code of its producer account and of its real topic: CRC32 of the name."""
+    return zlib.crc32(name.encode())
 
 
 class RecallHandles:
@@ -119,6 +121,14 @@ class RecallHandles:
     def __init__(self, secret: bytes, broker_name: str) -> None:
         self._secret = secret
         self.broker_name = broker_name
+
+    @classmethod
+    def of_group(cls, cluster_secret: bytes, broker_name: str) -> RecallHandles:
+        """Handles every member of a broker group signs and honours alike: the key derived from
+        the group's cluster secret, so a slave promoted by a failover recalls by the handles its
+        former master gave out."""
+        purpose = b"rmq recall handles\n" + broker_name.encode()
+        return cls(hmac.new(cluster_secret, purpose, hashlib.sha256).digest(), broker_name)
 
     def _mac(self, fields: list[str]) -> str:
         return hmac.new(self._secret, "\n".join(fields).encode(), hashlib.sha256).hexdigest()[:32]
@@ -158,6 +168,8 @@ class TimerMessageStore:
         self.checkpoint = TimerCheckpoint()
         self.pending = 0
         self.pending_by_account: Counter[int] = Counter()
+        self.pending_by_topic: Counter[int] = Counter()   # by topic_code of the real topic
+        self._admitted: Counter[int] = Counter()   # per account: admitted by a send, not chained yet
         self._floor = KEEP_NOTHING
         self._chained_until = 0   # CommitLog end of the last timer-queue record chained
         self.last_lateness_ms = 0
@@ -183,6 +195,7 @@ class TimerMessageStore:
         pending = self.timer_log.pending()
         self.pending = len(pending.indexes)
         self.pending_by_account = Counter(pending.accounts.tolist())
+        self.pending_by_topic = Counter(pending.topics.tolist())
         self._floor = pending.commit_log_floor(KEEP_NOTHING)
         self.store.retention_floor = self.retention_floor
         if self.wheel.fresh and self.pending:
@@ -222,17 +235,14 @@ class TimerMessageStore:
     def park(self, properties: dict[str, str], topic: str, queue_id: int) -> tuple[str, int]:
         """The (topic, queue) a message is stored in: its own, or the timer queue when its timer
         property asks for a later time (properties rewritten: TIMER_DELIVER_MS, REAL_TOPIC,
-        REAL_QID, UNIQ_KEY, TIMER_PRODUCER). Raises WHEEL_TIMER_MSG_ILLEGAL or
-        WHEEL_TIMER_FLOW_CONTROL; nothing is changed then."""
+        REAL_QID, UNIQ_KEY, TIMER_PRODUCER). Raises WHEEL_TIMER_MSG_ILLEGAL; nothing is changed
+        then. The send then `admit`s the request's parked timers against the budgets."""
         if properties.keys().isdisjoint(TIMER_PROPERTIES):   # not a timer message: no clock read
             return topic, queue_id
         now_ms = self._now_ms()
         deliver_ms = deliver_time_ms(properties, now_ms, self.settings)
         if deliver_ms is None:
             return topic, queue_id
-        producer = caller.account_key()
-        if deliver_ms > now_ms:
-            self._check_room(producer)
         for name in TIMER_PROPERTIES:
             properties.pop(name, None)
         properties[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
@@ -241,22 +251,56 @@ class TimerMessageStore:
         properties[mf.PROPERTY_REAL_TOPIC] = topic
         properties[mf.PROPERTY_REAL_QUEUE_ID] = str(queue_id)
         properties.setdefault(mf.PROPERTY_UNIQ_KEY, uuid.uuid4().hex.upper())
-        properties[PROPERTY_TIMER_PRODUCER] = producer
+        properties[PROPERTY_TIMER_PRODUCER] = caller.account_key()
         return TIMER_TOPIC, 0
 
-    def _check_room(self, producer: str) -> None:
-        backlog = self.pending + max(
-            self.store.get_max_offset_in_queue(TIMER_TOPIC, 0) - self.checkpoint.enqueue_offset, 0)
-        if backlog >= self.settings.max_pending:
+    def admit(self, count: int) -> None:
+        """Before a send stores the `count` timers `park` sent to the timer queue (all the caller's):
+        refuse WHEEL_TIMER_FLOW_CONTROL past the pending budgets, counting besides what is chained
+        the timers admitted and not chained yet (this request's, those of sends under way and those
+        stored but not read yet), so neither a batch nor concurrent sends pass a budget; then
+        reserve their files. The send calls `release` when they are not stored."""
+        producer = caller.account_key()
+        account = name_code(producer)
+        queue_end = self.store.get_max_offset_in_queue(TIMER_TOPIC, 0)
+        unchained = max(queue_end - self.checkpoint.enqueue_offset, 0)
+        backlog = self.pending + max(unchained, sum(self._admitted.values()))
+        if backlog + count > self.settings.max_pending:
             raise BrokerError(rmq_pb2.WHEEL_TIMER_FLOW_CONTROL,
-                              f"{backlog} timer messages are pending, the most timer_max_pending="
-                              f"{self.settings.max_pending} allows: retry later")
-        mine = self.pending_by_account[account_code(producer)]
-        if mine >= self.settings.max_pending_per_account:
+                              f"{backlog} timer messages are pending and {count} more would exceed "
+                              f"timer_max_pending={self.settings.max_pending}: retry later")
+        mine = self.pending_by_account[account] + self._admitted[account]
+        if mine + count > self.settings.max_pending_per_account:
             raise BrokerError(rmq_pb2.WHEEL_TIMER_FLOW_CONTROL,
-                              f"account {producer!r} has {mine} timer messages pending, the most "
-                              f"timer_max_pending_per_account={self.settings.max_pending_per_account} "
-                              "allows: retry later")
+                              f"account {producer!r} has {mine} timer messages pending and {count} more "
+                              f"would exceed timer_max_pending_per_account="
+                              f"{self.settings.max_pending_per_account}: retry later")
+        self._reserve_files(count)
+        self._admitted[account] += count
+
+    def release(self, count: int) -> None:
+        """The `count` timers `admit` counted for the caller were not stored."""
+        self._unadmit(name_code(caller.account_key()), count)
+
+    def _unadmit(self, account: int, count: int) -> None:
+        left = self._admitted.get(account, 0) - count
+        if left > 0:
+            self._admitted[account] = left
+        else:
+            self._admitted.pop(account, None)
+
+    def _reserve_files(self, count: int) -> None:
+        """The wheel (at the first timer) and the TimerLog segments the next `count` timers go
+        into, created with their blocks reserved: a full disk refuses the send here, before
+        anything is stored, instead of faulting a sparse page later (SIGBUS on tmpfs)."""
+        first = self.store.get_max_offset_in_queue(TIMER_TOPIC, 0)
+        try:
+            self.wheel.allocate()
+            self.timer_log.reserve(first, first + sum(self._admitted.values()) + count + RESERVE_AHEAD)
+        except OSError as error:
+            raise BrokerError(rmq_pb2.SERVICE_NOT_AVAILABLE,
+                              f"no room on the store's disk for timer messages: {error.strerror} "
+                              f"({error.filename or 'timer files'})") from None
 
     def recall_handle(self, properties: dict[str, str], timer_offset: int) -> str:
         """The handle a producer gets for a message `park` sent to the timer queue."""
@@ -264,8 +308,9 @@ class TimerMessageStore:
                                    int(properties[PROPERTY_TIMER_DELIVER_MS]),
                                    properties[PROPERTY_TIMER_PRODUCER])
 
-    async def recall(self, topic: str, handle: str) -> None:
-        """Cancel a pending timer message by its recall handle (its producer or an admin)."""
+    async def recall(self, topic: str, handle: str) -> str:
+        """Cancel a pending timer message by its recall handle (its producer or an admin).
+        Returns its message id (UNIQ_KEY), as RocketMQ's RecallMessageResponseHeader names it."""
         if not self.is_master:
             raise NotMaster("this broker is a SLAVE: recall on the master of its broker group")
         handle_topic, offset, deliver_ms, producer = self.handles.decode(handle)
@@ -280,17 +325,19 @@ class TimerMessageStore:
             async with self._round:
                 await self._enqueue()
             entry = self.timer_log.read(offset)
-        if entry is None or entry.deliver_ms != deliver_ms or entry.account != account_code(producer):
+        if entry is None or entry.deliver_ms != deliver_ms or entry.account != name_code(producer):
             raise BrokerError(rmq_pb2.QUERY_NOT_FOUND, "no timer message waits under this recall handle")
         if entry.state is not EntryState.PENDING:
             raise BrokerError(rmq_pb2.QUERY_NOT_FOUND,
                               f"the timer message is already {entry.state.name.lower()}")
         if self._slot_of(deliver_ms) <= self._now_ms() // self.settings.precision_ms + 1:
             raise BrokerError(rmq_pb2.QUERY_NOT_FOUND, "the timer message is due now: too late to recall")
+        [message] = await self.executor.run(self._read_records, [entry])
         record = MessageToStore(topic=TIMER_TOPIC, queue_id=0, body=b"recall", properties={
             PROPERTY_TIMER_RECALL: str(offset), mf.PROPERTY_REAL_TOPIC: handle_topic})
         check_put_results(await self.executor.run(self.store.put_messages, [record]))
         self._recalled(offset)
+        return "" if message is None else message.properties.get(mf.PROPERTY_UNIQ_KEY, "")
 
     def _recalled(self, offset: int) -> None:
         entry = self.timer_log.read(offset)
@@ -300,9 +347,15 @@ class TimerMessageStore:
 
     def _settled(self, entry: TimerEntry) -> None:
         self.pending -= 1
-        self.pending_by_account[entry.account] -= 1
-        if self.pending_by_account[entry.account] <= 0:
-            del self.pending_by_account[entry.account]
+        for counts, key in ((self.pending_by_account, entry.account), (self.pending_by_topic, entry.topic)):
+            counts[key] -= 1
+            if counts[key] <= 0:
+                del counts[key]
+
+    def pending_of_topic(self, topic: str) -> int:
+        """Timer messages waiting here for `topic` (a topic whose name shares its CRC32 with
+        another's counts theirs too)."""
+        return self.pending_by_topic.get(name_code(topic), 0)
 
     def figures(self) -> TimerFigures:
         return TimerFigures(self.pending, self.delivered, self.last_lateness_ms)
@@ -322,18 +375,18 @@ class TimerMessageStore:
         while True:
             self._wake.clear()
             wait = RETRY_AFTER_FAILURE_S
-            try:
+            try:   # a failure (a full disk failing the checkpoint's write among them) is retried
                 async with self._round:
                     await self._enqueue()
                     wait = await (self._dequeue() if self.is_master else self._settle())
+                if time.monotonic() - saved >= CHECKPOINT_INTERVAL_S:
+                    await self.executor.run(self._save_checkpoint)
+                    saved = time.monotonic()
+                if saved - cleaned >= CLEAN_INTERVAL_S:
+                    self.clean()   # on the loop: no read of a segment races its deletion
+                    cleaned = saved
             except Exception:
                 log.exception("timer messages: a round failed; retrying")
-            if time.monotonic() - saved >= CHECKPOINT_INTERVAL_S:
-                await self.executor.run(self._save_checkpoint)
-                saved = time.monotonic()
-            if saved - cleaned >= CLEAN_INTERVAL_S:
-                self.clean()   # on the loop: no read of a segment races its deletion
-                cleaned = saved
             try:
                 await asyncio.wait_for(self._wake.wait(), min(wait, CHECKPOINT_INTERVAL_S))
             except TimeoutError:
@@ -383,12 +436,15 @@ class TimerMessageStore:
         if existing is not None and existing.state is not EntryState.PENDING:
             return   # enqueued and settled before a restart
         deliver_ms = int(properties.get(PROPERTY_TIMER_DELIVER_MS, "0"))
-        entry = existing or TimerEntry(index, NO_ENTRY, deliver_ms, message.physical_offset, size,
-                                       account_code(properties.get(PROPERTY_TIMER_PRODUCER, "")),
-                                       EntryState.PENDING)
+        producer = name_code(properties.get(PROPERTY_TIMER_PRODUCER, ""))
+        topic = name_code(properties.get(mf.PROPERTY_REAL_TOPIC, ""))
+        entry = existing or TimerEntry(index, NO_ENTRY, deliver_ms, message.physical_offset, size, producer,
+                                       EntryState.PENDING, topic)
         if self._link(entry, self._slot_of(deliver_ms), force=False) and existing is None:
             self.pending += 1
             self.pending_by_account[entry.account] += 1
+            self.pending_by_topic[entry.topic] += 1
+            self._unadmit(entry.account, 1)
             self._floor = min(self._floor, entry.phys)
 
     def _link(self, entry: TimerEntry, slot_time: int, force: bool) -> bool:
@@ -399,7 +455,7 @@ class TimerMessageStore:
         if not force and slot.last >= entry.index:
             return False
         self.timer_log.write(TimerEntry(entry.index, slot.last, entry.deliver_ms, entry.phys, entry.size,
-                                        entry.account, entry.state))
+                                        entry.account, entry.state, entry.topic))
         self.wheel.put(Slot(slot_time, entry.index if slot.first == NO_ENTRY else slot.first, entry.index,
                             slot.count + 1))
         return True
@@ -422,9 +478,8 @@ class TimerMessageStore:
         slots_walked = 0
         while self._read_slot() < self._now_ms() // precision:
             if not self.pending:
-                # nothing pending, so no slot holds a live entry: skip to now without reading the
-                # wheel (a broker that holds no timers never faults the wheel's pages in: on a full
-                # tmpfs even reading a page of a sparse file is SIGBUS)
+                # nothing pending, so no slot holds a live entry: skip to now instead of reading
+                # each passed second's slot (after a long stop, up to the 3 days' worth)
                 self.checkpoint.read_time_ms = self._now_ms() // precision * precision
                 break
             slot_time = self._read_slot()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from google.protobuf.message import Message
@@ -49,7 +49,7 @@ from rmq.broker_server.remoting.transactions import (
     ProducerChannels,
     half_message,
 )
-from rmq.remoting.remoting_command import RemotingCommand
+from rmq.remoting.remoting_command import LanguageCode, RemotingCommand
 from rmq.remoting.request_code import RequestCode, ResponseCode
 from rmq.store.commit_log import TRANSACTION_PREPARED_TYPE, TRANSACTION_TYPE_MASK
 from rmq.topic_config import QueueData
@@ -76,6 +76,18 @@ class BrokerIdentity:
     broker_id: int  # 0: master; a slave's route names it as a slave, so 4.x producers do not send to it
     remoting_address: str  # what route lookups on this port name as the broker's address
     cluster_name: str  # brokerClusterName, in the route
+
+
+def reset_offset_body(language: LanguageCode, broker_name: str, topic: str, offsets: dict[int, int]) -> bytes:
+    """ResetOffsetBody's offsetTable as the client decodes it: the C++ client reads a list of
+    {brokerName, queueId, topic, offset}; the Java client fastjson's map keyed by the queue object
+    (`{{"brokerName":…,"queueId":…,"topic":…}:offset}`, as the Java broker writes it)."""
+    queues = [({"brokerName": broker_name, "queueId": queue_id, "topic": topic}, offset)
+              for queue_id, offset in sorted(offsets.items())]
+    if language is LanguageCode.CPP:
+        return json.dumps({"offsetTable": [{**queue, "offset": offset} for queue, offset in queues]}).encode()
+    entries = ",".join(f"{json.dumps(queue, separators=(',', ':'))}:{offset}" for queue, offset in queues)
+    return f'{{"offsetTable":{{{entries}}}}}'.encode()
 
 
 class BrokerRemotingProcessor:
@@ -119,10 +131,12 @@ class BrokerRemotingProcessor:
                 RequestCode.CHECK_CLIENT_CONFIG: self._check_client_config,
                 RequestCode.GET_CONSUMER_RUNNING_INFO: self._consumer_running_info,
                 RequestCode.END_TRANSACTION: self._end_transaction,
+                RequestCode.RECALL_MESSAGE: self._recall,
             },
             authenticator,
         )
         consumers.add_listener(self._consumer_ids_changed)
+        processors.consumer_manage.add_reset_teller(self)
 
     def process(self, context: CallContext, request: RemotingCommand) -> Awaitable[RemotingCommand | None]:
         return self.dispatcher.process(context, request)   # no coroutine of its own per request
@@ -154,6 +168,7 @@ class BrokerRemotingProcessor:
     async def _heartbeat(self, call: Call) -> RemotingCommand:
         data = headers.json_body(call.request)
         client_id = headers.json_text(data, "clientID")
+        call.channel.language = call.request.language
         for producer in headers.json_list(data, "producerDataSet"):
             group = headers.json_text(producer, "groupName")
             self.producers.register(group, call.channel, call.access_key)
@@ -233,6 +248,28 @@ class BrokerRemotingProcessor:
                         RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, ext_fields={"consumerGroup": group}
                     )
                 )
+
+    def tellable(self, group: str) -> set[str]:
+        """The group's consumers connected here, which RESET_CONSUMER_CLIENT_OFFSET reaches."""
+        return {client_id for client_id in self.consumers.consumer_list(group)
+                if (channel := self.connections.by_client.get(client_id)) is not None and not channel.closed}
+
+    def tell_reset(self, group: str, offsets: Mapping[tuple[str, int], int]) -> list[str]:
+        """RocketMQ's Broker2Client.resetOffset: RESET_CONSUMER_CLIENT_OFFSET (oneway, as the C++
+        client expects) per topic to each connected consumer of the group, with the body its
+        client decodes (reset_offset_body)."""
+        by_topic: dict[str, dict[int, int]] = {}
+        for (topic, queue_id), offset in sorted(offsets.items()):
+            by_topic.setdefault(topic, {})[queue_id] = offset
+        told = sorted(self.tellable(group))
+        for client_id in told:
+            channel = self.connections.by_client[client_id]
+            for topic, table in by_topic.items():
+                channel.send_oneway(RemotingCommand(
+                    RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+                    ext_fields={"topic": topic, "group": group, "timestamp": "0", "isForce": "true"},
+                    body=reset_offset_body(channel.language, self.identity.broker_name, topic, table)))
+        return told
 
     async def _consumer_list(self, call: Call) -> RemotingCommand:
         group = headers.text(call.request, "consumerGroup")
@@ -376,6 +413,17 @@ class BrokerRemotingProcessor:
         except UnknownTransaction as error:   # RocketMQ: no prepared message found
             raise Refusal(ResponseCode.SYSTEM_ERROR, error.message) from None
         return call.request.response(ResponseCode.SUCCESS)
+
+    async def _recall(self, call: Call) -> RemotingCommand:
+        """RocketMQ 5.3 RECALL_MESSAGE (RecallMessageRequestHeader: topic, recallHandle; PUB on
+        the topic): cancel a pending timer message; the answer's msgId is its UNIQ_KEY."""
+        request = rmq_pb2.RecallMessageRequest(topic=headers.text(call.request, "topic"),
+                                               recall_handle=headers.text(call.request, "recallHandle"))
+        self._authorize(call, "RecallMessage", request)
+        timer = self.processors.send.timer
+        assert timer is not None   # the broker always has one
+        message_id = await timer.recall(request.topic, request.recall_handle)
+        return call.request.response(ResponseCode.SUCCESS, ext_fields={"msgId": message_id})
 
     def _one_message(
         self, topic: str, body: bytes, properties_text: str, flag: int, sys_flag: int, queue_id: int

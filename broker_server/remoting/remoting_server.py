@@ -54,6 +54,7 @@ from rmq.remoting.remoting_command import (
     LENGTH,
     RPC_ONEWAY,
     FrameError,
+    LanguageCode,
     RemotingCommand,
     decode_header,
 )
@@ -98,6 +99,7 @@ class Channel:
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self.requests: dict[int, asyncio.Task[None]] = {}  # opaque -> the task serving that request
         self.client_ids: dict[str, set[str]] = {}  # client id -> consumer groups it joined here
+        self.language = LanguageCode.JAVA   # the client's, from its heartbeats
         self.close_callbacks: list[Callable[[Channel], None]] = []
         self._drain_waiters: list[asyncio.Future[None]] | None = None  # a list while writing is paused
 

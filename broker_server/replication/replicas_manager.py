@@ -260,6 +260,10 @@ class ReplicasManager:
         answer = await self.heartbeat(assignment.epoch, end, in_sync)
         if answer.status.code == rmq_pb2.OK and RoleAssignment.from_proto(answer).same_term(assignment):
             broker.replication.in_sync_ids = list(answer.in_sync_ids)
+            if broker.replication.role is BrokerRole.SYNC_MASTER:
+                # the controller took the reported slaves as the SyncStateSet: reads end at what
+                # all of them hold (a deposed master never serves what it stored alone)
+                store.bound_reads(frozenset(in_sync))
             if self.config.controller_master_lease_ms and not broker.replication.is_slave:
                 # counted from the heartbeat's sending: the controller heard of this master no earlier
                 store.renew_lease(sent + self.config.controller_master_lease_ms / 1000)

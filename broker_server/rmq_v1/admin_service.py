@@ -95,6 +95,13 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
             config.consumer_group, config.consume_enable, config.retry_max_times))
         return rmq_pb2.UpdateSubscriptionGroupResponse(status=OK)
 
+    @answers_with_status(rmq_pb2.DeleteSubscriptionGroupResponse)
+    async def DeleteSubscriptionGroup(self, request: rmq_pb2.DeleteSubscriptionGroupRequest,
+                                      context: Context) -> rmq_pb2.DeleteSubscriptionGroupResponse:
+        """An admin's `rmq group delete`: the group's stored settings go, durably, before the answer."""
+        deleted = await self.processors.subscription_group.delete(request.consumer_group)
+        return rmq_pb2.DeleteSubscriptionGroupResponse(status=OK, deleted=deleted)
+
     @answers_with_status(rmq_pb2.GetSubscriptionGroupResponse)
     async def GetSubscriptionGroup(self, request: rmq_pb2.GetSubscriptionGroupRequest,
                                    context: Context) -> rmq_pb2.GetSubscriptionGroupResponse:

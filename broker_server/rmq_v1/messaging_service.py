@@ -62,7 +62,9 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
     async def GetTopicOffsets(self, request: rmq_pb2.GetTopicOffsetsRequest,
                               context: Context) -> rmq_pb2.GetTopicOffsetsResponse:
         queues = await self.processors.admin.topic_offsets(request.topic)
-        return rmq_pb2.GetTopicOffsetsResponse(status=OK, queues=[
+        timer = self.processors.send.timer
+        pending = 0 if timer is None else timer.pending_of_topic(request.topic)
+        return rmq_pb2.GetTopicOffsetsResponse(status=OK, pending_timers=pending, queues=[
             rmq_pb2.QueueOffsets(queue_id=queue.queue_id, min_offset=queue.min_offset,
                                  max_offset=queue.max_offset, last_store_timestamp=queue.last_store_timestamp)
             for queue in queues])

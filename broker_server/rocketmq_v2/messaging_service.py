@@ -186,8 +186,8 @@ class RocketMQv2MessagingService:
             context: ServicerContext[pb.RecallMessageRequest,
                                      pb.RecallMessageResponse],
     ) -> pb.RecallMessageResponse:
-        await self.timer.recall(request.topic.name, request.recall_handle)
-        return pb.RecallMessageResponse(status=OK, message_id="")
+        message_id = await self.timer.recall(request.topic.name, request.recall_handle)
+        return pb.RecallMessageResponse(status=OK, message_id=message_id)
 
     def _to_store(self, message: v2.Message, config: TopicConfig, born_host: bytes) -> MessageToStore:
         """The record to store: in its queue, or parked in the timer (a DELAY message, or any

@@ -113,6 +113,7 @@ ADMIN_METHODS = frozenset({
     _rule("AdminService", "ViewMessage"),   # names no topic the ACL could check before the read
     _rule("AdminService", "ResetConsumerOffsets"),   # moves every member of the group (resetOffset)
     _rule("AdminService", "UpdateSubscriptionGroup"),   # updateSubGroup
+    _rule("AdminService", "DeleteSubscriptionGroup"),   # deleteSubGroup
     _rule("AdminService", "DescribeAcl"),   # every account and its permissions
     # replication: a slave copies everything, so its account (RMQ_ACCESS_KEY) must be an admin
     _rule("HAService", "Transfer"),

@@ -113,6 +113,7 @@ class ClusterView:
             reads.add(missing)
             visible.append({"topic": config.topic_name, "queues": len(offsets),
                             "messages": sum(o.max_offset - o.min_offset for o in offsets.values()),
+                            "timers": self.client.pending_timers(config.topic_name, missing),
                             "system": retry.is_group_copy_topic(config.topic_name),
                             "incomplete": bool(missing)})
         return reads.done({"topics": visible, "page": page, "more": len(configs) > (page + 1) * TOPICS_PAGE})
@@ -128,6 +129,7 @@ class ClusterView:
             "route": [{"broker_name": q.broker_name, "read_queues": q.read_queue_nums,
                        "write_queues": q.write_queue_nums, "perm": PERM_NAMES.get(q.perm, str(q.perm))}
                       for q in route.queue_datas],
+            "timers": self.client.pending_timers(topic, reads.missing),
             "groups": self._consumers_of(topic, reads) if offsets else []},
             answered=_any_answered(route, reads))
 

@@ -21,8 +21,10 @@ import pytest
 from integration_tests.reliability.brokers import configured_broker
 from integration_tests.reliability.report import ReliabilityReport, tally
 from integration_tests.reliability.traffic import Producers, gaps_and_repeats, read_topic
+from rmq import message_format as mf
 from rmq.connector.client import OutgoingMessage, RmqClient, RmqError, RmqUnavailable
 from rmq.v1 import rmq_pb2
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -247,3 +249,55 @@ def test_read_only_filesystem_is_refused_clearly_and_the_store_survives(
         notes="broker refused to start read-only with one clear line; data intact afterwards"))
     assert figures.lost == 0 and figures.duplicated == 0
     assert set(acknowledged) == set(read)
+
+
+def _send_timer(client: RmqClient, body: bytes, delay_ms: int) -> RmqError | None:
+    try:
+        client.send(TOPIC, [OutgoingMessage(body, queue_id=0,
+                                            properties={mf.PROPERTY_TIMER_DELAY_MS: str(delay_ms)})])
+    except RmqUnavailable:
+        raise
+    except RmqError as error:
+        return error
+    return None
+
+
+def test_timers_on_a_full_filesystem_are_refused_at_the_send_and_the_pending_ones_delivered(
+        small_filesystem: Path, tmp_path: Path) -> None:
+    """The timer wheel (16.6 MB) and the TimerLog segments are created with their blocks reserved
+    (docs/internals/timer.md §Files): a first timer on a full filesystem is refused at the send
+    with a reason; timers accepted while there was room are
+    delivered (once there is room for their copies), and further ones are taken into the reserved
+    TimerLog or refused — never a SIGBUS on a sparse page (the broker's death this test guards
+    against)."""
+    server = _broker_on(small_filesystem, tmp_path, disk_space_warning_level_ratio=1.01,
+                        disk_space_clean_forcibly_ratio=1.01, disk_max_used_space_ratio=95)
+    server.start()
+    accepted: list[bytes] = []
+    try:
+        client = RmqClient(server.address)
+        client.create_topic(TOPIC, queues=1)
+        filler = _fill(small_filesystem)
+        refused = _send_timer(client, b"first-timer", 1000)
+        assert isinstance(refused, RmqError), "a first timer was accepted on a full filesystem"
+        assert refused.code == rmq_pb2.SERVICE_NOT_AVAILABLE and "timer" in refused.message, refused
+        filler.unlink()
+        wait_until(lambda: _send_timer(client, b"early", 1500) is None,   # once the store takes writes
+                   "a timer accepted once there is room again", timeout=15)
+        accepted.append(b"early")                            # the wheel and a TimerLog segment exist
+        filler = _fill(small_filesystem)
+        for n in range(400):
+            body = b"late-%d:" % n + b"." * 600
+            if _send_timer(client, body, 1500) is None:
+                accepted.append(body)
+        assert server.process is not None and server.process.poll() is None, "the broker died"
+        filler.unlink()   # the deliveries are stored once there is room
+        wait_until(lambda: len(read_topic(client, TOPIC)) >= len(accepted),
+                   f"the {len(accepted)} accepted timers delivered", timeout=30)
+        delivered = [m.body for m in read_topic(client, TOPIC)]
+        client.close()
+        assert server.process is not None and server.process.poll() is None, "the broker died"
+    finally:
+        server.stop()
+    assert len(accepted) > 1, "no timer was accepted into the reserved TimerLog"
+    assert sorted(delivered) == sorted(accepted)   # each once

@@ -39,7 +39,9 @@ from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker
 from tests.broker_server.test_acl import ACL_YAML
 from tests.broker_server.test_replication import write_secret
+from tests.rmq_stubs import decode, suspend_fields
 from tests.store.conftest import message
+from tests.waiting import wait_until
 
 CLUSTER = "DefaultCluster"
 TIMEOUT_MS = 3000
@@ -584,6 +586,52 @@ def test_a_master_renews_its_lease_with_each_heartbeat_the_controller_confirms(t
                               in_sync_ids=(0,))
         assert broker.run(manager._beat(broker.controller, term))
         assert store.put_message(message()).status is PutMessageStatus.PUT_OK
+    finally:
+        broker.run(manager.close())
+        broker.stop()
+
+
+def test_a_held_pull_on_a_controller_mode_sync_master_wakes_when_its_slave_confirms(tmp_path: Path) -> None:
+    """Issue 47: a send the master holds alone (its slave did not acknowledge it: a deposed or cut
+    off master's) is not served, not even to a pull held for it; the slave's acknowledgement (the
+    SyncStateSet's confirm offset moving) makes it readable and answers the held pull, without a
+    second send and long before the hold table's periodic check."""
+    broker = InProcessBroker(tmp_path / "broker", controller="127.0.0.1:1", broker_role="SYNC_MASTER",
+                             store={"sync_flush_timeout_ms": 300}, hold_check_interval_ms=60_000).start()
+
+    async def open_manager() -> ReplicasManager:
+        return ReplicasManager(broker.config, ServerSecurity())
+
+    manager = broker.run(open_manager())
+
+    async def same_term(*_: object) -> rmq_pb2.ControllerHeartbeatResponse:
+        return rmq_pb2.ControllerHeartbeatResponse(status=rmq_pb2.Status(code=rmq_pb2.OK), epoch=1,
+                                                   master_broker_id=0, master_address=broker.address,
+                                                   in_sync_ids=[0, 1])
+
+    manager.heartbeat = same_term  # type: ignore[method-assign]
+    store = broker.controller.store
+    try:
+        with grpc.insecure_channel(broker.address) as channel:
+            config = rmq_pb2.TopicConfig(topic_name="T", read_queue_nums=1, write_queue_nums=1, perm=6)
+            assert rmq_pb2_grpc.AdminServiceStub(channel).CreateTopic(
+                rmq_pb2.CreateTopicRequest(config=config), timeout=10).status.code == rmq_pb2.OK
+            slave = store.ha_service.connect_slave("127.0.0.1:2", store.get_commit_log_max_offset())
+            term = RoleAssignment(epoch=1, master_id=0, master_address=broker.address, truncate_to=-1,
+                                  in_sync_ids=(0, 1))
+            assert broker.run(manager._beat(broker.controller, term))   # the SyncStateSet: this slave
+            pull = rmq_pb2_grpc.MessagingServiceStub(channel).PullMessage.future(rmq_pb2.PullMessageRequest(
+                consumer_group="g", topic="T", queue_id=0, queue_offset=0, max_messages=32,
+                **suspend_fields(60_000)), timeout=90)
+            hold = broker.controller.hold_service
+            wait_until(lambda: hold.held_count() == 1, "the pull is held")
+            sent = rmq_pb2_grpc.MessagingServiceStub(channel).SendMessage(rmq_pb2.SendMessageRequest(
+                topic="T", messages=[rmq_pb2.Message(body=b"alone")]), timeout=10)
+            assert sent.status.code == rmq_pb2.FLUSH_SLAVE_TIMEOUT   # stored on the master only
+            assert not pull.done() and store.get_max_offset_in_queue("T", 0) == 0
+            store.ha_service.slave_acked(slave, store.get_commit_log_max_offset())
+            answer = pull.result(timeout=10)
+            assert answer.pull_status == rmq_pb2.FOUND and [m.body for m in decode(answer)] == [b"alone"]
     finally:
         broker.run(manager.close())
         broker.stop()

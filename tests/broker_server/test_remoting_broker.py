@@ -17,7 +17,9 @@ from rmq.broker_server.processors.topic_config_manager import TopicConfig
 from rmq.broker_server.remoting.remoting_acl import signed
 from rmq.broker_server.security.acl_file import AclFile
 from rmq.broker_server.security.server_security import ServerSecurity
-from rmq.remoting.remoting_command import RPC_ONEWAY, RemotingCommand, SerializeType
+from rmq.connector.admin import MQAdmin, ResetTarget, ResetTo
+from rmq.connector.client import RmqClient
+from rmq.remoting.remoting_command import RPC_ONEWAY, LanguageCode, RemotingCommand, SerializeType
 from rmq.remoting.request_code import CANCELLED_OPAQUE, RequestCode, ResponseCode
 from rmq.stored_message import decode_record
 from rmq.v1 import rmq_pb2
@@ -648,3 +650,34 @@ def test_a_pull_cancelled_in_the_same_write_leaves_the_hold_table(broker: InProc
         route = client.call(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=TOPIC))
         assert route.code == ResponseCode.SUCCESS and held.opaque not in client._answers
         wait_until(lambda: broker.controller.hold_service.held_count() == 0, "the cancelled pull let go")
+
+
+@pytest.mark.parametrize("language", [LanguageCode.JAVA, LanguageCode.CPP])
+def test_a_reset_is_told_to_the_group_s_4x_consumers_as_reset_consumer_client_offset(
+        broker: InProcessBroker, language: LanguageCode) -> None:
+    """RocketMQ's Broker2Client.resetOffset: a connected 4.x consumer counts as told (the reset is
+    not refused for it) and gets RESET_CONSUMER_CLIENT_OFFSET with the table its client decodes
+    (the Java client: fastjson's map keyed by queue objects; the C++ client: a list)."""
+    group = f"reset-{language.name}"
+    consumer_data = {"groupName": group, "messageModel": "CLUSTERING",
+                     "subscriptionDataSet": [{"topic": TOPIC, "subString": "*"}]}
+    heartbeat = request(RequestCode.HEART_BEAT, body=json.dumps(
+        {"clientID": "4x-consumer", "consumerDataSet": [consumer_data]}).encode())
+    heartbeat.language = language
+    with RemotingTestClient(broker.config.remoting_listen) as consumer, RmqClient(broker.address) as admin:
+        assert consumer.call(heartbeat).code == 0
+        report = MQAdmin(admin).reset_offsets(group, TOPIC, ResetTarget(ResetTo.EARLIEST))
+        assert (report.notified, report.untold) == (["4x-consumer"], [])
+        told = consumer.read()
+        while told.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:    # its own join's, if any
+            told = consumer.read()
+        assert (told.code, told.is_oneway, told.ext_fields) == (
+            RequestCode.RESET_CONSUMER_CLIENT_OFFSET, True,
+            {"topic": TOPIC, "group": group, "timestamp": "0", "isForce": "true"})
+    queues = [{"brokerName": broker.config.broker_name, "queueId": queue_id, "topic": TOPIC}
+              for queue_id in (0, 1)]
+    if language is LanguageCode.CPP:
+        assert json.loads(told.body) == {"offsetTable": [{**queue, "offset": 0} for queue in queues]}
+    else:
+        entries = ",".join(json.dumps(queue, separators=(",", ":")) + ":0" for queue in queues)
+        assert told.body.decode() == '{"offsetTable":{' + entries + "}}"

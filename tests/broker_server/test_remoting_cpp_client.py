@@ -15,6 +15,7 @@ import pytest
 from rmq.broker_server.processors.topic_config_manager import TopicConfig
 from rmq.broker_server.security.acl_file import AclFile
 from rmq.broker_server.security.server_security import ServerSecurity
+from rmq.connector.admin import MQAdmin, ResetTarget, ResetTo
 from rmq.connector.client import OutgoingMessage, RmqClient
 from tests.acl_files import write_acl
 from tests.broker_server.cpp_client_runner import client_result, cpp_client_problem, run_client, start_client
@@ -225,3 +226,26 @@ def test_cpp_timer_properties_hold_messages_until_their_time_and_bad_ones_are_re
                          messages=[{"body": "bad", "properties": {"TIMER_DELIVER_MS": "soon"}}])
     assert not refused["ok"] and "error" in refused["sent"][0]   # the C++ client keeps the remark to itself
     assert len(sdk_messages(broker, "cpp")) == 3 and broker.controller.timer.pending == 0   # nothing stored
+
+
+def test_a_live_cpp_push_consumer_adopts_an_offset_reset(broker: InProcessBroker, tmp_path: Path) -> None:
+    """RocketMQ's resetOffset reaches a 4.x client: the live C++ push consumer counts as told
+    (RESET_CONSUMER_CLIENT_OFFSET over its remoting connection), drops its position and consumes
+    the topic again from the reset offsets."""
+    group = "cpp-reset"
+
+    def committed() -> int:
+        offsets = [broker.controller.offsets.query_offset(group, "cpp", q) for q in range(QUEUES)]
+        return sum(max(offset or 0, 0) for offset in offsets)
+
+    with RmqClient(broker.address) as sdk:
+        sdk.send("cpp", [OutgoingMessage(f"m{n}".encode()) for n in range(3)])
+        consumer = start_client(tmp_path, do="consume", address=broker.config.remoting_listen, topic="cpp",
+                                group=group, expect=6, timeout_s=60)
+        try:
+            wait_until(lambda: committed() == 3, "the C++ consumer's first pass committed", timeout=30)
+            report = MQAdmin(sdk).reset_offsets(group, "cpp", ResetTarget(ResetTo.EARLIEST))
+            assert len(report.notified) == 1 and report.untold == []
+        finally:
+            received = client_result(consumer)["received"]
+    assert sorted(message["body"] for message in received) == ["m0", "m0", "m1", "m1", "m2", "m2"]

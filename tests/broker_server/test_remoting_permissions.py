@@ -53,11 +53,13 @@ ACL = """accounts:
 @dataclass
 class Setup:
     """What the rows refer to, made once: a stored message's CommitLog offset, an open
-    transaction, clients registered by `consumer` and by `neighbour`."""
+    transaction, a pending timer message's recall handle, clients registered by `consumer` and by
+    `neighbour`."""
 
     broker_name: str
     offset: int
     transaction: RemotingCommand
+    recall_handle: str
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,10 @@ ROWS = [
         lambda s: send_v2(b"half", {"UNIQ_KEY": "HALF-ROW", "TRAN_MSG": "true"}, 1, sys_flag=4),
         "producer", "lurker"),
     Row("end-transaction", RequestCode.END_TRANSACTION, lambda s: end_transaction(s.transaction, 8),
+        "producer", "lurker"),
+    Row("recall", RequestCode.RECALL_MESSAGE,
+        lambda s: request(RequestCode.RECALL_MESSAGE, producerGroup="pg", topic=TOPIC,
+                          recallHandle=s.recall_handle),
         "producer", "lurker"),
     Row("pull", RequestCode.PULL_MESSAGE, lambda s: pull(0, 0), "consumer", "intruder"),
     Row("query-offset", RequestCode.QUERY_CONSUMER_OFFSET,
@@ -185,12 +191,14 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             sent = call(client, as_account(send_v2(b"stored", {}), "producer"))
             properties = {"UNIQ_KEY": "TX-ROW", "TRAN_MSG": "true", "PGROUP": "tx-pg"}
             transaction = call(client, as_account(send_v2(b"tx", properties, 1, sys_flag=4), "producer"))
+            timer = call(client, as_account(send_v2(b"timer", {"TIMER_DELAY_SEC": "600"}), "producer"))
             for account in ("consumer", "neighbour"):
                 beat = heartbeat(f"{account}-client")
                 if account == "neighbour":
                     beat.body = beat.body.replace(GROUP.encode(), b"other-g")
                 assert call(client, as_account(beat, account)).code == ResponseCode.SUCCESS
-            setup = Setup(broker.config.broker_name, int(sent.ext_fields["msgId"][-16:], 16), transaction)
+            setup = Setup(broker.config.broker_name, int(sent.ext_fields["msgId"][-16:], 16), transaction,
+                          timer.ext_fields["recallHandle"])
             yield broker, client, setup
     finally:
         broker.stop()

@@ -37,6 +37,7 @@ from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker, running_broker
 from tests.broker_server.remoting_client import RemotingTestClient
 from tests.broker_server.v2_calls import TelemetryStream, V2Client
+from tests.waiting import wait_until
 
 BASE = "http://127.0.0.1"      # a Host the console answers (it refuses others: DNS rebinding)
 
@@ -431,3 +432,19 @@ def test_the_group_page_shows_producers_running_info_and_changes_settings(web: T
         {"broker_name": "broker-a", "consume_enable": False, "retry_max_times": 3, "stored": True}]
     refused = web.post("/groups/g1/settings", data=form | {"retry_max_times": "1001"})
     assert refused.status_code == 400 and "retry_max_times must be 0-1000" in refused.text
+
+
+def test_the_topics_list_and_the_topic_page_show_its_pending_timers(
+        web: TestClient, broker: InProcessBroker) -> None:
+    """Timer messages waiting for a topic (counted per real topic in the TimerLog) on the topics
+    list and the topic page; a recalled one no longer counts."""
+    with RmqClient(broker.address) as client:
+        sent = client.send("Orders", [OutgoingMessage(b"later", properties={"TIMER_DELAY_SEC": "600"})
+                                      for _ in range(3)])
+        wait_until(lambda: web.get("/api/topics/Orders").json()["timers"] == 3, "3 timers pending on Orders")
+        client.recall_message(sent.recall_handles[0])
+    assert web.get("/api/topics/Orders").json()["timers"] == 2
+    assert 'id="timers">2<' in web.get("/topics/Orders").text
+    listed = {t["topic"]: t["timers"] for t in web.get("/api/topics").json()["topics"]}
+    assert listed["Orders"] == 2
+    assert '<td class="num">2</td></tr>' in web.get("/topics").text

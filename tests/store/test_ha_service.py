@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from rmq.store import BrokerRole, FlushDiskType, MessageStore, PutMessageStatus, StoreError
+from rmq.store import BrokerRole, FlushDiskType, MessageStore, PutMessageStatus, StoreError, reput
 from tests.store.conftest import message, small_config, wait_dispatched
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -189,3 +190,58 @@ def test_a_sync_master_whose_controller_lease_lapsed_acknowledges_nothing_ok(sto
     assert lapsed.status is PutMessageStatus.SLAVE_NOT_AVAILABLE and lapsed.queue_offset == 1   # stored
     master.renew_lease(time.monotonic() + 60)
     assert master.put_message(message()).status is PutMessageStatus.PUT_OK
+
+
+def readable(store: MessageStore) -> int:
+    """How many messages of queue 0 a consumer can read (what the ConsumeQueue serves)."""
+    return store.get_message("g", "TopicTest", 0, 0, 100).message_count
+
+
+def test_a_controller_mode_sync_master_serves_only_what_its_sync_state_set_acknowledged(
+        stores, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reads end at the confirm offset (issue 47): a put no slave of the SyncStateSet holds (the
+    master stored it alone: a deposed master's sends) is not readable, its queue's max offset does
+    not count it; every member's acknowledgement makes it readable at once (the reput thread is
+    woken: its idle wait is a minute here); a member not connected, or behind, holds reads; with
+    no slave in the set, the master's own end counts."""
+    monkeypatch.setattr(reput, "IDLE_WAIT_S", 60.0)
+    master = stores("master", BrokerRole.SYNC_MASTER, flush_disk_type=FlushDiskType.ASYNC,
+                    sync_flush_timeout_ms=100)
+    assert master.put_message(message(body=b"before")).status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+    wait_dispatched(master)
+    first = master.ha_service.connect_slave("127.0.0.1:1", master.get_commit_log_max_offset())
+    master.bound_reads(frozenset({"127.0.0.1:1", "127.0.0.1:2"}))
+    alone = master.put_message(message(body=b"alone"))
+    assert alone.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT and alone.queue_offset == 1
+    end = master.get_commit_log_max_offset()
+    master.ha_service.slave_acked(first, end)
+    master.reput.do_reput()
+    assert readable(master) == 1 and master.get_max_offset_in_queue("TopicTest", 0) == 1
+    second = master.ha_service.connect_slave("127.0.0.1:2", end - 1)
+    master.reput.do_reput()
+    assert readable(master) == 1   # the second member is one byte short of the record
+    master.ha_service.slave_acked(second, end)
+    wait_until(lambda: readable(master) == 2, "the acknowledged record is readable")   # the reput thread woke
+    master.bound_reads(frozenset())   # the set is the master alone: its own end
+    assert master.put_message(message(body=b"own")).queue_offset == 2   # no slave holds it
+    wait_until(lambda: readable(master) == 3, "the master-only set confirms on append")
+
+
+def test_a_slave_behind_for_longer_than_the_catch_up_time_leaves_the_in_sync_set(stores) -> None:
+    """haMaxTimeSlaveNotCatchup: a slave whose acknowledgements stay behind what the master held
+    (cut off silently: its stream stays open) leaves the in-sync set the master reports, so the
+    SyncStateSet shrinks and reads go on; a slave holding everything stays in it however long
+    the master is idle."""
+    master = stores("master", BrokerRole.ASYNC_MASTER, flush_disk_type=FlushDiskType.ASYNC)
+    master.ha_service.max_time_not_caught_up_s = 0.3
+    assert master.put_message(message()).ok
+    end = master.get_commit_log_max_offset()
+    behind = master.ha_service.connect_slave("127.0.0.1:1", 0)
+    master.ha_service.connect_slave("127.0.0.1:2", end)
+    master.ha_service.slave_acked(behind, 1)
+    master.ha_service.slave_acked(behind, 2)   # behind what the master held at its previous ack
+    assert master.ha_service.in_sync_addresses(end) == ["127.0.0.1:1", "127.0.0.1:2"]
+    wait_until(lambda: master.ha_service.in_sync_addresses(end) == ["127.0.0.1:2"],
+               "the slave behind left the in-sync set")
+    master.ha_service.slave_acked(behind, end)   # caught up: back in it
+    assert master.ha_service.in_sync_addresses(end) == ["127.0.0.1:1", "127.0.0.1:2"]

@@ -21,6 +21,7 @@ class RequestCode(enum.IntEnum):
     GET_CONSUMER_LIST_BY_GROUP = 38
     CHECK_TRANSACTION_STATE = 39
     NOTIFY_CONSUMER_IDS_CHANGED = 40
+    RESET_CONSUMER_CLIENT_OFFSET = 220
     LOCK_BATCH_MQ = 41
     UNLOCK_BATCH_MQ = 42
     CHECK_CLIENT_CONFIG = 46
@@ -28,6 +29,7 @@ class RequestCode(enum.IntEnum):
     GET_CONSUMER_RUNNING_INFO = 307
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
+    RECALL_MESSAGE = 370   # RocketMQ 5.3: cancel a timer message by its recall handle
     CANCEL_REQUEST = 32001  # rmq's own (oneway): end the request whose opaque it names, unanswered
 
 

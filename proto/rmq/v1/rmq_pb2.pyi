@@ -342,12 +342,14 @@ class GetTopicOffsetsRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ...) -> None: ...
 
 class GetTopicOffsetsResponse(_message.Message):
-    __slots__ = ("status", "queues")
+    __slots__ = ("status", "queues", "pending_timers")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
+    PENDING_TIMERS_FIELD_NUMBER: _ClassVar[int]
     status: Status
     queues: _containers.RepeatedCompositeFieldContainer[QueueOffsets]
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueOffsets, _Mapping]]] = ...) -> None: ...
+    pending_timers: int
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueOffsets, _Mapping]]] = ..., pending_timers: _Optional[int] = ...) -> None: ...
 
 class SearchOffsetRequest(_message.Message):
     __slots__ = ("topic", "queue_id", "timestamp")
@@ -1013,6 +1015,20 @@ class GetSubscriptionGroupResponse(_message.Message):
     config: SubscriptionGroupConfig
     stored: bool
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., config: _Optional[_Union[SubscriptionGroupConfig, _Mapping]] = ..., stored: _Optional[bool] = ...) -> None: ...
+
+class DeleteSubscriptionGroupRequest(_message.Message):
+    __slots__ = ("consumer_group",)
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    def __init__(self, consumer_group: _Optional[str] = ...) -> None: ...
+
+class DeleteSubscriptionGroupResponse(_message.Message):
+    __slots__ = ("status", "deleted")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    deleted: bool
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., deleted: _Optional[bool] = ...) -> None: ...
 
 class GetConsumerRunningInfoRequest(_message.Message):
     __slots__ = ("consumer_group", "client_id")

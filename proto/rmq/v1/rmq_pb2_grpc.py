@@ -859,6 +859,11 @@ class AdminServiceStub:
                 request_serializer=rmq_dot_v1_dot_rmq__pb2.GetSubscriptionGroupRequest.SerializeToString,
                 response_deserializer=rmq_dot_v1_dot_rmq__pb2.GetSubscriptionGroupResponse.FromString,
                 _registered_method=True)
+        self.DeleteSubscriptionGroup = channel.unary_unary(
+                '/rmq.v1.AdminService/DeleteSubscriptionGroup',
+                request_serializer=rmq_dot_v1_dot_rmq__pb2.DeleteSubscriptionGroupRequest.SerializeToString,
+                response_deserializer=rmq_dot_v1_dot_rmq__pb2.DeleteSubscriptionGroupResponse.FromString,
+                _registered_method=True)
         self.GetConsumerRunningInfo = channel.unary_unary(
                 '/rmq.v1.AdminService/GetConsumerRunningInfo',
                 request_serializer=rmq_dot_v1_dot_rmq__pb2.GetConsumerRunningInfoRequest.SerializeToString,
@@ -951,6 +956,12 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteSubscriptionGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetConsumerRunningInfo(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -1032,6 +1043,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetSubscriptionGroup,
                     request_deserializer=rmq_dot_v1_dot_rmq__pb2.GetSubscriptionGroupRequest.FromString,
                     response_serializer=rmq_dot_v1_dot_rmq__pb2.GetSubscriptionGroupResponse.SerializeToString,
+            ),
+            'DeleteSubscriptionGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSubscriptionGroup,
+                    request_deserializer=rmq_dot_v1_dot_rmq__pb2.DeleteSubscriptionGroupRequest.FromString,
+                    response_serializer=rmq_dot_v1_dot_rmq__pb2.DeleteSubscriptionGroupResponse.SerializeToString,
             ),
             'GetConsumerRunningInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetConsumerRunningInfo,
@@ -1352,6 +1368,33 @@ class AdminService:
             '/rmq.v1.AdminService/GetSubscriptionGroup',
             rmq_dot_v1_dot_rmq__pb2.GetSubscriptionGroupRequest.SerializeToString,
             rmq_dot_v1_dot_rmq__pb2.GetSubscriptionGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSubscriptionGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.v1.AdminService/DeleteSubscriptionGroup',
+            rmq_dot_v1_dot_rmq__pb2.DeleteSubscriptionGroupRequest.SerializeToString,
+            rmq_dot_v1_dot_rmq__pb2.DeleteSubscriptionGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

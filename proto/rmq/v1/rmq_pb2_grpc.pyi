@@ -218,6 +218,7 @@ class AdminServiceStub:
     ResetConsumerOffsets: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.ResetConsumerOffsetsRequest, _rmq_pb2.ResetConsumerOffsetsResponse]
     UpdateSubscriptionGroup: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.UpdateSubscriptionGroupRequest, _rmq_pb2.UpdateSubscriptionGroupResponse]
     GetSubscriptionGroup: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetSubscriptionGroupRequest, _rmq_pb2.GetSubscriptionGroupResponse]
+    DeleteSubscriptionGroup: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.DeleteSubscriptionGroupRequest, _rmq_pb2.DeleteSubscriptionGroupResponse]
     GetConsumerRunningInfo: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetConsumerRunningInfoRequest, _rmq_pb2.GetConsumerRunningInfoResponse]
     GetProducerConnections: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetProducerConnectionsRequest, _rmq_pb2.GetProducerConnectionsResponse]
     GetGroupStats: _grpc.UnaryUnaryMultiCallable[_rmq_pb2.GetGroupStatsRequest, _rmq_pb2.GetGroupStatsResponse]
@@ -239,6 +240,7 @@ class AdminServiceAsyncStub(AdminServiceStub):
     ResetConsumerOffsets: _aio.UnaryUnaryMultiCallable[_rmq_pb2.ResetConsumerOffsetsRequest, _rmq_pb2.ResetConsumerOffsetsResponse]  # type: ignore[assignment]
     UpdateSubscriptionGroup: _aio.UnaryUnaryMultiCallable[_rmq_pb2.UpdateSubscriptionGroupRequest, _rmq_pb2.UpdateSubscriptionGroupResponse]  # type: ignore[assignment]
     GetSubscriptionGroup: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetSubscriptionGroupRequest, _rmq_pb2.GetSubscriptionGroupResponse]  # type: ignore[assignment]
+    DeleteSubscriptionGroup: _aio.UnaryUnaryMultiCallable[_rmq_pb2.DeleteSubscriptionGroupRequest, _rmq_pb2.DeleteSubscriptionGroupResponse]  # type: ignore[assignment]
     GetConsumerRunningInfo: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetConsumerRunningInfoRequest, _rmq_pb2.GetConsumerRunningInfoResponse]  # type: ignore[assignment]
     GetProducerConnections: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetProducerConnectionsRequest, _rmq_pb2.GetProducerConnectionsResponse]  # type: ignore[assignment]
     GetGroupStats: _aio.UnaryUnaryMultiCallable[_rmq_pb2.GetGroupStatsRequest, _rmq_pb2.GetGroupStatsResponse]  # type: ignore[assignment]
@@ -312,6 +314,12 @@ class AdminServiceServicer:
         request: _rmq_pb2.GetSubscriptionGroupRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_rmq_pb2.GetSubscriptionGroupResponse, _abc.Awaitable[_rmq_pb2.GetSubscriptionGroupResponse]]: ...
+
+    def DeleteSubscriptionGroup(
+        self,
+        request: _rmq_pb2.DeleteSubscriptionGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rmq_pb2.DeleteSubscriptionGroupResponse, _abc.Awaitable[_rmq_pb2.DeleteSubscriptionGroupResponse]]: ...
 
     def GetConsumerRunningInfo(
         self,
