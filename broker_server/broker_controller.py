@@ -59,6 +59,7 @@ from rmq.broker_server.processors.pop_state import PopStateTable
 from rmq.broker_server.processors.pull_message_processor import PullLimits, PullMessageProcessor
 from rmq.broker_server.processors.pull_response_budget import PullResponseBudget
 from rmq.broker_server.processors.query_message_processor import QueryMessageProcessor
+from rmq.broker_server.processors.recall_message_processor import RecallMessageProcessor
 from rmq.broker_server.processors.receipt_handle import ReceiptHandleCodec, load_or_create_secret
 from rmq.broker_server.processors.remembered_receives import RememberedReceives
 from rmq.broker_server.processors.schedule_message_service import ScheduleMessageService
@@ -268,6 +269,7 @@ class BrokerController:
             SubscriptionGroupProcessor(self.subscription_groups, self.executor),
             TopicRouteProcessor(config.broker_name, config.broker_address, self.topics,
                                 config.namesrv_addresses, security.open_client_channel),
+            RecallMessageProcessor(self.timer),
         )
         self._tasks: list[asyncio.Task[None]] = []
         self.rocketmq_v2: RocketMQv2MessagingService | None = None

@@ -129,7 +129,7 @@ def test_the_broker_check_sees_an_import_up() -> None:
 # Every request kind enters a processor (issue 42, ARCHITECTURE.md "Requests"): a protocol adapter
 # reaches the store and the consumers' state (offsets, held pulls, pop state, locks, the store's
 # executor) only through processors/pipeline.py's processors. The remoting port's connection events
-# (ConsumerManager), the RocketMQ 5 timer park/recall (TimerMessageStore) and rmq.v1
+# (ConsumerManager), the RocketMQ 5 timer park (TimerMessageStore) and rmq.v1
 # WatchConsumerIds are the adapters' own still (ARCHITECTURE.md). The gRPC adapters look topics and
 # routes up only through TopicRouteProcessor (the remoting adapter's prepared send still reads
 # TopicConfigManager).

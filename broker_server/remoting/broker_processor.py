@@ -420,9 +420,7 @@ class BrokerRemotingProcessor:
         request = rmq_pb2.RecallMessageRequest(topic=headers.text(call.request, "topic"),
                                                recall_handle=headers.text(call.request, "recallHandle"))
         self._authorize(call, "RecallMessage", request)
-        timer = self.processors.send.timer
-        assert timer is not None   # the broker always has one
-        message_id = await timer.recall(request.topic, request.recall_handle)
+        message_id = await self.processors.recall.recall(request.topic, request.recall_handle)
         return call.request.response(ResponseCode.SUCCESS, ext_fields={"msgId": message_id})
 
     def _one_message(

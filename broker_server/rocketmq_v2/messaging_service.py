@@ -186,7 +186,7 @@ class RocketMQv2MessagingService:
             context: ServicerContext[pb.RecallMessageRequest,
                                      pb.RecallMessageResponse],
     ) -> pb.RecallMessageResponse:
-        message_id = await self.timer.recall(request.topic.name, request.recall_handle)
+        message_id = await self.processors.recall.recall(request.topic.name, request.recall_handle)
         return pb.RecallMessageResponse(status=OK, message_id=message_id)
 
     def _to_store(self, message: v2.Message, config: TopicConfig, born_host: bytes) -> MessageToStore:
