@@ -42,6 +42,7 @@ from testing import processes
 QUEUES = 8
 TOPIC = "profile"
 NARROW = ("queue_id", "queue_offset", "body")
+READY_TIMEOUT_S = 180.0   # the broker's start on a machine other runs load (it measures CPU time, not wall)
 MAX_ARROW_BATCH = 10_000   # spark.sql.execution.arrow.maxRecordsPerBatch's default
 
 
@@ -115,7 +116,9 @@ def main(argv: list[str]) -> int:
     schema = StructType([SOURCE_SCHEMA[name] for name in columns])
     profiler = cProfile.Profile() if args.cprofile else None
     with tempfile.TemporaryDirectory() as scratch:
-        broker = processes.broker(Path(scratch)).start()
+        broker = processes.broker(Path(scratch))
+        broker.ready_timeout = READY_TIMEOUT_S
+        broker.start()
         try:
             assert broker.process is not None
             partitions = _partitions(broker.address, args, columns)

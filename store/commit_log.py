@@ -11,10 +11,10 @@ import logging
 import mmap
 import struct
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import TypeVar, cast
 
 import numpy as np
 from zlib_ng.zlib_ng import crc32
@@ -28,11 +28,14 @@ from rmq.store.errors import StoreError
 from rmq.store.mapped_file import MappedFile, now_ms
 from rmq.store.mapped_file_queue import MappedFileQueue
 from rmq.store.message_batch import MessageBatch, QueueGroups, distinct
-from rmq.store.results import EMPTY_HOST, DispatchRequest, MessageToStore
+from rmq.store.record_heads import concatenate
+from rmq.store.results import EMPTY_HOST, DispatchRequest, MessageToStore, RecordHeads
 
 log = logging.getLogger(__name__)
 
 HEADER, BLANK = mf.HEADER, mf.BLANK   # spec store-commitlog-consumequeue §3
+
+T = TypeVar("T")
 
 # MessageSysFlag transaction types (spec store §2).
 TRANSACTION_TYPE_MASK = 0xC
@@ -578,32 +581,52 @@ class CommitLog:
         memoryview when MappedFile.read_records answers one."""
         if len(offsets) == 0:
             return b""
+        parts = self._per_file(offsets, sizes, lambda mapped, starts, ends: mapped.read_records(starts, ends))
+        if parts is None:
+            return None
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def gather_heads(self, offsets: np.ndarray, sizes: np.ndarray) -> RecordHeads | None:
+        """The heads (fixed header and body) of the records at `offsets` of `sizes` (int64),
+        gathered column-wise (record_heads); None when one is not (or no longer) readable."""
+        parts = self._per_file(offsets, sizes,
+                               lambda mapped, starts, ends: mapped.read_heads(starts, ends - starts))
+        return None if parts is None else concatenate(parts)
+
+    def _per_file(self, offsets: np.ndarray, sizes: np.ndarray,
+                  read: Callable[[MappedFile, np.ndarray, np.ndarray], T]) -> list[T] | None:
+        """`read(file, starts, ends)` of the records at `offsets` of `sizes` in each file they lie
+        in (positions in it), in order; None when one is not (or no longer) readable. At least
+        one record."""
         file_size = self.mapped_file_queue.mapped_file_size
         ends = offsets + sizes
         first = int(offsets.min())
         base = first - first % file_size
         if int(ends.max()) <= base + file_size:
-            return self._gather_in_file(base, offsets - base, ends - base)
+            part = self._read_in_file(base, offsets - base, ends - base, read)
+            return None if part is None else [part]
         bases = offsets - offsets % file_size
         file_breaks = (np.flatnonzero(bases[1:] != bases[:-1]) + 1).tolist()
         parts = []
         for start, stop in zip([0, *file_breaks], [*file_breaks, len(offsets)], strict=True):
             base = int(bases[start])
-            part = self._gather_in_file(base, offsets[start:stop] - base, ends[start:stop] - base)
+            part = self._read_in_file(base, offsets[start:stop] - base, ends[start:stop] - base, read)
             if part is None:
                 return None
             parts.append(part)
-        return b"".join(parts)
+        return parts
 
-    def _gather_in_file(self, base: int, starts: np.ndarray, ends: np.ndarray) -> bytes | memoryview | None:
-        """gather of records that all lie in the file starting at `base` (positions in it)."""
+    def _read_in_file(self, base: int, starts: np.ndarray, ends: np.ndarray,
+                      read: Callable[[MappedFile, np.ndarray, np.ndarray], T]) -> T | None:
+        """`read` of records that all lie in the file starting at `base` (positions in it), the
+        file held meanwhile."""
         mapped = self.mapped_file_queue.find_mapped_file_by_offset(base)
         if mapped is None or not mapped.hold():
             return None
         try:
             if int(ends.max()) > mapped.read_position():
                 return None
-            return mapped.read_records(starts, ends)
+            return read(mapped, starts, ends)
         except ValueError:
             return None
         finally:

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rmq.store.private_files import open_private
+from rmq.store.record_heads import gather_heads
+from rmq.store.results import RecordHeads
 
 if TYPE_CHECKING:
     from rmq.store.mapped_file_lru import MappedFileLru
@@ -303,6 +305,15 @@ class MappedFile:
                 return gathered.reshape(-1).data
             pairs = zip(run_starts.tolist(), run_ends.tolist(), strict=True)
             return b"".join([mm[start:end] for start, end in pairs])
+        finally:
+            self._end_access()
+
+    def read_heads(self, starts: np.ndarray, sizes: np.ndarray) -> RecordHeads:
+        """The heads (header and body) of the records at `starts` of `sizes`, under one access
+        (record_heads.gather_heads; no view of the mapping outlives it)."""
+        mm = self._begin_access()
+        try:
+            return gather_heads(np.frombuffer(mm, dtype=np.uint8), starts, sizes)
         finally:
             self._end_access()
 

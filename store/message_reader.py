@@ -138,21 +138,25 @@ class MessageReader:
     def get_queue_range(self, topic: str, queue_id: int, offset: int, end_offset: int, max_msg_nums: int,
                         max_total_bytes: int | None = None, tag_codes: Collection[int] | None = None,
                         record_filter: RecordFilter | None = None,
-                        max_filter_evaluations: int | None = None) -> GetMessageResult:
+                        max_filter_evaluations: int | None = None, heads_only: bool = False
+                        ) -> GetMessageResult:
         """get_message that never scans a ConsumeQueue entry at or past `end_offset` (one read
         of the Flight data plane, docs/data-plane.md): the same statuses, next_begin_offset
         corrections and filter bound, the records gathered across CommitLog file ends; a scan that
         stops at `end_offset` answers next_begin_offset == end_offset. ValueError unless
-        offset < end_offset."""
+        offset < end_offset. `heads_only`: the read answers the records' heads
+        (GetMessageResult.heads: header and body, gathered column-wise) instead of the records
+        (`buffer`), with the same selection and sizes — except a read of one entry or of one
+        message, which answers the record (the caller decodes whichever it got)."""
         if offset >= end_offset:
             raise ValueError(f"empty queue range [{offset}, {end_offset})")
         return self._get_message(topic, queue_id, offset, end_offset, max_msg_nums, max_total_bytes,
-                                 tag_codes, record_filter, max_filter_evaluations)
+                                 tag_codes, record_filter, max_filter_evaluations, heads_only)
 
     def _get_message(self, topic: str, queue_id: int, offset: int, end_offset: int | None, max_msg_nums: int,
                      max_total_bytes: int | None, tag_codes: Collection[int] | None,
-                     record_filter: RecordFilter | None, max_filter_evaluations: int | None = None
-                     ) -> GetMessageResult:
+                     record_filter: RecordFilter | None, max_filter_evaluations: int | None = None,
+                     heads_only: bool = False) -> GetMessageResult:
         correct = self._next_offset_correction
         cq = self.find_consume_queue(topic, queue_id)
         if cq is None:
@@ -178,14 +182,15 @@ class MessageReader:
         if entries is None:
             return result(GetMessageStatus.OFFSET_FOUND_NULL, correct(offset, cq.roll_next_file(offset)))
         read = self._read_entries(entries, max_msg_nums, max_total_bytes or self.config.max_transfer_bytes,
-                                  tag_codes, record_filter, max_filter_evaluations)
+                                  tag_codes, record_filter, max_filter_evaluations, heads_only)
         read.next_begin_offset = offset + read.next_begin_offset
         read.min_offset, read.max_offset = min_offset, max_offset
         return read
 
     def _read_entries(self, entries: np.ndarray, max_msg_nums: int, max_bytes: int,
                       tag_codes: Collection[int] | None, record_filter: RecordFilter | None = None,
-                      max_filter_evaluations: int | None = None) -> GetMessageResult:
+                      max_filter_evaluations: int | None = None, heads_only: bool = False
+                      ) -> GetMessageResult:
         """The read loop of getMessage, vectorised. Returns next_begin_offset relative to the
         first entry (= entries scanned). Entries whose record is gone end the scan (a run of
         them alone is answered MESSAGE_WAS_REMOVING). Per entry, in order: pre-blank entries are
@@ -233,11 +238,18 @@ class MessageReader:
             removed = scanned > 0 and not available[scanned - 1]
             status = GetMessageStatus.MESSAGE_WAS_REMOVING if removed else GetMessageStatus.NO_MATCHED_MESSAGE
             return GetMessageResult(status, scanned, 0, 0, suggest_pulling_from_slave=suggest)
-        buffer = self.commit_log.gather(physical[selected], sizes[selected])
-        if buffer is None:   # deleted while we read: let the client retry
+        found = GetMessageResult(GetMessageStatus.FOUND, scanned, 0, 0, len(selected),
+                                 sizes[selected].astype(np.int32), suggest_pulling_from_slave=suggest)
+        if heads_only:
+            found.heads = self.commit_log.gather_heads(physical[selected], sizes[selected])
+            gathered = found.heads is not None
+        else:
+            buffer = self.commit_log.gather(physical[selected], sizes[selected])
+            gathered = buffer is not None
+            found.buffer = buffer or b""
+        if not gathered:   # deleted while we read: let the client retry
             return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, 0, 0, 0)
-        return GetMessageResult(GetMessageStatus.FOUND, scanned, 0, 0, len(selected),
-                                sizes[selected].astype(np.int32), buffer, suggest)
+        return found
 
     def _read_first(self, entries: np.ndarray, tag_codes: Collection[int] | None) -> GetMessageResult | None:
         """_read_entries of a pull of one message whose first entry is taken (a stored record, not

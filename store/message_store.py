@@ -504,9 +504,10 @@ class MessageStore:
     def get_queue_range(self, topic: str, queue_id: int, offset: int, end_offset: int, max_msg_nums: int,
                         max_total_bytes: int | None = None, tag_codes: Collection[int] | None = None,
                         record_filter: RecordFilter | None = None,
-                        max_filter_evaluations: int | None = None) -> GetMessageResult:
+                        max_filter_evaluations: int | None = None, heads_only: bool = False
+                        ) -> GetMessageResult:
         return self.reader.get_queue_range(topic, queue_id, offset, end_offset, max_msg_nums, max_total_bytes,
-                                           tag_codes, record_filter, max_filter_evaluations)
+                                           tag_codes, record_filter, max_filter_evaluations, heads_only)
 
     def query_message_by_key(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int
                              ) -> GetMessageResult:

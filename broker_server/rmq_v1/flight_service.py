@@ -41,7 +41,7 @@ from rmq.broker_server.processors.pull_response_budget import PullHolder, PullRe
 from rmq.broker_server.security.refusal_log import RefusalLog
 from rmq.broker_server.security.request_auth import Admission, CallRefused, RequestAuthenticator, peer_address
 from rmq.broker_server.security.tls import ServerTls
-from rmq.record_batch import COLUMNS, column_problem, decode_records, schema_of
+from rmq.record_batch import COLUMNS, HEAD_COLUMNS, column_problem, decode_heads, decode_records, schema_of
 from rmq.statuses import GetMessageStatus
 from rmq.store.results import GetMessageResult
 from rmq.v1 import rmq_pb2
@@ -78,6 +78,11 @@ class FlightRead:
     @property
     def schema(self) -> pa.Schema:
         return schema_of(self.columns)
+
+    @property
+    def heads_only(self) -> bool:
+        """Whether the batches need only the records' heads (the store gathers them column-wise)."""
+        return not self.packed and HEAD_COLUMNS.issuperset(self.columns)
 
 
 class _Admitted(flight.ServerMiddleware):
@@ -256,8 +261,8 @@ class FlightReadService(flight.FlightServerBase):
                 self.budget.give_back(holder, held)
                 held = 0
                 held = granted = self._reserve(holder, wanted, context)
-                result = self._read(query, offset, read.end_offset, max_rows, granted, holder, context)
-                held = len(result.buffer)
+                result = self._read(read, offset, max_rows, granted, holder, context)
+                held = result.byte_count
                 self.budget.give_back(holder, granted - held)
                 if result.message_count:
                     self.pull.stats.record_get(query.topic, result.message_count, held, query.group, account)
@@ -278,14 +283,16 @@ class FlightReadService(flight.FlightServerBase):
             self.budget.give_back(holder, held)
             self.slots.release(slot)
 
-    def _read(self, query: PullQuery, offset: int, end_offset: int, max_rows: int, max_bytes: int,
-              holder: PullHolder, context: flight.ServerCallContext) -> GetMessageResult:
+    def _read(self, read: FlightRead, offset: int, max_rows: int, max_bytes: int, holder: PullHolder,
+              context: flight.ServerCallContext) -> GetMessageResult:
         """One store read of the range; an SQL92 one is one slice of filter work, run on the
         broker's FilterExecutor in the stream's account's turn (docs/filtering-and-bounds.md)."""
-        read = self.pull.range_reader(query, offset, end_offset, max_rows, max_bytes)
+        query = read.query
+        store_read = self.pull.range_reader(query, offset, read.end_offset, max_rows, max_bytes,
+                                            heads_only=read.heads_only)
         if query.record_filter is None:
-            return read()
-        return self._on_loop(self.pull.filters.run(holder.account, read), context)
+            return store_read()
+        return self._on_loop(self.pull.filters.run(holder.account, store_read), context)
 
     def _batch(self, read: FlightRead, result: GetMessageResult) -> tuple[pa.RecordBatch, pa.Buffer]:
         answer = self.pull.progress(read.query, result)
@@ -294,6 +301,10 @@ class FlightReadService(flight.FlightServerBase):
         progress = pa.py_buffer(answer.SerializeToString())
         if not result.message_count or read.packed:
             return _no_rows(read.columns), progress
+        heads = result.heads
+        if heads is not None:
+            return decode_heads(heads.sizes, heads.headers, heads.body_offsets, heads.bodies,
+                                self.broker_name, read.columns), progress
         records = np.frombuffer(result.buffer, dtype=np.uint8)
         sizes = result.sizes.astype(np.int64)
         return decode_records(records, sizes, self.broker_name, read.columns), progress

@@ -66,6 +66,9 @@ _HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)[
 
 
 COLUMNS = tuple(SCHEMA.names)
+# the columns read from a record's fixed header and body alone (decode_heads)
+HEAD_COLUMNS = frozenset({"broker_name", "queue_id", "queue_offset", "msg_id", "body", "born_timestamp",
+                          "store_timestamp"})
 
 
 def column_problem(names: Sequence[str]) -> str | None:
@@ -92,17 +95,35 @@ def decode_records(records: np.ndarray, sizes: np.ndarray, broker_name: str,
     return pa.RecordBatch.from_arrays(arrays, schema=schema_of(tuple(columns)))
 
 
-class _Records:
-    """The columns of back-to-back records, each field read (and checked) when a column needs it."""
+def decode_heads(sizes: np.ndarray, headers: np.ndarray, body_offsets: np.ndarray, bodies: np.ndarray,
+                 broker_name: str, columns: Sequence[str]) -> pa.RecordBatch:
+    """decode_records of HEAD_COLUMNS out of the records' heads only (the store's column-wise
+    gather, rmq.store.results.RecordHeads): their sizes (int64), fixed headers (uint8 rows of
+    BODY_POS) and bodies (int32 offsets, uint8 bytes), with the same checks of the header."""
+    if not HEAD_COLUMNS.issuperset(columns):
+        raise ValueError(f"columns {sorted(set(columns) - HEAD_COLUMNS)} are not in the records' heads")
+    _check(sizes >= mf.FIXED_OVERHEAD, "record shorter than the fixed overhead")
+    read = _Header(headers, sizes, broker_name)
+    if "body" in columns:
+        _check(np.diff(body_offsets) == read.body_length, "body length out of range")
 
-    def __init__(self, records: np.ndarray, sizes: np.ndarray, broker_name: str) -> None:
+    def column(name: str) -> pa.Array:
+        if name != "body":
+            return read.column(name)
+        return pa.Array.from_buffers(pa.binary(), len(sizes), [None, pa.py_buffer(body_offsets),
+                                                                pa.py_buffer(bodies)])
+
+    return pa.RecordBatch.from_arrays([column(name) for name in columns], schema=schema_of(tuple(columns)))
+
+
+class _Header:
+    """The columns of records' fixed headers (n rows of BODY_POS bytes), checked."""
+
+    def __init__(self, header: np.ndarray, sizes: np.ndarray, broker_name: str) -> None:
+        self.header = header
         self.sizes = sizes
         self.broker_name = broker_name
-        starts = np.zeros(len(sizes), dtype=np.int64)
-        np.cumsum(sizes[:-1], out=starts[1:])
-        self.layout = _Layout(records, starts, _step(sizes))
-        self.header = self.layout.rows(starts, mf.BODY_POS)   # every fixed field, read in one pass
-        self.fields = self.header.view(_HEADER).reshape(-1)
+        self.fields = header.view(_HEADER).reshape(-1)
         _check(self.fields["magic_code"] == mf.MESSAGE_MAGIC_CODE, "bad magic code")
         _check(self.fields["total_size"] == sizes, "total size differs from sizes")
         self.room = sizes - mf.FIXED_OVERHEAD  # bytes left for body + topic + properties
@@ -110,19 +131,35 @@ class _Records:
         _check((self.body_length >= 0) & (self.body_length <= self.room), "body length out of range")
 
     def column(self, name: str) -> pa.Array:
-        fields, count = self.fields, len(self.sizes)
+        fields = self.fields
         match name:
-            case "topic":
-                tail = self._tail
-                return self.layout.variable(pa.string(), tail.topic_length_pos + 1, tail.topic_length)
             case "broker_name":
-                return pa.repeat(_string(self.broker_name), count)
+                return pa.repeat(_string(self.broker_name), len(self.sizes))
             case "queue_id":
                 return _primitive(fields["queue_id"].astype(np.int32), pa.int32())
             case "queue_offset":
                 return _primitive(fields["queue_offset"].astype(np.int64), pa.int64())
             case "msg_id":
                 return _msg_ids(self.header)
+            case "born_timestamp" | "store_timestamp":
+                return _timestamps(fields[name])
+        raise ValueError(f"no column {name!r} in the source schema")
+
+
+class _Records(_Header):
+    """The columns of back-to-back records, each field read (and checked) when a column needs it."""
+
+    def __init__(self, records: np.ndarray, sizes: np.ndarray, broker_name: str) -> None:
+        starts = np.zeros(len(sizes), dtype=np.int64)
+        np.cumsum(sizes[:-1], out=starts[1:])
+        self.layout = _Layout(records, starts, _step(sizes))
+        super().__init__(self.layout.rows(starts, mf.BODY_POS), sizes, broker_name)   # one pass
+
+    def column(self, name: str) -> pa.Array:
+        match name:
+            case "topic":
+                tail = self._tail
+                return self.layout.variable(pa.string(), tail.topic_length_pos + 1, tail.topic_length)
             case "tags":
                 return self._properties.lookup(_string(mf.PROPERTY_TAGS))
             case "keys":
@@ -131,9 +168,7 @@ class _Records:
                 return self.layout.variable(pa.binary(), self.layout.starts + mf.BODY_POS, self.body_length)
             case "properties":
                 return self._properties.entries
-            case "born_timestamp" | "store_timestamp":
-                return _timestamps(fields[name])
-        raise ValueError(f"no column {name!r} in the source schema")
+        return super().column(name)
 
     @functools.cached_property
     def _tail(self) -> _Tail:

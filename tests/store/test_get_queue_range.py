@@ -4,9 +4,11 @@ getMessage's statuses and nextBeginOffset corrections."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from rmq import message_format as mf
+from rmq.record_batch import HEAD_COLUMNS, CorruptRecordsError, decode_heads, decode_records
 from rmq.store import GetMessageStatus
 from tests.store.conftest import message, wait_dispatched
 from tests.store.test_get_message import BODY_700, five_to_ten, queue_offsets
@@ -79,3 +81,70 @@ def test_an_empty_range_is_a_caller_error(open_store) -> None:
     store = open_store()
     with pytest.raises(ValueError, match=r"empty queue range \[5, 5\)"):
         store.get_queue_range("TopicTest", 0, 5, 5, 32)
+
+
+def _whole_records(result) -> list[bytes]:
+    records, position = [], 0
+    for size in result.sizes.tolist():
+        records.append(bytes(result.buffer[position:position + size]))
+        position += size
+    return records
+
+
+@pytest.mark.parametrize("lengths", [
+    [100] * 12,                        # one length: one row gather
+    [90, 100, 110, 95, 0, 105] * 2,    # close lengths: padded gather, padding dropped
+    [3, 2, 1700, 4, 0, 5] * 2,         # one long body: a slice per body
+], ids=["one-length", "padded", "slices"])
+def test_heads_are_each_records_header_and_body_across_file_ends(open_store, lengths) -> None:
+    """A heads-only read answers what the whole records hold up to their bodies' ends, record by
+    record, across CommitLog file ends (4 KiB files, two queues interleaved)."""
+    store = open_store(mapped_file_size_commit_log=4096)
+    store.put_messages([message(queue_id=i % 2, body=bytes([i]) * length, KEYS="k")
+                        for i, length in enumerate(lengths * 2)])
+    wait_dispatched(store)
+    assert len(store.commit_log.mapped_file_queue.files) >= 2
+    whole = store.get_queue_range("TopicTest", 1, 0, 12, 32)
+    heads = store.get_queue_range("TopicTest", 1, 0, 12, 32, heads_only=True)
+    assert (heads.status, heads.next_begin_offset, heads.message_count) == (S.FOUND, 12, 12)
+    assert heads.buffer == b"" and heads.heads is not None and (heads.sizes == whole.sizes).all()
+    offsets = heads.heads.body_offsets.tolist()
+    for i, record in enumerate(_whole_records(whole)):
+        body_end = mf.BODY_POS + int.from_bytes(record[mf.BODY_LENGTH_POS:mf.BODY_POS], "big")
+        assert heads.heads.headers[i].tobytes() == record[:mf.BODY_POS]
+        assert heads.heads.bodies[offsets[i]:offsets[i + 1]].tobytes() == record[mf.BODY_POS:body_end]
+    assert heads.byte_count == heads.heads.byte_count < len(whole.buffer)
+
+
+def test_heads_never_hold_more_bytes_than_the_records_they_come_from(open_store) -> None:
+    """A read granted its records' bytes (the Flight budget) holds no more as heads, even for
+    records with a one-character topic, no properties and empty bodies (92 bytes each)."""
+    store = open_store()
+    store.put_messages([message(topic="t", body=b"") for _ in range(5)])
+    wait_dispatched(store)
+    whole = store.get_queue_range("t", 0, 0, 5, 32)
+    heads = store.get_queue_range("t", 0, 0, 5, 32, heads_only=True)
+    assert int(whole.sizes.sum()) == len(whole.buffer) == 5 * (mf.FIXED_OVERHEAD + 1)
+    assert heads.byte_count <= len(whole.buffer)
+
+
+def test_decoded_heads_are_the_decoded_records_and_a_bad_body_length_is_refused(open_store) -> None:
+    """decode_heads gives the header columns and the body decode_records gives; a record whose body
+    length passes its size (gathered clipped to the record) is refused, not answered short."""
+    store = open_store()
+    store.put_messages([message(body=bytes([i]) * (50 + i), TAGS="t") for i in range(6)])
+    wait_dispatched(store)
+    whole = store.get_queue_range("TopicTest", 0, 0, 6, 32)
+    heads = store.get_queue_range("TopicTest", 0, 0, 6, 32, heads_only=True).heads
+    columns = sorted(HEAD_COLUMNS)
+    records, sizes = np.frombuffer(whole.buffer, np.uint8), whole.sizes.astype(np.int64)
+
+    def decoded(names: list[str]):
+        return decode_heads(heads.sizes, heads.headers, heads.body_offsets, heads.bodies, "b", names)
+
+    assert decoded(columns).equals(decode_records(records, sizes, "b", columns))
+    heads.headers[2, mf.BODY_LENGTH_POS:mf.BODY_POS] = np.frombuffer((5000).to_bytes(4, "big"), np.uint8)
+    with pytest.raises(CorruptRecordsError, match="corrupt record #2: body length out of range"):
+        decoded(["queue_offset", "body"])
+    with pytest.raises(ValueError, match=r"\['tags'\] are not in the records' heads"):
+        decoded(["body", "tags"])
