@@ -197,8 +197,8 @@ class BrokerController:
                           config.timer_max_pending, config.timer_max_pending_per_account),
             recall_handles(config, handle_secret),
             clock)
-        self.replication = Replication(config, self.store, self.topics, self.offsets, self.schedule_service,
-                                       self.timer,
+        self.replication = Replication(config, self.store, self.topics, self.offsets,
+                                       self.subscription_groups, self.schedule_service, self.timer,
                                        security.open_client_channel, self._topics_changed,
                                        acl=security.acl_file is not None)
         self.outer_api = BrokerOuterAPI(
