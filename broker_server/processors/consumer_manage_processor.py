@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from rmq.broker_server.errors import illegal_argument
+from rmq.broker_server.errors import BrokerError, illegal_argument
 from rmq.broker_server.offsets.consumer_ids_watch import ConsumerIdsWatchService
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
@@ -123,6 +123,15 @@ class ConsumerManageProcessor:
         check_group_name(group)
         check_client_id(client_id)
         return await self.watches.ask_running_info(group, client_id)
+
+    def check_online(self, group: str, client_id: str) -> None:
+        """Whether a consumer can be asked for its running info over its own connection (the 4.x
+        GET_CONSUMER_RUNNING_INFO; RocketMQ's AdminBrokerProcessor#getConsumerRunningInfo via
+        Broker2Client): it is a live member of `group`, else SYSTEM_ERROR "not online"."""
+        check_group_name(group)
+        check_client_id(client_id)
+        if all(info.client_id != client_id for info in self.consumers.connections(group)):
+            raise BrokerError(rmq_pb2.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online")
 
     def report_running_info(self, request: rmq_pb2.ReportRunningInfoRequest) -> None:
         """The client's answer to a running-info question."""

@@ -47,9 +47,7 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
     @answers_with_status(rmq_pb2.RecallMessageResponse)
     async def RecallMessage(self, request: rmq_pb2.RecallMessageRequest,
                             context: Context) -> rmq_pb2.RecallMessageResponse:
-        timer = self.processors.send.timer
-        assert timer is not None
-        await timer.recall(request.topic, request.recall_handle)
+        await self.processors.recall.recall(request.topic, request.recall_handle)
         return rmq_pb2.RecallMessageResponse(status=OK)
 
     @answers_with_status(rmq_pb2.PullMessageResponse)
