@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import os
 import queue
@@ -34,6 +35,7 @@ from rmq.cli.output import (
 )
 from rmq.cli.parser import Subcommands
 from rmq.command_line import UserError, non_negative_int, positive_float, positive_int
+from rmq.connector.admin import MQAdmin
 from rmq.connector.client import BrokerMember, OutgoingMessage, QueueOffsets, RmqClient
 from rmq.connector.errors import RmqError, RmqUnavailable
 from rmq.connector.message import Message, MessageExt, decode_messages
@@ -578,12 +580,8 @@ def _cluster_status(client: RmqClient, args: argparse.Namespace) -> int:
 
 def _controller_view(client: RmqClient) -> dict[str, Any] | None:
     """The leading controller and its epoch and SyncStateSet per group (controller mode)."""
-    answer = client.describe_controller()
-    if answer is None:
-        return None
-    return {"leader": answer.leader_address,
-            "groups": [{"broker_name": g.broker_name, "epoch": g.epoch, "master_id": g.master_broker_id,
-                        "in_sync_ids": list(g.in_sync_ids)} for g in answer.groups]}
+    state = MQAdmin(client).controller()
+    return None if state is None else dataclasses.asdict(state)
 
 
 def _member_states(client: RmqClient, name: str, members: Iterable[BrokerMember]) -> list[dict[str, Any]]:

@@ -134,6 +134,22 @@ class ResetResult:
 
 
 @dataclass(frozen=True)
+class ControlledGroup:
+    """One broker group as the leading controller holds it (docs/controller.md)."""
+
+    broker_name: str
+    epoch: int
+    master_id: int
+    in_sync_ids: list[int]              # the SyncStateSet
+
+
+@dataclass(frozen=True)
+class ControllerState:
+    leader: str                         # the leading controller's address
+    groups: list[ControlledGroup]
+
+
+@dataclass(frozen=True)
 class ResetReport:
     results: list[ResetResult]
     notified: list[str]                 # live consumers that adopted the reset
@@ -152,6 +168,17 @@ class GroupSettings:
 class MQAdmin:
     def __init__(self, client: RmqClient) -> None:
         self.client = client
+
+    # ------------------------------------------------------------ controller mode
+    def controller(self) -> ControllerState | None:
+        """The leading controller and each group's epoch, master and SyncStateSet; None when no
+        endpoint runs a controller (or none answers)."""
+        answer = self.client.describe_controller()
+        if answer is None:
+            return None
+        return ControllerState(answer.leader_address, [
+            ControlledGroup(g.broker_name, g.epoch, g.master_broker_id, sorted(g.in_sync_ids))
+            for g in answer.groups])
 
     # ------------------------------------------------------------ messages
 

@@ -159,7 +159,7 @@ main() {
     install_compose_plugin
     start_engine
     choose_base_image
-    log "building the rmq image (docker compose build)"
+    log "building the rmq and etcd images (docker compose build)"
     docker compose build --quiet
     log "the compose cluster test"
     RMQ_REQUIRE_DOCKER=1 "$VENV_PYTHON" -m pytest -q -ra -m docker integration_tests/test_cluster_docker.py "$@"

@@ -54,11 +54,47 @@ def option(words: list[str], name: str) -> str:
     return words[words.index(name) + 1]
 
 
+NAMESRVS = ("namesrv", "namesrv-2")
+ETCD_MEMBERS = ("etcd-0", "etcd-1", "etcd-2")
+
+
+def namesrv_endpoints() -> str:
+    """Every name server's --listen, as clients and brokers are given them."""
+    return ",".join(option(command_of(name), "--listen") for name in NAMESRVS)
+
+
 def test_services_of_the_local_cluster():
     assert set(SERVICES) == {
-        "namesrv", "broker-a", "broker-a-slave", "broker-b", "topic-init", "producer",
+        *ETCD_MEMBERS, *NAMESRVS, "broker-a", "broker-a-slave", "broker-b", "topic-init", "producer",
         "spark-master", "spark-worker", "etl-job", "cli",
     }
+
+
+def test_the_name_servers_are_controllers_on_the_three_member_etcd():
+    """Issue 44: two controllers keep broker-a's state in etcd (docs/controller.md); each etcd
+    member names itself, keeps its data in a volume of its own and knows the other two."""
+    cluster = ",".join(f"{m}=http://{m}:2380" for m in ETCD_MEMBERS)
+    for member in ETCD_MEMBERS:
+        service = SERVICES[member]
+        etcd = shlex.split(command_of(member)[2].replace("$$(hostname)", member))
+        assert service["hostname"] == member and option(etcd, "--name") == member
+        assert option(etcd, "--initial-cluster") == cluster
+        volume, mount = service["volumes"][0].split(":")
+        assert volume in COMPOSE["volumes"] and option(etcd, "--data-dir") == mount
+    endpoints = ",".join(f"{m}:2379" for m in ETCD_MEMBERS)
+    prefixes = set()
+    for name in NAMESRVS:
+        command = command_of(name)
+        assert "--controller" in command and option(command, "--etcd") == endpoints
+        prefixes.add(option(command, "--etcd-prefix"))
+        assert {SERVICES[name]["depends_on"][m]["condition"] for m in ETCD_MEMBERS} == {"service_healthy"}
+    assert len(prefixes) == 1   # one cluster: one prefix
+
+
+def test_etcd_is_debians_etcd_server_on_the_rmq_images_base():
+    dockerfile = (ROOT / "etcd.Dockerfile").read_text()
+    assert re.findall(r"^ARG BASE_IMAGE=(\S+)$", dockerfile, re.MULTILINE) == ["python:3.11-slim-bookworm"]
+    assert re.search(r"^FROM \$\{BASE_IMAGE\}$", dockerfile, re.MULTILINE) and "etcd-server" in dockerfile
 
 
 def test_the_cli_service_is_a_client_started_only_on_demand():
@@ -66,12 +102,14 @@ def test_the_cli_service_is_a_client_started_only_on_demand():
     it out (a profile)."""
     cli = SERVICES["cli"]
     assert cli["profiles"] and all("profiles" not in SERVICES[name] for name in set(SERVICES) - {"cli"})
-    assert option(command_of("cli"), "--endpoints") == option(command_of("namesrv"), "--listen")
+    assert option(command_of("cli"), "--endpoints") == namesrv_endpoints()
 
 
 def test_every_service_runs_the_image_built_from_our_dockerfile():
     for name, service in SERVICES.items():
-        assert service["image"] == "rmq:local", name
+        image, dockerfile = ("rmq-etcd:local", "etcd.Dockerfile") if name in ETCD_MEMBERS else ("rmq:local",
+                                                                                               "Dockerfile")
+        assert (service["image"], service["build"]["dockerfile"]) == (image, dockerfile), name
         assert (ROOT / service["build"]["context"] / service["build"]["dockerfile"]).is_file(), name
 
 
@@ -117,14 +155,13 @@ def test_the_cluster_runs_the_rmq_commands_it_needs():
     assert needed <= verbs
 
 
-def test_brokers_register_with_the_name_server_and_keep_their_store_in_a_volume():
-    namesrv_listen = option(command_of("namesrv"), "--listen")
+def test_brokers_register_with_the_name_servers_and_keep_their_store_in_a_volume():
     for name in ("broker-a", "broker-b"):
         command = command_of(name)
         assert option(command, "--broker-name") == name
         assert option(command, "--listen") == f"{name}:10911"
-        assert option(command, "--namesrv") == namesrv_listen
-        assert SERVICES[name]["depends_on"]["namesrv"]["condition"] == "service_healthy"
+        assert option(command, "--namesrv") == namesrv_endpoints()
+        assert {SERVICES[name]["depends_on"][n]["condition"] for n in NAMESRVS} == {"service_healthy"}
         volume, mount = SERVICES[name]["volumes"][0].split(":")
         assert volume in COMPOSE["volumes"]
         assert option(command, "--store-dir").startswith(mount + "/")
@@ -132,13 +169,14 @@ def test_brokers_register_with_the_name_server_and_keep_their_store_in_a_volume(
 
 
 def test_broker_a_is_a_sync_master_with_a_slave_on_its_own_store():
-    """docs/replication.md: one broker name, ids 0 and 1, the slave copying the master."""
+    """docs/controller.md: one broker name, ids 0 and 1 in controller mode (--role names the
+    master's mode; the controllers assign the roles), the first started (id 0) is master."""
     master, slave = command_of("broker-a"), command_of("broker-a-slave")
     assert (option(master, "--broker-id"), option(master, "--role")) == ("0", "SYNC_MASTER")
-    assert (option(slave, "--broker-id"), option(slave, "--role")) == ("1", "SLAVE")
-    assert option(slave, "--broker-name") == "broker-a"
-    assert option(slave, "--master") == option(master, "--listen")
-    assert option(slave, "--namesrv") == option(command_of("namesrv"), "--listen")
+    assert (option(slave, "--broker-id"), option(slave, "--role")) == ("1", "SYNC_MASTER")
+    assert option(slave, "--broker-name") == "broker-a" and "--master" not in slave
+    for command in (master, slave):
+        assert option(command, "--controller") == option(command, "--namesrv") == namesrv_endpoints()
     assert SERVICES["broker-a-slave"]["depends_on"]["broker-a"]["condition"] == "service_healthy"
     volume, mount = SERVICES["broker-a-slave"]["volumes"][0].split(":")
     assert volume in COMPOSE["volumes"] and volume not in SERVICES["broker-a"]["volumes"][0]
@@ -150,13 +188,13 @@ def test_broker_a_is_a_sync_master_with_a_slave_on_its_own_store():
 
 def test_servers_listening_beyond_loopback_say_so_or_take_an_acl():
     """A server without --acl refuses a non-loopback --listen unless --insecure-listen is given."""
-    for name in ("namesrv", "broker-a", "broker-b"):
+    for name in (*NAMESRVS, "broker-a", "broker-b"):
         command = command_of(name)
         assert "--insecure-listen" in command or "--acl" in command
 
 
 def test_servers_health_checks_ask_the_server_itself():
-    for name in ("namesrv", "broker-a", "broker-b"):
+    for name in (*NAMESRVS, "broker-a", "broker-b"):
         check = SERVICES[name]["healthcheck"]["test"]
         assert check[:2] == ["CMD", "rmq"]
         assert option(check, "--endpoints") == option(command_of(name), "--listen")
@@ -182,7 +220,7 @@ def test_published_ports_reach_the_servers_and_do_not_clash():
     for name, _, host, container in published_ports():
         assert host not in published, f"host port {host} used by {published.get(host)} and {name}"
         published[host] = name
-        if name in ("namesrv", "broker-a", "broker-b"):
+        if name in (*NAMESRVS, "broker-a", "broker-b"):
             assert option(command_of(name), "--listen").endswith(f":{container}")
     assert published[9876] == "namesrv"
     assert {published[10911], published[10912]} == {"broker-a", "broker-b"}
@@ -254,7 +292,7 @@ def test_etl_job_is_submitted_to_the_master_with_valid_arguments():
     script = next(word for word in command if word.endswith(".py"))
     assert (ROOT / script).is_file()
     args = parse_args(command[command.index(script) + 1:])
-    assert args.endpoints == option(command_of("namesrv"), "--listen")
+    assert args.endpoints == namesrv_endpoints()
     # the driver (etl-job) and the executors (spark-worker) write Parquet to one volume
     volume, mount = SERVICES["etl-job"]["volumes"][0].split(":")
     assert SERVICES["spark-worker"]["volumes"] == SERVICES["etl-job"]["volumes"]

@@ -2,7 +2,8 @@
 whether the group may consume (`consume_enable`; false: its pulls are answered NO_PERMISSION, as
 RocketMQ's PullMessageProcessor does) and how many times a message is retried before it goes to the
 group's DLQ (`retry_max_times`). Kept in `<store>/config/subscriptionGroup.json`, written at once on
-every change (an admin's rare act, atomically: json_file), at most `max_groups` groups."""
+every change (an admin's rare act, atomically: json_file), at most `max_groups` groups. A slave's
+table is the master's (`replace_all`, SlaveSynchronize), so a promoted slave enforces the same."""
 
 from __future__ import annotations
 
@@ -30,6 +31,14 @@ class SubscriptionGroupConfig:
         if not 0 <= self.retry_max_times <= MAX_RETRY_MAX_TIMES:
             raise illegal_argument(
                 f"retry_max_times must be 0-{MAX_RETRY_MAX_TIMES}, not {self.retry_max_times}")
+
+    @classmethod
+    def from_proto(cls, config: rmq_pb2.SubscriptionGroupConfig) -> SubscriptionGroupConfig:
+        return cls(config.consumer_group, config.consume_enable, config.retry_max_times)
+
+    def to_proto(self) -> rmq_pb2.SubscriptionGroupConfig:
+        return rmq_pb2.SubscriptionGroupConfig(consumer_group=self.group, consume_enable=self.consume_enable,
+                                               retry_max_times=self.retry_max_times)
 
 
 class SubscriptionGroupManager:
@@ -82,6 +91,22 @@ class SubscriptionGroupManager:
             if group not in self._configs:
                 return False
             self._store({name: config for name, config in self._configs.items() if name != group})
+            return True
+
+    def all(self) -> list[SubscriptionGroupConfig]:
+        return list(self._configs.values())
+
+    def replace_all(self, configs: list[SubscriptionGroupConfig]) -> bool:
+        """Make the stored table `configs` (a slave takes its master's: groups the master dropped
+        go too), in one atomic write, none when nothing changed; True when something did.
+        ILLEGAL_ARGUMENT (nothing written) when one is out of range."""
+        for config in configs:
+            config.check()
+        table = {config.group: config for config in configs}
+        with self._lock:
+            if table == self._configs:
+                return False
+            self._store(table)
             return True
 
     def _store(self, configs: dict[str, SubscriptionGroupConfig]) -> None:

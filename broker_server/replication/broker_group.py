@@ -14,6 +14,7 @@ import grpc
 from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.errors import BrokerError, UserError
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager
+from rmq.broker_server.offsets.subscription_group_manager import SubscriptionGroupManager
 from rmq.broker_server.processors.schedule_message_service import ScheduleMessageService
 from rmq.broker_server.processors.timer_message_store import TimerMessageStore
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
@@ -33,7 +34,8 @@ WIRE_ROLES = {BrokerRole.ASYNC_MASTER: rmq_pb2.ASYNC_MASTER, BrokerRole.SYNC_MAS
 
 class Replication:
     def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager,
-                 offsets: ConsumerOffsetManager, schedule: ScheduleMessageService, timer: TimerMessageStore,
+                 offsets: ConsumerOffsetManager, groups: SubscriptionGroupManager,
+                 schedule: ScheduleMessageService, timer: TimerMessageStore,
                  open_channel: Callable[[str], grpc.aio.Channel],
                  on_topics_changed: Callable[[], None], acl: bool = False) -> None:
         """`acl`: the broker runs with --acl, so its group needs a cluster secret (UserError for
@@ -47,7 +49,7 @@ class Replication:
                                            remoting_address=config.remoting_address)
         self.in_sync_ids: list[int] = []   # controller mode: the group's in-sync set, as last answered
         auth = self._cluster_auth(acl)
-        self.servicer = HAServicer(store, topics, offsets, lambda: dict(schedule.offsets),
+        self.servicer = HAServicer(store, topics, offsets, groups, lambda: dict(schedule.offsets),
                                    timer.master_progress, MasterAuth(auth, config.broker_address, acl,
                                                                       config.broker_id))
         self.client: HAClient | None = None
@@ -56,7 +58,7 @@ class Replication:
             slave_auth = SlaveAuth(auth, config.broker_id, config.master)
             self.client = HAClient(store, topics, offsets, on_topics_changed, config.master,
                                    config.broker_address, open_channel, slave_auth)
-            self.synchronize = SlaveSynchronize(config.master, topics, offsets, schedule.set_offsets,
+            self.synchronize = SlaveSynchronize(config.master, topics, offsets, groups, schedule.set_offsets,
                                                 timer.set_master_progress, on_topics_changed,
                                                 config.slave_synchronize_interval_ms, open_channel,
                                                 slave_auth)

@@ -151,11 +151,12 @@ class EtcdClient:
             channel).LeaseGrant(request, timeout=CALL_TIMEOUT_S, metadata=metadata))
         return int(answer.ID)
 
-    async def keep_alive(self, lease: int) -> int:
-        """The lease's remaining TTL in seconds after renewing it (0: it expired)."""
+    async def keep_alive(self, lease: int, timeout_s: float = CALL_TIMEOUT_S) -> int:
+        """The lease's remaining TTL in seconds after renewing it (0: it expired); `timeout_s` per
+        endpoint."""
         async def renew(channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...]) -> int:
             stream = rpc_pb2_grpc.LeaseStub(channel).LeaseKeepAlive(
-                iter([rpc_pb2.LeaseKeepAliveRequest(ID=lease)]), timeout=CALL_TIMEOUT_S, metadata=metadata)
+                iter([rpc_pb2.LeaseKeepAliveRequest(ID=lease)]), timeout=timeout_s, metadata=metadata)
             async for answer in stream:
                 return int(answer.TTL)
             return 0

@@ -24,7 +24,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from rmq.broker_server.errors import UserError
@@ -43,6 +43,9 @@ from rmq.etcd import rpc_pb2
 log = logging.getLogger(__name__)
 
 POLL_S = 0.5            # how often a controller renews its lease or tries to lead
+# a renewal's deadline on one etcd endpoint: short enough that, when one member does not answer
+# (stopped, cut off), the next endpoint renews within the lease's TTL (2 s: POLL_S + this + the next call)
+RENEW_TIMEOUT_S = 0.7
 UNAVAILABLE_LOG_S = 10.0   # while etcd does not answer, one line this often says so
 
 
@@ -175,47 +178,60 @@ class EtcdLeadership:
         self.lease_ttl_s = lease_ttl_s
         self._clock = clock
         self.lease = 0
-        self.leader_address = ""
+        self._other_leader = ""   # the address the leader key names while another controller leads
         self.lock = asyncio.Lock()   # one decision at a time: a heartbeat's or the scan's, then its commit
         self._renewed = 0.0
-        self._next_scan = 0.0
         self._unavailable_logged = -UNAVAILABLE_LOG_S
 
     @property
     def leading(self) -> bool:
         return self.store.leader_revision != 0
 
-    async def run_forever(self, scan_interval_s: float) -> None:
-        while True:
-            try:
-                await self.step(scan_interval_s)
-            except Exception:   # never die silently: this loop is the controller's lead
-                log.exception("controller leadership step failed; stepping down and trying again")
-                self.step_down("an unexpected error")
-            await asyncio.sleep(POLL_S)
+    @property
+    def leader_address(self) -> str:
+        """Whom a follower names as the leader: never itself once it no longer leads (a write
+        that found the leader key changed deposes it before its next renewal says who leads)."""
+        return self.address if self.leading else self._other_leader
 
-    async def step(self, scan_interval_s: float) -> None:
-        """Renew the lead or try to take it; while leading, the scan (at most every interval)."""
+    async def run_forever(self, scan_interval_s: float) -> None:
+        """Two loops: the lease (renewed, or the lead tried for, every POLL_S) and the scan. Apart,
+        so that a scan's etcd write stuck on a member that does not answer never delays a renewal
+        past the lease's TTL (which deposed the leader and restarted every failover timeout)."""
+        await asyncio.gather(self._forever(self.tick, POLL_S), self._forever(self.scan, scan_interval_s))
+
+    async def _forever(self, step: Callable[[], Awaitable[None]], interval_s: float) -> None:
+        while True:
+            await self.attempt(step)
+            await asyncio.sleep(interval_s)
+
+    async def attempt(self, step: Callable[[], Awaitable[None]]) -> None:
+        """One round of a loop: etcd not answering is logged (and deposes a leader that could
+        not renew for the TTL), and nothing else ends the loop."""
         try:
-            await self.tick()
-            # the scan waits for no decision under way (the next step scans): renewals stay on time
-            if self.leading and self._clock() >= self._next_scan and not self.lock.locked():
-                self._next_scan = self._clock() + scan_interval_s
-                async with self.lock:
-                    self.replicas.scan()
-                    await self.store.commit(self.replicas)
+            await step()
         except EtcdUnavailable as error:
             self._unavailable(error)
+        except Exception:   # never die silently: these loops are the controller's lead
+            log.exception("controller leadership step failed; stepping down and trying again")
+            self.step_down("an unexpected error")
+
+    async def scan(self) -> None:
+        """While leading: elect for silent masters. It waits for no decision under way (the next
+        scan does it)."""
+        if self.leading and not self.lock.locked():
+            async with self.lock:
+                self.replicas.scan()
+                await self.store.commit(self.replicas)
 
     async def tick(self) -> None:
         if self.leading:
-            ttl = await self.client.keep_alive(self.lease)
+            ttl = await self.client.keep_alive(self.lease, RENEW_TIMEOUT_S)
             if ttl <= 0:
                 self.step_down("its etcd lease expired")
             else:
                 self._renewed = self._clock()
             return
-        if self.lease and await self.client.keep_alive(self.lease) <= 0:
+        if self.lease and await self.client.keep_alive(self.lease, RENEW_TIMEOUT_S) <= 0:
             self.lease = 0   # a follower's lease runs out unless renewed too
         if self.lease == 0:
             self.lease = await self.client.grant_lease(self.lease_ttl_s)
@@ -226,14 +242,21 @@ class EtcdLeadership:
             await self._lead(answer.header.revision)
             return
         holder = answer.responses[0].response_range.kvs
-        self.leader_address = holder[0].value.decode(errors="replace") if holder else ""
+        if holder and holder[0].lease == self.lease:
+            # this controller created the key (bound to its lease) but never learned it did: the
+            # answer was lost (a deadline, an endpoint stopped after the write) and the call was made
+            # again. It leads; were it to follow, it would name itself the leader and keep the
+            # key alive with its renewals: no controller would lead until this one died.
+            await self._lead(holder[0].create_revision)
+            return
+        self._other_leader = holder[0].value.decode(errors="replace") if holder else ""
 
     async def _lead(self, revision: int) -> None:
         async with self.lock:
             await self.store.fetch()
             self.replicas.load()   # every known member gets a full failover timeout from now
             self.store.leader_revision = revision
-            self.leader_address = self.address
+            self._other_leader = ""
             self._renewed = self._clock()
         log.warning("this controller (%s) leads the controllers of cluster %s (%s); %d broker groups",
                     self.address, self.replicas.cluster_name, self.store.where, len(self.replicas.groups))
@@ -243,7 +266,7 @@ class EtcdLeadership:
             log.warning("this controller (%s) no longer leads: %s", self.address, reason)
         self.store.leader_revision = 0
         self.lease = 0
-        self.leader_address = ""
+        self._other_leader = ""
 
     def _unavailable(self, error: EtcdUnavailable) -> None:
         now = self._clock()

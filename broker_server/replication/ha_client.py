@@ -14,8 +14,10 @@ report carries this slave's proof and every message of the master must carry the
 MAC before anything of it is used: a message that does not ends the stream, is shown by
 `rmq broker status`, and the slave tries again every second.
 
-SlaveSynchronize: every 10 s copy the master's topics, consumer offsets and delay offsets,
-after handing it the offsets clients committed here (the master keeps the higher ones)."""
+SlaveSynchronize: every 10 s copy the master's topics, consumer offsets, delay offsets and
+subscription group settings (the slave's table becomes the master's, so a promoted slave keeps a
+disabled group disabled), after handing it the offsets clients committed here (the master keeps
+the higher ones)."""
 
 from __future__ import annotations
 
@@ -28,6 +30,10 @@ import grpc
 from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
 from rmq.broker_server.offsets.offset_changes import group_offset
+from rmq.broker_server.offsets.subscription_group_manager import (
+    SubscriptionGroupConfig,
+    SubscriptionGroupManager,
+)
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.security.cluster_auth import (
     Direction,
@@ -173,13 +179,14 @@ def _check(session: Session, answer: rmq_pb2.HATransfer | rmq_pb2.SlaveSynchroni
 
 class SlaveSynchronize(MasterLink):
     def __init__(self, master: str, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
-                 set_delay_offsets: Callable[[dict[int, int]], None],
+                 groups: SubscriptionGroupManager, set_delay_offsets: Callable[[dict[int, int]], None],
                  set_timer_progress: Callable[[int, int], None], on_topics_changed: Callable[[], None],
                  interval_ms: int, open_channel: Callable[[str], grpc.aio.Channel], auth: SlaveAuth) -> None:
         super().__init__(master, open_channel)
         self.auth = auth
         self.topics = topics
         self.offsets = offsets
+        self.groups = groups
         self.set_delay_offsets = set_delay_offsets
         self.set_timer_progress = set_timer_progress
         self.on_topics_changed = on_topics_changed
@@ -221,6 +228,18 @@ class SlaveSynchronize(MasterLink):
         self._synced = synced
         self.set_delay_offsets(dict(response.delay_offsets))
         self.set_timer_progress(response.timer_read_time_ms, response.timer_commit_log_end)
+        apply_master_groups(self.groups, [SubscriptionGroupConfig.from_proto(config)
+                                          for config in response.subscription_groups])
+
+
+def apply_master_groups(groups: SubscriptionGroupManager,
+                        master_groups: list[SubscriptionGroupConfig]) -> None:
+    """Make this slave's subscription group table the master's (syncSubscriptionGroupConfig);
+    a table this slave cannot store is logged and the slave keeps its own."""
+    try:
+        groups.replace_all(master_groups)
+    except BrokerError as error:
+        log.warning("subscription groups from the master not applied: %s", error.message)
 
 
 def apply_master_topics(topics: TopicConfigManager, master_topics: list[TopicConfig],

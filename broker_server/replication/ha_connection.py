@@ -15,7 +15,7 @@ replaces a lost master has them, not the ones of its last SlaveSynchronize.
 
 SlaveSynchronize: the master keeps the higher of its own and the slave's offsets for what
 clients committed on the slave (while this master was down), then hands back its topics,
-consumer offsets and delay offsets.
+consumer offsets, delay offsets and subscription group settings.
 
 With a cluster secret (rmq.broker_server.security.cluster_auth) both exchanges begin with the slave's
 proof, which must verify before anything is sent or applied; every message after it, both
@@ -32,6 +32,7 @@ from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.grpc_aio import Context
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
 from rmq.broker_server.offsets.offset_changes import OffsetChanges, group_offset
+from rmq.broker_server.offsets.subscription_group_manager import SubscriptionGroupManager
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.security.cluster_auth import (
     Direction,
@@ -53,13 +54,14 @@ OFFSETS_PER_TRANSFER = 10_000   # consumer offsets in one message of the stream
 
 class HAServicer(rmq_pb2_grpc.HAServiceServicer):
     def __init__(self, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
-                 delay_offsets: Callable[[], dict[int, int]], timer_progress: Callable[[], tuple[int, int]],
-                 auth: MasterAuth) -> None:
+                 groups: SubscriptionGroupManager, delay_offsets: Callable[[], dict[int, int]],
+                 timer_progress: Callable[[], tuple[int, int]], auth: MasterAuth) -> None:
         self.store = store
         self.auth = auth
         self.ha = store.ha_service
         self.topics = topics
         self.offsets = offsets
+        self.groups = groups
         self.delay_offsets = delay_offsets
         self.timer_progress = timer_progress
         self._wakeups: set[asyncio.Event] = set()
@@ -228,6 +230,7 @@ class HAServicer(rmq_pb2_grpc.HAServiceServicer):
             topics=[config.to_proto() for config in self.topics.all()],
             offsets=[group_offset(key, offset) for key, offset in self.offsets.all_offsets().items()],
             delay_offsets=self.delay_offsets(),
+            subscription_groups=[config.to_proto() for config in self.groups.all()],
         ))
 
 

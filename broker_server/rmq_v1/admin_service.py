@@ -90,9 +90,7 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
     async def UpdateSubscriptionGroup(self, request: rmq_pb2.UpdateSubscriptionGroupRequest,
                                       context: Context) -> rmq_pb2.UpdateSubscriptionGroupResponse:
         """An admin's per-group settings (`rmq group set`), stored before the answer."""
-        config = request.config
-        await self.processors.subscription_group.update(SubscriptionGroupConfig(
-            config.consumer_group, config.consume_enable, config.retry_max_times))
+        await self.processors.subscription_group.update(SubscriptionGroupConfig.from_proto(request.config))
         return rmq_pb2.UpdateSubscriptionGroupResponse(status=OK)
 
     @answers_with_status(rmq_pb2.DeleteSubscriptionGroupResponse)
@@ -106,10 +104,7 @@ class AdminService(rmq_pb2_grpc.AdminServiceServicer):
     async def GetSubscriptionGroup(self, request: rmq_pb2.GetSubscriptionGroupRequest,
                                    context: Context) -> rmq_pb2.GetSubscriptionGroupResponse:
         config, stored = self.processors.subscription_group.get(request.consumer_group)
-        answer = rmq_pb2.SubscriptionGroupConfig(
-            consumer_group=config.group, consume_enable=config.consume_enable,
-            retry_max_times=config.retry_max_times)
-        return rmq_pb2.GetSubscriptionGroupResponse(status=OK, stored=stored, config=answer)
+        return rmq_pb2.GetSubscriptionGroupResponse(status=OK, stored=stored, config=config.to_proto())
 
     @answers_with_status(rmq_pb2.GetProducerConnectionsResponse)
     async def GetProducerConnections(self, request: rmq_pb2.GetProducerConnectionsRequest,

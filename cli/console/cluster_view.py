@@ -5,6 +5,7 @@ listed) or answered 403/404."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -83,7 +84,9 @@ class ClusterView:
                                        "role": rmq_pb2.BrokerRole.Name(member.role)}
                 try:
                     status = self.client.broker_status(member.address)
-                    row |= {"min_offset": status.commit_log_min_offset,
+                    # the live role (and epoch in controller mode), not the one last registered
+                    row |= {"role": rmq_pb2.BrokerRole.Name(status.role), "epoch": status.epoch or None,
+                            "min_offset": status.commit_log_min_offset,
                             "max_offset": status.commit_log_max_offset,
                             "replication_lag": _replication_lag(status), "error": status.replication_error,
                             "version": status.version, "boot_timestamp": status.boot_timestamp,
@@ -91,13 +94,16 @@ class ClusterView:
                             "get_today": status.get_today}
                     answered = True
                 except RmqUnavailable as error:
+                    # e.g. a dead old master, still registered as master until the name servers expire it
                     reads.unreachable[f"{name} {member.address}"] = str(error)
-                    row |= {"error": str(error)}
+                    row |= {"role": f"down (registered as {row['role']})", "error": str(error)}
                 except RmqError as error:
                     row |= {"error": str(error)}
                 rows.append(row)
             brokers.append({"name": name, "members": rows})
-        return reads.done({"brokers": brokers}, answered or not brokers)
+        controller = self.admin.controller()
+        return reads.done({"brokers": brokers, "controller": controller and dataclasses.asdict(controller)},
+                          answered or not brokers)
 
     # ------------------------------------------------------------ topics
     def topics(self, page: int = 0) -> dict[str, Any]:

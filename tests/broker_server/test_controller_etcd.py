@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from rmq.broker_server.replication.replicas_manager import ReplicasManager
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from testing.etcd import EtcdCluster, EtcdTls, enable_auth, etcd_missing
-from testing.processes import free_port
+from testing.processes import RMQ, free_port
 from tests.broker_server.test_replication import write_secret
 from tests.tls_certs import make_tls_files
 
@@ -118,10 +119,32 @@ def test_a_deposed_leader_writes_nothing_and_the_epoch_only_moves_forward(etcd: 
         await second.tick()   # leads, having read the group at the revision the first wrote it at
         answer = await decide(first, beat(2, "127.0.0.1:12"))
         assert answer.not_leader and not first.leading
+        assert answer.leader_address != "127.0.0.1:1"   # a deposed leader never names itself the leader
         await decide(second, beat(1, "127.0.0.1:11"))   # id 1 joins in epoch 1
         kv = await second.client.get(second.store.key("g"))
         assert kv is not None and set(second.replicas.groups["g"].members) == {0, 1}
         assert b'"127.0.0.1:12"' not in kv.value
+        for leadership in (first, second):
+            await leadership.client.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_controller_whose_creation_of_the_leader_key_went_unanswered_leads(etcd: EtcdCluster,
+                                                                             prefix: str) -> None:
+    """The transaction creating the leader key was applied but its answer lost (a deadline, an
+    etcd member stopped after the write), so the call was made again: the key names this
+    controller, bound to its own lease. It leads (it used to follow, naming itself the leader
+    and keeping the key alive with its renewals: no controller led while it lived)."""
+    async def scenario() -> None:
+        first, second = controller(etcd, prefix, "127.0.0.1:1"), controller(etcd, prefix, "127.0.0.1:2")
+        await first.store.claim_prefix(CLUSTER)
+        first.lease = await first.client.grant_lease(TTL_S)
+        await first.client.txn([], [put(first.store.leader_key, b"127.0.0.1:1", first.lease)])
+        await first.tick()
+        await second.tick()
+        assert (first.leading, second.leading, second.leader_address) == (True, False, "127.0.0.1:1")
+        assert (await decide(first, beat(0, "127.0.0.1:10"))).master_broker_id == 0
         for leadership in (first, second):
             await leadership.client.close()
 
@@ -181,6 +204,12 @@ def test_an_unreachable_etcd_at_start_is_one_line_naming_the_endpoints() -> None
     message = str(refused.value)
     assert message.startswith(f"the controller cannot reach etcd at {endpoints}: no etcd endpoint answered")
     assert "\n" not in message
+    started = subprocess.run([*RMQ, "namesrv", "--listen", f"127.0.0.1:{free_port()}", "--controller",
+                              "--etcd", endpoints], capture_output=True, text=True, timeout=60)
+    errors = [line for line in started.stderr.splitlines() if line.startswith("rmq: error:")]
+    assert started.returncode == 2 and "Traceback" not in started.stderr
+    assert len(errors) == 1
+    assert errors[0].startswith(f"rmq: error: the controller cannot reach etcd at {endpoints}")
 
 
 def test_without_etcd_nothing_fails_over_and_a_line_every_10_s_says_why(
@@ -201,7 +230,8 @@ def test_without_etcd_nothing_fails_over_and_a_line_every_10_s_says_why(
         etcd.kill(etcd.members[0])
         for _ in range(5):   # 0, 4, 8, 12, 16 s: the master is silent well past the failover timeout
             await decide(leader, beat(1, "127.0.0.1:11", epoch=1, max_offset=0))
-            await leader.step(0.5)
+            await leader.attempt(leader.tick)
+            await leader.attempt(leader.scan)
             clock.now += 4
         group = leader.replicas.groups["g"]
         assert (group.epoch, group.master_id, leader.leading) == (1, 0, False)

@@ -16,11 +16,16 @@ import pytest
 from rmq import request_signing
 from rmq.auth import ClientSecurity
 from rmq.broker_server.errors import UserError
+from rmq.broker_server.offsets.subscription_group_manager import (
+    SubscriptionGroupConfig,
+    SubscriptionGroupManager,
+)
 from rmq.broker_server.processors.topic_config_manager import TopicConfig
 from rmq.broker_server.security.acl_file import AclFile
 from rmq.broker_server.security.cluster_auth import ClusterAuth, Exchange, ProofRefused, load_cluster_secret
 from rmq.broker_server.security.server_security import ServerSecurity
-from rmq.connector.client import OutgoingMessage, RmqClient
+from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
+from rmq.connector.errors import RmqError
 from rmq.connector.spark.message_decoder import decode
 from rmq.store import MessageStore, PutMessageStatus
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
@@ -370,3 +375,35 @@ def test_a_slave_report_counts_only_up_to_what_was_sent_to_it(members, caplog) -
         finally:
             done.set()
             call.cancel()
+
+
+def test_subscription_group_settings_reach_the_slave_and_hold_after_failover(members, tmp_path: Path) -> None:
+    """Issue #46: after a SlaveSynchronize round the slave stores the master's per-group settings
+    (durably: a restarted slave has them) and the groups the admin deleted are gone from it, so a
+    group disabled on the master stays disabled on the slave that serves its reads once the master
+    is lost."""
+    master, slave = patient_group(members, tmp_path)
+    synchronize = slave.controller.replication.synchronize
+    assert synchronize is not None
+    with closing(RmqClient(master.address, timeout=DEADLINE_S)) as admin:
+        admin.create_topic("orders", queues=1)
+        assert admin.send("orders", [OutgoingMessage(b"x", queue_id=0)]).status == rmq_pb2.OK
+        for name, enabled, retries in (("billing", False, 3), ("audit", True, 5)):
+            admin.update_subscription_group("group", rmq_pb2.SubscriptionGroupConfig(
+                consumer_group=name, consume_enable=enabled, retry_max_times=retries))
+        slave.run(synchronize.sync_all())
+        groups = slave.controller.subscription_groups
+        assert groups.find("billing") == SubscriptionGroupConfig("billing", False, 3)
+        assert groups.find("audit") == SubscriptionGroupConfig("audit", True, 5)
+        assert admin.delete_subscription_group("group", "audit")
+    slave.run(synchronize.sync_all())
+    assert groups.find("audit") is None
+    stored = SubscriptionGroupManager(tmp_path / "slave", max_groups=10)
+    stored.load()
+    assert stored.all() == [SubscriptionGroupConfig("billing", False, 3)]
+    master.stop()
+    queue = MessageQueue("orders", "group", 0)
+    with closing(RmqClient(slave.address, timeout=DEADLINE_S)) as reader:
+        assert reader.pull(queue, 0, 1, group="other").messages   # a SYNC_MASTER sent it on
+        with pytest.raises(RmqError, match="subscription group no permission, billing"):
+            reader.pull(queue, 0, 1, group="billing")

@@ -882,7 +882,7 @@ class SlaveSynchronizeRequest(_message.Message):
     def __init__(self, committed_on_slave: _Optional[_Iterable[_Union[GroupConsumerOffset, _Mapping]]] = ..., proof: _Optional[_Union[MemberProof, _Mapping]] = ...) -> None: ...
 
 class SlaveSynchronizeResponse(_message.Message):
-    __slots__ = ("status", "topics", "offsets", "delay_offsets", "mac", "timer_read_time_ms", "timer_commit_log_end")
+    __slots__ = ("status", "topics", "offsets", "delay_offsets", "mac", "timer_read_time_ms", "timer_commit_log_end", "subscription_groups")
     class DelayOffsetsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -897,6 +897,7 @@ class SlaveSynchronizeResponse(_message.Message):
     MAC_FIELD_NUMBER: _ClassVar[int]
     TIMER_READ_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     TIMER_COMMIT_LOG_END_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_GROUPS_FIELD_NUMBER: _ClassVar[int]
     status: Status
     topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
     offsets: _containers.RepeatedCompositeFieldContainer[GroupConsumerOffset]
@@ -904,7 +905,8 @@ class SlaveSynchronizeResponse(_message.Message):
     mac: bytes
     timer_read_time_ms: int
     timer_commit_log_end: int
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., offsets: _Optional[_Iterable[_Union[GroupConsumerOffset, _Mapping]]] = ..., delay_offsets: _Optional[_Mapping[int, int]] = ..., mac: _Optional[bytes] = ..., timer_read_time_ms: _Optional[int] = ..., timer_commit_log_end: _Optional[int] = ...) -> None: ...
+    subscription_groups: _containers.RepeatedCompositeFieldContainer[SubscriptionGroupConfig]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., offsets: _Optional[_Iterable[_Union[GroupConsumerOffset, _Mapping]]] = ..., delay_offsets: _Optional[_Mapping[int, int]] = ..., mac: _Optional[bytes] = ..., timer_read_time_ms: _Optional[int] = ..., timer_commit_log_end: _Optional[int] = ..., subscription_groups: _Optional[_Iterable[_Union[SubscriptionGroupConfig, _Mapping]]] = ...) -> None: ...
 
 class SlaveState(_message.Message):
     __slots__ = ("address", "ack_offset", "lag_bytes")
