@@ -2,9 +2,10 @@
 by integration_tests/chaos/checker.py. They need root and `ip netns`; they skip with the reason
 otherwise.
 
-`make test` runs the short schedule (SHORT_FAULTS, about three minutes) and the checker's own
-test; `make chaos` runs the long one (every fault, RMQ_CHAOS_SECONDS=600) and writes
-RELIABILITY.md's chaos section. Settings: integration_tests/chaos/run.py.
+`make test` runs the short schedule (SHORT_FAULTS, about three minutes, broker group A alone)
+and the checker's own test; `make chaos` runs the long one (every fault, RMQ_CHAOS_SECONDS=600,
+RMQ_CHAOS_GROUPS=2: a second broker group) and writes RELIABILITY.md's chaos section.
+Settings: integration_tests/chaos/run.py.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.skipif(UNAVAILABLE is not Non
 SHORT_FAULTS = "leader-kill,master-partition,leader-suspend,random-loss"
 SHORT_SECONDS = 40.0
 INTERVAL_S = 6.0
+GROUPS = {1: "one SYNC_MASTER group of a master and two slaves",
+          2: "two SYNC_MASTER groups (A: a master and two slaves, B: a master and one slave; faults on "
+             "\"the master\" pick one group at random)"}
 
 
 def test_schedule(tmp_path: Path) -> None:
@@ -44,8 +48,8 @@ def test_schedule(tmp_path: Path) -> None:
         "schedule": f"{','.join(f.value for f in schedule.faults)} for {schedule.seconds:.0f} s, each held "
                     f"{schedule.interval:.0f} s then healed, seed {schedule.seed}",
         "cluster": f"{plane.controllers} controller(s) (name server --controller), {plane.etcd_members} etcd "
-                   "member(s), one SYNC_MASTER group of a master and two slaves, two producers "
-                   "(SDK Producer, per-key queues), two orderly PushConsumers, a monitor",
+                   f"member(s), {GROUPS[plane.groups]}, two producers (SDK Producer, per-key "
+                   "queues), two orderly PushConsumers, a monitor",
         "skipped": outcome.skipped})
     for kind, figures in outcome.figures.items():
         print(f"[chaos] {kind}: {asdict(figures)}")
