@@ -56,6 +56,8 @@ def test_schedule(tmp_path: Path) -> None:
     assert set(outcome.figures) - {BEFORE_FAULTS}, f"no fault ran: {written}"
     lost = {kind: f.lost for kind, f in outcome.figures.items() if f.lost}
     assert outcome.history is not None
+    print(f"[chaos] committed offsets recorded: {len(outcome.history.commits)} moves over "
+          f"{len({c.queue for c in outcome.history.commits})} queues")
     assert lost == {}, f"{lost}: {'; '.join(explain_lost(outcome.history)[:10])}"
     assert {kind: f.out_of_order for kind, f in outcome.figures.items() if f.out_of_order} == {}
 
