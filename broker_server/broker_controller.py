@@ -59,6 +59,7 @@ from rmq.broker_server.processors.pop_state import PopStateTable
 from rmq.broker_server.processors.pull_message_processor import PullLimits, PullMessageProcessor
 from rmq.broker_server.processors.pull_response_budget import PullResponseBudget
 from rmq.broker_server.processors.query_message_processor import QueryMessageProcessor
+from rmq.broker_server.processors.recall_message_processor import RecallMessageProcessor
 from rmq.broker_server.processors.receipt_handle import ReceiptHandleCodec, load_or_create_secret
 from rmq.broker_server.processors.remembered_receives import RememberedReceives
 from rmq.broker_server.processors.schedule_message_service import ScheduleMessageService
@@ -67,6 +68,7 @@ from rmq.broker_server.processors.store_executor import StoreExecutor
 from rmq.broker_server.processors.subscription_group_processor import SubscriptionGroupProcessor
 from rmq.broker_server.processors.timer_message_store import RecallHandles, TimerMessageStore, TimerSettings
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
+from rmq.broker_server.processors.topic_route_processor import TopicRouteProcessor
 from rmq.broker_server.remoting.remoting_server import RemotingServer
 from rmq.broker_server.remoting.service import bind_remoting_port, build_broker_remoting
 from rmq.broker_server.replication.broker_group import Replication
@@ -265,6 +267,9 @@ class BrokerController:
             AckMessageProcessor(pop),
             ChangeInvisibleTimeProcessor(pop),
             SubscriptionGroupProcessor(self.subscription_groups, self.executor),
+            TopicRouteProcessor(config.broker_name, config.broker_address, self.topics,
+                                config.namesrv_addresses, security.open_client_channel),
+            RecallMessageProcessor(self.timer),
         )
         self._tasks: list[asyncio.Task[None]] = []
         self.rocketmq_v2: RocketMQv2MessagingService | None = None
@@ -322,15 +327,14 @@ class BrokerController:
         server = create_server(self.config.listen, self.config.grpc_max_message_bytes, self.security,
                                broker_server_id(self.config.broker_name, self.config.broker_id))
         services = generic_only(server)
-        messaging = MessagingService(self.processors, self.watches)
+        messaging = MessagingService(self.processors)
         rmq_pb2_grpc.add_MessagingServiceServicer_to_server(messaging, services)
         rmq_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminService(self.processors), services,
         )
         self.flight = self._start_flight()   # before the route service: its member carries the address
         rmq_pb2_grpc.add_RouteServiceServicer_to_server(
-            BrokerRouteService(self.config.broker_name, self.config.broker_address, self.topics,
-                               self.replication.member),
+            BrokerRouteService(self.processors.route, self.replication.member),
             services,
         )
         self.replication.add_to_server(services)
@@ -338,8 +342,7 @@ class BrokerController:
         # RocketMQ 5 producer of its topic (each adapter adds its check to EndTransactionProcessor)
         self.remoting = build_broker_remoting(self.config, self.security, self.processors, self.topics,
                                               self.consumers, self._remoting_socket, self._remoting_fixed)
-        self.rocketmq_v2 = build_rocketmq_v2_service(self.config, self.topics, self.processors, self.timer,
-                                                     self.security.open_client_channel)
+        self.rocketmq_v2 = build_rocketmq_v2_service(self.config, self.processors, self.timer)
         add_rocketmq_v2_service(self.rocketmq_v2, server)
         return server
 

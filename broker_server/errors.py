@@ -79,6 +79,18 @@ class IllegalInvisibleTime(BrokerError):
         super().__init__(rmq_pb2.ILLEGAL_ARGUMENT, message)
 
 
+class TopicRouteNotFound(BrokerError):
+    """A route lookup for a topic this broker does not hold (and no name server knows): rmq.v1
+    answers TOPIC_NOT_EXIST, remoting TOPIC_NOT_EXIST and RocketMQ 5 TOPIC_NOT_FOUND, each in its
+    own words (so `topic` and `broker_name` are kept)."""
+
+    def __init__(self, topic: str, broker_name: str) -> None:
+        super().__init__(rmq_pb2.TOPIC_NOT_EXIST,
+                         f"no route for topic {topic!r}: broker {broker_name} does not hold it")
+        self.topic = topic
+        self.broker_name = broker_name
+
+
 def illegal_argument(message: str) -> BrokerError:
     return BrokerError(rmq_pb2.ILLEGAL_ARGUMENT, message)
 

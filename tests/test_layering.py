@@ -128,9 +128,11 @@ def test_the_broker_check_sees_an_import_up() -> None:
 
 # Every request kind enters a processor (issue 42, ARCHITECTURE.md "Requests"): a protocol adapter
 # reaches the store and the consumers' state (offsets, held pulls, pop state, locks, the store's
-# executor) only through processors/pipeline.py's processors. Route lookups (TopicConfigManager),
-# the remoting port's connection events (ConsumerManager), the RocketMQ 5 timer park/recall
-# (TimerMessageStore) and rmq.v1 WatchConsumerIds are the adapters' own still (ARCHITECTURE.md).
+# executor) only through processors/pipeline.py's processors. The remoting port's connection events
+# (ConsumerManager), the RocketMQ 5 timer park (TimerMessageStore) and rmq.v1
+# WatchConsumerIds are the adapters' own still (ARCHITECTURE.md). The gRPC adapters look topics and
+# routes up only through TopicRouteProcessor (the remoting adapter's prepared send still reads
+# TopicConfigManager).
 STATE_ONLY_PROCESSORS_REACH = {
     "rmq.store": {"MessageStore"},
     "rmq.broker_server.offsets.consumer_offset_manager": None,
@@ -141,14 +143,18 @@ STATE_ONLY_PROCESSORS_REACH = {
 }
 
 
-def adapter_state_imports(root: Path = BROKER) -> list[str]:
+TOPICS_ONLY_THE_ROUTE_PROCESSOR_READS = {"rmq.broker_server.processors.topic_config_manager": None}
+
+
+def adapter_state_imports(root: Path = BROKER, adapters: tuple[str, ...] = ADAPTERS,
+                          reach: dict[str, set[str] | None] = STATE_ONLY_PROCESSORS_REACH) -> list[str]:
     found = []
-    for adapter in ADAPTERS:
+    for adapter in adapters:
         for path in sorted((root / adapter).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
-                if not isinstance(node, ast.ImportFrom) or node.module not in STATE_ONLY_PROCESSORS_REACH:
+                if not isinstance(node, ast.ImportFrom) or node.module not in reach:
                     continue
-                names = STATE_ONLY_PROCESSORS_REACH[node.module]
+                names = reach[node.module]
                 found += [f"{path.relative_to(root)}: {node.module}.{alias.name}" for alias in node.names
                           if names is None or alias.name in names]
     return found
@@ -156,6 +162,11 @@ def adapter_state_imports(root: Path = BROKER) -> list[str]:
 
 def test_adapters_reach_the_store_and_consumer_state_only_through_processors() -> None:
     assert adapter_state_imports() == []
+
+
+def test_grpc_adapters_read_topics_only_through_the_route_processor() -> None:
+    assert adapter_state_imports(adapters=("rmq_v1", "rocketmq_v2"),
+                                 reach=TOPICS_ONLY_THE_ROUTE_PROCESSOR_READS) == []
 
 
 def test_the_adapter_check_sees_a_store_import(tmp_path: Path) -> None:

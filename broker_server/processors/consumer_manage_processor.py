@@ -9,11 +9,11 @@ is stored."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from rmq.broker_server.errors import illegal_argument
+from rmq.broker_server.errors import BrokerError, illegal_argument
 from rmq.broker_server.offsets.consumer_ids_watch import ConsumerIdsWatchService
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager
 from rmq.broker_server.offsets.consumer_offset_manager import ConsumerOffsetManager, OffsetKey
@@ -64,6 +64,15 @@ class ConsumerManageProcessor:
 
     def add_reset_teller(self, teller: ResetTeller) -> None:
         self._tellers.append(teller)
+
+    def watch_consumer_ids(self, group: str, client_id: str, adopts_resets: bool
+                           ) -> AsyncIterator[rmq_pb2.ConsumerIdsChanged]:
+        """rmq.v1 WatchConsumerIds: the group's client ids now and after every change (and its
+        offset resets and running-info questions when the client `adopts_resets`); a bad client id
+        or group name raises its leaf before anything is held."""
+        check_client_id(client_id)
+        check_group_name(group)
+        return self.watches.watch(group, client_id, adopts_resets)
 
     def consumer_list(self, group: str) -> list[str]:
         check_group_name(group)
@@ -123,6 +132,15 @@ class ConsumerManageProcessor:
         check_group_name(group)
         check_client_id(client_id)
         return await self.watches.ask_running_info(group, client_id)
+
+    def check_online(self, group: str, client_id: str) -> None:
+        """Whether a consumer can be asked for its running info over its own connection (the 4.x
+        GET_CONSUMER_RUNNING_INFO; RocketMQ's AdminBrokerProcessor#getConsumerRunningInfo via
+        Broker2Client): it is a live member of `group`, else SYSTEM_ERROR "not online"."""
+        check_group_name(group)
+        check_client_id(client_id)
+        if all(info.client_id != client_id for info in self.consumers.connections(group)):
+            raise BrokerError(rmq_pb2.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online")
 
     def report_running_info(self, request: rmq_pb2.ReportRunningInfoRequest) -> None:
         """The client's answer to a running-info question."""

@@ -17,8 +17,10 @@ from rmq.broker_server.processors.end_transaction_processor import EndTransactio
 from rmq.broker_server.processors.pop_message_processor import PopMessageProcessor
 from rmq.broker_server.processors.pull_message_processor import PullMessageProcessor
 from rmq.broker_server.processors.query_message_processor import QueryMessageProcessor
+from rmq.broker_server.processors.recall_message_processor import RecallMessageProcessor
 from rmq.broker_server.processors.send_message_processor import SendMessageProcessor
 from rmq.broker_server.processors.subscription_group_processor import SubscriptionGroupProcessor
+from rmq.broker_server.processors.topic_route_processor import TopicRouteProcessor
 
 
 @dataclass(frozen=True)
@@ -35,3 +37,5 @@ class BrokerProcessors:
     ack: AckMessageProcessor
     change_invisible: ChangeInvisibleTimeProcessor
     subscription_group: SubscriptionGroupProcessor
+    route: TopicRouteProcessor
+    recall: RecallMessageProcessor

@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from google.protobuf.message import Message
 
 from rmq import message_format as mf
-from rmq.broker_server.errors import UnknownTransaction
+from rmq.broker_server.errors import TopicRouteNotFound, UnknownTransaction
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager
 from rmq.broker_server.processors.admin_broker_processor import to_message_queues
-from rmq.broker_server.processors.names import AUTO_CREATE_TOPIC_KEY
 from rmq.broker_server.processors.pipeline import BrokerProcessors
 from rmq.broker_server.processors.send_message_processor import OneMessage, born_host_from_peer
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
@@ -53,7 +52,7 @@ from rmq.broker_server.remoting.transactions import (
 from rmq.remoting.remoting_command import LanguageCode, RemotingCommand
 from rmq.remoting.request_code import RequestCode, ResponseCode
 from rmq.store.commit_log import TRANSACTION_PREPARED_TYPE, TRANSACTION_TYPE_MASK
-from rmq.topic_config import QueueData, TopicConfig
+from rmq.topic_config import QueueData
 from rmq.v1 import rmq_pb2
 
 log = logging.getLogger(__name__)
@@ -148,18 +147,16 @@ class BrokerRemotingProcessor:
     # -- route and membership -----------------------------------------------------------
     async def _route(self, call: Call) -> RemotingCommand:
         topic = headers.text(call.request, "topic")
-        config = self.topics.get(topic)
-        if config is None and topic == AUTO_CREATE_TOPIC_KEY and self.topics.auto_create:
+        try:
             # a 4.x producer sends to a topic without a route through the default topic's route;
             # its send then creates the topic (auto_create_topic_enable)
-            queues = self.topics.default_queue_nums
-            config = TopicConfig(topic, queues, queues)
-        if config is None:
+            config = self.processors.route.own_route(topic, through_default_topic=True)
+        except TopicRouteNotFound as missing:
             raise Refusal(
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"No topic route info in name server for the topic: {topic} "
-                f"(broker {self.identity.broker_name} does not hold it)",
-            )
+                f"(broker {missing.broker_name} does not hold it)",
+            ) from None
         name = self.identity.broker_name
         body = encode_topic_route(
             [BrokerData(name, {self.identity.broker_id: self.identity.remoting_address},
@@ -287,6 +284,7 @@ class BrokerRemotingProcessor:
         group, client_id = headers.text(call.request, "consumerGroup"), headers.text(call.request, "clientId")
         self._authorize(call, "GetConsumerList", rmq_pb2.GetConsumerListRequest(consumer_group=group))
         self.dispatcher.authorize_client(call, client_id)
+        self.processors.consumer_manage.check_online(group, client_id)
         channel = self.connections.by_client.get(client_id)
         if channel is None or channel.closed:
             raise Refusal(ResponseCode.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online")
@@ -422,9 +420,7 @@ class BrokerRemotingProcessor:
         request = rmq_pb2.RecallMessageRequest(topic=headers.text(call.request, "topic"),
                                                recall_handle=headers.text(call.request, "recallHandle"))
         self._authorize(call, "RecallMessage", request)
-        timer = self.processors.send.timer
-        assert timer is not None   # the broker always has one
-        message_id = await timer.recall(request.topic, request.recall_handle)
+        message_id = await self.processors.recall.recall(request.topic, request.recall_handle)
         return call.request.response(ResponseCode.SUCCESS, ext_fields={"msgId": message_id})
 
     def _one_message(

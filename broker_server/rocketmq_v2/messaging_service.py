@@ -23,7 +23,7 @@ from rmq.broker_server.processors.send_message_processor import born_host_from_p
 from rmq.broker_server.processors.timer_message_store import TimerMessageStore
 from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.offset_rpcs import OffsetRpcs
-from rmq.broker_server.rocketmq_v2.route import RouteResolver, assignments, message_queues
+from rmq.broker_server.rocketmq_v2.route import assignments, message_queues, routed_brokers
 from rmq.broker_server.rocketmq_v2.status import OK, V2Error, answers_with_status, as_v2_error
 from rmq.broker_server.rocketmq_v2.telemetry import TelemetrySessions
 from rmq.broker_server.rocketmq_v2.transactions import resolution_of
@@ -72,14 +72,13 @@ def _pop_header(request: pb.ReceiveMessageRequest, context: Context) -> PopMessa
 
 
 class RocketMQv2MessagingService:
-    def __init__(self, processors: BrokerProcessors, routes: RouteResolver,
+    def __init__(self, processors: BrokerProcessors,
                  sessions: TelemetrySessions, timer: TimerMessageStore, offset_rpcs: OffsetRpcs,
                  max_body_size: int) -> None:
         self.processors = processors
         self.sender = processors.send
         self.transactions = processors.end_transaction
         self.pop = processors.pop
-        self.routes = routes
         self.sessions = sessions
         self.timer = timer
         self.offset_rpcs = offset_rpcs
@@ -93,7 +92,7 @@ class RocketMQv2MessagingService:
             context: ServicerContext[pb.QueryRouteRequest,
                                      pb.QueryRouteResponse],
     ) -> pb.QueryRouteResponse:
-        brokers = await self.routes.brokers(request.topic.name, request.endpoints)
+        brokers = await routed_brokers(self.processors.route, request.topic.name, request.endpoints)
         return pb.QueryRouteResponse(status=OK, message_queues=message_queues(request.topic, brokers))
 
     @answers_with_status(pb.QueryAssignmentResponse)
@@ -103,7 +102,7 @@ class RocketMQv2MessagingService:
                                      pb.QueryAssignmentResponse],
     ) -> pb.QueryAssignmentResponse:
         check_group_name(request.group.name)
-        brokers = await self.routes.brokers(request.topic.name, request.endpoints)
+        brokers = await routed_brokers(self.processors.route, request.topic.name, request.endpoints)
         return pb.QueryAssignmentResponse(
             status=OK,
             assignments=assignments(request.topic, brokers, self.pop.policy.fifo(request.group.name)))
@@ -114,6 +113,7 @@ class RocketMQv2MessagingService:
             context: ServicerContext[pb.HeartbeatRequest,
                                      pb.HeartbeatResponse],
     ) -> pb.HeartbeatResponse:
+        self.sessions.heartbeat(_client_id(context))   # -> ClientManageProcessor
         return pb.HeartbeatResponse(status=OK)
 
     @answers_with_status(pb.NotifyClientTerminationResponse)
@@ -186,7 +186,7 @@ class RocketMQv2MessagingService:
             context: ServicerContext[pb.RecallMessageRequest,
                                      pb.RecallMessageResponse],
     ) -> pb.RecallMessageResponse:
-        message_id = await self.timer.recall(request.topic.name, request.recall_handle)
+        message_id = await self.processors.recall.recall(request.topic.name, request.recall_handle)
         return pb.RecallMessageResponse(status=OK, message_id=message_id)
 
     def _to_store(self, message: v2.Message, config: TopicConfig, born_host: bytes) -> MessageToStore:

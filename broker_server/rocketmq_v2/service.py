@@ -3,20 +3,14 @@ once by BrokerController."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import grpc
-
 from rmq import retry
 from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.processors.delay_levels import parse_delay_levels
 from rmq.broker_server.processors.pipeline import BrokerProcessors
 from rmq.broker_server.processors.pop_message_processor import MAX_BATCH
 from rmq.broker_server.processors.timer_message_store import TimerMessageStore
-from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.rocketmq_v2.messaging_service import RocketMQv2MessagingService
 from rmq.broker_server.rocketmq_v2.offset_rpcs import OffsetRpcs
-from rmq.broker_server.rocketmq_v2.route import RouteResolver
 from rmq.broker_server.rocketmq_v2.telemetry import ServerSettings, TelemetrySessions
 from rmq.broker_server.rocketmq_v2.transactions import TelemetryTransactionCheck
 from rmq.message_format import FIXED_OVERHEAD
@@ -24,9 +18,8 @@ from rmq.message_format import FIXED_OVERHEAD
 PUSH_LONG_POLLING_S = 20   # the long polling a PushConsumer is told to use (proxy default 20 s)
 
 
-def build_service(config: BrokerConfig, topics: TopicConfigManager, processors: BrokerProcessors,
-                  timer: TimerMessageStore,
-                  open_channel: Callable[[str], grpc.aio.Channel]) -> RocketMQv2MessagingService:
+def build_service(config: BrokerConfig, processors: BrokerProcessors,
+                  timer: TimerMessageStore) -> RocketMQv2MessagingService:
     """The v2 service of one broker over its processors (the pop processors' state is loaded by
     BrokerController.load)."""
     delays = parse_delay_levels(config.message_delay_level)
@@ -40,7 +33,4 @@ def build_service(config: BrokerConfig, topics: TopicConfigManager, processors: 
                                  config.max_telemetry_sessions_per_account, processors.client_manage)
     processors.end_transaction.add_check(TelemetryTransactionCheck(sessions))
     return RocketMQv2MessagingService(
-        processors,
-        RouteResolver(config.broker_name, config.broker_address, topics, config.namesrv_addresses,
-                      open_channel),
-        sessions, timer, OffsetRpcs(processors), max_body_size)
+        processors, sessions, timer, OffsetRpcs(processors), max_body_size)

@@ -30,7 +30,7 @@ from google.protobuf.duration_pb2 import Duration
 from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.long_polling.fair_shares import adjust_count
 from rmq.broker_server.processors.client_manage_processor import ClientManageProcessor
-from rmq.broker_server.rocketmq_v2.status import v2_status
+from rmq.broker_server.rocketmq_v2.status import V2Error, v2_status
 from rmq.broker_server.security import caller
 from rmq.broker_server.security.acl import Need, ResourceKind
 from rmq.rocketmq_v2 import definition_pb2 as v2
@@ -210,6 +210,26 @@ class TelemetrySessions:
         if group and not any(other is not session and other.client_id == session.client_id
                              and _consumer_group(other) == group for other in self.sessions):
             self.members.unregister(session.client_id, group)
+
+    def heartbeat(self, client_id: str) -> None:
+        """A Heartbeat (proxy ClientActivity#heartbeat): the client, as its Telemetry settings
+        describe it, registered or refreshed through ClientManageProcessor: a producer in each
+        topic it publishes (the proxy's producer group of a RocketMQ 5 producer), a consumer in
+        the group its settings name (the one they were authorized for) with its subscriptions.
+        UNRECOGNIZED_CLIENT_TYPE when it has sent no settings."""
+        session = next((s for s in self.sessions if s.client_id == client_id and s.settings is not None),
+                       None)
+        if session is None or session.settings is None:
+            raise V2Error(v2.UNRECOGNIZED_CLIENT_TYPE, f"client {client_id!r} has sent no settings "
+                                                       "(its Telemetry stream first)")
+        settings = session.settings
+        if settings.HasField("publishing"):
+            for topic in settings.publishing.topics:
+                self.members.producer_heartbeat(
+                    topic.name, client_id, rmq_pb2.CLIENT_PROTOCOL_ROCKETMQ_V2, session.address,
+                    v2.Language.Name(settings.user_agent.language), 0)
+        else:
+            self._join(session, settings)   # the same settings again: refreshed in the same group
 
     def connected(self, client_id: str) -> bool:
         """Whether the client has a Telemetry stream open here."""

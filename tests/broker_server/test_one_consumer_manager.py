@@ -14,7 +14,7 @@ from rmq.rocketmq_v2 import definition_pb2 as v2
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 from tests.broker_server.in_process_broker import running_broker
 from tests.broker_server.test_membership_and_locks import Clock
-from tests.broker_server.v2_calls import TelemetryStream, V2Client
+from tests.broker_server.v2_calls import TelemetryStream, V2Client, publishing
 from tests.waiting import wait_until
 
 V5 = rmq_pb2.CLIENT_PROTOCOL_ROCKETMQ_V2
@@ -80,3 +80,27 @@ def test_a_telemetry_consumer_joins_the_one_table_and_leaves_with_its_stream(tmp
         wait_until(lambda: [m.client_id for m in admin.consumer_connections("mixed")] == ["v1-client"],
                    "the RocketMQ 5 client left its group with its stream")
         wait_until(lambda: "second" not in controller.consumers.group_names(), "the other group left")
+
+
+def test_a_rocketmq5_heartbeat_registers_the_client_its_settings_describe(tmp_path: Path) -> None:
+    """Proxy ClientActivity#heartbeat: a producer's Heartbeat puts it in its topics' producer
+    groups (GetProducerConnections lists it), a consumer's refreshes it in its group, and a client
+    that has sent no settings is told so."""
+    with running_broker(tmp_path / "store") as broker, grpc.insecure_channel(broker.address) as channel:
+        admin = rmq_pb2_grpc.AdminServiceStub(channel)
+        assert V2Client(channel, "v5-unknown").heartbeat("mixed") == v2.UNRECOGNIZED_CLIENT_TYPE
+        producer, consumer = V2Client(channel, "v5-producer"), V2Client(channel, "v5-consumer")
+        producing, consuming_stream = TelemetryStream(producer, publishing("Orders")), \
+            TelemetryStream(consumer, consuming("mixed"))
+        try:
+            assert producing.next().status.code == v2.OK and consuming_stream.next().status.code == v2.OK
+            assert producer.heartbeat("") == v2.OK
+            listed = admin.GetProducerConnections(
+                rmq_pb2.GetProducerConnectionsRequest(producer_group="Orders"), timeout=10).connections
+            assert [(c.client_id, c.protocol) for c in listed] == [("v5-producer", V5)]
+            assert consumer.heartbeat("mixed") == v2.OK
+            [member] = broker.controller.processors.admin.consumer_connections("mixed")
+            assert (member.client_id, [s.topic for s in member.subscriptions]) == ("v5-consumer", ["Orders"])
+        finally:
+            producing.close()
+            consuming_stream.close()

@@ -579,6 +579,12 @@ def test_consumer_running_info_is_asked_of_the_consumer(broker: InProcessBroker)
             request(RequestCode.GET_CONSUMER_RUNNING_INFO, consumerGroup="info-g", clientId="nobody")
         )
         assert offline.code == ResponseCode.SYSTEM_ERROR and "not online" in offline.remark
+        # connected, but not a member of the group asked about (Broker2Client looks in the group)
+        elsewhere = admin.call(
+            request(RequestCode.GET_CONSUMER_RUNNING_INFO, consumerGroup="other-g", clientId="asked")
+        )
+        assert elsewhere.code == ResponseCode.SYSTEM_ERROR
+        assert "<other-g> <asked> not online" in elsewhere.remark
 
 
 def test_a_connection_is_not_read_past_its_request_bytes(tmp_path: Path) -> None:

@@ -241,16 +241,16 @@ def test_a_lost_push_is_delivered_by_the_next_pull(broker: InProcessBroker, monk
     """The broker's answer to a held pull (the push of the new message) is lost with its
     connection; the consumer pulls again from its offset and gets the message."""
     dropped: list[remoting_server.Channel] = []
-    original = remoting_server.Channel.write
+    original = remoting_server.Channel.write_frame     # every answer leaves through it
 
-    async def losing_first_push(self: remoting_server.Channel, command: RemotingCommand) -> None:
+    def losing_first_push(self: remoting_server.Channel, command: RemotingCommand) -> bool:
         if not dropped and command.is_response and command.body:
             self.transport.abort()    # the answer never leaves: the connection drops
             dropped.append(self)
-            return
-        await original(self, command)
+            return True
+        return original(self, command)
 
-    monkeypatch.setattr(remoting_server.Channel, "write", losing_first_push)
+    monkeypatch.setattr(remoting_server.Channel, "write_frame", losing_first_push)
     with RmqClient(broker.address) as producer_client, RmqClient(broker.address) as consumer_client:
         received = Received()
         consumer = started_consumer(broker.address, consumer_client, received)
