@@ -1,7 +1,7 @@
 """The chaos run's cluster: controller(s), SYNC_MASTER broker groups, and the clients, each
 process in its own namespace of a `Network`.
 
-Broker groups (RMQ_CHAOS_GROUPS, default 1; `make chaos` sets 2): group A (`chaos-a`, members
+Broker groups (RMQ_CHAOS_GROUPS, default 2; the checker's weakened run uses 1): group A (`chaos-a`, members
 b0 b1 b2: a master and two slaves) and, with 2, group B (`chaos-b`, members c0 c1: a master and
 one slave), each SYNC_MASTER in controller mode under the same controllers. The topic has QUEUES
 queues on every group, so the producers send to both and the consumers take from both.
@@ -53,10 +53,10 @@ class ControlPlane:
     groups: int = 1        # broker groups (GROUP_SIZES): 1 = group A only, 2 = A and B
 
     @classmethod
-    def from_env(cls, groups_default: int = 1) -> ControlPlane:
+    def from_env(cls) -> ControlPlane:
         plane = cls(int(os.environ.get("RMQ_CHAOS_CONTROLLERS", "1")),
                     int(os.environ.get("RMQ_CHAOS_ETCD", "0")),
-                    int(os.environ.get("RMQ_CHAOS_GROUPS", str(groups_default))))
+                    int(os.environ.get("RMQ_CHAOS_GROUPS", "2")))
         if plane.controllers < 1 or plane.etcd_members < 0:
             raise ValueError(f"RMQ_CHAOS_CONTROLLERS must be 1 or more and RMQ_CHAOS_ETCD 0 or more: {plane}")
         if not 1 <= plane.groups <= len(GROUP_SIZES):

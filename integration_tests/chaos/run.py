@@ -6,7 +6,7 @@ RMQ_CHAOS_SECONDS    how long the schedule runs
 RMQ_CHAOS_INTERVAL   seconds each fault holds, and again after its heal before the next
 RMQ_CHAOS_SEED       the random picks (victims, halves), for a run to be repeated
 RMQ_CHAOS_GROUPS     broker groups: 1 (group A: master + two slaves) or 2 (and group B: master +
-                     one slave); 1 unless set (`make chaos` sets 2)
+                     one slave); 2 unless set
 RMQ_CHAOS_CONTROLLERS, RMQ_CHAOS_ETCD: the control plane (cluster.ControlPlane)
 """
 

@@ -2,9 +2,10 @@
 by integration_tests/chaos/checker.py. They need root and `ip netns`; they skip with the reason
 otherwise.
 
-`make test` runs the short schedule (SHORT_FAULTS, about three minutes, broker group A alone)
-and the checker's own test; `make chaos` runs the long one (every fault, RMQ_CHAOS_SECONDS=600,
-RMQ_CHAOS_GROUPS=2: a second broker group) and writes RELIABILITY.md's chaos section.
+`make test` runs the short schedule (SHORT_FAULTS, about three minutes) and the checker's own
+test; `make chaos` runs the long one (every fault, RMQ_CHAOS_SECONDS=600) and writes
+RELIABILITY.md's chaos section. Both schedules run two broker groups (RMQ_CHAOS_GROUPS=1: group
+A alone); the weakened run is group A alone.
 Settings: integration_tests/chaos/run.py.
 """
 
