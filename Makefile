@@ -61,7 +61,8 @@ reliability: $(STAMP)
 	RMQ_RELIABILITY_REPORT=1 RMQ_SOAK_SECONDS=$${RMQ_SOAK_SECONDS:-600} $(PY) -m pytest integration_tests/reliability
 
 ## chaos runs (integration_tests/chaos/; root + ip netns, else they skip): every fault (RMQ_CHAOS_FAULTS) on an
-## interval for RMQ_CHAOS_SECONDS (600 here; a short schedule runs in `make test`), then the weakened-group check;
+## interval for RMQ_CHAOS_SECONDS (600 here; a short schedule runs in `make test`) on two broker groups
+## (RMQ_CHAOS_GROUPS=1: group A alone), then the weakened-group check;
 ## writes build/chaos/result.json and RELIABILITY.md's chaos section (the rest of that file is `make reliability`'s)
 chaos: $(STAMP)
 	RMQ_CHAOS_REPORT=1 RMQ_CHAOS_FAULTS=$${RMQ_CHAOS_FAULTS:-all} RMQ_CHAOS_SECONDS=$${RMQ_CHAOS_SECONDS:-600} \

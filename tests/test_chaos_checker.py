@@ -120,7 +120,32 @@ def test_the_generated_section_is_replaced_and_the_rest_kept() -> None:
 
 
 def test_a_lost_body_is_explained_by_what_was_taken_at_its_offset() -> None:
-    sends = [Send(55.0, "p-0", 1, "SEND_OK", (2, 7)), Send(56.0, "q-0", 1, "SLAVE_NOT_AVAILABLE", (2, 7))]
-    takes = [Take(57.0, "q-0", (2, 7))]
+    sends = [Send(55.0, "p-0", 1, "SEND_OK", (2, 7), "chaos-a"),
+             Send(56.0, "q-0", 1, "SLAVE_NOT_AVAILABLE", (2, 7), "chaos-a")]
+    takes = [Take(57.0, "q-0", (2, 7), "chaos-a"),
+             Take(57.5, "r-0", (2, 7), "chaos-b")]    # group B's queue 2: another queue
     assert explain_lost(history(sends, takes)) == [
-        "p-0 (SEND_OK at t=55.00, queue 2 offset 7): consumers took ['q-0'] there"]
+        "p-0 (SEND_OK at t=55.00, chaos-a queue 2 offset 7): consumers took ['q-0'] there"]
+
+
+def test_order_is_checked_per_queue_of_each_broker_group() -> None:
+    """A key moved to another group's queue (its route changed) starts its order again there;
+    within one queue a later message taken first is still out of order."""
+    sends = [ok(50.0 + n, f"p-{n}") for n in (0, 8, 16)]
+    takes = [Take(58.0, "p-8", (0, 1), "chaos-b"), Take(58.1, "p-0", (0, 1), "chaos-a"),   # other group
+             Take(58.2, "p-16", (0, 2), "chaos-a")]
+    assert sum(f.out_of_order for f in check(history(sends, takes), KEYS).values()) == 0
+    takes = [Take(58.0, "p-8", (0, 1), "chaos-a"), Take(58.1, "p-0", (0, 1), "chaos-a"),   # same queue
+             Take(58.2, "p-16", (0, 2), "chaos-a")]
+    assert sum(f.out_of_order for f in check(history(sends, takes), KEYS).values()) == 1
+
+
+def test_time_without_a_master_counts_each_broker_group() -> None:
+    """Group B without a master for 10 s counts though group A's master answered throughout (epochs
+    are per group: B's epoch 1 is not older than A's epoch 3)."""
+    roles = [RoleSample(t / 4, "b0", "SYNC_MASTER", 3, "chaos-a") for t in range(0, 400)]
+    gap = range(160, 200)       # 40-50 s: no master in group B
+    roles += [RoleSample(t / 4, "c0", "SYNC_MASTER", 1, "chaos-b") for t in range(0, 400) if t not in gap]
+    figures = check(history([ok(t, f"p-{t}") for t in range(100)],
+                            [Take(t + 0.5, f"p-{t}") for t in range(100)], roles=roles), KEYS)
+    assert figures[BEFORE_FAULTS].max_without_master_s == pytest.approx(10.25, abs=0.01)

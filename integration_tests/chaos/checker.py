@@ -1,8 +1,9 @@
 """The chaos run's checker (OpenChaos's queue model) over the recorded history:
 
-- every send attempt (client_process producer lines): body, attempt, status, queue, offset;
-- every message the orderly consumers took (consumer lines): body, queue, offset;
-- the members' roles as the monitor saw them;
+- every send attempt (client_process producer lines): body, attempt, status, broker, queue, offset;
+- every message the orderly consumers took (consumer lines): body, broker, queue, offset;
+- the offsets the consumers committed, per queue (recorded for reading a run, not checked);
+- the members' roles (and broker group) as the monitor saw them;
 - the faults: kind, when injected, when healed.
 
 Per fault (the window from its injection to the next fault's, or to the end of the run):
@@ -11,12 +12,14 @@ Per fault (the window from its injection to the next fault's, or to the end of t
 - `lost`: of those, bodies no consumer ever took;
 - `duplicated`: takes of a body beyond the times it was sent (a retried send may be stored
   twice; anything beyond that is a duplicate), counted in the window of its SEND_OK;
-- `out_of_order`: first takes of a message after a later message of the same key (the
-  producers send each key to one queue, one at a time, so the queue holds them in order);
+- `out_of_order`: first takes of a message after a later message of the same key taken from the
+  same queue (a queue is a broker group's queue id; the producers send each key to one queue,
+  one at a time, so the queue holds them in order; a route change may move a key to another
+  queue, where its order starts again);
 - `max_unavailable_s`: the longest time in the window without any send answered SEND_OK;
-- `max_without_master_s`: the longest time in the window no member answered as master of the
-  newest epoch (a deposed master that still says master does not count; one nobody has
-  replaced yet does, whether or not it can replicate).
+- `max_without_master_s`: the longest time in the window some broker group had no member
+  answering as master of the group's newest epoch (a deposed master that still says master does
+  not count; one nobody has replaced yet does, whether or not it can replicate).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class Send:
     attempt: int
     status: str
     position: tuple[int, int] = (-1, -1)     # (queue, offset) the answer named
+    broker: str = ""                         # the broker group of that queue
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,18 @@ class Take:
     t: float
     body: str
     position: tuple[int, int] = (-1, -1)     # (queue, offset) it was read at
+    broker: str = ""                         # the broker group of that queue
+
+    @property
+    def queue(self) -> tuple[str, int]:
+        return self.broker, self.position[0]
+
+
+@dataclass(frozen=True)
+class Commit:
+    t: float
+    queue: tuple[str, int]    # (broker group, queue id)
+    offset: int               # the consumer's committed offset (the next to consume)
 
 
 @dataclass(frozen=True)
@@ -54,6 +70,7 @@ class RoleSample:
     member: str
     role: str | None      # None: the member did not answer
     epoch: int = 0
+    group: str = ""       # the member's broker group (epochs are per group)
 
 
 @dataclass(frozen=True)
@@ -70,18 +87,25 @@ class History:
     roles: list[RoleSample] = field(default_factory=list)
     faults: list[FaultWindow] = field(default_factory=list)
     end: float = 0.0      # when producing stopped
+    commits: list[Commit] = field(default_factory=list)
 
     @classmethod
     def read(cls, directory: Path, faults: list[FaultWindow], end: float) -> History:
-        """The history the client processes wrote under `directory` (*.sends, *.takes, roles)."""
+        """The history the client processes wrote under `directory` (*.sends, *.takes, *.commits,
+        roles)."""
         history = cls(faults=faults, end=end)
         for line in _lines(directory.glob("*.sends")):
-            history.sends.append(Send(line["t"], line["body"], line["attempt"], line["status"],
-                                      (line.get("queue", -1), line.get("offset", -1))))
+            position = (line.get("queue", -1), line.get("offset", -1))
+            history.sends.append(Send(line["t"], line["body"], line["attempt"], line["status"], position,
+                                      line.get("broker", "")))
         for line in _lines(directory.glob("*.takes")):
-            history.takes.append(Take(line["t"], line["body"], (line["queue"], line["offset"])))
+            history.takes.append(Take(line["t"], line["body"], (line["queue"], line["offset"]),
+                                      line["broker"]))
+        for line in _lines(directory.glob("*.commits")):
+            history.commits.append(Commit(line["t"], (line["broker"], line["queue"]), line["offset"]))
         for line in _lines(directory.glob("*.roles")):
-            history.roles.append(RoleSample(line["t"], line["member"], line["role"], line["epoch"]))
+            history.roles.append(RoleSample(line["t"], line["member"], line["role"], line["epoch"],
+                                            line["group"]))
         return history
 
 
@@ -146,30 +170,33 @@ def order_key(body: str, keys: int) -> tuple[str, int, int]:
 
 
 def out_of_order_takes(takes: Sequence[Take], keys: int) -> list[Take]:
-    """First takes of a message that come after the first take of a later message of its key."""
+    """First takes of a message that come after the first take of a later message of its key
+    from the same queue."""
     seen: set[str] = set()
-    highest: dict[tuple[str, int], int] = {}
+    highest: dict[tuple[str, int, tuple[str, int]], int] = {}
     late = []
     for take in sorted(takes, key=lambda take: take.t):
         if take.body in seen:
             continue
         seen.add(take.body)
         producer, key, number = order_key(take.body, keys)
-        if number < highest.get((producer, key), -1):
+        stream = (producer, key, take.queue)
+        if number < highest.get(stream, -1):
             late.append(take)
-        highest[(producer, key)] = max(number, highest.get((producer, key), -1))
+        highest[stream] = max(number, highest.get(stream, -1))
     return late
 
 
-def masters_answering(roles: Sequence[RoleSample]) -> list[float]:
-    """When a member answered as master of the newest epoch seen so far (an old master still
-    answering as master after a newer one was elected does not count: it is deposed)."""
-    newest = 0
-    found = []
+def masters_answering(roles: Sequence[RoleSample]) -> dict[str, list[float]]:
+    """Per broker group: when a member answered as master of the group's newest epoch seen so far
+    (an old master still answering as master after a newer one was elected does not count: it
+    is deposed)."""
+    newest: dict[str, int] = {}
+    found: dict[str, list[float]] = {sample.group: [] for sample in roles}
     for sample in sorted(roles, key=lambda sample: sample.t):
-        if sample.role in MASTER_ROLES and sample.epoch >= newest:
-            newest = sample.epoch
-            found.append(sample.t)
+        if sample.role in MASTER_ROLES and sample.epoch >= newest.get(sample.group, 0):
+            newest[sample.group] = sample.epoch
+            found[sample.group].append(sample.t)
     return found
 
 
@@ -198,8 +225,8 @@ def check(history: History, keys: int) -> dict[str, FaultFigures]:
             duplicated=sum(max(0, taken[body] - attempts[body]) for body in acked),
             out_of_order=sum(1 for take in late if window.holds(first_take[take.body])),
             max_unavailable_s=round(longest_gap(ok_times, lo, hi), 2) if hi > lo else 0.0,
-            max_without_master_s=round(longest_gap(master_times, lo, hi), 2)
-            if hi > lo and history.roles else 0.0,
+            max_without_master_s=round(max(longest_gap(times, lo, hi) for times in master_times.values()), 2)
+            if hi > lo and master_times else 0.0,
         )
         figures[window.kind].add(one)
     return dict(figures)
@@ -218,9 +245,10 @@ def explain_lost(history: History) -> list[str]:
     found = []
     for send in history.sends:
         if send.status == SEND_OK and send.body not in taken:
-            instead = sorted({take.body for take in history.takes if take.position == send.position})
-            found.append(f"{send.body} (SEND_OK at t={send.t:.2f}, queue {send.position[0]} offset "
-                         f"{send.position[1]}): consumers took {instead or 'nothing'} there")
+            instead = sorted({take.body for take in history.takes
+                              if (take.broker, take.position) == (send.broker, send.position)})
+            found.append(f"{send.body} (SEND_OK at t={send.t:.2f}, {send.broker} queue {send.position[0]} "
+                         f"offset {send.position[1]}): consumers took {instead or 'nothing'} there")
     return found
 
 

@@ -9,11 +9,13 @@ JSON line in OUT (line-buffered, written before the next step), times from CLOCK
 producer: the SDK Producer sends NAME-0, NAME-1, ... one at a time, each to the queue of its
 key (select_message_queue_by_hash over KEYS keys: per-key order); a send not answered SEND_OK
 is sent again with the same body (a new attempt) until it is. Lines: {"t", "body", "attempt",
-"status" (SendStatus name or the error's class), "msg_id", "queue", "offset"}.
+"status" (SendStatus name or the error's class), "msg_id", "broker", "queue", "offset"}.
 consumer: an orderly PushConsumer; a line per message before the listener returns SUCCESS:
-{"t", "body", "queue", "offset"}; OUT with suffix .owned holds the queue ids it owns now.
-monitor: every member's GetBrokerStatus every POLL_S: {"t", "member", "role" (null: no
-answer), "epoch"}.
+{"t", "body", "broker", "queue", "offset"}; OUT with suffix .owned holds the queues
+([broker, queue id]) it owns now; OUT with suffix .commits a line each time the offset it
+committed for an owned queue moves: {"t", "broker", "queue", "offset"}.
+monitor: every member's GetBrokerStatus every POLL_S: {"t", "group", "member", "role" (null: no
+answer), "epoch"}; members are given as GROUP/MEMBER=HOST:PORT.
 SIGTERM ends each cleanly.
 """
 
@@ -33,6 +35,7 @@ import grpc
 from rmq.connector import ConsumeOrderlyContext, ConsumeOrderlyStatus, MessageExt, PushConsumer
 from rmq.connector.errors import RmqError
 from rmq.connector.message import Message
+from rmq.connector.offset_store import ReadOffsetType
 from rmq.connector.producer import Producer, SendStatus, select_message_queue_by_hash
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
@@ -65,7 +68,8 @@ def produce(endpoints: str, topic: str, out_path: str, name: str) -> None:
                     result = producer.send(Message(topic, body.encode(), keys=body),
                                            select_message_queue_by_hash, f"{name}-k{number % KEYS}")
                     line.update(status=result.status.name, msg_id=result.msg_id,
-                                queue=result.message_queue.queue_id, offset=result.queue_offset)
+                                broker=result.message_queue.broker_name, queue=result.message_queue.queue_id,
+                                offset=result.queue_offset)
                 except RmqError as error:
                     line.update(status=type(error).__name__, error=str(error)[:200])
                 out.write(json.dumps({"t": time.monotonic(), **line}) + "\n")
@@ -83,8 +87,8 @@ def consume(endpoints: str, group: str, topic: str, out_path: str, name: str) ->
     def listener(messages: Sequence[MessageExt], context: ConsumeOrderlyContext) -> ConsumeOrderlyStatus:
         with lock:
             for m in messages:
-                out.write(json.dumps({"t": time.monotonic(), "body": m.body.decode(), "queue": m.queue_id,
-                                      "offset": m.queue_offset}) + "\n")
+                out.write(json.dumps({"t": time.monotonic(), "body": m.body.decode(), "broker": m.broker_name,
+                                      "queue": m.queue_id, "offset": m.queue_offset}) + "\n")
         return ConsumeOrderlyStatus.SUCCESS
 
     consumer = PushConsumer(group, endpoints, consume_from="first", instance_name=name,
@@ -93,12 +97,21 @@ def consume(endpoints: str, group: str, topic: str, out_path: str, name: str) ->
     consumer.register_message_listener(listener, orderly=True)
     consumer.start()
     owned_path = Path(out_path).with_suffix(".owned")
-    owned: list[int] = []
+    commits, _ = _writer(str(Path(out_path).with_suffix(".commits")))
+    owned: list[tuple[str, int]] = []
+    committed: dict[tuple[str, int], int] = {}
     while not stop.wait(0.1):
-        now = sorted(mq.queue_id for mq in consumer.process_queues() if mq.topic == topic)
+        queues = [mq for mq in consumer.process_queues() if mq.topic == topic]
+        now = sorted((mq.broker_name, mq.queue_id) for mq in queues)
         if now != owned:
             owned = now
             owned_path.write_text(json.dumps(owned))
+        for mq in queues:
+            offset = consumer.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_MEMORY)
+            if offset >= 0 and committed.get((mq.broker_name, mq.queue_id)) != offset:
+                committed[(mq.broker_name, mq.queue_id)] = offset
+                commits.write(json.dumps({"t": time.monotonic(), "broker": mq.broker_name,
+                                          "queue": mq.queue_id, "offset": offset}) + "\n")
     consumer.shutdown()
 
 
@@ -106,7 +119,7 @@ def monitor(out_path: str, members: Sequence[str]) -> None:
     out, lock = _writer(out_path)
     stop = _stopper()
 
-    def poll(member: str, address: str) -> None:
+    def poll(group: str, member: str, address: str) -> None:
         with grpc.insecure_channel(address) as channel:
             stub = rmq_pb2_grpc.AdminServiceStub(channel)
             while not stop.is_set():
@@ -118,11 +131,14 @@ def monitor(out_path: str, members: Sequence[str]) -> None:
                 except grpc.RpcError:
                     role, epoch = None, 0
                 with lock:
-                    out.write(json.dumps({"t": began, "member": member, "role": role, "epoch": epoch}) + "\n")
+                    out.write(json.dumps({"t": began, "group": group, "member": member, "role": role,
+                                          "epoch": epoch}) + "\n")
                 stop.wait(max(0.0, POLL_S - (time.monotonic() - began)))
 
-    for member, address in (word.split("=", 1) for word in members):
-        threading.Thread(target=poll, args=(member, address), daemon=True).start()
+    for word in members:
+        name, address = word.split("=", 1)
+        group, _, member = name.rpartition("/")
+        threading.Thread(target=poll, args=(group, member, address), daemon=True).start()
     stop.wait()
 
 

@@ -1,5 +1,10 @@
-"""The chaos run's cluster: controller(s), one SYNC_MASTER broker group of three members, and
-the clients, each process in its own namespace of a `Network`.
+"""The chaos run's cluster: controller(s), SYNC_MASTER broker groups, and the clients, each
+process in its own namespace of a `Network`.
+
+Broker groups (RMQ_CHAOS_GROUPS, default 2; the checker's weakened run uses 1): group A (`chaos-a`, members
+b0 b1 b2: a master and two slaves) and, with 2, group B (`chaos-b`, members c0 c1: a master and
+one slave), each SYNC_MASTER in controller mode under the same controllers. The topic has QUEUES
+queues on every group, so the producers send to both and the consumers take from both.
 
 The control plane is the one seam (`ControlPlane`, from RMQ_CHAOS_CONTROLLERS, default 1, and
 RMQ_CHAOS_ETCD, etcd members, default 0): without etcd, one name server embeds the controller
@@ -29,7 +34,7 @@ REPO = Path(__file__).resolve().parents[2]   # the clients run as -m integration
 PORT = 9876            # every member has its own address: one well-known port each
 ETCD_CLIENT_PORT = 2379
 ETCD_PEER_PORT = 2380
-GROUP = "chaos-a"
+GROUP_SIZES = (3, 2)    # members per broker group: A a master and two slaves, B a master and one
 TOPIC = "chaos"
 QUEUES = 4
 CONSUMER_GROUP = "chaos-orderly"
@@ -45,13 +50,17 @@ class ControlPlane:
 
     controllers: int = 1
     etcd_members: int = 0
+    groups: int = 1        # broker groups (GROUP_SIZES): 1 = group A only, 2 = A and B
 
     @classmethod
     def from_env(cls) -> ControlPlane:
         plane = cls(int(os.environ.get("RMQ_CHAOS_CONTROLLERS", "1")),
-                    int(os.environ.get("RMQ_CHAOS_ETCD", "0")))
+                    int(os.environ.get("RMQ_CHAOS_ETCD", "0")),
+                    int(os.environ.get("RMQ_CHAOS_GROUPS", "2")))
         if plane.controllers < 1 or plane.etcd_members < 0:
             raise ValueError(f"RMQ_CHAOS_CONTROLLERS must be 1 or more and RMQ_CHAOS_ETCD 0 or more: {plane}")
+        if not 1 <= plane.groups <= len(GROUP_SIZES):
+            raise ValueError(f"RMQ_CHAOS_GROUPS must be 1 or {len(GROUP_SIZES)}: {plane.groups}")
         if plane.controllers > 1 and plane.etcd_members == 0:
             raise ValueError("several controllers (RMQ_CHAOS_CONTROLLERS) share their state through etcd: "
                              "set RMQ_CHAOS_ETCD too")
@@ -109,6 +118,14 @@ class Member:
             self.kill()
 
 
+@dataclass
+class BrokerGroup:
+    """One broker group: `members[0]` (broker id 0) is started first and made master."""
+
+    name: str
+    members: list[Member] = field(default_factory=list)
+
+
 RMQ = [sys.executable, "-m", "rmq.cli"]
 CLIENT = [sys.executable, "-m", "integration_tests.chaos.client_process"]
 
@@ -121,7 +138,7 @@ class Cluster:
     role: str = "SYNC_MASTER"    # the group's mode; the checker's own test weakens it to ASYNC_MASTER
     etcd: list[Member] = field(default_factory=list)
     controllers: list[Member] = field(default_factory=list)
-    brokers: list[Member] = field(default_factory=list)
+    groups: list[BrokerGroup] = field(default_factory=list)
     clients: list[Member] = field(default_factory=list)
     monitor: Member | None = None
 
@@ -148,14 +165,19 @@ class Cluster:
                     "--config", str(self.directory / "namesrv.json")]
             self.controllers.append(Member(name, address, args, self.directory / f"{name}.log", self.network))
         namesrvs = ",".join(c.address for c in self.controllers)
-        for broker_id in range(3):
-            name = f"b{broker_id}"
-            address = f"{self.network.add_member(name)}:{PORT}"
-            args = [*RMQ, "broker", "--listen", address, "--insecure-listen", "--store-dir",
-                    str(self.directory / name), "--broker-name", GROUP, "--broker-id", str(broker_id),
-                    "--role", self.role, "--flush", "async", "--namesrv", namesrvs, "--controller", namesrvs,
-                    "--config", str(self.directory / "broker.json")]
-            self.brokers.append(Member(name, address, args, self.directory / f"{name}.log", self.network))
+        for letter, size in zip("abc", GROUP_SIZES[:self.plane.groups], strict=False):
+            group = BrokerGroup(f"chaos-{letter}")
+            for broker_id in range(size):
+                name = f"{chr(ord(letter) + 1)}{broker_id}"      # group a: b0 b1 b2, group b: c0 c1
+                address = f"{self.network.add_member(name)}:{PORT}"
+                args = [*RMQ, "broker", "--listen", address, "--insecure-listen", "--store-dir",
+                        str(self.directory / name), "--broker-name", group.name,
+                        "--broker-id", str(broker_id), "--role", self.role, "--flush", "async",
+                        "--namesrv", namesrvs, "--controller", namesrvs,
+                        "--config", str(self.directory / "broker.json")]
+                log = self.directory / f"{name}.log"
+                group.members.append(Member(name, address, args, log, self.network))
+            self.groups.append(group)
         for index in range(2):
             self._client(f"prod{index}",
                          ["producer", namesrvs, TOPIC, str(self.history / f"prod{index}.sends")])
@@ -163,7 +185,8 @@ class Cluster:
                                           str(self.history / f"cons{index}.takes")])
         self.network.add_member("mon")
         self.monitor = Member("mon", "", [*CLIENT, "monitor", str(self.history / "members.roles"),
-                                          *(f"{b.name}={b.address}" for b in self.brokers)],
+                                          *(f"{g.name}/{m.name}={m.address}"
+                                            for g in self.groups for m in g.members)],
                               self.directory / "mon.log", self.network)
 
     def _client(self, name: str, args: list[str]) -> None:
@@ -186,23 +209,34 @@ class Cluster:
                                     self.network))
 
     @property
+    def brokers(self) -> list[Member]:
+        return [member for group in self.groups for member in group.members]
+
+    def group_of(self, member: Member) -> BrokerGroup:
+        return next(group for group in self.groups if member in group.members)
+
+    @property
     def servers(self) -> list[Member]:
         """The members faults pick from (clients and the monitor stay out of them)."""
         return [*self.etcd, *self.controllers, *self.brokers]
 
     def start(self) -> None:
-        """etcd, controllers, the master (id 0) first, then the slaves, the monitor; waits until
-        id 0 is master with both slaves, creates the topic, starts the consumers, and the producers
-        once the consumers share the queues."""
+        """etcd, controllers, the monitor, each group's master (id 0) first, then the slaves; waits
+        until every id 0 is master with its slaves, creates the topic, starts the consumers, and
+        the producers once the consumers share the queues."""
         assert self.monitor is not None
         for member in [*self.etcd, *self.controllers]:
             member.start()
         self.monitor.start()
-        self.brokers[0].start()
-        self.wait(lambda: self.roles().get("b0") == self.role, "b0 to be master")
-        for member in self.brokers[1:]:
+        firsts = [group.members[0] for group in self.groups]
+        for member in firsts:
             member.start()
-        self.wait(lambda: all(self.roles().get(m.name) == "SLAVE" for m in self.brokers[1:]), "both slaves")
+        self.wait(lambda: all(self.roles().get(m.name) == self.role for m in firsts),
+                  "each group's id 0 to be master")
+        slaves = [m for m in self.brokers if m not in firsts]
+        for member in slaves:
+            member.start()
+        self.wait(lambda: all(self.roles().get(m.name) == "SLAVE" for m in slaves), "every slave")
         self.create_topic()
         consumers = [c for c in self.clients if c.name.startswith("cons")]
         for client in consumers:
@@ -213,10 +247,12 @@ class Cluster:
                 client.start()
 
     def _queues_shared(self) -> bool:
-        """Every consumer owns queues, each queue one owner (no rebalance under the first sends)."""
+        """Every consumer owns queues, each queue of every group one owner (no rebalance under
+        the first sends)."""
         owned = [json.loads(p.read_text() or "[]") for p in self.history.glob("*.owned")]
-        queues = [q for mine in owned for q in mine]
-        return len(owned) == 2 and all(owned) and sorted(queues) == list(range(QUEUES))
+        queues = sorted(tuple(q) for mine in owned for q in mine)
+        every = sorted((group.name, queue) for group in self.groups for queue in range(QUEUES))
+        return len(owned) == 2 and all(owned) and queues == every
 
     def create_topic(self) -> None:
         subprocess.run([*self.network.exec_prefix("mon"), *RMQ, "topic", "create", TOPIC, "--queues",
@@ -234,18 +270,21 @@ class Cluster:
                     latest[line["member"]] = line["role"]
         return latest
 
-    def master(self) -> Member:
-        """The member the controller made master: the newest epoch any member answers as master."""
+    def master(self, group: BrokerGroup) -> Member:
+        """The member the controller made master of `group`: the newest epoch any of its members
+        answers as master (epochs are per group)."""
+        names = {m.name for m in group.members}
         newest: tuple[int, str] | None = None
         path = self.history / "members.roles"
-        for text in path.read_text().splitlines()[-200:]:
+        for text in path.read_text().splitlines()[-400:]:
             if text.endswith("}"):
                 line = json.loads(text)
-                if line["role"] in MASTER_ROLES and (newest is None or line["epoch"] >= newest[0]):
+                if line["member"] in names and line["role"] in MASTER_ROLES and (
+                        newest is None or line["epoch"] >= newest[0]):
                     newest = (line["epoch"], line["member"])
         if newest is None:
-            raise RuntimeError("no broker answers as master")
-        return next(m for m in self.brokers if m.name == newest[1])
+            raise RuntimeError(f"no broker of {group.name} answers as master")
+        return next(m for m in group.members if m.name == newest[1])
 
     def wait(self, condition: Callable[[], bool], what: str, timeout: float = READY_S) -> None:
         deadline = time.monotonic() + timeout

@@ -4,6 +4,9 @@ what heals it; the run heals each fault before it injects the next.
 Partitions cut members apart on the private bridge (netns.Network.cut); clients are cut only
 from the members a fault isolates completely (random-partition). Suspends are SIGSTOP then
 SIGCONT; kills are kill -9 then a start on the same store (or controller directory).
+
+With two broker groups, a fault on "the master" (its slaves, "the broker group") picks one group
+at random (`pick`), then that group's master and slaves; random-* faults pick among every server.
 """
 
 from __future__ import annotations
@@ -70,15 +73,21 @@ def inject(fault: Fault, cluster: Cluster, pick: random.Random) -> Heal:
         network.set_loss(victim, LOSS_PERCENT)
         return lambda: network.set_loss(victim, None)
     for side_a, side_b in _cuts(fault, cluster, pick):
+        _say(fault, f"{side_a} cut from {side_b}")
         network.cut(side_a, side_b)
     return network.heal
+
+
+def _say(fault: Fault, what: str) -> None:
+    print(f"[chaos] {fault.value}: {what}", flush=True)
 
 
 def _cuts(fault: Fault, cluster: Cluster, pick: random.Random) -> list[tuple[list[str], list[str]]]:
     servers = [m.name for m in cluster.servers]
     control = [m.name for m in [*cluster.etcd, *cluster.controllers]]
-    master = cluster.master().name
-    slaves = [m.name for m in cluster.brokers if m.name != master]
+    group = pick.choice(cluster.groups)
+    master = cluster.master(group).name
+    slaves = [m.name for m in group.members if m.name != master]
     if fault is Fault.RANDOM_PARTITION:
         victim = pick.choice(servers)
         return [([victim], [n for n in [*servers, *(c.name for c in cluster.clients)] if n != victim])]
@@ -100,6 +109,7 @@ def _cuts(fault: Fault, cluster: Cluster, pick: random.Random) -> list[tuple[lis
 
 
 def _suspend(members: list[Member]) -> Heal:
+    print(f"[chaos] SIGSTOP {[m.name for m in members]}", flush=True)
     for member in members:
         member.signal(signal.SIGSTOP)
 
@@ -110,6 +120,7 @@ def _suspend(members: list[Member]) -> Heal:
 
 
 def _kill(members: list[Member]) -> Heal:
+    print(f"[chaos] kill -9 {[m.name for m in members]}", flush=True)
     for member in members:
         member.kill()
 
@@ -119,15 +130,21 @@ def _kill(members: list[Member]) -> Heal:
     return heal
 
 
-def _brokers(cluster: Cluster, pick: random.Random, count: int) -> list[Member]:
-    return pick.sample(cluster.brokers, count)
+def _master(cluster: Cluster, pick: random.Random) -> Member:
+    return cluster.master(pick.choice(cluster.groups))
+
+
+def _brokers(cluster: Cluster, pick: random.Random, majority: bool) -> list[Member]:
+    """A minority (or majority) of one broker group's members."""
+    members = pick.choice(cluster.groups).members
+    return pick.sample(members, len(members) // 2 + (1 if majority else 0))
 
 
 _PROCESS_FAULTS: dict[Fault, Callable[[Cluster, random.Random], Heal]] = {
     Fault.RANDOM_SUSPEND: lambda c, p: _suspend([p.choice(c.servers)]),
-    Fault.LEADER_SUSPEND: lambda c, p: _suspend([c.master()]),
+    Fault.LEADER_SUSPEND: lambda c, p: _suspend([_master(c, p)]),
     Fault.RANDOM_KILL: lambda c, p: _kill([p.choice(c.servers)]),
-    Fault.LEADER_KILL: lambda c, p: _kill([c.master()]),
-    Fault.MINOR_KILL: lambda c, p: _kill(_brokers(c, p, len(c.brokers) // 2)),
-    Fault.MAJOR_KILL: lambda c, p: _kill(_brokers(c, p, len(c.brokers) // 2 + 1)),
+    Fault.LEADER_KILL: lambda c, p: _kill([_master(c, p)]),
+    Fault.MINOR_KILL: lambda c, p: _kill(_brokers(c, p, majority=False)),
+    Fault.MAJOR_KILL: lambda c, p: _kill(_brokers(c, p, majority=True)),
 }

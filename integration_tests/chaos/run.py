@@ -5,6 +5,9 @@ RMQ_CHAOS_FAULTS     comma-separated fault names (faults.Fault), or "all"
 RMQ_CHAOS_SECONDS    how long the schedule runs
 RMQ_CHAOS_INTERVAL   seconds each fault holds, and again after its heal before the next
 RMQ_CHAOS_SEED       the random picks (victims, halves), for a run to be repeated
+RMQ_CHAOS_GROUPS     broker groups: 1 (group A: master + two slaves) or 2 (and group B: master +
+                     one slave); 2 unless set
+RMQ_CHAOS_CONTROLLERS, RMQ_CHAOS_ETCD: the control plane (cluster.ControlPlane)
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from integration_tests.chaos import faults
-from integration_tests.chaos.checker import FaultFigures, FaultWindow, History, check
+from integration_tests.chaos.checker import MASTER_ROLES, FaultFigures, FaultWindow, History, check
 from integration_tests.chaos.client_process import KEYS
 from integration_tests.chaos.cluster import Cluster, ControlPlane
 from integration_tests.chaos.netns import Network
@@ -101,9 +104,10 @@ def _acknowledged(cluster: Cluster) -> int:
 
 
 def _healthy(cluster: Cluster) -> bool:
+    """Every broker answers, and in each broker group one answers as master."""
     roles = cluster.roles()
-    return all(roles.get(b.name) for b in cluster.brokers) and any(
-        role in ("SYNC_MASTER", "ASYNC_MASTER") for role in roles.values())
+    return all(roles.get(b.name) for b in cluster.brokers) and all(
+        any(roles.get(m.name) in MASTER_ROLES for m in group.members) for group in cluster.groups)
 
 
 def _drain(cluster: Cluster, directory: Path) -> None:

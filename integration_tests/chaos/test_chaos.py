@@ -4,7 +4,9 @@ otherwise.
 
 `make test` runs the short schedule (SHORT_FAULTS, about three minutes) and the checker's own
 test; `make chaos` runs the long one (every fault, RMQ_CHAOS_SECONDS=600) and writes
-RELIABILITY.md's chaos section. Settings: integration_tests/chaos/run.py.
+RELIABILITY.md's chaos section. Both schedules run two broker groups (RMQ_CHAOS_GROUPS=1: group
+A alone); the weakened run is group A alone.
+Settings: integration_tests/chaos/run.py.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.skipif(UNAVAILABLE is not Non
 SHORT_FAULTS = "leader-kill,master-partition,leader-suspend,random-loss"
 SHORT_SECONDS = 40.0
 INTERVAL_S = 6.0
+GROUPS = {1: "one SYNC_MASTER group of a master and two slaves",
+          2: "two SYNC_MASTER groups (A: a master and two slaves, B: a master and one slave; faults on "
+             "\"the master\" pick one group at random)"}
 
 
 def test_schedule(tmp_path: Path) -> None:
@@ -44,14 +49,16 @@ def test_schedule(tmp_path: Path) -> None:
         "schedule": f"{','.join(f.value for f in schedule.faults)} for {schedule.seconds:.0f} s, each held "
                     f"{schedule.interval:.0f} s then healed, seed {schedule.seed}",
         "cluster": f"{plane.controllers} controller(s) (name server --controller), {plane.etcd_members} etcd "
-                   "member(s), one SYNC_MASTER group of a master and two slaves, two producers "
-                   "(SDK Producer, per-key queues), two orderly PushConsumers, a monitor",
+                   f"member(s), {GROUPS[plane.groups]}, two producers (SDK Producer, per-key "
+                   "queues), two orderly PushConsumers, a monitor",
         "skipped": outcome.skipped})
     for kind, figures in outcome.figures.items():
         print(f"[chaos] {kind}: {asdict(figures)}")
     assert set(outcome.figures) - {BEFORE_FAULTS}, f"no fault ran: {written}"
     lost = {kind: f.lost for kind, f in outcome.figures.items() if f.lost}
     assert outcome.history is not None
+    print(f"[chaos] committed offsets recorded: {len(outcome.history.commits)} moves over "
+          f"{len({c.queue for c in outcome.history.commits})} queues")
     assert lost == {}, f"{lost}: {'; '.join(explain_lost(outcome.history)[:10])}"
     assert {kind: f.out_of_order for kind, f in outcome.figures.items() if f.out_of_order} == {}
 
