@@ -588,10 +588,9 @@ class CommitLog:
         for a reader that reads each record once and keeps none (the timer enqueue task)."""
         if len(offsets) == 0:
             return b""
-        if through_file:
-            parts = self._per_file(offsets, sizes, MappedFile.read_through_file)
-        else:
-            parts = self._per_file(offsets, sizes, MappedFile.read_records)
+        read: Callable[[MappedFile, np.ndarray, np.ndarray], bytes | memoryview] = (
+            MappedFile.read_through_file if through_file else MappedFile.read_records)
+        parts = self._per_file(offsets, sizes, read)
         if parts is None:
             return None
         return parts[0] if len(parts) == 1 else b"".join(parts)
