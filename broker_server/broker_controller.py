@@ -327,7 +327,7 @@ class BrokerController:
         server = create_server(self.config.listen, self.config.grpc_max_message_bytes, self.security,
                                broker_server_id(self.config.broker_name, self.config.broker_id))
         services = generic_only(server)
-        messaging = MessagingService(self.processors, self.watches)
+        messaging = MessagingService(self.processors)
         rmq_pb2_grpc.add_MessagingServiceServicer_to_server(messaging, services)
         rmq_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminService(self.processors), services,

@@ -9,7 +9,7 @@ is stored."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -64,6 +64,15 @@ class ConsumerManageProcessor:
 
     def add_reset_teller(self, teller: ResetTeller) -> None:
         self._tellers.append(teller)
+
+    def watch_consumer_ids(self, group: str, client_id: str, adopts_resets: bool
+                           ) -> AsyncIterator[rmq_pb2.ConsumerIdsChanged]:
+        """rmq.v1 WatchConsumerIds: the group's client ids now and after every change (and its
+        offset resets and running-info questions when the client `adopts_resets`); a bad client id
+        or group name raises its leaf before anything is held."""
+        check_client_id(client_id)
+        check_group_name(group)
+        return self.watches.watch(group, client_id, adopts_resets)
 
     def consumer_list(self, group: str) -> list[str]:
         check_group_name(group)

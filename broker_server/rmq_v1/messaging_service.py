@@ -8,10 +8,7 @@ from collections.abc import AsyncIterator
 
 from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.grpc_aio import Context
-from rmq.broker_server.offsets.consumer_ids_watch import ConsumerIdsWatchService
 from rmq.broker_server.processors.admin_broker_processor import to_message_queues
-from rmq.broker_server.processors.client_manage_processor import check_client_id
-from rmq.broker_server.processors.names import check_group_name
 from rmq.broker_server.processors.pipeline import BrokerProcessors
 from rmq.broker_server.processors.pull_message_processor import pack_messages
 from rmq.broker_server.processors.send_message_processor import OneMessage, born_host_from_peer
@@ -27,9 +24,8 @@ def one_message(topic: str, message: rmq_pb2.Message) -> OneMessage:
 
 
 class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
-    def __init__(self, processors: BrokerProcessors, watches: ConsumerIdsWatchService) -> None:
+    def __init__(self, processors: BrokerProcessors) -> None:
         self.processors = processors
-        self.watches = watches
 
     @answers_with_status(rmq_pb2.SendMessageResponse)
     async def SendMessage(self, request: rmq_pb2.SendMessageRequest,
@@ -159,11 +155,10 @@ class MessagingService(rmq_pb2_grpc.MessagingServiceServicer):
             self, request: rmq_pb2.WatchConsumerIdsRequest,
             context: Context) -> AsyncIterator[rmq_pb2.ConsumerIdsChanged]:
         try:
-            check_client_id(request.client_id)
-            check_group_name(request.consumer_group)
+            events = self.processors.consumer_manage.watch_consumer_ids(
+                request.consumer_group, request.client_id, request.adopts_offset_resets)
         except BrokerError as error:
             yield rmq_pb2.ConsumerIdsChanged(status=error.status())
             return
-        async for event in self.watches.watch(request.consumer_group, request.client_id,
-                                              request.adopts_offset_resets):
+        async for event in events:
             yield event
