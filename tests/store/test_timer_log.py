@@ -1,5 +1,5 @@
 """TimerLog segments: entries are written by pwrite and read by pread, durable at `flush`, and
-never mapped into the broker (docs/internals/timer.md §Memory)."""
+never mapped into the broker (docs/internals/timer.md §TimerLog)."""
 
 from __future__ import annotations
 
