@@ -10,8 +10,10 @@ property of the same length in place of TIMER_DELIVER_MS), then reads them once 
 each): the timer broker reads each parked timer once from the CommitLog to chain it, and any
 broker delivering the same bytes maps the same CommitLog pages; so the timers' own cost is the
 timer broker's growth minus the reference's, in anonymous memory, file-backed pages and VmRSS
-each. The timer-specific files (TimerLog segments and the wheel) are reported apart, mapped size
-and resident pages, from /proc/<pid>/smaps.
+each. Since `timer3` the enqueue reads the parked records by pread and the TimerLog is not mapped,
+so the timer broker maps fewer CommitLog pages than the reference: the ≤ 100 MiB goal is checked
+on the timer broker's own VmRSS growth, not on the difference. The timer-specific files (TimerLog
+segments and the wheel) are reported apart, mapped size and resident pages, from /proc/<pid>/smaps.
 
     .venv/bin/python -m bench.timer_bench --pending 100000   # one run, figures printed
 """
@@ -191,13 +193,15 @@ def measure_both(broker: BrokerFactory, pending: int) -> dict[str, float]:
 
 def memory_rows(figures: dict[str, float], pending: int) -> list[Row]:
     labels = {"anon": "anonymous memory", "file": "file-backed pages", "rss": "VmRSS"}
+    # the goal is on the timer broker's own VmRSS growth: since the enqueue reads by pread and the
+    # TimerLog is not mapped, it is below the reference's (which reads its messages through the map)
     rows = [Row(f"Broker {label} growth, {pending:,} timers pending", "MiB",
-                Stats.of([figures[f"{kind}_mib"]]), REFERENCE_NAME, Stats.of([figures[f"ref_{kind}_mib"]]))
+                Stats.of([figures[f"{kind}_mib"]]), REFERENCE_NAME, Stats.of([figures[f"ref_{kind}_mib"]]),
+                target=MEMORY_TARGET if kind == "rss" else None)
             for kind, label in labels.items()]
     rows += [Row(f"Timers' own cost in {label} ({pending:,} pending; growth minus the reference's)", "MiB",
-                 Stats.of([figures[f"cost_{kind}_mib"]]), target=MEMORY_TARGET if kind == "rss" else None)
-             for kind, label in labels.items()]
-    rows.append(Row(f"TimerLog + wheel mapped ({pending:,} pending)", "MiB",
+                 Stats.of([figures[f"cost_{kind}_mib"]])) for kind, label in labels.items()]
+    rows.append(Row(f"Timer files mapped: the wheel (the TimerLog is not mapped; {pending:,} pending)", "MiB",
                     Stats.of([figures["timer_files_mapped_mib"]]),
                     note=(f"resident {figures['timer_files_resident_mib']:.0f} MiB; CommitLog resident "
                           f"{figures.get('resident_commitlog_mib', 0):.0f} MiB, reference's "

@@ -554,8 +554,12 @@ class CommitLog:
     def roll_next_file(self, offset: int) -> int:
         return self.mapped_file_queue.roll_next_file(offset)
 
-    def get_message(self, offset: int, size: int) -> bytes | None:
-        """The `size` bytes at `offset`, None when they are not (or no longer) readable."""
+    def get_message(self, offset: int, size: int, through_file: bool = False) -> bytes | None:
+        """The `size` bytes at `offset`, None when they are not (or no longer) readable;
+        `through_file`: read by pread, as `gather`."""
+        if through_file:
+            read = self.gather(np.array([offset], np.int64), np.array([size], np.int64), through_file)
+            return None if read is None else bytes(read)
         mapped = self.mapped_file_queue.find_mapped_file_by_offset(offset)
         selected = mapped.select_mapped_buffer(offset - mapped.file_from_offset, size) if mapped else None
         return selected[1] if selected is not None and len(selected[1]) == size else None
@@ -573,15 +577,20 @@ class CommitLog:
         data = self.get_message(offset + mf.STORE_TIMESTAMP_POS, 8)
         return int.from_bytes(data, "big", signed=True) if data is not None else None
 
-    def gather(self, offsets: np.ndarray, sizes: np.ndarray) -> bytes | memoryview | None:
+    def gather(self, offsets: np.ndarray, sizes: np.ndarray, through_file: bool = False
+               ) -> bytes | memoryview | None:
         """The records at `offsets` back to back: one slice per run of adjacent records
         (records never span files), so contiguous batches cost one copy; None when one is not
         (or no longer) readable. The records of each file are read from its mapping held once
         (a pull's usual case is one file: its queue's records interleaved with other queues'); a
-        memoryview when MappedFile.read_records answers one."""
+        memoryview when MappedFile.read_records answers one. `through_file`: read by pread
+        (MappedFile.read_through_file), so the pages never enter this process's resident memory:
+        for a reader that reads each record once and keeps none (the timer enqueue task)."""
         if len(offsets) == 0:
             return b""
-        parts = self._per_file(offsets, sizes, lambda mapped, starts, ends: mapped.read_records(starts, ends))
+        read: Callable[[MappedFile, np.ndarray, np.ndarray], bytes | memoryview] = (
+            MappedFile.read_through_file if through_file else MappedFile.read_records)
+        parts = self._per_file(offsets, sizes, read)
         if parts is None:
             return None
         return parts[0] if len(parts) == 1 else b"".join(parts)

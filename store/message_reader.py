@@ -102,15 +102,17 @@ class MessageReader:
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                     max_total_bytes: int | None = None, tag_codes: Collection[int] | None = None,
                     record_filter: RecordFilter | None = None,
-                    max_filter_evaluations: int | None = None) -> GetMessageResult:
+                    max_filter_evaluations: int | None = None, through_file: bool = False
+                    ) -> GetMessageResult:
         """DefaultMessageStore#getMessage (spec consumer-pull-rebalance §12.2, TV17). `record_filter`
         is MessageFilter#isMatchedByCommitLog (spec consumption-longpolling-offsets §9): called with
         each candidate record that passed the tag filter; rejected ones are skipped like tag misses.
         `max_filter_evaluations` (None: no bound) ends the scan before the candidate that would be
         evaluated one past it, so a caller bounds the CPU one read spends in its filter; the answer's
-        next_begin_offset is that candidate's (docs/filtering-and-bounds.md)."""
+        next_begin_offset is that candidate's (docs/filtering-and-bounds.md). `through_file`: the
+        records are read by pread, not through the CommitLog's mapping (CommitLog.gather)."""
         return self._get_message(topic, queue_id, offset, None, max_msg_nums, max_total_bytes, tag_codes,
-                                 record_filter, max_filter_evaluations)
+                                 record_filter, max_filter_evaluations, through_file=through_file)
 
     def is_small_read_in_memory(self, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                                 max_bytes: int) -> bool:
@@ -156,7 +158,7 @@ class MessageReader:
     def _get_message(self, topic: str, queue_id: int, offset: int, end_offset: int | None, max_msg_nums: int,
                      max_total_bytes: int | None, tag_codes: Collection[int] | None,
                      record_filter: RecordFilter | None, max_filter_evaluations: int | None = None,
-                     heads_only: bool = False) -> GetMessageResult:
+                     heads_only: bool = False, through_file: bool = False) -> GetMessageResult:
         correct = self._next_offset_correction
         cq = self.find_consume_queue(topic, queue_id)
         if cq is None:
@@ -182,15 +184,15 @@ class MessageReader:
         if entries is None:
             return result(GetMessageStatus.OFFSET_FOUND_NULL, correct(offset, cq.roll_next_file(offset)))
         read = self._read_entries(entries, max_msg_nums, max_total_bytes or self.config.max_transfer_bytes,
-                                  tag_codes, record_filter, max_filter_evaluations, heads_only)
+                                  tag_codes, record_filter, max_filter_evaluations, heads_only, through_file)
         read.next_begin_offset = offset + read.next_begin_offset
         read.min_offset, read.max_offset = min_offset, max_offset
         return read
 
     def _read_entries(self, entries: np.ndarray, max_msg_nums: int, max_bytes: int,
                       tag_codes: Collection[int] | None, record_filter: RecordFilter | None = None,
-                      max_filter_evaluations: int | None = None, heads_only: bool = False
-                      ) -> GetMessageResult:
+                      max_filter_evaluations: int | None = None, heads_only: bool = False,
+                      through_file: bool = False) -> GetMessageResult:
         """The read loop of getMessage, vectorised. Returns next_begin_offset relative to the
         first entry (= entries scanned). Entries whose record is gone end the scan (a run of
         them alone is answered MESSAGE_WAS_REMOVING). Per entry, in order: pre-blank entries are
@@ -199,9 +201,9 @@ class MessageReader:
         if record_filter is None:
             if len(entries) == 1:   # a woken held pull's read (the latency path)
                 offset, size, code = entries[0].tolist()
-                return self._read_one(offset, size, code, tag_codes)
+                return self._read_one(offset, size, code, tag_codes, through_file)
             if max_msg_nums == 1:   # a pull of one message: no column is built
-                taken_first = self._read_first(entries, tag_codes)
+                taken_first = self._read_first(entries, tag_codes, through_file)
                 if taken_first is not None:
                     return taken_first
         physical = entries["offset"].astype(np.int64)
@@ -244,14 +246,15 @@ class MessageReader:
             found.heads = self.commit_log.gather_heads(physical[selected], sizes[selected])
             gathered = found.heads is not None
         else:
-            buffer = self.commit_log.gather(physical[selected], sizes[selected])
+            buffer = self.commit_log.gather(physical[selected], sizes[selected], through_file)
             gathered = buffer is not None
             found.buffer = buffer or b""
         if not gathered:   # deleted while we read: let the client retry
             return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, 0, 0, 0)
         return found
 
-    def _read_first(self, entries: np.ndarray, tag_codes: Collection[int] | None) -> GetMessageResult | None:
+    def _read_first(self, entries: np.ndarray, tag_codes: Collection[int] | None, through_file: bool
+                    ) -> GetMessageResult | None:
         """_read_entries of a pull of one message whose first entry is taken (a stored record, not
         removed, matching the tags) and whose second, if any, is no pre-blank entry: that record,
         next_begin_offset 1, as the vectorised loop answers; None, nothing read, for any other case
@@ -261,7 +264,7 @@ class MessageReader:
                 or (following and following[0][1] == PRE_BLANK_SIZE)
                 or offset < self.commit_log.get_min_offset()):
             return None
-        record = self.commit_log.get_message(offset, size)
+        record = self.commit_log.get_message(offset, size, through_file)
         if record is None:   # deleted while we read: let the client retry
             return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, 0, 0, 0)
         max_phy_pulling = following[0][0] if following else offset   # where the loop stopped
@@ -270,8 +273,8 @@ class MessageReader:
         return GetMessageResult(GetMessageStatus.FOUND, 1, 0, 0, 1, np.array([size], dtype=np.int32),
                                 record, suggest)
 
-    def _read_one(self, physical: int, size: int, code: int, tag_codes: Collection[int] | None
-                  ) -> GetMessageResult:
+    def _read_one(self, physical: int, size: int, code: int, tag_codes: Collection[int] | None,
+                  through_file: bool) -> GetMessageResult:
         """_read_entries of one entry without a record filter, answered alike without arrays:
         one entry never makes the batch full."""
         if physical < self.commit_log.get_min_offset():
@@ -282,7 +285,7 @@ class MessageReader:
             status = GetMessageStatus.MESSAGE_WAS_REMOVING if size == PRE_BLANK_SIZE \
                 else GetMessageStatus.NO_MATCHED_MESSAGE
             return GetMessageResult(status, 1, 0, 0, suggest_pulling_from_slave=suggest)
-        record = self.commit_log.get_message(physical, size)
+        record = self.commit_log.get_message(physical, size, through_file)
         if record is None:   # deleted while we read: let the client retry
             return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, 0, 0, 0)
         return GetMessageResult(GetMessageStatus.FOUND, 1, 0, 0, 1, np.array([size], dtype=np.int32),

@@ -493,9 +493,10 @@ class MessageStore:
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                     max_total_bytes: int | None = None, tag_codes: Collection[int] | None = None,
                     record_filter: RecordFilter | None = None,
-                    max_filter_evaluations: int | None = None) -> GetMessageResult:
+                    max_filter_evaluations: int | None = None, through_file: bool = False
+                    ) -> GetMessageResult:
         return self.reader.get_message(group, topic, queue_id, offset, max_msg_nums, max_total_bytes,
-                                       tag_codes, record_filter, max_filter_evaluations)
+                                       tag_codes, record_filter, max_filter_evaluations, through_file)
 
     def is_small_read_in_memory(self, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                                 max_bytes: int) -> bool:

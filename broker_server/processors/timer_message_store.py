@@ -411,8 +411,9 @@ class TimerMessageStore:
         """Chain the timer queue's new records into the wheel (TimerEnqueueGetService/PutService)."""
         while True:
             offset = self.checkpoint.enqueue_offset
+            # by pread: each record is read once here, its pages need not stay in the broker's memory
             result = await self.executor.run(self.store.get_message, TIMER_GROUP, TIMER_TOPIC, 0, offset,
-                                             ENQUEUE_BATCH)
+                                             ENQUEUE_BATCH, through_file=True)
             if result.status in _MOVED or (not result.message_count and result.next_begin_offset > offset):
                 self.checkpoint.enqueue_offset = result.next_begin_offset
                 continue

@@ -322,3 +322,32 @@ def test_a_pull_of_one_message_answers_as_the_scan_of_several_does(open_store, t
             scanned.suggest_pulling_from_slave), queue_offset
         if one.status is S.FOUND:
             assert bytes(one.buffer) == bytes(scanned.buffer) and one.sizes.tolist() == scanned.sizes.tolist()
+
+
+def test_a_read_through_the_file_answers_the_records_and_leaves_none_resident(open_store) -> None:
+    """through_file (the timer enqueue task's read-back): the same records as a read through the
+    map, across runs of other queues' records, and none of the CommitLog's pages enter this
+    process's memory (1,000,000 parked timers read back through the map kept ~100 MiB resident)."""
+    store = open_store(flush_disk_type=FlushDiskType.ASYNC, mapped_file_size_commit_log=1 << 20)
+    store.put_messages([message(queue_id=index % 2, body=bytes([index]) * 300) for index in range(40)])
+    wait_dispatched(store)
+    by_file = store.get_message("g", "TopicTest", 0, 0, 32, through_file=True)
+    one = store.get_message("g", "TopicTest", 1, 19, 32, through_file=True)
+    resident = commit_log_resident_kib(store)
+    by_map = store.get_message("g", "TopicTest", 0, 0, 32)
+    assert by_file.message_count == 20 and bytes(by_file.buffer) == bytes(by_map.buffer)
+    assert one.message_count == 1 and one.buffer == store.get_message("g", "TopicTest", 1, 19, 32).buffer
+    assert resident == 0 < commit_log_resident_kib(store)
+
+
+def commit_log_resident_kib(store: MessageStore) -> int:
+    directory = str(store.config.store_dir / "commitlog")
+    resident, inside = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5 and not fields[0].endswith(":"):
+                inside = len(fields) >= 6 and fields[-1].startswith(directory)
+            elif inside and fields[0] == "Rss:":
+                resident += int(fields[1])
+    return resident
