@@ -79,7 +79,9 @@ class PullAPI(ClientCore):
         broker raises RmqUnavailable at once. The returned call's `cancel()` ends the pull
         (the broker lets a held one go; the callback gets RmqUnavailable "... cancelled").
         Over the member's remoting port when it serves one (docs/client-behaviour.md "Transport")."""
-        from rmq.connector.remoting_client import PullSpec   # a pull's wire form, over either port
+        # a pull's wire form, over either port
+        from rmq.connector.remoting_client import PullSpec
+
         pull = PullSpec.of(mq, offset, max_messages, group, sub_expression, suspend_timeout_ms, commit_offset)
         deadline = self._pull_deadline(None, suspend_timeout_ms)
         address = self._read_address(mq.broker_name, mq)
@@ -129,6 +131,7 @@ class PullAPI(ClientCore):
                       timeout: float | None) -> tuple[rmq_pb2.PullMessageRequest, float]:
         """The request (PullSysFlag.buildSysFlag, spec pull §10.3) and its deadline."""
         from rmq.connector.remoting_client import PullSpec
+
         pull = PullSpec.of(mq, offset, max_messages, group, sub_expression, suspend_timeout_ms, commit_offset)
         return pull.to_request(max_bytes), self._pull_deadline(timeout, suspend_timeout_ms)
 

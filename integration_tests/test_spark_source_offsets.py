@@ -37,7 +37,7 @@ def test_a_query_without_group_killed_in_its_first_batch_replays_it_under_the_sa
     first = stream_reader(broker.address, "first", startingOffsets="earliest")
     initial = first.initialOffset()
     planned = first.latestOffset(initial, ReadAllAvailable())
-    assert sorted(read_batch(first, initial, planned).column("body").to_pylist()) == sorted(bodies)   # carries rows
+    assert sorted(read_batch(first, initial, planned).column("body").to_pylist()) == sorted(bodies)   # rows
     first.stop()
     produce(client, "first", 4, start=10)
     wait_dispatched(client, "first", 14)
