@@ -17,6 +17,12 @@ Per fault (the window from its injection to the next fault's, or to the end of t
   one at a time, so the queue holds them in order; a route change may move a key to another
   queue, where its order starts again);
 - `max_unavailable_s`: the longest time in the window without any send answered SEND_OK;
+- `group_unavailable_s`, per broker group, and its maximum `max_group_unavailable_s`: the longest
+  time in the window a group was sent to and answered none SEND_OK (`refusals`: from the first
+  send after its previous SEND_OK to its next). The producers send each key's messages one at a
+  time, retrying until SEND_OK, as RocketMQ's orderly producers do; once every producer waits on
+  a message for the faulted group none sends to the other, so max_unavailable_s is the faulted
+  group's figure even while the other group takes writes;
 - `max_without_master_s`: the longest time in the window some broker group had no member
   answering as master of the group's newest epoch (a deposed master that still says master does
   not count; one nobody has replaced yet does, whether or not it can replicate).
@@ -42,7 +48,12 @@ class Send:
     attempt: int
     status: str
     position: tuple[int, int] = (-1, -1)     # (queue, offset) the answer named
-    broker: str = ""                         # the broker group of that queue
+    broker: str = ""                         # the broker group of the queue it went to ("": no route)
+    sent: float | None = None                # when it was sent (None: at `t`, as old histories)
+
+    @property
+    def started(self) -> float:
+        return self.t if self.sent is None else self.sent
 
 
 @dataclass(frozen=True)
@@ -97,7 +108,7 @@ class History:
         for line in _lines(directory.glob("*.sends")):
             position = (line.get("queue", -1), line.get("offset", -1))
             history.sends.append(Send(line["t"], line["body"], line["attempt"], line["status"], position,
-                                      line.get("broker", "")))
+                                      line.get("broker", ""), line.get("s")))
         for line in _lines(directory.glob("*.takes")):
             history.takes.append(Take(line["t"], line["body"], (line["queue"], line["offset"]),
                                       line["broker"]))
@@ -125,6 +136,8 @@ class FaultFigures:
     out_of_order: int = 0
     max_unavailable_s: float = 0.0
     max_without_master_s: float = 0.0
+    max_group_unavailable_s: float = 0.0
+    group_unavailable_s: dict[str, float] = field(default_factory=dict)
 
     def add(self, other: FaultFigures) -> None:
         self.faults += other.faults
@@ -134,6 +147,9 @@ class FaultFigures:
         self.out_of_order += other.out_of_order
         self.max_unavailable_s = max(self.max_unavailable_s, other.max_unavailable_s)
         self.max_without_master_s = max(self.max_without_master_s, other.max_without_master_s)
+        self.max_group_unavailable_s = max(self.max_group_unavailable_s, other.max_group_unavailable_s)
+        for group, seconds in other.group_unavailable_s.items():
+            self.group_unavailable_s[group] = max(seconds, self.group_unavailable_s.get(group, 0.0))
 
 
 @dataclass(frozen=True)
@@ -161,6 +177,30 @@ def longest_gap(times: Sequence[float], start: float, end: float) -> float:
     inside = sorted(t for t in times if start <= t <= end)
     edges = [start, *inside, end]
     return max(b - a for a, b in zip(edges, edges[1:], strict=False))
+
+
+def refusals(sends: Sequence[Send], group: str) -> list[tuple[float, float]]:
+    """The stretches in which `group` was asked for a write and answered none SEND_OK: each from
+    the first send to the group after its previous SEND_OK (not before that SEND_OK) to its next
+    SEND_OK (to infinity when none came). A group nobody sends to meanwhile is not counted: the
+    orderly producers wait on one message at a time, so a fault in one group keeps them from
+    the others (max_unavailable_s counts that; this does not)."""
+    found = []
+    previous, asked = float("-inf"), None
+    for send in sorted((send for send in sends if send.broker == group), key=lambda send: send.t):
+        start = max(previous, send.started)
+        asked = start if asked is None else min(asked, start)
+        if send.status == SEND_OK:
+            found.append((asked, send.t))
+            previous, asked = send.t, None
+    if asked is not None:
+        found.append((asked, float("inf")))
+    return found
+
+
+def longest_inside(stretches: Sequence[tuple[float, float]], start: float, end: float) -> float:
+    """The longest part of one of `stretches` inside [start, end]."""
+    return max((min(b, end) - max(a, start) for a, b in stretches), default=0.0)
 
 
 def order_key(body: str, keys: int) -> tuple[str, int, int]:
@@ -214,6 +254,8 @@ def check(history: History, keys: int) -> dict[str, FaultFigures]:
     late = out_of_order_takes(history.takes, keys)
     ok_times = [send.t for send in history.sends if send.status == SEND_OK]
     master_times = masters_answering(history.roles)
+    groups = sorted({send.broker for send in history.sends} - {""})
+    refused = {group: refusals(history.sends, group) for group in groups}
     figures: dict[str, FaultFigures] = defaultdict(FaultFigures)
     for window in windows(history):
         acked = [body for body, t in acked_at.items() if window.holds(t)]
@@ -227,7 +269,10 @@ def check(history: History, keys: int) -> dict[str, FaultFigures]:
             max_unavailable_s=round(longest_gap(ok_times, lo, hi), 2) if hi > lo else 0.0,
             max_without_master_s=round(max(longest_gap(times, lo, hi) for times in master_times.values()), 2)
             if hi > lo and master_times else 0.0,
+            group_unavailable_s={group: round(max(0.0, longest_inside(stretches, lo, hi)), 2)
+                                 for group, stretches in refused.items()},
         )
+        one.max_group_unavailable_s = max(one.group_unavailable_s.values(), default=0.0)
         figures[window.kind].add(one)
     return dict(figures)
 

@@ -8,8 +8,10 @@ JSON line in OUT (line-buffered, written before the next step), times from CLOCK
 
 producer: the SDK Producer sends NAME-0, NAME-1, ... one at a time, each to the queue of its
 key (select_message_queue_by_hash over KEYS keys: per-key order); a send not answered SEND_OK
-is sent again with the same body (a new attempt) until it is. Lines: {"t", "body", "attempt",
-"status" (SendStatus name or the error's class), "msg_id", "broker", "queue", "offset"}.
+is sent again with the same body (a new attempt) until it is. Lines: {"s" (sent), "t" (answered),
+"body", "attempt", "status" (SendStatus name or the error's class), "msg_id", "broker", "queue"
+(the queue the selector chose, also for a refused send; absent when no route was had),
+"offset"}.
 consumer: an orderly PushConsumer; a line per message before the listener returns SUCCESS:
 {"t", "body", "broker", "queue", "offset"}; OUT with suffix .owned holds the queues
 ([broker, queue id]) it owns now; OUT with suffix .commits a line each time the offset it
@@ -32,7 +34,7 @@ from typing import IO, Any
 
 import grpc
 
-from rmq.connector import ConsumeOrderlyContext, ConsumeOrderlyStatus, MessageExt, PushConsumer
+from rmq.connector import ConsumeOrderlyContext, ConsumeOrderlyStatus, MessageExt, MessageQueue, PushConsumer
 from rmq.connector.errors import RmqError
 from rmq.connector.message import Message
 from rmq.connector.offset_store import ReadOffsetType
@@ -57,21 +59,28 @@ def _stopper() -> threading.Event:
 def produce(endpoints: str, topic: str, out_path: str, name: str) -> None:
     out, _ = _writer(out_path)
     stop = _stopper()
+    chosen: list[MessageQueue] = []      # the queue of the attempt under way, also for one refused
+
+    def selector(queues: Sequence[MessageQueue], message: Message, arg: Any) -> MessageQueue:
+        chosen.append(select_message_queue_by_hash(queues, message, arg))
+        return chosen[-1]
+
     with Producer(endpoints, instance_name=name) as producer:
         producer.client.timeout = SEND_TIMEOUT_S
         number = 0
         while not stop.is_set():
             body = f"{name}-{number}"
             for attempt in range(1, 1 << 30):
-                line: dict[str, Any] = {"body": body, "attempt": attempt}
+                line: dict[str, Any] = {"s": time.monotonic(), "body": body, "attempt": attempt}
+                chosen.clear()
                 try:
-                    result = producer.send(Message(topic, body.encode(), keys=body),
-                                           select_message_queue_by_hash, f"{name}-k{number % KEYS}")
-                    line.update(status=result.status.name, msg_id=result.msg_id,
-                                broker=result.message_queue.broker_name, queue=result.message_queue.queue_id,
-                                offset=result.queue_offset)
+                    result = producer.send(Message(topic, body.encode(), keys=body), selector,
+                                           f"{name}-k{number % KEYS}")
+                    line.update(status=result.status.name, msg_id=result.msg_id, offset=result.queue_offset)
                 except RmqError as error:
                     line.update(status=type(error).__name__, error=str(error)[:200])
+                if chosen:
+                    line.update(broker=chosen[-1].broker_name, queue=chosen[-1].queue_id)
                 out.write(json.dumps({"t": time.monotonic(), **line}) + "\n")
                 if line["status"] == SendStatus.SEND_OK.name:
                     break

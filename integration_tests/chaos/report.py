@@ -1,5 +1,6 @@
 """The chaos run's results: `build/chaos/result.json` (per fault type: acknowledged, lost,
-duplicated, out_of_order, max_unavailable_s, max_without_master_s; with the schedule, the
+duplicated, out_of_order, max_unavailable_s, max_group_unavailable_s and group_unavailable_s
+per broker group, max_without_master_s; with the schedule, the
 skipped faults and the commit), and the generated "Chaos runs" section of RELIABILITY.md,
 written between its markers when RMQ_CHAOS_REPORT=1 (`make chaos`). `make reliability` writes
 the rest of that file and keeps this section as it is (`kept_section`)."""
@@ -49,16 +50,20 @@ def section(written: dict[str, object]) -> str:
            f"{written['cluster']}. *lost*: bodies answered SEND_OK that no consumer took; "
            "*duplicated*: takes beyond the times a body was sent; *out of order*: first takes after a later "
            "message of the same key (one queue); *max unavailable*: the longest time without any send "
-           f"answered SEND_OK after the fault (goal: {GOAL_S:.0f} s); *max without master*: no member "
+           f"answered SEND_OK after the fault (goal: {GOAL_S:.0f} s); *max group unavailable*: the longest "
+           "time one broker group was sent to and answered none SEND_OK (the orderly producers wait on "
+           "one message at a time, so while they wait on the faulted group nobody sends to the other, "
+           "and *max unavailable* is that group's time too); *max without master*: no member "
            "answering as master of the newest epoch (integration_tests/chaos/checker.py).", "",
            *[f"- skipped: {fault}: {why}" for fault, why in dict(written.get("skipped") or {}).items()],
            "",
            "| fault | injected | acknowledged | lost | duplicated | out of order | max unavailable s "
-           "| max without master s |",
-           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+           "| max group unavailable s | max without master s |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for kind, f in faults.items():
         out.append(f"| {kind} | {f['faults']} | {f['acknowledged']} | {f['lost']} | {f['duplicated']} | "
-                   f"{f['out_of_order']} | {f['max_unavailable_s']} | {f['max_without_master_s']} |")
+                   f"{f['out_of_order']} | {f['max_unavailable_s']} | {f['max_group_unavailable_s']} | "
+                   f"{f['max_without_master_s']} |")
     return "\n".join([*out, "", END])
 
 

@@ -71,8 +71,10 @@ def run(directory: Path, schedule: Schedule, role: str = "SYNC_MASTER",
         finally:
             cluster.stop()
     history = History.read(cluster.history, windows, end)
-    (directory / "schedule.json").write_text(json.dumps({"seed": schedule.seed, "skipped": skipped,
-                                                          "faults": [w.__dict__ for w in windows]}))
+    (directory / "schedule.json").write_text(json.dumps({
+        "seed": schedule.seed, "skipped": skipped, "faults": [w.__dict__ for w in windows],
+        # the history's times are CLOCK_MONOTONIC, the members' logs wall clock: one pair to read both
+        "clock": {"monotonic": time.monotonic(), "wall": time.time()}}))
     return Outcome(check(history, KEYS), skipped, history, directory)
 
 
