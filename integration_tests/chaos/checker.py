@@ -2,7 +2,7 @@
 
 - every send attempt (client_process producer lines): body, attempt, status, broker, queue, offset;
 - every message the orderly consumers took (consumer lines): body, broker, queue, offset;
-- the offsets the consumers committed, per queue (recorded for reading a run, not checked);
+- the offsets the consumers committed, per queue;
 - the members' roles (and broker group) as the monitor saw them;
 - the faults: kind, when injected, when healed.
 
@@ -16,13 +16,17 @@ Per fault (the window from its injection to the next fault's, or to the end of t
   same queue (a queue is a broker group's queue id; the producers send each key to one queue,
   one at a time, so the queue holds them in order; a route change may move a key to another
   queue, where its order starts again);
+- `committed_unreceived`: bodies answered SEND_OK that a consumer's committed offset passed
+  (moved beyond their queue offset) before any consumer had taken them, counted in the window of
+  that commit (a consumer that skips a message and commits past it loses it on the next
+  rebalance or restart, even when it reads it again meanwhile);
 - `max_unavailable_s`: the longest time in the window without any send answered SEND_OK;
 - `group_unavailable_s`, per broker group, and its maximum `max_group_unavailable_s`: the longest
   time in the window a group was sent to and answered none SEND_OK (`refusals`: from the first
-  send after its previous SEND_OK to its next). The producers send each key's messages one at a
-  time, retrying until SEND_OK, as RocketMQ's orderly producers do; once every producer waits on
-  a message for the faulted group none sends to the other, so max_unavailable_s is the faulted
-  group's figure even while the other group takes writes;
+  send after its previous SEND_OK to its next). The producers send each key from a thread of its
+  own, one message at a time, retrying until SEND_OK (RocketMQ's orderly sends by key): keys on a
+  healthy group go on while a faulted group refuses, so max_unavailable_s is the time *no* group
+  took a write, and a group's own figure is how long it refused the keys waiting on it;
 - `max_without_master_s`: the longest time in the window some broker group had no member
   answering as master of the group's newest epoch (a deposed master that still says master does
   not count; one nobody has replaced yet does, whether or not it can replicate).
@@ -31,9 +35,11 @@ Per fault (the window from its injection to the next fault's, or to the end of t
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import accumulate
 from pathlib import Path
 
 SEND_OK = "SEND_OK"
@@ -134,6 +140,7 @@ class FaultFigures:
     lost: int = 0
     duplicated: int = 0
     out_of_order: int = 0
+    committed_unreceived: int = 0
     max_unavailable_s: float = 0.0
     max_without_master_s: float = 0.0
     max_group_unavailable_s: float = 0.0
@@ -145,6 +152,7 @@ class FaultFigures:
         self.lost += other.lost
         self.duplicated += other.duplicated
         self.out_of_order += other.out_of_order
+        self.committed_unreceived += other.committed_unreceived
         self.max_unavailable_s = max(self.max_unavailable_s, other.max_unavailable_s)
         self.max_without_master_s = max(self.max_without_master_s, other.max_without_master_s)
         self.max_group_unavailable_s = max(self.max_group_unavailable_s, other.max_group_unavailable_s)
@@ -182,9 +190,8 @@ def longest_gap(times: Sequence[float], start: float, end: float) -> float:
 def refusals(sends: Sequence[Send], group: str) -> list[tuple[float, float]]:
     """The stretches in which `group` was asked for a write and answered none SEND_OK: each from
     the first send to the group after its previous SEND_OK (not before that SEND_OK) to its next
-    SEND_OK (to infinity when none came). A group nobody sends to meanwhile is not counted: the
-    orderly producers wait on one message at a time, so a fault in one group keeps them from
-    the others (max_unavailable_s counts that; this does not)."""
+    SEND_OK (to infinity when none came). Time in which nobody sent to the group is not counted
+    (a group no key maps to for a while is not unavailable)."""
     found = []
     previous, asked = float("-inf"), None
     for send in sorted((send for send in sends if send.broker == group), key=lambda send: send.t):
@@ -227,6 +234,31 @@ def out_of_order_takes(takes: Sequence[Take], keys: int) -> list[Take]:
     return late
 
 
+def commits_past_unreceived(history: History) -> list[float]:
+    """When a committed offset first passed a body answered SEND_OK that no consumer had taken
+    yet: one time per such body (a commit's offset is the next to consume, so offset O passes
+    the queue offsets below O)."""
+    first_take: dict[str, float] = {}
+    for take in history.takes:
+        first_take[take.body] = min(take.t, first_take.get(take.body, take.t))
+    commits: dict[tuple[str, int], list[Commit]] = defaultdict(list)
+    for commit in sorted(history.commits, key=lambda commit: commit.t):
+        commits[commit.queue].append(commit)
+    reach: dict[tuple[str, int], list[int]] = {     # per queue: the highest offset committed so far
+        queue: list(accumulate((c.offset for c in found), max)) for queue, found in commits.items()}
+    found = []
+    for send in history.sends:
+        queue = (send.broker, send.position[0])
+        if send.status != SEND_OK or queue not in reach:
+            continue
+        passed = bisect_right(reach[queue], send.position[1])    # the first commit beyond its offset
+        if passed < len(reach[queue]):
+            when = commits[queue][passed].t
+            if first_take.get(send.body, float("inf")) > when:
+                found.append(when)
+    return found
+
+
 def masters_answering(roles: Sequence[RoleSample]) -> dict[str, list[float]]:
     """Per broker group: when a member answered as master of the group's newest epoch seen so far
     (an old master still answering as master after a newer one was elected does not count: it
@@ -252,6 +284,7 @@ def check(history: History, keys: int) -> dict[str, FaultFigures]:
     for take in sorted(history.takes, key=lambda take: take.t, reverse=True):
         first_take[take.body] = take.t
     late = out_of_order_takes(history.takes, keys)
+    unreceived = commits_past_unreceived(history)
     ok_times = [send.t for send in history.sends if send.status == SEND_OK]
     master_times = masters_answering(history.roles)
     groups = sorted({send.broker for send in history.sends} - {""})
@@ -266,6 +299,7 @@ def check(history: History, keys: int) -> dict[str, FaultFigures]:
             lost=sum(1 for body in acked if body not in taken),
             duplicated=sum(max(0, taken[body] - attempts[body]) for body in acked),
             out_of_order=sum(1 for take in late if window.holds(first_take[take.body])),
+            committed_unreceived=sum(1 for t in unreceived if window.holds(t)),
             max_unavailable_s=round(longest_gap(ok_times, lo, hi), 2) if hi > lo else 0.0,
             max_without_master_s=round(max(longest_gap(times, lo, hi) for times in master_times.values()), 2)
             if hi > lo and master_times else 0.0,
