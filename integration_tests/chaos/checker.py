@@ -316,19 +316,21 @@ def _first(history: History) -> float:
     return min((send.t for send in history.sends), default=history.end)
 
 
-def explain_lost(history: History) -> list[str]:
-    """For each body answered SEND_OK and never taken: where it was stored, and what the
-    consumers took at that queue offset instead (a consumer that read another member's bytes
-    there, e.g. a deposed master's, moved past it)."""
+def lost_sends(history: History) -> list[tuple[Send, list[str]]]:
+    """Each send answered SEND_OK whose body no consumer took, with the bodies the consumers
+    took at its queue offset instead (a consumer that read another member's bytes there, e.g. a
+    deposed master's, or the new master's after the old one dropped it, moved past it)."""
     taken = {take.body for take in history.takes}
-    found = []
-    for send in history.sends:
-        if send.status == SEND_OK and send.body not in taken:
-            instead = sorted({take.body for take in history.takes
-                              if (take.broker, take.position) == (send.broker, send.position)})
-            found.append(f"{send.body} (SEND_OK at t={send.t:.2f}, {send.broker} queue {send.position[0]} "
-                         f"offset {send.position[1]}): consumers took {instead or 'nothing'} there")
-    return found
+    return [(send, sorted({take.body for take in history.takes
+                           if (take.broker, take.position) == (send.broker, send.position)}))
+            for send in history.sends if send.status == SEND_OK and send.body not in taken]
+
+
+def explain_lost(history: History) -> list[str]:
+    """`lost_sends` in words: where each was stored, and what was taken there instead."""
+    return [f"{send.body} (SEND_OK at t={send.t:.2f}, {send.broker} queue {send.position[0]} "
+            f"offset {send.position[1]}): consumers took {instead or 'nothing'} there"
+            for send, instead in lost_sends(history)]
 
 
 def as_json(figures: dict[str, FaultFigures]) -> str:
