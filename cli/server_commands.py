@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 
-from rmq.broker_server.config import BrokerConfig, NameServerConfig, load_config
-from rmq.broker_server.rmq_v1.grpc_server import run_until_terminated
+# The servers' own modules (the store, the gRPC server) are imported by run_namesrv / run_broker, so a
+# client command, whose parser holds these parsers too, does not load them.
 from rmq.broker_server.security import server_security
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.cli.parser import Subcommands
@@ -85,7 +85,9 @@ def _add_metrics_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def run_namesrv(args: argparse.Namespace) -> int:
+    from rmq.broker_server.config import NameServerConfig, load_config
     from rmq.broker_server.name_server.namesrv_controller import serve_name_server
+    from rmq.broker_server.rmq_v1.grpc_server import run_until_terminated
 
     config = load_config(NameServerConfig, args.config,
                          {"listen": args.listen, "metrics_listen": args.metrics_listen,
@@ -101,6 +103,8 @@ def run_namesrv(args: argparse.Namespace) -> int:
 
 def run_broker(args: argparse.Namespace) -> int:
     from rmq.broker_server.broker_controller import BrokerController
+    from rmq.broker_server.config import BrokerConfig, load_config
+    from rmq.broker_server.rmq_v1.grpc_server import run_until_terminated
 
     config = load_config(
         BrokerConfig,
