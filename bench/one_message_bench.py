@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import subprocess
 import sys
@@ -126,20 +125,20 @@ def one_message_rows(env: Environment) -> list[Row]:
 
         rocketmq5 = stack.enter_context(_rocketmq5_sender(broker.address, broker_pid, single // 2, body))
         cpp = _cpp_sender(remoting, broker_pid, single, body)
-        one = _alternate({**runs(1, ("send", "send_async")), "cpp": cpp, "rocketmq5": rocketmq5}, repeats)
-        thirty_two = _alternate(runs(32, ("send", "send_async")), repeats)
-        curve = {1: one, 32: thirty_two, **{n: _alternate(runs(n, ("send",)), 1)
+        one = alternate({**runs(1, ("send", "send_async")), "cpp": cpp, "rocketmq5": rocketmq5}, repeats)
+        thirty_two = alternate(runs(32, ("send", "send_async")), repeats)
+        curve = {1: one, 32: thirty_two, **{n: alternate(runs(n, ("send",)), 1)
                                             for n in SCALING_SENDERS if n not in COMPARED_SENDERS}}
-    return [*_one_sender_rows(one, env),
+    return [*one_sender_rows(one, env),
             *(_subject_row(mode, Senders(32), thirty_two, env) for mode in ("send", "send_async")),
-            *(_scaling_row(Senders(n), curve[n], env) for n in SCALING_SENDERS)]
+            *(_subject_row("send", Senders(n), curve[n], env, curve=True) for n in SCALING_SENDERS)]
 
 
 def _partial_run(run: Callable[..., tuple[float, float]], *args: object) -> Run:
     return lambda: run(*args)
 
 
-def _alternate(runs: Mapping[str, Run | str], repeats: int) -> dict[str, Outcome]:
+def alternate(runs: Mapping[str, Run | str], repeats: int) -> dict[str, Outcome]:
     """Each run once per repeat, in turn, so load from other processes hits them alike. A run
     given as a reason is not made; one that fails is dropped from the later repeats and answers
     its failure instead of figures, without losing the others."""
@@ -156,7 +155,7 @@ def _alternate(runs: Mapping[str, Run | str], repeats: int) -> dict[str, Outcome
     return {name: failed.get(name) or _stats(samples[name]) for name in runs}
 
 
-def _one_sender_rows(one: dict[str, Outcome], env: Environment) -> list[Row]:
+def one_sender_rows(one: dict[str, Outcome], env: Environment) -> list[Row]:
     """Every kind of one-sender request against one redis-py client's XADD, and the broker's CPU
     per request of each against its target."""
     senders = Senders(1)
@@ -173,28 +172,24 @@ def _one_sender_rows(one: dict[str, Outcome], env: Environment) -> list[Row]:
     return rows
 
 
-def _subject_row(kind: str, senders: Senders, outcomes: dict[str, Outcome], env: Environment,
-                 target: Target | None = None) -> Row:
+def _subject_row(kind: str, senders: Senders, outcomes: dict[str, Outcome], env: Environment, *,
+                 curve: bool = False) -> Row:
     """One kind of request's rate against XADD from the same senders in the same repeats, with
-    the broker's, redis-server's and NATS's figures in the note; the target issue 41 sets for it
-    unless `target` is given."""
-    target = target or _target(kind, senders)
+    the target issue 41 sets for it and the broker's, redis-server's and NATS's figures in the
+    note; as a point of the scaling curve (`curve`), without target or NATS (the 1- and 32-sender
+    rows have them)."""
     name = NAMES[kind] if kind in ("cpp", "rocketmq5") else f"{NAMES[kind]}, {senders.label()}"
+    name, target = (f"scaling: {name}", None) if curve else (name, _target(kind, senders))
     subject = outcomes.get(kind, "not run")
     if isinstance(subject, str):
         return not_measured(name, subject, target)
     redis_ref = outcomes.get("redis", env.redis_missing or "Redis reference skipped")
     notes = [_cpu_note("broker", subject.cpu_us),
-             _cpu_note("redis-server", redis_ref.cpu_us) if isinstance(redis_ref, Measured) else redis_ref,
-             _nats_note(outcomes.get("nats", env.nats_missing or "NATS JetStream reference skipped"))]
+             _cpu_note("redis-server", redis_ref.cpu_us) if isinstance(redis_ref, Measured) else redis_ref]
+    if not curve:
+        notes.append(_nats_note(outcomes.get("nats", env.nats_missing or "NATS JetStream reference skipped")))
     return Row(name, "msg/s", subject.rate, f"redis-py XADD, no pipeline, {senders.label()}",
                redis_ref.rate if isinstance(redis_ref, Measured) else None, target, "; ".join(notes))
-
-
-def _scaling_row(senders: Senders, outcomes: dict[str, Outcome], env: Environment) -> Row:
-    """A point of the curve: no target (the 1- and 32-sender points' targets are on their rows)."""
-    row = _subject_row("send", senders, outcomes, env)
-    return dataclasses.replace(row, name=f"scaling: {row.name}", target=None)
 
 
 def _reference_cpu(outcomes: dict[str, Outcome]) -> Stats | None:
