@@ -34,6 +34,7 @@ from rmq.broker_server.processors.delay_levels import delay_level_to_queue_id
 from rmq.broker_server.processors.names import SCHEDULE_TOPIC, TIMER_TOPIC
 from rmq.broker_server.processors.put_status import STORED_ON_MASTER_ONLY, check_put_results, check_put_status
 from rmq.broker_server.processors.store_executor import StoreExecutor
+from rmq.broker_server.processors.timer_message_store import has_timer
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.store import (
     BrokerRole,
@@ -168,6 +169,39 @@ class SendMessageProcessor:
     async def send_one(self, message: OneMessage, born_host: bytes) -> SendResult:
         """One message on the single-message path: no protobuf, no numpy column, stored on the
         event loop when the put need not wait. Raises BrokerError for a refused message."""
+        topic, queue_id, record, full = self._one_record(message, born_host)
+        if record.topic == TIMER_TOPIC:
+            with self._timer_admission(1):
+                result = self._stored(record, await self._store_one(record))
+        else:   # no context manager per ordinary send: ~9 Python calls on the single-message path
+            result = self._stored(record, await self._store_one(record))
+        return self._sent(topic, queue_id, record, full, result)
+
+    def send_one_now(self, message: OneMessage, born_host: bytes) -> SendResult | None:
+        """`send_one` as a plain call, for a plain message (no delay level, no timer property)
+        whose put need not wait: the same checks in the same order (they raise BrokerError), the
+        record stored on the calling (event-loop) thread. None, nothing stored, for any other
+        message or when the store would wait (SYNC flush, SYNC_MASTER, the put lock taken, a new
+        CommitLog file): the caller then takes `send_one`, whose round robin goes on from here."""
+        if message.delay_level or (self.timer is not None and has_timer(message.properties)) \
+                or not self.puts_now():
+            return None
+        topic, queue_id, record, full = self._one_record(message, born_host)
+        result = self.store.try_put_one(record)
+        if result is None:
+            return None
+        return self._sent(topic, queue_id, record, full, self._stored(record, result))
+
+    def puts_now(self) -> bool:
+        """Whether the store answers a put without waiting (MessageStore.puts_now): not under SYNC
+        flush nor on a SYNC_MASTER, whose answers wait for the disk or a slave."""
+        return self.store.puts_now()
+
+    def _one_record(self, message: OneMessage, born_host: bytes
+                    ) -> tuple[str, int, OneRecord, dict[str, str]]:
+        """The checks of one message before its put, in their order (broker role, topic, body,
+        queue, properties; the store checks sizes): its topic, queue id, record to store and the
+        properties it encodes when it has more than tags and keys. Raises BrokerError."""
         config = self.writeable_topic(message.topic)
         topic, body = config.topic_name, message.body
         if not body:
@@ -188,29 +222,28 @@ class SendMessageProcessor:
             properties = simple_properties(message.tags, message.keys)
         record = OneRecord(stored_topic, stored_queue_id, body, properties, message.flag,
                            message.born_timestamp or int(time.time() * 1000), born_host)
-        if stored_topic == TIMER_TOPIC:
-            with self._timer_admission(1):
-                result = await self._store_one_checked(record)
-        else:   # no context manager per ordinary send: ~9 Python calls on the single-message path
-            result = await self._store_one_checked(record)
-        self.stats.record_put(topic, 1, len(body))
-        code, reason = (rmq_pb2.OK, "") if result.status is PutMessageStatus.PUT_OK \
-            else STORED_ON_MASTER_ONLY[result.status]
-        if stored_topic == topic:
-            return SendResult(code, reason, result.msg_id, queue_id, result.queue_offset)
-        recall_handle = ""
-        if stored_topic == TIMER_TOPIC and self.timer is not None:
-            recall_handle = self.timer.recall_handle(full, result.queue_offset)
-        return SendResult(code, reason, result.msg_id, queue_id, -1, recall_handle)
+        return topic, queue_id, record, full
 
-    async def _store_one_checked(self, record: OneRecord) -> PutMessageResult:
-        """`_store_one`; a put not stored raises the BrokerError of its status (a too-large
+    def _stored(self, record: OneRecord, result: PutMessageResult) -> PutMessageResult:
+        """The put's result; one not stored raises the BrokerError of its status (a too-large
         message names its size)."""
-        result = await self._store_one(record)
         if result.status is not PutMessageStatus.PUT_OK:
             self._check_size(record.topic, record.body, record.properties)
             check_put_status(result.status)
         return result
+
+    def _sent(self, topic: str, queue_id: int, record: OneRecord, full: dict[str, str],
+              result: PutMessageResult) -> SendResult:
+        """The answer to a stored single message, counted in the topic's put statistics."""
+        self.stats.record_put(topic, 1, len(record.body))
+        code, reason = (rmq_pb2.OK, "") if result.status is PutMessageStatus.PUT_OK \
+            else STORED_ON_MASTER_ONLY[result.status]
+        if record.topic == topic:
+            return SendResult(code, reason, result.msg_id, queue_id, result.queue_offset)
+        recall_handle = ""
+        if record.topic == TIMER_TOPIC and self.timer is not None:
+            recall_handle = self.timer.recall_handle(full, result.queue_offset)
+        return SendResult(code, reason, result.msg_id, queue_id, -1, recall_handle)
 
     async def _store_one(self, record: OneRecord | PutMessageStatus) -> PutMessageResult:
         """The record stored on the event loop, or on a store thread when the put would wait."""

@@ -234,6 +234,11 @@ class RemotingProcessor(Protocol):
     ) -> Awaitable[RemotingCommand | None]: ...
 
 
+# A processor's answer to a request on the read itself, without a coroutine, or None when it
+# leaves the request to `process` (BrokerRemotingProcessor.answer_now: a plain single send).
+Immediate = Callable[[CallContext, RemotingCommand], RemotingCommand | None]
+
+
 class RemotingServer:
     def __init__(
         self,
@@ -243,13 +248,16 @@ class RemotingServer:
         tls: ServerTls | None = None,
         sock: socket.socket | None = None,
         gate: HeaderGate | None = None,
+        immediate: Immediate | None = None,
     ) -> None:
         """`sock`: a socket bound to `listen` already (served instead of binding `listen`);
-        `gate`: what admits a request's header before its body is read (OpenGate when None)."""
+        `gate`: what admits a request's header before its body is read (OpenGate when None);
+        `immediate`: what answers a request on the read, before `processor` (None: nothing)."""
         self.listen = listen
         self._sock = sock
         self.tls = tls
         self.processor = processor
+        self.immediate = immediate
         self.gate: HeaderGate = gate or OpenGate()
         self.limits = limits
         self.channels: set[Channel] = set()
@@ -296,8 +304,7 @@ class RemotingServer:
             try:
                 response = await self.processor.process(context, request)
             except Exception as error:
-                log.exception("remoting: request code %d failed", request.code)
-                response = request.response(ResponseCode.SYSTEM_ERROR, f"internal error: {error}")
+                response = failed(request, error)
             if response is not None and not request.flag & RPC_ONEWAY:
                 try:
                     if not channel.write_frame(response):   # a plain call unless the client does not read
@@ -306,6 +313,20 @@ class RemotingServer:
                     pass
         finally:
             context.done()
+
+
+def failed(request: RemotingCommand, error: Exception) -> RemotingCommand:
+    """The answer to a request whose processor raised (logged with its traceback)."""
+    log.exception("remoting: request code %d failed", request.code)
+    return request.response(ResponseCode.SYSTEM_ERROR, f"internal error: {error}")
+
+
+async def _drained(channel: Channel) -> None:
+    """Until the client reads what was written to it (or is gone)."""
+    try:
+        await channel.drained()
+    except ConnectionError:
+        pass
 
 
 class _Rest(Coroutine[Any, Any, None]):
@@ -550,12 +571,33 @@ class _Connection(asyncio.Protocol):
             self._start(channel, body)
 
     def _start(self, channel: Channel, body: _Body) -> None:
-        """Run the request until it waits: answered already, or its rest goes on in a task. It runs
-        in a context of its own (the caller the ACL set for it stays its own)."""
+        """Answer the request on the read when the server's `immediate` does (its bytes released
+        once the answer is written; while the client leaves the high-water mark unread, once it
+        reads), else run it until it waits: answered already, or its rest goes on in a task."""
+        request = body.request
+        immediate = self.server.immediate
+        if immediate is not None:
+            context = CallContext(channel, body.admission)
+            try:
+                response = immediate(context, request)
+            except Exception as error:
+                response = failed(request, error)
+            if response is not None:
+                written = request.flag & RPC_ONEWAY or channel.write_frame(response)
+                context.done()
+                if written:
+                    self._release(channel, body)
+                else:
+                    self._run(channel, body, _drained(channel))
+                return
+        self._run(channel, body, self.server.handle(channel, request, body.admission))
+
+    def _run(self, channel: Channel, body: _Body, coroutine: Coroutine[Any, Any, None]) -> None:
+        """Run the request's coroutine until it waits: done already, or its rest goes on in a
+        task. It runs in a context of its own (the caller the ACL set for it stays its own)."""
         self._running += 1
         request = body.request
         context = contextvars.copy_context()
-        coroutine = self.server.handle(channel, request, body.admission)
         try:
             waiting = context.run(coroutine.send, None)
         except StopIteration:
