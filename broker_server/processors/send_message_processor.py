@@ -20,7 +20,7 @@ import functools
 import ipaddress
 import itertools
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -117,6 +117,9 @@ class SendMessageProcessor:
         self.max_message_size = max_message_size
         self._round_robin: dict[str, int] = {}  # per topic: the next round-robin position
         self.timer: TimerMessageStore | None = None   # parks timer messages (set by the broker)
+        # whether the store answers a put without waiting (not under SYNC flush nor on a
+        # SYNC_MASTER, whose answers wait for the disk or a slave): the store's own method
+        self.puts_now: Callable[[], bool] = store.puts_now
 
     async def process(self, request: rmq_pb2.SendMessageRequest, peer: str) -> rmq_pb2.SendMessageResponse:
         try:
@@ -172,9 +175,11 @@ class SendMessageProcessor:
         topic, queue_id, record, full = self._one_record(message, born_host)
         if record.topic == TIMER_TOPIC:
             with self._timer_admission(1):
-                result = self._stored(record, await self._store_one(record))
+                result = await self._store_one(record)
+                self._check_stored(record, result)
         else:   # no context manager per ordinary send: ~9 Python calls on the single-message path
-            result = self._stored(record, await self._store_one(record))
+            result = await self._store_one(record)
+            self._check_stored(record, result)
         return self._sent(topic, queue_id, record, full, result)
 
     def send_one_now(self, message: OneMessage, born_host: bytes) -> SendResult | None:
@@ -183,19 +188,16 @@ class SendMessageProcessor:
         record stored on the calling (event-loop) thread. None, nothing stored, for any other
         message or when the store would wait (SYNC flush, SYNC_MASTER, the put lock taken, a new
         CommitLog file): the caller then takes `send_one`, whose round robin goes on from here."""
-        if message.delay_level or (self.timer is not None and has_timer(message.properties)) \
-                or not self.puts_now():
+        if message.delay_level or (message.properties and self.timer is not None
+                                   and has_timer(message.properties)) or not self.puts_now():
             return None
         topic, queue_id, record, full = self._one_record(message, born_host)
         result = self.store.try_put_one(record)
         if result is None:
             return None
-        return self._sent(topic, queue_id, record, full, self._stored(record, result))
-
-    def puts_now(self) -> bool:
-        """Whether the store answers a put without waiting (MessageStore.puts_now): not under SYNC
-        flush nor on a SYNC_MASTER, whose answers wait for the disk or a slave."""
-        return self.store.puts_now()
+        if result.status is not PutMessageStatus.PUT_OK:
+            self._check_stored(record, result)
+        return self._sent(topic, queue_id, record, full, result)
 
     def _one_record(self, message: OneMessage, born_host: bytes
                     ) -> tuple[str, int, OneRecord, dict[str, str]]:
@@ -224,13 +226,12 @@ class SendMessageProcessor:
                            message.born_timestamp or int(time.time() * 1000), born_host)
         return topic, queue_id, record, full
 
-    def _stored(self, record: OneRecord, result: PutMessageResult) -> PutMessageResult:
-        """The put's result; one not stored raises the BrokerError of its status (a too-large
-        message names its size)."""
+    def _check_stored(self, record: OneRecord, result: PutMessageResult) -> None:
+        """A put not stored raises the BrokerError of its status (a too-large message names its
+        size)."""
         if result.status is not PutMessageStatus.PUT_OK:
             self._check_size(record.topic, record.body, record.properties)
             check_put_status(result.status)
-        return result
 
     def _sent(self, topic: str, queue_id: int, record: OneRecord, full: dict[str, str],
               result: PutMessageResult) -> SendResult:
@@ -261,13 +262,10 @@ class SendMessageProcessor:
             return None
         return self.store.try_put_batch(batch)
 
-    def _refuse_on_slave(self) -> None:
-        if self.store.config.broker_role is BrokerRole.SLAVE:
-            raise NotMaster("this broker is a SLAVE (read-only): send to the master of its broker group")
-
     def writeable_topic(self, topic: str) -> TopicConfig:
         """The topic's config, refused when the broker is a slave or the topic is not writeable."""
-        self._refuse_on_slave()
+        if self.store.config.broker_role is BrokerRole.SLAVE:
+            raise NotMaster("this broker is a SLAVE (read-only): send to the master of its broker group")
         config = self.topics.require(topic)
         if not config.writeable:
             raise BrokerError(rmq_pb2.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")

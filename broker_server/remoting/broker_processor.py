@@ -80,6 +80,9 @@ class BrokerIdentity:
     cluster_name: str  # brokerClusterName, in the route
 
 
+MESSAGE_INT_FIELDS = (("flag", 0), ("bornTimestamp", 0))   # a single send's, after its topic is authorized
+
+
 def _send_fields(request: RemotingCommand) -> tuple[dict[str, str], int, str, int]:
     """A send's header fields (SendMessageRequestHeader's names), sysFlag, topic and queueId."""
     header = headers.send_header(request)
@@ -362,7 +365,7 @@ class BrokerRemotingProcessor:
         take at once, through the dispatcher (authentication, account, refusals) and
         SendMessageProcessor.send_one_now (every check of a send); None for any other request,
         which takes `process`."""
-        if request.code not in SINGLE_SEND_CODES or not self.processors.send.puts_now():
+        if request.code not in SINGLE_SEND_CODES:
             return None
         return self.dispatcher.answer_now(context, request, self._send_now)
 
@@ -371,7 +374,7 @@ class BrokerRemotingProcessor:
         if sys_flag & TRANSACTION_TYPE_MASK or not _single(call.request, header):
             return None
         message = self._single_message(call, header, sys_flag, topic, queue_id)
-        result = self.processors.send.send_one_now(message, born_host_from_peer(call.context.peer()))
+        result = self.processors.send.send_one_now(message, born_host_from_peer(call.context.channel.peer))
         return None if result is None else _send_answer(call.request, result)
 
     def _single_message(
@@ -380,11 +383,10 @@ class BrokerRemotingProcessor:
         """A single send's message, its topic authorized for the call's account (when an ACL is on)."""
         if self.dispatcher.authenticator is not None:
             self._authorize(call, "SendMessage", rmq_pb2.SendMessageRequest(topic=topic))
-        message = self._one_message(
-            topic, call.request.body, header.get("properties", ""), headers.int_field(header, "flag", 0),
-            sys_flag, queue_id,
-        )
-        message.born_timestamp = headers.int_field(header, "bornTimestamp", 0)
+        flag, born_timestamp = headers.int_fields(header, MESSAGE_INT_FIELDS)
+        message = self._one_message(topic, call.request.body, header.get("properties", ""), flag, sys_flag,
+                                    queue_id)
+        message.born_timestamp = born_timestamp
         return message
 
     async def _send_half(
@@ -466,9 +468,9 @@ class BrokerRemotingProcessor:
             raise Refusal(
                 ResponseCode.MESSAGE_ILLEGAL, f"property DELAY must be a delay level, not {delay!r}"
             )
-        return OneMessage(
-            topic, self._uncompressed(body, sys_flag), tags, keys, properties, queue_id, int(delay), flag
-        )
+        if sys_flag & SYS_FLAG_COMPRESSED:
+            body = self._uncompressed(body)
+        return OneMessage(topic, body, tags, keys, properties, queue_id, int(delay), flag)
 
     def _message(
         self, body: bytes, properties_text: str, flag: int, sys_flag: int, queue_id: int
@@ -482,11 +484,9 @@ class BrokerRemotingProcessor:
             message.queue_id = queue_id
         return message
 
-    def _uncompressed(self, body: bytes, sys_flag: int) -> bytes:
+    def _uncompressed(self, body: bytes) -> bytes:
         """A compressed body (zlib, COMPRESSED_FLAG) inflated to at most max_message_size bytes:
         stored plain, so every reader sees the body the producer gave."""
-        if not sys_flag & SYS_FLAG_COMPRESSED:
-            return body
         inflater = zlib.decompressobj()
         try:
             plain = inflater.decompress(body, self.max_message_size)

@@ -80,9 +80,8 @@ def _rmq_code_field(code: int | None) -> dict[str, str]:
 
 
 def _log_answer(context: CallContext, request: RemotingCommand, response: RemotingCommand | None) -> None:
-    if log.isEnabledFor(logging.DEBUG):   # not a log call per request unless asked for
-        log.debug("remoting %s: request code %d -> %s %s", context.channel.address, request.code,
-                  response and response.code, response and response.remark)
+    log.debug("remoting %s: request code %d -> %s %s", context.channel.address, request.code,
+              response and response.code, response and response.remark)
 
 
 def _unsupported(request: RemotingCommand) -> RemotingCommand:
@@ -129,7 +128,8 @@ class RequestDispatcher:
             response = await handler(self._call(context, request))
         except (BrokerError, ValueError) as error:
             response = self._refusal(request, error)
-        _log_answer(context, request, response)
+        if log.isEnabledFor(logging.DEBUG):   # not a log call per request unless asked for
+            _log_answer(context, request, response)
         return response
 
     def answer_now(self, context: CallContext, request: RemotingCommand,
@@ -138,13 +138,13 @@ class RequestDispatcher:
         read): authenticated, run as its account and refused exactly as there. None when the
         handler leaves it to `process` (which then authenticates it again)."""
         try:
-            if self.authenticator is None:
-                response = self._handle_now(context, request, handler)
+            if self.authenticator is None:   # nothing to authenticate, no account to run as
+                response = handler(Call(context, request, ""))
             else:   # the account it runs as (run_as) stays this request's: a context of its own
                 response = contextvars.copy_context().run(self._handle_now, context, request, handler)
         except (BrokerError, ValueError) as error:
             response = self._refusal(request, error)
-        if response is not None:
+        if response is not None and log.isEnabledFor(logging.DEBUG):
             _log_answer(context, request, response)
         return response
 

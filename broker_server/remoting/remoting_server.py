@@ -53,6 +53,7 @@ from rmq.remoting.remoting_command import (
     HEADER_LENGTH_MASK,
     LENGTH,
     RPC_ONEWAY,
+    RPC_TYPE_RESPONSE,
     FrameError,
     LanguageCode,
     RemotingCommand,
@@ -464,8 +465,9 @@ class _Connection(asyncio.Protocol):
     # -- frames ----------------------------------------------------------------------------
     def _read_frames(self, channel: Channel) -> None:
         buffer, at = self._buffer, 0
+        transport = channel.transport
         try:
-            while not (self._blocked or channel.closed):
+            while not (self._blocked or transport.is_closing()):
                 if self._discard:
                     dropped = min(self._discard, len(buffer) - at)
                     at += dropped
@@ -485,7 +487,8 @@ class _Connection(asyncio.Protocol):
         finally:
             rest = buffer[at:] if at else buffer
             self._buffer = bytearray(rest) if rest and isinstance(rest, bytes) else rest
-            self._time_header(channel)
+            if rest:   # a frame's header may have begun (no call per read otherwise)
+                self._time_header(channel)
 
     def _read_header(self, channel: Channel, buffer: bytes | bytearray, at: int) -> int | None:
         """The bytes of the frame's length, header-length word and header, once all are here
@@ -522,7 +525,7 @@ class _Connection(asyncio.Protocol):
     def _admit(self, channel: Channel, header: RemotingCommand, length: int, size: int) -> None:
         """What becomes of a frame whose header was read: its body received (admitted), or
         dropped as it arrives (a refused request, an unsolicited response, a cancel)."""
-        if header.is_response:
+        if header.flag & RPC_TYPE_RESPONSE:   # (is_response, without a property call per frame)
             if channel.awaits(header.opaque):
                 self._body = _Body(header, Admission(channel.host), length, size)
             else:
@@ -559,7 +562,7 @@ class _Connection(asyncio.Protocol):
         return body.size
 
     def _received(self, channel: Channel, body: _Body) -> None:
-        if body.request.is_response:
+        if body.request.flag & RPC_TYPE_RESPONSE:
             try:
                 channel.answered(body.request)
             finally:
@@ -586,7 +589,7 @@ class _Connection(asyncio.Protocol):
                 written = request.flag & RPC_ONEWAY or channel.write_frame(response)
                 context.done()
                 if written:
-                    self._release(channel, body)
+                    self.server.request_bytes.release(channel, body.admission.account, body.length)
                 else:
                     self._run(channel, body, _drained(channel))
                 return
