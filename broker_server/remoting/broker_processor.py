@@ -334,8 +334,8 @@ class BrokerRemotingProcessor:
         if sys_flag & TRANSACTION_TYPE_MASK:
             return await self._send_half(call, header, sys_flag, topic, queue_id)
         if _single(call.request, header):   # straight to SendMessageProcessor's single-message path
-            message = self._single_message(call, header, sys_flag, topic, queue_id)
-            result = await self.processors.send.send_one(message, born_host_from_peer(call.context.peer()))
+            one = self._single_message(call, header, sys_flag, topic, queue_id)
+            result = await self.processors.send.send_one(one, born_host_from_peer(call.context.peer()))
             return _send_answer(call.request, result)
         messages = [
             self._message(body, properties, flag, sys_flag, queue_id)
