@@ -189,3 +189,22 @@ def test_a_fenced_master_refuses_a_send_on_the_single_message_path(
         assert store.commit_log.get_max_offset() == end
     finally:
         broker.stop()
+
+
+def test_under_sync_flush_a_send_is_answered_only_after_the_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SYNC flush acknowledges only what is on disk: a plain send is not answered on the read (whose
+    put never waits) but by the general path, after the group commit flushed it."""
+    broker = start_broker(tmp_path / "store", flush="sync")
+    try:
+        first_file(broker)
+        general = general_path(broker, monkeypatch)
+        store = broker.controller.store
+        with RemotingTestClient(broker.config.remoting_listen) as client:
+            sent = client.call(send_v2(b"durable", {}))
+        assert sent.code == ResponseCode.SUCCESS and general == [RequestCode.SEND_MESSAGE_V2]
+        last = store.commit_log.mapped_file_queue.files[-1]
+        assert last.flushed_position == last.wrote_position   # on disk before it was answered
+    finally:
+        broker.stop()
