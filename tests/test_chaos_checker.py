@@ -8,6 +8,8 @@ import pytest
 
 from integration_tests.chaos.checker import (
     BEFORE_FAULTS,
+    SEND_OK,
+    Commit,
     FaultWindow,
     History,
     RoleSample,
@@ -149,3 +151,36 @@ def test_time_without_a_master_counts_each_broker_group() -> None:
     figures = check(history([ok(t, f"p-{t}") for t in range(100)],
                             [Take(t + 0.5, f"p-{t}") for t in range(100)], roles=roles), KEYS)
     assert figures[BEFORE_FAULTS].max_without_master_s == pytest.approx(10.25, abs=0.01)
+
+
+def test_time_without_send_ok_per_group_counts_only_a_group_asked_and_refusing() -> None:
+    """The producers wait on group B from 50 s to 58 s (it refuses) and send nothing to A
+    meanwhile: no SEND_OK from anyone for 8 s, B refused for 8 s, but A, not asked, was not
+    unavailable. A send's wait counts from when it was sent, not from when it was answered."""
+    sends = [Send(t / 10, f"p-{t}", 1, SEND_OK, (0, t), "chaos-a", t / 10 - 0.01) for t in range(500)]
+    sends += [Send(50.0 + n, "p-500", n + 1, "FLUSH_SLAVE_TIMEOUT", (1, 0), "chaos-b", 48.0 + n)
+              for n in range(8)]    # each attempt answered 2 s after it was sent
+    sends.append(Send(58.0, "p-500", 9, SEND_OK, (1, 1), "chaos-b", 57.9))
+    sends += [Send(58.0 + t / 10, f"p-{501 + t}", 1, SEND_OK, (0, 500 + t), "chaos-a", 58.0 + t / 10 - 0.01)
+              for t in range(1, 400)]
+    figures = check(history(sends, [Take(s.t, s.body) for s in sends]), KEYS)["leader-kill"]
+    assert figures.max_unavailable_s == pytest.approx(8.0)         # from the fault (50 s) to 58 s
+    assert figures.group_unavailable_s == pytest.approx({"chaos-a": 0.01, "chaos-b": 8.0}, abs=0.001)
+    assert figures.max_group_unavailable_s == pytest.approx(8.0)
+
+
+def test_a_commit_past_an_acknowledged_body_not_yet_taken_is_counted() -> None:
+    """Offsets committed are the next to consume: committing 3 on a queue passes offsets 0-2. A
+    body at offset 1 taken only after that commit (or never) was skipped; one taken before it,
+    or sitting at the committed offset itself, was not."""
+    sends = [Send(50.0 + n, f"p-{n}", 1, SEND_OK, (0, n), "chaos-a") for n in range(4)]
+    takes = [Take(54.0, "p-0", (0, 0), "chaos-a"), Take(58.0, "p-1", (0, 1), "chaos-a"),
+             Take(54.1, "p-2", (0, 2), "chaos-a"), Take(54.2, "p-2", (0, 2), "chaos-b"),
+             Take(58.1, "p-3", (0, 3), "chaos-a")]
+    commits = [Commit(54.5, ("chaos-a", 0), 3), Commit(54.6, ("chaos-b", 0), 9),   # B's queue 0: another
+               Commit(59.0, ("chaos-a", 0), 4)]
+    checked = history(sends, takes)
+    checked.commits = commits
+    assert check(checked, KEYS)["leader-kill"].committed_unreceived == 1          # p-1 only
+    checked.commits = [Commit(54.5, ("chaos-a", 0), 2), Commit(54.7, ("chaos-a", 0), 1)]   # went back
+    assert check(checked, KEYS)["leader-kill"].committed_unreceived == 1          # p-1 passed at 54.5

@@ -2,7 +2,7 @@
 
 - every send attempt (client_process producer lines): body, attempt, status, broker, queue, offset;
 - every message the orderly consumers took (consumer lines): body, broker, queue, offset;
-- the offsets the consumers committed, per queue (recorded for reading a run, not checked);
+- the offsets the consumers committed, per queue;
 - the members' roles (and broker group) as the monitor saw them;
 - the faults: kind, when injected, when healed.
 
@@ -16,7 +16,17 @@ Per fault (the window from its injection to the next fault's, or to the end of t
   same queue (a queue is a broker group's queue id; the producers send each key to one queue,
   one at a time, so the queue holds them in order; a route change may move a key to another
   queue, where its order starts again);
+- `committed_unreceived`: bodies answered SEND_OK that a consumer's committed offset passed
+  (moved beyond their queue offset) before any consumer had taken them, counted in the window of
+  that commit (a consumer that skips a message and commits past it loses it on the next
+  rebalance or restart, even when it reads it again meanwhile);
 - `max_unavailable_s`: the longest time in the window without any send answered SEND_OK;
+- `group_unavailable_s`, per broker group, and its maximum `max_group_unavailable_s`: the longest
+  time in the window a group was sent to and answered none SEND_OK (`refusals`: from the first
+  send after its previous SEND_OK to its next). The producers send each key from a thread of its
+  own, one message at a time, retrying until SEND_OK (RocketMQ's orderly sends by key): keys on a
+  healthy group go on while a faulted group refuses, so max_unavailable_s is the time *no* group
+  took a write, and a group's own figure is how long it refused the keys waiting on it;
 - `max_without_master_s`: the longest time in the window some broker group had no member
   answering as master of the group's newest epoch (a deposed master that still says master does
   not count; one nobody has replaced yet does, whether or not it can replicate).
@@ -25,9 +35,11 @@ Per fault (the window from its injection to the next fault's, or to the end of t
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import accumulate
 from pathlib import Path
 
 SEND_OK = "SEND_OK"
@@ -42,7 +54,12 @@ class Send:
     attempt: int
     status: str
     position: tuple[int, int] = (-1, -1)     # (queue, offset) the answer named
-    broker: str = ""                         # the broker group of that queue
+    broker: str = ""                         # the broker group of the queue it went to ("": no route)
+    sent: float | None = None                # when it was sent (None: at `t`, as old histories)
+
+    @property
+    def started(self) -> float:
+        return self.t if self.sent is None else self.sent
 
 
 @dataclass(frozen=True)
@@ -97,7 +114,7 @@ class History:
         for line in _lines(directory.glob("*.sends")):
             position = (line.get("queue", -1), line.get("offset", -1))
             history.sends.append(Send(line["t"], line["body"], line["attempt"], line["status"], position,
-                                      line.get("broker", "")))
+                                      line.get("broker", ""), line.get("s")))
         for line in _lines(directory.glob("*.takes")):
             history.takes.append(Take(line["t"], line["body"], (line["queue"], line["offset"]),
                                       line["broker"]))
@@ -123,8 +140,11 @@ class FaultFigures:
     lost: int = 0
     duplicated: int = 0
     out_of_order: int = 0
+    committed_unreceived: int = 0
     max_unavailable_s: float = 0.0
     max_without_master_s: float = 0.0
+    max_group_unavailable_s: float = 0.0
+    group_unavailable_s: dict[str, float] = field(default_factory=dict)
 
     def add(self, other: FaultFigures) -> None:
         self.faults += other.faults
@@ -132,8 +152,12 @@ class FaultFigures:
         self.lost += other.lost
         self.duplicated += other.duplicated
         self.out_of_order += other.out_of_order
+        self.committed_unreceived += other.committed_unreceived
         self.max_unavailable_s = max(self.max_unavailable_s, other.max_unavailable_s)
         self.max_without_master_s = max(self.max_without_master_s, other.max_without_master_s)
+        self.max_group_unavailable_s = max(self.max_group_unavailable_s, other.max_group_unavailable_s)
+        for group, seconds in other.group_unavailable_s.items():
+            self.group_unavailable_s[group] = max(seconds, self.group_unavailable_s.get(group, 0.0))
 
 
 @dataclass(frozen=True)
@@ -163,6 +187,29 @@ def longest_gap(times: Sequence[float], start: float, end: float) -> float:
     return max(b - a for a, b in zip(edges, edges[1:], strict=False))
 
 
+def refusals(sends: Sequence[Send], group: str) -> list[tuple[float, float]]:
+    """The stretches in which `group` was asked for a write and answered none SEND_OK: each from
+    the first send to the group after its previous SEND_OK (not before that SEND_OK) to its next
+    SEND_OK (to infinity when none came). Time in which nobody sent to the group is not counted
+    (a group no key maps to for a while is not unavailable)."""
+    found = []
+    previous, asked = float("-inf"), None
+    for send in sorted((send for send in sends if send.broker == group), key=lambda send: send.t):
+        start = max(previous, send.started)
+        asked = start if asked is None else min(asked, start)
+        if send.status == SEND_OK:
+            found.append((asked, send.t))
+            previous, asked = send.t, None
+    if asked is not None:
+        found.append((asked, float("inf")))
+    return found
+
+
+def longest_inside(stretches: Sequence[tuple[float, float]], start: float, end: float) -> float:
+    """The longest part of one of `stretches` inside [start, end]."""
+    return max((min(b, end) - max(a, start) for a, b in stretches), default=0.0)
+
+
 def order_key(body: str, keys: int) -> tuple[str, int, int]:
     """(producer, key, number) of a producer's body "NAME-NUMBER" (key = number % keys)."""
     producer, _, number = body.rpartition("-")
@@ -185,6 +232,31 @@ def out_of_order_takes(takes: Sequence[Take], keys: int) -> list[Take]:
             late.append(take)
         highest[stream] = max(number, highest.get(stream, -1))
     return late
+
+
+def commits_past_unreceived(history: History) -> list[float]:
+    """When a committed offset first passed a body answered SEND_OK that no consumer had taken
+    yet: one time per such body (a commit's offset is the next to consume, so offset O passes
+    the queue offsets below O)."""
+    first_take: dict[str, float] = {}
+    for take in history.takes:
+        first_take[take.body] = min(take.t, first_take.get(take.body, take.t))
+    commits: dict[tuple[str, int], list[Commit]] = defaultdict(list)
+    for commit in sorted(history.commits, key=lambda commit: commit.t):
+        commits[commit.queue].append(commit)
+    reach: dict[tuple[str, int], list[int]] = {     # per queue: the highest offset committed so far
+        queue: list(accumulate((c.offset for c in found), max)) for queue, found in commits.items()}
+    found = []
+    for send in history.sends:
+        queue = (send.broker, send.position[0])
+        if send.status != SEND_OK or queue not in reach:
+            continue
+        passed = bisect_right(reach[queue], send.position[1])    # the first commit beyond its offset
+        if passed < len(reach[queue]):
+            when = commits[queue][passed].t
+            if first_take.get(send.body, float("inf")) > when:
+                found.append(when)
+    return found
 
 
 def masters_answering(roles: Sequence[RoleSample]) -> dict[str, list[float]]:
@@ -212,8 +284,11 @@ def check(history: History, keys: int) -> dict[str, FaultFigures]:
     for take in sorted(history.takes, key=lambda take: take.t, reverse=True):
         first_take[take.body] = take.t
     late = out_of_order_takes(history.takes, keys)
+    unreceived = commits_past_unreceived(history)
     ok_times = [send.t for send in history.sends if send.status == SEND_OK]
     master_times = masters_answering(history.roles)
+    groups = sorted({send.broker for send in history.sends} - {""})
+    refused = {group: refusals(history.sends, group) for group in groups}
     figures: dict[str, FaultFigures] = defaultdict(FaultFigures)
     for window in windows(history):
         acked = [body for body, t in acked_at.items() if window.holds(t)]
@@ -224,10 +299,14 @@ def check(history: History, keys: int) -> dict[str, FaultFigures]:
             lost=sum(1 for body in acked if body not in taken),
             duplicated=sum(max(0, taken[body] - attempts[body]) for body in acked),
             out_of_order=sum(1 for take in late if window.holds(first_take[take.body])),
+            committed_unreceived=sum(1 for t in unreceived if window.holds(t)),
             max_unavailable_s=round(longest_gap(ok_times, lo, hi), 2) if hi > lo else 0.0,
             max_without_master_s=round(max(longest_gap(times, lo, hi) for times in master_times.values()), 2)
             if hi > lo and master_times else 0.0,
+            group_unavailable_s={group: round(max(0.0, longest_inside(stretches, lo, hi)), 2)
+                                 for group, stretches in refused.items()},
         )
+        one.max_group_unavailable_s = max(one.group_unavailable_s.values(), default=0.0)
         figures[window.kind].add(one)
     return dict(figures)
 
@@ -237,19 +316,21 @@ def _first(history: History) -> float:
     return min((send.t for send in history.sends), default=history.end)
 
 
-def explain_lost(history: History) -> list[str]:
-    """For each body answered SEND_OK and never taken: where it was stored, and what the
-    consumers took at that queue offset instead (a consumer that read another member's bytes
-    there, e.g. a deposed master's, moved past it)."""
+def lost_sends(history: History) -> list[tuple[Send, list[str]]]:
+    """Each send answered SEND_OK whose body no consumer took, with the bodies the consumers
+    took at its queue offset instead (a consumer that read another member's bytes there, e.g. a
+    deposed master's, or the new master's after the old one dropped it, moved past it)."""
     taken = {take.body for take in history.takes}
-    found = []
-    for send in history.sends:
-        if send.status == SEND_OK and send.body not in taken:
-            instead = sorted({take.body for take in history.takes
-                              if (take.broker, take.position) == (send.broker, send.position)})
-            found.append(f"{send.body} (SEND_OK at t={send.t:.2f}, {send.broker} queue {send.position[0]} "
-                         f"offset {send.position[1]}): consumers took {instead or 'nothing'} there")
-    return found
+    return [(send, sorted({take.body for take in history.takes
+                           if (take.broker, take.position) == (send.broker, send.position)}))
+            for send in history.sends if send.status == SEND_OK and send.body not in taken]
+
+
+def explain_lost(history: History) -> list[str]:
+    """`lost_sends` in words: where each was stored, and what was taken there instead."""
+    return [f"{send.body} (SEND_OK at t={send.t:.2f}, {send.broker} queue {send.position[0]} "
+            f"offset {send.position[1]}): consumers took {instead or 'nothing'} there"
+            for send, instead in lost_sends(history)]
 
 
 def as_json(figures: dict[str, FaultFigures]) -> str:

@@ -6,10 +6,14 @@ JSON line in OUT (line-buffered, written before the next step), times from CLOCK
     python -m integration_tests.chaos.client_process consumer ENDPOINTS GROUP TOPIC OUT NAME
     python -m integration_tests.chaos.client_process monitor OUT MEMBER=HOST:PORT ...
 
-producer: the SDK Producer sends NAME-0, NAME-1, ... one at a time, each to the queue of its
-key (select_message_queue_by_hash over KEYS keys: per-key order); a send not answered SEND_OK
-is sent again with the same body (a new attempt) until it is. Lines: {"t", "body", "attempt",
-"status" (SendStatus name or the error's class), "msg_id", "broker", "queue", "offset"}.
+producer: the SDK Producer sends NAME-0, NAME-1, ..., each to the queue of its key
+(select_message_queue_by_hash over KEYS keys, key = number % KEYS), from one thread per key:
+a key's messages go one at a time, and one not answered SEND_OK is sent again with the same body
+(a new attempt) until it is, as an orderly RocketMQ application does (per-key order); the other
+keys go on meanwhile, so a fault in one broker group holds only the keys whose queues are there.
+Lines: {"s" (sent), "t" (answered), "body", "attempt", "status" (SendStatus name or the
+error's class), "msg_id", "broker", "queue" (the queue the selector chose, also for a refused
+send; absent when no route was had), "offset"}.
 consumer: an orderly PushConsumer; a line per message before the listener returns SUCCESS:
 {"t", "body", "broker", "queue", "offset"}; OUT with suffix .owned holds the queues
 ([broker, queue id]) it owns now; OUT with suffix .commits a line each time the offset it
@@ -32,7 +36,7 @@ from typing import IO, Any
 
 import grpc
 
-from rmq.connector import ConsumeOrderlyContext, ConsumeOrderlyStatus, MessageExt, PushConsumer
+from rmq.connector import ConsumeOrderlyContext, ConsumeOrderlyStatus, MessageExt, MessageQueue, PushConsumer
 from rmq.connector.errors import RmqError
 from rmq.connector.message import Message
 from rmq.connector.offset_store import ReadOffsetType
@@ -40,6 +44,8 @@ from rmq.connector.producer import Producer, SendStatus, select_message_queue_by
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 KEYS = 8
+KEY_PAUSE_S = 0.05     # between one key's messages: about the rate of one sender without pauses
+RETRY_PAUSE_S = 0.05   # before a refused message is sent again
 POLL_S = 0.25
 SEND_TIMEOUT_S = 3.0
 
@@ -55,29 +61,46 @@ def _stopper() -> threading.Event:
 
 
 def produce(endpoints: str, topic: str, out_path: str, name: str) -> None:
-    out, _ = _writer(out_path)
+    out, lock = _writer(out_path)
     stop = _stopper()
     with Producer(endpoints, instance_name=name) as producer:
         producer.client.timeout = SEND_TIMEOUT_S
-        number = 0
-        while not stop.is_set():
-            body = f"{name}-{number}"
-            for attempt in range(1, 1 << 30):
-                line: dict[str, Any] = {"body": body, "attempt": attempt}
-                try:
-                    result = producer.send(Message(topic, body.encode(), keys=body),
-                                           select_message_queue_by_hash, f"{name}-k{number % KEYS}")
-                    line.update(status=result.status.name, msg_id=result.msg_id,
-                                broker=result.message_queue.broker_name, queue=result.message_queue.queue_id,
-                                offset=result.queue_offset)
-                except RmqError as error:
-                    line.update(status=type(error).__name__, error=str(error)[:200])
+        senders = [threading.Thread(target=_send_key, args=(producer, topic, name, key, out, lock, stop))
+                   for key in range(KEYS)]
+        for sender in senders:
+            sender.start()
+        for sender in senders:
+            sender.join()
+
+
+def _send_key(producer: Producer, topic: str, name: str, key: int, out: IO[str], lock: threading.Lock,
+              stop: threading.Event) -> None:
+    """One key's messages NAME-key, NAME-(key+KEYS), ... to the queue of the key, one at a time,
+    each sent again until answered SEND_OK (an orderly sender: the key's next message waits)."""
+    chosen: list[MessageQueue] = []      # the queue of the attempt under way, also for one refused
+
+    def selector(queues: Sequence[MessageQueue], message: Message, arg: Any) -> MessageQueue:
+        chosen.append(select_message_queue_by_hash(queues, message, arg))
+        return chosen[-1]
+
+    for number in range(key, 1 << 62, KEYS):
+        body = f"{name}-{number}"
+        for attempt in range(1, 1 << 30):
+            line: dict[str, Any] = {"s": time.monotonic(), "body": body, "attempt": attempt}
+            chosen.clear()
+            try:
+                result = producer.send(Message(topic, body.encode(), keys=body), selector, f"{name}-k{key}")
+                line.update(status=result.status.name, msg_id=result.msg_id, offset=result.queue_offset)
+            except RmqError as error:
+                line.update(status=type(error).__name__, error=str(error)[:200])
+            if chosen:
+                line.update(broker=chosen[-1].broker_name, queue=chosen[-1].queue_id)
+            with lock:
                 out.write(json.dumps({"t": time.monotonic(), **line}) + "\n")
-                if line["status"] == SendStatus.SEND_OK.name:
-                    break
-                if stop.wait(0.05):
-                    return
-            number += 1
+            if stop.wait(KEY_PAUSE_S if line["status"] == SendStatus.SEND_OK.name else RETRY_PAUSE_S):
+                return
+            if line["status"] == SendStatus.SEND_OK.name:
+                break
 
 
 def consume(endpoints: str, group: str, topic: str, out_path: str, name: str) -> None:

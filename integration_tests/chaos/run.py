@@ -54,8 +54,10 @@ class Outcome:
 
 
 def run(directory: Path, schedule: Schedule, role: str = "SYNC_MASTER",
-        plane: ControlPlane | None = None) -> Outcome:
-    """The cluster under `schedule`; tears every namespace and process down whatever happens."""
+        plane: ControlPlane | None = None, drain_idle_s: float | None = None) -> Outcome:
+    """The cluster under `schedule`; tears every namespace and process down whatever happens.
+    `drain_idle_s`: end the drain once the consumers took nothing new for so long (a run that
+    is to lose messages need not wait DRAIN_S for them)."""
     pick = random.Random(schedule.seed)
     network = Network(run=f"{os.getpid() % 0x10000:04x}", subnet=f"10.213.{pick.randrange(1, 255)}")
     with network:
@@ -67,12 +69,14 @@ def run(directory: Path, schedule: Schedule, role: str = "SYNC_MASTER",
             windows, skipped = _faults(cluster, schedule, pick)
             cluster.stop_producers()
             end = time.monotonic()
-            _drain(cluster, directory)
+            _drain(cluster, drain_idle_s)
         finally:
             cluster.stop()
     history = History.read(cluster.history, windows, end)
-    (directory / "schedule.json").write_text(json.dumps({"seed": schedule.seed, "skipped": skipped,
-                                                          "faults": [w.__dict__ for w in windows]}))
+    (directory / "schedule.json").write_text(json.dumps({
+        "seed": schedule.seed, "skipped": skipped, "faults": [w.__dict__ for w in windows],
+        # the history's times are CLOCK_MONOTONIC, the members' logs wall clock: one pair to read both
+        "clock": {"monotonic": time.monotonic(), "wall": time.time()}}))
     return Outcome(check(history, KEYS), skipped, history, directory)
 
 
@@ -110,13 +114,18 @@ def _healthy(cluster: Cluster) -> bool:
         any(roles.get(m.name) in MASTER_ROLES for m in group.members) for group in cluster.groups)
 
 
-def _drain(cluster: Cluster, directory: Path) -> None:
-    """Until every body acknowledged SEND_OK was taken by a consumer, or DRAIN_S passed (what is
-    missing then is lost)."""
+def _drain(cluster: Cluster, idle_s: float | None) -> None:
+    """Until every body acknowledged SEND_OK was taken by a consumer, or DRAIN_S passed, or (with
+    `idle_s`) the consumers took nothing new for idle_s (what is missing then is lost)."""
     deadline = time.monotonic() + DRAIN_S
+    taken, moved = 0, time.monotonic()
     while time.monotonic() < deadline:
         history = History.read(cluster.history, [], 0.0)
         acked = {s.body for s in history.sends if s.status == "SEND_OK"}
         if acked <= {t.body for t in history.takes}:
+            return
+        if len(history.takes) != taken:
+            taken, moved = len(history.takes), time.monotonic()
+        elif idle_s is not None and time.monotonic() - moved > idle_s:
             return
         time.sleep(1.0)

@@ -25,6 +25,7 @@ from rmq.broker_server.replication.replicas_info_manager import (
     ReplicasInfoManager,
 )
 from rmq.broker_server.replication.replicas_manager import (
+    RETRY_S,
     ReplicasManager,
     RoleAssignment,
     serve_in_controller_mode,
@@ -312,8 +313,8 @@ def test_controller_mode_settings_that_contradict_it_are_refused(settings: dict,
 
 
 def test_a_member_asks_again_until_the_controller_assigns_it_a_role(tmp_path: Path) -> None:
-    """Not yet (the new master has not confirmed its epoch) and a controller error are asked
-    again every second; a refusal ends the broker with the reason."""
+    """Not yet (the new master has not confirmed its epoch: after NOT_CONFIRMED_RETRY_S) and a
+    controller error (after RETRY_S) are asked again; a refusal ends the broker with the reason."""
     answers = [rmq_pb2.ControllerHeartbeatResponse(status=rmq_pb2.Status(code=code, message="later"))
                for code in (rmq_pb2.SERVICE_NOT_AVAILABLE, rmq_pb2.SYSTEM_ERROR)]
     answers.append(rmq_pb2.ControllerHeartbeatResponse(status=rmq_pb2.Status(code=rmq_pb2.OK), epoch=2,
@@ -338,6 +339,33 @@ def test_a_member_asks_again_until_the_controller_assigns_it_a_role(tmp_path: Pa
             await manager.close()
 
     assert asyncio.run(register_twice()) == RoleAssignment(2, 1, B, KEEP_EVERYTHING, ())
+
+
+def test_a_member_waiting_for_a_new_master_to_confirm_asks_again_within_a_fifth_of_a_second(
+        tmp_path: Path) -> None:
+    """After a failover every slave is told "the new master has not confirmed yet" until that
+    master's first heartbeat: it asks again NOT_CONFIRMED_RETRY_S later, not RETRY_S (the group
+    takes no SYNC_MASTER write until a slave follows the new master)."""
+    answers = [rmq_pb2.ControllerHeartbeatResponse(status=rmq_pb2.Status(
+        code=rmq_pb2.SERVICE_NOT_AVAILABLE, message="the master of epoch 2 has not confirmed")),
+        rmq_pb2.ControllerHeartbeatResponse(status=rmq_pb2.Status(code=rmq_pb2.OK), epoch=2,
+                                            master_broker_id=1, master_address=B, truncate_to=-1)]
+
+    async def register() -> float:
+        manager = ReplicasManager(BrokerConfig(controller=A, store_dir=str(tmp_path)), ServerSecurity())
+
+        async def next_answer(*_: object) -> rmq_pb2.ControllerHeartbeatResponse:
+            return answers.pop(0)
+
+        manager.heartbeat = next_answer  # type: ignore[method-assign]
+        began = time.monotonic()
+        try:
+            assert await manager.register(asyncio.get_running_loop().create_future()) is not None
+            return time.monotonic() - began
+        finally:
+            await manager.close()
+
+    assert asyncio.run(register()) < RETRY_S / 2
 
 
 def test_an_older_epoch_claim_from_the_master_is_refused_and_elects_no_one(tmp_path: Path,
