@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from rmq.broker_server.broker_controller import BrokerController
+from rmq.broker_server.broker_controller import BrokerController, open_store
 from rmq.broker_server.config import BrokerConfig, NameServerConfig, load_config
 from rmq.broker_server.errors import BrokerError, UserError
 from rmq.broker_server.name_server.namesrv_controller import controller_auth
@@ -310,6 +310,28 @@ def test_controller_mode_settings_that_contradict_it_are_refused(settings: dict,
     with pytest.raises(UserError, match=reason):
         load_config(BrokerConfig, None, {"controller": "127.0.0.1:9876", "broker_id": 3, **settings})
     assert load_config(BrokerConfig, None, {"controller": "127.0.0.1:9876", "broker_id": 3}).broker_id == 3
+
+
+@pytest.mark.parametrize("settings, reason", [
+    ({"min_in_sync_replicas": 0}, "min_in_sync_replicas must be positive, not 0"),
+    ({"min_in_sync_replicas": 1, "controller": ""}, "min_in_sync_replicas 1 needs --controller"),
+    ({"ha_max_time_not_caught_up_ms": 0}, "ha_max_time_not_caught_up_ms must be positive, not 0"),
+])
+def test_in_sync_settings_are_checked_at_start(settings: dict, reason: str, tmp_path: Path) -> None:
+    """min_in_sync_replicas at least 1, and 1 only in controller mode (nothing else tells a
+    SYNC_MASTER that it may acknowledge alone); the not-caught-up time positive. Valid ones reach
+    the store's HAService."""
+    with pytest.raises(UserError, match=reason):
+        load_config(BrokerConfig, None, {"controller": "127.0.0.1:9876", **settings})
+    config = load_config(BrokerConfig, None, {"controller": "127.0.0.1:9876", "min_in_sync_replicas": 1,
+                                              "ha_max_time_not_caught_up_ms": 5000,
+                                              "store_dir": str(tmp_path)})
+    store = open_store(config)
+    try:
+        assert (store.ha_service.min_in_sync_replicas, store.ha_service.max_time_not_caught_up_s) == (1, 5.0)
+    finally:
+        store.shutdown()
+    assert BrokerConfig().min_in_sync_replicas == 2   # acknowledged means on a slave too
 
 
 def test_a_member_asks_again_until_the_controller_assigns_it_a_role(tmp_path: Path) -> None:
