@@ -685,3 +685,42 @@ def test_a_held_pull_on_a_controller_mode_sync_master_wakes_when_its_slave_confi
     finally:
         broker.run(manager.close())
         broker.stop()
+
+
+def test_with_min_in_sync_1_a_slave_counts_from_the_heartbeat_reporting_it_before_the_answer(
+        tmp_path: Path) -> None:
+    """A master acknowledging alone (the controller's set: itself) that reports a caught-up slave
+    stops acknowledging alone when it sends the report: the controller may take the slave into
+    the set before its answer arrives, and the slave must then hold every acknowledged send."""
+    broker = InProcessBroker(tmp_path / "broker", controller="127.0.0.1:1", broker_role="SYNC_MASTER",
+                             min_in_sync_replicas=1, store={"sync_flush_timeout_ms": 100}).start()
+
+    async def open_manager() -> ReplicasManager:
+        return ReplicasManager(broker.config, ServerSecurity())
+
+    manager = broker.run(open_manager())
+    store = broker.controller.store
+    while_reported: list[PutMessageStatus] = []
+
+    async def controller_takes_the_report(epoch: int, max_offset: int, in_sync: list[str]
+                                          ) -> rmq_pb2.ControllerHeartbeatResponse:
+        while_reported.append(store.put_message(message()).status)   # before the answer arrives
+        return rmq_pb2.ControllerHeartbeatResponse(
+            status=rmq_pb2.Status(code=rmq_pb2.OK), epoch=1, master_broker_id=0,
+            master_address=broker.address, in_sync_ids=[0, 1] if in_sync else [0])
+
+    manager.heartbeat = controller_takes_the_report  # type: ignore[method-assign]
+    term = RoleAssignment(epoch=1, master_id=0, master_address=broker.address, truncate_to=-1,
+                          in_sync_ids=(0,))
+    try:
+        assert broker.run(manager._beat(broker.controller, term))   # the set: the master alone
+        assert store.put_message(message()).status is PutMessageStatus.PUT_OK   # alone
+        slave = store.ha_service.connect_slave("127.0.0.1:2", store.get_commit_log_max_offset())
+        assert broker.run(manager._beat(broker.controller, term))   # reports the slave
+        # no set confirmed yet during the first beat; the reported slave counts during the second
+        assert while_reported == [PutMessageStatus.SLAVE_NOT_AVAILABLE, PutMessageStatus.FLUSH_SLAVE_TIMEOUT]
+        store.ha_service.slave_acked(slave, 1 << 40)
+        assert store.put_message(message()).status is PutMessageStatus.PUT_OK   # on the slave
+    finally:
+        broker.run(manager.close())
+        broker.stop()
