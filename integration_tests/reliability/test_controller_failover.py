@@ -434,6 +434,7 @@ def test_a_group_whose_only_slave_is_paused_acknowledges_alone_only_with_min_in_
         while time.monotonic() - paused < window and rmq_pb2.OK not in answers:
             answers.append(send_once(client))
         resumed_after = time.monotonic() - paused
+        print(f"min_in_sync_replicas {min_in_sync}: {len(answers)} sends, {resumed_after:.2f} s")
         in_sync_then = list(status(master).in_sync_ids)
         slave.process.send_signal(signal.SIGCONT)
         group.wait_in_sync(master=0, slave=1)
