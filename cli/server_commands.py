@@ -60,6 +60,12 @@ def add_parsers(subparsers: Subcommands) -> None:
     broker.add_argument("--cluster-secret", metavar="FILE",
                         help="the broker group's shared secret (chmod 600, the same file on every member): "
                              "master and slaves authenticate each other; required with --acl")
+    broker.add_argument("--min-in-sync-replicas", metavar="N", type=int,
+                        help="SYNC_MASTER: members, master included, that hold a send before it is "
+                             "acknowledged (default 2: on a slave too); 1, with --controller: the master "
+                             "alone once the controller's in-sync set is the master alone")
+    broker.add_argument("--ha-max-time-not-caught-up-ms", metavar="MS", type=int,
+                        help="a slave behind the master this long leaves the in-sync set (default 15000)")
     broker.add_argument(
         "--flush",
         choices=("sync", "async"),
@@ -118,6 +124,8 @@ def run_broker(args: argparse.Namespace) -> int:
             "master": args.master,
             "controller": args.controller,
             "cluster_secret_file": args.cluster_secret,
+            "min_in_sync_replicas": args.min_in_sync_replicas,
+            "ha_max_time_not_caught_up_ms": args.ha_max_time_not_caught_up_ms,
             "namesrv": args.namesrv,
             "flush": args.flush,
             "metrics_listen": args.metrics_listen,
