@@ -26,7 +26,16 @@ from bench.environment import REPO_ROOT, Environment, Scale
 from bench.harness import Row, Target, format_table, not_measured
 
 MODULE_COMMAND = ".venv/bin/python -m bench"
-BUDGET_S = 14 * 60   # issue 8: the whole run under 15 minutes on the 2-core machine
+# Issue 8 set the whole run under 15 minutes on the 2-core machine (a budget of 14 to start a section).
+# Issue 41 (fourth stop) added section 16 (one message per request: four kinds of sender and two
+# references from 1 to 128 senders, ~2.5 min) and issue 45 section 17 (1,000,000 pending timers as
+# the issue asks, ~3.5 min: the broker parks them at ~97 µs of CPU each) to a run of 14.4 min. The
+# other sections were shortened where it costs no meaning (fewer latency samples, shorter scaling
+# points, shared reference runs: ~3 min); the sizes left are set by their issues (2M rows for row 5,
+# 1M timers, 10,000 topics, a 1 GiB range). A quiet run takes about 17 minutes, so a section may
+# start until 17 minutes in; the long sections run before the short last ones, so a loaded run
+# ends within a few minutes of that.
+BUDGET_S = 17 * 60
 
 
 @dataclass(frozen=True)
@@ -67,14 +76,15 @@ BENCHMARKS = [
               "bench.sdk_orderly_pull_bench:sdk2_rows"),
     Benchmark("flight", "13. Flight data plane: bulk read without Spark, and while producing",
               "bench.flight_bench:flight_rows"),
-    Benchmark("failover", "14. Controller failover: time without a master after kill -9",
-              "bench.failover_bench:failover_rows", Target(max_value=10.0, unit="s")),
     Benchmark("single", "16. One message per request: Producer.send / send_async, the official C++ and "
               "RocketMQ 5 clients vs redis-py XADD (no pipeline) and NATS JetStream publish, broker CPU per "
               "request", "bench.one_message_bench:one_message_rows", Target(min_ratio=1.0)),
     Benchmark("timer", "17. Timer messages: parking rate, memory and delivery lateness with N pending",
               "bench.timer_bench:timer_rows", Target(max_value=1200, unit="ms")),
-    # last: the run is near its budget, and a section past it is not measured (issue 29 item 5)
+    # the short ones last: the run is near its budget, and a section past it is not measured (issue 29
+    # item 5); a section started before it runs to its end, so a long one there would stretch the run
+    Benchmark("failover", "14. Controller failover: time without a master after kill -9",
+              "bench.failover_bench:failover_rows", Target(max_value=10.0, unit="s")),
     Benchmark("growth", "15. Scaling: topics, queues and consumers of one group",
               "bench.growth_bench:growth_rows", Target(max_ratio=2.0)),
 ]
@@ -135,7 +145,8 @@ def run_section(benchmark: Benchmark, env: Environment, start: float) -> report.
         run = _load(benchmark.target)
         description = inspect.getdoc(run) or ""
         if section_start - start > BUDGET_S:
-            rows = [not_measured(benchmark.title, "over the 15-minute budget", benchmark.row_target)]
+            budget = f"over the {BUDGET_S // 60}-minute budget"
+            rows = [not_measured(benchmark.title, budget, benchmark.row_target)]
         else:
             rows = run(env)
     except Exception as error:  # noqa: BLE001 - one failing section must not lose the others

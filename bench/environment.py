@@ -29,6 +29,10 @@ class ReferenceServer(Protocol):
 
 ReferenceT = TypeVar("ReferenceT", bound=ReferenceServer)
 FLUSH = "async"  # throughput rows measure the broker, not the disk: ASYNC flush, stated in the report
+# A broker answers within seconds on a quiet machine; on this shared one under load 15-22 four
+# sections of one run lost every row to brokers not ready after the tests' 30 s (one took 88 s to
+# listen), so the run waits longer before it gives a section up.
+READY_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -46,8 +50,11 @@ class Scale:
 
     @classmethod
     def full(cls) -> Scale:
-        return cls(repeats=3, produce_messages=100_000, pull_messages=200_000, latency_samples=300,
-                   e2e_messages=2_000_000, scaling_messages=400_000, scaling_repeats=2,
+        # issue 41 (fourth stop): sections 16 and 17 joined the run, so the latency rows take 200
+        # samples per run (p99 is the second largest; was 300) and the scaling curve's points
+        # 200,000 rows (was 400,000; start-up weighs more, the curve is not a gate)
+        return cls(repeats=3, produce_messages=100_000, pull_messages=200_000, latency_samples=200,
+                   e2e_messages=2_000_000, scaling_messages=200_000, scaling_repeats=2,
                    big_range_bytes=1 << 30)
 
     @classmethod
@@ -76,12 +83,15 @@ class Environment:
     def broker(self, name: str = "broker-a", namesrv: str | None = None) -> Iterator[processes.ServerProcess]:
         """A broker process (ASYNC flush, loopback) on a fresh store, stopped on exit."""
         server = processes.broker(self.directory(name), name=name, namesrv_address=namesrv, flush=FLUSH)
+        server.ready_timeout = READY_TIMEOUT_S
         with _running(server):
             yield server
 
     @contextmanager
     def namesrv(self) -> Iterator[processes.ServerProcess]:
-        with _running(processes.namesrv(self.directory("namesrv"))) as server:
+        namesrv = processes.namesrv(self.directory("namesrv"))
+        namesrv.ready_timeout = READY_TIMEOUT_S
+        with _running(namesrv) as server:
             yield server
 
     @contextmanager

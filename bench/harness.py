@@ -94,13 +94,20 @@ def measure_pair(
 ) -> tuple[Stats, Stats | None]:
     """Alternate subject and reference runs, so load from other processes on this shared
     machine hits both alike; returns (subject stats, reference stats or None without one)."""
-    subject_runs: list[float] = []
-    reference_runs: list[float] = []
+    subject_stats, reference_stats = measure_alternating([subject, reference], repeats)
+    assert subject_stats is not None
+    return subject_stats, reference_stats
+
+
+def measure_alternating(runs: Sequence[Callable[[], float] | None], repeats: int) -> list[Stats | None]:
+    """Each run once per repeat, in turn (None: not run, None stats), so load from other processes
+    hits all alike; several subjects can share one reference's runs this way."""
+    samples: list[list[float]] = [[] for _ in runs]
     for _ in range(repeats):
-        subject_runs.append(subject())
-        if reference is not None:
-            reference_runs.append(reference())
-    return Stats.of(subject_runs), Stats.of(reference_runs) if reference_runs else None
+        for run, into in zip(runs, samples, strict=True):
+            if run is not None:
+                into.append(run())
+    return [Stats.of(values) if values else None for values in samples]
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from rmq.connector.client import RmqClient
 QUEUES = 8
 BODY_SIZE = 100
 PRODUCE_BATCH = 256
-SCALE_DIVISOR = 20        # the official client sends one message per call: fewer messages
+SCALE_DIVISOR = 50        # the official client sends one message per call (~500/s): fewer messages
 CONSUME_TOPIC = "bench-push"   # the topic sdk_bench.push_consumer_rate reads
 _groups = itertools.count()
 

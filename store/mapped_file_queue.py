@@ -123,8 +123,8 @@ class MappedFileQueue:
         return first.file_from_offset if first is not None else -1
 
     def get_max_offset(self) -> int:
-        last = self.last_file()
-        return last.file_from_offset + last.read_position() if last is not None else 0
+        files = self.files   # (last_file and read_position inline: a put's dispatch asks once per put)
+        return files[-1].file_from_offset + files[-1].wrote_position if files else 0
 
     def roll_next_file(self, offset: int) -> int:
         return offset + self.mapped_file_size - offset % self.mapped_file_size

@@ -74,7 +74,8 @@ class MessageStore:
         self.dispatcher = CommitLogDispatcher(config, self._consume_queue, self.index_service,
                                               self._mark_write_error)
         self.reader = MessageReader(config, self.commit_log, self.index_service, self.find_consume_queue)
-        self.ha_service = HAService(self.commit_log)
+        self.ha_service = HAService(self.commit_log, min_in_sync_replicas=config.min_in_sync_replicas,
+                                    max_time_not_caught_up_s=config.ha_max_time_not_caught_up_ms / 1000)
         self.reput = ReputMessageService(self.commit_log, self.dispatcher.dispatch,
                                          self.dispatcher.dispatch_one,
                                          wait_for_record_tails=config.broker_role is BrokerRole.SLAVE)
@@ -251,9 +252,15 @@ class MessageStore:
         """put_batch for a caller that must not wait (the broker's event loop): None, nothing
         written, when the put would wait — for another putter's lock, a new CommitLog file, the
         disk (SYNC flush) or a slave (SYNC_MASTER)."""
-        if self._group_commit is not None or self.config.broker_role is BrokerRole.SYNC_MASTER:
+        if not self.puts_now():
             return None
         return self._put_batch(batch, wait=False)
+
+    def puts_now(self) -> bool:
+        """Whether a put can answer without waiting (try_put_batch / try_put_one may store): not
+        under SYNC flush, whose answer waits for the disk, nor on a SYNC_MASTER, which waits for
+        its slave."""
+        return self._group_commit is None and self.config.broker_role is not BrokerRole.SYNC_MASTER
 
     def put_one(self, record: OneRecord) -> PutMessageResult:
         """put_batch for one message on the single-message path (no numpy column is built); a
@@ -266,7 +273,7 @@ class MessageStore:
     def try_put_one(self, record: OneRecord) -> PutMessageResult | None:
         """put_one for a caller that must not wait (the broker's event loop): None, nothing
         written, when the put would wait (as try_put_batch) or needs a new CommitLog file."""
-        if self._group_commit is not None or self.config.broker_role is BrokerRole.SYNC_MASTER:
+        if not self.puts_now():
             return None
         return self._put_one(record, wait=False)
 

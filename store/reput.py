@@ -39,7 +39,7 @@ class ReputMessageService(ServiceThread):
         super().__init__()
         self.commit_log = commit_log
         # where dispatch ends: the CommitLog's end, or the confirm offset (MessageStore.bound_reads)
-        self.end: Callable[[], int] = commit_log.get_max_offset
+        self.end: Callable[[], int] = commit_log.mapped_file_queue.get_max_offset   # get_max_offset's
         self.dispatch = dispatch
         self.dispatch_one = dispatch_one
         # A slave's CommitLog may end inside a record whose rest the master has not sent yet

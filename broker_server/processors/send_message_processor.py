@@ -20,7 +20,7 @@ import functools
 import ipaddress
 import itertools
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -34,6 +34,7 @@ from rmq.broker_server.processors.delay_levels import delay_level_to_queue_id
 from rmq.broker_server.processors.names import SCHEDULE_TOPIC, TIMER_TOPIC
 from rmq.broker_server.processors.put_status import STORED_ON_MASTER_ONLY, check_put_results, check_put_status
 from rmq.broker_server.processors.store_executor import StoreExecutor
+from rmq.broker_server.processors.timer_message_store import has_timer
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.store import (
     BrokerRole,
@@ -116,6 +117,9 @@ class SendMessageProcessor:
         self.max_message_size = max_message_size
         self._round_robin: dict[str, int] = {}  # per topic: the next round-robin position
         self.timer: TimerMessageStore | None = None   # parks timer messages (set by the broker)
+        # whether the store answers a put without waiting (not under SYNC flush nor on a
+        # SYNC_MASTER, whose answers wait for the disk or a slave): the store's own method
+        self.puts_now: Callable[[], bool] = store.puts_now
 
     async def process(self, request: rmq_pb2.SendMessageRequest, peer: str) -> rmq_pb2.SendMessageResponse:
         try:
@@ -168,6 +172,38 @@ class SendMessageProcessor:
     async def send_one(self, message: OneMessage, born_host: bytes) -> SendResult:
         """One message on the single-message path: no protobuf, no numpy column, stored on the
         event loop when the put need not wait. Raises BrokerError for a refused message."""
+        topic, queue_id, record, full = self._one_record(message, born_host)
+        if record.topic == TIMER_TOPIC:
+            with self._timer_admission(1):
+                result = await self._store_one(record)
+                self._check_stored(record, result)
+        else:   # no context manager per ordinary send: ~9 Python calls on the single-message path
+            result = await self._store_one(record)
+            self._check_stored(record, result)
+        return self._sent(topic, queue_id, record, full, result)
+
+    def send_one_now(self, message: OneMessage, born_host: bytes) -> SendResult | None:
+        """`send_one` as a plain call, for a plain message (no delay level, no timer property)
+        whose put need not wait: the same checks in the same order (they raise BrokerError), the
+        record stored on the calling (event-loop) thread. None, nothing stored, for any other
+        message or when the store would wait (SYNC flush, SYNC_MASTER, the put lock taken, a new
+        CommitLog file): the caller then takes `send_one`, whose round robin goes on from here."""
+        if message.delay_level or (message.properties and self.timer is not None
+                                   and has_timer(message.properties)) or not self.puts_now():
+            return None
+        topic, queue_id, record, full = self._one_record(message, born_host)
+        result = self.store.try_put_one(record)
+        if result is None:
+            return None
+        if result.status is not PutMessageStatus.PUT_OK:
+            self._check_stored(record, result)
+        return self._sent(topic, queue_id, record, full, result)
+
+    def _one_record(self, message: OneMessage, born_host: bytes
+                    ) -> tuple[str, int, OneRecord, dict[str, str]]:
+        """The checks of one message before its put, in their order (broker role, topic, body,
+        queue, properties; the store checks sizes): its topic, queue id, record to store and the
+        properties it encodes when it has more than tags and keys. Raises BrokerError."""
         config = self.writeable_topic(message.topic)
         topic, body = config.topic_name, message.body
         if not body:
@@ -188,29 +224,27 @@ class SendMessageProcessor:
             properties = simple_properties(message.tags, message.keys)
         record = OneRecord(stored_topic, stored_queue_id, body, properties, message.flag,
                            message.born_timestamp or int(time.time() * 1000), born_host)
-        if stored_topic == TIMER_TOPIC:
-            with self._timer_admission(1):
-                result = await self._store_one_checked(record)
-        else:   # no context manager per ordinary send: ~9 Python calls on the single-message path
-            result = await self._store_one_checked(record)
-        self.stats.record_put(topic, 1, len(body))
-        code, reason = (rmq_pb2.OK, "") if result.status is PutMessageStatus.PUT_OK \
-            else STORED_ON_MASTER_ONLY[result.status]
-        if stored_topic == topic:
-            return SendResult(code, reason, result.msg_id, queue_id, result.queue_offset)
-        recall_handle = ""
-        if stored_topic == TIMER_TOPIC and self.timer is not None:
-            recall_handle = self.timer.recall_handle(full, result.queue_offset)
-        return SendResult(code, reason, result.msg_id, queue_id, -1, recall_handle)
+        return topic, queue_id, record, full
 
-    async def _store_one_checked(self, record: OneRecord) -> PutMessageResult:
-        """`_store_one`; a put not stored raises the BrokerError of its status (a too-large
-        message names its size)."""
-        result = await self._store_one(record)
+    def _check_stored(self, record: OneRecord, result: PutMessageResult) -> None:
+        """A put not stored raises the BrokerError of its status (a too-large message names its
+        size)."""
         if result.status is not PutMessageStatus.PUT_OK:
             self._check_size(record.topic, record.body, record.properties)
             check_put_status(result.status)
-        return result
+
+    def _sent(self, topic: str, queue_id: int, record: OneRecord, full: dict[str, str],
+              result: PutMessageResult) -> SendResult:
+        """The answer to a stored single message, counted in the topic's put statistics."""
+        self.stats.record_put(topic, 1, len(record.body))
+        code, reason = (rmq_pb2.OK, "") if result.status is PutMessageStatus.PUT_OK \
+            else STORED_ON_MASTER_ONLY[result.status]
+        if record.topic == topic:
+            return SendResult(code, reason, result.msg_id, queue_id, result.queue_offset)
+        recall_handle = ""
+        if record.topic == TIMER_TOPIC and self.timer is not None:
+            recall_handle = self.timer.recall_handle(full, result.queue_offset)
+        return SendResult(code, reason, result.msg_id, queue_id, -1, recall_handle)
 
     async def _store_one(self, record: OneRecord | PutMessageStatus) -> PutMessageResult:
         """The record stored on the event loop, or on a store thread when the put would wait."""
@@ -228,13 +262,10 @@ class SendMessageProcessor:
             return None
         return self.store.try_put_batch(batch)
 
-    def _refuse_on_slave(self) -> None:
-        if self.store.config.broker_role is BrokerRole.SLAVE:
-            raise NotMaster("this broker is a SLAVE (read-only): send to the master of its broker group")
-
     def writeable_topic(self, topic: str) -> TopicConfig:
         """The topic's config, refused when the broker is a slave or the topic is not writeable."""
-        self._refuse_on_slave()
+        if self.store.config.broker_role is BrokerRole.SLAVE:
+            raise NotMaster("this broker is a SLAVE (read-only): send to the master of its broker group")
         config = self.topics.require(topic)
         if not config.writeable:
             raise BrokerError(rmq_pb2.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")

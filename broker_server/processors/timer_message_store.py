@@ -29,7 +29,7 @@ import time
 import uuid
 import zlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,6 +79,11 @@ class TimerSettings:
     max_delay_ms: int = 3 * 86_400_000
     max_pending: int = 10_000_000
     max_pending_per_account: int = 2_000_000
+
+
+def has_timer(properties: Mapping[str, str]) -> bool:
+    """Whether a message's properties name a delivery time (`park` may send it to the timer queue)."""
+    return not properties.keys().isdisjoint(TIMER_PROPERTIES)
 
 
 def timer_illegal(message: str) -> BrokerError:
@@ -237,7 +242,7 @@ class TimerMessageStore:
         property asks for a later time (properties rewritten: TIMER_DELIVER_MS, REAL_TOPIC,
         REAL_QID, UNIQ_KEY, TIMER_PRODUCER). Raises WHEEL_TIMER_MSG_ILLEGAL; nothing is changed
         then. The send then `admit`s the request's parked timers against the budgets."""
-        if properties.keys().isdisjoint(TIMER_PROPERTIES):   # not a timer message: no clock read
+        if not has_timer(properties):   # not a timer message: no clock read
             return topic, queue_id
         now_ms = self._now_ms()
         deliver_ms = deliver_time_ms(properties, now_ms, self.settings)

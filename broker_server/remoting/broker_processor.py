@@ -29,7 +29,7 @@ from rmq.broker_server.errors import TopicRouteNotFound, UnknownTransaction
 from rmq.broker_server.offsets.consumer_manager import ConsumerManager
 from rmq.broker_server.processors.admin_broker_processor import to_message_queues
 from rmq.broker_server.processors.pipeline import BrokerProcessors
-from rmq.broker_server.processors.send_message_processor import OneMessage, born_host_from_peer
+from rmq.broker_server.processors.send_message_processor import OneMessage, SendResult, born_host_from_peer
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.broker_server.remoting import headers
 from rmq.broker_server.remoting.dispatch import (
@@ -61,6 +61,8 @@ CONSUMER_RUNNING_INFO_TIMEOUT_S = 5.0
 SYS_FLAG_COMPRESSED = 0x1  # MessageSysFlag.COMPRESSED_FLAG
 METHOD = "/rmq.v1.MessagingService/"
 
+SINGLE_SEND_CODES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2})
+
 # rmq.v1 PullStatus as the PULL_MESSAGE response code the client reads it from.
 PULL_RESPONSE_CODES: dict[int, ResponseCode] = {
     rmq_pb2.FOUND: ResponseCode.SUCCESS,
@@ -76,6 +78,28 @@ class BrokerIdentity:
     broker_id: int  # 0: master; a slave's route names it as a slave, so 4.x producers do not send to it
     remoting_address: str  # what route lookups on this port name as the broker's address
     cluster_name: str  # brokerClusterName, in the route
+
+
+MESSAGE_INT_FIELDS = (("flag", 0), ("bornTimestamp", 0))   # a single send's, after its topic is authorized
+
+
+def _send_fields(request: RemotingCommand) -> tuple[dict[str, str], int, str, int]:
+    """A send's header fields (SendMessageRequestHeader's names), sysFlag, topic and queueId."""
+    header = headers.send_header(request)
+    return (header, headers.int_field(header, "sysFlag", 0), headers.required(header, "topic"),
+            headers.int_field(header, "queueId", -1))
+
+
+def _single(request: RemotingCommand, header: dict[str, str]) -> bool:
+    """A send of one message (not SEND_BATCH_MESSAGE, nor a V2 send flagged as a batch)."""
+    return request.code != RequestCode.SEND_BATCH_MESSAGE and header.get("batch") not in ("true", "1")
+
+
+def _send_answer(request: RemotingCommand, result: SendResult) -> RemotingCommand:
+    ext = {"msgId": result.msg_id, "queueId": str(result.queue_id), "queueOffset": str(result.queue_offset)}
+    if result.recall_handle:   # a timer message (RocketMQ 5.3 SendMessageResponseHeader)
+        ext["recallHandle"] = result.recall_handle
+    return request.response(RESPONSE_CODES[result.code], result.reason or None, ext)
 
 
 def reset_offset_body(language: LanguageCode, broker_name: str, topic: str, offsets: dict[int, int]) -> bytes:
@@ -306,14 +330,13 @@ class BrokerRemotingProcessor:
 
     # -- sending -------------------------------------------------------------------------
     async def _send(self, call: Call) -> RemotingCommand:
-        header = headers.send_header(call.request)
-        sys_flag = headers.int_field(header, "sysFlag", 0)
-        topic = headers.required(header, "topic")
-        queue_id = headers.int_field(header, "queueId", -1)
+        header, sys_flag, topic, queue_id = _send_fields(call.request)
         if sys_flag & TRANSACTION_TYPE_MASK:
             return await self._send_half(call, header, sys_flag, topic, queue_id)
-        if call.request.code != RequestCode.SEND_BATCH_MESSAGE and header.get("batch") not in ("true", "1"):
-            return await self._send_one(call, header, sys_flag, topic, queue_id)
+        if _single(call.request, header):   # straight to SendMessageProcessor's single-message path
+            one = self._single_message(call, header, sys_flag, topic, queue_id)
+            result = await self.processors.send.send_one(one, born_host_from_peer(call.context.peer()))
+            return _send_answer(call.request, result)
         messages = [
             self._message(body, properties, flag, sys_flag, queue_id)
             for body, properties, flag in headers.batch_messages(call.request.body)
@@ -336,24 +359,35 @@ class BrokerRemotingProcessor:
             RESPONSE_CODES[response.status.code], response.status.message or None, ext
         )
 
-    async def _send_one(
+    def answer_now(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
+        """The answer to a request served on the read without a coroutine (RemotingServer's
+        `immediate`): a plain single-message send (SEND_MESSAGE / SEND_MESSAGE_V2) the store can
+        take at once, through the dispatcher (authentication, account, refusals) and
+        SendMessageProcessor.send_one_now (every check of a send); None for any other request,
+        which takes `process`."""
+        if request.code not in SINGLE_SEND_CODES:
+            return None
+        return self.dispatcher.answer_now(context, request, self._send_now)
+
+    def _send_now(self, call: Call) -> RemotingCommand | None:
+        header, sys_flag, topic, queue_id = _send_fields(call.request)
+        if sys_flag & TRANSACTION_TYPE_MASK or not _single(call.request, header):
+            return None
+        message = self._single_message(call, header, sys_flag, topic, queue_id)
+        result = self.processors.send.send_one_now(message, born_host_from_peer(call.context.channel.peer))
+        return None if result is None else _send_answer(call.request, result)
+
+    def _single_message(
         self, call: Call, header: dict[str, str], sys_flag: int, topic: str, queue_id: int
-    ) -> RemotingCommand:
-        """One message: straight to SendMessageProcessor's single-message path."""
+    ) -> OneMessage:
+        """A single send's message, its topic authorized for the call's account (when an ACL is on)."""
         if self.dispatcher.authenticator is not None:
             self._authorize(call, "SendMessage", rmq_pb2.SendMessageRequest(topic=topic))
-        message = self._one_message(
-            topic, call.request.body, header.get("properties", ""), headers.int_field(header, "flag", 0),
-            sys_flag, queue_id,
-        )
-        message.born_timestamp = headers.int_field(header, "bornTimestamp", 0)
-        result = await self.processors.send.send_one(message, born_host_from_peer(call.context.peer()))
-        ext = {
-            "msgId": result.msg_id, "queueId": str(result.queue_id), "queueOffset": str(result.queue_offset)
-        }
-        if result.recall_handle:   # a timer message (RocketMQ 5.3 SendMessageResponseHeader)
-            ext["recallHandle"] = result.recall_handle
-        return call.request.response(RESPONSE_CODES[result.code], result.reason or None, ext)
+        flag, born_timestamp = headers.int_fields(header, MESSAGE_INT_FIELDS)
+        message = self._one_message(topic, call.request.body, header.get("properties", ""), flag, sys_flag,
+                                    queue_id)
+        message.born_timestamp = born_timestamp
+        return message
 
     async def _send_half(
         self, call: Call, header: dict[str, str], sys_flag: int, topic: str, queue_id: int
@@ -434,9 +468,9 @@ class BrokerRemotingProcessor:
             raise Refusal(
                 ResponseCode.MESSAGE_ILLEGAL, f"property DELAY must be a delay level, not {delay!r}"
             )
-        return OneMessage(
-            topic, self._uncompressed(body, sys_flag), tags, keys, properties, queue_id, int(delay), flag
-        )
+        if sys_flag & SYS_FLAG_COMPRESSED:
+            body = self._uncompressed(body)
+        return OneMessage(topic, body, tags, keys, properties, queue_id, int(delay), flag)
 
     def _message(
         self, body: bytes, properties_text: str, flag: int, sys_flag: int, queue_id: int
@@ -450,11 +484,9 @@ class BrokerRemotingProcessor:
             message.queue_id = queue_id
         return message
 
-    def _uncompressed(self, body: bytes, sys_flag: int) -> bytes:
+    def _uncompressed(self, body: bytes) -> bytes:
         """A compressed body (zlib, COMPRESSED_FLAG) inflated to at most max_message_size bytes:
         stored plain, so every reader sees the body the producer gave."""
-        if not sys_flag & SYS_FLAG_COMPRESSED:
-            return body
         inflater = zlib.decompressobj()
         try:
             plain = inflater.decompress(body, self.max_message_size)

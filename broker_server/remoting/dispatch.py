@@ -7,6 +7,7 @@ REQUEST_CODE_NOT_SUPPORTED from the header, never with a closed connection."""
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -78,6 +79,11 @@ def _rmq_code_field(code: int | None) -> dict[str, str]:
     return {} if code is None else {RMQ_CODE_FIELD: str(code)}
 
 
+def _log_answer(context: CallContext, request: RemotingCommand, response: RemotingCommand | None) -> None:
+    log.debug("remoting %s: request code %d -> %s %s", context.channel.address, request.code,
+              response and response.code, response and response.remark)
+
+
 def _unsupported(request: RemotingCommand) -> RemotingCommand:
     remark = f"request code {request.code} is not supported"
     return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark)
@@ -119,23 +125,45 @@ class RequestDispatcher:
         if handler is None:
             return _unsupported(request)
         try:
-            access_key = self._authenticate(context, request)
-            if self.authenticator is not None:   # what the request reaches is checked for this account
-                run_as(self.authenticator.caller(access_key))
-            response = await handler(Call(context, request, access_key))
-        except BrokerError as error:
-            response = self._refused(request, error)
-        except ValueError as error:  # a header number out of its field's range
-            response = request.response(ResponseCode.SYSTEM_ERROR, f"bad request field: {error}")
+            response = await handler(self._call(context, request))
+        except (BrokerError, ValueError) as error:
+            response = self._refusal(request, error)
         if log.isEnabledFor(logging.DEBUG):   # not a log call per request unless asked for
-            log.debug(
-                "remoting %s: request code %d -> %s %s",
-                context.channel.address,
-                request.code,
-                response and response.code,
-                response and response.remark,
-            )
+            _log_answer(context, request, response)
         return response
+
+    def answer_now(self, context: CallContext, request: RemotingCommand,
+                   handler: Callable[[Call], RemotingCommand | None]) -> RemotingCommand | None:
+        """`process` for a request the caller's `handler` may answer at once (a plain call, on the
+        read): authenticated, run as its account and refused exactly as there. None when the
+        handler leaves it to `process` (which then authenticates it again)."""
+        try:
+            if self.authenticator is None:   # nothing to authenticate, no account to run as
+                response = handler(Call(context, request, ""))
+            else:   # the account it runs as (run_as) stays this request's: a context of its own
+                response = contextvars.copy_context().run(self._handle_now, context, request, handler)
+        except (BrokerError, ValueError) as error:
+            response = self._refusal(request, error)
+        if response is not None and log.isEnabledFor(logging.DEBUG):
+            _log_answer(context, request, response)
+        return response
+
+    def _call(self, context: CallContext, request: RemotingCommand) -> Call:
+        """The call of an authenticated request, run as its account (run_as) when an ACL is on."""
+        access_key = self._authenticate(context, request)
+        if self.authenticator is not None:   # what the request reaches is checked for this account
+            run_as(self.authenticator.caller(access_key))
+        return Call(context, request, access_key)
+
+    def _handle_now(self, context: CallContext, request: RemotingCommand,
+                    handler: Callable[[Call], RemotingCommand | None]) -> RemotingCommand | None:
+        return handler(self._call(context, request))
+
+    def _refusal(self, request: RemotingCommand, error: BrokerError | ValueError) -> RemotingCommand:
+        if isinstance(error, BrokerError):
+            return self._refused(request, error)
+        # a header number out of its field's range
+        return request.response(ResponseCode.SYSTEM_ERROR, f"bad request field: {error}")
 
     def admit_header(self, channel: Channel, header: RemotingCommand) -> Admission | RemotingCommand:
         """The remoting server's gate: a request of a code served here, from an address and

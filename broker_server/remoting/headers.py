@@ -8,7 +8,7 @@ import json
 import struct
 from typing import Any
 
-from rmq.broker_server.errors import illegal_argument
+from rmq.broker_server.errors import BrokerError, illegal_argument
 from rmq.remoting.remoting_command import MAX_JSON_DEPTH, RemotingCommand, json_within_depth
 from rmq.remoting.request_code import RequestCode
 from rmq.v1 import rmq_pb2
@@ -64,7 +64,26 @@ def int_field(fields: dict[str, str], name: str, default: int | None = None) -> 
     try:
         return int(value)
     except ValueError:
-        raise illegal_argument(f"header field {name} must be an integer, not {value!r}") from None
+        raise _not_an_integer(name, value) from None
+
+
+def _not_an_integer(name: str, value: str) -> BrokerError:
+    return illegal_argument(f"header field {name} must be an integer, not {value!r}")
+
+
+def int_fields(fields: dict[str, str], defaults: tuple[tuple[str, int], ...]) -> list[int]:
+    """int_field of each (name, default) in `defaults`, in one call (a send reads four)."""
+    values = []
+    for name, default in defaults:
+        value = fields.get(name)
+        if value is None:
+            values.append(default)
+            continue
+        try:
+            values.append(int(value))
+        except ValueError:
+            raise _not_an_integer(name, value) from None
+    return values
 
 
 def send_header(command: RemotingCommand) -> dict[str, str]:

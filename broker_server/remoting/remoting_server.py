@@ -53,6 +53,7 @@ from rmq.remoting.remoting_command import (
     HEADER_LENGTH_MASK,
     LENGTH,
     RPC_ONEWAY,
+    RPC_TYPE_RESPONSE,
     FrameError,
     LanguageCode,
     RemotingCommand,
@@ -234,6 +235,11 @@ class RemotingProcessor(Protocol):
     ) -> Awaitable[RemotingCommand | None]: ...
 
 
+# A processor's answer to a request on the read itself, without a coroutine, or None when it
+# leaves the request to `process` (BrokerRemotingProcessor.answer_now: a plain single send).
+Immediate = Callable[[CallContext, RemotingCommand], RemotingCommand | None]
+
+
 class RemotingServer:
     def __init__(
         self,
@@ -243,13 +249,16 @@ class RemotingServer:
         tls: ServerTls | None = None,
         sock: socket.socket | None = None,
         gate: HeaderGate | None = None,
+        immediate: Immediate | None = None,
     ) -> None:
         """`sock`: a socket bound to `listen` already (served instead of binding `listen`);
-        `gate`: what admits a request's header before its body is read (OpenGate when None)."""
+        `gate`: what admits a request's header before its body is read (OpenGate when None);
+        `immediate`: what answers a request on the read, before `processor` (None: nothing)."""
         self.listen = listen
         self._sock = sock
         self.tls = tls
         self.processor = processor
+        self.immediate = immediate
         self.gate: HeaderGate = gate or OpenGate()
         self.limits = limits
         self.channels: set[Channel] = set()
@@ -296,8 +305,7 @@ class RemotingServer:
             try:
                 response = await self.processor.process(context, request)
             except Exception as error:
-                log.exception("remoting: request code %d failed", request.code)
-                response = request.response(ResponseCode.SYSTEM_ERROR, f"internal error: {error}")
+                response = failed(request, error)
             if response is not None and not request.flag & RPC_ONEWAY:
                 try:
                     if not channel.write_frame(response):   # a plain call unless the client does not read
@@ -306,6 +314,20 @@ class RemotingServer:
                     pass
         finally:
             context.done()
+
+
+def failed(request: RemotingCommand, error: Exception) -> RemotingCommand:
+    """The answer to a request whose processor raised (logged with its traceback)."""
+    log.exception("remoting: request code %d failed", request.code)
+    return request.response(ResponseCode.SYSTEM_ERROR, f"internal error: {error}")
+
+
+async def _drained(channel: Channel) -> None:
+    """Until the client reads what was written to it (or is gone)."""
+    try:
+        await channel.drained()
+    except ConnectionError:
+        pass
 
 
 class _Rest(Coroutine[Any, Any, None]):
@@ -443,8 +465,9 @@ class _Connection(asyncio.Protocol):
     # -- frames ----------------------------------------------------------------------------
     def _read_frames(self, channel: Channel) -> None:
         buffer, at = self._buffer, 0
+        transport = channel.transport
         try:
-            while not (self._blocked or channel.closed):
+            while not (self._blocked or transport.is_closing()):
                 if self._discard:
                     dropped = min(self._discard, len(buffer) - at)
                     at += dropped
@@ -464,7 +487,8 @@ class _Connection(asyncio.Protocol):
         finally:
             rest = buffer[at:] if at else buffer
             self._buffer = bytearray(rest) if rest and isinstance(rest, bytes) else rest
-            self._time_header(channel)
+            if rest:   # a frame's header may have begun (no call per read otherwise)
+                self._time_header(channel)
 
     def _read_header(self, channel: Channel, buffer: bytes | bytearray, at: int) -> int | None:
         """The bytes of the frame's length, header-length word and header, once all are here
@@ -501,7 +525,7 @@ class _Connection(asyncio.Protocol):
     def _admit(self, channel: Channel, header: RemotingCommand, length: int, size: int) -> None:
         """What becomes of a frame whose header was read: its body received (admitted), or
         dropped as it arrives (a refused request, an unsolicited response, a cancel)."""
-        if header.is_response:
+        if header.flag & RPC_TYPE_RESPONSE:   # (is_response, without a property call per frame)
             if channel.awaits(header.opaque):
                 self._body = _Body(header, Admission(channel.host), length, size)
             else:
@@ -538,7 +562,7 @@ class _Connection(asyncio.Protocol):
         return body.size
 
     def _received(self, channel: Channel, body: _Body) -> None:
-        if body.request.is_response:
+        if body.request.flag & RPC_TYPE_RESPONSE:
             try:
                 channel.answered(body.request)
             finally:
@@ -550,12 +574,33 @@ class _Connection(asyncio.Protocol):
             self._start(channel, body)
 
     def _start(self, channel: Channel, body: _Body) -> None:
-        """Run the request until it waits: answered already, or its rest goes on in a task. It runs
-        in a context of its own (the caller the ACL set for it stays its own)."""
+        """Answer the request on the read when the server's `immediate` does (its bytes released
+        once the answer is written; while the client leaves the high-water mark unread, once it
+        reads), else run it until it waits: answered already, or its rest goes on in a task."""
+        request = body.request
+        immediate = self.server.immediate
+        if immediate is not None:
+            context = CallContext(channel, body.admission)
+            try:
+                response = immediate(context, request)
+            except Exception as error:
+                response = failed(request, error)
+            if response is not None:
+                written = request.flag & RPC_ONEWAY or channel.write_frame(response)
+                context.done()
+                if written:
+                    self.server.request_bytes.release(channel, body.admission.account, body.length)
+                else:
+                    self._run(channel, body, _drained(channel))
+                return
+        self._run(channel, body, self.server.handle(channel, request, body.admission))
+
+    def _run(self, channel: Channel, body: _Body, coroutine: Coroutine[Any, Any, None]) -> None:
+        """Run the request's coroutine until it waits: done already, or its rest goes on in a
+        task. It runs in a context of its own (the caller the ACL set for it stays its own)."""
         self._running += 1
         request = body.request
         context = contextvars.copy_context()
-        coroutine = self.server.handle(channel, request, body.admission)
         try:
             waiting = context.run(coroutine.send, None)
         except StopIteration:

@@ -9,9 +9,6 @@ without an account reserves nothing, and one account's slow or stuck frames hold
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import TypeVar
-
-K = TypeVar("K", bound=Hashable)
 
 
 class RequestBytes:
@@ -52,18 +49,22 @@ class RequestBytes:
         self._waiting.pop(connection, None)
 
     def release(self, connection: Hashable, account: str, size: int) -> None:
+        """Count `size` bytes less (a key whose count reaches 0 leaves its table); wake the waiting.
+        No call per table: it runs once per request."""
         self.held -= size
-        _take(self._by_connection, connection, size)
-        _take(self._by_account, account, size)
+        by_connection, by_account = self._by_connection, self._by_account
+        left = by_connection[connection] - size
+        if left:
+            by_connection[connection] = left
+        else:
+            del by_connection[connection]
+        left = by_account[account] - size
+        if left:
+            by_account[account] = left
+        else:
+            del by_account[account]
         if self._waiting:
             waiting, self._waiting = self._waiting, {}
             for wake in waiting.values():
                 wake()
 
-
-def _take(counts: dict[K, int], key: K, size: int) -> None:
-    left = counts[key] - size
-    if left:
-        counts[key] = left
-    else:
-        del counts[key]

@@ -17,6 +17,7 @@ from rmq.broker_server.remoting.name_server_processor import NameServerRemotingP
 from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
 from rmq.broker_server.remoting.remoting_server import (
     HeaderGate,
+    Immediate,
     RemotingLimits,
     RemotingProcessor,
     RemotingServer,
@@ -42,11 +43,12 @@ def authenticator(security: ServerSecurity, server_id: str = "",
 
 def remoting_server(
     listen: str, security: ServerSecurity, processor: RemotingProcessor, gate: HeaderGate,
-    limits: RemotingLimits, sock: socket.socket | None = None,
+    limits: RemotingLimits, sock: socket.socket | None = None, immediate: Immediate | None = None,
 ) -> RemotingServer:
-    """`gate`: the processor's dispatcher, which admits each request's header before its body is read."""
+    """`gate`: the processor's dispatcher, which admits each request's header before its body is
+    read; `immediate`: the processor's answers on the read (RemotingServer)."""
     security.check_listen(listen)
-    return RemotingServer(listen, processor, limits, security.tls, sock, gate)
+    return RemotingServer(listen, processor, limits, security.tls, sock, gate, immediate)
 
 
 def bind_remoting_port(config: BrokerConfig,
@@ -104,7 +106,8 @@ def build_broker_remoting(
         max_request_bytes_per_account=config.remoting_max_request_bytes_per_account,
         max_connections_per_address=config.remoting_max_connections_per_address,
     )
-    return remoting_server(config.remoting_listen, security, processor, processor.dispatcher, limits, sock)
+    return remoting_server(config.remoting_listen, security, processor, processor.dispatcher, limits, sock,
+                           processor.answer_now)
 
 
 def build_name_server_remoting(

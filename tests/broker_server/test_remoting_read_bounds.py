@@ -45,6 +45,11 @@ class Gate:
         await self.open.wait()
         return request.response(ResponseCode.SUCCESS, body=self.answer)
 
+    def answer_now(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
+        """The server's `immediate`: every request answered on the read (the gate is open)."""
+        self.started += 1
+        return request.response(ResponseCode.SUCCESS, body=self.answer)
+
 
 @dataclass
 class Served:
@@ -66,14 +71,15 @@ class Served:
 
 
 @contextlib.contextmanager
-def serve(limits: RemotingLimits, gate: Gate | Failing) -> Iterator[Served]:
+def serve(limits: RemotingLimits, gate: Gate | Failing, immediate: bool = False) -> Iterator[Served]:
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * KiB)   # accepted sockets inherit it
     listener.bind(("127.0.0.1", 0))
-    server = RemotingServer("127.0.0.1:0", gate, limits, sock=listener)
+    answer_now = gate.answer_now if immediate and isinstance(gate, Gate) else None
+    server = RemotingServer("127.0.0.1:0", gate, limits, sock=listener, immediate=answer_now)
 
     async def start() -> None:
         if isinstance(gate, Gate):
@@ -141,17 +147,22 @@ def test_a_connection_past_its_bounds_is_not_read_until_its_requests_finish(
             assert served.gate.started == FRAMES
 
 
-def test_answers_a_client_does_not_read_wait_instead_of_piling_up() -> None:
+@pytest.mark.parametrize("immediate", [False, True], ids=["in a task", "on the read"])
+def test_answers_a_client_does_not_read_wait_instead_of_piling_up(immediate: bool) -> None:
+    """Also for answers given on the read (a plain single send's): the request counts as running
+    until the client reads its answer."""
     answer = b"a" * MiB
     requests = 4
     gate = Gate(answer)
-    with serve(RemotingLimits(max_requests_per_connection=requests), gate) as served:
+    with serve(RemotingLimits(max_requests_per_connection=requests), gate, immediate) as served:
         served.open_gate()
         data, opaques = frames(64)
         with RemotingTestClient(served.address) as client:
             client.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * KiB)
             sent = send_until_stopped(client, data)
             wait_until(lambda: served.unsent() > 0, "answers the client does not read")
+            wait_until(lambda: not any(channel.transport.is_reading() for channel in served.server.channels),
+                       "the connection is not read while its answers wait")
             stuck = served.gate.started
             assert stuck < len(opaques), "every request was answered into the broker's buffers"
             assert served.unsent() <= (requests + 1) * len(answer)

@@ -227,12 +227,23 @@ def decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
     )
 
 
+_KEY_FIELDS: dict[str, bytes] = {}   # an extFields key as written: its 2-byte length, its bytes
+
+
+def _key_field(key: str) -> bytes:
+    data = key.encode()
+    field = _SHORT.pack(len(data)) + data
+    if len(_KEY_FIELDS) < 4096:   # the keys of the answers written, a few dozen names
+        _KEY_FIELDS[key] = field
+    return field
+
+
 def encode_binary_header(command: RemotingCommand) -> bytes:
     remark = (command.remark or "").encode()
     fields: list[bytes] = []
     for key, value in command.ext_fields.items():
-        key_bytes, value_bytes = key.encode(), value.encode()
-        fields += (_SHORT.pack(len(key_bytes)), key_bytes, LENGTH.pack(len(value_bytes)), value_bytes)
+        value_bytes = value.encode()
+        fields += (_KEY_FIELDS.get(key) or _key_field(key), LENGTH.pack(len(value_bytes)), value_bytes)
     ext = b"".join(fields)
     return b"".join((_BINARY_PREFIX.pack(command.code, command.language, command.version, command.opaque,
                                          command.flag, len(remark)),
