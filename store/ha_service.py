@@ -55,7 +55,7 @@ class HAService:
         self._slaves: dict[int, SlaveProgress] = {}
         self._ids = itertools.count(1)
         self._acked = threading.Condition()
-        self._new_data_listeners: list[Callable[[], None]] = []
+        self.new_data_listeners: list[Callable[[], None]] = []   # each run by the store after an append
         # controller-mode SYNC_MASTER: the slaves (addresses) of the SyncStateSet; None: reads unbounded
         self._sync_state_set: frozenset[str] | None = None
         self._confirm_offset = 0
@@ -179,11 +179,7 @@ class HAService:
 
     def add_new_data_listener(self, listener: Callable[[], None]) -> None:
         """listener() after each append (the broker wakes its transfer streams); any thread."""
-        self._new_data_listeners.append(listener)
-
-    def notify_new_data(self) -> None:
-        for listener in self._new_data_listeners:
-            listener()
+        self.new_data_listeners.append(listener)
 
     def check_slave(self, slave_max_offset: int, check_offset: int, check_crc: int) -> str | None:
         """Why a slave reporting `slave_max_offset` (and crc32 `check_crc` of its bytes from
