@@ -35,11 +35,12 @@ venv: $(STAMP)
 check: $(STAMP)
 	$(PY) -m pytest tests -m "not slow" -q --durations=15
 
-## all tests: unit, then integration (real processes, one Spark session); the long versions
+## all tests: unit, then integration (real processes, one Spark session per worker); the long versions
 ## of a few scenarios (marked slow) run in `make test-slow`, the docker-compose cluster (marked
-## docker) in `make compose-test`
+## docker) in `make compose-test`. Two pytest-xdist workers, each test file whole in one of them
+## (the tests mostly wait; each worker picks ports from its own range: testing/processes.py)
 test: $(STAMP)
-	$(PY) -m pytest tests integration_tests -m "not slow and not docker" --durations=40
+	$(PY) -m pytest tests integration_tests -m "not slow and not docker" -n 2 --dist loadfile --durations=40
 
 test-slow: $(STAMP)
 	$(PY) -m pytest tests integration_tests -m slow

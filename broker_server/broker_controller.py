@@ -124,6 +124,8 @@ def open_store(config: BrokerConfig) -> MessageStore:
             broker_address=store_host(config.remoting_address or config.broker_address),
             broker_role=config.broker_role,
             max_message_size=config.max_message_size,
+            min_in_sync_replicas=config.min_in_sync_replicas,
+            ha_max_time_not_caught_up_ms=config.ha_max_time_not_caught_up_ms,
             **cast(dict[str, Any], config.store),   # checked against the fields (check_store_settings)
         )
     except TypeError as error:

@@ -40,6 +40,10 @@ class BrokerConfig:
     controller_heartbeat_interval_ms: int = 1000  # controller mode: heartbeat period
     # a SYNC_MASTER not confirmed by the leading controller for this long answers no send OK (0: off)
     controller_master_lease_ms: int = 2500
+    # SYNC_MASTER: members (master included) holding a put before it is acknowledged; 1 (controller
+    # mode only): the master alone once the controller's in-sync set is the master alone
+    min_in_sync_replicas: int = 2
+    ha_max_time_not_caught_up_ms: int = 15000  # a slave behind this long leaves the in-sync set
     namesrv: str = ""  # name server addresses, comma-separated
     flush: FlushDiskType = FlushDiskType.ASYNC  # "sync" | "async" (RocketMQ's default is ASYNC_FLUSH)
     advertise_address: str = ""  # address registered with the name server (default: listen)
@@ -215,6 +219,9 @@ class BrokerConfig:
                 raise UserError("with --controller the controller assigns master and slaves: --role names "
                                 "the master's mode (SYNC_MASTER or ASYNC_MASTER), and --master is not given")
             return
+        if self.min_in_sync_replicas == 1:
+            raise UserError("min_in_sync_replicas 1 needs --controller: only the controller's in-sync set "
+                            "tells when a SYNC_MASTER may acknowledge alone (without one, give 2 or more)")
         if self.broker_role is BrokerRole.SLAVE:
             if self.broker_id < 1:
                 raise UserError(f"a SLAVE needs a broker id of 1 or more, not {self.broker_id}")
@@ -345,9 +352,9 @@ def _check_type(name: str, spec: dataclasses.Field[Any], value: Any) -> None:
 
 
 # The `store:` section: MessageStoreConfig fields, except those the broker sets from its own
-# settings (store_dir, flush, role, address, max_message_size).
+# settings (store_dir, flush, role, address, max_message_size, the in-sync settings).
 _STORE_SET_BY_BROKER = frozenset({"store_dir", "flush_disk_type", "broker_role", "broker_address",
-                                  "max_message_size"})
+                                  "max_message_size", "min_in_sync_replicas", "ha_max_time_not_caught_up_ms"})
 STORE_SETTINGS = {f.name: f for f in dataclasses.fields(MessageStoreConfig)
                   if f.name not in _STORE_SET_BY_BROKER}
 _STORE_MAY_BE_ZERO = frozenset({"file_reserved_time_hours",   # 0: expired as soon as a file is full

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 
-from rmq.broker_server.config import BrokerConfig, NameServerConfig, load_config
-from rmq.broker_server.rmq_v1.grpc_server import run_until_terminated
+# The servers' own modules (the store, the gRPC server) are imported by run_namesrv / run_broker, so a
+# client command, whose parser holds these parsers too, does not load them.
 from rmq.broker_server.security import server_security
 from rmq.broker_server.security.server_security import ServerSecurity
 from rmq.cli.parser import Subcommands
@@ -60,6 +60,12 @@ def add_parsers(subparsers: Subcommands) -> None:
     broker.add_argument("--cluster-secret", metavar="FILE",
                         help="the broker group's shared secret (chmod 600, the same file on every member): "
                              "master and slaves authenticate each other; required with --acl")
+    broker.add_argument("--min-in-sync-replicas", metavar="N", type=int,
+                        help="SYNC_MASTER: members, master included, that hold a send before it is "
+                             "acknowledged (default 2: on a slave too); 1, with --controller: the master "
+                             "alone once the controller's in-sync set is the master alone")
+    broker.add_argument("--ha-max-time-not-caught-up-ms", metavar="MS", type=int,
+                        help="a slave behind the master this long leaves the in-sync set (default 15000)")
     broker.add_argument(
         "--flush",
         choices=("sync", "async"),
@@ -85,7 +91,9 @@ def _add_metrics_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def run_namesrv(args: argparse.Namespace) -> int:
+    from rmq.broker_server.config import NameServerConfig, load_config
     from rmq.broker_server.name_server.namesrv_controller import serve_name_server
+    from rmq.broker_server.rmq_v1.grpc_server import run_until_terminated
 
     config = load_config(NameServerConfig, args.config,
                          {"listen": args.listen, "metrics_listen": args.metrics_listen,
@@ -101,6 +109,8 @@ def run_namesrv(args: argparse.Namespace) -> int:
 
 def run_broker(args: argparse.Namespace) -> int:
     from rmq.broker_server.broker_controller import BrokerController
+    from rmq.broker_server.config import BrokerConfig, load_config
+    from rmq.broker_server.rmq_v1.grpc_server import run_until_terminated
 
     config = load_config(
         BrokerConfig,
@@ -114,6 +124,8 @@ def run_broker(args: argparse.Namespace) -> int:
             "master": args.master,
             "controller": args.controller,
             "cluster_secret_file": args.cluster_secret,
+            "min_in_sync_replicas": args.min_in_sync_replicas,
+            "ha_max_time_not_caught_up_ms": args.ha_max_time_not_caught_up_ms,
             "namesrv": args.namesrv,
             "flush": args.flush,
             "metrics_listen": args.metrics_listen,

@@ -17,26 +17,29 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 import grpc
 from google.protobuf.message import Message
 
 from rmq.auth import Credentials, TlsSettings, open_channel
 from rmq.connector.endpoints import parse_endpoints
-from rmq.connector.errors import ConfigError, RmqError, RmqRefused, RmqUnavailable, config_errors
-from rmq.connector.remoting_client import (
-    ConnectionBusy,
-    PortUnreachable,
-    RemotingClient,
-    RemotingTarget,
+from rmq.connector.errors import (
+    ConfigError,
     RequestCancelled,
+    RmqError,
+    RmqRefused,
+    RmqUnavailable,
+    config_errors,
 )
 from rmq.connector.route_cache import BrokerMember, RouteCache, TopicRoute, group_members
 from rmq.connector.tls_probe import speaks_tls
 from rmq.message_queue import MessageQueue
 from rmq.request_signing import broker_server_id
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+
+if TYPE_CHECKING:   # the remoting client is imported where a member's remoting port is used
+    from rmq.connector.remoting_client import RemotingClient, RemotingTarget
 
 MAX_GRPC_MESSAGE_BYTES = 64 * 1024 * 1024
 MAX_SEND_REQUEST_BYTES = 4 * 1024 * 1024      # one SendMessage request stays under this
@@ -105,7 +108,7 @@ class ClientCore:
         self._lock = threading.Lock()
         self._connections: dict[str, Connection] = {}
         self.routes = RouteCache()
-        self._remoting = RemotingClient(self._credentials, self._tls, timeout)
+        self._remoting_client: RemotingClient | None = None
 
     def __enter__(self) -> Self:
         return self
@@ -116,9 +119,22 @@ class ClientCore:
     def close(self) -> None:
         with self._lock:
             connections, self._connections = self._connections, {}
+            remoting, self._remoting_client = self._remoting_client, None
         for connection in connections.values():
             connection.channel.close()
-        self._remoting.close()
+        if remoting is not None:
+            remoting.close()
+
+    @property
+    def _remoting(self) -> RemotingClient:
+        """The 4.x remoting client, created (and its module imported) on the first send or pull: a
+        process that only looks up routes and offsets (Spark's per-query source runner) loads none
+        of it."""
+        with self._lock:
+            if self._remoting_client is None:
+                from rmq.connector.remoting_client import RemotingClient
+                self._remoting_client = RemotingClient(self._credentials, self._tls, self.timeout)
+            return self._remoting_client
 
     @property
     def credentials(self) -> Credentials | None:
@@ -276,6 +292,7 @@ class ClientCore:
         member = self.routes.remoting_member(broker_name, address)
         if member is None:
             return None
+        from rmq.connector.remoting_client import ConnectionBusy, PortUnreachable, RemotingTarget
         target = RemotingTarget(member.remoting_address, broker_server_id(broker_name, member.broker_id),
                                 f"{broker_name} at {member.remoting_address}")
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -20,13 +21,15 @@ from rmq.connector.client_core import (
     unless_unreachable,
     when_answered,
 )
-from rmq.connector.errors import RmqError, RmqRefused, RmqUnavailable
+from rmq.connector.errors import RequestCancelled, RmqError, RmqRefused, RmqUnavailable
 from rmq.connector.pull_result import PullResult, pull_result
-from rmq.connector.remoting_client import PullSpec, RemotingCall, RequestCancelled
 from rmq.connector.route_cache import BrokerMember
 from rmq.message_queue import MessageQueue
 from rmq.subscription import MessageSelector
 from rmq.v1 import rmq_pb2
+
+if TYPE_CHECKING:
+    from rmq.connector.remoting_client import RemotingCall
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,9 @@ class PullAPI(ClientCore):
         broker raises RmqUnavailable at once. The returned call's `cancel()` ends the pull
         (the broker lets a held one go; the callback gets RmqUnavailable "... cancelled").
         Over the member's remoting port when it serves one (docs/client-behaviour.md "Transport")."""
+        # a pull's wire form, over either port
+        from rmq.connector.remoting_client import PullSpec
+
         pull = PullSpec.of(mq, offset, max_messages, group, sub_expression, suspend_timeout_ms, commit_offset)
         deadline = self._pull_deadline(None, suspend_timeout_ms)
         address = self._read_address(mq.broker_name, mq)
@@ -124,6 +130,8 @@ class PullAPI(ClientCore):
                       suspend_timeout_ms: int, commit_offset: int | None, max_bytes: int,
                       timeout: float | None) -> tuple[rmq_pb2.PullMessageRequest, float]:
         """The request (PullSysFlag.buildSysFlag, spec pull §10.3) and its deadline."""
+        from rmq.connector.remoting_client import PullSpec
+
         pull = PullSpec.of(mq, offset, max_messages, group, sub_expression, suspend_timeout_ms, commit_offset)
         return pull.to_request(max_bytes), self._pull_deadline(timeout, suspend_timeout_ms)
 

@@ -5,6 +5,7 @@ RuntimeError) is still caught where that builtin is.
     RmqError                 the root: `code` (rmq.v1 Code) when there is one, else None
     ├── RmqRefused           a broker or name server answered with a refusal (its `code`)
     ├── RmqUnavailable       transport failure, no answer in time: retried with backoff
+    │   └── RequestCancelled the caller cancelled a pull or send
     ├── ConfigError          a client setting or argument is wrong (also ValueError)
     ├── StateError           a call the client's state does not allow (also RuntimeError):
     │                        start twice, poll before start, a group twice per client id
@@ -74,6 +75,10 @@ class RmqUnavailable(RmqError):
 
     def __init__(self, message: str, *, broker: str | None = None, queue: MessageQueue | None = None) -> None:
         super().__init__(rmq_pb2.SERVICE_NOT_AVAILABLE, message, broker=broker, queue=queue)
+
+
+class RequestCancelled(RmqUnavailable):
+    """The caller cancelled the request (a pull or send over either port)."""
 
 
 class _ClientSideError(RmqError):

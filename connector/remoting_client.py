@@ -30,7 +30,7 @@ from typing import Protocol, cast
 
 from rmq import message_format as mf
 from rmq.auth import Credentials, TlsSettings
-from rmq.connector.errors import CorruptMessagesError, RmqError, RmqUnavailable
+from rmq.connector.errors import CorruptMessagesError, RequestCancelled, RmqError, RmqUnavailable
 from rmq.connector.pull_result import PullResult
 from rmq.message_queue import MessageQueue
 from rmq.remoting import request_signing
@@ -92,10 +92,6 @@ class PortUnreachable(RmqUnavailable):
 
 class ConnectionBusy(PortUnreachable):
     """The connection carries MAX_IN_FLIGHT calls already: nothing was sent (this call uses gRPC)."""
-
-
-class RequestCancelled(RmqUnavailable):
-    """The caller cancelled the request."""
 
 
 class SendableMessage(Protocol):

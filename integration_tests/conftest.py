@@ -1,16 +1,46 @@
 """Fixtures for end-to-end tests: real broker / name server processes and one local Spark
-session for the whole test session (starting Spark costs seconds, so never per test)."""
+session for the whole test session (starting Spark costs seconds, so never per test); the hooks
+that print the reliability figures at the end of the run and write RELIABILITY.md (with the run's
+outcome) when RMQ_RELIABILITY_REPORT=1 (`make reliability`); normal test runs leave the file alone.
+Under pytest-xdist (`make test`) the workers' figures reach the controller (pytest_testnodedown)."""
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from integration_tests.reliability.report import REPORT, RunOutcome
 from testing import processes
+
+STARTED = time.monotonic()     # conftest import: the start of the session's collection
+
+
+@pytest.hookimpl(optionalhook=True)     # a pytest-xdist hook, called in the controller
+def pytest_testnodedown(node: Any, error: object) -> None:
+    figures = getattr(node, "workeroutput", {}).get("reliability")
+    if figures:
+        REPORT.merge(figures)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):     # a pytest-xdist worker: its figures went to the controller
+        return
+    if REPORT.scenarios:
+        terminalreporter.section("reliability figures")
+        for line in REPORT.lines():
+            terminalreporter.write_line(line)
+    stats = terminalreporter.stats
+    counts = {name: len(stats.get(name, [])) for name in ("passed", "failed", "error", "skipped")}
+    skipped = sorted({f"{report.nodeid.split('::')[-1]}: {report.longrepr[2]}"
+                      for report in stats.get("skipped", []) if isinstance(report.longrepr, tuple)})
+    seconds = time.monotonic() - STARTED
+    REPORT.write_if_requested(RunOutcome({k: v for k, v in counts.items() if v}, skipped, seconds))
 
 
 @pytest.fixture

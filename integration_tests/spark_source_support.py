@@ -14,6 +14,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.connector.spark.options import parse_source_options
+from rmq.connector.spark.source_offsets import StreamOffset
 from rmq.connector.spark.source_schema import ALL_COLUMNS
 from rmq.connector.spark.stream_reader import RmqStreamReader
 
@@ -81,12 +82,12 @@ def stream_reader(endpoints: str, topic: str | None, columns: tuple[str, ...] = 
 
 
 def first_offset(reader: RmqStreamReader) -> dict:
-    """Where a query starts reading: the end of its first micro-batch, which goes from the
-    initial offset (identity only) to the offsets startingOffsets designates and reads nothing."""
-    initial = reader.initialOffset()
-    start = reader.latestOffset(initial, ReadAllAvailable())
-    assert reader.partitions(initial, start) == []
-    return start
+    """Where a query starts reading, as an offset a micro-batch can start from: the offsets
+    startingOffsets designates, which the end of the query's first micro-batch records
+    (`"@from"`; that batch goes from the initial offset, identity only, to what the limit admits)."""
+    first_end = StreamOffset.from_json(reader.latestOffset(reader.initialOffset(), ReadAllAvailable()))
+    assert first_end.start is not None
+    return StreamOffset(first_end.client_id, first_end.group, first_end.start).to_json()
 
 
 def read_batch(reader, start: dict, end: dict) -> pa.Table:

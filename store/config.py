@@ -65,6 +65,13 @@ class MessageStoreConfig:
     max_transfer_bytes: int = 3 * 1024 * 1024
     access_message_in_memory_max_ratio: int = 40
 
+    # Replication (RocketMQ 5 minInSyncReplicas, haMaxTimeSlaveNotCatchup; docs/controller.md).
+    # A SYNC_MASTER acknowledges once min_in_sync_replicas - 1 slaves hold a put; 1 (controller
+    # mode only): the master alone once the controller's in-sync set is the master alone.
+    min_in_sync_replicas: int = 2
+    # a slave behind the master's end for longer is not in sync (it leaves the in-sync set)
+    ha_max_time_not_caught_up_ms: int = 15_000
+
     # Recovery (spec store §9).
     check_crc_on_recover: bool = True
 
@@ -90,6 +97,9 @@ class MessageStoreConfig:
             raise StoreError(f"max_mapped_consume_queue_files must be at least 1 and "
                              f"consume_queue_unmap_idle_ms at least 0, got "
                              f"{self.max_mapped_consume_queue_files} and {self.consume_queue_unmap_idle_ms}")
+        if self.min_in_sync_replicas < 1 or self.ha_max_time_not_caught_up_ms < 1:
+            raise StoreError(f"min_in_sync_replicas and ha_max_time_not_caught_up_ms must be at least 1, got "
+                             f"{self.min_in_sync_replicas} and {self.ha_max_time_not_caught_up_ms}")
         if self.mapped_file_size_commit_log < 1024:
             raise StoreError(f"mapped_file_size_commit_log must be at least 1024, got "
                              f"{self.mapped_file_size_commit_log}")

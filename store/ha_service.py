@@ -14,6 +14,13 @@ group's SyncStateSet acknowledged, as the controller last accepted that set; wit
 the master's own end. Dispatch to the ConsumeQueues stops there (`MessageStore`), so no read
 door (pull, pop, Flight, query by key) serves what a master stored alone: a deposed master
 cannot hand a consumer queue offsets the new master fills with other messages.
+
+The set that counts is the controller's: the slaves of the last heartbeat it answered OK
+(`bound_reads`) together with every slave reported since (`report_in_sync`), which the
+controller may have taken already. With `min_in_sync_replicas` 1 (RocketMQ 5 minInSyncReplicas
+with allAckInSyncStateSet) a SYNC_MASTER whose set is the master alone acknowledges a put
+without a slave: the controller elects only from that set, so no member lacking the put can
+become master. A slave joins the report only once it holds everything so acknowledged.
 """
 
 from __future__ import annotations
@@ -34,6 +41,10 @@ HA_TRANSFER_BATCH_SIZE = 1024 * 1024          # haTransferBatchSize (RocketMQ: 3
 # haMaxTimeSlaveNotCatchup (RocketMQ 5: 15 s): a slave behind the master's end for longer is not in
 # sync (a slave cut off silently keeps its stream open until the gRPC keepalive ends it, ~80 s)
 HA_MAX_TIME_NOT_CAUGHT_UP_S = 15.0
+# minInSyncReplicas, master included (RocketMQ's default is 1): 2 keeps SYNC_MASTER's
+# "acknowledged means on a slave too"; 1 lets a controller-mode master whose in-sync set the
+# controller shrank to itself acknowledge alone
+MIN_IN_SYNC_REPLICAS = 2
 
 
 @dataclass
@@ -48,16 +59,23 @@ class SlaveProgress:
 
 
 class HAService:
-    def __init__(self, commit_log: CommitLog, max_gap_not_in_sync: int = HA_MAX_GAP_NOT_IN_SYNC) -> None:
+    def __init__(self, commit_log: CommitLog, max_gap_not_in_sync: int = HA_MAX_GAP_NOT_IN_SYNC,
+                 min_in_sync_replicas: int = MIN_IN_SYNC_REPLICAS,
+                 max_time_not_caught_up_s: float = HA_MAX_TIME_NOT_CAUGHT_UP_S) -> None:
         self.commit_log = commit_log
         self.max_gap_not_in_sync = max_gap_not_in_sync
-        self.max_time_not_caught_up_s = HA_MAX_TIME_NOT_CAUGHT_UP_S
+        self.max_time_not_caught_up_s = max_time_not_caught_up_s
+        # members (master included) that hold a put before a SYNC_MASTER acknowledges it
+        self.min_in_sync_replicas = min_in_sync_replicas
         self._slaves: dict[int, SlaveProgress] = {}
         self._ids = itertools.count(1)
         self._acked = threading.Condition()
         self.new_data_listeners: list[Callable[[], None]] = []   # each run by the store after an append
         # controller-mode SYNC_MASTER: the slaves (addresses) of the SyncStateSet; None: reads unbounded
         self._sync_state_set: frozenset[str] | None = None
+        # slaves reported in sync since the controller last answered: it may count them already
+        self._unconfirmed: frozenset[str] = frozenset()
+        self._alone_acked = 0   # the end of what this master acknowledged alone
         self._confirm_offset = 0
         self._confirm_listeners: list[Callable[[], None]] = []
 
@@ -101,17 +119,41 @@ class HAService:
         heartbeat the controller answered OK) acknowledged. What was readable stays readable: the
         confirm offset never goes back (a slave joining behind it holds reads until it caught up)."""
         with self._acked:
-            if not self._sync_state_set:   # until now every byte stored was confirmed on append
-                self._confirm_offset = max(self._confirm_offset, self.commit_log.get_max_offset())
-            self._sync_state_set = sync_state_set
-            confirmed = self._advance_confirm()
+            confirmed = self._set_members(sync_state_set, frozenset())
         if confirmed:
             self._confirmed()
+
+    def report_in_sync(self, master_put_where: int) -> list[str]:
+        """The in-sync slaves a controller-mode master reports in a heartbeat: from now until the
+        controller answers, they count as members of the set (acknowledgements and reads wait
+        for them). A slave that lacks what this master acknowledged alone is left out: it must
+        never become electable without those bytes."""
+        addresses = self.in_sync_addresses(master_put_where)
+        with self._acked:
+            acked = {p.address: p.ack_offset for p in self._slaves.values()}
+            reported = [a for a in addresses if acked.get(a, 0) >= self._alone_acked]
+            confirmed = self._sync_state_set is not None and self._set_members(
+                self._sync_state_set, self._unconfirmed | frozenset(reported))
+        if confirmed:
+            self._confirmed()
+        return reported
+
+    def _set_members(self, sync_state_set: frozenset[str], unconfirmed: frozenset[str]) -> bool:
+        """Under the lock: the SyncStateSet's slaves as confirmed and as reported since; True when
+        the confirm offset moved."""
+        if not self._members():   # until now every byte stored was confirmed on append
+            self._confirm_offset = max(self._confirm_offset, self.commit_log.get_max_offset())
+        self._sync_state_set, self._unconfirmed = sync_state_set, unconfirmed
+        return self._advance_confirm()
+
+    def _members(self) -> frozenset[str]:
+        """The slaves that count (no lock: each attribute is replaced whole)."""
+        return (self._sync_state_set or frozenset()) | self._unconfirmed
 
     def confirm_offset(self) -> int:
         """Where reads end (on every dispatch: no lock): the CommitLog's end unless bounded by a
         SyncStateSet with a slave in it."""
-        if not self._sync_state_set:
+        if self._sync_state_set is None or not self._members():
             return self.commit_log.get_max_offset()
         return self._confirm_offset
 
@@ -123,8 +165,8 @@ class HAService:
         """Under the lock: raise the confirm offset to the lowest acknowledgement of the
         SyncStateSet's slaves, each connected (a member not connected confirms nothing). True
         when it moved."""
-        members = self._sync_state_set
-        if not members:
+        members = self._members()
+        if self._sync_state_set is None or not members:
             return False
         acked: dict[str, int] = {}
         for progress in self._slaves.values():
@@ -150,10 +192,6 @@ class HAService:
         with self._acked:
             return max((p.ack_offset for p in self._slaves.values()), default=0)
 
-    def is_slave_ok(self, master_put_where: int) -> bool:
-        """isSlaveOK: a slave is connected and less than max_gap_not_in_sync behind."""
-        return bool(self.in_sync_addresses(master_put_where))
-
     def in_sync_addresses(self, master_put_where: int) -> list[str]:
         """The connected slaves less than max_gap_not_in_sync behind and, unless they hold
         everything, caught up within max_time_not_caught_up_s (the in-sync set)."""
@@ -164,16 +202,32 @@ class HAService:
                     and (p.ack_offset >= master_put_where or p.caught_up_at >= since)]
 
     def wait_for_slave(self, next_offset: int, timeout_ms: int) -> PutMessageStatus:
-        """handleHA for SYNC_MASTER: PUT_OK once a slave holds every byte below `next_offset`;
-        SLAVE_NOT_AVAILABLE when no slave is connected and in sync; FLUSH_SLAVE_TIMEOUT when
-        none confirmed within the timeout (the batch stays stored on the master)."""
-        if not self.is_slave_ok(next_offset):
+        """handleHA for SYNC_MASTER: PUT_OK once min_in_sync_replicas - 1 slaves (at least one)
+        hold every byte below `next_offset`, or at once when this master may acknowledge alone
+        (`acknowledges_alone`); SLAVE_NOT_AVAILABLE when fewer slaves are connected and in sync;
+        FLUSH_SLAVE_TIMEOUT when fewer confirmed within the timeout (the batch stays stored on
+        the master)."""
+        with self._acked:
+            if self._acknowledges_alone():
+                self._alone_acked = max(self._alone_acked, next_offset)
+                return PutMessageStatus.PUT_OK
+        needed = max(self.min_in_sync_replicas - 1, 1)
+        if len(set(self.in_sync_addresses(next_offset))) < needed:
             return PutMessageStatus.SLAVE_NOT_AVAILABLE
         with self._acked:
             held = self._acked.wait_for(
-                lambda: any(p.ack_offset >= next_offset for p in self._slaves.values()),
-                max(timeout_ms, 0) / 1000)
+                lambda: len(self._holding(next_offset)) >= needed, max(timeout_ms, 0) / 1000)
         return PutMessageStatus.PUT_OK if held else PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+
+    def _holding(self, offset: int) -> set[str]:
+        """Under the lock: the slaves (addresses) holding every byte below `offset`."""
+        return {p.address for p in self._slaves.values() if p.ack_offset >= offset}
+
+    def _acknowledges_alone(self) -> bool:
+        """Under the lock: min_in_sync_replicas is 1 and the controller's in-sync set is this
+        master alone (confirmed by its answer, and no slave reported since)."""
+        return (self.min_in_sync_replicas == 1 and self._sync_state_set == frozenset()
+                and not self._unconfirmed)
 
     # -- master: what to send ---------------------------------------------------------------------
 

@@ -75,7 +75,8 @@ class MessageStore:
         self.dispatcher = CommitLogDispatcher(config, self._consume_queue, self.index_service,
                                               self._mark_write_error)
         self.reader = MessageReader(config, self.commit_log, self.index_service, self.find_consume_queue)
-        self.ha_service = HAService(self.commit_log)
+        self.ha_service = HAService(self.commit_log, min_in_sync_replicas=config.min_in_sync_replicas,
+                                    max_time_not_caught_up_s=config.ha_max_time_not_caught_up_ms / 1000)
         self.reput = ReputMessageService(self.commit_log, self.dispatcher.dispatch,
                                          self.dispatcher.dispatch_one,
                                          wait_for_record_tails=config.broker_role is BrokerRole.SLAVE)

@@ -38,10 +38,11 @@ def free_port() -> int:
     """A loopback port nothing listens on, chosen below the kernel's ephemeral range and never
     twice in this process: a broker binds its Flight and remoting listeners to ephemeral ports
     (bind(0)) by default, and a port this harness picked and released inside that range could be
-    handed to one of them before the server meant to use it starts (it then exits: address in use)."""
-    low, _high = ephemeral_port_range()
+    handed to one of them before the server meant to use it starts (it then exits: address in use).
+    Under pytest-xdist each worker picks from its own slice (`_port_slice`)."""
+    ports = _port_slice()
     while True:
-        port = _PICK.randrange(10_000, max(low, 10_001))
+        port = _PICK.choice(ports)
         if port in _HANDED_OUT:
             continue
         with socket.socket() as s:
@@ -51,6 +52,19 @@ def free_port() -> int:
                 continue
         _HANDED_OUT.add(port)
         return port
+
+
+def _port_slice() -> range:
+    """The ports free_port picks from: 10000 up to the kernel's ephemeral range, or under pytest-xdist
+    (`make test`'s workers) worker gwN's own N-th share of it, so two workers never hand out the same port."""
+    low, _high = ephemeral_port_range()
+    ports = range(10_000, max(low, 10_001))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or workers < 2:
+        return ports
+    share = len(ports) // workers
+    return ports[int(worker[2:]) * share:][:share]
 
 
 # A server with --acl refuses the unsigned readiness call with these codes: it answered, so it is up.

@@ -262,7 +262,7 @@ class ReplicasManager:
         refused confirmation is never served on)."""
         store = broker.store
         end = store.get_commit_log_max_offset()
-        in_sync = store.ha_service.in_sync_addresses(end) if not broker.replication.is_slave else []
+        in_sync = store.ha_service.report_in_sync(end) if not broker.replication.is_slave else []
         sent = time.monotonic()
         answer = await self.heartbeat(assignment.epoch, end, in_sync)
         if answer.status.code == rmq_pb2.OK and RoleAssignment.from_proto(answer).same_term(assignment):

@@ -28,10 +28,13 @@ OFFSET_LATEST = -1     # in offset JSON: the queue's max offset
 # so a restarted driver keeps its identity and its group. "@" cannot occur in a topic name.
 CLIENT_ID_KEY = "@clientId"
 GROUP_KEY = "@group"
-# Marks a stream's initial offset: its queues and their start offsets are chosen by the
-# first micro-batch, which reads nothing, so that the query's identity and start offsets are
-# in Spark's offset log before any message is read.
+# Marks a stream's initial offset: the query's identity only. Its queues and their start
+# offsets are chosen when the first micro-batch is planned, and that batch's end offset
+# carries them under FROM_KEY: Spark's offset log then holds the query's identity and start
+# offsets before anything is read, and a restart that re-asks the initial offset (batch 0
+# not committed) replays batch 0 from the recorded start, not from a re-resolved one.
 INITIAL_KEY = "@initial"
+FROM_KEY = "@from"
 
 
 @dataclass(frozen=True)
@@ -39,18 +42,22 @@ class StreamOffset:
     """One offset of the streaming source: the next offset to read per owned queue.
 
     `group` is None only in offsets checkpointed before GROUP_KEY existed; `initial` marks
-    the offset a query starts from (no positions yet)."""
+    the offset a query starts from (no positions yet); `start`, only in the end offset of a
+    query's first micro-batch, is where that batch starts (startingOffsets resolved)."""
 
     client_id: str
     group: str | None
     positions: Positions
     initial: bool = False
+    start: Positions | None = field(default=None, hash=False)
 
     def to_json(self) -> dict[str, Any]:
         keys: dict[str, Any] = {CLIENT_ID_KEY: self.client_id}
         keys |= {GROUP_KEY: self.group} if self.group else {}
         if self.initial:
             keys[INITIAL_KEY] = True
+        if self.start is not None:
+            keys[FROM_KEY] = positions_to_json(self.start)
         return keys | positions_to_json(self.positions)
 
     @classmethod
@@ -61,7 +68,17 @@ class StreamOffset:
         if group is not None and not isinstance(group, str):
             raise ConfigError(f"{GROUP_KEY!r} of an rmq stream offset is not a string: {obj!r}")
         rest = {key: value for key, value in obj.items() if not key.startswith("@")}
-        return cls(obj[CLIENT_ID_KEY], group, positions_from_json(rest), obj.get(INITIAL_KEY) is True)
+        start = obj.get(FROM_KEY)
+        return cls(obj[CLIENT_ID_KEY], group, positions_from_json(rest), obj.get(INITIAL_KEY) is True,
+                   None if start is None else positions_from_json(start))
+
+    def batch_start(self, end: StreamOffset) -> Positions:
+        """Where the micro-batch from this offset to `end` starts reading: this offset's positions,
+        or for a query's first batch (this offset is the initial one) the start `end` recorded.
+        A first batch planned before FROM_KEY existed read nothing (no positions)."""
+        if self.initial and end.start is not None:
+            return end.start
+        return self.positions
 
 
 # ---------------------------------------------------------------- policies

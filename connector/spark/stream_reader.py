@@ -2,11 +2,15 @@
 
 Each stream offset is `{"@clientId": id, "@group": group, "topic": {"broker": {"queueId":
 nextOffset}}}` over the queues this query owns. The initial offset names only the identity
-(`"@initial": true`, no broker call); the first micro-batch goes from it to the start
-offsets startingOffsets designates and reads nothing. So the query's group, client id and
-start offsets are in Spark's offset log before any message is read, and a query stopped or
-killed at any moment replays exactly what it planned (Spark re-asks a restarted reader for
-the initial offset when batch 0 did not complete: that batch reads nothing either way).
+(`"@initial": true`, no broker call); the first micro-batch goes from the start offsets
+startingOffsets designates to what the read limit admits, as Kafka's source plans its first
+batch, and its end offset also records those start offsets (`"@from"`). So the query's group,
+client id and start offsets are in Spark's offset log before any message is read, and a query
+stopped or killed at any moment replays exactly what it planned: Spark re-asks a restarted
+reader for the initial offset when batch 0 did not complete, and `partitions` then starts
+batch 0 at the recorded `"@from"`, not at a re-resolved startingOffsets (which would move
+with "latest"). (Before the fourth release batch 0 read nothing and ended at the start
+offsets; such a checkpoint's batch 0 still reads nothing.)
 At every later micro-batch `latestOffset` rebalances (route lookup, the group's consumer
 list, allocation), keeps the positions of queues still owned, drops queues lost to another
 consumer and adopts newly owned queues
@@ -129,8 +133,7 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         lookup = self._broker(isolated)
         owned = self._rebalance(membership, lookup)
         if current.initial:
-            start_positions = self._start_positions(owned, lookup)
-            return StreamOffset(current.client_id, self._group, start_positions).to_json()
+            return self._first_batch(current.client_id, self._start_positions(owned, lookup), limit).to_json()
         positions: Positions = {}
         ceilings: Positions = {}
         kept: Positions = {}
@@ -161,6 +164,20 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_trigger = time.monotonic()
         return StreamOffset(current.client_id, self._group, end).to_json()
 
+    def _first_batch(self, client_id: str, start: Positions, limit: ReadLimit) -> StreamOffset:
+        """The end of the query's first micro-batch: from the start offsets startingOffsets designates,
+        admitted like any batch, with those start offsets recorded in it (FROM_KEY) so that a replay
+        reads the same range. When the read limit admits nothing yet (minMessagesPerTrigger), the
+        batch ends at the start offsets and reads nothing."""
+        ceilings = {mq: self._ceiling(mq, position) for mq, position in start.items()}
+        end = admit(start, ceilings, limit, self._options.max_bytes_per_trigger,
+                    self._record_bytes(start, ceilings))
+        if end is None or not self._enough_to_trigger(start, ceilings):
+            end = start
+        else:
+            self._last_trigger = time.monotonic()
+        return StreamOffset(client_id, self._group, end, start=start)
+
     def getDefaultReadLimit(self) -> ReadLimit:
         rows, size = self._options.max_messages_per_trigger, self._options.max_bytes_per_trigger
         if rows:
@@ -180,8 +197,8 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         logger.info("Trigger.AvailableNow: reading up to %s", {str(mq): o for mq, o in self._target.items()})
 
     def partitions(self, start: OffsetJson, end: OffsetJson) -> list[QueueRangePartition]:
-        first = StreamOffset.from_json(start).positions
         last_offset = StreamOffset.from_json(end)
+        first = StreamOffset.from_json(start).batch_start(last_offset)
         last = last_offset.positions
         pull = replace(self._options.pull, consumer_group=self._group_of(last_offset))
         ranges = [

@@ -11,7 +11,8 @@ RMQ_CHAOS_ETCD, etcd members, default 0): without etcd, one name server embeds t
 on a JSON file (`rmq namesrv --controller --controller-dir`); with etcd members (each in a
 namespace of its own; etcd-server installed), every controller is started with `--etcd
 HOST:PORT,...` and the brokers with `--controller A,B,...` (docs/controller.md, "Controller on
-etcd").
+etcd"). RMQ_CHAOS_MIN_IN_SYNC and RMQ_CHAOS_NOT_CAUGHT_UP_MS set every broker's
+min_in_sync_replicas and ha_max_time_not_caught_up_ms (docs/controller.md, "The in-sync set").
 """
 
 from __future__ import annotations
@@ -51,12 +52,18 @@ class ControlPlane:
     controllers: int = 1
     etcd_members: int = 0
     groups: int = 1        # broker groups (GROUP_SIZES): 1 = group A only, 2 = A and B
+    # the brokers' min_in_sync_replicas and ha_max_time_not_caught_up_ms (RMQ_CHAOS_MIN_IN_SYNC,
+    # RMQ_CHAOS_NOT_CAUGHT_UP_MS; the broker's defaults unless set)
+    min_in_sync: int = 2
+    not_caught_up_ms: int = 15000
 
     @classmethod
     def from_env(cls) -> ControlPlane:
         plane = cls(int(os.environ.get("RMQ_CHAOS_CONTROLLERS", "1")),
                     int(os.environ.get("RMQ_CHAOS_ETCD", "0")),
-                    int(os.environ.get("RMQ_CHAOS_GROUPS", "2")))
+                    int(os.environ.get("RMQ_CHAOS_GROUPS", "2")),
+                    int(os.environ.get("RMQ_CHAOS_MIN_IN_SYNC", "2")),
+                    int(os.environ.get("RMQ_CHAOS_NOT_CAUGHT_UP_MS", "15000")))
         if plane.controllers < 1 or plane.etcd_members < 0:
             raise ValueError(f"RMQ_CHAOS_CONTROLLERS must be 1 or more and RMQ_CHAOS_ETCD 0 or more: {plane}")
         if not 1 <= plane.groups <= len(GROUP_SIZES):
@@ -154,7 +161,9 @@ class Cluster:
         """Every namespace and every process's command line (nothing started yet)."""
         self.history.mkdir(parents=True, exist_ok=True)
         (self.directory / "namesrv.json").write_text(json.dumps(NAMESRV_SETTINGS))
-        (self.directory / "broker.json").write_text(json.dumps(BROKER_SETTINGS))
+        (self.directory / "broker.json").write_text(json.dumps({
+            **BROKER_SETTINGS, "min_in_sync_replicas": self.plane.min_in_sync,
+            "ha_max_time_not_caught_up_ms": self.plane.not_caught_up_ms}))
         self._build_etcd()
         etcd = [m.address for m in self.etcd]
         for index in range(self.plane.controllers):

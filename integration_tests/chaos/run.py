@@ -8,6 +8,8 @@ RMQ_CHAOS_SEED       the random picks (victims, halves), for a run to be repeate
 RMQ_CHAOS_GROUPS     broker groups: 1 (group A: master + two slaves) or 2 (and group B: master +
                      one slave); 2 unless set
 RMQ_CHAOS_CONTROLLERS, RMQ_CHAOS_ETCD: the control plane (cluster.ControlPlane)
+RMQ_CHAOS_MIN_IN_SYNC, RMQ_CHAOS_NOT_CAUGHT_UP_MS: the brokers' min_in_sync_replicas (2) and
+                     ha_max_time_not_caught_up_ms (15000) (cluster.ControlPlane)
 """
 
 from __future__ import annotations

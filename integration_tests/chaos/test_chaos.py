@@ -52,8 +52,9 @@ def test_schedule(tmp_path: Path) -> None:
         "schedule": f"{','.join(f.value for f in schedule.faults)} for {schedule.seconds:.0f} s, each held "
                     f"{schedule.interval:.0f} s then healed, seed {schedule.seed}",
         "cluster": f"{plane.controllers} controller(s) (name server --controller), {plane.etcd_members} etcd "
-                   f"member(s), {GROUPS[plane.groups]}, two producers (SDK Producer, per-key "
-                   "queues, a sending thread per key), two orderly PushConsumers, a monitor",
+                   f"member(s), {GROUPS[plane.groups]} (min_in_sync_replicas {plane.min_in_sync}, "
+                   f"ha_max_time_not_caught_up_ms {plane.not_caught_up_ms}), two producers (SDK Producer, "
+                   "per-key queues, a sending thread per key), two orderly PushConsumers, a monitor",
         "skipped": outcome.skipped})
     for kind, figures in outcome.figures.items():
         print(f"[chaos] {kind}: {asdict(figures)}")

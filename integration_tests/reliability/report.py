@@ -13,9 +13,10 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Hashable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from bench.machine import source
 from integration_tests.chaos.report import kept_section
@@ -105,6 +106,16 @@ class ReliabilityReport:
 
     def record_bad_input(self, surface: str, given: str, error: str) -> None:
         self.bad_inputs.append(BadInput(surface, given, error))
+
+    def as_data(self) -> dict[str, list[dict[str, Any]]]:
+        """Plain data: what a pytest-xdist worker hands to the controller (`merge`)."""
+        return asdict(self)
+
+    def merge(self, data: dict[str, list[dict[str, Any]]]) -> None:
+        """Adds what a pytest-xdist worker recorded (`as_data`)."""
+        self.scenarios += [ScenarioFigures(**figures) for figures in data["scenarios"]]
+        self.bad_inputs += [BadInput(**bad) for bad in data["bad_inputs"]]
+        self.resources += [ResourceTable(**table) for table in data["resources"]]
 
     def in_order(self) -> list[ScenarioFigures]:
         """By the scenario number each name starts with (numerically), in run order within one."""

@@ -94,9 +94,9 @@ def wait_in_sync(members: list[processes.ServerProcess], master: int, slave: int
 
 
 @contextmanager
-def controlled_group(tmp_path: Path) -> Iterator[ControlledGroup]:
+def controlled_group(tmp_path: Path, **settings: int) -> Iterator[ControlledGroup]:
     (tmp_path / "namesrv.json").write_text(json.dumps(NAMESRV_SETTINGS))
-    (tmp_path / "broker.json").write_text(json.dumps(BROKER_SETTINGS))
+    (tmp_path / "broker.json").write_text(json.dumps({**BROKER_SETTINGS, **settings}))
     secret = tmp_path / "cluster-secret"   # every heartbeat to the controller is proven with it
     secret.touch(mode=0o600)
     secret.write_text("the cluster's secret: 32 characters")
@@ -400,3 +400,48 @@ def test_a_member_the_controller_refuses_exits_with_the_reason(tmp_path: Path, f
         assert status(group.members[1]).role == rmq_pb2.SLAVE
     assert refused.returncode != 0
     assert reason in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
+
+
+NOT_CAUGHT_UP_MS = 2000   # ha_max_time_not_caught_up_ms: how long the paused slave stays in sync
+REFUSED = {rmq_pb2.SLAVE_NOT_AVAILABLE, rmq_pb2.FLUSH_SLAVE_TIMEOUT}
+
+
+def send_once(client: RmqClient) -> int:
+    """One message sent: its status code (OK, or stored on the master only, or the refusal)."""
+    try:
+        return int(client.send(TOPIC, [OutgoingMessage(b"x")]).status)
+    except RmqError as error:
+        return error.code
+
+
+@pytest.mark.parametrize("min_in_sync", [1, 2])
+def test_a_group_whose_only_slave_is_paused_acknowledges_alone_only_with_min_in_sync_1(
+        tmp_path: Path, min_in_sync: int) -> None:
+    """Issue 47, min_in_sync_replicas: the only slave paused (SIGSTOP), the master reports it out of
+    sync after ha_max_time_not_caught_up_ms; with 1, sends are OK again within that time, a
+    heartbeat and a send's slave wait, and only once the controller's in-sync set is the master
+    alone; with the default 2 every send is refused meanwhile. The resumed slave catches up
+    (every byte the master acknowledged alone) and rejoins the set."""
+    settings = {"min_in_sync_replicas": min_in_sync, "ha_max_time_not_caught_up_ms": NOT_CAUGHT_UP_MS}
+    with controlled_group(tmp_path, **settings) as group, closing(RmqClient(group.namesrv.address)) as client:
+        master, slave = group.members
+        assert send_once(client) == rmq_pb2.OK
+        slave.process.send_signal(signal.SIGSTOP)
+        paused = time.monotonic()
+        # the not-caught-up time, a heartbeat (0.5 s), a send's slave wait (1 s), 2 s of a busy machine
+        window = NOT_CAUGHT_UP_MS / 1000 + 0.5 + 1.0 + 2.0
+        answers: list[int] = []
+        while time.monotonic() - paused < window and rmq_pb2.OK not in answers:
+            answers.append(send_once(client))
+        resumed_after = time.monotonic() - paused
+        print(f"min_in_sync_replicas {min_in_sync}: {len(answers)} sends, {resumed_after:.2f} s")
+        in_sync_then = list(status(master).in_sync_ids)
+        slave.process.send_signal(signal.SIGCONT)
+        group.wait_in_sync(master=0, slave=1)
+        assert send_once(client) == rmq_pb2.OK
+    assert set(answers[:-1]) <= REFUSED, answers
+    if min_in_sync == 1:
+        assert answers[-1] == rmq_pb2.OK and in_sync_then == [0], (answers, in_sync_then)
+        assert resumed_after >= NOT_CAUGHT_UP_MS / 1000, resumed_after   # never before the slave left the set
+    else:
+        assert rmq_pb2.OK not in answers and set(answers) <= REFUSED, answers

@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from rmq.broker_server.broker_controller import BrokerController
+from rmq.broker_server.broker_controller import BrokerController, open_store
 from rmq.broker_server.config import BrokerConfig, NameServerConfig, load_config
 from rmq.broker_server.errors import BrokerError, UserError
 from rmq.broker_server.name_server.namesrv_controller import controller_auth
@@ -310,6 +310,28 @@ def test_controller_mode_settings_that_contradict_it_are_refused(settings: dict,
     with pytest.raises(UserError, match=reason):
         load_config(BrokerConfig, None, {"controller": "127.0.0.1:9876", "broker_id": 3, **settings})
     assert load_config(BrokerConfig, None, {"controller": "127.0.0.1:9876", "broker_id": 3}).broker_id == 3
+
+
+@pytest.mark.parametrize("settings, reason", [
+    ({"min_in_sync_replicas": 0}, "min_in_sync_replicas must be positive, not 0"),
+    ({"min_in_sync_replicas": 1, "controller": ""}, "min_in_sync_replicas 1 needs --controller"),
+    ({"ha_max_time_not_caught_up_ms": 0}, "ha_max_time_not_caught_up_ms must be positive, not 0"),
+])
+def test_in_sync_settings_are_checked_at_start(settings: dict, reason: str, tmp_path: Path) -> None:
+    """min_in_sync_replicas at least 1, and 1 only in controller mode (nothing else tells a
+    SYNC_MASTER that it may acknowledge alone); the not-caught-up time positive. Valid ones reach
+    the store's HAService."""
+    with pytest.raises(UserError, match=reason):
+        load_config(BrokerConfig, None, {"controller": "127.0.0.1:9876", **settings})
+    config = load_config(BrokerConfig, None, {"controller": "127.0.0.1:9876", "min_in_sync_replicas": 1,
+                                              "ha_max_time_not_caught_up_ms": 5000,
+                                              "store_dir": str(tmp_path)})
+    store = open_store(config)
+    try:
+        assert (store.ha_service.min_in_sync_replicas, store.ha_service.max_time_not_caught_up_s) == (1, 5.0)
+    finally:
+        store.shutdown()
+    assert BrokerConfig().min_in_sync_replicas == 2   # acknowledged means on a slave too
 
 
 def test_a_member_asks_again_until_the_controller_assigns_it_a_role(tmp_path: Path) -> None:
@@ -660,6 +682,45 @@ def test_a_held_pull_on_a_controller_mode_sync_master_wakes_when_its_slave_confi
             store.ha_service.slave_acked(slave, store.get_commit_log_max_offset())
             answer = pull.result(timeout=10)
             assert answer.pull_status == rmq_pb2.FOUND and [m.body for m in decode(answer)] == [b"alone"]
+    finally:
+        broker.run(manager.close())
+        broker.stop()
+
+
+def test_with_min_in_sync_1_a_slave_counts_from_the_heartbeat_reporting_it_before_the_answer(
+        tmp_path: Path) -> None:
+    """A master acknowledging alone (the controller's set: itself) that reports a caught-up slave
+    stops acknowledging alone when it sends the report: the controller may take the slave into
+    the set before its answer arrives, and the slave must then hold every acknowledged send."""
+    broker = InProcessBroker(tmp_path / "broker", controller="127.0.0.1:1", broker_role="SYNC_MASTER",
+                             min_in_sync_replicas=1, store={"sync_flush_timeout_ms": 100}).start()
+
+    async def open_manager() -> ReplicasManager:
+        return ReplicasManager(broker.config, ServerSecurity())
+
+    manager = broker.run(open_manager())
+    store = broker.controller.store
+    while_reported: list[PutMessageStatus] = []
+
+    async def controller_takes_the_report(epoch: int, max_offset: int, in_sync: list[str]
+                                          ) -> rmq_pb2.ControllerHeartbeatResponse:
+        while_reported.append(store.put_message(message()).status)   # before the answer arrives
+        return rmq_pb2.ControllerHeartbeatResponse(
+            status=rmq_pb2.Status(code=rmq_pb2.OK), epoch=1, master_broker_id=0,
+            master_address=broker.address, in_sync_ids=[0, 1] if in_sync else [0])
+
+    manager.heartbeat = controller_takes_the_report  # type: ignore[method-assign]
+    term = RoleAssignment(epoch=1, master_id=0, master_address=broker.address, truncate_to=-1,
+                          in_sync_ids=(0,))
+    try:
+        assert broker.run(manager._beat(broker.controller, term))   # the set: the master alone
+        assert store.put_message(message()).status is PutMessageStatus.PUT_OK   # alone
+        slave = store.ha_service.connect_slave("127.0.0.1:2", store.get_commit_log_max_offset())
+        assert broker.run(manager._beat(broker.controller, term))   # reports the slave
+        # no set confirmed yet during the first beat; the reported slave counts during the second
+        assert while_reported == [PutMessageStatus.SLAVE_NOT_AVAILABLE, PutMessageStatus.FLUSH_SLAVE_TIMEOUT]
+        store.ha_service.slave_acked(slave, 1 << 40)
+        assert store.put_message(message()).status is PutMessageStatus.PUT_OK   # on the slave
     finally:
         broker.run(manager.close())
         broker.stop()

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 import rmq.connector
 from rmq.connector import ConfigError, RmqError, RmqRefused, StateError
 
@@ -58,3 +60,17 @@ def test_client_errors_are_one_tree_and_still_the_builtins_callers_catch() -> No
     assert issubclass(ConfigError, RmqError) and issubclass(ConfigError, ValueError)
     assert issubclass(StateError, RmqError) and issubclass(StateError, RuntimeError)
     assert issubclass(RmqRefused, RmqError)
+
+
+def test_spark_s_per_query_runner_imports_neither_the_sdk_s_clients_nor_the_remoting_client() -> None:
+    """Spark starts a fresh Python process per streaming query that imports the data source and
+    plans micro-batches (routes, offsets, heartbeats over gRPC): it loads no producer, consumer or
+    4.x remoting client (bench/NOTES.md "Spark ingest, fourth pass": ~0.1 s of CPU per query)."""
+    pytest.importorskip("pyspark")
+    unused = ("rmq.connector.producer", "rmq.connector.push_consumer", "rmq.connector.pull_consumer",
+              "rmq.connector.remoting_client", "rmq.connector.consume_message_concurrently_service")
+    probe = ("import sys, rmq.connector.spark.data_source\n"
+             f"print(sorted(set({unused!r}) & set(sys.modules)))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -245,3 +245,58 @@ def test_a_slave_behind_for_longer_than_the_catch_up_time_leaves_the_in_sync_set
                "the slave behind left the in-sync set")
     master.ha_service.slave_acked(behind, end)   # caught up: back in it
     assert master.ha_service.in_sync_addresses(end) == ["127.0.0.1:1", "127.0.0.1:2"]
+
+
+def test_with_min_in_sync_1_a_master_acknowledges_alone_only_once_the_controller_set_is_itself(
+        stores, monkeypatch: pytest.MonkeyPatch) -> None:
+    """min_in_sync_replicas 1 (RocketMQ 5 minInSyncReplicas): never alone outside controller mode
+    nor while the controller lists a slave, not even once the master reported the slave gone
+    (unconfirmed); alone, readable at once, when the controller answered a set of the master
+    alone. A returning slave is reported only once it holds what the master acknowledged alone,
+    and from that report on puts and reads wait for it again."""
+    monkeypatch.setattr(reput, "IDLE_WAIT_S", 60.0)
+    master = stores("master", BrokerRole.SYNC_MASTER, flush_disk_type=FlushDiskType.ASYNC,
+                    sync_flush_timeout_ms=100, min_in_sync_replicas=1, ha_max_time_not_caught_up_ms=200)
+    ha = master.ha_service
+    assert master.put_message(message()).status is PutMessageStatus.SLAVE_NOT_AVAILABLE   # no controller
+    slave = ha.connect_slave("127.0.0.1:1", master.get_commit_log_max_offset())
+    master.bound_reads(frozenset({"127.0.0.1:1"}))
+    assert master.put_message(message()).status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+    wait_until(lambda: ha.report_in_sync(master.get_commit_log_max_offset()) == [], "the slave fell behind")
+    assert master.put_message(message()).status is PutMessageStatus.SLAVE_NOT_AVAILABLE   # not confirmed
+    held = master.get_commit_log_max_offset()
+    master.bound_reads(frozenset())   # the controller took the report: the master alone
+    alone = master.put_message(message(body=b"alone"))
+    assert alone.status is PutMessageStatus.PUT_OK and alone.queue_offset == 3
+    wait_until(lambda: readable(master) == 4, "what the master acknowledged alone is readable")
+    ha.slave_acked(slave, held)
+    assert ha.in_sync_addresses(held) == ["127.0.0.1:1"] and ha.report_in_sync(held) == []   # lacks it
+    ha.slave_acked(slave, master.get_commit_log_max_offset())
+    assert ha.report_in_sync(master.get_commit_log_max_offset()) == ["127.0.0.1:1"]
+    after = master.put_message(message(body=b"after"))   # the controller may count the slave already
+    assert after.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+    master.reput.do_reput()
+    assert readable(master) == 4
+    master.bound_reads(frozenset({"127.0.0.1:1"}))
+    ha.slave_acked(slave, master.get_commit_log_max_offset())
+    wait_until(lambda: readable(master) == 5, "the slave's acknowledgement makes the put readable")
+
+
+def test_with_the_default_min_in_sync_a_master_never_acknowledges_alone_and_3_needs_two_slaves(
+        stores) -> None:
+    """min_in_sync_replicas 2 (the default) keeps "acknowledged means on a slave" with the
+    controller's set the master alone; 3 waits for two slaves."""
+    master = stores("master", BrokerRole.SYNC_MASTER, flush_disk_type=FlushDiskType.ASYNC,
+                    sync_flush_timeout_ms=100)
+    master.bound_reads(frozenset())
+    assert master.put_message(message()).status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+    three = stores("three", BrokerRole.SYNC_MASTER, flush_disk_type=FlushDiskType.ASYNC,
+                   sync_flush_timeout_ms=100, min_in_sync_replicas=3)
+    end = three.get_commit_log_max_offset()
+    first = three.ha_service.connect_slave("127.0.0.1:1", end)
+    three.ha_service.slave_acked(first, 1 << 40)
+    assert three.put_message(message()).status is PutMessageStatus.SLAVE_NOT_AVAILABLE   # one in sync
+    second = three.ha_service.connect_slave("127.0.0.1:2", end)
+    assert three.put_message(message()).status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT   # one holds it
+    three.ha_service.slave_acked(second, 1 << 40)
+    assert three.put_message(message()).status is PutMessageStatus.PUT_OK
