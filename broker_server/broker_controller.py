@@ -53,6 +53,7 @@ from rmq.broker_server.processors.end_transaction_processor import (
     TransactionSettings,
 )
 from rmq.broker_server.processors.filter_executor import FilterExecutor
+from rmq.broker_server.processors.names import SCHEDULE_TOPIC, TIMER_TOPIC
 from rmq.broker_server.processors.pipeline import BrokerProcessors
 from rmq.broker_server.processors.pop_message_processor import GroupPolicy, PopMessageProcessor
 from rmq.broker_server.processors.pop_state import PopStateTable
@@ -319,11 +320,15 @@ class BrokerController:
             raise UserError(f"cannot start broker on {self.config.store_path}: {error}") from None
 
     def _on_dispatch(self, request: DispatchRequest) -> None:
-        self.hold_service.on_dispatch(
-            request.topic, request.queue_id, request.consume_queue_offset, request.tags_code
-        )
-        self.schedule_service.on_dispatch(request.topic, request.queue_id)
-        self.timer.on_dispatch(request.topic)
+        """Held pulls of the queue woken; the schedule service and the timer told of their own
+        topic's records only (no call per ordinary record)."""
+        topic = request.topic
+        self.hold_service.on_dispatch(topic, request.queue_id, request.consume_queue_offset,
+                                      request.tags_code)
+        if topic == SCHEDULE_TOPIC:
+            self.schedule_service.on_dispatch(request.queue_id)
+        elif topic == TIMER_TOPIC:
+            self.timer.on_dispatch()
 
     def build_server(self) -> grpc.aio.Server:
         server = create_server(self.config.listen, self.config.grpc_max_message_bytes, self.security,

@@ -251,9 +251,9 @@ def encode_record(record: OneRecord, max_message_size: int, max_record_in_file: 
                   ) -> EncodedRecord | PutMessageStatus:
     """encode_batch for one message: the same checks in the same order (topic, properties,
     host and queue id, size), answered with the same status."""
-    prefix = topic_prefix(record.topic)
+    prefix = _TOPIC_PREFIXES.get(record.topic) or topic_prefix(record.topic)   # no call once seen
     properties = record.properties
-    if prefix is None or not _well_formed(properties):
+    if prefix is None or not (_WELL_FORMED.get(properties) or _well_formed(properties)):
         return PutMessageStatus.MESSAGE_ILLEGAL
     if len(properties) > mf.MAX_PROPERTIES_LENGTH:
         return PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
@@ -344,6 +344,14 @@ class CommitLog:
         self._topic_queue_table: dict[str, int] = {}   # "topic-queueId" -> next queue offset
         self._put_lock = threading.Lock()   # one appender at a time: offsets, table, files
         self.max_record_in_file = config.mapped_file_size_commit_log - mf.END_FILE_MIN_BLANK_LENGTH
+        # _write(mapped, position, data), chosen once (no call per append to choose it): under
+        # ASYNC flush through the file (pwrite: no page fault zero-filling each new page of the
+        # map first); under SYNC flush through the map, where a put waits for the disk anyway: on
+        # a filesystem whose writes queue behind a running fsync (FUSE, the slow-disk test) a
+        # pwrite would wait the fsync out instead of answering at the flush timeout.
+        self._write: Callable[[MappedFile, int, bytes], None] = (
+            MappedFile.write_through_file if config.flush_disk_type is FlushDiskType.ASYNC
+            else MappedFile.write)
 
     def load(self) -> None:
         self.mapped_file_queue.load()
@@ -375,9 +383,6 @@ class CommitLog:
         finally:
             self._put_lock.release()
 
-    def encode_record(self, record: OneRecord) -> EncodedRecord | PutMessageStatus:
-        return encode_record(record, self.config.max_message_size, self.max_record_in_file)
-
     def append_record(self, encoded: EncodedRecord, wait: bool) -> AppendedRecord | None:
         """Append one record where the last file has room for it, under the put lock (not
         waiting for it unless `wait`): None, nothing written, when the lock is taken and `wait`
@@ -392,28 +397,25 @@ class CommitLog:
             position = last.wrote_position   # a full file has no room left: the check below says so
             if position + encoded.length + mf.END_FILE_MIN_BLANK_LENGTH > last.file_size:
                 return None
-            return self._append_record(encoded, last, position)
+            record = encoded.record
+            physical_offset = last.file_from_offset + position
+            key = f"{record.topic}-{record.queue_id}"
+            table = self._topic_queue_table
+            queue_offset = table.get(key, 0)
+            store_timestamp = time.time_ns() // 1_000_000   # now_ms(), without the call
+            header = HEADER.pack(encoded.length, mf.MESSAGE_MAGIC_CODE, encoded.crc, record.queue_id,
+                                 record.flag, queue_offset, physical_offset, record.sys_flag,
+                                 record.born_timestamp, record.born_host, store_timestamp, self.store_host,
+                                 record.reconsume_times, 0, len(record.body))
+            self._write(last, position, b"".join((header, record.body, encoded.topic_prefix,
+                                                  encoded.properties_length_field, record.properties)))
+            last.wrote_position = position + encoded.length
+            last.store_timestamp = store_timestamp
+            if not record.sys_flag & TRANSACTION_PREPARED_TYPE:   # only NOT / COMMIT take a queue offset
+                table[key] = queue_offset + 1
+            return AppendedRecord(physical_offset, queue_offset, store_timestamp)
         finally:
             self._put_lock.release()
-
-    def _append_record(self, encoded: EncodedRecord, last: MappedFile, position: int) -> AppendedRecord:
-        record = encoded.record
-        physical_offset = last.file_from_offset + position
-        key = f"{record.topic}-{record.queue_id}"
-        table = self._topic_queue_table
-        queue_offset = table.get(key, 0)
-        store_timestamp = time.time_ns() // 1_000_000   # now_ms(), without the call
-        header = HEADER.pack(encoded.length, mf.MESSAGE_MAGIC_CODE, encoded.crc, record.queue_id, record.flag,
-                             queue_offset, physical_offset, record.sys_flag, record.born_timestamp,
-                             record.born_host, store_timestamp, self.store_host, record.reconsume_times, 0,
-                             len(record.body))
-        self._write(last, position, b"".join((header, record.body, encoded.topic_prefix,
-                                              encoded.properties_length_field, record.properties)))
-        last.wrote_position = position + encoded.length
-        last.store_timestamp = store_timestamp
-        if not record.sys_flag & TRANSACTION_PREPARED_TYPE:   # only NOT / COMMIT take a queue offset
-            table[key] = queue_offset + 1
-        return AppendedRecord(physical_offset, queue_offset, store_timestamp)
 
     def _append(self, encoded: EncodedBatch, store_timestamp: int) -> AppendedBatch:
         queue = self.mapped_file_queue
@@ -442,16 +444,6 @@ class CommitLog:
         end = segments[-1]
         return AppendedBatch(start_offset, end.file_offset + end.position + end.size, physical_offsets,
                              queue_offsets, store_timestamp)
-
-    def _write(self, mapped: MappedFile, position: int, data: bytes) -> None:
-        """Under ASYNC flush through the file (pwrite: no page fault zero-filling each new page
-        of the map first); under SYNC flush through the map, where a put waits for the disk
-        anyway: on a filesystem whose writes queue behind a running fsync (FUSE, the slow-disk
-        test) a pwrite would wait the fsync out instead of answering at the flush timeout."""
-        if self.config.flush_disk_type is FlushDiskType.ASYNC:
-            mapped.write_through_file(position, data)
-        else:
-            mapped.write(position, data)
 
     @property
     def topic_queue_table(self) -> dict[str, int]:

@@ -85,7 +85,8 @@ class ConsumeQueue:
             last = files[-1]
             position = last.wrote_position
             if last.file_from_offset + position == expect and position + CQ_STORE_UNIT_SIZE <= last.file_size:
-                last.append(ENTRY.pack(commit_log_offset, size, tags_code))
+                last.write(position, ENTRY.pack(commit_log_offset, size, tags_code))   # append, room checked
+                last.wrote_position = position + CQ_STORE_UNIT_SIZE
                 self.max_physic_offset = commit_log_offset + size
                 return
         if not files:

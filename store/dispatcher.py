@@ -33,32 +33,30 @@ class CommitLogDispatcher:
         self.last_dispatched_timestamp = 0
 
     def dispatch(self, batch: DispatchBatch) -> None:
+        if len(batch) == 1:   # the latency path: one entry, no column work
+            self.dispatch_one(batch.request(0))
+            return
         try:
-            if len(batch) == 1:   # the latency path: one entry, no column work
-                self._dispatch_request(batch.request(0))
-            else:
-                self._dispatch_chunk(batch)
+            self._dispatch_chunk(batch)
         except OSError as error:   # no room for a ConsumeQueue / index file: refuse puts until there is
             self.on_write_error(error)
             raise
 
     def dispatch_one(self, request: DispatchRequest) -> None:
-        try:
-            self._dispatch_request(request)
-        except OSError as error:
-            self.on_write_error(error)
-            raise
-
-    def _dispatch_request(self, request: DispatchRequest) -> None:
         """doDispatch for one record: its ConsumeQueue entry (NOT / COMMIT), the index (all but
         ROLLBACK), then the listeners (for a visible record)."""
         visible = request.sys_flag & TRANSACTION_PREPARED_TYPE == 0
-        if visible:
-            self.consume_queue(request.topic, request.queue_id).put_message_position_info(
-                request.commit_log_offset, request.msg_size, request.tags_code, request.consume_queue_offset)
-        if (self.config.message_index_enable and (request.keys or request.uniq_key)
-                and transaction_type(request.sys_flag) != TRANSACTION_ROLLBACK_TYPE):
-            self.index_service.build_index(request)
+        try:
+            if visible:
+                self.consume_queue(request.topic, request.queue_id).put_message_position_info(
+                    request.commit_log_offset, request.msg_size, request.tags_code,
+                    request.consume_queue_offset)
+            if (self.config.message_index_enable and (request.keys or request.uniq_key)
+                    and transaction_type(request.sys_flag) != TRANSACTION_ROLLBACK_TYPE):
+                self.index_service.build_index(request)
+        except OSError as error:   # as dispatch's
+            self.on_write_error(error)
+            raise
         self.last_dispatched_timestamp = request.store_timestamp
         if visible:
             for listener in self.listeners:

@@ -70,7 +70,7 @@ class HAService:
         self._slaves: dict[int, SlaveProgress] = {}
         self._ids = itertools.count(1)
         self._acked = threading.Condition()
-        self._new_data_listeners: list[Callable[[], None]] = []
+        self.new_data_listeners: list[Callable[[], None]] = []   # each run by the store after an append
         # controller-mode SYNC_MASTER: the slaves (addresses) of the SyncStateSet; None: reads unbounded
         self._sync_state_set: frozenset[str] | None = None
         # slaves reported in sync since the controller last answered: it may count them already
@@ -233,11 +233,7 @@ class HAService:
 
     def add_new_data_listener(self, listener: Callable[[], None]) -> None:
         """listener() after each append (the broker wakes its transfer streams); any thread."""
-        self._new_data_listeners.append(listener)
-
-    def notify_new_data(self) -> None:
-        for listener in self._new_data_listeners:
-            listener()
+        self.new_data_listeners.append(listener)
 
     def check_slave(self, slave_max_offset: int, check_offset: int, check_crc: int) -> str | None:
         """Why a slave reporting `slave_max_offset` (and crc32 `check_crc` of its bytes from

@@ -76,9 +76,6 @@ class IndexFile:
             self.index_count = 1
         self._entries_start = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
 
-    def is_write_full(self) -> bool:
-        return self.index_count >= self.index_num
-
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
         """IndexFile#putKey; False when the file is full."""
         index_count = self.index_count
@@ -192,27 +189,14 @@ class IndexService:
             return
         offset, timestamp, topic = request.commit_log_offset, request.store_timestamp, request.topic
         with self._lock:
-            index_file = self._writable_file()
+            index_file = self.files[-1] if self.files else self._create_file()
             if offset < index_file.end_phy_offset:
                 return   # already indexed (re-dispatch after recovery)
-            if uniq_key:
-                index_file = self._put(index_file, f"{topic}#{uniq_key}", offset, timestamp)
-            if keys:
-                for key in keys.split(mf.KEY_SEPARATOR):
-                    if key:
-                        index_file = self._put(index_file, f"{topic}#{key}", offset, timestamp)
-
-    def _put(self, index_file: IndexFile, key: str, offset: int, timestamp: int) -> IndexFile:
-        if not index_file.put_key(key, offset, timestamp):
-            index_file.flush()
-            index_file = self._create_file()
-            index_file.put_key(key, offset, timestamp)
-        return index_file
-
-    def _writable_file(self) -> IndexFile:
-        if self.files and not self.files[-1].is_write_full():
-            return self.files[-1]
-        return self._create_file()
+            for key in (uniq_key, *keys.split(mf.KEY_SEPARATOR)) if keys else (uniq_key,):
+                if key and not index_file.put_key(full_key := f"{topic}#{key}", offset, timestamp):
+                    index_file.flush()   # full: the key goes to a new file
+                    index_file = self._create_file()
+                    index_file.put_key(full_key, offset, timestamp)
 
     def _create_file(self) -> IndexFile:
         make_dirs(self.index_dir)

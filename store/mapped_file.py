@@ -188,7 +188,9 @@ class MappedFile:
             self._reserve(position + len(data))
         self._begin_access()      # the fd is closed with the mapping, never under an access
         try:
-            fd = self._file_fd()
+            fd = self._write_fd
+            if fd is None or self._cleaned:   # no call per append once the fd is open
+                fd = self._file_fd()
             view = memoryview(data)
             while view:
                 written = os.pwrite(fd, view, position)
@@ -296,7 +298,9 @@ class MappedFile:
         them read through the map kept ~100 MiB of CommitLog resident)."""
         self._begin_access()      # the fd is closed with the mapping, never under an access
         try:
-            fd = self._file_fd()
+            fd = self._write_fd
+            if fd is None or self._cleaned:   # no call per append once the fd is open
+                fd = self._file_fd()
             run_starts, run_ends = _runs(starts, ends)
             parts = [os.pread(fd, end - start, start) for start, end in zip(run_starts.tolist(),
                                                                            run_ends.tolist(), strict=True)]

@@ -23,6 +23,7 @@ from rmq.store.commit_log import (
     CommitLog,
     OneRecord,
     appended_dispatch,
+    encode_record,
     record_dispatch,
 )
 from rmq.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
@@ -281,7 +282,7 @@ class MessageStore:
         role = self.config.broker_role
         if not self._running or role is BrokerRole.SLAVE or not self.is_writeable():
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, queue_id=record.queue_id)
-        encoded = self.commit_log.encode_record(record)
+        encoded = encode_record(record, self.config.max_message_size, self.commit_log.max_record_in_file)
         if isinstance(encoded, PutMessageStatus):
             return PutMessageResult(encoded, queue_id=record.queue_id)
         try:
@@ -304,7 +305,8 @@ class MessageStore:
         this thread (`dispatch`) unless a dispatch is running (the reput thread then takes them)."""
         if self._group_commit is not None:
             self._group_commit.wakeup()       # the flush runs while this thread dispatches
-        self.ha_service.notify_new_data()
+        for listener in self.ha_service.new_data_listeners:
+            listener()
         try:
             dispatched = dispatch()
         except Exception:   # the records are stored: the reput thread retries the dispatch

@@ -153,8 +153,10 @@ class PullRequestHoldService:
 
     def on_dispatch(self, topic: str, queue_id: int, consume_queue_offset: int, tags_code: int) -> None:
         """The store dispatched a ConsumeQueue entry (ReputMessageService#doReput ->
-        NotifyMessageArrivingListener): its logical max offset is consume_queue_offset + 1."""
-        if self.long_polling_enable:
+        NotifyMessageArrivingListener): its logical max offset is consume_queue_offset + 1.
+        Nothing more when no pull is held (the table read without the lock, as
+        notify_message_arriving reads it)."""
+        if self.long_polling_enable and self._table:
             self.notify_message_arriving(topic, queue_id, consume_queue_offset + 1, tags_code)
 
     def wake_topic(self, topic: str) -> None:

@@ -94,7 +94,9 @@ class BrokerStatsManager:
     def record_put(self, topic: str, messages: int, size: int) -> None:
         with self._lock:
             self._put_total += messages
-            counters = self._topics.setdefault(topic, TopicCounters())
+            counters = self._topics.get(topic)   # no TopicCounters built per put
+            if counters is None:
+                counters = self._topics[topic] = TopicCounters()
             counters.put_messages += messages
             counters.put_bytes += size
 

@@ -101,9 +101,10 @@ class ScheduleMessageService:
         await cancel_all(self._tasks)
         self.persist()
 
-    def on_dispatch(self, topic: str, queue_id: int) -> None:
-        """Store dispatch thread: a message entered a delay level's queue."""
-        if topic != SCHEDULE_TOPIC or self._loop is None:
+    def on_dispatch(self, queue_id: int) -> None:
+        """Store dispatch thread: a message entered queue `queue_id` of SCHEDULE_TOPIC (a delay
+        level's; the broker calls this for that topic only)."""
+        if self._loop is None:
             return
         event = self._arrivals.get(queue_id_to_delay_level(queue_id))
         if event is not None:

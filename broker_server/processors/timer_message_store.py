@@ -225,9 +225,10 @@ class TimerMessageStore:
         self.timer_log.close()
         self.wheel.close()
 
-    def on_dispatch(self, topic: str) -> None:
-        """Store dispatch thread: a record entered the timer queue."""
-        if topic == TIMER_TOPIC and self._loop is not None:
+    def on_dispatch(self) -> None:
+        """Store dispatch thread: a record entered the timer queue (TIMER_TOPIC; the broker calls
+        this for that topic only)."""
+        if self._loop is not None:
             try:
                 self._loop.call_soon_threadsafe(self._wake.set)
             except RuntimeError:   # loop closed during shutdown

@@ -24,6 +24,7 @@ from tests.acl_files import write_acl
 from tests.broker_server.in_process_broker import InProcessBroker
 from tests.broker_server.remoting_client import RemotingTestClient
 from tests.broker_server.test_remoting_broker import ACL, TOPIC, pull, records, request, send_v2, start_broker
+from tests.waiting import wait_until
 
 SENDS = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE})
 MAX_MESSAGE_SIZE = 4096
@@ -208,3 +209,18 @@ def test_under_sync_flush_a_send_is_answered_only_after_the_flush(
         assert last.flushed_position == last.wrote_position   # on disk before it was answered
     finally:
         broker.stop()
+
+
+def test_a_delayed_send_is_delivered_when_its_level_comes_due(broker: InProcessBroker) -> None:
+    """The broker's dispatch listener wakes the schedule service's idle delay level when a
+    delayed message enters its queue (only SCHEDULE_TOPIC's records reach it): the message
+    reaches its own topic and queue once the level's 1 s has passed, not never."""
+    sent = call(broker, send_v2(b"delayed-wake", DELAYED, queue_id=1))
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+
+    def delivered() -> bool:
+        pulled = call(broker, pull(1, 0), "consumer")
+        return pulled.code == ResponseCode.SUCCESS and any(
+            message.body == b"delayed-wake" for message in records(pulled.body))
+
+    wait_until(delivered, "the delayed message in queue 1 of its topic")
