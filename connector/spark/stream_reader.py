@@ -160,7 +160,7 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = admit(positions, ceilings, limit, self._options.max_bytes_per_trigger,
                     self._record_bytes(positions, ceilings))
         if end is None or end == current.positions or not self._enough_to_trigger(positions, ceilings):
-            return start    # nothing new: the same offset (with the first batch's FROM_KEY), so no empty batch
+            return start    # nothing new: the same offset (the first batch's FROM_KEY kept): no empty batch
         self._last_trigger = time.monotonic()
         return StreamOffset(current.client_id, self._group, end).to_json()
 
