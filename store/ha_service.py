@@ -75,6 +75,8 @@ class HAService:
         self._sync_state_set: frozenset[str] | None = None
         # slaves reported in sync since the controller last answered: it may count them already
         self._unconfirmed: frozenset[str] = frozenset()
+        # the slaves that count: both sets together (replaced whole, so read without the lock)
+        self._members: frozenset[str] = frozenset()
         self._alone_acked = 0   # the end of what this master acknowledged alone
         self._confirm_offset = 0
         self._confirm_listeners: list[Callable[[], None]] = []
@@ -141,19 +143,16 @@ class HAService:
     def _set_members(self, sync_state_set: frozenset[str], unconfirmed: frozenset[str]) -> bool:
         """Under the lock: the SyncStateSet's slaves as confirmed and as reported since; True when
         the confirm offset moved."""
-        if not self._members():   # until now every byte stored was confirmed on append
+        if not self._members:   # until now every byte stored was confirmed on append
             self._confirm_offset = max(self._confirm_offset, self.commit_log.get_max_offset())
         self._sync_state_set, self._unconfirmed = sync_state_set, unconfirmed
+        self._members = sync_state_set | unconfirmed
         return self._advance_confirm()
-
-    def _members(self) -> frozenset[str]:
-        """The slaves that count (no lock: each attribute is replaced whole)."""
-        return (self._sync_state_set or frozenset()) | self._unconfirmed
 
     def confirm_offset(self) -> int:
         """Where reads end (on every dispatch: no lock): the CommitLog's end unless bounded by a
         SyncStateSet with a slave in it."""
-        if self._sync_state_set is None or not self._members():
+        if not self._members:
             return self.commit_log.get_max_offset()
         return self._confirm_offset
 
@@ -165,8 +164,8 @@ class HAService:
         """Under the lock: raise the confirm offset to the lowest acknowledgement of the
         SyncStateSet's slaves, each connected (a member not connected confirms nothing). True
         when it moved."""
-        members = self._members()
-        if self._sync_state_set is None or not members:
+        members = self._members
+        if not members:
             return False
         acked: dict[str, int] = {}
         for progress in self._slaves.values():
