@@ -159,8 +159,11 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._save_progress(kept)
         end = admit(positions, ceilings, limit, self._options.max_bytes_per_trigger,
                     self._record_bytes(positions, ceilings))
-        if end is None or end == current.positions or not self._enough_to_trigger(positions, ceilings):
-            return start    # nothing new: the same offset (the first batch's FROM_KEY kept): no empty batch
+        # Nothing new: the same offset (the first batch's FROM_KEY kept), so Spark plans no empty
+        # batch; an offset checkpointed without GROUP_KEY is answered anew, to record the group.
+        unchanged = end == current.positions and current.group is not None
+        if end is None or unchanged or not self._enough_to_trigger(positions, ceilings):
+            return start
         self._last_trigger = time.monotonic()
         return StreamOffset(current.client_id, self._group, end).to_json()
 
