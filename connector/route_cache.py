@@ -22,12 +22,6 @@ from rmq.topic_config import PERM_READ, PERM_WRITE, QueueData
 from rmq.v1 import rmq_pb2
 
 ROUTE_CACHE_SECONDS = 30.0      # RocketMQ pollNameServerInterval
-# a route without a broker group that had writable queues within the name servers' broker expiry
-# (120 s) is asked for again this soon: the group is between masters (a failover, a partition), and
-# a producer keeping such a route 30 s sends none of that group's keys to it when it is back (the
-# chaos runs' partition-majorities-ring: 12 s of a group's 29 s, issue 47)
-SHRUNK_ROUTE_SECONDS = 1.0
-SHRUNK_WATCH_SECONDS = 120.0
 SEND_WHICH_QUEUE_RANGE = 1 << 30
 MEMBER_DOWN_SECONDS = 5.0       # a broker that did not answer is passed over for this long
 REMOTING_DOWN_SECONDS = 60.0    # a remoting port that could not be connected to: gRPC for this long
@@ -110,8 +104,7 @@ class RouteCache:
         self._members: dict[str, tuple[BrokerMember, ...]] = {}
         self._pull_from: dict[MessageQueue, int] = {}       # pullFromWhichNodeTable (spec pull §12.4)
         self._down_until: dict[str, float] = {}             # address -> monotonic time
-        self._routes: dict[str, tuple[float, TopicRoute]] = {}      # topic -> (fresh until, route)
-        self._writable_at: dict[str, dict[str, float]] = {}   # topic -> group -> last seen writable
+        self._routes: dict[str, tuple[float, TopicRoute]] = {}
         self._doubted: set[str] = set()     # topics whose next route query asks every endpoint
         self._remoting_down_until: dict[str, float] = {}    # remoting address -> monotonic time
         self._send_sequence = itertools.count(send_which_queue_start())
@@ -119,19 +112,11 @@ class RouteCache:
     # ------------------------------------------------------------ what the endpoints answered
 
     def store(self, route: TopicRoute) -> None:
-        """A route just read: cached for ROUTE_CACHE_SECONDS (SHRUNK_ROUTE_SECONDS while a group
-        writable lately is not), its brokers and members learned."""
-        now = time.monotonic()
-        writable = set(route.writable_brokers())
+        """A route just read: cached for ROUTE_CACHE_SECONDS, its brokers and members learned."""
         with self._lock:
             self._broker_addresses.update(route.brokers)
             self._members.update(route.members)
-            seen = self._writable_at.setdefault(route.topic, {})
-            seen.update(dict.fromkeys(writable, now))
-            shrunk = any(now - at < SHRUNK_WATCH_SECONDS for group, at in seen.items()
-                         if group not in writable)
-            fresh_for = SHRUNK_ROUTE_SECONDS if shrunk else ROUTE_CACHE_SECONDS
-            self._routes[route.topic] = (now + fresh_for, route)
+            self._routes[route.topic] = (time.monotonic(), route)
             self._doubted.discard(route.topic)
 
     def learn(self, brokers: dict[str, str], members: dict[str, tuple[BrokerMember, ...]]) -> None:
@@ -143,7 +128,7 @@ class RouteCache:
         """The topic's route while it is fresh, else None (ask the endpoints)."""
         with self._lock:
             cached = self._routes.get(topic)
-        if cached is not None and time.monotonic() < cached[0]:
+        if cached is not None and time.monotonic() - cached[0] < ROUTE_CACHE_SECONDS:
             return cached[1]
         return None
 

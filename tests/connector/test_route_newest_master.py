@@ -4,20 +4,13 @@ master could not reach that name server, which went on naming the deposed one, o
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import grpc
 
 from rmq.connector.client import RmqClient
 from rmq.connector.client_sends import OutgoingMessage
-from rmq.connector.route_cache import (
-    ROUTE_CACHE_SECONDS,
-    SHRUNK_ROUTE_SECONDS,
-    RouteCache,
-    TopicRoute,
-    newest_masters,
-)
+from rmq.connector.route_cache import newest_masters
 from rmq.statuses import SendStatus
 from rmq.store import BrokerRole
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
@@ -102,31 +95,3 @@ def test_a_send_a_master_stored_alone_doubts_the_route(tmp_path: Path) -> None:
             assert client.routes.doubted(TOPIC)
     finally:
         broker.stop()
-
-
-def route_of(writable: dict[str, bool]) -> TopicRoute:
-    """A route of TOPIC over the groups named, each with writable queues or read-only ones."""
-    return TopicRoute.from_proto(TOPIC, rmq_pb2.QueryRouteResponse(
-        brokers=[rmq_pb2.BrokerData(broker_name=name, address=f"10.0.0.{n}:9876")
-                 for n, name in enumerate(writable)],
-        queue_datas=[rmq_pb2.QueueData(broker_name=name, read_queue_nums=4, write_queue_nums=4,
-                                       perm=6 if can else 4) for name, can in writable.items()]))
-
-
-def test_a_route_without_a_group_writable_lately_is_asked_for_again_within_a_second_or_two() -> None:
-    """A group between masters (no master registered, or none left) drops out of the writable
-    queues; a producer keeping that route 30 s sends none of the group's keys to it once it is back.
-    Such a route is fresh for SHRUNK_ROUTE_SECONDS only; a whole one for ROUTE_CACHE_SECONDS."""
-    cache = RouteCache()
-    cache.store(route_of({"chaos-a": True, "chaos-b": True}))
-    cache.store(route_of({"chaos-a": False, "chaos-b": True}))       # A masterless
-    assert cache.cached(TOPIC) is not None
-    wait_until(lambda: cache.cached(TOPIC) is None, "the shrunk route to go stale", timeout=5)
-    cache.store(route_of({"chaos-b": True}))                        # A gone from the answer altogether
-    wait_until(lambda: cache.cached(TOPIC) is None, "the route without A to go stale", timeout=5)
-    cache.store(route_of({"chaos-a": True, "chaos-b": True}))       # A back: the usual 30 s
-    assert cache.cached(TOPIC) is not None and SHRUNK_ROUTE_SECONDS < ROUTE_CACHE_SECONDS
-    other = RouteCache()
-    other.store(route_of({"chaos-a": False, "chaos-b": True}))      # never seen writable: not shrunk
-    assert other._routes[TOPIC][0] - time.monotonic() > ROUTE_CACHE_SECONDS - 5
-    assert cache._routes[TOPIC][0] - time.monotonic() > ROUTE_CACHE_SECONDS - 5
