@@ -194,16 +194,16 @@ class CallContext:
     def __init__(self, channel: Channel, admission: Admission | None = None) -> None:
         self.channel = channel
         self.admission = admission   # what the gate found in the request's header
-        self._callbacks: list[Callable[[object], None]] = []
+        self.callbacks: list[Callable[[object], None]] = []   # run by `done`
 
     def peer(self) -> str:
         return self.channel.peer
 
     def add_done_callback(self, callback: Callable[[object], None]) -> None:
-        self._callbacks.append(callback)
+        self.callbacks.append(callback)
 
     def done(self) -> None:
-        for callback in self._callbacks:
+        for callback in self.callbacks:
             callback(self)
 
 
@@ -558,10 +558,8 @@ class _Connection(asyncio.Protocol):
             return None
         body.request.body = bytes(buffer[at : at + body.size])
         self._body = None
-        self._received(channel, body)
-        return body.size
-
-    def _received(self, channel: Channel, body: _Body) -> None:
+        # what becomes of the frame read, here (no call per frame for it): a response answers the
+        # server's own request; a request starts, or waits while the connection runs its most
         if body.request.flag & RPC_TYPE_RESPONSE:
             try:
                 channel.answered(body.request)
@@ -572,6 +570,7 @@ class _Connection(asyncio.Protocol):
             self._block()
         else:
             self._start(channel, body)
+        return body.size
 
     def _start(self, channel: Channel, body: _Body) -> None:
         """Answer the request on the read when the server's `immediate` does (its bytes released
@@ -587,7 +586,8 @@ class _Connection(asyncio.Protocol):
                 response = failed(request, error)
             if response is not None:
                 written = request.flag & RPC_ONEWAY or channel.write_frame(response)
-                context.done()
+                if context.callbacks:   # none for a send: no call per request to find that out
+                    context.done()
                 if written:
                     self.server.request_bytes.release(channel, body.admission.account, body.length)
                 else:
