@@ -42,7 +42,7 @@ import itertools
 import logging
 import socket
 import ssl
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
@@ -236,7 +236,7 @@ class RemotingProcessor(Protocol):
 
 
 # A processor's answer to a request on the read itself, without a coroutine, or None when it
-# leaves the request to `process` (BrokerRemotingProcessor.answer_now: a plain single send).
+# leaves the request to `process` (BrokerRemotingProcessor.immediate: a plain single send).
 Immediate = Callable[[CallContext, RemotingCommand], RemotingCommand | None]
 
 
@@ -249,16 +249,17 @@ class RemotingServer:
         tls: ServerTls | None = None,
         sock: socket.socket | None = None,
         gate: HeaderGate | None = None,
-        immediate: Immediate | None = None,
+        immediate: Mapping[int, Immediate] | None = None,
     ) -> None:
         """`sock`: a socket bound to `listen` already (served instead of binding `listen`);
         `gate`: what admits a request's header before its body is read (OpenGate when None);
-        `immediate`: what answers a request on the read, before `processor` (None: nothing)."""
+        `immediate`: by request code, what answers a request of that code on the read, before
+        `processor` (a request of any other code goes straight to `processor`: no call)."""
         self.listen = listen
         self._sock = sock
         self.tls = tls
         self.processor = processor
-        self.immediate = immediate
+        self.immediate: Mapping[int, Immediate] = immediate or {}
         self.gate: HeaderGate = gate or OpenGate()
         self.limits = limits
         self.channels: set[Channel] = set()
@@ -573,15 +574,16 @@ class _Connection(asyncio.Protocol):
         return body.size
 
     def _start(self, channel: Channel, body: _Body) -> None:
-        """Answer the request on the read when the server's `immediate` does (its bytes released
-        once the answer is written; while the client leaves the high-water mark unread, once it
-        reads), else run it until it waits: answered already, or its rest goes on in a task."""
+        """Answer the request on the read when the server's `immediate` for its code does (its
+        bytes released once the answer is written; while the client leaves the high-water mark
+        unread, once it reads), else run it until it waits: answered already, or its rest goes on
+        in a task."""
         request = body.request
         immediate = self.server.immediate
-        if immediate is not None:
+        if request.code in immediate:   # no call for a code answered only by `process`
             context = CallContext(channel, body.admission)
             try:
-                response = immediate(context, request)
+                response = immediate[request.code](context, request)
             except Exception as error:
                 response = failed(request, error)
             if response is not None:

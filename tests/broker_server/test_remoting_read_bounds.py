@@ -28,6 +28,7 @@ MiB = 1024 * KiB
 BODY = b"r" * (64 * KiB)          # one request frame: ≈ 64 KiB
 FRAMES = 512                      # ≈ 32 MiB in all
 UNREAD_BOUND = 8 * MiB            # what the sockets' buffers and one read may hold beyond the bounds
+FRAME_CODE = RequestCode.GET_ROUTEINFO_BY_TOPIC   # the requests `frames` makes
 STUCK_S = 1.0                     # how long the client's socket stays unwritable before it counts as stopped
 
 
@@ -46,7 +47,8 @@ class Gate:
         return request.response(ResponseCode.SUCCESS, body=self.answer)
 
     def answer_now(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
-        """The server's `immediate`: every request answered on the read (the gate is open)."""
+        """The server's `immediate` for FRAME_CODE: each such request answered on the read (the
+        gate is open)."""
         self.started += 1
         return request.response(ResponseCode.SUCCESS, body=self.answer)
 
@@ -78,8 +80,8 @@ def serve(limits: RemotingLimits, gate: Gate | Failing, immediate: bool = False)
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * KiB)   # accepted sockets inherit it
     listener.bind(("127.0.0.1", 0))
-    answer_now = gate.answer_now if immediate and isinstance(gate, Gate) else None
-    server = RemotingServer("127.0.0.1:0", gate, limits, sock=listener, immediate=answer_now)
+    answers = {FRAME_CODE: gate.answer_now} if immediate and isinstance(gate, Gate) else None
+    server = RemotingServer("127.0.0.1:0", gate, limits, sock=listener, immediate=answers)
 
     async def start() -> None:
         if isinstance(gate, Gate):
@@ -115,8 +117,7 @@ def send_until_stopped(client: RemotingTestClient, data: bytes) -> int:
 
 
 def frames(count: int) -> tuple[bytes, list[int]]:
-    code = RequestCode.GET_ROUTEINFO_BY_TOPIC
-    commands = [RemotingCommand(code, opaque=n, body=BODY) for n in range(1, count + 1)]
+    commands = [RemotingCommand(FRAME_CODE, opaque=n, body=BODY) for n in range(1, count + 1)]
     return b"".join(command.encode() for command in commands), [command.opaque for command in commands]
 
 
