@@ -68,6 +68,12 @@ MiB = 1024 * KiB
 MAX_UNREAD_BYTES = 4 * MiB  # written to a client and not yet read by it, for oneway sends and refusals
 PREFIX = LENGTH.size * 2   # the frame length, then the header-length word
 MAX_OPAQUE_DIGITS = 10   # an opaque is a Java int
+# Requests one connection starts per turn of the event loop. A client that writes frames faster
+# than they are served (not reading its answers, say) would otherwise hold the loop for a whole
+# read's worth (uvloop reads 256 KiB: ~1,000 single sends, ~150 ms) while every other connection
+# waits; after this many its parsing goes on at the next turn, after the others' (issue 41's flood).
+# A lone request per read never reaches it.
+REQUESTS_PER_TURN = 1
 
 
 @dataclass(frozen=True)
@@ -465,7 +471,7 @@ class _Connection(asyncio.Protocol):
 
     # -- frames ----------------------------------------------------------------------------
     def _read_frames(self, channel: Channel) -> None:
-        buffer, at = self._buffer, 0
+        buffer, at, started = self._buffer, 0, 0
         transport = channel.transport
         try:
             while not (self._blocked or transport.is_closing()):
@@ -479,9 +485,14 @@ class _Connection(asyncio.Protocol):
                 if self._body is None:
                     if at == len(buffer):   # every frame read: no call to find that out
                         break
+                    if started == REQUESTS_PER_TURN:   # the other connections' turn first
+                        self._block()
+                        self._wake()
+                        break
                     taken = self._read_header(channel, buffer, at)
                 else:
                     taken = self._read_body(channel, buffer, at)
+                    started += taken is not None
                 if taken is None:
                     break
                 at += taken

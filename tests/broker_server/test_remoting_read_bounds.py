@@ -201,3 +201,41 @@ def test_each_request_runs_as_its_own_caller() -> None:
     with serve(RemotingLimits(), Failing()) as served, RemotingTestClient(served.address) as client:
         answers = [client.call(RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC)) for _ in range(2)]
         assert [answer.remark for answer in answers] == ["None", "None"]
+
+
+class Holding(Gate):
+    """A Gate whose first request holds the event loop until `release` is set, recording the
+    order in which requests were answered on the read (by the client's address)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.order: list[str] = []
+        self.holding, self.release = threading.Event(), threading.Event()
+
+    def answer_now(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
+        if not self.order:
+            self.holding.set()
+            self.release.wait(30)
+        self.order.append(context.channel.host)
+        return super().answer_now(context, request)
+
+
+def test_a_connection_with_many_requests_read_does_not_keep_another_waiting() -> None:
+    """Issue 41's flood: a client that wrote thousands of requests at once (and reads none of
+    its answers) has them served a few per turn of the event loop, so another connection's
+    request is answered after a handful of them, not after all that one read brought in."""
+    gate = Holding()
+    flood = [RemotingCommand(FRAME_CODE, opaque=n) for n in range(1, 2001)]
+    with serve(RemotingLimits(max_requests_per_connection=4096), gate, immediate=True) as served:
+        served.open_gate()
+        with RemotingTestClient(served.address) as flooder:
+            flooder.socket.sendall(b"".join(command.encode() for command in flood))
+            assert gate.holding.wait(30), "the flood's first request was not served"
+            # the loop is held inside the flood's first request, all 2,000 read into its buffer
+            with RemotingTestClient(served.address, source="127.0.0.2") as other:
+                opaque = other.send(RemotingCommand(FRAME_CODE))
+                gate.release.set()
+                answer = other.read()
+            assert answer.opaque == opaque and answer.code == ResponseCode.SUCCESS
+            served_before = gate.order.index("127.0.0.2")
+            assert served_before < 50, f"{served_before} of the flood's requests were served first"
