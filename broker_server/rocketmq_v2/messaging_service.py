@@ -145,8 +145,11 @@ class RocketMQv2MessagingService:
             context: ServicerContext[pb.SendMessageRequest,
                                      pb.SendMessageResponse],
     ) -> pb.SendMessageResponse:
-        if len(request.messages) == 1 and messages.message_type(request.messages[0]) != v2.TRANSACTION:
-            return await self._send_one(request.messages[0], context)
+        if len(request.messages) == 1:
+            message = request.messages[0]
+            kind = messages.message_type(message)
+            if kind != v2.TRANSACTION:
+                return await self._send_one(message, kind, context)
         if not request.messages:
             raise V2Error(v2.BAD_REQUEST, "the request holds no messages")
         topics = {message.topic.name for message in request.messages}
@@ -191,13 +194,13 @@ class RocketMQv2MessagingService:
         message_id = await self.processors.recall.recall(request.topic.name, request.recall_handle)
         return pb.RecallMessageResponse(status=OK, message_id=message_id)
 
-    async def _send_one(self, message: v2.Message, context: Context) -> pb.SendMessageResponse:
+    async def _send_one(self, message: v2.Message, kind: int, context: Context) -> pb.SendMessageResponse:
         """One message that opens no transaction, on the processor's single-message path
         (SendMessageProcessor.send_one, as rmq.v1's and 4.x remoting's single sends): the same
         checks in the same order as a batch's (topic, then the message), its record built once."""
         config = self.sender.writeable_topic(message.topic.name)
-        kind = self._checked_type(message)
-        tag, keys, properties = messages.sent_properties(message)
+        self._check_type(message, kind)
+        tag, keys, properties = messages.sent_properties(message, kind)
         if kind == v2.DELAY:
             properties[PROPERTY_TIMER_DELIVER_MS] = str(self._delivery_time(message))
         born = messages.timestamp_ms(message.system_properties.born_timestamp)
@@ -208,24 +211,23 @@ class RocketMQv2MessagingService:
             status=OK, message_id=properties[mf.PROPERTY_UNIQ_KEY], offset=result.queue_offset,
             recall_handle=result.recall_handle)])
 
-    def _checked_type(self, message: v2.Message) -> int:
-        """The message's type, once its body and type are ones the broker takes."""
+    def _check_type(self, message: v2.Message, kind: int) -> None:
+        """Refuse a message whose body or type (`kind`, its `message_type`) the broker does not take."""
         body_size = len(message.body)
         if not body_size:
             raise V2Error(v2.MESSAGE_BODY_EMPTY, "message body is empty")
         if body_size > self.max_body_size:
             raise V2Error(v2.MESSAGE_BODY_TOO_LARGE, f"message body takes {body_size} bytes, "
                                                      f"the maximum is {self.max_body_size}")
-        kind = messages.message_type(message)
         if kind not in SUPPORTED_TYPES:
             raise V2Error(v2.UNSUPPORTED, f"message type {v2.MessageType.Name(kind)} is not supported")
-        return kind
 
     def _to_store(self, message: v2.Message, config: TopicConfig, born_host: bytes) -> MessageToStore:
         """The record to store: in its queue, or parked in the timer (a DELAY message, or any
         carrying a timer property, due later: TimerMessageStore.park) or as a transaction's half
         message, with the real topic and queue in properties."""
-        kind = self._checked_type(message)
+        kind = messages.message_type(message)
+        self._check_type(message, kind)
         properties = messages.record_properties(message)
         topic, queue_id = config.topic_name, self._queue_id(message, config)
         if kind == v2.DELAY:
