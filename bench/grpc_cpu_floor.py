@@ -17,7 +17,8 @@ Variants (`--variant`, repeatable): `default`; server options `reuseport-off`
 (grpc.optimization_target=latency), `bdp-off` (grpc.http2.bdp_probe=0), `no-compression`
 (compression=NoCompression explicitly); environment `poll` (GRPC_POLL_STRATEGY=poll), `epoll1`
 (GRPC_POLL_STRATEGY=epoll1), `ee-off` (GRPC_EXPERIMENTS turning grpc core's EventEngine
-experiments off), `callback-cq-off` (GRPC_EXPERIMENTS=-event_engine_callback_cq).
+experiments off), `callback-cq-off` (GRPC_EXPERIMENTS=-event_engine_callback_cq), `rmq-options`
+(the broker's own server options at its defaults: rmq_v1/grpc_server.server_options).
 
 Clients (`--client`, repeatable): `minimal` (grpc's synchronous channel, `unary_unary` of 100
 raw bytes: how rmq's SDK calls rmq.v1, connector/client_core.py), `minimal-md` (the same with
@@ -47,6 +48,9 @@ from typing import Any
 
 import grpc
 
+from rmq.broker_server.config import BrokerConfig
+from rmq.broker_server.rmq_v1.grpc_server import server_options
+from rmq.broker_server.security.server_security import DEFAULT_IDLE_TIMEOUT_S
 from testing import processes
 
 BODY = b"x" * 100
@@ -158,6 +162,9 @@ VARIANTS = {
     "epoll1": Variant(env=(("GRPC_POLL_STRATEGY", "epoll1"),)),
     "ee-off": Variant(env=(("GRPC_EXPERIMENTS", EVENT_ENGINE_OFF),)),
     "callback-cq-off": Variant(env=(("GRPC_EXPERIMENTS", "-event_engine_callback_cq"),)),
+    # the broker's own server options at its defaults (rmq_v1/grpc_server.server_options)
+    "rmq-options": Variant(options=tuple(server_options(BrokerConfig.grpc_max_message_bytes, 1024,
+                                                        DEFAULT_IDLE_TIMEOUT_S))),
 }
 SERVERS = ("aio-uvloop", "aio-asyncio", "sync-8", "sync-1")
 
