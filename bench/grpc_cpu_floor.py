@@ -28,8 +28,9 @@ official rocketmq-python-client's `Producer.send` of a 100-byte message, against
 MessagingService).
 
 For each combination it prints the server's CPU per request (/proc/<pid>/stat utime + stime over
-`--count` requests after 300 of warm-up, divided by the count) and the threads that spent it
-(/proc/<pid>/task/*/stat, named by their comm), `--repeat` times.
+`--count` requests after 300 of warm-up, divided by the count), its threads' context switches per
+request (/proc/<pid>/task/*/status) and the threads that spent the CPU (/proc/<pid>/task/*/stat,
+named by their comm), `--repeat` times.
 `python -m bench.grpc_cpu_floor --count 3000 [--server S ...] [--variant V ...] [--client C ...]`."""
 
 from __future__ import annotations
@@ -262,6 +263,18 @@ def thread_cpu(pid: int) -> dict[str, float]:
     return spent
 
 
+def context_switches(pid: int) -> int:
+    """Voluntary and involuntary context switches of every thread of `pid` so far."""
+    switches = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except FileNotFoundError:
+            continue
+        switches += sum(int(line.split()[1]) for line in status.splitlines() if "ctxt_switches" in line)
+    return switches
+
+
 def process_cpu(pid: int) -> tuple[float, float]:
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS
@@ -284,10 +297,12 @@ def measure(server: str, variant_name: str, client: str, count: int) -> str:
                 driver.request()
             time.sleep(0.2)
             before, threads_before = process_cpu(process.pid), thread_cpu(process.pid)
+            switches_before = context_switches(process.pid)
             request = driver.request
             for _ in range(count):
                 request()
             after, threads_after = process_cpu(process.pid), thread_cpu(process.pid)
+            switches = (context_switches(process.pid) - switches_before) / count
         finally:
             driver.close()
     finally:
@@ -298,7 +313,7 @@ def measure(server: str, variant_name: str, client: str, count: int) -> str:
                      for name, spent in threads_after.items())
     busy = ", ".join(f"{name.partition('/')[0]} {us:.0f}" for us, name in reversed(threads) if us >= 5)
     return (f"{server:11} {variant_name:14} {client:11} {user + system:5.0f} us "
-            f"({user:.0f} user + {system:.0f} system) threads: {busy}")
+            f"({user:.0f} user + {system:.0f} system), {switches:.1f} context switches; threads: {busy}")
 
 
 def main() -> int:
