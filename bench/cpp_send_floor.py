@@ -75,8 +75,8 @@ def measure(count: int) -> dict[str, float]:
         if server.stdout.readline().strip() != "ready":
             raise RuntimeError("the canned remoting server did not start")
         scenario = {"address": f"127.0.0.1:{port}", "topic": TOPIC, "count": count, "body": BODY.hex()}
-        client = subprocess.Popen([sys.executable, str(CPP_SCRIPT), json.dumps(scenario)], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True, env=client_env())
+        client = subprocess.Popen([sys.executable, str(CPP_SCRIPT), json.dumps(scenario)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=client_env())
         assert client.stdin is not None and client.stdout is not None
         if client.stdout.readline().strip() != "ready":
             raise RuntimeError("the C++ client did not start")
@@ -96,7 +96,8 @@ def measure(count: int) -> dict[str, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
@@ -107,7 +108,8 @@ def main() -> int:
     for run in range(args.repeat):
         figures = measure(args.count)
         print(f"run {run + 1}: C++ send_sync against a canned server: {figures['rate']:,.0f} msg/s, "
-              f"client CPU {figures['client_cpu_us']:.0f} µs/send, server CPU {figures['server_cpu_us']:.0f} µs/send",
+              f"client CPU {figures['client_cpu_us']:.0f} µs/send, "
+              f"server CPU {figures['server_cpu_us']:.0f} µs/send",
               flush=True)
     return 0
 
