@@ -77,10 +77,14 @@ def test_a_promoted_slave_serves_as_master_at_once_and_unregisters_only_when_it_
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     reachable = asyncio.run_coroutine_threadsafe(serve_name_server(routes, "127.0.0.1:0"), loop).result(30)
-    manager = ReplicasManager(BrokerConfig(
-        controller=CONTROLLER, store_dir=str(store), listen=address, broker_id=MEMBER_ID,
-        namesrv=f"{unreachable},127.0.0.1:{reachable.port}", controller_heartbeat_interval_ms=20,
-        flight_listen="off", remoting_listen="off"), ServerSecurity())
+    config = BrokerConfig(controller=CONTROLLER, store_dir=str(store), listen=address, broker_id=MEMBER_ID,
+                          namesrv=f"{unreachable},127.0.0.1:{reachable.port}",
+                          controller_heartbeat_interval_ms=20, flight_listen="off", remoting_listen="off")
+
+    async def open_manager() -> ReplicasManager:   # its channels belong to the loop serving the terms
+        return ReplicasManager(config, ServerSecurity())
+
+    manager = asyncio.run_coroutine_threadsafe(open_manager(), loop).result(30)
     manager.heartbeat = answer  # type: ignore[method-assign]
     terminated: asyncio.Future[None] = loop.create_future()
 
