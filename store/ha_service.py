@@ -17,10 +17,13 @@ cannot hand a consumer queue offsets the new master fills with other messages.
 
 The set that counts is the controller's: the slaves of the last heartbeat it answered OK
 (`bound_reads`) together with every slave reported since (`report_in_sync`), which the
-controller may have taken already. With `min_in_sync_replicas` 1 (RocketMQ 5 minInSyncReplicas
-with allAckInSyncStateSet) a SYNC_MASTER whose set is the master alone acknowledges a put
-without a slave: the controller elects only from that set, so no member lacking the put can
-become master. A slave joins the report only once it holds everything so acknowledged.
+controller may have taken already. Acknowledgements follow the same set (allAckInSyncStateSet):
+a SYNC_MASTER answers PUT_OK only once every slave of it holds the put, besides
+`min_in_sync_replicas - 1` slaves, since the controller may elect any member of the set. With
+`min_in_sync_replicas` 1 (RocketMQ 5 minInSyncReplicas) a SYNC_MASTER whose set is the master
+alone acknowledges a put without a slave: the controller elects only from that set, so no member
+lacking the put can become master. A slave joins the report only once it holds everything
+acknowledged.
 """
 
 from __future__ import annotations
@@ -77,7 +80,7 @@ class HAService:
         self._unconfirmed: frozenset[str] = frozenset()
         # the slaves that count: both sets together (replaced whole, so read without the lock)
         self._members: frozenset[str] = frozenset()
-        self._alone_acked = 0   # the end of what this master acknowledged alone
+        self._acked_end = 0   # the end of what this master acknowledged (PUT_OK)
         self._confirm_offset = 0
         self._confirm_listeners: list[Callable[[], None]] = []
 
@@ -128,12 +131,12 @@ class HAService:
     def report_in_sync(self, master_put_where: int) -> list[str]:
         """The in-sync slaves a controller-mode master reports in a heartbeat: from now until the
         controller answers, they count as members of the set (acknowledgements and reads wait
-        for them). A slave that lacks what this master acknowledged alone is left out: it must
-        never become electable without those bytes."""
+        for them). A slave that lacks something this master acknowledged (RocketMQ: an ack offset
+        below the confirm offset) is left out: it must never become electable without those bytes."""
         addresses = self.in_sync_addresses(master_put_where)
         with self._acked:
             acked = {p.address: p.ack_offset for p in self._slaves.values()}
-            reported = [a for a in addresses if acked.get(a, 0) >= self._alone_acked]
+            reported = [a for a in addresses if acked.get(a, 0) >= self._acked_end]
             confirmed = self._sync_state_set is not None and self._set_members(
                 self._sync_state_set, self._unconfirmed | frozenset(reported))
         if confirmed:
@@ -141,12 +144,13 @@ class HAService:
         return reported
 
     def _set_members(self, sync_state_set: frozenset[str], unconfirmed: frozenset[str]) -> bool:
-        """Under the lock: the SyncStateSet's slaves as confirmed and as reported since; True when
-        the confirm offset moved."""
+        """Under the lock: the SyncStateSet's slaves as confirmed and as reported since (puts
+        waiting for a member that left are woken); True when the confirm offset moved."""
         if not self._members:   # until now every byte stored was confirmed on append
             self._confirm_offset = max(self._confirm_offset, self.commit_log.get_max_offset())
         self._sync_state_set, self._unconfirmed = sync_state_set, unconfirmed
         self._members = sync_state_set | unconfirmed
+        self._acked.notify_all()
         return self._advance_confirm()
 
     def confirm_offset(self) -> int:
@@ -202,25 +206,35 @@ class HAService:
 
     def wait_for_slave(self, next_offset: int, timeout_ms: int) -> PutMessageStatus:
         """handleHA for SYNC_MASTER: PUT_OK once min_in_sync_replicas - 1 slaves (at least one)
-        hold every byte below `next_offset`, or at once when this master may acknowledge alone
-        (`acknowledges_alone`); SLAVE_NOT_AVAILABLE when fewer slaves are connected and in sync;
-        FLUSH_SLAVE_TIMEOUT when fewer confirmed within the timeout (the batch stays stored on
-        the master)."""
+        and, in controller mode, every slave of the in-sync set (`_members`, as it stands when
+        they answer: a set the controller shrank wakes the wait) hold every byte below
+        `next_offset`, or at once when this master may acknowledge alone (`acknowledges_alone`);
+        SLAVE_NOT_AVAILABLE when fewer slaves are connected and in sync; FLUSH_SLAVE_TIMEOUT
+        when they did not confirm within the timeout (the batch stays stored on the master)."""
         with self._acked:
             if self._acknowledges_alone():
-                self._alone_acked = max(self._alone_acked, next_offset)
-                return PutMessageStatus.PUT_OK
+                return self._acknowledge(next_offset)
         needed = max(self.min_in_sync_replicas - 1, 1)
         if len(set(self.in_sync_addresses(next_offset))) < needed:
             return PutMessageStatus.SLAVE_NOT_AVAILABLE
         with self._acked:
-            held = self._acked.wait_for(
-                lambda: len(self._holding(next_offset)) >= needed, max(timeout_ms, 0) / 1000)
-        return PutMessageStatus.PUT_OK if held else PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+            if self._acked.wait_for(lambda: self._held_by_enough(next_offset, needed),
+                                    max(timeout_ms, 0) / 1000):
+                return self._acknowledge(next_offset)
+        return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
 
-    def _holding(self, offset: int) -> set[str]:
-        """Under the lock: the slaves (addresses) holding every byte below `offset`."""
-        return {p.address for p in self._slaves.values() if p.ack_offset >= offset}
+    def _acknowledge(self, next_offset: int) -> PutMessageStatus:
+        """Under the lock (a report never sees the put unacknowledged and then a slave lacking
+        it counted): PUT_OK, and a slave is reported in sync only once it holds `next_offset`."""
+        self._acked_end = max(self._acked_end, next_offset)
+        return PutMessageStatus.PUT_OK
+
+    def _held_by_enough(self, offset: int, needed: int) -> bool:
+        """Under the lock: `needed` slaves, and every slave of the in-sync set (RocketMQ
+        allAckInSyncStateSet: the controller may elect any of them), hold every byte below
+        `offset`."""
+        holding = {p.address for p in self._slaves.values() if p.ack_offset >= offset}
+        return len(holding) >= needed and self._members <= holding
 
     def _acknowledges_alone(self) -> bool:
         """Under the lock: min_in_sync_replicas is 1 and the controller's in-sync set is this
