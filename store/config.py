@@ -66,8 +66,9 @@ class MessageStoreConfig:
     access_message_in_memory_max_ratio: int = 40
 
     # Replication (RocketMQ 5 minInSyncReplicas, haMaxTimeSlaveNotCatchup; docs/controller.md).
-    # A SYNC_MASTER acknowledges once min_in_sync_replicas - 1 slaves hold a put; 1 (controller
-    # mode only): the master alone once the controller's in-sync set is the master alone.
+    # A SYNC_MASTER acknowledges once min_in_sync_replicas - 1 slaves (and, in controller mode,
+    # every slave of the in-sync set) hold a put; 1 (controller mode only): the master alone once
+    # the controller's in-sync set is the master alone.
     min_in_sync_replicas: int = 2
     # a slave behind the master's end for longer is not in sync (it leaves the in-sync set)
     ha_max_time_not_caught_up_ms: int = 15_000
