@@ -203,11 +203,6 @@ def stat_cpu(stat: Path) -> tuple[float, float]:
     return int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS
 
 
-def loop_thread_cpu(pid: int) -> float:
-    """utime + stime of the process's main thread (the broker's event loop), in seconds."""
-    return sum(stat_cpu(Path(f"/proc/{pid}/task/{pid}/stat")))
-
-
 @contextmanager
 def broker(directory: Path, remoting: bool, profile: Path | None) -> Iterator[processes.ServerProcess]:
     extra = [] if remoting else ["--remoting-listen", "off"]
@@ -382,39 +377,80 @@ def measure(name: str, count: int, profile: bool, top: int, sort: str = "tottime
             driver = make_sender(server.address)
             try:
                 driver.warm_up()
-                user, system, loop = timed(pid, functools.partial(driver.run, count), profile_path)
+                spent = timed(pid, functools.partial(driver.run, count), profile_path)
             finally:
                 driver.close()
             if profile_path is None:
                 rate = (f", {driver.rate:.0f} msg/s, client CPU {driver.client_cpu_us:.0f} us per send"
                         if isinstance(driver, CppSender) else "")
-                return cpu_line(name, count, user, system, loop) + rate
+                return cpu_line(name, count, spent) + rate
             return profile_report(name, profile_path, count, top, sort)
 
 
-def timed(pid: int, run: Callable[[], None], profile_path: Path | None) -> tuple[float, float, float]:
-    """The user and system CPU seconds process `pid` spends while `run` runs, and the part of
-    them its main thread (the event loop) spent; with `profile_path`, profiled (SIGUSR1 before,
-    SIGUSR2 after: the profile is dumped there)."""
+@dataclass
+class Spent:
+    """What a server process spent while `run` ran (`timed`): user and system CPU seconds, the
+    part on its main (event-loop) thread, the CPU seconds of each other thread that spent any
+    (by thread id), and the main thread's context switches (voluntary: it waited; involuntary:
+    it was preempted)."""
+
+    user: float
+    system: float
+    loop: float
+    other_threads: dict[str, float]
+    voluntary: int
+    involuntary: int
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """utime + stime, in seconds, of each thread of process `pid` (by thread id)."""
+    spent = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            spent[task.name] = sum(stat_cpu(task / "stat"))
+        except OSError:   # the thread ended meanwhile
+            continue
+    return spent
+
+
+def context_switches(pid: int) -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of process `pid`'s main thread so far."""
+    fields = dict(line.split(":", 1) for line in
+                  Path(f"/proc/{pid}/task/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["voluntary_ctxt_switches"]), int(fields["nonvoluntary_ctxt_switches"])
+
+
+def timed(pid: int, run: Callable[[], None], profile_path: Path | None) -> Spent:
+    """What process `pid` spends while `run` runs (Spent); with `profile_path`, profiled
+    (SIGUSR1 before, SIGUSR2 after: the profile is dumped there)."""
     if profile_path is not None:
         os.kill(pid, signal.SIGUSR1)
         time.sleep(0.2)
-    before, loop_before = broker_cpu(pid), loop_thread_cpu(pid)
+    before, threads_before, switches_before = broker_cpu(pid), thread_cpu(pid), context_switches(pid)
     run()
     user, system = (after - first for after, first in zip(broker_cpu(pid), before, strict=True))
-    loop = loop_thread_cpu(pid) - loop_before
+    threads = {tid: spent - threads_before.get(tid, 0.0) for tid, spent in thread_cpu(pid).items()}
+    voluntary, involuntary = (after - first for after, first in
+                              zip(context_switches(pid), switches_before, strict=True))
     if profile_path is not None:
         os.kill(pid, signal.SIGUSR2)
         while not profile_path.exists() or profile_path.stat().st_size == 0:
             time.sleep(0.05)
         time.sleep(0.2)
-    return user, system, loop
+    loop = threads.pop(str(pid), 0.0)
+    return Spent(user, system, loop, {tid: spent for tid, spent in threads.items() if spent > 0},
+                 voluntary, involuntary)
 
 
-def cpu_line(name: str, count: int, user: float, system: float, loop: float) -> str:
-    each = [spent / count * 1e6 for spent in (user + system, user, system, loop)]
+def cpu_line(name: str, count: int, spent: Spent) -> str:
+    each = [seconds / count * 1e6
+            for seconds in (spent.user + spent.system, spent.user, spent.system, spent.loop)]
+    others = ", ".join(f"thread {tid} {seconds / count * 1e6:.1f}"
+                       for tid, seconds in sorted(spent.other_threads.items(), key=lambda item: -item[1]))
     return (f"{name}: server CPU {each[0]:.0f} us per request ({each[1]:.0f} user + {each[2]:.0f} system; "
-            f"{each[3]:.0f} on its main (event-loop) thread; {count} requests)")
+            f"{each[3]:.0f} on its main (event-loop) thread; other threads: {others or 'none'}; "
+            f"main thread context switches per request: {spent.voluntary / count:.2f} voluntary, "
+            f"{spent.involuntary / count:.2f} involuntary; {count} requests)")
 
 
 def profile_report(name: str, path: Path, count: int, top: int, sort: str) -> str:
@@ -448,15 +484,15 @@ def measure_floor(floor: Floor, count: int, profile: bool, top: int, sort: str) 
             driver = floor.driver(port)
             try:
                 driver.warm_up()
-                user, system, loop = timed(server.pid, functools.partial(driver.run, count),
-                                           profile_path if profile else None)
+                spent = timed(server.pid, functools.partial(driver.run, count),
+                              profile_path if profile else None)
             finally:
                 driver.close()
         finally:
             server.terminate()
             server.wait(20)
         if not profile:
-            return cpu_line(floor.name, count, user, system, loop)
+            return cpu_line(floor.name, count, spent)
         return profile_report(floor.name, profile_path, count, top, sort)
 
 

@@ -32,7 +32,7 @@ from rmq.connector.errors import (
     RmqUnavailable,
     config_errors,
 )
-from rmq.connector.route_cache import BrokerMember, RouteCache, TopicRoute, group_members
+from rmq.connector.route_cache import BrokerMember, RouteCache, TopicRoute, group_members, newest_masters
 from rmq.connector.tls_probe import speaks_tls
 from rmq.message_queue import MessageQueue
 from rmq.request_signing import broker_server_id
@@ -147,9 +147,15 @@ class ClientCore:
     # ------------------------------------------------------------ routes and topics
 
     def query_route(self, topic: str) -> TopicRoute:
-        """The topic's route from the first endpoint that knows it (name server or broker)."""
-        response = self._ask_endpoints(_QUERY_ROUTE, rmq_pb2.QueryRouteRequest(topic=topic),
-                                       try_next_on=(rmq_pb2.TOPIC_NOT_EXIST,))
+        """The topic's route from the first endpoint that knows it (name server or broker); after a
+        send to it failed (`RouteCache.doubt`), from every endpoint, each group as the one naming its
+        newest master (a name server a new master could not reach still names the old one)."""
+        request = rmq_pb2.QueryRouteRequest(topic=topic)
+        if self.routes.doubted(topic) and len(self.endpoints) > 1:
+            response = newest_masters(self._ask_all_endpoints(_QUERY_ROUTE, request,
+                                                              skip_on=(rmq_pb2.TOPIC_NOT_EXIST,)))
+        else:
+            response = self._ask_endpoints(_QUERY_ROUTE, request, try_next_on=(rmq_pb2.TOPIC_NOT_EXIST,))
         route = TopicRoute.from_proto(topic, response)
         self.routes.store(route)
         return route
@@ -242,18 +248,25 @@ class ClientCore:
             raise refusal
         raise all_unreachable(failures)
 
-    def _ask_all_endpoints(self, rpc: Rpc[ResponseT], request: Message) -> list[ResponseT]:
+    def _ask_all_endpoints(self, rpc: Rpc[ResponseT], request: Message,
+                           skip_on: tuple[int, ...] = ()) -> list[ResponseT]:
         """The answers of every reachable endpoint (brokers named directly each know only
-        themselves); RmqUnavailable when none answers."""
+        themselves), passing over those answering a `skip_on` code; RmqUnavailable when none
+        answers (the first such refusal when one did)."""
         answers: list[ResponseT] = []
         failures: list[RmqUnavailable] = []
+        refusal: RmqError | None = None
         for address in self.endpoints:
             try:
                 answers.append(self._call(address, rpc, request))
             except RmqUnavailable as error:
                 failures.append(error)
+            except RmqError as error:
+                if error.code not in skip_on:
+                    raise
+                refusal = refusal or error
         if not answers:
-            raise all_unreachable(failures)
+            raise refusal or all_unreachable(failures)
         return answers
 
     def _on_each_broker(self, brokers: Mapping[str, str], call: Callable[[str, str], object]) -> None:

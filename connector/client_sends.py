@@ -131,7 +131,7 @@ class SendAPI(ClientCore):
             except RmqError as error:
                 error.acknowledged = len(result.msg_ids)
                 if isinstance(error, RmqUnavailable) or error.code in ROUTE_CHANGED:
-                    self.routes.forget(topic)
+                    self.routes.doubt(topic)
                 raise
             result.msg_ids.extend(response.msg_ids)
             result.queue_ids.extend(response.queue_ids)
@@ -139,7 +139,7 @@ class SendAPI(ClientCore):
             result.recall_handles.extend(response.recall_handles or [""] * len(response.msg_ids))
             status = status or response.status.code
         if status in STORED_ON_MASTER_ONLY:   # perhaps a deposed master: the next send asks for the route
-            self.routes.forget(topic)
+            self.routes.doubt(topic)
         return replace(result, status=SendStatus(status)) if status else result
 
     def _send_request(self, name: str, address: str, request: rmq_pb2.SendMessageRequest | OneMessage
@@ -173,12 +173,12 @@ class SendAPI(ClientCore):
                     failure = error
             if failure is not None:
                 if isinstance(failure, RmqUnavailable) or failure.code in ROUTE_CHANGED:
-                    self.routes.forget(topic)
+                    self.routes.doubt(topic)
                 done(None, failure)
                 return
             assert response is not None
             if response.status.code in STORED_ON_MASTER_ONLY:   # as for send_requests
-                self.routes.forget(topic)
+                self.routes.doubt(topic)
             done(SendResult(list(response.msg_ids), list(response.queue_ids), list(response.queue_offsets),
                             broker_name, SendStatus(response.status.code)), None)
 

@@ -79,6 +79,22 @@ class TopicRoute:
         return [q.broker_name for q in self.queue_datas if q.perm & PERM_WRITE and q.write_queue_nums > 0]
 
 
+def newest_masters(answers: Sequence[rmq_pb2.QueryRouteResponse]) -> rmq_pb2.QueryRouteResponse:
+    """One route of several endpoints' answers: each broker group (its BrokerData and QueueDatas)
+    as the answer naming the master of the newest epoch tells it (a group without a master ranks
+    last; of equals, the first answer). A name server the group's new master could not reach
+    names the deposed one, or none (its queues read-only), until that master registers there."""
+    chosen: dict[str, tuple[int, rmq_pb2.BrokerData, list[rmq_pb2.QueueData]]] = {}
+    for answer in answers:
+        for data in answer.brokers:
+            rank = max((m.epoch for m in data.members if m.role != rmq_pb2.SLAVE), default=-1)
+            if data.broker_name not in chosen or rank > chosen[data.broker_name][0]:
+                queues = [q for q in answer.queue_datas if q.broker_name == data.broker_name]
+                chosen[data.broker_name] = (rank, data, queues)
+    return rmq_pb2.QueryRouteResponse(status=answers[0].status, brokers=[c[1] for c in chosen.values()],
+                                      queue_datas=[q for c in chosen.values() for q in c[2]])
+
+
 class RouteCache:
     """What the client knows of the cluster, thread-safe; every decision that rests on it."""
 
@@ -89,6 +105,7 @@ class RouteCache:
         self._pull_from: dict[MessageQueue, int] = {}       # pullFromWhichNodeTable (spec pull §12.4)
         self._down_until: dict[str, float] = {}             # address -> monotonic time
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
+        self._doubted: set[str] = set()     # topics whose next route query asks every endpoint
         self._remoting_down_until: dict[str, float] = {}    # remoting address -> monotonic time
         self._send_sequence = itertools.count(send_which_queue_start())
 
@@ -100,6 +117,7 @@ class RouteCache:
             self._broker_addresses.update(route.brokers)
             self._members.update(route.members)
             self._routes[route.topic] = (time.monotonic(), route)
+            self._doubted.discard(route.topic)
 
     def learn(self, brokers: dict[str, str], members: dict[str, tuple[BrokerMember, ...]]) -> None:
         with self._lock:
@@ -115,9 +133,21 @@ class RouteCache:
         return None
 
     def forget(self, topic: str) -> None:
-        """Drop the topic's route (a send to it failed: it may have moved)."""
+        """Drop the topic's route (a topic changed: ask again)."""
         with self._lock:
             self._routes.pop(topic, None)
+
+    def doubt(self, topic: str) -> None:
+        """Drop the topic's route because a send to it failed or was stored on a master alone: a
+        group may have a new master, which the first endpoint may not know yet, so the next
+        query asks every endpoint (`newest_masters`)."""
+        with self._lock:
+            self._routes.pop(topic, None)
+            self._doubted.add(topic)
+
+    def doubted(self, topic: str) -> bool:
+        with self._lock:
+            return topic in self._doubted
 
     def address(self, broker_name: str) -> str | None:
         with self._lock:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 
 import pytest
@@ -189,3 +191,34 @@ def test_one_sender_rows_carry_issue_41s_targets_against_redis() -> None:
                    "(official C++ client over the remoting port)": "**missed**",
                    "(official RocketMQ 5 client over gRPC)": "—"}
     assert by_name["official RocketMQ 5 Python client Producer.send"].note == "not measured: not installed"
+
+
+def test_per_request_cost_puts_other_threads_cpu_apart_from_the_loop_thread_s() -> None:
+    """`bench.per_request_cost` says which threads of a server burn the CPU spent per request:
+    a helper thread's work is counted as its own, not as the main (event-loop) thread's."""
+    from bench.per_request_cost import cpu_line, timed
+
+    burned, done = threading.Event(), threading.Event()
+
+    def burn() -> None:   # alive until measured: /proc forgets an ended thread's CPU
+        end = time.thread_time() + 0.3
+        while time.thread_time() < end:
+            pass
+        burned.set()
+        done.wait(10)
+
+    helper = threading.Thread(target=burn)
+    helper.start()
+
+    def run() -> None:
+        burned.wait(10)
+
+    try:
+        spent = timed(os.getpid(), run, None)
+    finally:
+        done.set()
+        helper.join()
+    assert sum(spent.other_threads.values()) >= 0.2   # /proc counts in 10 ms ticks
+    assert spent.loop < 0.1
+    assert spent.voluntary >= 1   # the main thread waited for the helper
+    assert "other threads: thread " in cpu_line("kind", 1, spent)

@@ -169,6 +169,21 @@ def test_time_without_send_ok_per_group_counts_only_a_group_asked_and_refusing()
     assert figures.max_group_unavailable_s == pytest.approx(8.0)
 
 
+def test_time_without_send_ok_after_the_heal_counts_only_past_the_heal() -> None:
+    """Both members of group B killed at 50 s and restarted at 60 s (the heal): B refuses from
+    50 s to its first SEND_OK at 64 s: 14 s in all, 4 s of them after the restart. A stretch that
+    ended before the heal adds nothing after it."""
+    sends = [Send(50.0 + n / 2, "p-1", n + 1, "RmqUnavailable", (1, 0), "chaos-b", 50.0 + n / 2 - 0.1)
+             for n in range(28)]
+    sends.append(Send(64.0, "p-1", 29, SEND_OK, (1, 0), "chaos-b", 63.9))
+    sends += [Send(51.0, "p-2", 1, "RmqUnavailable", (0, 0), "chaos-a", 50.5),   # A: 1.5 s, before the heal
+              Send(52.0, "p-2", 2, SEND_OK, (0, 0), "chaos-a", 51.9)]
+    figures = check(history(sends, [Take(s.t, s.body) for s in sends if s.status == SEND_OK]),
+                    KEYS)["leader-kill"]
+    assert figures.group_unavailable_s == pytest.approx({"chaos-a": 1.5, "chaos-b": 14.0})
+    assert figures.group_after_heal_s == pytest.approx({"chaos-a": 0.0, "chaos-b": 4.0})
+
+
 def test_a_commit_past_an_acknowledged_body_not_yet_taken_is_counted() -> None:
     """Offsets committed are the next to consume: committing 3 on a queue passes offsets 0-2. A
     body at offset 1 taken only after that commit (or never) was skipped; one taken before it,

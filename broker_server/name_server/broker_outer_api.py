@@ -1,7 +1,7 @@
 """The broker's side of the name server protocol (RocketMQ BrokerOuterAPI): register name,
 address and topics with every name server at start, every 30 s, and at once after a topic
-changes; unregister on a clean stop. A name server that is down is retried next round and
-never stops the broker."""
+changes; unregister on a clean stop. A name server that did not answer is asked again every
+REGISTER_RETRY_S until it does, and never stops the broker."""
 
 from __future__ import annotations
 
@@ -18,6 +18,11 @@ from rmq.v1 import rmq_pb2, rmq_pb2_grpc
 
 log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_SECONDS = 3.0
+# a name server that missed a registration (down, restarted, cut off) is asked again this soon, not
+# at the next period: until it hears a new master it names the old one, or none, and the producers
+# asking it see the group's queues unwritable (the chaos runs' bridge and ring: 30 s of no writable
+# queue after the heal, issue 47). RocketMQ 5 beats the name servers every brokerHeartbeatInterval (1 s)
+REGISTER_RETRY_S = 1.0
 
 
 class BrokerOuterAPI:
@@ -42,6 +47,7 @@ class BrokerOuterAPI:
         self._open_channel = open_channel   # ServerSecurity.open_client_channel: signed / TLS
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._changed = asyncio.Event()
+        self._unreached: set[str] = set()   # name servers whose last call failed (logged once)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -60,9 +66,12 @@ class BrokerOuterAPI:
             broker=self.broker, topics=[config.to_proto() for config in self.topics.all()], member=self.member
         )
 
-    async def register_broker_all(self) -> None:
+    async def _register_with(self, addresses: list[str]) -> list[str]:
+        """Register with these name servers; answers those that could not be reached."""
         request = self.registration()
-        await asyncio.gather(*(self._call(address, "RegisterBroker", request) for address in self._channels))
+        reached = await asyncio.gather(*(self._call(address, "RegisterBroker", request)
+                                         for address in addresses))
+        return [address for address, answered in zip(addresses, reached, strict=True) if not answered]
 
     async def stop(self) -> None:
         if self._task is None:
@@ -77,20 +86,33 @@ class BrokerOuterAPI:
         await asyncio.gather(*(channel.close() for channel in self._channels.values()))
 
     async def _register_forever(self) -> None:
+        """Every period (or topic change) with every name server; in between, every
+        REGISTER_RETRY_S with those the last round did not reach."""
+        addresses = list(self._channels)
         while True:
             self._changed.clear()
-            await self.register_broker_all()
+            missed = await self._register_with(addresses)
             try:
-                await asyncio.wait_for(self._changed.wait(), self.register_interval_ms / 1000)
+                await asyncio.wait_for(self._changed.wait(),
+                                       REGISTER_RETRY_S if missed else self.register_interval_ms / 1000)
+                addresses = list(self._channels)
             except TimeoutError:
-                pass
+                addresses = missed or list(self._channels)
 
-    async def _call(self, address: str, method: str, request: Message) -> None:
+    async def _call(self, address: str, method: str, request: Message) -> bool:
+        """One call to one name server; False when it could not be reached (a refusal is logged
+        and answered True: asking again would be refused again)."""
         stub = rmq_pb2_grpc.NameServerServiceStub(self._channels[address])
         try:
             response = await getattr(stub, method)(request, timeout=REQUEST_TIMEOUT_SECONDS)
         except grpc.RpcError as error:
-            log.warning("%s with name server %s failed: %s", method, address, error.code().name)
-            return
+            if address not in self._unreached:
+                log.warning("%s with name server %s failed: %s", method, address, error.code().name)
+            self._unreached.add(address)
+            return False
+        if address in self._unreached:
+            self._unreached.discard(address)
+            log.info("%s with name server %s: answered again", method, address)
         if response.status.code != rmq_pb2.OK:
             log.warning("%s with name server %s refused: %s", method, address, response.status.message)
+        return True

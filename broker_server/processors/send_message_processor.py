@@ -169,10 +169,12 @@ class SendMessageProcessor:
             self.timer.release(count)
             raise
 
-    async def send_one(self, message: OneMessage, born_host: bytes) -> SendResult:
+    async def send_one(self, message: OneMessage, born_host: bytes, config: TopicConfig | None = None
+                       ) -> SendResult:
         """One message on the single-message path: no protobuf, no numpy column, stored on the
-        event loop when the put need not wait. Raises BrokerError for a refused message."""
-        topic, queue_id, record, full = self._one_record(message, born_host)
+        event loop when the put need not wait. `config`: the topic's, when the caller has taken
+        it from `writeable_topic` already. Raises BrokerError for a refused message."""
+        topic, queue_id, record, full = self._one_record(message, born_host, config)
         if record.topic == TIMER_TOPIC:
             with self._timer_admission(1):
                 result = await self._store_one(record)
@@ -199,12 +201,13 @@ class SendMessageProcessor:
             self._check_stored(record, result)
         return self._sent(topic, queue_id, record, full, result)
 
-    def _one_record(self, message: OneMessage, born_host: bytes
+    def _one_record(self, message: OneMessage, born_host: bytes, config: TopicConfig | None = None
                     ) -> tuple[str, int, OneRecord, dict[str, str]]:
         """The checks of one message before its put, in their order (broker role, topic, body,
         queue, properties; the store checks sizes): its topic, queue id, record to store and the
         properties it encodes when it has more than tags and keys. Raises BrokerError."""
-        config = self.writeable_topic(message.topic)
+        if config is None:
+            config = self.writeable_topic(message.topic)
         topic, body = config.topic_name, message.body
         if not body:
             raise BrokerError(rmq_pb2.MESSAGE_ILLEGAL, "message body is empty")

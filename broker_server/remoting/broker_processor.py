@@ -16,6 +16,7 @@ pull past an account's share is answered SYSTEM_BUSY at once."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import zlib
@@ -41,7 +42,7 @@ from rmq.broker_server.remoting.dispatch import (
     refusal_of,
 )
 from rmq.broker_server.remoting.remoting_acl import RemotingAuthenticator
-from rmq.broker_server.remoting.remoting_server import CallContext, Channel, ConnectionTable
+from rmq.broker_server.remoting.remoting_server import CallContext, Channel, ConnectionTable, Immediate
 from rmq.broker_server.remoting.topic_route_data import BrokerData, encode_topic_route
 from rmq.broker_server.remoting.transactions import (
     MAX_PRODUCER_GROUPS_PER_CONNECTION,
@@ -359,15 +360,14 @@ class BrokerRemotingProcessor:
             RESPONSE_CODES[response.status.code], response.status.message or None, ext
         )
 
-    def answer_now(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
-        """The answer to a request served on the read without a coroutine (RemotingServer's
-        `immediate`): a plain single-message send (SEND_MESSAGE / SEND_MESSAGE_V2) the store can
-        take at once, through the dispatcher (authentication, account, refusals) and
-        SendMessageProcessor.send_one_now (every check of a send); None for any other request,
-        which takes `process`."""
-        if request.code not in SINGLE_SEND_CODES:
-            return None
-        return self.dispatcher.answer_now(context, request, self._send_now)
+    def immediate(self) -> dict[int, Immediate]:
+        """What answers a request on the read without a coroutine (RemotingServer's `immediate`),
+        by code: a plain single-message send (SEND_MESSAGE / SEND_MESSAGE_V2) the store can take at
+        once, through the dispatcher (authentication, account, refusals) and
+        SendMessageProcessor.send_one_now (every check of a send); it answers None for any other
+        send, which takes `process`, as every other code does."""
+        answer_now = functools.partial(self.dispatcher.answer_now, handler=self._send_now)
+        return dict.fromkeys(SINGLE_SEND_CODES, answer_now)
 
     def _send_now(self, call: Call) -> RemotingCommand | None:
         header, sys_flag, topic, queue_id = _send_fields(call.request)

@@ -42,7 +42,7 @@ import itertools
 import logging
 import socket
 import ssl
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
@@ -68,6 +68,12 @@ MiB = 1024 * KiB
 MAX_UNREAD_BYTES = 4 * MiB  # written to a client and not yet read by it, for oneway sends and refusals
 PREFIX = LENGTH.size * 2   # the frame length, then the header-length word
 MAX_OPAQUE_DIGITS = 10   # an opaque is a Java int
+# Requests one connection starts per turn of the event loop. A client that writes frames faster
+# than they are served (not reading its answers, say) would otherwise hold the loop for a whole
+# read's worth (uvloop reads 256 KiB: ~1,000 single sends, ~150 ms) while every other connection
+# waits; after this many its parsing goes on at the next turn, after the others' (issue 41's flood).
+# A lone request per read never reaches it.
+REQUESTS_PER_TURN = 1
 
 
 @dataclass(frozen=True)
@@ -194,16 +200,16 @@ class CallContext:
     def __init__(self, channel: Channel, admission: Admission | None = None) -> None:
         self.channel = channel
         self.admission = admission   # what the gate found in the request's header
-        self._callbacks: list[Callable[[object], None]] = []
+        self.callbacks: list[Callable[[object], None]] = []   # run by `done`
 
     def peer(self) -> str:
         return self.channel.peer
 
     def add_done_callback(self, callback: Callable[[object], None]) -> None:
-        self._callbacks.append(callback)
+        self.callbacks.append(callback)
 
     def done(self) -> None:
-        for callback in self._callbacks:
+        for callback in self.callbacks:
             callback(self)
 
 
@@ -236,7 +242,7 @@ class RemotingProcessor(Protocol):
 
 
 # A processor's answer to a request on the read itself, without a coroutine, or None when it
-# leaves the request to `process` (BrokerRemotingProcessor.answer_now: a plain single send).
+# leaves the request to `process` (BrokerRemotingProcessor.immediate: a plain single send).
 Immediate = Callable[[CallContext, RemotingCommand], RemotingCommand | None]
 
 
@@ -249,16 +255,17 @@ class RemotingServer:
         tls: ServerTls | None = None,
         sock: socket.socket | None = None,
         gate: HeaderGate | None = None,
-        immediate: Immediate | None = None,
+        immediate: Mapping[int, Immediate] | None = None,
     ) -> None:
         """`sock`: a socket bound to `listen` already (served instead of binding `listen`);
         `gate`: what admits a request's header before its body is read (OpenGate when None);
-        `immediate`: what answers a request on the read, before `processor` (None: nothing)."""
+        `immediate`: by request code, what answers a request of that code on the read, before
+        `processor` (a request of any other code goes straight to `processor`: no call)."""
         self.listen = listen
         self._sock = sock
         self.tls = tls
         self.processor = processor
-        self.immediate = immediate
+        self.immediate: Mapping[int, Immediate] = immediate or {}
         self.gate: HeaderGate = gate or OpenGate()
         self.limits = limits
         self.channels: set[Channel] = set()
@@ -464,7 +471,7 @@ class _Connection(asyncio.Protocol):
 
     # -- frames ----------------------------------------------------------------------------
     def _read_frames(self, channel: Channel) -> None:
-        buffer, at = self._buffer, 0
+        buffer, at, started = self._buffer, 0, 0
         transport = channel.transport
         try:
             while not (self._blocked or transport.is_closing()):
@@ -478,9 +485,14 @@ class _Connection(asyncio.Protocol):
                 if self._body is None:
                     if at == len(buffer):   # every frame read: no call to find that out
                         break
+                    if started == REQUESTS_PER_TURN:   # the other connections' turn first
+                        self._block()
+                        self._wake()
+                        break
                     taken = self._read_header(channel, buffer, at)
                 else:
                     taken = self._read_body(channel, buffer, at)
+                    started += taken is not None
                 if taken is None:
                     break
                 at += taken
@@ -558,10 +570,8 @@ class _Connection(asyncio.Protocol):
             return None
         body.request.body = bytes(buffer[at : at + body.size])
         self._body = None
-        self._received(channel, body)
-        return body.size
-
-    def _received(self, channel: Channel, body: _Body) -> None:
+        # what becomes of the frame read, here (no call per frame for it): a response answers the
+        # server's own request; a request starts, or waits while the connection runs its most
         if body.request.flag & RPC_TYPE_RESPONSE:
             try:
                 channel.answered(body.request)
@@ -572,22 +582,25 @@ class _Connection(asyncio.Protocol):
             self._block()
         else:
             self._start(channel, body)
+        return body.size
 
     def _start(self, channel: Channel, body: _Body) -> None:
-        """Answer the request on the read when the server's `immediate` does (its bytes released
-        once the answer is written; while the client leaves the high-water mark unread, once it
-        reads), else run it until it waits: answered already, or its rest goes on in a task."""
+        """Answer the request on the read when the server's `immediate` for its code does (its
+        bytes released once the answer is written; while the client leaves the high-water mark
+        unread, once it reads), else run it until it waits: answered already, or its rest goes on
+        in a task."""
         request = body.request
         immediate = self.server.immediate
-        if immediate is not None:
+        if request.code in immediate:   # no call for a code answered only by `process`
             context = CallContext(channel, body.admission)
             try:
-                response = immediate(context, request)
+                response = immediate[request.code](context, request)
             except Exception as error:
                 response = failed(request, error)
             if response is not None:
                 written = request.flag & RPC_ONEWAY or channel.write_frame(response)
-                context.done()
+                if context.callbacks:   # none for a send: no call per request to find that out
+                    context.done()
                 if written:
                     self.server.request_bytes.release(channel, body.admission.account, body.length)
                 else:

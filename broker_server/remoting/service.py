@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from rmq.broker_server.config import BrokerConfig, NameServerConfig
@@ -43,7 +44,8 @@ def authenticator(security: ServerSecurity, server_id: str = "",
 
 def remoting_server(
     listen: str, security: ServerSecurity, processor: RemotingProcessor, gate: HeaderGate,
-    limits: RemotingLimits, sock: socket.socket | None = None, immediate: Immediate | None = None,
+    limits: RemotingLimits, sock: socket.socket | None = None,
+    immediate: Mapping[int, Immediate] | None = None,
 ) -> RemotingServer:
     """`gate`: the processor's dispatcher, which admits each request's header before its body is
     read; `immediate`: the processor's answers on the read (RemotingServer)."""
@@ -107,7 +109,7 @@ def build_broker_remoting(
         max_connections_per_address=config.remoting_max_connections_per_address,
     )
     return remoting_server(config.remoting_listen, security, processor, processor.dispatcher, limits, sock,
-                           processor.answer_now)
+                           processor.immediate())
 
 
 def build_name_server_remoting(

@@ -67,38 +67,53 @@ def message_type(message: v2.Message) -> int:
 
 def record_properties(message: v2.Message) -> dict[str, str]:
     """The record properties of a sent v2 message (user properties, then the system ones)."""
-    system = message.system_properties
-    properties = dict(message.user_properties)
-    reserved = sorted(set(properties) & SYSTEM_PROPERTIES)
-    if reserved:
-        raise InvalidMessage(v2.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property key {reserved[0]!r} is reserved")
-    if system.HasField("tag"):
-        if not system.tag.strip() or "|" in system.tag:
-            raise InvalidMessage(v2.ILLEGAL_MESSAGE_TAG, f"tag {system.tag!r} is empty or holds '|'")
-        properties[mf.PROPERTY_TAGS] = system.tag
-    keys = [key for key in system.keys if key.strip()]
+    tag, keys, properties = sent_properties(message, message_type(message))
+    if tag:
+        properties[mf.PROPERTY_TAGS] = tag
     if keys:
-        if any(mf.KEY_SEPARATOR in key for key in keys):
-            raise InvalidMessage(v2.ILLEGAL_MESSAGE_KEY, "a message key must not contain a space")
-        properties[mf.PROPERTY_KEYS] = mf.KEY_SEPARATOR.join(keys)
-    if not system.message_id:
+        properties[mf.PROPERTY_KEYS] = keys
+    return properties
+
+
+def sent_properties(message: v2.Message, kind: int) -> tuple[str, str, dict[str, str]]:
+    """The tag, the keys (space-separated) and the other record properties of a sent v2 message,
+    as the single-message path takes them (SendMessageProcessor's OneMessage); `kind`: its
+    `message_type`. InvalidMessage
+    names the first property, tag, key or id the broker refuses."""
+    system = message.system_properties
+    user_properties = message.user_properties
+    # dict() of the protobuf map runs three Python-level Mapping calls: none for the common empty map
+    properties = dict(user_properties) if user_properties else {}
+    if not properties.keys().isdisjoint(SYSTEM_PROPERTIES):
+        reserved = sorted(set(properties) & SYSTEM_PROPERTIES)
+        raise InvalidMessage(v2.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property key {reserved[0]!r} is reserved")
+    tag = ""
+    if system.HasField("tag"):
+        tag = system.tag
+        if not tag.strip() or "|" in tag:
+            raise InvalidMessage(v2.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} is empty or holds '|'")
+    keys = [key for key in system.keys if key.strip()]
+    if keys and any(mf.KEY_SEPARATOR in key for key in keys):
+        raise InvalidMessage(v2.ILLEGAL_MESSAGE_KEY, "a message key must not contain a space")
+    message_id = system.message_id
+    if not message_id:
         raise InvalidMessage(v2.ILLEGAL_MESSAGE_ID, "message_id is empty")
-    properties[mf.PROPERTY_UNIQ_KEY] = system.message_id
+    properties[mf.PROPERTY_UNIQ_KEY] = message_id
     if system.born_host:
         properties[PROPERTY_BORN_HOST] = system.born_host
-    kind = message_type(message)
     if kind == v2.FIFO:
         if not system.message_group:
             raise InvalidMessage(v2.ILLEGAL_MESSAGE_GROUP, "a FIFO message needs a message group")
         properties[PROPERTY_MESSAGE_GROUP] = system.message_group
     if kind == v2.TRANSACTION:
         properties[PROPERTY_TRANSACTION_PREPARED] = "true"
-    for name, value in properties.items():
+    joined = mf.KEY_SEPARATOR.join(keys)
+    for name, value in (*properties.items(), (mf.PROPERTY_TAGS, tag), (mf.PROPERTY_KEYS, joined)):
         if mf.NAME_VALUE_SEPARATOR in name + value or mf.PROPERTY_SEPARATOR in name + value:
             raise InvalidMessage(
                 v2.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property {name!r} holds a reserved separator character"
             )
-    return properties
+    return tag, joined, properties
 
 
 def to_store(message: v2.Message, topic: str, queue_id: int, properties: dict[str, str],

@@ -19,7 +19,7 @@ from rmq.broker_server.processors.end_transaction_processor import HALF_TOPIC
 from rmq.broker_server.processors.names import TIMER_TOPIC, check_group_name
 from rmq.broker_server.processors.pipeline import BrokerProcessors
 from rmq.broker_server.processors.pop_message_processor import PopMessageHeader
-from rmq.broker_server.processors.send_message_processor import born_host_from_peer
+from rmq.broker_server.processors.send_message_processor import OneMessage, born_host_from_peer
 from rmq.broker_server.processors.timer_message_store import TimerMessageStore
 from rmq.broker_server.rocketmq_v2 import messages
 from rmq.broker_server.rocketmq_v2.offset_rpcs import OffsetRpcs
@@ -145,6 +145,11 @@ class RocketMQv2MessagingService:
             context: ServicerContext[pb.SendMessageRequest,
                                      pb.SendMessageResponse],
     ) -> pb.SendMessageResponse:
+        if len(request.messages) == 1:
+            message = request.messages[0]
+            kind = messages.message_type(message)
+            if kind != v2.TRANSACTION:
+                return await self._send_one(message, kind, context)
         if not request.messages:
             raise V2Error(v2.BAD_REQUEST, "the request holds no messages")
         topics = {message.topic.name for message in request.messages}
@@ -189,18 +194,40 @@ class RocketMQv2MessagingService:
         message_id = await self.processors.recall.recall(request.topic.name, request.recall_handle)
         return pb.RecallMessageResponse(status=OK, message_id=message_id)
 
+    async def _send_one(self, message: v2.Message, kind: int, context: Context) -> pb.SendMessageResponse:
+        """One message that opens no transaction, on the processor's single-message path
+        (SendMessageProcessor.send_one, as rmq.v1's and 4.x remoting's single sends): the same
+        checks in the same order as a batch's (topic, then the message), its record built once."""
+        config = self.sender.writeable_topic(message.topic.name)
+        self._check_type(message, kind)
+        tag, keys, properties = messages.sent_properties(message, kind)
+        if kind == v2.DELAY:
+            properties[PROPERTY_TIMER_DELIVER_MS] = str(self._delivery_time(message))
+        born = messages.timestamp_ms(message.system_properties.born_timestamp)
+        one = OneMessage(config.topic_name, message.body, tag, keys, properties,
+                         self._fifo_queue_id(message, config) if kind == v2.FIFO else -1, born_timestamp=born)
+        result = await self.sender.send_one(one, born_host_from_peer(context.peer()), config)
+        return pb.SendMessageResponse(status=OK, entries=[pb.SendResultEntry(
+            status=OK, message_id=properties[mf.PROPERTY_UNIQ_KEY], offset=result.queue_offset,
+            recall_handle=result.recall_handle)])
+
+    def _check_type(self, message: v2.Message, kind: int) -> None:
+        """Refuse a message whose body or type (`kind`, its `message_type`) the broker does not take."""
+        body_size = len(message.body)
+        if not body_size:
+            raise V2Error(v2.MESSAGE_BODY_EMPTY, "message body is empty")
+        if body_size > self.max_body_size:
+            raise V2Error(v2.MESSAGE_BODY_TOO_LARGE, f"message body takes {body_size} bytes, "
+                                                     f"the maximum is {self.max_body_size}")
+        if kind not in SUPPORTED_TYPES:
+            raise V2Error(v2.UNSUPPORTED, f"message type {v2.MessageType.Name(kind)} is not supported")
+
     def _to_store(self, message: v2.Message, config: TopicConfig, born_host: bytes) -> MessageToStore:
         """The record to store: in its queue, or parked in the timer (a DELAY message, or any
         carrying a timer property, due later: TimerMessageStore.park) or as a transaction's half
         message, with the real topic and queue in properties."""
-        if not message.body:
-            raise V2Error(v2.MESSAGE_BODY_EMPTY, "message body is empty")
-        if len(message.body) > self.max_body_size:
-            raise V2Error(v2.MESSAGE_BODY_TOO_LARGE, f"message body takes {len(message.body)} bytes, "
-                                                     f"the maximum is {self.max_body_size}")
         kind = messages.message_type(message)
-        if kind not in SUPPORTED_TYPES:
-            raise V2Error(v2.UNSUPPORTED, f"message type {v2.MessageType.Name(kind)} is not supported")
+        self._check_type(message, kind)
         properties = messages.record_properties(message)
         topic, queue_id = config.topic_name, self._queue_id(message, config)
         if kind == v2.DELAY:
@@ -222,9 +249,13 @@ class RocketMQv2MessagingService:
     def _queue_id(self, message: v2.Message, config: TopicConfig) -> int:
         """FIFO: the message group's queue (hash), so a group keeps its order; else round robin."""
         if messages.message_type(message) == v2.FIFO:
-            return (mf.tags_hash_code(message.system_properties.message_group) & 0x7FFFFFFF) \
-                % config.write_queue_nums
+            return self._fifo_queue_id(message, config)
         return next(self._round_robin) % config.write_queue_nums
+
+    @staticmethod
+    def _fifo_queue_id(message: v2.Message, config: TopicConfig) -> int:
+        group = message.system_properties.message_group
+        return (mf.tags_hash_code(group) & 0x7FFFFFFF) % config.write_queue_nums
 
     # -- pop consumption: PopMessageProcessor, AckMessageProcessor, ChangeInvisibleTimeProcessor --
     async def ReceiveMessage(

@@ -145,6 +145,9 @@ class FaultFigures:
     max_without_master_s: float = 0.0
     max_group_unavailable_s: float = 0.0
     group_unavailable_s: dict[str, float] = field(default_factory=dict)
+    # the part of that stretch after the fault was healed (a killed member restarted, a cut mended):
+    # what the service itself adds to a fault that, as scheduled, left nothing able to serve
+    group_after_heal_s: dict[str, float] = field(default_factory=dict)
 
     def add(self, other: FaultFigures) -> None:
         self.faults += other.faults
@@ -156,8 +159,10 @@ class FaultFigures:
         self.max_unavailable_s = max(self.max_unavailable_s, other.max_unavailable_s)
         self.max_without_master_s = max(self.max_without_master_s, other.max_without_master_s)
         self.max_group_unavailable_s = max(self.max_group_unavailable_s, other.max_group_unavailable_s)
-        for group, seconds in other.group_unavailable_s.items():
-            self.group_unavailable_s[group] = max(seconds, self.group_unavailable_s.get(group, 0.0))
+        for mine, theirs in ((self.group_unavailable_s, other.group_unavailable_s),
+                             (self.group_after_heal_s, other.group_after_heal_s)):
+            for group, seconds in theirs.items():
+                mine[group] = max(seconds, mine.get(group, 0.0))
 
 
 @dataclass(frozen=True)
@@ -289,10 +294,12 @@ def check(history: History, keys: int) -> dict[str, FaultFigures]:
     master_times = masters_answering(history.roles)
     groups = sorted({send.broker for send in history.sends} - {""})
     refused = {group: refusals(history.sends, group) for group in groups}
+    healed_at = {fault.start: fault.healed for fault in history.faults}
     figures: dict[str, FaultFigures] = defaultdict(FaultFigures)
     for window in windows(history):
         acked = [body for body, t in acked_at.items() if window.holds(t)]
         lo, hi = max(window.start, _first(history)), window.end
+        healed = max(lo, healed_at.get(window.start, lo))
         one = FaultFigures(
             faults=0 if window.kind == BEFORE_FAULTS else 1,
             acknowledged=len(acked),
@@ -305,6 +312,8 @@ def check(history: History, keys: int) -> dict[str, FaultFigures]:
             if hi > lo and master_times else 0.0,
             group_unavailable_s={group: round(max(0.0, longest_inside(stretches, lo, hi)), 2)
                                  for group, stretches in refused.items()},
+            group_after_heal_s={group: round(max(0.0, longest_inside(stretches, healed, hi)), 2)
+                                for group, stretches in refused.items()} if hi > healed else {},
         )
         one.max_group_unavailable_s = max(one.group_unavailable_s.values(), default=0.0)
         figures[window.kind].add(one)

@@ -1,7 +1,7 @@
 """The chaos run's results: `build/chaos/result.json` (per fault type: acknowledged, lost,
-duplicated, out_of_order, committed_unreceived, max_unavailable_s, max_group_unavailable_s and
-group_unavailable_s per broker group, max_without_master_s; with the schedule, the skipped
-faults and the commit), and the generated "Chaos runs" section of RELIABILITY.md,
+duplicated, out_of_order, committed_unreceived, max_unavailable_s, max_group_unavailable_s,
+group_unavailable_s and group_after_heal_s per broker group, max_without_master_s; with the
+schedule, the skipped faults and the commit), and the generated "Chaos runs" section of RELIABILITY.md,
 written between its markers when RMQ_CHAOS_REPORT=1 (`make chaos`). `make reliability` writes
 the rest of that file and keeps this section as it is (`kept_section`)."""
 
@@ -55,17 +55,20 @@ def section(written: dict[str, object]) -> str:
            f"answered SEND_OK after the fault (goal: {GOAL_S:.0f} s); *group unavailable*: per broker group, "
            "the longest time it was sent to and answered none SEND_OK (each producer sends every key from "
            "a thread of its own, one message at a time until SEND_OK, so keys on the other group go on); "
+           "*after heal*: the part of that time after the fault was healed (a killed member restarted, a cut "
+           "mended; OpenChaos's recovery figure counts the whole stretch, as *group unavailable* does); "
            "*max without master*: no member "
            "answering as master of the newest epoch (integration_tests/chaos/checker.py).", "",
            *[f"- skipped: {fault}: {why}" for fault, why in dict(written.get("skipped") or {}).items()],
            "",
            "| fault | injected | acknowledged | lost | duplicated | out of order | committed unreceived "
-           "| max unavailable s | group unavailable s | max without master s |",
-           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
+           "| max unavailable s | group unavailable s | after heal s | max without master s |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |"]
     for kind, f in faults.items():
         out.append(f"| {kind} | {f['faults']} | {f['acknowledged']} | {f['lost']} | {f['duplicated']} | "
                    f"{f['out_of_order']} | {f['committed_unreceived']} | {f['max_unavailable_s']} | "
-                   f"{_per_group(f['group_unavailable_s'])} | {f['max_without_master_s']} |")
+                   f"{_per_group(f['group_unavailable_s'])} | {_per_group(f['group_after_heal_s'])} | "
+                   f"{f['max_without_master_s']} |")
     return "\n".join([*out, "", END])
 
 

@@ -1,6 +1,18 @@
-from rmq.broker_server.name_server.namesrv_controller import RouteInfoManager
-from rmq.broker_server.processors.topic_config_manager import TopicConfig
-from rmq.v1 import rmq_pb2
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from rmq.broker_server.name_server.broker_outer_api import REGISTER_RETRY_S, BrokerOuterAPI
+from rmq.broker_server.name_server.namesrv_controller import NameServerService, RouteInfoManager
+from rmq.broker_server.processors.topic_config_manager import TopicConfig, TopicConfigManager
+from rmq.v1 import rmq_pb2, rmq_pb2_grpc
+from testing.processes import free_port
+from tests.waiting import wait_until_async
 
 
 class Clock:
@@ -63,3 +75,44 @@ def test_in_controller_mode_the_master_of_the_newest_epoch_answers_for_the_group
     assert (group.to_proto().address, group.has_master) == ("10.0.0.2:10911", True)
     assert [(m.broker_id, m.role, m.epoch) for m in group.to_proto().members] == [
         (0, rmq_pb2.SLAVE, 2), (1, rmq_pb2.SYNC_MASTER, 2)]
+
+
+def test_a_name_server_that_missed_a_registration_hears_it_again_within_seconds(tmp_path: Path) -> None:
+    """A name server a broker could not reach (down, restarted, cut off: a new master's first
+    registration in the chaos runs' bridge) is asked again every REGISTER_RETRY_S, not at the next
+    30 s period: until it hears the broker, producers asking it see no master for the group. The
+    name server that was reached is not asked again before the period."""
+    reached, late = RouteInfoManager(), RouteInfoManager()
+    late_address = f"127.0.0.1:{free_port()}"
+
+    async def scenario() -> float:
+        first = await _name_server(reached, "127.0.0.1:0")
+        outer = BrokerOuterAPI([f"127.0.0.1:{first.port}", late_address], "chaos-b", "10.0.0.1:9876",
+                               TopicConfigManager(tmp_path), register_interval_ms=30000)
+        outer.start()
+        await wait_until_async(lambda: reached.broker_groups(), "the reachable name server registered it")
+        registered_at = reached.broker_groups()[0].members[0].last_update_ms
+        second = await _name_server(late, late_address)   # comes up (or back) only now
+        started = time.monotonic()
+        await wait_until_async(lambda: late.broker_groups(), "the late name server registered it", timeout=20)
+        waited = time.monotonic() - started
+        assert reached.broker_groups()[0].members[0].last_update_ms == registered_at
+        await outer.stop()
+        await asyncio.gather(first.server.stop(None), second.server.stop(None))
+        return waited
+
+    assert asyncio.run(scenario()) < 3 * REGISTER_RETRY_S + 2.0   # the gRPC channel's reconnect back-off
+
+
+@dataclass
+class _Serving:
+    server: grpc.aio.Server
+    port: int
+
+
+async def _name_server(routes: RouteInfoManager, listen: str) -> _Serving:
+    server = grpc.aio.server()
+    rmq_pb2_grpc.add_NameServerServiceServicer_to_server(NameServerService(routes), server)
+    port = server.add_insecure_port(listen)
+    await server.start()
+    return _Serving(server, port)

@@ -28,6 +28,7 @@ MiB = 1024 * KiB
 BODY = b"r" * (64 * KiB)          # one request frame: ≈ 64 KiB
 FRAMES = 512                      # ≈ 32 MiB in all
 UNREAD_BOUND = 8 * MiB            # what the sockets' buffers and one read may hold beyond the bounds
+FRAME_CODE = RequestCode.GET_ROUTEINFO_BY_TOPIC   # the requests `frames` makes
 STUCK_S = 1.0                     # how long the client's socket stays unwritable before it counts as stopped
 
 
@@ -46,7 +47,8 @@ class Gate:
         return request.response(ResponseCode.SUCCESS, body=self.answer)
 
     def answer_now(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
-        """The server's `immediate`: every request answered on the read (the gate is open)."""
+        """The server's `immediate` for FRAME_CODE: each such request answered on the read (the
+        gate is open)."""
         self.started += 1
         return request.response(ResponseCode.SUCCESS, body=self.answer)
 
@@ -78,8 +80,8 @@ def serve(limits: RemotingLimits, gate: Gate | Failing, immediate: bool = False)
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * KiB)   # accepted sockets inherit it
     listener.bind(("127.0.0.1", 0))
-    answer_now = gate.answer_now if immediate and isinstance(gate, Gate) else None
-    server = RemotingServer("127.0.0.1:0", gate, limits, sock=listener, immediate=answer_now)
+    answers = {FRAME_CODE: gate.answer_now} if immediate and isinstance(gate, Gate) else None
+    server = RemotingServer("127.0.0.1:0", gate, limits, sock=listener, immediate=answers)
 
     async def start() -> None:
         if isinstance(gate, Gate):
@@ -115,8 +117,7 @@ def send_until_stopped(client: RemotingTestClient, data: bytes) -> int:
 
 
 def frames(count: int) -> tuple[bytes, list[int]]:
-    code = RequestCode.GET_ROUTEINFO_BY_TOPIC
-    commands = [RemotingCommand(code, opaque=n, body=BODY) for n in range(1, count + 1)]
+    commands = [RemotingCommand(FRAME_CODE, opaque=n, body=BODY) for n in range(1, count + 1)]
     return b"".join(command.encode() for command in commands), [command.opaque for command in commands]
 
 
@@ -200,3 +201,41 @@ def test_each_request_runs_as_its_own_caller() -> None:
     with serve(RemotingLimits(), Failing()) as served, RemotingTestClient(served.address) as client:
         answers = [client.call(RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC)) for _ in range(2)]
         assert [answer.remark for answer in answers] == ["None", "None"]
+
+
+class Holding(Gate):
+    """A Gate whose first request holds the event loop until `release` is set, recording the
+    order in which requests were answered on the read (by the client's address)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.order: list[str] = []
+        self.holding, self.release = threading.Event(), threading.Event()
+
+    def answer_now(self, context: CallContext, request: RemotingCommand) -> RemotingCommand | None:
+        if not self.order:
+            self.holding.set()
+            self.release.wait(30)
+        self.order.append(context.channel.host)
+        return super().answer_now(context, request)
+
+
+def test_a_connection_with_many_requests_read_does_not_keep_another_waiting() -> None:
+    """Issue 41's flood: a client that wrote thousands of requests at once (and reads none of
+    its answers) has them served a few per turn of the event loop, so another connection's
+    request is answered after a handful of them, not after all that one read brought in."""
+    gate = Holding()
+    flood = [RemotingCommand(FRAME_CODE, opaque=n) for n in range(1, 2001)]
+    with serve(RemotingLimits(max_requests_per_connection=4096), gate, immediate=True) as served:
+        served.open_gate()
+        with RemotingTestClient(served.address) as flooder:
+            flooder.socket.sendall(b"".join(command.encode() for command in flood))
+            assert gate.holding.wait(30), "the flood's first request was not served"
+            # the loop is held inside the flood's first request, all 2,000 read into its buffer
+            with RemotingTestClient(served.address, source="127.0.0.2") as other:
+                opaque = other.send(RemotingCommand(FRAME_CODE))
+                gate.release.set()
+                answer = other.read()
+            assert answer.opaque == opaque and answer.code == ResponseCode.SUCCESS
+            served_before = gate.order.index("127.0.0.2")
+            assert served_before < 50, f"{served_before} of the flood's requests were served first"

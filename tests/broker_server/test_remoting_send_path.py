@@ -1,6 +1,6 @@
 """The remoting port's single-message send path (issue 41, docs/remoting-protocol.md "A single
 send"): a plain SEND_MESSAGE / SEND_MESSAGE_V2 is answered on the read itself
-(BrokerRemotingProcessor.answer_now -> SendMessageProcessor.send_one_now), any other send by the
+(BrokerRemotingProcessor.immediate -> SendMessageProcessor.send_one_now), any other send by the
 general path (a coroutine per request, RemotingServer.handle), and each check of a send refuses on
 the single-message path as it does on the general one."""
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from rmq.broker_server.processors.pull_message_processor import pull_status
+from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.store import BrokerRole, FlushDiskType, MessageStore, PutMessageStatus, StoreError, reput
 from tests.store.conftest import message, small_config, wait_dispatched
 from tests.waiting import wait_until
@@ -300,3 +302,43 @@ def test_with_the_default_min_in_sync_a_master_never_acknowledges_alone_and_3_ne
     assert three.put_message(message()).status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT   # one holds it
     three.ha_service.slave_acked(second, 1 << 40)
     assert three.put_message(message()).status is PutMessageStatus.PUT_OK
+
+
+def test_an_offset_a_slave_served_but_its_master_has_not_confirmed_waits_there_on_the_master(
+        stores, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 47 (a chaos run's 22,259 duplicates): a slave dispatches every byte it holds, its
+    controller-mode SYNC_MASTER only what its SyncStateSet acknowledged, so a consumer that read a
+    queue to offset N on the slave may ask the master for N while the master serves less. The
+    master answers "not there yet" at N (a held pull), never OFFSET_OVERFLOW_BADLY moving the
+    consumer to the queue's start (min offset 0: next_begin_offset 0, and the client commits 0
+    and reads the queue again); once acknowledged, N is read there."""
+    monkeypatch.setattr(reput, "IDLE_WAIT_S", 60.0)
+    master = stores("master", BrokerRole.SYNC_MASTER, flush_disk_type=FlushDiskType.ASYNC,
+                    sync_flush_timeout_ms=100)
+    slave = stores("slave", BrokerRole.SLAVE)
+    for index in range(3):
+        master.put_message(message(body=b"old%d" % index))
+    wait_dispatched(master)
+    ha = master.ha_service
+    live = ha.connect_slave("127.0.0.1:1", master.get_commit_log_max_offset())
+    ha.slave_acked(live, master.get_commit_log_max_offset())
+    master.bound_reads(frozenset({"127.0.0.1:1", "127.0.0.1:2"}))   # a member of the set is down
+    for index in range(3):
+        master.put_message(message(body=b"new%d" % index))
+    replicate(master, slave, chunk=1 << 20)
+    wait_dispatched(slave)
+    on_slave = slave.get_message("g", "TopicTest", 0, 0, 100)
+    assert on_slave.message_count == 6 and on_slave.next_begin_offset == 6
+    assert readable(master) == 3
+    answer = master.get_message("g", "TopicTest", 0, 6, 32)
+    assert (answer.status, answer.next_begin_offset) == (GetMessageStatus.OFFSET_OVERFLOW_ONE, 6)
+    assert pull_status(answer.status, 6) is PullStatus.NO_NEW_MSG
+    ha.slave_acked(live, master.get_commit_log_max_offset())
+    master.bound_reads(frozenset({"127.0.0.1:1"}))   # the controller dropped the member that is down
+    wait_until(lambda: readable(master) == 6, "the acknowledged messages are readable")
+    master.put_message(message(body=b"next"))
+    ha.slave_acked(live, master.get_commit_log_max_offset())
+    wait_until(lambda: master.get_message("g", "TopicTest", 0, 6, 32).message_count == 1,
+               "the consumer reads on from where the slave left it")
+    gone = master.get_message("g", "TopicTest", 0, 50, 32)   # past everything the master holds
+    assert (gone.status, gone.next_begin_offset) == (GetMessageStatus.OFFSET_OVERFLOW_BADLY, 0)
