@@ -473,7 +473,9 @@ class BrokerController:
         if self._remoting_socket is not None:
             self._remoting_socket.close()
 
-    async def shutdown(self, server: grpc.aio.Server) -> None:
+    async def shutdown(self, server: grpc.aio.Server, unregister: bool = True) -> None:
+        """Stop serving; `unregister`: tell the name servers this broker left (not when a
+        controller-mode term ends: the next term re-registers the member, BrokerOuterAPI)."""
         log.info("shutting down broker %s", self.config.broker_name)
         self.hold_service.shutdown()
         self.watches.end_all()
@@ -492,7 +494,7 @@ class BrokerController:
         await self.schedule_service.stop()
         await self.timer.stop()
         await self.processors.end_transaction.stop()
-        await self.outer_api.stop()
+        await self.outer_api.stop(unregister)
         self.offsets.persist()
         self.filters.shutdown()
         self.executor.shutdown()

@@ -1,7 +1,11 @@
 """The broker's side of the name server protocol (RocketMQ BrokerOuterAPI): register name,
 address and topics with every name server at start, every 30 s, and at once after a topic
-changes; unregister on a clean stop. A name server that did not answer is asked again every
-REGISTER_RETRY_S until it does, and never stops the broker."""
+changes; unregister on a clean stop, but not at the end of a controller-mode term: the next
+term's registration replaces the member's entry (as RocketMQ's role change re-registers without
+unregistering), and an unregistration waits out REQUEST_TIMEOUT_SECONDS for a name server cut
+off, which held a promoted slave 3 s from serving in the chaos runs' bridge (issue 47). A name
+server that did not answer is asked again every REGISTER_RETRY_S until it does, and never stops
+the broker."""
 
 from __future__ import annotations
 
@@ -73,17 +77,22 @@ class BrokerOuterAPI:
                                          for address in addresses))
         return [address for address, answered in zip(addresses, reached, strict=True) if not answered]
 
-    async def stop(self) -> None:
+    async def stop(self, unregister: bool = True) -> None:
+        """Stop registering; `unregister`: also tell every name server this member left."""
         if self._task is None:
             return
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
+        if unregister:
+            await self._unregister()
+        await asyncio.gather(*(channel.close() for channel in self._channels.values()))
+
+    async def _unregister(self) -> None:
         request = rmq_pb2.UnregisterBrokerRequest(broker_name=self.broker.broker_name,
                                                   broker_id=self.member.broker_id)
         await asyncio.gather(
             *(self._call(address, "UnregisterBroker", request) for address in self._channels)
         )
-        await asyncio.gather(*(channel.close() for channel in self._channels.values()))
 
     async def _register_forever(self) -> None:
         """Every period (or topic change) with every name server; in between, every

@@ -253,7 +253,9 @@ class ReplicasManager:
         beats.cancel()
         await asyncio.gather(beats, return_exceptions=True)
         self.collector.broker = None
-        await broker.shutdown(server)
+        # a term change does not unregister: the next term's registration replaces this member's
+        # entry, and no name server cut off holds the next term behind its call timeout
+        await broker.shutdown(server, unregister=terminated.done())
 
     async def _beat(self, broker: BrokerController, assignment: RoleAssignment, confirming: bool = False
                     ) -> bool:

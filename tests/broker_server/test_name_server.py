@@ -86,13 +86,13 @@ def test_a_name_server_that_missed_a_registration_hears_it_again_within_seconds(
     late_address = f"127.0.0.1:{free_port()}"
 
     async def scenario() -> float:
-        first = await _name_server(reached, "127.0.0.1:0")
+        first = await serve_name_server(reached, "127.0.0.1:0")
         outer = BrokerOuterAPI([f"127.0.0.1:{first.port}", late_address], "chaos-b", "10.0.0.1:9876",
                                TopicConfigManager(tmp_path), register_interval_ms=30000)
         outer.start()
         await wait_until_async(lambda: reached.broker_groups(), "the reachable name server registered it")
         registered_at = reached.broker_groups()[0].members[0].last_update_ms
-        second = await _name_server(late, late_address)   # comes up (or back) only now
+        second = await serve_name_server(late, late_address)   # comes up (or back) only now
         started = time.monotonic()
         await wait_until_async(lambda: late.broker_groups(), "the late name server registered it", timeout=20)
         waited = time.monotonic() - started
@@ -105,14 +105,14 @@ def test_a_name_server_that_missed_a_registration_hears_it_again_within_seconds(
 
 
 @dataclass
-class _Serving:
+class Serving:
     server: grpc.aio.Server
     port: int
 
 
-async def _name_server(routes: RouteInfoManager, listen: str) -> _Serving:
+async def serve_name_server(routes: RouteInfoManager, listen: str) -> Serving:
     server = grpc.aio.server()
     rmq_pb2_grpc.add_NameServerServiceServicer_to_server(NameServerService(routes), server)
     port = server.add_insecure_port(listen)
     await server.start()
-    return _Serving(server, port)
+    return Serving(server, port)
