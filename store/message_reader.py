@@ -222,6 +222,10 @@ class MessageReader:
                 taken_first = self._read_first(entries, tag_codes, through_file)
                 if taken_first is not None:
                     return taken_first
+            if tag_codes is None:   # a Flight range read, a pull without tags: a prefix is taken
+                prefix = self._read_prefix(entries, max_msg_nums, max_bytes, heads_only, through_file)
+                if prefix is not None:
+                    return prefix
         physical = entries["offset"].astype(np.int64)
         deleted = physical < self.commit_log.get_min_offset()
         if deleted.any():
@@ -256,13 +260,44 @@ class MessageReader:
             removed = scanned > 0 and not available[scanned - 1]
             status = GetMessageStatus.MESSAGE_WAS_REMOVING if removed else GetMessageStatus.NO_MATCHED_MESSAGE
             return GetMessageResult(status, scanned, 0, 0, suggest_pulling_from_slave=suggest)
-        found = GetMessageResult(GetMessageStatus.FOUND, scanned, 0, 0, len(selected),
-                                 sizes[selected].astype(np.int32), suggest_pulling_from_slave=suggest)
+        return self._gather(scanned, physical[selected], sizes[selected], suggest, heads_only, through_file)
+
+    def _read_prefix(self, entries: np.ndarray, max_msg_nums: int, max_bytes: int, heads_only: bool,
+                     through_file: bool) -> GetMessageResult | None:
+        """_read_entries without a tag or record filter, when its first max_msg_nums entries are
+        stored records not removed and the entry the scan stops at (if any) is neither a pre-blank
+        entry nor removed: the loop then takes the entries from the first on until the batch is
+        full, so the answer is that prefix, found with one cumulative sum, without the loop's masks
+        and index gathers (a Flight range read is one such read per batch). None, nothing read, in
+        any other case (the loop decides)."""
+        candidates = entries[:max_msg_nums]
+        sizes = candidates["size"].astype(np.int64)
+        physical = candidates["offset"].astype(np.int64)
+        min_offset = self.commit_log.get_min_offset()
+        if int(sizes.max()) == PRE_BLANK_SIZE or int(physical.min()) < min_offset:
+            return None
+        # the first entry is always taken; the batch is full before the entry that would pass max_bytes
+        scanned = max(int(np.searchsorted(np.cumsum(sizes), max_bytes, side="right")), 1)
+        if scanned < len(entries):   # where the loop stops: a taken-able entry makes the batch full
+            stop_offset, stop_size, _code = entries[scanned].tolist()
+            if stop_size == PRE_BLANK_SIZE or stop_offset < min_offset:
+                return None
+        max_phy_pulling = int(entries["offset"][min(scanned, len(entries) - 1)])
+        suggest = suggest_pulling_from_slave(self.commit_log.get_max_offset(), max_phy_pulling,
+                                             self._memory_threshold)
+        return self._gather(scanned, physical[:scanned], sizes[:scanned], suggest, heads_only, through_file)
+
+    def _gather(self, scanned: int, physical: np.ndarray, sizes: np.ndarray, suggest: bool, heads_only: bool,
+                through_file: bool) -> GetMessageResult:
+        """The FOUND answer of the selected records at `physical` of `sizes` (int64), `scanned`
+        entries on: their heads or the records themselves."""
+        found = GetMessageResult(GetMessageStatus.FOUND, scanned, 0, 0, len(sizes), sizes.astype(np.int32),
+                                 suggest_pulling_from_slave=suggest)
         if heads_only:
-            found.heads = self.commit_log.gather_heads(physical[selected], sizes[selected])
+            found.heads = self.commit_log.gather_heads(physical, sizes)
             gathered = found.heads is not None
         else:
-            buffer = self.commit_log.gather(physical[selected], sizes[selected], through_file)
+            buffer = self.commit_log.gather(physical, sizes, through_file)
             gathered = buffer is not None
             found.buffer = buffer or b""
         if not gathered:   # deleted while we read: let the client retry

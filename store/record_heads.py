@@ -24,8 +24,9 @@ def gather_heads(data: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> Rec
         return RecordHeads(sizes, np.zeros((0, mf.BODY_POS), dtype=np.uint8), np.zeros(1, dtype=np.int32),
                            np.zeros(0, dtype=np.uint8))
     headers = _rows(data, starts, mf.BODY_POS)
-    stored = headers[:, mf.BODY_LENGTH_POS:mf.BODY_POS].copy().view(_BODY_LENGTH).reshape(-1)
-    lengths = np.clip(stored.astype(np.int64), 0, np.maximum(sizes - mf.FIXED_OVERHEAD, 0))
+    # the stored body lengths, read in place (a strided view of the rows' field)
+    stored = np.ndarray((count,), _BODY_LENGTH, headers, mf.BODY_LENGTH_POS, (mf.BODY_POS,))
+    lengths = np.clip(stored, 0, np.maximum(sizes - mf.FIXED_OVERHEAD, 0), dtype=np.int64)
     offsets = np.zeros(count + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
     bodies = _bodies(data, starts + mf.BODY_POS, lengths, int(offsets[-1]))

@@ -324,6 +324,32 @@ def test_a_pull_of_one_message_answers_as_the_scan_of_several_does(open_store, t
             assert bytes(one.buffer) == bytes(scanned.buffer) and one.sizes.tolist() == scanned.sizes.tolist()
 
 
+@pytest.mark.parametrize("max_msg_nums", [2, 3, 5, 16])
+def test_an_unfiltered_read_answers_as_the_loop_does(open_store, max_msg_nums) -> None:
+    """A read without filters takes a prefix of its entries, found by one cumulative sum (each
+    batch of a Flight range read): at every offset of a queue with a pre-blank gap, and with byte
+    limits at, below and above the records' sizes, the same status, next offset, records and
+    slave suggestion as the read loop (forced here by a filter taking all)."""
+    store = open_store()
+    store.put_messages([message(body=b"x" * 100) for _ in range(6)])
+    wait_dispatched(store)
+    cq = store.find_consume_queue("TopicTest", 0)
+    offset, size, code = cq.get_entries(0, 1)[0].tolist()
+    cq.put_message_position_info(offset, size, code, 8)   # entries 6 and 7 are pre-blank
+    for queue_offset in range(9):
+        for max_bytes in (1, size - 1, size, size + 1, 2 * size - 1, 2 * size, 3 * size, 20 * size):
+            prefix, looped = (store.get_message("g", "TopicTest", 0, queue_offset, max_msg_nums,
+                                                max_total_bytes=max_bytes, record_filter=record_filter)
+                              for record_filter in (None, lambda record: True))
+            case = (queue_offset, max_bytes)
+            assert (prefix.status, prefix.next_begin_offset, prefix.message_count,
+                    prefix.suggest_pulling_from_slave) == (looped.status, looped.next_begin_offset,
+                                                           looped.message_count,
+                                                           looped.suggest_pulling_from_slave), case
+            assert bytes(prefix.buffer) == bytes(looped.buffer), case
+            assert prefix.sizes.tolist() == looped.sizes.tolist(), case
+
+
 def test_a_read_through_the_file_answers_the_records_and_leaves_none_resident(open_store) -> None:
     """through_file (the timer enqueue task's read-back): the same records as a read through the
     map, across runs of other queues' records, and none of the CommitLog's pages enter this
