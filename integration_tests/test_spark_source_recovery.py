@@ -121,4 +121,6 @@ def test_a_topic_deleted_under_a_running_query_fails_it_at_once(spark, broker, t
             assert not query.isActive, "the query kept retrying a deleted topic"
         finally:
             query.stop()
-    assert "TOPIC_NOT_EXIST: topic 'doomed' does not exist" in str(query.exception())
+    # Whichever call meets the deletion first (the route refresh planning the batch, or a read) names it.
+    failure = str(query.exception())
+    assert "TOPIC_NOT_EXIST: " in failure and "topic 'doomed'" in failure, failure
