@@ -14,13 +14,13 @@ import json
 import subprocess
 import sys
 
-from bench.per_request_cost import BODY, CPP_SCRIPT, TOPIC, broker_cpu
+from bench.per_request_cost import BODY, CPP_SCRIPT, FRAMED, TOPIC, broker_cpu
 from testing import processes
 from testing.cpp_client import client_env, cpp_client_problem
 
 # The canned server (arguments: the port). Frames are RocketMQ remoting frames with a JSON header
 # (docs/remoting-protocol.md): length, serialize type and header length, header, body.
-SERVER = r"""
+SERVER = FRAMED + r"""
 import asyncio, json, sys
 from rmq import event_loop
 from rmq.broker_server.remoting.topic_route_data import BrokerData, encode_topic_route
@@ -30,33 +30,24 @@ address = f"127.0.0.1:{port}"
 ROUTE = encode_topic_route([BrokerData("floor", {0: address}, "floor")], [QueueData("floor", 4, 4, 6)])
 GET_ROUTEINFO_BY_TOPIC, SEND_MESSAGE, SEND_MESSAGE_V2 = 105, 10, 310
 
-def frame(opaque, ext, body=b""):
+def response(opaque, ext, body=b""):
     header = json.dumps({"code": 0, "flag": 1, "language": "PYTHON", "opaque": opaque,
                          "serializeTypeCurrentRPC": "JSON", "version": 0, "extFields": ext}).encode()
     return (4 + len(header) + len(body)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header + body
 
-class Floor(asyncio.Protocol):
-    def connection_made(self, transport):
-        self.transport, self.buffer, self.offset = transport, b"", 0
-    def data_received(self, data):
-        buffer = self.buffer + data
-        while len(buffer) >= 4:
-            end = 4 + int.from_bytes(buffer[:4], "big")
-            if len(buffer) < end:
-                break
-            header_length = int.from_bytes(buffer[5:8], "big")
-            request = json.loads(buffer[8:8 + header_length])
-            self.transport.write(self.answer(request["code"], request["opaque"]))
-            buffer = buffer[end:]
-        self.buffer = buffer
+class Floor(Framed):
+    offset = 0
+    def frame(self, frame):
+        request = json.loads(frame[8:8 + int.from_bytes(frame[5:8], "big")])
+        self.transport.write(self.answer(request["code"], request["opaque"]))
     def answer(self, code, opaque):
         if code == GET_ROUTEINFO_BY_TOPIC:
-            return frame(opaque, {}, ROUTE)
+            return response(opaque, {}, ROUTE)
         if code in (SEND_MESSAGE, SEND_MESSAGE_V2):
             self.offset += 1
-            return frame(opaque, {"msgId": "7F00000100002A9F%016X" % self.offset, "queueId": "0",
+            return response(opaque, {"msgId": "7F00000100002A9F%016X" % self.offset, "queueId": "0",
                                   "queueOffset": str(self.offset)})
-        return frame(opaque, {})
+        return response(opaque, {})
 
 async def serve():
     server = await asyncio.get_running_loop().create_server(Floor, "127.0.0.1", port)

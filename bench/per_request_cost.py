@@ -119,11 +119,10 @@ server.wait_for_termination()
 """
 # A bare asyncio.Protocol on rmq.event_loop answering each length-prefixed frame with the same
 # bytes (what the remoting port's loop, transport and system calls cost with no request handled).
-PROTOCOL_ECHO = PROFILER + r"""
+# FRAMED: an asyncio.Protocol calling `frame(bytes)` for each length-prefixed frame it reads whole.
+FRAMED = r"""
 import asyncio
-from rmq import event_loop
-port = int(sys.argv[1])
-class Echo(asyncio.Protocol):
+class Framed(asyncio.Protocol):
     def connection_made(self, transport):
         self.transport, self.buffer = transport, b""
     def data_received(self, data):
@@ -132,9 +131,16 @@ class Echo(asyncio.Protocol):
             end = 4 + int.from_bytes(buffer[:4], "big")
             if len(buffer) < end:
                 break
-            self.transport.write(buffer[:end])
+            self.frame(buffer[:end])
             buffer = buffer[end:]
         self.buffer = buffer
+"""
+PROTOCOL_ECHO = PROFILER + FRAMED + r"""
+from rmq import event_loop
+port = int(sys.argv[1])
+class Echo(Framed):
+    def frame(self, frame):
+        self.transport.write(frame)
 async def serve():
     server = await asyncio.get_running_loop().create_server(Echo, "127.0.0.1", port)
     print("ready", flush=True)
