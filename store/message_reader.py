@@ -103,13 +103,14 @@ class MessageReader:
             return new_offset
         return old_offset
 
-    def _may_still_reach(self, offset: int, max_offset: int) -> bool:
-        """Whether `offset`, past the queue's end, may lie in CommitLog bytes not dispatched yet: a
+    def _dispatch_pending(self) -> bool:
+        """Whether an offset past a queue's end may lie in CommitLog bytes not dispatched yet: a
         controller-mode SYNC_MASTER's unconfirmed tail (its reads end at the confirm offset), or
         dispatch running behind. A slave's reads are not bounded so, so a consumer that read the
         queue there may ask its master for an offset the master holds but does not serve yet: it
-        is told to wait (OFFSET_OVERFLOW_ONE), never moved back to the queue's start (issue 47)."""
-        return offset > max_offset and self.undispatched() > 0
+        is told to wait (OFFSET_OVERFLOW_ONE), never moved back to the queue's start (issue 47).
+        Asked only for an offset past the end (no call on a pull's usual path)."""
+        return self.undispatched() > 0
 
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                     max_total_bytes: int | None = None, tag_codes: Collection[int] | None = None,
@@ -174,7 +175,7 @@ class MessageReader:
         correct = self._next_offset_correction
         cq = self.find_consume_queue(topic, queue_id)
         if cq is None:
-            if self._may_still_reach(offset, 0):
+            if offset > 0 and self._dispatch_pending():
                 return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, 0, 0)
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, correct(offset, 0), 0, 0)
         min_offset, max_offset = cq.get_min_offset_in_queue(), cq.get_max_offset_in_queue()
@@ -182,7 +183,7 @@ class MessageReader:
         def result(status: GetMessageStatus, next_begin_offset: int) -> GetMessageResult:
             return GetMessageResult(status, next_begin_offset, min_offset, max_offset)
 
-        if self._may_still_reach(offset, max_offset):
+        if offset > max_offset and self._dispatch_pending():
             return result(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset)
         if max_offset == 0:
             return result(GetMessageStatus.NO_MESSAGE_IN_QUEUE, correct(offset, 0))

@@ -74,13 +74,13 @@ class MessageStore:
         self.checkpoint = StoreCheckpoint(self.directory.checkpoint_file)
         self.dispatcher = CommitLogDispatcher(config, self._consume_queue, self.index_service,
                                               self._mark_write_error)
-        self.reader = MessageReader(config, self.commit_log, self.index_service, self.find_consume_queue,
-                                    lambda: self.reput.behind())
         self.ha_service = HAService(self.commit_log, min_in_sync_replicas=config.min_in_sync_replicas,
                                     max_time_not_caught_up_s=config.ha_max_time_not_caught_up_ms / 1000)
         self.reput = ReputMessageService(self.commit_log, self.dispatcher.dispatch,
                                          self.dispatcher.dispatch_one,
                                          wait_for_record_tails=config.broker_role is BrokerRole.SLAVE)
+        self.reader = MessageReader(config, self.commit_log, self.index_service, self.find_consume_queue,
+                                    self.reput.behind)
         self.ha_service.add_confirm_listener(self.reput.wakeup)
         self._running = False
         self._fenced = False
