@@ -49,6 +49,7 @@ from typing import Any
 
 import grpc
 
+from bench.per_request_cost import broker_cpu, stat_cpu
 from rmq.broker_server.config import BrokerConfig
 from rmq.broker_server.rmq_v1.grpc_server import server_options
 from rmq.broker_server.security.server_security import DEFAULT_IDLE_TIMEOUT_S
@@ -56,7 +57,6 @@ from testing import processes
 
 BODY = b"x" * 100
 WARMUP = 300
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 TOPIC = "floor-topic"
 
 # The server: argv[1] is a JSON config {"server", "port", "options", "compression"}. It prints
@@ -254,12 +254,12 @@ def thread_cpu(pid: int) -> dict[str, float]:
     spent = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            fields = (task / "stat").read_text().rpartition(")")[2].split()
+            cpu = sum(stat_cpu(task / "stat"))
             name = (task / "comm").read_text().strip()
         except FileNotFoundError:
             continue
         thread = "main" if task.name == str(pid) else name
-        spent[f"{thread}/{task.name}"] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        spent[f"{thread}/{task.name}"] = cpu
     return spent
 
 
@@ -273,11 +273,6 @@ def context_switches(pid: int) -> int:
             continue
         switches += sum(int(line.split()[1]) for line in status.splitlines() if "ctxt_switches" in line)
     return switches
-
-
-def process_cpu(pid: int) -> tuple[float, float]:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS
 
 
 def measure(server: str, variant_name: str, client: str, count: int) -> str:
@@ -296,12 +291,12 @@ def measure(server: str, variant_name: str, client: str, count: int) -> str:
             for _ in range(WARMUP):
                 driver.request()
             time.sleep(0.2)
-            before, threads_before = process_cpu(process.pid), thread_cpu(process.pid)
+            before, threads_before = broker_cpu(process.pid), thread_cpu(process.pid)
             switches_before = context_switches(process.pid)
             request = driver.request
             for _ in range(count):
                 request()
-            after, threads_after = process_cpu(process.pid), thread_cpu(process.pid)
+            after, threads_after = broker_cpu(process.pid), thread_cpu(process.pid)
             switches = (context_switches(process.pid) - switches_before) / count
         finally:
             driver.close()
