@@ -198,9 +198,10 @@ def test_per_request_cost_puts_other_threads_cpu_apart_from_the_loop_thread_s() 
     a helper thread's work is counted as its own, not as the main (event-loop) thread's."""
     from bench.per_request_cost import cpu_line, timed
 
-    burned, done = threading.Event(), threading.Event()
+    go, burned, done = threading.Event(), threading.Event(), threading.Event()
 
     def burn() -> None:   # alive until measured: /proc forgets an ended thread's CPU
+        go.wait(10)   # burns only inside `run`, after timed() took its first snapshots
         end = time.thread_time() + 0.3
         while time.thread_time() < end:
             pass
@@ -211,11 +212,13 @@ def test_per_request_cost_puts_other_threads_cpu_apart_from_the_loop_thread_s() 
     helper.start()
 
     def run() -> None:
+        go.set()
         burned.wait(10)
 
     try:
         spent = timed(os.getpid(), run, None)
     finally:
+        go.set()
         done.set()
         helper.join()
     assert sum(spent.other_threads.values()) >= 0.2   # /proc counts in 10 ms ticks
