@@ -18,6 +18,7 @@ from integration_tests.chaos.checker import (
     check,
     explain_lost,
     longest_gap,
+    written_over_untaken,
 )
 from integration_tests.chaos.faults import Fault
 from integration_tests.chaos.report import BEGIN, END, kept_section, with_section
@@ -199,3 +200,19 @@ def test_a_commit_past_an_acknowledged_body_not_yet_taken_is_counted() -> None:
     assert check(checked, KEYS)["leader-kill"].committed_unreceived == 1          # p-1 only
     checked.commits = [Commit(54.5, ("chaos-a", 0), 2), Commit(54.7, ("chaos-a", 0), 1)]   # went back
     assert check(checked, KEYS)["leader-kill"].committed_unreceived == 1          # p-1 passed at 54.5
+
+
+def test_a_later_send_at_an_untaken_ones_offset_is_written_over_it() -> None:
+    """The weakened run produces until the new master stored a message where the old master
+    holds an acknowledged one no consumer took; one at a taken body's offset (the consumers read
+    the old master's there, the new master's is only not yet taken) does not count."""
+    old_master = [Send(55.0, "p-0", 1, "SEND_OK", (2, 7), "chaos-a"),
+                  Send(55.1, "p-8", 1, "SEND_OK", (2, 8), "chaos-a")]
+    taken_there = [Take(55.5, "p-0", (2, 7), "chaos-a")]
+    new_master_at_7 = [*old_master, Send(58.0, "q-0", 1, "SEND_OK", (2, 7), "chaos-a")]
+    assert not written_over_untaken(history(new_master_at_7, taken_there))
+    new_master_at_8 = [*new_master_at_7, Send(58.1, "q-8", 1, "SEND_OK", (2, 8), "chaos-a")]
+    assert written_over_untaken(history(new_master_at_8, taken_there))
+    elsewhere = [*new_master_at_7, Send(58.1, "q-8", 1, "SEND_OK", (2, 8), "chaos-b"),   # group B
+                 Send(58.2, "p-8", 2, "SEND_OK", (2, 8), "chaos-a")]                     # its retry
+    assert not written_over_untaken(history(elsewhere, taken_there))

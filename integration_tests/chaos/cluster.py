@@ -295,7 +295,8 @@ class Cluster:
             raise RuntimeError(f"no broker of {group.name} answers as master")
         return next(m for m in group.members if m.name == newest[1])
 
-    def wait(self, condition: Callable[[], bool], what: str, timeout: float = READY_S) -> None:
+    def wait(self, condition: Callable[[], bool], what: str, timeout: float = READY_S,
+             interval: float = 0.1) -> None:
         deadline = time.monotonic() + timeout
         while not condition():
             for member in self.servers:
@@ -305,7 +306,7 @@ class Cluster:
                                        f"its log ends:\n{tail}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
-            time.sleep(0.1)
+            time.sleep(interval)
 
     def stop_producers(self) -> None:
         for client in self.clients:

@@ -18,6 +18,7 @@ import json
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from integration_tests.chaos.netns import Network
 WARM_UP_S = 5.0        # producing before the first fault (the baseline window)
 DRAIN_S = 90.0         # after producing stops: until the consumers took every acknowledged body
 SETTLE_S = 90.0        # after a heal: until every broker answers and one is master
+PRODUCE_UNTIL_S = 90.0  # after the schedule, with `produce_until`: until the history shows it
 
 
 @dataclass(frozen=True)
@@ -56,10 +58,13 @@ class Outcome:
 
 
 def run(directory: Path, schedule: Schedule, role: str = "SYNC_MASTER",
-        plane: ControlPlane | None = None, drain_idle_s: float | None = None) -> Outcome:
+        plane: ControlPlane | None = None, drain_idle_s: float | None = None,
+        produce_until: Callable[[History], bool] | None = None) -> Outcome:
     """The cluster under `schedule`; tears every namespace and process down whatever happens.
     `drain_idle_s`: end the drain once the consumers took nothing new for so long (a run that
-    is to lose messages need not wait DRAIN_S for them)."""
+    is to lose messages need not wait DRAIN_S for them). `produce_until`: after the schedule the
+    producers go on until it holds of the history so far (what a test asserts of the run may
+    need the producers to have written that far), failing after PRODUCE_UNTIL_S."""
     pick = random.Random(schedule.seed)
     network = Network(run=f"{os.getpid() % 0x10000:04x}", subnet=f"10.213.{pick.randrange(1, 255)}")
     with network:
@@ -69,6 +74,9 @@ def run(directory: Path, schedule: Schedule, role: str = "SYNC_MASTER",
             network.heal()      # permanent neighbour entries: a heal never waits for ARP
             cluster.start()
             windows, skipped = _faults(cluster, schedule, pick)
+            if produce_until is not None:     # read once a second: a read parses every line so far
+                cluster.wait(lambda: produce_until(History.read(cluster.history, [], 0.0)),
+                             f"{produce_until.__name__} after the schedule", PRODUCE_UNTIL_S, interval=1.0)
             cluster.stop_producers()
             end = time.monotonic()
             _drain(cluster, drain_idle_s)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from integration_tests.chaos import netns, report
-from integration_tests.chaos.checker import BEFORE_FAULTS, explain_lost, lost_sends
+from integration_tests.chaos.checker import BEFORE_FAULTS, explain_lost, lost_sends, written_over_untaken
 from integration_tests.chaos.cluster import ControlPlane
 from integration_tests.chaos.faults import Fault
 from integration_tests.chaos.run import Schedule, run
@@ -77,12 +77,14 @@ def test_checker_reports_the_loss_of_a_weakened_group(tmp_path: Path) -> None:
     producers that still reach it, a slave is elected, the old master drops what it took when it
     rejoins: the checker must count those acknowledged bodies lost."""
     outcome = run(tmp_path, Schedule([Fault.MASTER_PARTITION], 1.0, WEAKENED_INTERVAL_S, 47),
-                  role="ASYNC_MASTER", plane=ControlPlane(), drain_idle_s=WEAKENED_DRAIN_IDLE_S)
+                  role="ASYNC_MASTER", plane=ControlPlane(), drain_idle_s=WEAKENED_DRAIN_IDLE_S,
+                  produce_until=written_over_untaken)
     figures = outcome.figures[Fault.MASTER_PARTITION.value]
     print(f"[chaos] weakened (ASYNC_MASTER) master-partition: {asdict(figures)}")
     assert figures.lost > 0
     assert outcome.figures[BEFORE_FAULTS].lost == 0
     # lost, not merely slow: the consumers took the new master's messages at a lost one's offset
+    # (the producers went on until the new master had stored some there: written_over_untaken)
     assert outcome.history is not None
     assert any(instead for _, instead in lost_sends(outcome.history))
     assert figures.committed_unreceived > 0    # the consumers committed past them
