@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -46,6 +47,7 @@ CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 sync_api = pytest.importorskip("playwright.sync_api",
                                reason="playwright is not installed (pip install '.[test]')")
+MESSAGE_PAGE = re.compile(r"/messages/[0-9A-F]{32}$")
 
 
 @pytest.fixture
@@ -122,7 +124,7 @@ def test_a_person_checks_lag_and_resends_a_dead_letter(broker: processes.ServerP
     browser.goto(console + "/")
     assert "broker-a" in browser.inner_text("#brokers")
     browser.click("text=Consumer groups")
-    browser.click("#groups >> text=g1")
+    _follow(browser, "#groups >> text=g1", "**/groups/g1")
     assert browser.inner_text("#total-lag") == str(progress["total_lag"])
     rows = browser.locator("#progress tr").all_inner_texts()[1:]
     shown = {(cells[0], int(cells[2])): int(cells[5]) for cells in (row.split("\t") for row in rows)}
@@ -143,6 +145,14 @@ def test_a_person_checks_lag_and_resends_a_dead_letter(broker: processes.ServerP
     response = browser.goto(console + "/topics/Nope")
     assert response is not None and response.status == 404
     assert "topic Nope does not exist" in browser.inner_text("#error")
+
+
+def _follow(browser: Any, selector: str, url: str | re.Pattern[str]) -> None:
+    """Click the link at `selector` and wait until the page at `url` has loaded: a click returns once
+    the next page's navigation commits (its headers arrived), before its body is parsed, and a read
+    that does not wait (locator.all(), all_inner_texts()) could see a page without its tables."""
+    browser.click(selector)
+    browser.wait_for_url(url)
 
 
 def _shot(browser: Any, name: str) -> None:
@@ -252,19 +262,20 @@ def _pages_with_the_cluster_up(browser: Any, console: str) -> str:
     assert browser.inner_text("#consumed") == "3" and browser.inner_text("#last-consume") != "never"
     browser.wait_for_selector("#consume-chart .u-legend >> text=g1")
     _shot(browser, "group")
-    browser.click("text=dead letters: 3")
+    _follow(browser, "text=dead letters: 3", "**/dlq/g1")
     assert len(browser.locator("#dead-letters input[name=msg_id]").all()) == 3
     browser.check("#select-all")
     browser.select_option("#resend select", "group")
     browser.once("dialog", lambda dialog: dialog.accept())
-    browser.click("#resend button")
-    marks = browser.locator("#dead-letters td.resent").all_inner_texts()
-    assert [mark.startswith("resent at") for mark in marks] == [True] * 3, marks
+    browser.click("#resend button")      # answered with /dlq/g1 again, now marking what was resent
+    sync_api.expect(browser.locator("#dead-letters td.resent", has_text="resent at")).to_have_count(3)
     _shot(browser, "dlq")
     browser.goto(console + "/messages?topic=Orders&key=k1")          # "order 1": dead-lettered, then resent
-    browser.click("#messages a")
+    _follow(browser, "#messages a", MESSAGE_PAGE)
     track = browser.locator("#track tr").all_inner_texts()[1:]
-    [g1] = [row.split("\t") for row in track if row.startswith("g1")]
+    rows = [row.split("\t") for row in track if row.startswith("g1")]
+    assert len(rows) == 1, browser.inner_text("main")
+    [g1] = rows
     assert g1[1] == "in the DLQ" and g1[2] != "-" and g1[3] != "-", g1       # a retry copy and a dead letter
     _shot(browser, "message")
     message_page = str(browser.url)
