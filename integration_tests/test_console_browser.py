@@ -201,7 +201,7 @@ def test_every_page_with_the_cluster_up_one_broker_down_and_the_only_one_down(
                 wait_until(lambda name=topic: _routed(client, name), f"{topic} routed")
         v5 = _v5_consumer(broker_a.address)
         with _console(namesrv.address, tmp_path) as console:
-            message_page = _pages_with_the_cluster_up(browser, console)
+            message_page = _pages_with_the_cluster_up(browser, console, broker_a.address)
             broker_b.kill()
             _pages_with_broker_b_down(browser, console, message_page)
             v5.close()
@@ -219,7 +219,7 @@ def _routed(client: RmqClient, topic: str) -> bool:
         return False
 
 
-def _pages_with_the_cluster_up(browser: Any, console: str) -> str:
+def _pages_with_the_cluster_up(browser: Any, console: str, broker_a: str) -> str:
     """Every page with both brokers up; the address of the message page it visited."""
     browser.goto(console + "/")
     brokers = browser.locator("#brokers tr").all_inner_texts()
@@ -270,6 +270,10 @@ def _pages_with_the_cluster_up(browser: Any, console: str) -> str:
     browser.click("#resend button")      # answered with /dlq/g1 again, now marking what was resent
     sync_api.expect(browser.locator("#dead-letters td.resent", has_text="resent at")).to_have_count(3)
     _shot(browser, "dlq")
+    with RmqClient(broker_a) as client:      # the track finds the resent copy by key: indexed once dispatched
+        retry_topic = retry.retry_topic("g1")
+        wait_until(lambda: b"order 1" in client.query_message_by_key(retry_topic, "broker-a", "k1").records,
+                   "the resent copy of order 1 in broker-a's index")
     browser.goto(console + "/messages?topic=Orders&key=k1")          # "order 1": dead-lettered, then resent
     _follow(browser, "#messages a", MESSAGE_PAGE)
     track = browser.locator("#track tr").all_inner_texts()[1:]
