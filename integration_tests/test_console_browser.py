@@ -147,6 +147,43 @@ def test_a_person_checks_lag_and_resends_a_dead_letter(broker: processes.ServerP
     assert "topic Nope does not exist" in browser.inner_text("#error")
 
 
+# counts the answers the page's fetch() calls have read, once the code awaiting each has run on
+ANSWERS_READ = """(() => {
+  const fetch = window.fetch.bind(window);
+  window.answersRead = 0;
+  window.fetch = async (...args) => {
+    const response = await fetch(...args);
+    const json = response.json.bind(response);
+    response.json = async () => {
+      const value = await json();
+      setTimeout(() => { window.answersRead += 1; });
+      return value;
+    };
+    return response;
+  };
+})();"""
+
+
+def test_charts_paused_while_a_refresh_is_on_its_way_stay_paused(console: str, browser: Any) -> None:
+    """Pause clicked while the charts' request is on its way: its answer, arriving after, neither
+    redraws them nor replaces "paused" (a loaded `make test` read "updated 6:49:41 AM" right after
+    the click), nor schedules another refresh."""
+    held: list[Any] = []
+    browser.add_init_script(ANSWERS_READ)
+    browser.route("**/api/charts", lambda route: held.append(route))
+    with browser.expect_request("**/api/charts"):
+        browser.goto(console + "/")
+    browser.click("#pause-charts")
+    assert browser.inner_text("#chart-status") == "paused" and len(held) == 1
+    held[0].continue_()                     # the answer comes after the click
+    browser.wait_for_function("() => window.answersRead === 1")
+    assert browser.inner_text("#chart-status") == "paused"
+    assert browser.locator("#charts .u-legend").count() == 0            # nothing drawn
+    browser.unroute("**/api/charts")
+    browser.click("#pause-charts")          # resumed: refreshed again
+    browser.wait_for_selector("#chart-status >> text=updated")
+
+
 def _follow(browser: Any, selector: str, url: str | re.Pattern[str]) -> None:
     """Click the link at `selector` and wait until the page at `url` has loaded: a click returns once
     the next page's navigation commits (its headers arrived), before its body is parsed, and a read

@@ -97,18 +97,24 @@
     const intervalMs = 1000 * Number(box.dataset.interval || 10);
     let timer = null;
     let paused = false;
+    let latest = 0;     // the refresh whose answer is shown: one paused or superseded on its way shows nothing
 
     async function refresh() {
+      const mine = ++latest;
+      let text;
       try {
         const response = await fetch("/api/charts", { credentials: "same-origin" });
         const snapshot = await response.json();
         if (!response.ok) throw new Error(snapshot.error || response.statusText);
+        if (mine !== latest) return;
         const windowS = Number(windowPicker.value);
         for (const chart of shown) chart.show(snapshot, windowS);
-        status.textContent = snapshot.error || `updated ${new Date().toLocaleTimeString()}`;
+        text = snapshot.error || `updated ${new Date().toLocaleTimeString()}`;
       } catch (error) {
-        status.textContent = `charts not updated: ${error.message}`;
+        text = `charts not updated: ${error.message}`;
       }
+      if (mine !== latest) return;
+      status.textContent = text;
       if (!paused) timer = setTimeout(refresh, intervalMs);
     }
 
@@ -117,6 +123,7 @@
       box.dataset.paused = paused ? "yes" : "no";
       pause.textContent = paused ? "Resume" : "Pause";
       clearTimeout(timer);
+      latest += 1;      // a refresh on its way when paused shows nothing (nor schedules another)
       if (paused) status.textContent = "paused";
       else refresh();
     });
