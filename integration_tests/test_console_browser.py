@@ -167,7 +167,7 @@ ANSWERS_READ = """(() => {
 def test_charts_paused_while_a_refresh_is_on_its_way_stay_paused(console: str, browser: Any) -> None:
     """Pause clicked while the charts' request is on its way: its answer, arriving after, neither
     redraws them nor replaces "paused" (a loaded `make test` read "updated 6:49:41 AM" right after
-    the click), nor schedules another refresh."""
+    the click); Resume refreshes them again."""
     held: list[Any] = []
     browser.add_init_script(ANSWERS_READ)
     browser.route("**/api/charts", lambda route: held.append(route))
