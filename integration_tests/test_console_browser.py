@@ -137,10 +137,11 @@ def test_a_person_checks_lag_and_resends_a_dead_letter(broker: processes.ServerP
     browser.select_option("#resend select", "group")
     browser.once("dialog", lambda dialog: dialog.accept())
     browser.click("#resend button")
-    with RmqClient(broker.address) as client:
+    with RmqClient(broker.address) as client:      # readable once the broker dispatched the resent copy
         retry_queue = client.route(retry.retry_topic("g1")).message_queues[0]
-        resent = client.browse_messages(retry_queue, 0, 10)
-    assert resent.pull_status == PullStatus.FOUND and b"order 0" in resent.messages.records
+        resent = wait_until(lambda: _found(client.browse_messages(retry_queue, 0, 10)),
+                            "the resent copy in g1's retry queue")
+    assert b"order 0" in resent.messages.records
 
     response = browser.goto(console + "/topics/Nope")
     assert response is not None and response.status == 404
@@ -182,6 +183,11 @@ def test_charts_paused_while_a_refresh_is_on_its_way_stay_paused(console: str, b
     browser.unroute("**/api/charts")
     browser.click("#pause-charts")          # resumed: refreshed again
     browser.wait_for_selector("#chart-status >> text=updated")
+
+
+def _found(result: Any) -> Any:
+    """A browse's answer when it found messages, else None."""
+    return result if result.pull_status == PullStatus.FOUND else None
 
 
 def _follow(browser: Any, selector: str, url: str | re.Pattern[str]) -> None:
@@ -398,7 +404,7 @@ def _sign_in(browser: Any, console: str, access_key: str, secret_key: str) -> No
     browser.fill("input[name=access_key]", access_key)
     browser.fill("input[name=secret_key]", secret_key)
     browser.click("form[action='/sign-in'] button")
-    assert f"signed in as {access_key}" in browser.inner_text("header")
+    sync_api.expect(browser.locator("header")).to_contain_text(f"signed in as {access_key}")
 
 
 @pytest.mark.skipif(etcd_missing() is not None, reason=etcd_missing() or "")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from integration_tests.test_console_browser import browser, chromium, console  # noqa: F401 (fixtures)
+from integration_tests.test_console_browser import browser, chromium, console, sync_api  # noqa: F401 (fixtures)
 from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.connector.errors import RmqError
 from rmq.connector.message import MessageExt
@@ -63,9 +63,9 @@ def test_running_info_settings_and_skip_accumulated_from_the_group_page(
             assert "no live producer in producer group shop" in browser.inner_text("#producers")
             browser.uncheck("#change-settings input[name=consume_enable]")
             browser.fill("#change-settings input[name=retry_max_times]", "3")
-            browser.click("#change-settings button")
-            settings = browser.inner_text("#settings")
-            assert "broker-a\tno\t3\tyes" in settings
+            browser.click("#change-settings button")     # answered with the group's page again
+            sync_api.expect(browser.locator("#settings")).to_contain_text("broker-a\tno\t3\tyes",
+                                                                          use_inner_text=True)
             with pytest.raises(RmqError, match="subscription group no permission"):
                 client.pull(MQ, 0, 1, group="shop")
         finally:
