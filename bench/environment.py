@@ -149,6 +149,7 @@ class Environment:
             os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
             from pyspark.sql import SparkSession
 
+            from bench.flight_floor import FlightFloorDataSource
             from bench.reference_source import ReferenceDataSource
             from rmq.connector import register
 
@@ -163,6 +164,7 @@ class Environment:
             self._spark.sparkContext.setLogLevel("ERROR")
             register(self._spark)
             self._spark.dataSource.register(ReferenceDataSource)
+            self._spark.dataSource.register(FlightFloorDataSource)
         return self._spark
 
     def close(self) -> None:

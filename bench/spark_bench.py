@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
 
 from pyspark.sql.types import StructType
 
-from bench import machine, reference_source
+from bench import flight_floor, machine, reference_source
 from bench.environment import Environment
 from bench.harness import Row, Stats, Target, measure_pair
 from bench.workload import GROUP, body_of, produce
@@ -51,23 +54,47 @@ def e2e_rows(env: Environment) -> list[Row]:
     source whose 8 partitions yield one memory-mapped Arrow batch of that schema's columns, decoded
     from this topic's first pull, over and over (zero-copy, identical rows). Spark `local[2]`, one
     warm-up query of each source before measuring. CPU per row: the broker process's, and the
-    Spark JVM's with its Python workers (/proc, the whole process tree), per query."""
-    with env.broker() as broker:
+    Spark JVM's with its Python workers (/proc, the whole process tree), per query.
+    Floors with rmq removed (`bench/flight_floor.py`): the same query over a bare pyarrow Flight
+    server in its own process, streaming the reference's batches (prebuilt: the transport's floor)
+    and, for 3 columns, gathering them per batch out of CommitLog-shaped records in a memory map
+    (numpy: the least a store keeping whole records does); its server's CPU per row as the
+    broker's."""
+    with env.broker() as broker, ExitStack() as floors:
         _warm_up(env, broker.address)
         ingest = _fill(broker.address, "bench-e2e", E2E_QUEUES, env.scale.e2e_messages)
         name = f"Spark ingest, {E2E_QUEUES} queues, {ingest.rows:,} msgs"
-        references = {key: _reference_options(env, ingest, columns) for key, columns in SCHEMAS.items()}
-        runs = {(key, source): _Runs() for key in SCHEMAS for source in (*TRANSPORTS, REFERENCE)}
+        sources: dict[tuple[str, str], _Source] = {}
+        for key, columns in SCHEMAS.items():
+            path, schema = _template(env, ingest, columns)
+            for transport in TRANSPORTS:
+                sources[key, transport] = _Source("rmq", partial(_rmq_options, ingest, transport),
+                                                  broker.process.pid, _schema(columns))
+            reference = reference_source.options(path, ingest.rows, ingest.partitions, schema)
+            sources[key, REFERENCE] = _Source(reference_source.NAME, partial(dict, reference),
+                                              broker.process.pid)
+            for mode in FLOORS if key == NARROW_KEY else (PREBUILT,):
+                floor = floors.enter_context(flight_floor.running(mode, path, ingest.rows, ingest.partitions))
+                floor_options = flight_floor.options(floor.location, ingest.rows, ingest.partitions, schema)
+                sources[key, mode] = _Source(flight_floor.NAME, partial(dict, floor_options), floor.pid)
+        runs = {pair: _Runs() for pair in sources}
         jvm = _jvm_pid(env)
-        for _ in range(env.scale.repeats):   # both schemas, both transports and the references alternate
-            for key, columns in SCHEMAS.items():
-                for transport in TRANSPORTS:
-                    options = _rmq_options(ingest, transport)
-                    runs[key, transport].measure(env, broker.process.pid, jvm, "rmq", options, ingest.rows,
-                                                 _schema(columns))
-                runs[key, REFERENCE].measure(env, broker.process.pid, jvm, reference_source.NAME,
-                                             references[key], ingest.rows)
+        for _ in range(env.scale.repeats):   # schemas, transports, references and floors alternate
+            for pair, source in sources.items():
+                runs[pair].measure(env, source.pid, jvm, source.name, source.options(), ingest.rows,
+                                   source.schema)
         return [row for key in SCHEMAS for row in _e2e_schema_rows(name, key, ingest, runs)]
+
+
+@dataclass(frozen=True)
+class _Source:
+    """A source row 5 reads: its Spark name, its options for one query (rmq's: a fresh consumer
+    group each), the process serving it and the query's schema."""
+
+    name: str
+    options: Callable[[], dict[str, str]]
+    pid: int
+    schema: StructType | None = None
 
 
 def _e2e_schema_rows(name: str, key: str, ingest: Ingest, runs: dict[tuple[str, str], _Runs]) -> list[Row]:
@@ -84,14 +111,26 @@ def _e2e_schema_rows(name: str, key: str, ingest: Ingest, runs: dict[tuple[str, 
                  Row(f"Spark (JVM + Python workers) CPU per row, {key}, {TRANSPORT_NAMES[t]}", "µs",
                      Stats.of(runs[key, t].executor_us), f"zero-copy Arrow source, {key}",
                      Stats.of(reference.executor_us))]
+    for mode in FLOORS:
+        if (key, mode) in runs:
+            floor = runs[key, mode]
+            described = f"{key}, {FLOOR_NAMES[mode]}"
+            rows += [Row(f"{name}, {described}", "rows/s", Stats.of(floor.rates), label,
+                         Stats.of(reference.rates)),
+                     Row(f"floor server CPU per row, {described}", "µs", Stats.of(floor.broker_us))]
     return rows
 
 
 TRANSPORTS = ("flight", "grpc")
 TRANSPORT_NAMES = {"flight": "transport=flight", "grpc": "transport=grpc (PullMessage)"}
 REFERENCE = "reference"
+PREBUILT, GATHERED = flight_floor.MODES
+FLOORS = (PREBUILT, GATHERED)
+FLOOR_NAMES = {PREBUILT: "bare Arrow Flight server, prebuilt batches (no rmq code)",
+               GATHERED: "bare Arrow Flight server gathering from records (no rmq code)"}
 NARROW_KEY = f"3 columns ({', '.join(NARROW_COLUMNS)})"
-SCHEMAS: dict[str, tuple[str, ...] | None] = {"default schema (11 columns)": None, NARROW_KEY: NARROW_COLUMNS}
+DEFAULT_KEY = "default schema (11 columns)"
+SCHEMAS: dict[str, tuple[str, ...] | None] = {DEFAULT_KEY: None, NARROW_KEY: NARROW_COLUMNS}
 BROKER_CPU_TARGET = Target(max_value=0.2, unit="µs")   # issue 43: broker CPU per Flight row, 3 columns
 
 
@@ -185,9 +224,14 @@ def _rmq_options(ingest: Ingest, transport: str = "auto") -> dict[str, str]:
 
 def _reference_options(env: Environment, ingest: Ingest, columns: tuple[str, ...] | None = None
                        ) -> dict[str, str]:
-    """One pull batch of the topic's first queue, decoded and in Spark's Arrow schema: the
-    reference source yields exactly the rows rmq yields (or only `columns` of them), over as
-    many partitions as queues."""
+    """The reference source's options: as many partitions as queues, each yielding `_template`."""
+    path, schema = _template(env, ingest, columns)
+    return reference_source.options(path, ingest.rows, ingest.partitions, schema)
+
+
+def _template(env: Environment, ingest: Ingest, columns: tuple[str, ...] | None) -> tuple[Path, StructType]:
+    """One pull batch of the topic's first queue, decoded and in Spark's Arrow schema (an Arrow IPC
+    file): exactly the rows rmq yields (or only `columns` of them); and the schema of those columns."""
     names = columns or tuple(SOURCE_SCHEMA.names)
     path = env.directory("templates") / f"{ingest.topic}-{len(names)}.arrow"
     with RmqClient(ingest.endpoints) as client:
@@ -195,8 +239,7 @@ def _reference_options(env: Environment, ingest: Ingest, columns: tuple[str, ...
         result = client.pull(mq, 0, DEFAULT_PULL_BATCH_SIZE, group=GROUP)
     batch = decode(result.messages, mq.broker_name).cast(SOURCE_ARROW_SCHEMA).select(list(names))
     reference_source.write_template(batch, path)
-    schema = StructType([SOURCE_SCHEMA[name] for name in names])
-    return reference_source.options(path, ingest.rows, ingest.partitions, schema)
+    return path, StructType([SOURCE_SCHEMA[name] for name in names])
 
 
 def _warm_up(env: Environment, endpoints: str) -> None:

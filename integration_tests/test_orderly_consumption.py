@@ -71,11 +71,16 @@ class KeyedProducer(threading.Thread):
     def run(self) -> None:
         with Producer(self.endpoints) as producer:
             while self.steps < MAX_STEPS and not self.stop.is_set():
-                for key in range(KEYS):
-                    producer.send(Message(TOPIC, f"{key}:{self.steps}".encode(), keys=f"order-{key}"),
-                                  select_message_queue_by_hash, f"order-{key}")
+                send_step(producer, TOPIC, self.steps)
                 self.steps += 1
                 time.sleep(0.2)   # the behaviour under test: a steady producer, a step every 0.2 s
+
+
+def send_step(producer: Producer, topic: str, step: int) -> None:
+    """Step `step` of every order id, each to its key's queue (TV-21)."""
+    for key in range(KEYS):
+        producer.send(Message(topic, f"{key}:{step}".encode(), keys=f"order-{key}"),
+                      select_message_queue_by_hash, f"order-{key}")
 
 
 def records(out: Path) -> list[list]:
@@ -133,9 +138,7 @@ def test_keyed_orders_with_a_join_and_a_kill(broker: processes.ServerProcess, tm
 def produce_steps(endpoints: str, topic: str, steps: range) -> None:
     with Producer(endpoints) as producer:
         for step in steps:
-            for key in range(KEYS):
-                producer.send(Message(topic, f"{key}:{step}".encode(), keys=f"order-{key}"),
-                              select_message_queue_by_hash, f"order-{key}")
+            send_step(producer, topic, step)
 
 
 def wait_for_all(out: Path, expected: set[str]) -> None:
@@ -157,14 +160,22 @@ def test_keyed_orders_across_a_broker_restart(tmp_path: Path) -> None:
         with RmqClient(broker.address) as client:
             client.create_topic(TOPIC, 8)
         consumers = [start_consumer(broker, out, f"c{i}") for i in range(2)]
-        produce_steps(broker.address, TOPIC, range(5))
-        for consumer in consumers:
-            wait_until_consumed_by(consumer, out)
-        wait_for_all(out, {f"{key}:{step}" for key in range(KEYS) for step in range(5)})
+        # steps go on until each consumer processed one: a consumer that joins the group after the
+        # other consumed every step sent so far gets its queues with nothing left on them
+        producer = KeyedProducer(broker.address)
+        producer.start()
+        try:
+            for consumer in consumers:
+                wait_until_consumed_by(consumer, out)
+        finally:
+            producer.stop.set()
+            producer.join()
+        before = producer.steps
+        wait_for_all(out, {f"{key}:{step}" for key in range(KEYS) for step in range(before)})
         broker.restart()
         restarted = time.time()
-        produce_steps(broker.address, TOPIC, range(5, 10))
-        wait_for_all(out, {f"{key}:{step}" for key in range(KEYS) for step in range(10)})
+        produce_steps(broker.address, TOPIC, range(before, before + 5))
+        wait_for_all(out, {f"{key}:{step}" for key in range(KEYS) for step in range(before + 5)})
     finally:
         for consumer in consumers:
             consumer.send_signal(signal.SIGTERM)
@@ -173,7 +184,7 @@ def test_keyed_orders_across_a_broker_restart(tmp_path: Path) -> None:
         broker.stop()
     done = records(out)
     assert_no_queue_processed_twice_at_once(done)
-    assert_each_key_in_order(done, killed_pid=-1, steps_sent=10)
+    assert_each_key_in_order(done, killed_pid=-1, steps_sent=before + 5)
     after = [r for r in done if r[4] >= restarted]
     assert {r[3] for r in after} == {c.pid for c in consumers}      # both went on after the restart
 

@@ -122,9 +122,10 @@ class ServerProcess:
         try:
             wait_ready(self.address, self.process, self.ready_timeout,
                        channel_credentials=self.channel_credentials)
-        except RuntimeError as error:   # it exited: say why (its last lines)
+        except (RuntimeError, TimeoutError) as error:   # it exited, or never answered: say why
+            self.kill()   # one that never answered is not left running (on its port, loading the machine)
             tail = "\n".join(self.log().splitlines()[-5:])
-            raise RuntimeError(f"{error}; its log {self.log_path} ends:\n{tail}") from None
+            raise type(error)(f"{error}; its log {self.log_path} ends:\n{tail}") from None
         return self
 
     def stop(self, timeout: float = 20.0) -> int:

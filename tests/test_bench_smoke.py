@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -225,3 +226,21 @@ def test_per_request_cost_puts_other_threads_cpu_apart_from_the_loop_thread_s() 
     assert spent.loop < 0.1
     assert spent.voluntary >= 1   # the main thread waited for the helper
     assert "other threads: thread " in cpu_line("kind", 1, spent)
+
+
+def test_the_flight_floor_gathers_each_queue_in_order_from_commit_log_shaped_records(tmp_path: Path) -> None:
+    """Row 5's gathered floor (`bench.flight_floor`) reads the rows a query of 3 columns gets from
+    rmq: each queue's offsets from 0 up, its own queue id and the stored bodies, across the
+    runs the queues take turns in and across its batches."""
+    from bench.flight_floor import BATCH_ROWS, RUN, GatheredStore, write_records
+
+    share, queues = BATCH_ROWS + 2 * RUN + 5, 3
+    write_records(tmp_path / "records", share * queues, queues, body_size=7)
+    store = GatheredStore(tmp_path / "records", share * queues, queues)
+    for queue in range(queues):
+        batches = list(store.batches(queue, share))
+        assert [batch.num_rows for batch in batches] == [BATCH_ROWS, share - BATCH_ROWS]
+        offsets = [offset for batch in batches for offset in batch.column("queue_offset").to_pylist()]
+        assert offsets == list(range(share))
+        assert {value for batch in batches for value in batch.column("queue_id").to_pylist()} == {queue}
+        assert {value for batch in batches for value in batch.column("body").to_pylist()} == {b"x" * 7}

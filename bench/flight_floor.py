@@ -1,0 +1,237 @@
+"""Row 5's floors with rmq removed (issue 43): what a Spark query reaches when its rows come from
+another process over Arrow Flight with no rmq code on either side, and what a server that gathers
+the rows out of stored records costs per row.
+
+A bare pyarrow Flight server (this module run as a program; it imports nothing of rmq) answers a
+DoGet for `count` rows of one queue in one of two modes:
+- `prebuilt`: the reference's template batch (`bench/reference_source.py`), over and over: no
+  per-row work on the server, so the query's rate is the transport's floor;
+- `gathered` (3 columns: queue_id, queue_offset, body): records laid out as CommitLog records
+  (spec store §3, big-endian: 88-byte header, body, topic, properties) back to back in a file of
+  the server's, queues interleaved in runs of 1,024 as the benchmark's producer writes them, read
+  through a memory map. Per batch of 16,384 rows it takes the ConsumeQueue positions, gathers
+  queue_id, queue_offset and the body lengths out of the headers and the bodies into one buffer
+  (numpy, the least a store keeping whole records must do), and sends the batch.
+`FlightFloorDataSource` (Spark name NAME) is the reference source's twin whose partitions read
+through DoGet instead of a memory map. `bench/spark_bench.py` runs both modes in row 5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as flight
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
+
+NAME = "rmq_flight_floor"
+MODES = ("prebuilt", "gathered")
+BATCH_ROWS = 16_384          # the rows of one Flight batch rmq's reader asks for (partition_reader)
+RUN = 1_024                  # consecutive records of one queue (the benchmark's FILL_BATCH)
+QUEUE_ID_POS, QUEUE_OFFSET_POS, BODY_LENGTH_POS, BODY_POS = 12, 20, 84, 88
+TOPIC = b"bench-e2e"
+PROPERTIES = b"KEYS\x01k\x02UNIQ_KEY\x017F000001000000000000000000000000\x02"
+GATHERED_SCHEMA = pa.schema([("queue_id", pa.int32()), ("queue_offset", pa.int64()), ("body", pa.binary())])
+
+
+def layout(rows: int, queues: int) -> tuple[np.ndarray, np.ndarray]:
+    """The queue and queue offset of each record: rows / queues records per queue (rounded up),
+    queue q's in runs of RUN taking turns with the other queues'."""
+    share = -(-rows // queues)
+    queue, offset = np.repeat(np.arange(queues), share), np.tile(np.arange(share), queues)
+    order = np.lexsort((offset % RUN, queue, offset // RUN))
+    return queue[order], offset[order]
+
+
+def write_records(path: Path, rows: int, queues: int, body_size: int) -> None:
+    """CommitLog-shaped records of `body_size`-byte bodies in the order of `layout`."""
+    size = BODY_POS + body_size + 1 + len(TOPIC) + 2 + len(PROPERTIES)
+    queue, offset = layout(rows, queues)
+    record = np.zeros((len(queue), size), dtype=np.uint8)
+    rows = len(queue)
+    record[:, 0:4] = _big_endian(np.full(rows, size), ">i4")
+    record[:, QUEUE_ID_POS:QUEUE_ID_POS + 4] = _big_endian(queue, ">i4")
+    record[:, QUEUE_OFFSET_POS:QUEUE_OFFSET_POS + 8] = _big_endian(offset, ">i8")
+    record[:, BODY_LENGTH_POS:BODY_POS] = _big_endian(np.full(rows, body_size), ">i4")
+    record[:, BODY_POS:BODY_POS + body_size] = ord("x")
+    tail = bytes([len(TOPIC)]) + TOPIC + len(PROPERTIES).to_bytes(2, "big") + PROPERTIES
+    record[:, BODY_POS + body_size:] = np.frombuffer(tail, dtype=np.uint8)
+    record.tofile(str(path))
+
+
+def _big_endian(values: np.ndarray, dtype: str) -> np.ndarray:
+    return values.astype(dtype).view(np.uint8).reshape(len(values), -1)
+
+
+class GatheredStore:
+    """The records file through a memory map, and each queue's ConsumeQueue (record positions)."""
+
+    def __init__(self, path: Path, rows: int, queues: int) -> None:
+        self.data = np.memmap(str(path), dtype=np.uint8, mode="r")
+        size = int(self.data[:4].view(">i4")[0])
+        queue, _ = layout(rows, queues)
+        self.positions = [np.flatnonzero(queue == q) * size for q in range(queues)]
+
+    def batches(self, queue: int, count: int) -> Iterator[pa.RecordBatch]:
+        entries = self.positions[queue][:count]
+        for start in range(0, len(entries), BATCH_ROWS):
+            yield self._gathered(entries[start:start + BATCH_ROWS])
+
+    def _gathered(self, positions: np.ndarray) -> pa.RecordBatch:
+        queue_id = self._items(positions + QUEUE_ID_POS, 4).view(">i4").astype(np.int32)
+        queue_offset = self._items(positions + QUEUE_OFFSET_POS, 8).view(">i8").astype(np.int64)
+        lengths = self._items(positions + BODY_LENGTH_POS, 4).view(">i4").astype(np.int64)
+        offsets = np.zeros(len(positions) + 1, dtype=np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        longest = int(lengths.max())
+        padded = self._items(positions + BODY_POS, longest).view(np.uint8).reshape(len(positions), longest)
+        bodies = (padded.reshape(-1) if int(lengths.min()) == longest
+                  else padded[np.arange(longest) < lengths[:, None]])
+        body = pa.Array.from_buffers(pa.binary(), len(positions),
+                                     [None, pa.py_buffer(offsets), pa.py_buffer(bodies)])
+        return pa.RecordBatch.from_arrays([pa.array(queue_id), pa.array(queue_offset), body],
+                                          schema=GATHERED_SCHEMA)
+
+    def _items(self, starts: np.ndarray, width: int) -> np.ndarray:
+        """data[p:p + width] for each p, gathered as `width`-byte items (one copy each)."""
+        items = np.ndarray((len(self.data) - width + 1,), np.dtype((np.void, width)), self.data, 0, (1,))
+        return items[starts]
+
+
+class FloorServer(flight.FlightServerBase):  # type: ignore[misc]
+    """DoGet of {"queue": q, "count": n}: n rows, prebuilt or gathered (module docstring)."""
+
+    def __init__(self, location: str, template: pa.RecordBatch | None, store: GatheredStore | None) -> None:
+        super().__init__(location)
+        self.template, self.store = template, store
+
+    def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.FlightDataStream:
+        request = json.loads(ticket.ticket)
+        if self.store is not None:
+            batches = self.store.batches(request["queue"], request["count"])
+            return flight.GeneratorStream(GATHERED_SCHEMA, batches)
+        assert self.template is not None
+        return flight.GeneratorStream(self.template.schema, _repeated(self.template, request["count"]))
+
+
+def _repeated(batch: pa.RecordBatch, count: int) -> Iterator[pa.RecordBatch]:
+    while count > 0:
+        yield batch if count >= batch.num_rows else batch.slice(0, count)
+        count -= batch.num_rows
+
+
+@dataclass(frozen=True)
+class QueueRows(InputPartition):  # type: ignore[misc]
+    queue: int
+    count: int
+
+
+class FlightFloorDataSource(DataSource):  # type: ignore[misc]
+    """Options: location, rows, partitions (one per queue) and the schema (JSON)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> StructType:
+        return StructType.fromJson(json.loads(self.options["schema"]))
+
+    def streamReader(self, schema: StructType) -> FlightFloorStreamReader:
+        return FlightFloorStreamReader(self.options["location"], int(self.options["rows"]),
+                                       int(self.options["partitions"]))
+
+
+class FlightFloorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+    """Offsets are row counts, as the reference's; each partition reads its queue's share."""
+
+    def __init__(self, location: str, rows: int, partitions: int) -> None:
+        self.location, self.rows, self.partition_count = location, rows, partitions
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"row": 0}
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        return {"row": self.rows}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """The data is fixed: the target offset is `rows`."""
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[QueueRows]:
+        share = (end["row"] - start["row"]) // self.partition_count
+        return [QueueRows(queue, share) for queue in range(self.partition_count)] if share else []
+
+    def read(self, partition: QueueRows) -> Iterator[pa.RecordBatch]:
+        client = flight.FlightClient(self.location)
+        try:
+            ticket = flight.Ticket(json.dumps({"queue": partition.queue, "count": partition.count}).encode())
+            for chunk in client.do_get(ticket):
+                yield chunk.data
+        finally:
+            client.close()
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Nothing to acknowledge."""
+
+
+def options(location: str, rows: int, partitions: int, schema: StructType) -> dict[str, str]:
+    return {"location": location, "rows": str(rows), "partitions": str(partitions), "schema": schema.json()}
+
+
+@dataclass(frozen=True)
+class RunningFloor:
+    location: str
+    pid: int
+
+
+@contextmanager
+def running(mode: str, template: Path, rows: int, queues: int) -> Iterator[RunningFloor]:
+    """The floor server in its own process (no rmq import), stopped on exit."""
+    command = [sys.executable, "-m", "bench.flight_floor", "--mode", mode, "--template", str(template),
+               "--rows", str(rows), "--queues", str(queues)]
+    with tempfile.TemporaryDirectory(prefix="flight-floor-") as directory:
+        server = subprocess.Popen([*command, "--directory", directory], stdout=subprocess.PIPE, text=True)
+        try:
+            assert server.stdout is not None
+            port = server.stdout.readline().strip()
+            if not port.isdigit():
+                raise RuntimeError(f"the Flight floor server did not start (exit {server.poll()})")
+            yield RunningFloor(f"grpc://127.0.0.1:{port}", server.pid)
+        finally:
+            server.terminate()
+            server.wait(30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mode", choices=MODES, required=True)
+    parser.add_argument("--template", type=Path, required=True, help="the reference's Arrow IPC file")
+    parser.add_argument("--rows", type=int, required=True)
+    parser.add_argument("--queues", type=int, required=True)
+    parser.add_argument("--directory", type=Path, required=True, help="where the gathered records go")
+    args = parser.parse_args()
+    template = store = None
+    if args.mode == "gathered":
+        path = args.directory / "records"
+        write_records(path, args.rows, args.queues, body_size=100)
+        store = GatheredStore(path, args.rows, args.queues)
+    else:
+        with pa.memory_map(str(args.template)) as source:
+            template = pa.ipc.open_file(source).get_batch(0)
+    server = FloorServer("grpc://127.0.0.1:0", template, store)
+    print(server.port, flush=True)
+    server.serve()
+
+
+if __name__ == "__main__":
+    main()
