@@ -123,7 +123,7 @@ class ConsumeMessageOrderlyService:
 
     def try_lock_later_and_reconsume(self, mq: MessageQueue, pq: ProcessQueue, delay_ms: int) -> None:
         def attempt() -> None:
-            locked = self.rebalance_impl.lock(mq)
+            locked = self.rebalance_impl.lock(mq, pq)   # not once the queue is let go of
             delay = TRY_LOCK_LATER_OK_MS if locked else TRY_LOCK_LATER_FAILED_MS
             self.submit_consume_request_later(pq, mq, delay)
 

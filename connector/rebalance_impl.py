@@ -170,6 +170,11 @@ class RebalanceImpl:
         self.orderly = orderly and not broadcasting   # queue locks are a clustering matter (§5.1)
         self.process_queue_table: dict[MessageQueue, ProcessQueue] = {}
         self._lock = threading.Lock()   # one rebalance at a time
+        # The broker locks asked for (lockAll, lock) and given back with the queue forgotten (a
+        # removal) go one at a time, each with the table as it is then: a lockAll whose request
+        # reached the broker after a removal's unlock would lock the dropped queue again, and its
+        # next owner would wait for that lock to lapse (60 s) or this consumer to leave.
+        self._lock_requests = threading.Lock()
         self._balanced = True           # the current rebalance got and let go of every queue it should
 
     def do_rebalance(self) -> bool:
@@ -218,7 +223,6 @@ class RebalanceImpl:
             if mq not in mq_set or pq.is_pull_expired():
                 pq.dropped = True
                 if self.remove_unnecessary_message_queue(mq, pq):
-                    del self.process_queue_table[mq]
                     changed = True
                     logger.info("doRebalance, %s, remove unnecessary mq, %s", self.group, mq)
                 else:
@@ -254,12 +258,14 @@ class RebalanceImpl:
         return False
 
     def remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
-        """Persist the queue's offset for its next owner, then forget it. Orderly: only once
-        no listener runs on the queue (else False: the rebalance tries again in a moment), and
-        then its broker lock is released at once (RebalancePushImpl#removeUnnecessaryMessageQueue,
-        without RocketMQ's 20 s unlockDelay for a queue still holding pulled messages: the queue
-        is dropped and its consume lock held here, so nothing more of it is consumed or
-        committed by this consumer; docs/client-behaviour.md "Orderly hand-off")."""
+        """Persist the queue's offset for its next owner, then forget it (`pq` leaves the table).
+        Orderly: only once no listener runs on the queue (else False: the rebalance tries again
+        in a moment), and then its broker lock is released at once, in the same step as the
+        queue leaves the table, so no lockAll takes it again (RebalancePushImpl#
+        removeUnnecessaryMessageQueue, without RocketMQ's 20 s unlockDelay for a queue still
+        holding pulled messages: the queue is dropped and its consume lock held here, so nothing
+        more of it is consumed or committed by this consumer; docs/client-behaviour.md
+        "Orderly hand-off")."""
         if self.orderly and not pq.lock_consume.acquire(timeout=UNLOCK_TRY_TIMEOUT_S):
             logger.warning("[WRONG]mq is consuming, so can not unlock it, %s. maybe hanged for a while", mq)
             return False
@@ -269,8 +275,11 @@ class RebalanceImpl:
             except RmqError as error:
                 logger.warning("persisting the offset of %s failed: %s", mq, error)
             self.offset_store.remove_offset(mq)
-            if self.orderly:
-                self.unlock(mq)
+            with self._lock_requests:
+                if self.orderly:
+                    self.unlock(mq)
+                if self.process_queue_table.get(mq) is pq:
+                    del self.process_queue_table[mq]
         finally:
             if self.orderly:
                 pq.lock_consume.release()
@@ -278,17 +287,22 @@ class RebalanceImpl:
 
     # ------------------------------------------------------------ queue locks (orderly)
 
-    def lock(self, mq: MessageQueue) -> bool:
-        """Lock one queue on its broker's master (marking its ProcessQueue, if any)."""
-        try:
-            locked = mq in self.admin.lock_batch([mq])
-        except RmqError as error:
-            logger.warning("lockBatchMQ of %s failed: %s", mq, error)
-            return False
-        pq = self.process_queue_table.get(mq)
-        if pq is not None and locked:
-            pq.locked = True
-            pq.last_lock_timestamp = pq.clock()
+    def lock(self, mq: MessageQueue, pq: ProcessQueue | None = None) -> bool:
+        """Lock one queue on its broker's master (marking its ProcessQueue, if any). With `pq`
+        (the consume service's retry, lockOneMQ), only while `pq` is the queue's and not
+        dropped: a queue let go of meanwhile is not locked again."""
+        with self._lock_requests:
+            if pq is not None and (pq.dropped or self.process_queue_table.get(mq) is not pq):
+                return False
+            try:
+                locked = mq in self.admin.lock_batch([mq])
+            except RmqError as error:
+                logger.warning("lockBatchMQ of %s failed: %s", mq, error)
+                return False
+            owned = self.process_queue_table.get(mq)
+            if owned is not None and locked:
+                owned.locked = True
+                owned.last_lock_timestamp = owned.clock()
         logger.info("the message queue lock %s, %s %s", "OK" if locked else "Failed", self.group, mq)
         return locked
 
@@ -298,7 +312,12 @@ class RebalanceImpl:
         naming the two causes of §6, until a later lockAll or rebalance gets it. A queue of
         an unreachable broker keeps its state, as RocketMQ's lockAll leaves it on an
         exception: its lock still lapses REBALANCE_LOCK_MAX_LIVE_TIME after the last renewal,
-        and a lost connection unlocks it at once (`connection_lost`)."""
+        and a lost connection unlocks it at once (`connection_lost`). A queue a rebalance lets
+        go of meanwhile is either unlocked after this request or not in it."""
+        with self._lock_requests:
+            self._lock_all()
+
+    def _lock_all(self) -> None:
         table = dict(self.process_queue_table)
         if not table:
             return
@@ -342,15 +361,16 @@ class RebalanceImpl:
 
     def unlock_all(self) -> None:
         """unlockAll(false): release every owned queue's lock (shutdown)."""
-        table = dict(self.process_queue_table)
-        if not table:
-            return
-        try:
-            self.admin.unlock_batch(sorted(table))
-        except RmqError as error:
-            logger.warning("unlockBatchMQ of group %s failed: %s", self.group, error)
-        for pq in table.values():
-            pq.locked = False
+        with self._lock_requests:
+            table = dict(self.process_queue_table)
+            if not table:
+                return
+            try:
+                self.admin.unlock_batch(sorted(table))
+            except RmqError as error:
+                logger.warning("unlockBatchMQ of group %s failed: %s", self.group, error)
+            for pq in table.values():
+                pq.locked = False
 
     def compute_pull_from_where(self, mq: MessageQueue, last_offset: int | None = None) -> int:
         """Spec consumer-pull-rebalance §9 / TV-9: the committed offset (`last_offset` when read

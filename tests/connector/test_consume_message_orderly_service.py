@@ -319,3 +319,65 @@ def test_an_unreachable_broker_keeps_the_locks_a_lost_connection_releases_them(
     admin.down = frozenset()
     c1.lock_all()
     assert all(pq.locked for pq in c1.process_queue_table.values())
+
+
+class LateLockAdmin(LockingAdmin):
+    """lockAll's request reaches the broker late: it waits (up to `LATE_S`) for an unlock of this
+    client that could overtake it."""
+
+    LATE_S = 0.5
+
+    def __init__(self, locks: RebalanceLockManager, client_id: str, consumers: list[str]) -> None:
+        super().__init__(locks, client_id, consumers)
+        self.lock_all_sent = threading.Event()
+        self.unlocked = threading.Event()
+
+    def lock_batch(self, mqs: Sequence[MessageQueue], unreachable: set[str] | None = None
+                   ) -> set[MessageQueue]:
+        if len(mqs) > 1:
+            self.lock_all_sent.set()
+            self.unlocked.wait(self.LATE_S)
+        return super().lock_batch(mqs, unreachable)
+
+    def unlock_batch(self, mqs: Sequence[MessageQueue]) -> None:
+        super().unlock_batch(mqs)
+        self.unlocked.set()
+
+
+def test_a_lock_all_on_its_way_does_not_lock_again_the_queues_a_rebalance_lets_go(tmp_path: Path) -> None:
+    """c1's periodic lockAll is sent just as c2 joins and c1's rebalance lets queues 2 and 3 go:
+    the lock request must not reach the broker after their unlock, or c1 holds them again,
+    unrenewed, and c2 waits for the lock to lapse (60 s; the chaos start-up's "consumers to
+    share the queues" timed out so)."""
+    locks = RebalanceLockManager()
+    c1, _ = orderly_rebalancer(tmp_path, locks, "c1", ["c1"])
+    assert c1.do_rebalance() is True
+    admin = c1.admin = LateLockAdmin(locks, "c1", ["c1", "c2"])
+    renewal = threading.Thread(target=c1.lock_all)
+    renewal.start()
+    assert admin.lock_all_sent.wait(10)
+    assert c1.do_rebalance() is True                  # lets queues 2 and 3 go
+    renewal.join()
+    assert sorted(q.queue_id for q in c1.process_queue_table) == [0, 1]
+    assert (locks.holder("G", Q[2]), locks.holder("G", Q[3])) == (None, None)
+    c2, pulls2 = orderly_rebalancer(tmp_path, locks, "c2", ["c1", "c2"])
+    assert c2.do_rebalance() is True                  # c2 takes them at once
+    assert sorted(r.message_queue.queue_id for r in pulls2) == [2, 3]
+
+
+def test_a_retried_lock_does_not_take_again_a_queue_let_go_of_meanwhile(tmp_path: Path) -> None:
+    """tryLockLaterAndReconsume's lock runs 100 ms after the consume request found its queue
+    unlocked; if a rebalance let the queue go in between, it is not locked again."""
+    locks = RebalanceLockManager()
+    c1, _ = orderly_rebalancer(tmp_path, locks, "c1", ["c1"])
+    assert c1.do_rebalance() is True
+    svc = ConsumeMessageOrderlyService(
+        Recorder([]), ConsumerConfig("G", consume_thread_max=1), offset_store=c1.offset_store,
+        rebalance_impl=c1, send_message_back=lambda m, level: True, scheduler=RecordingScheduler())
+    pq = c1.process_queue_table[Q[3]]
+    pq.locked = False                                 # a lockAll found it taken a moment ago
+    svc.run(OrderlyConsumeRequest(pq, Q[3]))          # its lock is tried again in 100 ms
+    c1.admin.consumers = ["c1", "c2"]                 # type: ignore[attr-defined]
+    assert c1.do_rebalance() is True                  # meanwhile c2 joins: queue 3 let go
+    svc.scheduler.run_all()                           # type: ignore[attr-defined]
+    assert locks.holder("G", Q[3]) is None
