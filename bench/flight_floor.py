@@ -32,9 +32,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
+
+from bench.reference_source import FixedRowsDataSource, FixedRowsStreamReader
 
 NAME = "rmq_flight_floor"
 MODES = ("prebuilt", "gathered")
@@ -143,35 +144,24 @@ class QueueRows(InputPartition):  # type: ignore[misc]
     count: int
 
 
-class FlightFloorDataSource(DataSource):  # type: ignore[misc]
+class FlightFloorDataSource(FixedRowsDataSource):
     """Options: location, rows, partitions (one per queue) and the schema (JSON)."""
 
     @classmethod
     def name(cls) -> str:
         return NAME
 
-    def schema(self) -> StructType:
-        return StructType.fromJson(json.loads(self.options["schema"]))
-
     def streamReader(self, schema: StructType) -> FlightFloorStreamReader:
         return FlightFloorStreamReader(self.options["location"], int(self.options["rows"]),
                                        int(self.options["partitions"]))
 
 
-class FlightFloorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
-    """Offsets are row counts, as the reference's; each partition reads its queue's share."""
+class FlightFloorStreamReader(FixedRowsStreamReader):
+    """Each partition reads its queue's share of the rows through one DoGet."""
 
     def __init__(self, location: str, rows: int, partitions: int) -> None:
-        self.location, self.rows, self.partition_count = location, rows, partitions
-
-    def initialOffset(self) -> dict[str, int]:
-        return {"row": 0}
-
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        return {"row": self.rows}
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        """The data is fixed: the target offset is `rows`."""
+        super().__init__(rows, partitions)
+        self.location = location
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[QueueRows]:
         share = (end["row"] - start["row"]) // self.partition_count
@@ -185,9 +175,6 @@ class FlightFloorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                 yield chunk.data
         finally:
             client.close()
-
-    def commit(self, end: dict[str, int]) -> None:
-        """Nothing to acknowledge."""
 
 
 def options(location: str, rows: int, partitions: int, schema: StructType) -> dict[str, str]:
