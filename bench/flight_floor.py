@@ -10,8 +10,9 @@ DoGet for `count` rows of one queue in one of two modes:
   (spec store §3, big-endian: 88-byte header, body, topic, properties) back to back in a file of
   the server's, queues interleaved in runs of 1,024 as the benchmark's producer writes them, read
   through a memory map. Per batch of 16,384 rows it takes the ConsumeQueue positions, gathers
-  queue_id, queue_offset and the body lengths out of the headers and the bodies into one buffer
-  (numpy, the least a store keeping whole records must do), and sends the batch.
+  the records' fixed headers and then their bodies into one buffer (numpy, the least a store
+  keeping whole records must do), reads queue_id and queue_offset from the headers, and sends
+  the batch.
 `FlightFloorDataSource` (Spark name NAME) is the reference source's twin whose partitions read
 through DoGet instead of a memory map. `bench/spark_bench.py` runs both modes in row 5.
 """
@@ -31,9 +32,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
+
+from bench.reference_source import FixedRowsDataSource, FixedRowsStreamReader
 
 NAME = "rmq_flight_floor"
 MODES = ("prebuilt", "gathered")
@@ -42,6 +44,8 @@ RUN = 1_024                  # consecutive records of one queue (the benchmark's
 QUEUE_ID_POS, QUEUE_OFFSET_POS, BODY_LENGTH_POS, BODY_POS = 12, 20, 84, 88
 TOPIC = b"bench-e2e"
 PROPERTIES = b"KEYS\x01k\x02UNIQ_KEY\x017F000001000000000000000000000000\x02"
+HEADER = np.dtype({"names": ["queue_id", "queue_offset", "body_length"], "formats": [">i4", ">i8", ">i4"],
+                   "offsets": [QUEUE_ID_POS, QUEUE_OFFSET_POS, BODY_LENGTH_POS], "itemsize": BODY_POS})
 GATHERED_SCHEMA = pa.schema([("queue_id", pa.int32()), ("queue_offset", pa.int64()), ("body", pa.binary())])
 
 
@@ -89,9 +93,11 @@ class GatheredStore:
             yield self._gathered(entries[start:start + BATCH_ROWS])
 
     def _gathered(self, positions: np.ndarray) -> pa.RecordBatch:
-        queue_id = self._items(positions + QUEUE_ID_POS, 4).view(">i4").astype(np.int32)
-        queue_offset = self._items(positions + QUEUE_OFFSET_POS, 8).view(">i8").astype(np.int64)
-        lengths = self._items(positions + BODY_LENGTH_POS, 4).view(">i4").astype(np.int64)
+        """Two gathers, as rmq's store makes (the fastest of the ways bench/NOTES.md's fifth pass
+        of issue 43 tried with the CommitLog cold in the cache): each record's fixed header, then
+        its body; the columns read from the gathered headers."""
+        headers = self._items(positions, BODY_POS).view(HEADER).reshape(-1)
+        lengths = headers["body_length"].astype(np.int64)
         offsets = np.zeros(len(positions) + 1, dtype=np.int32)
         np.cumsum(lengths, out=offsets[1:])
         longest = int(lengths.max())
@@ -100,7 +106,8 @@ class GatheredStore:
                   else padded[np.arange(longest) < lengths[:, None]])
         body = pa.Array.from_buffers(pa.binary(), len(positions),
                                      [None, pa.py_buffer(offsets), pa.py_buffer(bodies)])
-        return pa.RecordBatch.from_arrays([pa.array(queue_id), pa.array(queue_offset), body],
+        return pa.RecordBatch.from_arrays([pa.array(headers["queue_id"].astype(np.int32)),
+                                           pa.array(headers["queue_offset"].astype(np.int64)), body],
                                           schema=GATHERED_SCHEMA)
 
     def _items(self, starts: np.ndarray, width: int) -> np.ndarray:
@@ -137,35 +144,24 @@ class QueueRows(InputPartition):  # type: ignore[misc]
     count: int
 
 
-class FlightFloorDataSource(DataSource):  # type: ignore[misc]
+class FlightFloorDataSource(FixedRowsDataSource):
     """Options: location, rows, partitions (one per queue) and the schema (JSON)."""
 
     @classmethod
     def name(cls) -> str:
         return NAME
 
-    def schema(self) -> StructType:
-        return StructType.fromJson(json.loads(self.options["schema"]))
-
     def streamReader(self, schema: StructType) -> FlightFloorStreamReader:
         return FlightFloorStreamReader(self.options["location"], int(self.options["rows"]),
                                        int(self.options["partitions"]))
 
 
-class FlightFloorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
-    """Offsets are row counts, as the reference's; each partition reads its queue's share."""
+class FlightFloorStreamReader(FixedRowsStreamReader):
+    """Each partition reads its queue's share of the rows through one DoGet."""
 
     def __init__(self, location: str, rows: int, partitions: int) -> None:
-        self.location, self.rows, self.partition_count = location, rows, partitions
-
-    def initialOffset(self) -> dict[str, int]:
-        return {"row": 0}
-
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        return {"row": self.rows}
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        """The data is fixed: the target offset is `rows`."""
+        super().__init__(rows, partitions)
+        self.location = location
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[QueueRows]:
         share = (end["row"] - start["row"]) // self.partition_count
@@ -179,9 +175,6 @@ class FlightFloorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                 yield chunk.data
         finally:
             client.close()
-
-    def commit(self, end: dict[str, int]) -> None:
-        """Nothing to acknowledge."""
 
 
 def options(location: str, rows: int, partitions: int, schema: StructType) -> dict[str, str]:

@@ -35,25 +35,18 @@ class RowRange(InputPartition):
     end: int
 
 
-class ReferenceDataSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return NAME
+class FixedRowsDataSource(DataSource):
+    """A benchmark source of a fixed number of rows, its schema given (JSON) in option "schema"."""
 
     def schema(self) -> StructType:
         return StructType.fromJson(json.loads(self.options["schema"]))
 
-    def streamReader(self, schema: StructType) -> ReferenceStreamReader:
-        return ReferenceStreamReader(
-            Path(self.options["template"]), int(self.options["rows"]), int(self.options["partitions"])
-        )
 
+class FixedRowsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are row counts; all `rows` exist from the start, so AvailableNow reads them all."""
 
-class ReferenceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Offsets are row counts; all rows exist from the start, so AvailableNow reads them all."""
-
-    def __init__(self, template: Path, rows: int, partitions: int) -> None:
-        self.template, self.rows, self.partition_count = template, rows, partitions
+    def __init__(self, rows: int, partitions: int) -> None:
+        self.rows, self.partition_count = rows, partitions
 
     def initialOffset(self) -> dict:
         return {"row": 0}
@@ -63,6 +56,28 @@ class ReferenceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def prepareForTriggerAvailableNow(self) -> None:
         """The data is fixed: the target offset is `rows`."""
+
+    def commit(self, end: dict) -> None:
+        """Nothing to acknowledge."""
+
+
+class ReferenceDataSource(FixedRowsDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def streamReader(self, schema: StructType) -> ReferenceStreamReader:
+        return ReferenceStreamReader(
+            Path(self.options["template"]), int(self.options["rows"]), int(self.options["partitions"])
+        )
+
+
+class ReferenceStreamReader(FixedRowsStreamReader):
+    """Each partition yields the template batch over its share of the rows."""
+
+    def __init__(self, template: Path, rows: int, partitions: int) -> None:
+        super().__init__(rows, partitions)
+        self.template = template
 
     def partitions(self, start: dict, end: dict) -> list[RowRange]:
         first, last = start["row"], end["row"]
@@ -76,6 +91,3 @@ class ReferenceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             while remaining > 0:
                 yield batch if remaining >= batch.num_rows else batch.slice(0, remaining)
                 remaining -= batch.num_rows
-
-    def commit(self, end: dict) -> None:
-        """Nothing to acknowledge."""

@@ -117,7 +117,10 @@ def _e2e_schema_rows(name: str, key: str, ingest: Ingest, runs: dict[tuple[str, 
             described = f"{key}, {FLOOR_NAMES[mode]}"
             rows += [Row(f"{name}, {described}", "rows/s", Stats.of(floor.rates), label,
                          Stats.of(reference.rates)),
-                     Row(f"floor server CPU per row, {described}", "µs", Stats.of(floor.broker_us))]
+                     Row(f"floor server CPU per row, {described}", "µs", Stats.of(floor.broker_us)),
+                     Row(f"Spark (JVM + Python workers) CPU per row, {described}", "µs",
+                         Stats.of(floor.executor_us), f"zero-copy Arrow source, {key}",
+                         Stats.of(reference.executor_us))]
     return rows
 
 
