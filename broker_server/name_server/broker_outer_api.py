@@ -16,6 +16,7 @@ from collections.abc import Callable
 import grpc
 from google.protobuf.message import Message
 
+from rmq.broker_server.background_tasks import wait_for_event
 from rmq.broker_server.config import DEFAULT_CLUSTER_NAME
 from rmq.broker_server.processors.topic_config_manager import TopicConfigManager
 from rmq.v1 import rmq_pb2, rmq_pb2_grpc
@@ -101,11 +102,10 @@ class BrokerOuterAPI:
         while True:
             self._changed.clear()
             missed = await self._register_with(addresses)
-            try:
-                await asyncio.wait_for(self._changed.wait(),
-                                       REGISTER_RETRY_S if missed else self.register_interval_ms / 1000)
+            period_s = REGISTER_RETRY_S if missed else self.register_interval_ms / 1000
+            if await wait_for_event(self._changed, period_s):
                 addresses = list(self._channels)
-            except TimeoutError:
+            else:
                 addresses = missed or list(self._channels)
 
     async def _call(self, address: str, method: str, request: Message) -> bool:

@@ -31,6 +31,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from rmq.broker_server.background_tasks import wait_for_event
 from rmq.broker_server.errors import BrokerError
 from rmq.broker_server.long_polling.fair_shares import adjust_count
 from rmq.broker_server.security.caller import account_key
@@ -117,9 +118,7 @@ class PullResponseBudget:
                 self._waiting += 1
                 given_back = self._given_back
             try:
-                await asyncio.wait_for(given_back.wait(), remaining)
-            except TimeoutError:
-                pass
+                await wait_for_event(given_back, remaining)
             finally:
                 with self._lock:
                     self._waiting -= 1

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rmq import message_format as mf
-from rmq.broker_server.background_tasks import cancel_all
+from rmq.broker_server.background_tasks import cancel_all, wait_for_event
 from rmq.broker_server.errors import BrokerError, NotMaster
 from rmq.broker_server.json_file import read_json
 from rmq.broker_server.metrics.collectors import TimerFigures
@@ -393,10 +393,7 @@ class TimerMessageStore:
                     cleaned = saved
             except Exception:
                 log.exception("timer messages: a round failed; retrying")
-            try:
-                await asyncio.wait_for(self._wake.wait(), min(wait, CHECKPOINT_INTERVAL_S))
-            except TimeoutError:
-                pass
+            await wait_for_event(self._wake, min(wait, CHECKPOINT_INTERVAL_S))
 
     def _save_checkpoint(self) -> None:
         self.checkpoint.slave = not self.is_master
