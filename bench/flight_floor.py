@@ -35,7 +35,7 @@ import pyarrow.flight as flight
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
-from bench.reference_source import FixedRowsDataSource, FixedRowsStreamReader
+from bench.reference_source import FixedRowsDataSource, FixedRowsStreamReader, repeated
 
 NAME = "rmq_flight_floor"
 MODES = ("prebuilt", "gathered")
@@ -129,13 +129,7 @@ class FloorServer(flight.FlightServerBase):  # type: ignore[misc]
             batches = self.store.batches(request["queue"], request["count"])
             return flight.GeneratorStream(GATHERED_SCHEMA, batches)
         assert self.template is not None
-        return flight.GeneratorStream(self.template.schema, _repeated(self.template, request["count"]))
-
-
-def _repeated(batch: pa.RecordBatch, count: int) -> Iterator[pa.RecordBatch]:
-    while count > 0:
-        yield batch if count >= batch.num_rows else batch.slice(0, count)
-        count -= batch.num_rows
+        return flight.GeneratorStream(self.template.schema, repeated(self.template, request["count"]))
 
 
 @dataclass(frozen=True)

@@ -86,8 +86,11 @@ class ReferenceStreamReader(FixedRowsStreamReader):
 
     def read(self, partition: RowRange) -> Iterator[pa.RecordBatch]:
         with pa.memory_map(str(self.template)) as source:
-            batch = pa.ipc.open_file(source).get_batch(0)
-            remaining = partition.end - partition.start
-            while remaining > 0:
-                yield batch if remaining >= batch.num_rows else batch.slice(0, remaining)
-                remaining -= batch.num_rows
+            yield from repeated(pa.ipc.open_file(source).get_batch(0), partition.end - partition.start)
+
+
+def repeated(batch: pa.RecordBatch, count: int) -> Iterator[pa.RecordBatch]:
+    """`count` rows: `batch` over and over, the last one cut short (zero-copy slices)."""
+    while count > 0:
+        yield batch if count >= batch.num_rows else batch.slice(0, count)
+        count -= batch.num_rows
