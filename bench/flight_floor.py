@@ -58,20 +58,22 @@ def layout(rows: int, queues: int) -> tuple[np.ndarray, np.ndarray]:
     return queue[order], offset[order]
 
 
-def write_records(path: Path, rows: int, queues: int, body_size: int) -> None:
-    """CommitLog-shaped records of `body_size`-byte bodies in the order of `layout`."""
+def write_records(path: Path, rows: int, queues: int, body_size: int) -> np.ndarray:
+    """CommitLog-shaped records of `body_size`-byte bodies in the order of `layout`; the queue of
+    each record (what `GatheredStore` indexes)."""
     size = BODY_POS + body_size + 1 + len(TOPIC) + 2 + len(PROPERTIES)
     queue, offset = layout(rows, queues)
-    record = np.zeros((len(queue), size), dtype=np.uint8)
-    rows = len(queue)
-    record[:, 0:4] = _big_endian(np.full(rows, size), ">i4")
+    count = len(queue)
+    record = np.zeros((count, size), dtype=np.uint8)
+    record[:, 0:4] = _big_endian(np.full(count, size), ">i4")
     record[:, QUEUE_ID_POS:QUEUE_ID_POS + 4] = _big_endian(queue, ">i4")
     record[:, QUEUE_OFFSET_POS:QUEUE_OFFSET_POS + 8] = _big_endian(offset, ">i8")
-    record[:, BODY_LENGTH_POS:BODY_POS] = _big_endian(np.full(rows, body_size), ">i4")
+    record[:, BODY_LENGTH_POS:BODY_POS] = _big_endian(np.full(count, body_size), ">i4")
     record[:, BODY_POS:BODY_POS + body_size] = ord("x")
     tail = bytes([len(TOPIC)]) + TOPIC + len(PROPERTIES).to_bytes(2, "big") + PROPERTIES
     record[:, BODY_POS + body_size:] = np.frombuffer(tail, dtype=np.uint8)
     record.tofile(str(path))
+    return queue
 
 
 def _big_endian(values: np.ndarray, dtype: str) -> np.ndarray:
@@ -81,11 +83,12 @@ def _big_endian(values: np.ndarray, dtype: str) -> np.ndarray:
 class GatheredStore:
     """The records file through a memory map, and each queue's ConsumeQueue (record positions)."""
 
-    def __init__(self, path: Path, rows: int, queues: int) -> None:
+    def __init__(self, path: Path, queue_of_record: np.ndarray) -> None:
+        """`queue_of_record`: what `write_records` answered for the file."""
         self.data = np.memmap(str(path), dtype=np.uint8, mode="r")
         size = int(self.data[:4].view(">i4")[0])
-        queue, _ = layout(rows, queues)
-        self.positions = [np.flatnonzero(queue == q) * size for q in range(queues)]
+        queues = int(queue_of_record.max()) + 1
+        self.positions = [np.flatnonzero(queue_of_record == q) * size for q in range(queues)]
 
     def batches(self, queue: int, count: int) -> Iterator[pa.RecordBatch]:
         entries = self.positions[queue][:count]
@@ -210,8 +213,7 @@ def main() -> None:
     template = store = None
     if args.mode == "gathered":
         path = args.directory / "records"
-        write_records(path, args.rows, args.queues, body_size=100)
-        store = GatheredStore(path, args.rows, args.queues)
+        store = GatheredStore(path, write_records(path, args.rows, args.queues, body_size=100))
     else:
         with pa.memory_map(str(args.template)) as source:
             template = pa.ipc.open_file(source).get_batch(0)

@@ -235,8 +235,8 @@ def test_the_flight_floor_gathers_each_queue_in_order_from_commit_log_shaped_rec
     from bench.flight_floor import BATCH_ROWS, RUN, GatheredStore, write_records
 
     share, queues = BATCH_ROWS + 2 * RUN + 5, 3
-    write_records(tmp_path / "records", share * queues, queues, body_size=7)
-    store = GatheredStore(tmp_path / "records", share * queues, queues)
+    path = tmp_path / "records"
+    store = GatheredStore(path, write_records(path, share * queues, queues, body_size=7))
     for queue in range(queues):
         batches = list(store.batches(queue, share))
         assert [batch.num_rows for batch in batches] == [BATCH_ROWS, share - BATCH_ROWS]
