@@ -12,14 +12,13 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmq import message_format as mf
-from rmq.record_columns import RecordColumns, RecordParts, RecordTails, Spans, gather
+from rmq.record_columns import RecordColumns, RecordParts, RecordTails, Spans, gather, spans
 
 
 class CorruptRecordsError(ValueError):
@@ -172,7 +171,8 @@ class _Columns:
         assert self.tails is not None
         properties = self.tails.properties
         if properties.data.size:
-            return _Properties.parse(_strings(properties, "properties"))
+            _strings(properties, "properties")   # checked UTF-8
+            return _Properties.parse(properties)
         return _Properties.none(len(self.read.sizes))
 
 
@@ -256,52 +256,68 @@ def _msg_ids(header: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.string(), len(header), buffers)
 
 
-@dataclass(frozen=True)
-class _Properties:
-    """The properties column as a map plus its flat (row, name, value) entries."""
+_NAME_VALUE = ord(mf.NAME_VALUE_SEPARATOR)
+_ITEM_END = ord(mf.PROPERTY_SEPARATOR)
 
-    entries: pa.MapArray
-    rows: np.ndarray
-    names: pa.Array
-    values: pa.Array
+
+class _Properties:
+    """The properties of `count` records (`name \\x01 value \\x02 ...` each, rmq.message_format)
+    split into their items on the text's bytes (numpy: the separators are ASCII, so every piece of
+    UTF-8 text is UTF-8): the map column, and one name's value per row."""
+
+    def __init__(self, count: int, rows: np.ndarray, names: pa.Array, values: pa.Array) -> None:
+        self.count = count
+        self.rows = rows        # int64, the row of each item, in order
+        self.names = names      # string, one per item
+        self.values = values    # string, one per item ("" after a name without a separator)
 
     @classmethod
-    def parse(cls, text: pa.Array) -> _Properties:
-        """Parse `name \\x01 value \\x02 ...` strings into a map per row."""
-        items_per_row = pc.split_pattern(text, mf.PROPERTY_SEPARATOR)
-        items = items_per_row.flatten()
-        keep = pc.not_equal(items, _string(""))  # the empty piece after the trailing separator
-        items = items.filter(keep)
-        rows = _numpy(pc.list_parent_indices(items_per_row).filter(keep))
-
-        pairs = pc.split_pattern(items, mf.NAME_VALUE_SEPARATOR, max_splits=1)
-        pieces = pairs.flatten()
-        offsets_of_pairs = _numpy(pairs.offsets)
-        first = offsets_of_pairs[:-1] - offsets_of_pairs[0]
-        has_value = _numpy(pc.list_value_length(pairs)) == 2
-        names = pieces.take(_primitive(first.astype(np.int64), pa.int64()))
-        value_index = _primitive((first + 1).astype(np.int64), pa.int64(), valid=has_value)
-        values = pc.fill_null(pieces.take(value_index), _string(""))
-
-        offsets = np.zeros(len(text) + 1, dtype=np.int32)
-        np.cumsum(np.bincount(rows, minlength=len(text)), out=offsets[1:])
-        entries = pa.MapArray.from_arrays(_primitive(offsets, pa.int32()), names, values, type=_PROPERTIES)
-        return cls(entries, rows, names, values)
+    def parse(cls, text: Spans) -> _Properties:
+        """The items of each row's text (UTF-8, checked): pieces between PROPERTY_SEPARATORs (the
+        last one may lack its separator), empty ones dropped, each split at its first
+        NAME_VALUE_SEPARATOR (none: the value is empty), as rmq.message_format.decode_properties."""
+        data, offsets = text.data, text.offsets.astype(np.int64)
+        separators = np.flatnonzero(data == _ITEM_END)
+        row_ends = offsets[1:]
+        unterminated = row_ends[(row_ends > offsets[:-1]) & (data[np.maximum(row_ends - 1, 0)] != _ITEM_END)]
+        # each item ends at a separator (the next starts after it) or an unterminated row's end
+        # (the next starts there), in order: a row's end before a separator at the same place
+        ends = np.concatenate([unterminated, separators])
+        following = np.concatenate([unterminated, separators + 1])
+        if len(unterminated):
+            order = np.argsort(ends, kind="stable")
+            ends, following = ends[order], following[order]
+        starts = np.concatenate([offsets[:1], following[:-1]])
+        kept = ends > starts
+        starts, ends = starts[kept], ends[kept]
+        marks = np.flatnonzero(data == _NAME_VALUE)
+        first = np.searchsorted(marks, starts)
+        mark = marks[np.minimum(first, len(marks) - 1)] if len(marks) else ends
+        split = (first < len(marks)) & (mark < ends)
+        name_ends, value_starts = np.where(split, mark, ends), np.where(split, mark + 1, ends)
+        rows = np.searchsorted(offsets, starts, side="right") - 1
+        return cls(len(offsets) - 1, rows, _variable(pa.string(), spans(data, starts, name_ends - starts)),
+                   _variable(pa.string(), spans(data, value_starts, ends - value_starts)))
 
     @classmethod
     def none(cls, count: int) -> _Properties:
-        """`count` rows without properties (what parse gives for empty strings, without parsing)."""
-        no_entries = pa.nulls(0, pa.string())
-        offsets = _primitive(np.zeros(count + 1, dtype=np.int32), pa.int32())
-        entries = pa.MapArray.from_arrays(offsets, no_entries, no_entries, type=_PROPERTIES)
-        return cls(entries, np.zeros(0, dtype=np.int64), no_entries, no_entries)
+        """`count` rows without properties (what parse gives for empty texts, without parsing)."""
+        no_items = pa.nulls(0, pa.string())
+        return cls(count, np.zeros(0, dtype=np.int64), no_items, no_items)
+
+    @functools.cached_property
+    def entries(self) -> pa.MapArray:
+        offsets = np.zeros(self.count + 1, dtype=np.int32)
+        np.cumsum(np.bincount(self.rows, minlength=self.count), out=offsets[1:])
+        return pa.MapArray.from_arrays(_primitive(offsets, pa.int32()), self.names, self.values,
+                                       type=_PROPERTIES)
 
     def lookup(self, name: pa.StringScalar) -> pa.Array:
-        """The value of property `name` per row, null where the row has none."""
+        """The value of property `name` per row (its last item of that name), null where the row
+        has none."""
         if not len(self.names):
-            return pa.nulls(len(self.entries), pa.string())
-        found = pc.equal(self.names, name)
-        matches = _numpy(found)
-        index = np.full(len(self.entries), -1, dtype=np.int64)
-        index[self.rows[matches]] = np.arange(int(matches.sum()))
-        return self.values.filter(found).take(_primitive(index, pa.int64(), valid=index >= 0))
+            return pa.nulls(self.count, pa.string())
+        matches = np.flatnonzero(_numpy(pc.equal(self.names, name)))
+        index = np.full(self.count, -1, dtype=np.int64)
+        index[self.rows[matches]] = matches
+        return self.values.take(_primitive(index, pa.int64(), valid=index >= 0))

@@ -93,12 +93,12 @@ def gather(data: np.ndarray, starts: np.ndarray, sizes: np.ndarray, parts: Recor
     stored = np.ndarray((len(starts),), _BODY_LENGTH, headers, mf.BODY_LENGTH_POS, (mf.BODY_POS,))
     room = np.maximum(sizes - mf.FIXED_OVERHEAD, 0)   # for body, topic and properties
     body_lengths = np.clip(stored, 0, room, dtype=np.int64)
-    bodies = _spans(data, starts + mf.BODY_POS, body_lengths)
+    bodies = spans(data, starts + mf.BODY_POS, body_lengths)
     if parts is RecordParts.HEADS:
         return RecordColumns(sizes, headers, bodies)
     # each tail in one gather (the records are cold in the cache: one pass over them), then split
     tail_room = room - body_lengths
-    tails = _spans(data, starts + mf.BODY_POS + body_lengths, tail_room + _TAIL_OVERHEAD)
+    tails = spans(data, starts + mf.BODY_POS + body_lengths, tail_room + _TAIL_OVERHEAD)
     return RecordColumns(sizes, headers, bodies, _split_tails(tails, tail_room))
 
 
@@ -127,9 +127,9 @@ def _split_tails(tails: Spans, room: np.ndarray) -> RecordTails:
     properties_length_pos = starts + 1 + topic_clipped
     properties_lengths = _rows(tails.data, properties_length_pos, 2).view(_PROPERTIES_LENGTH).reshape(-1)
     properties_clipped = np.clip(properties_lengths, 0, room - topic_clipped, dtype=np.int64)
-    return RecordTails(topic_lengths, _spans(tails.data, starts + 1, topic_clipped),
+    return RecordTails(topic_lengths, spans(tails.data, starts + 1, topic_clipped),
                        properties_lengths.astype(np.int64),
-                       _spans(tails.data, properties_length_pos + 2, properties_clipped))
+                       spans(tails.data, properties_length_pos + 2, properties_clipped))
 
 
 def _join(spans: list[Spans]) -> Spans:
@@ -147,7 +147,7 @@ def _rows(data: np.ndarray, positions: np.ndarray, width: int) -> np.ndarray:
     return rows
 
 
-def _spans(data: np.ndarray, positions: np.ndarray, lengths: np.ndarray) -> Spans:
+def spans(data: np.ndarray, positions: np.ndarray, lengths: np.ndarray) -> Spans:
     """data[p:p + length] for each position and length, back to back."""
     offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])

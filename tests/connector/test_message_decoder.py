@@ -97,6 +97,32 @@ def test_unicode_tags_keys_and_properties_round_trip() -> None:
     assert row["msg_id"] == "7F00000100002A9F0102030405060708"
 
 
+ODD_PROPERTIES = [
+    "A\x011",                     # the last item without its separator, then a row starting with one
+    "\x02B\x012\x02\x02",          # empty items
+    "",
+    "TAGS\x01x\x02TAGS\x01y\x02KEYS",   # a name twice (the last counts), an item without a value
+    "C\x01v\x01w\x02\x01only value\x02TAGS\x01",
+    "\x02",
+    "TAGS\x01z",
+]
+
+
+def test_odd_properties_texts_split_as_decode_properties_does() -> None:
+    """Rows of empty and unterminated texts side by side, empty items, repeated names: the map
+    holds each row's items in order and tags / keys the last value of their name, as the
+    per-message decode (rmq.message_format.decode_properties) reads them."""
+    batch = decode(pack([record(raw_properties=raw) for raw in ODD_PROPERTIES]), "b")
+
+    items = [[tuple(item.partition("\x01")[::2]) for item in raw.split("\x02") if item]
+             for raw in ODD_PROPERTIES]
+    assert batch.column("properties").to_pylist() == items
+    decoded = [mf.decode_properties(raw) for raw in ODD_PROPERTIES]
+    assert batch.column("tags").to_pylist() == [p.get("TAGS") for p in decoded] == [
+        None, None, None, "y", "", None, "z"]
+    assert batch.column("keys").to_pylist() == [p.get("KEYS") for p in decoded]
+
+
 def test_empty_body_and_empty_properties() -> None:
     batch = decode(pack([record(body=b"", properties={}), record(body=b"", properties={"TAGS": "a"})]), "b")
 
