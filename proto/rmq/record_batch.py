@@ -1,11 +1,12 @@
-"""Source-schema Arrow RecordBatches from CommitLog records (ARCHITECTURE.md §1, §3): shared by the
-client's decoder (pulled PackedMessages) and the broker's Flight data plane (docs/data-plane.md).
+"""Source-schema Arrow RecordBatches from CommitLog records (ARCHITECTURE.md §1, §3): one decoder,
+`decode_columns`, of records gathered column-wise (rmq.record_columns) — by the broker's store read
+out of the CommitLog mapping for its Flight data plane (docs/data-plane.md), or by `decode_records`
+out of records lying back to back (the client's decoder of pulled PackedMessages).
 
-The records lie back to back in the layout of `rmq.message_format` (spec store §3, big-endian).
-Every column is computed for all records at once: numpy gathers at the fixed field offsets, Arrow
-arrays built straight from (offsets, data) buffers for the variable-length fields,
-pyarrow.compute for the properties map. There is no per-message Python code.
-"""
+The records are in the layout of `rmq.message_format` (spec store §3, big-endian). Every column is
+computed for all records at once: the fixed headers as numpy records, Arrow arrays built straight
+from the gathered (offsets, data) buffers for the variable-length fields, the properties split on
+their separator bytes with numpy. There is no per-message Python code."""
 
 from __future__ import annotations
 
