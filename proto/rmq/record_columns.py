@@ -124,12 +124,17 @@ def _split_tails(tails: Spans, room: np.ndarray) -> RecordTails:
     starts = tails.offsets[:-1].astype(np.int64)
     topic_lengths = tails.data[starts].astype(np.int64)
     topic_clipped = np.minimum(topic_lengths, room)
+    # tails of one length with topics of one length (a queue's records of one producer): every
+    # field lies one tail length from the last, so it is copied by a strided view, not a gather
+    lengths = tails.lengths
+    even = bool((lengths == lengths[0]).all() and (topic_clipped == topic_clipped[0]).all())
+    step = int(lengths[0]) if even else None
     properties_length_pos = starts + 1 + topic_clipped
-    properties_lengths = _rows(tails.data, properties_length_pos, 2).view(_PROPERTIES_LENGTH).reshape(-1)
+    properties_lengths = _rows(tails.data, properties_length_pos, 2, step).view(_PROPERTIES_LENGTH)[:, 0]
     properties_clipped = np.clip(properties_lengths, 0, room - topic_clipped, dtype=np.int64)
-    return RecordTails(topic_lengths, spans(tails.data, starts + 1, topic_clipped),
+    return RecordTails(topic_lengths, spans(tails.data, starts + 1, topic_clipped, step),
                        properties_lengths.astype(np.int64),
-                       spans(tails.data, properties_length_pos + 2, properties_clipped))
+                       spans(tails.data, properties_length_pos + 2, properties_clipped, step))
 
 
 def _join(spans: list[Spans]) -> Spans:
@@ -139,16 +144,22 @@ def _join(spans: list[Spans]) -> Spans:
     return Spans(np.concatenate(offsets), np.concatenate([part.data for part in spans]))
 
 
-def _rows(data: np.ndarray, positions: np.ndarray, width: int) -> np.ndarray:
+def _rows(data: np.ndarray, positions: np.ndarray, width: int, step: int | None = None) -> np.ndarray:
     """data[p:p + width] for each position p, as the rows of a new (n, width) array: a gather of
-    `width`-byte items (one copy each, half the CPU of a uint8 window view's element loop)."""
-    items = np.ndarray((len(data) - width + 1,), np.dtype((np.void, width)), data, 0, (1,))
-    rows: np.ndarray = items[positions].view(np.uint8).reshape(len(positions), width)
-    return rows
+    `width`-byte items (one copy each, half the CPU of a uint8 window view's element loop), or,
+    with `step` (the positions lie `step` bytes apart), a copy of a strided view (no index)."""
+    item = np.dtype((np.void, width))
+    if step is not None and len(positions):
+        items = np.ndarray((len(positions),), item, data, int(positions[0]), (step,))
+    else:
+        items = np.ndarray((len(data) - width + 1,), item, data, 0, (1,))[positions]
+    rows: np.ndarray = items.copy() if step is not None else items
+    return rows.view(np.uint8).reshape(len(positions), width)
 
 
-def spans(data: np.ndarray, positions: np.ndarray, lengths: np.ndarray) -> Spans:
-    """data[p:p + length] for each position and length, back to back."""
+def spans(data: np.ndarray, positions: np.ndarray, lengths: np.ndarray, step: int | None = None) -> Spans:
+    """data[p:p + length] for each position and length, back to back; `step`: the positions lie
+    that many bytes apart (_rows)."""
     offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
     total = int(offsets[-1])
@@ -156,7 +167,7 @@ def spans(data: np.ndarray, positions: np.ndarray, lengths: np.ndarray) -> Spans
         return Spans(offsets, np.zeros(0, dtype=np.uint8))
     longest = int(lengths.max())
     if int(lengths.min()) == longest:   # one length: one row gather
-        return Spans(offsets, _rows(data, positions, longest).reshape(-1))
+        return Spans(offsets, _rows(data, positions, longest, step).reshape(-1))
     if longest * len(lengths) <= MAX_PADDING_FACTOR * total and int(positions.max()) + longest <= len(data):
         padded = _rows(data, positions, longest)
         return Spans(offsets, padded[np.arange(longest) < lengths[:, None]])

@@ -237,6 +237,20 @@ def test_records_of_one_size_with_fields_at_different_places() -> None:
     assert batch.column("tags").to_pylist() == ["x", "x", "x"]
 
 
+def test_tails_of_one_length_with_topics_of_different_lengths() -> None:
+    """Records whose tails (topic and properties) have one length, the topic's share differing:
+    the properties of each lie at their own place, not one tail length from the last."""
+    records = [record("TT", b"ab", properties={"TAGS": "xyz"}),
+               record("TTTT", b"ab", properties={"TAGS": "x"}),
+               record("TTT", b"ab", properties={"TAGS": "xy"})]
+
+    batch = decode(pack(records), "b")
+
+    assert len({len(r) for r in records}) == 1
+    assert batch.column("topic").to_pylist() == ["TT", "TTTT", "TTT"]
+    assert batch.column("tags").to_pylist() == ["xyz", "x", "xy"]
+
+
 def test_several_pulls_decode_as_their_rows_in_order() -> None:
     """decode_pulls (the Spark reader's batches of consecutive pulls) gives the rows of each
     pull's decode, in pull order, also when one pull is empty or a corrupt one comes later."""
