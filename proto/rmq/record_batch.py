@@ -261,6 +261,50 @@ _NAME_VALUE = ord(mf.NAME_VALUE_SEPARATOR)
 _ITEM_END = ord(mf.PROPERTY_SEPARATOR)
 
 
+def _items(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The properties items of texts data[offsets[i]:offsets[i + 1]] (_Properties.parse): each
+    one's row, start, name end, value start and end (int64)."""
+    separators = np.flatnonzero(data == _ITEM_END)
+    row_ends = offsets[1:]
+    unterminated = row_ends[(row_ends > offsets[:-1]) & (data[np.maximum(row_ends - 1, 0)] != _ITEM_END)]
+    # each item ends at a separator (the next starts after it) or an unterminated row's end
+    # (the next starts there), in order: a row's end before a separator at the same place
+    ends = np.concatenate([unterminated, separators])
+    following = np.concatenate([unterminated, separators + 1])
+    if len(unterminated):
+        order = np.argsort(ends, kind="stable")
+        ends, following = ends[order], following[order]
+    starts = np.concatenate([offsets[:1], following[:-1]])
+    kept = ends > starts
+    starts, ends = starts[kept], ends[kept]
+    marks = np.flatnonzero(data == _NAME_VALUE)
+    first = np.searchsorted(marks, starts)
+    mark = marks[np.minimum(first, len(marks) - 1)] if len(marks) else ends
+    split = (first < len(marks)) & (mark < ends)
+    name_ends, value_starts = np.where(split, mark, ends), np.where(split, mark + 1, ends)
+    return np.searchsorted(offsets, starts, side="right") - 1, starts, name_ends, value_starts, ends
+
+
+def _columns_of(table: np.ndarray, pieces: list[tuple[int, int]]) -> pa.Array:
+    """The string array of the pieces [start, end) of every row of a uint8 table, row by row (each
+    piece copied as one strided column of items)."""
+    count, width = table.shape
+    if not pieces:
+        return pa.nulls(0, pa.string())
+    total = sum(end - start for start, end in pieces)
+    data = np.empty(count * total, dtype=np.uint8)
+    place = 0
+    for start, end in pieces:
+        item = np.dtype((np.void, end - start))
+        if end > start:
+            np.ndarray((count,), item, data, place, (total,))[...] = np.ndarray((count,), item, table, start,
+                                                                                (width,))
+        place += end - start
+    offsets = np.zeros(count * len(pieces) + 1, dtype=np.int32)
+    np.cumsum(np.tile([end - start for start, end in pieces], count), out=offsets[1:])
+    return _variable(pa.string(), Spans(offsets, data))
+
+
 class _Properties:
     """The properties of `count` records (`name \\x01 value \\x02 ...` each, rmq.message_format)
     split into their items on the text's bytes (numpy: the separators are ASCII, so every piece of
@@ -276,29 +320,36 @@ class _Properties:
     def parse(cls, text: Spans) -> _Properties:
         """The items of each row's text (UTF-8, checked): pieces between PROPERTY_SEPARATORs (the
         last one may lack its separator), empty ones dropped, each split at its first
-        NAME_VALUE_SEPARATOR (none: the value is empty), as rmq.message_format.decode_properties."""
-        data, offsets = text.data, text.offsets.astype(np.int64)
-        separators = np.flatnonzero(data == _ITEM_END)
-        row_ends = offsets[1:]
-        unterminated = row_ends[(row_ends > offsets[:-1]) & (data[np.maximum(row_ends - 1, 0)] != _ITEM_END)]
-        # each item ends at a separator (the next starts after it) or an unterminated row's end
-        # (the next starts there), in order: a row's end before a separator at the same place
-        ends = np.concatenate([unterminated, separators])
-        following = np.concatenate([unterminated, separators + 1])
-        if len(unterminated):
-            order = np.argsort(ends, kind="stable")
-            ends, following = ends[order], following[order]
-        starts = np.concatenate([offsets[:1], following[:-1]])
-        kept = ends > starts
-        starts, ends = starts[kept], ends[kept]
-        marks = np.flatnonzero(data == _NAME_VALUE)
-        first = np.searchsorted(marks, starts)
-        mark = marks[np.minimum(first, len(marks) - 1)] if len(marks) else ends
-        split = (first < len(marks)) & (mark < ends)
-        name_ends, value_starts = np.where(split, mark, ends), np.where(split, mark + 1, ends)
-        rows = np.searchsorted(offsets, starts, side="right") - 1
-        return cls(len(offsets) - 1, rows, _variable(pa.string(), spans(data, starts, name_ends - starts)),
-                   _variable(pa.string(), spans(data, value_starts, ends - value_starts)))
+        NAME_VALUE_SEPARATOR (none: the value is empty), as rmq.message_format.decode_properties.
+        Texts of one length with their separators at the same places (one producer's messages:
+        the same names, values of one length) are split once, their pieces copied column-wise."""
+        count, lengths = len(text.offsets) - 1, text.lengths
+        width = int(lengths[0])
+        if count > 1 and width and bool((lengths == width).all()):
+            alike = cls._alike(text.data.reshape(count, width))
+            if alike is not None:
+                return alike
+        rows, starts, name_ends, value_starts, ends = _items(text.data, text.offsets.astype(np.int64))
+        return cls(count, rows, _variable(pa.string(), spans(text.data, starts, name_ends - starts)),
+                   _variable(pa.string(), spans(text.data, value_starts, ends - value_starts)))
+
+    @classmethod
+    def _alike(cls, table: np.ndarray) -> _Properties | None:
+        """The texts of a (count, width) table when every row has its separators where the first
+        row has them (the first row's separator bytes in every row, and no more of them in all):
+        the first row's items, at the same places in every row. None otherwise."""
+        count, width = table.shape
+        first = table[0]
+        for separator in (_ITEM_END, _NAME_VALUE):
+            places = np.flatnonzero(first == separator)
+            if (np.count_nonzero(table == separator) != count * len(places)
+                    or not bool((table[:, places] == separator).all())):
+                return None
+        _rows, starts, name_ends, value_starts, ends = _items(first, np.array([0, width], dtype=np.int64))
+        names = [(int(start), int(end)) for start, end in zip(starts, name_ends, strict=True)]
+        values = [(int(start), int(end)) for start, end in zip(value_starts, ends, strict=True)]
+        return cls(count, np.repeat(np.arange(count, dtype=np.int64), len(names)),
+                   _columns_of(table, names), _columns_of(table, values))
 
     @classmethod
     def none(cls, count: int) -> _Properties:

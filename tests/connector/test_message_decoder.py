@@ -123,6 +123,21 @@ def test_odd_properties_texts_split_as_decode_properties_does() -> None:
     assert batch.column("keys").to_pylist() == [p.get("KEYS") for p in decoded]
 
 
+@pytest.mark.parametrize("texts", [
+    ["AB\x01c\x02", "A\x01bc\x02", "AB\x01c\x02"],      # the separators of one length's texts elsewhere
+    ["AB\x01c\x02", "A\x02\x01c\x02", "AB\x01c\x02"],    # where the first row has them, and one more
+    ["TAGS\x01a\x02KEYS\x01b c\x02", "TAGS\x01x\x02KEYS\x01y z\x02"],   # alike: split once
+], ids=["elsewhere", "one-more", "alike"])
+def test_properties_texts_of_one_length_split_as_decode_properties_does(texts: list[str]) -> None:
+    """Texts of one length are split once only when every row has its separators where the first
+    row has them; otherwise each row is split on its own."""
+    batch = decode(pack([record(raw_properties=raw) for raw in texts]), "b")
+
+    items = [[tuple(item.partition("\x01")[::2]) for item in raw.split("\x02") if item] for raw in texts]
+    assert batch.column("properties").to_pylist() == items
+    assert batch.column("keys").to_pylist() == [mf.decode_properties(raw).get("KEYS") for raw in texts]
+
+
 def test_empty_body_and_empty_properties() -> None:
     batch = decode(pack([record(body=b"", properties={}), record(body=b"", properties={"TAGS": "a"})]), "b")
 
