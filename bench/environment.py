@@ -32,7 +32,7 @@ def _compile_spark_side_sources() -> None:
     fresh Python process per streaming query (the source runner) that imports the source's modules;
     an editable checkout has no bytecode, and with PYTHONDONTWRITEBYTECODE set (as in the shells
     these benchmarks ran in) every such process would compile rmq's ~50 modules from source again:
-    ≈ 0.1 s of CPU per query that a deployment does not pay (bench/NOTES.md, "Spark ingest, seventh
+    ≈ 0.1 s of CPU per query that a deployment does not pay (bench/NOTES.md, "Spark ingest, eighth
     pass"). A module changed later is compiled from source as before (its bytecode records the
     source's mtime)."""
     for package in SPARK_SIDE_SOURCES:

@@ -1,5 +1,6 @@
 """The executor's per-row path of row 5 outside Spark, for profiling (bench/NOTES.md, issue 43): a
-broker process holding ROWS × 100 B in 8 queues; this process reads every queue's range as Spark's
+broker process holding ROWS × 100 B in 8 queues (ASYNC flush, as row 5's: a SYNC broker's
+group-commit loop adds ~1 % of a core); this process reads every queue's range as Spark's
 Python worker does — `read_queue_range` (Flight receive or pulls, trimming, the tag re-check,
 batch assembly), then pyspark's own steps between a data source's `read()` and the JVM
 (`records_to_arrow_batches`, mapInArrow's `wrap_struct`, the Arrow stream serializer) into a null
@@ -31,6 +32,7 @@ from pyspark.sql.types import StructType
 from pyspark.sql.worker.plan_data_source_read import records_to_arrow_batches
 
 from bench import machine
+from bench.environment import FLUSH
 from bench.workload import body_of, produce
 from rmq.connector.client import RmqClient
 from rmq.connector.spark.data_source import RmqDataSource
@@ -116,7 +118,7 @@ def main(argv: list[str]) -> int:
     schema = StructType([SOURCE_SCHEMA[name] for name in columns])
     profiler = cProfile.Profile() if args.cprofile else None
     with tempfile.TemporaryDirectory() as scratch:
-        broker = processes.broker(Path(scratch))
+        broker = processes.broker(Path(scratch), flush=FLUSH)   # as row 5's broker (bench.environment)
         broker.ready_timeout = READY_TIMEOUT_S
         broker.start()
         try:

@@ -8,7 +8,9 @@ DoGet for `count` rows of one queue in one of two modes:
   per-row work on the server, so the query's rate is the transport's floor;
 - `gathered` (3 columns: queue_id, queue_offset, body): records laid out as CommitLog records
   (spec store §3, big-endian: 88-byte header, body, topic, properties) back to back in a file of
-  the server's, queues interleaved in runs of 1,024 as the benchmark's producer writes them, read
+  the server's, the queues taking turns record by record as rmq's broker stores the benchmark's
+  batches (it spreads each batch over the queues round-robin: one queue's consecutive records lie
+  `queues` records apart), with no properties (rmq's records of the benchmark carry none), read
   through a memory map. Per batch of 16,384 rows it takes the ConsumeQueue positions, gathers
   the records' fixed headers and then their bodies into one buffer (numpy, the least a store
   keeping whole records must do), reads queue_id and queue_offset from the headers, and sends
@@ -40,10 +42,9 @@ from bench.reference_source import FixedRowsDataSource, FixedRowsStreamReader, r
 NAME = "rmq_flight_floor"
 MODES = ("prebuilt", "gathered")
 BATCH_ROWS = 16_384          # the rows of one Flight batch rmq's reader asks for (partition_reader)
-RUN = 1_024                  # consecutive records of one queue (the benchmark's FILL_BATCH)
 QUEUE_ID_POS, QUEUE_OFFSET_POS, BODY_LENGTH_POS, BODY_POS = 12, 20, 84, 88
 TOPIC = b"bench-e2e"
-PROPERTIES = b"KEYS\x01k\x02UNIQ_KEY\x017F000001000000000000000000000000\x02"
+PROPERTIES = b""   # as rmq stores the benchmark's messages (RmqClient.send sets none)
 HEADER = np.dtype({"names": ["queue_id", "queue_offset", "body_length"], "formats": [">i4", ">i8", ">i4"],
                    "offsets": [QUEUE_ID_POS, QUEUE_OFFSET_POS, BODY_LENGTH_POS], "itemsize": BODY_POS})
 GATHERED_SCHEMA = pa.schema([("queue_id", pa.int32()), ("queue_offset", pa.int64()), ("body", pa.binary())])
@@ -51,11 +52,10 @@ GATHERED_SCHEMA = pa.schema([("queue_id", pa.int32()), ("queue_offset", pa.int64
 
 def layout(rows: int, queues: int) -> tuple[np.ndarray, np.ndarray]:
     """The queue and queue offset of each record: rows / queues records per queue (rounded up),
-    queue q's in runs of RUN taking turns with the other queues'."""
+    the queues taking turns record by record (rmq's broker spreads each batch of the benchmark's
+    producer over the queues round-robin)."""
     share = -(-rows // queues)
-    queue, offset = np.repeat(np.arange(queues), share), np.tile(np.arange(share), queues)
-    order = np.lexsort((offset % RUN, queue, offset // RUN))
-    return queue[order], offset[order]
+    return np.tile(np.arange(queues), share), np.repeat(np.arange(share), queues)
 
 
 def write_records(path: Path, rows: int, queues: int, body_size: int) -> np.ndarray:

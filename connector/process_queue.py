@@ -48,6 +48,9 @@ class ProcessQueue:
         self.consuming = False            # an orderly consume request is running or queued
         self.locked = False
         self.last_lock_timestamp = clock()
+        # dropped while its listener ran, so still in RebalanceImpl's table (its lock renewed)
+        # until a rebalance can remove it; a fresh ProcessQueue replaces it if the queue stays ours
+        self.removal_pending = False
         self.lock_consume = threading.Lock()   # held while the orderly listener runs
 
     @property

@@ -207,9 +207,10 @@ class RebalanceImpl:
         for mq, pq in list(self.process_queue_table.items()):
             if mq.topic != topic:
                 continue
-            if mq not in mq_set or pq.is_pull_expired():
-                pq.dropped = True
-                if self.remove_unnecessary_message_queue(mq, pq):
+            # a queue whose removal waited for its listener is removed even if it is ours again:
+            # its dropped ProcessQueue pulls no more, and a fresh one is added below
+            if mq not in mq_set or pq.removal_pending or pq.is_pull_expired():
+                if self._let_go(mq, pq):
                     changed = True
                     logger.info("doRebalance, %s, remove unnecessary mq, %s", self.group, mq)
                 else:
@@ -242,6 +243,18 @@ class RebalanceImpl:
             "master is down (consumer-startup-allocation-ordering §6); retried in a moment",
             self.group, mq)
         self._balanced = False
+        return False
+
+    def _let_go(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
+        """Drop `pq` and remove it. An orderly one whose listener is running stays in the table,
+        `removal_pending`, with its broker lock (renewed by lockAll): so no other consumer takes
+        the queue while the batch runs, and a rebalance removes it (and unlocks it) once the
+        batch is done (False: the caller's rebalance is not balanced, so it runs again in a
+        moment)."""
+        pq.dropped = True
+        if self.remove_unnecessary_message_queue(mq, pq):
+            return True
+        pq.removal_pending = True
         return False
 
     def remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
@@ -440,12 +453,15 @@ class RebalanceImpl:
                 pq.lock_consume.release()
 
     def remove_process_queue(self, mq: MessageQueue) -> None:
-        """Drop one queue now (after OFFSET_ILLEGAL); the next rebalance adds it back."""
+        """Drop one queue now (after OFFSET_ILLEGAL); the next rebalance adds it back. Orderly,
+        with its listener still running, the queue keeps its lock and the rebalance removes it
+        once the batch is done (`_let_go`): taken out of the table at once, its lock would be
+        neither renewed nor released, and a rebalance adding the queue back meanwhile would
+        let the new ProcessQueue go (and unlock it) while the old batch still runs."""
         with self._lock:
-            pq = self.process_queue_table.pop(mq, None)
-        if pq is not None:
-            pq.dropped = True
-            self.remove_unnecessary_message_queue(mq, pq)
+            pq = self.process_queue_table.get(mq)
+            if pq is not None and not self._let_go(mq, pq):
+                logger.info("the removal of %s waits for the batch being consumed", mq)
 
     def truncate_message_queue_not_my_topic(self) -> None:
         for mq in [mq for mq in self.process_queue_table if mq.topic not in self.subscription_inner]:

@@ -230,11 +230,12 @@ def test_per_request_cost_puts_other_threads_cpu_apart_from_the_loop_thread_s() 
 
 def test_the_flight_floor_gathers_each_queue_in_order_from_commit_log_shaped_records(tmp_path: Path) -> None:
     """Row 5's gathered floor (`bench.flight_floor`) reads the rows a query of 3 columns gets from
-    rmq: each queue's offsets from 0 up, its own queue id and the stored bodies, across the
-    runs the queues take turns in and across its batches."""
-    from bench.flight_floor import BATCH_ROWS, RUN, GatheredStore, write_records
+    rmq: each queue's offsets from 0 up, its own queue id and the stored bodies, across its
+    batches; the queues' records take turns one by one in the file, as rmq's broker stores them."""
+    from bench.flight_floor import BATCH_ROWS, GatheredStore, layout, write_records
 
-    share, queues = BATCH_ROWS + 2 * RUN + 5, 3
+    assert [list(column) for column in layout(7, 3)] == [[0, 1, 2] * 3, [0, 0, 0, 1, 1, 1, 2, 2, 2]]
+    share, queues = BATCH_ROWS + 5, 3
     path = tmp_path / "records"
     store = GatheredStore(path, write_records(path, share * queues, queues, body_size=7))
     for queue in range(queues):

@@ -18,6 +18,7 @@ from rmq.connector.client import MessageQueue, OutgoingMessage, RmqClient
 from rmq.connector.message import MessageExt
 from rmq.connector.message_listener_orderly import ConsumeOrderlyContext, ConsumeOrderlyStatus
 from rmq.connector.push_consumer import PushConsumer
+from rmq.connector.rebalance_impl import PullRequest
 from tests.broker_server.in_process_broker import InProcessBroker
 from tests.waiting import wait_until
 
@@ -89,15 +90,22 @@ def consumer(address: str, instance: str, listener: Recorder) -> PushConsumer:
     return push
 
 
+@contextlib.contextmanager
+def a_working_on_q0(server: InProcessBroker, seen_by_a: Recorder) -> Iterator[PushConsumer]:
+    """Consumer A, its listener at work on q0's first message (until `seen_by_a.release`) and
+    its membership watch open. A failing wait releases the listener at once, so the consumers
+    stop (a broken hand-off fails in seconds, not after the listener's 60 s)."""
+    with consumer(server.address, "2", seen_by_a) as a, _releasing(seen_by_a):
+        assert seen_by_a.started.wait(30)
+        wait_until(lambda: server.controller.watches.watcher_count() == 1, "A's membership watch is open")
+        yield a
+
+
 def test_a_queue_changes_hands_after_the_running_batch_and_never_overlaps(
         broker: tuple[InProcessBroker, FakeClock]) -> None:
     server, clock = broker
     seen_by_a, seen_by_b = Recorder(blocking=True), Recorder(blocking=False)
-    # a failing wait releases A's listener at once, so the consumers stop (a broken hand-off fails
-    # in seconds, not after the listener's 60 s)
-    with consumer(server.address, "2", seen_by_a) as a, _releasing(seen_by_a):
-        assert seen_by_a.started.wait(30)                       # A works on q0's first message
-        wait_until(lambda: server.controller.watches.watcher_count() == 1, "A's membership watch is open")
+    with a_working_on_q0(server, seen_by_a) as a:
         with RmqClient(server.address) as client:
             client.send(TOPIC, [OutgoingMessage(b"m1", queue_id=0)])
         with consumer(server.address, "1", seen_by_b) as b:
@@ -121,3 +129,58 @@ def test_a_queue_changes_hands_after_the_running_batch_and_never_overlaps(
     assert seen_by_a.seen[0][2] <= seen_by_b.seen[0][1]          # no overlap
     # issue 32: within 5 s (the previous rebalance-driven retry took 20-40 s; here 120 s)
     assert handed_over_s < 15, handed_over_s
+
+
+def _offsets(listener: Recorder) -> list[int]:
+    return [offset for offset, _, _ in listener.seen]
+
+
+def _send_to_q0(address: str, body: bytes) -> None:
+    with RmqClient(address) as client:
+        client.send(TOPIC, [OutgoingMessage(body, queue_id=0)])
+
+
+def test_a_queue_given_back_while_its_dropped_batch_runs_is_pulled_again_once_the_batch_ends(
+        broker: tuple[InProcessBroker, FakeClock]) -> None:
+    """A lets q0 go while its listener runs (B joined), and B leaves before A's batch ends, so
+    the allocation gives q0 back to A with its dropped ProcessQueue still in the table. A pulls
+    q0 again (a fresh ProcessQueue from the committed offset) once the batch is done, not after
+    the 120 s pull-idle expiry."""
+    server, _clock = broker
+    seen_by_a, seen_by_b = Recorder(blocking=True), Recorder(blocking=False)
+    with a_working_on_q0(server, seen_by_a) as a, RmqClient(server.address) as client:
+        with consumer(server.address, "1", seen_by_b):
+            wait_until(lambda: a.rebalance_impl.process_queue_table[Q0].dropped, "A lets q0 go")
+        wait_until(lambda: client.consumer_list(GROUP, TOPIC) == [a.client_id], "B left the group")
+        a.rebalance_impl.do_rebalance()   # A's rebalance has seen q0 given back before its batch ends
+        _send_to_q0(server.address, b"m1")
+        seen_by_a.release.set()
+        wait_until(lambda: _offsets(seen_by_a) == [0, 1],
+                   lambda: f"A consumes q0's next message once its batch ends (A saw {_offsets(seen_by_a)})",
+                   timeout=15)
+    assert seen_by_b.seen == []
+
+
+def test_a_queue_removed_after_offset_illegal_mid_batch_is_let_go_once_the_batch_ends(
+        broker: tuple[InProcessBroker, FakeClock]) -> None:
+    """OFFSET_ILLEGAL's removal of q0 comes while A's listener runs on it: A keeps q0's lock
+    until the batch ends and lets it go then, so B, allocated q0 meanwhile, takes it over in
+    seconds (the broker lock's lifetime never passes here) and never while A's batch runs."""
+    server, _clock = broker
+    seen_by_a, seen_by_b = Recorder(blocking=True), Recorder(blocking=False)
+    with a_working_on_q0(server, seen_by_a) as a:
+        # what a pull's OFFSET_ILLEGAL does: drop the queue, then (10 s later) store the offset the
+        # broker gave and remove the queue
+        pq = a.rebalance_impl.process_queue_table[Q0]
+        pq.dropped = True
+        a._fix_offset(PullRequest(GROUP, Q0, pq, 1))
+        _send_to_q0(server.address, b"m1")
+        with consumer(server.address, "1", seen_by_b) as b, RmqClient(server.address) as client:
+            wait_until(lambda: len(client.consumer_list(GROUP, TOPIC)) == 2, "B joined the group")
+            a.rebalance_impl.do_rebalance()   # A's rebalance has seen q0 go to B before A's batch ends
+            assert Q0 not in b.rebalance_impl.process_queue_table
+            assert server.controller.locks.holder(GROUP, Q0) == a.client_id   # A's batch still runs
+            seen_by_a.release.set()
+            wait_until(lambda: bool(seen_by_b.seen), "B consumes q0 within 15 s of A's batch", timeout=15)
+    assert _offsets(seen_by_a) == [0] and _offsets(seen_by_b) == [1]
+    assert seen_by_a.seen[0][2] <= seen_by_b.seen[0][1]          # no overlap
