@@ -86,3 +86,16 @@ def allocate(strategy: AllocateStrategy | str, current_cid: str, mq_all: Sequenc
         logger.warning("[BUG] The consumerId: %s not in cidAll: %s", current_cid, cids)
         return []
     return STRATEGIES[chosen](cids.index(current_cid), sorted(mq_all), len(cids))
+
+
+def allocate_topic(strategy: AllocateStrategy | str, client_id: str, mq_all: Sequence[Q],
+                   cid_all: Sequence[str], broadcasting: bool) -> list[Q] | None:
+    """rebalanceByTopic's allocation of a topic's queues, the one rule for RebalanceImpl and the Spark
+    source's membership: every queue when broadcasting, else the strategy's share of the sorted
+    queues among the sorted consumer ids; None when clustering has nothing to allocate by (no
+    queues, or no consumers)."""
+    if broadcasting:
+        return sorted(mq_all)
+    if not mq_all or not cid_all:
+        return None
+    return allocate(strategy, client_id, mq_all, cid_all)

@@ -22,6 +22,7 @@ from typing import Any, TypedDict, cast, get_type_hints
 
 from rmq.connector.allocation import AllocateStrategy
 from rmq.connector.errors import ConfigError
+from rmq.connector.offset_store import DEFAULT_OFFSET_STORE_DIR
 from rmq.connector.process_queue import REBALANCE_LOCK_INTERVAL_S
 from rmq.connector.rebalance_service import WAIT_INTERVAL_S
 from rmq.connector.transport import Transport
@@ -31,9 +32,7 @@ PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL = 50
 PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION = 3000
 BROKER_SUSPEND_MAX_TIME_MILLIS = 15000
 HALF_HOUR_MS = 30 * 60 * 1000
-# LocalFileOffsetStore's directory (rocketmq.client.localOffsetStoreDir), as the Spark source's
-# offsetStoreDir (README); LEGACY_OFFSET_STORE_DIR is where PushConsumers kept them before.
-DEFAULT_OFFSET_STORE_DIR = "~/.rmq/offsets"
+# where PushConsumers kept their local offsets before DEFAULT_OFFSET_STORE_DIR (rmq.connector.offset_store)
 LEGACY_OFFSET_STORE_DIR = "~/.rmq_offsets"
 PERSIST_CONSUMER_OFFSET_INTERVAL_S = 5.0   # persistConsumerOffsetInterval
 AUTO_COMMIT_INTERVAL_S = 5.0               # autoCommitIntervalMillis

@@ -18,6 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rmq.connector.broker_outages import BrokerOutages
 from rmq.connector.client import MessageQueue, RmqClient, RmqError, RmqUnavailable
@@ -28,9 +29,15 @@ from rmq.connector.offsets import (
     positions_from_json,
     positions_to_json,
 )
-from rmq.connector.process_queue import ProcessQueue
+
+if TYPE_CHECKING:
+    from rmq.connector.process_queue import ProcessQueue
 
 logger = logging.getLogger(__name__)
+
+# LocalFileOffsetStore's directory (rocketmq.client.localOffsetStoreDir), as the Spark source's
+# offsetStoreDir (README)
+DEFAULT_OFFSET_STORE_DIR = "~/.rmq/offsets"
 
 OFFSETS_FILE = "offsets.json"
 

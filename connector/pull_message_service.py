@@ -12,10 +12,12 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from rmq.connector.rebalance_impl import PullRequest
 from rmq.connector.scheduled_executor import ScheduledExecutor
+
+if TYPE_CHECKING:   # RebalanceImpl imports the SDK's consumer side, which Spark's query runner does not use
+    from rmq.connector.rebalance_impl import PullRequest
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +28,7 @@ class PullingConsumer(Protocol):
     def pull_message(self, request: PullRequest) -> None: ...
 
 
-_Entry = tuple[PullingConsumer, PullRequest]
+_Entry = tuple[PullingConsumer, "PullRequest"]
 _STOP = None
 
 

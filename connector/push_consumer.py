@@ -34,7 +34,6 @@ from rmq.connector.consume_message_concurrently_service import ConsumeMessageCon
 from rmq.connector.consume_message_orderly_service import ConsumeMessageOrderlyService
 from rmq.connector.consumer_checks import check_client_in_broker
 from rmq.connector.consumer_config import (
-    DEFAULT_OFFSET_STORE_DIR,
     LEGACY_OFFSET_STORE_DIR,
     ConsumerConfig,
     PushConsumerSettings,
@@ -46,6 +45,7 @@ from rmq.connector.message import MessageExt
 from rmq.connector.message_listener import MessageListenerConcurrently
 from rmq.connector.message_listener_orderly import MessageListenerOrderly
 from rmq.connector.offset_store import (
+    DEFAULT_OFFSET_STORE_DIR,
     LocalFileOffsetStore,
     OffsetStore,
     ReadOffsetType,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rmq import retry
-from rmq.connector.allocation import AllocateStrategy, allocate
+from rmq.connector.allocation import AllocateStrategy, allocate_topic
 from rmq.connector.client import MASTER_ID, MessageQueue, PullStatus, RmqClient, RmqError
 from rmq.connector.consumer_config import ConsumeFromWhere
 from rmq.connector.offset_store import OffsetStore, ReadOffsetType
@@ -126,19 +126,6 @@ def copy_subscription(group: str, subscriptions: dict[str, str | MessageSelector
         topic = retry.retry_topic(group)
         inner[topic] = SubscriptionData.build(topic, "*")
     return inner
-
-
-def allocate_topic(strategy: AllocateStrategy | str, client_id: str, mq_all: Sequence[MessageQueue],
-                   cid_all: Sequence[str], broadcasting: bool) -> list[MessageQueue] | None:
-    """rebalanceByTopic's allocation of a topic's queues, the one rule for RebalanceImpl and the Spark
-    source's membership: every queue when broadcasting, else the strategy's share of the sorted
-    queues among the sorted consumer ids; None when clustering has nothing to allocate by (no
-    queues, or no consumers)."""
-    if broadcasting:
-        return sorted(mq_all)
-    if not mq_all or not cid_all:
-        return None
-    return allocate(strategy, client_id, mq_all, cid_all)
 
 
 class RebalanceImpl:

@@ -21,6 +21,7 @@ import numpy as np
 from zlib_ng.zlib_ng import crc32
 
 from rmq import message_format as mf
+from rmq.record_columns import RecordColumns, RecordParts, concatenate
 from rmq.statuses import PutMessageStatus
 from rmq.store.checkpoint import StoreCheckpoint
 from rmq.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
@@ -29,8 +30,7 @@ from rmq.store.errors import StoreError
 from rmq.store.mapped_file import MappedFile, now_ms
 from rmq.store.mapped_file_queue import MappedFileQueue
 from rmq.store.message_batch import MessageBatch, QueueGroups, distinct
-from rmq.store.record_heads import concatenate
-from rmq.store.results import EMPTY_HOST, DispatchRequest, MessageToStore, RecordHeads
+from rmq.store.results import EMPTY_HOST, DispatchRequest, MessageToStore
 
 log = logging.getLogger(__name__)
 
@@ -589,12 +589,13 @@ class CommitLog:
             return None
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def gather_heads(self, offsets: np.ndarray, sizes: np.ndarray) -> RecordHeads | None:
-        """The heads (fixed header and body) of the records at `offsets` of `sizes` (int64),
-        gathered column-wise (record_heads); None when one is not (or no longer) readable."""
-        parts = self._per_file(offsets, sizes,
-                               lambda mapped, starts, ends: mapped.read_heads(starts, ends - starts))
-        return None if parts is None else concatenate(parts)
+    def gather_columns(self, offsets: np.ndarray, sizes: np.ndarray, parts: RecordParts
+                       ) -> RecordColumns | None:
+        """The `parts` of the records at `offsets` of `sizes` (int64), gathered column-wise in each
+        file (rmq.record_columns); None when one is not (or no longer) readable."""
+        per_file = self._per_file(
+            offsets, sizes, lambda mapped, starts, ends: mapped.read_columns(starts, ends - starts, parts))
+        return None if per_file is None else concatenate(per_file)
 
     def _per_file(self, offsets: np.ndarray, sizes: np.ndarray,
                   read: Callable[[MappedFile, np.ndarray, np.ndarray], T]) -> list[T] | None:

@@ -26,9 +26,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rmq.record_columns import RecordColumns, RecordParts, gather
 from rmq.store.private_files import open_private
-from rmq.store.record_heads import gather_heads
-from rmq.store.results import RecordHeads
 
 if TYPE_CHECKING:
     from rmq.store.mapped_file_lru import MappedFileLru
@@ -333,12 +332,12 @@ class MappedFile:
         finally:
             self._end_access()
 
-    def read_heads(self, starts: np.ndarray, sizes: np.ndarray) -> RecordHeads:
-        """The heads (header and body) of the records at `starts` of `sizes`, under one access
-        (record_heads.gather_heads; no view of the mapping outlives it)."""
+    def read_columns(self, starts: np.ndarray, sizes: np.ndarray, parts: RecordParts) -> RecordColumns:
+        """The `parts` of the records at `starts` of `sizes`, gathered column-wise under one access
+        (rmq.record_columns.gather; no view of the mapping outlives it)."""
         mm = self._begin_access()
         try:
-            return gather_heads(np.frombuffer(mm, dtype=np.uint8), starts, sizes)
+            return gather(np.frombuffer(mm, dtype=np.uint8), starts, sizes, parts)
         finally:
             self._end_access()
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Collection
 import numpy as np
 
 from rmq import message_format as mf
+from rmq.record_columns import RecordParts
 from rmq.statuses import GetMessageStatus
 from rmq.store.commit_log import CommitLog, parse_record
 from rmq.store.config import CQ_STORE_UNIT_SIZE, BrokerRole, MessageStoreConfig
@@ -153,25 +154,25 @@ class MessageReader:
     def get_queue_range(self, topic: str, queue_id: int, offset: int, end_offset: int, max_msg_nums: int,
                         max_total_bytes: int | None = None, tag_codes: Collection[int] | None = None,
                         record_filter: RecordFilter | None = None,
-                        max_filter_evaluations: int | None = None, heads_only: bool = False
+                        max_filter_evaluations: int | None = None, parts: RecordParts | None = None
                         ) -> GetMessageResult:
         """get_message that never scans a ConsumeQueue entry at or past `end_offset` (one read
         of the Flight data plane, docs/data-plane.md): the same statuses, next_begin_offset
         corrections and filter bound, the records gathered across CommitLog file ends; a scan that
         stops at `end_offset` answers next_begin_offset == end_offset. ValueError unless
-        offset < end_offset. `heads_only`: the read answers the records' heads
-        (GetMessageResult.heads: header and body, gathered column-wise) instead of the records
-        (`buffer`), with the same selection and sizes — except a read of one entry or of one
-        message, which answers the record (the caller decodes whichever it got)."""
+        offset < end_offset. `parts`: the read answers those parts of the records
+        (GetMessageResult.columns, gathered column-wise) instead of the records (`buffer`), with
+        the same selection and sizes — except a read of one entry or of one message, which
+        answers the record (the caller decodes whichever it got)."""
         if offset >= end_offset:
             raise ValueError(f"empty queue range [{offset}, {end_offset})")
         return self._get_message(topic, queue_id, offset, end_offset, max_msg_nums, max_total_bytes,
-                                 tag_codes, record_filter, max_filter_evaluations, heads_only)
+                                 tag_codes, record_filter, max_filter_evaluations, parts)
 
     def _get_message(self, topic: str, queue_id: int, offset: int, end_offset: int | None, max_msg_nums: int,
                      max_total_bytes: int | None, tag_codes: Collection[int] | None,
                      record_filter: RecordFilter | None, max_filter_evaluations: int | None = None,
-                     heads_only: bool = False, through_file: bool = False) -> GetMessageResult:
+                     parts: RecordParts | None = None, through_file: bool = False) -> GetMessageResult:
         correct = self._next_offset_correction
         cq = self.find_consume_queue(topic, queue_id)
         if cq is None:
@@ -201,14 +202,14 @@ class MessageReader:
         if entries is None:
             return result(GetMessageStatus.OFFSET_FOUND_NULL, correct(offset, cq.roll_next_file(offset)))
         read = self._read_entries(entries, max_msg_nums, max_total_bytes or self.config.max_transfer_bytes,
-                                  tag_codes, record_filter, max_filter_evaluations, heads_only, through_file)
+                                  tag_codes, record_filter, max_filter_evaluations, parts, through_file)
         read.next_begin_offset = offset + read.next_begin_offset
         read.min_offset, read.max_offset = min_offset, max_offset
         return read
 
     def _read_entries(self, entries: np.ndarray, max_msg_nums: int, max_bytes: int,
                       tag_codes: Collection[int] | None, record_filter: RecordFilter | None = None,
-                      max_filter_evaluations: int | None = None, heads_only: bool = False,
+                      max_filter_evaluations: int | None = None, parts: RecordParts | None = None,
                       through_file: bool = False) -> GetMessageResult:
         """The read loop of getMessage, vectorised. Returns next_begin_offset relative to the
         first entry (= entries scanned). Entries whose record is gone end the scan (a run of
@@ -224,7 +225,7 @@ class MessageReader:
                 if taken_first is not None:
                     return taken_first
             if tag_codes is None:   # a Flight range read, a pull without tags: a prefix is taken
-                prefix = self._read_prefix(entries, max_msg_nums, max_bytes, heads_only, through_file)
+                prefix = self._read_prefix(entries, max_msg_nums, max_bytes, parts, through_file)
                 if prefix is not None:
                     return prefix
         physical = entries["offset"].astype(np.int64)
@@ -261,9 +262,9 @@ class MessageReader:
             removed = scanned > 0 and not available[scanned - 1]
             status = GetMessageStatus.MESSAGE_WAS_REMOVING if removed else GetMessageStatus.NO_MATCHED_MESSAGE
             return GetMessageResult(status, scanned, 0, 0, suggest_pulling_from_slave=suggest)
-        return self._gather(scanned, physical[selected], sizes[selected], suggest, heads_only, through_file)
+        return self._gather(scanned, physical[selected], sizes[selected], suggest, parts, through_file)
 
-    def _read_prefix(self, entries: np.ndarray, max_msg_nums: int, max_bytes: int, heads_only: bool,
+    def _read_prefix(self, entries: np.ndarray, max_msg_nums: int, max_bytes: int, parts: RecordParts | None,
                      through_file: bool) -> GetMessageResult | None:
         """_read_entries without a tag or record filter, when its first max_msg_nums entries are
         stored records not removed and the entry the scan stops at (if any) is neither a pre-blank
@@ -286,17 +287,17 @@ class MessageReader:
         max_phy_pulling = int(entries["offset"][min(scanned, len(entries) - 1)])
         suggest = suggest_pulling_from_slave(self.commit_log.get_max_offset(), max_phy_pulling,
                                              self._memory_threshold)
-        return self._gather(scanned, physical[:scanned], sizes[:scanned], suggest, heads_only, through_file)
+        return self._gather(scanned, physical[:scanned], sizes[:scanned], suggest, parts, through_file)
 
-    def _gather(self, scanned: int, physical: np.ndarray, sizes: np.ndarray, suggest: bool, heads_only: bool,
-                through_file: bool) -> GetMessageResult:
+    def _gather(self, scanned: int, physical: np.ndarray, sizes: np.ndarray, suggest: bool,
+                parts: RecordParts | None, through_file: bool) -> GetMessageResult:
         """The FOUND answer of the selected records at `physical` of `sizes` (int64), `scanned`
-        entries on: their heads or the records themselves."""
+        entries on: their `parts` column-wise or the records themselves."""
         found = GetMessageResult(GetMessageStatus.FOUND, scanned, 0, 0, len(sizes), sizes.astype(np.int32),
                                  suggest_pulling_from_slave=suggest)
-        if heads_only:
-            found.heads = self.commit_log.gather_heads(physical, sizes)
-            gathered = found.heads is not None
+        if parts is not None:
+            found.columns = self.commit_log.gather_columns(physical, sizes, parts)
+            gathered = found.columns is not None
         else:
             buffer = self.commit_log.gather(physical, sizes, through_file)
             gathered = buffer is not None

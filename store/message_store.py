@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from rmq import message_format as mf
+from rmq.record_columns import RecordParts
 from rmq.statuses import PutMessageStatus
 from rmq.store.checkpoint import StoreCheckpoint
 from rmq.store.commit_log import (
@@ -515,10 +516,10 @@ class MessageStore:
     def get_queue_range(self, topic: str, queue_id: int, offset: int, end_offset: int, max_msg_nums: int,
                         max_total_bytes: int | None = None, tag_codes: Collection[int] | None = None,
                         record_filter: RecordFilter | None = None,
-                        max_filter_evaluations: int | None = None, heads_only: bool = False
+                        max_filter_evaluations: int | None = None, parts: RecordParts | None = None
                         ) -> GetMessageResult:
         return self.reader.get_queue_range(topic, queue_id, offset, end_offset, max_msg_nums, max_total_bytes,
-                                           tag_codes, record_filter, max_filter_evaluations, heads_only)
+                                           tag_codes, record_filter, max_filter_evaluations, parts)
 
     def query_message_by_key(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int
                              ) -> GetMessageResult:

@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from rmq.record_columns import RecordColumns
 from rmq.statuses import GetMessageStatus, PutMessageStatus
 from rmq.stored_message import StoredMessage
 
@@ -94,34 +95,13 @@ class GetMessageResult:
     # the records back to back; a memoryview of the copy when the read gathered interleaved records
     buffer: bytes | memoryview = b""
     suggest_pulling_from_slave: bool = False
-    # instead of `buffer`, when the read asked for the records' heads only (get_queue_range)
-    heads: RecordHeads | None = None
+    # instead of `buffer`, when the read asked for the records column-wise (get_queue_range)
+    columns: RecordColumns | None = None
 
     @property
     def byte_count(self) -> int:
-        """The bytes the answer holds (records, or heads)."""
-        return len(self.buffer) if self.heads is None else self.heads.byte_count
-
-
-@dataclass(frozen=True)
-class RecordHeads:
-    """The fixed headers and bodies of a read's records, without the topic and properties behind
-    each body: what a reader of the header fields and the body needs, gathered column-wise out of
-    the CommitLog (docs/data-plane.md). The header's fields are as stored (unchecked); a body
-    length out of its record is gathered as the bytes the record has room for, so a decoder that
-    checks the headers sees the corruption."""
-
-    sizes: np.ndarray          # int64, each record's size (its ConsumeQueue entry's)
-    headers: np.ndarray        # uint8 (count, message_format.BODY_POS), one row per record
-    body_offsets: np.ndarray   # int32 (count + 1): body i is bodies[body_offsets[i]:body_offsets[i + 1]]
-    bodies: np.ndarray         # uint8, the bodies back to back
-
-    @property
-    def byte_count(self) -> int:
-        """The bytes held, counted as 88 + 4 + body per record: never more than the records'
-        (a record is at least 92 + body bytes), so a read granted the records' bytes holds no
-        more than it was granted (the leading zero offset is not counted)."""
-        return int(self.headers.nbytes + self.bodies.nbytes) + 4 * len(self.sizes)
+        """The bytes the answer holds (records, or their columns)."""
+        return len(self.buffer) if self.columns is None else self.columns.byte_count
 
 
 class DispatchRequest(NamedTuple):

@@ -44,6 +44,7 @@ from rmq.broker_server.security.refusal_log import RefusalLog
 from rmq.broker_server.security.request_auth import key_label
 from rmq.broker_server.status import OK
 from rmq.mix_all import MASTER_ID
+from rmq.record_columns import RecordParts
 from rmq.sql92 import Sql92Error, Sql92Filter, compile_sql92
 from rmq.statuses import GetMessageStatus, PullStatus
 from rmq.store import BrokerRole, MessageStore
@@ -333,17 +334,17 @@ class PullMessageProcessor:
         return await self.executor.run(self.store.get_min_offset_in_queue, topic, queue_id)
 
     def range_reader(self, query: PullQuery, offset: int, end_offset: int, max_rows: int,
-                     max_bytes: int, heads_only: bool = False) -> Callable[[], GetMessageResult]:
+                     max_bytes: int, parts: RecordParts | None = None) -> Callable[[], GetMessageResult]:
         """One read of [offset, end_offset) of the query's queue, up to `max_rows` and `max_bytes`
         (the Flight data plane's RecordBatch), for the caller to run on its stream's thread or,
-        with an SQL92 filter, on the FilterExecutor; `heads_only`: the records' heads
-        (MessageStore.get_queue_range)."""
+        with an SQL92 filter, on the FilterExecutor; `parts`: those parts of the records,
+        column-wise (MessageStore.get_queue_range)."""
         record_filter = query.record_filter
         return functools.partial(
             self.store.get_queue_range, query.topic, query.queue_id, offset, end_offset, max_rows, max_bytes,
             query.tag_codes, record_filter,
             max_filter_evaluations=None if record_filter is None else record_filter.slice_evaluations,
-            heads_only=heads_only)
+            parts=parts)
 
     async def _read(self, query: PullQuery, max_bytes: int, inline: bool) -> GetMessageResult:
         read = functools.partial(

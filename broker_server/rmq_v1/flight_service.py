@@ -41,7 +41,8 @@ from rmq.broker_server.processors.pull_response_budget import PullHolder, PullRe
 from rmq.broker_server.security.refusal_log import RefusalLog
 from rmq.broker_server.security.request_auth import Admission, CallRefused, RequestAuthenticator, peer_address
 from rmq.broker_server.security.tls import ServerTls
-from rmq.record_batch import COLUMNS, HEAD_COLUMNS, column_problem, decode_heads, decode_records, schema_of
+from rmq.record_batch import COLUMNS, column_problem, decode_columns, decode_records, parts_of, schema_of
+from rmq.record_columns import RecordParts
 from rmq.statuses import GetMessageStatus
 from rmq.store.results import GetMessageResult
 from rmq.v1 import rmq_pb2
@@ -80,9 +81,10 @@ class FlightRead:
         return schema_of(self.columns)
 
     @property
-    def heads_only(self) -> bool:
-        """Whether the batches need only the records' heads (the store gathers them column-wise)."""
-        return not self.packed and HEAD_COLUMNS.issuperset(self.columns)
+    def parts(self) -> RecordParts | None:
+        """What of the records the batches are built from, gathered column-wise by the store (None:
+        the records as stored, for the packed batches' metadata)."""
+        return None if self.packed else parts_of(self.columns)
 
 
 class _Admitted(flight.ServerMiddleware):
@@ -289,7 +291,7 @@ class FlightReadService(flight.FlightServerBase):
         broker's FilterExecutor in the stream's account's turn (docs/filtering-and-bounds.md)."""
         query = read.query
         store_read = self.pull.range_reader(query, offset, read.end_offset, max_rows, max_bytes,
-                                            heads_only=read.heads_only)
+                                            parts=read.parts)
         if query.record_filter is None:
             return store_read()
         return self._on_loop(self.pull.filters.run(holder.account, store_read), context)
@@ -301,10 +303,8 @@ class FlightReadService(flight.FlightServerBase):
         progress = pa.py_buffer(answer.SerializeToString())
         if not result.message_count or read.packed:
             return _no_rows(read.columns), progress
-        heads = result.heads
-        if heads is not None:
-            return decode_heads(heads.sizes, heads.headers, heads.body_offsets, heads.bodies,
-                                self.broker_name, read.columns), progress
+        if result.columns is not None:
+            return decode_columns(result.columns, self.broker_name, read.columns), progress
         records = np.frombuffer(result.buffer, dtype=np.uint8)
         sizes = result.sizes.astype(np.int64)
         return decode_records(records, sizes, self.broker_name, read.columns), progress

@@ -22,11 +22,10 @@ from collections.abc import Sequence
 from types import FrameType
 
 from rmq import __version__
-from rmq.connector.allocation import AllocateStrategy
+from rmq.connector.allocation import AllocateStrategy, allocate_topic
 from rmq.connector.broker_outages import BrokerOutages
 from rmq.connector.client import MessageQueue, RmqClient
 from rmq.connector.client_instance import ClientInstance
-from rmq.connector.rebalance_impl import allocate_topic
 from rmq.connector.rebalance_service import WAIT_INTERVAL_S
 from rmq.v1 import rmq_pb2
 
@@ -138,7 +137,7 @@ class ConsumerMembership:
         self._instance.send_heartbeat(self)
 
     def rebalance(self, topic: str, mq_all: Sequence[MessageQueue]) -> list[MessageQueue]:
-        """The queues of `topic` this consumer owns now (RebalanceImpl's allocate_topic)."""
+        """The queues of `topic` this consumer owns now (allocate_topic, RebalanceImpl's rule)."""
         cid_all: list[str] = []
         if not self._broadcasting and mq_all:
             self.heartbeat()   # be in the consumer list before reading it

@@ -16,9 +16,9 @@ from typing import TypeVar
 from rmq.auth import SECURITY_OPTION_NAMES, ClientSecurity
 from rmq.connector.allocation import STRATEGY_NAMES, AllocateStrategy
 from rmq.connector.client import RmqClient
-from rmq.connector.consumer_config import DEFAULT_OFFSET_STORE_DIR
 from rmq.connector.endpoints import parse_endpoints
 from rmq.connector.errors import RmqOptionError
+from rmq.connector.offset_store import DEFAULT_OFFSET_STORE_DIR
 from rmq.connector.offsets import Positions, positions_from_json
 from rmq.connector.spark.source_offsets import (
     OFFSET_EARLIEST,

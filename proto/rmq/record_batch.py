@@ -1,23 +1,25 @@
-"""Source-schema Arrow RecordBatches from CommitLog records (ARCHITECTURE.md §1, §3): shared by the
-client's decoder (pulled PackedMessages) and the broker's Flight data plane (docs/data-plane.md).
+"""Source-schema Arrow RecordBatches from CommitLog records (ARCHITECTURE.md §1, §3): one decoder,
+`decode_columns`, of records gathered column-wise (rmq.record_columns) — by the broker's store read
+out of the CommitLog mapping for its Flight data plane (docs/data-plane.md), or by `decode_records`
+out of records lying back to back (the client's decoder of pulled PackedMessages).
 
-The records lie back to back in the layout of `rmq.message_format` (spec store §3, big-endian).
-Every column is computed for all records at once: numpy gathers at the fixed field offsets, Arrow
-arrays built straight from (offsets, data) buffers for the variable-length fields,
-pyarrow.compute for the properties map. There is no per-message Python code.
-"""
+The records are in the layout of `rmq.message_format` (spec store §3, big-endian). Every column is
+computed for all records at once: the fixed headers as numpy records, Arrow arrays built straight
+from the gathered (offsets, data) buffers for the variable-length fields, the properties split on
+their separator bytes with numpy. There is no per-message Python code."""
 
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmq import message_format as mf
+from rmq.record_columns import RecordColumns, RecordParts, RecordTails, Spans, gather, spans
 
 
 class CorruptRecordsError(ValueError):
@@ -66,9 +68,10 @@ _HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)[
 
 
 COLUMNS = tuple(SCHEMA.names)
-# the columns read from a record's fixed header and body alone (decode_heads)
-HEAD_COLUMNS = frozenset({"broker_name", "queue_id", "queue_offset", "msg_id", "body", "born_timestamp",
-                          "store_timestamp"})
+# the columns read from a record's tail (topic, properties) besides its fixed header and body
+TAIL_COLUMNS = frozenset({"topic", "tags", "keys", "properties"})
+# the columns read from a record's fixed header and body alone (RecordParts.HEADS)
+HEAD_COLUMNS = frozenset(COLUMNS) - TAIL_COLUMNS
 
 
 def column_problem(names: Sequence[str]) -> str | None:
@@ -81,128 +84,98 @@ def column_problem(names: Sequence[str]) -> str | None:
     return None
 
 
+def parts_of(columns: Sequence[str]) -> RecordParts:
+    """What of each record the `columns` are read from (the store's column-wise gather)."""
+    return RecordParts.HEADS if HEAD_COLUMNS.issuperset(columns) else RecordParts.HEADS_AND_TAILS
+
+
 def decode_records(records: np.ndarray, sizes: np.ndarray, broker_name: str,
                    columns: Sequence[str] = COLUMNS) -> pa.RecordBatch:
     """The records (uint8, back to back) of the given sizes (int64) as one RecordBatch of SCHEMA's
-    `columns` in that order (all by default). Only those are computed, and only the fields they
-    come from are read and checked: the fixed header always, the topic and properties lengths for
-    topic, properties, tags and keys (the properties parsed only for the last three)."""
+    `columns` in that order (all by default): decode_columns of their column-wise gather."""
     _check(sizes >= mf.FIXED_OVERHEAD, "record shorter than the fixed overhead")
     if int(sizes.sum()) != len(records):
         raise CorruptRecordsError(f"sizes add up to {int(sizes.sum())} but records hold {len(records)} bytes")
-    read = _Records(records, sizes, broker_name)
-    arrays = [read.column(name) for name in columns]
+    starts = np.zeros(len(sizes), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    return decode_columns(gather(records, starts, sizes, parts_of(columns)), broker_name, columns)
+
+
+def decode_columns(read: RecordColumns, broker_name: str, columns: Sequence[str] = COLUMNS) -> pa.RecordBatch:
+    """The records gathered column-wise (rmq.record_columns: by the store out of the CommitLog, or
+    by decode_records) as one RecordBatch of SCHEMA's `columns` in that order. Only those are
+    computed, and only the fields they come from are checked: the fixed header and body length
+    always, the topic and properties lengths for topic, properties, tags and keys (the properties
+    parsed only for the last three). A bad record is refused (CorruptRecordsError naming it)."""
+    tails = read.tails if not TAIL_COLUMNS.isdisjoint(columns) else None
+    if tails is None and not HEAD_COLUMNS.issuperset(columns):
+        raise ValueError(f"columns {sorted(set(columns) - HEAD_COLUMNS)} are not in the records' heads")
+    _check(read.sizes >= mf.FIXED_OVERHEAD, "record shorter than the fixed overhead")
+    decoded = _Columns(read, broker_name, tails)
+    arrays = [decoded.column(name) for name in columns]
     return pa.RecordBatch.from_arrays(arrays, schema=schema_of(tuple(columns)))
 
 
-def decode_heads(sizes: np.ndarray, headers: np.ndarray, body_offsets: np.ndarray, bodies: np.ndarray,
-                 broker_name: str, columns: Sequence[str]) -> pa.RecordBatch:
-    """decode_records of HEAD_COLUMNS out of the records' heads only (the store's column-wise
-    gather, rmq.store.results.RecordHeads): their sizes (int64), fixed headers (uint8 rows of
-    BODY_POS) and bodies (int32 offsets, uint8 bytes), with the same checks of the header."""
-    if not HEAD_COLUMNS.issuperset(columns):
-        raise ValueError(f"columns {sorted(set(columns) - HEAD_COLUMNS)} are not in the records' heads")
-    _check(sizes >= mf.FIXED_OVERHEAD, "record shorter than the fixed overhead")
-    with_body = "body" in columns
-    # the store gathered each body clipped to its record's room: a stored length equal to the
-    # gathered one is within range, so that one comparison checks both
-    read = _Header(headers, sizes, broker_name, check_body_length=not with_body)
-    if with_body:
-        _check(np.diff(body_offsets) == read.body_length, "body length out of range")
+class _Columns:
+    """The Arrow columns of records gathered column-wise, each checked as far as it is read."""
 
-    def column(name: str) -> pa.Array:
-        if name != "body":
-            return read.column(name)
-        return pa.Array.from_buffers(pa.binary(), len(sizes), [None, pa.py_buffer(body_offsets),
-                                                                pa.py_buffer(bodies)])
-
-    return pa.RecordBatch.from_arrays([column(name) for name in columns], schema=schema_of(tuple(columns)))
-
-
-class _Header:
-    """The columns of records' fixed headers (n rows of BODY_POS bytes), checked."""
-
-    def __init__(self, header: np.ndarray, sizes: np.ndarray, broker_name: str,
-                 check_body_length: bool = True) -> None:
-        """`check_body_length` False: the caller checks the body lengths itself."""
-        self.header = header
-        self.sizes = sizes
+    def __init__(self, read: RecordColumns, broker_name: str, tails: RecordTails | None) -> None:
+        self.read = read
         self.broker_name = broker_name
-        self.fields = header.view(_HEADER).reshape(-1)
-        _check(self.fields["magic_code"] == mf.MESSAGE_MAGIC_CODE, "bad magic code")
-        _check(self.fields["total_size"] == sizes, "total size differs from sizes")
-        self.room = sizes - mf.FIXED_OVERHEAD  # bytes left for body + topic + properties
-        self.body_length = self.fields["body_length"].astype(np.int64)
-        if check_body_length:
-            _check((self.body_length >= 0) & (self.body_length <= self.room), "body length out of range")
+        sizes = read.sizes
+        self.fields = read.headers.view(_HEADER).reshape(-1)
+        if not _sizes_and_magic_stored(read.headers, sizes):   # the two checks name the problem
+            _check(self.fields["magic_code"] == mf.MESSAGE_MAGIC_CODE, "bad magic code")
+            _check(self.fields["total_size"] == sizes, "total size differs from sizes")
+        # each body was gathered clipped to its record's room: a stored length equal to the
+        # gathered one is within range, so that one comparison checks both
+        body_lengths = read.bodies.lengths
+        _check(body_lengths == self.fields["body_length"], "body length out of range")
+        self.tails = tails
+        if tails is not None:   # the topic clipped the same way to the room the body left
+            topic_lengths = tails.topics.lengths
+            _check(topic_lengths == tails.topic_lengths, "topic length out of range")
+            _check(body_lengths + topic_lengths + tails.properties_lengths == sizes - mf.FIXED_OVERHEAD,
+                   "field lengths do not add up")
 
     def column(self, name: str) -> pa.Array:
-        fields = self.fields
+        fields, count = self.fields, len(self.read.sizes)
         match name:
             case "broker_name":
-                return pa.repeat(_string(self.broker_name), len(self.sizes))
+                return pa.repeat(_string(self.broker_name), count)
             case "queue_id":
                 return _primitive(fields["queue_id"].astype(np.int32), pa.int32())
             case "queue_offset":
                 return _primitive(fields["queue_offset"].astype(np.int64), pa.int64())
             case "msg_id":
-                return _msg_ids(self.header)
+                return _msg_ids(self.read.headers)
             case "born_timestamp" | "store_timestamp":
                 return _timestamps(fields[name])
-        raise ValueError(f"no column {name!r} in the source schema")
-
-
-class _Records(_Header):
-    """The columns of back-to-back records, each field read (and checked) when a column needs it."""
-
-    def __init__(self, records: np.ndarray, sizes: np.ndarray, broker_name: str) -> None:
-        starts = np.zeros(len(sizes), dtype=np.int64)
-        np.cumsum(sizes[:-1], out=starts[1:])
-        self.layout = _Layout(records, starts, _step(sizes))
-        super().__init__(self.layout.rows(starts, mf.BODY_POS), sizes, broker_name)   # one pass
-
-    def column(self, name: str) -> pa.Array:
-        match name:
+            case "body":
+                return _variable(pa.binary(), self.read.bodies)
             case "topic":
-                tail = self._tail
-                return self.layout.variable(pa.string(), tail.topic_length_pos + 1, tail.topic_length)
+                return self._topics
             case "tags":
                 return self._properties.lookup(_string(mf.PROPERTY_TAGS))
             case "keys":
                 return self._properties.lookup(_string(mf.PROPERTY_KEYS))
-            case "body":
-                return self.layout.variable(pa.binary(), self.layout.starts + mf.BODY_POS, self.body_length)
             case "properties":
                 return self._properties.entries
-        return super().column(name)
+        raise ValueError(f"no column {name!r} in the source schema")
 
     @functools.cached_property
-    def _tail(self) -> _Tail:
-        """The topic and properties lengths behind the body, checked against the record's size."""
-        layout, body_length, room = self.layout, self.body_length, self.room
-        topic_length_pos = layout.starts + mf.BODY_POS + body_length
-        topic_length = layout.read_int(topic_length_pos, "u1").astype(np.int64)
-        _check(topic_length <= room - body_length, "topic length out of range")
-        properties_length_pos = topic_length_pos + 1 + topic_length
-        properties_length = layout.read_int(properties_length_pos, "i2").astype(np.int64)
-        _check(body_length + topic_length + properties_length == room, "field lengths do not add up")
-        return _Tail(topic_length_pos, topic_length, properties_length_pos, properties_length)
+    def _topics(self) -> pa.Array:
+        assert self.tails is not None
+        return _strings(self.tails.topics, "topic")
 
     @functools.cached_property
     def _properties(self) -> _Properties:
-        tail = self._tail
-        if tail.properties_length.any():
-            return _Properties.parse(self.layout.variable(pa.string(), tail.properties_length_pos + 2,
-                                                          tail.properties_length))
-        return _Properties.none(len(self.sizes))
-
-
-@dataclass(frozen=True)
-class _Tail:
-    topic_length_pos: np.ndarray
-    topic_length: np.ndarray
-    properties_length_pos: np.ndarray
-    properties_length: np.ndarray
+        assert self.tails is not None
+        properties = self.tails.properties
+        if properties.data.size:
+            _strings(properties, "properties")   # checked UTF-8
+            return _Properties.parse(properties)
+        return _Properties.none(len(self.read.sizes))
 
 
 @functools.cache
@@ -219,56 +192,39 @@ def _check(ok: np.ndarray, problem: str) -> None:
         raise CorruptRecordsError(f"corrupt record #{int(np.argmin(ok))}: {problem}")
 
 
-def _step(sizes: np.ndarray) -> int | None:
-    """The distance between records when they all have one size (a pull of equal messages)."""
-    if len(sizes) > 1 and (sizes == sizes[0]).all():
-        return int(sizes[0])
-    return None
+# a record's first 8 bytes: its total size, then the magic code
+assert (mf.TOTAL_SIZE_POS, mf.MAGIC_CODE_POS) == (0, 4)
+_MAGIC_CODE = mf.MESSAGE_MAGIC_CODE & 0xFFFFFFFF
 
 
-@dataclass(frozen=True)
-class _Layout:
-    """Reads fields at per-record positions. When the records are of one size and the
-    positions of a field are evenly spaced by it, rows are strided views (no index gather)."""
+def _sizes_and_magic_stored(headers: np.ndarray, sizes: np.ndarray) -> bool:
+    """Whether every header starts with its size and the magic code: one comparison of the raw
+    8 bytes with the expected ones (byte-swapped on the contiguous side, not the strided one)."""
+    stored = np.ndarray((len(sizes),), np.uint64, headers, mf.TOTAL_SIZE_POS, (mf.BODY_POS,))
+    expected = ((sizes.astype(np.uint64) << np.uint64(32)) | np.uint64(_MAGIC_CODE)).astype(">u8")
+    return bool((stored == expected.view(np.uint64)).all())
 
-    records: np.ndarray
-    starts: np.ndarray
-    step: int | None
 
-    def rows(self, positions: np.ndarray, width: int) -> np.ndarray:
-        """records[p:p + width] for each position p, as the rows of an (n, width) array."""
-        if self.step is not None and (positions - self.starts == positions[0] - self.starts[0]).all():
-            rows = np.ndarray((len(positions), width), np.uint8, self.records, int(positions[0]),
-                              (self.step, 1))
-            rows.flags.writeable = False
-            return rows
-        if not len(positions):
-            return np.zeros((0, width), dtype=np.uint8)
-        # Otherwise one row copy per position out of the (read-only) window view.
-        selected: np.ndarray = np.lib.stride_tricks.sliding_window_view(self.records, width)[positions]
-        return selected
+def _variable(kind: pa.DataType, spans: Spans) -> pa.Array:
+    """A string/binary array over the spans' (offsets, data) buffers, without a copy."""
+    return pa.Array.from_buffers(kind, len(spans.offsets) - 1, [None, pa.py_buffer(spans.offsets),
+                                                                 pa.py_buffer(spans.data)])
 
-    def read_int(self, positions: np.ndarray, kind: str) -> np.ndarray:
-        """The big-endian integer of type `kind` (numpy code) at each position, native order."""
-        dtype = np.dtype(">" + kind)
-        return self.rows(positions, dtype.itemsize).view(dtype).reshape(-1).astype(dtype.newbyteorder("="))
 
-    def variable(self, kind: pa.DataType, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
-        """A string/binary array of records[start:start+length] per row, from (offsets, data)."""
-        offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
-        np.cumsum(lengths, out=offsets[1:])
-        if len(lengths) and (lengths == lengths[0]).all():
-            data = np.ascontiguousarray(self.rows(starts, int(lengths[0]))).reshape(-1)
-        else:
-            # Byte k of row i sits at starts[i] + (k - offsets[i]).
-            data = self.records[np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])]
-        array = pa.Array.from_buffers(kind, len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-        if kind == pa.string():
+def _strings(spans: Spans, field: str) -> pa.Array:
+    """The spans as a string array, refused (naming the first such record) unless all are UTF-8."""
+    array = _variable(pa.string(), spans)
+    try:
+        array.validate(full=True)
+    except pa.ArrowInvalid:
+        offsets = spans.offsets.tolist()
+        for index, (start, end) in enumerate(itertools.pairwise(offsets)):   # the error's path only
             try:
-                array.validate(full=True)
-            except pa.ArrowInvalid as error:
-                raise CorruptRecordsError(f"corrupt record: {error}") from None
-        return array
+                spans.data[start:end].tobytes().decode()
+            except UnicodeDecodeError:
+                raise CorruptRecordsError(f"corrupt record #{index}: {field} is not UTF-8") from None
+        raise
+    return array
 
 
 def _primitive(values: np.ndarray, kind: pa.DataType, valid: np.ndarray | None = None) -> pa.Array:
@@ -315,52 +271,119 @@ def _msg_ids(header: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.string(), len(header), buffers)
 
 
-@dataclass(frozen=True)
-class _Properties:
-    """The properties column as a map plus its flat (row, name, value) entries."""
+_NAME_VALUE = ord(mf.NAME_VALUE_SEPARATOR)
+_ITEM_END = ord(mf.PROPERTY_SEPARATOR)
 
-    entries: pa.MapArray
-    rows: np.ndarray
-    names: pa.Array
-    values: pa.Array
+
+def _items(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The properties items of texts data[offsets[i]:offsets[i + 1]] (_Properties.parse): each
+    one's row, start, name end, value start and end (int64)."""
+    separators = np.flatnonzero(data == _ITEM_END)
+    row_ends = offsets[1:]
+    unterminated = row_ends[(row_ends > offsets[:-1]) & (data[np.maximum(row_ends - 1, 0)] != _ITEM_END)]
+    # each item ends at a separator (the next starts after it) or an unterminated row's end
+    # (the next starts there), in order: a row's end before a separator at the same place
+    ends = np.concatenate([unterminated, separators])
+    following = np.concatenate([unterminated, separators + 1])
+    if len(unterminated):
+        order = np.argsort(ends, kind="stable")
+        ends, following = ends[order], following[order]
+    starts = np.concatenate([offsets[:1], following[:-1]])
+    kept = ends > starts
+    starts, ends = starts[kept], ends[kept]
+    marks = np.flatnonzero(data == _NAME_VALUE)
+    first = np.searchsorted(marks, starts)
+    mark = marks[np.minimum(first, len(marks) - 1)] if len(marks) else ends
+    split = (first < len(marks)) & (mark < ends)
+    name_ends, value_starts = np.where(split, mark, ends), np.where(split, mark + 1, ends)
+    return np.searchsorted(offsets, starts, side="right") - 1, starts, name_ends, value_starts, ends
+
+
+def _columns_of(table: np.ndarray, pieces: list[tuple[int, int]]) -> pa.Array:
+    """The string array of the pieces [start, end) of every row of a uint8 table, row by row (each
+    piece copied as one strided column of items)."""
+    count, width = table.shape
+    if not pieces:
+        return pa.nulls(0, pa.string())
+    total = sum(end - start for start, end in pieces)
+    data = np.empty(count * total, dtype=np.uint8)
+    place = 0
+    for start, end in pieces:
+        item = np.dtype((np.void, end - start))
+        if end > start:
+            np.ndarray((count,), item, data, place, (total,))[...] = np.ndarray((count,), item, table, start,
+                                                                                (width,))
+        place += end - start
+    offsets = np.zeros(count * len(pieces) + 1, dtype=np.int32)
+    np.cumsum(np.tile([end - start for start, end in pieces], count), out=offsets[1:])
+    return _variable(pa.string(), Spans(offsets, data))
+
+
+class _Properties:
+    """The properties of `count` records (`name \\x01 value \\x02 ...` each, rmq.message_format)
+    split into their items on the text's bytes (numpy: the separators are ASCII, so every piece of
+    UTF-8 text is UTF-8): the map column, and one name's value per row."""
+
+    def __init__(self, count: int, rows: np.ndarray, names: pa.Array, values: pa.Array) -> None:
+        self.count = count
+        self.rows = rows        # int64, the row of each item, in order
+        self.names = names      # string, one per item
+        self.values = values    # string, one per item ("" after a name without a separator)
 
     @classmethod
-    def parse(cls, text: pa.Array) -> _Properties:
-        """Parse `name \\x01 value \\x02 ...` strings into a map per row."""
-        items_per_row = pc.split_pattern(text, mf.PROPERTY_SEPARATOR)
-        items = items_per_row.flatten()
-        keep = pc.not_equal(items, _string(""))  # the empty piece after the trailing separator
-        items = items.filter(keep)
-        rows = _numpy(pc.list_parent_indices(items_per_row).filter(keep))
+    def parse(cls, text: Spans) -> _Properties:
+        """The items of each row's text (UTF-8, checked): pieces between PROPERTY_SEPARATORs (the
+        last one may lack its separator), empty ones dropped, each split at its first
+        NAME_VALUE_SEPARATOR (none: the value is empty), as rmq.message_format.decode_properties.
+        Texts of one length with their separators at the same places (one producer's messages:
+        the same names, values of one length) are split once, their pieces copied column-wise."""
+        count, lengths = len(text.offsets) - 1, text.lengths
+        width = int(lengths[0])
+        if count > 1 and width and bool((lengths == width).all()):
+            alike = cls._alike(text.data.reshape(count, width))
+            if alike is not None:
+                return alike
+        rows, starts, name_ends, value_starts, ends = _items(text.data, text.offsets.astype(np.int64))
+        return cls(count, rows, _variable(pa.string(), spans(text.data, starts, name_ends - starts)),
+                   _variable(pa.string(), spans(text.data, value_starts, ends - value_starts)))
 
-        pairs = pc.split_pattern(items, mf.NAME_VALUE_SEPARATOR, max_splits=1)
-        pieces = pairs.flatten()
-        offsets_of_pairs = _numpy(pairs.offsets)
-        first = offsets_of_pairs[:-1] - offsets_of_pairs[0]
-        has_value = _numpy(pc.list_value_length(pairs)) == 2
-        names = pieces.take(_primitive(first.astype(np.int64), pa.int64()))
-        value_index = _primitive((first + 1).astype(np.int64), pa.int64(), valid=has_value)
-        values = pc.fill_null(pieces.take(value_index), _string(""))
-
-        offsets = np.zeros(len(text) + 1, dtype=np.int32)
-        np.cumsum(np.bincount(rows, minlength=len(text)), out=offsets[1:])
-        entries = pa.MapArray.from_arrays(_primitive(offsets, pa.int32()), names, values, type=_PROPERTIES)
-        return cls(entries, rows, names, values)
+    @classmethod
+    def _alike(cls, table: np.ndarray) -> _Properties | None:
+        """The texts of a (count, width) table when every row has its separators where the first
+        row has them (the first row's separator bytes in every row, and no more of them in all):
+        the first row's items, at the same places in every row. None otherwise."""
+        count, width = table.shape
+        first = table[0]
+        for separator in (_ITEM_END, _NAME_VALUE):
+            places = np.flatnonzero(first == separator)
+            if (np.count_nonzero(table == separator) != count * len(places)
+                    or not bool((table[:, places] == separator).all())):
+                return None
+        _rows, starts, name_ends, value_starts, ends = _items(first, np.array([0, width], dtype=np.int64))
+        names = [(int(start), int(end)) for start, end in zip(starts, name_ends, strict=True)]
+        values = [(int(start), int(end)) for start, end in zip(value_starts, ends, strict=True)]
+        return cls(count, np.repeat(np.arange(count, dtype=np.int64), len(names)),
+                   _columns_of(table, names), _columns_of(table, values))
 
     @classmethod
     def none(cls, count: int) -> _Properties:
-        """`count` rows without properties (what parse gives for empty strings, without parsing)."""
-        no_entries = pa.nulls(0, pa.string())
-        offsets = _primitive(np.zeros(count + 1, dtype=np.int32), pa.int32())
-        entries = pa.MapArray.from_arrays(offsets, no_entries, no_entries, type=_PROPERTIES)
-        return cls(entries, np.zeros(0, dtype=np.int64), no_entries, no_entries)
+        """`count` rows without properties (what parse gives for empty texts, without parsing)."""
+        no_items = pa.nulls(0, pa.string())
+        return cls(count, np.zeros(0, dtype=np.int64), no_items, no_items)
+
+    @functools.cached_property
+    def entries(self) -> pa.MapArray:
+        offsets = np.zeros(self.count + 1, dtype=np.int32)
+        np.cumsum(np.bincount(self.rows, minlength=self.count), out=offsets[1:])
+        return pa.MapArray.from_arrays(_primitive(offsets, pa.int32()), self.names, self.values,
+                                       type=_PROPERTIES)
 
     def lookup(self, name: pa.StringScalar) -> pa.Array:
-        """The value of property `name` per row, null where the row has none."""
+        """The value of property `name` per row (its last item of that name), null where the row
+        has none."""
         if not len(self.names):
-            return pa.nulls(len(self.entries), pa.string())
-        found = pc.equal(self.names, name)
-        matches = _numpy(found)
-        index = np.full(len(self.entries), -1, dtype=np.int64)
-        index[self.rows[matches]] = np.arange(int(matches.sum()))
-        return self.values.filter(found).take(_primitive(index, pa.int64(), valid=index >= 0))
+            return pa.nulls(self.count, pa.string())
+        matches = np.flatnonzero(_numpy(pc.equal(self.names, name)))
+        index = np.full(self.count, -1, dtype=np.int64)
+        index[self.rows[matches]] = matches
+        return self.values.take(_primitive(index, pa.int64(), valid=index >= 0))

@@ -97,6 +97,47 @@ def test_unicode_tags_keys_and_properties_round_trip() -> None:
     assert row["msg_id"] == "7F00000100002A9F0102030405060708"
 
 
+ODD_PROPERTIES = [
+    "A\x011",                     # the last item without its separator, then a row starting with one
+    "\x02B\x012\x02\x02",          # empty items
+    "",
+    "TAGS\x01x\x02TAGS\x01y\x02KEYS",   # a name twice (the last counts), an item without a value
+    "C\x01v\x01w\x02\x01only value\x02TAGS\x01",
+    "\x02",
+    "TAGS\x01z",
+]
+
+
+def test_odd_properties_texts_split_as_decode_properties_does() -> None:
+    """Rows of empty and unterminated texts side by side, empty items, repeated names: the map
+    holds each row's items in order and tags / keys the last value of their name, as the
+    per-message decode (rmq.message_format.decode_properties) reads them."""
+    batch = decode(pack([record(raw_properties=raw) for raw in ODD_PROPERTIES]), "b")
+
+    items = [[tuple(item.partition("\x01")[::2]) for item in raw.split("\x02") if item]
+             for raw in ODD_PROPERTIES]
+    assert batch.column("properties").to_pylist() == items
+    decoded = [mf.decode_properties(raw) for raw in ODD_PROPERTIES]
+    assert batch.column("tags").to_pylist() == [p.get("TAGS") for p in decoded] == [
+        None, None, None, "y", "", None, "z"]
+    assert batch.column("keys").to_pylist() == [p.get("KEYS") for p in decoded]
+
+
+@pytest.mark.parametrize("texts", [
+    ["AB\x01c\x02", "A\x01bc\x02", "AB\x01c\x02"],      # the separators of one length's texts elsewhere
+    ["AB\x01c\x02", "A\x02\x01c\x02", "AB\x01c\x02"],    # where the first row has them, and one more
+    ["TAGS\x01a\x02KEYS\x01b c\x02", "TAGS\x01x\x02KEYS\x01y z\x02"],   # alike: split once
+], ids=["elsewhere", "one-more", "alike"])
+def test_properties_texts_of_one_length_split_as_decode_properties_does(texts: list[str]) -> None:
+    """Texts of one length are split once only when every row has its separators where the first
+    row has them; otherwise each row is split on its own."""
+    batch = decode(pack([record(raw_properties=raw) for raw in texts]), "b")
+
+    items = [[tuple(item.partition("\x01")[::2]) for item in raw.split("\x02") if item] for raw in texts]
+    assert batch.column("properties").to_pylist() == items
+    assert batch.column("keys").to_pylist() == [mf.decode_properties(raw).get("KEYS") for raw in texts]
+
+
 def test_empty_body_and_empty_properties() -> None:
     batch = decode(pack([record(body=b"", properties={}), record(body=b"", properties={"TAGS": "a"})]), "b")
 
@@ -209,6 +250,20 @@ def test_records_of_one_size_with_fields_at_different_places() -> None:
     assert batch.column("topic").to_pylist() == ["TT", "TTT", "T"]
     assert batch.column("body").to_pylist() == [b"abc", b"ab", b"abcd"]
     assert batch.column("tags").to_pylist() == ["x", "x", "x"]
+
+
+def test_tails_of_one_length_with_topics_of_different_lengths() -> None:
+    """Records whose tails (topic and properties) have one length, the topic's share differing:
+    the properties of each lie at their own place, not one tail length from the last."""
+    records = [record("TT", b"ab", properties={"TAGS": "xyz"}),
+               record("TTTT", b"ab", properties={"TAGS": "x"}),
+               record("TTT", b"ab", properties={"TAGS": "xy"})]
+
+    batch = decode(pack(records), "b")
+
+    assert len({len(r) for r in records}) == 1
+    assert batch.column("topic").to_pylist() == ["TT", "TTTT", "TTT"]
+    assert batch.column("tags").to_pylist() == ["xyz", "x", "xy"]
 
 
 def test_several_pulls_decode_as_their_rows_in_order() -> None:

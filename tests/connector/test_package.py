@@ -68,7 +68,10 @@ def test_spark_s_per_query_runner_imports_neither_the_sdk_s_clients_nor_the_remo
     4.x remoting client (bench/NOTES.md "Spark ingest, fourth pass": ~0.1 s of CPU per query)."""
     pytest.importorskip("pyspark")
     unused = ("rmq.connector.producer", "rmq.connector.push_consumer", "rmq.connector.pull_consumer",
-              "rmq.connector.remoting_client", "rmq.connector.consume_message_concurrently_service")
+              "rmq.connector.remoting_client", "rmq.connector.consume_message_concurrently_service",
+              # the push consumer's rebalancing, its process queues and its configuration (stop 6)
+              "rmq.connector.rebalance_impl", "rmq.connector.process_queue", "rmq.connector.message",
+              "rmq.connector.consumer_config", "rmq.connector.subscription")
     probe = ("import sys, rmq.connector.spark.data_source\n"
              f"print(sorted(set({unused!r}) & set(sys.modules)))")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)

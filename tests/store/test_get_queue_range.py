@@ -8,8 +8,19 @@ import numpy as np
 import pytest
 
 from rmq import message_format as mf
-from rmq.record_batch import HEAD_COLUMNS, CorruptRecordsError, decode_heads, decode_records
+from rmq.record_batch import (
+    COLUMNS,
+    HEAD_COLUMNS,
+    TAIL_COLUMNS,
+    CorruptRecordsError,
+    decode_columns,
+    decode_records,
+    parts_of,
+)
+from rmq.record_columns import RecordParts, gather
 from rmq.store import GetMessageStatus
+from rmq.stored_message import decode_records as stored_records
+from rmq.stored_message import offset_msg_id
 from tests.store.conftest import message, wait_dispatched
 from tests.store.test_get_message import BODY_700, five_to_ten, queue_offsets
 
@@ -91,60 +102,156 @@ def _whole_records(result) -> list[bytes]:
     return records
 
 
-@pytest.mark.parametrize("lengths", [
+def _put_interleaved(store, lengths: list[int]) -> None:
+    """Two queues' records interleaved: bodies of `lengths`, properties of unequal lengths (none on
+    every third record), across the store's small CommitLog files."""
+    store.put_messages([message(queue_id=i % 2, body=bytes([i]) * length,
+                                **({} if i % 3 == 0 else {"KEYS": "k" * (i % 7), "TAGS": f"t{i % 4}"}))
+                        for i, length in enumerate(lengths * 2)])
+    wait_dispatched(store)
+
+
+LENGTHS = pytest.mark.parametrize("lengths", [
     [100] * 12,                        # one length: one row gather
     [90, 100, 110, 95, 0, 105] * 2,    # close lengths: padded gather, padding dropped
     [3, 2, 1700, 4, 0, 5] * 2,         # one long body: a slice per body
 ], ids=["one-length", "padded", "slices"])
-def test_heads_are_each_records_header_and_body_across_file_ends(open_store, lengths) -> None:
-    """A heads-only read answers what the whole records hold up to their bodies' ends, record by
-    record, across CommitLog file ends (4 KiB files, two queues interleaved)."""
+
+
+@LENGTHS
+@pytest.mark.parametrize("parts", list(RecordParts))
+def test_columns_are_each_records_parts_across_file_ends(open_store, lengths, parts) -> None:
+    """A column-wise read answers what the whole records hold, record by record, across CommitLog
+    file ends (4 KiB files, two queues interleaved): the fixed header and body, and with the tails
+    the topic and properties and their lengths as stored; never more bytes than the records."""
     store = open_store(mapped_file_size_commit_log=4096)
-    store.put_messages([message(queue_id=i % 2, body=bytes([i]) * length, KEYS="k")
-                        for i, length in enumerate(lengths * 2)])
-    wait_dispatched(store)
+    _put_interleaved(store, lengths)
     assert len(store.commit_log.mapped_file_queue.files) >= 2
     whole = store.get_queue_range("TopicTest", 1, 0, 12, 32)
-    heads = store.get_queue_range("TopicTest", 1, 0, 12, 32, heads_only=True)
-    assert (heads.status, heads.next_begin_offset, heads.message_count) == (S.FOUND, 12, 12)
-    assert heads.buffer == b"" and heads.heads is not None and (heads.sizes == whole.sizes).all()
-    offsets = heads.heads.body_offsets.tolist()
+    read = store.get_queue_range("TopicTest", 1, 0, 12, 32, parts=parts)
+    assert (read.status, read.next_begin_offset, read.message_count) == (S.FOUND, 12, 12)
+    assert read.buffer == b"" and read.columns is not None and (read.sizes == whole.sizes).all()
+    columns = read.columns
+    assert (columns.tails is not None) is (parts is RecordParts.HEADS_AND_TAILS)
     for i, record in enumerate(_whole_records(whole)):
         body_end = mf.BODY_POS + int.from_bytes(record[mf.BODY_LENGTH_POS:mf.BODY_POS], "big")
-        assert heads.heads.headers[i].tobytes() == record[:mf.BODY_POS]
-        assert heads.heads.bodies[offsets[i]:offsets[i + 1]].tobytes() == record[mf.BODY_POS:body_end]
-    assert heads.byte_count == heads.heads.byte_count < len(whole.buffer)
+        assert columns.headers[i].tobytes() == record[:mf.BODY_POS]
+        assert _span(columns.bodies, i) == record[mf.BODY_POS:body_end]
+        if columns.tails is not None:
+            topic_end = body_end + 1 + record[body_end]
+            properties = record[topic_end + 2:]
+            assert (columns.tails.topic_lengths[i], _span(columns.tails.topics, i)) == (
+                record[body_end], record[body_end + 1:topic_end])
+            assert (columns.tails.properties_lengths[i], _span(columns.tails.properties, i)) == (
+                len(properties), properties)
+    assert read.byte_count == columns.byte_count <= len(whole.buffer)
 
 
-def test_heads_never_hold_more_bytes_than_the_records_they_come_from(open_store) -> None:
-    """A read granted its records' bytes (the Flight budget) holds no more as heads, even for
+def _span(spans, index: int) -> bytes:
+    return spans.data[spans.offsets[index]:spans.offsets[index + 1]].tobytes()
+
+
+@pytest.mark.parametrize("parts", list(RecordParts))
+def test_columns_never_hold_more_bytes_than_the_records_they_come_from(open_store, parts) -> None:
+    """A read granted its records' bytes (the Flight budget) holds no more column-wise, even for
     records with a one-character topic, no properties and empty bodies (92 bytes each)."""
     store = open_store()
     store.put_messages([message(topic="t", body=b"") for _ in range(5)])
     wait_dispatched(store)
     whole = store.get_queue_range("t", 0, 0, 5, 32)
-    heads = store.get_queue_range("t", 0, 0, 5, 32, heads_only=True)
+    read = store.get_queue_range("t", 0, 0, 5, 32, parts=parts)
     assert int(whole.sizes.sum()) == len(whole.buffer) == 5 * (mf.FIXED_OVERHEAD + 1)
-    assert heads.byte_count <= len(whole.buffer)
+    assert read.byte_count <= len(whole.buffer)
 
 
-def test_decoded_heads_are_the_decoded_records_and_a_bad_body_length_is_refused(open_store) -> None:
-    """decode_heads gives the header columns and the body decode_records gives; a record whose body
-    length passes its size (gathered clipped to the record) is refused, not answered short."""
+def _expected_rows(whole, names: list[str]) -> list[dict]:
+    """The rows of `names` decoded record by record in Python (rmq.stored_message): the oracle."""
+    rows = []
+    for stored in stored_records(bytes(whole.buffer), whole.sizes.tolist()):
+        row = {"topic": stored.topic, "broker_name": "b", "queue_id": stored.queue_id,
+               "queue_offset": stored.queue_offset, "msg_id": offset_msg_id(stored),
+               "tags": stored.properties.get(mf.PROPERTY_TAGS),
+               "keys": stored.properties.get(mf.PROPERTY_KEYS),
+               "body": stored.body, "properties": list(stored.properties.items()),
+               "born_timestamp": stored.born_timestamp, "store_timestamp": stored.store_timestamp}
+        rows.append({name: row[name] for name in names})
+    return rows
+
+
+def _rows(batch) -> list[dict]:
+    rows = batch.to_pylist()
+    for row in rows:
+        for name in ("born_timestamp", "store_timestamp"):
+            if name in row:
+                row[name] = int(row[name].timestamp() * 1000)
+    return rows
+
+
+@LENGTHS
+def test_a_column_wise_read_decodes_as_its_records_do(open_store, lengths) -> None:
+    """decode_columns of a column-wise read gives, for every column set (all, the heads only, the
+    tails only, one column), the batch decode_records gives of the whole records and what a
+    record-by-record decode gives, across CommitLog file ends."""
+    store = open_store(mapped_file_size_commit_log=4096)
+    _put_interleaved(store, lengths)
+    whole = store.get_queue_range("TopicTest", 1, 0, 12, 32)
+    records, sizes = np.frombuffer(whole.buffer, np.uint8), whole.sizes.astype(np.int64)
+    for names in (list(COLUMNS), sorted(HEAD_COLUMNS), sorted(TAIL_COLUMNS), ["keys"], ["msg_id", "topic"],
+                  ["queue_id", "queue_offset", "body"]):
+        read = store.get_queue_range("TopicTest", 1, 0, 12, 32, parts=parts_of(names))
+        batch = decode_columns(read.columns, "b", names)
+        assert batch.equals(decode_records(records, sizes, "b", names)), names
+        assert _rows(batch) == _expected_rows(whole, names), names
+
+
+def _spread(whole) -> tuple[np.ndarray, np.ndarray]:
+    """The records of a read laid out with 5 bytes of junk before each (as in the CommitLog, where
+    other queues' records lie between them), and where each starts."""
+    data, starts = bytearray(), []
+    for record in _whole_records(whole):
+        data += b"\xff" * 5
+        starts.append(len(data))
+        data += record
+    return np.frombuffer(data, np.uint8).copy(), np.array(starts, dtype=np.int64)
+
+
+@pytest.mark.parametrize(("field", "value", "problem"), [
+    ("body length", (5000).to_bytes(4, "big"), "corrupt record #2: body length out of range"),
+    ("topic length", bytes([120]), "corrupt record #2: topic length out of range"),
+    ("topic length", bytes([3]), "corrupt record #2: field lengths do not add up"),
+    ("properties length", (40).to_bytes(2, "big"), "corrupt record #2: field lengths do not add up"),
+    ("properties length", b"\xff\xff", "corrupt record #2: field lengths do not add up"),   # -1
+    ("topic", b"\xff", "corrupt record #2: topic is not UTF-8"),
+    ("properties", b"\xc3", "corrupt record #2: properties is not UTF-8"),
+])
+def test_corrupt_records_gathered_column_wise_are_refused(open_store, field, value, problem) -> None:
+    """A record whose lengths do not fit it, or whose topic or properties are not UTF-8, is refused
+    naming it, not answered short or read past (the gather clips every length to its record)."""
     store = open_store()
     store.put_messages([message(body=bytes([i]) * (50 + i), TAGS="t") for i in range(6)])
     wait_dispatched(store)
     whole = store.get_queue_range("TopicTest", 0, 0, 6, 32)
-    heads = store.get_queue_range("TopicTest", 0, 0, 6, 32, heads_only=True).heads
-    columns = sorted(HEAD_COLUMNS)
-    records, sizes = np.frombuffer(whole.buffer, np.uint8), whole.sizes.astype(np.int64)
+    data, starts = _spread(whole)
+    sizes = whole.sizes.astype(np.int64)
+    body_end = int(starts[2]) + mf.BODY_POS + 52
+    position = {"body length": int(starts[2]) + mf.BODY_LENGTH_POS, "topic length": body_end,
+                "properties length": body_end + 1 + len("TopicTest"), "topic": body_end + 1,
+                "properties": body_end + 1 + len("TopicTest") + 2}[field]
+    data[position:position + len(value)] = np.frombuffer(value, np.uint8)
+    head_column = ["queue_offset", "body"] if field == "body length" else []
+    for names in (list(COLUMNS), head_column + ["properties" if field == "properties" else "topic"]):
+        columns = gather(data, starts, sizes, parts_of(names))
+        with pytest.raises(CorruptRecordsError, match=problem):
+            decode_columns(columns, "b", names)
+    with pytest.raises(CorruptRecordsError, match=problem):   # the records back to back alike
+        back_to_back = [data[start:start + size] for start, size in zip(starts, sizes, strict=True)]
+        decode_records(np.concatenate(back_to_back), sizes, "b")
 
-    def decoded(names: list[str]):
-        return decode_heads(heads.sizes, heads.headers, heads.body_offsets, heads.bodies, "b", names)
 
-    assert decoded(columns).equals(decode_records(records, sizes, "b", columns))
-    heads.headers[2, mf.BODY_LENGTH_POS:mf.BODY_POS] = np.frombuffer((5000).to_bytes(4, "big"), np.uint8)
-    with pytest.raises(CorruptRecordsError, match="corrupt record #2: body length out of range"):
-        decoded(["queue_offset", "body"])
+def test_heads_alone_do_not_decode_tail_columns(open_store) -> None:
+    store = open_store()
+    store.put_messages([message(body=b"x", TAGS="t") for _ in range(3)])
+    wait_dispatched(store)
+    read = store.get_queue_range("TopicTest", 0, 0, 3, 32, parts=RecordParts.HEADS)
     with pytest.raises(ValueError, match=r"\['tags'\] are not in the records' heads"):
-        decoded(["body", "tags"])
+        decode_columns(read.columns, "b", ["body", "tags"])
