@@ -57,9 +57,9 @@ def e2e_rows(env: Environment) -> list[Row]:
     Spark JVM's with its Python workers (/proc, the whole process tree), per query.
     Floors with rmq removed (`bench/flight_floor.py`): the same query over a bare pyarrow Flight
     server in its own process, streaming the reference's batches (prebuilt: the transport's floor)
-    and, for 3 columns, gathering them per batch out of CommitLog-shaped records in a memory map,
-    laid out as the broker stores this row's (the queues taking turns record by record; numpy:
-    the least a store keeping whole records does); its server's CPU per row as the broker's."""
+    and gathering them per batch out of CommitLog-shaped records in a memory map, laid out as the
+    broker stores this row's (the queues taking turns record by record; numpy: the least a store
+    keeping whole records does, without checks); its server's CPU per row as the broker's."""
     with env.broker() as broker, ExitStack() as floors:
         _warm_up(env, broker.address)
         ingest = _fill(broker.address, "bench-e2e", E2E_QUEUES, env.scale.e2e_messages)
@@ -73,7 +73,7 @@ def e2e_rows(env: Environment) -> list[Row]:
             reference = reference_source.options(path, ingest.rows, ingest.partitions, schema)
             sources[key, REFERENCE] = _Source(reference_source.NAME, partial(dict, reference),
                                               broker.process.pid)
-            for mode in FLOORS if key == NARROW_KEY else (PREBUILT,):
+            for mode in FLOORS:
                 floor = floors.enter_context(flight_floor.running(mode, path, ingest.rows, ingest.partitions))
                 floor_options = flight_floor.options(floor.location, ingest.rows, ingest.partitions, schema)
                 sources[key, mode] = _Source(flight_floor.NAME, partial(dict, floor_options), floor.pid)

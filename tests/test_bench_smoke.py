@@ -7,6 +7,8 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from bench import report
@@ -233,11 +235,13 @@ def test_the_flight_floor_gathers_each_queue_in_order_from_commit_log_shaped_rec
     rmq: each queue's offsets from 0 up, its own queue id and the stored bodies, across its
     batches; the queues' records take turns one by one in the file, as rmq's broker stores them."""
     from bench.flight_floor import BATCH_ROWS, GatheredStore, layout, write_records
+    from rmq.record_batch import schema_of
 
     assert [list(column) for column in layout(7, 3)] == [[0, 1, 2] * 3, [0, 0, 0, 1, 1, 1, 2, 2, 2]]
     share, queues = BATCH_ROWS + 5, 3
     path = tmp_path / "records"
-    store = GatheredStore(path, write_records(path, share * queues, queues, body_size=7))
+    template = pa.RecordBatch.from_pylist([], schema=schema_of(("queue_id", "queue_offset", "body")))
+    store = GatheredStore(path, write_records(path, share * queues, queues, body_size=7), template)
     for queue in range(queues):
         batches = list(store.batches(queue, share))
         assert [batch.num_rows for batch in batches] == [BATCH_ROWS, share - BATCH_ROWS]
@@ -245,3 +249,25 @@ def test_the_flight_floor_gathers_each_queue_in_order_from_commit_log_shaped_rec
         assert offsets == list(range(share))
         assert {value for batch in batches for value in batch.column("queue_id").to_pylist()} == {queue}
         assert {value for batch in batches for value in batch.column("body").to_pylist()} == {b"x" * 7}
+
+
+def test_the_flight_floor_gathers_the_default_schema_s_columns_as_rmq_decodes_them(tmp_path: Path) -> None:
+    """The gathered floor of the default schema answers every column as rmq's decoder reads the
+    same records: its rows cost what a real answer costs, not less."""
+    from bench.flight_floor import GatheredStore, write_records
+    from rmq.record_batch import SCHEMA, decode_records
+
+    queues, share = 2, 5
+    path = tmp_path / "records"
+    written = write_records(path, share * queues, queues, body_size=9)
+    records = np.fromfile(path, dtype=np.uint8)
+    size = len(records) // len(written)
+    template = pa.RecordBatch.from_pylist([{"broker_name": "broker-a"}], schema=SCHEMA)
+    store = GatheredStore(path, written, template)
+    for queue in range(queues):
+        [batch] = store.batches(queue, share)
+        rows = np.flatnonzero(written == queue)
+        stored = np.concatenate([records[row * size:(row + 1) * size] for row in rows])
+        expected = decode_records(stored, np.full(len(rows), size, dtype=np.int64), "broker-a")
+        assert batch.schema == SCHEMA
+        assert batch.to_pylist() == expected.to_pylist()
